@@ -1,0 +1,129 @@
+/* llmem: the public buffer API.
+ *
+ * Thin wrappers over a backend's vtable: they check arguments and byte
+ * ranges (overflow-safe), run the fault-injection hook, and keep the
+ * backend's reference count (one per live buffer), so a backend and its
+ * plugin outlive llmem_backend_close while buffers remain. Backends see
+ * only valid, non-empty ranges.
+ */
+#include <string.h>
+
+#include "backends/backend_internal.h"
+
+/* [offset, offset + size) lies inside the buffer; no overflow possible. */
+static bool range_ok(const llmem_buffer *buf, size_t offset, size_t size)
+{
+    return offset <= buf->size && size <= buf->size - offset;
+}
+
+void llmem_backend_set_alloc_hook(llmem_backend *be, llmem_alloc_hook hook, void *ctx)
+{
+    if (!be)
+        return;
+    be->alloc_hook = hook;
+    be->alloc_hook_ctx = hook ? ctx : NULL;
+}
+
+llmem_status llmem_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out)
+{
+    if (!out)
+        return LLMEM_E_INVALID;
+    *out = NULL;
+    if (!be || size == 0)
+        return LLMEM_E_INVALID;
+    if (be->alloc_hook && !be->alloc_hook(size, be->alloc_hook_ctx))
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = llmem_backend_retain(be);
+    if (st != LLMEM_OK)
+        return st;
+    llmem_buffer *buf = NULL;
+    st = be->iface->buffer_alloc(be, size, &buf);
+    if (st == LLMEM_OK && !buf)
+        st = LLMEM_E_BACKEND;
+    if (st != LLMEM_OK) {
+        /* The caller still holds its own reference: this never destroys. */
+        llmem_backend_release(be);
+        return st;
+    }
+    buf->backend = be;
+    buf->size = size;
+    *out = buf;
+    return LLMEM_OK;
+}
+
+void llmem_buffer_free(llmem_buffer *buf)
+{
+    if (!buf)
+        return;
+    llmem_backend *be = buf->backend;
+    be->iface->buffer_free(be, buf);
+    llmem_backend_release(be);
+}
+
+size_t llmem_buffer_size(const llmem_buffer *buf)
+{
+    return buf ? buf->size : 0;
+}
+
+llmem_backend *llmem_buffer_backend(const llmem_buffer *buf)
+{
+    return buf ? buf->backend : NULL;
+}
+
+void *llmem_buffer_host_ptr(llmem_buffer *buf)
+{
+    return buf ? buf->host : NULL;
+}
+
+llmem_status llmem_buffer_upload(llmem_buffer *dst, size_t offset, const void *src, size_t size)
+{
+    if (!dst || (!src && size) || !range_ok(dst, offset, size))
+        return LLMEM_E_INVALID;
+    if (size == 0)
+        return LLMEM_OK;
+    llmem_backend *be = dst->backend;
+    return be->iface->buffer_upload(be, dst, offset, src, size);
+}
+
+llmem_status llmem_buffer_download(llmem_buffer *src, size_t offset, void *dst, size_t size)
+{
+    if (!src || (!dst && size) || !range_ok(src, offset, size))
+        return LLMEM_E_INVALID;
+    if (size == 0)
+        return LLMEM_OK;
+    llmem_backend *be = src->backend;
+    return be->iface->buffer_download(be, src, offset, dst, size);
+}
+
+llmem_status llmem_buffer_copy(llmem_buffer *dst, size_t dst_offset, llmem_buffer *src,
+                               size_t src_offset, size_t size)
+{
+    if (!dst || !src || dst->backend != src->backend)
+        return LLMEM_E_INVALID;
+    if (!range_ok(dst, dst_offset, size) || !range_ok(src, src_offset, size))
+        return LLMEM_E_INVALID;
+    if (size == 0)
+        return LLMEM_OK;
+    /* Both ranges are in bounds, so these sums cannot overflow. */
+    if (dst == src && dst_offset < src_offset + size && src_offset < dst_offset + size)
+        return LLMEM_E_INVALID;
+    llmem_backend *be = dst->backend;
+    return be->iface->buffer_copy(be, dst, dst_offset, src, src_offset, size);
+}
+
+llmem_status llmem_buffer_fill(llmem_buffer *dst, size_t offset, size_t size, uint32_t pattern)
+{
+    if (!dst || offset % 4 || size % 4 || !range_ok(dst, offset, size))
+        return LLMEM_E_INVALID;
+    if (size == 0)
+        return LLMEM_OK;
+    llmem_backend *be = dst->backend;
+    return be->iface->buffer_fill(be, dst, offset, size, pattern);
+}
+
+llmem_status llmem_backend_synchronize(llmem_backend *be)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    return be->iface->synchronize(be);
+}

@@ -1,0 +1,201 @@
+/* llmem: shared helpers of the CPU ops (internal; backends/cpu/ops_*.c).
+ *
+ * f16/bf16 <-> f32 conversions (round to nearest even, NaN kept quiet),
+ * row loads/stores in any float dtype, host pointers of tensors and view
+ * tables, and a dot product written so that compilers vectorize it
+ * without -ffast-math (eight independent partial sums).
+ */
+#ifndef LLMEM_CPU_OPS_H
+#define LLMEM_CPU_OPS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "backends/cpu/threadpool.h"
+#include "llmem/ops_impl.h"
+
+/* ---- scalar conversions --------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float bf16_to_f32(uint16_t h)
+{
+    return f32_from_bits((uint32_t)h << 16);
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN, sign kept */
+    u += 0x7fffu + ((u >> 16) & 1u);            /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+static inline float f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u) /* inf, NaN */
+        return f32_from_bits(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    if (em >= 0x0400u) /* normal: rebias the exponent by 127 - 15 */
+        return f32_from_bits(sign | ((em + (112u << 10)) << 13));
+    /* zero or subnormal: em * 2^-24 is exact in f32 */
+    float f = (float)em * 0x1p-24f;
+    return f32_from_bits(f32_bits(f) | sign);
+}
+
+static inline uint16_t f32_to_f16(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: quiet, top payload bits kept */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* >= 65520 rounds to inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) { /* normal f16 (>= 2^-14) */
+        uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+    }
+    /* subnormal or zero: adding 0.5 leaves the value rounded (to nearest
+     * even) to a multiple of 2^-24 in the low mantissa bits. */
+    float t = f32_from_bits(a) + 0.5f;
+    return (uint16_t)(sign | (f32_bits(t) - 0x3f000000u));
+}
+
+/* ---- rows ---------------------------------------------------------------------------- */
+
+/* dst[0..n) = src[0..n) of dtype t (f32, f16, bf16) as f32. */
+static inline void load_f32(const void *src, llmem_dtype t, int64_t n, float *dst)
+{
+    if (t == LLMEM_DTYPE_F32) {
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    } else if (t == LLMEM_DTYPE_F16) {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = f16_to_f32(s[i]);
+    } else {
+        const uint16_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(s[i]);
+    }
+}
+
+/* dst[0..n) of dtype t = src[0..n) rounded to nearest even. */
+static inline void store_f32(const float *src, llmem_dtype t, int64_t n, void *dst)
+{
+    if (t == LLMEM_DTYPE_F32) {
+        memmove(dst, src, (size_t)n * sizeof *src);
+    } else if (t == LLMEM_DTYPE_F16) {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = f32_to_f16(src[i]);
+    } else {
+        uint16_t *d = dst;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = f32_to_bf16(src[i]);
+    }
+}
+
+/* sum a[i] * b[i] in f32, eight partial sums. */
+static inline float dot_f32(const float *restrict a, const float *restrict b, int64_t n)
+{
+    float s[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            s[k] += a[i + k] * b[i + k];
+    float r = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (; i < n; i++)
+        r += a[i] * b[i];
+    return r;
+}
+
+/* ---- tensors and views ------------------------------------------------------------------ */
+
+static inline void *tensor_data(const llmem_tensor *t)
+{
+    return (char *)llmem_buffer_host_ptr(t->buf) + t->offset;
+}
+
+static inline int64_t tensor_rows(const llmem_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i + 1 < t->n_dims; i++)
+        n *= t->ne[i];
+    return n;
+}
+
+static inline int64_t tensor_cols(const llmem_tensor *t)
+{
+    return t->ne[t->n_dims - 1];
+}
+
+/* The device copy of a view index table (what a GPU kernel would read). */
+static inline const int32_t *view_table(const llmem_view *v, const llmem_i32_table *t)
+{
+    if (t->n == 0)
+        return NULL;
+    return (const int32_t *)(const void *)((const char *)llmem_buffer_host_ptr(v->idx) +
+                                           t->offset);
+}
+
+/* A small f32|f16|bf16 parameter vector as f32: points at the tensor when
+ * it is f32, else converts into a new array stored in *owned (free it).
+ * NULL tensor gives NULL. Returns LLMEM_E_NO_MEMORY. */
+llmem_status cpu_param_f32(const llmem_tensor *t, const float **out, float **owned);
+
+/* Threads for the next run, and whether n items are worth several. */
+static inline int32_t cpu_threads_for(int64_t work)
+{
+    return work < 4096 ? 1 : llmem_tp_threads();
+}
+
+/* ---- the ops (one file per family) -------------------------------------------------------- */
+
+llmem_status cpu_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+llmem_status cpu_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);
+llmem_status cpu_op_add(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
+llmem_status cpu_op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
+llmem_status cpu_op_scale(llmem_backend *be, llmem_ct *a, float s, llmem_ct *out);
+llmem_status cpu_op_silu(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+llmem_status cpu_op_relu2(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+llmem_status cpu_op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+llmem_status cpu_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
+llmem_status cpu_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps,
+                             llmem_ct *out);
+llmem_status cpu_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
+                                   int32_t n_groups, float eps, llmem_ct *out);
+llmem_status cpu_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x,
+                         llmem_ct *pos, llmem_ct *out);
+llmem_status cpu_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
+                               const llmem_view *view);
+llmem_status cpu_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
+                             llmem_ct *v);
+llmem_status cpu_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                    const llmem_view *view, llmem_ct *q, llmem_ct *out);
+llmem_status cpu_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                             llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+llmem_status cpu_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
+                             const llmem_view *view, int32_t state, llmem_ct *xbc, llmem_ct *dt,
+                             llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
+llmem_status cpu_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
+llmem_status cpu_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
+                                int32_t n, const int32_t *src, const int32_t *dst);
+llmem_status cpu_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+llmem_status cpu_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+
+#endif

@@ -1,0 +1,225 @@
+/* llmem: CPU paged attention: storing K/V into pages and causal attention
+ * through page tables.
+ *
+ * Addressing follows PagedAttention (Kwon et al., SOSP 2023): key j of a
+ * stream lives in slot page_table[j / page_size] * page_size +
+ * j % page_size of a [n_pages][page_size][n_kv_heads][head_dim] pool. The
+ * softmax is FlashAttention-2's (Dao 2023, Alg. 1): keys are visited in
+ * blocks, each block rescales the running sum and accumulator by
+ * exp(m_old - m_new). Only visible keys are visited, so masked, free or
+ * padding slots are never read.
+ *
+ * Work item: one (query token, KV head) pair; the n_rep = H / n_kv_heads
+ * query heads of a GQA group share each converted key/value row.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "backends/cpu/cpu_ops.h"
+
+#define KB 32 /* keys per softmax block */
+
+/* ---- store ------------------------------------------------------------------------ */
+
+typedef struct store_ctx {
+    const float *k, *v;
+    char *kp, *vp;
+    llmem_dtype dtype;
+    const int32_t *tok, *slot;
+    int64_t n_tok, n_slots_total, row; /* row = n_kv_heads * head_dim elements */
+    atomic_int bad;
+} store_ctx;
+
+static void store_run(void *vctx, int64_t j0, int64_t j1, int32_t thread)
+{
+    store_ctx *c = vctx;
+    size_t row_bytes = (size_t)c->row * llmem_dtype_size(c->dtype);
+    for (int64_t j = j0; j < j1; j++) {
+        int32_t t = c->tok[j], s = c->slot[j];
+        if (t < 0 || t >= c->n_tok || s < 0 || s >= c->n_slots_total) {
+            atomic_store(&c->bad, 1);
+            continue;
+        }
+        store_f32(c->k + t * c->row, c->dtype, c->row, c->kp + (size_t)s * row_bytes);
+        store_f32(c->v + t * c->row, c->dtype, c->row, c->vp + (size_t)s * row_bytes);
+    }
+}
+
+llmem_status cpu_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
+                             llmem_ct *v)
+{
+    const llmem_kv_view *kv = &view->u.kv;
+    store_ctx c = {
+        .k = tensor_data(k),
+        .v = tensor_data(v),
+        .kp = llmem_buffer_host_ptr(kv->k),
+        .vp = llmem_buffer_host_ptr(kv->v),
+        .dtype = kv->dtype,
+        .tok = view_table(view, &kv->store_tok),
+        .slot = view_table(view, &kv->store_slot),
+        .n_tok = k->ne[0],
+        .n_slots_total = (int64_t)kv->n_pages * kv->page_size,
+        .row = (int64_t)kv->n_kv_heads * kv->head_dim,
+    };
+    atomic_init(&c.bad, 0);
+    int64_t n = kv->store_slot.n;
+    llmem_tp_run(cpu_threads_for(n * c.row), n, 8, store_run, &c);
+    return atomic_load(&c.bad) ? LLMEM_E_INVALID : LLMEM_OK;
+}
+
+/* ---- attention ------------------------------------------------------------------------- */
+
+typedef struct attn_ctx {
+    const llmem_attn_params *p;
+    const float *q;
+    float *out;
+    const char *kp, *vp;
+    llmem_dtype dtype;
+    const int32_t *page_table, *seq_len, *tok_kv_len, *tok_seq;
+    int32_t n_streams, max_pages, page_size, n_pages;
+    int64_t n_heads, n_kv_heads, head_dim, n_rep;
+    float *scratch; /* per thread, scratch_floats each */
+    int64_t scratch_floats;
+    atomic_int bad;
+} attn_ctx;
+
+/* Scores s of one query head against n key rows, then the online-softmax
+ * update of (m, l, acc) with the n value rows. */
+static void attn_block(const attn_ctx *c, const float *q, const float *const *krow,
+                       const float *const *vrow, int64_t n, float *s, float *m, float *l,
+                       float *acc)
+{
+    int64_t d = c->head_dim;
+    float cap = c->p->softcap;
+    float bmax = -INFINITY;
+    for (int64_t j = 0; j < n; j++) {
+        float x = dot_f32(q, krow[j], d) * c->p->scale;
+        if (cap > 0.0f)
+            x = cap * tanhf(x / cap);
+        s[j] = x;
+        bmax = x > bmax ? x : bmax;
+    }
+    float m_new = bmax > *m ? bmax : *m;
+    float corr = expf(*m - m_new); /* 0 on the first block (m = -inf) */
+    float sum = 0.0f;
+    for (int64_t i = 0; i < d; i++)
+        acc[i] *= corr;
+    for (int64_t j = 0; j < n; j++) {
+        float pj = expf(s[j] - m_new);
+        sum += pj;
+        const float *v = vrow[j];
+        for (int64_t i = 0; i < d; i++)
+            acc[i] += pj * v[i];
+    }
+    *l = *l * corr + sum;
+    *m = m_new;
+}
+
+static void attn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
+{
+    attn_ctx *c = vctx;
+    int64_t d = c->head_dim, nrep = c->n_rep;
+    size_t es = llmem_dtype_size(c->dtype);
+    bool f32 = c->dtype == LLMEM_DTYPE_F32;
+    float *base = c->scratch + (size_t)thread * (size_t)c->scratch_floats;
+    float *kbuf = base, *vbuf = kbuf + KB * d, *acc = vbuf + KB * d;
+    float *s = acc + nrep * d, *m = s + KB, *l = m + nrep;
+    const float *krow[KB], *vrow[KB];
+    for (int64_t it = it0; it < it1; it++) {
+        int64_t i = it / c->n_kv_heads, g = it % c->n_kv_heads;
+        int32_t sq = c->tok_seq[i];
+        int32_t len = c->tok_kv_len[i];
+        bool ok = sq >= 0 && sq < c->n_streams && len >= 0 && len <= c->seq_len[sq] &&
+                  ((int64_t)c->seq_len[sq] + c->page_size - 1) / c->page_size <= c->max_pages;
+        int64_t lo = c->p->window > 0 && len > c->p->window ? len - c->p->window : 0;
+        for (int64_t r = 0; r < nrep; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        memset(acc, 0, (size_t)(nrep * d) * sizeof *acc);
+        if (!ok) {
+            atomic_store(&c->bad, 1);
+            len = 0;
+        }
+        const int32_t *pt = ok ? c->page_table + (int64_t)sq * c->max_pages : NULL;
+        for (int64_t j0 = lo; j0 < len; j0 += KB) {
+            int64_t n = len - j0 < KB ? len - j0 : KB;
+            int64_t got = 0;
+            for (int64_t j = 0; j < n; j++) {
+                int64_t key = j0 + j;
+                int32_t page = pt[key / c->page_size];
+                if (page < 0 || page >= c->n_pages) {
+                    atomic_store(&c->bad, 1);
+                    continue;
+                }
+                size_t off = (((size_t)page * (size_t)c->page_size +
+                               (size_t)(key % c->page_size)) * (size_t)c->n_kv_heads +
+                              (size_t)g) * (size_t)d * es;
+                if (f32) {
+                    krow[got] = (const float *)(const void *)(c->kp + off);
+                    vrow[got] = (const float *)(const void *)(c->vp + off);
+                } else {
+                    load_f32(c->kp + off, c->dtype, d, kbuf + got * d);
+                    load_f32(c->vp + off, c->dtype, d, vbuf + got * d);
+                    krow[got] = kbuf + got * d;
+                    vrow[got] = vbuf + got * d;
+                }
+                got++;
+            }
+            if (got == 0)
+                continue;
+            for (int64_t r = 0; r < nrep; r++) {
+                const float *qh = c->q + (i * c->n_heads + g * nrep + r) * d;
+                attn_block(c, qh, krow, vrow, got, s, &m[r], &l[r], acc + r * d);
+            }
+        }
+        for (int64_t r = 0; r < nrep; r++) {
+            float *o = c->out + (i * c->n_heads + g * nrep + r) * d;
+            float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            for (int64_t x = 0; x < d; x++)
+                o[x] = acc[r * d + x] * inv;
+        }
+    }
+}
+
+llmem_status cpu_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                    const llmem_view *view, llmem_ct *q, llmem_ct *out)
+{
+    const llmem_kv_view *kv = &view->u.kv;
+    attn_ctx c = {
+        .p = p,
+        .q = tensor_data(q),
+        .out = tensor_data(out),
+        .kp = llmem_buffer_host_ptr(kv->k),
+        .vp = llmem_buffer_host_ptr(kv->v),
+        .dtype = kv->dtype,
+        .page_table = view_table(view, &kv->page_table),
+        .seq_len = view_table(view, &kv->seq_len),
+        .tok_kv_len = view_table(view, &kv->tok_kv_len),
+        .tok_seq = view_table(view, &kv->tok_seq),
+        .n_streams = kv->seq_len.n,
+        .max_pages = kv->max_pages,
+        .page_size = kv->page_size,
+        .n_pages = kv->n_pages,
+        .n_heads = q->ne[1],
+        .n_kv_heads = kv->n_kv_heads,
+        .head_dim = kv->head_dim,
+    };
+    atomic_init(&c.bad, 0);
+    c.n_rep = c.n_heads / c.n_kv_heads;
+    int64_t n_tok = q->ne[0];
+    /* kbuf, vbuf [KB][d]; acc [n_rep][d]; s [KB]; m, l [n_rep] */
+    c.scratch_floats = 2 * KB * c.head_dim + c.n_rep * c.head_dim + KB + 2 * c.n_rep;
+    int64_t items = n_tok * c.n_kv_heads;
+    int64_t work = 0;
+    for (int64_t i = 0; i < n_tok && work < 4096; i++)
+        work += (int64_t)kv->tok_kv_len.host[i] * c.n_heads * c.head_dim;
+    int32_t nth = cpu_threads_for(work);
+    c.scratch = malloc((size_t)nth * (size_t)c.scratch_floats * sizeof *c.scratch);
+    if (!c.scratch)
+        return LLMEM_E_NO_MEMORY;
+    llmem_tp_run(nth, items, 1, attn_run, &c);
+    free(c.scratch);
+    return atomic_load(&c.bad) ? LLMEM_E_INVALID : LLMEM_OK;
+}

@@ -1,0 +1,810 @@
+/* llmem: the op wrappers of <llmem/ops.h>.
+ *
+ * Each wrapper checks every argument it can see from the host (tensor
+ * descriptors, buffer ranges, aliasing, the host copies of a view's index
+ * tables), then calls the backend's slot. Slots may rely on these checks
+ * (<llmem/ops_impl.h>).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/ops_impl.h"
+#include "llmem/recurrent.h"
+
+#define DT_F32 (1u << LLMEM_DTYPE_F32)
+#define DT_I32 (1u << LLMEM_DTYPE_I32)
+#define DT_FLOAT ((1u << LLMEM_DTYPE_F32) | (1u << LLMEM_DTYPE_F16) | (1u << LLMEM_DTYPE_BF16))
+
+/* ---- tensors -------------------------------------------------------------------- */
+
+int64_t llmem_tensor_nelements(const llmem_tensor *t)
+{
+    if (!t || t->n_dims < 1 || t->n_dims > LLMEM_TENSOR_MAX_DIMS)
+        return 0;
+    int64_t n = 1;
+    for (int32_t i = 0; i < t->n_dims; i++) {
+        if (t->ne[i] < 0)
+            return 0;
+        n *= t->ne[i]; /* capped below, so the next product cannot overflow */
+        if (n > ((int64_t)1 << 48))
+            return 0;
+    }
+    return n;
+}
+
+size_t llmem_tensor_nbytes(const llmem_tensor *t)
+{
+    if (!t)
+        return 0;
+    return (size_t)llmem_tensor_nelements(t) * llmem_dtype_size(t->dtype);
+}
+
+static int64_t rows_of(const llmem_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i + 1 < t->n_dims; i++)
+        n *= t->ne[i];
+    return n;
+}
+
+static int64_t cols_of(const llmem_tensor *t)
+{
+    return t->ne[t->n_dims - 1];
+}
+
+/* A valid descriptor of this backend, with a dtype in `dtypes`, inside its
+ * buffer. Element counts are capped at 2^48 so byte sizes never overflow. */
+static bool tensor_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes)
+{
+    if (!t || !t->buf || t->n_dims < 1 || t->n_dims > LLMEM_TENSOR_MAX_DIMS)
+        return false;
+    if ((unsigned)t->dtype >= LLMEM_DTYPE_COUNT || !(dtypes & (1u << t->dtype)))
+        return false;
+    if (llmem_buffer_backend(t->buf) != be)
+        return false;
+    for (int32_t i = 0; i < t->n_dims; i++)
+        if (t->ne[i] < 0)
+            return false;
+    int64_t n = 1;
+    for (int32_t i = 0; i < t->n_dims; i++) {
+        n *= t->ne[i];
+        if (n > ((int64_t)1 << 48))
+            return false;
+    }
+    size_t es = llmem_dtype_size(t->dtype);
+    size_t bytes = (size_t)n * es;
+    size_t size = llmem_buffer_size(t->buf);
+    return t->offset % es == 0 && t->offset <= size && bytes <= size - t->offset;
+}
+
+static bool same_shape(const llmem_tensor *a, const llmem_tensor *b)
+{
+    if (a->n_dims != b->n_dims)
+        return false;
+    for (int32_t i = 0; i < a->n_dims; i++)
+        if (a->ne[i] != b->ne[i])
+            return false;
+    return true;
+}
+
+static bool overlaps(const llmem_tensor *a, const llmem_tensor *b)
+{
+    if (!a || !b || a->buf != b->buf)
+        return false;
+    size_t na = llmem_tensor_nbytes(a), nb = llmem_tensor_nbytes(b);
+    if (na == 0 || nb == 0)
+        return false;
+    return a->offset < b->offset + nb && b->offset < a->offset + na;
+}
+
+static bool same_memory(const llmem_tensor *a, const llmem_tensor *b)
+{
+    return a->buf == b->buf && a->offset == b->offset &&
+           llmem_tensor_nbytes(a) == llmem_tensor_nbytes(b);
+}
+
+/* out may be exactly `in` or apart from it. */
+static bool alias_ok(const llmem_tensor *out, const llmem_tensor *in)
+{
+    return !overlaps(out, in) || same_memory(out, in);
+}
+
+/* Whether a tensor overlaps [0, size) of buffer buf (a pool or state). */
+static bool overlaps_buffer(const llmem_tensor *t, const llmem_buffer *buf)
+{
+    return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
+}
+
+static bool optional_vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
+{
+    return !t || (tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n);
+}
+
+/* ---- slots ---------------------------------------------------------------------- */
+
+static const struct llmem_ops_i *ops_of(llmem_backend *be)
+{
+    return be && be->iface ? be->iface->ops : NULL;
+}
+
+static bool ops_has(const struct llmem_ops_i *ops, size_t offset, size_t size)
+{
+    return ops && ops->struct_size >= offset + size;
+}
+
+/* The slot `name` of be's ops table, or NULL when the table lacks it. */
+#define SLOT(be, name)                                                                 \
+    (ops_has(ops_of(be), offsetof(struct llmem_ops_i, name),                           \
+             sizeof(((const struct llmem_ops_i *)0)->name))                            \
+         ? ops_of(be)->name                                                            \
+         : NULL)
+
+/* ---- index tables ----------------------------------------------------------------- */
+
+static bool table_ok(llmem_backend *be, const llmem_view *view, const llmem_i32_table *t)
+{
+    if (t->n < 0)
+        return false;
+    if (t->n == 0)
+        return true;
+    if (!t->host || !view->idx || llmem_buffer_backend(view->idx) != be || t->offset % 4 != 0)
+        return false;
+    size_t size = llmem_buffer_size(view->idx);
+    return t->offset <= size && (size_t)t->n * 4 <= size - t->offset;
+}
+
+static bool values_in(const llmem_i32_table *t, int32_t lo, int32_t hi)
+{
+    for (int32_t i = 0; i < t->n; i++)
+        if (t->host[i] < lo || t->host[i] >= hi)
+            return false;
+    return true;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Whether the n values v[] (may be NULL when n == 0) are pairwise distinct. */
+static llmem_status distinct(const int32_t *v, int32_t n)
+{
+    if (n < 2)
+        return LLMEM_OK;
+    int64_t *s = malloc((size_t)n * sizeof *s);
+    if (!s)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < n; i++)
+        s[i] = v[i];
+    qsort(s, (size_t)n, sizeof *s, cmp_i64);
+    llmem_status st = LLMEM_OK;
+    for (int32_t i = 1; i < n; i++)
+        if (s[i] == s[i - 1])
+            st = LLMEM_E_INVALID;
+    free(s);
+    return st;
+}
+
+/* ---- views ---------------------------------------------------------------------- */
+
+static bool pool_ok(llmem_backend *be, const llmem_buffer *pool, const llmem_kv_view *kv)
+{
+    if (!pool || llmem_buffer_backend(pool) != be)
+        return false;
+    int64_t n = (int64_t)kv->n_pages * kv->page_size;
+    if (n > INT32_MAX) /* slots are int32 device indices */
+        return false;
+    n *= (int64_t)kv->n_kv_heads * kv->head_dim;
+    if (n > ((int64_t)1 << 48))
+        return false;
+    return (size_t)n * llmem_dtype_size(kv->dtype) <= llmem_buffer_size(pool);
+}
+
+static llmem_status kv_view_check(llmem_backend *be, const llmem_view *view)
+{
+    if (!view || view->kind != LLMEM_VIEW_KV)
+        return LLMEM_E_INVALID;
+    const llmem_kv_view *kv = &view->u.kv;
+    if ((unsigned)kv->dtype >= LLMEM_DTYPE_COUNT || !(DT_FLOAT & (1u << kv->dtype)))
+        return LLMEM_E_INVALID;
+    if (kv->n_pages < 1 || kv->page_size < 1 || kv->n_kv_heads < 1 || kv->head_dim < 1)
+        return LLMEM_E_INVALID;
+    if (!pool_ok(be, kv->k, kv) || !pool_ok(be, kv->v, kv) || kv->k == kv->v)
+        return LLMEM_E_INVALID;
+    return LLMEM_OK;
+}
+
+static llmem_status rs_view_check(llmem_backend *be, const llmem_view *view, int32_t state)
+{
+    if (!view || view->kind != LLMEM_VIEW_RECURRENT)
+        return LLMEM_E_INVALID;
+    const llmem_rs_view *rs = &view->u.rs;
+    if (rs->n_states < 1 || state < 0 || state >= rs->n_states || !rs->desc || !rs->state)
+        return LLMEM_E_INVALID;
+    if (rs->n_slots < 1 || rs->n_seqs < 0 || rs->n_seq_tokens < 0 || rs->n_ckpt < 0)
+        return LLMEM_E_INVALID;
+    const llmem_state_desc *d = &rs->desc[state];
+    llmem_buffer *buf = rs->state[state];
+    if (!buf || llmem_buffer_backend(buf) != be || d->n_dims < 1 ||
+        d->n_dims > LLMEM_STATE_MAX_DIMS || (unsigned)d->dtype >= LLMEM_DTYPE_COUNT ||
+        !(DT_FLOAT & (1u << d->dtype)))
+        return LLMEM_E_INVALID;
+    int64_t elems = 1;
+    for (int32_t i = 0; i < d->n_dims; i++) {
+        if (d->shape[i] < 1 || d->shape[i] > INT32_MAX)
+            return LLMEM_E_INVALID;
+        elems *= d->shape[i];
+        if (elems > ((int64_t)1 << 40))
+            return LLMEM_E_INVALID;
+    }
+    if ((size_t)elems * llmem_dtype_size(d->dtype) > llmem_buffer_size(buf) / (size_t)rs->n_slots)
+        return LLMEM_E_INVALID;
+    if ((int64_t)rs->n_seqs * rs->n_seq_tokens > INT32_MAX ||
+        (int64_t)rs->n_seqs * rs->n_ckpt > INT32_MAX)
+        return LLMEM_E_INVALID;
+    if (rs->src_slot.n != rs->n_seqs || rs->dst_slot.n != rs->n_seqs ||
+        rs->ckpt_slot.n != rs->n_seqs * rs->n_ckpt)
+        return LLMEM_E_INVALID;
+    if (!table_ok(be, view, &rs->src_slot) || !table_ok(be, view, &rs->dst_slot) ||
+        !table_ok(be, view, &rs->ckpt_slot))
+        return LLMEM_E_INVALID;
+    if (!values_in(&rs->src_slot, -1, rs->n_slots) || !values_in(&rs->dst_slot, -1, rs->n_slots) ||
+        !values_in(&rs->ckpt_slot, -1, rs->n_slots))
+        return LLMEM_E_INVALID;
+    /* A checkpoint can hold at most the state before the ubatch (token -1). */
+    for (int32_t s = 0; s < rs->n_seqs; s++)
+        for (int32_t c = 0; c < rs->n_ckpt; c++)
+            if (rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c] >= 0 &&
+                rs->n_seq_tokens - rs->n_ckpt + c < -1)
+                return LLMEM_E_INVALID;
+    /* No slot may be written by two streams: (slot << 32 | stream) sorted. */
+    int64_t n_w = (int64_t)rs->n_seqs * (1 + rs->n_ckpt);
+    if (n_w < 2)
+        return LLMEM_OK;
+    int64_t *w = malloc((size_t)n_w * sizeof *w);
+    if (!w)
+        return LLMEM_E_NO_MEMORY;
+    int64_t m = 0;
+    for (int32_t s = 0; s < rs->n_seqs; s++) {
+        if (rs->dst_slot.host[s] >= 0)
+            w[m++] = ((int64_t)rs->dst_slot.host[s] << 32) | s;
+        for (int32_t c = 0; c < rs->n_ckpt; c++) {
+            int32_t slot = rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c];
+            if (slot >= 0)
+                w[m++] = ((int64_t)slot << 32) | s;
+        }
+    }
+    qsort(w, (size_t)m, sizeof *w, cmp_i64);
+    llmem_status st = LLMEM_OK;
+    for (int64_t i = 1; i < m; i++)
+        if ((w[i] >> 32) == (w[i - 1] >> 32) && w[i] != w[i - 1])
+            st = LLMEM_E_INVALID;
+    free(w);
+    return st;
+}
+
+/* ---- dense ------------------------------------------------------------------------ */
+
+llmem_status llmem_op_matmul(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
+                             const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, matmul);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, a, DT_F32) || !tensor_ok(be, w, DT_FLOAT) || !tensor_ok(be, out, DT_F32))
+        return LLMEM_E_INVALID;
+    if (a->n_dims != 2 || w->n_dims != 2 || out->n_dims != 2 || a->ne[1] != w->ne[1] ||
+        out->ne[0] != a->ne[0] || out->ne[1] != w->ne[0])
+        return LLMEM_E_INVALID;
+    if (overlaps(out, a) || overlaps(out, w))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, a, w, out); /* K = 0 gives zeros */
+}
+
+llmem_status llmem_op_get_rows(llmem_backend *be, const llmem_tensor *src, const llmem_tensor *idx,
+                               const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, get_rows);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, src, DT_FLOAT) || !tensor_ok(be, idx, DT_I32) ||
+        !tensor_ok(be, out, DT_F32))
+        return LLMEM_E_INVALID;
+    if (src->n_dims != 2 || idx->n_dims != 1 || out->n_dims != 2 || out->ne[0] != idx->ne[0] ||
+        out->ne[1] != src->ne[1])
+        return LLMEM_E_INVALID;
+    if (overlaps(out, src) || overlaps(out, idx))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, src, idx, out);
+}
+
+static llmem_status binary(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *b,
+                           const llmem_tensor *out,
+                           llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *))
+{
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, a, DT_F32) || !tensor_ok(be, b, DT_F32) || !tensor_ok(be, out, DT_F32))
+        return LLMEM_E_INVALID;
+    if (!same_shape(a, out))
+        return LLMEM_E_INVALID;
+    if (!same_shape(a, b) && llmem_tensor_nelements(b) != cols_of(a))
+        return LLMEM_E_INVALID;
+    if (!alias_ok(out, a) || !alias_ok(out, b))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, a, b, out);
+}
+
+llmem_status llmem_op_add(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *b,
+                          const llmem_tensor *out)
+{
+    return be ? binary(be, a, b, out, SLOT(be, add)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_mul(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *b,
+                          const llmem_tensor *out)
+{
+    return be ? binary(be, a, b, out, SLOT(be, mul)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_swiglu(llmem_backend *be, const llmem_tensor *gate, const llmem_tensor *up,
+                             const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    /* swiglu takes no broadcast: gate and up have one shape. */
+    if (gate && up && !same_shape(gate, up))
+        return LLMEM_E_INVALID;
+    return binary(be, gate, up, out, SLOT(be, swiglu));
+}
+
+llmem_status llmem_op_scale(llmem_backend *be, const llmem_tensor *a, float s,
+                            const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, float, llmem_ct *) = SLOT(be, scale);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, a, DT_F32) || !tensor_ok(be, out, DT_F32) || !same_shape(a, out) ||
+        !alias_ok(out, a))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, a, s, out);
+}
+
+static llmem_status unary(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out,
+                          llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *))
+{
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, a, DT_F32) || !tensor_ok(be, out, DT_F32) || !same_shape(a, out) ||
+        !alias_ok(out, a))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, a, out);
+}
+
+llmem_status llmem_op_silu(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out)
+{
+    return be ? unary(be, a, out, SLOT(be, silu)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_relu2(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out)
+{
+    return be ? unary(be, a, out, SLOT(be, relu2)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_softplus(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out)
+{
+    return be ? unary(be, a, out, SLOT(be, softplus)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_log_softmax(llmem_backend *be, const llmem_tensor *x,
+                                  const llmem_tensor *out)
+{
+    return be ? unary(be, x, out, SLOT(be, log_softmax)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_rms_norm(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *w,
+                               float eps, const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, float, llmem_ct *) =
+        SLOT(be, rms_norm);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, out, DT_F32) || !same_shape(x, out) ||
+        !alias_ok(out, x) || !(eps >= 0.0f) || isinf(eps))
+        return LLMEM_E_INVALID;
+    if (!optional_vec_ok(be, w, cols_of(x)) || overlaps(out, w))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, x, w, eps, out);
+}
+
+llmem_status llmem_op_rms_norm_gated(llmem_backend *be, const llmem_tensor *y,
+                                     const llmem_tensor *z, const llmem_tensor *w,
+                                     int32_t n_groups, float eps, const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *, int32_t, float,
+                       llmem_ct *) = SLOT(be, rms_norm_gated);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, y, DT_F32) || !tensor_ok(be, z, DT_F32) || !tensor_ok(be, out, DT_F32) ||
+        !w || !same_shape(y, z) || !same_shape(y, out) || !alias_ok(out, y) ||
+        !alias_ok(out, z) || !(eps >= 0.0f) || isinf(eps))
+        return LLMEM_E_INVALID;
+    int64_t d = cols_of(y);
+    if (n_groups < 1 || (d > 0 && d % n_groups != 0) || !optional_vec_ok(be, w, d) ||
+        overlaps(out, w))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, y, z, w, n_groups, eps, out);
+}
+
+llmem_status llmem_op_argmax(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *) = SLOT(be, argmax);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, out, DT_I32) || overlaps(out, x))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) != rows_of(x) || (rows_of(x) > 0 && cols_of(x) < 1))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, x, out);
+}
+
+/* ---- rope --------------------------------------------------------------------------- */
+
+static bool rope_params_ok(const llmem_rope_params *p, int32_t head_dim)
+{
+    return p && (p->mode == LLMEM_ROPE_NORMAL || p->mode == LLMEM_ROPE_NEOX) && p->n_rot >= 2 &&
+           p->n_rot % 2 == 0 && p->n_rot <= head_dim && p->theta_base > 0.0f &&
+           isfinite(p->theta_base) && p->freq_scale > 0.0f && isfinite(p->freq_scale);
+}
+
+llmem_status llmem_op_rope(llmem_backend *be, const llmem_rope_params *p, const llmem_tensor *x,
+                           const llmem_tensor *pos, const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_rope_params *, llmem_ct *, llmem_ct *,
+                       llmem_ct *) = SLOT(be, rope);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, pos, DT_I32) || !tensor_ok(be, out, DT_F32))
+        return LLMEM_E_INVALID;
+    if (x->n_dims != 3 || pos->n_dims != 1 || pos->ne[0] != x->ne[0] || !same_shape(x, out) ||
+        !alias_ok(out, x) || overlaps(out, pos) || !rope_params_ok(p, x->ne[2]))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, p, x, pos, out);
+}
+
+llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
+                                 const llmem_view *view)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_rope_params *, const llmem_view *) =
+        SLOT(be, rope_shift);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = kv_view_check(be, view);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    if (!rope_params_ok(p, kv->head_dim) || kv->shift_slot.n != kv->shift_delta.n ||
+        !table_ok(be, view, &kv->shift_slot) || !table_ok(be, view, &kv->shift_delta) ||
+        !values_in(&kv->shift_slot, 0, kv->n_pages * kv->page_size))
+        return LLMEM_E_INVALID;
+    if ((st = distinct(kv->shift_slot.host, kv->shift_slot.n)) != LLMEM_OK)
+        return st;
+    if (kv->shift_slot.n == 0)
+        return LLMEM_OK;
+    return fn(be, p, view);
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const llmem_tensor *k,
+                               const llmem_tensor *v)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_view *, llmem_ct *, llmem_ct *) =
+        SLOT(be, kv_store);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = kv_view_check(be, view);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    if (!tensor_ok(be, k, DT_F32) || !tensor_ok(be, v, DT_F32) || k->n_dims != 3 ||
+        !same_shape(k, v) || k->ne[1] != kv->n_kv_heads || k->ne[2] != kv->head_dim)
+        return LLMEM_E_INVALID;
+    if (overlaps_buffer(k, kv->k) || overlaps_buffer(k, kv->v) || overlaps_buffer(v, kv->k) ||
+        overlaps_buffer(v, kv->v))
+        return LLMEM_E_INVALID;
+    if (kv->store_tok.n != kv->store_slot.n || !table_ok(be, view, &kv->store_tok) ||
+        !table_ok(be, view, &kv->store_slot) || !values_in(&kv->store_tok, 0, k->ne[0]) ||
+        !values_in(&kv->store_slot, 0, kv->n_pages * kv->page_size))
+        return LLMEM_E_INVALID;
+    if ((st = distinct(kv->store_slot.host, kv->store_slot.n)) != LLMEM_OK)
+        return st;
+    if (kv->store_slot.n == 0)
+        return LLMEM_OK;
+    return fn(be, view, k, v);
+}
+
+llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                      const llmem_view *view, const llmem_tensor *q,
+                                      const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_attn_params *, const llmem_view *, llmem_ct *,
+                       llmem_ct *) = SLOT(be, attention_paged);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = kv_view_check(be, view);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    if (!p || !isfinite(p->scale) || !(p->softcap >= 0.0f) || isinf(p->softcap) || p->window < 0)
+        return LLMEM_E_INVALID;
+    if (!tensor_ok(be, q, DT_F32) || !tensor_ok(be, out, DT_F32) || q->n_dims != 3 ||
+        !same_shape(q, out) || overlaps(out, q) || q->ne[2] != kv->head_dim || q->ne[1] < 1 ||
+        q->ne[1] % kv->n_kv_heads != 0)
+        return LLMEM_E_INVALID;
+    if (overlaps_buffer(out, kv->k) || overlaps_buffer(out, kv->v) || overlaps_buffer(out, view->idx))
+        return LLMEM_E_INVALID;
+    int32_t n_tok = q->ne[0];
+    int32_t n_streams = kv->seq_len.n;
+    if (kv->max_pages < 0 || (int64_t)n_streams * kv->max_pages != kv->page_table.n ||
+        kv->tok_kv_len.n != n_tok || kv->tok_seq.n != n_tok)
+        return LLMEM_E_INVALID;
+    if (!table_ok(be, view, &kv->page_table) || !table_ok(be, view, &kv->seq_len) ||
+        !table_ok(be, view, &kv->tok_kv_len) || !table_ok(be, view, &kv->tok_seq))
+        return LLMEM_E_INVALID;
+    for (int32_t s = 0; s < n_streams; s++) {
+        int32_t len = kv->seq_len.host[s];
+        if (len < 0)
+            return LLMEM_E_INVALID;
+        int64_t pages = ((int64_t)len + kv->page_size - 1) / kv->page_size;
+        if (pages > kv->max_pages)
+            return LLMEM_E_INVALID;
+        const int32_t *pt = kv->page_table.host + (int64_t)s * kv->max_pages;
+        for (int64_t j = 0; j < pages; j++)
+            if (pt[j] < 0 || pt[j] >= kv->n_pages)
+                return LLMEM_E_INVALID;
+    }
+    for (int32_t i = 0; i < n_tok; i++) {
+        int32_t s = kv->tok_seq.host[i];
+        if (s < 0 || s >= n_streams)
+            return LLMEM_E_INVALID;
+        int32_t len = kv->tok_kv_len.host[i];
+        if (len < 0 || len > kv->seq_len.host[s])
+            return LLMEM_E_INVALID;
+    }
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, p, view, q, out);
+}
+
+/* ---- Mamba-2 ---------------------------------------------------------------------------- */
+
+llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                               const llmem_tensor *x, const llmem_tensor *w, const llmem_tensor *b,
+                               const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_view *, int32_t, llmem_ct *, llmem_ct *,
+                       llmem_ct *, llmem_ct *) = SLOT(be, ssm_conv);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = rs_view_check(be, view, state);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *d = &rs->desc[state];
+    if (d->n_dims != 2)
+        return LLMEM_E_INVALID;
+    int64_t d_conv = d->shape[0] + 1, conv_dim = d->shape[1];
+    if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, w, DT_FLOAT) || !tensor_ok(be, out, DT_F32) ||
+        !same_shape(x, out) || rows_of(x) != (int64_t)rs->n_seqs * rs->n_seq_tokens ||
+        cols_of(x) != conv_dim || rows_of(w) != conv_dim || cols_of(w) != d_conv ||
+        !optional_vec_ok(be, b, conv_dim))
+        return LLMEM_E_INVALID;
+    if (overlaps(out, x) || overlaps(out, w) || overlaps(out, b) ||
+        overlaps_buffer(out, rs->state[state]) || overlaps_buffer(out, view->idx) ||
+        overlaps_buffer(x, rs->state[state]))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, view, state, x, w, b, out);
+}
+
+llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
+                               const llmem_view *view, int32_t state, const llmem_tensor *xbc,
+                               const llmem_tensor *dt, const llmem_tensor *a_log,
+                               const llmem_tensor *d, const llmem_tensor *dt_bias,
+                               const llmem_tensor *y)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_ssm_params *, const llmem_view *, int32_t,
+                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *) =
+        SLOT(be, ssm_scan);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = rs_view_check(be, view, state);
+    if (st != LLMEM_OK)
+        return st;
+    if (!p || p->n_heads < 1 || p->head_dim < 1 || p->d_state < 1 || p->n_groups < 1 ||
+        p->n_heads % p->n_groups != 0 || isnan(p->dt_min) || isnan(p->dt_max) ||
+        p->dt_min > p->dt_max)
+        return LLMEM_E_INVALID;
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *sd = &rs->desc[state];
+    if (sd->n_dims != 3 || sd->shape[0] != p->n_heads || sd->shape[1] != p->head_dim ||
+        sd->shape[2] != p->d_state)
+        return LLMEM_E_INVALID;
+    int64_t n_tok = (int64_t)rs->n_seqs * rs->n_seq_tokens;
+    int64_t d_inner = (int64_t)p->n_heads * p->head_dim;
+    int64_t conv_dim = d_inner + 2 * (int64_t)p->n_groups * p->d_state;
+    if (!tensor_ok(be, xbc, DT_F32) || !tensor_ok(be, dt, DT_F32) || !tensor_ok(be, y, DT_F32) ||
+        rows_of(xbc) != n_tok || cols_of(xbc) != conv_dim || rows_of(dt) != n_tok ||
+        cols_of(dt) != p->n_heads || rows_of(y) != n_tok || cols_of(y) != d_inner ||
+        !a_log || !optional_vec_ok(be, a_log, p->n_heads) || !optional_vec_ok(be, d, p->n_heads) ||
+        !optional_vec_ok(be, dt_bias, p->n_heads))
+        return LLMEM_E_INVALID;
+    if (overlaps(y, xbc) || overlaps(y, dt) || overlaps(y, a_log) || overlaps(y, d) ||
+        overlaps(y, dt_bias) || overlaps_buffer(y, rs->state[state]) ||
+        overlaps_buffer(y, view->idx) || overlaps_buffer(xbc, rs->state[state]) ||
+        overlaps_buffer(dt, rs->state[state]))
+        return LLMEM_E_INVALID;
+    if (n_tok == 0)
+        return LLMEM_OK;
+    return fn(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
+}
+
+/* ---- copies -------------------------------------------------------------------------------- */
+
+llmem_status llmem_op_copy(llmem_backend *be, const llmem_tensor *src, int32_t col0,
+                           const llmem_tensor *dst)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, int32_t, llmem_ct *) = SLOT(be, copy);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, src, DT_FLOAT) || !tensor_ok(be, dst, DT_FLOAT) || overlaps(dst, src) ||
+        rows_of(src) != rows_of(dst) || col0 < 0 || cols_of(dst) + col0 > cols_of(src))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(dst) == 0)
+        return LLMEM_OK;
+    return fn(be, src, col0, dst);
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+llmem_status llmem_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
+                                  int32_t n, const int32_t *src, const int32_t *dst)
+{
+    if (!be || !buf || llmem_buffer_backend(buf) != be || block_bytes == 0 || n < 0 ||
+        (n > 0 && (!src || !dst)))
+        return LLMEM_E_INVALID;
+    size_t n_blocks = llmem_buffer_size(buf) / block_bytes;
+    for (int32_t i = 0; i < n; i++)
+        if (src[i] < 0 || dst[i] < 0 || (size_t)src[i] >= n_blocks || (size_t)dst[i] >= n_blocks)
+            return LLMEM_E_INVALID;
+    if (n == 0)
+        return LLMEM_OK;
+    /* Order-free copies need no dst among the srcs and no dst twice. */
+    int32_t *sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted)
+        return LLMEM_E_NO_MEMORY;
+    memcpy(sorted, dst, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_i32);
+    llmem_status st = LLMEM_OK;
+    for (int32_t i = 1; i < n; i++)
+        if (sorted[i] == sorted[i - 1])
+            st = LLMEM_E_INVALID;
+    for (int32_t i = 0; i < n && st == LLMEM_OK; i++)
+        if (bsearch(&src[i], sorted, (size_t)n, sizeof *sorted, cmp_i32))
+            st = LLMEM_E_INVALID;
+    free(sorted);
+    if (st != LLMEM_OK)
+        return st;
+    llmem_status (*fn)(llmem_backend *, llmem_buffer *, size_t, int32_t, const int32_t *,
+                       const int32_t *) = SLOT(be, copy_blocks);
+    if (fn)
+        return fn(be, buf, block_bytes, n, src, dst);
+    for (int32_t i = 0; i < n; i++) {
+        st = llmem_buffer_copy(buf, (size_t)dst[i] * block_bytes, buf,
+                               (size_t)src[i] * block_bytes, block_bytes);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, int32_t src_page,
+                                   int32_t dst_page)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status st = kv_view_check(be, view);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    if (src_page < 0 || dst_page < 0 || src_page >= kv->n_pages || dst_page >= kv->n_pages ||
+        src_page == dst_page)
+        return LLMEM_E_INVALID;
+    size_t page_bytes = (size_t)kv->page_size * (size_t)kv->n_kv_heads * (size_t)kv->head_dim *
+                        llmem_dtype_size(kv->dtype);
+    st = llmem_op_copy_blocks(be, kv->k, page_bytes, 1, &src_page, &dst_page);
+    if (st != LLMEM_OK)
+        return st;
+    return llmem_op_copy_blocks(be, kv->v, page_bytes, 1, &src_page, &dst_page);
+}
+
+llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
+                                      int32_t src_slot, int32_t dst_slot)
+{
+    if (!be || !view || view->kind != LLMEM_VIEW_RECURRENT)
+        return LLMEM_E_INVALID;
+    const llmem_rs_view *rs = &view->u.rs;
+    if (rs->n_states < 0 || (rs->n_states > 0 && (!rs->desc || !rs->state)) || src_slot < 0 ||
+        dst_slot < 0 || src_slot >= rs->n_slots || dst_slot >= rs->n_slots ||
+        src_slot == dst_slot)
+        return LLMEM_E_INVALID;
+    for (int32_t j = 0; j < rs->n_states; j++) {
+        const llmem_state_desc *d = &rs->desc[j];
+        if ((unsigned)d->dtype >= LLMEM_DTYPE_COUNT || d->n_dims < 1 ||
+            d->n_dims > LLMEM_STATE_MAX_DIMS)
+            return LLMEM_E_INVALID;
+        size_t bytes = llmem_dtype_size(d->dtype);
+        for (int32_t i = 0; i < d->n_dims; i++) {
+            if (d->shape[i] < 1 || d->shape[i] > INT32_MAX ||
+                bytes > SIZE_MAX / (size_t)d->shape[i])
+                return LLMEM_E_INVALID;
+            bytes *= (size_t)d->shape[i];
+        }
+        llmem_status st = llmem_op_copy_blocks(be, rs->state[j], bytes, 1, &src_slot, &dst_slot);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}

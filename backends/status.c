@@ -1,0 +1,78 @@
+/* llmem: status names, dtype helpers and NaN poison patterns. */
+#include <string.h>
+
+#include "llmem/backend.h"
+#include "llmem/status.h"
+
+const char *llmem_status_str(llmem_status s)
+{
+    switch (s) {
+    case LLMEM_OK: return "LLMEM_OK: success";
+    case LLMEM_E_INVALID: return "LLMEM_E_INVALID: invalid argument";
+    case LLMEM_E_NO_MEMORY: return "LLMEM_E_NO_MEMORY: host or device allocation failed";
+    case LLMEM_E_NO_SPACE: return "LLMEM_E_NO_SPACE: no free pages or state slots";
+    case LLMEM_E_UNSUPPORTED: return "LLMEM_E_UNSUPPORTED: not supported by this object";
+    case LLMEM_E_NOT_FOUND: return "LLMEM_E_NOT_FOUND: backend, plugin, driver, device or file not found";
+    case LLMEM_E_ABI: return "LLMEM_E_ABI: built for another ABI or format version";
+    case LLMEM_E_CORRUPT: return "LLMEM_E_CORRUPT: damaged stream or file";
+    case LLMEM_E_BUSY: return "LLMEM_E_BUSY: a plan is in flight";
+    case LLMEM_E_STATE: return "LLMEM_E_STATE: not valid in the current state";
+    case LLMEM_E_BACKEND: return "LLMEM_E_BACKEND: device or driver error";
+    case LLMEM_E_IO: return "LLMEM_E_IO: file read or write failed";
+    }
+    return "unknown status";
+}
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[LLMEM_DTYPE_COUNT] = {
+    [LLMEM_DTYPE_F32] = {"f32", 4},
+    [LLMEM_DTYPE_F16] = {"f16", 2},
+    [LLMEM_DTYPE_BF16] = {"bf16", 2},
+    [LLMEM_DTYPE_I32] = {"i32", 4},
+};
+
+static int dtype_valid(llmem_dtype t)
+{
+    /* The enum's underlying type may be unsigned; compare through int. */
+    return (int)t >= 0 && (int)t < (int)LLMEM_DTYPE_COUNT;
+}
+
+size_t llmem_dtype_size(llmem_dtype t)
+{
+    return dtype_valid(t) ? dtypes[t].size : 0;
+}
+
+const char *llmem_dtype_name(llmem_dtype t)
+{
+    return dtype_valid(t) ? dtypes[t].name : "?";
+}
+
+llmem_status llmem_dtype_parse(const char *name, llmem_dtype *out)
+{
+    if (!name || !out)
+        return LLMEM_E_INVALID;
+    for (int i = 0; i < (int)LLMEM_DTYPE_COUNT; i++) {
+        if (strcmp(name, dtypes[i].name) == 0) {
+            *out = (llmem_dtype)i;
+            return LLMEM_OK;
+        }
+    }
+    return LLMEM_E_INVALID;
+}
+
+/* f32: the canonical quiet NaN. f16: two quiet NaNs 0x7e00 (exponent all
+ * ones, top mantissa bit). bf16: two quiet NaNs 0x7fc0, the top half of the
+ * f32 quiet NaN. i32 has no NaN; it gets the f32 pattern as a recognisable
+ * poison value (2143289344), so poisoned index tables stand out. */
+uint32_t llmem_nan_pattern(llmem_dtype t)
+{
+    switch (t) {
+    case LLMEM_DTYPE_F16: return 0x7e007e00u;
+    case LLMEM_DTYPE_BF16: return 0x7fc07fc0u;
+    case LLMEM_DTYPE_F32:
+    case LLMEM_DTYPE_I32:
+    default: return 0x7fc00000u;
+    }
+}

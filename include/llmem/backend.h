@@ -1,0 +1,138 @@
+/* llmem: compute backends and their buffers.
+ *
+ * A backend is a device (CPU, a CUDA GPU, a Vulkan device) plus one stream
+ * of work on it. Backends are opened by name at run time; "cpu" is built in,
+ * "cuda" and "vulkan" are plugins loaded with dlopen (see DESIGN.md,
+ * "Backends"). Memory modules own device storage only through buffers made
+ * here. Ops (matmul, attention, scans) are declared in <llmem/ops.h>.
+ *
+ * Threading: a backend and its buffers are used by one thread at a time.
+ */
+#ifndef LLMEM_BACKEND_H
+#define LLMEM_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types of tensors and buffers. */
+typedef enum llmem_dtype {
+    LLMEM_DTYPE_F32 = 0,
+    LLMEM_DTYPE_F16 = 1,  /* IEEE 754 binary16 */
+    LLMEM_DTYPE_BF16 = 2, /* bfloat16: the top 16 bits of an f32 */
+    LLMEM_DTYPE_I32 = 3,
+    LLMEM_DTYPE_COUNT
+} llmem_dtype;
+
+/* Bytes per element of a dtype (4, 2, 2, 4); 0 for an invalid value. */
+size_t llmem_dtype_size(llmem_dtype t);
+/* "f32", "f16", "bf16", "i32"; "?" for an invalid value. */
+const char *llmem_dtype_name(llmem_dtype t);
+/* Parses "f32" | "f16" | "bf16" | "i32". Returns LLMEM_E_INVALID otherwise. */
+llmem_status llmem_dtype_parse(const char *name, llmem_dtype *out);
+
+typedef struct llmem_backend llmem_backend;
+typedef struct llmem_buffer llmem_buffer;
+
+/* What a backend reports about its device. Strings are owned by the
+ * backend and live as long as it. */
+typedef struct llmem_backend_info {
+    const char *backend;     /* "cpu", "cuda", "vulkan" */
+    const char *device_name; /* e.g. "NVIDIA H100 80GB HBM3", "llvmpipe" */
+    int32_t device;          /* device index within the backend */
+    uint64_t memory_total;   /* bytes; 0 when unknown */
+    uint64_t memory_free;    /* bytes; 0 when unknown */
+    bool host_visible;       /* buffers are plain host memory (llmem_buffer_host_ptr works) */
+} llmem_backend_info;
+
+/* Opens a backend.
+ *   name:   "auto" (CUDA, then a discrete Vulkan GPU, then "cpu"), "cpu",
+ *           "cuda", "vulkan", or the name of any plugin libllmem-<name>.so.
+ *   device: device index within the backend (>= 0); -1 picks the default.
+ *   out:    receives the backend; the caller owns it (llmem_backend_close).
+ *   err:    optional buffer for a one-line reason on failure, e.g.
+ *           "vulkan: no Vulkan driver found (vkCreateInstance: -9)".
+ * Plugins are searched in $LLMEM_BACKEND_PATH (':'-separated folders), the
+ * install folder, then the build tree; the plugin's ABI version must equal
+ * LLMEM_BACKEND_ABI_VERSION (<llmem/backend_impl.h>).
+ * Returns LLMEM_OK; LLMEM_E_INVALID (NULL out, unknown name syntax, device
+ * < -1); LLMEM_E_NOT_FOUND (no plugin, no driver, no such device);
+ * LLMEM_E_ABI (plugin built for another ABI); LLMEM_E_NO_MEMORY;
+ * LLMEM_E_BACKEND (driver error while opening). */
+llmem_status llmem_backend_open(const char *name, int32_t device, llmem_backend **out,
+                                char *err, size_t err_len);
+
+/* Closes a backend. Buffers still alive keep the backend (and its plugin)
+ * loaded until they are freed. Accepts NULL. */
+void llmem_backend_close(llmem_backend *be);
+
+/* Fills *info. Returns LLMEM_E_INVALID for NULL arguments. */
+llmem_status llmem_backend_get_info(llmem_backend *be, llmem_backend_info *info);
+
+/* Backend name ("cpu", ...). Never NULL for a valid backend. */
+const char *llmem_backend_name(const llmem_backend *be);
+
+/* Describes, one line per entry, every backend the registry knows and why
+ * an unavailable one is missing; calls fn(line, ctx) for each. Used by
+ * `llmem info`. Never fails. */
+void llmem_backend_list(void (*fn)(const char *line, void *ctx), void *ctx);
+
+/* Fault injection for tests: when set, every buffer allocation first calls
+ * hook(size, ctx) and fails with LLMEM_E_NO_MEMORY when it returns false.
+ * Pass NULL to remove. */
+typedef bool (*llmem_alloc_hook)(size_t size, void *ctx);
+void llmem_backend_set_alloc_hook(llmem_backend *be, llmem_alloc_hook hook, void *ctx);
+
+/* Allocates a device buffer of `size` bytes (> 0), aligned to at least 256
+ * bytes. Contents are undefined. The caller owns it (llmem_buffer_free).
+ * Returns LLMEM_OK; LLMEM_E_INVALID (size 0, NULL out); LLMEM_E_NO_MEMORY. */
+llmem_status llmem_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out);
+
+/* Frees a buffer. Accepts NULL. */
+void llmem_buffer_free(llmem_buffer *buf);
+
+/* Size in bytes; backend that made it. */
+size_t llmem_buffer_size(const llmem_buffer *buf);
+llmem_backend *llmem_buffer_backend(const llmem_buffer *buf);
+
+/* Host pointer to a host-visible buffer (CPU backend), else NULL. */
+void *llmem_buffer_host_ptr(llmem_buffer *buf);
+
+/* Copies `size` bytes host -> device at byte `offset`. Synchronous with
+ * respect to the host memory: `src` may be reused on return.
+ * Returns LLMEM_E_INVALID when [offset, offset+size) is outside the buffer;
+ * LLMEM_E_BACKEND on a device error. */
+llmem_status llmem_buffer_upload(llmem_buffer *dst, size_t offset, const void *src, size_t size);
+
+/* Copies `size` bytes device -> host; waits for pending work on the buffer.
+ * Errors as llmem_buffer_upload. */
+llmem_status llmem_buffer_download(llmem_buffer *src, size_t offset, void *dst, size_t size);
+
+/* Device-to-device copy of `size` bytes; both buffers on the same backend.
+ * Overlapping ranges of one buffer are LLMEM_E_INVALID. Errors as upload. */
+llmem_status llmem_buffer_copy(llmem_buffer *dst, size_t dst_offset, llmem_buffer *src,
+                               size_t src_offset, size_t size);
+
+/* Fills `size` bytes (a multiple of 4, offset 4-aligned) with a repeated
+ * 32-bit pattern, e.g. 0x7fc00000 (f32 NaN) or 0x7e007e00 (f16/bf16 NaN
+ * pairs... see llmem_nan_pattern). Errors as upload. */
+llmem_status llmem_buffer_fill(llmem_buffer *dst, size_t offset, size_t size, uint32_t pattern);
+
+/* 32-bit pattern that is NaN in every element of dtype t (two elements for
+ * 16-bit types). Used by poison mode. */
+uint32_t llmem_nan_pattern(llmem_dtype t);
+
+/* Waits until all work queued on the backend has finished.
+ * Returns LLMEM_E_BACKEND if the device reported an error. */
+llmem_status llmem_backend_synchronize(llmem_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

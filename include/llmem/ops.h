@@ -1,0 +1,356 @@
+/* llmem: backend ops, the math of a hybrid Mamba/transformer forward pass.
+ *
+ * Every op is a function-pointer slot of the backend's ops table
+ * (<llmem/ops_impl.h>); the wrappers here check their arguments, then call
+ * the slot. The built-in "cpu" backend implements every op and is the
+ * reference; tests/test_ops*.c check every available backend against it.
+ *
+ * Tensors. An llmem_tensor describes a dense row-major array in a buffer:
+ * `ne[0]` is the OUTERMOST dimension and `ne[n_dims - 1]` the innermost
+ * (contiguous) one, as in PyTorch and safetensors, and as llmem_state_desc.
+ * Shapes below are written outermost first: x [T, D] has D contiguous floats
+ * per row. "Rows" of a tensor are the product of every dimension but the
+ * last; a [T, H, Dh] tensor has T * H rows of Dh. A descriptor is cheap:
+ * reinterpret memory by making another one (a [T, H * Dh] matmul output is
+ * the [T, H, Dh] input of rope).
+ *
+ * Common rules, checked by every wrapper:
+ *   - every buffer belongs to `be`; [offset, offset + bytes) lies inside it;
+ *     offset is a multiple of the element size; 1 <= n_dims <= 4; ne >= 0.
+ *   - activations are f32; weights (matmul, get_rows, norm weights, conv
+ *     weights and biases, A_log, D, dt_bias) may be f32, f16 or bf16; all
+ *     math is done in f32 (f32 accumulate) on every backend.
+ *   - an output may alias an input exactly (same buffer, offset and size)
+ *     where the op says "in place allowed"; any other overlap of an output
+ *     with an input is LLMEM_E_INVALID.
+ *   - a tensor with zero elements makes the op do nothing (LLMEM_OK).
+ *   - index tables of a memory view (llmem_i32_table) are read from the
+ *     view's device index buffer `view->idx` at the table's byte offset, so
+ *     device backends need no upload; the wrapper checks the host copies
+ *     (`table.host`), and the CPU backend checks again what it reads.
+ * Ops run on the backend's stream in call order; results are visible to
+ * llmem_buffer_download (which waits). The CPU backend runs them
+ * synchronously on its thread pool.
+ *
+ * Every wrapper returns LLMEM_OK; LLMEM_E_INVALID (NULL argument, shape,
+ * dtype, alias or index-table violation); LLMEM_E_UNSUPPORTED (the backend
+ * has no such op: NULL slot or an older ops table); LLMEM_E_NO_MEMORY (host
+ * scratch); LLMEM_E_BACKEND (device error). Listed per op only when others
+ * apply. Threading: a backend is used by one thread at a time.
+ *
+ * docs/ops.md lists the ops with shapes and references.
+ */
+#ifndef LLMEM_OPS_H
+#define LLMEM_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/backend.h"
+#include "llmem/memory.h"
+#include "llmem/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMEM_TENSOR_MAX_DIMS 4
+
+/* A dense row-major tensor in a buffer (see the file comment). */
+typedef struct llmem_tensor {
+    llmem_buffer *buf;
+    size_t offset;                     /* bytes from the start of buf */
+    llmem_dtype dtype;
+    int32_t n_dims;                    /* 1..LLMEM_TENSOR_MAX_DIMS */
+    int32_t ne[LLMEM_TENSOR_MAX_DIMS]; /* outermost first; entries past n_dims unused */
+} llmem_tensor;
+
+static inline llmem_tensor llmem_tensor_1d(llmem_buffer *buf, size_t offset, llmem_dtype dtype,
+                                           int32_t n0)
+{
+    llmem_tensor t = {buf, offset, dtype, 1, {n0, 1, 1, 1}};
+    return t;
+}
+
+static inline llmem_tensor llmem_tensor_2d(llmem_buffer *buf, size_t offset, llmem_dtype dtype,
+                                           int32_t n0, int32_t n1)
+{
+    llmem_tensor t = {buf, offset, dtype, 2, {n0, n1, 1, 1}};
+    return t;
+}
+
+static inline llmem_tensor llmem_tensor_3d(llmem_buffer *buf, size_t offset, llmem_dtype dtype,
+                                           int32_t n0, int32_t n1, int32_t n2)
+{
+    llmem_tensor t = {buf, offset, dtype, 3, {n0, n1, n2, 1}};
+    return t;
+}
+
+/* Elements (product of ne[0..n_dims)), 0 for an invalid descriptor. */
+int64_t llmem_tensor_nelements(const llmem_tensor *t);
+/* Bytes of the tensor's data (elements * dtype size), 0 when invalid. */
+size_t llmem_tensor_nbytes(const llmem_tensor *t);
+
+/* ---- dense ------------------------------------------------------------------ */
+
+/* out = a · wᵀ (a linear layer without bias, as torch.nn.Linear).
+ *   a   [M, K] f32 activations
+ *   w   [N, K] f32 | f16 | bf16 weights, row-major [out, in] as stored in
+ *       safetensors
+ *   out [M, N] f32; must not overlap a or w.
+ * f32 accumulation. Reference: the plain GEMM definition. */
+llmem_status llmem_op_matmul(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
+                             const llmem_tensor *out);
+
+/* out[i] = src[idx[i]] (embedding lookup, output-row selection).
+ *   src [R, C] f32 | f16 | bf16;  idx [n] i32 in [0, R);  out [n, C] f32.
+ * Index values live on the device, so the wrapper cannot check them: the
+ * CPU backend returns LLMEM_E_INVALID for one outside [0, R) (the output is
+ * then undefined); device backends must not read outside src.
+ * Reference: torch.nn.functional.embedding. */
+llmem_status llmem_op_get_rows(llmem_backend *be, const llmem_tensor *src, const llmem_tensor *idx,
+                               const llmem_tensor *out);
+
+/* out = a + b and out = a * b, element-wise, f32. b has a's shape, or is a
+ * single row broadcast over a's rows (b has as many elements as a's last
+ * dimension, any n_dims). out has a's shape. In place allowed (out may be
+ * a or b). */
+llmem_status llmem_op_add(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *b,
+                          const llmem_tensor *out);
+llmem_status llmem_op_mul(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *b,
+                          const llmem_tensor *out);
+
+/* out = s * a, f32, any shape; in place allowed. */
+llmem_status llmem_op_scale(llmem_backend *be, const llmem_tensor *a, float s,
+                            const llmem_tensor *out);
+
+/* Activations, f32, out has a's shape, in place allowed.
+ *   silu(x)     = x / (1 + exp(-x))                (torch.nn.functional.silu)
+ *   relu2(x)    = max(x, 0)^2                      (squared ReLU, Nemotron-H MLP;
+ *                                                   So et al. 2021, "Primer")
+ *   softplus(x) = log(1 + exp(x)), x when x > 20   (torch.nn.functional.softplus,
+ *                                                   beta 1, threshold 20)
+ *   swiglu(g,u) = silu(g) * u                      (Shazeer 2020, "GLU Variants
+ *                                                   Improve Transformer"; the
+ *                                                   llama MLP act(gate) * up);
+ *                 gate, up, out of one shape. */
+llmem_status llmem_op_silu(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out);
+llmem_status llmem_op_relu2(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out);
+llmem_status llmem_op_softplus(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *out);
+llmem_status llmem_op_swiglu(llmem_backend *be, const llmem_tensor *gate, const llmem_tensor *up,
+                             const llmem_tensor *out);
+
+/* RMS norm over the last dimension (Zhang & Sennrich 2019; HF LlamaRMSNorm):
+ *   out = x / sqrt(mean(x^2) + eps) * w
+ *   x [.., D] f32;  w [D] f32 | f16 | bf16, or NULL for no weight;
+ *   out x's shape, in place allowed;  eps > 0 (or 0 with no zero rows). */
+llmem_status llmem_op_rms_norm(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *w,
+                               float eps, const llmem_tensor *out);
+
+/* Gated RMS norm of Mamba-2 (HF transformers MambaRMSNormGated, as used by
+ * Mamba2, Bamba, Nemotron-H: gate first, then normalize in n_groups groups):
+ *   h = y * silu(z);  each row of h is split into n_groups groups of
+ *   D / n_groups; out = h / sqrt(mean_group(h^2) + eps) * w
+ *   y, z [.., D] f32 (same shape);  w [D] f32 | f16 | bf16;
+ *   n_groups >= 1 divides D;  out y's shape, in place allowed (out may be
+ *   y or z). */
+llmem_status llmem_op_rms_norm_gated(llmem_backend *be, const llmem_tensor *y,
+                                     const llmem_tensor *z, const llmem_tensor *w,
+                                     int32_t n_groups, float eps, const llmem_tensor *out);
+
+/* ---- rotary position embedding ------------------------------------------------- */
+
+typedef enum llmem_rope_mode {
+    /* GPT-J / "normal": rotates the pairs (2i, 2i + 1). */
+    LLMEM_ROPE_NORMAL = 0,
+    /* GPT-NeoX / HF rotate_half (llama, Bamba, Granite, ...): rotates the
+     * pairs (i, i + n_rot / 2). */
+    LLMEM_ROPE_NEOX = 1,
+} llmem_rope_mode;
+
+/* RoPE (Su et al. 2021, "RoFormer", eq. 34): for i in [0, n_rot / 2) the
+ * pair (x_a, x_b) of mode's layout is rotated by the angle
+ *   pos * freq_scale * theta_base^(-2i / n_rot);
+ * dimensions [n_rot, head_dim) are copied unchanged (partial rotary,
+ * e.g. partial_rotary_factor 0.5). */
+typedef struct llmem_rope_params {
+    llmem_rope_mode mode;
+    int32_t n_rot;      /* rotated dimensions, even, 2 <= n_rot <= head_dim */
+    float theta_base;   /* rope_theta, > 0 (e.g. 10000, 500000) */
+    float freq_scale;   /* linear position scaling, 1 = none (> 0) */
+} llmem_rope_params;
+
+/* Applies RoPE to the queries or keys of a ubatch.
+ *   x   [T, H, head_dim] f32;  pos [T] i32 per-token positions (any value,
+ *       negative allowed);  out x's shape, in place allowed.
+ * Angles are computed in double on the CPU backend (positions up to 2^24
+ * stay accurate to f32 rounding of the result). */
+llmem_status llmem_op_rope(llmem_backend *be, const llmem_rope_params *p, const llmem_tensor *x,
+                           const llmem_tensor *pos, const llmem_tensor *out);
+
+/* K-shift: re-rotates cached keys after seq_add/seq_div. For every j, the
+ * key in slot kv.shift_slot[j] of view->u.kv.k (all KV heads) is rotated by
+ * the angle of kv.shift_delta[j] positions (RoPE rotations compose:
+ * R(p + d) = R(d) R(p)), in f32, and stored back in the pool's dtype.
+ *   view: kind LLMEM_VIEW_KV; shift slots in [0, n_pages * page_size),
+ *   pairwise distinct; p->n_rot <= head_dim. V is not touched. */
+llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
+                                 const llmem_view *view);
+
+/* ---- paged attention ------------------------------------------------------------ */
+
+typedef struct llmem_attn_params {
+    float scale;    /* multiplies q·k; usually 1 / sqrt(head_dim) */
+    float softcap;  /* > 0: score s becomes softcap * tanh(s / softcap) after scaling
+                       (Gemma 2 attn_logit_softcapping); 0: off */
+    int32_t window; /* > 0: a query sees only its last `window` keys (its own
+                       included; Mistral sliding window); 0: all its keys */
+} llmem_attn_params;
+
+/* Stores this ubatch's keys and values in the KV pools of the view:
+ * token kv.store_tok[j] goes to slot kv.store_slot[j] of view->u.kv.k / .v,
+ * converted to the pool dtype (round to nearest even).
+ *   view: kind LLMEM_VIEW_KV;  k, v [T, n_kv_heads, head_dim] f32;
+ *   store_tok in [0, T); store_slot in [0, n_pages * page_size), pairwise
+ *   distinct. Only the named slots are written. */
+llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const llmem_tensor *k,
+                               const llmem_tensor *v);
+
+/* Causal paged attention of the ubatch's queries over the KV pools
+ * (PagedAttention, Kwon et al. SOSP 2023, for the page-table addressing;
+ * FlashAttention-2, Dao 2023, Alg. 1, online softmax, for the math).
+ *   q   [T, H, head_dim] f32, H a multiple of n_kv_heads (GQA/MQA: query
+ *       head h reads KV head h / (H / n_kv_heads));
+ *   out [T, H, head_dim] f32, must not overlap q.
+ * Query token i belongs to stream s = kv.tok_seq[i] and sees the keys with
+ * stream index j in [lo, kv.tok_kv_len[i]), lo = 0 or, with a window,
+ * max(0, tok_kv_len[i] - window); key j lives in slot
+ * kv.page_table[s * max_pages + j / page_size] * page_size + j % page_size.
+ * out = sum_j softmax_j(score(q, k_j)) v_j over visible keys only: masked
+ * keys are never read, so free pages, -1 page ids past ceil(seq_len /
+ * page_size) and unwritten slots may hold anything (NaN). A query that sees
+ * no key (tok_kv_len 0) gets zeros.
+ * Checked: tok_seq in [0, n_streams), n_streams = kv.seq_len.n;
+ * 0 <= tok_kv_len[i] <= seq_len[s]; ceil(seq_len / page_size) <= max_pages;
+ * the page ids those cover in [0, n_pages). Nothing outside [0, seq_len[s])
+ * of a stream is read. */
+llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                      const llmem_view *view, const llmem_tensor *q,
+                                      const llmem_tensor *out);
+
+/* ---- Mamba-2 -------------------------------------------------------------------- */
+
+/* The recurrent ops work on an EQUAL-split ubatch as the llmem_rs_view
+ * describes it: n_seqs streams x n_seq_tokens tokens, stream-major (row
+ * s * n_seq_tokens + t is token t of stream s), T = n_seqs * n_seq_tokens.
+ * For stream s the state is read from slot src_slot[s] (-1: zeros), and
+ * written after the stream's last token to dst_slot[s] (-1: not written)
+ * and after token n_seq_tokens - n_ckpt + c to ckpt_slot[s * n_ckpt + c]
+ * (-1: none; a checkpoint before token 0 gets the initial state). Sources
+ * are read before anything is written, so a stream's src may equal its own
+ * dst or a checkpoint, and another stream's dst (copy-on-write). Slots in
+ * [-1, n_slots); a slot written by two streams is LLMEM_E_INVALID; when a
+ * stream's checkpoint equals its dst, the dst value wins. States are
+ * stored in their desc dtype (f32, f16 or bf16, round to nearest even);
+ * within a ubatch the running state is kept in f32. */
+
+/* Causal depthwise conv1d over [xBC] with the conv state, then SiLU
+ * (HF transformers Mamba2Mixer.torch_forward: conv1d(groups=conv_dim,
+ * padding=d_conv-1)[..., :seq_len] then act; Dao & Gu 2024, Sec. 7.1).
+ *   view: kind LLMEM_VIEW_RECURRENT; state index `state` has desc
+ *         {d_conv - 1, conv_dim}: the previous d_conv - 1 inputs, oldest
+ *         first;
+ *   x   [T, conv_dim] f32, the xBC part of in_proj's output;
+ *   w   [conv_dim, d_conv] (or HF's [conv_dim, 1, d_conv]) f32|f16|bf16;
+ *   b   [conv_dim] f32|f16|bf16 or NULL;
+ *   out [T, conv_dim] f32, must not overlap x.
+ * out[t, c] = silu(b[c] + sum_k w[c, k] * u[t + k, c]) where u is the
+ * stream's state rows followed by its x rows; the state after token t is
+ * u[t + 1 .. t + d_conv - 1]. d_conv >= 2. */
+llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                               const llmem_tensor *x, const llmem_tensor *w, const llmem_tensor *b,
+                               const llmem_tensor *out);
+
+typedef struct llmem_ssm_params {
+    int32_t n_heads;   /* H */
+    int32_t head_dim;  /* P; d_inner = H * P */
+    int32_t d_state;   /* N */
+    int32_t n_groups;  /* G, divides H; head h uses group h / (H / G) */
+    float dt_min, dt_max; /* time_step_limit; HF default (0, INFINITY) */
+} llmem_ssm_params;
+
+/* Mamba-2 selective scan, recurrent form (Dao & Gu 2024, "Transformers are
+ * SSMs", Sec. 3 / eq. (2) with scalar A per head; HF transformers
+ * Mamba2Mixer.torch_forward single-step path applied token by token):
+ *   dt_h = clamp(softplus(dt[t, h] + dt_bias[h]), dt_min, dt_max)
+ *   S_h  = exp(dt_h * A_h) * S_h + dt_h * x_h ⊗ B_g      A_h = -exp(A_log[h])
+ *   y_h  = S_h · C_g + D[h] * x_h
+ *   view: kind LLMEM_VIEW_RECURRENT; state index `state` has desc
+ *         {H, P, N} (S_h[p, n]);
+ *   xbc [T, conv_dim] f32, the conv output, columns [x (H*P) | B (G*N) |
+ *       C (G*N)], conv_dim = H*P + 2*G*N;
+ *   dt  [T, H] f32;  a_log [H], d [H] or NULL, dt_bias [H] or NULL:
+ *       f32|f16|bf16;
+ *   y   [T, H * P] f32, must not overlap xbc or dt.
+ * The gate z is applied afterwards by llmem_op_rms_norm_gated. */
+llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
+                               const llmem_view *view, int32_t state, const llmem_tensor *xbc,
+                               const llmem_tensor *dt, const llmem_tensor *a_log,
+                               const llmem_tensor *d, const llmem_tensor *dt_bias,
+                               const llmem_tensor *y);
+
+/* ---- copies ----------------------------------------------------------------------- */
+
+/* dst[r, c] = src[r, col0 + c], converting dtypes (f32, f16, bf16; round to
+ * nearest even). Rows of src and dst (product of the outer dimensions) are
+ * equal; dst's last dimension + col0 <= src's. Splits fused projections and
+ * converts weights at load time. dst must not overlap src. */
+llmem_status llmem_op_copy(llmem_backend *be, const llmem_tensor *src, int32_t col0,
+                           const llmem_tensor *dst);
+
+/* Copies n blocks of block_bytes inside buf: block src[i] -> block dst[i]
+ * (device to device; block b is bytes [b * block_bytes, (b + 1) * block_bytes)).
+ * src, dst: host arrays of n block indices inside buf; no dst equals any
+ * src or another dst. With a NULL slot this falls back to
+ * llmem_buffer_copy. For copy-on-write of pages and state slots. */
+llmem_status llmem_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
+                                  int32_t n, const int32_t *src, const int32_t *dst);
+
+/* Copies KV page src_page to dst_page in both pools of one layer's view
+ * (kind LLMEM_VIEW_KV). Pages in [0, n_pages), distinct. */
+llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, int32_t src_page,
+                                   int32_t dst_page);
+
+/* Copies state slot src_slot to dst_slot in every state buffer of one
+ * layer's view (kind LLMEM_VIEW_RECURRENT). Slots in [0, n_slots), distinct. */
+llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
+                                      int32_t src_slot, int32_t dst_slot);
+
+/* ---- output ----------------------------------------------------------------------- */
+
+/* out = x - log(sum(exp(x))) over the last dimension (the vocabulary),
+ * computed as x - max - log(sum(exp(x - max))). x [.., V] f32; out x's
+ * shape, in place allowed. Reference: torch.log_softmax. */
+llmem_status llmem_op_log_softmax(llmem_backend *be, const llmem_tensor *x,
+                                  const llmem_tensor *out);
+
+/* out[r] = index of the largest element of row r (the first one on ties;
+ * NaN elements are ignored; an all-NaN row gives 0), for greedy decoding.
+ *   x [.., V] f32 with V >= 1;  out [rows] i32. */
+llmem_status llmem_op_argmax(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *out);
+
+/* ---- CPU backend ------------------------------------------------------------------- */
+
+/* Sets the number of threads the CPU backend's ops use (process-wide; every
+ * CPU backend shares one pool). n >= 1; 0 restores the default: $LLMEM_THREADS
+ * when set, else the number of online cores.
+ * Returns LLMEM_E_INVALID for n < 0 or a backend that is not "cpu". */
+llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n);
+/* Threads the CPU backend's ops use now (>= 1). */
+int32_t llmem_backend_cpu_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

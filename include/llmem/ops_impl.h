@@ -1,0 +1,138 @@
+/* llmem: the ops table a backend implements (for backend authors).
+ *
+ * A backend's vtable (llmem_backend_i, <llmem/backend_impl.h>) points at one
+ * `const struct llmem_ops_i`, filled with designated initialisers. The
+ * table grows only by appending; `struct_size` says how much of it the
+ * backend was built with, and a slot past it or NULL means "unsupported"
+ * (the wrapper returns LLMEM_E_UNSUPPORTED).
+ *
+ * Slots are called by the wrappers of <llmem/ops.h> only after every
+ * argument check listed there has passed: shapes, dtypes, buffers of this
+ * backend and in range, aliasing rules, and every host copy of a view's
+ * index tables. A slot may trust all of that, except the index values it
+ * reads from device memory (get_rows indices, and the view tables it reads
+ * at view->idx + table.offset), which must not make it read outside its
+ * inputs. Zero-element calls never reach a slot.
+ *
+ * Layouts (see <llmem/ops.h>): tensors are dense row-major, shapes outermost
+ * first. KV pools are [n_pages][page_size][n_kv_heads][head_dim] of the
+ * view's dtype; slot = page * page_size + offset. Recurrent state buffers
+ * are [n_slots][desc elements] of desc.dtype.
+ *
+ * The CPU backend (backends/cpu/ops_*.c) is the reference: every other
+ * backend must match it within the thresholds of tests/test_ops*.c.
+ */
+#ifndef LLMEM_OPS_IMPL_H
+#define LLMEM_OPS_IMPL_H
+
+#include "llmem/backend_impl.h"
+#include "llmem/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef const llmem_tensor llmem_ct; /* shorthand for the slot signatures */
+
+struct llmem_ops_i {
+    size_t struct_size; /* sizeof(struct llmem_ops_i) the backend was built with */
+
+    /* out[M, N] f32 = a[M, K] f32 · w[N, K]ᵀ (w f32|f16|bf16, row-major
+     * [out, in]). f32 accumulation; no overlap. Reference: GEMM. */
+    llmem_status (*matmul)(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+
+    /* out[n, C] f32 = src[idx[i], :] (src [R, C] f32|f16|bf16, idx [n] i32
+     * on the device). An index outside [0, R) must not be read; the CPU
+     * backend returns LLMEM_E_INVALID. Reference: torch embedding. */
+    llmem_status (*get_rows)(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);
+
+    /* Element-wise f32 out = a + b, a * b; b is a's shape or one row of a's
+     * last dimension broadcast over a's rows. out may equal a or b. */
+    llmem_status (*add)(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
+    llmem_status (*mul)(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
+    /* out = s * a, f32; out may equal a. */
+    llmem_status (*scale)(llmem_backend *be, llmem_ct *a, float s, llmem_ct *out);
+
+    /* Activations, f32, out may equal the input(s):
+     * silu x/(1+e^-x); relu2 max(x,0)^2 (Primer, So et al. 2021);
+     * softplus log1p(e^x), x above 20 (torch threshold);
+     * swiglu silu(gate) * up (Shazeer 2020). */
+    llmem_status (*silu)(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+    llmem_status (*relu2)(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+    llmem_status (*softplus)(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+    llmem_status (*swiglu)(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
+
+    /* RMS norm over the last dimension D (Zhang & Sennrich 2019):
+     * out = x * rsqrt(mean(x^2) + eps) * w; x, out [.., D] f32, w [D]
+     * f32|f16|bf16 or NULL (no weight). out may equal x. */
+    llmem_status (*rms_norm)(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps,
+                             llmem_ct *out);
+    /* Mamba-2 gated RMS norm (HF MambaRMSNormGated): h = y * silu(z), then
+     * RMS norm within each of n_groups contiguous groups of D / n_groups,
+     * times w [D]. y, z, out [.., D] f32; out may equal y or z. */
+    llmem_status (*rms_norm_gated)(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
+                                   int32_t n_groups, float eps, llmem_ct *out);
+
+    /* RoPE (RoFormer, Su et al. 2021, eq. 34) on x [T, H, Dh] f32 with
+     * pos [T] i32 (device); pairs per p->mode (NORMAL: (2i, 2i+1); NEOX:
+     * (i, i + n_rot/2)), angle pos * freq_scale * theta_base^(-2i/n_rot),
+     * dims >= n_rot copied. out [T, H, Dh] may equal x. */
+    llmem_status (*rope)(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x,
+                         llmem_ct *pos, llmem_ct *out);
+    /* K-shift: rotates the key of every KV head in slot shift_slot[j] of the
+     * view's K pool by shift_delta[j] positions (same angles as rope), in
+     * f32, stored back in the pool dtype (RNE). Slots distinct. */
+    llmem_status (*rope_shift)(llmem_backend *be, const llmem_rope_params *p,
+                               const llmem_view *view);
+
+    /* Stores k, v [T, n_kv_heads, head_dim] f32: row store_tok[j] -> slot
+     * store_slot[j] of the K and V pools, converted to the pool dtype (RNE).
+     * Slots distinct; nothing else written. */
+    llmem_status (*kv_store)(llmem_backend *be, const llmem_view *view, llmem_ct *k,
+                             llmem_ct *v);
+    /* Causal paged attention, q, out [T, H, Dh] f32, GQA by H / n_kv_heads.
+     * Query i reads keys j in [lo, tok_kv_len[i]) of stream tok_seq[i]
+     * through the page table (lo from p->window); masked keys are skipped,
+     * never read (PagedAttention, Kwon et al. 2023); scores scaled, then
+     * soft-capped; softmax by FlashAttention-2 Alg. 1 (online softmax over
+     * key blocks, Dao 2023). No visible key: zeros. */
+    llmem_status (*attention_paged)(llmem_backend *be, const llmem_attn_params *p,
+                                    const llmem_view *view, llmem_ct *q, llmem_ct *out);
+
+    /* Mamba-2 causal depthwise conv1d + SiLU with conv state {d_conv-1,
+     * conv_dim} (oldest first), x, out [T, conv_dim] f32, w [conv_dim,
+     * d_conv], b [conv_dim] or NULL (f32|f16|bf16). EQUAL ubatch, stream
+     * major; reads src slots before writing dst/ckpt slots (see ops.h).
+     * Reference: HF Mamba2Mixer.torch_forward (conv1d + act). */
+    llmem_status (*ssm_conv)(llmem_backend *be, const llmem_view *view, int32_t state,
+                             llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+    /* Mamba-2 selective scan, recurrent form (Dao & Gu 2024, Sec. 3 eq. (2);
+     * HF Mamba2Mixer.torch_forward cached single step), ssm state {H, P, N}:
+     * dt' = clamp(softplus(dt + dt_bias)), S = exp(dt' A) S + dt' x ⊗ B,
+     * y = S·C + D x, A = -exp(A_log). xbc [T, H*P + 2*G*N], dt [T, H],
+     * y [T, H*P] f32; a_log, d, dt_bias [H] f32|f16|bf16 (d, dt_bias may be
+     * NULL). Same slot rules as ssm_conv. */
+    llmem_status (*ssm_scan)(llmem_backend *be, const llmem_ssm_params *p,
+                             const llmem_view *view, int32_t state, llmem_ct *xbc, llmem_ct *dt,
+                             llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
+
+    /* dst[r, c] = src[r, col0 + c] with dtype conversion (f32|f16|bf16,
+     * RNE). No overlap. */
+    llmem_status (*copy)(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
+    /* Block copies inside buf: src[i] -> dst[i], block_bytes each; host
+     * index arrays, checked (in range; no dst equals a src or another dst). */
+    llmem_status (*copy_blocks)(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
+                                int32_t n, const int32_t *src, const int32_t *dst);
+
+    /* Row-wise log-softmax over the last dimension, f32, out may equal x
+     * (torch.log_softmax; max-subtracted). */
+    llmem_status (*log_softmax)(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+    /* Row-wise argmax, x [.., V] f32 -> out [rows] i32, first index on ties,
+     * NaN ignored, all-NaN row -> 0. */
+    llmem_status (*argmax)(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif

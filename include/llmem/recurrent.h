@@ -1,0 +1,75 @@
+/* llmem: recurrent-state memory (Mamba-1/2, RWKV, linear attention).
+ *
+ * Each layer declares its states by descriptor (name, shape, dtype), so
+ * Mamba-2 (conv [d_conv-1, conv_dim], ssm [n_heads, head_dim, d_state]),
+ * Mamba-1 and RWKV fit without code changes. A state slot holds one
+ * sequence's states for every layer; each layer/state pair has one buffer
+ * of [n_slots][elements]. Each sequence owns up to 1 + n_ckpt slots: its
+ * current state and checkpoints. A ubatch of T tokens per sequence writes
+ * the state after its last token (dst slot) and, into checkpoint slots, the
+ * states after each of the min(n_ckpt, T - 1) tokens before it; the state
+ * before the ubatch is kept as a checkpoint too. seq_rm back to a
+ * checkpointed position is a slot switch (speculative-decoding rollback
+ * without recompute). On release of a ubatch that was applied but not
+ * committed, a sequence keeps its current state but may lose older
+ * checkpoints whose slots the ubatch reused.
+ *
+ * References: Mamba-2 / SSD (Dao & Gu, ICML 2024) for the state shapes;
+ * llama.cpp's llama_memory_recurrent and vLLM's MambaCacheManager for slot
+ * management.
+ */
+#ifndef LLMEM_RECURRENT_H
+#define LLMEM_RECURRENT_H
+
+#include "llmem/memory.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LLMEM_STATE_MAX_DIMS 4
+
+/* One state tensor of a layer, e.g. {"conv", 2, {3, 1536}, F32}. */
+struct llmem_state_desc {
+    const char *name;                     /* copied by the memory */
+    int32_t n_dims;                       /* 1..LLMEM_STATE_MAX_DIMS */
+    int64_t shape[LLMEM_STATE_MAX_DIMS];  /* outermost first; all >= 1 */
+    llmem_dtype dtype;                    /* F32, F16 or BF16 */
+};
+
+typedef struct llmem_recurrent_params {
+    int32_t n_layers;                      /* >= 1 */
+    const int32_t *n_states;               /* [n_layers] states per layer (0 allowed) */
+    const llmem_state_desc *const *states; /* [n_layers][n_states[il]] */
+    int32_t n_seq_max;                     /* >= 1 */
+    int32_t n_ckpt;                        /* checkpoints per sequence (>= 0) */
+    bool poison;                           /* NaN-fill freed and fresh slots (also LLMEM_POISON=1) */
+} llmem_recurrent_params;
+
+/* Fills a Mamba-2 layer's two descriptors (conv then ssm) in out[2]:
+ * conv [d_conv - 1, conv_dim], conv_dim = d_inner + 2 * n_groups * d_state;
+ * ssm [n_heads, head_dim, d_state]; both f32. */
+void llmem_recurrent_mamba2_states(int32_t d_conv, int32_t d_inner, int32_t n_groups,
+                                   int32_t d_state, int32_t n_heads, int32_t head_dim,
+                                   llmem_state_desc out[2]);
+
+/* Creates a recurrent memory with n_seq_max * (2 + n_ckpt) slots (each
+ * sequence holds at most 1 + n_ckpt; one more lets a ubatch write a new
+ * current state without overwriting the committed one), allocated
+ * through `be` (one buffer per layer and state). The memory keeps a
+ * reference to `be`; the caller closes it after destroying the memory.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (bad parameter, reason in err);
+ * LLMEM_E_NO_MEMORY. */
+llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_params *params,
+                                    llmem_memory **out, char *err, size_t err_len);
+
+/* Current state slot of seq_id (-1 when empty or invalid), and the
+ * positions it holds checkpoints for (up to cap; returns the count). */
+int32_t llmem_recurrent_seq_slot(llmem_memory *mem, int32_t seq_id);
+int32_t llmem_recurrent_checkpoints(llmem_memory *mem, int32_t seq_id, int32_t *pos,
+                                    int32_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

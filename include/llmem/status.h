@@ -1,0 +1,40 @@
+/* llmem: status codes shared by every API.
+ *
+ * Every function that acts returns an llmem_status: 0 is success, negative
+ * values are errors. Errors are local to the call; there is no global
+ * "last error". Functions that can give more context take a caller-owned
+ * message buffer (char *err, size_t err_len), which may be NULL.
+ */
+#ifndef LLMEM_STATUS_H
+#define LLMEM_STATUS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum llmem_status {
+    LLMEM_OK = 0,
+    LLMEM_E_INVALID = -1,      /* an argument is out of range or inconsistent */
+    LLMEM_E_NO_MEMORY = -2,    /* host or device allocation failed */
+    LLMEM_E_NO_SPACE = -3,     /* the memory has no free page / slot for the plan */
+    LLMEM_E_UNSUPPORTED = -4,  /* the object does not implement this (NULL vtable slot) */
+    LLMEM_E_NOT_FOUND = -5,    /* backend, plugin, driver, device or file missing */
+    LLMEM_E_ABI = -6,          /* plugin or stream built for another ABI/format version */
+    LLMEM_E_CORRUPT = -7,      /* damaged state stream or file: checksum, size or magic */
+    LLMEM_E_BUSY = -8,         /* a plan is in flight; release or finish it first */
+    LLMEM_E_STATE = -9,        /* the operation is not valid in the current state
+                                  (e.g. seq_rm to a position with no checkpoint) */
+    LLMEM_E_BACKEND = -10,     /* the device or driver reported an error */
+    LLMEM_E_IO = -11,          /* reading or writing a file failed */
+} llmem_status;
+
+/* Name of a status, e.g. "LLMEM_E_NO_SPACE: no free pages or state slots".
+ * Returns a static string; unknown values give "unknown status". */
+const char *llmem_status_str(llmem_status s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

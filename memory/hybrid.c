@@ -1,0 +1,386 @@
+/* llmem memory/: hybrid — any number of child memories, one per model
+ * layer. Plans and sequence operations are all-or-nothing across children
+ * (dry run on every child, then act); the split is the strictest child's;
+ * the reusable prefix is the shortest the children agree on.
+ * Reference: llama.cpp llama_memory_hybrid (two children). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/hybrid.h"
+#include "memory/internal.h"
+
+typedef struct hybrid {
+    llmem_memory base;
+    int32_t n_children;
+    llmem_memory **child;
+    int32_t *layer_child, *layer_local; /* [n_layers] */
+} hybrid;
+
+typedef struct hy_res {
+    void **res; /* [n_children] */
+} hy_res;
+
+extern const llmem_memory_i hybrid_iface;
+
+static hybrid *hy_of(llmem_memory *mem)
+{
+    return LLMEM_MEMORY_CAST(hybrid, mem, &hybrid_iface);
+}
+
+static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n)
+{
+    hybrid *h = hy_of(mem);
+    int32_t m = n;
+    for (int32_t c = 0; c < h->n_children && m > 0; c++) {
+        llmem_memory *ch = h->child[c];
+        int32_t k = ch->iface->prefix_match ? ch->iface->prefix_match(ch, tokens, m) : 0;
+        m = k < m ? k : m;
+    }
+    return m;
+}
+
+static llmem_status hy_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                               size_t err_len)
+{
+    hybrid *h = hy_of(mem);
+    hy_res *r = calloc(1, sizeof *r);
+    if (!r || !(r->res = calloc((size_t)h->n_children, sizeof *r->res))) {
+        free(r);
+        return LLMEM_E_NO_MEMORY;
+    }
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_memory *ch = h->child[c];
+        llmem_status st = ch->iface->reserve(ch, plan, &r->res[c], err, err_len);
+        if (st != LLMEM_OK) {
+            while (--c >= 0)
+                h->child[c]->iface->release(h->child[c], plan, r->res[c]);
+            free(r->res);
+            free(r);
+            return st;
+        }
+    }
+    *out = r;
+    return LLMEM_OK;
+}
+
+static llmem_status hy_apply(llmem_memory *mem, const llmem_plan *plan, void *res, int32_t i)
+{
+    hybrid *h = hy_of(mem);
+    hy_res *r = res;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_status st = h->child[c]->iface->apply(h->child[c], plan, r->res[c], i);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+static llmem_status hy_view(llmem_memory *mem, void *res, int32_t il, llmem_view *view)
+{
+    hybrid *h = hy_of(mem);
+    int32_t c = h->layer_child[il];
+    llmem_memory *ch = h->child[c];
+    return ch->iface->view(ch, ((hy_res *)res)->res[c], h->layer_local[il], view);
+}
+
+static llmem_status hy_commit(llmem_memory *mem, const llmem_plan *plan, void *res, int32_t i)
+{
+    hybrid *h = hy_of(mem);
+    hy_res *r = res;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_status st = h->child[c]->iface->commit(h->child[c], plan, r->res[c], i);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+static void hy_release(llmem_memory *mem, const llmem_plan *plan, void *res)
+{
+    hybrid *h = hy_of(mem);
+    hy_res *r = res;
+    for (int32_t c = 0; c < h->n_children; c++)
+        h->child[c]->iface->release(h->child[c], plan, r->res[c]);
+    free(r->res);
+    free(r);
+}
+
+/* pass 0 = dry run on all children; pass 1 = act. A dry call runs pass 0 only. */
+static llmem_status hy_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1, bool dry)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t pass = 0; pass < (dry ? 1 : 2); pass++)
+        for (int32_t c = 0; c < h->n_children; c++) {
+            llmem_status st = h->child[c]->iface->seq_rm(h->child[c], seq, p0, p1, pass == 0);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    return LLMEM_OK;
+}
+
+static llmem_status hy_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32_t p0,
+                              int32_t p1, bool dry)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t pass = 0; pass < (dry ? 1 : 2); pass++)
+        for (int32_t c = 0; c < h->n_children; c++) {
+            llmem_status st = h->child[c]->iface->seq_cp(h->child[c], src, dst, p0, p1, pass == 0);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    return LLMEM_OK;
+}
+
+static llmem_status hy_seq_keep(llmem_memory *mem, int32_t seq, bool dry)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t pass = 0; pass < (dry ? 1 : 2); pass++)
+        for (int32_t c = 0; c < h->n_children; c++) {
+            llmem_status st = h->child[c]->iface->seq_keep(h->child[c], seq, pass == 0);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    return LLMEM_OK;
+}
+
+static llmem_status hy_seq_add(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1,
+                               int32_t delta, bool dry)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t pass = 0; pass < (dry ? 1 : 2); pass++)
+        for (int32_t c = 0; c < h->n_children; c++) {
+            llmem_status st =
+                h->child[c]->iface->seq_add(h->child[c], seq, p0, p1, delta, pass == 0);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    return LLMEM_OK;
+}
+
+static llmem_status hy_seq_div(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1, int32_t d,
+                               bool dry)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t pass = 0; pass < (dry ? 1 : 2); pass++)
+        for (int32_t c = 0; c < h->n_children; c++) {
+            llmem_status st = h->child[c]->iface->seq_div(h->child[c], seq, p0, p1, d, pass == 0);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    return LLMEM_OK;
+}
+
+static int32_t hy_pos_min(llmem_memory *mem, int32_t seq)
+{
+    llmem_memory *ch = hy_of(mem)->child[0];
+    return ch->iface->seq_pos_min(ch, seq);
+}
+
+static int32_t hy_pos_max(llmem_memory *mem, int32_t seq)
+{
+    llmem_memory *ch = hy_of(mem)->child[0];
+    return ch->iface->seq_pos_max(ch, seq);
+}
+
+static int32_t hy_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
+{
+    llmem_memory *ch = hy_of(mem)->child[0];
+    return ch->iface->seq_tokens(ch, seq, out, cap);
+}
+
+static llmem_status hy_clear(llmem_memory *mem, bool data)
+{
+    hybrid *h = hy_of(mem);
+    llmem_status st = LLMEM_OK;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_status s = h->child[c]->iface->clear(h->child[c], data);
+        st = st == LLMEM_OK ? s : st;
+    }
+    return st;
+}
+
+static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_memory_stats s = {0};
+        h->child[c]->iface->get_stats(h->child[c], &s);
+        st->pages_total += s.pages_total;
+        st->pages_used += s.pages_used;
+        st->pages_free += s.pages_free;
+        st->pages_cached += s.pages_cached;
+        st->pages_peak += s.pages_peak;
+        st->slots_total += s.slots_total;
+        st->slots_used += s.slots_used;
+        st->prefix_hit_tokens += s.prefix_hit_tokens;
+        st->prefix_evictions += s.prefix_evictions;
+        st->cow_copies += s.cow_copies;
+        st->bytes_device += s.bytes_device;
+        if (s.n_seqs_live > st->n_seqs_live)
+            st->n_seqs_live = s.n_seqs_live;
+    }
+    st->type = "hybrid";
+}
+
+static llmem_status hy_check(llmem_memory *mem, char *err, size_t err_len)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_memory *ch = h->child[c];
+        llmem_status st = ch->iface->check ? ch->iface->check(ch, err, err_len) : LLMEM_OK;
+        if (st != LLMEM_OK)
+            return st;
+        for (int32_t s = 0; s < mem->n_seq_max && c > 0; s++) {
+            llmem_memory *c0 = h->child[0];
+            if (ch->iface->seq_pos_max(ch, s) != c0->iface->seq_pos_max(c0, s) ||
+                ch->iface->seq_pos_min(ch, s) != c0->iface->seq_pos_min(c0, s) ||
+                ch->iface->seq_tokens(ch, s, NULL, 0) != c0->iface->seq_tokens(c0, s, NULL, 0)) {
+                llmem_errf(err, err_len, "sequence %d differs between child 0 and child %d", s, c);
+                return LLMEM_E_STATE;
+            }
+        }
+    }
+    return LLMEM_OK;
+}
+
+static int32_t hy_n_children(llmem_memory *mem)
+{
+    return hy_of(mem)->n_children;
+}
+
+static llmem_memory *hy_child(llmem_memory *mem, int32_t i)
+{
+    return hy_of(mem)->child[i];
+}
+
+static void hy_destroy(llmem_memory *mem)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t c = 0; c < h->n_children; c++) {
+        if (!h->child[c])
+            continue;
+        h->child[c]->is_child = false;
+        llmem_memory_destroy(h->child[c]);
+    }
+    free(h->child);
+    free(h->layer_child);
+    free(h->layer_local);
+    free(h);
+}
+
+const llmem_memory_i hybrid_iface = {
+    .struct_size = sizeof(llmem_memory_i),
+    .type = "hybrid",
+    .destroy = hy_destroy,
+    .prefix_match = hy_prefix_match,
+    .reserve = hy_reserve,
+    .apply = hy_apply,
+    .view = hy_view,
+    .commit = hy_commit,
+    .release = hy_release,
+    .seq_rm = hy_seq_rm,
+    .seq_cp = hy_seq_cp,
+    .seq_keep = hy_seq_keep,
+    .seq_add = hy_seq_add,
+    .seq_div = hy_seq_div,
+    .seq_pos_min = hy_pos_min,
+    .seq_pos_max = hy_pos_max,
+    .seq_tokens = hy_seq_tokens,
+    .clear = hy_clear,
+    .get_stats = hy_get_stats,
+    .check = hy_check,
+    .n_children = hy_n_children,
+    .child = hy_child,
+};
+
+llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_children,
+                                 const int32_t *layer_child, int32_t n_layers,
+                                 llmem_memory **out, char *err, size_t err_len)
+{
+    llmem_status st = LLMEM_E_INVALID;
+    hybrid *h = NULL;
+    if (out)
+        *out = NULL;
+    if (!children || n_children < 1 || !layer_child || n_layers < 1 || !out) {
+        llmem_errf(err, err_len, "hybrid: need children, a layer map and n_layers >= 1");
+        goto fail;
+    }
+    for (int32_t c = 0; c < n_children; c++) {
+        if (!children[c] || children[c]->is_child || children[c]->plan) {
+            llmem_errf(err, err_len, "hybrid: child %d is NULL, already composed or planning", c);
+            goto fail;
+        }
+        if (children[c]->n_seq_max != children[0]->n_seq_max) {
+            llmem_errf(err, err_len, "hybrid: child %d has n_seq_max %d, child 0 has %d", c,
+                       children[c]->n_seq_max, children[0]->n_seq_max);
+            goto fail;
+        }
+        for (int32_t k = 0; k < c; k++)
+            if (children[k] == children[c]) {
+                llmem_errf(err, err_len, "hybrid: child %d listed twice", c);
+                goto fail;
+            }
+    }
+    st = LLMEM_E_NO_MEMORY;
+    h = calloc(1, sizeof *h);
+    if (!h)
+        goto fail;
+    h->child = calloc((size_t)n_children, sizeof *h->child);
+    h->layer_child = malloc((size_t)n_layers * sizeof *h->layer_child);
+    h->layer_local = malloc((size_t)n_layers * sizeof *h->layer_local);
+    int32_t *count = calloc((size_t)n_children, sizeof *count);
+    if (!h->child || !h->layer_child || !h->layer_local || !count) {
+        free(count);
+        goto fail_h;
+    }
+    st = LLMEM_E_INVALID;
+    for (int32_t il = 0; il < n_layers; il++) {
+        int32_t c = layer_child[il];
+        if (c < 0 || c >= n_children) {
+            llmem_errf(err, err_len, "hybrid: layer %d maps to child %d (have %d)", il, c,
+                       n_children);
+            free(count);
+            goto fail_h;
+        }
+        h->layer_child[il] = c;
+        h->layer_local[il] = count[c]++;
+    }
+    for (int32_t c = 0; c < n_children; c++)
+        if (count[c] != children[c]->n_layers) {
+            llmem_errf(err, err_len, "hybrid: %d layers map to child %d, which has %d", count[c],
+                       c, children[c]->n_layers);
+            free(count);
+            goto fail_h;
+        }
+    free(count);
+    llmem_split split = LLMEM_SPLIT_SIMPLE;
+    bool can_shift = true;
+    for (int32_t c = 0; c < n_children; c++) {
+        split = children[c]->split > split ? children[c]->split : split;
+        can_shift = can_shift && children[c]->can_shift;
+    }
+    llmem_memory_init(&h->base, &hybrid_iface, children[0]->backend, n_layers,
+                      children[0]->n_seq_max, split, can_shift);
+    h->n_children = n_children;
+    for (int32_t c = 0; c < n_children; c++) {
+        h->child[c] = children[c];
+        children[c]->is_child = true;
+    }
+    *out = &h->base;
+    return LLMEM_OK;
+fail_h:
+    free(h->child);
+    free(h->layer_child);
+    free(h->layer_local);
+    free(h);
+fail:
+    /* ownership of the children was transferred: destroy them */
+    for (int32_t c = 0; children && c < n_children; c++) {
+        bool dup = false;
+        for (int32_t k = 0; k < c; k++)
+            dup |= children[k] == children[c];
+        if (children[c] && !dup && !children[c]->is_child)
+            llmem_memory_destroy(children[c]);
+    }
+    return st;
+}

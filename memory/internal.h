@@ -1,0 +1,59 @@
+/* llmem memory/: helpers shared by the memory implementations (not public). */
+#ifndef LLMEM_MEMORY_INTERNAL_H
+#define LLMEM_MEMORY_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/memory_impl.h"
+
+/* Growable int32 array. */
+typedef struct i32vec {
+    int32_t *v;
+    int32_t n, cap;
+} i32vec;
+
+bool i32vec_reserve(i32vec *a, int32_t cap);
+bool i32vec_push(i32vec *a, int32_t x);
+void i32vec_free(i32vec *a);
+
+/* snprintf into an optional caller buffer. */
+void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Index tables of views: built on the host for every ubatch of a plan at
+ * reserve time, then uploaded once into one device buffer the memory keeps
+ * (grown, never shrunk). */
+typedef struct idx_builder {
+    i32vec data;
+} idx_builder;
+
+/* Appends n values (or n copies of `fill` when vals is NULL) and returns
+ * their element offset. */
+int32_t idx_append(idx_builder *b, const int32_t *vals, int32_t n, int32_t fill);
+
+/* Makes *buf hold at least n int32 (allocating a new buffer before freeing
+ * the old one, so a failure leaves *buf as it was). */
+llmem_status idx_ensure(llmem_backend *be, llmem_buffer **buf, int32_t n);
+/* Uploads the built tables into *buf (which idx_ensure sized). */
+llmem_status idx_upload(llmem_buffer *buf, const idx_builder *b);
+
+/* A table of a view from an element offset of a built index. */
+llmem_i32_table idx_table(const idx_builder *b, int32_t off, int32_t n);
+
+/* Poison mode requested by environment (LLMEM_POISON=1). */
+bool llmem_env_poison(void);
+
+
+
+/* plan.c */
+llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, llmem_split split,
+                                       int32_t n_ubatch, llmem_plan **out, char *err,
+                                       size_t err_len);
+void llmem_plan_free_internal(llmem_plan *p);
+#endif

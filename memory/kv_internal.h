@@ -1,0 +1,73 @@
+/* llmem memory/: internal structure of the paged KV cache, shared by
+ * kv_cache.c (planning, sequences) and kv_state.c (state I/O, checks). */
+#ifndef LLMEM_KV_INTERNAL_H
+#define LLMEM_KV_INTERNAL_H
+
+#include "llmem/kv_cache.h"
+#include "memory/internal.h"
+#include "memory/page_pool.h"
+
+typedef struct kv_seq {
+    i32vec pages;  /* page table; entries past ceil(len / page_size) are plan reservations */
+    i32vec tokens; /* committed token ids (-1 for embeddings) */
+    i32vec pos;    /* committed positions */
+} kv_seq;
+
+/* Element offsets of one ubatch's tables in the plan's index. */
+typedef struct kv_ub {
+    int32_t store_tok, store_slot, n_store;
+    int32_t page_table, max_pages, seq_len, n_seqs;
+    int32_t tok_kv_len, tok_seq, n_tokens;
+    int32_t shift_slot, shift_delta, n_shift;
+} kv_ub;
+
+typedef struct kv_res {
+    kv_ub *ub;
+    int32_t n_ub;
+    int32_t cur; /* applied ubatch, -1 none */
+} kv_res;
+
+typedef struct kv_cache {
+    llmem_memory base;
+    llmem_kv_cache_params p;
+    page_pool pool;
+    kv_seq *seqs;          /* [n_seq_max] */
+    llmem_buffer **k, **v; /* [n_layers] pools */
+    size_t row_bytes;      /* one slot of one layer's K (or V) */
+    size_t page_bytes;     /* one page of one layer's K (or V) */
+    int32_t *shift;        /* [n_pages * page_size] pending K-shift per slot */
+    uint8_t *page_shift;   /* [n_pages] page has a pending shift */
+    bool shift_pending;
+    llmem_buffer *idx;
+    idx_builder ib;
+    int64_t prefix_hits, cow_copies;
+} kv_cache;
+
+extern const llmem_memory_i kv_cache_iface;
+
+static inline kv_cache *kv_of(llmem_memory *mem)
+{
+    return LLMEM_MEMORY_CAST(kv_cache, mem, &kv_cache_iface);
+}
+
+static inline int32_t kv_slot(const kv_cache *kv, const kv_seq *s, int32_t i)
+{
+    int32_t ps = kv->p.page_size;
+    return s->pages.v[i / ps] * ps + i % ps;
+}
+
+/* kv_cache.c */
+int32_t kv_alloc_page(kv_cache *kv);
+void kv_unref_page(kv_cache *kv, int32_t p);
+void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
+void kv_seq_drop(kv_cache *kv, kv_seq *s);
+
+/* kv_state.c */
+llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *w);
+llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_reader *r,
+                                   void **tmp, char *err, size_t err_len);
+llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp);
+void kv_state_read_abort(llmem_memory *mem, void *tmp);
+llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len);
+
+#endif

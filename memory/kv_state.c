@@ -1,0 +1,276 @@
+/* llmem memory/: KV cache state I/O (section payload, framed by
+ * memory.c) and the invariant checker.
+ *
+ * Payload: i32 n_layers, n_kv_heads, head_dim, dtype, n_entries; then per
+ * entry: i32 seq_id, len, tokens[len], pos[len], then for every layer the
+ * K rows then the V rows of its len slots (row = n_kv_heads * head_dim
+ * elements of dtype). Page size is not part of the format: a stream loads
+ * into a cache of any page size. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/kv_internal.h"
+
+static llmem_status write_seq(kv_cache *kv, int32_t id, llmem_state_writer *w)
+{
+    const kv_seq *s = &kv->seqs[id];
+    int32_t n = s->tokens.n, ps = kv->p.page_size;
+    llmem_state_put_i32(w, id);
+    llmem_state_put_i32(w, n);
+    llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
+    llmem_state_put(w, s->pos.v, (size_t)n * sizeof(int32_t));
+    for (int32_t il = 0; il < kv->p.n_layers; il++)
+        for (int32_t kvi = 0; kvi < 2; kvi++) {
+            llmem_buffer *pool = kvi ? kv->v[il] : kv->k[il];
+            for (int32_t j = 0; j < n; j += ps) {
+                int32_t m = n - j < ps ? n - j : ps;
+                size_t bytes = (size_t)m * kv->row_bytes;
+                void *dst = llmem_state_reserve(w, bytes);
+                if (!dst)
+                    continue;
+                llmem_status st = llmem_buffer_download(
+                    pool, (size_t)s->pages.v[j / ps] * kv->page_bytes, dst, bytes);
+                if (st != LLMEM_OK)
+                    return st;
+            }
+        }
+    return LLMEM_OK;
+}
+
+llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *w)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t n_entries = 0;
+    for (int32_t s = 0; s < mem->n_seq_max; s++)
+        n_entries += seq >= 0 ? s == seq : kv->seqs[s].tokens.n > 0;
+    llmem_state_put_i32(w, kv->p.n_layers);
+    llmem_state_put_i32(w, kv->p.n_kv_heads);
+    llmem_state_put_i32(w, kv->p.head_dim);
+    llmem_state_put_i32(w, (int32_t)kv->p.dtype);
+    llmem_state_put_i32(w, n_entries);
+    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+        if (seq >= 0 ? s != seq : kv->seqs[s].tokens.n == 0)
+            continue;
+        llmem_status st = write_seq(kv, s, w);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+typedef struct kv_entry {
+    int32_t seq, len;
+    const int32_t *tokens, *pos; /* unaligned-safe copies below */
+    const uint8_t *data;         /* [n_layers][2][len rows] */
+} kv_entry;
+
+typedef struct kv_tmp {
+    int32_t n;
+    kv_entry *e;
+    int32_t *ints; /* tokens and positions, copied out of the stream */
+} kv_tmp;
+
+void kv_state_read_abort(llmem_memory *mem, void *tmp)
+{
+    kv_tmp *t = tmp;
+    if (!t)
+        return;
+    free(t->e);
+    free(t->ints);
+    free(t);
+}
+
+llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_reader *r,
+                                   void **out, char *err, size_t err_len)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t g[5];
+    for (int k = 0; k < 5; k++)
+        if (!llmem_state_get_i32(r, &g[k]))
+            return LLMEM_E_CORRUPT;
+    if (g[0] != kv->p.n_layers || g[1] != kv->p.n_kv_heads || g[2] != kv->p.head_dim ||
+        g[3] != (int32_t)kv->p.dtype) {
+        llmem_errf(err, err_len,
+                   "KV state is for %d layers x %d heads x %d dims (dtype %d); this cache has "
+                   "%d x %d x %d (dtype %d)",
+                   g[0], g[1], g[2], g[3], kv->p.n_layers, kv->p.n_kv_heads, kv->p.head_dim,
+                   (int)kv->p.dtype);
+        return LLMEM_E_INVALID;
+    }
+    int32_t n = g[4];
+    if (n < 0 || n > mem->n_seq_max || (seq >= 0 && n != 1)) {
+        llmem_errf(err, err_len, "KV state holds %d sequences", n);
+        return LLMEM_E_CORRUPT;
+    }
+    kv_tmp *t = calloc(1, sizeof *t);
+    if (!t)
+        return LLMEM_E_NO_MEMORY;
+    t->n = n;
+    t->e = calloc((size_t)(n > 0 ? n : 1), sizeof *t->e);
+    if (!t->e)
+        goto nomem;
+    int64_t pages = 0, ints = 0;
+    size_t at = r->pos;
+    for (int32_t i = 0; i < n; i++) {
+        kv_entry *e = &t->e[i];
+        if (!llmem_state_get_i32(r, &e->seq) || !llmem_state_get_i32(r, &e->len) || e->len < 0 ||
+            e->seq < 0 || e->seq >= mem->n_seq_max) {
+            llmem_errf(err, err_len, "KV state entry %d: bad sequence id or length", i);
+            goto corrupt;
+        }
+        for (int32_t k = 0; k < i; k++)
+            if (t->e[k].seq == e->seq) {
+                llmem_errf(err, err_len, "KV state: sequence %d appears twice", e->seq);
+                goto corrupt;
+            }
+        size_t ib = (size_t)e->len * sizeof(int32_t);
+        size_t db = (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers;
+        if ((size_t)e->len > r->len / sizeof(int32_t) || !llmem_state_peek(r, 2 * ib) ||
+            !(e->data = llmem_state_peek(r, db))) {
+            llmem_errf(err, err_len, "KV state entry %d: truncated", i);
+            goto corrupt;
+        }
+        pages += (e->len + kv->p.page_size - 1) / kv->p.page_size;
+        ints += 2 * (int64_t)e->len;
+    }
+    /* second pass: copy tokens/positions out (the stream may be unaligned) */
+    t->ints = malloc((size_t)(ints > 0 ? ints : 1) * sizeof(int32_t));
+    if (!t->ints)
+        goto nomem;
+    llmem_state_reader r2 = {.buf = r->buf, .len = r->len, .pos = at};
+    int32_t *dst = t->ints;
+    for (int32_t i = 0; i < n; i++) {
+        kv_entry *e = &t->e[i];
+        llmem_state_get(&r2, NULL, 8);
+        llmem_state_get(&r2, dst, (size_t)e->len * sizeof(int32_t));
+        e->tokens = dst;
+        dst += e->len;
+        llmem_state_get(&r2, dst, (size_t)e->len * sizeof(int32_t));
+        e->pos = dst;
+        for (int32_t j = 0; j < e->len; j++)
+            if (dst[j] < 0) {
+                llmem_errf(err, err_len, "KV state entry %d: negative position", i);
+                goto corrupt;
+            }
+        dst += e->len;
+        llmem_state_get(&r2, NULL, (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers);
+    }
+    /* space: what is obtainable once the replaced sequences are dropped */
+    int64_t avail = page_pool_available(&kv->pool);
+    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+        if (seq >= 0 && s != seq)
+            continue;
+        const kv_seq *q = &kv->seqs[s];
+        for (int32_t k = 0; k < q->pages.n; k++)
+            avail += kv->pool.ref[q->pages.v[k]] == 1;
+    }
+    if (seq < 0)
+        avail = kv->p.n_pages;
+    if (pages > avail) {
+        llmem_errf(err, err_len, "KV state needs %lld pages, %lld available", (long long)pages,
+                   (long long)avail);
+        kv_state_read_abort(mem, t);
+        return LLMEM_E_NO_SPACE;
+    }
+    *out = t;
+    return LLMEM_OK;
+corrupt:
+    kv_state_read_abort(mem, t);
+    return LLMEM_E_CORRUPT;
+nomem:
+    kv_state_read_abort(mem, t);
+    return LLMEM_E_NO_MEMORY;
+}
+
+llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
+{
+    kv_cache *kv = kv_of(mem);
+    kv_tmp *t = tmp;
+    llmem_status st = LLMEM_OK;
+    if (seq < 0)
+        mem->iface->clear(mem, false);
+    else
+        kv_seq_drop(kv, &kv->seqs[seq]);
+    int32_t ps = kv->p.page_size;
+    for (int32_t i = 0; i < t->n && st == LLMEM_OK; i++) {
+        const kv_entry *e = &t->e[i];
+        kv_seq *s = &kv->seqs[seq >= 0 ? seq : e->seq];
+        int32_t np = (e->len + ps - 1) / ps;
+        if (!i32vec_reserve(&s->pages, np) || !i32vec_reserve(&s->tokens, e->len) ||
+            !i32vec_reserve(&s->pos, e->len)) {
+            st = LLMEM_E_NO_MEMORY;
+            break;
+        }
+        for (int32_t k = 0; k < np; k++)
+            s->pages.v[s->pages.n++] = kv_alloc_page(kv);
+        memcpy(s->tokens.v, e->tokens, (size_t)e->len * sizeof(int32_t));
+        memcpy(s->pos.v, e->pos, (size_t)e->len * sizeof(int32_t));
+        s->tokens.n = s->pos.n = e->len;
+        const uint8_t *src = e->data;
+        for (int32_t il = 0; il < kv->p.n_layers && st == LLMEM_OK; il++)
+            for (int32_t kvi = 0; kvi < 2 && st == LLMEM_OK; kvi++) {
+                llmem_buffer *pool = kvi ? kv->v[il] : kv->k[il];
+                for (int32_t j = 0; j < e->len && st == LLMEM_OK; j += ps) {
+                    int32_t m = e->len - j < ps ? e->len - j : ps;
+                    size_t bytes = (size_t)m * kv->row_bytes;
+                    st = llmem_buffer_upload(pool, (size_t)s->pages.v[j / ps] * kv->page_bytes,
+                                             src, bytes);
+                    src += bytes;
+                }
+            }
+    }
+    kv_state_read_abort(mem, t);
+    return st;
+}
+
+llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t *ref = calloc((size_t)kv->p.n_pages, sizeof *ref);
+    if (!ref)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = LLMEM_E_STATE;
+    int32_t ps = kv->p.page_size;
+    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+        const kv_seq *q = &kv->seqs[s];
+        int32_t want = (q->tokens.n + ps - 1) / ps;
+        if (q->tokens.n != q->pos.n || (mem->plan == NULL && q->pages.n != want) ||
+            q->pages.n < want) {
+            llmem_errf(err, err_len, "sequence %d: %d tokens, %d positions, %d pages", s,
+                       q->tokens.n, q->pos.n, q->pages.n);
+            goto out;
+        }
+        for (int32_t k = 0; k < q->pages.n; k++) {
+            int32_t p = q->pages.v[k];
+            if (p < 0 || p >= kv->p.n_pages) {
+                llmem_errf(err, err_len, "sequence %d: page id %d out of range", s, p);
+                goto out;
+            }
+            ref[p]++;
+        }
+        for (int32_t j = 0; j < q->pos.n; j++)
+            if (q->pos.v[j] < 0) {
+                llmem_errf(err, err_len, "sequence %d: negative position", s);
+                goto out;
+            }
+    }
+    if (!page_pool_check(&kv->pool, ref, err, err_len))
+        goto out;
+    /* every published page must still hold what its hash says */
+    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+        const kv_seq *q = &kv->seqs[s];
+        for (int32_t k = 0; (k + 1) * ps <= q->tokens.n; k++) {
+            int32_t p = q->pages.v[k];
+            if (kv->pool.hashed[p] &&
+                memcmp(kv->pool.tokens + (size_t)p * (size_t)ps, q->tokens.v + (size_t)k * (size_t)ps,
+                       (size_t)ps * sizeof(int32_t)) != 0) {
+                llmem_errf(err, err_len, "sequence %d page %d: hashed tokens differ", s, k);
+                goto out;
+            }
+        }
+    }
+    st = LLMEM_OK;
+out:
+    free(ref);
+    return st;
+}

@@ -1,0 +1,62 @@
+/* llmem memory/: the page pool and prefix index of the paged KV cache.
+ *
+ * Every page is in exactly one of three states:
+ *   used   — refcount > 0 (held by page tables or pinned by a plan);
+ *   cached — refcount 0 and published in the prefix index (on the LRU list,
+ *            evictable);
+ *   free   — refcount 0, unpublished (on the free stack).
+ * Published pages are immutable: a sequence that must write into one copies
+ * it first. */
+#ifndef LLMEM_PAGE_POOL_H
+#define LLMEM_PAGE_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct page_pool {
+    int32_t n_pages, page_size;
+    int32_t *ref;
+    uint8_t *published;
+    uint8_t *hashed;     /* hash/parent valid: the page is full and its prefix canonical */
+    uint64_t *hash;      /* chained XXH3-64 of the tokens up to and including this page */
+    int32_t *parent;     /* previous page in the chain, -1 for the first */
+    int32_t *tokens;     /* [n_pages][page_size] token ids the hash covers */
+    int32_t *free_stack;
+    int32_t n_free;
+    int32_t *lru_prev, *lru_next;
+    int32_t lru_head, lru_tail, n_cached; /* head = least recently used */
+    int32_t *bucket, *bucket_next;        /* prefix index: hash -> chain of pages */
+    int32_t n_buckets;
+    int64_t n_used_peak, n_evictions;
+} page_pool;
+
+bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size);
+void page_pool_finish(page_pool *pp);
+/* Drops every reference and the whole index: all pages free. */
+void page_pool_reset(page_pool *pp);
+
+int32_t page_pool_used(const page_pool *pp);
+/* Pages obtainable now: free + evictable. */
+int32_t page_pool_available(const page_pool *pp);
+/* Takes a page (free first, else evicts the least recently used cached
+ * page); refcount 1. Returns -1 when none is available. *evicted tells
+ * whether a cached page was evicted. */
+int32_t page_pool_alloc(page_pool *pp, bool *was_cached);
+void page_pool_ref(page_pool *pp, int32_t p);
+/* Drops a reference; returns true when the page became free (not cached). */
+bool page_pool_unref(page_pool *pp, int32_t p);
+/* Prefix index. */
+uint64_t page_hash(uint64_t parent_hash, const int32_t *tokens, int32_t n);
+#define PAGE_HASH_SEED 0x6c6c6d656d2d6b76ull
+/* Finds the published page holding `tokens` after `parent` with `hash`, or -1. */
+int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, int32_t parent,
+                         const int32_t *tokens);
+/* Publishes a hashed page unless an equal one is already published; returns
+ * whether it was published. */
+bool page_pool_publish(page_pool *pp, int32_t p);
+/* Removes a page from the index (it stays used / becomes free). */
+void page_pool_unpublish(page_pool *pp, int32_t p);
+/* Consistency check; writes the first violation into err. */
+bool page_pool_check(const page_pool *pp, const int32_t *expected_ref, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,487 @@
+/* llmem memory/: building a plan — batch validation, prefix-cache skips
+ * and the three splits (DESIGN.md "split"; llama.cpp's llama_batch_allocr
+ * split_simple / split_equal / split_seq have the same meaning). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/internal.h"
+
+typedef struct stream_set {
+    int32_t off, n; /* into the flat id list */
+} stream_set;
+
+typedef struct plan_build {
+    const llmem_batch *b;
+    int32_t n_seq_max;
+    /* per batch token */
+    int32_t *stream;   /* global stream id */
+    bool *skip;        /* served by the prefix cache */
+    bool *out;
+    /* streams */
+    i32vec ids;        /* flat seq ids of each distinct stream */
+    stream_set *sets;
+    int32_t n_sets, cap_sets;
+} plan_build;
+
+static int32_t tok_nseq(const llmem_batch *b, int32_t i)
+{
+    return b->n_seq_id ? b->n_seq_id[i] : 1;
+}
+
+static int32_t tok_seq(const llmem_batch *b, int32_t i, int32_t j)
+{
+    return b->seq_id ? b->seq_id[i][j] : 0;
+}
+
+static bool same_set(const plan_build *pb, int32_t s, int32_t i)
+{
+    const llmem_batch *b = pb->b;
+    int32_t n = tok_nseq(b, i);
+    if (pb->sets[s].n != n)
+        return false;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t id = tok_seq(b, i, j);
+        bool found = false;
+        for (int32_t k = 0; k < n && !found; k++)
+            found = pb->ids.v[pb->sets[s].off + k] == id;
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
+static int32_t find_or_add_set(plan_build *pb, int32_t i)
+{
+    for (int32_t s = pb->n_sets - 1; s >= 0; s--)
+        if (same_set(pb, s, i))
+            return s;
+    if (pb->n_sets == pb->cap_sets) {
+        int32_t nc = pb->cap_sets ? pb->cap_sets * 2 : 16;
+        stream_set *ns = realloc(pb->sets, (size_t)nc * sizeof *ns);
+        if (!ns)
+            return -1;
+        pb->sets = ns;
+        pb->cap_sets = nc;
+    }
+    stream_set *st = &pb->sets[pb->n_sets];
+    st->off = pb->ids.n;
+    st->n = tok_nseq(pb->b, i);
+    for (int32_t j = 0; j < st->n; j++)
+        if (!i32vec_push(&pb->ids, tok_seq(pb->b, i, j)))
+            return -1;
+    return pb->n_sets++;
+}
+
+static void ubatch_free(llmem_ubatch *u)
+{
+    free((void *)u->token);
+    free((void *)u->embd);
+    free((void *)u->pos);
+    free((void *)u->seq);
+    free((void *)u->seq_id);
+    free((void *)u->batch_idx);
+    free((void *)u->out_rows);
+    free((void *)u->out_ids);
+}
+
+void llmem_plan_free_internal(llmem_plan *p)
+{
+    if (!p)
+        return;
+    for (int32_t u = 0; u < p->n_ubatch; u++) {
+        ubatch_free(&p->ubatch[u]);
+        if (p->stream_off)
+            free(p->stream_off[u]);
+        if (p->stream_ids)
+            free(p->stream_ids[u]);
+    }
+    free(p->ubatch);
+    free(p->stream_off);
+    free(p->stream_ids);
+    if (p->seq_tokens)
+        for (int32_t s = 0; s < p->n_seq_max; s++)
+            free(p->seq_tokens[s]);
+    free(p->seq_tokens);
+    free(p->n_cached);
+    free(p->n_new);
+    free(p->first_pos);
+    free(p);
+}
+
+/* Emits one ubatch from `n` batch-token indices (already grouped as the
+ * split wants). */
+static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *tok, int32_t n,
+                                llmem_split split, int32_t n_seq_tokens)
+{
+    const llmem_batch *b = pb->b;
+    int32_t u = p->n_ubatch;
+    llmem_ubatch *ub = &p->ubatch[u];
+    memset(ub, 0, sizeof *ub);
+    int32_t *token = b->token ? malloc((size_t)n * sizeof *token) : NULL;
+    float *embd = b->embd ? malloc((size_t)n * (size_t)b->n_embd * sizeof *embd) : NULL;
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    int32_t *seq = malloc((size_t)n * sizeof *seq);
+    int32_t *seq_id = malloc((size_t)n * sizeof *seq_id);
+    int32_t *bidx = malloc((size_t)n * sizeof *bidx);
+    int32_t *out_rows = malloc((size_t)n * sizeof *out_rows);
+    int32_t *out_ids = malloc((size_t)n * sizeof *out_ids);
+    int32_t *soff = malloc((size_t)(n + 1) * sizeof *soff);
+    int32_t *local_of = malloc((size_t)n * sizeof *local_of); /* local stream -> global set */
+    i32vec sids = {0};
+    ub->token = token;
+    ub->embd = embd;
+    ub->pos = pos;
+    ub->seq = seq;
+    ub->seq_id = seq_id;
+    ub->batch_idx = bidx;
+    ub->out_rows = out_rows;
+    ub->out_ids = out_ids;
+    p->stream_off[u] = soff;
+    p->n_ubatch++; /* from here on, plan_free releases the arrays */
+    if ((b->token && !token) || (b->embd && !embd) || !pos || !seq || !seq_id || !bidx ||
+        !out_rows || !out_ids || !soff || !local_of) {
+        free(local_of);
+        return LLMEM_E_NO_MEMORY;
+    }
+    int32_t n_local = 0, n_out = 0;
+    soff[0] = 0;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t i = tok[k];
+        int32_t g = pb->stream[i];
+        int32_t s = 0;
+        while (s < n_local && local_of[s] != g)
+            s++;
+        if (s == n_local) {
+            local_of[n_local++] = g;
+            const stream_set *st = &pb->sets[g];
+            for (int32_t j = 0; j < st->n; j++)
+                if (!i32vec_push(&sids, pb->ids.v[st->off + j])) {
+                    free(local_of);
+                    i32vec_free(&sids);
+                    return LLMEM_E_NO_MEMORY;
+                }
+            seq_id[s] = pb->ids.v[st->off];
+            soff[s + 1] = sids.n;
+        }
+        if (token)
+            token[k] = b->token[i];
+        if (embd)
+            memcpy(embd + (size_t)k * (size_t)b->n_embd, b->embd + (size_t)i * (size_t)b->n_embd,
+                   (size_t)b->n_embd * sizeof *embd);
+        pos[k] = b->pos[i];
+        seq[k] = s;
+        bidx[k] = i;
+        if (pb->out[i]) {
+            out_rows[n_out] = k;
+            out_ids[n_out] = i;
+            n_out++;
+        }
+    }
+    free(local_of);
+    p->stream_ids[u] = sids.v ? sids.v : malloc(sizeof(int32_t));
+    if (!p->stream_ids[u])
+        return LLMEM_E_NO_MEMORY;
+    ub->n_tokens = n;
+    ub->n_seqs = n_local;
+    ub->n_seq_tokens = split == LLMEM_SPLIT_SIMPLE ? 0 : n_seq_tokens;
+    ub->split = split;
+    ub->n_embd = b->embd ? b->n_embd : 0;
+    ub->n_outputs = n_out;
+    p->info.n_outputs += n_out;
+    p->info.n_tokens += n;
+    return LLMEM_OK;
+}
+
+static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list, int32_t n,
+                             llmem_split split, int32_t n_ubatch)
+{
+    llmem_status st = LLMEM_OK;
+    int32_t max_ub = n; /* every ubatch holds at least one token */
+    p->ubatch = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->ubatch);
+    p->stream_off = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->stream_off);
+    p->stream_ids = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->stream_ids);
+    int32_t *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
+    if (!p->ubatch || !p->stream_off || !p->stream_ids || !buf) {
+        free(buf);
+        return LLMEM_E_NO_MEMORY;
+    }
+    if (split == LLMEM_SPLIT_SIMPLE) {
+        for (int32_t k = 0; k < n && st == LLMEM_OK; k += n_ubatch) {
+            int32_t m = n - k < n_ubatch ? n - k : n_ubatch;
+            st = emit_ubatch(p, pb, list + k, m, split, 0);
+        }
+        free(buf);
+        return st;
+    }
+    /* EQUAL / SEQ: per-stream queues in batch order */
+    int32_t ns = pb->n_sets;
+    int32_t *start = calloc((size_t)ns + 1, sizeof *start);
+    int32_t *head = calloc((size_t)ns + 1, sizeof *head);
+    int32_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
+    if (!start || !head || !q) {
+        st = LLMEM_E_NO_MEMORY;
+        goto out;
+    }
+    for (int32_t k = 0; k < n; k++)
+        start[pb->stream[list[k]] + 1]++;
+    for (int32_t s = 0; s < ns; s++)
+        start[s + 1] += start[s];
+    for (int32_t s = 0; s < ns; s++)
+        head[s] = start[s];
+    for (int32_t k = 0; k < n; k++)
+        q[head[pb->stream[list[k]]]++] = list[k];
+    for (int32_t s = 0; s < ns; s++)
+        head[s] = start[s];
+    for (;;) {
+        int32_t chosen = 0, min_rem = INT32_MAX;
+        int32_t m = 0;
+        for (int32_t s = 0; s < ns; s++) {
+            int32_t rem = start[s + 1] - head[s];
+            if (rem <= 0)
+                continue;
+            if (split == LLMEM_SPLIT_SEQ && chosen == 1)
+                break;
+            if (chosen == n_ubatch)
+                break;
+            chosen++;
+            if (rem < min_rem)
+                min_rem = rem;
+        }
+        if (chosen == 0)
+            break;
+        int32_t nst = min_rem < n_ubatch / chosen ? min_rem : n_ubatch / chosen;
+        int32_t c = 0;
+        for (int32_t s = 0; s < ns && c < chosen; s++) {
+            if (start[s + 1] - head[s] <= 0)
+                continue;
+            for (int32_t t = 0; t < nst; t++)
+                buf[m++] = q[head[s]++];
+            c++;
+        }
+        st = emit_ubatch(p, pb, buf, m, split, nst);
+        if (st != LLMEM_OK)
+            break;
+    }
+out:
+    free(start);
+    free(head);
+    free(q);
+    free(buf);
+    return st;
+}
+
+static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split split, char *err,
+                             size_t err_len, int32_t *next_pos, int32_t *seq_set)
+{
+    const llmem_batch *b = pb->b;
+    if (b->n_tokens < 1) {
+        llmem_errf(err, err_len, "empty batch (n_tokens = %d)", b->n_tokens);
+        return LLMEM_E_INVALID;
+    }
+    if (!b->pos) {
+        llmem_errf(err, err_len, "batch has no positions");
+        return LLMEM_E_INVALID;
+    }
+    if (!b->token == !b->embd || (b->embd && b->n_embd <= 0)) {
+        llmem_errf(err, err_len, "batch needs exactly one of token ids or embeddings (n_embd > 0)");
+        return LLMEM_E_INVALID;
+    }
+    int32_t n_seq_max = pb->n_seq_max;
+    for (int32_t s = 0; s < n_seq_max; s++) {
+        next_pos[s] = INT32_MIN;
+        seq_set[s] = -1;
+    }
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        int32_t ns = tok_nseq(b, i);
+        if (ns < 1 || (ns > 1 && !b->seq_id)) {
+            llmem_errf(err, err_len, "batch token %d: %d sequence ids (need >= 1)", i, ns);
+            return LLMEM_E_INVALID;
+        }
+        if (b->pos[i] < 0) {
+            llmem_errf(err, err_len, "batch token %d: negative position %d", i, b->pos[i]);
+            return LLMEM_E_INVALID;
+        }
+        for (int32_t j = 0; j < ns; j++) {
+            int32_t s = tok_seq(b, i, j);
+            if (s < 0 || s >= n_seq_max) {
+                llmem_errf(err, err_len, "batch token %d: sequence id %d out of range [0, %d)", i,
+                           s, n_seq_max);
+                return LLMEM_E_INVALID;
+            }
+            for (int32_t k = 0; k < j; k++)
+                if (tok_seq(b, i, k) == s) {
+                    llmem_errf(err, err_len, "batch token %d: sequence id %d listed twice", i, s);
+                    return LLMEM_E_INVALID;
+                }
+            if (next_pos[s] == INT32_MIN) {
+                int32_t pm = mem->iface->seq_pos_max(mem, s);
+                next_pos[s] = pm >= 0 ? pm + 1 : b->pos[i];
+            }
+            if (b->pos[i] != next_pos[s]) {
+                llmem_errf(err, err_len,
+                           "batch token %d: position %d of sequence %d does not follow its last "
+                           "position (expected %d)",
+                           i, b->pos[i], s, next_pos[s]);
+                return LLMEM_E_INVALID;
+            }
+            next_pos[s]++;
+        }
+        int32_t g = find_or_add_set(pb, i);
+        if (g < 0)
+            return LLMEM_E_NO_MEMORY;
+        pb->stream[i] = g;
+        for (int32_t j = 0; j < ns; j++) {
+            int32_t s = tok_seq(b, i, j);
+            if (seq_set[s] >= 0 && seq_set[s] != g && split != LLMEM_SPLIT_SIMPLE) {
+                llmem_errf(err, err_len,
+                           "batch token %d: sequence %d appears with different sequence-id sets; "
+                           "the %s split needs each sequence in one set (submit shared tokens in "
+                           "their own batch, then seq_cp)",
+                           i, s, llmem_split_name(split));
+                return LLMEM_E_INVALID;
+            }
+            seq_set[s] = g;
+        }
+        pb->out[i] = b->output ? b->output[i] != 0 : i == b->n_tokens - 1;
+    }
+    return LLMEM_OK;
+}
+
+/* Decides how many leading tokens of each new sequence the prefix cache
+ * serves: only sequences that are empty, start at position 0, have token
+ * ids and no shared tokens; never the last token of a sequence in the
+ * batch, never a token that needs an output. */
+static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
+{
+    const llmem_batch *b = pb->b;
+    if (!b->token)
+        return LLMEM_OK;
+    int32_t *toks = malloc((size_t)b->n_tokens * sizeof *toks);
+    int32_t *idx = malloc((size_t)b->n_tokens * sizeof *idx);
+    if (!toks || !idx) {
+        free(toks);
+        free(idx);
+        return LLMEM_E_NO_MEMORY;
+    }
+    for (int32_t s = 0; s < pb->n_seq_max; s++) {
+        if (p->n_new[s] < 2 || p->first_pos[s] != 0 || mem->iface->seq_pos_max(mem, s) >= 0)
+            continue;
+        int32_t n = 0, limit = -1;
+        bool shared = false;
+        for (int32_t i = 0; i < b->n_tokens && !shared; i++) {
+            bool in = false;
+            for (int32_t j = 0; j < tok_nseq(b, i); j++)
+                in |= tok_seq(b, i, j) == s;
+            if (!in)
+                continue;
+            shared = tok_nseq(b, i) > 1;
+            if (pb->out[i] && limit < 0)
+                limit = n;
+            idx[n] = i;
+            toks[n++] = b->token[i];
+        }
+        if (shared)
+            continue;
+        if (limit < 0 || limit > n - 1)
+            limit = n - 1;
+        int32_t m = limit > 0 ? mem->iface->prefix_match(mem, toks, limit) : 0;
+        if (m > limit)
+            m = limit;
+        if (m <= 0)
+            continue;
+        p->n_cached[s] = m;
+        p->info.n_tokens_cached += m;
+        for (int32_t k = 0; k < m; k++)
+            pb->skip[idx[k]] = true;
+    }
+    free(toks);
+    free(idx);
+    return LLMEM_OK;
+}
+
+llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, llmem_split split,
+                                       int32_t n_ubatch, llmem_plan **out, char *err,
+                                       size_t err_len)
+{
+    llmem_status st = LLMEM_E_NO_MEMORY;
+    int32_t nsm = mem->n_seq_max;
+    plan_build pb = {.b = b, .n_seq_max = nsm};
+    int32_t *next_pos = malloc((size_t)nsm * sizeof *next_pos);
+    int32_t *seq_set = malloc((size_t)nsm * sizeof *seq_set);
+    int32_t *list = NULL;
+    llmem_plan *p = calloc(1, sizeof *p);
+    if (!next_pos || !seq_set || !p)
+        goto fail;
+    p->mem = mem;
+    p->n_seq_max = nsm;
+    p->n_cached = calloc((size_t)nsm, sizeof *p->n_cached);
+    p->n_new = calloc((size_t)nsm, sizeof *p->n_new);
+    p->first_pos = malloc((size_t)nsm * sizeof *p->first_pos);
+    p->seq_tokens = calloc((size_t)nsm, sizeof *p->seq_tokens);
+    if (b->n_tokens > 0) {
+        pb.stream = malloc((size_t)b->n_tokens * sizeof *pb.stream);
+        pb.skip = calloc((size_t)b->n_tokens, sizeof *pb.skip);
+        pb.out = calloc((size_t)b->n_tokens, sizeof *pb.out);
+        list = malloc((size_t)b->n_tokens * sizeof *list);
+    }
+    if (!p->n_cached || !p->n_new || !p->first_pos || !p->seq_tokens ||
+        (b->n_tokens > 0 && (!pb.stream || !pb.skip || !pb.out || !list)))
+        goto fail;
+    st = validate(mem, &pb, split, err, err_len, next_pos, seq_set);
+    if (st != LLMEM_OK)
+        goto fail;
+    for (int32_t s = 0; s < nsm; s++)
+        p->first_pos[s] = -1;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        for (int32_t j = 0; j < tok_nseq(b, i); j++) {
+            int32_t s = tok_seq(b, i, j);
+            if (p->first_pos[s] < 0)
+                p->first_pos[s] = b->pos[i];
+            p->n_new[s]++;
+        }
+    if (b->token) {
+        for (int32_t s = 0; s < nsm; s++) {
+            if (!p->n_new[s])
+                continue;
+            p->seq_tokens[s] = malloc((size_t)p->n_new[s] * sizeof(int32_t));
+            if (!p->seq_tokens[s]) {
+                st = LLMEM_E_NO_MEMORY;
+                goto fail;
+            }
+        }
+        int32_t *fill = next_pos; /* reuse as per-sequence cursor */
+        memset(fill, 0, (size_t)nsm * sizeof *fill);
+        for (int32_t i = 0; i < b->n_tokens; i++)
+            for (int32_t j = 0; j < tok_nseq(b, i); j++) {
+                int32_t s = tok_seq(b, i, j);
+                p->seq_tokens[s][fill[s]++] = b->token[i];
+            }
+    }
+    st = LLMEM_OK;
+    if (mem->iface->prefix_match)
+        st = prefix_skips(mem, &pb, p);
+    if (st != LLMEM_OK)
+        goto fail;
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (!pb.skip[i])
+            list[n++] = i;
+    st = do_split(p, &pb, list, n, split, n_ubatch);
+    if (st != LLMEM_OK)
+        goto fail;
+    p->info.n_ubatch = p->n_ubatch;
+    p->info.split = split;
+    *out = p;
+    p = NULL;
+fail:
+    llmem_plan_free_internal(p);
+    free(next_pos);
+    free(seq_set);
+    free(list);
+    free(pb.stream);
+    free(pb.skip);
+    free(pb.out);
+    free(pb.sets);
+    i32vec_free(&pb.ids);
+    return st;
+}

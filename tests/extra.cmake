@@ -1,0 +1,38 @@
+# Extra test programs, included by tests/CMakeLists.txt.
+#
+# 1. Backend plugins for tests/test_backend.c, built from tests/plugins/testplug.c
+#    as MODULE libraries into ${CMAKE_BINARY_DIR}/tests/plugins. The registry
+#    finds them only through LLMEM_BACKEND_PATH, which the test sets.
+# 2. The libFuzzer harnesses in tests/fuzz/, when that folder has a fuzz.cmake.
+
+set(LLMEM_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
+
+# llmem_test_plugin(<target> <plugin name> <output folder> [definitions...])
+function(llmem_test_plugin target name dir)
+  add_library(${target} MODULE ${CMAKE_CURRENT_SOURCE_DIR}/plugins/testplug.c)
+  # $<1:...> keeps multi-config generators from appending a config folder.
+  set_target_properties(${target} PROPERTIES
+    PREFIX "lib" SUFFIX ".so" OUTPUT_NAME "llmem-${name}"
+    LIBRARY_OUTPUT_DIRECTORY "$<1:${dir}>")
+  target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR}/include)
+  target_compile_options(${target} PRIVATE ${LLMEM_WARN_FLAGS})
+  target_compile_definitions(${target} PRIVATE TESTPLUG_NAME="${name}" ${ARGN})
+endfunction()
+
+llmem_test_plugin(llmem_testplug testplug ${LLMEM_TEST_PLUGIN_DIR})
+llmem_test_plugin(llmem_testplug_alt testplug ${LLMEM_TEST_PLUGIN_DIR}/alt TESTPLUG_ALT=1)
+llmem_test_plugin(llmem_badabi badabi ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_ABI_DELTA=1)
+llmem_test_plugin(llmem_badvtable badvtable ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_BAD_VTABLE=1)
+llmem_test_plugin(llmem_noentry noentry ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_NO_ENTRY=1)
+
+if(TARGET test_backend)
+  add_dependencies(test_backend llmem_testplug llmem_testplug_alt llmem_badabi
+    llmem_badvtable llmem_noentry)
+  target_compile_definitions(test_backend PRIVATE
+    LLMEM_TEST_PLUGIN_DIR="${LLMEM_TEST_PLUGIN_DIR}")
+  target_link_libraries(test_backend PRIVATE ${CMAKE_DL_LIBS})
+endif()
+
+if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
+  include(${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
+endif()

@@ -1,0 +1,784 @@
+// ctest-labels: core
+/* Backend registry, plugin loading and the buffer API.
+ *
+ * Buffer tests run on the built-in "cpu" backend and on the "testplug"
+ * plugin (tests/plugins/testplug.c, not host visible), and compare every
+ * result with a host mirror the test keeps itself. Plugin tests load the
+ * plugins tests/extra.cmake builds, through LLMEM_BACKEND_PATH, and watch
+ * whether the module is mapped with dlopen(RTLD_NOLOAD).
+ * LLMEM_TEST_SEED=<n> changes the random seed (default fixed).
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/backend.h"
+#include "llmem/backend_impl.h"
+
+#ifndef LLMEM_TEST_PLUGIN_DIR
+#define LLMEM_TEST_PLUGIN_DIR LLMEM_BUILD_DIR "/tests/plugins"
+#endif
+
+/* --- helpers -------------------------------------------------------------- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static void rng_seed(uint64_t salt)
+{
+    const char *s = getenv("LLMEM_TEST_SEED");
+    rng = (s ? strtoull(s, NULL, 0) : 0x9e3779b97f4a7c15ull) ^ (salt * 0xff51afd7ed558ccdull);
+    if (rng == 0)
+        rng = 1;
+}
+
+static uint64_t rng_next(void) /* xorshift64* */
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545f4914f6cdd1dull;
+}
+
+static size_t rng_below(size_t n)
+{
+    return n ? (size_t)(rng_next() % n) : 0;
+}
+
+static void rng_bytes(unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (unsigned char)(rng_next() >> 56);
+}
+
+static void use_test_plugins(void)
+{
+    /* An empty entry and a missing folder first: both must be skipped. */
+    ck_assert_int_eq(setenv("LLMEM_BACKEND_PATH", "/nonexistent/llmem::" LLMEM_TEST_PLUGIN_DIR, 1),
+                     0);
+}
+
+static bool plugin_loaded(const char *file)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", LLMEM_TEST_PLUGIN_DIR, file);
+    void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (h)
+        dlclose(h);
+    return h != NULL;
+}
+
+static llmem_backend *open_ok(const char *name)
+{
+    char err[512] = "";
+    llmem_backend *be = NULL;
+    llmem_status st = llmem_backend_open(name, -1, &be, err, sizeof err);
+    ck_assert_msg(st == LLMEM_OK, "open %s: %s (%s)", name, llmem_status_str(st), err);
+    ck_assert_ptr_nonnull(be);
+    return be;
+}
+
+static const char *const backends_under_test[] = {"cpu", "testplug"};
+#define N_BACKENDS ((int)(sizeof backends_under_test / sizeof backends_under_test[0]))
+
+static llmem_backend *open_under_test(int i)
+{
+    use_test_plugins();
+    rng_seed((uint64_t)i + 1);
+    return open_ok(backends_under_test[i]);
+}
+
+static void expect_contents(llmem_buffer *buf, const unsigned char *mirror, size_t size)
+{
+    unsigned char *got = malloc(size);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_int_eq(llmem_buffer_download(buf, 0, got, size), LLMEM_OK);
+    ck_assert_msg(memcmp(got, mirror, size) == 0, "buffer differs from the host mirror");
+    free(got);
+}
+
+/* IEEE 754 binary16 -> double, written out from the format definition. */
+static double half_to_double(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    double v;
+    if (exp == 0x1f)
+        v = man ? NAN : INFINITY;
+    else if (exp == 0)
+        v = ldexp((double)man, -24);
+    else
+        v = ldexp((double)(man | 0x400), exp - 25);
+    return sign ? -v : v;
+}
+
+static float bits_to_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Every element of dtype t in the 4 bytes at p is NaN (i32: the poison
+ * value, which reads as an f32 NaN). */
+static bool word_is_nan(const unsigned char *p, llmem_dtype t)
+{
+    uint32_t w;
+    uint16_t h[2];
+    memcpy(&w, p, 4);
+    memcpy(h, p, 4);
+    switch (t) {
+    case LLMEM_DTYPE_F32:
+    case LLMEM_DTYPE_I32: return isnan(bits_to_float(w));
+    case LLMEM_DTYPE_F16: return isnan(half_to_double(h[0])) && isnan(half_to_double(h[1]));
+    case LLMEM_DTYPE_BF16:
+        return isnan(bits_to_float((uint32_t)h[0] << 16)) &&
+               isnan(bits_to_float((uint32_t)h[1] << 16));
+    default: return false;
+    }
+}
+
+/* --- status and dtypes -------------------------------------------------------- */
+
+START_TEST(test_status_names)
+{
+    const llmem_status all[] = {LLMEM_OK, LLMEM_E_INVALID, LLMEM_E_NO_MEMORY, LLMEM_E_NO_SPACE,
+                                LLMEM_E_UNSUPPORTED, LLMEM_E_NOT_FOUND, LLMEM_E_ABI,
+                                LLMEM_E_CORRUPT, LLMEM_E_BUSY, LLMEM_E_STATE, LLMEM_E_BACKEND,
+                                LLMEM_E_IO};
+    const int n = (int)(sizeof all / sizeof all[0]);
+    for (int i = 0; i < n; i++) {
+        const char *s = llmem_status_str(all[i]);
+        ck_assert_ptr_nonnull(s);
+        ck_assert_msg(strncmp(s, "LLMEM_", 6) == 0, "status %d: \"%s\"", (int)all[i], s);
+        for (int j = 0; j < i; j++)
+            ck_assert_str_ne(s, llmem_status_str(all[j]));
+    }
+    ck_assert_ptr_nonnull(strstr(llmem_status_str(LLMEM_E_NO_SPACE), "LLMEM_E_NO_SPACE"));
+    ck_assert_str_eq(llmem_status_str((llmem_status)-100), "unknown status");
+    ck_assert_str_eq(llmem_status_str((llmem_status)1), "unknown status");
+}
+END_TEST
+
+START_TEST(test_dtypes)
+{
+    const struct {
+        llmem_dtype t;
+        const char *name;
+        size_t size;
+    } want[] = {{LLMEM_DTYPE_F32, "f32", sizeof(float)},
+                {LLMEM_DTYPE_F16, "f16", sizeof(uint16_t)},
+                {LLMEM_DTYPE_BF16, "bf16", sizeof(uint16_t)},
+                {LLMEM_DTYPE_I32, "i32", sizeof(int32_t)}};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_uint_eq(llmem_dtype_size(want[i].t), want[i].size);
+        ck_assert_str_eq(llmem_dtype_name(want[i].t), want[i].name);
+        llmem_dtype parsed = LLMEM_DTYPE_COUNT;
+        ck_assert_int_eq(llmem_dtype_parse(want[i].name, &parsed), LLMEM_OK);
+        ck_assert_int_eq(parsed, want[i].t);
+    }
+    llmem_dtype d = LLMEM_DTYPE_F16;
+    ck_assert_int_eq(llmem_dtype_parse("F32", &d), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_dtype_parse("fp16", &d), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_dtype_parse("", &d), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_dtype_parse(NULL, &d), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_dtype_parse("f32", NULL), LLMEM_E_INVALID);
+    ck_assert_int_eq(d, LLMEM_DTYPE_F16); /* failed parses leave *out alone */
+    ck_assert_uint_eq(llmem_dtype_size(LLMEM_DTYPE_COUNT), 0);
+    ck_assert_uint_eq(llmem_dtype_size((llmem_dtype)-1), 0);
+    ck_assert_str_eq(llmem_dtype_name((llmem_dtype)99), "?");
+}
+END_TEST
+
+START_TEST(test_nan_patterns)
+{
+    for (int t = 0; t < LLMEM_DTYPE_COUNT; t++) {
+        uint32_t p = llmem_nan_pattern((llmem_dtype)t);
+        unsigned char bytes[4];
+        memcpy(bytes, &p, 4);
+        ck_assert_msg(word_is_nan(bytes, (llmem_dtype)t), "%s pattern 0x%08x is not NaN",
+                      llmem_dtype_name((llmem_dtype)t), (unsigned)p);
+    }
+    /* Quiet NaNs: the top mantissa bit is set (IEEE 754-2008 6.2.1). */
+    ck_assert_uint_ne(llmem_nan_pattern(LLMEM_DTYPE_F32) & (1u << 22), 0);
+    ck_assert_uint_ne(llmem_nan_pattern(LLMEM_DTYPE_F16) & (1u << 9), 0);
+    ck_assert_uint_ne(llmem_nan_pattern(LLMEM_DTYPE_BF16) & (1u << 6), 0);
+}
+END_TEST
+
+/* --- buffers on every backend under test -------------------------------------- */
+
+START_TEST(test_fill_nan)
+{
+    llmem_backend *be = open_under_test(_i);
+    const size_t size = 1024;
+    llmem_buffer *buf = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(be, size, &buf), LLMEM_OK);
+    unsigned char *host = malloc(size);
+    ck_assert_ptr_nonnull(host);
+    for (int t = 0; t < LLMEM_DTYPE_COUNT; t++) {
+        memset(host, 0, size);
+        ck_assert_int_eq(llmem_buffer_upload(buf, 0, host, size), LLMEM_OK);
+        /* Poison the middle only; the edges must keep their zeros. */
+        ck_assert_int_eq(llmem_buffer_fill(buf, 64, size - 128,
+                                           llmem_nan_pattern((llmem_dtype)t)),
+                         LLMEM_OK);
+        ck_assert_int_eq(llmem_backend_synchronize(be), LLMEM_OK);
+        ck_assert_int_eq(llmem_buffer_download(buf, 0, host, size), LLMEM_OK);
+        for (size_t i = 0; i < size; i += 4) {
+            bool inside = i >= 64 && i < size - 64;
+            if (inside)
+                ck_assert_msg(word_is_nan(host + i, (llmem_dtype)t), "%s byte %zu not NaN",
+                              llmem_dtype_name((llmem_dtype)t), i);
+            else
+                ck_assert_msg(!memcmp(host + i, "\0\0\0\0", 4), "fill wrote outside its range");
+        }
+    }
+    free(host);
+    llmem_buffer_free(buf);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Random uploads, downloads, copies and fills over three buffers, checked
+ * against a host mirror that applies the same operations with memcpy. */
+START_TEST(test_random_round_trips)
+{
+    llmem_backend *be = open_under_test(_i);
+    enum { NB = 3, STEPS = 3000 };
+    llmem_buffer *buf[NB];
+    unsigned char *mirror[NB];
+    size_t size[NB];
+    unsigned char *tmp = malloc(8192), *got = malloc(8192);
+    ck_assert_ptr_nonnull(tmp);
+    ck_assert_ptr_nonnull(got);
+    for (int b = 0; b < NB; b++) {
+        size[b] = 1 + rng_below(4096);
+        ck_assert_int_eq(llmem_buffer_alloc(be, size[b], &buf[b]), LLMEM_OK);
+        ck_assert_uint_eq(llmem_buffer_size(buf[b]), size[b]);
+        ck_assert_ptr_eq(llmem_buffer_backend(buf[b]), be);
+        mirror[b] = malloc(size[b]);
+        ck_assert_ptr_nonnull(mirror[b]);
+        rng_bytes(mirror[b], size[b]);
+        ck_assert_int_eq(llmem_buffer_upload(buf[b], 0, mirror[b], size[b]), LLMEM_OK);
+    }
+    for (int step = 0; step < STEPS; step++) {
+        int b = (int)rng_below(NB);
+        size_t off = rng_below(size[b] + 1);
+        size_t n = rng_below(size[b] - off + 1);
+        switch (rng_below(4)) {
+        case 0:
+            rng_bytes(tmp, n);
+            ck_assert_int_eq(llmem_buffer_upload(buf[b], off, tmp, n), LLMEM_OK);
+            memcpy(mirror[b] + off, tmp, n);
+            break;
+        case 1:
+            ck_assert_int_eq(llmem_buffer_download(buf[b], off, got, n), LLMEM_OK);
+            ck_assert_msg(memcmp(got, mirror[b] + off, n) == 0, "step %d: download differs",
+                          step);
+            break;
+        case 2: {
+            int s = (int)rng_below(NB);
+            size_t soff = rng_below(size[s] + 1);
+            n = rng_below((size[s] - soff < size[b] - off ? size[s] - soff : size[b] - off) + 1);
+            bool overlap = s == b && n > 0 && off < soff + n && soff < off + n;
+            llmem_status st = llmem_buffer_copy(buf[b], off, buf[s], soff, n);
+            ck_assert_int_eq(st, overlap ? LLMEM_E_INVALID : LLMEM_OK);
+            if (!overlap)
+                memmove(mirror[b] + off, mirror[s] + soff, n);
+            break;
+        }
+        default: {
+            uint32_t pattern = (uint32_t)rng_next();
+            bool aligned = off % 4 == 0 && n % 4 == 0;
+            ck_assert_int_eq(llmem_buffer_fill(buf[b], off, n, pattern),
+                             aligned ? LLMEM_OK : LLMEM_E_INVALID);
+            if (aligned)
+                for (size_t i = 0; i < n; i += 4)
+                    memcpy(mirror[b] + off + i, &pattern, 4);
+            break;
+        }
+        }
+    }
+    ck_assert_int_eq(llmem_backend_synchronize(be), LLMEM_OK);
+    for (int b = 0; b < NB; b++) {
+        expect_contents(buf[b], mirror[b], size[b]);
+        llmem_buffer_free(buf[b]);
+        free(mirror[b]);
+    }
+    free(tmp);
+    free(got);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_ranges)
+{
+    llmem_backend *be = open_under_test(_i);
+    const size_t n = 100;
+    unsigned char data[100], tmp[128] = {0};
+    rng_bytes(data, n);
+    llmem_buffer *a = NULL, *other = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(be, n, &a), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload(a, 0, data, n), LLMEM_OK);
+
+    const struct {
+        size_t off, size;
+        bool ok;
+    } r[] = {{0, 100, true},      {100, 0, true},         {99, 1, true},     {0, 0, true},
+             {101, 0, false},     {0, 101, false},        {50, 51, false},   {100, 1, false},
+             {SIZE_MAX, 1, false}, {1, SIZE_MAX, false},  {SIZE_MAX, SIZE_MAX, false}};
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+        /* Rejected ranges must fail before touching tmp (128 bytes). */
+        llmem_status want = r[i].ok ? LLMEM_OK : LLMEM_E_INVALID;
+        ck_assert_int_eq(llmem_buffer_download(a, r[i].off, tmp, r[i].size), want);
+        if (r[i].ok)
+            ck_assert_int_eq(memcmp(tmp, data + r[i].off, r[i].size), 0);
+        else
+            ck_assert_int_eq(llmem_buffer_upload(a, r[i].off, tmp, r[i].size), LLMEM_E_INVALID);
+    }
+    ck_assert_int_eq(llmem_buffer_upload(NULL, 0, data, 1), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_upload(a, 0, NULL, 1), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_download(a, 0, NULL, 1), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_download(NULL, 0, tmp, 1), LLMEM_E_INVALID);
+
+    /* Copies: ranges, overlap within one buffer, other backends. */
+    ck_assert_int_eq(llmem_buffer_copy(a, 0, a, 5, 10), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(a, 5, a, 0, 10), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(a, 7, a, 7, 1), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(a, 0, a, 90, 11), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(a, SIZE_MAX, a, 0, 1), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(NULL, 0, a, 0, 1), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(a, 0, NULL, 0, 1), LLMEM_E_INVALID);
+    llmem_backend *be2 = open_ok("cpu");
+    ck_assert_int_eq(llmem_buffer_alloc(be2, n, &other), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_copy(other, 0, a, 0, 10), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_copy(a, 0, other, 0, 10), LLMEM_E_INVALID);
+
+    /* Fills: 4-aligned offset and size, inside the buffer. */
+    ck_assert_int_eq(llmem_buffer_fill(a, 2, 4, 0), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_fill(a, 0, 6, 0), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_fill(a, 96, 8, 0), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_fill(a, SIZE_MAX - 3, 4, 0), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_fill(NULL, 0, 4, 0), LLMEM_E_INVALID);
+
+    /* Nothing above may have changed the contents. */
+    expect_contents(a, data, n);
+
+    /* The accepted edge cases act. */
+    ck_assert_int_eq(llmem_buffer_copy(a, 0, a, 10, 10), LLMEM_OK); /* adjacent */
+    memcpy(data, data + 10, 10);
+    ck_assert_int_eq(llmem_buffer_fill(a, 96, 4, 0x01020304u), LLMEM_OK);
+    uint32_t p = 0x01020304u;
+    memcpy(data + 96, &p, 4);
+    ck_assert_int_eq(llmem_buffer_fill(a, 100, 0, 0), LLMEM_OK);
+    expect_contents(a, data, n);
+
+    /* Allocation arguments and NULL handling. */
+    llmem_buffer *z = (llmem_buffer *)(void *)&p;
+    ck_assert_int_eq(llmem_buffer_alloc(be, 0, &z), LLMEM_E_INVALID);
+    ck_assert_ptr_null(z);
+    ck_assert_int_eq(llmem_buffer_alloc(be, 1, NULL), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_alloc(NULL, 1, &z), LLMEM_E_INVALID);
+    ck_assert_uint_eq(llmem_buffer_size(NULL), 0);
+    ck_assert_ptr_null(llmem_buffer_backend(NULL));
+    ck_assert_ptr_null(llmem_buffer_host_ptr(NULL));
+    ck_assert_int_eq(llmem_backend_synchronize(NULL), LLMEM_E_INVALID);
+    llmem_backend_info info;
+    ck_assert_int_eq(llmem_backend_get_info(NULL, &info), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_backend_get_info(be, NULL), LLMEM_E_INVALID);
+    llmem_buffer_free(NULL);
+    llmem_backend_close(NULL);
+    llmem_backend_set_alloc_hook(NULL, NULL, NULL);
+
+    llmem_buffer_free(other);
+    llmem_buffer_free(a);
+    llmem_backend_close(be2);
+    llmem_backend_close(be);
+}
+END_TEST
+
+typedef struct hook_log {
+    int calls;
+    size_t last_size;
+    size_t limit;
+} hook_log;
+
+static bool limit_hook(size_t size, void *ctx)
+{
+    hook_log *h = ctx;
+    h->calls++;
+    h->last_size = size;
+    return size <= h->limit;
+}
+
+START_TEST(test_alloc_hook)
+{
+    llmem_backend *be = open_under_test(_i);
+    hook_log log = {.limit = 1000};
+    llmem_backend_set_alloc_hook(be, limit_hook, &log);
+    ck_assert_int_eq(be->refcount, 1);
+
+    llmem_buffer *big = (llmem_buffer *)(void *)&log, *small = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(be, 2000, &big), LLMEM_E_NO_MEMORY);
+    ck_assert_ptr_null(big);
+    ck_assert_int_eq(log.calls, 1);
+    ck_assert_uint_eq(log.last_size, 2000);
+    ck_assert_int_eq(be->refcount, 1); /* a refused allocation holds nothing */
+
+    ck_assert_int_eq(llmem_buffer_alloc(be, 1000, &small), LLMEM_OK);
+    ck_assert_int_eq(log.calls, 2);
+    ck_assert_uint_eq(log.last_size, 1000);
+    ck_assert_int_eq(be->refcount, 2);
+
+    llmem_backend_set_alloc_hook(be, NULL, NULL);
+    ck_assert_int_eq(llmem_buffer_alloc(be, 2000, &big), LLMEM_OK);
+    ck_assert_int_eq(log.calls, 2); /* removed hooks are not called */
+    ck_assert_int_eq(be->refcount, 3);
+
+    llmem_buffer_free(big);
+    llmem_buffer_free(small);
+    ck_assert_int_eq(be->refcount, 1);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* --- the CPU backend ---------------------------------------------------------- */
+
+START_TEST(test_cpu_info)
+{
+    llmem_backend *be = open_ok("cpu");
+    ck_assert_str_eq(llmem_backend_name(be), "cpu");
+    llmem_backend_info info;
+    ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
+    ck_assert_str_eq(info.backend, "cpu");
+    ck_assert_int_eq(info.device, 0);
+    ck_assert(info.host_visible);
+    ck_assert_uint_gt(info.memory_total, 0);
+    ck_assert_uint_le(info.memory_free, info.memory_total);
+    ck_assert_ptr_nonnull(info.device_name);
+    ck_assert_uint_gt(strlen(info.device_name), 0);
+    /* The name is the first "model name" of /proc/cpuinfo when it has one. */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        bool found = false;
+        while (!found && fgets(line, sizeof line, f))
+            found = strncmp(line, "model name", 10) == 0;
+        fclose(f);
+        if (found)
+            ck_assert_msg(strstr(line, info.device_name) != NULL, "\"%s\" not in \"%s\"",
+                          info.device_name, line);
+        else
+            ck_assert_str_eq(info.device_name, "cpu");
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_cpu_host_ptr)
+{
+    llmem_backend *be = open_ok("cpu");
+    const size_t sizes[] = {1, 3, 255, 256, 257, 4096, 100000};
+    rng_seed(7);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        llmem_buffer *buf = NULL;
+        ck_assert_int_eq(llmem_buffer_alloc(be, n, &buf), LLMEM_OK);
+        unsigned char *host = llmem_buffer_host_ptr(buf);
+        ck_assert_ptr_nonnull(host);
+        ck_assert_uint_eq((uintptr_t)host % 256, 0);
+        unsigned char *data = malloc(n), *back = malloc(n);
+        ck_assert_ptr_nonnull(data);
+        ck_assert_ptr_nonnull(back);
+        rng_bytes(data, n);
+        ck_assert_int_eq(llmem_buffer_upload(buf, 0, data, n), LLMEM_OK);
+        ck_assert_int_eq(memcmp(host, data, n), 0); /* upload lands in host memory */
+        host[n - 1] ^= 0xff;                         /* and host writes are downloaded */
+        data[n - 1] ^= 0xff;
+        ck_assert_int_eq(llmem_buffer_download(buf, 0, back, n), LLMEM_OK);
+        ck_assert_int_eq(memcmp(back, data, n), 0);
+        free(data);
+        free(back);
+        llmem_buffer_free(buf);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* --- the registry --------------------------------------------------------------- */
+
+START_TEST(test_open_errors)
+{
+    use_test_plugins();
+    char err[512];
+    llmem_backend *be = (llmem_backend *)(void *)err;
+    ck_assert_int_eq(llmem_backend_open("nosuch-backend", -1, &be, err, sizeof err),
+                     LLMEM_E_NOT_FOUND);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strncmp(err, "nosuch-backend: ", 16) == 0, "%s", err);
+    ck_assert_msg(strstr(err, "libllmem-nosuch-backend.so not found"), "%s", err);
+    ck_assert_msg(strstr(err, LLMEM_TEST_PLUGIN_DIR), "search path missing: %s", err);
+    ck_assert_ptr_null(strchr(err, '\n'));
+
+    char long_name[66];
+    memset(long_name, 'a', 65); /* one past the 64-character limit */
+    long_name[65] = '\0';
+    const char *bad_names[] = {"", "../cpu", "a/b", "x y", "cpu.so", long_name};
+    for (size_t i = 0; i < sizeof bad_names / sizeof bad_names[0]; i++) {
+        err[0] = '\0';
+        ck_assert_int_eq(llmem_backend_open(bad_names[i], -1, &be, err, sizeof err),
+                         LLMEM_E_INVALID);
+        ck_assert_msg(strlen(err) > 0, "no message for \"%s\"", bad_names[i]);
+    }
+    ck_assert_int_eq(llmem_backend_open(NULL, -1, &be, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, NULL, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_backend_open("cpu", -2, &be, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_backend_open("cpu", 1, &be, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_msg(strncmp(err, "cpu: ", 5) == 0 && strstr(err, "device 1"), "%s", err);
+    ck_assert_int_eq(llmem_backend_open("nosuch", -1, &be, NULL, 0), LLMEM_E_NOT_FOUND);
+    char tiny[8];
+    memset(tiny, 'x', sizeof tiny);
+    ck_assert_int_eq(llmem_backend_open("nosuch", -1, &be, tiny, sizeof tiny), LLMEM_E_NOT_FOUND);
+    ck_assert_uint_eq(strnlen(tiny, sizeof tiny), sizeof tiny - 1);
+
+    be = open_ok("cpu");
+    llmem_backend *dev0 = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", 0, &dev0, err, sizeof err), LLMEM_OK);
+    llmem_backend_close(dev0);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_open_auto)
+{
+    llmem_backend *be = open_ok("auto");
+    const char *name = llmem_backend_name(be);
+    ck_assert_msg(!strcmp(name, "cpu") || !strcmp(name, "cuda") || !strcmp(name, "vulkan"),
+                  "auto opened \"%s\"", name);
+    llmem_backend_info info;
+    ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
+    ck_assert_str_eq(info.backend, name);
+    llmem_buffer *buf = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(be, 64, &buf), LLMEM_OK);
+    llmem_buffer_free(buf);
+    llmem_backend_close(be);
+}
+END_TEST
+
+typedef struct lines {
+    int n;
+    char text[32][600];
+} lines;
+
+static void collect(const char *line, void *ctx)
+{
+    lines *l = ctx;
+    ck_assert_ptr_nonnull(line);
+    ck_assert_int_lt(l->n, 32);
+    snprintf(l->text[l->n++], sizeof l->text[0], "%s", line);
+}
+
+static const char *find_line(const lines *l, const char *prefix)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strncmp(l->text[i], prefix, strlen(prefix)) == 0)
+            return l->text[i];
+    return NULL;
+}
+
+START_TEST(test_list)
+{
+    use_test_plugins();
+    lines *l = calloc(1, sizeof *l);
+    ck_assert_ptr_nonnull(l);
+    llmem_backend_list(collect, l);
+    ck_assert_int_ge(l->n, 3);
+    ck_assert_msg(strncmp(l->text[0], "cpu: available, ", 16) == 0, "%s", l->text[0]);
+    ck_assert_ptr_nonnull(strstr(l->text[0], " threads, "));
+    ck_assert_ptr_nonnull(find_line(l, "cuda: "));
+    ck_assert_ptr_nonnull(find_line(l, "vulkan: "));
+    ck_assert_ptr_nonnull(find_line(l, "testplug: available, device 0: testplug malloc device"));
+    ck_assert_ptr_null(find_line(l, "testplug: available, device 0: testplug alt device"));
+    const char *bad = find_line(l, "badabi: unavailable: ");
+    ck_assert_ptr_nonnull(bad);
+    ck_assert_ptr_nonnull(strstr(bad, "ABI"));
+    /* badvtable lists its device itself; its vtable is checked at open. */
+    ck_assert_ptr_nonnull(find_line(l, "badvtable: available, "));
+    ck_assert_ptr_nonnull(find_line(l, "noentry: unavailable: "));
+    for (int i = 0; i < l->n; i++)
+        ck_assert_ptr_null(strchr(l->text[i], '\n'));
+    llmem_backend_list(NULL, NULL); /* must not crash */
+    free(l);
+    ck_assert(!plugin_loaded("libllmem-testplug.so"));
+    ck_assert(!plugin_loaded("libllmem-badabi.so"));
+}
+END_TEST
+
+START_TEST(test_plugin_open)
+{
+    use_test_plugins();
+    ck_assert(!plugin_loaded("libllmem-testplug.so"));
+    llmem_backend *be = open_ok("testplug");
+    ck_assert(plugin_loaded("libllmem-testplug.so"));
+    ck_assert_str_eq(llmem_backend_name(be), "testplug");
+    llmem_backend_info info;
+    ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
+    ck_assert_str_eq(info.backend, "testplug");
+    ck_assert_str_eq(info.device_name, "testplug malloc device");
+    ck_assert(!info.host_visible);
+    ck_assert_ptr_null(be->iface->ops);
+
+    llmem_backend *be2 = open_ok("testplug"); /* two backends of one plugin */
+    llmem_buffer *buf = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(be, 333, &buf), LLMEM_OK);
+    ck_assert_ptr_null(llmem_buffer_host_ptr(buf));
+    unsigned char data[333], back[333];
+    rng_seed(11);
+    rng_bytes(data, sizeof data);
+    ck_assert_int_eq(llmem_buffer_upload(buf, 0, data, sizeof data), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(buf, 0, back, sizeof back), LLMEM_OK);
+    ck_assert_int_eq(memcmp(data, back, sizeof data), 0);
+    llmem_buffer_free(buf);
+    llmem_backend_close(be);
+    ck_assert(plugin_loaded("libllmem-testplug.so")); /* be2 still holds it */
+    llmem_backend_close(be2);
+    ck_assert(!plugin_loaded("libllmem-testplug.so"));
+}
+END_TEST
+
+START_TEST(test_plugin_search_order)
+{
+    const char *main_dir = LLMEM_TEST_PLUGIN_DIR, *alt_dir = LLMEM_TEST_PLUGIN_DIR "/alt";
+    const struct {
+        const char *first, *second, *device;
+    } order[] = {{alt_dir, main_dir, "testplug alt device"},
+                 {main_dir, alt_dir, "testplug malloc device"}};
+    for (int k = 0; k < 2; k++) {
+        char path[2100];
+        snprintf(path, sizeof path, "%s:%s", order[k].first, order[k].second);
+        ck_assert_int_eq(setenv("LLMEM_BACKEND_PATH", path, 1), 0);
+        llmem_backend *be = open_ok("testplug");
+        llmem_backend_info info;
+        ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
+        ck_assert_str_eq(info.device_name, order[k].device);
+        llmem_backend_close(be);
+    }
+    /* Without LLMEM_BACKEND_PATH the test plugins are not found. */
+    ck_assert_int_eq(unsetenv("LLMEM_BACKEND_PATH"), 0);
+    llmem_backend *be = NULL;
+    char err[512];
+    ck_assert_int_eq(llmem_backend_open("testplug", -1, &be, err, sizeof err), LLMEM_E_NOT_FOUND);
+}
+END_TEST
+
+START_TEST(test_plugin_rejected)
+{
+    use_test_plugins();
+    char err[512], want[64];
+    llmem_backend *be = NULL;
+
+    ck_assert_int_eq(llmem_backend_open("badabi", -1, &be, err, sizeof err), LLMEM_E_ABI);
+    ck_assert_ptr_null(be);
+    snprintf(want, sizeof want, "ABI %d", LLMEM_BACKEND_ABI_VERSION + 1);
+    ck_assert_msg(strstr(err, want), "no \"%s\" in: %s", want, err);
+    snprintf(want, sizeof want, "ABI %d", LLMEM_BACKEND_ABI_VERSION);
+    ck_assert_msg(strstr(err, want), "no \"%s\" in: %s", want, err);
+    ck_assert_msg(strncmp(err, "badabi: ", 8) == 0, "%s", err);
+    ck_assert(!plugin_loaded("libllmem-badabi.so"));
+
+    ck_assert_int_eq(llmem_backend_open("badvtable", -1, &be, err, sizeof err), LLMEM_E_ABI);
+    ck_assert_ptr_null(be);
+    ck_assert_msg(strstr(err, "buffer_copy"), "%s", err);
+    ck_assert(!plugin_loaded("libllmem-badvtable.so"));
+
+    ck_assert_int_eq(llmem_backend_open("noentry", -1, &be, err, sizeof err), LLMEM_E_ABI);
+    ck_assert_msg(strstr(err, LLMEM_PLUGIN_ENTRY_SYMBOL), "%s", err);
+    ck_assert(!plugin_loaded("libllmem-noentry.so"));
+
+    /* The plugin's own reason comes back, with the name prefix once. */
+    ck_assert_int_eq(llmem_backend_open("testplug", 3, &be, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_str_eq(err, "testplug: no device 3");
+    ck_assert(!plugin_loaded("libllmem-testplug.so"));
+}
+END_TEST
+
+START_TEST(test_buffer_outlives_close)
+{
+    use_test_plugins();
+    llmem_backend *be = open_ok("testplug");
+    llmem_buffer *buf = NULL, *second = NULL;
+    unsigned char data[256], back[256];
+    rng_seed(13);
+    rng_bytes(data, sizeof data);
+    ck_assert_int_eq(llmem_buffer_alloc(be, sizeof data, &buf), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload(buf, 0, data, sizeof data), LLMEM_OK);
+    llmem_backend_close(be);
+
+    /* The buffer keeps the backend and the plugin alive and working. */
+    ck_assert(plugin_loaded("libllmem-testplug.so"));
+    llmem_backend *owner = llmem_buffer_backend(buf);
+    ck_assert_str_eq(llmem_backend_name(owner), "testplug");
+    ck_assert_int_eq(llmem_buffer_download(buf, 0, back, sizeof back), LLMEM_OK);
+    ck_assert_int_eq(memcmp(data, back, sizeof data), 0);
+    ck_assert_int_eq(llmem_buffer_alloc(owner, 128, &second), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_copy(second, 0, buf, 128, 128), LLMEM_OK);
+    ck_assert_int_eq(llmem_backend_synchronize(owner), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(second, 0, back, 128), LLMEM_OK);
+    ck_assert_int_eq(memcmp(data + 128, back, 128), 0);
+
+    llmem_buffer_free(buf);
+    ck_assert(plugin_loaded("libllmem-testplug.so"));
+    /* The last buffer destroys the backend (the plugin aborts if it still had
+     * buffers) and unloads the plugin. */
+    llmem_buffer_free(second);
+    ck_assert(!plugin_loaded("libllmem-testplug.so"));
+}
+END_TEST
+
+static Suite *backend_suite(void)
+{
+    Suite *s = suite_create("backend");
+    TCase *tc = tcase_create("status");
+    tcase_add_test(tc, test_status_names);
+    tcase_add_test(tc, test_dtypes);
+    tcase_add_test(tc, test_nan_patterns);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("buffers");
+    tcase_add_loop_test(tc, test_fill_nan, 0, N_BACKENDS);
+    tcase_add_loop_test(tc, test_random_round_trips, 0, N_BACKENDS);
+    tcase_add_loop_test(tc, test_ranges, 0, N_BACKENDS);
+    tcase_add_loop_test(tc, test_alloc_hook, 0, N_BACKENDS);
+    tcase_set_timeout(tc, 30);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("cpu");
+    tcase_add_test(tc, test_cpu_info);
+    tcase_add_test(tc, test_cpu_host_ptr);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("registry");
+    tcase_add_test(tc, test_open_errors);
+    tcase_add_test(tc, test_open_auto);
+    tcase_add_test(tc, test_list);
+    tcase_add_test(tc, test_plugin_open);
+    tcase_add_test(tc, test_plugin_search_order);
+    tcase_add_test(tc, test_plugin_rejected);
+    tcase_add_test(tc, test_buffer_outlives_close);
+    /* auto and list may initialise a real Vulkan or CUDA driver. */
+    tcase_set_timeout(tc, 60);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(backend_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
