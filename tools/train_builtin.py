@@ -52,6 +52,28 @@ def build_config(args):
         return BambaConfig(**kw, rope_theta=rope["rope_theta"])
 
 
+def add_residual_dropout(model, p):
+    """Dropout on the embedding output and on every mixer and feed-forward
+    output (before the residual add), active in training mode only. It is
+    implemented with forward hooks, so the architecture and the saved
+    checkpoint are plain Bamba."""
+    def hook(mod, inp, out):
+        if not mod.training or p <= 0:
+            return out
+        if isinstance(out, tuple):
+            return (F.dropout(out[0], p, True),) + tuple(out[1:])
+        return F.dropout(out, p, True)
+    n = 0
+    for layer in model.model.layers:
+        for name in ("mamba", "self_attn", "feed_forward"):
+            m = getattr(layer, name, None)
+            if m is not None:
+                m.register_forward_hook(hook)
+                n += 1
+    model.model.embed_tokens.register_forward_hook(hook)
+    return n + 1
+
+
 def val_windows(val_bytes, window):
     out = []
     for i in range(0, len(val_bytes), window):
@@ -133,6 +155,8 @@ def main():
     ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--warmup", type=float, default=0.03, help="fraction of the budget")
     ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--dropout", type=float, default=0.15)
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads for the float64 reference")
     ap.add_argument("--val-window", type=int, default=256)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-bytes", type=int, default=10_000_000)
@@ -173,6 +197,8 @@ def main():
     except Exception:  # noqa: BLE001
         pass
     model.to(device).train()
+    n_drop = add_residual_dropout(model, args.dropout)
+    print(f"residual dropout {args.dropout} on {n_drop} module outputs", flush=True)
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params} ({n_params * 2 / 1e6:.2f} MB as bf16)", flush=True)
     assert n_params * 2 + 100_000 <= args.max_bytes, "model too large for the 10 MB budget"
@@ -202,6 +228,7 @@ def main():
     t_start = time.time()
     next_eval = args.eval_every
     train_ema = None
+    loss_sum, loss_n = None, 0
     while True:
         el = time.time() - t_start
         if el >= args.budget:
@@ -217,12 +244,16 @@ def main():
         opt.step()
         step += 1
         tokens += x.numel()
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+        loss_n += 1
         if step % 50 == 0 or step == 1:
-            lv = float(loss)
+            # Mean training loss (with dropout) over the steps since the last print.
+            lv = float(loss_sum) / loss_n
+            loss_sum, loss_n = None, 0
             if not math.isfinite(lv):
                 print(f"step {step}: loss is {lv}, stopping", flush=True)
                 break
-            train_ema = lv if train_ema is None else 0.9 * train_ema + 0.1 * lv
+            train_ema = lv
             if step == 1 or step % 200 == 0:
                 print(f"step {step:6d} t {el:6.1f}s lr {lr_at(el / args.budget):.2e} "
                       f"train {train_ema:.4f}", flush=True)
@@ -268,7 +299,7 @@ def main():
     print("sample:\n" + sample, flush=True)
 
     t_ref = time.time()
-    torch.set_num_threads(os.cpu_count() or 8)
+    torch.set_num_threads(args.threads or os.cpu_count() or 8)
     m64 = BambaForCausalLM.from_pretrained(args.out, attn_implementation="eager")
     m64 = m64.to(device="cpu", dtype=torch.float64).eval()
     rows = logprob_rows(m64, windows)
@@ -327,12 +358,15 @@ evaluations made during training (every {args.eval_every:.0f} s; step {best_step
   embeddings, norms, biases, A_log, D, dt_bias), gradient clipping 1.0.
 - learning rate {args.lr} peak, linear warm-up over the first {args.warmup:.0%} of the
   time budget, cosine decay to {args.min_lr} at the end of the budget.
+- residual dropout {args.dropout} (embedding output and every mixer and
+  feed-forward output, training only; forward hooks, so the saved model is
+  plain Bamba).
 - batch {args.batch} random windows x {args.seq} bytes ({args.batch * args.seq} tokens a step),
   float32 weights and activations with TF32 matrix products.
 - wall-clock budget {args.budget:.0f} s: {step} steps, {tokens} tokens ({tokens / len(train_bytes):.1f} epochs),
   {wall:.1f} s of training.
 
-| step | seconds | train loss (EMA) | val loss (full windows, f32) |
+| step | seconds | train loss (last 50 steps, with dropout) | val loss (full windows, f32) |
 | --- | --- | --- | --- |
 {hist}
 

@@ -103,14 +103,11 @@ static void attn_block(const attn_ctx *c, const float *q, const float *const *kr
     float m_new = bmax > *m ? bmax : *m;
     float corr = expf(*m - m_new); /* 0 on the first block (m = -inf) */
     float sum = 0.0f;
-    for (int64_t i = 0; i < d; i++)
-        acc[i] *= corr;
+    scal_f32(acc, corr, d);
     for (int64_t j = 0; j < n; j++) {
         float pj = expf(s[j] - m_new);
         sum += pj;
-        const float *v = vrow[j];
-        for (int64_t i = 0; i < d; i++)
-            acc[i] += pj * v[i];
+        axpy_f32(acc, vrow[j], pj, d);
     }
     *l = *l * corr + sum;
     *m = m_new;

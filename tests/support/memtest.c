@@ -1,0 +1,106 @@
+#include <string.h>
+
+#include "support/memtest.h"
+
+llmem_backend *mt_cpu(void)
+{
+    llmem_backend *be = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_backend_open("cpu", -1, &be, err, sizeof err) == LLMEM_OK, "%s", err);
+    return be;
+}
+
+llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
+                    bool prefix, bool poison)
+{
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 2;
+    p.dtype = LLMEM_DTYPE_F32;
+    p.page_size = page_size;
+    p.n_pages = n_pages;
+    p.n_seq_max = n_seq_max;
+    p.no_prefix_cache = !prefix;
+    p.poison = poison;
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt)
+{
+    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
+                                       .dtype = LLMEM_DTYPE_F32};
+    const llmem_state_desc *states[1] = {&d};
+    const int32_t n_states[1] = {1};
+    llmem_recurrent_params p = {.n_layers = 1, .n_states = n_states, .states = states,
+                                .n_seq_max = n_seq_max, .n_ckpt = n_ckpt};
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+void mt_add(llmem_batch_buf *b, int32_t seq, int32_t pos0, int32_t n, int32_t tok0, bool out_last)
+{
+    for (int32_t i = 0; i < n; i++)
+        ck_assert_int_eq(llmem_batch_buf_add(b, tok0 + i, pos0 + i, &seq, 1, out_last && i == n - 1),
+                         LLMEM_OK);
+}
+
+llmem_status mt_run(llmem_memory *mem, const llmem_batch *b, int32_t n_ubatch, mt_ubatch_fn fn,
+                    void *ctx, llmem_plan_info *info)
+{
+    llmem_plan *plan = NULL;
+    char err[256] = "";
+    llmem_status st = llmem_memory_plan(mem, b, LLMEM_SPLIT_AUTO, n_ubatch, &plan, err, sizeof err);
+    if (st != LLMEM_OK)
+        return st;
+    if (info)
+        llmem_plan_get_info(plan, info);
+    for (int32_t i = 0; i < llmem_plan_n_ubatch(plan); i++) {
+        const llmem_ubatch *ub = NULL;
+        ck_assert_int_eq(llmem_memory_apply(mem, plan, i, &ub), LLMEM_OK);
+        if (fn)
+            fn(mem, ub, ctx);
+        ck_assert_int_eq(llmem_memory_commit(mem, plan, i), LLMEM_OK);
+    }
+    llmem_memory_release(mem, plan);
+    return LLMEM_OK;
+}
+
+void mt_snapshot(llmem_memory *mem, mt_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    s->n_seq = llmem_memory_n_seq_max(mem);
+    ck_assert_int_le(s->n_seq, 16);
+    for (int32_t q = 0; q < s->n_seq; q++) {
+        s->len[q] = llmem_memory_seq_tokens(mem, q, s->tok[q], 256);
+        s->pmin[q] = llmem_memory_seq_pos_min(mem, q);
+        s->pmax[q] = llmem_memory_seq_pos_max(mem, q);
+    }
+    llmem_memory_get_stats(mem, &s->stats);
+}
+
+void mt_assert_same(const mt_snap *a, const mt_snap *b)
+{
+    ck_assert_int_eq(a->n_seq, b->n_seq);
+    for (int32_t q = 0; q < a->n_seq; q++) {
+        ck_assert_int_eq(a->len[q], b->len[q]);
+        ck_assert_int_eq(a->pmin[q], b->pmin[q]);
+        ck_assert_int_eq(a->pmax[q], b->pmax[q]);
+        ck_assert_mem_eq(a->tok[q], b->tok[q], sizeof a->tok[q]);
+    }
+    ck_assert_int_eq(a->stats.pages_used, b->stats.pages_used);
+    ck_assert_int_eq(a->stats.pages_free, b->stats.pages_free);
+    ck_assert_int_eq(a->stats.pages_cached, b->stats.pages_cached);
+    ck_assert_int_eq(a->stats.slots_used, b->stats.slots_used);
+}
+
+void mt_assert_check(llmem_memory *mem)
+{
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_check(mem, err, sizeof err) == LLMEM_OK, "invariant: %s", err);
+}

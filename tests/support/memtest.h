@@ -1,0 +1,32 @@
+/* Helpers for the memory unit tests: backend, batches, running plans. */
+#ifndef LLMEM_TEST_MEMTEST_H
+#define LLMEM_TEST_MEMTEST_H
+
+#include <check.h>
+#include "llmem/llmem.h"
+
+/* Opens the cpu backend (fails the test otherwise). */
+llmem_backend *mt_cpu(void);
+/* KV cache with 1 layer, 1 head, head_dim 2, f32. */
+llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
+                    bool prefix, bool poison);
+/* Recurrent memory: 1 layer with one f32 state of 4 elements. */
+llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt);
+/* Appends n tokens (ids tok0, tok0+1, ...) to seq at positions from pos0. */
+void mt_add(llmem_batch_buf *b, int32_t seq, int32_t pos0, int32_t n, int32_t tok0, bool out_last);
+/* Plans, applies and commits every ubatch; `on_ubatch` (may be NULL) runs
+ * after apply. Returns the plan status (the plan is released). */
+typedef void (*mt_ubatch_fn)(llmem_memory *mem, const llmem_ubatch *ub, void *ctx);
+llmem_status mt_run(llmem_memory *mem, const llmem_batch *b, int32_t n_ubatch, mt_ubatch_fn fn,
+                    void *ctx, llmem_plan_info *info);
+/* Snapshot of what a memory holds, for "unchanged" checks. */
+typedef struct mt_snap {
+    int32_t n_seq;
+    int32_t len[16], pmin[16], pmax[16], tok[16][256];
+    llmem_memory_stats stats;
+} mt_snap;
+void mt_snapshot(llmem_memory *mem, mt_snap *s);
+void mt_assert_same(const mt_snap *a, const mt_snap *b);
+void mt_assert_check(llmem_memory *mem);
+
+#endif

@@ -1,0 +1,703 @@
+// ctest-labels: core
+/* Paged KV cache unit tests: the page-accounting bugs this field keeps
+ * shipping, copy-on-write, prefix cache, K-shift, poison, state I/O.
+ * Expected page counts are derived by hand from page arithmetic in each
+ * test, never from the cache. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/memory_impl.h" /* llmem_pages_for, the one count */
+#include "support/memtest.h"
+
+static llmem_batch_buf *bb_new(void)
+{
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
+    return b;
+}
+
+static int32_t n_pages_of(llmem_memory *m, int32_t seq)
+{
+    return llmem_kv_cache_page_table(m, seq, NULL, 0);
+}
+
+/* A multi-token append crossing two page boundaries reserves both pages,
+ * and plan fails cleanly when only one is free. */
+START_TEST(test_append_crosses_two_pages)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    /* page 4; seq 0 holds 3 tokens (1 page); 6 more -> 9 tokens = 3 pages: 2 new */
+    llmem_memory *m = mt_kv(be, 4, 3, 2, false, false);
+    mt_add(b, 0, 0, 3, 10, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(n_pages_of(m, 0), 1);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 3, 6, 20, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(n_pages_of(m, 0), 3);
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+
+    /* same with only 2 pages in the pool: one free page is not enough */
+    m = mt_kv(be, 4, 2, 2, false, false);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 0, 3, 10, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    mt_snap before, after;
+    mt_snapshot(m, &before);
+    int32_t pt_before[4], pt_after[4];
+    llmem_kv_cache_page_table(m, 0, pt_before, 4);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 3, 6, 20, true);
+    llmem_plan *plan = NULL;
+    char err[256] = "";
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan, err,
+                                       sizeof err),
+                     LLMEM_E_NO_SPACE);
+    ck_assert_ptr_null(plan);
+    ck_assert_ptr_nonnull(strstr(err, "needs 2 pages"));
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 0, pt_after, 4), 1);
+    ck_assert_int_eq(pt_after[0], pt_before[0]);
+    mt_assert_check(m);
+    /* 5 more tokens (8 total) need exactly one page: fits */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 3, 5, 20, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(n_pages_of(m, 0), 2);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Freeing a sequence whose last page is partial returns every page. */
+START_TEST(test_free_partial_last_page)
+{
+    static const int32_t sizes[3] = {1, 16, 64};
+    int32_t ps = sizes[_i];
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    int32_t n_tok = 2 * ps + (ps > 1 ? ps / 2 + 1 : 0) + 1; /* partial last page for ps > 1 */
+    int32_t want = (n_tok + ps - 1) / ps;
+    llmem_memory *m = mt_kv(be, ps, want + 2, 3, true, false);
+    mt_add(b, 1, 0, n_tok, 0, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 7, NULL, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(n_pages_of(m, 1), want);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 1, -1, -1), LLMEM_OK);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_used, 0);
+    /* full pages stay reusable in the prefix cache, the partial one is free */
+    ck_assert_int_eq(st.pages_cached, n_tok / ps);
+    ck_assert_int_eq(st.pages_free + st.pages_cached, want + 2);
+    ck_assert_int_eq(n_pages_of(m, 1), 0);
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* An empty sequence has last-page length 0 and nothing underflows. */
+START_TEST(test_empty_sequence)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = mt_kv(be, 16, 4, 2, true, false);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), -1);
+    ck_assert_int_eq(llmem_memory_seq_pos_min(m, 0), -1);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 0);
+    ck_assert_int_eq(n_pages_of(m, 0), 0);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 0, -1), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 5, 9), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_add(m, 0, 0, -1, 3), LLMEM_OK);
+    ck_assert_int_eq(llmem_pages_for(0, 1, 16), 1);
+    ck_assert_int_eq(llmem_pages_for(0, 16, 16), 1);
+    ck_assert_int_eq(llmem_pages_for(0, 17, 16), 2);
+    ck_assert_int_eq(llmem_pages_for(16, 1, 16), 1);
+    ck_assert_int_eq(llmem_pages_for(15, 1, 16), 0);
+    ck_assert_int_eq(llmem_pages_for(0, 0, 16), 0);
+    size_t sz = 0;
+    ck_assert_int_eq(llmem_memory_state_size(m, 0, &sz), LLMEM_OK);
+    ck_assert_uint_gt(sz, 0);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_free, 4);
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Tokens of one sequence never reserve or touch another's pages. */
+typedef struct touch_ctx {
+    int32_t other_pages[16];
+    int32_t n_other, ps;
+    int32_t n_stores;
+} touch_ctx;
+
+static void check_no_touch(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    touch_ctx *t = c;
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    ck_assert_int_eq(v.kind, LLMEM_VIEW_KV);
+    for (int32_t j = 0; j < v.u.kv.store_slot.n; j++) {
+        int32_t page = v.u.kv.store_slot.host[j] / t->ps;
+        for (int32_t k = 0; k < t->n_other; k++)
+            ck_assert_int_ne(page, t->other_pages[k]);
+        t->n_stores++;
+    }
+    /* every page-table row is padded with -1 past the stream's pages */
+    for (int32_t s = 0; s < v.u.kv.seq_len.n; s++) {
+        int32_t np = (v.u.kv.seq_len.host[s] + t->ps - 1) / t->ps;
+        for (int32_t k = np; k < v.u.kv.max_pages; k++)
+            ck_assert_int_eq(v.u.kv.page_table.host[s * v.u.kv.max_pages + k], -1);
+    }
+}
+
+START_TEST(test_no_touch_other_sequence)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 16, 3, false, false);
+    mt_add(b, 0, 0, 6, 0, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    touch_ctx t = {.ps = 4};
+    t.n_other = llmem_kv_cache_page_table(m, 0, t.other_pages, 16);
+    ck_assert_int_eq(t.n_other, 2);
+    /* a batch for seqs 1 and 2 must store only outside seq 0's pages */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 5, 50, true);
+    mt_add(b, 2, 0, 3, 70, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 3, check_no_touch, &t, NULL), LLMEM_OK);
+    ck_assert_int_eq(t.n_stores, 8);
+    int32_t pt[16];
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 0, pt, 16), 2);
+    ck_assert_int_eq(pt[0], t.other_pages[0]);
+    ck_assert_int_eq(pt[1], t.other_pages[1]);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 6);
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* seq_rm back to any position frees every whole page past it. */
+START_TEST(test_seq_rm_frees_pages)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 8, 1, false, false);
+    mt_add(b, 0, 0, 17, 0, true); /* 5 pages */
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    const int32_t cut[] = {16, 13, 12, 9, 1, 0};
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) {
+        ck_assert_int_eq(llmem_memory_seq_rm(m, 0, cut[i], -1), LLMEM_OK);
+        ck_assert_int_eq(llmem_memory_seq_len(m, 0), cut[i]);
+        ck_assert_int_eq(n_pages_of(m, 0), (cut[i] + 3) / 4);
+        llmem_memory_stats st;
+        llmem_memory_get_stats(m, &st);
+        ck_assert_int_eq(st.pages_free, 8 - (cut[i] + 3) / 4);
+        mt_assert_check(m);
+    }
+    /* a hole in the middle is refused and changes nothing */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 0, 10, 0, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 2, 5), LLMEM_E_STATE);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 10);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Writes a recognisable value per (token id) into every stored slot. */
+static void write_tokens(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    for (int32_t j = 0; j < v.u.kv.store_slot.n; j++) {
+        float val[2] = {(float)ub->token[v.u.kv.store_tok.host[j]], 1.0f};
+        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.k, (size_t)v.u.kv.store_slot.host[j] * 8, val, 8),
+                         LLMEM_OK);
+    }
+}
+
+/* K of token i of seq, read through a state write of the sequence (its
+ * rows follow the sequence's tokens, independent of the page layout). */
+static float slot_value(llmem_memory *m, llmem_backend *be, int32_t seq, int32_t i, int32_t ps)
+{
+    size_t sz = 0;
+    ck_assert_int_eq(llmem_memory_state_size(m, seq, &sz), LLMEM_OK);
+    unsigned char *buf = malloc(sz);
+    ck_assert_int_eq(llmem_memory_state_write(m, seq, buf, sz, NULL), LLMEM_OK);
+    int32_t len = llmem_memory_seq_len(m, seq);
+    /* header 16 + section header 16 + geometry 20 + id,len 8 + tokens + pos */
+    size_t off = 16 + 16 + 20 + 8 + (size_t)len * 8 + (size_t)i * 8;
+    float f;
+    memcpy(&f, buf + off, 4);
+    free(buf);
+    (void)be;
+    (void)ps;
+    return f;
+}
+
+/* seq_cp shares full pages; a shared partial page is copied before written. */
+START_TEST(test_cow_partial_page)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 16, 2, false, false);
+    mt_add(b, 0, 0, 6, 100, true); /* page 0 full, page 1 holds 2 */
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    int32_t a[4], c[4];
+    llmem_kv_cache_page_table(m, 0, a, 4);
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, c, 4), 2);
+    ck_assert_int_eq(a[0], c[0]);
+    ck_assert_int_eq(a[1], c[1]);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_used, 2);
+    /* seq 1 appends: its partial page must be copied first */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 6, 1, 200, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    llmem_kv_cache_page_table(m, 1, c, 4);
+    ck_assert_int_eq(c[0], a[0]);
+    ck_assert_int_ne(c[1], a[1]);
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_used, 3);
+    ck_assert_int_eq(st.cow_copies, 1);
+    /* the copy carries the shared slots; the source is untouched */
+    for (int32_t i = 0; i < 6; i++) {
+        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(100 + i));
+        ck_assert_float_eq(slot_value(m, be, 0, i, 4), (float)(100 + i));
+    }
+    ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 6);
+    /* seq 0 appends too: after seq 1 left, its page is private again: no copy */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 6, 1, 300, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.cow_copies, 1);
+    ck_assert_float_eq(slot_value(m, be, 0, 6, 4), 300.0f);
+    ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+static llmem_status plan_cached(llmem_memory *m, const llmem_batch *b, int32_t seq, int32_t *n_cached)
+{
+    llmem_plan *plan = NULL;
+    char err[256];
+    llmem_status st = llmem_memory_plan(m, b, LLMEM_SPLIT_AUTO, 512, &plan, err, sizeof err);
+    if (st != LLMEM_OK)
+        return st;
+    *n_cached = llmem_plan_n_cached(plan, seq);
+    for (int32_t i = 0; i < llmem_plan_n_ubatch(plan); i++) {
+        const llmem_ubatch *ub;
+        ck_assert_int_eq(llmem_memory_apply(m, plan, i, &ub), LLMEM_OK);
+        write_tokens(m, ub, NULL);
+        ck_assert_int_eq(llmem_memory_commit(m, plan, i), LLMEM_OK);
+    }
+    llmem_memory_release(m, plan);
+    return LLMEM_OK;
+}
+
+/* Prefix cache: pages published at commit, verified by token ids, hits
+ * counted, shared without copying; LRU eviction under pressure. */
+START_TEST(test_prefix_cache)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 8, 4, true, false);
+    int32_t cached = -1;
+    mt_add(b, 0, 0, 10, 0, true); /* tokens 0..9: 2 full pages */
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 0, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 0);
+    /* the same prompt in seq 1: 2 pages (8 tokens) need no compute */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 10, 0, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 8);
+    int32_t a[4], c[4];
+    llmem_kv_cache_page_table(m, 0, a, 4);
+    llmem_kv_cache_page_table(m, 1, c, 4);
+    ck_assert_int_eq(a[0], c[0]);
+    ck_assert_int_eq(a[1], c[1]);
+    ck_assert_int_ne(a[2], c[2]);
+    for (int32_t i = 0; i < 10; i++)
+        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)i);
+    /* a prompt that differs in token 5: only page 0 matches */
+    llmem_batch_buf_clear(b);
+    for (int32_t i = 0; i < 10; i++) {
+        int32_t s = 2;
+        llmem_batch_buf_add(b, i == 5 ? 99 : i, i, &s, 1, i == 9);
+    }
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 2, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 4);
+    /* exactly 8 tokens: the last one is always computed, so only 1 page */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 3, 0, 8, 0, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 3, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 4);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.prefix_hit_tokens, 16);
+    mt_assert_check(m);
+
+    /* eviction: free everything, then fill the pool with new prompts; the
+     * least recently used cached pages go first */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, -1, -1, -1), LLMEM_OK);
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_used, 0);
+    ck_assert_int_gt(st.pages_cached, 0);
+    int32_t n_cached_pages = (int32_t)st.pages_cached;
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 0, 4 * 8, 1000, true); /* needs all 8 pages */
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 0, &cached), LLMEM_OK);
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.prefix_evictions, n_cached_pages);
+    ck_assert_int_eq(st.pages_free, 0);
+    mt_assert_check(m);
+    /* nothing of the old prompt is found any more */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 10, 0, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 0);
+    llmem_memory_destroy(m);
+
+    /* prefix cache off: never a hit */
+    m = mt_kv(be, 4, 8, 2, false, false);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 0, 10, 0, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 0, &cached), LLMEM_OK);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 10, 0, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 0);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* LRU order: of two cached prompts, the one used longer ago is evicted. */
+START_TEST(test_prefix_lru_order)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 6, 3, true, false);
+    int32_t cached;
+    mt_add(b, 0, 0, 5, 100, true); /* prompt A: 1 full page */
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 0, &cached), LLMEM_OK);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 5, 200, true); /* prompt B */
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK); /* A cached first */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 1, -1, -1), LLMEM_OK); /* then B */
+    /* 2 cached + 4 free; a 20-token prompt needs 5 pages: evicts exactly A */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 2, 0, 20, 300, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 2, &cached), LLMEM_OK);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.prefix_evictions, 1);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 2, -1, -1), LLMEM_OK);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 0, 5, 200, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 0, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 4); /* B survived */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 5, 100, true);
+    ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
+    ck_assert_int_eq(cached, 0); /* A was evicted */
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+typedef struct shift_ctx {
+    int32_t n_shift, delta_sum, calls;
+} shift_ctx;
+
+static void record_shift(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    shift_ctx *s = c;
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    s->calls++;
+    s->n_shift += v.u.kv.shift_slot.n;
+    for (int32_t j = 0; j < v.u.kv.shift_delta.n; j++)
+        s->delta_sum += v.u.kv.shift_delta.host[j];
+}
+
+START_TEST(test_seq_add_records_shift)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 8, 2, true, false);
+    ck_assert(llmem_memory_can_shift(m));
+    mt_add(b, 0, 0, 6, 0, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    /* positions 2..5 move by +10, then 0..1 by +3: 4*10 + 2*3 = 46 */
+    ck_assert_int_eq(llmem_memory_seq_add(m, 0, 2, -1, 10), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_add(m, 0, 0, 2, 3), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_pos_min(m, 0), 3);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), 15);
+    ck_assert_int_eq(llmem_memory_seq_add(m, 0, 0, -1, -100), LLMEM_E_INVALID);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 16, 5, 50, true);
+    shift_ctx s = {0};
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 2, record_shift, &s, NULL), LLMEM_OK);
+    ck_assert_int_eq(s.calls, 3);
+    ck_assert_int_eq(s.n_shift, 6); /* only in the first ubatch */
+    ck_assert_int_eq(s.delta_sum, 46);
+    /* committed: no shift left; seq_div halves positions */
+    shift_ctx s2 = {0};
+    ck_assert_int_eq(llmem_memory_seq_div(m, 0, 0, -1, 2), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), 10);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 0, 11, 1, 60, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, record_shift, &s2, NULL), LLMEM_OK);
+    ck_assert_int_eq(s2.n_shift, 11); /* every old slot whose position changed (pos 0 -> 0 excluded? none is 0) */
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_poison)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 2, 4, 1, false, true);
+    mt_add(b, 0, 0, 3, 0, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    int32_t pt[2];
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 0, pt, 2), 2);
+    /* slot 3 (second slot of page 1) was never written: NaN */
+    llmem_batch_buf_clear(b);
+    size_t sz;
+    ck_assert_int_eq(llmem_memory_state_size(m, 0, &sz), LLMEM_OK);
+    /* read the raw pool through a view of a new plan */
+    mt_add(b, 0, 3, 1, 9, true);
+    llmem_plan *plan = NULL;
+    char err[128];
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_apply(m, plan, 0, NULL), LLMEM_OK);
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(m, 0, &v), LLMEM_OK);
+    float f[2];
+    ck_assert_int_eq(llmem_buffer_download(v.u.kv.k, (size_t)(pt[1] * 2 + 1) * 8, f, 8), LLMEM_OK);
+    ck_assert(isnan(f[0]) && isnan(f[1]));
+    ck_assert_int_eq(llmem_buffer_download(v.u.kv.k, (size_t)(pt[1] * 2) * 8, f, 8), LLMEM_OK);
+    ck_assert_float_eq(f[0], 2.0f);
+    /* free pages are NaN too */
+    for (int32_t p = 0; p < 4; p++) {
+        if (p == pt[0] || p == pt[1])
+            continue;
+        ck_assert_int_eq(llmem_buffer_download(v.u.kv.k, (size_t)p * 16, f, 8), LLMEM_OK);
+        ck_assert(isnan(f[0]));
+    }
+    ck_assert_int_eq(llmem_memory_commit(m, plan, 0), LLMEM_OK);
+    llmem_memory_release(m, plan);
+    /* freeing poisons */
+    llmem_buffer *k = v.u.kv.k;
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(k, (size_t)(pt[0] * 2) * 8, f, 8), LLMEM_OK);
+    ck_assert(isnan(f[0]));
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_validation)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = mt_kv(be, 4, 8, 2, true, false);
+    llmem_batch_buf *b = bb_new();
+    char err[256];
+    llmem_plan *plan = NULL;
+    mt_snap before, after;
+    mt_add(b, 0, 0, 3, 0, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    mt_snapshot(m, &before);
+    /* empty batch */
+    llmem_batch_buf_clear(b);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "empty"));
+    /* gap in positions */
+    mt_add(b, 0, 4, 1, 0, true);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "expected 3"));
+    /* sequence id out of range, negative */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 2, 0, 1, 0, true);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "out of range"));
+    llmem_batch_buf_clear(b);
+    mt_add(b, -1, 0, 1, 0, true);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    /* a token listed twice in one sequence */
+    llmem_batch_buf_clear(b);
+    int32_t twice[2] = {1, 1};
+    ck_assert_int_eq(llmem_batch_buf_add(b, 5, 0, twice, 2, true), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "twice"));
+    /* same position twice in a sequence */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 1, 0, false);
+    mt_add(b, 1, 0, 1, 0, true);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    /* n_ubatch 0 */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 1, 0, true);
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 0, &plan, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(plan);
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+    /* a plan in flight blocks a second plan and sequence operations */
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_OK);
+    llmem_plan *p2 = NULL;
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &p2, err, sizeof err), LLMEM_E_BUSY);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_E_BUSY);
+    ck_assert_int_eq(llmem_memory_commit(m, plan, 0), LLMEM_E_STATE); /* not applied */
+    llmem_memory_release(m, plan);
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+    mt_assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_state_roundtrip)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = mt_kv(be, 4, 8, 2, true, false);
+    llmem_batch_buf *b = bb_new();
+    mt_add(b, 0, 0, 7, 40, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    size_t sz;
+    ck_assert_int_eq(llmem_memory_state_size(m, 0, &sz), LLMEM_OK);
+    unsigned char *buf = malloc(sz);
+    size_t w = 0;
+    ck_assert_int_eq(llmem_memory_state_write(m, 0, buf, sz - 1, &w), LLMEM_E_NO_SPACE);
+    ck_assert_int_eq(llmem_memory_state_write(m, 0, buf, sz, &w), LLMEM_OK);
+    ck_assert_uint_eq(w, sz);
+    /* load into seq 1 (page size independent format) */
+    char err[256];
+    ck_assert_int_eq(llmem_memory_state_read(m, 1, buf, sz, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 1), 7);
+    for (int32_t i = 0; i < 7; i++)
+        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(40 + i));
+    mt_assert_check(m);
+    /* every flipped byte and every truncation is refused; nothing changes */
+    mt_snap before, after;
+    mt_snapshot(m, &before);
+    for (size_t i = 0; i < sz; i += 3) {
+        buf[i] ^= 0x5a;
+        ck_assert_int_ne(llmem_memory_state_read(m, 1, buf, sz, err, sizeof err), LLMEM_OK);
+        buf[i] ^= 0x5a;
+    }
+    for (size_t n = 0; n < sz; n += 5)
+        ck_assert_int_ne(llmem_memory_state_read(m, 1, buf, n, err, sizeof err), LLMEM_OK);
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+    for (int32_t i = 0; i < 7; i++)
+        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(40 + i));
+    /* a stream of one sequence cannot be read as "all" */
+    ck_assert_int_eq(llmem_memory_state_read(m, -1, buf, sz, err, sizeof err), LLMEM_E_INVALID);
+    free(buf);
+    /* whole-memory round trip into a cache of another page size */
+    ck_assert_int_eq(llmem_memory_state_size(m, -1, &sz), LLMEM_OK);
+    buf = malloc(sz);
+    ck_assert_int_eq(llmem_memory_state_write(m, -1, buf, sz, NULL), LLMEM_OK);
+    llmem_memory *m2 = mt_kv(be, 3, 8, 2, true, false);
+    ck_assert_int_eq(llmem_memory_state_read(m2, -1, buf, sz, err, sizeof err), LLMEM_OK);
+    for (int32_t q = 0; q < 2; q++) {
+        ck_assert_int_eq(llmem_memory_seq_len(m2, q), 7);
+        for (int32_t i = 0; i < 7; i++)
+            ck_assert_float_eq(slot_value(m2, be, q, i, 3), (float)(40 + i));
+    }
+    /* too small a cache: NO_SPACE, unchanged */
+    llmem_memory *m3 = mt_kv(be, 4, 3, 2, true, false);
+    ck_assert_int_eq(llmem_memory_state_read(m3, -1, buf, sz, err, sizeof err), LLMEM_E_NO_SPACE);
+    ck_assert_int_eq(llmem_memory_seq_len(m3, 0), 0);
+    mt_assert_check(m2);
+    mt_assert_check(m3);
+    free(buf);
+    llmem_memory_destroy(m3);
+    llmem_memory_destroy(m2);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_create_errors)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    llmem_memory *m = (llmem_memory *)0x1;
+    char err[256];
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_ptr_nonnull(strstr(err, "n_layers"));
+    p.n_layers = 1; p.n_kv_heads = 1; p.head_dim = 8; p.n_pages = 4; p.n_seq_max = 1;
+    p.page_size = 0;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "page_size"));
+    p.page_size = 16;
+    p.dtype = LLMEM_DTYPE_I32;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    p.dtype = LLMEM_DTYPE_BF16;
+    p.n_pages = INT32_MAX;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("kv_cache");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_append_crosses_two_pages);
+    tcase_add_loop_test(tc, test_free_partial_last_page, 0, 3);
+    tcase_add_test(tc, test_empty_sequence);
+    tcase_add_test(tc, test_no_touch_other_sequence);
+    tcase_add_test(tc, test_seq_rm_frees_pages);
+    tcase_add_test(tc, test_cow_partial_page);
+    tcase_add_test(tc, test_prefix_cache);
+    tcase_add_test(tc, test_prefix_lru_order);
+    tcase_add_test(tc, test_seq_add_records_shift);
+    tcase_add_test(tc, test_poison);
+    tcase_add_test(tc, test_validation);
+    tcase_add_test(tc, test_state_roundtrip);
+    tcase_add_test(tc, test_create_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
