@@ -1,0 +1,96 @@
+/* llmem tests: helpers of the op conformance suites (tests/test_ops*.c).
+ *
+ * - Which backends to test: every name in $LLMEM_TEST_BACKENDS (comma
+ *   separated; default "cpu,vulkan,cuda") that opens; the others are
+ *   skipped with the reason printed.
+ * - Guarded tensors: each tensor gets its own buffer laid out as
+ *   [256 guard bytes | data | 256 guard bytes], all filled with the dtype's
+ *   NaN pattern. th_end() checks that no guard byte changed (no write
+ *   outside an output) and frees everything. Inputs sit between NaN
+ *   guards, so an op that reads past them produces NaN.
+ * - Index tables: built into one host array with junk entries between
+ *   tables, uploaded to one idx buffer, as a memory view would be.
+ */
+#ifndef LLMEM_TEST_OPS_HARNESS_H
+#define LLMEM_TEST_OPS_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "llmem/ops.h"
+#include "support/ref64.h"
+
+#define TH_GUARD 256
+#define TH_MAX_BUFS 96
+#define TH_MAX_BACKENDS 8
+
+/* Probes the backends once (prints a line per skipped one); returns how
+ * many opened. Call from main before building the suite. */
+int th_backends_probe(void);
+int th_backends_count(void);
+const char *th_backend_name(int i);
+/* Opens backend i of the probe (asserts). */
+llmem_backend *th_open(int i);
+/* Opens "cpu" (asserts). */
+llmem_backend *th_open_cpu(void);
+
+typedef struct th_ctx {
+    llmem_backend *be;
+    int n;
+    struct {
+        llmem_buffer *buf;
+        size_t data_off, data_bytes, size;
+        uint32_t pattern;
+    } b[TH_MAX_BUFS];
+    int n_keep;
+    void *keep[TH_MAX_BUFS];
+} th_ctx;
+
+void th_begin(th_ctx *c, llmem_backend *be);
+/* Checks every guard, frees every buffer and kept host array. */
+void th_end(th_ctx *c);
+/* Frees p at th_end; returns p. */
+void *th_keep(th_ctx *c, void *p);
+/* calloc that asserts, freed at th_end. */
+void *th_alloc(th_ctx *c, size_t bytes);
+
+/* A guarded tensor (poisoned with NaN). ne outermost first. */
+llmem_tensor th_tensor(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2);
+/* A guarded raw buffer of `bytes` (a KV pool or state buffer) filled with
+ * the NaN pattern of t; *off receives where its data starts. Views take
+ * whole buffers, so pools get guards of their own only when off == 0:
+ * th_pool returns an unguarded buffer, checked later with th_unchanged. */
+llmem_buffer *th_pool(th_ctx *c, size_t bytes, llmem_dtype t);
+
+/* Values v[nelements] encoded to t's dtype and uploaded. */
+void th_set(const llmem_tensor *t, const double *v);
+void th_set_i32(const llmem_tensor *t, const int32_t *v);
+/* Downloads and decodes into v[nelements]. */
+void th_get(const llmem_tensor *t, double *v);
+void th_get_i32(const llmem_tensor *t, int32_t *v);
+/* Fills the data of t with NaN again. */
+void th_poison(const llmem_tensor *t);
+/* Downloads a whole buffer into a new th_keep'd host copy. */
+unsigned char *th_snapshot(th_ctx *c, llmem_buffer *buf);
+
+/* Index tables of a view. */
+typedef struct th_idx {
+    int32_t *v;
+    int32_t n, cap;
+    uint64_t junk;
+} th_idx;
+
+/* Appends a table (with a few junk entries before it). The table's host
+ * pointer is set by th_idx_finish. */
+llmem_i32_table th_idx_add(th_idx *b, const int32_t *vals, int32_t n);
+/* Uploads the tables into a new idx buffer and points each table's host
+ * at the builder's array (kept until th_end). */
+llmem_buffer *th_idx_finish(th_ctx *c, th_idx *b, llmem_i32_table *const *tabs, int n_tabs);
+
+/* Asserts that out has no NaN/inf and ‖out − ref‖/‖ref‖ <= tol. */
+void th_expect_close(const double *out, const double *ref, int64_t n, double tol,
+                     const char *what);
+/* Asserts that n bytes of a and b are equal (what names the check). */
+void th_expect_same_bytes(const void *a, const void *b, size_t n, const char *what);
+
+#endif

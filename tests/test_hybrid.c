@@ -1,0 +1,194 @@
+// ctest-labels: core
+/* Hybrid memory: layer mapping, strictest split, all-or-nothing plans and
+ * sequence operations, state I/O over children, stats per child. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "support/memtest.h"
+
+static llmem_memory *make_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_ckpt,
+                                 llmem_memory **kv, llmem_memory **rs)
+{
+    *kv = mt_kv(be, 4, n_pages, 3, true, false);
+    *rs = mt_rs(be, 3, n_ckpt);
+    llmem_memory *children[2] = {*kv, *rs}, *h = NULL;
+    /* layers: recurrent, attention */
+    const int32_t map[2] = {1, 0};
+    char err[256];
+    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
+    return h;
+}
+
+static void views(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    int32_t *n = c;
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    ck_assert_int_eq(v.kind, LLMEM_VIEW_RECURRENT);
+    ck_assert_int_eq(v.u.rs.n_seqs * v.u.rs.n_seq_tokens, ub->n_tokens);
+    ck_assert_int_eq(llmem_memory_view(mem, 1, &v), LLMEM_OK);
+    ck_assert_int_eq(v.kind, LLMEM_VIEW_KV);
+    ck_assert_int_eq(v.u.kv.store_slot.n, ub->n_tokens);
+    ck_assert_int_eq(llmem_memory_view(mem, 2, &v), LLMEM_E_INVALID);
+    (*n)++;
+}
+
+START_TEST(test_compose)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv, *rs;
+    llmem_memory *h = make_hybrid(be, 16, 1, &kv, &rs);
+    ck_assert_int_eq(llmem_memory_split(h), LLMEM_SPLIT_EQUAL);
+    ck_assert_int_eq(llmem_memory_n_children(h), 2);
+    ck_assert_ptr_eq(llmem_memory_child(h, 0), kv);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 2, &b);
+    mt_add(b, 0, 0, 5, 0, true);
+    mt_add(b, 1, 0, 5, 0, true);
+    int32_t n = 0;
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, views, &n, NULL), LLMEM_OK);
+    ck_assert_int_eq(n, 1);
+    /* children can not be planned on directly */
+    llmem_plan *plan = NULL;
+    char err[256];
+    ck_assert_int_eq(llmem_memory_plan(kv, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_E_INVALID);
+    /* a hybrid with a recurrent child never skips prefix tokens */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 2, 0, 5, 0, true);
+    ck_assert_int_eq(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_plan_n_cached(plan, 2), 0);
+    llmem_memory_release(h, plan);
+    llmem_memory_stats st, sk, sr;
+    llmem_memory_get_stats(h, &st);
+    llmem_memory_get_stats(kv, &sk);
+    llmem_memory_get_stats(rs, &sr);
+    ck_assert_int_eq(st.pages_used, sk.pages_used);
+    ck_assert_int_eq(st.slots_used, sr.slots_used);
+    ck_assert_int_eq(sk.pages_used, 4);
+    ck_assert_int_eq(sr.slots_used, 2 * 2); /* current + checkpoint each */
+    mt_assert_check(h);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_all_or_nothing)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv, *rs;
+    llmem_memory *h = make_hybrid(be, 3, 0, &kv, &rs);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 2, &b);
+    mt_add(b, 0, 0, 6, 0, true);
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    mt_snap before, after, kb, ka, rb, ra;
+    mt_snapshot(h, &before);
+    mt_snapshot(kv, &kb);
+    mt_snapshot(rs, &rb);
+    /* KV could cut at 3 but the recurrent child has no checkpoint there */
+    ck_assert_int_eq(llmem_memory_seq_rm(h, 0, 3, -1), LLMEM_E_STATE);
+    /* the KV child runs out of pages: the recurrent child reserves nothing */
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 9, 0, true);
+    llmem_plan *plan = NULL;
+    char err[256];
+    ck_assert_int_eq(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan, err, sizeof err), LLMEM_E_NO_SPACE);
+    mt_snapshot(h, &after);
+    mt_snapshot(kv, &ka);
+    mt_snapshot(rs, &ra);
+    mt_assert_same(&before, &after);
+    mt_assert_same(&kb, &ka);
+    mt_assert_same(&rb, &ra);
+    /* both children agree after a whole-sequence operation */
+    ck_assert_int_eq(llmem_memory_seq_cp(h, 0, 2, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_len(kv, 2), 6);
+    ck_assert_int_eq(llmem_memory_seq_len(rs, 2), 6);
+    ck_assert_int_eq(llmem_memory_seq_keep(h, 2), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_len(kv, 0), 0);
+    ck_assert_int_eq(llmem_memory_seq_len(rs, 0), 0);
+    ck_assert_int_eq(llmem_memory_seq_add(h, 2, 0, -1, 4), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(kv, 2), 9);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(rs, 2), 9);
+    mt_assert_check(h);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_state_io)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv, *rs;
+    llmem_memory *h = make_hybrid(be, 16, 1, &kv, &rs);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 2, &b);
+    mt_add(b, 0, 0, 7, 30, true);
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    size_t sz;
+    ck_assert_int_eq(llmem_memory_state_size(h, -1, &sz), LLMEM_OK);
+    unsigned char *buf = malloc(sz);
+    ck_assert_int_eq(llmem_memory_state_write(h, -1, buf, sz, NULL), LLMEM_OK);
+    llmem_memory *kv2, *rs2;
+    llmem_memory *h2 = make_hybrid(be, 16, 1, &kv2, &rs2);
+    char err[256];
+    /* the second child's section damaged: the first child must not load */
+    buf[sz - 20] ^= 0xff;
+    ck_assert_int_eq(llmem_memory_state_read(h2, -1, buf, sz, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_int_eq(llmem_memory_seq_len(kv2, 0), 0);
+    buf[sz - 20] ^= 0xff;
+    ck_assert_int_eq(llmem_memory_state_read(h2, -1, buf, sz, err, sizeof err), LLMEM_OK);
+    int32_t t1[16], t2[16];
+    ck_assert_int_eq(llmem_memory_seq_tokens(h2, 0, t2, 16), 7);
+    llmem_memory_seq_tokens(h, 0, t1, 16);
+    ck_assert_mem_eq(t1, t2, 7 * sizeof(int32_t));
+    ck_assert_int_ge(llmem_recurrent_seq_slot(rs2, 0), 0);
+    /* a KV-only stream does not load into a hybrid */
+    size_t ksz;
+    ck_assert_int_eq(llmem_memory_state_size(kv, -1, &ksz), LLMEM_OK);
+    mt_assert_check(h2);
+    free(buf);
+    llmem_memory_destroy(h2);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_create_errors)
+{
+    llmem_backend *be = mt_cpu();
+    char err[256];
+    llmem_memory *kv = mt_kv(be, 4, 4, 2, true, false);
+    llmem_memory *rs = mt_rs(be, 3, 0); /* n_seq_max differs */
+    llmem_memory *children[2] = {kv, rs}, *h = NULL;
+    const int32_t map[2] = {0, 1};
+    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "n_seq_max"));
+    ck_assert_ptr_null(h); /* the children were destroyed (ASan checks leaks) */
+    kv = mt_kv(be, 4, 4, 2, true, false);
+    rs = mt_rs(be, 2, 0);
+    llmem_memory *c2[2] = {kv, rs};
+    const int32_t bad[3] = {0, 1, 1}; /* two layers map to a 1-layer child */
+    ck_assert_int_eq(llmem_hybrid_create(c2, 2, bad, 3, &h, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "layers map"));
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("hybrid");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_compose);
+    tcase_add_test(tc, test_all_or_nothing);
+    tcase_add_test(tc, test_state_io);
+    tcase_add_test(tc, test_create_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
