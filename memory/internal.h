@@ -16,6 +16,8 @@ typedef struct i32vec {
 } i32vec;
 
 bool i32vec_reserve(i32vec *a, int32_t cap);
+/* memcpy of n int32 that accepts NULL pointers when n is 0 (memcpy does not). */
+void i32_copy(int32_t *dst, const int32_t *src, int32_t n);
 bool i32vec_push(i32vec *a, int32_t x);
 void i32vec_free(i32vec *a);
 

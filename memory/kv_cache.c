@@ -522,8 +522,8 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
         page_pool_ref(&kv->pool, a->pages.v[j]);
     }
     b->pages.n = np;
-    memcpy(b->tokens.v, a->tokens.v, (size_t)k * sizeof *b->tokens.v);
-    memcpy(b->pos.v, a->pos.v, (size_t)k * sizeof *b->pos.v);
+    i32_copy(b->tokens.v, a->tokens.v, k);
+    i32_copy(b->pos.v, a->pos.v, k);
     b->tokens.n = b->pos.n = k;
     return LLMEM_OK;
 }
@@ -624,7 +624,7 @@ static int32_t kv_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32
 {
     const kv_seq *s = &kv_of(mem)->seqs[seq];
     if (out)
-        memcpy(out, s->tokens.v, (size_t)(s->tokens.n < cap ? s->tokens.n : cap) * sizeof *out);
+        i32_copy(out, s->tokens.v, s->tokens.n < cap ? s->tokens.n : cap);
     return s->tokens.n;
 }
 
@@ -800,6 +800,6 @@ int32_t llmem_kv_cache_page_table(llmem_memory *mem, int32_t seq_id, int32_t *ou
         return -1;
     const kv_seq *s = &kv->seqs[seq_id];
     if (out && cap > 0)
-        memcpy(out, s->pages.v, (size_t)(s->pages.n < cap ? s->pages.n : cap) * sizeof *out);
+        i32_copy(out, s->pages.v, s->pages.n < cap ? s->pages.n : cap);
     return s->pages.n;
 }

@@ -203,8 +203,8 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         }
         for (int32_t k = 0; k < np; k++)
             s->pages.v[s->pages.n++] = kv_alloc_page(kv);
-        memcpy(s->tokens.v, e->tokens, (size_t)e->len * sizeof(int32_t));
-        memcpy(s->pos.v, e->pos, (size_t)e->len * sizeof(int32_t));
+        i32_copy(s->tokens.v, e->tokens, e->len);
+        i32_copy(s->pos.v, e->pos, e->len);
         s->tokens.n = s->pos.n = e->len;
         const uint8_t *src = e->data;
         for (int32_t il = 0; il < kv->p.n_layers && st == LLMEM_OK; il++)

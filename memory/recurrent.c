@@ -136,8 +136,8 @@ static bool hold_copy(rs_hold *dst, const rs_hold *src)
 {
     if (!i32vec_reserve(&dst->slot, src->slot.n) || !i32vec_reserve(&dst->len, src->len.n))
         return false;
-    memcpy(dst->slot.v, src->slot.v, (size_t)src->slot.n * sizeof(int32_t));
-    memcpy(dst->len.v, src->len.v, (size_t)src->len.n * sizeof(int32_t));
+    i32_copy(dst->slot.v, src->slot.v, src->slot.n);
+    i32_copy(dst->len.v, src->len.v, src->len.n);
     dst->slot.n = src->slot.n;
     dst->len.n = src->len.n;
     return true;
@@ -152,8 +152,8 @@ static bool change_set(rs_change *c, int32_t seq, const rs_hold *h, int32_t copy
     c->new_len = malloc((size_t)(h->slot.n + 1) * sizeof(int32_t));
     if (!c->new_slot || !c->new_len)
         return false;
-    memcpy(c->new_slot, h->slot.v, (size_t)h->slot.n * sizeof(int32_t));
-    memcpy(c->new_len, h->len.v, (size_t)h->slot.n * sizeof(int32_t));
+    i32_copy(c->new_slot, h->slot.v, h->slot.n);
+    i32_copy(c->new_len, h->len.v, h->slot.n);
     return true;
 }
 
@@ -495,8 +495,8 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
         }
     }
     hold_drop_all(rs, b);
-    memcpy(b->tokens.v, a->tokens.v, (size_t)k * sizeof(int32_t));
-    memcpy(b->pos.v, a->pos.v, (size_t)k * sizeof(int32_t));
+    i32_copy(b->tokens.v, a->tokens.v, k);
+    i32_copy(b->pos.v, a->pos.v, k);
     b->tokens.n = b->pos.n = k;
     if (k > 0) {
         b->h.slot.v[0] = slot;
@@ -572,7 +572,7 @@ static int32_t rs_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32
 {
     const rs_seq *s = &rs_of(mem)->seqs[seq];
     if (out)
-        memcpy(out, s->tokens.v, (size_t)(s->tokens.n < cap ? s->tokens.n : cap) * sizeof *out);
+        i32_copy(out, s->tokens.v, s->tokens.n < cap ? s->tokens.n : cap);
     return s->tokens.n;
 }
 
@@ -761,11 +761,11 @@ static llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tm
             break;
         }
         const uint8_t *p = t->buf + e->at;
-        memcpy(s->tokens.v, p, (size_t)e->len * 4);
-        memcpy(s->pos.v, p + (size_t)e->len * 4, (size_t)e->len * 4);
         s->tokens.n = s->pos.n = e->len;
         if (e->len == 0)
             continue;
+        memcpy(s->tokens.v, p, (size_t)e->len * 4);
+        memcpy(s->pos.v, p + (size_t)e->len * 4, (size_t)e->len * 4);
         p += (size_t)e->len * 8;
         int32_t slot = take_free(rs->owner, rs->n_slots, id); /* quota guarantees one */
         s->h.slot.v[0] = slot;

@@ -21,6 +21,12 @@ bool i32vec_reserve(i32vec *a, int32_t cap)
     return true;
 }
 
+void i32_copy(int32_t *dst, const int32_t *src, int32_t n)
+{
+    if (n > 0)
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
 bool i32vec_push(i32vec *a, int32_t x)
 {
     if (!i32vec_reserve(a, a->n + 1))

@@ -56,10 +56,9 @@ void *th_alloc(th_ctx *c, size_t bytes);
 
 /* A guarded tensor (poisoned with NaN). ne outermost first. */
 llmem_tensor th_tensor(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2);
-/* A guarded raw buffer of `bytes` (a KV pool or state buffer) filled with
- * the NaN pattern of t; *off receives where its data starts. Views take
- * whole buffers, so pools get guards of their own only when off == 0:
- * th_pool returns an unguarded buffer, checked later with th_unchanged. */
+/* A raw buffer of `bytes` (rounded up to 4) filled with the NaN pattern of
+ * t, for KV pools and state buffers (views address whole buffers, so it has
+ * no guards: tests compare snapshots to find unexpected writes). */
 llmem_buffer *th_pool(th_ctx *c, size_t bytes, llmem_dtype t);
 
 /* Values v[nelements] encoded to t's dtype and uploaded. */

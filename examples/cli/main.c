@@ -1,0 +1,45 @@
+/* llmem: the command-line program (score, generate, bench, info). */
+#include <stdio.h>
+#include <string.h>
+
+#include "examples/cli/cli.h"
+#include "llmem/llmem.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmem <command> [options]\n"
+            "\n"
+            "commands:\n"
+            "  generate   stream text from a model (the built-in one by default)\n"
+            "  score      log-probabilities of token sequences, one JSON line each\n"
+            "  bench      memory-bandwidth benchmarks of the kernels on a backend\n"
+            "  info       version, backends and devices\n"
+            "\n"
+            "`llmem <command> --help` describes each command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("llmem %s\n", LLMEM_VERSION_STRING);
+        return 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "info"))
+        return llmem_cli_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "score"))
+        return llmem_cli_score(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate"))
+        return llmem_cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench"))
+        return llmem_cli_bench(argc - 1, argv + 1);
+    fprintf(stderr, "llmem: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
