@@ -2,7 +2,8 @@
  * memory.c) and the invariant checker.
  *
  * Payload: i32 n_layers, n_kv_heads, head_dim, dtype, n_entries; then per
- * entry: i32 seq_id, len, tokens[len], pos[len], then for every layer the
+ * entry: i32 seq_id, len, tokens[len], pos[len], shift[len] (pending K-shift
+ * of each slot), then for every layer the
  * K rows then the V rows of its len slots (row = n_kv_heads * head_dim
  * elements of dtype). Page size is not part of the format: a stream loads
  * into a cache of any page size. */
@@ -19,6 +20,8 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, llmem_state_writer *w)
     llmem_state_put_i32(w, n);
     llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
     llmem_state_put(w, s->pos.v, (size_t)n * sizeof(int32_t));
+    for (int32_t j = 0; j < n; j++) /* pending K-shift of each slot */
+        llmem_state_put_i32(w, kv->shift[kv_slot(kv, s, j)]);
     for (int32_t il = 0; il < kv->p.n_layers; il++)
         for (int32_t kvi = 0; kvi < 2; kvi++) {
             llmem_buffer *pool = kvi ? kv->v[il] : kv->k[il];
@@ -60,7 +63,7 @@ llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
 
 typedef struct kv_entry {
     int32_t seq, len;
-    const int32_t *tokens, *pos; /* unaligned-safe copies below */
+    const int32_t *tokens, *pos, *shift; /* unaligned-safe copies below */
     const uint8_t *data;         /* [n_layers][2][len rows] */
 } kv_entry;
 
@@ -125,13 +128,13 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
             }
         size_t ib = (size_t)e->len * sizeof(int32_t);
         size_t db = (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers;
-        if ((size_t)e->len > r->len / sizeof(int32_t) || !llmem_state_peek(r, 2 * ib) ||
+        if ((size_t)e->len > r->len / sizeof(int32_t) || !llmem_state_peek(r, 3 * ib) ||
             !(e->data = llmem_state_peek(r, db))) {
             llmem_errf(err, err_len, "KV state entry %d: truncated", i);
             goto corrupt;
         }
         pages += (e->len + kv->p.page_size - 1) / kv->p.page_size;
-        ints += 2 * (int64_t)e->len;
+        ints += 3 * (int64_t)e->len;
     }
     /* second pass: copy tokens/positions out (the stream may be unaligned) */
     t->ints = malloc((size_t)(ints > 0 ? ints : 1) * sizeof(int32_t));
@@ -152,6 +155,9 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
                 llmem_errf(err, err_len, "KV state entry %d: negative position", i);
                 goto corrupt;
             }
+        dst += e->len;
+        llmem_state_get(&r2, dst, (size_t)e->len * sizeof(int32_t));
+        e->shift = dst;
         dst += e->len;
         llmem_state_get(&r2, NULL, (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers);
     }
@@ -206,6 +212,14 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         i32_copy(s->tokens.v, e->tokens, e->len);
         i32_copy(s->pos.v, e->pos, e->len);
         s->tokens.n = s->pos.n = e->len;
+        for (int32_t j = 0; j < e->len; j++) {
+            if (e->shift[j] == 0)
+                continue;
+            int32_t slot = kv_slot(kv, s, j);
+            kv->shift[slot] = e->shift[j];
+            kv->page_shift[slot / ps] = 1;
+            kv->shift_pending = true;
+        }
         const uint8_t *src = e->data;
         for (int32_t il = 0; il < kv->p.n_layers && st == LLMEM_OK; il++)
             for (int32_t kvi = 0; kvi < 2 && st == LLMEM_OK; kvi++) {
