@@ -116,6 +116,15 @@ static bool overlaps_buffer(const llmem_tensor *t, const llmem_buffer *buf)
     return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
 }
 
+/* A [rows, cols] matrix, or a tensor with rows outermost whose other
+ * dimensions flatten to cols (e.g. [T, H, P] for [T, H * P]). */
+static bool matrix_ok(const llmem_tensor *t, int64_t rows, int64_t cols)
+{
+    if (rows_of(t) == rows && cols_of(t) == cols)
+        return true;
+    return t->n_dims >= 2 && t->ne[0] == rows && llmem_tensor_nelements(t) == rows * cols;
+}
+
 static bool optional_vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
 {
     return !t || (tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n);
@@ -638,8 +647,8 @@ llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_
         return LLMEM_E_INVALID;
     int64_t d_conv = d->shape[0] + 1, conv_dim = d->shape[1];
     if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, w, DT_FLOAT) || !tensor_ok(be, out, DT_F32) ||
-        !same_shape(x, out) || rows_of(x) != (int64_t)rs->n_seqs * rs->n_seq_tokens ||
-        cols_of(x) != conv_dim || rows_of(w) != conv_dim || cols_of(w) != d_conv ||
+        !same_shape(x, out) || !matrix_ok(x, (int64_t)rs->n_seqs * rs->n_seq_tokens, conv_dim) ||
+        rows_of(w) != conv_dim || cols_of(w) != d_conv ||
         !optional_vec_ok(be, b, conv_dim))
         return LLMEM_E_INVALID;
     if (overlaps(out, x) || overlaps(out, w) || overlaps(out, b) ||
@@ -680,8 +689,8 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
     int64_t d_inner = (int64_t)p->n_heads * p->head_dim;
     int64_t conv_dim = d_inner + 2 * (int64_t)p->n_groups * p->d_state;
     if (!tensor_ok(be, xbc, DT_F32) || !tensor_ok(be, dt, DT_F32) || !tensor_ok(be, y, DT_F32) ||
-        rows_of(xbc) != n_tok || cols_of(xbc) != conv_dim || rows_of(dt) != n_tok ||
-        cols_of(dt) != p->n_heads || rows_of(y) != n_tok || cols_of(y) != d_inner ||
+        !matrix_ok(xbc, n_tok, conv_dim) || !matrix_ok(dt, n_tok, p->n_heads) ||
+        !matrix_ok(y, n_tok, d_inner) ||
         !a_log || !optional_vec_ok(be, a_log, p->n_heads) || !optional_vec_ok(be, d, p->n_heads) ||
         !optional_vec_ok(be, dt_bias, p->n_heads))
         return LLMEM_E_INVALID;

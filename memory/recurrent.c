@@ -167,6 +167,7 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
     rs_hold *sim = calloc((size_t)nsm, sizeof *sim);
     int32_t *len = calloc((size_t)nsm, sizeof *len);
     int32_t *owner = malloc((size_t)rs->n_slots * sizeof *owner);
+    i32vec pending = {0}; /* slots a ubatch drops; free only after it */
     if (!res || !sim || !len || !owner)
         goto out;
     res->cur = -1;
@@ -184,7 +185,7 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
     for (int32_t u = 0; u < plan->n_ubatch; u++) {
         const llmem_ubatch *ub = &plan->ubatch[u];
         int32_t T = ub->n_seq_tokens, c = T - 1 < rs->n_ckpt ? T - 1 : rs->n_ckpt;
-        elems += (int64_t)ub->n_seqs * (2 + c);
+        elems += (int64_t)ub->n_seqs * (3 + c);
     }
     rs->ib.data.n = 0;
     if (elems > INT32_MAX / 2 || !i32vec_reserve(&rs->ib.data, (int32_t)elems))
@@ -200,11 +201,13 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
         rs_ub *t = &res->ub[u];
         int32_t T = ub->n_seq_tokens, c = T - 1 < rs->n_ckpt ? T - 1 : rs->n_ckpt;
         t->n_seqs = ub->n_seqs;
-        t->n_ckpt = c;
+        /* the view's checkpoints cover the last c + 1 tokens (ops.h); the
+         * last one is the dst slot's state, so its entry stays -1 */
+        t->n_ckpt = c > 0 ? c + 1 : 0;
         t->n_seq_tokens = T;
         t->src = idx_append(ib, NULL, ub->n_seqs, -1);
         t->dst = idx_append(ib, NULL, ub->n_seqs, -1);
-        t->ckpt = idx_append(ib, NULL, ub->n_seqs * c, -1);
+        t->ckpt = idx_append(ib, NULL, ub->n_seqs * t->n_ckpt, -1);
         int32_t n_change = plan->stream_off[u][ub->n_seqs];
         t->change = calloc((size_t)(n_change > 0 ? n_change : 1), sizeof *t->change);
         if (!t->change)
@@ -246,7 +249,7 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
             }
             ib->data.v[t->dst + s] = g[c];
             for (int32_t j = 0; j < c; j++)
-                ib->data.v[t->ckpt + s * c + j] = g[j];
+                ib->data.v[t->ckpt + s * t->n_ckpt + j] = g[j];
             for (int32_t k = 0; k < need; k++) {
                 int32_t l = k < c ? L + T - c + k : L + T;
                 if (!i32vec_push(&h->slot, g[k]) || !i32vec_push(&h->len, l)) {
@@ -263,7 +266,9 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
                 for (int32_t i = 1; i < h->len.n; i++)
                     if (h->len.v[i] < h->len.v[oldest])
                         oldest = i;
-                owner[h->slot.v[oldest]] = -1;
+                /* freed at this ubatch's commit: reusable from the next one */
+                if (!i32vec_push(&pending, h->slot.v[oldest]))
+                    goto out;
                 h->slot.v[oldest] = h->slot.v[h->slot.n - 1];
                 h->len.v[oldest] = h->len.v[h->len.n - 1];
                 h->slot.n--;
@@ -278,7 +283,8 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
                 rs_hold *hb = &sim[b];
                 int32_t keep = hb->slot.n > 0 ? hb->slot.v[0] : take_free(owner, rs->n_slots, b);
                 for (int32_t i = 1; i < hb->slot.n; i++)
-                    owner[hb->slot.v[i]] = -1;
+                    if (!i32vec_push(&pending, hb->slot.v[i]))
+                        goto out;
                 if (!i32vec_reserve(&hb->slot, 1) || !i32vec_reserve(&hb->len, 1))
                     goto out;
                 hb->slot.n = hb->len.n = 1;
@@ -289,6 +295,9 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
                     goto out;
             }
         }
+        for (int32_t k = 0; k < pending.n; k++)
+            owner[pending.v[k]] = -1;
+        pending.n = 0;
     }
     if ((st = idx_upload(rs->idx, ib)) != LLMEM_OK)
         goto out;
@@ -303,6 +312,7 @@ out:
     free(sim);
     free(len);
     free(owner);
+    i32vec_free(&pending);
     return st;
 }
 

@@ -53,8 +53,12 @@ static void fake_scan(llmem_memory *mem, const llmem_ubatch *ub, void *c)
                 distinct &= r->ckpt_slot.host[s2 * r->n_ckpt + j] != r->dst_slot.host[s];
         }
         for (int32_t j = 0; j < r->n_ckpt; j++) {
-            int32_t after = T - 1 - r->n_ckpt + j; /* 0-based token index */
+            int32_t after = T - r->n_ckpt + j; /* 0-based token index */
             float f[4] = {tag(seq, L + after + 1), 0, 0, 0};
+            if (j == r->n_ckpt - 1) { /* the last token's state is the dst slot */
+                ck_assert_int_eq(r->ckpt_slot.host[s * r->n_ckpt + j], -1);
+                continue;
+            }
             ck_assert_int_ge(r->ckpt_slot.host[s * r->n_ckpt + j], 0);
             ck_assert_int_ne(r->ckpt_slot.host[s * r->n_ckpt + j], r->dst_slot.host[s]);
             ck_assert_int_eq(llmem_buffer_upload(r->state[0], (size_t)r->ckpt_slot.host[s * r->n_ckpt + j] * 16, f, 16), LLMEM_OK);
@@ -300,6 +304,34 @@ START_TEST(test_state_io)
 }
 END_TEST
 
+/* Regression: a slot dropped by one sequence in ubatch u must not be given
+ * to another sequence's new state in the same ubatch (its poisoning at
+ * commit destroyed that state). Found by `llmem score --poison`. */
+START_TEST(test_multi_ubatch_poison)
+{
+    setenv("LLMEM_POISON", "1", 1);
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = mt_rs(be, 3, 0);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(128, 2, &b);
+    scan_ctx x = {{0}, {0}, 0, 0};
+    const int32_t len[3] = {15, 4, 9};
+    for (int32_t round = 0; round < 3; round++) {
+        llmem_batch_buf_clear(b);
+        for (int32_t s = 0; s < 3; s++)
+            mt_add(b, s, x.len[s], len[s], 0, true);
+        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 7, fake_scan, &x, NULL), LLMEM_OK);
+        for (int32_t s = 0; s < 3; s++)
+            ck_assert_float_eq(cur_state(m, be, s), tag(s, x.len[s]));
+        mt_assert_check(m);
+    }
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+    unsetenv("LLMEM_POISON");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("recurrent");
@@ -309,6 +341,7 @@ int main(void)
     tcase_add_test(tc, test_seq_cp_and_shared_stream);
     tcase_add_test(tc, test_release_uncommitted);
     tcase_add_test(tc, test_state_io);
+    tcase_add_test(tc, test_multi_ubatch_poison);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -155,7 +155,7 @@ def main():
     ap.add_argument("--min-lr", type=float, default=1e-4)
     ap.add_argument("--warmup", type=float, default=0.03, help="fraction of the budget")
     ap.add_argument("--wd", type=float, default=0.1)
-    ap.add_argument("--dropout", type=float, default=0.15)
+    ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads for the float64 reference")
     ap.add_argument("--val-window", type=int, default=256)
     ap.add_argument("--seed", type=int, default=1)

@@ -76,6 +76,33 @@ static inline uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | (f32_bits(t) - 0x3f000000u));
 }
 
+/* Branch-free f16 -> f32 for vector loops (same results as f16_to_f32):
+ * a subnormal m * 2^-24 is formed as (1 + m/1024) * 2^-14 - 2^-14, exactly. */
+static inline float f16_to_f32_nb(uint16_t h)
+{
+    uint32_t u = h & 0x7fffu;
+    uint32_t o = u << 13;
+    uint32_t e = u & 0x7c00u;
+    uint32_t normal = o + 0x38000000u;  /* rebias 15 -> 127 */
+    uint32_t special = o + 0x70000000u; /* exponent 31 -> 255: inf, NaN */
+    uint32_t sub = f32_bits(f32_from_bits(o + 0x38800000u) - 0x1p-14f);
+    /* selects as masks: GCC does not if-convert the ternaries here */
+    uint32_t is_special = 0u - (uint32_t)(e == 0x7c00u), is_sub = 0u - (uint32_t)(e == 0u);
+    uint32_t bits = (special & is_special) | (normal & ~is_special);
+    bits = (sub & is_sub) | (bits & ~is_sub);
+    return f32_from_bits(bits | ((uint32_t)(h & 0x8000u) << 16));
+}
+
+/* Branch-free f32 -> bf16 (same results as f32_to_bf16). */
+static inline uint16_t f32_to_bf16_nb(float f)
+{
+    uint32_t u = f32_bits(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet = (u >> 16) | 0x0040u;
+    uint32_t is_nan = 0u - (uint32_t)((u & 0x7fffffffu) > 0x7f800000u);
+    return (uint16_t)((quiet & is_nan) | (rounded & ~is_nan));
+}
+
 /* ---- rows ---------------------------------------------------------------------------- */
 
 /* dst[0..n) = src[0..n) of dtype t (f32, f16, bf16) as f32. */
@@ -85,11 +112,19 @@ static inline void load_f32(const void *src, llmem_dtype t, int64_t n, float *ds
         memcpy(dst, src, (size_t)n * sizeof *dst);
     } else if (t == LLMEM_DTYPE_F16) {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++)
+                dst[i + k] = f16_to_f32_nb(s[i + k]);
+        for (; i < n; i++)
             dst[i] = f16_to_f32(s[i]);
     } else {
         const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++)
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++)
+                dst[i + k] = bf16_to_f32(s[i + k]);
+        for (; i < n; i++)
             dst[i] = bf16_to_f32(s[i]);
     }
 }
@@ -105,7 +140,11 @@ static inline void store_f32(const float *src, llmem_dtype t, int64_t n, void *d
             d[i] = f32_to_f16(src[i]);
     } else {
         uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++)
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int k = 0; k < 8; k++)
+                d[i + k] = f32_to_bf16_nb(src[i + k]);
+        for (; i < n; i++)
             d[i] = f32_to_bf16(src[i]);
     }
 }

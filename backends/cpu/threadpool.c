@@ -3,7 +3,9 @@
  * Workers sleep on a condition variable and wake for each run (a
  * generation number tells a new run from a spurious wake-up). A run hands
  * out chunks of items from one atomic counter; the caller works as thread
- * 0 and then waits until every participating worker has finished.
+ * 0 and then waits until every participating worker has finished. Workers
+ * are started on demand and live as long as the process; a smaller thread
+ * count just leaves some idle.
  */
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,12 +1,922 @@
-/* llmem bench: placeholder until the CUDA/Vulkan benchmark lands. */
+/* llmem bench: memory-bandwidth benchmarks of the backend ops.
+ *
+ * Every figure is measured in one process against a ceiling measured in the
+ * same process: the device copy bandwidth (a large device-to-device
+ * llmem_buffer_copy, bytes read + written). Kernels that should be limited
+ * by memory traffic report their bytes moved per second as a fraction of
+ * that ceiling. Times are host wall-clock around batches of back-to-back
+ * calls ended by llmem_backend_synchronize (median of 5 batches, after a
+ * warm-up call), so launch gaps count against the kernels.
+ *
+ * Inputs are random (never zeros); pools are addressed through shuffled
+ * page tables, as a long-running KV cache would be. The `--help` text
+ * explains each figure (see also docs/benchmarks.md).
+ */
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "examples/cli/cli.h"
+#include "llmem/llmem.h"
+#include "llmem/ops.h"
+
+#define MIB ((size_t)1 << 20)
+#define CHECK(expr)                                                                         \
+    do {                                                                                    \
+        llmem_status st_ = (expr);                                                          \
+        if (st_ != LLMEM_OK) {                                                              \
+            fprintf(stderr, "llmem bench: %s:%d: %s: %s\n", __func__, __LINE__, #expr,      \
+                    llmem_status_str(st_));                                                 \
+            return st_;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmem bench [--backend NAME] [--device N] [--iters N] [--all] [--only LIST]\n"
+            "\n"
+            "Measures, in one run, on one backend:\n"
+            "  copy            device-to-device copy of 1 GiB (256 MiB off GPUs); the bandwidth\n"
+            "                  counts bytes read + bytes written. This is the ceiling every\n"
+            "                  other figure is compared with (\"of copy\").\n"
+            "  decode attn     paged decode attention: 64 sequences x 4096 cached tokens, one\n"
+            "                  query token each, 32 query / 8 KV heads, head dim 128, f16 K/V,\n"
+            "                  pages of 1, 16 and 64 tokens in shuffled page tables. Bytes =\n"
+            "                  K + V read (1 GiB) + queries and outputs. Target (CUDA issue):\n"
+            "                  >= 80%% of copy at pages of 16, the three page sizes within 10%%.\n"
+            "  mamba decode    Mamba-2 single-step state update (ssm_scan, 1 token): 64\n"
+            "                  sequences x 128 heads x 64 x 128 f32 state, updated in place.\n"
+            "                  Bytes = state read + written (512 MiB) + inputs and outputs.\n"
+            "                  Target: >= 70%% of copy.\n"
+            "  prefill attn    (cuda, or --all) causal paged prefill attention, 8 sequences x\n"
+            "                  2048 tokens, same heads, f16 K/V, pages of 16; reported as time\n"
+            "                  and TFLOP/s (4 * head_dim * heads * sum of visible keys). On\n"
+            "                  cuda it runs twice: the default precise mode (queries and\n"
+            "                  probabilities as hi+lo pairs for the tensor cores) and the fast\n"
+            "                  mode (LLMEM_CUDA_ATTN_FAST=1, one rounding, FlashAttention's\n"
+            "                  precision). Compare with tools/bench_sdpa.py (PyTorch flash SDPA).\n"
+            "  model decode    (cuda, or --all) one decode step at batch 1 of a random\n"
+            "                  bamba-shaped bf16 model of about 1.1 B parameters (18 Mamba-2 and\n"
+            "                  2 attention layers, hidden 2048, MLP 4096, vocab 32000, 1024\n"
+            "                  cached tokens), run op by op: embedding, every layer, final norm,\n"
+            "                  LM head, argmax. Compared with the time to read the weights the\n"
+            "                  step needs (all but the embedding table) once at copy bandwidth;\n"
+            "                  target <= 1.5x.\n"
+            "\n"
+            "Times are wall-clock per call: the median of 5 batches of back-to-back calls, each\n"
+            "batch ended by a backend synchronize, after one warm-up call.\n"
+            "\n"
+            "options:\n"
+            "  --backend NAME   cpu, cuda, vulkan or auto (default auto)\n"
+            "  --device N       device index within the backend (default: the backend's)\n"
+            "  --iters N        calls per figure (default 20 on GPUs, 2 on cpu)\n"
+            "  --all            also run the prefill and model figures on non-cuda backends\n"
+            "  --only LIST      comma-separated subset of decode,mamba,prefill,model (copy,\n"
+            "                   the ceiling, always runs)\n");
+}
+
+typedef struct bench {
+    llmem_backend *be;
+    const char *name;
+    int iters;
+    double copy_bw; /* bytes / s, read + written */
+    llmem_buffer *rnd; /* 4 Mi random f32 in [-1, 1) */
+    llmem_buffer *rnd_small; /* the same times 0.02 */
+} bench;
+
+#define RND_N ((int32_t)(4 * MIB))
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static float rng_float(uint64_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)((double)(rng_next(s) >> 11) * 0x1p-53);
+}
+
+/* Random permutation of [0, n). */
+static void shuffle(int32_t *v, int32_t n, uint64_t seed)
+{
+    for (int32_t i = 0; i < n; i++)
+        v[i] = i;
+    for (int32_t i = n - 1; i > 0; i--) {
+        int32_t j = (int32_t)(rng_next(&seed) % (uint64_t)(i + 1));
+        int32_t t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+typedef llmem_status (*bench_fn)(void *ctx);
+
+/* Median seconds per call of fn over 5 batches (after one warm-up). */
+static llmem_status time_it(bench *b, bench_fn fn, void *ctx, double *sec)
+{
+    CHECK(fn(ctx));
+    CHECK(llmem_backend_synchronize(b->be));
+    int per = b->iters / 5 > 0 ? b->iters / 5 : 1;
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = now_s();
+        for (int i = 0; i < per; i++)
+            CHECK(fn(ctx));
+        CHECK(llmem_backend_synchronize(b->be));
+        t[r] = (now_s() - t0) / per;
+    }
+    for (int i = 1; i < 5; i++)
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            double x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    *sec = t[2];
+    return LLMEM_OK;
+}
+
+/* Fills n elements of dtype t at byte `offset` of buf with the random
+ * source (small: values in [-0.02, 0.02)). */
+static llmem_status fill(bench *b, llmem_buffer *buf, size_t offset, int64_t n, llmem_dtype t,
+                         bool small)
+{
+    size_t es = llmem_dtype_size(t);
+    for (int64_t i = 0; i < n; i += RND_N) {
+        int32_t m = (int32_t)(n - i < RND_N ? n - i : RND_N);
+        llmem_tensor src = llmem_tensor_1d(small ? b->rnd_small : b->rnd, 0, LLMEM_DTYPE_F32, m);
+        llmem_tensor dst = llmem_tensor_1d(buf, offset + (size_t)i * es, t, m);
+        CHECK(llmem_op_copy(b->be, &src, 0, &dst));
+    }
+    return LLMEM_OK;
+}
+
+static llmem_status new_buffer(bench *b, size_t bytes, llmem_buffer **out)
+{
+    llmem_status st = llmem_buffer_alloc(b->be, bytes, out);
+    if (st != LLMEM_OK)
+        fprintf(stderr, "llmem bench: cannot allocate %.1f MiB: %s\n", (double)bytes / MIB,
+                llmem_status_str(st));
+    return st;
+}
+
+/* Index tables of a view, built on the host and uploaded in one buffer. */
+typedef struct tables {
+    int32_t *v;
+    int32_t n, cap;
+} tables;
+
+static llmem_i32_table tab_add(tables *t, const int32_t *vals, int32_t n)
+{
+    llmem_i32_table r = {NULL, (size_t)t->n * 4, n};
+    if (t->n + n > t->cap) {
+        int32_t cap = (t->n + n) * 2;
+        int32_t *v = realloc(t->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return (llmem_i32_table){NULL, 0, -1};
+        t->v = v;
+        t->cap = cap;
+    }
+    if (n > 0)
+        memcpy(t->v + t->n, vals, (size_t)n * sizeof *vals);
+    t->n += n;
+    return r;
+}
+
+/* Uploads the tables to a new idx buffer and points their host copies at
+ * t->v (which the caller keeps until the view is done). */
+static llmem_status tab_finish(bench *b, tables *t, llmem_i32_table **list, int n,
+                               llmem_buffer **idx)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i]->n < 0)
+            return LLMEM_E_NO_MEMORY;
+    CHECK(new_buffer(b, (size_t)(t->n > 0 ? t->n : 1) * 4, idx));
+    if (t->n > 0)
+        CHECK(llmem_buffer_upload(*idx, 0, t->v, (size_t)t->n * 4));
+    for (int i = 0; i < n; i++)
+        list[i]->host = list[i]->n > 0 ? t->v + list[i]->offset / 4 : NULL;
+    return LLMEM_OK;
+}
+
+/* ---- copy ---------------------------------------------------------------------------------- */
+
+typedef struct copy_ctx {
+    llmem_buffer *src, *dst;
+    size_t bytes;
+} copy_ctx;
+
+static llmem_status copy_run(void *vctx)
+{
+    copy_ctx *c = vctx;
+    return llmem_buffer_copy(c->dst, 0, c->src, 0, c->bytes);
+}
+
+static llmem_status bench_copy(bench *b, bool gpu)
+{
+    copy_ctx c = {NULL, NULL, gpu ? 1024 * MIB : 256 * MIB};
+    llmem_status st = new_buffer(b, c.bytes, &c.src);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, c.bytes, &c.dst);
+    if (st == LLMEM_OK)
+        st = fill(b, c.src, 0, (int64_t)(c.bytes / 4), LLMEM_DTYPE_F32, false);
+    double t = 0;
+    if (st == LLMEM_OK)
+        st = time_it(b, copy_run, &c, &t);
+    if (st == LLMEM_OK) {
+        b->copy_bw = 2.0 * (double)c.bytes / t;
+        printf("%-28s %9.3f ms  %8.1f GB/s  (%zu MiB copied; read + written)\n", "copy", t * 1e3,
+               b->copy_bw / 1e9, c.bytes / MIB);
+    }
+    llmem_buffer_free(c.src);
+    llmem_buffer_free(c.dst);
+    return st;
+}
+
+static void report_bw(const bench *b, const char *what, double t, double bytes, const char *note)
+{
+    double bw = bytes / t;
+    printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy%s%s\n", what, t * 1e3, bw / 1e9,
+           100.0 * bw / b->copy_bw, note ? "  " : "", note ? note : "");
+}
+
+/* ---- paged attention ------------------------------------------------------------------------- */
+
+typedef struct attn_ctx {
+    llmem_backend *be;
+    llmem_attn_params p;
+    llmem_view view;
+    llmem_tensor q, out;
+} attn_ctx;
+
+static llmem_status attn_run(void *vctx)
+{
+    attn_ctx *c = vctx;
+    return llmem_op_attention_paged(c->be, &c->p, &c->view, &c->q, &c->out);
+}
+
+/* A KV view of n_seq streams of ctx cached tokens each, pages of ps in a
+ * shuffled page table; query token i belongs to stream i / q_per_seq and
+ * sees ctx - q_per_seq + 1 + i % q_per_seq keys (causal). */
+typedef struct kv_setup {
+    int32_t n_seq, ctx, q_per_seq, ps, n_heads, n_kv, hd;
+    llmem_dtype dtype;
+} kv_setup;
+
+static llmem_status attn_prepare(bench *b, const kv_setup *s, llmem_buffer *kp, llmem_buffer *vp,
+                                 attn_ctx *c, tables *t, llmem_buffer **idx)
+{
+    int32_t max_pages = (s->ctx + s->ps - 1) / s->ps, n_pages = s->n_seq * max_pages;
+    int32_t n_tok = s->n_seq * s->q_per_seq;
+    int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
+    int32_t *lens = malloc((size_t)s->n_seq * sizeof *lens);
+    int32_t *tl = malloc((size_t)n_tok * sizeof *tl), *ts = malloc((size_t)n_tok * sizeof *ts);
+    if (!perm || !lens || !tl || !ts) {
+        free(perm);
+        free(lens);
+        free(tl);
+        free(ts);
+        return LLMEM_E_NO_MEMORY;
+    }
+    shuffle(perm, n_pages, 0x5eed0000u + (uint64_t)s->ps);
+    for (int32_t i = 0; i < s->n_seq; i++)
+        lens[i] = s->ctx;
+    for (int32_t i = 0; i < n_tok; i++) {
+        ts[i] = i / s->q_per_seq;
+        tl[i] = s->ctx - s->q_per_seq + 1 + i % s->q_per_seq;
+    }
+    memset(c, 0, sizeof *c);
+    c->be = b->be;
+    c->p = (llmem_attn_params){1.0f / sqrtf((float)s->hd), 0.0f, 0};
+    llmem_kv_view *kv = &c->view.u.kv;
+    c->view.kind = LLMEM_VIEW_KV;
+    kv->k = kp;
+    kv->v = vp;
+    kv->dtype = s->dtype;
+    kv->n_pages = n_pages;
+    kv->page_size = s->ps;
+    kv->n_kv_heads = s->n_kv;
+    kv->head_dim = s->hd;
+    kv->max_pages = max_pages;
+    kv->page_table = tab_add(t, perm, n_pages);
+    kv->seq_len = tab_add(t, lens, s->n_seq);
+    kv->tok_kv_len = tab_add(t, tl, n_tok);
+    kv->tok_seq = tab_add(t, ts, n_tok);
+    free(perm);
+    free(lens);
+    free(tl);
+    free(ts);
+    llmem_i32_table *list[] = {&kv->page_table, &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq};
+    CHECK(tab_finish(b, t, list, 4, idx));
+    c->view.idx = *idx;
+    return LLMEM_OK;
+}
+
+static llmem_status bench_decode_attention(bench *b)
+{
+    kv_setup s = {64, 4096, 1, 16, 32, 8, 128, LLMEM_DTYPE_F16};
+    int64_t pool_elems = (int64_t)s.n_seq * s.ctx * s.n_kv * s.hd;
+    size_t pool_bytes = (size_t)pool_elems * 2;
+    llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL;
+    int64_t nq = (int64_t)s.n_seq * s.n_heads * s.hd;
+    llmem_status st = new_buffer(b, pool_bytes, &kp);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, pool_bytes, &vp);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, (size_t)nq * 4, &qb);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, (size_t)nq * 4, &ob);
+    if (st == LLMEM_OK)
+        st = fill(b, kp, 0, pool_elems, s.dtype, false);
+    if (st == LLMEM_OK)
+        st = fill(b, vp, 0, pool_elems, s.dtype, false);
+    if (st == LLMEM_OK)
+        st = fill(b, qb, 0, nq, LLMEM_DTYPE_F32, false);
+    static const int32_t sizes[3] = {1, 16, 64};
+    double times[3] = {0, 0, 0};
+    for (int i = 0; i < 3 && st == LLMEM_OK; i++) {
+        s.ps = sizes[i];
+        attn_ctx c;
+        tables t = {0};
+        llmem_buffer *idx = NULL;
+        st = attn_prepare(b, &s, kp, vp, &c, &t, &idx);
+        c.q = llmem_tensor_3d(qb, 0, LLMEM_DTYPE_F32, s.n_seq, s.n_heads, s.hd);
+        c.out = llmem_tensor_3d(ob, 0, LLMEM_DTYPE_F32, s.n_seq, s.n_heads, s.hd);
+        if (st == LLMEM_OK)
+            st = time_it(b, attn_run, &c, &times[i]);
+        if (st == LLMEM_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "decode attn, pages of %d", sizes[i]);
+            report_bw(b, what, times[i], 2.0 * (double)pool_bytes + 2.0 * (double)nq * 4, NULL);
+        }
+        llmem_buffer_free(idx);
+        free(t.v);
+    }
+    if (st == LLMEM_OK) {
+        double lo = fmin(times[0], fmin(times[1], times[2]));
+        double hi = fmax(times[0], fmax(times[1], times[2]));
+        printf("%-28s %9.1f%%  (slowest / fastest - 1; target <= 10%%)\n", "decode attn spread",
+               100.0 * (hi / lo - 1.0));
+    }
+    llmem_buffer_free(kp);
+    llmem_buffer_free(vp);
+    llmem_buffer_free(qb);
+    llmem_buffer_free(ob);
+    return st;
+}
+
+/* Prefill: 8 x 2048 causal in one ubatch, on backend `be` of b (the fast
+ * variant opens its own backend). */
+static llmem_status prefill_once(bench *b, const char *label)
+{
+    kv_setup s = {8, 2048, 2048, 16, 32, 8, 128, LLMEM_DTYPE_F16};
+    int64_t pool_elems = (int64_t)s.n_seq * s.ctx * s.n_kv * s.hd;
+    int64_t nq = (int64_t)s.n_seq * s.ctx * s.n_heads * s.hd;
+    llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL, *idx = NULL;
+    tables t = {0};
+    llmem_status st = new_buffer(b, (size_t)pool_elems * 2, &kp);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, (size_t)pool_elems * 2, &vp);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, (size_t)nq * 4, &qb);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, (size_t)nq * 4, &ob);
+    if (st == LLMEM_OK)
+        st = fill(b, kp, 0, pool_elems, s.dtype, false);
+    if (st == LLMEM_OK)
+        st = fill(b, vp, 0, pool_elems, s.dtype, false);
+    if (st == LLMEM_OK)
+        st = fill(b, qb, 0, nq, LLMEM_DTYPE_F32, false);
+    attn_ctx c;
+    if (st == LLMEM_OK)
+        st = attn_prepare(b, &s, kp, vp, &c, &t, &idx);
+    double sec = 0;
+    if (st == LLMEM_OK) {
+        c.q = llmem_tensor_3d(qb, 0, LLMEM_DTYPE_F32, s.n_seq * s.ctx, s.n_heads, s.hd);
+        c.out = llmem_tensor_3d(ob, 0, LLMEM_DTYPE_F32, s.n_seq * s.ctx, s.n_heads, s.hd);
+        st = time_it(b, attn_run, &c, &sec);
+    }
+    if (st == LLMEM_OK) {
+        double flops = 4.0 * s.hd * s.n_heads * s.n_seq * ((double)s.ctx * (s.ctx + 1) / 2.0);
+        printf("%-28s %9.3f ms  %8.1f TFLOP/s  (8 x 2048 causal, 32/8 heads, hd 128, f16 KV)\n",
+               label, sec * 1e3, flops / sec / 1e12);
+    }
+    llmem_buffer_free(idx);
+    free(t.v);
+    llmem_buffer_free(kp);
+    llmem_buffer_free(vp);
+    llmem_buffer_free(qb);
+    llmem_buffer_free(ob);
+    return st;
+}
+
+static llmem_status bench_prefill(bench *b, int32_t device)
+{
+    CHECK(prefill_once(b, "prefill attn"));
+    if (strcmp(b->name, "cuda") != 0)
+        return LLMEM_OK;
+    /* the plugin reads LLMEM_CUDA_ATTN_FAST when a backend opens */
+    setenv("LLMEM_CUDA_ATTN_FAST", "1", 1);
+    bench f = *b;
+    char err[256] = "";
+    llmem_status st = llmem_backend_open("cuda", device, &f.be, err, sizeof err);
+    unsetenv("LLMEM_CUDA_ATTN_FAST");
+    if (st != LLMEM_OK) {
+        fprintf(stderr, "llmem bench: %s\n", err);
+        return st;
+    }
+    f.rnd = f.rnd_small = NULL;
+    st = new_buffer(&f, (size_t)RND_N * 4, &f.rnd);
+    if (st == LLMEM_OK) {
+        /* random source for the second backend: download once, upload */
+        float *h = malloc((size_t)RND_N * 4);
+        st = h ? llmem_buffer_download(b->rnd, 0, h, (size_t)RND_N * 4) : LLMEM_E_NO_MEMORY;
+        if (st == LLMEM_OK)
+            st = llmem_buffer_upload(f.rnd, 0, h, (size_t)RND_N * 4);
+        free(h);
+    }
+    if (st == LLMEM_OK)
+        st = prefill_once(&f, "prefill attn (fast mode)");
+    llmem_buffer_free(f.rnd);
+    llmem_backend_close(f.be);
+    return st;
+}
+
+/* ---- Mamba-2 decode ---------------------------------------------------------------------------- */
+
+typedef struct scan_ctx {
+    llmem_backend *be;
+    llmem_ssm_params p;
+    llmem_view view;
+    llmem_tensor xbc, dt, a_log, d, dt_bias, y;
+} scan_ctx;
+
+static llmem_status scan_run(void *vctx)
+{
+    scan_ctx *c = vctx;
+    return llmem_op_ssm_scan(c->be, &c->p, &c->view, 0, &c->xbc, &c->dt, &c->a_log, &c->d,
+                             &c->dt_bias, &c->y);
+}
+
+static llmem_status bench_mamba(bench *b)
+{
+    const int32_t B = 64, H = 128, P = 64, N = 128, G = 1;
+    int64_t elems = (int64_t)H * P * N, cd = (int64_t)H * P + 2 * G * N;
+    size_t state_bytes = (size_t)B * (size_t)elems * 4;
+    llmem_buffer *state = NULL, *act = NULL, *idx = NULL;
+    size_t o_xbc = 0, o_dt = o_xbc + (size_t)B * cd * 4, o_par = o_dt + (size_t)B * H * 4;
+    size_t o_y = o_par + 3 * (size_t)H * 4, act_bytes = o_y + (size_t)B * H * P * 4;
+    llmem_status st = new_buffer(b, state_bytes, &state);
+    if (st == LLMEM_OK)
+        st = new_buffer(b, act_bytes, &act);
+    if (st == LLMEM_OK)
+        st = fill(b, state, 0, (int64_t)(state_bytes / 4), LLMEM_DTYPE_F32, false);
+    if (st == LLMEM_OK)
+        st = fill(b, act, 0, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false);
+    int32_t *slots = malloc((size_t)B * sizeof *slots);
+    tables t = {0};
+    scan_ctx c;
+    memset(&c, 0, sizeof c);
+    llmem_state_desc desc = {"ssm", 3, {H, P, N}, LLMEM_DTYPE_F32};
+    llmem_buffer *bufs[1] = {state};
+    if (!slots && st == LLMEM_OK)
+        st = LLMEM_E_NO_MEMORY;
+    if (st == LLMEM_OK) {
+        for (int32_t i = 0; i < B; i++)
+            slots[i] = i;
+        llmem_rs_view *rs = &c.view.u.rs;
+        c.view.kind = LLMEM_VIEW_RECURRENT;
+        rs->n_states = 1;
+        rs->desc = &desc;
+        rs->state = bufs;
+        rs->n_slots = B;
+        rs->n_seqs = B;
+        rs->n_seq_tokens = 1;
+        rs->src_slot = tab_add(&t, slots, B);
+        rs->dst_slot = tab_add(&t, slots, B);
+        rs->ckpt_slot = tab_add(&t, NULL, 0);
+        llmem_i32_table *list[] = {&rs->src_slot, &rs->dst_slot, &rs->ckpt_slot};
+        st = tab_finish(b, &t, list, 3, &idx);
+        c.view.idx = idx;
+    }
+    double sec = 0;
+    if (st == LLMEM_OK) {
+        c.be = b->be;
+        c.p = (llmem_ssm_params){H, P, N, G, 0.0f, INFINITY};
+        c.xbc = llmem_tensor_2d(act, o_xbc, LLMEM_DTYPE_F32, B, (int32_t)cd);
+        c.dt = llmem_tensor_2d(act, o_dt, LLMEM_DTYPE_F32, B, H);
+        c.a_log = llmem_tensor_1d(act, o_par, LLMEM_DTYPE_F32, H);
+        c.d = llmem_tensor_1d(act, o_par + (size_t)H * 4, LLMEM_DTYPE_F32, H);
+        c.dt_bias = llmem_tensor_1d(act, o_par + 2 * (size_t)H * 4, LLMEM_DTYPE_F32, H);
+        c.y = llmem_tensor_2d(act, o_y, LLMEM_DTYPE_F32, B, H * P);
+        st = time_it(b, scan_run, &c, &sec);
+    }
+    if (st == LLMEM_OK)
+        report_bw(b, "mamba decode (ssm_scan)", sec, 2.0 * (double)state_bytes + (double)act_bytes,
+                  "(target >= 70%)");
+    free(slots);
+    free(t.v);
+    llmem_buffer_free(idx);
+    llmem_buffer_free(state);
+    llmem_buffer_free(act);
+    return st;
+}
+
+/* ---- whole-model decode step ------------------------------------------------------------------ */
+
+/* A bamba-shaped model (Bamba-9B's block structure, scaled to ~1.1 B): every
+ * layer is pre-norm mixer + pre-norm SwiGLU MLP with residuals; the mixer
+ * is Mamba-2 (in_proj -> conv1d -> scan -> gated norm -> out_proj) except in
+ * M_ATTN_A and M_ATTN_B, which run GQA attention with RoPE over a paged KV
+ * cache holding M_CTX tokens. All weights are bf16. */
+#define M_D 2048
+#define M_LAYERS 20
+#define M_ATTN_A 6
+#define M_ATTN_B 15
+#define M_VOCAB 32000
+#define M_FF 4096
+#define M_H 64
+#define M_P 64
+#define M_N 128
+#define M_DCONV 4
+#define M_DI (M_H * M_P)            /* d_inner 4096 */
+#define M_CD (M_DI + 2 * M_N)       /* conv_dim 4352 */
+#define M_ZX (M_DI + M_CD + M_H)    /* in_proj rows 8512 */
+#define M_QH 32
+#define M_KVH 8
+#define M_HD 64
+#define M_QKV ((M_QH + 2 * M_KVH) * M_HD)
+#define M_CTX 1024
+#define M_PS 16
+#define M_PAGES ((M_CTX + 1 + M_PS - 1) / M_PS)
+
+typedef struct arena {
+    llmem_buffer *buf; /* NULL while sizing */
+    size_t used;
+} arena;
+
+static llmem_tensor at(arena *a, llmem_dtype t, int32_t n0, int32_t n1)
+{
+    llmem_tensor x = llmem_tensor_2d(a->buf, a->used, t, n0, n1);
+    if (n1 == 0)
+        x = llmem_tensor_1d(a->buf, a->used, t, n0);
+    a->used += ((size_t)n0 * (size_t)(n1 ? n1 : 1) * llmem_dtype_size(t) + 255) / 256 * 256;
+    return x;
+}
+
+typedef struct m_layer {
+    llmem_tensor norm1, norm2, gate, up, down;
+    llmem_tensor in_proj, conv_w, conv_b, a_log, d, dt_bias, gnorm, out_proj; /* Mamba-2 */
+    llmem_tensor wqkv, wo;                                                 /* attention */
+    llmem_buffer *st[2]; /* conv and ssm state, or the K and V pools */
+    llmem_view view;
+} m_layer;
+
+typedef struct model {
+    llmem_backend *be;
+    m_layer layer[M_LAYERS];
+    llmem_tensor embed, fnorm, lm_head;
+    llmem_tensor x, h, zx, xo, y, y2, o, g, u, qkv, ao, logits, tok, pos;
+    llmem_state_desc desc[2];
+    int32_t n_ops;
+} model;
+
+static bool is_attn(int32_t il)
+{
+    return il == M_ATTN_A || il == M_ATTN_B;
+}
+
+static void model_weights(model *m, arena *w)
+{
+    m->embed = at(w, LLMEM_DTYPE_BF16, M_VOCAB, M_D);
+    for (int32_t il = 0; il < M_LAYERS; il++) {
+        m_layer *l = &m->layer[il];
+        l->norm1 = at(w, LLMEM_DTYPE_BF16, M_D, 0);
+        if (is_attn(il)) {
+            l->wqkv = at(w, LLMEM_DTYPE_BF16, M_QKV, M_D);
+            l->wo = at(w, LLMEM_DTYPE_BF16, M_D, M_QH * M_HD);
+        } else {
+            l->in_proj = at(w, LLMEM_DTYPE_BF16, M_ZX, M_D);
+            l->conv_w = at(w, LLMEM_DTYPE_BF16, M_CD, M_DCONV);
+            l->conv_b = at(w, LLMEM_DTYPE_BF16, M_CD, 0);
+            l->a_log = at(w, LLMEM_DTYPE_BF16, M_H, 0);
+            l->d = at(w, LLMEM_DTYPE_BF16, M_H, 0);
+            l->dt_bias = at(w, LLMEM_DTYPE_BF16, M_H, 0);
+            l->gnorm = at(w, LLMEM_DTYPE_BF16, M_DI, 0);
+            l->out_proj = at(w, LLMEM_DTYPE_BF16, M_D, M_DI);
+        }
+        l->norm2 = at(w, LLMEM_DTYPE_BF16, M_D, 0);
+        l->gate = at(w, LLMEM_DTYPE_BF16, M_FF, M_D);
+        l->up = at(w, LLMEM_DTYPE_BF16, M_FF, M_D);
+        l->down = at(w, LLMEM_DTYPE_BF16, M_D, M_FF);
+    }
+    m->fnorm = at(w, LLMEM_DTYPE_BF16, M_D, 0);
+    m->lm_head = at(w, LLMEM_DTYPE_BF16, M_VOCAB, M_D);
+}
+
+static void model_acts(model *m, arena *a)
+{
+    m->x = at(a, LLMEM_DTYPE_F32, 1, M_D);
+    m->h = at(a, LLMEM_DTYPE_F32, 1, M_D);
+    m->zx = at(a, LLMEM_DTYPE_F32, 1, M_ZX);
+    m->xo = at(a, LLMEM_DTYPE_F32, 1, M_CD);
+    m->y = at(a, LLMEM_DTYPE_F32, 1, M_DI);
+    m->y2 = at(a, LLMEM_DTYPE_F32, 1, M_DI);
+    m->o = at(a, LLMEM_DTYPE_F32, 1, M_D);
+    m->g = at(a, LLMEM_DTYPE_F32, 1, M_FF);
+    m->u = at(a, LLMEM_DTYPE_F32, 1, M_FF);
+    m->qkv = at(a, LLMEM_DTYPE_F32, 1, M_QKV);
+    m->ao = at(a, LLMEM_DTYPE_F32, 1, M_QH * M_HD);
+    m->logits = at(a, LLMEM_DTYPE_F32, 1, M_VOCAB);
+    m->tok = at(a, LLMEM_DTYPE_I32, 1, 0);
+    m->pos = at(a, LLMEM_DTYPE_I32, 1, 0);
+}
+
+#define OP(expr)                                                                            \
+    do {                                                                                    \
+        m->n_ops++;                                                                         \
+        CHECK(expr);                                                                        \
+    } while (0)
+
+static llmem_status model_step(void *vctx)
+{
+    model *m = vctx;
+    llmem_backend *be = m->be;
+    const float eps = 1e-5f;
+    m->n_ops = 0;
+    OP(llmem_op_get_rows(be, &m->embed, &m->tok, &m->x));
+    size_t zo = m->zx.offset, qo = m->qkv.offset;
+    llmem_tensor z = llmem_tensor_2d(m->zx.buf, zo, LLMEM_DTYPE_F32, 1, M_DI);
+    llmem_tensor xbc = llmem_tensor_2d(m->zx.buf, zo + (size_t)M_DI * 4, LLMEM_DTYPE_F32, 1, M_CD);
+    llmem_tensor dt = llmem_tensor_2d(m->zx.buf, zo + (size_t)(M_DI + M_CD) * 4, LLMEM_DTYPE_F32,
+                                      1, M_H);
+    llmem_tensor q = llmem_tensor_3d(m->qkv.buf, qo, LLMEM_DTYPE_F32, 1, M_QH, M_HD);
+    llmem_tensor k = llmem_tensor_3d(m->qkv.buf, qo + (size_t)M_QH * M_HD * 4, LLMEM_DTYPE_F32, 1,
+                                     M_KVH, M_HD);
+    llmem_tensor v = llmem_tensor_3d(m->qkv.buf, qo + (size_t)(M_QH + M_KVH) * M_HD * 4,
+                                     LLMEM_DTYPE_F32, 1, M_KVH, M_HD);
+    llmem_tensor ao3 = llmem_tensor_3d(m->ao.buf, m->ao.offset, LLMEM_DTYPE_F32, 1, M_QH, M_HD);
+    llmem_ssm_params sp = {M_H, M_P, M_N, 1, 0.0f, INFINITY};
+    llmem_rope_params rp = {LLMEM_ROPE_NEOX, M_HD, 10000.0f, 1.0f};
+    llmem_attn_params ap = {1.0f / sqrtf((float)M_HD), 0.0f, 0};
+    for (int32_t il = 0; il < M_LAYERS; il++) {
+        m_layer *l = &m->layer[il];
+        OP(llmem_op_rms_norm(be, &m->x, &l->norm1, eps, &m->h));
+        if (is_attn(il)) {
+            OP(llmem_op_matmul(be, &m->h, &l->wqkv, &m->qkv));
+            OP(llmem_op_rope(be, &rp, &q, &m->pos, &q));
+            OP(llmem_op_rope(be, &rp, &k, &m->pos, &k));
+            OP(llmem_op_kv_store(be, &l->view, &k, &v));
+            OP(llmem_op_attention_paged(be, &ap, &l->view, &q, &ao3));
+            OP(llmem_op_matmul(be, &m->ao, &l->wo, &m->o));
+        } else {
+            OP(llmem_op_matmul(be, &m->h, &l->in_proj, &m->zx));
+            OP(llmem_op_ssm_conv(be, &l->view, 0, &xbc, &l->conv_w, &l->conv_b, &m->xo));
+            OP(llmem_op_ssm_scan(be, &sp, &l->view, 1, &m->xo, &dt, &l->a_log, &l->d,
+                                 &l->dt_bias, &m->y));
+            OP(llmem_op_rms_norm_gated(be, &m->y, &z, &l->gnorm, 1, eps, &m->y2));
+            OP(llmem_op_matmul(be, &m->y2, &l->out_proj, &m->o));
+        }
+        OP(llmem_op_add(be, &m->x, &m->o, &m->x));
+        OP(llmem_op_rms_norm(be, &m->x, &l->norm2, eps, &m->h));
+        OP(llmem_op_matmul(be, &m->h, &l->gate, &m->g));
+        OP(llmem_op_matmul(be, &m->h, &l->up, &m->u));
+        OP(llmem_op_swiglu(be, &m->g, &m->u, &m->g));
+        OP(llmem_op_matmul(be, &m->g, &l->down, &m->o));
+        OP(llmem_op_add(be, &m->x, &m->o, &m->x));
+    }
+    OP(llmem_op_rms_norm(be, &m->x, &m->fnorm, eps, &m->h));
+    OP(llmem_op_matmul(be, &m->h, &m->lm_head, &m->logits));
+    OP(llmem_op_argmax(be, &m->logits, &m->tok));
+    return LLMEM_OK;
+}
+
+static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *t,
+                                llmem_buffer **idx)
+{
+    memset(m, 0, sizeof *m);
+    m->be = b->be;
+    model_weights(m, w);
+    CHECK(new_buffer(b, w->used, &w->buf));
+    w->used = 0;
+    model_weights(m, w);
+    CHECK(fill(b, w->buf, 0, (int64_t)(w->used / 2), LLMEM_DTYPE_BF16, true));
+    model_acts(m, a);
+    CHECK(new_buffer(b, a->used, &a->buf));
+    a->used = 0;
+    model_acts(m, a);
+    int32_t tok_pos[2] = {1, M_CTX};
+    CHECK(llmem_buffer_upload(a->buf, m->tok.offset, &tok_pos[0], 4));
+    CHECK(llmem_buffer_upload(a->buf, m->pos.offset, &tok_pos[1], 4));
+    /* index tables shared by every layer's view */
+    int32_t zero = 0, slot = M_CTX, len = M_CTX + 1, pt[M_PAGES];
+    for (int32_t i = 0; i < M_PAGES; i++)
+        pt[i] = i;
+    llmem_i32_table src = tab_add(t, &zero, 1), dst = tab_add(t, &zero, 1);
+    llmem_i32_table none = tab_add(t, NULL, 0), stok = tab_add(t, &zero, 1);
+    llmem_i32_table sslot = tab_add(t, &slot, 1), ptab = tab_add(t, pt, M_PAGES);
+    llmem_i32_table slen = tab_add(t, &len, 1), tkl = tab_add(t, &len, 1);
+    llmem_i32_table tseq = tab_add(t, &zero, 1);
+    llmem_i32_table *list[] = {&src, &dst, &none, &stok, &sslot, &ptab, &slen, &tkl, &tseq};
+    CHECK(tab_finish(b, t, list, 9, idx));
+    m->desc[0] = (llmem_state_desc){"conv", 2, {M_DCONV - 1, M_CD}, LLMEM_DTYPE_F32};
+    m->desc[1] = (llmem_state_desc){"ssm", 3, {M_H, M_P, M_N}, LLMEM_DTYPE_F32};
+    for (int32_t il = 0; il < M_LAYERS; il++) {
+        m_layer *l = &m->layer[il];
+        l->view.idx = *idx;
+        if (is_attn(il)) {
+            int64_t n = (int64_t)M_PAGES * M_PS * M_KVH * M_HD;
+            for (int j = 0; j < 2; j++) {
+                CHECK(new_buffer(b, (size_t)n * 2, &l->st[j]));
+                CHECK(fill(b, l->st[j], 0, n, LLMEM_DTYPE_BF16, false));
+            }
+            llmem_kv_view *kv = &l->view.u.kv;
+            l->view.kind = LLMEM_VIEW_KV;
+            *kv = (llmem_kv_view){.k = l->st[0], .v = l->st[1], .dtype = LLMEM_DTYPE_BF16,
+                                  .n_pages = M_PAGES, .page_size = M_PS, .n_kv_heads = M_KVH,
+                                  .head_dim = M_HD, .store_tok = stok, .store_slot = sslot,
+                                  .max_pages = M_PAGES, .page_table = ptab, .seq_len = slen,
+                                  .tok_kv_len = tkl, .tok_seq = tseq, .shift_slot = none,
+                                  .shift_delta = none};
+        } else {
+            for (int j = 0; j < 2; j++) {
+                int64_t n = 1;
+                for (int32_t e = 0; e < m->desc[j].n_dims; e++)
+                    n *= m->desc[j].shape[e];
+                CHECK(new_buffer(b, (size_t)n * 4, &l->st[j]));
+                CHECK(fill(b, l->st[j], 0, n, LLMEM_DTYPE_F32, true));
+            }
+            llmem_rs_view *rs = &l->view.u.rs;
+            l->view.kind = LLMEM_VIEW_RECURRENT;
+            *rs = (llmem_rs_view){.n_states = 2, .desc = m->desc, .state = l->st, .n_slots = 1,
+                                  .n_seqs = 1, .n_seq_tokens = 1, .src_slot = src,
+                                  .dst_slot = dst, .ckpt_slot = none, .n_ckpt = 0};
+        }
+    }
+    return LLMEM_OK;
+}
+
+static llmem_status bench_model(bench *b)
+{
+    model *m = calloc(1, sizeof *m);
+    if (!m)
+        return LLMEM_E_NO_MEMORY;
+    arena w = {0}, a = {0};
+    tables t = {0};
+    llmem_buffer *idx = NULL;
+    double sec = 0;
+    llmem_status st = model_setup(b, m, &w, &a, &t, &idx);
+    if (st == LLMEM_OK)
+        st = time_it(b, model_step, m, &sec);
+    if (st == LLMEM_OK) {
+        /* parameters: every weight element (bf16, no padding) */
+        double params = (double)M_VOCAB * M_D * 2 + M_D;
+        for (int32_t il = 0; il < M_LAYERS; il++) {
+            params += 2.0 * M_D + 3.0 * M_FF * M_D;
+            params += is_attn(il) ? (double)M_QKV * M_D + (double)M_D * M_QH * M_HD
+                                  : (double)M_ZX * M_D + (double)M_CD * (M_DCONV + 1) +
+                                        3.0 * M_H + M_DI + (double)M_D * M_DI;
+        }
+        double step_bytes = 2.0 * (params - (double)M_VOCAB * M_D);
+        double ideal = step_bytes / b->copy_bw;
+        printf("%-28s %9.3f ms  %8.2fx the weight read (%.2f B params; %.2f GB of weights "
+               "read per step in %.3f ms at copy bandwidth; %d ops; target <= 1.5x)\n",
+               "model decode step", sec * 1e3, sec / ideal, params / 1e9, step_bytes / 1e9,
+               ideal * 1e3, m->n_ops);
+    }
+    for (int32_t il = 0; il < M_LAYERS; il++) {
+        llmem_buffer_free(m->layer[il].st[0]);
+        llmem_buffer_free(m->layer[il].st[1]);
+    }
+    llmem_buffer_free(idx);
+    llmem_buffer_free(w.buf);
+    llmem_buffer_free(a.buf);
+    free(t.v);
+    free(m);
+    return st;
+}
+
+/* ---- main ------------------------------------------------------------------------------------------ */
+
+static bool parse_int(const char *s, long lo, long hi, int32_t *out)
+{
+    char *end = NULL;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || v < lo || v > hi)
+        return false;
+    *out = (int32_t)v;
+    return true;
+}
+
+/* Whether figure `name` runs: listed in --only, else by default. */
+static bool wanted(const char *only, const char *name, bool dflt)
+{
+    if (!only)
+        return dflt;
+    size_t n = strlen(name);
+    for (const char *p = only; *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == n && !strncmp(p, name, n))
+            return true;
+        p += k + (p[k] == ',');
+    }
+    return false;
+}
 
 int llmem_cli_bench(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "llmem bench: not implemented yet\n");
-    return 1;
+    const char *backend = "auto";
+    int32_t device = -1, iters = 0;
+    bool all = false;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--backend") && i + 1 < argc) {
+            backend = argv[++i];
+        } else if (!strcmp(a, "--device") && i + 1 < argc) {
+            if (!parse_int(argv[++i], 0, 1 << 20, &device)) {
+                fprintf(stderr, "llmem bench: bad --device '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--iters") && i + 1 < argc) {
+            if (!parse_int(argv[++i], 1, 100000, &iters)) {
+                fprintf(stderr, "llmem bench: bad --iters '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--all")) {
+            all = true;
+        } else if (!strcmp(a, "--only") && i + 1 < argc) {
+            only = argv[++i];
+        } else {
+            fprintf(stderr, "llmem bench: unknown option '%s' (see llmem bench --help)\n", a);
+            return 2;
+        }
+    }
+    bench b = {0};
+    char err[512] = "";
+    llmem_status st = llmem_backend_open(backend, device, &b.be, err, sizeof err);
+    if (st != LLMEM_OK) {
+        fprintf(stderr, "llmem bench: %s\n", err[0] ? err : llmem_status_str(st));
+        return 1;
+    }
+    b.name = llmem_backend_name(b.be);
+    llmem_backend_info info;
+    llmem_backend_get_info(b.be, &info);
+    bool gpu = !info.host_visible;
+    bool cuda = strcmp(b.name, "cuda") == 0;
+    b.iters = iters > 0 ? iters : gpu ? 20 : 2;
+    printf("llmem bench: backend %s, device %d: %s (%.1f GiB), %d calls per figure\n", b.name,
+           (int)info.device, info.device_name, (double)info.memory_total / (1024.0 * MIB),
+           b.iters);
+    /* the random source: 4 Mi floats in [-1, 1), and a copy times 0.02 */
+    float *h = malloc((size_t)RND_N * 4);
+    uint64_t seed = 0x11e3b3c4ull;
+    st = h ? new_buffer(&b, (size_t)RND_N * 4, &b.rnd) : LLMEM_E_NO_MEMORY;
+    if (st == LLMEM_OK)
+        st = new_buffer(&b, (size_t)RND_N * 4, &b.rnd_small);
+    if (st == LLMEM_OK) {
+        for (int32_t i = 0; i < RND_N; i++)
+            h[i] = rng_float(&seed, -1.0f, 1.0f);
+        st = llmem_buffer_upload(b.rnd, 0, h, (size_t)RND_N * 4);
+    }
+    free(h);
+    if (st == LLMEM_OK) {
+        llmem_tensor x = llmem_tensor_1d(b.rnd, 0, LLMEM_DTYPE_F32, RND_N);
+        llmem_tensor y = llmem_tensor_1d(b.rnd_small, 0, LLMEM_DTYPE_F32, RND_N);
+        st = llmem_op_scale(b.be, &x, 0.02f, &y);
+    }
+    if (st == LLMEM_OK)
+        st = bench_copy(&b, gpu);
+    if (st == LLMEM_OK && wanted(only, "decode", true))
+        st = bench_decode_attention(&b);
+    if (st == LLMEM_OK && wanted(only, "mamba", true))
+        st = bench_mamba(&b);
+    if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
+        st = bench_prefill(&b, device);
+    if (st == LLMEM_OK && wanted(only, "model", cuda || all))
+        st = bench_model(&b);
+    llmem_buffer_free(b.rnd);
+    llmem_buffer_free(b.rnd_small);
+    llmem_backend_close(b.be);
+    if (st != LLMEM_OK) {
+        fprintf(stderr, "llmem bench: stopped: %s\n", llmem_status_str(st));
+        return 1;
+    }
+    return 0;
 }

@@ -1,12 +1,282 @@
-/* llmem score: placeholder until the model runtime lands. */
+/* llmem score: log p(tokens[i+1] | tokens[0..i]) for every case of a JSONL
+ * file, with every case in flight at once up to --n-seq-max sequences
+ * (continuous batching: a finished case frees its sequence for the next). */
+#include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "examples/cli/cli.h"
+#include "examples/cli/common.h"
+
+typedef struct score_case {
+    cJSON *id;
+    int32_t *tok;
+    int32_t n;
+    double *lp;   /* [n - 1] */
+    int32_t done; /* tokens submitted so far */
+    bool finished;
+} score_case;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: llmem score --input FILE.jsonl [options]\n"
+            "\n"
+            "Reads one JSON object per line with \"id\" and \"tokens\" (a list of token ids;\n"
+            "other fields are ignored) and prints, one line per case in input order,\n"
+            "  {\"id\": <id>, \"logprobs\": [...]}\n"
+            "where logprobs[i] = log p(tokens[i+1] | tokens[0..i]) (len(tokens) - 1 values).\n"
+            "Cases run together, up to --n-seq-max sequences at a time.\n"
+            "\n"
+            "options:\n"
+            "  --input FILE         the cases (required; '-' reads stdin)\n"
+            "  --stats              one JSON line of statistics on stderr at the end\n"
+            "%s",
+            cli_model_opts_help);
+}
+
+static int read_cases(const char *path, score_case **out, int32_t *n_out, int32_t n_vocab)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "llmem score: cannot open '%s'\n", path);
+        return 1;
+    }
+    score_case *cases = NULL;
+    int32_t n = 0, cap = 0, line_no = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    int rc = 0;
+    while ((len = getline(&line, &lcap, f)) >= 0 && !rc) {
+        line_no++;
+        bool blank = true;
+        for (ssize_t k = 0; k < len && blank; k++)
+            blank = line[k] == ' ' || line[k] == '\t' || line[k] == '\n' || line[k] == '\r';
+        if (blank)
+            continue;
+        cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
+        cJSON *id = j ? cJSON_GetObjectItemCaseSensitive(j, "id") : NULL;
+        cJSON *toks = j ? cJSON_GetObjectItemCaseSensitive(j, "tokens") : NULL;
+        if (!j || !cJSON_IsObject(j) || !id || !cJSON_IsArray(toks)) {
+            fprintf(stderr, "llmem score: %s:%d: expected an object with \"id\" and a \"tokens\" list\n",
+                    path, line_no);
+            cJSON_Delete(j);
+            rc = 1;
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            score_case *nc = realloc(cases, (size_t)cap * sizeof *nc);
+            if (!nc) {
+                cJSON_Delete(j);
+                rc = 1;
+                break;
+            }
+            cases = nc;
+        }
+        score_case *c = &cases[n];
+        memset(c, 0, sizeof *c);
+        c->n = cJSON_GetArraySize(toks);
+        c->tok = malloc((size_t)(c->n > 0 ? c->n : 1) * sizeof *c->tok);
+        c->lp = malloc((size_t)(c->n > 1 ? c->n - 1 : 1) * sizeof *c->lp);
+        c->id = cJSON_Duplicate(id, 1);
+        n++;
+        int32_t k = 0;
+        cJSON *t;
+        cJSON_ArrayForEach(t, toks) {
+            double v = cJSON_IsNumber(t) ? t->valuedouble : -1;
+            if (!cJSON_IsNumber(t) || v != (double)(int32_t)v || v < 0 || v >= n_vocab) {
+                fprintf(stderr, "llmem score: %s:%d: token %d is not an id in [0, %d)\n", path,
+                        line_no, k, n_vocab);
+                rc = 1;
+                break;
+            }
+            c->tok[k++] = (int32_t)v;
+        }
+        cJSON_Delete(j);
+    }
+    free(line);
+    if (f != stdin)
+        fclose(f);
+    *out = cases;
+    *n_out = n;
+    return rc;
+}
+
+static void free_cases(score_case *c, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        cJSON_Delete(c[i].id);
+        free(c[i].tok);
+        free(c[i].lp);
+    }
+    free(c);
+}
+
+static void print_case(const score_case *c)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "id", cJSON_Duplicate(c->id, 1));
+    cJSON *a = cJSON_AddArrayToObject(o, "logprobs");
+    for (int32_t i = 0; i + 1 < c->n; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(c->lp[i]));
+    char *s = cJSON_PrintUnformatted(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
 
 int llmem_cli_score(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "llmem score: not implemented yet\n");
-    return 1;
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    const char *input = NULL;
+    bool stats = false;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_model_opt(&mo, "score", argc, argv, &i);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--input") && i + 1 < argc) {
+            input = argv[++i];
+        } else if (!strcmp(argv[i], "--stats")) {
+            stats = true;
+        } else {
+            fprintf(stderr, "llmem score: unknown option '%s' (see llmem score --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!input) {
+        fprintf(stderr, "llmem score: --input FILE is required (see llmem score --help)\n");
+        return 2;
+    }
+    llmem_backend *be;
+    llmem_model *m;
+    if (cli_open_model("score", &mo, &be, &m))
+        return 1;
+    int32_t V = llmem_model_n_vocab(m), n_cases = 0;
+    score_case *cases = NULL;
+    int rc = read_cases(input, &cases, &n_cases, V);
+    llmem_memory *mem = llmem_model_memory(m);
+    int32_t n_seq = mo.params.n_seq_max, budget = mo.params.n_ubatch;
+    int32_t *slot_case = malloc((size_t)n_seq * sizeof *slot_case);
+    int32_t *row_case = malloc((size_t)budget * sizeof *row_case);
+    int32_t *row_pos = malloc((size_t)budget * sizeof *row_pos);
+    float *out = malloc((size_t)budget * (size_t)V * sizeof *out);
+    llmem_batch_buf *bb = NULL;
+    if (!rc && (!slot_case || !row_case || !row_pos || !out ||
+                llmem_batch_buf_create(budget, 1, &bb) != LLMEM_OK)) {
+        fprintf(stderr, "llmem score: out of memory\n");
+        rc = 1;
+    }
+    for (int32_t s = 0; s < n_seq; s++)
+        slot_case[s] = -1;
+    int32_t next = 0, printed = 0, active = 0;
+    double t0 = cli_now();
+    int32_t step_budget = budget;
+    while (!rc && (next < n_cases || active > 0)) {
+        /* admit new cases into free sequences */
+        for (int32_t s = 0; s < n_seq && next < n_cases; s++) {
+            if (slot_case[s] >= 0)
+                continue;
+            while (next < n_cases && cases[next].n <= 1)
+                cases[next++].finished = true; /* nothing to predict */
+            if (next < n_cases) {
+                slot_case[s] = next++;
+                active++;
+            }
+        }
+        if (active == 0)
+            break;
+        /* a chunk of every active case, fairly, within the token budget */
+        llmem_batch_buf_clear(bb);
+        int32_t per = (step_budget + active - 1) / active, left = step_budget, rows = 0;
+        for (int32_t s = 0; s < n_seq && left > 0; s++) {
+            int32_t ci = slot_case[s];
+            if (ci < 0)
+                continue;
+            score_case *c = &cases[ci];
+            int32_t k = c->n - c->done;
+            k = k < per ? k : per;
+            k = k < left ? k : left;
+            for (int32_t t = 0; t < k; t++) {
+                int32_t p = c->done + t;
+                bool o = p + 1 < c->n;
+                llmem_batch_buf_add(bb, c->tok[p], p, &s, 1, o);
+                if (o) {
+                    row_case[rows] = ci;
+                    row_pos[rows++] = p;
+                }
+            }
+            left -= k;
+        }
+        char err[512] = "";
+        int32_t n_out = 0;
+        llmem_status st = llmem_model_decode(m, llmem_batch_buf_get(bb), true, out, budget, &n_out,
+                                             err, sizeof err);
+        if (st == LLMEM_E_NO_SPACE && step_budget > 1) {
+            step_budget = (step_budget + 1) / 2; /* memory pressure: smaller steps */
+            continue;
+        }
+        if (st != LLMEM_OK) {
+            fprintf(stderr, "llmem score: %s (%s)%s\n", err, llmem_status_str(st),
+                    st == LLMEM_E_NO_SPACE ? "; raise --n-pages or lower --n-seq-max" : "");
+            rc = 1;
+            break;
+        }
+        step_budget = budget;
+        for (int32_t r = 0; r < n_out; r++) {
+            score_case *c = &cases[row_case[r]];
+            c->lp[row_pos[r]] = out[(size_t)r * (size_t)V + (size_t)c->tok[row_pos[r] + 1]];
+        }
+        /* advance, finish, free sequences */
+        const llmem_batch *b = llmem_batch_buf_get(bb);
+        for (int32_t i = 0; i < b->n_tokens; i++) {
+            int32_t s = b->seq_id[i][0];
+            cases[slot_case[s]].done++;
+        }
+        for (int32_t s = 0; s < n_seq; s++) {
+            int32_t ci = slot_case[s];
+            if (ci < 0 || cases[ci].done < cases[ci].n)
+                continue;
+            cases[ci].finished = true;
+            llmem_memory_seq_rm(mem, s, -1, -1);
+            slot_case[s] = -1;
+            active--;
+        }
+        while (printed < n_cases && cases[printed].finished)
+            print_case(&cases[printed++]);
+        fflush(stdout);
+    }
+    while (!rc && printed < n_cases)
+        print_case(&cases[printed++]);
+    if (stats && !rc) {
+        double dt = cli_now() - t0;
+        llmem_memory_stats ms;
+        llmem_model_stats st;
+        llmem_memory_get_stats(mem, &ms);
+        llmem_model_get_stats(m, &st);
+        fprintf(stderr,
+                "{\"pages_total\": %lld, \"pages_peak\": %lld, \"prefix_hit_tokens\": %lld, "
+                "\"ubatches\": %lld, \"tokens\": %lld, \"tokens_per_second\": %.1f, "
+                "\"backend\": \"%s\"}\n",
+                (long long)ms.pages_total, (long long)ms.pages_peak,
+                (long long)ms.prefix_hit_tokens, (long long)st.n_ubatch, (long long)st.n_tokens,
+                dt > 0 ? (double)st.n_tokens / dt : 0.0, llmem_backend_name(be));
+    }
+    llmem_batch_buf_destroy(bb);
+    free(slot_case);
+    free(row_case);
+    free(row_pos);
+    free(out);
+    free_cases(cases, n_cases);
+    llmem_model_free(m);
+    llmem_backend_close(be);
+    return rc;
 }

@@ -136,8 +136,8 @@ typedef struct llmem_rs_view {
     /* src_slot[s]: slot to read the initial state from, -1 = zero state.
      * dst_slot[s]: slot that receives the state after the stream's last token.
      * ckpt_slot[s * n_ckpt + j]: slot that receives the state after token
-     * n_seq_tokens - 1 - n_ckpt + j of the stream (0-based), i.e. the n_ckpt
-     * states just before the last one; -1 = none. A kernel must read
+     * n_seq_tokens - n_ckpt + j of the stream (0-based); -1 = none. The
+     * recurrent memory leaves the last entry (the dst state) at -1. A kernel must read
      * its part of src before writing any dst/ckpt slot: they may alias. */
     llmem_i32_table src_slot, dst_slot, ckpt_slot;
     int32_t n_ckpt;

@@ -292,7 +292,8 @@ typedef struct llmem_ssm_params {
  *       C (G*N)], conv_dim = H*P + 2*G*N;
  *   dt  [T, H] f32;  a_log [H], d [H] or NULL, dt_bias [H] or NULL:
  *       f32|f16|bf16;
- *   y   [T, H * P] f32, must not overlap xbc or dt.
+ *   y   [T, H * P] (or [T, H, P]) f32, must not overlap xbc or dt.
+ * (Matrices [T, n] here may also be given as [T, ...] flattening to n.)
  * The gate z is applied afterwards by llmem_op_rms_norm_gated. */
 llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                                const llmem_view *view, int32_t state, const llmem_tensor *xbc,

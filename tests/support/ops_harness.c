@@ -62,6 +62,11 @@ static llmem_backend *open_named(const char *name)
     return be;
 }
 
+bool th_is_cpu(int i)
+{
+    return strcmp(th_backend_name(i), "cpu") == 0;
+}
+
 llmem_backend *th_open(int i)
 {
     return open_named(th_backend_name(i));
@@ -92,6 +97,11 @@ void *th_alloc(th_ctx *c, size_t bytes)
     void *p = calloc(1, bytes > 0 ? bytes : 1);
     ck_assert_ptr_nonnull(p);
     return th_keep(c, p);
+}
+
+double *th_vec(th_ctx *c, int64_t n)
+{
+    return th_alloc(c, (size_t)(n > 0 ? n : 1) * sizeof(double));
 }
 
 static size_t round4(size_t n)
@@ -150,11 +160,11 @@ void th_end(th_ctx *c)
         unsigned char pat[4];
         memcpy(pat, &c->b[i].pattern, 4);
         size_t lo = c->b[i].data_off, hi = lo + c->b[i].data_bytes;
+        /* (Check records every passing assertion: test first, assert on failure.) */
         for (size_t j = 0; j < size; j++)
-            if (j < lo || j >= hi)
-                ck_assert_msg(h[j] == pat[j % 4],
-                              "buffer %d: guard byte %zu changed (data [%zu, %zu)), seed %llu", i,
-                              j, lo, hi, (unsigned long long)ref64_seed());
+            if ((j < lo || j >= hi) && h[j] != pat[j % 4])
+                ck_abort_msg("buffer %d: guard byte %zu changed (data [%zu, %zu)), seed %llu", i, j,
+                             lo, hi, (unsigned long long)ref64_seed());
         free(h);
         llmem_buffer_free(c->b[i].buf);
     }
@@ -174,6 +184,14 @@ void th_set(const llmem_tensor *t, const double *v)
     if (n > 0)
         ck_assert_int_eq(llmem_buffer_upload(t->buf, t->offset, h, (size_t)n * es), LLMEM_OK);
     free(h);
+}
+
+llmem_tensor th_input(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2,
+                      const double *v)
+{
+    llmem_tensor x = th_tensor(c, t, n_dims, n0, n1, n2);
+    th_set(&x, v);
+    return x;
 }
 
 void th_set_i32(const llmem_tensor *t, const int32_t *v)
@@ -270,14 +288,29 @@ void th_expect_close(const double *out, const double *ref, int64_t n, double tol
     ck_assert_msg(bad < 0, "%s: reference element %lld is not finite, seed %llu", what,
                   (long long)bad, (unsigned long long)ref64_seed());
     double e = ref64_nerr(out, ref, n);
+    if (getenv("LLMEM_TEST_VERBOSE"))
+        printf("%s: normalized error %.3g (threshold %.3g)\n", what, e, tol);
     ck_assert_msg(e <= tol, "%s: normalized error %.3g > %.3g, seed %llu", what, e, tol,
                   (unsigned long long)ref64_seed());
+}
+
+void th_expect_close_elem(const double *out, const double *ref, int64_t n, double rtol,
+                          const char *what)
+{
+    int64_t bad = ref64_first_nonfinite(out, n);
+    ck_assert_msg(bad < 0, "%s: element %lld is %g (NaN/inf or unwritten), seed %llu", what,
+                  (long long)bad, bad >= 0 ? out[bad] : 0.0, (unsigned long long)ref64_seed());
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(out[i] - ref[i]) <= rtol * fabs(ref[i])))
+            ck_abort_msg("%s: element %lld is %.9g, reference %.9g (rtol %.2g), seed %llu", what,
+                         (long long)i, out[i], ref[i], rtol, (unsigned long long)ref64_seed());
 }
 
 void th_expect_same_bytes(const void *a, const void *b, size_t n, const char *what)
 {
     const unsigned char *x = a, *y = b;
     for (size_t i = 0; i < n; i++)
-        ck_assert_msg(x[i] == y[i], "%s: byte %zu differs (%02x vs %02x), seed %llu", what, i,
-                      x[i], y[i], (unsigned long long)ref64_seed());
+        if (x[i] != y[i])
+            ck_abort_msg("%s: byte %zu differs (%02x vs %02x), seed %llu", what, i, x[i], y[i],
+                         (unsigned long long)ref64_seed());
 }

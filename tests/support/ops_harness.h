@@ -34,6 +34,10 @@ llmem_backend *th_open(int i);
 /* Opens "cpu" (asserts). */
 llmem_backend *th_open_cpu(void);
 
+/* Whether backend i of the probe is "cpu" (compared with float64) or not
+ * (compared with cpu). */
+bool th_is_cpu(int i);
+
 typedef struct th_ctx {
     llmem_backend *be;
     int n;
@@ -54,6 +58,9 @@ void *th_keep(th_ctx *c, void *p);
 /* calloc that asserts, freed at th_end. */
 void *th_alloc(th_ctx *c, size_t bytes);
 
+/* n doubles (at least one), zeroed, freed at th_end. */
+double *th_vec(th_ctx *c, int64_t n);
+
 /* A guarded tensor (poisoned with NaN). ne outermost first. */
 llmem_tensor th_tensor(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2);
 /* A raw buffer of `bytes` (rounded up to 4) filled with the NaN pattern of
@@ -61,6 +68,9 @@ llmem_tensor th_tensor(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t
  * no guards: tests compare snapshots to find unexpected writes). */
 llmem_buffer *th_pool(th_ctx *c, size_t bytes, llmem_dtype t);
 
+/* th_tensor + th_set. */
+llmem_tensor th_input(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2,
+                      const double *v);
 /* Values v[nelements] encoded to t's dtype and uploaded. */
 void th_set(const llmem_tensor *t, const double *v);
 void th_set_i32(const llmem_tensor *t, const int32_t *v);
@@ -86,9 +96,14 @@ llmem_i32_table th_idx_add(th_idx *b, const int32_t *vals, int32_t n);
  * at the builder's array (kept until th_end). */
 llmem_buffer *th_idx_finish(th_ctx *c, th_idx *b, llmem_i32_table *const *tabs, int n_tabs);
 
-/* Asserts that out has no NaN/inf and ‖out − ref‖/‖ref‖ <= tol. */
+/* Asserts that out has no NaN/inf and ‖out − ref‖/‖ref‖ <= tol
+ * ($LLMEM_TEST_VERBOSE prints every error with its threshold). */
 void th_expect_close(const double *out, const double *ref, int64_t n, double tol,
                      const char *what);
+/* Element-wise bound for element-wise ops: |out - ref| <= rtol * |ref|
+ * for every element (after the NaN/inf check). */
+void th_expect_close_elem(const double *out, const double *ref, int64_t n, double rtol,
+                          const char *what);
 /* Asserts that n bytes of a and b are equal (what names the check). */
 void th_expect_same_bytes(const void *a, const void *b, size_t n, const char *what);
 

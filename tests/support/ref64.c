@@ -212,15 +212,17 @@ int64_t ref64_first_nonfinite(const double *v, int64_t n)
 
 double ref64_tol(llmem_dtype t, bool vs_cpu)
 {
-    /* f32: about a hundred f32 ulps of accumulated rounding; 16-bit outputs:
-     * one rounding of the dtype (2^-10, 2^-7) plus slack. */
+    /* f32: about 25 f32 ulps (2^-23) of accumulated rounding; 16-bit
+     * outputs: one rounding of the dtype (2^-11, 2^-8 relative) with 2x
+     * slack. Against cpu, other backends may reorder sums (tiles, tensor
+     * cores), hence the wider bounds. */
     switch (t) {
     case LLMEM_DTYPE_F16:
         return vs_cpu ? 2e-3 : 1e-3;
     case LLMEM_DTYPE_BF16:
         return vs_cpu ? 1.6e-2 : 8e-3;
     default:
-        return vs_cpu ? 1e-4 : 1e-5;
+        return vs_cpu ? 1e-4 : 3e-6;
     }
 }
 

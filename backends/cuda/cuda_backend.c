@@ -1,0 +1,380 @@
+/* llmem cuda plugin: plugin entry, device discovery, the backend vtable and
+ * buffers.
+ *
+ * The plugin links the CUDA runtime statically and cuBLAS dynamically; the
+ * static runtime loads the driver (libcuda.so.1) only when first called, so
+ * the module loads on machines without one and `open` reports why there is
+ * no device: "cuda: no CUDA driver (cudaGetDeviceCount: ...)". Transfers
+ * run on the backend's stream; uploads and downloads wait for it, so host
+ * memory may be reused on return (<llmem/backend.h>).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "kernels/kernels.h"
+
+static void cuda_destroy(llmem_backend *be);
+static void cuda_get_info(llmem_backend *be, llmem_backend_info *info);
+static llmem_status cuda_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out);
+static void cuda_buffer_free(llmem_backend *be, llmem_buffer *buf);
+static llmem_status cuda_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                       const void *src, size_t size);
+static llmem_status cuda_buffer_download(llmem_backend *be, llmem_buffer *src, size_t offset,
+                                         void *dst, size_t size);
+static llmem_status cuda_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_offset,
+                                     llmem_buffer *src, size_t src_offset, size_t size);
+static llmem_status cuda_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                     size_t size, uint32_t pattern);
+static llmem_status cuda_synchronize(llmem_backend *be);
+
+static llmem_backend_i cuda_iface = {
+    .struct_size = sizeof(llmem_backend_i),
+    .destroy = cuda_destroy,
+    .get_info = cuda_get_info,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .buffer_upload = cuda_buffer_upload,
+    .buffer_download = cuda_buffer_download,
+    .buffer_copy = cuda_buffer_copy,
+    .buffer_fill = cuda_buffer_fill,
+    .synchronize = cuda_synchronize,
+    .ops = NULL, /* set at the first open: the table lives in cuda_ops.c */
+};
+
+static void fmt_err(char *err, size_t len, const char *msg)
+{
+    if (err && len)
+        snprintf(err, len, "%s", msg);
+}
+
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+/* ---- helpers shared with cuda_ops.c -------------------------------------------------------- */
+
+llmem_status cuda_check(cuda_backend *cb, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return LLMEM_OK;
+    (void)cudaGetLastError(); /* clears the error unless it is sticky */
+    if (cb && cb->debug)
+        fprintf(stderr, "llmem cuda: %s: %s (%s)\n", what, cudaGetErrorString(e),
+                cudaGetErrorName(e));
+    return e == cudaErrorMemoryAllocation ? LLMEM_E_NO_MEMORY : LLMEM_E_BACKEND;
+}
+
+llmem_status cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *what)
+{
+    if (s == CUBLAS_STATUS_SUCCESS)
+        return LLMEM_OK;
+    if (cb && cb->debug)
+        fprintf(stderr, "llmem cuda: %s: cuBLAS status %d\n", what, (int)s);
+    return s == CUBLAS_STATUS_ALLOC_FAILED ? LLMEM_E_NO_MEMORY : LLMEM_E_BACKEND;
+}
+
+llmem_status cuda_enter(cuda_backend *cb)
+{
+    return cuda_check(cb, cudaSetDevice(cb->device), "cudaSetDevice");
+}
+
+llmem_status cuda_scratch(cuda_backend *cb, size_t bytes, void **out)
+{
+    if (bytes == 0)
+        bytes = 256;
+    if (bytes > cb->scratch_size) {
+        llmem_status st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "scratch sync");
+        if (st != LLMEM_OK)
+            return st;
+        if (cb->scratch) {
+            cudaFree(cb->scratch);
+            cb->scratch = NULL;
+            cb->scratch_size = 0;
+        }
+        /* grow geometrically so alternating sizes settle */
+        size_t want = bytes + bytes / 2;
+        void *p = NULL;
+        if (cudaMalloc(&p, want) != cudaSuccess) {
+            (void)cudaGetLastError();
+            want = bytes;
+            st = cuda_check(cb, cudaMalloc(&p, want), "cudaMalloc (scratch)");
+            if (st != LLMEM_OK)
+                return st;
+        }
+        cb->scratch = p;
+        cb->scratch_size = want;
+    }
+    *out = cb->scratch;
+    return LLMEM_OK;
+}
+
+/* ---- plugin --------------------------------------------------------------------------------- */
+
+/* Device count, or a one-line reason (LLMEM_E_NOT_FOUND) when there is none. */
+static llmem_status device_count(int *count, char *why, size_t why_len)
+{
+    *count = 0;
+    cudaError_t e = cudaGetDeviceCount(count);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (why && why_len)
+            snprintf(why, why_len, "%s (cudaGetDeviceCount: %s)",
+                     e == cudaErrorNoDevice ? "no CUDA device" : "no CUDA driver",
+                     cudaGetErrorString(e));
+        *count = 0;
+        return LLMEM_E_NOT_FOUND;
+    }
+    if (*count < 1) {
+        fmt_err(why, why_len, "no CUDA device (cudaGetDeviceCount returned 0)");
+        return LLMEM_E_NOT_FOUND;
+    }
+    return LLMEM_OK;
+}
+
+static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, size_t err_len)
+{
+    char why[256];
+    int count = 0;
+    llmem_status st = device_count(&count, why, sizeof why);
+    if (st != LLMEM_OK) {
+        if (err && err_len)
+            snprintf(err, err_len, "cuda: %s", why);
+        return st;
+    }
+    int dev = device < 0 ? 0 : device;
+    if (dev >= count) {
+        if (err && err_len)
+            snprintf(err, err_len, "cuda: no device %d (%d CUDA device%s)", (int)dev, count,
+                     count == 1 ? "" : "s");
+        return LLMEM_E_NOT_FOUND;
+    }
+    cuda_iface.ops = cuda_ops_table();
+    cuda_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        fmt_err(err, err_len, "cuda: out of host memory");
+        return LLMEM_E_NO_MEMORY;
+    }
+    cb->base.iface = &cuda_iface;
+    cb->device = dev;
+    cb->debug = env_on("LLMEM_CUDA_DEBUG");
+    cb->sync_each_op = env_on("LLMEM_CUDA_SYNC");
+    cb->attn_fast = env_on("LLMEM_CUDA_ATTN_FAST");
+    const char *what = "cudaSetDevice";
+    cudaError_t e = cudaSetDevice(dev);
+    struct cudaDeviceProp prop;
+    if (e == cudaSuccess) {
+        what = "cudaGetDeviceProperties";
+        e = cudaGetDeviceProperties(&prop, dev);
+    }
+    if (e == cudaSuccess) {
+        what = "cudaStreamCreateWithFlags";
+        e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (err && err_len)
+            snprintf(err, err_len, "cuda: device %d: %s failed: %s", dev, what,
+                     cudaGetErrorString(e));
+        free(cb);
+        return e == cudaErrorMemoryAllocation ? LLMEM_E_NO_MEMORY : LLMEM_E_BACKEND;
+    }
+    snprintf(cb->device_name, sizeof cb->device_name, "%s", prop.name);
+    cb->n_sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    cublasStatus_t bs = cublasCreate(&cb->blas);
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetStream(cb->blas, cb->stream);
+    /* No TF32: f32 GEMMs keep f32 products, as the ops contract says. */
+    if (bs == CUBLAS_STATUS_SUCCESS)
+        bs = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        if (err && err_len)
+            snprintf(err, err_len, "cuda: device %d: cuBLAS initialisation failed (status %d)",
+                     dev, (int)bs);
+        if (cb->blas)
+            cublasDestroy(cb->blas);
+        cudaStreamDestroy(cb->stream);
+        free(cb);
+        return bs == CUBLAS_STATUS_ALLOC_FAILED ? LLMEM_E_NO_MEMORY : LLMEM_E_BACKEND;
+    }
+    *out = &cb->base;
+    return LLMEM_OK;
+}
+
+static void cuda_list_devices(void (*fn)(const char *line, void *ctx), void *ctx)
+{
+    char line[512], why[256];
+    int count = 0;
+    if (device_count(&count, why, sizeof why) != LLMEM_OK) {
+        snprintf(line, sizeof line, "unavailable: %s", why);
+        fn(line, ctx);
+        return;
+    }
+    for (int d = 0; d < count; d++) {
+        struct cudaDeviceProp prop;
+        cudaError_t e = cudaGetDeviceProperties(&prop, d);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            snprintf(line, sizeof line, "device %d: unavailable (cudaGetDeviceProperties: %s)",
+                     d, cudaGetErrorString(e));
+        } else {
+            snprintf(line, sizeof line,
+                     "available, device %d: %s, %.1f GiB, compute capability %d.%d, %d SMs", d,
+                     prop.name, (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
+                     prop.major, prop.minor, prop.multiProcessorCount);
+        }
+        fn(line, ctx);
+    }
+}
+
+static const llmem_plugin cuda_plugin = {
+    .abi_version = LLMEM_BACKEND_ABI_VERSION,
+    .name = "cuda",
+    .open = cuda_open,
+    .list_devices = cuda_list_devices,
+};
+
+__attribute__((visibility("default"))) const llmem_plugin *llmem_backend_plugin_entry(void);
+
+const llmem_plugin *llmem_backend_plugin_entry(void)
+{
+    return &cuda_plugin;
+}
+
+/* ---- vtable ---------------------------------------------------------------------------------- */
+
+static void cuda_destroy(llmem_backend *be)
+{
+    cuda_backend *cb = cuda_from(be);
+    if (!cb)
+        return;
+    cudaSetDevice(cb->device);
+    cudaStreamSynchronize(cb->stream);
+    cublasDestroy(cb->blas);
+    if (cb->scratch)
+        cudaFree(cb->scratch);
+    cudaStreamDestroy(cb->stream);
+    (void)cudaGetLastError();
+    free(cb);
+}
+
+static void cuda_get_info(llmem_backend *be, llmem_backend_info *info)
+{
+    cuda_backend *cb = cuda_from(be);
+    size_t free_b = 0, total_b = 0;
+    if (cudaSetDevice(cb->device) != cudaSuccess ||
+        cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        free_b = total_b = 0;
+    }
+    info->backend = "cuda";
+    info->device_name = cb->device_name;
+    info->device = cb->device;
+    info->memory_total = total_b;
+    info->memory_free = free_b;
+    info->host_visible = false;
+}
+
+static llmem_status cuda_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    cuda_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf)
+        return LLMEM_E_NO_MEMORY;
+    cudaError_t e = cudaMalloc(&buf->dev, size);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(buf);
+        /* Any failure to get device memory is "no memory" to the caller. */
+        if (cb->debug)
+            fprintf(stderr, "llmem cuda: cudaMalloc(%zu): %s\n", size, cudaGetErrorString(e));
+        return e == cudaErrorMemoryAllocation || e == cudaErrorInvalidValue ? LLMEM_E_NO_MEMORY
+                                                                            : LLMEM_E_BACKEND;
+    }
+    *out = &buf->base;
+    return LLMEM_OK;
+}
+
+static void cuda_buffer_free(llmem_backend *be, llmem_buffer *buf)
+{
+    cuda_backend *cb = cuda_from(be);
+    cuda_buffer *b = (cuda_buffer *)(void *)buf;
+    cudaSetDevice(cb->device);
+    /* cudaFree waits for the device; pending ops may still use the buffer. */
+    cudaFree(b->dev);
+    (void)cudaGetLastError();
+    free(b);
+}
+
+static llmem_status cuda_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                       const void *src, size_t size)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st == LLMEM_OK)
+        st = cuda_check(cb,
+                        cudaMemcpyAsync((char *)cuda_dev(dst) + offset, src, size,
+                                        cudaMemcpyHostToDevice, cb->stream),
+                        "cudaMemcpyAsync (upload)");
+    if (st == LLMEM_OK)
+        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize (upload)");
+    return st;
+}
+
+static llmem_status cuda_buffer_download(llmem_backend *be, llmem_buffer *src, size_t offset,
+                                         void *dst, size_t size)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st == LLMEM_OK)
+        st = cuda_check(cb,
+                        cudaMemcpyAsync(dst, (const char *)cuda_dev(src) + offset, size,
+                                        cudaMemcpyDeviceToHost, cb->stream),
+                        "cudaMemcpyAsync (download)");
+    if (st == LLMEM_OK)
+        st = cuda_check(cb, cudaStreamSynchronize(cb->stream),
+                        "cudaStreamSynchronize (download)");
+    return st;
+}
+
+static llmem_status cuda_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_offset,
+                                     llmem_buffer *src, size_t src_offset, size_t size)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    return cuda_check(cb,
+                      cudaMemcpyAsync((char *)cuda_dev(dst) + dst_offset,
+                                      (const char *)cuda_dev(src) + src_offset, size,
+                                      cudaMemcpyDeviceToDevice, cb->stream),
+                      "cudaMemcpyAsync (copy)");
+}
+
+static llmem_status cuda_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                     size_t size, uint32_t pattern)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    return cuda_check(cb,
+                      cuk_fill32((char *)cuda_dev(dst) + offset, (int64_t)(size / 4), pattern,
+                                 cb->stream),
+                      "fill");
+}
+
+static llmem_status cuda_synchronize(llmem_backend *be)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    return cuda_check(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize");
+}

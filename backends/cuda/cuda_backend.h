@@ -1,0 +1,64 @@
+/* llmem cuda plugin: the backend object, its buffers and shared helpers
+ * (internal to backends/cuda/).
+ *
+ * One backend is one CUDA device plus one non-blocking stream and one
+ * cuBLAS handle bound to it. Buffers are cudaMalloc allocations (256-byte
+ * aligned). Every CUDA and cuBLAS status is checked; failures become
+ * LLMEM_E_NO_MEMORY (allocation) or LLMEM_E_BACKEND (anything else).
+ */
+#ifndef LLMEM_CUDA_BACKEND_H
+#define LLMEM_CUDA_BACKEND_H
+
+#include <stdbool.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "llmem/ops_impl.h"
+
+typedef struct cuda_backend {
+    llmem_backend base;
+    int device;
+    int n_sms;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    char device_name[256];
+    bool sync_each_op; /* $LLMEM_CUDA_SYNC=1: synchronize after every op */
+    bool debug;        /* $LLMEM_CUDA_DEBUG=1: print failing CUDA calls to stderr */
+    bool attn_fast;    /* $LLMEM_CUDA_ATTN_FAST=1: single-rounding tensor-core prefill */
+    void *scratch;     /* device scratch for ops, grown on demand */
+    size_t scratch_size;
+} cuda_backend;
+
+typedef struct cuda_buffer {
+    llmem_buffer base;
+    void *dev;
+} cuda_buffer;
+
+/* The ops table (cuda_ops.c). */
+const struct llmem_ops_i *cuda_ops_table(void);
+
+/* The backend behind be (never NULL for a backend this plugin made). */
+static inline cuda_backend *cuda_from(llmem_backend *be)
+{
+    return (cuda_backend *)(void *)be;
+}
+
+static inline void *cuda_dev(const llmem_buffer *buf)
+{
+    return ((const cuda_buffer *)(const void *)buf)->dev;
+}
+
+/* Maps a CUDA status to an llmem status (clearing a non-sticky error);
+ * `what` names the call for $LLMEM_CUDA_DEBUG. */
+llmem_status cuda_check(cuda_backend *cb, cudaError_t e, const char *what);
+llmem_status cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *what);
+
+/* At least `bytes` of device scratch, valid until the next call; waits for
+ * queued work before it replaces a smaller allocation. */
+llmem_status cuda_scratch(cuda_backend *cb, size_t bytes, void **out);
+
+/* Makes the backend's device current for this thread. */
+llmem_status cuda_enter(cuda_backend *cb);
+
+#endif

@@ -1,0 +1,541 @@
+/* llmem cuda plugin: the ops table (<llmem/ops_impl.h>).
+ *
+ * Each slot turns tensor descriptors into device pointers and calls the
+ * launchers of kernels/ (one .cu per op family) on the backend's stream; ops are asynchronous
+ * (results are visible to llmem_buffer_download, which waits). The wrappers
+ * of backends/ops.c have checked every argument; view tables are read by
+ * the kernels from view->idx, and their host copies are used here only to
+ * choose launch shapes (attention path, split count, snapshots).
+ *
+ * Matmul: M <= 4 (decode) runs the GEMV kernel, which reads the weights
+ * once; larger M runs cuBLAS with f32 accumulation (CUBLAS_COMPUTE_32F):
+ * f32 weights directly, bf16 weights as two bf16 GEMMs over the split
+ * activations a = hi + lo (kernels/matmul.cu), f16 weights converted to f32
+ * in row chunks (exact) and multiplied in f32.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "kernels/kernels.h"
+#include "llmem/recurrent.h"
+
+#define F16_CHUNK_BYTES ((size_t)64 << 20) /* f32 weight rows converted per GEMM */
+
+static void *tptr(const llmem_tensor *t)
+{
+    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
+}
+
+static int64_t rows_of(const llmem_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i + 1 < t->n_dims; i++)
+        n *= t->ne[i];
+    return n;
+}
+
+static int64_t cols_of(const llmem_tensor *t)
+{
+    return t->ne[t->n_dims - 1];
+}
+
+/* The plugin uses no symbol of libllmem: these mirror llmem_tensor_nelements
+ * and llmem_dtype_size on descriptors the wrappers have validated. */
+static int64_t nelements(const llmem_tensor *t)
+{
+    return rows_of(t) * cols_of(t);
+}
+
+static size_t dtype_bytes(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_F16 || t == LLMEM_DTYPE_BF16 ? 2 : 4;
+}
+
+static const int32_t *table(const llmem_view *v, const llmem_i32_table *t)
+{
+    return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
+                    : NULL;
+}
+
+/* Status of a launch; with $LLMEM_CUDA_SYNC also of its execution. */
+static llmem_status done(cuda_backend *cb, cudaError_t e, const char *what)
+{
+    llmem_status st = cuda_check(cb, e, what);
+    if (st == LLMEM_OK && cb->sync_each_op)
+        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
+    return st;
+}
+
+static llmem_status enter(llmem_backend *be, cuda_backend **out)
+{
+    *out = cuda_from(be);
+    return cuda_enter(*out);
+}
+
+/* ---- dense ---------------------------------------------------------------------------------- */
+
+static llmem_status gemm(cuda_backend *cb, cudaDataType_t t, const void *w, int32_t n_rows,
+                         int32_t ldc, const void *a, int32_t m, int32_t k, float beta, float *out)
+{
+    const float alpha = 1.0f;
+    /* column-major: out^T [n_rows, m] = w [k, n_rows]^T * a^T [k, m] */
+    return cuda_check_blas(cb,
+                           cublasGemmEx(cb->blas, CUBLAS_OP_T, CUBLAS_OP_N, n_rows, m, k, &alpha,
+                                        w, t, k, a, t, k, &beta, out, CUDA_R_32F, ldc,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx");
+}
+
+static llmem_status op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    int32_t m = a->ne[0], k = a->ne[1], n = w->ne[0];
+    float *o = tptr(out);
+    if (k == 0)
+        return done(cb, cudaMemsetAsync(o, 0, (size_t)m * n * sizeof(float), cb->stream),
+                    "matmul (K = 0)");
+    if (m <= CUK_GEMV_MAX_M)
+        return done(cb, cuk_gemv(tptr(a), tptr(w), w->dtype, o, m, n, k, cb->stream), "gemv");
+    if (w->dtype == LLMEM_DTYPE_F32)
+        st = gemm(cb, CUDA_R_32F, tptr(w), n, n, tptr(a), m, k, 0.0f, o);
+    else if (w->dtype == LLMEM_DTYPE_BF16) {
+        void *s;
+        size_t half = (size_t)m * k * 2;
+        if ((st = cuda_scratch(cb, 2 * half + 256, &s)) != LLMEM_OK)
+            return st;
+        uint16_t *hi = s, *lo = (uint16_t *)((char *)s + (half + 255) / 256 * 256);
+        st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, lo, (int64_t)m * k, cb->stream),
+                        "split_bf16");
+        if (st == LLMEM_OK)
+            st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, o);
+        if (st == LLMEM_OK)
+            st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, lo, m, k, 1.0f, o);
+    } else {
+        int64_t chunk = (int64_t)(F16_CHUNK_BYTES / ((size_t)k * sizeof(float)));
+        chunk = chunk < 1 ? 1 : chunk > n ? n : chunk;
+        void *s;
+        if ((st = cuda_scratch(cb, (size_t)chunk * k * sizeof(float), &s)) != LLMEM_OK)
+            return st;
+        const char *wp = tptr(w);
+        for (int64_t n0 = 0; n0 < n && st == LLMEM_OK; n0 += chunk) {
+            int32_t nc = (int32_t)(n - n0 < chunk ? n - n0 : chunk);
+            st = cuda_check(cb,
+                            cuk_copy(wp + (size_t)n0 * k * 2, LLMEM_DTYPE_F16, k, 0, s,
+                                     LLMEM_DTYPE_F32, nc, k, cb->stream),
+                            "f16 weights to f32");
+            if (st == LLMEM_OK)
+                st = gemm(cb, CUDA_R_32F, s, nc, n, tptr(a), m, k, 0.0f, o + n0);
+        }
+    }
+    return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul") : st;
+}
+
+static llmem_status op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_get_rows(tptr(src), src->dtype, src->ne[0], src->ne[1], tptr(idx), idx->ne[0],
+                             tptr(out), cb->stream),
+                "get_rows");
+}
+
+static llmem_status ew(llmem_backend *be, cuk_ew_kind kind, llmem_ct *a, llmem_ct *b, float s,
+                       llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    int64_t n = nelements(a), b_cols = 0;
+    if (b && nelements(b) != n)
+        b_cols = nelements(b); /* one broadcast row (checked by the wrapper) */
+    return done(cb, cuk_elementwise(kind, tptr(a), tptr(b), b_cols, s, tptr(out), n, cb->stream),
+                "elementwise");
+}
+
+static llmem_status op_add(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out)
+{
+    return ew(be, CUK_EW_ADD, a, b, 0.0f, out);
+}
+
+static llmem_status op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out)
+{
+    return ew(be, CUK_EW_MUL, a, b, 0.0f, out);
+}
+
+static llmem_status op_scale(llmem_backend *be, llmem_ct *a, float s, llmem_ct *out)
+{
+    return ew(be, CUK_EW_SCALE, a, NULL, s, out);
+}
+
+static llmem_status op_silu(llmem_backend *be, llmem_ct *a, llmem_ct *out)
+{
+    return ew(be, CUK_EW_SILU, a, NULL, 0.0f, out);
+}
+
+static llmem_status op_relu2(llmem_backend *be, llmem_ct *a, llmem_ct *out)
+{
+    return ew(be, CUK_EW_RELU2, a, NULL, 0.0f, out);
+}
+
+static llmem_status op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out)
+{
+    return ew(be, CUK_EW_SOFTPLUS, a, NULL, 0.0f, out);
+}
+
+static llmem_status op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
+{
+    return ew(be, CUK_EW_SWIGLU, gate, up, 0.0f, out);
+}
+
+static llmem_status op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps,
+                                llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_rms_norm(tptr(x), tptr(w), w ? (int)w->dtype : 0, rows_of(x), cols_of(x), eps,
+                             tptr(out), cb->stream),
+                "rms_norm");
+}
+
+static llmem_status op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
+                                      int32_t n_groups, float eps, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_rms_norm_gated(tptr(y), tptr(z), tptr(w), w->dtype, rows_of(y), cols_of(y),
+                                   n_groups, eps, tptr(out), cb->stream),
+                "rms_norm_gated");
+}
+
+/* ---- rope ------------------------------------------------------------------------------------ */
+
+static cuk_rope_args rope_args(const llmem_rope_params *p)
+{
+    cuk_rope_args r = {p->mode == LLMEM_ROPE_NEOX ? 1 : 0, p->n_rot, p->theta_base,
+                       p->freq_scale};
+    return r;
+}
+
+static llmem_status op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x,
+                            llmem_ct *pos, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    cuk_rope_args r = rope_args(p);
+    return done(cb,
+                cuk_rope(&r, tptr(x), tptr(pos), tptr(out), x->ne[0], x->ne[1], x->ne[2],
+                         cb->stream),
+                "rope");
+}
+
+static llmem_status op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
+                                  const llmem_view *view)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    cuk_rope_args r = rope_args(p);
+    return done(cb,
+                cuk_rope_shift(&r, cuda_dev(kv->k), kv->dtype, table(view, &kv->shift_slot),
+                               table(view, &kv->shift_delta), kv->shift_slot.n,
+                               (int64_t)kv->n_pages * kv->page_size, kv->n_kv_heads,
+                               kv->head_dim, cb->stream),
+                "rope_shift");
+}
+
+/* ---- attention ----------------------------------------------------------------------------------- */
+
+static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
+                                llmem_ct *v)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    return done(cb,
+                cuk_kv_store(tptr(k), tptr(v), cuda_dev(kv->k), cuda_dev(kv->v), kv->dtype,
+                             table(view, &kv->store_tok), table(view, &kv->store_slot),
+                             kv->store_slot.n, k->ne[0], (int64_t)kv->n_pages * kv->page_size,
+                             (int64_t)kv->n_kv_heads * kv->head_dim, cb->stream),
+                "kv_store");
+}
+
+static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                       const llmem_view *view, llmem_ct *q, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    cuk_attn_args a = {
+        .q = tptr(q),
+        .out = tptr(out),
+        .k = cuda_dev(kv->k),
+        .v = cuda_dev(kv->v),
+        .dtype = kv->dtype,
+        .page_table = table(view, &kv->page_table),
+        .seq_len = table(view, &kv->seq_len),
+        .tok_kv_len = table(view, &kv->tok_kv_len),
+        .tok_seq = table(view, &kv->tok_seq),
+        .n_tok = q->ne[0],
+        .n_heads = q->ne[1],
+        .n_kv_heads = kv->n_kv_heads,
+        .head_dim = kv->head_dim,
+        .n_streams = kv->seq_len.n,
+        .max_pages = kv->max_pages,
+        .page_size = kv->page_size,
+        .n_pages = kv->n_pages,
+        .scale = p->scale,
+        .softcap = p->softcap,
+        .window = p->window,
+        .precise = !cb->attn_fast,
+    };
+    /* Launch shape from the host copies: runs of same-stream tokens (long
+     * runs: prefill tiles) and the longest key range (split count). */
+    const int32_t *ts = kv->tok_seq.host, *tl = kv->tok_kv_len.host;
+    int64_t runs = 0;
+    int32_t max_range = 0;
+    for (int32_t i = 0; i < a.n_tok; i++) {
+        if (i == 0 || ts[i] != ts[i - 1])
+            runs++;
+        int32_t range = p->window > 0 && tl[i] > p->window ? p->window : tl[i];
+        max_range = range > max_range ? range : max_range;
+    }
+    if (max_range == 0)
+        return done(cb, cudaMemsetAsync(a.out, 0, (size_t)nelements(out) * sizeof(float), cb->stream),
+                    "attention (no keys)");
+    bool aligned = (uintptr_t)a.q % 16 == 0 && (uintptr_t)a.out % 8 == 0;
+    if (cuk_attn_prefill_supported(a.head_dim, a.dtype) && aligned && a.n_tok >= 16 * runs)
+        return done(cb, cuk_attn_prefill(&a, cb->stream), "attention (prefill)");
+    if (!cuk_attn_decode_supported(a.head_dim, a.dtype))
+        return done(cb, cuk_attn_generic(&a, cb->stream), "attention (generic)");
+    /* enough CTAs to fill the device, at least 256 keys per split */
+    int32_t n_rep = a.n_heads / a.n_kv_heads;
+    int64_t items = (int64_t)a.n_tok * a.n_kv_heads * ((n_rep + 3) / 4);
+    int64_t want = ((int64_t)cb->n_sms * 16 + items - 1) / items;
+    int64_t cap = (max_range + 255) / 256;
+    int32_t n_split = (int32_t)(want < cap ? want : cap);
+    n_split = n_split < 1 ? 1 : n_split > 64 ? 64 : n_split;
+    float *part = NULL;
+    if (n_split > 1) {
+        void *s;
+        size_t bytes = cuk_attn_decode_scratch(&a, n_split) * sizeof(float);
+        if ((st = cuda_scratch(cb, bytes, &s)) != LLMEM_OK)
+            return st;
+        part = s;
+    }
+    return done(cb, cuk_attn_decode(&a, n_split, max_range, part, cb->stream),
+                "attention (decode)");
+}
+
+/* ---- Mamba-2 ---------------------------------------------------------------------------------------- */
+
+/* Fills the slot arguments of state `state` and, when some stream reads a
+ * slot another stream writes, snapshots every source into scratch first. */
+static llmem_status rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
+                               cuk_rs_args *rs)
+{
+    const llmem_rs_view *v = &view->u.rs;
+    const llmem_state_desc *d = &v->desc[state];
+    memset(rs, 0, sizeof *rs);
+    rs->state = cuda_dev(v->state[state]);
+    rs->dtype = d->dtype;
+    rs->elems = 1;
+    for (int32_t i = 0; i < d->n_dims; i++)
+        rs->elems *= d->shape[i];
+    rs->n_slots = v->n_slots;
+    rs->n_seqs = v->n_seqs;
+    rs->n_seq_tokens = v->n_seq_tokens;
+    rs->n_ckpt = v->n_ckpt;
+    rs->src = table(view, &v->src_slot);
+    rs->dst = table(view, &v->dst_slot);
+    rs->ckpt = table(view, &v->ckpt_slot);
+    if (v->n_seqs == 0)
+        return LLMEM_OK;
+    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
+    if (!writer)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < v->n_slots; i++)
+        writer[i] = -1;
+    for (int32_t s = 0; s < v->n_seqs; s++) {
+        int32_t sl = v->dst_slot.host[s];
+        if (sl >= 0)
+            writer[sl] = s;
+        for (int32_t c = 0; c < v->n_ckpt; c++) {
+            sl = v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
+            if (sl >= 0)
+                writer[sl] = s;
+        }
+    }
+    bool need = false;
+    for (int32_t s = 0; s < v->n_seqs && !need; s++) {
+        int32_t sl = v->src_slot.host[s];
+        need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
+    }
+    free(writer);
+    if (!need)
+        return LLMEM_OK;
+    void *snap;
+    size_t bytes = (size_t)v->n_seqs * (size_t)rs->elems * dtype_bytes(d->dtype);
+    llmem_status st = cuda_scratch(cb, bytes, &snap);
+    if (st != LLMEM_OK)
+        return st;
+    st = cuda_check(cb, cuk_rs_snapshot(rs, snap, cb->stream), "state snapshot");
+    rs->snap = snap;
+    return st;
+}
+
+static llmem_status op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                                llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_state_desc *d = &view->u.rs.desc[state];
+    int32_t d_conv = (int32_t)d->shape[0] + 1, conv_dim = (int32_t)d->shape[1];
+    if (d_conv > 16)
+        return LLMEM_E_UNSUPPORTED; /* the kernel keeps the window in registers */
+    cuk_rs_args rs;
+    if ((st = rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_ssm_conv(&rs, tptr(x), tptr(w), w->dtype, tptr(b), b ? (int)b->dtype : 0,
+                             tptr(out), conv_dim, d_conv, cb->stream),
+                "ssm_conv");
+}
+
+static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
+                                const llmem_view *view, int32_t state, llmem_ct *xbc,
+                                llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
+                                llmem_ct *y)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    if (!cuk_ssm_scan_supported(p->d_state))
+        return LLMEM_E_UNSUPPORTED; /* d_state > 256 */
+    cuk_rs_args rs;
+    if ((st = rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
+        return st;
+    cuk_scan_args sa = {
+        .n_heads = p->n_heads,
+        .head_dim = p->head_dim,
+        .d_state = p->d_state,
+        .n_groups = p->n_groups,
+        .dt_min = p->dt_min,
+        .dt_max = p->dt_max,
+        .xbc = tptr(xbc),
+        .dt = tptr(dt),
+        .a_log = tptr(a_log),
+        .d = tptr(d),
+        .dt_bias = tptr(dt_bias),
+        .a_dt = a_log->dtype,
+        .d_dt = d ? (int32_t)d->dtype : 0,
+        .b_dt = dt_bias ? (int32_t)dt_bias->dtype : 0,
+        .y = tptr(y),
+        /* xbc may be [T, ...] flattening to conv_dim columns (<llmem/ops.h>) */
+        .conv_dim = p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state,
+    };
+    return done(cb, cuk_ssm_scan(&rs, &sa, cb->stream), "ssm_scan");
+}
+
+/* ---- copies, output ------------------------------------------------------------------------------- */
+
+static llmem_status op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_copy(tptr(src), src->dtype, cols_of(src), col0, tptr(dst), dst->dtype,
+                         rows_of(dst), cols_of(dst), cb->stream),
+                "copy");
+}
+
+static llmem_status op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
+                                   int32_t n, const int32_t *src, const int32_t *dst)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    char *base = cuda_dev(buf);
+    for (int32_t i = 0; i < n && st == LLMEM_OK; i++)
+        st = cuda_check(cb,
+                        cudaMemcpyAsync(base + (size_t)dst[i] * block_bytes,
+                                        base + (size_t)src[i] * block_bytes, block_bytes,
+                                        cudaMemcpyDeviceToDevice, cb->stream),
+                        "cudaMemcpyAsync (copy_blocks)");
+    return st == LLMEM_OK ? done(cb, cudaSuccess, "copy_blocks") : st;
+}
+
+static llmem_status op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb, cuk_log_softmax(tptr(x), rows_of(x), cols_of(x), tptr(out), cb->stream),
+                "log_softmax");
+}
+
+static llmem_status op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb, cuk_argmax(tptr(x), rows_of(x), cols_of(x), tptr(out), cb->stream),
+                "argmax");
+}
+
+static const struct llmem_ops_i cuda_ops = {
+    .struct_size = sizeof(struct llmem_ops_i),
+    .matmul = op_matmul,
+    .get_rows = op_get_rows,
+    .add = op_add,
+    .mul = op_mul,
+    .scale = op_scale,
+    .silu = op_silu,
+    .relu2 = op_relu2,
+    .softplus = op_softplus,
+    .swiglu = op_swiglu,
+    .rms_norm = op_rms_norm,
+    .rms_norm_gated = op_rms_norm_gated,
+    .rope = op_rope,
+    .rope_shift = op_rope_shift,
+    .kv_store = op_kv_store,
+    .attention_paged = op_attention_paged,
+    .ssm_conv = op_ssm_conv,
+    .ssm_scan = op_ssm_scan,
+    .copy = op_copy,
+    .copy_blocks = op_copy_blocks,
+    .log_softmax = op_log_softmax,
+    .argmax = op_argmax,
+};
+
+const struct llmem_ops_i *cuda_ops_table(void)
+{
+    return &cuda_ops;
+}

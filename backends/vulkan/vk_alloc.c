@@ -1,0 +1,219 @@
+/* llmem Vulkan backend: the sub-allocator.
+ *
+ * Drivers limit the number of device allocations (maxMemoryAllocationCount
+ * is 4096 on many) and make each one slow, so llmem buffers are ranges of
+ * large blocks: one VkDeviceMemory with one VkBuffer over all of it, of
+ * v->block_size bytes. A request above half the block size gets a block of
+ * its own. Each block keeps its free ranges sorted by offset; allocation is
+ * first fit, freeing merges with the neighbours (the classic boundary-tag
+ * free list, Knuth TAOCP vol. 1, 2.5). All sizes and offsets are multiples
+ * of VK_ALIGN (>= minStorageBufferOffsetAlignment on every known device,
+ * checked at open).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk_internal.h"
+
+static VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a)
+{
+    return (x + a - 1) / a * a;
+}
+
+static llmem_status free_push(vk_block *b, uint32_t at, vk_range r)
+{
+    if (b->n_free == b->cap_free) {
+        uint32_t cap = b->cap_free ? b->cap_free * 2 : 8;
+        vk_range *f = realloc(b->free, cap * sizeof *f);
+        if (!f)
+            return LLMEM_E_NO_MEMORY;
+        b->free = f;
+        b->cap_free = cap;
+    }
+    memmove(b->free + at + 1, b->free + at, (b->n_free - at) * sizeof *b->free);
+    b->free[at] = r;
+    b->n_free++;
+    return LLMEM_OK;
+}
+
+static void free_remove(vk_block *b, uint32_t at)
+{
+    memmove(b->free + at, b->free + at + 1, (b->n_free - at - 1) * sizeof *b->free);
+    b->n_free--;
+}
+
+static void block_destroy(vk_backend *v, vk_block *b)
+{
+    if (b->buf)
+        v->vk.vkDestroyBuffer(v->dev, b->buf, NULL);
+    if (b->mem) {
+        v->vk.vkFreeMemory(v->dev, b->mem, NULL);
+        v->bytes_device -= b->size;
+    }
+    free(b->free);
+    free(b);
+}
+
+static llmem_status block_create(vk_backend *v, VkDeviceSize size, bool dedicated,
+                                 vk_block **out)
+{
+    vk_block *b = calloc(1, sizeof *b);
+    if (!b)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st;
+    VkBufferCreateInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .size = size,
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+        .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+    };
+    VkResult r = v->vk.vkCreateBuffer(v->dev, &bi, NULL, &b->buf);
+    if (r != VK_SUCCESS) {
+        st = vk_status(r);
+        goto fail;
+    }
+    VkMemoryRequirements req;
+    v->vk.vkGetBufferMemoryRequirements(v->dev, b->buf, &req);
+    if (!(req.memoryTypeBits & (1u << v->mem_type_device))) {
+        st = LLMEM_E_BACKEND;
+        goto fail;
+    }
+    VkMemoryAllocateInfo ai = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+        .allocationSize = req.size,
+        .memoryTypeIndex = v->mem_type_device,
+    };
+    r = v->vk.vkAllocateMemory(v->dev, &ai, NULL, &b->mem);
+    if (r != VK_SUCCESS) {
+        b->mem = VK_NULL_HANDLE;
+        st = vk_status(r);
+        goto fail;
+    }
+    v->bytes_device += size;
+    b->size = size;
+    r = v->vk.vkBindBufferMemory(v->dev, b->buf, b->mem, 0);
+    if (r != VK_SUCCESS) {
+        st = vk_status(r);
+        goto fail;
+    }
+    b->dedicated = dedicated;
+    st = free_push(b, 0, (vk_range){0, size});
+    if (st != LLMEM_OK)
+        goto fail;
+    *out = b;
+    return LLMEM_OK;
+fail:
+    block_destroy(v, b);
+    return st;
+}
+
+/* First fit inside one block. */
+static bool block_take(vk_block *b, VkDeviceSize size, VkDeviceSize *offset)
+{
+    for (uint32_t i = 0; i < b->n_free; i++) {
+        vk_range *f = &b->free[i];
+        if (f->size < size)
+            continue;
+        *offset = f->offset;
+        f->offset += size;
+        f->size -= size;
+        if (f->size == 0)
+            free_remove(b, i);
+        b->used += size;
+        b->n_live++;
+        return true;
+    }
+    return false;
+}
+
+llmem_status vk_alloc_make(vk_backend *v, VkDeviceSize size, vk_alloc *out)
+{
+    memset(out, 0, sizeof *out);
+    if (size == 0)
+        return LLMEM_E_INVALID;
+    if (size > v->max_alloc)
+        return LLMEM_E_NO_MEMORY;
+    size = round_up(size, VK_ALIGN);
+    bool dedicated = size > v->block_size / 2;
+    VkDeviceSize off;
+    if (!dedicated) {
+        for (vk_block *b = v->blocks; b; b = b->next) {
+            if (!b->dedicated && b->size - b->used >= size && block_take(b, size, &off)) {
+                *out = (vk_alloc){b, off, size};
+                return LLMEM_OK;
+            }
+        }
+    }
+    vk_block *b = NULL;
+    llmem_status st = block_create(v, dedicated ? size : v->block_size, dedicated, &b);
+    if (st != LLMEM_OK && st != LLMEM_E_NO_MEMORY)
+        return st;
+    if (st == LLMEM_E_NO_MEMORY) {
+        /* Give back what no recorded work uses, then try once more. */
+        if (!v->recording) {
+            vk_alloc_trim(v, false);
+            st = block_create(v, dedicated ? size : v->block_size, dedicated, &b);
+        }
+        if (st != LLMEM_OK)
+            return st;
+    }
+    b->next = v->blocks;
+    v->blocks = b;
+    if (!block_take(b, size, &off))
+        return LLMEM_E_BACKEND; /* cannot happen: the block is empty and large enough */
+    *out = (vk_alloc){b, off, size};
+    return LLMEM_OK;
+}
+
+void vk_alloc_release(vk_backend *v, vk_alloc *a)
+{
+    vk_block *b = a->block;
+    if (!b)
+        return;
+    /* insert [offset, offset + size) into the sorted free list, merging */
+    uint32_t at = 0;
+    while (at < b->n_free && b->free[at].offset < a->offset)
+        at++;
+    bool merge_prev = at > 0 && b->free[at - 1].offset + b->free[at - 1].size == a->offset;
+    bool merge_next = at < b->n_free && a->offset + a->size == b->free[at].offset;
+    if (merge_prev && merge_next) {
+        b->free[at - 1].size += a->size + b->free[at].size;
+        free_remove(b, at);
+    } else if (merge_prev) {
+        b->free[at - 1].size += a->size;
+    } else if (merge_next) {
+        b->free[at].offset = a->offset;
+        b->free[at].size += a->size;
+    } else if (free_push(b, at, (vk_range){a->offset, a->size}) != LLMEM_OK) {
+        /* No host memory for the list entry: the range leaks until the
+         * block is destroyed with the backend. */
+    }
+    b->used -= a->size;
+    b->n_live--;
+    memset(a, 0, sizeof *a);
+    if (b->n_live == 0 && !v->recording)
+        vk_alloc_trim(v, true);
+}
+
+void vk_alloc_trim(vk_backend *v, bool keep_spare)
+{
+    bool spare = false;
+    vk_block **pp = &v->blocks;
+    while (*pp) {
+        vk_block *b = *pp;
+        if (b->n_live == 0 && !(keep_spare && !b->dedicated && !spare)) {
+            *pp = b->next;
+            block_destroy(v, b);
+            continue;
+        }
+        if (b->n_live == 0)
+            spare = true;
+        pp = &b->next;
+    }
+}
+
+VkBuffer vk_alloc_buffer(const vk_alloc *a)
+{
+    return a->block ? a->block->buf : VK_NULL_HANDLE;
+}

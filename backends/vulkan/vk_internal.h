@@ -1,0 +1,300 @@
+/* llmem Vulkan backend: declarations shared by the plugin's files
+ * (internal; docs/vulkan.md describes the design).
+ *
+ *   vk_plugin.c   loader, instance, device listing and selection, open/close
+ *   vk_alloc.c    sub-allocator over large device allocations
+ *   vk_cmd.c      lazy command recording: barriers, descriptors, pipelines,
+ *                 staging, submit
+ *   vk_buffer.c   the buffer slots of llmem_backend_i
+ *   vk_ops_*.c    the ops, one file per family (shaders in shaders/)
+ */
+#ifndef LLMEM_VK_INTERNAL_H
+#define LLMEM_VK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <volk.h>
+
+#include "llmem/ops_impl.h"
+#include "vk_shader_ids.h"
+
+#define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */
+#define VK_MAX_SPEC 8       /* specialization constants per pipeline */
+#define VK_MAX_PUSH 128     /* bytes of push constants (the guaranteed minimum) */
+#define VK_ALIGN 256        /* alignment of every sub-allocation (bytes) */
+
+/* ---- sub-allocator (vk_alloc.c) ---------------------------------------------------- */
+
+typedef struct vk_range {
+    VkDeviceSize offset, size;
+} vk_range;
+
+/* One device allocation with one VkBuffer over all of it. Sub-allocations
+ * are carved from a free list kept sorted by offset (first fit, merged on
+ * free). A request larger than half the block size gets its own block. */
+typedef struct vk_block {
+    VkDeviceMemory mem;
+    VkBuffer buf;
+    VkDeviceSize size;
+    VkDeviceSize used;
+    vk_range *free;
+    uint32_t n_free, cap_free;
+    uint32_t n_live; /* sub-allocations in use */
+    bool dedicated;
+    struct vk_block *next;
+} vk_block;
+
+typedef struct vk_alloc {
+    vk_block *block;
+    VkDeviceSize offset, size; /* size rounded up to VK_ALIGN */
+} vk_alloc;
+
+/* ---- staging (vk_cmd.c) -------------------------------------------------------------- */
+
+/* Host-visible memory for uploads, downloads and small per-op tables; a
+ * chunk is reused once the work that read it has completed. */
+typedef struct vk_stage {
+    VkDeviceMemory mem;
+    VkBuffer buf;
+    VkDeviceSize size, used;
+    void *map;
+    struct vk_stage *next;
+} vk_stage;
+
+typedef struct vk_stage_ref {
+    VkBuffer buf;
+    VkDeviceSize offset;
+    void *ptr;
+} vk_stage_ref;
+
+/* A pending host copy out of a readback region, done after the submit. */
+typedef struct vk_readback {
+    const void *src;
+    void *dst;
+    size_t size;
+} vk_readback;
+
+/* ---- the backend ------------------------------------------------------------------------ */
+
+typedef struct vk_access {
+    VkBuffer buf;
+    VkDeviceSize begin, end; /* bytes, widened to whole 32-bit words */
+    bool write;
+} vk_access;
+
+typedef struct vk_pipeline {
+    vk_shader_id shader;
+    uint32_t n_spec;
+    uint32_t spec[VK_MAX_SPEC];
+    VkPipeline pipe;
+} vk_pipeline;
+
+typedef struct vk_backend {
+    llmem_backend base;
+
+    /* instance and device */
+    VkInstance instance;
+    VkDebugUtilsMessengerEXT messenger;
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    VkDevice dev;
+    struct VolkDeviceTable vk;
+    VkQueue queue;
+    uint32_t queue_family;
+    int32_t device_index;
+    char device_name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE + 64];
+    bool has_budget;     /* VK_EXT_memory_budget */
+    bool subgroup;       /* subgroup arithmetic in compute shaders is used */
+    uint32_t subgroup_size;
+    uint32_t max_groups; /* per grid dimension */
+    uint32_t mem_type_device, mem_type_host;
+    VkDeviceSize storage_align; /* minStorageBufferOffsetAlignment (>= 4) */
+    VkDeviceSize max_range;     /* maxStorageBufferRange */
+    VkDeviceSize max_alloc;     /* maxMemoryAllocationSize */
+    VkDeviceSize block_size;
+    VkDeviceSize bytes_device;  /* in device blocks */
+
+    /* sub-allocator */
+    vk_block *blocks;
+    vk_alloc dummy; /* bound to unused descriptor slots */
+
+    /* recording */
+    VkCommandPool cmd_pool;
+    VkCommandBuffer cmd;
+    VkFence fence;
+    bool recording;
+    uint32_t n_dispatch, n_transfer, n_barrier; /* in the current command buffer */
+    uint64_t n_submits;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout pipe_layout;
+    VkPipelineCache pipe_cache;
+    VkDescriptorPool *desc_pools;
+    uint32_t n_desc_pools, cur_desc_pool;
+    VkShaderModule modules[VK_SH_COUNT];
+    vk_pipeline *pipes;
+    uint32_t n_pipes, cap_pipes;
+    vk_access *acc; /* accesses since the last barrier */
+    uint32_t n_acc, cap_acc;
+    vk_stage *stages;
+    VkDeviceSize stage_total;
+    vk_readback *rb;
+    uint32_t n_rb, cap_rb;
+
+    llmem_status error; /* sticky: a device error makes every later call fail */
+
+    /* diagnostics ($LLMEM_VULKAN_LOG, validation messenger) */
+    FILE *log;
+    uint32_t validation_errors;
+    bool validation_fatal;
+} vk_backend;
+
+typedef struct vk_buffer {
+    llmem_buffer base;
+    vk_alloc a;
+} vk_buffer;
+
+extern const llmem_backend_i vk_iface;
+
+static inline vk_backend *vk_from(llmem_backend *be)
+{
+    return LLMEM_BACKEND_CAST(vk_backend, be, &vk_iface);
+}
+
+static inline vk_buffer *vk_buf(llmem_buffer *b)
+{
+    return (vk_buffer *)(void *)b;
+}
+
+/* Maps a VkResult to a status (out-of-memory results to LLMEM_E_NO_MEMORY). */
+llmem_status vk_status(VkResult r);
+/* Appends a line to $LLMEM_VULKAN_LOG, when set. */
+void vk_log(vk_backend *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- vk_alloc.c ---------------------------------------------------------------------------- */
+
+llmem_status vk_alloc_make(vk_backend *v, VkDeviceSize size, vk_alloc *out);
+/* Returns a sub-allocation; an emptied block is destroyed once no recorded
+ * work can use it (vk_alloc_trim). */
+void vk_alloc_release(vk_backend *v, vk_alloc *a);
+/* Destroys empty blocks (keeps one spare shared block). Only with no work
+ * in flight or recorded. */
+void vk_alloc_trim(vk_backend *v, bool keep_spare);
+VkBuffer vk_alloc_buffer(const vk_alloc *a);
+
+/* ---- vk_cmd.c ------------------------------------------------------------------------------- */
+
+llmem_status vk_cmd_init(vk_backend *v);
+void vk_cmd_finish(vk_backend *v);
+
+/* Makes sure a command buffer is recording. */
+llmem_status vk_cmd_begin(vk_backend *v);
+/* Declares the accesses of the next command; records a barrier first when
+ * one of them conflicts with an access since the last barrier. */
+llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n);
+/* Submits what was recorded, waits, completes readbacks and releases the
+ * epoch's staging and descriptors. */
+llmem_status vk_cmd_flush(vk_backend *v);
+/* Host-visible staging of `size` bytes, valid until the next flush (which
+ * may happen inside this call when the staging budget is spent). */
+llmem_status vk_stage_get(vk_backend *v, VkDeviceSize size, VkDeviceSize align, vk_stage_ref *out);
+/* Queues a host copy from a readback staging region, done at the flush. */
+llmem_status vk_readback_add(vk_backend *v, const void *src, void *dst, size_t size);
+
+/* A compute dispatch being put together: bindings in order, accesses,
+ * push constants and specialization constants (constant 0 is the
+ * workgroup size). */
+typedef struct vk_op {
+    vk_shader_id shader;
+    uint32_t n_spec;
+    uint32_t spec[VK_MAX_SPEC];
+    uint32_t n_bind;
+    VkDescriptorBufferInfo bind[VK_MAX_BINDINGS];
+    uint32_t n_acc;
+    vk_access acc[VK_MAX_BINDINGS];
+    uint32_t n_push;
+    uint32_t push[VK_MAX_PUSH / 4];
+    bool bad; /* a tensor too large for one binding */
+} vk_op;
+
+void vk_op_init(vk_op *op, vk_shader_id shader, uint32_t wg);
+void vk_op_spec(vk_op *op, uint32_t value);
+void vk_op_u32(vk_op *op, uint32_t value);
+void vk_op_i32(vk_op *op, int32_t value);
+void vk_op_f32(vk_op *op, float value);
+/* Binds the tensor's bytes; returns its offset in elements from the start
+ * of the binding. A NULL or empty tensor binds the dummy buffer. */
+uint32_t vk_op_tensor(vk_backend *v, vk_op *op, const llmem_tensor *t, bool write);
+/* Binds a whole llmem buffer (pools, state buffers, view index buffers). */
+void vk_op_buffer(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write);
+/* Binds a device sub-allocation (scratch). */
+void vk_op_alloc(vk_backend *v, vk_op *op, const vk_alloc *a, bool write);
+/* Binds a staging region (small host-written tables). */
+void vk_op_stage(vk_backend *v, vk_op *op, const vk_stage_ref *s, VkDeviceSize size);
+void vk_op_dummy(vk_backend *v, vk_op *op);
+/* Records the dispatch of n_groups workgroups (split over x and y). */
+llmem_status vk_op_run(vk_backend *v, vk_op *op, uint64_t n_groups);
+
+/* Workgroups for n items of `per` each. */
+static inline uint64_t vk_div_up(uint64_t n, uint64_t per)
+{
+    return (n + per - 1) / per;
+}
+
+/* ---- vk_buffer.c --------------------------------------------------------------------------- */
+
+llmem_status vk_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out);
+void vk_buffer_free(llmem_backend *be, llmem_buffer *buf);
+llmem_status vk_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offset, const void *src,
+                              size_t size);
+llmem_status vk_buffer_download(llmem_backend *be, llmem_buffer *src, size_t offset, void *dst,
+                                size_t size);
+llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_offset,
+                            llmem_buffer *src, size_t src_offset, size_t size);
+llmem_status vk_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset, size_t size,
+                            uint32_t pattern);
+llmem_status vk_synchronize(llmem_backend *be);
+
+/* ---- ops (vk_ops_*.c) ----------------------------------------------------------------------- */
+
+extern const struct llmem_ops_i vk_ops;
+
+/* Byte offset of a view index table in words (tables are 4-aligned). */
+static inline uint32_t vk_table_word(const llmem_i32_table *t)
+{
+    return (uint32_t)(t->offset / 4);
+}
+
+llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+llmem_status vk_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);
+llmem_status vk_op_add(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
+llmem_status vk_op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
+llmem_status vk_op_scale(llmem_backend *be, llmem_ct *a, float s, llmem_ct *out);
+llmem_status vk_op_silu(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+llmem_status vk_op_relu2(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+llmem_status vk_op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out);
+llmem_status vk_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
+llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out);
+llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
+                                  int32_t n_groups, float eps, llmem_ct *out);
+llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x, llmem_ct *pos,
+                        llmem_ct *out);
+llmem_status vk_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
+                              const llmem_view *view);
+llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *v);
+llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                   const llmem_view *view, llmem_ct *q, llmem_ct *out);
+llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
+                            llmem_ct *w, llmem_ct *b, llmem_ct *out);
+llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,
+                            int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
+                            llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
+llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
+llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes, int32_t n,
+                               const int32_t *src, const int32_t *dst);
+llmem_status vk_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+
+#endif

@@ -1,0 +1,86 @@
+/* llmem Vulkan backend: storing K/V into pages and causal paged attention
+ * (PagedAttention, Kwon et al. SOSP 2023; FlashAttention-2, Dao 2023,
+ * Alg. 1). The shaders (shaders/kv_store.comp, shaders/attention.comp)
+ * read the view's index tables straight from its device index buffer and
+ * bound-check every index they read, so no table is uploaded and no slot
+ * outside [0, seq_len) of a stream is touched.
+ */
+#include "vk_internal.h"
+
+#define STORE_WG 256
+#define ATTN_WG 128
+#define ATTN_BK 64     /* keys per online-softmax block (<= ATTN_WG) */
+#define ATTN_QS 2048   /* floats of shared memory for the queries of a workgroup */
+#define ATTN_RMAX 8    /* query heads of one GQA group per workgroup */
+
+llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
+{
+    vk_backend *v = vk_from(be);
+    const llmem_kv_view *kv = &view->u.kv;
+    uint32_t row = (uint32_t)kv->n_kv_heads * (uint32_t)kv->head_dim;
+    uint32_t n = (uint32_t)kv->store_slot.n;
+    /* 16-bit pools with even rows: one invocation per pool word */
+    uint32_t pairs = kv->dtype != LLMEM_DTYPE_F32 && row % 2 == 0;
+    vk_op op;
+    vk_op_init(&op, VK_SH_KV_STORE, STORE_WG);
+    vk_op_spec(&op, (uint32_t)kv->dtype);
+    uint32_t ko = vk_op_tensor(v, &op, k, false);
+    uint32_t vo = vk_op_tensor(v, &op, vv, false);
+    vk_op_buffer(v, &op, view->idx, false);
+    vk_op_buffer(v, &op, kv->k, true);
+    vk_op_buffer(v, &op, kv->v, true);
+    vk_op_u32(&op, n);
+    vk_op_u32(&op, row);
+    vk_op_u32(&op, (uint32_t)k->ne[0]);
+    vk_op_u32(&op, (uint32_t)((int64_t)kv->n_pages * kv->page_size));
+    vk_op_u32(&op, ko);
+    vk_op_u32(&op, vo);
+    vk_op_u32(&op, vk_table_word(&kv->store_tok));
+    vk_op_u32(&op, vk_table_word(&kv->store_slot));
+    vk_op_u32(&op, pairs);
+    return vk_op_run(v, &op, vk_div_up((uint64_t)n * (pairs ? row / 2 : row), STORE_WG));
+}
+
+llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
+                                   const llmem_view *view, llmem_ct *q, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    const llmem_kv_view *kv = &view->u.kv;
+    uint32_t n_tok = (uint32_t)q->ne[0], n_heads = (uint32_t)q->ne[1];
+    uint32_t d = (uint32_t)kv->head_dim, n_kv = (uint32_t)kv->n_kv_heads;
+    uint32_t n_rep = n_heads / n_kv;
+    uint32_t r = ATTN_QS / d;
+    r = r < 1 ? 1 : r > ATTN_RMAX ? ATTN_RMAX : r;
+    r = r > n_rep ? n_rep : r;
+    uint32_t n_chunks = (n_rep + r - 1) / r;
+    vk_op op;
+    vk_op_init(&op, v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG);
+    vk_op_spec(&op, d);
+    vk_op_spec(&op, (uint32_t)kv->dtype);
+    vk_op_spec(&op, r);
+    vk_op_spec(&op, ATTN_BK);
+    uint32_t qo = vk_op_tensor(v, &op, q, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_buffer(v, &op, view->idx, false);
+    vk_op_buffer(v, &op, kv->k, false);
+    vk_op_buffer(v, &op, kv->v, false);
+    vk_op_u32(&op, n_tok);
+    vk_op_u32(&op, n_heads);
+    vk_op_u32(&op, n_kv);
+    vk_op_u32(&op, n_rep);
+    vk_op_u32(&op, n_chunks);
+    vk_op_u32(&op, (uint32_t)kv->max_pages);
+    vk_op_u32(&op, (uint32_t)kv->page_size);
+    vk_op_u32(&op, (uint32_t)kv->n_pages);
+    vk_op_u32(&op, (uint32_t)kv->seq_len.n);
+    vk_op_i32(&op, p->window);
+    vk_op_f32(&op, p->scale);
+    vk_op_f32(&op, p->softcap);
+    vk_op_u32(&op, qo);
+    vk_op_u32(&op, oo);
+    vk_op_u32(&op, vk_table_word(&kv->page_table));
+    vk_op_u32(&op, vk_table_word(&kv->seq_len));
+    vk_op_u32(&op, vk_table_word(&kv->tok_kv_len));
+    vk_op_u32(&op, vk_table_word(&kv->tok_seq));
+    return vk_op_run(v, &op, (uint64_t)n_tok * n_kv * n_chunks);
+}

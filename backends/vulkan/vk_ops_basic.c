@@ -1,0 +1,274 @@
+/* llmem Vulkan backend: get_rows, element-wise ops and activations, RMS
+ * norms, log_softmax, argmax, copies, and the ops table.
+ *
+ * Each op binds its tensors, pushes their element offsets and sizes, and
+ * records one dispatch (shaders/<op>.comp); row-wise ops run one workgroup
+ * per row. Dtypes of weights are specialization constants, so each
+ * pipeline reads its dtype without a branch. Semantics are those of the
+ * CPU reference (backends/cpu/ops_basic.c).
+ */
+#include <stdlib.h>
+
+#include "vk_internal.h"
+
+#define EW_WG 256
+#define ROW_WG 256
+
+static int64_t rows_of(const llmem_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i + 1 < t->n_dims; i++)
+        n *= t->ne[i];
+    return n;
+}
+
+static int64_t cols_of(const llmem_tensor *t)
+{
+    return t->ne[t->n_dims - 1];
+}
+
+/* ---- get_rows ----------------------------------------------------------------------------- */
+
+llmem_status vk_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    vk_op op;
+    vk_op_init(&op, VK_SH_GET_ROWS, EW_WG);
+    vk_op_spec(&op, (uint32_t)src->dtype);
+    uint32_t so = vk_op_tensor(v, &op, src, false);
+    uint32_t io = vk_op_tensor(v, &op, idx, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    uint64_t n = (uint64_t)idx->ne[0], cols = (uint64_t)src->ne[1];
+    vk_op_u32(&op, (uint32_t)n);
+    vk_op_u32(&op, (uint32_t)cols);
+    vk_op_u32(&op, (uint32_t)src->ne[0]);
+    vk_op_u32(&op, so);
+    vk_op_u32(&op, io);
+    vk_op_u32(&op, oo);
+    return vk_op_run(v, &op, vk_div_up(n * cols, EW_WG));
+}
+
+/* ---- element-wise ------------------------------------------------------------------------- */
+
+static llmem_status binary(llmem_backend *be, uint32_t kind, llmem_ct *a, llmem_ct *b,
+                           llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    int64_t n = llmem_tensor_nelements(a), nb = llmem_tensor_nelements(b);
+    vk_op op;
+    vk_op_init(&op, VK_SH_BINARY, EW_WG);
+    vk_op_spec(&op, kind);
+    uint32_t ao = vk_op_tensor(v, &op, a, false);
+    uint32_t bo = vk_op_tensor(v, &op, b, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_u32(&op, (uint32_t)n);
+    vk_op_u32(&op, nb == n ? 0u : (uint32_t)nb); /* a broadcast row */
+    vk_op_u32(&op, ao);
+    vk_op_u32(&op, bo);
+    vk_op_u32(&op, oo);
+    return vk_op_run(v, &op, vk_div_up((uint64_t)n, EW_WG));
+}
+
+llmem_status vk_op_add(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out)
+{
+    return binary(be, 0, a, b, out);
+}
+
+llmem_status vk_op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out)
+{
+    return binary(be, 1, a, b, out);
+}
+
+llmem_status vk_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
+{
+    return binary(be, 2, gate, up, out);
+}
+
+static llmem_status unary(llmem_backend *be, uint32_t kind, llmem_ct *a, float s, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    int64_t n = llmem_tensor_nelements(a);
+    vk_op op;
+    vk_op_init(&op, VK_SH_UNARY, EW_WG);
+    vk_op_spec(&op, kind);
+    uint32_t ao = vk_op_tensor(v, &op, a, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_u32(&op, (uint32_t)n);
+    vk_op_u32(&op, ao);
+    vk_op_u32(&op, oo);
+    vk_op_f32(&op, s);
+    return vk_op_run(v, &op, vk_div_up((uint64_t)n, EW_WG));
+}
+
+llmem_status vk_op_scale(llmem_backend *be, llmem_ct *a, float s, llmem_ct *out)
+{
+    return unary(be, 0, a, s, out);
+}
+
+llmem_status vk_op_silu(llmem_backend *be, llmem_ct *a, llmem_ct *out)
+{
+    return unary(be, 1, a, 0.0f, out);
+}
+
+llmem_status vk_op_relu2(llmem_backend *be, llmem_ct *a, llmem_ct *out)
+{
+    return unary(be, 2, a, 0.0f, out);
+}
+
+llmem_status vk_op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out)
+{
+    return unary(be, 3, a, 0.0f, out);
+}
+
+/* ---- norms ------------------------------------------------------------------------------- */
+
+llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    int64_t rows = rows_of(x), cols = cols_of(x);
+    vk_op op;
+    vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, ROW_WG);
+    vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_u32(&op, (uint32_t)rows);
+    vk_op_u32(&op, (uint32_t)cols);
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, wo);
+    vk_op_u32(&op, oo);
+    vk_op_f32(&op, eps);
+    return vk_op_run(v, &op, (uint64_t)rows);
+}
+
+llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
+                                  int32_t n_groups, float eps, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    int64_t rows = rows_of(y), cols = cols_of(y);
+    vk_op op;
+    vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, ROW_WG);
+    vk_op_spec(&op, (uint32_t)w->dtype);
+    uint32_t yo = vk_op_tensor(v, &op, y, false);
+    uint32_t zo = vk_op_tensor(v, &op, z, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_u32(&op, (uint32_t)(rows * n_groups));
+    vk_op_u32(&op, (uint32_t)cols);
+    vk_op_u32(&op, (uint32_t)(cols / n_groups));
+    vk_op_u32(&op, (uint32_t)n_groups);
+    vk_op_u32(&op, yo);
+    vk_op_u32(&op, zo);
+    vk_op_u32(&op, wo);
+    vk_op_u32(&op, oo);
+    vk_op_f32(&op, eps);
+    return vk_op_run(v, &op, (uint64_t)(rows * n_groups));
+}
+
+/* ---- log_softmax, argmax --------------------------------------------------------------------- */
+
+llmem_status vk_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    int64_t rows = rows_of(x);
+    vk_op op;
+    vk_op_init(&op, v->subgroup ? VK_SH_LOG_SOFTMAX_SG : VK_SH_LOG_SOFTMAX, ROW_WG);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_u32(&op, (uint32_t)rows);
+    vk_op_u32(&op, (uint32_t)cols_of(x));
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, oo);
+    return vk_op_run(v, &op, (uint64_t)rows);
+}
+
+llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    int64_t rows = rows_of(x);
+    vk_op op;
+    vk_op_init(&op, VK_SH_ARGMAX, ROW_WG);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_u32(&op, (uint32_t)rows);
+    vk_op_u32(&op, (uint32_t)cols_of(x));
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, oo);
+    return vk_op_run(v, &op, (uint64_t)rows);
+}
+
+/* ---- copies ----------------------------------------------------------------------------------- */
+
+llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst)
+{
+    vk_backend *v = vk_from(be);
+    int64_t rows = rows_of(dst), cols = cols_of(dst), n = rows * cols;
+    vk_op op;
+    vk_op_init(&op, VK_SH_COPY, EW_WG);
+    vk_op_spec(&op, (uint32_t)src->dtype);
+    vk_op_spec(&op, (uint32_t)dst->dtype);
+    uint32_t so = vk_op_tensor(v, &op, src, false);
+    uint32_t d0 = vk_op_tensor(v, &op, dst, true);
+    /* f32: one unit per element; 16-bit: one per destination word */
+    uint64_t units = dst->dtype == LLMEM_DTYPE_F32
+                         ? (uint64_t)n
+                         : (((uint64_t)d0 + (uint64_t)n - 1) >> 1) - (d0 >> 1) + 1;
+    vk_op_u32(&op, (uint32_t)rows);
+    vk_op_u32(&op, (uint32_t)cols);
+    vk_op_u32(&op, (uint32_t)cols_of(src));
+    vk_op_u32(&op, (uint32_t)col0);
+    vk_op_u32(&op, so);
+    vk_op_u32(&op, d0);
+    vk_op_u32(&op, (uint32_t)units);
+    return vk_op_run(v, &op, vk_div_up(units, EW_WG));
+}
+
+llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes, int32_t n,
+                               const int32_t *src, const int32_t *dst)
+{
+    vk_backend *v = vk_from(be);
+    vk_buffer *b = vk_buf(buf);
+    VkBufferCopy *r = malloc((size_t)n * sizeof *r);
+    if (!r)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < n; i++)
+        r[i] = (VkBufferCopy){b->a.offset + (VkDeviceSize)src[i] * block_bytes,
+                              b->a.offset + (VkDeviceSize)dst[i] * block_bytes, block_bytes};
+    /* The whole buffer as one written range: orders the copy after every
+     * earlier use of any block (blocks are disjoint, checked by the core). */
+    vk_access a = {vk_alloc_buffer(&b->a), b->a.offset, b->a.offset + (buf->size + 3) / 4 * 4, true};
+    llmem_status st = vk_cmd_track(v, &a, 1);
+    if (st == LLMEM_OK) {
+        v->vk.vkCmdCopyBuffer(v->cmd, vk_alloc_buffer(&b->a), vk_alloc_buffer(&b->a), (uint32_t)n, r);
+        v->n_transfer++;
+    }
+    free(r);
+    return st;
+}
+
+/* ---- the table ----------------------------------------------------------------------------------- */
+
+const struct llmem_ops_i vk_ops = {
+    .struct_size = sizeof(struct llmem_ops_i),
+    .matmul = vk_op_matmul,
+    .get_rows = vk_op_get_rows,
+    .add = vk_op_add,
+    .mul = vk_op_mul,
+    .scale = vk_op_scale,
+    .silu = vk_op_silu,
+    .relu2 = vk_op_relu2,
+    .softplus = vk_op_softplus,
+    .swiglu = vk_op_swiglu,
+    .rms_norm = vk_op_rms_norm,
+    .rms_norm_gated = vk_op_rms_norm_gated,
+    .rope = vk_op_rope,
+    .rope_shift = vk_op_rope_shift,
+    .kv_store = vk_op_kv_store,
+    .attention_paged = vk_op_attention_paged,
+    .ssm_conv = vk_op_ssm_conv,
+    .ssm_scan = vk_op_ssm_scan,
+    .copy = vk_op_copy,
+    .copy_blocks = vk_op_copy_blocks,
+    .log_softmax = vk_op_log_softmax,
+    .argmax = vk_op_argmax,
+};

@@ -1,0 +1,198 @@
+/* llmem Vulkan backend: the Mamba-2 ops, causal conv1d with conv state and
+ * the selective scan with ssm state (shaders/ssm_conv.comp,
+ * shaders/ssm_scan.comp), both with state slots and checkpoints from a
+ * recurrent view. Semantics: HF transformers Mamba2Mixer.torch_forward
+ * applied token by token, the recurrent form of Mamba-2's SSD (Dao & Gu,
+ * ICML 2024, Sec. 3); the CPU reference is backends/cpu/ops_mamba.c.
+ *
+ * Slot discipline. Each invocation reads its part of the source slot before
+ * writing its part of any destination, so a stream's own slots may alias.
+ * When a stream's source slot is written by another stream (copy-on-write
+ * of a shared state, seen in the host copies of the tables), a
+ * state_gather dispatch first copies every stream's source into an f32
+ * scratch snapshot, and the op reads the snapshot.
+ */
+#include <stdlib.h>
+
+#include "llmem/recurrent.h"
+#include "vk_internal.h"
+
+#define CONV_WG 128
+#define SCAN_WG 64
+#define GATHER_WG 256
+
+static int64_t state_elems(const llmem_state_desc *d)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i < d->n_dims; i++)
+        n *= d->shape[i];
+    return n;
+}
+
+/* Whether a stream reads a slot another stream writes. */
+static llmem_status needs_snapshot(const llmem_rs_view *rs, bool *out)
+{
+    *out = false;
+    int32_t *writer = malloc((size_t)rs->n_slots * sizeof *writer);
+    if (!writer)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < rs->n_slots; i++)
+        writer[i] = -1;
+    for (int32_t s = 0; s < rs->n_seqs; s++) {
+        for (int32_t c = -1; c < rs->n_ckpt; c++) {
+            int32_t slot = c < 0 ? rs->dst_slot.host[s]
+                                 : rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c];
+            if (slot >= 0 && slot < rs->n_slots)
+                writer[slot] = s;
+        }
+    }
+    for (int32_t s = 0; s < rs->n_seqs && !*out; s++) {
+        int32_t src = rs->src_slot.host[s];
+        *out = src >= 0 && src < rs->n_slots && writer[src] >= 0 && writer[src] != s;
+    }
+    free(writer);
+    return LLMEM_OK;
+}
+
+/* Records the gather of every stream's source state into a new f32
+ * scratch allocation (*snap); released by the caller after recording the
+ * op that reads it (the hazard tracker orders any later reuse). */
+static llmem_status gather(vk_backend *v, const llmem_view *view, int32_t state, vk_alloc *snap)
+{
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *d = &rs->desc[state];
+    uint64_t elems = (uint64_t)state_elems(d), n = elems * (uint64_t)rs->n_seqs;
+    llmem_status st = vk_alloc_make(v, n * 4, snap);
+    if (st != LLMEM_OK)
+        return st;
+    vk_op op;
+    vk_op_init(&op, VK_SH_STATE_GATHER, GATHER_WG);
+    vk_op_spec(&op, (uint32_t)d->dtype);
+    vk_op_buffer(v, &op, view->idx, false);
+    vk_op_buffer(v, &op, rs->state[state], false);
+    vk_op_alloc(v, &op, snap, true);
+    vk_op_u32(&op, (uint32_t)rs->n_seqs);
+    vk_op_u32(&op, (uint32_t)elems);
+    vk_op_u32(&op, (uint32_t)rs->n_slots);
+    vk_op_u32(&op, vk_table_word(&rs->src_slot));
+    st = vk_op_run(v, &op, vk_div_up(n, GATHER_WG));
+    if (st != LLMEM_OK)
+        vk_alloc_release(v, snap);
+    return st;
+}
+
+static llmem_status prepare(vk_backend *v, const llmem_view *view, int32_t state, vk_alloc *snap,
+                            bool *use_snap)
+{
+    llmem_status st = needs_snapshot(&view->u.rs, use_snap);
+    if (st != LLMEM_OK || !*use_snap)
+        return st;
+    return gather(v, view, state, snap);
+}
+
+llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
+                            llmem_ct *w, llmem_ct *b, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *d = &rs->desc[state];
+    uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
+    vk_alloc snap = {0};
+    bool use_snap = false;
+    llmem_status st = prepare(v, view, state, &snap, &use_snap);
+    if (st != LLMEM_OK)
+        return st;
+    vk_op op;
+    vk_op_init(&op, VK_SH_SSM_CONV, CONV_WG);
+    vk_op_spec(&op, d_conv);
+    vk_op_spec(&op, (uint32_t)w->dtype);
+    vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
+    vk_op_spec(&op, (uint32_t)d->dtype);
+    vk_op_spec(&op, use_snap);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    uint32_t bo = vk_op_tensor(v, &op, b, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_op_buffer(v, &op, view->idx, false);
+    vk_op_buffer(v, &op, rs->state[state], true);
+    if (use_snap)
+        vk_op_alloc(v, &op, &snap, false);
+    else
+        vk_op_dummy(v, &op);
+    vk_op_u32(&op, (uint32_t)rs->n_seqs);
+    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
+    vk_op_u32(&op, conv_dim);
+    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
+    vk_op_u32(&op, (uint32_t)rs->n_slots);
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, wo);
+    vk_op_u32(&op, bo);
+    vk_op_u32(&op, oo);
+    vk_op_u32(&op, vk_table_word(&rs->src_slot));
+    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
+    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * conv_dim, CONV_WG));
+    if (use_snap)
+        vk_alloc_release(v, &snap);
+    return st;
+}
+
+llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,
+                            int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
+                            llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
+{
+    vk_backend *v = vk_from(be);
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *sd = &rs->desc[state];
+    uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
+    vk_alloc snap = {0};
+    bool use_snap = false;
+    llmem_status st = prepare(v, view, state, &snap, &use_snap);
+    if (st != LLMEM_OK)
+        return st;
+    vk_op op;
+    vk_op_init(&op, VK_SH_SSM_SCAN, SCAN_WG);
+    vk_op_spec(&op, (uint32_t)p->d_state);
+    vk_op_spec(&op, (uint32_t)sd->dtype);
+    vk_op_spec(&op, (uint32_t)a_log->dtype);
+    vk_op_spec(&op, d ? (uint32_t)d->dtype : 3u);
+    vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
+    vk_op_spec(&op, use_snap);
+    uint32_t xo = vk_op_tensor(v, &op, xbc, false);
+    uint32_t dto = vk_op_tensor(v, &op, dt, false);
+    uint32_t ao = vk_op_tensor(v, &op, a_log, false);
+    uint32_t d_o = vk_op_tensor(v, &op, d, false);
+    uint32_t bo = vk_op_tensor(v, &op, dt_bias, false);
+    uint32_t yo = vk_op_tensor(v, &op, y, true);
+    vk_op_buffer(v, &op, view->idx, false);
+    vk_op_buffer(v, &op, rs->state[state], true);
+    if (use_snap)
+        vk_op_alloc(v, &op, &snap, false);
+    else
+        vk_op_dummy(v, &op);
+    vk_op_u32(&op, (uint32_t)rs->n_seqs);
+    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
+    vk_op_u32(&op, (uint32_t)p->n_heads);
+    vk_op_u32(&op, (uint32_t)p->head_dim);
+    vk_op_u32(&op, (uint32_t)p->n_groups);
+    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
+    vk_op_u32(&op, (uint32_t)rs->n_slots);
+    vk_op_u32(&op, n_chunks);
+    vk_op_f32(&op, p->dt_min);
+    vk_op_f32(&op, p->dt_max);
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, dto);
+    vk_op_u32(&op, ao);
+    vk_op_u32(&op, d_o);
+    vk_op_u32(&op, bo);
+    vk_op_u32(&op, yo);
+    vk_op_u32(&op, vk_table_word(&rs->src_slot));
+    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
+    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
+    vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
+    st = vk_op_run(v, &op, (uint64_t)rs->n_seqs * p->n_heads * n_chunks);
+    if (use_snap)
+        vk_alloc_release(v, &snap);
+    return st;
+}

@@ -1,0 +1,588 @@
+/* llmem Vulkan backend: the plugin entry, the Vulkan loader, device listing
+ * and selection, and the backend object.
+ *
+ * The Vulkan loader (libvulkan.so.1, or $LLMEM_VULKAN_LOADER) is opened
+ * with dlopen at the first open or listing and handed to volk, so the
+ * plugin loads on machines without Vulkan and says why it cannot open.
+ * Device order, which is also the order of the device indices: discrete
+ * GPUs, integrated GPUs, virtual GPUs, CPU implementations (lavapipe),
+ * others; within a kind, the driver's order. Devices that lack what the
+ * shaders need are listed last, with the reason.
+ *
+ * Validation: when a validation layer is active ($VK_INSTANCE_LAYERS, or
+ * $LLMEM_VULKAN_VALIDATION=1 to enable VK_LAYER_KHRONOS_validation), a
+ * VK_EXT_debug_utils messenger prints every error to stderr and counts it;
+ * a counted error makes the next synchronize or download fail with
+ * LLMEM_E_BACKEND, unless $LLMEM_VULKAN_VALIDATION=warn. $LLMEM_VULKAN_LOG
+ * names a file that receives the messages and one line per submit.
+ */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk_internal.h"
+
+#define VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"
+#define MAX_DEVICES 16
+#define REQ_BINDINGS VK_MAX_BINDINGS
+
+static void fmt(char *out, size_t len, const char *format, ...) __attribute__((format(printf, 3, 4)));
+
+static void fmt(char *out, size_t len, const char *format, ...)
+{
+    if (!out || len == 0)
+        return;
+    va_list ap;
+    va_start(ap, format);
+    vsnprintf(out, len, format, ap);
+    va_end(ap);
+}
+
+/* ---- loader ------------------------------------------------------------------------------ */
+
+static void *g_loader; /* kept open: drivers do not all survive being unloaded */
+
+static llmem_status loader_open(char *why, size_t len)
+{
+    if (g_loader)
+        return LLMEM_OK;
+    const char *name = getenv("LLMEM_VULKAN_LOADER");
+    if (!name || !*name)
+        name = "libvulkan.so.1";
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *e = dlerror();
+        fmt(why, len, "no Vulkan loader (%s: %s)", name, e ? e : "cannot open");
+        return LLMEM_E_NOT_FOUND;
+    }
+    void *sym = dlsym(h, "vkGetInstanceProcAddr");
+    if (!sym) {
+        fmt(why, len, "no Vulkan loader (%s has no vkGetInstanceProcAddr)", name);
+        dlclose(h);
+        return LLMEM_E_NOT_FOUND;
+    }
+    PFN_vkGetInstanceProcAddr gipa;
+    memcpy(&gipa, &sym, sizeof gipa);
+    volkInitializeCustom(gipa);
+    if (volkGetInstanceVersion() < VK_API_VERSION_1_1) {
+        fmt(why, len, "the Vulkan loader %s supports only Vulkan 1.0 (1.1 needed)", name);
+        dlclose(h);
+        return LLMEM_E_NOT_FOUND;
+    }
+    g_loader = h;
+    return LLMEM_OK;
+}
+
+/* ---- instance ---------------------------------------------------------------------------- */
+
+static bool has_instance_ext(const char *name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateInstanceExtensionProperties(NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties *e = calloc(n, sizeof *e);
+    if (!e)
+        return false;
+    bool found = false;
+    if (vkEnumerateInstanceExtensionProperties(NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = strcmp(e[i].extensionName, name) == 0;
+    free(e);
+    return found;
+}
+
+static bool has_layer(const char *name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkLayerProperties *l = calloc(n, sizeof *l);
+    if (!l)
+        return false;
+    bool found = false;
+    if (vkEnumerateInstanceLayerProperties(&n, l) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = strcmp(l[i].layerName, name) == 0;
+    free(l);
+    return found;
+}
+
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
+                                               VkDebugUtilsMessageTypeFlagsEXT type,
+                                               const VkDebugUtilsMessengerCallbackDataEXT *d,
+                                               void *user)
+{
+    vk_backend *v = user;
+    const char *msg = d && d->pMessage ? d->pMessage : "(no message)";
+    /* GENERAL messages come from the loader, VALIDATION ones from layers */
+    const char *who = (type & VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT) ? "validation" : "loader";
+    if (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
+        v->validation_errors++;
+        fprintf(stderr, "vulkan: %s error: %s\n", who, msg);
+        vk_log(v, "validation error (%s): %s", who, msg);
+    } else {
+        vk_log(v, "validation warning (%s): %s", who, msg);
+    }
+    return VK_FALSE;
+}
+
+/* Creates the instance (with the messenger when validation is on). v may
+ * be NULL for a listing. */
+static llmem_status instance_create(vk_backend *v, VkInstance *out, char *why, size_t len)
+{
+    const char *val = getenv("LLMEM_VULKAN_VALIDATION");
+    bool want_layer = val && strcmp(val, "1") == 0;
+    const char *env_layers = getenv("VK_INSTANCE_LAYERS");
+    bool debug = v && (want_layer || (env_layers && *env_layers) || (val && *val)) &&
+                 has_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
+    const char *layers[1] = {VALIDATION_LAYER};
+    bool use_layer = v && want_layer && has_layer(VALIDATION_LAYER);
+    const char *exts[1] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    VkApplicationInfo app = {
+        .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+        .pApplicationName = "llmem",
+        .pEngineName = "llmem",
+        .apiVersion = VK_API_VERSION_1_2,
+    };
+    VkDebugUtilsMessengerCreateInfoEXT mi = {
+        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        .pfnUserCallback = on_debug,
+        .pUserData = v,
+    };
+    VkInstanceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+        .pNext = debug ? &mi : NULL,
+        .pApplicationInfo = &app,
+        .enabledLayerCount = use_layer ? 1 : 0,
+        .ppEnabledLayerNames = layers,
+        .enabledExtensionCount = debug ? 1 : 0,
+        .ppEnabledExtensionNames = exts,
+    };
+    VkResult r = vkCreateInstance(&ci, NULL, out);
+    if (r != VK_SUCCESS) {
+        *out = VK_NULL_HANDLE;
+        if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED) {
+            fmt(why, len, "no Vulkan driver found (vkCreateInstance: %d)", (int)r);
+            return LLMEM_E_NOT_FOUND;
+        }
+        fmt(why, len, "vkCreateInstance failed (%d)", (int)r);
+        return vk_status(r);
+    }
+    volkLoadInstanceOnly(*out);
+    if (debug) {
+        r = vkCreateDebugUtilsMessengerEXT(*out, &mi, NULL, &v->messenger);
+        if (r != VK_SUCCESS)
+            v->messenger = VK_NULL_HANDLE;
+    }
+    return LLMEM_OK;
+}
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+typedef struct dev_entry {
+    VkPhysicalDevice pd;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceSubgroupProperties sg;
+    VkPhysicalDeviceMaintenance3Properties m3;
+    int rank;
+    uint32_t queue_family;
+    char why[160]; /* empty when usable */
+} dev_entry;
+
+static int type_rank(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
+    default: return 4;
+    }
+}
+
+static const char *type_name(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual GPU";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "CPU";
+    default: return "other";
+    }
+}
+
+/* Memory type with all of `want`, preferring `prefer` and avoiding
+ * `avoid`; UINT32_MAX when none. */
+static uint32_t pick_memory(const VkPhysicalDeviceMemoryProperties *mp, VkMemoryPropertyFlags want,
+                            VkMemoryPropertyFlags prefer, VkMemoryPropertyFlags avoid)
+{
+    uint32_t best = UINT32_MAX;
+    int best_score = -1;
+    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
+        VkMemoryPropertyFlags f = mp->memoryTypes[i].propertyFlags;
+        if ((f & want) != want)
+            continue;
+        int score = ((f & prefer) == prefer ? 2 : 0) + ((f & avoid) ? 0 : 1);
+        if (score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    return best;
+}
+
+static void check_device(dev_entry *e)
+{
+    const VkPhysicalDeviceLimits *l = &e->props.limits;
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(e->pd, &mp);
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(e->pd, &nq, NULL);
+    VkQueueFamilyProperties q[32];
+    if (nq > 32)
+        nq = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(e->pd, &nq, q);
+    e->queue_family = UINT32_MAX;
+    for (uint32_t i = 0; i < nq && e->queue_family == UINT32_MAX; i++)
+        if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT)
+            e->queue_family = i;
+    e->why[0] = '\0';
+    if (e->props.apiVersion < VK_API_VERSION_1_1)
+        fmt(e->why, sizeof e->why, "Vulkan 1.0 device (1.1 needed)");
+    else if (e->queue_family == UINT32_MAX)
+        fmt(e->why, sizeof e->why, "no compute queue");
+    else if (l->maxPerStageDescriptorStorageBuffers < REQ_BINDINGS ||
+             l->maxDescriptorSetStorageBuffers < REQ_BINDINGS)
+        fmt(e->why, sizeof e->why, "fewer than %d storage buffers per stage", REQ_BINDINGS);
+    else if (l->maxPushConstantsSize < VK_MAX_PUSH || l->maxComputeWorkGroupInvocations < 256 ||
+             l->maxComputeWorkGroupSize[0] < 256 || l->maxComputeSharedMemorySize < 16384)
+        fmt(e->why, sizeof e->why, "compute limits too small");
+    else if (l->minStorageBufferOffsetAlignment > VK_ALIGN)
+        fmt(e->why, sizeof e->why, "minStorageBufferOffsetAlignment %llu > %d",
+            (unsigned long long)l->minStorageBufferOffsetAlignment, VK_ALIGN);
+    else if (pick_memory(&mp, VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                         0, 0) == UINT32_MAX)
+        fmt(e->why, sizeof e->why, "no host-coherent memory for staging");
+}
+
+/* Enumerates the devices of an instance in llmem's order. */
+static uint32_t list_sorted(VkInstance inst, dev_entry *out, uint32_t cap)
+{
+    uint32_t n = 0;
+    if (vkEnumeratePhysicalDevices(inst, &n, NULL) != VK_SUCCESS || n == 0)
+        return 0;
+    VkPhysicalDevice pd[MAX_DEVICES];
+    if (n > MAX_DEVICES)
+        n = MAX_DEVICES;
+    VkResult r = vkEnumeratePhysicalDevices(inst, &n, pd);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return 0;
+    if (n > cap)
+        n = cap;
+    for (uint32_t i = 0; i < n; i++) {
+        dev_entry *e = &out[i];
+        memset(e, 0, sizeof *e);
+        e->pd = pd[i];
+        e->m3.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES;
+        e->sg.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+        e->sg.pNext = &e->m3;
+        VkPhysicalDeviceProperties2 p2 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+            .pNext = &e->sg,
+        };
+        vkGetPhysicalDeviceProperties(pd[i], &e->props);
+        if (e->props.apiVersion >= VK_API_VERSION_1_1) {
+            vkGetPhysicalDeviceProperties2(pd[i], &p2);
+            e->props = p2.properties;
+        }
+        e->sg.pNext = NULL;
+        e->m3.pNext = NULL;
+        check_device(e);
+        e->rank = type_rank(e->props.deviceType) + (e->why[0] ? 8 : 0);
+    }
+    /* stable insertion sort by rank */
+    for (uint32_t i = 1; i < n; i++) {
+        dev_entry t = out[i];
+        uint32_t j = i;
+        while (j > 0 && out[j - 1].rank > t.rank) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = t;
+    }
+    return n;
+}
+
+static bool subgroup_usable(const dev_entry *e)
+{
+    const char *off = getenv("LLMEM_VULKAN_NO_SUBGROUP");
+    if (off && *off && strcmp(off, "0") != 0)
+        return false;
+    VkSubgroupFeatureFlags need = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    return (e->sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+           (e->sg.supportedOperations & need) == need && e->sg.subgroupSize >= 1 &&
+           e->sg.subgroupSize <= 128;
+}
+
+static void describe(const dev_entry *e, int32_t index, char *line, size_t len)
+{
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(e->pd, &mp);
+    VkDeviceSize heap = 0;
+    for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
+        if ((mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp.memoryHeaps[i].size > heap)
+            heap = mp.memoryHeaps[i].size;
+    uint32_t api = e->props.apiVersion;
+    if (e->why[0]) {
+        fmt(line, len, "device %d: %s (%s, Vulkan %u.%u.%u) unusable: %s", (int)index,
+            e->props.deviceName, type_name(e->props.deviceType), VK_API_VERSION_MAJOR(api),
+            VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api), e->why);
+        return;
+    }
+    fmt(line, len, "device %d: %s (%s, Vulkan %u.%u.%u, %.1f GiB, subgroup %u%s)%s", (int)index,
+        e->props.deviceName, type_name(e->props.deviceType), VK_API_VERSION_MAJOR(api),
+        VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api), (double)heap / (1u << 30),
+        e->sg.subgroupSize, subgroup_usable(e) ? "" : ", no subgroup arithmetic",
+        index == 0 ? " [default]" : "");
+}
+
+static void list_devices(void (*fn)(const char *line, void *ctx), void *ctx)
+{
+    char why[256], line[512];
+    if (loader_open(why, sizeof why) != LLMEM_OK) {
+        fmt(line, sizeof line, "unavailable: %s", why);
+        fn(line, ctx);
+        return;
+    }
+    VkInstance inst;
+    if (instance_create(NULL, &inst, why, sizeof why) != LLMEM_OK) {
+        fmt(line, sizeof line, "unavailable: %s", why);
+        fn(line, ctx);
+        return;
+    }
+    dev_entry e[MAX_DEVICES];
+    uint32_t n = list_sorted(inst, e, MAX_DEVICES);
+    if (n == 0)
+        fn("unavailable: no Vulkan device (the loader found no driver; see VK_DRIVER_FILES)", ctx);
+    for (uint32_t i = 0; i < n; i++) {
+        describe(&e[i], (int32_t)i, line, sizeof line);
+        fn(line, ctx);
+    }
+    vkDestroyInstance(inst, NULL);
+}
+
+/* ---- the backend object ---------------------------------------------------------------------- */
+
+static void vk_destroy(llmem_backend *be)
+{
+    vk_backend *v = vk_from(be);
+    if (!v)
+        return;
+    if (v->dev) {
+        vk_cmd_finish(v);
+        v->vk.vkDestroyDevice(v->dev, NULL);
+    }
+    if (v->messenger)
+        vkDestroyDebugUtilsMessengerEXT(v->instance, v->messenger, NULL);
+    if (v->instance)
+        vkDestroyInstance(v->instance, NULL);
+    if (v->log)
+        fclose(v->log);
+    free(v);
+}
+
+static void vk_get_info(llmem_backend *be, llmem_backend_info *info)
+{
+    vk_backend *v = vk_from(be);
+    info->backend = "vulkan";
+    info->device_name = v->device_name;
+    info->device = v->device_index;
+    info->host_visible = false;
+    uint32_t heap = v->mem_props.memoryTypes[v->mem_type_device].heapIndex;
+    info->memory_total = v->mem_props.memoryHeaps[heap].size;
+    info->memory_free = info->memory_total > v->bytes_device ? info->memory_total - v->bytes_device : 0;
+    if (v->has_budget) {
+        VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT,
+        };
+        VkPhysicalDeviceMemoryProperties2 mp = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+            .pNext = &b,
+        };
+        vkGetPhysicalDeviceMemoryProperties2(v->phys, &mp);
+        if (b.heapBudget[heap] > 0)
+            info->memory_free = b.heapBudget[heap] > b.heapUsage[heap]
+                                    ? b.heapBudget[heap] - b.heapUsage[heap]
+                                    : 0;
+    }
+}
+
+static bool has_device_ext(VkPhysicalDevice pd, const char *name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties *e = calloc(n, sizeof *e);
+    if (!e)
+        return false;
+    bool found = false;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = strcmp(e[i].extensionName, name) == 0;
+    free(e);
+    return found;
+}
+
+static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, size_t len)
+{
+    v->phys = e->pd;
+    v->props = e->props;
+    v->queue_family = e->queue_family;
+    vkGetPhysicalDeviceMemoryProperties(v->phys, &v->mem_props);
+    v->has_budget = has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    const char *exts[1] = {VK_EXT_MEMORY_BUDGET_EXTENSION_NAME};
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qi = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+        .queueFamilyIndex = v->queue_family,
+        .queueCount = 1,
+        .pQueuePriorities = &prio,
+    };
+    VkDeviceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+        .queueCreateInfoCount = 1,
+        .pQueueCreateInfos = &qi,
+        .enabledExtensionCount = v->has_budget ? 1 : 0,
+        .ppEnabledExtensionNames = exts,
+    };
+    VkResult r = vkCreateDevice(v->phys, &ci, NULL, &v->dev);
+    if (r != VK_SUCCESS) {
+        v->dev = VK_NULL_HANDLE;
+        fmt(err, len, "vulkan: vkCreateDevice failed on %s (%d)", e->props.deviceName, (int)r);
+        return vk_status(r);
+    }
+    volkLoadDeviceTable(&v->vk, v->dev);
+    v->vk.vkGetDeviceQueue(v->dev, v->queue_family, 0, &v->queue);
+
+    const VkPhysicalDeviceLimits *l = &v->props.limits;
+    v->mem_type_device = pick_memory(&v->mem_props, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0,
+                                     VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT);
+    if (v->mem_type_device == UINT32_MAX)
+        v->mem_type_device = pick_memory(&v->mem_props, 0, 0, 0);
+    v->mem_type_host = pick_memory(&v->mem_props,
+                                   VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                       VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                                   VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                                   VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT);
+    v->storage_align = l->minStorageBufferOffsetAlignment < 4 ? 4 : l->minStorageBufferOffsetAlignment;
+    v->max_range = l->maxStorageBufferRange;
+    v->max_alloc = e->m3.maxMemoryAllocationSize ? e->m3.maxMemoryAllocationSize : ((VkDeviceSize)1 << 30);
+    uint32_t heap = v->mem_props.memoryTypes[v->mem_type_device].heapIndex;
+    VkDeviceSize hs = v->mem_props.memoryHeaps[heap].size;
+    v->block_size = (VkDeviceSize)256 << 20;
+    if (v->block_size > hs / 8)
+        v->block_size = hs / 8 / VK_ALIGN * VK_ALIGN;
+    if (v->block_size > v->max_alloc)
+        v->block_size = v->max_alloc / VK_ALIGN * VK_ALIGN;
+    if (v->block_size < ((VkDeviceSize)4 << 20))
+        v->block_size = (VkDeviceSize)4 << 20;
+    v->max_groups = l->maxComputeWorkGroupCount[0] < l->maxComputeWorkGroupCount[1]
+                        ? l->maxComputeWorkGroupCount[0]
+                        : l->maxComputeWorkGroupCount[1];
+    v->subgroup = subgroup_usable(e);
+    v->subgroup_size = e->sg.subgroupSize;
+    llmem_status st = vk_cmd_init(v);
+    if (st != LLMEM_OK)
+        fmt(err, len, "vulkan: cannot set up %s (%s)", e->props.deviceName, llmem_status_str(st));
+    return st;
+}
+
+static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size_t err_len)
+{
+    char why[256] = "";
+    llmem_status st = loader_open(why, sizeof why);
+    if (st != LLMEM_OK) {
+        fmt(err, err_len, "vulkan: %s", why);
+        return st;
+    }
+    vk_backend *v = calloc(1, sizeof *v);
+    if (!v) {
+        fmt(err, err_len, "vulkan: out of host memory");
+        return LLMEM_E_NO_MEMORY;
+    }
+    v->base.iface = &vk_iface;
+    v->error = LLMEM_OK;
+    const char *val = getenv("LLMEM_VULKAN_VALIDATION");
+    v->validation_fatal = !(val && strcmp(val, "warn") == 0);
+    const char *log = getenv("LLMEM_VULKAN_LOG");
+    if (log && *log)
+        v->log = fopen(log, "a");
+    if ((st = instance_create(v, &v->instance, why, sizeof why)) != LLMEM_OK) {
+        fmt(err, err_len, "vulkan: %s", why);
+        goto fail;
+    }
+    dev_entry e[MAX_DEVICES];
+    uint32_t n = list_sorted(v->instance, e, MAX_DEVICES);
+    if (n == 0) {
+        fmt(err, err_len, "vulkan: no Vulkan device (the loader found no driver; see VK_DRIVER_FILES)");
+        st = LLMEM_E_NOT_FOUND;
+        goto fail;
+    }
+    uint32_t pick = device < 0 ? 0 : (uint32_t)device;
+    if (pick >= n) {
+        fmt(err, err_len, "vulkan: no device %d (%u device%s)", (int)device, n, n == 1 ? "" : "s");
+        st = LLMEM_E_NOT_FOUND;
+        goto fail;
+    }
+    if (e[pick].why[0]) {
+        fmt(err, err_len, "vulkan: device %u (%s) is unusable: %s", pick, e[pick].props.deviceName,
+            e[pick].why);
+        st = LLMEM_E_NOT_FOUND;
+        goto fail;
+    }
+    v->device_index = (int32_t)pick;
+    snprintf(v->device_name, sizeof v->device_name, "%s", e[pick].props.deviceName);
+    if ((st = device_create(v, &e[pick], err, err_len)) != LLMEM_OK)
+        goto fail;
+    vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u)", pick, v->device_name,
+           v->subgroup ? "on" : "off", v->subgroup_size);
+    *out = &v->base;
+    return LLMEM_OK;
+fail:
+    vk_destroy(&v->base);
+    return st;
+}
+
+const llmem_backend_i vk_iface = {
+    .struct_size = sizeof(llmem_backend_i),
+    .destroy = vk_destroy,
+    .get_info = vk_get_info,
+    .buffer_alloc = vk_buffer_alloc,
+    .buffer_free = vk_buffer_free,
+    .buffer_upload = vk_buffer_upload,
+    .buffer_download = vk_buffer_download,
+    .buffer_copy = vk_buffer_copy,
+    .buffer_fill = vk_buffer_fill,
+    .synchronize = vk_synchronize,
+    .ops = &vk_ops,
+};
+
+static const llmem_plugin vk_plugin = {
+    .abi_version = LLMEM_BACKEND_ABI_VERSION,
+    .name = "vulkan",
+    .open = vk_open,
+    .list_devices = list_devices,
+};
+
+__attribute__((visibility("default"))) const llmem_plugin *llmem_backend_plugin_entry(void);
+
+const llmem_plugin *llmem_backend_plugin_entry(void)
+{
+    return &vk_plugin;
+}

@@ -1,0 +1,94 @@
+/* llmem: the reference model runtime — runs a Hugging Face checkpoint
+ * (llama, mamba2, bamba, nemotron_h; <llmem/model.h>) through llmem's
+ * memories and backend ops.
+ *
+ * The model builds its own memory from its config: attention layers get a
+ * paged KV cache, Mamba-2 layers a recurrent memory, both a hybrid. Each
+ * batch runs per ubatch through plan / apply / commit, and logits are
+ * computed only for output rows.
+ *
+ * References: transformers' modeling_llama.py, modeling_mamba2.py,
+ * modeling_bamba.py, modeling_nemotron_h.py (block structure, residuals,
+ * norms); Dao & Gu 2024 (Mamba-2).
+ * Threading: a model is used by one thread at a time.
+ */
+#ifndef LLMEM_RUNTIME_H
+#define LLMEM_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "llmem/backend.h"
+#include "llmem/batch.h"
+#include "llmem/memory.h"
+#include "llmem/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmem_model llmem_model;
+struct llmem_model_config;
+
+typedef struct llmem_model_params {
+    int32_t n_seq_max;     /* sequences in flight at once (default 8) */
+    int32_t n_ubatch;      /* tokens per ubatch (default 512) */
+    int32_t n_ctx;         /* tokens per sequence the KV cache is sized for (default 4096) */
+    int32_t page_size;     /* KV page size in tokens (default 16) */
+    int32_t n_pages;       /* KV pages; 0: n_seq_max * ceil(n_ctx / page_size) */
+    llmem_dtype kv_dtype;  /* KV cache dtype (default f32) */
+    int32_t n_ckpt;        /* recurrent checkpoints per sequence (speculative decoding) */
+    bool no_prefix_cache;  /* disable KV prefix reuse */
+    bool poison;           /* NaN-fill free pages and state slots */
+} llmem_model_params;
+
+/* Defaults as listed above. */
+llmem_model_params llmem_model_default_params(void);
+
+/* Loads config.json and the safetensors of directory `dir`, validates every
+ * tensor, uploads the weights to `be` (kept in their stored dtype) and
+ * creates the model's memory. The model keeps `be` (caller closes it after
+ * llmem_model_free).
+ * Returns LLMEM_OK; LLMEM_E_NOT_FOUND (missing files or tensors);
+ * LLMEM_E_CORRUPT (malformed files); LLMEM_E_UNSUPPORTED (architecture or
+ * dtype); LLMEM_E_INVALID (parameters); LLMEM_E_NO_MEMORY; LLMEM_E_BACKEND.
+ * err gets one line naming the problem. */
+llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_model_params *p,
+                              llmem_model **out, char *err, size_t err_len);
+void llmem_model_free(llmem_model *m); /* accepts NULL */
+
+const struct llmem_model_config *llmem_model_get_config(const llmem_model *m);
+/* The model's memory (owned by the model): use it for sequence operations. */
+llmem_memory *llmem_model_memory(llmem_model *m);
+int32_t llmem_model_n_vocab(const llmem_model *m);
+
+/* Runs a batch: plans it on the model's memory, runs the forward pass of
+ * every ubatch and commits it. For the batch's output tokens, in batch
+ * order, writes one row of n_vocab floats to out (caller-owned, at least
+ * n_outputs * n_vocab floats): log-probabilities when log_softmax, else
+ * logits. *n_outputs gets the number of rows.
+ * Returns LLMEM_OK; the plan's errors (LLMEM_E_INVALID with the reason in
+ * err, LLMEM_E_NO_SPACE — the memory is unchanged); LLMEM_E_INVALID for a
+ * token id outside [0, n_vocab); an op's error (the plan is released and
+ * sequences stay as after the last committed ubatch). */
+llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *batch, bool log_softmax,
+                                float *out, int32_t out_cap_rows, int32_t *n_outputs, char *err,
+                                size_t err_len);
+
+/* Counters since llmem_model_load. */
+typedef struct llmem_model_stats {
+    int64_t n_ubatch;  /* ubatches run */
+    int64_t n_tokens;  /* tokens computed (prefix-cache hits excluded) */
+    int64_t n_outputs; /* output rows computed */
+} llmem_model_stats;
+void llmem_model_get_stats(const llmem_model *m, llmem_model_stats *stats);
+
+/* Directory of the built-in model: $LLMEM_MODEL_DIR when set, else the
+ * installed copy (<datadir>/llmem/builtin), else the source tree's
+ * models/builtin. Returns NULL when none of them has a config.json. */
+const char *llmem_builtin_model_dir(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

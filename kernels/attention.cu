@@ -1,0 +1,470 @@
+/* llmem CUDA kernels, paged attention family: K/V store, split-K decode
+ * attention, tensor-core prefill attention, and a generic fallback.
+ *
+ * Addressing is PagedAttention's (Kwon et al., SOSP 2023): key j of stream
+ * s lives in slot page_table[s * max_pages + j / page_size] * page_size +
+ * j % page_size of a [n_pages][page_size][n_kv_heads][head_dim] pool. Every
+ * kernel visits only keys in [lo, tok_kv_len) of its query (lo from the
+ * sliding window), and bounds-checks every table value it reads; a bad
+ * value makes the query see no key (zeros) or skips the key, never a read
+ * outside the pools.
+ *
+ * - decode (flash-decoding; Dao et al. 2023, "Flash-Decoding for long-context
+ *   inference"): one CTA per (query token, KV head, group of up to 4 query
+ *   heads, key split). A "key group" of lanes reads one key row with 16-byte
+ *   loads (4 keys per group in flight), so each K/V row is read once for all
+ *   the GQA heads that share it; each group keeps its own online-softmax
+ *   state (FlashAttention-2, Dao 2023, Alg. 1), merged in shared memory at
+ *   the end, and splits are merged by a second kernel.
+ * - prefill: FlashAttention-2 forward on mma.sync m16n8k16 (f16/bf16 inputs,
+ *   f32 accumulation). A tile holds 16 rows per warp; the rows are (query
+ *   token, query head) pairs of one GQA group, so a K/V block staged in
+ *   shared memory (cp.async, double-buffered, XOR-swizzled for ldmatrix)
+ *   serves every head of the group. The MMA operands must be f16/bf16: by
+ *   default queries and probabilities are split into hi + lo pairs (two MMAs
+ *   per product, error about 2^-16 relative for bf16, 2^-21 for f16), which
+ *   keeps the result within f32 tolerance of the CPU reference; the fast
+ *   mode rounds them once, as FlashAttention does.
+ * - generic: one warp per (query token, query head), any head_dim and dtype.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "kernels/common.cuh"
+
+#define LOG2E 1.4426950408889634f
+
+/* ---- shared helpers ---------------------------------------------------------------------- */
+
+/* Resolves query token i: stream, key range [lo, hi). Returns false (no
+ * keys) when a table value is out of range. */
+__device__ __forceinline__ bool attn_query_range(const cuk_attn_args &a, int64_t i, int32_t &s,
+                                                 int32_t &lo, int32_t &hi)
+{
+    s = a.tok_seq[i];
+    if (s < 0 || s >= a.n_streams)
+        return false;
+    int32_t len = a.tok_kv_len[i], sl = a.seq_len[s];
+    if (len < 0 || sl < 0 || len > sl ||
+        ((int64_t)sl + a.page_size - 1) / a.page_size > (int64_t)a.max_pages)
+        return false;
+    hi = len;
+    lo = a.window > 0 && len > a.window ? len - a.window : 0;
+    return true;
+}
+
+/* Element offset of (key j of stream s, KV head g, dim 0), or -1 when the
+ * page id is out of range. */
+__device__ __forceinline__ int64_t attn_key_offset(const cuk_attn_args &a, int32_t s, int32_t j,
+                                                   int32_t g)
+{
+    int32_t page = a.page_table[(int64_t)s * a.max_pages + j / a.page_size];
+    if (page < 0 || page >= a.n_pages)
+        return -1;
+    int64_t slot = (int64_t)page * a.page_size + j % a.page_size;
+    return (slot * a.n_kv_heads + g) * a.head_dim;
+}
+
+__device__ __forceinline__ float attn_cap(float x, float cap)
+{
+    return cap > 0.0f ? cap * tanhf(x / cap) : x;
+}
+
+/* ---- K/V store ------------------------------------------------------------------------------- */
+
+__global__ void kv_store_kernel(const float *k, const float *v, void *kp, void *vp, int dt,
+                                const int32_t *tok, const int32_t *slot, int64_t n, int64_t n_tok,
+                                int64_t n_slots_total, int64_t row)
+{
+    for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < n * row;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t j = it / row, e = it - j * row;
+        int32_t t = tok[j], s = slot[j];
+        if (t < 0 || t >= n_tok || s < 0 || s >= n_slots_total)
+            continue;
+        cuk_store(kp, dt, (int64_t)s * row + e, k[(int64_t)t * row + e]);
+        cuk_store(vp, dt, (int64_t)s * row + e, v[(int64_t)t * row + e]);
+    }
+}
+
+extern "C" cudaError_t cuk_kv_store(const float *k, const float *v, void *kp, void *vp, int dtype,
+                                    const int32_t *tok, const int32_t *slot, int64_t n,
+                                    int64_t n_tok, int64_t n_slots_total, int64_t row,
+                                    cudaStream_t stream)
+{
+    kv_store_kernel<<<cuk_grid(n * row, 256), 256, 0, stream>>>(k, v, kp, vp, dtype, tok, slot, n,
+                                                                n_tok, n_slots_total, row);
+    return cudaGetLastError();
+}
+
+/* ---- decode: split-K, key groups ------------------------------------------------------------- */
+
+#define DEC_WARPS 4
+#define DEC_NR 4 /* query heads per CTA */
+#define DEC_KB 4 /* keys per group per step */
+
+template <typename T> struct dec_unpack;
+template <> struct dec_unpack<float> {
+    static constexpr int n = 4;
+    __device__ __forceinline__ static void run(const uint4 &v, float *f)
+    {
+        f[0] = __uint_as_float(v.x);
+        f[1] = __uint_as_float(v.y);
+        f[2] = __uint_as_float(v.z);
+        f[3] = __uint_as_float(v.w);
+    }
+};
+template <> struct dec_unpack<cuk_bf16_t> {
+    static constexpr int n = 8;
+    __device__ __forceinline__ static void run(const uint4 &v, float *f)
+    {
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(u[i] << 16);
+            f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+    }
+};
+template <> struct dec_unpack<cuk_f16_t> {
+    static constexpr int n = 8;
+    __device__ __forceinline__ static void run(const uint4 &v, float *f)
+    {
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 x = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
+            f[2 * i] = x.x;
+            f[2 * i + 1] = x.y;
+        }
+    }
+};
+
+template <typename T, int D> struct dec_shape {
+    static constexpr int VE = 16 / (int)sizeof(T);          /* elements per 16-byte chunk */
+    static constexpr int CH = D / VE;                        /* chunks per row */
+    static constexpr int LG = CH < 32 ? CH : 32;             /* lanes per key group */
+    static constexpr int CPL = CH / LG;                      /* chunks per lane */
+    static constexpr int KPW = 32 / LG;                      /* key groups per warp */
+    static constexpr int NG = KPW * DEC_WARPS;               /* key groups per CTA */
+    static constexpr int EL = CPL * VE;                      /* elements per lane */
+};
+
+/* Work item x: ((token * n_kv + g) * n_hc + hc); blockIdx.y: split. With
+ * one split the CTA writes out; otherwise part[(x * n_split + split)]
+ * holds DEC_NR rows of (D unnormalized sums, max, sum of exps) in base 2. */
+template <typename T, int D>
+__global__ void __launch_bounds__(DEC_WARPS * 32, 4)
+    attn_decode_kernel(cuk_attn_args a, int32_t n_hc, int32_t n_split, float *part)
+{
+    using S = dec_shape<T, D>;
+    __shared__ float sm_m[S::NG][DEC_NR], sm_l[S::NG][DEC_NR];
+    __shared__ float sm_o[S::NG][DEC_NR][D];
+
+    int64_t x = blockIdx.x;
+    int32_t sp = blockIdx.y;
+    int32_t hc = (int32_t)(x % n_hc);
+    int32_t g = (int32_t)((x / n_hc) % a.n_kv_heads);
+    int64_t tok = x / ((int64_t)n_hc * a.n_kv_heads);
+    int32_t n_rep = a.n_heads / a.n_kv_heads;
+    int32_t h0 = g * n_rep + hc * DEC_NR;
+    int32_t nr = n_rep - hc * DEC_NR < DEC_NR ? n_rep - hc * DEC_NR : DEC_NR;
+
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int gi = lane / S::LG, li = lane % S::LG; /* group within the warp, lane within it */
+    int grp = warp * S::KPW + gi;
+
+    int32_t s = 0, lo = 0, hi = 0;
+    if (!attn_query_range(a, tok, s, lo, hi))
+        lo = hi = 0;
+    int32_t n_keys = hi - lo;
+    int32_t per = (n_keys + n_split - 1) / n_split;
+    int32_t k0 = lo + sp * per, k1 = k0 + per < hi ? k0 + per : hi;
+
+    /* q chunk of this lane, scaled (and by log2 e when no softcap) */
+    bool cap = a.softcap > 0.0f;
+    float qs = cap ? a.scale : a.scale * LOG2E;
+    float q[DEC_NR][S::EL];
+#pragma unroll
+    for (int r = 0; r < DEC_NR; r++)
+#pragma unroll
+        for (int c = 0; c < S::CPL; c++)
+#pragma unroll
+            for (int e = 0; e < S::VE; e++) {
+                int d = (li * S::CPL + c) * S::VE + e;
+                q[r][c * S::VE + e] =
+                    r < nr ? a.q[(tok * a.n_heads + h0 + r) * D + d] * qs : 0.0f;
+            }
+
+    float m[DEC_NR], l[DEC_NR], acc[DEC_NR][S::EL];
+#pragma unroll
+    for (int r = 0; r < DEC_NR; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < S::EL; e++)
+            acc[r][e] = 0.0f;
+    }
+
+    const int32_t step = DEC_WARPS * S::KPW * DEC_KB;
+    for (int32_t base = k0 + warp * S::KPW * DEC_KB; base < k1; base += step) {
+        uint4 kc[DEC_KB][S::CPL], vc[DEC_KB][S::CPL];
+        bool ok[DEC_KB];
+#pragma unroll
+        for (int u = 0; u < DEC_KB; u++) {
+            int32_t j = base + u * S::KPW + gi;
+            int64_t off = j < k1 ? attn_key_offset(a, s, j, g) : -1;
+            ok[u] = off >= 0;
+            const uint4 *kp = (const uint4 *)((const T *)a.k + (ok[u] ? off : 0));
+            const uint4 *vp = (const uint4 *)((const T *)a.v + (ok[u] ? off : 0));
+#pragma unroll
+            for (int c = 0; c < S::CPL; c++) {
+                kc[u][c] = ok[u] ? __ldg(kp + li * S::CPL + c) : make_uint4(0, 0, 0, 0);
+                vc[u][c] = ok[u] ? __ldg(vp + li * S::CPL + c) : make_uint4(0, 0, 0, 0);
+            }
+        }
+        float sc[DEC_KB][DEC_NR];
+#pragma unroll
+        for (int u = 0; u < DEC_KB; u++) {
+#pragma unroll
+            for (int r = 0; r < DEC_NR; r++)
+                sc[u][r] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < S::CPL; c++) {
+                float kf[S::VE];
+                dec_unpack<T>::run(kc[u][c], kf);
+#pragma unroll
+                for (int r = 0; r < DEC_NR; r++)
+#pragma unroll
+                    for (int e = 0; e < S::VE; e++)
+                        sc[u][r] += q[r][c * S::VE + e] * kf[e];
+            }
+#pragma unroll
+            for (int r = 0; r < DEC_NR; r++) {
+#pragma unroll
+                for (int o = S::LG / 2; o > 0; o >>= 1)
+                    sc[u][r] += __shfl_xor_sync(0xffffffffu, sc[u][r], o);
+                if (cap)
+                    sc[u][r] = attn_cap(sc[u][r], a.softcap) * LOG2E;
+                if (!ok[u])
+                    sc[u][r] = -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < DEC_NR; r++) {
+            float mx = m[r];
+#pragma unroll
+            for (int u = 0; u < DEC_KB; u++)
+                mx = fmaxf(mx, sc[u][r]);
+            if (mx == -INFINITY)
+                continue; /* no visible key yet */
+            float corr = exp2f(m[r] - mx);
+            m[r] = mx;
+            l[r] *= corr;
+#pragma unroll
+            for (int e = 0; e < S::EL; e++)
+                acc[r][e] *= corr;
+#pragma unroll
+            for (int u = 0; u < DEC_KB; u++) {
+                float p = exp2f(sc[u][r] - mx);
+                l[r] += p;
+#pragma unroll
+                for (int c = 0; c < S::CPL; c++) {
+                    float vf[S::VE];
+                    dec_unpack<T>::run(vc[u][c], vf);
+#pragma unroll
+                    for (int e = 0; e < S::VE; e++)
+                        acc[r][c * S::VE + e] += p * vf[e];
+                }
+            }
+        }
+    }
+
+    /* merge the key groups of the CTA */
+#pragma unroll
+    for (int r = 0; r < DEC_NR; r++) {
+        if (li == 0) {
+            sm_m[grp][r] = m[r];
+            sm_l[grp][r] = l[r];
+        }
+#pragma unroll
+        for (int c = 0; c < S::CPL; c++)
+#pragma unroll
+            for (int e = 0; e < S::VE; e++)
+                sm_o[grp][r][(li * S::CPL + c) * S::VE + e] = acc[r][c * S::VE + e];
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
+        int r = idx / D, d = idx % D;
+        float M = -INFINITY;
+        for (int q2 = 0; q2 < S::NG; q2++)
+            M = fmaxf(M, sm_m[q2][r]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+            for (int q2 = 0; q2 < S::NG; q2++) {
+                float w = exp2f(sm_m[q2][r] - M);
+                L += sm_l[q2][r] * w;
+                O += sm_o[q2][r][d] * w;
+            }
+        }
+        if (n_split == 1) {
+            a.out[(tok * a.n_heads + h0 + r) * D + d] = L > 0.0f ? O / L : 0.0f;
+        } else {
+            float *pp = part + ((x * n_split + sp) * DEC_NR + r) * (D + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[D] = M;
+                pp[D + 1] = L;
+            }
+        }
+    }
+}
+
+/* Merges the splits of every work item: one thread per (item, head, dim). */
+__global__ void attn_combine_kernel(cuk_attn_args a, int32_t n_hc, int32_t n_split,
+                                    const float *part, int64_t n_items)
+{
+    int32_t D = a.head_dim, n_rep = a.n_heads / a.n_kv_heads;
+    int64_t total = n_items * DEC_NR * D;
+    for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t x = it / (DEC_NR * D);
+        int r = (int)((it / D) % DEC_NR), d = (int)(it % D);
+        int32_t hc = (int32_t)(x % n_hc), g = (int32_t)((x / n_hc) % a.n_kv_heads);
+        int64_t tok = x / ((int64_t)n_hc * a.n_kv_heads);
+        if (hc * DEC_NR + r >= n_rep)
+            continue;
+        float M = -INFINITY;
+        for (int32_t sp = 0; sp < n_split; sp++)
+            M = fmaxf(M, part[((x * n_split + sp) * DEC_NR + r) * (D + 2) + D]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+            for (int32_t sp = 0; sp < n_split; sp++) {
+                const float *pp = part + ((x * n_split + sp) * DEC_NR + r) * (D + 2);
+                float w = exp2f(pp[D] - M);
+                L += pp[D + 1] * w;
+                O += pp[d] * w;
+            }
+        }
+        int32_t h = g * n_rep + hc * DEC_NR + r;
+        a.out[(tok * a.n_heads + h) * D + d] = L > 0.0f ? O / L : 0.0f;
+    }
+}
+
+extern "C" int cuk_attn_decode_supported(int32_t head_dim, int32_t dtype)
+{
+    return (head_dim == 64 || head_dim == 128 || head_dim == 256) && dtype >= 0 && dtype <= 2;
+}
+
+static int32_t dec_n_hc(const cuk_attn_args *a)
+{
+    int32_t n_rep = a->n_heads / a->n_kv_heads;
+    return (n_rep + DEC_NR - 1) / DEC_NR;
+}
+
+extern "C" size_t cuk_attn_decode_scratch(const cuk_attn_args *a, int32_t n_split)
+{
+    int64_t items = (int64_t)a->n_tok * a->n_kv_heads * dec_n_hc(a);
+    return (size_t)items * (size_t)n_split * DEC_NR * (size_t)(a->head_dim + 2);
+}
+
+template <typename T, int D>
+static cudaError_t dec_launch(const cuk_attn_args *a, int32_t n_split, float *part,
+                              cudaStream_t stream)
+{
+    int32_t n_hc = dec_n_hc(a);
+    int64_t items = (int64_t)a->n_tok * a->n_kv_heads * n_hc;
+    dim3 grid((unsigned)items, (unsigned)n_split);
+    attn_decode_kernel<T, D><<<grid, DEC_WARPS * 32, 0, stream>>>(*a, n_hc, n_split, part);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || n_split == 1)
+        return e;
+    attn_combine_kernel<<<cuk_grid(items * DEC_NR * D, 256), 256, 0, stream>>>(*a, n_hc, n_split,
+                                                                                part, items);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t dec_dispatch(const cuk_attn_args *a, int32_t n_split, float *part,
+                                cudaStream_t stream)
+{
+    switch (a->head_dim) {
+    case 64: return dec_launch<T, 64>(a, n_split, part, stream);
+    case 128: return dec_launch<T, 128>(a, n_split, part, stream);
+    case 256: return dec_launch<T, 256>(a, n_split, part, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+extern "C" cudaError_t cuk_attn_decode(const cuk_attn_args *a, int32_t n_split, int32_t max_kv,
+                                       float *part, cudaStream_t stream)
+{
+    (void)max_kv;
+    if (n_split < 1 || n_split > 65535 || (n_split > 1 && !part))
+        return cudaErrorInvalidValue;
+    /* Pools are addressed with 16-byte loads. */
+    if ((uintptr_t)a->k % 16 || (uintptr_t)a->v % 16)
+        return cudaErrorMisalignedAddress;
+    switch (a->dtype) {
+    case CUK_F32: return dec_dispatch<float>(a, n_split, part, stream);
+    case CUK_F16: return dec_dispatch<cuk_f16_t>(a, n_split, part, stream);
+    case CUK_BF16: return dec_dispatch<cuk_bf16_t>(a, n_split, part, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* ---- generic fallback -------------------------------------------------------------------------- */
+
+/* One warp per (token, query head); acc row in dynamic shared memory. */
+__global__ void attn_generic_kernel(cuk_attn_args a)
+{
+    extern __shared__ float gen_acc[];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int32_t D = a.head_dim, n_rep = a.n_heads / a.n_kv_heads;
+    float *acc = gen_acc + warp * D;
+    int64_t n_items = (int64_t)a.n_tok * a.n_heads;
+    for (int64_t it = (int64_t)blockIdx.x * (blockDim.x >> 5) + warp; it < n_items;
+         it += (int64_t)gridDim.x * (blockDim.x >> 5)) {
+        int64_t tok = it / a.n_heads;
+        int32_t h = (int32_t)(it % a.n_heads), g = h / n_rep;
+        int32_t s = 0, lo = 0, hi = 0;
+        if (!attn_query_range(a, tok, s, lo, hi))
+            lo = hi = 0;
+        const float *q = a.q + (tok * a.n_heads + h) * D;
+        for (int d = lane; d < D; d += 32)
+            acc[d] = 0.0f;
+        float m = -INFINITY, l = 0.0f;
+        for (int32_t j = lo; j < hi; j++) {
+            int64_t off = attn_key_offset(a, s, j, g);
+            if (off < 0)
+                continue;
+            float dot = 0.0f;
+            for (int d = lane; d < D; d += 32)
+                dot += q[d] * cuk_load(a.k, a.dtype, off + d);
+            dot = cuk_warp_sum(dot);
+            float sc = attn_cap(dot * a.scale, a.softcap);
+            float mn = fmaxf(m, sc);
+            float corr = expf(m - mn), p = expf(sc - mn);
+            l = l * corr + p;
+            for (int d = lane; d < D; d += 32)
+                acc[d] = acc[d] * corr + p * cuk_load(a.v, a.dtype, off + d);
+            m = mn;
+        }
+        float *o = a.out + (tok * a.n_heads + h) * D;
+        for (int d = lane; d < D; d += 32)
+            o[d] = l > 0.0f ? acc[d] / l : 0.0f;
+        __syncwarp();
+    }
+}
+
+extern "C" cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t stream)
+{
+    size_t smem = (size_t)4 * a->head_dim * sizeof(float);
+    if (smem > 48 * 1024)
+        return cudaErrorInvalidValue;
+    int64_t n_items = (int64_t)a->n_tok * a->n_heads;
+    attn_generic_kernel<<<cuk_grid(n_items, 4), 128, smem, stream>>>(*a);
+    return cudaGetLastError();
+}
+
+#include "kernels/attention_prefill.cuh"

@@ -1,0 +1,195 @@
+/* llmem CUDA kernels: shared device helpers (internal).
+ *
+ * Conversions between f32 and f16/bf16 are the bit-exact ones of the CPU
+ * reference (backends/cpu/cpu_ops.h): round to nearest even, overflow to
+ * inf, subnormals kept, NaN kept quiet with its sign. Loads and stores of
+ * "any float dtype" take the llmem_dtype code at run time (0 f32, 1 f16,
+ * 2 bf16); hot kernels are templated on the storage type instead.
+ */
+#ifndef LLMEM_CUDA_COMMON_CUH
+#define LLMEM_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "kernels/kernels.h"
+
+#define CUK_F32 0
+#define CUK_F16 1
+#define CUK_BF16 2
+
+/* ---- scalar conversions ------------------------------------------------------------ */
+
+__device__ __forceinline__ float cuk_bf16_to_f32(uint16_t h)
+{
+    return __uint_as_float((uint32_t)h << 16);
+}
+
+__device__ __forceinline__ uint16_t cuk_f32_to_bf16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float cuk_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u)
+        return __uint_as_float(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    if (em >= 0x0400u)
+        return __uint_as_float(sign | ((em + (112u << 10)) << 13));
+    float f = (float)em * 5.9604644775390625e-08f; /* 2^-24, exact */
+    return __uint_as_float(__float_as_uint(f) | sign);
+}
+
+__device__ __forceinline__ uint16_t cuk_f32_to_f16(float f)
+{
+    uint32_t u = __float_as_uint(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u)
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) {
+        uint32_t r = a + 0x0fffu + ((a >> 13) & 1u);
+        return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+    }
+    /* The add must round to nearest even in f32: __fadd_rn is never
+     * contracted into an FMA. */
+    float t = __fadd_rn(__uint_as_float(a), 0.5f);
+    return (uint16_t)(sign | (__float_as_uint(t) - 0x3f000000u));
+}
+
+/* ---- typed element access ------------------------------------------------------------- */
+
+/* Storage types for templates: the element is a uint16_t for f16/bf16. */
+struct cuk_f16_t {
+    uint16_t v;
+};
+struct cuk_bf16_t {
+    uint16_t v;
+};
+
+template <typename T> struct cuk_elem;
+template <> struct cuk_elem<float> {
+    static constexpr int code = CUK_F32;
+    __device__ __forceinline__ static float load(const void *p, int64_t i)
+    {
+        return ((const float *)p)[i];
+    }
+    __device__ __forceinline__ static void store(void *p, int64_t i, float x)
+    {
+        ((float *)p)[i] = x;
+    }
+};
+template <> struct cuk_elem<cuk_f16_t> {
+    static constexpr int code = CUK_F16;
+    __device__ __forceinline__ static float load(const void *p, int64_t i)
+    {
+        return cuk_f16_to_f32(((const uint16_t *)p)[i]);
+    }
+    __device__ __forceinline__ static void store(void *p, int64_t i, float x)
+    {
+        ((uint16_t *)p)[i] = cuk_f32_to_f16(x);
+    }
+};
+template <> struct cuk_elem<cuk_bf16_t> {
+    static constexpr int code = CUK_BF16;
+    __device__ __forceinline__ static float load(const void *p, int64_t i)
+    {
+        return cuk_bf16_to_f32(((const uint16_t *)p)[i]);
+    }
+    __device__ __forceinline__ static void store(void *p, int64_t i, float x)
+    {
+        ((uint16_t *)p)[i] = cuk_f32_to_bf16(x);
+    }
+};
+
+/* Element i of a float tensor of run-time dtype dt. */
+__device__ __forceinline__ float cuk_load(const void *p, int dt, int64_t i)
+{
+    if (dt == CUK_F32)
+        return ((const float *)p)[i];
+    uint16_t h = ((const uint16_t *)p)[i];
+    return dt == CUK_F16 ? cuk_f16_to_f32(h) : cuk_bf16_to_f32(h);
+}
+
+__device__ __forceinline__ void cuk_store(void *p, int dt, int64_t i, float x)
+{
+    if (dt == CUK_F32)
+        ((float *)p)[i] = x;
+    else if (dt == CUK_F16)
+        ((uint16_t *)p)[i] = cuk_f32_to_f16(x);
+    else
+        ((uint16_t *)p)[i] = cuk_f32_to_bf16(x);
+}
+
+/* Optional parameter vector (NULL: `dflt`). */
+__device__ __forceinline__ float cuk_param(const void *p, int dt, int64_t i, float dflt)
+{
+    return p ? cuk_load(p, dt, i) : dflt;
+}
+
+/* ---- reductions ------------------------------------------------------------------------ */
+
+__device__ __forceinline__ float cuk_warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+__device__ __forceinline__ float cuk_warp_max(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+
+/* Block-wide sum (every thread gets it); `red` holds 32 floats of shared
+ * memory. Must be called by every thread of the block. */
+__device__ __forceinline__ float cuk_block_sum(float x, float *red)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int n_warps = (blockDim.x + 31) >> 5;
+    x = cuk_warp_sum(x);
+    __syncthreads(); /* red may still be read by a previous reduction */
+    if (lane == 0)
+        red[warp] = x;
+    __syncthreads();
+    x = lane < n_warps ? red[lane] : 0.0f;
+    return cuk_warp_sum(x);
+}
+
+__device__ __forceinline__ float cuk_block_max(float x, float *red)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int n_warps = (blockDim.x + 31) >> 5;
+    x = cuk_warp_max(x);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = x;
+    __syncthreads();
+    x = lane < n_warps ? red[lane] : -INFINITY;
+    return cuk_warp_max(x);
+}
+
+/* Grid size for a grid-stride loop over n items with `threads` per block. */
+static inline unsigned cuk_grid(int64_t n, int threads)
+{
+    int64_t b = (n + threads - 1) / threads;
+    if (b < 1)
+        b = 1;
+    if (b > 65536 * 8)
+        b = 65536 * 8;
+    return (unsigned)b;
+}
+
+#endif

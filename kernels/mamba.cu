@@ -1,0 +1,329 @@
+/* llmem CUDA kernels, Mamba-2 family: causal conv1d with conv state and the
+ * selective scan (recurrent form) with ssm state, reading and writing state
+ * slots and checkpoints of a recurrent view.
+ *
+ * Semantics are those of the CPU reference (backends/cpu/ops_mamba.c): HF
+ * transformers Mamba2Mixer.torch_forward applied token by token, the
+ * recurrent form of SSD (Dao & Gu, "Transformers are SSMs", ICML 2024,
+ * Sec. 3). Each thread reads its part of the source slot into registers
+ * before it writes any destination or checkpoint slot, so a stream's own
+ * slots may alias. When a stream's source is written by another stream
+ * (copy-on-write), the host first snapshots every source (cuk_rs_snapshot)
+ * and the kernels read the snapshots.
+ *
+ * Scan layout: a CTA of 4 warps owns 32 rows p of one (stream, head); a lane
+ * owns NPL consecutive state columns n of 8 rows, so the state stays in
+ * registers across the ubatch's tokens and is read and written once (with
+ * 16-byte accesses for f32 states). y[p] = S[p, :] · C is a warp reduction.
+ */
+#include "kernels/common.cuh"
+
+/* ---- snapshots ------------------------------------------------------------------------------- */
+
+__global__ void rs_snapshot_kernel(cuk_rs_args rs, void *snap)
+{
+    int64_t n = (int64_t)rs.n_seqs * rs.elems;
+    int es = rs.dtype == CUK_F32 ? 4 : 2;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s = i / rs.elems, e = i - s * rs.elems;
+        int32_t sl = rs.src[s];
+        bool ok = sl >= 0 && sl < rs.n_slots;
+        if (es == 4)
+            ((uint32_t *)snap)[i] = ok ? ((const uint32_t *)rs.state)[sl * rs.elems + e] : 0u;
+        else
+            ((uint16_t *)snap)[i] = ok ? ((const uint16_t *)rs.state)[sl * rs.elems + e] : 0u;
+    }
+}
+
+extern "C" cudaError_t cuk_rs_snapshot(const cuk_rs_args *rs, void *snap, cudaStream_t stream)
+{
+    rs_snapshot_kernel<<<cuk_grid((int64_t)rs->n_seqs * rs->elems, 256), 256, 0, stream>>>(*rs,
+                                                                                          snap);
+    return cudaGetLastError();
+}
+
+/* Where stream s reads its initial state: (pointer, element offset), or
+ * NULL for zeros. */
+__device__ __forceinline__ const void *rs_source(const cuk_rs_args &rs, int64_t s, int64_t &base)
+{
+    if (rs.snap) {
+        base = s * rs.elems;
+        return rs.snap;
+    }
+    int32_t sl = rs.src[s];
+    if (sl < 0 || sl >= rs.n_slots)
+        return nullptr;
+    base = (int64_t)sl * rs.elems;
+    return rs.state;
+}
+
+/* The slot that receives the state after token t of stream s (-1: the
+ * state before the first token) by checkpoint c, or -1. */
+__device__ __forceinline__ int32_t rs_ckpt_slot(const cuk_rs_args &rs, int64_t s, int32_t c)
+{
+    int32_t sl = rs.ckpt[s * rs.n_ckpt + c];
+    return sl >= 0 && sl < rs.n_slots ? sl : -1;
+}
+
+__device__ __forceinline__ int32_t rs_dst_slot(const cuk_rs_args &rs, int64_t s)
+{
+    int32_t sl = rs.dst[s];
+    return sl >= 0 && sl < rs.n_slots ? sl : -1;
+}
+
+/* ---- conv ------------------------------------------------------------------------------------ */
+
+#define CONV_MAX 16
+
+/* Thread per (stream, channel). u = [state rows; x rows] of the stream. */
+__global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, int wdt,
+                                const void *b, int bdt, float *out, int32_t conv_dim,
+                                int32_t d_conv)
+{
+    int32_t dc1 = d_conv - 1, n_tok = rs.n_seq_tokens;
+    int64_t n = (int64_t)rs.n_seqs * conv_dim;
+    for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < n;
+         it += (int64_t)gridDim.x * blockDim.x) {
+        int64_t s = it / conv_dim;
+        int32_t c = (int32_t)(it - s * conv_dim);
+        float st[CONV_MAX], wr[CONV_MAX];
+        int64_t sb = 0;
+        const void *src = rs_source(rs, s, sb);
+        for (int32_t r = 0; r < dc1; r++)
+            st[r] = src ? cuk_load(src, rs.dtype, sb + (int64_t)r * conv_dim + c) : 0.0f;
+        for (int32_t k = 0; k < d_conv; k++)
+            wr[k] = cuk_load(w, wdt, (int64_t)c * d_conv + k);
+        float bias = b ? cuk_load(b, bdt, c) : 0.0f;
+        const float *xs = x + s * n_tok * (int64_t)conv_dim + c;
+        for (int32_t t = 0; t < n_tok; t++) {
+            float acc = bias;
+            for (int32_t k = 0; k < d_conv; k++) {
+                int32_t e = t + k;
+                float u = e < dc1 ? st[e] : xs[(int64_t)(e - dc1) * conv_dim];
+                acc += wr[k] * u;
+            }
+            out[(s * n_tok + t) * (int64_t)conv_dim + c] = acc / (1.0f + expf(-acc));
+        }
+        /* states after token tt: rows u[tt + 1 .. tt + dc1]; checkpoints, then dst */
+        for (int32_t ci = 0; ci <= rs.n_ckpt; ci++) {
+            int32_t sl, tt;
+            if (ci < rs.n_ckpt) {
+                sl = rs_ckpt_slot(rs, s, ci);
+                tt = n_tok - rs.n_ckpt + ci;
+            } else {
+                sl = rs_dst_slot(rs, s);
+                tt = n_tok - 1;
+            }
+            if (sl < 0 || tt < -1)
+                continue;
+            for (int32_t r = 0; r < dc1; r++) {
+                int32_t e = tt + 1 + r;
+                float u = e < dc1 ? st[e] : xs[(int64_t)(e - dc1) * conv_dim];
+                cuk_store(rs.state, rs.dtype, (int64_t)sl * rs.elems + (int64_t)r * conv_dim + c,
+                          u);
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t cuk_ssm_conv(const cuk_rs_args *rs, const float *x, const void *w, int wdt,
+                                    const void *b, int bdt, float *out, int32_t conv_dim,
+                                    int32_t d_conv, cudaStream_t stream)
+{
+    if (d_conv < 2 || d_conv > CONV_MAX)
+        return cudaErrorInvalidValue;
+    int64_t n = (int64_t)rs->n_seqs * conv_dim;
+    ssm_conv_kernel<<<cuk_grid(n, 128), 128, 0, stream>>>(*rs, x, w, wdt, b, bdt, out, conv_dim,
+                                                         d_conv);
+    return cudaGetLastError();
+}
+
+/* ---- scan ------------------------------------------------------------------------------------- */
+
+#define SCAN_WARPS 4
+#define SCAN_RPW 8 /* rows per warp */
+
+/* NPL consecutive elements at element index i (vec: one aligned access). */
+template <typename ST, int NPL>
+__device__ __forceinline__ void scan_load(const void *p, int64_t i, bool vec, int valid, float *f)
+{
+    if (vec && valid == NPL) {
+        if (sizeof(ST) == 4) {
+            const float *q = (const float *)p + i;
+            if (NPL == 8) {
+                float4 a = *(const float4 *)q, b = *(const float4 *)(q + 4);
+                f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+                f[4 % NPL] = b.x; f[5 % NPL] = b.y; f[6 % NPL] = b.z; f[7 % NPL] = b.w;
+                return;
+            }
+            if (NPL == 4) {
+                float4 a = *(const float4 *)q;
+                f[0] = a.x; f[1 % NPL] = a.y; f[2 % NPL] = a.z; f[3 % NPL] = a.w;
+                return;
+            }
+        } else if (NPL >= 4) {
+            const uint16_t *q = (const uint16_t *)p + i;
+#pragma unroll
+            for (int h = 0; h < NPL / 4; h++) {
+                uint2 v = *(const uint2 *)(q + 4 * h);
+                uint16_t e[4] = {(uint16_t)(v.x & 0xffffu), (uint16_t)(v.x >> 16),
+                                 (uint16_t)(v.y & 0xffffu), (uint16_t)(v.y >> 16)};
+#pragma unroll
+                for (int k = 0; k < 4; k++)
+                    f[(4 * h + k) % NPL] = cuk_elem<ST>::load(e, k);
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < NPL; e++)
+        f[e] = e < valid ? cuk_elem<ST>::load(p, i + e) : 0.0f;
+}
+
+template <typename ST, int NPL>
+__device__ __forceinline__ void scan_store(void *p, int64_t i, bool vec, int valid, const float *f)
+{
+    if (vec && valid == NPL && sizeof(ST) == 4 && NPL >= 4) {
+        float *q = (float *)p + i;
+#pragma unroll
+        for (int h = 0; h < NPL / 4; h++)
+            *(float4 *)(q + 4 * h) =
+                make_float4(f[(4 * h) % NPL], f[(4 * h + 1) % NPL], f[(4 * h + 2) % NPL],
+                            f[(4 * h + 3) % NPL]);
+        return;
+    }
+#pragma unroll
+    for (int e = 0; e < NPL; e++)
+        if (e < valid)
+            cuk_elem<ST>::store(p, i + e, f[e]);
+}
+
+template <typename ST, int NPL>
+__global__ void __launch_bounds__(SCAN_WARPS * 32)
+    ssm_scan_kernel(cuk_rs_args rs, cuk_scan_args p)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int32_t H = p.n_heads, P = p.head_dim, N = p.d_state, G = p.n_groups;
+    int64_t s = blockIdx.x / H;
+    int32_t h = (int32_t)(blockIdx.x % H), g = h / (H / G);
+    int32_t p0 = blockIdx.y * (SCAN_WARPS * SCAN_RPW) + warp * SCAN_RPW;
+    int32_t n0 = lane * NPL;
+    int valid = N - n0 < NPL ? (N - n0 > 0 ? N - n0 : 0) : NPL;
+    bool vec = N % NPL == 0;
+    int64_t hs = (int64_t)P * N, n_tok = rs.n_seq_tokens;
+
+    float S[SCAN_RPW][NPL];
+    int64_t sb = 0;
+    const void *src = rs_source(rs, s, sb);
+#pragma unroll
+    for (int i = 0; i < SCAN_RPW; i++) {
+        int32_t pp = p0 + i;
+        if (src && pp < P)
+            scan_load<ST, NPL>(src, sb + h * hs + (int64_t)pp * N + n0, vec, valid, S[i]);
+        else
+#pragma unroll
+            for (int e = 0; e < NPL; e++)
+                S[i][e] = 0.0f;
+    }
+    float A = -expf(cuk_load(p.a_log, p.a_dt, h));
+    float Dh = cuk_param(p.d, p.d_dt, h, 0.0f);
+    float bias = cuk_param(p.dt_bias, p.b_dt, h, 0.0f);
+
+    auto store_state = [&](int32_t sl) {
+#pragma unroll
+        for (int i = 0; i < SCAN_RPW; i++) {
+            int32_t pp = p0 + i;
+            if (pp < P)
+                scan_store<ST, NPL>(rs.state, (int64_t)sl * rs.elems + h * hs + (int64_t)pp * N + n0,
+                                    vec, valid, S[i]);
+        }
+    };
+    for (int32_t c = 0; c < rs.n_ckpt; c++) {
+        int32_t sl = rs_ckpt_slot(rs, s, c);
+        if (sl >= 0 && n_tok - rs.n_ckpt + c == -1)
+            store_state(sl);
+    }
+    int64_t d_inner = (int64_t)H * P;
+    for (int64_t t = 0; t < n_tok; t++) {
+        int64_t tok = s * n_tok + t;
+        const float *row = p.xbc + tok * p.conv_dim;
+        float v = p.dt[tok * H + h] + bias;
+        float dtv = v > 20.0f ? v : log1pf(expf(v));
+        dtv = dtv < p.dt_min ? p.dt_min : dtv;
+        dtv = dtv > p.dt_max ? p.dt_max : dtv;
+        float dA = expf(dtv * A);
+        float B[NPL], C[NPL];
+#pragma unroll
+        for (int e = 0; e < NPL; e++) {
+            B[e] = e < valid ? row[d_inner + (int64_t)g * N + n0 + e] : 0.0f;
+            C[e] = e < valid ? row[d_inner + (int64_t)G * N + (int64_t)g * N + n0 + e] : 0.0f;
+        }
+        float yv[SCAN_RPW];
+#pragma unroll
+        for (int i = 0; i < SCAN_RPW; i++) {
+            int32_t pp = p0 + i;
+            float xv = pp < P ? row[(int64_t)h * P + pp] : 0.0f;
+            float coef = xv * dtv, acc = 0.0f;
+#pragma unroll
+            for (int e = 0; e < NPL; e++) {
+                S[i][e] = S[i][e] * dA + coef * B[e];
+                acc += S[i][e] * C[e];
+            }
+            yv[i] = acc;
+        }
+#pragma unroll
+        for (int i = 0; i < SCAN_RPW; i++) {
+            float acc = cuk_warp_sum(yv[i]);
+            int32_t pp = p0 + i;
+            if (lane == 0 && pp < P)
+                p.y[tok * d_inner + (int64_t)h * P + pp] = acc + Dh * row[(int64_t)h * P + pp];
+        }
+        for (int32_t c = 0; c < rs.n_ckpt; c++) {
+            int32_t sl = rs_ckpt_slot(rs, s, c);
+            if (sl >= 0 && n_tok - rs.n_ckpt + c == t)
+                store_state(sl);
+        }
+    }
+    int32_t sl = rs_dst_slot(rs, s);
+    if (sl >= 0)
+        store_state(sl);
+}
+
+extern "C" int cuk_ssm_scan_supported(int32_t d_state)
+{
+    return d_state >= 1 && d_state <= 32 * 8;
+}
+
+template <typename ST>
+static cudaError_t scan_dispatch(const cuk_rs_args *rs, const cuk_scan_args *p,
+                                 cudaStream_t stream)
+{
+    dim3 grid((unsigned)((int64_t)rs->n_seqs * p->n_heads),
+              (unsigned)((p->head_dim + SCAN_WARPS * SCAN_RPW - 1) / (SCAN_WARPS * SCAN_RPW)));
+    int32_t npl = (p->d_state + 31) / 32;
+    if (npl <= 1)
+        ssm_scan_kernel<ST, 1><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else if (npl <= 2)
+        ssm_scan_kernel<ST, 2><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else if (npl <= 4)
+        ssm_scan_kernel<ST, 4><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else if (npl <= 8)
+        ssm_scan_kernel<ST, 8><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p,
+                                    cudaStream_t stream)
+{
+    if (p->head_dim > 65535 * SCAN_WARPS * SCAN_RPW)
+        return cudaErrorInvalidValue;
+    switch (rs->dtype) {
+    case CUK_F32: return scan_dispatch<float>(rs, p, stream);
+    case CUK_F16: return scan_dispatch<cuk_f16_t>(rs, p, stream);
+    case CUK_BF16: return scan_dispatch<cuk_bf16_t>(rs, p, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}

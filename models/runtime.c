@@ -1,0 +1,563 @@
+/* llmem models/: the reference forward pass of llama, mamba2, bamba and
+ * nemotron_h over llmem memories and backend ops.
+ *
+ * Block structure (transformers 5):
+ *   llama       x += attn(norm(x)); x += mlp(norm(x))
+ *   bamba       x += mixer(norm(x)) (mamba or attention); x += mlp(norm(x))
+ *   mamba2      x += mamba(norm(x))
+ *   nemotron_h  x += mixer(norm(x)) (mamba, attention or relu2 MLP)
+ *   then final norm, lm_head on output rows only.
+ * Mamba-2 mixer: in_proj -> [z | xBC | dt]; xBC = silu(conv1d(xBC)) with
+ * the conv state; y = SSM scan(x, dt, A, B, C, D) with the ssm state;
+ * y = gated_rms_norm(y, z); out_proj (Dao & Gu 2024; transformers
+ * Mamba2Mixer.torch_forward). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/model.h"
+#include "llmem/hybrid.h"
+#include "llmem/kv_cache.h"
+#include "llmem/ops.h"
+#include "llmem/recurrent.h"
+#include "llmem/runtime.h"
+
+#define ALIGN 256
+
+typedef struct wt {
+    bool present;
+    llmem_tensor t;
+} wt;
+
+typedef struct layer_w {
+    wt w[LLMEM_W_COUNT];
+    int32_t mem_layer; /* layer index in the memory, -1 for MLP-only layers */
+} layer_w;
+
+struct llmem_model {
+    llmem_model_config cfg;
+    llmem_model_params p;
+    llmem_backend *be;
+    llmem_buffer *weights;
+    wt embed, final_norm, lm_head;
+    layer_w *layers;
+    llmem_memory *mem;
+    llmem_buffer *scratch;
+    /* scratch tensors, [n_ubatch, ...] f32 */
+    size_t off_x, off_h, off_a, off_b, off_c, off_d, off_e, off_tok, off_pos, off_rows, off_logits;
+    int32_t width_a, width_b, width_c, width_d, width_e;
+    llmem_model_stats stats;
+};
+
+llmem_model_params llmem_model_default_params(void)
+{
+    llmem_model_params p = {0};
+    p.n_seq_max = 8;
+    p.n_ubatch = 512;
+    p.n_ctx = 4096;
+    p.page_size = 16;
+    p.kv_dtype = LLMEM_DTYPE_F32;
+    return p;
+}
+
+static size_t round_up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+static llmem_tensor tensor_from(llmem_buffer *buf, size_t off, llmem_dtype dt, const int64_t *shape,
+                                int32_t n_dims)
+{
+    llmem_tensor t = {0};
+    t.buf = buf;
+    t.offset = off;
+    t.dtype = dt;
+    /* conv1d weights [C, 1, K] are used as [C, K] */
+    if (n_dims == 3 && shape[1] == 1) {
+        t.n_dims = 2;
+        t.ne[0] = (int32_t)shape[0];
+        t.ne[1] = (int32_t)shape[2];
+        return t;
+    }
+    t.n_dims = n_dims;
+    for (int32_t d = 0; d < n_dims; d++)
+        t.ne[d] = (int32_t)shape[d];
+    return t;
+}
+
+/* Uploads every weight the architecture uses into one buffer. */
+static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, char *err,
+                                 size_t err_len)
+{
+    const llmem_model_config *cfg = &m->cfg;
+    char name[256];
+    int64_t shape[8];
+    int32_t nd;
+    llmem_tensor_info info;
+    size_t total = 0;
+    /* pass 0 sizes the buffer, pass 1 uploads */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        for (int32_t il = -1; il < cfg->n_layers; il++) {
+            for (int32_t w = 0; w < LLMEM_W_COUNT; w++) {
+                bool global = w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD;
+                if (global != (il < 0))
+                    continue;
+                if (!llmem_model_weight(cfg, (llmem_weight)w, il < 0 ? 0 : il, name, sizeof name,
+                                        shape, &nd))
+                    continue;
+                llmem_status s = llmem_safetensors_find(st, name, &info, err, err_len);
+                if (s != LLMEM_OK)
+                    return s;
+                if (pass == 1) {
+                    s = llmem_buffer_upload(m->weights, off, info.data, info.n_bytes);
+                    if (s != LLMEM_OK) {
+                        snprintf(err, err_len, "uploading '%s' failed: %s", name,
+                                 llmem_status_str(s));
+                        return s;
+                    }
+                    wt *dst = il < 0 ? (w == LLMEM_W_EMBED ? &m->embed
+                                        : w == LLMEM_W_FINAL_NORM ? &m->final_norm : &m->lm_head)
+                                     : &m->layers[il].w[w];
+                    dst->present = true;
+                    dst->t = tensor_from(m->weights, off, info.dtype, info.shape, info.n_dims);
+                }
+                off += round_up(info.n_bytes);
+            }
+        }
+        if (pass == 0) {
+            total = off;
+            llmem_status s = llmem_buffer_alloc(m->be, total ? total : ALIGN, &m->weights);
+            if (s != LLMEM_OK) {
+                snprintf(err, err_len, "cannot allocate %zu bytes of weights on %s", total,
+                         llmem_backend_name(m->be));
+                return s;
+            }
+        }
+    }
+    if (cfg->tie_word_embeddings || !m->lm_head.present)
+        m->lm_head = m->embed;
+    return LLMEM_OK;
+}
+
+static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
+{
+    const llmem_model_config *c = &m->cfg;
+    const llmem_model_params *p = &m->p;
+    llmem_memory *kv = NULL, *rs = NULL;
+    int32_t n_attn = 0, n_mamba = 0;
+    for (int32_t il = 0; il < c->n_layers; il++) {
+        llmem_layer_kind k = c->layers[il].kind;
+        m->layers[il].mem_layer = k == LLMEM_LAYER_MLP ? -1 : n_attn + n_mamba;
+        n_attn += k == LLMEM_LAYER_ATTENTION;
+        n_mamba += k == LLMEM_LAYER_MAMBA2;
+    }
+    llmem_status st;
+    if (n_attn > 0) {
+        llmem_kv_cache_params kp = llmem_kv_cache_default_params();
+        kp.n_layers = n_attn;
+        kp.n_kv_heads = c->n_kv_heads;
+        kp.head_dim = c->head_dim;
+        kp.dtype = p->kv_dtype;
+        kp.page_size = p->page_size;
+        kp.n_seq_max = p->n_seq_max;
+        int64_t np = p->n_pages > 0 ? p->n_pages
+                                    : (int64_t)p->n_seq_max * ((p->n_ctx + p->page_size - 1) / p->page_size);
+        kp.n_pages = np > INT32_MAX ? INT32_MAX : (int32_t)np;
+        kp.no_prefix_cache = p->no_prefix_cache;
+        kp.poison = p->poison;
+        if ((st = llmem_kv_cache_create(m->be, &kp, &kv, err, err_len)) != LLMEM_OK)
+            return st;
+    }
+    if (n_mamba > 0) {
+        llmem_state_desc d[2];
+        llmem_recurrent_mamba2_states(c->ssm_d_conv, c->ssm_d_inner, c->ssm_n_groups,
+                                      c->ssm_d_state, c->ssm_n_heads, c->ssm_head_dim, d);
+        const llmem_state_desc **states = malloc((size_t)n_mamba * sizeof *states);
+        int32_t *n_states = malloc((size_t)n_mamba * sizeof *n_states);
+        if (!states || !n_states) {
+            free(states);
+            free(n_states);
+            llmem_memory_destroy(kv);
+            return LLMEM_E_NO_MEMORY;
+        }
+        for (int32_t i = 0; i < n_mamba; i++) {
+            states[i] = d;
+            n_states[i] = 2;
+        }
+        llmem_recurrent_params rp = {.n_layers = n_mamba, .n_states = n_states, .states = states,
+                                     .n_seq_max = p->n_seq_max, .n_ckpt = p->n_ckpt,
+                                     .poison = p->poison};
+        st = llmem_recurrent_create(m->be, &rp, &rs, err, err_len);
+        free(states);
+        free(n_states);
+        if (st != LLMEM_OK) {
+            llmem_memory_destroy(kv);
+            return st;
+        }
+    }
+    if (kv && rs) {
+        int32_t n = n_attn + n_mamba;
+        int32_t *map = malloc((size_t)n * sizeof *map);
+        if (!map) {
+            llmem_memory_destroy(kv);
+            llmem_memory_destroy(rs);
+            return LLMEM_E_NO_MEMORY;
+        }
+        for (int32_t il = 0; il < c->n_layers; il++)
+            if (m->layers[il].mem_layer >= 0)
+                map[m->layers[il].mem_layer] = c->layers[il].kind == LLMEM_LAYER_ATTENTION ? 0 : 1;
+        llmem_memory *children[2] = {kv, rs};
+        st = llmem_hybrid_create(children, 2, map, n, &m->mem, err, err_len);
+        free(map);
+        return st;
+    }
+    m->mem = kv ? kv : rs;
+    if (!m->mem) {
+        snprintf(err, err_len, "model has neither attention nor Mamba layers");
+        return LLMEM_E_UNSUPPORTED;
+    }
+    return LLMEM_OK;
+}
+
+static int32_t max_i(int32_t a, int32_t b)
+{
+    return a > b ? a : b;
+}
+
+static llmem_status alloc_scratch(llmem_model *m)
+{
+    const llmem_model_config *c = &m->cfg;
+    size_t T = (size_t)m->p.n_ubatch;
+    int32_t D = c->hidden_size;
+    int32_t qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    /* a: q | in_proj output | ffn gate; b: k | xbc (conv out) | ffn up;
+     * c: v | y; d: attention out | dt; e: z */
+    m->width_a = max_i(max_i(qd, c->ssm_in_proj_dim), c->intermediate_size);
+    m->width_b = max_i(max_i(kvd, c->ssm_conv_dim), c->intermediate_size);
+    m->width_c = max_i(max_i(kvd, c->ssm_d_inner), c->ssm_conv_dim);
+    m->width_d = max_i(qd, c->ssm_n_heads);
+    m->width_e = max_i(c->ssm_d_inner, 1);
+    size_t off = 0;
+#define TAKE(field, bytes) do { m->field = off; off += round_up(bytes); } while (0)
+    TAKE(off_x, T * (size_t)D * 4);
+    TAKE(off_h, T * (size_t)D * 4);
+    TAKE(off_a, T * (size_t)max_i(m->width_a, 1) * 4);
+    TAKE(off_b, T * (size_t)max_i(m->width_b, 1) * 4);
+    TAKE(off_c, T * (size_t)max_i(m->width_c, 1) * 4);
+    TAKE(off_d, T * (size_t)max_i(m->width_d, 1) * 4);
+    TAKE(off_e, T * (size_t)m->width_e * 4);
+    TAKE(off_tok, T * 4);
+    TAKE(off_pos, T * 4);
+    TAKE(off_rows, T * 4);
+    TAKE(off_logits, T * (size_t)c->vocab_size * 4);
+#undef TAKE
+    return llmem_buffer_alloc(m->be, off, &m->scratch);
+}
+
+llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_model_params *p,
+                              llmem_model **out, char *err, size_t err_len)
+{
+    if (out)
+        *out = NULL;
+    if (!dir || !be || !out) {
+        snprintf(err, err_len, "NULL argument");
+        return LLMEM_E_INVALID;
+    }
+    llmem_model_params pp = p ? *p : llmem_model_default_params();
+    if (pp.n_seq_max < 1 || pp.n_ubatch < 1 || pp.page_size < 1 || pp.n_ctx < 1 ||
+        pp.n_pages < 0 || pp.n_ckpt < 0) {
+        snprintf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
+                               "must be >= 1)");
+        return LLMEM_E_INVALID;
+    }
+    llmem_model *m = calloc(1, sizeof *m);
+    llmem_safetensors *st = NULL;
+    if (!m)
+        return LLMEM_E_NO_MEMORY;
+    m->p = pp;
+    m->be = be;
+    llmem_status s = llmem_model_config_load(dir, &m->cfg, err, err_len);
+    if (s == LLMEM_OK)
+        s = llmem_safetensors_open(dir, &st, err, err_len);
+    if (s == LLMEM_OK)
+        s = llmem_model_config_check_tensors(&m->cfg, st, err, err_len);
+    if (s == LLMEM_OK && !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
+        s = LLMEM_E_NO_MEMORY;
+    if (s == LLMEM_OK)
+        s = load_weights(m, st, err, err_len);
+    llmem_safetensors_close(st);
+    if (s == LLMEM_OK)
+        s = create_memory(m, err, err_len);
+    if (s == LLMEM_OK && (s = alloc_scratch(m)) != LLMEM_OK)
+        snprintf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp.n_ubatch);
+    if (s != LLMEM_OK) {
+        llmem_model_free(m);
+        return s;
+    }
+    *out = m;
+    return LLMEM_OK;
+}
+
+void llmem_model_free(llmem_model *m)
+{
+    if (!m)
+        return;
+    llmem_memory_destroy(m->mem);
+    llmem_buffer_free(m->weights);
+    llmem_buffer_free(m->scratch);
+    free(m->layers);
+    free(m);
+}
+
+const llmem_model_config *llmem_model_get_config(const llmem_model *m)
+{
+    return m ? &m->cfg : NULL;
+}
+
+llmem_memory *llmem_model_memory(llmem_model *m)
+{
+    return m ? m->mem : NULL;
+}
+
+int32_t llmem_model_n_vocab(const llmem_model *m)
+{
+    return m ? m->cfg.vocab_size : 0;
+}
+
+/* --- forward ---------------------------------------------------------------------- */
+
+static llmem_tensor act(const llmem_model *m, size_t off, int32_t T, int32_t width)
+{
+    return llmem_tensor_2d(m->scratch, off, LLMEM_DTYPE_F32, T, width);
+}
+
+/* out = a · wᵀ (+ bias) */
+static llmem_status linear(llmem_model *m, const llmem_tensor *a, const wt *w, const wt *bias,
+                           const llmem_tensor *out)
+{
+    llmem_status s = llmem_op_matmul(m->be, a, &w->t, out);
+    if (s == LLMEM_OK && bias && bias->present)
+        s = llmem_op_add(m->be, out, &bias->t, out);
+    return s;
+}
+
+#define TRY(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
+
+static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t H = c->n_heads, Hk = c->n_kv_heads, Dh = c->head_dim;
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
+    llmem_tensor q = act(m, m->off_a, T, H * Dh), k = act(m, m->off_b, T, Hk * Dh),
+                 vv = act(m, m->off_c, T, Hk * Dh), o = act(m, m->off_d, T, H * Dh);
+    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_Q], &L->w[LLMEM_W_ATTN_Q_BIAS], &q));
+    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_K], &L->w[LLMEM_W_ATTN_K_BIAS], &k));
+    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
+    llmem_tensor q3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T, H, Dh);
+    llmem_tensor k3 = llmem_tensor_3d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, Hk, Dh);
+    llmem_tensor v3 = llmem_tensor_3d(m->scratch, m->off_c, LLMEM_DTYPE_F32, T, Hk, Dh);
+    llmem_tensor o3 = llmem_tensor_3d(m->scratch, m->off_d, LLMEM_DTYPE_F32, T, H, Dh);
+    if (c->use_rope && c->rope_dim > 0) {
+        llmem_rope_params rp = {.mode = LLMEM_ROPE_NEOX, .n_rot = c->rope_dim,
+                                .theta_base = (float)c->rope_theta, .freq_scale = 1.0f};
+        llmem_tensor pos = llmem_tensor_1d(m->scratch, m->off_pos, LLMEM_DTYPE_I32, T);
+        if (v->u.kv.shift_slot.n > 0)
+            TRY(llmem_op_rope_shift(m->be, &rp, v));
+        TRY(llmem_op_rope(m->be, &rp, &q3, &pos, &q3));
+        TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
+    }
+    TRY(llmem_op_kv_store(m->be, v, &k3, &v3));
+    llmem_attn_params ap = {.scale = 1.0f / sqrtf((float)Dh)};
+    TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
+    llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
+    return linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out);
+}
+
+static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t din = c->ssm_d_inner, cd = c->ssm_conv_dim, nh = c->ssm_n_heads;
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
+    llmem_tensor zxbcdt = act(m, m->off_a, T, c->ssm_in_proj_dim);
+    TRY(linear(m, &h, &L->w[LLMEM_W_SSM_IN], &L->w[LLMEM_W_SSM_IN_BIAS], &zxbcdt));
+    llmem_tensor z = act(m, m->off_e, T, din), xbc = act(m, m->off_c, T, cd),
+                 dt = act(m, m->off_d, T, nh), conv = act(m, m->off_b, T, cd);
+    TRY(llmem_op_copy(m->be, &zxbcdt, 0, &z));
+    TRY(llmem_op_copy(m->be, &zxbcdt, din, &xbc));
+    TRY(llmem_op_copy(m->be, &zxbcdt, din + cd, &dt));
+    const wt *cb = &L->w[LLMEM_W_SSM_CONV_BIAS];
+    TRY(llmem_op_ssm_conv(m->be, v, 0, &xbc, &L->w[LLMEM_W_SSM_CONV].t, cb->present ? &cb->t : NULL,
+                          &conv));
+    llmem_ssm_params sp = {.n_heads = nh, .head_dim = c->ssm_head_dim, .d_state = c->ssm_d_state,
+                           .n_groups = c->ssm_n_groups, .dt_min = (float)c->time_step_limit[0],
+                           .dt_max = (float)c->time_step_limit[1]};
+    llmem_tensor y = act(m, m->off_a, T, din); /* zxbcdt is consumed */
+    const wt *D = &L->w[LLMEM_W_SSM_D], *dtb = &L->w[LLMEM_W_SSM_DT_BIAS];
+    TRY(llmem_op_ssm_scan(m->be, &sp, v, 1, &conv, &dt, &L->w[LLMEM_W_SSM_A_LOG].t,
+                          D->present ? &D->t : NULL, dtb->present ? &dtb->t : NULL, &y));
+    int32_t groups = din / (c->ssm_norm_group_size > 0 ? c->ssm_norm_group_size : din);
+    TRY(llmem_op_rms_norm_gated(m->be, &y, &z, &L->w[LLMEM_W_SSM_NORM].t, groups,
+                                (float)c->norm_eps, &y));
+    llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
+    return linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out);
+}
+
+/* h (normalized input) -> h (output) */
+static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
+{
+    const llmem_model_config *c = &m->cfg;
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
+    llmem_tensor up = act(m, m->off_b, T, c->intermediate_size);
+    TRY(linear(m, &h, &L->w[LLMEM_W_FFN_UP], &L->w[LLMEM_W_FFN_UP_BIAS], &up));
+    if (c->ffn_gated) {
+        llmem_tensor gate = act(m, m->off_a, T, c->intermediate_size);
+        TRY(linear(m, &h, &L->w[LLMEM_W_FFN_GATE], &L->w[LLMEM_W_FFN_GATE_BIAS], &gate));
+        if (c->ffn_act == LLMEM_ACT_SILU)
+            TRY(llmem_op_swiglu(m->be, &gate, &up, &up));
+        else {
+            TRY(llmem_op_relu2(m->be, &gate, &gate));
+            TRY(llmem_op_mul(m->be, &gate, &up, &up));
+        }
+    } else if (c->ffn_act == LLMEM_ACT_RELU2) {
+        TRY(llmem_op_relu2(m->be, &up, &up));
+    } else {
+        TRY(llmem_op_silu(m->be, &up, &up));
+    }
+    return linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h);
+}
+
+static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, bool log_softmax, float *out,
+                            const int32_t *row_of_batch_idx, int32_t n_vocab)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t T = ub->n_tokens, D = c->hidden_size;
+    TRY(llmem_buffer_upload(m->scratch, m->off_tok, ub->token, (size_t)T * 4));
+    TRY(llmem_buffer_upload(m->scratch, m->off_pos, ub->pos, (size_t)T * 4));
+    llmem_tensor tok = llmem_tensor_1d(m->scratch, m->off_tok, LLMEM_DTYPE_I32, T);
+    llmem_tensor x = act(m, m->off_x, T, D), h = act(m, m->off_h, T, D);
+    TRY(llmem_op_get_rows(m->be, &m->embed.t, &tok, &x));
+    for (int32_t il = 0; il < c->n_layers; il++) {
+        const layer_w *L = &m->layers[il];
+        const llmem_layer_config *lc = &c->layers[il];
+        llmem_view v = {0};
+        if (L->mem_layer >= 0)
+            TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
+        TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, (float)c->norm_eps, &h));
+        if (lc->kind == LLMEM_LAYER_ATTENTION)
+            TRY(attention(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_MAMBA2)
+            TRY(mamba(m, L, T, &v));
+        else
+            TRY(ffn(m, L, T));
+        TRY(llmem_op_add(m->be, &x, &h, &x));
+        if (lc->has_ffn) {
+            TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_FFN_NORM].t, (float)c->norm_eps, &h));
+            TRY(ffn(m, L, T));
+            TRY(llmem_op_add(m->be, &x, &h, &x));
+        }
+    }
+    int32_t n_out = ub->n_outputs;
+    if (n_out == 0)
+        return LLMEM_OK;
+    TRY(llmem_buffer_upload(m->scratch, m->off_rows, ub->out_rows, (size_t)n_out * 4));
+    llmem_tensor rows = llmem_tensor_1d(m->scratch, m->off_rows, LLMEM_DTYPE_I32, n_out);
+    llmem_tensor xo = act(m, m->off_h, n_out, D);
+    TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
+    TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
+    llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
+    TRY(llmem_op_matmul(m->be, &xo, &m->lm_head.t, &logits));
+    if (log_softmax)
+        TRY(llmem_op_log_softmax(m->be, &logits, &logits));
+    for (int32_t o = 0; o < n_out; o++) {
+        int32_t r = row_of_batch_idx[ub->out_ids[o]];
+        TRY(llmem_buffer_download(m->scratch, m->off_logits + (size_t)o * (size_t)n_vocab * 4,
+                                  out + (size_t)r * (size_t)n_vocab, (size_t)n_vocab * 4));
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_softmax, float *out,
+                                int32_t out_cap_rows, int32_t *n_outputs, char *err,
+                                size_t err_len)
+{
+    if (!m || !b || !n_outputs || (!out && out_cap_rows > 0)) {
+        snprintf(err, err_len, "NULL argument");
+        return LLMEM_E_INVALID;
+    }
+    *n_outputs = 0;
+    if (!b->token) {
+        snprintf(err, err_len, "the model runtime takes token ids, not embeddings");
+        return LLMEM_E_INVALID;
+    }
+    int32_t V = m->cfg.vocab_size;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (b->token[i] < 0 || b->token[i] >= V) {
+            snprintf(err, err_len, "batch token %d: id %d outside the vocabulary [0, %d)", i,
+                     b->token[i], V);
+            return LLMEM_E_INVALID;
+        }
+    int32_t *row = malloc((size_t)(b->n_tokens > 0 ? b->n_tokens : 1) * sizeof *row);
+    if (!row)
+        return LLMEM_E_NO_MEMORY;
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        bool o = b->output ? b->output[i] != 0 : i == b->n_tokens - 1;
+        row[i] = o ? n++ : -1;
+    }
+    if (n > out_cap_rows) {
+        free(row);
+        snprintf(err, err_len, "the batch has %d output rows, the output holds %d", n, out_cap_rows);
+        return LLMEM_E_INVALID;
+    }
+    llmem_plan *plan = NULL;
+    llmem_status s = llmem_memory_plan(m->mem, b, LLMEM_SPLIT_AUTO, m->p.n_ubatch, &plan, err,
+                                       err_len);
+    for (int32_t i = 0; s == LLMEM_OK && i < llmem_plan_n_ubatch(plan); i++) {
+        const llmem_ubatch *ub;
+        s = llmem_memory_apply(m->mem, plan, i, &ub);
+        if (s == LLMEM_OK) {
+            m->stats.n_ubatch++;
+            m->stats.n_tokens += ub->n_tokens;
+            m->stats.n_outputs += ub->n_outputs;
+        }
+        if (s == LLMEM_OK && (s = forward(m, ub, log_softmax, out, row, V)) != LLMEM_OK)
+            snprintf(err, err_len, "forward pass of ubatch %d failed: %s", i, llmem_status_str(s));
+        if (s == LLMEM_OK)
+            s = llmem_memory_commit(m->mem, plan, i);
+    }
+    llmem_memory_release(m->mem, plan);
+    free(row);
+    if (s == LLMEM_OK)
+        *n_outputs = n;
+    return s;
+}
+
+void llmem_model_get_stats(const llmem_model *m, llmem_model_stats *stats)
+{
+    if (m && stats)
+        *stats = m->stats;
+}
+
+static bool has_config(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (f)
+        fclose(f);
+    return f != NULL;
+}
+
+const char *llmem_builtin_model_dir(void)
+{
+    const char *env = getenv("LLMEM_MODEL_DIR");
+    if (env && *env)
+        return has_config(env) ? env : NULL;
+    if (has_config(LLMEM_BUILTIN_INSTALL_DIR))
+        return LLMEM_BUILTIN_INSTALL_DIR;
+    if (has_config(LLMEM_BUILTIN_SOURCE_DIR))
+        return LLMEM_BUILTIN_SOURCE_DIR;
+    return NULL;
+}

@@ -1,0 +1,282 @@
+/* llmem models/: the tensors each architecture needs, by Hugging Face name.
+ *
+ * Names follow what transformers 5 writes with save_pretrained:
+ *   llama       model.embed_tokens, model.layers.N.{input_layernorm,
+ *               post_attention_layernorm, self_attn.{q,k,v,o}_proj,
+ *               mlp.{gate,up,down}_proj}, model.norm, lm_head
+ *   mamba2      backbone.embeddings, backbone.layers.N.{norm, mixer.*},
+ *               backbone.norm_f, lm_head
+ *   bamba       model.embed_tokens, model.layers.N.{input_layernorm,
+ *               pre_ff_layernorm, mamba.* | self_attn.*, feed_forward.*},
+ *               model.final_layernorm, lm_head
+ *   nemotron_h  backbone.embeddings, backbone.layers.N.{norm, mixer.*},
+ *               backbone.norm_f, lm_head (transformers' module names use
+ *               "model."; both prefixes are accepted)
+ * where a Mamba-2 mixer is {in_proj, conv1d, dt_bias, A_log, D, norm,
+ * out_proj} (modeling_mamba2.py, modeling_bamba.py, modeling_nemotron_h.py).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "llmem/model.h"
+#include "models/hf_internal.h"
+
+static bool is_global(llmem_weight w)
+{
+    return w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD;
+}
+
+static void set_shape(int64_t *shape, int32_t *n_dims, int32_t n, int64_t a, int64_t b, int64_t c)
+{
+    shape[0] = a;
+    shape[1] = b;
+    shape[2] = c;
+    *n_dims = n;
+}
+
+bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
+                        size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims)
+{
+    if (buf && buf_len)
+        buf[0] = '\0';
+    if (!cfg || !buf || !buf_len || !shape || !n_dims || (unsigned)w >= LLMEM_W_COUNT ||
+        (unsigned)cfg->arch >= LLMEM_ARCH_COUNT)
+        return false;
+    if (!is_global(w) && (layer < 0 || layer >= cfg->n_layers))
+        return false;
+    const llmem_arch a = cfg->arch;
+    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA; /* "model.*" names */
+    const char *pre = cfg->tensor_prefix;
+    const int64_t H = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
+    const int64_t q = (int64_t)cfg->n_heads * cfg->head_dim;
+    const int64_t kv = (int64_t)cfg->n_kv_heads * cfg->head_dim;
+    const int64_t din = cfg->ssm_d_inner, nh = cfg->ssm_n_heads;
+    const char *leaf = NULL, *sub = "";
+    int n = 0;
+
+    if (is_global(w)) {
+        if (w == LLMEM_W_EMBED) {
+            set_shape(shape, n_dims, 2, V, H, 0);
+            n = snprintf(buf, buf_len, "%s%s", pre, hf_model ? "embed_tokens.weight"
+                                                               : "embeddings.weight");
+        } else if (w == LLMEM_W_FINAL_NORM) {
+            set_shape(shape, n_dims, 1, H, 0, 0);
+            n = snprintf(buf, buf_len, "%s%s", pre,
+                         a == LLMEM_ARCH_LLAMA ? "norm.weight"
+                         : a == LLMEM_ARCH_BAMBA ? "final_layernorm.weight" : "norm_f.weight");
+        } else {
+            if (cfg->tie_word_embeddings)
+                return false;
+            set_shape(shape, n_dims, 2, V, H, 0);
+            n = snprintf(buf, buf_len, "lm_head.weight");
+        }
+        if (n < 0 || (size_t)n >= buf_len) {
+            buf[0] = '\0';
+            return false;
+        }
+        return true;
+    }
+
+    const llmem_layer_config *L = &cfg->layers[layer];
+    const bool attn = L->kind == LLMEM_LAYER_ATTENTION, ssm = L->kind == LLMEM_LAYER_MAMBA2;
+    const bool ffn = L->has_ffn || L->kind == LLMEM_LAYER_MLP;
+    const char *attn_sub = hf_model ? "self_attn." : "mixer.";
+    const char *ffn_sub = a == LLMEM_ARCH_LLAMA ? "mlp." : a == LLMEM_ARCH_BAMBA ? "feed_forward."
+                                                                                : "mixer.";
+    const char *ssm_sub = a == LLMEM_ARCH_BAMBA ? "mamba." : "mixer.";
+    switch (w) {
+    case LLMEM_W_MIXER_NORM:
+        leaf = hf_model ? "input_layernorm.weight" : "norm.weight";
+        set_shape(shape, n_dims, 1, H, 0, 0);
+        break;
+    case LLMEM_W_FFN_NORM:
+        if (!L->has_ffn)
+            return false;
+        leaf = a == LLMEM_ARCH_LLAMA ? "post_attention_layernorm.weight" : "pre_ff_layernorm.weight";
+        set_shape(shape, n_dims, 1, H, 0, 0);
+        break;
+    case LLMEM_W_ATTN_Q: case LLMEM_W_ATTN_K: case LLMEM_W_ATTN_V: case LLMEM_W_ATTN_O:
+        if (!attn)
+            return false;
+        sub = attn_sub;
+        leaf = w == LLMEM_W_ATTN_Q ? "q_proj.weight" : w == LLMEM_W_ATTN_K ? "k_proj.weight"
+               : w == LLMEM_W_ATTN_V ? "v_proj.weight" : "o_proj.weight";
+        if (w == LLMEM_W_ATTN_O)
+            set_shape(shape, n_dims, 2, H, q, 0);
+        else
+            set_shape(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
+        break;
+    case LLMEM_W_ATTN_Q_BIAS: case LLMEM_W_ATTN_K_BIAS: case LLMEM_W_ATTN_V_BIAS:
+    case LLMEM_W_ATTN_O_BIAS:
+        if (!attn || !cfg->attention_bias)
+            return false;
+        sub = attn_sub;
+        leaf = w == LLMEM_W_ATTN_Q_BIAS ? "q_proj.bias" : w == LLMEM_W_ATTN_K_BIAS ? "k_proj.bias"
+               : w == LLMEM_W_ATTN_V_BIAS ? "v_proj.bias" : "o_proj.bias";
+        set_shape(shape, n_dims, 1, w == LLMEM_W_ATTN_Q_BIAS ? q : w == LLMEM_W_ATTN_O_BIAS ? H : kv,
+                  0, 0);
+        break;
+    case LLMEM_W_FFN_GATE: case LLMEM_W_FFN_UP: case LLMEM_W_FFN_DOWN:
+        if (!ffn || (w == LLMEM_W_FFN_GATE && !cfg->ffn_gated))
+            return false;
+        sub = ffn_sub;
+        leaf = w == LLMEM_W_FFN_GATE ? "gate_proj.weight" : w == LLMEM_W_FFN_UP ? "up_proj.weight"
+                                                                              : "down_proj.weight";
+        if (w == LLMEM_W_FFN_DOWN)
+            set_shape(shape, n_dims, 2, H, I, 0);
+        else
+            set_shape(shape, n_dims, 2, I, H, 0);
+        break;
+    case LLMEM_W_FFN_GATE_BIAS: case LLMEM_W_FFN_UP_BIAS: case LLMEM_W_FFN_DOWN_BIAS:
+        if (!ffn || !cfg->mlp_bias || (w == LLMEM_W_FFN_GATE_BIAS && !cfg->ffn_gated))
+            return false;
+        sub = ffn_sub;
+        leaf = w == LLMEM_W_FFN_GATE_BIAS ? "gate_proj.bias" : w == LLMEM_W_FFN_UP_BIAS
+               ? "up_proj.bias" : "down_proj.bias";
+        set_shape(shape, n_dims, 1, w == LLMEM_W_FFN_DOWN_BIAS ? H : I, 0, 0);
+        break;
+    case LLMEM_W_SSM_IN:
+    case LLMEM_W_SSM_IN_BIAS:
+        if (!ssm || (w == LLMEM_W_SSM_IN_BIAS && !cfg->ssm_proj_bias))
+            return false;
+        sub = ssm_sub;
+        leaf = w == LLMEM_W_SSM_IN ? "in_proj.weight" : "in_proj.bias";
+        if (w == LLMEM_W_SSM_IN)
+            set_shape(shape, n_dims, 2, cfg->ssm_in_proj_dim, H, 0);
+        else
+            set_shape(shape, n_dims, 1, cfg->ssm_in_proj_dim, 0, 0);
+        break;
+    case LLMEM_W_SSM_CONV:
+        if (!ssm)
+            return false;
+        sub = ssm_sub;
+        leaf = "conv1d.weight";
+        set_shape(shape, n_dims, 3, cfg->ssm_conv_dim, 1, cfg->ssm_d_conv);
+        break;
+    case LLMEM_W_SSM_CONV_BIAS:
+        if (!ssm || !cfg->ssm_conv_bias)
+            return false;
+        sub = ssm_sub;
+        leaf = "conv1d.bias";
+        set_shape(shape, n_dims, 1, cfg->ssm_conv_dim, 0, 0);
+        break;
+    case LLMEM_W_SSM_DT_BIAS: case LLMEM_W_SSM_A_LOG: case LLMEM_W_SSM_D:
+        if (!ssm)
+            return false;
+        sub = ssm_sub;
+        leaf = w == LLMEM_W_SSM_DT_BIAS ? "dt_bias" : w == LLMEM_W_SSM_A_LOG ? "A_log" : "D";
+        set_shape(shape, n_dims, 1, nh, 0, 0);
+        break;
+    case LLMEM_W_SSM_NORM:
+        if (!ssm)
+            return false;
+        sub = ssm_sub;
+        leaf = "norm.weight";
+        set_shape(shape, n_dims, 1, din, 0, 0);
+        break;
+    case LLMEM_W_SSM_OUT:
+    case LLMEM_W_SSM_OUT_BIAS:
+        if (!ssm || (w == LLMEM_W_SSM_OUT_BIAS && !cfg->ssm_proj_bias))
+            return false;
+        sub = ssm_sub;
+        leaf = w == LLMEM_W_SSM_OUT ? "out_proj.weight" : "out_proj.bias";
+        if (w == LLMEM_W_SSM_OUT)
+            set_shape(shape, n_dims, 2, H, din, 0);
+        else
+            set_shape(shape, n_dims, 1, H, 0, 0);
+        break;
+    default:
+        return false;
+    }
+    n = snprintf(buf, buf_len, "%slayers.%d.%s%s", pre, (int)layer, sub, leaf);
+    if (n < 0 || (size_t)n >= buf_len) {
+        buf[0] = '\0';
+        return false;
+    }
+    return true;
+}
+
+static void shape_str(char *buf, size_t len, const int64_t *shape, int32_t n_dims)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int32_t i = 0; i < n_dims && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+}
+
+static llmem_status check_one(const llmem_model_config *cfg, const llmem_safetensors *st,
+                              llmem_weight w, int32_t layer, char *err, size_t err_len)
+{
+    char name[256], what[96], got[160], want[160];
+    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS] = {0};
+    int32_t nd = 0;
+    if (!llmem_model_weight(cfg, w, layer, name, sizeof name, shape, &nd))
+        return LLMEM_OK;
+    if (is_global(w))
+        snprintf(what, sizeof what, "%s", w == LLMEM_W_EMBED ? "the token embedding"
+                 : w == LLMEM_W_FINAL_NORM ? "the final norm"
+                 : "the LM head; config.json has tie_word_embeddings false");
+    else
+        snprintf(what, sizeof what, "layer %d, %s", (int)layer,
+                 llmem_layer_kind_name(cfg->layers[layer].kind));
+    llmem_tensor_info ti;
+    llmem_status s = llmem_safetensors_find(st, name, &ti, NULL, 0);
+    if (s == LLMEM_E_NOT_FOUND) {
+        hf_errf(err, err_len, "missing tensor '%s' (%s)", name, what);
+        return s;
+    }
+    if (s == LLMEM_E_UNSUPPORTED) {
+        hf_errf(err, err_len, "%s: tensor '%s' (%s) has dtype %s; llmem reads F32, F16 and BF16",
+                ti.file, name, what, ti.st_dtype);
+        return s;
+    }
+    if (s != LLMEM_OK)
+        return s;
+    bool same = ti.n_dims == nd;
+    for (int32_t i = 0; same && i < nd; i++)
+        same = ti.shape[i] == shape[i];
+    if (!same) {
+        shape_str(got, sizeof got, ti.shape, ti.n_dims);
+        shape_str(want, sizeof want, shape, nd);
+        hf_errf(err, err_len, "%s: tensor '%s' (%s) has shape %s, expected %s from config.json",
+                ti.file, name, what, got, want);
+        return LLMEM_E_CORRUPT;
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem_model_config_check_tensors(llmem_model_config *cfg, const llmem_safetensors *st,
+                                              char *err, size_t err_len)
+{
+    if (!cfg || !st) {
+        hf_errf(err, err_len, "llmem_model_config_check_tensors: NULL argument");
+        return LLMEM_E_INVALID;
+    }
+    if (cfg->arch == LLMEM_ARCH_NEMOTRON_H) {
+        /* Use whichever of the two prefixes the checkpoint's embedding has. */
+        static const char *prefixes[2] = {"backbone.", "model."};
+        llmem_tensor_info ti;
+        char name[64];
+        for (int i = 0; i < 2; i++) {
+            snprintf(name, sizeof name, "%sembeddings.weight", prefixes[i]);
+            if (llmem_safetensors_find(st, name, &ti, NULL, 0) != LLMEM_E_NOT_FOUND) {
+                snprintf(cfg->tensor_prefix, sizeof cfg->tensor_prefix, "%s", prefixes[i]);
+                break;
+            }
+        }
+    }
+    for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++) {
+        llmem_status s = check_one(cfg, st, (llmem_weight)w, 0, err, err_len);
+        if (s != LLMEM_OK)
+            return s;
+    }
+    for (int32_t l = 0; l < cfg->n_layers; l++) {
+        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++) {
+            llmem_status s = check_one(cfg, st, (llmem_weight)w, l, err, err_len);
+            if (s != LLMEM_OK)
+                return s;
+        }
+    }
+    return LLMEM_OK;
+}

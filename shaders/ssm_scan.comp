@@ -1,0 +1,130 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+/* Mamba-2 selective scan, recurrent form (Dao & Gu 2024, "Transformers are
+ * SSMs", Sec. 3 eq. (2), scalar A per head; HF Mamba2Mixer.torch_forward
+ * single-step path applied token by token):
+ *   dt_h = clamp(softplus(dt[t, h] + dt_bias[h]), dt_min, dt_max)
+ *   S_h  = exp(dt_h * A_h) * S_h + dt_h * x_h ⊗ B_g,   A_h = -exp(A_log[h])
+ *   y_h  = S_h · C_g + D[h] * x_h
+ * One workgroup per (stream s, head h, chunk of WG rows p of the head);
+ * an invocation keeps its state row S[p, 0..N) in registers (N is a
+ * specialization constant) and B, C of the token go through shared
+ * memory. States are read from src_slot[s] (-1: zeros; with SNAP from
+ * the f32 snapshot of state_gather) and written, in the state dtype, to
+ * the checkpoint slots (after token n_tok - n_ckpt + k; -1 = before the
+ * first) and to dst_slot[s] after the last token. */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint N = 128; /* d_state */
+layout(constant_id = 2) const uint ST_DT = 0;
+layout(constant_id = 3) const uint A_DT = 0;
+layout(constant_id = 4) const uint D_DT = 0;  /* DT_NONE: no D */
+layout(constant_id = 5) const uint DB_DT = 0; /* DT_NONE: no dt_bias */
+layout(constant_id = 6) const uint SNAP = 0;
+
+layout(binding = 0) readonly buffer Xbc { float xbc[]; };
+layout(binding = 1) readonly buffer Dt { float dt[]; };
+layout(binding = 2) readonly buffer Al { uint a_log[]; };
+layout(binding = 3) readonly buffer Dd { uint dd[]; };
+layout(binding = 4) readonly buffer Db { uint dt_bias[]; };
+layout(binding = 5) writeonly buffer Y { float y[]; };
+layout(binding = 6) readonly buffer Idx { int idx[]; };
+layout(binding = 7) buffer St { uint st[]; };
+layout(binding = 8) readonly buffer Snap { float snap[]; };
+
+layout(push_constant) uniform P {
+    uint n_seqs, n_tok, n_heads, head_dim, n_groups, n_ckpt, n_slots, n_chunks;
+    float dt_min, dt_max;
+    uint xbc_off, dt_off, a_off, d_off, db_off, y_off, src_off, dst_off, ckpt_off, conv_dim;
+} p;
+
+shared float bs[N];
+shared float cs[N];
+
+float S[N];
+
+void store_state(int slot, uint row)
+{
+    if (slot < 0 || uint(slot) >= p.n_slots)
+        return;
+    uint base = (uint(slot) * p.n_heads * p.head_dim + row) * N;
+    if (ST_DT == DT_F32) {
+        for (uint n = 0; n < N; n++)
+            st[base + n] = floatBitsToUint(S[n]);
+    } else if ((base & 1u) == 0u && (N & 1u) == 0u) {
+        /* the row owns whole words */
+        for (uint n = 0; n < N; n += 2u)
+            st[(base + n) >> 1] = f32_to_half(S[n], ST_DT) | (f32_to_half(S[n + 1u], ST_DT) << 16);
+    } else {
+        for (uint n = 0; n < N; n++)
+            STORE_F(st, base + n, ST_DT, S[n]);
+    }
+}
+
+void main()
+{
+    uint item = group_id();
+    if (item >= p.n_seqs * p.n_heads * p.n_chunks)
+        return;
+    uint chunk = item % p.n_chunks;
+    uint h = (item / p.n_chunks) % p.n_heads;
+    uint s = item / (p.n_chunks * p.n_heads);
+    uint l = gl_LocalInvocationID.x;
+    uint pp = chunk * WG + l;
+    bool act = pp < p.head_dim;
+    uint grp = h / (p.n_heads / p.n_groups);
+    uint row = h * p.head_dim + pp; /* state row within a slot */
+    uint slot_elems = p.n_heads * p.head_dim * N;
+
+    if (act) {
+        if (SNAP != 0u) {
+            for (uint n = 0; n < N; n++)
+                S[n] = snap[s * slot_elems + row * N + n];
+        } else {
+            int src = idx[p.src_off + s];
+            bool ok = src >= 0 && uint(src) < p.n_slots;
+            for (uint n = 0; n < N; n++)
+                S[n] = ok ? LOAD_F(st, uint(src) * slot_elems + row * N + n, ST_DT) : 0.0;
+        }
+    }
+    float A = -exp(LOAD_F(a_log, p.a_off + h, A_DT));
+    float Dh = D_DT != DT_NONE ? LOAD_F(dd, p.d_off + h, D_DT) : 0.0;
+    float bias = DB_DT != DT_NONE ? LOAD_F(dt_bias, p.db_off + h, DB_DT) : 0.0;
+    int first_ckpt = int(p.n_tok) - int(p.n_ckpt);
+    if (act)
+        for (uint k = 0; k < p.n_ckpt; k++)
+            if (first_ckpt + int(k) == -1)
+                store_state(idx[p.ckpt_off + s * p.n_ckpt + k], row);
+
+    uint d_inner = p.n_heads * p.head_dim;
+    for (uint t = 0; t < p.n_tok; t++) {
+        uint tok = s * p.n_tok + t;
+        uint rb = p.xbc_off + tok * p.conv_dim;
+        barrier();
+        for (uint n = l; n < N; n += WG) {
+            bs[n] = xbc[rb + d_inner + grp * N + n];
+            cs[n] = xbc[rb + d_inner + p.n_groups * N + grp * N + n];
+        }
+        barrier();
+        float v = dt[p.dt_off + tok * p.n_heads + h] + bias;
+        float dtv = softplus(v);
+        dtv = dtv < p.dt_min ? p.dt_min : dtv;
+        dtv = dtv > p.dt_max ? p.dt_max : dtv;
+        float dA = exp(dtv * A);
+        if (act) {
+            float xv = xbc[rb + h * p.head_dim + pp];
+            float xd = xv * dtv;
+            float acc = 0.0;
+            for (uint n = 0; n < N; n++) {
+                S[n] = S[n] * dA + xd * bs[n];
+                acc += S[n] * cs[n];
+            }
+            y[p.y_off + tok * d_inner + h * p.head_dim + pp] = acc + Dh * xv;
+            int k = int(t) - first_ckpt;
+            if (k >= 0 && k < int(p.n_ckpt))
+                store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], row);
+        }
+    }
+    if (act)
+        store_state(idx[p.dst_off + s], row);
+}

@@ -1,0 +1,136 @@
+/* Internal structure of the memory reference (memref.c: the model,
+ * memref_data.c: views, data tags and comparisons). Test code only. */
+#ifndef LLMEM_TEST_MEMREF_IMPL_H
+#define LLMEM_TEST_MEMREF_IMPL_H
+
+#include "support/memref.h"
+
+#define MR_MAX_HOLD 80   /* states one sequence holds, transiently (1 + n_ckpt + 1 + n_ckpt) */
+#define MR_MAX_TOK_SEQ 8 /* sequence ids per batch token */
+
+typedef struct mr_ilist {
+    int32_t *v;
+    int32_t n, cap;
+} mr_ilist;
+
+/* An abstract page. Live while referenced (ref > 0) or published (cached
+ * when ref == 0); a dead entry is reused for the next new page. */
+typedef struct mr_page {
+    bool live;
+    int32_t ref;
+    bool pub;     /* in the prefix index */
+    bool hashed;  /* full, canonical, its whole chain known: may parent a published page */
+    bool shift;   /* holds keys whose K-shift has not been applied yet */
+    int32_t phys; /* physical page id, learned by memref_bind; -1 unknown */
+    int32_t parent;   /* physical id of the previous page of the chain (-1: first page) */
+    mr_ilist prefix;  /* token ids from position 0 through the end of this page */
+    uint64_t lru;     /* when it last became cached */
+} mr_page;
+
+typedef struct mr_kv {
+    int32_t ps, n_pages;
+    bool prefix;
+    mr_page *pg;
+    int32_t n_pg, cap_pg;
+    mr_ilist tab[MR_MAX_SEQ]; /* page table of each sequence (abstract ids) */
+    uint64_t clock;
+    int64_t hits, evictions, cows;
+    /* pools, from the first view of each local layer */
+    llmem_buffer *k[MR_MAX_LAYERS], *v[MR_MAX_LAYERS];
+    size_t row_bytes;
+} mr_kv;
+
+typedef struct mr_hold {
+    int32_t len;  /* the state after this many tokens */
+    int32_t slot; /* -1 until learned */
+} mr_hold;
+
+typedef struct mr_rs {
+    int32_t n_ckpt, n_slots;
+    mr_hold h[MR_MAX_SEQ][MR_MAX_HOLD];
+    int32_t nh[MR_MAX_SEQ];
+    /* state buffers of each local layer: conv, ssm */
+    llmem_buffer *buf[MR_MAX_LAYERS][2];
+    size_t bytes[2];
+} mr_rs;
+
+/* What the captured ubatch does in one child. */
+typedef struct mr_store {
+    int32_t tok, slot, seq;
+    uint64_t h;
+    int32_t pos;
+} mr_store;
+
+typedef struct mr_stream {
+    int32_t primary, L, T, c;
+    int32_t src, dst;
+    int32_t ckpt[MR_MAX_HOLD];
+    int32_t ids[MR_MAX_TOK_SEQ], n_ids;
+} mr_stream;
+
+typedef struct mr_child {
+    mr_child_config cfg;
+    llmem_memory *mem;
+    int32_t n_layers;                 /* model layers served */
+    int32_t layer[MR_MAX_LAYERS];     /* model layer of each local layer */
+    mr_kv kv;
+    mr_rs rs;
+    /* capture */
+    mr_store *st;
+    int32_t n_st, cap_st;
+    int32_t *shift_slot, *shift_delta, n_shift, cap_shift;
+    mr_stream *str;
+    int32_t n_str, cap_str;
+} mr_child;
+
+typedef struct mr_seqv {
+    mr_tok *v;
+    int32_t n, cap;
+} mr_seqv;
+
+typedef struct mr_plan {
+    bool active;
+    int32_t n_tokens;
+    mr_ilist token, pos, nseq, out;
+    int32_t ids[1024][MR_MAX_TOK_SEQ];
+    int32_t n_new[MR_MAX_SEQ], n_cached[MR_MAX_SEQ];
+    bool cached_done[MR_MAX_SEQ];
+    mr_seqv cached[MR_MAX_SEQ]; /* tokens served by the prefix cache, committed with the first ubatch */
+    int32_t n_committed;
+    bool captured; /* a ubatch was captured (applied) and not committed */
+} mr_plan;
+
+struct memref {
+    mr_config cfg;
+    llmem_memory *mem;
+    int32_t n_seq;
+    int32_t n_ch;
+    mr_child ch[MR_MAX_CHILD];
+    int32_t layer_child[MR_MAX_LAYERS], layer_local[MR_MAX_LAYERS];
+    mr_seqv seq[MR_MAX_SEQ];
+    mr_plan plan;
+    unsigned quirks;
+};
+
+struct mr_saved {
+    bool all;
+    int32_t n;
+    int32_t seq[MR_MAX_SEQ];
+    mr_seqv tok[MR_MAX_SEQ];
+};
+
+/* memref.c helpers used by memref_data.c */
+bool mr_ilist_push(mr_ilist *l, int32_t x);
+bool mr_seqv_push(mr_seqv *s, mr_tok t);
+int32_t mr_kv_used(const mr_kv *kv);
+int32_t mr_kv_cached(const mr_kv *kv);
+int32_t mr_phys(const mr_kv *kv, int32_t seq, int32_t idx); /* physical page of page idx of seq */
+/* Length of seq and hash of its last token as the forward pass sees them
+ * (prefix-cache tokens of the plan in flight included). */
+void mr_seq_head(const memref *r, int32_t seq, int32_t *len, uint64_t *h);
+/* Ids of batch token i of the plan in flight. */
+int32_t mr_plan_ids(const memref *r, int32_t i, const int32_t **ids);
+/* Lengths of the states a primary sequence keeps after a ubatch adding new[] (n_new). */
+int32_t mr_rs_after(const mr_rs *rs, int32_t seq, const mr_hold *add, int32_t n_add, mr_hold *out);
+
+#endif

@@ -1,0 +1,517 @@
+// ctest-labels: core
+/* config.json parsing and the tensor check. The fixtures under
+ * tests/fixtures/ were written by transformers 5.17 (tools/make_fixtures.py)
+ * from known constructor arguments, so their config.json files and tensor
+ * names are the independent reference: the expected sizes below are those
+ * arguments, and the tensor names and shapes are what transformers saved.
+ * Inline configs cover the classic (transformers 4) spellings and every
+ * error path. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llmem/model.h"
+
+static char err[512];
+
+static const char *fixture(const char *name)
+{
+    static char p[512];
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s", LLMEM_SOURCE_DIR, name);
+    return p;
+}
+
+static llmem_status parse(const char *json, llmem_model_config *m)
+{
+    err[0] = '\0';
+    return llmem_model_config_parse(json, strlen(json), m, err, sizeof err);
+}
+
+static void load_ok(const char *dir, llmem_model_config *m)
+{
+    err[0] = '\0';
+    ck_assert_msg(llmem_model_config_load(dir, m, err, sizeof err) == LLMEM_OK, "%s", err);
+}
+
+/* Loads the fixture's config and tensors and checks them against each other. */
+static void check_fixture(const char *dir, llmem_model_config *m)
+{
+    load_ok(dir, m);
+    llmem_safetensors *st = NULL;
+    ck_assert_msg(llmem_safetensors_open(dir, &st, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_msg(llmem_model_config_check_tensors(m, st, err, sizeof err) == LLMEM_OK, "%s: %s",
+                  dir, err);
+    /* Every tensor in the checkpoint is one the architecture names: nothing
+     * transformers saved is left unused by llmem. */
+    int32_t named = 0;
+    char name[256];
+    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
+    int32_t nd;
+    for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++)
+        named += llmem_model_weight(m, (llmem_weight)w, 0, name, sizeof name, shape, &nd);
+    for (int32_t l = 0; l < m->n_layers; l++)
+        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++)
+            named += llmem_model_weight(m, (llmem_weight)w, l, name, sizeof name, shape, &nd);
+    ck_assert_int_eq(named, llmem_safetensors_count(st));
+    llmem_safetensors_close(st);
+}
+
+START_TEST(test_fixture_llama)
+{
+    llmem_model_config m;
+    check_fixture(fixture("llama"), &m);
+    ck_assert_int_eq(m.arch, LLMEM_ARCH_LLAMA);
+    ck_assert_int_eq(m.vocab_size, 256);
+    ck_assert_int_eq(m.hidden_size, 64);
+    ck_assert_int_eq(m.n_layers, 2);
+    ck_assert_int_eq(m.n_heads, 4);
+    ck_assert_int_eq(m.n_kv_heads, 2);
+    ck_assert_int_eq(m.head_dim, 16);
+    ck_assert_int_eq(m.intermediate_size, 128);
+    ck_assert(m.ffn_gated && m.ffn_act == LLMEM_ACT_SILU);
+    ck_assert(m.use_rope);
+    ck_assert_double_eq(m.rope_theta, 5000.0); /* rope_parameters, transformers 5 */
+    ck_assert_int_eq(m.rope_dim, 16);
+    ck_assert_double_eq_tol(m.norm_eps, 1e-5, 1e-12);
+    ck_assert(!m.tie_word_embeddings);
+    ck_assert_int_eq(m.n_attention_layers, 2);
+    for (int32_t l = 0; l < 2; l++)
+        ck_assert(m.layers[l].kind == LLMEM_LAYER_ATTENTION && m.layers[l].has_ffn);
+}
+END_TEST
+
+START_TEST(test_fixture_mamba2)
+{
+    llmem_model_config m;
+    check_fixture(fixture("mamba2"), &m);
+    ck_assert_int_eq(m.arch, LLMEM_ARCH_MAMBA2);
+    ck_assert_int_eq(m.n_layers, 2);
+    ck_assert_int_eq(m.n_mamba_layers, 2);
+    ck_assert(!m.layers[0].has_ffn && !m.layers[1].has_ffn);
+    ck_assert_int_eq(m.ssm_n_heads, 8);
+    ck_assert_int_eq(m.ssm_head_dim, 16);
+    ck_assert_int_eq(m.ssm_d_inner, 128);
+    ck_assert_int_eq(m.ssm_d_state, 16);
+    ck_assert_int_eq(m.ssm_n_groups, 2);
+    ck_assert_int_eq(m.ssm_d_conv, 4);
+    ck_assert_int_eq(m.ssm_chunk_size, 16);
+    ck_assert_int_eq(m.ssm_conv_dim, 128 + 2 * 2 * 16);
+    ck_assert_int_eq(m.ssm_in_proj_dim, 128 + 192 + 8);
+    ck_assert_int_eq(m.ssm_norm_group_size, 128);
+    ck_assert(m.ssm_conv_bias && !m.ssm_proj_bias);
+    ck_assert(m.tie_word_embeddings); /* so no lm_head.weight in the file */
+    ck_assert_double_eq(m.time_step_limit[0], 0.0);
+    ck_assert(isinf(m.time_step_limit[1]) && m.time_step_limit[1] > 0);
+    ck_assert_str_eq(m.tensor_prefix, "backbone.");
+}
+END_TEST
+
+START_TEST(test_fixture_bamba)
+{
+    const char *names[2] = {"bamba", "bamba_bf16"};
+    for (int k = 0; k < 2; k++) {
+        llmem_model_config m;
+        check_fixture(fixture(names[k]), &m);
+        ck_assert_int_eq(m.arch, LLMEM_ARCH_BAMBA);
+        ck_assert_int_eq(m.n_layers, 4);
+        const llmem_layer_kind want[4] = {LLMEM_LAYER_MAMBA2, LLMEM_LAYER_ATTENTION,
+                                          LLMEM_LAYER_MAMBA2, LLMEM_LAYER_ATTENTION};
+        for (int32_t l = 0; l < 4; l++) {
+            ck_assert_int_eq(m.layers[l].kind, want[l]);
+            ck_assert(m.layers[l].has_ffn);
+        }
+        ck_assert_int_eq(m.n_attention_layers, 2);
+        ck_assert_int_eq(m.n_mamba_layers, 2);
+        ck_assert_int_eq(m.ssm_d_inner, 128);
+        ck_assert_int_eq(m.ssm_n_groups, 1);
+        ck_assert_int_eq(m.ssm_conv_dim, 160);
+        ck_assert_int_eq(m.ssm_in_proj_dim, 296);
+        ck_assert_int_eq(m.head_dim, 16);
+        ck_assert_double_eq(m.partial_rotary_factor, 0.5);
+        ck_assert_int_eq(m.rope_dim, 8);
+        ck_assert_double_eq(m.rope_theta, 5000.0);
+        ck_assert(m.ffn_gated);
+    }
+}
+END_TEST
+
+START_TEST(test_fixture_nemotron_h)
+{
+    llmem_model_config m;
+    check_fixture(fixture("nemotron_h"), &m);
+    ck_assert_int_eq(m.arch, LLMEM_ARCH_NEMOTRON_H);
+    /* Written from hybrid_override_pattern "M-M*-"; transformers 5 stores it
+     * as layers_block_type with its new names and no num_hidden_layers. */
+    ck_assert_int_eq(m.n_layers, 5);
+    const llmem_layer_kind want[5] = {LLMEM_LAYER_MAMBA2, LLMEM_LAYER_MLP, LLMEM_LAYER_MAMBA2,
+                                      LLMEM_LAYER_ATTENTION, LLMEM_LAYER_MLP};
+    for (int32_t l = 0; l < 5; l++) {
+        ck_assert_int_eq(m.layers[l].kind, want[l]);
+        ck_assert(!m.layers[l].has_ffn);
+    }
+    ck_assert_int_eq(m.n_mlp_layers, 2);
+    ck_assert(!m.ffn_gated && m.ffn_act == LLMEM_ACT_RELU2);
+    ck_assert(!m.use_rope);
+    ck_assert_int_eq(m.ssm_d_inner, 128);
+    ck_assert_int_eq(m.ssm_n_groups, 2);
+    ck_assert_int_eq(m.ssm_norm_group_size, 64);
+    ck_assert_int_eq(m.ssm_in_proj_dim, 128 + 192 + 8);
+    ck_assert_str_eq(m.tensor_prefix, "backbone.");
+}
+END_TEST
+
+START_TEST(test_builtin_model)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/models/builtin", LLMEM_SOURCE_DIR);
+    llmem_model_config m;
+    check_fixture(dir, &m);
+    ck_assert_int_eq(m.arch, LLMEM_ARCH_BAMBA);
+    ck_assert_int_eq(m.vocab_size, 256);
+    ck_assert_int_eq(m.n_layers, 6);
+    ck_assert_int_eq(m.layers[2].kind, LLMEM_LAYER_ATTENTION);
+    ck_assert_int_eq(m.layers[5].kind, LLMEM_LAYER_ATTENTION);
+    ck_assert_int_eq(m.n_mamba_layers, 4);
+}
+END_TEST
+
+START_TEST(test_weight_names)
+{
+    llmem_model_config m;
+    load_ok(fixture("bamba"), &m);
+    char name[128];
+    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
+    int32_t nd;
+    ck_assert(llmem_model_weight(&m, LLMEM_W_SSM_CONV, 0, name, sizeof name, shape, &nd));
+    ck_assert_str_eq(name, "model.layers.0.mamba.conv1d.weight");
+    ck_assert_int_eq(nd, 3);
+    ck_assert(shape[0] == 160 && shape[1] == 1 && shape[2] == 4);
+    ck_assert(!llmem_model_weight(&m, LLMEM_W_ATTN_Q, 0, name, sizeof name, shape, &nd));
+    ck_assert_str_eq(name, "");
+    ck_assert(llmem_model_weight(&m, LLMEM_W_ATTN_K, 1, name, sizeof name, shape, &nd));
+    ck_assert_str_eq(name, "model.layers.1.self_attn.k_proj.weight");
+    ck_assert(shape[0] == 32 && shape[1] == 64);
+    ck_assert(llmem_model_weight(&m, LLMEM_W_FFN_NORM, 1, name, sizeof name, shape, &nd));
+    ck_assert_str_eq(name, "model.layers.1.pre_ff_layernorm.weight");
+    ck_assert(!llmem_model_weight(&m, LLMEM_W_SSM_IN_BIAS, 0, name, sizeof name, shape, &nd));
+    ck_assert(!llmem_model_weight(&m, LLMEM_W_SSM_IN, 4, name, sizeof name, shape, &nd));
+    ck_assert(!llmem_model_weight(&m, LLMEM_W_SSM_IN, 0, name, 10, shape, &nd)); /* too short */
+    ck_assert(llmem_model_weight(&m, LLMEM_W_FINAL_NORM, 0, name, sizeof name, shape, &nd));
+    ck_assert_str_eq(name, "model.final_layernorm.weight");
+    ck_assert_str_eq(llmem_arch_name(m.arch), "bamba");
+    ck_assert_str_eq(llmem_layer_kind_name(LLMEM_LAYER_MLP), "mlp");
+    ck_assert_str_eq(llmem_arch_name((llmem_arch)99), "?");
+}
+END_TEST
+
+/* A config that does not match the checkpoint: the first missing or
+ * misshaped tensor is named. */
+START_TEST(test_check_tensors_mismatch)
+{
+    llmem_safetensors *st = NULL;
+    ck_assert_int_eq(llmem_safetensors_open(fixture("bamba"), &st, err, sizeof err), LLMEM_OK);
+    llmem_model_config m;
+    load_ok(fixture("bamba"), &m);
+    m.layers[2].kind = LLMEM_LAYER_ATTENTION; /* as if attn_layer_indices were [1, 2, 3] */
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_msg(strstr(err, "'model.layers.2.self_attn.q_proj.weight'") &&
+                  strstr(err, "layer 2, attention"), "%s", err);
+    load_ok(fixture("bamba"), &m);
+    m.ssm_d_state = 32; /* in_proj and conv1d shapes change */
+    m.ssm_conv_dim = 128 + 2 * 32;
+    m.ssm_in_proj_dim = 128 + m.ssm_conv_dim + 8;
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "'model.layers.0.mamba.in_proj.weight'") &&
+                  strstr(err, "[296, 64]") && strstr(err, "[328, 64]"), "%s", err);
+    load_ok(fixture("bamba"), &m);
+    m.mlp_bias = true;
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err, "'model.layers.0.feed_forward.gate_proj.bias'"));
+    llmem_safetensors_close(st);
+
+    /* mamba2 is tied; claiming it is not asks for an lm_head it lacks. */
+    ck_assert_int_eq(llmem_safetensors_open(fixture("mamba2"), &st, err, sizeof err), LLMEM_OK);
+    load_ok(fixture("mamba2"), &m);
+    m.tie_word_embeddings = false;
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_msg(strstr(err, "'lm_head.weight'") && strstr(err, "tie_word_embeddings"), "%s",
+                  err);
+    /* A llama config against mamba2 tensors: the embedding is the first miss. */
+    load_ok(fixture("llama"), &m);
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err, "'model.embed_tokens.weight'"));
+    ck_assert_int_eq(llmem_model_config_check_tensors(NULL, st, err, sizeof err), LLMEM_E_INVALID);
+    llmem_safetensors_close(st);
+}
+END_TEST
+
+START_TEST(test_llama_classic_keys)
+{
+    /* transformers 4: rope_theta at the top, no head_dim, rope_scaling null. */
+    const char *j = "{\"model_type\":\"llama\",\"vocab_size\":32000,\"hidden_size\":4096,"
+                    "\"intermediate_size\":11008,\"num_hidden_layers\":32,"
+                    "\"num_attention_heads\":32,\"num_key_value_heads\":8,"
+                    "\"rms_norm_eps\":1e-06,\"rope_theta\":500000.0,\"rope_scaling\":null,"
+                    "\"attention_bias\":true,\"tie_word_embeddings\":true}";
+    llmem_model_config m;
+    ck_assert_msg(parse(j, &m) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(m.head_dim, 128);
+    ck_assert_double_eq(m.rope_theta, 500000.0);
+    ck_assert_int_eq(m.rope_dim, 128);
+    ck_assert(m.attention_bias && m.tie_word_embeddings);
+    ck_assert_int_eq(m.n_layers, 32);
+    char name[128];
+    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
+    int32_t nd;
+    ck_assert(llmem_model_weight(&m, LLMEM_W_ATTN_O_BIAS, 31, name, sizeof name, shape, &nd));
+    ck_assert_str_eq(name, "model.layers.31.self_attn.o_proj.bias");
+    ck_assert(!llmem_model_weight(&m, LLMEM_W_LM_HEAD, 0, name, sizeof name, shape, &nd));
+    /* Defaults: no num_key_value_heads means MHA; partial rotary in
+     * rope_parameters; rope_theta default 10000. */
+    j = "{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,"
+        "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":4,"
+        "\"rope_parameters\":{\"rope_type\":\"default\",\"partial_rotary_factor\":0.25}}";
+    ck_assert_msg(parse(j, &m) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(m.n_kv_heads, 4);
+    ck_assert_double_eq(m.rope_theta, 10000.0);
+    ck_assert_int_eq(m.rope_dim, 4);
+}
+END_TEST
+
+START_TEST(test_time_step_limit_forms)
+{
+    const char *base = "{\"model_type\":\"mamba2\",\"vocab_size\":16,\"hidden_size\":8,"
+                       "\"num_hidden_layers\":1,\"num_heads\":4,\"head_dim\":4,"
+                       "\"state_size\":4,\"n_groups\":1%s}";
+    struct {
+        const char *extra;
+        llmem_status want;
+        double lo, hi;
+    } cases[] = {
+        {"", LLMEM_OK, 0.0, INFINITY},
+        {",\"time_step_limit\":[0.0,{\"__float__\":\"Infinity\"}]", LLMEM_OK, 0.0, INFINITY},
+        {",\"time_step_limit\":[0.001, 100]", LLMEM_OK, 0.001, 100.0},
+        {",\"time_step_limit\":null", LLMEM_OK, 0.0, INFINITY},
+        {",\"time_step_limit\":[{\"__float__\":\"-Infinity\"},1]", LLMEM_E_CORRUPT, 0, 0},
+        {",\"time_step_limit\":[0,{\"__float__\":\"Huge\"}]", LLMEM_E_CORRUPT, 0, 0},
+        {",\"time_step_limit\":[0]", LLMEM_E_CORRUPT, 0, 0},
+        {",\"time_step_limit\":[2,1]", LLMEM_E_CORRUPT, 0, 0},
+        {",\"time_step_limit\":\"inf\"", LLMEM_E_CORRUPT, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char j[1024];
+        snprintf(j, sizeof j, base, cases[i].extra);
+        llmem_model_config m;
+        llmem_status s = parse(j, &m);
+        ck_assert_msg(s == cases[i].want, "case %zu: %d %s", i, s, err);
+        if (s == LLMEM_OK) {
+            ck_assert_double_eq(m.time_step_limit[0], cases[i].lo);
+            ck_assert_double_eq(m.time_step_limit[1], cases[i].hi);
+        } else {
+            ck_assert_ptr_nonnull(strstr(err, "time_step_limit"));
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_bamba_and_nemotron_spellings)
+{
+    /* mamba_d_head "auto"; no attn_layer_indices means all Mamba layers. */
+    const char *j = "{\"model_type\":\"bamba\",\"vocab_size\":100,\"hidden_size\":32,"
+                    "\"intermediate_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,"
+                    "\"mamba_n_heads\":4,\"mamba_d_head\":\"auto\",\"mamba_d_state\":8,"
+                    "\"rope_theta\":1000.0}";
+    llmem_model_config m;
+    ck_assert_msg(parse(j, &m) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(m.ssm_head_dim, 16); /* 2 * 32 / 4 */
+    ck_assert_int_eq(m.n_mamba_layers, 3);
+    ck_assert_int_eq(m.ssm_chunk_size, 256);
+    ck_assert_double_eq(m.rope_theta, 1000.0);
+    ck_assert_int_eq(m.rope_dim, 4); /* Bamba's fixed partial_rotary_factor 0.5 of 8 */
+
+    /* Legacy nemotron_h: hybrid_override_pattern and mamba_* names. */
+    j = "{\"model_type\":\"nemotron_h\",\"vocab_size\":100,\"hidden_size\":32,"
+        "\"intermediate_size\":48,\"num_hidden_layers\":99,\"num_attention_heads\":4,"
+        "\"num_key_value_heads\":1,\"head_dim\":8,\"hybrid_override_pattern\":\"M*-M\","
+        "\"mamba_num_heads\":4,\"mamba_head_dim\":8,\"ssm_state_size\":8,\"mamba_n_groups\":2,"
+        "\"mamba_d_conv\":3,\"mamba_chunk_size\":32,\"mamba_conv_bias\":false,"
+        "\"use_bias\":true,\"mamba_dt_limit\":[0.0,5.0],\"mlp_hidden_act\":\"relu2\"}";
+    ck_assert_msg(parse(j, &m) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(m.n_layers, 4);
+    ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_MAMBA2);
+    ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_ATTENTION);
+    ck_assert_int_eq(m.layers[2].kind, LLMEM_LAYER_MLP);
+    ck_assert_int_eq(m.ssm_n_groups, 2);
+    ck_assert_int_eq(m.ssm_d_conv, 3);
+    ck_assert_int_eq(m.ssm_chunk_size, 32);
+    ck_assert(!m.ssm_conv_bias && m.ssm_proj_bias);
+    /* transformers 5 clamps nemotron_h's dt to (time_step_min, inf), whatever
+     * the config's limit says (NemotronHMamba2Mixer.__init__); default min 0.001 */
+    ck_assert_double_eq(m.time_step_limit[0], 0.001);
+    ck_assert(isinf(m.time_step_limit[1]));
+    ck_assert_int_eq(m.ssm_d_inner, 32);
+    ck_assert_int_eq(m.ssm_norm_group_size, 16);
+    /* Legacy layers_block_type names. */
+    j = "{\"model_type\":\"nemotron_h\",\"vocab_size\":100,\"hidden_size\":32,"
+        "\"intermediate_size\":48,\"num_attention_heads\":4,\"head_dim\":8,"
+        "\"layers_block_type\":[\"mamba\",\"attention\",\"mlp\"],\"n_groups\":2,"
+        "\"mamba_num_heads\":4,\"mamba_head_dim\":8,\"ssm_state_size\":8}";
+    ck_assert_msg(parse(j, &m) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(m.n_layers, 3);
+    ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_ATTENTION);
+    ck_assert_int_eq(m.layers[2].kind, LLMEM_LAYER_MLP);
+    ck_assert_int_eq(m.ssm_n_groups, 2);
+    ck_assert_int_eq(m.ssm_chunk_size, 128); /* NemotronHConfig's default */
+}
+END_TEST
+
+/* Each bad config fails with the status and a message naming the problem. */
+START_TEST(test_bad_configs)
+{
+#define LLAMA(extra)                                                                               \
+    "{\"model_type\":\"llama\",\"vocab_size\":10,\"intermediate_size\":8,"                         \
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4" extra "}"
+    struct {
+        const char *json;
+        llmem_status want;
+        const char *msg;
+    } cases[] = {
+        {"{\"model_type\": \"llama\", ", LLMEM_E_CORRUPT, "not valid JSON"},
+        {"[]", LLMEM_E_CORRUPT, "not a JSON object"},
+        {"{\"vocab_size\": 10}", LLMEM_E_CORRUPT, "missing key 'model_type'"},
+        {"{\"model_type\": \"gpt2\"}", LLMEM_E_UNSUPPORTED, "'gpt2'"},
+        {"{\"model_type\": 3}", LLMEM_E_CORRUPT, "'model_type' must be a string"},
+        {LLAMA(""), LLMEM_E_CORRUPT, "missing key 'hidden_size'"},
+        {LLAMA(",\"hidden_size\":\"64\""), LLMEM_E_CORRUPT, "'hidden_size' must be an integer"},
+        {LLAMA(",\"hidden_size\":64.5"), LLMEM_E_CORRUPT, "'hidden_size' must be an integer"},
+        {LLAMA(",\"hidden_size\":-64"), LLMEM_E_CORRUPT, "'hidden_size' is -64"},
+        {LLAMA(",\"hidden_size\":64,\"num_key_value_heads\":3"), LLMEM_E_CORRUPT,
+         "multiple of num_key_value_heads"},
+        {LLAMA(",\"hidden_size\":66"), LLMEM_E_CORRUPT, "head_dim"},
+        {LLAMA(",\"hidden_size\":64,\"tie_word_embeddings\":\"yes\""), LLMEM_E_CORRUPT,
+         "'tie_word_embeddings' must be true or false"},
+        {LLAMA(",\"hidden_size\":64,\"rms_norm_eps\":-1"), LLMEM_E_CORRUPT, "rms_norm_eps"},
+        {LLAMA(",\"hidden_size\":64,\"rope_parameters\":{\"rope_type\":\"llama3\"}"),
+         LLMEM_E_UNSUPPORTED, "rope_type 'llama3'"},
+        {LLAMA(",\"hidden_size\":64,\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}"),
+         LLMEM_E_UNSUPPORTED, "rope_type 'linear'"},
+        {LLAMA(",\"hidden_size\":64,\"rope_parameters\":[1]"), LLMEM_E_CORRUPT,
+         "'rope_parameters' must be an object"},
+        {LLAMA(",\"hidden_size\":64,\"rope_theta\":\"big\""), LLMEM_E_CORRUPT,
+         "'rope_theta' must be a number"},
+        {LLAMA(",\"hidden_size\":64,\"partial_rotary_factor\":0.1"), LLMEM_E_CORRUPT,
+         "rotary dimensions"},
+        {LLAMA(",\"hidden_size\":64,\"hidden_act\":\"gelu\""), LLMEM_E_UNSUPPORTED, "'gelu'"},
+        {"{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
+         "\"num_hidden_layers\":100000,\"num_attention_heads\":4}", LLMEM_E_UNSUPPORTED,
+         "at most"},
+        {"{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4,"
+         "\"mamba_d_state\":8,\"attn_layer_indices\":[1,2]}", LLMEM_E_CORRUPT,
+         "attn_layer_indices"},
+        {"{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4,"
+         "\"mamba_d_head\":8,\"mamba_d_state\":8}", LLMEM_E_CORRUPT, "expand x hidden_size"},
+        {"{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"
+         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4,"
+         "\"mamba_d_state\":8,\"mamba_n_groups\":3}", LLMEM_E_CORRUPT, "multiple of its group"},
+        {"{\"model_type\":\"mamba2\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"num_hidden_layers\":2,\"num_heads\":4,\"head_dim\":16}", LLMEM_E_CORRUPT,
+         "missing key 'state_size'"},
+        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M*E\"}",
+         LLMEM_E_UNSUPPORTED, "layer 2 is a mixture-of-experts"},
+        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8,"
+         "\"layers_block_type\":[\"linear_attention\",\"moe\"]}",
+         LLMEM_E_UNSUPPORTED, "layer 1 is a mixture-of-experts"},
+        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M?\"}",
+         LLMEM_E_CORRUPT, "'?' at layer 1"},
+        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"layers_block_type\":[\"sliding\"]}",
+         LLMEM_E_UNSUPPORTED, "'sliding'"},
+        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8}", LLMEM_E_CORRUPT,
+         "missing key 'layers_block_type' (or 'hybrid_override_pattern')"},
+        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M\","
+         "\"mlp_hidden_act\":\"gelu\"}", LLMEM_E_UNSUPPORTED, "'gelu'"},
+    };
+#undef LLAMA
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        llmem_model_config m;
+        memset(&m, 0x5a, sizeof m);
+        llmem_status s = parse(cases[i].json, &m);
+        ck_assert_msg(s == cases[i].want, "case %zu: status %d, want %d (%s)", i, s,
+                      cases[i].want, err);
+        ck_assert_msg(strstr(err, cases[i].msg), "case %zu: '%s' lacks '%s'", i, err,
+                      cases[i].msg);
+        ck_assert_msg(strncmp(err, "config.json: ", 13) == 0, "case %zu: %s", i, err);
+        /* *out is untouched on failure. */
+        ck_assert_int_eq(((unsigned char *)&m)[0], 0x5a);
+        ck_assert_int_eq(((unsigned char *)&m)[sizeof m - 1], 0x5a);
+    }
+}
+END_TEST
+
+START_TEST(test_load_errors)
+{
+    llmem_model_config m;
+    ck_assert_int_eq(llmem_model_config_load("/nonexistent/dir", &m, err, sizeof err),
+                     LLMEM_E_NOT_FOUND);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/dir/config.json"));
+    ck_assert_int_eq(llmem_model_config_load(NULL, &m, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_model_config_parse(NULL, 0, &m, err, sizeof err), LLMEM_E_INVALID);
+    /* A path to the file itself works too, and messages carry the path. */
+    char p[600];
+    snprintf(p, sizeof p, "%s/config.json", fixture("llama"));
+    load_ok(p, &m);
+    char tmp[] = "/tmp/llmem_cfg_XXXXXX";
+    int fd = mkstemp(tmp);
+    ck_assert_int_ge(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"model_type\":\"mamba\"}", f);
+    fclose(f);
+    char jpath[64];
+    snprintf(jpath, sizeof jpath, "%s.json", tmp);
+    ck_assert_int_eq(rename(tmp, jpath), 0);
+    ck_assert_int_eq(llmem_model_config_load(jpath, &m, err, sizeof err), LLMEM_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err, jpath) && strstr(err, "'mamba'"), "%s", err);
+    unlink(jpath);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_fixture_llama);
+    tcase_add_test(tc, test_fixture_mamba2);
+    tcase_add_test(tc, test_fixture_bamba);
+    tcase_add_test(tc, test_fixture_nemotron_h);
+    tcase_add_test(tc, test_builtin_model);
+    tcase_add_test(tc, test_weight_names);
+    tcase_add_test(tc, test_check_tensors_mismatch);
+    tcase_add_test(tc, test_llama_classic_keys);
+    tcase_add_test(tc, test_time_step_limit_forms);
+    tcase_add_test(tc, test_bamba_and_nemotron_spellings);
+    tcase_add_test(tc, test_bad_configs);
+    tcase_add_test(tc, test_load_errors);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,402 @@
+// ctest-labels: core
+/* Minimal reproductions of the memory-module bugs the model-based test
+ * (test_memory_model.c) and the fault-injection test found. Each case
+ * states the contract it checks; expected values follow from the contract
+ * by hand, never from the code under test. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "llmem/llmem.h"
+
+static llmem_backend *cpu(void)
+{
+    llmem_backend *be = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_backend_open("cpu", -1, &be, err, sizeof err) == LLMEM_OK, "%s", err);
+    return be;
+}
+
+static llmem_memory *kv(llmem_backend *be, int32_t ps, int32_t n_pages, int32_t n_seq)
+{
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 4;
+    p.dtype = LLMEM_DTYPE_F32;
+    p.page_size = ps;
+    p.n_pages = n_pages;
+    p.n_seq_max = n_seq;
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+static llmem_memory *rs(llmem_backend *be, int32_t n_seq, int32_t n_ckpt)
+{
+    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
+                                       .dtype = LLMEM_DTYPE_F32};
+    const llmem_state_desc *states[1] = {&d};
+    const int32_t n_states[1] = {1};
+    llmem_recurrent_params p = {.n_layers = 1, .n_states = n_states, .states = states,
+                                .n_seq_max = n_seq, .n_ckpt = n_ckpt};
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+/* A batch: token i is toks[i] at pos[i] in sequences ids[i][0..nids[i]). */
+typedef struct tb {
+    int32_t n, tok[64], pos[64], nseq[64], ids[64][2];
+    const int32_t *idp[64];
+    llmem_batch b;
+} tb;
+
+static void tb_add(tb *t, int32_t tok, int32_t pos, int32_t s0, int32_t s1)
+{
+    int32_t i = t->n++;
+    t->tok[i] = tok;
+    t->pos[i] = pos;
+    t->ids[i][0] = s0;
+    t->ids[i][1] = s1;
+    t->nseq[i] = s1 >= 0 ? 2 : 1;
+}
+
+static const llmem_batch *tb_get(tb *t)
+{
+    for (int32_t i = 0; i < t->n; i++)
+        t->idp[i] = t->ids[i];
+    t->b = (llmem_batch){.n_tokens = t->n, .token = t->tok, .pos = t->pos, .n_seq_id = t->nseq,
+                         .seq_id = t->idp};
+    return &t->b;
+}
+
+/* Plans, applies and commits every ubatch; returns the plan status. */
+static llmem_status run_all(llmem_memory *m, tb *t, int32_t n_ubatch)
+{
+    llmem_plan *p = NULL;
+    char err[256] = "";
+    llmem_status st = llmem_memory_plan(m, tb_get(t), LLMEM_SPLIT_AUTO, n_ubatch, &p, err, sizeof err);
+    if (st != LLMEM_OK)
+        return st;
+    for (int32_t u = 0; u < llmem_plan_n_ubatch(p); u++) {
+        ck_assert_int_eq(llmem_memory_apply(m, p, u, NULL), LLMEM_OK);
+        ck_assert_int_eq(llmem_memory_commit(m, p, u), LLMEM_OK);
+    }
+    llmem_memory_release(m, p);
+    return LLMEM_OK;
+}
+
+static void assert_check(llmem_memory *m)
+{
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_check(m, err, sizeof err) == LLMEM_OK, "llmem_memory_check: %s",
+                  err);
+}
+
+/* KV cache: a page that was hashed (full, canonical) but lost the race to
+ * publish (an equal page was published first) is shared by seq_cp of a
+ * prefix ending inside it; once its other holder is gone, the copy writes
+ * into it in place. The page keeps its old hash: llmem_memory_check
+ * reports "hashed tokens differ", and the page is never published.
+ * Contract: a page written to is re-hashed when it becomes full again. */
+START_TEST(kv_page_written_in_place_keeps_stale_hash)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 16, 4);
+    tb t = {0};
+    for (int32_t j = 0; j < 4; j++) { /* seq 0 and seq 1: the same page, one batch */
+        tb_add(&t, 1 + j, j, 0, -1);
+        tb_add(&t, 1 + j, j, 1, -1);
+    }
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 1, 2, 0, 2), LLMEM_OK); /* seq 2 = [1 2] */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 1, -1, -1), LLMEM_OK);
+    t.n = 0;
+    tb_add(&t, 7, 2, 2, -1);
+    tb_add(&t, 8, 3, 2, -1); /* seq 2 = [1 2 7 8] */
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    assert_check(m);
+    /* [1 2 7 8] is a full canonical page: a new request for it hits */
+    t.n = 0;
+    int32_t want[5] = {1, 2, 7, 8, 9};
+    for (int32_t j = 0; j < 5; j++)
+        tb_add(&t, want[j], j, 3, -1);
+    llmem_plan *p = NULL;
+    ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, NULL, 0),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_plan_n_cached(p, 3), 4);
+    llmem_memory_release(m, p);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Recurrent memory: in one ubatch, sequence 0's current state is dropped
+ * from the reservation (only the newest 1 + n_ckpt states are kept) and
+ * its slot is handed to sequence 1 as destination. If the ubatch is then
+ * released without commit (the forward pass failed), release takes the
+ * slot away from sequence 0: it holds a token but no state.
+ * Contract (recurrent.h): on release of an applied, uncommitted ubatch a
+ * sequence keeps its current state. */
+START_TEST(rs_release_after_apply_keeps_current_state)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = rs(be, 2, 0);
+    tb t = {0};
+    tb_add(&t, 1, 0, 0, -1);
+    tb_add(&t, 2, 0, 1, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    t.n = 0;
+    tb_add(&t, 3, 1, 0, -1);
+    tb_add(&t, 4, 1, 1, -1);
+    llmem_plan *p = NULL;
+    ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, NULL, 0),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_apply(m, p, 0, NULL), LLMEM_OK);
+    llmem_memory_release(m, p);
+    for (int32_t s = 0; s < 2; s++) {
+        ck_assert_int_eq(llmem_memory_seq_len(m, s), 1);
+        ck_assert_msg(llmem_recurrent_seq_slot(m, s) >= 0, "sequence %d lost its state", s);
+    }
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Recurrent memory: a token shared by a sequence of 3 tokens and an empty
+ * one (valid: an empty sequence may start anywhere) gives the empty one a
+ * state labelled "after 4 tokens" while it holds 1 token: it has no current
+ * state and llmem_memory_check fails. Contract: plan either refuses the
+ * batch (LLMEM_E_INVALID, nothing changes) or every sequence ends with a
+ * state for the tokens it holds. */
+START_TEST(rs_shared_token_over_different_lengths)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = rs(be, 2, 0);
+    tb t = {0};
+    for (int32_t j = 0; j < 3; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    t.n = 0;
+    tb_add(&t, 9, 3, 0, 1);
+    llmem_status st = run_all(m, &t, 512);
+    if (st == LLMEM_OK) {
+        ck_assert_int_eq(llmem_memory_seq_len(m, 1), 1);
+        ck_assert_msg(llmem_recurrent_seq_slot(m, 1) >= 0, "sequence 1 has no state");
+    } else {
+        ck_assert_int_eq(st, LLMEM_E_INVALID);
+        ck_assert_int_eq(llmem_memory_seq_len(m, 1), 0);
+    }
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), st == LLMEM_OK ? 4 : 3);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Hybrid: llmem_memory_check while a plan is in flight reports the KV
+ * child's reserved pages as a violation ("sequence 0: 0 tokens, 0
+ * positions, 2 pages"): the child does not know a plan is in flight (its
+ * own base.plan is NULL). The same check on a plain KV cache passes. */
+START_TEST(hybrid_check_during_plan)
+{
+    llmem_backend *be = cpu();
+    for (int32_t hybrid = 0; hybrid < 2; hybrid++) {
+        llmem_memory *m = kv(be, 4, 8, 2);
+        if (hybrid) {
+            llmem_memory *kids[1] = {m};
+            int32_t map[1] = {0};
+            ck_assert_int_eq(llmem_hybrid_create(kids, 1, map, 1, &m, NULL, 0), LLMEM_OK);
+        }
+        tb t = {0};
+        for (int32_t j = 0; j < 6; j++)
+            tb_add(&t, 1 + j, j, 0, -1);
+        llmem_plan *p = NULL;
+        ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 2, &p, NULL, 0),
+                         LLMEM_OK);
+        assert_check(m);
+        ck_assert_int_eq(llmem_memory_apply(m, p, 0, NULL), LLMEM_OK);
+        ck_assert_int_eq(llmem_memory_commit(m, p, 0), LLMEM_OK);
+        assert_check(m);
+        llmem_memory_release(m, p);
+        assert_check(m);
+        llmem_memory_destroy(m);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Hybrid of two KV caches: the first child reserves (copy-on-write of a
+ * shared partial page, new pages) before the second finds it has no
+ * space; the plan fails with LLMEM_E_NO_SPACE but the first child keeps
+ * the private copy: its pages_used and cow_copies changed.
+ * Contract (DESIGN.md 1, hybrid.h): a composition plans all of its
+ * children or none; a failed plan leaves the memory unchanged. */
+START_TEST(hybrid_failed_plan_changes_first_child)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *kids[2] = {kv(be, 4, 16, 2), kv(be, 4, 2, 2)};
+    int32_t map[2] = {0, 1};
+    llmem_memory *m = NULL;
+    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    tb t = {0};
+    for (int32_t j = 0; j < 3; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK); /* shared partial page */
+    llmem_memory_stats before[2], after[2];
+    int32_t pt_before[4], pt_after[4];
+    for (int32_t c = 0; c < 2; c++)
+        llmem_memory_get_stats(llmem_memory_child(m, c), &before[c]);
+    ck_assert_int_eq(llmem_kv_cache_page_table(llmem_memory_child(m, 0), 1, pt_before, 4), 1);
+    /* seq 1 + 6 tokens: copy-on-write + 2 pages in each child; child 1 has 1 free page */
+    t.n = 0;
+    for (int32_t j = 3; j < 9; j++)
+        tb_add(&t, 10 + j, j, 1, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_NO_SPACE);
+    for (int32_t c = 0; c < 2; c++) {
+        llmem_memory_get_stats(llmem_memory_child(m, c), &after[c]);
+        ck_assert_msg(after[c].pages_used == before[c].pages_used &&
+                          after[c].pages_free == before[c].pages_free &&
+                          after[c].cow_copies == before[c].cow_copies,
+                      "child %d: pages used %lld -> %lld, free %lld -> %lld, copies %lld -> %lld",
+                      c, (long long)before[c].pages_used, (long long)after[c].pages_used,
+                      (long long)before[c].pages_free, (long long)after[c].pages_free,
+                      (long long)before[c].cow_copies, (long long)after[c].cow_copies);
+    }
+    ck_assert_int_eq(llmem_kv_cache_page_table(llmem_memory_child(m, 0), 1, pt_after, 4), 1);
+    ck_assert_int_eq(pt_after[0], pt_before[0]);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+static uint8_t *stream(llmem_memory *m, int32_t seq, size_t *n)
+{
+    size_t got = 0;
+    ck_assert_int_eq(llmem_memory_state_size(m, seq, n), LLMEM_OK);
+    uint8_t *b = malloc(*n);
+    ck_assert_int_eq(llmem_memory_state_write(m, seq, b, *n, &got), LLMEM_OK);
+    return b;
+}
+
+static uint64_t rd64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++)
+        v |= (uint64_t)p[k] << (8 * k);
+    return v;
+}
+
+static void wr64(uint8_t *p, uint64_t v)
+{
+    for (int k = 0; k < 8; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+/* Hybrid state I/O: every section is valid on its own, but the KV section
+ * says the sequence holds 5 tokens and the recurrent one 3. The stream is
+ * accepted and the children disagree (llmem_memory_check: "sequence 1
+ * differs between child 0 and child 1"). Contract (state read, DESIGN.md
+ * 7): a mismatched stream is refused and the memory is left as it was. */
+START_TEST(hybrid_state_read_sections_disagree)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *kids[2] = {kv(be, 4, 16, 2), rs(be, 2, 1)};
+    int32_t map[2] = {0, 1};
+    llmem_memory *m = NULL;
+    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    tb t = {0};
+    for (int32_t j = 0; j < 5; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    size_t na = 0, nb = 0;
+    uint8_t *a = stream(m, 0, &na);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    t.n = 0;
+    for (int32_t j = 0; j < 3; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    uint8_t *b = stream(m, 0, &nb);
+    /* a: header, KV section (5 tokens), recurrent section, trailer;
+     * splice a's KV section with b's recurrent section */
+    size_t kv_end = 16 + 16 + (size_t)rd64(a + 16), b_kv_end = 16 + 16 + (size_t)rd64(b + 16);
+    size_t rs_len = nb - 8 - b_kv_end, n = kv_end + rs_len + 8;
+    uint8_t *x = malloc(n);
+    memcpy(x, a, kv_end);
+    memcpy(x + kv_end, b + b_kv_end, rs_len);
+    wr64(x + n - 8, XXH3_64bits(x, n - 8));
+    llmem_status st = llmem_memory_state_read(m, 1, x, n, NULL, 0);
+    ck_assert_msg(st != LLMEM_OK, "a stream whose sections disagree was accepted");
+    ck_assert_int_eq(llmem_memory_seq_len(m, 1), 0);
+    assert_check(m);
+    free(a);
+    free(b);
+    free(x);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Positions are int32 and the next token of a sequence goes at
+ * pos_max + 1: a token at INT32_MAX leaves no next position. plan
+ * computes next_pos[s]++ / pm + 1 in int32 (memory/plan.c validate):
+ * signed overflow, undefined behaviour (UBSan reports it in the sanitizer
+ * build). seq_add already refuses positions above INT32_MAX - 1; plan and
+ * state_read should too (LLMEM_E_INVALID / LLMEM_E_CORRUPT). */
+START_TEST(position_int32_max)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 8, 2);
+    tb t = {0};
+    tb_add(&t, 1, INT32_MAX, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 0);
+    /* the same position through a state stream */
+    t.n = 0;
+    tb_add(&t, 1, 5, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    size_t n = 0;
+    uint8_t *s = stream(m, 0, &n);
+    /* KV payload after the 32-byte framing: 5 i32, seq, len, token, pos */
+    size_t at = 16 + 16 + 20 + 8 + 4;
+    int32_t big = INT32_MAX;
+    memcpy(s + at, &big, 4);
+    wr64(s + 24, XXH3_64bits(s + 32, (size_t)rd64(s + 16)));
+    wr64(s + n - 8, XXH3_64bits(s, n - 8));
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    llmem_status st = llmem_memory_state_read(m, 0, s, n, NULL, 0);
+    if (st == LLMEM_OK) /* then the next plan must not overflow */
+        ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_INVALID);
+    free(s);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("memory_regressions");
+    TCase *tc = tcase_create("regressions");
+    tcase_add_test(tc, kv_page_written_in_place_keeps_stale_hash);
+    tcase_add_test(tc, rs_release_after_apply_keeps_current_state);
+    tcase_add_test(tc, rs_shared_token_over_different_lengths);
+    tcase_add_test(tc, hybrid_check_during_plan);
+    tcase_add_test(tc, hybrid_failed_plan_changes_first_child);
+    tcase_add_test(tc, hybrid_state_read_sections_disagree);
+    tcase_add_test(tc, position_int32_max);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

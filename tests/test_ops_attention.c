@@ -1,0 +1,553 @@
+// ctest-labels: core
+/* Op conformance suite, part 2: the KV store, paged attention, the K-shift
+ * and KV page copies (see test_ops.c for the conventions).
+ *
+ * Views are built by hand (no memory module): pages are handed out in a
+ * shuffled order, page tables are padded with -1, the ubatch's tokens are
+ * shuffled across streams, and every slot no sequence owns, including the
+ * rest of partly filled pages and free pages, holds NaN. Results must equal
+ * the float64 reference over the logical (unpaged) keys and values, and
+ * must not change when the pools hold zeros instead of NaN.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/ops.h"
+#include "support/ops_harness.h"
+#include "support/ref64.h"
+
+#define F32 LLMEM_DTYPE_F32
+#define F16 LLMEM_DTYPE_F16
+#define BF16 LLMEM_DTYPE_BF16
+#define I32 LLMEM_DTYPE_I32
+#define MAX_STREAMS 8
+
+typedef struct attn_case {
+    int32_t n_streams;
+    int32_t len[MAX_STREAMS];   /* seq_len after this ubatch; 0: an empty stream */
+    int32_t n_new[MAX_STREAMS]; /* ubatch tokens of the stream (its last ones) */
+    int32_t page_size, n_kv_heads, n_heads, head_dim;
+    llmem_dtype dtype;
+    float softcap;
+    int32_t window;
+    bool pad_token; /* one extra token that sees nothing (tok_kv_len 0) */
+} attn_case;
+
+/* Everything the backend needs, generated once on the host. */
+typedef struct attn_data {
+    attn_case k;
+    int32_t n_pages, max_pages, n_tok, row; /* row: n_kv_heads * head_dim */
+    int32_t *page_table;                    /* [n_streams][max_pages] */
+    int32_t *tok_seq, *tok_kv_len;          /* [n_tok] */
+    int32_t *store_tok, *store_slot, n_store;
+    double *q, *kcur, *vcur;                /* [n_tok][..] */
+    double *kl[MAX_STREAMS], *vl[MAX_STREAMS]; /* logical K/V [len][row], rounded */
+} attn_data;
+
+static int32_t slot_of(const attn_data *d, int32_t s, int32_t j)
+{
+    return d->page_table[s * d->max_pages + j / d->k.page_size] * d->k.page_size +
+           j % d->k.page_size;
+}
+
+static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data *d)
+{
+    ref64_rng r = ref64_rng_make(ref64_seed(), stream);
+    memset(d, 0, sizeof *d);
+    d->k = *k;
+    d->row = k->n_kv_heads * k->head_dim;
+    int32_t used = 0;
+    for (int32_t s = 0; s < k->n_streams; s++) {
+        int32_t pages = (k->len[s] + k->page_size - 1) / k->page_size;
+        used += pages;
+        d->max_pages = pages + 2 > d->max_pages ? pages + 2 : d->max_pages;
+        d->n_tok += k->n_new[s];
+    }
+    d->n_pages = used + 3; /* free pages stay NaN */
+    int32_t *perm = th_alloc(h, (size_t)d->n_pages * sizeof *perm);
+    ref64_shuffle(&r, perm, d->n_pages);
+    d->page_table = th_alloc(h, (size_t)(k->n_streams * d->max_pages) * sizeof(int32_t));
+    int32_t next = 0;
+    for (int32_t s = 0; s < k->n_streams; s++) {
+        int32_t pages = (k->len[s] + k->page_size - 1) / k->page_size;
+        for (int32_t p = 0; p < d->max_pages; p++)
+            d->page_table[s * d->max_pages + p] = p < pages ? perm[next++] : -1;
+    }
+    int32_t n_tok = d->n_tok + (k->pad_token ? 1 : 0);
+    d->tok_seq = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
+    d->tok_kv_len = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
+    d->store_tok = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
+    d->store_slot = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
+    int32_t *order = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
+    ref64_shuffle(&r, order, n_tok);
+    d->q = th_alloc(h, (size_t)n_tok * k->n_heads * k->head_dim * sizeof(double));
+    d->kcur = th_alloc(h, (size_t)n_tok * d->row * sizeof(double));
+    d->vcur = th_alloc(h, (size_t)n_tok * d->row * sizeof(double));
+    ref64_fill(&r, d->q, (int64_t)n_tok * k->n_heads * k->head_dim, -3, 3, F32);
+    ref64_fill(&r, d->kcur, (int64_t)n_tok * d->row, -1, 1, F32);
+    ref64_fill(&r, d->vcur, (int64_t)n_tok * d->row, -1, 1, F32);
+    int32_t t = 0;
+    for (int32_t s = 0; s < k->n_streams; s++) {
+        d->kl[s] = th_alloc(h, (size_t)(k->len[s] + 1) * d->row * sizeof(double));
+        d->vl[s] = th_alloc(h, (size_t)(k->len[s] + 1) * d->row * sizeof(double));
+        int32_t first_new = k->len[s] - k->n_new[s];
+        ref64_fill(&r, d->kl[s], (int64_t)first_new * d->row, -1, 1, k->dtype);
+        ref64_fill(&r, d->vl[s], (int64_t)first_new * d->row, -1, 1, k->dtype);
+        for (int32_t j = first_new; j < k->len[s]; j++, t++) {
+            int32_t i = order[t]; /* ubatch position of this token */
+            d->tok_seq[i] = s;
+            d->tok_kv_len[i] = j + 1;
+            d->store_tok[d->n_store] = i;
+            d->store_slot[d->n_store++] = slot_of(d, s, j);
+            for (int32_t e = 0; e < d->row; e++) {
+                d->kl[s][(int64_t)j * d->row + e] = ref64_round(d->kcur[(int64_t)i * d->row + e], k->dtype);
+                d->vl[s][(int64_t)j * d->row + e] = ref64_round(d->vcur[(int64_t)i * d->row + e], k->dtype);
+            }
+        }
+    }
+    if (k->pad_token) {
+        int32_t i = order[t];
+        int32_t s = 0;
+        while (s + 1 < k->n_streams && k->len[s] > 0)
+            s++;
+        d->tok_seq[i] = s;
+        d->tok_kv_len[i] = 0;
+    }
+    d->n_tok = n_tok;
+}
+
+static void attn_reference(const attn_data *d, const llmem_attn_params *p, double *out)
+{
+    const attn_case *k = &d->k;
+    int32_t hd = k->head_dim, rep = k->n_heads / k->n_kv_heads;
+    int32_t max_len = 1;
+    for (int32_t s = 0; s < k->n_streams; s++)
+        max_len = k->len[s] > max_len ? k->len[s] : max_len;
+    double *kk = malloc(sizeof(double) * (size_t)hd * (size_t)max_len);
+    double *vv = malloc(sizeof(double) * (size_t)hd * (size_t)max_len);
+    for (int32_t i = 0; i < d->n_tok; i++) {
+        int32_t s = d->tok_seq[i], len = d->tok_kv_len[i];
+        int32_t lo = k->window > 0 && len > k->window ? len - k->window : 0;
+        for (int32_t hh = 0; hh < k->n_heads; hh++) {
+            int32_t g = hh / rep;
+            for (int32_t j = lo; j < len; j++)
+                for (int32_t e = 0; e < hd; e++) {
+                    kk[(j - lo) * hd + e] = d->kl[s][(int64_t)j * d->row + g * hd + e];
+                    vv[(j - lo) * hd + e] = d->vl[s][(int64_t)j * d->row + g * hd + e];
+                }
+            ref64_attention(d->q + ((int64_t)i * k->n_heads + hh) * hd, kk, vv, len - lo, hd,
+                            (double)p->scale, (double)p->softcap,
+                            out + ((int64_t)i * k->n_heads + hh) * hd);
+        }
+    }
+    free(kk);
+    free(vv);
+}
+
+/* Builds the view on `be` (pools filled with `fill`), runs kv_store then
+ * attention; writes out and, when pools != NULL, the K and V pool bytes. */
+static void attn_run(llmem_backend *be, const attn_data *d, const llmem_attn_params *p,
+                     uint32_t fill, double *out, unsigned char **pools, th_ctx *keep)
+{
+    const attn_case *k = &d->k;
+    th_ctx c;
+    th_begin(&c, be);
+    size_t es = llmem_dtype_size(k->dtype);
+    size_t pool_bytes = (size_t)d->n_pages * k->page_size * d->row * es;
+    llmem_view view = {.kind = LLMEM_VIEW_KV};
+    llmem_kv_view *kv = &view.u.kv;
+    kv->k = th_pool(&c, pool_bytes, k->dtype);
+    kv->v = th_pool(&c, pool_bytes, k->dtype);
+    ck_assert_int_eq(llmem_buffer_fill(kv->k, 0, llmem_buffer_size(kv->k), fill), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_fill(kv->v, 0, llmem_buffer_size(kv->v), fill), LLMEM_OK);
+    kv->dtype = k->dtype;
+    kv->n_pages = d->n_pages;
+    kv->page_size = k->page_size;
+    kv->n_kv_heads = k->n_kv_heads;
+    kv->head_dim = k->head_dim;
+    kv->max_pages = d->max_pages;
+    /* the past keys of every stream, written straight into their slots */
+    unsigned char *rowbuf = th_alloc(&c, (size_t)d->row * es);
+    for (int32_t s = 0; s < k->n_streams; s++)
+        for (int32_t j = 0; j < k->len[s] - k->n_new[s]; j++) {
+            size_t off = (size_t)slot_of(d, s, j) * d->row * es;
+            for (int32_t e = 0; e < d->row; e++)
+                ref64_encode(d->kl[s][(int64_t)j * d->row + e], k->dtype, rowbuf + e * es);
+            ck_assert_int_eq(llmem_buffer_upload(kv->k, off, rowbuf, (size_t)d->row * es), LLMEM_OK);
+            for (int32_t e = 0; e < d->row; e++)
+                ref64_encode(d->vl[s][(int64_t)j * d->row + e], k->dtype, rowbuf + e * es);
+            ck_assert_int_eq(llmem_buffer_upload(kv->v, off, rowbuf, (size_t)d->row * es), LLMEM_OK);
+        }
+    int32_t seq_len[MAX_STREAMS];
+    for (int32_t s = 0; s < k->n_streams; s++)
+        seq_len[s] = k->len[s];
+    th_idx b = {0};
+    kv->store_tok = th_idx_add(&b, d->store_tok, d->n_store);
+    kv->store_slot = th_idx_add(&b, d->store_slot, d->n_store);
+    kv->page_table = th_idx_add(&b, d->page_table, k->n_streams * d->max_pages);
+    kv->seq_len = th_idx_add(&b, seq_len, k->n_streams);
+    kv->tok_kv_len = th_idx_add(&b, d->tok_kv_len, d->n_tok);
+    kv->tok_seq = th_idx_add(&b, d->tok_seq, d->n_tok);
+    llmem_i32_table *tabs[] = {&kv->store_tok, &kv->store_slot, &kv->page_table,
+                               &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq};
+    view.idx = th_idx_finish(&c, &b, tabs, 6);
+    llmem_tensor q = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->head_dim);
+    llmem_tensor kc = th_tensor(&c, F32, 3, d->n_tok, k->n_kv_heads, k->head_dim);
+    llmem_tensor vc = th_tensor(&c, F32, 3, d->n_tok, k->n_kv_heads, k->head_dim);
+    llmem_tensor o = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->head_dim);
+    th_set(&q, d->q);
+    th_set(&kc, d->kcur);
+    th_set(&vc, d->vcur);
+    ck_assert_int_eq(llmem_op_kv_store(be, &view, &kc, &vc), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_attention_paged(be, p, &view, &q, &o), LLMEM_OK);
+    th_get(&o, out);
+    if (pools) {
+        pools[0] = th_keep(keep, th_snapshot(&c, kv->k));
+        pools[1] = th_keep(keep, th_snapshot(&c, kv->v));
+        c.n_keep -= 2; /* now owned by `keep` */
+    }
+    th_end(&c);
+}
+
+/* The bytes the pools must hold: fill everywhere, the rounded K/V of every
+ * slot a sequence owns (past ones uploaded, new ones stored by the op). */
+static void expect_pools(const attn_data *d, uint32_t fill, unsigned char *const *got)
+{
+    const attn_case *k = &d->k;
+    size_t es = llmem_dtype_size(k->dtype);
+    size_t bytes = (size_t)d->n_pages * k->page_size * d->row * es;
+    for (int kvi = 0; kvi < 2; kvi++) {
+        unsigned char *want = malloc((bytes + 3) / 4 * 4);
+        for (size_t i = 0; i < bytes; i += 4)
+            memcpy(want + i, &fill, 4);
+        for (int32_t s = 0; s < k->n_streams; s++)
+            for (int32_t j = 0; j < k->len[s]; j++)
+                for (int32_t e = 0; e < d->row; e++)
+                    ref64_encode((kvi ? d->vl : d->kl)[s][(int64_t)j * d->row + e], k->dtype,
+                                 want + ((size_t)slot_of(d, s, j) * d->row + e) * es);
+        th_expect_same_bytes(got[kvi], want, bytes, kvi ? "V pool after kv_store" : "K pool after kv_store");
+        free(want);
+    }
+}
+
+static const attn_case cases[] = {
+    /* GQA 2, f16, pages of 16: a long stream, a one-token sequence, a
+     * whole prefill, an empty stream and a padding token */
+    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true},
+    /* MQA, bf16, pages of 1, soft-capped */
+    {2, {9, 4}, {1, 4}, 1, 1, 3, 80, BF16, 30.0f, 0, false},
+    /* MHA, f32, pages of 64, sliding window */
+    {2, {130, 65}, {3, 65}, 64, 4, 4, 128, F32, 0.0f, 20, false},
+    /* GQA 4 decode step, window and softcap */
+    {1, {100}, {1}, 16, 2, 8, 80, F32, 50.0f, 32, false},
+    /* short sequences in pages of 64, f16 */
+    {5, {1, 2, 3, 64, 65}, {1, 1, 1, 2, 1}, 64, 1, 2, 64, F16, 0.0f, 0, true},
+    /* bf16 head_dim 128 with pages of 16 and a window longer than all */
+    {3, {40, 17, 33}, {8, 17, 1}, 16, 2, 6, 128, BF16, 0.0f, 1000, false},
+    /* long contexts: a 1500-token history with a chunk of 40, and a
+     * 700-token prefill in one ubatch */
+    {2, {1500, 700}, {40, 700}, 16, 2, 4, 64, F16, 0.0f, 0, false},
+};
+
+START_TEST(test_attention)
+{
+    llmem_backend *be = th_open(_i);
+    llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        th_ctx h;
+        th_begin(&h, NULL);
+        attn_data d;
+        attn_make(&h, &cases[ci], 2000 + ci, &d);
+        llmem_attn_params p = {1.0f / sqrtf((float)cases[ci].head_dim), cases[ci].softcap,
+                               cases[ci].window};
+        int64_t n = (int64_t)d.n_tok * cases[ci].n_heads * cases[ci].head_dim;
+        double *out = th_alloc(&h, (size_t)n * sizeof *out);
+        double *clean = th_alloc(&h, (size_t)n * sizeof *clean);
+        double *ref = th_alloc(&h, (size_t)n * sizeof *ref);
+        uint32_t nan = llmem_nan_pattern(cases[ci].dtype);
+        unsigned char *pools[2];
+        attn_run(be, &d, &p, nan, out, pools, &h);
+        expect_pools(&d, nan, pools);
+        /* poisoned free pages and padding give exactly the clean result */
+        attn_run(be, &d, &p, 0u, clean, NULL, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "attention case %zu, NaN vs zero pools", ci);
+        th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
+        if (cpu)
+            attn_run(cpu, &d, &p, nan, ref, NULL, NULL);
+        else
+            attn_reference(&d, &p, ref);
+        snprintf(what, sizeof what, "attention case %zu (%s, ps %d, hd %d)", ci,
+                 llmem_dtype_name(cases[ci].dtype), cases[ci].page_size, cases[ci].head_dim);
+        th_expect_close(out, ref, n, ref64_tol(F32, cpu != NULL), what);
+        /* a query that sees no key gets exact zeros */
+        for (int32_t i = 0; i < d.n_tok; i++)
+            if (d.tok_kv_len[i] == 0)
+                for (int32_t e = 0; e < cases[ci].n_heads * cases[ci].head_dim; e++)
+                    if (out[(int64_t)i * cases[ci].n_heads * cases[ci].head_dim + e] != 0.0)
+                        ck_abort_msg("attention case %zu: token %d sees no key but is not 0", ci, i);
+        th_end(&h);
+    }
+    llmem_backend_close(cpu);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* ---- index-table checks ---------------------------------------------------------------- */
+
+typedef struct small_view {
+    llmem_view view;
+    int32_t *host; /* the builder's array (to corrupt the device copy) */
+    llmem_tensor q, o, kc;
+} small_view;
+
+/* A 2-stream view: lens {5, 3}, page size 4, pages {2, 0} and {1}; the
+ * arrays may be altered by the caller before it is built. */
+static void small_build(th_ctx *c, small_view *sv, const int32_t *pt, const int32_t *seq_len,
+                        const int32_t *kv_len, const int32_t *tok_seq, const int32_t *st_tok,
+                        const int32_t *st_slot, int32_t n_store)
+{
+    memset(sv, 0, sizeof *sv);
+    llmem_kv_view *kv = &sv->view.u.kv;
+    sv->view.kind = LLMEM_VIEW_KV;
+    kv->dtype = F32;
+    kv->n_pages = 4;
+    kv->page_size = 4;
+    kv->n_kv_heads = 1;
+    kv->head_dim = 8;
+    kv->max_pages = 2;
+    kv->k = th_pool(c, 4 * 4 * 8 * 4, F32);
+    kv->v = th_pool(c, 4 * 4 * 8 * 4, F32);
+    ck_assert_int_eq(llmem_buffer_fill(kv->k, 0, 512, 0), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_fill(kv->v, 0, 512, 0), LLMEM_OK);
+    th_idx b = {0};
+    kv->store_tok = th_idx_add(&b, st_tok, n_store);
+    kv->store_slot = th_idx_add(&b, st_slot, n_store);
+    kv->page_table = th_idx_add(&b, pt, 4);
+    kv->seq_len = th_idx_add(&b, seq_len, 2);
+    kv->tok_kv_len = th_idx_add(&b, kv_len, 3);
+    kv->tok_seq = th_idx_add(&b, tok_seq, 3);
+    llmem_i32_table *tabs[] = {&kv->store_tok, &kv->store_slot, &kv->page_table,
+                               &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq};
+    sv->view.idx = th_idx_finish(c, &b, tabs, 6);
+    sv->host = (int32_t *)c->keep[c->n_keep - 1];
+    sv->q = th_tensor(c, F32, 3, 3, 2, 8);
+    sv->o = th_tensor(c, F32, 3, 3, 2, 8);
+    sv->kc = th_tensor(c, F32, 3, 3, 1, 8);
+    double z[48] = {0};
+    th_set(&sv->q, z);
+    th_set(&sv->kc, z);
+}
+
+START_TEST(test_attention_tables)
+{
+    llmem_backend *be = th_open(_i);
+    llmem_attn_params p = {0.5f, 0.0f, 0};
+    const int32_t pt[4] = {2, 0, 1, -1}, len[2] = {5, 3}, kvl[3] = {5, 4, 3}, ts[3] = {0, 0, 1};
+    const int32_t stok[3] = {0, 1, 2}, sslot[3] = {8, 3, 6};
+    th_ctx c;
+    th_begin(&c, be);
+    small_view sv;
+    small_build(&c, &sv, pt, len, kvl, ts, stok, sslot, 3);
+    ck_assert_int_eq(llmem_op_kv_store(be, &sv.view, &sv.kc, &sv.kc), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_attention_paged(be, &p, &sv.view, &sv.q, &sv.o), LLMEM_OK);
+    /* out overlapping q, a q head count that is no multiple of n_kv_heads */
+    ck_assert_int_eq(llmem_op_attention_paged(be, &p, &sv.view, &sv.q, &sv.q), LLMEM_E_INVALID);
+    llmem_tensor q0 = sv.q;
+    q0.ne[2] = 7;
+    ck_assert_int_eq(llmem_op_attention_paged(be, &p, &sv.view, &q0, &q0), LLMEM_E_INVALID);
+    llmem_attn_params bad_p = {0.5f, -1.0f, 0};
+    ck_assert_int_eq(llmem_op_attention_paged(be, &bad_p, &sv.view, &sv.q, &sv.o), LLMEM_E_INVALID);
+    struct {
+        int32_t pt[4], len[2], kvl[3], ts[3], sslot[3];
+        const char *why;
+    } bad[] = {
+        {{2, 7, 1, -1}, {5, 3}, {5, 4, 3}, {0, 0, 1}, {8, 3, 6}, "page id out of range"},
+        {{2, -1, 1, -1}, {5, 3}, {5, 4, 3}, {0, 0, 1}, {8, 3, 6}, "-1 inside seq_len"},
+        {{2, 0, 1, -1}, {9, 3}, {5, 4, 3}, {0, 0, 1}, {8, 3, 6}, "more pages than max_pages"},
+        {{2, 0, 1, -1}, {5, 3}, {6, 4, 3}, {0, 0, 1}, {8, 3, 6}, "tok_kv_len > seq_len"},
+        {{2, 0, 1, -1}, {5, 3}, {5, 4, 3}, {0, 2, 1}, {8, 3, 6}, "tok_seq out of range"},
+        {{2, 0, 1, -1}, {5, -1}, {5, 4, 3}, {0, 0, 0}, {8, 3, 6}, "negative seq_len"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        small_view b;
+        small_build(&c, &b, bad[i].pt, bad[i].len, bad[i].kvl, bad[i].ts, stok, bad[i].sslot, 3);
+        ck_assert_msg(llmem_op_attention_paged(be, &p, &b.view, &b.q, &b.o) == LLMEM_E_INVALID,
+                      "%s accepted", bad[i].why);
+        th_end(&c);
+        th_begin(&c, be);
+    }
+    const int32_t dup[3] = {8, 3, 8}, oob[3] = {8, 3, 16}, tok_oob[3] = {0, 3, 2};
+    small_view b;
+    small_build(&c, &b, pt, len, kvl, ts, stok, dup, 3);
+    ck_assert_int_eq(llmem_op_kv_store(be, &b.view, &b.kc, &b.kc), LLMEM_E_INVALID);
+    small_build(&c, &b, pt, len, kvl, ts, stok, oob, 3);
+    ck_assert_int_eq(llmem_op_kv_store(be, &b.view, &b.kc, &b.kc), LLMEM_E_INVALID);
+    small_build(&c, &b, pt, len, kvl, ts, tok_oob, sslot, 3);
+    ck_assert_int_eq(llmem_op_kv_store(be, &b.view, &b.kc, &b.kc), LLMEM_E_INVALID);
+    if (th_is_cpu(_i)) {
+        /* a device table that disagrees with its host copy: the CPU kernel
+         * checks what it reads instead of reading out of bounds */
+        small_build(&c, &b, pt, len, kvl, ts, stok, sslot, 3);
+        size_t off = b.view.u.kv.page_table.offset;
+        int32_t evil = 1 << 20;
+        ck_assert_int_eq(llmem_buffer_upload(b.view.idx, off, &evil, 4), LLMEM_OK);
+        ck_assert_int_eq(llmem_op_attention_paged(be, &p, &b.view, &b.q, &b.o), LLMEM_E_INVALID);
+        off = b.view.u.kv.store_slot.offset;
+        ck_assert_int_eq(llmem_buffer_upload(b.view.idx, off, &evil, 4), LLMEM_OK);
+        ck_assert_int_eq(llmem_op_kv_store(be, &b.view, &b.kc, &b.kc), LLMEM_E_INVALID);
+    }
+    th_end(&c);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* ---- K-shift ------------------------------------------------------------------------------ */
+
+START_TEST(test_rope_shift)
+{
+    /* n_kv_heads, head_dim, n_rot, mode */
+    static const int32_t shapes[][4] = {{2, 64, 64, 1}, {1, 80, 40, 1}, {3, 128, 128, 0}, {2, 80, 2, 0}};
+    llmem_backend *be = th_open(_i);
+    llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int dt = 0; dt < 3; dt++) {
+            llmem_dtype t = (llmem_dtype[]){F32, F16, BF16}[dt];
+            int32_t hkv = shapes[s][0], hd = shapes[s][1], n_slots = 48, n_shift = 13;
+            llmem_rope_params p = {shapes[s][3] ? LLMEM_ROPE_NEOX : LLMEM_ROPE_NORMAL,
+                                   shapes[s][2], 10000.0f, s == 2 ? 0.5f : 1.0f};
+            ref64_rng r = ref64_rng_make(ref64_seed(), 3000 + s * 4 + dt);
+            th_ctx h;
+            th_begin(&h, NULL);
+            int64_t n = (int64_t)n_slots * hkv * hd, row = (int64_t)hkv * hd;
+            double *k = th_alloc(&h, (size_t)n * sizeof *k), *got = th_alloc(&h, (size_t)n * sizeof *got);
+            double *ref = th_alloc(&h, (size_t)n * sizeof *ref);
+            ref64_fill(&r, k, n, -2, 2, t);
+            int32_t *perm = th_alloc(&h, n_slots * sizeof *perm), delta[13];
+            ref64_shuffle(&r, perm, n_slots);
+            for (int j = 0; j < n_shift; j++)
+                delta[j] = ref64_int(&r, -3000, 3000);
+            llmem_backend *runs[2] = {be, cpu};
+            for (int run = 0; run < (cpu ? 2 : 1); run++) {
+                th_ctx c;
+                th_begin(&c, runs[run]);
+                llmem_view view = {.kind = LLMEM_VIEW_KV};
+                llmem_kv_view *kv = &view.u.kv;
+                size_t es = llmem_dtype_size(t), row_bytes = (size_t)row * es;
+                kv->dtype = t;
+                kv->page_size = 1;
+                kv->n_pages = n_slots;
+                kv->n_kv_heads = hkv;
+                kv->head_dim = hd;
+                kv->k = th_pool(&c, (size_t)n_slots * row_bytes, t);
+                kv->v = th_pool(&c, (size_t)n_slots * row_bytes, t);
+                unsigned char *enc = th_alloc(&c, (size_t)n * es);
+                for (int64_t e = 0; e < n; e++)
+                    ref64_encode(k[e], t, enc + e * es);
+                ck_assert_int_eq(llmem_buffer_upload(kv->k, 0, enc, (size_t)n * es), LLMEM_OK);
+                unsigned char *v_before = th_snapshot(&c, kv->v);
+                int32_t slots[13];
+                for (int j = 0; j < n_shift; j++)
+                    slots[j] = perm[j];
+                th_idx b = {0};
+                kv->shift_slot = th_idx_add(&b, slots, n_shift);
+                kv->shift_delta = th_idx_add(&b, delta, n_shift);
+                llmem_i32_table *tabs[] = {&kv->shift_slot, &kv->shift_delta};
+                view.idx = th_idx_finish(&c, &b, tabs, 2);
+                ck_assert_int_eq(llmem_op_rope_shift(runs[run], &p, &view), LLMEM_OK);
+                unsigned char *pool = th_snapshot(&c, kv->k);
+                for (int64_t e = 0; e < n; e++)
+                    (run ? ref : got)[e] = ref64_decode(pool + e * es, t);
+                th_expect_same_bytes(th_snapshot(&c, kv->v), v_before, llmem_buffer_size(kv->v),
+                                     "V pool after rope_shift");
+                th_end(&c);
+            }
+            if (!cpu) {
+                memcpy(ref, k, (size_t)n * sizeof *ref);
+                for (int j = 0; j < n_shift; j++)
+                    for (int32_t g = 0; g < hkv; g++) {
+                        double *x = k + perm[j] * row + g * hd, *o = ref + perm[j] * row + g * hd;
+                        ref64_rope(&p, hd, delta[j], x, o);
+                    }
+            }
+            /* untouched slots and dims >= n_rot keep their exact bytes */
+            for (int32_t sl = 0; sl < n_slots; sl++) {
+                bool shifted = false;
+                for (int j = 0; j < n_shift; j++)
+                    shifted |= perm[j] == sl;
+                for (int32_t g = 0; g < hkv; g++)
+                    for (int32_t e = shifted ? p.n_rot : 0; e < hd; e++) {
+                        int64_t at = sl * row + g * hd + e;
+                        if (got[at] != k[at])
+                            ck_abort_msg("rope_shift changed slot %d dim %d", sl, e);
+                    }
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rope_shift %s hd=%d n_rot=%d", llmem_dtype_name(t), hd, p.n_rot);
+            th_expect_close(got, ref, n, ref64_tol(t, cpu != NULL) + (cpu ? 5e-3 : 0.0), what);
+            th_end(&h);
+        }
+    }
+    llmem_backend_close(cpu);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_kv_page_copy)
+{
+    llmem_backend *be = th_open(_i);
+    ref64_rng r = ref64_rng_make(ref64_seed(), 3100);
+    th_ctx c;
+    th_begin(&c, be);
+    llmem_view view = {.kind = LLMEM_VIEW_KV};
+    llmem_kv_view *kv = &view.u.kv;
+    kv->dtype = F16;
+    kv->n_pages = 6;
+    kv->page_size = 3;
+    kv->n_kv_heads = 2;
+    kv->head_dim = 5;
+    size_t page = 3 * 2 * 5 * 2, bytes = 6 * page;
+    kv->k = th_pool(&c, bytes, F16);
+    kv->v = th_pool(&c, bytes, F16);
+    unsigned char *k0 = th_alloc(&c, bytes), *v0 = th_alloc(&c, bytes);
+    for (size_t i = 0; i < bytes; i++) {
+        k0[i] = (unsigned char)ref64_next(&r);
+        v0[i] = (unsigned char)ref64_next(&r);
+    }
+    ck_assert_int_eq(llmem_buffer_upload(kv->k, 0, k0, bytes), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload(kv->v, 0, v0, bytes), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_kv_page_copy(be, &view, 4, 1), LLMEM_OK);
+    memcpy(k0 + page, k0 + 4 * page, page);
+    memcpy(v0 + page, v0 + 4 * page, page);
+    th_expect_same_bytes(th_snapshot(&c, kv->k), k0, bytes, "K pool after page copy");
+    th_expect_same_bytes(th_snapshot(&c, kv->v), v0, bytes, "V pool after page copy");
+    ck_assert_int_eq(llmem_op_kv_page_copy(be, &view, 2, 2), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_kv_page_copy(be, &view, 2, 6), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_kv_page_copy(be, &view, -1, 0), LLMEM_E_INVALID);
+    th_end(&c);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    printf("test_ops_attention: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
+           (unsigned long long)ref64_seed());
+    int n = th_backends_probe();
+    Suite *s = suite_create("ops_attention");
+    TCase *tc = tcase_create("attention");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_attention, 0, n);
+    tcase_add_loop_test(tc, test_attention_tables, 0, n);
+    tcase_add_loop_test(tc, test_rope_shift, 0, n);
+    tcase_add_loop_test(tc, test_kv_page_copy, 0, n);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return n > 0 && failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
