@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds llmem into build/, then runs the demo:
-# a hybrid memory (paged KV cache + recurrent state) that plans, applies and
-# commits a multi-sequence batch and prints what it did.
+# Installs what is missing, builds llmem into build/, then runs the main job
+# on the built-in model: `llmem generate` streams Shakespeare-like text from
+# the byte-level Bamba hybrid (Mamba-2 + attention) in models/builtin, first
+# one sequence, then three in parallel sharing the prompt's pages.
 #
-#   ./scripts/demo.sh
+#   ./scripts/demo.sh [extra llmem generate options, e.g. --backend vulkan]
 set -euo pipefail
 # shellcheck source=scripts/setup.sh
 source "$(dirname "${BASH_SOURCE[0]}")/setup.sh"
 llmem_setup
 
-demo="$LLMEM_BUILD/bin/hybrid_demo"
-if [ ! -x "$demo" ]; then
-  if [ ! -f "$LLMEM_ROOT/examples/hybrid_demo.c" ]; then
-    llmem_log "the demo program examples/hybrid_demo.c does not exist yet; nothing to run"
-  else
-    llmem_log "$demo was not built; see the build output above"
-  fi
+llmem="$LLMEM_BUILD/bin/llmem"
+if [ ! -x "$llmem" ]; then
+  llmem_log "$llmem was not built; see the build output above"
   exit 1
 fi
-llmem_log "running $demo"
-exec "$demo"
+export LLMEM_MODEL_DIR="${LLMEM_MODEL_DIR:-$LLMEM_ROOT/models/builtin}"
+llmem_log "$llmem info"
+"$llmem" info
+llmem_log "one sequence: $llmem generate --prompt 'ROMEO:' -n 300 $*"
+"$llmem" generate --prompt $'ROMEO:\n' -n 300 --stats "$@"
+llmem_log "three sequences sharing the prompt: $llmem generate --parallel 3 -n 120 $*"
+"$llmem" generate --prompt $'JULIET:\n' --parallel 3 -n 120 --seed 7 --stats "$@"
+llmem_log "the memory modules underneath: $LLMEM_BUILD/bin/hybrid_demo"
+"$LLMEM_BUILD/bin/hybrid_demo"
