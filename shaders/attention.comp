@@ -15,7 +15,12 @@
  * sum, (d) every invocation updates its (head, dim) accumulators with the
  * value rows. Only keys below tok_kv_len, which the host checked against
  * seq_len, are touched: unwritten slots are never read. A token whose
- * stream or length fails the device-side check sees no key (zeros). */
+ * stream or length fails the device-side check sees no key (zeros).
+ *
+ * Split keys (flash-decoding): with n_split > 1, workgroup `split` of an
+ * item takes only keys [lo + split * split_keys, ..) of the range and
+ * writes its unnormalized accumulators and its running max and sum to
+ * part[(i, head, split)][D + 2]; attn_combine.comp merges the splits. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint D = 128;
@@ -28,12 +33,14 @@ layout(binding = 1) writeonly buffer O { float o[]; };
 layout(binding = 2) readonly buffer Idx { int idx[]; };
 layout(binding = 3) readonly buffer Kp { uint kp[]; };
 layout(binding = 4) readonly buffer Vp { uint vp[]; };
+layout(binding = 5) writeonly buffer Part { float part[]; };
 
 layout(push_constant) uniform P {
     uint n_tok, n_heads, n_kv, n_rep, n_chunks, max_pages, ps, n_pages, n_streams;
     int window;
     float scale, softcap;
     uint q_off, o_off, pt_off, sl_off, kl_off, ts_off;
+    uint n_split, split_keys;
 } p;
 
 const uint NACC = (R * D + WG - 1) / WG;
@@ -48,8 +55,10 @@ shared int range_s[2];
 void main()
 {
     uint item = group_id();
-    if (item >= p.n_tok * p.n_kv * p.n_chunks)
+    if (item >= p.n_tok * p.n_kv * p.n_chunks * p.n_split)
         return;
+    uint split = item % p.n_split;
+    item /= p.n_split;
     uint chunk = item % p.n_chunks;
     uint g = (item / p.n_chunks) % p.n_kv;
     uint i = item / (p.n_chunks * p.n_kv);
@@ -69,6 +78,11 @@ void main()
         if (!ok)
             len = 0;
         int lo = p.window > 0 && len > p.window ? len - p.window : 0;
+        if (p.n_split > 1) {
+            int lo_s = lo + int(split * p.split_keys);
+            len = min(len, lo_s + int(p.split_keys));
+            lo = lo_s;
+        }
         range_s[0] = lo;
         range_s[1] = len;
     }
@@ -78,7 +92,7 @@ void main()
     }
     barrier();
     int lo = range_s[0], len = range_s[1];
-    uint s = len > 0 ? uint(idx[p.ts_off + i]) : 0u;
+    uint s = len > lo ? uint(idx[p.ts_off + i]) : 0u;
     uint pt = p.pt_off + s * p.max_pages;
 
     float acc[NACC];
@@ -172,6 +186,21 @@ void main()
             acc[a] = v;
         }
         barrier();
+    }
+    if (p.n_split > 1) {
+        /* partial results of this split, merged by attn_combine.comp */
+        for (uint a = 0; a < NACC; a++) {
+            uint e = l + a * WG;
+            uint r = e / D, d = e % D;
+            if (r < nr)
+                part[((i * p.n_heads + head0 + r) * p.n_split + split) * (D + 2u) + d] = acc[a];
+        }
+        if (l < nr) {
+            uint b = ((i * p.n_heads + head0 + l) * p.n_split + split) * (D + 2u) + D;
+            part[b] = m_run;
+            part[b + 1u] = l_run;
+        }
+        return;
     }
     /* the sums reach every invocation through shared memory */
     if (l < nr)

@@ -736,6 +736,12 @@ START_TEST(test_attention_wide_groups)
     compare_attention(vk, cpu, &a, 1e-4);
     compare_attention(vk, cpu, &b, 1e-4);
     compare_attention(vk, cpu, &c, 1e-4);
+    /* decode over long histories: the keys are split over workgroups and
+     * merged (with a window, and with a K-shift of the first pages) */
+    attn_cfg dsplit = {2, 8, 128, 16, 3000, 2, 0, F16, 0.0f, 0};
+    attn_cfg dwin = {1, 4, 64, 64, 2500, 1, 70, BF16, 30.0f, 1300};
+    compare_attention(vk, cpu, &dsplit, 1e-4);
+    compare_attention(vk, cpu, &dwin, 1e-4);
     llmem_backend_close(vk);
     llmem_backend_close(cpu);
 }

@@ -3,7 +3,9 @@
  * Alg. 1). The shaders (shaders/kv_store.comp, shaders/attention.comp)
  * read the view's index tables straight from its device index buffer and
  * bound-check every index they read, so no table is uploaded and no slot
- * outside [0, seq_len) of a stream is touched.
+ * outside [0, seq_len) of a stream is touched. Decode batches split each
+ * query's keys over several workgroups and merge the partial softmax
+ * states (flash-decoding, as in FlashAttention-2's split-KV decode).
  */
 #include "vk_internal.h"
 
@@ -12,6 +14,13 @@
 #define ATTN_BK 64     /* keys per online-softmax block (<= ATTN_WG) */
 #define ATTN_QS 2048   /* floats of shared memory for the queries of a workgroup */
 #define ATTN_RMAX 8    /* query heads of one GQA group per workgroup */
+/* Key splits (flash-decoding, for decode batches that give too few
+ * workgroups to fill a GPU): used when the work items number fewer than
+ * SPLIT_ITEMS and some query sees more than 2 * SPLIT_KEYS keys. */
+#define SPLIT_ITEMS 2048
+#define SPLIT_KEYS 512
+#define SPLIT_MAX 64
+#define COMBINE_WG 128
 
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
 {
@@ -53,6 +62,26 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     r = r < 1 ? 1 : r > ATTN_RMAX ? ATTN_RMAX : r;
     r = r > n_rep ? n_rep : r;
     uint32_t n_chunks = (n_rep + r - 1) / r;
+    uint64_t items = (uint64_t)n_tok * n_kv * n_chunks;
+    int32_t max_len = 0;
+    for (int32_t i = 0; i < kv->tok_kv_len.n; i++) {
+        int32_t len = kv->tok_kv_len.host[i];
+        if (p->window > 0 && len > p->window)
+            len = p->window;
+        max_len = len > max_len ? len : max_len;
+    }
+    uint32_t n_split = 1, split_keys = 0;
+    if (items < SPLIT_ITEMS && max_len > 2 * SPLIT_KEYS) {
+        n_split = (uint32_t)((max_len + SPLIT_KEYS - 1) / SPLIT_KEYS);
+        n_split = n_split > SPLIT_MAX ? SPLIT_MAX : n_split;
+        split_keys = (uint32_t)((max_len + (int32_t)n_split - 1) / (int32_t)n_split);
+    }
+    vk_alloc part = {0};
+    if (n_split > 1) {
+        llmem_status st = vk_alloc_make(v, (VkDeviceSize)n_tok * n_heads * n_split * (d + 2) * 4, &part);
+        if (st != LLMEM_OK)
+            return st;
+    }
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG);
     vk_op_spec(&op, d);
@@ -64,6 +93,10 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     vk_op_buffer(v, &op, view->idx, false);
     vk_op_buffer(v, &op, kv->k, false);
     vk_op_buffer(v, &op, kv->v, false);
+    if (n_split > 1)
+        vk_op_alloc(v, &op, &part, true);
+    else
+        vk_op_dummy(v, &op);
     vk_op_u32(&op, n_tok);
     vk_op_u32(&op, n_heads);
     vk_op_u32(&op, n_kv);
@@ -82,5 +115,21 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     vk_op_u32(&op, vk_table_word(&kv->seq_len));
     vk_op_u32(&op, vk_table_word(&kv->tok_kv_len));
     vk_op_u32(&op, vk_table_word(&kv->tok_seq));
-    return vk_op_run(v, &op, (uint64_t)n_tok * n_kv * n_chunks);
+    vk_op_u32(&op, n_split);
+    vk_op_u32(&op, split_keys);
+    llmem_status st = vk_op_run(v, &op, items * n_split);
+    if (st == LLMEM_OK && n_split > 1) {
+        vk_op c;
+        vk_op_init(&c, VK_SH_ATTN_COMBINE, COMBINE_WG);
+        vk_op_alloc(v, &c, &part, false);
+        uint32_t co = vk_op_tensor(v, &c, out, true);
+        vk_op_u32(&c, n_tok * n_heads);
+        vk_op_u32(&c, d);
+        vk_op_u32(&c, n_split);
+        vk_op_u32(&c, co);
+        st = vk_op_run(v, &c, (uint64_t)n_tok * n_heads);
+    }
+    if (n_split > 1)
+        vk_alloc_release(v, &part);
+    return st;
 }

@@ -6,5 +6,6 @@ int llmem_cli_info(int argc, char **argv);
 int llmem_cli_score(int argc, char **argv);
 int llmem_cli_generate(int argc, char **argv);
 int llmem_cli_bench(int argc, char **argv);
+int llmem_cli_replay(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@ static void usage(FILE *f)
             "commands:\n"
             "  generate   stream text from a model (the built-in one by default)\n"
             "  score      log-probabilities of token sequences, one JSON line each\n"
+            "  replay     serve a request trace (Azure LLM inference format) with continuous\n"
+            "             batching and report throughput and latency percentiles\n"
             "  bench      memory-bandwidth benchmarks of the kernels on a backend\n"
             "  info       version, backends and devices\n"
             "\n"
@@ -37,6 +39,8 @@ int main(int argc, char **argv)
         return llmem_cli_score(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate"))
         return llmem_cli_generate(argc - 1, argv + 1);
+    if (!strcmp(cmd, "replay"))
+        return llmem_cli_replay(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return llmem_cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "llmem: unknown command '%s'\n\n", cmd);

@@ -308,12 +308,15 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
         if (x->n_states != 2 || x->state[0] != rs->buf[li][0] || x->state[1] != rs->buf[li][1] ||
             x->n_slots != rs->n_slots)
             return fail(err, n, "layer %d: recurrent view buffers or slot count changed", il);
-        if (x->n_seqs != ub->n_seqs || x->n_seq_tokens != T || x->n_ckpt != cc ||
+        /* checkpoint entry j is the state after token T - vc + j (ops.h); the
+         * last one (vc = cc + 1) is the dst state and stays -1 */
+        int32_t vc = cc > 0 ? cc + 1 : 0;
+        if (x->n_seqs != ub->n_seqs || x->n_seq_tokens != T || x->n_ckpt != vc ||
             x->src_slot.n != ub->n_seqs || x->dst_slot.n != ub->n_seqs ||
-            x->ckpt_slot.n != ub->n_seqs * cc)
+            x->ckpt_slot.n != ub->n_seqs * vc)
             return fail(err, n, "layer %d: recurrent view has %d x %d tokens, %d checkpoints; "
                                 "expected %d x %d, %d",
-                        il, x->n_seqs, x->n_seq_tokens, x->n_ckpt, ub->n_seqs, T, cc);
+                        il, x->n_seqs, x->n_seq_tokens, x->n_ckpt, ub->n_seqs, T, vc);
         if (!table_ok(&v, &x->src_slot, "src_slot", err, n) ||
             !table_ok(&v, &x->dst_slot, "dst_slot", err, n) ||
             !table_ok(&v, &x->ckpt_slot, "ckpt_slot", err, n))
@@ -324,12 +327,16 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
                 return fail(err, n, "layer %d stream %d (seq %d, %d tokens): src slot %d, "
                                     "expected %d",
                             il, s, y->primary, y->L, x->src_slot.host[s], y->src);
+            if (vc && x->ckpt_slot.host[s * vc + cc] != -1)
+                return fail(err, n, "layer %d stream %d: the last checkpoint entry (the dst "
+                                    "state) is %d, not -1",
+                            il, s, x->ckpt_slot.host[s * vc + cc]);
             if (li == 0) {
                 y->dst = x->dst_slot.host[s];
                 for (int32_t j = 0; j < cc; j++)
-                    y->ckpt[j] = x->ckpt_slot.host[s * cc + j];
+                    y->ckpt[j] = x->ckpt_slot.host[s * vc + j];
             } else if (y->dst != x->dst_slot.host[s] ||
-                       (cc && memcmp(y->ckpt, x->ckpt_slot.host + s * cc,
+                       (cc && memcmp(y->ckpt, x->ckpt_slot.host + s * vc,
                                      (size_t)cc * sizeof(int32_t)) != 0)) {
                 return fail(err, n, "layer %d: destination slots differ between layers", il);
             }
