@@ -30,11 +30,16 @@ static hybrid *hy_of(llmem_memory *mem)
 static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n)
 {
     hybrid *h = hy_of(mem);
-    int32_t m = n;
-    for (int32_t c = 0; c < h->n_children && m > 0; c++) {
-        llmem_memory *ch = h->child[c];
-        int32_t k = ch->iface->prefix_match ? ch->iface->prefix_match(ch, tokens, m) : 0;
-        m = k < m ? k : m;
+    /* the longest prefix every child holds in whole units of its own (pages
+     * of different sizes): shrink until no child shortens it further */
+    int32_t m = n, prev = -1;
+    while (m > 0 && m != prev) {
+        prev = m;
+        for (int32_t c = 0; c < h->n_children && m > 0; c++) {
+            llmem_memory *ch = h->child[c];
+            int32_t k = ch->iface->prefix_match ? ch->iface->prefix_match(ch, tokens, m) : 0;
+            m = k < m ? k : m;
+        }
     }
     return m;
 }
@@ -59,6 +64,10 @@ static llmem_status hy_reserve(llmem_memory *mem, const llmem_plan *plan, void *
             return st;
         }
     }
+    /* children know a plan is in flight (their checks and sequence
+     * operations depend on it) */
+    for (int32_t c = 0; c < h->n_children; c++)
+        h->child[c]->plan = (llmem_plan *)plan;
     *out = r;
     return LLMEM_OK;
 }
@@ -99,8 +108,10 @@ static void hy_release(llmem_memory *mem, const llmem_plan *plan, void *res)
 {
     hybrid *h = hy_of(mem);
     hy_res *r = res;
-    for (int32_t c = 0; c < h->n_children; c++)
+    for (int32_t c = 0; c < h->n_children; c++) {
         h->child[c]->iface->release(h->child[c], plan, r->res[c]);
+        h->child[c]->plan = NULL;
+    }
     free(r->res);
     free(r);
 }

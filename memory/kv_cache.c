@@ -71,6 +71,27 @@ static int32_t n_pages_for_len(const kv_cache *kv, int32_t len)
     return (int32_t)(((int64_t)len + kv->p.page_size - 1) / kv->p.page_size);
 }
 
+/* Copies page `old` into page `p` (every layer's K and V, pending shifts). */
+static llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old)
+{
+    for (int32_t il = 0; il < kv->p.n_layers; il++) {
+        llmem_status st = llmem_buffer_copy(kv->k[il], (size_t)p * kv->page_bytes, kv->k[il],
+                                            (size_t)old * kv->page_bytes, kv->page_bytes);
+        if (st == LLMEM_OK)
+            st = llmem_buffer_copy(kv->v[il], (size_t)p * kv->page_bytes, kv->v[il],
+                                   (size_t)old * kv->page_bytes, kv->page_bytes);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    if (kv->page_shift[old]) {
+        size_t ps = (size_t)kv->p.page_size;
+        memcpy(kv->shift + (size_t)p * ps, kv->shift + (size_t)old * ps, ps * sizeof *kv->shift);
+        kv->page_shift[p] = 1;
+    }
+    kv->cow_copies++;
+    return LLMEM_OK;
+}
+
 /* Replaces page table entry i of s by a private copy. */
 static llmem_status cow_page(kv_cache *kv, kv_seq *s, int32_t i)
 {
@@ -78,25 +99,13 @@ static llmem_status cow_page(kv_cache *kv, kv_seq *s, int32_t i)
     int32_t p = kv_alloc_page(kv);
     if (p < 0)
         return LLMEM_E_NO_SPACE;
-    for (int32_t il = 0; il < kv->p.n_layers; il++) {
-        llmem_status st = llmem_buffer_copy(kv->k[il], (size_t)p * kv->page_bytes, kv->k[il],
-                                            (size_t)old * kv->page_bytes, kv->page_bytes);
-        if (st == LLMEM_OK)
-            st = llmem_buffer_copy(kv->v[il], (size_t)p * kv->page_bytes, kv->v[il],
-                                   (size_t)old * kv->page_bytes, kv->page_bytes);
-        if (st != LLMEM_OK) {
-            kv_unref_page(kv, p);
-            return st;
-        }
-    }
-    if (kv->page_shift[old]) {
-        size_t ps = (size_t)kv->p.page_size;
-        memcpy(kv->shift + (size_t)p * ps, kv->shift + (size_t)old * ps, ps * sizeof *kv->shift);
-        kv->page_shift[p] = 1;
+    llmem_status st = copy_page(kv, p, old);
+    if (st != LLMEM_OK) {
+        kv_unref_page(kv, p);
+        return st;
     }
     s->pages.v[i] = p;
     kv_unref_page(kv, old);
-    kv->cow_copies++;
     return LLMEM_OK;
 }
 
@@ -273,7 +282,8 @@ static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void *
     res->cur = -1;
     res->n_ub = plan->n_ubatch;
     res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
-    if (!res->ub)
+    res->cow = calloc((size_t)nsm, sizeof *res->cow);
+    if (!res->ub || !res->cow)
         goto fail;
     int64_t total = 0;
     for (int32_t s = 0; s < nsm; s++) {
@@ -355,12 +365,30 @@ static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void *
             goto fail;
         for (int32_t k = 0; k < np; k++)
             q->pages.v[q->pages.n++] = pinned.v[pin_at++];
-        if (cow[s] && (st = cow_page(kv, q, len0[s] / ps)) != LLMEM_OK)
-            goto fail;
+        if (cow[s]) {
+            /* the copy itself waits for apply (kv_apply), the page is taken now */
+            res->cow[res->n_cow++] = (kv_cow){.seq = s, .index = len0[s] / ps,
+                                              .page = kv_alloc_page(kv)};
+        } else if (len0[s] % ps && q->pages.n > len0[s] / ps) {
+            /* written in place: its hash, if any, no longer describes it */
+            kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
+        }
         for (int32_t k = 0; k < need[s]; k++)
             q->pages.v[q->pages.n++] = kv_alloc_page(kv);
     }
+    for (int32_t c = 0; c < res->n_cow; c++) { /* tables see the copies */
+        int32_t *e = &kv->seqs[res->cow[c].seq].pages.v[res->cow[c].index];
+        int32_t t = *e;
+        *e = res->cow[c].page;
+        res->cow[c].page = t;
+    }
     st = build_tables(kv, plan, res, len0, count_shift(kv));
+    for (int32_t c = 0; c < res->n_cow; c++) {
+        int32_t *e = &kv->seqs[res->cow[c].seq].pages.v[res->cow[c].index];
+        int32_t t = *e;
+        *e = res->cow[c].page;
+        res->cow[c].page = t;
+    }
     if (st == LLMEM_OK)
         st = idx_upload(kv->idx, &kv->ib);
     if (st != LLMEM_OK)
@@ -369,6 +397,7 @@ static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void *
     free(len0);
     free(cow);
     i32vec_free(&pinned);
+    kv->res = res;
     *out = res;
     return LLMEM_OK;
 fail:
@@ -377,8 +406,12 @@ fail:
         kv_unref_page(kv, pinned.v[k]);
     if (attached)
         release_reservations(kv, plan);
-    if (res)
+    for (int32_t c = 0; res && c < res->n_cow; c++)
+        kv_unref_page(kv, res->cow[c].page);
+    if (res) {
         free(res->ub);
+        free(res->cow);
+    }
     free(res);
     free(need);
     free(len0);
@@ -389,7 +422,22 @@ fail:
 
 static llmem_status kv_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
 {
-    ((kv_res *)r)->cur = i;
+    kv_cache *kv = kv_of(mem);
+    kv_res *res = r;
+    if (!res->cow_done) {
+        for (int32_t c = 0; c < res->n_cow; c++) {
+            kv_cow *w = &res->cow[c];
+            int32_t *e = &kv->seqs[w->seq].pages.v[w->index];
+            llmem_status st = copy_page(kv, w->page, *e);
+            if (st != LLMEM_OK)
+                return st; /* nothing switched yet for this one; release frees it */
+            kv_unref_page(kv, *e);
+            *e = w->page;
+            w->page = -1;
+        }
+        res->cow_done = true;
+    }
+    res->cur = i;
     return LLMEM_OK;
 }
 
@@ -461,9 +509,15 @@ static void kv_release(llmem_memory *mem, const llmem_plan *plan, void *r)
 {
     kv_cache *kv = kv_of(mem);
     kv_res *res = r;
+    kv->res = NULL;
     release_reservations(kv, plan);
-    if (res)
+    for (int32_t c = 0; res && c < res->n_cow; c++)
+        if (res->cow[c].page >= 0)
+            kv_unref_page(kv, res->cow[c].page);
+    if (res) {
         free(res->ub);
+        free(res->cow);
+    }
     free(res);
 }
 
@@ -714,6 +768,7 @@ const llmem_memory_i kv_cache_iface = {
     .state_read_apply = kv_state_read_apply,
     .state_read_abort = kv_state_read_abort,
     .get_stats = kv_get_stats,
+    .state_read_seq = kv_state_read_seq,
     .check = kv_check,
 };
 

@@ -21,10 +21,19 @@ typedef struct kv_ub {
     int32_t shift_slot, shift_delta, n_shift;
 } kv_ub;
 
+/* A copy-on-write reserved by a plan and done when ubatch 0 is applied, so
+ * that a plan released (or failed) before it changes nothing. */
+typedef struct kv_cow {
+    int32_t seq, index, page; /* page table entry `index` of `seq` becomes `page` */
+} kv_cow;
+
 typedef struct kv_res {
     kv_ub *ub;
     int32_t n_ub;
     int32_t cur; /* applied ubatch, -1 none */
+    kv_cow *cow;
+    int32_t n_cow;
+    bool cow_done;
 } kv_res;
 
 typedef struct kv_cache {
@@ -40,6 +49,7 @@ typedef struct kv_cache {
     bool shift_pending;
     llmem_buffer *idx;
     idx_builder ib;
+    kv_res *res; /* reservation of the plan in flight, or NULL */
     int64_t prefix_hits, cow_copies;
 } kv_cache;
 
@@ -68,6 +78,8 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
                                    void **tmp, char *err, size_t err_len);
 llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp);
 void kv_state_read_abort(llmem_memory *mem, void *tmp);
+bool kv_state_read_seq(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
+                       const void **tokens, const void **pos);
 llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len);
 
 #endif

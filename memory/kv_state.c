@@ -151,8 +151,8 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         llmem_state_get(&r2, dst, (size_t)e->len * sizeof(int32_t));
         e->pos = dst;
         for (int32_t j = 0; j < e->len; j++)
-            if (dst[j] < 0) {
-                llmem_errf(err, err_len, "KV state entry %d: negative position", i);
+            if (dst[j] < 0 || dst[j] == INT32_MAX) {
+                llmem_errf(err, err_len, "KV state entry %d: position outside [0, 2^31 - 1)", i);
                 goto corrupt;
             }
         dst += e->len;
@@ -268,6 +268,9 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
                 goto out;
             }
     }
+    for (int32_t c = 0; kv->res && c < kv->res->n_cow; c++)
+        if (kv->res->cow[c].page >= 0)
+            ref[kv->res->cow[c].page]++; /* copy-on-write target held by the plan */
     if (!page_pool_check(&kv->pool, ref, err, err_len))
         goto out;
     /* every published page must still hold what its hash says */
@@ -287,4 +290,18 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
 out:
     free(ref);
     return st;
+}
+
+bool kv_state_read_seq(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
+                       const void **tokens, const void **pos)
+{
+    const kv_tmp *t = tmp;
+    for (int32_t i = 0; i < t->n; i++)
+        if (t->e[i].seq == seq || (seq < 0 && i == 0)) {
+            *len = t->e[i].len;
+            *tokens = t->e[i].tokens;
+            *pos = t->e[i].pos;
+            return true;
+        }
+    return false;
 }

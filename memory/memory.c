@@ -457,6 +457,29 @@ llmem_status llmem_memory_state_read(llmem_memory *mem, int32_t seq_id, const vo
         llmem_errf(err, err_len, "trailing bytes after the last section");
         st = LLMEM_E_CORRUPT;
     }
+    /* the sections of a composition must describe the same sequences */
+    for (int32_t q = seq_id < 0 ? 0 : -1; st == LLMEM_OK && ns > 1 && q < (seq_id < 0 ? mem->n_seq_max : 0); q++) {
+        int32_t len0 = -1;
+        const void *tok0 = NULL, *pos0 = NULL;
+        for (int32_t k = 0; k < ns && st == LLMEM_OK; k++) {
+            llmem_memory *m = section_mem(mem, k);
+            int32_t len = -1;
+            const void *tok = NULL, *p = NULL;
+            if (!m->iface->state_read_seq || !m->iface->state_read_seq(m, tmp[k], q, &len, &tok, &p))
+                len = -1;
+            if (k == 0) {
+                len0 = len;
+                tok0 = tok;
+                pos0 = p;
+            } else if (len != len0 || (len > 0 && (memcmp(tok, tok0, (size_t)len * 4) ||
+                                                   memcmp(p, pos0, (size_t)len * 4)))) {
+                llmem_errf(err, err_len, "sections 0 and %d disagree on sequence %d", k, q);
+                st = LLMEM_E_CORRUPT;
+            }
+        }
+    }
+    if (st != LLMEM_OK)
+        i = ns;
     if (st != LLMEM_OK) {
         for (int32_t k = 0; k < i && k < ns; k++) {
             llmem_memory *m = section_mem(mem, k);

@@ -297,8 +297,9 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
             llmem_errf(err, err_len, "batch token %d: %d sequence ids (need >= 1)", i, ns);
             return LLMEM_E_INVALID;
         }
-        if (b->pos[i] < 0) {
-            llmem_errf(err, err_len, "batch token %d: negative position %d", i, b->pos[i]);
+        if (b->pos[i] < 0 || b->pos[i] == INT32_MAX) {
+            llmem_errf(err, err_len, "batch token %d: position %d outside [0, %d)", i, b->pos[i],
+                       INT32_MAX);
             return LLMEM_E_INVALID;
         }
         for (int32_t j = 0; j < ns; j++) {
@@ -315,7 +316,7 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
                 }
             if (next_pos[s] == INT32_MIN) {
                 int32_t pm = mem->iface->seq_pos_max(mem, s);
-                next_pos[s] = pm >= 0 ? pm + 1 : b->pos[i];
+                next_pos[s] = pm >= 0 && pm < INT32_MAX ? pm + 1 : b->pos[i];
             }
             if (b->pos[i] != next_pos[s]) {
                 llmem_errf(err, err_len,
@@ -324,7 +325,8 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
                            i, b->pos[i], s, next_pos[s]);
                 return LLMEM_E_INVALID;
             }
-            next_pos[s]++;
+            if (next_pos[s] < INT32_MAX)
+                next_pos[s]++;
         }
         int32_t g = find_or_add_set(pb, i);
         if (g < 0)

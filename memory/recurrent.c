@@ -216,6 +216,15 @@ static llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void *
             int32_t a = ub->seq_id[s];
             rs_hold *h = &sim[a];
             int32_t L = len[a];
+            for (int32_t m = plan->stream_off[u][s] + 1; m < plan->stream_off[u][s + 1]; m++)
+                if (len[plan->stream_ids[u][m]] != L) {
+                    llmem_errf(err, err_len,
+                               "recurrent memory: a token is shared by sequences %d (%d tokens) "
+                               "and %d (%d tokens); shared tokens need equal histories",
+                               a, L, plan->stream_ids[u][m], len[plan->stream_ids[u][m]]);
+                    st = LLMEM_E_INVALID;
+                    goto out;
+                }
             int32_t cur = hold_find(h, L);
             ib->data.v[t->src + s] = L > 0 ? h->slot.v[cur] : -1;
             /* slots for the 1 + c new states: fresh ones up to the quota, then
@@ -740,7 +749,7 @@ static llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_
         for (int32_t j = 0; ok && j < e->len; j++) {
             int32_t p;
             memcpy(&p, r->buf + e->at + (size_t)e->len * 4 + (size_t)j * 4, 4);
-            ok = p >= 0;
+            ok = p >= 0 && p < INT32_MAX;
         }
         if (!ok) {
             llmem_errf(err, err_len, "recurrent state entry %d is damaged", i);
@@ -750,6 +759,20 @@ static llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_
     }
     *out = t;
     return LLMEM_OK;
+}
+
+static bool rs_state_read_seq(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
+                              const void **tokens, const void **pos)
+{
+    const rs_tmp *t = tmp;
+    for (int32_t i = 0; i < t->n; i++)
+        if (t->e[i].seq == seq || (seq < 0 && i == 0)) {
+            *len = t->e[i].len;
+            *tokens = t->buf + t->e[i].at;
+            *pos = t->buf + t->e[i].at + (size_t)t->e[i].len * 4;
+            return true;
+        }
+    return false;
 }
 
 static llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
@@ -905,6 +928,7 @@ const llmem_memory_i recurrent_iface = {
     .state_read_apply = rs_state_read_apply,
     .state_read_abort = rs_state_read_abort,
     .get_stats = rs_get_stats,
+    .state_read_seq = rs_state_read_seq,
     .check = rs_check,
 };
 

@@ -116,6 +116,14 @@ typedef struct llmem_memory_i {
     /* Optional composition accessors. */
     int32_t (*n_children)(llmem_memory *mem);
     llmem_memory *(*child)(llmem_memory *mem, int32_t i);
+
+    /* Optional: what a prepared state section holds for sequence `seq` (-1:
+     * the only entry of a one-sequence stream): its length and the raw bytes
+     * of its token ids and positions (len int32 each, possibly unaligned). Returns false when the section does not
+     * hold the sequence. A composition uses it to refuse streams whose
+     * sections disagree. */
+    bool (*state_read_seq)(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
+                           const void **tokens, const void **pos);
 } llmem_memory_i;
 
 /* Base object; implementations embed it first and call llmem_memory_init. */
