@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# `llmem replay` under a deliberately small KV page budget: requests are
+# preempted and recomputed, and every request's greedy output must equal its
+# output when served alone (--n-seq-max 1, a large page budget, no prefix
+# cache). Runs the built-in model (Bamba hybrid; as fast as possible and
+# paced) and the llama fixture with a shared system prefix (prefix hits > 0).
+#   tests/replay.sh LLMEM_BIN [BACKEND]
+set -euo pipefail
+bin="$1"; backend="${2:-cpu}"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+data="$here/../shared/data"
+
+# The trace: the Azure copy beside the repository, else a synthetic one in
+# the same format (so the test runs without ../shared).
+trace="$data/azure_llm_inference_conv_2023.csv"
+if [ ! -r "$trace" ]; then
+  trace="$tmp/trace.csv"
+  python3 - "$trace" <<'EOF'
+import random, sys
+rng = random.Random(7)
+with open(sys.argv[1], "w") as f:
+    f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    for i in range(16):
+        f.write("2023-11-16 18:15:%02d.%07d,%d,%d\n" % (i, rng.randrange(10**7),
+                rng.randrange(50, 2000), rng.randrange(20, 400)))
+EOF
+fi
+text="$data/tinyshakespeare.txt"
+[ -r "$text" ] || text="$here/docs/replay.md"
+
+n=16; scale=0.2; maxc=40; maxg=40
+slice=(--backend "$backend" --trace "$trace" --text "$text" --limit $n --scale $scale
+       --max-context $maxc --max-gen $maxg)
+
+# check LABEL PREFIX WANT_HITS -- TIGHT_OPTIONS...
+check() {
+  local label="$1" prefix="$2" want_hits="$3"; shift 4
+  local model=()
+  [ -n "${MODEL:-}" ] && model=(--model "$MODEL")
+  "$bin" replay "${slice[@]}" ${model[@]+"${model[@]}"} --system-prefix "$prefix" --check --poison \
+    --json "$tmp/tight.json" --output "$tmp/tight.jsonl" "$@" > "$tmp/tight.txt"
+  "$bin" replay "${slice[@]}" ${model[@]+"${model[@]}"} --system-prefix "$prefix" --n-seq-max 1 \
+    --n-pages 64 --page-size 16 --no-prefix-cache --output "$tmp/alone.jsonl" > /dev/null
+  printf '%-44s ' "$label"
+  python3 - "$trace" "$tmp/tight.json" "$tmp/tight.jsonl" "$tmp/alone.jsonl" \
+    "$n" "$scale" "$maxc" "$maxg" "$prefix" "$want_hits" <<'EOF'
+import csv, json, math, sys
+trace, rep_path, tight_path, alone_path = sys.argv[1:5]
+n, scale, maxc, maxg, prefix, want_hits = (int(sys.argv[5]), float(sys.argv[6]),
+    int(sys.argv[7]), int(sys.argv[8]), int(sys.argv[9]), sys.argv[10] == "1")
+def scaled(v, cap):
+    return min(max(1, math.floor(v * scale + 0.5)), cap)
+rows = list(csv.DictReader(open(trace)))[:n]
+want_gen = [scaled(int(r["GeneratedTokens"]), maxg) for r in rows]
+want_prompt = sum(prefix + scaled(int(r["ContextTokens"]), maxc) for r in rows)
+def load(path):
+    out = [json.loads(l) for l in open(path)]
+    assert [o["request"] for o in out] == list(range(n)), path + ": requests 0..n-1 in order"
+    return [o["tokens"] for o in out]
+tight, alone = load(tight_path), load(alone_path)
+for i in range(n):
+    assert len(alone[i]) == want_gen[i], f"request {i}: {len(alone[i])} tokens, want {want_gen[i]}"
+    assert all(0 <= t < 256 for t in alone[i]), f"request {i}: token outside the vocabulary"
+    assert tight[i] == alone[i], \
+        f"request {i}: batched output differs from alone:\n {tight[i]}\n {alone[i]}"
+rep = json.load(open(rep_path))
+assert rep["requests"] == n, rep["requests"]
+assert rep["generated_tokens"] == sum(want_gen), (rep["generated_tokens"], sum(want_gen))
+assert rep["prompt_tokens"] == want_prompt, (rep["prompt_tokens"], want_prompt)
+assert rep["preemptions"] > 0, "the small page budget caused no preemption"
+assert rep["pages_peak"] <= rep["pages_total"]
+# every token is computed once (the last generated one is never fed), plus
+# recomputation after preemption, minus what the prefix cache served
+want_computed = (want_prompt + sum(want_gen) - n + rep["recomputed_tokens"]
+                 - rep["prefix_hit_tokens"])
+assert rep["computed_tokens"] == want_computed, (rep["computed_tokens"], want_computed)
+if want_hits:
+    assert rep["prefix_hit_tokens"] > 0 and rep["prefix_hit_rate"] > 0, "no prefix-cache hits"
+print(f"ok: {n} requests equal alone; {rep['preemptions']} preemptions, "
+      f"{rep['prefix_hit_tokens']} prefix-hit tokens, "
+      f"peak {rep['pages_peak']}/{rep['pages_total']} pages")
+EOF
+}
+
+MODEL= check "built-in, 32 pages of 4, ubatch 16" 0 0 -- --page-size 4 --n-pages 32 --n-ubatch 16
+MODEL= check "built-in, 40 pages of 4, paced x50" 0 0 -- --page-size 4 --n-pages 40 --pace \
+  --pace-speedup 50
+MODEL="$here/tests/fixtures/llama" check "llama, system prefix 40, 48 pages of 4" 40 1 -- \
+  --page-size 4 --n-pages 48 --n-ubatch 24
