@@ -320,7 +320,8 @@ llmem_status cpu_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         .xbc = tensor_data(xbc),
         .dt = tensor_data(dt),
         .y = tensor_data(y),
-        .conv_dim = tensor_cols(xbc),
+        /* the row length is H*P + 2*G*N whatever way xbc's dims are split */
+        .conv_dim = (int64_t)p->n_heads * p->head_dim + 2 * (int64_t)p->n_groups * p->d_state,
     };
     rs_io io;
     llmem_status st = rs_io_init(&io, view, state);
