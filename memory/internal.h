@@ -21,6 +21,17 @@ void i32_copy(int32_t *dst, const int32_t *src, int32_t n);
 bool i32vec_push(i32vec *a, int32_t x);
 void i32vec_free(i32vec *a);
 
+/* What a sequence holds, shared by every memory that keeps token ids and
+ * positions on the host: smallest / largest position (-1 when empty), and
+ * a copy of up to cap token ids (returns the count). */
+int32_t seq_pos_min(const i32vec *pos);
+int32_t seq_pos_max(const i32vec *pos);
+int32_t seq_copy_tokens(const i32vec *tokens, int32_t *out, int32_t cap);
+static inline bool pos_in_range(int32_t pos, int32_t p0, int32_t p1)
+{
+    return pos >= p0 && pos < p1;
+}
+
 /* snprintf into an optional caller buffer. */
 void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -523,23 +523,18 @@ static void kv_release(llmem_memory *mem, const llmem_plan *plan, void *r)
 
 /* --- sequences ------------------------------------------------------------------ */
 
-static bool in_range(int32_t pos, int32_t p0, int32_t p1)
-{
-    return pos >= p0 && pos < p1;
-}
-
 static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1, bool dry)
 {
     kv_cache *kv = kv_of(mem);
     kv_seq *s = &kv->seqs[seq];
     int32_t n = s->tokens.n, first = n;
     for (int32_t j = 0; j < n && first == n; j++)
-        if (in_range(s->pos.v[j], p0, p1))
+        if (pos_in_range(s->pos.v[j], p0, p1))
             first = j;
     if (first == n)
         return LLMEM_OK;
     for (int32_t j = first; j < n; j++)
-        if (!in_range(s->pos.v[j], p0, p1))
+        if (!pos_in_range(s->pos.v[j], p0, p1))
             return LLMEM_E_STATE; /* a hole in the middle of a page table */
     if (dry)
         return LLMEM_OK;
@@ -559,10 +554,10 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     kv_cache *kv = kv_of(mem);
     kv_seq *a = &kv->seqs[src], *b = &kv->seqs[dst];
     int32_t n = a->tokens.n, k = 0;
-    while (k < n && in_range(a->pos.v[k], p0, p1))
+    while (k < n && pos_in_range(a->pos.v[k], p0, p1))
         k++;
     for (int32_t j = k; j < n; j++)
-        if (in_range(a->pos.v[j], p0, p1))
+        if (pos_in_range(a->pos.v[j], p0, p1))
             return LLMEM_E_STATE; /* only a prefix of src can be shared */
     int32_t np = n_pages_for_len(kv, k);
     if (dry)
@@ -601,7 +596,7 @@ static llmem_status shift_positions(kv_cache *kv, int32_t seq, int32_t p0, int32
     int32_t ps = kv->p.page_size, n_cow = 0, last_page = -1;
     for (int32_t j = 0; j < s->tokens.n; j++) {
         int32_t pos = s->pos.v[j];
-        if (!in_range(pos, p0, p1))
+        if (!pos_in_range(pos, p0, p1))
             continue;
         int64_t np = div ? pos / div : (int64_t)pos + delta;
         if (np < 0 || np > INT32_MAX - 1)
@@ -618,7 +613,7 @@ static llmem_status shift_positions(kv_cache *kv, int32_t seq, int32_t p0, int32
     last_page = -1;
     for (int32_t j = 0; j < s->tokens.n; j++) {
         int32_t pos = s->pos.v[j];
-        if (!in_range(pos, p0, p1))
+        if (!pos_in_range(pos, p0, p1))
             continue;
         if (j / ps != last_page) {
             last_page = j / ps;
@@ -656,30 +651,17 @@ static llmem_status kv_seq_div(llmem_memory *mem, int32_t seq, int32_t p0, int32
 
 static int32_t kv_pos_min(llmem_memory *mem, int32_t seq)
 {
-    const kv_seq *s = &kv_of(mem)->seqs[seq];
-    int32_t m = -1;
-    for (int32_t j = 0; j < s->pos.n; j++)
-        if (m < 0 || s->pos.v[j] < m)
-            m = s->pos.v[j];
-    return m;
+    return seq_pos_min(&kv_of(mem)->seqs[seq].pos);
 }
 
 static int32_t kv_pos_max(llmem_memory *mem, int32_t seq)
 {
-    const kv_seq *s = &kv_of(mem)->seqs[seq];
-    int32_t m = -1;
-    for (int32_t j = 0; j < s->pos.n; j++)
-        if (s->pos.v[j] > m)
-            m = s->pos.v[j];
-    return m;
+    return seq_pos_max(&kv_of(mem)->seqs[seq].pos);
 }
 
 static int32_t kv_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
 {
-    const kv_seq *s = &kv_of(mem)->seqs[seq];
-    if (out)
-        i32_copy(out, s->tokens.v, s->tokens.n < cap ? s->tokens.n : cap);
-    return s->tokens.n;
+    return seq_copy_tokens(&kv_of(mem)->seqs[seq].tokens, out, cap);
 }
 
 static void fill_pools(kv_cache *kv, uint32_t pattern)

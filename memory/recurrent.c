@@ -435,21 +435,16 @@ static void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
 
 /* --- sequences ------------------------------------------------------------------ */
 
-static bool in_range(int32_t pos, int32_t p0, int32_t p1)
-{
-    return pos >= p0 && pos < p1;
-}
-
 /* Index of the first token whose position is in [p0, p1) if those tokens
  * form a suffix; -1 when they do not; len when there are none. */
 static int32_t suffix_start(const rs_seq *s, int32_t p0, int32_t p1)
 {
     int32_t n = s->pos.n, first = n;
     for (int32_t j = 0; j < n && first == n; j++)
-        if (in_range(s->pos.v[j], p0, p1))
+        if (pos_in_range(s->pos.v[j], p0, p1))
             first = j;
     for (int32_t j = first; j < n; j++)
-        if (!in_range(s->pos.v[j], p0, p1))
+        if (!pos_in_range(s->pos.v[j], p0, p1))
             return -1;
     return first;
 }
@@ -489,10 +484,10 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     recurrent *rs = rs_of(mem);
     rs_seq *a = &rs->seqs[src], *b = &rs->seqs[dst];
     int32_t n = a->tokens.n, k = 0;
-    while (k < n && in_range(a->pos.v[k], p0, p1))
+    while (k < n && pos_in_range(a->pos.v[k], p0, p1))
         k++;
     for (int32_t j = k; j < n; j++)
-        if (in_range(a->pos.v[j], p0, p1))
+        if (pos_in_range(a->pos.v[j], p0, p1))
             return LLMEM_E_STATE;
     int32_t from = k > 0 ? hold_find(&a->h, k) : -1;
     if (k > 0 && from < 0)
@@ -544,13 +539,13 @@ static llmem_status shift(recurrent *rs, int32_t seq, int32_t p0, int32_t p1, in
     for (int32_t j = 0; j < s->pos.n; j++) {
         int32_t pos = s->pos.v[j];
         int64_t np = div ? pos / div : (int64_t)pos + delta;
-        if (in_range(pos, p0, p1) && (np < 0 || np > INT32_MAX - 1))
+        if (pos_in_range(pos, p0, p1) && (np < 0 || np > INT32_MAX - 1))
             return LLMEM_E_INVALID;
     }
     if (dry)
         return LLMEM_OK;
     for (int32_t j = 0; j < s->pos.n; j++)
-        if (in_range(s->pos.v[j], p0, p1))
+        if (pos_in_range(s->pos.v[j], p0, p1))
             s->pos.v[j] = div ? s->pos.v[j] / div : s->pos.v[j] + delta;
     return LLMEM_OK;
 }
@@ -569,30 +564,17 @@ static llmem_status rs_seq_div(llmem_memory *mem, int32_t seq, int32_t p0, int32
 
 static int32_t rs_pos_min(llmem_memory *mem, int32_t seq)
 {
-    const rs_seq *s = &rs_of(mem)->seqs[seq];
-    int32_t m = -1;
-    for (int32_t j = 0; j < s->pos.n; j++)
-        if (m < 0 || s->pos.v[j] < m)
-            m = s->pos.v[j];
-    return m;
+    return seq_pos_min(&rs_of(mem)->seqs[seq].pos);
 }
 
 static int32_t rs_pos_max(llmem_memory *mem, int32_t seq)
 {
-    const rs_seq *s = &rs_of(mem)->seqs[seq];
-    int32_t m = -1;
-    for (int32_t j = 0; j < s->pos.n; j++)
-        if (s->pos.v[j] > m)
-            m = s->pos.v[j];
-    return m;
+    return seq_pos_max(&rs_of(mem)->seqs[seq].pos);
 }
 
 static int32_t rs_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
 {
-    const rs_seq *s = &rs_of(mem)->seqs[seq];
-    if (out)
-        i32_copy(out, s->tokens.v, s->tokens.n < cap ? s->tokens.n : cap);
-    return s->tokens.n;
+    return seq_copy_tokens(&rs_of(mem)->seqs[seq].tokens, out, cap);
 }
 
 static void fill_all(recurrent *rs, bool nan)

@@ -167,3 +167,28 @@ const void *llmem_state_peek(llmem_state_reader *r, size_t n)
     r->pos += n;
     return p;
 }
+
+int32_t seq_pos_min(const i32vec *pos)
+{
+    int32_t m = -1;
+    for (int32_t j = 0; j < pos->n; j++)
+        if (m < 0 || pos->v[j] < m)
+            m = pos->v[j];
+    return m;
+}
+
+int32_t seq_pos_max(const i32vec *pos)
+{
+    int32_t m = -1;
+    for (int32_t j = 0; j < pos->n; j++)
+        if (pos->v[j] > m)
+            m = pos->v[j];
+    return m;
+}
+
+int32_t seq_copy_tokens(const i32vec *tokens, int32_t *out, int32_t cap)
+{
+    if (out)
+        i32_copy(out, tokens->v, tokens->n < cap ? tokens->n : cap);
+    return tokens->n;
+}
