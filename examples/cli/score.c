@@ -88,8 +88,8 @@ static int read_cases(const char *path, score_case **out, int32_t *n_out, int32_
         cJSON_ArrayForEach(t, toks) {
             double v = cJSON_IsNumber(t) ? t->valuedouble : -1;
             if (!cJSON_IsNumber(t) || v != (double)(int32_t)v || v < 0 || v >= n_vocab) {
-                fprintf(stderr, "llmem score: %s:%d: token %d is not an id in [0, %d)\n", path,
-                        line_no, k, n_vocab);
+                fprintf(stderr, "llmem score: %s:%d: tokens[%d] = %g is not an id in [0, %d)\n",
+                        path, line_no, k, v, n_vocab);
                 rc = 1;
                 break;
             }
