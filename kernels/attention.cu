@@ -53,16 +53,22 @@ __device__ __forceinline__ bool attn_query_range(const cuk_attn_args &a, int64_t
     return true;
 }
 
-/* Element offset of (key j of stream s, KV head g, dim 0), or -1 when the
- * page id is out of range. */
-__device__ __forceinline__ int64_t attn_key_offset(const cuk_attn_args &a, int32_t s, int32_t j,
-                                                   int32_t g)
+/* Slot of key j of stream s (< n_pages * page_size <= INT32_MAX), or -1 when
+ * the page id is out of range. */
+__device__ __forceinline__ int32_t attn_key_slot(const cuk_attn_args &a, int32_t s, int32_t j)
 {
     int32_t page = a.page_table[(int64_t)s * a.max_pages + j / a.page_size];
     if (page < 0 || page >= a.n_pages)
         return -1;
-    int64_t slot = (int64_t)page * a.page_size + j % a.page_size;
-    return (slot * a.n_kv_heads + g) * a.head_dim;
+    return page * a.page_size + j % a.page_size;
+}
+
+/* Element offset of (key j of stream s, KV head g, dim 0), or -1. */
+__device__ __forceinline__ int64_t attn_key_offset(const cuk_attn_args &a, int32_t s, int32_t j,
+                                                   int32_t g)
+{
+    int32_t slot = attn_key_slot(a, s, j);
+    return slot < 0 ? -1 : ((int64_t)slot * a.n_kv_heads + g) * a.head_dim;
 }
 
 __device__ __forceinline__ float attn_cap(float x, float cap)
@@ -206,15 +212,25 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
             acc[r][e] = 0.0f;
     }
 
-    const int32_t step = DEC_WARPS * S::KPW * DEC_KB;
-    for (int32_t base = k0 + warp * S::KPW * DEC_KB; base < k1; base += step) {
+    /* A warp step covers KS consecutive keys; lane i < KS resolves the page
+     * of key i of the next step one step ahead, so page-table latency hides
+     * behind the current step's K/V loads (pages of one token included). */
+    constexpr int KS = S::KPW * DEC_KB;
+    static_assert(KS <= 32, "one lane per key of a step");
+    const int32_t step = DEC_WARPS * KS;
+    int32_t base = k0 + warp * KS;
+    int32_t nxt = lane < KS && base + lane < k1 ? attn_key_slot(a, s, base + lane) : -1;
+    for (; base < k1; base += step) {
+        int32_t cur = nxt;
+        int32_t nb = base + step + lane;
+        nxt = lane < KS && nb < k1 ? attn_key_slot(a, s, nb) : -1;
         uint4 kc[DEC_KB][S::CPL], vc[DEC_KB][S::CPL];
         bool ok[DEC_KB];
 #pragma unroll
         for (int u = 0; u < DEC_KB; u++) {
-            int32_t j = base + u * S::KPW + gi;
-            int64_t off = j < k1 ? attn_key_offset(a, s, j, g) : -1;
-            ok[u] = off >= 0;
+            int32_t slot = __shfl_sync(0xffffffffu, cur, u * S::KPW + gi);
+            ok[u] = slot >= 0;
+            int64_t off = ((int64_t)slot * a.n_kv_heads + g) * D;
             const uint4 *kp = (const uint4 *)((const T *)a.k + (ok[u] ? off : 0));
             const uint4 *vp = (const uint4 *)((const T *)a.v + (ok[u] ? off : 0));
 #pragma unroll

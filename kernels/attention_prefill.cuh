@@ -32,6 +32,15 @@ __device__ __forceinline__ void pf_commit()
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
+/* 2^x in one MUFU instruction (inputs here are <= 0 or -inf; relative error
+ * about 2^-22, far below the f32 threshold). */
+__device__ __forceinline__ float pf_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 template <int N> __device__ __forceinline__ void pf_wait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -98,35 +107,44 @@ template <int D> __device__ __forceinline__ uint32_t pf_off(int row, int chunk)
     return (uint32_t)(row * D * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
-template <typename T, int D, int WARPS>
+/* Each warp owns MT m-tiles of 16 rows: with MT = 2 every K/V fragment read
+ * from shared memory feeds two MMAs (FlashAttention-2's 32 rows per warp),
+ * and the Q fragments are re-read from shared memory per k-step instead of
+ * being held in registers. */
+template <typename T, int D, int WARPS, int MT>
 __global__ void __launch_bounds__(WARPS * 32)
     attn_prefill_kernel(cuk_attn_args a, int32_t hh, int32_t tt, int32_t precise)
 {
-    constexpr int BM = 16 * WARPS;
-    constexpr int CH = D / 8; /* 16-byte chunks per row */
+    constexpr int BM = 16 * WARPS * MT;
+    constexpr int CH = D / 8;     /* 16-byte chunks per row */
     constexpr int NT = PF_BN / 8; /* key n-tiles per block */
-    constexpr int DT = D / 8;    /* output n-tiles */
+    constexpr int DT = D / 8;     /* output n-tiles */
+    constexpr bool QREG = MT == 1; /* Q fragments held in registers */
+    /* With QREG the Q tile is read into registers before the first K/V
+     * block lands, so it shares its shared memory with the K/V buffers. */
     extern __shared__ __align__(128) unsigned char pf_smem_raw[];
-    unsigned char *qs = pf_smem_raw;         /* [2][BM][D]: hi, lo */
-    unsigned char *ks = qs + 2 * BM * D * 2; /* [2][BN][D] */
-    unsigned char *vs = ks + 2 * PF_BN * D * 2; /* [2][BN][D] */
+    unsigned char *qs = pf_smem_raw;                             /* [2][BM][D]: hi, lo */
+    unsigned char *ks = pf_smem_raw + (QREG ? 0 : 2 * BM * D * 2); /* [2][BN][D] */
+    unsigned char *vs = ks + 2 * PF_BN * D * 2;                  /* [2][BN][D] */
     __shared__ int32_t row_seq[BM], row_lo[BM], row_hi[BM];
-    __shared__ int32_t pass_info[3];
+    __shared__ int32_t pass_info[6];
 
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int32_t n_rep = a.n_heads / a.n_kv_heads;
     int32_t g = blockIdx.z;
+    int32_t ps_log2 = (a.page_size & (a.page_size - 1)) == 0 ? __ffs(a.page_size) - 1 : -1;
     int32_t hc0 = blockIdx.y * hh;
     int64_t t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * tt; /* long tiles first */
 
-    /* rows: token t0 + r / hh, head g * n_rep + hc0 + r % hh */
+    /* rows: token t0 + r / hh, head g * n_rep + hc0 + r % hh; row_seq is the
+     * row's stream, -1 for a query that sees no key, -2 for padding */
     for (int r = tid; r < BM; r += blockDim.x) {
         int64_t tok = t0 + r / hh;
         int32_t hr = hc0 + r % hh;
         int32_t s = -1, lo = 0, hi = 0;
         bool in = r < hh * tt && tok < a.n_tok && hr < n_rep;
         if (!in || !attn_query_range(a, tok, s, lo, hi)) {
-            s = -1;
+            s = in ? -1 : -2;
             lo = hi = 0;
         }
         row_seq[r] = s;
@@ -153,23 +171,34 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     __syncthreads();
 
-    /* Q fragments of this warp's 16 rows */
-    uint32_t qa[D / 16][4], qb[D / 16][4];
-#pragma unroll
-    for (int ks_ = 0; ks_ < D / 16; ks_++) {
+    /* Q fragment (hi, or lo) of m-tile mt for k-step kstep */
+    auto q_frag = [&](int mt, int kstep, bool lo_half, uint32_t *f) {
         int mi = lane >> 3;
-        int row = warp * 16 + (mi & 1) * 8 + (lane & 7);
-        uint32_t at = pf_smem(qs) + pf_off<D>(row, ks_ * 2 + (mi >> 1));
-        pf_ldsm4(at, qa[ks_][0], qa[ks_][1], qa[ks_][2], qa[ks_][3]);
-        pf_ldsm4(at + BM * D * 2, qb[ks_][0], qb[ks_][1], qb[ks_][2], qb[ks_][3]);
+        int row = (warp * MT + mt) * 16 + (mi & 1) * 8 + (lane & 7);
+        uint32_t at = pf_smem(qs) + (lo_half ? BM * D * 2 : 0) + pf_off<D>(row, kstep * 2 + (mi >> 1));
+        pf_ldsm4(at, f[0], f[1], f[2], f[3]);
+    };
+    uint32_t qa[QREG ? D / 16 : 1][4], qb[QREG ? D / 16 : 1][4];
+    if (QREG) {
+#pragma unroll
+        for (int k2 = 0; k2 < (QREG ? D / 16 : 1); k2++) {
+            q_frag(0, k2, false, qa[k2]);
+            q_frag(0, k2, true, qb[k2]);
+        }
     }
 
-    int r0 = warp * 16 + (lane >> 2), r1 = r0 + 8;
-    float o[DT][4];
+    int rr[MT][2];
+    float o[MT][DT][4], m[MT][2], l[MT][2];
 #pragma unroll
-    for (int i = 0; i < DT; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    for (int mt = 0; mt < MT; mt++) {
+        rr[mt][0] = (warp * MT + mt) * 16 + (lane >> 2);
+        rr[mt][1] = rr[mt][0] + 8;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DT; i++)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    }
     bool cap = a.softcap > 0.0f;
 
     int32_t prev = -1;
@@ -177,29 +206,50 @@ __global__ void __launch_bounds__(WARPS * 32)
         /* next stream of this tile: the smallest stream id above prev */
         __syncthreads();
         if (tid == 0) {
-            int32_t cur = INT32_MAX, jlo = INT32_MAX, jhi = 0;
+            int32_t cur = INT32_MAX, jlo = INT32_MAX, jhi = 0, hmin = INT32_MAX, lmax = 0;
+            int32_t mixed = 0;
             for (int r = 0; r < BM; r++)
                 if (row_seq[r] > prev && row_seq[r] < cur)
                     cur = row_seq[r];
-            for (int r = 0; r < BM; r++)
-                if (row_seq[r] == cur && row_hi[r] > row_lo[r]) {
+            for (int r = 0; r < BM; r++) {
+                if (row_seq[r] != -2 && row_seq[r] != cur)
+                    mixed = 1;
+                if (row_seq[r] != cur)
+                    continue;
+                hmin = min(hmin, row_hi[r]);
+                lmax = max(lmax, row_lo[r]);
+                if (row_hi[r] > row_lo[r]) {
                     jlo = min(jlo, row_lo[r]);
                     jhi = max(jhi, row_hi[r]);
                 }
+            }
             pass_info[0] = cur;
             pass_info[1] = jlo;
             pass_info[2] = jhi;
+            pass_info[3] = hmin;
+            pass_info[4] = lmax;
+            pass_info[5] = mixed;
         }
         __syncthreads();
         int32_t cur = pass_info[0], jlo = pass_info[1], jhi = pass_info[2];
+        /* blocks inside [lmax, hmin) of every row of this pass, in a tile of
+         * one stream, need no mask (padding rows are never written out) */
+        int32_t hmin = pass_info[3], lmax = pass_info[4];
+        bool mixed = pass_info[5] != 0;
         if (cur == INT32_MAX)
             break;
         prev = cur;
         if (jlo >= jhi)
             continue;
-        bool act0 = row_seq[r0] == cur, act1 = row_seq[r1] == cur;
-        int32_t lo0 = row_lo[r0], hi0 = act0 ? row_hi[r0] : 0;
-        int32_t lo1 = row_lo[r1], hi1 = act1 ? row_hi[r1] : 0;
+        int32_t rlo[MT][2], rhi[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hf = 0; hf < 2; hf++) {
+                int r = rr[mt][hf];
+                rlo[mt][hf] = row_lo[r];
+                rhi[mt][hf] = row_seq[r] == cur ? row_hi[r] : 0;
+            }
         const int32_t *pt = a.page_table + (int64_t)cur * a.max_pages;
 
         auto load_block = [&](int32_t kb, int buf) {
@@ -208,10 +258,11 @@ __global__ void __launch_bounds__(WARPS * 32)
                 int32_t j = kb + row;
                 int64_t off = -1;
                 if (j >= jlo && j < jhi) {
-                    int32_t page = pt[j / a.page_size];
+                    int32_t pi = ps_log2 >= 0 ? j >> ps_log2 : j / a.page_size;
+                    int32_t po = ps_log2 >= 0 ? j & (a.page_size - 1) : j % a.page_size;
+                    int32_t page = pt[pi];
                     if (page >= 0 && page < a.n_pages)
-                        off = (((int64_t)page * a.page_size + j % a.page_size) * a.n_kv_heads +
-                               g) * D + ch * 8;
+                        off = (((int64_t)page * a.page_size + po) * a.n_kv_heads + g) * D + ch * 8;
                 }
                 const uint16_t *kp = (const uint16_t *)a.k + (off >= 0 ? off : 0);
                 const uint16_t *vp = (const uint16_t *)a.v + (off >= 0 ? off : 0);
@@ -232,77 +283,106 @@ __global__ void __launch_bounds__(WARPS * 32)
             pf_wait<1>();
             __syncthreads();
 
-            /* S = Q K^T for 16 rows x 64 keys */
-            float sc[NT][4];
+            /* S = Q K^T for MT x 16 rows x 64 keys */
+            float sc[MT][NT][4];
 #pragma unroll
-            for (int i = 0; i < NT; i++)
-                sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int i = 0; i < NT; i++)
+                    sc[mt][i][0] = sc[mt][i][1] = sc[mt][i][2] = sc[mt][i][3] = 0.0f;
             uint32_t kbase = pf_smem(ks) + buf * PF_BN * D * 2;
 #pragma unroll
             for (int ks_ = 0; ks_ < D / 16; ks_++) {
+                uint32_t fa[MT][4], fb[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    if (QREG) {
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            fa[mt][i] = qa[QREG ? ks_ : 0][i];
+                            fb[mt][i] = qb[QREG ? ks_ : 0][i];
+                        }
+                    } else {
+                        q_frag(mt, ks_, false, fa[mt]);
+                        if (precise)
+                            q_frag(mt, ks_, true, fb[mt]);
+                    }
+                }
 #pragma unroll
                 for (int nt = 0; nt < NT; nt += 2) {
                     int mi = lane >> 3;
                     int key = nt * 8 + (mi >> 1) * 8 + (lane & 7);
                     uint32_t b0, b1, b2, b3;
                     pf_ldsm4(kbase + pf_off<D>(key, ks_ * 2 + (mi & 1)), b0, b1, b2, b3);
-                    pf_type<T>::mma(sc[nt], qa[ks_], b0, b1);
-                    pf_type<T>::mma(sc[nt + 1], qa[ks_], b2, b3);
-                    if (precise) {
-                        pf_type<T>::mma(sc[nt], qb[ks_], b0, b1);
-                        pf_type<T>::mma(sc[nt + 1], qb[ks_], b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        pf_type<T>::mma(sc[mt][nt], fa[mt], b0, b1);
+                        pf_type<T>::mma(sc[mt][nt + 1], fa[mt], b2, b3);
+                        if (precise) {
+                            pf_type<T>::mma(sc[mt][nt], fb[mt], b0, b1);
+                            pf_type<T>::mma(sc[mt][nt + 1], fb[mt], b2, b3);
+                        }
                     }
                 }
             }
 
-            /* mask, soft-cap, base-2 scaling, row max */
-            float mx0 = m0, mx1 = m1;
+            /* soft-cap, base-2 scaling, mask (edge blocks only), online softmax */
+            bool edge = mixed || kb + PF_BN > hmin || kb < lmax;
+            uint32_t pa[MT][NT / 2][4], pl[MT][NT / 2][4];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
+            for (int mt = 0; mt < MT; mt++) {
+                float mx0 = m[mt][0], mx1 = m[mt][1];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int32_t j = kb + nt * 8 + 2 * (lane & 3) + (e & 1);
-                    bool vis = e < 2 ? (j >= lo0 && j < hi0) : (j >= lo1 && j < hi1);
-                    float x = sc[nt][e];
-                    if (cap)
-                        x = attn_cap(x, a.softcap);
-                    x = vis ? x * LOG2E : -INFINITY;
-                    sc[nt][e] = x;
-                    if (e < 2)
-                        mx0 = fmaxf(mx0, x);
-                    else
-                        mx1 = fmaxf(mx1, x);
+                for (int nt = 0; nt < NT; nt++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = sc[mt][nt][e];
+                        if (cap)
+                            x = attn_cap(x, a.softcap);
+                        x *= LOG2E;
+                        if (edge) {
+                            int32_t j = kb + nt * 8 + 2 * (lane & 3) + (e & 1);
+                            int hf = e >> 1;
+                            bool vis = j >= rlo[mt][hf] && j < rhi[mt][hf];
+                            x = vis ? x : -INFINITY;
+                        }
+                        sc[mt][nt][e] = x;
+                        if (e < 2)
+                            mx0 = fmaxf(mx0, x);
+                        else
+                            mx1 = fmaxf(mx1, x);
+                    }
                 }
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            /* rows with no visible key so far keep m = -inf and p = 0 */
-            float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
-            float corr0 = exp2f(m0 - base0), corr1 = exp2f(m1 - base1);
-            m0 = mx0;
-            m1 = mx1;
-            float sum0 = 0.0f, sum1 = 0.0f;
-            uint32_t pa[NT / 2][4], pl[NT / 2][4];
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                /* rows with no visible key so far keep m = -inf and p = 0 */
+                float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
+                float corr0 = pf_exp2(m[mt][0] - base0), corr1 = pf_exp2(m[mt][1] - base1);
+                m[mt][0] = mx0;
+                m[mt][1] = mx1;
+                float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                float p0 = exp2f(sc[nt][0] - base0), p1 = exp2f(sc[nt][1] - base0);
-                float p2 = exp2f(sc[nt][2] - base1), p3 = exp2f(sc[nt][3] - base1);
-                sum0 += p0 + p1;
-                sum1 += p2 + p3;
-                pa[nt / 2][(nt & 1) * 2 + 0] = pf_type<T>::split(p0, p1, &pl[nt / 2][(nt & 1) * 2]);
-                pa[nt / 2][(nt & 1) * 2 + 1] =
-                    pf_type<T>::split(p2, p3, &pl[nt / 2][(nt & 1) * 2 + 1]);
-            }
-            l0 = l0 * corr0 + sum0;
-            l1 = l1 * corr1 + sum1;
+                for (int nt = 0; nt < NT; nt++) {
+                    float p0 = pf_exp2(sc[mt][nt][0] - base0), p1 = pf_exp2(sc[mt][nt][1] - base0);
+                    float p2 = pf_exp2(sc[mt][nt][2] - base1), p3 = pf_exp2(sc[mt][nt][3] - base1);
+                    sum0 += p0 + p1;
+                    sum1 += p2 + p3;
+                    pa[mt][nt / 2][(nt & 1) * 2] =
+                        pf_type<T>::split(p0, p1, &pl[mt][nt / 2][(nt & 1) * 2]);
+                    pa[mt][nt / 2][(nt & 1) * 2 + 1] =
+                        pf_type<T>::split(p2, p3, &pl[mt][nt / 2][(nt & 1) * 2 + 1]);
+                }
+                l[mt][0] = l[mt][0] * corr0 + sum0;
+                l[mt][1] = l[mt][1] * corr1 + sum1;
 #pragma unroll
-            for (int i = 0; i < DT; i++) {
-                o[i][0] *= corr0;
-                o[i][1] *= corr0;
-                o[i][2] *= corr1;
-                o[i][3] *= corr1;
+                for (int i = 0; i < DT; i++) {
+                    o[mt][i][0] *= corr0;
+                    o[mt][i][1] *= corr0;
+                    o[mt][i][2] *= corr1;
+                    o[mt][i][3] *= corr1;
+                }
             }
 
             /* O += P V */
@@ -315,11 +395,14 @@ __global__ void __launch_bounds__(WARPS * 32)
                     int key = kk * 16 + (mi & 1) * 8 + (lane & 7);
                     uint32_t b0, b1, b2, b3;
                     pf_ldsm4t(vbase + pf_off<D>(key, dt + (mi >> 1)), b0, b1, b2, b3);
-                    pf_type<T>::mma(o[dt], pa[kk], b0, b1);
-                    pf_type<T>::mma(o[dt + 1], pa[kk], b2, b3);
-                    if (precise) {
-                        pf_type<T>::mma(o[dt], pl[kk], b0, b1);
-                        pf_type<T>::mma(o[dt + 1], pl[kk], b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        pf_type<T>::mma(o[mt][dt], pa[mt][kk], b0, b1);
+                        pf_type<T>::mma(o[mt][dt + 1], pa[mt][kk], b2, b3);
+                        if (precise) {
+                            pf_type<T>::mma(o[mt][dt], pl[mt][kk], b0, b1);
+                            pf_type<T>::mma(o[mt][dt + 1], pl[mt][kk], b2, b3);
+                        }
                     }
                 }
             }
@@ -329,39 +412,40 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     /* normalize and write the valid rows */
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
 #pragma unroll
-    for (int half = 0; half < 2; half++) {
-        int r = half ? r1 : r0;
-        int64_t tok = t0 + r / hh;
-        int32_t hr = hc0 + r % hh;
-        if (r >= hh * tt || tok >= a.n_tok || hr >= n_rep)
-            continue;
-        float inv = half ? inv1 : inv0;
-        float *dst = a.out + (tok * a.n_heads + g * n_rep + hr) * D + 2 * (lane & 3);
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-        for (int i = 0; i < DT; i++)
-            *(float2 *)(dst + i * 8) = make_float2(o[i][half * 2] * inv, o[i][half * 2 + 1] * inv);
+        for (int hf = 0; hf < 2; hf++) {
+            float lv = l[mt][hf];
+            lv += __shfl_xor_sync(0xffffffffu, lv, 1);
+            lv += __shfl_xor_sync(0xffffffffu, lv, 2);
+            float inv = lv > 0.0f ? 1.0f / lv : 0.0f;
+            int r = rr[mt][hf];
+            int64_t tok = t0 + r / hh;
+            int32_t hr = hc0 + r % hh;
+            if (r >= hh * tt || tok >= a.n_tok || hr >= n_rep)
+                continue;
+            float *dst = a.out + (tok * a.n_heads + g * n_rep + hr) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int i = 0; i < DT; i++)
+                *(float2 *)(dst + i * 8) =
+                    make_float2(o[mt][i][hf * 2] * inv, o[mt][i][hf * 2 + 1] * inv);
+        }
     }
 }
-
-#define PF_WARPS 4
 
 extern "C" int cuk_attn_prefill_supported(int32_t head_dim, int32_t dtype)
 {
     return (head_dim == 64 || head_dim == 128) && (dtype == CUK_F16 || dtype == CUK_BF16);
 }
 
-template <typename T, int D>
-static cudaError_t pf_launch(const cuk_attn_args *a, cudaStream_t stream)
+template <typename T, int D, int WARPS, int MT>
+static cudaError_t pf_launch_w(const cuk_attn_args *a, cudaStream_t stream)
 {
-    constexpr int BM = 16 * PF_WARPS;
-    size_t smem = (size_t)2 * BM * D * 2 + (size_t)4 * PF_BN * D * 2;
-    cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<T, D, PF_WARPS>,
+    constexpr int BM = 16 * WARPS * MT;
+    size_t q_bytes = (size_t)2 * BM * D * 2, kv_bytes = (size_t)4 * PF_BN * D * 2;
+    size_t smem = MT == 1 ? (q_bytes > kv_bytes ? q_bytes : kv_bytes) : q_bytes + kv_bytes;
+    cudaError_t e = cudaFuncSetAttribute(attn_prefill_kernel<T, D, WARPS, MT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
@@ -370,9 +454,17 @@ static cudaError_t pf_launch(const cuk_attn_args *a, cudaStream_t stream)
     int32_t tt = BM / hh;
     dim3 grid((unsigned)((a->n_tok + tt - 1) / tt), (unsigned)((n_rep + hh - 1) / hh),
               (unsigned)a->n_kv_heads);
-    attn_prefill_kernel<T, D, PF_WARPS><<<grid, PF_WARPS * 32, smem, stream>>>(*a, hh, tt,
-                                                                               a->precise);
+    attn_prefill_kernel<T, D, WARPS, MT><<<grid, WARPS * 32, smem, stream>>>(*a, hh, tt,
+                                                                            a->precise);
     return cudaGetLastError();
+}
+
+/* 4 warps of 16 rows. (MT = 2, 32 rows per warp, ran 1.35x slower on the
+ * H100: 255 registers with spills; docs/benchmarks.md, CUDA, version 3.) */
+template <typename T, int D>
+static cudaError_t pf_launch(const cuk_attn_args *a, cudaStream_t stream)
+{
+    return pf_launch_w<T, D, 4, 1>(a, stream);
 }
 
 extern "C" cudaError_t cuk_attn_prefill(const cuk_attn_args *a, cudaStream_t stream)

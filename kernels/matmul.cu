@@ -3,7 +3,7 @@
  *
  * Decode runs matmuls with one to a few activation rows, where the time is
  * reading the weights once: one warp per output column reads its weight
- * row with 16-byte loads (four in flight per lane), converts to f32 and
+ * row with 16-byte loads (eight in flight per lane), converts to f32 and
  * accumulates in f32 against every activation row, then reduces across the
  * warp. Larger M goes to cuBLAS (backends/cuda/cuda_matmul.c); for bf16
  * weights the activations are split into two bf16 terms, hi = bf16(a) and
@@ -18,7 +18,7 @@
 #include "kernels/common.cuh"
 
 #define GEMV_WARPS 8
-#define GEMV_UNROLL 4
+#define GEMV_UNROLL 8
 
 template <typename WT> struct gemv_unpack;
 template <> struct gemv_unpack<float> {

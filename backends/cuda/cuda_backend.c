@@ -79,6 +79,10 @@ llmem_status cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *wha
 
 llmem_status cuda_enter(cuda_backend *cb)
 {
+    /* cudaGetDevice reads a thread-local: cheaper than setting it per op */
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == cb->device)
+        return LLMEM_OK;
     return cuda_check(cb, cudaSetDevice(cb->device), "cudaSetDevice");
 }
 
@@ -163,6 +167,9 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     cb->debug = env_on("LLMEM_CUDA_DEBUG");
     cb->sync_each_op = env_on("LLMEM_CUDA_SYNC");
     cb->attn_fast = env_on("LLMEM_CUDA_ATTN_FAST");
+    const char *dc = getenv("LLMEM_CUDA_DEC_CTAS");
+    cb->dec_ctas = dc ? atoi(dc) : 4;
+    cb->dec_ctas = cb->dec_ctas < 1 ? 4 : cb->dec_ctas > 256 ? 256 : cb->dec_ctas;
     const char *what = "cudaSetDevice";
     cudaError_t e = cudaSetDevice(dev);
     struct cudaDeviceProp prop;

@@ -332,7 +332,7 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
     /* enough CTAs to fill the device, at least 256 keys per split */
     int32_t n_rep = a.n_heads / a.n_kv_heads;
     int64_t items = (int64_t)a.n_tok * a.n_kv_heads * ((n_rep + 3) / 4);
-    int64_t want = ((int64_t)cb->n_sms * 16 + items - 1) / items;
+    int64_t want = ((int64_t)cb->n_sms * cb->dec_ctas + items - 1) / items;
     int64_t cap = (max_range + 255) / 256;
     int32_t n_split = (int32_t)(want < cap ? want : cap);
     n_split = n_split < 1 ? 1 : n_split > 64 ? 64 : n_split;
