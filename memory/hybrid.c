@@ -44,6 +44,21 @@ static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
     return m;
 }
 
+static llmem_status hy_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                       size_t err_len)
+{
+    hybrid *h = hy_of(mem);
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_memory *ch = h->child[c];
+        llmem_status st = ch->iface->reserve_prepare
+                              ? ch->iface->reserve_prepare(ch, plan, err, err_len)
+                              : LLMEM_OK;
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
 static llmem_status hy_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
                                size_t err_len)
 {
@@ -285,6 +300,7 @@ const llmem_memory_i hybrid_iface = {
     .destroy = hy_destroy,
     .prefix_match = hy_prefix_match,
     .reserve = hy_reserve,
+    .reserve_prepare = hy_reserve_prepare,
     .apply = hy_apply,
     .view = hy_view,
     .commit = hy_commit,

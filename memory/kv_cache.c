@@ -264,6 +264,117 @@ static llmem_status build_tables(kv_cache *kv, const llmem_plan *plan, kv_res *r
     return LLMEM_OK;
 }
 
+/* int32 elements of every ubatch's index tables (build_tables), given each
+ * sequence's length before the plan; -1 when out of host memory. */
+static int64_t index_elems(const kv_cache *kv, const llmem_plan *plan, const int32_t *len0)
+{
+    int32_t nsm = kv->base.n_seq_max;
+    int32_t *len = malloc((size_t)nsm * sizeof *len);
+    if (!len)
+        return -1;
+    memcpy(len, len0, (size_t)nsm * sizeof *len);
+    int64_t elems = 2 * (int64_t)count_shift(kv);
+    for (int32_t u = 0; u < plan->n_ubatch; u++) {
+        const llmem_ubatch *ub = &plan->ubatch[u];
+        int32_t max_pages = 0;
+        for (int32_t k = 0; k < ub->n_tokens; k++)
+            for (int32_t m = 0; m < stream_n(plan, u, ub->seq[k]); m++) {
+                len[stream_seq(plan, u, ub->seq[k], m)]++;
+                elems += 2;
+            }
+        for (int32_t s = 0; s < ub->n_seqs; s++) {
+            int32_t np = n_pages_for_len(kv, len[ub->seq_id[s]]);
+            max_pages = np > max_pages ? np : max_pages;
+        }
+        elems += 2 * (int64_t)ub->n_tokens + ub->n_seqs + (int64_t)ub->n_seqs * max_pages;
+    }
+    free(len);
+    return elems;
+}
+
+/* Pages the plan needs beyond the prefix pages it attaches: per sequence
+ * need[s] new pages and cow[s] copies; len0[s] = length once the prefix is
+ * attached. */
+static int64_t pages_needed(const kv_cache *kv, const llmem_plan *plan, int32_t *need,
+                            int32_t *len0, uint8_t *cow)
+{
+    int32_t ps = kv->p.page_size;
+    int64_t total = 0;
+    for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
+        need[s] = 0;
+        cow[s] = 0;
+        len0[s] = kv->seqs[s].tokens.n;
+        if (plan->n_new[s] == 0)
+            continue;
+        const kv_seq *q = &kv->seqs[s];
+        int32_t c = plan->n_cached[s];
+        len0[s] = c > 0 ? c : q->tokens.n;
+        int32_t nn = plan->n_new[s] - c;
+        need[s] = llmem_pages_for(len0[s], nn, ps);
+        if (c == 0 && nn > 0 && len0[s] % ps && !page_writable(kv, q->pages.v[len0[s] / ps]))
+            cow[s] = 1;
+        total += need[s] + cow[s];
+    }
+    return total;
+}
+
+static llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                       size_t err_len)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
+    llmem_status st = LLMEM_E_NO_MEMORY;
+    int32_t *need = calloc((size_t)nsm, sizeof *need);
+    int32_t *len0 = calloc((size_t)nsm, sizeof *len0);
+    uint8_t *cow = calloc((size_t)nsm, 1);
+    i32vec pages = {0}; /* cached (unreferenced) prefix pages the plan would pin */
+    if (!need || !len0 || !cow)
+        goto out;
+    for (int32_t s = 0; s < nsm; s++) {
+        int32_t c = plan->n_cached[s];
+        if (plan->n_new[s] == 0 || c == 0)
+            continue;
+        int32_t np = c / ps, at = pages.n;
+        if (c % ps || kv->seqs[s].tokens.n || !i32vec_reserve(&pages, pages.n + np) ||
+            kv_prefix_pages(kv, plan->seq_tokens[s], c, pages.v + at) != np) {
+            llmem_errf(err, err_len, "sequence %d: prefix pages changed during planning", s);
+            st = LLMEM_E_STATE;
+            goto out;
+        }
+        for (int32_t k = 0; k < np; k++) {
+            int32_t p = pages.v[at + k];
+            bool dup = kv->pool.ref[p] > 0;
+            for (int32_t j = 0; j < pages.n && !dup; j++)
+                dup = pages.v[j] == p;
+            if (!dup)
+                pages.v[pages.n++] = p;
+        }
+    }
+    int64_t total = pages_needed(kv, plan, need, len0, cow);
+    if (total > page_pool_available(&kv->pool) - pages.n) {
+        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
+                   (long long)total, kv->pool.n_free, kv->pool.n_cached - pages.n);
+        st = LLMEM_E_NO_SPACE;
+        goto out;
+    }
+    int64_t elems = index_elems(kv, plan, len0);
+    if (elems < 0)
+        goto out;
+    if (elems > INT32_MAX / 2) {
+        st = LLMEM_E_INVALID;
+        goto out;
+    }
+    st = idx_ensure(mem->backend, &kv->idx, (int32_t)elems);
+    if (st != LLMEM_OK)
+        llmem_errf(err, err_len, "KV cache: index buffer allocation failed");
+out:
+    free(need);
+    free(len0);
+    free(cow);
+    i32vec_free(&pages);
+    return st;
+}
+
 static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
                                size_t err_len)
 {
@@ -304,13 +415,8 @@ static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void *
                 page_pool_ref(&kv->pool, pinned.v[at + k]);
             pinned.n += np;
         }
-        len0[s] = c > 0 ? c : q->tokens.n;
-        int32_t nn = plan->n_new[s] - c;
-        need[s] = llmem_pages_for(len0[s], nn, ps);
-        if (c == 0 && nn > 0 && len0[s] % ps && !page_writable(kv, q->pages.v[len0[s] / ps]))
-            cow[s] = 1;
-        total += need[s] + cow[s];
     }
+    total = pages_needed(kv, plan, need, len0, cow);
     if (total > page_pool_available(&kv->pool)) {
         llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
                    (long long)total, kv->pool.n_free, kv->pool.n_cached);
@@ -318,30 +424,9 @@ static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void *
         goto fail;
     }
     /* index size, computed before anything irreversible */
-    int64_t elems = 2 * (int64_t)count_shift(kv);
-    {
-        int32_t *len_sim = len0;
-        int32_t *saved = malloc((size_t)nsm * sizeof *saved);
-        if (!saved)
-            goto fail;
-        memcpy(saved, len0, (size_t)nsm * sizeof *saved);
-        for (int32_t u = 0; u < plan->n_ubatch; u++) {
-            const llmem_ubatch *ub = &plan->ubatch[u];
-            int32_t max_pages = 0;
-            for (int32_t k = 0; k < ub->n_tokens; k++)
-                for (int32_t m = 0; m < stream_n(plan, u, ub->seq[k]); m++) {
-                    len_sim[stream_seq(plan, u, ub->seq[k], m)]++;
-                    elems += 2;
-                }
-            for (int32_t s = 0; s < ub->n_seqs; s++) {
-                int32_t np = n_pages_for_len(kv, len_sim[ub->seq_id[s]]);
-                max_pages = np > max_pages ? np : max_pages;
-            }
-            elems += 2 * (int64_t)ub->n_tokens + ub->n_seqs + (int64_t)ub->n_seqs * max_pages;
-        }
-        memcpy(len0, saved, (size_t)nsm * sizeof *saved);
-        free(saved);
-    }
+    int64_t elems = index_elems(kv, plan, len0);
+    if (elems < 0)
+        goto fail;
     if (elems > INT32_MAX / 2) {
         st = LLMEM_E_INVALID;
         goto fail;
@@ -367,8 +452,14 @@ static llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void *
             q->pages.v[q->pages.n++] = pinned.v[pin_at++];
         if (cow[s]) {
             /* the copy itself waits for apply (kv_apply), the page is taken now */
-            res->cow[res->n_cow++] = (kv_cow){.seq = s, .index = len0[s] / ps,
-                                              .page = kv_alloc_page(kv)};
+            kv_cow *w = &res->cow[res->n_cow++];
+            *w = (kv_cow){.seq = s, .index = len0[s] / ps, .page = kv_alloc_page(kv)};
+            int32_t old = q->pages.v[w->index];
+            if (kv->page_shift[old]) { /* the K-shift tables must list the copy's slots */
+                memcpy(kv->shift + (size_t)w->page * (size_t)ps,
+                       kv->shift + (size_t)old * (size_t)ps, (size_t)ps * sizeof *kv->shift);
+                kv->page_shift[w->page] = 1;
+            }
         } else if (len0[s] % ps && q->pages.n > len0[s] / ps) {
             /* written in place: its hash, if any, no longer describes it */
             kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
@@ -732,6 +823,7 @@ const llmem_memory_i kv_cache_iface = {
     .destroy = kv_destroy,
     .prefix_match = kv_prefix_match,
     .reserve = kv_reserve,
+    .reserve_prepare = kv_reserve_prepare,
     .apply = kv_apply,
     .view = kv_view,
     .commit = kv_commit,

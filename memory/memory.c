@@ -72,7 +72,10 @@ llmem_status llmem_memory_plan(llmem_memory *mem, const llmem_batch *batch, llme
     llmem_status st = llmem_plan_build_internal(mem, batch, split, n_ubatch, &p, err, err_len);
     if (st != LLMEM_OK)
         return st;
-    st = mem->iface->reserve(mem, p, &p->res, err, err_len);
+    if (mem->iface->reserve_prepare)
+        st = mem->iface->reserve_prepare(mem, p, err, err_len);
+    if (st == LLMEM_OK)
+        st = mem->iface->reserve(mem, p, &p->res, err, err_len);
     if (st != LLMEM_OK) {
         llmem_plan_free_internal(p);
         return st;

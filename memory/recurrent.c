@@ -325,6 +325,17 @@ out:
     return st;
 }
 
+/* rs_reserve changes nothing the memory holds (slot choices are simulated
+ * and applied at commit), so a trial reservation is the check. */
+static llmem_status rs_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                       size_t err_len)
+{
+    void *res = NULL;
+    llmem_status st = rs_reserve(mem, plan, &res, err, err_len);
+    res_free(res);
+    return st;
+}
+
 static llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
 {
     ((rs_res *)r)->cur = i;
@@ -892,6 +903,7 @@ const llmem_memory_i recurrent_iface = {
     .type = "recurrent",
     .destroy = rs_destroy,
     .reserve = rs_reserve,
+    .reserve_prepare = rs_reserve_prepare,
     .apply = rs_apply,
     .view = rs_view,
     .commit = rs_commit,

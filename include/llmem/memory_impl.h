@@ -124,6 +124,14 @@ typedef struct llmem_memory_i {
      * sections disagree. */
     bool (*state_read_seq)(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
                            const void **tokens, const void **pos);
+
+    /* Optional: everything of reserve that can fail (space, validation,
+     * index-buffer growth), without changing what the memory holds. The
+     * core calls it before reserve; a composition calls it on every child
+     * before reserving any, so a child that cannot plan leaves the others
+     * untouched (no page taken, no cached page evicted). */
+    llmem_status (*reserve_prepare)(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                    size_t err_len);
 } llmem_memory_i;
 
 /* Base object; implementations embed it first and call llmem_memory_init. */
