@@ -43,7 +43,7 @@ static llmem_backend *cpu(void)
     return be;
 }
 
-/* --- creation ------------------------------------------------------------------------------ */
+/* --- creation ------------------------------------------------------------------------ */
 
 static llmem_status create_kv(llmem_backend *be, llmem_memory **m, char *err, size_t n)
 {
@@ -104,7 +104,7 @@ START_TEST(rs_create_faults)
 }
 END_TEST
 
-/* --- plans ------------------------------------------------------------------------------------ */
+/* --- plans --------------------------------------------------------------------------- */
 
 typedef struct batch {
     int32_t n, tok[1024], pos[1024];
@@ -147,7 +147,8 @@ static void finish(memref *r, llmem_memory *m, llmem_plan *p, batch *b, int32_t 
     char err[512] = "";
     int32_t n_cached[MR_MAX_SEQ];
     ck_assert_int_eq(memref_plan(r, get(b), LLMEM_SPLIT_AUTO, n_ubatch, n_cached), LLMEM_OK);
-    ck_assert_msg(memref_bind(r, err, sizeof err), "%s", err);
+    ck_assert_msg(memref_check_plan(r, p, err, sizeof err) && memref_bind(r, err, sizeof err),
+                  "%s", err);
     for (int32_t u = 0; u < llmem_plan_n_ubatch(p); u++) {
         const llmem_ubatch *ub = NULL;
         ck_assert_int_eq(llmem_memory_apply(m, p, u, &ub), LLMEM_OK);

@@ -6,15 +6,18 @@
  * seq_rm / seq_cp / seq_keep / seq_add / seq_div, clear, state round trips
  * with corrupted streams, prefix hits by re-submitting earlier prompts)
  * run on KV caches (page sizes 1, 16, 64, few pages so that NO_SPACE and
- * eviction happen), recurrent memories (0 and 3 checkpoints) and a hybrid.
- * After every step the memory is compared with a brute-force reference
- * (tests/support/memref.c): predicted status, every sequence's tokens and
- * positions, page tables (sharing and copy-on-write included), recurrent
- * checkpoints and slots, stats, llmem_memory_check, and the data held in
- * every K/V slot and state slot (tags written by an emulated forward pass).
+ * eviction happen), recurrent memories (0 and 3 checkpoints) and hybrids
+ * (KV + recurrent, KV + KV). After every step the memory is compared with
+ * a brute-force reference (tests/support/memref*.c): predicted status,
+ * every sequence's tokens and positions, page tables (sharing and
+ * copy-on-write included), recurrent checkpoints and slots, stats,
+ * llmem_memory_check, and the data held in every K/V slot and state slot
+ * (tags written by an emulated forward pass). docs/testing.md has the
+ * rules the reference follows.
  *
  *   LLMEM_TEST_SEED=<n>   base seed (default fixed; printed on failure)
- *   LLMEM_TEST_ITERS=<n>  operations per configuration (default ~2500)
+ *   LLMEM_TEST_ITERS=<n>  operations per configuration (default 3000-6000)
+ *   LLMEM_TEST_TRACE=1    print every operation, batch and sequence
  */
 #include <check.h>
 #include <stdarg.h>
@@ -24,7 +27,7 @@
 
 #include "support/memref.h"
 
-/* --- run context ------------------------------------------------------------------------ */
+/* --- run context --------------------------------------------------------------------- */
 
 typedef struct prompt {
     int32_t n;
@@ -43,7 +46,8 @@ typedef struct run {
     int32_t n_seq;
     bool has_rs, has_kv;
     int32_t max_len;
-    char log[32][200];
+    char log[32][200]; /* the last 32 notes */
+    int64_t n_notes;
     prompt prompts[24];
     int32_t n_prompts;
     /* batch being built */
@@ -51,14 +55,9 @@ typedef struct run {
     const int32_t *bidp[1024];
     int8_t bout[1024];
     bool bout_null;
-    int64_t n_plans, n_plans_ok, n_hits, n_nospace, n_rollback;
-    unsigned avoid; /* AVOID_* scenarios of open bugs, from $LLMEM_MODEL_AVOID */
+    int32_t kn, kpos[1024], knseq[1024], kids[1024][4]; /* the batch before a mutation */
+    int64_t n_plans, n_plans_ok, n_hits, n_nospace, n_rollback, n_rollback_ok;
 } run;
-
-/* Triage of open bugs: LLMEM_MODEL_AVOID=applied,midplan skips a scenario
- * so that a long run can look for other failures (docs/testing.md). */
-#define AVOID_APPLIED 1u /* release with an applied, uncommitted ubatch */
-#define AVOID_MIDPLAN 2u /* checks while a plan is in flight */
 
 static uint64_t rnd(run *R)
 {
@@ -82,7 +81,7 @@ static void note(run *R, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *line = R->log[R->op % 32];
+    char *line = R->log[R->n_notes++ % 32];
     int k = snprintf(line, 200, "#%lld ", (long long)R->op);
     vsnprintf(line + k, (size_t)(200 - k), fmt, ap);
     va_end(ap);
@@ -100,11 +99,11 @@ static void die(run *R, const char *fmt, ...)
     fprintf(stderr, "\n%s: FAILED at operation %lld (LLMEM_TEST_SEED=%llu reproduces)\n  %s\n"
                     "  last operations:\n",
             R->name, (long long)R->op, (unsigned long long)R->base_seed, msg);
-    for (int64_t i = R->op - 31; i <= R->op; i++)
+    for (int64_t i = R->n_notes - 32; i < R->n_notes; i++)
         if (i >= 0)
             fprintf(stderr, "    %s\n", R->log[i % 32]);
-    ck_abort_msg("%s: seed %llu op %lld: %s", R->name, (unsigned long long)R->seed,
-                 (long long)R->op, msg);
+    ck_abort_msg("%s: LLMEM_TEST_SEED=%llu, operation %lld: %s", R->name,
+                 (unsigned long long)R->base_seed, (long long)R->op, msg);
 }
 
 static void expect_status(run *R, const char *what, llmem_status got, llmem_status want)
@@ -114,7 +113,6 @@ static void expect_status(run *R, const char *what, llmem_status got, llmem_stat
             llmem_status_str(want));
 }
 
-/* Every check after a step. */
 static void trace_state(run *R)
 {
     for (int32_t s = 0; s < R->n_seq; s++) {
@@ -127,6 +125,7 @@ static void trace_state(run *R)
     }
 }
 
+/* Every check after a step. */
 static void check_all(run *R, const char *where)
 {
     char err[512] = "";
@@ -137,7 +136,7 @@ static void check_all(run *R, const char *where)
         die(R, "after %s: %s", where, err);
 }
 
-/* --- batches ------------------------------------------------------------------------------- */
+/* --- batches ------------------------------------------------------------------------- */
 
 static const llmem_batch *batch_get(run *R, llmem_batch *b)
 {
@@ -330,80 +329,7 @@ static void remember_prompts(run *R)
     }
 }
 
-/* --- plans --------------------------------------------------------------------------------- */
-
-/* Checks the plan's ubatches against the batch: sizes, split shapes,
- * tokens, every uncached token once and in order, outputs. */
-static void check_ubatches(run *R, llmem_plan *plan, llmem_split split, int32_t n_ubatch,
-                           const int32_t *n_cached)
-{
-    llmem_plan_info info;
-    llmem_plan_get_info(plan, &info);
-    int32_t n_ub = llmem_plan_n_ubatch(plan), seen[1024] = {0}, next[16], n_out = 0, n_tok = 0;
-    int32_t skipped = 0, idx_in_seq[1024];
-    int32_t cnt[16] = {0};
-    for (int32_t i = 0; i < R->bn; i++) {
-        idx_in_seq[i] = cnt[R->bids[i][0]];
-        for (int32_t j = 0; j < R->bnseq[i]; j++)
-            cnt[R->bids[i][j]]++;
-    }
-    for (int32_t s = 0; s < R->n_seq; s++) {
-        next[s] = -1;
-        skipped += n_cached[s];
-    }
-    if (split == LLMEM_SPLIT_AUTO)
-        split = memref_split(R->ref);
-    for (int32_t u = 0; u < n_ub; u++) {
-        const llmem_ubatch *ub = llmem_plan_ubatch(plan, u);
-        if (!ub || ub->n_tokens < 1 || ub->n_tokens > n_ubatch || ub->split != split)
-            die(R, "ubatch %d: %d tokens (n_ubatch %d) split %d", u, ub ? ub->n_tokens : -1,
-                n_ubatch, ub ? (int)ub->split : -1);
-        if (split != LLMEM_SPLIT_SIMPLE &&
-            (ub->n_tokens != ub->n_seqs * ub->n_seq_tokens ||
-             (split == LLMEM_SPLIT_SEQ && ub->n_seqs != 1)))
-            die(R, "ubatch %d: %d tokens is not %d streams x %d", u, ub->n_tokens, ub->n_seqs,
-                ub->n_seq_tokens);
-        for (int32_t k = 0; k < ub->n_tokens; k++) {
-            int32_t i = ub->batch_idx[k];
-            if (i < 0 || i >= R->bn || seen[i]++ || ub->token[k] != R->btok[i] ||
-                ub->pos[k] != R->bpos[i])
-                die(R, "ubatch %d token %d: batch index %d wrong or repeated", u, k, i);
-            int32_t s = ub->seq[k];
-            if (s < 0 || s >= ub->n_seqs ||
-                (split != LLMEM_SPLIT_SIMPLE && s != k / ub->n_seq_tokens))
-                die(R, "ubatch %d token %d: stream %d", u, k, s);
-            bool in = false;
-            for (int32_t j = 0; j < R->bnseq[i]; j++)
-                in |= R->bids[i][j] == ub->seq_id[s];
-            if (!in)
-                die(R, "ubatch %d token %d: stream sequence %d not among the token's", u, k,
-                    ub->seq_id[s]);
-            for (int32_t j = 0; j < R->bnseq[i]; j++) {
-                int32_t q = R->bids[i][j];
-                if (next[q] >= 0 && R->bpos[i] != next[q])
-                    die(R, "sequence %d: position %d out of order", q, R->bpos[i]);
-                next[q] = R->bpos[i] + 1;
-            }
-            if (R->bnseq[i] == 1 && idx_in_seq[i] < n_cached[R->bids[i][0]])
-                die(R, "ubatch %d: token %d is served by the prefix cache", u, i);
-        }
-        for (int32_t j = 0; j < ub->n_outputs; j++) {
-            int32_t i = ub->out_ids[j];
-            if (ub->batch_idx[ub->out_rows[j]] != i || !(R->bout_null ? i == R->bn - 1 : R->bout[i]))
-                die(R, "ubatch %d output %d: row %d id %d", u, j, ub->out_rows[j], i);
-        }
-        n_out += ub->n_outputs;
-        n_tok += ub->n_tokens;
-    }
-    int32_t want_out = 0;
-    for (int32_t i = 0; i < R->bn; i++)
-        want_out += R->bout_null ? i == R->bn - 1 : R->bout[i] != 0;
-    if (n_out != want_out || info.n_outputs != want_out)
-        die(R, "%d output rows, expected %d", n_out, want_out);
-    if (n_tok + skipped != R->bn || info.n_tokens != n_tok || info.n_tokens_cached != skipped ||
-        info.n_ubatch != n_ub)
-        die(R, "plan covers %d + %d cached of %d tokens", n_tok, skipped, R->bn);
-}
+/* --- plans --------------------------------------------------------------------------- */
 
 static void busy_probe(run *R)
 {
@@ -412,7 +338,8 @@ static void busy_probe(run *R)
     size_t sz = 0;
     uint8_t byte = 0;
     llmem_status st[] = {
-        llmem_memory_seq_rm(R->mem, 0, -1, -1), llmem_memory_seq_cp(R->mem, 0, 1 % R->n_seq, -1, -1),
+        llmem_memory_seq_rm(R->mem, 0, -1, -1),
+        llmem_memory_seq_cp(R->mem, 0, 1 % R->n_seq, -1, -1),
         llmem_memory_seq_keep(R->mem, 0), llmem_memory_seq_add(R->mem, 0, -1, -1, 1),
         llmem_memory_clear(R->mem, false), llmem_memory_state_size(R->mem, -1, &sz),
         llmem_memory_state_read(R->mem, -1, &byte, 1, NULL, 0),
@@ -477,18 +404,17 @@ static void op_plan(run *R, bool request)
         gen_batch(R, equal && chance(R, 90));
     bool broken = !request && chance(R, 8);
     if (broken) {
-        static int32_t keep_n, keep_pos[1024], keep_nseq[1024], keep_ids[1024][4];
-        keep_n = R->bn;
-        memcpy(keep_pos, R->bpos, sizeof keep_pos);
-        memcpy(keep_nseq, R->bnseq, sizeof keep_nseq);
-        memcpy(keep_ids, R->bids, sizeof keep_ids);
+        R->kn = R->bn;
+        memcpy(R->kpos, R->bpos, sizeof R->kpos);
+        memcpy(R->knseq, R->bnseq, sizeof R->knseq);
+        memcpy(R->kids, R->bids, sizeof R->kids);
         mutate_batch(R);
-        if (!shared_ok(R)) {
+        if (!shared_ok(R)) { /* keep the batch as it was */
             broken = false;
-            R->bn = keep_n;
-            memcpy(R->bpos, keep_pos, sizeof keep_pos);
-            memcpy(R->bnseq, keep_nseq, sizeof keep_nseq);
-            memcpy(R->bids, keep_ids, sizeof keep_ids);
+            R->bn = R->kn;
+            memcpy(R->bpos, R->kpos, sizeof R->kpos);
+            memcpy(R->bnseq, R->knseq, sizeof R->knseq);
+            memcpy(R->bids, R->kids, sizeof R->kids);
         }
     }
     k = rn(R, 100);
@@ -526,14 +452,13 @@ static void op_plan(run *R, bool request)
                 llmem_plan_n_cached(plan, s), n_cached[s]);
         R->n_hits += n_cached[s] > 0;
     }
-    check_ubatches(R, plan, split, n_ubatch, n_cached);
-    if (!memref_bind(R->ref, err, sizeof err))
+    if (!memref_check_plan(R->ref, plan, err, sizeof err) || !memref_bind(R->ref, err, sizeof err))
         die(R, "after plan: %s", err);
     int32_t n_ub = llmem_plan_n_ubatch(plan), stop = n_ub;
     bool apply_last = false;
     if (chance(R, 15)) {
         stop = rn(R, n_ub);
-        apply_last = chance(R, 50) && !(R->avoid & AVOID_APPLIED);
+        apply_last = chance(R, 50);
     }
     for (int32_t u = 0; u < n_ub && (u < stop || (u == stop && apply_last)); u++) {
         const llmem_ubatch *ub = NULL;
@@ -550,7 +475,7 @@ static void op_plan(run *R, bool request)
             die(R, "ubatch %d forward: %s", u, err);
         expect_status(R, "commit", llmem_memory_commit(R->mem, plan, u), LLMEM_OK);
         memref_commit(R->ref, ub);
-        if (chance(R, 10) && !(R->avoid & AVOID_MIDPLAN)) {
+        if (chance(R, 10)) {
             if (!memref_bind(R->ref, err, sizeof err) || !memref_compare(R->ref, err, sizeof err))
                 die(R, "after commit %d: %s", u, err);
         }
@@ -563,7 +488,7 @@ static void op_plan(run *R, bool request)
     remember_prompts(R);
 }
 
-/* --- sequence operations --------------------------------------------------------------------- */
+/* --- sequence operations ------------------------------------------------------------- */
 
 static int32_t pick_seq(run *R, bool nonempty)
 {
@@ -662,10 +587,13 @@ static void op_seq(run *R)
         R->n_prompts = chance(R, 50) ? 0 : R->n_prompts;
     }
     expect_status(R, what, got, want);
+    if (got == LLMEM_OK && R->has_rs && k < 40 && s >= 0 && memref_seq_len(R->ref, s) > 0 &&
+        memref_seq_len(R->ref, s) < n)
+        R->n_rollback_ok++;
     check_all(R, what);
 }
 
-/* --- state I/O ----------------------------------------------------------------------------------- */
+/* --- state I/O ----------------------------------------------------------------------- */
 
 static void op_state(run *R)
 {
@@ -736,7 +664,7 @@ static void op_state(run *R)
     free(bad);
 }
 
-/* --- configurations ---------------------------------------------------------------------------- */
+/* --- configurations ------------------------------------------------------------------ */
 
 static uint64_t env_u64(const char *name, uint64_t dflt)
 {
@@ -765,13 +693,6 @@ static void run_config(const char *name, const mr_config *cfg, int32_t default_i
     ck_assert_msg(llmem_backend_open("cpu", -1, &R->be, err, sizeof err) == LLMEM_OK, "%s", err);
     R->ref = memref_create(R->be, cfg, &R->mem, err, sizeof err);
     ck_assert_msg(R->ref != NULL, "%s", err);
-    const char *avoid = getenv("LLMEM_MODEL_AVOID");
-    if (avoid && strstr(avoid, "applied"))
-        R->avoid |= AVOID_APPLIED;
-    if (avoid && strstr(avoid, "midplan"))
-        R->avoid |= AVOID_MIDPLAN;
-    if (avoid && strstr(avoid, "stalehash"))
-        memref_set_quirks(R->ref, MR_QUIRK_STALE_HASH);
     int64_t iters = (int64_t)env_u64("LLMEM_TEST_ITERS", (uint64_t)default_iters);
     note(R, "start");
     check_all(R, "create");
@@ -786,11 +707,12 @@ static void run_config(const char *name, const mr_config *cfg, int32_t default_i
         else
             op_state(R);
     }
-    printf("%s: %lld operations (seed %llu): %lld plans, %lld ok, %lld prefix hits, %lld "
-           "NO_SPACE, %lld evictions, %lld cut attempts\n",
-           name, (long long)iters, (unsigned long long)R->seed, (long long)R->n_plans,
-           (long long)R->n_plans_ok, (long long)R->n_hits, (long long)R->n_nospace,
-           (long long)memref_evictions(R->ref), (long long)R->n_rollback);
+    printf("%s: %lld operations (seed %llu): %lld plans, %lld ok, %lld NO_SPACE, %lld prefix "
+           "hits, %lld evictions, %lld cuts tried, %lld recurrent rollbacks\n",
+           name, (long long)iters, (unsigned long long)R->base_seed, (long long)R->n_plans,
+           (long long)R->n_plans_ok, (long long)R->n_nospace, (long long)R->n_hits,
+           (long long)memref_evictions(R->ref), (long long)R->n_rollback,
+           (long long)R->n_rollback_ok);
     memref_destroy(R->ref);
     llmem_memory_destroy(R->mem);
     llmem_backend_close(R->be);
@@ -816,42 +738,42 @@ static mr_config rs_config(int32_t n_ckpt, int32_t n_seq, int32_t n_layers)
 START_TEST(model_kv_page1)
 {
     mr_config c = kv_config(1, 40, 5, 1, true, false);
-    run_config("kv page 1", &c, 2500, 1);
+    run_config("kv page 1", &c, 6000, 1);
 }
 END_TEST
 
 START_TEST(model_kv_page16)
 {
     mr_config c = kv_config(16, 20, 6, 2, true, true);
-    run_config("kv page 16 (poison)", &c, 2500, 2);
+    run_config("kv page 16 (poison)", &c, 6000, 2);
 }
 END_TEST
 
 START_TEST(model_kv_page64)
 {
     mr_config c = kv_config(64, 7, 4, 1, true, false);
-    run_config("kv page 64", &c, 2000, 3);
+    run_config("kv page 64", &c, 5000, 3);
 }
 END_TEST
 
 START_TEST(model_kv_page4_no_prefix)
 {
     mr_config c = kv_config(4, 24, 6, 1, false, false);
-    run_config("kv page 4 (no prefix cache)", &c, 1500, 4);
+    run_config("kv page 4 (no prefix cache)", &c, 3000, 4);
 }
 END_TEST
 
 START_TEST(model_recurrent_ckpt0)
 {
     mr_config c = rs_config(0, 5, 1);
-    run_config("recurrent n_ckpt 0", &c, 2500, 5);
+    run_config("recurrent n_ckpt 0", &c, 5000, 5);
 }
 END_TEST
 
 START_TEST(model_recurrent_ckpt3)
 {
     mr_config c = rs_config(3, 5, 2);
-    run_config("recurrent n_ckpt 3", &c, 2500, 6);
+    run_config("recurrent n_ckpt 3", &c, 6000, 6);
 }
 END_TEST
 
@@ -861,7 +783,18 @@ START_TEST(model_hybrid)
     c.child[0] = (mr_child_config){.kv = true, .n_layers = 2, .page_size = 8, .n_pages = 30,
                                    .prefix = true};
     c.child[1] = (mr_child_config){.kv = false, .n_layers = 1, .n_ckpt = 2};
-    run_config("hybrid kv page 8 + recurrent n_ckpt 2", &c, 2500, 7);
+    run_config("hybrid kv page 8 + recurrent n_ckpt 2", &c, 6000, 7);
+}
+END_TEST
+
+START_TEST(model_hybrid_kv_kv)
+{
+    mr_config c = {.n_seq_max = 5, .n_children = 2, .n_layers = 3, .layer_child = {0, 1, 0}};
+    c.child[0] = (mr_child_config){.kv = true, .n_layers = 2, .page_size = 3, .n_pages = 40,
+                                   .prefix = true};
+    c.child[1] = (mr_child_config){.kv = true, .n_layers = 1, .page_size = 4, .n_pages = 24,
+                                   .prefix = true};
+    run_config("hybrid kv page 3 + kv page 4", &c, 5000, 8);
 }
 END_TEST
 
@@ -875,7 +808,7 @@ Suite *memory_model_suite(void)
     } cases[] = {{"kv1", model_kv_page1},        {"kv16", model_kv_page16},
                  {"kv64", model_kv_page64},      {"kv4", model_kv_page4_no_prefix},
                  {"rs0", model_recurrent_ckpt0}, {"rs3", model_recurrent_ckpt3},
-                 {"hybrid", model_hybrid}};
+                 {"hybrid", model_hybrid},        {"hybrid2", model_hybrid_kv_kv}};
     /* one case per configuration: CK_RUN_CASE=hybrid runs only that one */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

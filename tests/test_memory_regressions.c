@@ -1,8 +1,9 @@
 // ctest-labels: core
-/* Minimal reproductions of the memory-module bugs the model-based test
- * (test_memory_model.c) and the fault-injection test found. Each case
- * states the contract it checks; expected values follow from the contract
- * by hand, never from the code under test. */
+/* Regression tests: minimal reproductions of the memory-module bugs the
+ * model-based test (test_memory_model.c), the fault-injection test and the
+ * fuzzers found. Each case states the contract it checks and what went
+ * wrong; expected values follow from the contract by hand, never from the
+ * code under test. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -80,7 +81,8 @@ static llmem_status run_all(llmem_memory *m, tb *t, int32_t n_ubatch)
 {
     llmem_plan *p = NULL;
     char err[256] = "";
-    llmem_status st = llmem_memory_plan(m, tb_get(t), LLMEM_SPLIT_AUTO, n_ubatch, &p, err, sizeof err);
+    llmem_status st =
+        llmem_memory_plan(m, tb_get(t), LLMEM_SPLIT_AUTO, n_ubatch, &p, err, sizeof err);
     if (st != LLMEM_OK)
         return st;
     for (int32_t u = 0; u < llmem_plan_n_ubatch(p); u++) {
@@ -101,8 +103,8 @@ static void assert_check(llmem_memory *m)
 /* KV cache: a page that was hashed (full, canonical) but lost the race to
  * publish (an equal page was published first) is shared by seq_cp of a
  * prefix ending inside it; once its other holder is gone, the copy writes
- * into it in place. The page keeps its old hash: llmem_memory_check
- * reports "hashed tokens differ", and the page is never published.
+ * into it in place. The page kept its old hash: llmem_memory_check
+ * reported "hashed tokens differ" and the page was never published.
  * Contract: a page written to is re-hashed when it becomes full again. */
 START_TEST(kv_page_written_in_place_keeps_stale_hash)
 {
@@ -138,9 +140,9 @@ END_TEST
 
 /* Recurrent memory: in one ubatch, sequence 0's current state is dropped
  * from the reservation (only the newest 1 + n_ckpt states are kept) and
- * its slot is handed to sequence 1 as destination. If the ubatch is then
- * released without commit (the forward pass failed), release takes the
- * slot away from sequence 0: it holds a token but no state.
+ * its slot was handed to sequence 1 as destination. When the ubatch was
+ * then released without commit (the forward pass failed), release took the
+ * slot away from sequence 0: it held a token but no state.
  * Contract (recurrent.h): on release of an applied, uncommitted ubatch a
  * sequence keeps its current state. */
 START_TEST(rs_release_after_apply_keeps_current_state)
@@ -170,9 +172,9 @@ START_TEST(rs_release_after_apply_keeps_current_state)
 END_TEST
 
 /* Recurrent memory: a token shared by a sequence of 3 tokens and an empty
- * one (valid: an empty sequence may start anywhere) gives the empty one a
- * state labelled "after 4 tokens" while it holds 1 token: it has no current
- * state and llmem_memory_check fails. Contract: plan either refuses the
+ * one (valid: an empty sequence may start anywhere) gave the empty one a
+ * state labelled "after 4 tokens" while it held 1 token: it had no current
+ * state and llmem_memory_check failed. Contract: plan either refuses the
  * batch (LLMEM_E_INVALID, nothing changes) or every sequence ends with a
  * state for the tokens it holds. */
 START_TEST(rs_shared_token_over_different_lengths)
@@ -200,10 +202,10 @@ START_TEST(rs_shared_token_over_different_lengths)
 }
 END_TEST
 
-/* Hybrid: llmem_memory_check while a plan is in flight reports the KV
+/* Hybrid: llmem_memory_check while a plan is in flight reported the KV
  * child's reserved pages as a violation ("sequence 0: 0 tokens, 0
- * positions, 2 pages"): the child does not know a plan is in flight (its
- * own base.plan is NULL). The same check on a plain KV cache passes. */
+ * positions, 2 pages"): the child did not know a plan was in flight (its
+ * own base.plan was NULL). The same check on a plain KV cache passes. */
 START_TEST(hybrid_check_during_plan)
 {
     llmem_backend *be = cpu();
@@ -232,9 +234,9 @@ START_TEST(hybrid_check_during_plan)
 }
 END_TEST
 
-/* Hybrid of two KV caches: the first child reserves (copy-on-write of a
- * shared partial page, new pages) before the second finds it has no
- * space; the plan fails with LLMEM_E_NO_SPACE but the first child keeps
+/* Hybrid of two KV caches: the first child reserved (copy-on-write of a
+ * shared partial page, new pages) before the second found it had no
+ * space; the plan failed with LLMEM_E_NO_SPACE but the first child kept
  * the private copy: its pages_used and cow_copies changed.
  * Contract (DESIGN.md 1, hybrid.h): a composition plans all of its
  * children or none; a failed plan leaves the memory unchanged. */
@@ -278,6 +280,89 @@ START_TEST(hybrid_failed_plan_changes_first_child)
 }
 END_TEST
 
+/* Hybrid of two KV caches: the first child made room for its pages by
+ * evicting prefix-cache pages; the second child had no space; the plan
+ * failed, but the first child's cached prefix was gone (pages_cached
+ * dropped, prefix_evictions grew, a later request no longer hit). Contract: a
+ * failed plan changes nothing (DESIGN.md 1), so a composition must check
+ * every child's space before any child evicts. */
+START_TEST(hybrid_failed_plan_evicts_in_first_child)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *kids[2] = {kv(be, 4, 4, 2), kv(be, 4, 2, 2)};
+    int32_t map[2] = {0, 1};
+    llmem_memory *m = NULL;
+    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    tb t = {0};
+    for (int32_t j = 0; j < 8; j++) /* two full pages in each child, published */
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK); /* now cached */
+    llmem_memory_stats before, after;
+    llmem_memory_get_stats(llmem_memory_child(m, 0), &before);
+    ck_assert_int_eq(before.pages_cached, 2);
+    /* 12 other tokens: child 0 takes 2 free pages and evicts 1; child 1 has 2 pages */
+    t.n = 0;
+    for (int32_t j = 0; j < 12; j++)
+        tb_add(&t, 100 + j, j, 1, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_NO_SPACE);
+    llmem_memory_get_stats(llmem_memory_child(m, 0), &after);
+    ck_assert_msg(after.pages_cached == before.pages_cached &&
+                      after.prefix_evictions == before.prefix_evictions,
+                  "child 0: cached pages %lld -> %lld, evictions %lld -> %lld",
+                  (long long)before.pages_cached, (long long)after.pages_cached,
+                  (long long)before.prefix_evictions, (long long)after.prefix_evictions);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* KV cache: a copy-on-write made at apply (deferred from plan) copies a
+ * page whose keys still wait for a K-shift. The view's shift list was
+ * built at plan time from the pages that had pending shifts then, so it
+ * named only the original page's slots: the copy's keys were never
+ * re-rotated, and the commit of ubatch 0 forgot their pending shift.
+ * Contract (memory.h, llmem_kv_view): every slot a stream may read that
+ * waits for a K-shift is in shift_slot of the first ubatch, once. */
+START_TEST(kv_deferred_copy_misses_pending_kshift)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 8, 2);
+    tb t = {0};
+    for (int32_t j = 0; j < 3; j++) /* a partial page */
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_add(m, 0, -1, -1, 2), LLMEM_OK); /* pending: +2 */
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);  /* page shared */
+    t.n = 0;
+    tb_add(&t, 9, 5, 1, -1); /* seq 1 appends: copy-on-write of the shared page */
+    llmem_plan *p = NULL;
+    ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, NULL, 0),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_apply(m, p, 0, NULL), LLMEM_OK);
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(m, 0, &v), LLMEM_OK);
+    int32_t pt[2][2];
+    for (int32_t s = 0; s < 2; s++)
+        ck_assert_int_eq(llmem_kv_cache_page_table(m, s, pt[s], 2), 1);
+    ck_assert_int_ne(pt[0][0], pt[1][0]); /* the copy was made */
+    for (int32_t s = 0; s < 2; s++)
+        for (int32_t j = 0; j < 3; j++) {
+            int32_t slot = pt[s][0] * 4 + j, hits = 0;
+            for (int32_t k = 0; k < v.u.kv.shift_slot.n; k++)
+                hits += v.u.kv.shift_slot.host[k] == slot && v.u.kv.shift_delta.host[k] == 2;
+            ck_assert_msg(hits == 1, "seq %d key %d (slot %d): shift listed %d times", s, j, slot,
+                          hits);
+        }
+    ck_assert_int_eq(llmem_memory_commit(m, p, 0), LLMEM_OK);
+    llmem_memory_release(m, p);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 static uint8_t *stream(llmem_memory *m, int32_t seq, size_t *n)
 {
     size_t got = 0;
@@ -302,8 +387,8 @@ static void wr64(uint8_t *p, uint64_t v)
 }
 
 /* Hybrid state I/O: every section is valid on its own, but the KV section
- * says the sequence holds 5 tokens and the recurrent one 3. The stream is
- * accepted and the children disagree (llmem_memory_check: "sequence 1
+ * says the sequence holds 5 tokens and the recurrent one 3. The stream was
+ * accepted and the children disagreed (llmem_memory_check: "sequence 1
  * differs between child 0 and child 1"). Contract (state read, DESIGN.md
  * 7): a mismatched stream is refused and the memory is left as it was. */
 START_TEST(hybrid_state_read_sections_disagree)
@@ -346,11 +431,12 @@ START_TEST(hybrid_state_read_sections_disagree)
 END_TEST
 
 /* Positions are int32 and the next token of a sequence goes at
- * pos_max + 1: a token at INT32_MAX leaves no next position. plan
- * computes next_pos[s]++ / pm + 1 in int32 (memory/plan.c validate):
- * signed overflow, undefined behaviour (UBSan reports it in the sanitizer
- * build). seq_add already refuses positions above INT32_MAX - 1; plan and
- * state_read should too (LLMEM_E_INVALID / LLMEM_E_CORRUPT). */
+ * pos_max + 1: a token at INT32_MAX leaves no next position. plan computed
+ * next_pos[s]++ / pm + 1 in int32 (memory/plan.c validate): signed
+ * overflow, undefined behaviour (UBSan reports it in the sanitizer build;
+ * found by fuzz_state_read). seq_add refuses positions above
+ * INT32_MAX - 1; plan and state_read must too (LLMEM_E_INVALID /
+ * LLMEM_E_CORRUPT). */
 START_TEST(position_int32_max)
 {
     llmem_backend *be = cpu();
@@ -382,6 +468,43 @@ START_TEST(position_int32_max)
 }
 END_TEST
 
+/* Hybrid of two KV caches with page sizes 3 and 4: the reusable prefix is
+ * the shortest the children agree on, but hy_prefix_match took the
+ * minimum in one pass: child 0 (pages of 3) matched 6 tokens, child 1
+ * (pages of 4) then 4 of those 6, and 4 is not a whole number of child 0's
+ * pages: child 0's reserve failed with LLMEM_E_STATE ("prefix pages
+ * changed during planning") and the plan was refused. Contract: the
+ * plan succeeds, with a prefix made of whole pages in every child (here
+ * 0: no common multiple of 3 and 4 fits in 8 tokens). */
+START_TEST(hybrid_prefix_whole_pages_in_every_child)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *kids[2] = {kv(be, 3, 16, 2), kv(be, 4, 16, 2)};
+    int32_t map[2] = {0, 1};
+    llmem_memory *m = NULL;
+    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    tb t = {0};
+    for (int32_t j = 0; j < 9; j++) /* child 0 publishes 3 pages, child 1 2 pages */
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    t.n = 0;
+    for (int32_t j = 0; j < 8; j++) /* 8 equal tokens, then a new one */
+        tb_add(&t, 1 + j, j, 1, -1);
+    tb_add(&t, 50, 8, 1, -1);
+    llmem_plan *p = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, err, sizeof err) ==
+                      LLMEM_OK,
+                  "%s", err);
+    int32_t c = llmem_plan_n_cached(p, 1);
+    ck_assert_msg(c % 3 == 0 && c % 4 == 0, "%d cached tokens are not whole pages of 3 and 4", c);
+    llmem_memory_release(m, p);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_regressions");
@@ -391,8 +514,11 @@ int main(void)
     tcase_add_test(tc, rs_shared_token_over_different_lengths);
     tcase_add_test(tc, hybrid_check_during_plan);
     tcase_add_test(tc, hybrid_failed_plan_changes_first_child);
+    tcase_add_test(tc, hybrid_failed_plan_evicts_in_first_child);
+    tcase_add_test(tc, kv_deferred_copy_misses_pending_kshift);
     tcase_add_test(tc, hybrid_state_read_sections_disagree);
     tcase_add_test(tc, position_int32_max);
+    tcase_add_test(tc, hybrid_prefix_whole_pages_in_every_child);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -86,18 +86,23 @@ int32_t memref_rs_lengths(const memref *r, int32_t seq, int32_t *len, int32_t ca
 /* Whether any prefix page was evicted since the last clear. */
 int64_t memref_evictions(const memref *r);
 
-/* --- plans ------------------------------------------------------------------- */
+/* --- plans --------------------------------------------------------------------------- */
 
 /* Predicts llmem_memory_plan on the batch. On LLMEM_OK the reference now
  * has the plan in flight (reservations made, n_cached[] filled for every
- * sequence); on an error it is unchanged (except the LRU touch of prefix
- * pages a failed plan looked up, which the cache also does). */
+ * sequence); on an error it is unchanged. */
 llmem_status memref_plan(memref *r, const llmem_batch *b, llmem_split split, int32_t n_ubatch,
                          int32_t *n_cached);
-/* Reads every layer's view of the applied ubatch `ub` (index u), checks it
- * against the reference (store slots, page tables, lengths, K-shifts,
- * recurrent source/destination slots, device copies of the tables) and
- * remembers what the ubatch writes. */
+/* Checks the ubatches of a plan the reference predicted (memref_plan
+ * returned LLMEM_OK): sizes and split shapes, every token not served by
+ * the prefix cache exactly once with its position, in order per sequence,
+ * streams made of one sequence-id set, output rows and ids, plan info. */
+bool memref_check_plan(const memref *r, const llmem_plan *plan, char *err, size_t err_len);
+/* Call right after llmem_memory_apply of ubatch `ub` (index u): records
+ * the apply (the plan's copies-on-write happen at its first one), reads
+ * every layer's view, checks it against the reference (store slots, page
+ * tables, lengths, K-shifts, recurrent source/destination slots, device
+ * copies of the tables) and remembers what the ubatch writes. */
 bool memref_capture(memref *r, const llmem_ubatch *ub, int32_t u, char *err, size_t err_len);
 /* The forward pass of the captured ubatch: checks the data it reads
  * (recurrent sources), applies K-shifts and writes every tag. */
@@ -110,7 +115,7 @@ void memref_commit(memref *r, const llmem_ubatch *ub);
 void memref_release(memref *r, bool applied);
 bool memref_plan_active(const memref *r);
 
-/* --- sequence operations (predicted status; applied when LLMEM_OK) ----------- */
+/* --- sequence operations (predicted status; applied when LLMEM_OK) ------------------- */
 
 llmem_status memref_seq_rm(memref *r, int32_t seq, int32_t p0, int32_t p1);
 llmem_status memref_seq_cp(memref *r, int32_t src, int32_t dst, int32_t p0, int32_t p1);
@@ -126,7 +131,7 @@ mr_saved *memref_save(const memref *r, int32_t seq);
 void memref_saved_free(mr_saved *s);
 llmem_status memref_load(memref *r, int32_t seq, const mr_saved *s);
 
-/* --- checks -------------------------------------------------------------------- */
+/* --- checks -------------------------------------------------------------------------- */
 
 /* Learns the physical page ids of new pages and the slots of new recurrent
  * states, then checks that the memory's page tables and slots match the
@@ -139,13 +144,6 @@ bool memref_compare(memref *r, char *err, size_t err_len);
 bool memref_verify(memref *r, char *err, size_t err_len);
 /* Predicted stats: pages, slots, prefix hits, evictions, copies. */
 void memref_stats(const memref *r, llmem_memory_stats *st);
-
-/* Triage of open bugs: model the memory's current behaviour instead of
- * the contract in one known-bad spot, so a long run can look for others.
- * MR_QUIRK_STALE_HASH: a page written in place keeps its hashed flag, and
- * llmem_memory_check's "hashed tokens differ" is ignored. */
-#define MR_QUIRK_STALE_HASH 1u
-void memref_set_quirks(memref *r, unsigned quirks);
 
 /* Tags (also used by the fuzzers' seed builders). */
 uint64_t memref_mix(uint64_t h, int32_t token);

@@ -1,5 +1,6 @@
-/* Internal structure of the memory reference (memref.c: the model,
- * memref_data.c: views, data tags and comparisons). Test code only. */
+/* Internal structure of the memory reference: memref.c (pages, states,
+ * creation), memref_ops.c (plans, sequence operations, state reads),
+ * memref_data.c (views, data tags and comparisons). Test code only. */
 #ifndef LLMEM_TEST_MEMREF_IMPL_H
 #define LLMEM_TEST_MEMREF_IMPL_H
 
@@ -27,9 +28,17 @@ typedef struct mr_page {
     uint64_t lru;     /* when it last became cached */
 } mr_page;
 
+/* A copy-on-write a plan reserved: page table entry `index` of `seq`
+ * becomes `page` when the plan's first ubatch is applied. */
+typedef struct mr_cow {
+    int32_t seq, index, page;
+} mr_cow;
+
 typedef struct mr_kv {
     int32_t ps, n_pages;
     bool prefix;
+    mr_cow cow[MR_MAX_SEQ];
+    int32_t n_cow;
     mr_page *pg;
     int32_t n_pg, cap_pg;
     mr_ilist tab[MR_MAX_SEQ]; /* page table of each sequence (abstract ids) */
@@ -90,12 +99,15 @@ typedef struct mr_seqv {
 
 typedef struct mr_plan {
     bool active;
+    llmem_split split; /* resolved (never AUTO) */
+    int32_t n_ubatch;
     int32_t n_tokens;
     mr_ilist token, pos, nseq, out;
     int32_t ids[1024][MR_MAX_TOK_SEQ];
     int32_t n_new[MR_MAX_SEQ], n_cached[MR_MAX_SEQ];
     bool cached_done[MR_MAX_SEQ];
-    mr_seqv cached[MR_MAX_SEQ]; /* tokens served by the prefix cache, committed with the first ubatch */
+    /* tokens served by the prefix cache, committed with the sequence's first ubatch */
+    mr_seqv cached[MR_MAX_SEQ];
     int32_t n_committed;
     bool captured; /* a ubatch was captured (applied) and not committed */
 } mr_plan;
@@ -109,7 +121,6 @@ struct memref {
     int32_t layer_child[MR_MAX_LAYERS], layer_local[MR_MAX_LAYERS];
     mr_seqv seq[MR_MAX_SEQ];
     mr_plan plan;
-    unsigned quirks;
 };
 
 struct mr_saved {
@@ -119,17 +130,35 @@ struct mr_saved {
     mr_seqv tok[MR_MAX_SEQ];
 };
 
-/* memref.c helpers used by memref_data.c */
+/* memref.c: containers, pages and states shared by the three parts */
 bool mr_ilist_push(mr_ilist *l, int32_t x);
 bool mr_seqv_push(mr_seqv *s, mr_tok t);
+uint64_t mr_last_h(const mr_seqv *s); /* hash of the last token, MR_H0 when empty */
+int32_t mr_div_up(int32_t a, int32_t b);
 int32_t mr_kv_used(const mr_kv *kv);
 int32_t mr_kv_cached(const mr_kv *kv);
 int32_t mr_phys(const mr_kv *kv, int32_t seq, int32_t idx); /* physical page of page idx of seq */
+/* A new page (ref 1): a free one, else the least recently cached page is
+ * evicted; -1 when there is none. */
+int32_t mr_kv_alloc(mr_kv *kv);
+void mr_kv_die(mr_kv *kv, int32_t a);
+void mr_kv_ref(mr_kv *kv, int32_t a);
+void mr_kv_unref(mr_kv *kv, int32_t a);      /* ref 0: cached when published, else dead */
+/* Drops page table entries [keep, n) of seq, last first. */
+void mr_kv_drop_from(mr_kv *kv, int32_t seq, int32_t keep);
+bool mr_kv_writable(const mr_kv *kv, int32_t a);
+/* Published pages matching tokens[0, n), whole pages from the first; count. */
+int32_t mr_kv_match(const mr_kv *kv, const int32_t *tokens, int32_t n, int32_t *out);
+/* Page k of seq just became full at commit: publish it if the contract says so. */
+void mr_kv_publish(mr_kv *kv, const mr_seqv *s, int32_t seq, int32_t k);
+int32_t mr_rs_find(const mr_rs *rs, int32_t seq, int32_t len); /* holding index, -1 */
 /* Length of seq and hash of its last token as the forward pass sees them
  * (prefix-cache tokens of the plan in flight included). */
 void mr_seq_head(const memref *r, int32_t seq, int32_t *len, uint64_t *h);
 /* Ids of batch token i of the plan in flight. */
 int32_t mr_plan_ids(const memref *r, int32_t i, const int32_t **ids);
+/* memref_ops.c: the reserved copies-on-write happen (the first apply). */
+void mr_apply_cows(memref *r);
 /* Lengths of the states a primary sequence keeps after a ubatch adding new[] (n_new). */
 int32_t mr_rs_after(const mr_rs *rs, int32_t seq, const mr_hold *add, int32_t n_add, mr_hold *out);
 
