@@ -30,6 +30,7 @@ set(LLMEM_VK_SHADER_LIST
   "kv_store:kv_store.comp"
   "attention:attention.comp"
   "attention_sg:attention.comp:USE_SUBGROUP=1"
+  "attention_decode:attention_decode.comp"
   "attn_combine:attn_combine.comp"
   "ssm_conv:ssm_conv.comp"
   "ssm_scan:ssm_scan.comp"

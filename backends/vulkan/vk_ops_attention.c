@@ -1,11 +1,16 @@
 /* llmem Vulkan backend: storing K/V into pages and causal paged attention
  * (PagedAttention, Kwon et al. SOSP 2023; FlashAttention-2, Dao 2023,
- * Alg. 1). The shaders (shaders/kv_store.comp, shaders/attention.comp)
+ * Alg. 1). The shaders (shaders/kv_store.comp, shaders/attention*.comp)
  * read the view's index tables straight from its device index buffer and
  * bound-check every index they read, so no table is uploaded and no slot
  * outside [0, seq_len) of a stream is touched. Decode batches split each
  * query's keys over several workgroups and merge the partial softmax
  * states (flash-decoding, as in FlashAttention-2's split-KV decode).
+ *
+ * Two attention shaders with the same bindings and push constants:
+ * attention_decode.comp loads K/V rows as 16-byte vectors and serves every
+ * row of a whole number of them (head_dim a multiple of 8 for f16/bf16, of
+ * 4 for f32); attention.comp (element loads) serves the other head dims.
  */
 #include "vk_internal.h"
 
@@ -14,6 +19,8 @@
 #define ATTN_BK 64     /* keys per online-softmax block (<= ATTN_WG) */
 #define ATTN_QS 2048   /* floats of shared memory for the queries of a workgroup */
 #define ATTN_RMAX 8    /* query heads of one GQA group per workgroup */
+#define DEC_RMAX 4     /* the same for attention_decode.comp (a power of two) */
+#define DEC_CK 256     /* keys per online-softmax chunk of attention_decode.comp */
 /* Key splits (flash-decoding, for decode batches that give too few
  * workgroups to fill a GPU): used when the work items number fewer than
  * SPLIT_ITEMS and some query sees more than 2 * SPLIT_KEYS keys. */
@@ -58,9 +65,17 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     uint32_t n_tok = (uint32_t)q->ne[0], n_heads = (uint32_t)q->ne[1];
     uint32_t d = (uint32_t)kv->head_dim, n_kv = (uint32_t)kv->n_kv_heads;
     uint32_t n_rep = n_heads / n_kv;
+    /* elements of a 16-byte vector; rows of whole vectors take the vector shader */
+    uint32_t ev = kv->dtype == LLMEM_DTYPE_F32 ? 4 : 8;
+    bool vec = d % ev == 0 && d / ev <= ATTN_WG;
     uint32_t r = ATTN_QS / d;
     r = r < 1 ? 1 : r > ATTN_RMAX ? ATTN_RMAX : r;
     r = r > n_rep ? n_rep : r;
+    if (vec) { /* the largest power of two up to DEC_RMAX and n_rep: it divides ATTN_WG */
+        r = DEC_RMAX;
+        while (r > n_rep)
+            r /= 2;
+    }
     uint32_t n_chunks = (n_rep + r - 1) / r;
     uint64_t items = (uint64_t)n_tok * n_kv * n_chunks;
     int32_t max_len = 0;
@@ -83,11 +98,12 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
             return st;
     }
     vk_op op;
-    vk_op_init(&op, v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG);
+    vk_op_init(&op, vec ? VK_SH_ATTENTION_DECODE : v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION,
+               ATTN_WG);
     vk_op_spec(&op, d);
     vk_op_spec(&op, (uint32_t)kv->dtype);
     vk_op_spec(&op, r);
-    vk_op_spec(&op, ATTN_BK);
+    vk_op_spec(&op, vec ? DEC_CK : ATTN_BK);
     uint32_t qo = vk_op_tensor(v, &op, q, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
     vk_op_buffer(v, &op, view->idx, false);
