@@ -27,7 +27,11 @@ typedef struct llmem_batch {
     int32_t n_embd;            /* row length of embd (elements) */
     const int32_t *pos;        /* [n_tokens] positions (tokens), >= 0 */
     const int32_t *n_seq_id;   /* [n_tokens] number of sequence ids of each token (>= 1); NULL: 1 each */
-    const int32_t *const *seq_id; /* [n_tokens][n_seq_id[i]] sequence ids in [0, n_seq_max) */
+    const int32_t *const *seq_id; /* [n_tokens][n_seq_id[i]] sequence ids in [0, n_seq_max).
+                                     A token in several sequences is computed once, in
+                                     the context of the first; the caller guarantees the
+                                     sequences hold the same history (e.g. all empty
+                                     before a shared system prompt). */
     const int8_t *output;      /* [n_tokens] 1 = this token needs an output row; NULL: last token only */
 } llmem_batch;
 

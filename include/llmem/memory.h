@@ -118,7 +118,10 @@ typedef struct llmem_kv_view {
     llmem_i32_table page_table, seq_len, tok_kv_len, tok_seq;
     /* Pending K-shift (after seq_add/seq_div): re-rotate the key in
      * shift_slot[j] by shift_delta[j] positions, before attention, once.
-     * Cleared by the commit of this ubatch. */
+     * Listed in the first ubatch of a plan and cleared by its commit; if that
+     * ubatch is released uncommitted, the shift counts as not done and is
+     * listed again by the next plan (a forward pass that failed after
+     * rotating must clear the memory, or rotate back). */
     llmem_i32_table shift_slot, shift_delta;
 } llmem_kv_view;
 
@@ -247,8 +250,8 @@ bool llmem_memory_can_shift(llmem_memory *mem);
 llmem_status llmem_memory_clear(llmem_memory *mem, bool data);
 
 /* Token ids held by seq_id: copies up to `cap` ids into `out` and returns
- * the sequence length (tokens), -1 for an invalid id. A memory that does not
- * keep token ids (recurrent) writes -1 for each. */
+ * the sequence length (tokens), -1 for an invalid id. Tokens that came as
+ * embeddings read as -1. */
 int32_t llmem_memory_seq_tokens(llmem_memory *mem, int32_t seq_id, int32_t *out, int32_t cap);
 
 /* State I/O (format: docs/state-format.md; magic "LLMS", version, per-section
