@@ -109,42 +109,6 @@ extern "C" cudaError_t cuk_kv_store(const float *k, const float *v, void *kp, vo
 #define DEC_NR 4 /* query heads per CTA */
 #define DEC_KB 4 /* keys per group per step */
 
-template <typename T> struct dec_unpack;
-template <> struct dec_unpack<float> {
-    static constexpr int n = 4;
-    __device__ __forceinline__ static void run(const uint4 &v, float *f)
-    {
-        f[0] = __uint_as_float(v.x);
-        f[1] = __uint_as_float(v.y);
-        f[2] = __uint_as_float(v.z);
-        f[3] = __uint_as_float(v.w);
-    }
-};
-template <> struct dec_unpack<cuk_bf16_t> {
-    static constexpr int n = 8;
-    __device__ __forceinline__ static void run(const uint4 &v, float *f)
-    {
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(u[i] << 16);
-            f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-        }
-    }
-};
-template <> struct dec_unpack<cuk_f16_t> {
-    static constexpr int n = 8;
-    __device__ __forceinline__ static void run(const uint4 &v, float *f)
-    {
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 x = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-            f[2 * i] = x.x;
-            f[2 * i + 1] = x.y;
-        }
-    }
-};
 
 template <typename T, int D> struct dec_shape {
     static constexpr int VE = 16 / (int)sizeof(T);          /* elements per 16-byte chunk */
@@ -248,7 +212,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
 #pragma unroll
             for (int c = 0; c < S::CPL; c++) {
                 float kf[S::VE];
-                dec_unpack<T>::run(kc[u][c], kf);
+                cuk_unpack16<T>::run(kc[u][c], kf);
 #pragma unroll
                 for (int r = 0; r < DEC_NR; r++)
 #pragma unroll
@@ -287,7 +251,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
 #pragma unroll
                 for (int c = 0; c < S::CPL; c++) {
                     float vf[S::VE];
-                    dec_unpack<T>::run(vc[u][c], vf);
+                    cuk_unpack16<T>::run(vc[u][c], vf);
 #pragma unroll
                     for (int e = 0; e < S::VE; e++)
                         acc[r][c * S::VE + e] += p * vf[e];

@@ -9,6 +9,7 @@
 #ifndef LLMEM_CUDA_COMMON_CUH
 #define LLMEM_CUDA_COMMON_CUH
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -191,5 +192,45 @@ static inline unsigned cuk_grid(int64_t n, int threads)
         b = 65536 * 8;
     return (unsigned)b;
 }
+
+/* Widens one 16-byte load (uint4) of f32, bf16 or f16 elements to f32:
+ * n elements (4 or 8) into f. Shared by the GEMV and decode-attention
+ * kernels. */
+template <typename T> struct cuk_unpack16;
+template <> struct cuk_unpack16<float> {
+    static constexpr int n = 4;
+    __device__ __forceinline__ static void run(const uint4 &v, float *f)
+    {
+        f[0] = __uint_as_float(v.x);
+        f[1] = __uint_as_float(v.y);
+        f[2] = __uint_as_float(v.z);
+        f[3] = __uint_as_float(v.w);
+    }
+};
+template <> struct cuk_unpack16<cuk_bf16_t> {
+    static constexpr int n = 8;
+    __device__ __forceinline__ static void run(const uint4 &v, float *f)
+    {
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = __uint_as_float(u[i] << 16);
+            f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+    }
+};
+template <> struct cuk_unpack16<cuk_f16_t> {
+    static constexpr int n = 8;
+    __device__ __forceinline__ static void run(const uint4 &v, float *f)
+    {
+        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float2 x = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
+            f[2 * i] = x.x;
+            f[2 * i + 1] = x.y;
+        }
+    }
+};
 
 #endif

@@ -20,43 +20,6 @@
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
 
-template <typename WT> struct gemv_unpack;
-template <> struct gemv_unpack<float> {
-    static constexpr int n = 4;
-    __device__ __forceinline__ static void run(const uint4 &v, float *f)
-    {
-        f[0] = __uint_as_float(v.x);
-        f[1] = __uint_as_float(v.y);
-        f[2] = __uint_as_float(v.z);
-        f[3] = __uint_as_float(v.w);
-    }
-};
-template <> struct gemv_unpack<cuk_bf16_t> {
-    static constexpr int n = 8;
-    __device__ __forceinline__ static void run(const uint4 &v, float *f)
-    {
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            f[2 * i] = __uint_as_float(u[i] << 16);
-            f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
-        }
-    }
-};
-template <> struct gemv_unpack<cuk_f16_t> {
-    static constexpr int n = 8;
-    __device__ __forceinline__ static void run(const uint4 &v, float *f)
-    {
-        const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            __half2 h = *reinterpret_cast<const __half2 *>(&u[i]);
-            float2 x = __half22float2(h);
-            f[2 * i] = x.x;
-            f[2 * i + 1] = x.y;
-        }
-    }
-};
 
 /* VEC: rows of w and a start 16-byte aligned and K is a whole number of
  * 16-byte chunks of w; otherwise one element per lane per step. */
@@ -74,7 +37,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int i = 0; i < CUK_GEMV_MAX_M; i++)
         acc[i] = 0.0f;
     if (VEC) {
-        constexpr int E = gemv_unpack<WT>::n;
+        constexpr int E = cuk_unpack16<WT>::n;
         const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
         int64_t chunks = k / E;
         for (int64_t c0 = lane; c0 < chunks; c0 += 32 * GEMV_UNROLL) {
@@ -90,7 +53,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 if (c >= chunks)
                     break;
                 float wf[E];
-                gemv_unpack<WT>::run(wv[u], wf);
+                cuk_unpack16<WT>::run(wv[u], wf);
 #pragma unroll
                 for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
                     if (i >= m)
