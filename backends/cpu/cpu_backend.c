@@ -104,7 +104,12 @@ void llmem_cpu_backend_describe(char *line, size_t len)
 {
     char model[128];
     read_cpu_model(model, sizeof model);
-    snprintf(line, len, "available, %ld threads, %s", online_threads(), model);
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    long psz = sysconf(_SC_PAGESIZE);
+    double gib = 1024.0 * 1024.0 * 1024.0;
+    snprintf(line, len, "available, %ld threads, %s, %.1f GiB memory (%.1f GiB free)",
+             online_threads(), model, pages > 0 && psz > 0 ? (double)pages * (double)psz / gib : 0.0,
+             avail > 0 && psz > 0 ? (double)avail * (double)psz / gib : 0.0);
 }
 
 llmem_status llmem_cpu_backend_open(int32_t device, llmem_backend **out, char *err,
