@@ -8,6 +8,7 @@
  * whether the module is mapped with dlopen(RTLD_NOLOAD).
  * LLMEM_TEST_SEED=<n> changes the random seed (default fixed).
  */
+#include "support/run.h"
 #include <check.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -776,9 +777,6 @@ static Suite *backend_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(backend_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(backend_suite());
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -6,6 +6,7 @@
  * arguments, and the tensor names and shapes are what transformers saved.
  * Inline configs cover the classic (transformers 4) spellings and every
  * error path. */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -509,9 +510,6 @@ int main(void)
     tcase_add_test(tc, test_bad_configs);
     tcase_add_test(tc, test_load_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

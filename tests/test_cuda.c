@@ -23,6 +23,7 @@
  * main() never opens "cuda": every test opens it in its own (forked)
  * process, and skips when it is missing.
  */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -519,9 +520,6 @@ int main(void)
     tcase_add_test(tc, test_scan_shapes);
     tcase_add_test(tc, test_matmul_gemm);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -14,6 +14,7 @@
  *  - Everything but plan allocates nothing: with every allocation failing,
  *    apply, view, commit, release, sequence operations and state I/O
  *    still work. */
+#include "support/run.h"
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,9 +368,6 @@ int main(void)
     tcase_add_test(tc, hybrid_kv_first_plan_faults);
     tcase_add_test(tc, only_plan_allocates);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

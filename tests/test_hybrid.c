@@ -1,6 +1,7 @@
 // ctest-labels: core
 /* Hybrid memory: layer mapping, strictest split, all-or-nothing plans and
  * sequence operations, state I/O over children, stats per child. */
+#include "support/run.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,9 +187,6 @@ int main(void)
     tcase_add_test(tc, test_state_io);
     tcase_add_test(tc, test_create_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

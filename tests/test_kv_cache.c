@@ -3,6 +3,7 @@
  * shipping, copy-on-write, prefix cache, K-shift, poison, state I/O.
  * Expected page counts are derived by hand from page arithmetic in each
  * test, never from the cache. */
+#include "support/run.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -695,9 +696,6 @@ int main(void)
     tcase_add_test(tc, test_state_roundtrip);
     tcase_add_test(tc, test_create_errors);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

@@ -19,6 +19,7 @@
  *   LLMEM_TEST_ITERS=<n>  operations per configuration (default 3000-6000)
  *   LLMEM_TEST_TRACE=1    print every operation, batch and sequence
  */
+#include "support/run.h"
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -821,9 +822,6 @@ Suite *memory_model_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(memory_model_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(memory_model_suite());
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

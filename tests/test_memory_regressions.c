@@ -4,6 +4,7 @@
  * fuzzers found. Each case states the contract it checks and what went
  * wrong; expected values follow from the contract by hand, never from the
  * code under test. */
+#include "support/run.h"
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -520,9 +521,6 @@ int main(void)
     tcase_add_test(tc, position_int32_max);
     tcase_add_test(tc, hybrid_prefix_whole_pages_in_every_child);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -11,6 +11,7 @@
  * element fails the NaN/inf check; guard bytes around every tensor catch
  * writes out of bounds (tests/support/ops_harness.c).
  */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -739,9 +740,6 @@ int main(void)
     tcase_add_test(tc, test_cpu_two_threads);
     tcase_add_test(tc, test_cpu_fork);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -9,6 +9,7 @@
  * the float64 reference over the logical (unpaged) keys and values, and
  * must not change when the pools hold zeros instead of NaN.
  */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -545,9 +546,6 @@ int main(void)
     tcase_add_loop_test(tc, test_rope_shift, 0, n);
     tcase_add_loop_test(tc, test_kv_page_copy, 0, n);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return n > 0 && failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

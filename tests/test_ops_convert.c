@@ -3,6 +3,7 @@
  * checked on every f16/bf16 encoding and on halfway values), the copy op,
  * and block copies (see test_ops.c for the conventions).
  */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -179,9 +180,6 @@ int main(void)
     tcase_add_loop_test(tc, test_copy, 0, n);
     tcase_add_loop_test(tc, test_copy_blocks, 0, n);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return n > 0 && failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -12,6 +12,7 @@
  * must match exactly; ssm states within the state dtype's threshold; slots
  * nobody writes keep their bytes.
  */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -668,9 +669,6 @@ int main(void)
     tcase_add_loop_test(tc, test_mamba_tables, 0, n);
     tcase_add_loop_test(tc, test_state_slot_copy, 0, n);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return n > 0 && failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

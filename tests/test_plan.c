@@ -1,6 +1,7 @@
 // ctest-labels: core
 /* Batch splitting: simple / equal / seq, output ids back to batch order.
  * Each property is checked against the batch itself, token by token. */
+#include "support/run.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,9 +176,6 @@ int main(void)
     tcase_add_test(tc, test_equal_and_seq);
     tcase_add_test(tc, test_default_output_and_embd);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

@@ -4,6 +4,7 @@
  * streams, state I/O. States are written by the test through the views
  * (value = tag of (sequence, length)), so each check compares against what
  * the test itself put there. */
+#include "support/run.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -343,9 +344,6 @@ int main(void)
     tcase_add_test(tc, test_state_io);
     tcase_add_test(tc, test_multi_ubatch_poison);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

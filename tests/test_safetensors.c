@@ -3,6 +3,7 @@
  * right dtypes, shapes and bytes; every kind of damaged file gets its exact
  * status and a message naming the problem; random damage never crashes. The
  * files are written here byte by byte, following the format's README. */
+#include "support/run.h"
 #include <check.h>
 #include <dirent.h>
 #include <stdarg.h>
@@ -520,9 +521,6 @@ int main(void)
     tcase_add_test(tc, test_random_damage);
     tcase_add_test(tc, test_transformers_files);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -20,6 +20,7 @@
  * Run on lavapipe: VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json.
  * Without a usable Vulkan device only the not-found tests run.
  */
+#include "support/run.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -861,9 +862,6 @@ int main(void)
         tcase_add_test(tc, test_mamba_copy_on_write);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
