@@ -39,5 +39,13 @@ mkdir -p "$tmp/trunc" && cp "$fx/config.json" "$tmp/trunc/" && head -c 1000 "$fx
 expect_fail "truncated safetensors" "cannot load model" "$bin" score --model "$tmp/trunc" --input "$fx/cases.jsonl" --backend cpu
 mkdir -p "$tmp/cfg" && cp "$fx/model.safetensors" "$tmp/cfg/" && echo '{"model_type": "gpt2"}' > "$tmp/cfg/config.json"
 expect_fail "unsupported architecture" "cannot load model" "$bin" score --model "$tmp/cfg" --input "$fx/cases.jsonl" --backend cpu
+expect_fail "score --input a directory" "is a directory" "$bin" score --model "$fx" --input "$tmp" --backend cpu
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,4,2\n' > "$tmp/trace.csv"
+expect_fail "replay --text a directory" "is a directory" "$bin" replay --model "$fx" --backend cpu --trace "$tmp/trace.csv" --text "$tmp"
+expect_fail "replay --trace a directory" "is a directory" "$bin" replay --model "$fx" --backend cpu --trace "$tmp" --text "$fx/config.json"
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n99999999999999999999-11-16 18:15:46.5,4,2\n' > "$tmp/huge.csv"
+expect_fail "replay: overflowing year" "huge.csv:2" "$bin" replay --model "$fx" --backend cpu --trace "$tmp/huge.csv" --text "$fx/config.json"
+printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,99999999999999999999,2\n' > "$tmp/huge2.csv"
+expect_fail "replay: overflowing length" "huge2.csv:2" "$bin" replay --model "$fx" --backend cpu --trace "$tmp/huge2.csv" --text "$fx/config.json"
 expect_fail "bad --temp" "bad value" "$bin" generate --model "$fx" --temp -1
 exit $fail

@@ -20,19 +20,8 @@
 #include <time.h>
 
 #include "examples/cli/cli.h"
-#include "llmem/llmem.h"
-#include "llmem/ops.h"
+#include "examples/cli/bench.h"
 
-#define MIB ((size_t)1 << 20)
-#define CHECK(expr)                                                                         \
-    do {                                                                                    \
-        llmem_status st_ = (expr);                                                          \
-        if (st_ != LLMEM_OK) {                                                              \
-            fprintf(stderr, "llmem bench: %s:%d: %s: %s\n", __func__, __LINE__, #expr,      \
-                    llmem_status_str(st_));                                                 \
-            return st_;                                                                     \
-        }                                                                                   \
-    } while (0)
 
 static void usage(FILE *f)
 {
@@ -77,462 +66,6 @@ static void usage(FILE *f)
             "  --all            also run the prefill and model figures on non-cuda backends\n"
             "  --only LIST      comma-separated subset of decode,mamba,prefill,model (copy,\n"
             "                   the ceiling, always runs)\n");
-}
-
-typedef struct bench {
-    llmem_backend *be;
-    const char *name;
-    int iters;
-    double copy_bw; /* bytes / s, read + written */
-    llmem_buffer *rnd; /* 4 Mi random f32 in [-1, 1) */
-    llmem_buffer *rnd_small; /* the same times 0.02 */
-} bench;
-
-#define RND_N ((int32_t)(4 * MIB))
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static float rng_float(uint64_t *s, float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rng_next(s) >> 11) * 0x1p-53);
-}
-
-/* Random permutation of [0, n). */
-static void shuffle(int32_t *v, int32_t n, uint64_t seed)
-{
-    for (int32_t i = 0; i < n; i++)
-        v[i] = i;
-    for (int32_t i = n - 1; i > 0; i--) {
-        int32_t j = (int32_t)(rng_next(&seed) % (uint64_t)(i + 1));
-        int32_t t = v[i];
-        v[i] = v[j];
-        v[j] = t;
-    }
-}
-
-typedef llmem_status (*bench_fn)(void *ctx);
-
-/* Median seconds per call of fn over 5 batches (after one warm-up). */
-static llmem_status time_it(bench *b, bench_fn fn, void *ctx, double *sec)
-{
-    CHECK(fn(ctx));
-    CHECK(llmem_backend_synchronize(b->be));
-    int per = b->iters / 5 > 0 ? b->iters / 5 : 1;
-    double t[5];
-    for (int r = 0; r < 5; r++) {
-        double t0 = now_s();
-        for (int i = 0; i < per; i++)
-            CHECK(fn(ctx));
-        CHECK(llmem_backend_synchronize(b->be));
-        t[r] = (now_s() - t0) / per;
-    }
-    for (int i = 1; i < 5; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            double x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    *sec = t[2];
-    return LLMEM_OK;
-}
-
-/* Fills n elements of dtype t at byte `offset` of buf with the random
- * source (small: values in [-0.02, 0.02)). */
-static llmem_status fill(bench *b, llmem_buffer *buf, size_t offset, int64_t n, llmem_dtype t,
-                         bool small)
-{
-    size_t es = llmem_dtype_size(t);
-    for (int64_t i = 0; i < n; i += RND_N) {
-        int32_t m = (int32_t)(n - i < RND_N ? n - i : RND_N);
-        llmem_tensor src = llmem_tensor_1d(small ? b->rnd_small : b->rnd, 0, LLMEM_DTYPE_F32, m);
-        llmem_tensor dst = llmem_tensor_1d(buf, offset + (size_t)i * es, t, m);
-        CHECK(llmem_op_copy(b->be, &src, 0, &dst));
-    }
-    return LLMEM_OK;
-}
-
-static llmem_status new_buffer(bench *b, size_t bytes, llmem_buffer **out)
-{
-    llmem_status st = llmem_buffer_alloc(b->be, bytes, out);
-    if (st != LLMEM_OK)
-        fprintf(stderr, "llmem bench: cannot allocate %.1f MiB: %s\n", (double)bytes / MIB,
-                llmem_status_str(st));
-    return st;
-}
-
-/* Index tables of a view, built on the host and uploaded in one buffer. */
-typedef struct tables {
-    int32_t *v;
-    int32_t n, cap;
-} tables;
-
-static llmem_i32_table tab_add(tables *t, const int32_t *vals, int32_t n)
-{
-    llmem_i32_table r = {NULL, (size_t)t->n * 4, n};
-    if (t->n + n > t->cap) {
-        int32_t cap = (t->n + n) * 2;
-        int32_t *v = realloc(t->v, (size_t)cap * sizeof *v);
-        if (!v)
-            return (llmem_i32_table){NULL, 0, -1};
-        t->v = v;
-        t->cap = cap;
-    }
-    if (n > 0)
-        memcpy(t->v + t->n, vals, (size_t)n * sizeof *vals);
-    t->n += n;
-    return r;
-}
-
-/* Uploads the tables to a new idx buffer and points their host copies at
- * t->v (which the caller keeps until the view is done). */
-static llmem_status tab_finish(bench *b, tables *t, llmem_i32_table **list, int n,
-                               llmem_buffer **idx)
-{
-    for (int i = 0; i < n; i++)
-        if (list[i]->n < 0)
-            return LLMEM_E_NO_MEMORY;
-    CHECK(new_buffer(b, (size_t)(t->n > 0 ? t->n : 1) * 4, idx));
-    if (t->n > 0)
-        CHECK(llmem_buffer_upload(*idx, 0, t->v, (size_t)t->n * 4));
-    for (int i = 0; i < n; i++)
-        list[i]->host = list[i]->n > 0 ? t->v + list[i]->offset / 4 : NULL;
-    return LLMEM_OK;
-}
-
-/* ---- copy ---------------------------------------------------------------------------------- */
-
-typedef struct copy_ctx {
-    llmem_buffer *src, *dst;
-    size_t bytes;
-} copy_ctx;
-
-static llmem_status copy_run(void *vctx)
-{
-    copy_ctx *c = vctx;
-    return llmem_buffer_copy(c->dst, 0, c->src, 0, c->bytes);
-}
-
-static llmem_status bench_copy(bench *b, bool gpu)
-{
-    copy_ctx c = {NULL, NULL, gpu ? 1024 * MIB : 256 * MIB};
-    llmem_status st = new_buffer(b, c.bytes, &c.src);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, c.bytes, &c.dst);
-    if (st == LLMEM_OK)
-        st = fill(b, c.src, 0, (int64_t)(c.bytes / 4), LLMEM_DTYPE_F32, false);
-    double t = 0;
-    if (st == LLMEM_OK)
-        st = time_it(b, copy_run, &c, &t);
-    if (st == LLMEM_OK) {
-        b->copy_bw = 2.0 * (double)c.bytes / t;
-        printf("%-28s %9.3f ms  %8.1f GB/s  (%zu MiB copied; read + written)\n", "copy", t * 1e3,
-               b->copy_bw / 1e9, c.bytes / MIB);
-    }
-    llmem_buffer_free(c.src);
-    llmem_buffer_free(c.dst);
-    return st;
-}
-
-static void report_bw(const bench *b, const char *what, double t, double bytes, const char *note)
-{
-    double bw = bytes / t;
-    printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy%s%s\n", what, t * 1e3, bw / 1e9,
-           100.0 * bw / b->copy_bw, note ? "  " : "", note ? note : "");
-}
-
-/* ---- paged attention ------------------------------------------------------------------------- */
-
-typedef struct attn_ctx {
-    llmem_backend *be;
-    llmem_attn_params p;
-    llmem_view view;
-    llmem_tensor q, out;
-} attn_ctx;
-
-static llmem_status attn_run(void *vctx)
-{
-    attn_ctx *c = vctx;
-    return llmem_op_attention_paged(c->be, &c->p, &c->view, &c->q, &c->out);
-}
-
-/* A KV view of n_seq streams of ctx cached tokens each, pages of ps in a
- * shuffled page table; query token i belongs to stream i / q_per_seq and
- * sees ctx - q_per_seq + 1 + i % q_per_seq keys (causal). */
-typedef struct kv_setup {
-    int32_t n_seq, ctx, q_per_seq, ps, n_heads, n_kv, hd;
-    llmem_dtype dtype;
-} kv_setup;
-
-static llmem_status attn_prepare(bench *b, const kv_setup *s, llmem_buffer *kp, llmem_buffer *vp,
-                                 attn_ctx *c, tables *t, llmem_buffer **idx)
-{
-    int32_t max_pages = (s->ctx + s->ps - 1) / s->ps, n_pages = s->n_seq * max_pages;
-    int32_t n_tok = s->n_seq * s->q_per_seq;
-    int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
-    int32_t *lens = malloc((size_t)s->n_seq * sizeof *lens);
-    int32_t *tl = malloc((size_t)n_tok * sizeof *tl), *ts = malloc((size_t)n_tok * sizeof *ts);
-    if (!perm || !lens || !tl || !ts) {
-        free(perm);
-        free(lens);
-        free(tl);
-        free(ts);
-        return LLMEM_E_NO_MEMORY;
-    }
-    shuffle(perm, n_pages, 0x5eed0000u + (uint64_t)s->ps);
-    for (int32_t i = 0; i < s->n_seq; i++)
-        lens[i] = s->ctx;
-    for (int32_t i = 0; i < n_tok; i++) {
-        ts[i] = i / s->q_per_seq;
-        tl[i] = s->ctx - s->q_per_seq + 1 + i % s->q_per_seq;
-    }
-    memset(c, 0, sizeof *c);
-    c->be = b->be;
-    c->p = (llmem_attn_params){1.0f / sqrtf((float)s->hd), 0.0f, 0};
-    llmem_kv_view *kv = &c->view.u.kv;
-    c->view.kind = LLMEM_VIEW_KV;
-    kv->k = kp;
-    kv->v = vp;
-    kv->dtype = s->dtype;
-    kv->n_pages = n_pages;
-    kv->page_size = s->ps;
-    kv->n_kv_heads = s->n_kv;
-    kv->head_dim = s->hd;
-    kv->max_pages = max_pages;
-    kv->page_table = tab_add(t, perm, n_pages);
-    kv->seq_len = tab_add(t, lens, s->n_seq);
-    kv->tok_kv_len = tab_add(t, tl, n_tok);
-    kv->tok_seq = tab_add(t, ts, n_tok);
-    free(perm);
-    free(lens);
-    free(tl);
-    free(ts);
-    llmem_i32_table *list[] = {&kv->page_table, &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq};
-    CHECK(tab_finish(b, t, list, 4, idx));
-    c->view.idx = *idx;
-    return LLMEM_OK;
-}
-
-static llmem_status bench_decode_attention(bench *b)
-{
-    kv_setup s = {64, 4096, 1, 16, 32, 8, 128, LLMEM_DTYPE_F16};
-    int64_t pool_elems = (int64_t)s.n_seq * s.ctx * s.n_kv * s.hd;
-    size_t pool_bytes = (size_t)pool_elems * 2;
-    llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL;
-    int64_t nq = (int64_t)s.n_seq * s.n_heads * s.hd;
-    llmem_status st = new_buffer(b, pool_bytes, &kp);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, pool_bytes, &vp);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, (size_t)nq * 4, &qb);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, (size_t)nq * 4, &ob);
-    if (st == LLMEM_OK)
-        st = fill(b, kp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = fill(b, vp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = fill(b, qb, 0, nq, LLMEM_DTYPE_F32, false);
-    static const int32_t sizes[3] = {1, 16, 64};
-    double times[3] = {0, 0, 0};
-    for (int i = 0; i < 3 && st == LLMEM_OK; i++) {
-        s.ps = sizes[i];
-        attn_ctx c;
-        tables t = {0};
-        llmem_buffer *idx = NULL;
-        st = attn_prepare(b, &s, kp, vp, &c, &t, &idx);
-        c.q = llmem_tensor_3d(qb, 0, LLMEM_DTYPE_F32, s.n_seq, s.n_heads, s.hd);
-        c.out = llmem_tensor_3d(ob, 0, LLMEM_DTYPE_F32, s.n_seq, s.n_heads, s.hd);
-        if (st == LLMEM_OK)
-            st = time_it(b, attn_run, &c, &times[i]);
-        if (st == LLMEM_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "decode attn, pages of %d", sizes[i]);
-            report_bw(b, what, times[i], 2.0 * (double)pool_bytes + 2.0 * (double)nq * 4, NULL);
-        }
-        llmem_buffer_free(idx);
-        free(t.v);
-    }
-    if (st == LLMEM_OK) {
-        double lo = fmin(times[0], fmin(times[1], times[2]));
-        double hi = fmax(times[0], fmax(times[1], times[2]));
-        printf("%-28s %9.1f%%  (slowest / fastest - 1; target <= 10%%)\n", "decode attn spread",
-               100.0 * (hi / lo - 1.0));
-    }
-    llmem_buffer_free(kp);
-    llmem_buffer_free(vp);
-    llmem_buffer_free(qb);
-    llmem_buffer_free(ob);
-    return st;
-}
-
-/* Prefill: 8 x 2048 causal in one ubatch, on backend `be` of b (the fast
- * variant opens its own backend). */
-static llmem_status prefill_once(bench *b, const char *label)
-{
-    kv_setup s = {8, 2048, 2048, 16, 32, 8, 128, LLMEM_DTYPE_F16};
-    int64_t pool_elems = (int64_t)s.n_seq * s.ctx * s.n_kv * s.hd;
-    int64_t nq = (int64_t)s.n_seq * s.ctx * s.n_heads * s.hd;
-    llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL, *idx = NULL;
-    tables t = {0};
-    llmem_status st = new_buffer(b, (size_t)pool_elems * 2, &kp);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, (size_t)pool_elems * 2, &vp);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, (size_t)nq * 4, &qb);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, (size_t)nq * 4, &ob);
-    if (st == LLMEM_OK)
-        st = fill(b, kp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = fill(b, vp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = fill(b, qb, 0, nq, LLMEM_DTYPE_F32, false);
-    attn_ctx c;
-    if (st == LLMEM_OK)
-        st = attn_prepare(b, &s, kp, vp, &c, &t, &idx);
-    double sec = 0;
-    if (st == LLMEM_OK) {
-        c.q = llmem_tensor_3d(qb, 0, LLMEM_DTYPE_F32, s.n_seq * s.ctx, s.n_heads, s.hd);
-        c.out = llmem_tensor_3d(ob, 0, LLMEM_DTYPE_F32, s.n_seq * s.ctx, s.n_heads, s.hd);
-        st = time_it(b, attn_run, &c, &sec);
-    }
-    if (st == LLMEM_OK) {
-        double flops = 4.0 * s.hd * s.n_heads * s.n_seq * ((double)s.ctx * (s.ctx + 1) / 2.0);
-        printf("%-28s %9.3f ms  %8.1f TFLOP/s  (8 x 2048 causal, 32/8 heads, hd 128, f16 KV)\n",
-               label, sec * 1e3, flops / sec / 1e12);
-    }
-    llmem_buffer_free(idx);
-    free(t.v);
-    llmem_buffer_free(kp);
-    llmem_buffer_free(vp);
-    llmem_buffer_free(qb);
-    llmem_buffer_free(ob);
-    return st;
-}
-
-static llmem_status bench_prefill(bench *b, int32_t device)
-{
-    CHECK(prefill_once(b, "prefill attn"));
-    if (strcmp(b->name, "cuda") != 0)
-        return LLMEM_OK;
-    /* the plugin reads LLMEM_CUDA_ATTN_FAST when a backend opens */
-    setenv("LLMEM_CUDA_ATTN_FAST", "1", 1);
-    bench f = *b;
-    char err[256] = "";
-    llmem_status st = llmem_backend_open("cuda", device, &f.be, err, sizeof err);
-    unsetenv("LLMEM_CUDA_ATTN_FAST");
-    if (st != LLMEM_OK) {
-        fprintf(stderr, "llmem bench: %s\n", err);
-        return st;
-    }
-    f.rnd = f.rnd_small = NULL;
-    st = new_buffer(&f, (size_t)RND_N * 4, &f.rnd);
-    if (st == LLMEM_OK) {
-        /* random source for the second backend: download once, upload */
-        float *h = malloc((size_t)RND_N * 4);
-        st = h ? llmem_buffer_download(b->rnd, 0, h, (size_t)RND_N * 4) : LLMEM_E_NO_MEMORY;
-        if (st == LLMEM_OK)
-            st = llmem_buffer_upload(f.rnd, 0, h, (size_t)RND_N * 4);
-        free(h);
-    }
-    if (st == LLMEM_OK)
-        st = prefill_once(&f, "prefill attn (fast mode)");
-    llmem_buffer_free(f.rnd);
-    llmem_backend_close(f.be);
-    return st;
-}
-
-/* ---- Mamba-2 decode ---------------------------------------------------------------------------- */
-
-typedef struct scan_ctx {
-    llmem_backend *be;
-    llmem_ssm_params p;
-    llmem_view view;
-    llmem_tensor xbc, dt, a_log, d, dt_bias, y;
-} scan_ctx;
-
-static llmem_status scan_run(void *vctx)
-{
-    scan_ctx *c = vctx;
-    return llmem_op_ssm_scan(c->be, &c->p, &c->view, 0, &c->xbc, &c->dt, &c->a_log, &c->d,
-                             &c->dt_bias, &c->y);
-}
-
-static llmem_status bench_mamba(bench *b)
-{
-    const int32_t B = 64, H = 128, P = 64, N = 128, G = 1;
-    int64_t elems = (int64_t)H * P * N, cd = (int64_t)H * P + 2 * G * N;
-    size_t state_bytes = (size_t)B * (size_t)elems * 4;
-    llmem_buffer *state = NULL, *act = NULL, *idx = NULL;
-    size_t o_xbc = 0, o_dt = o_xbc + (size_t)B * cd * 4, o_par = o_dt + (size_t)B * H * 4;
-    size_t o_y = o_par + 3 * (size_t)H * 4, act_bytes = o_y + (size_t)B * H * P * 4;
-    llmem_status st = new_buffer(b, state_bytes, &state);
-    if (st == LLMEM_OK)
-        st = new_buffer(b, act_bytes, &act);
-    if (st == LLMEM_OK)
-        st = fill(b, state, 0, (int64_t)(state_bytes / 4), LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = fill(b, act, 0, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false);
-    int32_t *slots = malloc((size_t)B * sizeof *slots);
-    tables t = {0};
-    scan_ctx c;
-    memset(&c, 0, sizeof c);
-    llmem_state_desc desc = {"ssm", 3, {H, P, N}, LLMEM_DTYPE_F32};
-    llmem_buffer *bufs[1] = {state};
-    if (!slots && st == LLMEM_OK)
-        st = LLMEM_E_NO_MEMORY;
-    if (st == LLMEM_OK) {
-        for (int32_t i = 0; i < B; i++)
-            slots[i] = i;
-        llmem_rs_view *rs = &c.view.u.rs;
-        c.view.kind = LLMEM_VIEW_RECURRENT;
-        rs->n_states = 1;
-        rs->desc = &desc;
-        rs->state = bufs;
-        rs->n_slots = B;
-        rs->n_seqs = B;
-        rs->n_seq_tokens = 1;
-        rs->src_slot = tab_add(&t, slots, B);
-        rs->dst_slot = tab_add(&t, slots, B);
-        rs->ckpt_slot = tab_add(&t, NULL, 0);
-        llmem_i32_table *list[] = {&rs->src_slot, &rs->dst_slot, &rs->ckpt_slot};
-        st = tab_finish(b, &t, list, 3, &idx);
-        c.view.idx = idx;
-    }
-    double sec = 0;
-    if (st == LLMEM_OK) {
-        c.be = b->be;
-        c.p = (llmem_ssm_params){H, P, N, G, 0.0f, INFINITY};
-        c.xbc = llmem_tensor_2d(act, o_xbc, LLMEM_DTYPE_F32, B, (int32_t)cd);
-        c.dt = llmem_tensor_2d(act, o_dt, LLMEM_DTYPE_F32, B, H);
-        c.a_log = llmem_tensor_1d(act, o_par, LLMEM_DTYPE_F32, H);
-        c.d = llmem_tensor_1d(act, o_par + (size_t)H * 4, LLMEM_DTYPE_F32, H);
-        c.dt_bias = llmem_tensor_1d(act, o_par + 2 * (size_t)H * 4, LLMEM_DTYPE_F32, H);
-        c.y = llmem_tensor_2d(act, o_y, LLMEM_DTYPE_F32, B, H * P);
-        st = time_it(b, scan_run, &c, &sec);
-    }
-    if (st == LLMEM_OK)
-        report_bw(b, "mamba decode (ssm_scan)", sec, 2.0 * (double)state_bytes + (double)act_bytes,
-                  "(target >= 70%)");
-    free(slots);
-    free(t.v);
-    llmem_buffer_free(idx);
-    llmem_buffer_free(state);
-    llmem_buffer_free(act);
-    return st;
 }
 
 /* ---- whole-model decode step ------------------------------------------------------------------ */
@@ -710,12 +243,12 @@ static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *
     memset(m, 0, sizeof *m);
     m->be = b->be;
     model_weights(m, w);
-    CHECK(new_buffer(b, w->used, &w->buf));
+    CHECK(bench_new_buffer(b, w->used, &w->buf));
     w->used = 0;
     model_weights(m, w);
-    CHECK(fill(b, w->buf, 0, (int64_t)(w->used / 2), LLMEM_DTYPE_BF16, true));
+    CHECK(bench_fill(b, w->buf, 0, (int64_t)(w->used / 2), LLMEM_DTYPE_BF16, true));
     model_acts(m, a);
-    CHECK(new_buffer(b, a->used, &a->buf));
+    CHECK(bench_new_buffer(b, a->used, &a->buf));
     a->used = 0;
     model_acts(m, a);
     int32_t tok_pos[2] = {1, M_CTX};
@@ -725,13 +258,13 @@ static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *
     int32_t zero = 0, slot = M_CTX, len = M_CTX + 1, pt[M_PAGES];
     for (int32_t i = 0; i < M_PAGES; i++)
         pt[i] = i;
-    llmem_i32_table src = tab_add(t, &zero, 1), dst = tab_add(t, &zero, 1);
-    llmem_i32_table none = tab_add(t, NULL, 0), stok = tab_add(t, &zero, 1);
-    llmem_i32_table sslot = tab_add(t, &slot, 1), ptab = tab_add(t, pt, M_PAGES);
-    llmem_i32_table slen = tab_add(t, &len, 1), tkl = tab_add(t, &len, 1);
-    llmem_i32_table tseq = tab_add(t, &zero, 1);
+    llmem_i32_table src = bench_tab_add(t, &zero, 1), dst = bench_tab_add(t, &zero, 1);
+    llmem_i32_table none = bench_tab_add(t, NULL, 0), stok = bench_tab_add(t, &zero, 1);
+    llmem_i32_table sslot = bench_tab_add(t, &slot, 1), ptab = bench_tab_add(t, pt, M_PAGES);
+    llmem_i32_table slen = bench_tab_add(t, &len, 1), tkl = bench_tab_add(t, &len, 1);
+    llmem_i32_table tseq = bench_tab_add(t, &zero, 1);
     llmem_i32_table *list[] = {&src, &dst, &none, &stok, &sslot, &ptab, &slen, &tkl, &tseq};
-    CHECK(tab_finish(b, t, list, 9, idx));
+    CHECK(bench_tab_finish(b, t, list, 9, idx));
     m->desc[0] = (llmem_state_desc){"conv", 2, {M_DCONV - 1, M_CD}, LLMEM_DTYPE_F32};
     m->desc[1] = (llmem_state_desc){"ssm", 3, {M_H, M_P, M_N}, LLMEM_DTYPE_F32};
     for (int32_t il = 0; il < M_LAYERS; il++) {
@@ -740,8 +273,8 @@ static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *
         if (is_attn(il)) {
             int64_t n = (int64_t)M_PAGES * M_PS * M_KVH * M_HD;
             for (int j = 0; j < 2; j++) {
-                CHECK(new_buffer(b, (size_t)n * 2, &l->st[j]));
-                CHECK(fill(b, l->st[j], 0, n, LLMEM_DTYPE_BF16, false));
+                CHECK(bench_new_buffer(b, (size_t)n * 2, &l->st[j]));
+                CHECK(bench_fill(b, l->st[j], 0, n, LLMEM_DTYPE_BF16, false));
             }
             llmem_kv_view *kv = &l->view.u.kv;
             l->view.kind = LLMEM_VIEW_KV;
@@ -756,8 +289,8 @@ static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *
                 int64_t n = 1;
                 for (int32_t e = 0; e < m->desc[j].n_dims; e++)
                     n *= m->desc[j].shape[e];
-                CHECK(new_buffer(b, (size_t)n * 4, &l->st[j]));
-                CHECK(fill(b, l->st[j], 0, n, LLMEM_DTYPE_F32, true));
+                CHECK(bench_new_buffer(b, (size_t)n * 4, &l->st[j]));
+                CHECK(bench_fill(b, l->st[j], 0, n, LLMEM_DTYPE_F32, true));
             }
             llmem_rs_view *rs = &l->view.u.rs;
             l->view.kind = LLMEM_VIEW_RECURRENT;
@@ -791,13 +324,13 @@ static llmem_status bench_model(bench *b)
     double sec = 0;
     llmem_status st = model_setup(b, m, &w, &a, &t, &idx);
     if (st == LLMEM_OK)
-        st = time_it(b, model_step, m, &sec);
+        st = bench_time_it(b, "model decode step", model_step, m, &sec);
     /* host time to enqueue one step: the launch-rate floor of op-by-op decode */
     double enq = 0;
     if (st == LLMEM_OK) {
-        double t0 = now_s();
+        double t0 = bench_now();
         st = model_step(m);
-        enq = now_s() - t0;
+        enq = bench_now() - t0;
         if (st == LLMEM_OK)
             st = llmem_backend_synchronize(b->be);
     }
@@ -821,12 +354,12 @@ static llmem_status bench_model(bench *b)
         mm_ctx c1 = {b->be, &m->h, &m->layer[0].in_proj, &m->zx};
         mm_ctx c2 = {b->be, &m->h, &m->lm_head, &m->logits};
         double t1 = 0, t2 = 0;
-        st = time_it(b, mm_run, &c1, &t1);
+        st = bench_time_it(b, "matmul 8512x2048", mm_run, &c1, &t1);
         if (st == LLMEM_OK)
-            st = time_it(b, mm_run, &c2, &t2);
+            st = bench_time_it(b, "matmul 32000x2048", mm_run, &c2, &t2);
         if (st == LLMEM_OK) {
-            report_bw(b, "  matmul 1x2048 . 8512x2048", t1, (double)M_ZX * M_D * 2, "(bf16)");
-            report_bw(b, "  matmul 1x2048 . 32000x2048", t2, (double)M_VOCAB * M_D * 2, "(bf16)");
+            bench_report_bw(b, "  matmul 1x2048 . 8512x2048", t1, (double)M_ZX * M_D * 2, "(bf16)");
+            bench_report_bw(b, "  matmul 1x2048 . 32000x2048", t2, (double)M_VOCAB * M_D * 2, "(bf16)");
         }
     }
     for (int32_t il = 0; il < M_LAYERS; il++) {
@@ -919,12 +452,12 @@ int llmem_cli_bench(int argc, char **argv)
     /* the random source: 4 Mi floats in [-1, 1), and a copy times 0.02 */
     float *h = malloc((size_t)RND_N * 4);
     uint64_t seed = 0x11e3b3c4ull;
-    st = h ? new_buffer(&b, (size_t)RND_N * 4, &b.rnd) : LLMEM_E_NO_MEMORY;
+    st = h ? bench_new_buffer(&b, (size_t)RND_N * 4, &b.rnd) : LLMEM_E_NO_MEMORY;
     if (st == LLMEM_OK)
-        st = new_buffer(&b, (size_t)RND_N * 4, &b.rnd_small);
+        st = bench_new_buffer(&b, (size_t)RND_N * 4, &b.rnd_small);
     if (st == LLMEM_OK) {
         for (int32_t i = 0; i < RND_N; i++)
-            h[i] = rng_float(&seed, -1.0f, 1.0f);
+            h[i] = bench_rng_float(&seed, -1.0f, 1.0f);
         st = llmem_buffer_upload(b.rnd, 0, h, (size_t)RND_N * 4);
     }
     free(h);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "examples/cli/common.h"
@@ -63,6 +64,29 @@ double cli_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+FILE *cli_open_input(const char *cmd, const char *what, const char *path, bool allow_stdin)
+{
+    if (allow_stdin && !strcmp(path, "-"))
+        return stdin;
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    const char *why = NULL;
+    if (!f)
+        why = strerror(errno);
+    else if (fstat(fileno(f), &sb) != 0)
+        why = "cannot stat it";
+    else if (S_ISDIR(sb.st_mode))
+        why = "it is a directory";
+    else if (!S_ISREG(sb.st_mode) && !S_ISFIFO(sb.st_mode) && !S_ISCHR(sb.st_mode))
+        why = "it is not a regular file";
+    if (!why)
+        return f;
+    fprintf(stderr, "llmem %s: cannot open %s '%s': %s\n", cmd, what, path, why);
+    if (f)
+        fclose(f);
+    return NULL;
 }
 
 static int need_value(const char *cmd, int argc, char **argv, int i)

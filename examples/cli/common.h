@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "llmem/llmem.h"
 #include "llmem/runtime.h"
@@ -30,5 +31,9 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
 bool cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out);
 bool cli_float(const char *s, double lo, double hi, double *out);
 double cli_now(void);
+/* fopen(path, "rb") of a regular file; for anything else (missing, a
+ * directory, a device) prints "llmem <cmd>: cannot open <what> '<path>':
+ * <why>" and returns NULL. "-" is stdin when allow_stdin. */
+FILE *cli_open_input(const char *cmd, const char *what, const char *path, bool allow_stdin);
 
 #endif

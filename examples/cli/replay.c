@@ -21,31 +21,7 @@
 
 #include "examples/cli/cli.h"
 #include "examples/cli/common.h"
-
-#define TRACE_NAME "azure_llm_inference_conv_2023.csv"
-#define TEXT_NAME "tinyshakespeare.txt"
-#define TRACE_HEADER "TIMESTAMP,ContextTokens,GeneratedTokens"
-#define MAX_LEN (1 << 24) /* tokens of a prompt part or a generation */
-
-typedef struct request {
-    int32_t n_body, n_gen;        /* trace lengths after --scale and the caps */
-    uint32_t offset;              /* start of the body in the text */
-    double arrival;               /* seconds after the start */
-    int32_t *gen;                 /* [n_gen] generated token ids */
-    int32_t n_done;               /* tokens generated so far */
-    int32_t n_fed;                /* tokens in the sequence (memory) */
-    int32_t n_fed_max;            /* most tokens it ever held (more is recompute) */
-    int32_t seq;                  /* sequence id, -1 when not running */
-    double t_first, t_last;
-} request;
-
-typedef struct replay {
-    request *req;
-    int32_t *gen; /* generated tokens of every request */
-    int32_t n_req, n_prefix, V;
-    const unsigned char *text; /* shared prefix = text[0, n_prefix) */
-    size_t text_len;
-} replay;
+#include "examples/cli/replay.h"
 
 static void usage(FILE *f)
 {
@@ -77,176 +53,6 @@ static void usage(FILE *f)
             cli_model_opts_help);
 }
 
-/* ---- inputs -------------------------------------------------------------------------- */
-
-/* The default data file: in $LLMEM_DATA_DIR, ../shared/data (from the
- * repository root), or the shared folder beside the built-in model's source
- * tree. */
-static const char *data_path(const char *name, char *buf, size_t cap)
-{
-    const char *env = getenv("LLMEM_DATA_DIR"), *bdir = llmem_builtin_model_dir();
-    const char *fmt[3] = {"%s/%s", "../shared/data%s/%s", "%s/../../../shared/data/%s"};
-    const char *dir[3] = {env && *env ? env : NULL, "", bdir};
-    for (int k = 0; k < 3; k++)
-        if (dir[k] && (snprintf(buf, cap, fmt[k], dir[k], name), access(buf, R_OK) == 0))
-            return buf;
-    return NULL;
-}
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-/* One row "2023-11-16 18:15:46.6805900,374,44": the time in seconds since
- * 1970 (UTC, proleptic Gregorian; H. Hinnant's days_from_civil) and the
- * two lengths. */
-static bool parse_row(const char *line, double *t, int32_t *ctx, int32_t *gen)
-{
-    int y, mo, d, h, mi, n = 0;
-    long long c, g;
-    double sec;
-    int got = sscanf(line, "%d-%d-%d %d:%d:%lf,%lld,%lld %n", &y, &mo, &d, &h, &mi, &sec, &c, &g,
-                     &n);
-    if (got != 8 || line[n] != '\0' || mo < 1 || mo > 12 || d < 1 || d > 31 || h < 0 || h > 23 ||
-        mi < 0 || mi > 59 || !(sec >= 0 && sec < 61) || c < 0 || c > 1 << 30 || g < 0 ||
-        g > 1 << 30)
-        return false;
-    y -= mo <= 2;
-    long era = (y >= 0 ? y : y - 399) / 400, yoe = y - era * 400;
-    long doy = (153 * (mo > 2 ? mo - 3 : mo + 9) + 2) / 5 + d - 1;
-    long days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
-    *t = (double)days * 86400.0 + h * 3600.0 + mi * 60.0 + sec;
-    *ctx = (int32_t)c;
-    *gen = (int32_t)g;
-    return true;
-}
-
-static int32_t scaled(int32_t n, double scale, int32_t cap)
-{
-    double v = floor((double)n * scale + 0.5);
-    int32_t r = v < 1 ? 1 : v > MAX_LEN ? MAX_LEN : (int32_t)v;
-    return cap > 0 && r > cap ? cap : r;
-}
-
-typedef struct trace_opts {
-    int32_t limit, max_ctx, max_gen, seed;
-    double scale, speedup;
-} trace_opts;
-
-static int read_trace(const char *path, const trace_opts *o, replay *rp)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "llmem replay: cannot open trace '%s'\n", path);
-        return 1;
-    }
-    char *line = NULL;
-    size_t lcap = 0;
-    int32_t cap = 0, line_no = 1;
-    int64_t n_gen = 0;
-    double t_first = 0;
-    int rc = getline(&line, &lcap, f) < 0 || strncmp(line, TRACE_HEADER, strlen(TRACE_HEADER));
-    if (rc)
-        fprintf(stderr, "llmem replay: %s: expected the header " TRACE_HEADER "\n", path);
-    while (!rc && (o->limit <= 0 || rp->n_req < o->limit) && getline(&line, &lcap, f) >= 0) {
-        line_no++;
-        if (line[strspn(line, " \t\r\n")] == '\0')
-            continue;
-        int32_t ctx, gen;
-        double t;
-        if (!parse_row(line, &t, &ctx, &gen)) {
-            fprintf(stderr, "llmem replay: %s:%d: expected " TRACE_HEADER "\n", path, line_no);
-            rc = 1;
-            break;
-        }
-        if (rp->n_req == cap) {
-            cap = cap ? cap * 2 : 256;
-            request *nr = realloc(rp->req, (size_t)cap * sizeof *nr);
-            if (!nr) {
-                rc = 1;
-                break;
-            }
-            rp->req = nr;
-        }
-        request *r = &rp->req[rp->n_req];
-        memset(r, 0, sizeof *r);
-        if (rp->n_req == 0)
-            t_first = t;
-        r->n_body = scaled(ctx, o->scale, o->max_ctx);
-        r->n_gen = scaled(gen, o->scale, o->max_gen);
-        r->arrival = (t - t_first) / o->speedup;
-        uint64_t h = splitmix64((uint64_t)o->seed * 0x100000001b3ull + (uint64_t)rp->n_req);
-        r->offset = (uint32_t)(h % rp->text_len);
-        r->seq = -1;
-        rp->n_req++;
-        n_gen += r->n_gen;
-    }
-    free(line);
-    fclose(f);
-    if (!rc && rp->n_req == 0) {
-        fprintf(stderr, "llmem replay: %s has no requests\n", path);
-        rc = 1;
-    }
-    if (!rc && !(rp->gen = malloc((size_t)n_gen * sizeof *rp->gen))) {
-        fprintf(stderr, "llmem replay: out of memory\n");
-        rc = 1;
-    }
-    for (size_t i = 0, at = 0; !rc && i < (size_t)rp->n_req; at += (size_t)rp->req[i++].n_gen)
-        rp->req[i].gen = rp->gen + at;
-    return rc;
-}
-
-static int load_text(const char *path, replay *rp, unsigned char **owned)
-{
-    FILE *f = path ? fopen(path, "rb") : NULL;
-    long n = -1;
-    unsigned char *buf = NULL;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (buf = malloc((size_t)n)) && fread(buf, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
-    if (f)
-        fclose(f);
-    if (!buf || n <= 0) {
-        fprintf(stderr, "llmem replay: %s%s%s\n", path ? "cannot read the text '" : "no text found",
-                path ? path : "; pass --text FILE", path ? "' (or it is empty)" : "");
-        free(buf);
-        return 1;
-    }
-    *owned = buf;
-    rp->text = buf;
-    rp->text_len = (size_t)n;
-    return 0;
-}
-
-static int32_t n_prompt(const replay *rp, const request *r)
-{
-    return rp->n_prefix + r->n_body;
-}
-
-/* Token j of the request's sequence: system prefix, body, then generated. */
-static int32_t req_token(const replay *rp, const request *r, int32_t j)
-{
-    unsigned char b;
-    if (j < rp->n_prefix)
-        b = rp->text[(size_t)j % rp->text_len];
-    else if (j < n_prompt(rp, r))
-        b = rp->text[((size_t)r->offset + (size_t)(j - rp->n_prefix)) % rp->text_len];
-    else
-        return r->gen[j - n_prompt(rp, r)];
-    return (int32_t)b % rp->V;
-}
-
-/* Tokens the request's sequence will hold at most (the last generated token
- * is never fed). */
-static int64_t req_max_len(const replay *rp, const request *r)
-{
-    return (int64_t)n_prompt(rp, r) + r->n_gen - 1;
-}
-
 /* ---- statistics ------------------------------------------------------------------------ */
 
 static int cmp_double(const void *a, const void *b)
@@ -274,257 +80,6 @@ static dist summarize(double *v, int32_t n)
         d.p[k] = v[lo] + (v[hi] - v[lo]) * (pos - lo);
     }
     return d;
-}
-
-typedef struct counters {
-    int64_t prompt_tokens;     /* prompt tokens of the requests */
-    int64_t gen_tokens;        /* tokens generated so far */
-    int64_t recomputed_tokens; /* tokens submitted again after a preemption */
-    int64_t preemptions, deferrals, steps;
-    int32_t n_done;
-} counters;
-
-/* ---- the scheduler ------------------------------------------------------------------------ */
-
-typedef struct sched {
-    replay *rp;
-    llmem_model *m;
-    llmem_memory *mem;
-    int32_t n_seq, n_ubatch;
-    int32_t *running, n_running; /* request ids in admission order */
-    int32_t *free_seq, n_free;
-    int32_t *wait, wait_head, wait_n; /* ring buffer of request ids */
-    int32_t *row_req;                 /* [n_seq] request of each output row */
-    int32_t *chunk;                   /* [n_req] tokens of each request in the step */
-    float *logits;                    /* [n_seq][V] */
-    llmem_batch_buf *bb;
-    counters c;
-    bool check;
-} sched;
-
-static void wait_push_front(sched *s, int32_t r)
-{
-    s->wait_head = (s->wait_head + s->rp->n_req - 1) % s->rp->n_req;
-    s->wait[s->wait_head] = r;
-    s->wait_n++;
-}
-
-static int32_t wait_pop_front(sched *s)
-{
-    int32_t r = s->wait[s->wait_head];
-    s->wait_head = (s->wait_head + 1) % s->rp->n_req;
-    s->wait_n--;
-    return r;
-}
-
-/* Frees the sequence of running[i] (finished or preempted) and drops it
- * from the running list, keeping the admission order. */
-static int retire(sched *s, int32_t i)
-{
-    request *r = &s->rp->req[s->running[i]];
-    llmem_status st = llmem_memory_seq_rm(s->mem, r->seq, -1, -1);
-    if (st != LLMEM_OK)
-        fprintf(stderr, "\nllmem replay: seq_rm(%d): %s\n", r->seq, llmem_status_str(st));
-    s->free_seq[s->n_free++] = r->seq;
-    r->seq = -1;
-    r->n_fed = 0;
-    s->n_running--;
-    memmove(s->running + i, s->running + i + 1, (size_t)(s->n_running - i) * sizeof *s->running);
-    return st != LLMEM_OK;
-}
-
-/* Adds tokens [n_fed, n_fed + k) of request ri to the step; the last token
- * of its sequence so far needs an output row (the next token). */
-static void add_chunk(sched *s, int32_t ri, int32_t k, int32_t *rows)
-{
-    request *r = &s->rp->req[ri];
-    int32_t len = n_prompt(s->rp, r) + r->n_done;
-    for (int32_t t = 0; t < k; t++) {
-        int32_t p = r->n_fed + t;
-        llmem_batch_buf_add(s->bb, req_token(s->rp, r, p), p, &r->seq, 1, p == len - 1);
-    }
-    if (r->n_fed + k == len)
-        s->row_req[(*rows)++] = ri;
-    s->chunk[ri] = k;
-}
-
-static int32_t left_of(const sched *s, const request *r)
-{
-    return n_prompt(s->rp, r) + r->n_done - r->n_fed;
-}
-
-/* Fills the step: one token per decoding request, then prefill chunks (in
- * admission order, then newly admitted requests) within n_ubatch tokens. */
-static int32_t build(sched *s, bool admit, int32_t *admitted)
-{
-    int32_t budget = s->n_ubatch, rows = 0;
-    llmem_batch_buf_clear(s->bb);
-    for (int32_t i = 0; i < s->n_running; i++)
-        s->chunk[s->running[i]] = 0;
-    for (int32_t i = 0; i < s->n_running; i++)
-        if (left_of(s, &s->rp->req[s->running[i]]) == 1) {
-            add_chunk(s, s->running[i], 1, &rows);
-            budget--;
-        }
-    for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
-        int32_t left = left_of(s, &s->rp->req[s->running[i]]);
-        if (left > 1) {
-            int32_t k = left < budget ? left : budget;
-            add_chunk(s, s->running[i], k, &rows);
-            budget -= k;
-        }
-    }
-    while (admit && budget > 0 && s->n_free > 0 && s->wait_n > 0) {
-        int32_t ri = wait_pop_front(s);
-        request *r = &s->rp->req[ri];
-        r->seq = s->free_seq[--s->n_free];
-        r->n_fed = 0;
-        s->running[s->n_running++] = ri;
-        (*admitted)++;
-        int32_t left = left_of(s, r), k = left < budget ? left : budget;
-        add_chunk(s, ri, k, &rows);
-        budget -= k;
-    }
-    return rows;
-}
-
-static int32_t argmax(const float *v, int32_t n)
-{
-    int32_t best = 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (!isfinite(v[i]))
-            return -1;
-        if (v[i] > v[best])
-            best = i;
-    }
-    return best;
-}
-
-/* Runs one step: builds it, and while its plan does not fit, takes the most
- * recently admitted request off (a deferral if it was admitted in this step
- * and holds nothing, else a preemption). Returns 0, or 1 after an error. */
-static int step(sched *s, double t0)
-{
-    replay *rp = s->rp;
-    int32_t admitted = 0, rows;
-    bool admit = true;
-    char err[512] = "";
-    int32_t n_out = 0;
-    llmem_status st;
-    for (;;) {
-        rows = build(s, admit, &admitted);
-        if (s->n_running == 0)
-            return 0;
-        st = llmem_model_decode(s->m, llmem_batch_buf_get(s->bb), false, s->logits, s->n_seq,
-                                &n_out, err, sizeof err);
-        if (st != LLMEM_E_NO_SPACE || s->n_running == 1)
-            break;
-        if (admitted > 0) {
-            admitted--;
-            s->c.deferrals++;
-        } else {
-            s->c.preemptions++;
-        }
-        int32_t ri = s->running[s->n_running - 1];
-        admit = false;
-        if (retire(s, s->n_running - 1))
-            return 1;
-        wait_push_front(s, ri);
-    }
-    if (st != LLMEM_OK) { /* NO_SPACE here: one request alone does not fit */
-        fprintf(stderr, "\nllmem replay: %s (%s)\n", err, llmem_status_str(st));
-        return 1;
-    }
-    if (n_out != rows) {
-        fprintf(stderr, "\nllmem replay: %d output rows, expected %d\n", n_out, rows);
-        return 1;
-    }
-    s->c.steps++;
-    double now = cli_now() - t0;
-    for (int32_t i = 0; i < s->n_running; i++) {
-        request *r = &rp->req[s->running[i]];
-        int32_t lo = r->n_fed, hi = lo + s->chunk[s->running[i]];
-        int32_t again = (hi < r->n_fed_max ? hi : r->n_fed_max) - lo;
-        s->c.recomputed_tokens += again > 0 ? again : 0;
-        r->n_fed = hi;
-        r->n_fed_max = hi > r->n_fed_max ? hi : r->n_fed_max;
-    }
-    for (int32_t o = 0; o < rows; o++) {
-        request *r = &rp->req[s->row_req[o]];
-        int32_t t = argmax(s->logits + (size_t)o * (size_t)rp->V, rp->V);
-        if (t < 0) {
-            fprintf(stderr, "\nllmem replay: request %td: non-finite logits\n", r - rp->req);
-            return 1;
-        }
-        r->gen[r->n_done++] = t;
-        if (r->n_done == 1)
-            r->t_first = now;
-        r->t_last = now;
-        s->c.gen_tokens++;
-    }
-    for (int32_t i = s->n_running - 1; i >= 0; i--) {
-        request *r = &rp->req[s->running[i]];
-        if (r->n_done < r->n_gen)
-            continue;
-        if (retire(s, i))
-            return 1;
-        s->c.n_done++;
-    }
-    if (s->check && (st = llmem_memory_check(s->mem, err, sizeof err)) != LLMEM_OK) {
-        fprintf(stderr, "\nllmem replay: memory check after step %lld: %s\n", (long long)s->c.steps,
-                err);
-        return 1;
-    }
-    return 0;
-}
-
-static void progress(const sched *s, double elapsed, bool final)
-{
-    const counters *c = &s->c;
-    int32_t n_req = s->rp->n_req;
-    llmem_model_stats ms;
-    llmem_model_get_stats(s->m, &ms);
-    char bar[31] = {0};
-    memset(bar, '.', 30);
-    memset(bar, '#', (size_t)(30 * (int64_t)c->n_done / n_req));
-    double dt = elapsed > 0 ? elapsed : 1e-9;
-    fprintf(stderr, "\rreplay [%s] %d/%d requests  %.0f tok/s computed  %.0f tok/s out  %lld "
-            "preempted%s", bar, c->n_done, n_req, (double)ms.n_tokens / dt,
-            (double)c->gen_tokens / dt, (long long)c->preemptions, final ? "\n" : "");
-    fflush(stderr);
-}
-
-/* Serves every request; fills s->c. Returns 0 or 1. */
-static int serve(sched *s, bool pace, bool show, double *wall)
-{
-    replay *rp = s->rp;
-    int32_t next = 0;
-    double t0 = cli_now(), t_show = 0;
-    for (int32_t i = 0; i < rp->n_req; i++)
-        s->c.prompt_tokens += n_prompt(rp, &rp->req[i]);
-    while (s->c.n_done < rp->n_req) {
-        double now = cli_now() - t0;
-        while (next < rp->n_req && (!pace || rp->req[next].arrival <= now))
-            s->wait[(s->wait_head + s->wait_n++) % rp->n_req] = next++;
-        if (s->n_running == 0 && s->wait_n == 0) {
-            double dt = rp->req[next].arrival - now; /* idle until the next arrival */
-            struct timespec ts = {(time_t)dt, (long)((dt - floor(dt)) * 1e9)};
-            if (dt > 0)
-                nanosleep(&ts, NULL);
-            continue;
-        }
-        if (step(s, t0))
-            return 1;
-        now = cli_now() - t0;
-        if (show && now - t_show > 0.2 && s->c.n_done < rp->n_req) {
-            progress(s, now, false);
-            t_show = now;
-        }
-    }
-    *wall = cli_now() - t0;
-    if (show)
-        progress(s, *wall, true);
-    return 0;
 }
 
 /* ---- report ------------------------------------------------------------------------------- */
@@ -726,11 +281,11 @@ static int check_fits(const replay *rp, llmem_memory *mem, int32_t page_size)
     llmem_memory_get_stats(mem, &ms);
     int64_t cap = ms.pages_total * page_size;
     for (int32_t i = 0; ms.pages_total > 0 && i < rp->n_req; i++)
-        if (req_max_len(rp, &rp->req[i]) > cap) {
+        if (replay_req_max_len(rp, &rp->req[i]) > cap) {
             fprintf(stderr, "llmem replay: request %d needs %lld tokens of KV cache, more than "
                             "the %lld its pages hold; raise --n-pages or lower --scale, "
                             "--max-context or --max-gen\n",
-                    i, (long long)req_max_len(rp, &rp->req[i]), (long long)cap);
+                    i, (long long)replay_req_max_len(rp, &rp->req[i]), (long long)cap);
             return 1;
         }
     return 0;
@@ -745,12 +300,12 @@ int llmem_cli_replay(int argc, char **argv)
     if (rc >= 0)
         return rc;
     char tbuf[4096], xbuf[4096];
-    if (!o.trace && !(o.trace = data_path(TRACE_NAME, tbuf, sizeof tbuf))) {
+    if (!o.trace && !(o.trace = replay_data_path(TRACE_NAME, tbuf, sizeof tbuf))) {
         fprintf(stderr, "llmem replay: no trace found; pass --trace FILE.csv (format "
                         "TIMESTAMP,ContextTokens,GeneratedTokens)\n");
         return 2;
     }
-    o.text = o.text ? o.text : data_path(TEXT_NAME, xbuf, sizeof xbuf);
+    o.text = o.text ? o.text : replay_data_path(TEXT_NAME, xbuf, sizeof xbuf);
     replay rp = {.n_prefix = o.n_prefix};
     unsigned char *text_buf = NULL;
     sched s = {.rp = &rp, .check = o.check};
@@ -759,9 +314,9 @@ int llmem_cli_replay(int argc, char **argv)
     llmem_backend *be = NULL;
     llmem_model *m = NULL;
     double *v = NULL;
-    rc = load_text(o.text, &rp, &text_buf);
+    rc = replay_load_text(o.text, &rp, &text_buf);
     if (!rc)
-        rc = read_trace(o.trace, &o.to, &rp);
+        rc = replay_read_trace(o.trace, &o.to, &rp);
     if (!rc)
         rc = cli_open_model("replay", &mo, &be, &m);
     if (rc)
@@ -791,7 +346,7 @@ int llmem_cli_replay(int argc, char **argv)
     for (int32_t q = 0; q < s.n_seq; q++)
         s.free_seq[q] = s.n_seq - 1 - q; /* sequence 0 is handed out first */
     s.n_free = s.n_seq;
-    if ((rc = serve(&s, o.pace, o.show, &rep.wall)))
+    if ((rc = replay_serve(&s, o.pace, o.show, &rep.wall)))
         goto done;
     llmem_memory_get_stats(s.mem, &rep.ms);
     llmem_model_get_stats(m, &rep.mst);

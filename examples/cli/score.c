@@ -38,11 +38,9 @@ static void usage(FILE *f)
 
 static int read_cases(const char *path, score_case **out, int32_t *n_out, int32_t n_vocab)
 {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "llmem score: cannot open '%s'\n", path);
+    FILE *f = cli_open_input("score", "the input", path, true);
+    if (!f)
         return 1;
-    }
     score_case *cases = NULL;
     int32_t n = 0, cap = 0, line_no = 0;
     char *line = NULL;

@@ -1,0 +1,79 @@
+/* llmem bench: the harness every figure shares (examples/cli/bench_harness.c)
+ * and the figures (examples/cli/bench_ops.c: copy, paged attention, Mamba-2
+ * decode; examples/cli/bench.c: the whole-model decode step and main). */
+#ifndef LLMEM_CLI_BENCH_H
+#define LLMEM_CLI_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llmem/llmem.h"
+#include "llmem/ops.h"
+
+#define MIB ((size_t)1 << 20)
+#define CHECK(expr)                                                                         \
+    do {                                                                                    \
+        llmem_status st_ = (expr);                                                          \
+        if (st_ != LLMEM_OK) {                                                              \
+            fprintf(stderr, "llmem bench: %s:%d: %s: %s\n", __func__, __LINE__, #expr,      \
+                    llmem_status_str(st_));                                                 \
+            return st_;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+/* One benchmark run on one backend. */
+typedef struct bench {
+    llmem_backend *be;
+    const char *name;
+    int iters;
+    double copy_bw; /* bytes / s, read + written */
+    llmem_buffer *rnd; /* 4 Mi random f32 in [-1, 1) */
+    llmem_buffer *rnd_small; /* the same times 0.02 */
+} bench;
+
+#define RND_N ((int32_t)(4 * MIB))
+
+/* Index tables of a view, built on the host and uploaded in one buffer. */
+typedef struct tables {
+    int32_t *v;
+    int32_t n, cap;
+} tables;
+
+typedef llmem_status (*bench_fn)(void *ctx);
+
+/* Monotonic seconds. */
+double bench_now(void);
+/* splitmix64 step; uniform float in [lo, hi). */
+uint64_t bench_rng_next(uint64_t *s);
+float bench_rng_float(uint64_t *s, float lo, float hi);
+/* Random permutation of [0, n). */
+void bench_shuffle(int32_t *v, int32_t n, uint64_t seed);
+/* Median seconds per call of fn over 5 batches (after one warm-up). When
+ * the figure will take more than a second, says so on stderr first, naming
+ * it `label` (progress of long runs, e.g. on the cpu backend). */
+llmem_status bench_time_it(bench *b, const char *label, bench_fn fn, void *ctx, double *sec);
+/* Fills n elements of dtype t at byte `offset` of buf with the random
+ * source (small: values in [-0.02, 0.02)). */
+llmem_status bench_fill(bench *b, llmem_buffer *buf, size_t offset, int64_t n, llmem_dtype t,
+                        bool small);
+/* llmem_buffer_alloc with a message naming the size on failure. */
+llmem_status bench_new_buffer(bench *b, size_t bytes, llmem_buffer **out);
+/* Appends n values to t; the table's host pointer is set by bench_tab_finish.
+ * A failed allocation gives n = -1, which bench_tab_finish reports. */
+llmem_i32_table bench_tab_add(tables *t, const int32_t *vals, int32_t n);
+/* Uploads the tables to a new idx buffer and points their host copies at
+ * t->v (which the caller keeps until the view is done). */
+llmem_status bench_tab_finish(bench *b, tables *t, llmem_i32_table **list, int n,
+                              llmem_buffer **idx);
+/* One report line: time, bandwidth and its fraction of the copy ceiling. */
+void bench_report_bw(const bench *b, const char *what, double t, double bytes, const char *note);
+
+/* The figures (bench_ops.c). */
+llmem_status bench_copy(bench *b, bool gpu);
+llmem_status bench_decode_attention(bench *b);
+llmem_status bench_prefill(bench *b, int32_t device);
+llmem_status bench_mamba(bench *b);
+
+#endif
