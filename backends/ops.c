@@ -595,11 +595,14 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
         return LLMEM_E_INVALID;
     int32_t n_tok = q->ne[0];
     int32_t n_streams = kv->seq_len.n;
-    if (kv->max_pages < 0 || (int64_t)n_streams * kv->max_pages != kv->page_table.n ||
-        kv->tok_kv_len.n != n_tok || kv->tok_seq.n != n_tok)
+    bool rows = kv->page_off.n != 0; /* per-stream row offsets, else dense */
+    if (kv->max_pages < 0 || kv->tok_kv_len.n != n_tok || kv->tok_seq.n != n_tok ||
+        (rows ? kv->page_off.n != n_streams
+              : (int64_t)n_streams * kv->max_pages != kv->page_table.n))
         return LLMEM_E_INVALID;
     if (!table_ok(be, view, &kv->page_table) || !table_ok(be, view, &kv->seq_len) ||
-        !table_ok(be, view, &kv->tok_kv_len) || !table_ok(be, view, &kv->tok_seq))
+        !table_ok(be, view, &kv->tok_kv_len) || !table_ok(be, view, &kv->tok_seq) ||
+        !table_ok(be, view, &kv->page_off))
         return LLMEM_E_INVALID;
     for (int32_t s = 0; s < n_streams; s++) {
         int32_t len = kv->seq_len.host[s];
@@ -608,7 +611,10 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
         int64_t pages = ((int64_t)len + kv->page_size - 1) / kv->page_size;
         if (pages > kv->max_pages)
             return LLMEM_E_INVALID;
-        const int32_t *pt = kv->page_table.host + (int64_t)s * kv->max_pages;
+        int64_t row = rows ? kv->page_off.host[s] : (int64_t)s * kv->max_pages;
+        if (row < 0 || row + pages > kv->page_table.n)
+            return LLMEM_E_INVALID;
+        const int32_t *pt = kv->page_table.host + row;
         for (int64_t j = 0; j < pages; j++)
             if (pt[j] < 0 || pt[j] >= kv->n_pages)
                 return LLMEM_E_INVALID;

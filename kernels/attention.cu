@@ -53,11 +53,17 @@ __device__ __forceinline__ bool attn_query_range(const cuk_attn_args &a, int64_t
     return true;
 }
 
+/* First page-table element of stream s (see llmem_kv_view.page_off). */
+__device__ __forceinline__ int64_t attn_row(const cuk_attn_args &a, int32_t s)
+{
+    return a.page_off ? (int64_t)a.page_off[s] : (int64_t)s * a.max_pages;
+}
+
 /* Slot of key j of stream s (< n_pages * page_size <= INT32_MAX), or -1 when
  * the page id is out of range. */
 __device__ __forceinline__ int32_t attn_key_slot(const cuk_attn_args &a, int32_t s, int32_t j)
 {
-    int32_t page = a.page_table[(int64_t)s * a.max_pages + j / a.page_size];
+    int32_t page = a.page_table[attn_row(a, s) + j / a.page_size];
     if (page < 0 || page >= a.n_pages)
         return -1;
     return page * a.page_size + j % a.page_size;

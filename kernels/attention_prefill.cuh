@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                 rlo[mt][hf] = row_lo[r];
                 rhi[mt][hf] = row_seq[r] == cur ? row_hi[r] : 0;
             }
-        const int32_t *pt = a.page_table + (int64_t)cur * a.max_pages;
+        const int32_t *pt = a.page_table + attn_row(a, cur);
 
         auto load_block = [&](int32_t kb, int buf) {
             for (int c = tid; c < PF_BN * CH; c += blockDim.x) {

@@ -93,6 +93,7 @@ typedef struct cuk_attn_args {
     const void *k, *v;
     int32_t dtype;
     const int32_t *page_table, *seq_len, *tok_kv_len, *tok_seq;
+    const int32_t *page_off; /* [n_streams] page-table row offsets; NULL: row s * max_pages */
     int32_t n_tok, n_heads, n_kv_heads, head_dim;
     int32_t n_streams, max_pages, page_size, n_pages;
     float scale, softcap;

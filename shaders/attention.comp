@@ -41,7 +41,10 @@ layout(push_constant) uniform P {
     float scale, softcap;
     uint q_off, o_off, pt_off, sl_off, kl_off, ts_off;
     uint n_split, split_keys;
+    uint po_off; /* page_off table (word offset in idx), NO_ROWS: rows at s * max_pages */
 } p;
+
+const uint NO_ROWS = 0xffffffffu;
 
 const uint NACC = (R * D + WG - 1) / WG;
 const uint INVALID = 0xffffffffu;
@@ -93,7 +96,7 @@ void main()
     barrier();
     int lo = range_s[0], len = range_s[1];
     uint s = len > lo ? uint(idx[p.ts_off + i]) : 0u;
-    uint pt = p.pt_off + s * p.max_pages;
+    uint pt = p.pt_off + (p.po_off != NO_ROWS ? uint(idx[p.po_off + s]) : s * p.max_pages);
 
     float acc[NACC];
     for (uint a = 0; a < NACC; a++)

@@ -71,7 +71,10 @@ layout(push_constant) uniform P {
     float scale, softcap;
     uint q_off, o_off, pt_off, sl_off, kl_off, ts_off;
     uint n_split, split_keys;
+    uint po_off; /* page_off table (word offset in idx), NO_ROWS: rows at s * max_pages */
 } p;
+
+const uint NO_ROWS = 0xffffffffu;
 
 shared uint kb_s[CK];    /* first vector of each key's row, or INVALID */
 shared float sc[CK * R]; /* scores, then probabilities: [key][head] */
@@ -137,7 +140,7 @@ void main()
     barrier();
     int lo = range_s[0], hi = range_s[1];
     uint s = hi > lo ? uint(idx[p.ts_off + i]) : 0u;
-    uint pt = p.pt_off + s * p.max_pages;
+    uint pt = p.pt_off + (p.po_off != NO_ROWS ? uint(idx[p.po_off + s]) : s * p.max_pages);
 
     float acc[R * EV];
     for (uint a = 0; a < R * EV; a++)

@@ -35,13 +35,15 @@ typedef struct attn_case {
     float softcap;
     int32_t window;
     bool pad_token; /* one extra token that sees nothing (tok_kv_len 0) */
+    bool rows;      /* page-table rows at page_off[s] (streams reversed, gaps of -1) */
 } attn_case;
 
 /* Everything the backend needs, generated once on the host. */
 typedef struct attn_data {
     attn_case k;
     int32_t n_pages, max_pages, n_tok, row; /* row: n_kv_heads * head_dim */
-    int32_t *page_table;                    /* [n_streams][max_pages] */
+    int32_t *page_table;                    /* [n_streams][max_pages], or rows: [n_pt] */
+    int32_t *page_off, n_pt;                /* rows: [n_streams] first element of each row */
     int32_t *tok_seq, *tok_kv_len;          /* [n_tok] */
     int32_t *store_tok, *store_slot, n_store;
     double *q, *kcur, *vcur;                /* [n_tok][..] */
@@ -50,7 +52,8 @@ typedef struct attn_data {
 
 static int32_t slot_of(const attn_data *d, int32_t s, int32_t j)
 {
-    return d->page_table[s * d->max_pages + j / d->k.page_size] * d->k.page_size +
+    int32_t row = d->k.rows ? d->page_off[s] : s * d->max_pages;
+    return d->page_table[row + j / d->k.page_size] * d->k.page_size +
            j % d->k.page_size;
 }
 
@@ -70,12 +73,26 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
     d->n_pages = used + 3; /* free pages stay NaN */
     int32_t *perm = th_alloc(h, (size_t)d->n_pages * sizeof *perm);
     ref64_shuffle(&r, perm, d->n_pages);
-    d->page_table = th_alloc(h, (size_t)(k->n_streams * d->max_pages) * sizeof(int32_t));
+    /* rows: stream s's row starts 3 elements after the end of stream s+1's
+     * (the last stream first), unlike the dense s * max_pages */
+    d->n_pt = k->n_streams * d->max_pages;
+    d->page_off = th_alloc(h, (size_t)k->n_streams * sizeof(int32_t));
+    if (k->rows) {
+        d->n_pt = 1;
+        for (int32_t s = k->n_streams - 1; s >= 0; s--) {
+            d->page_off[s] = d->n_pt + 2;
+            d->n_pt += 2 + (k->len[s] + k->page_size - 1) / k->page_size;
+        }
+    }
+    d->page_table = th_alloc(h, (size_t)d->n_pt * sizeof(int32_t));
+    for (int32_t e = 0; e < d->n_pt; e++)
+        d->page_table[e] = -1;
     int32_t next = 0;
     for (int32_t s = 0; s < k->n_streams; s++) {
         int32_t pages = (k->len[s] + k->page_size - 1) / k->page_size;
-        for (int32_t p = 0; p < d->max_pages; p++)
-            d->page_table[s * d->max_pages + p] = p < pages ? perm[next++] : -1;
+        int32_t row = k->rows ? d->page_off[s] : s * d->max_pages;
+        for (int32_t p = 0; p < pages; p++)
+            d->page_table[row + p] = perm[next++];
     }
     int32_t n_tok = d->n_tok + (k->pad_token ? 1 : 0);
     d->tok_seq = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
@@ -188,13 +205,14 @@ static void attn_run(llmem_backend *be, const attn_data *d, const llmem_attn_par
     th_idx b = {0};
     kv->store_tok = th_idx_add(&b, d->store_tok, d->n_store);
     kv->store_slot = th_idx_add(&b, d->store_slot, d->n_store);
-    kv->page_table = th_idx_add(&b, d->page_table, k->n_streams * d->max_pages);
+    kv->page_table = th_idx_add(&b, d->page_table, d->n_pt);
     kv->seq_len = th_idx_add(&b, seq_len, k->n_streams);
     kv->tok_kv_len = th_idx_add(&b, d->tok_kv_len, d->n_tok);
     kv->tok_seq = th_idx_add(&b, d->tok_seq, d->n_tok);
+    kv->page_off = th_idx_add(&b, d->page_off, k->rows ? k->n_streams : 0);
     llmem_i32_table *tabs[] = {&kv->store_tok, &kv->store_slot, &kv->page_table,
-                               &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq};
-    view.idx = th_idx_finish(&c, &b, tabs, 6);
+                               &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq, &kv->page_off};
+    view.idx = th_idx_finish(&c, &b, tabs, 7);
     llmem_tensor q = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->head_dim);
     llmem_tensor kc = th_tensor(&c, F32, 3, d->n_tok, k->n_kv_heads, k->head_dim);
     llmem_tensor vc = th_tensor(&c, F32, 3, d->n_tok, k->n_kv_heads, k->head_dim);
@@ -237,20 +255,25 @@ static void expect_pools(const attn_data *d, uint32_t fill, unsigned char *const
 static const attn_case cases[] = {
     /* GQA 2, f16, pages of 16: a long stream, a one-token sequence, a
      * whole prefill, an empty stream and a padding token */
-    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true},
+    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, false},
     /* MQA, bf16, pages of 1, soft-capped */
-    {2, {9, 4}, {1, 4}, 1, 1, 3, 80, BF16, 30.0f, 0, false},
+    {2, {9, 4}, {1, 4}, 1, 1, 3, 80, BF16, 30.0f, 0, false, false},
     /* MHA, f32, pages of 64, sliding window */
-    {2, {130, 65}, {3, 65}, 64, 4, 4, 128, F32, 0.0f, 20, false},
+    {2, {130, 65}, {3, 65}, 64, 4, 4, 128, F32, 0.0f, 20, false, false},
     /* GQA 4 decode step, window and softcap */
-    {1, {100}, {1}, 16, 2, 8, 80, F32, 50.0f, 32, false},
+    {1, {100}, {1}, 16, 2, 8, 80, F32, 50.0f, 32, false, false},
     /* short sequences in pages of 64, f16 */
-    {5, {1, 2, 3, 64, 65}, {1, 1, 1, 2, 1}, 64, 1, 2, 64, F16, 0.0f, 0, true},
+    {5, {1, 2, 3, 64, 65}, {1, 1, 1, 2, 1}, 64, 1, 2, 64, F16, 0.0f, 0, true, false},
     /* bf16 head_dim 128 with pages of 16 and a window longer than all */
-    {3, {40, 17, 33}, {8, 17, 1}, 16, 2, 6, 128, BF16, 0.0f, 1000, false},
+    {3, {40, 17, 33}, {8, 17, 1}, 16, 2, 6, 128, BF16, 0.0f, 1000, false, false},
     /* long contexts: a 1500-token history with a chunk of 40, and a
      * 700-token prefill in one ubatch */
-    {2, {1500, 700}, {40, 700}, 16, 2, 4, 64, F16, 0.0f, 0, false},
+    {2, {1500, 700}, {40, 700}, 16, 2, 4, 64, F16, 0.0f, 0, false, false},
+    /* page-table rows at page_off (llmem_kv_view.page_off): the first case,
+     * a decode step of pages of 1 and a prefill chunk next to a decode */
+    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, true},
+    {3, {70, 5, 33}, {1, 1, 1}, 1, 2, 4, 64, F32, 0.0f, 0, false, true},
+    {2, {300, 64}, {1, 64}, 64, 2, 8, 128, BF16, 0.0f, 0, false, true},
 };
 
 START_TEST(test_attention)
@@ -307,9 +330,9 @@ typedef struct small_view {
 
 /* A 2-stream view: lens {5, 3}, page size 4, pages {2, 0} and {1}; the
  * arrays may be altered by the caller before it is built. */
-static void small_build(th_ctx *c, small_view *sv, const int32_t *pt, const int32_t *seq_len,
-                        const int32_t *kv_len, const int32_t *tok_seq, const int32_t *st_tok,
-                        const int32_t *st_slot, int32_t n_store)
+static void small_build_rows(th_ctx *c, small_view *sv, const int32_t *pt, const int32_t *seq_len,
+                             const int32_t *kv_len, const int32_t *tok_seq, const int32_t *st_tok,
+                             const int32_t *st_slot, int32_t n_store, const int32_t *page_off)
 {
     memset(sv, 0, sizeof *sv);
     llmem_kv_view *kv = &sv->view.u.kv;
@@ -331,9 +354,10 @@ static void small_build(th_ctx *c, small_view *sv, const int32_t *pt, const int3
     kv->seq_len = th_idx_add(&b, seq_len, 2);
     kv->tok_kv_len = th_idx_add(&b, kv_len, 3);
     kv->tok_seq = th_idx_add(&b, tok_seq, 3);
+    kv->page_off = th_idx_add(&b, page_off, page_off ? 2 : 0);
     llmem_i32_table *tabs[] = {&kv->store_tok, &kv->store_slot, &kv->page_table,
-                               &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq};
-    sv->view.idx = th_idx_finish(c, &b, tabs, 6);
+                               &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq, &kv->page_off};
+    sv->view.idx = th_idx_finish(c, &b, tabs, 7);
     sv->host = (int32_t *)c->keep[c->n_keep - 1];
     sv->q = th_tensor(c, F32, 3, 3, 2, 8);
     sv->o = th_tensor(c, F32, 3, 3, 2, 8);
@@ -341,6 +365,13 @@ static void small_build(th_ctx *c, small_view *sv, const int32_t *pt, const int3
     double z[48] = {0};
     th_set(&sv->q, z);
     th_set(&sv->kc, z);
+}
+
+static void small_build(th_ctx *c, small_view *sv, const int32_t *pt, const int32_t *seq_len,
+                        const int32_t *kv_len, const int32_t *tok_seq, const int32_t *st_tok,
+                        const int32_t *st_slot, int32_t n_store)
+{
+    small_build_rows(c, sv, pt, seq_len, kv_len, tok_seq, st_tok, st_slot, n_store, NULL);
 }
 
 START_TEST(test_attention_tables)
@@ -381,8 +412,18 @@ START_TEST(test_attention_tables)
         th_end(&c);
         th_begin(&c, be);
     }
-    const int32_t dup[3] = {8, 3, 8}, oob[3] = {8, 3, 16}, tok_oob[3] = {0, 3, 2};
+    /* page-table rows (llmem_kv_view.page_off): {0, 2} is the dense layout;
+     * a row that reads -1 or runs past the table, a negative offset */
+    static const int32_t rows_ok[2] = {0, 2}, rows_bad[][2] = {{2, 0}, {0, 3}, {-1, 2}, {0, 4}};
     small_view b;
+    small_build_rows(&c, &b, pt, len, kvl, ts, stok, sslot, 3, rows_ok);
+    ck_assert_int_eq(llmem_op_attention_paged(be, &p, &b.view, &b.q, &b.o), LLMEM_OK);
+    for (size_t i = 0; i < sizeof rows_bad / sizeof rows_bad[0]; i++) {
+        small_build_rows(&c, &b, pt, len, kvl, ts, stok, sslot, 3, rows_bad[i]);
+        ck_assert_msg(llmem_op_attention_paged(be, &p, &b.view, &b.q, &b.o) == LLMEM_E_INVALID,
+                      "page_off {%d, %d} accepted", rows_bad[i][0], rows_bad[i][1]);
+    }
+    const int32_t dup[3] = {8, 3, 8}, oob[3] = {8, 3, 16}, tok_oob[3] = {0, 3, 2};
     small_build(&c, &b, pt, len, kvl, ts, stok, dup, 3);
     ck_assert_int_eq(llmem_op_kv_store(be, &b.view, &b.kc, &b.kc), LLMEM_E_INVALID);
     small_build(&c, &b, pt, len, kvl, ts, stok, oob, 3);

@@ -77,6 +77,7 @@ typedef struct attn_ctx {
     const char *kp, *vp;
     llmem_dtype dtype;
     const int32_t *page_table, *seq_len, *tok_kv_len, *tok_seq;
+    const int32_t *page_off; /* [n_streams] row offsets, NULL: row s * max_pages */
     int32_t n_streams, max_pages, page_size, n_pages;
     int64_t n_heads, n_kv_heads, head_dim, n_rep;
     float *scratch; /* per thread, scratch_floats each */
@@ -139,7 +140,9 @@ static void attn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             atomic_store(&c->bad, 1);
             len = 0;
         }
-        const int32_t *pt = ok ? c->page_table + (int64_t)sq * c->max_pages : NULL;
+        const int32_t *pt =
+            !ok ? NULL
+                : c->page_table + (c->page_off ? (int64_t)c->page_off[sq] : (int64_t)sq * c->max_pages);
         for (int64_t j0 = lo; j0 < len; j0 += KB) {
             int64_t n = len - j0 < KB ? len - j0 : KB;
             int64_t got = 0;
@@ -192,6 +195,7 @@ llmem_status cpu_op_attention_paged(llmem_backend *be, const llmem_attn_params *
         .vp = llmem_buffer_host_ptr(kv->v),
         .dtype = kv->dtype,
         .page_table = view_table(view, &kv->page_table),
+        .page_off = kv->page_off.n ? view_table(view, &kv->page_off) : NULL,
         .seq_len = view_table(view, &kv->seq_len),
         .tok_kv_len = view_table(view, &kv->tok_kv_len),
         .tok_seq = view_table(view, &kv->tok_seq),

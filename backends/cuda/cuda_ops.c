@@ -294,6 +294,7 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
         .v = cuda_dev(kv->v),
         .dtype = kv->dtype,
         .page_table = table(view, &kv->page_table),
+        .page_off = table(view, &kv->page_off),
         .seq_len = table(view, &kv->seq_len),
         .tok_kv_len = table(view, &kv->tok_kv_len),
         .tok_seq = table(view, &kv->tok_seq),

@@ -133,6 +133,8 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     vk_op_u32(&op, vk_table_word(&kv->tok_seq));
     vk_op_u32(&op, n_split);
     vk_op_u32(&op, split_keys);
+    /* llmem_kv_view.page_off: per-stream page-table rows, or the dense layout */
+    vk_op_u32(&op, kv->page_off.n ? vk_table_word(&kv->page_off) : 0xffffffffu);
     llmem_status st = vk_op_run(v, &op, items * n_split);
     if (st == LLMEM_OK && n_split > 1) {
         vk_op c;

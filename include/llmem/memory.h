@@ -123,6 +123,17 @@ typedef struct llmem_kv_view {
      * listed again by the next plan (a forward pass that failed after
      * rotating must clear the memory, or rotate back). */
     llmem_i32_table shift_slot, shift_delta;
+    /* Page-table rows (optional). Empty (n == 0): the dense layout above,
+     * stream s's row starts at element s * max_pages of page_table. Else
+     * n == n_streams and stream s's row starts at element page_off[s] of
+     * page_table, which then is a persistent table of every sequence's
+     * row (the KV cache's page rows, docs/memory.md), written only where
+     * pages change; max_pages still bounds ceil(seq_len[s] / page_size).
+     * Rows of streams may overlap (shared pages) and need not be in stream
+     * order; entries past ceil(seq_len[s] / page_size) are unspecified
+     * (not -1) and must not be read. Consumers index
+     * page_table[row(s) + j / page_size] and nothing else changes. */
+    llmem_i32_table page_off;
 } llmem_kv_view;
 
 typedef struct llmem_state_desc llmem_state_desc; /* <llmem/recurrent.h> */
