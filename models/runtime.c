@@ -46,6 +46,12 @@ struct llmem_model {
     llmem_buffer *scratch;
     /* scratch tensors, [n_ubatch, ...] f32 */
     size_t off_x, off_h, off_a, off_b, off_c, off_d, off_e, off_tok, off_pos, off_rows, off_logits;
+    /* sampling outputs: ids, counters, log-probs [n_ubatch]; top lists [n_ubatch, 64] */
+    size_t off_ids, off_ctr, off_lp, off_top_ids, off_top_lp;
+    /* CPU backend and buffer for the sampling ops of a backend that lacks them */
+    llmem_backend *fb_be;
+    llmem_buffer *fb_buf;
+    size_t fb_size;
     int32_t width_a, width_b, width_c, width_d, width_e;
     llmem_model_stats stats;
 };
@@ -57,8 +63,42 @@ llmem_model_params llmem_model_default_params(void)
     p.n_ubatch = 512;
     p.n_ctx = 4096;
     p.page_size = 16;
-    p.kv_dtype = LLMEM_DTYPE_F32;
+    p.kv_dtype = LLMEM_DTYPE_COUNT; /* by precision (resolve_params) */
+    p.precision = LLMEM_PRECISION_PRECISE;
+    p.ssm_dtype = LLMEM_DTYPE_F32;
     return p;
+}
+
+const char *llmem_precision_name(llmem_precision p)
+{
+    return p == LLMEM_PRECISION_PRECISE ? "precise" : p == LLMEM_PRECISION_FAST ? "fast" : "?";
+}
+
+llmem_status llmem_precision_parse(const char *name, llmem_precision *out)
+{
+    if (!name || !out)
+        return LLMEM_E_INVALID;
+    if (!strcmp(name, "precise"))
+        *out = LLMEM_PRECISION_PRECISE;
+    else if (!strcmp(name, "fast"))
+        *out = LLMEM_PRECISION_FAST;
+    else
+        return LLMEM_E_INVALID;
+    return LLMEM_OK;
+}
+
+/* Fills the defaults that depend on other fields, and checks the dtypes. */
+static bool resolve_params(llmem_model_params *p)
+{
+    if (p->precision != LLMEM_PRECISION_PRECISE && p->precision != LLMEM_PRECISION_FAST)
+        return false;
+    if (p->kv_dtype == LLMEM_DTYPE_COUNT)
+        p->kv_dtype = p->precision == LLMEM_PRECISION_FAST ? LLMEM_DTYPE_BF16 : LLMEM_DTYPE_F32;
+    bool float_kv = p->kv_dtype == LLMEM_DTYPE_F32 || p->kv_dtype == LLMEM_DTYPE_F16 ||
+                    p->kv_dtype == LLMEM_DTYPE_BF16;
+    bool float_ssm = p->ssm_dtype == LLMEM_DTYPE_F32 || p->ssm_dtype == LLMEM_DTYPE_F16 ||
+                     p->ssm_dtype == LLMEM_DTYPE_BF16;
+    return float_kv && float_ssm;
 }
 
 static size_t round_up(size_t n)
@@ -174,6 +214,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         llmem_state_desc d[2];
         llmem_recurrent_mamba2_states(c->ssm_d_conv, c->ssm_d_inner, c->ssm_n_groups,
                                       c->ssm_d_state, c->ssm_n_heads, c->ssm_head_dim, d);
+        d[1].dtype = p->ssm_dtype;
         const llmem_state_desc **states = malloc((size_t)n_mamba * sizeof *states);
         int32_t *n_states = malloc((size_t)n_mamba * sizeof *n_states);
         if (!states || !n_states) {
@@ -252,6 +293,11 @@ static llmem_status alloc_scratch(llmem_model *m)
     TAKE(off_pos, T * 4);
     TAKE(off_rows, T * 4);
     TAKE(off_logits, T * (size_t)c->vocab_size * 4);
+    TAKE(off_ids, T * 4);
+    TAKE(off_ctr, T * 4);
+    TAKE(off_lp, T * 4);
+    TAKE(off_top_ids, T * 64 * 4);
+    TAKE(off_top_lp, T * 64 * 4);
 #undef TAKE
     return llmem_buffer_alloc(m->be, off, &m->scratch);
 }
@@ -267,9 +313,10 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     }
     llmem_model_params pp = p ? *p : llmem_model_default_params();
     if (pp.n_seq_max < 1 || pp.n_ubatch < 1 || pp.page_size < 1 || pp.n_ctx < 1 ||
-        pp.n_pages < 0 || pp.n_ckpt < 0) {
+        pp.n_pages < 0 || pp.n_ckpt < 0 || !resolve_params(&pp)) {
         snprintf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
-                               "must be >= 1)");
+                               "must be >= 1; precision precise or fast; kv and ssm dtypes "
+                               "f32, f16 or bf16)");
         return LLMEM_E_INVALID;
     }
     llmem_model *m = calloc(1, sizeof *m);
@@ -307,6 +354,8 @@ void llmem_model_free(llmem_model *m)
     llmem_memory_destroy(m->mem);
     llmem_buffer_free(m->weights);
     llmem_buffer_free(m->scratch);
+    llmem_buffer_free(m->fb_buf);
+    llmem_backend_close(m->fb_be);
     free(m->layers);
     free(m);
 }
@@ -428,8 +477,9 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
     return linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h);
 }
 
-static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, bool log_softmax, float *out,
-                            const int32_t *row_of_batch_idx, int32_t n_vocab)
+/* Runs one ubatch and leaves the logits of its n_outputs rows, in ubatch
+ * output order, at off_logits ([n_outputs, n_vocab] f32). */
+static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
 {
     const llmem_model_config *c = &m->cfg;
     int32_t T = ub->n_tokens, D = c->hidden_size;
@@ -467,25 +517,40 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, bool log_sof
     TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
     TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
     llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
-    TRY(llmem_op_matmul(m->be, &xo, &m->lm_head.t, &logits));
-    if (log_softmax)
+    return llmem_op_matmul(m->be, &xo, &m->lm_head.t, &logits);
+}
+
+/* What a decode does with the logits of each ubatch. */
+typedef llmem_status (*emit_fn)(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
+                                void *ctx);
+
+typedef struct logits_out {
+    bool log_softmax;
+    float *out;
+} logits_out;
+
+/* Downloads each output row's logits (or log-probabilities) to its batch row. */
+static llmem_status emit_logits(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
+                                void *vctx)
+{
+    const logits_out *c = vctx;
+    int32_t n_out = ub->n_outputs, V = m->cfg.vocab_size;
+    llmem_tensor logits = act(m, m->off_logits, n_out, V);
+    if (c->log_softmax)
         TRY(llmem_op_log_softmax(m->be, &logits, &logits));
     for (int32_t o = 0; o < n_out; o++) {
-        int32_t r = row_of_batch_idx[ub->out_ids[o]];
-        TRY(llmem_buffer_download(m->scratch, m->off_logits + (size_t)o * (size_t)n_vocab * 4,
-                                  out + (size_t)r * (size_t)n_vocab, (size_t)n_vocab * 4));
+        int32_t r = row[ub->out_ids[o]];
+        TRY(llmem_buffer_download(m->scratch, m->off_logits + (size_t)o * (size_t)V * 4,
+                                  c->out + (size_t)r * (size_t)V, (size_t)V * 4));
     }
     return LLMEM_OK;
 }
 
-llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_softmax, float *out,
-                                int32_t out_cap_rows, int32_t *n_outputs, char *err,
-                                size_t err_len)
+/* Plans the batch, runs every ubatch through forward and `emit`, commits. */
+static llmem_status decode_batch(llmem_model *m, const llmem_batch *b, int32_t out_cap_rows,
+                                 int32_t *n_outputs, emit_fn emit, void *ctx, char *err,
+                                 size_t err_len)
 {
-    if (!m || !b || !n_outputs || (!out && out_cap_rows > 0)) {
-        snprintf(err, err_len, "NULL argument");
-        return LLMEM_E_INVALID;
-    }
     *n_outputs = 0;
     if (!b->token) {
         snprintf(err, err_len, "the model runtime takes token ids, not embeddings");
@@ -522,8 +587,10 @@ llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_s
             m->stats.n_tokens += ub->n_tokens;
             m->stats.n_outputs += ub->n_outputs;
         }
-        if (s == LLMEM_OK && (s = forward(m, ub, log_softmax, out, row, V)) != LLMEM_OK)
+        if (s == LLMEM_OK && (s = forward(m, ub, V)) != LLMEM_OK)
             snprintf(err, err_len, "forward pass of ubatch %d failed: %s", i, llmem_status_str(s));
+        if (s == LLMEM_OK && ub->n_outputs > 0 && (s = emit(m, ub, row, ctx)) != LLMEM_OK)
+            snprintf(err, err_len, "output of ubatch %d failed: %s", i, llmem_status_str(s));
         if (s == LLMEM_OK)
             s = llmem_memory_commit(m->mem, plan, i);
     }
@@ -532,6 +599,161 @@ llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_s
     if (s == LLMEM_OK)
         *n_outputs = n;
     return s;
+}
+
+llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_softmax, float *out,
+                                int32_t out_cap_rows, int32_t *n_outputs, char *err,
+                                size_t err_len)
+{
+    if (!m || !b || !n_outputs || (!out && out_cap_rows > 0)) {
+        snprintf(err, err_len, "NULL argument");
+        return LLMEM_E_INVALID;
+    }
+    logits_out c = {.log_softmax = log_softmax, .out = out};
+    return decode_batch(m, b, out_cap_rows, n_outputs, emit_logits, &c, err, err_len);
+}
+
+/* --- sampling on the device ------------------------------------------------------ */
+
+/* Where the output ops of a ubatch run: the model's backend and scratch,
+ * or the CPU fallback (a CPU backend and a buffer laid out the same way). */
+typedef struct out_place {
+    llmem_backend *be;
+    llmem_buffer *buf;
+    size_t off_logits, off_ids, off_ctr, off_lp, off_top_ids, off_top_lp;
+} out_place;
+
+/* Sample (or take forced ids), gather log-probs and top lists at `p`; the
+ * host arrays ctr/ids are per ubatch output row. */
+static llmem_status sample_at(const out_place *p, const llmem_model_sampling *s, int32_t n_out,
+                              int32_t V, const int32_t *ctr, int32_t *ids)
+{
+    llmem_tensor logits = llmem_tensor_2d(p->buf, p->off_logits, LLMEM_DTYPE_F32, n_out, V);
+    llmem_tensor tid = llmem_tensor_1d(p->buf, p->off_ids, LLMEM_DTYPE_I32, n_out);
+    if (s->force_ids) {
+        TRY(llmem_buffer_upload(p->buf, p->off_ids, ids, (size_t)n_out * 4));
+    } else {
+        llmem_tensor tc = llmem_tensor_1d(p->buf, p->off_ctr, LLMEM_DTYPE_I32, n_out);
+        TRY(llmem_buffer_upload(p->buf, p->off_ctr, ctr, (size_t)n_out * 4));
+        TRY(llmem_op_sample(p->be, &s->params, &logits, &tc, &tid));
+    }
+    if (s->logprob) {
+        llmem_tensor lp = llmem_tensor_1d(p->buf, p->off_lp, LLMEM_DTYPE_F32, n_out);
+        TRY(llmem_op_logprob_gather(p->be, &logits, &tid, &lp));
+    }
+    if (s->n_top > 0) {
+        llmem_tensor ti = llmem_tensor_2d(p->buf, p->off_top_ids, LLMEM_DTYPE_I32, n_out, s->n_top);
+        llmem_tensor tl = llmem_tensor_2d(p->buf, p->off_top_lp, LLMEM_DTYPE_F32, n_out, s->n_top);
+        TRY(llmem_op_top_logprobs(p->be, &logits, s->n_top, &ti, &tl));
+    }
+    return LLMEM_OK;
+}
+
+/* Copies the ubatch's logits to the CPU fallback place (growing it). */
+static llmem_status fallback_place(llmem_model *m, int32_t n_out, int32_t V, out_place *p)
+{
+    size_t rows = (size_t)n_out, logits = round_up(rows * (size_t)V * 4);
+    size_t small = round_up(rows * 4), top = round_up(rows * 64 * 4);
+    size_t need = logits + 3 * small + 2 * top;
+    if (!m->fb_be)
+        TRY(llmem_backend_open("cpu", -1, &m->fb_be, NULL, 0));
+    if (m->fb_size < need) {
+        llmem_buffer_free(m->fb_buf);
+        m->fb_buf = NULL;
+        m->fb_size = 0;
+        TRY(llmem_buffer_alloc(m->fb_be, need, &m->fb_buf));
+        m->fb_size = need;
+    }
+    *p = (out_place){.be = m->fb_be, .buf = m->fb_buf, .off_logits = 0, .off_ids = logits,
+                     .off_ctr = logits + small, .off_lp = logits + 2 * small,
+                     .off_top_ids = logits + 3 * small, .off_top_lp = logits + 3 * small + top};
+    float *host = malloc(rows * (size_t)V * 4);
+    if (!host)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = llmem_buffer_download(m->scratch, m->off_logits, host, rows * (size_t)V * 4);
+    if (st == LLMEM_OK)
+        st = llmem_buffer_upload(m->fb_buf, 0, host, rows * (size_t)V * 4);
+    free(host);
+    return st;
+}
+
+static llmem_status emit_sampled(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
+                                 void *vctx)
+{
+    const llmem_model_sampling *s = vctx;
+    int32_t n_out = ub->n_outputs, V = m->cfg.vocab_size;
+    int32_t *ctr = malloc((size_t)n_out * 2 * sizeof *ctr);
+    float *f = malloc((size_t)n_out * 64 * sizeof *f);
+    if (!ctr || !f) {
+        free(ctr);
+        free(f);
+        return LLMEM_E_NO_MEMORY;
+    }
+    int32_t *ids = ctr + n_out;
+    for (int32_t o = 0; o < n_out; o++) {
+        int32_t r = row[ub->out_ids[o]];
+        ctr[o] = s->ctr ? s->ctr[r] : r;
+        ids[o] = s->force_ids ? s->force_ids[r] : 0;
+        if (ids[o] < 0 || ids[o] >= V) {
+            free(ctr);
+            free(f);
+            return LLMEM_E_INVALID; /* a forced token outside the vocabulary */
+        }
+    }
+    out_place p = {.be = m->be, .buf = m->scratch, .off_logits = m->off_logits,
+                   .off_ids = m->off_ids, .off_ctr = m->off_ctr, .off_lp = m->off_lp,
+                   .off_top_ids = m->off_top_ids, .off_top_lp = m->off_top_lp};
+    llmem_status st = sample_at(&p, s, n_out, V, ctr, ids);
+    if (st == LLMEM_E_UNSUPPORTED) {
+        st = fallback_place(m, n_out, V, &p);
+        if (st == LLMEM_OK)
+            st = sample_at(&p, s, n_out, V, ctr, ids);
+    }
+    if (st == LLMEM_OK && !s->force_ids)
+        st = llmem_buffer_download(p.buf, p.off_ids, ids, (size_t)n_out * 4);
+    for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++)
+        s->ids[row[ub->out_ids[o]]] = ids[o];
+    if (st == LLMEM_OK && s->logprob && (st = llmem_buffer_download(p.buf, p.off_lp, f,
+                                                                     (size_t)n_out * 4)) == LLMEM_OK)
+        for (int32_t o = 0; o < n_out; o++)
+            s->logprob[row[ub->out_ids[o]]] = f[o];
+    if (st == LLMEM_OK && s->n_top > 0) {
+        size_t k = (size_t)s->n_top;
+        int32_t *ti = (int32_t *)(void *)f;
+        for (int pass = 0; st == LLMEM_OK && pass < 2; pass++) {
+            st = llmem_buffer_download(p.buf, pass ? p.off_top_lp : p.off_top_ids, f,
+                                       (size_t)n_out * k * 4);
+            for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++) {
+                size_t r = (size_t)row[ub->out_ids[o]];
+                if (pass)
+                    memcpy(s->top_logprob + r * k, f + (size_t)o * k, k * 4);
+                else
+                    memcpy(s->top_ids + r * k, ti + (size_t)o * k, k * 4);
+            }
+        }
+    }
+    free(ctr);
+    free(f);
+    return st;
+}
+
+llmem_status llmem_model_decode_sample(llmem_model *m, const llmem_batch *b,
+                                       const llmem_model_sampling *s, int32_t out_cap_rows,
+                                       int32_t *n_outputs, char *err, size_t err_len)
+{
+    if (!m || !b || !n_outputs || !s || (!s->ids && out_cap_rows > 0) || s->n_top < 0 ||
+        s->n_top > 64 || s->n_top > m->cfg.vocab_size ||
+        (s->n_top > 0 && out_cap_rows > 0 && (!s->top_ids || !s->top_logprob))) {
+        snprintf(err, err_len, "invalid sampling arguments (NULL output, or n_top outside "
+                               "[0, min(64, n_vocab)])");
+        return LLMEM_E_INVALID;
+    }
+    const llmem_sample_params *sp = &s->params;
+    if (isnan(sp->temperature) || !(sp->top_p > 0.0f) || isnan(sp->min_p) || sp->min_p > 1.0f) {
+        snprintf(err, err_len, "invalid sampling parameters (top_p in (0, 1], min_p <= 1)");
+        return LLMEM_E_INVALID;
+    }
+    return decode_batch(m, b, out_cap_rows, n_outputs, emit_sampled, (void *)s, err, err_len);
 }
 
 void llmem_model_get_stats(const llmem_model *m, llmem_model_stats *stats)

@@ -26,6 +26,9 @@ static const struct llmem_ops_i cpu_ops = {
     .copy_blocks = cpu_op_copy_blocks,
     .log_softmax = cpu_op_log_softmax,
     .argmax = cpu_op_argmax,
+    .sample = cpu_op_sample,
+    .logprob_gather = cpu_op_logprob_gather,
+    .top_logprobs = cpu_op_top_logprobs,
 };
 
 const struct llmem_ops_i *llmem_cpu_ops_table(void)

@@ -341,6 +341,96 @@ llmem_status llmem_op_log_softmax(llmem_backend *be, const llmem_tensor *x,
  *   x [.., V] f32 with V >= 1;  out [rows] i32. */
 llmem_status llmem_op_argmax(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *out);
 
+/* ---- sampling --------------------------------------------------------------------- */
+
+/* How llmem_op_sample picks one token per row of logits. One set for all
+ * rows of a call. The filters follow Hugging Face transformers' order
+ * (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+ * MinPLogitsWarper); ties are defined by value so that every backend keeps
+ * the same set without sorting. */
+typedef struct llmem_sample_params {
+    float temperature; /* <= 0: greedy (the row's argmax, as llmem_op_argmax) */
+    int32_t top_k;     /* keep tokens with fewer than top_k larger logits; <= 0: off */
+    float top_p;       /* nucleus (Holtzman et al. 2020): keep tokens whose strictly
+                          more probable tokens hold < top_p of the (top-k) mass;
+                          >= 1: off; must be > 0 */
+    float min_p;       /* keep tokens with p >= min_p * p_max (Nguyen et al. 2024);
+                          <= 0: off; must be <= 1 */
+    uint64_t seed;     /* the random stream; change it (or ctr) per step */
+} llmem_sample_params;
+
+/* The uniform number of a row (part of the op's contract, so that every
+ * backend and a test draw the same one): with c = ctr[r] (row r's counter,
+ * or r when ctr is NULL) as uint32,
+ *   h = mix(mix(mix(c) ^ (uint32)seed) ^ (uint32)(seed >> 32)),
+ *   u = (h >> 8) * 2^-24, in [0, 1),
+ * where mix(x) is the "lowbias32" integer hash (C. Wellons, 2018):
+ *   x ^= x >> 16; x *= 0x7feb352d; x ^= x >> 15; x *= 0x846ca68b; x ^= x >> 16. */
+static inline uint32_t llmem_sample_mix32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static inline float llmem_sample_uniform(uint64_t seed, uint32_t c)
+{
+    uint32_t h = llmem_sample_mix32(llmem_sample_mix32(llmem_sample_mix32(c) ^ (uint32_t)seed) ^
+                                    (uint32_t)(seed >> 32));
+    return (float)(h >> 8) * 0x1p-24f;
+}
+
+/* Samples one token id per row of logits, on the device: only ids need to
+ * cross to the host.
+ *   logits [.., V] f32, V >= 1 (rows = product of the outer dimensions);
+ *   ctr    [rows] i32 per-row counters for the random stream, or NULL (the
+ *          row index); e.g. the token's position, so that a sequence's draws
+ *          do not depend on which other rows share the batch;
+ *   out    [rows] i32, must not overlap logits or ctr.
+ * With temperature <= 0 the result is the argmax (first index on ties).
+ * Otherwise, per row, with x the logits and T the temperature (NaN and
+ * -inf entries have weight 0 and are never chosen; comparisons are on x, so
+ * they are exact on every backend), a token i is kept when all hold:
+ *   top-k:  #{j : x_j > x_i} < top_k;
+ *   top-p:  sum_{j kept by top-k, x_j > x_i} w_j < top_p * W_k, where
+ *           w_j = exp((x_j - max x) / T) (1 where x_j = max x = +inf) and
+ *           W_k = sum of w over top-k's tokens;
+ *   min-p:  w_i >= min_p (that is, p_i >= min_p * p_max).
+ * The token is then the smallest index i (vocabulary order) whose running
+ * sum of kept weights, sum_{j <= i, j kept} w_j, exceeds u * W, W the kept
+ * total and u the row's uniform number (above); the last kept index if
+ * rounding leaves none. Equal inputs give equal tokens on one backend;
+ * backends may differ only where u * W falls within float rounding of a
+ * running-sum boundary. A row with no finite logit gives 0.
+ * Returns LLMEM_E_INVALID also for top_p <= 0 or NaN, min_p > 1 or NaN,
+ * NaN temperature. References: Holtzman et al. 2020 ("The Curious Case of
+ * Neural Text Degeneration", top-p); Nguyen et al. 2024 ("Turning Up the
+ * Heat: Min-p Sampling"); transformers' logits warpers for the order. */
+llmem_status llmem_op_sample(llmem_backend *be, const llmem_sample_params *p,
+                             const llmem_tensor *logits, const llmem_tensor *ctr,
+                             const llmem_tensor *out);
+
+/* out[r] = logits[r, ids[r]] - log(sum_j exp(logits[r, j])), the
+ * log-probability of one token per row (what `score` and the log-probs of
+ * sampled tokens need), without writing the [rows, V] log-softmax.
+ *   logits [.., V] f32; ids [rows] i32 in [0, V) (device values: a backend
+ *   must not read outside the row; the CPU backend returns LLMEM_E_INVALID);
+ *   out [rows] f32, no overlap. Max-subtracted as llmem_op_log_softmax;
+ *   reference: torch.log_softmax(x, -1).gather(-1, ids). */
+llmem_status llmem_op_logprob_gather(llmem_backend *be, const llmem_tensor *logits,
+                                     const llmem_tensor *ids, const llmem_tensor *out);
+
+/* The n most probable tokens of each row and their log-probabilities
+ * (OpenAI "top_logprobs"), largest first, the lower index first on ties.
+ *   logits [.., V] f32 (NaN entries never listed); 1 <= n <= min(V, 64);
+ *   top_ids [rows, n] i32; top_lp [rows, n] f32 (log_softmax values, as
+ *   llmem_op_logprob_gather); no overlaps. */
+llmem_status llmem_op_top_logprobs(llmem_backend *be, const llmem_tensor *logits, int32_t n,
+                                   const llmem_tensor *top_ids, const llmem_tensor *top_lp);
+
 /* ---- CPU backend ------------------------------------------------------------------- */
 
 /* Sets the number of threads the CPU backend's ops use (process-wide; every

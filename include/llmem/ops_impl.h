@@ -130,6 +130,22 @@ struct llmem_ops_i {
     /* Row-wise argmax, x [.., V] f32 -> out [rows] i32, first index on ties,
      * NaN ignored, all-NaN row -> 0. */
     llmem_status (*argmax)(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+
+    /* ---- appended: sampling (see <llmem/ops.h> for the exact contract) ---- */
+    /* One token id per row of logits [rows, V] f32 -> out [rows] i32, by
+     * llmem_sample_params (greedy, temperature, top-k, top-p, min-p), with
+     * the row's uniform from llmem_sample_uniform(p->seed, ctr ? ctr[r] : r);
+     * ctr [rows] i32 (device) or NULL. */
+    llmem_status (*sample)(llmem_backend *be, const llmem_sample_params *p, llmem_ct *logits,
+                           llmem_ct *ctr, llmem_ct *out);
+    /* out[r] f32 = log_softmax(logits[r])[ids[r]]; ids [rows] i32 on the
+     * device, one outside [0, V) must not be read (CPU: LLMEM_E_INVALID). */
+    llmem_status (*logprob_gather)(llmem_backend *be, llmem_ct *logits, llmem_ct *ids,
+                                   llmem_ct *out);
+    /* The n (1..64) largest log-probabilities of each row, descending, lower
+     * index first on ties: top_ids [rows, n] i32, top_lp [rows, n] f32. */
+    llmem_status (*top_logprobs)(llmem_backend *be, llmem_ct *logits, int32_t n,
+                                 llmem_ct *top_ids, llmem_ct *top_lp);
 };
 
 #ifdef __cplusplus

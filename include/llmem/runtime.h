@@ -21,6 +21,7 @@
 #include "llmem/backend.h"
 #include "llmem/batch.h"
 #include "llmem/memory.h"
+#include "llmem/ops.h"
 #include "llmem/status.h"
 
 #ifdef __cplusplus
@@ -30,16 +31,39 @@ extern "C" {
 typedef struct llmem_model llmem_model;
 struct llmem_model_config;
 
+/* Arithmetic of the forward pass.
+ *   PRECISE: f32 activations; matmuls with f32 (or split hi + lo bf16)
+ *            inputs, so results match a float64 reference to f32 rounding.
+ *            The parity reference, and the default of `score`.
+ *   FAST:    activations rounded to bf16 at the inputs of the tensor-core
+ *            GEMMs (f32 accumulation), as vLLM and llama.cpp run bf16
+ *            models; KV cache bf16 unless kv_dtype says otherwise.
+ * A backend without a fast path runs FAST as PRECISE. */
+typedef enum llmem_precision {
+    LLMEM_PRECISION_PRECISE = 0,
+    LLMEM_PRECISION_FAST = 1,
+} llmem_precision;
+
+/* "precise", "fast"; "?" otherwise. */
+const char *llmem_precision_name(llmem_precision p);
+/* Parses "precise" | "fast". Returns LLMEM_OK or LLMEM_E_INVALID. */
+llmem_status llmem_precision_parse(const char *name, llmem_precision *out);
+
 typedef struct llmem_model_params {
     int32_t n_seq_max;     /* sequences in flight at once (default 8) */
     int32_t n_ubatch;      /* tokens per ubatch (default 512) */
     int32_t n_ctx;         /* tokens per sequence the KV cache is sized for (default 4096) */
     int32_t page_size;     /* KV page size in tokens (default 16) */
     int32_t n_pages;       /* KV pages; 0: n_seq_max * ceil(n_ctx / page_size) */
-    llmem_dtype kv_dtype;  /* KV cache dtype (default f32) */
+    llmem_dtype kv_dtype;  /* KV cache dtype; LLMEM_DTYPE_COUNT (the default): by
+                              precision, f32 when PRECISE, bf16 when FAST */
     int32_t n_ckpt;        /* recurrent checkpoints per sequence (speculative decoding) */
     bool no_prefix_cache;  /* disable KV prefix reuse */
     bool poison;           /* NaN-fill free pages and state slots */
+    /* appended fields */
+    llmem_precision precision; /* default PRECISE */
+    llmem_dtype ssm_dtype;     /* Mamba-2 SSM state dtype: f32 (default), f16 or bf16
+                                  (the conv state keeps f32) */
 } llmem_model_params;
 
 /* Defaults as listed above. */
@@ -74,6 +98,36 @@ int32_t llmem_model_n_vocab(const llmem_model *m);
 llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *batch, bool log_softmax,
                                 float *out, int32_t out_cap_rows, int32_t *n_outputs, char *err,
                                 size_t err_len);
+
+/* What llmem_model_decode_sample does with each output row. Host arrays
+ * are indexed by output row (batch order), out_cap_rows entries each
+ * (times n_top for the top lists). */
+typedef struct llmem_model_sampling {
+    llmem_sample_params params;   /* <llmem/ops.h>; temperature <= 0: greedy */
+    const int32_t *ctr;           /* per-row counters of the random stream, or NULL
+                                     (the row index); e.g. positions, so that a
+                                     sequence's draws do not depend on its batch */
+    const int32_t *force_ids;     /* NULL: sample; else these tokens are "chosen"
+                                     (scoring: their log-probs are computed) */
+    int32_t *ids;                 /* out: the chosen token of each row (required) */
+    float *logprob;               /* out, or NULL: log_softmax of the logits at ids */
+    int32_t n_top;                /* 0, or 1..64: also the n_top best tokens */
+    int32_t *top_ids;             /* out [rows * n_top] when n_top > 0 */
+    float *top_logprob;           /* out [rows * n_top] when n_top > 0 */
+} llmem_model_sampling;
+
+/* Runs a batch as llmem_model_decode does, but keeps the logits on the
+ * device: the backend's sample, logprob_gather and top_logprobs ops pick
+ * the tokens (and their log-probabilities), and only those are downloaded.
+ * A backend that lacks one of these ops gets the logits computed on it,
+ * downloaded and handed to the CPU backend's reference ops (same results,
+ * slower). *n_outputs gets the number of output rows.
+ * Returns what llmem_model_decode returns, plus LLMEM_E_INVALID for a NULL
+ * s or s->ids, a force id outside [0, n_vocab), n_top outside [0, 64] or
+ * above n_vocab, or sampling parameters llmem_op_sample refuses. */
+llmem_status llmem_model_decode_sample(llmem_model *m, const llmem_batch *batch,
+                                       const llmem_model_sampling *s, int32_t out_cap_rows,
+                                       int32_t *n_outputs, char *err, size_t err_len);
 
 /* Counters since llmem_model_load. */
 typedef struct llmem_model_stats {

@@ -1,0 +1,181 @@
+// ctest-labels: core
+/* The model runtime's device sampling (llmem_model_decode_sample) and
+ * params (precision, dtypes), on every backend that opens
+ * ($LLMEM_TEST_BACKENDS, default "cpu,vulkan,cuda"), with the bamba and
+ * llama fixtures.
+ *
+ * Each case runs one batch twice on two fresh models: once through
+ * llmem_model_decode (all logits downloaded) and once through
+ * llmem_model_decode_sample. From the downloaded logits the test computes,
+ * in float64, the argmax, the log-softmax and the top-5 ranking; the
+ * sampled path must give the same tokens and log-probabilities (within
+ * f32 rounding). A backend without the sampling ops takes the CPU
+ * fallback, so the results are the same either way.
+ */
+#include "support/run.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/model.h"
+#include "llmem/runtime.h"
+#include "support/ops_harness.h"
+
+static const char *fixtures[] = {"bamba", "llama"};
+
+static llmem_model *load(llmem_backend *be, const char *fx, llmem_precision prec)
+{
+    char dir[1024], err[256] = "";
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", LLMEM_SOURCE_DIR, fx);
+    llmem_model_params p = llmem_model_default_params();
+    p.n_seq_max = 4;
+    p.n_ctx = 64;
+    p.n_ubatch = 8; /* several ubatches: output rows come from each */
+    p.precision = prec;
+    llmem_model *m = NULL;
+    ck_assert_msg(llmem_model_load(dir, be, &p, &m, err, sizeof err) == LLMEM_OK, "%s: %s", fx,
+                  err);
+    return m;
+}
+
+enum { N_TOK = 19, N_TOP = 5 };
+
+/* Two sequences of 10 and 9 tokens, interleaved; every third token and the
+ * last of each sequence want an output row. */
+static void make_batch(int32_t v, int32_t *tok, int32_t *pos, int32_t *seq, const int32_t **seqp,
+                       int8_t *outf, llmem_batch *b)
+{
+    int32_t np[2] = {0, 0};
+    for (int32_t i = 0; i < N_TOK; i++) {
+        seq[i] = i % 2;
+        pos[i] = np[seq[i]]++;
+        tok[i] = (int32_t)((i * 7919u + 13u) % (uint32_t)v);
+        seqp[i] = &seq[i];
+        outf[i] = i % 3 == 0 || i >= N_TOK - 2;
+    }
+    *b = (llmem_batch){.n_tokens = N_TOK, .token = tok, .pos = pos, .seq_id = seqp,
+                       .output = outf};
+}
+
+START_TEST(test_decode_sample_matches_logits)
+{
+    llmem_backend *be = th_open(_i);
+    for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+        llmem_model *ma = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
+        llmem_model *mb = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
+        int32_t v = llmem_model_n_vocab(ma);
+        int32_t tok[N_TOK], pos[N_TOK], seq[N_TOK];
+        const int32_t *seqp[N_TOK];
+        int8_t outf[N_TOK];
+        llmem_batch b;
+        make_batch(v, tok, pos, seq, seqp, outf, &b);
+        char err[256] = "";
+        float *logits = malloc((size_t)N_TOK * v * sizeof *logits);
+        ck_assert_ptr_nonnull(logits);
+        int32_t n = 0, n2 = 0;
+        ck_assert_msg(llmem_model_decode(ma, &b, false, logits, N_TOK, &n, err, sizeof err) ==
+                          LLMEM_OK, "%s", err);
+        ck_assert_int_gt(n, 2);
+        int32_t ids[N_TOK], top_ids[N_TOK * N_TOP], force[N_TOK];
+        float lp[N_TOK], top_lp[N_TOK * N_TOP];
+        llmem_model_sampling s = {.params = {.temperature = 0.0f, .top_p = 1.0f},
+                                  .ids = ids, .logprob = lp, .n_top = N_TOP,
+                                  .top_ids = top_ids, .top_logprob = top_lp};
+        ck_assert_msg(llmem_model_decode_sample(mb, &b, &s, N_TOK, &n2, err, sizeof err) ==
+                          LLMEM_OK, "%s", err);
+        ck_assert_int_eq(n2, n);
+        for (int32_t r = 0; r < n; r++) {
+            const float *x = logits + (size_t)r * v;
+            int32_t best = 0;
+            double mx = x[0], sum = 0.0;
+            for (int32_t j = 1; j < v; j++)
+                if (x[j] > x[best])
+                    best = j;
+            mx = x[best];
+            for (int32_t j = 0; j < v; j++)
+                sum += exp((double)x[j] - mx);
+            double lse = mx + log(sum);
+            ck_assert_msg(ids[r] == best, "%s row %d: greedy %d, argmax %d", fixtures[f], r,
+                          ids[r], best);
+            ck_assert_msg(fabs(lp[r] - (x[best] - lse)) <= 1e-4 * (1 + fabs(lp[r])),
+                          "%s row %d: logprob %g, want %g", fixtures[f], r, lp[r], x[best] - lse);
+            for (int32_t k = 0; k < N_TOP; k++) {
+                int32_t id = top_ids[r * N_TOP + k], before = 0;
+                ck_assert(id >= 0 && id < v);
+                for (int32_t j = 0; j < v; j++)
+                    before += x[j] > x[id] || (x[j] == x[id] && j < id);
+                ck_assert_msg(before == k, "%s row %d: top %d is %d, ranked %d", fixtures[f], r,
+                              k, id, before);
+                ck_assert(fabs(top_lp[r * N_TOP + k] - (x[id] - lse)) <= 1e-4 * (1 + fabs(lse)));
+            }
+            force[r] = (int32_t)((r * 31 + 5) % v);
+        }
+        /* scoring: forced tokens, on a third fresh model */
+        llmem_model *mc = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
+        llmem_model_sampling sc = {.params = {.top_p = 1.0f}, .force_ids = force, .ids = ids,
+                                   .logprob = lp};
+        ck_assert_msg(llmem_model_decode_sample(mc, &b, &sc, N_TOK, &n2, err, sizeof err) ==
+                          LLMEM_OK, "%s", err);
+        for (int32_t r = 0; r < n; r++) {
+            const float *x = logits + (size_t)r * v;
+            double mx = -INFINITY, sum = 0.0;
+            for (int32_t j = 0; j < v; j++)
+                mx = x[j] > mx ? x[j] : mx;
+            for (int32_t j = 0; j < v; j++)
+                sum += exp((double)x[j] - mx);
+            double want = x[force[r]] - (mx + log(sum));
+            ck_assert_int_eq(ids[r], force[r]);
+            ck_assert_msg(fabs(lp[r] - want) <= 1e-4 * (1 + fabs(want)),
+                          "%s row %d: forced logprob %g, want %g", fixtures[f], r, lp[r], want);
+        }
+        free(logits);
+        llmem_model_free(ma);
+        llmem_model_free(mb);
+        llmem_model_free(mc);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_params)
+{
+    llmem_model_params p = llmem_model_default_params();
+    ck_assert_int_eq(p.precision, LLMEM_PRECISION_PRECISE);
+    ck_assert_int_eq(p.ssm_dtype, LLMEM_DTYPE_F32);
+    llmem_precision q;
+    ck_assert_int_eq(llmem_precision_parse("fast", &q), LLMEM_OK);
+    ck_assert_int_eq(q, LLMEM_PRECISION_FAST);
+    ck_assert_int_eq(llmem_precision_parse("precise", &q), LLMEM_OK);
+    ck_assert_int_eq(q, LLMEM_PRECISION_PRECISE);
+    ck_assert_int_eq(llmem_precision_parse("quick", &q), LLMEM_E_INVALID);
+    ck_assert_str_eq(llmem_precision_name(LLMEM_PRECISION_FAST), "fast");
+    llmem_backend *be = th_open_cpu();
+    char dir[1024], err[256];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/bamba", LLMEM_SOURCE_DIR);
+    llmem_model *m = NULL;
+    p.ssm_dtype = LLMEM_DTYPE_I32;
+    ck_assert_int_eq(llmem_model_load(dir, be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    p.ssm_dtype = LLMEM_DTYPE_BF16;
+    p.precision = (llmem_precision)7;
+    ck_assert_int_eq(llmem_model_load(dir, be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    p.precision = LLMEM_PRECISION_FAST;
+    ck_assert_int_eq(llmem_model_load(dir, be, &p, &m, err, sizeof err), LLMEM_OK);
+    llmem_model_free(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    int n = th_backends_probe();
+    Suite *s = suite_create("runtime_sample");
+    TCase *tc = tcase_create("runtime_sample");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_decode_sample_matches_logits, 0, n);
+    tcase_add_test(tc, test_params);
+    suite_add_tcase(s, tc);
+    int failed = test_run_suite(s);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
