@@ -5,6 +5,8 @@
 #include "examples/cli/cli.h"
 #include "llmem/llmem.h"
 
+int llmem_cli_tokenize(int argc, char **argv); /* examples/cli/tokenize.c */
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -16,6 +18,7 @@ static void usage(FILE *f)
             "  replay     serve a request trace (Azure LLM inference format) with continuous\n"
             "             batching and report throughput and latency percentiles\n"
             "  bench      memory-bandwidth benchmarks of the kernels on a backend\n"
+            "  tokenize   text to token ids and back with a tokenizer.json\n"
             "  info       version, backends and devices\n"
             "\n"
             "`llmem <command> --help` describes each command's options.\n");
@@ -41,6 +44,8 @@ int main(int argc, char **argv)
         return llmem_cli_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "replay"))
         return llmem_cli_replay(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize"))
+        return llmem_cli_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return llmem_cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "llmem: unknown command '%s'\n\n", cmd);

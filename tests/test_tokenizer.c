@@ -1,0 +1,381 @@
+/* Tokenizer tests: llmem's encode/decode against the ids and strings Hugging
+ * Face `tokenizers` gave for the committed fixtures (tests/fixtures/
+ * tokenizers/<kind>/cases.jsonl, written by tools/make_tokenizer_fixtures.py;
+ * the expected values come from `tokenizers`, never from llmem), the
+ * streaming detokenizer against full decodes, and the error paths. */
+// ctest-labels: core tokenizer
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llmem/tokenizer.h"
+#include "support/run.h"
+
+#define FIX LLMEM_SOURCE_DIR "/tests/fixtures/tokenizers/"
+
+static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace"};
+#define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
+
+static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+/* the case's bytes: "text" or "hex"; caller frees */
+static char *case_bytes(const cJSON *c, size_t *n)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "text");
+    if (cJSON_IsString(t)) {
+        *n = strlen(t->valuestring);
+        char *p = malloc(*n + 1);
+        memcpy(p, t->valuestring, *n + 1);
+        return p;
+    }
+    const char *h = cJSON_GetObjectItemCaseSensitive(c, "hex")->valuestring;
+    *n = strlen(h) / 2;
+    char *p = malloc(*n + 1);
+    for (size_t i = 0; i < *n; i++)
+        p[i] = (char)(hexval(h[2 * i]) * 16 + hexval(h[2 * i + 1]));
+    p[*n] = 0;
+    return p;
+}
+
+static bool ids_equal(const cJSON *want, const int32_t *got, int32_t n)
+{
+    if (cJSON_GetArraySize(want) != n)
+        return false;
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, want) if (v->valueint != got[i++]) return false;
+    return true;
+}
+
+static char *ids_str(const int32_t *ids, int32_t n)
+{
+    static char buf[4096];
+    size_t o = 0;
+    for (int32_t i = 0; i < n && o < sizeof buf - 16; i++)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "%d ", ids[i]);
+    buf[o] = 0;
+    return buf;
+}
+
+/* Decodes ids through the streaming detokenizer, one id at a time. */
+static char *stream_decode(const llmem_tokenizer *tok, const int32_t *ids, int32_t n, bool keep, size_t *len)
+{
+    llmem_detok *d = NULL;
+    ck_assert_int_eq(llmem_detok_create(tok, keep, &d), LLMEM_OK);
+    size_t cap = 1 << 16, o = 0;
+    char *out = malloc(cap);
+    for (int32_t i = 0; i < n; i++) {
+        size_t k;
+        ck_assert_int_eq(llmem_detok_push(d, ids[i], out + o, cap - o, &k), LLMEM_OK);
+        /* only complete UTF-8 leaves the detokenizer */
+        for (size_t j = 0; j < k; j++) {
+            unsigned char c = (unsigned char)out[o + j];
+            if (j == k - 1)
+                ck_assert_msg(c < 0xC0, "push emitted a truncated character");
+        }
+        o += k;
+    }
+    size_t k;
+    ck_assert_int_eq(llmem_detok_flush(d, out + o, cap - o, &k), LLMEM_OK);
+    o += k;
+    llmem_detok_destroy(d);
+    *len = o;
+    return out;
+}
+
+static int run_kind(const char *kind, int *n_cases)
+{
+    char path[512], err[512] = "";
+    snprintf(path, sizeof path, FIX "%s", kind);
+    llmem_tokenizer *tok = NULL;
+    llmem_status st = llmem_tokenizer_load(path, &tok, err, sizeof err);
+    ck_assert_msg(st == LLMEM_OK, "%s: %s", kind, err);
+    snprintf(path, sizeof path, FIX "%s/cases.jsonl", kind);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    char *line = NULL;
+    size_t cap = 0;
+    int bad = 0, n = 0;
+    while (getline(&line, &cap, f) > 0) {
+        cJSON *c = cJSON_Parse(line);
+        ck_assert_ptr_nonnull(c);
+        size_t len;
+        char *text = case_bytes(c, &len);
+        int32_t *ids = NULL, n_ids = 0;
+        ck_assert_int_eq(llmem_tokenizer_encode(tok, text, len, true, true, &ids, &n_ids, err, sizeof err),
+                         LLMEM_OK);
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "ids");
+        if (!ids_equal(want, ids, n_ids)) {
+            if (bad++ < 5) {
+                char *w = cJSON_PrintUnformatted(want);
+                fprintf(stderr, "%s case %d encode: %s\n  want %s\n  got  %s\n", kind, n, line, w,
+                        ids_str(ids, n_ids));
+                free(w);
+            }
+        }
+        /* decode the expected ids (so decode is tested even where encode differs) */
+        int32_t nw = cJSON_GetArraySize(want), i = 0;
+        int32_t *wids = malloc(sizeof *wids * (size_t)(nw + 1));
+        const cJSON *v;
+        cJSON_ArrayForEach(v, want) wids[i++] = v->valueint;
+        for (int keep = 1; keep >= 0; keep--) {
+            const cJSON *dw = cJSON_GetObjectItemCaseSensitive(c, keep ? "decoded" : "decoded_skip");
+            if (!dw)
+                dw = cJSON_GetObjectItemCaseSensitive(c, "decoded");
+            char *dec = NULL;
+            size_t dlen = 0;
+            ck_assert_int_eq(llmem_tokenizer_decode(tok, wids, nw, keep, &dec, &dlen, err, sizeof err), LLMEM_OK);
+            if (dlen != strlen(dw->valuestring) || memcmp(dec, dw->valuestring, dlen)) {
+                if (bad++ < 5)
+                    fprintf(stderr, "%s case %d decode(keep=%d): %s\n  want [%s]\n  got  [%s]\n", kind, n, keep,
+                            line, dw->valuestring, dec);
+            } else if (!strstr(dec, "\xEF\xBF\xBD")) {
+                size_t sl;
+                char *s = stream_decode(tok, wids, nw, keep, &sl);
+                if (sl != dlen || memcmp(s, dec, dlen)) {
+                    if (bad++ < 5)
+                        fprintf(stderr, "%s case %d stream(keep=%d): want [%s] got [%.*s]\n", kind, n, keep, dec,
+                                (int)sl, s);
+                }
+                free(s);
+            }
+            free(dec);
+        }
+        const cJSON *plain = cJSON_GetObjectItemCaseSensitive(c, "ids_plain");
+        if (plain) {
+            int32_t *p = NULL, np = 0;
+            ck_assert_int_eq(llmem_tokenizer_encode(tok, text, len, false, false, &p, &np, err, sizeof err),
+                             LLMEM_OK);
+            if (!ids_equal(plain, p, np) && bad++ < 5)
+                fprintf(stderr, "%s case %d encode(plain): %s  got %s\n", kind, n, line, ids_str(p, np));
+            free(p);
+        }
+        free(wids);
+        free(ids);
+        free(text);
+        cJSON_Delete(c);
+        n++;
+    }
+    free(line);
+    fclose(f);
+    llmem_tokenizer_destroy(tok);
+    *n_cases = n;
+    if (bad)
+        fprintf(stderr, "%s: %d mismatches over %d cases\n", kind, bad, n);
+    return bad;
+}
+
+START_TEST(test_fixture_kind)
+{
+    int n = 0;
+    int bad = run_kind(kinds[_i], &n);
+    ck_assert_msg(bad == 0, "%s: %d mismatches with tokenizers", kinds[_i], bad);
+    ck_assert_int_ge(n, 2000);
+}
+END_TEST
+
+START_TEST(test_fixture_total)
+{
+    /* the committed cases total at least 10,000 strings */
+    int total = 0;
+    for (int k = 0; k < N_KINDS; k++) {
+        char path[512];
+        snprintf(path, sizeof path, FIX "%s/cases.jsonl", kinds[k]);
+        FILE *f = fopen(path, "rb");
+        ck_assert_ptr_nonnull(f);
+        int c;
+        while ((c = fgetc(f)) != EOF)
+            total += c == '\n';
+        fclose(f);
+    }
+    ck_assert_int_ge(total, 10000);
+}
+END_TEST
+
+/* id of a token string according to the fixture's own JSON */
+static int json_added_id(const char *kind, const char *content)
+{
+    char path[512];
+    snprintf(path, sizeof path, FIX "%s/tokenizer.json", kind);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = 0;
+    fclose(f);
+    cJSON *root = cJSON_Parse(s);
+    free(s);
+    int id = -1;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(root, "added_tokens")) {
+        if (!strcmp(cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring, content))
+            id = cJSON_GetObjectItemCaseSensitive(a, "id")->valueint;
+    }
+    cJSON_Delete(root);
+    return id;
+}
+
+START_TEST(test_accessors)
+{
+    char err[256];
+    llmem_tokenizer *tok = NULL;
+    ck_assert_int_eq(llmem_tokenizer_load(FIX "llama3/tokenizer.json", &tok, err, sizeof err), LLMEM_OK);
+    int bos = json_added_id("llama3", "<|begin_of_text|>"), eot = json_added_id("llama3", "<|eot_id|>");
+    ck_assert_int_ge(bos, 0);
+    ck_assert_int_eq(llmem_tokenizer_bos(tok), bos);
+    ck_assert_int_eq(llmem_tokenizer_eos(tok), eot);
+    ck_assert(llmem_tokenizer_is_special(tok, bos));
+    ck_assert(llmem_tokenizer_is_eog(tok, eot));
+    ck_assert(!llmem_tokenizer_is_eog(tok, bos));
+    ck_assert_str_eq(llmem_tokenizer_piece(tok, eot), "<|eot_id|>");
+    ck_assert_int_eq(llmem_tokenizer_token_id(tok, "<|eot_id|>"), eot);
+    ck_assert_int_eq(llmem_tokenizer_token_id(tok, "no such piece"), -1);
+    ck_assert_ptr_null(llmem_tokenizer_piece(tok, -1));
+    ck_assert_ptr_null(llmem_tokenizer_piece(tok, llmem_tokenizer_n_vocab(tok)));
+    ck_assert_int_eq(llmem_tokenizer_n_vocab(tok), 1001);
+    ck_assert_ptr_null(llmem_tokenizer_chat_template(tok));
+    ck_assert_str_eq(llmem_tokenizer_bos_str(tok), "<|begin_of_text|>");
+    llmem_tokenizer_destroy(tok);
+
+    ck_assert_int_eq(llmem_tokenizer_load(FIX "qwen2", &tok, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_tokenizer_bos(tok), -1);
+    ck_assert_int_eq(llmem_tokenizer_eos(tok), json_added_id("qwen2", "<|im_end|>"));
+    ck_assert(llmem_tokenizer_is_eog(tok, json_added_id("qwen2", "<|endoftext|>")));
+    ck_assert(!llmem_tokenizer_is_special(tok, json_added_id("qwen2", "<tool_call>")));
+    llmem_tokenizer_destroy(tok);
+
+    /* the fixture model folder: 256 ids as its config.json says, a chat template */
+    ck_assert_int_eq(llmem_tokenizer_load(LLMEM_SOURCE_DIR "/tests/fixtures/llama", &tok, err, sizeof err),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_tokenizer_n_vocab(tok), 256);
+    ck_assert_int_eq(llmem_tokenizer_bos(tok), 1);
+    ck_assert_int_eq(llmem_tokenizer_eos(tok), 2);
+    ck_assert_ptr_nonnull(llmem_tokenizer_chat_template(tok));
+    llmem_tokenizer_destroy(tok);
+}
+END_TEST
+
+START_TEST(test_stream_split_characters)
+{
+    char err[256];
+    llmem_tokenizer *tok = NULL;
+    ck_assert_int_eq(llmem_tokenizer_load(FIX "gpt2", &tok, err, sizeof err), LLMEM_OK);
+    /* "😀" is 4 bytes; the small vocabulary has no merge for it, so it is
+     * byte tokens whose first pushes must emit nothing */
+    const char *s = "a\xF0\x9F\x98\x80";
+    int32_t *ids = NULL, n = 0;
+    ck_assert_int_eq(llmem_tokenizer_encode(tok, s, strlen(s), false, true, &ids, &n, err, sizeof err), LLMEM_OK);
+    ck_assert_int_ge(n, 3);
+    llmem_detok *d = NULL;
+    ck_assert_int_eq(llmem_detok_create(tok, true, &d), LLMEM_OK);
+    char out[64];
+    size_t k, total = 0;
+    ck_assert_int_eq(llmem_detok_push(d, ids[0], out, sizeof out, &k), LLMEM_OK);
+    ck_assert_int_eq(k, 1);
+    ck_assert_int_eq(out[0], 'a');
+    for (int32_t i = 1; i + 1 < n; i++) {
+        ck_assert_int_eq(llmem_detok_push(d, ids[i], out, sizeof out, &k), LLMEM_OK);
+        total += k;
+    }
+    ck_assert_int_eq(total, 0);
+    /* too small a buffer: NO_SPACE, the needed size, nothing consumed */
+    ck_assert_int_eq(llmem_detok_push(d, ids[n - 1], out, 2, &k), LLMEM_E_NO_SPACE);
+    ck_assert_int_eq(k, 4);
+    ck_assert_int_eq(llmem_detok_push(d, ids[n - 1], out, sizeof out, &k), LLMEM_OK);
+    ck_assert_int_eq(k, 4);
+    ck_assert(!memcmp(out, "\xF0\x9F\x98\x80", 4));
+    /* a dangling lead byte becomes U+FFFD at flush */
+    int32_t lead = ids[1];
+    ck_assert_int_eq(llmem_detok_push(d, lead, out, sizeof out, &k), LLMEM_OK);
+    ck_assert_int_eq(k, 0);
+    ck_assert_int_eq(llmem_detok_flush(d, out, sizeof out, &k), LLMEM_OK);
+    ck_assert_int_eq(k, 3);
+    ck_assert(!memcmp(out, "\xEF\xBF\xBD", 3));
+    ck_assert_int_eq(llmem_detok_push(d, -1, out, sizeof out, &k), LLMEM_E_INVALID);
+    llmem_detok_destroy(d);
+    llmem_detok_destroy(NULL);
+    free(ids);
+    llmem_tokenizer_destroy(tok);
+}
+END_TEST
+
+static void write_file(const char *path, const char *s)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(s, f);
+    fclose(f);
+}
+
+START_TEST(test_errors)
+{
+    char err[256] = "";
+    llmem_tokenizer *tok = (llmem_tokenizer *)1;
+    ck_assert_int_eq(llmem_tokenizer_load(NULL, &tok, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(tok);
+    ck_assert_int_eq(llmem_tokenizer_load("/nonexistent/x", &tok, err, sizeof err), LLMEM_E_NOT_FOUND);
+    char dir[] = "/tmp/llmem_tok_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_NOT_FOUND);
+    char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_file(path, "{not json");
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_CORRUPT);
+    write_file(path, "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", 0.0]]}}");
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "Unigram"), "%s", err);
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "merge 0"), "%s", err);
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]},"
+                     "\"normalizer\": {\"type\": \"BertNormalizer\"}}");
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_UNSUPPORTED);
+    ck_assert_msg(strstr(err, "BertNormalizer"), "%s", err);
+    /* a minimal valid one: no pre-tokenizer, no decoder (tokens joined by " ") */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}}");
+    ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), LLMEM_OK);
+    int32_t *ids = NULL, n = 0;
+    ck_assert_int_eq(llmem_tokenizer_encode(tok, "abba", 4, true, true, &ids, &n, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(ids[0], 2);
+    ck_assert_int_eq(ids[1], 1);
+    ck_assert_int_eq(ids[2], 0);
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(llmem_tokenizer_decode(tok, ids, n, true, &text, &len, err, sizeof err), LLMEM_OK);
+    ck_assert_str_eq(text, "ab b a");
+    free(text);
+    int32_t badid = 3;
+    ck_assert_int_eq(llmem_tokenizer_decode(tok, &badid, 1, true, &text, &len, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(text);
+    ck_assert_int_eq(llmem_tokenizer_encode(tok, NULL, 3, true, true, &ids, &n, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_tokenizer_encode(tok, NULL, 0, true, true, &ids, &n, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(n, 0);
+    free(ids);
+    llmem_tokenizer_destroy(tok);
+    llmem_tokenizer_destroy(NULL);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("tokenizer");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 60);
+    tcase_add_loop_test(tc, test_fixture_kind, 0, N_KINDS);
+    tcase_add_test(tc, test_fixture_total);
+    tcase_add_test(tc, test_accessors);
+    tcase_add_test(tc, test_stream_split_characters);
+    tcase_add_test(tc, test_errors);
+    suite_add_tcase(s, tc);
+    int failed = test_run_suite(s);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
