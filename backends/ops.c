@@ -3,14 +3,15 @@
  * Each wrapper checks every argument it can see from the host (tensor
  * descriptors, buffer ranges, aliasing, the host copies of a view's index
  * tables), then calls the backend's slot. Slots may rely on these checks
- * (<llmem/ops_impl.h>).
+ * (<llmem/ops_impl.h>). View checks live in the base layer (base/view.c),
+ * which checks a ubatch's index tables once and caches the answer.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base_internal.h"
 #include "llmem/ops_impl.h"
-#include "llmem/recurrent.h"
 
 #define DT_F32 (1u << LLMEM_DTYPE_F32)
 #define DT_I32 (1u << LLMEM_DTYPE_I32)
@@ -148,151 +149,6 @@ static bool ops_has(const struct llmem_ops_i *ops, size_t offset, size_t size)
              sizeof(((const struct llmem_ops_i *)0)->name))                            \
          ? ops_of(be)->name                                                            \
          : NULL)
-
-/* ---- index tables ----------------------------------------------------------------- */
-
-static bool table_ok(llmem_backend *be, const llmem_view *view, const llmem_i32_table *t)
-{
-    if (t->n < 0)
-        return false;
-    if (t->n == 0)
-        return true;
-    if (!t->host || !view->idx || llmem_buffer_backend(view->idx) != be || t->offset % 4 != 0)
-        return false;
-    size_t size = llmem_buffer_size(view->idx);
-    return t->offset <= size && (size_t)t->n * 4 <= size - t->offset;
-}
-
-static bool values_in(const llmem_i32_table *t, int32_t lo, int32_t hi)
-{
-    for (int32_t i = 0; i < t->n; i++)
-        if (t->host[i] < lo || t->host[i] >= hi)
-            return false;
-    return true;
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Whether the n values v[] (may be NULL when n == 0) are pairwise distinct. */
-static llmem_status distinct(const int32_t *v, int32_t n)
-{
-    if (n < 2)
-        return LLMEM_OK;
-    int64_t *s = malloc((size_t)n * sizeof *s);
-    if (!s)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < n; i++)
-        s[i] = v[i];
-    qsort(s, (size_t)n, sizeof *s, cmp_i64);
-    llmem_status st = LLMEM_OK;
-    for (int32_t i = 1; i < n; i++)
-        if (s[i] == s[i - 1])
-            st = LLMEM_E_INVALID;
-    free(s);
-    return st;
-}
-
-/* ---- views ---------------------------------------------------------------------- */
-
-static bool pool_ok(llmem_backend *be, const llmem_buffer *pool, const llmem_kv_view *kv)
-{
-    if (!pool || llmem_buffer_backend(pool) != be)
-        return false;
-    int64_t n = (int64_t)kv->n_pages * kv->page_size;
-    if (n > INT32_MAX) /* slots are int32 device indices */
-        return false;
-    n *= (int64_t)kv->n_kv_heads * kv->head_dim;
-    if (n > ((int64_t)1 << 48))
-        return false;
-    return (size_t)n * llmem_dtype_size(kv->dtype) <= llmem_buffer_size(pool);
-}
-
-static llmem_status kv_view_check(llmem_backend *be, const llmem_view *view)
-{
-    if (!view || view->kind != LLMEM_VIEW_KV)
-        return LLMEM_E_INVALID;
-    const llmem_kv_view *kv = &view->u.kv;
-    if ((unsigned)kv->dtype >= LLMEM_DTYPE_COUNT || !(DT_FLOAT & (1u << kv->dtype)))
-        return LLMEM_E_INVALID;
-    if (kv->n_pages < 1 || kv->page_size < 1 || kv->n_kv_heads < 1 || kv->head_dim < 1)
-        return LLMEM_E_INVALID;
-    if (!pool_ok(be, kv->k, kv) || !pool_ok(be, kv->v, kv) || kv->k == kv->v)
-        return LLMEM_E_INVALID;
-    return LLMEM_OK;
-}
-
-static llmem_status rs_view_check(llmem_backend *be, const llmem_view *view, int32_t state)
-{
-    if (!view || view->kind != LLMEM_VIEW_RECURRENT)
-        return LLMEM_E_INVALID;
-    const llmem_rs_view *rs = &view->u.rs;
-    if (rs->n_states < 1 || state < 0 || state >= rs->n_states || !rs->desc || !rs->state)
-        return LLMEM_E_INVALID;
-    if (rs->n_slots < 1 || rs->n_seqs < 0 || rs->n_seq_tokens < 0 || rs->n_ckpt < 0)
-        return LLMEM_E_INVALID;
-    const llmem_state_desc *d = &rs->desc[state];
-    llmem_buffer *buf = rs->state[state];
-    if (!buf || llmem_buffer_backend(buf) != be || d->n_dims < 1 ||
-        d->n_dims > LLMEM_STATE_MAX_DIMS || (unsigned)d->dtype >= LLMEM_DTYPE_COUNT ||
-        !(DT_FLOAT & (1u << d->dtype)))
-        return LLMEM_E_INVALID;
-    int64_t elems = 1;
-    for (int32_t i = 0; i < d->n_dims; i++) {
-        if (d->shape[i] < 1 || d->shape[i] > INT32_MAX)
-            return LLMEM_E_INVALID;
-        elems *= d->shape[i];
-        if (elems > ((int64_t)1 << 40))
-            return LLMEM_E_INVALID;
-    }
-    if ((size_t)elems * llmem_dtype_size(d->dtype) > llmem_buffer_size(buf) / (size_t)rs->n_slots)
-        return LLMEM_E_INVALID;
-    if ((int64_t)rs->n_seqs * rs->n_seq_tokens > INT32_MAX ||
-        (int64_t)rs->n_seqs * rs->n_ckpt > INT32_MAX)
-        return LLMEM_E_INVALID;
-    if (rs->src_slot.n != rs->n_seqs || rs->dst_slot.n != rs->n_seqs ||
-        rs->ckpt_slot.n != rs->n_seqs * rs->n_ckpt)
-        return LLMEM_E_INVALID;
-    if (!table_ok(be, view, &rs->src_slot) || !table_ok(be, view, &rs->dst_slot) ||
-        !table_ok(be, view, &rs->ckpt_slot))
-        return LLMEM_E_INVALID;
-    if (!values_in(&rs->src_slot, -1, rs->n_slots) || !values_in(&rs->dst_slot, -1, rs->n_slots) ||
-        !values_in(&rs->ckpt_slot, -1, rs->n_slots))
-        return LLMEM_E_INVALID;
-    /* A checkpoint can hold at most the state before the ubatch (token -1). */
-    for (int32_t s = 0; s < rs->n_seqs; s++)
-        for (int32_t c = 0; c < rs->n_ckpt; c++)
-            if (rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c] >= 0 &&
-                rs->n_seq_tokens - rs->n_ckpt + c < -1)
-                return LLMEM_E_INVALID;
-    /* No slot may be written by two streams: (slot << 32 | stream) sorted. */
-    int64_t n_w = (int64_t)rs->n_seqs * (1 + rs->n_ckpt);
-    if (n_w < 2)
-        return LLMEM_OK;
-    int64_t *w = malloc((size_t)n_w * sizeof *w);
-    if (!w)
-        return LLMEM_E_NO_MEMORY;
-    int64_t m = 0;
-    for (int32_t s = 0; s < rs->n_seqs; s++) {
-        if (rs->dst_slot.host[s] >= 0)
-            w[m++] = ((int64_t)rs->dst_slot.host[s] << 32) | s;
-        for (int32_t c = 0; c < rs->n_ckpt; c++) {
-            int32_t slot = rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c];
-            if (slot >= 0)
-                w[m++] = ((int64_t)slot << 32) | s;
-        }
-    }
-    qsort(w, (size_t)m, sizeof *w, cmp_i64);
-    llmem_status st = LLMEM_OK;
-    for (int64_t i = 1; i < m; i++)
-        if ((w[i] >> 32) == (w[i - 1] >> 32) && w[i] != w[i - 1])
-            st = LLMEM_E_INVALID;
-    free(w);
-    return st;
-}
 
 /* ---- dense ------------------------------------------------------------------------ */
 
@@ -524,15 +380,13 @@ llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
         SLOT(be, rope_shift);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    llmem_status st = kv_view_check(be, view);
+    llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
     const llmem_kv_view *kv = &view->u.kv;
-    if (!rope_params_ok(p, kv->head_dim) || kv->shift_slot.n != kv->shift_delta.n ||
-        !table_ok(be, view, &kv->shift_slot) || !table_ok(be, view, &kv->shift_delta) ||
-        !values_in(&kv->shift_slot, 0, kv->n_pages * kv->page_size))
+    if (!rope_params_ok(p, kv->head_dim))
         return LLMEM_E_INVALID;
-    if ((st = distinct(kv->shift_slot.host, kv->shift_slot.n)) != LLMEM_OK)
+    if ((st = llmem_view_check_shift(be, view)) != LLMEM_OK)
         return st;
     if (kv->shift_slot.n == 0)
         return LLMEM_OK;
@@ -550,7 +404,7 @@ llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const 
         SLOT(be, kv_store);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    llmem_status st = kv_view_check(be, view);
+    llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
     const llmem_kv_view *kv = &view->u.kv;
@@ -560,11 +414,7 @@ llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const 
     if (overlaps_buffer(k, kv->k) || overlaps_buffer(k, kv->v) || overlaps_buffer(v, kv->k) ||
         overlaps_buffer(v, kv->v))
         return LLMEM_E_INVALID;
-    if (kv->store_tok.n != kv->store_slot.n || !table_ok(be, view, &kv->store_tok) ||
-        !table_ok(be, view, &kv->store_slot) || !values_in(&kv->store_tok, 0, k->ne[0]) ||
-        !values_in(&kv->store_slot, 0, kv->n_pages * kv->page_size))
-        return LLMEM_E_INVALID;
-    if ((st = distinct(kv->store_slot.host, kv->store_slot.n)) != LLMEM_OK)
+    if ((st = llmem_view_check_store(be, view, k->ne[0])) != LLMEM_OK)
         return st;
     if (kv->store_slot.n == 0)
         return LLMEM_OK;
@@ -581,7 +431,7 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
                        llmem_ct *) = SLOT(be, attention_paged);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    llmem_status st = kv_view_check(be, view);
+    llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
     const llmem_kv_view *kv = &view->u.kv;
@@ -593,40 +443,8 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
         return LLMEM_E_INVALID;
     if (overlaps_buffer(out, kv->k) || overlaps_buffer(out, kv->v) || overlaps_buffer(out, view->idx))
         return LLMEM_E_INVALID;
-    int32_t n_tok = q->ne[0];
-    int32_t n_streams = kv->seq_len.n;
-    bool rows = kv->page_off.n != 0; /* per-stream row offsets, else dense */
-    if (kv->max_pages < 0 || kv->tok_kv_len.n != n_tok || kv->tok_seq.n != n_tok ||
-        (rows ? kv->page_off.n != n_streams
-              : (int64_t)n_streams * kv->max_pages != kv->page_table.n))
-        return LLMEM_E_INVALID;
-    if (!table_ok(be, view, &kv->page_table) || !table_ok(be, view, &kv->seq_len) ||
-        !table_ok(be, view, &kv->tok_kv_len) || !table_ok(be, view, &kv->tok_seq) ||
-        !table_ok(be, view, &kv->page_off))
-        return LLMEM_E_INVALID;
-    for (int32_t s = 0; s < n_streams; s++) {
-        int32_t len = kv->seq_len.host[s];
-        if (len < 0)
-            return LLMEM_E_INVALID;
-        int64_t pages = ((int64_t)len + kv->page_size - 1) / kv->page_size;
-        if (pages > kv->max_pages)
-            return LLMEM_E_INVALID;
-        int64_t row = rows ? kv->page_off.host[s] : (int64_t)s * kv->max_pages;
-        if (row < 0 || row + pages > kv->page_table.n)
-            return LLMEM_E_INVALID;
-        const int32_t *pt = kv->page_table.host + row;
-        for (int64_t j = 0; j < pages; j++)
-            if (pt[j] < 0 || pt[j] >= kv->n_pages)
-                return LLMEM_E_INVALID;
-    }
-    for (int32_t i = 0; i < n_tok; i++) {
-        int32_t s = kv->tok_seq.host[i];
-        if (s < 0 || s >= n_streams)
-            return LLMEM_E_INVALID;
-        int32_t len = kv->tok_kv_len.host[i];
-        if (len < 0 || len > kv->seq_len.host[s])
-            return LLMEM_E_INVALID;
-    }
+    if ((st = llmem_view_check_attention(be, view, q->ne[0])) != LLMEM_OK)
+        return st;
     if (llmem_tensor_nelements(out) == 0)
         return LLMEM_OK;
     return fn(be, p, view, q, out);
@@ -644,7 +462,7 @@ llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_
                        llmem_ct *, llmem_ct *) = SLOT(be, ssm_conv);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    llmem_status st = rs_view_check(be, view, state);
+    llmem_status st = llmem_view_check_rs(be, view, state);
     if (st != LLMEM_OK)
         return st;
     const llmem_rs_view *rs = &view->u.rs;
@@ -679,7 +497,7 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         SLOT(be, ssm_scan);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    llmem_status st = rs_view_check(be, view, state);
+    llmem_status st = llmem_view_check_rs(be, view, state);
     if (st != LLMEM_OK)
         return st;
     if (!p || p->n_heads < 1 || p->head_dim < 1 || p->d_state < 1 || p->n_groups < 1 ||
@@ -780,7 +598,7 @@ llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, in
 {
     if (!be)
         return LLMEM_E_INVALID;
-    llmem_status st = kv_view_check(be, view);
+    llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
     const llmem_kv_view *kv = &view->u.kv;

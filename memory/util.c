@@ -42,16 +42,6 @@ void i32vec_free(i32vec *a)
     a->n = a->cap = 0;
 }
 
-void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (!err || !err_len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
-
 int32_t idx_append(idx_builder *b, const int32_t *vals, int32_t n, int32_t fill)
 {
     int32_t off = b->data.n;

@@ -76,9 +76,9 @@ static const cJSON *find_any(const cJSON *obj, const char *const *keys, const ch
 static llmem_status missing(cfgctx *c, const char *const *keys)
 {
     if (keys[1])
-        hf_errf(c->err, c->err_len, "%s: missing key '%s' (or '%s')", c->src, keys[0], keys[1]);
+        llmem_errf(c->err, c->err_len, "%s: missing key '%s' (or '%s')", c->src, keys[0], keys[1]);
     else
-        hf_errf(c->err, c->err_len, "%s: missing key '%s'", c->src, keys[0]);
+        llmem_errf(c->err, c->err_len, "%s: missing key '%s'", c->src, keys[0]);
     return LLMEM_E_CORRUPT;
 }
 
@@ -95,12 +95,12 @@ static llmem_status get_int(cfgctx *c, const char *const *keys, bool required, i
         return LLMEM_OK;
     }
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
-        hf_errf(c->err, c->err_len, "%s: '%s' must be an integer, got %s", c->src, k,
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be an integer, got %s", c->src, k,
                 cJSON_IsNumber(v) ? "a fraction" : json_type(v));
         return LLMEM_E_CORRUPT;
     }
     if (v->valuedouble < lo || v->valuedouble > hi) {
-        hf_errf(c->err, c->err_len, "%s: '%s' is %.17g, outside [%d, %d]", c->src, k,
+        llmem_errf(c->err, c->err_len, "%s: '%s' is %.17g, outside [%d, %d]", c->src, k,
                 v->valuedouble, lo, hi);
         return LLMEM_E_CORRUPT;
     }
@@ -141,7 +141,7 @@ static llmem_status get_num_in(cfgctx *c, const cJSON *obj, const char *const *k
         return LLMEM_OK;
     }
     if (!json_num(v, out)) {
-        hf_errf(c->err, c->err_len, "%s: '%s' must be a number, got %s", c->src, k,
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be a number, got %s", c->src, k,
                 json_type(v));
         return LLMEM_E_CORRUPT;
     }
@@ -154,7 +154,7 @@ static llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys
 {
     llmem_status s = get_num_in(c, obj, keys, false, def, out);
     if (s == LLMEM_OK && !(*out > 0 && isfinite(*out))) {
-        hf_errf(c->err, c->err_len, "%s: '%s' must be a positive number, got %g", c->src,
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be a positive number, got %g", c->src,
                 keys[0], *out);
         return LLMEM_E_CORRUPT;
     }
@@ -170,7 +170,7 @@ static llmem_status get_bool(cfgctx *c, const char *const *keys, bool def, bool 
         return LLMEM_OK;
     }
     if (!cJSON_IsBool(v)) {
-        hf_errf(c->err, c->err_len, "%s: '%s' must be true or false, got %s", c->src, k,
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be true or false, got %s", c->src, k,
                 json_type(v));
         return LLMEM_E_CORRUPT;
     }
@@ -190,7 +190,7 @@ static llmem_status get_str(cfgctx *c, const char *const *keys, bool required, c
         return LLMEM_OK;
     }
     if (!cJSON_IsString(v)) {
-        hf_errf(c->err, c->err_len, "%s: '%s' must be a string, got %s", c->src, k,
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be a string, got %s", c->src, k,
                 json_type(v));
         return LLMEM_E_CORRUPT;
     }
@@ -214,7 +214,7 @@ static llmem_status get_act(cfgctx *c, const char *const *keys, const char *def,
         *out = LLMEM_ACT_RELU2;
         return LLMEM_OK;
     }
-    hf_errf(c->err, c->err_len, "%s: %s '%.40s' is not supported (llmem has %s)", c->src,
+    llmem_errf(c->err, c->err_len, "%s: %s '%.40s' is not supported (llmem has %s)", c->src,
             keys[0], name, allow_relu2 ? "silu and relu2" : "silu");
     return LLMEM_E_UNSUPPORTED;
 }
@@ -228,7 +228,7 @@ static llmem_status get_act(cfgctx *c, const char *const *keys, const char *def,
 
 static llmem_status bad(cfgctx *c, const char *what)
 {
-    hf_errf(c->err, c->err_len, "%s: %s", c->src, what);
+    llmem_errf(c->err, c->err_len, "%s: %s", c->src, what);
     return LLMEM_E_CORRUPT;
 }
 
@@ -237,7 +237,7 @@ static llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_
 {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c->root, "rope_parameters");
     if (rp && !cJSON_IsNull(rp) && !cJSON_IsObject(rp)) {
-        hf_errf(c->err, c->err_len, "%s: 'rope_parameters' must be an object, got %s", c->src,
+        llmem_errf(c->err, c->err_len, "%s: 'rope_parameters' must be an object, got %s", c->src,
                 json_type(rp));
         return LLMEM_E_CORRUPT;
     }
@@ -254,7 +254,7 @@ static llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_
             type = t->valuestring;
     }
     if (strcmp(type, "default") != 0) {
-        hf_errf(c->err, c->err_len, "%s: rope_type '%.40s' is not supported (only 'default')",
+        llmem_errf(c->err, c->err_len, "%s: rope_type '%.40s' is not supported (only 'default')",
                 c->src, type);
         return LLMEM_E_UNSUPPORTED;
     }
@@ -267,7 +267,7 @@ static llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_
     }
     int32_t dim = (int32_t)(m->head_dim * partial);
     if (partial > 1.0 || dim < 2 || dim % 2) {
-        hf_errf(c->err, c->err_len, "%s: partial_rotary_factor %g of head_dim %d gives %d "
+        llmem_errf(c->err, c->err_len, "%s: partial_rotary_factor %g of head_dim %d gives %d "
                 "rotary dimensions (must be even, >= 2, <= head_dim)", c->src, partial,
                 m->head_dim, dim);
         return LLMEM_E_CORRUPT;
@@ -336,7 +336,7 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
     }
     int64_t inner = (int64_t)m->ssm_n_heads * m->ssm_head_dim;
     if (m->arch != LLMEM_ARCH_NEMOTRON_H && inner != d_inner) {
-        hf_errf(c->err, c->err_len, "%s: mamba heads x head_dim = %lld, but expand x "
+        llmem_errf(c->err, c->err_len, "%s: mamba heads x head_dim = %lld, but expand x "
                 "hidden_size = %lld", c->src, (long long)inner, (long long)d_inner);
         return LLMEM_E_CORRUPT;
     }
@@ -363,12 +363,12 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
         if (!cJSON_IsArray(lim) || cJSON_GetArraySize(lim) != 2 ||
             !json_num(cJSON_GetArrayItem(lim, 0), &m->time_step_limit[0]) ||
             !json_num(cJSON_GetArrayItem(lim, 1), &m->time_step_limit[1])) {
-            hf_errf(c->err, c->err_len, "%s: '%s' must be [lo, hi] (numbers or "
+            llmem_errf(c->err, c->err_len, "%s: '%s' must be [lo, hi] (numbers or "
                     "{\"__float__\": \"Infinity\"})", c->src, lk);
             return LLMEM_E_CORRUPT;
         }
         if (!(m->time_step_limit[0] <= m->time_step_limit[1]) || m->time_step_limit[0] < 0) {
-            hf_errf(c->err, c->err_len, "%s: '%s' [%g, %g] is not a range of >= 0 values",
+            llmem_errf(c->err, c->err_len, "%s: '%s' [%g, %g] is not a range of >= 0 values",
                     c->src, lk, m->time_step_limit[0], m->time_step_limit[1]);
             return LLMEM_E_CORRUPT;
         }
@@ -388,7 +388,7 @@ static llmem_status set_layers(cfgctx *c, llmem_model_config *m, int32_t n, llme
                                bool has_ffn)
 {
     if (n > LLMEM_MODEL_MAX_LAYERS) {
-        hf_errf(c->err, c->err_len, "%s: %d layers; llmem supports at most %d", c->src, n,
+        llmem_errf(c->err, c->err_len, "%s: %d layers; llmem supports at most %d", c->src, n,
                 LLMEM_MODEL_MAX_LAYERS);
         return LLMEM_E_UNSUPPORTED;
     }
@@ -453,7 +453,7 @@ static llmem_status parse_bamba(cfgctx *c, llmem_model_config *m)
         for (const cJSON *e = idx->child; e; e = e->next) {
             if (!cJSON_IsNumber(e) || e->valuedouble != floor(e->valuedouble) ||
                 e->valuedouble < 0 || e->valuedouble >= n) {
-                hf_errf(c->err, c->err_len, "%s: 'attn_layer_indices' holds %s, not a layer "
+                llmem_errf(c->err, c->err_len, "%s: 'attn_layer_indices' holds %s, not a layer "
                         "index in [0, %d)", c->src, cJSON_IsNumber(e) ? "a bad number"
                         : json_type(e), n);
                 return LLMEM_E_CORRUPT;
@@ -483,15 +483,15 @@ static llmem_status nemotron_kind(cfgctx *c, int32_t i, const char *name, char c
     else if (name ? !strcmp(name, "mlp") : ch == '-')
         *out = LLMEM_LAYER_MLP;
     else if (name ? !strcmp(name, "moe") : ch == 'E') {
-        hf_errf(c->err, c->err_len, "%s: layer %d is a mixture-of-experts layer (%s); llmem "
+        llmem_errf(c->err, c->err_len, "%s: layer %d is a mixture-of-experts layer (%s); llmem "
                 "does not support MoE", c->src, i, name ? "'moe'" : "'E'");
         return LLMEM_E_UNSUPPORTED;
     } else if (name) {
-        hf_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which llmem does not "
+        llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which llmem does not "
                 "support (mamba, attention, mlp)", c->src, i, name);
         return LLMEM_E_UNSUPPORTED;
     } else {
-        hf_errf(c->err, c->err_len, "%s: hybrid_override_pattern has '%c' at layer %d "
+        llmem_errf(c->err, c->err_len, "%s: hybrid_override_pattern has '%c' at layer %d "
                 "(expected M, *, - or E)", c->src, ch, i);
         return LLMEM_E_CORRUPT;
     }
@@ -555,7 +555,7 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     while (a < LLMEM_ARCH_COUNT && strcmp(type, arch_names[a]) != 0)
         a++;
     if (a == LLMEM_ARCH_COUNT) {
-        hf_errf(c->err, c->err_len, "%s: model_type '%.40s' is not supported (llmem runs "
+        llmem_errf(c->err, c->err_len, "%s: model_type '%.40s' is not supported (llmem runs "
                 "llama, mamba2, bamba and nemotron_h)", c->src, type);
         return LLMEM_E_UNSUPPORTED;
     }
@@ -581,19 +581,19 @@ static llmem_status parse_impl(const char *json, size_t len, llmem_model_config 
                                const char *src, char *err, size_t err_len)
 {
     if (!json || !out) {
-        hf_errf(err, err_len, "llmem_model_config_parse: NULL argument");
+        llmem_errf(err, err_len, "llmem_model_config_parse: NULL argument");
         return LLMEM_E_INVALID;
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
         size_t at = end && end >= json ? (size_t)(end - json) : 0;
-        hf_errf(err, err_len, "%s: not valid JSON (error near byte %zu)", src, at);
+        llmem_errf(err, err_len, "%s: not valid JSON (error near byte %zu)", src, at);
         return LLMEM_E_CORRUPT;
     }
     llmem_status s;
     if (!cJSON_IsObject(root)) {
-        hf_errf(err, err_len, "%s: not a JSON object", src);
+        llmem_errf(err, err_len, "%s: not a JSON object", src);
         s = LLMEM_E_CORRUPT;
     } else {
         /* Parse into a scratch copy so *out is untouched on failure. */
@@ -603,7 +603,7 @@ static llmem_status parse_impl(const char *json, size_t len, llmem_model_config 
         if (s == LLMEM_OK)
             *out = *m;
         else if (!m)
-            hf_errf(err, err_len, "%s: out of memory", src);
+            llmem_errf(err, err_len, "%s: out of memory", src);
         free(m);
     }
     cJSON_Delete(root);
@@ -620,14 +620,14 @@ llmem_status llmem_model_config_load(const char *path, llmem_model_config *out, 
                                      size_t err_len)
 {
     if (!path || !out) {
-        hf_errf(err, err_len, "llmem_model_config_load: NULL argument");
+        llmem_errf(err, err_len, "llmem_model_config_load: NULL argument");
         return LLMEM_E_INVALID;
     }
     size_t pl = strlen(path);
     bool is_json = pl >= 5 && strcmp(path + pl - 5, ".json") == 0;
     char *file = malloc(pl + sizeof "/config.json");
     if (!file) {
-        hf_errf(err, err_len, "%s: out of memory", path);
+        llmem_errf(err, err_len, "%s: out of memory", path);
         return LLMEM_E_NO_MEMORY;
     }
     snprintf(file, pl + sizeof "/config.json", is_json ? "%s" : "%s/config.json", path);
@@ -637,22 +637,22 @@ llmem_status llmem_model_config_load(const char *path, llmem_model_config *out, 
     FILE *fp = fopen(file, "rb");
     if (!fp) {
         int e = errno;
-        hf_errf(err, err_len, "%s: cannot open: %s", file, strerror(e));
+        llmem_errf(err, err_len, "%s: cannot open: %s", file, strerror(e));
         s = e == ENOENT || e == ENOTDIR ? LLMEM_E_NOT_FOUND : LLMEM_E_IO;
         goto out;
     }
     buf = malloc(CFG_MAX_FILE);
     if (!buf) {
         s = LLMEM_E_NO_MEMORY;
-        hf_errf(err, err_len, "%s: out of memory", file);
+        llmem_errf(err, err_len, "%s: out of memory", file);
         goto out;
     }
     n = fread(buf, 1, CFG_MAX_FILE, fp);
     if (ferror(fp)) {
-        hf_errf(err, err_len, "%s: read error", file);
+        llmem_errf(err, err_len, "%s: read error", file);
         s = LLMEM_E_IO;
     } else if (n == CFG_MAX_FILE) {
-        hf_errf(err, err_len, "%s: larger than 16 MB; not a config.json", file);
+        llmem_errf(err, err_len, "%s: larger than 16 MB; not a config.json", file);
         s = LLMEM_E_CORRUPT;
     }
     if (s == LLMEM_OK)

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -144,14 +145,14 @@ static llmem_status parse_entry(llmem_safetensors *st, int32_t fi, const cJSON *
     const char *name = e->string;
     uint64_t data_size = f->size - f->data_off;
     if (!cJSON_IsObject(e)) {
-        hf_errf(err, err_len, "%s: header entry '%s' is not an object", f->path, name);
+        llmem_errf(err, err_len, "%s: header entry '%s' is not an object", f->path, name);
         return LLMEM_E_CORRUPT;
     }
     const cJSON *jd = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *js = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *jo = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(jd) || !cJSON_IsArray(js) || !cJSON_IsArray(jo)) {
-        hf_errf(err, err_len, "%s: tensor '%s' lacks a string \"dtype\", an array \"shape\" "
+        llmem_errf(err, err_len, "%s: tensor '%s' lacks a string \"dtype\", an array \"shape\" "
                 "or an array \"data_offsets\"", f->path, name);
         return LLMEM_E_CORRUPT;
     }
@@ -164,13 +165,13 @@ static llmem_status parse_entry(llmem_safetensors *st, int32_t fi, const cJSON *
         }
     }
     if (!esize) {
-        hf_errf(err, err_len, "%s: tensor '%s' has dtype '%.32s', which llmem does not know "
+        llmem_errf(err, err_len, "%s: tensor '%s' has dtype '%.32s', which llmem does not know "
                 "(it reads F32, F16 and BF16)", f->path, name, jd->valuestring);
         return LLMEM_E_UNSUPPORTED;
     }
     int n_dims = cJSON_GetArraySize(js);
     if (n_dims > LLMEM_SAFETENSORS_MAX_DIMS) {
-        hf_errf(err, err_len, "%s: tensor '%s' has %d dimensions (at most %d supported)",
+        llmem_errf(err, err_len, "%s: tensor '%s' has %d dimensions (at most %d supported)",
                 f->path, name, n_dims, LLMEM_SAFETENSORS_MAX_DIMS);
         return LLMEM_E_UNSUPPORTED;
     }
@@ -184,7 +185,7 @@ static llmem_status parse_entry(llmem_safetensors *st, int32_t fi, const cJSON *
     for (int i = 0; i < n_dims; i++) {
         uint64_t d;
         if (!json_u64(cJSON_GetArrayItem(js, i), &d)) {
-            hf_errf(err, err_len, "%s: tensor '%s' shape[%d] is not a non-negative integer",
+            llmem_errf(err, err_len, "%s: tensor '%s' shape[%d] is not a non-negative integer",
                     f->path, name, i);
             return LLMEM_E_CORRUPT;
         }
@@ -197,30 +198,30 @@ static llmem_status parse_entry(llmem_safetensors *st, int32_t fi, const cJSON *
     char sh[160];
     fmt_shape(sh, sizeof sh, tmp.shape, tmp.n_dims);
     if (overflow || n_el > UINT64_MAX / esize) {
-        hf_errf(err, err_len, "%s: tensor '%s' shape %s is too large", f->path, name, sh);
+        llmem_errf(err, err_len, "%s: tensor '%s' shape %s is too large", f->path, name, sh);
         return LLMEM_E_CORRUPT;
     }
     tmp.n_elements = (int64_t)n_el;
     uint64_t b, en;
     if (cJSON_GetArraySize(jo) != 2 || !json_u64(cJSON_GetArrayItem(jo, 0), &b) ||
         !json_u64(cJSON_GetArrayItem(jo, 1), &en)) {
-        hf_errf(err, err_len, "%s: tensor '%s' data_offsets is not two non-negative integers",
+        llmem_errf(err, err_len, "%s: tensor '%s' data_offsets is not two non-negative integers",
                 f->path, name);
         return LLMEM_E_CORRUPT;
     }
     if (b > en) {
-        hf_errf(err, err_len, "%s: tensor '%s' data_offsets [%llu, %llu) end before they begin",
+        llmem_errf(err, err_len, "%s: tensor '%s' data_offsets [%llu, %llu) end before they begin",
                 f->path, name, (unsigned long long)b, (unsigned long long)en);
         return LLMEM_E_CORRUPT;
     }
     if (en > data_size) {
-        hf_errf(err, err_len, "%s: tensor '%s' bytes [%llu, %llu) past end of file (%zu bytes)",
+        llmem_errf(err, err_len, "%s: tensor '%s' bytes [%llu, %llu) past end of file (%zu bytes)",
                 f->path, name, (unsigned long long)(b + f->data_off),
                 (unsigned long long)(en + f->data_off), f->size);
         return LLMEM_E_CORRUPT;
     }
     if (en - b != n_el * esize) {
-        hf_errf(err, err_len, "%s: tensor '%s' of shape %s and dtype %s needs %llu bytes, but "
+        llmem_errf(err, err_len, "%s: tensor '%s' of shape %s and dtype %s needs %llu bytes, but "
                 "data_offsets [%llu, %llu) hold %llu", f->path, name, sh, tmp.st_dtype,
                 (unsigned long long)(n_el * esize), (unsigned long long)b,
                 (unsigned long long)en, (unsigned long long)(en - b));
@@ -265,7 +266,7 @@ static llmem_status check_overlap(llmem_safetensors *st, int32_t first, char *er
     for (int32_t i = 1; i < n; i++) {
         if (v[i]->begin < prev->end) {
             const st_file *f = &st->files[v[i]->file];
-            hf_errf(err, err_len, "%s: tensor '%s' bytes [%llu, %llu) overlap tensor '%s' "
+            llmem_errf(err, err_len, "%s: tensor '%s' bytes [%llu, %llu) overlap tensor '%s' "
                     "bytes [%llu, %llu)", f->path, v[i]->name,
                     (unsigned long long)(v[i]->begin + f->data_off),
                     (unsigned long long)(v[i]->end + f->data_off), prev->name,
@@ -286,23 +287,23 @@ static llmem_status map_file(st_file *f, char *err, size_t err_len)
     int fd = open(f->path, O_RDONLY);
     if (fd < 0) {
         int e = errno;
-        hf_errf(err, err_len, "%s: cannot open: %s", f->path, strerror(e));
+        llmem_errf(err, err_len, "%s: cannot open: %s", f->path, strerror(e));
         return e == ENOENT || e == ENOTDIR ? LLMEM_E_NOT_FOUND : LLMEM_E_IO;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        hf_errf(err, err_len, "%s: not a regular file", f->path);
+        llmem_errf(err, err_len, "%s: not a regular file", f->path);
         close(fd);
         return LLMEM_E_IO;
     }
     if ((uint64_t)sb.st_size > SIZE_MAX) {
-        hf_errf(err, err_len, "%s: file too large to map", f->path);
+        llmem_errf(err, err_len, "%s: file too large to map", f->path);
         close(fd);
         return LLMEM_E_IO;
     }
     f->size = (size_t)sb.st_size;
     if (f->size < 8) {
-        hf_errf(err, err_len, "%s: file is %zu bytes, too short for the 8-byte header length",
+        llmem_errf(err, err_len, "%s: file is %zu bytes, too short for the 8-byte header length",
                 f->path, f->size);
         close(fd);
         return LLMEM_E_CORRUPT;
@@ -311,7 +312,7 @@ static llmem_status map_file(st_file *f, char *err, size_t err_len)
     int e = errno;
     close(fd);
     if (m == MAP_FAILED) {
-        hf_errf(err, err_len, "%s: mmap failed: %s", f->path, strerror(e));
+        llmem_errf(err, err_len, "%s: mmap failed: %s", f->path, strerror(e));
         return LLMEM_E_IO;
     }
     f->map = m;
@@ -329,12 +330,12 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | f->map[i];
     if (hlen > f->size - 8) {
-        hf_errf(err, err_len, "%s: header length %llu past end of file (%zu bytes)", f->path,
+        llmem_errf(err, err_len, "%s: header length %llu past end of file (%zu bytes)", f->path,
                 (unsigned long long)hlen, f->size);
         return LLMEM_E_CORRUPT;
     }
     if (hlen > ST_MAX_HEADER) {
-        hf_errf(err, err_len, "%s: header length %llu exceeds the format's 100 MB limit",
+        llmem_errf(err, err_len, "%s: header length %llu exceeds the format's 100 MB limit",
                 f->path, (unsigned long long)hlen);
         return LLMEM_E_CORRUPT;
     }
@@ -344,21 +345,21 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
     cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
     if (!root) {
         size_t at = end && end >= h ? (size_t)(end - h) : 0;
-        hf_errf(err, err_len, "%s: header is not valid JSON (error near header byte %zu of "
+        llmem_errf(err, err_len, "%s: header is not valid JSON (error near header byte %zu of "
                 "%llu)", f->path, at, (unsigned long long)hlen);
         return LLMEM_E_CORRUPT;
     }
     s = LLMEM_OK;
     for (const char *p = end; p && p < h + hlen; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            hf_errf(err, err_len, "%s: header has bytes after its JSON object (at header byte "
+            llmem_errf(err, err_len, "%s: header has bytes after its JSON object (at header byte "
                     "%zu)", f->path, (size_t)(p - h));
             s = LLMEM_E_CORRUPT;
             goto out;
         }
     }
     if (!cJSON_IsObject(root)) {
-        hf_errf(err, err_len, "%s: header is JSON but not an object", f->path);
+        llmem_errf(err, err_len, "%s: header is JSON but not an object", f->path);
         s = LLMEM_E_CORRUPT;
         goto out;
     }
@@ -369,7 +370,7 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
             for (const cJSON *m = ok ? e->child : NULL; m; m = m->next)
                 ok = ok && cJSON_IsString(m);
             if (!ok) {
-                hf_errf(err, err_len, "%s: \"__metadata__\" is not an object of strings",
+                llmem_errf(err, err_len, "%s: \"__metadata__\" is not an object of strings",
                         f->path);
                 s = LLMEM_E_CORRUPT;
                 goto out;
@@ -421,7 +422,7 @@ static llmem_status read_small_file(const char *path, char **out, size_t *len, c
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         int e = errno;
-        hf_errf(err, err_len, "%s: cannot open: %s", path, strerror(e));
+        llmem_errf(err, err_len, "%s: cannot open: %s", path, strerror(e));
         return e == ENOENT ? LLMEM_E_NOT_FOUND : LLMEM_E_IO;
     }
     char *buf = NULL;
@@ -430,7 +431,7 @@ static llmem_status read_small_file(const char *path, char **out, size_t *len, c
     for (;;) {
         if (n == cap) {
             if (cap >= ST_MAX_HEADER) {
-                hf_errf(err, err_len, "%s: larger than 100 MB", path);
+                llmem_errf(err, err_len, "%s: larger than 100 MB", path);
                 s = LLMEM_E_CORRUPT;
                 break;
             }
@@ -446,7 +447,7 @@ static llmem_status read_small_file(const char *path, char **out, size_t *len, c
         n += r;
         if (r == 0) {
             if (ferror(fp)) {
-                hf_errf(err, err_len, "%s: read error", path);
+                llmem_errf(err, err_len, "%s: read error", path);
                 s = LLMEM_E_IO;
             }
             break;
@@ -478,7 +479,7 @@ static llmem_status list_from_index(llmem_safetensors *st, const char *dir, cJSO
     root = cJSON_ParseWithLength(text, len);
     cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
-        hf_errf(err, err_len, "%s: not JSON with a \"weight_map\" object", ipath);
+        llmem_errf(err, err_len, "%s: not JSON with a \"weight_map\" object", ipath);
         s = LLMEM_E_CORRUPT;
         goto out;
     }
@@ -491,7 +492,7 @@ static llmem_status list_from_index(llmem_safetensors *st, const char *dir, cJSO
     for (const cJSON *e = wm->child; e; e = e->next) {
         if (!cJSON_IsString(e) || !e->valuestring[0] || strchr(e->valuestring, '/') ||
             strcmp(e->valuestring, "..") == 0) {
-            hf_errf(err, err_len, "%s: weight_map entry '%s' is not a file name in the "
+            llmem_errf(err, err_len, "%s: weight_map entry '%s' is not a file name in the "
                     "directory", ipath, e->string);
             s = LLMEM_E_CORRUPT;
             goto out;
@@ -521,7 +522,7 @@ static llmem_status list_dir(llmem_safetensors *st, const char *dir, char *err, 
 {
     DIR *d = opendir(dir);
     if (!d) {
-        hf_errf(err, err_len, "%s: cannot read directory: %s", dir, strerror(errno));
+        llmem_errf(err, err_len, "%s: cannot read directory: %s", dir, strerror(errno));
         return LLMEM_E_IO;
     }
     char **names = NULL;
@@ -548,7 +549,7 @@ static llmem_status list_dir(llmem_safetensors *st, const char *dir, char *err, 
     }
     closedir(d);
     if (s == LLMEM_OK && n == 0) {
-        hf_errf(err, err_len, "%s: no *.safetensors file in the directory", dir);
+        llmem_errf(err, err_len, "%s: no *.safetensors file in the directory", dir);
         s = LLMEM_E_NOT_FOUND;
     }
     if (s == LLMEM_OK)
@@ -575,14 +576,14 @@ llmem_status llmem_safetensors_open(const char *path, llmem_safetensors **out, c
                                     size_t err_len)
 {
     if (!path || !out) {
-        hf_errf(err, err_len, "llmem_safetensors_open: NULL argument");
+        llmem_errf(err, err_len, "llmem_safetensors_open: NULL argument");
         return LLMEM_E_INVALID;
     }
     *out = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0) {
         int e = errno;
-        hf_errf(err, err_len, "%s: %s", path, strerror(e));
+        llmem_errf(err, err_len, "%s: %s", path, strerror(e));
         return e == ENOENT || e == ENOTDIR ? LLMEM_E_NOT_FOUND : LLMEM_E_IO;
     }
     llmem_safetensors *st = calloc(1, sizeof *st);
@@ -617,9 +618,9 @@ llmem_status llmem_safetensors_open(const char *path, llmem_safetensors **out, c
             const char *fa = st->files[st->t[i - 1].file].path;
             const char *fb = st->files[st->t[i].file].path;
             if (strcmp(fa, fb) == 0)
-                hf_errf(err, err_len, "%s: tensor '%s' appears twice", fa, st->t[i].name);
+                llmem_errf(err, err_len, "%s: tensor '%s' appears twice", fa, st->t[i].name);
             else
-                hf_errf(err, err_len, "%s: tensor '%s' appears in both %s and %s", path,
+                llmem_errf(err, err_len, "%s: tensor '%s' appears in both %s and %s", path,
                         st->t[i].name, fa, fb);
             s = LLMEM_E_CORRUPT;
             goto fail;
@@ -632,7 +633,7 @@ llmem_status llmem_safetensors_open(const char *path, llmem_safetensors **out, c
             const char *tf = t ? st->files[t->file].path : NULL;
             if (!t || !has_suffix(tf, e->valuestring) ||
                 tf[strlen(tf) - strlen(e->valuestring) - 1] != '/') {
-                hf_errf(err, err_len, "%s: %s names tensor '%s' in %s, which does not hold it",
+                llmem_errf(err, err_len, "%s: %s names tensor '%s' in %s, which does not hold it",
                         path, ST_INDEX_NAME, e->string, e->valuestring);
                 s = LLMEM_E_CORRUPT;
                 goto fail;
@@ -645,7 +646,7 @@ llmem_status llmem_safetensors_open(const char *path, llmem_safetensors **out, c
 fail:
     cJSON_Delete(index);
     if (s == LLMEM_E_NO_MEMORY)
-        hf_errf(err, err_len, "%s: out of memory", path);
+        llmem_errf(err, err_len, "%s: out of memory", path);
     llmem_safetensors_close(st);
     return s;
 }
@@ -700,17 +701,17 @@ llmem_status llmem_safetensors_find(const llmem_safetensors *st, const char *nam
                                     llmem_tensor_info *out, char *err, size_t err_len)
 {
     if (!st || !name || !out) {
-        hf_errf(err, err_len, "llmem_safetensors_find: NULL argument");
+        llmem_errf(err, err_len, "llmem_safetensors_find: NULL argument");
         return LLMEM_E_INVALID;
     }
     const st_tensor *t = lookup(st, name);
     if (!t) {
-        hf_errf(err, err_len, "no tensor '%s' in %s", name, st->path);
+        llmem_errf(err, err_len, "no tensor '%s' in %s", name, st->path);
         return LLMEM_E_NOT_FOUND;
     }
     fill_info(st, t, out);
     if (t->dtype == LLMEM_DTYPE_COUNT) {
-        hf_errf(err, err_len, "%s: tensor '%s' has dtype %s; llmem reads F32, F16 and BF16",
+        llmem_errf(err, err_len, "%s: tensor '%s' has dtype %s; llmem reads F32, F16 and BF16",
                 st->files[t->file].path, name, t->st_dtype);
         return LLMEM_E_UNSUPPORTED;
     }

@@ -223,11 +223,11 @@ static llmem_status check_one(const llmem_model_config *cfg, const llmem_safeten
     llmem_tensor_info ti;
     llmem_status s = llmem_safetensors_find(st, name, &ti, NULL, 0);
     if (s == LLMEM_E_NOT_FOUND) {
-        hf_errf(err, err_len, "missing tensor '%s' (%s)", name, what);
+        llmem_errf(err, err_len, "missing tensor '%s' (%s)", name, what);
         return s;
     }
     if (s == LLMEM_E_UNSUPPORTED) {
-        hf_errf(err, err_len, "%s: tensor '%s' (%s) has dtype %s; llmem reads F32, F16 and BF16",
+        llmem_errf(err, err_len, "%s: tensor '%s' (%s) has dtype %s; llmem reads F32, F16 and BF16",
                 ti.file, name, what, ti.st_dtype);
         return s;
     }
@@ -239,7 +239,7 @@ static llmem_status check_one(const llmem_model_config *cfg, const llmem_safeten
     if (!same) {
         shape_str(got, sizeof got, ti.shape, ti.n_dims);
         shape_str(want, sizeof want, shape, nd);
-        hf_errf(err, err_len, "%s: tensor '%s' (%s) has shape %s, expected %s from config.json",
+        llmem_errf(err, err_len, "%s: tensor '%s' (%s) has shape %s, expected %s from config.json",
                 ti.file, name, what, got, want);
         return LLMEM_E_CORRUPT;
     }
@@ -250,7 +250,7 @@ llmem_status llmem_model_config_check_tensors(llmem_model_config *cfg, const llm
                                               char *err, size_t err_len)
 {
     if (!cfg || !st) {
-        hf_errf(err, err_len, "llmem_model_config_check_tensors: NULL argument");
+        llmem_errf(err, err_len, "llmem_model_config_check_tensors: NULL argument");
         return LLMEM_E_INVALID;
     }
     if (cfg->arch == LLMEM_ARCH_NEMOTRON_H) {

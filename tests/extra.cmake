@@ -17,6 +17,8 @@ function(llmem_test_plugin target name dir)
   target_include_directories(${target} PRIVATE ${CMAKE_SOURCE_DIR}/include)
   target_compile_options(${target} PRIVATE ${LLMEM_WARN_FLAGS})
   target_compile_definitions(${target} PRIVATE TESTPLUG_NAME="${name}" ${ARGN})
+  # Like the real plugins: nothing of libllmem may be left undefined.
+  target_link_options(${target} PRIVATE "LINKER:--no-undefined")
 endfunction()
 
 llmem_test_plugin(llmem_testplug testplug ${LLMEM_TEST_PLUGIN_DIR})
@@ -24,14 +26,35 @@ llmem_test_plugin(llmem_testplug_alt testplug ${LLMEM_TEST_PLUGIN_DIR}/alt TESTP
 llmem_test_plugin(llmem_badabi badabi ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_ABI_DELTA=1)
 llmem_test_plugin(llmem_badvtable badvtable ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_BAD_VTABLE=1)
 llmem_test_plugin(llmem_noentry noentry ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_NO_ENTRY=1)
+llmem_test_plugin(llmem_badlayout badlayout ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_LAYOUT_DELTA=1)
 
 if(TARGET test_backend)
   add_dependencies(test_backend llmem_testplug llmem_testplug_alt llmem_badabi
-    llmem_badvtable llmem_noentry)
+    llmem_badvtable llmem_noentry llmem_badlayout)
   target_compile_definitions(test_backend PRIVATE
     LLMEM_TEST_PLUGIN_DIR="${LLMEM_TEST_PLUGIN_DIR}")
   target_link_libraries(test_backend PRIVATE ${CMAKE_DL_LIBS})
 endif()
+
+# 3. tests/plugin_load.c: NOT linked with libllmem; it dlopens libllmem with
+#    RTLD_LOCAL and opens every plugin that was built (issue 12).
+add_executable(plugin_load ${CMAKE_CURRENT_SOURCE_DIR}/plugin_load.c)
+target_include_directories(plugin_load PRIVATE ${CMAKE_SOURCE_DIR}/include)
+target_compile_options(plugin_load PRIVATE ${LLMEM_WARN_FLAGS})
+target_compile_definitions(plugin_load PRIVATE _DEFAULT_SOURCE
+  LLMEM_LIB_PATH="$<TARGET_FILE:llmem>"
+  LLMEM_PLUGIN_BUILD_DIR="${LLMEM_PLUGIN_BUILD_DIR}"
+  LLMEM_TEST_PLUGIN_DIR="${LLMEM_TEST_PLUGIN_DIR}")
+target_link_libraries(plugin_load PRIVATE PkgConfig::CHECK ${CMAKE_DL_LIBS})
+add_dependencies(plugin_load llmem llmem_testplug llmem_testplug_alt llmem_badabi
+  llmem_badvtable llmem_noentry llmem_badlayout)
+foreach(_plugin llmem_cuda llmem-vulkan)
+  if(TARGET ${_plugin})
+    add_dependencies(plugin_load ${_plugin})
+  endif()
+endforeach()
+add_test(NAME plugin_load COMMAND plugin_load)
+set_tests_properties(plugin_load PROPERTIES LABELS "core")
 
 if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
   include(${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)

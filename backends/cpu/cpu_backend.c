@@ -5,7 +5,6 @@
  * transfer is a memcpy. It is the reference backend: other backends' ops are
  * checked against its results.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,8 @@ typedef struct cpu_buffer {
     llmem_buffer base;
 } cpu_buffer;
 
+static llmem_status cpu_open(int32_t device, llmem_backend **out, char *err, size_t err_len);
+static void cpu_list_devices(void (*fn)(const char *line, void *ctx), void *ctx);
 static void cpu_destroy(llmem_backend *be);
 static void cpu_get_info(llmem_backend *be, llmem_backend_info *info);
 static llmem_status cpu_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out);
@@ -38,9 +39,7 @@ static llmem_status cpu_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t
                                     size_t size, uint32_t pattern);
 static llmem_status cpu_synchronize(llmem_backend *be);
 
-/* Not const: `ops` comes from another translation unit (cpu_ops_table.c)
- * and is filled once, at the first open. Every other slot is fixed here. */
-static llmem_backend_i cpu_iface = {
+static const llmem_backend_i cpu_iface = {
     .struct_size = sizeof(llmem_backend_i),
     .destroy = cpu_destroy,
     .get_info = cpu_get_info,
@@ -51,15 +50,16 @@ static llmem_backend_i cpu_iface = {
     .buffer_copy = cpu_buffer_copy,
     .buffer_fill = cpu_buffer_fill,
     .synchronize = cpu_synchronize,
-    .ops = NULL,
+    .ops = &llmem_cpu_ops,
 };
 
-static pthread_once_t cpu_iface_once = PTHREAD_ONCE_INIT;
-
-static void cpu_iface_init(void)
-{
-    cpu_iface.ops = llmem_cpu_ops_table();
-}
+const llmem_plugin llmem_cpu_plugin = {
+    .abi_version = LLMEM_BACKEND_ABI_VERSION,
+    .layout = 0, /* built into libllmem: no layout to compare */
+    .name = "cpu",
+    .open = cpu_open,
+    .list_devices = cpu_list_devices,
+};
 
 static cpu_backend *cpu_from(llmem_backend *be)
 {
@@ -100,32 +100,30 @@ static long online_threads(void)
     return n > 0 ? n : 1;
 }
 
-void llmem_cpu_backend_describe(char *line, size_t len)
+static void cpu_list_devices(void (*fn)(const char *line, void *ctx), void *ctx)
 {
+    char line[320];
     char model[128];
     read_cpu_model(model, sizeof model);
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
     long psz = sysconf(_SC_PAGESIZE);
     double gib = 1024.0 * 1024.0 * 1024.0;
-    snprintf(line, len, "available, %ld threads, %s, %.1f GiB memory (%.1f GiB free)",
+    snprintf(line, sizeof line, "available, %ld threads, %s, %.1f GiB memory (%.1f GiB free)",
              online_threads(), model, pages > 0 && psz > 0 ? (double)pages * (double)psz / gib : 0.0,
              avail > 0 && psz > 0 ? (double)avail * (double)psz / gib : 0.0);
+    fn(line, ctx);
 }
 
-llmem_status llmem_cpu_backend_open(int32_t device, llmem_backend **out, char *err,
-                                    size_t err_len)
+static llmem_status cpu_open(int32_t device, llmem_backend **out, char *err, size_t err_len)
 {
     if (device > 0) {
-        if (err && err_len)
-            snprintf(err, err_len, "cpu: no device %d (the CPU backend has only device 0)",
-                     (int)device);
+        llmem_errf(err, err_len, "cpu: no device %d (the CPU backend has only device 0)",
+                   (int)device);
         return LLMEM_E_NOT_FOUND;
     }
-    pthread_once(&cpu_iface_once, cpu_iface_init);
     cpu_backend *cpu = calloc(1, sizeof *cpu);
     if (!cpu) {
-        if (err && err_len)
-            snprintf(err, err_len, "cpu: out of host memory");
+        llmem_errf(err, err_len, "cpu: out of host memory");
         return LLMEM_E_NO_MEMORY;
     }
     cpu->base.iface = &cpu_iface;

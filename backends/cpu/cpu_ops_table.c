@@ -3,7 +3,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_ops.h"
 
-static const struct llmem_ops_i cpu_ops = {
+const struct llmem_ops_i llmem_cpu_ops = {
     .struct_size = sizeof(struct llmem_ops_i),
     .matmul = cpu_op_matmul,
     .get_rows = cpu_op_get_rows,
@@ -31,14 +31,9 @@ static const struct llmem_ops_i cpu_ops = {
     .top_logprobs = cpu_op_top_logprobs,
 };
 
-const struct llmem_ops_i *llmem_cpu_ops_table(void)
-{
-    return &cpu_ops;
-}
-
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)
 {
-    if (!be || !be->iface || be->iface->ops != &cpu_ops || n < 0)
+    if (!be || !be->iface || be->iface->ops != &llmem_cpu_ops || n < 0)
         return LLMEM_E_INVALID;
     llmem_tp_set_threads(n);
     return LLMEM_OK;

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_ops.h"
-#include "llmem/recurrent.h"
+#include "llmem/view.h"
 
 /* ---- slots -------------------------------------------------------------------------- */
 

@@ -29,7 +29,7 @@ static llmem_status cuda_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_
                                      size_t size, uint32_t pattern);
 static llmem_status cuda_synchronize(llmem_backend *be);
 
-static llmem_backend_i cuda_iface = {
+static const llmem_backend_i cuda_iface = {
     .struct_size = sizeof(llmem_backend_i),
     .destroy = cuda_destroy,
     .get_info = cuda_get_info,
@@ -40,14 +40,8 @@ static llmem_backend_i cuda_iface = {
     .buffer_copy = cuda_buffer_copy,
     .buffer_fill = cuda_buffer_fill,
     .synchronize = cuda_synchronize,
-    .ops = NULL, /* set at the first open: the table lives in cuda_ops.c */
+    .ops = &cuda_ops, /* constant, defined in cuda_ops.c */
 };
-
-static void fmt_err(char *err, size_t len, const char *msg)
-{
-    if (err && len)
-        snprintf(err, len, "%s", msg);
-}
 
 static bool env_on(const char *name)
 {
@@ -125,15 +119,14 @@ static llmem_status device_count(int *count, char *why, size_t why_len)
     cudaError_t e = cudaGetDeviceCount(count);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        if (why && why_len)
-            snprintf(why, why_len, "%s (cudaGetDeviceCount: %s)",
-                     e == cudaErrorNoDevice ? "no CUDA device" : "no CUDA driver",
-                     cudaGetErrorString(e));
+        llmem_errf(why, why_len, "%s (cudaGetDeviceCount: %s)",
+                   e == cudaErrorNoDevice ? "no CUDA device" : "no CUDA driver",
+                   cudaGetErrorString(e));
         *count = 0;
         return LLMEM_E_NOT_FOUND;
     }
     if (*count < 1) {
-        fmt_err(why, why_len, "no CUDA device (cudaGetDeviceCount returned 0)");
+        llmem_errf(why, why_len, "no CUDA device (cudaGetDeviceCount returned 0)");
         return LLMEM_E_NOT_FOUND;
     }
     return LLMEM_OK;
@@ -145,21 +138,18 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     int count = 0;
     llmem_status st = device_count(&count, why, sizeof why);
     if (st != LLMEM_OK) {
-        if (err && err_len)
-            snprintf(err, err_len, "cuda: %s", why);
+        llmem_errf(err, err_len, "cuda: %s", why);
         return st;
     }
     int dev = device < 0 ? 0 : device;
     if (dev >= count) {
-        if (err && err_len)
-            snprintf(err, err_len, "cuda: no device %d (%d CUDA device%s)", (int)dev, count,
-                     count == 1 ? "" : "s");
+        llmem_errf(err, err_len, "cuda: no device %d (%d CUDA device%s)", (int)dev, count,
+                   count == 1 ? "" : "s");
         return LLMEM_E_NOT_FOUND;
     }
-    cuda_iface.ops = cuda_ops_table();
     cuda_backend *cb = calloc(1, sizeof *cb);
     if (!cb) {
-        fmt_err(err, err_len, "cuda: out of host memory");
+        llmem_errf(err, err_len, "cuda: out of host memory");
         return LLMEM_E_NO_MEMORY;
     }
     cb->base.iface = &cuda_iface;
@@ -183,9 +173,8 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     }
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        if (err && err_len)
-            snprintf(err, err_len, "cuda: device %d: %s failed: %s", dev, what,
-                     cudaGetErrorString(e));
+        llmem_errf(err, err_len, "cuda: device %d: %s failed: %s", dev, what,
+                   cudaGetErrorString(e));
         free(cb);
         return e == cudaErrorMemoryAllocation ? LLMEM_E_NO_MEMORY : LLMEM_E_BACKEND;
     }
@@ -198,9 +187,8 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     if (bs == CUBLAS_STATUS_SUCCESS)
         bs = cublasSetMathMode(cb->blas, CUBLAS_DEFAULT_MATH);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        if (err && err_len)
-            snprintf(err, err_len, "cuda: device %d: cuBLAS initialisation failed (status %d)",
-                     dev, (int)bs);
+        llmem_errf(err, err_len, "cuda: device %d: cuBLAS initialisation failed (status %d)",
+                   dev, (int)bs);
         if (cb->blas)
             cublasDestroy(cb->blas);
         cudaStreamDestroy(cb->stream);
@@ -239,17 +227,15 @@ static void cuda_list_devices(void (*fn)(const char *line, void *ctx), void *ctx
 
 static const llmem_plugin cuda_plugin = {
     .abi_version = LLMEM_BACKEND_ABI_VERSION,
+    .layout = LLMEM_BACKEND_ABI_LAYOUT,
     .name = "cuda",
     .open = cuda_open,
     .list_devices = cuda_list_devices,
 };
 
-__attribute__((visibility("default"))) const llmem_plugin *llmem_backend_plugin_entry(void);
-
-const llmem_plugin *llmem_backend_plugin_entry(void)
-{
-    return &cuda_plugin;
-}
+/* The entry point; every llmem call of this plugin goes through the host
+ * table it receives (<llmem/plugin.h>). */
+LLMEM_PLUGIN_DEFINE(cuda_plugin)
 
 /* ---- vtable ---------------------------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
-#include "llmem/ops_impl.h"
+#include "llmem/plugin.h" /* llmem calls go through the host table */
 
 typedef struct cuda_backend {
     llmem_backend base;
@@ -37,7 +37,10 @@ typedef struct cuda_buffer {
     void *dev;
 } cuda_buffer;
 
-/* The ops table (cuda_ops.c). */
+/* The ops table (cuda_ops.c): a constant object, so the backend vtable
+ * that points at it is a constant too (no rewrite at open). */
+extern const struct llmem_ops_i cuda_ops;
+/* &cuda_ops. */
 const struct llmem_ops_i *cuda_ops_table(void);
 
 /* The backend behind be (never NULL for a backend this plugin made). */

@@ -18,7 +18,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "kernels/kernels.h"
-#include "llmem/recurrent.h"
+#include "llmem/view.h"
 
 #define F16_CHUNK_BYTES ((size_t)64 << 20) /* f32 weight rows converted per GEMM */
 
@@ -511,7 +511,7 @@ static llmem_status op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
                 "argmax");
 }
 
-static const struct llmem_ops_i cuda_ops = {
+const struct llmem_ops_i cuda_ops = {
     .struct_size = sizeof(struct llmem_ops_i),
     .matmul = op_matmul,
     .get_rows = op_get_rows,

@@ -17,7 +17,7 @@
 
 #include <volk.h>
 
-#include "llmem/ops_impl.h"
+#include "llmem/plugin.h" /* llmem calls go through the host table */
 #include "vk_shader_ids.h"
 
 #define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */

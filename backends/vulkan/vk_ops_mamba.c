@@ -14,7 +14,7 @@
  */
 #include <stdlib.h>
 
-#include "llmem/recurrent.h"
+#include "llmem/view.h"
 #include "vk_internal.h"
 
 #define CONV_WG 128

@@ -17,7 +17,6 @@
  * names a file that receives the messages and one line per submit.
  */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,17 +26,8 @@
 #define MAX_DEVICES 16
 #define REQ_BINDINGS VK_MAX_BINDINGS
 
-static void fmt(char *out, size_t len, const char *format, ...) __attribute__((format(printf, 3, 4)));
-
-static void fmt(char *out, size_t len, const char *format, ...)
-{
-    if (!out || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, format);
-    vsnprintf(out, len, format, ap);
-    va_end(ap);
-}
+/* The host's one error formatter (<llmem/plugin.h>). */
+#define fmt llmem_errf
 
 /* ---- loader ------------------------------------------------------------------------------ */
 
@@ -575,14 +565,12 @@ const llmem_backend_i vk_iface = {
 
 static const llmem_plugin vk_plugin = {
     .abi_version = LLMEM_BACKEND_ABI_VERSION,
+    .layout = LLMEM_BACKEND_ABI_LAYOUT,
     .name = "vulkan",
     .open = vk_open,
     .list_devices = list_devices,
 };
 
-__attribute__((visibility("default"))) const llmem_plugin *llmem_backend_plugin_entry(void);
-
-const llmem_plugin *llmem_backend_plugin_entry(void)
-{
-    return &vk_plugin;
-}
+/* The entry point; every llmem call of this plugin goes through the host
+ * table it receives (<llmem/plugin.h>). */
+LLMEM_PLUGIN_DEFINE(vk_plugin)

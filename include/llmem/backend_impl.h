@@ -11,16 +11,21 @@
 #define LLMEM_BACKEND_IMPL_H
 
 #include "llmem/backend.h"
+#include "llmem/view.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Bumped whenever llmem_backend_i, llmem_buffer or llmem_ops_i change in a
- * way that breaks already-built plugins. */
-#define LLMEM_BACKEND_ABI_VERSION 1
+/* Bumped whenever llmem_backend_i, llmem_buffer, llmem_ops_i, the host
+ * table or the entry point change in a way that breaks already-built
+ * plugins. 2: the entry point takes the host table (llmem_host_api), the
+ * plugin reports its struct layout (llmem_plugin.layout), the base objects
+ * carry core-private fields. */
+#define LLMEM_BACKEND_ABI_VERSION 2
 
 struct llmem_ops_i; /* <llmem/ops_impl.h> */
+struct llmem_tensor; /* <llmem/ops.h> */
 struct llmem_plugin_handle;
 
 typedef struct llmem_backend_i {
@@ -61,6 +66,7 @@ struct llmem_backend {
     bool closed;                        /* llmem_backend_close was called */
     llmem_alloc_hook alloc_hook;
     void *alloc_hook_ctx;
+    struct llmem_view_checks *view_checks; /* core-owned cache of checked view tables */
 };
 
 /* Base buffer object. Implementations embed it as their first member. */
@@ -68,14 +74,82 @@ struct llmem_buffer {
     llmem_backend *backend;
     size_t size; /* bytes */
     void *host;  /* host pointer when host visible, else NULL */
+    /* Set by the core: a process-wide unique number taken at every write
+     * through llmem_buffer_upload/copy/fill (never 0 after the first), so
+     * checks of a view's index tables can be cached per write. */
+    uint64_t write_gen;
 };
 
+/* Host functions a plugin may call. The registry passes one const table to
+ * the plugin's entry point; a plugin calls llmem through it only and links
+ * nothing of libllmem, so it loads into any host, also one that loaded
+ * libllmem with RTLD_LOCAL (the pattern of SQLite's sqlite3_api_routines
+ * and SQLITE_EXTENSION_INIT2). <llmem/plugin.h> maps the usual llmem_*
+ * names onto it. The table only grows by appending; `struct_size` says how
+ * much of it the host fills. Each slot behaves as the public function of
+ * the same name. */
+typedef struct llmem_host_api {
+    size_t struct_size; /* sizeof(llmem_host_api) the host was built with */
+    const char *(*status_str)(llmem_status s);
+    void (*errf)(char *err, size_t err_len, const char *fmt, ...)
+#if defined(__GNUC__)
+        __attribute__((format(printf, 3, 4)))
+#endif
+        ;
+    size_t (*dtype_size)(llmem_dtype t);
+    const char *(*dtype_name)(llmem_dtype t);
+    uint32_t (*nan_pattern)(llmem_dtype t);
+    size_t (*buffer_size)(const llmem_buffer *buf);
+    llmem_backend *(*buffer_backend)(const llmem_buffer *buf);
+    void *(*buffer_host_ptr)(llmem_buffer *buf);
+    /* <llmem/ops.h> tensor helpers (llmem_tensor is declared there). */
+    int64_t (*tensor_nelements)(const struct llmem_tensor *t);
+    size_t (*tensor_nbytes)(const struct llmem_tensor *t);
+} llmem_host_api;
+
+/* Every slot of the ABI-2 host table: a plugin refuses a smaller table. */
+#define LLMEM_HOST_API_MIN_SIZE \
+    (offsetof(llmem_host_api, tensor_nbytes) + sizeof(((llmem_host_api *)0)->tensor_nbytes))
+
 /* A plugin module (libllmem-<name>.so) exports exactly one symbol,
- * LLMEM_PLUGIN_ENTRY_SYMBOL, of type llmem_plugin_entry_fn. */
+ * LLMEM_PLUGIN_ENTRY_SYMBOL, of type llmem_plugin_entry_fn; define it with
+ * LLMEM_PLUGIN_DEFINE of <llmem/plugin.h>. */
 #define LLMEM_PLUGIN_ENTRY_SYMBOL "llmem_backend_plugin_entry"
+
+/* Folds a size or offset into a layout fingerprint (FNV-1a style, as a
+ * constant expression). */
+#define LLMEM_ABI_MIX(h, v) ((((uint64_t)(h)) ^ (uint64_t)(v)) * UINT64_C(1099511628211))
+
+/* Fingerprint of every struct a plugin reads or embeds directly: the base
+ * objects, the backend info, the view description (<llmem/view.h>) and the
+ * op argument structs (<llmem/ops.h>). The registry refuses a plugin whose
+ * fingerprint differs from its own (LLMEM_E_ABI), so a change to any of
+ * these layouts can never go unnoticed, even without a version bump. The
+ * vtables (llmem_backend_i, llmem_ops_i) and the host table are not in it:
+ * they grow by appending and carry struct_size. Usable only where
+ * <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE, the registry). */
+#define LLMEM_BACKEND_ABI_LAYOUT                                                               \
+    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
+    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
+    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
+    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
+    UINT64_C(14695981039346656037),                                                            \
+    sizeof(struct llmem_backend)), offsetof(struct llmem_backend, view_checks)),               \
+    sizeof(struct llmem_buffer)), offsetof(struct llmem_buffer, write_gen)),                   \
+    sizeof(llmem_backend_info)), offsetof(llmem_backend_info, host_visible)),                  \
+    sizeof(llmem_i32_table)), offsetof(llmem_i32_table, n)),                                   \
+    sizeof(llmem_state_desc)), offsetof(llmem_state_desc, dtype)),                             \
+    sizeof(llmem_kv_view)), offsetof(llmem_kv_view, page_off)),                             \
+    sizeof(llmem_rs_view)), offsetof(llmem_rs_view, n_ckpt)),                                  \
+    sizeof(llmem_view)), offsetof(llmem_view, u)),                                             \
+    sizeof(struct llmem_tensor)), offsetof(struct llmem_tensor, ne)),                          \
+    sizeof(llmem_rope_params)), sizeof(llmem_attn_params)),                                    \
+    sizeof(llmem_ssm_params)), offsetof(llmem_ssm_params, dt_max)),                            \
+    LLMEM_TENSOR_MAX_DIMS), LLMEM_STATE_MAX_DIMS)
 
 typedef struct llmem_plugin {
     uint32_t abi_version; /* LLMEM_BACKEND_ABI_VERSION the plugin was built with */
+    uint64_t layout;      /* LLMEM_BACKEND_ABI_LAYOUT the plugin was built with */
     const char *name;     /* "cuda", "vulkan", ... */
     /* Opens device `device` (-1: default). On failure writes a one-line
      * reason to err (may be NULL). The returned object's base must have
@@ -86,7 +160,10 @@ typedef struct llmem_plugin {
     void (*list_devices)(void (*fn)(const char *line, void *ctx), void *ctx);
 } llmem_plugin;
 
-typedef const llmem_plugin *(*llmem_plugin_entry_fn)(void);
+/* The entry point: keeps `host` (valid while the plugin is loaded) and
+ * returns the plugin's description, or NULL when the host table is too
+ * small. */
+typedef const llmem_plugin *(*llmem_plugin_entry_fn)(const llmem_host_api *host);
 
 /* Helper for implementations: checked downcast from the base object. */
 #define LLMEM_BACKEND_CAST(type, be, iface_ptr) \

@@ -48,7 +48,7 @@
 #include <stdint.h>
 
 #include "llmem/backend.h"
-#include "llmem/memory.h"
+#include "llmem/view.h"
 #include "llmem/status.h"
 
 #ifdef __cplusplus

@@ -27,16 +27,6 @@
 extern "C" {
 #endif
 
-#define LLMEM_STATE_MAX_DIMS 4
-
-/* One state tensor of a layer, e.g. {"conv", 2, {3, 1536}, F32}. */
-struct llmem_state_desc {
-    const char *name;                     /* copied by the memory */
-    int32_t n_dims;                       /* 1..LLMEM_STATE_MAX_DIMS */
-    int64_t shape[LLMEM_STATE_MAX_DIMS];  /* outermost first; all >= 1 */
-    llmem_dtype dtype;                    /* F32, F16 or BF16 */
-};
-
 typedef struct llmem_recurrent_params {
     int32_t n_layers;                      /* >= 1 */
     const int32_t *n_states;               /* [n_layers] states per layer (0 allowed) */

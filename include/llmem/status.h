@@ -21,8 +21,8 @@ typedef enum llmem_status {
     LLMEM_E_NO_SPACE = -3,     /* the memory has no free page / slot for the plan */
     LLMEM_E_UNSUPPORTED = -4,  /* the object does not implement this (NULL vtable slot) */
     LLMEM_E_NOT_FOUND = -5,    /* backend, plugin, driver, device or file missing */
-    LLMEM_E_ABI = -6,          /* plugin or stream built for another ABI/format version */
-    LLMEM_E_CORRUPT = -7,      /* damaged state stream or file: checksum, size or magic */
+    LLMEM_E_ABI = -6,          /* plugin or state file built for another ABI/format version */
+    LLMEM_E_CORRUPT = -7,      /* damaged state file or checkpoint: checksum, size or magic */
     LLMEM_E_BUSY = -8,         /* a plan is in flight; release or finish it first */
     LLMEM_E_STATE = -9,        /* the operation is not valid in the current state
                                   (e.g. seq_rm to a position with no checkpoint) */
@@ -33,6 +33,17 @@ typedef enum llmem_status {
 /* Name of a status, e.g. "LLMEM_E_NO_SPACE: no free pages or state slots".
  * Returns a static string; unknown values give "unknown status". */
 const char *llmem_status_str(llmem_status s);
+
+/* The error formatter of every llmem layer: writes one printf-style line
+ * into the caller's message buffer err[err_len], truncating (always
+ * NUL-terminated). Does nothing when err is NULL or err_len is 0, so a
+ * function can pass its optional (err, err_len) straight through. Plugins
+ * reach it through the host table (<llmem/backend_impl.h>). */
+void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
 
 #ifdef __cplusplus
 }

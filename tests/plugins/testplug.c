@@ -7,7 +7,10 @@
  *   TESTPLUG_ABI_DELTA=1    claim ABI LLMEM_BACKEND_ABI_VERSION + 1 (rejected)
  *   TESTPLUG_BAD_VTABLE=1   leave the required buffer_copy slot NULL (rejected)
  *   TESTPLUG_NO_ENTRY=1     export no entry symbol (rejected)
+ *   TESTPLUG_LAYOUT_DELTA=1 report another struct layout fingerprint (rejected)
  *   TESTPLUG_ALT=1          report another device name (search-order test)
+ * Like a real plugin it calls llmem only through the host table
+ * (<llmem/plugin.h>) and links nothing of libllmem.
  * The plugin checks the core's lifetime rules itself: it aborts when its
  * backend is destroyed while buffers are alive or when a buffer it did not
  * make is freed; a test run in fork mode then fails.
@@ -16,13 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmem/backend_impl.h"
+#include "llmem/plugin.h"
 
 #ifndef TESTPLUG_NAME
 #define TESTPLUG_NAME "testplug"
 #endif
 #ifndef TESTPLUG_ABI_DELTA
 #define TESTPLUG_ABI_DELTA 0
+#endif
+#ifndef TESTPLUG_LAYOUT_DELTA
+#define TESTPLUG_LAYOUT_DELTA 0
 #endif
 #ifdef TESTPLUG_ALT
 #define TESTPLUG_DEVICE "testplug alt device"
@@ -101,7 +107,7 @@ static llmem_status tp_open(int32_t device, llmem_backend **out, char *err, size
 {
     if (device > 0) {
         if (err && err_len)
-            snprintf(err, err_len, TESTPLUG_NAME ": no device %d", (int)device);
+            llmem_errf(err, err_len, TESTPLUG_NAME ": no device %d", (int)device);
         return LLMEM_E_NOT_FOUND;
     }
     tp_backend *tp = calloc(1, sizeof *tp);
@@ -210,9 +216,19 @@ static llmem_status tp_open_checked(int32_t device, llmem_backend **out, char *e
 {
 #ifdef TESTPLUG_BAD_VTABLE
     /* A vtable without the required buffer_copy slot. */
-    static llmem_backend_i broken;
-    broken = tp_iface;
-    broken.buffer_copy = NULL;
+    static const llmem_backend_i broken = {
+        .struct_size = sizeof(llmem_backend_i),
+        .destroy = tp_destroy,
+        .get_info = tp_get_info,
+        .buffer_alloc = tp_alloc,
+        .buffer_free = tp_free,
+        .buffer_upload = tp_upload,
+        .buffer_download = tp_download,
+        .buffer_copy = NULL,
+        .buffer_fill = tp_fill,
+        .synchronize = tp_synchronize,
+        .ops = NULL,
+    };
     llmem_status st = tp_open(device, out, err, err_len);
     if (st == LLMEM_OK)
         (*out)->iface = &broken;
@@ -224,18 +240,19 @@ static llmem_status tp_open_checked(int32_t device, llmem_backend **out, char *e
 
 static const llmem_plugin tp_plugin = {
     .abi_version = LLMEM_BACKEND_ABI_VERSION + TESTPLUG_ABI_DELTA,
+    .layout = LLMEM_BACKEND_ABI_LAYOUT + TESTPLUG_LAYOUT_DELTA,
     .name = TESTPLUG_NAME,
     .open = tp_open_checked,
     .list_devices = tp_list,
 };
 
 #ifdef TESTPLUG_NO_ENTRY
+LLMEM_PLUGIN_HIDDEN const llmem_host_api *llmem_plugin_host;
 const llmem_plugin *testplug_not_the_entry(void);
 const llmem_plugin *testplug_not_the_entry(void)
-#else
-const llmem_plugin *llmem_backend_plugin_entry(void);
-const llmem_plugin *llmem_backend_plugin_entry(void)
-#endif
 {
     return &tp_plugin;
 }
+#else
+LLMEM_PLUGIN_DEFINE(tp_plugin)
+#endif

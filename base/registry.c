@@ -1,11 +1,12 @@
-/* llmem: the backend registry.
+/* llmem base: the backend registry.
  *
  * "cpu" is built in; every other name is a plugin module
  * libllmem-<name>.so, loaded with dlopen(RTLD_NOW | RTLD_LOCAL) from the
  * first folder that has it: each folder of $LLMEM_BACKEND_PATH, then the
  * install folder, then the build tree (docs/backends.md). A plugin exports
  * one entry symbol; its ABI version and vtable are checked before the
- * backend is used. Each backend holds its own dlopen handle, released after
+ * backend is used; the entry point receives the host table (llmem_host_api),
+ * the only way a plugin calls llmem. Each backend holds its own dlopen handle, released after
  * the backend's destroy, so a plugin stays loaded while any object it made
  * (the backend or one of its buffers) is alive.
  *
@@ -21,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/backend_internal.h"
-#include "backends/cpu/cpu_backend.h"
+#include "base/base_internal.h"
+#include "llmem/ops.h"
 
 #ifndef LLMEM_PLUGIN_INSTALL_DIR
 #define LLMEM_PLUGIN_INSTALL_DIR ""
@@ -40,25 +41,27 @@
  * against struct_size before use. */
 #define BACKEND_I_MIN_SIZE (offsetof(llmem_backend_i, ops) + sizeof(((llmem_backend_i *)0)->ops))
 
+/* What plugins may call (<llmem/plugin.h>). */
+const llmem_host_api llmem_host_table = {
+    .struct_size = sizeof(llmem_host_api),
+    .status_str = llmem_status_str,
+    .errf = llmem_errf,
+    .dtype_size = llmem_dtype_size,
+    .dtype_name = llmem_dtype_name,
+    .nan_pattern = llmem_nan_pattern,
+    .buffer_size = llmem_buffer_size,
+    .buffer_backend = llmem_buffer_backend,
+    .buffer_host_ptr = llmem_buffer_host_ptr,
+    .tensor_nelements = llmem_tensor_nelements,
+    .tensor_nbytes = llmem_tensor_nbytes,
+};
+
 struct llmem_plugin_handle {
     void *dl;
     const llmem_plugin *plugin;
     char name[NAME_MAX_LEN + 1];
     char path[PATH_LEN];
 };
-
-static void fmt(char *out, size_t len, const char *format, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void fmt(char *out, size_t len, const char *format, ...)
-{
-    if (!out || len == 0)
-        return;
-    va_list ap;
-    va_start(ap, format);
-    vsnprintf(out, len, format, ap);
-    va_end(ap);
-}
 
 /* Names become file names: allow only [A-Za-z0-9_-], so a name can never
  * climb out of a search folder. */
@@ -140,14 +143,14 @@ static llmem_status plugin_load(const char *name, struct llmem_plugin_handle **o
 {
     struct llmem_plugin_handle *h = calloc(1, sizeof *h);
     if (!h) {
-        fmt(why, why_len, "out of host memory");
+        llmem_errf(why, why_len, "out of host memory");
         return LLMEM_E_NO_MEMORY;
     }
     llmem_status st;
     snprintf(h->name, sizeof h->name, "%s", name);
     find_ctx f = {.name = name, .path = h->path};
     if (!for_each_dir(find_in_dir, &f)) {
-        fmt(why, why_len, "plugin libllmem-%s.so not found (searched: %s)", name,
+        llmem_errf(why, why_len, "plugin libllmem-%s.so not found (searched: %s)", name,
             f.searched_len ? f.searched : "no folders; set LLMEM_BACKEND_PATH");
         st = LLMEM_E_NOT_FOUND;
         goto fail;
@@ -156,13 +159,13 @@ static llmem_status plugin_load(const char *name, struct llmem_plugin_handle **o
     if (!h->dl) {
         /* Usually a missing driver library the plugin links (libcuda.so.1). */
         const char *e = dlerror();
-        fmt(why, why_len, "cannot load %s: %s", h->path, e ? e : "unknown dlopen error");
+        llmem_errf(why, why_len, "cannot load %s: %s", h->path, e ? e : "unknown dlopen error");
         st = LLMEM_E_NOT_FOUND;
         goto fail;
     }
     void *sym = dlsym(h->dl, LLMEM_PLUGIN_ENTRY_SYMBOL);
     if (!sym) {
-        fmt(why, why_len, "%s is not an llmem plugin (no symbol %s)", h->path,
+        llmem_errf(why, why_len, "%s is not an llmem plugin (no symbol %s)", h->path,
             LLMEM_PLUGIN_ENTRY_SYMBOL);
         st = LLMEM_E_ABI;
         goto fail;
@@ -172,20 +175,29 @@ static llmem_status plugin_load(const char *name, struct llmem_plugin_handle **o
     llmem_plugin_entry_fn entry;
     _Static_assert(sizeof entry == sizeof sym, "function and object pointers differ in size");
     memcpy(&entry, &sym, sizeof entry);
-    h->plugin = entry();
+    h->plugin = entry(&llmem_host_table);
     if (!h->plugin) {
-        fmt(why, why_len, "%s: entry point returned NULL", h->path);
+        llmem_errf(why, why_len, "%s: entry point returned NULL (host table too old for it?)",
+                   h->path);
         st = LLMEM_E_ABI;
         goto fail;
     }
     if (h->plugin->abi_version != LLMEM_BACKEND_ABI_VERSION) {
-        fmt(why, why_len, "%s was built for backend ABI %u, this llmem uses ABI %d; rebuild it",
+        llmem_errf(why, why_len, "%s was built for backend ABI %u, this llmem uses ABI %d; rebuild it",
             h->path, (unsigned)h->plugin->abi_version, LLMEM_BACKEND_ABI_VERSION);
         st = LLMEM_E_ABI;
         goto fail;
     }
+    if (h->plugin->layout != (uint64_t)LLMEM_BACKEND_ABI_LAYOUT) {
+        llmem_errf(why, why_len, "%s was built with other layouts of the structs it reads "
+                   "(view, tensor or base objects: fingerprint %016llx, this llmem %016llx); "
+                   "rebuild it", h->path, (unsigned long long)h->plugin->layout,
+                   (unsigned long long)LLMEM_BACKEND_ABI_LAYOUT);
+        st = LLMEM_E_ABI;
+        goto fail;
+    }
     if (!h->plugin->open) {
-        fmt(why, why_len, "%s has no open function", h->path);
+        llmem_errf(why, why_len, "%s has no open function", h->path);
         st = LLMEM_E_ABI;
         goto fail;
     }
@@ -238,6 +250,7 @@ static void backend_init_base(llmem_backend *be, const char *name,
     be->closed = false;
     be->alloc_hook = NULL;
     be->alloc_hook_ctx = NULL;
+    be->view_checks = NULL;
 }
 
 static llmem_status open_plugin(const char *name, int32_t device, llmem_backend **out,
@@ -252,17 +265,17 @@ static llmem_status open_plugin(const char *name, int32_t device, llmem_backend 
     st = h->plugin->open(device, &be, msg, sizeof msg);
     if (st != LLMEM_OK) {
         msg[sizeof msg - 1] = '\0';
-        fmt(why, why_len, "%s", msg[0] ? strip_prefix(msg, name) : llmem_status_str(st));
+        llmem_errf(why, why_len, "%s", msg[0] ? strip_prefix(msg, name) : llmem_status_str(st));
         goto fail;
     }
     if (!be) {
-        fmt(why, why_len, "plugin %s reported success but returned no backend", h->path);
+        llmem_errf(why, why_len, "plugin %s reported success but returned no backend", h->path);
         st = LLMEM_E_ABI;
         goto fail;
     }
     const char *problem = vtable_problem(be->iface);
     if (problem) {
-        fmt(why, why_len, "plugin %s has a bad backend vtable: %s", h->path, problem);
+        llmem_errf(why, why_len, "plugin %s has a bad backend vtable: %s", h->path, problem);
         /* Free what we can; a vtable without destroy leaks its backend. */
         if (be->iface && be->iface->struct_size >= offsetof(llmem_backend_i, destroy) +
                                                        sizeof be->iface->destroy &&
@@ -285,9 +298,9 @@ static llmem_status open_named(const char *name, int32_t device, llmem_backend *
 {
     if (strcmp(name, "cpu") == 0) {
         char msg[REASON_LEN] = "";
-        llmem_status st = llmem_cpu_backend_open(device, out, msg, sizeof msg);
+        llmem_status st = llmem_cpu_plugin.open(device, out, msg, sizeof msg);
         if (st != LLMEM_OK) {
-            fmt(why, why_len, "%s", strip_prefix(msg, "cpu"));
+            llmem_errf(why, why_len, "%s", strip_prefix(msg, "cpu"));
             return st;
         }
         backend_init_base(*out, "cpu", NULL);
@@ -321,7 +334,7 @@ static llmem_status open_auto(int32_t device, llmem_backend **out, char *err, si
             *out = be;
             return LLMEM_OK;
         }
-        fmt(why_vk, sizeof why_vk, "%s is not a discrete GPU",
+        llmem_errf(why_vk, sizeof why_vk, "%s is not a discrete GPU",
             info.device_name ? info.device_name : "the device");
         llmem_backend_close(be);
     }
@@ -330,7 +343,7 @@ static llmem_status open_auto(int32_t device, llmem_backend **out, char *err, si
         *out = be;
         return LLMEM_OK;
     }
-    fmt(err, err_len, "auto: no backend opened (cuda: %s; vulkan: %s; cpu: %s)", why_cuda,
+    llmem_errf(err, err_len, "auto: no backend opened (cuda: %s; vulkan: %s; cpu: %s)", why_cuda,
         why_vk, why_cpu);
     return st;
 }
@@ -341,17 +354,17 @@ llmem_status llmem_backend_open(const char *name, int32_t device, llmem_backend 
     if (err && err_len)
         err[0] = '\0';
     if (!out || !name) {
-        fmt(err, err_len, "backend_open: NULL %s", out ? "name" : "out");
+        llmem_errf(err, err_len, "backend_open: NULL %s", out ? "name" : "out");
         return LLMEM_E_INVALID;
     }
     *out = NULL;
     if (!name_valid(name)) {
-        fmt(err, err_len, "backend_open: invalid backend name \"%.64s\" (use letters, digits, "
+        llmem_errf(err, err_len, "backend_open: invalid backend name \"%.64s\" (use letters, digits, "
                           "'-' and '_', at most %d)", name, NAME_MAX_LEN);
         return LLMEM_E_INVALID;
     }
     if (device < -1) {
-        fmt(err, err_len, "%s: invalid device index %d (>= 0, or -1 for the default)", name,
+        llmem_errf(err, err_len, "%s: invalid device index %d (>= 0, or -1 for the default)", name,
             (int)device);
         return LLMEM_E_INVALID;
     }
@@ -360,7 +373,7 @@ llmem_status llmem_backend_open(const char *name, int32_t device, llmem_backend 
     char why[REASON_LEN] = "";
     llmem_status st = open_named(name, device, out, why, sizeof why);
     if (st != LLMEM_OK)
-        fmt(err, err_len, "%s: %s", name, why);
+        llmem_errf(err, err_len, "%s: %s", name, why);
     return st;
 }
 
@@ -378,6 +391,8 @@ void llmem_backend_release(llmem_backend *be)
         return;
     /* destroy frees `be`; the plugin's code must stay mapped until then. */
     struct llmem_plugin_handle *h = be->plugin;
+    llmem_view_checks_free(be->view_checks);
+    be->view_checks = NULL;
     be->iface->destroy(be);
     plugin_unload(h);
 }
@@ -504,11 +519,8 @@ void llmem_backend_list(void (*fn)(const char *line, void *ctx), void *ctx)
 {
     if (!fn)
         return;
-    char line[REASON_LEN];
-    char desc[REASON_LEN - 8];
-    llmem_cpu_backend_describe(desc, sizeof desc);
-    snprintf(line, sizeof line, "cpu: %s", desc);
-    fn(line, ctx);
+    list_ctx cpu = {.fn = fn, .ctx = ctx, .name = "cpu"};
+    llmem_cpu_plugin.list_devices(list_prefixed, &cpu);
     list_plugin("cuda", fn, ctx);
     list_plugin("vulkan", fn, ctx);
     scan_ctx *s = calloc(1, sizeof *s);

@@ -1,4 +1,4 @@
-/* llmem: the public buffer API.
+/* llmem base: the public buffer API.
  *
  * Thin wrappers over a backend's vtable: they check arguments and byte
  * ranges (overflow-safe), run the fault-injection hook, and keep the
@@ -6,9 +6,19 @@
  * plugin outlive llmem_backend_close while buffers remain. Backends see
  * only valid, non-empty ranges.
  */
+#include <stdatomic.h>
 #include <string.h>
 
-#include "backends/backend_internal.h"
+#include "base/base_internal.h"
+
+/* Source of llmem_buffer.write_gen: unique across buffers and writes, so a
+ * new buffer at a freed one's address never repeats its generation. */
+static atomic_uint_fast64_t write_gen_next = 1;
+
+static void mark_written(llmem_buffer *buf)
+{
+    buf->write_gen = (uint64_t)atomic_fetch_add(&write_gen_next, 1);
+}
 
 /* [offset, offset + size) lies inside the buffer; no overflow possible. */
 static bool range_ok(const llmem_buffer *buf, size_t offset, size_t size)
@@ -47,6 +57,7 @@ llmem_status llmem_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **o
     }
     buf->backend = be;
     buf->size = size;
+    mark_written(buf);
     *out = buf;
     return LLMEM_OK;
 }
@@ -82,6 +93,7 @@ llmem_status llmem_buffer_upload(llmem_buffer *dst, size_t offset, const void *s
     if (size == 0)
         return LLMEM_OK;
     llmem_backend *be = dst->backend;
+    mark_written(dst);
     return be->iface->buffer_upload(be, dst, offset, src, size);
 }
 
@@ -108,6 +120,7 @@ llmem_status llmem_buffer_copy(llmem_buffer *dst, size_t dst_offset, llmem_buffe
     if (dst == src && dst_offset < src_offset + size && src_offset < dst_offset + size)
         return LLMEM_E_INVALID;
     llmem_backend *be = dst->backend;
+    mark_written(dst);
     return be->iface->buffer_copy(be, dst, dst_offset, src, src_offset, size);
 }
 
@@ -118,6 +131,7 @@ llmem_status llmem_buffer_fill(llmem_buffer *dst, size_t offset, size_t size, ui
     if (size == 0)
         return LLMEM_OK;
     llmem_backend *be = dst->backend;
+    mark_written(dst);
     return be->iface->buffer_fill(be, dst, offset, size, pattern);
 }
 

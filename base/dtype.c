@@ -1,27 +1,7 @@
-/* llmem: status names, dtype helpers and NaN poison patterns. */
+/* llmem base: dtype sizes and names, and NaN poison patterns. */
 #include <string.h>
 
 #include "llmem/backend.h"
-#include "llmem/status.h"
-
-const char *llmem_status_str(llmem_status s)
-{
-    switch (s) {
-    case LLMEM_OK: return "LLMEM_OK: success";
-    case LLMEM_E_INVALID: return "LLMEM_E_INVALID: invalid argument";
-    case LLMEM_E_NO_MEMORY: return "LLMEM_E_NO_MEMORY: host or device allocation failed";
-    case LLMEM_E_NO_SPACE: return "LLMEM_E_NO_SPACE: no free pages or state slots";
-    case LLMEM_E_UNSUPPORTED: return "LLMEM_E_UNSUPPORTED: not supported by this object";
-    case LLMEM_E_NOT_FOUND: return "LLMEM_E_NOT_FOUND: backend, plugin, driver, device or file not found";
-    case LLMEM_E_ABI: return "LLMEM_E_ABI: built for another ABI or format version";
-    case LLMEM_E_CORRUPT: return "LLMEM_E_CORRUPT: damaged stream or file";
-    case LLMEM_E_BUSY: return "LLMEM_E_BUSY: a plan is in flight";
-    case LLMEM_E_STATE: return "LLMEM_E_STATE: not valid in the current state";
-    case LLMEM_E_BACKEND: return "LLMEM_E_BACKEND: device or driver error";
-    case LLMEM_E_IO: return "LLMEM_E_IO: file read or write failed";
-    }
-    return "unknown status";
-}
 
 static const struct {
     const char *name;
