@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The command line's errors: bad arguments, missing files, malformed input,
 # tokens outside the vocabulary each give one clear line on stderr and a
-# non-zero exit status; --help answers with status 0.
+# non-zero exit status; --help answers with status 0. Then the flags people
+# type (llama.cpp aliases, --opt=value, --stop) and admission under memory
+# pressure: work that does not fit waits, and its output equals the output
+# of a run with room for everything.
 #   tests/cli.sh LLMEM_BIN REPO_ROOT
 set -uo pipefail
 bin="$1"; root="$2"
@@ -48,4 +51,62 @@ expect_fail "replay: overflowing year" "huge.csv:2" "$bin" replay --model "$fx" 
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,99999999999999999999,2\n' > "$tmp/huge2.csv"
 expect_fail "replay: overflowing length" "huge2.csv:2" "$bin" replay --model "$fx" --backend cpu --trace "$tmp/huge2.csv" --text "$fx/config.json"
 expect_fail "bad --temp" "bad value" "$bin" generate --model "$fx" --temp -1
+expect_fail "prompt ids with junk" "'x', is not an id" "$bin" generate --model "$fx" --backend cpu -n 1 --prompt-ids "1 2 x 3"
+expect_fail "prompt id out of range" "'256', is not an id" "$bin" generate --model "$fx" --backend cpu -n 1 --prompt-ids "1 256"
+expect_fail "two prompt sources" "one of --prompt" "$bin" generate --model "$fx" -p a --prompt-ids 1
+expect_fail "prompt file a directory" "is a directory" "$bin" generate --model "$fx" --backend cpu -n 1 --file "$tmp"
+expect_fail "missing value" "needs a value" "$bin" generate --model "$fx" --temp
+expect_fail "stray argument" "unexpected argument" "$bin" generate --model "$fx" hello
+expect_fail "bad --precision" "precise or fast" "$bin" score --model "$fx" --input "$fx/cases.jsonl" --precision medium
+expect_fail "bad --log-level" "log-level" "$bin" info --log-level loud
+# a model whose every log-prob is NaN: the run fails and names the case
+python3 - "$fx" "$tmp/nan" <<'PY' || { echo "FAIL: cannot write the NaN model"; fail=1; }
+import json, struct, sys, os, shutil
+src, dst = sys.argv[1], sys.argv[2]
+os.makedirs(dst, exist_ok=True)
+shutil.copy(os.path.join(src, "config.json"), dst)
+raw = open(os.path.join(src, "model.safetensors"), "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+data = bytearray(raw)
+name = next(k for k in sorted(hdr) if "norm" in k and k != "__metadata__" and hdr[k]["dtype"] == "F32")
+a, b = hdr[name]["data_offsets"]
+data[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
+open(os.path.join(dst, "model.safetensors"), "wb").write(data)
+PY
+expect_fail "non-finite log-probs" "not finite" "$bin" score --model "$tmp/nan" --input "$fx/cases.jsonl" --backend cpu
+
+# llama.cpp-style flags: -m -p -n -c -t, --temp 0 and --temp=0 give the same text
+expect_ok "generate -m -p -n -c -t --temp 0" "$bin" generate -m "$fx" -p "ab" -n 8 -c 64 -t 1 --temp 0 --backend cpu
+cp "$tmp/out" "$tmp/g_space"
+expect_ok "generate --temp=0" "$bin" generate --model="$fx" --prompt=ab --n-predict=8 --temp=0 --backend=cpu
+if cmp -s "$tmp/out" "$tmp/g_space"; then echo "ok: --temp 0 and --temp=0 agree"; else echo "FAIL: --temp=0 differs"; fail=1; fi
+if [ "$(tail -c 1 "$tmp/out" | od -An -c | tr -d ' ')" = '\n' ]; then echo "ok: final newline"; else echo "FAIL: no final newline"; fail=1; fi
+expect_ok "info --json" "$bin" info --json
+if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(b["name"]=="cpu" and b["available"] for b in d["backends"])' "$tmp/out"; then
+  echo "ok: info --json parses, cpu available"; else echo "FAIL: info --json"; fail=1; fi
+# --stop: the text ends right before the first occurrence of the stop string
+expect_ok "generate (no stop)" "$bin" generate -p "ROMEO:" -n 60 --temp 0 --backend cpu
+cp "$tmp/out" "$tmp/nostop"
+expect_ok "generate --stop" "$bin" generate -p "ROMEO:" -n 60 --temp 0 --backend cpu --stop "the" --stop "zzzz"
+if python3 - "$tmp/nostop" "$tmp/out" <<'PY'; then echo "ok: --stop cuts before the stop string"; else echo "FAIL: --stop"; fail=1; fi
+import sys
+full = open(sys.argv[1], "rb").read(); cut = open(sys.argv[2], "rb").read()
+gen = full[len(b"ROMEO:"):]
+i = gen.find(b"the")
+assert i >= 0, "stop string not in the reference text; pick another"
+assert cut == b"ROMEO:" + gen[:i] + (b"" if gen[:i].endswith(b"\n") else b"\n"), (cut, gen[:i])
+PY
+
+# admission: too few pages for everything at once; the work waits and the
+# results equal a run with room for everything (score: 23 cases on 24 pages)
+"$bin" score --model "$fx" --input "$fx/cases.jsonl" --backend cpu --n-seq-max 1 > "$tmp/s1" 2> "$tmp/err" || { echo "FAIL: score --n-seq-max 1"; fail=1; }
+expect_ok "score --n-pages 24 --n-seq-max 64" "$bin" score --model "$fx" --input "$fx/cases.jsonl" --backend cpu --n-pages 24 --n-seq-max 64
+if cmp -s "$tmp/out" "$tmp/s1"; then echo "ok: score under memory pressure equals --n-seq-max 1"; else echo "FAIL: score under memory pressure differs"; fail=1; fi
+for model in "$fx" "$root/tests/fixtures/bamba"; do
+  "$bin" generate -m "$model" --backend cpu --temp 0 -n 60 --parallel 4 -p "ROMEO: hello" > "$tmp/g1" 2> "$tmp/err" || { echo "FAIL: generate --parallel 4"; fail=1; }
+  expect_ok "generate --parallel 4 on 30 pages of 4 ($(basename "$model"))" "$bin" generate -m "$model" --backend cpu --temp 0 -n 60 --parallel 4 -p "ROMEO: hello" --n-pages 30 --page-size 4 --stats
+  if cmp -s "$tmp/out" "$tmp/g1" && grep -q "[1-9][0-9]* suspensions" "$tmp/err"; then echo "ok: suspended sequences resume with the same text"; else echo "FAIL: generate under memory pressure: $(cat "$tmp/err")"; fail=1; fi
+done
+expect_fail "one sequence that can never fit" "raise --n-pages" "$bin" generate -m "$fx" --backend cpu --temp 0 -n 60 -p "ROMEO" --n-pages 4 --page-size 4
 exit $fail

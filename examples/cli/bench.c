@@ -21,6 +21,7 @@
 
 #include "examples/cli/cli.h"
 #include "examples/cli/bench.h"
+#include "examples/cli/common.h"
 
 
 static void usage(FILE *f)
@@ -60,12 +61,12 @@ static void usage(FILE *f)
             "batch ended by a backend synchronize, after one warm-up call.\n"
             "\n"
             "options:\n"
-            "  --backend NAME   cpu, cuda, vulkan or auto (default auto)\n"
-            "  --device N       device index within the backend (default: the backend's)\n"
             "  --iters N        calls per figure (default 100 on GPUs, 2 on cpu)\n"
             "  --all            also run the prefill and model figures on non-cuda backends\n"
             "  --only LIST      comma-separated subset of decode,mamba,prefill,model (copy,\n"
-            "                   the ceiling, always runs)\n");
+            "                   the ceiling, always runs)\n"
+            "%s%s",
+            cli_log_opts_help, cli_backend_opts_help);
 }
 
 /* ---- whole-model decode step ------------------------------------------------------------------ */
@@ -376,16 +377,6 @@ static llmem_status bench_model(bench *b)
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-static bool parse_int(const char *s, long lo, long hi, int32_t *out)
-{
-    char *end = NULL;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || *end || v < lo || v > hi)
-        return false;
-    *out = (int32_t)v;
-    return true;
-}
-
 /* Whether figure `name` runs: listed in --only, else by default. */
 static bool wanted(const char *only, const char *name, bool dflt)
 {
@@ -403,36 +394,45 @@ static bool wanted(const char *only, const char *name, bool dflt)
 
 int llmem_cli_bench(int argc, char **argv)
 {
-    const char *backend = "auto";
-    int32_t device = -1, iters = 0;
+    cli_model_opts mo;
+    cli_model_opts_init(&mo);
+    int32_t iters = 0;
     bool all = false;
     const char *only = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    enum { O_ITERS = CLI_OPT_OWN, O_ALL, O_ONLY };
+    static const struct option own[] = {
+        {"iters", required_argument, NULL, O_ITERS},
+        {"all", no_argument, NULL, O_ALL},
+        {"only", required_argument, NULL, O_ONLY},
+        {0},
+    };
+    cli_parser p;
+    cli_parser_init(&p, "bench", argc, argv, own, "", CLI_GROUP_LOG | CLI_GROUP_BACKEND);
+    const char *v;
+    for (int c; (c = cli_next(&p, &v)) != -1;) {
+        int r = cli_model_opt(&mo, "bench", c, v);
+        if (r < 0 || c == '?')
+            return 2;
+        if (r > 0)
+            continue;
+        if (c == 'h') {
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--backend") && i + 1 < argc) {
-            backend = argv[++i];
-        } else if (!strcmp(a, "--device") && i + 1 < argc) {
-            if (!parse_int(argv[++i], 0, 1 << 20, &device)) {
-                fprintf(stderr, "llmem bench: bad --device '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--iters") && i + 1 < argc) {
-            if (!parse_int(argv[++i], 1, 100000, &iters)) {
-                fprintf(stderr, "llmem bench: bad --iters '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--all")) {
-            all = true;
-        } else if (!strcmp(a, "--only") && i + 1 < argc) {
-            only = argv[++i];
-        } else {
-            fprintf(stderr, "llmem bench: unknown option '%s' (see llmem bench --help)\n", a);
+        } else if (c == O_ITERS && !cli_int(v, 1, 100000, &iters)) {
+            fprintf(stderr, "llmem bench: bad --iters '%s'\n", v);
             return 2;
+        } else if (c == O_ALL) {
+            all = true;
+        } else if (c == O_ONLY) {
+            only = v;
         }
     }
+    /* the prefill figure runs both modes on cuda; --precision is plumbed for
+     * the model figure */
+    mo.precision = cli_precision_of(&mo, CLI_PRECISION_FAST);
+    const char *backend = mo.backend;
+    int32_t device = mo.device;
+    cli_apply_threads(&mo);
     bench b = {0};
     char err[512] = "";
     llmem_status st = llmem_backend_open(backend, device, &b.be, err, sizeof err);

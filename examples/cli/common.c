@@ -1,5 +1,8 @@
-/* Shared helpers of the llmem command line: model options, loading. */
+/* Shared helpers of the llmem command line: option parsing, model options,
+ * loading, logging. */
 #include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,20 +13,137 @@
 
 const char *const cli_model_opts_help =
     "model options:\n"
-    "  --model DIR          Hugging Face checkpoint folder (config.json + *.safetensors);\n"
-    "                       default: the built-in byte-level Bamba model\n"
-    "  --backend NAME       auto | cpu | cuda | vulkan (default auto: CUDA, then a\n"
-    "                       discrete Vulkan GPU, then cpu)\n"
-    "  --device N           device index within the backend (default: its first)\n"
+    "  -m, --model DIR      Hugging Face checkpoint folder (config.json + *.safetensors,\n"
+    "                       and tokenizer.json for text); default: the built-in\n"
+    "                       byte-level Bamba model\n"
     "  --n-seq-max N        sequences in flight at once (default 8)\n"
     "  --n-ubatch N         tokens per ubatch (default 512)\n"
-    "  --n-ctx N            tokens per sequence the KV cache is sized for (default 4096)\n"
+    "  -c, --n-ctx N        tokens per sequence the KV cache is sized for (default 4096)\n"
     "  --page-size N        KV cache page size in tokens (default 16)\n"
-    "  --n-pages N          KV cache pages (default n-seq-max * n-ctx / page-size)\n"
+    "  --n-pages N          KV cache pages (default n-seq-max * n-ctx / page-size); work\n"
+    "                       that does not fit waits for pages to free up\n"
     "  --kv-type T          f32 | f16 | bf16 (default f32)\n"
     "  --no-prefix-cache    disable reuse of cached prompt pages\n"
     "  --poison             fill free pages and state slots with NaN (debugging;\n"
     "                       results must not change)\n";
+
+const char *const cli_backend_opts_help =
+    "backend options:\n"
+    "  --backend NAME       auto | cpu | cuda | vulkan (default auto: CUDA, then a\n"
+    "                       discrete Vulkan GPU, then cpu)\n"
+    "  --device N           device index within the backend (default: its first)\n"
+    "  -t, --threads N      cpu backend threads (default: $LLMEM_THREADS, else every core)\n"
+    "  --precision P        precise (f32 activations, the parity reference) or fast (bf16\n"
+    "                       activations into tensor cores); default precise for score,\n"
+    "                       fast for generate, replay and bench\n";
+
+const char *const cli_log_opts_help =
+    "  -v, --verbose        say what is loaded and used on stderr (--log-level info)\n"
+    "  --log-level L        error | warn | info | debug (default warn)\n"
+    "  -h, --help           this text\n";
+
+cli_log_level cli_log = CLI_LOG_WARN;
+
+void cli_logf(cli_log_level level, const char *cmd, const char *fmt, ...)
+{
+    if (level > cli_log)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "llmem %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* The shared options and the group each belongs to. */
+static const struct {
+    struct option opt;
+    int group;
+} shared_opts[] = {
+    {{"verbose", no_argument, NULL, 'v'}, CLI_GROUP_LOG},
+    {{"log-level", required_argument, NULL, CLI_OPT_LOG_LEVEL}, CLI_GROUP_LOG},
+    {{"backend", required_argument, NULL, CLI_OPT_BACKEND}, CLI_GROUP_BACKEND},
+    {{"device", required_argument, NULL, CLI_OPT_DEVICE}, CLI_GROUP_BACKEND},
+    {{"threads", required_argument, NULL, 't'}, CLI_GROUP_BACKEND},
+    {{"precision", required_argument, NULL, CLI_OPT_PRECISION}, CLI_GROUP_BACKEND},
+    {{"model", required_argument, NULL, 'm'}, CLI_GROUP_MODEL},
+    {{"n-seq-max", required_argument, NULL, CLI_OPT_N_SEQ_MAX}, CLI_GROUP_MODEL},
+    {{"n-ubatch", required_argument, NULL, CLI_OPT_N_UBATCH}, CLI_GROUP_MODEL},
+    {{"n-ctx", required_argument, NULL, 'c'}, CLI_GROUP_MODEL},
+    {{"page-size", required_argument, NULL, CLI_OPT_PAGE_SIZE}, CLI_GROUP_MODEL},
+    {{"n-pages", required_argument, NULL, CLI_OPT_N_PAGES}, CLI_GROUP_MODEL},
+    {{"kv-type", required_argument, NULL, CLI_OPT_KV_TYPE}, CLI_GROUP_MODEL},
+    {{"no-prefix-cache", no_argument, NULL, CLI_OPT_NO_PREFIX_CACHE}, CLI_GROUP_MODEL},
+    {{"poison", no_argument, NULL, CLI_OPT_POISON}, CLI_GROUP_MODEL},
+};
+
+void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
+                     const struct option *own, const char *own_short, int groups)
+{
+    memset(p, 0, sizeof *p);
+    p->cmd = cmd;
+    p->argc = argc;
+    p->argv = argv;
+    int n = 0;
+    for (; own && own[n].name && n < CLI_MAX_OPTS - 20; n++)
+        p->opts[n] = own[n];
+    p->opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
+    for (size_t k = 0; k < sizeof shared_opts / sizeof *shared_opts; k++)
+        if (shared_opts[k].group & groups)
+            p->opts[n++] = shared_opts[k].opt;
+    /* leading ':' : a missing value is reported as ':' rather than '?' */
+    snprintf(p->shortopts, sizeof p->shortopts, ":h%s%s%s%s", own_short ? own_short : "",
+             groups & CLI_GROUP_LOG ? "v" : "", groups & CLI_GROUP_BACKEND ? "t:" : "",
+             groups & CLI_GROUP_MODEL ? "m:c:" : "");
+    optind = 1;
+    opterr = 0;
+}
+
+int cli_next(cli_parser *p, const char **arg)
+{
+    int prev = optind;
+    int c = getopt_long(p->argc, p->argv, p->shortopts, p->opts, NULL);
+    *arg = optarg;
+    if (c == -1) {
+        if (optind < p->argc) {
+            fprintf(stderr, "llmem %s: unexpected argument '%s' (see llmem %s --help)\n", p->cmd,
+                    p->argv[optind], p->cmd);
+            return '?';
+        }
+        return -1;
+    }
+    /* the option just read: argv[optind - 1], or argv[prev] inside a group
+     * of short options */
+    const char *what = optind - 1 >= prev ? p->argv[optind - 1] : p->argv[prev];
+    char shortname[3] = {'-', (char)optopt, 0};
+    if (c == '?') {
+        fprintf(stderr, "llmem %s: unknown option '%s' (see llmem %s --help)\n", p->cmd,
+                optopt && what[1] != '-' ? shortname : what, p->cmd);
+        return '?';
+    }
+    if (c == ':') {
+        fprintf(stderr, "llmem %s: option %s needs a value\n", p->cmd,
+                optopt && what[1] != '-' ? shortname : what);
+        return '?';
+    }
+    if (c == 'v') {
+        cli_log = cli_log > CLI_LOG_INFO ? cli_log : CLI_LOG_INFO;
+        return cli_next(p, arg);
+    }
+    if (c == CLI_OPT_LOG_LEVEL) {
+        static const char *const names[] = {"error", "warn", "info", "debug"};
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(optarg, names[k])) {
+                cli_log = (cli_log_level)k;
+                return cli_next(p, arg);
+            }
+        fprintf(stderr, "llmem %s: --log-level wants error, warn, info or debug, got '%s'\n",
+                p->cmd, optarg);
+        return '?';
+    }
+    return c;
+}
 
 void cli_model_opts_init(cli_model_opts *o)
 {
@@ -89,66 +209,114 @@ FILE *cli_open_input(const char *cmd, const char *what, const char *path, bool a
     return NULL;
 }
 
-static int need_value(const char *cmd, int argc, char **argv, int i)
+int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
 {
-    if (i + 1 >= argc) {
-        fprintf(stderr, "llmem %s: option %s needs a value\n", cmd, argv[i]);
-        return 0;
-    }
-    return 1;
-}
-
-int cli_model_opt(cli_model_opts *o, const char *cmd, int argc, char **argv, int *i)
-{
-    const char *a = argv[*i];
-    struct { const char *name; int32_t *dst; int64_t lo, hi; } ints[] = {
-        {"--device", &o->device, 0, 1024},
-        {"--n-seq-max", &o->params.n_seq_max, 1, 1 << 20},
-        {"--n-ubatch", &o->params.n_ubatch, 1, 1 << 20},
-        {"--n-ctx", &o->params.n_ctx, 1, 1 << 26},
-        {"--page-size", &o->params.page_size, 1, 1 << 16},
-        {"--n-pages", &o->params.n_pages, 1, INT32_MAX},
+    static const struct {
+        int code;
+        const char *name;
+        size_t field; /* offsetof in cli_model_opts */
+        int64_t lo, hi;
+    } ints[] = {
+        {CLI_OPT_DEVICE, "--device", offsetof(cli_model_opts, device), 0, 1024},
+        {'t', "--threads", offsetof(cli_model_opts, threads), 1, 512},
+        {CLI_OPT_N_SEQ_MAX, "--n-seq-max", offsetof(cli_model_opts, params.n_seq_max), 1, 1 << 20},
+        {CLI_OPT_N_UBATCH, "--n-ubatch", offsetof(cli_model_opts, params.n_ubatch), 1, 1 << 20},
+        {'c', "--n-ctx", offsetof(cli_model_opts, params.n_ctx), 1, 1 << 26},
+        {CLI_OPT_PAGE_SIZE, "--page-size", offsetof(cli_model_opts, params.page_size), 1, 1 << 16},
+        {CLI_OPT_N_PAGES, "--n-pages", offsetof(cli_model_opts, params.n_pages), 1, INT32_MAX},
     };
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++) {
-        if (strcmp(a, ints[k].name))
+        if (code != ints[k].code)
             continue;
-        if (!need_value(cmd, argc, argv, *i))
+        if (!cli_int(arg, ints[k].lo, ints[k].hi, (int32_t *)((char *)o + ints[k].field))) {
+            fprintf(stderr, "llmem %s: %s wants an integer in [%lld, %lld], got '%s'\n", cmd,
+                    ints[k].name, (long long)ints[k].lo, (long long)ints[k].hi, arg);
             return -1;
-        if (!cli_int(argv[*i + 1], ints[k].lo, ints[k].hi, ints[k].dst)) {
-            fprintf(stderr, "llmem %s: %s wants an integer in [%lld, %lld], got '%s'\n", cmd, a,
-                    (long long)ints[k].lo, (long long)ints[k].hi, argv[*i + 1]);
-            return -1;
-        }
-        *i += 1;
-        return 1;
-    }
-    if (!strcmp(a, "--model") || !strcmp(a, "--backend") || !strcmp(a, "--kv-type")) {
-        if (!need_value(cmd, argc, argv, *i))
-            return -1;
-        const char *v = argv[++*i];
-        if (!strcmp(a, "--model"))
-            o->model = v;
-        else if (!strcmp(a, "--backend"))
-            o->backend = v;
-        else {
-            llmem_dtype t;
-            if (llmem_dtype_parse(v, &t) != LLMEM_OK || t == LLMEM_DTYPE_I32) {
-                fprintf(stderr, "llmem %s: --kv-type wants f32, f16 or bf16, got '%s'\n", cmd, v);
-                return -1;
-            }
-            o->params.kv_dtype = t;
         }
         return 1;
     }
-    if (!strcmp(a, "--no-prefix-cache")) {
+    switch (code) {
+    case 'm':
+        o->model = arg;
+        return 1;
+    case CLI_OPT_BACKEND:
+        o->backend = arg;
+        return 1;
+    case CLI_OPT_KV_TYPE: {
+        llmem_dtype t;
+        if (llmem_dtype_parse(arg, &t) != LLMEM_OK || t == LLMEM_DTYPE_I32) {
+            fprintf(stderr, "llmem %s: --kv-type wants f32, f16 or bf16, got '%s'\n", cmd, arg);
+            return -1;
+        }
+        o->params.kv_dtype = t;
+        return 1;
+    }
+    case CLI_OPT_PRECISION:
+        if (!strcmp(arg, "precise") || !strcmp(arg, "fast")) {
+            o->precision = arg[0] == 'p' ? CLI_PRECISION_PRECISE : CLI_PRECISION_FAST;
+            return 1;
+        }
+        fprintf(stderr, "llmem %s: --precision wants precise or fast, got '%s'\n", cmd, arg);
+        return -1;
+    case CLI_OPT_NO_PREFIX_CACHE:
         o->params.no_prefix_cache = true;
         return 1;
-    }
-    if (!strcmp(a, "--poison")) {
+    case CLI_OPT_POISON:
         o->params.poison = true;
         return 1;
+    default:
+        return 0;
     }
-    return 0;
+}
+
+cli_precision cli_precision_of(const cli_model_opts *o, cli_precision dflt)
+{
+    return o->precision != CLI_PRECISION_DEFAULT ? o->precision : dflt;
+}
+
+void cli_apply_threads(const cli_model_opts *o)
+{
+    /* the cpu backend's thread pool reads LLMEM_THREADS when it starts */
+    if (o->threads > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", (int)o->threads);
+        setenv("LLMEM_THREADS", v, 1);
+    }
+}
+
+char *cli_read_file(const char *cmd, const char *what, const char *path, size_t *len)
+{
+    FILE *f = cli_open_input(cmd, what, path, true);
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got = 1; buf && got > 0;) {
+        if (n + 1 == cap) {
+            char *nb = cap < ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+    }
+    bool bad = ferror(f) != 0;
+    if (f != stdin)
+        fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "llmem %s: cannot read %s '%s'%s\n", cmd, what, path,
+                buf ? "" : ": out of memory");
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }
 
 int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem_model **m)
@@ -162,11 +330,14 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
                         "--model DIR)\n", cmd);
         return 1;
     }
+    cli_apply_threads(o);
     llmem_status st = llmem_backend_open(o->backend, o->device, be, err, sizeof err);
     if (st != LLMEM_OK) {
         fprintf(stderr, "llmem %s: backend '%s': %s\n", cmd, o->backend, err);
         return 1;
     }
+    cli_logf(CLI_LOG_INFO, cmd, "backend %s, loading model '%s'", llmem_backend_name(*be), dir);
+    double t0 = cli_now();
     st = llmem_model_load(dir, *be, &o->params, m, err, sizeof err);
     if (st != LLMEM_OK) {
         fprintf(stderr, "llmem %s: cannot load model '%s': %s (%s)\n", cmd, dir, err,
@@ -175,5 +346,11 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
         *be = NULL;
         return 1;
     }
+    cli_logf(CLI_LOG_INFO, cmd,
+             "model loaded in %.2f s: vocabulary %d; n_seq_max %d, n_ubatch %d, n_ctx %d, "
+             "page size %d, n_pages %d",
+             cli_now() - t0, (int)llmem_model_n_vocab(*m), (int)o->params.n_seq_max,
+             (int)o->params.n_ubatch, (int)o->params.n_ctx, (int)o->params.page_size,
+             (int)o->params.n_pages);
     return 0;
 }

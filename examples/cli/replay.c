@@ -49,8 +49,8 @@ static void usage(FILE *f)
             "  --output FILE.jsonl  each request's generated tokens, one line each:\n"
             "                       {\"request\": i, \"tokens\": [...]}\n"
             "  --check              check the memory's invariants after every step (slow)\n"
-            "%s",
-            cli_model_opts_help);
+            "%s%s%s",
+            cli_log_opts_help, cli_model_opts_help, cli_backend_opts_help);
 }
 
 /* ---- statistics ------------------------------------------------------------------------ */
@@ -229,48 +229,64 @@ typedef struct replay_opts {
 /* Returns -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
 {
-    for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(mo, "replay", argc, argv, &i);
-        if (r != 0) {
-            if (r < 0)
-                return 2;
+    enum {
+        O_TRACE = CLI_OPT_OWN, O_TEXT, O_LIMIT, O_SCALE, O_MAX_CTX, O_MAX_GEN, O_PREFIX, O_SEED,
+        O_PACE, O_SPEEDUP, O_PROGRESS, O_JSON, O_OUTPUT, O_CHECK,
+    };
+    static const struct option own[] = {
+        {"trace", required_argument, NULL, O_TRACE},
+        {"text", required_argument, NULL, O_TEXT},
+        {"limit", required_argument, NULL, O_LIMIT},
+        {"scale", required_argument, NULL, O_SCALE},
+        {"max-context", required_argument, NULL, O_MAX_CTX},
+        {"max-gen", required_argument, NULL, O_MAX_GEN},
+        {"system-prefix", required_argument, NULL, O_PREFIX},
+        {"seed", required_argument, NULL, O_SEED},
+        {"pace", no_argument, NULL, O_PACE},
+        {"pace-speedup", required_argument, NULL, O_SPEEDUP},
+        {"progress", no_argument, NULL, O_PROGRESS},
+        {"json", required_argument, NULL, O_JSON},
+        {"output", required_argument, NULL, O_OUTPUT},
+        {"check", no_argument, NULL, O_CHECK},
+        {0},
+    };
+    cli_parser p;
+    cli_parser_init(&p, "replay", argc, argv, own, "",
+                    CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
+    const char *v;
+    for (int c; (c = cli_next(&p, &v)) != -1;) {
+        int r = cli_model_opt(mo, "replay", c, v);
+        if (r < 0 || c == '?')
+            return 2;
+        if (r > 0)
             continue;
-        }
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        switch (c) {
+        case 'h':
             usage(stdout);
             return 0;
-        } else if (!strcmp(a, "--pace") || !strcmp(a, "--progress") || !strcmp(a, "--check")) {
-            bool *flag = !strcmp(a, "--pace") ? &o->pace : !strcmp(a, "--check") ? &o->check
-                                                                               : &o->show;
-            *flag = true;
-            continue;
-        } else if (!v) {
-            fprintf(stderr, "llmem replay: unknown option '%s' or missing value (see --help)\n", a);
-            return 2;
-        } else if (!strcmp(a, "--trace") || !strcmp(a, "--text")) {
-            *(a[3] == 'r' ? &o->trace : &o->text) = v;
-        } else if (!strcmp(a, "--json") || !strcmp(a, "--output")) {
-            *(a[2] == 'j' ? &o->json : &o->output) = v;
-        } else if (!strcmp(a, "--limit") || !strcmp(a, "--seed")) {
-            ok = cli_int(v, a[2] == 'l', INT32_MAX, a[2] == 'l' ? &o->to.limit : &o->to.seed);
-        } else if (!strcmp(a, "--max-context") || !strcmp(a, "--max-gen")) {
-            ok = cli_int(v, 1, MAX_LEN, a[6] == 'c' ? &o->to.max_ctx : &o->to.max_gen);
-        } else if (!strcmp(a, "--system-prefix")) {
-            ok = cli_int(v, 0, MAX_LEN, &o->n_prefix);
-        } else if (!strcmp(a, "--scale") || !strcmp(a, "--pace-speedup")) {
-            ok = cli_float(v, 1e-6, 1e9, a[2] == 's' ? &o->to.scale : &o->to.speedup);
-        } else {
-            fprintf(stderr, "llmem replay: unknown option '%s' (see --help)\n", a);
-            return 2;
+        case O_PACE: o->pace = true; break;
+        case O_CHECK: o->check = true; break;
+        case O_PROGRESS: o->show = true; break;
+        case O_TRACE: o->trace = v; break;
+        case O_TEXT: o->text = v; break;
+        case O_JSON: o->json = v; break;
+        case O_OUTPUT: o->output = v; break;
+        case O_LIMIT: ok = cli_int(v, 1, INT32_MAX, &o->to.limit); break;
+        case O_SEED: ok = cli_int(v, 0, INT32_MAX, &o->to.seed); break;
+        case O_MAX_CTX: ok = cli_int(v, 1, MAX_LEN, &o->to.max_ctx); break;
+        case O_MAX_GEN: ok = cli_int(v, 1, MAX_LEN, &o->to.max_gen); break;
+        case O_PREFIX: ok = cli_int(v, 0, MAX_LEN, &o->n_prefix); break;
+        case O_SCALE: ok = cli_float(v, 1e-6, 1e9, &o->to.scale); break;
+        case O_SPEEDUP: ok = cli_float(v, 1e-6, 1e9, &o->to.speedup); break;
+        default: break;
         }
         if (!ok) {
-            fprintf(stderr, "llmem replay: bad value '%s' for %s\n", v, a);
+            fprintf(stderr, "llmem replay: bad value '%s' for --%s\n", v, own[c - O_TRACE].name);
             return 2;
         }
-        i++;
     }
+    mo->precision = cli_precision_of(mo, CLI_PRECISION_FAST);
     return -1;
 }
 

@@ -2,6 +2,7 @@
  * file, with every case in flight at once up to --n-seq-max sequences
  * (continuous batching: a finished case frees its sequence for the next). */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +31,10 @@ static void usage(FILE *f)
             "Cases run together, up to --n-seq-max sequences at a time.\n"
             "\n"
             "options:\n"
-            "  --input FILE         the cases (required; '-' reads stdin)\n"
+            "  -i, --input FILE     the cases (required; '-' reads stdin)\n"
             "  --stats              one JSON line of statistics on stderr at the end\n"
-            "%s",
-            cli_model_opts_help);
+            "%s%s%s",
+            cli_log_opts_help, cli_model_opts_help, cli_backend_opts_help);
 }
 
 static int read_cases(const char *path, score_case **out, int32_t *n_out, int32_t n_vocab)
@@ -132,24 +133,32 @@ int llmem_cli_score(int argc, char **argv)
     cli_model_opts_init(&mo);
     const char *input = NULL;
     bool stats = false;
-    for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(&mo, "score", argc, argv, &i);
-        if (r < 0)
+    enum { O_STATS = CLI_OPT_OWN };
+    static const struct option own[] = {
+        {"input", required_argument, NULL, 'i'},
+        {"stats", no_argument, NULL, O_STATS},
+        {0},
+    };
+    cli_parser pr;
+    cli_parser_init(&pr, "score", argc, argv, own, "i:",
+                    CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
+    const char *arg;
+    for (int c; (c = cli_next(&pr, &arg)) != -1;) {
+        int r = cli_model_opt(&mo, "score", c, arg);
+        if (r < 0 || c == '?')
             return 2;
         if (r > 0)
             continue;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+        if (c == 'h') {
             usage(stdout);
             return 0;
-        } else if (!strcmp(argv[i], "--input") && i + 1 < argc) {
-            input = argv[++i];
-        } else if (!strcmp(argv[i], "--stats")) {
+        } else if (c == 'i') {
+            input = arg;
+        } else if (c == O_STATS) {
             stats = true;
-        } else {
-            fprintf(stderr, "llmem score: unknown option '%s' (see llmem score --help)\n", argv[i]);
-            return 2;
         }
     }
+    mo.precision = cli_precision_of(&mo, CLI_PRECISION_PRECISE);
     if (!input) {
         fprintf(stderr, "llmem score: --input FILE is required (see llmem score --help)\n");
         return 2;
@@ -164,34 +173,45 @@ int llmem_cli_score(int argc, char **argv)
     llmem_memory *mem = llmem_model_memory(m);
     int32_t n_seq = mo.params.n_seq_max, budget = mo.params.n_ubatch;
     int32_t *slot_case = malloc((size_t)n_seq * sizeof *slot_case);
+    int64_t *slot_order = malloc((size_t)n_seq * sizeof *slot_order);
+    int32_t *requeue = malloc((size_t)(n_cases > 0 ? n_cases : 1) * sizeof *requeue);
     int32_t *row_case = malloc((size_t)budget * sizeof *row_case);
     int32_t *row_pos = malloc((size_t)budget * sizeof *row_pos);
     float *out = malloc((size_t)budget * (size_t)V * sizeof *out);
     llmem_batch_buf *bb = NULL;
-    if (!rc && (!slot_case || !row_case || !row_pos || !out ||
+    if (!rc && (!slot_case || !slot_order || !requeue || !row_case || !row_pos || !out ||
                 llmem_batch_buf_create(budget, 1, &bb) != LLMEM_OK)) {
         fprintf(stderr, "llmem score: out of memory\n");
         rc = 1;
     }
-    for (int32_t s = 0; s < n_seq; s++)
+    for (int32_t s = 0; slot_case && s < n_seq; s++)
         slot_case[s] = -1;
-    int32_t next = 0, printed = 0, active = 0;
+    /* requeue: cases taken off their sequence to free pages, most recent on
+     * top; they run again (from their start) before any new case */
+    int32_t next = 0, printed = 0, active = 0, n_requeue = 0;
+    int64_t admissions = 0, preemptions = 0;
+    bool admit = true;
     double t0 = cli_now();
     int32_t step_budget = budget;
-    while (!rc && (next < n_cases || active > 0)) {
-        /* admit new cases into free sequences */
-        for (int32_t s = 0; s < n_seq && next < n_cases; s++) {
+    while (!rc && (next < n_cases || active > 0 || n_requeue > 0)) {
+        /* admit cases into free sequences, unless memory pressure paused that */
+        for (int32_t s = 0; s < n_seq && admit; s++) {
             if (slot_case[s] >= 0)
                 continue;
             while (next < n_cases && cases[next].n <= 1)
                 cases[next++].finished = true; /* nothing to predict */
-            if (next < n_cases) {
-                slot_case[s] = next++;
-                active++;
-            }
+            if (n_requeue == 0 && next == n_cases)
+                break;
+            slot_case[s] = n_requeue > 0 ? requeue[--n_requeue] : next++;
+            slot_order[s] = admissions++;
+            active++;
         }
-        if (active == 0)
+        if (active == 0 && n_requeue == 0)
             break;
+        if (active == 0) {
+            admit = true;
+            continue;
+        }
         /* a chunk of every active case, fairly, within the token budget */
         llmem_batch_buf_clear(bb);
         int32_t per = (step_budget + active - 1) / active, left = step_budget, rows = 0;
@@ -222,16 +242,44 @@ int llmem_cli_score(int argc, char **argv)
             step_budget = (step_budget + 1) / 2; /* memory pressure: smaller steps */
             continue;
         }
+        if (st == LLMEM_E_NO_SPACE && active > 1) {
+            /* still no room: the most recently admitted case waits (its pages
+             * freed, recomputed later) and no new case starts until one ends */
+            int32_t victim = -1;
+            for (int32_t s = 0; s < n_seq; s++)
+                if (slot_case[s] >= 0 && (victim < 0 || slot_order[s] > slot_order[victim]))
+                    victim = s;
+            llmem_memory_seq_rm(mem, victim, -1, -1);
+            cases[slot_case[victim]].done = 0;
+            requeue[n_requeue++] = slot_case[victim];
+            slot_case[victim] = -1;
+            active--;
+            preemptions++;
+            admit = false;
+            step_budget = budget;
+            cli_logf(CLI_LOG_INFO, "score", "memory full: case %d waits for pages",
+                     (int)requeue[n_requeue - 1]);
+            continue;
+        }
         if (st != LLMEM_OK) {
             fprintf(stderr, "llmem score: %s (%s)%s\n", err, llmem_status_str(st),
-                    st == LLMEM_E_NO_SPACE ? "; raise --n-pages or lower --n-seq-max" : "");
+                    st == LLMEM_E_NO_SPACE ? "; one case alone does not fit: raise --n-pages" : "");
             rc = 1;
             break;
         }
         step_budget = budget;
-        for (int32_t r = 0; r < n_out; r++) {
+        for (int32_t r = 0; r < n_out && !rc; r++) {
             score_case *c = &cases[row_case[r]];
-            c->lp[row_pos[r]] = out[(size_t)r * (size_t)V + (size_t)c->tok[row_pos[r] + 1]];
+            double lp = out[(size_t)r * (size_t)V + (size_t)c->tok[row_pos[r] + 1]];
+            if (!isfinite(lp)) {
+                char *id = cJSON_PrintUnformatted(c->id);
+                fprintf(stderr, "llmem score: case %d (id %s): log-prob %d is %g, not finite; "
+                                "the checkpoint's weights or config may be damaged\n",
+                        (int)row_case[r] + 1, id ? id : "?", (int)row_pos[r], lp);
+                free(id);
+                rc = 1;
+            }
+            c->lp[row_pos[r]] = lp;
         }
         /* advance, finish, free sequences */
         const llmem_batch *b = llmem_batch_buf_get(bb);
@@ -247,8 +295,9 @@ int llmem_cli_score(int argc, char **argv)
             llmem_memory_seq_rm(mem, s, -1, -1);
             slot_case[s] = -1;
             active--;
+            admit = true;
         }
-        while (printed < n_cases && cases[printed].finished)
+        while (!rc && printed < n_cases && cases[printed].finished)
             print_case(&cases[printed++]);
         fflush(stdout);
     }
@@ -263,13 +312,16 @@ int llmem_cli_score(int argc, char **argv)
         fprintf(stderr,
                 "{\"pages_total\": %lld, \"pages_peak\": %lld, \"prefix_hit_tokens\": %lld, "
                 "\"ubatches\": %lld, \"tokens\": %lld, \"tokens_per_second\": %.1f, "
-                "\"backend\": \"%s\"}\n",
+                "\"preemptions\": %lld, \"backend\": \"%s\"}\n",
                 (long long)ms.pages_total, (long long)ms.pages_peak,
                 (long long)ms.prefix_hit_tokens, (long long)st.n_ubatch, (long long)st.n_tokens,
-                dt > 0 ? (double)st.n_tokens / dt : 0.0, llmem_backend_name(be));
+                dt > 0 ? (double)st.n_tokens / dt : 0.0, (long long)preemptions,
+                llmem_backend_name(be));
     }
     llmem_batch_buf_destroy(bb);
     free(slot_case);
+    free(slot_order);
+    free(requeue);
     free(row_case);
     free(row_pos);
     free(out);
