@@ -22,7 +22,9 @@ const char *const cli_model_opts_help =
     "  --page-size N        KV cache page size in tokens (default 16)\n"
     "  --n-pages N          KV cache pages (default n-seq-max * n-ctx / page-size); work\n"
     "                       that does not fit waits for pages to free up\n"
-    "  --kv-type T          f32 | f16 | bf16 (default f32)\n"
+    "  --kv-type T          f32 | f16 | bf16 (default: f32 with --precision precise,\n"
+    "                       bf16 with fast)\n"
+    "  --ssm-type T         Mamba-2 SSM state dtype: f32 | f16 | bf16 (default f32)\n"
     "  --no-prefix-cache    disable reuse of cached prompt pages\n"
     "  --poison             fill free pages and state slots with NaN (debugging;\n"
     "                       results must not change)\n";
@@ -74,6 +76,7 @@ static const struct {
     {{"page-size", required_argument, NULL, CLI_OPT_PAGE_SIZE}, CLI_GROUP_MODEL},
     {{"n-pages", required_argument, NULL, CLI_OPT_N_PAGES}, CLI_GROUP_MODEL},
     {{"kv-type", required_argument, NULL, CLI_OPT_KV_TYPE}, CLI_GROUP_MODEL},
+    {{"ssm-type", required_argument, NULL, CLI_OPT_SSM_TYPE}, CLI_GROUP_MODEL},
     {{"no-prefix-cache", no_argument, NULL, CLI_OPT_NO_PREFIX_CACHE}, CLI_GROUP_MODEL},
     {{"poison", no_argument, NULL, CLI_OPT_POISON}, CLI_GROUP_MODEL},
 };
@@ -242,13 +245,15 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
     case CLI_OPT_BACKEND:
         o->backend = arg;
         return 1;
-    case CLI_OPT_KV_TYPE: {
+    case CLI_OPT_KV_TYPE:
+    case CLI_OPT_SSM_TYPE: {
         llmem_dtype t;
+        const char *name = code == CLI_OPT_KV_TYPE ? "--kv-type" : "--ssm-type";
         if (llmem_dtype_parse(arg, &t) != LLMEM_OK || t == LLMEM_DTYPE_I32) {
-            fprintf(stderr, "llmem %s: --kv-type wants f32, f16 or bf16, got '%s'\n", cmd, arg);
+            fprintf(stderr, "llmem %s: %s wants f32, f16 or bf16, got '%s'\n", cmd, name, arg);
             return -1;
         }
-        o->params.kv_dtype = t;
+        *(code == CLI_OPT_KV_TYPE ? &o->params.kv_dtype : &o->params.ssm_dtype) = t;
         return 1;
     }
     case CLI_OPT_PRECISION:
@@ -331,6 +336,8 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
         return 1;
     }
     cli_apply_threads(o);
+    o->params.precision = o->precision == CLI_PRECISION_FAST ? LLMEM_PRECISION_FAST
+                                                             : LLMEM_PRECISION_PRECISE;
     llmem_status st = llmem_backend_open(o->backend, o->device, be, err, sizeof err);
     if (st != LLMEM_OK) {
         fprintf(stderr, "llmem %s: backend '%s': %s\n", cmd, o->backend, err);
@@ -347,9 +354,10 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
         return 1;
     }
     cli_logf(CLI_LOG_INFO, cmd,
-             "model loaded in %.2f s: vocabulary %d; n_seq_max %d, n_ubatch %d, n_ctx %d, "
-             "page size %d, n_pages %d",
-             cli_now() - t0, (int)llmem_model_n_vocab(*m), (int)o->params.n_seq_max,
+             "model loaded in %.2f s: vocabulary %d; precision %s; n_seq_max %d, n_ubatch %d, "
+             "n_ctx %d, page size %d, n_pages %d",
+             cli_now() - t0, (int)llmem_model_n_vocab(*m),
+             llmem_precision_name(o->params.precision), (int)o->params.n_seq_max,
              (int)o->params.n_ubatch, (int)o->params.n_ctx, (int)o->params.page_size,
              (int)o->params.n_pages);
     return 0;

@@ -55,6 +55,7 @@ enum {
     CLI_OPT_PAGE_SIZE,
     CLI_OPT_N_PAGES,
     CLI_OPT_KV_TYPE,
+    CLI_OPT_SSM_TYPE,
     CLI_OPT_NO_PREFIX_CACHE,
     CLI_OPT_POISON,
     CLI_OPT_PRECISION,
@@ -94,7 +95,7 @@ extern const char *const cli_model_opts_help;
 extern const char *const cli_backend_opts_help;
 extern const char *const cli_log_opts_help;
 /* The precision a command runs at: o->precision, else the command's
- * default. */
+ * default. cli_open_model passes it to the model (llmem_model_params). */
 cli_precision cli_precision_of(const cli_model_opts *o, cli_precision dflt);
 /* Applies -t/--threads (before the backend opens). */
 void cli_apply_threads(const cli_model_opts *o);
