@@ -18,6 +18,7 @@ LLMEM_BUILD="${LLMEM_BUILD_DIR:-$LLMEM_ROOT/build}"
 LLMEM_PACKAGES=(
   build-essential cmake pkg-config
   check libsubunit-dev libcjson-dev libxxhash-dev libpcre2-dev libutf8proc-dev
+  libmicrohttpd-dev
   libvulkan-dev libvulkan-volk-dev glslang-tools mesa-vulkan-drivers vulkan-validationlayers
   clang libclang-rt-14-dev
   python3

@@ -7,5 +7,6 @@ int llmem_cli_score(int argc, char **argv);
 int llmem_cli_generate(int argc, char **argv);
 int llmem_cli_bench(int argc, char **argv);
 int llmem_cli_replay(int argc, char **argv);
+int llmem_cli_serve(int argc, char **argv);
 
 #endif

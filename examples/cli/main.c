@@ -17,6 +17,7 @@ static void usage(FILE *f)
             "  score      log-probabilities of token sequences, one JSON line each\n"
             "  replay     serve a request trace (Azure LLM inference format) with continuous\n"
             "             batching and report throughput and latency percentiles\n"
+            "  serve      an OpenAI-compatible HTTP server (continuous batching)\n"
             "  bench      memory-bandwidth benchmarks of the kernels on a backend\n"
             "  tokenize   text to token ids and back with a tokenizer.json\n"
             "  info       version, backends and devices\n"
@@ -46,6 +47,8 @@ int main(int argc, char **argv)
         return llmem_cli_replay(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return llmem_cli_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve"))
+        return llmem_cli_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench"))
         return llmem_cli_bench(argc - 1, argv + 1);
     fprintf(stderr, "llmem: unknown command '%s'\n\n", cmd);

@@ -1,0 +1,450 @@
+/* llmem serve: the OpenAI API's JSON (see serve_api.h). */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "examples/cli/serve_api.h"
+
+#define MAX_STOP 16
+
+char *api_error_json(const char *msg, const char *type, const char *param, const char *code)
+{
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    char *s = NULL;
+    if (e && cJSON_AddStringToObject(e, "message", msg) &&
+        cJSON_AddStringToObject(e, "type", type) &&
+        (param ? cJSON_AddStringToObject(e, "param", param) : cJSON_AddNullToObject(e, "param")) &&
+        (code ? cJSON_AddStringToObject(e, "code", code) : cJSON_AddNullToObject(e, "code")))
+        s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+/* A 400 invalid_request_error about param. */
+static int bad(char **err_json, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int bad(char **err_json, const char *param, const char *code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    *err_json = api_error_json(msg, "invalid_request_error", param, code);
+    return 400;
+}
+
+/* A number field: absent or null leaves *out; else it must be a number in
+ * [lo, hi] (and whole when integral). */
+static bool num_field(const cJSON *root, const char *key, double lo, double hi, bool integral,
+                      double *out, char **err_json)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || cJSON_IsNull(j))
+        return true;
+    double v = j->valuedouble;
+    if (!cJSON_IsNumber(j) || !isfinite(v) || (integral && v != floor(v))) {
+        bad(err_json, key, "invalid_type", "'%s' must be %s", key,
+            integral ? "an integer" : "a number");
+        return false;
+    }
+    if (v < lo || v > hi) {
+        bad(err_json, key, "invalid_value", "'%s' must be in [%g, %g], got %g", key, lo, hi, v);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool bool_field(const cJSON *root, const char *key, bool *out, char **err_json)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || cJSON_IsNull(j))
+        return true;
+    if (!cJSON_IsBool(j)) {
+        bad(err_json, key, "invalid_type", "'%s' must be a boolean", key);
+        return false;
+    }
+    *out = cJSON_IsTrue(j);
+    return true;
+}
+
+/* The prompt of a completion: a string, an array of token ids, or an array
+ * holding one of those. */
+static int parse_prompt(const api_server *s, const cJSON *p, int32_t **ids, int32_t *n,
+                        char **err_json)
+{
+    char err[512] = "";
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
+        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
+        p = p->child;
+    if (cJSON_IsString(p)) {
+        llmem_status st = srv_text_encode(s->text, p->valuestring, strlen(p->valuestring), true,
+                                          ids, n, err, sizeof err);
+        if (st != LLMEM_OK)
+            return bad(err_json, "prompt", NULL, "cannot encode the prompt: %s", err);
+        return 0;
+    }
+    if (!cJSON_IsArray(p) || cJSON_GetArraySize(p) == 0)
+        return bad(err_json, "prompt", "invalid_type",
+                   cJSON_IsArray(p) ? "'prompt' is empty"
+                                    : "'prompt' must be a string or an array of token ids");
+    int32_t cnt = cJSON_GetArraySize(p);
+    int32_t *v = malloc((size_t)cnt * sizeof *v);
+    if (!v)
+        return bad(err_json, NULL, NULL, "out of memory");
+    int32_t k = 0;
+    for (const cJSON *j = p->child; j; j = j->next) {
+        if (cJSON_IsString(j)) {
+            free(v);
+            return bad(err_json, "prompt", "unsupported_value",
+                       "batched prompts (several strings) are not supported; send one request "
+                       "per prompt");
+        }
+        double d = j->valuedouble;
+        if (!cJSON_IsNumber(j) || d != floor(d) || d < 0 || d >= s->n_vocab) {
+            free(v);
+            return bad(err_json, "prompt", "invalid_value",
+                       "'prompt' token ids must be integers in [0, %d)", s->n_vocab);
+        }
+        v[k++] = (int32_t)d;
+    }
+    *ids = v;
+    *n = k;
+    return 0;
+}
+
+/* The messages of a chat: [{role, content}], content a string, null, or an
+ * array of {"type": "text", "text": ...} parts (concatenated). */
+static int parse_messages(const api_server *s, const cJSON *m, int32_t **ids, int32_t *n,
+                          char **err_json)
+{
+    if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
+        return bad(err_json, "messages", cJSON_IsArray(m) ? "invalid_value" : "invalid_type",
+                   "'messages' must be a non-empty array of {\"role\", \"content\"} objects");
+    int32_t cnt = cJSON_GetArraySize(m);
+    srv_msg *msgs = calloc((size_t)cnt, sizeof *msgs);
+    char **owned = calloc((size_t)cnt, sizeof *owned);
+    int rc = msgs && owned ? 0 : bad(err_json, NULL, NULL, "out of memory");
+    int32_t k = 0;
+    for (const cJSON *j = m->child; !rc && j; j = j->next, k++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(j, "content");
+        if (!cJSON_IsObject(j) || !cJSON_IsString(role)) {
+            rc = bad(err_json, "messages", "invalid_type",
+                     "messages[%d] must be an object with a string 'role'", k);
+            break;
+        }
+        msgs[k].role = role->valuestring;
+        if (!content || cJSON_IsNull(content)) {
+            msgs[k].content = NULL;
+        } else if (cJSON_IsString(content)) {
+            msgs[k].content = content->valuestring;
+        } else if (cJSON_IsArray(content)) {
+            size_t len = 0;
+            for (const cJSON *part = content->child; part; part = part->next) {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") ||
+                    !cJSON_IsString(text)) {
+                    rc = bad(err_json, "messages", "unsupported_value",
+                             "messages[%d].content: only {\"type\": \"text\", \"text\": ...} "
+                             "parts are supported", k);
+                    break;
+                }
+                len += strlen(text->valuestring);
+            }
+            if (rc || !(owned[k] = malloc(len + 1))) {
+                rc = rc ? rc : bad(err_json, NULL, NULL, "out of memory");
+                break;
+            }
+            owned[k][0] = '\0';
+            for (const cJSON *part = content->child; part; part = part->next)
+                strcat(owned[k], cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
+            msgs[k].content = owned[k];
+        } else {
+            rc = bad(err_json, "messages", "invalid_type",
+                     "messages[%d].content must be a string, an array of text parts or null",
+                     k);
+        }
+    }
+    if (!rc) {
+        char err[512] = "";
+        llmem_status st = srv_text_chat(s->text, msgs, (size_t)cnt, ids, n, err, sizeof err);
+        if (st != LLMEM_OK)
+            rc = bad(err_json, "messages", "chat_template_error", "%s", err);
+    }
+    for (int32_t i = 0; owned && i < cnt; i++)
+        free(owned[i]);
+    free(owned);
+    free(msgs);
+    return rc;
+}
+
+/* Rejects features llmem does not implement instead of ignoring them. */
+static int unsupported(const cJSON *root, char **err_json)
+{
+    static const char *const falsy[] = {"logprobs", "echo", "suffix", "tools", "functions",
+                                        "top_logprobs", "logit_bias", "best_of", "response_format"};
+    for (size_t i = 0; i < sizeof falsy / sizeof *falsy; i++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, falsy[i]);
+        bool one = !strcmp(falsy[i], "best_of") && cJSON_IsNumber(j) && j->valuedouble == 1;
+        bool empty = (cJSON_IsArray(j) || cJSON_IsObject(j)) && !j->child;
+        if (j && !cJSON_IsNull(j) && !cJSON_IsFalse(j) && !one && !empty)
+            return bad(err_json, falsy[i], "unsupported_parameter",
+                       "'%s' is not supported by llmem serve", falsy[i]);
+    }
+    return 0;
+}
+
+static int parse_stop(const cJSON *root, eng_req *r, char **err_json)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "stop");
+    if (!j || cJSON_IsNull(j))
+        return 0;
+    if (cJSON_IsString(j))
+        return !*j->valuestring || eng_req_add_stop(r, j->valuestring)
+                   ? 0 : bad(err_json, NULL, NULL, "out of memory");
+    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > MAX_STOP)
+        return bad(err_json, "stop", "invalid_type",
+                   "'stop' must be a string or an array of at most %d strings", MAX_STOP);
+    for (const cJSON *s = j->child; s; s = s->next) {
+        if (!cJSON_IsString(s))
+            return bad(err_json, "stop", "invalid_type", "'stop' entries must be strings");
+        if (*s->valuestring && !eng_req_add_stop(r, s->valuestring))
+            return bad(err_json, NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+int api_parse(const api_server *s, bool chat, const char *body, size_t len,
+              uint64_t seed_fallback, api_request *out, char **err_json)
+{
+    memset(out, 0, sizeof *out);
+    out->chat = chat;
+    *err_json = NULL;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    int32_t *ids = NULL, n_ids = 0;
+    int rc = 0;
+    if (!root) {
+        rc = bad(err_json, NULL, "invalid_json", "the request body is not valid JSON");
+        goto done;
+    }
+    if (!cJSON_IsObject(root)) {
+        rc = bad(err_json, NULL, "invalid_json", "the request body must be a JSON object");
+        goto done;
+    }
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (model && !cJSON_IsNull(model) && !cJSON_IsString(model)) {
+        rc = bad(err_json, "model", "invalid_type", "'model' must be a string");
+        goto done;
+    }
+    if (cJSON_IsString(model) && strcmp(model->valuestring, s->model_name)) {
+        rc = bad(err_json, "model", "model_not_found",
+                 "the model '%s' does not exist; this server serves '%s'", model->valuestring,
+                 s->model_name);
+        goto done;
+    }
+    double max_tokens = -1, temperature = 1, top_p = 1, min_p = 0, top_k = 0, n = 1, seed = -1;
+    double n_ctx = s->n_ctx;
+    bool stream = false, include_usage = false;
+    const char *max_key = chat && cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens")
+                              ? "max_completion_tokens" : "max_tokens";
+    if (!num_field(root, max_key, 0, n_ctx, true, &max_tokens, err_json) ||
+        !num_field(root, "temperature", 0, 2, false, &temperature, err_json) ||
+        !num_field(root, "top_p", 0, 1, false, &top_p, err_json) ||
+        !num_field(root, "min_p", 0, 1, false, &min_p, err_json) ||
+        !num_field(root, "top_k", 0, INT32_MAX, true, &top_k, err_json) ||
+        !num_field(root, "n", 1, 128, true, &n, err_json) ||
+        !num_field(root, "seed", -9.2e18, 9.2e18, true, &seed, err_json) ||
+        !num_field(root, "presence_penalty", -2, 2, false, &(double){0}, err_json) ||
+        !num_field(root, "frequency_penalty", -2, 2, false, &(double){0}, err_json) ||
+        !bool_field(root, "stream", &stream, err_json)) {
+        rc = 400;
+        goto done;
+    }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
+    if (so && !cJSON_IsNull(so) &&
+        (!cJSON_IsObject(so) || !bool_field(so, "include_usage", &include_usage, err_json))) {
+        rc = *err_json ? 400 : bad(err_json, "stream_options", "invalid_type",
+                                   "'stream_options' must be an object");
+        goto done;
+    }
+    if (n != 1) {
+        rc = bad(err_json, "n", "unsupported_value", "only n=1 is supported");
+        goto done;
+    }
+    if ((rc = unsupported(root, err_json)))
+        goto done;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, chat ? "messages" : "prompt");
+    if (!p) {
+        rc = bad(err_json, chat ? "messages" : "prompt", "missing_required_parameter",
+                 "'%s' is required", chat ? "messages" : "prompt");
+        goto done;
+    }
+    rc = chat ? parse_messages(s, p, &ids, &n_ids, err_json)
+              : parse_prompt(s, p, &ids, &n_ids, err_json);
+    if (rc)
+        goto done;
+    if (n_ids == 0) {
+        rc = bad(err_json, "prompt", "invalid_value", "the prompt is empty (no tokens)");
+        goto done;
+    }
+    if (max_tokens < 0) /* OpenAI's defaults: 16 for completions, the rest of the context for chat */
+        max_tokens = chat ? (n_ids < s->n_ctx ? s->n_ctx - n_ids : 0) : 16;
+    if ((double)n_ids + max_tokens > n_ctx) {
+        rc = bad(err_json, chat ? "messages" : "prompt", "context_length_exceeded",
+                 "this model's maximum context length is %d tokens, but %.0f were requested "
+                 "(%d in the prompt, %.0f for the completion)", s->n_ctx, n_ids + max_tokens,
+                 n_ids, max_tokens);
+        goto done;
+    }
+    eng_sampling sp = {.temperature = temperature, .top_p = top_p, .min_p = min_p,
+                       .top_k = (int32_t)top_k,
+                       .seed = seed >= 0 || seed < -0.5 ? (uint64_t)(int64_t)seed
+                                                        : seed_fallback};
+    if (!(out->req = eng_req_create(ids, n_ids, (int32_t)max_tokens, &sp))) {
+        rc = bad(err_json, NULL, NULL, "out of memory");
+        goto done;
+    }
+    ids = NULL; /* the request owns them */
+    if ((rc = parse_stop(root, out->req, err_json)))
+        goto done;
+    out->stream = stream;
+    out->include_usage = stream && include_usage;
+done:
+    if (rc && out->req) {
+        eng_req_release(NULL, out->req); /* never submitted */
+        out->req = NULL;
+    }
+    free(ids);
+    cJSON_Delete(root);
+    return rc;
+}
+
+const char *api_finish_reason(eng_finish f)
+{
+    return f == ENG_LENGTH ? "length" : f == ENG_STOP ? "stop" : NULL;
+}
+
+static cJSON *envelope(const api_request *r, const char *id, long created, const char *model,
+                       bool chunk)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "object", r->chat ? (chunk ? "chat.completion.chunk"
+                                                          : "chat.completion")
+                                                 : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)created);
+    cJSON_AddStringToObject(o, "model", model);
+    cJSON_AddStringToObject(o, "system_fingerprint", "llmem");
+    return o;
+}
+
+static void add_usage(cJSON *o, int32_t n_prompt, int32_t n_completion)
+{
+    cJSON *u = cJSON_AddObjectToObject(o, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", n_completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)n_prompt + n_completion);
+}
+
+/* A string of n bytes (not NUL-terminated) as a JSON string. */
+static cJSON *bytes_string(const char *s, size_t n)
+{
+    char *z = malloc(n + 1);
+    if (!z)
+        return NULL;
+    memcpy(z, s, n);
+    z[n] = '\0';
+    cJSON *j = cJSON_CreateString(z);
+    free(z);
+    return j;
+}
+
+static char *print(cJSON *o)
+{
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+char *api_response_json(const api_request *r, const char *id, long created, const char *model,
+                        const char *text, size_t n_text, eng_finish f, int32_t n_prompt,
+                        int32_t n_completion)
+{
+    cJSON *o = envelope(r, id, created, model, false);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (r->chat) {
+        cJSON *m = cJSON_AddObjectToObject(c, "message");
+        cJSON_AddStringToObject(m, "role", "assistant");
+        cJSON_AddItemToObject(m, "content", bytes_string(text, n_text));
+    } else {
+        cJSON_AddItemToObject(c, "text", bytes_string(text, n_text));
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    cJSON_AddStringToObject(c, "finish_reason", api_finish_reason(f));
+    add_usage(o, n_prompt, n_completion);
+    return print(o);
+}
+
+static char *sse(cJSON *o)
+{
+    char *j = print(o), *s = NULL;
+    if (j && (s = malloc(strlen(j) + 9)))
+        sprintf(s, "data: %s\n\n", j);
+    free(j);
+    return s;
+}
+
+char *api_chunk_sse(const api_request *r, const char *id, long created, const char *model,
+                    const char *text, size_t n_text, eng_finish f, bool first)
+{
+    cJSON *o = envelope(r, id, created, model, true);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", 0);
+    if (r->chat) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (first)
+            cJSON_AddStringToObject(d, "role", "assistant");
+        if (first || n_text)
+            cJSON_AddItemToObject(d, "content", bytes_string(text, n_text));
+    } else {
+        cJSON_AddItemToObject(c, "text", bytes_string(text, n_text));
+    }
+    cJSON_AddNullToObject(c, "logprobs");
+    const char *fr = api_finish_reason(f);
+    if (fr)
+        cJSON_AddStringToObject(c, "finish_reason", fr);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+    return sse(o);
+}
+
+char *api_usage_sse(const api_request *r, const char *id, long created, const char *model,
+                    int32_t n_prompt, int32_t n_completion)
+{
+    cJSON *o = envelope(r, id, created, model, true);
+    cJSON_AddArrayToObject(o, "choices");
+    add_usage(o, n_prompt, n_completion);
+    return sse(o);
+}
+
+char *api_models_json(const char *model, long created)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *d = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(d, m);
+    cJSON_AddStringToObject(m, "id", model);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)created);
+    cJSON_AddStringToObject(m, "owned_by", "llmem");
+    return print(o);
+}

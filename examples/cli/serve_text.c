@@ -1,0 +1,246 @@
+/* llmem serve: text in and out (see serve_text.h). */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "examples/cli/serve_text.h"
+
+struct srv_text {
+    int32_t n_vocab;
+};
+
+struct srv_detok {
+    const srv_text *t;
+    unsigned char held[4]; /* bytes of an incomplete character (byte models) */
+    int n_held;
+};
+
+static void set_err(char *err, size_t err_len, const char *msg)
+{
+    if (err && err_len)
+        snprintf(err, err_len, "%s", msg);
+}
+
+llmem_status srv_text_open(const char *model_dir, int32_t n_vocab, srv_text **out, char *err,
+                           size_t err_len)
+{
+    (void)model_dir;
+    *out = NULL;
+    if (n_vocab != 256) {
+        snprintf(err, err_len, "the model has %d ids and no tokenizer.json: text needs a "
+                               "tokenizer (byte-level ids need exactly 256)", n_vocab);
+        return LLMEM_E_UNSUPPORTED;
+    }
+    srv_text *t = calloc(1, sizeof *t);
+    if (!t) {
+        set_err(err, err_len, "out of memory");
+        return LLMEM_E_NO_MEMORY;
+    }
+    t->n_vocab = n_vocab;
+    *out = t;
+    return LLMEM_OK;
+}
+
+void srv_text_close(srv_text *t)
+{
+    free(t);
+}
+
+const char *srv_text_kind(const srv_text *t)
+{
+    (void)t;
+    return "bytes";
+}
+
+llmem_status srv_text_encode(const srv_text *t, const char *text, size_t len, bool add_special,
+                             int32_t **ids, int32_t *n, char *err, size_t err_len)
+{
+    (void)t;
+    (void)add_special;
+    *ids = NULL;
+    *n = 0;
+    if (len > INT32_MAX - 1) {
+        set_err(err, err_len, "prompt too long");
+        return LLMEM_E_INVALID;
+    }
+    int32_t *v = malloc((len ? len : 1) * sizeof *v);
+    if (!v) {
+        set_err(err, err_len, "out of memory");
+        return LLMEM_E_NO_MEMORY;
+    }
+    for (size_t i = 0; i < len; i++)
+        v[i] = (unsigned char)text[i];
+    *ids = v;
+    *n = (int32_t)len;
+    return LLMEM_OK;
+}
+
+/* Appends n bytes to a growable buffer. */
+static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 64;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *nb = realloc(*buf, c);
+        if (!nb)
+            return false;
+        *buf = nb;
+        *cap = c;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return true;
+}
+
+/* llmem's default chat template (docs/serve.md), for models without one. */
+static llmem_status default_chat(const srv_msg *msgs, size_t n_msgs, char **out, size_t *out_len)
+{
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = true;
+    for (size_t i = 0; ok && i < n_msgs; i++) {
+        for (const char *r = msgs[i].role; ok && *r; r++) {
+            char c = (char)toupper((unsigned char)*r);
+            ok = append(&buf, &len, &cap, &c, 1);
+        }
+        const char *c = msgs[i].content ? msgs[i].content : "";
+        ok = ok && append(&buf, &len, &cap, ":\n", 2) && append(&buf, &len, &cap, c, strlen(c)) &&
+             append(&buf, &len, &cap, "\n\n", 2);
+    }
+    ok = ok && append(&buf, &len, &cap, "ASSISTANT:\n", 11);
+    if (!ok) {
+        free(buf);
+        return LLMEM_E_NO_MEMORY;
+    }
+    *out = buf;
+    *out_len = len;
+    return LLMEM_OK;
+}
+
+llmem_status srv_text_chat(const srv_text *t, const srv_msg *msgs, size_t n_msgs, int32_t **ids,
+                           int32_t *n, char *err, size_t err_len)
+{
+    char *text = NULL;
+    size_t len = 0;
+    *ids = NULL;
+    *n = 0;
+    llmem_status st = default_chat(msgs, n_msgs, &text, &len);
+    if (st != LLMEM_OK) {
+        set_err(err, err_len, "out of memory");
+        return st;
+    }
+    st = srv_text_encode(t, text, len, false, ids, n, err, err_len);
+    free(text);
+    return st;
+}
+
+bool srv_text_is_eog(const srv_text *t, int32_t id)
+{
+    (void)t;
+    (void)id;
+    return false;
+}
+
+llmem_status srv_detok_create(const srv_text *t, srv_detok **out)
+{
+    srv_detok *d = calloc(1, sizeof *d);
+    if (!d)
+        return LLMEM_E_NO_MEMORY;
+    d->t = t;
+    *out = d;
+    return LLMEM_OK;
+}
+
+void srv_detok_destroy(srv_detok *d)
+{
+    free(d);
+}
+
+static const char REPLACEMENT[] = "\xEF\xBF\xBD"; /* U+FFFD */
+
+/* Bytes of the character that lead byte c starts (0: c cannot start one). */
+static int utf8_len(unsigned char c)
+{
+    return c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+         : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+}
+
+/* Whether b may follow s[0..k) (k >= 1) in a valid character: Unicode 15,
+ * table 3-7 (no overlongs, no surrogates, nothing past U+10FFFF). */
+static bool utf8_cont_ok(const unsigned char *s, int k, unsigned char b)
+{
+    if (k == 1) {
+        switch (s[0]) {
+        case 0xE0: return b >= 0xA0 && b <= 0xBF;
+        case 0xED: return b >= 0x80 && b <= 0x9F;
+        case 0xF0: return b >= 0x90 && b <= 0xBF;
+        case 0xF4: return b >= 0x80 && b <= 0x8F;
+        default: break;
+        }
+    }
+    return b >= 0x80 && b <= 0xBF;
+}
+
+size_t srv_utf8_valid_prefix(const char *str, size_t n)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < n) {
+        int need = utf8_len(s[i]);
+        if (need == 0 || i + (size_t)need > n)
+            return i;
+        for (int k = 1; k < need; k++)
+            if (!utf8_cont_ok(s + i, k, s[i + (size_t)k]))
+                return i;
+        i += (size_t)need;
+    }
+    return i;
+}
+
+/* Emits every complete character of d->held; an invalid maximal subpart
+ * becomes one U+FFFD (as Python's decode(errors="replace")). */
+static bool drain(srv_detok *d, char **buf, size_t *len, size_t *cap)
+{
+    while (d->n_held > 0) {
+        int need = utf8_len(d->held[0]), k = 1;
+        while (need > 0 && k < d->n_held && k < need && utf8_cont_ok(d->held, k, d->held[k]))
+            k++;
+        int take;
+        if (need == 0 || (k < need && k < d->n_held)) {
+            take = need == 0 ? 1 : k; /* invalid: replace the maximal subpart */
+            if (!append(buf, len, cap, REPLACEMENT, 3))
+                return false;
+        } else if (k == need) {
+            take = need;
+            if (!append(buf, len, cap, (const char *)d->held, (size_t)need))
+                return false;
+        } else {
+            break; /* a valid but incomplete character: hold it */
+        }
+        memmove(d->held, d->held + take, (size_t)(d->n_held - take));
+        d->n_held -= take;
+    }
+    return true;
+}
+
+llmem_status srv_detok_push(srv_detok *d, int32_t id, char **buf, size_t *len, size_t *cap)
+{
+    if (id < 0 || id >= d->t->n_vocab)
+        return LLMEM_E_INVALID;
+    d->held[d->n_held++] = (unsigned char)id;
+    return drain(d, buf, len, cap) ? LLMEM_OK : LLMEM_E_NO_MEMORY;
+}
+
+llmem_status srv_detok_flush(srv_detok *d, char **buf, size_t *len, size_t *cap)
+{
+    bool ok = true;
+    if (d->n_held > 0)
+        ok = append(buf, len, cap, REPLACEMENT, 3);
+    d->n_held = 0;
+    if (*buf == NULL)
+        ok = ok && append(buf, len, cap, "", 0);
+    return ok ? LLMEM_OK : LLMEM_E_NO_MEMORY;
+}
