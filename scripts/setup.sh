@@ -21,7 +21,7 @@ LLMEM_PACKAGES=(
   libmicrohttpd-dev
   libvulkan-dev libvulkan-volk-dev glslang-tools mesa-vulkan-drivers vulkan-validationlayers
   clang libclang-rt-14-dev
-  python3
+  python3 python3-venv
 )
 
 llmem_log() { printf '[llmem] %s\n' "$*" >&2; }

@@ -5,13 +5,19 @@
 #include <string.h>
 
 #include "examples/cli/serve_text.h"
+#include "llmem/chat_template.h"
+#include "llmem/tokenizer.h"
 
 struct srv_text {
     int32_t n_vocab;
+    llmem_tokenizer *tok;       /* NULL: byte-level ids */
+    llmem_chat_template *tmpl;  /* NULL: none, or it failed (tmpl_err) */
+    char tmpl_err[400];
 };
 
 struct srv_detok {
     const srv_text *t;
+    llmem_detok *d;        /* tokenizer models */
     unsigned char held[4]; /* bytes of an incomplete character (byte models) */
     int n_held;
 };
@@ -25,8 +31,31 @@ static void set_err(char *err, size_t err_len, const char *msg)
 llmem_status srv_text_open(const char *model_dir, int32_t n_vocab, srv_text **out, char *err,
                            size_t err_len)
 {
-    (void)model_dir;
     *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        fclose(f);
+        srv_text *t = calloc(1, sizeof *t);
+        if (!t) {
+            set_err(err, err_len, "out of memory");
+            return LLMEM_E_NO_MEMORY;
+        }
+        t->n_vocab = n_vocab;
+        llmem_status st = llmem_tokenizer_load(model_dir, &t->tok, err, err_len);
+        if (st != LLMEM_OK) {
+            free(t);
+            return st;
+        }
+        const char *src = llmem_tokenizer_chat_template(t->tok);
+        char terr[300] = "";
+        if (src && llmem_chat_template_create(src, &t->tmpl, terr, sizeof terr) != LLMEM_OK)
+            snprintf(t->tmpl_err, sizeof t->tmpl_err,
+                     "the model's chat template cannot be used: %s", terr);
+        *out = t;
+        return LLMEM_OK;
+    }
     if (n_vocab != 256) {
         snprintf(err, err_len, "the model has %d ids and no tokenizer.json: text needs a "
                                "tokenizer (byte-level ids need exactly 256)", n_vocab);
@@ -44,22 +73,26 @@ llmem_status srv_text_open(const char *model_dir, int32_t n_vocab, srv_text **ou
 
 void srv_text_close(srv_text *t)
 {
+    if (!t)
+        return;
+    llmem_chat_template_destroy(t->tmpl);
+    llmem_tokenizer_destroy(t->tok);
     free(t);
 }
 
 const char *srv_text_kind(const srv_text *t)
 {
-    (void)t;
-    return "bytes";
+    return t->tok ? "tokenizer.json" : "bytes";
 }
 
 llmem_status srv_text_encode(const srv_text *t, const char *text, size_t len, bool add_special,
                              int32_t **ids, int32_t *n, char *err, size_t err_len)
 {
-    (void)t;
-    (void)add_special;
     *ids = NULL;
     *n = 0;
+    if (t->tok)
+        return llmem_tokenizer_encode(t->tok, text, len, add_special, true, ids, n, err,
+                                      err_len);
     if (len > INT32_MAX - 1) {
         set_err(err, err_len, "prompt too long");
         return LLMEM_E_INVALID;
@@ -125,23 +158,41 @@ llmem_status srv_text_chat(const srv_text *t, const srv_msg *msgs, size_t n_msgs
 {
     char *text = NULL;
     size_t len = 0;
+    llmem_status st;
     *ids = NULL;
     *n = 0;
-    llmem_status st = default_chat(msgs, n_msgs, &text, &len);
-    if (st != LLMEM_OK) {
-        set_err(err, err_len, "out of memory");
-        return st;
+    if (t->tmpl_err[0]) {
+        set_err(err, err_len, t->tmpl_err);
+        return LLMEM_E_UNSUPPORTED;
     }
-    st = srv_text_encode(t, text, len, false, ids, n, err, err_len);
+    if (t->tmpl) {
+        llmem_chat_message *cm = calloc(n_msgs ? n_msgs : 1, sizeof *cm);
+        if (!cm) {
+            set_err(err, err_len, "out of memory");
+            return LLMEM_E_NO_MEMORY;
+        }
+        for (size_t i = 0; i < n_msgs; i++)
+            cm[i] = (llmem_chat_message){msgs[i].role, msgs[i].content};
+        st = llmem_chat_template_render(t->tmpl, cm, n_msgs, true,
+                                        llmem_tokenizer_bos_str(t->tok),
+                                        llmem_tokenizer_eos_str(t->tok), &text, &len, err,
+                                        err_len);
+        free(cm);
+    } else if ((st = default_chat(msgs, n_msgs, &text, &len)) != LLMEM_OK) {
+        set_err(err, err_len, "out of memory");
+    }
+    if (st != LLMEM_OK)
+        return st;
+    /* a template writes BOS itself (apply_chat_template encodes without
+     * special tokens); the default template does not */
+    st = srv_text_encode(t, text, len, !t->tmpl, ids, n, err, err_len);
     free(text);
     return st;
 }
 
 bool srv_text_is_eog(const srv_text *t, int32_t id)
 {
-    (void)t;
-    (void)id;
-    return false;
+    return t->tok && llmem_tokenizer_is_eog(t->tok, id);
 }
 
 llmem_status srv_detok_create(const srv_text *t, srv_detok **out)
@@ -150,13 +201,50 @@ llmem_status srv_detok_create(const srv_text *t, srv_detok **out)
     if (!d)
         return LLMEM_E_NO_MEMORY;
     d->t = t;
+    if (t->tok && llmem_detok_create(t->tok, false, &d->d) != LLMEM_OK) {
+        free(d);
+        return LLMEM_E_NO_MEMORY;
+    }
     *out = d;
     return LLMEM_OK;
 }
 
 void srv_detok_destroy(srv_detok *d)
 {
+    if (d)
+        llmem_detok_destroy(d->d);
     free(d);
+}
+
+/* Pushes id (flush when id < 0) through the tokenizer's detokenizer,
+ * growing the buffer when it asks for more room. */
+static llmem_status tok_push(srv_detok *d, int32_t id, char **buf, size_t *len, size_t *cap)
+{
+    size_t room = 256;
+    for (;;) {
+        if (*len + room + 1 > *cap) {
+            size_t c = *cap ? *cap : 256;
+            while (c < *len + room + 1)
+                c *= 2;
+            char *nb = realloc(*buf, c);
+            if (!nb)
+                return LLMEM_E_NO_MEMORY;
+            *buf = nb;
+            *cap = c;
+        }
+        size_t n = 0, avail = *cap - *len - 1;
+        llmem_status st = id >= 0 ? llmem_detok_push(d->d, id, *buf + *len, avail, &n)
+                                  : llmem_detok_flush(d->d, *buf + *len, avail, &n);
+        if (st == LLMEM_E_NO_SPACE && n > avail) {
+            room = n;
+            continue;
+        }
+        if (st != LLMEM_OK)
+            return st;
+        *len += n;
+        (*buf)[*len] = '\0';
+        return LLMEM_OK;
+    }
 }
 
 static const char REPLACEMENT[] = "\xEF\xBF\xBD"; /* U+FFFD */
@@ -230,12 +318,19 @@ llmem_status srv_detok_push(srv_detok *d, int32_t id, char **buf, size_t *len, s
 {
     if (id < 0 || id >= d->t->n_vocab)
         return LLMEM_E_INVALID;
+    if (d->d)
+        return tok_push(d, id, buf, len, cap);
     d->held[d->n_held++] = (unsigned char)id;
     return drain(d, buf, len, cap) ? LLMEM_OK : LLMEM_E_NO_MEMORY;
 }
 
 llmem_status srv_detok_flush(srv_detok *d, char **buf, size_t *len, size_t *cap)
 {
+    if (d->d) {
+        llmem_status st = tok_push(d, -1, buf, len, cap);
+        if (st != LLMEM_OK || *buf)
+            return st;
+    }
     bool ok = true;
     if (d->n_held > 0)
         ok = append(buf, len, cap, REPLACEMENT, 3);
