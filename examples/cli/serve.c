@@ -14,7 +14,6 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <getopt.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -488,80 +487,65 @@ static void usage(FILE *f)
             "                       (default 64)\n"
             "  --alias NAME         model name in the API (default: the folder's name, or\n"
             "                       'llmem-builtin')\n"
-            "  -t, --threads N      accepted for llama.cpp compatibility; the cpu backend\n"
-            "                       runs on one thread\n"
-            "%s",
-            cli_model_opts_help);
+            "%s%s%s",
+            cli_model_opts_help, cli_backend_opts_help, cli_log_opts_help);
 }
 
 typedef struct serve_opts {
     const char *host, *api_key, *alias;
-    int32_t port, max_queue, threads;
+    int32_t port, max_queue;
 } serve_opts;
 
 /* Returns -1 to go on, else the exit code. */
 static int parse_args(int argc, char **argv, cli_model_opts *mo, serve_opts *o)
 {
-    static const struct option longs[] = {
-        {"model", required_argument, NULL, 'm'},    {"n-ctx", required_argument, NULL, 'c'},
-        {"threads", required_argument, NULL, 't'},  {"help", no_argument, NULL, 'h'},
-        {"host", required_argument, NULL, 'H'},     {"port", required_argument, NULL, 'P'},
-        {"api-key", required_argument, NULL, 'K'},  {"parallel", required_argument, NULL, 'N'},
-        {"max-queue", required_argument, NULL, 'Q'}, {"alias", required_argument, NULL, 'A'},
-        {"backend", required_argument, NULL, 'B'},  {NULL, 0, NULL, 0},
+    enum { O_HOST = CLI_OPT_OWN, O_PORT, O_KEY, O_PARALLEL, O_QUEUE, O_ALIAS };
+    static const struct option own[] = {
+        {"host", required_argument, NULL, O_HOST},
+        {"port", required_argument, NULL, O_PORT},
+        {"api-key", required_argument, NULL, O_KEY},
+        {"parallel", required_argument, NULL, O_PARALLEL},
+        {"max-queue", required_argument, NULL, O_QUEUE},
+        {"alias", required_argument, NULL, O_ALIAS},
+        {0},
     };
+    /* llama-server's "-np" is one option: getopt would read it as -n p */
     char **av = calloc((size_t)argc + 1, sizeof *av);
     if (!av)
         return 1;
-    int n = 0, rc = -1;
-    av[n++] = "llmem serve";
-    /* the shared model options first (cli_model_opt); "-np" is one option */
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-np")) {
-            av[n++] = "--parallel";
+    for (int i = 0; i < argc; i++)
+        av[i] = strcmp(argv[i], "-np") ? argv[i] : "--parallel";
+    cli_parser p;
+    cli_parser_init(&p, "serve", argc, av, own, "", CLI_GROUP_LOG | CLI_GROUP_BACKEND |
+                                                    CLI_GROUP_MODEL);
+    const char *v, *name = NULL;
+    int rc = -1;
+    for (int c; rc < 0 && (c = cli_next(&p, &v)) != -1;) {
+        int r = cli_model_opt(mo, "serve", c, v);
+        if (r < 0 || c == '?') {
+            rc = 2;
+            break;
+        }
+        if (r > 0)
             continue;
-        }
-        if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--n-ctx") ||
-            !strcmp(argv[i], "--backend")) {
-            av[n++] = argv[i];
-            continue;
-        }
-        int r = cli_model_opt(mo, "serve", argc, argv, &i);
-        if (r < 0) {
-            free(av);
-            return 2;
-        }
-        if (r == 0)
-            av[n++] = argv[i];
-    }
-    optind = 1;
-    int c;
-    while (rc < 0 && (c = getopt_long(n, av, "m:c:t:h", longs, NULL)) != -1) {
         bool ok = true;
         switch (c) {
-        case 'm': mo->model = optarg; break;
-        case 'B': mo->backend = optarg; break;
-        case 'c': ok = cli_int(optarg, 1, 1 << 26, &mo->params.n_ctx); break;
-        case 't': ok = cli_int(optarg, 1, 1024, &o->threads); break;
-        case 'H': o->host = optarg; break;
-        case 'P': ok = cli_int(optarg, 0, 65535, &o->port); break;
-        case 'K': o->api_key = *optarg ? optarg : NULL; break;
-        case 'N': ok = cli_int(optarg, 1, 1 << 16, &mo->params.n_seq_max); break;
-        case 'Q': ok = cli_int(optarg, 0, 1 << 24, &o->max_queue); break;
-        case 'A': o->alias = optarg; break;
         case 'h': usage(stdout); rc = 0; break;
-        default: fprintf(stderr, "llmem serve: see --help\n"); rc = 2; break;
+        case O_HOST: o->host = v; break;
+        case O_KEY: o->api_key = *v ? v : NULL; break;
+        case O_ALIAS: o->alias = v; break;
+        case O_PORT: ok = cli_int(v, 0, 65535, &o->port); name = "--port"; break;
+        case O_PARALLEL:
+            ok = cli_int(v, 1, 1 << 16, &mo->params.n_seq_max);
+            name = "-np/--parallel";
+            break;
+        case O_QUEUE: ok = cli_int(v, 0, 1 << 24, &o->max_queue); name = "--max-queue"; break;
+        default: break;
         }
         if (!ok) {
-            fprintf(stderr, "llmem serve: bad value '%s' for -%c/--%s\n", optarg, c,
-                    c == 'c' ? "n-ctx" : c == 't' ? "threads" : c == 'P' ? "port"
-                    : c == 'N' ? "parallel" : "max-queue");
+            fprintf(stderr, "llmem serve: bad value '%s' for %s\n", v, name);
             rc = 2;
         }
-    }
-    if (rc < 0 && optind < n) {
-        fprintf(stderr, "llmem serve: unexpected argument '%s' (see --help)\n", av[optind]);
-        rc = 2;
     }
     free(av);
     return rc;
@@ -617,9 +601,7 @@ int llmem_cli_serve(int argc, char **argv)
         rc = 2;
         goto done;
     }
-    if (o.threads > 1)
-        fprintf(stderr, "llmem serve: note: --threads %d has no effect; the cpu backend runs on "
-                        "one thread\n", o.threads);
+    mo.precision = cli_precision_of(&mo, CLI_PRECISION_FAST); /* as generate */
     if (cli_open_model("serve", &mo, &be, &m)) {
         rc = 1;
         goto done;
