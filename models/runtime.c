@@ -39,7 +39,8 @@ struct llmem_model {
     llmem_model_config cfg;
     llmem_model_params p;
     llmem_backend *be;
-    llmem_buffer *weights;
+    llmem_buffer **weights; /* one buffer per weight tensor */
+    int32_t n_weights;
     wt embed, final_norm, lm_head;
     layer_w *layers;
     llmem_memory *mem;
@@ -126,7 +127,11 @@ static llmem_tensor tensor_from(llmem_buffer *buf, size_t off, llmem_dtype dt, c
     return t;
 }
 
-/* Uploads every weight the architecture uses into one buffer. */
+/* Uploads every weight the architecture uses, each into a buffer of its
+ * own: a backend then never needs one allocation larger than its largest
+ * tensor (Vulkan drivers refuse allocations from 4 GiB up, and bind at most
+ * maxStorageBufferRange bytes), and sub-allocating backends pack the small
+ * ones (docs/vulkan.md). */
 static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, char *err,
                                  size_t err_len)
 {
@@ -135,45 +140,38 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
     int64_t shape[8];
     int32_t nd;
     llmem_tensor_info info;
-    size_t total = 0;
-    /* pass 0 sizes the buffer, pass 1 uploads */
-    for (int pass = 0; pass < 2; pass++) {
-        size_t off = 0;
-        for (int32_t il = -1; il < cfg->n_layers; il++) {
-            for (int32_t w = 0; w < LLMEM_W_COUNT; w++) {
-                bool global = w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD;
-                if (global != (il < 0))
-                    continue;
-                if (!llmem_model_weight(cfg, (llmem_weight)w, il < 0 ? 0 : il, name, sizeof name,
-                                        shape, &nd))
-                    continue;
-                llmem_status s = llmem_safetensors_find(st, name, &info, err, err_len);
-                if (s != LLMEM_OK)
-                    return s;
-                if (pass == 1) {
-                    s = llmem_buffer_upload(m->weights, off, info.data, info.n_bytes);
-                    if (s != LLMEM_OK) {
-                        snprintf(err, err_len, "uploading '%s' failed: %s", name,
-                                 llmem_status_str(s));
-                        return s;
-                    }
-                    wt *dst = il < 0 ? (w == LLMEM_W_EMBED ? &m->embed
-                                        : w == LLMEM_W_FINAL_NORM ? &m->final_norm : &m->lm_head)
-                                     : &m->layers[il].w[w];
-                    dst->present = true;
-                    dst->t = tensor_from(m->weights, off, info.dtype, info.shape, info.n_dims);
-                }
-                off += round_up(info.n_bytes);
-            }
-        }
-        if (pass == 0) {
-            total = off;
-            llmem_status s = llmem_buffer_alloc(m->be, total ? total : ALIGN, &m->weights);
+    int32_t cap = (cfg->n_layers + 1) * LLMEM_W_COUNT;
+    if (!(m->weights = calloc((size_t)cap, sizeof *m->weights)))
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t il = -1; il < cfg->n_layers; il++) {
+        for (int32_t w = 0; w < LLMEM_W_COUNT; w++) {
+            bool global = w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD;
+            if (global != (il < 0))
+                continue;
+            if (!llmem_model_weight(cfg, (llmem_weight)w, il < 0 ? 0 : il, name, sizeof name,
+                                    shape, &nd))
+                continue;
+            llmem_status s = llmem_safetensors_find(st, name, &info, err, err_len);
+            if (s != LLMEM_OK)
+                return s;
+            llmem_buffer *buf = NULL;
+            s = llmem_buffer_alloc(m->be, info.n_bytes ? round_up(info.n_bytes) : ALIGN, &buf);
             if (s != LLMEM_OK) {
-                snprintf(err, err_len, "cannot allocate %zu bytes of weights on %s", total,
-                         llmem_backend_name(m->be));
+                snprintf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", info.n_bytes,
+                         name, llmem_backend_name(m->be));
                 return s;
             }
+            m->weights[m->n_weights++] = buf;
+            s = llmem_buffer_upload(buf, 0, info.data, info.n_bytes);
+            if (s != LLMEM_OK) {
+                snprintf(err, err_len, "uploading '%s' failed: %s", name, llmem_status_str(s));
+                return s;
+            }
+            wt *dst = il < 0 ? (w == LLMEM_W_EMBED ? &m->embed
+                                : w == LLMEM_W_FINAL_NORM ? &m->final_norm : &m->lm_head)
+                             : &m->layers[il].w[w];
+            dst->present = true;
+            dst->t = tensor_from(buf, 0, info.dtype, info.shape, info.n_dims);
         }
     }
     if (cfg->tie_word_embeddings || !m->lm_head.present)
@@ -352,7 +350,9 @@ void llmem_model_free(llmem_model *m)
     if (!m)
         return;
     llmem_memory_destroy(m->mem);
-    llmem_buffer_free(m->weights);
+    for (int32_t i = 0; i < m->n_weights; i++)
+        llmem_buffer_free(m->weights[i]);
+    free(m->weights);
     llmem_buffer_free(m->scratch);
     llmem_buffer_free(m->fb_buf);
     llmem_backend_close(m->fb_be);

@@ -7,6 +7,8 @@
  *     larger than one staging chunk), device copies and fills;
  *   - the sub-allocator: many buffers, frees and reuse keep contents apart,
  *     and memory goes back;
+ *   - buffers of several chunks ($LLMEM_VULKAN_MAX_CHUNK): transfers,
+ *     copy_blocks and an op on tensors across chunk boundaries;
  *   - submit batching: a chain of ops is one submit, with barriers only
  *     where a dispatch depends on an earlier one ($LLMEM_VULKAN_LOG);
  *   - validation: a VK_EXT_debug_utils messenger of this test catches a
@@ -825,6 +827,92 @@ START_TEST(test_mamba_copy_on_write)
 }
 END_TEST
 
+/* ---- buffers of several chunks -------------------------------------------------------------- */
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* $LLMEM_VULKAN_MAX_CHUNK=4K: buffers above 4 KiB are several allocations.
+ * Transfers, copy_blocks and ops on tensors that cross a chunk boundary
+ * (bf16 at odd element offsets, so halves share words at the boundary)
+ * must give what a plain byte array gives, with the validation layer on. */
+START_TEST(test_chunks)
+{
+    setenv("LLMEM_VULKAN_MAX_CHUNK", "4K", 1);
+    llmem_backend *be = open_be("vulkan");
+    enum { N = 3 * 4096 + 1000 };
+    unsigned char *src = malloc(N), *got = malloc(N), *ref = malloc(N);
+    ck_assert(src && got && ref);
+    for (size_t i = 0; i < N; i++)
+        src[i] = (unsigned char)rnd();
+    llmem_buffer *a = NULL, *b = NULL;
+    OK(llmem_buffer_alloc(be, N, &a));
+    OK(llmem_buffer_alloc(be, N, &b));
+    /* uploads and downloads across boundaries, at odd offsets */
+    OK(llmem_buffer_upload(a, 0, src, N));
+    memset(got, 0, N);
+    OK(llmem_buffer_download(a, 4093, got, 8200));
+    ck_assert(!memcmp(got, src + 4093, 8200));
+    /* a copy whose pieces are cut at different places on each side */
+    memcpy(ref, src, N);
+    OK(llmem_buffer_upload(b, 0, src, N));
+    OK(llmem_buffer_copy(b, 5000, a, 1001, 7000));
+    memmove(ref + 5000, src + 1001, 7000);
+    /* a fill over two boundaries */
+    OK(llmem_buffer_fill(b, 3000, 5200, 0x5a5a5a5au));
+    memset(ref + 3000, 0x5a, 5200);
+    OK(llmem_buffer_download(b, 0, got, N));
+    ck_assert(!memcmp(got, ref, N));
+    /* copy_blocks of 1536-byte blocks: some cross a boundary on one side */
+    int32_t bs[] = {0, 5, 2}, bd[] = {7, 3, 6};
+    OK(llmem_op_copy_blocks(be, a, 1536, 3, bs, bd));
+    memcpy(ref, src, N);
+    for (int i = 0; i < 3; i++)
+        memcpy(ref + bd[i] * 1536, src + bs[i] * 1536, 1536);
+    OK(llmem_buffer_download(a, 0, got, N));
+    ck_assert(!memcmp(got, ref, N));
+    /* ops reading and writing tensors across chunk boundaries: a bf16
+     * copy at odd element offsets (halves share words at the boundaries),
+     * and an f32 scale */
+    enum { E = 3001 };
+    uint16_t x[E], y[E];
+    for (int i = 0; i < E; i++)
+        x[i] = to_bf16(frand(-2.0f, 2.0f));
+    OK(llmem_buffer_upload(a, 4094, x, sizeof x));
+    OK(llmem_buffer_fill(b, 0, N, 0));
+    llmem_tensor tx = llmem_tensor_1d(a, 4094, BF16, E);
+    llmem_tensor ty = llmem_tensor_1d(b, 5190, BF16, E - 1); /* bytes 5190 .. 11190 */
+    OK(llmem_op_copy(be, &tx, 1, &ty));
+    OK(llmem_buffer_download(b, 5190, y, (E - 1) * 2));
+    for (int i = 0; i < E - 1; i++)
+        ck_assert_msg(y[i] == x[i + 1], "element %d: %04x, want %04x", i, y[i], x[i + 1]);
+    uint16_t edge[2]; /* the halves just outside the output are untouched */
+    OK(llmem_buffer_download(b, 5188, edge, 2));
+    OK(llmem_buffer_download(b, 5190 + 2 * (E - 1), edge + 1, 2));
+    ck_assert_uint_eq(edge[0], 0);
+    ck_assert_uint_eq(edge[1], 0);
+    float f[1500], g[1500];
+    for (int i = 0; i < 1500; i++)
+        f[i] = frand(-3.0f, 3.0f);
+    OK(llmem_buffer_upload(a, 4092, f, sizeof f));
+    llmem_tensor tf = llmem_tensor_1d(a, 4092, F32, 1500), tg = llmem_tensor_1d(b, 7000, F32, 1500);
+    OK(llmem_op_scale(be, &tf, 0.5f, &tg));
+    OK(llmem_buffer_download(b, 7000, g, sizeof g));
+    for (int i = 0; i < 1500; i++)
+        ck_assert_msg(g[i] == 0.5f * f[i], "scale element %d: %g, want %g", i, g[i], 0.5f * f[i]);
+    OK(llmem_backend_synchronize(be));
+    llmem_buffer_free(a);
+    llmem_buffer_free(b);
+    free(src), free(got), free(ref);
+    llmem_backend_close(be);
+    unsetenv("LLMEM_VULKAN_MAX_CHUNK");
+}
+END_TEST
+
 static bool vulkan_opens(void)
 {
     char err[256] = "";
@@ -851,6 +939,7 @@ int main(void)
         tcase_add_test(tc, test_list_and_info);
         tcase_add_test(tc, test_roundtrip);
         tcase_add_test(tc, test_suballoc);
+        tcase_add_test(tc, test_chunks);
         tcase_add_test(tc, test_batching);
 #ifdef HAVE_VULKAN_H
         tcase_add_test(tc, test_validation);

@@ -15,6 +15,56 @@
 
 #include "vk_internal.h"
 
+/* Largest power of two <= x (x >= 1). */
+static VkDeviceSize pow2_floor(VkDeviceSize x)
+{
+    VkDeviceSize p = 1;
+    while (p <= x / 2)
+        p *= 2;
+    return p;
+}
+
+/* Parses "<n>[K|M|G][iB]" as bytes; 0 when absent or malformed. */
+static VkDeviceSize env_bytes(const char *name)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    unsigned long long n = strtoull(s, &end, 10);
+    int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20
+              : *end == 'G' || *end == 'g' ? 30 : 0;
+    if (shift)
+        end++;
+    if (*end == 'i' && end[1] == 'B')
+        end += 2;
+    else if (*end == 'B')
+        end++;
+    if (*end || n == 0 || n > (~0ull >> shift))
+        return 0;
+    return (VkDeviceSize)n << shift;
+}
+
+void vk_alloc_limits(vk_backend *v)
+{
+    uint32_t heap = v->mem_props.memoryTypes[v->mem_type_device].heapIndex;
+    VkDeviceSize hs = v->mem_props.memoryHeaps[heap].size;
+    /* A chunk must be one allocation and one binding; a power of two so
+     * that chunk boundaries fall on page and element boundaries. */
+    VkDeviceSize lim = v->max_alloc < v->max_range ? v->max_alloc : v->max_range;
+    VkDeviceSize env = env_bytes("LLMEM_VULKAN_MAX_CHUNK");
+    if (env && env < lim)
+        lim = env < 4 * VK_ALIGN ? 4 * VK_ALIGN : env;
+    v->chunk_max = pow2_floor(lim);
+    v->block_size = (VkDeviceSize)256 << 20;
+    if (v->block_size > hs / 8)
+        v->block_size = hs / 8 / VK_ALIGN * VK_ALIGN;
+    if (v->block_size < ((VkDeviceSize)4 << 20))
+        v->block_size = (VkDeviceSize)4 << 20;
+    if (v->block_size > v->chunk_max)
+        v->block_size = v->chunk_max;
+}
+
 static VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a)
 {
     return (x + a - 1) / a * a;

@@ -23,31 +23,53 @@ llmem_status vk_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out)
     vk_buffer *b = calloc(1, sizeof *b);
     if (!b)
         return LLMEM_E_NO_MEMORY;
-    llmem_status st = vk_alloc_make(v, size, &b->a);
-    if (st != LLMEM_OK) {
-        free(b);
-        return st;
+    llmem_status st;
+    b->base.size = size;
+    b->n_chunks = 1;
+    b->chunk = size;
+    if (size > v->chunk_max) {
+        uint64_t n = vk_div_up(size, v->chunk_max);
+        if (n > UINT32_MAX || !(b->more = calloc((size_t)(n - 1), sizeof *b->more))) {
+            free(b);
+            return LLMEM_E_NO_MEMORY;
+        }
+        b->chunk = v->chunk_max;
+        b->n_chunks = (uint32_t)n;
+    }
+    for (uint32_t i = 0; i < b->n_chunks; i++) {
+        st = vk_alloc_make(v, vk_chunk_bytes(b, i), (vk_alloc *)vk_chunk(b, i));
+        if (st != LLMEM_OK) {
+            b->n_chunks = i;
+            goto fail;
+        }
     }
     b->base.host = NULL;
     *out = &b->base;
     return LLMEM_OK;
+fail:
+    for (uint32_t i = 0; i < b->n_chunks; i++)
+        vk_alloc_release(v, (vk_alloc *)vk_chunk(b, i));
+    free(b->more);
+    free(b);
+    return st;
 }
 
 void vk_buffer_free(llmem_backend *be, llmem_buffer *buf)
 {
     vk_backend *v = vk_from(be);
     vk_buffer *b = vk_buf(buf);
-    /* Recorded work may still use the range; that is safe: a later user of
-     * the range conflicts with it in the hazard tracker and gets a
-     * barrier, and blocks are destroyed only when nothing is recorded. */
-    vk_alloc_release(v, &b->a);
+    /* Recorded work may still use the ranges; that is safe: a later user of
+     * a range conflicts with it in the hazard tracker and gets a barrier,
+     * and blocks are destroyed only when nothing is recorded. */
+    for (uint32_t i = 0; i < b->n_chunks; i++)
+        vk_alloc_release(v, (vk_alloc *)vk_chunk(b, i));
+    free(b->more);
     free(b);
 }
 
-static vk_access access(const vk_buffer *b, size_t offset, size_t size, bool write)
+static vk_access access(vk_piece p, bool write)
 {
-    VkDeviceSize begin = b->a.offset + offset, end = begin + size;
-    return (vk_access){vk_alloc_buffer(&b->a), begin / 4 * 4, (end + 3) / 4 * 4, write};
+    return (vk_access){p.buf, p.at / 4 * 4, (p.at + p.n + 3) / 4 * 4, write};
 }
 
 llmem_status vk_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offset, const void *src,
@@ -56,19 +78,19 @@ llmem_status vk_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offse
     vk_backend *v = vk_from(be);
     vk_buffer *b = vk_buf(dst);
     for (size_t done = 0; done < size;) {
-        size_t n = size - done < PIECE ? size - done : PIECE;
+        vk_piece p = vk_piece_at(b, offset + done, size - done < PIECE ? size - done : PIECE);
         vk_stage_ref s;
-        llmem_status st = vk_stage_get(v, n, 4, &s);
+        llmem_status st = vk_stage_get(v, p.n, 4, &s);
         if (st != LLMEM_OK)
             return st;
-        memcpy(s.ptr, (const char *)src + done, n);
-        vk_access a = access(b, offset + done, n, true);
+        memcpy(s.ptr, (const char *)src + done, p.n);
+        vk_access a = access(p, true);
         if ((st = vk_cmd_track(v, &a, 1)) != LLMEM_OK)
             return st;
-        VkBufferCopy r = {s.offset, b->a.offset + offset + done, n};
-        v->vk.vkCmdCopyBuffer(v->cmd, s.buf, vk_alloc_buffer(&b->a), 1, &r);
+        VkBufferCopy r = {s.offset, p.at, p.n};
+        v->vk.vkCmdCopyBuffer(v->cmd, s.buf, p.buf, 1, &r);
         v->n_transfer++;
-        done += n;
+        done += p.n;
     }
     return LLMEM_OK;
 }
@@ -79,20 +101,20 @@ llmem_status vk_buffer_download(llmem_backend *be, llmem_buffer *src, size_t off
     vk_backend *v = vk_from(be);
     vk_buffer *b = vk_buf(src);
     for (size_t done = 0; done < size;) {
-        size_t n = size - done < PIECE ? size - done : PIECE;
+        vk_piece p = vk_piece_at(b, offset + done, size - done < PIECE ? size - done : PIECE);
         vk_stage_ref s;
-        llmem_status st = vk_stage_get(v, n, 4, &s);
+        llmem_status st = vk_stage_get(v, p.n, 4, &s);
         if (st != LLMEM_OK)
             return st;
-        vk_access a = access(b, offset + done, n, false);
+        vk_access a = access(p, false);
         if ((st = vk_cmd_track(v, &a, 1)) != LLMEM_OK)
             return st;
-        VkBufferCopy r = {b->a.offset + offset + done, s.offset, n};
-        v->vk.vkCmdCopyBuffer(v->cmd, vk_alloc_buffer(&b->a), s.buf, 1, &r);
+        VkBufferCopy r = {p.at, s.offset, p.n};
+        v->vk.vkCmdCopyBuffer(v->cmd, p.buf, s.buf, 1, &r);
         v->n_transfer++;
-        if ((st = vk_readback_add(v, s.ptr, (char *)dst + done, n)) != LLMEM_OK)
+        if ((st = vk_readback_add(v, s.ptr, (char *)dst + done, p.n)) != LLMEM_OK)
             return st;
-        done += n;
+        done += p.n;
     }
     return vk_cmd_flush(v);
 }
@@ -102,13 +124,19 @@ llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_off
 {
     vk_backend *v = vk_from(be);
     vk_buffer *d = vk_buf(dst), *s = vk_buf(src);
-    vk_access a[2] = {access(s, src_offset, size, false), access(d, dst_offset, size, true)};
-    llmem_status st = vk_cmd_track(v, a, 2);
-    if (st != LLMEM_OK)
-        return st;
-    VkBufferCopy r = {s->a.offset + src_offset, d->a.offset + dst_offset, size};
-    v->vk.vkCmdCopyBuffer(v->cmd, vk_alloc_buffer(&s->a), vk_alloc_buffer(&d->a), 1, &r);
-    v->n_transfer++;
+    for (size_t done = 0; done < size;) {
+        vk_piece ps = vk_piece_at(s, src_offset + done, size - done);
+        vk_piece pd = vk_piece_at(d, dst_offset + done, ps.n);
+        ps.n = pd.n;
+        vk_access a[2] = {access(ps, false), access(pd, true)};
+        llmem_status st = vk_cmd_track(v, a, 2);
+        if (st != LLMEM_OK)
+            return st;
+        VkBufferCopy r = {ps.at, pd.at, pd.n};
+        v->vk.vkCmdCopyBuffer(v->cmd, ps.buf, pd.buf, 1, &r);
+        v->n_transfer++;
+        done += pd.n;
+    }
     return LLMEM_OK;
 }
 
@@ -117,14 +145,19 @@ llmem_status vk_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
 {
     vk_backend *v = vk_from(be);
     vk_buffer *b = vk_buf(dst);
-    vk_access a = access(b, offset, size, true);
-    llmem_status st = vk_cmd_track(v, &a, 1);
-    if (st != LLMEM_OK)
-        return st;
-    /* vkCmdFillBuffer writes the 32-bit word in host byte order, as an
-     * upload of uint32 values would (little-endian on every Vulkan host). */
-    v->vk.vkCmdFillBuffer(v->cmd, vk_alloc_buffer(&b->a), b->a.offset + offset, size, pattern);
-    v->n_transfer++;
+    for (size_t done = 0; done < size;) {
+        vk_piece p = vk_piece_at(b, offset + done, size - done);
+        vk_access a = access(p, true);
+        llmem_status st = vk_cmd_track(v, &a, 1);
+        if (st != LLMEM_OK)
+            return st;
+        /* vkCmdFillBuffer writes the 32-bit word in host byte order, as an
+         * upload of uint32 values would (little-endian on every Vulkan
+         * host). Chunks are multiples of 4 bytes, so pieces stay whole words. */
+        v->vk.vkCmdFillBuffer(v->cmd, p.buf, p.at, p.n, pattern);
+        v->n_transfer++;
+        done += p.n;
+    }
     return LLMEM_OK;
 }
 

@@ -463,6 +463,59 @@ void vk_op_dummy(vk_backend *v, vk_op *op)
     op_bind(v, op, vk_alloc_buffer(&v->dummy), v->dummy.offset, v->dummy.size);
 }
 
+/* Copies bytes [lo, hi) of b into tmp (in) or back (out), one region per
+ * chunk piece. */
+static llmem_status tmp_copy(vk_backend *v, const struct vk_op_tmp *t, bool out)
+{
+    VkBuffer tb = vk_alloc_buffer(&t->tmp);
+    for (VkDeviceSize x = t->lo; x < t->hi;) {
+        vk_piece p = vk_piece_at(t->b, x, t->hi - x);
+        VkDeviceSize at = t->tmp.offset + (x - t->lo);
+        vk_access a[2] = {{p.buf, p.at, p.at + p.n, out}, {tb, at, at + p.n, !out}};
+        llmem_status st = vk_cmd_track(v, a, 2);
+        if (st != LLMEM_OK)
+            return st;
+        VkBufferCopy r = out ? (VkBufferCopy){at, p.at, p.n} : (VkBufferCopy){p.at, at, p.n};
+        v->vk.vkCmdCopyBuffer(v->cmd, out ? tb : p.buf, out ? p.buf : tb, 1, &r);
+        v->n_transfer++;
+        x += p.n;
+    }
+    return LLMEM_OK;
+}
+
+/* Binds bytes [start, end) of a buffer of several chunks that they cross
+ * through a contiguous temporary (bytes [start & ~3, end rounded up to 4)
+ * are copied, so 16-bit halves keep their word positions); returns the
+ * binding's offset of `start` in bytes. Rare by construction: pools and
+ * weights are placed so that bindings stay inside a chunk
+ * (docs/vulkan.md); it keeps any other binding correct. */
+static VkDeviceSize op_bind_tmp(vk_backend *v, vk_op *op, const vk_buffer *b, VkDeviceSize start,
+                                VkDeviceSize end, bool write)
+{
+    if (op->n_tmp >= VK_MAX_BINDINGS) {
+        op->bad = true;
+        return 0;
+    }
+    struct vk_op_tmp *t = &op->tmp[op->n_tmp];
+    t->b = b;
+    t->lo = start / 4 * 4;
+    t->hi = (end + 3) / 4 * 4;
+    t->write = write;
+    if (t->hi - t->lo > v->max_range || vk_alloc_make(v, t->hi - t->lo, &t->tmp) != LLMEM_OK) {
+        op->bad = true;
+        return 0;
+    }
+    op->n_tmp++;
+    if (tmp_copy(v, t, false) != LLMEM_OK) {
+        op->bad = true;
+        return 0;
+    }
+    VkBuffer tb = vk_alloc_buffer(&t->tmp);
+    op_bind(v, op, tb, t->tmp.offset, t->hi - t->lo);
+    op_access(op, tb, t->tmp.offset, t->tmp.offset + (t->hi - t->lo), write);
+    return start - t->lo;
+}
+
 uint32_t vk_op_tensor(vk_backend *v, vk_op *op, const llmem_tensor *t, bool write)
 {
     size_t bytes = t ? llmem_tensor_nbytes(t) : 0;
@@ -471,10 +524,17 @@ uint32_t vk_op_tensor(vk_backend *v, vk_op *op, const llmem_tensor *t, bool writ
         return 0;
     }
     vk_buffer *b = vk_buf(t->buf);
-    VkDeviceSize start = b->a.offset + t->offset, end = start + bytes;
+    uint32_t ci = (uint32_t)(t->offset / b->chunk);
+    VkDeviceSize local = t->offset - (VkDeviceSize)ci * b->chunk;
+    if (local + bytes > b->chunk) {
+        VkDeviceSize at = op_bind_tmp(v, op, b, t->offset, t->offset + bytes, write);
+        return (uint32_t)(at / llmem_dtype_size(t->dtype));
+    }
+    const vk_alloc *a = vk_chunk(b, ci);
+    VkDeviceSize start = a->offset + local, end = start + bytes;
     VkDeviceSize bstart = start / v->storage_align * v->storage_align;
     VkDeviceSize range = (end - bstart + 3) / 4 * 4;
-    VkBuffer buf = vk_alloc_buffer(&b->a);
+    VkBuffer buf = vk_alloc_buffer(a);
     op_bind(v, op, buf, bstart, range);
     op_access(op, buf, start, end, write);
     return (uint32_t)((start - bstart) / llmem_dtype_size(t->dtype));
@@ -483,9 +543,38 @@ uint32_t vk_op_tensor(vk_backend *v, vk_op *op, const llmem_tensor *t, bool writ
 void vk_op_buffer(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write)
 {
     vk_buffer *b = vk_buf(buf);
+    if (b->n_chunks > 1) {
+        vk_log(v, "%s: a buffer of %zu bytes spans %u chunks: bound through a copy",
+               vk_shader_codes[op->shader].name, buf->size, b->n_chunks);
+        op_bind_tmp(v, op, b, 0, buf->size, write);
+        return;
+    }
     VkBuffer vb = vk_alloc_buffer(&b->a);
     op_bind(v, op, vb, b->a.offset, (buf->size + 3) / 4 * 4);
     op_access(op, vb, b->a.offset, b->a.offset + buf->size, write);
+}
+
+VkDeviceSize vk_op_buffer_chunks(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write,
+                                 uint32_t n_slot)
+{
+    vk_buffer *b = vk_buf(buf);
+    if (b->n_chunks > n_slot) {
+        vk_log(v, "%s: a buffer of %zu bytes spans %u chunks, more than %u",
+               vk_shader_codes[op->shader].name, buf->size, b->n_chunks, n_slot);
+        op->bad = true;
+    }
+    for (uint32_t i = 0; i < n_slot; i++) {
+        if (i >= b->n_chunks) {
+            vk_op_dummy(v, op);
+            continue;
+        }
+        const vk_alloc *a = vk_chunk(b, i);
+        VkDeviceSize n = vk_chunk_bytes(b, i);
+        VkBuffer vb = vk_alloc_buffer(a);
+        op_bind(v, op, vb, a->offset, (n + 3) / 4 * 4);
+        op_access(op, vb, a->offset, a->offset + n, write);
+    }
+    return b->n_chunks > 1 ? b->chunk : buf->size;
 }
 
 void vk_op_alloc(vk_backend *v, vk_op *op, const vk_alloc *a, bool write)
@@ -601,7 +690,22 @@ static llmem_status desc_alloc(vk_backend *v, VkDescriptorSet *out)
     }
 }
 
-llmem_status vk_op_run(vk_backend *v, vk_op *op, uint64_t n_groups)
+/* Copies written temporaries back, then returns every temporary (safe
+ * with recorded work still using it: a later user of the range conflicts
+ * with these accesses and gets a barrier). */
+static llmem_status op_tmp_finish(vk_backend *v, vk_op *op, bool ran)
+{
+    llmem_status st = LLMEM_OK;
+    for (uint32_t i = 0; i < op->n_tmp; i++) {
+        if (ran && op->tmp[i].write && st == LLMEM_OK)
+            st = tmp_copy(v, &op->tmp[i], true);
+        vk_alloc_release(v, &op->tmp[i].tmp);
+    }
+    op->n_tmp = 0;
+    return st;
+}
+
+static llmem_status op_dispatch(vk_backend *v, vk_op *op, uint64_t n_groups)
 {
     if (v->error != LLMEM_OK)
         return v->error;
@@ -645,4 +749,11 @@ llmem_status vk_op_run(vk_backend *v, vk_op *op, uint64_t n_groups)
     v->vk.vkCmdDispatch(v->cmd, (uint32_t)gx, (uint32_t)gy, 1);
     v->n_dispatch++;
     return LLMEM_OK;
+}
+
+llmem_status vk_op_run(vk_backend *v, vk_op *op, uint64_t n_groups)
+{
+    llmem_status st = op_dispatch(v, op, n_groups);
+    llmem_status st2 = op_tmp_finish(v, op, st == LLMEM_OK);
+    return st != LLMEM_OK ? st : st2;
 }

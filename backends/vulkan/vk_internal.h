@@ -115,6 +115,7 @@ typedef struct vk_backend {
     VkDeviceSize max_range;     /* maxStorageBufferRange */
     VkDeviceSize max_alloc;     /* maxMemoryAllocationSize */
     VkDeviceSize block_size;
+    VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
     VkDeviceSize bytes_device;  /* in device blocks */
 
     /* sub-allocator */
@@ -151,10 +152,49 @@ typedef struct vk_backend {
     bool validation_fatal;
 } vk_backend;
 
+/* A buffer of at most v->chunk_max bytes is one sub-allocation (chunk 0,
+ * `a`). A larger one is n_chunks sub-allocations of `chunk` bytes each (the
+ * last one shorter): byte x of the buffer is byte x % chunk of chunk
+ * x / chunk. Transfers are split at chunk boundaries; a shader binds one
+ * chunk per tensor (vk_op_tensor), or all chunks of a pool
+ * (vk_op_buffer_chunks). */
 typedef struct vk_buffer {
     llmem_buffer base;
-    vk_alloc a;
+    vk_alloc a;         /* chunk 0 */
+    vk_alloc *more;     /* chunks 1 .. n_chunks - 1 */
+    uint32_t n_chunks;  /* >= 1 */
+    VkDeviceSize chunk; /* bytes per chunk (a power of two when n_chunks > 1) */
 } vk_buffer;
+
+/* Chunk i of a buffer (i < n_chunks). */
+static inline const vk_alloc *vk_chunk(const vk_buffer *b, uint32_t i)
+{
+    return i == 0 ? &b->a : &b->more[i - 1];
+}
+
+/* The part of [offset, offset + size) of a buffer that lies in one chunk:
+ * the chunk's VkBuffer, the part's offset there and its length (> 0 when
+ * size > 0). */
+typedef struct vk_piece {
+    VkBuffer buf;
+    VkDeviceSize at, n;
+} vk_piece;
+
+static inline vk_piece vk_piece_at(const vk_buffer *b, VkDeviceSize offset, VkDeviceSize size)
+{
+    uint32_t i = (uint32_t)(offset / b->chunk);
+    const vk_alloc *a = i == 0 ? &b->a : &b->more[i - 1];
+    VkDeviceSize local = offset - (VkDeviceSize)i * b->chunk;
+    VkDeviceSize n = b->chunk - local < size ? b->chunk - local : size;
+    return (vk_piece){a->block ? a->block->buf : VK_NULL_HANDLE, a->offset + local, n};
+}
+
+/* Bytes of chunk i that the buffer uses. */
+static inline VkDeviceSize vk_chunk_bytes(const vk_buffer *b, uint32_t i)
+{
+    VkDeviceSize begin = (VkDeviceSize)i * b->chunk, size = b->base.size;
+    return size - begin < b->chunk ? size - begin : b->chunk;
+}
 
 extern const llmem_backend_i vk_iface;
 
@@ -175,6 +215,11 @@ void vk_log(vk_backend *v, const char *fmt, ...) __attribute__((format(printf, 2
 
 /* ---- vk_alloc.c ---------------------------------------------------------------------------- */
 
+/* Sets block_size and chunk_max from the device limits (maxMemoryAllocationSize,
+ * maxStorageBufferRange, the heap size) and $LLMEM_VULKAN_MAX_CHUNK (bytes,
+ * with an optional K/M/G suffix), which only lowers them (tests use it to
+ * make small buffers span several chunks). */
+void vk_alloc_limits(vk_backend *v);
 llmem_status vk_alloc_make(vk_backend *v, VkDeviceSize size, vk_alloc *out);
 /* Returns a sub-allocation; an emptied block is destroyed once no recorded
  * work can use it (vk_alloc_trim). */
@@ -217,6 +262,16 @@ typedef struct vk_op {
     uint32_t n_push;
     uint32_t push[VK_MAX_PUSH / 4];
     bool bad; /* a tensor too large for one binding */
+    /* Ranges that cross a chunk boundary, bound through a contiguous
+     * temporary: copied in before the dispatch, and out after it when the
+     * op writes them (vk_cmd.c). */
+    uint32_t n_tmp;
+    struct vk_op_tmp {
+        vk_alloc tmp;
+        const vk_buffer *b;
+        VkDeviceSize lo, hi; /* bytes of b, whole words */
+        bool write;
+    } tmp[VK_MAX_BINDINGS];
 } vk_op;
 
 void vk_op_init(vk_op *op, vk_shader_id shader, uint32_t wg);
@@ -227,8 +282,14 @@ void vk_op_f32(vk_op *op, float value);
 /* Binds the tensor's bytes; returns its offset in elements from the start
  * of the binding. A NULL or empty tensor binds the dummy buffer. */
 uint32_t vk_op_tensor(vk_backend *v, vk_op *op, const llmem_tensor *t, bool write);
-/* Binds a whole llmem buffer (pools, state buffers, view index buffers). */
+/* Binds a whole llmem buffer (pools, state buffers, view index buffers);
+ * one that spans several chunks marks the op bad (LLMEM_E_UNSUPPORTED). */
 void vk_op_buffer(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write);
+/* Binds the chunks of a buffer to n_slot consecutive bindings (dummies
+ * past the last chunk); returns the chunk size in bytes (the buffer's size
+ * when it is one chunk). More chunks than slots mark the op bad. */
+VkDeviceSize vk_op_buffer_chunks(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write,
+                                 uint32_t n_slot);
 /* Binds a device sub-allocation (scratch). */
 void vk_op_alloc(vk_backend *v, vk_op *op, const vk_alloc *a, bool write);
 /* Binds a staging region (small host-written tables). */

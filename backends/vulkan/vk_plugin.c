@@ -473,15 +473,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     v->storage_align = l->minStorageBufferOffsetAlignment < 4 ? 4 : l->minStorageBufferOffsetAlignment;
     v->max_range = l->maxStorageBufferRange;
     v->max_alloc = e->m3.maxMemoryAllocationSize ? e->m3.maxMemoryAllocationSize : ((VkDeviceSize)1 << 30);
-    uint32_t heap = v->mem_props.memoryTypes[v->mem_type_device].heapIndex;
-    VkDeviceSize hs = v->mem_props.memoryHeaps[heap].size;
-    v->block_size = (VkDeviceSize)256 << 20;
-    if (v->block_size > hs / 8)
-        v->block_size = hs / 8 / VK_ALIGN * VK_ALIGN;
-    if (v->block_size > v->max_alloc)
-        v->block_size = v->max_alloc / VK_ALIGN * VK_ALIGN;
-    if (v->block_size < ((VkDeviceSize)4 << 20))
-        v->block_size = (VkDeviceSize)4 << 20;
+    vk_alloc_limits(v);
     v->max_groups = l->maxComputeWorkGroupCount[0] < l->maxComputeWorkGroupCount[1]
                         ? l->maxComputeWorkGroupCount[0]
                         : l->maxComputeWorkGroupCount[1];
