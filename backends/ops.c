@@ -152,12 +152,33 @@ static bool ops_has(const struct llmem_ops_i *ops, size_t offset, size_t size)
 
 /* ---- dense ------------------------------------------------------------------------ */
 
+static llmem_status matmul_checked(llmem_backend *be, const llmem_tensor *a,
+                                   const llmem_tensor *w, const llmem_tensor *out,
+                                   llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *,
+                                                      llmem_ct *));
+
 llmem_status llmem_op_matmul(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
                              const llmem_tensor *out)
 {
+    return be ? matmul_checked(be, a, w, out, SLOT(be, matmul)) : LLMEM_E_INVALID;
+}
+
+llmem_status llmem_op_matmul_fast(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
+                                  const llmem_tensor *out)
+{
     if (!be)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, matmul);
+    /* a backend without a fast path runs the precise one */
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *) =
+        SLOT(be, matmul_fast);
+    return matmul_checked(be, a, w, out, fn ? fn : SLOT(be, matmul));
+}
+
+static llmem_status matmul_checked(llmem_backend *be, const llmem_tensor *a,
+                                   const llmem_tensor *w, const llmem_tensor *out,
+                                   llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *,
+                                                      llmem_ct *))
+{
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (!tensor_ok(be, a, DT_F32) || !tensor_ok(be, w, DT_FLOAT) || !tensor_ok(be, out, DT_F32))

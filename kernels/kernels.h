@@ -55,6 +55,20 @@ cudaError_t cuk_log_softmax(const float *x, int64_t rows, int64_t cols, float *o
                             cudaStream_t stream);
 cudaError_t cuk_argmax(const float *x, int64_t rows, int64_t cols, int32_t *out,
                        cudaStream_t stream);
+
+/* ---- sample.cu ---------------------------------------------------------------------- */
+
+/* One token per row of logits [rows, cols] by <llmem/ops.h> llmem_op_sample
+ * (temperature <= 0: cuk_argmax); ctr [rows] or NULL (the row index). */
+cudaError_t cuk_sample(const float *logits, int64_t rows, int64_t cols, const int32_t *ctr,
+                       float temperature, int32_t top_k, float top_p, float min_p,
+                       uint64_t seed, int32_t *out, cudaStream_t stream);
+/* out[r] = log_softmax(logits[r])[ids[r]]; NaN for an id outside [0, cols). */
+cudaError_t cuk_logprob_gather(const float *logits, int64_t rows, int64_t cols,
+                               const int32_t *ids, float *out, cudaStream_t stream);
+/* The n (1..64) best of each row, descending, lower index first on ties. */
+cudaError_t cuk_top_logprobs(const float *logits, int64_t rows, int64_t cols, int32_t n,
+                             int32_t *top_ids, float *top_lp, cudaStream_t stream);
 /* dst[r, c] = src[r, col0 + c] converted from sdt to ddt. */
 cudaError_t cuk_copy(const void *src, int sdt, int64_t src_cols, int64_t col0, void *dst,
                      int ddt, int64_t rows, int64_t cols, cudaStream_t stream);

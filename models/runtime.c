@@ -382,11 +382,21 @@ static llmem_tensor act(const llmem_model *m, size_t off, int32_t T, int32_t wid
     return llmem_tensor_2d(m->scratch, off, LLMEM_DTYPE_F32, T, width);
 }
 
+/* out = a · wᵀ in the model's precision mode (FAST: bf16 activations into
+ * one tensor-core GEMM, <llmem/runtime.h>). */
+static llmem_status matmul(llmem_model *m, const llmem_tensor *a, const llmem_tensor *w,
+                           const llmem_tensor *out)
+{
+    if (m->p.precision == LLMEM_PRECISION_FAST)
+        return llmem_op_matmul_fast(m->be, a, w, out);
+    return llmem_op_matmul(m->be, a, w, out);
+}
+
 /* out = a · wᵀ (+ bias) */
 static llmem_status linear(llmem_model *m, const llmem_tensor *a, const wt *w, const wt *bias,
                            const llmem_tensor *out)
 {
-    llmem_status s = llmem_op_matmul(m->be, a, &w->t, out);
+    llmem_status s = matmul(m, a, &w->t, out);
     if (s == LLMEM_OK && bias && bias->present)
         s = llmem_op_add(m->be, out, &bias->t, out);
     return s;
@@ -517,7 +527,7 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
     TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
     TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
     llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
-    return llmem_op_matmul(m->be, &xo, &m->lm_head.t, &logits);
+    return matmul(m, &xo, &m->lm_head.t, &logits);
 }
 
 /* What a decode does with the logits of each ubatch. */

@@ -481,6 +481,42 @@ out:
 }
 END_TEST
 
+/* The FAST matmul (bf16 activations, one bf16 GEMM for bf16 weights)
+ * against a float64 product: within bf16 rounding of a (2^-9 relative per
+ * element, far less over a sum of random signs), at sizes that take the
+ * GEMV (M <= 4) and the GEMM paths. */
+START_TEST(test_matmul_fast)
+{
+    static const int32_t shapes[][3] = {{1, 256, 64}, {4, 512, 33}, {37, 1024, 96},
+                                        {128, 2048, 64}};
+    static const llmem_dtype wts[2] = {LLMEM_DTYPE_BF16, F32};
+    llmem_backend *be = th_open(_i);
+    for (int d = 0; d < 2; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+            ref64_rng r = ref64_rng_make(ref64_seed(), 5000 + d * 16 + s);
+            th_ctx c;
+            th_begin(&c, be);
+            double *a = th_vec(&c, (int64_t)m * k), *w = th_vec(&c, (int64_t)n * k);
+            double *out = th_vec(&c, (int64_t)m * n), *ref = th_vec(&c, (int64_t)m * n);
+            ref64_fill(&r, a, (int64_t)m * k, -1, 1, F32);
+            ref64_fill(&r, w, (int64_t)n * k, -1, 1, wts[d]);
+            ref64_matmul(a, w, m, k, n, ref);
+            llmem_tensor ta = th_input(&c, F32, 2, m, k, 1, a);
+            llmem_tensor tw = th_input(&c, wts[d], 2, n, k, 1, w);
+            llmem_tensor to = th_tensor(&c, F32, 2, m, n, 1);
+            ck_assert_int_eq(llmem_op_matmul_fast(be, &ta, &tw, &to), LLMEM_OK);
+            th_get(&to, out);
+            char what[96];
+            snprintf(what, sizeof what, "matmul_fast M=%d K=%d N=%d w=%s", m, k, n,
+                     llmem_dtype_name(wts[d]));
+            th_expect_close(out, ref, (int64_t)m * n, 4e-3, what);
+            th_end(&c);
+        }
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     printf("test_ops_sample: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
@@ -495,6 +531,7 @@ int main(void)
     tcase_add_loop_test(tc, test_logprob_gather, 0, n);
     tcase_add_loop_test(tc, test_top_logprobs, 0, n);
     tcase_add_loop_test(tc, test_sample_arguments, 0, n);
+    tcase_add_loop_test(tc, test_matmul_fast, 0, n);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -25,10 +25,18 @@
 
 static const char *fixtures[] = {"bamba", "llama"};
 
+/* The source tree: $LLMEM_SOURCE_DIR (a copied tree, e.g. on a GPU
+ * machine), else the one this test was built from. */
+static const char *source_dir(void)
+{
+    const char *e = getenv("LLMEM_SOURCE_DIR");
+    return e && *e ? e : LLMEM_SOURCE_DIR;
+}
+
 static llmem_model *load(llmem_backend *be, const char *fx, llmem_precision prec)
 {
     char dir[1024], err[256] = "";
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", LLMEM_SOURCE_DIR, fx);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", source_dir(), fx);
     llmem_model_params p = llmem_model_default_params();
     p.n_seq_max = 4;
     p.n_ctx = 64;
@@ -139,6 +147,63 @@ START_TEST(test_decode_sample_matches_logits)
 }
 END_TEST
 
+/* FAST precision against PRECISE on the fixtures: greedy tokens agree and
+ * log-probabilities over the whole vocabulary stay within 0.2 (mean 0.02):
+ * bf16 rounding of the GEMM inputs (docs/cuda.md "Precision modes"). */
+START_TEST(test_fast_vs_precise)
+{
+    llmem_backend *be = th_open(_i);
+    for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+        llmem_model *mp = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
+        llmem_model *mf = load(be, fixtures[f], LLMEM_PRECISION_FAST);
+        int32_t v = llmem_model_n_vocab(mp);
+        int32_t tok[N_TOK], pos[N_TOK], seq[N_TOK];
+        const int32_t *seqp[N_TOK];
+        int8_t outf[N_TOK];
+        llmem_batch b;
+        make_batch(v, tok, pos, seq, seqp, outf, &b);
+        float *lp = malloc((size_t)N_TOK * v * sizeof *lp), *lf = malloc((size_t)N_TOK * v * 4);
+        ck_assert(lp && lf);
+        char err[256] = "";
+        int32_t n = 0;
+        ck_assert_msg(llmem_model_decode(mp, &b, true, lp, N_TOK, &n, err, sizeof err) == LLMEM_OK,
+                      "%s", err);
+        ck_assert_msg(llmem_model_decode(mf, &b, true, lf, N_TOK, &n, err, sizeof err) == LLMEM_OK,
+                      "%s", err);
+        double worst = 0.0, diff_sum = 0.0;
+        int32_t n_agree = 0;
+        for (int32_t r = 0; r < n; r++) {
+            int32_t bp = 0, bf = 0;
+            for (int32_t j = 0; j < v; j++) {
+                size_t i = (size_t)r * v + j;
+                double dd = fabs((double)lp[i] - lf[i]);
+                worst = dd > worst ? dd : worst;
+                diff_sum += dd;
+                bp = lp[i] > lp[(size_t)r * v + bp] ? j : bp;
+                bf = lf[i] > lf[(size_t)r * v + bf] ? j : bf;
+            }
+            /* random-weight fixtures have near ties: a different greedy token
+             * is allowed only where precise rates the two within 0.05 */
+            double gap = lp[(size_t)r * v + bp] - lp[(size_t)r * v + bf];
+            ck_assert_msg(bp == bf || gap <= 0.05, "%s row %d: fast greedy %d, precise %d (gap %g)",
+                          fixtures[f], r, bf, bp, gap);
+            n_agree += bp == bf;
+        }
+        double mean = diff_sum / ((double)n * v);
+        printf("test_runtime_sample: %s on %s: greedy agrees on %d of %d rows; fast - precise "
+               "log-probs: max %.3g, mean %.3g\n",
+               fixtures[f], th_backend_name(_i), n_agree, n, worst, mean);
+        ck_assert_msg(worst <= 0.2 && mean <= 0.02, "%s: fast log-probs differ by up to %g "
+                      "(mean %g)", fixtures[f], worst, mean);
+        free(lp);
+        free(lf);
+        llmem_model_free(mp);
+        llmem_model_free(mf);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
 START_TEST(test_params)
 {
     llmem_model_params p = llmem_model_default_params();
@@ -153,7 +218,7 @@ START_TEST(test_params)
     ck_assert_str_eq(llmem_precision_name(LLMEM_PRECISION_FAST), "fast");
     llmem_backend *be = th_open_cpu();
     char dir[1024], err[256];
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/bamba", LLMEM_SOURCE_DIR);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/bamba", source_dir());
     llmem_model *m = NULL;
     p.ssm_dtype = LLMEM_DTYPE_I32;
     ck_assert_int_eq(llmem_model_load(dir, be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
@@ -174,6 +239,7 @@ int main(void)
     TCase *tc = tcase_create("runtime_sample");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_decode_sample_matches_logits, 0, n);
+    tcase_add_loop_test(tc, test_fast_vs_precise, 0, n);
     tcase_add_test(tc, test_params);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

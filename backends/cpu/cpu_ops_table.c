@@ -29,6 +29,7 @@ const struct llmem_ops_i llmem_cpu_ops = {
     .sample = cpu_op_sample,
     .logprob_gather = cpu_op_logprob_gather,
     .top_logprobs = cpu_op_top_logprobs,
+    .matmul_fast = cpu_op_matmul_fast,
 };
 
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)

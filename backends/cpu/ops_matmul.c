@@ -88,10 +88,35 @@ static void mm_run(void *vctx, int64_t t0, int64_t t1, int32_t thread)
     }
 }
 
+static llmem_status matmul_rows(const float *a_data, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+
 llmem_status cpu_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
 {
+    (void)be;
+    return matmul_rows(tensor_data(a), a, w, out);
+}
+
+/* FAST mode: the activations rounded to bf16 (as a bf16 tensor-core GEMM
+ * sees them), then the same f32-accumulated product. */
+llmem_status cpu_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
+    (void)be;
+    int64_t n = llmem_tensor_nelements(a);
+    float *r = malloc((size_t)(n > 0 ? n : 1) * sizeof *r);
+    if (!r)
+        return LLMEM_E_NO_MEMORY;
+    const float *src = tensor_data(a);
+    for (int64_t i = 0; i < n; i++)
+        r[i] = bf16_to_f32(f32_to_bf16(src[i]));
+    llmem_status st = matmul_rows(r, a, w, out);
+    free(r);
+    return st;
+}
+
+static llmem_status matmul_rows(const float *a_data, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
     mm_ctx c = {
-        .a = tensor_data(a),
+        .a = a_data,
         .w = tensor_data(w),
         .wt = w->dtype,
         .out = tensor_data(out),

@@ -134,6 +134,30 @@ static llmem_status op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem
     return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul") : st;
 }
 
+/* FAST mode: bf16 weights take one tensor-core GEMM over bf16(a) instead
+ * of the hi + lo pair; everything else (the GEMV of M <= CUK_GEMV_MAX_M,
+ * f32 and f16 weights) runs as op_matmul, which the contract allows. */
+static llmem_status op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
+    int32_t m = a->ne[0], k = a->ne[1], n = w->ne[0];
+    if (w->dtype != LLMEM_DTYPE_BF16 || m <= CUK_GEMV_MAX_M || k == 0)
+        return op_matmul(be, a, w, out);
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    void *s;
+    size_t half = (size_t)m * k * 2;
+    if ((st = cuda_scratch(cb, 2 * half + 256, &s)) != LLMEM_OK)
+        return st;
+    uint16_t *hi = s, *lo = (uint16_t *)((char *)s + (half + 255) / 256 * 256);
+    st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, lo, (int64_t)m * k, cb->stream),
+                    "split_bf16");
+    if (st == LLMEM_OK)
+        st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
+    return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul_fast") : st;
+}
+
 static llmem_status op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out)
 {
     cuda_backend *cb;
@@ -511,6 +535,48 @@ static llmem_status op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
                 "argmax");
 }
 
+/* ---- sampling (kernels/sample.cu) ----------------------------------------------------------- */
+
+static llmem_status op_sample(llmem_backend *be, const llmem_sample_params *p, llmem_ct *logits,
+                              llmem_ct *ctr, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_sample(tptr(logits), rows_of(logits), cols_of(logits),
+                           ctr ? tptr(ctr) : NULL, p->temperature, p->top_k, p->top_p,
+                           p->min_p, p->seed, tptr(out), cb->stream),
+                "sample");
+}
+
+static llmem_status op_logprob_gather(llmem_backend *be, llmem_ct *logits, llmem_ct *ids,
+                                      llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_logprob_gather(tptr(logits), rows_of(logits), cols_of(logits), tptr(ids),
+                                   tptr(out), cb->stream),
+                "logprob_gather");
+}
+
+static llmem_status op_top_logprobs(llmem_backend *be, llmem_ct *logits, int32_t n,
+                                    llmem_ct *top_ids, llmem_ct *top_lp)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_top_logprobs(tptr(logits), rows_of(logits), cols_of(logits), n,
+                                 tptr(top_ids), tptr(top_lp), cb->stream),
+                "top_logprobs");
+}
+
 const struct llmem_ops_i cuda_ops = {
     .struct_size = sizeof(struct llmem_ops_i),
     .matmul = op_matmul,
@@ -534,6 +600,10 @@ const struct llmem_ops_i cuda_ops = {
     .copy_blocks = op_copy_blocks,
     .log_softmax = op_log_softmax,
     .argmax = op_argmax,
+    .sample = op_sample,
+    .logprob_gather = op_logprob_gather,
+    .top_logprobs = op_top_logprobs,
+    .matmul_fast = op_matmul_fast,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)

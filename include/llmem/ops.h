@@ -103,6 +103,16 @@ size_t llmem_tensor_nbytes(const llmem_tensor *t);
 llmem_status llmem_op_matmul(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
                              const llmem_tensor *out);
 
+/* The matmul of the FAST precision mode (<llmem/runtime.h>): as
+ * llmem_op_matmul, but a backend may round a to bf16 (nearest even) before
+ * the product, with f32 accumulation, and run bf16 weights through one
+ * tensor-core GEMM (no hi + lo split). The result is within bf16 rounding
+ * of a (relative error about 2^-9 per product) of the exact one. A backend
+ * without a fast path (NULL slot) runs llmem_op_matmul. Same shapes,
+ * dtypes and statuses as llmem_op_matmul. */
+llmem_status llmem_op_matmul_fast(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
+                                  const llmem_tensor *out);
+
 /* out[i] = src[idx[i]] (embedding lookup, output-row selection).
  *   src [R, C] f32 | f16 | bf16;  idx [n] i32 in [0, R);  out [n, C] f32.
  * Index values live on the device, so the wrapper cannot check them: the

@@ -146,6 +146,11 @@ struct llmem_ops_i {
      * index first on ties: top_ids [rows, n] i32, top_lp [rows, n] f32. */
     llmem_status (*top_logprobs)(llmem_backend *be, llmem_ct *logits, int32_t n,
                                  llmem_ct *top_ids, llmem_ct *top_lp);
+
+    /* ---- appended: precision modes ---- */
+    /* matmul of the FAST mode: as matmul, a may be rounded to bf16 (RNE)
+     * first; bf16 weights in one tensor-core GEMM, f32 accumulation. */
+    llmem_status (*matmul_fast)(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
 };
 
 #ifdef __cplusplus
