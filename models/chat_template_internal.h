@@ -1,0 +1,107 @@
+/* llmem: chat template internals shared by models/chat_template*.c. */
+#ifndef LLMEM_CHAT_TEMPLATE_INTERNAL_H
+#define LLMEM_CHAT_TEMPLATE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llmem/chat_template.h"
+
+/* Everything allocated for a template or a render is freed at once. */
+typedef struct ct_arena {
+    void **p;
+    size_t n, cap;
+    bool oom;
+} ct_arena;
+
+void *ct_alloc(ct_arena *a, size_t n); /* zeroed; NULL sets a->oom */
+char *ct_strndup(ct_arena *a, const char *s, size_t n);
+void ct_arena_free(ct_arena *a);
+
+typedef struct ct_buf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} ct_buf;
+void ct_put(ct_buf *b, const char *s, size_t n);
+
+/* ---- AST ---- */
+typedef enum ct_nkind {
+    /* expressions */
+    N_LIT, N_NAME, N_ATTR, N_ITEM, N_SLICE, N_CALL, N_FILTER, N_TEST, N_BIN, N_NOT, N_NEG, N_COND, N_LIST,
+    N_DICT,
+    /* statements */
+    N_TEXT, N_OUT, N_IF, N_FOR, N_SET, N_MACRO, N_BREAK, N_CONTINUE, N_BLOCK
+} ct_nkind;
+
+typedef enum ct_vkind { V_UNDEF, V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_LIST, V_DICT, V_MACRO } ct_vkind;
+
+typedef struct ct_list ct_list;
+typedef struct ct_dict ct_dict;
+typedef struct ct_node ct_node;
+
+typedef struct ct_value {
+    ct_vkind k;
+    union {
+        bool b;
+        int64_t i;
+        double f;
+        struct {
+            const char *p;
+            size_t n;
+        } s;
+        ct_list *l;
+        ct_dict *d;
+        const ct_node *m; /* macro */
+    } u;
+} ct_value;
+
+struct ct_list {
+    ct_value *v;
+    size_t n, cap;
+};
+
+struct ct_dict {
+    const char **key;
+    size_t *key_len;
+    ct_value *v;
+    size_t n, cap;
+    bool ns; /* a namespace() object */
+};
+
+typedef struct ct_nodes {
+    ct_node **p;
+    size_t n;
+} ct_nodes;
+
+struct ct_node {
+    ct_nkind k;
+    int line;
+    const char *name; /* name, attr, filter, test, op, set target, macro name */
+    const char *name2; /* for: second target; set: namespace attribute */
+    ct_value lit;
+    ct_node *a, *b, *c; /* operands / cond / iter / slice parts */
+    ct_nodes args;      /* call / filter / test args, list items, dict keys+values (pairs) */
+    const char **kw;    /* keyword names of args (NULL entries for positional) */
+    ct_nodes body, body2; /* if: bodies per branch in body (N_BLOCK), else in body2 */
+    ct_nodes conds;       /* if: conditions */
+    bool negate;          /* test: is not; bin "not in" */
+};
+
+struct llmem_chat_template {
+    ct_arena arena;
+    ct_nodes root;
+};
+
+llmem_status ct_parse(llmem_chat_template *t, const char *src, char *err, size_t err_len);
+llmem_status ct_render(const llmem_chat_template *t, ct_dict *globals, ct_arena *ar, ct_buf *out, char *err,
+                       size_t err_len);
+
+/* values */
+bool ct_list_push(ct_arena *a, ct_list *l, ct_value v);
+bool ct_dict_set(ct_arena *a, ct_dict *d, const char *k, size_t kn, ct_value v);
+ct_value *ct_dict_get(const ct_dict *d, const char *k, size_t kn);
+ct_value ct_str(const char *s, size_t n);
+
+#endif
