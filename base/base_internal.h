@@ -56,4 +56,10 @@ llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int3
 /* A table inside view->idx of `be` (n >= 0, 4-aligned, in range). */
 bool llmem_view_table_ok(llmem_backend *be, const llmem_view *view, const llmem_i32_table *t);
 
+/* out = "<folder of the loaded libllmem>/<rel>" (dladdr on the library
+ * itself): where an install keeps plugins ("llmem") and data
+ * ("../share/llmem"), in a build tree and after a prefix moves alike.
+ * False when the folder is unknown or out[cap] is too small. */
+bool llmem_lib_relative_path(const char *rel, char *out, size_t cap);
+
 #endif

@@ -3,7 +3,11 @@
  * "cpu" is built in; every other name is a plugin module
  * libllmem-<name>.so, loaded with dlopen(RTLD_NOW | RTLD_LOCAL) from the
  * first folder that has it: each folder of $LLMEM_BACKEND_PATH, then the
- * install folder, then the build tree (docs/backends.md). A plugin exports
+ * folder llmem/ beside the loaded libllmem itself (<prefix>/lib/llmem once
+ * installed, build/lib/llmem in a build tree; found with dladdr, so a moved
+ * prefix works and no path is compiled in). A plugin file that another user
+ * owns, or that others can write (the file, or its folder without the
+ * sticky bit), is refused (docs/backends.md). A plugin exports
  * one entry symbol; its ABI version and vtable are checked before the
  * backend is used; the entry point receives the host table (llmem_host_api),
  * the only way a plugin calls llmem. Each backend holds its own dlopen handle, released after
@@ -14,8 +18,10 @@
  * and SQLite's loadable extensions: one well-known entry point, a version
  * check, then calls through a vtable only.
  */
+#define _GNU_SOURCE /* dladdr */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +31,6 @@
 #include "base/base_internal.h"
 #include "llmem/ops.h"
 
-#ifndef LLMEM_PLUGIN_INSTALL_DIR
-#define LLMEM_PLUGIN_INSTALL_DIR ""
-#endif
-#ifndef LLMEM_PLUGIN_BUILD_DIR
-#define LLMEM_PLUGIN_BUILD_DIR ""
-#endif
 
 #define NAME_MAX_LEN 64
 #define REASON_LEN 512
@@ -78,7 +78,23 @@ static bool name_valid(const char *name)
     return n > 0;
 }
 
-/* Calls fn(dir, ctx) for each search folder in order until it returns true.
+/* Any object of this library: dladdr on its address names the loaded file. */
+static const char lib_anchor = 0;
+
+bool llmem_lib_relative_path(const char *rel, char *out, size_t cap)
+{
+    Dl_info info;
+    if (!dladdr(&lib_anchor, &info) || !info.dli_fname || !info.dli_fname[0])
+        return false;
+    const char *slash = strrchr(info.dli_fname, '/');
+    int n = slash ? snprintf(out, cap, "%.*s/%s", (int)(slash - info.dli_fname),
+                             info.dli_fname, rel)
+                  : snprintf(out, cap, "./%s", rel);
+    return n > 0 && (size_t)n < cap;
+}
+
+/* Calls fn(dir, ctx) for each search folder in order until it returns true:
+ * the folders of $LLMEM_BACKEND_PATH, then llmem/ beside libllmem.
  * Returns whether some call returned true. */
 static bool for_each_dir(bool (*fn)(const char *dir, void *ctx), void *ctx)
 {
@@ -99,9 +115,33 @@ static bool for_each_dir(bool (*fn)(const char *dir, void *ctx), void *ctx)
                 p++;
         }
     }
-    if (LLMEM_PLUGIN_INSTALL_DIR[0] && fn(LLMEM_PLUGIN_INSTALL_DIR, ctx))
-        return true;
-    if (LLMEM_PLUGIN_BUILD_DIR[0] && fn(LLMEM_PLUGIN_BUILD_DIR, ctx))
+    char dir[PATH_LEN];
+    return llmem_lib_relative_path("llmem", dir, sizeof dir) && fn(dir, ctx);
+}
+
+/* Whether a plugin file may be loaded: a regular file owned by root or by
+ * this user, not writable by others, in a folder that others cannot write
+ * (or whose sticky bit keeps them from replacing the file), so no other
+ * user can put code into this process. Else writes why. */
+static bool plugin_safe(const char *dir, const char *path, char *why, size_t why_len)
+{
+    struct stat fs, ds;
+    uid_t me = geteuid();
+    if (stat(path, &fs) != 0 || stat(dir, &ds) != 0) {
+        snprintf(why, why_len, "cannot stat it");
+        return false;
+    }
+    if (!S_ISREG(fs.st_mode))
+        snprintf(why, why_len, "not a regular file");
+    else if (fs.st_uid != 0 && fs.st_uid != me)
+        snprintf(why, why_len, "owned by another user (uid %u)", (unsigned)fs.st_uid);
+    else if (fs.st_mode & S_IWOTH)
+        snprintf(why, why_len, "the file is writable by others");
+    else if (ds.st_uid != 0 && ds.st_uid != me)
+        snprintf(why, why_len, "its folder is owned by another user (uid %u)", (unsigned)ds.st_uid);
+    else if ((ds.st_mode & S_IWOTH) && !(ds.st_mode & S_ISVTX))
+        snprintf(why, why_len, "its folder is writable by others");
+    else
         return true;
     return false;
 }
@@ -111,20 +151,31 @@ typedef struct find_ctx {
     char *path;       /* [PATH_LEN] result */
     char searched[1024];
     size_t searched_len;
+    bool refused; /* the file found is unsafe; why says so */
+    char why[160];
 } find_ctx;
+
+static void add_searched(find_ctx *f, const char *what)
+{
+    size_t room = sizeof f->searched - f->searched_len;
+    int w = snprintf(f->searched + f->searched_len, room, "%s%s", f->searched_len ? ", " : "",
+                     what);
+    if (w > 0)
+        f->searched_len += (size_t)w < room ? (size_t)w : room - 1;
+}
 
 static bool find_in_dir(const char *dir, void *arg)
 {
     find_ctx *f = arg;
     int n = snprintf(f->path, PATH_LEN, "%s/libllmem-%s.so", dir, f->name);
-    if (n > 0 && n < PATH_LEN && access(f->path, F_OK) == 0)
-        return true;
-    size_t room = sizeof f->searched - f->searched_len;
-    int w = snprintf(f->searched + f->searched_len, room, "%s%s", f->searched_len ? ", " : "",
-                     dir);
-    if (w > 0)
-        f->searched_len += (size_t)w < room ? (size_t)w : room - 1;
-    return false;
+    if (n <= 0 || n >= PATH_LEN || access(f->path, F_OK) != 0) {
+        add_searched(f, dir);
+        return false;
+    }
+    /* first file wins, as for a file that fails to load: an unsafe one
+     * stops the search with its reason rather than falling through */
+    f->refused = !plugin_safe(dir, f->path, f->why, sizeof f->why);
+    return true;
 }
 
 static void plugin_unload(struct llmem_plugin_handle *h)
@@ -152,6 +203,12 @@ static llmem_status plugin_load(const char *name, struct llmem_plugin_handle **o
     if (!for_each_dir(find_in_dir, &f)) {
         llmem_errf(why, why_len, "plugin libllmem-%s.so not found (searched: %s)", name,
             f.searched_len ? f.searched : "no folders; set LLMEM_BACKEND_PATH");
+        st = LLMEM_E_NOT_FOUND;
+        goto fail;
+    }
+    if (f.refused) {
+        llmem_errf(why, why_len, "refused %s: %s (a plugin must be owned by this user or "
+                   "root and writable by no one else)", h->path, f.why);
         st = LLMEM_E_NOT_FOUND;
         goto fail;
     }

@@ -12,10 +12,12 @@
  * y = gated_rms_norm(y, z); out_proj (Dao & Gu 2024; transformers
  * Mamba2Mixer.torch_forward). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base_internal.h"
 #include "llmem/model.h"
 #include "llmem/hybrid.h"
 #include "llmem/kv_cache.h"
@@ -782,14 +784,24 @@ static bool has_config(const char *dir)
     return f != NULL;
 }
 
+/* <prefix>/share/llmem/builtin beside the loaded library (relative, so a
+ * moved install works; the build tree links build/share/llmem/builtin to
+ * the source's models/builtin). */
+static char builtin_dir[4096];
+static pthread_once_t builtin_once = PTHREAD_ONCE_INIT;
+
+static void find_builtin(void)
+{
+    if (!llmem_lib_relative_path("../share/llmem/builtin", builtin_dir, sizeof builtin_dir) ||
+        !has_config(builtin_dir))
+        builtin_dir[0] = '\0';
+}
+
 const char *llmem_builtin_model_dir(void)
 {
     const char *env = getenv("LLMEM_MODEL_DIR");
     if (env && *env)
         return has_config(env) ? env : NULL;
-    if (has_config(LLMEM_BUILTIN_INSTALL_DIR))
-        return LLMEM_BUILTIN_INSTALL_DIR;
-    if (has_config(LLMEM_BUILTIN_SOURCE_DIR))
-        return LLMEM_BUILTIN_SOURCE_DIR;
-    return NULL;
+    pthread_once(&builtin_once, find_builtin);
+    return builtin_dir[0] ? builtin_dir : NULL;
 }
