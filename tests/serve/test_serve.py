@@ -356,6 +356,31 @@ def t_queue():
         assert rc == 0, (rc, "".join(s.log))
 
 
+@check("memory pressure: requests wait for pages (deferral / preemption), outputs unchanged")
+def t_pressure():
+    # 12 pages of 16 tokens; each request needs 6-7 pages, so at most one or two fit at once
+    s = Server("-np", "4", "--n-pages", "12", "--page-size", "16")
+    try:
+        c = s.client(key="unused")
+        prompts = [p + p[:20] for p in PROMPTS] * 2
+
+        def one(p):
+            r = c.completions.create(model="llmem-builtin", prompt=p, max_tokens=40,
+                                     temperature=0)
+            return r.choices[0].text
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            texts = list(ex.map(one, prompts))
+        for p, text in zip(prompts, texts):
+            assert same(text, generate(p, 40)), (p, text, generate(p, 40))
+        h = s.wait_health(lambda h: h["requests_running"] == 0)
+        assert h["deferrals"] + h["preemptions"] > 0, h
+        assert h["requests_failed"] == 0 and h["seqs_live"] == 0 and h["pages_used"] == 0, h
+    finally:
+        rc = s.stop()
+        assert rc == 0, (rc, "".join(s.log))
+
+
 def generate_full(prompt, n, model):
     """The whole output of `llmem generate` (echo, text, final newline)."""
     return subprocess.run([LLMEM, "generate", "--backend", "cpu", "--prompt", prompt, "-n",
@@ -427,6 +452,7 @@ def main():
     else:
         print("PASS graceful shutdown on SIGTERM (exit 0)")
     t_queue()
+    t_pressure()
     t_llama()
     print(f"{len(failures)} failures in {time.time() - t0:.1f} s: {failures}")
     return 1 if failures else 0
