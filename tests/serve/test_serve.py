@@ -412,12 +412,16 @@ def t_llama():
         assert h["prefix_hit_tokens"] - h0["prefix_hit_tokens"] >= 4 * page * (n_prompt // page - 1), h
         assert h["tokens_computed"] - h0["tokens_computed"] < 4 * (n_prompt + 16) / 2, h
         assert h["seqs_live"] == 0 and h["pages_used"] == 0, h
-        # the Llama-2 chat template of tokenizer_config.json, rendered by hand
+        # the Llama-2 chat template of tokenizer_config.json, rendered by hand and
+        # encoded without adding special tokens (transformers' apply_chat_template)
         msgs = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": "  Who goes there? "}]
-        rendered = "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nWho goes there? [/INST]"
-        want = c.completions.create(model="llama", prompt=rendered, max_tokens=12,
-                                    temperature=0)  # BOS added by the tokenizer
+        # (strip() applies to the whole first content, after the system block)
+        rendered = "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n  Who goes there? [/INST]"
+        ids = json.loads(subprocess.run(
+            [LLMEM, "tokenize", "--tokenizer", LLAMA, "--no-add-special", "--text", rendered],
+            capture_output=True, check=True, text=True).stdout)["ids"]
+        want = c.completions.create(model="llama", prompt=ids, max_tokens=12, temperature=0)
         status, j = s.raw("/v1/chat/completions", json.dumps(
             {"messages": msgs, "max_tokens": 12, "temperature": 0}), key=None)
         if status == 400 and "not implemented" in j["error"]["message"]:
