@@ -16,6 +16,8 @@ set(LLMEM_VK_SHADER_LIST
   "unary:unary.comp"
   "copy:copy.comp"
   "argmax:argmax.comp"
+  "sample:sample.comp"
+  "sample_sg:sample.comp:USE_SUBGROUP=1"
   "rms_norm:rms_norm.comp"
   "rms_norm_sg:rms_norm.comp:USE_SUBGROUP=1"
   "rms_norm_gated:rms_norm_gated.comp"

@@ -357,5 +357,11 @@ llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t bloc
                                const int32_t *src, const int32_t *dst);
 llmem_status vk_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
 llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
+llmem_status vk_op_sample(llmem_backend *be, const llmem_sample_params *p, llmem_ct *logits,
+                          llmem_ct *ctr, llmem_ct *out);
+llmem_status vk_op_logprob_gather(llmem_backend *be, llmem_ct *logits, llmem_ct *ids,
+                                  llmem_ct *out);
+llmem_status vk_op_top_logprobs(llmem_backend *be, llmem_ct *logits, int32_t n, llmem_ct *top_ids,
+                                llmem_ct *top_lp);
 
 #endif

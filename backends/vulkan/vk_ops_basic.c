@@ -324,4 +324,7 @@ const struct llmem_ops_i vk_ops = {
     .copy_blocks = vk_op_copy_blocks,
     .log_softmax = vk_op_log_softmax,
     .argmax = vk_op_argmax,
+    .sample = vk_op_sample,
+    .logprob_gather = vk_op_logprob_gather,
+    .top_logprobs = vk_op_top_logprobs,
 };
