@@ -104,4 +104,51 @@ bool ct_dict_set(ct_arena *a, ct_dict *d, const char *k, size_t kn, ct_value v);
 ct_value *ct_dict_get(const ct_dict *d, const char *k, size_t kn);
 ct_value ct_str(const char *s, size_t n);
 
+/* ---- evaluation (chat_template_eval.c), shared with the filters ---- */
+
+static const ct_value CT_UNDEF = {V_UNDEF, {0}};
+static const ct_value CT_NONE = {V_NONE, {0}};
+static inline ct_value ct_bool(bool b) { return (ct_value){V_BOOL, {.b = b}}; }
+static inline ct_value ct_int(int64_t i) { return (ct_value){V_INT, {.i = i}}; }
+
+typedef struct ct_ev {
+    ct_arena *ar;
+    ct_dict *frame[64];
+    int n_frames;
+    int ctl; /* 1 break, 2 continue */
+    int depth;
+    char *err;
+    size_t err_len;
+    llmem_status st;
+} ct_ev;
+
+
+typedef struct ct_args {
+    ct_value v[8];
+    const char *kw[8];
+    int n;
+} ct_args;
+
+
+/* records the first error, "chat template line N: ..." */
+void ct_fail(ct_ev *e, const ct_node *n, llmem_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+bool ct_truthy(ct_value v);
+void ct_to_str(ct_buf *b, ct_value v, bool repr);                  /* str() / repr() */
+void ct_to_json(ct_buf *b, ct_value v, int indent, int level);     /* json.dumps */
+ct_value ct_str_of(ct_ev *e, ct_value v);
+bool ct_equal(ct_value a, ct_value b);
+bool ct_contains(ct_value hay, ct_value x);                         /* x in hay */
+ct_dict *ct_new_dict(ct_ev *e);
+ct_list *ct_new_list(ct_ev *e);
+ct_value ct_new_str(ct_ev *e, ct_buf *b);                           /* takes b's memory */
+ct_value ct_attr(ct_value o, const char *k, size_t kn);
+double ct_num(ct_value v);
+bool ct_is_num(ct_value v);
+ct_value ct_arg(const ct_args *a, int i, const char *name);         /* positional i or keyword */
+/* chat_template_filters.c */
+bool ct_test(ct_ev *e, const ct_node *n, const char *name, ct_value v, const ct_args *a);
+ct_value ct_filter(ct_ev *e, const ct_node *n, const char *f, ct_value v, const ct_args *a);
+ct_value ct_method(ct_ev *e, const ct_node *n, ct_value o, const char *m, const ct_args *a);
+
 #endif

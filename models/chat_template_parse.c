@@ -14,65 +14,6 @@
 
 #include "models/chat_template_internal.h"
 
-void *ct_alloc(ct_arena *a, size_t n)
-{
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? a->cap * 2 : 256;
-        void **p = realloc(a->p, cap * sizeof *p);
-        if (!p) {
-            a->oom = true;
-            return NULL;
-        }
-        a->p = p;
-        a->cap = cap;
-    }
-    void *m = calloc(1, n ? n : 1);
-    if (!m) {
-        a->oom = true;
-        return NULL;
-    }
-    a->p[a->n++] = m;
-    return m;
-}
-
-char *ct_strndup(ct_arena *a, const char *s, size_t n)
-{
-    char *p = ct_alloc(a, n + 1);
-    if (p && n)
-        memcpy(p, s, n);
-    return p;
-}
-
-void ct_arena_free(ct_arena *a)
-{
-    for (size_t i = 0; i < a->n; i++)
-        free(a->p[i]);
-    free(a->p);
-    memset(a, 0, sizeof *a);
-}
-
-void ct_put(ct_buf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    if (n)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
 /* ---- segments ---------------------------------------------------------------- */
 
 enum { S_TEXT, S_OUT, S_STMT };

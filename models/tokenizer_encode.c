@@ -379,13 +379,22 @@ static bool regex_split(const tk_pre *pr, const char *s, size_t n, bool first, p
 
 static bool byte_map(const char *s, size_t n, tk_buf *out)
 {
+    /* every byte maps to at most 2 UTF-8 bytes (code points < 0x800) */
     out->n = 0;
+    if (!tk_buf_put(out, NULL, 0) || (out->cap < 2 * n + 1 && !tk_buf_reserve(out, 2 * n + 1)))
+        return false;
+    char *o = out->p;
     for (size_t i = 0; i < n; i++) {
-        char u[4];
-        int l = tk_utf8_put(u, tk_byte_cp((unsigned char)s[i]));
-        if (!tk_buf_put(out, u, (size_t)l))
-            return false;
+        uint32_t cp = tk_byte_cp((unsigned char)s[i]);
+        if (cp < 0x80) {
+            *o++ = (char)cp;
+        } else {
+            *o++ = (char)(0xC0 | (cp >> 6));
+            *o++ = (char)(0x80 | (cp & 0x3F));
+        }
     }
+    out->n = (size_t)(o - out->p);
+    out->p[out->n] = '\0';
     return true;
 }
 

@@ -17,6 +17,7 @@ typedef struct tk_buf {
 } tk_buf;
 
 bool tk_buf_put(tk_buf *b, const void *s, size_t n);
+bool tk_buf_reserve(tk_buf *b, size_t cap_needed); /* capacity in bytes, incl. the NUL */
 static inline bool tk_buf_putc(tk_buf *b, char c) { return tk_buf_put(b, &c, 1); }
 
 /* growable int32 array */

@@ -23,18 +23,25 @@ void tk_set_err(char *err, size_t err_len, const char *fmt, ...)
     va_end(ap);
 }
 
+bool tk_buf_reserve(tk_buf *b, size_t cap_needed)
+{
+    if (cap_needed <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < cap_needed)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p)
+        return false;
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
 bool tk_buf_put(tk_buf *b, const void *s, size_t n)
 {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return false;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (b->n + n + 1 > b->cap && !tk_buf_reserve(b, b->n + n + 1))
+        return false;
     if (n)
         memcpy(b->p + b->n, s, n);
     b->n += n;

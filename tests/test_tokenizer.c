@@ -351,6 +351,7 @@ START_TEST(test_errors)
     ck_assert_int_eq(llmem_tokenizer_decode(tok, ids, n, true, &text, &len, err, sizeof err), LLMEM_OK);
     ck_assert_str_eq(text, "ab b a");
     free(text);
+    free(ids);
     int32_t badid = 3;
     ck_assert_int_eq(llmem_tokenizer_decode(tok, &badid, 1, true, &text, &len, err, sizeof err), LLMEM_E_INVALID);
     ck_assert_ptr_null(text);
