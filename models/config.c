@@ -148,6 +148,22 @@ static llmem_status get_num_in(cfgctx *c, const cJSON *obj, const char *const *k
     return LLMEM_OK;
 }
 
+/* A finite number >= 0 (the dt initialisation values). transformers
+ * stores Infinity and NaN as {"__float__": ...}; neither is a valid dt. */
+static llmem_status get_finite_nonneg(cfgctx *c, const char *const *keys, double def,
+                                      double *out)
+{
+    const char *k = keys[0];
+    find_any(c->root, keys, &k);
+    llmem_status s = get_num_in(c, c->root, keys, false, def, out);
+    if (s == LLMEM_OK && !(*out >= 0 && isfinite(*out))) {
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be a finite number >= 0, got %g", c->src,
+                   k, *out);
+        return LLMEM_E_CORRUPT;
+    }
+    return s;
+}
+
 /* A finite number > 0. */
 static llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
                             double *out)
@@ -352,9 +368,9 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
     m->ssm_norm_group_size = m->arch == LLMEM_ARCH_NEMOTRON_H
                                  ? m->ssm_d_inner / m->ssm_n_groups
                                  : m->ssm_d_inner;
-    TRY(get_num_in(c, c->root, k->dt_min, false, 0.001, &m->time_step_min));
-    TRY(get_num_in(c, c->root, k->dt_max, false, 0.1, &m->time_step_max));
-    TRY(get_num_in(c, c->root, k->dt_floor, false, 1e-4, &m->time_step_floor));
+    TRY(get_finite_nonneg(c, k->dt_min, 0.001, &m->time_step_min));
+    TRY(get_finite_nonneg(c, k->dt_max, 0.1, &m->time_step_max));
+    TRY(get_finite_nonneg(c, k->dt_floor, 1e-4, &m->time_step_floor));
     m->time_step_limit[0] = 0.0;
     m->time_step_limit[1] = INFINITY;
     const char *lk = k->dt_limit[0];
@@ -367,9 +383,13 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
                     "{\"__float__\": \"Infinity\"})", c->src, lk);
             return LLMEM_E_CORRUPT;
         }
-        if (!(m->time_step_limit[0] <= m->time_step_limit[1]) || m->time_step_limit[0] < 0) {
-            llmem_errf(c->err, c->err_len, "%s: '%s' [%g, %g] is not a range of >= 0 values",
-                    c->src, lk, m->time_step_limit[0], m->time_step_limit[1]);
+        /* hi may be +Infinity (no upper clamp, the transformers default);
+         * lo must be finite, and NaN fails the <= test. */
+        if (!(m->time_step_limit[0] <= m->time_step_limit[1]) || m->time_step_limit[0] < 0 ||
+            !isfinite(m->time_step_limit[0])) {
+            llmem_errf(c->err, c->err_len, "%s: '%s' [%g, %g] is not a range of >= 0 values "
+                    "with a finite lower end", c->src, lk, m->time_step_limit[0],
+                    m->time_step_limit[1]);
             return LLMEM_E_CORRUPT;
         }
     }
@@ -588,7 +608,11 @@ static llmem_status parse_impl(const char *json, size_t len, llmem_model_config 
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
         size_t at = end && end >= json ? (size_t)(end - json) : 0;
-        llmem_errf(err, err_len, "%s: not valid JSON (error near byte %zu)", src, at);
+        if (hf_json_too_deep(json, len))
+            llmem_errf(err, err_len, "%s: nests arrays or objects deeper than %d levels", src,
+                       HF_JSON_MAX_DEPTH);
+        else
+            llmem_errf(err, err_len, "%s: not valid JSON (error near byte %zu)", src, at);
         return LLMEM_E_CORRUPT;
     }
     llmem_status s;

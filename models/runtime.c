@@ -330,6 +330,8 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         s = llmem_safetensors_open(dir, &st, err, err_len);
     if (s == LLMEM_OK)
         s = llmem_model_config_check_tensors(&m->cfg, st, err, err_len);
+    if (s == LLMEM_OK && pp.check_tensors)
+        s = llmem_model_check_weights_finite(&m->cfg, st, err, err_len);
     if (s == LLMEM_OK && !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
         s = LLMEM_E_NO_MEMORY;
     if (s == LLMEM_OK)

@@ -249,6 +249,39 @@ static int cmp_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
+static int cmp_name_ptr(const void *a, const void *b)
+{
+    return strcmp((*(st_tensor *const *)a)->name, (*(st_tensor *const *)b)->name);
+}
+
+/* Tensors [first, st->n) all belong to one file: no name twice. Checked
+ * before the overlap check, which would report a key listed twice with the
+ * same offsets as an overlap. */
+static llmem_status check_duplicates(llmem_safetensors *st, int32_t first, char *err,
+                                     size_t err_len)
+{
+    int32_t n = st->n - first;
+    if (n < 2)
+        return LLMEM_OK;
+    st_tensor **v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < n; i++)
+        v[i] = &st->t[first + i];
+    qsort(v, (size_t)n, sizeof *v, cmp_name_ptr);
+    llmem_status s = LLMEM_OK;
+    for (int32_t i = 1; i < n; i++) {
+        if (strcmp(v[i]->name, v[i - 1]->name) == 0) {
+            llmem_errf(err, err_len, "%s: duplicate tensor key '%s': it appears twice in the header",
+                       st->files[v[i]->file].path, v[i]->name);
+            s = LLMEM_E_CORRUPT;
+            break;
+        }
+    }
+    free(v);
+    return s;
+}
+
 /* Tensors [first, st->n) all belong to one file: none may overlap. */
 static llmem_status check_overlap(llmem_safetensors *st, int32_t first, char *err, size_t err_len)
 {
@@ -345,8 +378,12 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
     cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
     if (!root) {
         size_t at = end && end >= h ? (size_t)(end - h) : 0;
-        llmem_errf(err, err_len, "%s: header is not valid JSON (error near header byte %zu of "
-                "%llu)", f->path, at, (unsigned long long)hlen);
+        if (hf_json_too_deep(h, (size_t)hlen))
+            llmem_errf(err, err_len, "%s: header nests arrays or objects deeper than %d levels",
+                       f->path, HF_JSON_MAX_DEPTH);
+        else
+            llmem_errf(err, err_len, "%s: header is not valid JSON (error near header byte %zu "
+                       "of %llu)", f->path, at, (unsigned long long)hlen);
         return LLMEM_E_CORRUPT;
     }
     s = LLMEM_OK;
@@ -381,7 +418,9 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
         if (s != LLMEM_OK)
             goto out;
     }
-    s = check_overlap(st, first, err, err_len);
+    s = check_duplicates(st, first, err, err_len);
+    if (s == LLMEM_OK)
+        s = check_overlap(st, first, err, err_len);
 out:
     cJSON_Delete(root);
     return s;

@@ -15,7 +15,10 @@
  * where a Mamba-2 mixer is {in_proj, conv1d, dt_bias, A_log, D, norm,
  * out_proj} (modeling_mamba2.py, modeling_bamba.py, modeling_nemotron_h.py).
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llmem/model.h"
@@ -246,6 +249,87 @@ static llmem_status check_one(const llmem_model_config *cfg, const llmem_safeten
     return LLMEM_OK;
 }
 
+/* Names of every weight cfg uses, sorted (strcmp), in one allocation. */
+typedef struct name_set {
+    char (*v)[256];
+    int32_t n;
+} name_set;
+
+static int cmp_name256(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
+
+static llmem_status used_names(const llmem_model_config *cfg, name_set *out)
+{
+    int64_t cap = 3 + (int64_t)cfg->n_layers * LLMEM_W_COUNT;
+    out->n = 0;
+    out->v = malloc((size_t)cap * sizeof *out->v);
+    if (!out->v)
+        return LLMEM_E_NO_MEMORY;
+    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
+    int32_t nd;
+    for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++)
+        if (llmem_model_weight(cfg, (llmem_weight)w, 0, out->v[out->n], sizeof out->v[0], shape,
+                               &nd))
+            out->n++;
+    for (int32_t l = 0; l < cfg->n_layers; l++)
+        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++)
+            if (llmem_model_weight(cfg, (llmem_weight)w, l, out->v[out->n], sizeof out->v[0],
+                                   shape, &nd))
+                out->n++;
+    qsort(out->v, (size_t)out->n, sizeof out->v[0], cmp_name256);
+    return LLMEM_OK;
+}
+
+/* Tensors a checkpoint may carry although no forward pass reads them:
+ * rotary inverse-frequency buffers (older transformers saved them) and an
+ * lm_head saved beside tied embeddings. */
+static bool ignorable(const llmem_model_config *cfg, const char *name)
+{
+    size_t n = strlen(name);
+    static const char inv_freq[] = ".rotary_emb.inv_freq";
+    if (n >= sizeof inv_freq - 1 && strcmp(name + n - (sizeof inv_freq - 1), inv_freq) == 0)
+        return true;
+    return cfg->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0;
+}
+
+/* Every checkpoint tensor must be one the configuration uses: a config.json
+ * with fewer layers (or another layer pattern) than the checkpoint would
+ * otherwise run a different model than the one saved. */
+static llmem_status check_unused(const llmem_model_config *cfg, const llmem_safetensors *st,
+                                 char *err, size_t err_len)
+{
+    name_set used;
+    if (used_names(cfg, &used) != LLMEM_OK) {
+        llmem_errf(err, err_len, "out of host memory checking the checkpoint's tensor names");
+        return LLMEM_E_NO_MEMORY;
+    }
+    char list[400] = "";
+    size_t len = 0;
+    int32_t n_unused = 0;
+    for (int32_t i = 0; i < llmem_safetensors_count(st); i++) {
+        llmem_tensor_info ti;
+        if (llmem_safetensors_get(st, i, &ti) != LLMEM_OK)
+            continue;
+        if (ignorable(cfg, ti.name) ||
+            bsearch(ti.name, used.v, (size_t)used.n, sizeof used.v[0], cmp_name256))
+            continue;
+        if (n_unused++ < 3 && len < sizeof list) {
+            int w = snprintf(list + len, sizeof list - len, "%s'%s'", len ? ", " : "", ti.name);
+            len = w < 0 ? len : len + (size_t)w;
+        }
+    }
+    free(used.v);
+    if (n_unused == 0)
+        return LLMEM_OK;
+    llmem_errf(err, err_len, "%d checkpoint tensor%s not used by config.json (%s, %d layers): "
+               "%s%s; config.json and the checkpoint disagree", (int)n_unused,
+               n_unused == 1 ? " is" : "s are", llmem_arch_name(cfg->arch), (int)cfg->n_layers,
+               list, n_unused > 3 ? ", ..." : "");
+    return LLMEM_E_CORRUPT;
+}
+
 llmem_status llmem_model_config_check_tensors(llmem_model_config *cfg, const llmem_safetensors *st,
                                               char *err, size_t err_len)
 {
@@ -278,5 +362,75 @@ llmem_status llmem_model_config_check_tensors(llmem_model_config *cfg, const llm
                 return s;
         }
     }
-    return LLMEM_OK;
+    return check_unused(cfg, st, err, err_len);
+}
+
+/* ---- finite weights --------------------------------------------------------- */
+
+/* Index of the first non-finite element of a tensor, or -1: exponent bits
+ * all ones (IEEE 754 binary32 / binary16, bfloat16). Elements are copied
+ * out (the data need not be aligned) and read in host order, which is the
+ * file's little-endian order on the little-endian hosts llmem supports. */
+static int64_t first_nonfinite(const llmem_tensor_info *ti)
+{
+    const unsigned char *p = ti->data;
+    for (int64_t i = 0; i < ti->n_elements; i++) {
+        switch (ti->dtype) {
+        case LLMEM_DTYPE_F32: {
+            uint32_t u;
+            memcpy(&u, p + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u)
+                return i;
+            break;
+        }
+        case LLMEM_DTYPE_F16: {
+            uint16_t u;
+            memcpy(&u, p + 2 * i, 2);
+            if ((u & 0x7c00u) == 0x7c00u)
+                return i;
+            break;
+        }
+        case LLMEM_DTYPE_BF16: {
+            uint16_t u;
+            memcpy(&u, p + 2 * i, 2);
+            if ((u & 0x7f80u) == 0x7f80u)
+                return i;
+            break;
+        }
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+llmem_status llmem_model_check_weights_finite(const llmem_model_config *cfg,
+                                              const llmem_safetensors *st, char *err,
+                                              size_t err_len)
+{
+    if (!cfg || !st) {
+        llmem_errf(err, err_len, "llmem_model_check_weights_finite: NULL argument");
+        return LLMEM_E_INVALID;
+    }
+    name_set used;
+    if (used_names(cfg, &used) != LLMEM_OK) {
+        llmem_errf(err, err_len, "out of host memory checking the weights");
+        return LLMEM_E_NO_MEMORY;
+    }
+    llmem_status s = LLMEM_OK;
+    for (int32_t i = 0; i < used.n && s == LLMEM_OK; i++) {
+        llmem_tensor_info ti;
+        s = llmem_safetensors_find(st, used.v[i], &ti, err, err_len);
+        if (s != LLMEM_OK)
+            break;
+        int64_t bad = first_nonfinite(&ti);
+        if (bad >= 0) {
+            llmem_errf(err, err_len, "%s: tensor '%s' has a non-finite value (NaN or infinity) "
+                       "at element %lld of %lld", ti.file, ti.name, (long long)bad,
+                       (long long)ti.n_elements);
+            s = LLMEM_E_CORRUPT;
+        }
+    }
+    free(used.v);
+    return s;
 }

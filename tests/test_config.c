@@ -318,6 +318,160 @@ START_TEST(test_time_step_limit_forms)
 }
 END_TEST
 
+/* dt initialisation values must be finite: an infinite time_step_min
+ * becomes nemotron_h's lower dt clamp and poisons every output. */
+START_TEST(test_nonfinite_config_values)
+{
+    const char *base = "{\"model_type\":\"%s\",\"vocab_size\":16,\"hidden_size\":8,"
+                       "\"num_hidden_layers\":1,\"num_heads\":4,\"head_dim\":4,"
+                       "\"state_size\":4,\"n_groups\":1,\"%s\":%s}";
+    static const char *keys[] = {"time_step_min", "time_step_max", "time_step_floor"};
+    static const char *bad[] = {"{\"__float__\":\"Infinity\"}", "{\"__float__\":\"NaN\"}",
+                                "{\"__float__\":\"-Infinity\"}", "1e999", "-0.5"};
+    for (size_t k = 0; k < 3; k++) {
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+            char j[1024];
+            snprintf(j, sizeof j, base, "mamba2", keys[k], bad[b]);
+            llmem_model_config m;
+            ck_assert_msg(parse(j, &m) == LLMEM_E_CORRUPT, "%s = %s accepted", keys[k], bad[b]);
+            ck_assert_msg(strstr(err, keys[k]) && strstr(err, "finite"), "%s", err);
+        }
+        char j[1024];
+        snprintf(j, sizeof j, base, "mamba2", keys[k], "0.01");
+        llmem_model_config m;
+        ck_assert_msg(parse(j, &m) == LLMEM_OK, "%s", err);
+    }
+    /* the lower end of time_step_limit must be finite too */
+    char j[1024];
+    snprintf(j, sizeof j, base, "mamba2", "time_step_limit",
+             "[{\"__float__\":\"Infinity\"},{\"__float__\":\"Infinity\"}]");
+    llmem_model_config m;
+    ck_assert_int_eq(parse(j, &m), LLMEM_E_CORRUPT);
+    ck_assert_ptr_nonnull(strstr(err, "time_step_limit"));
+}
+END_TEST
+
+/* A config.json with fewer layers than the checkpoint must not load: the
+ * tensors it leaves unused are named. The llama fixture has 2 layers of 9
+ * tensors each (transformers' LlamaDecoderLayer). */
+START_TEST(test_unused_tensors)
+{
+    llmem_safetensors *st = NULL;
+    ck_assert_int_eq(llmem_safetensors_open(fixture("llama"), &st, err, sizeof err), LLMEM_OK);
+    llmem_model_config m;
+    load_ok(fixture("llama"), &m);
+    ck_assert_int_eq(m.n_layers, 2);
+    m.n_layers = 1;
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "9 checkpoint tensors are not used by config.json") &&
+                  strstr(err, "'model.layers.1.") && strstr(err, "1 layers"), "%s", err);
+    /* the real config uses every tensor of the checkpoint */
+    load_ok(fixture("llama"), &m);
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_OK);
+    llmem_safetensors_close(st);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to, unsigned char **data, size_t *len)
+{
+    FILE *f = fopen(from, "rb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_int_gt(n, 8);
+    rewind(f);
+    unsigned char *d = malloc((size_t)n);
+    ck_assert_ptr_nonnull(d);
+    ck_assert_uint_eq(fread(d, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    if (data) {
+        *data = d;
+        *len = (size_t)n;
+        return;
+    }
+    FILE *o = fopen(to, "wb");
+    ck_assert_ptr_nonnull(o);
+    ck_assert_uint_eq(fwrite(d, 1, (size_t)n, o), (size_t)n);
+    fclose(o);
+    free(d);
+}
+
+/* llmem_model_check_weights_finite (`--check-tensors`): a NaN or an
+ * infinity planted in a copy of a fixture is found and named; the fixture
+ * itself passes. */
+START_TEST(test_check_weights_finite)
+{
+    llmem_model_config m;
+    load_ok(fixture("llama"), &m);
+    llmem_safetensors *st = NULL;
+    ck_assert_int_eq(llmem_safetensors_open(fixture("llama"), &st, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_OK);
+    ck_assert_msg(llmem_model_check_weights_finite(&m, st, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_tensor_info ti;
+    ck_assert_int_eq(llmem_safetensors_find(st, "model.layers.1.mlp.up_proj.weight", &ti, NULL, 0),
+                     LLMEM_OK);
+    size_t esize = ti.n_bytes / (size_t)ti.n_elements;
+    llmem_safetensors_close(st);
+
+    char dir[] = "/tmp/llmem_nan_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cfg[512], path[512];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    copy_file(fixture("llama/config.json"), cfg, NULL, NULL);
+    unsigned char *d;
+    size_t len;
+    char src[600];
+    snprintf(src, sizeof src, "%s/model.safetensors", fixture("llama"));
+    copy_file(src, NULL, &d, &len);
+    /* the tensor's data offset from the file's own header (format spec:
+     * u64 little-endian header length, JSON header, data) */
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | d[i];
+    const char *key = "\"model.layers.1.mlp.up_proj.weight\"";
+    char *h = malloc((size_t)hlen + 1);
+    memcpy(h, d + 8, (size_t)hlen);
+    h[hlen] = '\0';
+    char *at = strstr(h, key);
+    ck_assert_ptr_nonnull(at);
+    char *offs = strstr(at, "\"data_offsets\"");
+    ck_assert_ptr_nonnull(offs);
+    unsigned long long begin = strtoull(strchr(offs, '[') + 1, NULL, 10);
+    free(h);
+    size_t elem = 37;
+    unsigned char *e = d + 8 + hlen + begin + elem * esize;
+    for (int v = 0; v < 2; v++) {
+        /* a quiet NaN, then +infinity, in the tensor's dtype (little-endian) */
+        if (esize == 4) {
+            uint32_t u = v == 0 ? 0x7fc00000u : 0x7f800000u;
+            for (int b = 0; b < 4; b++)
+                e[b] = (unsigned char)(u >> (8 * b));
+        } else {
+            uint16_t u = ti.dtype == LLMEM_DTYPE_F16 ? (v == 0 ? 0x7e00u : 0x7c00u)
+                                                    : (v == 0 ? 0x7fc0u : 0x7f80u);
+            e[0] = (unsigned char)u;
+            e[1] = (unsigned char)(u >> 8);
+        }
+        FILE *o = fopen(path, "wb");
+        ck_assert_ptr_nonnull(o);
+        ck_assert_uint_eq(fwrite(d, 1, len, o), len);
+        fclose(o);
+        ck_assert_int_eq(llmem_safetensors_open(dir, &st, err, sizeof err), LLMEM_OK);
+        ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_OK);
+        ck_assert_int_eq(llmem_model_check_weights_finite(&m, st, err, sizeof err),
+                         LLMEM_E_CORRUPT);
+        ck_assert_msg(strstr(err, "'model.layers.1.mlp.up_proj.weight'") &&
+                      strstr(err, "non-finite") && strstr(err, "element 37 of"), "%s", err);
+        llmem_safetensors_close(st);
+    }
+    free(d);
+    unlink(path);
+    unlink(cfg);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(test_bamba_and_nemotron_spellings)
 {
     /* mamba_d_head "auto"; no attn_layer_indices means all Mamba layers. */
@@ -506,6 +660,9 @@ int main(void)
     tcase_add_test(tc, test_check_tensors_mismatch);
     tcase_add_test(tc, test_llama_classic_keys);
     tcase_add_test(tc, test_time_step_limit_forms);
+    tcase_add_test(tc, test_nonfinite_config_values);
+    tcase_add_test(tc, test_unused_tensors);
+    tcase_add_test(tc, test_check_weights_finite);
     tcase_add_test(tc, test_bamba_and_nemotron_spellings);
     tcase_add_test(tc, test_bad_configs);
     tcase_add_test(tc, test_load_errors);

@@ -316,6 +316,46 @@ START_TEST(test_duplicate_names)
     expect_fail("{\"d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                 "\"d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
                 LLMEM_E_CORRUPT, "'d'", "twice", NULL);
+    /* The same key with the same offsets: a duplicate, not an overlap. */
+    write_st(tpath("bad.safetensors"),
+             "{\"d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"d\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             NULL, 4);
+    llmem_safetensors *st;
+    ck_assert_int_eq(open_st(tpath("bad.safetensors"), &st), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "duplicate tensor key 'd'") && !strstr(err, "overlap"),
+                  "message '%s'", err);
+}
+END_TEST
+
+/* A header nested deeper than the JSON parser allows is reported as too
+ * deep, not as invalid JSON; a deep but allowed header is no parse error. */
+START_TEST(test_too_deep_header)
+{
+    enum { DEPTH = 1100 };
+    static char h[2 * DEPTH + 64];
+    size_t k = 0;
+    k += (size_t)snprintf(h + k, sizeof h - k, "{\"__metadata__\":{\"x\":");
+    for (int i = 0; i < DEPTH; i++)
+        h[k++] = '[';
+    for (int i = 0; i < DEPTH; i++)
+        h[k++] = ']';
+    k += (size_t)snprintf(h + k, sizeof h - k, "}}");
+    h[k] = '\0';
+    write_st(tpath("deep.safetensors"), h, NULL, 0);
+    llmem_safetensors *st;
+    ck_assert_int_eq(open_st(tpath("deep.safetensors"), &st), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "deeper than 1000 levels") && !strstr(err, "not valid JSON"),
+                  "message '%s'", err);
+    /* brackets inside a string do not count */
+    k = (size_t)snprintf(h, sizeof h, "{\"__metadata__\":{\"x\":\"");
+    for (int i = 0; i < DEPTH; i++)
+        h[k++] = '[';
+    k += (size_t)snprintf(h + k, sizeof h - k, "\"}");
+    h[k] = '\0';
+    write_st(tpath("deep.safetensors"), h, NULL, 0);
+    ck_assert_int_eq(open_st(tpath("deep.safetensors"), &st), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "not valid JSON"), "message '%s'", err);
 }
 END_TEST
 
@@ -516,6 +556,7 @@ int main(void)
     tcase_add_test(tc, test_bad_offsets);
     tcase_add_test(tc, test_dtypes);
     tcase_add_test(tc, test_duplicate_names);
+    tcase_add_test(tc, test_too_deep_header);
     tcase_add_test(tc, test_directory);
     tcase_add_test(tc, test_index);
     tcase_add_test(tc, test_random_damage);

@@ -264,15 +264,35 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
  * all layers) is in `st` with exactly the expected shape and a supported
  * dtype. A nemotron_h checkpoint may use the "backbone." or the "model."
  * prefix; this picks the one whose embedding exists and stores it in
- * cfg->tensor_prefix, which is why cfg is not const. Tensors that the
- * architecture does not use are ignored.
+ * cfg->tensor_prefix, which is why cfg is not const. A tensor of the
+ * checkpoint that the configuration does not use is an error (a config.json
+ * with fewer layers than the checkpoint must not load), except rotary
+ * "*.rotary_emb.inv_freq" buffers and an "lm_head.weight" saved beside tied
+ * embeddings.
  * Returns LLMEM_OK; LLMEM_E_NOT_FOUND (err: "missing tensor
  * 'model.layers.2.mamba.D' (layer 2, mamba2)"); LLMEM_E_CORRUPT (err:
- * "tensor 'x' has shape [64, 32], expected [64, 64]"); LLMEM_E_UNSUPPORTED
- * (a needed tensor's dtype); LLMEM_E_INVALID (NULL argument). */
+ * "tensor 'x' has shape [64, 32], expected [64, 64]", or "2 checkpoint
+ * tensors are not used by config.json (llama, 1 layers):
+ * 'model.layers.1.input_layernorm.weight', ..."); LLMEM_E_UNSUPPORTED (a
+ * needed tensor's dtype); LLMEM_E_NO_MEMORY; LLMEM_E_INVALID (NULL
+ * argument). */
 llmem_status llmem_model_config_check_tensors(llmem_model_config *cfg,
                                               const llmem_safetensors *st,
                                               char *err, size_t err_len);
+
+/* Checks that every weight the configuration uses (as check_tensors lists
+ * them, which must have passed) holds only finite values: no NaN, no
+ * infinity, in its stored dtype (f32, f16, bf16). Reads every byte of those
+ * tensors once (O(model size); the `--check-tensors` option of `llmem`,
+ * llmem_model_params.check_tensors). Thread-safe for distinct err buffers.
+ * Returns LLMEM_OK; LLMEM_E_CORRUPT (err: "<file>: tensor 'x' has a
+ * non-finite value (NaN or infinity) at element 17 of 4096");
+ * LLMEM_E_NOT_FOUND / LLMEM_E_UNSUPPORTED (a weight is missing or of an
+ * unsupported dtype: run check_tensors first); LLMEM_E_NO_MEMORY;
+ * LLMEM_E_INVALID (NULL argument). */
+llmem_status llmem_model_check_weights_finite(const llmem_model_config *cfg,
+                                              const llmem_safetensors *st, char *err,
+                                              size_t err_len);
 
 #ifdef __cplusplus
 }

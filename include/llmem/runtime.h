@@ -64,6 +64,9 @@ typedef struct llmem_model_params {
     llmem_precision precision; /* default PRECISE */
     llmem_dtype ssm_dtype;     /* Mamba-2 SSM state dtype: f32 (default), f16 or bf16
                                   (the conv state keeps f32) */
+    bool check_tensors;        /* at load, refuse weights holding NaN or infinity
+                                  (llmem_model_check_weights_finite; reads every
+                                  weight once); default false */
 } llmem_model_params;
 
 /* Defaults as listed above. */
