@@ -50,7 +50,7 @@ typedef struct llmem_plan llmem_plan;
  *  EQUAL:  each ubatch holds n_seqs sequence groups with the same number of
  *          tokens each, grouped sequence-major (for recurrent scans).
  *  SEQ:    one sequence group per ubatch.
- * A sequence group ("stream") is the set of tokens sharing one seq-id set. */
+ * A sequence group (group) is the set of tokens sharing one seq-id set. */
 typedef enum llmem_split {
     LLMEM_SPLIT_AUTO = -1, /* the memory's own (strictest of its children) */
     LLMEM_SPLIT_SIMPLE = 0,
@@ -64,15 +64,15 @@ const char *llmem_split_name(llmem_split s);
  * by the plan and valid until llmem_memory_release. */
 typedef struct llmem_ubatch {
     int32_t n_tokens;
-    int32_t n_seqs;         /* sequence groups (streams) in this ubatch */
-    int32_t n_seq_tokens;   /* tokens per stream for EQUAL/SEQ splits; 0 for SIMPLE */
+    int32_t n_seqs;         /* sequence groups in this ubatch */
+    int32_t n_seq_tokens;   /* tokens per group for EQUAL/SEQ splits; 0 for SIMPLE */
     llmem_split split;      /* the split that made it */
     const int32_t *token;   /* [n_tokens] token ids, or NULL when the batch has embeddings */
     const float *embd;      /* [n_tokens][n_embd], or NULL */
     int32_t n_embd;
     const int32_t *pos;     /* [n_tokens] positions */
-    const int32_t *seq;     /* [n_tokens] stream index in [0, n_seqs) */
-    const int32_t *seq_id;  /* [n_seqs] first sequence id of each stream */
+    const int32_t *seq;     /* [n_tokens] group index in [0, n_seqs) */
+    const int32_t *seq_id;  /* [n_seqs] first sequence id of each group */
     const int32_t *batch_idx; /* [n_tokens] index of each token in the caller's batch */
     int32_t n_outputs;
     const int32_t *out_rows; /* [n_outputs] ubatch token index of each output row */
@@ -192,7 +192,7 @@ int32_t llmem_memory_seq_tokens(llmem_memory *mem, int32_t seq_id, int32_t *out,
  * write: writes into buf (cap bytes); *written gets the size.
  *   Returns LLMEM_E_NO_SPACE when cap is too small, LLMEM_E_BACKEND.
  * read: replaces seq_id's content (or, with -1, the whole memory) by the
- *   stream. A truncated, corrupted or mismatched stream returns
+ *   serialized state. A truncated, corrupted or mismatched state returns
  *   LLMEM_E_CORRUPT or LLMEM_E_ABI (other version), LLMEM_E_INVALID (other
  *   memory geometry), LLMEM_E_NO_SPACE (does not fit), and leaves the
  *   memory exactly as it was. */

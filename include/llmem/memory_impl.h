@@ -2,7 +2,7 @@
  * cache type). Read together with <llmem/memory.h>.
  *
  * The core (memory/memory.c) owns batch validation, prefix-skip decisions,
- * splitting, state-stream framing and the one-plan-at-a-time rule; an
+ * splitting, serialized-state framing and the one-plan-at-a-time rule; an
  * implementation only reserves, exposes views, commits and edits its
  * sequences. Every sequence operation has a `dry_run` argument: with it the
  * implementation only says whether the operation would succeed, so a
@@ -25,7 +25,8 @@ struct llmem_plan {
     llmem_memory *mem;
     int32_t n_ubatch;
     llmem_ubatch *ubatch;      /* [n_ubatch] */
-    /* Full sequence-id set of each stream: stream s of ubatch u holds
+    /* Full sequence-id set of each sequence group ("stream" in these field
+     * names): group s of ubatch u holds
      * stream_ids[u][stream_off[u][s] .. stream_off[u][s+1]), first id first. */
     int32_t **stream_off;      /* [n_ubatch][n_seqs + 1] */
     int32_t **stream_ids;      /* [n_ubatch][...] */
@@ -62,7 +63,7 @@ void llmem_state_put_i32(llmem_state_writer *w, int32_t v);
  * either way the length advances by n. */
 void *llmem_state_reserve(llmem_state_writer *w, size_t n);
 bool llmem_state_get(llmem_state_reader *r, void *data, size_t n);
-/* Pointer to the next n bytes of the stream (no copy), or NULL (and
+/* Pointer to the next n bytes of the serialized state (no copy), or NULL (and
  * failed set) when fewer remain. */
 const void *llmem_state_peek(llmem_state_reader *r, size_t n);
 bool llmem_state_get_i32(llmem_state_reader *r, int32_t *v);
@@ -118,9 +119,9 @@ typedef struct llmem_memory_i {
     llmem_memory *(*child)(llmem_memory *mem, int32_t i);
 
     /* Optional: what a prepared state section holds for sequence `seq` (-1:
-     * the only entry of a one-sequence stream): its length and the raw bytes
+     * the only entry of a one-sequence serialized state): its length and the raw bytes
      * of its token ids and positions (len int32 each, possibly unaligned). Returns false when the section does not
-     * hold the sequence. A composition uses it to refuse streams whose
+     * hold the sequence. A composition uses it to refuse states whose
      * sections disagree. */
     bool (*state_read_seq)(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
                            const void **tokens, const void **pos);

@@ -28,7 +28,7 @@
  *     view's device index buffer `view->idx` at the table's byte offset, so
  *     device backends need no upload; the wrapper checks the host copies
  *     (`table.host`), and the CPU backend checks again what it reads.
- * Ops run on the backend's stream in call order; results are visible to
+ * Ops run on the backend's stream (its execution queue) in call order; results are visible to
  * llmem_buffer_download (which waits). The CPU backend runs them
  * synchronously on its thread pool.
  *
@@ -233,18 +233,18 @@ llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const 
  *   q   [T, H, head_dim] f32, H a multiple of n_kv_heads (GQA/MQA: query
  *       head h reads KV head h / (H / n_kv_heads));
  *   out [T, H, head_dim] f32, must not overlap q.
- * Query token i belongs to stream s = kv.tok_seq[i] and sees the keys with
- * stream index j in [lo, kv.tok_kv_len[i]), lo = 0 or, with a window,
+ * Query token i belongs to sequence group s = kv.tok_seq[i] and sees the
+ * keys with group index j in [lo, kv.tok_kv_len[i]), lo = 0 or, with a window,
  * max(0, tok_kv_len[i] - window); key j lives in slot
  * kv.page_table[s * max_pages + j / page_size] * page_size + j % page_size.
  * out = sum_j softmax_j(score(q, k_j)) v_j over visible keys only: masked
  * keys are never read, so free pages, -1 page ids past ceil(seq_len /
  * page_size) and unwritten slots may hold anything (NaN). A query that sees
  * no key (tok_kv_len 0) gets zeros.
- * Checked: tok_seq in [0, n_streams), n_streams = kv.seq_len.n;
+ * Checked: tok_seq in [0, n_groups), n_groups = kv.seq_len.n;
  * 0 <= tok_kv_len[i] <= seq_len[s]; ceil(seq_len / page_size) <= max_pages;
  * the page ids those cover in [0, n_pages). Nothing outside [0, seq_len[s])
- * of a stream is read. */
+ * of a group is read. */
 llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                       const llmem_view *view, const llmem_tensor *q,
                                       const llmem_tensor *out);
@@ -252,16 +252,17 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
 /* ---- Mamba-2 -------------------------------------------------------------------- */
 
 /* The recurrent ops work on an EQUAL-split ubatch as the llmem_rs_view
- * describes it: n_seqs streams x n_seq_tokens tokens, stream-major (row
- * s * n_seq_tokens + t is token t of stream s), T = n_seqs * n_seq_tokens.
- * For stream s the state is read from slot src_slot[s] (-1: zeros), and
- * written after the stream's last token to dst_slot[s] (-1: not written)
+ * describes it: n_seqs sequence groups x n_seq_tokens tokens, group-major
+ * (row s * n_seq_tokens + t is token t of group s), T = n_seqs *
+ * n_seq_tokens. For group s the state is read from slot src_slot[s] (-1:
+ * zeros), and written after the group's last token to dst_slot[s] (-1: not
+ * written)
  * and after token n_seq_tokens - n_ckpt + c to ckpt_slot[s * n_ckpt + c]
  * (-1: none; a checkpoint before token 0 gets the initial state). Sources
- * are read before anything is written, so a stream's src may equal its own
- * dst or a checkpoint, and another stream's dst (copy-on-write). Slots in
- * [-1, n_slots); a slot written by two streams is LLMEM_E_INVALID; when a
- * stream's checkpoint equals its dst, the dst value wins. States are
+ * are read before anything is written, so a group's src may equal its own
+ * dst or a checkpoint, and another group's dst (copy-on-write). Slots in
+ * [-1, n_slots); a slot written by two groups is LLMEM_E_INVALID; when a
+ * group's checkpoint equals its dst, the dst value wins. States are
  * stored in their desc dtype (f32, f16 or bf16, round to nearest even);
  * within a ubatch the running state is kept in f32. */
 
@@ -276,7 +277,7 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
  *   b   [conv_dim] f32|f16|bf16 or NULL;
  *   out [T, conv_dim] f32, must not overlap x.
  * out[t, c] = silu(b[c] + sum_k w[c, k] * u[t + k, c]) where u is the
- * stream's state rows followed by its x rows; the state after token t is
+ * group's state rows followed by its x rows; the state after token t is
  * u[t + 1 .. t + d_conv - 1]. d_conv >= 2. */
 llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                                const llmem_tensor *x, const llmem_tensor *w, const llmem_tensor *b,
@@ -366,7 +367,7 @@ typedef struct llmem_sample_params {
                           >= 1: off; must be > 0 */
     float min_p;       /* keep tokens with p >= min_p * p_max (Nguyen et al. 2024);
                           <= 0: off; must be <= 1 */
-    uint64_t seed;     /* the random stream; change it (or ctr) per step */
+    uint64_t seed;     /* selects the random sequence; change it (or ctr) per step */
 } llmem_sample_params;
 
 /* The uniform number of a row (part of the op's contract, so that every
@@ -396,7 +397,7 @@ static inline float llmem_sample_uniform(uint64_t seed, uint32_t c)
 /* Samples one token id per row of logits, on the device: only ids need to
  * cross to the host.
  *   logits [.., V] f32, V >= 1 (rows = product of the outer dimensions);
- *   ctr    [rows] i32 per-row counters for the random stream, or NULL (the
+ *   ctr    [rows] i32 per-row counters into the random sequence, or NULL (the
  *          row index); e.g. the token's position, so that a sequence's draws
  *          do not depend on which other rows share the batch;
  *   out    [rows] i32, must not overlap logits or ctr.

@@ -91,7 +91,7 @@ struct llmem_ops_i {
     llmem_status (*kv_store)(llmem_backend *be, const llmem_view *view, llmem_ct *k,
                              llmem_ct *v);
     /* Causal paged attention, q, out [T, H, Dh] f32, GQA by H / n_kv_heads.
-     * Query i reads keys j in [lo, tok_kv_len[i]) of stream tok_seq[i]
+     * Query i reads keys j in [lo, tok_kv_len[i]) of sequence group tok_seq[i]
      * through the page table (lo from p->window); masked keys are skipped,
      * never read (PagedAttention, Kwon et al. 2023); scores scaled, then
      * soft-capped; softmax by FlashAttention-2 Alg. 1 (online softmax over
@@ -101,7 +101,7 @@ struct llmem_ops_i {
 
     /* Mamba-2 causal depthwise conv1d + SiLU with conv state {d_conv-1,
      * conv_dim} (oldest first), x, out [T, conv_dim] f32, w [conv_dim,
-     * d_conv], b [conv_dim] or NULL (f32|f16|bf16). EQUAL ubatch, stream
+     * d_conv], b [conv_dim] or NULL (f32|f16|bf16). EQUAL ubatch, group
      * major; reads src slots before writing dst/ckpt slots (see ops.h).
      * Reference: HF Mamba2Mixer.torch_forward (conv1d + act). */
     llmem_status (*ssm_conv)(llmem_backend *be, const llmem_view *view, int32_t state,

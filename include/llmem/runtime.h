@@ -107,7 +107,7 @@ llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *batch, bool l
  * (times n_top for the top lists). */
 typedef struct llmem_model_sampling {
     llmem_sample_params params;   /* <llmem/ops.h>; temperature <= 0: greedy */
-    const int32_t *ctr;           /* per-row counters of the random stream, or NULL
+    const int32_t *ctr;           /* per-row counters into the random sequence, or NULL
                                      (the row index); e.g. positions, so that a
                                      sequence's draws do not depend on its batch */
     const int32_t *force_ids;     /* NULL: sample; else these tokens are "chosen"
