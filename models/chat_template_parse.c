@@ -39,6 +39,7 @@ typedef struct parser {
     tok *t; /* tokens of the current tag */
     size_t n_t, ti;
     int line;
+    int depth; /* expression nesting, bounded so that the C stack is */
     char *err;
     size_t err_len;
     llmem_status st;
@@ -569,14 +570,22 @@ static ct_node *parse_filters(parser *p, ct_node *n)
 
 static ct_node *parse_unary(parser *p)
 {
-    if (accept_op(p, "-")) {
-        ct_node *n = node(p, N_NEG);
+    if (p->depth >= 100) {
+        fail(p, LLMEM_E_INVALID, "expressions nested too deep");
+        return NULL;
+    }
+    if (accept_op(p, "-") || accept_op(p, "+")) {
+        bool neg = p->t[p->ti - 1].s[0] == '-';
+        ct_node *n = neg ? node(p, N_NEG) : NULL;
+        p->depth++;
+        ct_node *a = parse_unary(p);
+        p->depth--;
+        if (!neg)
+            return a;
         if (n)
-            n->a = parse_unary(p);
+            n->a = a;
         return n;
     }
-    if (accept_op(p, "+"))
-        return parse_unary(p);
     return parse_filters(p, parse_postfix(p, parse_primary(p)));
 }
 
@@ -665,8 +674,13 @@ static ct_node *parse_not(parser *p)
 {
     if (accept_name(p, "not")) {
         ct_node *n = node(p, N_NOT);
-        if (n)
+        if (n && p->depth < 100) {
+            p->depth++;
             n->a = parse_not(p);
+            p->depth--;
+        } else {
+            fail(p, LLMEM_E_INVALID, "expressions nested too deep");
+        }
         return n;
     }
     return parse_compare(p);
@@ -690,7 +704,13 @@ static ct_node *parse_or(parser *p)
 
 static ct_node *parse_expr(parser *p)
 {
+    if (p->depth >= 100) {
+        fail(p, LLMEM_E_INVALID, "expressions nested too deep");
+        return NULL;
+    }
+    p->depth++;
     ct_node *n = parse_or(p);
+    p->depth--;
     if (!p->st && accept_name(p, "if")) {
         ct_node *c = node(p, N_COND);
         if (!c)
@@ -717,7 +737,20 @@ static void end_of_tag(parser *p)
  * (returns -1). */
 static int parse_body(parser *p, ct_nodes *out, const char *const *stops, int n_stops);
 
+static void parse_stmt_inner(parser *p, ct_nodes *out);
+
 static void parse_stmt(parser *p, ct_nodes *out)
+{
+    if (p->depth >= 100) {
+        fail(p, LLMEM_E_INVALID, "statements nested too deep");
+        return;
+    }
+    p->depth++;
+    parse_stmt_inner(p, out);
+    p->depth--;
+}
+
+static void parse_stmt_inner(parser *p, ct_nodes *out)
 {
     const tok *t = peek(p);
     if (accept_name(p, "if")) {

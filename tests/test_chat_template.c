@@ -163,6 +163,26 @@ START_TEST(test_errors)
     ck_assert_msg(strstr(err, "bad roles"), "%s", err);
     out = render("x", "[1]", &st, err, sizeof err);
     ck_assert_int_eq(st, LLMEM_E_INVALID);
+    /* deep nesting is refused, not a stack overflow */
+    size_t deep = 100000;
+    char *src = malloc(4 * deep + 16);
+    strcpy(src, "{{ ");
+    for (size_t i = 0; i < deep; i++)
+        strcat(src + 3 + i, "(");
+    strcat(src, "1 }}");
+    ck_assert_int_eq(llmem_chat_template_create(src, &t, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_msg(strstr(err, "too deep"), "%s", err);
+    src[0] = 0;
+    for (size_t i = 0; i < 20000; i++)
+        memcpy(src + 12 * i, "{% if x %}  ", 13);
+    ck_assert_int_eq(llmem_chat_template_create(src, &t, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_msg(strstr(err, "too deep"), "%s", err);
+    strcpy(src, "{{ ");
+    for (size_t i = 0; i < deep; i++)
+        memcpy(src + 3 + 4 * i, "not ", 5);
+    strcat(src, "1 }}");
+    ck_assert_int_eq(llmem_chat_template_create(src, &t, err, sizeof err), LLMEM_E_INVALID);
+    free(src);
     llmem_chat_template_destroy(NULL);
 }
 END_TEST
