@@ -22,11 +22,33 @@ bool i32vec_push(i32vec *a, int32_t x);
 void i32vec_free(i32vec *a);
 
 /* What a sequence holds, shared by every memory that keeps token ids and
- * positions on the host: smallest / largest position (-1 when empty), and
- * a copy of up to cap token ids (returns the count). */
-int32_t seq_pos_min(const i32vec *pos);
-int32_t seq_pos_max(const i32vec *pos);
+ * positions on the host: a copy of up to cap token ids (returns the count). */
 int32_t seq_copy_tokens(const i32vec *tokens, int32_t *out, int32_t cap);
+
+/* O(1) facts about a sequence's positions (DESIGN.md contract 9): smallest
+ * and largest (-1 when empty) and whether they are out of order. Appends
+ * always come at pos_max + 1 (plan validation), so positions stay
+ * nondecreasing until a seq_add / seq_div reorders them; while they are in
+ * order, range lookups are binary searches. */
+typedef struct pos_meta {
+    int32_t min, max;
+    bool unsorted;
+} pos_meta;
+
+/* Recomputes m from every position (O(n): shifts, state reads, checks). */
+void pos_meta_reset(pos_meta *m, const i32vec *pos);
+/* After appending `pos` (O(1)). */
+void pos_meta_push(pos_meta *m, int32_t pos);
+/* After pos->n shrank (O(1) in order, else O(n)). */
+void pos_meta_truncated(pos_meta *m, const i32vec *pos);
+/* Index of the first token with a position in [p0, p1) when those tokens
+ * are a suffix, n when there are none, -1 when they are not a suffix. */
+int32_t pos_suffix_start(const i32vec *pos, const pos_meta *m, int32_t p0, int32_t p1);
+/* Number of leading tokens with a position in [p0, p1) when those are all
+ * such tokens (0 when none), -1 otherwise. */
+int32_t pos_prefix_len(const i32vec *pos, const pos_meta *m, int32_t p0, int32_t p1);
+/* Whether m describes pos (for invariant checks). */
+bool pos_meta_ok(const pos_meta *m, const i32vec *pos);
 static inline bool pos_in_range(int32_t pos, int32_t p0, int32_t p1)
 {
     return pos >= p0 && pos < p1;

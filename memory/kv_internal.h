@@ -1,22 +1,29 @@
 /* llmem memory/: internal structure of the paged KV cache, shared by
- * kv_cache.c (planning, sequences) and kv_state.c (state I/O, checks). */
+ * kv_cache.c (pages, prefix cache, sequences), kv_plan.c (planning) and
+ * kv_state.c (state I/O, checks). */
 #ifndef LLMEM_KV_INTERNAL_H
 #define LLMEM_KV_INTERNAL_H
 
 #include "llmem/kv_cache.h"
 #include "memory/internal.h"
 #include "memory/page_pool.h"
+#include "memory/page_rows.h"
 
 typedef struct kv_seq {
     i32vec pages;  /* page table; entries past ceil(len / page_size) are plan reservations */
     i32vec tokens; /* committed token ids (-1 for embeddings) */
     i32vec pos;    /* committed positions */
+    pos_meta pm;   /* of pos */
+    /* The page table's persistent row (page_rows.h): entries [0, synced)
+     * of the row equal pages.v[0, synced); kv_pt_changed lowers synced
+     * whenever an entry changes, the next plan rewrites the rest. */
+    int32_t row, row_cap, synced;
 } kv_seq;
 
 /* Element offsets of one ubatch's tables in the plan's index. */
 typedef struct kv_ub {
     int32_t store_tok, store_slot, n_store;
-    int32_t page_table, max_pages, seq_len, n_seqs;
+    int32_t page_off, max_pages, seq_len, n_seqs;
     int32_t tok_kv_len, tok_seq, n_tokens;
     int32_t shift_slot, shift_delta, n_shift;
 } kv_ub;
@@ -47,7 +54,11 @@ typedef struct kv_cache {
     int32_t *shift;        /* [n_pages * page_size] pending K-shift per slot */
     uint8_t *page_shift;   /* [n_pages] page has a pending shift */
     bool shift_pending;
+    /* Device index buffer: the page rows at element 0, then the plan's
+     * tables from element idx_rows (idx_rows >= rows.n). */
     llmem_buffer *idx;
+    int32_t idx_rows;
+    page_rows rows;
     idx_builder ib;
     kv_res *res; /* reservation of the plan in flight, or NULL */
     int64_t prefix_hits, cow_copies;
@@ -66,11 +77,34 @@ static inline int32_t kv_slot(const kv_cache *kv, const kv_seq *s, int32_t i)
     return s->pages.v[i / ps] * ps + i % ps;
 }
 
+/* Page table entries from `from` on changed: the row must be rewritten. */
+static inline void kv_pt_changed(kv_seq *s, int32_t from)
+{
+    if (s->synced > from)
+        s->synced = from;
+}
+
 /* kv_cache.c */
 int32_t kv_alloc_page(kv_cache *kv);
 void kv_unref_page(kv_cache *kv, int32_t p);
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
 void kv_seq_drop(kv_cache *kv, kv_seq *s);
+bool page_writable(const kv_cache *kv, int32_t p);
+int32_t n_pages_for_len(const kv_cache *kv, int32_t len);
+llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old);
+int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t *out);
+void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page);
+void clear_page_shift(kv_cache *kv, int32_t p);
+
+/* kv_plan.c */
+llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                size_t err_len);
+llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                        size_t err_len);
+llmem_status kv_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
+llmem_status kv_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view);
+llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
+void kv_release(llmem_memory *mem, const llmem_plan *plan, void *r);
 
 /* kv_state.c */
 llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *w);

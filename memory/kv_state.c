@@ -209,9 +209,11 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         }
         for (int32_t k = 0; k < np; k++)
             s->pages.v[s->pages.n++] = kv_alloc_page(kv);
+        kv_pt_changed(s, 0);
         i32_copy(s->tokens.v, e->tokens, e->len);
         i32_copy(s->pos.v, e->pos, e->len);
         s->tokens.n = s->pos.n = e->len;
+        pos_meta_reset(&s->pm, &s->pos);
         for (int32_t j = 0; j < e->len; j++) {
             if (e->shift[j] == 0)
                 continue;
@@ -235,6 +237,38 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
     }
     kv_state_read_abort(mem, t);
     return st;
+}
+
+/* The persistent row of sequence s agrees with its page table: entries
+ * [0, synced) equal; during a plan, a planned sequence's row is complete
+ * but for a copy-on-write entry apply has not switched yet. */
+static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
+{
+    const kv_seq *q = &kv->seqs[s];
+    if (q->synced < 0 || q->synced > q->pages.n || (q->synced > 0 && q->row < 0) ||
+        (q->row >= 0 && (q->row_cap < q->synced || q->row + q->row_cap > kv->rows.n))) {
+        llmem_errf(err, err_len, "sequence %d: row %d cap %d synced %d of %d pages", s, q->row,
+                   q->row_cap, q->synced, q->pages.n);
+        return false;
+    }
+    for (int32_t k = 0; k < q->synced; k++)
+        if (kv->rows.v[q->row + k] != q->pages.v[k]) {
+            llmem_errf(err, err_len, "sequence %d: row entry %d is %d, page table %d", s, k,
+                       kv->rows.v[q->row + k], q->pages.v[k]);
+            return false;
+        }
+    const llmem_plan *plan = kv->base.plan;
+    if (plan && kv->res && plan->n_new[s] > 0 && q->synced < q->pages.n) {
+        bool cow = false;
+        for (int32_t c = 0; c < kv->res->n_cow && !cow; c++)
+            cow = kv->res->cow[c].seq == s && kv->res->cow[c].index == q->synced;
+        if (!cow) {
+            llmem_errf(err, err_len, "sequence %d: planned but row holds %d of %d pages", s,
+                       q->synced, q->pages.n);
+            return false;
+        }
+    }
+    return true;
 }
 
 llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
@@ -267,7 +301,20 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
                 llmem_errf(err, err_len, "sequence %d: negative position", s);
                 goto out;
             }
+        if (!pos_meta_ok(&q->pm, &q->pos)) {
+            llmem_errf(err, err_len, "sequence %d: pos_min/pos_max %d/%d stale", s, q->pm.min,
+                       q->pm.max);
+            goto out;
+        }
+        if (!check_row(kv, s, err, err_len))
+            goto out;
     }
+    if (mem->plan && (kv->rows.full || kv->rows.dirty_list.n > 0)) {
+        llmem_errf(err, err_len, "page rows: a plan is in flight with rows not uploaded");
+        goto out;
+    }
+    if (!page_rows_check_device(&kv->rows, kv->idx, err, err_len))
+        goto out;
     for (int32_t c = 0; kv->res && c < kv->res->n_cow; c++)
         if (kv->res->cow[c].page >= 0)
             ref[kv->res->cow[c].page]++; /* copy-on-write target held by the plan */

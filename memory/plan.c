@@ -1,6 +1,13 @@
 /* llmem memory/: building a plan — batch validation, prefix-cache skips
  * and the three splits (DESIGN.md "split"; llama.cpp's llama_batch_allocr
- * split_simple / split_equal / split_seq have the same meaning). */
+ * split_simple / split_equal / split_seq have the same meaning).
+ *
+ * Cost (DESIGN.md contract 9): O(tokens x sequence ids per token) plus
+ * O(n_seq_max) for per-sequence arrays, never quadratic in sequences:
+ * sequence-id sets are grouped through a per-sequence table (one id) or a
+ * hash of the set (several ids), streams of a ubatch through a set ->
+ * stream table, and the EQUAL / SEQ splits walk a list of the sets that
+ * still have tokens. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,6 +28,14 @@ typedef struct plan_build {
     i32vec ids;        /* flat seq ids of each distinct stream */
     stream_set *sets;
     int32_t n_sets, cap_sets;
+    /* grouping: one-id sets by sequence; larger sets by hash (chains) */
+    int32_t *single;   /* [n_seq_max] set {s}, or -1 */
+    uint32_t *mark;    /* [n_seq_max] stamp of the set being compared */
+    uint32_t stamp;
+    int32_t *bucket;   /* [n_buckets] first set of a chain, -1 */
+    int32_t n_buckets;
+    i32vec chain;      /* [n_sets] next set of the same bucket */
+    int32_t *local;    /* [n_sets] stream of a set in the ubatch being emitted, or -1 */
 } plan_build;
 
 static int32_t tok_nseq(const llmem_batch *b, int32_t i)
@@ -33,28 +48,58 @@ static int32_t tok_seq(const llmem_batch *b, int32_t i, int32_t j)
     return b->seq_id ? b->seq_id[i][j] : 0;
 }
 
-static bool same_set(const plan_build *pb, int32_t s, int32_t i)
+/* New stamp for pb->mark (all marks cleared on wrap-around). */
+static uint32_t next_stamp(plan_build *pb)
+{
+    if (++pb->stamp == 0) {
+        memset(pb->mark, 0, (size_t)pb->n_seq_max * sizeof *pb->mark);
+        pb->stamp = 1;
+    }
+    return pb->stamp;
+}
+
+/* Whether set s holds exactly token i's ids (distinct, validated). */
+static bool same_set(plan_build *pb, int32_t s, int32_t i)
 {
     const llmem_batch *b = pb->b;
     int32_t n = tok_nseq(b, i);
     if (pb->sets[s].n != n)
         return false;
-    for (int32_t j = 0; j < n; j++) {
-        int32_t id = tok_seq(b, i, j);
-        bool found = false;
-        for (int32_t k = 0; k < n && !found; k++)
-            found = pb->ids.v[pb->sets[s].off + k] == id;
-        if (!found)
+    uint32_t st = next_stamp(pb);
+    for (int32_t k = 0; k < n; k++)
+        pb->mark[pb->ids.v[pb->sets[s].off + k]] = st;
+    for (int32_t j = 0; j < n; j++)
+        if (pb->mark[tok_seq(b, i, j)] != st)
             return false;
-    }
     return true;
+}
+
+/* Order-independent hash of token i's id set. */
+static uint32_t set_hash(const llmem_batch *b, int32_t i)
+{
+    uint64_t h = 0;
+    for (int32_t j = 0; j < tok_nseq(b, i); j++) {
+        uint64_t z = (uint64_t)(uint32_t)tok_seq(b, i, j) * 0x9e3779b97f4a7c15ull;
+        z = (z ^ (z >> 29)) * 0xbf58476d1ce4e5b9ull;
+        h += z ^ (z >> 32);
+    }
+    return (uint32_t)(h ^ (h >> 32));
 }
 
 static int32_t find_or_add_set(plan_build *pb, int32_t i)
 {
-    for (int32_t s = pb->n_sets - 1; s >= 0; s--)
-        if (same_set(pb, s, i))
-            return s;
+    int32_t n = tok_nseq(pb->b, i), s0 = tok_seq(pb->b, i, 0), *head = NULL;
+    if (n == 1) {
+        if (pb->single[s0] >= 0)
+            return pb->single[s0];
+    } else {
+        head = &pb->bucket[set_hash(pb->b, i) & (uint32_t)(pb->n_buckets - 1)];
+        for (int32_t s = *head; s >= 0; s = pb->chain.v[s])
+            if (same_set(pb, s, i))
+                return s;
+    }
+    if (!i32vec_push(&pb->chain, head ? *head : -1))
+        return -1;
     if (pb->n_sets == pb->cap_sets) {
         int32_t nc = pb->cap_sets ? pb->cap_sets * 2 : 16;
         stream_set *ns = realloc(pb->sets, (size_t)nc * sizeof *ns);
@@ -65,10 +110,14 @@ static int32_t find_or_add_set(plan_build *pb, int32_t i)
     }
     stream_set *st = &pb->sets[pb->n_sets];
     st->off = pb->ids.n;
-    st->n = tok_nseq(pb->b, i);
+    st->n = n;
     for (int32_t j = 0; j < st->n; j++)
         if (!i32vec_push(&pb->ids, tok_seq(pb->b, i, j)))
             return -1;
+    if (head)
+        *head = pb->n_sets;
+    else
+        pb->single[s0] = pb->n_sets;
     return pb->n_sets++;
 }
 
@@ -98,10 +147,8 @@ void llmem_plan_free_internal(llmem_plan *p)
     free(p->ubatch);
     free(p->stream_off);
     free(p->stream_ids);
-    if (p->seq_tokens)
-        for (int32_t s = 0; s < p->n_seq_max; s++)
-            free(p->seq_tokens[s]);
-    free(p->seq_tokens);
+    free(p->seq_tokens); /* the rows point into storage */
+    free(p->storage);
     free(p->n_cached);
     free(p->n_new);
     free(p->first_pos);
@@ -127,6 +174,7 @@ static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *to
     int32_t *out_ids = malloc((size_t)n * sizeof *out_ids);
     int32_t *soff = malloc((size_t)(n + 1) * sizeof *soff);
     int32_t *local_of = malloc((size_t)n * sizeof *local_of); /* local stream -> global set */
+    int32_t n_local = 0;
     i32vec sids = {0};
     ub->token = token;
     ub->embd = embd;
@@ -138,27 +186,24 @@ static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *to
     ub->out_ids = out_ids;
     p->stream_off[u] = soff;
     p->n_ubatch++; /* from here on, plan_free releases the arrays */
+    llmem_status rc = LLMEM_E_NO_MEMORY;
     if ((b->token && !token) || (b->embd && !embd) || !pos || !seq || !seq_id || !bidx ||
-        !out_rows || !out_ids || !soff || !local_of) {
-        free(local_of);
-        return LLMEM_E_NO_MEMORY;
-    }
-    int32_t n_local = 0, n_out = 0;
+        !out_rows || !out_ids || !soff || !local_of)
+        goto out;
+    int32_t n_out = 0;
     soff[0] = 0;
     for (int32_t k = 0; k < n; k++) {
         int32_t i = tok[k];
         int32_t g = pb->stream[i];
-        int32_t s = 0;
-        while (s < n_local && local_of[s] != g)
-            s++;
-        if (s == n_local) {
+        int32_t s = pb->local[g];
+        if (s < 0) {
+            s = pb->local[g] = n_local;
             local_of[n_local++] = g;
             const stream_set *st = &pb->sets[g];
             for (int32_t j = 0; j < st->n; j++)
                 if (!i32vec_push(&sids, pb->ids.v[st->off + j])) {
-                    free(local_of);
                     i32vec_free(&sids);
-                    return LLMEM_E_NO_MEMORY;
+                    goto out;
                 }
             seq_id[s] = pb->ids.v[st->off];
             soff[s + 1] = sids.n;
@@ -177,10 +222,10 @@ static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *to
             n_out++;
         }
     }
-    free(local_of);
     p->stream_ids[u] = sids.v ? sids.v : malloc(sizeof(int32_t));
     if (!p->stream_ids[u])
-        return LLMEM_E_NO_MEMORY;
+        goto out;
+    rc = LLMEM_OK;
     ub->n_tokens = n;
     ub->n_seqs = n_local;
     ub->n_seq_tokens = split == LLMEM_SPLIT_SIMPLE ? 0 : n_seq_tokens;
@@ -189,7 +234,11 @@ static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *to
     ub->n_outputs = n_out;
     p->info.n_outputs += n_out;
     p->info.n_tokens += n;
-    return LLMEM_OK;
+out:
+    for (int32_t s = 0; local_of && s < n_local; s++)
+        pb->local[local_of[s]] = -1;
+    free(local_of);
+    return rc;
 }
 
 static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list, int32_t n,
@@ -218,7 +267,8 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     int32_t *start = calloc((size_t)ns + 1, sizeof *start);
     int32_t *head = calloc((size_t)ns + 1, sizeof *head);
     int32_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
-    if (!start || !head || !q) {
+    int32_t *nxt = malloc(((size_t)ns + 1) * sizeof *nxt);
+    if (!start || !head || !q || !nxt) {
         st = LLMEM_E_NO_MEMORY;
         goto out;
     }
@@ -232,17 +282,16 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
         q[head[pb->stream[list[k]]]++] = list[k];
     for (int32_t s = 0; s < ns; s++)
         head[s] = start[s];
+    /* sets that still have tokens, in order: nxt[s] follows s, nxt[ns] is
+     * the first; each ubatch takes the first `chosen` of them */
+    for (int32_t s = 0; s < ns; s++)
+        nxt[s] = s + 1;
+    nxt[ns] = 0;
     for (;;) {
-        int32_t chosen = 0, min_rem = INT32_MAX;
+        int32_t chosen = 0, min_rem = INT32_MAX, max_chosen = split == LLMEM_SPLIT_SEQ ? 1 : n_ubatch;
         int32_t m = 0;
-        for (int32_t s = 0; s < ns; s++) {
+        for (int32_t s = nxt[ns]; s < ns && chosen < max_chosen; s = nxt[s]) {
             int32_t rem = start[s + 1] - head[s];
-            if (rem <= 0)
-                continue;
-            if (split == LLMEM_SPLIT_SEQ && chosen == 1)
-                break;
-            if (chosen == n_ubatch)
-                break;
             chosen++;
             if (rem < min_rem)
                 min_rem = rem;
@@ -250,13 +299,14 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
         if (chosen == 0)
             break;
         int32_t nst = min_rem < n_ubatch / chosen ? min_rem : n_ubatch / chosen;
-        int32_t c = 0;
-        for (int32_t s = 0; s < ns && c < chosen; s++) {
-            if (start[s + 1] - head[s] <= 0)
-                continue;
+        int32_t c = 0, prev = ns;
+        for (int32_t s = nxt[ns]; s < ns && c < chosen; s = nxt[s], c++) {
             for (int32_t t = 0; t < nst; t++)
                 buf[m++] = q[head[s]++];
-            c++;
+            if (start[s + 1] - head[s] <= 0)
+                nxt[prev] = nxt[s]; /* exhausted: unlink */
+            else
+                prev = s;
         }
         st = emit_ubatch(p, pb, buf, m, split, nst);
         if (st != LLMEM_OK)
@@ -266,6 +316,7 @@ out:
     free(start);
     free(head);
     free(q);
+    free(nxt);
     free(buf);
     return st;
 }
@@ -309,11 +360,15 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
                            s, n_seq_max);
                 return LLMEM_E_INVALID;
             }
-            for (int32_t k = 0; k < j; k++)
-                if (tok_seq(b, i, k) == s) {
+            if (ns > 1) { /* marks, not a pairwise scan: a token may be in 4,000 sequences */
+                if (j == 0)
+                    next_stamp(pb);
+                if (pb->mark[s] == pb->stamp) {
                     llmem_errf(err, err_len, "batch token %d: sequence id %d listed twice", i, s);
                     return LLMEM_E_INVALID;
                 }
+                pb->mark[s] = pb->stamp;
+            }
             if (next_pos[s] == INT32_MIN) {
                 int32_t pm = mem->iface->seq_pos_max(mem, s);
                 next_pos[s] = pm >= 0 && pm < INT32_MAX ? pm + 1 : b->pos[i];
@@ -358,28 +413,47 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
     const llmem_batch *b = pb->b;
     if (!b->token)
         return LLMEM_OK;
+    bool any = false;
+    for (int32_t s = 0; s < pb->n_seq_max && !any; s++)
+        any = p->n_new[s] >= 2 && p->first_pos[s] == 0 && mem->iface->seq_pos_max(mem, s) < 0;
+    if (!any)
+        return LLMEM_OK;
+    /* each sequence's batch tokens, in order (counting sort of the
+     * (token, sequence) pairs: O(pairs), not O(sequences x tokens)) */
+    int64_t pairs = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        pairs += tok_nseq(b, i);
     int32_t *toks = malloc((size_t)b->n_tokens * sizeof *toks);
-    int32_t *idx = malloc((size_t)b->n_tokens * sizeof *idx);
-    if (!toks || !idx) {
+    int32_t *idx = malloc((size_t)pairs * sizeof *idx);
+    int32_t *first = calloc((size_t)pb->n_seq_max + 1, sizeof *first);
+    if (!toks || !idx || !first || pairs > INT32_MAX) {
         free(toks);
         free(idx);
+        free(first);
         return LLMEM_E_NO_MEMORY;
     }
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        for (int32_t j = 0; j < tok_nseq(b, i); j++)
+            first[tok_seq(b, i, j) + 1]++;
+    for (int32_t s = 0; s < pb->n_seq_max; s++)
+        first[s + 1] += first[s];
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        for (int32_t j = 0; j < tok_nseq(b, i); j++)
+            idx[first[tok_seq(b, i, j)]++] = i;
+    for (int32_t s = pb->n_seq_max; s > 0; s--)
+        first[s] = first[s - 1];
+    first[0] = 0;
     for (int32_t s = 0; s < pb->n_seq_max; s++) {
         if (p->n_new[s] < 2 || p->first_pos[s] != 0 || mem->iface->seq_pos_max(mem, s) >= 0)
             continue;
         int32_t n = 0, limit = -1;
         bool shared = false;
-        for (int32_t i = 0; i < b->n_tokens && !shared; i++) {
-            bool in = false;
-            for (int32_t j = 0; j < tok_nseq(b, i); j++)
-                in |= tok_seq(b, i, j) == s;
-            if (!in)
-                continue;
+        const int32_t *list = idx + first[s];
+        for (int32_t k = 0; k < first[s + 1] - first[s] && !shared; k++) {
+            int32_t i = list[k];
             shared = tok_nseq(b, i) > 1;
             if (pb->out[i] && limit < 0)
                 limit = n;
-            idx[n] = i;
             toks[n++] = b->token[i];
         }
         if (shared)
@@ -394,10 +468,11 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
         p->n_cached[s] = m;
         p->info.n_tokens_cached += m;
         for (int32_t k = 0; k < m; k++)
-            pb->skip[idx[k]] = true;
+            pb->skip[list[k]] = true;
     }
     free(toks);
     free(idx);
+    free(first);
     return LLMEM_OK;
 }
 
@@ -425,10 +500,24 @@ llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, 
         pb.skip = calloc((size_t)b->n_tokens, sizeof *pb.skip);
         pb.out = calloc((size_t)b->n_tokens, sizeof *pb.out);
         list = malloc((size_t)b->n_tokens * sizeof *list);
+        pb.local = malloc((size_t)b->n_tokens * sizeof *pb.local); /* sets <= tokens */
+        pb.n_buckets = 16;
+        while (pb.n_buckets < 2 * b->n_tokens && pb.n_buckets < (1 << 30))
+            pb.n_buckets *= 2;
+        pb.bucket = malloc((size_t)pb.n_buckets * sizeof *pb.bucket);
     }
-    if (!p->n_cached || !p->n_new || !p->first_pos || !p->seq_tokens ||
-        (b->n_tokens > 0 && (!pb.stream || !pb.skip || !pb.out || !list)))
+    pb.single = malloc((size_t)nsm * sizeof *pb.single);
+    pb.mark = calloc((size_t)nsm, sizeof *pb.mark);
+    if (!p->n_cached || !p->n_new || !p->first_pos || !p->seq_tokens || !pb.single ||
+        !pb.mark ||
+        (b->n_tokens > 0 && (!pb.stream || !pb.skip || !pb.out || !list || !pb.local ||
+                             !pb.bucket)))
         goto fail;
+    memset(pb.single, 0xff, (size_t)nsm * sizeof *pb.single);
+    if (b->n_tokens > 0) {
+        memset(pb.local, 0xff, (size_t)b->n_tokens * sizeof *pb.local);
+        memset(pb.bucket, 0xff, (size_t)pb.n_buckets * sizeof *pb.bucket);
+    }
     st = validate(mem, &pb, split, err, err_len, next_pos, seq_set);
     if (st != LLMEM_OK)
         goto fail;
@@ -442,14 +531,19 @@ llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, 
             p->n_new[s]++;
         }
     if (b->token) {
+        /* one block for every sequence's tokens (p->storage) */
+        int64_t total = 0;
+        for (int32_t s = 0; s < nsm; s++)
+            total += p->n_new[s];
+        int32_t *blk = malloc((size_t)(total > 0 ? total : 1) * sizeof *blk);
+        if (!blk) {
+            st = LLMEM_E_NO_MEMORY;
+            goto fail;
+        }
+        p->storage = blk;
         for (int32_t s = 0; s < nsm; s++) {
-            if (!p->n_new[s])
-                continue;
-            p->seq_tokens[s] = malloc((size_t)p->n_new[s] * sizeof(int32_t));
-            if (!p->seq_tokens[s]) {
-                st = LLMEM_E_NO_MEMORY;
-                goto fail;
-            }
+            p->seq_tokens[s] = p->n_new[s] ? blk : NULL;
+            blk += p->n_new[s];
         }
         int32_t *fill = next_pos; /* reuse as per-sequence cursor */
         memset(fill, 0, (size_t)nsm * sizeof *fill);
@@ -484,6 +578,11 @@ fail:
     free(pb.skip);
     free(pb.out);
     free(pb.sets);
+    free(pb.single);
+    free(pb.mark);
+    free(pb.bucket);
+    free(pb.local);
+    i32vec_free(&pb.chain);
     i32vec_free(&pb.ids);
     return st;
 }

@@ -158,22 +158,91 @@ const void *llmem_state_peek(llmem_state_reader *r, size_t n)
     return p;
 }
 
-int32_t seq_pos_min(const i32vec *pos)
+void pos_meta_reset(pos_meta *m, const i32vec *pos)
 {
-    int32_t m = -1;
-    for (int32_t j = 0; j < pos->n; j++)
-        if (m < 0 || pos->v[j] < m)
-            m = pos->v[j];
-    return m;
+    *m = (pos_meta){-1, -1, false};
+    for (int32_t j = 0; j < pos->n; j++) {
+        int32_t p = pos->v[j];
+        if (j > 0 && p < pos->v[j - 1])
+            m->unsorted = true;
+        if (m->min < 0 || p < m->min)
+            m->min = p;
+        if (p > m->max)
+            m->max = p;
+    }
 }
 
-int32_t seq_pos_max(const i32vec *pos)
+void pos_meta_push(pos_meta *m, int32_t pos)
 {
-    int32_t m = -1;
-    for (int32_t j = 0; j < pos->n; j++)
-        if (pos->v[j] > m)
-            m = pos->v[j];
-    return m;
+    if (m->max >= 0 && pos < m->max)
+        m->unsorted = true;
+    if (m->min < 0 || pos < m->min)
+        m->min = pos;
+    if (pos > m->max)
+        m->max = pos;
+}
+
+void pos_meta_truncated(pos_meta *m, const i32vec *pos)
+{
+    if (pos->n == 0)
+        *m = (pos_meta){-1, -1, false};
+    else if (!m->unsorted)
+        *m = (pos_meta){pos->v[0], pos->v[pos->n - 1], false};
+    else
+        pos_meta_reset(m, pos);
+}
+
+/* First index with pos->v[i] >= x (positions in order). */
+static int32_t lower_bound(const i32vec *pos, int32_t x)
+{
+    int32_t lo = 0, hi = pos->n;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (pos->v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int32_t pos_suffix_start(const i32vec *pos, const pos_meta *m, int32_t p0, int32_t p1)
+{
+    int32_t n = pos->n, first = n;
+    if (!m->unsorted) {
+        int32_t lo = lower_bound(pos, p0), hi = lower_bound(pos, p1);
+        return hi <= lo ? n : hi == n ? lo : -1;
+    }
+    for (int32_t j = 0; j < n && first == n; j++)
+        if (pos_in_range(pos->v[j], p0, p1))
+            first = j;
+    for (int32_t j = first; j < n; j++)
+        if (!pos_in_range(pos->v[j], p0, p1))
+            return -1;
+    return first;
+}
+
+int32_t pos_prefix_len(const i32vec *pos, const pos_meta *m, int32_t p0, int32_t p1)
+{
+    int32_t n = pos->n, k = 0;
+    if (!m->unsorted) {
+        int32_t lo = lower_bound(pos, p0), hi = lower_bound(pos, p1);
+        return hi <= lo ? 0 : lo == 0 ? hi : -1;
+    }
+    while (k < n && pos_in_range(pos->v[k], p0, p1))
+        k++;
+    for (int32_t j = k; j < n; j++)
+        if (pos_in_range(pos->v[j], p0, p1))
+            return -1;
+    return k;
+}
+
+bool pos_meta_ok(const pos_meta *m, const i32vec *pos)
+{
+    pos_meta t;
+    pos_meta_reset(&t, pos);
+    /* unsorted may stay set after positions came back in order */
+    return t.min == m->min && t.max == m->max && (m->unsorted || !t.unsorted);
 }
 
 int32_t seq_copy_tokens(const i32vec *tokens, int32_t *out, int32_t cap)

@@ -153,11 +153,18 @@ static void check_no_touch(llmem_memory *mem, const llmem_ubatch *ub, void *c)
             ck_assert_int_ne(page, t->other_pages[k]);
         t->n_stores++;
     }
-    /* every page-table row is padded with -1 past the stream's pages */
+    /* the cache shows persistent page-table rows (llmem_kv_view.page_off):
+     * each stream's row lies inside the table and lists only this
+     * ubatch's sequence's pages, none of the other sequence's */
+    ck_assert_int_eq(v.u.kv.page_off.n, v.u.kv.seq_len.n);
     for (int32_t s = 0; s < v.u.kv.seq_len.n; s++) {
         int32_t np = (v.u.kv.seq_len.host[s] + t->ps - 1) / t->ps;
-        for (int32_t k = np; k < v.u.kv.max_pages; k++)
-            ck_assert_int_eq(v.u.kv.page_table.host[s * v.u.kv.max_pages + k], -1);
+        int32_t row = v.u.kv.page_off.host[s];
+        ck_assert_int_le(np, v.u.kv.max_pages);
+        ck_assert(row >= 0 && row + np <= v.u.kv.page_table.n);
+        for (int32_t k = 0; k < np; k++)
+            for (int32_t o = 0; o < t->n_other; o++)
+                ck_assert_int_ne(v.u.kv.page_table.host[row + k], t->other_pages[o]);
     }
 }
 
@@ -678,7 +685,71 @@ START_TEST(test_create_errors)
 }
 END_TEST
 
+/* Page rows (issue 10): during decode, each stream's row lists exactly the
+ * sequence's page table (as llmem_kv_cache_page_table reports it), the
+ * device copy equals the host copy, and a row keeps its offset between
+ * steps but for a logarithmic number of moves as it grows. */
+typedef struct rows_ctx {
+    int32_t last_row[2], moves[2], steps;
+} rows_ctx;
+
+static void check_rows(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    rows_ctx *t = c;
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    const llmem_kv_view *x = &v.u.kv;
+    ck_assert_int_eq(x->page_off.n, ub->n_seqs);
+    int32_t *dev = malloc((size_t)x->page_table.n * sizeof *dev);
+    ck_assert_ptr_nonnull(dev);
+    ck_assert_int_eq(llmem_buffer_download(v.idx, x->page_table.offset, dev,
+                                           (size_t)x->page_table.n * sizeof *dev), LLMEM_OK);
+    ck_assert_mem_eq(dev, x->page_table.host, (size_t)x->page_table.n * sizeof *dev);
+    for (int32_t s = 0; s < ub->n_seqs; s++) {
+        int32_t seq = ub->seq_id[s], pt[256];
+        int32_t np = llmem_kv_cache_page_table(mem, seq, pt, 256); /* page size 1 */
+        ck_assert_int_eq(np, x->seq_len.host[s]);
+        int32_t row = x->page_off.host[s];
+        ck_assert(row >= 0 && row + np <= x->page_table.n);
+        for (int32_t k = 0; k < np; k++)
+            ck_assert_int_eq(x->page_table.host[row + k], pt[k]);
+        if (t->steps > 0 && row != t->last_row[seq])
+            t->moves[seq]++;
+        t->last_row[seq] = row;
+    }
+    free(dev);
+}
+
+START_TEST(test_page_rows)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 1, 256, 2, false, false);
+    rows_ctx t = {{-1, -1}, {0, 0}, 0};
+    int32_t pos[2] = {0, 0};
+    for (int32_t step = 0; step < 120; step++, t.steps++) {
+        llmem_batch_buf_clear(b);
+        for (int32_t q = 0; q < 2; q++, pos[q - 1]++)
+            mt_add(b, q, pos[q], 1, 10 + 500 * q + step, true);
+        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, check_rows, &t, NULL), LLMEM_OK);
+        mt_assert_check(m);
+        if (step == 60) { /* a cut: regrowth rewrites only the entries past it */
+            ck_assert_int_eq(llmem_memory_seq_rm(m, 1, 30, -1), LLMEM_OK);
+            pos[1] = 30;
+            mt_assert_check(m);
+        }
+    }
+    /* up to 120 entries: classes grow by a quarter, so rows move ~log1.25 times */
+    ck_assert_int_le(t.moves[0], 24);
+    ck_assert_int_le(t.moves[1], 24);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
+
 {
     Suite *s = suite_create("kv_cache");
     TCase *tc = tcase_create("core");
@@ -695,6 +766,7 @@ int main(void)
     tcase_add_test(tc, test_validation);
     tcase_add_test(tc, test_state_roundtrip);
     tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_page_rows);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;

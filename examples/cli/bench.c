@@ -28,6 +28,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: llmem bench [--backend NAME] [--device N] [--iters N] [--all] [--only LIST]\n"
+            "       llmem bench --bookkeeping ...   (host bookkeeping of the memories; --help there)\n"
             "\n"
             "Measures, in one run, on one backend:\n"
             "  copy            device-to-device copy of 1 GiB (256 MiB off GPUs); the bandwidth\n"
@@ -394,6 +395,9 @@ static bool wanted(const char *only, const char *name, bool dflt)
 
 int llmem_cli_bench(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++) /* host bookkeeping: examples/cli/bench_bookkeeping.c */
+        if (!strcmp(argv[i], "--bookkeeping"))
+            return llmem_cli_bench_bookkeeping(argc, argv);
     cli_model_opts mo;
     cli_model_opts_init(&mo);
     int32_t iters = 0;

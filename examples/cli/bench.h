@@ -76,4 +76,7 @@ llmem_status bench_decode_attention(bench *b);
 llmem_status bench_prefill(bench *b, int32_t device);
 llmem_status bench_mamba(bench *b);
 
+/* llmem bench --bookkeeping (examples/cli/bench_bookkeeping.c). */
+int llmem_cli_bench_bookkeeping(int argc, char **argv);
+
 #endif

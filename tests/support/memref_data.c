@@ -171,12 +171,15 @@ static bool capture_kv(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
             ok = fail(err, n, "layer %d: view pools or geometry changed", il);
             break;
         }
+        /* every table's device copy equals its host copy: with page rows,
+         * the whole persistent table of every sequence (issue 10) */
         const llmem_i32_table *tabs[] = {&x->store_tok, &x->store_slot, &x->page_table,
                                          &x->seq_len, &x->tok_kv_len, &x->tok_seq,
-                                         &x->shift_slot, &x->shift_delta};
+                                         &x->shift_slot, &x->shift_delta, &x->page_off};
         const char *names[] = {"store_tok", "store_slot", "page_table", "seq_len",
-                               "tok_kv_len", "tok_seq", "shift_slot", "shift_delta"};
-        for (int32_t t = 0; ok && t < 8; t++)
+                               "tok_kv_len", "tok_seq", "shift_slot", "shift_delta",
+                               "page_off"};
+        for (int32_t t = 0; ok && t < 9; t++)
             ok = table_ok(&v, tabs[t], names[t], err, n);
         if (!ok)
             break;
@@ -214,17 +217,29 @@ static bool capture_kv(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
                           x->seq_len.host[s], len[q]);
             max_pages = div_up(len[q], ps) > max_pages ? div_up(len[q], ps) : max_pages;
         }
-        if (ok && (x->max_pages != max_pages || x->page_table.n != ub->n_seqs * max_pages))
-            ok = fail(err, n, "layer %d: max_pages %d (table %d), expected %d", il, x->max_pages,
-                      x->page_table.n, max_pages);
-        for (int32_t s = 0; ok && s < ub->n_seqs; s++)
-            for (int32_t k = 0; ok && k < max_pages; k++) {
-                int32_t q = ub->seq_id[s];
-                int32_t w = k < div_up(len[q], ps) ? mr_phys(kv, q, k) : -1;
-                if (x->page_table.host[s * max_pages + k] != w)
-                    ok = fail(err, n, "layer %d stream %d: page %d is %d, expected %d", il, s, k,
-                              x->page_table.host[s * max_pages + k], w);
+        /* dense rows (s * max_pages, padded with -1) or rows at page_off[s]
+         * (entries past the stream's pages unspecified) */
+        bool rows = x->page_off.n != 0;
+        if (ok && (x->max_pages != max_pages ||
+                   (rows ? x->page_off.n != ub->n_seqs
+                         : x->page_table.n != ub->n_seqs * max_pages)))
+            ok = fail(err, n, "layer %d: max_pages %d (table %d, %d rows), expected %d", il,
+                      x->max_pages, x->page_table.n, x->page_off.n, max_pages);
+        for (int32_t s = 0; ok && s < ub->n_seqs; s++) {
+            int32_t q = ub->seq_id[s], np = div_up(len[q], ps);
+            int64_t row = rows ? x->page_off.host[s] : (int64_t)s * max_pages;
+            if (row < 0 || row + (rows ? np : max_pages) > x->page_table.n) {
+                ok = fail(err, n, "layer %d stream %d: row %lld of %d pages outside the %d-entry "
+                          "table", il, s, (long long)row, np, x->page_table.n);
+                break;
             }
+            for (int32_t k = 0; ok && k < (rows ? np : max_pages); k++) {
+                int32_t w = k < np ? mr_phys(kv, q, k) : -1;
+                if (x->page_table.host[row + k] != w)
+                    ok = fail(err, n, "layer %d stream %d: page %d is %d, expected %d", il, s, k,
+                              x->page_table.host[row + k], w);
+            }
+        }
         /* K-shifts: in the first ubatch, every pending key once with its delta */
         if (ok && x->shift_slot.n != x->shift_delta.n)
             ok = fail(err, n, "layer %d: shift tables differ in size", il);

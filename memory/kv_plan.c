@@ -1,0 +1,538 @@
+/* llmem memory/: planning of the paged KV cache — reservation (pages,
+ * copy-on-write, prefix pages), index tables of the views, apply, commit
+ * and release. The page tables the views show are the persistent rows of
+ * memory/page_rows.h: a plan writes and uploads only the entries that
+ * changed (llmem_kv_view.page_off). References: PagedAttention (Kwon et
+ * al., SOSP 2023); vLLM block manager and automatic prefix caching. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/kv_internal.h"
+
+/* --- planning ----------------------------------------------------------------- */
+
+static void release_reservations(kv_cache *kv, const llmem_plan *plan)
+{
+    for (int32_t s = 0; s < kv->base.n_seq_max; s++)
+        if (plan->n_new[s] > 0)
+            kv_drop_pages_from(kv, &kv->seqs[s], n_pages_for_len(kv, kv->seqs[s].tokens.n));
+}
+
+static int32_t stream_n(const llmem_plan *plan, int32_t u, int32_t s)
+{
+    return plan->stream_off[u][s + 1] - plan->stream_off[u][s];
+}
+
+static int32_t stream_seq(const llmem_plan *plan, int32_t u, int32_t s, int32_t j)
+{
+    return plan->stream_ids[u][plan->stream_off[u][s] + j];
+}
+
+static int32_t count_shift(const kv_cache *kv)
+{
+    int32_t n = 0, ps = kv->p.page_size;
+    if (!kv->shift_pending)
+        return 0;
+    for (int32_t p = 0; p < kv->p.n_pages; p++)
+        if (kv->page_shift[p] && kv->pool.ref[p] > 0)
+            for (int32_t j = 0; j < ps; j++)
+                n += kv->shift[(size_t)p * (size_t)ps + (size_t)j] != 0;
+    return n;
+}
+
+/* Builds every ubatch's index tables (host side) with the page tables as
+ * reserved. len_sim holds each sequence's length before the plan. */
+static llmem_status build_tables(kv_cache *kv, const llmem_plan *plan, kv_res *res,
+                                 int32_t *len_sim, int32_t n_shift)
+{
+    int32_t ps = kv->p.page_size;
+    idx_builder *ib = &kv->ib;
+    for (int32_t u = 0; u < plan->n_ubatch; u++) {
+        const llmem_ubatch *ub = &plan->ubatch[u];
+        kv_ub *t = &res->ub[u];
+        t->n_tokens = ub->n_tokens;
+        t->n_seqs = ub->n_seqs;
+        t->n_store = 0;
+        for (int32_t k = 0; k < ub->n_tokens; k++)
+            t->n_store += stream_n(plan, u, ub->seq[k]);
+        t->store_tok = idx_append(ib, NULL, t->n_store, 0);
+        t->store_slot = idx_append(ib, NULL, t->n_store, 0);
+        t->tok_kv_len = idx_append(ib, NULL, ub->n_tokens, 0);
+        t->tok_seq = idx_append(ib, ub->seq, ub->n_tokens, 0);
+        t->seq_len = idx_append(ib, NULL, ub->n_seqs, 0);
+        if (t->store_tok < 0 || t->store_slot < 0 || t->tok_kv_len < 0 || t->tok_seq < 0 ||
+            t->seq_len < 0)
+            return LLMEM_E_NO_MEMORY;
+        int32_t j = 0;
+        for (int32_t k = 0; k < ub->n_tokens; k++) {
+            int32_t s = ub->seq[k];
+            for (int32_t m = 0; m < stream_n(plan, u, s); m++) {
+                int32_t q = stream_seq(plan, u, s, m);
+                ib->data.v[t->store_tok + j] = k;
+                ib->data.v[t->store_slot + j] = kv_slot(kv, &kv->seqs[q], len_sim[q]++);
+                j++;
+            }
+            ib->data.v[t->tok_kv_len + k] = len_sim[ub->seq_id[s]];
+        }
+        /* stream s reads the persistent row of its first sequence */
+        t->max_pages = 0;
+        t->page_off = idx_append(ib, NULL, ub->n_seqs, -1);
+        if (t->page_off < 0)
+            return LLMEM_E_NO_MEMORY;
+        for (int32_t s = 0; s < ub->n_seqs; s++) {
+            int32_t len = len_sim[ub->seq_id[s]];
+            ib->data.v[t->seq_len + s] = len;
+            ib->data.v[t->page_off + s] = kv->seqs[ub->seq_id[s]].row;
+            if (n_pages_for_len(kv, len) > t->max_pages)
+                t->max_pages = n_pages_for_len(kv, len);
+        }
+        t->n_shift = u == 0 ? n_shift : 0;
+        t->shift_slot = idx_append(ib, NULL, t->n_shift, 0);
+        t->shift_delta = idx_append(ib, NULL, t->n_shift, 0);
+        if (t->n_shift > 0) {
+            int32_t m = 0;
+            for (int32_t p = 0; p < kv->p.n_pages; p++) {
+                if (!kv->page_shift[p] || kv->pool.ref[p] == 0)
+                    continue;
+                for (int32_t o = 0; o < ps; o++) {
+                    int32_t slot = p * ps + o;
+                    if (kv->shift[slot] == 0)
+                        continue;
+                    ib->data.v[t->shift_slot + m] = slot;
+                    ib->data.v[t->shift_delta + m] = kv->shift[slot];
+                    m++;
+                }
+            }
+        }
+    }
+    return LLMEM_OK;
+}
+
+/* int32 elements of every ubatch's index tables (build_tables). */
+static int64_t index_elems(const kv_cache *kv, const llmem_plan *plan)
+{
+    int64_t elems = 2 * (int64_t)count_shift(kv);
+    for (int32_t u = 0; u < plan->n_ubatch; u++) {
+        const llmem_ubatch *ub = &plan->ubatch[u];
+        for (int32_t k = 0; k < ub->n_tokens; k++)
+            elems += 2 * (int64_t)stream_n(plan, u, ub->seq[k]);
+        elems += 2 * (int64_t)ub->n_tokens + 2 * (int64_t)ub->n_seqs;
+    }
+    return elems;
+}
+
+/* Page-table entries each planned sequence holds once reserved. */
+static int32_t pages_after(const kv_cache *kv, const llmem_plan *plan, int32_t s,
+                           const int32_t *need)
+{
+    return kv->seqs[s].pages.n + plan->n_cached[s] / kv->p.page_size + need[s];
+}
+
+/* Rows the table would use after this plan's rows have grown (an upper
+ * bound: grown rows taken fresh). */
+static int64_t rows_needed(const kv_cache *kv, const llmem_plan *plan, const int32_t *need)
+{
+    int64_t n = kv->rows.n;
+    for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
+        const kv_seq *q = &kv->seqs[s];
+        int32_t np = plan->n_new[s] ? pages_after(kv, plan, s, need) : 0;
+        if (np > 0 && (q->row < 0 || np > q->row_cap))
+            n += page_rows_cost(np);
+    }
+    return n;
+}
+
+/* Makes the device index buffer hold the rows (rows_n entries) and then
+ * elems plan entries. A new buffer is allocated before the old one is
+ * freed (failure changes nothing) and gets the whole table at the next
+ * upload. */
+static llmem_status idx_fit(kv_cache *kv, int64_t rows_n, int64_t elems)
+{
+    size_t have = kv->idx ? llmem_buffer_size(kv->idx) / sizeof(int32_t) : 0;
+    if (kv->idx && rows_n <= kv->idx_rows && (size_t)(kv->idx_rows + elems) <= have)
+        return LLMEM_OK;
+    int64_t r = rows_n <= kv->idx_rows ? kv->idx_rows : rows_n + rows_n / 4 + 1024;
+    int64_t want = r + elems + elems / 2 + 1024;
+    if (want > INT32_MAX)
+        return LLMEM_E_INVALID;
+    llmem_buffer *nb = NULL;
+    llmem_status st = llmem_buffer_alloc(kv->base.backend, (size_t)want * sizeof(int32_t), &nb);
+    if (st != LLMEM_OK)
+        return st;
+    llmem_buffer_free(kv->idx);
+    kv->idx = nb;
+    kv->idx_rows = (int32_t)r;
+    kv->rows.full = true;
+    return LLMEM_OK;
+}
+
+/* Writes the rows of the plan's sequences where they differ from the page
+ * tables (O(entries changed)). */
+static void sync_rows(kv_cache *kv, const llmem_plan *plan)
+{
+    for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
+        kv_seq *q = &kv->seqs[s];
+        if (!plan->n_new[s] || q->synced >= q->pages.n)
+            continue;
+        page_rows_write(&kv->rows, q->row + q->synced, q->pages.v + q->synced,
+                        q->pages.n - q->synced);
+        q->synced = q->pages.n;
+    }
+}
+
+/* Pages the plan needs beyond the prefix pages it attaches: per sequence
+ * need[s] new pages and cow[s] copies; len0[s] = length once the prefix is
+ * attached. */
+static int64_t pages_needed(const kv_cache *kv, const llmem_plan *plan, int32_t *need,
+                            int32_t *len0, uint8_t *cow)
+{
+    int32_t ps = kv->p.page_size;
+    int64_t total = 0;
+    for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
+        need[s] = 0;
+        cow[s] = 0;
+        len0[s] = kv->seqs[s].tokens.n;
+        if (plan->n_new[s] == 0)
+            continue;
+        const kv_seq *q = &kv->seqs[s];
+        int32_t c = plan->n_cached[s];
+        len0[s] = c > 0 ? c : q->tokens.n;
+        int32_t nn = plan->n_new[s] - c;
+        need[s] = llmem_pages_for(len0[s], nn, ps);
+        if (c == 0 && nn > 0 && len0[s] % ps && !page_writable(kv, q->pages.v[len0[s] / ps]))
+            cow[s] = 1;
+        total += need[s] + cow[s];
+    }
+    return total;
+}
+
+llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                       size_t err_len)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
+    llmem_status st = LLMEM_E_NO_MEMORY;
+    int32_t *need = calloc((size_t)nsm, sizeof *need);
+    int32_t *len0 = calloc((size_t)nsm, sizeof *len0);
+    uint8_t *cow = calloc((size_t)nsm, 1);
+    i32vec pages = {0}; /* cached (unreferenced) prefix pages the plan would pin */
+    if (!need || !len0 || !cow)
+        goto out;
+    for (int32_t s = 0; s < nsm; s++) {
+        int32_t c = plan->n_cached[s];
+        if (plan->n_new[s] == 0 || c == 0)
+            continue;
+        int32_t np = c / ps, at = pages.n;
+        if (c % ps || kv->seqs[s].tokens.n || !i32vec_reserve(&pages, pages.n + np) ||
+            kv_prefix_pages(kv, plan->seq_tokens[s], c, pages.v + at) != np) {
+            llmem_errf(err, err_len, "sequence %d: prefix pages changed during planning", s);
+            st = LLMEM_E_STATE;
+            goto out;
+        }
+        for (int32_t k = 0; k < np; k++) {
+            int32_t p = pages.v[at + k];
+            bool dup = kv->pool.ref[p] > 0;
+            for (int32_t j = 0; j < pages.n && !dup; j++)
+                dup = pages.v[j] == p;
+            if (!dup)
+                pages.v[pages.n++] = p;
+        }
+    }
+    int64_t total = pages_needed(kv, plan, need, len0, cow);
+    if (total > page_pool_available(&kv->pool) - pages.n) {
+        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
+                   (long long)total, kv->pool.n_free, kv->pool.n_cached - pages.n);
+        st = LLMEM_E_NO_SPACE;
+        goto out;
+    }
+    int64_t elems = index_elems(kv, plan);
+    if (elems > INT32_MAX / 2) {
+        llmem_errf(err, err_len, "KV cache: the plan's index tables exceed int32 offsets");
+        st = LLMEM_E_INVALID;
+        goto out;
+    }
+    st = idx_fit(kv, rows_needed(kv, plan, need), elems);
+    if (st != LLMEM_OK)
+        llmem_errf(err, err_len, "KV cache: index buffer allocation failed (%s)",
+                   llmem_status_str(st));
+out:
+    free(need);
+    free(len0);
+    free(cow);
+    i32vec_free(&pages);
+    return st;
+}
+
+llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                               size_t err_len)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
+    llmem_status st = LLMEM_E_NO_MEMORY;
+    kv_res *res = calloc(1, sizeof *res);
+    int32_t *need = calloc((size_t)nsm, sizeof *need);
+    int32_t *len0 = calloc((size_t)nsm, sizeof *len0);
+    uint8_t *cow = calloc((size_t)nsm, 1);
+    i32vec pinned = {0};
+    bool attached = false;
+    int32_t pin_at = 0;
+    if (!res || !need || !len0 || !cow)
+        goto fail;
+    res->cur = -1;
+    res->n_ub = plan->n_ubatch;
+    res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
+    res->cow = calloc((size_t)nsm, sizeof *res->cow);
+    if (!res->ub || !res->cow)
+        goto fail;
+    int64_t total = 0;
+    for (int32_t s = 0; s < nsm; s++) {
+        if (plan->n_new[s] == 0)
+            continue;
+        kv_seq *q = &kv->seqs[s];
+        int32_t c = plan->n_cached[s];
+        if (c > 0) {
+            int32_t np = c / ps;
+            int32_t at = pinned.n;
+            if (c % ps || q->tokens.n || !i32vec_reserve(&pinned, pinned.n + np) ||
+                kv_prefix_pages(kv, plan->seq_tokens[s], c, pinned.v + at) != np) {
+                llmem_errf(err, err_len, "sequence %d: prefix pages changed during planning", s);
+                st = LLMEM_E_STATE;
+                goto fail;
+            }
+            for (int32_t k = 0; k < np; k++)
+                page_pool_ref(&kv->pool, pinned.v[at + k]);
+            pinned.n += np;
+        }
+    }
+    total = pages_needed(kv, plan, need, len0, cow);
+    if (total > page_pool_available(&kv->pool)) {
+        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
+                   (long long)total, kv->pool.n_free, kv->pool.n_cached);
+        st = LLMEM_E_NO_SPACE;
+        goto fail;
+    }
+    /* index size and rows, made before anything irreversible (a row that
+     * moves changes nothing a caller sees) */
+    int64_t elems = index_elems(kv, plan);
+    if (elems > INT32_MAX / 2) {
+        llmem_errf(err, err_len, "KV cache: the plan's index tables exceed int32 offsets");
+        st = LLMEM_E_INVALID;
+        goto fail;
+    }
+    kv->ib.data.n = 0;
+    if (!i32vec_reserve(&kv->ib.data, (int32_t)elems))
+        goto fail;
+    for (int32_t s = 0; s < nsm; s++) {
+        kv_seq *q = &kv->seqs[s];
+        int32_t row = q->row;
+        if (plan->n_new[s] == 0)
+            continue;
+        if (!page_rows_fit(&kv->rows, &q->row, &q->row_cap, pages_after(kv, plan, s, need))) {
+            llmem_errf(err, err_len, "KV cache: out of host memory for page tables");
+            goto fail;
+        }
+        if (q->row != row)
+            q->synced = 0;
+    }
+    st = idx_fit(kv, kv->rows.n, elems);
+    if (st != LLMEM_OK) {
+        llmem_errf(err, err_len, "KV cache: index buffer allocation failed (%s)",
+                   llmem_status_str(st));
+        goto fail;
+    }
+    /* from here on, reservations live in the page tables; release undoes them */
+    attached = true;
+    for (int32_t s = 0; s < nsm; s++) {
+        if (plan->n_new[s] == 0)
+            continue;
+        kv_seq *q = &kv->seqs[s];
+        int32_t np = plan->n_cached[s] / ps;
+        if (!i32vec_reserve(&q->pages, q->pages.n + np + need[s]))
+            goto fail;
+        for (int32_t k = 0; k < np; k++)
+            q->pages.v[q->pages.n++] = pinned.v[pin_at++];
+        if (cow[s]) {
+            /* the copy itself waits for apply (kv_apply), the page is taken now */
+            kv_cow *w = &res->cow[res->n_cow++];
+            *w = (kv_cow){.seq = s, .index = len0[s] / ps, .page = kv_alloc_page(kv)};
+            int32_t old = q->pages.v[w->index];
+            if (kv->page_shift[old]) { /* the K-shift tables must list the copy's slots */
+                memcpy(kv->shift + (size_t)w->page * (size_t)ps,
+                       kv->shift + (size_t)old * (size_t)ps, (size_t)ps * sizeof *kv->shift);
+                kv->page_shift[w->page] = 1;
+            }
+        } else if (len0[s] % ps && q->pages.n > len0[s] / ps) {
+            /* written in place: its hash, if any, no longer describes it */
+            kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
+        }
+        for (int32_t k = 0; k < need[s]; k++)
+            q->pages.v[q->pages.n++] = kv_alloc_page(kv);
+    }
+    for (int32_t c = 0; c < res->n_cow; c++) { /* tables and rows see the copies */
+        kv_seq *q = &kv->seqs[res->cow[c].seq];
+        int32_t *e = &q->pages.v[res->cow[c].index];
+        int32_t t = *e;
+        *e = res->cow[c].page;
+        res->cow[c].page = t;
+        kv_pt_changed(q, res->cow[c].index);
+    }
+    st = build_tables(kv, plan, res, len0, count_shift(kv));
+    sync_rows(kv, plan);
+    for (int32_t c = 0; c < res->n_cow; c++) {
+        kv_seq *q = &kv->seqs[res->cow[c].seq];
+        int32_t *e = &q->pages.v[res->cow[c].index];
+        int32_t t = *e;
+        *e = res->cow[c].page;
+        res->cow[c].page = t;
+        /* the row shows the copy apply makes; until then it differs here */
+        kv_pt_changed(q, res->cow[c].index);
+    }
+    if (st == LLMEM_OK && kv->ib.data.n > 0)
+        st = llmem_buffer_upload(kv->idx, (size_t)kv->idx_rows * sizeof(int32_t), kv->ib.data.v,
+                                 (size_t)kv->ib.data.n * sizeof(int32_t));
+    if (st == LLMEM_OK)
+        st = page_rows_upload(&kv->rows, kv->idx);
+    if (st != LLMEM_OK)
+        goto fail;
+    free(need);
+    free(len0);
+    free(cow);
+    i32vec_free(&pinned);
+    kv->res = res;
+    *out = res;
+    return LLMEM_OK;
+fail:
+    /* pinned pages not yet attached to a page table still hold a reference */
+    for (int32_t k = pin_at; k < pinned.n; k++)
+        kv_unref_page(kv, pinned.v[k]);
+    if (attached)
+        release_reservations(kv, plan);
+    for (int32_t c = 0; res && c < res->n_cow; c++)
+        kv_unref_page(kv, res->cow[c].page);
+    if (res) {
+        free(res->ub);
+        free(res->cow);
+    }
+    free(res);
+    free(need);
+    free(len0);
+    free(cow);
+    i32vec_free(&pinned);
+    return st;
+}
+
+llmem_status kv_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
+{
+    kv_cache *kv = kv_of(mem);
+    kv_res *res = r;
+    if (!res->cow_done) {
+        for (int32_t c = 0; c < res->n_cow; c++) {
+            kv_cow *w = &res->cow[c];
+            int32_t *e = &kv->seqs[w->seq].pages.v[w->index];
+            llmem_status st = copy_page(kv, w->page, *e);
+            if (st != LLMEM_OK)
+                return st; /* nothing switched yet for this one; release frees it */
+            kv_unref_page(kv, *e);
+            *e = w->page;
+            w->page = -1;
+        }
+        res->cow_done = true;
+    }
+    res->cur = i;
+    return LLMEM_OK;
+}
+
+/* A plan table of the view: element off of the built index, which sits at
+ * element base of the device buffer (after the rows). */
+static llmem_i32_table plan_table(const idx_builder *b, int32_t base, int32_t off, int32_t n)
+{
+    llmem_i32_table t = idx_table(b, off, n);
+    if (n > 0)
+        t.offset += (size_t)base * sizeof(int32_t);
+    return t;
+}
+
+llmem_status kv_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view)
+{
+    kv_cache *kv = kv_of(mem);
+    kv_res *res = r;
+    const kv_ub *t = &res->ub[res->cur];
+    const idx_builder *ib = &kv->ib;
+    llmem_kv_view *v = &view->u.kv;
+    view->kind = LLMEM_VIEW_KV;
+    view->idx = kv->idx;
+    v->k = kv->k[il];
+    v->v = kv->v[il];
+    v->dtype = kv->p.dtype;
+    v->n_pages = kv->p.n_pages;
+    v->page_size = kv->p.page_size;
+    v->n_kv_heads = kv->p.n_kv_heads;
+    v->head_dim = kv->p.head_dim;
+    int32_t base = kv->idx_rows;
+    v->store_tok = plan_table(ib, base, t->store_tok, t->n_store);
+    v->store_slot = plan_table(ib, base, t->store_slot, t->n_store);
+    v->max_pages = t->max_pages;
+    v->page_table = (llmem_i32_table){.host = kv->rows.v, .offset = 0, .n = kv->rows.n};
+    v->page_off = plan_table(ib, base, t->page_off, t->n_seqs);
+    v->seq_len = plan_table(ib, base, t->seq_len, t->n_seqs);
+    v->tok_kv_len = plan_table(ib, base, t->tok_kv_len, t->n_tokens);
+    v->tok_seq = plan_table(ib, base, t->tok_seq, t->n_tokens);
+    v->shift_slot = plan_table(ib, base, t->shift_slot, t->n_shift);
+    v->shift_delta = plan_table(ib, base, t->shift_delta, t->n_shift);
+    return LLMEM_OK;
+}
+
+llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
+{
+    kv_cache *kv = kv_of(mem);
+    const llmem_ubatch *ub = &plan->ubatch[i];
+    int32_t ps = kv->p.page_size;
+    for (int32_t k = 0; k < ub->n_tokens; k++) {
+        int32_t s = ub->seq[k];
+        for (int32_t m = 0; m < stream_n(plan, i, s); m++) {
+            int32_t q = stream_seq(plan, i, s, m);
+            kv_seq *sq = &kv->seqs[q];
+            int32_t c = plan->n_cached[q];
+            if (c > 0 && sq->tokens.n == 0) {
+                if (!i32vec_reserve(&sq->tokens, c) || !i32vec_reserve(&sq->pos, c))
+                    return LLMEM_E_NO_MEMORY;
+                for (int32_t j = 0; j < c; j++) {
+                    sq->tokens.v[j] = plan->seq_tokens[q][j];
+                    sq->pos.v[j] = j;
+                }
+                sq->tokens.n = sq->pos.n = c;
+                sq->pm = (pos_meta){0, c - 1, false};
+                kv->prefix_hits += c;
+            }
+            if (!i32vec_push(&sq->tokens, ub->token ? ub->token[k] : -1) ||
+                !i32vec_push(&sq->pos, ub->pos[k]))
+                return LLMEM_E_NO_MEMORY;
+            pos_meta_push(&sq->pm, ub->pos[k]);
+            if (sq->tokens.n % ps == 0)
+                publish_pages(kv, sq, sq->tokens.n / ps - 1);
+        }
+    }
+    if (i == 0 && kv->shift_pending) {
+        for (int32_t p = 0; p < kv->p.n_pages; p++)
+            clear_page_shift(kv, p);
+        kv->shift_pending = false;
+    }
+    return LLMEM_OK;
+}
+
+void kv_release(llmem_memory *mem, const llmem_plan *plan, void *r)
+{
+    kv_cache *kv = kv_of(mem);
+    kv_res *res = r;
+    kv->res = NULL;
+    release_reservations(kv, plan);
+    for (int32_t c = 0; res && c < res->n_cow; c++)
+        if (res->cow[c].page >= 0)
+            kv_unref_page(kv, res->cow[c].page);
+    if (res) {
+        free(res->ub);
+        free(res->cow);
+    }
+    free(res);
+}
+

@@ -1,0 +1,66 @@
+/* llmem memory/: persistent page-table rows with dirty-block uploads.
+ *
+ * Every sequence of a paged memory owns one row: a run of int32 entries of
+ * one table that lives on the host and, at the same element offsets, at
+ * the start of the memory's device index buffer. A step writes only the
+ * entries that changed (a decode step: one entry every page_size tokens)
+ * and uploads only the 1 KiB blocks it touched, so a step never costs in
+ * proportion to context length. Views point kernels at a row through
+ * llmem_kv_view.page_off.
+ *
+ * Capacity: a row's capacity is a size class (4, 5, 6, 7, 8, 10, 12, 14,
+ * 16, 20, ... : four classes per doubling, at most 25% slack); a row that
+ * outgrows its class moves to a larger one (amortized O(1) per entry) and
+ * freed rows are reused by their class. The table therefore holds about
+ * the entries the sequences hold, not n_seq_max x the longest sequence:
+ * 4,000 sequences of 128K tokens in pages of 1 take ~2.1 GB per copy (host
+ * and device), in pages of 16 ~130 MB, where a dense [n_seq_max][max_pages]
+ * table would take the same only when every sequence is at the maximum and
+ * a fixed maximum otherwise. Freed rows are not coalesced; a workload that
+ * keeps growing new long rows while freeing short ones can leave up to
+ * the freed capacity unused (reported by page_rows_bytes). */
+#ifndef LLMEM_PAGE_ROWS_H
+#define LLMEM_PAGE_ROWS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "memory/internal.h"
+
+#define PAGE_ROWS_CLASSES 116 /* class 115: 7 << 28 entries */
+#define PAGE_ROWS_BLOCK 256   /* entries per dirty block (1 KiB) */
+
+typedef struct page_rows {
+    int32_t *v;          /* [cap] host copy of every row; -1 where unused */
+    int32_t n, cap;      /* entries in use (high-water), allocated */
+    i32vec free_rows[PAGE_ROWS_CLASSES];
+    uint8_t *dirty;      /* [blocks of cap] block differs from the device copy */
+    i32vec dirty_list;   /* blocks flagged in dirty */
+    bool full;           /* the whole table must be uploaded (new device buffer) */
+} page_rows;
+
+void page_rows_finish(page_rows *r);
+/* Entries of size class c. */
+int32_t page_rows_class_cap(int32_t c);
+/* Entries the table would use if a row of at least n entries were taken
+ * now without reuse (an upper bound for planning). */
+int64_t page_rows_cost(int32_t n);
+/* Gives *row (-1: none) a capacity of at least n entries: keeps it when it
+ * fits, else moves to a row of a larger class (contents not kept: the
+ * caller rewrites them). Returns false on host allocation failure, with
+ * *row and *cap unchanged. */
+bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n);
+/* Returns a row to its class (*row becomes -1). */
+void page_rows_free(page_rows *r, int32_t *row, int32_t *cap);
+/* Drops every row (all free; the device copy is re-uploaded in full). */
+void page_rows_reset(page_rows *r);
+/* Writes n entries at element `at` and flags their blocks. */
+void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n);
+/* Uploads flagged blocks (everything when full) to buf at byte 0; runs of
+ * blocks are coalesced. On failure everything is flagged again. */
+llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
+/* Checks that the device copy equals the host's on every block not
+ * flagged (O(table size); for llmem_memory_check). */
+bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, size_t err_len);
+
+#endif

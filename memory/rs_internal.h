@@ -1,0 +1,101 @@
+/* llmem memory/: internal structure of the recurrent-state memory, shared
+ * by recurrent.c (slots, sequences, creation), rs_plan.c (planning) and
+ * rs_state.c (state I/O, stats, checks). */
+#ifndef LLMEM_RS_INTERNAL_H
+#define LLMEM_RS_INTERNAL_H
+
+#include "llmem/recurrent.h"
+#include "memory/internal.h"
+
+typedef struct rs_hold {
+    i32vec slot, len; /* state after `len` tokens lives in `slot` */
+} rs_hold;
+
+typedef struct rs_seq {
+    i32vec tokens, pos;
+    pos_meta pm; /* of pos */
+    rs_hold h;
+} rs_seq;
+
+typedef struct rs_layer {
+    int32_t n_states;
+    llmem_state_desc *desc;
+    size_t *bytes;          /* [n_states] bytes of one slot */
+    llmem_buffer **buf;     /* [n_states] */
+} rs_layer;
+
+/* What commit(u) does to one sequence. */
+typedef struct rs_change {
+    int32_t seq;
+    int32_t copy_from;      /* >= 0: copy this slot into new_slot[0] at commit */
+    int32_t n_new;
+    int32_t *new_slot, *new_len; /* holdings after the ubatch */
+} rs_change;
+
+typedef struct rs_ub {
+    int32_t src, dst, ckpt, n_seqs, n_ckpt, n_seq_tokens;
+    int32_t n_change;
+    rs_change *change;
+    int32_t *pool; /* the changes' new_slot / new_len arrays, 2 * (n_ckpt + 2) each change */
+} rs_ub;
+
+typedef struct rs_res {
+    int32_t n_ub, cur;
+    rs_ub *ub;
+} rs_res;
+
+typedef struct recurrent {
+    llmem_memory base;
+    int32_t n_ckpt, n_slots, quota;
+    bool poison;
+    rs_layer *layers;
+    rs_seq *seqs;
+    int32_t *owner; /* [n_slots] owning sequence or -1 */
+    /* free slots: a stack, and each free slot's place in it (-1: owned), so
+     * that taking any given slot is O(1) */
+    int32_t *free_stack, *free_at, n_free;
+    llmem_buffer *idx;
+    idx_builder ib;
+} recurrent;
+
+extern const llmem_memory_i recurrent_iface;
+
+static inline recurrent *rs_of(llmem_memory *mem)
+{
+    return LLMEM_MEMORY_CAST(recurrent, mem, &recurrent_iface);
+}
+
+/* recurrent.c */
+int32_t hold_find(const rs_hold *h, int32_t len);
+llmem_status slot_copy(recurrent *rs, int32_t dst, int32_t src);
+void slot_free(recurrent *rs, int32_t slot);
+void hold_drop_all(recurrent *rs, rs_seq *s);
+/* Gives a free slot to seq: `slot`, or (slot_pop) the top of the stack;
+ * -1 when none is free. */
+void slot_take(recurrent *rs, int32_t slot, int32_t seq);
+int32_t slot_pop(recurrent *rs, int32_t seq);
+void truncate_to(recurrent *rs, rs_seq *s, int32_t k);
+llmem_status rs_clear(llmem_memory *mem, bool data);
+
+/* rs_plan.c */
+llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                        size_t err_len);
+llmem_status rs_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                size_t err_len);
+llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
+llmem_status rs_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view);
+llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
+void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r);
+
+/* rs_state.c */
+llmem_status rs_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *w);
+llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_reader *r,
+                                   void **out, char *err, size_t err_len);
+llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp);
+void rs_state_read_abort(llmem_memory *mem, void *tmp);
+bool rs_state_read_seq(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
+                       const void **tokens, const void **pos);
+void rs_get_stats(llmem_memory *mem, llmem_memory_stats *st);
+llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,361 @@
+/* llmem memory/: planning of the recurrent-state memory — slot choices
+ * for every ubatch simulated at reserve time (nothing changes before
+ * commit), the views' src / dst / checkpoint slot tables, commit and
+ * release. References: Mamba-2 / SSD (Dao & Gu, ICML 2024); llama.cpp
+ * llama_memory_recurrent; vLLM's Mamba cache. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/rs_internal.h"
+
+/* --- planning ------------------------------------------------------------------ */
+
+static void res_free(rs_res *res)
+{
+    if (!res)
+        return;
+    for (int32_t u = 0; u < res->n_ub; u++) {
+        free(res->ub[u].change);
+        free(res->ub[u].pool);
+    }
+    free(res->ub);
+    free(res);
+}
+
+static bool hold_copy(rs_hold *dst, const rs_hold *src)
+{
+    if (!i32vec_reserve(&dst->slot, src->slot.n) || !i32vec_reserve(&dst->len, src->len.n))
+        return false;
+    i32_copy(dst->slot.v, src->slot.v, src->slot.n);
+    i32_copy(dst->len.v, src->len.v, src->len.n);
+    dst->slot.n = src->slot.n;
+    dst->len.n = src->len.n;
+    return true;
+}
+
+/* Records what a sequence holds after a ubatch, in the ubatch's pool
+ * (room for n_ckpt + 2 holdings: a trimmed hold has at most n_ckpt + 1). */
+static bool change_set(rs_ub *t, int32_t n_ckpt, int32_t seq, const rs_hold *h,
+                       int32_t copy_from)
+{
+    rs_change *c = &t->change[t->n_change];
+    int32_t room = n_ckpt + 2;
+    if (h->slot.n > room)
+        return false;
+    c->seq = seq;
+    c->copy_from = copy_from;
+    c->n_new = h->slot.n;
+    c->new_slot = t->pool + (size_t)t->n_change * 2 * (size_t)room;
+    c->new_len = c->new_slot + room;
+    t->n_change++;
+    i32_copy(c->new_slot, h->slot.v, h->slot.n);
+    i32_copy(c->new_len, h->len.v, h->slot.n);
+    return true;
+}
+
+llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                               size_t err_len)
+{
+    recurrent *rs = rs_of(mem);
+    int32_t nsm = mem->n_seq_max;
+    llmem_status st = LLMEM_E_NO_MEMORY;
+    rs_res *res = calloc(1, sizeof *res);
+    rs_hold *sim = calloc((size_t)nsm, sizeof *sim);
+    int32_t *len = calloc((size_t)nsm, sizeof *len);
+    /* the free-slot stack as the plan's commits will leave it: slots are
+     * taken from its top, those a ubatch drops come back after it */
+    i32vec fs = {0};
+    int32_t *sim_pool = NULL; /* every sim[s]'s arrays (never reallocated: room suffices) */
+    i32vec pending = {0}; /* slots a ubatch drops; free only after it */
+    if (!res || !sim || !len || !i32vec_reserve(&fs, rs->n_free))
+        goto out;
+    res->cur = -1;
+    res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
+    if (!res->ub)
+        goto out;
+    res->n_ub = plan->n_ubatch;
+    i32_copy(fs.v, rs->free_stack, rs->n_free);
+    fs.n = rs->n_free;
+    /* simulated holdings live in one pool: a hold has at most n_ckpt + 1
+     * entries, plus the 1 + n_ckpt a ubatch adds before trimming */
+    int32_t room = 2 * rs->n_ckpt + 4, n_sim = 0;
+    for (int32_t s = 0; s < nsm; s++)
+        n_sim += plan->n_new[s] > 0;
+    sim_pool = malloc((size_t)(n_sim > 0 ? n_sim : 1) * 2 * (size_t)room * sizeof *sim_pool);
+    if (!sim_pool)
+        goto out;
+    for (int32_t s = 0, k = 0; s < nsm; s++) {
+        len[s] = rs->seqs[s].tokens.n;
+        if (!plan->n_new[s])
+            continue;
+        sim[s].slot = (i32vec){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
+        sim[s].len = (i32vec){sim[s].slot.v + room, 0, room};
+        k++;
+        if (!hold_copy(&sim[s], &rs->seqs[s].h))
+            goto out;
+    }
+    int64_t elems = 0;
+    for (int32_t u = 0; u < plan->n_ubatch; u++) {
+        const llmem_ubatch *ub = &plan->ubatch[u];
+        int32_t T = ub->n_seq_tokens, c = T - 1 < rs->n_ckpt ? T - 1 : rs->n_ckpt;
+        elems += (int64_t)ub->n_seqs * (3 + c);
+    }
+    rs->ib.data.n = 0;
+    if (elems > INT32_MAX / 2 || !i32vec_reserve(&rs->ib.data, (int32_t)elems))
+        goto out;
+    if ((st = idx_ensure(mem->backend, &rs->idx, (int32_t)elems)) != LLMEM_OK) {
+        llmem_errf(err, err_len, "recurrent memory: index buffer allocation failed");
+        goto out;
+    }
+    st = LLMEM_E_NO_MEMORY;
+    idx_builder *ib = &rs->ib;
+    for (int32_t u = 0; u < plan->n_ubatch; u++) {
+        const llmem_ubatch *ub = &plan->ubatch[u];
+        rs_ub *t = &res->ub[u];
+        int32_t T = ub->n_seq_tokens, c = T - 1 < rs->n_ckpt ? T - 1 : rs->n_ckpt;
+        t->n_seqs = ub->n_seqs;
+        /* the view's checkpoints cover the last c + 1 tokens (ops.h); the
+         * last one is the dst slot's state, so its entry stays -1 */
+        t->n_ckpt = c > 0 ? c + 1 : 0;
+        t->n_seq_tokens = T;
+        t->src = idx_append(ib, NULL, ub->n_seqs, -1);
+        t->dst = idx_append(ib, NULL, ub->n_seqs, -1);
+        t->ckpt = idx_append(ib, NULL, ub->n_seqs * t->n_ckpt, -1);
+        int32_t n_change = plan->stream_off[u][ub->n_seqs];
+        t->change = calloc((size_t)(n_change > 0 ? n_change : 1), sizeof *t->change);
+        t->pool = malloc((size_t)(n_change > 0 ? n_change : 1) * 2 * (size_t)(rs->n_ckpt + 2) *
+                         sizeof *t->pool);
+        if (!t->change || !t->pool)
+            goto out;
+        for (int32_t s = 0; s < ub->n_seqs; s++) {
+            int32_t a = ub->seq_id[s];
+            rs_hold *h = &sim[a];
+            int32_t L = len[a];
+            for (int32_t m = plan->stream_off[u][s] + 1; m < plan->stream_off[u][s + 1]; m++)
+                if (len[plan->stream_ids[u][m]] != L) {
+                    llmem_errf(err, err_len,
+                               "recurrent memory: a token is shared by sequences %d (%d tokens) "
+                               "and %d (%d tokens); shared tokens need equal histories",
+                               a, L, plan->stream_ids[u][m], len[plan->stream_ids[u][m]]);
+                    st = LLMEM_E_INVALID;
+                    goto out;
+                }
+            int32_t cur = hold_find(h, L);
+            ib->data.v[t->src + s] = L > 0 ? h->slot.v[cur] : -1;
+            /* slots for the 1 + c new states: fresh ones up to the quota, then
+             * the oldest checkpoints (never the current state) */
+            int32_t need = 1 + c, got[64], *g = need <= 64 ? got : malloc((size_t)need * sizeof *g);
+            if (!g)
+                goto out;
+            for (int32_t k = 0; k < need; k++) {
+                int32_t slot = -1;
+                if (h->slot.n + k < rs->quota)
+                    slot = fs.n > 0 ? fs.v[--fs.n] : -1;
+                if (slot < 0) {
+                    int32_t oldest = -1;
+                    for (int32_t i = 0; i < h->len.n; i++)
+                        if (h->len.v[i] != L && (oldest < 0 || h->len.v[i] < h->len.v[oldest]))
+                            oldest = i;
+                    if (oldest < 0) {
+                        if (g != got)
+                            free(g);
+                        llmem_errf(err, err_len, "recurrent memory: no state slot for sequence %d", a);
+                        st = LLMEM_E_NO_SPACE;
+                        goto out;
+                    }
+                    slot = h->slot.v[oldest];
+                    h->slot.v[oldest] = h->slot.v[h->slot.n - 1];
+                    h->len.v[oldest] = h->len.v[h->len.n - 1];
+                    h->slot.n--;
+                    h->len.n--;
+                }
+                g[k] = slot;
+            }
+            ib->data.v[t->dst + s] = g[c];
+            for (int32_t j = 0; j < c; j++)
+                ib->data.v[t->ckpt + s * t->n_ckpt + j] = g[j];
+            for (int32_t k = 0; k < need; k++) {
+                int32_t l = k < c ? L + T - c + k : L + T;
+                if (h->slot.n >= room || !i32vec_push(&h->slot, g[k]) ||
+                    !i32vec_push(&h->len, l)) { /* room is a bound; never reallocate the pool */
+                    if (g != got)
+                        free(g);
+                    goto out;
+                }
+            }
+            if (g != got)
+                free(g);
+            /* keep the newest 1 + n_ckpt states */
+            while (h->slot.n > 1 + rs->n_ckpt) {
+                int32_t oldest = 0;
+                for (int32_t i = 1; i < h->len.n; i++)
+                    if (h->len.v[i] < h->len.v[oldest])
+                        oldest = i;
+                /* freed at this ubatch's commit: reusable from the next one */
+                if (!i32vec_push(&pending, h->slot.v[oldest]))
+                    goto out;
+                h->slot.v[oldest] = h->slot.v[h->slot.n - 1];
+                h->len.v[oldest] = h->len.v[h->len.n - 1];
+                h->slot.n--;
+                h->len.n--;
+            }
+            len[a] = L + T;
+            if (!change_set(t, rs->n_ckpt, a, h, -1))
+                goto out;
+            /* other sequences of the stream get a copy of the final state */
+            for (int32_t m = plan->stream_off[u][s] + 1; m < plan->stream_off[u][s + 1]; m++) {
+                int32_t b = plan->stream_ids[u][m];
+                rs_hold *hb = &sim[b];
+                int32_t keep = hb->slot.n > 0 ? hb->slot.v[0] : fs.n > 0 ? fs.v[--fs.n] : -1;
+                for (int32_t i = 1; i < hb->slot.n; i++)
+                    if (!i32vec_push(&pending, hb->slot.v[i]))
+                        goto out;
+                if (!i32vec_reserve(&hb->slot, 1) || !i32vec_reserve(&hb->len, 1))
+                    goto out;
+                hb->slot.n = hb->len.n = 1;
+                hb->slot.v[0] = keep;
+                hb->len.v[0] = L + T;
+                len[b] = L + T;
+                if (!change_set(t, rs->n_ckpt, b, hb, ib->data.v[t->dst + s]))
+                    goto out;
+            }
+        }
+        for (int32_t k = 0; k < pending.n; k++)
+            if (!i32vec_push(&fs, pending.v[k]))
+                goto out;
+        pending.n = 0;
+    }
+    if ((st = idx_upload(rs->idx, ib)) != LLMEM_OK)
+        goto out;
+    *out = res;
+    res = NULL;
+out:
+    res_free(res);
+    free(sim);
+    free(sim_pool);
+    free(len);
+    i32vec_free(&fs);
+    i32vec_free(&pending);
+    return st;
+}
+
+/* rs_reserve changes nothing the memory holds (slot choices are simulated
+ * and applied at commit), so a trial reservation is the check. */
+llmem_status rs_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
+                                       size_t err_len)
+{
+    void *res = NULL;
+    llmem_status st = rs_reserve(mem, plan, &res, err, err_len);
+    res_free(res);
+    return st;
+}
+
+llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
+{
+    ((rs_res *)r)->cur = i;
+    return LLMEM_OK;
+}
+
+llmem_status rs_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view)
+{
+    recurrent *rs = rs_of(mem);
+    rs_res *res = r;
+    const rs_ub *t = &res->ub[res->cur];
+    const rs_layer *L = &rs->layers[il];
+    if (L->n_states == 0) {
+        view->kind = LLMEM_VIEW_NONE;
+        return LLMEM_OK;
+    }
+    llmem_rs_view *v = &view->u.rs;
+    view->kind = LLMEM_VIEW_RECURRENT;
+    view->idx = rs->idx;
+    v->n_states = L->n_states;
+    v->desc = L->desc;
+    v->state = L->buf;
+    v->n_slots = rs->n_slots;
+    v->n_seqs = t->n_seqs;
+    v->n_seq_tokens = t->n_seq_tokens;
+    v->n_ckpt = t->n_ckpt;
+    v->src_slot = idx_table(&rs->ib, t->src, t->n_seqs);
+    v->dst_slot = idx_table(&rs->ib, t->dst, t->n_seqs);
+    v->ckpt_slot = idx_table(&rs->ib, t->ckpt, t->n_seqs * t->n_ckpt);
+    return LLMEM_OK;
+}
+
+llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
+{
+    recurrent *rs = rs_of(mem);
+    const rs_ub *t = &((rs_res *)r)->ub[i];
+    const llmem_ubatch *ub = &plan->ubatch[i];
+    for (int32_t c = 0; c < t->n_change; c++) {
+        const rs_change *ch = &t->change[c];
+        if (ch->copy_from >= 0) {
+            llmem_status st = slot_copy(rs, ch->new_slot[0], ch->copy_from);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    }
+    for (int32_t c = 0; c < t->n_change; c++) {
+        const rs_change *ch = &t->change[c];
+        rs_seq *s = &rs->seqs[ch->seq];
+        /* free what the sequence no longer holds, take what it now holds */
+        for (int32_t k = 0; k < s->h.slot.n; k++) {
+            bool kept = false;
+            for (int32_t m = 0; m < ch->n_new && !kept; m++)
+                kept = ch->new_slot[m] == s->h.slot.v[k];
+            if (!kept)
+                slot_free(rs, s->h.slot.v[k]);
+        }
+        s->h.slot.n = s->h.len.n = 0;
+        if (!i32vec_reserve(&s->h.slot, ch->n_new) || !i32vec_reserve(&s->h.len, ch->n_new))
+            return LLMEM_E_NO_MEMORY;
+        for (int32_t m = 0; m < ch->n_new; m++) {
+            slot_take(rs, ch->new_slot[m], ch->seq);
+            s->h.slot.v[m] = ch->new_slot[m];
+            s->h.len.v[m] = ch->new_len[m];
+        }
+        s->h.slot.n = s->h.len.n = ch->n_new;
+    }
+    /* tokens: every sequence of a stream gets the stream's tokens */
+    for (int32_t k = 0; k < ub->n_tokens; k++) {
+        int32_t st = ub->seq[k];
+        for (int32_t m = plan->stream_off[i][st]; m < plan->stream_off[i][st + 1]; m++) {
+            rs_seq *s = &rs->seqs[plan->stream_ids[i][m]];
+            if (!i32vec_push(&s->tokens, ub->token ? ub->token[k] : -1) ||
+                !i32vec_push(&s->pos, ub->pos[k]))
+                return LLMEM_E_NO_MEMORY;
+            pos_meta_push(&s->pm, ub->pos[k]);
+        }
+    }
+    return LLMEM_OK;
+}
+
+void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
+{
+    recurrent *rs = rs_of(mem);
+    rs_res *res = r;
+    /* an applied, uncommitted ubatch may have overwritten checkpoints it reused */
+    if (plan->n_applied > plan->n_committed) {
+        const rs_ub *t = &res->ub[plan->n_applied - 1];
+        int32_t n = t->n_seqs * (1 + t->n_ckpt);
+        const int32_t *dst = rs->ib.data.v + t->dst, *ck = rs->ib.data.v + t->ckpt;
+        for (int32_t k = 0; k < n; k++) {
+            int32_t slot = k < t->n_seqs ? dst[k] : ck[k - t->n_seqs];
+            int32_t o = slot >= 0 ? rs->owner[slot] : -1;
+            if (o < 0)
+                continue;
+            rs_hold *h = &rs->seqs[o].h;
+            for (int32_t i = 0; i < h->slot.n; i++)
+                if (h->slot.v[i] == slot) {
+                    h->slot.v[i] = h->slot.v[h->slot.n - 1];
+                    h->len.v[i] = h->len.v[h->len.n - 1];
+                    h->slot.n--;
+                    h->len.n--;
+                    slot_free(rs, slot);
+                    break;
+                }
+        }
+    }
+    res_free(res);
+}
+

@@ -1,0 +1,278 @@
+/* llmem memory/: state I/O (section payload, framed by memory.c), stats
+ * and the invariant checker of the recurrent-state memory. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/rs_internal.h"
+
+/* --- state I/O -------------------------------------------------------------------
+ * Payload: i32 n_layers; per layer i32 n_states and per state i32 dtype,
+ * n_dims, shape[n_dims] (as i32); i32 n_entries; per entry i32 seq, len,
+ * tokens[len], pos[len], then (len > 0) every layer's states of the current
+ * slot. Checkpoints are not saved. */
+
+static void put_geometry(recurrent *rs, llmem_state_writer *w)
+{
+    llmem_state_put_i32(w, rs->base.n_layers);
+    for (int32_t il = 0; il < rs->base.n_layers; il++) {
+        const rs_layer *L = &rs->layers[il];
+        llmem_state_put_i32(w, L->n_states);
+        for (int32_t j = 0; j < L->n_states; j++) {
+            llmem_state_put_i32(w, (int32_t)L->desc[j].dtype);
+            llmem_state_put_i32(w, L->desc[j].n_dims);
+            for (int32_t d = 0; d < L->desc[j].n_dims; d++)
+                llmem_state_put_i32(w, (int32_t)L->desc[j].shape[d]);
+        }
+    }
+}
+
+llmem_status rs_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *w)
+{
+    recurrent *rs = rs_of(mem);
+    put_geometry(rs, w);
+    int32_t n = 0;
+    for (int32_t s = 0; s < mem->n_seq_max; s++)
+        n += seq >= 0 ? s == seq : rs->seqs[s].tokens.n > 0;
+    llmem_state_put_i32(w, n);
+    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+        const rs_seq *q = &rs->seqs[s];
+        if (seq >= 0 ? s != seq : q->tokens.n == 0)
+            continue;
+        llmem_state_put_i32(w, s);
+        llmem_state_put_i32(w, q->tokens.n);
+        llmem_state_put(w, q->tokens.v, (size_t)q->tokens.n * sizeof(int32_t));
+        llmem_state_put(w, q->pos.v, (size_t)q->tokens.n * sizeof(int32_t));
+        if (q->tokens.n == 0)
+            continue;
+        int32_t slot = q->h.slot.v[hold_find(&q->h, q->tokens.n)];
+        for (int32_t il = 0; il < mem->n_layers; il++) {
+            const rs_layer *L = &rs->layers[il];
+            for (int32_t j = 0; j < L->n_states; j++) {
+                void *dst = llmem_state_reserve(w, L->bytes[j]);
+                llmem_status st = dst ? llmem_buffer_download(L->buf[j],
+                                                              (size_t)slot * L->bytes[j], dst,
+                                                              L->bytes[j])
+                                      : LLMEM_OK;
+                if (st != LLMEM_OK)
+                    return st;
+            }
+        }
+    }
+    return LLMEM_OK;
+}
+
+typedef struct rs_entry {
+    int32_t seq, len;
+    size_t at; /* offset of tokens in the stream */
+} rs_entry;
+
+typedef struct rs_tmp {
+    const uint8_t *buf;
+    int32_t n;
+    rs_entry *e;
+} rs_tmp;
+
+void rs_state_read_abort(llmem_memory *mem, void *tmp)
+{
+    rs_tmp *t = tmp;
+    if (t)
+        free(t->e);
+    free(t);
+}
+
+static size_t slot_bytes(const recurrent *rs)
+{
+    size_t b = 0;
+    for (int32_t il = 0; il < rs->base.n_layers; il++)
+        for (int32_t j = 0; j < rs->layers[il].n_states; j++)
+            b += rs->layers[il].bytes[j];
+    return b;
+}
+
+llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_reader *r,
+                                          void **out, char *err, size_t err_len)
+{
+    recurrent *rs = rs_of(mem);
+    llmem_state_writer gw = {0};
+    put_geometry(rs, &gw);
+    uint8_t *geo = malloc(gw.len);
+    if (!geo)
+        return LLMEM_E_NO_MEMORY;
+    gw.buf = geo;
+    gw.cap = gw.len;
+    gw.len = 0;
+    put_geometry(rs, &gw);
+    const uint8_t *have = llmem_state_peek(r, gw.len);
+    bool same = have && memcmp(have, geo, gw.len) == 0;
+    free(geo);
+    if (!same) {
+        llmem_errf(err, err_len, "recurrent state has other layers or state shapes");
+        return have ? LLMEM_E_INVALID : LLMEM_E_CORRUPT;
+    }
+    int32_t n;
+    if (!llmem_state_get_i32(r, &n) || n < 0 || n > mem->n_seq_max || (seq >= 0 && n != 1)) {
+        llmem_errf(err, err_len, "recurrent state: bad sequence count");
+        return LLMEM_E_CORRUPT;
+    }
+    rs_tmp *t = calloc(1, sizeof *t);
+    if (!t || !(t->e = calloc((size_t)(n > 0 ? n : 1), sizeof *t->e))) {
+        free(t);
+        return LLMEM_E_NO_MEMORY;
+    }
+    t->buf = r->buf;
+    t->n = n;
+    size_t sb = slot_bytes(rs);
+    for (int32_t i = 0; i < n; i++) {
+        rs_entry *e = &t->e[i];
+        bool ok = llmem_state_get_i32(r, &e->seq) && llmem_state_get_i32(r, &e->len) &&
+                  e->seq >= 0 && e->seq < mem->n_seq_max && e->len >= 0 &&
+                  (size_t)e->len <= r->len / 8;
+        for (int32_t k = 0; ok && k < i; k++)
+            ok = t->e[k].seq != e->seq;
+        e->at = r->pos;
+        ok = ok && llmem_state_peek(r, (size_t)e->len * 8) &&
+             (e->len == 0 || llmem_state_peek(r, sb));
+        for (int32_t j = 0; ok && j < e->len; j++) {
+            int32_t p;
+            memcpy(&p, r->buf + e->at + (size_t)e->len * 4 + (size_t)j * 4, 4);
+            ok = p >= 0 && p < INT32_MAX;
+        }
+        if (!ok) {
+            llmem_errf(err, err_len, "recurrent state entry %d is damaged", i);
+            rs_state_read_abort(mem, t);
+            return LLMEM_E_CORRUPT;
+        }
+    }
+    *out = t;
+    return LLMEM_OK;
+}
+
+bool rs_state_read_seq(llmem_memory *mem, void *tmp, int32_t seq, int32_t *len,
+                              const void **tokens, const void **pos)
+{
+    const rs_tmp *t = tmp;
+    for (int32_t i = 0; i < t->n; i++)
+        if (t->e[i].seq == seq || (seq < 0 && i == 0)) {
+            *len = t->e[i].len;
+            *tokens = t->buf + t->e[i].at;
+            *pos = t->buf + t->e[i].at + (size_t)t->e[i].len * 4;
+            return true;
+        }
+    return false;
+}
+
+llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
+{
+    recurrent *rs = rs_of(mem);
+    rs_tmp *t = tmp;
+    llmem_status st = LLMEM_OK;
+    if (seq < 0)
+        rs_clear(mem, false);
+    else
+        truncate_to(rs, &rs->seqs[seq], 0);
+    for (int32_t i = 0; i < t->n && st == LLMEM_OK; i++) {
+        const rs_entry *e = &t->e[i];
+        int32_t id = seq >= 0 ? seq : e->seq;
+        rs_seq *s = &rs->seqs[id];
+        if (!i32vec_reserve(&s->tokens, e->len) || !i32vec_reserve(&s->pos, e->len) ||
+            !i32vec_reserve(&s->h.slot, 1) || !i32vec_reserve(&s->h.len, 1)) {
+            st = LLMEM_E_NO_MEMORY;
+            break;
+        }
+        const uint8_t *p = t->buf + e->at;
+        s->tokens.n = s->pos.n = e->len;
+        if (e->len == 0)
+            continue;
+        memcpy(s->tokens.v, p, (size_t)e->len * 4);
+        memcpy(s->pos.v, p + (size_t)e->len * 4, (size_t)e->len * 4);
+        pos_meta_reset(&s->pm, &s->pos);
+        p += (size_t)e->len * 8;
+        int32_t slot = slot_pop(rs, id); /* quota guarantees one */
+        s->h.slot.v[0] = slot;
+        s->h.len.v[0] = e->len;
+        s->h.slot.n = s->h.len.n = 1;
+        for (int32_t il = 0; il < mem->n_layers && st == LLMEM_OK; il++) {
+            const rs_layer *L = &rs->layers[il];
+            for (int32_t j = 0; j < L->n_states && st == LLMEM_OK; j++) {
+                st = llmem_buffer_upload(L->buf[j], (size_t)slot * L->bytes[j], p, L->bytes[j]);
+                p += L->bytes[j];
+            }
+        }
+    }
+    rs_state_read_abort(mem, t);
+    return st;
+}
+
+/* --- introspection ------------------------------------------------------------ */
+
+void rs_get_stats(llmem_memory *mem, llmem_memory_stats *st)
+{
+    recurrent *rs = rs_of(mem);
+    st->type = "recurrent";
+    st->slots_total = rs->n_slots;
+    st->slots_used = rs->n_slots - rs->n_free;
+    st->bytes_device = (int64_t)(slot_bytes(rs) * (size_t)rs->n_slots);
+    for (int32_t s = 0; s < mem->n_seq_max; s++)
+        st->n_seqs_live += rs->seqs[s].tokens.n > 0;
+}
+
+llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
+{
+    recurrent *rs = rs_of(mem);
+    int32_t held = 0, owned = 0;
+    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+        const rs_seq *q = &rs->seqs[s];
+        if (q->tokens.n != q->pos.n || q->h.slot.n != q->h.len.n) {
+            llmem_errf(err, err_len, "sequence %d: inconsistent arrays", s);
+            return LLMEM_E_STATE;
+        }
+        if (!pos_meta_ok(&q->pm, &q->pos)) {
+            llmem_errf(err, err_len, "sequence %d: pos_min/pos_max %d/%d stale", s, q->pm.min,
+                       q->pm.max);
+            return LLMEM_E_STATE;
+        }
+        if ((q->tokens.n > 0) != (hold_find(&q->h, q->tokens.n) >= 0) ||
+            (q->tokens.n == 0 && q->h.slot.n)) {
+            llmem_errf(err, err_len, "sequence %d (%d tokens) has no current state slot", s,
+                       q->tokens.n);
+            return LLMEM_E_STATE;
+        }
+        if (q->h.slot.n > 1 + rs->n_ckpt) {
+            llmem_errf(err, err_len, "sequence %d holds %d slots (max %d)", s, q->h.slot.n,
+                       1 + rs->n_ckpt);
+            return LLMEM_E_STATE;
+        }
+        for (int32_t i = 0; i < q->h.slot.n; i++) {
+            int32_t slot = q->h.slot.v[i];
+            if (slot < 0 || slot >= rs->n_slots || rs->owner[slot] != s ||
+                q->h.len.v[i] > q->tokens.n || q->h.len.v[i] < 1) {
+                llmem_errf(err, err_len, "sequence %d: slot %d (len %d) not owned or out of range",
+                           s, slot, q->h.len.v[i]);
+                return LLMEM_E_STATE;
+            }
+            for (int32_t k = 0; k < i; k++)
+                if (q->h.slot.v[k] == slot || q->h.len.v[k] == q->h.len.v[i]) {
+                    llmem_errf(err, err_len, "sequence %d: duplicate slot or checkpoint", s);
+                    return LLMEM_E_STATE;
+                }
+        }
+        held += q->h.slot.n;
+    }
+    for (int32_t i = 0; i < rs->n_slots; i++) {
+        owned += rs->owner[i] >= 0;
+        int32_t at = rs->free_at[i];
+        if ((rs->owner[i] >= 0) != (at < 0) ||
+            (at >= 0 && (at >= rs->n_free || rs->free_stack[at] != i))) {
+            llmem_errf(err, err_len, "slot %d: owner %d but free-stack place %d", i,
+                       rs->owner[i], at);
+            return LLMEM_E_STATE;
+        }
+    }
+    if (owned != held || owned + rs->n_free != rs->n_slots) {
+        llmem_errf(err, err_len, "%d slots owned but %d held by sequences, %d free", owned,
+                   held, rs->n_free);
+        return LLMEM_E_STATE;
+    }
+    return LLMEM_OK;
+}
+
