@@ -159,14 +159,14 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
             llmem_buffer *buf = NULL;
             s = llmem_buffer_alloc(m->be, info.n_bytes ? round_up(info.n_bytes) : ALIGN, &buf);
             if (s != LLMEM_OK) {
-                snprintf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", info.n_bytes,
+                llmem_errf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", info.n_bytes,
                          name, llmem_backend_name(m->be));
                 return s;
             }
             m->weights[m->n_weights++] = buf;
             s = llmem_buffer_upload(buf, 0, info.data, info.n_bytes);
             if (s != LLMEM_OK) {
-                snprintf(err, err_len, "uploading '%s' failed: %s", name, llmem_status_str(s));
+                llmem_errf(err, err_len, "uploading '%s' failed: %s", name, llmem_status_str(s));
                 return s;
             }
             wt *dst = il < 0 ? (w == LLMEM_W_EMBED ? &m->embed
@@ -256,7 +256,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
     }
     m->mem = kv ? kv : rs;
     if (!m->mem) {
-        snprintf(err, err_len, "model has neither attention nor Mamba layers");
+        llmem_errf(err, err_len, "model has neither attention nor Mamba layers");
         return LLMEM_E_UNSUPPORTED;
     }
     return LLMEM_OK;
@@ -308,13 +308,13 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     if (out)
         *out = NULL;
     if (!dir || !be || !out) {
-        snprintf(err, err_len, "NULL argument");
+        llmem_errf(err, err_len, "NULL argument");
         return LLMEM_E_INVALID;
     }
     llmem_model_params pp = p ? *p : llmem_model_default_params();
     if (pp.n_seq_max < 1 || pp.n_ubatch < 1 || pp.page_size < 1 || pp.n_ctx < 1 ||
         pp.n_pages < 0 || pp.n_ckpt < 0 || !resolve_params(&pp)) {
-        snprintf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
+        llmem_errf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
                                "must be >= 1; precision precise or fast; kv and ssm dtypes "
                                "f32, f16 or bf16)");
         return LLMEM_E_INVALID;
@@ -325,23 +325,31 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         return LLMEM_E_NO_MEMORY;
     m->p = pp;
     m->be = be;
+    /* Every failure gets a reason: a step that returns a bare status (an
+     * allocation deep in a memory) is named by `step` below. */
+    if (err && err_len)
+        err[0] = '\0';
+    const char *step = "reading config.json";
     llmem_status s = llmem_model_config_load(dir, &m->cfg, err, err_len);
-    if (s == LLMEM_OK)
+    if (s == LLMEM_OK && (step = "opening the safetensors"))
         s = llmem_safetensors_open(dir, &st, err, err_len);
-    if (s == LLMEM_OK)
+    if (s == LLMEM_OK && (step = "checking the tensors against config.json"))
         s = llmem_model_config_check_tensors(&m->cfg, st, err, err_len);
-    if (s == LLMEM_OK && pp.check_tensors)
+    if (s == LLMEM_OK && pp.check_tensors && (step = "checking the weights for NaN and infinity"))
         s = llmem_model_check_weights_finite(&m->cfg, st, err, err_len);
-    if (s == LLMEM_OK && !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
+    if (s == LLMEM_OK && (step = "allocating the layer table") &&
+        !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
         s = LLMEM_E_NO_MEMORY;
-    if (s == LLMEM_OK)
+    if (s == LLMEM_OK && (step = "uploading the weights"))
         s = load_weights(m, st, err, err_len);
     llmem_safetensors_close(st);
-    if (s == LLMEM_OK)
+    if (s == LLMEM_OK && (step = "creating the model's memory (KV cache, recurrent state)"))
         s = create_memory(m, err, err_len);
     if (s == LLMEM_OK && (s = alloc_scratch(m)) != LLMEM_OK)
-        snprintf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp.n_ubatch);
+        llmem_errf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp.n_ubatch);
     if (s != LLMEM_OK) {
+        if (err && err_len && !err[0])
+            llmem_errf(err, err_len, "%s failed: %s", step, llmem_status_str(s));
         llmem_model_free(m);
         return s;
     }
@@ -567,13 +575,13 @@ static llmem_status decode_batch(llmem_model *m, const llmem_batch *b, int32_t o
 {
     *n_outputs = 0;
     if (!b->token) {
-        snprintf(err, err_len, "the model runtime takes token ids, not embeddings");
+        llmem_errf(err, err_len, "the model runtime takes token ids, not embeddings");
         return LLMEM_E_INVALID;
     }
     int32_t V = m->cfg.vocab_size;
     for (int32_t i = 0; i < b->n_tokens; i++)
         if (b->token[i] < 0 || b->token[i] >= V) {
-            snprintf(err, err_len, "batch token %d: id %d outside the vocabulary [0, %d)", i,
+            llmem_errf(err, err_len, "batch token %d: id %d outside the vocabulary [0, %d)", i,
                      b->token[i], V);
             return LLMEM_E_INVALID;
         }
@@ -587,7 +595,7 @@ static llmem_status decode_batch(llmem_model *m, const llmem_batch *b, int32_t o
     }
     if (n > out_cap_rows) {
         free(row);
-        snprintf(err, err_len, "the batch has %d output rows, the output holds %d", n, out_cap_rows);
+        llmem_errf(err, err_len, "the batch has %d output rows, the output holds %d", n, out_cap_rows);
         return LLMEM_E_INVALID;
     }
     llmem_plan *plan = NULL;
@@ -602,9 +610,9 @@ static llmem_status decode_batch(llmem_model *m, const llmem_batch *b, int32_t o
             m->stats.n_outputs += ub->n_outputs;
         }
         if (s == LLMEM_OK && (s = forward(m, ub, V)) != LLMEM_OK)
-            snprintf(err, err_len, "forward pass of ubatch %d failed: %s", i, llmem_status_str(s));
+            llmem_errf(err, err_len, "forward pass of ubatch %d failed: %s", i, llmem_status_str(s));
         if (s == LLMEM_OK && ub->n_outputs > 0 && (s = emit(m, ub, row, ctx)) != LLMEM_OK)
-            snprintf(err, err_len, "output of ubatch %d failed: %s", i, llmem_status_str(s));
+            llmem_errf(err, err_len, "output of ubatch %d failed: %s", i, llmem_status_str(s));
         if (s == LLMEM_OK)
             s = llmem_memory_commit(m->mem, plan, i);
     }
@@ -620,7 +628,7 @@ llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_s
                                 size_t err_len)
 {
     if (!m || !b || !n_outputs || (!out && out_cap_rows > 0)) {
-        snprintf(err, err_len, "NULL argument");
+        llmem_errf(err, err_len, "NULL argument");
         return LLMEM_E_INVALID;
     }
     logits_out c = {.log_softmax = log_softmax, .out = out};
@@ -758,13 +766,13 @@ llmem_status llmem_model_decode_sample(llmem_model *m, const llmem_batch *b,
     if (!m || !b || !n_outputs || !s || (!s->ids && out_cap_rows > 0) || s->n_top < 0 ||
         s->n_top > 64 || s->n_top > m->cfg.vocab_size ||
         (s->n_top > 0 && out_cap_rows > 0 && (!s->top_ids || !s->top_logprob))) {
-        snprintf(err, err_len, "invalid sampling arguments (NULL output, or n_top outside "
+        llmem_errf(err, err_len, "invalid sampling arguments (NULL output, or n_top outside "
                                "[0, min(64, n_vocab)])");
         return LLMEM_E_INVALID;
     }
     const llmem_sample_params *sp = &s->params;
     if (isnan(sp->temperature) || !(sp->top_p > 0.0f) || isnan(sp->min_p) || sp->min_p > 1.0f) {
-        snprintf(err, err_len, "invalid sampling parameters (top_p in (0, 1], min_p <= 1)");
+        llmem_errf(err, err_len, "invalid sampling parameters (top_p in (0, 1], min_p <= 1)");
         return LLMEM_E_INVALID;
     }
     return decode_batch(m, b, out_cap_rows, n_outputs, emit_sampled, (void *)s, err, err_len);
