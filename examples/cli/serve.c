@@ -129,11 +129,13 @@ static enum MHD_Result reply_error(struct MHD_Connection *c, unsigned status, co
     return reply(c, status, api_error_json(msg, type, param, code));
 }
 
+/* One line per request with -v (failures of the server's own always). */
 static void log_line(const char *method, const char *url, unsigned status, int32_t n_prompt,
                      int32_t n_completion, double t0)
 {
-    fprintf(stderr, "llmem serve: %s %s %u prompt %d completion %d tokens %.3f s\n", method, url,
-            status, n_prompt, n_completion, cli_now() - t0);
+    cli_logf(status >= 500 ? CLI_LOG_WARN : CLI_LOG_INFO, "serve",
+             "%s %s %u, prompt %d, completion %d tokens, %.3f s", method, url, status, n_prompt,
+             n_completion, cli_now() - t0);
 }
 
 /* ---- streaming ------------------------------------------------------------------------------- */
@@ -622,7 +624,7 @@ int llmem_cli_serve(int argc, char **argv)
         rc = 1;
         goto done;
     }
-    bool v6 = ai->ai_family == AF_INET6;
+    bool v6 = ai->ai_family == AF_INET6, bracket = strchr(o.host, ':') != NULL;
     if (v6)
         ((struct sockaddr_in6 *)ai->ai_addr)->sin6_port = htons((uint16_t)o.port);
     else
@@ -641,9 +643,10 @@ int llmem_cli_serve(int argc, char **argv)
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     int port = di ? di->port : o.port;
     fprintf(stderr, "llmem serve: listening on http://%s%s%s:%d (model '%s', text %s, backend "
-                    "%s, parallel %d, max queue %d%s)\n", v6 ? "[" : "", o.host, v6 ? "]" : "",
-            port, s.model_name, srv_text_kind(text), llmem_backend_name(be), mo.params.n_seq_max,
-            o.max_queue, o.api_key ? ", API key required" : "");
+                    "%s, parallel %d, max queue %d%s)\n",
+            bracket ? "[" : "", o.host, bracket ? "]" : "", port, s.model_name,
+            srv_text_kind(text), llmem_backend_name(be), mo.params.n_seq_max, o.max_queue,
+            o.api_key ? ", API key required" : "");
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "llmem serve: %s, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");

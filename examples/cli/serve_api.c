@@ -293,7 +293,8 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
         rc = bad(err_json, "prompt", "invalid_value", "the prompt is empty (no tokens)");
         goto done;
     }
-    if (max_tokens < 0) /* OpenAI's defaults: 16 for completions, the rest of the context for chat */
+    /* OpenAI's defaults: 16 for completions, the rest of the context for chat */
+    if (max_tokens < 0)
         max_tokens = chat ? (n_ids < s->n_ctx ? s->n_ctx - n_ids : 0) : 16;
     if ((double)n_ids + max_tokens > n_ctx) {
         rc = bad(err_json, chat ? "messages" : "prompt", "context_length_exceeded",
