@@ -150,7 +150,8 @@ static bool pend_add(stream *st, char *ev)
         free(ev);
         return false;
     }
-    memcpy(p, st->pend + st->pend_off, left);
+    if (left)
+        memcpy(p, st->pend + st->pend_off, left);
     memcpy(p + left, ev, n + 1);
     free(ev);
     free(st->pend);
