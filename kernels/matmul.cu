@@ -14,6 +14,7 @@
  * Higher-Precision Computations").
  */
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
 #include "kernels/common.cuh"
 
@@ -23,7 +24,7 @@
 
 /* VEC: rows of w and a start 16-byte aligned and K is a whole number of
  * 16-byte chunks of w; otherwise one element per lane per step. */
-template <typename WT, bool VEC>
+template <typename WT, bool VEC, int UNR = GEMV_UNROLL>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
     gemv_kernel(const float *__restrict__ a, const void *__restrict__ w, float *__restrict__ out,
                 int32_t m, int32_t n, int32_t k)
@@ -40,15 +41,15 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         constexpr int E = cuk_unpack16<WT>::n;
         const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
         int64_t chunks = k / E;
-        for (int64_t c0 = lane; c0 < chunks; c0 += 32 * GEMV_UNROLL) {
-            uint4 wv[GEMV_UNROLL];
+        for (int64_t c0 = lane; c0 < chunks; c0 += 32 * UNR) {
+            uint4 wv[UNR];
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
+            for (int u = 0; u < UNR; u++) {
                 int64_t c = c0 + 32 * u;
                 wv[u] = c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
+            for (int u = 0; u < UNR; u++) {
                 int64_t c = c0 + 32 * u;
                 if (c >= chunks)
                     break;
@@ -88,14 +89,230 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     }
 }
 
+/* Variant (issue 11): each warp computes COLS adjacent columns, so one
+ * load of an activation chunk serves COLS weight chunks (the activation
+ * traffic through L1 drops by COLS); GEMV_UNROLL / COLS chunks of each of
+ * the COLS rows are in flight per lane. VEC layout only. */
+template <typename WT, int COLS>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_cols_kernel(const float *__restrict__ a, const void *__restrict__ w,
+                     float *__restrict__ out, int32_t m, int32_t n, int32_t k)
+{
+    constexpr int E = cuk_unpack16<WT>::n;
+    constexpr int U = GEMV_UNROLL / COLS > 0 ? GEMV_UNROLL / COLS : 1;
+    int lane = threadIdx.x & 31;
+    int64_t col0 = ((int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * COLS;
+    if (col0 >= n)
+        return;
+    float acc[COLS][CUK_GEMV_MAX_M];
+#pragma unroll
+    for (int j = 0; j < COLS; j++)
+#pragma unroll
+        for (int i = 0; i < CUK_GEMV_MAX_M; i++)
+            acc[j][i] = 0.0f;
+    int64_t chunks = k / E;
+    const uint4 *wr[COLS];
+#pragma unroll
+    for (int j = 0; j < COLS; j++) /* rows past n re-read the last row; never stored */
+        wr[j] = (const uint4 *)((const char *)w +
+                                (col0 + j < n ? col0 + j : n - 1) * (int64_t)k * sizeof(WT));
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * U) {
+        uint4 wv[U][COLS];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t c = c0 + 32 * u;
+#pragma unroll
+            for (int j = 0; j < COLS; j++)
+                wv[u][j] = c < chunks ? __ldg(wr[j] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t c = c0 + 32 * u;
+            if (c >= chunks)
+                break;
+            float wf[COLS][E];
+#pragma unroll
+            for (int j = 0; j < COLS; j++)
+                cuk_unpack16<WT>::run(wv[u][j], wf[j]);
+#pragma unroll
+            for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+                if (i >= m)
+                    break;
+                const float4 *ar = (const float4 *)(a + (int64_t)i * k + c * E);
+#pragma unroll
+                for (int e = 0; e < E / 4; e++) {
+                    float4 av = __ldg(ar + e);
+#pragma unroll
+                    for (int j = 0; j < COLS; j++)
+                        acc[j][i] += av.x * wf[j][4 * e] + av.y * wf[j][4 * e + 1] +
+                                     av.z * wf[j][4 * e + 2] + av.w * wf[j][4 * e + 3];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < COLS; j++)
+#pragma unroll
+        for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+            if (i >= m)
+                break;
+            float s = cuk_warp_sum(acc[j][i]);
+            if (lane == 0 && col0 + j < n)
+                out[(int64_t)i * n + col0 + j] = s;
+        }
+}
+
+/* Variant (issue 11): split-K for outputs too narrow to fill the device
+ * with one warp per column (N = 4096 rows of 8-28 KB in the Bamba-9B
+ * step). The 8 warps of a block take ROWS = 8 / S columns times S
+ * contiguous K segments each; the S partial sums of a column are added in
+ * a fixed order through shared memory, so results do not vary between
+ * runs. VEC layout only. */
+template <typename WT, int S>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_splitk_kernel(const float *__restrict__ a, const void *__restrict__ w,
+                       float *__restrict__ out, int32_t m, int32_t n, int32_t k)
+{
+    constexpr int E = cuk_unpack16<WT>::n;
+    constexpr int ROWS = GEMV_WARPS / S;
+    __shared__ float part[GEMV_WARPS][CUK_GEMV_MAX_M];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int64_t col = (int64_t)blockIdx.x * ROWS + warp / S;
+    int seg = warp % S;
+    float acc[CUK_GEMV_MAX_M];
+#pragma unroll
+    for (int i = 0; i < CUK_GEMV_MAX_M; i++)
+        acc[i] = 0.0f;
+    if (col < n) {
+        int64_t chunks = k / E, per = (chunks + S - 1) / S;
+        int64_t c_lo = seg * per, c_hi = c_lo + per < chunks ? c_lo + per : chunks;
+        const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
+        for (int64_t c0 = c_lo + lane; c0 < c_hi; c0 += 32 * GEMV_UNROLL) {
+            uint4 wv[GEMV_UNROLL];
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                int64_t c = c0 + 32 * u;
+                wv[u] = c < c_hi ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                int64_t c = c0 + 32 * u;
+                if (c >= c_hi)
+                    break;
+                float wf[E];
+                cuk_unpack16<WT>::run(wv[u], wf);
+#pragma unroll
+                for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+                    if (i >= m)
+                        break;
+                    const float4 *ar = (const float4 *)(a + (int64_t)i * k + c * E);
+#pragma unroll
+                    for (int e = 0; e < E / 4; e++) {
+                        float4 av = __ldg(ar + e);
+                        acc[i] += av.x * wf[4 * e] + av.y * wf[4 * e + 1] + av.z * wf[4 * e + 2] +
+                                  av.w * wf[4 * e + 3];
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+        float s = cuk_warp_sum(acc[i]);
+        if (lane == 0)
+            part[warp][i] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x < ROWS * CUK_GEMV_MAX_M) {
+        int r = threadIdx.x / CUK_GEMV_MAX_M, i = threadIdx.x % CUK_GEMV_MAX_M;
+        int64_t c = (int64_t)blockIdx.x * ROWS + r;
+        if (c < n && i < m) {
+            float s = 0.0f;
+#pragma unroll
+            for (int q = 0; q < S; q++)
+                s += part[r * S + q][i];
+            out[(int64_t)i * n + c] = s;
+        }
+    }
+}
+
+/* K segments of the split-K GEMV: $LLMEM_CUDA_GEMV_SPLIT (1, 2, 4, 8)
+ * when set; else 1 for n >= 8192, otherwise the smallest S with n * S >=
+ * 16384 warps, keeping segments of at least 512 elements. */
+static int gemv_split(int32_t n, int32_t k)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_SPLIT");
+        int c = e ? atoi(e) : 0;
+        env = c == 1 || c == 2 || c == 4 || c == 8 ? c : 0;
+    }
+    if (env)
+        return env;
+    if (n >= 8192)
+        return 1;
+    int sp = 1;
+    while (sp < 8 && (int64_t)n * sp < 16384 && k / (sp * 2) >= 512)
+        sp *= 2;
+    return sp;
+}
+
+/* Columns per warp of the VEC GEMV: $LLMEM_CUDA_GEMV_COLS (1, 2 or 4)
+ * when set, else 4 for n >= 8192 and 1 below (measured on the H200 at the
+ * Bamba-9B shapes, docs/benchmarks.md: 4 columns win for the wide in_proj
+ * and FFN up/gate, lose for the 4096-wide outputs with long rows). */
+static int gemv_cols(int32_t n)
+{
+    static int env = -1;
+    if (env < 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_COLS");
+        int c = e ? atoi(e) : 0;
+        env = c == 1 || c == 2 || c == 4 ? c : 0;
+    }
+    return env ? env : n >= 8192 ? 4 : 1;
+}
+
+/* Lanes' loads in flight of the one-column GEMV: $LLMEM_CUDA_GEMV_UNROLL
+ * (8 or 16), default 8. */
+static int gemv_unroll(void)
+{
+    static int u = 0;
+    if (u == 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_UNROLL");
+        u = e && atoi(e) == 16 ? 16 : 8;
+    }
+    return u;
+}
+
 template <typename WT>
 static cudaError_t gemv_launch(const float *a, const void *w, float *out, int32_t m, int32_t n,
                                int32_t k, cudaStream_t stream)
 {
     constexpr int E = 16 / sizeof(WT);
     bool vec = ((uintptr_t)a % 16 == 0) && ((uintptr_t)w % 16 == 0) && k % E == 0 && k % 4 == 0;
+    int cols = gemv_cols(n), split = vec ? gemv_split(n, k) : 1;
+    if (vec && split > 1) {
+        unsigned gs = (unsigned)((n + GEMV_WARPS / split - 1) / (GEMV_WARPS / split));
+        if (split == 2)
+            gemv_splitk_kernel<WT, 2><<<gs, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        else if (split == 4)
+            gemv_splitk_kernel<WT, 4><<<gs, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        else
+            gemv_splitk_kernel<WT, 8><<<gs, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        return cudaGetLastError();
+    }
+    if (vec && cols > 1) {
+        unsigned gc = (unsigned)((n + GEMV_WARPS * cols - 1) / (GEMV_WARPS * cols));
+        if (cols == 2)
+            gemv_cols_kernel<WT, 2><<<gc, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        else
+            gemv_cols_kernel<WT, 4><<<gc, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        return cudaGetLastError();
+    }
     unsigned g = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
-    if (vec)
+    if (vec && gemv_unroll() == 16)
+        gemv_kernel<WT, true, 16><<<g, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+    else if (vec)
         gemv_kernel<WT, true><<<g, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
     else
         gemv_kernel<WT, false><<<g, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);

@@ -66,6 +66,12 @@ static void usage(FILE *f)
             "  --all            also run the prefill and model figures on non-cuda backends\n"
             "  --only LIST      comma-separated subset of decode,mamba,prefill,model (copy,\n"
             "                   the ceiling, always runs)\n"
+            "  -m, --model DIR  instead of the kernel figures: pp512 and tg128 of checkpoint\n"
+            "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
+            "                   each beside its bound: weight + KV + state bytes per step\n"
+            "                   over the copy bandwidth of this run (--precision fast by\n"
+            "                   default; the kv and ssm dtype options apply)\n"
+            "  --json PATH      with --model: also write the figures as JSON\n"
             "%s%s",
             cli_log_opts_help, cli_backend_opts_help);
 }
@@ -403,15 +409,17 @@ int llmem_cli_bench(int argc, char **argv)
     int32_t iters = 0;
     bool all = false;
     const char *only = NULL;
-    enum { O_ITERS = CLI_OPT_OWN, O_ALL, O_ONLY };
+    const char *json = NULL;
+    enum { O_ITERS = CLI_OPT_OWN, O_ALL, O_ONLY, O_JSON };
     static const struct option own[] = {
+        {"json", required_argument, NULL, O_JSON},
         {"iters", required_argument, NULL, O_ITERS},
         {"all", no_argument, NULL, O_ALL},
         {"only", required_argument, NULL, O_ONLY},
         {0},
     };
     cli_parser p;
-    cli_parser_init(&p, "bench", argc, argv, own, "", CLI_GROUP_LOG | CLI_GROUP_BACKEND);
+    cli_parser_init(&p, "bench", argc, argv, own, "", CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
     const char *v;
     for (int c; (c = cli_next(&p, &v)) != -1;) {
         int r = cli_model_opt(&mo, "bench", c, v);
@@ -429,6 +437,8 @@ int llmem_cli_bench(int argc, char **argv)
             all = true;
         } else if (c == O_ONLY) {
             only = v;
+        } else if (c == O_JSON) {
+            json = v;
         }
     }
     /* the prefill figure runs both modes on cuda; --precision is plumbed for
@@ -472,6 +482,12 @@ int llmem_cli_bench(int argc, char **argv)
     }
     if (st == LLMEM_OK)
         st = bench_copy(&b, gpu);
+    if (st == LLMEM_OK && mo.model) { /* llmem bench --model DIR (bench_model.c) */
+        mo.params.precision = mo.precision == CLI_PRECISION_PRECISE ? LLMEM_PRECISION_PRECISE
+                                                                     : LLMEM_PRECISION_FAST;
+        st = bench_model_dir(&b, mo.model, &mo.params, json);
+        only = "";
+    }
     if (st == LLMEM_OK && wanted(only, "decode", true))
         st = bench_decode_attention(&b);
     if (st == LLMEM_OK && wanted(only, "mamba", true))

@@ -79,4 +79,10 @@ llmem_status bench_mamba(bench *b);
 /* llmem bench --bookkeeping (examples/cli/bench_bookkeeping.c). */
 int llmem_cli_bench_bookkeeping(int argc, char **argv);
 
+/* llmem bench --model DIR (bench_model.c): pp512 and tg128 at batch 1, 16
+ * and 64 of a checkpoint, beside the memory bound of each; --json PATH. */
+struct llmem_model_params;
+llmem_status bench_model_dir(bench *b, const char *dir, const struct llmem_model_params *p,
+                             const char *json_path);
+
 #endif

@@ -1,0 +1,119 @@
+/* Stand-alone timing of the batch-1 GEMV (cuk_gemv) at the matmul shapes
+ * of the Bamba-9B decode step, against a device copy of the same bytes
+ * (not part of the build; docs/benchmarks.md "CUDA, issue 11" has the
+ * command). Build:
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I. \
+ *        kernels/bench_gemv.cu kernels/matmul.cu -o bench_gemv
+ * Prints, per shape and M in {1, 4}: time (median of 50 after 5 warm-ups,
+ * rotating over enough weight copies to defeat the 60 MB L2), GB/s of
+ * weight bytes, and the fraction of the copy bandwidth measured here
+ * (bytes read + written per second). */
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+static float median_ms(std::vector<float> v)
+{
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+int main()
+{
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    /* copy ceiling: 1 GiB */
+    size_t cb = (size_t)1 << 30;
+    void *src, *dst;
+    CK(cudaMalloc(&src, cb));
+    CK(cudaMalloc(&dst, cb));
+    CK(cudaMemset(src, 1, cb));
+    std::vector<float> t;
+    for (int i = 0; i < 25; i++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= 5)
+            t.push_back(ms);
+    }
+    double copy_bw = 2.0 * cb / (median_ms(t) * 1e-3);
+    printf("copy %.1f GB/s (read + written)\n", copy_bw / 1e9);
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+    struct shape {
+        const char *name;
+        int n, k;
+    } shapes[] = {{"in_proj", 16768, 4096}, {"out_proj", 4096, 8192}, {"ffn up/gate", 14336, 4096},
+                  {"ffn down", 4096, 14336}, {"attn q/o", 4096, 4096}, {"attn k/v", 1024, 4096},
+                  {"lm_head", 128256, 4096}};
+    float *a, *out;
+    CK(cudaMalloc(&a, 4 * 14336 * sizeof(float)));
+    CK(cudaMalloc(&out, 4 * 128256 * sizeof(float)));
+    std::vector<float> ha(4 * 14336);
+    for (size_t i = 0; i < ha.size(); i++)
+        ha[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    CK(cudaMemcpy(a, ha.data(), ha.size() * 4, cudaMemcpyHostToDevice));
+    printf("%-12s %7s %7s %3s %10s %10s %8s\n", "shape", "N", "K", "M", "us", "GB/s", "of copy");
+    for (const shape &sh : shapes) {
+        size_t wbytes = (size_t)sh.n * sh.k * 2;
+        int copies = (int)std::max<size_t>(1, (size_t)(256u << 20) / wbytes + 1);
+        std::vector<void *> w(copies);
+        for (int c = 0; c < copies; c++) {
+            CK(cudaMalloc(&w[c], wbytes));
+            CK(cudaMemset(w[c], 0x3c, wbytes)); /* bf16 ~0.0115, not zero */
+        }
+        for (int m : {1, 4}) {
+            std::vector<float> tt;
+            for (int i = 0; i < 55; i++) {
+                CK(cudaEventRecord(e0, s));
+                CK(cuk_gemv(a, w[i % copies], 2, out, m, sh.n, sh.k, s));
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (i >= 5)
+                    tt.push_back(ms);
+            }
+            double sec = median_ms(tt) * 1e-3;
+            /* 20 back-to-back launches between two events: launch latency
+             * hidden, ramp and drain of each kernel still serial */
+            std::vector<float> tb;
+            for (int i = 0; i < 7; i++) {
+                CK(cudaEventRecord(e0, s));
+                for (int j = 0; j < 20; j++)
+                    CK(cuk_gemv(a, w[j % copies], 2, out, m, sh.n, sh.k, s));
+                CK(cudaEventRecord(e1, s));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (i >= 2)
+                    tb.push_back(ms / 20);
+            }
+            double sb = median_ms(tb) * 1e-3;
+            printf("%-12s %7d %7d %3d %10.1f %10.1f %7.1f%%   x20: %7.1f us %6.1f%%\n", sh.name,
+                   sh.n, sh.k, m, sec * 1e6, wbytes / sec / 1e9, 100.0 * wbytes / sec / copy_bw,
+                   sb * 1e6, 100.0 * wbytes / sb / copy_bw);
+        }
+        for (int c = 0; c < copies; c++)
+            CK(cudaFree(w[c]));
+    }
+    return 0;
+}
