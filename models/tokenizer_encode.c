@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "models/tokenizer_internal.h"
 
 /* ---- BPE ------------------------------------------------------------------- */
@@ -209,8 +211,42 @@ static bool is_ws(uint32_t c)
            c == 0x3000;
 }
 
-static bool is_word_byte(unsigned char c) { return c >= 0x80 || c == '_' || (c >= '0' && c <= '9') ||
-                                                   ((c | 0x20) >= 'a' && (c | 0x20) <= 'z'); }
+/* Rust regex's Unicode \w: Alphabetic, marks, decimal digits, connector
+ * punctuation and the join controls (letters, marks, Nd, Nl, Pc here). */
+static bool is_word_cp(uint32_t c)
+{
+    if (c < 0x80)
+        return c == '_' || (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
+    if (c == 0x200C || c == 0x200D)
+        return true;
+    switch (utf8proc_category((utf8proc_int32_t)c)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* is the character ending at s[end) (before) or starting at s[at] a word character */
+static bool word_before(const char *s, size_t start, size_t end)
+{
+    if (end <= start)
+        return false;
+    size_t p = end - 1;
+    while (p > start && ((unsigned char)s[p] & 0xC0) == 0x80)
+        p--;
+    uint32_t cp;
+    return tk_utf8_next((const unsigned char *)s + p, end - p, &cp) > 0 && is_word_cp(cp);
+}
+
+static bool word_at(const char *s, size_t at, size_t n)
+{
+    uint32_t cp;
+    return at < n && tk_utf8_next((const unsigned char *)s + at, n - at, &cp) > 0 && is_word_cp(cp);
+}
 
 /* Splits s[0..n) at added tokens: leftmost-longest matching (the
  * aho-corasick LeftmostLongest of tokenizers' AddedVocabulary) over the
@@ -231,9 +267,6 @@ static bool split_added(const llmem_tokenizer *tok, const char *s, size_t n, boo
             size_t cl = norm_pass ? a->norm_len : a->len;
             if (!cl || cl <= best_len || cl > n - i || c[0] != s[i] || memcmp(c, s + i, cl))
                 continue;
-            if (a->single_word && ((i > 0 && is_word_byte((unsigned char)s[i - 1])) ||
-                                   (i + cl < n && is_word_byte((unsigned char)s[i + cl]))))
-                continue;
             best = k;
             best_len = cl;
         }
@@ -242,6 +275,12 @@ static bool split_added(const llmem_tokenizer *tok, const char *s, size_t n, boo
             continue;
         }
         const tk_added *a = &tok->added[best];
+        if (a->single_word && (word_before(s, 0, i) || word_at(s, i + best_len, n))) {
+            /* a discarded match is skipped whole, as aho-corasick's
+             * non-overlapping iteration in tokenizers does */
+            i += best_len;
+            continue;
+        }
         size_t ms = i, me = i + best_len;
         if (a->lstrip) {
             while (ms > text_start) {

@@ -51,14 +51,14 @@ QWEN2_RE = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^
             r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 
 KIND_SPECIALS = {
-    "gpt2": ["<|endoftext|>"],
+    "gpt2": ["<|endoftext|>", "<mask>", "<sep>"],
     "llama3": ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
     "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     "spm": ["<unk>", "<s>", "</s>"],
     "metaspace": ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
 }
 KIND_ADDED = {  # non-special added tokens
-    "gpt2": ["<tool>", "</tool>"],
+    "gpt2": ["<tool>", "</tool>", "yes"],
     "llama3": ["<|python_tag|>"],
     "qwen2": ["<tool_call>", "</tool_call>"],
     "spm": ["<pad>"],
@@ -104,6 +104,10 @@ def build(kind, corpus, vocab_size):
         else:
             tok.post_processor = processors.ByteLevel(trim_offsets=False)
         tok.add_tokens(KIND_ADDED[kind])
+        if kind == "gpt2":  # the added-token flags: lstrip, rstrip, single_word
+            tok.add_special_tokens([AddedToken("<mask>", lstrip=True, normalized=False, special=True),
+                                    AddedToken("<sep>", rstrip=True, normalized=False, special=True)])
+            tok.add_tokens([AddedToken("yes", single_word=True, normalized=False, special=False)])
         if kind == "llama3":
             d = json.loads(tok.to_str())
             d["model"]["ignore_merges"] = True
