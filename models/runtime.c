@@ -551,7 +551,9 @@ typedef struct logits_out {
     float *out;
 } logits_out;
 
-/* Downloads each output row's logits (or log-probabilities) to its batch row. */
+/* Downloads the output rows' logits (or log-probabilities) in one transfer,
+ * then scatters them to their batch rows: one wait per ubatch, not one per
+ * row (a download is a submit and a wait on a device backend). */
 static llmem_status emit_logits(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
                                 void *vctx)
 {
@@ -560,12 +562,23 @@ static llmem_status emit_logits(llmem_model *m, const llmem_ubatch *ub, const in
     llmem_tensor logits = act(m, m->off_logits, n_out, V);
     if (c->log_softmax)
         TRY(llmem_op_log_softmax(m->be, &logits, &logits));
-    for (int32_t o = 0; o < n_out; o++) {
-        int32_t r = row[ub->out_ids[o]];
-        TRY(llmem_buffer_download(m->scratch, m->off_logits + (size_t)o * (size_t)V * 4,
-                                  c->out + (size_t)r * (size_t)V, (size_t)V * 4));
-    }
-    return LLMEM_OK;
+    size_t row_bytes = (size_t)V * 4;
+    bool in_order = true; /* output o goes to batch row o: download in place */
+    for (int32_t o = 0; o < n_out && in_order; o++)
+        in_order = row[ub->out_ids[o]] == row[ub->out_ids[0]] + o;
+    if (in_order && n_out > 0)
+        return llmem_buffer_download(m->scratch, m->off_logits,
+                                     c->out + (size_t)row[ub->out_ids[0]] * (size_t)V,
+                                     (size_t)n_out * row_bytes);
+    float *tmp = malloc((size_t)n_out * row_bytes);
+    if (!tmp)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = llmem_buffer_download(m->scratch, m->off_logits, tmp, (size_t)n_out * row_bytes);
+    for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++)
+        memcpy(c->out + (size_t)row[ub->out_ids[o]] * (size_t)V, tmp + (size_t)o * (size_t)V,
+               row_bytes);
+    free(tmp);
+    return st;
 }
 
 /* Plans the batch, runs every ubatch through forward and `emit`, commits. */

@@ -15,6 +15,8 @@ set(LLMEM_VK_SHADER_LIST
   "binary:binary.comp"
   "unary:unary.comp"
   "copy:copy.comp"
+  "memcpy:memcpy.comp"
+  "memcpy_w:memcpy.comp:UNIT_WORD=1"
   "argmax:argmax.comp"
   "sample:sample.comp"
   "sample_sg:sample.comp:USE_SUBGROUP=1"

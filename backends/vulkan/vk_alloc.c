@@ -56,6 +56,8 @@ void vk_alloc_limits(vk_backend *v)
     if (env && env < lim)
         lim = env < 4 * VK_ALIGN ? 4 * VK_ALIGN : env;
     v->chunk_max = pow2_floor(lim);
+    const char *tc = getenv("LLMEM_VULKAN_TRANSFER_COPY");
+    v->transfer_copy = tc && *tc && strcmp(tc, "0") != 0;
     v->block_size = (VkDeviceSize)256 << 20;
     if (v->block_size > hs / 8)
         v->block_size = hs / 8 / VK_ALIGN * VK_ALIGN;

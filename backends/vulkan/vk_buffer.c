@@ -67,6 +67,37 @@ void vk_buffer_free(llmem_backend *be, llmem_buffer *buf)
     free(b);
 }
 
+/* Copies (src != NULL) or fills n bytes with a compute shader when the
+ * offsets and the size are whole words; returns false to ask for the
+ * transfer command instead. 16-byte units when everything is 16-aligned.
+ * The grid is capped at 2^22 workgroups per dispatch (4 GiB of vectors at
+ * 256 per group is below it). */
+static bool compute_copy(vk_backend *v, const vk_piece *src, const vk_piece *dst,
+                         uint32_t pattern, llmem_status *st)
+{
+    VkDeviceSize n = dst->n;
+    if (v->transfer_copy || n % 4 || dst->at % 4 || (src && src->at % 4))
+        return false;
+    VkDeviceSize unit = n % 16 || dst->at % 16 || (src && src->at % 16) ? 4 : 16;
+    if (n / unit > UINT32_MAX)
+        return false;
+    vk_op op;
+    vk_op_init(&op, unit == 16 ? VK_SH_MEMCPY : VK_SH_MEMCPY_W, 256);
+    vk_op_spec(&op, src ? 0u : 1u);
+    uint32_t so = 0;
+    if (src)
+        so = vk_op_raw(v, &op, src->buf, src->at, n, unit, false);
+    else
+        vk_op_dummy(v, &op);
+    uint32_t d_o = vk_op_raw(v, &op, dst->buf, dst->at, n, unit, true);
+    vk_op_u32(&op, (uint32_t)(n / unit));
+    vk_op_u32(&op, so);
+    vk_op_u32(&op, d_o);
+    vk_op_u32(&op, pattern);
+    *st = vk_op_run(v, &op, vk_div_up(n / unit, 256));
+    return true;
+}
+
 static vk_access access(vk_piece p, bool write)
 {
     return (vk_access){p.buf, p.at / 4 * 4, (p.at + p.n + 3) / 4 * 4, write};
@@ -128,9 +159,15 @@ llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_off
         vk_piece ps = vk_piece_at(s, src_offset + done, size - done);
         vk_piece pd = vk_piece_at(d, dst_offset + done, ps.n);
         ps.n = pd.n;
+        llmem_status st;
+        if (compute_copy(v, &ps, &pd, 0, &st)) {
+            if (st != LLMEM_OK)
+                return st;
+            done += pd.n;
+            continue;
+        }
         vk_access a[2] = {access(ps, false), access(pd, true)};
-        llmem_status st = vk_cmd_track(v, a, 2);
-        if (st != LLMEM_OK)
+        if ((st = vk_cmd_track(v, a, 2)) != LLMEM_OK)
             return st;
         VkBufferCopy r = {ps.at, pd.at, pd.n};
         v->vk.vkCmdCopyBuffer(v->cmd, ps.buf, pd.buf, 1, &r);
@@ -147,9 +184,15 @@ llmem_status vk_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
     vk_buffer *b = vk_buf(dst);
     for (size_t done = 0; done < size;) {
         vk_piece p = vk_piece_at(b, offset + done, size - done);
+        llmem_status st;
+        if (compute_copy(v, NULL, &p, pattern, &st)) {
+            if (st != LLMEM_OK)
+                return st;
+            done += p.n;
+            continue;
+        }
         vk_access a = access(p, true);
-        llmem_status st = vk_cmd_track(v, &a, 1);
-        if (st != LLMEM_OK)
+        if ((st = vk_cmd_track(v, &a, 1)) != LLMEM_OK)
             return st;
         /* vkCmdFillBuffer writes the 32-bit word in host byte order, as an
          * upload of uint32 values would (little-endian on every Vulkan

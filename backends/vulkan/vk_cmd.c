@@ -577,6 +577,15 @@ VkDeviceSize vk_op_buffer_chunks(vk_backend *v, vk_op *op, llmem_buffer *buf, bo
     return b->n_chunks > 1 ? b->chunk : buf->size;
 }
 
+uint32_t vk_op_raw(vk_backend *v, vk_op *op, VkBuffer buf, VkDeviceSize at, VkDeviceSize n,
+                   VkDeviceSize unit, bool write)
+{
+    VkDeviceSize b0 = at / v->storage_align * v->storage_align;
+    op_bind(v, op, buf, b0, (at + n - b0 + 3) / 4 * 4);
+    op_access(op, buf, at, at + n, write);
+    return (uint32_t)((at - b0) / unit);
+}
+
 void vk_op_alloc(vk_backend *v, vk_op *op, const vk_alloc *a, bool write)
 {
     VkBuffer vb = vk_alloc_buffer(a);

@@ -116,6 +116,7 @@ typedef struct vk_backend {
     VkDeviceSize max_alloc;     /* maxMemoryAllocationSize */
     VkDeviceSize block_size;
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
+    bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
     VkDeviceSize bytes_device;  /* in device blocks */
 
     /* sub-allocator */
@@ -290,6 +291,10 @@ void vk_op_buffer(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write);
  * when it is one chunk). More chunks than slots mark the op bad. */
 VkDeviceSize vk_op_buffer_chunks(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write,
                                  uint32_t n_slot);
+/* Binds bytes [at, at + n) of a VkBuffer (at a multiple of `unit`, which
+ * divides VK_ALIGN); returns `at`'s offset in units from the binding. */
+uint32_t vk_op_raw(vk_backend *v, vk_op *op, VkBuffer buf, VkDeviceSize at, VkDeviceSize n,
+                   VkDeviceSize unit, bool write);
 /* Binds a device sub-allocation (scratch). */
 void vk_op_alloc(vk_backend *v, vk_op *op, const vk_alloc *a, bool write);
 /* Binds a staging region (small host-written tables). */

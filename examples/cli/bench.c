@@ -482,6 +482,8 @@ int llmem_cli_bench(int argc, char **argv)
     }
     if (st == LLMEM_OK)
         st = bench_copy(&b, gpu);
+    if (st == LLMEM_OK && gpu)
+        bench_ref_copy(&b, device);
     if (st == LLMEM_OK && mo.model) { /* llmem bench --model DIR (bench_model.c) */
         mo.params.precision = mo.precision == CLI_PRECISION_PRECISE ? LLMEM_PRECISION_PRECISE
                                                                      : LLMEM_PRECISION_FAST;

@@ -31,6 +31,7 @@ typedef struct bench {
     double copy_bw; /* bytes / s, read + written */
     llmem_buffer *rnd; /* 4 Mi random f32 in [-1, 1) */
     llmem_buffer *rnd_small; /* the same times 0.02 */
+    double ref_copy_bw; /* the CUDA copy on the same GPU (bench_vulkan.c), 0: none */
 } bench;
 
 #define RND_N ((int32_t)(4 * MIB))
@@ -75,6 +76,8 @@ llmem_status bench_copy(bench *b, bool gpu);
 llmem_status bench_decode_attention(bench *b);
 llmem_status bench_prefill(bench *b, int32_t device);
 llmem_status bench_mamba(bench *b);
+/* The CUDA copy as a second ceiling of a vulkan run (bench_vulkan.c). */
+void bench_ref_copy(bench *b, int32_t device);
 
 /* llmem bench --bookkeeping (examples/cli/bench_bookkeeping.c). */
 int llmem_cli_bench_bookkeeping(int argc, char **argv);

@@ -133,6 +133,9 @@ llmem_status bench_tab_finish(bench *b, tables *t, llmem_i32_table **list, int n
 void bench_report_bw(const bench *b, const char *what, double t, double bytes, const char *note)
 {
     double bw = bytes / t;
-    printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy%s%s\n", what, t * 1e3, bw / 1e9,
-           100.0 * bw / b->copy_bw, note ? "  " : "", note ? note : "");
+    printf("%-28s %9.3f ms  %8.1f GB/s  %5.1f%% of copy", what, t * 1e3, bw / 1e9,
+           100.0 * bw / b->copy_bw);
+    if (b->ref_copy_bw > 0.0)
+        printf(", %5.1f%% of cuda copy", 100.0 * bw / b->ref_copy_bw);
+    printf("%s%s\n", note ? "  " : "", note ? note : "");
 }
