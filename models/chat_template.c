@@ -35,6 +35,11 @@ void *ct_alloc(ct_arena *a, size_t n)
         a->p = p;
         a->cap = cap;
     }
+    if (a->limit && a->bytes + n > a->limit) {
+        a->oom = true;
+        return NULL;
+    }
+    a->bytes += n;
     void *m = calloc(1, n ? n : 1);
     if (!m) {
         a->oom = true;
@@ -504,7 +509,7 @@ llmem_status llmem_chat_template_render_json(const llmem_chat_template *tmpl, co
             snprintf(err, err_len, "chat_template_render: the context is not a JSON object");
         return LLMEM_E_INVALID;
     }
-    ct_arena ar = {0};
+    ct_arena ar = {.limit = CT_MAX_ARENA};
     ct_value g = from_json(&ar, j);
     cJSON_Delete(j);
     ct_buf b = {0};
@@ -527,7 +532,7 @@ llmem_status llmem_chat_template_render(const llmem_chat_template *tmpl, const l
             snprintf(err, err_len, "chat_template_render: NULL argument");
         return LLMEM_E_INVALID;
     }
-    ct_arena ar = {0};
+    ct_arena ar = {.limit = CT_MAX_ARENA};
     ct_dict *g = ct_alloc(&ar, sizeof *g);
     ct_list *l = ct_alloc(&ar, sizeof *l);
     llmem_status st = LLMEM_E_NO_MEMORY;

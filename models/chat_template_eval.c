@@ -159,6 +159,10 @@ static ct_value binop(ct_ev *e, const ct_node *n)
         return l ? (ct_value){V_LIST, {.l = l}} : CT_UNDEF;
     }
     if (!strcmp(op, "*") && a.k == V_STR && b.k == V_INT) {
+        if (b.u.i > 0 && a.u.s.n && (uint64_t)b.u.i > CT_MAX_OUTPUT / a.u.s.n) {
+            ct_fail(e, n, LLMEM_E_INVALID, "string repeated past %zu bytes", CT_MAX_OUTPUT);
+            return CT_UNDEF;
+        }
         ct_buf r = {0};
         for (int64_t i = 0; i < b.u.i; i++)
             ct_put(&r, a.u.s.p, a.u.s.n);
@@ -302,9 +306,17 @@ static ct_value call(ct_ev *e, const ct_node *n)
     return CT_UNDEF;
 }
 
+static bool over_budget(ct_ev *e, const ct_node *n)
+{
+    if (++e->steps <= CT_MAX_STEPS)
+        return false;
+    ct_fail(e, n, LLMEM_E_INVALID, "the template ran past its budget of %u steps", CT_MAX_STEPS);
+    return true;
+}
+
 static ct_value eval(ct_ev *e, const ct_node *n)
 {
-    if (e->st || !n)
+    if (e->st || !n || over_budget(e, n))
         return CT_UNDEF;
     switch (n->k) {
     case N_LIT: return n->lit;
@@ -390,13 +402,15 @@ static void exec_for(ct_ev *e, const ct_node *n, ct_buf *out)
         ct_fail(e, n, LLMEM_E_INVALID, "loops nested too deep");
         return;
     }
-    /* the "if" filter applies before loop.* counts */
-    ct_list *items = ct_new_list(e);
+    /* the "if" filter applies before loop.* counts; without one the list
+     * itself is iterated (its length taken now, as Python would see a
+     * copy) */
+    ct_list *items = n->c ? ct_new_list(e) : it.u.l;
     ct_dict *f = ct_new_dict(e);
     if (!items || !f)
         return;
     e->frame[e->n_frames++] = f;
-    for (size_t i = 0; i < it.u.l->n && !e->st; i++) {
+    for (size_t i = 0; n->c && i < it.u.l->n && !e->st; i++) {
         ct_value x = it.u.l->v[i];
         if (n->c) {
             if (n->name2 && x.k == V_LIST && x.u.l->n == 2) {
@@ -412,10 +426,14 @@ static void exec_for(ct_ev *e, const ct_node *n, ct_buf *out)
     }
     e->n_frames--;
     size_t len = items->n;
-    for (size_t i = 0; i < len && !e->st; i++) {
-        ct_dict *fr = ct_new_dict(e), *loop = ct_new_dict(e);
-        if (!fr || !loop)
-            return;
+    /* one loop object for the whole loop, as Jinja2's LoopContext; one
+     * scope emptied at each iteration (a set in one iteration is not seen
+     * by the next) */
+    ct_dict *fr = ct_new_dict(e), *loop = ct_new_dict(e);
+    if (!fr || !loop)
+        return;
+    for (size_t i = 0; i < len && !e->st && !over_budget(e, n); i++) {
+        fr->n = 0;
         ct_value x = items->v[i];
         ct_dict_set(e->ar, loop, "index", 5, ct_int((int64_t)i + 1));
         ct_dict_set(e->ar, loop, "index0", 6, ct_int((int64_t)i));
@@ -454,6 +472,12 @@ static void exec_nodes(ct_ev *e, const ct_nodes *body, ct_buf *out)
 {
     for (size_t i = 0; i < body->n && !e->st && !e->ctl; i++) {
         const ct_node *n = body->p[i];
+        if (over_budget(e, n))
+            break;
+        if (out->n > CT_MAX_OUTPUT) {
+            ct_fail(e, n, LLMEM_E_INVALID, "the template's output passed %zu bytes", CT_MAX_OUTPUT);
+            break;
+        }
         switch (n->k) {
         case N_TEXT: ct_put(out, n->lit.u.s.p, n->lit.u.s.n); break;
         case N_OUT: ct_to_str(out, eval(e, n->a), false); break;

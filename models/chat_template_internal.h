@@ -12,6 +12,7 @@
 typedef struct ct_arena {
     void **p;
     size_t n, cap;
+    size_t bytes, limit; /* bytes allocated; limit 0: none */
     bool oom;
 } ct_arena;
 
@@ -106,6 +107,14 @@ ct_value ct_str(const char *s, size_t n);
 
 /* ---- evaluation (chat_template_eval.c), shared with the filters ---- */
 
+/* What one render may use: evaluation steps, bytes of values (the render
+ * arena) and bytes of output. A template past them fails with
+ * LLMEM_E_INVALID (steps, output) or LLMEM_E_NO_MEMORY (values) instead of
+ * running for hours or exhausting memory. */
+#define CT_MAX_STEPS 2000000u
+#define CT_MAX_ARENA ((size_t)128 << 20)
+#define CT_MAX_OUTPUT ((size_t)64 << 20)
+
 static const ct_value CT_UNDEF = {V_UNDEF, {0}};
 static const ct_value CT_NONE = {V_NONE, {0}};
 static inline ct_value ct_bool(bool b) { return (ct_value){V_BOOL, {.b = b}}; }
@@ -117,6 +126,7 @@ typedef struct ct_ev {
     int n_frames;
     int ctl; /* 1 break, 2 continue */
     int depth;
+    uint64_t steps; /* expressions and statements evaluated */
     char *err;
     size_t err_len;
     llmem_status st;

@@ -183,6 +183,24 @@ START_TEST(test_errors)
     strcat(src, "1 }}");
     ck_assert_int_eq(llmem_chat_template_create(src, &t, err, sizeof err), LLMEM_E_INVALID);
     free(src);
+    /* runaway templates stop at the evaluation budget */
+    out = render("{% set xs = range(5000) %}{% for i in xs %}{% for j in xs %}{% endfor %}{% endfor %}", "{}", &st,
+                 err, sizeof err);
+    ck_assert_int_eq(st, LLMEM_E_INVALID);
+    ck_assert_msg(strstr(err, "budget"), "%s", err);
+    out = render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}", &st, err,
+                 sizeof err);
+    ck_assert_int_ne(st, LLMEM_OK); /* the step or the memory budget, whichever comes first */
+    ck_assert_ptr_null(out);
+    out = render("{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}{{ f(1) }}", "{}", &st, err, sizeof err);
+    ck_assert_int_ne(st, LLMEM_OK);
+    ck_assert_ptr_null(out);
+    out = render("{{ 'ab' * 1000000000 }}", "{}", &st, err, sizeof err);
+    ck_assert_int_eq(st, LLMEM_E_INVALID);
+    out = render("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+                 "{% endfor %}{{ ns.s | length }}", "{}", &st, err, sizeof err);
+    ck_assert_int_eq(st, LLMEM_E_NO_MEMORY);
+    ck_assert_ptr_null(out);
     llmem_chat_template_destroy(NULL);
 }
 END_TEST
