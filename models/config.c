@@ -1,4 +1,5 @@
-/* llmem models/: config.json parsing for llama, mamba2, bamba and nemotron_h.
+/* llmem models/: config.json parsing for llama, mamba2, bamba, nemotron_h
+ * (with MoE layers) and granitemoehybrid.
  *
  * Key names, defaults and derived sizes follow transformers 5's
  * configuration_{llama,mamba2,bamba,nemotron_h}.py and the modules that read
@@ -28,7 +29,8 @@ typedef struct cfgctx {
     size_t err_len;
 } cfgctx;
 
-static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h"};
+static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h",
+                                                   "granitemoehybrid"};
 
 const char *llmem_arch_name(llmem_arch a)
 {
@@ -37,7 +39,7 @@ const char *llmem_arch_name(llmem_arch a)
 
 const char *llmem_layer_kind_name(llmem_layer_kind k)
 {
-    static const char *names[LLMEM_LAYER_KIND_COUNT] = {"attention", "mamba2", "mlp"};
+    static const char *names[LLMEM_LAYER_KIND_COUNT] = {"attention", "mamba2", "mlp", "moe"};
     return (unsigned)k < LLMEM_LAYER_KIND_COUNT ? names[k] : "?";
 }
 
@@ -340,7 +342,7 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
     TRY(get_bool(c, k->conv_bias, true, &m->ssm_conv_bias));
     TRY(get_bool(c, k->proj_bias, false, &m->ssm_proj_bias));
     int64_t d_inner = (int64_t)expand * m->hidden_size;
-    if (m->arch == LLMEM_ARCH_BAMBA) {
+    if (m->arch == LLMEM_ARCH_BAMBA || m->arch == LLMEM_ARCH_GRANITEMOEHYBRID) {
         /* mamba_d_head may be "auto": d_inner / n_heads. */
         const cJSON *dh = cJSON_GetObjectItemCaseSensitive(c->root, "mamba_d_head");
         if (!dh || cJSON_IsNull(dh) || (cJSON_IsString(dh) && !strcmp(dh->valuestring, "auto")))
@@ -502,13 +504,11 @@ static llmem_status nemotron_kind(cfgctx *c, int32_t i, const char *name, char c
         *out = LLMEM_LAYER_ATTENTION;
     else if (name ? !strcmp(name, "mlp") : ch == '-')
         *out = LLMEM_LAYER_MLP;
-    else if (name ? !strcmp(name, "moe") : ch == 'E') {
-        llmem_errf(c->err, c->err_len, "%s: layer %d is a mixture-of-experts layer (%s); llmem "
-                "does not support MoE", c->src, i, name ? "'moe'" : "'E'");
-        return LLMEM_E_UNSUPPORTED;
-    } else if (name) {
+    else if (name ? !strcmp(name, "moe") : ch == 'E')
+        *out = LLMEM_LAYER_MOE;
+    else if (name) {
         llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which llmem does not "
-                "support (mamba, attention, mlp)", c->src, i, name);
+                "support (mamba, attention, mlp, moe)", c->src, i, name);
         return LLMEM_E_UNSUPPORTED;
     } else {
         llmem_errf(c->err, c->err_len, "%s: hybrid_override_pattern has '%c' at layer %d "
@@ -564,6 +564,134 @@ static llmem_status parse_nemotron_h(cfgctx *c, llmem_model_config *m)
     TRY(parse_attention(c, m));
     m->use_rope = false; /* nemotron_h attention has no positional encoding */
     snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "backbone.");
+    bool moe = false;
+    for (int32_t i = 0; i < m->n_layers; i++)
+        moe |= m->layers[i].kind == LLMEM_LAYER_MOE;
+    if (!moe)
+        return LLMEM_OK;
+    /* NemotronHTopkRouter / NemotronHMoE: sigmoid scores, selection bias,
+     * group-limited top-k, relu2 experts and one shared expert. */
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(c->root, "moe_latent_size");
+    if (lat && !cJSON_IsNull(lat)) {
+        llmem_errf(c->err, c->err_len, "%s: 'moe_latent_size' (latent MoE projections) is not "
+                "supported", c->src);
+        return LLMEM_E_UNSUPPORTED;
+    }
+    TRY(get_int(c, KEYS("n_routed_experts", "num_local_experts"), false, 8, 1, 1 << 16,
+                &m->n_expert));
+    TRY(get_int(c, KEYS("num_experts_per_tok"), false, 2, 1, 1 << 16, &m->n_expert_used));
+    TRY(get_int(c, KEYS("moe_intermediate_size"), false, 7688, 1, CFG_MAX_DIM,
+                &m->moe_intermediate_size));
+    TRY(get_int(c, KEYS("moe_shared_expert_intermediate_size"), false, 7688, 1, CFG_MAX_DIM,
+                &m->moe_shared_intermediate_size));
+    TRY(get_int(c, KEYS("n_group"), false, 1, 1, 1 << 16, &m->moe_n_group));
+    TRY(get_int(c, KEYS("topk_group"), false, 1, 1, 1 << 16, &m->moe_topk_group));
+    TRY(get_pos(c, c->root, KEYS("routed_scaling_factor"), 1.0, &m->moe_routed_scale));
+    TRY(get_bool(c, KEYS("norm_topk_prob"), true, &m->moe_norm_topk));
+    m->moe_sigmoid = true;
+    m->moe_router_bias = true;
+    m->moe_split_experts = true;
+    m->moe_gated = false;
+    return LLMEM_OK;
+}
+
+/* Layer kind of granitemoehybrid's layer_types / layers_block_type entry. */
+static llmem_status granite_kind(cfgctx *c, int32_t i, const cJSON *e, llmem_layer_kind *out)
+{
+    if (!cJSON_IsString(e))
+        return bad(c, "'layer_types' must be an array of strings");
+    const char *name = e->valuestring;
+    if (!strcmp(name, "mamba") || !strcmp(name, "linear_attention"))
+        *out = LLMEM_LAYER_MAMBA2;
+    else if (!strcmp(name, "attention") || !strcmp(name, "full_attention"))
+        *out = LLMEM_LAYER_ATTENTION;
+    else {
+        llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which granitemoehybrid "
+                "does not define (mamba, attention)", c->src, i, name);
+        return LLMEM_E_UNSUPPORTED;
+    }
+    return LLMEM_OK;
+}
+
+/* GraniteMoeHybridConfig: bamba's Mamba-2 keys, a shared SwiGLU MLP in every
+ * layer plus num_local_experts routed experts (softmax over the top-k
+ * logits), optional RoPE, and the four multipliers. */
+static llmem_status parse_granite(cfgctx *c, llmem_model_config *m)
+{
+    const ssm_keys k = {
+        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
+        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
+        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
+        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
+        KEYS("time_step_limit"), 1, 256};
+    int32_t n;
+    llmem_activation act;
+    TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
+    TRY(set_layers(c, m, n, LLMEM_LAYER_MAMBA2, true));
+    const char *lk = "layer_types";
+    const cJSON *lt = find_any(c->root, KEYS("layer_types", "layers_block_type"), &lk);
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
+            llmem_errf(c->err, c->err_len, "%s: '%s' must be an array of num_hidden_layers (%d) "
+                    "strings", c->src, lk, n);
+            return LLMEM_E_CORRUPT;
+        }
+        int32_t i = 0;
+        for (const cJSON *e = lt->child; e; e = e->next, i++)
+            TRY(granite_kind(c, i, e, &m->layers[i].kind));
+    }
+    TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-6, &m->norm_eps));
+    TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
+    m->ffn_act = act;
+    TRY(parse_ssm(c, m, &k));
+    TRY(parse_attention(c, m));
+    const char *pe;
+    TRY(get_str(c, KEYS("position_embedding_type"), false, "nope", &pe));
+    if (!strcmp(pe, "rope")) {
+        TRY(parse_rope(c, m, 1.0));
+    } else if (strcmp(pe, "nope") != 0) {
+        llmem_errf(c->err, c->err_len, "%s: position_embedding_type '%.40s' is not supported "
+                "(rope, nope)", c->src, pe);
+        return LLMEM_E_UNSUPPORTED;
+    }
+    TRY(get_int(c, KEYS("num_local_experts"), false, 8, 0, 1 << 16, &m->n_expert));
+    TRY(get_int(c, KEYS("num_experts_per_tok"), false, 2, 1, 1 << 16, &m->n_expert_used));
+    TRY(get_int(c, KEYS("intermediate_size"), false, 11008, 1, CFG_MAX_DIM,
+                &m->moe_intermediate_size));
+    TRY(get_int(c, KEYS("shared_intermediate_size"), false, 1024, 1, CFG_MAX_DIM,
+                &m->moe_shared_intermediate_size));
+    if (m->n_expert == 0)
+        m->n_expert_used = 0;
+    m->moe_gated = true;
+    m->moe_norm_topk = true; /* softmax over the top-k logits */
+    m->moe_routed_scale = 1.0;
+    TRY(get_pos(c, c->root, KEYS("embedding_multiplier"), 1.0, &m->embedding_multiplier));
+    TRY(get_pos(c, c->root, KEYS("residual_multiplier"), 1.0, &m->residual_multiplier));
+    TRY(get_pos(c, c->root, KEYS("attention_multiplier"), 1.0, &m->attention_scale));
+    TRY(get_pos(c, c->root, KEYS("logits_scaling"), 1.0, &m->logits_scaling));
+    snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "model.");
+    return LLMEM_OK;
+}
+
+/* Routing sizes every MoE model must satisfy (llmem_op_moe_route's rules). */
+static llmem_status check_moe(cfgctx *c, const llmem_model_config *m)
+{
+    if (m->n_expert == 0)
+        return LLMEM_OK;
+    if (m->arch == LLMEM_ARCH_NEMOTRON_H && m->mlp_bias) {
+        llmem_errf(c->err, c->err_len, "%s: MoE layers with mlp_bias are not supported", c->src);
+        return LLMEM_E_UNSUPPORTED;
+    }
+    if (m->n_expert_used > m->n_expert)
+        return bad(c, "num_experts_per_tok is larger than the number of experts");
+    if (m->moe_n_group > 1) {
+        int32_t gs = m->n_expert / m->moe_n_group;
+        if (m->n_expert % m->moe_n_group || gs < 2 || m->moe_topk_group > m->moe_n_group ||
+            (int64_t)m->moe_topk_group * gs < m->n_expert_used)
+            return bad(c, "n_group / topk_group do not fit the experts (n_group must divide "
+                       "them into groups of >= 2, topk_group <= n_group, and the kept groups "
+                       "must hold num_experts_per_tok experts)");
+    }
     return LLMEM_OK;
 }
 
@@ -576,10 +704,11 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
         a++;
     if (a == LLMEM_ARCH_COUNT) {
         llmem_errf(c->err, c->err_len, "%s: model_type '%.40s' is not supported (llmem runs "
-                "llama, mamba2, bamba and nemotron_h)", c->src, type);
+                "llama, mamba2, bamba, nemotron_h and granitemoehybrid)", c->src, type);
         return LLMEM_E_UNSUPPORTED;
     }
     m->arch = (llmem_arch)a;
+    m->embedding_multiplier = m->residual_multiplier = m->logits_scaling = 1.0;
     TRY(get_int(c, KEYS("vocab_size"), true, 0, 1, CFG_MAX_DIM, &m->vocab_size));
     TRY(get_int(c, KEYS("hidden_size"), true, 0, 1, CFG_MAX_DIM, &m->hidden_size));
     TRY(get_bool(c, KEYS("tie_word_embeddings"), false, &m->tie_word_embeddings));
@@ -587,8 +716,12 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     case LLMEM_ARCH_LLAMA: TRY(parse_llama(c, m)); break;
     case LLMEM_ARCH_MAMBA2: TRY(parse_mamba2(c, m)); break;
     case LLMEM_ARCH_BAMBA: TRY(parse_bamba(c, m)); break;
+    case LLMEM_ARCH_GRANITEMOEHYBRID: TRY(parse_granite(c, m)); break;
     default: TRY(parse_nemotron_h(c, m)); break;
     }
+    TRY(check_moe(c, m));
+    if (m->attention_scale == 0.0 && m->head_dim > 0)
+        m->attention_scale = 1.0 / sqrt((double)m->head_dim);
     for (int32_t i = 0; i < m->n_layers; i++) {
         m->n_attention_layers += m->layers[i].kind == LLMEM_LAYER_ATTENTION;
         m->n_mamba_layers += m->layers[i].kind == LLMEM_LAYER_MAMBA2;

@@ -3,6 +3,7 @@
 #define LLMEM_MODELS_HF_INTERNAL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 #include <cjson/cJSON.h>
@@ -41,5 +42,36 @@ static inline bool hf_json_too_deep(const char *text, size_t len)
     }
     return false;
 }
+/* ---- mixture of experts (models/moe.c) ------------------------------------------- */
+
+#include "llmem/model.h"
+#include "llmem/ops.h"
+
+/* llmem_model_weight for the LLMEM_W_MOE_* and LLMEM_W_SHARED_* weights. */
+bool hf_moe_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
+                   size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims);
+/* Whether weight w is stored as one tensor per expert (nemotron_h). */
+bool hf_moe_is_split(const llmem_model_config *cfg, llmem_weight w);
+/* check_tensors for a split weight: every expert's tensor present, 2-D,
+ * of one dtype and the expected shape. Statuses as check_tensors. */
+llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safetensors *st,
+                                llmem_weight w, int32_t layer, char *err, size_t err_len);
+/* Uploads a split weight's experts back to back at buf + off (buf NULL:
+ * only sizes); *bytes gets the total, *t the [E, rows, cols] tensor. */
+llmem_status hf_moe_load_split(const llmem_model_config *cfg, const llmem_safetensors *st,
+                               llmem_weight w, int32_t layer, llmem_buffer *buf, size_t off,
+                               size_t *bytes, llmem_tensor *t, char *err, size_t err_len);
+
+/* Scratch and forward pass of an MoE / shared-expert FFN. */
+typedef struct hf_moe hf_moe;
+/* NULL *out (and LLMEM_OK) when the model has no MoE or shared-MLP FFN. */
+llmem_status hf_moe_create(llmem_backend *be, const llmem_model_config *cfg, int32_t n_ubatch,
+                           hf_moe **out);
+void hf_moe_destroy(hf_moe *mo);
+/* h [T, hidden] f32 (the normalized input) is replaced by
+ * shared(h) + sum_k w_k expert_k(h). w[i] is weight LLMEM_W_MOE_ROUTER + i
+ * of the layer, NULL when absent. */
+llmem_status hf_moe_ffn(hf_moe *mo, llmem_backend *be, const llmem_model_config *cfg,
+                        const llmem_tensor *const w[6], const llmem_tensor *h, int32_t T);
 
 #endif

@@ -24,6 +24,7 @@
 #include "llmem/ops.h"
 #include "llmem/recurrent.h"
 #include "llmem/runtime.h"
+#include "models/hf_internal.h"
 
 #define ALIGN 256
 
@@ -57,6 +58,7 @@ struct llmem_model {
     size_t fb_size;
     int32_t width_a, width_b, width_c, width_d, width_e;
     llmem_model_stats stats;
+    hf_moe *moe; /* MoE / shared-expert FFN scratch (models/moe.c), or NULL */
 };
 
 llmem_model_params llmem_model_default_params(void)
@@ -153,6 +155,24 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
             if (!llmem_model_weight(cfg, (llmem_weight)w, il < 0 ? 0 : il, name, sizeof name,
                                     shape, &nd))
                 continue;
+            if (hf_moe_is_split(cfg, (llmem_weight)w)) { /* experts packed back to back */
+                size_t nb = 0;
+                llmem_tensor t;
+                llmem_buffer *buf = NULL;
+                llmem_status s = hf_moe_load_split(cfg, st, (llmem_weight)w, il, NULL, 0, &nb,
+                                                   &t, err, err_len);
+                if (s == LLMEM_OK && (s = llmem_buffer_alloc(m->be, round_up(nb), &buf)) != LLMEM_OK)
+                    snprintf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", nb, name,
+                             llmem_backend_name(m->be));
+                if (s != LLMEM_OK)
+                    return s;
+                m->weights[m->n_weights++] = buf;
+                s = hf_moe_load_split(cfg, st, (llmem_weight)w, il, buf, 0, &nb, &t, err, err_len);
+                if (s != LLMEM_OK)
+                    return s;
+                m->layers[il].w[w] = (wt){.present = true, .t = t};
+                continue;
+            }
             llmem_status s = llmem_safetensors_find(st, name, &info, err, err_len);
             if (s != LLMEM_OK)
                 return s;
@@ -189,7 +209,8 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
     int32_t n_attn = 0, n_mamba = 0;
     for (int32_t il = 0; il < c->n_layers; il++) {
         llmem_layer_kind k = c->layers[il].kind;
-        m->layers[il].mem_layer = k == LLMEM_LAYER_MLP ? -1 : n_attn + n_mamba;
+        m->layers[il].mem_layer =
+            k == LLMEM_LAYER_MLP || k == LLMEM_LAYER_MOE ? -1 : n_attn + n_mamba;
         n_attn += k == LLMEM_LAYER_ATTENTION;
         n_mamba += k == LLMEM_LAYER_MAMBA2;
     }
@@ -347,6 +368,8 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         s = create_memory(m, err, err_len);
     if (s == LLMEM_OK && (s = alloc_scratch(m)) != LLMEM_OK)
         llmem_errf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp.n_ubatch);
+    if (s == LLMEM_OK && (s = hf_moe_create(be, &m->cfg, pp.n_ubatch, &m->moe)) != LLMEM_OK)
+        llmem_errf(err, err_len, "cannot allocate MoE scratch for %d-token ubatches", pp.n_ubatch);
     if (s != LLMEM_OK) {
         if (err && err_len && !err[0])
             llmem_errf(err, err_len, "%s failed: %s", step, llmem_status_str(s));
@@ -368,6 +391,7 @@ void llmem_model_free(llmem_model *m)
     llmem_buffer_free(m->scratch);
     llmem_buffer_free(m->fb_buf);
     llmem_backend_close(m->fb_be);
+    hf_moe_destroy(m->moe);
     free(m->layers);
     free(m);
 }
@@ -440,7 +464,7 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
         TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
     }
     TRY(llmem_op_kv_store(m->be, v, &k3, &v3));
-    llmem_attn_params ap = {.scale = 1.0f / sqrtf((float)Dh)};
+    llmem_attn_params ap = {.scale = (float)c->attention_scale}; /* 1/sqrt(Dh) but granite */
     TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
     return linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out);
@@ -475,10 +499,30 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     return linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out);
 }
 
+/* h (normalized input) -> h (output), for MoE layers and granite FFNs. */
+static llmem_status moe_ffn(llmem_model *m, const layer_w *L, int32_t T)
+{
+    const llmem_tensor *w[6];
+    for (int i = 0; i < 6; i++) {
+        const wt *x = &L->w[LLMEM_W_MOE_ROUTER + i];
+        w[i] = x->present ? &x->t : NULL;
+    }
+    llmem_tensor h = act(m, m->off_h, T, m->cfg.hidden_size);
+    return hf_moe_ffn(m->moe, m->be, &m->cfg, w, &h, T);
+}
+
+/* x = x * s when s != 1 (granite's multipliers). */
+static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
+{
+    return s == 1.0 ? LLMEM_OK : llmem_op_scale(m->be, x, (float)s, x);
+}
+
 /* h (normalized input) -> h (output) */
 static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
 {
     const llmem_model_config *c = &m->cfg;
+    if (c->arch == LLMEM_ARCH_GRANITEMOEHYBRID)
+        return moe_ffn(m, L, T);
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     llmem_tensor up = act(m, m->off_b, T, c->intermediate_size);
     TRY(linear(m, &h, &L->w[LLMEM_W_FFN_UP], &L->w[LLMEM_W_FFN_UP_BIAS], &up));
@@ -510,6 +554,7 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
     llmem_tensor tok = llmem_tensor_1d(m->scratch, m->off_tok, LLMEM_DTYPE_I32, T);
     llmem_tensor x = act(m, m->off_x, T, D), h = act(m, m->off_h, T, D);
     TRY(llmem_op_get_rows(m->be, &m->embed.t, &tok, &x));
+    TRY(scale_by(m, &x, c->embedding_multiplier));
     for (int32_t il = 0; il < c->n_layers; il++) {
         const layer_w *L = &m->layers[il];
         const llmem_layer_config *lc = &c->layers[il];
@@ -521,12 +566,16 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
             TRY(attention(m, L, T, &v));
         else if (lc->kind == LLMEM_LAYER_MAMBA2)
             TRY(mamba(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_MOE)
+            TRY(moe_ffn(m, L, T));
         else
             TRY(ffn(m, L, T));
+        TRY(scale_by(m, &h, c->residual_multiplier));
         TRY(llmem_op_add(m->be, &x, &h, &x));
         if (lc->has_ffn) {
             TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_FFN_NORM].t, (float)c->norm_eps, &h));
             TRY(ffn(m, L, T));
+            TRY(scale_by(m, &h, c->residual_multiplier));
             TRY(llmem_op_add(m->be, &x, &h, &x));
         }
     }
@@ -539,7 +588,8 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
     TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
     TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
     llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
-    return matmul(m, &xo, &m->lm_head.t, &logits);
+    TRY(matmul(m, &xo, &m->lm_head.t, &logits));
+    return scale_by(m, &logits, 1.0 / c->logits_scaling); /* granite's logits_scaling */
 }
 
 /* What a decode does with the logits of each ubatch. */

@@ -47,8 +47,11 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         return false;
     if (!is_global(w) && (layer < 0 || layer >= cfg->n_layers))
         return false;
+    if (w >= LLMEM_W_MOE_ROUTER) /* mixture of experts: models/moe.c */
+        return hf_moe_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     const llmem_arch a = cfg->arch;
-    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA; /* "model.*" names */
+    const bool granite = a == LLMEM_ARCH_GRANITEMOEHYBRID;
+    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA || granite; /* "model.*" */
     const char *pre = cfg->tensor_prefix;
     const int64_t H = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
     const int64_t q = (int64_t)cfg->n_heads * cfg->head_dim;
@@ -65,7 +68,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         } else if (w == LLMEM_W_FINAL_NORM) {
             set_shape(shape, n_dims, 1, H, 0, 0);
             n = snprintf(buf, buf_len, "%s%s", pre,
-                         a == LLMEM_ARCH_LLAMA ? "norm.weight"
+                         a == LLMEM_ARCH_LLAMA || granite ? "norm.weight"
                          : a == LLMEM_ARCH_BAMBA ? "final_layernorm.weight" : "norm_f.weight");
         } else {
             if (cfg->tie_word_embeddings)
@@ -82,11 +85,12 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
 
     const llmem_layer_config *L = &cfg->layers[layer];
     const bool attn = L->kind == LLMEM_LAYER_ATTENTION, ssm = L->kind == LLMEM_LAYER_MAMBA2;
-    const bool ffn = L->has_ffn || L->kind == LLMEM_LAYER_MLP;
+    /* granite's FFN is its shared MLP and experts (LLMEM_W_MOE_*, LLMEM_W_SHARED_*) */
+    const bool ffn = (L->has_ffn && !granite) || L->kind == LLMEM_LAYER_MLP;
     const char *attn_sub = hf_model ? "self_attn." : "mixer.";
     const char *ffn_sub = a == LLMEM_ARCH_LLAMA ? "mlp." : a == LLMEM_ARCH_BAMBA ? "feed_forward."
                                                                                 : "mixer.";
-    const char *ssm_sub = a == LLMEM_ARCH_BAMBA ? "mamba." : "mixer.";
+    const char *ssm_sub = a == LLMEM_ARCH_BAMBA || granite ? "mamba." : "mixer.";
     switch (w) {
     case LLMEM_W_MIXER_NORM:
         leaf = hf_model ? "input_layernorm.weight" : "norm.weight";
@@ -95,7 +99,8 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
     case LLMEM_W_FFN_NORM:
         if (!L->has_ffn)
             return false;
-        leaf = a == LLMEM_ARCH_LLAMA ? "post_attention_layernorm.weight" : "pre_ff_layernorm.weight";
+        leaf = a == LLMEM_ARCH_LLAMA || granite ? "post_attention_layernorm.weight"
+                                                : "pre_ff_layernorm.weight";
         set_shape(shape, n_dims, 1, H, 0, 0);
         break;
     case LLMEM_W_ATTN_Q: case LLMEM_W_ATTN_K: case LLMEM_W_ATTN_V: case LLMEM_W_ATTN_O:
@@ -223,6 +228,8 @@ static llmem_status check_one(const llmem_model_config *cfg, const llmem_safeten
     else
         snprintf(what, sizeof what, "layer %d, %s", (int)layer,
                  llmem_layer_kind_name(cfg->layers[layer].kind));
+    if (hf_moe_is_split(cfg, w)) /* one tensor per expert */
+        return hf_moe_check_split(cfg, st, w, layer, err, err_len);
     llmem_tensor_info ti;
     llmem_status s = llmem_safetensors_find(st, name, &ti, NULL, 0);
     if (s == LLMEM_E_NOT_FOUND) {

@@ -38,7 +38,9 @@ set(LLMEM_VK_SHADER_LIST
   "attn_combine:attn_combine.comp"
   "ssm_conv:ssm_conv.comp"
   "ssm_scan:ssm_scan.comp"
-  "state_gather:state_gather.comp")
+  "state_gather:state_gather.comp"
+  "moe_route:moe_route.comp"
+  "moe_ffn:moe_ffn.comp")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 

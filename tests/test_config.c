@@ -54,8 +54,12 @@ static void check_fixture(const char *dir, llmem_model_config *m)
     for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++)
         named += llmem_model_weight(m, (llmem_weight)w, 0, name, sizeof name, shape, &nd);
     for (int32_t l = 0; l < m->n_layers; l++)
-        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++)
-            named += llmem_model_weight(m, (llmem_weight)w, l, name, sizeof name, shape, &nd);
+        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++) {
+            /* nemotron_h saves each expert's matrices as tensors of their own */
+            bool split = m->moe_split_experts && (w == LLMEM_W_MOE_UP || w == LLMEM_W_MOE_DOWN);
+            if (llmem_model_weight(m, (llmem_weight)w, l, name, sizeof name, shape, &nd))
+                named += split ? m->n_expert : 1;
+        }
     ck_assert_int_eq(named, llmem_safetensors_count(st));
     llmem_safetensors_close(st);
 }
@@ -136,6 +140,45 @@ START_TEST(test_fixture_bamba)
         ck_assert_double_eq(m.rope_theta, 5000.0);
         ck_assert(m.ffn_gated);
     }
+}
+END_TEST
+
+/* MoE and Granite fixtures: the values make_fixtures.py passed to the
+ * transformers configs, read back from what save_pretrained wrote; every
+ * saved tensor (one per expert for nemotron_h) is named by llmem. */
+START_TEST(test_fixture_moe)
+{
+    llmem_model_config m;
+    check_fixture(fixture("nemotron_h_moe"), &m);
+    ck_assert_int_eq(m.n_layers, 5);
+    ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_MOE);
+    ck_assert_int_eq(m.layers[4].kind, LLMEM_LAYER_MOE);
+    ck_assert_int_eq(m.n_expert, 8);
+    ck_assert_int_eq(m.n_expert_used, 2);
+    ck_assert_int_eq(m.moe_intermediate_size, 32);
+    ck_assert_int_eq(m.moe_shared_intermediate_size, 48);
+    ck_assert(m.moe_sigmoid && m.moe_norm_topk && m.moe_router_bias && m.moe_split_experts);
+    ck_assert_int_eq(m.moe_n_group, 4);
+    ck_assert_int_eq(m.moe_topk_group, 2);
+    ck_assert(m.moe_routed_scale == 2.5);
+
+    check_fixture(fixture("granite_moe"), &m);
+    ck_assert_int_eq(m.arch, LLMEM_ARCH_GRANITEMOEHYBRID);
+    ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_MAMBA2);
+    ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_ATTENTION);
+    ck_assert(m.layers[0].has_ffn && m.layers[1].has_ffn);
+    ck_assert(m.use_rope && m.rope_dim == m.head_dim);
+    ck_assert_int_eq(m.n_expert, 8);
+    ck_assert_int_eq(m.n_expert_used, 3);
+    ck_assert(m.moe_gated && !m.moe_sigmoid && m.moe_norm_topk && !m.moe_split_experts);
+    ck_assert(m.embedding_multiplier == 6.0 && m.residual_multiplier == 0.5);
+    ck_assert(m.attention_scale == 0.2 && m.logits_scaling == 0.8);
+    ck_assert(m.tie_word_embeddings);
+
+    check_fixture(fixture("granite_dense_nope"), &m);
+    ck_assert_int_eq(m.n_expert, 0);
+    ck_assert(!m.use_rope);
+    ck_assert_int_eq(m.moe_shared_intermediate_size, 96);
 }
 END_TEST
 
@@ -578,13 +621,14 @@ START_TEST(test_bad_configs)
          "missing key 'state_size'"},
         {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
          "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M*E\"}",
-         LLMEM_E_UNSUPPORTED, "layer 2 is a mixture-of-experts"},
+         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M*E\","
+         "\"n_groups\":2,\"moe_latent_size\":16}",
+         LLMEM_E_UNSUPPORTED, "'moe_latent_size'"},
         {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
          "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
          "\"mamba_head_dim\":8,\"ssm_state_size\":8,"
-         "\"layers_block_type\":[\"linear_attention\",\"moe\"]}",
-         LLMEM_E_UNSUPPORTED, "layer 1 is a mixture-of-experts"},
+         "\"layers_block_type\":[\"linear_attention\",\"moe\"],\"n_groups\":2,\"n_group\":3}",
+         LLMEM_E_CORRUPT, "n_group / topk_group"},
         {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
          "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
          "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M?\"}",
@@ -652,6 +696,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_fixture_llama);
+    tcase_add_test(tc, test_fixture_moe);
     tcase_add_test(tc, test_fixture_mamba2);
     tcase_add_test(tc, test_fixture_bamba);
     tcase_add_test(tc, test_fixture_nemotron_h);

@@ -98,6 +98,10 @@ def scale_weights(model, seed, hidden, tied):
             else:
                 v = torch.randn(shape, generator=g) * 0.5
             p.copy_(v.to(p.dtype))
+        for name, b in model.named_buffers():
+            # the router's selection-only bias: spread so that it reorders
+            if name.endswith("e_score_correction_bias"):
+                b.copy_((torch.randint(-4, 5, b.shape, generator=g) * 0.0625).to(b.dtype))
 
 
 def make_config(arch):
@@ -154,17 +158,66 @@ def make_config(arch):
             except Exception as e:  # noqa: BLE001 - try the next spelling
                 errors.append(f"{extra}: {e}")
         raise RuntimeError("NemotronHConfig: " + " | ".join(errors))
+    if arch == "nemotron_h_moe":
+        # Mamba-2, MoE, Mamba-2, attention, MoE: sigmoid routing over 8
+        # experts in 4 groups (2 kept), top-2, renormalized, scaled by 2.5,
+        # plus a shared relu2 expert (Nemotron-3 style).
+        pattern = "MEM*E"
+        return tf.NemotronHConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2,
+            conv_kernel=4, expand=2, chunk_size=16, use_conv_bias=True,
+            mamba_proj_bias=False, use_bias=False, mlp_bias=False, attention_bias=False,
+            mlp_hidden_act="relu2", layer_norm_epsilon=1e-5, max_position_embeddings=1024,
+            residual_in_fp32=False, tie_word_embeddings=False,
+            layers_block_type=[{"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}[c]
+                               for c in pattern],
+            n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+            moe_shared_expert_intermediate_size=48, n_group=4, topk_group=2,
+            routed_scaling_factor=2.5, norm_topk_prob=True)
+    if arch in ("granitemoehybrid_moe", "granitemoehybrid_dense"):
+        moe = arch.endswith("moe")
+        kw = dict(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=4,
+                  layer_types=["mamba", "attention", "mamba", "attention"],
+                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5,
+                  max_position_embeddings=1024, mamba_n_heads=8, mamba_d_head=16,
+                  mamba_n_groups=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+                  mamba_chunk_size=16, mamba_conv_bias=True, mamba_proj_bias=False,
+                  tie_word_embeddings=moe,
+                  embedding_multiplier=6.0, residual_multiplier=0.5,
+                  attention_multiplier=0.2, logits_scaling=0.8,
+                  intermediate_size=16 if moe else 96,
+                  num_local_experts=8 if moe else 0, num_experts_per_tok=3,
+                  shared_intermediate_size=32 if moe else 96,
+                  position_embedding_type="rope" if moe else "nope")
+        return tf.GraniteMoeHybridConfig(**kw, rope_parameters=rope)
     raise ValueError(arch)
 
 
 def model_class(arch):
     import transformers as tf
     return {"llama": tf.LlamaForCausalLM, "mamba2": tf.Mamba2ForCausalLM,
-            "bamba": tf.BambaForCausalLM, "nemotron_h": tf.NemotronHForCausalLM}[arch]
+            "bamba": tf.BambaForCausalLM, "nemotron_h": tf.NemotronHForCausalLM,
+            "nemotron_h_moe": tf.NemotronHForCausalLM,
+            "granitemoehybrid_moe": tf.GraniteMoeHybridForCausalLM,
+            "granitemoehybrid_dense": tf.GraniteMoeHybridForCausalLM,
+            "falcon_h1": getattr(tf, "FalconH1ForCausalLM", None)}[arch]
+
+
+# Fixtures whose reference is a from_pretrained(dtype=...) reload (never a
+# cast of a loaded model: casting rounds buffers such as RoPE frequencies),
+# with transformers' eager experts (grouped_mm has no float64).
+RELOAD_DTYPE = {"nemotron_h_moe", "granitemoehybrid_moe", "granitemoehybrid_dense", "falcon_h1"}
 
 
 def load_eval_model(arch, path, dtype):
     cls = model_class(arch)
+    if arch in RELOAD_DTYPE:
+        m = cls.from_pretrained(path, dtype=dtype, attn_implementation="eager")
+        if hasattr(m, "set_experts_implementation"):
+            m.set_experts_implementation("eager")
+        return m.eval()
     try:
         m = cls.from_pretrained(path, attn_implementation="eager")
     except (TypeError, ValueError):
@@ -271,7 +324,11 @@ def main():
                 ("mamba2", "mamba2", 12, torch.float32),
                 ("bamba", "bamba", 13, torch.float32),
                 ("nemotron_h", "nemotron_h", 14, torch.float32),
-                ("bamba_bf16", "bamba", 15, torch.bfloat16)]
+                ("bamba_bf16", "bamba", 15, torch.bfloat16),
+                ("granite_moe", "granitemoehybrid_moe", 16, torch.float32),
+                ("granite_dense_nope", "granitemoehybrid_dense", 17, torch.float32),
+                ("nemotron_h_moe", "nemotron_h_moe", 18, torch.float32),
+                ("falcon_h1", "falcon_h1", 19, torch.float32)]
     only = set(filter(None, args.only.split(",")))
     os.makedirs(args.out, exist_ok=True)
     summary, failed = [], []
@@ -290,8 +347,14 @@ def main():
             failed.append(name)
             print(f"FIXTURE {name} FAILED", flush=True)
             traceback.print_exc()
-    with open(os.path.join(args.out, "fixtures_summary.json"), "w") as f:
-        json.dump([{k: v for k, v in s.items() if k != "tensors"} for s in summary], f, indent=1)
+    rows = [{k: v for k, v in s.items() if k != "tensors"} for s in summary]
+    path = os.path.join(args.out, "fixtures_summary.json")
+    if only and os.path.exists(path):  # keep the other fixtures' rows
+        with open(path) as f:
+            old = [r for r in json.load(f) if r["fixture"] not in {r2["fixture"] for r2 in rows}]
+        rows = old + rows
+    with open(path, "w") as f:
+        json.dump(rows, f, indent=1)
     print(f"done: {len(summary)} ok, failed: {failed}", flush=True)
     return 1 if failed else 0
 

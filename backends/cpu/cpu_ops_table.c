@@ -30,6 +30,8 @@ const struct llmem_ops_i llmem_cpu_ops = {
     .logprob_gather = cpu_op_logprob_gather,
     .top_logprobs = cpu_op_top_logprobs,
     .matmul_fast = cpu_op_matmul_fast,
+    .moe_route = cpu_op_moe_route,
+    .moe_ffn = cpu_op_moe_ffn,
 };
 
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)

@@ -107,7 +107,9 @@ typedef enum llmem_arch {
     LLMEM_ARCH_LLAMA = 0,      /* model_type "llama": attention + SwiGLU FFN in every layer */
     LLMEM_ARCH_MAMBA2 = 1,     /* "mamba2": a Mamba-2 mixer in every layer, no FFN */
     LLMEM_ARCH_BAMBA = 2,      /* "bamba": Mamba-2 or attention mixer, SwiGLU FFN after each */
-    LLMEM_ARCH_NEMOTRON_H = 3, /* "nemotron_h": each layer one of Mamba-2, attention, MLP */
+    LLMEM_ARCH_NEMOTRON_H = 3, /* "nemotron_h": each layer one of Mamba-2, attention, MLP, MoE */
+    LLMEM_ARCH_GRANITEMOEHYBRID = 4, /* "granitemoehybrid" (Granite-4.0-H): Mamba-2 or
+                                        attention mixer, then a shared MLP (+ routed MoE) */
     LLMEM_ARCH_COUNT
 } llmem_arch;
 
@@ -115,6 +117,7 @@ typedef enum llmem_layer_kind {
     LLMEM_LAYER_ATTENTION = 0, /* causal self-attention (GQA) mixer */
     LLMEM_LAYER_MAMBA2 = 1,    /* Mamba-2 SSD mixer (conv + selective state space) */
     LLMEM_LAYER_MLP = 2,       /* nemotron_h's MLP-only layer: the mixer is the MLP */
+    LLMEM_LAYER_MOE = 3,       /* nemotron_h's MoE layer: routed + shared experts */
     LLMEM_LAYER_KIND_COUNT
 } llmem_layer_kind;
 
@@ -184,6 +187,27 @@ typedef struct llmem_model_config {
     int32_t n_mamba_layers;
     int32_t n_mlp_layers;
     llmem_layer_config layers[LLMEM_MODEL_MAX_LAYERS];
+
+    /* Mixture of experts: nemotron_h 'moe' layers, granitemoehybrid FFNs
+     * (routed experts beside the shared MLP). n_expert 0: no routed experts. */
+    int32_t n_expert;              /* routed experts E */
+    int32_t n_expert_used;         /* k, experts per token */
+    int32_t moe_intermediate_size; /* I of each routed expert */
+    int32_t moe_shared_intermediate_size; /* shared expert / shared MLP width (0: none) */
+    bool moe_gated;                /* experts are down(act(gate x) * up x) (granite), else
+                                      down(act(up x)) (nemotron_h, relu2) */
+    bool moe_sigmoid;              /* sigmoid scores (nemotron_h), else softmax */
+    bool moe_norm_topk;            /* renormalize the k weights */
+    int32_t moe_n_group, moe_topk_group; /* group-limited routing (n_group > 1) */
+    double moe_routed_scale;       /* routed_scaling_factor */
+    bool moe_router_bias;          /* e_score_correction_bias (selection only) */
+    bool moe_split_experts;        /* checkpoint holds one tensor per expert */
+
+    /* Multipliers (granitemoehybrid; 1 elsewhere). */
+    double embedding_multiplier;   /* x = embed(tokens) * m */
+    double residual_multiplier;    /* x += block(x) * m */
+    double attention_scale;        /* softmax scale: attention_multiplier, else 1/sqrt(head_dim) */
+    double logits_scaling;         /* logits = lm_head(x) / s */
 } llmem_model_config;
 
 /* Parses a config.json text of `len` bytes (need not be NUL-terminated)
@@ -246,6 +270,14 @@ typedef enum llmem_weight {
     LLMEM_W_SSM_NORM,       /* [ssm_d_inner] gated RMSNorm weight */
     LLMEM_W_SSM_OUT,        /* [hidden, ssm_d_inner] */
     LLMEM_W_SSM_OUT_BIAS,   /* [hidden] (ssm_proj_bias) */
+    LLMEM_W_MOE_ROUTER,     /* [n_expert, hidden] router (gate) */
+    LLMEM_W_MOE_ROUTER_BIAS, /* [n_expert] e_score_correction_bias (moe_router_bias) */
+    LLMEM_W_MOE_UP,         /* [n_expert, I or 2I (gated: gate then up), hidden]; with
+                               moe_split_experts the checkpoint holds n_expert tensors
+                               "<name without .weight>.E.up_proj.weight" (see docs) */
+    LLMEM_W_MOE_DOWN,       /* [n_expert, hidden, I] */
+    LLMEM_W_SHARED_UP,      /* [Is or 2Is (granite: gate then up), hidden] shared expert */
+    LLMEM_W_SHARED_DOWN,    /* [hidden, Is] */
     LLMEM_W_COUNT
 } llmem_weight;
 
