@@ -52,6 +52,9 @@ bool hf_moe_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer,
                    size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims);
 /* Whether weight w is stored as one tensor per expert (nemotron_h). */
 bool hf_moe_is_split(const llmem_model_config *cfg, llmem_weight w);
+/* The checkpoint name of expert e's tensor of a split weight. */
+bool hf_moe_split_name(const llmem_model_config *cfg, llmem_weight w, int32_t layer, int32_t e,
+                       char *buf, size_t len);
 /* check_tensors for a split weight: every expert's tensor present, 2-D,
  * of one dtype and the expected shape. Statuses as check_tensors. */
 llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safetensors *st,

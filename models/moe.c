@@ -109,6 +109,13 @@ static bool expert_name(const llmem_model_config *cfg, llmem_weight w, int32_t l
     return n > 0 && (size_t)n < len;
 }
 
+bool hf_moe_split_name(const llmem_model_config *cfg, llmem_weight w, int32_t layer, int32_t e,
+                       char *buf, size_t len)
+{
+    int64_t rows, cols;
+    return expert_name(cfg, w, layer, e, buf, len, &rows, &cols);
+}
+
 llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safetensors *st,
                                 llmem_weight w, int32_t layer, char *err, size_t err_len)
 {

@@ -269,7 +269,8 @@ static int cmp_name256(const void *a, const void *b)
 
 static llmem_status used_names(const llmem_model_config *cfg, name_set *out)
 {
-    int64_t cap = 3 + (int64_t)cfg->n_layers * LLMEM_W_COUNT;
+    /* split experts: one name per expert (nemotron_h) */
+    int64_t cap = 3 + (int64_t)cfg->n_layers * (LLMEM_W_COUNT + 2 * (int64_t)cfg->n_expert);
     out->n = 0;
     out->v = malloc((size_t)cap * sizeof *out->v);
     if (!out->v)
@@ -283,8 +284,16 @@ static llmem_status used_names(const llmem_model_config *cfg, name_set *out)
     for (int32_t l = 0; l < cfg->n_layers; l++)
         for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++)
             if (llmem_model_weight(cfg, (llmem_weight)w, l, out->v[out->n], sizeof out->v[0],
-                                   shape, &nd))
-                out->n++;
+                                   shape, &nd)) {
+                if (!hf_moe_is_split(cfg, (llmem_weight)w)) {
+                    out->n++;
+                    continue;
+                }
+                for (int32_t e = 0; e < cfg->n_expert; e++)
+                    if (hf_moe_split_name(cfg, (llmem_weight)w, l, e, out->v[out->n],
+                                          sizeof out->v[0]))
+                        out->n++;
+            }
     qsort(out->v, (size_t)out->n, sizeof out->v[0], cmp_name256);
     return LLMEM_OK;
 }
