@@ -23,6 +23,7 @@ outside=$(grep -o '^-- Installing: .*' "$tmp/install.log" | sed 's/^-- Installin
 mv "$tmp/p1" "$tmp/p2"; P="$tmp/p2"
 lib="$(dirname "$(find "$P" -name 'libllmem.so.*' | head -n1)")"
 [ -f "$P/share/llmem/builtin/config.json" ] && ok "built-in model in share/llmem" || bad "no share/llmem/builtin/config.json"
+[ -f "$P/share/bash-completion/completions/llmem" ] && ok "bash completion installed" || bad "no bash completion"
 for f in "$build"/lib/llmem/libllmem-*.so; do
   [ -e "$f" ] || continue
   [ -f "$lib/llmem/$(basename "$f")" ] && ok "plugin $(basename "$f") in lib/llmem" || bad "plugin $(basename "$f") not installed in lib/llmem"

@@ -7,6 +7,12 @@
 set -euo pipefail
 bin="$1"; model="$2"; backend="${3:-cpu}"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+if [ -f "$model/tokenizer.json" ]; then
+  # the byte-level view of the checkpoint: its tokenizer's end-of-text would
+  # end these random-weight fixtures' sequences after a few tokens
+  mkdir "$tmp/bytes" && cp "$model/config.json" "$model"/*.safetensors "$tmp/bytes/"
+  model="$tmp/bytes"
+fi
 prompt=$'ROMEO:\nWhat say you, ROMEO? What say'
 fail=0
 for ps in 1 16 64; do

@@ -935,7 +935,8 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_no_loader);
     tcase_add_test(tc, test_no_driver);
-    if (vulkan_opens()) {
+    bool opens = vulkan_opens();
+    if (opens) {
         tcase_add_test(tc, test_list_and_info);
         tcase_add_test(tc, test_roundtrip);
         tcase_add_test(tc, test_suballoc);
@@ -952,5 +953,13 @@ int main(void)
     }
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    if (failed)
+        return EXIT_FAILURE;
+    if (!opens) {
+        /* only the no-loader / no-driver checks ran: ctest shows "skipped"
+         * (SKIP_RETURN_CODE 77) rather than "passed" */
+        printf("test_vulkan: skipped: the vulkan backend does not open here\n");
+        return 77;
+    }
+    return EXIT_SUCCESS;
 }

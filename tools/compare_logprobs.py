@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Compares `llmem score` output with reference log-probs (tests/fixtures/*/reference.jsonl).
 
-usage: compare_logprobs.py REFERENCE.jsonl SCORED.jsonl [--tol 1e-3] [--ppl-rel 0.005]
+usage: compare_logprobs.py REFERENCE.jsonl SCORED.jsonl [--tol 1e-3] [--ppl-rel 0.005] [--subset]
 Prints the max |delta log-prob| and both perplexities; exits 1 when a case is
 missing, a length differs, max |delta| > tol, or (with --ppl-rel) the
-perplexities differ by more than that relative amount.
+perplexities differ by more than that relative amount. With --subset the
+scored file may hold only some of the reference's cases (at least one);
+those are compared.
 """
 import json
 import math
@@ -23,12 +25,19 @@ def load(path):
 
 def main():
     args = sys.argv[1:]
-    tol, ppl_rel = 1e-3, None
+    tol, ppl_rel, subset = 1e-3, None, False
+    if "--subset" in args:
+        args.remove("--subset"); subset = True
     if "--tol" in args:
         i = args.index("--tol"); tol = float(args[i + 1]); del args[i:i + 2]
     if "--ppl-rel" in args:
         i = args.index("--ppl-rel"); ppl_rel = float(args[i + 1]); del args[i:i + 2]
     ref, got = load(args[0]), load(args[1])
+    if subset:
+        extra = [k for k in got if k not in ref]
+        if extra or not got:
+            print(f"scored cases not in the reference: {extra}" if extra else "no scored cases"); return 1
+        ref = {k: v for k, v in ref.items() if k in got}
     worst, worst_id, n, sr, sg = 0.0, None, 0, 0.0, 0.0
     for k, r in ref.items():
         if k not in got:
