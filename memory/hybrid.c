@@ -269,6 +269,86 @@ static llmem_status hy_check(llmem_memory *mem, char *err, size_t err_len)
     return LLMEM_OK;
 }
 
+/* --- state I/O: one section per child (docs/state-format.md) --------------- */
+
+static llmem_status hy_state_write_sections(llmem_memory *mem, int32_t seq,
+                                            llmem_state_writer *w, int32_t *n_sections)
+{
+    hybrid *h = hy_of(mem);
+    *n_sections = h->n_children;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_status st = llmem_state_write_section(h->child[c], seq, w);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+/* Whether every child's section holds the same sequences, token ids and
+ * positions as child 0's. */
+static bool sections_agree(hybrid *h, int32_t seq, void **tmp, char *err, size_t err_len)
+{
+    int32_t q0 = seq < 0 ? 0 : -1, q1 = seq < 0 ? h->base.n_seq_max : 0;
+    for (int32_t q = q0; q < q1; q++) {
+        int32_t len0 = -1;
+        const void *tok0 = NULL, *pos0 = NULL;
+        for (int32_t k = 0; k < h->n_children; k++) {
+            llmem_memory *m = h->child[k];
+            int32_t len = -1;
+            const void *tok = NULL, *p = NULL;
+            if (!m->iface->state_read_seq || !m->iface->state_read_seq(m, tmp[k], q, &len, &tok, &p))
+                len = -1;
+            if (k == 0) {
+                len0 = len;
+                tok0 = tok;
+                pos0 = p;
+            } else if (len != len0 || (len > 0 && (memcmp(tok, tok0, (size_t)len * 4) ||
+                                                   memcmp(p, pos0, (size_t)len * 4)))) {
+                llmem_errf(err, err_len, "sections 0 and %d disagree on sequence %d", k, q);
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+/* Prepares every child's section, checks that they agree, then applies
+ * them all (none when any fails). */
+static llmem_status hy_state_read_sections(llmem_memory *mem, int32_t seq,
+                                           const llmem_state_section *sec, int32_t n_sections,
+                                           char *err, size_t err_len)
+{
+    hybrid *h = hy_of(mem);
+    if (n_sections != h->n_children) {
+        llmem_errf(err, err_len, "stream has %d sections, this memory has %d", n_sections,
+                   h->n_children);
+        return LLMEM_E_INVALID;
+    }
+    void **tmp = calloc((size_t)h->n_children, sizeof *tmp);
+    if (!tmp)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = LLMEM_OK;
+    for (int32_t c = 0; c < h->n_children && st == LLMEM_OK; c++)
+        st = llmem_state_prepare_section(h->child[c], seq, &sec[c], c, &tmp[c], err, err_len);
+    if (st == LLMEM_OK && !sections_agree(h, seq, tmp, err, err_len))
+        st = LLMEM_E_CORRUPT;
+    if (st != LLMEM_OK) {
+        for (int32_t c = 0; c < h->n_children; c++)
+            if (tmp[c])
+                h->child[c]->iface->state_read_abort(h->child[c], tmp[c]);
+        free(tmp);
+        return st;
+    }
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_memory *m = h->child[c];
+        llmem_status s2 = m->iface->state_read_apply(m, seq, tmp[c]);
+        if (s2 != LLMEM_OK && st == LLMEM_OK)
+            st = s2; /* device upload failure after validation: reported, not undone */
+    }
+    free(tmp);
+    return st;
+}
+
 static int32_t hy_n_children(llmem_memory *mem)
 {
     return hy_of(mem)->n_children;
@@ -298,6 +378,8 @@ const llmem_memory_i hybrid_iface = {
     .struct_size = sizeof(llmem_memory_i),
     .type = "hybrid",
     .destroy = hy_destroy,
+    .state_write_sections = hy_state_write_sections,
+    .state_read_sections = hy_state_read_sections,
     .prefix_match = hy_prefix_match,
     .reserve = hy_reserve,
     .reserve_prepare = hy_reserve_prepare,

@@ -101,41 +101,59 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         return LLMEM_E_INVALID;
     }
     int32_t n = g[4];
-    if (n < 0 || n > mem->n_seq_max || (seq >= 0 && n != 1)) {
+    if (n < 0 || (seq >= 0 && n != 1)) {
         llmem_errf(err, err_len, "KV state holds %d sequences", n);
         return LLMEM_E_CORRUPT;
+    }
+    if (n > mem->n_seq_max) { /* written by a cache with a larger n_seq_max */
+        llmem_errf(err, err_len, "KV state holds %d sequences; this cache has n_seq_max %d", n,
+                   mem->n_seq_max);
+        return LLMEM_E_INVALID;
     }
     kv_tmp *t = calloc(1, sizeof *t);
     if (!t)
         return LLMEM_E_NO_MEMORY;
     t->n = n;
     t->e = calloc((size_t)(n > 0 ? n : 1), sizeof *t->e);
-    if (!t->e)
+    uint8_t *seen = calloc((size_t)mem->n_seq_max, 1); /* duplicates in O(n) */
+    if (!t->e || !seen) {
+        free(seen);
         goto nomem;
+    }
     int64_t pages = 0, ints = 0;
     size_t at = r->pos;
     for (int32_t i = 0; i < n; i++) {
         kv_entry *e = &t->e[i];
         if (!llmem_state_get_i32(r, &e->seq) || !llmem_state_get_i32(r, &e->len) || e->len < 0 ||
-            e->seq < 0 || e->seq >= mem->n_seq_max) {
+            e->seq < 0) {
             llmem_errf(err, err_len, "KV state entry %d: bad sequence id or length", i);
+            free(seen);
             goto corrupt;
         }
-        for (int32_t k = 0; k < i; k++)
-            if (t->e[k].seq == e->seq) {
-                llmem_errf(err, err_len, "KV state: sequence %d appears twice", e->seq);
-                goto corrupt;
-            }
+        if (e->seq >= mem->n_seq_max) { /* another geometry, not damage */
+            llmem_errf(err, err_len, "KV state: sequence id %d, this cache has n_seq_max %d",
+                       e->seq, mem->n_seq_max);
+            free(seen);
+            kv_state_read_abort(mem, t);
+            return LLMEM_E_INVALID;
+        }
+        if (seen[e->seq]++) {
+            llmem_errf(err, err_len, "KV state: sequence %d appears twice", e->seq);
+            free(seen);
+            goto corrupt;
+        }
         size_t ib = (size_t)e->len * sizeof(int32_t);
         size_t db = (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers;
         if ((size_t)e->len > r->len / sizeof(int32_t) || !llmem_state_peek(r, 3 * ib) ||
             !(e->data = llmem_state_peek(r, db))) {
             llmem_errf(err, err_len, "KV state entry %d: truncated", i);
+            free(seen);
             goto corrupt;
         }
         pages += (e->len + kv->p.page_size - 1) / kv->p.page_size;
         ints += 3 * (int64_t)e->len;
     }
+    free(seen);
     /* second pass: copy tokens/positions out (the stream may be unaligned) */
     t->ints = malloc((size_t)(ints > 0 ? ints : 1) * sizeof(int32_t));
     if (!t->ints)

@@ -285,18 +285,6 @@ llmem_status llmem_memory_clear(llmem_memory *mem, bool data)
 
 /* --- state I/O ---------------------------------------------------------------- */
 
-static int32_t n_sections(llmem_memory *mem)
-{
-    int32_t n = mem->iface->n_children ? mem->iface->n_children(mem) : 0;
-    return n > 0 ? n : 1;
-}
-
-static llmem_memory *section_mem(llmem_memory *mem, int32_t i)
-{
-    int32_t n = mem->iface->n_children ? mem->iface->n_children(mem) : 0;
-    return n > 0 ? mem->iface->child(mem, i) : mem;
-}
-
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int k = 0; k < 4; k++)
@@ -325,30 +313,37 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
+llmem_status llmem_state_write_section(llmem_memory *m, int32_t seq, llmem_state_writer *w)
+{
+    if (!m->iface->state_write)
+        return LLMEM_E_UNSUPPORTED;
+    size_t at = w->len;
+    llmem_state_reserve(w, SECTION_HEADER);
+    llmem_status st = m->iface->state_write(m, seq, w);
+    if (st != LLMEM_OK)
+        return st;
+    if (w->buf && w->len <= w->cap) {
+        size_t n = w->len - at - SECTION_HEADER;
+        put_u64(w->buf + at, n);
+        put_u64(w->buf + at + 8, XXH3_64bits(w->buf + at + SECTION_HEADER, n));
+    }
+    return LLMEM_OK;
+}
+
 static llmem_status state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *w)
 {
     uint8_t *h = llmem_state_reserve(w, STATE_HEADER);
-    int32_t ns = n_sections(mem);
+    int32_t ns = 1;
+    llmem_status st = mem->iface->state_write_sections
+                          ? mem->iface->state_write_sections(mem, seq, w, &ns)
+                          : llmem_state_write_section(mem, seq, w);
+    if (st != LLMEM_OK)
+        return st;
     if (h) {
         put_u32(h, STATE_MAGIC);
         put_u32(h + 4, STATE_VERSION);
         put_u32(h + 8, (uint32_t)seq);
         put_u32(h + 12, (uint32_t)ns);
-    }
-    for (int32_t i = 0; i < ns; i++) {
-        size_t at = w->len;
-        llmem_state_reserve(w, SECTION_HEADER);
-        llmem_memory *m = section_mem(mem, i);
-        if (!m->iface->state_write)
-            return LLMEM_E_UNSUPPORTED;
-        llmem_status st = m->iface->state_write(m, seq, w);
-        if (st != LLMEM_OK)
-            return st;
-        if (w->buf && w->len <= w->cap) {
-            size_t n = w->len - at - SECTION_HEADER;
-            put_u64(w->buf + at, n);
-            put_u64(w->buf + at + 8, XXH3_64bits(w->buf + at + SECTION_HEADER, n));
-        }
     }
     uint8_t *t = llmem_state_reserve(w, 8);
     if (t)
@@ -416,18 +411,19 @@ llmem_status llmem_memory_state_read(llmem_memory *mem, int32_t seq_id, const vo
                    seq_id == -1 ? "every sequence" : "one sequence");
         return LLMEM_E_INVALID;
     }
-    if (ns != n_sections(mem)) {
-        llmem_errf(err, err_len, "stream has %d sections, this memory has %d", ns,
-                   n_sections(mem));
+    if (ns < 1 || (size_t)ns > (size - STATE_HEADER - 8) / SECTION_HEADER) {
+        llmem_errf(err, err_len, "state stream: bad section count %d", ns);
+        return LLMEM_E_CORRUPT;
+    }
+    if (ns != 1 && !mem->iface->state_read_sections) {
+        llmem_errf(err, err_len, "stream has %d sections, this memory has 1", ns);
         return LLMEM_E_INVALID;
     }
-    void **tmp = calloc((size_t)ns, sizeof *tmp);
-    if (!tmp)
+    llmem_state_section *sec = calloc((size_t)ns, sizeof *sec);
+    if (!sec)
         return LLMEM_E_NO_MEMORY;
     size_t pos = STATE_HEADER, end = size - 8;
-    int32_t i;
-    for (i = 0; i < ns; i++) {
-        llmem_memory *m = section_mem(mem, i);
+    for (int32_t i = 0; i < ns && st == LLMEM_OK; i++) {
         if (end - pos < SECTION_HEADER) {
             llmem_errf(err, err_len, "section %d header truncated", i);
             st = LLMEM_E_CORRUPT;
@@ -440,65 +436,42 @@ llmem_status llmem_memory_state_read(llmem_memory *mem, int32_t seq_id, const vo
             st = LLMEM_E_CORRUPT;
             break;
         }
-        if (!m->iface->state_read_prepare) {
-            st = LLMEM_E_UNSUPPORTED;
-            break;
-        }
-        llmem_state_reader r = {.buf = b + pos, .len = (size_t)n};
-        st = m->iface->state_read_prepare(m, seq_id, &r, &tmp[i], err, err_len);
-        if (st == LLMEM_OK && (r.failed || r.pos != r.len)) {
-            m->iface->state_read_abort(m, tmp[i]);
-            tmp[i] = NULL;
-            llmem_errf(err, err_len, "section %d: payload length does not match its content", i);
-            st = LLMEM_E_CORRUPT;
-        }
-        if (st != LLMEM_OK)
-            break;
+        sec[i] = (llmem_state_section){b + pos, (size_t)n};
         pos += (size_t)n;
     }
     if (st == LLMEM_OK && pos != end) {
         llmem_errf(err, err_len, "trailing bytes after the last section");
         st = LLMEM_E_CORRUPT;
     }
-    /* the sections of a composition must describe the same sequences */
-    for (int32_t q = seq_id < 0 ? 0 : -1; st == LLMEM_OK && ns > 1 && q < (seq_id < 0 ? mem->n_seq_max : 0); q++) {
-        int32_t len0 = -1;
-        const void *tok0 = NULL, *pos0 = NULL;
-        for (int32_t k = 0; k < ns && st == LLMEM_OK; k++) {
-            llmem_memory *m = section_mem(mem, k);
-            int32_t len = -1;
-            const void *tok = NULL, *p = NULL;
-            if (!m->iface->state_read_seq || !m->iface->state_read_seq(m, tmp[k], q, &len, &tok, &p))
-                len = -1;
-            if (k == 0) {
-                len0 = len;
-                tok0 = tok;
-                pos0 = p;
-            } else if (len != len0 || (len > 0 && (memcmp(tok, tok0, (size_t)len * 4) ||
-                                                   memcmp(p, pos0, (size_t)len * 4)))) {
-                llmem_errf(err, err_len, "sections 0 and %d disagree on sequence %d", k, q);
-                st = LLMEM_E_CORRUPT;
-            }
-        }
+    if (st == LLMEM_OK && mem->iface->state_read_sections) {
+        st = mem->iface->state_read_sections(mem, seq_id, sec, ns, err, err_len);
+    } else if (st == LLMEM_OK) {
+        void *tmp = NULL;
+        st = llmem_state_prepare_section(mem, seq_id, &sec[0], 0, &tmp, err, err_len);
+        if (st == LLMEM_OK)
+            st = mem->iface->state_read_apply(mem, seq_id, tmp);
+    }
+    free(sec);
+    return st;
+}
+
+llmem_status llmem_state_prepare_section(llmem_memory *m, int32_t seq,
+                                         const llmem_state_section *sec, int32_t i, void **tmp,
+                                         char *err, size_t err_len)
+{
+    *tmp = NULL;
+    if (!m->iface->state_read_prepare)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_state_reader r = {.buf = sec->data, .len = sec->size};
+    llmem_status st = m->iface->state_read_prepare(m, seq, &r, tmp, err, err_len);
+    if (st == LLMEM_OK && (r.failed || r.pos != r.len)) {
+        m->iface->state_read_abort(m, *tmp);
+        *tmp = NULL;
+        llmem_errf(err, err_len, "section %d: payload length does not match its content", i);
+        st = LLMEM_E_CORRUPT;
     }
     if (st != LLMEM_OK)
-        i = ns;
-    if (st != LLMEM_OK) {
-        for (int32_t k = 0; k < i && k < ns; k++) {
-            llmem_memory *m = section_mem(mem, k);
-            if (tmp[k])
-                m->iface->state_read_abort(m, tmp[k]);
-        }
-        free(tmp);
-        return st;
-    }
-    for (i = 0; i < ns; i++) {
-        llmem_memory *m = section_mem(mem, i);
-        llmem_status s2 = m->iface->state_read_apply(m, seq_id, tmp[i]);
-        if (s2 != LLMEM_OK && st == LLMEM_OK)
-            st = s2; /* device upload failure after validation: reported, not undone */
-    }
-    free(tmp);
+        *tmp = NULL; /* a failed prepare keeps nothing */
     return st;
 }
 

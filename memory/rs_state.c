@@ -110,9 +110,14 @@ llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         return have ? LLMEM_E_INVALID : LLMEM_E_CORRUPT;
     }
     int32_t n;
-    if (!llmem_state_get_i32(r, &n) || n < 0 || n > mem->n_seq_max || (seq >= 0 && n != 1)) {
+    if (!llmem_state_get_i32(r, &n) || n < 0 || (seq >= 0 && n != 1)) {
         llmem_errf(err, err_len, "recurrent state: bad sequence count");
         return LLMEM_E_CORRUPT;
+    }
+    if (n > mem->n_seq_max) { /* written by a memory with a larger n_seq_max */
+        llmem_errf(err, err_len, "recurrent state holds %d sequences; this memory has n_seq_max %d",
+                   n, mem->n_seq_max);
+        return LLMEM_E_INVALID;
     }
     rs_tmp *t = calloc(1, sizeof *t);
     if (!t || !(t->e = calloc((size_t)(n > 0 ? n : 1), sizeof *t->e))) {
@@ -125,8 +130,13 @@ llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
     for (int32_t i = 0; i < n; i++) {
         rs_entry *e = &t->e[i];
         bool ok = llmem_state_get_i32(r, &e->seq) && llmem_state_get_i32(r, &e->len) &&
-                  e->seq >= 0 && e->seq < mem->n_seq_max && e->len >= 0 &&
-                  (size_t)e->len <= r->len / 8;
+                  e->seq >= 0 && e->len >= 0 && (size_t)e->len <= r->len / 8;
+        if (ok && e->seq >= mem->n_seq_max) { /* another geometry, not damage */
+            llmem_errf(err, err_len, "recurrent state: sequence id %d, this memory has n_seq_max %d",
+                       e->seq, mem->n_seq_max);
+            rs_state_read_abort(mem, t);
+            return LLMEM_E_INVALID;
+        }
         for (int32_t k = 0; ok && k < i; k++)
             ok = t->e[k].seq != e->seq;
         e->at = r->pos;

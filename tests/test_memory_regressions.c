@@ -431,6 +431,41 @@ START_TEST(hybrid_state_read_sections_disagree)
 }
 END_TEST
 
+
+/* A state stream of every sequence written by a memory with n_seq_max 4
+ * (sequence 3 in use) read into one with n_seq_max 2: other geometry, so
+ * LLMEM_E_INVALID as llmem_memory_state_read documents (it said CORRUPT),
+ * with a reason, and the memory unchanged. KV cache and recurrent. */
+START_TEST(state_n_seq_max_mismatch_is_invalid)
+{
+    llmem_backend *be = cpu();
+    for (int kind = 0; kind < 2; kind++) {
+        llmem_memory *big = kind ? rs(be, 4, 1) : kv(be, 4, 8, 4);
+        llmem_memory *small = kind ? rs(be, 2, 1) : kv(be, 4, 8, 2);
+        tb t = {0};
+        for (int32_t i = 0; i < 3; i++)
+            tb_add(&t, 7 + i, i, 3, -1);
+        ck_assert_int_eq(run_all(big, &t, 8), LLMEM_OK);
+        tb t2 = {0};
+        tb_add(&t2, 9, 0, 1, -1);
+        ck_assert_int_eq(run_all(small, &t2, 8), LLMEM_OK);
+        size_t n;
+        uint8_t *buf = stream(big, -1, &n);
+        char err[256] = "";
+        ck_assert_int_eq(llmem_memory_state_read(small, -1, buf, n, err, sizeof err),
+                         LLMEM_E_INVALID);
+        ck_assert_ptr_nonnull(strstr(err, "n_seq_max"));
+        ck_assert_int_eq(llmem_memory_seq_len(small, 1), 1); /* unchanged */
+        ck_assert_int_eq(llmem_memory_seq_pos_max(small, 1), 0);
+        assert_check(small);
+        free(buf);
+        llmem_memory_destroy(big);
+        llmem_memory_destroy(small);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
 /* Positions are int32 and the next token of a sequence goes at
  * pos_max + 1: a token at INT32_MAX leaves no next position. plan computed
  * next_pos[s]++ / pm + 1 in int32 (memory/plan.c validate): signed
@@ -519,6 +554,7 @@ int main(void)
     tcase_add_test(tc, kv_deferred_copy_misses_pending_kshift);
     tcase_add_test(tc, hybrid_state_read_sections_disagree);
     tcase_add_test(tc, position_int32_max);
+    tcase_add_test(tc, state_n_seq_max_mismatch_is_invalid);
     tcase_add_test(tc, hybrid_prefix_whole_pages_in_every_child);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

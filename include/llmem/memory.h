@@ -194,7 +194,9 @@ int32_t llmem_memory_seq_tokens(llmem_memory *mem, int32_t seq_id, int32_t *out,
  * read: replaces seq_id's content (or, with -1, the whole memory) by the
  *   serialized state. A truncated, corrupted or mismatched state returns
  *   LLMEM_E_CORRUPT or LLMEM_E_ABI (other version), LLMEM_E_INVALID (other
- *   memory geometry), LLMEM_E_NO_SPACE (does not fit), and leaves the
+ *   memory geometry: layers, shapes, dtypes, section count, or sequence ids
+ *   beyond this memory's n_seq_max), LLMEM_E_NO_SPACE (does not fit), and
+ *   leaves the
  *   memory exactly as it was. */
 llmem_status llmem_memory_state_size(llmem_memory *mem, int32_t seq_id, size_t *size);
 llmem_status llmem_memory_state_write(llmem_memory *mem, int32_t seq_id, void *buf, size_t cap,

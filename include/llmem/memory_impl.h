@@ -68,6 +68,23 @@ bool llmem_state_get(llmem_state_reader *r, void *data, size_t n);
 const void *llmem_state_peek(llmem_state_reader *r, size_t n);
 bool llmem_state_get_i32(llmem_state_reader *r, int32_t *v);
 
+/* One section of a state stream: its payload, size and checksum verified. */
+typedef struct llmem_state_section {
+    const uint8_t *data;
+    size_t size;
+} llmem_state_section;
+
+/* Writes one section (u64 size, u64 XXH3-64, then mem's state_write
+ * payload). For compositions that write a section per child. Returns
+ * state_write's status, LLMEM_E_UNSUPPORTED when mem cannot write state. */
+llmem_status llmem_state_write_section(llmem_memory *mem, int32_t seq, llmem_state_writer *w);
+/* Parses one section into *tmp with mem's state_read_prepare and checks
+ * that the payload was used exactly (else LLMEM_E_CORRUPT, nothing kept).
+ * Statuses as state_read_prepare; err gets the reason, naming section i. */
+llmem_status llmem_state_prepare_section(llmem_memory *mem, int32_t seq,
+                                         const llmem_state_section *sec, int32_t i, void **tmp,
+                                         char *err, size_t err_len);
+
 typedef struct llmem_memory_i {
     size_t struct_size;
     const char *type; /* "kv_cache", "recurrent", "hybrid", ... */
@@ -133,6 +150,20 @@ typedef struct llmem_memory_i {
      * untouched (no page taken, no cached page evicted). */
     llmem_status (*reserve_prepare)(llmem_memory *mem, const llmem_plan *plan, char *err,
                                     size_t err_len);
+
+    /* Optional: state I/O over several sections (a composition writes one
+     * per child). NULL: the memory is one section (state_write and
+     * state_read_*). state_write_sections writes its sections with
+     * llmem_state_write_section and sets *n_sections. state_read_sections
+     * receives the stream's sections (framing, sizes and checksums already
+     * verified) and reads all of them or none, with the statuses of
+     * llmem_memory_state_read (LLMEM_E_INVALID for a section count other
+     * than its own). */
+    llmem_status (*state_write_sections)(llmem_memory *mem, int32_t seq, llmem_state_writer *w,
+                                         int32_t *n_sections);
+    llmem_status (*state_read_sections)(llmem_memory *mem, int32_t seq,
+                                        const llmem_state_section *sec, int32_t n_sections,
+                                        char *err, size_t err_len);
 } llmem_memory_i;
 
 /* Base object; implementations embed it first and call llmem_memory_init. */
