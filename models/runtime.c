@@ -479,16 +479,26 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     TRY(linear(m, &h, &L->w[LLMEM_W_SSM_IN], &L->w[LLMEM_W_SSM_IN_BIAS], &zxbcdt));
     llmem_tensor z = act(m, m->off_e, T, din), xbc = act(m, m->off_c, T, cd),
                  dt = act(m, m->off_d, T, nh), conv = act(m, m->off_b, T, cd);
-    TRY(llmem_op_copy(m->be, &zxbcdt, 0, &z));
-    TRY(llmem_op_copy(m->be, &zxbcdt, din, &xbc));
-    TRY(llmem_op_copy(m->be, &zxbcdt, din + cd, &dt));
+    llmem_tensor y = act(m, m->off_a, T, din); /* zxbcdt is consumed */
+    if (T == 1) {
+        /* one token: [z | xBC | dt] are contiguous slices of in_proj's row,
+         * so the ops read them in place (three launches fewer per layer);
+         * y then goes where z would have been copied */
+        z = act(m, m->off_a, 1, din);
+        xbc = act(m, m->off_a + (size_t)din * 4, 1, cd);
+        dt = act(m, m->off_a + (size_t)(din + cd) * 4, 1, nh);
+        y = act(m, m->off_e, 1, din);
+    } else {
+        TRY(llmem_op_copy(m->be, &zxbcdt, 0, &z));
+        TRY(llmem_op_copy(m->be, &zxbcdt, din, &xbc));
+        TRY(llmem_op_copy(m->be, &zxbcdt, din + cd, &dt));
+    }
     const wt *cb = &L->w[LLMEM_W_SSM_CONV_BIAS];
     TRY(llmem_op_ssm_conv(m->be, v, 0, &xbc, &L->w[LLMEM_W_SSM_CONV].t, cb->present ? &cb->t : NULL,
                           &conv));
     llmem_ssm_params sp = {.n_heads = nh, .head_dim = c->ssm_head_dim, .d_state = c->ssm_d_state,
                            .n_groups = c->ssm_n_groups, .dt_min = (float)c->time_step_limit[0],
                            .dt_max = (float)c->time_step_limit[1]};
-    llmem_tensor y = act(m, m->off_a, T, din); /* zxbcdt is consumed */
     const wt *D = &L->w[LLMEM_W_SSM_D], *dtb = &L->w[LLMEM_W_SSM_DT_BIAS];
     TRY(llmem_op_ssm_scan(m->be, &sp, v, 1, &conv, &dt, &L->w[LLMEM_W_SSM_A_LOG].t,
                           D->present ? &D->t : NULL, dtb->present ? &dtb->t : NULL, &y));
