@@ -3,7 +3,8 @@
  *
  * The base layer (base/) holds what memories and backends both build on:
  * status names and the error formatter (status.c), dtypes (dtype.c),
- * buffers (buffer.c), the backend registry and plugin loader (registry.c),
+ * buffers (buffer.c), tensor descriptors (tensor.c), the backend registry
+ * and plugin loader (registry.c),
  * and the checks of the view description (view.c: index tables validated
  * once per ubatch, cached per backend).
  * It includes only public headers and this one; it knows no memory and no

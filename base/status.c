@@ -25,15 +25,19 @@ const char *llmem_status_str(llmem_status s)
     return "unknown status";
 }
 
-void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
+void llmem_verrf(char *err, size_t err_len, const char *fmt, va_list ap)
 {
     if (!err || err_len == 0)
         return;
+    /* An encoding error leaves err unspecified: never hand back garbage. */
+    if (vsnprintf(err, err_len, fmt, ap) < 0)
+        err[0] = '\0';
+}
+
+void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(err, err_len, fmt, ap);
+    llmem_verrf(err, err_len, fmt, ap);
     va_end(ap);
-    /* An encoding error leaves err unspecified: never hand back garbage. */
-    if (n < 0)
-        err[0] = '\0';
 }

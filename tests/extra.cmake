@@ -56,6 +56,10 @@ endforeach()
 add_test(NAME plugin_load COMMAND plugin_load)
 set_tests_properties(plugin_load PROPERTIES LABELS "core")
 
+# 4. tests/layers.sh: the #include lines keep the layers of DESIGN.md apart.
+add_test(NAME layers COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/layers.sh ${CMAKE_SOURCE_DIR})
+set_tests_properties(layers PROPERTIES LABELS "core")
+
 if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
   include(${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
 endif()

@@ -8,6 +8,7 @@
 #ifndef LLMEM_STATUS_H
 #define LLMEM_STATUS_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -42,6 +43,15 @@ const char *llmem_status_str(llmem_status s);
 void llmem_errf(char *err, size_t err_len, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* llmem_errf with a va_list, for a module's own variadic wrapper (one that
+ * adds a prefix or records the failure) so that it formats through the same
+ * function. `ap` is consumed as by vsnprintf. */
+void llmem_verrf(char *err, size_t err_len, const char *fmt, va_list ap)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 0)))
 #endif
     ;
 
