@@ -116,36 +116,52 @@ typedef struct llmem_host_api {
  * LLMEM_PLUGIN_DEFINE of <llmem/plugin.h>. */
 #define LLMEM_PLUGIN_ENTRY_SYMBOL "llmem_backend_plugin_entry"
 
-/* Folds a size or offset into a layout fingerprint (FNV-1a style, as a
- * constant expression). */
-#define LLMEM_ABI_MIX(h, v) ((((uint64_t)(h)) ^ (uint64_t)(v)) * UINT64_C(1099511628211))
+/* One term of a layout fingerprint: value v of line i, weighted by an odd
+ * constant of its own (wrapping unsigned arithmetic, a constant expression). */
+#define LLMEM_ABI_TERM(i, v) \
+    ((uint64_t)(v) * (UINT64_C(0x9E3779B97F4A7C15) * (uint64_t)(2 * (i) + 1)))
 
 /* Fingerprint of every struct a plugin reads or embeds directly: the base
  * objects, the backend info, the view description (<llmem/view.h>) and the
- * op argument structs (<llmem/ops.h>). The registry refuses a plugin whose
- * fingerprint differs from its own (LLMEM_E_ABI), so a change to any of
- * these layouts can never go unnoticed, even without a version bump. The
- * vtables (llmem_backend_i, llmem_ops_i) and the host table are not in it:
- * they grow by appending and carry struct_size. Usable only where
- * <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE, the registry). */
-#define LLMEM_BACKEND_ABI_LAYOUT                                                               \
-    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
-    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
-    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
-    LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(LLMEM_ABI_MIX(         \
-    UINT64_C(14695981039346656037),                                                            \
-    sizeof(struct llmem_backend)), offsetof(struct llmem_backend, view_checks)),               \
-    sizeof(struct llmem_buffer)), offsetof(struct llmem_buffer, write_gen)),                   \
-    sizeof(llmem_backend_info)), offsetof(llmem_backend_info, host_visible)),                  \
-    sizeof(llmem_i32_table)), offsetof(llmem_i32_table, n)),                                   \
-    sizeof(llmem_state_desc)), offsetof(llmem_state_desc, dtype)),                             \
-    sizeof(llmem_kv_view)), offsetof(llmem_kv_view, page_off)),                             \
-    sizeof(llmem_rs_view)), offsetof(llmem_rs_view, n_ckpt)),                                  \
-    sizeof(llmem_view)), offsetof(llmem_view, u)),                                             \
-    sizeof(struct llmem_tensor)), offsetof(struct llmem_tensor, ne)),                          \
-    sizeof(llmem_rope_params)), sizeof(llmem_attn_params)),                                    \
-    sizeof(llmem_ssm_params)), offsetof(llmem_ssm_params, dt_max)),                            \
-    LLMEM_TENSOR_MAX_DIMS), LLMEM_STATE_MAX_DIMS)
+ * op argument structs (<llmem/ops.h>), by size and the offset of a late
+ * member. The registry refuses a plugin whose fingerprint differs from its
+ * own (LLMEM_E_ABI), so a change to any of these layouts never goes
+ * unnoticed, even without a version bump. The vtables (llmem_backend_i,
+ * llmem_ops_i) and the host table are not in it: they grow by appending and
+ * carry struct_size. A new op argument struct gets a line here (append
+ * only). Usable where <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE, the
+ * registry). */
+#define LLMEM_BACKEND_ABI_LAYOUT                                                    \
+    (LLMEM_ABI_TERM(1, sizeof(struct llmem_backend)) +                              \
+     LLMEM_ABI_TERM(2, offsetof(struct llmem_backend, view_checks)) +               \
+     LLMEM_ABI_TERM(3, sizeof(struct llmem_buffer)) +                               \
+     LLMEM_ABI_TERM(4, offsetof(struct llmem_buffer, write_gen)) +                  \
+     LLMEM_ABI_TERM(5, sizeof(llmem_backend_info)) +                                \
+     LLMEM_ABI_TERM(6, offsetof(llmem_backend_info, host_visible)) +                \
+     LLMEM_ABI_TERM(7, sizeof(llmem_i32_table)) +                                   \
+     LLMEM_ABI_TERM(8, offsetof(llmem_i32_table, n)) +                              \
+     LLMEM_ABI_TERM(9, sizeof(llmem_state_desc)) +                                  \
+     LLMEM_ABI_TERM(10, offsetof(llmem_state_desc, dtype)) +                        \
+     LLMEM_ABI_TERM(11, sizeof(llmem_kv_view)) +                                    \
+     LLMEM_ABI_TERM(12, offsetof(llmem_kv_view, page_off)) +                        \
+     LLMEM_ABI_TERM(13, sizeof(llmem_rs_view)) +                                    \
+     LLMEM_ABI_TERM(14, offsetof(llmem_rs_view, n_ckpt)) +                          \
+     LLMEM_ABI_TERM(15, sizeof(llmem_view)) +                                       \
+     LLMEM_ABI_TERM(16, offsetof(llmem_view, u)) +                                  \
+     LLMEM_ABI_TERM(17, sizeof(struct llmem_tensor)) +                              \
+     LLMEM_ABI_TERM(18, offsetof(struct llmem_tensor, ne)) +                        \
+     LLMEM_ABI_TERM(19, sizeof(llmem_rope_params)) +                                \
+     LLMEM_ABI_TERM(20, sizeof(llmem_attn_params)) +                                \
+     LLMEM_ABI_TERM(21, sizeof(llmem_ssm_params)) +                                 \
+     LLMEM_ABI_TERM(22, offsetof(llmem_ssm_params, dt_max)) +                      \
+     LLMEM_ABI_TERM(23, LLMEM_TENSOR_MAX_DIMS) +                                    \
+     LLMEM_ABI_TERM(24, LLMEM_STATE_MAX_DIMS) +                                     \
+     LLMEM_ABI_TERM(25, sizeof(llmem_sample_params)) +                              \
+     LLMEM_ABI_TERM(26, offsetof(llmem_sample_params, seed)) +                      \
+     LLMEM_ABI_TERM(27, sizeof(llmem_moe_route_params)) +                           \
+     LLMEM_ABI_TERM(28, offsetof(llmem_moe_route_params, scale)) +                  \
+     LLMEM_ABI_TERM(29, sizeof(llmem_moe_ffn_params)) +                             \
+     LLMEM_ABI_TERM(30, offsetof(llmem_moe_ffn_params, gated)))
 
 typedef struct llmem_plugin {
     uint32_t abi_version; /* LLMEM_BACKEND_ABI_VERSION the plugin was built with */
