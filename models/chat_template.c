@@ -153,7 +153,7 @@ void ct_fail(ct_ev *e, const ct_node *n, llmem_status st, const char *fmt, ...)
         va_list ap;
         va_start(ap, fmt);
         if (k >= 0 && (size_t)k < e->err_len)
-            vsnprintf(e->err + k, e->err_len - (size_t)k, fmt, ap);
+            llmem_verrf(e->err + k, e->err_len - (size_t)k, fmt, ap);
         va_end(ap);
     }
 }

@@ -56,7 +56,7 @@ static void fail(parser *p, llmem_status st, const char *fmt, ...)
         va_list ap;
         va_start(ap, fmt);
         if (k >= 0 && (size_t)k < p->err_len)
-            vsnprintf(p->err + k, p->err_len - (size_t)k, fmt, ap);
+            llmem_verrf(p->err + k, p->err_len - (size_t)k, fmt, ap);
         va_end(ap);
     }
 }

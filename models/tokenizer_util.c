@@ -19,7 +19,7 @@ void tk_set_err(char *err, size_t err_len, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
+    llmem_verrf(err, err_len, fmt, ap);
     va_end(ap);
 }
 

@@ -31,7 +31,7 @@ static int bad(char **err_json, const char *param, const char *code, const char 
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    llmem_verrf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     *err_json = api_error_json(msg, "invalid_request_error", param, code);
     return 400;
