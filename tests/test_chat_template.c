@@ -130,6 +130,10 @@ START_TEST(test_constructs)
         {"{{ x is defined }} {{ y is not none }} {{ 3 is odd }} {{ 'a' is string }}", "{\"x\": 1, \"y\": null}",
          "True False True True"},
         {"{{ 'a,b'.split(',') }} {{ ' s '.strip() }} {{ 'abc'.startswith('ab') }}", "{}", "['a', 'b'] s True"},
+        {"a{% raw %}{{ x }}{% if %}{% endraw %}b", "{\"x\": 1}", "a{{ x }}{% if %}b"},
+        {"{{ {'k': [1, {'a': 'b'}]} | tojson(indent=2) }}", "{}", "{\n  \"k\": [\n    1,\n    {\n      \"a\": \"b\"\n    }\n  ]\n}"},
+        {"{% for m in ms | selectattr('role', 'equalto', 'user') %}{{ m.content }}{% endfor %}|{{ ms | map(attribute='role') | join(',') }}",
+         "{\"ms\": [{\"role\": \"user\", \"content\": \"A\"}, {\"role\": \"bot\", \"content\": \"B\"}]}", "A|user,bot"},
     };
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         char err[256] = "";

@@ -1,0 +1,138 @@
+/* libFuzzer harness: bytes -> llmem_tokenizer_encode / decode / the
+ * streaming detokenizer on the fixture tokenizers (tests/fixtures/
+ * tokenizers). The first byte picks the tokenizer and the flags; the rest
+ * is the text. Checked: encode succeeds, ids are in range, decode is valid
+ * UTF-8; for the byte-level gpt2 tokenizer without special-token parsing,
+ * decode(encode(x)) equals x with ill-formed UTF-8 replaced by U+FFFD
+ * (computed here, independently); the detokenizer's stream equals decode
+ * when decode has no U+FFFD. A violation aborts (libFuzzer keeps the input). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "llmem/tokenizer.h"
+
+static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace"};
+static llmem_tokenizer *tok[5];
+
+static void die(const char *what)
+{
+    fprintf(stderr, "fuzz_tokenizer: %s\n", what);
+    abort();
+}
+
+/* Unicode 3.9 well-formed UTF-8, maximal subparts replaced by U+FFFD */
+static size_t lossy(const uint8_t *s, size_t n, uint8_t *out)
+{
+    size_t i = 0, o = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
+                     : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        size_t k = 1;
+        if (len > 1) {
+            uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+            uint8_t hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+            while (k < len && i + k < n && s[i + k] >= lo && s[i + k] <= hi) {
+                k++;
+                lo = 0x80;
+                hi = 0xBF;
+            }
+        }
+        if (len && k == len) {
+            memcpy(out + o, s + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += len ? k : 1;
+        }
+    }
+    return o;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    for (int k = 0; k < 5; k++) {
+        char path[1024], err[256];
+        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", LLMEM_SOURCE_DIR, kinds[k]);
+        if (llmem_tokenizer_load(path, &tok[k], err, sizeof err) != LLMEM_OK)
+            die(err);
+    }
+    const char *dir = getenv("LLMEM_FUZZ_SEED_DIR");
+    static const char *seeds[] = {"\x00Hello world, it's <|endoftext|> 123",
+                                  "\x03  two  spaces\n\n\ttab \xF0\x9F\x98\x80",
+                                  "\x19<s>[INST] x [/INST]\xC3",
+                                  "\x0a\xE6\x97\xA5\xE6\x9C\xAC <mask>  <sep>  yes"};
+    for (size_t i = 0; dir && i < sizeof seeds / sizeof seeds[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tok_seed_%zu", dir, i);
+        FILE *f = fopen(path, "wb");
+        if (f) {
+            size_t len = strlen(seeds[i] + 1) + 1;
+            fwrite(seeds[i], 1, len, f);
+            fclose(f);
+        }
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1 || size > 4096)
+        return 0;
+    int k = data[0] % 5;
+    bool parse = data[0] & 8, add = data[0] & 16;
+    const char *text = (const char *)data + 1;
+    size_t n = size - 1;
+    int32_t *ids = NULL, n_ids = 0;
+    char err[256];
+    if (llmem_tokenizer_encode(tok[k], text, n, add, parse, &ids, &n_ids, err, sizeof err) != LLMEM_OK)
+        die(err);
+    for (int32_t i = 0; i < n_ids; i++)
+        if (ids[i] < 0 || ids[i] >= llmem_tokenizer_n_vocab(tok[k]))
+            die("id out of range");
+    char *dec = NULL;
+    size_t dlen = 0;
+    if (llmem_tokenizer_decode(tok[k], ids, n_ids, true, &dec, &dlen, err, sizeof err) != LLMEM_OK)
+        die(err);
+    uint8_t *chk = malloc(3 * dlen + 4);
+    if (lossy((const uint8_t *)dec, dlen, chk) != dlen || memcmp(chk, dec, dlen))
+        die("decode is not valid UTF-8");
+    free(chk);
+    if (k == 0 && !parse && !add) {
+        uint8_t *want = malloc(3 * n + 4);
+        size_t wl = lossy((const uint8_t *)text, n, want);
+        if (wl != dlen || memcmp(want, dec, dlen))
+            die("gpt2 decode(encode(x)) != x");
+        free(want);
+    }
+    if (!memmem(dec, dlen, "\xEF\xBF\xBD", 3)) {
+        llmem_detok *d = NULL;
+        if (llmem_detok_create(tok[k], true, &d) != LLMEM_OK)
+            die("detok_create");
+        char *s = malloc(dlen + 64);
+        size_t o = 0, got;
+        char buf[256];
+        for (int32_t i = 0; i <= n_ids; i++) {
+            llmem_status st = i < n_ids ? llmem_detok_push(d, ids[i], buf, sizeof buf, &got)
+                                        : llmem_detok_flush(d, buf, sizeof buf, &got);
+            if (st != LLMEM_OK || o + got > dlen)
+                die("detok output longer than decode");
+            memcpy(s + o, buf, got);
+            o += got;
+        }
+        if (o != dlen || memcmp(s, dec, dlen))
+            die("detok stream != decode");
+        free(s);
+        llmem_detok_destroy(d);
+    }
+    free(dec);
+    free(ids);
+    return 0;
+}
