@@ -48,6 +48,13 @@ llmem_status srv_text_open(const char *model_dir, int32_t n_vocab, srv_text **ou
             free(t);
             return st;
         }
+        if (llmem_tokenizer_n_vocab(t->tok) > n_vocab) {
+            snprintf(err, err_len, "%s has %d ids, more than the model's %d", path,
+                     llmem_tokenizer_n_vocab(t->tok), n_vocab);
+            llmem_tokenizer_destroy(t->tok);
+            free(t);
+            return LLMEM_E_INVALID;
+        }
         const char *src = llmem_tokenizer_chat_template(t->tok);
         char terr[300] = "";
         if (src && llmem_chat_template_create(src, &t->tmpl, terr, sizeof terr) != LLMEM_OK)

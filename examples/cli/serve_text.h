@@ -27,7 +27,8 @@ typedef struct srv_msg {
  * tokenizer_config.json that llmem's Jinja subset cannot parse is not an
  * error here: chat requests then fail with its message (srv_text_chat).
  * Returns LLMEM_OK; LLMEM_E_UNSUPPORTED (no tokenizer and not a byte
- * model); the tokenizer loader's errors; LLMEM_E_NO_MEMORY. err gets one
+ * model); LLMEM_E_INVALID (the tokenizer has more ids than the model); the
+ * tokenizer loader's errors; LLMEM_E_NO_MEMORY. err gets one
  * line. */
 llmem_status srv_text_open(const char *model_dir, int32_t n_vocab, srv_text **out, char *err,
                            size_t err_len);
