@@ -4,7 +4,7 @@
  * llmem_buffer_fill: one 16-byte vector (or, with UNIT_WORD, one 32-bit
  * word) per invocation. NVIDIA's vkCmdCopyBuffer moved about a fifth of
  * what its CUDA copy moves on the same GPU (docs/benchmarks.md); a compute
- * copy with 16-byte accesses runs at the memory's speed. Offsets are in
+ * copy with 16-byte accesses runs near the memory's speed. Offsets are in
  * units from the start of each binding; MODE 1 fills dst with `pattern`. */
 #include "common.glsl"
 
@@ -25,10 +25,19 @@ layout(push_constant) uniform P {
     uint n, s_off, d_off, pattern;
 } p;
 
+/* Each workgroup moves 4 * WG units: all four loads are issued before the
+ * stores, so more bytes are in flight per invocation. */
 void main()
 {
-    uint i = global_id();
-    if (i >= p.n)
-        return;
-    d[p.d_off + i] = MODE == 1u ? SPLAT(p.pattern) : s[p.s_off + i];
+    uint base = group_id() * WG * 4u + gl_LocalInvocationID.x;
+    UNIT v[4];
+    for (uint u = 0; u < 4u; u++) {
+        uint i = base + u * WG;
+        v[u] = MODE == 1u || i >= p.n ? SPLAT(p.pattern) : s[p.s_off + i];
+    }
+    for (uint u = 0; u < 4u; u++) {
+        uint i = base + u * WG;
+        if (i < p.n)
+            d[p.d_off + i] = v[u];
+    }
 }

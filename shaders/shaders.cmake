@@ -29,6 +29,7 @@ set(LLMEM_VK_SHADER_LIST
   "matmul:matmul.comp"
   "matvec:matvec.comp"
   "matvec_sg:matvec.comp:USE_SUBGROUP=1"
+  "matvec16:matvec16.comp"
   "rope:rope.comp"
   "rope_shift:rope_shift.comp"
   "kv_store:kv_store.comp"

@@ -70,8 +70,7 @@ void vk_buffer_free(llmem_backend *be, llmem_buffer *buf)
 /* Copies (src != NULL) or fills n bytes with a compute shader when the
  * offsets and the size are whole words; returns false to ask for the
  * transfer command instead. 16-byte units when everything is 16-aligned.
- * The grid is capped at 2^22 workgroups per dispatch (4 GiB of vectors at
- * 256 per group is below it). */
+ * A workgroup moves 4 * 256 units. */
 static bool compute_copy(vk_backend *v, const vk_piece *src, const vk_piece *dst,
                          uint32_t pattern, llmem_status *st)
 {
@@ -94,7 +93,7 @@ static bool compute_copy(vk_backend *v, const vk_piece *src, const vk_piece *dst
     vk_op_u32(&op, so);
     vk_op_u32(&op, d_o);
     vk_op_u32(&op, pattern);
-    *st = vk_op_run(v, &op, vk_div_up(n / unit, 256));
+    *st = vk_op_run(v, &op, vk_div_up(n / unit, 4 * 256));
     return true;
 }
 

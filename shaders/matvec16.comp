@@ -1,0 +1,89 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+/* out[0 .. MR, n] = a · wᵀ for f16/bf16 weights and few activation rows
+ * (decode), with 16-byte weight loads: TPR invocations share one weight
+ * row, each loading a uvec4 (8 weights) per step and UNROLL steps ahead,
+ * so a warp reads 512 contiguous bytes per load instruction (matvec.comp
+ * reads 2 bytes per invocation, which left NVIDIA's GEMV at about a quarter
+ * of the copy bandwidth). Needs k % 8 == 0 and 16-byte aligned rows (the
+ * host falls back to matvec.comp otherwise). f32 accumulation; the TPR
+ * partial sums of a row are added in a fixed order through shared memory,
+ * so the result does not depend on the subgroup size. */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint W_DT = 2; /* 1 f16, 2 bf16 */
+layout(constant_id = 2) const uint MR = 1;   /* activation rows */
+layout(constant_id = 3) const uint TPR = 32; /* invocations per weight-row group; divides WG */
+layout(constant_id = 4) const uint NR = 1;   /* weight rows per group: each activation load
+                                                 serves NR rows (L1 traffic / NR for MR > 1) */
+
+#define UNROLL (NR == 1u ? 4u : 2u)
+
+layout(binding = 0) readonly buffer A { vec4 a[]; };
+layout(binding = 1) readonly buffer W { uvec4 w[]; };
+layout(binding = 2) writeonly buffer O { float o[]; };
+
+layout(push_constant) uniform P {
+    uint m, n, k, a_off, w_off, o_off; /* a_off in vec4s, w_off in uvec4s, o_off in floats */
+} p;
+
+shared float part[NR * WG];
+
+vec2 widen(uint u)
+{
+    if (W_DT == 1u)
+        return unpackHalf2x16(u);
+    return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xffff0000u));
+}
+
+void main()
+{
+    const uint RPW = WG / TPR; /* weight-row groups per workgroup */
+    uint l = gl_LocalInvocationID.x;
+    uint lane = l % TPR;
+    uint n0 = (group_id() * RPW + l / TPR) * NR; /* first weight row of the group */
+    uint kv = p.k / 8u, ka = p.k / 4u;
+    float acc[MR * NR];
+    for (uint i = 0; i < MR * NR; i++)
+        acc[i] = 0.0;
+    for (uint j = lane; j < kv; j += TPR * UNROLL) {
+        uvec4 q[4 * NR];
+        for (uint u = 0; u < UNROLL; u++)
+            for (uint r = 0; r < NR; r++) {
+                uint jj = j + u * TPR;
+                q[u * NR + r] = jj < kv && n0 + r < p.n ? w[p.w_off + (n0 + r) * kv + jj] : uvec4(0u);
+            }
+        for (uint u = 0; u < UNROLL; u++) {
+            uint jj = j + u * TPR;
+            if (jj >= kv)
+                break;
+            for (uint i = 0; i < MR; i++) {
+                if (i >= p.m)
+                    break;
+                vec4 x0 = a[p.a_off + i * ka + 2u * jj], x1 = a[p.a_off + i * ka + 2u * jj + 1u];
+                for (uint r = 0; r < NR; r++) {
+                    uvec4 qq = q[u * NR + r];
+                    acc[i * NR + r] += dot(x0, vec4(widen(qq.x), widen(qq.y))) +
+                                       dot(x1, vec4(widen(qq.z), widen(qq.w)));
+                }
+            }
+        }
+    }
+    /* TPR partial sums per output, added in a fixed order, one activation
+     * row at a time through shared memory */
+    for (uint i = 0; i < MR; i++) {
+        barrier();
+        for (uint r = 0; r < NR; r++)
+            part[r * WG + l] = acc[i * NR + r];
+        barrier();
+        for (uint t = l; t < RPW * NR; t += WG) {
+            uint g = t / NR, r = t % NR;
+            uint nn = (group_id() * RPW + g) * NR + r;
+            float s = 0.0;
+            for (uint x = 0; x < TPR; x++)
+                s += part[r * WG + g * TPR + x];
+            if (nn < p.n && i < p.m)
+                o[p.o_off + i * p.n + nn] = s;
+        }
+    }
+}
