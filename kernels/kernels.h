@@ -173,6 +173,21 @@ int cuk_ssm_scan_supported(int32_t d_state);
 /* Mamba-2 selective scan, recurrent form, with ssm state {H, P, N}. */
 cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream);
 
+/* ---- moe.cu ---------------------------------------------------------------------------- */
+
+/* llmem_op_moe_route: logits [T, E] -> ids [T, k], wts [T, k]; bias [E] of
+ * dtype bdt or NULL. Needs n_group <= 32 and 2E floats of shared memory. */
+cudaError_t cuk_moe_route(const float *logits, const void *bias, int bdt, int32_t *ids,
+                          float *wts, int64_t T, int32_t E, int32_t k, int sigmoid, int norm,
+                          int32_t n_group, int32_t topk_group, float scale, cudaStream_t stream);
+/* llmem_op_moe_ffn: x [T, D], ids/wts [T, k], up [E, (gated ? 2 : 1) I, D],
+ * down [E, D, I] of dtype wdt -> out [T, D]; scratch holds T*k*(I + D)
+ * floats; act 0 silu, 1 relu2. */
+cudaError_t cuk_moe_ffn(const float *x, const int32_t *ids, const float *wts, const void *up,
+                        const void *down, int wdt, float *out, float *scratch, int64_t T,
+                        int32_t D, int32_t I, int32_t E, int32_t k, int gated, int act,
+                        cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_ops_moe.h"
 #include "kernels/kernels.h"
 #include "llmem/view.h"
 
@@ -604,6 +605,8 @@ const struct llmem_ops_i cuda_ops = {
     .logprob_gather = op_logprob_gather,
     .top_logprobs = op_top_logprobs,
     .matmul_fast = op_matmul_fast,
+    .moe_route = cuda_op_moe_route,
+    .moe_ffn = cuda_op_moe_ffn,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)

@@ -1,0 +1,59 @@
+/* llmem cuda plugin: the mixture-of-experts slots of the ops table
+ * (kernels/moe.cu). The wrappers of backends/ops_moe.c have checked every
+ * argument; the kernels skip expert ids outside [0, E). */
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_ops_moe.h"
+#include "kernels/kernels.h"
+
+static void *moe_ptr(const llmem_tensor *t)
+{
+    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
+}
+
+static llmem_status moe_done(cuda_backend *cb, cudaError_t e, const char *what)
+{
+    llmem_status st = cuda_check(cb, e, what);
+    if (st == LLMEM_OK && cb->sync_each_op)
+        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
+    return st;
+}
+
+llmem_status cuda_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
+                               llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
+                               llmem_ct *weights)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    if (p->n_group > 32 || (size_t)p->n_expert * 8 > 48 * 1024)
+        return LLMEM_E_UNSUPPORTED;
+    return moe_done(cb, cuk_moe_route(moe_ptr(logits), moe_ptr(bias), bias ? (int)bias->dtype : 0,
+                                      moe_ptr(ids), moe_ptr(weights), logits->ne[0], p->n_expert,
+                                      p->n_expert_used, p->scoring == LLMEM_MOE_SIGMOID,
+                                      p->norm_topk, p->n_group, p->topk_group, p->scale,
+                                      cb->stream),
+                    "moe_route");
+}
+
+llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
+                             llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
+                             llmem_ct *out)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    int64_t T = x->ne[0], D = x->ne[1], k = ids->ne[1], I = w_down->ne[2];
+    if ((I + 7) / 8 > 65535 || (D + 7) / 8 > 65535)
+        return LLMEM_E_UNSUPPORTED;
+    void *scratch;
+    if ((st = cuda_scratch(cb, (size_t)(T * k * (I + D)) * sizeof(float) + 256, &scratch)) !=
+        LLMEM_OK)
+        return st;
+    return moe_done(cb, cuk_moe_ffn(moe_ptr(x), moe_ptr(ids), moe_ptr(weights), moe_ptr(w_up),
+                                    moe_ptr(w_down), (int)w_up->dtype, moe_ptr(out), scratch, T,
+                                    (int32_t)D, (int32_t)I, w_up->ne[0], (int32_t)k, p->gated,
+                                    p->act == LLMEM_MOE_ACT_RELU2, cb->stream),
+                    "moe_ffn");
+}
