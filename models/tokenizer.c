@@ -640,6 +640,32 @@ llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out, char 
         a->norm = nb.p;
         a->norm_len = (uint32_t)nb.n;
     }
+    for (int pass = 0; pass < 2; pass++) { /* index by first byte (counting sort) */
+        int32_t *start = tok->added_byte_start[pass];
+        tok->added_by_byte[pass] = malloc(sizeof(int32_t) * (size_t)(tok->n_added + 1));
+        if (!tok->added_by_byte[pass]) {
+            st = LLMEM_E_NO_MEMORY;
+            goto fail;
+        }
+        int32_t count[257] = {0};
+        for (int k = 0; k < tok->n_added; k++) {
+            const tk_added *a = &tok->added[k];
+            const char *first = pass ? a->norm : a->content;
+            if (a->normalized == (pass == 1) && first && (pass ? a->norm_len : a->len))
+                count[(unsigned char)first[0]]++;
+        }
+        start[0] = 0;
+        for (int b = 0; b < 256; b++)
+            start[b + 1] = start[b] + count[b];
+        int32_t fill[256];
+        memcpy(fill, start, sizeof fill);
+        for (int k = 0; k < tok->n_added; k++) {
+            const tk_added *a = &tok->added[k];
+            const char *first = pass ? a->norm : a->content;
+            if (a->normalized == (pass == 1) && first && (pass ? a->norm_len : a->len))
+                tok->added_by_byte[pass][fill[(unsigned char)first[0]]++] = k;
+        }
+    }
     for (int32_t id = 0; id < tok->n_vocab; id++)
         if (id == tok->eos || ((tok->flags[id] & TK_F_SPECIAL) && eog_name(tok->piece[id])))
             tok->flags[id] |= TK_F_EOG;
@@ -686,6 +712,8 @@ void llmem_tokenizer_destroy(llmem_tokenizer *tok)
         free(tok->added[i].norm);
     }
     free(tok->added);
+    free(tok->added_by_byte[0]);
+    free(tok->added_by_byte[1]);
     free(tok->prefix);
     free(tok->suffix);
     free(tok->bos_str);

@@ -259,9 +259,14 @@ static bool split_added(const llmem_tokenizer *tok, const char *s, size_t n, boo
     for (size_t i = 0; i < n;) {
         int best = -1;
         size_t best_len = 0;
-        for (int k = 0; k < tok->n_added; k++) {
+        /* only the added tokens whose text starts with this byte */
+        const int32_t *by_byte = tok->added_by_byte[norm_pass];
+        int32_t c0 = tok->added_byte_start[norm_pass][(unsigned char)s[i]];
+        int32_t c1 = tok->added_byte_start[norm_pass][(unsigned char)s[i] + 1];
+        for (int32_t ci = c0; ci < c1; ci++) {
+            int k = by_byte[ci];
             const tk_added *a = &tok->added[k];
-            if (a->normalized != norm_pass || (a->special && !parse_special))
+            if (a->special && !parse_special)
                 continue;
             const char *c = norm_pass ? a->norm : a->content;
             size_t cl = norm_pass ? a->norm_len : a->len;

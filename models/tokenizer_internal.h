@@ -117,6 +117,10 @@ struct llmem_tokenizer {
 
     tk_added *added;
     int n_added;
+    /* added tokens by first byte, per pass (0: raw text, 1: normalized):
+     * added_by_byte[p][added_byte_start[p][b] .. added_byte_start[p][b + 1]) */
+    int32_t *added_by_byte[2];
+    int32_t added_byte_start[2][257];
 
     int32_t *prefix, *suffix; /* ids add_special adds */
     int n_prefix, n_suffix;
