@@ -119,16 +119,16 @@ static llmem_status cow_page(kv_cache *kv, kv_seq *s, int32_t i)
 
 int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t *out)
 {
-    int32_t ps = kv->p.page_size, k = 0, parent = -1;
+    int32_t ps = kv->p.page_size, k = 0;
     uint64_t h = PAGE_HASH_SEED;
     for (; (int64_t)(k + 1) * ps <= n; k++) {
+        uint64_t parent = h;
         h = page_hash(h, tokens + (size_t)k * (size_t)ps, ps);
         int32_t p = page_pool_lookup(&kv->pool, h, parent, tokens + (size_t)k * (size_t)ps);
         if (p < 0)
             break;
         if (out)
             out[k] = p;
-        parent = p;
     }
     return k;
 }
@@ -159,8 +159,8 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page)
         for (int32_t j = 0; j < ps; j++)
             if (s->pos.v[k * ps + j] != k * ps + j || tok[j] < 0 || kv->page_shift[p])
                 return; /* shifted positions or embeddings: not reusable */
-        pp->hash[p] = page_hash(prev >= 0 ? pp->hash[prev] : PAGE_HASH_SEED, tok, ps);
-        pp->parent[p] = prev;
+        pp->parent_hash[p] = prev >= 0 ? pp->hash[prev] : PAGE_HASH_SEED;
+        pp->hash[p] = page_hash(pp->parent_hash[p], tok, ps);
         memcpy(pp->tokens + (size_t)p * (size_t)ps, tok, (size_t)ps * sizeof *tok);
         pp->hashed[p] = 1;
         page_pool_publish(pp, p);
@@ -185,9 +185,14 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
     s->tokens.n = s->pos.n = first;
     pos_meta_truncated(&s->pm, &s->pos);
     if (first % kv->p.page_size) {
+        /* its tail will be overwritten: a page no one else holds leaves the
+         * index and is written in place (no copy, so an append that fits
+         * exactly still fits); a shared one is copied on the next write */
         int32_t last = s->pages.v[s->pages.n - 1];
-        if (page_writable(kv, last))
-            kv->pool.hashed[last] = 0; /* its tail will be overwritten */
+        if (kv->pool.ref[last] == 1) {
+            page_pool_unpublish(&kv->pool, last);
+            kv->pool.hashed[last] = 0;
+        }
     }
     return LLMEM_OK;
 }

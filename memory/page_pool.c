@@ -23,14 +23,14 @@ bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size)
     pp->published = calloc(n, 1);
     pp->hashed = calloc(n, 1);
     pp->hash = calloc(n, sizeof *pp->hash);
-    pp->parent = calloc(n, sizeof *pp->parent);
+    pp->parent_hash = calloc(n, sizeof *pp->parent_hash);
     pp->tokens = calloc(n * (size_t)page_size, sizeof *pp->tokens);
     pp->free_stack = malloc(n * sizeof *pp->free_stack);
     pp->lru_prev = malloc(n * sizeof *pp->lru_prev);
     pp->lru_next = malloc(n * sizeof *pp->lru_next);
     pp->bucket = malloc((size_t)nb * sizeof *pp->bucket);
     pp->bucket_next = malloc(n * sizeof *pp->bucket_next);
-    if (!pp->ref || !pp->published || !pp->hashed || !pp->hash || !pp->parent || !pp->tokens ||
+    if (!pp->ref || !pp->published || !pp->hashed || !pp->hash || !pp->parent_hash || !pp->tokens ||
         !pp->free_stack || !pp->lru_prev || !pp->lru_next || !pp->bucket || !pp->bucket_next) {
         page_pool_finish(pp);
         return false;
@@ -45,7 +45,7 @@ void page_pool_finish(page_pool *pp)
     free(pp->published);
     free(pp->hashed);
     free(pp->hash);
-    free(pp->parent);
+    free(pp->parent_hash);
     free(pp->tokens);
     free(pp->free_stack);
     free(pp->lru_prev);
@@ -167,13 +167,13 @@ uint64_t page_hash(uint64_t parent_hash, const int32_t *tokens, int32_t n)
     return XXH3_64bits_withSeed(tokens, (size_t)n * sizeof *tokens, parent_hash);
 }
 
-int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, int32_t parent,
+int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, uint64_t parent_hash,
                          const int32_t *tokens)
 {
     size_t row = (size_t)pp->page_size * sizeof *tokens;
     for (int32_t p = pp->bucket[hash & (uint64_t)(pp->n_buckets - 1)]; p >= 0;
          p = pp->bucket_next[p])
-        if (pp->hash[p] == hash && pp->parent[p] == parent &&
+        if (pp->hash[p] == hash && pp->parent_hash[p] == parent_hash &&
             memcmp(pp->tokens + (size_t)p * (size_t)pp->page_size, tokens, row) == 0)
             return p;
     return -1;
@@ -183,9 +183,7 @@ bool page_pool_publish(page_pool *pp, int32_t p)
 {
     if (pp->published[p] || !pp->hashed[p])
         return false;
-    if (page_pool_lookup(pp, pp->hash[p], pp->parent[p],
-                         pp->tokens + (size_t)p * (size_t)pp->page_size) >= 0)
-        return false;
+    /* head insertion: lookups find the newest copy first */
     int32_t b = (int32_t)(pp->hash[p] & (uint64_t)(pp->n_buckets - 1));
     pp->bucket_next[p] = pp->bucket[b];
     pp->bucket[b] = p;

@@ -19,7 +19,7 @@ typedef struct page_pool {
     uint8_t *published;
     uint8_t *hashed;     /* hash/parent valid: the page is full and its prefix canonical */
     uint64_t *hash;      /* chained XXH3-64 of the tokens up to and including this page */
-    int32_t *parent;     /* previous page in the chain, -1 for the first */
+    uint64_t *parent_hash; /* chain hash of the previous page, PAGE_HASH_SEED for the first */
     int32_t *tokens;     /* [n_pages][page_size] token ids the hash covers */
     int32_t *free_stack;
     int32_t n_free;
@@ -48,11 +48,16 @@ bool page_pool_unref(page_pool *pp, int32_t p);
 /* Prefix index. */
 uint64_t page_hash(uint64_t parent_hash, const int32_t *tokens, int32_t n);
 #define PAGE_HASH_SEED 0x6c6c6d656d2d6b76ull
-/* Finds the published page holding `tokens` after `parent` with `hash`, or -1. */
-int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, int32_t parent,
+/* Finds a published page holding `tokens` with chain hash `hash` whose
+ * parent's chain hash is `parent_hash`, or -1. The chain is keyed by content
+ * (this page's tokens and its parent's content hash), never by page id, so
+ * every copy of a prefix is findable; among equal pages the most recently
+ * published one is returned. */
+int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, uint64_t parent_hash,
                          const int32_t *tokens);
-/* Publishes a hashed page unless an equal one is already published; returns
- * whether it was published. */
+/* Publishes a hashed page (duplicates of published pages included, so a
+ * second copy stays reachable when the first is evicted); returns whether
+ * it was published. */
 bool page_pool_publish(page_pool *pp, int32_t p);
 /* Removes a page from the index (it stays used / becomes free). */
 void page_pool_unpublish(page_pool *pp, int32_t p);

@@ -541,6 +541,117 @@ START_TEST(hybrid_prefix_whole_pages_in_every_child)
 }
 END_TEST
 
+/* Plans t and returns how many tokens of seq the prefix cache serves; the
+ * plan is released unrun. */
+static int32_t cached_of(llmem_memory *m, tb *t, int32_t seq)
+{
+    llmem_plan *p = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_plan(m, tb_get(t), LLMEM_SPLIT_AUTO, 512, &p, err, sizeof err) ==
+                      LLMEM_OK,
+                  "%s", err);
+    int32_t c = llmem_plan_n_cached(p, seq);
+    llmem_memory_release(m, p);
+    return c;
+}
+
+/* KV cache, issue 13 defect 1: a prefix computed twice in one batch (seq 0:
+ * tokens 1..8, seq 1: tokens 1..12, page size 4). The second copy's pages 0
+ * and 1 duplicate seq 0's and were never published, and lookups followed
+ * parents by page id, so its page 2 (tokens 9..12) was unreachable: a
+ * follow-up hit 8 tokens where 12 are cached. Contract: the chain is keyed
+ * by content, every copy is findable; 12 tokens of 1..12 are held in whole
+ * pages, and the follow-up 1..12,13 may skip all but its last token. */
+START_TEST(kv_duplicate_prefix_chain_by_content)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 16, 4);
+    tb t = {0};
+    for (int32_t j = 0; j < 12; j++) {
+        if (j < 8)
+            tb_add(&t, 1 + j, j, 0, -1);
+        tb_add(&t, 1 + j, j, 1, -1);
+    }
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    t.n = 0;
+    for (int32_t j = 0; j < 13; j++)
+        tb_add(&t, 1 + j, j, 2, -1);
+    ck_assert_int_eq(cached_of(m, &t, 2), 12);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* KV cache, issue 13 defect 1: the same 8-token prefix computed by seq 0
+ * and seq 1 in one batch; seq 0 is removed and its (cached) pages are
+ * evicted. The duplicate seq 1 still holds was invisible: 0 hits where 8
+ * are cached. Contract: the held copy is found (8 = two whole pages of 4). */
+START_TEST(kv_duplicate_prefix_found_after_eviction)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 8, 4);
+    tb t = {0};
+    for (int32_t j = 0; j < 8; j++) {
+        tb_add(&t, 1 + j, j, 0, -1);
+        tb_add(&t, 1 + j, j, 1, -1);
+    }
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    t.n = 0;
+    for (int32_t j = 0; j < 24; j++) /* 6 pages: the 4 free ones and seq 0's 2 cached */
+        tb_add(&t, 100 + j, j, 2, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    llmem_memory_stats st;
+    ck_assert_int_eq(llmem_memory_get_stats(m, &st), LLMEM_OK);
+    ck_assert_int_eq(st.prefix_evictions, 2);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 2, -1, -1), LLMEM_OK);
+    t.n = 0;
+    for (int32_t j = 0; j < 9; j++)
+        tb_add(&t, 1 + j, j, 3, -1);
+    ck_assert_int_eq(cached_of(m, &t, 3), 8);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* KV cache, issue 13 defect 2: a sequence fills both pages of a 2-page
+ * cache (tokens 1..8, page size 4, both published), rolls back to 6 tokens
+ * (a rejected draft), and appends 2 new tokens. They fit exactly in the
+ * page it holds alone, but the page stayed published, so the append wanted
+ * a copy and failed with LLMEM_E_NO_SPACE. Contract: a published page no
+ * one else holds is unpublished by the rollback and written in place (no
+ * copy), and its old content is no longer found. */
+START_TEST(kv_exact_fit_after_rollback)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 2, 2);
+    tb t = {0};
+    for (int32_t j = 0; j < 8; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 6, -1), LLMEM_OK);
+    t.n = 0;
+    tb_add(&t, 70, 6, 0, -1);
+    tb_add(&t, 71, 7, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    llmem_memory_stats st;
+    ck_assert_int_eq(llmem_memory_get_stats(m, &st), LLMEM_OK);
+    ck_assert_int_eq(st.cow_copies, 0);
+    assert_check(m);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    t.n = 0; /* the old tail 7, 8 is gone from the index: only page 0 hits */
+    for (int32_t j = 0; j < 6; j++)
+        tb_add(&t, 1 + j, j, 1, -1);
+    tb_add(&t, 7, 6, 1, -1);
+    tb_add(&t, 8, 7, 1, -1);
+    ck_assert_int_eq(cached_of(m, &t, 1), 4);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_regressions");
@@ -556,6 +667,9 @@ int main(void)
     tcase_add_test(tc, position_int32_max);
     tcase_add_test(tc, state_n_seq_max_mismatch_is_invalid);
     tcase_add_test(tc, hybrid_prefix_whole_pages_in_every_child);
+    tcase_add_test(tc, kv_duplicate_prefix_chain_by_content);
+    tcase_add_test(tc, kv_duplicate_prefix_found_after_eviction);
+    tcase_add_test(tc, kv_exact_fit_after_rollback);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -100,7 +100,6 @@ static int32_t mr_kv_new(mr_kv *kv)
     p->live = true;
     p->ref = 1;
     p->phys = -1;
-    p->parent = -1;
     return a;
 }
 
@@ -167,15 +166,17 @@ int32_t mr_div_up(int32_t a, int32_t b)
 }
 
 /* Published pages matching tokens[0, n) page by page from the first,
- * keyed by (physical parent, whole token prefix). */
+ * keyed by the whole token prefix (content, never page ids: every copy of a
+ * prefix is findable); among equal pages the most recently published. */
 int32_t mr_kv_match(const mr_kv *kv, const int32_t *tokens, int32_t n, int32_t *out)
 {
-    int32_t ps = kv->ps, k = 0, parent = -1;
+    int32_t ps = kv->ps, k = 0;
     for (; (int64_t)(k + 1) * ps <= n; k++) {
         int32_t found = -1, len = (k + 1) * ps;
-        for (int32_t a = 0; a < kv->n_pg && found < 0; a++) {
+        for (int32_t a = 0; a < kv->n_pg; a++) {
             const mr_page *p = &kv->pg[a];
-            if (p->live && p->pub && p->parent == parent && p->prefix.n == len &&
+            if (p->live && p->pub && p->prefix.n == len &&
+                (found < 0 || p->pubstamp > kv->pg[found].pubstamp) &&
                 memcmp(p->prefix.v, tokens, (size_t)len * sizeof *tokens) == 0)
                 found = a;
         }
@@ -183,14 +184,13 @@ int32_t mr_kv_match(const mr_kv *kv, const int32_t *tokens, int32_t n, int32_t *
             break;
         if (out)
             out[k] = found;
-        parent = kv->pg[found].phys;
     }
     return k;
 }
 
 /* Page k of seq just became full at commit: publish it when the contract
  * says so (canonical positions, known tokens, no pending K-shift, the
- * previous page part of a chain, no equal page published already). */
+ * previous page part of a chain), equal published pages or not. */
 void mr_kv_publish(mr_kv *kv, const mr_seqv *s, int32_t seq, int32_t k)
 {
     int32_t ps = kv->ps;
@@ -204,19 +204,11 @@ void mr_kv_publish(mr_kv *kv, const mr_seqv *s, int32_t seq, int32_t k)
         if (s->v[j].pos != j || s->v[j].token < 0)
             return;
     p->hashed = true;
-    p->parent = k > 0 ? kv->pg[t->v[k - 1]].phys : -1;
     p->prefix.n = 0;
     for (int32_t j = 0; j < (k + 1) * ps; j++)
         mr_ilist_push(&p->prefix, s->v[j].token);
-    int32_t self = t->v[k];
-    for (int32_t a = 0; a < kv->n_pg; a++) {
-        const mr_page *q = &kv->pg[a];
-        if (a != self && q->live && q->pub && q->parent == p->parent &&
-            q->prefix.n == p->prefix.n &&
-            memcmp(q->prefix.v, p->prefix.v, (size_t)p->prefix.n * sizeof(int32_t)) == 0)
-            return; /* an equal page is published: this one stays private */
-    }
     p->pub = true;
+    p->pubstamp = ++kv->pubclock;
 }
 
 /* --- recurrent states ---------------------------------------------------------------- */

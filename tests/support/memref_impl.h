@@ -23,7 +23,7 @@ typedef struct mr_page {
     bool hashed;  /* full, canonical, its whole chain known: may parent a published page */
     bool shift;   /* holds keys whose K-shift has not been applied yet */
     int32_t phys; /* physical page id, learned by memref_bind; -1 unknown */
-    int32_t parent;   /* physical id of the previous page of the chain (-1: first page) */
+    uint64_t pubstamp; /* when it was last published: among equal pages the newest is found */
     mr_ilist prefix;  /* token ids from position 0 through the end of this page */
     uint64_t lru;     /* when it last became cached */
 } mr_page;
@@ -43,6 +43,7 @@ typedef struct mr_kv {
     int32_t n_pg, cap_pg;
     mr_ilist tab[MR_MAX_SEQ]; /* page table of each sequence (abstract ids) */
     uint64_t clock;
+    uint64_t pubclock;
     int64_t hits, evictions, cows;
     /* pools, from the first view of each local layer */
     llmem_buffer *k[MR_MAX_LAYERS], *v[MR_MAX_LAYERS];

@@ -482,9 +482,13 @@ static void drop_seq(memref *r, int32_t s, int32_t keep)
         if (ch->cfg.kv) {
             mr_kv_drop_from(&ch->kv, s, mr_div_up(keep, ch->kv.ps));
             if (keep % ch->kv.ps) {
+                /* rollback into a page no one else holds: it leaves the
+                 * prefix index and is written in place */
                 int32_t a = ch->kv.tab[s].v[ch->kv.tab[s].n - 1];
-                if (mr_kv_writable(&ch->kv, a))
+                if (ch->kv.pg[a].ref == 1) {
+                    ch->kv.pg[a].pub = false;
                     ch->kv.pg[a].hashed = false;
+                }
             }
         } else {
             mr_rs *rs = &ch->rs;
