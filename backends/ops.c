@@ -152,6 +152,30 @@ llmem_status llmem_op_matmul_fast(llmem_backend *be, const llmem_tensor *a, cons
     return matmul_checked(be, a, w, out, fn ? fn : SLOT(be, matmul));
 }
 
+llmem_status llmem_op_matmul_swiglu(llmem_backend *be, const llmem_tensor *a,
+                                    const llmem_tensor *gate, const llmem_tensor *up,
+                                    const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *) =
+        SLOT(be, matmul_swiglu);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    if (!tensor_ok(be, a, DT_F32) || !tensor_ok(be, gate, DT_FLOAT) ||
+        !tensor_ok(be, up, DT_FLOAT) || !tensor_ok(be, out, DT_F32))
+        return LLMEM_E_INVALID;
+    if (a->n_dims != 2 || gate->n_dims != 2 || out->n_dims != 2 || gate->dtype != up->dtype ||
+        !same_shape(gate, up) || a->ne[1] != gate->ne[1] || out->ne[0] != a->ne[0] ||
+        out->ne[1] != gate->ne[0])
+        return LLMEM_E_INVALID;
+    if (overlaps(out, a) || overlaps(out, gate) || overlaps(out, up))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    return fn(be, a, gate, up, out);
+}
+
 static llmem_status matmul_checked(llmem_backend *be, const llmem_tensor *a,
                                    const llmem_tensor *w, const llmem_tensor *out,
                                    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *,

@@ -3,7 +3,7 @@
  * (not part of the build; docs/benchmarks.md "CUDA, issue 11" has the
  * command). Build:
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I. \
- *        kernels/bench_gemv.cu kernels/matmul.cu -o bench_gemv
+ *        kernels/bench_gemv.cu kernels/matmul.cu kernels/basic.cu -o bench_gemv
  * Prints, per shape and M in {1, 4}: time (median of 50 after 5 warm-ups,
  * rotating over enough weight copies to defeat the 60 MB L2), GB/s of
  * weight bytes, and the fraction of the copy bandwidth measured here
@@ -66,7 +66,7 @@ int main()
                   {"lm_head", 128256, 4096}};
     float *a, *out;
     CK(cudaMalloc(&a, 4 * 14336 * sizeof(float)));
-    CK(cudaMalloc(&out, 4 * 128256 * sizeof(float)));
+    CK(cudaMalloc(&out, 8 * 128256 * sizeof(float)));
     std::vector<float> ha(4 * 14336);
     for (size_t i = 0; i < ha.size(); i++)
         ha[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
@@ -111,6 +111,39 @@ int main()
             printf("%-12s %7d %7d %3d %10.1f %10.1f %7.1f%%   x20: %7.1f us %6.1f%%\n", sh.name,
                    sh.n, sh.k, m, sec * 1e6, wbytes / sec / 1e9, 100.0 * wbytes / sec / copy_bw,
                    sb * 1e6, 100.0 * wbytes / sb / copy_bw);
+        }
+        if (sh.n == 14336) { /* fused gate/up + SwiGLU against two GEMVs + swiglu */
+            for (int m : {1, 4}) {
+                std::vector<float> tf, tu;
+                for (int i = 0; i < 27; i++) {
+                    CK(cudaEventRecord(e0, s));
+                    for (int j = 0; j < 10; j++)
+                        CK(cuk_gemv_swiglu(a, w[(2 * j) % copies], w[(2 * j + 1) % copies], 2, out,
+                                           m, sh.n, sh.k, s));
+                    CK(cudaEventRecord(e1, s));
+                    CK(cudaEventSynchronize(e1));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    if (i >= 2)
+                        tf.push_back(ms / 10);
+                    CK(cudaEventRecord(e0, s));
+                    for (int j = 0; j < 10; j++) {
+                        CK(cuk_gemv(a, w[(2 * j) % copies], 2, out, m, sh.n, sh.k, s));
+                        CK(cuk_gemv(a, w[(2 * j + 1) % copies], 2, out + 4 * 14336, m, sh.n, sh.k,
+                                    s));
+                        CK(cuk_elementwise(CUK_EW_SWIGLU, out, out + 4 * 14336, 0, 0.0f, out,
+                                           (int64_t)m * sh.n, s));
+                    }
+                    CK(cudaEventRecord(e1, s));
+                    CK(cudaEventSynchronize(e1));
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    if (i >= 2)
+                        tu.push_back(ms / 10);
+                }
+                double sf = median_ms(tf) * 1e-3, su = median_ms(tu) * 1e-3;
+                printf("gate+up+swiglu M=%d: fused %.1f us (%.1f%% of copy), unfused %.1f us\n", m,
+                       sf * 1e6, 100.0 * 2 * wbytes / sf / copy_bw, su * 1e6);
+            }
         }
         for (int c = 0; c < copies; c++)
             CK(cudaFree(w[c]));

@@ -56,6 +56,11 @@ cudaError_t cuk_log_softmax(const float *x, int64_t rows, int64_t cols, float *o
 cudaError_t cuk_argmax(const float *x, int64_t rows, int64_t cols, int32_t *out,
                        cudaStream_t stream);
 
+/* out[M, N] = silu(a · wgᵀ) * (a · wuᵀ) for M <= CUK_GEMV_MAX_M (matmul.cu);
+ * cudaErrorNotSupported when a, wg, wu or K do not allow 16-byte loads. */
+cudaError_t cuk_gemv_swiglu(const float *a, const void *wg, const void *wu, int wdt, float *out,
+                            int32_t m, int32_t n, int32_t k, cudaStream_t stream);
+
 /* ---- sample.cu ---------------------------------------------------------------------- */
 
 /* One token per row of logits [rows, cols] by <llmem/ops.h> llmem_op_sample

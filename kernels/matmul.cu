@@ -332,6 +332,100 @@ extern "C" cudaError_t cuk_gemv(const float *a, const void *w, int wdt, float *o
     }
 }
 
+/* Fused gate/up GEMV + SwiGLU (issue 11): one warp per output column reads
+ * row j of gate and of up (GEMV_UNROLL / 2 chunks of each in flight per
+ * lane) against the same activation chunk, and writes silu(g) * u: one
+ * launch instead of two GEMVs and an element-wise kernel, and neither
+ * product goes through memory. VEC layout only. */
+template <typename WT>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+    gemv_swiglu_kernel(const float *__restrict__ a, const void *__restrict__ wg,
+                       const void *__restrict__ wu, float *__restrict__ out, int32_t m,
+                       int32_t n, int32_t k)
+{
+    constexpr int E = cuk_unpack16<WT>::n;
+    constexpr int U = GEMV_UNROLL / 2;
+    int lane = threadIdx.x & 31;
+    int64_t col = (int64_t)blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (col >= n)
+        return;
+    float ag[CUK_GEMV_MAX_M], au[CUK_GEMV_MAX_M];
+#pragma unroll
+    for (int i = 0; i < CUK_GEMV_MAX_M; i++)
+        ag[i] = au[i] = 0.0f;
+    int64_t chunks = k / E;
+    const uint4 *rg = (const uint4 *)((const char *)wg + col * (int64_t)k * sizeof(WT));
+    const uint4 *ru = (const uint4 *)((const char *)wu + col * (int64_t)k * sizeof(WT));
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * U) {
+        uint4 vg[U], vu[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t c = c0 + 32 * u;
+            vg[u] = c < chunks ? __ldg(rg + c) : make_uint4(0, 0, 0, 0);
+            vu[u] = c < chunks ? __ldg(ru + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int64_t c = c0 + 32 * u;
+            if (c >= chunks)
+                break;
+            float fg[E], fu[E];
+            cuk_unpack16<WT>::run(vg[u], fg);
+            cuk_unpack16<WT>::run(vu[u], fu);
+#pragma unroll
+            for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+                if (i >= m)
+                    break;
+                const float4 *ar = (const float4 *)(a + (int64_t)i * k + c * E);
+#pragma unroll
+                for (int e = 0; e < E / 4; e++) {
+                    float4 av = __ldg(ar + e);
+                    ag[i] += av.x * fg[4 * e] + av.y * fg[4 * e + 1] + av.z * fg[4 * e + 2] +
+                             av.w * fg[4 * e + 3];
+                    au[i] += av.x * fu[4 * e] + av.y * fu[4 * e + 1] + av.z * fu[4 * e + 2] +
+                             av.w * fu[4 * e + 3];
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+        if (i >= m)
+            break;
+        float g = cuk_warp_sum(ag[i]), u = cuk_warp_sum(au[i]);
+        if (lane == 0)
+            out[(int64_t)i * n + col] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+template <typename WT>
+static cudaError_t gemv_swiglu_launch(const float *a, const void *wg, const void *wu, float *out,
+                                      int32_t m, int32_t n, int32_t k, cudaStream_t stream)
+{
+    constexpr int E = 16 / sizeof(WT);
+    bool vec = ((uintptr_t)a % 16 == 0) && ((uintptr_t)wg % 16 == 0) &&
+               ((uintptr_t)wu % 16 == 0) && k % E == 0 && k % 4 == 0;
+    if (!vec)
+        return cudaErrorNotSupported;
+    unsigned g = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
+    gemv_swiglu_kernel<WT><<<g, GEMV_WARPS * 32, 0, stream>>>(a, wg, wu, out, m, n, k);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_gemv_swiglu(const float *a, const void *wg, const void *wu, int wdt,
+                                       float *out, int32_t m, int32_t n, int32_t k,
+                                       cudaStream_t stream)
+{
+    if (m < 1 || m > CUK_GEMV_MAX_M)
+        return cudaErrorInvalidValue;
+    switch (wdt) {
+    case CUK_F32: return gemv_swiglu_launch<float>(a, wg, wu, out, m, n, k, stream);
+    case CUK_F16: return gemv_swiglu_launch<cuk_f16_t>(a, wg, wu, out, m, n, k, stream);
+    case CUK_BF16: return gemv_swiglu_launch<cuk_bf16_t>(a, wg, wu, out, m, n, k, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 __global__ void split_bf16_kernel(const float *a, uint16_t *hi, uint16_t *lo, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;

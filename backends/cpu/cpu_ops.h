@@ -256,6 +256,8 @@ static inline int32_t cpu_threads_for(int64_t work)
 
 llmem_status cpu_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
 llmem_status cpu_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+llmem_status cpu_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
+                                  llmem_ct *out);
 llmem_status cpu_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);
 llmem_status cpu_op_add(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
 llmem_status cpu_op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);

@@ -32,6 +32,7 @@ const struct llmem_ops_i llmem_cpu_ops = {
     .matmul_fast = cpu_op_matmul_fast,
     .moe_route = cpu_op_moe_route,
     .moe_ffn = cpu_op_moe_ffn,
+    .matmul_swiglu = cpu_op_matmul_swiglu,
 };
 
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)

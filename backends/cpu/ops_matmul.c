@@ -6,6 +6,7 @@
  * MB rows of a. The micro-kernel computes one activation row against four
  * weight rows with eight partial sums each (vectorizes without fast-math).
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_ops.h"
@@ -89,6 +90,7 @@ static void mm_run(void *vctx, int64_t t0, int64_t t1, int32_t thread)
 }
 
 static llmem_status matmul_rows(const float *a_data, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+static llmem_status matmul_into(const float *a_data, llmem_ct *a, llmem_ct *w, float *out_data);
 
 llmem_status cpu_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
 {
@@ -113,13 +115,38 @@ llmem_status cpu_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llm
     return st;
 }
 
+/* silu(a · gateᵀ) * (a · upᵀ): the two products (the up one into
+ * scratch), then the gate, as llmem_op_swiglu computes it. */
+llmem_status cpu_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
+                                  llmem_ct *out)
+{
+    (void)be;
+    int64_t n = llmem_tensor_nelements(out);
+    float *u = malloc((size_t)n * sizeof *u);
+    if (!u)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = matmul_rows(tensor_data(a), a, gate, out);
+    if (st == LLMEM_OK)
+        st = matmul_into(tensor_data(a), a, up, u);
+    float *o = tensor_data(out);
+    for (int64_t i = 0; st == LLMEM_OK && i < n; i++)
+        o[i] = o[i] / (1.0f + expf(-o[i])) * u[i];
+    free(u);
+    return st;
+}
+
 static llmem_status matmul_rows(const float *a_data, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
+    return matmul_into(a_data, a, w, tensor_data(out));
+}
+
+static llmem_status matmul_into(const float *a_data, llmem_ct *a, llmem_ct *w, float *out_data)
 {
     mm_ctx c = {
         .a = a_data,
         .w = tensor_data(w),
         .wt = w->dtype,
-        .out = tensor_data(out),
+        .out = out_data,
         .m = a->ne[0],
         .n = w->ne[0],
         .k = a->ne[1],

@@ -88,14 +88,21 @@ static llmem_status gemm(cuda_backend *cb, cudaDataType_t t, const void *w, int3
                            "cublasGemmEx");
 }
 
+static llmem_status matmul_out(llmem_backend *be, llmem_ct *a, llmem_ct *w, float *o);
+
 static llmem_status op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
+    return matmul_out(be, a, w, tptr(out));
+}
+
+/* op_matmul into the device pointer o ([M, N] f32). */
+static llmem_status matmul_out(llmem_backend *be, llmem_ct *a, llmem_ct *w, float *o)
 {
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
     int32_t m = a->ne[0], k = a->ne[1], n = w->ne[0];
-    float *o = tptr(out);
     if (k == 0)
         return done(cb, cudaMemsetAsync(o, 0, (size_t)m * n * sizeof(float), cb->stream),
                     "matmul (K = 0)");
@@ -157,6 +164,43 @@ static llmem_status op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, 
     if (st == LLMEM_OK)
         st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
     return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul_fast") : st;
+}
+
+/* Gate/up + SwiGLU: one fused GEMV launch for M <= CUK_GEMV_MAX_M with
+ * 16-byte-aligned operands; otherwise the two matmuls (the up product in a
+ * stream-ordered temporary, as op_matmul uses the scratch) and swiglu. */
+static llmem_status op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
+                                     llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    int32_t m = a->ne[0], k = a->ne[1], n = gate->ne[0];
+    if (m <= CUK_GEMV_MAX_M && k > 0) {
+        cudaError_t e = cuk_gemv_swiglu(tptr(a), tptr(gate), tptr(up), gate->dtype, tptr(out), m,
+                                        n, k, cb->stream);
+        if (e != cudaErrorNotSupported)
+            return done(cb, e, "gemv_swiglu");
+        (void)cudaGetLastError();
+    }
+    size_t bytes = (size_t)m * n * sizeof(float);
+    void *tmp = NULL;
+    st = cuda_check(cb, cudaMallocAsync(&tmp, bytes, cb->stream), "cudaMallocAsync (swiglu)");
+    if (st != LLMEM_OK)
+        return st;
+    st = op_matmul(be, a, gate, out);
+    if (st == LLMEM_OK)
+        st = matmul_out(be, a, up, tmp);
+    if (st == LLMEM_OK)
+        st = cuda_check(cb,
+                        cuk_elementwise(CUK_EW_SWIGLU, tptr(out), tmp, 0, 0.0f, tptr(out),
+                                        (int64_t)m * n, cb->stream),
+                        "swiglu");
+    cudaError_t fe = cudaFreeAsync(tmp, cb->stream);
+    if (st == LLMEM_OK)
+        st = cuda_check(cb, fe, "cudaFreeAsync (swiglu)");
+    return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul_swiglu") : st;
 }
 
 static llmem_status op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out)
@@ -607,6 +651,7 @@ const struct llmem_ops_i cuda_ops = {
     .matmul_fast = op_matmul_fast,
     .moe_route = cuda_op_moe_route,
     .moe_ffn = cuda_op_moe_ffn,
+    .matmul_swiglu = op_matmul_swiglu,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)

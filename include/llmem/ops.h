@@ -113,6 +113,20 @@ llmem_status llmem_op_matmul(llmem_backend *be, const llmem_tensor *a, const llm
 llmem_status llmem_op_matmul_fast(llmem_backend *be, const llmem_tensor *a, const llmem_tensor *w,
                                   const llmem_tensor *out);
 
+/* The first half of a gated SwiGLU FFN in one op (Shazeer 2020; the llama
+ * MLP's act(gate(x)) * up(x)):
+ *   out = silu(a · gateᵀ) * (a · upᵀ)
+ *   a [M, K] f32; gate, up [N, K] f32 | f16 | bf16, one dtype; out [M, N]
+ *   f32, must not overlap a, gate or up.
+ * f32 accumulation as llmem_op_matmul, silu(x) = x / (1 + exp(-x)). A
+ * device backend fuses it where that pays (the batch-1 GEMV reads both
+ * weight matrices in one launch and never writes the two products);
+ * LLMEM_E_UNSUPPORTED from a backend without it (callers then run two
+ * matmuls and llmem_op_swiglu). */
+llmem_status llmem_op_matmul_swiglu(llmem_backend *be, const llmem_tensor *a,
+                                    const llmem_tensor *gate, const llmem_tensor *up,
+                                    const llmem_tensor *out);
+
 /* out[i] = src[idx[i]] (embedding lookup, output-row selection).
  *   src [R, C] f32 | f16 | bf16;  idx [n] i32 in [0, R);  out [n, C] f32.
  * Index values live on the device, so the wrapper cannot check them: the

@@ -162,6 +162,12 @@ struct llmem_ops_i {
     llmem_status (*moe_ffn)(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
                             llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
                             llmem_ct *out);
+
+    /* ---- appended: fused ops ---- */
+    /* out[M, N] = silu(a · gateᵀ) * (a · upᵀ); gate, up [N, K] of one
+     * dtype; f32 accumulation; no overlaps (llmem_op_matmul_swiglu). */
+    llmem_status (*matmul_swiglu)(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
+                                  llmem_ct *out);
 };
 
 #ifdef __cplusplus
