@@ -489,6 +489,11 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
     int32_t ps = kv->p.page_size;
     for (int32_t k = 0; k < ub->n_tokens; k++) {
         int32_t s = ub->seq[k];
+        if (k + 8 < ub->n_tokens) { /* decode: a sequence per token, tails far apart */
+            const kv_seq *ahead = &kv->seqs[stream_seq(plan, i, ub->seq[k + 8], 0)];
+            i32vec_prefetch_tail(&ahead->tokens);
+            i32vec_prefetch_tail(&ahead->pos);
+        }
         for (int32_t m = 0; m < stream_n(plan, i, s); m++) {
             int32_t q = stream_seq(plan, i, s, m);
             kv_seq *sq = &kv->seqs[q];

@@ -4,7 +4,7 @@
  * one table that lives on the host and, at the same element offsets, at
  * the start of the memory's device index buffer. A step writes only the
  * entries that changed (a decode step: one entry every page_size tokens)
- * and uploads only the 1 KiB blocks it touched, so a step never costs in
+ * and uploads only the 256-byte blocks it touched, so a step never costs in
  * proportion to context length. Views point kernels at a row through
  * llmem_kv_view.page_off.
  *
@@ -28,7 +28,7 @@
 #include "memory/internal.h"
 
 #define PAGE_ROWS_CLASSES 116 /* class 115: 7 << 28 entries */
-#define PAGE_ROWS_BLOCK 256   /* entries per dirty block (1 KiB) */
+#define PAGE_ROWS_BLOCK 64    /* entries per dirty block (256 bytes) */
 
 typedef struct page_rows {
     int32_t *v;          /* [cap] host copy of every row; -1 where unused */

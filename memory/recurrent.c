@@ -267,6 +267,7 @@ static void rs_destroy(llmem_memory *mem)
     free(rs->owner);
     free(rs->free_stack);
     free(rs->free_at);
+    rs_drop_stash(rs);
     llmem_buffer_free(rs->idx);
     i32vec_free(&rs->ib.data);
     free(rs);

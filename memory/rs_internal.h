@@ -56,6 +56,11 @@ typedef struct recurrent {
     int32_t *free_stack, *free_at, n_free;
     llmem_buffer *idx;
     idx_builder ib;
+    /* The reservation reserve_prepare made for `stash_plan`, which reserve
+     * then takes instead of simulating the plan again (the core and the
+     * hybrid always prepare a plan right before reserving it). */
+    void *stash;
+    const llmem_plan *stash_plan;
 } recurrent;
 
 extern const llmem_memory_i recurrent_iface;
@@ -78,6 +83,7 @@ void truncate_to(recurrent *rs, rs_seq *s, int32_t k);
 llmem_status rs_clear(llmem_memory *mem, bool data);
 
 /* rs_plan.c */
+void rs_drop_stash(recurrent *rs);
 llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
                         size_t err_len);
 llmem_status rs_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,

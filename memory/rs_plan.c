@@ -53,8 +53,8 @@ static bool change_set(rs_ub *t, int32_t n_ckpt, int32_t seq, const rs_hold *h,
     return true;
 }
 
-llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
-                               size_t err_len)
+static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                             size_t err_len)
 {
     recurrent *rs = rs_of(mem);
     int32_t nsm = mem->n_seq_max;
@@ -239,15 +239,42 @@ out:
     return st;
 }
 
-/* rs_reserve changes nothing the memory holds (slot choices are simulated
- * and applied at commit), so a trial reservation is the check. */
+/* A reservation changes nothing the memory holds (slot choices are
+ * simulated and applied at commit), so simulating is the check; the result
+ * is kept for rs_reserve. */
 llmem_status rs_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
-                                       size_t err_len)
+                                size_t err_len)
 {
+    recurrent *rs = rs_of(mem);
+    rs_drop_stash(rs);
     void *res = NULL;
-    llmem_status st = rs_reserve(mem, plan, &res, err, err_len);
-    res_free(res);
+    llmem_status st = simulate(mem, plan, &res, err, err_len);
+    if (st == LLMEM_OK) {
+        rs->stash = res;
+        rs->stash_plan = plan;
+    }
     return st;
+}
+
+llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
+                        size_t err_len)
+{
+    recurrent *rs = rs_of(mem);
+    if (rs->stash && rs->stash_plan == plan) {
+        *out = rs->stash;
+        rs->stash = NULL;
+        rs->stash_plan = NULL;
+        return LLMEM_OK;
+    }
+    rs_drop_stash(rs);
+    return simulate(mem, plan, out, err, err_len);
+}
+
+void rs_drop_stash(recurrent *rs)
+{
+    res_free(rs->stash);
+    rs->stash = NULL;
+    rs->stash_plan = NULL;
 }
 
 llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
@@ -319,6 +346,12 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
     /* tokens: every sequence of a stream gets the stream's tokens */
     for (int32_t k = 0; k < ub->n_tokens; k++) {
         int32_t st = ub->seq[k];
+        if (k + 8 < ub->n_tokens) { /* decode: tails of thousands of sequences */
+            const rs_seq *ahead =
+                &rs->seqs[plan->stream_ids[i][plan->stream_off[i][ub->seq[k + 8]]]];
+            i32vec_prefetch_tail(&ahead->tokens);
+            i32vec_prefetch_tail(&ahead->pos);
+        }
         for (int32_t m = plan->stream_off[i][st]; m < plan->stream_off[i][st + 1]; m++) {
             rs_seq *s = &rs->seqs[plan->stream_ids[i][m]];
             if (!i32vec_push(&s->tokens, ub->token ? ub->token[k] : -1) ||
