@@ -56,7 +56,7 @@ const uint INVALID = 0xffffffffu;
 #define NEG_INF uintBitsToFloat(0xff800000u)
 /* Lane l's vector of the row of chunk key k in pool buf; zeros for keys
  * past nb and invalid keys, which are never read. */
-#define ROW(buf, k) ((k) < nb && kb_s[(k)] != INVALID ? buf[kb_s[(k)] + l] : uvec4(0u))
+#define ROW(buf, k) ((k) < nb && kb_s[(k)] != INVALID ? buf##_at(kb_s[(k)] + l) : uvec4(0u))
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 1) writeonly buffer O { float o[]; };
@@ -64,6 +64,32 @@ layout(binding = 2) readonly buffer Idx { int idx[]; };
 layout(binding = 3) readonly buffer Kp { uvec4 kp[]; };
 layout(binding = 4) readonly buffer Vp { uvec4 vp[]; };
 layout(binding = 5) writeonly buffer Part { float part[]; };
+/* Pools larger than one allocation (docs/vulkan.md, "Large buffers") are
+ * bound as up to 4 chunks each: vector i of a pool is vector
+ * i & (2^CSH - 1) of chunk i >> CSH. CSH = 31: one chunk, no selection. */
+layout(constant_id = 5) const uint CSH = 31;
+layout(binding = 6) readonly buffer Kp1 { uvec4 kp1[]; };
+layout(binding = 7) readonly buffer Kp2 { uvec4 kp2[]; };
+layout(binding = 8) readonly buffer Kp3 { uvec4 kp3[]; };
+layout(binding = 9) readonly buffer Vp1 { uvec4 vp1[]; };
+layout(binding = 10) readonly buffer Vp2 { uvec4 vp2[]; };
+layout(binding = 11) readonly buffer Vp3 { uvec4 vp3[]; };
+
+uvec4 kp_at(uint i)
+{
+    if (CSH >= 31u)
+        return kp[i];
+    uint c = i >> CSH, j = i & ((1u << CSH) - 1u);
+    return c == 0u ? kp[j] : c == 1u ? kp1[j] : c == 2u ? kp2[j] : kp3[j];
+}
+
+uvec4 vp_at(uint i)
+{
+    if (CSH >= 31u)
+        return vp[i];
+    uint c = i >> CSH, j = i & ((1u << CSH) - 1u);
+    return c == 0u ? vp[j] : c == 1u ? vp1[j] : c == 2u ? vp2[j] : vp3[j];
+}
 
 layout(push_constant) uniform P {
     uint n_tok, n_heads, n_kv, n_rep, n_chunks, max_pages, ps, n_pages, n_streams;

@@ -554,6 +554,20 @@ void vk_op_buffer(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write)
     op_access(op, vb, b->a.offset, b->a.offset + buf->size, write);
 }
 
+void vk_op_chunk(vk_backend *v, vk_op *op, llmem_buffer *buf, uint32_t i, bool write)
+{
+    vk_buffer *b = vk_buf(buf);
+    if (i >= b->n_chunks) {
+        vk_op_dummy(v, op);
+        return;
+    }
+    const vk_alloc *a = vk_chunk(b, i);
+    VkDeviceSize n = vk_chunk_bytes(b, i);
+    VkBuffer vb = vk_alloc_buffer(a);
+    op_bind(v, op, vb, a->offset, (n + 3) / 4 * 4);
+    op_access(op, vb, a->offset, a->offset + n, write);
+}
+
 VkDeviceSize vk_op_buffer_chunks(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write,
                                  uint32_t n_slot)
 {

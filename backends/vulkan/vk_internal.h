@@ -286,6 +286,8 @@ uint32_t vk_op_tensor(vk_backend *v, vk_op *op, const llmem_tensor *t, bool writ
 /* Binds a whole llmem buffer (pools, state buffers, view index buffers);
  * one that spans several chunks marks the op bad (LLMEM_E_UNSUPPORTED). */
 void vk_op_buffer(vk_backend *v, vk_op *op, llmem_buffer *buf, bool write);
+/* Binds chunk i of a buffer (the dummy buffer past its last chunk). */
+void vk_op_chunk(vk_backend *v, vk_op *op, llmem_buffer *buf, uint32_t i, bool write);
 /* Binds the chunks of a buffer to n_slot consecutive bindings (dummies
  * past the last chunk); returns the chunk size in bytes (the buffer's size
  * when it is one chunk). More chunks than slots mark the op bad. */

@@ -40,11 +40,29 @@ llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct 
     vk_op op;
     vk_op_init(&op, VK_SH_KV_STORE, STORE_WG);
     vk_op_spec(&op, (uint32_t)kv->dtype);
+    /* pools of 2 to 4 chunks: chunk bindings selected per store */
+    const vk_buffer *kb = vk_buf(kv->k), *vb = vk_buf(kv->v);
+    bool chunked = kb->n_chunks > 1 && kb->n_chunks <= 4 && vb->n_chunks == kb->n_chunks &&
+                   vb->chunk == kb->chunk;
+    uint32_t csh = 31;
+    if (chunked)
+        for (csh = 0; ((VkDeviceSize)4 << csh) < kb->chunk; csh++)
+            ;
+    vk_op_spec(&op, csh);
     uint32_t ko = vk_op_tensor(v, &op, k, false);
     uint32_t vo = vk_op_tensor(v, &op, vv, false);
     vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, kv->k, true);
-    vk_op_buffer(v, &op, kv->v, true);
+    if (chunked) {
+        vk_op_chunk(v, &op, kv->k, 0, true);
+        vk_op_chunk(v, &op, kv->v, 0, true);
+        for (uint32_t i = 1; i < 4; i++)
+            vk_op_chunk(v, &op, kv->k, i, true);
+        for (uint32_t i = 1; i < 4; i++)
+            vk_op_chunk(v, &op, kv->v, i, true);
+    } else {
+        vk_op_buffer(v, &op, kv->k, true);
+        vk_op_buffer(v, &op, kv->v, true);
+    }
     vk_op_u32(&op, n);
     vk_op_u32(&op, row);
     vk_op_u32(&op, (uint32_t)k->ne[0]);
@@ -104,15 +122,38 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     vk_op_spec(&op, (uint32_t)kv->dtype);
     vk_op_spec(&op, r);
     vk_op_spec(&op, vec ? DEC_CK : ATTN_BK);
+    /* pools of 2 to 4 chunks: chunk bindings that the vector shader selects
+     * per load (others are bound through a copy by vk_op_buffer) */
+    const vk_buffer *kb = vk_buf(kv->k), *vb = vk_buf(kv->v);
+    bool chunked = vec && kb->n_chunks > 1 && kb->n_chunks <= 4 && vb->n_chunks == kb->n_chunks &&
+                   vb->chunk == kb->chunk;
+    if (vec) {
+        uint32_t csh = 31;
+        if (chunked)
+            for (csh = 0; ((VkDeviceSize)16 << csh) < kb->chunk; csh++)
+                ;
+        vk_op_spec(&op, csh);
+    }
     uint32_t qo = vk_op_tensor(v, &op, q, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
     vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, kv->k, false);
-    vk_op_buffer(v, &op, kv->v, false);
+    if (chunked) {
+        vk_op_chunk(v, &op, kv->k, 0, false);
+        vk_op_chunk(v, &op, kv->v, 0, false);
+    } else {
+        vk_op_buffer(v, &op, kv->k, false);
+        vk_op_buffer(v, &op, kv->v, false);
+    }
     if (n_split > 1)
         vk_op_alloc(v, &op, &part, true);
     else
         vk_op_dummy(v, &op);
+    if (chunked) {
+        for (uint32_t i = 1; i < 4; i++)
+            vk_op_chunk(v, &op, kv->k, i, false);
+        for (uint32_t i = 1; i < 4; i++)
+            vk_op_chunk(v, &op, kv->v, i, false);
+    }
     vk_op_u32(&op, n_tok);
     vk_op_u32(&op, n_heads);
     vk_op_u32(&op, n_kv);
