@@ -147,7 +147,7 @@ static llmem_status compile_re(load_ctx *c, const char *pat, bool literal, pcre2
 {
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opt = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opt = PCRE2_UTF | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     *out = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opt, &ec, &eo, NULL);
     if (!*out) {
         PCRE2_UCHAR msg[256];
@@ -194,8 +194,9 @@ static llmem_status add_pre(load_ctx *c, const cJSON *o)
         const char *re = jstr(pat, "Regex"), *lit = jstr(pat, "String");
         const char *beh = jstr(o, "behavior");
         p->kind = TK_PRE_SPLIT;
-        if ((!re && !lit) || !beh || jbool(o, "invert", false))
-            return unsupported(c, "pre-tokenizer Split with invert or without pattern; pre-tokenizer", o);
+        if ((!re && !lit) || !beh)
+            return unsupported(c, "pre-tokenizer Split without pattern; pre-tokenizer", o);
+        p->invert = jbool(o, "invert", false);
         if (!strcmp(beh, "Isolated"))
             p->behavior = TK_SPLIT_ISOLATED;
         else if (!strcmp(beh, "Removed"))
@@ -204,11 +205,40 @@ static llmem_status add_pre(load_ctx *c, const cJSON *o)
             p->behavior = TK_SPLIT_MERGED_PREV;
         else if (!strcmp(beh, "MergedWithNext"))
             p->behavior = TK_SPLIT_MERGED_NEXT;
+        else if (!strcmp(beh, "Contiguous"))
+            p->behavior = TK_SPLIT_CONTIGUOUS;
         else {
             tk_set_err(c->err, c->err_len, "tokenizer.json: Split behavior '%s' is not supported", beh);
             return LLMEM_E_UNSUPPORTED;
         }
         st = compile_re(c, re ? re : lit, !re, &p->re);
+    } else if (!strcmp(t, "Digits")) {
+        /* char::is_numeric: Nd, Nl, No */
+        p->kind = TK_PRE_SPLIT;
+        p->behavior = jbool(o, "individual_digits", false) ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS;
+        st = compile_re(c, "\\p{N}", false, &p->re);
+    } else if (!strcmp(t, "Punctuation")) {
+        /* is_ascii_punctuation or a P* category */
+        const char *beh = jstr(o, "behavior");
+        p->kind = TK_PRE_SPLIT;
+        p->behavior = !beh || !strcmp(beh, "Isolated") ? TK_SPLIT_ISOLATED
+                      : !strcmp(beh, "Contiguous") ? TK_SPLIT_CONTIGUOUS
+                      : !strcmp(beh, "Removed") ? TK_SPLIT_REMOVED
+                      : !strcmp(beh, "MergedWithPrevious") ? TK_SPLIT_MERGED_PREV : TK_SPLIT_MERGED_NEXT;
+        st = compile_re(c, "[\\p{P}!-\\/:-@\\[-`{-~]", false, &p->re);
+    } else if (!strcmp(t, "Whitespace")) {
+        /* \w+|[^\w\s]+ kept, the rest removed; \w as Rust's regex has it */
+        p->kind = TK_PRE_SPLIT;
+        p->behavior = TK_SPLIT_REMOVED;
+        p->invert = true;
+        st = compile_re(c,
+                        "[\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]+|"
+                        "[^\\p{L}\\p{Nl}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}\\s]+",
+                        false, &p->re);
+    } else if (!strcmp(t, "WhitespaceSplit")) {
+        p->kind = TK_PRE_SPLIT;
+        p->behavior = TK_SPLIT_REMOVED;
+        st = compile_re(c, "\\s+", false, &p->re);
     } else if (!strcmp(t, "Metaspace")) {
         const char *r = jstr(o, "replacement");
         const char *scheme = jstr(o, "prepend_scheme");

@@ -394,7 +394,9 @@ llmem_status llmem_detok_push(llmem_detok *d, int32_t id, char *out, size_t cap,
     llmem_status st = LLMEM_E_NO_MEMORY;
     if (!tk_buf_put(&held, d->held.p ? d->held.p : "", d->held.n))
         goto done;
-    if (!token_bytes(d, id, d->n_tokens, &held))
+    /* without a decoder, tokens are joined with spaces */
+    if ((!d->tok->has_decoder && d->n_tokens && !tk_buf_putc(&held, ' ')) ||
+        !token_bytes(d, id, d->n_tokens, &held))
         goto done;
     save.held = held;
     if (!tk_buf_put(&text, "", 0) || !assemble(&save, &text, false))

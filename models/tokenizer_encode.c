@@ -370,12 +370,65 @@ static void pieces_free(pieces *p)
     free(p->first);
 }
 
-/* Splits s by a regex; `behavior` says what becomes of the matches. */
+/* Splits s by a regex into alternating gap and match segments (matches and
+ * gaps swap roles when the pre-tokenizer says invert), then applies the
+ * behavior as tokenizers' NormalizedString::split does. */
 static bool regex_split(const tk_pre *pr, const char *s, size_t n, bool first, pcre2_match_data *md,
                         pieces *out)
 {
     size_t pos = 0, gap = 0;
-    size_t pending_start = (size_t)-1; /* merged-with-next: match start */
+    size_t cur_s = 0, cur_e = 0; /* the segment being built (not yet added) */
+    bool have = false, prev_match = false;
+#define EMIT(a, b) \
+    do { \
+        if (!pieces_add(out, s + (a), (b) - (a), first && (a) == 0)) \
+            return false; \
+    } while (0)
+    /* one segment (a, b, is_match) through the behavior */
+#define SEGMENT(a, b, m) \
+    do { \
+        bool im_ = (m) != pr->invert; \
+        switch (pr->behavior) { \
+        case TK_SPLIT_REMOVED: \
+            if (!im_) \
+                EMIT(a, b); \
+            break; \
+        case TK_SPLIT_ISOLATED: EMIT(a, b); break; \
+        case TK_SPLIT_MERGED_PREV: \
+            if (im_ && !prev_match && have) { \
+                cur_e = (b); \
+            } else { \
+                if (have) \
+                    EMIT(cur_s, cur_e); \
+                cur_s = (a), cur_e = (b), have = true; \
+            } \
+            break; \
+        case TK_SPLIT_MERGED_NEXT: /* a match takes the gap after it */ \
+            if (have && !im_) { \
+                EMIT(cur_s, (b)); \
+                have = false; \
+            } else { \
+                if (have) \
+                    EMIT(cur_s, cur_e); \
+                have = false; \
+                if (im_) \
+                    cur_s = (a), cur_e = (b), have = true; \
+                else \
+                    EMIT(a, b); \
+            } \
+            break; \
+        case TK_SPLIT_CONTIGUOUS: \
+            if (have && im_ == prev_match) { \
+                cur_e = (b); \
+            } else { \
+                if (have) \
+                    EMIT(cur_s, cur_e); \
+                cur_s = (a), cur_e = (b), have = true; \
+            } \
+            break; \
+        } \
+        prev_match = im_; \
+    } while (0)
     while (pos <= n) {
         int rc = pcre2_match(pr->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, NULL);
         if (rc < 0)
@@ -390,35 +443,18 @@ static bool regex_split(const tk_pre *pr, const char *s, size_t n, bool first, p
                 break;
             continue;
         }
-        switch (pr->behavior) {
-        case TK_SPLIT_ISOLATED:
-            if (!pieces_add(out, s + gap, ms - gap, first && gap == 0) ||
-                !pieces_add(out, s + ms, me - ms, first && ms == 0))
-                return false;
-            break;
-        case TK_SPLIT_REMOVED:
-            if (!pieces_add(out, s + gap, ms - gap, first && gap == 0))
-                return false;
-            break;
-        case TK_SPLIT_MERGED_PREV:
-            if (!pieces_add(out, s + gap, me - gap, first && gap == 0))
-                return false;
-            break;
-        case TK_SPLIT_MERGED_NEXT:
-            if (pending_start != (size_t)-1) {
-                if (!pieces_add(out, s + pending_start, ms - pending_start, first && pending_start == 0))
-                    return false;
-            } else if (!pieces_add(out, s + gap, ms - gap, first && gap == 0)) {
-                return false;
-            }
-            pending_start = ms;
-            break;
-        }
+        if (ms > gap)
+            SEGMENT(gap, ms, false);
+        SEGMENT(ms, me, true);
         gap = pos = me;
     }
-    if (pending_start != (size_t)-1)
-        return pieces_add(out, s + pending_start, n - pending_start, first && pending_start == 0);
-    return pieces_add(out, s + gap, n - gap, first && gap == 0);
+    if (n > gap)
+        SEGMENT(gap, n, false);
+    if (have)
+        EMIT(cur_s, cur_e);
+#undef SEGMENT
+#undef EMIT
+    return true;
 }
 
 static bool byte_map(const char *s, size_t n, tk_buf *out)

@@ -59,11 +59,13 @@ typedef struct tk_norm {
 } tk_norm;
 
 enum tk_pre_kind { TK_PRE_SPLIT, TK_PRE_BYTELEVEL, TK_PRE_METASPACE };
-enum tk_split_behavior { TK_SPLIT_ISOLATED, TK_SPLIT_REMOVED, TK_SPLIT_MERGED_PREV, TK_SPLIT_MERGED_NEXT };
+enum tk_split_behavior { TK_SPLIT_ISOLATED, TK_SPLIT_REMOVED, TK_SPLIT_MERGED_PREV, TK_SPLIT_MERGED_NEXT,
+                         TK_SPLIT_CONTIGUOUS };
 typedef struct tk_pre {
     enum tk_pre_kind kind;
     pcre2_code *re;            /* split / byte-level regex (NULL: no regex) */
     enum tk_split_behavior behavior;
+    bool invert;               /* the gaps are the matches */
     bool add_prefix_space;     /* byte-level */
     char replacement[8];       /* metaspace, UTF-8 */
     int prepend;               /* metaspace: 0 never, 1 first, 2 always */

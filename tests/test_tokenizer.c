@@ -16,7 +16,7 @@
 
 #define FIX LLMEM_SOURCE_DIR "/tests/fixtures/tokenizers/"
 
-static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace"};
+static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"};
 #define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
 
 static int hexval(char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }

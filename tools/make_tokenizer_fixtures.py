@@ -20,6 +20,11 @@ multilingual.txt. Kinds:
               Strip decoder
   metaspace   BPE with a Metaspace pre-tokenizer (prepend_scheme "first")
               and decoder, byte fallback (Mistral-style)
+  falcon      byte-level BPE after Punctuation (contiguous) and before
+              Digits and a Split of digit triples (Falcon-style)
+  words       NFKC, WhitespaceSplit, Whitespace, Split merged with the
+              previous / next, individual Digits; unk; [CLS] $A [SEP]; no
+              decoder
 
 Each kind gets special tokens and a non-special added token. cases.jsonl has
 one line per string: {"text": s} or {"hex": bytes} (invalid UTF-8; the
@@ -56,6 +61,8 @@ KIND_SPECIALS = {
     "qwen2": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
     "spm": ["<unk>", "<s>", "</s>"],
     "metaspace": ["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
+    "falcon": [">>ABSTRACT<<", ">>INTRODUCTION<<", "<|endoftext|>"],
+    "words": ["<unk>", "[CLS]", "[SEP]"],
 }
 KIND_ADDED = {  # non-special added tokens
     "gpt2": ["<tool>", "</tool>", "yes"],
@@ -63,6 +70,8 @@ KIND_ADDED = {  # non-special added tokens
     "qwen2": ["<tool_call>", "</tool_call>"],
     "spm": ["<pad>"],
     "metaspace": ["[TOOL_CALLS]"],
+    "falcon": ["<tool>"],
+    "words": ["[MASK]"],
 }
 KIND_CONFIG = {
     "gpt2": {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "add_bos_token": False},
@@ -70,6 +79,8 @@ KIND_CONFIG = {
     "qwen2": {"bos_token": None, "eos_token": "<|im_end|>"},
     "spm": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True},
     "metaspace": {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True},
+    "falcon": {"eos_token": "<|endoftext|>"},
+    "words": {"unk_token": "<unk>", "cls_token": "[CLS]", "sep_token": "[SEP]"},
 }
 
 
@@ -112,6 +123,35 @@ def build(kind, corpus, vocab_size):
             d = json.loads(tok.to_str())
             d["model"]["ignore_merges"] = True
             tok = Tokenizer.from_str(json.dumps(d))
+        return tok
+    if kind == "falcon":  # Falcon-style: punctuation and digit splits around ByteLevel
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Punctuation("contiguous"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            pre_tokenizers.Digits(individual_digits=False),
+            pre_tokenizers.Split(Regex("[0-9][0-9][0-9]"), behavior="isolated", invert=False)])
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+        tok.train_from_iterator(corpus, trainer)
+        tok.add_tokens(KIND_ADDED[kind])
+        return tok
+    if kind == "words":  # word splits (NFKC, Whitespace, Digits, merged splits), unk, no decoder
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Whitespace(),
+            pre_tokenizers.Split("-", behavior="merged_with_previous"),
+            pre_tokenizers.Split(Regex("[\u2019']"), behavior="merged_with_next"),
+            pre_tokenizers.Digits(individual_digits=True)])
+        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, limit_alphabet=150,
+                                      show_progress=False)
+        tok.train_from_iterator(corpus, trainer)
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+        tok.add_tokens(KIND_ADDED[kind])
         return tok
     # SentencePiece-style kinds: train on Metaspace-split words with a
     # limited alphabet, then put <unk> <s> </s> and the 256 byte tokens first.
@@ -286,7 +326,7 @@ def main():
     multi = open(os.path.join(args.out, "multilingual.txt"), encoding="utf-8").read()
     shakes_lines = [l for l in shakes.split("\n")]
     corpus = shakes_lines + multi.split("\n") * 30
-    for kind in ["gpt2", "llama3", "qwen2", "spm", "metaspace"]:
+    for kind in ["gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"]:
         rng = random.Random(args.seed + len(kind))
         tok = build(kind, corpus, args.vocab)
         d = os.path.join(args.out, kind)

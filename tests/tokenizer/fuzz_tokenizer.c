@@ -14,8 +14,8 @@
 
 #include "llmem/tokenizer.h"
 
-static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace"};
-static llmem_tokenizer *tok[5];
+static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"};
+static llmem_tokenizer *tok[7];
 
 static void die(const char *what)
 {
@@ -58,7 +58,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 7; k++) {
         char path[1024], err[256];
         snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", LLMEM_SOURCE_DIR, kinds[k]);
         if (llmem_tokenizer_load(path, &tok[k], err, sizeof err) != LLMEM_OK)
@@ -86,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > 4096)
         return 0;
-    int k = data[0] % 5;
+    int k = data[0] % 7;
     bool parse = data[0] & 8, add = data[0] & 16;
     const char *text = (const char *)data + 1;
     size_t n = size - 1;

@@ -19,7 +19,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIX = os.path.join(ROOT, "tests", "fixtures", "tokenizers")
-KINDS = ["gpt2", "llama3", "qwen2", "spm", "metaspace"]
+KINDS = ["gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"]
 SKIP = 77
 
 
