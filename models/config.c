@@ -30,7 +30,7 @@ typedef struct cfgctx {
 } cfgctx;
 
 static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h",
-                                                   "granitemoehybrid"};
+                                                   "granitemoehybrid", "falcon_h1"};
 
 const char *llmem_arch_name(llmem_arch a)
 {
@@ -39,7 +39,8 @@ const char *llmem_arch_name(llmem_arch a)
 
 const char *llmem_layer_kind_name(llmem_layer_kind k)
 {
-    static const char *names[LLMEM_LAYER_KIND_COUNT] = {"attention", "mamba2", "mlp", "moe"};
+    static const char *names[LLMEM_LAYER_KIND_COUNT] = {"attention", "mamba2", "mlp", "moe",
+                                                         "parallel"};
     return (unsigned)k < LLMEM_LAYER_KIND_COUNT ? names[k] : "?";
 }
 
@@ -332,7 +333,7 @@ typedef struct ssm_keys {
 
 static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *k)
 {
-    int32_t expand = 2;
+    int32_t expand = 2, ssm_width = 0;
     TRY(get_int(c, k->heads, true, 0, 1, 1 << 16, &m->ssm_n_heads));
     TRY(get_int(c, k->state, true, 0, 1, 1 << 16, &m->ssm_d_state));
     TRY(get_int(c, k->groups, false, k->def_groups, 1, 1 << 16, &m->ssm_n_groups));
@@ -342,7 +343,11 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
     TRY(get_bool(c, k->conv_bias, true, &m->ssm_conv_bias));
     TRY(get_bool(c, k->proj_bias, false, &m->ssm_proj_bias));
     int64_t d_inner = (int64_t)expand * m->hidden_size;
-    if (m->arch == LLMEM_ARCH_BAMBA || m->arch == LLMEM_ARCH_GRANITEMOEHYBRID) {
+    if (m->arch == LLMEM_ARCH_FALCON_H1) /* mamba_d_ssm overrides expand * hidden */
+        TRY(get_int(c, KEYS("mamba_d_ssm"), false, (int32_t)d_inner, 1, CFG_MAX_DIM, &ssm_width));
+    d_inner = ssm_width > 0 ? ssm_width : d_inner;
+    if (m->arch == LLMEM_ARCH_BAMBA || m->arch == LLMEM_ARCH_GRANITEMOEHYBRID ||
+        m->arch == LLMEM_ARCH_FALCON_H1) {
         /* mamba_d_head may be "auto": d_inner / n_heads. */
         const cJSON *dh = cJSON_GetObjectItemCaseSensitive(c->root, "mamba_d_head");
         if (!dh || cJSON_IsNull(dh) || (cJSON_IsString(dh) && !strcmp(dh->valuestring, "auto")))
@@ -673,6 +678,72 @@ static llmem_status parse_granite(cfgctx *c, llmem_model_config *m)
     return LLMEM_OK;
 }
 
+/* FalconH1Config: every layer runs attention and Mamba-2 side by side on
+ * the same normed input, then a SwiGLU MLP; muP multipliers everywhere. */
+static llmem_status parse_falcon_h1(cfgctx *c, llmem_model_config *m)
+{
+    const ssm_keys k = {
+        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
+        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
+        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
+        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
+        KEYS("time_step_limit"), 1, 256};
+    int32_t n;
+    llmem_activation act;
+    bool rms = false, bias = false;
+    TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
+    TRY(set_layers(c, m, n, LLMEM_LAYER_PARALLEL, true));
+    TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-5, &m->norm_eps));
+    TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
+    m->ffn_act = act;
+    TRY(parse_ffn(c, m, true));
+    TRY(parse_ssm(c, m, &k));
+    TRY(parse_attention(c, m));
+    TRY(parse_rope(c, m, 1.0));
+    TRY(get_bool(c, KEYS("mamba_rms_norm"), false, &rms));
+    TRY(get_bool(c, KEYS("projectors_bias"), false, &bias));
+    if (rms || bias || m->ssm_proj_bias) {
+        llmem_errf(c->err, c->err_len, "%s: falcon_h1 with %s is not supported", c->src,
+                   rms ? "mamba_rms_norm" : bias ? "projectors_bias" : "mamba_proj_bias");
+        return LLMEM_E_UNSUPPORTED;
+    }
+    m->ssm_gate_only = true;
+    const struct { const char *key; double *v; } mult[] = {
+        {"embedding_multiplier", &m->embedding_multiplier},
+        {"key_multiplier", &m->key_multiplier},
+        {"attention_in_multiplier", &m->attention_in_multiplier},
+        {"attention_out_multiplier", &m->attention_out_multiplier},
+        {"ssm_in_multiplier", &m->ssm_in_multiplier},
+        {"ssm_out_multiplier", &m->ssm_out_multiplier}};
+    for (size_t i = 0; i < sizeof mult / sizeof mult[0]; i++)
+        TRY(get_num_in(c, c->root, KEYS(mult[i].key), false, 1.0, mult[i].v));
+    double lm = 1.0;
+    TRY(get_pos(c, c->root, KEYS("lm_head_multiplier"), 1.0, &lm));
+    m->logits_scaling = 1.0 / lm;
+    const char *lists[2] = {"mlp_multipliers", "ssm_multipliers"};
+    double *dst[2] = {NULL, m->ssm_multipliers};
+    double mlp[2] = {1.0, 1.0};
+    dst[0] = mlp;
+    for (int l = 0; l < 2; l++) {
+        int want = l ? 5 : 2;
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(c->root, lists[l]);
+        if (!a || cJSON_IsNull(a))
+            continue;
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != want) {
+            llmem_errf(c->err, c->err_len, "%s: '%s' must be an array of %d numbers", c->src,
+                       lists[l], want);
+            return LLMEM_E_CORRUPT;
+        }
+        for (int i = 0; i < want; i++)
+            if (!json_num(cJSON_GetArrayItem(a, i), &dst[l][i]))
+                return bad(c, "multiplier lists must hold numbers");
+    }
+    m->mlp_gate_multiplier = mlp[0];
+    m->mlp_down_multiplier = mlp[1];
+    snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "model.");
+    return LLMEM_OK;
+}
+
 /* Routing sizes every MoE model must satisfy (llmem_op_moe_route's rules). */
 static llmem_status check_moe(cfgctx *c, const llmem_model_config *m)
 {
@@ -709,6 +780,11 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     }
     m->arch = (llmem_arch)a;
     m->embedding_multiplier = m->residual_multiplier = m->logits_scaling = 1.0;
+    m->attention_in_multiplier = m->attention_out_multiplier = m->key_multiplier = 1.0;
+    m->ssm_in_multiplier = m->ssm_out_multiplier = 1.0;
+    m->mlp_gate_multiplier = m->mlp_down_multiplier = 1.0;
+    for (int i = 0; i < 5; i++)
+        m->ssm_multipliers[i] = 1.0;
     TRY(get_int(c, KEYS("vocab_size"), true, 0, 1, CFG_MAX_DIM, &m->vocab_size));
     TRY(get_int(c, KEYS("hidden_size"), true, 0, 1, CFG_MAX_DIM, &m->hidden_size));
     TRY(get_bool(c, KEYS("tie_word_embeddings"), false, &m->tie_word_embeddings));
@@ -717,14 +793,16 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     case LLMEM_ARCH_MAMBA2: TRY(parse_mamba2(c, m)); break;
     case LLMEM_ARCH_BAMBA: TRY(parse_bamba(c, m)); break;
     case LLMEM_ARCH_GRANITEMOEHYBRID: TRY(parse_granite(c, m)); break;
+    case LLMEM_ARCH_FALCON_H1: TRY(parse_falcon_h1(c, m)); break;
     default: TRY(parse_nemotron_h(c, m)); break;
     }
     TRY(check_moe(c, m));
     if (m->attention_scale == 0.0 && m->head_dim > 0)
         m->attention_scale = 1.0 / sqrt((double)m->head_dim);
     for (int32_t i = 0; i < m->n_layers; i++) {
-        m->n_attention_layers += m->layers[i].kind == LLMEM_LAYER_ATTENTION;
-        m->n_mamba_layers += m->layers[i].kind == LLMEM_LAYER_MAMBA2;
+        llmem_layer_kind lk = m->layers[i].kind;
+        m->n_attention_layers += lk == LLMEM_LAYER_ATTENTION || lk == LLMEM_LAYER_PARALLEL;
+        m->n_mamba_layers += lk == LLMEM_LAYER_MAMBA2 || lk == LLMEM_LAYER_PARALLEL;
         m->n_mlp_layers += m->layers[i].kind == LLMEM_LAYER_MLP;
     }
     return LLMEM_OK;

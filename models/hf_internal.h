@@ -77,4 +77,17 @@ void hf_moe_destroy(hf_moe *mo);
 llmem_status hf_moe_ffn(hf_moe *mo, llmem_backend *be, const llmem_model_config *cfg,
                         const llmem_tensor *const w[6], const llmem_tensor *h, int32_t T);
 
+/* ---- falcon_h1 (models/falcon_h1.c) ---------------------------------------------- */
+
+/* Scratch of falcon_h1's parallel layers and its muP vector. */
+typedef struct hf_falcon hf_falcon;
+/* NULL *out (and LLMEM_OK) for other architectures. */
+llmem_status hf_falcon_create(llmem_backend *be, const llmem_model_config *cfg, int32_t n_ubatch,
+                              hf_falcon **out);
+void hf_falcon_destroy(hf_falcon *f);
+/* save, sum [T, hidden] f32 (the normed input, the Mamba-2 branch) and the
+ * muP vector [ssm_in_proj_dim] f32. */
+void hf_falcon_tensors(const hf_falcon *f, int32_t T, llmem_tensor *save, llmem_tensor *sum,
+                       llmem_tensor *mup);
+
 #endif

@@ -36,6 +36,7 @@ typedef struct wt {
 typedef struct layer_w {
     wt w[LLMEM_W_COUNT];
     int32_t mem_layer; /* layer index in the memory, -1 for MLP-only layers */
+    int32_t mem_layer2; /* falcon_h1 parallel layers: the Mamba-2 one (else -1) */
 } layer_w;
 
 struct llmem_model {
@@ -59,6 +60,7 @@ struct llmem_model {
     int32_t width_a, width_b, width_c, width_d, width_e;
     llmem_model_stats stats;
     hf_moe *moe; /* MoE / shared-expert FFN scratch (models/moe.c), or NULL */
+    hf_falcon *fal; /* falcon_h1 scratch (models/falcon_h1.c), or NULL */
 };
 
 llmem_model_params llmem_model_default_params(void)
@@ -209,10 +211,11 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
     int32_t n_attn = 0, n_mamba = 0;
     for (int32_t il = 0; il < c->n_layers; il++) {
         llmem_layer_kind k = c->layers[il].kind;
-        m->layers[il].mem_layer =
-            k == LLMEM_LAYER_MLP || k == LLMEM_LAYER_MOE ? -1 : n_attn + n_mamba;
-        n_attn += k == LLMEM_LAYER_ATTENTION;
-        n_mamba += k == LLMEM_LAYER_MAMBA2;
+        int32_t at = n_attn + n_mamba;
+        m->layers[il].mem_layer = k == LLMEM_LAYER_MLP || k == LLMEM_LAYER_MOE ? -1 : at;
+        m->layers[il].mem_layer2 = k == LLMEM_LAYER_PARALLEL ? at + 1 : -1;
+        n_attn += k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL;
+        n_mamba += k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL;
     }
     llmem_status st;
     if (n_attn > 0) {
@@ -267,9 +270,14 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
             llmem_memory_destroy(rs);
             return LLMEM_E_NO_MEMORY;
         }
-        for (int32_t il = 0; il < c->n_layers; il++)
+        for (int32_t il = 0; il < c->n_layers; il++) {
+            llmem_layer_kind k = c->layers[il].kind;
             if (m->layers[il].mem_layer >= 0)
-                map[m->layers[il].mem_layer] = c->layers[il].kind == LLMEM_LAYER_ATTENTION ? 0 : 1;
+                map[m->layers[il].mem_layer] =
+                    k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL ? 0 : 1;
+            if (m->layers[il].mem_layer2 >= 0)
+                map[m->layers[il].mem_layer2] = 1;
+        }
         llmem_memory *children[2] = {kv, rs};
         st = llmem_hybrid_create(children, 2, map, n, &m->mem, err, err_len);
         free(map);
@@ -370,6 +378,9 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         llmem_errf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp.n_ubatch);
     if (s == LLMEM_OK && (s = hf_moe_create(be, &m->cfg, pp.n_ubatch, &m->moe)) != LLMEM_OK)
         llmem_errf(err, err_len, "cannot allocate MoE scratch for %d-token ubatches", pp.n_ubatch);
+    if (s == LLMEM_OK && (s = hf_falcon_create(be, &m->cfg, pp.n_ubatch, &m->fal)) != LLMEM_OK)
+        llmem_errf(err, err_len, "cannot allocate falcon_h1 scratch for %d-token ubatches",
+                   pp.n_ubatch);
     if (s != LLMEM_OK) {
         if (err && err_len && !err[0])
             llmem_errf(err, err_len, "%s failed: %s", step, llmem_status_str(s));
@@ -392,6 +403,7 @@ void llmem_model_free(llmem_model *m)
     llmem_buffer_free(m->fb_buf);
     llmem_backend_close(m->fb_be);
     hf_moe_destroy(m->moe);
+    hf_falcon_destroy(m->fal);
     free(m->layers);
     free(m);
 }
@@ -440,6 +452,12 @@ static llmem_status linear(llmem_model *m, const llmem_tensor *a, const wt *w, c
 
 #define TRY(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
 
+/* x = x * s when s != 1 (granite's and falcon_h1's multipliers). */
+static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
+{
+    return s == 1.0 ? LLMEM_OK : llmem_op_scale(m->be, x, (float)s, x);
+}
+
 static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
 {
     const llmem_model_config *c = &m->cfg;
@@ -449,6 +467,7 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
                  vv = act(m, m->off_c, T, Hk * Dh), o = act(m, m->off_d, T, H * Dh);
     TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_Q], &L->w[LLMEM_W_ATTN_Q_BIAS], &q));
     TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_K], &L->w[LLMEM_W_ATTN_K_BIAS], &k));
+    TRY(scale_by(m, &k, c->key_multiplier)); /* falcon_h1 */
     TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
     llmem_tensor q3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T, H, Dh);
     llmem_tensor k3 = llmem_tensor_3d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, Hk, Dh);
@@ -477,6 +496,11 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     llmem_tensor zxbcdt = act(m, m->off_a, T, c->ssm_in_proj_dim);
     TRY(linear(m, &h, &L->w[LLMEM_W_SSM_IN], &L->w[LLMEM_W_SSM_IN_BIAS], &zxbcdt));
+    if (m->fal) { /* falcon_h1's muP vector over [z | x B C | dt] */
+        llmem_tensor save, sum, mup;
+        hf_falcon_tensors(m->fal, T, &save, &sum, &mup);
+        TRY(llmem_op_mul(m->be, &zxbcdt, &mup, &zxbcdt));
+    }
     llmem_tensor z = act(m, m->off_e, T, din), xbc = act(m, m->off_c, T, cd),
                  dt = act(m, m->off_d, T, nh), conv = act(m, m->off_b, T, cd);
     llmem_tensor y = act(m, m->off_a, T, din); /* zxbcdt is consumed */
@@ -503,7 +527,10 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     TRY(llmem_op_ssm_scan(m->be, &sp, v, 1, &conv, &dt, &L->w[LLMEM_W_SSM_A_LOG].t,
                           D->present ? &D->t : NULL, dtb->present ? &dtb->t : NULL, &y));
     int32_t groups = din / (c->ssm_norm_group_size > 0 ? c->ssm_norm_group_size : din);
-    TRY(llmem_op_rms_norm_gated(m->be, &y, &z, &L->w[LLMEM_W_SSM_NORM].t, groups,
+    if (c->ssm_gate_only) /* falcon_h1 without mamba_rms_norm: y * silu(z) */
+        TRY(llmem_op_swiglu(m->be, &z, &y, &y));
+    else
+        TRY(llmem_op_rms_norm_gated(m->be, &y, &z, &L->w[LLMEM_W_SSM_NORM].t, groups,
                                 (float)c->norm_eps, &y));
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
     return linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out);
@@ -519,12 +546,6 @@ static llmem_status moe_ffn(llmem_model *m, const layer_w *L, int32_t T)
     }
     llmem_tensor h = act(m, m->off_h, T, m->cfg.hidden_size);
     return hf_moe_ffn(m->moe, m->be, &m->cfg, w, &h, T);
-}
-
-/* x = x * s when s != 1 (granite's multipliers). */
-static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
-{
-    return s == 1.0 ? LLMEM_OK : llmem_op_scale(m->be, x, (float)s, x);
 }
 
 /* up = silu(h · gateᵀ) * (h · upᵀ) in one fused op, for decode-sized
@@ -544,7 +565,7 @@ static llmem_status fused_gate_up(llmem_model *m, const layer_w *L, int32_t T,
      * them). Device backends run M <= 4 as the same f32 GEMV in both modes. */
     bool cpu_fast = m->p.precision == LLMEM_PRECISION_FAST &&
                     strcmp(llmem_backend_name(m->be), "cpu") == 0;
-    if (cpu_fast || T > 4 || !c->ffn_gated || c->ffn_act != LLMEM_ACT_SILU || !g->present ||
+    if (cpu_fast || T > 4 || c->mlp_gate_multiplier != 1.0 || !c->ffn_gated || c->ffn_act != LLMEM_ACT_SILU || !g->present ||
         !u->present || L->w[LLMEM_W_FFN_GATE_BIAS].present ||
         L->w[LLMEM_W_FFN_UP_BIAS].present || g->t.dtype != u->t.dtype)
         return LLMEM_E_UNSUPPORTED;
@@ -560,14 +581,17 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     llmem_tensor up = act(m, m->off_b, T, c->intermediate_size);
     llmem_status fs = fused_gate_up(m, L, T, &h, &up);
-    if (fs == LLMEM_OK)
-        return linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h);
+    if (fs == LLMEM_OK) {
+        TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
+        return scale_by(m, &h, c->mlp_down_multiplier);
+    }
     if (fs != LLMEM_E_UNSUPPORTED)
         return fs;
     TRY(linear(m, &h, &L->w[LLMEM_W_FFN_UP], &L->w[LLMEM_W_FFN_UP_BIAS], &up));
     if (c->ffn_gated) {
         llmem_tensor gate = act(m, m->off_a, T, c->intermediate_size);
         TRY(linear(m, &h, &L->w[LLMEM_W_FFN_GATE], &L->w[LLMEM_W_FFN_GATE_BIAS], &gate));
+        TRY(scale_by(m, &gate, c->mlp_gate_multiplier)); /* falcon_h1 */
         if (c->ffn_act == LLMEM_ACT_SILU)
             TRY(llmem_op_swiglu(m->be, &gate, &up, &up));
         else {
@@ -579,11 +603,32 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
     } else {
         TRY(llmem_op_silu(m->be, &up, &up));
     }
-    return linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h);
+    TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
+    return scale_by(m, &h, c->mlp_down_multiplier); /* falcon_h1 */
 }
 
 /* Runs one ubatch and leaves the logits of its n_outputs rows, in ubatch
  * output order, at off_logits ([n_outputs, n_vocab] f32). */
+/* falcon_h1: h (normalized input) -> ssm_out * mamba(ssm_in * h) +
+ * attn_out * attention(attn_in * h), the two branches on their own memory
+ * layers (view va: KV, L->mem_layer2: recurrent). */
+static llmem_status parallel(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *va)
+{
+    const llmem_model_config *c = &m->cfg;
+    llmem_view vs = {0};
+    TRY(llmem_memory_view(m->mem, L->mem_layer2, &vs));
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size), save, sum, mup;
+    hf_falcon_tensors(m->fal, T, &save, &sum, &mup);
+    TRY(llmem_op_scale(m->be, &h, 1.0f, &save));
+    TRY(scale_by(m, &h, c->ssm_in_multiplier));
+    TRY(mamba(m, L, T, &vs));
+    TRY(llmem_op_scale(m->be, &h, (float)c->ssm_out_multiplier, &sum));
+    TRY(llmem_op_scale(m->be, &save, (float)c->attention_in_multiplier, &h));
+    TRY(attention(m, L, T, va));
+    TRY(scale_by(m, &h, c->attention_out_multiplier));
+    return llmem_op_add(m->be, &sum, &h, &h);
+}
+
 static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
 {
     const llmem_model_config *c = &m->cfg;
@@ -601,7 +646,9 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
         if (L->mem_layer >= 0)
             TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
         TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, (float)c->norm_eps, &h));
-        if (lc->kind == LLMEM_LAYER_ATTENTION)
+        if (lc->kind == LLMEM_LAYER_PARALLEL)
+            TRY(parallel(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_ATTENTION)
             TRY(attention(m, L, T, &v));
         else if (lc->kind == LLMEM_LAYER_MAMBA2)
             TRY(mamba(m, L, T, &v));

@@ -50,8 +50,8 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
     if (w >= LLMEM_W_MOE_ROUTER) /* mixture of experts: models/moe.c */
         return hf_moe_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     const llmem_arch a = cfg->arch;
-    const bool granite = a == LLMEM_ARCH_GRANITEMOEHYBRID;
-    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA || granite; /* "model.*" */
+    const bool granite = a == LLMEM_ARCH_GRANITEMOEHYBRID, falcon = a == LLMEM_ARCH_FALCON_H1;
+    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA || granite || falcon;
     const char *pre = cfg->tensor_prefix;
     const int64_t H = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
     const int64_t q = (int64_t)cfg->n_heads * cfg->head_dim;
@@ -69,7 +69,8 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
             set_shape(shape, n_dims, 1, H, 0, 0);
             n = snprintf(buf, buf_len, "%s%s", pre,
                          a == LLMEM_ARCH_LLAMA || granite ? "norm.weight"
-                         : a == LLMEM_ARCH_BAMBA ? "final_layernorm.weight" : "norm_f.weight");
+                         : a == LLMEM_ARCH_BAMBA || falcon ? "final_layernorm.weight"
+                                                            : "norm_f.weight");
         } else {
             if (cfg->tie_word_embeddings)
                 return false;
@@ -84,13 +85,16 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
     }
 
     const llmem_layer_config *L = &cfg->layers[layer];
-    const bool attn = L->kind == LLMEM_LAYER_ATTENTION, ssm = L->kind == LLMEM_LAYER_MAMBA2;
+    /* falcon_h1's parallel layers hold both mixers */
+    const bool par = L->kind == LLMEM_LAYER_PARALLEL;
+    const bool attn = L->kind == LLMEM_LAYER_ATTENTION || par;
+    const bool ssm = L->kind == LLMEM_LAYER_MAMBA2 || par;
     /* granite's FFN is its shared MLP and experts (LLMEM_W_MOE_*, LLMEM_W_SHARED_*) */
     const bool ffn = (L->has_ffn && !granite) || L->kind == LLMEM_LAYER_MLP;
     const char *attn_sub = hf_model ? "self_attn." : "mixer.";
-    const char *ffn_sub = a == LLMEM_ARCH_LLAMA ? "mlp." : a == LLMEM_ARCH_BAMBA ? "feed_forward."
-                                                                                : "mixer.";
-    const char *ssm_sub = a == LLMEM_ARCH_BAMBA || granite ? "mamba." : "mixer.";
+    const char *ffn_sub = a == LLMEM_ARCH_LLAMA ? "mlp."
+                          : a == LLMEM_ARCH_BAMBA || falcon ? "feed_forward." : "mixer.";
+    const char *ssm_sub = a == LLMEM_ARCH_BAMBA || granite || falcon ? "mamba." : "mixer.";
     switch (w) {
     case LLMEM_W_MIXER_NORM:
         leaf = hf_model ? "input_layernorm.weight" : "norm.weight";
@@ -176,7 +180,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         set_shape(shape, n_dims, 1, nh, 0, 0);
         break;
     case LLMEM_W_SSM_NORM:
-        if (!ssm)
+        if (!ssm || cfg->ssm_gate_only) /* falcon_h1 without mamba_rms_norm has none */
             return false;
         sub = ssm_sub;
         leaf = "norm.weight";

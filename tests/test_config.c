@@ -175,6 +175,15 @@ START_TEST(test_fixture_moe)
     ck_assert(m.attention_scale == 0.2 && m.logits_scaling == 0.8);
     ck_assert(m.tie_word_embeddings);
 
+    check_fixture(fixture("falcon_h1"), &m);
+    ck_assert_int_eq(m.arch, LLMEM_ARCH_FALCON_H1);
+    ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_PARALLEL);
+    ck_assert_int_eq(m.n_attention_layers, 3);
+    ck_assert_int_eq(m.n_mamba_layers, 3);
+    ck_assert(m.ssm_gate_only && m.ssm_d_inner == 128);
+    ck_assert(m.ssm_multipliers[4] == 1.4 && m.key_multiplier == 0.8);
+    ck_assert(m.mlp_gate_multiplier == 1.3 && m.mlp_down_multiplier == 0.6);
+
     check_fixture(fixture("granite_dense_nope"), &m);
     ck_assert_int_eq(m.n_expert, 0);
     ck_assert(!m.use_rope);

@@ -192,6 +192,19 @@ def make_config(arch):
                   shared_intermediate_size=32 if moe else 96,
                   position_embedding_type="rope" if moe else "nope")
         return tf.GraniteMoeHybridConfig(**kw, rope_parameters=rope)
+    if arch == "falcon_h1":
+        # attention and Mamba-2 in parallel in every layer, muP multipliers
+        return tf.FalconH1Config(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+            max_position_embeddings=1024, mamba_d_ssm=128, mamba_n_heads=8, mamba_d_head=16,
+            mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+            mamba_chunk_size=16, mamba_conv_bias=True, mamba_proj_bias=False,
+            mamba_rms_norm=False, projectors_bias=False, tie_word_embeddings=False,
+            rope_parameters=rope, embedding_multiplier=2.0, lm_head_multiplier=0.7,
+            mlp_multipliers=[1.3, 0.6], key_multiplier=0.8, attention_in_multiplier=1.1,
+            attention_out_multiplier=0.9, ssm_multipliers=[1.2, 0.8, 1.1, 0.9, 1.4],
+            ssm_in_multiplier=0.7, ssm_out_multiplier=1.2)
     raise ValueError(arch)
 
 

@@ -110,6 +110,7 @@ typedef enum llmem_arch {
     LLMEM_ARCH_NEMOTRON_H = 3, /* "nemotron_h": each layer one of Mamba-2, attention, MLP, MoE */
     LLMEM_ARCH_GRANITEMOEHYBRID = 4, /* "granitemoehybrid" (Granite-4.0-H): Mamba-2 or
                                         attention mixer, then a shared MLP (+ routed MoE) */
+    LLMEM_ARCH_FALCON_H1 = 5,  /* "falcon_h1": attention and Mamba-2 in parallel, then MLP */
     LLMEM_ARCH_COUNT
 } llmem_arch;
 
@@ -118,6 +119,8 @@ typedef enum llmem_layer_kind {
     LLMEM_LAYER_MAMBA2 = 1,    /* Mamba-2 SSD mixer (conv + selective state space) */
     LLMEM_LAYER_MLP = 2,       /* nemotron_h's MLP-only layer: the mixer is the MLP */
     LLMEM_LAYER_MOE = 3,       /* nemotron_h's MoE layer: routed + shared experts */
+    LLMEM_LAYER_PARALLEL = 4,  /* falcon_h1: attention and Mamba-2 side by side (two
+                                  memory layers: a KV one and a recurrent one) */
     LLMEM_LAYER_KIND_COUNT
 } llmem_layer_kind;
 
@@ -208,6 +211,14 @@ typedef struct llmem_model_config {
     double residual_multiplier;    /* x += block(x) * m */
     double attention_scale;        /* softmax scale: attention_multiplier, else 1/sqrt(head_dim) */
     double logits_scaling;         /* logits = lm_head(x) / s */
+
+    /* falcon_h1's muP multipliers (1 elsewhere). */
+    double attention_in_multiplier, attention_out_multiplier, key_multiplier;
+    double ssm_in_multiplier, ssm_out_multiplier;
+    double ssm_multipliers[5];     /* in_proj output segments z, x, B, C, dt */
+    double mlp_gate_multiplier, mlp_down_multiplier;
+    bool ssm_gate_only;            /* y * silu(z) without the gated RMS norm
+                                      (falcon_h1 mamba_rms_norm false) */
 } llmem_model_config;
 
 /* Parses a config.json text of `len` bytes (need not be NUL-terminated)
