@@ -145,11 +145,11 @@ llmem_status bench_decode_attention(bench *b)
         st = attn_prepare(b, &s, kp, vp, &c, &t, &idx);
         c.q = llmem_tensor_3d(qb, 0, LLMEM_DTYPE_F32, s.n_seq, s.n_heads, s.hd);
         c.out = llmem_tensor_3d(ob, 0, LLMEM_DTYPE_F32, s.n_seq, s.n_heads, s.hd);
+        char what[64];
+        snprintf(what, sizeof what, "decode attn, pages of %d", sizes[i]);
         if (st == LLMEM_OK)
-            st = bench_time_it(b, "decode attn", attn_run, &c, &times[i]);
+            st = bench_time_it(b, what, attn_run, &c, &times[i]);
         if (st == LLMEM_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "decode attn, pages of %d", sizes[i]);
             bench_report_bw(b, what, times[i], 2.0 * (double)pool_bytes + 2.0 * (double)nq * 4, NULL);
         }
         llmem_buffer_free(idx);

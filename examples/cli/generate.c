@@ -226,6 +226,8 @@ int llmem_cli_generate(int argc, char **argv)
         fprintf(stderr, "llmem generate: empty prompt\n");
         rc = 1;
     }
+    if (!rc)
+        cli_logf(CLI_LOG_INFO, "generate", "prompt: %d tokens", (int)n_prompt);
     int32_t cap_hist = n_prompt + n_predict + n_draft + 2;
     int32_t rows_max = parallel * (n_draft + 1);
     float *logits = malloc((size_t)rows_max * (size_t)V * sizeof *logits);

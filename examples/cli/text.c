@@ -4,6 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "examples/cli/common.h"
 #include "examples/cli/text.h"
 
 int cli_text_open(const char *cmd, const char *model_dir, int32_t n_vocab, cli_text *t)
@@ -28,9 +29,13 @@ int cli_text_open(const char *cmd, const char *model_dir, int32_t n_vocab, cli_t
             return 1;
         }
         t->kind = CLI_TEXT_TOKENIZER;
+        cli_logf(CLI_LOG_INFO, cmd, "text through '%s' (%d ids, BOS %d, EOS %d)", path, (int)tv,
+                 (int)llmem_tokenizer_bos(t->tok), (int)llmem_tokenizer_eos(t->tok));
         return 0;
     }
     t->kind = n_vocab == 256 ? CLI_TEXT_BYTES : CLI_TEXT_IDS;
+    cli_logf(CLI_LOG_INFO, cmd, "no tokenizer.json: text is %s",
+             t->kind == CLI_TEXT_BYTES ? "bytes (a 256-entry vocabulary)" : "token ids");
     return 0;
 }
 
