@@ -32,7 +32,8 @@ typedef struct plan_build {
     int32_t *single;   /* [n_seq_max] set {s}, or -1 */
     uint32_t *mark;    /* [n_seq_max] stamp of the set being compared */
     uint32_t stamp;
-    int32_t *bucket;   /* [n_buckets] first set of a chain, -1 */
+    int32_t *bucket;   /* [n_buckets] first set of a chain, -1; made at the first
+                          token in several sequences */
     int32_t n_buckets;
     i32vec chain;      /* [n_sets] next set of the same bucket */
     int32_t *local;    /* [n_sets] stream of a set in the ubatch being emitted, or -1 */
@@ -93,6 +94,15 @@ static int32_t find_or_add_set(plan_build *pb, int32_t i)
         if (pb->single[s0] >= 0)
             return pb->single[s0];
     } else {
+        if (!pb->bucket) { /* the first token in several sequences: make the hash */
+            int32_t nb = 16;
+            while (nb < 2 * pb->b->n_tokens && nb < (1 << 30))
+                nb *= 2;
+            if (!(pb->bucket = malloc((size_t)nb * sizeof *pb->bucket)))
+                return -1;
+            memset(pb->bucket, 0xff, (size_t)nb * sizeof *pb->bucket);
+            pb->n_buckets = nb;
+        }
         head = &pb->bucket[set_hash(pb->b, i) & (uint32_t)(pb->n_buckets - 1)];
         for (int32_t s = *head; s >= 0; s = pb->chain.v[s])
             if (same_set(pb, s, i))
@@ -501,23 +511,16 @@ llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, 
         pb.out = calloc((size_t)b->n_tokens, sizeof *pb.out);
         list = malloc((size_t)b->n_tokens * sizeof *list);
         pb.local = malloc((size_t)b->n_tokens * sizeof *pb.local); /* sets <= tokens */
-        pb.n_buckets = 16;
-        while (pb.n_buckets < 2 * b->n_tokens && pb.n_buckets < (1 << 30))
-            pb.n_buckets *= 2;
-        pb.bucket = malloc((size_t)pb.n_buckets * sizeof *pb.bucket);
     }
     pb.single = malloc((size_t)nsm * sizeof *pb.single);
     pb.mark = calloc((size_t)nsm, sizeof *pb.mark);
     if (!p->n_cached || !p->n_new || !p->first_pos || !p->seq_tokens || !pb.single ||
         !pb.mark ||
-        (b->n_tokens > 0 && (!pb.stream || !pb.skip || !pb.out || !list || !pb.local ||
-                             !pb.bucket)))
+        (b->n_tokens > 0 && (!pb.stream || !pb.skip || !pb.out || !list || !pb.local)))
         goto fail;
     memset(pb.single, 0xff, (size_t)nsm * sizeof *pb.single);
-    if (b->n_tokens > 0) {
+    if (b->n_tokens > 0)
         memset(pb.local, 0xff, (size_t)b->n_tokens * sizeof *pb.local);
-        memset(pb.bucket, 0xff, (size_t)pb.n_buckets * sizeof *pb.bucket);
-    }
     st = validate(mem, &pb, split, err, err_len, next_pos, seq_set);
     if (st != LLMEM_OK)
         goto fail;
