@@ -17,17 +17,22 @@ layout(constant_id = 3) const uint TPR = 32; /* invocations per weight-row group
 layout(constant_id = 4) const uint NR = 1;   /* weight rows per group: each activation load
                                                  serves NR rows (L1 traffic / NR for MR > 1) */
 
+layout(constant_id = 5) const uint SWI = 0; /* 1: out = silu(a · wᵀ) * (a · uᵀ) (matmul_swiglu) */
+
 #define UNROLL (NR == 1u ? 4u : 2u)
 
 layout(binding = 0) readonly buffer A { vec4 a[]; };
 layout(binding = 1) readonly buffer W { uvec4 w[]; };
 layout(binding = 2) writeonly buffer O { float o[]; };
+layout(binding = 3) readonly buffer U { uvec4 uw[]; }; /* up weights (SWI) */
 
 layout(push_constant) uniform P {
     uint m, n, k, a_off, w_off, o_off; /* a_off in vec4s, w_off in uvec4s, o_off in floats */
+    uint u_off;                        /* uvec4s (SWI) */
 } p;
 
-shared float part[NR * WG];
+const uint NW = SWI != 0u ? 2u : 1u; /* weight matrices */
+shared float part[NW * NR * WG];
 
 vec2 widen(uint u)
 {
@@ -43,15 +48,18 @@ void main()
     uint lane = l % TPR;
     uint n0 = (group_id() * RPW + l / TPR) * NR; /* first weight row of the group */
     uint kv = p.k / 8u, ka = p.k / 4u;
-    float acc[MR * NR];
-    for (uint i = 0; i < MR * NR; i++)
+    float acc[NW * MR * NR]; /* [matrix][activation row][weight row] */
+    for (uint i = 0; i < NW * MR * NR; i++)
         acc[i] = 0.0;
     for (uint j = lane; j < kv; j += TPR * UNROLL) {
-        uvec4 q[4 * NR];
+        uvec4 q[4 * NR * NW];
         for (uint u = 0; u < UNROLL; u++)
             for (uint r = 0; r < NR; r++) {
                 uint jj = j + u * TPR;
-                q[u * NR + r] = jj < kv && n0 + r < p.n ? w[p.w_off + (n0 + r) * kv + jj] : uvec4(0u);
+                bool inb = jj < kv && n0 + r < p.n;
+                q[u * NR + r] = inb ? w[p.w_off + (n0 + r) * kv + jj] : uvec4(0u);
+                if (SWI != 0u)
+                    q[(UNROLL + u) * NR + r] = inb ? uw[p.u_off + (n0 + r) * kv + jj] : uvec4(0u);
             }
         for (uint u = 0; u < UNROLL; u++) {
             uint jj = j + u * TPR;
@@ -61,11 +69,12 @@ void main()
                 if (i >= p.m)
                     break;
                 vec4 x0 = a[p.a_off + i * ka + 2u * jj], x1 = a[p.a_off + i * ka + 2u * jj + 1u];
-                for (uint r = 0; r < NR; r++) {
-                    uvec4 qq = q[u * NR + r];
-                    acc[i * NR + r] += dot(x0, vec4(widen(qq.x), widen(qq.y))) +
-                                       dot(x1, vec4(widen(qq.z), widen(qq.w)));
-                }
+                for (uint mt = 0; mt < NW; mt++)
+                    for (uint r = 0; r < NR; r++) {
+                        uvec4 qq = q[(mt * UNROLL + u) * NR + r];
+                        acc[(mt * MR + i) * NR + r] += dot(x0, vec4(widen(qq.x), widen(qq.y))) +
+                                                       dot(x1, vec4(widen(qq.z), widen(qq.w)));
+                    }
             }
         }
     }
@@ -73,15 +82,21 @@ void main()
      * row at a time through shared memory */
     for (uint i = 0; i < MR; i++) {
         barrier();
-        for (uint r = 0; r < NR; r++)
-            part[r * WG + l] = acc[i * NR + r];
+        for (uint mt = 0; mt < NW; mt++)
+            for (uint r = 0; r < NR; r++)
+                part[(mt * NR + r) * WG + l] = acc[(mt * MR + i) * NR + r];
         barrier();
         for (uint t = l; t < RPW * NR; t += WG) {
             uint g = t / NR, r = t % NR;
             uint nn = (group_id() * RPW + g) * NR + r;
-            float s = 0.0;
+            float s = 0.0, su = 0.0;
             for (uint x = 0; x < TPR; x++)
                 s += part[r * WG + g * TPR + x];
+            if (SWI != 0u) {
+                for (uint x = 0; x < TPR; x++)
+                    su += part[(NR + r) * WG + g * TPR + x];
+                s = silu(s) * su;
+            }
             if (nn < p.n && i < p.m)
                 o[p.o_off + i * p.n + nn] = s;
         }

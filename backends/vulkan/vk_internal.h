@@ -336,6 +336,8 @@ static inline uint32_t vk_table_word(const llmem_i32_table *t)
 }
 
 llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
+                                 llmem_ct *out);
 llmem_status vk_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);
 llmem_status vk_op_add(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);
 llmem_status vk_op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *out);

@@ -327,6 +327,7 @@ const struct llmem_ops_i vk_ops = {
     .sample = vk_op_sample,
     .logprob_gather = vk_op_logprob_gather,
     .top_logprobs = vk_op_top_logprobs,
+    .matmul_swiglu = vk_op_matmul_swiglu,
     .moe_route = vk_op_moe_route,
     .moe_ffn = vk_op_moe_ffn,
 };

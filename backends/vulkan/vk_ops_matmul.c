@@ -22,45 +22,63 @@
 #define MM_TM 4
 #define MM_TN 4
 
+/* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
+ * when it applies (f16/bf16 weights, K % 8 == 0, up to MV16_MAX rows,
+ * 16-byte aligned rows); *done says whether it did. 16-byte weight loads,
+ * MV16_ROWS activation rows per pass: each pass reads the weights once,
+ * which beats the tiled matmul up to MV16_MAX rows on a bandwidth-bound
+ * decode. */
+static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out,
+                             bool *done)
+{
+    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
+    *done = false;
+    if (m > MV16_MAX || (w->dtype != LLMEM_DTYPE_F16 && w->dtype != LLMEM_DTYPE_BF16) ||
+        k % 8 != 0 || getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL)
+        return LLMEM_OK;
+    llmem_status st = LLMEM_OK;
+    uint32_t nr = m == 1 ? 1 : 4; /* weight rows per lane group */
+    for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += MV16_ROWS) {
+        uint32_t mr = m - m0 < MV16_ROWS ? m - m0 : MV16_ROWS;
+        vk_op op;
+        vk_op_init(&op, VK_SH_MATVEC16, MV16_WG);
+        vk_op_spec(&op, (uint32_t)w->dtype);
+        vk_op_spec(&op, mr);
+        vk_op_spec(&op, MV16_TPR);
+        vk_op_spec(&op, nr);
+        vk_op_spec(&op, u != NULL);
+        uint32_t ao = vk_op_tensor(v, &op, a, false);
+        uint32_t wo = vk_op_tensor(v, &op, w, false);
+        uint32_t oo = vk_op_tensor(v, &op, out, true);
+        uint32_t uo = 0;
+        if (u)
+            uo = vk_op_tensor(v, &op, u, false);
+        if (ao % 4 != 0 || wo % 8 != 0 || uo % 8 != 0) {
+            vk_op_run(v, &op, 0); /* gives temporaries back */
+            return LLMEM_OK;      /* unaligned (first pass): the general path */
+        }
+        vk_op_u32(&op, mr);
+        vk_op_u32(&op, n);
+        vk_op_u32(&op, k);
+        vk_op_u32(&op, (ao + m0 * k) / 4);
+        vk_op_u32(&op, wo / 8);
+        vk_op_u32(&op, oo + m0 * n);
+        vk_op_u32(&op, uo / 8);
+        st = vk_op_run(v, &op, vk_div_up(n, MV16_WG / MV16_TPR * nr));
+        *done = true;
+    }
+    return st;
+}
+
 llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     vk_op op;
-    if (m <= MV16_MAX && (w->dtype == LLMEM_DTYPE_F16 || w->dtype == LLMEM_DTYPE_BF16) &&
-        k % 8 == 0 && getenv("LLMEM_VULKAN_MATVEC_OLD") == NULL) {
-        /* 16-byte weight loads (shaders/matvec16.comp), MV16_ROWS activation
-         * rows per pass: each pass reads the weights once, which beats the
-         * tiled matmul up to MV16_MAX rows on a bandwidth-bound decode. */
-        llmem_status st = LLMEM_OK;
-        bool done = false;
-        uint32_t nr = m == 1 ? 1 : 4; /* weight rows per lane group */
-        for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += MV16_ROWS) {
-            uint32_t mr = m - m0 < MV16_ROWS ? m - m0 : MV16_ROWS;
-            vk_op_init(&op, VK_SH_MATVEC16, MV16_WG);
-            vk_op_spec(&op, (uint32_t)w->dtype);
-            vk_op_spec(&op, mr);
-            vk_op_spec(&op, MV16_TPR);
-            vk_op_spec(&op, nr);
-            uint32_t ao = vk_op_tensor(v, &op, a, false);
-            uint32_t wo = vk_op_tensor(v, &op, w, false);
-            uint32_t oo = vk_op_tensor(v, &op, out, true);
-            if (ao % 4 != 0 || wo % 8 != 0) {
-                vk_op_run(v, &op, 0); /* gives temporaries back */
-                break;                /* unaligned: the general path */
-            }
-            vk_op_u32(&op, mr);
-            vk_op_u32(&op, n);
-            vk_op_u32(&op, k);
-            vk_op_u32(&op, (ao + m0 * k) / 4);
-            vk_op_u32(&op, wo / 8);
-            vk_op_u32(&op, oo + m0 * n);
-            st = vk_op_run(v, &op, vk_div_up(n, MV16_WG / MV16_TPR * nr));
-            done = true;
-        }
-        if (done || st != LLMEM_OK)
-            return st;
-    }
+    bool done;
+    llmem_status st = matvec16(v, a, w, NULL, out, &done);
+    if (done || st != LLMEM_OK)
+        return st;
     if (m <= MV_MAX) {
         vk_op_init(&op, v->subgroup ? VK_SH_MATVEC_SG : VK_SH_MATVEC, MV_WG);
         vk_op_spec(&op, (uint32_t)w->dtype);
@@ -91,4 +109,30 @@ llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct 
     vk_op_u32(&op, (uint32_t)tiles_m);
     vk_op_u32(&op, (uint32_t)tiles);
     return vk_op_run(v, &op, tiles);
+}
+
+llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
+                                 llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    bool done;
+    llmem_status st = matvec16(v, a, gate, up, out, &done);
+    if (done || st != LLMEM_OK)
+        return st;
+    /* Other shapes and dtypes: two matmuls into a temporary, then SwiGLU
+     * (the temporary may be freed with the work recorded: see vk_buffer_free). */
+    size_t half = (size_t)a->ne[0] * (size_t)gate->ne[0] * 4;
+    llmem_buffer *tmp = NULL;
+    if ((st = vk_buffer_alloc(be, 2 * half, &tmp)) != LLMEM_OK)
+        return st;
+    tmp->size = 2 * half;
+    llmem_tensor g = llmem_tensor_2d(tmp, 0, LLMEM_DTYPE_F32, a->ne[0], gate->ne[0]);
+    llmem_tensor u = llmem_tensor_2d(tmp, half, LLMEM_DTYPE_F32, a->ne[0], gate->ne[0]);
+    st = vk_op_matmul(be, a, gate, &g);
+    if (st == LLMEM_OK)
+        st = vk_op_matmul(be, a, up, &u);
+    if (st == LLMEM_OK)
+        st = vk_op_swiglu(be, &g, &u, out);
+    vk_buffer_free(be, tmp);
+    return st;
 }
