@@ -17,17 +17,11 @@
 #include <cjson/cJSON.h>
 
 #include "llmem/model.h"
+#include "models/config_internal.h"
 #include "models/hf_internal.h"
 
 #define CFG_MAX_FILE ((size_t)16 * 1024 * 1024)
-#define CFG_MAX_DIM (1 << 24) /* bound on any size, so derived sizes fit int32 */
 
-typedef struct cfgctx {
-    const cJSON *root;
-    const char *src; /* message prefix: "config.json" or the file path */
-    char *err;
-    size_t err_len;
-} cfgctx;
 
 static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h",
                                                    "granitemoehybrid", "falcon_h1"};
@@ -61,7 +55,7 @@ static const char *json_type(const cJSON *v)
 
 /* The first of the NULL-terminated key names present (and not null) in obj;
  * *which gets its name. */
-static const cJSON *find_any(const cJSON *obj, const char *const *keys, const char **which)
+const cJSON *find_any(const cJSON *obj, const char *const *keys, const char **which)
 {
     for (; *keys; keys++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, *keys);
@@ -74,7 +68,6 @@ static const cJSON *find_any(const cJSON *obj, const char *const *keys, const ch
     return NULL;
 }
 
-#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static llmem_status missing(cfgctx *c, const char *const *keys)
 {
@@ -86,7 +79,7 @@ static llmem_status missing(cfgctx *c, const char *const *keys)
 }
 
 /* Integer in [lo, hi]; `def` when absent unless `required`. */
-static llmem_status get_int(cfgctx *c, const char *const *keys, bool required, int32_t def,
+llmem_status get_int(cfgctx *c, const char *const *keys, bool required, int32_t def,
                             int32_t lo, int32_t hi, int32_t *out)
 {
     const char *k = keys[0];
@@ -112,7 +105,7 @@ static llmem_status get_int(cfgctx *c, const char *const *keys, bool required, i
 }
 
 /* A JSON number, or transformers 5's {"__float__": "Infinity" | "-Infinity" | "NaN"}. */
-static bool json_num(const cJSON *v, double *out)
+bool json_num(const cJSON *v, double *out)
 {
     if (cJSON_IsNumber(v)) {
         *out = v->valuedouble;
@@ -132,7 +125,7 @@ static bool json_num(const cJSON *v, double *out)
     return true;
 }
 
-static llmem_status get_num_in(cfgctx *c, const cJSON *obj, const char *const *keys,
+llmem_status get_num_in(cfgctx *c, const cJSON *obj, const char *const *keys,
                                bool required, double def, double *out)
 {
     const char *k = keys[0];
@@ -168,7 +161,7 @@ static llmem_status get_finite_nonneg(cfgctx *c, const char *const *keys, double
 }
 
 /* A finite number > 0. */
-static llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
+llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
                             double *out)
 {
     llmem_status s = get_num_in(c, obj, keys, false, def, out);
@@ -180,7 +173,7 @@ static llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys
     return s;
 }
 
-static llmem_status get_bool(cfgctx *c, const char *const *keys, bool def, bool *out)
+llmem_status get_bool(cfgctx *c, const char *const *keys, bool def, bool *out)
 {
     const char *k = keys[0];
     const cJSON *v = find_any(c->root, keys, &k);
@@ -197,7 +190,7 @@ static llmem_status get_bool(cfgctx *c, const char *const *keys, bool def, bool 
     return LLMEM_OK;
 }
 
-static llmem_status get_str(cfgctx *c, const char *const *keys, bool required, const char *def,
+llmem_status get_str(cfgctx *c, const char *const *keys, bool required, const char *def,
                             const char **out)
 {
     const char *k = keys[0];
@@ -218,7 +211,7 @@ static llmem_status get_str(cfgctx *c, const char *const *keys, bool required, c
 }
 
 /* An activation name that must be one of `allowed` (silu and/or relu2). */
-static llmem_status get_act(cfgctx *c, const char *const *keys, const char *def, bool allow_relu2,
+llmem_status get_act(cfgctx *c, const char *const *keys, const char *def, bool allow_relu2,
                             llmem_activation *out)
 {
     const char *name;
@@ -238,21 +231,15 @@ static llmem_status get_act(cfgctx *c, const char *const *keys, const char *def,
     return LLMEM_E_UNSUPPORTED;
 }
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        llmem_status s_ = (expr);                                                                  \
-        if (s_ != LLMEM_OK)                                                                        \
-            return s_;                                                                             \
-    } while (0)
 
-static llmem_status bad(cfgctx *c, const char *what)
+llmem_status bad(cfgctx *c, const char *what)
 {
     llmem_errf(c->err, c->err_len, "%s: %s", c->src, what);
     return LLMEM_E_CORRUPT;
 }
 
 /* RoPE: rope_parameters (transformers 5) or rope_theta / rope_scaling (4). */
-static llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_partial)
+llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_partial)
 {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c->root, "rope_parameters");
     if (rp && !cJSON_IsNull(rp) && !cJSON_IsObject(rp)) {
@@ -298,7 +285,7 @@ static llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_
     return LLMEM_OK;
 }
 
-static llmem_status parse_attention(cfgctx *c, llmem_model_config *m)
+llmem_status parse_attention(cfgctx *c, llmem_model_config *m)
 {
     TRY(get_int(c, KEYS("num_attention_heads"), true, 0, 1, 1 << 16, &m->n_heads));
     TRY(get_int(c, KEYS("num_key_value_heads"), false, m->n_heads, 1, 1 << 16, &m->n_kv_heads));
@@ -315,7 +302,7 @@ static llmem_status parse_attention(cfgctx *c, llmem_model_config *m)
     return LLMEM_OK;
 }
 
-static llmem_status parse_ffn(cfgctx *c, llmem_model_config *m, bool gated)
+llmem_status parse_ffn(cfgctx *c, llmem_model_config *m, bool gated)
 {
     TRY(get_int(c, KEYS("intermediate_size"), true, 0, 1, CFG_MAX_DIM, &m->intermediate_size));
     TRY(get_bool(c, KEYS("mlp_bias"), false, &m->mlp_bias));
@@ -323,15 +310,8 @@ static llmem_status parse_ffn(cfgctx *c, llmem_model_config *m, bool gated)
     return LLMEM_OK;
 }
 
-/* Mamba-2 mixer sizes. Key spellings per architecture. */
-typedef struct ssm_keys {
-    const char *const *heads, *const *head_dim, *const *state, *const *groups, *const *conv,
-        *const *expand, *const *chunk, *const *conv_bias, *const *proj_bias, *const *dt_min,
-        *const *dt_max, *const *dt_floor, *const *dt_limit;
-    int32_t def_groups, def_chunk;
-} ssm_keys;
 
-static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *k)
+llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *k)
 {
     int32_t expand = 2, ssm_width = 0;
     TRY(get_int(c, k->heads, true, 0, 1, 1 << 16, &m->ssm_n_heads));
@@ -411,7 +391,7 @@ static llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *
     return LLMEM_OK;
 }
 
-static llmem_status set_layers(cfgctx *c, llmem_model_config *m, int32_t n, llmem_layer_kind kind,
+llmem_status set_layers(cfgctx *c, llmem_model_config *m, int32_t n, llmem_layer_kind kind,
                                bool has_ffn)
 {
     if (n > LLMEM_MODEL_MAX_LAYERS) {
@@ -569,201 +549,7 @@ static llmem_status parse_nemotron_h(cfgctx *c, llmem_model_config *m)
     TRY(parse_attention(c, m));
     m->use_rope = false; /* nemotron_h attention has no positional encoding */
     snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "backbone.");
-    bool moe = false;
-    for (int32_t i = 0; i < m->n_layers; i++)
-        moe |= m->layers[i].kind == LLMEM_LAYER_MOE;
-    if (!moe)
-        return LLMEM_OK;
-    /* NemotronHTopkRouter / NemotronHMoE: sigmoid scores, selection bias,
-     * group-limited top-k, relu2 experts and one shared expert. */
-    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(c->root, "moe_latent_size");
-    if (lat && !cJSON_IsNull(lat)) {
-        llmem_errf(c->err, c->err_len, "%s: 'moe_latent_size' (latent MoE projections) is not "
-                "supported", c->src);
-        return LLMEM_E_UNSUPPORTED;
-    }
-    TRY(get_int(c, KEYS("n_routed_experts", "num_local_experts"), false, 8, 1, 1 << 16,
-                &m->n_expert));
-    TRY(get_int(c, KEYS("num_experts_per_tok"), false, 2, 1, 1 << 16, &m->n_expert_used));
-    TRY(get_int(c, KEYS("moe_intermediate_size"), false, 7688, 1, CFG_MAX_DIM,
-                &m->moe_intermediate_size));
-    TRY(get_int(c, KEYS("moe_shared_expert_intermediate_size"), false, 7688, 1, CFG_MAX_DIM,
-                &m->moe_shared_intermediate_size));
-    TRY(get_int(c, KEYS("n_group"), false, 1, 1, 1 << 16, &m->moe_n_group));
-    TRY(get_int(c, KEYS("topk_group"), false, 1, 1, 1 << 16, &m->moe_topk_group));
-    TRY(get_pos(c, c->root, KEYS("routed_scaling_factor"), 1.0, &m->moe_routed_scale));
-    TRY(get_bool(c, KEYS("norm_topk_prob"), true, &m->moe_norm_topk));
-    m->moe_sigmoid = true;
-    m->moe_router_bias = true;
-    m->moe_split_experts = true;
-    m->moe_gated = false;
-    return LLMEM_OK;
-}
-
-/* Layer kind of granitemoehybrid's layer_types / layers_block_type entry. */
-static llmem_status granite_kind(cfgctx *c, int32_t i, const cJSON *e, llmem_layer_kind *out)
-{
-    if (!cJSON_IsString(e))
-        return bad(c, "'layer_types' must be an array of strings");
-    const char *name = e->valuestring;
-    if (!strcmp(name, "mamba") || !strcmp(name, "linear_attention"))
-        *out = LLMEM_LAYER_MAMBA2;
-    else if (!strcmp(name, "attention") || !strcmp(name, "full_attention"))
-        *out = LLMEM_LAYER_ATTENTION;
-    else {
-        llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which granitemoehybrid "
-                "does not define (mamba, attention)", c->src, i, name);
-        return LLMEM_E_UNSUPPORTED;
-    }
-    return LLMEM_OK;
-}
-
-/* GraniteMoeHybridConfig: bamba's Mamba-2 keys, a shared SwiGLU MLP in every
- * layer plus num_local_experts routed experts (softmax over the top-k
- * logits), optional RoPE, and the four multipliers. */
-static llmem_status parse_granite(cfgctx *c, llmem_model_config *m)
-{
-    const ssm_keys k = {
-        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
-        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
-        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
-        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
-        KEYS("time_step_limit"), 1, 256};
-    int32_t n;
-    llmem_activation act;
-    TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
-    TRY(set_layers(c, m, n, LLMEM_LAYER_MAMBA2, true));
-    const char *lk = "layer_types";
-    const cJSON *lt = find_any(c->root, KEYS("layer_types", "layers_block_type"), &lk);
-    if (lt) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
-            llmem_errf(c->err, c->err_len, "%s: '%s' must be an array of num_hidden_layers (%d) "
-                    "strings", c->src, lk, n);
-            return LLMEM_E_CORRUPT;
-        }
-        int32_t i = 0;
-        for (const cJSON *e = lt->child; e; e = e->next, i++)
-            TRY(granite_kind(c, i, e, &m->layers[i].kind));
-    }
-    TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-6, &m->norm_eps));
-    TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
-    m->ffn_act = act;
-    TRY(parse_ssm(c, m, &k));
-    TRY(parse_attention(c, m));
-    const char *pe;
-    TRY(get_str(c, KEYS("position_embedding_type"), false, "nope", &pe));
-    if (!strcmp(pe, "rope")) {
-        TRY(parse_rope(c, m, 1.0));
-    } else if (strcmp(pe, "nope") != 0) {
-        llmem_errf(c->err, c->err_len, "%s: position_embedding_type '%.40s' is not supported "
-                "(rope, nope)", c->src, pe);
-        return LLMEM_E_UNSUPPORTED;
-    }
-    TRY(get_int(c, KEYS("num_local_experts"), false, 8, 0, 1 << 16, &m->n_expert));
-    TRY(get_int(c, KEYS("num_experts_per_tok"), false, 2, 1, 1 << 16, &m->n_expert_used));
-    TRY(get_int(c, KEYS("intermediate_size"), false, 11008, 1, CFG_MAX_DIM,
-                &m->moe_intermediate_size));
-    TRY(get_int(c, KEYS("shared_intermediate_size"), false, 1024, 1, CFG_MAX_DIM,
-                &m->moe_shared_intermediate_size));
-    if (m->n_expert == 0)
-        m->n_expert_used = 0;
-    m->moe_gated = true;
-    m->moe_norm_topk = true; /* softmax over the top-k logits */
-    m->moe_routed_scale = 1.0;
-    TRY(get_pos(c, c->root, KEYS("embedding_multiplier"), 1.0, &m->embedding_multiplier));
-    TRY(get_pos(c, c->root, KEYS("residual_multiplier"), 1.0, &m->residual_multiplier));
-    TRY(get_pos(c, c->root, KEYS("attention_multiplier"), 1.0, &m->attention_scale));
-    TRY(get_pos(c, c->root, KEYS("logits_scaling"), 1.0, &m->logits_scaling));
-    snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "model.");
-    return LLMEM_OK;
-}
-
-/* FalconH1Config: every layer runs attention and Mamba-2 side by side on
- * the same normed input, then a SwiGLU MLP; muP multipliers everywhere. */
-static llmem_status parse_falcon_h1(cfgctx *c, llmem_model_config *m)
-{
-    const ssm_keys k = {
-        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
-        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
-        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
-        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
-        KEYS("time_step_limit"), 1, 256};
-    int32_t n;
-    llmem_activation act;
-    bool rms = false, bias = false;
-    TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
-    TRY(set_layers(c, m, n, LLMEM_LAYER_PARALLEL, true));
-    TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-5, &m->norm_eps));
-    TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
-    m->ffn_act = act;
-    TRY(parse_ffn(c, m, true));
-    TRY(parse_ssm(c, m, &k));
-    TRY(parse_attention(c, m));
-    TRY(parse_rope(c, m, 1.0));
-    TRY(get_bool(c, KEYS("mamba_rms_norm"), false, &rms));
-    TRY(get_bool(c, KEYS("projectors_bias"), false, &bias));
-    if (rms || bias || m->ssm_proj_bias) {
-        llmem_errf(c->err, c->err_len, "%s: falcon_h1 with %s is not supported", c->src,
-                   rms ? "mamba_rms_norm" : bias ? "projectors_bias" : "mamba_proj_bias");
-        return LLMEM_E_UNSUPPORTED;
-    }
-    m->ssm_gate_only = true;
-    const struct { const char *key; double *v; } mult[] = {
-        {"embedding_multiplier", &m->embedding_multiplier},
-        {"key_multiplier", &m->key_multiplier},
-        {"attention_in_multiplier", &m->attention_in_multiplier},
-        {"attention_out_multiplier", &m->attention_out_multiplier},
-        {"ssm_in_multiplier", &m->ssm_in_multiplier},
-        {"ssm_out_multiplier", &m->ssm_out_multiplier}};
-    for (size_t i = 0; i < sizeof mult / sizeof mult[0]; i++)
-        TRY(get_num_in(c, c->root, KEYS(mult[i].key), false, 1.0, mult[i].v));
-    double lm = 1.0;
-    TRY(get_pos(c, c->root, KEYS("lm_head_multiplier"), 1.0, &lm));
-    m->logits_scaling = 1.0 / lm;
-    const char *lists[2] = {"mlp_multipliers", "ssm_multipliers"};
-    double *dst[2] = {NULL, m->ssm_multipliers};
-    double mlp[2] = {1.0, 1.0};
-    dst[0] = mlp;
-    for (int l = 0; l < 2; l++) {
-        int want = l ? 5 : 2;
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(c->root, lists[l]);
-        if (!a || cJSON_IsNull(a))
-            continue;
-        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != want) {
-            llmem_errf(c->err, c->err_len, "%s: '%s' must be an array of %d numbers", c->src,
-                       lists[l], want);
-            return LLMEM_E_CORRUPT;
-        }
-        for (int i = 0; i < want; i++)
-            if (!json_num(cJSON_GetArrayItem(a, i), &dst[l][i]))
-                return bad(c, "multiplier lists must hold numbers");
-    }
-    m->mlp_gate_multiplier = mlp[0];
-    m->mlp_down_multiplier = mlp[1];
-    snprintf(m->tensor_prefix, sizeof m->tensor_prefix, "model.");
-    return LLMEM_OK;
-}
-
-/* Routing sizes every MoE model must satisfy (llmem_op_moe_route's rules). */
-static llmem_status check_moe(cfgctx *c, const llmem_model_config *m)
-{
-    if (m->n_expert == 0)
-        return LLMEM_OK;
-    if (m->arch == LLMEM_ARCH_NEMOTRON_H && m->mlp_bias) {
-        llmem_errf(c->err, c->err_len, "%s: MoE layers with mlp_bias are not supported", c->src);
-        return LLMEM_E_UNSUPPORTED;
-    }
-    if (m->n_expert_used > m->n_expert)
-        return bad(c, "num_experts_per_tok is larger than the number of experts");
-    if (m->moe_n_group > 1) {
-        int32_t gs = m->n_expert / m->moe_n_group;
-        if (m->n_expert % m->moe_n_group || gs < 2 || m->moe_topk_group > m->moe_n_group ||
-            (int64_t)m->moe_topk_group * gs < m->n_expert_used)
-            return bad(c, "n_group / topk_group do not fit the experts (n_group must divide "
-                       "them into groups of >= 2, topk_group <= n_group, and the kept groups "
-                       "must hold num_experts_per_tok experts)");
-    }
-    return LLMEM_OK;
+    return hf_cfg_parse_nemotron_moe(c, m);
 }
 
 static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
@@ -792,11 +578,11 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     case LLMEM_ARCH_LLAMA: TRY(parse_llama(c, m)); break;
     case LLMEM_ARCH_MAMBA2: TRY(parse_mamba2(c, m)); break;
     case LLMEM_ARCH_BAMBA: TRY(parse_bamba(c, m)); break;
-    case LLMEM_ARCH_GRANITEMOEHYBRID: TRY(parse_granite(c, m)); break;
-    case LLMEM_ARCH_FALCON_H1: TRY(parse_falcon_h1(c, m)); break;
+    case LLMEM_ARCH_GRANITEMOEHYBRID: TRY(hf_cfg_parse_granite(c, m)); break;
+    case LLMEM_ARCH_FALCON_H1: TRY(hf_cfg_parse_falcon_h1(c, m)); break;
     default: TRY(parse_nemotron_h(c, m)); break;
     }
-    TRY(check_moe(c, m));
+    TRY(hf_cfg_check_moe(c, m));
     if (m->attention_scale == 0.0 && m->head_dim > 0)
         m->attention_scale = 1.0 / sqrt((double)m->head_dim);
     for (int32_t i = 0; i < m->n_layers; i++) {
