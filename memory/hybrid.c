@@ -8,6 +8,7 @@
 
 #include "llmem/hybrid.h"
 #include "memory/internal.h"
+#include "memory/rs_internal.h"
 
 typedef struct hybrid {
     llmem_memory base;
@@ -42,6 +43,45 @@ static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
         }
     }
     return m;
+}
+
+/* Where a plan should end a ubatch of a new sequence so that a recurrent
+ * child publishes a snapshot there: the prefix every attention child holds
+ * (whole units of each), or the prefix another new sequence of the batch
+ * shares (down to a multiple of the snapshot interval), when it exceeds
+ * the agreed hit m and some recurrent child keeps snapshots. A later
+ * request then agrees on it —
+ * SGLang's Mamba radix cache splits prefill at the matched node the same
+ * way (sglang#31648). */
+static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
+                             int32_t shared)
+{
+    hybrid *h = hy_of(mem);
+    int32_t align = 0; /* a shared prefix is cut at a multiple of the snapshot interval */
+    for (int32_t c = 0; c < h->n_children; c++)
+        if (h->child[c]->iface == &recurrent_iface && rs_of(h->child[c])->n_snap > 0) {
+            int32_t a = rs_of(h->child[c])->snap_interval;
+            align = a > align ? a : align > 0 ? align : 1;
+        }
+    if (align == 0)
+        return 0;
+    if (shared > n)
+        shared = n;
+    shared -= shared % align;
+    int32_t k = n, prev = -1;
+    while (k > m && k != prev) {
+        prev = k;
+        for (int32_t c = 0; c < h->n_children && k > 0; c++) {
+            llmem_memory *ch = h->child[c];
+            if (ch->iface == &recurrent_iface)
+                continue;
+            int32_t j = ch->iface->prefix_match ? ch->iface->prefix_match(ch, tokens, k) : 0;
+            k = j < k ? j : k;
+        }
+    }
+    if (shared > k)
+        k = shared;
+    return k > m ? k : 0;
 }
 
 static llmem_status hy_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
@@ -242,6 +282,9 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         st->prefix_evictions += s.prefix_evictions;
         st->cow_copies += s.cow_copies;
         st->bytes_device += s.bytes_device;
+        st->snapshots += s.snapshots;
+        st->snapshot_bytes += s.snapshot_bytes;
+        st->snapshot_hit_tokens += s.snapshot_hit_tokens;
         if (s.n_seqs_live > st->n_seqs_live)
             st->n_seqs_live = s.n_seqs_live;
     }
@@ -381,6 +424,7 @@ const llmem_memory_i hybrid_iface = {
     .state_write_sections = hy_state_write_sections,
     .state_read_sections = hy_state_read_sections,
     .prefix_match = hy_prefix_match,
+    .prefix_cut = hy_prefix_cut,
     .reserve = hy_reserve,
     .reserve_prepare = hy_reserve_prepare,
     .apply = hy_apply,

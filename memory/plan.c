@@ -8,6 +8,7 @@
  * hash of the set (several ids), streams of a ubatch through a set ->
  * stream table, and the EQUAL / SEQ splits walk a list of the sets that
  * still have tokens. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,6 +38,8 @@ typedef struct plan_build {
     int32_t n_buckets;
     i32vec chain;      /* [n_sets] next set of the same bucket */
     int32_t *local;    /* [n_sets] stream of a set in the ubatch being emitted, or -1 */
+    int32_t *cut;      /* [n_seq_max] batch tokens of a sequence before which a ubatch
+                          must end (llmem_plan.snap_at), 0 none; NULL when no cut */
 } plan_build;
 
 static int32_t tok_nseq(const llmem_batch *b, int32_t i)
@@ -162,6 +165,7 @@ void llmem_plan_free_internal(llmem_plan *p)
     free(p->n_cached);
     free(p->n_new);
     free(p->first_pos);
+    free(p->snap_at);
     free(p);
 }
 
@@ -278,6 +282,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     int32_t *head = calloc((size_t)ns + 1, sizeof *head);
     int32_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
     int32_t *nxt = malloc(((size_t)ns + 1) * sizeof *nxt);
+    int32_t *cutq = NULL;
     if (!start || !head || !q || !nxt) {
         st = LLMEM_E_NO_MEMORY;
         goto out;
@@ -292,6 +297,18 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
         q[head[pb->stream[list[k]]]++] = list[k];
     for (int32_t s = 0; s < ns; s++)
         head[s] = start[s];
+    /* cuts: a ubatch ends before token cut[seq] of a one-sequence set */
+    if (pb->cut) {
+        cutq = calloc((size_t)ns + 1, sizeof *cutq);
+        if (!cutq) {
+            st = LLMEM_E_NO_MEMORY;
+            goto out;
+        }
+        for (int32_t a = 0; a < pb->n_seq_max; a++)
+            if (pb->cut[a] > 0 && pb->single[a] >= 0 && pb->single[a] < ns &&
+                pb->cut[a] < start[pb->single[a] + 1] - start[pb->single[a]])
+                cutq[pb->single[a]] = start[pb->single[a]] + pb->cut[a];
+    }
     /* sets that still have tokens, in order: nxt[s] follows s, nxt[ns] is
      * the first; each ubatch takes the first `chosen` of them */
     for (int32_t s = 0; s < ns; s++)
@@ -302,6 +319,8 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
         int32_t m = 0;
         for (int32_t s = nxt[ns]; s < ns && chosen < max_chosen; s = nxt[s]) {
             int32_t rem = start[s + 1] - head[s];
+            if (cutq && cutq[s] > head[s])
+                rem = cutq[s] - head[s];
             chosen++;
             if (rem < min_rem)
                 min_rem = rem;
@@ -323,6 +342,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
             break;
     }
 out:
+    free(cutq);
     free(start);
     free(head);
     free(q);
@@ -414,6 +434,67 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
     return LLMEM_OK;
 }
 
+/* In-batch shared prefixes (for prefix_cut): sequences whose batch tokens
+ * are idx[first[s], first[s+1]) are sorted by their token ids (merge sort,
+ * O(tokens log sequences)); each one's longest prefix shared with another
+ * new sequence is its LCP with a neighbour in that order. */
+typedef struct lcp_ctx {
+    const llmem_batch *b;
+    const int32_t *idx, *first;
+} lcp_ctx;
+
+static int32_t lcp(const lcp_ctx *c, int32_t s, int32_t t)
+{
+    int32_t na = c->first[s + 1] - c->first[s], nb = c->first[t + 1] - c->first[t];
+    const int32_t *a = c->idx + c->first[s], *bb = c->idx + c->first[t];
+    int32_t k = 0;
+    while (k < na && k < nb && c->b->token[a[k]] == c->b->token[bb[k]])
+        k++;
+    return k;
+}
+
+static bool seq_less(const lcp_ctx *c, int32_t s, int32_t t)
+{
+    int32_t k = lcp(c, s, t);
+    int32_t na = c->first[s + 1] - c->first[s], nb = c->first[t + 1] - c->first[t];
+    if (k == na || k == nb)
+        return na < nb;
+    return c->b->token[c->idx[c->first[s] + k]] < c->b->token[c->idx[c->first[t] + k]];
+}
+
+static void merge_sort(const lcp_ctx *c, int32_t *v, int32_t *tmp, int32_t n)
+{
+    if (n < 2)
+        return;
+    int32_t h = n / 2;
+    merge_sort(c, v, tmp, h);
+    merge_sort(c, v + h, tmp, n - h);
+    int32_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = seq_less(c, v[j], v[i]) ? v[j++] : v[i++];
+    while (i < h)
+        tmp[k++] = v[i++];
+    while (j < n)
+        tmp[k++] = v[j++];
+    memcpy(v, tmp, (size_t)n * sizeof *v);
+}
+
+/* shared[s] for every candidate (cand[0, n)); false on allocation failure. */
+static bool shared_prefixes(const lcp_ctx *c, int32_t *cand, int32_t n, int32_t *shared)
+{
+    int32_t *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return false;
+    merge_sort(c, cand, tmp, n);
+    for (int32_t k = 0; k < n; k++) {
+        int32_t a = k > 0 ? lcp(c, cand[k], cand[k - 1]) : 0;
+        int32_t z = k + 1 < n ? lcp(c, cand[k], cand[k + 1]) : 0;
+        shared[cand[k]] = a > z ? a : z;
+    }
+    free(tmp);
+    return true;
+}
+
 /* Decides how many leading tokens of each new sequence the prefix cache
  * serves: only sequences that are empty, start at position 0, have token
  * ids and no shared tokens; never the last token of a sequence in the
@@ -428,6 +509,8 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
         any = p->n_new[s] >= 2 && p->first_pos[s] == 0 && mem->iface->seq_pos_max(mem, s) < 0;
     if (!any)
         return LLMEM_OK;
+    bool has_cut = mem->iface->struct_size > offsetof(llmem_memory_i, prefix_cut) &&
+                   mem->iface->prefix_cut;
     /* each sequence's batch tokens, in order (counting sort of the
      * (token, sequence) pairs: O(pairs), not O(sequences x tokens)) */
     int64_t pairs = 0;
@@ -453,6 +536,25 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
     for (int32_t s = pb->n_seq_max; s > 0; s--)
         first[s] = first[s - 1];
     first[0] = 0;
+    int32_t *shared_len = NULL; /* with a cut: prefix shared with another new sequence */
+    if (has_cut) {
+        int32_t *cand = malloc((size_t)pb->n_seq_max * sizeof *cand), nc = 0;
+        shared_len = calloc((size_t)pb->n_seq_max, sizeof *shared_len);
+        bool ok = cand && shared_len;
+        for (int32_t s = 0; ok && s < pb->n_seq_max; s++)
+            if (p->n_new[s] >= 2 && p->first_pos[s] == 0 && mem->iface->seq_pos_max(mem, s) < 0)
+                cand[nc++] = s;
+        lcp_ctx lc = {b, idx, first};
+        ok = ok && shared_prefixes(&lc, cand, nc, shared_len);
+        free(cand);
+        if (!ok) {
+            free(shared_len);
+            free(toks);
+            free(idx);
+            free(first);
+            return LLMEM_E_NO_MEMORY;
+        }
+    }
     for (int32_t s = 0; s < pb->n_seq_max; s++) {
         if (p->n_new[s] < 2 || p->first_pos[s] != 0 || mem->iface->seq_pos_max(mem, s) >= 0)
             continue;
@@ -473,6 +575,24 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
         int32_t m = limit > 0 ? mem->iface->prefix_match(mem, toks, limit) : 0;
         if (m > limit)
             m = limit;
+        if (m < 0)
+            m = 0;
+        int32_t cut = has_cut ? mem->iface->prefix_cut(mem, toks, limit, m, shared_len[s]) : 0;
+        if (cut > m && cut < n) {
+            if (!p->snap_at)
+                p->snap_at = calloc((size_t)pb->n_seq_max, sizeof *p->snap_at);
+            if (!pb->cut)
+                pb->cut = calloc((size_t)pb->n_seq_max, sizeof *pb->cut);
+            if (!p->snap_at || !pb->cut) {
+                free(shared_len);
+                free(toks);
+                free(idx);
+                free(first);
+                return LLMEM_E_NO_MEMORY;
+            }
+            p->snap_at[s] = cut;
+            pb->cut[s] = cut - m;
+        }
         if (m <= 0)
             continue;
         p->n_cached[s] = m;
@@ -480,6 +600,7 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
         for (int32_t k = 0; k < m; k++)
             pb->skip[list[k]] = true;
     }
+    free(shared_len);
     free(toks);
     free(idx);
     free(first);
@@ -585,6 +706,7 @@ fail:
     free(pb.mark);
     free(pb.bucket);
     free(pb.local);
+    free(pb.cut);
     i32vec_free(&pb.chain);
     i32vec_free(&pb.ids);
     return st;

@@ -76,10 +76,33 @@ int32_t slot_pop(recurrent *rs, int32_t seq)
     return slot;
 }
 
+/* LLMEM_SNAPSHOTS=<n>[:<interval>]; false when set but malformed. */
+static bool env_snapshots(int32_t *n, int32_t *interval)
+{
+    const char *e = getenv("LLMEM_SNAPSHOTS");
+    if (!e || !*e)
+        return true;
+    char *end = NULL;
+    long a = strtol(e, &end, 10), b = *interval;
+    if (end == e || a < 0 || a > (1 << 20))
+        return false;
+    if (*end == ':') {
+        const char *f = end + 1;
+        b = strtol(f, &end, 10);
+        if (end == f || b < 0 || b > (1 << 30))
+            return false;
+    }
+    if (*end)
+        return false;
+    *n = (int32_t)a;
+    *interval = (int32_t)b;
+    return true;
+}
+
 static void slots_reset(recurrent *rs)
 {
     rs->n_free = 0;
-    for (int32_t i = rs->n_slots - 1; i >= 0; i--) {
+    for (int32_t i = rs->n_seq_slots - 1; i >= 0; i--) {
         rs->owner[i] = -1;
         rs->free_at[i] = rs->n_free;
         rs->free_stack[rs->n_free++] = i;
@@ -236,6 +259,7 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
         q->pm = (pos_meta){-1, -1, false};
     }
     slots_reset(rs);
+    snap_reset(rs);
     if (data || rs->poison)
         fill_all(rs, rs->poison);
     return LLMEM_OK;
@@ -265,6 +289,7 @@ static void rs_destroy(llmem_memory *mem)
     }
     free(rs->seqs);
     free(rs->owner);
+    snap_finish(rs);
     free(rs->free_stack);
     free(rs->free_at);
     rs_drop_stash(rs);
@@ -277,6 +302,7 @@ const llmem_memory_i recurrent_iface = {
     .struct_size = sizeof(llmem_memory_i),
     .type = "recurrent",
     .destroy = rs_destroy,
+    .prefix_match = rs_prefix_match,
     .reserve = rs_reserve,
     .reserve_prepare = rs_reserve_prepare,
     .apply = rs_apply,
@@ -346,6 +372,16 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
                    "recurrent memory: need n_layers >= 1, n_seq_max >= 1, 0 <= n_ckpt <= 64");
         return LLMEM_E_INVALID;
     }
+    int32_t n_snap = p->n_snapshots, interval = p->snap_interval;
+    if (n_snap == 0 && !env_snapshots(&n_snap, &interval)) {
+        llmem_errf(err, err_len, "LLMEM_SNAPSHOTS must be <n>[:<interval>]");
+        return LLMEM_E_INVALID;
+    }
+    if (n_snap < 0 || interval < 0 ||
+        (int64_t)p->n_seq_max * (2 + p->n_ckpt) + n_snap > INT32_MAX / 2) {
+        llmem_errf(err, err_len, "recurrent memory: need n_snapshots >= 0, snap_interval >= 0");
+        return LLMEM_E_INVALID;
+    }
     recurrent *rs = calloc(1, sizeof *rs);
     if (!rs) {
         llmem_errf(err, err_len, "recurrent memory: out of host memory");
@@ -355,7 +391,10 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
                       LLMEM_SPLIT_EQUAL, true);
     rs->n_ckpt = p->n_ckpt;
     rs->quota = 2 + p->n_ckpt;
-    rs->n_slots = p->n_seq_max * rs->quota;
+    rs->n_seq_slots = rs->snap_base = p->n_seq_max * rs->quota;
+    rs->n_snap = n_snap;
+    rs->snap_interval = interval;
+    rs->n_slots = rs->n_seq_slots + rs->n_snap;
     rs->poison = p->poison || llmem_env_poison();
     llmem_status st = LLMEM_E_NO_MEMORY;
     rs->layers = calloc((size_t)p->n_layers, sizeof *rs->layers);
@@ -363,7 +402,8 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->owner = malloc((size_t)rs->n_slots * sizeof *rs->owner);
     rs->free_stack = malloc((size_t)rs->n_slots * sizeof *rs->free_stack);
     rs->free_at = malloc((size_t)rs->n_slots * sizeof *rs->free_at);
-    if (!rs->layers || !rs->seqs || !rs->owner || !rs->free_stack || !rs->free_at) {
+    rs->snap = calloc((size_t)(rs->n_snap > 0 ? rs->n_snap : 1), sizeof *rs->snap);
+    if (!rs->layers || !rs->seqs || !rs->owner || !rs->free_stack || !rs->free_at || !rs->snap) {
         llmem_errf(err, err_len, "recurrent memory: out of host memory for %d slots",
                    rs->n_slots);
         goto fail;

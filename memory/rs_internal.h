@@ -42,11 +42,28 @@ typedef struct rs_ub {
 typedef struct rs_res {
     int32_t n_ub, cur;
     rs_ub *ub;
+    i32vec pins; /* snapshots this plan reads (pinned until release) */
 } rs_res;
+
+/* A snapshot: the state after the first `len` tokens of a prefix, in slot
+ * snap_base + its index, published at commit (rs_snap.c). */
+typedef struct rs_snap {
+    int32_t len;     /* 0: unused */
+    uint64_t hash;   /* XXH3-64 of tokens[0, len) */
+    i32vec tokens;   /* verified on every match */
+    int32_t ref;     /* plans reading it; never evicted while > 0 */
+    uint64_t lru;    /* last publish or hit */
+} rs_snap;
 
 typedef struct recurrent {
     llmem_memory base;
     int32_t n_ckpt, n_slots, quota;
+    /* slots [0, n_seq_slots) belong to sequences; [snap_base, n_slots) to
+     * snapshots (snap_base == n_seq_slots) */
+    int32_t n_seq_slots, snap_base, n_snap, snap_interval;
+    rs_snap *snap;
+    uint64_t snap_clock;
+    int64_t snap_hit_tokens;
     bool poison;
     rs_layer *layers;
     rs_seq *seqs;
@@ -81,6 +98,15 @@ void slot_take(recurrent *rs, int32_t slot, int32_t seq);
 int32_t slot_pop(recurrent *rs, int32_t seq);
 void truncate_to(recurrent *rs, rs_seq *s, int32_t k);
 llmem_status rs_clear(llmem_memory *mem, bool data);
+
+/* rs_snap.c */
+int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m);
+int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n);
+llmem_status snap_publish(recurrent *rs, const rs_seq *s, int32_t slot, int32_t len);
+void snap_reset(recurrent *rs);
+void snap_finish(recurrent *rs);
+int32_t snap_count(const recurrent *rs);
+bool snap_check(const recurrent *rs, char *err, size_t err_len);
 
 /* rs_plan.c */
 void rs_drop_stash(recurrent *rs);

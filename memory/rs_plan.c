@@ -19,6 +19,7 @@ static void res_free(rs_res *res)
         free(res->ub[u].pool);
     }
     free(res->ub);
+    i32vec_free(&res->pins);
     free(res);
 }
 
@@ -62,12 +63,13 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     rs_res *res = calloc(1, sizeof *res);
     rs_hold *sim = calloc((size_t)nsm, sizeof *sim);
     int32_t *len = calloc((size_t)nsm, sizeof *len);
+    int32_t *from_snap = malloc((size_t)nsm * sizeof *from_snap); /* source slot of a hit */
     /* the free-slot stack as the plan's commits will leave it: slots are
      * taken from its top, those a ubatch drops come back after it */
     i32vec fs = {0};
     int32_t *sim_pool = NULL; /* every sim[s]'s arrays (never reallocated: room suffices) */
     i32vec pending = {0}; /* slots a ubatch drops; free only after it */
-    if (!res || !sim || !len || !i32vec_reserve(&fs, rs->n_free))
+    if (!res || !sim || !len || !from_snap || !i32vec_reserve(&fs, rs->n_free))
         goto out;
     res->cur = -1;
     res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
@@ -86,8 +88,25 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         goto out;
     for (int32_t s = 0, k = 0; s < nsm; s++) {
         len[s] = rs->seqs[s].tokens.n;
+        from_snap[s] = -1;
         if (!plan->n_new[s])
             continue;
+        int32_t c = plan->n_cached[s];
+        if (c > 0 && len[s] == 0) {
+            /* a prefix hit: the first ubatch reads the snapshot in place */
+            int32_t i = plan->seq_tokens[s] ? snap_find(rs, plan->seq_tokens[s], c) : -1;
+            if (i < 0 || rs->snap[i].len != c) {
+                llmem_errf(err, err_len,
+                           "recurrent memory: sequence %d: no snapshot of its first %d tokens",
+                           s, c);
+                st = LLMEM_E_STATE;
+                goto out;
+            }
+            from_snap[s] = rs->snap_base + i;
+            len[s] = c;
+            if (!i32vec_push(&res->pins, i))
+                goto out;
+        }
         sim[s].slot = (i32vec){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
         sim[s].len = (i32vec){sim[s].slot.v + room, 0, room};
         k++;
@@ -141,7 +160,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                     goto out;
                 }
             int32_t cur = hold_find(h, L);
-            ib->data.v[t->src + s] = L > 0 ? h->slot.v[cur] : -1;
+            ib->data.v[t->src + s] = L <= 0 ? -1 : cur >= 0 ? h->slot.v[cur] : from_snap[a];
             /* slots for the 1 + c new states: fresh ones up to the quota, then
              * the oldest checkpoints (never the current state) */
             int32_t need = 1 + c, got[64], *g = need <= 64 ? got : malloc((size_t)need * sizeof *g);
@@ -231,6 +250,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     res = NULL;
 out:
     res_free(res);
+    free(from_snap);
     free(sim);
     free(sim_pool);
     free(len);
@@ -260,14 +280,24 @@ llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                         size_t err_len)
 {
     recurrent *rs = rs_of(mem);
+    rs_res *res = NULL;
     if (rs->stash && rs->stash_plan == plan) {
-        *out = rs->stash;
+        res = rs->stash;
         rs->stash = NULL;
         rs->stash_plan = NULL;
-        return LLMEM_OK;
+    } else {
+        rs_drop_stash(rs);
+        llmem_status st = simulate(mem, plan, (void **)&res, err, err_len);
+        if (st != LLMEM_OK)
+            return st;
     }
-    rs_drop_stash(rs);
-    return simulate(mem, plan, out, err, err_len);
+    /* the snapshots its hits read stay until release; a hit is a use (LRU) */
+    for (int32_t k = 0; k < res->pins.n; k++) {
+        rs->snap[res->pins.v[k]].ref++;
+        rs->snap[res->pins.v[k]].lru = ++rs->snap_clock;
+    }
+    *out = res;
+    return LLMEM_OK;
 }
 
 void rs_drop_stash(recurrent *rs)
@@ -309,6 +339,42 @@ llmem_status rs_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view)
     return LLMEM_OK;
 }
 
+/* After ubatch i is written: publishes, for each sequence that computed
+ * it, each new state whose length is a multiple of snap_interval, the
+ * plan's cut for it (snap_at), or the end of its tokens in this plan when
+ * it took more than one (the end of a prompt). Stream members that got a
+ * copy of another's state publish nothing of their own. */
+static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, const rs_ub *t,
+                                      int32_t i)
+{
+    if (rs->n_snap == 0)
+        return LLMEM_OK;
+    for (int32_t c = 0; c < t->n_change; c++) {
+        const rs_change *ch = &t->change[c];
+        if (ch->copy_from >= 0)
+            continue;
+        int32_t q = ch->seq;
+        const rs_seq *s = &rs->seqs[q];
+        int32_t before = s->tokens.n - t->n_seq_tokens;
+        int32_t end = plan->first_pos[q] >= 0 && plan->n_new[q] > 1
+                          ? plan->first_pos[q] + plan->n_new[q] : -1;
+        for (int32_t m = 0; m < ch->n_new; m++) {
+            int32_t l = ch->new_len[m];
+            if (l <= before)
+                continue;
+            bool want = (rs->snap_interval > 0 && l % rs->snap_interval == 0) || l == end ||
+                        (plan->snap_at && plan->snap_at[q] == l);
+            if (!want)
+                continue;
+            llmem_status st = snap_publish(rs, s, ch->new_slot[m], l);
+            if (st != LLMEM_OK)
+                return st;
+        }
+    }
+    (void)i;
+    return LLMEM_OK;
+}
+
 llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
 {
     recurrent *rs = rs_of(mem);
@@ -343,6 +409,22 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         }
         s->h.slot.n = s->h.len.n = ch->n_new;
     }
+    /* a sequence that started from a snapshot takes its tokens first */
+    for (int32_t c = 0; c < t->n_change; c++) {
+        int32_t q = t->change[c].seq, n = plan->n_cached[q];
+        rs_seq *s = &rs->seqs[q];
+        if (n <= 0 || s->tokens.n != 0 || !plan->seq_tokens[q])
+            continue;
+        if (!i32vec_reserve(&s->tokens, n) || !i32vec_reserve(&s->pos, n))
+            return LLMEM_E_NO_MEMORY;
+        for (int32_t j = 0; j < n; j++) {
+            s->tokens.v[j] = plan->seq_tokens[q][j];
+            s->pos.v[j] = j;
+        }
+        s->tokens.n = s->pos.n = n;
+        s->pm = (pos_meta){0, n - 1, false};
+        rs->snap_hit_tokens += n;
+    }
     /* tokens: every sequence of a stream gets the stream's tokens */
     for (int32_t k = 0; k < ub->n_tokens; k++) {
         int32_t st = ub->seq[k];
@@ -360,7 +442,7 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
             pos_meta_push(&s->pm, ub->pos[k]);
         }
     }
-    return LLMEM_OK;
+    return publish_snapshots(rs, plan, t, i);
 }
 
 void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
@@ -389,6 +471,8 @@ void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
                 }
         }
     }
+    for (int32_t k = 0; k < res->pins.n; k++)
+        rs->snap[res->pins.v[k]].ref--;
     res_free(res);
 }
 

@@ -219,9 +219,12 @@ void rs_get_stats(llmem_memory *mem, llmem_memory_stats *st)
 {
     recurrent *rs = rs_of(mem);
     st->type = "recurrent";
-    st->slots_total = rs->n_slots;
-    st->slots_used = rs->n_slots - rs->n_free;
+    st->slots_total = rs->n_seq_slots;
+    st->slots_used = rs->n_seq_slots - rs->n_free;
     st->bytes_device = (int64_t)(slot_bytes(rs) * (size_t)rs->n_slots);
+    st->snapshots = snap_count(rs);
+    st->snapshot_bytes = st->snapshots * (int64_t)slot_bytes(rs);
+    st->snapshot_hit_tokens = rs->snap_hit_tokens;
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += rs->seqs[s].tokens.n > 0;
 }
@@ -254,7 +257,7 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
         }
         for (int32_t i = 0; i < q->h.slot.n; i++) {
             int32_t slot = q->h.slot.v[i];
-            if (slot < 0 || slot >= rs->n_slots || rs->owner[slot] != s ||
+            if (slot < 0 || slot >= rs->n_seq_slots || rs->owner[slot] != s ||
                 q->h.len.v[i] > q->tokens.n || q->h.len.v[i] < 1) {
                 llmem_errf(err, err_len, "sequence %d: slot %d (len %d) not owned or out of range",
                            s, slot, q->h.len.v[i]);
@@ -268,7 +271,7 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
         }
         held += q->h.slot.n;
     }
-    for (int32_t i = 0; i < rs->n_slots; i++) {
+    for (int32_t i = 0; i < rs->n_seq_slots; i++) {
         owned += rs->owner[i] >= 0;
         int32_t at = rs->free_at[i];
         if ((rs->owner[i] >= 0) != (at < 0) ||
@@ -278,11 +281,13 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
             return LLMEM_E_STATE;
         }
     }
-    if (owned != held || owned + rs->n_free != rs->n_slots) {
+    if (owned != held || owned + rs->n_free != rs->n_seq_slots) {
         llmem_errf(err, err_len, "%d slots owned but %d held by sequences, %d free", owned,
                    held, rs->n_free);
         return LLMEM_E_STATE;
     }
+    if (!snap_check(rs, err, err_len))
+        return LLMEM_E_STATE;
     return LLMEM_OK;
 }
 

@@ -178,6 +178,153 @@ START_TEST(test_create_errors)
 }
 END_TEST
 
+/* --- snapshots (issue 13) ----------------------------------------------------- */
+
+/* The test's forward pass: a sequence's state after L tokens is
+ * {L, sum of its token ids}; each ubatch checks the state it reads (src)
+ * against what the test knows of the sequence, then writes dst. */
+typedef struct fw {
+    float len[3], sum[3];
+    int32_t first_T[3]; /* tokens of the sequence's first ubatch, -1 before */
+} fw;
+
+static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    fw *x = c;
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    const llmem_rs_view *r = &v.u.rs;
+    for (int32_t s = 0; s < r->n_seqs; s++) {
+        int32_t q = ub->seq_id[s], T = r->n_seq_tokens;
+        float f[4] = {0};
+        if (x->len[q] == 0) {
+            ck_assert_int_eq(r->src_slot.host[s], -1);
+        } else {
+            ck_assert_int_ge(r->src_slot.host[s], 0);
+            ck_assert_int_eq(llmem_buffer_download(r->state[0],
+                                                   (size_t)r->src_slot.host[s] * 16, f, 16),
+                             LLMEM_OK);
+            ck_assert_float_eq(f[0], x->len[q]); /* NaN (poison) fails too */
+            ck_assert_float_eq(f[1], x->sum[q]);
+        }
+        if (x->first_T[q] < 0)
+            x->first_T[q] = T;
+        for (int32_t t = 0; t < T; t++)
+            x->sum[q] += (float)ub->token[s * T + t];
+        x->len[q] += (float)T;
+        f[0] = x->len[q];
+        f[1] = x->sum[q];
+        ck_assert_int_eq(llmem_buffer_upload(r->state[0], (size_t)r->dst_slot.host[s] * 16, f, 16),
+                         LLMEM_OK);
+    }
+}
+
+/* Builds tokens 100..107 then n_tail tokens from tail0 for seq. */
+static void prompt(llmem_batch_buf *b, int32_t seq, int32_t tail0, int32_t n_tail)
+{
+    llmem_batch_buf_clear(b);
+    mt_add(b, seq, 0, 8, 100, false);
+    mt_add(b, seq, 8, n_tail, tail0, true);
+}
+
+/* Hybrid of a KV cache (pages of 4, poisoned) and a recurrent memory with
+ * 4 snapshots (poisoned). Request A = 100..107, 500: no hit; its prompt end
+ * (9) is published. Request B = 100..107, 600, 601: the KV cache holds 8
+ * tokens, no snapshot matches, so the plan ends B's first ubatch at 8 and
+ * publishes the state there — but only at commit: B applied and released
+ * first publishes nothing, and a request planned then gets no hit. Request
+ * C = 100..107, 700, 701 then hits 8 tokens in both children and its first
+ * ubatch reads the state B wrote after 8 tokens (checked by value; a
+ * snapshot published before the write would read NaN). */
+START_TEST(test_snapshot_reuse)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv = mt_kv(be, 4, 16, 3, true, true);
+    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
+                                       .dtype = LLMEM_DTYPE_F32};
+    const llmem_state_desc *states[1] = {&d};
+    const int32_t n_states[1] = {1};
+    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
+                                 .n_seq_max = 3, .n_ckpt = 0, .poison = true,
+                                 .n_snapshots = 4};
+    llmem_memory *rs = NULL, *h = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_recurrent_create(be, &rp, &rs, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory *children[2] = {kv, rs};
+    const int32_t map[2] = {1, 0};
+    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 1, &b);
+    fw x = {.first_T = {-1, -1, -1}};
+    llmem_memory_stats st;
+
+    prompt(b, 0, 500, 1);
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, NULL), LLMEM_OK);
+    ck_assert_int_eq(x.first_T[0], 9);
+    llmem_memory_get_stats(h, &st);
+    ck_assert_int_eq(st.snapshots, 1);
+    ck_assert_int_eq(st.snapshot_bytes, 16);
+
+    /* B applied and written, then released without commit: nothing published */
+    prompt(b, 1, 600, 2);
+    llmem_plan *plan = NULL;
+    ck_assert_int_eq(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan,
+                                       err, sizeof err),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_plan_n_cached(plan, 1), 0);
+    ck_assert_int_eq(llmem_plan_n_ubatch(plan), 2);
+    const llmem_ubatch *ub = NULL;
+    ck_assert_int_eq(llmem_memory_apply(h, plan, 0, &ub), LLMEM_OK);
+    ck_assert_int_eq(ub->n_seq_tokens, 8); /* ends where the KV cache's hit ends */
+    fw y = {.first_T = {-1, -1, -1}};
+    forward(h, ub, &y);
+    llmem_memory_release(h, plan);
+    mt_assert_check(h);
+    llmem_memory_get_stats(h, &st);
+    ck_assert_int_eq(st.snapshots, 1);
+    prompt(b, 2, 700, 2);
+    ck_assert_int_eq(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan,
+                                       err, sizeof err),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_plan_n_cached(plan, 2), 0);
+    llmem_memory_release(h, plan);
+
+    /* B for real: snapshots at 8 (the cut) and 10 (its prompt end) */
+    prompt(b, 1, 600, 2);
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, NULL), LLMEM_OK);
+    ck_assert_int_eq(x.first_T[1], 8);
+    llmem_memory_get_stats(h, &st);
+    ck_assert_int_eq(st.snapshots, 3);
+    mt_assert_check(h);
+
+    /* C hits 8 tokens; its first ubatch reads B's state after 8 tokens */
+    prompt(b, 2, 700, 2);
+    x.len[2] = 8;
+    for (int32_t t = 100; t < 108; t++)
+        x.sum[2] += (float)t;
+    llmem_plan_info info;
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, &info), LLMEM_OK);
+    ck_assert_int_eq(info.n_tokens_cached, 8);
+    ck_assert_int_eq(x.first_T[2], 2);
+    llmem_memory_get_stats(h, &st);
+    ck_assert_int_eq(st.snapshot_hit_tokens, 8);
+    ck_assert_int_eq(llmem_memory_seq_len(rs, 2), 10);
+    ck_assert_int_eq(llmem_memory_seq_len(kv, 2), 10);
+    int32_t t2[16];
+    ck_assert_int_eq(llmem_memory_seq_tokens(rs, 2, t2, 16), 10);
+    ck_assert_int_eq(t2[7], 107);
+    ck_assert_int_eq(t2[8], 700);
+    mt_assert_check(h);
+    /* clear drops every snapshot */
+    ck_assert_int_eq(llmem_memory_clear(h, false), LLMEM_OK);
+    llmem_memory_get_stats(h, &st);
+    ck_assert_int_eq(st.snapshots, 0);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hybrid");
@@ -186,6 +333,7 @@ int main(void)
     tcase_add_test(tc, test_all_or_nothing);
     tcase_add_test(tc, test_state_io);
     tcase_add_test(tc, test_create_errors);
+    tcase_add_test(tc, test_snapshot_reuse);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;

@@ -96,6 +96,9 @@ typedef struct llmem_memory_stats {
     int64_t cow_copies;          /* pages or state slots copied on write */
     int64_t bytes_device;        /* device bytes held by pools and slots */
     int32_t n_seqs_live;         /* non-empty sequences */
+    int64_t snapshots;           /* recurrent snapshots published now (issue 13) */
+    int64_t snapshot_bytes;      /* device bytes those snapshots hold */
+    int64_t snapshot_hit_tokens; /* tokens whose state came from a snapshot */
 } llmem_memory_stats;
 
 /* Plans a batch: validates it, looks up the prefix cache, splits it into

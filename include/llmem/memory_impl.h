@@ -41,6 +41,8 @@ struct llmem_plan {
     int32_t n_applied;         /* ubatches applied so far */
     int32_t n_committed;       /* ubatches committed so far */
     void *res;                 /* the implementation's reservation */
+    int32_t *snap_at;          /* [n_seq_max] length at which the plan ends a ubatch so that
+                                  a state snapshot can be published there; 0 none */
     void *storage;             /* core-owned arrays */
 };
 
@@ -164,6 +166,17 @@ typedef struct llmem_memory_i {
     llmem_status (*state_read_sections)(llmem_memory *mem, int32_t seq,
                                         const llmem_state_section *sec, int32_t n_sections,
                                         char *err, size_t err_len);
+
+    /* Optional (issue 13): for a new sequence `tokens[0, n)` of which the
+     * plan serves the first m from the prefix cache and whose first
+     * `shared` tokens another new sequence of the batch also starts with,
+     * a length in (m, n) at which the plan should end a ubatch of that
+     * sequence so the memory can publish reusable state there (a hybrid:
+     * the prefix its attention children hold, or the shared one, where its
+     * recurrent children have no snapshot); 0 for none. The plan records
+     * it in llmem_plan.snap_at. */
+    int32_t (*prefix_cut)(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
+                          int32_t shared);
 } llmem_memory_i;
 
 /* Base object; implementations embed it first and call llmem_memory_init. */

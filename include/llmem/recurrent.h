@@ -34,6 +34,15 @@ typedef struct llmem_recurrent_params {
     int32_t n_seq_max;                     /* >= 1 */
     int32_t n_ckpt;                        /* checkpoints per sequence (>= 0) */
     bool poison;                           /* NaN-fill freed and fresh slots (also LLMEM_POISON=1) */
+    /* Snapshots for prefix reuse (issue 13): up to n_snapshots states of
+     * token prefixes, published at commit after the state is written, at
+     * lengths that are multiples of snap_interval tokens (0: none), at the
+     * end of each prompt ubatch, and where a composition asks the plan to
+     * end a ubatch (the length its attention children already hold).
+     * Verified by token ids, pinned by plans reading them, evicted LRU.
+     * 0 = off; LLMEM_SNAPSHOTS=<n>[:<interval>] sets both when 0. */
+    int32_t n_snapshots;
+    int32_t snap_interval;
 } llmem_recurrent_params;
 
 /* Fills a Mamba-2 layer's two descriptors (conv then ssm) in out[2]:
