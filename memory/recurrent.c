@@ -136,8 +136,17 @@ static llmem_status rs_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
         return LLMEM_OK;
     if (k > 0 && hold_find(&s->h, k) < 0)
         return LLMEM_E_STATE; /* no checkpoint at that position */
-    if (!dry)
-        truncate_to(rs, s, k);
+    if (dry)
+        return LLMEM_OK;
+    if (k == 0 && rs->n_snap > 0) {
+        /* a finished conversation: its last state becomes a snapshot so a
+         * prompt that extends it resumes there (best effort: a failed copy
+         * only loses the snapshot) */
+        int32_t i = hold_find(&s->h, s->tokens.n);
+        if (i >= 0)
+            (void)snap_publish(rs, s, s->h.slot.v[i], s->tokens.n);
+    }
+    truncate_to(rs, s, k);
     return LLMEM_OK;
 }
 

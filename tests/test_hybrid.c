@@ -325,6 +325,59 @@ START_TEST(test_snapshot_reuse)
 }
 END_TEST
 
+/* Multi-turn reuse (issue 13 item 2): a conversation (prompt 100..105,
+ * then 106 and 107 decoded one by one) is removed when it ends; a prompt
+ * that extends it (100..107, 108, 109) reuses all 8 tokens: two whole KV
+ * pages of 4 and the conversation's last state, which its first ubatch
+ * reads by value. */
+START_TEST(test_snapshot_multi_turn)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv = mt_kv(be, 4, 16, 3, true, true);
+    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
+                                       .dtype = LLMEM_DTYPE_F32};
+    const llmem_state_desc *states[1] = {&d};
+    const int32_t n_states[1] = {1};
+    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
+                                 .n_seq_max = 3, .n_ckpt = 1, .poison = true,
+                                 .n_snapshots = 2};
+    llmem_memory *rs = NULL, *h = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_recurrent_create(be, &rp, &rs, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory *children[2] = {kv, rs};
+    const int32_t map[2] = {1, 0};
+    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 1, &b);
+    fw x = {.first_T = {-1, -1, -1}};
+    mt_add(b, 0, 0, 6, 100, true);
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, NULL), LLMEM_OK);
+    for (int32_t t = 6; t < 8; t++) {
+        llmem_batch_buf_clear(b);
+        mt_add(b, 0, t, 1, 100 + t, true);
+        ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, NULL), LLMEM_OK);
+    }
+    ck_assert_int_eq(llmem_memory_seq_rm(h, 0, -1, -1), LLMEM_OK);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(h, &st);
+    ck_assert_int_eq(st.snapshots, 2); /* prompt end (6) and conversation end (8) */
+    mt_assert_check(h);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 10, 100, true);
+    x.len[1] = 8;
+    for (int32_t t = 100; t < 108; t++)
+        x.sum[1] += (float)t;
+    llmem_plan_info info;
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, &info), LLMEM_OK);
+    ck_assert_int_eq(info.n_tokens_cached, 8);
+    ck_assert_int_eq(x.first_T[1], 2);
+    mt_assert_check(h);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hybrid");
@@ -334,6 +387,7 @@ int main(void)
     tcase_add_test(tc, test_state_io);
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_snapshot_reuse);
+    tcase_add_test(tc, test_snapshot_multi_turn);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
