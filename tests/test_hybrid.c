@@ -209,6 +209,17 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
         }
         if (x->first_T[q] < 0)
             x->first_T[q] = T;
+        /* checkpoints: entry j < nc holds the state after all but the last
+         * nc - j tokens of the ubatch (nc = n_ckpt - 1; entry nc is dst) */
+        int32_t nc = r->n_ckpt > 0 ? r->n_ckpt - 1 : 0;
+        for (int32_t j = 0; j < nc; j++) {
+            int32_t slot = r->ckpt_slot.host[s * r->n_ckpt + j];
+            float g[4] = {x->len[q] + (float)(T - nc + j), x->sum[q], 0, 0};
+            for (int32_t t = 0; t < T - nc + j; t++)
+                g[1] += (float)ub->token[s * T + t];
+            ck_assert_int_ge(slot, 0);
+            ck_assert_int_eq(llmem_buffer_upload(r->state[0], (size_t)slot * 16, g, 16), LLMEM_OK);
+        }
         for (int32_t t = 0; t < T; t++)
             x->sum[q] += (float)ub->token[s * T + t];
         x->len[q] += (float)T;
@@ -378,6 +389,101 @@ START_TEST(test_snapshot_multi_turn)
 }
 END_TEST
 
+/* Randomized snapshots (issue 13 items 1, 8): requests whose prompts
+ * share stems, decode steps, finished conversations and aborted plans
+ * (applied and written, then released) in a hybrid with 3 snapshots (so
+ * they are evicted) under poison. On every hit the first ubatch must read
+ * the state of exactly the cached tokens (length and token sum by value:
+ * KV and state agree), an aborted plan must leave the sequence empty and
+ * its data unpublished, and llmem_memory_check must pass after every
+ * step. Seed: LLMEM_TEST_SEED (default 13). */
+START_TEST(test_snapshot_random)
+{
+    const char *seed_env = getenv("LLMEM_TEST_SEED");
+    unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 13u;
+    srand(seed);
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv = mt_kv(be, 4, 64, 3, true, true);
+    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
+                                       .dtype = LLMEM_DTYPE_F32};
+    const llmem_state_desc *states[1] = {&d};
+    const int32_t n_states[1] = {1};
+    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
+                                 .n_seq_max = 3, .n_ckpt = 1, .poison = true,
+                                 .n_snapshots = 3, .snap_interval = 4};
+    llmem_memory *rs = NULL, *h = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_recurrent_create(be, &rp, &rs, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory *children[2] = {kv, rs};
+    const int32_t map[2] = {1, 0};
+    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 1, &b);
+    fw x = {.first_T = {-1, -1, -1}};
+    int32_t hist[3][64], n_hist[3] = {0}, hits = 0;
+    for (int32_t step = 0; step < 400; step++) {
+        int32_t q = rand() % 3, op = rand() % 10;
+        llmem_batch_buf_clear(b);
+        if (n_hist[q] == 0) { /* a new request: a stem, then a random tail */
+            int32_t stem = rand() % 3, n_stem = (int32_t[]){0, 9, 12}[stem];
+            n_stem -= n_stem > 0 ? rand() % 2 : 0;
+            int32_t n = n_stem + 1 + rand() % 6, sum = 0;
+            for (int32_t j = 0; j < n; j++) {
+                hist[q][j] = j < n_stem ? 10 * stem + j : 50 + rand() % 3;
+                llmem_batch_buf_add(b, hist[q][j], j, &q, 1, j == n - 1);
+            }
+            llmem_plan *plan = NULL;
+            ck_assert_msg(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 8, &plan,
+                                            err, sizeof err) == LLMEM_OK,
+                          "seed %u step %d: %s", seed, step, err);
+            int32_t c = llmem_plan_n_cached(plan, q);
+            for (int32_t j = 0; j < c; j++)
+                sum += hist[q][j];
+            x.len[q] = (float)c;
+            x.sum[q] = (float)sum;
+            x.first_T[q] = -1;
+            bool abort = op < 2;
+            int32_t n_ub = llmem_plan_n_ubatch(plan);
+            for (int32_t u = 0; u < n_ub; u++) {
+                const llmem_ubatch *ub = NULL;
+                ck_assert_int_eq(llmem_memory_apply(h, plan, u, &ub), LLMEM_OK);
+                forward(h, ub, &x);
+                if (abort)
+                    break;
+                ck_assert_int_eq(llmem_memory_commit(h, plan, u), LLMEM_OK);
+            }
+            llmem_memory_release(h, plan);
+            if (abort) {
+                x.len[q] = x.sum[q] = 0;
+                ck_assert_int_eq(llmem_memory_seq_len(h, q), 0);
+            } else {
+                n_hist[q] = n;
+                hits += c > 0;
+            }
+        } else if (op < 3 || n_hist[q] >= 60) { /* the conversation ends */
+            ck_assert_int_eq(llmem_memory_seq_rm(h, q, -1, -1), LLMEM_OK);
+            n_hist[q] = 0;
+            x.len[q] = x.sum[q] = 0;
+        } else { /* a decode step */
+            int32_t t = 50 + rand() % 3;
+            hist[q][n_hist[q]] = t;
+            llmem_batch_buf_add(b, t, n_hist[q], &q, 1, true);
+            ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 8, forward, &x, NULL), LLMEM_OK);
+            n_hist[q]++;
+        }
+        ck_assert_int_eq(llmem_memory_seq_len(kv, q), n_hist[q]);
+        ck_assert_int_eq(llmem_memory_seq_len(rs, q), n_hist[q]);
+        char e2[256] = "";
+        ck_assert_msg(llmem_memory_check(h, e2, sizeof e2) == LLMEM_OK, "seed %u step %d: %s",
+                      seed, step, e2);
+    }
+    ck_assert_int_gt(hits, 0); /* the checks above ran on hits */
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hybrid");
@@ -388,6 +494,7 @@ int main(void)
     tcase_add_test(tc, test_create_errors);
     tcase_add_test(tc, test_snapshot_reuse);
     tcase_add_test(tc, test_snapshot_multi_turn);
+    tcase_add_test(tc, test_snapshot_random);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
