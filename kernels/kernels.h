@@ -187,7 +187,10 @@ cudaError_t cuk_moe_route(const float *logits, const void *bias, int bdt, int32_
                           int32_t n_group, int32_t topk_group, float scale, cudaStream_t stream);
 /* llmem_op_moe_ffn: x [T, D], ids/wts [T, k], up [E, (gated ? 2 : 1) I, D],
  * down [E, D, I] of dtype wdt -> out [T, D]; scratch holds T*k*(I + D)
- * floats; act 0 silu, 1 relu2. */
+ * floats, then E + 1 + T*k int32; act 0 silu, 1 relu2. From
+ * CUK_MOE_GROUP_MIN pairs up, the pairs are grouped by expert on the device
+ * (each expert row read once per step); below, one warp per (pair, row). */
+#define CUK_MOE_GROUP_MIN 16
 cudaError_t cuk_moe_ffn(const float *x, const int32_t *ids, const float *wts, const void *up,
                         const void *down, int wdt, float *out, float *scratch, int64_t T,
                         int32_t D, int32_t I, int32_t E, int32_t k, int gated, int act,

@@ -48,8 +48,9 @@ llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, l
     if ((I + 7) / 8 > 65535 || (D + 7) / 8 > 65535)
         return LLMEM_E_UNSUPPORTED;
     void *scratch;
-    if ((st = cuda_scratch(cb, (size_t)(T * k * (I + D)) * sizeof(float) + 256, &scratch)) !=
-        LLMEM_OK)
+    size_t bytes = (size_t)(T * k * (I + D)) * sizeof(float) +
+                   (size_t)(w_up->ne[0] + 1 + T * k) * sizeof(int32_t) + 256;
+    if ((st = cuda_scratch(cb, bytes, &scratch)) != LLMEM_OK)
         return st;
     return moe_done(cb, cuk_moe_ffn(moe_ptr(x), moe_ptr(ids), moe_ptr(weights), moe_ptr(w_up),
                                     moe_ptr(w_down), (int)w_up->dtype, moe_ptr(out), scratch, T,
