@@ -34,6 +34,8 @@ struct engine {
     int32_t *free_seq, n_free;
     eng_req **row_req; /* [n_seq] request of each output row */
     float *logits;     /* [n_seq][V] */
+    int32_t *ids, *ctr; /* [n_seq] each: device sampling's tokens and counters */
+    float *lp;         /* [n_seq]: their log-probabilities (finite unless the logits are not) */
     cand *cbuf;        /* [V] */
     llmem_batch_buf *bb;
 };
@@ -414,18 +416,49 @@ static void sweep_running(engine *e, bool all, const char *msg)
     }
 }
 
+/* Whether every output row of this step can be sampled on the device with one
+ * set of parameters (then *p gets them and e->ctr each row's counter: the
+ * request's seed hashed, plus its generated-token count, so that a request's
+ * draws do not depend on its batch). */
+static bool device_params(engine *e, int32_t rows, llmem_sample_params *p)
+{
+    for (int32_t o = 0; o < rows; o++) {
+        const eng_sampling *a = &e->row_req[o]->sp, *b = &e->row_req[0]->sp;
+        bool greedy = a->temperature <= 0 && b->temperature <= 0;
+        if (a->temperature > 0 && !(a->top_p > 0))
+            return false; /* top_p 0: the host's sort keeps the top token */
+        if (!greedy && (a->temperature != b->temperature || a->top_k != b->top_k ||
+                        a->top_p != b->top_p || a->min_p != b->min_p))
+            return false;
+        uint64_t seed = e->row_req[o]->sp.seed;
+        uint32_t h = llmem_sample_mix32((uint32_t)seed ^ llmem_sample_mix32((uint32_t)(seed >> 32)));
+        e->ctr[o] = (int32_t)(h + (uint32_t)e->row_req[o]->n_gen);
+    }
+    const eng_sampling *b = &e->row_req[0]->sp;
+    *p = (llmem_sample_params){.temperature = (float)b->temperature, .top_k = b->top_k,
+                               .top_p = b->top_p < 1 ? (float)b->top_p : 1.0f,
+                               .min_p = (float)b->min_p, .seed = 0};
+    return true;
+}
+
 static void step(engine *e)
 {
     int32_t admitted = 0, rows, n_out = 0;
-    bool admit = true;
+    bool admit = true, dev = false;
     char err[512] = "";
     llmem_status st;
     for (;;) {
         rows = build(e, admit, &admitted);
         if (e->n_running == 0)
             return;
-        st = llmem_model_decode(e->m, llmem_batch_buf_get(e->bb), false, e->logits, e->n_seq,
-                                &n_out, err, sizeof err);
+        llmem_model_sampling smp = {.ctr = e->ctr, .ids = e->ids, .logprob = e->lp};
+        dev = rows > 0 && device_params(e, rows, &smp.params);
+        if (dev)
+            st = llmem_model_decode_sample(e->m, llmem_batch_buf_get(e->bb), &smp, e->n_seq,
+                                           &n_out, err, sizeof err);
+        else
+            st = llmem_model_decode(e->m, llmem_batch_buf_get(e->bb), false, e->logits, e->n_seq,
+                                    &n_out, err, sizeof err);
         if (st != LLMEM_E_NO_SPACE || e->n_running == 1)
             break;
         pthread_mutex_lock(&e->lock);
@@ -463,7 +496,8 @@ static void step(engine *e)
         e->running[i]->n_fed += e->running[i]->chunk;
     for (int32_t o = 0; o < rows; o++) {
         eng_req *r = e->row_req[o];
-        int32_t t = sample(e, r, e->logits + (size_t)o * (size_t)e->V);
+        int32_t t = !dev ? sample(e, r, e->logits + (size_t)o * (size_t)e->V)
+                    : isfinite(e->lp[o]) ? e->ids[o] : -1;
         if (t < 0) {
             pthread_mutex_lock(&e->lock);
             publish_locked(e, r, r->out_pub, ENG_ERROR, "the model produced non-finite logits");
@@ -539,7 +573,11 @@ llmem_status eng_create(llmem_model *m, const srv_text *text, int32_t n_seq, int
     e->free_seq = calloc((size_t)n_seq, sizeof *e->free_seq);
     e->logits = malloc((size_t)n_seq * (size_t)e->V * sizeof *e->logits);
     e->cbuf = malloc((size_t)e->V * sizeof *e->cbuf);
+    e->ids = malloc((size_t)n_seq * 2 * sizeof *e->ids);
+    e->ctr = e->ids ? e->ids + n_seq : NULL;
+    e->lp = malloc((size_t)n_seq * sizeof *e->lp);
     if (!e->wait || !e->running || !e->row_req || !e->free_seq || !e->logits || !e->cbuf ||
+        !e->ids || !e->lp ||
         llmem_batch_buf_create(n_seq + n_ubatch, 1, &e->bb) != LLMEM_OK)
         goto fail_alloc;
     for (int32_t q = 0; q < n_seq; q++)
@@ -560,6 +598,8 @@ fail_mutex:
     llmem_batch_buf_destroy(e->bb);
     free(e->cbuf);
     free(e->logits);
+    free(e->ids);
+    free(e->lp);
     free(e->free_seq);
     free(e->row_req);
     free(e->running);
@@ -570,6 +610,8 @@ fail_alloc:
     llmem_batch_buf_destroy(e->bb);
     free(e->cbuf);
     free(e->logits);
+    free(e->ids);
+    free(e->lp);
     free(e->free_seq);
     free(e->row_req);
     free(e->running);
@@ -600,6 +642,8 @@ void eng_destroy(engine *e)
     llmem_batch_buf_destroy(e->bb);
     free(e->cbuf);
     free(e->logits);
+    free(e->ids);
+    free(e->lp);
     free(e->free_seq);
     free(e->row_req);
     free(e->running);

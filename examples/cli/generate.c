@@ -45,6 +45,9 @@ static void usage(FILE *f)
             "                       (default 0 = off)\n"
             "  --repeat-penalty R   divide the logits of recent tokens by R (default 1 = off)\n"
             "  --repeat-last-n N    tokens of history the penalty looks at (default 64)\n"
+            "  --host-sampling      download the logits and sample on the host (the default\n"
+            "                       samples on the device and downloads only the token ids,\n"
+            "                       unless --repeat-penalty is on)\n"
             "  --stop STR           end a sequence when its text reaches STR (not printed);\n"
             "                       repeatable. The tokenizer's end-of-generation tokens\n"
             "                       always end it\n"
@@ -63,7 +66,7 @@ typedef struct gen_opts {
     int32_t n_predict, parallel, seed, n_draft, ngram;
     const char *stops[MAX_STOPS];
     int n_stops;
-    bool stats;
+    bool stats, host_sampling;
     sampler sp;
 } gen_opts;
 
@@ -72,7 +75,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
 {
     enum {
         O_PIDS = CLI_OPT_OWN, O_PARALLEL, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPN,
-        O_STOP, O_DRAFT, O_NGRAM, O_STATS,
+        O_STOP, O_DRAFT, O_NGRAM, O_STATS, O_HOST,
     };
     static const struct option own[] = {
         {"prompt", required_argument, NULL, 'p'},
@@ -91,6 +94,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
         {"draft", required_argument, NULL, O_DRAFT},
         {"ngram", required_argument, NULL, O_NGRAM},
         {"stats", no_argument, NULL, O_STATS},
+        {"host-sampling", no_argument, NULL, O_HOST},
         {0},
     };
     cli_parser p;
@@ -111,6 +115,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
         case 'f': o->file = v; break;
         case O_PIDS: o->ids = v; break;
         case O_STATS: o->stats = true; break;
+        case O_HOST: o->host_sampling = true; break;
         case O_STOP:
             ok = o->n_stops < MAX_STOPS && v[0];
             if (ok)
@@ -230,13 +235,21 @@ int llmem_cli_generate(int argc, char **argv)
         cli_logf(CLI_LOG_INFO, "generate", "prompt: %d tokens", (int)n_prompt);
     int32_t cap_hist = n_prompt + n_predict + n_draft + 2;
     int32_t rows_max = parallel * (n_draft + 1);
-    float *logits = malloc((size_t)rows_max * (size_t)V * sizeof *logits);
+    /* device sampling (only the ids cross to the host) unless a host-only
+     * feature is on; the prompt's first token is sampled on the host */
+    bool dev = o.sp.repeat_penalty == 1.0 && !o.host_sampling;
+    float *logits = malloc((size_t)(dev ? 1 : rows_max) * (size_t)V * sizeof *logits);
     int32_t *emit = malloc((size_t)(n_draft + 1) * sizeof *emit);
+    int32_t *ids = malloc((size_t)rows_max * 2 * sizeof *ids), *ctr = ids ? ids + rows_max : NULL;
+    llmem_model_sampling smp = {.params = {.temperature = (float)o.sp.temp, .top_k = o.sp.top_k,
+                                           .top_p = (float)o.sp.top_p, .min_p = (float)o.sp.min_p,
+                                           .seed = (uint64_t)o.seed},
+                                .ctr = ctr, .ids = ids};
     gen_seq *seqs = calloc((size_t)parallel, sizeof *seqs);
     cli_out *outs = calloc((size_t)parallel, sizeof *outs);
     llmem_batch_buf *bb = NULL;
     int32_t bcap = cap_hist > rows_max ? cap_hist : rows_max;
-    if (!rc && (!logits || !emit || !seqs || !outs || sampler_init(&o.sp, V) ||
+    if (!rc && (!logits || !emit || !ids || !seqs || !outs || sampler_init(&o.sp, V) ||
                 llmem_batch_buf_create(bcap, 1, &bb) != LLMEM_OK))
         rc = 1;
     for (int32_t s = 0; !rc && s < parallel; s++) {
@@ -301,6 +314,10 @@ int llmem_cli_generate(int argc, char **argv)
             llmem_batch_buf_add(bb, q->hist[q->n_hist - 1], q->pos_last, &s, 1, true);
             for (int32_t k = 0; k < n_draft; k++)
                 llmem_batch_buf_add(bb, q->draft[k], q->pos_last + 1 + k, &s, 1, true);
+            /* the draw of a row depends on its sequence and predicted position only */
+            for (int32_t k = 0; k <= n_draft; k++)
+                ctr[(n_active - 1) * (n_draft + 1) + k] =
+                    (int32_t)((uint32_t)(q->pos_last + 1 + k) * (uint32_t)parallel + (uint32_t)s);
         }
         if (n_active == 0 && n_waiting > 0) {
             fprintf(stderr, "\nllmem generate: a suspended sequence does not fit the memory "
@@ -310,8 +327,11 @@ int llmem_cli_generate(int argc, char **argv)
         }
         if (n_active == 0)
             break;
-        llmem_status st = llmem_model_decode(m, llmem_batch_buf_get(bb), false, logits, rows_max,
-                                             &n_out, err, sizeof err);
+        llmem_status st =
+            dev ? llmem_model_decode_sample(m, llmem_batch_buf_get(bb), &smp, rows_max, &n_out, err,
+                                            sizeof err)
+                : llmem_model_decode(m, llmem_batch_buf_get(bb), false, logits, rows_max, &n_out,
+                                     err, sizeof err);
         if (st == LLMEM_E_NO_SPACE && n_active > 1) {
             /* no room for every sequence's step: suspend the last one */
             gen_seq *q = &seqs[last];
@@ -340,7 +360,8 @@ int llmem_cli_generate(int argc, char **argv)
             gen_seq *q = &seqs[s];
             if (!q->active)
                 continue;
-            int32_t n_emit = verify(sp, q, logits + (size_t)row * (size_t)V, emit);
+            int32_t n_emit = dev ? verify_ids(q, ids + row, emit)
+                                 : verify(sp, q, logits + (size_t)row * (size_t)V, emit);
             row += n_draft + 1;
             gs.accepted += n_emit - 1;
             /* keep [last, accepted drafts]; drop the rejected drafts' KV slots and
@@ -405,6 +426,7 @@ int llmem_cli_generate(int argc, char **argv)
     free(seqs);
     free(outs);
     free(emit);
+    free(ids);
     free(logits);
     free(ptok);
     sampler_free(&o.sp);

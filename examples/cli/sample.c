@@ -176,3 +176,13 @@ int32_t verify(sampler *sp, gen_seq *q, const float *rows, int32_t *out)
     }
     return j;
 }
+
+int32_t verify_ids(const gen_seq *q, const int32_t *ids, int32_t *out)
+{
+    for (int32_t j = 0; j <= q->n_draft; j++) {
+        out[j] = ids[j];
+        if (j == q->n_draft || ids[j] != q->draft[j])
+            return j + 1;
+    }
+    return q->n_draft + 1;
+}

@@ -52,4 +52,14 @@ int32_t lookup_draft(const int32_t *h, int32_t n_h, int32_t max_ngram, int32_t k
  * Writes the emitted tokens to out and returns how many (1 + accepted). */
 int32_t verify(sampler *sp, gen_seq *q, const float *rows, int32_t *out);
 
+/* verify() over tokens already chosen on the device (llmem_model_decode_sample):
+ * ids[0..n_draft] are the tokens drawn from the rows after [last, d1..dn].
+ * Emits ids[j] for each j up to and including the first j with ids[j] !=
+ * d_{j+1} (or j = n_draft). Greedy: the same as verify(). Sampling with a
+ * deterministic draft this is speculative sampling too: a draw x ~ p_j equals
+ * d with probability p_j(d) (accept), and otherwise is a draw from p_j with d
+ * removed, renormalized (the residual of Leviathan et al. 2023, Alg. 1).
+ * Writes the emitted tokens to out and returns how many (1 + accepted). */
+int32_t verify_ids(const gen_seq *q, const int32_t *ids, int32_t *out);
+
 #endif
