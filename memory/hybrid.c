@@ -54,7 +54,7 @@ static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
  * SGLang's Mamba radix cache splits prefill at the matched node the same
  * way (sglang#31648). */
 static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
-                             int32_t shared)
+                             int32_t shared, int32_t *every)
 {
     hybrid *h = hy_of(mem);
     int32_t align = 0; /* a shared prefix is cut at a multiple of the snapshot interval */
@@ -65,6 +65,7 @@ static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n
         }
     if (align == 0)
         return 0;
+    *every = align > 1 ? align : 0;
     if (shared > n)
         shared = n;
     shared -= shared % align;

@@ -40,6 +40,8 @@ typedef struct plan_build {
     int32_t *local;    /* [n_sets] stream of a set in the ubatch being emitted, or -1 */
     int32_t *cut;      /* [n_seq_max] batch tokens of a sequence before which a ubatch
                           must end (llmem_plan.snap_at), 0 none; NULL when no cut */
+    int32_t *cut_m;    /* [n_seq_max] its first batch token's position (the prefix hit) */
+    int32_t cut_every; /* below a cut, ubatches also end at multiples of this length */
 } plan_build;
 
 static int32_t tok_nseq(const llmem_batch *b, int32_t i)
@@ -282,7 +284,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     int32_t *head = calloc((size_t)ns + 1, sizeof *head);
     int32_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
     int32_t *nxt = malloc(((size_t)ns + 1) * sizeof *nxt);
-    int32_t *cutq = NULL;
+    int32_t *cutq = NULL, *cbase = NULL;
     if (!start || !head || !q || !nxt) {
         st = LLMEM_E_NO_MEMORY;
         goto out;
@@ -300,14 +302,17 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     /* cuts: a ubatch ends before token cut[seq] of a one-sequence set */
     if (pb->cut) {
         cutq = calloc((size_t)ns + 1, sizeof *cutq);
-        if (!cutq) {
+        cbase = calloc((size_t)ns + 1, sizeof *cbase);
+        if (!cutq || !cbase) {
             st = LLMEM_E_NO_MEMORY;
             goto out;
         }
         for (int32_t a = 0; a < pb->n_seq_max; a++)
             if (pb->cut[a] > 0 && pb->single[a] >= 0 && pb->single[a] < ns &&
-                pb->cut[a] < start[pb->single[a] + 1] - start[pb->single[a]])
+                pb->cut[a] < start[pb->single[a] + 1] - start[pb->single[a]]) {
                 cutq[pb->single[a]] = start[pb->single[a]] + pb->cut[a];
+                cbase[pb->single[a]] = start[pb->single[a]] - pb->cut_m[a];
+            }
     }
     /* sets that still have tokens, in order: nxt[s] follows s, nxt[ns] is
      * the first; each ubatch takes the first `chosen` of them */
@@ -319,8 +324,17 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
         int32_t m = 0;
         for (int32_t s = nxt[ns]; s < ns && chosen < max_chosen; s = nxt[s]) {
             int32_t rem = start[s + 1] - head[s];
-            if (cutq && cutq[s] > head[s])
-                rem = cutq[s] - head[s];
+            if (cutq && cutq[s] > head[s]) {
+                /* up to the cut, also end at multiples of cut_every */
+                int32_t end = cutq[s];
+                if (pb->cut_every > 0) {
+                    int64_t next = ((int64_t)(head[s] - cbase[s]) / pb->cut_every + 1) *
+                                       pb->cut_every + cbase[s];
+                    if (next < end)
+                        end = (int32_t)next;
+                }
+                rem = end - head[s];
+            }
             chosen++;
             if (rem < min_rem)
                 min_rem = rem;
@@ -343,6 +357,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     }
 out:
     free(cutq);
+    free(cbase);
     free(start);
     free(head);
     free(q);
@@ -577,13 +592,17 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
             m = limit;
         if (m < 0)
             m = 0;
-        int32_t cut = has_cut ? mem->iface->prefix_cut(mem, toks, limit, m, shared_len[s]) : 0;
+        int32_t every = 0;
+        int32_t cut =
+            has_cut ? mem->iface->prefix_cut(mem, toks, limit, m, shared_len[s], &every) : 0;
         if (cut > m && cut < n) {
             if (!p->snap_at)
                 p->snap_at = calloc((size_t)pb->n_seq_max, sizeof *p->snap_at);
-            if (!pb->cut)
+            if (!pb->cut) {
                 pb->cut = calloc((size_t)pb->n_seq_max, sizeof *pb->cut);
-            if (!p->snap_at || !pb->cut) {
+                pb->cut_m = calloc((size_t)pb->n_seq_max, sizeof *pb->cut_m);
+            }
+            if (!p->snap_at || !pb->cut || !pb->cut_m) {
                 free(shared_len);
                 free(toks);
                 free(idx);
@@ -592,6 +611,8 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
             }
             p->snap_at[s] = cut;
             pb->cut[s] = cut - m;
+            pb->cut_m[s] = m;
+            pb->cut_every = every;
         }
         if (m <= 0)
             continue;
@@ -707,6 +728,7 @@ fail:
     free(pb.bucket);
     free(pb.local);
     free(pb.cut);
+    free(pb.cut_m);
     i32vec_free(&pb.chain);
     i32vec_free(&pb.ids);
     return st;

@@ -174,9 +174,11 @@ typedef struct llmem_memory_i {
      * sequence so the memory can publish reusable state there (a hybrid:
      * the prefix its attention children hold, or the shared one, where its
      * recurrent children have no snapshot); 0 for none. The plan records
-     * it in llmem_plan.snap_at. */
+     * it in llmem_plan.snap_at. *every (0: none) asks for ubatch ends at
+     * every multiple of that length below the cut too, so that a later
+     * request whose first chunk stops earlier still finds a state. */
     int32_t (*prefix_cut)(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
-                          int32_t shared);
+                          int32_t shared, int32_t *every);
 } llmem_memory_i;
 
 /* Base object; implementations embed it first and call llmem_memory_init. */
