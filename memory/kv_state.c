@@ -2,8 +2,11 @@
  * memory.c) and the invariant checker.
  *
  * Payload: i32 n_layers, n_kv_heads, head_dim, dtype, n_entries; then per
- * entry: i32 seq_id, len, tokens[len], pos[len], shift[len] (pending K-shift
- * of each slot), then for every layer the
+ * entry: i32 seq_id, len, share_from, shared_len (format 2: the entry's
+ * first shared_len tokens live in the same pages as those of the earlier
+ * entry share_from, -1 none — sequences that share pages through seq_cp or
+ * prefix hits read back sharing them), tokens[len], pos[len], shift[len]
+ * (pending K-shift of each slot), then for every layer the
  * K rows then the V rows of its len slots (row = n_kv_heads * head_dim
  * elements of dtype). Page size is not part of the format: a stream loads
  * into a cache of any page size. */
@@ -12,12 +15,15 @@
 
 #include "memory/kv_internal.h"
 
-static llmem_status write_seq(kv_cache *kv, int32_t id, llmem_state_writer *w)
+static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int32_t shared_len,
+                              llmem_state_writer *w)
 {
     const kv_seq *s = &kv->seqs[id];
     int32_t n = s->tokens.n, ps = kv->p.page_size;
     llmem_state_put_i32(w, id);
     llmem_state_put_i32(w, n);
+    llmem_state_put_i32(w, share_from);
+    llmem_state_put_i32(w, shared_len);
     llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
     llmem_state_put(w, s->pos.v, (size_t)n * sizeof(int32_t));
     for (int32_t j = 0; j < n; j++) /* pending K-shift of each slot */
@@ -51,18 +57,59 @@ llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
     llmem_state_put_i32(w, kv->p.head_dim);
     llmem_state_put_i32(w, (int32_t)kv->p.dtype);
     llmem_state_put_i32(w, n_entries);
-    for (int32_t s = 0; s < mem->n_seq_max; s++) {
+    /* sharing: an entry shares with the first earlier entry whose first
+     * page is its own first page, for their common run of pages */
+    int32_t *first = NULL, *seq_of = NULL;
+    if (seq < 0 && n_entries > 1) {
+        first = malloc((size_t)kv->p.n_pages * sizeof *first);
+        seq_of = malloc((size_t)n_entries * sizeof *seq_of);
+        if (!first || !seq_of) {
+            free(first);
+            free(seq_of);
+            return LLMEM_E_NO_MEMORY;
+        }
+        memset(first, 0xff, (size_t)kv->p.n_pages * sizeof *first);
+    }
+    llmem_status st = LLMEM_OK;
+    for (int32_t s = 0, e = 0; s < mem->n_seq_max && st == LLMEM_OK; s++) {
         if (seq >= 0 ? s != seq : kv->seqs[s].tokens.n == 0)
             continue;
-        llmem_status st = write_seq(kv, s, w);
-        if (st != LLMEM_OK)
-            return st;
+        const kv_seq *q = &kv->seqs[s];
+        int32_t from = -1, shared = 0;
+        if (first && q->tokens.n > 0) {
+            int32_t p0 = q->pages.v[0];
+            if (first[p0] >= 0) {
+                from = first[p0];
+                const kv_seq *o = &kv->seqs[seq_of[from]];
+                int32_t k = 0, np = n_pages_for_len(kv, q->tokens.n);
+                int32_t no = n_pages_for_len(kv, o->tokens.n);
+                while (k < np && k < no && q->pages.v[k] == o->pages.v[k])
+                    k++;
+                int64_t l = (int64_t)k * kv->p.page_size;
+                shared = (int32_t)(l < q->tokens.n ? l : q->tokens.n);
+                shared = shared < o->tokens.n ? shared : o->tokens.n;
+            } else {
+                first[p0] = e;
+            }
+            seq_of[e] = s;
+        }
+        st = write_seq(kv, s, from, shared, w);
+        e++;
     }
-    return LLMEM_OK;
+    free(first);
+    free(seq_of);
+    return st;
+}
+
+/* Pages of the reader shared with the entry's share_from: whole pages of
+ * the shared tokens, or every page when the entry lies within them. */
+static int32_t shared_pages(const kv_cache *kv, int32_t len, int32_t shared_len)
+{
+    return shared_len >= len ? n_pages_for_len(kv, len) : shared_len / kv->p.page_size;
 }
 
 typedef struct kv_entry {
-    int32_t seq, len;
+    int32_t seq, len, share_from, shared_len;
     const int32_t *tokens, *pos, *shift; /* unaligned-safe copies below */
     const uint8_t *data;         /* [n_layers][2][len rows] */
 } kv_entry;
@@ -124,8 +171,12 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
     size_t at = r->pos;
     for (int32_t i = 0; i < n; i++) {
         kv_entry *e = &t->e[i];
-        if (!llmem_state_get_i32(r, &e->seq) || !llmem_state_get_i32(r, &e->len) || e->len < 0 ||
-            e->seq < 0) {
+        if (!llmem_state_get_i32(r, &e->seq) || !llmem_state_get_i32(r, &e->len) ||
+            !llmem_state_get_i32(r, &e->share_from) || !llmem_state_get_i32(r, &e->shared_len) ||
+            e->len < 0 || e->seq < 0 || e->share_from < -1 || e->share_from >= i ||
+            e->shared_len < 0 || e->shared_len > e->len ||
+            (e->share_from >= 0 ? e->shared_len > t->e[e->share_from].len
+                                : e->shared_len != 0)) {
             llmem_errf(err, err_len, "KV state entry %d: bad sequence id or length", i);
             free(seen);
             goto corrupt;
@@ -150,7 +201,8 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
             free(seen);
             goto corrupt;
         }
-        pages += (e->len + kv->p.page_size - 1) / kv->p.page_size;
+        pages += n_pages_for_len(kv, e->len) -
+                 (e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0);
         ints += 3 * (int64_t)e->len;
     }
     free(seen);
@@ -162,7 +214,7 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
     int32_t *dst = t->ints;
     for (int32_t i = 0; i < n; i++) {
         kv_entry *e = &t->e[i];
-        llmem_state_get(&r2, NULL, 8);
+        llmem_state_get(&r2, NULL, 16);
         llmem_state_get(&r2, dst, (size_t)e->len * sizeof(int32_t));
         e->tokens = dst;
         dst += e->len;
@@ -225,14 +277,20 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
             st = LLMEM_E_NO_MEMORY;
             break;
         }
-        for (int32_t k = 0; k < np; k++)
+        int32_t nsh = e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0;
+        const kv_seq *o = nsh > 0 ? &kv->seqs[seq >= 0 ? seq : t->e[e->share_from].seq] : NULL;
+        for (int32_t k = 0; k < nsh; k++) { /* the same pages as the earlier entry */
+            s->pages.v[s->pages.n++] = o->pages.v[k];
+            page_pool_ref(&kv->pool, o->pages.v[k]);
+        }
+        for (int32_t k = nsh; k < np; k++)
             s->pages.v[s->pages.n++] = kv_alloc_page(kv);
         kv_pt_changed(s, 0);
         i32_copy(s->tokens.v, e->tokens, e->len);
         i32_copy(s->pos.v, e->pos, e->len);
         s->tokens.n = s->pos.n = e->len;
         pos_meta_reset(&s->pm, &s->pos);
-        for (int32_t j = 0; j < e->len; j++) {
+        for (int32_t j = nsh * ps; j < e->len; j++) {
             if (e->shift[j] == 0)
                 continue;
             int32_t slot = kv_slot(kv, s, j);
@@ -247,8 +305,9 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
                 for (int32_t j = 0; j < e->len && st == LLMEM_OK; j += ps) {
                     int32_t m = e->len - j < ps ? e->len - j : ps;
                     size_t bytes = (size_t)m * kv->row_bytes;
-                    st = llmem_buffer_upload(pool, (size_t)s->pages.v[j / ps] * kv->page_bytes,
-                                             src, bytes);
+                    if (j / ps >= nsh) /* shared pages hold the earlier entry's data */
+                        st = llmem_buffer_upload(
+                            pool, (size_t)s->pages.v[j / ps] * kv->page_bytes, src, bytes);
                     src += bytes;
                 }
             }

@@ -8,7 +8,7 @@
 #include "memory/internal.h"
 
 #define STATE_MAGIC 0x534d4c4cu /* "LLMS" little-endian */
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u /* 2: KV entries carry page sharing (issue 13) */
 #define STATE_HEADER 16u  /* magic, version, seq, n_sections */
 #define SECTION_HEADER 16u /* u64 size, u64 xxh3 */
 

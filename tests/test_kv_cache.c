@@ -247,8 +247,9 @@ static float slot_value(llmem_memory *m, llmem_backend *be, int32_t seq, int32_t
     unsigned char *buf = malloc(sz);
     ck_assert_int_eq(llmem_memory_state_write(m, seq, buf, sz, NULL), LLMEM_OK);
     int32_t len = llmem_memory_seq_len(m, seq);
-    /* header 16 + section header 16 + geometry 20 + id,len 8 + tokens + pos + shift */
-    size_t off = 16 + 16 + 20 + 8 + (size_t)len * 12 + (size_t)i * 8;
+    /* header 16 + section header 16 + geometry 20 + id, len, share_from,
+     * shared_len 16 + tokens + pos + shift (docs/state-format.md) */
+    size_t off = 16 + 16 + 20 + 16 + (size_t)len * 12 + (size_t)i * 8;
     float f;
     memcpy(&f, buf + off, 4);
     free(buf);

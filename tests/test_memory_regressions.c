@@ -652,6 +652,42 @@ START_TEST(kv_exact_fit_after_rollback)
 }
 END_TEST
 
+/* KV cache, issue 13 item 6: four sequences sharing 4 pages (seq_cp of a
+ * 16-token sequence, pages of 4, 8 pages in all) wrote a stream that did
+ * not read back into the same memory ("KV state needs 16 pages, 8
+ * available"): sharing was lost. Contract: the stream keeps page sharing —
+ * it reads back, the four sequences again hold the same 4 pages (4 used),
+ * with their tokens. */
+START_TEST(kv_state_stream_keeps_sharing)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 8, 4);
+    tb t = {0};
+    for (int32_t j = 0; j < 16; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    for (int32_t s = 1; s < 4; s++)
+        ck_assert_int_eq(llmem_memory_seq_cp(m, 0, s, -1, -1), LLMEM_OK);
+    size_t n = 0;
+    uint8_t *buf = stream(m, -1, &n);
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_state_read(m, -1, buf, n, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory_stats st;
+    ck_assert_int_eq(llmem_memory_get_stats(m, &st), LLMEM_OK);
+    ck_assert_int_eq(st.pages_used, 4);
+    for (int32_t s = 0; s < 4; s++) {
+        int32_t tok[16];
+        ck_assert_int_eq(llmem_memory_seq_tokens(m, s, tok, 16), 16);
+        ck_assert_int_eq(tok[0], 1);
+        ck_assert_int_eq(tok[15], 16);
+    }
+    assert_check(m);
+    free(buf);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_regressions");
@@ -670,6 +706,7 @@ int main(void)
     tcase_add_test(tc, kv_duplicate_prefix_chain_by_content);
     tcase_add_test(tc, kv_duplicate_prefix_found_after_eviction);
     tcase_add_test(tc, kv_exact_fit_after_rollback);
+    tcase_add_test(tc, kv_state_stream_keeps_sharing);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

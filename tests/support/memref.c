@@ -524,6 +524,27 @@ mr_saved *memref_save(const memref *r, int32_t seq)
         sv->seq[sv->n] = s;
         for (int32_t j = 0; j < r->seq[s].n; j++)
             mr_seqv_push(&sv->tok[sv->n], r->seq[s].v[j]);
+        for (int32_t c = 0; c < r->n_ch; c++) {
+            const mr_kv *kv = &r->ch[c].kv;
+            sv->share_from[c][sv->n] = -1;
+            sv->share_len[c][sv->n] = 0;
+            if (!r->ch[c].cfg.kv || seq >= 0 || r->seq[s].n == 0)
+                continue;
+            for (int32_t i = 0; i < sv->n; i++) {
+                const mr_ilist *a = &kv->tab[s], *o = &kv->tab[sv->seq[i]];
+                if (o->n == 0 || a->v[0] != o->v[0])
+                    continue;
+                int32_t k = 0;
+                while (k < a->n && k < o->n && a->v[k] == o->v[k])
+                    k++;
+                int32_t l = k * kv->ps;
+                l = l < r->seq[s].n ? l : r->seq[s].n;
+                l = l < r->seq[sv->seq[i]].n ? l : r->seq[sv->seq[i]].n;
+                sv->share_from[c][sv->n] = i;
+                sv->share_len[c][sv->n] = l;
+                break;
+            }
+        }
         sv->n++;
     }
     return sv;

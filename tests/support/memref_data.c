@@ -647,6 +647,29 @@ static bool compare_stream(memref *r, char *err, size_t n)
                 ok = fail(err, n, "child %d: stream entry %d: seq %d len %d", c, e, s, l);
                 break;
             }
+            if (ch->cfg.kv) { /* page sharing: the rule of memref_save, from the tables */
+                int32_t from = take32(&x), shared = take32(&x), wf = -1, ws = 0;
+                const mr_ilist *a = &ch->kv.tab[s];
+                for (int32_t s2 = 0, i = 0; s2 < s && l > 0 && wf < 0; s2++) {
+                    const mr_ilist *o = &ch->kv.tab[s2];
+                    if (r->seq[s2].n == 0)
+                        continue;
+                    if (o->n > 0 && a->n > 0 && o->v[0] == a->v[0]) {
+                        int32_t k = 0;
+                        while (k < a->n && k < o->n && a->v[k] == o->v[k])
+                            k++;
+                        ws = k * ch->kv.ps < l ? k * ch->kv.ps : l;
+                        ws = ws < r->seq[s2].n ? ws : r->seq[s2].n;
+                        wf = i;
+                    }
+                    i++;
+                }
+                if (!x.bad && (from != wf || shared != ws)) {
+                    ok = fail(err, n, "child %d seq %d: stream shares %d tokens with entry %d, "
+                                      "expected %d with %d", c, s, shared, from, ws, wf);
+                    break;
+                }
+            }
             const uint8_t *q = take(&x, (ch->cfg.kv ? 12 : 8) * (size_t)l);
             for (int32_t j = 0; q && ok && j < l; j++) {
                 const mr_tok *t = &r->seq[s].v[j];

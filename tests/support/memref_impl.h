@@ -129,6 +129,10 @@ struct mr_saved {
     int32_t n;
     int32_t seq[MR_MAX_SEQ];
     mr_seqv tok[MR_MAX_SEQ];
+    /* per KV child: entry i's first share_len tokens share pages with entry
+     * share_from (-1 none): the first earlier entry with the same first
+     * page, for their common run of pages (docs/state-format.md) */
+    int32_t share_from[MR_MAX_CHILD][MR_MAX_SEQ], share_len[MR_MAX_CHILD][MR_MAX_SEQ];
 };
 
 /* memref.c: containers, pages and states shared by the three parts */

@@ -678,6 +678,16 @@ void memref_clear(memref *r)
     }
 }
 
+/* Pages entry i of a saved state shares with an earlier entry on reading:
+ * whole pages of the shared tokens, or all when it lies within them. */
+static int32_t shared_pages(const mr_kv *kv, const mr_saved *sv, int32_t c, int32_t i)
+{
+    int32_t n = sv->tok[i].n, l = sv->share_len[c][i];
+    if (sv->share_from[c][i] < 0)
+        return 0;
+    return l >= n ? mr_div_up(n, kv->ps) : l / kv->ps;
+}
+
 llmem_status memref_load(memref *r, int32_t seq, const mr_saved *sv)
 {
     if (r->plan.active)
@@ -690,7 +700,7 @@ llmem_status memref_load(memref *r, int32_t seq, const mr_saved *sv)
             continue;
         int64_t need = 0, avail = kv->n_pages;
         for (int32_t i = 0; i < sv->n; i++)
-            need += mr_div_up(sv->tok[i].n, kv->ps);
+            need += mr_div_up(sv->tok[i].n, kv->ps) - shared_pages(kv, sv, c, i);
         if (seq >= 0) {
             avail = kv->n_pages - mr_kv_used(kv);
             for (int32_t k = 0; k < kv->tab[seq].n; k++)
@@ -711,7 +721,13 @@ llmem_status memref_load(memref *r, int32_t seq, const mr_saved *sv)
         for (int32_t c = 0; c < r->n_ch; c++) {
             mr_child *ch = &r->ch[c];
             if (ch->cfg.kv) {
-                for (int32_t k = 0; k < mr_div_up(n, ch->kv.ps); k++)
+                int32_t nsh = shared_pages(&ch->kv, sv, c, i);
+                for (int32_t k = 0; k < nsh; k++) { /* the earlier entry's pages */
+                    int32_t a = ch->kv.tab[sv->seq[sv->share_from[c][i]]].v[k];
+                    mr_kv_ref(&ch->kv, a);
+                    mr_ilist_push(&ch->kv.tab[s], a);
+                }
+                for (int32_t k = nsh; k < mr_div_up(n, ch->kv.ps); k++)
                     mr_ilist_push(&ch->kv.tab[s], mr_kv_alloc(&ch->kv));
                 /* pending K-shifts come back with the stream */
                 for (int32_t j = 0; j < n; j++)
