@@ -169,6 +169,40 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page)
 
 /* --- sequences ------------------------------------------------------------------ */
 
+/* seq_rm of a range that is not a suffix (context shift, issue 13): allowed
+ * when its tokens are one run of whole pages, which leave the page table;
+ * the tokens after it keep their positions (seq_add shifts them, with a
+ * K-shift, as llama.cpp's context shift does). O(length). */
+static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bool dry)
+{
+    int32_t n = s->tokens.n, ps = kv->p.page_size, a = -1, cnt = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (pos_in_range(s->pos.v[j], p0, p1)) {
+            if (a < 0)
+                a = j;
+            cnt++;
+        }
+    int32_t b = a + cnt;
+    for (int32_t j = a; j < b; j++)
+        if (!pos_in_range(s->pos.v[j], p0, p1))
+            return LLMEM_E_STATE; /* not one run */
+    if (a < 0 || a % ps || b % ps)
+        return LLMEM_E_STATE; /* a hole inside a page */
+    if (dry)
+        return LLMEM_OK;
+    int32_t pa = a / ps, pb = b / ps;
+    for (int32_t k = pa; k < pb; k++)
+        kv_unref_page(kv, s->pages.v[k]);
+    memmove(s->pages.v + pa, s->pages.v + pb, (size_t)(s->pages.n - pb) * sizeof *s->pages.v);
+    s->pages.n -= pb - pa;
+    memmove(s->tokens.v + a, s->tokens.v + b, (size_t)(n - b) * sizeof *s->tokens.v);
+    memmove(s->pos.v + a, s->pos.v + b, (size_t)(n - b) * sizeof *s->pos.v);
+    s->tokens.n = s->pos.n = n - cnt;
+    pos_meta_reset(&s->pm, &s->pos);
+    kv_pt_changed(s, pa);
+    return LLMEM_OK;
+}
+
 static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1, bool dry)
 {
     kv_cache *kv = kv_of(mem);
@@ -176,7 +210,7 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
     /* O(log n + pages removed) while positions are in order */
     int32_t n = s->tokens.n, first = pos_suffix_start(&s->pos, &s->pm, p0, p1);
     if (first < 0)
-        return LLMEM_E_STATE; /* a hole in the middle of a page table */
+        return rm_pages(kv, s, p0, p1, dry);
     if (first == n)
         return LLMEM_OK;
     if (dry)

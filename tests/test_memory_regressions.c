@@ -688,6 +688,55 @@ START_TEST(kv_state_stream_keeps_sharing)
 }
 END_TEST
 
+/* KV cache, issue 13 item 4: a sequence that fills the cache (12 tokens,
+ * 3 pages of 4) could only lose a suffix, so generation stopped with "no
+ * space". Context shift, as llama.cpp does it: keep the first 4 tokens,
+ * drop the next 4 (seq_rm of whole pages in the middle), shift the rest
+ * back by 4 (seq_add, a pending K-shift); then 4 more tokens fit at
+ * positions 8..11. A hybrid refuses (a recurrent state cannot lose the
+ * middle of its history) and changes nothing. */
+START_TEST(kv_context_shift)
+{
+    llmem_backend *be = cpu();
+    llmem_memory *m = kv(be, 4, 3, 1);
+    tb t = {0};
+    for (int32_t j = 0; j < 12; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 4, 6), LLMEM_E_STATE); /* inside a page */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 4, 8), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_add(m, 0, 8, -1, -4), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 8);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), 7);
+    int32_t tok[16];
+    ck_assert_int_eq(llmem_memory_seq_tokens(m, 0, tok, 16), 8);
+    ck_assert_int_eq(tok[3], 4);
+    ck_assert_int_eq(tok[4], 9); /* tokens 5..8 are gone */
+    assert_check(m);
+    t.n = 0;
+    for (int32_t j = 8; j < 12; j++)
+        tb_add(&t, 50 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), 11);
+    assert_check(m);
+    llmem_memory_destroy(m);
+
+    llmem_memory *kids[2] = {kv(be, 4, 8, 1), rs(be, 1, 1)};
+    int32_t map[2] = {0, 1};
+    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    t.n = 0;
+    for (int32_t j = 0; j < 12; j++)
+        tb_add(&t, 1 + j, j, 0, -1);
+    ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 4, 8), LLMEM_E_STATE);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 12);
+    ck_assert_int_eq(llmem_memory_seq_len(kids[0], 0), 12);
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_regressions");
@@ -707,6 +756,7 @@ int main(void)
     tcase_add_test(tc, kv_duplicate_prefix_found_after_eviction);
     tcase_add_test(tc, kv_exact_fit_after_rollback);
     tcase_add_test(tc, kv_state_stream_keeps_sharing);
+    tcase_add_test(tc, kv_context_shift);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

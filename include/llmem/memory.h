@@ -154,7 +154,10 @@ void llmem_memory_release(llmem_memory *mem, llmem_plan *plan);
 
 /* Removes positions [p0, p1) of seq_id (-1: all sequences).
  * KV cache: any suffix (p1 past the end) or the whole sequence; frees every
- * page wholly past the cut. Recurrent: the whole sequence, or a suffix whose
+ * page wholly past the cut. Also a run of whole pages elsewhere (context
+ * shift, as llama.cpp's: remove [n_keep, n_keep + n_discard), then
+ * llmem_memory_seq_add the rest by -n_discard; the later tokens keep their
+ * positions until then). Recurrent: the whole sequence, or a suffix whose
  * first removed position is one past a checkpoint (a slot switch).
  * Returns LLMEM_E_STATE when the cut is not possible (nothing changes). */
 llmem_status llmem_memory_seq_rm(llmem_memory *mem, int32_t seq_id, int32_t p0, int32_t p1);

@@ -502,11 +502,55 @@ static void drop_seq(memref *r, int32_t s, int32_t keep)
     r->seq[s].n = keep;
 }
 
+/* A removal that is not a suffix (context shift): one run [a, a + cnt) of
+ * tokens, whole pages of every KV child, no recurrent child. */
+static bool mid_run(const memref *r, int32_t s, int32_t p0, int32_t p1, int32_t *a, int32_t *cnt)
+{
+    const mr_seqv *q = &r->seq[s];
+    *a = -1;
+    *cnt = 0;
+    for (int32_t j = 0; j < q->n; j++)
+        if (in(q->v[j].pos, p0, p1)) {
+            if (*a < 0)
+                *a = j;
+            (*cnt)++;
+        }
+    if (*a < 0)
+        return false;
+    for (int32_t j = *a; j < *a + *cnt; j++)
+        if (!in(q->v[j].pos, p0, p1))
+            return false;
+    for (int32_t c = 0; c < r->n_ch; c++)
+        if (!r->ch[c].cfg.kv || *a % r->ch[c].kv.ps || (*a + *cnt) % r->ch[c].kv.ps)
+            return false;
+    return true;
+}
+
+static void drop_mid(memref *r, int32_t s, int32_t a, int32_t cnt)
+{
+    mr_seqv *q = &r->seq[s];
+    for (int32_t c = 0; c < r->n_ch; c++) {
+        mr_kv *kv = &r->ch[c].kv;
+        mr_ilist *t = &kv->tab[s];
+        int32_t pa = a / kv->ps, pb = (a + cnt) / kv->ps;
+        for (int32_t k = pa; k < pb; k++)
+            mr_kv_unref(kv, t->v[k]);
+        for (int32_t k = pb; k < t->n; k++)
+            t->v[k - (pb - pa)] = t->v[k];
+        t->n -= pb - pa;
+    }
+    for (int32_t j = a + cnt; j < q->n; j++)
+        q->v[j - cnt] = q->v[j];
+    q->n -= cnt;
+}
+
 static llmem_status rm_check(const memref *r, int32_t s, int32_t p0, int32_t p1, int32_t *k)
 {
     *k = suffix(&r->seq[s], p0, p1);
-    if (*k < 0)
-        return LLMEM_E_STATE;
+    if (*k < 0) {
+        int32_t a, cnt;
+        return mid_run(r, s, p0, p1, &a, &cnt) ? LLMEM_OK : LLMEM_E_STATE;
+    }
     if (*k == r->seq[s].n || *k == 0)
         return LLMEM_OK;
     for (int32_t c = 0; c < r->n_ch; c++)
@@ -529,9 +573,13 @@ llmem_status memref_seq_rm(memref *r, int32_t seq, int32_t p0, int32_t p1)
         if (st != LLMEM_OK)
             return st;
     }
-    for (int32_t s = s0; s < s1; s++)
-        if (k[s] < r->seq[s].n)
+    for (int32_t s = s0; s < s1; s++) {
+        int32_t a, cnt;
+        if (k[s] < 0 && mid_run(r, s, p0, p1, &a, &cnt))
+            drop_mid(r, s, a, cnt);
+        else if (k[s] >= 0 && k[s] < r->seq[s].n)
             drop_seq(r, s, k[s]);
+    }
     return LLMEM_OK;
 }
 
