@@ -57,6 +57,9 @@ static void usage(FILE *f)
             "                       greedy output is identical to --draft 0)\n"
             "  --ngram K            longest n-gram the draft lookup matches (default 3)\n"
             "  --stats              timing and memory statistics on stderr\n"
+            "  --context-shift      at the context limit, drop the older half of the text\n"
+            "                       after the first page and go on (attention-only models;\n"
+            "                       one sequence, no --draft), as llama.cpp does\n"
             "%s%s%s",
             cli_log_opts_help, cli_model_opts_help, cli_backend_opts_help);
 }
@@ -66,7 +69,7 @@ typedef struct gen_opts {
     int32_t n_predict, parallel, seed, n_draft, ngram;
     const char *stops[MAX_STOPS];
     int n_stops;
-    bool stats, host_sampling;
+    bool stats, host_sampling, context_shift;
     sampler sp;
 } gen_opts;
 
@@ -75,7 +78,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
 {
     enum {
         O_PIDS = CLI_OPT_OWN, O_PARALLEL, O_TEMP, O_TOPK, O_TOPP, O_MINP, O_REPPEN, O_REPN,
-        O_STOP, O_DRAFT, O_NGRAM, O_STATS, O_HOST,
+        O_STOP, O_DRAFT, O_NGRAM, O_STATS, O_HOST, O_SHIFT,
     };
     static const struct option own[] = {
         {"prompt", required_argument, NULL, 'p'},
@@ -95,6 +98,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
         {"ngram", required_argument, NULL, O_NGRAM},
         {"stats", no_argument, NULL, O_STATS},
         {"host-sampling", no_argument, NULL, O_HOST},
+        {"context-shift", no_argument, NULL, O_SHIFT},
         {0},
     };
     cli_parser p;
@@ -116,6 +120,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
         case O_PIDS: o->ids = v; break;
         case O_STATS: o->stats = true; break;
         case O_HOST: o->host_sampling = true; break;
+        case O_SHIFT: o->context_shift = true; break;
         case O_STOP:
             ok = o->n_stops < MAX_STOPS && v[0];
             if (ok)
@@ -332,6 +337,27 @@ int llmem_cli_generate(int argc, char **argv)
                                             sizeof err)
                 : llmem_model_decode(m, llmem_batch_buf_get(bb), false, logits, rows_max, &n_out,
                                      err, sizeof err);
+        if (st == LLMEM_E_NO_SPACE && o.context_shift && n_active == 1 && n_draft == 0) {
+            /* context shift (issue 13): keep the first page, drop the
+             * older half of the rest in whole pages, move the tail back
+             * (the memory re-rotates its keys) and retry the step */
+            gen_seq *q = &seqs[last];
+            int32_t ps = mo.params.page_size, keep = ps;
+            int32_t disc = (q->pos_last - keep) / 2 / ps * ps;
+            st = disc > 0 ? llmem_memory_seq_rm(mem, last, keep, keep + disc) : LLMEM_E_NO_SPACE;
+            if (st == LLMEM_OK)
+                st = llmem_memory_seq_add(mem, last, keep + disc, -1, -disc);
+            if (st == LLMEM_OK) {
+                q->pos_last -= disc;
+                cli_logf(CLI_LOG_INFO, "generate", "context shift: dropped %d tokens", (int)disc);
+                continue;
+            }
+            fprintf(stderr, "\nllmem generate: context shift: %s%s\n", llmem_status_str(st),
+                    st == LLMEM_E_STATE ? " (a model with recurrent layers cannot drop the middle "
+                                          "of its history)" : "");
+            rc = 1;
+            break;
+        }
         if (st == LLMEM_E_NO_SPACE && n_active > 1) {
             /* no room for every sequence's step: suspend the last one */
             gen_seq *q = &seqs[last];
