@@ -41,6 +41,10 @@ static const llmem_backend_i cuda_iface = {
     .buffer_fill = cuda_buffer_fill,
     .synchronize = cuda_synchronize,
     .ops = &cuda_ops, /* constant, defined in cuda_ops.c */
+    .record_begin = cuda_record_begin,
+    .record_end = cuda_record_end,
+    .graph_replay = cuda_graph_replay,
+    .graph_free = cuda_graph_free,
 };
 
 static bool env_on(const char *name)
@@ -85,6 +89,9 @@ llmem_status cuda_scratch(cuda_backend *cb, size_t bytes, void **out)
     if (bytes == 0)
         bytes = 256;
     if (bytes > cb->scratch_size) {
+        if (cb->recording)
+            return LLMEM_E_UNSUPPORTED; /* no sync under capture: warm up eagerly first */
+        cb->scratch_gen++;
         llmem_status st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "scratch sync");
         if (st != LLMEM_OK)
             return st;

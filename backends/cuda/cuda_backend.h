@@ -30,6 +30,8 @@ typedef struct cuda_backend {
                           ($LLMEM_CUDA_DEC_CTAS, default 4) */
     void *scratch;     /* device scratch for ops, grown on demand */
     size_t scratch_size;
+    unsigned scratch_gen; /* bumped when scratch moves (recorded graphs hold its address) */
+    bool recording;       /* the stream is being captured (cuda_record.c) */
 } cuda_backend;
 
 typedef struct cuda_buffer {
@@ -62,6 +64,13 @@ llmem_status cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *wha
 /* At least `bytes` of device scratch, valid until the next call; waits for
  * queued work before it replaces a smaller allocation. */
 llmem_status cuda_scratch(cuda_backend *cb, size_t bytes, void **out);
+
+/* Recorded op sequences (cuda_record.c; the record slots of
+ * <llmem/backend_impl.h>): stream capture into a CUDA graph. */
+llmem_status cuda_record_begin(llmem_backend *be);
+llmem_status cuda_record_end(llmem_backend *be, void **graph);
+llmem_status cuda_graph_replay(llmem_backend *be, void *graph);
+void cuda_graph_free(llmem_backend *be, void *graph);
 
 /* Makes the backend's device current for this thread. */
 llmem_status cuda_enter(cuda_backend *cb);

@@ -63,7 +63,7 @@ static const int32_t *table(const llmem_view *v, const llmem_i32_table *t)
 static llmem_status done(cuda_backend *cb, cudaError_t e, const char *what)
 {
     llmem_status st = cuda_check(cb, e, what);
-    if (st == LLMEM_OK && cb->sync_each_op)
+    if (st == LLMEM_OK && cb->sync_each_op && !cb->recording)
         st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
     return st;
 }

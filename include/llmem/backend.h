@@ -132,6 +132,43 @@ uint32_t llmem_nan_pattern(llmem_dtype t);
  * Returns LLMEM_E_BACKEND if the device reported an error. */
 llmem_status llmem_backend_synchronize(llmem_backend *be);
 
+/* ---- recorded op sequences (as CUDA graphs; vLLM's captured decode steps) ----
+ * A recording is a sequence of ops issued by fn(ctx), kept so that it can be
+ * run again cheaply with new buffer contents. Ops take their buffers,
+ * offsets, shapes and host parameters as they were when recorded; only the
+ * contents of the buffers change between replays. So fn must issue only
+ * ops, buffer copies and fills (no upload, download or synchronize, no
+ * reading of results on the host), on buffers that outlive the recording;
+ * and an op that needs to grow its scratch must have run once eagerly with
+ * the same shapes first (a warm-up), or recording fails. */
+typedef struct llmem_recording llmem_recording;
+typedef llmem_status (*llmem_record_fn)(void *ctx);
+
+/* Records fn(ctx) on be. With backend support (the record slots of
+ * <llmem/backend_impl.h>: CUDA stream capture into a CUDA graph) fn runs
+ * once now, recorded and not executed; without it (cpu) fn is not called
+ * now and each replay calls fn(ctx) again, so ctx must stay valid until
+ * llmem_recording_free. *out is owned by the caller (llmem_recording_free).
+ * Returns LLMEM_OK; LLMEM_E_INVALID for a NULL argument; LLMEM_E_NO_MEMORY;
+ * fn's own error or the backend's (LLMEM_E_BACKEND or LLMEM_E_UNSUPPORTED:
+ * an op that cannot be recorded); then nothing is kept and the caller runs
+ * fn eagerly instead. */
+llmem_status llmem_backend_record(llmem_backend *be, llmem_record_fn fn, void *ctx,
+                                  llmem_recording **out);
+
+/* Runs a recording's ops again (queued like ops; llmem_backend_synchronize
+ * or a download waits for them). Returns LLMEM_OK; LLMEM_E_INVALID for
+ * NULL; LLMEM_E_STATE when the backend's captured scratch has moved since
+ * (record again); fn's or the backend's error. */
+llmem_status llmem_recording_replay(llmem_recording *r);
+
+/* Whether the backend holds r natively (true: CUDA graph) or r re-runs fn
+ * (false). */
+bool llmem_recording_is_native(const llmem_recording *r);
+
+/* Frees a recording (NULL is a no-op). The backend must still be open. */
+void llmem_recording_free(llmem_recording *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,21 @@ typedef struct llmem_backend_i {
 
     /* Ops table (<llmem/ops_impl.h>); NULL when the backend has no ops yet. */
     const struct llmem_ops_i *ops;
+
+    /* ---- appended: recorded op sequences (optional: all four or none; NULL
+     * means the core re-runs the ops at each replay, see llmem_backend_record).
+     * record_begin: from now until record_end, ops and buffer copies/fills
+     * called on this thread are recorded, not run. record_end: stops
+     * recording; on LLMEM_OK *graph is the backend's replayable object; on an
+     * error (an op that cannot be recorded, e.g. one that must synchronize)
+     * nothing is kept and the backend records no more. replay: runs the
+     * recorded work again, in order, on the backend's queue (asynchronous as
+     * ops are); LLMEM_E_STATE when something it captured has moved (the
+     * caller records again). graph_free: releases it. */
+    llmem_status (*record_begin)(llmem_backend *be);
+    llmem_status (*record_end)(llmem_backend *be, void **graph);
+    llmem_status (*graph_replay)(llmem_backend *be, void *graph);
+    void (*graph_free)(llmem_backend *be, void *graph);
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */
