@@ -49,8 +49,9 @@ static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
  * child publishes a snapshot there: the prefix every attention child holds
  * (whole units of each), or the prefix another new sequence of the batch
  * shares (down to a multiple of the snapshot interval), when it exceeds
- * the agreed hit m and some recurrent child keeps snapshots. A later
- * request then agrees on it —
+ * the agreed hit m and some recurrent child keeps snapshots; else the last
+ * multiple of the interval in the prompt. A later request then agrees on
+ * it —
  * SGLang's Mamba radix cache splits prefill at the matched node the same
  * way (sglang#31648). */
 static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
@@ -82,6 +83,13 @@ static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n
     }
     if (shared > k)
         k = shared;
+    if (k > m)
+        return k;
+    /* otherwise end the prompt's prefill at its last snapshot boundary, so
+     * the state there is published (a later turn extending this prompt or
+     * conversation agrees on whole pages up to it) */
+    *every = 0;
+    k = align > 1 ? n / align * align : 0;
     return k > m ? k : 0;
 }
 

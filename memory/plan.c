@@ -41,7 +41,8 @@ typedef struct plan_build {
     int32_t *cut;      /* [n_seq_max] batch tokens of a sequence before which a ubatch
                           must end (llmem_plan.snap_at), 0 none; NULL when no cut */
     int32_t *cut_m;    /* [n_seq_max] its first batch token's position (the prefix hit) */
-    int32_t cut_every; /* below a cut, ubatches also end at multiples of this length */
+    int32_t *cut_every; /* [n_seq_max] below a cut, ubatches also end at multiples of
+                           this length (0 none) */
 } plan_build;
 
 static int32_t tok_nseq(const llmem_batch *b, int32_t i)
@@ -284,7 +285,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     int32_t *head = calloc((size_t)ns + 1, sizeof *head);
     int32_t *q = malloc((size_t)(n > 0 ? n : 1) * sizeof *q);
     int32_t *nxt = malloc(((size_t)ns + 1) * sizeof *nxt);
-    int32_t *cutq = NULL, *cbase = NULL;
+    int32_t *cutq = NULL, *cbase = NULL, *cevery = NULL;
     if (!start || !head || !q || !nxt) {
         st = LLMEM_E_NO_MEMORY;
         goto out;
@@ -303,7 +304,8 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     if (pb->cut) {
         cutq = calloc((size_t)ns + 1, sizeof *cutq);
         cbase = calloc((size_t)ns + 1, sizeof *cbase);
-        if (!cutq || !cbase) {
+        cevery = calloc((size_t)ns + 1, sizeof *cevery);
+        if (!cutq || !cbase || !cevery) {
             st = LLMEM_E_NO_MEMORY;
             goto out;
         }
@@ -312,6 +314,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
                 pb->cut[a] < start[pb->single[a] + 1] - start[pb->single[a]]) {
                 cutq[pb->single[a]] = start[pb->single[a]] + pb->cut[a];
                 cbase[pb->single[a]] = start[pb->single[a]] - pb->cut_m[a];
+                cevery[pb->single[a]] = pb->cut_every[a];
             }
     }
     /* sets that still have tokens, in order: nxt[s] follows s, nxt[ns] is
@@ -327,9 +330,9 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
             if (cutq && cutq[s] > head[s]) {
                 /* up to the cut, also end at multiples of cut_every */
                 int32_t end = cutq[s];
-                if (pb->cut_every > 0) {
-                    int64_t next = ((int64_t)(head[s] - cbase[s]) / pb->cut_every + 1) *
-                                       pb->cut_every + cbase[s];
+                if (cevery[s] > 0) {
+                    int64_t next = ((int64_t)(head[s] - cbase[s]) / cevery[s] + 1) *
+                                       cevery[s] + cbase[s];
                     if (next < end)
                         end = (int32_t)next;
                 }
@@ -358,6 +361,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
 out:
     free(cutq);
     free(cbase);
+    free(cevery);
     free(start);
     free(head);
     free(q);
@@ -601,8 +605,9 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
             if (!pb->cut) {
                 pb->cut = calloc((size_t)pb->n_seq_max, sizeof *pb->cut);
                 pb->cut_m = calloc((size_t)pb->n_seq_max, sizeof *pb->cut_m);
+                pb->cut_every = calloc((size_t)pb->n_seq_max, sizeof *pb->cut_every);
             }
-            if (!p->snap_at || !pb->cut || !pb->cut_m) {
+            if (!p->snap_at || !pb->cut || !pb->cut_m || !pb->cut_every) {
                 free(shared_len);
                 free(toks);
                 free(idx);
@@ -612,7 +617,7 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
             p->snap_at[s] = cut;
             pb->cut[s] = cut - m;
             pb->cut_m[s] = m;
-            pb->cut_every = every;
+            pb->cut_every[s] = every;
         }
         if (m <= 0)
             continue;
@@ -729,6 +734,7 @@ fail:
     free(pb.local);
     free(pb.cut);
     free(pb.cut_m);
+    free(pb.cut_every);
     i32vec_free(&pb.chain);
     i32vec_free(&pb.ids);
     return st;

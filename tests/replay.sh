@@ -91,17 +91,18 @@ MODEL="$here/tests/fixtures/llama" check "llama, system prefix 40, 48 pages of 4
 
 # Hybrid prefix reuse (issue 13): with recurrent snapshots on, the built-in
 # hybrid's prefix hit rate is within 5 points of the attention-only llama
-# fixture's on the same workload (a shared system prefix), at page sizes 16
-# and 1, and its outputs equal its cache-off outputs.
+# fixture's on the same workload (a shared system prefix; conversations of
+# several turns), at page sizes 16 and 1, and its outputs equal its
+# cache-off outputs.
 hybrid_hits() {
-  local ps="$1"
+  local ps="$1"; shift
   local w=(--backend "$backend" --trace "$trace" --text "$text" --limit 16 --scale 0.2
-           --max-context 40 --max-gen 16 --system-prefix 64 --page-size "$ps")
+           --max-context 40 --max-gen 16 --page-size "$ps" "$@")
   LLMEM_SNAPSHOTS=64:16 "$bin" replay "${w[@]}" --poison --json "$tmp/hy.json" \
     --output "$tmp/hy.jsonl" > /dev/null
   "$bin" replay "${w[@]}" --no-prefix-cache --output "$tmp/hy_off.jsonl" > /dev/null
   "$bin" replay "${w[@]}" --model "$here/tests/fixtures/llama" --json "$tmp/ll.json" > /dev/null
-  printf '%-44s ' "hybrid prefix reuse, pages of $ps"
+  printf '%-44s ' "hybrid prefix reuse, pages of $ps $*"
   python3 - "$tmp/hy.json" "$tmp/ll.json" "$tmp/hy.jsonl" "$tmp/hy_off.jsonl" <<'PY'
 import json, sys
 hy, ll = (json.load(open(p)) for p in sys.argv[1:3])
@@ -113,5 +114,8 @@ assert abs(h - l) <= 5, f"hybrid hit rate {h:.1f}% vs llama {l:.1f}%: more than 
 print(f"ok: hybrid {h:.1f}% vs llama {l:.1f}% of prompt tokens, outputs equal cache-off")
 PY
 }
-hybrid_hits 16
-hybrid_hits 1
+hybrid_hits 16 --system-prefix 64
+hybrid_hits 1 --system-prefix 64
+# multi-turn (issue 13 items 2, 7): conversations of 4 turns, each extending the last
+hybrid_hits 16 --turns 4
+hybrid_hits 1 --turns 4

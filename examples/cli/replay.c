@@ -41,6 +41,10 @@ static void usage(FILE *f)
             "  --max-gen N          cap a request's (scaled) GeneratedTokens at N tokens\n"
             "  --system-prefix N    put the same N tokens before every prompt (default 0)\n"
             "  --seed S             seed of the prompt offsets (default 1)\n"
+            "  --turns K            multi-turn: every K consecutive rows are one conversation;\n"
+            "                       a turn's prompt is the whole previous turn (prompt and\n"
+            "                       generation) plus its own ContextTokens, and it starts\n"
+            "                       when the previous turn is done (default 1)\n"
             "  --pace               submit requests at the trace's arrival times (default:\n"
             "                       all at once, served as fast as possible)\n"
             "  --pace-speedup X     with --pace, replay X times faster (default 1)\n"
@@ -231,7 +235,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
 {
     enum {
         O_TRACE = CLI_OPT_OWN, O_TEXT, O_LIMIT, O_SCALE, O_MAX_CTX, O_MAX_GEN, O_PREFIX, O_SEED,
-        O_PACE, O_SPEEDUP, O_PROGRESS, O_JSON, O_OUTPUT, O_CHECK,
+        O_PACE, O_SPEEDUP, O_PROGRESS, O_JSON, O_OUTPUT, O_CHECK, O_TURNS,
     };
     static const struct option own[] = {
         {"trace", required_argument, NULL, O_TRACE},
@@ -242,6 +246,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
         {"max-gen", required_argument, NULL, O_MAX_GEN},
         {"system-prefix", required_argument, NULL, O_PREFIX},
         {"seed", required_argument, NULL, O_SEED},
+        {"turns", required_argument, NULL, O_TURNS},
         {"pace", no_argument, NULL, O_PACE},
         {"pace-speedup", required_argument, NULL, O_SPEEDUP},
         {"progress", no_argument, NULL, O_PROGRESS},
@@ -279,6 +284,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
         case O_PREFIX: ok = cli_int(v, 0, MAX_LEN, &o->n_prefix); break;
         case O_SCALE: ok = cli_float(v, 1e-6, 1e9, &o->to.scale); break;
         case O_SPEEDUP: ok = cli_float(v, 1e-6, 1e9, &o->to.speedup); break;
+        case O_TURNS: ok = cli_int(v, 1, 64, &o->to.turns); break;
         default: break;
         }
         if (!ok) {
@@ -349,7 +355,9 @@ int llmem_cli_replay(int argc, char **argv)
     s.running = calloc(3 * (size_t)s.n_seq + 2 * (size_t)rp.n_req, sizeof *s.running);
     s.logits = malloc((size_t)s.n_seq * (size_t)rp.V * sizeof *s.logits);
     v = malloc((size_t)rp.n_req * sizeof *v);
-    if (!s.running || !s.logits || !v ||
+    if (o.to.turns > 1)
+        s.queued = calloc((size_t)rp.n_req, sizeof *s.queued);
+    if (!s.running || !s.logits || !v || (o.to.turns > 1 && !s.queued) ||
         llmem_batch_buf_create(s.n_seq + s.n_ubatch, 1, &s.bb) != LLMEM_OK) {
         fprintf(stderr, "llmem replay: out of memory\n");
         rc = 1;
@@ -384,6 +392,7 @@ done:
     free(rp.req);
     free(text_buf);
     free(s.running);
+    free(s.queued);
     free(s.logits);
     llmem_batch_buf_destroy(s.bb);
     llmem_model_free(m);

@@ -19,6 +19,9 @@
 
 typedef struct request {
     int32_t n_body, n_gen;        /* trace lengths after --scale and the caps */
+    int32_t parent;               /* --turns: the previous turn of its conversation, -1 none */
+    int32_t n_head;               /* tokens before the body: the system prefix, or the
+                                     whole previous turn (its prompt and generation) */
     uint32_t offset;              /* start of the body in the text */
     double arrival;               /* seconds after the start */
     int32_t *gen;                 /* [n_gen] generated token ids */
@@ -40,6 +43,7 @@ typedef struct replay {
 /* How trace rows become requests. */
 typedef struct trace_opts {
     int32_t limit, max_ctx, max_gen, seed;
+    int32_t turns; /* consecutive rows form conversations of this many turns (1: none) */
     double scale, speedup;
 } trace_opts;
 
@@ -66,6 +70,7 @@ typedef struct sched {
     llmem_batch_buf *bb;
     counters c;
     bool check;
+    bool *queued; /* [n_req] --turns: in the wait queue already */
 } sched;
 
 /* The default data file `name`: in $LLMEM_DATA_DIR, ../shared/data (from the
@@ -78,7 +83,7 @@ int replay_load_text(const char *path, replay *rp, unsigned char **owned);
 /* Reads the trace CSV into rp->req (after the text is loaded). Returns 0,
  * or 1 after a message naming the file and line. */
 int replay_read_trace(const char *path, const trace_opts *o, replay *rp);
-/* Prompt length (system prefix + body) in tokens. */
+/* Prompt length (system prefix or previous turn, + body) in tokens. */
 int32_t replay_n_prompt(const replay *rp, const request *r);
 /* Token j of the request's sequence: system prefix, body, then generated. */
 int32_t replay_req_token(const replay *rp, const request *r, int32_t j);

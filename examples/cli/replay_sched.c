@@ -217,8 +217,23 @@ int replay_serve(sched *s, bool pace, bool show, double *wall)
         s->c.prompt_tokens += replay_n_prompt(rp, &rp->req[i]);
     while (s->c.n_done < rp->n_req) {
         double now = cli_now() - t0;
-        while (next < rp->n_req && (!pace || rp->req[next].arrival <= now))
+        while (next < rp->n_req && (!pace || rp->req[next].arrival <= now) && !s->queued)
             s->wait[(s->wait_head + s->wait_n++) % rp->n_req] = next++;
+        /* --turns: a turn is queued once it arrived and its previous turn
+         * is done (later conversations do not wait behind it) */
+        for (int32_t i = next; s->queued && i < rp->n_req && (!pace || rp->req[i].arrival <= now);
+             i++) {
+            const request *r = &rp->req[i];
+            const request *q = r->parent >= 0 ? &rp->req[r->parent] : NULL;
+            if (s->queued[i] || (q && (q->n_done < q->n_gen || q->seq >= 0)))
+                continue;
+            s->queued[i] = true;
+            s->wait[(s->wait_head + s->wait_n++) % rp->n_req] = i;
+            if (i == next)
+                next++;
+        }
+        while (s->queued && next < rp->n_req && s->queued[next])
+            next++;
         if (s->n_running == 0 && s->wait_n == 0) {
             double dt = rp->req[next].arrival - now; /* idle until the next arrival */
             struct timespec ts = {(time_t)dt, (long)((dt - floor(dt)) * 1e9)};

@@ -142,6 +142,24 @@ int replay_read_trace(const char *path, const trace_opts *o, replay *rp)
     }
     for (size_t i = 0, at = 0; !rc && i < (size_t)rp->n_req; at += (size_t)rp->req[i++].n_gen)
         rp->req[i].gen = rp->gen + at;
+    /* multi-turn: turn t > 0 of a conversation extends the whole previous
+     * turn (prompt and generation) with its own body */
+    int32_t turns = o->turns > 1 ? o->turns : 1;
+    for (int32_t i = 0; !rc && i < rp->n_req; i++) {
+        request *r = &rp->req[i];
+        r->parent = i % turns ? i - 1 : -1;
+        int64_t head = rp->n_prefix;
+        if (r->parent >= 0) {
+            const request *q = &rp->req[r->parent];
+            head = (int64_t)q->n_head + q->n_body + q->n_gen;
+        }
+        if (head + r->n_body + r->n_gen > MAX_LEN) {
+            fprintf(stderr, "llmem replay: request %d: conversation of %lld tokens is too long\n",
+                    i, (long long)(head + r->n_body + r->n_gen));
+            rc = 1;
+        }
+        r->n_head = (int32_t)head;
+    }
     return rc;
 }
 
@@ -184,17 +202,20 @@ int replay_load_text(const char *path, replay *rp, unsigned char **owned)
 
 int32_t replay_n_prompt(const replay *rp, const request *r)
 {
-    return rp->n_prefix + r->n_body;
+    (void)rp;
+    return r->n_head + r->n_body;
 }
 
 /* Token j of the request's sequence: system prefix, body, then generated. */
 int32_t replay_req_token(const replay *rp, const request *r, int32_t j)
 {
     unsigned char b;
-    if (j < rp->n_prefix)
+    if (j < r->n_head && r->parent >= 0)
+        return replay_req_token(rp, &rp->req[r->parent], j); /* the previous turn */
+    if (j < r->n_head)
         b = rp->text[(size_t)j % rp->text_len];
     else if (j < replay_n_prompt(rp, r))
-        b = rp->text[((size_t)r->offset + (size_t)(j - rp->n_prefix)) % rp->text_len];
+        b = rp->text[((size_t)r->offset + (size_t)(j - r->n_head)) % rp->text_len];
     else
         return r->gen[j - replay_n_prompt(rp, r)];
     return (int32_t)b % rp->V;
