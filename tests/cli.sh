@@ -75,6 +75,7 @@ data[8 + n + a:8 + n + b] = struct.pack("<f", float("nan")) * ((b - a) // 4)
 open(os.path.join(dst, "model.safetensors"), "wb").write(data)
 PY
 expect_fail "non-finite log-probs" "not finite" "$bin" score --model "$tmp/nan" --input "$fx/cases.jsonl" --backend cpu
+expect_fail "--check-tensors on a NaN weight" "has a non-finite value" "$bin" score --model "$tmp/nan" --input "$fx/cases.jsonl" --backend cpu --check-tensors
 
 # llama.cpp-style flags: -m -p -n -c -t, --temp 0 and --temp=0 give the same text
 expect_ok "generate -m -p -n -c -t --temp 0" "$bin" generate -m "$fx" -p "ab" -n 8 -c 64 -t 1 --temp 0 --backend cpu

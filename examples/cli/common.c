@@ -27,7 +27,9 @@ const char *const cli_model_opts_help =
     "  --ssm-type T         Mamba-2 SSM state dtype: f32 | f16 | bf16 (default f32)\n"
     "  --no-prefix-cache    disable reuse of cached prompt pages\n"
     "  --poison             fill free pages and state slots with NaN (debugging;\n"
-    "                       results must not change)\n";
+    "                       results must not change)\n"
+    "  --check-tensors      scan every weight at load; a NaN or infinity is an error\n"
+    "                       that names the tensor and element\n";
 
 const char *const cli_backend_opts_help =
     "backend options:\n"
@@ -79,6 +81,7 @@ static const struct {
     {{"ssm-type", required_argument, NULL, CLI_OPT_SSM_TYPE}, CLI_GROUP_MODEL},
     {{"no-prefix-cache", no_argument, NULL, CLI_OPT_NO_PREFIX_CACHE}, CLI_GROUP_MODEL},
     {{"poison", no_argument, NULL, CLI_OPT_POISON}, CLI_GROUP_MODEL},
+    {{"check-tensors", no_argument, NULL, CLI_OPT_CHECK_TENSORS}, CLI_GROUP_MODEL},
 };
 
 void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
@@ -268,6 +271,9 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
         return 1;
     case CLI_OPT_POISON:
         o->params.poison = true;
+        return 1;
+    case CLI_OPT_CHECK_TENSORS:
+        o->params.check_tensors = true;
         return 1;
     default:
         return 0;
