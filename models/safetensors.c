@@ -254,6 +254,20 @@ static int cmp_name_ptr(const void *a, const void *b)
     return strcmp((*(st_tensor *const *)a)->name, (*(st_tensor *const *)b)->name);
 }
 
+/* A malloc'd array of pointers to tensors [first, first + n), sorted by cmp;
+ * NULL when out of memory. */
+static st_tensor **sorted_view(llmem_safetensors *st, int32_t first, int32_t n,
+                               int (*cmp)(const void *, const void *))
+{
+    st_tensor **v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return NULL;
+    for (int32_t i = 0; i < n; i++)
+        v[i] = &st->t[first + i];
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return v;
+}
+
 /* Tensors [first, st->n) all belong to one file: no name twice. Checked
  * before the overlap check, which would report a key listed twice with the
  * same offsets as an overlap. */
@@ -263,12 +277,9 @@ static llmem_status check_duplicates(llmem_safetensors *st, int32_t first, char 
     int32_t n = st->n - first;
     if (n < 2)
         return LLMEM_OK;
-    st_tensor **v = malloc((size_t)n * sizeof *v);
+    st_tensor **v = sorted_view(st, first, n, cmp_name_ptr);
     if (!v)
         return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < n; i++)
-        v[i] = &st->t[first + i];
-    qsort(v, (size_t)n, sizeof *v, cmp_name_ptr);
     llmem_status s = LLMEM_OK;
     for (int32_t i = 1; i < n; i++) {
         if (strcmp(v[i]->name, v[i - 1]->name) == 0) {
@@ -288,12 +299,9 @@ static llmem_status check_overlap(llmem_safetensors *st, int32_t first, char *er
     int32_t n = st->n - first;
     if (n < 2)
         return LLMEM_OK;
-    st_tensor **v = malloc((size_t)n * sizeof *v);
+    st_tensor **v = sorted_view(st, first, n, cmp_begin);
     if (!v)
         return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < n; i++)
-        v[i] = &st->t[first + i];
-    qsort(v, (size_t)n, sizeof *v, cmp_begin);
     llmem_status s = LLMEM_OK;
     const st_tensor *prev = v[0];
     for (int32_t i = 1; i < n; i++) {

@@ -90,21 +90,28 @@ static llmem_status unsupported(load_ctx *c, const char *what, const cJSON *o)
     return LLMEM_E_UNSUPPORTED;
 }
 
+typedef llmem_status (*stage_add_fn)(load_ctx *c, const cJSON *o);
+
+/* A "Sequence" stage lists its children under list_key; add each in order, first failure wins. */
+static llmem_status add_each(load_ctx *c, const cJSON *o, const char *list_key, stage_add_fn add)
+{
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, list_key)) {
+        llmem_status st = add(c, it);
+        if (st)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
 static llmem_status add_norm(load_ctx *c, const cJSON *o)
 {
     llmem_tokenizer *tok = c->tok;
     if (!o || cJSON_IsNull(o))
         return LLMEM_OK;
     const char *t = jstr(o, "type");
-    if (t && !strcmp(t, "Sequence")) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "normalizers")) {
-            llmem_status st = add_norm(c, it);
-            if (st)
-                return st;
-        }
-        return LLMEM_OK;
-    }
+    if (t && !strcmp(t, "Sequence"))
+        return add_each(c, o, "normalizers", add_norm);
     if (!t)
         return unsupported(c, "normalizer", o);
     if (tok->n_norm == TK_MAX_STAGES)
@@ -166,15 +173,8 @@ static llmem_status add_pre(load_ctx *c, const cJSON *o)
     if (!o || cJSON_IsNull(o))
         return LLMEM_OK;
     const char *t = jstr(o, "type");
-    if (t && !strcmp(t, "Sequence")) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "pretokenizers")) {
-            llmem_status st = add_pre(c, it);
-            if (st)
-                return st;
-        }
-        return LLMEM_OK;
-    }
+    if (t && !strcmp(t, "Sequence"))
+        return add_each(c, o, "pretokenizers", add_pre);
     if (!t)
         return unsupported(c, "pre-tokenizer", o);
     if (tok->n_pre == TK_MAX_STAGES)
@@ -265,15 +265,8 @@ static llmem_status add_dec(load_ctx *c, const cJSON *o)
         return LLMEM_OK;
     tok->has_decoder = true;
     const char *t = jstr(o, "type");
-    if (t && !strcmp(t, "Sequence")) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "decoders")) {
-            llmem_status st = add_dec(c, it);
-            if (st)
-                return st;
-        }
-        return LLMEM_OK;
-    }
+    if (t && !strcmp(t, "Sequence"))
+        return add_each(c, o, "decoders", add_dec);
     if (!t)
         return unsupported(c, "decoder", o);
     if (tok->n_dec == TK_MAX_STAGES)
@@ -339,15 +332,8 @@ static llmem_status add_post(load_ctx *c, const cJSON *o)
     if (!o || cJSON_IsNull(o))
         return LLMEM_OK;
     const char *t = jstr(o, "type");
-    if (t && !strcmp(t, "Sequence")) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(o, "processors")) {
-            llmem_status st = add_post(c, it);
-            if (st)
-                return st;
-        }
-        return LLMEM_OK;
-    }
+    if (t && !strcmp(t, "Sequence"))
+        return add_each(c, o, "processors", add_post);
     if (t && !strcmp(t, "ByteLevel"))
         return LLMEM_OK; /* offsets only */
     if (!t || strcmp(t, "TemplateProcessing"))

@@ -550,6 +550,21 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+/* Frees what eng_create allocated besides the thread, lock and condition variable. */
+static void free_engine(engine *e)
+{
+    llmem_batch_buf_destroy(e->bb);
+    free(e->cbuf);
+    free(e->logits);
+    free(e->ids);
+    free(e->lp);
+    free(e->free_seq);
+    free(e->row_req);
+    free(e->running);
+    free(e->wait);
+    free(e);
+}
+
 /* ---- the public side ----------------------------------------------------------------------- */
 
 llmem_status eng_create(llmem_model *m, const srv_text *text, int32_t n_seq, int32_t n_ubatch,
@@ -595,28 +610,10 @@ fail_cond:
     pthread_cond_destroy(&e->wake);
 fail_mutex:
     pthread_mutex_destroy(&e->lock);
-    llmem_batch_buf_destroy(e->bb);
-    free(e->cbuf);
-    free(e->logits);
-    free(e->ids);
-    free(e->lp);
-    free(e->free_seq);
-    free(e->row_req);
-    free(e->running);
-    free(e->wait);
-    free(e);
+    free_engine(e);
     return LLMEM_E_BACKEND;
 fail_alloc:
-    llmem_batch_buf_destroy(e->bb);
-    free(e->cbuf);
-    free(e->logits);
-    free(e->ids);
-    free(e->lp);
-    free(e->free_seq);
-    free(e->row_req);
-    free(e->running);
-    free(e->wait);
-    free(e);
+    free_engine(e);
     return LLMEM_E_NO_MEMORY;
 }
 
@@ -639,16 +636,7 @@ void eng_destroy(engine *e)
     eng_stop(e);
     pthread_cond_destroy(&e->wake);
     pthread_mutex_destroy(&e->lock);
-    llmem_batch_buf_destroy(e->bb);
-    free(e->cbuf);
-    free(e->logits);
-    free(e->ids);
-    free(e->lp);
-    free(e->free_seq);
-    free(e->row_req);
-    free(e->running);
-    free(e->wait);
-    free(e);
+    free_engine(e);
 }
 
 llmem_status eng_submit(engine *e, eng_req *r)
