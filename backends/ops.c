@@ -327,6 +327,29 @@ llmem_status llmem_op_rms_norm(llmem_backend *be, const llmem_tensor *x, const l
     return fn(be, x, w, eps, out);
 }
 
+llmem_status llmem_op_add_rms_norm(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *r,
+                                   const llmem_tensor *w, float eps, const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *, float, llmem_ct *) =
+        SLOT(be, add_rms_norm);
+    bool out_is_r = out && r && out->buf == r->buf && out->offset == r->offset;
+    if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, r, DT_F32) || !tensor_ok(be, out, DT_F32) ||
+        !same_shape(x, r) || !same_shape(x, out) || overlaps(x, r) || overlaps(out, x) ||
+        (!out_is_r && overlaps(out, r)) || !(eps >= 0.0f) || isinf(eps))
+        return LLMEM_E_INVALID;
+    if (!optional_vec_ok(be, w, cols_of(x)) || overlaps(out, w) || overlaps(x, w))
+        return LLMEM_E_INVALID;
+    if (llmem_tensor_nelements(out) == 0)
+        return LLMEM_OK;
+    if (!fn) {
+        llmem_status st = llmem_op_add(be, x, r, x);
+        return st == LLMEM_OK ? llmem_op_rms_norm(be, x, w, eps, out) : st;
+    }
+    return fn(be, x, r, w, eps, out);
+}
+
 llmem_status llmem_op_rms_norm_gated(llmem_backend *be, const llmem_tensor *y,
                                      const llmem_tensor *z, const llmem_tensor *w,
                                      int32_t n_groups, float eps, const llmem_tensor *out)

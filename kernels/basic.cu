@@ -131,6 +131,41 @@ extern "C" cudaError_t cuk_rms_norm(const float *x, const void *w, int wdt, int6
     return cudaGetLastError();
 }
 
+/* x += r, then rms_norm_kernel's arithmetic on the new x (the same block
+ * size and reduction order, so equal bit for bit to add then rms_norm).
+ * Each element of x, r and out is read and written by one thread, r before
+ * out: out may be r itself. */
+__global__ void add_rms_norm_kernel(float *x, const float *rsd, const void *w, int wdt,
+                                    int64_t rows, int64_t cols, float eps, float *out)
+{
+    __shared__ float red[32];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float *xr = x + r * cols;
+        const float *rr = rsd + r * cols;
+        float ss = 0.0f;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            float v = xr[c] + rr[c];
+            xr[c] = v;
+            ss += v * v;
+        }
+        ss = cuk_block_sum(ss, red);
+        float scale = 1.0f / sqrtf(ss / (float)cols + eps);
+        float *o = out + r * cols;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+            o[c] = w ? xr[c] * scale * cuk_load(w, wdt, c) : xr[c] * scale;
+    }
+}
+
+extern "C" cudaError_t cuk_add_rms_norm(float *x, const float *r, const void *w, int wdt,
+                                        int64_t rows, int64_t cols, float eps, float *out,
+                                        cudaStream_t stream)
+{
+    int threads = cols >= 1024 ? 512 : cols >= 256 ? 256 : 128;
+    unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
+    add_rms_norm_kernel<<<g, threads, 0, stream>>>(x, r, w, wdt, rows, cols, eps, out);
+    return cudaGetLastError();
+}
+
 /* One block per (row, group): h = y * silu(z), group RMS, times w. */
 __global__ void rms_norm_gated_kernel(const float *y, const float *z, const void *w, int wdt,
                                       int64_t rows, int64_t cols, int64_t groups, float eps,

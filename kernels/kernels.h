@@ -47,6 +47,9 @@ cudaError_t cuk_get_rows(const void *src, int dtype, int64_t rows, int64_t cols,
 /* RMS norm of rows of x [rows, cols]; w (dtype wdt) NULL for none. */
 cudaError_t cuk_rms_norm(const float *x, const void *w, int wdt, int64_t rows, int64_t cols,
                          float eps, float *out, cudaStream_t stream);
+/* x += r; out = rms_norm(x) * w (out may be r). */
+cudaError_t cuk_add_rms_norm(float *x, const float *r, const void *w, int wdt, int64_t rows,
+                             int64_t cols, float eps, float *out, cudaStream_t stream);
 /* Gated RMS norm (MambaRMSNormGated) in `groups` groups per row. */
 cudaError_t cuk_rms_norm_gated(const float *y, const float *z, const void *w, int wdt,
                                int64_t rows, int64_t cols, int64_t groups, float eps, float *out,

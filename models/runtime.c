@@ -639,13 +639,19 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
     llmem_tensor x = act(m, m->off_x, T, D), h = act(m, m->off_h, T, D);
     TRY(llmem_op_get_rows(m->be, &m->embed.t, &tok, &x));
     TRY(scale_by(m, &x, c->embedding_multiplier));
+    /* pend: h holds a block's output not yet added to x; the add is fused
+     * into the next RMS norm (llmem_op_add_rms_norm: equal to add then norm) */
+    bool pend = false;
+    float eps = (float)c->norm_eps;
     for (int32_t il = 0; il < c->n_layers; il++) {
         const layer_w *L = &m->layers[il];
         const llmem_layer_config *lc = &c->layers[il];
         llmem_view v = {0};
         if (L->mem_layer >= 0)
             TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
-        TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, (float)c->norm_eps, &h));
+        const llmem_tensor *nw = &L->w[LLMEM_W_MIXER_NORM].t;
+        TRY(pend ? llmem_op_add_rms_norm(m->be, &x, &h, nw, eps, &h)
+                 : llmem_op_rms_norm(m->be, &x, nw, eps, &h));
         if (lc->kind == LLMEM_LAYER_PARALLEL)
             TRY(parallel(m, L, T, &v));
         else if (lc->kind == LLMEM_LAYER_ATTENTION)
@@ -657,14 +663,15 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
         else
             TRY(ffn(m, L, T));
         TRY(scale_by(m, &h, c->residual_multiplier));
-        TRY(llmem_op_add(m->be, &x, &h, &x));
         if (lc->has_ffn) {
-            TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_FFN_NORM].t, (float)c->norm_eps, &h));
+            TRY(llmem_op_add_rms_norm(m->be, &x, &h, &L->w[LLMEM_W_FFN_NORM].t, eps, &h));
             TRY(ffn(m, L, T));
             TRY(scale_by(m, &h, c->residual_multiplier));
-            TRY(llmem_op_add(m->be, &x, &h, &x));
         }
+        pend = true;
     }
+    if (pend)
+        TRY(llmem_op_add(m->be, &x, &h, &x));
     int32_t n_out = ub->n_outputs;
     if (n_out == 0)
         return LLMEM_OK;

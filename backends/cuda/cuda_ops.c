@@ -277,6 +277,19 @@ static llmem_status op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, flo
                 "rms_norm");
 }
 
+static llmem_status op_add_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w,
+                                    float eps, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    return done(cb,
+                cuk_add_rms_norm((float *)tptr(x), tptr(r), tptr(w), w ? (int)w->dtype : 0,
+                                 rows_of(x), cols_of(x), eps, tptr(out), cb->stream),
+                "add_rms_norm");
+}
+
 static llmem_status op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
                                       int32_t n_groups, float eps, llmem_ct *out)
 {
@@ -652,6 +665,7 @@ const struct llmem_ops_i cuda_ops = {
     .moe_route = cuda_op_moe_route,
     .moe_ffn = cuda_op_moe_ffn,
     .matmul_swiglu = op_matmul_swiglu,
+    .add_rms_norm = op_add_rms_norm,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)

@@ -172,6 +172,16 @@ llmem_status llmem_op_swiglu(llmem_backend *be, const llmem_tensor *gate, const 
 llmem_status llmem_op_rms_norm(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *w,
                                float eps, const llmem_tensor *out);
 
+/* Residual add fused with the next RMS norm (a pre-norm block's
+ *   x = x + r;  out = rms_norm(x, w, eps)):
+ *   x [.., D] f32, updated in place; r and out x's shape, f32; out may be r
+ *   itself (exactly, not a partial overlap) but must not overlap x; w as in
+ *   llmem_op_rms_norm. Equal, bit for bit, to llmem_op_add then
+ *   llmem_op_rms_norm on the same backend (what a backend without the fused
+ *   slot runs). */
+llmem_status llmem_op_add_rms_norm(llmem_backend *be, const llmem_tensor *x, const llmem_tensor *r,
+                                   const llmem_tensor *w, float eps, const llmem_tensor *out);
+
 /* Gated RMS norm of Mamba-2 (HF transformers MambaRMSNormGated, as used by
  * Mamba2, Bamba, Nemotron-H: gate first, then normalize in n_groups groups):
  *   h = y * silu(z);  each row of h is split into n_groups groups of

@@ -168,6 +168,10 @@ struct llmem_ops_i {
      * dtype; f32 accumulation; no overlaps (llmem_op_matmul_swiglu). */
     llmem_status (*matmul_swiglu)(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
                                   llmem_ct *out);
+    /* x += r; out = rms_norm(x, w, eps) (llmem_op_add_rms_norm; checked by
+     * the core: out == r or disjoint from x and r; w may be NULL). */
+    llmem_status (*add_rms_norm)(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w,
+                                 float eps, llmem_ct *out);
 };
 
 #ifdef __cplusplus
