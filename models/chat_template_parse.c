@@ -1,329 +1,43 @@
-/* llmem: chat templates -- the lexer and parser of the Jinja2 subset.
- *
- * Whitespace follows Jinja2 as transformers configures it (trim_blocks and
- * lstrip_blocks on): a block or comment tag drops the newline after it and
- * the spaces and tabs before it on its line; "-" in a tag strips all
- * whitespace on that side, "+" keeps it. Operator precedence follows
- * jinja2/parser.py (parse_or .. parse_unary, filters and tests bind
- * tighter than unary minus). Reference: Jinja2 3.1 "Template Designer
- * Documentation" and jinja2/lexer.py, jinja2/parser.py. */
-#include <stdarg.h>
-#include <stdio.h>
+/* llmem: chat templates -- the parser of the Jinja2 subset (the lexer is
+ * chat_template_lex.c). Operator precedence follows jinja2/parser.py
+ * (parse_or .. parse_unary, filters and tests bind tighter than unary
+ * minus). Reference: Jinja2 3.1 "Template Designer Documentation" and
+ * jinja2/parser.py. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/chat_template_internal.h"
+#include "models/chat_template_lex.h"
 
-/* ---- segments ---------------------------------------------------------------- */
-
-enum { S_TEXT, S_OUT, S_STMT };
-typedef struct seg {
-    int kind, line;
-    const char *s;
-    size_t n;
-} seg;
-
-enum { T_END, T_NAME, T_STR, T_INT, T_FLOAT, T_OP };
-typedef struct tok {
-    int kind;
-    const char *s; /* name/op text, or decoded string */
-    size_t n;
-    int64_t i;
-    double f;
-} tok;
-
-typedef struct parser {
-    ct_arena *ar;
-    seg *seg;
-    size_t n_seg, si;
-    tok *t; /* tokens of the current tag */
-    size_t n_t, ti;
-    int line;
-    int depth; /* expression nesting, bounded so that the C stack is */
-    char *err;
-    size_t err_len;
-    llmem_status st;
-} parser;
-
-static void fail(parser *p, llmem_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(parser *p, llmem_status st, const char *fmt, ...)
-{
-    if (p->st)
-        return;
-    p->st = st;
-    if (p->err && p->err_len) {
-        int k = snprintf(p->err, p->err_len, "chat template line %d: ", p->line);
-        va_list ap;
-        va_start(ap, fmt);
-        if (k >= 0 && (size_t)k < p->err_len)
-            llmem_verrf(p->err + k, p->err_len - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
-}
-
-static int count_lines(const char *a, const char *b)
-{
-    int n = 0;
-    for (; a < b; a++)
-        n += *a == '\n';
-    return n;
-}
-
-static bool is_sp(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
-/* the end of a tag, skipping quoted strings ("{{ '}}' }}") */
-static const char *find_close(const char *s, const char *close)
-{
-    char q = 0;
-    for (; *s; s++) {
-        if (q) {
-            if (*s == '\\' && s[1])
-                s++;
-            else if (*s == q)
-                q = 0;
-        } else if (*s == '\'' || *s == '"') {
-            q = *s;
-        } else if (s[0] == close[0] && s[1] == close[1]) {
-            return s;
-        }
-    }
-    return NULL;
-}
-
-static bool split_segments(parser *p, const char *src)
-{
-    size_t cap = 64, n = 0;
-    seg *v = malloc(cap * sizeof *v);
-    if (!v)
-        return false;
-    const char *s = src;
-    bool strip_next = false, trim_nl = false;
-    while (*s) {
-        const char *o = s;
-        for (;;) {
-            o = strchr(o, '{');
-            if (!o || o[1] == '{' || o[1] == '%' || o[1] == '#')
-                break;
-            o++;
-        }
-        const char *text_end = o ? o : s + strlen(s);
-        const char *ts = s;
-        if (strip_next)
-            while (ts < text_end && is_sp(*ts))
-                ts++;
-        else if (trim_nl) {
-            if (ts < text_end && *ts == '\n')
-                ts++;
-            else if (ts + 1 < text_end && ts[0] == '\r' && ts[1] == '\n')
-                ts += 2;
-        }
-        const char *te = text_end;
-        if (o) {
-            char mark = o[2];
-            bool block = o[1] != '{';
-            if (mark == '-') {
-                while (te > ts && is_sp(te[-1]))
-                    te--;
-            } else if (block && mark != '+') {
-                const char *q = te;
-                while (q > ts && (q[-1] == ' ' || q[-1] == '\t'))
-                    q--;
-                if (q == src || q[-1] == '\n') /* the tag starts its line */
-                    te = q;
-            }
-        }
-        if (n + 2 > cap) {
-            cap *= 2;
-            seg *nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                return false;
-            }
-            v = nv;
-        }
-        if (te > ts)
-            v[n++] = (seg){S_TEXT, 1 + count_lines(src, ts), ts, (size_t)(te - ts)};
-        if (!o)
-            break;
-        char open = o[1];
-        const char *close = open == '{' ? "}}" : open == '%' ? "%}" : "#}";
-        const char *in = o + 2;
-        if (*in == '-' || *in == '+')
-            in++;
-        const char *c = open == '#' ? strstr(in, close) : find_close(in, close);
-        if (!c) {
-            p->line = 1 + count_lines(src, o);
-            fail(p, LLMEM_E_INVALID, "unclosed tag '{%c'", open);
-            free(v);
-            return false;
-        }
-        const char *ie = c;
-        strip_next = ie > in && ie[-1] == '-';
-        if (strip_next || (ie > in && ie[-1] == '+'))
-            ie--;
-        trim_nl = open != '{';
-        if (open != '#') {
-            /* {% raw %} ... {% endraw %} */
-            const char *w = in;
-            while (w < ie && is_sp(*w))
-                w++;
-            if (open == '%' && ie - w >= 3 && !strncmp(w, "raw", 3) && (w + 3 == ie || is_sp(w[3]))) {
-                const char *e = strstr(c + 2, "endraw");
-                const char *tag = e;
-                while (tag && tag > c && !(tag[0] == '{' && tag[1] == '%'))
-                    tag--;
-                const char *ec = e ? strstr(e, "%}") : NULL;
-                if (!e || !ec) {
-                    fail(p, LLMEM_E_INVALID, "{%% raw %%} without {%% endraw %%}");
-                    free(v);
-                    return false;
-                }
-                const char *rs = c + 2, *re = tag;
-                if (re > rs && re[2] == '-')
-                    while (re > rs && is_sp(re[-1]))
-                        re--;
-                if (re > rs)
-                    v[n++] = (seg){S_TEXT, 1 + count_lines(src, rs), rs, (size_t)(re - rs)};
-                strip_next = ec[-1] == '-';
-                trim_nl = true;
-                s = ec + 2;
-                continue;
-            }
-            v[n++] = (seg){open == '{' ? S_OUT : S_STMT, 1 + count_lines(src, o), in, (size_t)(ie - in)};
-        }
-        s = c + 2;
-    }
-    p->seg = v;
-    p->n_seg = n;
-    return true;
-}
-
-/* ---- tag tokens ----------------------------------------------------------------- */
-
-static bool tokenize(parser *p, const seg *g)
-{
-    size_t cap = 16, n = 0;
-    tok *v = ct_alloc(p->ar, cap * sizeof *v);
-    const char *s = g->s, *e = g->s + g->n;
-    p->line = g->line;
-    while (v) {
-        while (s < e && is_sp(*s))
-            s++;
-        if (n + 1 >= cap) {
-            tok *nv = ct_alloc(p->ar, 2 * cap * sizeof *nv);
-            if (!nv)
-                return false;
-            memcpy(nv, v, n * sizeof *v);
-            v = nv;
-            cap *= 2;
-        }
-        tok *t = &v[n];
-        memset(t, 0, sizeof *t);
-        if (s >= e) {
-            t->kind = T_END;
-            n++;
-            break;
-        }
-        char c = *s;
-        if (c == '_' || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')) {
-            const char *b = s;
-            while (s < e && (*s == '_' || ((*s | 0x20) >= 'a' && (*s | 0x20) <= 'z') || (*s >= '0' && *s <= '9')))
-                s++;
-            t->kind = T_NAME;
-            t->s = b;
-            t->n = (size_t)(s - b);
-        } else if (c >= '0' && c <= '9') {
-            char *end;
-            const char *b = s;
-            while (s < e && ((*s >= '0' && *s <= '9') || *s == '_'))
-                s++;
-            if (s + 1 < e && *s == '.' && s[1] >= '0' && s[1] <= '9') {
-                t->kind = T_FLOAT;
-                t->f = strtod(b, &end);
-                s = end;
-            } else {
-                t->kind = T_INT;
-                t->i = strtoll(b, NULL, 10);
-            }
-        } else if (c == '\'' || c == '"') {
-            s++;
-            ct_buf b = {0};
-            while (s < e && *s != c) {
-                if (*s == '\\' && s + 1 < e) {
-                    s++;
-                    char x = *s == 'n' ? '\n' : *s == 't' ? '\t' : *s == 'r' ? '\r' : *s;
-                    ct_put(&b, &x, 1);
-                } else {
-                    ct_put(&b, s, 1);
-                }
-                s++;
-            }
-            if (s >= e) {
-                free(b.p);
-                fail(p, LLMEM_E_INVALID, "unterminated string");
-                return false;
-            }
-            s++;
-            t->kind = T_STR;
-            t->s = ct_strndup(p->ar, b.p ? b.p : "", b.n);
-            t->n = b.n;
-            free(b.p);
-        } else {
-            static const char *ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
-                                        ">", "(", ")", "[", "]", "{", "}", ",", ".", ":", "|", "="};
-            size_t k;
-            for (k = 0; k < sizeof ops / sizeof ops[0]; k++) {
-                size_t l = strlen(ops[k]);
-                if ((size_t)(e - s) >= l && !memcmp(s, ops[k], l))
-                    break;
-            }
-            if (k == sizeof ops / sizeof ops[0]) {
-                fail(p, LLMEM_E_INVALID, "unexpected character '%c'", c);
-                return false;
-            }
-            t->kind = T_OP;
-            t->s = ops[k];
-            t->n = strlen(ops[k]);
-            s += t->n;
-        }
-        n++;
-    }
-    p->t = v;
-    p->n_t = n;
-    p->ti = 0;
-    return v != NULL;
-}
-
-static const tok *peek(parser *p) { return &p->t[p->ti]; }
+static const tok *peek(ct_parser *p) { return &p->t[p->ti]; }
 static bool is_op(const tok *t, const char *op) { return t->kind == T_OP && !strcmp(t->s, op); }
 static bool is_name(const tok *t, const char *w)
 {
     return t->kind == T_NAME && t->n == strlen(w) && !memcmp(t->s, w, t->n);
 }
-static bool accept_op(parser *p, const char *op)
+static bool accept_op(ct_parser *p, const char *op)
 {
     if (!is_op(peek(p), op))
         return false;
     p->ti++;
     return true;
 }
-static bool accept_name(parser *p, const char *w)
+static bool accept_name(ct_parser *p, const char *w)
 {
     if (!is_name(peek(p), w))
         return false;
     p->ti++;
     return true;
 }
-static void expect_op(parser *p, const char *op)
+static void expect_op(ct_parser *p, const char *op)
 {
     if (!accept_op(p, op))
-        fail(p, LLMEM_E_INVALID, "expected '%s'", op);
+        ct_parser_fail(p, LLMEM_E_INVALID, "expected '%s'", op);
 }
-static const char *expect_ident(parser *p)
+static const char *expect_ident(ct_parser *p)
 {
     const tok *t = peek(p);
     if (t->kind != T_NAME) {
-        fail(p, LLMEM_E_INVALID, "expected a name");
+        ct_parser_fail(p, LLMEM_E_INVALID, "expected a name");
         return "";
     }
     p->ti++;
@@ -332,7 +46,7 @@ static const char *expect_ident(parser *p)
 
 /* ---- expressions -------------------------------------------------------------------- */
 
-static ct_node *node(parser *p, ct_nkind k)
+static ct_node *node(ct_parser *p, ct_nkind k)
 {
     ct_node *n = ct_alloc(p->ar, sizeof *n);
     if (n) {
@@ -342,7 +56,7 @@ static ct_node *node(parser *p, ct_nkind k)
     return n;
 }
 
-static void nodes_push(parser *p, ct_nodes *v, ct_node *n)
+static void nodes_push(ct_parser *p, ct_nodes *v, ct_node *n)
 {
     ct_node **a = ct_alloc(p->ar, (v->n + 1) * sizeof *a);
     if (!a)
@@ -353,12 +67,12 @@ static void nodes_push(parser *p, ct_nodes *v, ct_node *n)
     v->p = a;
 }
 
-static ct_node *parse_expr(parser *p);
-static ct_node *parse_or(parser *p);
-static ct_node *parse_unary(parser *p);
+static ct_node *parse_expr(ct_parser *p);
+static ct_node *parse_or(ct_parser *p);
+static ct_node *parse_unary(ct_parser *p);
 
 /* ( args ) with keywords; the "(" is consumed */
-static void parse_args(parser *p, ct_node *n)
+static void parse_args(ct_parser *p, ct_node *n)
 {
     const char **kw = NULL;
     while (!p->st && !accept_op(p, ")")) {
@@ -380,14 +94,14 @@ static void parse_args(parser *p, ct_node *n)
         kw = nk;
         nodes_push(p, &n->args, parse_expr(p));
         if (peek(p)->kind == T_END) {
-            fail(p, LLMEM_E_INVALID, "expected ')'");
+            ct_parser_fail(p, LLMEM_E_INVALID, "expected ')'");
             break;
         }
     }
     n->kw = kw;
 }
 
-static ct_node *parse_primary(parser *p)
+static ct_node *parse_primary(ct_parser *p)
 {
     const tok *t = peek(p);
     ct_node *n = NULL;
@@ -465,11 +179,11 @@ static ct_node *parse_primary(parser *p)
         return n;
     }
     p->ti--;
-    fail(p, LLMEM_E_INVALID, "unexpected '%.*s'", (int)(t->n ? t->n : 3), t->n ? t->s : "end");
+    ct_parser_fail(p, LLMEM_E_INVALID, "unexpected '%.*s'", (int)(t->n ? t->n : 3), t->n ? t->s : "end");
     return NULL;
 }
 
-static ct_node *parse_postfix(parser *p, ct_node *n)
+static ct_node *parse_postfix(ct_parser *p, ct_node *n)
 {
     while (!p->st) {
         if (accept_op(p, ".")) {
@@ -499,7 +213,7 @@ static ct_node *parse_postfix(parser *p, ct_node *n)
                 if (accept_op(p, ":")) {
                     slice = true;
                     if (++k > 2) {
-                        fail(p, LLMEM_E_INVALID, "bad slice");
+                        ct_parser_fail(p, LLMEM_E_INVALID, "bad slice");
                         return NULL;
                     }
                     continue;
@@ -537,7 +251,7 @@ static bool starts_test_arg(const tok *t)
            !is_name(t, "if") && !is_name(t, "in") && !is_name(t, "is") && !is_name(t, "not");
 }
 
-static ct_node *parse_filters(parser *p, ct_node *n)
+static ct_node *parse_filters(ct_parser *p, ct_node *n)
 {
     while (!p->st) {
         if (accept_op(p, "|")) {
@@ -568,10 +282,10 @@ static ct_node *parse_filters(parser *p, ct_node *n)
     return n;
 }
 
-static ct_node *parse_unary(parser *p)
+static ct_node *parse_unary(ct_parser *p)
 {
     if (p->depth >= 100) {
-        fail(p, LLMEM_E_INVALID, "expressions nested too deep");
+        ct_parser_fail(p, LLMEM_E_INVALID, "expressions nested too deep");
         return NULL;
     }
     if (accept_op(p, "-") || accept_op(p, "+")) {
@@ -589,7 +303,7 @@ static ct_node *parse_unary(parser *p)
     return parse_filters(p, parse_postfix(p, parse_primary(p)));
 }
 
-static ct_node *bin(parser *p, const char *op, ct_node *a, ct_node *b)
+static ct_node *bin(ct_parser *p, const char *op, ct_node *a, ct_node *b)
 {
     ct_node *n = node(p, N_BIN);
     if (n) {
@@ -600,7 +314,7 @@ static ct_node *bin(parser *p, const char *op, ct_node *a, ct_node *b)
     return n;
 }
 
-static ct_node *parse_pow(parser *p)
+static ct_node *parse_pow(ct_parser *p)
 {
     ct_node *n = parse_unary(p);
     while (!p->st && accept_op(p, "**"))
@@ -608,7 +322,7 @@ static ct_node *parse_pow(parser *p)
     return n;
 }
 
-static ct_node *parse_mul(parser *p)
+static ct_node *parse_mul(ct_parser *p)
 {
     ct_node *n = parse_pow(p);
     for (;;) {
@@ -623,7 +337,7 @@ static ct_node *parse_mul(parser *p)
     }
 }
 
-static ct_node *parse_concat(parser *p)
+static ct_node *parse_concat(ct_parser *p)
 {
     ct_node *n = parse_mul(p);
     while (!p->st && accept_op(p, "~"))
@@ -631,7 +345,7 @@ static ct_node *parse_concat(parser *p)
     return n;
 }
 
-static ct_node *parse_add(parser *p)
+static ct_node *parse_add(ct_parser *p)
 {
     ct_node *n = parse_concat(p);
     while (!p->st) {
@@ -645,7 +359,7 @@ static ct_node *parse_add(parser *p)
     return n;
 }
 
-static ct_node *parse_compare(parser *p)
+static ct_node *parse_compare(ct_parser *p)
 {
     ct_node *n = parse_add(p);
     while (!p->st) {
@@ -670,7 +384,7 @@ static ct_node *parse_compare(parser *p)
     return n;
 }
 
-static ct_node *parse_not(parser *p)
+static ct_node *parse_not(ct_parser *p)
 {
     if (accept_name(p, "not")) {
         ct_node *n = node(p, N_NOT);
@@ -679,14 +393,14 @@ static ct_node *parse_not(parser *p)
             n->a = parse_not(p);
             p->depth--;
         } else {
-            fail(p, LLMEM_E_INVALID, "expressions nested too deep");
+            ct_parser_fail(p, LLMEM_E_INVALID, "expressions nested too deep");
         }
         return n;
     }
     return parse_compare(p);
 }
 
-static ct_node *parse_and(parser *p)
+static ct_node *parse_and(ct_parser *p)
 {
     ct_node *n = parse_not(p);
     while (!p->st && accept_name(p, "and"))
@@ -694,7 +408,7 @@ static ct_node *parse_and(parser *p)
     return n;
 }
 
-static ct_node *parse_or(parser *p)
+static ct_node *parse_or(ct_parser *p)
 {
     ct_node *n = parse_and(p);
     while (!p->st && accept_name(p, "or"))
@@ -702,10 +416,10 @@ static ct_node *parse_or(parser *p)
     return n;
 }
 
-static ct_node *parse_expr(parser *p)
+static ct_node *parse_expr(ct_parser *p)
 {
     if (p->depth >= 100) {
-        fail(p, LLMEM_E_INVALID, "expressions nested too deep");
+        ct_parser_fail(p, LLMEM_E_INVALID, "expressions nested too deep");
         return NULL;
     }
     p->depth++;
@@ -726,23 +440,23 @@ static ct_node *parse_expr(parser *p)
 
 /* ---- statements ---------------------------------------------------------------------- */
 
-static void end_of_tag(parser *p)
+static void end_of_tag(ct_parser *p)
 {
     if (!p->st && peek(p)->kind != T_END)
-        fail(p, LLMEM_E_INVALID, "unexpected '%.*s' at the end of a tag", (int)peek(p)->n, peek(p)->s);
+        ct_parser_fail(p, LLMEM_E_INVALID, "unexpected '%.*s' at the end of a tag", (int)peek(p)->n, peek(p)->s);
 }
 
 /* Parses statements into out until a tag whose first word is one of
  * stops[] (returns its index; the tag's tokens stay current) or the end
  * (returns -1). */
-static int parse_body(parser *p, ct_nodes *out, const char *const *stops, int n_stops);
+static int parse_body(ct_parser *p, ct_nodes *out, const char *const *stops, int n_stops);
 
-static void parse_stmt_inner(parser *p, ct_nodes *out);
+static void parse_stmt_inner(ct_parser *p, ct_nodes *out);
 
-static void parse_stmt(parser *p, ct_nodes *out)
+static void parse_stmt(ct_parser *p, ct_nodes *out)
 {
     if (p->depth >= 100) {
-        fail(p, LLMEM_E_INVALID, "statements nested too deep");
+        ct_parser_fail(p, LLMEM_E_INVALID, "statements nested too deep");
         return;
     }
     p->depth++;
@@ -750,7 +464,7 @@ static void parse_stmt(parser *p, ct_nodes *out)
     p->depth--;
 }
 
-static void parse_stmt_inner(parser *p, ct_nodes *out)
+static void parse_stmt_inner(ct_parser *p, ct_nodes *out)
 {
     const tok *t = peek(p);
     if (accept_name(p, "if")) {
@@ -769,7 +483,7 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
                 return;
             nodes_push(p, &n->body, blk);
             if (k < 0) {
-                fail(p, LLMEM_E_INVALID, "{%% if %%} without {%% endif %%}");
+                ct_parser_fail(p, LLMEM_E_INVALID, "{%% if %%} without {%% endif %%}");
                 return;
             }
             if (k == 0) {
@@ -779,7 +493,7 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
                 end_of_tag(p);
                 k = parse_body(p, &n->body2, stops + 2, 1);
                 if (k < 0)
-                    fail(p, LLMEM_E_INVALID, "{%% if %%} without {%% endif %%}");
+                    ct_parser_fail(p, LLMEM_E_INVALID, "{%% if %%} without {%% endif %%}");
                 end_of_tag(p);
                 break;
             } else {
@@ -796,12 +510,12 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
         if (accept_op(p, ","))
             n->name2 = expect_ident(p);
         if (!accept_name(p, "in"))
-            fail(p, LLMEM_E_INVALID, "expected 'in' in {%% for %%}");
+            ct_parser_fail(p, LLMEM_E_INVALID, "expected 'in' in {%% for %%}");
         n->a = parse_or(p); /* not parse_expr: "if" here filters */
         if (accept_name(p, "if"))
             n->c = parse_expr(p);
         if (accept_name(p, "recursive"))
-            fail(p, LLMEM_E_UNSUPPORTED, "recursive loops are not supported");
+            ct_parser_fail(p, LLMEM_E_UNSUPPORTED, "recursive loops are not supported");
         end_of_tag(p);
         static const char *const stops[] = {"else", "endfor"};
         int k = parse_body(p, &n->body, stops, 2);
@@ -810,7 +524,7 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
             k = parse_body(p, &n->body2, stops + 1, 1);
         }
         if (k < 0)
-            fail(p, LLMEM_E_INVALID, "{%% for %%} without {%% endfor %%}");
+            ct_parser_fail(p, LLMEM_E_INVALID, "{%% for %%} without {%% endfor %%}");
         end_of_tag(p);
         nodes_push(p, out, n);
     } else if (accept_name(p, "set")) {
@@ -827,7 +541,7 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
             end_of_tag(p);
             static const char *const stops[] = {"endset"};
             if (parse_body(p, &n->body, stops, 1) < 0)
-                fail(p, LLMEM_E_INVALID, "{%% set %%} without {%% endset %%}");
+                ct_parser_fail(p, LLMEM_E_INVALID, "{%% set %%} without {%% endset %%}");
             end_of_tag(p);
         }
         nodes_push(p, out, n);
@@ -844,13 +558,13 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
         parse_args(p, params);
         for (size_t i = 0; !p->st && i < params->args.n; i++) {
             if (!params->kw[i] && params->args.p[i]->k != N_NAME)
-                fail(p, LLMEM_E_INVALID, "bad macro parameter");
+                ct_parser_fail(p, LLMEM_E_INVALID, "bad macro parameter");
         }
         n->a = params;
         end_of_tag(p);
         static const char *const stops[] = {"endmacro"};
         if (parse_body(p, &n->body, stops, 1) < 0)
-            fail(p, LLMEM_E_INVALID, "{%% macro %%} without {%% endmacro %%}");
+            ct_parser_fail(p, LLMEM_E_INVALID, "{%% macro %%} without {%% endmacro %%}");
         end_of_tag(p);
         nodes_push(p, out, n);
     } else if (accept_name(p, "break") || accept_name(p, "continue")) {
@@ -862,14 +576,14 @@ static void parse_stmt_inner(parser *p, ct_nodes *out)
         end_of_tag(p);
         static const char *const stops[] = {"endgeneration"};
         if (parse_body(p, out, stops, 1) < 0)
-            fail(p, LLMEM_E_INVALID, "{%% generation %%} without {%% endgeneration %%}");
+            ct_parser_fail(p, LLMEM_E_INVALID, "{%% generation %%} without {%% endgeneration %%}");
         end_of_tag(p);
     } else {
-        fail(p, LLMEM_E_UNSUPPORTED, "statement '%.*s' is not supported", (int)t->n, t->s ? t->s : "");
+        ct_parser_fail(p, LLMEM_E_UNSUPPORTED, "statement '%.*s' is not supported", (int)t->n, t->s ? t->s : "");
     }
 }
 
-static int parse_body(parser *p, ct_nodes *out, const char *const *stops, int n_stops)
+static int parse_body(ct_parser *p, ct_nodes *out, const char *const *stops, int n_stops)
 {
     while (!p->st && p->si < p->n_seg) {
         const seg *g = &p->seg[p->si++];
@@ -881,7 +595,7 @@ static int parse_body(parser *p, ct_nodes *out, const char *const *stops, int n_
             nodes_push(p, out, n);
             continue;
         }
-        if (!tokenize(p, g))
+        if (!ct_tokenize(p, g))
             return -1;
         if (g->kind == S_OUT) {
             ct_node *n = node(p, N_OUT);
@@ -896,7 +610,7 @@ static int parse_body(parser *p, ct_nodes *out, const char *const *stops, int n_
                 return k;
         const tok *t = peek(p);
         if (t->kind == T_NAME && t->n > 3 && (!memcmp(t->s, "end", 3) || is_name(t, "elif") || is_name(t, "else"))) {
-            fail(p, LLMEM_E_INVALID, "unexpected {%% %.*s %%}", (int)t->n, t->s);
+            ct_parser_fail(p, LLMEM_E_INVALID, "unexpected {%% %.*s %%}", (int)t->n, t->s);
             return -1;
         }
         parse_stmt(p, out);
@@ -906,13 +620,13 @@ static int parse_body(parser *p, ct_nodes *out, const char *const *stops, int n_
 
 llmem_status ct_parse(llmem_chat_template *t, const char *src, char *err, size_t err_len)
 {
-    parser p = {.ar = &t->arena, .err = err, .err_len = err_len, .line = 1};
+    ct_parser p = {.ar = &t->arena, .err = err, .err_len = err_len, .line = 1};
     /* the source is kept: text nodes point into it */
     size_t n = strlen(src);
     char *copy = ct_strndup(p.ar, src, n);
     if (!copy)
         return LLMEM_E_NO_MEMORY;
-    if (!split_segments(&p, copy))
+    if (!ct_split_segments(&p, copy))
         return p.st ? p.st : LLMEM_E_NO_MEMORY;
     parse_body(&p, &t->root, NULL, 0);
     free(p.seg);
