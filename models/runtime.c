@@ -73,6 +73,7 @@ llmem_model_params llmem_model_default_params(void)
     p.kv_dtype = LLMEM_DTYPE_COUNT; /* by precision (resolve_params) */
     p.precision = LLMEM_PRECISION_PRECISE;
     p.ssm_dtype = LLMEM_DTYPE_F32;
+    p.n_snapshots = -1;
     return p;
 }
 
@@ -106,6 +107,22 @@ static bool resolve_params(llmem_model_params *p)
     bool float_ssm = p->ssm_dtype == LLMEM_DTYPE_F32 || p->ssm_dtype == LLMEM_DTYPE_F16 ||
                      p->ssm_dtype == LLMEM_DTYPE_BF16;
     return float_kv && float_ssm;
+}
+
+/* A hybrid's recurrent child keeps snapshots so that prompts sharing a
+ * prefix skip it (issue 13): by default one per sequence in flight, at
+ * least 16, at every page boundary (every 16 tokens at smaller pages).
+ * LLMEM_SNAPSHOTS, when set, decides instead (the recurrent memory reads it
+ * when n_snapshots is 0). */
+static void hybrid_snapshots(const llmem_model_params *p, llmem_recurrent_params *rp)
+{
+    const char *env = getenv("LLMEM_SNAPSHOTS");
+    int32_t n = p->n_snapshots;
+    if (n < 0)
+        n = p->no_prefix_cache || (env && *env) ? 0 : (p->n_seq_max > 16 ? p->n_seq_max : 16);
+    rp->n_snapshots = n;
+    rp->snap_interval = p->snap_interval > 0 ? p->snap_interval
+                                             : (p->page_size > 16 ? p->page_size : 16);
 }
 
 static size_t round_up(size_t n)
@@ -254,6 +271,8 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         llmem_recurrent_params rp = {.n_layers = n_mamba, .n_states = n_states, .states = states,
                                      .n_seq_max = p->n_seq_max, .n_ckpt = p->n_ckpt,
                                      .poison = p->poison};
+        if (kv)
+            hybrid_snapshots(p, &rp);
         st = llmem_recurrent_create(m->be, &rp, &rs, err, err_len);
         free(states);
         free(n_states);
@@ -342,10 +361,11 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     }
     llmem_model_params pp = p ? *p : llmem_model_default_params();
     if (pp.n_seq_max < 1 || pp.n_ubatch < 1 || pp.page_size < 1 || pp.n_ctx < 1 ||
-        pp.n_pages < 0 || pp.n_ckpt < 0 || !resolve_params(&pp)) {
+        pp.n_pages < 0 || pp.n_ckpt < 0 || pp.n_snapshots < -1 || pp.snap_interval < 0 ||
+        !resolve_params(&pp)) {
         llmem_errf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
-                               "must be >= 1; precision precise or fast; kv and ssm dtypes "
-                               "f32, f16 or bf16)");
+                               "must be >= 1; n_snapshots >= -1; precision precise or fast; "
+                               "kv and ssm dtypes f32, f16 or bf16)");
         return LLMEM_E_INVALID;
     }
     llmem_model *m = calloc(1, sizeof *m);

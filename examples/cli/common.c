@@ -29,7 +29,9 @@ const char *const cli_model_opts_help =
     "  --poison             fill free pages and state slots with NaN (debugging;\n"
     "                       results must not change)\n"
     "  --check-tensors      scan every weight at load; a NaN or infinity is an error\n"
-    "                       that names the tensor and element\n";
+    "                       that names the tensor and element\n"
+    "  --snapshots N        hybrids: recurrent-state snapshots kept for prefix reuse\n"
+    "                       (default max(n-seq-max, 16); 0 turns them off)\n";
 
 const char *const cli_backend_opts_help =
     "backend options:\n"
@@ -82,6 +84,7 @@ static const struct {
     {{"no-prefix-cache", no_argument, NULL, CLI_OPT_NO_PREFIX_CACHE}, CLI_GROUP_MODEL},
     {{"poison", no_argument, NULL, CLI_OPT_POISON}, CLI_GROUP_MODEL},
     {{"check-tensors", no_argument, NULL, CLI_OPT_CHECK_TENSORS}, CLI_GROUP_MODEL},
+    {{"snapshots", required_argument, NULL, CLI_OPT_SNAPSHOTS}, CLI_GROUP_MODEL},
 };
 
 void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
@@ -230,6 +233,7 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
         {'c', "--n-ctx", offsetof(cli_model_opts, params.n_ctx), 1, 1 << 26},
         {CLI_OPT_PAGE_SIZE, "--page-size", offsetof(cli_model_opts, params.page_size), 1, 1 << 16},
         {CLI_OPT_N_PAGES, "--n-pages", offsetof(cli_model_opts, params.n_pages), 1, INT32_MAX},
+        {CLI_OPT_SNAPSHOTS, "--snapshots", offsetof(cli_model_opts, params.n_snapshots), 0, 1 << 20},
     };
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++) {
         if (code != ints[k].code)

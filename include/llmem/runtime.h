@@ -67,6 +67,13 @@ typedef struct llmem_model_params {
     bool check_tensors;        /* at load, refuse weights holding NaN or infinity
                                   (llmem_model_check_weights_finite; reads every
                                   weight once); default false */
+    int32_t n_snapshots;       /* hybrids: recurrent-state snapshots kept for prefix
+                                  reuse (llmem_recurrent_params.n_snapshots, one state
+                                  slot each). -1 (default): max(n_seq_max, 16) when
+                                  the prefix cache is on, unless LLMEM_SNAPSHOTS is
+                                  set in the environment; 0: off */
+    int32_t snap_interval;     /* tokens between snapshot points; 0 (default):
+                                  page_size, at least 16 */
 } llmem_model_params;
 
 /* Defaults as listed above. */
