@@ -310,6 +310,12 @@ llmem_status parse_ffn(cfgctx *c, llmem_model_config *m, bool gated)
     return LLMEM_OK;
 }
 
+const ssm_keys hf_cfg_bamba_ssm_keys = {
+    KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
+    KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
+    KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
+    KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
+    KEYS("time_step_limit"), 1, 256};
 
 llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *k)
 {
@@ -443,12 +449,6 @@ static llmem_status parse_mamba2(cfgctx *c, llmem_model_config *m)
 
 static llmem_status parse_bamba(cfgctx *c, llmem_model_config *m)
 {
-    const ssm_keys k = {
-        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
-        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
-        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
-        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
-        KEYS("time_step_limit"), 1, 256};
     int32_t n;
     llmem_activation act;
     TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
@@ -472,7 +472,7 @@ static llmem_status parse_bamba(cfgctx *c, llmem_model_config *m)
     TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
     TRY(parse_ffn(c, m, true));
     m->ffn_act = act;
-    TRY(parse_ssm(c, m, &k));
+    TRY(parse_ssm(c, m, &hf_cfg_bamba_ssm_keys));
     TRY(parse_attention(c, m));
     /* BambaConfig always sets partial_rotary_factor = 0.5. */
     TRY(parse_rope(c, m, 0.5));

@@ -66,12 +66,6 @@ static llmem_status granite_kind(cfgctx *c, int32_t i, const cJSON *e, llmem_lay
  * logits), optional RoPE, and the four multipliers. */
 llmem_status hf_cfg_parse_granite(cfgctx *c, llmem_model_config *m)
 {
-    const ssm_keys k = {
-        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
-        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
-        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
-        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
-        KEYS("time_step_limit"), 1, 256};
     int32_t n;
     llmem_activation act;
     TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
@@ -91,7 +85,7 @@ llmem_status hf_cfg_parse_granite(cfgctx *c, llmem_model_config *m)
     TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-6, &m->norm_eps));
     TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
     m->ffn_act = act;
-    TRY(parse_ssm(c, m, &k));
+    TRY(parse_ssm(c, m, &hf_cfg_bamba_ssm_keys));
     TRY(parse_attention(c, m));
     const char *pe;
     TRY(get_str(c, KEYS("position_embedding_type"), false, "nope", &pe));
@@ -125,12 +119,6 @@ llmem_status hf_cfg_parse_granite(cfgctx *c, llmem_model_config *m)
  * the same normed input, then a SwiGLU MLP; muP multipliers everywhere. */
 llmem_status hf_cfg_parse_falcon_h1(cfgctx *c, llmem_model_config *m)
 {
-    const ssm_keys k = {
-        KEYS("mamba_n_heads"), KEYS("mamba_d_head"), KEYS("mamba_d_state"),
-        KEYS("mamba_n_groups"), KEYS("mamba_d_conv"), KEYS("mamba_expand"),
-        KEYS("mamba_chunk_size"), KEYS("mamba_conv_bias"), KEYS("mamba_proj_bias"),
-        KEYS("time_step_min"), KEYS("time_step_max"), KEYS("time_step_floor"),
-        KEYS("time_step_limit"), 1, 256};
     int32_t n;
     llmem_activation act;
     bool rms = false, bias = false;
@@ -140,7 +128,7 @@ llmem_status hf_cfg_parse_falcon_h1(cfgctx *c, llmem_model_config *m)
     TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
     m->ffn_act = act;
     TRY(parse_ffn(c, m, true));
-    TRY(parse_ssm(c, m, &k));
+    TRY(parse_ssm(c, m, &hf_cfg_bamba_ssm_keys));
     TRY(parse_attention(c, m));
     TRY(parse_rope(c, m, 1.0));
     TRY(get_bool(c, KEYS("mamba_rms_norm"), false, &rms));

@@ -32,6 +32,9 @@ typedef struct ssm_keys {
         *const *dt_max, *const *dt_floor, *const *dt_limit;
     int32_t def_groups, def_chunk;
 } ssm_keys;
+/* BambaConfig's spelling of them (mamba_n_heads, mamba_d_head, ...), which
+ * GraniteMoeHybridConfig and FalconH1Config share. */
+extern const ssm_keys hf_cfg_bamba_ssm_keys;
 
 /* config.c: key readers and the blocks the families share (see config.c). */
 #define find_any hf_cfg_find_any
