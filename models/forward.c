@@ -1,0 +1,524 @@
+/* llmem models/: the forward pass over memory views and backend ops, and
+ * the decode entry points (logits, log-probabilities, sampling on the
+ * device). The block structures and the Mamba-2 mixer are described at the
+ * top of runtime.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/hybrid.h"
+#include "llmem/ops.h"
+#include "models/model_internal.h"
+
+/* --- forward ---------------------------------------------------------------------- */
+
+static llmem_tensor act(const llmem_model *m, size_t off, int32_t T, int32_t width)
+{
+    return llmem_tensor_2d(m->scratch, off, LLMEM_DTYPE_F32, T, width);
+}
+
+/* out = a · wᵀ in the model's precision mode (FAST: bf16 activations into
+ * one tensor-core GEMM, <llmem/runtime.h>). */
+static llmem_status matmul(llmem_model *m, const llmem_tensor *a, const llmem_tensor *w,
+                           const llmem_tensor *out)
+{
+    if (m->p.precision == LLMEM_PRECISION_FAST)
+        return llmem_op_matmul_fast(m->be, a, w, out);
+    return llmem_op_matmul(m->be, a, w, out);
+}
+
+/* out = a · wᵀ (+ bias) */
+static llmem_status linear(llmem_model *m, const llmem_tensor *a, const wt *w, const wt *bias,
+                           const llmem_tensor *out)
+{
+    llmem_status s = matmul(m, a, &w->t, out);
+    if (s == LLMEM_OK && bias && bias->present)
+        s = llmem_op_add(m->be, out, &bias->t, out);
+    return s;
+}
+
+#define TRY(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
+
+/* x = x * s when s != 1 (granite's and falcon_h1's multipliers). */
+static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
+{
+    return s == 1.0 ? LLMEM_OK : llmem_op_scale(m->be, x, (float)s, x);
+}
+
+static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t H = c->n_heads, Hk = c->n_kv_heads, Dh = c->head_dim;
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
+    llmem_tensor q = act(m, m->off_a, T, H * Dh), k = act(m, m->off_b, T, Hk * Dh),
+                 vv = act(m, m->off_c, T, Hk * Dh), o = act(m, m->off_d, T, H * Dh);
+    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_Q], &L->w[LLMEM_W_ATTN_Q_BIAS], &q));
+    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_K], &L->w[LLMEM_W_ATTN_K_BIAS], &k));
+    TRY(scale_by(m, &k, c->key_multiplier)); /* falcon_h1 */
+    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
+    llmem_tensor q3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T, H, Dh);
+    llmem_tensor k3 = llmem_tensor_3d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, Hk, Dh);
+    llmem_tensor v3 = llmem_tensor_3d(m->scratch, m->off_c, LLMEM_DTYPE_F32, T, Hk, Dh);
+    llmem_tensor o3 = llmem_tensor_3d(m->scratch, m->off_d, LLMEM_DTYPE_F32, T, H, Dh);
+    if (c->use_rope && c->rope_dim > 0) {
+        llmem_rope_params rp = {.mode = LLMEM_ROPE_NEOX, .n_rot = c->rope_dim,
+                                .theta_base = (float)c->rope_theta, .freq_scale = 1.0f};
+        llmem_tensor pos = llmem_tensor_1d(m->scratch, m->off_pos, LLMEM_DTYPE_I32, T);
+        if (v->u.kv.shift_slot.n > 0)
+            TRY(llmem_op_rope_shift(m->be, &rp, v));
+        TRY(llmem_op_rope(m->be, &rp, &q3, &pos, &q3));
+        TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
+    }
+    TRY(llmem_op_kv_store(m->be, v, &k3, &v3));
+    llmem_attn_params ap = {.scale = (float)c->attention_scale}; /* 1/sqrt(Dh) but granite */
+    TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
+    llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
+    return linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out);
+}
+
+static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t din = c->ssm_d_inner, cd = c->ssm_conv_dim, nh = c->ssm_n_heads;
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
+    llmem_tensor zxbcdt = act(m, m->off_a, T, c->ssm_in_proj_dim);
+    TRY(linear(m, &h, &L->w[LLMEM_W_SSM_IN], &L->w[LLMEM_W_SSM_IN_BIAS], &zxbcdt));
+    if (m->fal) { /* falcon_h1's muP vector over [z | x B C | dt] */
+        llmem_tensor save, sum, mup;
+        hf_falcon_tensors(m->fal, T, &save, &sum, &mup);
+        TRY(llmem_op_mul(m->be, &zxbcdt, &mup, &zxbcdt));
+    }
+    llmem_tensor z = act(m, m->off_e, T, din), xbc = act(m, m->off_c, T, cd),
+                 dt = act(m, m->off_d, T, nh), conv = act(m, m->off_b, T, cd);
+    llmem_tensor y = act(m, m->off_a, T, din); /* zxbcdt is consumed */
+    if (T == 1) {
+        /* one token: [z | xBC | dt] are contiguous slices of in_proj's row,
+         * so the ops read them in place (three launches fewer per layer);
+         * y then goes where z would have been copied */
+        z = act(m, m->off_a, 1, din);
+        xbc = act(m, m->off_a + (size_t)din * 4, 1, cd);
+        dt = act(m, m->off_a + (size_t)(din + cd) * 4, 1, nh);
+        y = act(m, m->off_e, 1, din);
+    } else {
+        TRY(llmem_op_copy(m->be, &zxbcdt, 0, &z));
+        TRY(llmem_op_copy(m->be, &zxbcdt, din, &xbc));
+        TRY(llmem_op_copy(m->be, &zxbcdt, din + cd, &dt));
+    }
+    const wt *cb = &L->w[LLMEM_W_SSM_CONV_BIAS];
+    TRY(llmem_op_ssm_conv(m->be, v, 0, &xbc, &L->w[LLMEM_W_SSM_CONV].t, cb->present ? &cb->t : NULL,
+                          &conv));
+    llmem_ssm_params sp = {.n_heads = nh, .head_dim = c->ssm_head_dim, .d_state = c->ssm_d_state,
+                           .n_groups = c->ssm_n_groups, .dt_min = (float)c->time_step_limit[0],
+                           .dt_max = (float)c->time_step_limit[1]};
+    const wt *D = &L->w[LLMEM_W_SSM_D], *dtb = &L->w[LLMEM_W_SSM_DT_BIAS];
+    TRY(llmem_op_ssm_scan(m->be, &sp, v, 1, &conv, &dt, &L->w[LLMEM_W_SSM_A_LOG].t,
+                          D->present ? &D->t : NULL, dtb->present ? &dtb->t : NULL, &y));
+    int32_t groups = din / (c->ssm_norm_group_size > 0 ? c->ssm_norm_group_size : din);
+    if (c->ssm_gate_only) /* falcon_h1 without mamba_rms_norm: y * silu(z) */
+        TRY(llmem_op_swiglu(m->be, &z, &y, &y));
+    else
+        TRY(llmem_op_rms_norm_gated(m->be, &y, &z, &L->w[LLMEM_W_SSM_NORM].t, groups,
+                                (float)c->norm_eps, &y));
+    llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
+    return linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out);
+}
+
+/* h (normalized input) -> h (output), for MoE layers and granite FFNs. */
+static llmem_status moe_ffn(llmem_model *m, const layer_w *L, int32_t T)
+{
+    const llmem_tensor *w[6];
+    for (int i = 0; i < 6; i++) {
+        const wt *x = &L->w[LLMEM_W_MOE_ROUTER + i];
+        w[i] = x->present ? &x->t : NULL;
+    }
+    llmem_tensor h = act(m, m->off_h, T, m->cfg.hidden_size);
+    return hf_moe_ffn(m->moe, m->be, &m->cfg, w, &h, T);
+}
+
+/* up = silu(h · gateᵀ) * (h · upᵀ) in one fused op, for decode-sized
+ * ubatches (T <= 4: the GEMV regime, where the fused op saves a launch and
+ * a round trip of both products) of a gated SiLU FFN without biases (not in
+ * FAST mode on the CPU backend, below).
+ * LLMEM_E_UNSUPPORTED when it does not apply or the backend lacks the op:
+ * the caller then runs the unfused ops. */
+static llmem_status fused_gate_up(llmem_model *m, const layer_w *L, int32_t T,
+                                  const llmem_tensor *h, const llmem_tensor *up)
+{
+    const llmem_model_config *c = &m->cfg;
+    const wt *g = &L->w[LLMEM_W_FFN_GATE], *u = &L->w[LLMEM_W_FFN_UP];
+    /* the CPU backend's FAST matmul rounds every activation row to bf16,
+     * which the fused op (f32 activations) does not: there it would make a
+     * row's result depend on the ubatch size (speculative decoding compares
+     * them). Device backends run M <= 4 as the same f32 GEMV in both modes. */
+    bool cpu_fast = m->p.precision == LLMEM_PRECISION_FAST &&
+                    strcmp(llmem_backend_name(m->be), "cpu") == 0;
+    if (cpu_fast || T > 4 || c->mlp_gate_multiplier != 1.0 || !c->ffn_gated || c->ffn_act != LLMEM_ACT_SILU || !g->present ||
+        !u->present || L->w[LLMEM_W_FFN_GATE_BIAS].present ||
+        L->w[LLMEM_W_FFN_UP_BIAS].present || g->t.dtype != u->t.dtype)
+        return LLMEM_E_UNSUPPORTED;
+    return llmem_op_matmul_swiglu(m->be, h, &g->t, &u->t, up);
+}
+
+/* h (normalized input) -> h (output) */
+static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
+{
+    const llmem_model_config *c = &m->cfg;
+    if (c->arch == LLMEM_ARCH_GRANITEMOEHYBRID)
+        return moe_ffn(m, L, T);
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
+    llmem_tensor up = act(m, m->off_b, T, c->intermediate_size);
+    llmem_status fs = fused_gate_up(m, L, T, &h, &up);
+    if (fs == LLMEM_OK) {
+        TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
+        return scale_by(m, &h, c->mlp_down_multiplier);
+    }
+    if (fs != LLMEM_E_UNSUPPORTED)
+        return fs;
+    TRY(linear(m, &h, &L->w[LLMEM_W_FFN_UP], &L->w[LLMEM_W_FFN_UP_BIAS], &up));
+    if (c->ffn_gated) {
+        llmem_tensor gate = act(m, m->off_a, T, c->intermediate_size);
+        TRY(linear(m, &h, &L->w[LLMEM_W_FFN_GATE], &L->w[LLMEM_W_FFN_GATE_BIAS], &gate));
+        TRY(scale_by(m, &gate, c->mlp_gate_multiplier)); /* falcon_h1 */
+        if (c->ffn_act == LLMEM_ACT_SILU)
+            TRY(llmem_op_swiglu(m->be, &gate, &up, &up));
+        else {
+            TRY(llmem_op_relu2(m->be, &gate, &gate));
+            TRY(llmem_op_mul(m->be, &gate, &up, &up));
+        }
+    } else if (c->ffn_act == LLMEM_ACT_RELU2) {
+        TRY(llmem_op_relu2(m->be, &up, &up));
+    } else {
+        TRY(llmem_op_silu(m->be, &up, &up));
+    }
+    TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
+    return scale_by(m, &h, c->mlp_down_multiplier); /* falcon_h1 */
+}
+
+/* Runs one ubatch and leaves the logits of its n_outputs rows, in ubatch
+ * output order, at off_logits ([n_outputs, n_vocab] f32). */
+/* falcon_h1: h (normalized input) -> ssm_out * mamba(ssm_in * h) +
+ * attn_out * attention(attn_in * h), the two branches on their own memory
+ * layers (view va: KV, L->mem_layer2: recurrent). */
+static llmem_status parallel(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *va)
+{
+    const llmem_model_config *c = &m->cfg;
+    llmem_view vs = {0};
+    TRY(llmem_memory_view(m->mem, L->mem_layer2, &vs));
+    llmem_tensor h = act(m, m->off_h, T, c->hidden_size), save, sum, mup;
+    hf_falcon_tensors(m->fal, T, &save, &sum, &mup);
+    TRY(llmem_op_scale(m->be, &h, 1.0f, &save));
+    TRY(scale_by(m, &h, c->ssm_in_multiplier));
+    TRY(mamba(m, L, T, &vs));
+    TRY(llmem_op_scale(m->be, &h, (float)c->ssm_out_multiplier, &sum));
+    TRY(llmem_op_scale(m->be, &save, (float)c->attention_in_multiplier, &h));
+    TRY(attention(m, L, T, va));
+    TRY(scale_by(m, &h, c->attention_out_multiplier));
+    return llmem_op_add(m->be, &sum, &h, &h);
+}
+
+static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t T = ub->n_tokens, D = c->hidden_size;
+    TRY(llmem_buffer_upload(m->scratch, m->off_tok, ub->token, (size_t)T * 4));
+    TRY(llmem_buffer_upload(m->scratch, m->off_pos, ub->pos, (size_t)T * 4));
+    llmem_tensor tok = llmem_tensor_1d(m->scratch, m->off_tok, LLMEM_DTYPE_I32, T);
+    llmem_tensor x = act(m, m->off_x, T, D), h = act(m, m->off_h, T, D);
+    TRY(llmem_op_get_rows(m->be, &m->embed.t, &tok, &x));
+    TRY(scale_by(m, &x, c->embedding_multiplier));
+    /* pend: h holds a block's output not yet added to x; the add is fused
+     * into the next RMS norm (llmem_op_add_rms_norm: equal to add then norm) */
+    bool pend = false;
+    float eps = (float)c->norm_eps;
+    for (int32_t il = 0; il < c->n_layers; il++) {
+        const layer_w *L = &m->layers[il];
+        const llmem_layer_config *lc = &c->layers[il];
+        llmem_view v = {0};
+        if (L->mem_layer >= 0)
+            TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
+        const llmem_tensor *nw = &L->w[LLMEM_W_MIXER_NORM].t;
+        TRY(pend ? llmem_op_add_rms_norm(m->be, &x, &h, nw, eps, &h)
+                 : llmem_op_rms_norm(m->be, &x, nw, eps, &h));
+        if (lc->kind == LLMEM_LAYER_PARALLEL)
+            TRY(parallel(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_ATTENTION)
+            TRY(attention(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_MAMBA2)
+            TRY(mamba(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_MOE)
+            TRY(moe_ffn(m, L, T));
+        else
+            TRY(ffn(m, L, T));
+        TRY(scale_by(m, &h, c->residual_multiplier));
+        if (lc->has_ffn) {
+            TRY(llmem_op_add_rms_norm(m->be, &x, &h, &L->w[LLMEM_W_FFN_NORM].t, eps, &h));
+            TRY(ffn(m, L, T));
+            TRY(scale_by(m, &h, c->residual_multiplier));
+        }
+        pend = true;
+    }
+    if (pend)
+        TRY(llmem_op_add(m->be, &x, &h, &x));
+    int32_t n_out = ub->n_outputs;
+    if (n_out == 0)
+        return LLMEM_OK;
+    TRY(llmem_buffer_upload(m->scratch, m->off_rows, ub->out_rows, (size_t)n_out * 4));
+    llmem_tensor rows = llmem_tensor_1d(m->scratch, m->off_rows, LLMEM_DTYPE_I32, n_out);
+    llmem_tensor xo = act(m, m->off_h, n_out, D);
+    TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
+    TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
+    llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
+    TRY(matmul(m, &xo, &m->lm_head.t, &logits));
+    return scale_by(m, &logits, 1.0 / c->logits_scaling); /* granite's logits_scaling */
+}
+
+/* What a decode does with the logits of each ubatch. */
+typedef llmem_status (*emit_fn)(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
+                                void *ctx);
+
+typedef struct logits_out {
+    bool log_softmax;
+    float *out;
+} logits_out;
+
+/* Downloads the output rows' logits (or log-probabilities) in one transfer,
+ * then scatters them to their batch rows: one wait per ubatch, not one per
+ * row (a download is a submit and a wait on a device backend). */
+static llmem_status emit_logits(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
+                                void *vctx)
+{
+    const logits_out *c = vctx;
+    int32_t n_out = ub->n_outputs, V = m->cfg.vocab_size;
+    llmem_tensor logits = act(m, m->off_logits, n_out, V);
+    if (c->log_softmax)
+        TRY(llmem_op_log_softmax(m->be, &logits, &logits));
+    size_t row_bytes = (size_t)V * 4;
+    bool in_order = true; /* output o goes to batch row o: download in place */
+    for (int32_t o = 0; o < n_out && in_order; o++)
+        in_order = row[ub->out_ids[o]] == row[ub->out_ids[0]] + o;
+    if (in_order && n_out > 0)
+        return llmem_buffer_download(m->scratch, m->off_logits,
+                                     c->out + (size_t)row[ub->out_ids[0]] * (size_t)V,
+                                     (size_t)n_out * row_bytes);
+    float *tmp = malloc((size_t)n_out * row_bytes);
+    if (!tmp)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = llmem_buffer_download(m->scratch, m->off_logits, tmp, (size_t)n_out * row_bytes);
+    for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++)
+        memcpy(c->out + (size_t)row[ub->out_ids[o]] * (size_t)V, tmp + (size_t)o * (size_t)V,
+               row_bytes);
+    free(tmp);
+    return st;
+}
+
+/* Plans the batch, runs every ubatch through forward and `emit`, commits. */
+static llmem_status decode_batch(llmem_model *m, const llmem_batch *b, int32_t out_cap_rows,
+                                 int32_t *n_outputs, emit_fn emit, void *ctx, char *err,
+                                 size_t err_len)
+{
+    *n_outputs = 0;
+    if (!b->token) {
+        llmem_errf(err, err_len, "the model runtime takes token ids, not embeddings");
+        return LLMEM_E_INVALID;
+    }
+    int32_t V = m->cfg.vocab_size;
+    for (int32_t i = 0; i < b->n_tokens; i++)
+        if (b->token[i] < 0 || b->token[i] >= V) {
+            llmem_errf(err, err_len, "batch token %d: id %d outside the vocabulary [0, %d)", i,
+                     b->token[i], V);
+            return LLMEM_E_INVALID;
+        }
+    int32_t *row = malloc((size_t)(b->n_tokens > 0 ? b->n_tokens : 1) * sizeof *row);
+    if (!row)
+        return LLMEM_E_NO_MEMORY;
+    int32_t n = 0;
+    for (int32_t i = 0; i < b->n_tokens; i++) {
+        bool o = b->output ? b->output[i] != 0 : i == b->n_tokens - 1;
+        row[i] = o ? n++ : -1;
+    }
+    if (n > out_cap_rows) {
+        free(row);
+        llmem_errf(err, err_len, "the batch has %d output rows, the output holds %d", n, out_cap_rows);
+        return LLMEM_E_INVALID;
+    }
+    llmem_plan *plan = NULL;
+    llmem_status s = llmem_memory_plan(m->mem, b, LLMEM_SPLIT_AUTO, m->p.n_ubatch, &plan, err,
+                                       err_len);
+    for (int32_t i = 0; s == LLMEM_OK && i < llmem_plan_n_ubatch(plan); i++) {
+        const llmem_ubatch *ub;
+        s = llmem_memory_apply(m->mem, plan, i, &ub);
+        if (s == LLMEM_OK) {
+            m->stats.n_ubatch++;
+            m->stats.n_tokens += ub->n_tokens;
+            m->stats.n_outputs += ub->n_outputs;
+        }
+        if (s == LLMEM_OK && (s = forward(m, ub, V)) != LLMEM_OK)
+            llmem_errf(err, err_len, "forward pass of ubatch %d failed: %s", i, llmem_status_str(s));
+        if (s == LLMEM_OK && ub->n_outputs > 0 && (s = emit(m, ub, row, ctx)) != LLMEM_OK)
+            llmem_errf(err, err_len, "output of ubatch %d failed: %s", i, llmem_status_str(s));
+        if (s == LLMEM_OK)
+            s = llmem_memory_commit(m->mem, plan, i);
+    }
+    llmem_memory_release(m->mem, plan);
+    free(row);
+    if (s == LLMEM_OK)
+        *n_outputs = n;
+    return s;
+}
+
+llmem_status llmem_model_decode(llmem_model *m, const llmem_batch *b, bool log_softmax, float *out,
+                                int32_t out_cap_rows, int32_t *n_outputs, char *err,
+                                size_t err_len)
+{
+    if (!m || !b || !n_outputs || (!out && out_cap_rows > 0)) {
+        llmem_errf(err, err_len, "NULL argument");
+        return LLMEM_E_INVALID;
+    }
+    logits_out c = {.log_softmax = log_softmax, .out = out};
+    return decode_batch(m, b, out_cap_rows, n_outputs, emit_logits, &c, err, err_len);
+}
+
+/* --- sampling on the device ------------------------------------------------------ */
+
+/* Where the output ops of a ubatch run: the model's backend and scratch,
+ * or the CPU fallback (a CPU backend and a buffer laid out the same way). */
+typedef struct out_place {
+    llmem_backend *be;
+    llmem_buffer *buf;
+    size_t off_logits, off_ids, off_ctr, off_lp, off_top_ids, off_top_lp;
+} out_place;
+
+/* Sample (or take forced ids), gather log-probs and top lists at `p`; the
+ * host arrays ctr/ids are per ubatch output row. */
+static llmem_status sample_at(const out_place *p, const llmem_model_sampling *s, int32_t n_out,
+                              int32_t V, const int32_t *ctr, int32_t *ids)
+{
+    llmem_tensor logits = llmem_tensor_2d(p->buf, p->off_logits, LLMEM_DTYPE_F32, n_out, V);
+    llmem_tensor tid = llmem_tensor_1d(p->buf, p->off_ids, LLMEM_DTYPE_I32, n_out);
+    if (s->force_ids) {
+        TRY(llmem_buffer_upload(p->buf, p->off_ids, ids, (size_t)n_out * 4));
+    } else {
+        llmem_tensor tc = llmem_tensor_1d(p->buf, p->off_ctr, LLMEM_DTYPE_I32, n_out);
+        TRY(llmem_buffer_upload(p->buf, p->off_ctr, ctr, (size_t)n_out * 4));
+        TRY(llmem_op_sample(p->be, &s->params, &logits, &tc, &tid));
+    }
+    if (s->logprob) {
+        llmem_tensor lp = llmem_tensor_1d(p->buf, p->off_lp, LLMEM_DTYPE_F32, n_out);
+        TRY(llmem_op_logprob_gather(p->be, &logits, &tid, &lp));
+    }
+    if (s->n_top > 0) {
+        llmem_tensor ti = llmem_tensor_2d(p->buf, p->off_top_ids, LLMEM_DTYPE_I32, n_out, s->n_top);
+        llmem_tensor tl = llmem_tensor_2d(p->buf, p->off_top_lp, LLMEM_DTYPE_F32, n_out, s->n_top);
+        TRY(llmem_op_top_logprobs(p->be, &logits, s->n_top, &ti, &tl));
+    }
+    return LLMEM_OK;
+}
+
+/* Copies the ubatch's logits to the CPU fallback place (growing it). */
+static llmem_status fallback_place(llmem_model *m, int32_t n_out, int32_t V, out_place *p)
+{
+    size_t rows = (size_t)n_out, logits = round_up(rows * (size_t)V * 4);
+    size_t small = round_up(rows * 4), top = round_up(rows * 64 * 4);
+    size_t need = logits + 3 * small + 2 * top;
+    if (!m->fb_be)
+        TRY(llmem_backend_open("cpu", -1, &m->fb_be, NULL, 0));
+    if (m->fb_size < need) {
+        llmem_buffer_free(m->fb_buf);
+        m->fb_buf = NULL;
+        m->fb_size = 0;
+        TRY(llmem_buffer_alloc(m->fb_be, need, &m->fb_buf));
+        m->fb_size = need;
+    }
+    *p = (out_place){.be = m->fb_be, .buf = m->fb_buf, .off_logits = 0, .off_ids = logits,
+                     .off_ctr = logits + small, .off_lp = logits + 2 * small,
+                     .off_top_ids = logits + 3 * small, .off_top_lp = logits + 3 * small + top};
+    float *host = malloc(rows * (size_t)V * 4);
+    if (!host)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = llmem_buffer_download(m->scratch, m->off_logits, host, rows * (size_t)V * 4);
+    if (st == LLMEM_OK)
+        st = llmem_buffer_upload(m->fb_buf, 0, host, rows * (size_t)V * 4);
+    free(host);
+    return st;
+}
+
+static llmem_status emit_sampled(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
+                                 void *vctx)
+{
+    const llmem_model_sampling *s = vctx;
+    int32_t n_out = ub->n_outputs, V = m->cfg.vocab_size;
+    int32_t *ctr = malloc((size_t)n_out * 2 * sizeof *ctr);
+    float *f = malloc((size_t)n_out * 64 * sizeof *f);
+    if (!ctr || !f) {
+        free(ctr);
+        free(f);
+        return LLMEM_E_NO_MEMORY;
+    }
+    int32_t *ids = ctr + n_out;
+    for (int32_t o = 0; o < n_out; o++) {
+        int32_t r = row[ub->out_ids[o]];
+        ctr[o] = s->ctr ? s->ctr[r] : r;
+        ids[o] = s->force_ids ? s->force_ids[r] : 0;
+        if (ids[o] < 0 || ids[o] >= V) {
+            free(ctr);
+            free(f);
+            return LLMEM_E_INVALID; /* a forced token outside the vocabulary */
+        }
+    }
+    out_place p = {.be = m->be, .buf = m->scratch, .off_logits = m->off_logits,
+                   .off_ids = m->off_ids, .off_ctr = m->off_ctr, .off_lp = m->off_lp,
+                   .off_top_ids = m->off_top_ids, .off_top_lp = m->off_top_lp};
+    llmem_status st = sample_at(&p, s, n_out, V, ctr, ids);
+    if (st == LLMEM_E_UNSUPPORTED) {
+        st = fallback_place(m, n_out, V, &p);
+        if (st == LLMEM_OK)
+            st = sample_at(&p, s, n_out, V, ctr, ids);
+    }
+    if (st == LLMEM_OK && !s->force_ids)
+        st = llmem_buffer_download(p.buf, p.off_ids, ids, (size_t)n_out * 4);
+    for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++)
+        s->ids[row[ub->out_ids[o]]] = ids[o];
+    if (st == LLMEM_OK && s->logprob && (st = llmem_buffer_download(p.buf, p.off_lp, f,
+                                                                     (size_t)n_out * 4)) == LLMEM_OK)
+        for (int32_t o = 0; o < n_out; o++)
+            s->logprob[row[ub->out_ids[o]]] = f[o];
+    if (st == LLMEM_OK && s->n_top > 0) {
+        size_t k = (size_t)s->n_top;
+        int32_t *ti = (int32_t *)(void *)f;
+        for (int pass = 0; st == LLMEM_OK && pass < 2; pass++) {
+            st = llmem_buffer_download(p.buf, pass ? p.off_top_lp : p.off_top_ids, f,
+                                       (size_t)n_out * k * 4);
+            for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++) {
+                size_t r = (size_t)row[ub->out_ids[o]];
+                if (pass)
+                    memcpy(s->top_logprob + r * k, f + (size_t)o * k, k * 4);
+                else
+                    memcpy(s->top_ids + r * k, ti + (size_t)o * k, k * 4);
+            }
+        }
+    }
+    free(ctr);
+    free(f);
+    return st;
+}
+
+llmem_status llmem_model_decode_sample(llmem_model *m, const llmem_batch *b,
+                                       const llmem_model_sampling *s, int32_t out_cap_rows,
+                                       int32_t *n_outputs, char *err, size_t err_len)
+{
+    if (!m || !b || !n_outputs || !s || (!s->ids && out_cap_rows > 0) || s->n_top < 0 ||
+        s->n_top > 64 || s->n_top > m->cfg.vocab_size ||
+        (s->n_top > 0 && out_cap_rows > 0 && (!s->top_ids || !s->top_logprob))) {
+        llmem_errf(err, err_len, "invalid sampling arguments (NULL output, or n_top outside "
+                               "[0, min(64, n_vocab)])");
+        return LLMEM_E_INVALID;
+    }
+    const llmem_sample_params *sp = &s->params;
+    if (isnan(sp->temperature) || !(sp->top_p > 0.0f) || isnan(sp->min_p) || sp->min_p > 1.0f) {
+        llmem_errf(err, err_len, "invalid sampling parameters (top_p in (0, 1], min_p <= 1)");
+        return LLMEM_E_INVALID;
+    }
+    return decode_batch(m, b, out_cap_rows, n_outputs, emit_sampled, (void *)s, err, err_len);
+}
+

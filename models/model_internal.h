@@ -1,0 +1,53 @@
+/* llmem models/: the model object shared by the loader (runtime.c) and the
+ * forward pass (forward.c). Internal; not installed. */
+#ifndef LLMEM_MODELS_MODEL_INTERNAL_H
+#define LLMEM_MODELS_MODEL_INTERNAL_H
+
+#include "base/base_internal.h"
+#include "llmem/model.h"
+#include "llmem/runtime.h"
+#include "models/hf_internal.h"
+
+#define ALIGN 256
+
+typedef struct wt {
+    bool present;
+    llmem_tensor t;
+} wt;
+
+typedef struct layer_w {
+    wt w[LLMEM_W_COUNT];
+    int32_t mem_layer; /* layer index in the memory, -1 for MLP-only layers */
+    int32_t mem_layer2; /* falcon_h1 parallel layers: the Mamba-2 one (else -1) */
+} layer_w;
+
+struct llmem_model {
+    llmem_model_config cfg;
+    llmem_model_params p;
+    llmem_backend *be;
+    llmem_buffer **weights; /* one buffer per weight tensor */
+    int32_t n_weights;
+    wt embed, final_norm, lm_head;
+    layer_w *layers;
+    llmem_memory *mem;
+    llmem_buffer *scratch;
+    /* scratch tensors, [n_ubatch, ...] f32 */
+    size_t off_x, off_h, off_a, off_b, off_c, off_d, off_e, off_tok, off_pos, off_rows, off_logits;
+    /* sampling outputs: ids, counters, log-probs [n_ubatch]; top lists [n_ubatch, 64] */
+    size_t off_ids, off_ctr, off_lp, off_top_ids, off_top_lp;
+    /* CPU backend and buffer for the sampling ops of a backend that lacks them */
+    llmem_backend *fb_be;
+    llmem_buffer *fb_buf;
+    size_t fb_size;
+    int32_t width_a, width_b, width_c, width_d, width_e;
+    llmem_model_stats stats;
+    hf_moe *moe; /* MoE / shared-expert FFN scratch (models/moe.c), or NULL */
+    hf_falcon *fal; /* falcon_h1 scratch (models/falcon_h1.c), or NULL */
+};
+
+static inline size_t round_up(size_t n)
+{
+    return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+#endif
