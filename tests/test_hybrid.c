@@ -20,6 +20,31 @@ static llmem_memory *make_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_c
     return h;
 }
 
+/* A hybrid (layers: recurrent, attention) of a KV cache (pages of 4, n_pages, 3 sequences,
+ * poisoned) and a recurrent memory of one 4-float state per sequence (poisoned), with n_ckpt
+ * checkpoints and n_snapshots snapshots (also at multiples of snap_interval tokens; 0: none). */
+static llmem_memory *snapshot_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_ckpt,
+                                     int32_t n_snapshots, int32_t snap_interval,
+                                     llmem_memory **kv, llmem_memory **rs)
+{
+    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
+                                       .dtype = LLMEM_DTYPE_F32};
+    static const llmem_state_desc *const states[1] = {&d};
+    static const int32_t n_states[1] = {1};
+    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
+                                 .n_seq_max = 3, .n_ckpt = n_ckpt, .poison = true,
+                                 .n_snapshots = n_snapshots, .snap_interval = snap_interval};
+    llmem_memory *h = NULL;
+    char err[256] = "";
+    *kv = mt_kv(be, 4, n_pages, 3, true, true);
+    *rs = NULL;
+    ck_assert_msg(llmem_recurrent_create(be, &rp, rs, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory *children[2] = {*kv, *rs};
+    const int32_t map[2] = {1, 0};
+    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
+    return h;
+}
+
 static void views(llmem_memory *mem, const llmem_ubatch *ub, void *c)
 {
     int32_t *n = c;
@@ -250,20 +275,9 @@ static void prompt(llmem_batch_buf *b, int32_t seq, int32_t tail0, int32_t n_tai
 START_TEST(test_snapshot_reuse)
 {
     llmem_backend *be = mt_cpu();
-    llmem_memory *kv = mt_kv(be, 4, 16, 3, true, true);
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
-                                 .n_seq_max = 3, .n_ckpt = 0, .poison = true,
-                                 .n_snapshots = 4};
-    llmem_memory *rs = NULL, *h = NULL;
+    llmem_memory *kv, *rs;
+    llmem_memory *h = snapshot_hybrid(be, 16, 0, 4, 0, &kv, &rs);
     char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &rs, err, sizeof err) == LLMEM_OK, "%s", err);
-    llmem_memory *children[2] = {kv, rs};
-    const int32_t map[2] = {1, 0};
-    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
     llmem_batch_buf *b;
     llmem_batch_buf_create(64, 1, &b);
     fw x = {.first_T = {-1, -1, -1}};
@@ -344,20 +358,8 @@ END_TEST
 START_TEST(test_snapshot_multi_turn)
 {
     llmem_backend *be = mt_cpu();
-    llmem_memory *kv = mt_kv(be, 4, 16, 3, true, true);
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
-                                 .n_seq_max = 3, .n_ckpt = 1, .poison = true,
-                                 .n_snapshots = 2};
-    llmem_memory *rs = NULL, *h = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &rs, err, sizeof err) == LLMEM_OK, "%s", err);
-    llmem_memory *children[2] = {kv, rs};
-    const int32_t map[2] = {1, 0};
-    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
+    llmem_memory *kv, *rs;
+    llmem_memory *h = snapshot_hybrid(be, 16, 1, 2, 0, &kv, &rs);
     llmem_batch_buf *b;
     llmem_batch_buf_create(64, 1, &b);
     fw x = {.first_T = {-1, -1, -1}};
@@ -403,20 +405,9 @@ START_TEST(test_snapshot_random)
     unsigned seed = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 13u;
     srand(seed);
     llmem_backend *be = mt_cpu();
-    llmem_memory *kv = mt_kv(be, 4, 64, 3, true, true);
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
-                                 .n_seq_max = 3, .n_ckpt = 1, .poison = true,
-                                 .n_snapshots = 3, .snap_interval = 4};
-    llmem_memory *rs = NULL, *h = NULL;
+    llmem_memory *kv, *rs;
+    llmem_memory *h = snapshot_hybrid(be, 64, 1, 3, 4, &kv, &rs);
     char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &rs, err, sizeof err) == LLMEM_OK, "%s", err);
-    llmem_memory *children[2] = {kv, rs};
-    const int32_t map[2] = {1, 0};
-    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
     llmem_batch_buf *b;
     llmem_batch_buf_create(64, 1, &b);
     fw x = {.first_T = {-1, -1, -1}};
