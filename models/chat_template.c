@@ -219,6 +219,16 @@ static void put_indent(ct_buf *b, int indent, int level)
         ct_put(b, " ", 1);
 }
 
+/* What json.dumps writes before element i of a list or dict at level: ", " (or "," and a
+ * new line and indent when indenting). */
+static void json_sep(ct_buf *b, size_t i, int indent, int level)
+{
+    if (i)
+        ct_put(b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
+    if (indent >= 0)
+        put_indent(b, indent, level + 1);
+}
+
 /* json.dumps(v, ensure_ascii=False, indent=indent) (indent < 0: none) */
 void ct_to_json(ct_buf *b, ct_value v, int indent, int level)
 {
@@ -230,10 +240,7 @@ void ct_to_json(ct_buf *b, ct_value v, int indent, int level)
     case V_LIST:
         ct_put(b, "[", 1);
         for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i)
-                ct_put(b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
-            if (indent >= 0)
-                put_indent(b, indent, level + 1);
+            json_sep(b, i, indent, level);
             ct_to_json(b, v.u.l->v[i], indent, level + 1);
         }
         if (indent >= 0 && v.u.l->n)
@@ -243,10 +250,7 @@ void ct_to_json(ct_buf *b, ct_value v, int indent, int level)
     case V_DICT:
         ct_put(b, "{", 1);
         for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i)
-                ct_put(b, indent >= 0 ? "," : ", ", indent >= 0 ? 1 : 2);
-            if (indent >= 0)
-                put_indent(b, indent, level + 1);
+            json_sep(b, i, indent, level);
             json_str(b, v.u.d->key[i], v.u.d->key_len[i]);
             ct_put(b, ": ", 2);
             ct_to_json(b, v.u.d->v[i], indent, level + 1);
