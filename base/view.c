@@ -31,10 +31,37 @@ typedef struct check_key {
     int n;
 } check_key;
 
+#define VOUCH_BUFFERS 8
+
+/* The page_off and seq_len tables of one ubatch a memory vouched for. */
+typedef struct vouch_ub {
+    llmem_i32_table off, len;
+} vouch_ub;
+
+/* Rows a memory vouched for (llmem_view_vouch_rows): valid while idx keeps
+ * write generation gen. */
+typedef struct vouch {
+    const llmem_buffer *idx;
+    uint64_t gen;
+    llmem_i32_table table;
+    int32_t n_pages, page_size;
+    vouch_ub *ub;
+    int32_t n_ub, cap_ub;
+} vouch;
+
 struct llmem_view_checks {
     uint64_t key[CACHE_ENTRIES][KEY_WORDS];
     int next;
+    vouch vouch[VOUCH_BUFFERS];
+    int vouch_next;
 };
+
+static struct llmem_view_checks *checks_of(llmem_backend *be)
+{
+    if (!be->view_checks)
+        be->view_checks = calloc(1, sizeof *be->view_checks);
+    return be->view_checks;
+}
 
 static void key_init(check_key *k, int kind, const llmem_view *view)
 {
@@ -79,19 +106,93 @@ static void cache_put(llmem_backend *be, const llmem_view *view, const check_key
 {
     if (!cacheable(view))
         return;
-    if (!be->view_checks) {
-        be->view_checks = calloc(1, sizeof *be->view_checks);
-        if (!be->view_checks)
-            return; /* no cache: every call checks again */
-    }
-    struct llmem_view_checks *vc = be->view_checks;
+    struct llmem_view_checks *vc = checks_of(be);
+    if (!vc)
+        return; /* no cache: every call checks again */
     memcpy(vc->key[vc->next], k->w, sizeof k->w);
     vc->next = (vc->next + 1) % CACHE_ENTRIES;
 }
 
 void llmem_view_checks_free(struct llmem_view_checks *vc)
 {
+    if (!vc)
+        return;
+    for (int i = 0; i < VOUCH_BUFFERS; i++)
+        free(vc->vouch[i].ub);
     free(vc);
+}
+
+/* ---- rows vouched for by a memory -------------------------------------------------- */
+
+static bool same_table(const llmem_i32_table *a, const llmem_i32_table *b)
+{
+    return a->host == b->host && a->offset == b->offset && a->n == b->n;
+}
+
+/* LLMEM_VIEW_CHECK=full: vouches are not recorded, every check is full. */
+static bool full_checks(void)
+{
+    const char *e = getenv("LLMEM_VIEW_CHECK");
+    return e && strcmp(e, "full") == 0;
+}
+
+void llmem_view_vouch_rows(const llmem_buffer *idx, const llmem_i32_table *table,
+                           int32_t n_pages, int32_t page_size, const llmem_i32_table *page_off,
+                           const llmem_i32_table *seq_len, int32_t n_ub)
+{
+    llmem_backend *be = idx ? llmem_buffer_backend(idx) : NULL;
+    struct llmem_view_checks *vc = be ? checks_of(be) : NULL;
+    if (!vc)
+        return;
+    vouch *v = NULL;
+    for (int i = 0; i < VOUCH_BUFFERS && !v; i++)
+        if (vc->vouch[i].idx == idx)
+            v = &vc->vouch[i];
+    if (!v) {
+        v = &vc->vouch[vc->vouch_next];
+        vc->vouch_next = (vc->vouch_next + 1) % VOUCH_BUFFERS;
+    }
+    v->idx = NULL; /* invalid until complete */
+    v->n_ub = 0;
+    if (idx->write_gen == 0 || n_ub < 0 || full_checks())
+        return;
+    if (n_ub > v->cap_ub) {
+        vouch_ub *nu = realloc(v->ub, (size_t)n_ub * sizeof *nu);
+        if (!nu)
+            return; /* nothing vouched: full checks */
+        v->ub = nu;
+        v->cap_ub = n_ub;
+    }
+    for (int32_t u = 0; u < n_ub; u++)
+        v->ub[u] = (vouch_ub){page_off[u], seq_len[u]};
+    v->n_ub = n_ub;
+    v->gen = idx->write_gen;
+    v->table = *table;
+    v->n_pages = n_pages;
+    v->page_size = page_size;
+    v->idx = idx;
+}
+
+/* Whether the rows of a KV view (page_off non-empty) were vouched for by
+ * the memory that wrote its index buffer, at its current generation. */
+static bool vouched(const llmem_backend *be, const llmem_view *view)
+{
+    const struct llmem_view_checks *vc = be->view_checks;
+    const llmem_kv_view *kv = &view->u.kv;
+    if (!vc || !view->idx || view->idx->write_gen == 0 || kv->page_off.n == 0)
+        return false;
+    for (int i = 0; i < VOUCH_BUFFERS; i++) {
+        const vouch *v = &vc->vouch[i];
+        if (v->idx != view->idx || v->gen != view->idx->write_gen ||
+            !same_table(&v->table, &kv->page_table) || v->n_pages != kv->n_pages ||
+            v->page_size != kv->page_size)
+            continue;
+        for (int32_t u = 0; u < v->n_ub; u++)
+            if (same_table(&v->ub[u].off, &kv->page_off) &&
+                same_table(&v->ub[u].len, &kv->seq_len))
+                return true;
+    }
+    return false;
 }
 
 /* ---- index tables ------------------------------------------------------------------ */
@@ -246,6 +347,9 @@ llmem_status llmem_view_check_attention(llmem_backend *be, const llmem_view *vie
         !llmem_view_table_ok(be, view, &kv->tok_seq) ||
         !llmem_view_table_ok(be, view, &kv->page_off))
         return LLMEM_E_INVALID;
+    /* rows vouched for by their writer: their entries are not read again,
+     * so a decode step costs O(groups + tokens), not O(context) */
+    bool trusted = rows && vouched(be, view);
     for (int32_t s = 0; s < n_groups; s++) {
         int32_t len = kv->seq_len.host[s];
         if (len < 0)
@@ -257,7 +361,7 @@ llmem_status llmem_view_check_attention(llmem_backend *be, const llmem_view *vie
         if (row < 0 || row + pages > kv->page_table.n)
             return LLMEM_E_INVALID;
         const int32_t *pt = kv->page_table.host + row;
-        for (int64_t j = 0; j < pages; j++)
+        for (int64_t j = 0; !trusted && j < pages; j++)
             if (pt[j] < 0 || pt[j] >= kv->n_pages)
                 return LLMEM_E_INVALID;
     }

@@ -263,6 +263,29 @@ out:
     return st;
 }
 
+static llmem_i32_table plan_table(const idx_builder *b, int32_t base, int32_t off, int32_t n);
+
+/* Tells the op checks that the rows just uploaded hold valid pages for
+ * every group of every ubatch (llmem_view_vouch_rows): the rows are written
+ * only from the pages the pool handed out (sync_rows, copies included) and
+ * llmem_memory_check verifies them; ops then skip re-reading whole rows
+ * each ubatch. On allocation failure nothing is vouched (full checks). */
+static void vouch_rows(const kv_cache *kv, const kv_res *res)
+{
+    llmem_i32_table *t = malloc((size_t)(2 * res->n_ub + 1) * sizeof *t);
+    if (!t)
+        return;
+    for (int32_t u = 0; u < res->n_ub; u++) {
+        t[u] = plan_table(&kv->ib, kv->idx_rows, res->ub[u].page_off, res->ub[u].n_seqs);
+        t[res->n_ub + u] =
+            plan_table(&kv->ib, kv->idx_rows, res->ub[u].seq_len, res->ub[u].n_seqs);
+    }
+    llmem_i32_table rows = {.host = kv->rows.v, .offset = 0, .n = kv->rows.n};
+    llmem_view_vouch_rows(kv->idx, &rows, kv->p.n_pages, kv->p.page_size, t, t + res->n_ub,
+                          res->n_ub);
+    free(t);
+}
+
 llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
                                size_t err_len)
 {
@@ -394,6 +417,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         st = page_rows_upload(&kv->rows, kv->idx);
     if (st != LLMEM_OK)
         goto fail;
+    vouch_rows(kv, res);
     free(need);
     free(len0);
     free(cow);

@@ -11,15 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base_internal.h"
 #include "llmem/ops.h"
 
 /* A KV view over 4 pages of 2 slots, 1 KV head of 4 floats, with 3 tokens
  * stored and the index tables laid out in idx as [store_tok | store_slot |
- * page_table | seq_len | tok_kv_len | tok_seq]. */
+ * page_table | seq_len | tok_kv_len | tok_seq | page_off (unused: dense)]. */
 typedef struct fixture {
     llmem_backend *be;
     llmem_buffer *pool_k, *pool_v, *idx, *act;
-    int32_t host[3 + 3 + 4 + 1 + 3 + 3];
+    int32_t host[3 + 3 + 4 + 1 + 3 + 3 + 1];
     llmem_view view;
     llmem_tensor k, q, out;
 } fixture;
@@ -52,7 +53,7 @@ static void fx_init(fixture *f)
     /* one group of 3 tokens in pages 2 and 0: slots 4, 5, 0 */
     const int32_t init[] = {0, 1, 2, /* store_tok */ 4, 5, 0, /* store_slot */
                             2, 0, -1, -1, /* page_table, max_pages 4 */ 3, /* seq_len */
-                            1, 2, 3, /* tok_kv_len */ 0, 0, 0 /* tok_seq */};
+                            1, 2, 3, /* tok_kv_len */ 0, 0, 0, /* tok_seq */ 0 /* page_off */};
     memcpy(f->host, init, sizeof init);
     fx_upload(f);
     llmem_kv_view *kv = &f->view.u.kv;
@@ -162,6 +163,52 @@ START_TEST(test_fresh_index_buffer_is_checked)
 }
 END_TEST
 
+START_TEST(test_vouched_rows_end_with_a_write)
+{
+    /* A memory vouches for the rows it uploaded (llmem_view_vouch_rows):
+     * the attention check then does not re-read them, but only for the
+     * exact tables vouched for, only until the next write to the index
+     * buffer, and never with LLMEM_VIEW_CHECK=full. The row here holds a
+     * bad page id, so whenever the check reads it, it refuses. */
+    fixture f;
+    fx_init(&f);
+    llmem_kv_view *kv = &f.view.u.kv;
+    kv->page_off = tab(&f, 17, 1);
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_OK);
+    f.host[7] = 4; /* page 4 of 4 */
+    fx_upload(&f);
+    llmem_view_vouch_rows(f.idx, &kv->page_table, 4, 2, &kv->page_off, &kv->seq_len, 1);
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_OK);
+    /* rules outside the rows are still checked */
+    llmem_view fewer = f.view;
+    fewer.u.kv.max_pages = 1;
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &fewer, 3), LLMEM_E_INVALID);
+    /* other tables (an equal copy of page_off) are checked in full */
+    int32_t off_copy = 0;
+    llmem_view other = f.view;
+    other.u.kv.page_off.host = &off_copy;
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &other, 3), LLMEM_E_INVALID);
+    /* another page geometry is checked in full */
+    other = f.view;
+    other.u.kv.page_table.n = 3;
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &other, 3), LLMEM_E_INVALID);
+    /* a write (same bytes, new generation) ends the vouch */
+    fx_upload(&f);
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_E_INVALID);
+    /* the full-check mode ignores vouches */
+    ck_assert_int_eq(setenv("LLMEM_VIEW_CHECK", "full", 1), 0);
+    llmem_view_vouch_rows(f.idx, &kv->page_table, 4, 2, &kv->page_off, &kv->seq_len, 1);
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_E_INVALID);
+    ck_assert_int_eq(unsetenv("LLMEM_VIEW_CHECK"), 0);
+    /* a good row, vouched for, is accepted */
+    f.host[7] = 0;
+    fx_upload(&f);
+    llmem_view_vouch_rows(f.idx, &kv->page_table, 4, 2, &kv->page_off, &kv->seq_len, 1);
+    ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_OK);
+    fx_finish(&f);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("view_checks");
@@ -169,6 +216,7 @@ int main(void)
     tcase_add_test(tc, test_store_check_follows_uploads);
     tcase_add_test(tc, test_attention_check_follows_uploads);
     tcase_add_test(tc, test_fresh_index_buffer_is_checked);
+    tcase_add_test(tc, test_vouched_rows_end_with_a_write);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -121,6 +121,27 @@ typedef struct llmem_view {
     } u;
 } llmem_view;
 
+/* For memory implementations, right after their last write to idx for a
+ * plan (the write generation vouched for): the rows they wrote into
+ * page_table hold valid page ids (in [0, n_pages)) for the first
+ * ceil(seq_len[s] / page_size) entries of row page_off[s], for every group
+ * s of each of the n_ub ubatch table pairs (page_off[u], seq_len[u]), arrays
+ * of [n_ub] read during the call only. The attention check of the op
+ * wrappers (<llmem/ops.h>) then skips re-reading those row entries for a
+ * view with exactly these tables (same host pointers, offsets and sizes),
+ * the same page_table, n_pages and page_size, while idx keeps that
+ * generation: O(groups + tokens) per ubatch instead of O(context). Every
+ * other rule is still checked, and any later write to idx ends the vouch.
+ * A false vouch breaks the ops contract like a host table that differs
+ * from its device copy. One vouch per index buffer (a new one replaces
+ * it), a few buffers per backend. Does nothing when the environment has
+ * LLMEM_VIEW_CHECK=full (every check reads every row: debug and tests), for
+ * an index buffer never written or on host allocation failure; no status
+ * (a vouch is only an optimization). */
+void llmem_view_vouch_rows(const llmem_buffer *idx, const llmem_i32_table *page_table,
+                           int32_t n_pages, int32_t page_size, const llmem_i32_table *page_off,
+                           const llmem_i32_table *seq_len, int32_t n_ub);
+
 #ifdef __cplusplus
 }
 #endif
