@@ -72,6 +72,13 @@ llmem_status bench_tab_finish(bench *b, tables *t, llmem_i32_table **list, int n
 void bench_report_bw(const bench *b, const char *what, double t, double bytes, const char *note);
 
 /* The figures (bench_ops.c). */
+/* One device-to-device copy of bytes from src to dst: the ceiling every figure is put against;
+ * a bench_time_it body (ctx is a bench_copy_ctx). */
+typedef struct bench_copy_ctx {
+    llmem_buffer *src, *dst;
+    size_t bytes;
+} bench_copy_ctx;
+llmem_status bench_copy_run(void *ctx);
 llmem_status bench_copy(bench *b, bool gpu);
 llmem_status bench_decode_attention(bench *b);
 llmem_status bench_prefill(bench *b, int32_t device);

@@ -10,20 +10,15 @@
 
 /* ---- copy ---------------------------------------------------------------------------------- */
 
-typedef struct copy_ctx {
-    llmem_buffer *src, *dst;
-    size_t bytes;
-} copy_ctx;
-
-static llmem_status copy_run(void *vctx)
+llmem_status bench_copy_run(void *vctx)
 {
-    copy_ctx *c = vctx;
+    bench_copy_ctx *c = vctx;
     return llmem_buffer_copy(c->dst, 0, c->src, 0, c->bytes);
 }
 
 llmem_status bench_copy(bench *b, bool gpu)
 {
-    copy_ctx c = {NULL, NULL, gpu ? 1024 * MIB : 256 * MIB};
+    bench_copy_ctx c = {NULL, NULL, gpu ? 1024 * MIB : 256 * MIB};
     llmem_status st = bench_new_buffer(b, c.bytes, &c.src);
     if (st == LLMEM_OK)
         st = bench_new_buffer(b, c.bytes, &c.dst);
@@ -31,7 +26,7 @@ llmem_status bench_copy(bench *b, bool gpu)
         st = bench_fill(b, c.src, 0, (int64_t)(c.bytes / 4), LLMEM_DTYPE_F32, false);
     double t = 0;
     if (st == LLMEM_OK)
-        st = bench_time_it(b, "copy", copy_run, &c, &t);
+        st = bench_time_it(b, "copy", bench_copy_run, &c, &t);
     if (st == LLMEM_OK) {
         b->copy_bw = 2.0 * (double)c.bytes / t;
         printf("%-28s %9.3f ms  %8.1f GB/s  (%zu MiB copied; read + written)\n", "copy", t * 1e3,
@@ -115,6 +110,28 @@ static llmem_status attn_prepare(bench *b, const kv_setup *s, llmem_buffer *kp, 
     return LLMEM_OK;
 }
 
+/* K and V pools of pool_elems 2-byte elements each and queries and outputs of nq f32, from b's
+ * backend; the pools (as dtype) and the queries are filled. The caller frees the buffers. */
+static llmem_status attn_buffers(bench *b, int64_t pool_elems, int64_t nq, llmem_dtype dtype,
+                                 llmem_buffer **kp, llmem_buffer **vp, llmem_buffer **qb,
+                                 llmem_buffer **ob)
+{
+    llmem_status st = bench_new_buffer(b, (size_t)pool_elems * 2, kp);
+    if (st == LLMEM_OK)
+        st = bench_new_buffer(b, (size_t)pool_elems * 2, vp);
+    if (st == LLMEM_OK)
+        st = bench_new_buffer(b, (size_t)nq * 4, qb);
+    if (st == LLMEM_OK)
+        st = bench_new_buffer(b, (size_t)nq * 4, ob);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, *kp, 0, pool_elems, dtype, false);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, *vp, 0, pool_elems, dtype, false);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, *qb, 0, nq, LLMEM_DTYPE_F32, false);
+    return st;
+}
+
 llmem_status bench_decode_attention(bench *b)
 {
     kv_setup s = {64, 4096, 1, 16, 32, 8, 128, LLMEM_DTYPE_F16};
@@ -122,19 +139,7 @@ llmem_status bench_decode_attention(bench *b)
     size_t pool_bytes = (size_t)pool_elems * 2;
     llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL;
     int64_t nq = (int64_t)s.n_seq * s.n_heads * s.hd;
-    llmem_status st = bench_new_buffer(b, pool_bytes, &kp);
-    if (st == LLMEM_OK)
-        st = bench_new_buffer(b, pool_bytes, &vp);
-    if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)nq * 4, &qb);
-    if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)nq * 4, &ob);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, kp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, vp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, qb, 0, nq, LLMEM_DTYPE_F32, false);
+    llmem_status st = attn_buffers(b, pool_elems, nq, s.dtype, &kp, &vp, &qb, &ob);
     static const int32_t sizes[3] = {1, 16, 64};
     double times[3] = {0, 0, 0};
     for (int i = 0; i < 3 && st == LLMEM_OK; i++) {
@@ -177,19 +182,7 @@ static llmem_status prefill_once(bench *b, const char *label)
     int64_t nq = (int64_t)s.n_seq * s.ctx * s.n_heads * s.hd;
     llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL, *idx = NULL;
     tables t = {0};
-    llmem_status st = bench_new_buffer(b, (size_t)pool_elems * 2, &kp);
-    if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)pool_elems * 2, &vp);
-    if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)nq * 4, &qb);
-    if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)nq * 4, &ob);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, kp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, vp, 0, pool_elems, s.dtype, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, qb, 0, nq, LLMEM_DTYPE_F32, false);
+    llmem_status st = attn_buffers(b, pool_elems, nq, s.dtype, &kp, &vp, &qb, &ob);
     attn_ctx c;
     if (st == LLMEM_OK)
         st = attn_prepare(b, &s, kp, vp, &c, &t, &idx);

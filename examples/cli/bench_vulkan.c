@@ -8,17 +8,6 @@
 
 #include "examples/cli/bench.h"
 
-typedef struct ref_copy {
-    llmem_buffer *src, *dst;
-    size_t bytes;
-} ref_copy;
-
-static llmem_status ref_copy_run(void *vctx)
-{
-    ref_copy *c = vctx;
-    return llmem_buffer_copy(c->dst, 0, c->src, 0, c->bytes);
-}
-
 /* Measures the CUDA backend's 1 GiB device copy (as bench_copy does) when
  * the benchmarked backend is vulkan and a cuda device opens; sets
  * b->ref_copy_bw (0 when there is none). Never fails the run: a missing
@@ -36,7 +25,7 @@ void bench_ref_copy(bench *b, int32_t device)
     }
     r.name = "cuda";
     r.iters = b->iters;
-    ref_copy c = {NULL, NULL, 1024 * MIB};
+    bench_copy_ctx c = {NULL, NULL, 1024 * MIB};
     double t = 0.0;
     llmem_status st = llmem_buffer_alloc(r.be, c.bytes, &c.src);
     if (st == LLMEM_OK)
@@ -44,7 +33,7 @@ void bench_ref_copy(bench *b, int32_t device)
     if (st == LLMEM_OK)
         st = llmem_buffer_fill(c.src, 0, c.bytes, 0x3f800000u);
     if (st == LLMEM_OK)
-        st = bench_time_it(&r, "copy on cuda", ref_copy_run, &c, &t);
+        st = bench_time_it(&r, "copy on cuda", bench_copy_run, &c, &t);
     if (st == LLMEM_OK) {
         b->ref_copy_bw = 2.0 * (double)c.bytes / t;
         printf("%-28s %9.3f ms  %8.1f GB/s  (same GPU; the second ceiling below)\n",
