@@ -79,22 +79,6 @@ static int fallback_byte(const char *s, size_t n)
     return v;
 }
 
-static bool replace_into(tk_buf *out, const char *s, size_t n, const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), run = 0;
-    for (size_t i = 0; la && i + la <= n;) {
-        if (!memcmp(s + i, a, la)) {
-            if (!tk_buf_put(out, s + run, i - run) || !tk_buf_put(out, b, lb))
-                return false;
-            i += la;
-            run = i;
-        } else {
-            i++;
-        }
-    }
-    return tk_buf_put(out, s + run, n - run);
-}
-
 static bool run_decoder(const tk_dec *d, slist *in, slist *out)
 {
     slist_clear(out);
@@ -153,11 +137,11 @@ static bool run_decoder(const tk_dec *d, slist *in, slist *out)
             if (!o)
                 return false;
             if (d->kind == TK_DEC_REPLACE) {
-                if (!replace_into(o, in->s[i].p, in->s[i].n, d->a, d->b))
+                if (!tk_replace_all(o, in->s[i].p, in->s[i].n, d->a, d->b))
                     return false;
                 continue;
             }
-            if (!replace_into(o, in->s[i].p, in->s[i].n, d->a, " "))
+            if (!tk_replace_all(o, in->s[i].p, in->s[i].n, d->a, " "))
                 return false;
             if (i == 0 && d->prepend != 0 && o->n && o->p[0] == ' ') {
                 memmove(o->p, o->p + 1, o->n);
@@ -314,10 +298,10 @@ static bool token_bytes(const llmem_detok *d, int32_t id, size_t index, tk_buf *
             break;
         }
         case TK_DEC_REPLACE:
-            ok = tk_buf_put(&u, "", 0) && replace_into(&u, t.p, t.n, dc->a, dc->b);
+            ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, t.p, t.n, dc->a, dc->b);
             break;
         case TK_DEC_METASPACE:
-            ok = tk_buf_put(&u, "", 0) && replace_into(&u, t.p, t.n, dc->a, " ");
+            ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, t.p, t.n, dc->a, " ");
             if (ok && index == 0 && dc->prepend != 0 && u.n && u.p[0] == ' ') {
                 memmove(u.p, u.p + 1, u.n);
                 u.n--;

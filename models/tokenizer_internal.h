@@ -19,6 +19,9 @@ typedef struct tk_buf {
 bool tk_buf_put(tk_buf *b, const void *s, size_t n);
 bool tk_buf_reserve(tk_buf *b, size_t cap_needed); /* capacity in bytes, incl. the NUL */
 static inline bool tk_buf_putc(tk_buf *b, char c) { return tk_buf_put(b, &c, 1); }
+/* Appends s[0, n) to out with every occurrence of a replaced by b, left to right, not
+ * overlapping (a == "": s unchanged). False when out of memory. */
+bool tk_replace_all(tk_buf *out, const char *s, size_t n, const char *a, const char *b);
 
 /* growable int32 array */
 typedef struct tk_ids {

@@ -313,7 +313,7 @@ int tk_cp_to_byte(uint32_t cp)
 
 /* ---- normalizers ------------------------------------------------------------- */
 
-static bool replace_all(tk_buf *out, const char *s, size_t n, const char *a, const char *b)
+bool tk_replace_all(tk_buf *out, const char *s, size_t n, const char *a, const char *b)
 {
     size_t la = strlen(a), lb = strlen(b), i = 0, run = 0;
     if (!la)
@@ -348,7 +348,7 @@ llmem_status tk_normalize(const llmem_tokenizer *tok, const char *s, size_t n, t
                 goto fail;
             break;
         case TK_NORM_REPLACE:
-            if (!replace_all(&b, a.p, a.n, nm->a, nm->b))
+            if (!tk_replace_all(&b, a.p, a.n, nm->a, nm->b))
                 goto fail;
             break;
         default: {
