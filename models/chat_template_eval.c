@@ -106,6 +106,17 @@ static int compare(ct_value a, ct_value b, bool *ok)
     return 0;
 }
 
+/* The strings x and y (V_STR) joined, in the render's arena; undefined when out of memory. */
+static ct_value concat(ct_ev *e, ct_value x, ct_value y)
+{
+    char *p = ct_alloc(e->ar, x.u.s.n + y.u.s.n + 1);
+    if (!p)
+        return CT_UNDEF;
+    memcpy(p, x.u.s.p, x.u.s.n);
+    memcpy(p + x.u.s.n, y.u.s.p, y.u.s.n);
+    return ct_str(p, x.u.s.n + y.u.s.n);
+}
+
 static ct_value binop(ct_ev *e, const ct_node *n)
 {
     const char *op = n->name;
@@ -122,12 +133,7 @@ static ct_value binop(ct_ev *e, const ct_node *n)
         return CT_UNDEF;
     if (!strcmp(op, "~")) {
         ct_value x = ct_str_of(e, a), y = ct_str_of(e, b);
-        char *p = ct_alloc(e->ar, x.u.s.n + y.u.s.n + 1);
-        if (!p)
-            return CT_UNDEF;
-        memcpy(p, x.u.s.p, x.u.s.n);
-        memcpy(p + x.u.s.n, y.u.s.p, y.u.s.n);
-        return ct_str(p, x.u.s.n + y.u.s.n);
+        return concat(e, x, y);
     }
     if (!strcmp(op, "==") || !strcmp(op, "!="))
         return ct_bool(ct_equal(a, b) == (op[0] == '='));
@@ -143,12 +149,7 @@ static ct_value binop(ct_ev *e, const ct_node *n)
         return ct_bool(!strcmp(op, "<") ? c < 0 : !strcmp(op, ">") ? c > 0 : !strcmp(op, "<=") ? c <= 0 : c >= 0);
     }
     if (!strcmp(op, "+") && a.k == V_STR && b.k == V_STR) {
-        char *p = ct_alloc(e->ar, a.u.s.n + b.u.s.n + 1);
-        if (!p)
-            return CT_UNDEF;
-        memcpy(p, a.u.s.p, a.u.s.n);
-        memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
-        return ct_str(p, a.u.s.n + b.u.s.n);
+        return concat(e, a, b);
     }
     if (!strcmp(op, "+") && a.k == V_LIST && b.k == V_LIST) {
         ct_list *l = ct_new_list(e);
