@@ -294,6 +294,9 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         st->snapshots += s.snapshots;
         st->snapshot_bytes += s.snapshot_bytes;
         st->snapshot_hit_tokens += s.snapshot_hit_tokens;
+        st->host_tier_pages += s.host_tier_pages;
+        st->host_tier_bytes += s.host_tier_bytes;
+        st->host_tier_hits += s.host_tier_hits;
         if (s.n_seqs_live > st->n_seqs_live)
             st->n_seqs_live = s.n_seqs_live;
     }

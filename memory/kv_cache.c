@@ -28,11 +28,132 @@ void clear_page_shift(kv_cache *kv, int32_t p)
     kv->page_shift[p] = 0;
 }
 
+/* Copies evicted page p (published until now, so its K/V is written and its
+ * chain key valid) into the host tier, unless the tier holds it already.
+ * Synchronous downloads: the buffer API has no asynchronous host copy yet. */
+static void host_spill(kv_cache *kv, int32_t p)
+{
+    page_pool *pp = &kv->pool;
+    host_tier *ht = &kv->host;
+    const int32_t *tok = pp->tokens + (size_t)p * (size_t)kv->p.page_size;
+    if (kv->page_shift[p] || host_tier_lookup(ht, pp->hash[p], pp->parent_hash[p], tok) >= 0)
+        return;
+    int32_t e = host_tier_insert(ht, pp->hash[p], pp->parent_hash[p], tok);
+    if (e < 0)
+        return;
+    uint8_t *d = ht->data + (size_t)e * ht->entry_bytes;
+    for (int32_t il = 0; il < kv->p.n_layers; il++) {
+        size_t off = (size_t)p * kv->page_bytes;
+        if (llmem_buffer_download(kv->k[il], off, d, kv->page_bytes) != LLMEM_OK ||
+            llmem_buffer_download(kv->v[il], off, d + kv->page_bytes, kv->page_bytes) !=
+                LLMEM_OK) {
+            host_tier_remove(ht, e);
+            return;
+        }
+        d += 2 * kv->page_bytes;
+    }
+    ht->n_spills++;
+}
+
+/* Host-tier entries named in pages[0, n) (KV_HOST_MARK) go back on the LRU. */
+void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        int32_t e = -2 - pages[i];
+        if (pages[i] < -1)
+            host_tier_unpin(&kv->host, e);
+    }
+}
+
+/* Replaces every host-tier mark in pages[0, n) by a device page holding the
+ * entry's K/V (published, one reference per mark; a mark listed twice gets
+ * the same page), freeing each entry as soon as its page is written, so
+ * that the pages the copies evict can spill into its place: a page lives on
+ * the device or on the host. The marked entries must be pinned
+ * (host_tier_pin) so that those spills cannot evict them; the caller has
+ * checked that enough pages are free or evictable. Uploads are synchronous
+ * (the buffer API's upload; the cpu backend copies in place).
+ * Returns LLMEM_OK; LLMEM_E_NO_MEMORY; LLMEM_E_NO_SPACE (no page); a backend
+ * status. On error, marks not yet replaced stay (pinned, for kv_host_unpin)
+ * and repeats of replaced ones become -1. */
+llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n)
+{
+    host_tier *ht = &kv->host;
+    page_pool *pp = &kv->pool;
+    int32_t ps = kv->p.page_size, n_marks = 0;
+    for (int32_t i = 0; i < n; i++)
+        n_marks += pages[i] < -1;
+    if (n_marks == 0)
+        return LLMEM_OK;
+    int32_t *first = malloc((size_t)n * sizeof *first); /* first index of each mark */
+    if (!first)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < n; i++) { /* restored[] holds first indices meanwhile */
+        int32_t e = -2 - pages[i];
+        first[i] = i;
+        if (pages[i] >= -1)
+            continue;
+        if (ht->restored[e] >= 0)
+            first[i] = ht->restored[e];
+        else
+            ht->restored[e] = i;
+    }
+    llmem_status st = LLMEM_OK;
+    for (int32_t i = 0; i < n; i++) {
+        if (pages[i] >= -1)
+            continue;
+        int32_t e = -2 - pages[i];
+        ht->restored[e] = -1;
+        if (first[i] != i) {
+            if (st == LLMEM_OK) {
+                pages[i] = pages[first[i]];
+                page_pool_ref(pp, pages[i]);
+            } else if (pages[first[i]] >= -1) {
+                pages[i] = -1; /* its entry is gone, its page unreferenced by it */
+            }
+            continue;
+        }
+        if (st != LLMEM_OK)
+            continue;
+        int32_t p = kv_alloc_page(kv);
+        if (p < 0) {
+            st = LLMEM_E_NO_SPACE;
+            continue;
+        }
+        const uint8_t *d = ht->data + (size_t)e * ht->entry_bytes;
+        for (int32_t il = 0; il < kv->p.n_layers && st == LLMEM_OK; il++) {
+            size_t off = (size_t)p * kv->page_bytes;
+            st = llmem_buffer_upload(kv->k[il], off, d, kv->page_bytes);
+            if (st == LLMEM_OK)
+                st = llmem_buffer_upload(kv->v[il], off, d + kv->page_bytes, kv->page_bytes);
+            d += 2 * kv->page_bytes;
+        }
+        if (st != LLMEM_OK) {
+            kv_unref_page(kv, p);
+            continue;
+        }
+        pp->hash[p] = ht->hash[e];
+        pp->parent_hash[p] = ht->parent_hash[e];
+        memcpy(pp->tokens + (size_t)p * (size_t)ps, ht->tokens + (size_t)e * (size_t)ps,
+               (size_t)ps * sizeof *pp->tokens);
+        pp->hashed[p] = 1;
+        page_pool_publish(pp, p);
+        host_tier_remove(ht, e);
+        ht->n_restores++;
+        pages[i] = p;
+    }
+    free(first);
+    return st;
+}
+
 int32_t kv_alloc_page(kv_cache *kv)
 {
-    int32_t p = page_pool_alloc(&kv->pool, NULL);
+    bool was_cached = false;
+    int32_t p = page_pool_alloc(&kv->pool, &was_cached);
     if (p < 0)
         return -1;
+    if (was_cached && kv->host.cap > 0)
+        host_spill(kv, p);
     clear_page_shift(kv, p);
     if (kv->p.poison)
         poison_page(kv, p);
@@ -125,8 +246,12 @@ int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t 
         uint64_t parent = h;
         h = page_hash(h, tokens + (size_t)k * (size_t)ps, ps);
         int32_t p = page_pool_lookup(&kv->pool, h, parent, tokens + (size_t)k * (size_t)ps);
-        if (p < 0)
-            break;
+        if (p < 0) {
+            int32_t e = host_tier_lookup(&kv->host, h, parent, tokens + (size_t)k * (size_t)ps);
+            if (e < 0)
+                break;
+            p = KV_HOST_MARK(e);
+        }
         if (out)
             out[k] = p;
     }
@@ -368,6 +493,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     }
     page_rows_reset(&kv->rows);
     page_pool_reset(&kv->pool);
+    host_tier_reset(&kv->host);
     memset(kv->shift, 0, (size_t)kv->p.n_pages * (size_t)kv->p.page_size * sizeof *kv->shift);
     memset(kv->page_shift, 0, (size_t)kv->p.n_pages);
     kv->shift_pending = false;
@@ -388,6 +514,9 @@ static void kv_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     st->prefix_hit_tokens = kv->prefix_hits;
     st->prefix_evictions = kv->pool.n_evictions;
     st->cow_copies = kv->cow_copies;
+    st->host_tier_pages = host_tier_count(&kv->host);
+    st->host_tier_bytes = (int64_t)((size_t)st->host_tier_pages * kv->host.entry_bytes);
+    st->host_tier_hits = kv->host.n_restores;
     st->bytes_device = (int64_t)(2 * (size_t)kv->p.n_layers * (size_t)kv->p.n_pages * kv->page_bytes);
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += kv->seqs[s].tokens.n > 0;
@@ -414,6 +543,7 @@ static void kv_destroy(llmem_memory *mem)
     page_rows_finish(&kv->rows);
     i32vec_free(&kv->ib.data);
     page_pool_finish(&kv->pool);
+    host_tier_finish(&kv->host);
     free(kv);
 }
 
@@ -474,6 +604,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     else if (p->n_seq_max < 1) bad = "n_seq_max must be >= 1";
     else if (p->dtype != LLMEM_DTYPE_F32 && p->dtype != LLMEM_DTYPE_F16 &&
              p->dtype != LLMEM_DTYPE_BF16) bad = "dtype must be f32, f16 or bf16";
+    else if (p->host_tier_bytes < 0) bad = "host_tier_bytes must be >= 0";
     else if ((int64_t)p->n_pages * p->page_size > INT32_MAX) bad = "n_pages * page_size exceeds int32 slot ids";
     if (bad) {
         llmem_errf(err, err_len, "KV cache: %s", bad);
@@ -509,6 +640,17 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
                    "KV cache: out of host memory for the bookkeeping of %d pages and %d "
                    "sequences",
                    p->n_pages, p->n_seq_max);
+        goto fail;
+    }
+    int64_t host_bytes = p->host_tier_bytes;
+    const char *mb = getenv("LLMEM_HOST_TIER_MB");
+    if (host_bytes <= 0 && mb && atoll(mb) > 0)
+        host_bytes = atoll(mb) * 1048576;
+    if (host_bytes > 0 && !p->no_prefix_cache &&
+        !host_tier_init(&kv->host, (size_t)host_bytes, 2 * (size_t)p->n_layers * kv->page_bytes,
+                        p->page_size)) {
+        llmem_errf(err, err_len, "KV cache: out of host memory for a %lld-byte host tier",
+                   (long long)host_bytes);
         goto fail;
     }
     for (int32_t s = 0; s < p->n_seq_max; s++) {

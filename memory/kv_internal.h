@@ -5,6 +5,7 @@
 #define LLMEM_KV_INTERNAL_H
 
 #include "llmem/kv_cache.h"
+#include "memory/host_tier.h"
 #include "memory/internal.h"
 #include "memory/page_pool.h"
 #include "memory/page_rows.h"
@@ -47,6 +48,7 @@ typedef struct kv_cache {
     llmem_memory base;
     llmem_kv_cache_params p;
     page_pool pool;
+    host_tier host;        /* evicted published pages in host memory (cap 0: off) */
     kv_seq *seqs;          /* [n_seq_max] */
     llmem_buffer **k, **v; /* [n_layers] pools */
     size_t row_bytes;      /* one slot of one layer's K (or V) */
@@ -95,6 +97,10 @@ llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old);
 int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t *out);
 void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page);
 void clear_page_shift(kv_cache *kv, int32_t p);
+llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n);
+void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n);
+/* Prefix page entries below -1 name host-tier entries: -2 - entry. */
+#define KV_HOST_MARK(e) (-2 - (e))
 
 /* kv_plan.c */
 llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,

@@ -230,8 +230,8 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
             goto out;
         }
         for (int32_t k = 0; k < np; k++) {
-            int32_t p = pages.v[at + k];
-            bool dup = kv->pool.ref[p] > 0;
+            int32_t p = pages.v[at + k]; /* a host-tier mark needs a free page too */
+            bool dup = p >= 0 && kv->pool.ref[p] > 0;
             for (int32_t j = 0; j < pages.n && !dup; j++)
                 dup = pages.v[j] == p;
             if (!dup)
@@ -322,11 +322,25 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                 st = LLMEM_E_STATE;
                 goto fail;
             }
-            for (int32_t k = 0; k < np; k++)
-                page_pool_ref(&kv->pool, pinned.v[at + k]);
+            for (int32_t k = 0; k < np; k++) {
+                int32_t p = pinned.v[at + k];
+                if (p >= 0)
+                    page_pool_ref(&kv->pool, p);
+                else /* spills while restoring must not evict it */
+                    host_tier_pin(&kv->host, -2 - p);
+            }
             pinned.n += np;
         }
     }
+    /* host-tier hits come back to the device now (prepare counted their
+     * pages); the restored pages are published and pinned like cached ones */
+    st = kv_host_restore(kv, pinned.v, pinned.n);
+    if (st != LLMEM_OK) {
+        llmem_errf(err, err_len, "KV cache: restoring host-tier pages failed (%s)",
+                   llmem_status_str(st));
+        goto fail;
+    }
+    st = LLMEM_E_NO_MEMORY;
     total = pages_needed(kv, plan, need, len0, cow);
     if (total > page_pool_available(&kv->pool)) {
         llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
@@ -428,7 +442,9 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
 fail:
     /* pinned pages not yet attached to a page table still hold a reference */
     for (int32_t k = pin_at; k < pinned.n; k++)
-        kv_unref_page(kv, pinned.v[k]);
+        if (pinned.v[k] >= 0)
+            kv_unref_page(kv, pinned.v[k]);
+    kv_host_unpin(kv, pinned.v + pin_at, pinned.n - pin_at);
     if (attached)
         release_reservations(kv, plan);
     for (int32_t c = 0; res && c < res->n_cow; c++)

@@ -32,6 +32,11 @@ typedef struct llmem_kv_cache_params {
     int32_t n_seq_max;   /* sequence ids are [0, n_seq_max) (>= 1) */
     bool no_prefix_cache;/* disable prefix caching (default: enabled) */
     bool poison;         /* fill freed and fresh pages with NaN (also LLMEM_POISON=1) */
+    /* Host tier (issue 13): bytes of host memory that published pages
+     * evicted from the pool spill to (K and V of every layer per page),
+     * found again by the prefix cache and copied back on a hit; LRU within
+     * the budget. 0 = off; when 0, LLMEM_HOST_TIER_MB (MiB) decides. */
+    int64_t host_tier_bytes;
 } llmem_kv_cache_params;
 
 /* Default parameters (f16, page 16, prefix cache on); the caller fills the
@@ -40,7 +45,10 @@ llmem_kv_cache_params llmem_kv_cache_default_params(void);
 
 /* Creates a KV cache and allocates its pools through `be`
  * (2 * n_layers buffers of n_pages * page_size * n_kv_heads * head_dim *
- * dtype-size bytes). The memory keeps a reference to `be`; the caller keeps
+ * dtype-size bytes), plus the host tier when host_tier_bytes (or
+ * LLMEM_HOST_TIER_MB) is set: malloc'd host memory for
+ * floor(bytes / (2 * n_layers * page bytes)) pages, none when that is 0 or
+ * the prefix cache is off. The memory keeps a reference to `be`; the caller keeps
  * ownership of `be` and must close it after destroying the memory.
  * Returns LLMEM_OK; LLMEM_E_INVALID (a parameter out of range, with the
  * reason in err; or an overflowing pool size); LLMEM_E_NO_MEMORY. */

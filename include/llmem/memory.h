@@ -99,6 +99,9 @@ typedef struct llmem_memory_stats {
     int64_t snapshots;           /* recurrent snapshots published now (issue 13) */
     int64_t snapshot_bytes;      /* device bytes those snapshots hold */
     int64_t snapshot_hit_tokens; /* tokens whose state came from a snapshot */
+    int64_t host_tier_pages;     /* evicted pages held in the host tier now */
+    int64_t host_tier_bytes;     /* host bytes those pages hold */
+    int64_t host_tier_hits;      /* pages copied back from the host tier on a prefix hit */
 } llmem_memory_stats;
 
 /* Plans a batch: validates it, looks up the prefix cache, splits it into

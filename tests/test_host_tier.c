@@ -1,0 +1,309 @@
+// ctest-labels: core
+/* Host tier of the KV prefix cache (issue 13 item 3): published pages
+ * evicted from a small device pool spill to host memory, are found again by
+ * their content-keyed chain and come back with identical K/V bytes; the
+ * tier evicts LRU within its byte budget; a plan that cannot fit changes
+ * nothing; poison mode gives the same results. Expected page counts and
+ * values are derived by hand in each step, never from the cache. */
+#include "support/run.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/model.h"
+#include "llmem/runtime.h"
+#include "support/memtest.h"
+
+/* 1 layer, 1 head, head_dim 2, f32, page 4: a page is 4 * 8 = 32 bytes of
+ * K and 32 of V, one host entry 64 bytes. */
+static llmem_memory *kv_tiered(llmem_backend *be, int32_t n_pages, int64_t host_bytes, bool poison)
+{
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 2;
+    p.dtype = LLMEM_DTYPE_F32;
+    p.page_size = 4;
+    p.n_pages = n_pages;
+    p.n_seq_max = 2;
+    p.poison = poison;
+    p.host_tier_bytes = host_bytes;
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+/* K = (token, 1), V = (-2 * token, 0.5) in every stored slot. */
+static void write_kv(llmem_memory *mem, const llmem_ubatch *ub, void *c)
+{
+    (void)c;
+    llmem_view v;
+    ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
+    for (int32_t j = 0; j < v.u.kv.store_slot.n; j++) {
+        float t = (float)ub->token[v.u.kv.store_tok.host[j]];
+        float k[2] = {t, 1.0f}, vv[2] = {-2.0f * t, 0.5f};
+        size_t off = (size_t)v.u.kv.store_slot.host[j] * 8;
+        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.k, off, k, 8), LLMEM_OK);
+        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.v, off, vv, 8), LLMEM_OK);
+    }
+}
+
+/* Runs a prompt of n tokens tok0.. in seq; returns the tokens served by the
+ * prefix cache. */
+static int32_t prompt(llmem_memory *m, int32_t seq, int32_t n, int32_t tok0)
+{
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(64, 2, &b), LLMEM_OK);
+    mt_add(b, seq, 0, n, tok0, true);
+    llmem_plan_info info;
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_kv, NULL, &info), LLMEM_OK);
+    llmem_batch_buf_destroy(b);
+    mt_assert_check(m);
+    return info.n_tokens_cached;
+}
+
+/* The state stream of seq: tokens, positions, and every slot's K and V. */
+static unsigned char *state_of(llmem_memory *m, int32_t seq, size_t *sz)
+{
+    ck_assert_int_eq(llmem_memory_state_size(m, seq, sz), LLMEM_OK);
+    unsigned char *buf = malloc(*sz);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(llmem_memory_state_write(m, seq, buf, *sz, NULL), LLMEM_OK);
+    return buf;
+}
+
+static llmem_memory_stats stats_of(llmem_memory *m)
+{
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    return st;
+}
+
+START_TEST(test_host_tier_roundtrip)
+{
+    bool poison = _i != 0;
+    llmem_backend *be = mt_cpu();
+    /* 4 device pages, a host budget of 3 entries (and a bit, not a 4th) */
+    llmem_memory *m = kv_tiered(be, 4, 3 * 64 + 40, poison);
+    /* prompt A: 9 tokens = 2 full pages + 1 partial */
+    ck_assert_int_eq(prompt(m, 0, 9, 100), 0);
+    size_t sz_a = 0;
+    unsigned char *state_a = state_of(m, 0, &sz_a);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    llmem_memory_stats st = stats_of(m);
+    ck_assert_int_eq(st.pages_cached, 2);
+    ck_assert_int_eq(st.host_tier_pages, 0);
+    /* prompt B: 16 tokens = 4 pages, the whole pool: A's 2 pages spill */
+    ck_assert_int_eq(prompt(m, 0, 16, 500), 0);
+    st = stats_of(m);
+    ck_assert_int_eq(st.prefix_evictions, 2);
+    ck_assert_int_eq(st.host_tier_pages, 2);
+    ck_assert_int_eq(st.host_tier_bytes, 128);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK); /* B: 4 cached */
+
+    /* a plan that cannot fit changes nothing: A (3 pages, 2 from the host)
+     * and 9 more tokens in seq 1 (3 pages) need 6 of 4 */
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(64, 2, &b), LLMEM_OK);
+    mt_add(b, 0, 0, 9, 100, true);
+    mt_add(b, 1, 0, 9, 900, true);
+    mt_snap before, after;
+    mt_snapshot(m, &before);
+    llmem_plan *plan = NULL;
+    char err[256];
+    ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan,
+                                       err, sizeof err),
+                     LLMEM_E_NO_SPACE);
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+    ck_assert_int_eq(after.stats.host_tier_pages, 2);
+    ck_assert_int_eq(after.stats.host_tier_hits, 0);
+    llmem_batch_buf_destroy(b);
+    mt_assert_check(m);
+
+    /* A again: its 2 full pages come back from the host (8 tokens, no
+     * compute); 3 pages taken evict 3 of B's, which spill in turn */
+    ck_assert_int_eq(prompt(m, 0, 9, 100), 8);
+    st = stats_of(m);
+    ck_assert_int_eq(st.host_tier_hits, 2);
+    ck_assert_int_eq(st.host_tier_pages, 3); /* A's entries left, B's 3 came in */
+    ck_assert_int_eq(st.prefix_hit_tokens, 8);
+    size_t sz_a2 = 0;
+    unsigned char *state_a2 = state_of(m, 0, &sz_a2);
+    ck_assert_uint_eq(sz_a, sz_a2);
+    ck_assert_int_eq(memcmp(state_a, state_a2, sz_a), 0); /* identical K/V bytes */
+    free(state_a2);
+
+    /* budget: drop A (cached A0, A1 after B's last page), then C takes 4
+     * pages with 1 free: B0, A1, A0 spill into a full tier, which evicts
+     * its 3 oldest entries (B's) */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(prompt(m, 0, 16, 700), 0);
+    st = stats_of(m);
+    ck_assert_int_eq(st.host_tier_pages, 3);
+    ck_assert_int_eq(st.host_tier_bytes, 192);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    /* A: both pages from the host again, same bytes; their copies evict
+     * C's pages, whose first spill takes the tier's oldest entry, B0 */
+    ck_assert_int_eq(prompt(m, 0, 9, 100), 8);
+    state_a2 = state_of(m, 0, &sz_a2);
+    ck_assert_int_eq(memcmp(state_a, state_a2, sz_a), 0);
+    free(state_a2);
+    free(state_a);
+    st = stats_of(m);
+    ck_assert_int_eq(st.host_tier_hits, 4);
+    ck_assert_int_eq(st.host_tier_pages, 3); /* 3 of C's pages */
+    /* B: nothing left anywhere */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(prompt(m, 1, 16, 500), 0);
+    ck_assert_int_eq(stats_of(m).host_tier_hits, 4);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 1, -1, -1), LLMEM_OK);
+
+    /* clear drops the tier too */
+    ck_assert_int_eq(llmem_memory_clear(m, true), LLMEM_OK);
+    ck_assert_int_eq(stats_of(m).host_tier_pages, 0);
+    ck_assert_int_eq(prompt(m, 0, 9, 100), 0);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Two sequences of one plan hit the same host page: it is restored once and
+ * shared; a tier of 0 bytes (off) never holds a page. */
+START_TEST(test_host_tier_shared_hit)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = kv_tiered(be, 4, 1 << 20, false);
+    ck_assert_int_eq(prompt(m, 0, 5, 100), 0); /* 1 full page */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(prompt(m, 0, 16, 500), 0); /* evicts it */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(stats_of(m).host_tier_pages, 1);
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(64, 2, &b), LLMEM_OK);
+    mt_add(b, 0, 0, 5, 100, true);
+    mt_add(b, 1, 0, 6, 100, true);
+    llmem_plan_info info;
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_kv, NULL, &info), LLMEM_OK);
+    ck_assert_int_eq(info.n_tokens_cached, 8);
+    int32_t a[4], c[4];
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 0, a, 4), 2);
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, c, 4), 2);
+    ck_assert_int_eq(a[0], c[0]);
+    llmem_memory_stats st = stats_of(m);
+    ck_assert_int_eq(st.host_tier_hits, 1);
+    ck_assert_int_eq(st.pages_used, 3);
+    mt_assert_check(m);
+    llmem_batch_buf_destroy(b);
+    llmem_memory_destroy(m);
+
+    m = kv_tiered(be, 4, 0, false);
+    ck_assert_int_eq(prompt(m, 0, 5, 100), 0);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(prompt(m, 0, 16, 500), 0);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(stats_of(m).host_tier_pages, 0);
+    ck_assert_int_eq(prompt(m, 0, 5, 100), 0);
+    llmem_memory_destroy(m);
+    /* a negative budget is refused */
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = p.n_kv_heads = p.n_pages = 1;
+    p.head_dim = 2;
+    p.host_tier_bytes = -1;
+    char err[128] = "";
+    m = NULL;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_ptr_nonnull(strstr(err, "host_tier_bytes"));
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* The llama fixture on cpu, page 4, n_pages pages, one sequence; the host
+ * tier through LLMEM_HOST_TIER_MB (how the runtime turns it on). */
+static llmem_model *load_llama(llmem_backend *be, int32_t n_pages, bool tier)
+{
+    char dir[1024], err[256] = "";
+    const char *src = getenv("LLMEM_SOURCE_DIR");
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", src && *src ? src : LLMEM_SOURCE_DIR);
+    llmem_model_params p = llmem_model_default_params();
+    p.n_seq_max = 1;
+    p.n_ctx = 16;
+    p.page_size = 4;
+    p.n_pages = n_pages;
+    if (tier)
+        setenv("LLMEM_HOST_TIER_MB", "1", 1);
+    llmem_model *m = NULL;
+    llmem_status st = llmem_model_load(dir, be, &p, &m, err, sizeof err);
+    unsetenv("LLMEM_HOST_TIER_MB");
+    ck_assert_msg(st == LLMEM_OK, "%s", err);
+    return m;
+}
+
+/* Logits of the last of n tokens tok(i) = (i * 7 + tok0) % n_vocab. */
+static void run_logits(llmem_model *m, int32_t n, int32_t tok0, float *out)
+{
+    int32_t tok[16], pos[16], seq = 0;
+    const int32_t *seqp[16];
+    int8_t outf[16];
+    int32_t v = llmem_model_n_vocab(m), n_out = 0;
+    for (int32_t i = 0; i < n; i++) {
+        tok[i] = (i * 7 + tok0) % v;
+        pos[i] = i;
+        seqp[i] = &seq;
+        outf[i] = i == n - 1;
+    }
+    llmem_batch b = {.n_tokens = n, .token = tok, .pos = pos, .seq_id = seqp, .output = outf};
+    char err[256] = "";
+    ck_assert_msg(llmem_model_decode(m, &b, false, out, 1, &n_out, err, sizeof err) == LLMEM_OK,
+                  "%s", err);
+    ck_assert_int_eq(n_out, 1);
+    ck_assert_int_eq(llmem_memory_seq_rm(llmem_model_memory(m), 0, -1, -1), LLMEM_OK);
+}
+
+/* Model outputs: a prompt whose prefix was evicted to the host tier (pool
+ * of 4 pages) gives the same logits as the same prompt whose prefix stayed
+ * on the device (pool of 8 pages, no tier): both compute only the last
+ * token over the same cached K/V. */
+START_TEST(test_host_tier_model_outputs)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_model *mh = load_llama(be, 4, true), *md = load_llama(be, 8, false);
+    int32_t v = llmem_model_n_vocab(mh);
+    float *lh = malloc((size_t)v * sizeof *lh), *ld = malloc((size_t)v * sizeof *ld);
+    ck_assert(lh && ld);
+    llmem_model *ms[2] = {mh, md};
+    for (int32_t k = 0; k < 2; k++) {
+        run_logits(ms[k], 9, 3, k ? ld : lh);  /* A: 2 pages published */
+        run_logits(ms[k], 16, 11, k ? ld : lh); /* B: 4 pages; evicts A in mh only */
+        run_logits(ms[k], 9, 3, k ? ld : lh);  /* A again: 8 tokens cached */
+    }
+    for (int32_t i = 0; i < v; i++)
+        ck_assert_msg(memcmp(&lh[i], &ld[i], sizeof *lh) == 0, "logit %d: %g vs %g", i,
+                      (double)lh[i], (double)ld[i]);
+    llmem_memory_stats sh, sd;
+    llmem_memory_get_stats(llmem_model_memory(mh), &sh);
+    llmem_memory_get_stats(llmem_model_memory(md), &sd);
+    ck_assert_int_eq(sh.prefix_hit_tokens, 8);
+    ck_assert_int_eq(sd.prefix_hit_tokens, 8);
+    ck_assert_int_eq(sh.host_tier_hits, 2);
+    ck_assert_int_eq(sd.host_tier_hits, 0);
+    free(lh);
+    free(ld);
+    llmem_model_free(mh);
+    llmem_model_free(md);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("host_tier");
+    TCase *tc = tcase_create("core");
+    tcase_add_loop_test(tc, test_host_tier_roundtrip, 0, 2); /* 1: poison mode */
+    tcase_add_test(tc, test_host_tier_shared_hit);
+    tcase_add_test(tc, test_host_tier_model_outputs);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s) ? 1 : 0;
+}
