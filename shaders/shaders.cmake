@@ -39,6 +39,8 @@ set(LLMEM_VK_SHADER_LIST
   "attn_combine:attn_combine.comp"
   "ssm_conv:ssm_conv.comp"
   "ssm_scan:ssm_scan.comp"
+  "ssm_scan_dec:ssm_scan_decode.comp"
+  "ssm_scan_dec_sg:ssm_scan_decode.comp:USE_SUBGROUP=1"
   "state_gather:state_gather.comp"
   "moe_route:moe_route.comp"
   "moe_ffn:moe_ffn.comp")

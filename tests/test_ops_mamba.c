@@ -351,6 +351,15 @@ static const scan_case scan_cases[] = {
      {6, 8, 32, 3, 0.001f, 0.5f}, F32, F16, true, false},
     {{4, 2, 3, 16, {-1, 9, 2, 15}, {0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1}},
      {2, 3, 5, 2, 0.0f, INFINITY}, F16, F32, false, true},
+    /* one token, no checkpoints (ssm_scan_decode.comp on vulkan): src == dst,
+     * a fresh stream, a stream reading another's dst (snapshot), no dst,
+     * 16-bit states, d_state 4 (one lane per row) */
+    {{3, 1, 0, 8, {-1, 4, 1}, {1, 4, 7}, {0}}, {4, 16, 128, 2, 0.0f, INFINITY}, F32, F32, true,
+     true},
+    {{4, 1, 0, 8, {2, 0, 5, -1}, {0, 1, -1, 3}, {0}}, {6, 8, 32, 3, 0.001f, 0.5f}, BF16, F16,
+     true, false},
+    {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 5, 64, 1, 0.0f, INFINITY}, F16, F32, false, true},
+    {{2, 1, 0, 3, {0, 1}, {0, 1}, {0}}, {2, 3, 4, 1, 0.0f, INFINITY}, F32, F32, true, true},
     /* a long prefill chunk: 256 steps of decay and accumulation */
     {{2, 256, 2, 6, {-1, 3}, {0, 3}, {1, 2, 4, 5}}, {8, 16, 32, 2, 0.0f, INFINITY}, F32, BF16,
      true, true},

@@ -19,6 +19,8 @@
 
 #define CONV_WG 128
 #define SCAN_WG 64
+#define SCAN_DEC_WG 256 /* ssm_scan_decode.comp: d_state / 4 lanes per state row */
+#define SCAN_DEC_RPI 2  /* its rows per invocation group */
 #define GATHER_WG 256
 
 static int64_t state_elems(const llmem_state_desc *d)
@@ -145,19 +147,35 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     const llmem_rs_view *rs = &view->u.rs;
     const llmem_state_desc *sd = &rs->desc[state];
     uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
+    /* one token, no checkpoints: lanes over d_state (ssm_scan_decode.comp);
+     * LLMEM_VULKAN_SCAN_OLD keeps the row-per-invocation shader (for
+     * before/after measurements) */
+    uint32_t lanes = (uint32_t)p->d_state / 4;
+    bool dec = rs->n_seq_tokens == 1 && rs->n_ckpt == 0 && p->d_state % 4 == 0 &&
+               lanes <= SCAN_DEC_WG && getenv("LLMEM_VULKAN_SCAN_OLD") == NULL;
+    /* rows per invocation group (LLMEM_VULKAN_SCAN_RPI, 1..8, for measurements) */
+    uint32_t rpi = SCAN_DEC_RPI;
+    const char *rpi_env = getenv("LLMEM_VULKAN_SCAN_RPI");
+    if (rpi_env && atoi(rpi_env) >= 1 && atoi(rpi_env) <= 8)
+        rpi = (uint32_t)atoi(rpi_env);
     vk_alloc snap = {0};
     bool use_snap = false;
     llmem_status st = prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    vk_op_init(&op, VK_SH_SSM_SCAN, SCAN_WG);
+    if (dec)
+        vk_op_init(&op, v->subgroup ? VK_SH_SSM_SCAN_DEC_SG : VK_SH_SSM_SCAN_DEC, SCAN_DEC_WG);
+    else
+        vk_op_init(&op, VK_SH_SSM_SCAN, SCAN_WG);
     vk_op_spec(&op, (uint32_t)p->d_state);
     vk_op_spec(&op, (uint32_t)sd->dtype);
     vk_op_spec(&op, (uint32_t)a_log->dtype);
     vk_op_spec(&op, d ? (uint32_t)d->dtype : 3u);
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, use_snap);
+    if (dec)
+        vk_op_spec(&op, rpi);
     uint32_t xo = vk_op_tensor(v, &op, xbc, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t ao = vk_op_tensor(v, &op, a_log, false);
@@ -191,7 +209,9 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
     /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
-    st = vk_op_run(v, &op, (uint64_t)rs->n_seqs * p->n_heads * n_chunks);
+    uint64_t rows = (uint64_t)rs->n_seqs * p->n_heads * p->head_dim;
+    st = vk_op_run(v, &op, dec ? vk_div_up(rows, (uint64_t)(SCAN_DEC_WG / lanes) * rpi)
+                               : (uint64_t)rs->n_seqs * p->n_heads * n_chunks);
     if (use_snap)
         vk_alloc_release(v, &snap);
     return st;
