@@ -5,12 +5,14 @@
 #include <string.h>
 
 #include "memory/host_tier.h"
+#include "memory/internal.h"
 
 bool host_tier_init(host_tier *ht, size_t budget, size_t entry_bytes, int32_t page_size)
 {
     memset(ht, 0, sizeof *ht);
     ht->page_size = page_size;
     ht->entry_bytes = entry_bytes;
+    ht->lru_head = ht->lru_tail = -1;
     size_t cap = entry_bytes ? budget / entry_bytes : 0;
     if (cap > (1u << 26))
         cap = 1u << 26;
@@ -174,4 +176,46 @@ void host_tier_unpin(host_tier *ht, int32_t e)
     ht->state[e] = 1;
     ht->restored[e] = -1;
     lru_push(ht, e);
+}
+
+bool host_tier_check(const host_tier *ht, char *err, size_t err_len)
+{
+    int32_t n_live = 0, n_lru = 0, n_index = 0;
+    if (ht->cap == 0)
+        return true;
+    for (int32_t e = 0; e < ht->cap; e++) {
+        if (ht->state[e] > 2 || ht->state[e] == 2) {
+            llmem_errf(err, err_len, "host tier entry %d in state %d", e, ht->state[e]);
+            return false;
+        }
+        n_live += ht->state[e] != 0;
+    }
+    if (n_live + ht->n_free != ht->cap) {
+        llmem_errf(err, err_len, "host tier: %d entries + %d free != %d", n_live, ht->n_free,
+                   ht->cap);
+        return false;
+    }
+    for (int32_t i = 0; i < ht->n_free; i++)
+        if (ht->state[ht->free_stack[i]] != 0) {
+            llmem_errf(err, err_len, "host tier: free entry %d is in use", ht->free_stack[i]);
+            return false;
+        }
+    for (int32_t e = ht->lru_head, prev = -1; e >= 0; prev = e, e = ht->lru_next[e])
+        if (ht->state[e] != 1 || ht->lru_prev[e] != prev || ++n_lru > ht->cap) {
+            llmem_errf(err, err_len, "host tier: LRU list corrupt at entry %d", e);
+            return false;
+        }
+    for (int32_t bk = 0; bk < ht->n_buckets; bk++)
+        for (int32_t e = ht->bucket[bk]; e >= 0; e = ht->bucket_next[e])
+            if (ht->state[e] == 0 || (int32_t)(ht->hash[e] & (uint64_t)(ht->n_buckets - 1)) != bk ||
+                ++n_index > ht->cap) {
+                llmem_errf(err, err_len, "host tier: index corrupt at entry %d", e);
+                return false;
+            }
+    if (n_index != n_live || n_lru != n_live) {
+        llmem_errf(err, err_len, "host tier: %d entries, %d indexed, %d on the LRU", n_live,
+                   n_index, n_lru);
+        return false;
+    }
+    return true;
 }

@@ -51,4 +51,8 @@ void host_tier_unpin(host_tier *ht, int32_t e);
 /* Removes an entry (cached or pinned) from the index: it becomes free. */
 void host_tier_remove(host_tier *ht, int32_t e);
 
+/* Consistency check (free stack, LRU, index; no entry pinned: pins live
+ * only inside a reserve); writes the first violation into err. */
+bool host_tier_check(const host_tier *ht, char *err, size_t err_len);
+
 #endif

@@ -297,6 +297,79 @@ START_TEST(test_host_tier_model_outputs)
 }
 END_TEST
 
+/* Prompt of family f, variant v, n tokens: 8 tokens shared by the family,
+ * then the variant's. */
+static void add_prompt(llmem_batch_buf *b, int32_t seq, int32_t f, int32_t v, int32_t n)
+{
+    for (int32_t i = 0; i < n; i++) {
+        int32_t t = i < 8 ? f * 1000 + i : f * 1000 + v * 100 + i;
+        llmem_batch_buf_add(b, t, i, &seq, 1, i == n - 1);
+    }
+}
+
+/* Randomized: prompts of 3 families x 3 variants, 5..16 tokens, in 2
+ * sequences of a 6-page pool with a 4-page host tier, with removals. After
+ * every prompt the sequence's state stream (tokens, positions, every
+ * slot's K and V) equals the stream of the same prompt written into a
+ * cache without prefix caching (the reference: K/V depend only on token
+ * ids, so any hit, device or host, must give the same bytes). A plan that
+ * does not fit changes nothing. The invariant checker runs every step. */
+START_TEST(test_host_tier_random)
+{
+    bool poison = _i != 0;
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = kv_tiered(be, 6, 4 * 64, poison);
+    llmem_memory *ref = mt_kv(be, 4, 8, 2, false, false);
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(64, 2, &b), LLMEM_OK);
+    uint32_t rng = 12345u + (uint32_t)_i;
+    int64_t hits = 0;
+    for (int32_t it = 0; it < 300; it++) {
+        rng = rng * 1664525u + 1013904223u;
+        int32_t seq = (int32_t)(rng >> 31);
+        if ((rng >> 8) % 4 == 0) {
+            ck_assert_int_eq(llmem_memory_seq_rm(m, seq, -1, -1), LLMEM_OK);
+            continue;
+        }
+        if (llmem_memory_seq_len(m, seq) > 0)
+            ck_assert_int_eq(llmem_memory_seq_rm(m, seq, -1, -1), LLMEM_OK);
+        int32_t f = (int32_t)((rng >> 10) % 3), v = (int32_t)((rng >> 14) % 3);
+        int32_t n = 5 + (int32_t)((rng >> 18) % 12);
+        llmem_batch_buf_clear(b);
+        add_prompt(b, seq, f, v, n);
+        mt_snap before, after;
+        mt_snapshot(m, &before);
+        llmem_plan_info info;
+        llmem_status st = mt_run(m, llmem_batch_buf_get(b), 512, write_kv, NULL, &info);
+        if (st == LLMEM_E_NO_SPACE) {
+            mt_snapshot(m, &after);
+            mt_assert_same(&before, &after);
+            continue;
+        }
+        ck_assert_int_eq(st, LLMEM_OK);
+        hits += info.n_tokens_cached;
+        mt_assert_check(m);
+        ck_assert_int_le(stats_of(m).host_tier_pages, 4);
+        ck_assert_int_eq(mt_run(ref, llmem_batch_buf_get(b), 512, write_kv, NULL, NULL), LLMEM_OK);
+        size_t sa = 0, sb = 0;
+        unsigned char *x = state_of(m, seq, &sa), *y = state_of(ref, seq, &sb);
+        ck_assert_uint_eq(sa, sb);
+        ck_assert_msg(memcmp(x, y, sa) == 0, "iteration %d: K/V differ", it);
+        free(x);
+        free(y);
+        ck_assert_int_eq(llmem_memory_seq_rm(ref, seq, -1, -1), LLMEM_OK);
+    }
+    llmem_memory_stats st = stats_of(m);
+    ck_assert_int_gt(st.host_tier_hits, 0); /* the tier was exercised */
+    ck_assert_int_gt(st.prefix_evictions, 0);
+    ck_assert_int_eq(st.prefix_hit_tokens, hits);
+    llmem_batch_buf_destroy(b);
+    llmem_memory_destroy(ref);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("host_tier");
@@ -304,6 +377,7 @@ int main(void)
     tcase_add_loop_test(tc, test_host_tier_roundtrip, 0, 2); /* 1: poison mode */
     tcase_add_test(tc, test_host_tier_shared_hit);
     tcase_add_test(tc, test_host_tier_model_outputs);
+    tcase_add_loop_test(tc, test_host_tier_random, 0, 2); /* 1: poison mode */
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;
 }
