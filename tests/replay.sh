@@ -78,7 +78,8 @@ assert rep["computed_tokens"] == want_computed, (rep["computed_tokens"], want_co
 if want_hits:
     assert rep["prefix_hit_tokens"] > 0 and rep["prefix_hit_rate"] > 0, "no prefix-cache hits"
 print(f"ok: {n} requests equal alone; {rep['preemptions']} preemptions, "
-      f"{rep['prefix_hit_tokens']} prefix-hit tokens, "
+      f"{rep['prefix_hit_tokens']} prefix-hit tokens "
+      f"({rep.get('host_tier_hits', 0)} pages from the host tier), "
       f"peak {rep['pages_peak']}/{rep['pages_total']} pages")
 EOF
 }
@@ -88,6 +89,10 @@ MODEL= check "built-in, 40 pages of 4, paced x50" 0 0 -- --page-size 4 --n-pages
   --pace-speedup 50
 MODEL="$here/tests/fixtures/llama" check "llama, system prefix 40, 48 pages of 4" 40 1 -- \
   --page-size 4 --n-pages 48 --n-ubatch 24
+# the KV host tier (issue 13 item 3): evicted pages come back on hits,
+# outputs still equal alone (under --poison)
+LLMEM_HOST_TIER_MB=1 MODEL= check "built-in, 40 pages of 4, paced, host tier" 0 1 -- \
+  --page-size 4 --n-pages 40 --pace --pace-speedup 50
 
 # Hybrid prefix reuse (issue 13): with recurrent snapshots on, the built-in
 # hybrid's prefix hit rate is within 5 points of the attention-only llama

@@ -220,6 +220,10 @@ static void print_report(const sched *s, const report *r)
     printf("%-24s %.1f%% (%lld hit tokens / %lld prompt + recomputed tokens)\n",
            "prefix-cache hits", 100.0 * r->hit_rate, (long long)r->ms.prefix_hit_tokens,
            (long long)(c->prompt_tokens + c->recomputed_tokens));
+    if (r->ms.host_tier_hits > 0 || r->ms.host_tier_pages > 0)
+        printf("%-24s %lld pages restored on hits; %lld pages (%lld bytes) held now\n",
+               "KV host tier", (long long)r->ms.host_tier_hits,
+               (long long)r->ms.host_tier_pages, (long long)r->ms.host_tier_bytes);
     printf("%-24s %lld (and %lld admissions deferred)\n", "preemptions", (long long)c->preemptions,
            (long long)c->deferrals);
 }
