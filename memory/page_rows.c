@@ -155,17 +155,55 @@ static llmem_status upload_blocks(page_rows *r, llmem_buffer *buf, int32_t b0, i
                                (size_t)(hi - lo) * sizeof(int32_t));
 }
 
+static int64_t blocks_of(int64_t n)
+{
+    return (n + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK;
+}
+
+/* Uploads the runs of flagged blocks found by scanning every flag (eight
+ * at a time over clean stretches). O(blocks of n). */
+static llmem_status upload_scan(page_rows *r, llmem_buffer *buf)
+{
+    int32_t nb = (int32_t)blocks_of(r->n);
+    const uint8_t *f = r->dirty;
+    llmem_status st = LLMEM_OK;
+    for (int32_t b = 0; b < nb && st == LLMEM_OK;) {
+        if (!f[b]) {
+            uint64_t w;
+            if ((b & 7) == 0 && b + 8 <= nb && (memcpy(&w, f + b, 8), w == 0))
+                b += 8;
+            else
+                b++;
+            continue;
+        }
+        int32_t e = b + 1;
+        while (e < nb && f[e])
+            e++;
+        st = upload_blocks(r, buf, b, e);
+        b = e;
+    }
+    return st;
+}
+
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf)
 {
     llmem_status st = LLMEM_OK;
     int32_t *d = r->dirty_list.v, nd = r->dirty_list.n;
     if (r->full) {
         st = upload_blocks(r, buf, 0, (r->n + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK);
+    } else if (nd > 0 && (int64_t)nd * PAGE_ROWS_SCAN >= blocks_of(r->n)) {
+        /* dense (a decode step in pages of 1 flags a block per sequence):
+         * the flags in block order are runs already, no sort needed */
+        st = upload_scan(r, buf);
     } else if (nd > 0) {
         /* sorted runs of adjacent blocks, one copy each (bridging gaps costs
          * more bytes than it saves calls on the host: a decode step of 4,000
          * sequences flags one block per sequence) */
-        qsort(d, (size_t)nd, sizeof *d, cmp_i32);
+        bool sorted = true;
+        for (int32_t i = 1; i < nd && sorted; i++)
+            sorted = d[i - 1] < d[i];
+        if (!sorted)
+            qsort(d, (size_t)nd, sizeof *d, cmp_i32);
         for (int32_t i = 0; i < nd && st == LLMEM_OK;) {
             int32_t j = i + 1;
             while (j < nd && d[j] - d[j - 1] <= 1)

@@ -4,7 +4,7 @@
  * one table that lives on the host and, at the same element offsets, at
  * the start of the memory's device index buffer. A step writes only the
  * entries that changed (a decode step: one entry every page_size tokens)
- * and uploads only the 256-byte blocks it touched, so a step never costs in
+ * and uploads only the 64-byte blocks it touched, so a step never costs in
  * proportion to context length. Views point kernels at a row through
  * llmem_kv_view.page_off.
  *
@@ -28,7 +28,8 @@
 #include "memory/internal.h"
 
 #define PAGE_ROWS_CLASSES 116 /* class 115: 7 << 28 entries */
-#define PAGE_ROWS_BLOCK 64    /* entries per dirty block (256 bytes) */
+#define PAGE_ROWS_BLOCK 16    /* entries per dirty block (64 bytes, a cache line) */
+#define PAGE_ROWS_SCAN 64     /* upload scans the flags when blocks <= 64 x flagged */
 
 typedef struct page_rows {
     int32_t *v;          /* [cap] host copy of every row; -1 where unused */
@@ -57,7 +58,8 @@ void page_rows_reset(page_rows *r);
 /* Writes n entries at element `at` and flags their blocks. */
 void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n);
 /* Uploads flagged blocks (everything when full) to buf at byte 0; runs of
- * blocks are coalesced. On failure everything is flagged again. */
+ * blocks are coalesced (found by a scan of the flags when dense, else by
+ * sorting the flagged list). On failure everything is flagged again. */
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
 /* Checks that the device copy equals the host's on every block not
  * flagged (O(table size); for llmem_memory_check). */
