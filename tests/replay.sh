@@ -124,3 +124,32 @@ hybrid_hits 1 --system-prefix 64
 # multi-turn (issue 13 items 2, 7): conversations of 4 turns, each extending the last
 hybrid_hits 16 --turns 4
 hybrid_hits 1 --turns 4
+
+# A request admitted with a small leftover budget still takes the whole
+# cached prefix (the scheduler's first chunk covers it): with ubatch 64 and a
+# 64-token system prefix, request 0 computes the prefix alone in step 1 and
+# publishes it (4 pages of 16, a snapshot at 64); every later request is
+# admitted behind request 0's remaining prompt, with less than 64 tokens of
+# budget left, and must still hit all 64 prefix tokens. Outputs equal the
+# cache-off run.
+first_chunk_hits() {
+  local label="$1"; shift
+  local w=(--backend "$backend" --trace "$trace" --text "$text" --limit 16 --scale 0.2
+           --max-context 40 --max-gen 8 --page-size 16 --n-ubatch 64 --system-prefix 64 "$@")
+  "$bin" replay "${w[@]}" --check --poison --json "$tmp/fc.json" --output "$tmp/fc.jsonl" > /dev/null
+  "$bin" replay "${w[@]}" --no-prefix-cache --output "$tmp/fc_off.jsonl" > /dev/null
+  printf '%-44s ' "first chunk covers cached prefix, $label"
+  python3 - "$tmp/fc.json" "$tmp/fc.jsonl" "$tmp/fc_off.jsonl" <<'PY'
+import json, sys
+rep = json.load(open(sys.argv[1]))
+on, off = (open(p).read() for p in sys.argv[2:4])
+assert on == off, "outputs with the cache differ from cache-off outputs"
+want = 64 * (16 - 1)
+assert rep["preemptions"] == 0, rep["preemptions"]
+assert rep["prefix_hit_tokens"] >= want, \
+    f"{rep['prefix_hit_tokens']} prefix-hit tokens, want >= {want} (64 per request after the first)"
+print(f"ok: {rep['prefix_hit_tokens']} prefix-hit tokens (>= {want}), outputs equal cache-off")
+PY
+}
+first_chunk_hits "built-in hybrid"
+first_chunk_hits "llama" --model "$here/tests/fixtures/llama"

@@ -364,8 +364,21 @@ int llmem_cli_replay(int argc, char **argv)
     v = malloc((size_t)rp.n_req * sizeof *v);
     if (o.to.turns > 1)
         s.queued = calloc((size_t)rp.n_req, sizeof *s.queued);
+    /* a first chunk may add its cached prefix to the step's budget */
+    int64_t longest = 0;
+    for (int32_t i = 0; i < rp.n_req; i++) {
+        int64_t len = (int64_t)replay_n_prompt(&rp, &rp.req[i]) + rp.req[i].n_gen;
+        longest = len > longest ? len : longest;
+    }
+    int64_t cap = (int64_t)s.n_seq + s.n_ubatch + (int64_t)s.n_seq * longest;
+    if (cap > INT32_MAX || longest > INT32_MAX) {
+        fprintf(stderr, "llmem replay: requests too long\n");
+        rc = 1;
+        goto done;
+    }
     if (!s.running || !s.logits || !v || (o.to.turns > 1 && !s.queued) ||
-        llmem_batch_buf_create(s.n_seq + s.n_ubatch, 1, &s.bb) != LLMEM_OK) {
+        llmem_batch_buf_create((int32_t)cap, 1, &s.bb) != LLMEM_OK ||
+        llmem_batch_buf_create((int32_t)(longest > 0 ? longest : 1), 1, &s.probe) != LLMEM_OK) {
         fprintf(stderr, "llmem replay: out of memory\n");
         rc = 1;
         goto done;
@@ -402,6 +415,7 @@ done:
     free(s.queued);
     free(s.logits);
     llmem_batch_buf_destroy(s.bb);
+    llmem_batch_buf_destroy(s.probe);
     llmem_model_free(m);
     llmem_backend_close(be);
     return rc;

@@ -68,6 +68,7 @@ typedef struct sched {
     int32_t *chunk;                   /* [n_req] tokens of each request in the step */
     float *logits;                    /* [n_seq][V] */
     llmem_batch_buf *bb;
+    llmem_batch_buf *probe; /* a new request's prompt, to ask the prefix cache (NULL: off) */
     counters c;
     bool check;
     bool *queued; /* [n_req] --turns: in the wait queue already */
