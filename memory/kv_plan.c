@@ -20,12 +20,12 @@ static void release_reservations(kv_cache *kv, const llmem_plan *plan)
 
 static int32_t stream_n(const llmem_plan *plan, int32_t u, int32_t s)
 {
-    return plan->stream_off[u][s + 1] - plan->stream_off[u][s];
+    return plan->group_off[u][s + 1] - plan->group_off[u][s];
 }
 
 static int32_t stream_seq(const llmem_plan *plan, int32_t u, int32_t s, int32_t j)
 {
-    return plan->stream_ids[u][plan->stream_off[u][s] + j];
+    return plan->group_ids[u][plan->group_off[u][s] + j];
 }
 
 static int32_t count_shift(const kv_cache *kv)

@@ -155,14 +155,14 @@ void llmem_plan_free_internal(llmem_plan *p)
         return;
     for (int32_t u = 0; u < p->n_ubatch; u++) {
         ubatch_free(&p->ubatch[u]);
-        if (p->stream_off)
-            free(p->stream_off[u]);
-        if (p->stream_ids)
-            free(p->stream_ids[u]);
+        if (p->group_off)
+            free(p->group_off[u]);
+        if (p->group_ids)
+            free(p->group_ids[u]);
     }
     free(p->ubatch);
-    free(p->stream_off);
-    free(p->stream_ids);
+    free(p->group_off);
+    free(p->group_ids);
     free(p->seq_tokens); /* the rows point into storage */
     free(p->storage);
     free(p->n_cached);
@@ -201,7 +201,7 @@ static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *to
     ub->batch_idx = bidx;
     ub->out_rows = out_rows;
     ub->out_ids = out_ids;
-    p->stream_off[u] = soff;
+    p->group_off[u] = soff;
     p->n_ubatch++; /* from here on, plan_free releases the arrays */
     llmem_status rc = LLMEM_E_NO_MEMORY;
     if ((b->token && !token) || (b->embd && !embd) || !pos || !seq || !seq_id || !bidx ||
@@ -239,8 +239,8 @@ static llmem_status emit_ubatch(llmem_plan *p, plan_build *pb, const int32_t *to
             n_out++;
         }
     }
-    p->stream_ids[u] = sids.v ? sids.v : malloc(sizeof(int32_t));
-    if (!p->stream_ids[u])
+    p->group_ids[u] = sids.v ? sids.v : malloc(sizeof(int32_t));
+    if (!p->group_ids[u])
         goto out;
     rc = LLMEM_OK;
     ub->n_tokens = n;
@@ -264,10 +264,10 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     llmem_status st = LLMEM_OK;
     int32_t max_ub = n; /* every ubatch holds at least one token */
     p->ubatch = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->ubatch);
-    p->stream_off = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->stream_off);
-    p->stream_ids = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->stream_ids);
+    p->group_off = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->group_off);
+    p->group_ids = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->group_ids);
     int32_t *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
-    if (!p->ubatch || !p->stream_off || !p->stream_ids || !buf) {
+    if (!p->ubatch || !p->group_off || !p->group_ids || !buf) {
         free(buf);
         return LLMEM_E_NO_MEMORY;
     }

@@ -140,7 +140,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         t->src = idx_append(ib, NULL, ub->n_seqs, -1);
         t->dst = idx_append(ib, NULL, ub->n_seqs, -1);
         t->ckpt = idx_append(ib, NULL, ub->n_seqs * t->n_ckpt, -1);
-        int32_t n_change = plan->stream_off[u][ub->n_seqs];
+        int32_t n_change = plan->group_off[u][ub->n_seqs];
         t->change = calloc((size_t)(n_change > 0 ? n_change : 1), sizeof *t->change);
         t->pool = malloc((size_t)(n_change > 0 ? n_change : 1) * 2 * (size_t)(rs->n_ckpt + 2) *
                          sizeof *t->pool);
@@ -150,12 +150,12 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             int32_t a = ub->seq_id[s];
             rs_hold *h = &sim[a];
             int32_t L = len[a];
-            for (int32_t m = plan->stream_off[u][s] + 1; m < plan->stream_off[u][s + 1]; m++)
-                if (len[plan->stream_ids[u][m]] != L) {
+            for (int32_t m = plan->group_off[u][s] + 1; m < plan->group_off[u][s + 1]; m++)
+                if (len[plan->group_ids[u][m]] != L) {
                     llmem_errf(err, err_len,
                                "recurrent memory: a token is shared by sequences %d (%d tokens) "
                                "and %d (%d tokens); shared tokens need equal histories",
-                               a, L, plan->stream_ids[u][m], len[plan->stream_ids[u][m]]);
+                               a, L, plan->group_ids[u][m], len[plan->group_ids[u][m]]);
                     st = LLMEM_E_INVALID;
                     goto out;
                 }
@@ -222,8 +222,8 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             if (!change_set(t, rs->n_ckpt, a, h, -1))
                 goto out;
             /* other sequences of the stream get a copy of the final state */
-            for (int32_t m = plan->stream_off[u][s] + 1; m < plan->stream_off[u][s + 1]; m++) {
-                int32_t b = plan->stream_ids[u][m];
+            for (int32_t m = plan->group_off[u][s] + 1; m < plan->group_off[u][s + 1]; m++) {
+                int32_t b = plan->group_ids[u][m];
                 rs_hold *hb = &sim[b];
                 int32_t keep = hb->slot.n > 0 ? hb->slot.v[0] : fs.n > 0 ? fs.v[--fs.n] : -1;
                 for (int32_t i = 1; i < hb->slot.n; i++)
@@ -430,12 +430,12 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         int32_t st = ub->seq[k];
         if (k + 8 < ub->n_tokens) { /* decode: tails of thousands of sequences */
             const rs_seq *ahead =
-                &rs->seqs[plan->stream_ids[i][plan->stream_off[i][ub->seq[k + 8]]]];
+                &rs->seqs[plan->group_ids[i][plan->group_off[i][ub->seq[k + 8]]]];
             i32vec_prefetch_tail(&ahead->tokens);
             i32vec_prefetch_tail(&ahead->pos);
         }
-        for (int32_t m = plan->stream_off[i][st]; m < plan->stream_off[i][st + 1]; m++) {
-            rs_seq *s = &rs->seqs[plan->stream_ids[i][m]];
+        for (int32_t m = plan->group_off[i][st]; m < plan->group_off[i][st + 1]; m++) {
+            rs_seq *s = &rs->seqs[plan->group_ids[i][m]];
             if (!i32vec_push(&s->tokens, ub->token ? ub->token[k] : -1) ||
                 !i32vec_push(&s->pos, ub->pos[k]))
                 return LLMEM_E_NO_MEMORY;

@@ -25,11 +25,10 @@ struct llmem_plan {
     llmem_memory *mem;
     int32_t n_ubatch;
     llmem_ubatch *ubatch;      /* [n_ubatch] */
-    /* Full sequence-id set of each sequence group ("stream" in these field
-     * names): group s of ubatch u holds
-     * stream_ids[u][stream_off[u][s] .. stream_off[u][s+1]), first id first. */
-    int32_t **stream_off;      /* [n_ubatch][n_seqs + 1] */
-    int32_t **stream_ids;      /* [n_ubatch][...] */
+    /* Full sequence-id set of each sequence group: group s of ubatch u holds
+     * group_ids[u][group_off[u][s] .. group_off[u][s+1]), first id first. */
+    int32_t **group_off;       /* [n_ubatch][n_seqs + 1] */
+    int32_t **group_ids;       /* [n_ubatch][...] */
     int32_t n_seq_max;
     int32_t *n_cached;         /* [n_seq_max] tokens a sequence takes from the prefix cache */
     int32_t **seq_tokens;      /* [n_seq_max] token ids this plan appends to each sequence,
