@@ -217,12 +217,10 @@ static llmem_status parallel(llmem_model *m, const layer_w *L, int32_t T, const 
     return llmem_op_add(m->be, &sum, &h, &h);
 }
 
-static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
+llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_vocab)
 {
     const llmem_model_config *c = &m->cfg;
-    int32_t T = ub->n_tokens, D = c->hidden_size;
-    TRY(llmem_buffer_upload(m->scratch, m->off_tok, ub->token, (size_t)T * 4));
-    TRY(llmem_buffer_upload(m->scratch, m->off_pos, ub->pos, (size_t)T * 4));
+    int32_t D = c->hidden_size;
     llmem_tensor tok = llmem_tensor_1d(m->scratch, m->off_tok, LLMEM_DTYPE_I32, T);
     llmem_tensor x = act(m, m->off_x, T, D), h = act(m, m->off_h, T, D);
     TRY(llmem_op_get_rows(m->be, &m->embed.t, &tok, &x));
@@ -260,10 +258,8 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
     }
     if (pend)
         TRY(llmem_op_add(m->be, &x, &h, &x));
-    int32_t n_out = ub->n_outputs;
     if (n_out == 0)
         return LLMEM_OK;
-    TRY(llmem_buffer_upload(m->scratch, m->off_rows, ub->out_rows, (size_t)n_out * 4));
     llmem_tensor rows = llmem_tensor_1d(m->scratch, m->off_rows, LLMEM_DTYPE_I32, n_out);
     llmem_tensor xo = act(m, m->off_h, n_out, D);
     TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
@@ -271,6 +267,18 @@ static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vo
     llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
     TRY(matmul(m, &xo, &m->lm_head.t, &logits));
     return scale_by(m, &logits, 1.0 / c->logits_scaling); /* granite's logits_scaling */
+}
+
+/* Uploads the ubatch's token ids, positions and output rows (to stable
+ * scratch offsets, before any recorded step), then runs the ops. */
+static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
+{
+    int32_t T = ub->n_tokens;
+    TRY(llmem_buffer_upload(m->scratch, m->off_tok, ub->token, (size_t)T * 4));
+    TRY(llmem_buffer_upload(m->scratch, m->off_pos, ub->pos, (size_t)T * 4));
+    if (ub->n_outputs > 0)
+        TRY(llmem_buffer_upload(m->scratch, m->off_rows, ub->out_rows, (size_t)ub->n_outputs * 4));
+    return hf_graph_forward(m, ub, n_vocab);
 }
 
 /* What a decode does with the logits of each ubatch. */

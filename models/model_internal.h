@@ -43,11 +43,24 @@ struct llmem_model {
     llmem_model_stats stats;
     hf_moe *moe; /* MoE / shared-expert FFN scratch (models/moe.c), or NULL */
     hf_falcon *fal; /* falcon_h1 scratch (models/falcon_h1.c), or NULL */
+    struct hf_graphs *graphs; /* recorded decode steps (models/decode_graph.c), or NULL */
 };
 
 static inline size_t round_up(size_t n)
 {
     return (n + ALIGN - 1) / ALIGN * ALIGN;
 }
+
+/* The forward pass's ops for ubatch shape (n_tokens, n_outputs), token ids,
+ * positions and output rows already in the scratch (models/forward.c). */
+llmem_status hf_forward_ops(llmem_model *m, int32_t n_tokens, int32_t n_outputs, int32_t n_vocab);
+
+/* Runs hf_forward_ops for ub through a recorded decode step when it can
+ * (one token per sequence group, LLMEM_NO_GRAPHS unset), else eagerly
+ * (models/decode_graph.c). Returns hf_forward_ops' status. */
+llmem_status hf_graph_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab);
+
+/* Frees every recording (NULL is a no-op); the backend must still be open. */
+void hf_graphs_free(struct hf_graphs *g);
 
 #endif

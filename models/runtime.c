@@ -375,6 +375,7 @@ void llmem_model_free(llmem_model *m)
 {
     if (!m)
         return;
+    hf_graphs_free(m->graphs);
     llmem_memory_destroy(m->mem);
     for (int32_t i = 0; i < m->n_weights; i++)
         llmem_buffer_free(m->weights[i]);

@@ -144,6 +144,8 @@ typedef struct llmem_model_stats {
     int64_t n_ubatch;  /* ubatches run */
     int64_t n_tokens;  /* tokens computed (prefix-cache hits excluded) */
     int64_t n_outputs; /* output rows computed */
+    int64_t n_recorded; /* decode steps recorded (CUDA graphs; docs/cuda.md) */
+    int64_t n_replayed; /* ubatches run by replaying a recorded decode step */
 } llmem_model_stats;
 void llmem_model_get_stats(const llmem_model *m, llmem_model_stats *stats);
 
