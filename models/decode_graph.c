@@ -12,7 +12,7 @@
  * and offsets, the views' buffers, table offsets and sizes, and the launch
  * choices the backend made from host tables (CUDA: the decode attention's
  * split count from the longest key range, the prefill/decode choice from
- * the stream runs, the recurrent snapshot from src/dst slot aliasing). So
+ * the runs of same-group tokens, the recurrent snapshot from src/dst slot aliasing). So
  * the key of a recording holds all of them: the scratch, n_tokens,
  * n_outputs, and per memory layer the view's buffers, sizes, table
  * (offset, n) pairs, the host contents of the tables that steer launch
