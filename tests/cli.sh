@@ -43,6 +43,17 @@ expect_fail "truncated safetensors" "cannot load model" "$bin" score --model "$t
 mkdir -p "$tmp/cfg" && cp "$fx/model.safetensors" "$tmp/cfg/" && echo '{"model_type": "gpt2"}' > "$tmp/cfg/config.json"
 expect_fail "unsupported architecture" "cannot load model" "$bin" score --model "$tmp/cfg" --input "$fx/cases.jsonl" --backend cpu
 expect_fail "score --input a directory" "is a directory" "$bin" score --model "$fx" --input "$tmp" --backend cpu
+# a config.json with fewer layers than the checkpoint: the unused tensors are named
+mkdir -p "$tmp/fewer" && cp "$fx/model.safetensors" "$tmp/fewer/" &&
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["num_hidden_layers"]-=1; json.dump(c,open(sys.argv[2],"w"))' \
+    "$fx/config.json" "$tmp/fewer/config.json"
+expect_fail "config with fewer layers than the checkpoint" "not used by config.json" "$bin" score --model "$tmp/fewer" --input "$fx/cases.jsonl" --backend cpu
+# an infinite time_step_min (a Mamba-2 dt initialisation value) is refused
+bfx="$root/tests/fixtures/bamba"
+mkdir -p "$tmp/dt" && cp "$bfx/model.safetensors" "$tmp/dt/" &&
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["time_step_min"]="INF"; open(sys.argv[2],"w").write(json.dumps(c).replace("\"INF\"","1e999"))' \
+    "$bfx/config.json" "$tmp/dt/config.json"
+expect_fail "infinite time_step_min" "time_step_min" "$bin" score --model "$tmp/dt" --input "$bfx/cases.jsonl" --backend cpu
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,4,2\n' > "$tmp/trace.csv"
 expect_fail "replay --text a directory" "is a directory" "$bin" replay --model "$fx" --backend cpu --trace "$tmp/trace.csv" --text "$tmp"
 expect_fail "replay --trace a directory" "is a directory" "$bin" replay --model "$fx" --backend cpu --trace "$tmp" --text "$fx/config.json"
