@@ -138,4 +138,12 @@ done
 if cmp -s "$tmp/gs_7.a" "$tmp/gs_7.b"; then echo "ok: device sampling repeats with the seed"; else echo "FAIL: device sampling differs between runs with one seed"; fail=1; fi
 if ! cmp -s "$tmp/gs_7.a" "$tmp/gs_8.a"; then echo "ok: another seed samples other text"; else echo "FAIL: seeds 7 and 8 give the same text"; fail=1; fi
 expect_fail "one sequence that can never fit" "raise --n-pages" "$bin" generate -m "$fx" --backend cpu --temp 0 -n 60 -p "ROMEO" --n-pages 4 --page-size 4
+# context shift (issue 13): 4 pages of 8 tokens hold 32; 6 + 80 tokens need more
+shift_args=(generate --backend cpu --temp 0 -n 80 -p "ROMEO:" --n-pages 4 --page-size 8 --stats)
+expect_ok "generate --context-shift past the window" "$bin" "${shift_args[@]}" -m "$fx" --context-shift -v
+if grep -q "generation: 80 tokens" "$tmp/err" && grep -q "context shift: dropped [1-9]" "$tmp/err"; then
+  echo "ok: --context-shift dropped tokens and generated all 80"
+else echo "FAIL: --context-shift: $(tail -n 3 "$tmp/err")"; fail=1; fi
+expect_fail "past the window without --context-shift" "no free pages.*raise --n-pages" "$bin" "${shift_args[@]}" -m "$fx"
+expect_fail "--context-shift on the built-in hybrid" "recurrent layers cannot drop" "$bin" "${shift_args[@]}" --context-shift
 exit $fail

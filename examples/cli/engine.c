@@ -1,11 +1,13 @@
 /* llmem serve: the continuous-batching engine (see engine.h). */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "examples/cli/engine.h"
+#include "examples/cli/prefix_probe.h"
 
 typedef struct cand {
     float logit;
@@ -38,6 +40,7 @@ struct engine {
     float *lp;         /* [n_seq]: their log-probabilities (finite unless the logits are not) */
     cand *cbuf;        /* [V] */
     llmem_batch_buf *bb;
+    llmem_batch_buf *probe; /* [n_ctx] a new request's tokens, to ask the prefix cache */
 };
 
 static uint64_t splitmix64(uint64_t *s)
@@ -225,6 +228,11 @@ static void retire(engine *e, int32_t i)
     memmove(e->running + i, e->running + i + 1, (size_t)(e->n_running - i) * sizeof *e->running);
 }
 
+static int32_t probe_token(const void *ctx, int32_t p)
+{
+    return req_token(ctx, p);
+}
+
 static void add_chunk(engine *e, eng_req *r, int32_t k, int32_t *rows)
 {
     int32_t len = r->n_prompt + r->n_gen;
@@ -270,9 +278,11 @@ static int32_t build(engine *e, bool admit, int32_t *admitted)
         r->n_fed = 0;
         e->running[e->n_running++] = r;
         (*admitted)++;
-        int32_t left = left_of(r), k = left < budget ? left : budget;
+        /* the first chunk covers the cached prefix plus the budget (prefix_probe.h) */
+        int32_t cost, k = prefix_first_chunk(e->mem, e->probe, e->n_ubatch, r->seq, left_of(r),
+                                             budget, probe_token, r, &cost);
         add_chunk(e, r, k, &rows);
-        budget -= k;
+        budget -= cost;
     }
     pthread_mutex_unlock(&e->lock);
     return rows;
@@ -554,6 +564,7 @@ static void *engine_main(void *arg)
 static void free_engine(engine *e)
 {
     llmem_batch_buf_destroy(e->bb);
+    llmem_batch_buf_destroy(e->probe);
     free(e->cbuf);
     free(e->logits);
     free(e->ids);
@@ -568,7 +579,7 @@ static void free_engine(engine *e)
 /* ---- the public side ----------------------------------------------------------------------- */
 
 llmem_status eng_create(llmem_model *m, const srv_text *text, int32_t n_seq, int32_t n_ubatch,
-                        int32_t max_queue, engine **out)
+                        int32_t n_ctx, int32_t max_queue, engine **out)
 {
     engine *e = calloc(1, sizeof *e);
     *out = NULL;
@@ -581,6 +592,13 @@ llmem_status eng_create(llmem_model *m, const srv_text *text, int32_t n_seq, int
     e->n_ubatch = n_ubatch;
     e->max_queue = max_queue;
     e->V = llmem_model_n_vocab(m);
+    /* a step holds one token per decoding request, n_ubatch computed tokens,
+     * and each new request's cached prefix (at most n_ctx tokens each) */
+    int64_t cap = (int64_t)n_seq + n_ubatch + (int64_t)n_seq * n_ctx;
+    if (cap > INT32_MAX || n_ctx < 1) {
+        free(e);
+        return LLMEM_E_NO_MEMORY;
+    }
     e->wait_cap = max_queue + n_seq + 1; /* preempted requests come back on top of the bound */
     e->wait = calloc((size_t)e->wait_cap, sizeof *e->wait);
     e->running = calloc((size_t)n_seq, sizeof *e->running);
@@ -593,7 +611,8 @@ llmem_status eng_create(llmem_model *m, const srv_text *text, int32_t n_seq, int
     e->lp = malloc((size_t)n_seq * sizeof *e->lp);
     if (!e->wait || !e->running || !e->row_req || !e->free_seq || !e->logits || !e->cbuf ||
         !e->ids || !e->lp ||
-        llmem_batch_buf_create(n_seq + n_ubatch, 1, &e->bb) != LLMEM_OK)
+        llmem_batch_buf_create((int32_t)cap, 1, &e->bb) != LLMEM_OK ||
+        llmem_batch_buf_create(n_ctx, 1, &e->probe) != LLMEM_OK)
         goto fail_alloc;
     for (int32_t q = 0; q < n_seq; q++)
         e->free_seq[q] = n_seq - 1 - q;

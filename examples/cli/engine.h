@@ -83,10 +83,13 @@ typedef struct engine engine;
 
 /* Creates the engine over model m (which must outlive it) and starts its
  * thread. n_seq: sequences in flight (the model's n_seq_max); n_ubatch:
- * tokens per step; max_queue: requests that may wait for admission.
- * Returns LLMEM_OK, LLMEM_E_NO_MEMORY or LLMEM_E_BACKEND (no thread). */
+ * tokens computed per step; n_ctx: the longest request (prompt plus
+ * completion; a new request's first chunk may also cover its cached prefix,
+ * prefix_probe.h); max_queue: requests that may wait for admission.
+ * Returns LLMEM_OK, LLMEM_E_NO_MEMORY (also when n_seq * n_ctx is too large
+ * for a batch) or LLMEM_E_BACKEND (no thread). */
 llmem_status eng_create(llmem_model *m, const srv_text *text, int32_t n_seq, int32_t n_ubatch,
-                        int32_t max_queue, engine **out);
+                        int32_t n_ctx, int32_t max_queue, engine **out);
 /* Stops the thread: every request still queued or running finishes with
  * ENG_ERROR "the server is shutting down", and later submits fail. The
  * engine stays valid for eng_poll / eng_req_release. Idempotent; one

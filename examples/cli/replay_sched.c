@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "examples/cli/common.h"
+#include "examples/cli/prefix_probe.h"
 #include "examples/cli/replay.h"
 
 /* ---- the scheduler ------------------------------------------------------------------------ */
@@ -66,31 +67,16 @@ static int32_t left_of(const sched *s, const request *r)
     return replay_n_prompt(s->rp, r) + r->n_done - r->n_fed;
 }
 
-/* Leading tokens of the new request r (its sequence empty, n_fed 0) that the
- * prefix cache would serve if its first chunk covered all `left` of them: a
- * probe plan of those tokens, released unapplied (plans are transactional and
- * hits count only at commit, so the memory and its stats are unchanged). The
- * first chunk then covers the cached prefix, so a request admitted with a
- * small leftover budget still takes the whole hit: only a sequence's first
- * chunk can be served by the prefix cache. 0 when the probe does not plan
- * (e.g. LLMEM_E_NO_SPACE: the real plan decides admission). */
-static int32_t cached_prefix(sched *s, const request *r, int32_t left)
+/* probe_token_fn over a replay request */
+typedef struct req_ref {
+    const replay *rp;
+    const request *r;
+} req_ref;
+
+static int32_t ref_token(const void *ctx, int32_t p)
 {
-    if (!s->probe || left < 2)
-        return 0;
-    llmem_batch_buf_clear(s->probe);
-    for (int32_t p = 0; p < left; p++)
-        if (llmem_batch_buf_add(s->probe, replay_req_token(s->rp, r, p), p, &r->seq, 1,
-                                p == left - 1) != LLMEM_OK)
-            return 0;
-    llmem_plan *plan = NULL;
-    char err[256];
-    if (llmem_memory_plan(s->mem, llmem_batch_buf_get(s->probe), LLMEM_SPLIT_AUTO, s->n_ubatch,
-                          &plan, err, sizeof err) != LLMEM_OK)
-        return 0;
-    int32_t hit = llmem_plan_n_cached(plan, r->seq);
-    llmem_memory_release(s->mem, plan);
-    return hit > 0 && hit < left ? hit : 0;
+    const req_ref *q = ctx;
+    return replay_req_token(q->rp, q->r, p);
 }
 
 /* Fills the step: one token per decoding request, then prefill chunks (in
@@ -121,14 +107,12 @@ static int32_t build(sched *s, bool admit, int32_t *admitted)
         r->n_fed = 0;
         s->running[s->n_running++] = ri;
         (*admitted)++;
-        int32_t left = left_of(s, r), k = left < budget ? left : budget;
-        /* the cached prefix costs no compute: the chunk covers it plus the
-         * budget (the plan never skips a chunk's last token) */
-        int32_t hit = k < left ? cached_prefix(s, r, left) : 0;
-        if (hit > 0)
-            k = hit + budget < left ? hit + budget : left;
+        /* the first chunk covers the cached prefix plus the budget */
+        req_ref q = {s->rp, r};
+        int32_t cost, k = prefix_first_chunk(s->mem, s->probe, s->n_ubatch, r->seq,
+                                             left_of(s, r), budget, ref_token, &q, &cost);
         add_chunk(s, ri, k, &rows);
-        budget -= k - (hit < k - 1 ? hit : k - 1);
+        budget -= cost;
     }
     return rows;
 }

@@ -619,8 +619,8 @@ int llmem_cli_serve(int argc, char **argv)
     model_name(&o, mo.model, s.model_name, sizeof s.model_name);
     s.api = (api_server){.text = text, .model_name = s.model_name, .n_ctx = mo.params.n_ctx,
                          .n_vocab = llmem_model_n_vocab(m)};
-    if (eng_create(m, text, mo.params.n_seq_max, mo.params.n_ubatch, o.max_queue, &s.eng) !=
-        LLMEM_OK) {
+    if (eng_create(m, text, mo.params.n_seq_max, mo.params.n_ubatch, mo.params.n_ctx, o.max_queue,
+                   &s.eng) != LLMEM_OK) {
         fprintf(stderr, "llmem serve: cannot start the engine thread\n");
         rc = 1;
         goto done;

@@ -11,7 +11,8 @@ prompts; 32 concurrent requests; cancellation mid-stream frees the sequence
 (/health counters) and the server keeps serving; HTTP 400 with OpenAI error
 objects on bad requests; 429 beyond --max-queue; the API key; SIGTERM.
 On the llama fixture (a pure KV-cache model with 256 byte ids): requests
-that share a prompt hit the prefix cache and still equal `generate`.
+that share a prompt hit the prefix cache and still equal `generate`, also
+when they are admitted with little of a step's --n-ubatch budget left.
 """
 import concurrent.futures
 import json
@@ -441,6 +442,42 @@ def t_llama():
         assert rc == 0, (rc, "".join(s.log))
 
 
+@check("llama fixture: requests admitted with little step budget left take their whole prefix hit")
+def t_prefix_budget():
+    # --n-ubatch 16 of pages of 4: a first chunk cut at the step's leftover budget
+    # would reach at most 3 pages into the shared prefix; it must cover all of it
+    page = 4
+    s = Server("-m", LLAMA, "-np", "4", "--n-ubatch", "16", "--page-size", str(page))
+    try:
+        c = s.client(key="unused")
+        shared = PROMPTS[1] * 3  # well over n_ubatch tokens
+        n_shared = len(json.loads(subprocess.run(
+            [LLMEM, "tokenize", "--tokenizer", LLAMA, "--text", shared],
+            capture_output=True, check=True, text=True).stdout)["ids"])
+        assert n_shared > 8 * page, n_shared
+
+        def one(tail):
+            return c.completions.create(model="llama", prompt=shared + tail, max_tokens=8,
+                                        temperature=0).choices[0].text
+
+        one("Speak.")  # publishes the shared prefix's pages
+        h0 = s.health()
+        tails = ["Speak, speak.", "You are all resolved", "Resolved. resolved.", "First, you know"]
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            texts = list(ex.map(one, tails))
+        h = s.wait_health(lambda h: h["requests_running"] == 0)
+        # the tokenizer may merge the prefix's last token with the tail: one page of slack
+        want = len(tails) * (n_shared // page - 1) * page
+        assert h["prefix_hit_tokens"] - h0["prefix_hit_tokens"] >= want, (want, h0, h)
+        assert h["requests_failed"] == 0 and h["seqs_live"] == 0 and h["pages_used"] == 0, h
+        for tail, text in zip(tails, texts):
+            full = generate_full(shared + tail, 8, LLAMA)
+            assert full.endswith(text if text.endswith("\n") else text + "\n"), (tail, text, full)
+    finally:
+        rc = s.stop()
+        assert rc == 0, (rc, "".join(s.log))
+
+
 def main():
     t0 = time.time()
     s = Server("-np", "8", "--max-queue", "64", "--api-key", KEY)
@@ -458,6 +495,7 @@ def main():
     t_queue()
     t_pressure()
     t_llama()
+    t_prefix_budget()
     print(f"{len(failures)} failures in {time.time() - t0:.1f} s: {failures}")
     return 1 if failures else 0
 
