@@ -391,6 +391,15 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
     for (int32_t c = 0; c < t->n_change; c++) {
         const rs_change *ch = &t->change[c];
         rs_seq *s = &rs->seqs[ch->seq];
+#if defined(__GNUC__)
+        if (c + 8 < t->n_change) { /* decode: holdings of thousands of sequences */
+            const rs_hold *ahead = &rs->seqs[t->change[c + 8].seq].h;
+            if (ahead->slot.v)
+                __builtin_prefetch(ahead->slot.v, 1, 1);
+            if (ahead->len.v)
+                __builtin_prefetch(ahead->len.v, 1, 1);
+        }
+#endif
         /* free what the sequence no longer holds, take what it now holds */
         for (int32_t k = 0; k < s->h.slot.n; k++) {
             bool kept = false;
