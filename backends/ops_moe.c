@@ -6,63 +6,12 @@
  * The expert ids live on the device, so their range is checked by the
  * backends, which must never read an expert outside [0, E).
  */
-#include <stddef.h>
-
-#include "llmem/ops_impl.h"
-
-#define DT_F32 (1u << LLMEM_DTYPE_F32)
-#define DT_I32 (1u << LLMEM_DTYPE_I32)
-#define DT_FLOAT ((1u << LLMEM_DTYPE_F32) | (1u << LLMEM_DTYPE_F16) | (1u << LLMEM_DTYPE_BF16))
-
-/* A valid descriptor of this backend with a dtype in `dtypes`, inside its
- * buffer (element counts capped at 2^48, as backends/ops.c). */
-static bool moe_tensor_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes)
-{
-    if (!t || !t->buf || t->n_dims < 1 || t->n_dims > LLMEM_TENSOR_MAX_DIMS)
-        return false;
-    if ((unsigned)t->dtype >= LLMEM_DTYPE_COUNT || !(dtypes & (1u << t->dtype)))
-        return false;
-    if (llmem_buffer_backend(t->buf) != be)
-        return false;
-    int64_t n = 1;
-    for (int32_t i = 0; i < t->n_dims; i++) {
-        if (t->ne[i] < 0)
-            return false;
-        n *= t->ne[i];
-        if (n > ((int64_t)1 << 48))
-            return false;
-    }
-    size_t es = llmem_dtype_size(t->dtype);
-    size_t bytes = (size_t)n * es;
-    size_t size = llmem_buffer_size(t->buf);
-    return t->offset % es == 0 && t->offset <= size && bytes <= size - t->offset;
-}
-
-static bool moe_overlaps(const llmem_tensor *a, const llmem_tensor *b)
-{
-    if (!a || !b || a->buf != b->buf)
-        return false;
-    size_t na = llmem_tensor_nbytes(a), nb = llmem_tensor_nbytes(b);
-    if (na == 0 || nb == 0)
-        return false;
-    return a->offset < b->offset + nb && b->offset < a->offset + na;
-}
+#include "backends/ops_internal.h"
 
 static bool is_2d(const llmem_tensor *t, int64_t r, int64_t c)
 {
     return t->n_dims == 2 && t->ne[0] == r && t->ne[1] == c;
 }
-
-static const struct llmem_ops_i *moe_ops(llmem_backend *be)
-{
-    return be && be->iface ? be->iface->ops : NULL;
-}
-
-#define MOE_SLOT(be, name)                                                             \
-    (moe_ops(be) && moe_ops(be)->struct_size >= offsetof(struct llmem_ops_i, name) +    \
-                                                    sizeof(moe_ops(be)->name)           \
-         ? moe_ops(be)->name                                                           \
-         : NULL)
 
 llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
                                 const llmem_tensor *logits, const llmem_tensor *bias,
@@ -71,11 +20,11 @@ llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params 
     if (!be || !p)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_moe_route_params *, llmem_ct *, llmem_ct *,
-                       llmem_ct *, llmem_ct *) = MOE_SLOT(be, moe_route);
+                       llmem_ct *, llmem_ct *) = SLOT(be, moe_route);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    if (!moe_tensor_ok(be, logits, DT_F32) || !moe_tensor_ok(be, ids, DT_I32) ||
-        !moe_tensor_ok(be, weights, DT_F32) || (bias && !moe_tensor_ok(be, bias, DT_FLOAT)))
+    if (!tensor_ok(be, logits, DT_F32) || !tensor_ok(be, ids, DT_I32) ||
+        !tensor_ok(be, weights, DT_F32) || (bias && !tensor_ok(be, bias, DT_FLOAT)))
         return LLMEM_E_INVALID;
     int32_t E = p->n_expert, k = p->n_expert_used;
     if (E < 1 || k < 1 || k > E || (p->scoring != LLMEM_MOE_SOFTMAX &&
@@ -97,9 +46,9 @@ llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params 
         return LLMEM_E_INVALID;
     const llmem_tensor *in[2] = {logits, bias};
     for (int i = 0; i < 2; i++)
-        if (moe_overlaps(ids, in[i]) || moe_overlaps(weights, in[i]))
+        if (overlaps(ids, in[i]) || overlaps(weights, in[i]))
             return LLMEM_E_INVALID;
-    if (moe_overlaps(ids, weights))
+    if (overlaps(ids, weights))
         return LLMEM_E_INVALID;
     if (T == 0)
         return LLMEM_OK;
@@ -114,14 +63,14 @@ llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
     if (!be || !p)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_moe_ffn_params *, llmem_ct *, llmem_ct *,
-                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *) = MOE_SLOT(be, moe_ffn);
+                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, moe_ffn);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (p->act != LLMEM_MOE_ACT_SILU && p->act != LLMEM_MOE_ACT_RELU2)
         return LLMEM_E_INVALID;
-    if (!moe_tensor_ok(be, x, DT_F32) || !moe_tensor_ok(be, ids, DT_I32) ||
-        !moe_tensor_ok(be, weights, DT_F32) || !moe_tensor_ok(be, w_up, DT_FLOAT) ||
-        !moe_tensor_ok(be, w_down, DT_FLOAT) || !moe_tensor_ok(be, out, DT_F32))
+    if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, ids, DT_I32) ||
+        !tensor_ok(be, weights, DT_F32) || !tensor_ok(be, w_up, DT_FLOAT) ||
+        !tensor_ok(be, w_down, DT_FLOAT) || !tensor_ok(be, out, DT_F32))
         return LLMEM_E_INVALID;
     if (x->n_dims != 2 || ids->n_dims != 2 || w_up->n_dims != 3 || w_down->n_dims != 3 ||
         w_up->dtype != w_down->dtype)
@@ -134,7 +83,7 @@ llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
         return LLMEM_E_INVALID;
     const llmem_tensor *in[5] = {x, ids, weights, w_up, w_down};
     for (int i = 0; i < 5; i++)
-        if (moe_overlaps(out, in[i]))
+        if (overlaps(out, in[i]))
             return LLMEM_E_INVALID;
     if (T == 0 || D == 0)
         return LLMEM_OK;

@@ -1,0 +1,80 @@
+/* llmem backends/: what the op wrappers (ops.c, sample.c, ops_moe.c) share:
+ * the tensor-descriptor and aliasing checks and the slot lookup. Internal;
+ * not installed. */
+#ifndef LLMEM_BACKENDS_OPS_INTERNAL_H
+#define LLMEM_BACKENDS_OPS_INTERNAL_H
+
+#include <stddef.h>
+
+#include "llmem/ops_impl.h"
+
+#define DT_F32 (1u << LLMEM_DTYPE_F32)
+#define DT_I32 (1u << LLMEM_DTYPE_I32)
+#define DT_FLOAT ((1u << LLMEM_DTYPE_F32) | (1u << LLMEM_DTYPE_F16) | (1u << LLMEM_DTYPE_BF16))
+
+static inline int64_t rows_of(const llmem_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t i = 0; i + 1 < t->n_dims; i++)
+        n *= t->ne[i];
+    return n;
+}
+
+static inline int64_t cols_of(const llmem_tensor *t)
+{
+    return t->ne[t->n_dims - 1];
+}
+
+/* A valid descriptor of this backend, with a dtype in `dtypes`, inside its
+ * buffer. Element counts are capped at 2^48 so byte sizes never overflow. */
+static inline bool tensor_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes)
+{
+    if (!t || !t->buf || t->n_dims < 1 || t->n_dims > LLMEM_TENSOR_MAX_DIMS)
+        return false;
+    if ((unsigned)t->dtype >= LLMEM_DTYPE_COUNT || !(dtypes & (1u << t->dtype)))
+        return false;
+    if (llmem_buffer_backend(t->buf) != be)
+        return false;
+    for (int32_t i = 0; i < t->n_dims; i++)
+        if (t->ne[i] < 0)
+            return false;
+    int64_t n = 1;
+    for (int32_t i = 0; i < t->n_dims; i++) {
+        n *= t->ne[i];
+        if (n > ((int64_t)1 << 48))
+            return false;
+    }
+    size_t es = llmem_dtype_size(t->dtype);
+    size_t bytes = (size_t)n * es;
+    size_t size = llmem_buffer_size(t->buf);
+    return t->offset % es == 0 && t->offset <= size && bytes <= size - t->offset;
+}
+
+static inline bool overlaps(const llmem_tensor *a, const llmem_tensor *b)
+{
+    if (!a || !b || a->buf != b->buf)
+        return false;
+    size_t na = llmem_tensor_nbytes(a), nb = llmem_tensor_nbytes(b);
+    if (na == 0 || nb == 0)
+        return false;
+    return a->offset < b->offset + nb && b->offset < a->offset + na;
+}
+
+static inline const struct llmem_ops_i *ops_of(llmem_backend *be)
+{
+    return be && be->iface ? be->iface->ops : NULL;
+}
+
+static inline bool ops_has(const struct llmem_ops_i *ops, size_t offset, size_t size)
+{
+    return ops && ops->struct_size >= offset + size;
+}
+
+/* The slot `name` of be's ops table, or NULL when the table lacks it. */
+#define SLOT(be, name)                                                                 \
+    (ops_has(ops_of(be), offsetof(struct llmem_ops_i, name),                           \
+             sizeof(((const struct llmem_ops_i *)0)->name))                            \
+         ? ops_of(be)->name                                                            \
+         : NULL)
+
+#endif
