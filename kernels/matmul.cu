@@ -22,6 +22,45 @@
 #define GEMV_UNROLL 8
 
 
+/* One warp's share of a VEC dot product: 16-byte weight chunks
+ * [c_lo, c_hi) of row wr, lane-strided, UNR chunks in flight per lane,
+ * accumulated in f32 against each of the m activation rows of a. */
+template <typename WT, int UNR>
+__device__ __forceinline__ void gemv_chunks(const float *__restrict__ a, const uint4 *wr,
+                                            int32_t m, int32_t k, int64_t c_lo, int64_t c_hi,
+                                            int lane, float (&acc)[CUK_GEMV_MAX_M])
+{
+    constexpr int E = cuk_unpack16<WT>::n;
+    for (int64_t c0 = c_lo + lane; c0 < c_hi; c0 += 32 * UNR) {
+        uint4 wv[UNR];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            int64_t c = c0 + 32 * u;
+            wv[u] = c < c_hi ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+            int64_t c = c0 + 32 * u;
+            if (c >= c_hi)
+                break;
+            float wf[E];
+            cuk_unpack16<WT>::run(wv[u], wf);
+#pragma unroll
+            for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
+                if (i >= m)
+                    break;
+                const float4 *ar = (const float4 *)(a + (int64_t)i * k + c * E);
+#pragma unroll
+                for (int e = 0; e < E / 4; e++) {
+                    float4 av = __ldg(ar + e);
+                    acc[i] += av.x * wf[4 * e] + av.y * wf[4 * e + 1] + av.z * wf[4 * e + 2] +
+                              av.w * wf[4 * e + 3];
+                }
+            }
+        }
+    }
+}
+
 /* VEC: rows of w and a start 16-byte aligned and K is a whole number of
  * 16-byte chunks of w; otherwise one element per lane per step. */
 template <typename WT, bool VEC, int UNR = GEMV_UNROLL>
@@ -40,35 +79,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (VEC) {
         constexpr int E = cuk_unpack16<WT>::n;
         const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
-        int64_t chunks = k / E;
-        for (int64_t c0 = lane; c0 < chunks; c0 += 32 * UNR) {
-            uint4 wv[UNR];
-#pragma unroll
-            for (int u = 0; u < UNR; u++) {
-                int64_t c = c0 + 32 * u;
-                wv[u] = c < chunks ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < UNR; u++) {
-                int64_t c = c0 + 32 * u;
-                if (c >= chunks)
-                    break;
-                float wf[E];
-                cuk_unpack16<WT>::run(wv[u], wf);
-#pragma unroll
-                for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
-                    if (i >= m)
-                        break;
-                    const float4 *ar = (const float4 *)(a + (int64_t)i * k + c * E);
-#pragma unroll
-                    for (int e = 0; e < E / 4; e++) {
-                        float4 av = __ldg(ar + e);
-                        acc[i] += av.x * wf[4 * e] + av.y * wf[4 * e + 1] + av.z * wf[4 * e + 2] +
-                                  av.w * wf[4 * e + 3];
-                    }
-                }
-            }
-        }
+        gemv_chunks<WT, UNR>(a, wr, m, k, 0, k / E, lane, acc);
     } else {
         const void *wr = (const char *)w + col * (int64_t)k * sizeof(WT);
         for (int64_t c = lane; c < k; c += 32) {
@@ -187,34 +198,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         int64_t chunks = k / E, per = (chunks + S - 1) / S;
         int64_t c_lo = seg * per, c_hi = c_lo + per < chunks ? c_lo + per : chunks;
         const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
-        for (int64_t c0 = c_lo + lane; c0 < c_hi; c0 += 32 * GEMV_UNROLL) {
-            uint4 wv[GEMV_UNROLL];
-#pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
-                int64_t c = c0 + 32 * u;
-                wv[u] = c < c_hi ? __ldg(wr + c) : make_uint4(0, 0, 0, 0);
-            }
-#pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
-                int64_t c = c0 + 32 * u;
-                if (c >= c_hi)
-                    break;
-                float wf[E];
-                cuk_unpack16<WT>::run(wv[u], wf);
-#pragma unroll
-                for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
-                    if (i >= m)
-                        break;
-                    const float4 *ar = (const float4 *)(a + (int64_t)i * k + c * E);
-#pragma unroll
-                    for (int e = 0; e < E / 4; e++) {
-                        float4 av = __ldg(ar + e);
-                        acc[i] += av.x * wf[4 * e] + av.y * wf[4 * e + 1] + av.z * wf[4 * e + 2] +
-                                  av.w * wf[4 * e + 3];
-                    }
-                }
-            }
-        }
+        gemv_chunks<WT, GEMV_UNROLL>(a, wr, m, k, c_lo, c_hi, lane, acc);
     }
 #pragma unroll
     for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
