@@ -90,6 +90,21 @@ static llmem_status gemm(cuda_backend *cb, cudaDataType_t t, const void *w, int3
 
 static llmem_status matmul_out(llmem_backend *be, llmem_ct *a, llmem_ct *w, float *o);
 
+/* The activations a [M, K] f32 as two bf16 terms in scratch, hi = bf16(a)
+ * and lo = bf16(a - hi) (matmul.cu's header explains the split). */
+static llmem_status split_bf16(cuda_backend *cb, llmem_ct *a, uint16_t **hi, uint16_t **lo)
+{
+    size_t n = (size_t)a->ne[0] * a->ne[1], half = n * 2;
+    void *s;
+    llmem_status st = cuda_scratch(cb, 2 * half + 256, &s);
+    if (st != LLMEM_OK)
+        return st;
+    *hi = s;
+    *lo = (uint16_t *)((char *)s + (half + 255) / 256 * 256);
+    return cuda_check(cb, cuk_split_bf16(tptr(a), *hi, *lo, (int64_t)n, cb->stream),
+                      "split_bf16");
+}
+
 static llmem_status op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
 {
     return matmul_out(be, a, w, tptr(out));
@@ -111,15 +126,10 @@ static llmem_status matmul_out(llmem_backend *be, llmem_ct *a, llmem_ct *w, floa
     if (w->dtype == LLMEM_DTYPE_F32)
         st = gemm(cb, CUDA_R_32F, tptr(w), n, n, tptr(a), m, k, 0.0f, o);
     else if (w->dtype == LLMEM_DTYPE_BF16) {
-        void *s;
-        size_t half = (size_t)m * k * 2;
-        if ((st = cuda_scratch(cb, 2 * half + 256, &s)) != LLMEM_OK)
+        uint16_t *hi, *lo;
+        if ((st = split_bf16(cb, a, &hi, &lo)) != LLMEM_OK)
             return st;
-        uint16_t *hi = s, *lo = (uint16_t *)((char *)s + (half + 255) / 256 * 256);
-        st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, lo, (int64_t)m * k, cb->stream),
-                        "split_bf16");
-        if (st == LLMEM_OK)
-            st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, o);
+        st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, o);
         if (st == LLMEM_OK)
             st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, lo, m, k, 1.0f, o);
     } else {
@@ -154,15 +164,10 @@ static llmem_status op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, 
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    void *s;
-    size_t half = (size_t)m * k * 2;
-    if ((st = cuda_scratch(cb, 2 * half + 256, &s)) != LLMEM_OK)
+    uint16_t *hi, *lo;
+    if ((st = split_bf16(cb, a, &hi, &lo)) != LLMEM_OK)
         return st;
-    uint16_t *hi = s, *lo = (uint16_t *)((char *)s + (half + 255) / 256 * 256);
-    st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, lo, (int64_t)m * k, cb->stream),
-                    "split_bf16");
-    if (st == LLMEM_OK)
-        st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
+    st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
     return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul_fast") : st;
 }
 
