@@ -67,9 +67,16 @@ def common_cases(seed):
     return cases
 
 
-def scale_weights(model, seed, hidden, tied):
+def scale_weights(model, seed, hidden, tied, arch=""):
     """Re-draw every parameter so activations stay O(1) through the depth
-    and the logits have a standard deviation of about 3."""
+    and the logits have a standard deviation of about 3.
+
+    For the fixtures of the second round (NEW_ARCHS) two more rules apply,
+    so that the older fixtures stay reproducible: 3-D expert and conv
+    weights are scaled by their fan-in, and norms that compute x * (1 + w)
+    (Gemma, Qwen3-Next) draw w around 0, so the effective gain is 0.6-1.4
+    like everywhere else."""
+    new = arch in NEW_ARCHS
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -81,6 +88,8 @@ def scale_weights(model, seed, hidden, tied):
                 v = dt + torch.log(-torch.expm1(-dt))  # inverse softplus
             elif name.endswith(".D"):
                 v = torch.empty(shape).uniform_(0.5, 1.5, generator=g)
+            elif new and "norm" in name and name.endswith("weight") and offset_norm(arch, name):
+                v = torch.empty(shape).uniform_(-0.4, 0.4, generator=g)
             elif "norm" in name and name.endswith("weight"):
                 v = torch.empty(shape).uniform_(0.6, 1.4, generator=g)
             elif name.endswith("bias"):
@@ -95,6 +104,8 @@ def scale_weights(model, seed, hidden, tied):
                 v = torch.randn(shape, generator=g) * (3.0 / math.sqrt(hidden))
             elif p.dim() == 2:
                 v = torch.randn(shape, generator=g) / math.sqrt(shape[1])
+            elif new and p.dim() == 3:
+                v = torch.randn(shape, generator=g) / math.sqrt(shape[-1])
             else:
                 v = torch.randn(shape, generator=g) * 0.5
             p.copy_(v.to(p.dtype))
@@ -102,6 +113,19 @@ def scale_weights(model, seed, hidden, tied):
             # the router's selection-only bias: spread so that it reorders
             if name.endswith("e_score_correction_bias"):
                 b.copy_((torch.randint(-4, 5, b.shape, generator=g) * 0.0625).to(b.dtype))
+
+
+# Second-round architectures (issues 16 and 17): see scale_weights.
+NEW_ARCHS = {"gemma3_text", "qwen3_next", "lfm2", "jamba"}
+
+
+def offset_norm(arch, name):
+    """True for a norm weight w applied as x * (1 + w)."""
+    if arch == "gemma3_text":
+        return True
+    if arch == "qwen3_next":
+        return "linear_attn.norm" not in name  # the gated norm is plain x * w
+    return False
 
 
 def make_config(arch):
@@ -205,6 +229,57 @@ def make_config(arch):
             mlp_multipliers=[1.3, 0.6], key_multiplier=0.8, attention_in_multiplier=1.1,
             attention_out_multiplier=0.9, ssm_multipliers=[1.2, 0.8, 1.1, 0.9, 1.4],
             ssm_in_multiplier=0.7, ssm_out_multiplier=1.2)
+    if arch == "gemma3_text":
+        # sliding, sliding, full, sliding; a window of 20 (not a multiple of
+        # the page sizes 16 and 64); local and global RoPE bases differ
+        return tf.Gemma3TextConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            hidden_activation="gelu_pytorch_tanh", max_position_embeddings=1024,
+            rms_norm_eps=1e-6, tie_word_embeddings=True, query_pre_attn_scalar=16,
+            sliding_window=20,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                         "sliding_attention"],
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1000.0},
+                             "full_attention": {"rope_type": "default", "rope_theta": 5000.0}},
+            final_logit_softcapping=None, attn_logit_softcapping=None)
+    if arch == "qwen3_next":
+        # gated delta net, gated delta net, gated full attention, gated delta
+        # net; every layer's MLP is sparse: 8 experts of 32, top-2, plus a
+        # shared expert of 48 behind a sigmoid gate
+        return tf.Qwen3NextConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            rms_norm_eps=1e-6, max_position_embeddings=1024, tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000.0,
+                             "partial_rotary_factor": 0.25},
+            linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4,
+            decoder_sparse_step=1, moe_intermediate_size=32,
+            shared_expert_intermediate_size=48, num_experts_per_tok=2, num_experts=8,
+            norm_topk_prob=True, mlp_only_layers=[],
+            layer_types=["linear_attention", "linear_attention", "full_attention",
+                         "linear_attention"])
+    if arch == "lfm2":
+        # short conv, short conv, attention, short conv (L_cache 3)
+        return tf.Lfm2Config(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=128, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+            norm_eps=1e-5, tie_word_embeddings=True, conv_bias=False, conv_L_cache=3,
+            block_auto_adjust_ff_dim=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 5000.0},
+            layer_types=["conv", "conv", "full_attention", "conv"])
+    if arch == "jamba":
+        # Mamba-1, attention (no RoPE), Mamba-1, attention; layers 1 and 3
+        # are MoE (4 experts, top-2), layers 0 and 2 dense
+        return tf.JambaConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=96, num_hidden_layers=4,
+            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+            max_position_embeddings=1024, num_experts_per_tok=2, num_experts=4,
+            expert_layer_period=2, expert_layer_offset=1, attn_layer_period=2,
+            attn_layer_offset=1, use_mamba_kernels=False, mamba_d_state=16, mamba_d_conv=4,
+            mamba_expand=2, mamba_dt_rank=4, mamba_conv_bias=True, mamba_proj_bias=False,
+            tie_word_embeddings=False)
     raise ValueError(arch)
 
 
@@ -215,13 +290,16 @@ def model_class(arch):
             "nemotron_h_moe": tf.NemotronHForCausalLM,
             "granitemoehybrid_moe": tf.GraniteMoeHybridForCausalLM,
             "granitemoehybrid_dense": tf.GraniteMoeHybridForCausalLM,
-            "falcon_h1": getattr(tf, "FalconH1ForCausalLM", None)}[arch]
+            "falcon_h1": getattr(tf, "FalconH1ForCausalLM", None),
+            "gemma3_text": tf.Gemma3ForCausalLM, "qwen3_next": tf.Qwen3NextForCausalLM,
+            "lfm2": tf.Lfm2ForCausalLM, "jamba": tf.JambaForCausalLM}[arch]
 
 
 # Fixtures whose reference is a from_pretrained(dtype=...) reload (never a
 # cast of a loaded model: casting rounds buffers such as RoPE frequencies),
 # with transformers' eager experts (grouped_mm has no float64).
-RELOAD_DTYPE = {"nemotron_h_moe", "granitemoehybrid_moe", "granitemoehybrid_dense", "falcon_h1"}
+RELOAD_DTYPE = {"nemotron_h_moe", "granitemoehybrid_moe", "granitemoehybrid_dense", "falcon_h1",
+                "gemma3_text", "qwen3_next", "lfm2", "jamba"}
 
 
 def load_eval_model(arch, path, dtype):
@@ -271,7 +349,7 @@ def build_fixture(name, arch, seed, store_dtype, out_root):
     cfg = make_config(arch)
     model = model_class(arch)(cfg).to(torch.float32).eval()
     tied = bool(getattr(cfg, "tie_word_embeddings", False))
-    scale_weights(model, seed, cfg.hidden_size, tied)
+    scale_weights(model, seed, cfg.hidden_size, tied, arch)
     out = os.path.join(out_root, name)
     os.makedirs(out, exist_ok=True)
     model.to(store_dtype).save_pretrained(out)
@@ -341,7 +419,11 @@ def main():
                 ("granite_moe", "granitemoehybrid_moe", 16, torch.float32),
                 ("granite_dense_nope", "granitemoehybrid_dense", 17, torch.float32),
                 ("nemotron_h_moe", "nemotron_h_moe", 18, torch.float32),
-                ("falcon_h1", "falcon_h1", 19, torch.float32)]
+                ("falcon_h1", "falcon_h1", 19, torch.float32),
+                ("gemma3_text", "gemma3_text", 20, torch.float32),
+                ("qwen3_next", "qwen3_next", 21, torch.float32),
+                ("lfm2", "lfm2", 22, torch.float32),
+                ("jamba", "jamba", 23, torch.float32)]
     only = set(filter(None, args.only.split(",")))
     os.makedirs(args.out, exist_ok=True)
     summary, failed = [], []
