@@ -123,6 +123,7 @@ void truncate_to(recurrent *rs, rs_seq *s, int32_t k)
         }
     s->tokens.n = s->pos.n = k;
     pos_meta_truncated(&s->pm, &s->pos);
+    snap_seq_cut(s, k);
 }
 
 static llmem_status rs_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1, bool dry)
@@ -178,6 +179,7 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
         }
     }
     hold_drop_all(rs, b);
+    snap_seq_cut(b, 0);
     i32_copy(b->tokens.v, a->tokens.v, k);
     i32_copy(b->pos.v, a->pos.v, k);
     b->tokens.n = b->pos.n = k;
@@ -266,6 +268,7 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
         rs_seq *q = &rs->seqs[s];
         q->tokens.n = q->pos.n = q->h.slot.n = q->h.len.n = 0;
         q->pm = (pos_meta){-1, -1, false};
+        snap_seq_cut(q, 0);
     }
     slots_reset(rs);
     snap_reset(rs);
@@ -295,6 +298,7 @@ static void rs_destroy(llmem_memory *mem)
         i32vec_free(&rs->seqs[s].pos);
         i32vec_free(&rs->seqs[s].h.slot);
         i32vec_free(&rs->seqs[s].h.len);
+        free(rs->seqs[s].blk);
     }
     free(rs->seqs);
     free(rs->owner);

@@ -11,10 +11,20 @@ typedef struct rs_hold {
     i32vec slot, len; /* state after `len` tokens lives in `slot` */
 } rs_hold;
 
+/* Tokens per block of a sequence's snapshot hash chain (rs_snap.c). */
+#define RS_HASH_BLOCK 64
+
 typedef struct rs_seq {
     i32vec tokens, pos;
     pos_meta pm; /* of pos */
     rs_hold h;
+    /* Snapshot hash chain of tokens, extended lazily by rs_snap.c:
+     * blk[b] = chain hash of tokens[0, (b + 1) * RS_HASH_BLOCK) for
+     * b < n_blk; neg1: 1 + the index of the first token < 0 (an
+     * embedding) among them, 0 when none. Every change of tokens other
+     * than an append cuts the chain (snap_seq_cut). */
+    uint64_t *blk;
+    int32_t n_blk, cap_blk, neg1;
 } rs_seq;
 
 typedef struct rs_layer {
@@ -49,7 +59,7 @@ typedef struct rs_res {
  * snap_base + its index, published at commit (rs_snap.c). */
 typedef struct rs_snap {
     int32_t len;     /* 0: unused */
-    uint64_t hash;   /* XXH3-64 of tokens[0, len) */
+    uint64_t hash;   /* snap_chain_hash of tokens[0, len) */
     i32vec tokens;   /* verified on every match */
     int32_t ref;     /* plans reading it; never evicted while > 0 */
     uint64_t lru;    /* last publish or hit */
@@ -102,7 +112,9 @@ llmem_status rs_clear(llmem_memory *mem, bool data);
 /* rs_snap.c */
 int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m);
 int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n);
-llmem_status snap_publish(recurrent *rs, const rs_seq *s, int32_t slot, int32_t len);
+llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len);
+/* Tokens of s changed other than by an append: only its first k stay. */
+void snap_seq_cut(rs_seq *s, int32_t k);
 void snap_reset(recurrent *rs);
 void snap_finish(recurrent *rs);
 int32_t snap_count(const recurrent *rs);

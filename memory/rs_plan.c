@@ -354,7 +354,7 @@ static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, con
         if (ch->copy_from >= 0)
             continue;
         int32_t q = ch->seq;
-        const rs_seq *s = &rs->seqs[q];
+        rs_seq *s = &rs->seqs[q];
         int32_t before = s->tokens.n - t->n_seq_tokens;
         int32_t end = plan->first_pos[q] >= 0 && plan->n_new[q] > 1
                           ? plan->first_pos[q] + plan->n_new[q] : -1;

@@ -12,20 +12,90 @@
 
 #include "memory/rs_internal.h"
 
-static uint64_t tok_hash(const int32_t *t, int32_t n)
+/* --- the snapshot key: a chain hash over blocks of tokens ----------------------
+ * Blocks of RS_HASH_BLOCK tokens are hashed with XXH3-64, each seeded by the
+ * previous block's hash (0 for the first); a length that ends inside a block
+ * hashes the partial block seeded the same way. A sequence keeps its block
+ * hashes (rs_seq.blk), so publishing a snapshot hashes only the tokens added
+ * since its last publish plus at most one partial block: O(new tokens), not
+ * O(length) (issue 13). The same blocked scheme as the KV cache's page chain
+ * (page_pool.c), with a block size of its own: snapshot lengths need not be
+ * page boundaries, and a recurrent memory has no pages. */
+
+static uint64_t block_hash(const int32_t *t, int32_t n, uint64_t seed)
 {
-    return XXH3_64bits(t, (size_t)n * sizeof *t);
+    return XXH3_64bits_withSeed(t, (size_t)n * sizeof *t, seed);
 }
 
+/* The chain hash of t[0, len) given blk[b] = chain hash of t[0, (b + 1) * B)
+ * for b < len / B. */
+static uint64_t chain_tail(const uint64_t *blk, const int32_t *t, int32_t len)
+{
+    int32_t nb = len / RS_HASH_BLOCK, r = len % RS_HASH_BLOCK;
+    uint64_t prev = nb > 0 ? blk[nb - 1] : 0;
+    return r > 0 ? block_hash(t + (size_t)nb * RS_HASH_BLOCK, r, prev) : prev;
+}
+
+/* The chain hash of t[0, len) from scratch (O(len), no storage). */
+static uint64_t chain_hash(const int32_t *t, int32_t len)
+{
+    uint64_t h = 0;
+    int32_t b = 0;
+    for (; b + RS_HASH_BLOCK <= len; b += RS_HASH_BLOCK)
+        h = block_hash(t + b, RS_HASH_BLOCK, h);
+    return b < len ? block_hash(t + b, len - b, h) : h;
+}
+
+void snap_seq_cut(rs_seq *s, int32_t k)
+{
+    int32_t nb = k / RS_HASH_BLOCK;
+    if (nb < s->n_blk)
+        s->n_blk = nb;
+    if (s->neg1 > s->n_blk * RS_HASH_BLOCK)
+        s->neg1 = 0;
+}
+
+/* Extends s's block chain to its first nb blocks (s has >= nb * B tokens). */
+static bool seq_chain_extend(rs_seq *s, int32_t nb)
+{
+    if (nb <= s->n_blk)
+        return true;
+    if (nb > s->cap_blk) {
+        int32_t cap = s->cap_blk > 0 ? s->cap_blk : 8;
+        while (cap < nb)
+            cap = cap > INT32_MAX / 2 ? nb : 2 * cap;
+        uint64_t *b = realloc(s->blk, (size_t)cap * sizeof *b);
+        if (!b)
+            return false;
+        s->blk = b;
+        s->cap_blk = cap;
+    }
+    for (int32_t b = s->n_blk; b < nb; b++) {
+        const int32_t *t = s->tokens.v + (size_t)b * RS_HASH_BLOCK;
+        for (int32_t j = 0; j < RS_HASH_BLOCK && s->neg1 == 0; j++)
+            if (t[j] < 0)
+                s->neg1 = b * RS_HASH_BLOCK + j + 1;
+        s->blk[b] = block_hash(t, RS_HASH_BLOCK, b > 0 ? s->blk[b - 1] : 0);
+    }
+    s->n_blk = nb;
+    return true;
+}
+
+/* Blocks of a query's chain kept on the stack by snap_find; longer queries
+ * hash each candidate length from scratch. */
+#define FIND_BLOCKS 512
+
 /* The longest published snapshot whose tokens are tokens[0, len), len <= m;
- * -1 when none. O(snapshots) hash comparisons plus one verification; the
- * prefix hash is computed once per distinct candidate length. */
+ * -1 when none. O(snapshots) hash comparisons per distinct candidate length
+ * plus one verification; the query's chain is hashed once (up to
+ * FIND_BLOCKS blocks). */
 int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m)
 {
-    int32_t best = -1, hashed_len = -1;
-    uint64_t h = 0;
+    uint64_t blk[FIND_BLOCKS];
+    int32_t n_blk = -1; /* blocks of the query hashed into blk; -1: not yet */
+    int32_t hashed_len = -1;
     for (;;) {
-        /* the longest candidate length below the best found so far */
+        /* the longest candidate length below the last one tried */
         int32_t len = -1;
         for (int32_t i = 0; i < rs->n_snap; i++) {
             int32_t l = rs->snap[i].len;
@@ -33,8 +103,15 @@ int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m)
                 len = l;
         }
         if (len < 0)
-            return best;
-        h = tok_hash(tokens, len);
+            return -1;
+        if (n_blk < 0) {
+            n_blk = len / RS_HASH_BLOCK < FIND_BLOCKS ? len / RS_HASH_BLOCK : FIND_BLOCKS;
+            for (int32_t b = 0; b < n_blk; b++)
+                blk[b] = block_hash(tokens + (size_t)b * RS_HASH_BLOCK, RS_HASH_BLOCK,
+                                    b > 0 ? blk[b - 1] : 0);
+        }
+        uint64_t h = len / RS_HASH_BLOCK <= n_blk ? chain_tail(blk, tokens, len)
+                                                  : chain_hash(tokens, len);
         hashed_len = len;
         for (int32_t i = 0; i < rs->n_snap; i++) {
             const rs_snap *q = &rs->snap[i];
@@ -72,13 +149,21 @@ static void snap_poison(recurrent *rs, int32_t i)
  * as KV pages). An equal snapshot is only touched; else an unused entry or
  * the least recently used unpinned one is replaced. Nothing is published
  * when every entry is pinned. */
-llmem_status snap_publish(recurrent *rs, const rs_seq *s, int32_t slot, int32_t len)
+llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
 {
     if (rs->n_snap == 0 || len <= 0 || len > s->tokens.n || s->pm.unsorted ||
         s->pos.v[0] != 0 || s->pos.v[len - 1] != len - 1)
         return LLMEM_OK;
     const int32_t *tok = s->tokens.v;
-    uint64_t h = tok_hash(tok, len);
+    int32_t nb = len / RS_HASH_BLOCK;
+    if (!seq_chain_extend(s, nb))
+        return LLMEM_E_NO_MEMORY;
+    if (s->neg1 > 0 && s->neg1 <= len)
+        return LLMEM_OK; /* embeddings: not reusable */
+    for (int32_t j = nb * RS_HASH_BLOCK; j < len; j++)
+        if (tok[j] < 0)
+            return LLMEM_OK;
+    uint64_t h = chain_tail(s->blk, tok, len);
     int32_t victim = -1;
     for (int32_t i = 0; i < rs->n_snap; i++) {
         rs_snap *q = &rs->snap[i];
@@ -93,9 +178,6 @@ llmem_status snap_publish(recurrent *rs, const rs_seq *s, int32_t slot, int32_t 
     }
     if (victim < 0)
         return LLMEM_OK;
-    for (int32_t j = 0; j < len; j++)
-        if (tok[j] < 0)
-            return LLMEM_OK; /* embeddings: not reusable */
     rs_snap *q = &rs->snap[victim];
     if (!i32vec_reserve(&q->tokens, len))
         return LLMEM_E_NO_MEMORY;
@@ -143,10 +225,10 @@ bool snap_check(const recurrent *rs, char *err, size_t err_len)
     for (int32_t i = 0; i < rs->n_snap; i++) {
         const rs_snap *q = &rs->snap[i];
         if (q->ref < 0 || (q->len > 0 && (q->tokens.n != q->len ||
-                                          q->hash != tok_hash(q->tokens.v, q->len)))) {
+                                          q->hash != chain_hash(q->tokens.v, q->len)))) {
             llmem_errf(err, err_len, "snapshot %d: length %d, %d tokens, ref %d, hash %s", i,
                        q->len, q->tokens.n, q->ref,
-                       q->len > 0 && q->hash != tok_hash(q->tokens.v, q->len) ? "stale" : "ok");
+                       q->len > 0 && q->hash != chain_hash(q->tokens.v, q->len) ? "stale" : "ok");
             return false;
         }
         if (q->ref > 0 && rs->base.plan == NULL) {

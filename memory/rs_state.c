@@ -190,6 +190,7 @@ llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
             break;
         }
         const uint8_t *p = t->buf + e->at;
+        snap_seq_cut(s, 0);
         s->tokens.n = s->pos.n = e->len;
         if (e->len == 0)
             continue;

@@ -475,6 +475,92 @@ START_TEST(test_snapshot_random)
 }
 END_TEST
 
+/* One token of seq q at position pos through the test's forward pass. */
+static void decode(llmem_memory *h, llmem_batch_buf *b, int32_t q, int32_t tok, int32_t pos,
+                   fw *x)
+{
+    llmem_batch_buf_clear(b);
+    llmem_batch_buf_add(b, tok, pos, &q, 1, true);
+    ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 8, forward, x, NULL), LLMEM_OK);
+}
+
+/* Plans, runs and commits a new request tok[0, n) of seq q; returns its hit
+ * (the forward pass checks that the state it resumes from is that of
+ * exactly the hit tokens). */
+static int32_t request(llmem_memory *h, llmem_batch_buf *b, int32_t q, const int32_t *tok,
+                       int32_t n, fw *x)
+{
+    char err[256] = "";
+    llmem_batch_buf_clear(b);
+    for (int32_t j = 0; j < n; j++)
+        llmem_batch_buf_add(b, tok[j], j, &q, 1, j == n - 1);
+    llmem_plan *plan = NULL;
+    ck_assert_msg(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 256, &plan, err,
+                                    sizeof err) == LLMEM_OK, "%s", err);
+    int32_t c = llmem_plan_n_cached(plan, q);
+    x->len[q] = (float)c;
+    x->sum[q] = 0;
+    for (int32_t j = 0; j < c; j++)
+        x->sum[q] += (float)tok[j];
+    for (int32_t u = 0; u < llmem_plan_n_ubatch(plan); u++) {
+        const llmem_ubatch *ub = NULL;
+        ck_assert_int_eq(llmem_memory_apply(h, plan, u, &ub), LLMEM_OK);
+        forward(h, ub, x);
+        ck_assert_int_eq(llmem_memory_commit(h, plan, u), LLMEM_OK);
+    }
+    llmem_memory_release(h, plan);
+    return c;
+}
+
+/* Snapshot keys of long histories (issue 13; rs_snap.c keys a snapshot by
+ * a chain hash over blocks of 64 tokens that each sequence extends
+ * incrementally). A conversation of 120 prompt tokens decodes one token at
+ * a time to 131 (a snapshot every 16 tokens: the one at 128 hashes a
+ * second block), is cut back to 127 (a checkpoint) and decodes 9 other
+ * tokens (snapshot at 128 of the new tokens), then ends (snapshot at 136).
+ * A block hash left stale by the cut would key the new snapshots by the old
+ * tokens: llmem_memory_check recomputes every key from scratch, and a
+ * request extending the new history must hit all 136 tokens (the longest
+ * snapshot there is, by construction) with the state of exactly those. */
+START_TEST(test_snapshot_long_chain)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv, *rs;
+    llmem_memory *h = snapshot_hybrid(be, 128, 4, 8, 16, &kv, &rs);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(256, 1, &b);
+    fw x = {.first_T = {-1, -1, -1}};
+    int32_t old[140], neu[140];
+    for (int32_t j = 0; j < 140; j++) {
+        old[j] = 1 + (j * 37) % 500;
+        neu[j] = j < 127 ? old[j] : 600 + j;
+    }
+    ck_assert_int_eq(request(h, b, 0, old, 120, &x), 0);
+    for (int32_t j = 120; j < 131; j++)
+        decode(h, b, 0, old[j], j, &x);
+    ck_assert_int_eq(llmem_memory_seq_rm(h, 0, 127, -1), LLMEM_OK);
+    x.len[0] = 127;
+    x.sum[0] = 0;
+    for (int32_t j = 0; j < 127; j++)
+        x.sum[0] += (float)old[j];
+    for (int32_t j = 127; j < 136; j++)
+        decode(h, b, 0, neu[j], j, &x);
+    mt_assert_check(h);
+    ck_assert_int_eq(llmem_memory_seq_rm(h, 0, -1, -1), LLMEM_OK);
+    mt_assert_check(h);
+    ck_assert_int_eq(request(h, b, 1, neu, 139, &x), 136);
+    /* the old history's snapshot at 120 (its prompt end) is still found */
+    int32_t o2[124];
+    memcpy(o2, old, sizeof o2);
+    o2[120] = 999;
+    ck_assert_int_eq(request(h, b, 2, o2, 124, &x), 120);
+    mt_assert_check(h);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hybrid");
@@ -486,6 +572,7 @@ int main(void)
     tcase_add_test(tc, test_snapshot_reuse);
     tcase_add_test(tc, test_snapshot_multi_turn);
     tcase_add_test(tc, test_snapshot_random);
+    tcase_add_test(tc, test_snapshot_long_chain);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
