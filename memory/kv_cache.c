@@ -537,6 +537,9 @@ static void kv_destroy(llmem_memory *mem)
         i32vec_free(&kv->seqs[s].pos);
     }
     free(kv->seqs);
+    free(kv->need);
+    free(kv->len0);
+    free(kv->cow);
     free(kv->shift);
     free(kv->page_shift);
     llmem_buffer_free(kv->idx);
@@ -634,7 +637,11 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     kv->v = calloc((size_t)p->n_layers, sizeof *kv->v);
     kv->shift = calloc((size_t)p->n_pages * (size_t)p->page_size, sizeof *kv->shift);
     kv->page_shift = calloc((size_t)p->n_pages, 1);
-    if (!kv->seqs || !kv->k || !kv->v || !kv->shift || !kv->page_shift ||
+    kv->need = calloc((size_t)p->n_seq_max, sizeof *kv->need);
+    kv->len0 = calloc((size_t)p->n_seq_max, sizeof *kv->len0);
+    kv->cow = calloc((size_t)p->n_seq_max, 1);
+    if (!kv->seqs || !kv->k || !kv->v || !kv->shift || !kv->page_shift || !kv->need ||
+        !kv->len0 || !kv->cow ||
         !page_pool_init(&kv->pool, p->n_pages, p->page_size)) {
         llmem_errf(err, err_len,
                    "KV cache: out of host memory for the bookkeeping of %d pages and %d "

@@ -63,6 +63,15 @@ typedef struct kv_cache {
     page_rows rows;
     idx_builder ib;
     kv_res *res; /* reservation of the plan in flight, or NULL */
+    /* A plan's page counts, [n_seq_max] each (kv_plan.c pages_needed):
+     * reserve_prepare computes them and reserve reuses them for the same
+     * plan when it pins no prefix pages (a decode step), instead of a
+     * second pass over every sequence's page-table tail. */
+    int32_t *need, *len0;
+    uint8_t *cow;
+    const llmem_plan *prep_plan; /* plan the counts are for, or NULL */
+    int64_t prep_total;
+    int32_t prep_cows;
     int64_t prefix_hits, cow_copies;
 } kv_cache;
 

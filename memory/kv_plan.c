@@ -128,20 +128,6 @@ static int32_t pages_after(const kv_cache *kv, const llmem_plan *plan, int32_t s
     return kv->seqs[s].pages.n + plan->n_cached[s] / kv->p.page_size + need[s];
 }
 
-/* Rows the table would use after this plan's rows have grown (an upper
- * bound: grown rows taken fresh). */
-static int64_t rows_needed(const kv_cache *kv, const llmem_plan *plan, const int32_t *need)
-{
-    int64_t n = kv->rows.n;
-    for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
-        const kv_seq *q = &kv->seqs[s];
-        int32_t np = plan->n_new[s] ? pages_after(kv, plan, s, need) : 0;
-        if (np > 0 && (q->row < 0 || np > q->row_cap))
-            n += page_rows_cost(np);
-    }
-    return n;
-}
-
 /* Makes the device index buffer hold the rows (rows_n entries) and then
  * elems plan entries. A new buffer is allocated before the old one is
  * freed (failure changes nothing) and gets the whole table at the next
@@ -180,21 +166,26 @@ static void sync_rows(kv_cache *kv, const llmem_plan *plan)
     }
 }
 
-/* Pages the plan needs beyond the prefix pages it attaches: per sequence
- * need[s] new pages and cow[s] copies; len0[s] = length once the prefix is
- * attached. */
-static int64_t pages_needed(const kv_cache *kv, const llmem_plan *plan, int32_t *need,
-                            int32_t *len0, uint8_t *cow)
+/* Pages the plan needs beyond the prefix pages it attaches, in one pass
+ * over the planned sequences (at thousands of sequences every pass over
+ * their page-table tails is a cache and TLB miss each): per sequence
+ * kv->need[s] new pages and kv->cow[s] copies, kv->len0[s] = length once
+ * the prefix is attached. Returns the total; *n_cow gets the copies and,
+ * when rows is not NULL, *rows the page-row entries the table would use
+ * once the plan's rows have grown (an upper bound: grown rows taken fresh). */
+static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow, int64_t *rows)
 {
-    int32_t ps = kv->p.page_size;
-    int64_t total = 0;
+    int32_t ps = kv->p.page_size, *need = kv->need, *len0 = kv->len0;
+    uint8_t *cow = kv->cow;
+    int64_t total = 0, nr = kv->rows.n;
+    int32_t nc = 0;
     for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
+        const kv_seq *q = &kv->seqs[s];
         need[s] = 0;
         cow[s] = 0;
-        len0[s] = kv->seqs[s].tokens.n;
+        len0[s] = q->tokens.n;
         if (plan->n_new[s] == 0)
             continue;
-        const kv_seq *q = &kv->seqs[s];
         int32_t c = plan->n_cached[s];
         len0[s] = c > 0 ? c : q->tokens.n;
         int32_t nn = plan->n_new[s] - c;
@@ -202,7 +193,14 @@ static int64_t pages_needed(const kv_cache *kv, const llmem_plan *plan, int32_t 
         if (c == 0 && nn > 0 && len0[s] % ps && !page_writable(kv, q->pages.v[len0[s] / ps]))
             cow[s] = 1;
         total += need[s] + cow[s];
+        nc += cow[s];
+        int32_t np = pages_after(kv, plan, s, need);
+        if (rows && np > 0 && (q->row < 0 || np > q->row_cap))
+            nr += page_rows_cost(np);
     }
+    *n_cow = nc;
+    if (rows)
+        *rows = nr;
     return total;
 }
 
@@ -212,12 +210,8 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
     kv_cache *kv = kv_of(mem);
     int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
     llmem_status st = LLMEM_E_NO_MEMORY;
-    int32_t *need = calloc((size_t)nsm, sizeof *need);
-    int32_t *len0 = calloc((size_t)nsm, sizeof *len0);
-    uint8_t *cow = calloc((size_t)nsm, 1);
     i32vec pages = {0}; /* cached (unreferenced) prefix pages the plan would pin */
-    if (!need || !len0 || !cow)
-        goto out;
+    kv->prep_plan = NULL;
     for (int32_t s = 0; s < nsm; s++) {
         int32_t c = plan->n_cached[s];
         if (plan->n_new[s] == 0 || c == 0)
@@ -238,7 +232,9 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
                 pages.v[pages.n++] = p;
         }
     }
-    int64_t total = pages_needed(kv, plan, need, len0, cow);
+    int32_t n_cow = 0;
+    int64_t rows = 0;
+    int64_t total = pages_needed(kv, plan, &n_cow, &rows);
     if (total > page_pool_available(&kv->pool) - pages.n) {
         llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
                    (long long)total, kv->pool.n_free, kv->pool.n_cached - pages.n);
@@ -251,14 +247,16 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
         st = LLMEM_E_INVALID;
         goto out;
     }
-    st = idx_fit(kv, rows_needed(kv, plan, need), elems);
-    if (st != LLMEM_OK)
+    st = idx_fit(kv, rows, elems);
+    if (st != LLMEM_OK) {
         llmem_errf(err, err_len, "KV cache: index buffer allocation failed (%s)",
                    llmem_status_str(st));
+        goto out;
+    }
+    kv->prep_plan = plan;
+    kv->prep_total = total;
+    kv->prep_cows = n_cow;
 out:
-    free(need);
-    free(len0);
-    free(cow);
     i32vec_free(&pages);
     return st;
 }
@@ -293,19 +291,19 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
     llmem_status st = LLMEM_E_NO_MEMORY;
     kv_res *res = calloc(1, sizeof *res);
-    int32_t *need = calloc((size_t)nsm, sizeof *need);
-    int32_t *len0 = calloc((size_t)nsm, sizeof *len0);
-    uint8_t *cow = calloc((size_t)nsm, 1);
+    int32_t *need = kv->need, *len0 = kv->len0;
+    uint8_t *cow = kv->cow;
+    const llmem_plan *prep = kv->prep_plan;
+    kv->prep_plan = NULL;
     i32vec pinned = {0};
     bool attached = false;
     int32_t pin_at = 0;
-    if (!res || !need || !len0 || !cow)
+    if (!res)
         goto fail;
     res->cur = -1;
     res->n_ub = plan->n_ubatch;
     res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
-    res->cow = calloc((size_t)nsm, sizeof *res->cow);
-    if (!res->ub || !res->cow)
+    if (!res->ub)
         goto fail;
     int64_t total = 0;
     for (int32_t s = 0; s < nsm; s++) {
@@ -341,7 +339,15 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         goto fail;
     }
     st = LLMEM_E_NO_MEMORY;
-    total = pages_needed(kv, plan, need, len0, cow);
+    /* without prefix pages nothing changed since reserve_prepare counted
+     * (restoring and pinning are what can change a tail's writability) */
+    int32_t n_cow = 0;
+    if (prep == plan && pinned.n == 0) {
+        total = kv->prep_total;
+        n_cow = kv->prep_cows;
+    } else {
+        total = pages_needed(kv, plan, &n_cow, NULL);
+    }
     if (total > page_pool_available(&kv->pool)) {
         llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
                    (long long)total, kv->pool.n_free, kv->pool.n_cached);
@@ -357,7 +363,8 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         goto fail;
     }
     kv->ib.data.n = 0;
-    if (!i32vec_reserve(&kv->ib.data, (int32_t)elems))
+    res->cow = malloc((size_t)(n_cow > 0 ? n_cow : 1) * sizeof *res->cow);
+    if (!res->cow || !i32vec_reserve(&kv->ib.data, (int32_t)elems))
         goto fail;
     for (int32_t s = 0; s < nsm; s++) {
         kv_seq *q = &kv->seqs[s];
@@ -432,9 +439,6 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     if (st != LLMEM_OK)
         goto fail;
     vouch_rows(kv, res);
-    free(need);
-    free(len0);
-    free(cow);
     i32vec_free(&pinned);
     kv->res = res;
     *out = res;
@@ -454,9 +458,6 @@ fail:
         free(res->cow);
     }
     free(res);
-    free(need);
-    free(len0);
-    free(cow);
     i32vec_free(&pinned);
     return st;
 }

@@ -258,23 +258,47 @@ out:
     return rc;
 }
 
+/* Makes room for one more ubatch in p's arrays (grown by doubling; a
+ * decode step of 4,000 sequences is one ubatch, and sizing the arrays for
+ * the worst case of one token per ubatch would clear ~100 bytes per token
+ * every step). On failure the arrays stay as they were. */
+static bool ubatch_room(llmem_plan *p, int32_t *cap)
+{
+    if (p->n_ubatch < *cap)
+        return true;
+    int32_t nc = *cap ? *cap * 2 : 4;
+    llmem_ubatch *u = realloc(p->ubatch, (size_t)nc * sizeof *u);
+    if (u)
+        p->ubatch = u;
+    int32_t **o = realloc(p->group_off, (size_t)nc * sizeof *o);
+    if (o)
+        p->group_off = o;
+    int32_t **g = realloc(p->group_ids, (size_t)nc * sizeof *g);
+    if (g)
+        p->group_ids = g;
+    if (!u || !o || !g)
+        return false;
+    for (int32_t k = *cap; k < nc; k++)
+        p->group_off[k] = p->group_ids[k] = NULL;
+    *cap = nc;
+    return true;
+}
+
 static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list, int32_t n,
                              llmem_split split, int32_t n_ubatch)
 {
     llmem_status st = LLMEM_OK;
-    int32_t max_ub = n; /* every ubatch holds at least one token */
-    p->ubatch = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->ubatch);
-    p->group_off = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->group_off);
-    p->group_ids = calloc((size_t)(max_ub > 0 ? max_ub : 1), sizeof *p->group_ids);
+    int32_t cap = 0;
     int32_t *buf = malloc((size_t)(n > 0 ? n : 1) * sizeof *buf);
-    if (!p->ubatch || !p->group_off || !p->group_ids || !buf) {
+    if (!buf || !ubatch_room(p, &cap)) {
         free(buf);
         return LLMEM_E_NO_MEMORY;
     }
     if (split == LLMEM_SPLIT_SIMPLE) {
         for (int32_t k = 0; k < n && st == LLMEM_OK; k += n_ubatch) {
             int32_t m = n - k < n_ubatch ? n - k : n_ubatch;
-            st = emit_ubatch(p, pb, list + k, m, split, 0);
+            st = ubatch_room(p, &cap) ? emit_ubatch(p, pb, list + k, m, split, 0)
+                                      : LLMEM_E_NO_MEMORY;
         }
         free(buf);
         return st;
@@ -354,7 +378,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
             else
                 prev = s;
         }
-        st = emit_ubatch(p, pb, buf, m, split, nst);
+        st = ubatch_room(p, &cap) ? emit_ubatch(p, pb, buf, m, split, nst) : LLMEM_E_NO_MEMORY;
         if (st != LLMEM_OK)
             break;
     }
