@@ -43,7 +43,9 @@ set(LLMEM_VK_SHADER_LIST
   "ssm_scan_dec_sg:ssm_scan_decode.comp:USE_SUBGROUP=1"
   "state_gather:state_gather.comp"
   "moe_route:moe_route.comp"
-  "moe_ffn:moe_ffn.comp")
+  "moe_ffn:moe_ffn.comp"
+  "gdn:gdn.comp"
+  "sigmoid_mul:sigmoid_mul.comp")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 

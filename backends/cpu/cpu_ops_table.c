@@ -33,6 +33,8 @@ const struct llmem_ops_i llmem_cpu_ops = {
     .moe_route = cpu_op_moe_route,
     .moe_ffn = cpu_op_moe_ffn,
     .matmul_swiglu = cpu_op_matmul_swiglu,
+    .gdn = cpu_op_gdn,
+    .sigmoid_mul = cpu_op_sigmoid_mul,
 };
 
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)

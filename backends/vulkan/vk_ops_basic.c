@@ -330,4 +330,6 @@ const struct llmem_ops_i vk_ops = {
     .matmul_swiglu = vk_op_matmul_swiglu,
     .moe_route = vk_op_moe_route,
     .moe_ffn = vk_op_moe_ffn,
+    .gdn = vk_op_gdn,
+    .sigmoid_mul = vk_op_sigmoid_mul,
 };

@@ -172,6 +172,17 @@ struct llmem_ops_i {
      * the core: out == r or disjoint from x and r; w may be NULL). */
     llmem_status (*add_rms_norm)(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w,
                                  float eps, llmem_ct *out);
+
+    /* ---- appended: gated delta net (llmem_op_gdn, llmem_op_sigmoid_mul) ---- */
+    /* Gated delta rule with the state {H_v, d_k, d_v} of a recurrent view:
+     * qkv [T, 2*H_k*d_k + H_v*d_v], a, b [T, H_v], out [T, H_v*d_v] f32;
+     * a_log, dt_bias [H_v] f32|f16|bf16. Same slot rules as ssm_conv.
+     * Reference: Yang, Kautz & Hatamizadeh 2024; HF Qwen3NextGatedDeltaNet. */
+    llmem_status (*gdn)(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
+                        int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
+                        llmem_ct *dt_bias, llmem_ct *out);
+    /* out = x * sigmoid(gate broadcast over C / Cg columns), f32. */
+    llmem_status (*sigmoid_mul)(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out);
 };
 
 #ifdef __cplusplus

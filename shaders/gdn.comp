@@ -1,0 +1,125 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+/* Gated delta rule, recurrent form (Yang, Kautz & Hatamizadeh 2024, "Gated
+ * Delta Networks", eq. (10); transformers Qwen3NextGatedDeltaNet with
+ * torch_recurrent_gated_delta_rule, use_qk_l2norm_in_kernel), token by
+ * token for every ubatch (the CPU reference, backends/cpu/ops_gdn.c, runs
+ * prefill in its chunked form; both are the same recurrence):
+ *   q = l2norm(q_g) / sqrt(d_k), k = l2norm(k_g), beta = sigmoid(b),
+ *   g = -exp(A_log) * softplus(a + dt_bias),
+ *   S = e^g S;  S += k ⊗ beta (v - Sᵀ k);  o = Sᵀ q.
+ * Columns j of S_h [d_k][d_v] evolve independently, so one invocation keeps
+ * one column S[0..DK, j] in registers; a workgroup covers WG columns of one
+ * (group s, value head h). q and k of the token go through shared memory.
+ * States come from src_slot[s] (-1: zeros; with SNAP from state_gather's
+ * f32 snapshot) and are written in the state dtype to the checkpoint slots
+ * (after token n_tok - n_ckpt + k; -1 = before the first) and dst_slot[s]. */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint DK = 128; /* d_k */
+layout(constant_id = 2) const uint ST_DT = 0;
+layout(constant_id = 3) const uint A_DT = 0;
+layout(constant_id = 4) const uint DB_DT = 0;
+layout(constant_id = 5) const uint SNAP = 0;
+
+layout(binding = 0) readonly buffer Qkv { float qkv[]; };
+layout(binding = 1) readonly buffer Aa { float aa[]; };
+layout(binding = 2) readonly buffer Bb { float bb[]; };
+layout(binding = 3) readonly buffer Al { uint a_log[]; };
+layout(binding = 4) readonly buffer Db { uint dt_bias[]; };
+layout(binding = 5) writeonly buffer O { float o[]; };
+layout(binding = 6) readonly buffer Idx { int idx[]; };
+layout(binding = 7) buffer St { uint st[]; };
+layout(binding = 8) readonly buffer Snap { float snap[]; };
+
+layout(push_constant) uniform P {
+    uint n_seqs, n_tok, n_k_heads, n_v_heads, d_v, n_ckpt, n_slots, n_cb;
+    uint qkv_off, a_off, b_off, al_off, db_off, o_off, src_off, dst_off, ckpt_off, width;
+} p;
+
+shared float qs[DK];
+shared float ks[DK];
+
+float S[DK];
+
+/* Column j of head h of a slot: elements (h * DK + i) * d_v + j. */
+void store_col(int slot, uint h, uint j, bool act)
+{
+    if (!act || slot < 0 || uint(slot) >= p.n_slots)
+        return;
+    uint base = uint(slot) * p.n_v_heads * DK * p.d_v + h * DK * p.d_v + j;
+    for (uint i = 0; i < DK; i++)
+        STORE_F(st, base + i * p.d_v, ST_DT, S[i]);
+}
+
+void main()
+{
+    uint item = group_id();
+    if (item >= p.n_seqs * p.n_v_heads * p.n_cb)
+        return;
+    uint cb = item % p.n_cb;
+    uint h = (item / p.n_cb) % p.n_v_heads;
+    uint s = item / (p.n_cb * p.n_v_heads);
+    uint l = gl_LocalInvocationID.x;
+    uint j = cb * WG + l;
+    bool act = j < p.d_v;
+    uint g = h / (p.n_v_heads / p.n_k_heads);
+    uint slot_elems = p.n_v_heads * DK * p.d_v;
+    uint at = h * DK * p.d_v + j;
+
+    int src = idx[p.src_off + s];
+    for (uint i = 0; i < DK; i++) {
+        float val = 0.0;
+        if (act) {
+            if (SNAP != 0u)
+                val = snap[s * slot_elems + at + i * p.d_v];
+            else if (src >= 0 && uint(src) < p.n_slots)
+                val = LOAD_F(st, uint(src) * slot_elems + at + i * p.d_v, ST_DT);
+        }
+        S[i] = val;
+    }
+    float A = -exp(LOAD_F(a_log, p.al_off + h, A_DT));
+    float bias = LOAD_F(dt_bias, p.db_off + h, DB_DT);
+    int first_ckpt = int(p.n_tok) - int(p.n_ckpt);
+    for (uint k = 0; k < p.n_ckpt; k++)
+        if (first_ckpt + int(k) == -1)
+            store_col(idx[p.ckpt_off + s * p.n_ckpt + k], h, j, act);
+
+    for (uint t = 0; t < p.n_tok; t++) {
+        uint tok = s * p.n_tok + t;
+        uint rb = p.qkv_off + tok * p.width;
+        barrier();
+        for (uint i = l; i < DK; i += WG) {
+            qs[i] = qkv[rb + g * DK + i];
+            ks[i] = qkv[rb + p.n_k_heads * DK + g * DK + i];
+        }
+        barrier();
+        float qq = 0.0, kk = 0.0;
+        for (uint i = 0; i < DK; i++) {
+            qq += qs[i] * qs[i];
+            kk += ks[i] * ks[i];
+        }
+        float qn = inversesqrt(qq + 1e-6) * inversesqrt(float(DK)), kn = inversesqrt(kk + 1e-6);
+        float beta = 1.0 / (1.0 + exp(-bb[p.b_off + tok * p.n_v_heads + h]));
+        float decay = exp(A * softplus(aa[p.a_off + tok * p.n_v_heads + h] + bias));
+        if (act) {
+            float kv = 0.0;
+            for (uint i = 0; i < DK; i++) {
+                S[i] *= decay;
+                kv += S[i] * ks[i];
+            }
+            float v = qkv[rb + 2u * p.n_k_heads * DK + h * p.d_v + j];
+            float d = beta * (v - kv * kn);
+            float acc = 0.0;
+            for (uint i = 0; i < DK; i++) {
+                S[i] += ks[i] * kn * d;
+                acc += S[i] * qs[i];
+            }
+            o[p.o_off + tok * p.n_v_heads * p.d_v + h * p.d_v + j] = acc * qn;
+        }
+        int k = int(t) - first_ckpt;
+        if (k >= 0 && k < int(p.n_ckpt))
+            store_col(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], h, j, act);
+    }
+    store_col(idx[p.dst_off + s], h, j, act);
+}
