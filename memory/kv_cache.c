@@ -172,9 +172,12 @@ void kv_unref_page(kv_cache *kv, int32_t p)
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
 {
     for (int32_t i = s->pages.n - 1; i >= keep; i--)
-        kv_unref_page(kv, s->pages.v[i]);
+        if (s->pages.v[i] >= 0) /* -1: left the sliding window */
+            kv_unref_page(kv, s->pages.v[i]);
     if (s->pages.n > keep)
         s->pages.n = keep;
+    if (s->dropped > keep)
+        s->dropped = keep;
     kv_pt_changed(s, keep);
     if (keep == 0 && s->row >= 0) /* an empty sequence gives its row back */
         page_rows_free(&kv->rows, &s->row, &s->row_cap);
@@ -275,11 +278,13 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page)
     page_pool *pp = &kv->pool;
     for (int32_t k = from_page; (int64_t)(k + 1) * ps <= s->tokens.n; k++) {
         int32_t p = s->pages.v[k];
+        if (p < 0)
+            continue; /* left the sliding window */
         if (pp->hashed[p])
             continue;
         int32_t prev = k > 0 ? s->pages.v[k - 1] : -1;
-        if (prev >= 0 && !pp->hashed[prev])
-            return; /* the chain is broken below this page */
+        if (k > 0 && (prev < 0 || !pp->hashed[prev]))
+            return; /* the chain is broken (or left the window) below this page */
         const int32_t *tok = s->tokens.v + (size_t)k * (size_t)ps;
         for (int32_t j = 0; j < ps; j++)
             if (s->pos.v[k * ps + j] != k * ps + j || tok[j] < 0 || kv->page_shift[p])
@@ -301,6 +306,8 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page)
 static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bool dry)
 {
     int32_t n = s->tokens.n, ps = kv->p.page_size, a = -1, cnt = 0;
+    if (kv->p.window > 0)
+        return LLMEM_E_STATE; /* a hole would move keys into the window */
     for (int32_t j = 0; j < n; j++)
         if (pos_in_range(s->pos.v[j], p0, p1)) {
             if (a < 0)
@@ -338,6 +345,8 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
         return rm_pages(kv, s, p0, p1, dry);
     if (first == n)
         return LLMEM_OK;
+    if (!swa_cut_ok(kv, s, first))
+        return LLMEM_E_STATE; /* a rollback past window + window_slack */
     if (dry)
         return LLMEM_OK;
     kv_drop_pages_from(kv, s, n_pages_for_len(kv, first));
@@ -362,8 +371,8 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     kv_cache *kv = kv_of(mem);
     kv_seq *a = &kv->seqs[src], *b = &kv->seqs[dst];
     int32_t k = pos_prefix_len(&a->pos, &a->pm, p0, p1);
-    if (k < 0)
-        return LLMEM_E_STATE; /* only a prefix of src can be shared */
+    if (k < 0 || !swa_cut_ok(kv, a, k))
+        return LLMEM_E_STATE; /* only a prefix of src that still holds its window */
     int32_t np = n_pages_for_len(kv, k);
     if (dry)
         return LLMEM_OK;
@@ -373,9 +382,11 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     kv_seq_drop(kv, b);
     for (int32_t j = 0; j < np; j++) {
         b->pages.v[j] = a->pages.v[j];
-        page_pool_ref(&kv->pool, a->pages.v[j]);
+        if (a->pages.v[j] >= 0)
+            page_pool_ref(&kv->pool, a->pages.v[j]);
     }
     b->pages.n = np;
+    b->dropped = a->dropped < np ? a->dropped : np;
     kv_pt_changed(b, 0);
     i32_copy(b->tokens.v, a->tokens.v, k);
     i32_copy(b->pos.v, a->pos.v, k);
@@ -489,7 +500,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
         q->pages.n = q->tokens.n = q->pos.n = 0;
         q->pm = (pos_meta){-1, -1, false};
         q->row = -1;
-        q->row_cap = q->synced = 0;
+        q->row_cap = q->synced = q->dropped = 0;
     }
     page_rows_reset(&kv->rows);
     page_pool_reset(&kv->pool);
@@ -608,6 +619,8 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     else if (p->dtype != LLMEM_DTYPE_F32 && p->dtype != LLMEM_DTYPE_F16 &&
              p->dtype != LLMEM_DTYPE_BF16) bad = "dtype must be f32, f16 or bf16";
     else if (p->host_tier_bytes < 0) bad = "host_tier_bytes must be >= 0";
+    else if (p->window < 0) bad = "window must be >= 0";
+    else if (p->window_slack < 0 || (p->window == 0 && p->window_slack != 0)) bad = "window_slack must be >= 0, and 0 without a window";
     else if ((int64_t)p->n_pages * p->page_size > INT32_MAX) bad = "n_pages * page_size exceeds int32 slot ids";
     if (bad) {
         llmem_errf(err, err_len, "KV cache: %s", bad);
@@ -626,7 +639,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         return LLMEM_E_NO_MEMORY;
     }
     llmem_memory_init(&kv->base, &kv_cache_iface, be, p->n_layers, p->n_seq_max,
-                      LLMEM_SPLIT_SIMPLE, true);
+                      LLMEM_SPLIT_SIMPLE, p->window == 0);
     kv->p = *p;
     kv->p.poison = p->poison || llmem_env_poison();
     kv->row_bytes = row;

@@ -19,6 +19,10 @@ typedef struct kv_seq {
      * of the row equal pages.v[0, synced); kv_pt_changed lowers synced
      * whenever an entry changes, the next plan rewrites the rest. */
     int32_t row, row_cap, synced;
+    /* Sliding window (memory/swa.c): page table entries [0, dropped) left
+     * the window and read -1; the row keeps stale ids there, never read
+     * (views start at row + dropped). 0 in a full cache. */
+    int32_t dropped;
 } kv_seq;
 
 /* Element offsets of one ubatch's tables in the plan's index. */
@@ -110,6 +114,21 @@ llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n);
 void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n);
 /* Prefix page entries below -1 name host-tier entries: -2 - entry. */
 #define KV_HOST_MARK(e) (-2 - (e))
+
+/* swa.c: the sliding window of a windowed KV cache (params.window > 0) */
+/* First token index a sequence of len tokens must keep: the next token
+ * (index len) reads from len + 1 - window; window_slack more for rollback. */
+int32_t swa_keep_from(const kv_cache *kv, int32_t len);
+/* Drops the pages of s wholly before swa_keep_from(its length). */
+void swa_slide(kv_cache *kv, kv_seq *s);
+/* Whether the first k tokens of s still hold every page the token after
+ * them reads (k == 0, or no dropped page at or after index k + 1 - window). */
+bool swa_cut_ok(const kv_cache *kv, const kv_seq *s, int32_t k);
+/* Tokens the views of s skip: its dropped pages. */
+static inline int32_t swa_skip(const kv_cache *kv, const kv_seq *s)
+{
+    return s->dropped * kv->p.page_size;
+}
 
 /* kv_plan.c */
 llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,

@@ -72,7 +72,9 @@ static llmem_status build_tables(kv_cache *kv, const llmem_plan *plan, kv_res *r
                 ib->data.v[t->store_slot + j] = kv_slot(kv, &kv->seqs[q], len_sim[q]++);
                 j++;
             }
-            ib->data.v[t->tok_kv_len + k] = len_sim[ub->seq_id[s]];
+            /* a sliding window's dropped pages are not shown (swa.c) */
+            const kv_seq *first = &kv->seqs[ub->seq_id[s]];
+            ib->data.v[t->tok_kv_len + k] = len_sim[ub->seq_id[s]] - swa_skip(kv, first);
         }
         /* stream s reads the persistent row of its first sequence */
         t->max_pages = 0;
@@ -80,9 +82,10 @@ static llmem_status build_tables(kv_cache *kv, const llmem_plan *plan, kv_res *r
         if (t->page_off < 0)
             return LLMEM_E_NO_MEMORY;
         for (int32_t s = 0; s < ub->n_seqs; s++) {
-            int32_t len = len_sim[ub->seq_id[s]];
+            const kv_seq *first = &kv->seqs[ub->seq_id[s]];
+            int32_t len = len_sim[ub->seq_id[s]] - swa_skip(kv, first);
             ib->data.v[t->seq_len + s] = len;
-            ib->data.v[t->page_off + s] = kv->seqs[ub->seq_id[s]].row;
+            ib->data.v[t->page_off + s] = first->row + first->dropped;
             if (n_pages_for_len(kv, len) > t->max_pages)
                 t->max_pages = n_pages_for_len(kv, len);
         }
@@ -558,6 +561,10 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
                 publish_pages(kv, sq, sq->tokens.n / ps - 1);
         }
     }
+    if (kv->p.window > 0) /* pages that left every window of the ubatch's sequences */
+        for (int32_t s = 0; s < ub->n_seqs; s++)
+            for (int32_t m = 0; m < stream_n(plan, i, s); m++)
+                swa_slide(kv, &kv->seqs[stream_seq(plan, i, s, m)]);
     if (i == 0 && kv->shift_pending) {
         for (int32_t p = 0; p < kv->p.n_pages; p++)
             clear_page_shift(kv, p);

@@ -9,7 +9,9 @@
  * (pending K-shift of each slot), then for every layer the
  * K rows then the V rows of its len slots (row = n_kv_heads * head_dim
  * elements of dtype). Page size is not part of the format: a stream loads
- * into a cache of any page size. */
+ * into a cache of any page size. A windowed cache (swa.c) writes zero rows
+ * (and shift 0) for the tokens whose pages left its window, and reads back
+ * only the pages its window keeps. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,8 +28,9 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int3
     llmem_state_put_i32(w, shared_len);
     llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
     llmem_state_put(w, s->pos.v, (size_t)n * sizeof(int32_t));
+    int32_t skip = swa_skip(kv, s); /* tokens whose pages left the window */
     for (int32_t j = 0; j < n; j++) /* pending K-shift of each slot */
-        llmem_state_put_i32(w, kv->shift[kv_slot(kv, s, j)]);
+        llmem_state_put_i32(w, j < skip ? 0 : kv->shift[kv_slot(kv, s, j)]);
     for (int32_t il = 0; il < kv->p.n_layers; il++)
         for (int32_t kvi = 0; kvi < 2; kvi++) {
             llmem_buffer *pool = kvi ? kv->v[il] : kv->k[il];
@@ -37,6 +40,10 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int3
                 void *dst = llmem_state_reserve(w, bytes);
                 if (!dst)
                     continue;
+                if (j < skip) {
+                    memset(dst, 0, bytes);
+                    continue;
+                }
                 llmem_status st = llmem_buffer_download(
                     pool, (size_t)s->pages.v[j / ps] * kv->page_bytes, dst, bytes);
                 if (st != LLMEM_OK)
@@ -76,7 +83,7 @@ llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
             continue;
         const kv_seq *q = &kv->seqs[s];
         int32_t from = -1, shared = 0;
-        if (first && q->tokens.n > 0) {
+        if (first && q->tokens.n > 0 && q->dropped == 0) {
             int32_t p0 = q->pages.v[0];
             if (first[p0] >= 0) {
                 from = first[p0];
@@ -201,8 +208,10 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
             free(seen);
             goto corrupt;
         }
+        /* a windowed cache shares nothing on read and keeps only its window */
         pages += n_pages_for_len(kv, e->len) -
-                 (e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0);
+                 (kv->p.window > 0 ? swa_keep_from(kv, e->len) / kv->p.page_size
+                  : e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0);
         ints += 3 * (int64_t)e->len;
     }
     free(seen);
@@ -237,7 +246,7 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         if (seq >= 0 && s != seq)
             continue;
         const kv_seq *q = &kv->seqs[s];
-        for (int32_t k = 0; k < q->pages.n; k++)
+        for (int32_t k = q->dropped; k < q->pages.n; k++)
             avail += kv->pool.ref[q->pages.v[k]] == 1;
     }
     if (seq < 0)
@@ -277,20 +286,25 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
             st = LLMEM_E_NO_MEMORY;
             break;
         }
-        int32_t nsh = e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0;
+        int32_t nsh = e->share_from >= 0 && kv->p.window == 0
+                          ? shared_pages(kv, e->len, e->shared_len) : 0;
         const kv_seq *o = nsh > 0 ? &kv->seqs[seq >= 0 ? seq : t->e[e->share_from].seq] : NULL;
         for (int32_t k = 0; k < nsh; k++) { /* the same pages as the earlier entry */
             s->pages.v[s->pages.n++] = o->pages.v[k];
             page_pool_ref(&kv->pool, o->pages.v[k]);
         }
-        for (int32_t k = nsh; k < np; k++)
+        /* a windowed cache takes no page for tokens outside its window */
+        s->dropped = swa_keep_from(kv, e->len) / ps;
+        for (int32_t k = nsh; k < s->dropped; k++)
+            s->pages.v[s->pages.n++] = -1;
+        for (int32_t k = nsh > s->dropped ? nsh : s->dropped; k < np; k++)
             s->pages.v[s->pages.n++] = kv_alloc_page(kv);
         kv_pt_changed(s, 0);
         i32_copy(s->tokens.v, e->tokens, e->len);
         i32_copy(s->pos.v, e->pos, e->len);
         s->tokens.n = s->pos.n = e->len;
         pos_meta_reset(&s->pm, &s->pos);
-        for (int32_t j = nsh * ps; j < e->len; j++) {
+        for (int32_t j = (nsh > s->dropped ? nsh : s->dropped) * ps; j < e->len; j++) {
             if (e->shift[j] == 0)
                 continue;
             int32_t slot = kv_slot(kv, s, j);
@@ -305,7 +319,8 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
                 for (int32_t j = 0; j < e->len && st == LLMEM_OK; j += ps) {
                     int32_t m = e->len - j < ps ? e->len - j : ps;
                     size_t bytes = (size_t)m * kv->row_bytes;
-                    if (j / ps >= nsh) /* shared pages hold the earlier entry's data */
+                    if (j / ps >= nsh && j / ps >= s->dropped) /* shared pages hold the
+                                                                   earlier entry's data */
                         st = llmem_buffer_upload(
                             pool, (size_t)s->pages.v[j / ps] * kv->page_bytes, src, bytes);
                     src += bytes;
@@ -328,7 +343,7 @@ static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
                    q->row_cap, q->synced, q->pages.n);
         return false;
     }
-    for (int32_t k = 0; k < q->synced; k++)
+    for (int32_t k = q->dropped; k < q->synced; k++) /* dropped entries: stale, unread */
         if (kv->rows.v[q->row + k] != q->pages.v[k]) {
             llmem_errf(err, err_len, "sequence %d: row entry %d is %d, page table %d", s, k,
                        kv->rows.v[q->row + k], q->pages.v[k]);
@@ -365,7 +380,21 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
                        q->tokens.n, q->pos.n, q->pages.n);
             goto out;
         }
-        for (int32_t k = 0; k < q->pages.n; k++) {
+        if (q->dropped < 0 || q->dropped > q->pages.n ||
+            (kv->p.window == 0 && q->dropped != 0) || !swa_cut_ok(kv, q, q->tokens.n) ||
+            (q->tokens.n == 0 && q->dropped != 0)) {
+            llmem_errf(err, err_len,
+                       "sequence %d: %d pages left the window of %d, %d tokens, %d pages", s,
+                       q->dropped, kv->p.window, q->tokens.n, q->pages.n);
+            goto out;
+        }
+        for (int32_t k = 0; k < q->dropped; k++)
+            if (q->pages.v[k] != -1) {
+                llmem_errf(err, err_len, "sequence %d: dropped page entry %d is %d", s, k,
+                           q->pages.v[k]);
+                goto out;
+            }
+        for (int32_t k = q->dropped; k < q->pages.n; k++) {
             int32_t p = q->pages.v[k];
             if (p < 0 || p >= kv->p.n_pages) {
                 llmem_errf(err, err_len, "sequence %d: page id %d out of range", s, p);
@@ -402,7 +431,7 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
     /* every published page must still hold what its hash says */
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const kv_seq *q = &kv->seqs[s];
-        for (int32_t k = 0; (k + 1) * ps <= q->tokens.n; k++) {
+        for (int32_t k = q->dropped; (k + 1) * ps <= q->tokens.n; k++) {
             int32_t p = q->pages.v[k];
             if (kv->pool.hashed[p] &&
                 memcmp(kv->pool.tokens + (size_t)p * (size_t)ps, q->tokens.v + (size_t)k * (size_t)ps,

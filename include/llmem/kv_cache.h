@@ -37,6 +37,27 @@ typedef struct llmem_kv_cache_params {
      * found again by the prefix cache and copied back on a hit; LRU within
      * the budget. 0 = off; when 0, LLMEM_HOST_TIER_MB (MiB) decides. */
     int64_t host_tier_bytes;
+    /* Sliding window (issue 17; memory/swa.c). 0: every key is kept (a full
+     * cache). > 0: every layer of this cache is a sliding-window layer whose
+     * queries see at most their last `window` keys, their own included (the
+     * attention op's llmem_attn_params.window, which the caller passes with
+     * the same value for these layers; Gemma-3 / Mistral semantics, tokens
+     * counted by index in the sequence). At each commit the pages that lie
+     * wholly before index len + 1 - window - window_slack of a sequence of
+     * len tokens leave its page table: freed, or kept in the prefix cache
+     * when published, and kept while another sequence still holds them. The
+     * views show each sequence from its first kept page on (page_off,
+     * seq_len and tok_kv_len shifted by the dropped tokens), so the
+     * attention op never sees a dropped page. Put layers with other windows
+     * (or full attention) in other caches of a hybrid (<llmem/hybrid.h>).
+     * A windowed cache cannot shift positions (seq_add/seq_div). */
+    int32_t window;
+    /* Tokens kept beyond the window (>= 0) so that a rollback (seq_rm of a
+     * suffix, e.g. rejected speculative-decoding drafts) of up to this many
+     * tokens never needs a dropped page: set it to the longest draft. A
+     * longer cut succeeds only while the pages it needs are still held,
+     * else returns LLMEM_E_STATE and changes nothing. */
+    int32_t window_slack;
 } llmem_kv_cache_params;
 
 /* Default parameters (f16, page 16, prefix cache on); the caller fills the
@@ -56,8 +77,15 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
                                    llmem_memory **out, char *err, size_t err_len);
 
 /* Page table of seq_id: copies up to `cap` page ids and returns the number
- * of pages it holds (-1 for an invalid id). For tests and tools. */
+ * of pages it holds (-1 for an invalid id). Entries of pages that left a
+ * sliding window (params.window) read -1. For tests and tools. */
 int32_t llmem_kv_cache_page_table(llmem_memory *mem, int32_t seq_id, int32_t *out, int32_t cap);
+
+/* The sliding window of a KV cache (llmem_kv_cache_params.window): 0 for a
+ * full cache, -1 when mem is not a KV cache (a composition: ask its
+ * children, llmem_memory_child). A model passes it as the attention op's
+ * window of the layers this cache serves. */
+int32_t llmem_kv_cache_window(llmem_memory *mem);
 
 #ifdef __cplusplus
 }

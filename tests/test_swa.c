@@ -1,0 +1,488 @@
+// ctest-labels: core
+/* Sliding-window KV cache (llmem_kv_cache_params.window, memory/swa.c).
+ *
+ * The references are independent of the cache:
+ *  - which keys a token may see: transformers' sliding-window mask (key j
+ *    visible to query i when j <= i and i - j < window), brute force;
+ *  - which pages a sequence must still hold: every page holding a key
+ *    that some query after a rollback of up to window_slack tokens may
+ *    see, brute force over those queries;
+ *  - attention outputs: float64 softmax over the brute-force visible keys,
+ *    against llmem_op_attention_paged (cpu) reading the cache's views with
+ *    the window, in poison mode (freed pages hold NaN).
+ * K and V of a token are functions of its position only, so sequences
+ * that share pages (seq_cp, prefix hits) hold the same values. */
+#include "support/run.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/hybrid.h"
+#include "llmem/ops.h"
+#include "support/memtest.h"
+
+#define TMAX 64
+
+static llmem_memory *swa_kv(llmem_backend *be, int32_t page_size, int32_t n_pages,
+                            int32_t n_seq_max, int32_t window, int32_t slack, bool prefix)
+{
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 2;
+    p.dtype = LLMEM_DTYPE_F32;
+    p.page_size = page_size;
+    p.n_pages = n_pages;
+    p.n_seq_max = n_seq_max;
+    p.no_prefix_cache = !prefix;
+    p.poison = true;
+    p.window = window;
+    p.window_slack = slack;
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+static void key_of(int32_t pos, double k[2], double v[2])
+{
+    k[0] = sin(0.7 * pos);
+    k[1] = cos(0.3 * pos);
+    v[0] = pos;
+    v[1] = 1.0 + 0.01 * pos;
+}
+
+static void query_of(int32_t pos, double q[2])
+{
+    q[0] = 2.0 * cos(1.1 * pos);
+    q[1] = 2.0 * sin(0.5 * pos);
+}
+
+/* Runs kv_store and windowed attention on layer `layer` of the current
+ * ubatch and compares with the float64 brute force. */
+typedef struct attn_ctx {
+    llmem_backend *be;
+    llmem_buffer *buf; /* q | k | v | out, TMAX rows of 2 floats each */
+    int32_t layer, window;
+    int32_t n_ubatch_seen;
+} attn_ctx;
+
+static void check_attention(llmem_memory *mem, const llmem_ubatch *ub, void *vctx)
+{
+    attn_ctx *c = vctx;
+    int32_t T = ub->n_tokens;
+    ck_assert_int_le(T, TMAX);
+    float q[TMAX * 2], k[TMAX * 2], v[TMAX * 2], out[TMAX * 2];
+    for (int32_t t = 0; t < T; t++) {
+        double qd[2], kd[2], vd[2];
+        query_of(ub->pos[t], qd);
+        key_of(ub->pos[t], kd, vd);
+        for (int d = 0; d < 2; d++) {
+            q[2 * t + d] = (float)qd[d];
+            k[2 * t + d] = (float)kd[d];
+            v[2 * t + d] = (float)vd[d];
+        }
+    }
+    size_t rb = TMAX * 2 * sizeof(float);
+    ck_assert_int_eq(llmem_buffer_upload(c->buf, 0, q, (size_t)T * 8), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload(c->buf, rb, k, (size_t)T * 8), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload(c->buf, 2 * rb, v, (size_t)T * 8), LLMEM_OK);
+    llmem_tensor tq = llmem_tensor_3d(c->buf, 0, LLMEM_DTYPE_F32, T, 1, 2);
+    llmem_tensor tk = llmem_tensor_3d(c->buf, rb, LLMEM_DTYPE_F32, T, 1, 2);
+    llmem_tensor tv = llmem_tensor_3d(c->buf, 2 * rb, LLMEM_DTYPE_F32, T, 1, 2);
+    llmem_tensor to = llmem_tensor_3d(c->buf, 3 * rb, LLMEM_DTYPE_F32, T, 1, 2);
+    llmem_view view;
+    ck_assert_int_eq(llmem_memory_view(mem, c->layer, &view), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_kv_store(c->be, &view, &tk, &tv), LLMEM_OK);
+    llmem_attn_params ap = {.scale = 1.0f, .softcap = 0.0f, .window = c->window};
+    ck_assert_int_eq(llmem_op_attention_paged(c->be, &ap, &view, &tq, &to), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(c->buf, 3 * rb, out, (size_t)T * 8), LLMEM_OK);
+    for (int32_t t = 0; t < T; t++) {
+        int32_t a = ub->pos[t]; /* positions equal indices in these tests */
+        double qd[2], m = -INFINITY, den = 0, num[2] = {0, 0};
+        query_of(a, qd);
+        for (int pass = 0; pass < 2; pass++)
+            for (int32_t b = 0; b <= a; b++) {
+                if (c->window > 0 && a - b >= c->window)
+                    continue; /* transformers: visible iff q - kv < sliding_window */
+                double kd[2], vd[2];
+                key_of(b, kd, vd);
+                double s = qd[0] * kd[0] + qd[1] * kd[1];
+                if (pass == 0) {
+                    m = s > m ? s : m;
+                } else {
+                    double e = exp(s - m);
+                    den += e;
+                    num[0] += e * vd[0];
+                    num[1] += e * vd[1];
+                }
+            }
+        for (int d = 0; d < 2; d++)
+            ck_assert_msg(fabs(out[2 * t + d] - num[d] / den) <= 1e-4 * (1 + fabs(num[d] / den)),
+                          "pos %d dim %d: %g, reference %g", a, d, (double)out[2 * t + d],
+                          num[d] / den);
+    }
+    c->n_ubatch_seen++;
+}
+
+static attn_ctx ctx_new(llmem_backend *be, int32_t layer, int32_t window)
+{
+    attn_ctx c = {.be = be, .layer = layer, .window = window};
+    ck_assert_int_eq(llmem_buffer_alloc(be, 4 * TMAX * 2 * sizeof(float), &c.buf), LLMEM_OK);
+    return c;
+}
+
+/* Pages a sequence of len tokens must hold (brute force): those holding a
+ * key that a query at index len - r (r in [0, slack], before the next
+ * token is appended) may see, plus the page being filled. */
+static int32_t pages_needed(int32_t len, int32_t ps, int32_t window, int32_t slack)
+{
+    int32_t n = 0;
+    for (int32_t pg = 0; (int64_t)pg * ps < len; pg++) {
+        bool need = pg == (len - 1) / ps;
+        for (int32_t j = pg * ps; j < (pg + 1) * ps && j < len && !need; j++)
+            for (int32_t r = 0; r <= slack && !need; r++) {
+                int32_t qi = len - r; /* the next query after a cut to len - r */
+                need = qi >= 0 && j < qi && qi - j < window;
+            }
+        n += need;
+    }
+    return n;
+}
+
+static int32_t held_pages(llmem_memory *m, int32_t seq)
+{
+    int32_t pt[512];
+    int32_t n = llmem_kv_cache_page_table(m, seq, pt, 512), h = 0;
+    ck_assert_int_le(n, 512);
+    for (int32_t i = 0; i < n; i++)
+        h += pt[i] >= 0;
+    return h;
+}
+
+static llmem_batch_buf *bb_new(void)
+{
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
+    return b;
+}
+
+static void run_ok(llmem_memory *m, llmem_batch_buf *b, int32_t n_ubatch, attn_ctx *c)
+{
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), n_ubatch, check_attention, c, NULL),
+                     LLMEM_OK);
+    mt_assert_check(m);
+    llmem_batch_buf_clear(b);
+}
+
+/* Page sizes where the window is and is not a multiple of the page. */
+static const int32_t k_ps[] = {1, 3, 4, 5, 8, 16};
+
+/* As the window slides, pages leave the table at commit: held pages and
+ * pool use equal the brute-force count after every step; outputs equal
+ * the float64 windowed attention throughout. */
+START_TEST(test_pages_freed_as_window_slides)
+{
+    int32_t ps = k_ps[_i % 6], W = 8, slack = _i / 6 ? 3 : 0;
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = swa_kv(be, ps, 64, 1, W, slack, false);
+    ck_assert_int_eq(llmem_kv_cache_window(m), W);
+    ck_assert(!llmem_memory_can_shift(m));
+    attn_ctx c = ctx_new(be, 0, W);
+    mt_add(b, 0, 0, 21, 100, true); /* a prompt in ubatches of 7 */
+    run_ok(m, b, 7, &c);
+    ck_assert_int_eq(held_pages(m, 0), pages_needed(21, ps, W, slack));
+    int32_t len = 21;
+    for (int32_t step = 0; step < 30; step++, len++) {
+        mt_add(b, 0, len, 1, 200 + step, true);
+        run_ok(m, b, 7, &c);
+        ck_assert_int_eq(held_pages(m, 0), pages_needed(len + 1, ps, W, slack));
+        llmem_memory_stats st;
+        ck_assert_int_eq(llmem_memory_get_stats(m, &st), LLMEM_OK);
+        ck_assert_int_eq(st.pages_used, pages_needed(len + 1, ps, W, slack));
+        ck_assert_int_eq(llmem_kv_cache_page_table(m, 0, NULL, 0), (len + 1 + ps - 1) / ps);
+    }
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 51);
+    ck_assert_int_eq(c.n_ubatch_seen, 3 + 30);
+    llmem_buffer_free(c.buf);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* A page shared with another sequence (seq_cp) stays in the pool while
+ * that sequence still sees it; both keep attending correctly. */
+START_TEST(test_shared_pages_kept)
+{
+    int32_t ps = 4, W = 6;
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = swa_kv(be, ps, 32, 2, W, 0, false);
+    attn_ctx c = ctx_new(be, 0, W);
+    mt_add(b, 0, 0, 10, 100, true);
+    run_ok(m, b, 512, &c);
+    int32_t pt0[8], pt1[8];
+    llmem_kv_cache_page_table(m, 0, pt0, 8);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    mt_assert_check(m);
+    for (int32_t i = 0; i < 12; i++) { /* seq 0 moves on, seq 1 stays at 10 tokens */
+        mt_add(b, 0, 10 + i, 1, 300 + i, true);
+        run_ok(m, b, 512, &c);
+    }
+    /* seq 1 still holds its pages (3 pages, page 0 dropped at its own
+     * commit before the copy: index 0..3 < 10 + 1 - 6 = 5) */
+    int32_t n1 = llmem_kv_cache_page_table(m, 1, pt1, 8);
+    ck_assert_int_eq(n1, 3);
+    ck_assert_int_eq(pt1[0], -1);
+    ck_assert_int_eq(pt1[1], pt0[1]);
+    ck_assert_int_eq(pt1[2], pt0[2]);
+    ck_assert_int_eq(held_pages(m, 0), pages_needed(22, ps, W, 0));
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    /* seq 0's table no longer names pt0[1], pt0[2], yet the pool keeps them */
+    int32_t pt[8];
+    int32_t n0 = llmem_kv_cache_page_table(m, 0, pt, 8);
+    for (int32_t i = 0; i < n0; i++)
+        ck_assert(pt[i] != pt0[1] && pt[i] != pt0[2]);
+    ck_assert_int_eq(st.pages_used, pages_needed(22, ps, W, 0) + 2);
+    /* seq 1 decodes from its own state: still the exact window */
+    for (int32_t i = 0; i < 6; i++) {
+        mt_add(b, 1, 10 + i, 1, 400 + i, true);
+        run_ok(m, b, 512, &c);
+    }
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_used, pages_needed(22, ps, W, 0) + pages_needed(16, ps, W, 0));
+    llmem_buffer_free(c.buf);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Published pages that leave the window go to the prefix cache: a new
+ * sequence with the same prompt takes them (no recompute) and attends
+ * correctly. */
+START_TEST(test_prefix_hit_after_slide)
+{
+    int32_t ps = 4, W = 5;
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = swa_kv(be, ps, 32, 2, W, 0, true);
+    attn_ctx c = ctx_new(be, 0, W);
+    mt_add(b, 0, 0, 16, 100, true);
+    run_ok(m, b, 512, &c);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_cached, 4 - pages_needed(16, ps, W, 0)); /* 3 left the window */
+    mt_add(b, 1, 0, 17, 100, true); /* same 16 tokens, then one more */
+    llmem_plan_info info;
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, check_attention, &c, &info),
+                     LLMEM_OK);
+    llmem_batch_buf_clear(b);
+    ck_assert_int_eq(info.n_tokens_cached, 16);
+    ck_assert_int_eq(info.n_tokens, 1);
+    mt_assert_check(m);
+    ck_assert_int_eq(held_pages(m, 1), pages_needed(17, ps, W, 0));
+    llmem_buffer_free(c.buf);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Rollback (speculative decoding) within window_slack always works; a cut
+ * that needs a dropped page fails with LLMEM_E_STATE and changes nothing;
+ * seq_cp of a prefix that lost its window likewise. */
+START_TEST(test_rollback_and_copy_limits)
+{
+    int32_t ps = 4, W = 6, R = 3;
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = swa_kv(be, ps, 32, 3, W, R, false);
+    attn_ctx c = ctx_new(be, 0, W);
+    mt_add(b, 0, 0, 30, 100, true);
+    run_ok(m, b, 512, &c);
+    for (int32_t round = 0; round < 5; round++) { /* draft 3, reject 1..3, accept the rest */
+        int32_t len = llmem_memory_seq_len(m, 0);
+        mt_add(b, 0, len, R, 500 + 10 * round, true);
+        run_ok(m, b, 512, &c);
+        int32_t reject = 1 + round % R;
+        ck_assert_int_eq(llmem_memory_seq_rm(m, 0, len + R - reject, -1), LLMEM_OK);
+        mt_assert_check(m);
+        ck_assert_int_eq(llmem_memory_seq_len(m, 0), len + R - reject);
+        mt_add(b, 0, len + R - reject, 1, 600 + round, true); /* the correction */
+        run_ok(m, b, 512, &c);
+    }
+    int32_t len = llmem_memory_seq_len(m, 0);
+    /* a cut within the slack works on a copy; a deeper one needs dropped pages */
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 1, len - R, -1), LLMEM_OK);
+    mt_add(b, 1, len - R, 1, 700, true);
+    run_ok(m, b, 512, &c);
+    mt_snap before, after;
+    mt_snapshot(m, &before);
+    int32_t deep = len - R - W - ps; /* its next query reads a dropped page */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, deep, -1), LLMEM_E_STATE);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 2, 0, deep), LLMEM_E_STATE);
+    ck_assert_int_eq(llmem_memory_seq_rm(m, -1, deep, -1), LLMEM_E_STATE);
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+    mt_assert_check(m);
+    /* removing a whole sequence always works and frees its pages */
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_len(m, 0), 0);
+    ck_assert_int_eq(llmem_memory_seq_keep(m, 1), LLMEM_OK);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    ck_assert_int_eq(st.pages_used, held_pages(m, 1));
+    mt_assert_check(m);
+    /* no K-shift on a windowed cache */
+    ck_assert_int_eq(llmem_memory_seq_add(m, 1, 0, -1, 2), LLMEM_E_UNSUPPORTED);
+    llmem_buffer_free(c.buf);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* State I/O: a windowed sequence reads back with its window only, and
+ * attention after the read equals the float64 reference. */
+START_TEST(test_state_roundtrip)
+{
+    int32_t ps = 3, W = 7;
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = swa_kv(be, ps, 32, 2, W, 1, false);
+    attn_ctx c = ctx_new(be, 0, W);
+    mt_add(b, 0, 0, 25, 100, true);
+    run_ok(m, b, 512, &c);
+    size_t size = 0, written = 0;
+    ck_assert_int_eq(llmem_memory_state_size(m, -1, &size), LLMEM_OK);
+    void *buf = malloc(size);
+    ck_assert_int_eq(llmem_memory_state_write(m, -1, buf, size, &written), LLMEM_OK);
+    ck_assert_uint_eq(written, size);
+    llmem_memory *m2 = swa_kv(be, ps, 32, 2, W, 1, false);
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_state_read(m2, -1, buf, size, err, sizeof err) == LLMEM_OK, "%s",
+                  err);
+    mt_assert_check(m2);
+    ck_assert_int_eq(held_pages(m2, 0), pages_needed(25, ps, W, 1));
+    ck_assert_int_eq(llmem_memory_seq_len(m2, 0), 25);
+    mt_add(b, 0, 25, 4, 900, true);
+    run_ok(m2, b, 2, &c);
+    /* a full cache of 4 pages cannot take it (all 25 tokens need 9 pages) */
+    llmem_memory *full = mt_kv(be, ps, 4, 2, false, false);
+    ck_assert_int_eq(llmem_memory_state_read(full, -1, buf, size, err, sizeof err),
+                     LLMEM_E_NO_SPACE);
+    free(buf);
+    llmem_memory_destroy(full);
+    llmem_buffer_free(c.buf);
+    llmem_memory_destroy(m);
+    llmem_memory_destroy(m2);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* The generic hybrid composes a windowed and a full KV cache per layer
+ * (layers 0, 1, 3 windowed, layer 2 full, as Gemma-3's pattern): each
+ * layer's view attends with its own window; only the windowed child
+ * frees pages. */
+START_TEST(test_hybrid_window_and_full)
+{
+    int32_t ps = 4, W = 5;
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_kv_heads = 1;
+    p.head_dim = 2;
+    p.dtype = LLMEM_DTYPE_F32;
+    p.page_size = ps;
+    p.n_pages = 16;
+    p.n_seq_max = 1;
+    p.poison = true;
+    llmem_memory *ch[2] = {NULL, NULL}, *h = NULL;
+    char err[256] = "";
+    p.n_layers = 3;
+    p.window = W;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &ch[0], err, sizeof err), LLMEM_OK);
+    p.n_layers = 1;
+    p.window = 0;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &ch[1], err, sizeof err), LLMEM_OK);
+    const int32_t map[4] = {0, 0, 1, 0};
+    ck_assert_msg(llmem_hybrid_create(ch, 2, map, 4, &h, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(llmem_kv_cache_window(h), -1);
+    ck_assert_int_eq(llmem_kv_cache_window(llmem_memory_child(h, 0)), W);
+    ck_assert_int_eq(llmem_kv_cache_window(llmem_memory_child(h, 1)), 0);
+    ck_assert(!llmem_memory_can_shift(h));
+    attn_ctx cw = ctx_new(be, 3, W), cf = ctx_new(be, 2, 0);
+    for (int32_t step = 0; step < 12; step++) {
+        int32_t len = llmem_memory_seq_len(h, 0);
+        mt_add(b, 0, len, step == 0 ? 9 : 1, 100 + len, true);
+        llmem_plan *plan = NULL;
+        ck_assert_int_eq(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512,
+                                           &plan, err, sizeof err),
+                         LLMEM_OK);
+        const llmem_ubatch *ub = NULL;
+        ck_assert_int_eq(llmem_memory_apply(h, plan, 0, &ub), LLMEM_OK);
+        check_attention(h, ub, &cw); /* layer 3: windowed child */
+        check_attention(h, ub, &cf); /* layer 2: full child */
+        ck_assert_int_eq(llmem_memory_commit(h, plan, 0), LLMEM_OK);
+        llmem_memory_release(h, plan);
+        llmem_batch_buf_clear(b);
+        mt_assert_check(h);
+    }
+    int32_t len = llmem_memory_seq_len(h, 0);
+    ck_assert_int_eq(len, 20);
+    ck_assert_int_eq(held_pages(llmem_memory_child(h, 0), 0), pages_needed(len, ps, W, 0));
+    ck_assert_int_eq(held_pages(llmem_memory_child(h, 1), 0), 5);
+    llmem_buffer_free(cw.buf);
+    llmem_buffer_free(cf.buf);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
+START_TEST(test_create_errors)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 2;
+    p.n_pages = 4;
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    p.window = -1;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_ptr_nonnull(strstr(err, "window"));
+    p.window = 0;
+    p.window_slack = 2; /* slack without a window */
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    p.window = 4;
+    p.window_slack = -1;
+    ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(m);
+    ck_assert_int_eq(llmem_kv_cache_window(NULL), -1);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("swa");
+    TCase *tc = tcase_create("core");
+    tcase_add_loop_test(tc, test_pages_freed_as_window_slides, 0, 12);
+    tcase_add_test(tc, test_shared_pages_kept);
+    tcase_add_test(tc, test_prefix_hit_after_slide);
+    tcase_add_test(tc, test_rollback_and_copy_limits);
+    tcase_add_test(tc, test_state_roundtrip);
+    tcase_add_test(tc, test_hybrid_window_and_full);
+    tcase_add_test(tc, test_create_errors);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s) ? 1 : 0;
+}
