@@ -181,6 +181,25 @@ int cuk_ssm_scan_supported(int32_t d_state);
 /* Mamba-2 selective scan, recurrent form, with ssm state {H, P, N}. */
 cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream);
 
+/* ---- gdn.cu ---------------------------------------------------------------------------------- */
+
+typedef struct cuk_gdn_args {
+    int32_t n_k_heads, n_v_heads, d_k, d_v;
+    const float *qkv, *a, *b; /* [T, width], [T, H_v], [T, H_v] */
+    const void *a_log, *dt_bias;
+    int32_t al_dt, db_dt;
+    float *out;               /* [T, H_v * d_v] */
+    int64_t width;            /* 2 * H_k * d_k + H_v * d_v */
+} cuk_gdn_args;
+
+/* Whether the gated delta rule kernel handles this d_k (16, 32, 64, 128, 256). */
+int cuk_gdn_supported(int32_t d_k);
+/* Gated delta rule, recurrent form, with the state {H_v, d_k, d_v}. */
+cudaError_t cuk_gdn(const cuk_rs_args *rs, const cuk_gdn_args *a, cudaStream_t stream);
+/* out[i] = x[i] * sigmoid(gate[row, col / (cols / cg)]), n elements. */
+cudaError_t cuk_sigmoid_mul(const float *x, const float *gate, float *out, int64_t n,
+                            int64_t cols, int64_t cg, cudaStream_t stream);
+
 /* ---- moe.cu ---------------------------------------------------------------------------- */
 
 /* llmem_op_moe_route: logits [T, E] -> ids [T, k], wts [T, k]; bias [E] of

@@ -24,7 +24,8 @@
 
 
 static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h",
-                                                   "granitemoehybrid", "falcon_h1"};
+                                                   "granitemoehybrid", "falcon_h1",
+                                                   "qwen3_next"};
 
 const char *llmem_arch_name(llmem_arch a)
 {
@@ -34,7 +35,7 @@ const char *llmem_arch_name(llmem_arch a)
 const char *llmem_layer_kind_name(llmem_layer_kind k)
 {
     static const char *names[LLMEM_LAYER_KIND_COUNT] = {"attention", "mamba2", "mlp", "moe",
-                                                         "parallel"};
+                                                         "parallel", "gdn"};
     return (unsigned)k < LLMEM_LAYER_KIND_COUNT ? names[k] : "?";
 }
 
@@ -561,7 +562,7 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
         a++;
     if (a == LLMEM_ARCH_COUNT) {
         llmem_errf(c->err, c->err_len, "%s: model_type '%.40s' is not supported (llmem runs "
-                "llama, mamba2, bamba, nemotron_h and granitemoehybrid)", c->src, type);
+                "llama, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_h1 and qwen3_next)", c->src, type);
         return LLMEM_E_UNSUPPORTED;
     }
     m->arch = (llmem_arch)a;
@@ -580,6 +581,7 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     case LLMEM_ARCH_BAMBA: TRY(parse_bamba(c, m)); break;
     case LLMEM_ARCH_GRANITEMOEHYBRID: TRY(hf_cfg_parse_granite(c, m)); break;
     case LLMEM_ARCH_FALCON_H1: TRY(hf_cfg_parse_falcon_h1(c, m)); break;
+    case LLMEM_ARCH_QWEN3_NEXT: TRY(hf_cfg_parse_qwen3_next(c, m)); break;
     default: TRY(parse_nemotron_h(c, m)); break;
     }
     TRY(hf_cfg_check_moe(c, m));

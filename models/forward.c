@@ -235,6 +235,11 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
         llmem_view v = {0};
         if (L->mem_layer >= 0)
             TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
+        if (m->q3n) { /* models/qwen3_next.c */
+            TRY(hf_qwen3n_layer(m, il, T, &v, pend));
+            pend = true;
+            continue;
+        }
         const llmem_tensor *nw = &L->w[LLMEM_W_MIXER_NORM].t;
         TRY(pend ? llmem_op_add_rms_norm(m->be, &x, &h, nw, eps, &h)
                  : llmem_op_rms_norm(m->be, &x, nw, eps, &h));

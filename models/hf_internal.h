@@ -90,4 +90,21 @@ void hf_falcon_destroy(hf_falcon *f);
 void hf_falcon_tensors(const hf_falcon *f, int32_t T, llmem_tensor *save, llmem_tensor *sum,
                        llmem_tensor *mup);
 
+/* ---- qwen3_next (models/qwen3_next.c) --------------------------------------------- */
+
+/* The qwen3_next weights (loaded by hf_qwen3n_load, <models/model_internal.h>)
+ * and its forward scratch. */
+typedef struct hf_qwen3n hf_qwen3n;
+void hf_qwen3n_destroy(hf_qwen3n *q);
+/* check_tensors for qwen3_next: every tensor config.json implies is there
+ * (float dtype, expected shape; concatenated parts of one dtype) and the
+ * checkpoint holds no other. LLMEM_E_NOT_FOUND, LLMEM_E_CORRUPT,
+ * LLMEM_E_UNSUPPORTED with a message in err. */
+llmem_status hf_qwen3n_check_tensors(const llmem_model_config *cfg, const llmem_safetensors *st,
+                                     char *err, size_t err_len);
+/* The recurrent states of a gated delta net layer: conv {d_conv - 1,
+ * conv_dim} f32 and the delta-rule state {H_v, d_k, d_v} of delta_dtype. */
+void hf_qwen3n_states(const llmem_model_config *cfg, llmem_dtype delta_dtype,
+                      llmem_state_desc d[2]);
+
 #endif

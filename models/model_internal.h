@@ -43,6 +43,7 @@ struct llmem_model {
     llmem_model_stats stats;
     hf_moe *moe; /* MoE / shared-expert FFN scratch (models/moe.c), or NULL */
     hf_falcon *fal; /* falcon_h1 scratch (models/falcon_h1.c), or NULL */
+    hf_qwen3n *q3n; /* qwen3_next weights and scratch (models/qwen3_next.c), or NULL */
     struct hf_graphs *graphs; /* recorded decode steps (models/decode_graph.c), or NULL */
 };
 
@@ -59,6 +60,18 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t n_tokens, int32_t n_outputs,
  * (one token per sequence group, LLMEM_NO_GRAPHS unset), else eagerly
  * (models/decode_graph.c). Returns hf_forward_ops' status. */
 llmem_status hf_graph_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab);
+
+/* qwen3_next (models/qwen3_next.c). hf_qwen3n_load uploads every weight
+ * (norms as 1 + w, in_proj rows de-interleaved, experts' gate and up
+ * concatenated) and sets m->q3n, m->embed, m->final_norm, m->lm_head;
+ * on failure m->q3n may hold what was loaded (llmem_model_free frees it).
+ * hf_qwen3n_layer runs layer il of a T-token ubatch on m->off_x / m->off_h
+ * as hf_forward_ops does (pend: h holds the previous block's output, not
+ * yet added to x), leaving the MoE output in h, pending. */
+llmem_status hf_qwen3n_load(llmem_model *m, const llmem_safetensors *st, char *err,
+                            size_t err_len);
+llmem_status hf_qwen3n_layer(llmem_model *m, int32_t il, int32_t T, const llmem_view *v,
+                             bool pend);
 
 /* Frees every recording (NULL is a no-op); the backend must still be open. */
 void hf_graphs_free(struct hf_graphs *g);

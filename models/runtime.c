@@ -192,7 +192,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         m->layers[il].mem_layer = k == LLMEM_LAYER_MLP || k == LLMEM_LAYER_MOE ? -1 : at;
         m->layers[il].mem_layer2 = k == LLMEM_LAYER_PARALLEL ? at + 1 : -1;
         n_attn += k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL;
-        n_mamba += k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL;
+        n_mamba += k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL || k == LLMEM_LAYER_GDN;
     }
     llmem_status st;
     if (n_attn > 0) {
@@ -216,6 +216,8 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         llmem_recurrent_mamba2_states(c->ssm_d_conv, c->ssm_d_inner, c->ssm_n_groups,
                                       c->ssm_d_state, c->ssm_n_heads, c->ssm_head_dim, d);
         d[1].dtype = p->ssm_dtype;
+        if (c->arch == LLMEM_ARCH_QWEN3_NEXT)
+            hf_qwen3n_states(c, p->ssm_dtype, d);
         const llmem_state_desc **states = malloc((size_t)n_mamba * sizeof *states);
         int32_t *n_states = malloc((size_t)n_mamba * sizeof *n_states);
         if (!states || !n_states) {
@@ -350,7 +352,8 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
         s = LLMEM_E_NO_MEMORY;
     if (s == LLMEM_OK && (step = "uploading the weights"))
-        s = load_weights(m, st, err, err_len);
+        s = m->cfg.arch == LLMEM_ARCH_QWEN3_NEXT ? hf_qwen3n_load(m, st, err, err_len)
+                                                 : load_weights(m, st, err, err_len);
     llmem_safetensors_close(st);
     if (s == LLMEM_OK && (step = "creating the model's memory (KV cache, recurrent state)"))
         s = create_memory(m, err, err_len);
@@ -385,6 +388,7 @@ void llmem_model_free(llmem_model *m)
     llmem_backend_close(m->fb_be);
     hf_moe_destroy(m->moe);
     hf_falcon_destroy(m->fal);
+    hf_qwen3n_destroy(m->q3n);
     free(m->layers);
     free(m);
 }

@@ -51,7 +51,9 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         return hf_moe_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     const llmem_arch a = cfg->arch;
     const bool granite = a == LLMEM_ARCH_GRANITEMOEHYBRID, falcon = a == LLMEM_ARCH_FALCON_H1;
-    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA || granite || falcon;
+    const bool qwen3n = a == LLMEM_ARCH_QWEN3_NEXT; /* layers: models/qwen3_next.c */
+    const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA || granite || falcon ||
+                          qwen3n;
     const char *pre = cfg->tensor_prefix;
     const int64_t H = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
     const int64_t q = (int64_t)cfg->n_heads * cfg->head_dim;
@@ -68,7 +70,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         } else if (w == LLMEM_W_FINAL_NORM) {
             set_shape(shape, n_dims, 1, H, 0, 0);
             n = snprintf(buf, buf_len, "%s%s", pre,
-                         a == LLMEM_ARCH_LLAMA || granite ? "norm.weight"
+                         a == LLMEM_ARCH_LLAMA || granite || qwen3n ? "norm.weight"
                          : a == LLMEM_ARCH_BAMBA || falcon ? "final_layernorm.weight"
                                                             : "norm_f.weight");
         } else {
@@ -84,6 +86,8 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         return true;
     }
 
+    if (qwen3n)
+        return false;
     const llmem_layer_config *L = &cfg->layers[layer];
     /* falcon_h1's parallel layers hold both mixers */
     const bool par = L->kind == LLMEM_LAYER_PARALLEL;
@@ -370,6 +374,8 @@ llmem_status llmem_model_config_check_tensors(llmem_model_config *cfg, const llm
             }
         }
     }
+    if (cfg->arch == LLMEM_ARCH_QWEN3_NEXT)
+        return hf_qwen3n_check_tensors(cfg, st, err, err_len);
     for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++) {
         llmem_status s = check_one(cfg, st, (llmem_weight)w, 0, err, err_len);
         if (s != LLMEM_OK)

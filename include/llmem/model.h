@@ -111,6 +111,8 @@ typedef enum llmem_arch {
     LLMEM_ARCH_GRANITEMOEHYBRID = 4, /* "granitemoehybrid" (Granite-4.0-H): Mamba-2 or
                                         attention mixer, then a shared MLP (+ routed MoE) */
     LLMEM_ARCH_FALCON_H1 = 5,  /* "falcon_h1": attention and Mamba-2 in parallel, then MLP */
+    LLMEM_ARCH_QWEN3_NEXT = 6, /* "qwen3_next": gated delta net or gated attention mixer,
+                                  then a sparse MoE block with a shared expert */
     LLMEM_ARCH_COUNT
 } llmem_arch;
 
@@ -121,6 +123,8 @@ typedef enum llmem_layer_kind {
     LLMEM_LAYER_MOE = 3,       /* nemotron_h's MoE layer: routed + shared experts */
     LLMEM_LAYER_PARALLEL = 4,  /* falcon_h1: attention and Mamba-2 side by side (two
                                   memory layers: a KV one and a recurrent one) */
+    LLMEM_LAYER_GDN = 5,       /* qwen3_next: gated delta net (conv state + delta-rule
+                                  state; sizes in the ssm_* fields, models/qwen3_next.c) */
     LLMEM_LAYER_KIND_COUNT
 } llmem_layer_kind;
 

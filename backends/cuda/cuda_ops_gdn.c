@@ -1,0 +1,112 @@
+/* llmem cuda plugin: the gated delta net slots of the ops table
+ * (kernels/gdn.cu). The wrappers of backends/ops_gdn.c have checked every
+ * argument; the kernel skips slots outside [0, n_slots). When a group reads
+ * a slot another group writes (copy-on-write, seen in the host tables),
+ * every source is snapshotted first (cuk_rs_snapshot), as for Mamba-2. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_ops_gdn.h"
+#include "kernels/kernels.h"
+
+static void *gdn_ptr(const llmem_tensor *t)
+{
+    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
+}
+
+static const int32_t *gdn_table(const llmem_view *v, const llmem_i32_table *t)
+{
+    return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
+                    : NULL;
+}
+
+static llmem_status gdn_done(cuda_backend *cb, cudaError_t e, const char *what)
+{
+    llmem_status st = cuda_check(cb, e, what);
+    if (st == LLMEM_OK && cb->sync_each_op)
+        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
+    return st;
+}
+
+llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
+                         int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
+                         llmem_ct *dt_bias, llmem_ct *out)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    if (!cuk_gdn_supported(p->d_k))
+        return LLMEM_E_UNSUPPORTED; /* registers hold one column of d_k */
+    const llmem_rs_view *v = &view->u.rs;
+    const llmem_state_desc *d = &v->desc[state];
+    cuk_rs_args rs = {
+        .state = cuda_dev(v->state[state]),
+        .dtype = d->dtype,
+        .elems = d->shape[0] * d->shape[1] * d->shape[2],
+        .n_slots = v->n_slots,
+        .n_seqs = v->n_seqs,
+        .n_seq_tokens = v->n_seq_tokens,
+        .n_ckpt = v->n_ckpt,
+        .src = gdn_table(view, &v->src_slot),
+        .dst = gdn_table(view, &v->dst_slot),
+        .ckpt = gdn_table(view, &v->ckpt_slot),
+    };
+    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
+    if (!writer)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < v->n_slots; i++)
+        writer[i] = -1;
+    for (int32_t s = 0; s < v->n_seqs; s++)
+        for (int32_t c = -1; c < v->n_ckpt; c++) {
+            int32_t sl = c < 0 ? v->dst_slot.host[s] : v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
+            if (sl >= 0)
+                writer[sl] = s;
+        }
+    bool need = false;
+    for (int32_t s = 0; s < v->n_seqs && !need; s++) {
+        int32_t sl = v->src_slot.host[s];
+        need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
+    }
+    free(writer);
+    if (need) {
+        void *snap;
+        size_t bytes = (size_t)v->n_seqs * (size_t)rs.elems * (d->dtype == LLMEM_DTYPE_F32 ? 4 : 2);
+        if ((st = cuda_scratch(cb, bytes, &snap)) != LLMEM_OK)
+            return st;
+        if ((st = cuda_check(cb, cuk_rs_snapshot(&rs, snap, cb->stream), "gdn state snapshot")) !=
+            LLMEM_OK)
+            return st;
+        rs.snap = snap;
+    }
+    cuk_gdn_args ga = {
+        .n_k_heads = p->n_k_heads,
+        .n_v_heads = p->n_v_heads,
+        .d_k = p->d_k,
+        .d_v = p->d_v,
+        .qkv = gdn_ptr(qkv),
+        .a = gdn_ptr(a),
+        .b = gdn_ptr(b),
+        .a_log = gdn_ptr(a_log),
+        .dt_bias = gdn_ptr(dt_bias),
+        .al_dt = a_log->dtype,
+        .db_dt = dt_bias->dtype,
+        .out = gdn_ptr(out),
+        .width = 2 * (int64_t)p->n_k_heads * p->d_k + (int64_t)p->n_v_heads * p->d_v,
+    };
+    return gdn_done(cb, cuk_gdn(&rs, &ga, cb->stream), "gdn");
+}
+
+llmem_status cuda_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    int64_t n = llmem_tensor_nelements(x);
+    return gdn_done(cb,
+                    cuk_sigmoid_mul(gdn_ptr(x), gdn_ptr(gate), gdn_ptr(out), n,
+                                    x->ne[x->n_dims - 1], gate->ne[gate->n_dims - 1], cb->stream),
+                    "sigmoid_mul");
+}

@@ -1,0 +1,143 @@
+/* llmem CUDA kernels, gated delta net: the gated delta rule with a
+ * delta-rule state {H_v, d_k, d_v} of a recurrent view (Yang, Kautz &
+ * Hatamizadeh 2024, "Gated Delta Networks", eq. (10); transformers
+ * Qwen3NextGatedDeltaNet, torch_recurrent_gated_delta_rule with
+ * use_qk_l2norm_in_kernel), and the sigmoid output gate.
+ *
+ * The rule runs in its recurrent form for every ubatch (the CPU reference,
+ * backends/cpu/ops_gdn.c, runs prefill chunked; both are the same
+ * recurrence). Column j of S_h evolves on its own:
+ *   S[:, j] = e^g S[:, j] + k * beta (v_j - S[:, j]·k),  o_j = S[:, j]·q,
+ * so a thread keeps one column (DK floats) in registers for the whole
+ * ubatch and reads and writes it once; a block of 64 threads covers 64
+ * columns of one (group s, value head h), with the token's q and k in
+ * shared memory. Sources are read before any write (snapshots from
+ * cuk_rs_snapshot when another group writes a source slot).
+ */
+#include "kernels/common.cuh"
+
+#define GDN_THREADS 64
+
+template <int DK>
+__global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gdn_args a)
+{
+    __shared__ float qs[DK], ks[DK];
+    int Hv = a.n_v_heads, dv = a.d_v;
+    int n_cb = (dv + GDN_THREADS - 1) / GDN_THREADS;
+    int64_t item = blockIdx.x;
+    int cb = (int)(item % n_cb);
+    int h = (int)((item / n_cb) % Hv);
+    int64_t s = item / ((int64_t)n_cb * Hv);
+    int j = cb * GDN_THREADS + threadIdx.x;
+    bool act = j < dv;
+    int g = h / (Hv / a.n_k_heads);
+    int64_t col = (int64_t)h * DK * dv + j; /* element of S[h][0][j] in a slot */
+    float S[DK];
+    const void *src = nullptr;
+    int64_t base = 0;
+    if (rs.snap) {
+        src = rs.snap;
+        base = s * rs.elems;
+    } else if (rs.src[s] >= 0 && rs.src[s] < rs.n_slots) {
+        src = rs.state;
+        base = (int64_t)rs.src[s] * rs.elems;
+    }
+#pragma unroll
+    for (int i = 0; i < DK; i++)
+        S[i] = act && src ? cuk_load(src, rs.dtype, base + col + (int64_t)i * dv) : 0.0f;
+    float A = -expf(cuk_load(a.a_log, a.al_dt, h));
+    float bias = cuk_load(a.dt_bias, a.db_dt, h);
+    int first = rs.n_seq_tokens - rs.n_ckpt;
+    auto store = [&](int32_t slot) {
+        if (!act || slot < 0 || slot >= rs.n_slots)
+            return;
+#pragma unroll
+        for (int i = 0; i < DK; i++)
+            cuk_store(rs.state, rs.dtype, (int64_t)slot * rs.elems + col + (int64_t)i * dv, S[i]);
+    };
+    for (int c = 0; c < rs.n_ckpt; c++)
+        if (first + c == -1)
+            store(rs.ckpt[s * rs.n_ckpt + c]);
+    for (int t = 0; t < rs.n_seq_tokens; t++) {
+        int64_t tok = s * rs.n_seq_tokens + t;
+        const float *row = a.qkv + tok * a.width;
+        __syncthreads();
+        for (int i = threadIdx.x; i < DK; i += GDN_THREADS) {
+            qs[i] = row[g * DK + i];
+            ks[i] = row[a.n_k_heads * DK + g * DK + i];
+        }
+        __syncthreads();
+        float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DK; i++) {
+            qq += qs[i] * qs[i];
+            kk += ks[i] * ks[i];
+        }
+        float qn = rsqrtf(qq + 1e-6f) * rsqrtf((float)DK), kn = rsqrtf(kk + 1e-6f);
+        float beta = 1.0f / (1.0f + expf(-a.b[tok * Hv + h]));
+        float x = a.a[tok * Hv + h] + bias;
+        float decay = expf(A * (x > 20.0f ? x : log1pf(expf(x))));
+        if (act) {
+            float kv = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DK; i++) {
+                S[i] *= decay;
+                kv += S[i] * ks[i];
+            }
+            float v = row[2 * a.n_k_heads * DK + h * dv + j];
+            float d = beta * (v - kv * kn) * kn;
+            float acc = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DK; i++) {
+                S[i] += ks[i] * d;
+                acc += S[i] * qs[i];
+            }
+            a.out[tok * (int64_t)Hv * dv + (int64_t)h * dv + j] = acc * qn;
+        }
+        int c = t - first;
+        if (c >= 0 && c < rs.n_ckpt)
+            store(rs.ckpt[s * rs.n_ckpt + c]);
+    }
+    store(rs.dst[s]);
+}
+
+extern "C" int cuk_gdn_supported(int32_t d_k)
+{
+    return d_k == 16 || d_k == 32 || d_k == 64 || d_k == 128 || d_k == 256;
+}
+
+extern "C" cudaError_t cuk_gdn(const cuk_rs_args *rs, const cuk_gdn_args *a, cudaStream_t stream)
+{
+    int64_t blocks = (int64_t)rs->n_seqs * a->n_v_heads * ((a->d_v + GDN_THREADS - 1) / GDN_THREADS);
+    if (blocks == 0)
+        return cudaSuccess;
+    if (blocks > 2147483647)
+        return cudaErrorInvalidConfiguration;
+    switch (a->d_k) {
+    case 16: gdn_kernel<16><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
+    case 32: gdn_kernel<32><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
+    case 64: gdn_kernel<64><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
+    case 128: gdn_kernel<128><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
+    case 256: gdn_kernel<256><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+__global__ void sigmoid_mul_kernel(const float *x, const float *gate, float *out, int64_t n,
+                                   int64_t cols, int64_t cg)
+{
+    int64_t per = cols / cg;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / cols, c = i - r * cols;
+        out[i] = x[i] / (1.0f + expf(-gate[r * cg + c / per]));
+    }
+}
+
+extern "C" cudaError_t cuk_sigmoid_mul(const float *x, const float *gate, float *out, int64_t n,
+                                       int64_t cols, int64_t cg, cudaStream_t stream)
+{
+    sigmoid_mul_kernel<<<cuk_grid(n, 256), 256, 0, stream>>>(x, gate, out, n, cols, cg);
+    return cudaGetLastError();
+}
