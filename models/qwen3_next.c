@@ -490,9 +490,9 @@ llmem_status hf_qwen3n_load(llmem_model *m, const llmem_safetensors *st, char *e
     hf_qwen3n *q = calloc(1, sizeof *q);
     name160 *names = names_alloc(c);
     llmem_status s = LLMEM_E_NO_MEMORY;
+    m->q3n = q; /* freed by llmem_model_free, whatever happens below */
     if (!q || !names || !(q->w = calloc((size_t)c->n_layers, sizeof *q->w)))
         goto fail;
-    m->q3n = q;
     static const wspec globals[3] = {{"model.embed_tokens.weight", X_PLAIN, 2, {0}},
                                      {"model.norm.weight", X_ONE_PLUS, 1, {0}},
                                      {"lm_head.weight", X_PLAIN, 2, {0}}};

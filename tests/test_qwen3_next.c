@@ -1,0 +1,278 @@
+// ctest-labels: core
+/* qwen3_next (models/qwen3_next.c) on the cpu backend, with the
+ * transformers fixture tests/fixtures/qwen3_next:
+ *   - config.json is read as written (values compared with the file);
+ *   - bad configurations fail with a status and a message, nothing loaded;
+ *   - every device allocation failure of a load has a reason and leaks
+ *     nothing (fault injection through the backend's alloc hook);
+ *   - speculative-decoding rollback: rejected draft tokens are removed with
+ *     seq_rm (the recurrent state goes back to a checkpoint) and the
+ *     accepted continuation still matches transformers' float64
+ *     log-probabilities (reference.jsonl) within 2e-3.
+ */
+#include "support/run.h"
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llmem/memory.h"
+#include "llmem/model.h"
+#include "llmem/runtime.h"
+
+static const char *fixture(void)
+{
+    static char p[512];
+    snprintf(p, sizeof p, "%s/tests/fixtures/qwen3_next", LLMEM_SOURCE_DIR);
+    return p;
+}
+
+static char *read_file(const char *name)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", fixture(), name);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static int json_int(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    ck_assert_msg(cJSON_IsNumber(v), "config.json: no number '%s'", k);
+    return v->valueint;
+}
+
+START_TEST(test_config)
+{
+    char *text = read_file("config.json");
+    cJSON *j = cJSON_Parse(text);
+    ck_assert_ptr_nonnull(j);
+    llmem_model_config c;
+    char err[512] = "";
+    ck_assert_msg(llmem_model_config_parse(text, strlen(text), &c, err, sizeof err) == LLMEM_OK,
+                  "%s", err);
+    ck_assert_int_eq(c.arch, LLMEM_ARCH_QWEN3_NEXT);
+    ck_assert_str_eq(llmem_arch_name(c.arch), "qwen3_next");
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(j, "layer_types");
+    ck_assert_int_eq(c.n_layers, cJSON_GetArraySize(lt));
+    for (int32_t i = 0; i < c.n_layers; i++) {
+        bool full = strcmp(cJSON_GetArrayItem(lt, i)->valuestring, "full_attention") == 0;
+        ck_assert_int_eq(c.layers[i].kind, full ? LLMEM_LAYER_ATTENTION : LLMEM_LAYER_GDN);
+    }
+    int hk = json_int(j, "linear_num_key_heads"), hv = json_int(j, "linear_num_value_heads");
+    int dk = json_int(j, "linear_key_head_dim"), dv = json_int(j, "linear_value_head_dim");
+    ck_assert_int_eq(c.ssm_n_groups, hk);
+    ck_assert_int_eq(c.ssm_n_heads, hv);
+    ck_assert_int_eq(c.ssm_d_state, dk);
+    ck_assert_int_eq(c.ssm_head_dim, dv);
+    ck_assert_int_eq(c.ssm_d_conv, json_int(j, "linear_conv_kernel_dim"));
+    ck_assert_int_eq(c.ssm_conv_dim, 2 * hk * dk + hv * dv);
+    ck_assert_int_eq(c.n_expert, json_int(j, "num_experts"));
+    ck_assert_int_eq(c.n_expert_used, json_int(j, "num_experts_per_tok"));
+    ck_assert_int_eq(c.moe_intermediate_size, json_int(j, "moe_intermediate_size"));
+    ck_assert_int_eq(c.moe_shared_intermediate_size, json_int(j, "shared_expert_intermediate_size"));
+    double prf = cJSON_GetObjectItemCaseSensitive(
+                     cJSON_GetObjectItemCaseSensitive(j, "rope_parameters"), "partial_rotary_factor")
+                     ->valuedouble;
+    ck_assert_int_eq(c.rope_dim, (int)(json_int(j, "head_dim") * prf));
+    cJSON_Delete(j);
+    free(text);
+}
+END_TEST
+
+/* The fixture's config.json with `from` replaced by `to` must fail with
+ * status `want` and a message. */
+static void expect_bad(const char *from, const char *to, llmem_status want)
+{
+    char *text = read_file("config.json");
+    char *at = strstr(text, from);
+    ck_assert_msg(at != NULL, "'%s' not in config.json", from);
+    size_t n = strlen(text) - strlen(from) + strlen(to);
+    char *bad = malloc(n + 1);
+    ck_assert_ptr_nonnull(bad);
+    snprintf(bad, n + 1, "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    llmem_model_config c;
+    char err[512] = "";
+    llmem_status s = llmem_model_config_parse(bad, strlen(bad), &c, err, sizeof err);
+    ck_assert_msg(s == want, "'%s' -> '%s': status %d, want %d (%s)", from, to, (int)s, (int)want,
+                  err);
+    ck_assert_msg(err[0] != '\0', "'%s' -> '%s': no message", from, to);
+    free(bad);
+    free(text);
+}
+
+START_TEST(test_config_errors)
+{
+    expect_bad("\"mlp_only_layers\": []", "\"mlp_only_layers\": [1]", LLMEM_E_UNSUPPORTED);
+    expect_bad("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2", LLMEM_E_UNSUPPORTED);
+    expect_bad("\"full_attention\"", "\"mamba\"", LLMEM_E_CORRUPT);
+    expect_bad("\"linear_num_value_heads\": 4", "\"linear_num_value_heads\": 3", LLMEM_E_CORRUPT);
+    expect_bad("\"num_hidden_layers\": 4", "\"num_hidden_layers\": 3", LLMEM_E_CORRUPT);
+    expect_bad("\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu2\"", LLMEM_E_UNSUPPORTED);
+}
+END_TEST
+
+typedef struct hook_state {
+    int64_t calls, fail_at;
+} hook_state;
+
+static bool hook(size_t size, void *ctx)
+{
+    hook_state *h = ctx;
+    (void)size;
+    return h->calls++ != h->fail_at;
+}
+
+START_TEST(test_load_failures)
+{
+    char err[512];
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_model_params p = llmem_model_default_params();
+    p.n_seq_max = 2;
+    p.n_ctx = 64;
+    p.n_ubatch = 16;
+    hook_state h = {0, -1};
+    llmem_backend_set_alloc_hook(be, hook, &h);
+    llmem_model *m = NULL;
+    ck_assert_msg(llmem_model_load(fixture(), be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_model_free(m);
+    int64_t total = h.calls;
+    ck_assert_int_gt(total, 50); /* every tensor in a buffer of its own */
+    for (int64_t k = 0; k < total; k++) {
+        h.calls = 0;
+        h.fail_at = k;
+        m = NULL;
+        strcpy(err, "stale");
+        llmem_status s = llmem_model_load(fixture(), be, &p, &m, err, sizeof err);
+        ck_assert_msg(s == LLMEM_E_NO_MEMORY, "allocation %lld of %lld: status %d (%s)",
+                      (long long)k, (long long)total, (int)s, err);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(err[0] && strcmp(err, "stale") != 0, "allocation %lld failed silently",
+                      (long long)k);
+    }
+    llmem_backend_set_alloc_hook(be, NULL, NULL);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Tokens and reference log-probs of case `id` (reference[i] = log p(tok[i+1])). */
+static int32_t load_case(const char *id, int32_t *tok, double *ref, int32_t cap)
+{
+    int32_t n = 0;
+    for (int f = 0; f < 2; f++) {
+        char *text = read_file(f ? "reference.jsonl" : "cases.jsonl");
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            cJSON *j = cJSON_Parse(line);
+            const cJSON *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
+            if (cJSON_IsString(jid) && strcmp(jid->valuestring, id) == 0) {
+                const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, f ? "logprobs" : "tokens");
+                for (int32_t i = 0; i < cJSON_GetArraySize(a) && i < cap; i++) {
+                    double v = cJSON_GetArrayItem(a, i)->valuedouble;
+                    if (f)
+                        ref[i] = v;
+                    else
+                        tok[n++] = (int32_t)v;
+                }
+            }
+            cJSON_Delete(j);
+        }
+        free(text);
+    }
+    return n;
+}
+
+/* Decodes tokens [p0, p1) of seq 0 with an output row each; lp[i] gets
+ * log p(next[p0 + i]) at position p0 + i. */
+static void run(llmem_model *m, const int32_t *tok, const int32_t *next, int32_t p0, int32_t p1,
+                int32_t V, double *lp)
+{
+    int32_t n = p1 - p0, pos[64], seq0 = 0, n_out = 0;
+    const int32_t *ids[64];
+    int8_t out[64];
+    for (int32_t i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        ids[i] = &seq0;
+        out[i] = 1;
+    }
+    llmem_batch b = {.n_tokens = n, .token = tok + p0, .pos = pos, .seq_id = ids, .output = out};
+    float *logp = malloc((size_t)n * (size_t)V * sizeof *logp);
+    char err[512] = "";
+    ck_assert_msg(llmem_model_decode(m, &b, true, logp, n, &n_out, err, sizeof err) == LLMEM_OK,
+                  "%s", err);
+    ck_assert_int_eq(n_out, n);
+    for (int32_t i = 0; i < n; i++)
+        lp[i] = logp[(size_t)i * (size_t)V + (size_t)next[p0 + i]];
+    free(logp);
+}
+
+START_TEST(test_rollback_matches_reference)
+{
+    char err[512];
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_model_params p = llmem_model_default_params();
+    p.n_seq_max = 1;
+    p.n_ctx = 64;
+    p.n_ckpt = 4;
+    llmem_model *m = NULL;
+    ck_assert_msg(llmem_model_load(fixture(), be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    int32_t V = llmem_model_n_vocab(m);
+    int32_t tok[64], n = 0;
+    double ref[64], lp[64];
+    n = load_case("len15", tok, ref, 64);
+    ck_assert_int_eq(n, 15);
+    /* prompt: tokens 0..7 (a chunked prefill) */
+    run(m, tok, tok + 1, 0, 8, V, lp);
+    for (int32_t i = 0; i < 8; i++)
+        ck_assert_msg(fabs(lp[i] - ref[i]) <= 2e-3, "prompt token %d: %.6f vs %.6f", i, lp[i],
+                      ref[i]);
+    /* a verification ubatch of 4 tokens at positions 8..11: the first two
+     * are accepted, the last two (wrong drafts) are rejected and removed,
+     * so the recurrent state must come back from the checkpoint after
+     * position 9 */
+    int32_t draft[64];
+    memcpy(draft, tok, sizeof draft);
+    for (int32_t i = 10; i < 12; i++)
+        draft[i] = (tok[i] + 17) % V;
+    run(m, draft, draft + 1, 8, 12, V, lp + 8);
+    ck_assert_msg(fabs(lp[8] - ref[8]) <= 2e-3, "draft ubatch token 8: %.6f vs %.6f", lp[8],
+                  ref[8]);
+    ck_assert_int_eq(llmem_memory_seq_rm(llmem_model_memory(m), 0, 10, -1), LLMEM_OK);
+    /* a cut where no checkpoint exists fails and changes nothing */
+    ck_assert_int_ne(llmem_memory_seq_rm(llmem_model_memory(m), 0, 3, -1), LLMEM_OK);
+    /* the accepted continuation: one token at a time (recurrent form) */
+    for (int32_t i = 10; i < n - 1; i++) {
+        run(m, tok, tok + 1, i, i + 1, V, lp + i);
+        ck_assert_msg(fabs(lp[i] - ref[i]) <= 2e-3, "token %d after rollback: %.6f vs %.6f", i,
+                      lp[i], ref[i]);
+    }
+    llmem_model_free(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("qwen3_next");
+    TCase *tc = tcase_create("qwen3_next");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_config);
+    tcase_add_test(tc, test_config_errors);
+    tcase_add_test(tc, test_load_failures);
+    tcase_add_test(tc, test_rollback_matches_reference);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
