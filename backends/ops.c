@@ -361,6 +361,8 @@ llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
     const llmem_kv_view *kv = &view->u.kv;
     if (!rope_params_ok(p, kv->head_dim))
         return LLMEM_E_INVALID;
+    if (llmem_dtype_is_scaled(kv->dtype)) /* a rotation may leave the page's scale range */
+        return LLMEM_E_UNSUPPORTED;
     if ((st = llmem_view_check_shift(be, view)) != LLMEM_OK)
         return st;
     if (kv->shift_slot.n == 0)
@@ -442,7 +444,7 @@ llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_
         return st;
     const llmem_rs_view *rs = &view->u.rs;
     const llmem_state_desc *d = &rs->desc[state];
-    if (d->n_dims != 2)
+    if (d->n_dims != 2 || llmem_dtype_is_scaled(d->dtype))
         return LLMEM_E_INVALID;
     int64_t d_conv = d->shape[0] + 1, conv_dim = d->shape[1];
     if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, w, DT_FLOAT) || !tensor_ok(be, out, DT_F32) ||
@@ -482,7 +484,8 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
     const llmem_rs_view *rs = &view->u.rs;
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->n_dims != 3 || sd->shape[0] != p->n_heads || sd->shape[1] != p->head_dim ||
-        sd->shape[2] != p->d_state)
+        sd->shape[2] != p->d_state ||
+        (sd->dtype == LLMEM_DTYPE_I8 && ((int64_t)p->head_dim * p->d_state) % 4 != 0))
         return LLMEM_E_INVALID;
     int64_t n_tok = (int64_t)rs->n_seqs * rs->n_seq_tokens;
     int64_t d_inner = (int64_t)p->n_heads * p->head_dim;
@@ -580,8 +583,8 @@ llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, in
     if (src_page < 0 || dst_page < 0 || src_page >= kv->n_pages || dst_page >= kv->n_pages ||
         src_page == dst_page)
         return LLMEM_E_INVALID;
-    size_t page_bytes = (size_t)kv->page_size * (size_t)kv->n_kv_heads * (size_t)kv->head_dim *
-                        llmem_dtype_size(kv->dtype);
+    size_t page_bytes =
+        llmem_kv_page_bytes(kv->dtype, kv->page_size, kv->n_kv_heads, kv->head_dim);
     st = llmem_op_copy_blocks(be, kv->k, page_bytes, 1, &src_page, &dst_page);
     if (st != LLMEM_OK)
         return st;
@@ -603,13 +606,9 @@ llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
         if ((unsigned)d->dtype >= LLMEM_DTYPE_COUNT || d->n_dims < 1 ||
             d->n_dims > LLMEM_STATE_MAX_DIMS)
             return LLMEM_E_INVALID;
-        size_t bytes = llmem_dtype_size(d->dtype);
-        for (int32_t i = 0; i < d->n_dims; i++) {
-            if (d->shape[i] < 1 || d->shape[i] > INT32_MAX ||
-                bytes > SIZE_MAX / (size_t)d->shape[i])
-                return LLMEM_E_INVALID;
-            bytes *= (size_t)d->shape[i];
-        }
+        size_t bytes = llmem_state_slot_bytes(d);
+        if (bytes == 0)
+            return LLMEM_E_INVALID;
         llmem_status st = llmem_op_copy_blocks(be, rs->state[j], bytes, 1, &src_slot, &dst_slot);
         if (st != LLMEM_OK)
             return st;

@@ -18,6 +18,7 @@
 #include "base/base_internal.h"
 
 #define DT_FLOAT ((1u << LLMEM_DTYPE_F32) | (1u << LLMEM_DTYPE_F16) | (1u << LLMEM_DTYPE_BF16))
+#define DT_SCALED ((1u << LLMEM_DTYPE_I8) | (1u << LLMEM_DTYPE_F8E4M3))
 
 /* ---- the cache --------------------------------------------------------------------- */
 
@@ -254,7 +255,65 @@ static bool pool_ok(llmem_backend *be, const llmem_buffer *pool, const llmem_kv_
     n *= (int64_t)kv->n_kv_heads * kv->head_dim;
     if (n > ((int64_t)1 << 48))
         return false;
-    return (size_t)n * llmem_dtype_size(kv->dtype) <= llmem_buffer_size(pool);
+    size_t page = llmem_kv_page_bytes(kv->dtype, kv->page_size, kv->n_kv_heads, kv->head_dim);
+    return page > 0 && (size_t)kv->n_pages <= llmem_buffer_size(pool) / page;
+}
+
+#define ROUND16(x) (((x) + 15u) & ~(size_t)15u)
+
+size_t llmem_kv_scale_offset(llmem_dtype t, int32_t page_size, int32_t n_kv_heads,
+                             int32_t head_dim)
+{
+    if (!llmem_dtype_is_scaled(t) || page_size < 1 || n_kv_heads < 1 || head_dim < 1)
+        return 0;
+    size_t n = (size_t)page_size * (size_t)n_kv_heads;
+    if (n / (size_t)n_kv_heads != (size_t)page_size || n > (SIZE_MAX >> 2) / (size_t)head_dim)
+        return 0;
+    return ROUND16(n * (size_t)head_dim);
+}
+
+size_t llmem_kv_page_bytes(llmem_dtype t, int32_t page_size, int32_t n_kv_heads,
+                           int32_t head_dim)
+{
+    if (page_size < 1 || n_kv_heads < 1 || head_dim < 1 || llmem_dtype_size(t) == 0)
+        return 0;
+    if (llmem_dtype_is_scaled(t)) {
+        size_t off = llmem_kv_scale_offset(t, page_size, n_kv_heads, head_dim);
+        return off ? ROUND16(off + 4 * (size_t)n_kv_heads) : 0;
+    }
+    size_t n = (size_t)page_size * (size_t)n_kv_heads;
+    if (n / (size_t)n_kv_heads != (size_t)page_size || n > (SIZE_MAX >> 3) / (size_t)head_dim)
+        return 0;
+    return n * (size_t)head_dim * llmem_dtype_size(t);
+}
+
+static size_t state_elems(const llmem_state_desc *d)
+{
+    if (!d || d->n_dims < 1 || d->n_dims > LLMEM_STATE_MAX_DIMS || llmem_dtype_size(d->dtype) == 0)
+        return 0;
+    size_t n = 1;
+    for (int32_t i = 0; i < d->n_dims; i++) {
+        if (d->shape[i] < 1 || d->shape[i] > INT32_MAX || n > (SIZE_MAX >> 4) / (size_t)d->shape[i])
+            return 0;
+        n *= (size_t)d->shape[i];
+    }
+    return n;
+}
+
+size_t llmem_state_scale_offset(const llmem_state_desc *d)
+{
+    size_t n = state_elems(d);
+    return n && d->dtype == LLMEM_DTYPE_I8 ? ROUND16(n) : 0;
+}
+
+size_t llmem_state_slot_bytes(const llmem_state_desc *d)
+{
+    size_t n = state_elems(d);
+    if (!n || d->dtype == LLMEM_DTYPE_I32 || d->dtype == LLMEM_DTYPE_F8E4M3)
+        return 0;
+    if (d->dtype == LLMEM_DTYPE_I8)
+        return ROUND16(ROUND16(n) + 4 * (size_t)d->shape[0]);
+    return n * llmem_dtype_size(d->dtype);
 }
 
 llmem_status llmem_view_check_kv(llmem_backend *be, const llmem_view *view)
@@ -262,7 +321,10 @@ llmem_status llmem_view_check_kv(llmem_backend *be, const llmem_view *view)
     if (!view || view->kind != LLMEM_VIEW_KV)
         return LLMEM_E_INVALID;
     const llmem_kv_view *kv = &view->u.kv;
-    if ((unsigned)kv->dtype >= LLMEM_DTYPE_COUNT || !(DT_FLOAT & (1u << kv->dtype)))
+    if ((unsigned)kv->dtype >= LLMEM_DTYPE_COUNT ||
+        !((DT_FLOAT | DT_SCALED) & (1u << kv->dtype)))
+        return LLMEM_E_INVALID;
+    if (llmem_dtype_is_scaled(kv->dtype) && kv->head_dim % 4 != 0)
         return LLMEM_E_INVALID;
     if (kv->n_pages < 1 || kv->page_size < 1 || kv->n_kv_heads < 1 || kv->head_dim < 1)
         return LLMEM_E_INVALID;
@@ -456,7 +518,7 @@ llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int3
     llmem_buffer *buf = rs->state[state];
     if (!buf || llmem_buffer_backend(buf) != be || d->n_dims < 1 ||
         d->n_dims > LLMEM_STATE_MAX_DIMS || (unsigned)d->dtype >= LLMEM_DTYPE_COUNT ||
-        !(DT_FLOAT & (1u << d->dtype)))
+        !((DT_FLOAT | (1u << LLMEM_DTYPE_I8)) & (1u << d->dtype)))
         return LLMEM_E_INVALID;
     int64_t elems = 1;
     for (int32_t i = 0; i < d->n_dims; i++) {
@@ -466,7 +528,8 @@ llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int3
         if (elems > ((int64_t)1 << 40))
             return LLMEM_E_INVALID;
     }
-    if ((size_t)elems * llmem_dtype_size(d->dtype) > llmem_buffer_size(buf) / (size_t)rs->n_slots)
+    size_t slot_bytes = llmem_state_slot_bytes(d);
+    if (slot_bytes == 0 || slot_bytes > llmem_buffer_size(buf) / (size_t)rs->n_slots)
         return LLMEM_E_INVALID;
     return rs_tables_check(be, view);
 }

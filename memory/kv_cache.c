@@ -617,7 +617,10 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     else if (p->n_pages < 1) bad = "n_pages must be >= 1";
     else if (p->n_seq_max < 1) bad = "n_seq_max must be >= 1";
     else if (p->dtype != LLMEM_DTYPE_F32 && p->dtype != LLMEM_DTYPE_F16 &&
-             p->dtype != LLMEM_DTYPE_BF16) bad = "dtype must be f32, f16 or bf16";
+             p->dtype != LLMEM_DTYPE_BF16 && !llmem_dtype_is_scaled(p->dtype))
+        bad = "dtype must be f32, f16, bf16, int8 or fp8";
+    else if (llmem_dtype_is_scaled(p->dtype) && p->head_dim % 4 != 0)
+        bad = "int8 and fp8 need head_dim a multiple of 4";
     else if (p->host_tier_bytes < 0) bad = "host_tier_bytes must be >= 0";
     else if (p->window < 0) bad = "window must be >= 0";
     else if (p->window_slack < 0 || (p->window == 0 && p->window_slack != 0)) bad = "window_slack must be >= 0, and 0 without a window";
@@ -629,7 +632,9 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     size_t row = (size_t)p->n_kv_heads * (size_t)p->head_dim * llmem_dtype_size(p->dtype);
     if (row / llmem_dtype_size(p->dtype) / (size_t)p->n_kv_heads != (size_t)p->head_dim ||
         row > SIZE_MAX / (size_t)p->page_size ||
-        row * (size_t)p->page_size > SIZE_MAX / (size_t)p->n_pages) {
+        row * (size_t)p->page_size > SIZE_MAX / (size_t)p->n_pages / 2 ||
+        llmem_kv_page_bytes(p->dtype, p->page_size, p->n_kv_heads, p->head_dim) >
+            SIZE_MAX / (size_t)p->n_pages) {
         llmem_errf(err, err_len, "KV cache: pool size overflows");
         return LLMEM_E_INVALID;
     }
@@ -643,7 +648,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     kv->p = *p;
     kv->p.poison = p->poison || llmem_env_poison();
     kv->row_bytes = row;
-    kv->page_bytes = row * (size_t)p->page_size;
+    kv->page_bytes = llmem_kv_page_bytes(p->dtype, p->page_size, p->n_kv_heads, p->head_dim);
     llmem_status st = LLMEM_E_NO_MEMORY;
     kv->seqs = calloc((size_t)p->n_seq_max, sizeof *kv->seqs);
     kv->k = calloc((size_t)p->n_layers, sizeof *kv->k);

@@ -11,11 +11,29 @@
  * elements of dtype). Page size is not part of the format: a stream loads
  * into a cache of any page size. A windowed cache (swa.c) writes zero rows
  * (and shift 0) for the tokens whose pages left its window, and reads back
- * only the pages its window keeps. */
+ * only the pages its window keeps. Except for the scaled dtypes (int8, fp8),
+ * whose scales belong to pages: their header has an i32 page_size after
+ * dtype (a stream loads only into a cache of that page size), and the rows
+ * of each page are followed by its n_kv_heads f32 scales. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "memory/kv_internal.h"
+
+/* Bytes of K/V data of an entry of len tokens (all layers). */
+static size_t entry_data_bytes(const kv_cache *kv, int32_t len)
+{
+    size_t b = (size_t)len * kv->row_bytes;
+    if (llmem_dtype_is_scaled(kv->p.dtype))
+        b += (size_t)n_pages_for_len(kv, len) * (size_t)kv->p.n_kv_heads * sizeof(float);
+    return b * 2 * (size_t)kv->p.n_layers;
+}
+
+static size_t scale_offset(const kv_cache *kv)
+{
+    return llmem_kv_scale_offset(kv->p.dtype, kv->p.page_size, kv->p.n_kv_heads,
+                                 kv->p.head_dim);
+}
 
 static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int32_t shared_len,
                               llmem_state_writer *w)
@@ -37,16 +55,25 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int3
             for (int32_t j = 0; j < n; j += ps) {
                 int32_t m = n - j < ps ? n - j : ps;
                 size_t bytes = (size_t)m * kv->row_bytes;
+                size_t page = (size_t)s->pages.v[j / ps] * kv->page_bytes;
                 void *dst = llmem_state_reserve(w, bytes);
-                if (!dst)
-                    continue;
-                if (j < skip) {
-                    memset(dst, 0, bytes);
+                if (j < skip) { /* pages that left the window: zero rows and scales */
+                    if (dst)
+                        memset(dst, 0, bytes);
+                    if (llmem_dtype_is_scaled(kv->p.dtype) &&
+                        (dst = llmem_state_reserve(w, (size_t)kv->p.n_kv_heads * 4)))
+                        memset(dst, 0, (size_t)kv->p.n_kv_heads * sizeof(float));
                     continue;
                 }
-                llmem_status st = llmem_buffer_download(
-                    pool, (size_t)s->pages.v[j / ps] * kv->page_bytes, dst, bytes);
-                if (st != LLMEM_OK)
+                llmem_status st = LLMEM_OK;
+                if (dst && (st = llmem_buffer_download(pool, page, dst, bytes)) != LLMEM_OK)
+                    return st;
+                if (!llmem_dtype_is_scaled(kv->p.dtype))
+                    continue;
+                size_t sb = (size_t)kv->p.n_kv_heads * sizeof(float); /* the page's scales */
+                if ((dst = llmem_state_reserve(w, sb)) &&
+                    (st = llmem_buffer_download(pool, page + scale_offset(kv), dst, sb)) !=
+                        LLMEM_OK)
                     return st;
             }
         }
@@ -63,6 +90,8 @@ llmem_status kv_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
     llmem_state_put_i32(w, kv->p.n_kv_heads);
     llmem_state_put_i32(w, kv->p.head_dim);
     llmem_state_put_i32(w, (int32_t)kv->p.dtype);
+    if (llmem_dtype_is_scaled(kv->p.dtype))
+        llmem_state_put_i32(w, kv->p.page_size);
     llmem_state_put_i32(w, n_entries);
     /* sharing: an entry shares with the first earlier entry whose first
      * page is its own first page, for their common run of pages */
@@ -141,10 +170,15 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
                                    void **out, char *err, size_t err_len)
 {
     kv_cache *kv = kv_of(mem);
-    int32_t g[5];
-    for (int k = 0; k < 5; k++)
+    int32_t g[5], ps = kv->p.page_size;
+    for (int k = 0; k < 4; k++)
         if (!llmem_state_get_i32(r, &g[k]))
             return LLMEM_E_CORRUPT;
+    if (g[3] == (int32_t)kv->p.dtype && llmem_dtype_is_scaled(kv->p.dtype) &&
+        !llmem_state_get_i32(r, &ps))
+        return LLMEM_E_CORRUPT;
+    if (!llmem_state_get_i32(r, &g[4]))
+        return LLMEM_E_CORRUPT;
     if (g[0] != kv->p.n_layers || g[1] != kv->p.n_kv_heads || g[2] != kv->p.head_dim ||
         g[3] != (int32_t)kv->p.dtype) {
         llmem_errf(err, err_len,
@@ -152,6 +186,11 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
                    "%d x %d x %d (dtype %d)",
                    g[0], g[1], g[2], g[3], kv->p.n_layers, kv->p.n_kv_heads, kv->p.head_dim,
                    (int)kv->p.dtype);
+        return LLMEM_E_INVALID;
+    }
+    if (ps != kv->p.page_size) {
+        llmem_errf(err, err_len, "KV state (%s) is for page size %d; this cache has %d",
+                   llmem_dtype_name(kv->p.dtype), ps, kv->p.page_size);
         return LLMEM_E_INVALID;
     }
     int32_t n = g[4];
@@ -201,7 +240,7 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
             goto corrupt;
         }
         size_t ib = (size_t)e->len * sizeof(int32_t);
-        size_t db = (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers;
+        size_t db = entry_data_bytes(kv, e->len);
         if ((size_t)e->len > r->len / sizeof(int32_t) || !llmem_state_peek(r, 3 * ib) ||
             !(e->data = llmem_state_peek(r, db))) {
             llmem_errf(err, err_len, "KV state entry %d: truncated", i);
@@ -238,7 +277,7 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         llmem_state_get(&r2, dst, (size_t)e->len * sizeof(int32_t));
         e->shift = dst;
         dst += e->len;
-        llmem_state_get(&r2, NULL, (size_t)e->len * kv->row_bytes * 2 * (size_t)kv->p.n_layers);
+        llmem_state_get(&r2, NULL, entry_data_bytes(kv, e->len));
     }
     /* space: what is obtainable once the replaced sequences are dropped */
     int64_t avail = page_pool_available(&kv->pool);
@@ -319,11 +358,18 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
                 for (int32_t j = 0; j < e->len && st == LLMEM_OK; j += ps) {
                     int32_t m = e->len - j < ps ? e->len - j : ps;
                     size_t bytes = (size_t)m * kv->row_bytes;
-                    if (j / ps >= nsh && j / ps >= s->dropped) /* shared pages hold the
-                                                                   earlier entry's data */
-                        st = llmem_buffer_upload(
-                            pool, (size_t)s->pages.v[j / ps] * kv->page_bytes, src, bytes);
+                    size_t page = (size_t)s->pages.v[j / ps] * kv->page_bytes;
+                    /* shared pages hold the earlier entry's data; dropped ones left the window */
+                    bool mine = j / ps >= nsh && j / ps >= s->dropped;
+                    if (mine)
+                        st = llmem_buffer_upload(pool, page, src, bytes);
                     src += bytes;
+                    if (!llmem_dtype_is_scaled(kv->p.dtype))
+                        continue;
+                    size_t sb = (size_t)kv->p.n_kv_heads * sizeof(float);
+                    if (mine && st == LLMEM_OK)
+                        st = llmem_buffer_upload(pool, page + scale_offset(kv), src, sb);
+                    src += sb;
                 }
             }
     }

@@ -356,16 +356,16 @@ static const char *check_desc(const llmem_state_desc *d, size_t *bytes)
 {
     if (d->n_dims < 1 || d->n_dims > LLMEM_STATE_MAX_DIMS)
         return "n_dims must be in [1, 4]";
-    if (d->dtype != LLMEM_DTYPE_F32 && d->dtype != LLMEM_DTYPE_F16 && d->dtype != LLMEM_DTYPE_BF16)
-        return "dtype must be f32, f16 or bf16";
-    size_t n = llmem_dtype_size(d->dtype);
-    for (int32_t k = 0; k < d->n_dims; k++) {
+    if (d->dtype != LLMEM_DTYPE_F32 && d->dtype != LLMEM_DTYPE_F16 &&
+        d->dtype != LLMEM_DTYPE_BF16 && d->dtype != LLMEM_DTYPE_I8)
+        return "dtype must be f32, f16, bf16 or int8";
+    for (int32_t k = 0; k < d->n_dims; k++)
         if (d->shape[k] < 1 || d->shape[k] > INT32_MAX)
             return "every dimension must be in [1, 2^31)";
-        if (n > SIZE_MAX / (size_t)d->shape[k])
-            return "state size overflows";
-        n *= (size_t)d->shape[k];
-    }
+    /* I8: codes plus one f32 scale per outermost index (llmem_state_slot_bytes) */
+    size_t n = llmem_state_slot_bytes(d);
+    if (n == 0)
+        return "state size overflows";
     *bytes = n;
     return NULL;
 }

@@ -68,9 +68,9 @@ static bool resolve_params(llmem_model_params *p)
     if (p->kv_dtype == LLMEM_DTYPE_COUNT)
         p->kv_dtype = p->precision == LLMEM_PRECISION_FAST ? LLMEM_DTYPE_BF16 : LLMEM_DTYPE_F32;
     bool float_kv = p->kv_dtype == LLMEM_DTYPE_F32 || p->kv_dtype == LLMEM_DTYPE_F16 ||
-                    p->kv_dtype == LLMEM_DTYPE_BF16;
+                    p->kv_dtype == LLMEM_DTYPE_BF16 || llmem_dtype_is_scaled(p->kv_dtype);
     bool float_ssm = p->ssm_dtype == LLMEM_DTYPE_F32 || p->ssm_dtype == LLMEM_DTYPE_F16 ||
-                     p->ssm_dtype == LLMEM_DTYPE_BF16;
+                     p->ssm_dtype == LLMEM_DTYPE_BF16 || p->ssm_dtype == LLMEM_DTYPE_I8;
     return float_kv && float_ssm;
 }
 

@@ -132,7 +132,11 @@ static bool word_is_nan(const unsigned char *p, llmem_dtype t)
     memcpy(h, p, 4);
     switch (t) {
     case LLMEM_DTYPE_F32:
-    case LLMEM_DTYPE_I32: return isnan(bits_to_float(w));
+    case LLMEM_DTYPE_I32:
+    case LLMEM_DTYPE_I8: return isnan(bits_to_float(w)); /* no NaN code: the f32 pattern */
+    case LLMEM_DTYPE_F8E4M3: /* E4M3 NaN: every bit but the sign set (OCP FP8 spec) */
+        return (p[0] & 0x7f) == 0x7f && (p[1] & 0x7f) == 0x7f && (p[2] & 0x7f) == 0x7f &&
+               (p[3] & 0x7f) == 0x7f;
     case LLMEM_DTYPE_F16: return isnan(half_to_double(h[0])) && isnan(half_to_double(h[1]));
     case LLMEM_DTYPE_BF16:
         return isnan(bits_to_float((uint32_t)h[0] << 16)) &&

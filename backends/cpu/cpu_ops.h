@@ -149,6 +149,46 @@ static inline void store_f32(const float *src, llmem_dtype t, int64_t n, void *d
     }
 }
 
+/* ---- scaled 8-bit codes (int8, FP8 E4M3; <llmem/backend.h>) -------------------------- */
+
+/* The value of an E4M3 code, exact (NaN for 0x7f / 0xff). */
+static inline float e4m3_value(uint8_t c)
+{
+    uint32_t e = (c >> 3) & 15u, m = c & 7u;
+    float v;
+    if (e == 0) {
+        v = (float)m * (1.0f / 512.0f);
+    } else {
+        uint32_t u = ((e + 120u) << 23) | (m << 20);
+        if (e == 15 && m == 7)
+            u = 0x7fc00000u;
+        memcpy(&v, &u, 4);
+    }
+    return (c & 0x80u) ? -v : v;
+}
+
+/* dst[0..n) = code[i] * scale of scaled dtype t (I8, F8E4M3). */
+static inline void load_scaled(const void *src, llmem_dtype t, int64_t n, float scale, float *dst)
+{
+    if (t == LLMEM_DTYPE_I8) {
+        const int8_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = (float)s[i] * scale;
+    } else {
+        const uint8_t *s = src;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = e4m3_value(s[i]) * scale;
+    }
+}
+
+/* The code of x / scale in scaled dtype t (scale 0: code 0). */
+static inline uint8_t quant_one(float x, llmem_dtype t, float scale)
+{
+    if (t == LLMEM_DTYPE_I8)
+        return (uint8_t)llmem_f32_to_i8(x, scale);
+    return scale > 0.0f ? llmem_f32_to_e4m3(x / scale) : 0;
+}
+
 /* sum a[i] * b[i] in f32, eight partial sums. */
 static inline float dot_f32(const float *restrict a, const float *restrict b, int64_t n)
 {

@@ -46,6 +46,135 @@ static void store_run(void *vctx, int64_t j0, int64_t j1, int32_t thread)
     }
 }
 
+/* Scaled dtypes (int8, fp8): one work item per page the ubatch writes, so
+ * each page's scales have one writer. Per KV head, over the page's new
+ * rows: amax; a page whose offset 0 is written starts over with scale
+ * amax / code_max; otherwise the scale only grows (max(old, amax /
+ * code_max)), and when it grows the page's other rows are requantized to
+ * it (docs/memory.md, "Quantized KV and state"). */
+typedef struct page_run {
+    int32_t page, first; /* first index in the sorted entry order */
+    int32_t n;
+} page_run;
+
+typedef struct qstore_ctx {
+    const store_ctx *c;
+    const int32_t *order; /* entry indices sorted by (page, index) */
+    const page_run *runs;
+    int32_t page_size, n_kv_heads, head_dim;
+    size_t page_bytes, scale_off;
+} qstore_ctx;
+
+static void qstore_pool(const qstore_ctx *q, const page_run *r, const float *src, char *pool)
+{
+    const store_ctx *c = q->c;
+    int32_t ps = q->page_size, d = q->head_dim;
+    float cmax = llmem_dtype_code_max(c->dtype);
+    char *page = pool + (size_t)r->page * q->page_bytes;
+    float *scales = (float *)(void *)(page + q->scale_off);
+    bool fresh = false;
+    for (int32_t i = 0; i < r->n; i++)
+        fresh |= c->slot[q->order[r->first + i]] % ps == 0;
+    for (int32_t h = 0; h < q->n_kv_heads; h++) {
+        float amax = 0.0f;
+        for (int32_t i = 0; i < r->n; i++) {
+            const float *x = src + (size_t)c->tok[q->order[r->first + i]] * (size_t)c->row +
+                             (size_t)h * (size_t)d;
+            for (int32_t e = 0; e < d; e++)
+                amax = fabsf(x[e]) > amax ? fabsf(x[e]) : amax;
+        }
+        float s_new = amax / cmax, s_old = scales[h];
+        if (!fresh && s_old >= s_new) {
+            s_new = s_old;
+        } else if (!fresh) { /* requantize the rows this ubatch does not write */
+            for (int32_t o = 0; o < ps; o++) {
+                bool mine = false;
+                for (int32_t i = 0; i < r->n && !mine; i++)
+                    mine = c->slot[q->order[r->first + i]] % ps == o;
+                if (mine)
+                    continue;
+                uint8_t *row = (uint8_t *)page + ((size_t)o * (size_t)q->n_kv_heads + (size_t)h) *
+                                                     (size_t)d;
+                float tmp[256];
+                for (int32_t e0 = 0; e0 < d; e0 += 256) {
+                    int32_t m = d - e0 < 256 ? d - e0 : 256;
+                    load_scaled(row + e0, c->dtype, m, s_old, tmp);
+                    for (int32_t e = 0; e < m; e++)
+                        row[e0 + e] = quant_one(tmp[e], c->dtype, s_new);
+                }
+            }
+        }
+        for (int32_t i = 0; i < r->n; i++) {
+            int32_t j = q->order[r->first + i];
+            const float *x = src + (size_t)c->tok[j] * (size_t)c->row + (size_t)h * (size_t)d;
+            uint8_t *row = (uint8_t *)page +
+                           ((size_t)(c->slot[j] % ps) * (size_t)q->n_kv_heads + (size_t)h) *
+                               (size_t)d;
+            for (int32_t e = 0; e < d; e++)
+                row[e] = quant_one(x[e], c->dtype, s_new);
+        }
+        scales[h] = s_new;
+    }
+}
+
+static void qstore_run(void *vctx, int64_t r0, int64_t r1, int32_t thread)
+{
+    (void)thread;
+    const qstore_ctx *q = vctx;
+    for (int64_t r = r0; r < r1; r++) {
+        qstore_pool(q, &q->runs[r], q->c->k, q->c->kp);
+        qstore_pool(q, &q->runs[r], q->c->v, q->c->vp);
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static llmem_status kv_store_scaled(const llmem_kv_view *kv, store_ctx *c, int64_t n)
+{
+    /* Table values were checked by the op wrapper (llmem_view_check_store). */
+    int64_t *key = malloc((size_t)n * sizeof *key);
+    int32_t *order = malloc((size_t)n * sizeof *order);
+    page_run *runs = malloc((size_t)n * sizeof *runs);
+    if (!key || !order || !runs) {
+        free(key);
+        free(order);
+        free(runs);
+        return LLMEM_E_NO_MEMORY;
+    }
+    /* slots are distinct: sorting by slot groups the entries by page */
+    for (int64_t j = 0; j < n; j++)
+        key[j] = (int64_t)c->slot[j] << 32 | j;
+    qsort(key, (size_t)n, sizeof *key, cmp_i64);
+    for (int64_t j = 0; j < n; j++)
+        order[j] = (int32_t)(key[j] & 0xffffffff);
+    free(key);
+    int32_t n_runs = 0, ps = kv->page_size;
+    for (int32_t i = 0; i < (int32_t)n; i++) {
+        int32_t page = c->slot[order[i]] / ps;
+        if (n_runs == 0 || runs[n_runs - 1].page != page)
+            runs[n_runs++] = (page_run){page, i, 0};
+        runs[n_runs - 1].n++;
+    }
+    qstore_ctx q = {
+        .c = c,
+        .order = order,
+        .runs = runs,
+        .page_size = ps,
+        .n_kv_heads = kv->n_kv_heads,
+        .head_dim = kv->head_dim,
+        .page_bytes = llmem_kv_page_bytes(kv->dtype, ps, kv->n_kv_heads, kv->head_dim),
+        .scale_off = llmem_kv_scale_offset(kv->dtype, ps, kv->n_kv_heads, kv->head_dim),
+    };
+    llmem_tp_run(cpu_threads_for(n * c->row), n_runs, 1, qstore_run, &q);
+    free(order);
+    free(runs);
+    return LLMEM_OK;
+}
+
 llmem_status cpu_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
                              llmem_ct *v)
 {
@@ -64,6 +193,8 @@ llmem_status cpu_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct
     };
     atomic_init(&c.bad, 0);
     int64_t n = kv->store_slot.n;
+    if (llmem_dtype_is_scaled(kv->dtype))
+        return kv_store_scaled(kv, &c, n);
     llmem_tp_run(cpu_threads_for(n * c.row), n, 8, store_run, &c);
     return atomic_load(&c.bad) ? LLMEM_E_INVALID : LLMEM_OK;
 }
@@ -80,6 +211,7 @@ typedef struct attn_ctx {
     const int32_t *page_off; /* [n_streams] row offsets, NULL: row s * max_pages */
     int32_t n_streams, max_pages, page_size, n_pages;
     int64_t n_heads, n_kv_heads, head_dim, n_rep;
+    size_t page_bytes, scale_off; /* scaled dtypes: page stride, scales' offset */
     float *scratch; /* per thread, scratch_floats each */
     int64_t scratch_floats;
     atomic_int bad;
@@ -156,7 +288,17 @@ static void attn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
                 size_t off = (((size_t)page * (size_t)c->page_size +
                                (size_t)(key % c->page_size)) * (size_t)c->n_kv_heads +
                               (size_t)g) * (size_t)d * es;
-                if (f32) {
+                if (c->page_bytes) {
+                    size_t pb = (size_t)page * c->page_bytes;
+                    size_t ro = ((size_t)(key % c->page_size) * (size_t)c->n_kv_heads +
+                                 (size_t)g) * (size_t)d;
+                    const float *ks = (const float *)(const void *)(c->kp + pb + c->scale_off);
+                    const float *vs = (const float *)(const void *)(c->vp + pb + c->scale_off);
+                    load_scaled(c->kp + pb + ro, c->dtype, d, ks[g], kbuf + got * d);
+                    load_scaled(c->vp + pb + ro, c->dtype, d, vs[g], vbuf + got * d);
+                    krow[got] = kbuf + got * d;
+                    vrow[got] = vbuf + got * d;
+                } else if (f32) {
                     krow[got] = (const float *)(const void *)(c->kp + off);
                     vrow[got] = (const float *)(const void *)(c->vp + off);
                 } else {
@@ -207,6 +349,10 @@ llmem_status cpu_op_attention_paged(llmem_backend *be, const llmem_attn_params *
         .n_kv_heads = kv->n_kv_heads,
         .head_dim = kv->head_dim,
     };
+    if (llmem_dtype_is_scaled(kv->dtype)) {
+        c.page_bytes = llmem_kv_page_bytes(kv->dtype, kv->page_size, kv->n_kv_heads, kv->head_dim);
+        c.scale_off = llmem_kv_scale_offset(kv->dtype, kv->page_size, kv->n_kv_heads, kv->head_dim);
+    }
     atomic_init(&c.bad, 0);
     c.n_rep = c.n_heads / c.n_kv_heads;
     int64_t n_tok = q->ne[0];

@@ -25,6 +25,7 @@
 typedef struct rs_io {
     char *base;         /* state buffer */
     size_t slot_bytes;  /* bytes of one slot of this state */
+    size_t scale_off;   /* I8: byte offset of the per-head f32 scales in a slot */
     llmem_dtype dtype;
     int64_t elems;      /* elements of one slot */
     const int32_t *src, *dst, *ckpt;
@@ -51,7 +52,8 @@ static llmem_status rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
     io->elems = 1;
     for (int32_t i = 0; i < d->n_dims; i++)
         io->elems *= d->shape[i];
-    io->slot_bytes = (size_t)io->elems * llmem_dtype_size(d->dtype);
+    io->slot_bytes = llmem_state_slot_bytes(d);
+    io->scale_off = llmem_state_scale_offset(d);
     io->src = view_table(view, &rs->src_slot);
     io->dst = view_table(view, &rs->dst_slot);
     io->ckpt = view_table(view, &rs->ckpt_slot);
@@ -261,8 +263,19 @@ typedef struct scan_ctx {
 static void scan_store(const scan_ctx *c, const float *S, int64_t h, int32_t slot)
 {
     int64_t hs = (int64_t)c->p->head_dim * c->p->d_state;
-    store_f32(S, c->io->dtype, hs,
-              rs_slot(c->io, slot) + (size_t)(h * hs) * llmem_dtype_size(c->io->dtype));
+    char *base = rs_slot(c->io, slot);
+    if (c->io->dtype == LLMEM_DTYPE_I8) { /* per-head scale: amax / 127 */
+        float amax = 0.0f;
+        for (int64_t i = 0; i < hs; i++)
+            amax = fabsf(S[i]) > amax ? fabsf(S[i]) : amax;
+        float scale = amax / 127.0f;
+        int8_t *q = (int8_t *)base + h * hs;
+        for (int64_t i = 0; i < hs; i++)
+            q[i] = llmem_f32_to_i8(S[i], scale);
+        memcpy(base + c->io->scale_off + (size_t)h * sizeof scale, &scale, sizeof scale);
+        return;
+    }
+    store_f32(S, c->io->dtype, hs, base + (size_t)(h * hs) * llmem_dtype_size(c->io->dtype));
 }
 
 static void scan_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
@@ -275,7 +288,11 @@ static void scan_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
     for (int64_t it = it0; it < it1; it++) {
         int64_t s = it / H, h = it % H, g = h / (H / G);
         const char *src = io->src_ptr[s];
-        if (src)
+        if (src && io->dtype == LLMEM_DTYPE_I8) {
+            float scale;
+            memcpy(&scale, src + io->scale_off + (size_t)h * sizeof scale, sizeof scale);
+            load_scaled(src + h * hs, io->dtype, hs, scale, S);
+        } else if (src)
             load_f32(src + (size_t)(h * hs) * llmem_dtype_size(io->dtype), io->dtype, hs, S);
         else
             memset(S, 0, (size_t)hs * sizeof *S);

@@ -354,6 +354,8 @@ static llmem_status op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
 static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
                                 llmem_ct *v)
 {
+    if (llmem_dtype_is_scaled(view->u.kv.dtype))
+        return LLMEM_E_UNSUPPORTED; /* int8 / fp8 pools: kernels/attention_q.cu */
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
@@ -370,6 +372,8 @@ static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem
 static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                        const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
+    if (llmem_dtype_is_scaled(view->u.kv.dtype))
+        return LLMEM_E_UNSUPPORTED; /* int8 / fp8 pools: kernels/attention_q.cu */
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
@@ -519,6 +523,8 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                                 llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
                                 llmem_ct *y)
 {
+    if (view->u.rs.desc[state].dtype == LLMEM_DTYPE_I8)
+        return LLMEM_E_UNSUPPORTED; /* int8 states: cpu only so far (issue 17) */
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)

@@ -22,9 +22,10 @@ const char *const cli_model_opts_help =
     "  --page-size N        KV cache page size in tokens (default 16)\n"
     "  --n-pages N          KV cache pages (default n-seq-max * n-ctx / page-size); work\n"
     "                       that does not fit waits for pages to free up\n"
-    "  --kv-type T          f32 | f16 | bf16 (default: f32 with --precision precise,\n"
-    "                       bf16 with fast)\n"
-    "  --ssm-type T         Mamba-2 SSM state dtype: f32 | f16 | bf16 (default f32)\n"
+    "  --kv-type T          f32 | f16 | bf16 | int8 | fp8 (default: f32 with --precision\n"
+    "                       precise, bf16 with fast; int8/fp8: per-page, per-head scales)\n"
+    "  --ssm-type T         Mamba-2 SSM state dtype: f32 | f16 | bf16 | int8 (default f32;\n"
+    "                       int8: per-head scale)\n"
     "  --no-prefix-cache    disable reuse of cached prompt pages\n"
     "  --poison             fill free pages and state slots with NaN (debugging;\n"
     "                       results must not change)\n"
@@ -256,8 +257,11 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
     case CLI_OPT_SSM_TYPE: {
         llmem_dtype t;
         const char *name = code == CLI_OPT_KV_TYPE ? "--kv-type" : "--ssm-type";
-        if (llmem_dtype_parse(arg, &t) != LLMEM_OK || t == LLMEM_DTYPE_I32) {
-            fprintf(stderr, "llmem %s: %s wants f32, f16 or bf16, got '%s'\n", cmd, name, arg);
+        bool kv = code == CLI_OPT_KV_TYPE;
+        if (llmem_dtype_parse(arg, &t) != LLMEM_OK || t == LLMEM_DTYPE_I32 ||
+            (!kv && t == LLMEM_DTYPE_F8E4M3)) {
+            fprintf(stderr, "llmem %s: %s wants f32, f16, bf16, int8%s, got '%s'\n", cmd, name,
+                    kv ? " or fp8" : "", arg);
             return -1;
         }
         *(code == CLI_OPT_KV_TYPE ? &o->params.kv_dtype : &o->params.ssm_dtype) = t;

@@ -27,15 +27,40 @@ typedef enum llmem_dtype {
     LLMEM_DTYPE_F16 = 1,  /* IEEE 754 binary16 */
     LLMEM_DTYPE_BF16 = 2, /* bfloat16: the top 16 bits of an f32 */
     LLMEM_DTYPE_I32 = 3,
+    /* Scaled 8-bit codes, for KV pools and recurrent states only (docs/memory.md,
+     * "Quantized KV and state"): a value is code * scale, with f32 scales
+     * stored beside the codes (llmem_kv_page_bytes, llmem_state_slot_bytes
+     * in <llmem/view.h>). */
+    LLMEM_DTYPE_I8 = 4,      /* int8 code in [-127, 127]; scale = amax / 127 */
+    LLMEM_DTYPE_F8E4M3 = 5,  /* OCP FP8 E4M3 ("e4m3fn": bias 7, max 448, no inf,
+                                NaN 0x7f/0xff); scale = amax / 448 */
     LLMEM_DTYPE_COUNT
 } llmem_dtype;
 
-/* Bytes per element of a dtype (4, 2, 2, 4); 0 for an invalid value. */
+/* Bytes per element of a dtype (4, 2, 2, 4, 1, 1; for I8 and F8E4M3 the
+ * code alone, scales not counted); 0 for an invalid value. */
 size_t llmem_dtype_size(llmem_dtype t);
-/* "f32", "f16", "bf16", "i32"; "?" for an invalid value. */
+/* "f32", "f16", "bf16", "i32", "int8", "fp8"; "?" for an invalid value. */
 const char *llmem_dtype_name(llmem_dtype t);
-/* Parses "f32" | "f16" | "bf16" | "i32". Returns LLMEM_E_INVALID otherwise. */
+/* Parses "f32" | "f16" | "bf16" | "i32" | "int8" (or "i8") | "fp8" (or
+ * "f8e4m3"). Returns LLMEM_E_INVALID otherwise. */
 llmem_status llmem_dtype_parse(const char *name, llmem_dtype *out);
+/* True for the scaled 8-bit dtypes (I8, F8E4M3). */
+bool llmem_dtype_is_scaled(llmem_dtype t);
+/* The largest code magnitude of a scaled dtype: 127 (I8), 448 (F8E4M3);
+ * 0 otherwise. A block's scale is amax / this (docs/memory.md). */
+float llmem_dtype_code_max(llmem_dtype t);
+
+/* FP8 E4M3 (OCP 8-bit floating point spec v1.0, 2023, "E4M3"): x rounded to
+ * nearest even, saturated to +-448 (as CUDA's __nv_cvt_float_to_fp8 with
+ * __NV_SATFINITE, __NV_E4M3); NaN gives 0x7f (sign kept). Bit-exact with
+ * the CUDA conversion for every f32 input; pure, any thread. */
+uint8_t llmem_f32_to_e4m3(float x);
+/* The value of an E4M3 code (exact in f32); 0x7f / 0xff give NaN. */
+float llmem_e4m3_to_f32(uint8_t c);
+/* int8 code of x / scale: round to nearest even, clamped to [-127, 127];
+ * 0 when scale is 0 or the quotient NaN. scale >= 0. */
+int8_t llmem_f32_to_i8(float x, float scale);
 
 typedef struct llmem_backend llmem_backend;
 typedef struct llmem_buffer llmem_buffer;

@@ -26,7 +26,9 @@ typedef struct llmem_kv_cache_params {
     int32_t n_layers;    /* layers with K/V (>= 1) */
     int32_t n_kv_heads;  /* KV heads per layer (>= 1; GQA: fewer than query heads) */
     int32_t head_dim;    /* elements per head (>= 1) */
-    llmem_dtype dtype;   /* F32, F16 or BF16 */
+    llmem_dtype dtype;   /* F32, F16, BF16, or the scaled I8 / F8E4M3 (head_dim a
+                            multiple of 4; per-page, per-head scales, see
+                            llmem_kv_page_bytes and docs/memory.md) */
     int32_t page_size;   /* tokens per page (>= 1) */
     int32_t n_pages;     /* pages in the pool (>= 1) */
     int32_t n_seq_max;   /* sequence ids are [0, n_seq_max) (>= 1) */
@@ -65,8 +67,9 @@ typedef struct llmem_kv_cache_params {
 llmem_kv_cache_params llmem_kv_cache_default_params(void);
 
 /* Creates a KV cache and allocates its pools through `be`
- * (2 * n_layers buffers of n_pages * page_size * n_kv_heads * head_dim *
- * dtype-size bytes), plus the host tier when host_tier_bytes (or
+ * (2 * n_layers buffers of n_pages * llmem_kv_page_bytes(dtype, page_size,
+ * n_kv_heads, head_dim) bytes: page_size * n_kv_heads * head_dim * dtype
+ * size, plus the per-head scales for I8 / F8E4M3), plus the host tier when host_tier_bytes (or
  * LLMEM_HOST_TIER_MB) is set: malloc'd host memory for
  * floor(bytes / (2 * n_layers * page bytes)) pages, none when that is 0 or
  * the prefix cache is off. The memory keeps a reference to `be`; the caller keeps

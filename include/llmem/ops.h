@@ -228,7 +228,8 @@ llmem_status llmem_op_rope(llmem_backend *be, const llmem_rope_params *p, const 
  * the angle of kv.shift_delta[j] positions (RoPE rotations compose:
  * R(p + d) = R(d) R(p)), in f32, and stored back in the pool's dtype.
  *   view: kind LLMEM_VIEW_KV; shift slots in [0, n_pages * page_size),
- *   pairwise distinct; p->n_rot <= head_dim. V is not touched. */
+ *   pairwise distinct; p->n_rot <= head_dim. V is not touched.
+ * Scaled pools (I8, F8E4M3): LLMEM_E_UNSUPPORTED. */
 llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
                                  const llmem_view *view);
 
@@ -247,7 +248,13 @@ typedef struct llmem_attn_params {
  * converted to the pool dtype (round to nearest even).
  *   view: kind LLMEM_VIEW_KV;  k, v [T, n_kv_heads, head_dim] f32;
  *   store_tok in [0, T); store_slot in [0, n_pages * page_size), pairwise
- *   distinct. Only the named slots are written. */
+ *   distinct. Only the named slots are written.
+ * Scaled pools (I8, F8E4M3; <llmem/view.h> llmem_kv_page_bytes): per page
+ * written and KV head, amax over its new rows; a page whose offset 0 is
+ * written gets scale amax / code_max; otherwise the scale becomes max(old,
+ * amax / code_max) and, when it grew, the page's other rows are requantized
+ * to it first (docs/memory.md, "Quantized KV and state"). Backends without
+ * these kernels answer LLMEM_E_UNSUPPORTED. */
 llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const llmem_tensor *k,
                                const llmem_tensor *v);
 
@@ -268,7 +275,8 @@ llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const 
  * Checked: tok_seq in [0, n_groups), n_groups = kv.seq_len.n;
  * 0 <= tok_kv_len[i] <= seq_len[s]; ceil(seq_len / page_size) <= max_pages;
  * the page ids those cover in [0, n_pages). Nothing outside [0, seq_len[s])
- * of a group is read. */
+ * of a group is read. Scaled pools (I8, F8E4M3) are read as code * the
+ * page's scale of the KV head, in f32. */
 llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                       const llmem_view *view, const llmem_tensor *q,
                                       const llmem_tensor *out);
@@ -287,8 +295,12 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
  * dst or a checkpoint, and another group's dst (copy-on-write). Slots in
  * [-1, n_slots); a slot written by two groups is LLMEM_E_INVALID; when a
  * group's checkpoint equals its dst, the dst value wins. States are
- * stored in their desc dtype (f32, f16 or bf16, round to nearest even);
- * within a ubatch the running state is kept in f32. */
+ * stored in their desc dtype (f32, f16 or bf16, round to nearest even;
+ * the SSM state of ssm_scan also I8: per head (desc shape[0]) scale = amax /
+ * 127 of the stored state, codes round half to even, with head_dim *
+ * d_state a multiple of 4; llmem_state_slot_bytes); within a ubatch the
+ * running state is kept in f32. ssm_conv takes no I8 state
+ * (LLMEM_E_INVALID). */
 
 /* Causal depthwise conv1d over [xBC] with the conv state, then SiLU
  * (HF transformers Mamba2Mixer.torch_forward: conv1d(groups=conv_dim,

@@ -56,14 +56,15 @@ typedef struct llmem_model_params {
     int32_t page_size;     /* KV page size in tokens (default 16) */
     int32_t n_pages;       /* KV pages; 0: n_seq_max * ceil(n_ctx / page_size) */
     llmem_dtype kv_dtype;  /* KV cache dtype; LLMEM_DTYPE_COUNT (the default): by
-                              precision, f32 when PRECISE, bf16 when FAST */
+                              precision, f32 when PRECISE, bf16 when FAST; also
+                              I8 / F8E4M3 (per-page, per-head scales) */
     int32_t n_ckpt;        /* recurrent checkpoints per sequence (speculative decoding) */
     bool no_prefix_cache;  /* disable KV prefix reuse */
     bool poison;           /* NaN-fill free pages and state slots */
     /* appended fields */
     llmem_precision precision; /* default PRECISE */
-    llmem_dtype ssm_dtype;     /* Mamba-2 SSM state dtype: f32 (default), f16 or bf16
-                                  (the conv state keeps f32) */
+    llmem_dtype ssm_dtype;     /* Mamba-2 SSM state dtype: f32 (default), f16, bf16
+                                  or I8 (per-head scale; the conv state keeps f32) */
     bool check_tensors;        /* at load, refuse weights holding NaN or infinity
                                   (llmem_model_check_weights_finite; reads every
                                   weight once); default false */

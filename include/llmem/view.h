@@ -39,8 +39,17 @@ struct llmem_state_desc {
     const char *name;                     /* copied by the memory */
     int32_t n_dims;                       /* 1..LLMEM_STATE_MAX_DIMS */
     int64_t shape[LLMEM_STATE_MAX_DIMS];  /* outermost first; all >= 1 */
-    llmem_dtype dtype;                    /* F32, F16 or BF16 */
+    llmem_dtype dtype;                    /* F32, F16, BF16, or I8 (ssm state only) */
 };
+
+/* Bytes of one state slot of desc d: elements * dtype size for F32, F16
+ * and BF16. For I8 (a per-head scale, the head being the outermost
+ * dimension): the codes, then shape[0] f32 scales at the next 16-byte
+ * boundary, the slot padded to 16 bytes (docs/memory.md, "Quantized KV
+ * and state"). 0 for an invalid desc or on overflow. */
+size_t llmem_state_slot_bytes(const llmem_state_desc *d);
+/* Byte offset of the f32 scales in an I8 slot (see above); 0 otherwise. */
+size_t llmem_state_scale_offset(const llmem_state_desc *d);
 
 /* An int32 index table of a view: host copy plus its place in the view's
  * device index buffer (llmem_view.idx), so kernels need no upload. */
@@ -56,9 +65,26 @@ typedef enum llmem_view_kind {
     LLMEM_VIEW_RECURRENT = 2,
 } llmem_view_kind;
 
+/* Bytes of one KV page of a pool (page_size slots of n_kv_heads *
+ * head_dim elements). For F32, F16 and BF16 the plain product with the
+ * dtype size. For the scaled dtypes (I8, F8E4M3): the page's 1-byte codes
+ * [page_size][n_kv_heads][head_dim], then its n_kv_heads f32 scales (one
+ * per page and KV head) at the next 16-byte boundary
+ * (llmem_kv_scale_offset), the page padded to 16 bytes; element = code *
+ * scale (docs/memory.md, "Quantized KV and state"). 0 for invalid
+ * arguments or on overflow. */
+size_t llmem_kv_page_bytes(llmem_dtype t, int32_t page_size, int32_t n_kv_heads,
+                           int32_t head_dim);
+/* Byte offset of the scales inside a page of a scaled dtype; 0 otherwise. */
+size_t llmem_kv_scale_offset(llmem_dtype t, int32_t page_size, int32_t n_kv_heads,
+                             int32_t head_dim);
+
 /* What attention kernels see of one KV layer for the current ubatch.
  * Pools are [n_pages][page_size][n_kv_heads][head_dim] of dtype; the slot of
- * page p, offset o is p * page_size + o. */
+ * page p, offset o is p * page_size + o. With a scaled dtype (I8, F8E4M3)
+ * page p starts at byte p * llmem_kv_page_bytes(...) and holds its codes
+ * in that layout followed by its per-head scales; head_dim is then a
+ * multiple of 4. */
 typedef struct llmem_kv_view {
     llmem_buffer *k, *v;
     llmem_dtype dtype;
