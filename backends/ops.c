@@ -474,7 +474,7 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         SLOT(be, ssm_scan);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
-    llmem_status st = llmem_view_check_rs(be, view, state);
+    llmem_status st = llmem_view_check_rs_i8(be, view, state);
     if (st != LLMEM_OK)
         return st;
     if (!p || p->n_heads < 1 || p->head_dim < 1 || p->d_state < 1 || p->n_groups < 1 ||

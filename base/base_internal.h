@@ -54,6 +54,9 @@ llmem_status llmem_view_check_attention(llmem_backend *be, const llmem_view *vie
 /* A recurrent view and its state `state`: descriptors, buffers, slot
  * tables in [-1, n_slots), no slot written by two groups. */
 llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int32_t state);
+/* The same, also accepting an I8 state (per-head scales; the ops that
+ * implement them: ssm_scan). llmem_view_check_rs refuses I8. */
+llmem_status llmem_view_check_rs_i8(llmem_backend *be, const llmem_view *view, int32_t state);
 /* A table inside view->idx of `be` (n >= 0, 4-aligned, in range). */
 bool llmem_view_table_ok(llmem_backend *be, const llmem_view *view, const llmem_i32_table *t);
 

@@ -505,7 +505,8 @@ static llmem_status rs_tables_check(llmem_backend *be, const llmem_view *view)
     return LLMEM_OK;
 }
 
-llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int32_t state)
+static llmem_status check_rs(llmem_backend *be, const llmem_view *view, int32_t state,
+                             bool allow_i8)
 {
     if (!view || view->kind != LLMEM_VIEW_RECURRENT)
         return LLMEM_E_INVALID;
@@ -518,7 +519,7 @@ llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int3
     llmem_buffer *buf = rs->state[state];
     if (!buf || llmem_buffer_backend(buf) != be || d->n_dims < 1 ||
         d->n_dims > LLMEM_STATE_MAX_DIMS || (unsigned)d->dtype >= LLMEM_DTYPE_COUNT ||
-        !((DT_FLOAT | (1u << LLMEM_DTYPE_I8)) & (1u << d->dtype)))
+        !((DT_FLOAT | (allow_i8 ? 1u << LLMEM_DTYPE_I8 : 0u)) & (1u << d->dtype)))
         return LLMEM_E_INVALID;
     int64_t elems = 1;
     for (int32_t i = 0; i < d->n_dims; i++) {
@@ -532,4 +533,14 @@ llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int3
     if (slot_bytes == 0 || slot_bytes > llmem_buffer_size(buf) / (size_t)rs->n_slots)
         return LLMEM_E_INVALID;
     return rs_tables_check(be, view);
+}
+
+llmem_status llmem_view_check_rs(llmem_backend *be, const llmem_view *view, int32_t state)
+{
+    return check_rs(be, view, state, false);
+}
+
+llmem_status llmem_view_check_rs_i8(llmem_backend *be, const llmem_view *view, int32_t state)
+{
+    return check_rs(be, view, state, true);
 }
