@@ -27,6 +27,8 @@ set(LLMEM_VK_SHADER_LIST
   "log_softmax:log_softmax.comp"
   "log_softmax_sg:log_softmax.comp:USE_SUBGROUP=1"
   "matmul:matmul.comp"
+  "matmul_rt:matmul_rt.comp"
+  "sum_slices:sum_slices.comp"
   "matvec:matvec.comp"
   "matvec_sg:matvec.comp:USE_SUBGROUP=1"
   "matvec16:matvec16.comp"

@@ -51,7 +51,11 @@ START_TEST(test_matmul)
 {
     static const int32_t shapes[][3] = {{1, 1, 1},   {1, 64, 33},  {3, 80, 17},  {7, 129, 65},
                                         {16, 128, 16}, {17, 257, 37}, {33, 64, 100}, {2, 7, 3},
-                                        {4, 4096, 33}};
+                                        {4, 4096, 33},
+                                        /* Vulkan's register-tiled matmul: tiles of 64 and
+                                         * 128 rows, split-K into 4 and 2 slices (the last
+                                         * slice shorter), edges of every tile */
+                                        {65, 1024, 130}, {40, 520, 300}, {130, 72, 129}};
     llmem_backend *be = th_open(_i);
     llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
     for (int d = 0; d < 3; d++) {

@@ -3,8 +3,11 @@
  *
  * Few activation rows (decode, M <= MV_MAX) use shaders/matvec.comp: one
  * workgroup per weight row, the weight read once and coalesced, which is
- * what bounds decode. Otherwise shaders/matmul.comp tiles the output in
- * shared memory (tile sizes are specialization constants).
+ * what bounds decode; f16/bf16 weights up to MV16_MAX rows use
+ * matvec16.comp. Larger batches use the register-tiled matmul_rt.comp
+ * (16-byte loads, split-K when the output tiles alone would leave SMs
+ * idle), and shapes it cannot take (K not a multiple of 8, unaligned
+ * rows) the plain shared-memory tiling of shaders/matmul.comp.
  */
 #include <stdlib.h>
 
@@ -21,6 +24,12 @@
 #define MM_BK 16
 #define MM_TM 4
 #define MM_TN 4
+#define RT_WG 256
+#define RT_BN 128
+#define RT_BK 16
+#define RT_GROUPS 264   /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
+#define RT_MIN_SLICE 256 /* K per split-K slice, at least */
+#define SUM_WG 256
 
 /* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
  * when it applies (f16/bf16 weights, K % 8 == 0, up to MV16_MAX rows,
@@ -70,6 +79,84 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
     return st;
 }
 
+/* out = a · wᵀ through matmul_rt.comp when it applies (K % 8 == 0,
+ * 16-byte aligned rows and offsets); *done says whether it did. Output
+ * tiles of BM x 128 (BM 64 up to 64 rows, else 128); when they number
+ * fewer than RT_GROUPS, K is split into slices of at least RT_MIN_SLICE
+ * whose partial outputs go to a scratch buffer and are summed in slice
+ * order by sum_slices.comp. */
+static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
+                              llmem_ct *out, bool *done)
+{
+    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
+    uint32_t epv = w->dtype == LLMEM_DTYPE_F32 ? 4 : 8;
+    *done = false;
+    if (k % 8 != 0 || getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL)
+        return LLMEM_OK;
+    uint32_t bm = m <= 64 ? 64 : 128;
+    uint64_t tiles_m = vk_div_up(m, bm), tiles_mn = tiles_m * vk_div_up(n, RT_BN);
+    uint64_t slices = 1;
+    if (tiles_mn < RT_GROUPS) {
+        uint64_t most = k / RT_MIN_SLICE;
+        slices = vk_div_up(RT_GROUPS, tiles_mn);
+        slices = slices > most ? most : slices;
+        slices = slices < 1 ? 1 : slices;
+    }
+    uint64_t k_split = vk_div_up(vk_div_up(k, slices), RT_BK) * RT_BK;
+    slices = vk_div_up(k, k_split);
+    vk_op op;
+    vk_op_init(&op, VK_SH_MATMUL_RT, RT_WG);
+    vk_op_spec(&op, (uint32_t)w->dtype);
+    vk_op_spec(&op, bm);
+    vk_op_spec(&op, bm / 16);
+    uint32_t ao = vk_op_tensor(v, &op, a, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    if (ao % 4 != 0 || wo % epv != 0) {
+        vk_op_run(v, &op, 0); /* gives temporaries back */
+        return LLMEM_OK;
+    }
+    llmem_status st;
+    llmem_buffer *part = NULL;
+    size_t count = (size_t)m * n;
+    llmem_tensor pt;
+    if (slices > 1) {
+        if ((st = vk_buffer_alloc(be, slices * count * 4, &part)) != LLMEM_OK) {
+            vk_op_run(v, &op, 0);
+            return st;
+        }
+        part->size = slices * count * 4;
+        pt = llmem_tensor_2d(part, 0, LLMEM_DTYPE_F32, (int64_t)(slices * m), n);
+    }
+    uint32_t oo = vk_op_tensor(v, &op, slices > 1 ? &pt : out, true);
+    vk_op_u32(&op, m);
+    vk_op_u32(&op, n);
+    vk_op_u32(&op, k);
+    vk_op_u32(&op, ao / 4);
+    vk_op_u32(&op, wo / epv);
+    vk_op_u32(&op, oo);
+    vk_op_u32(&op, (uint32_t)tiles_m);
+    vk_op_u32(&op, (uint32_t)tiles_mn);
+    vk_op_u32(&op, (uint32_t)k_split);
+    vk_op_u32(&op, (uint32_t)count);
+    vk_op_u32(&op, (uint32_t)(tiles_mn * slices));
+    st = vk_op_run(v, &op, tiles_mn * slices);
+    if (st == LLMEM_OK && slices > 1) {
+        vk_op sum;
+        vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
+        uint32_t po = vk_op_tensor(v, &sum, &pt, false);
+        uint32_t so = vk_op_tensor(v, &sum, out, true);
+        vk_op_u32(&sum, (uint32_t)count);
+        vk_op_u32(&sum, (uint32_t)slices);
+        vk_op_u32(&sum, po);
+        vk_op_u32(&sum, so);
+        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    }
+    if (part)
+        vk_buffer_free(be, part);
+    *done = st == LLMEM_OK;
+    return st;
+}
+
 llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
@@ -79,6 +166,11 @@ llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct 
     llmem_status st = matvec16(v, a, w, NULL, out, &done);
     if (done || st != LLMEM_OK)
         return st;
+    if (m > MV_MAX) {
+        st = matmul_rt(be, v, a, w, out, &done);
+        if (done || st != LLMEM_OK)
+            return st;
+    }
     if (m <= MV_MAX) {
         vk_op_init(&op, v->subgroup ? VK_SH_MATVEC_SG : VK_SH_MATVEC, MV_WG);
         vk_op_spec(&op, (uint32_t)w->dtype);
