@@ -9,7 +9,9 @@
 
 #include "llmem/memory_impl.h"
 
-/* Growable int32 array. */
+/* Growable int32 array: malloc-backed when cap >= 0; cap < 0 marks one
+ * backed by a seq heap (seq_heap.h) with capacity -cap. Both grow through
+ * i32vec_reserve and are freed by i32vec_free. */
 typedef struct i32vec {
     int32_t *v;
     int32_t n, cap;

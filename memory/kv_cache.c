@@ -547,6 +547,7 @@ static void kv_destroy(llmem_memory *mem)
         i32vec_free(&kv->seqs[s].tokens);
         i32vec_free(&kv->seqs[s].pos);
     }
+    seq_heap_destroy(kv->heap);
     free(kv->seqs);
     free(kv->need);
     free(kv->len0);
@@ -678,9 +679,17 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
                    (long long)host_bytes);
         goto fail;
     }
+    kv->heap = seq_heap_create();
     for (int32_t s = 0; s < p->n_seq_max; s++) {
-        kv->seqs[s].pm = (pos_meta){-1, -1, false};
-        kv->seqs[s].row = -1;
+        kv_seq *q = &kv->seqs[s];
+        q->pm = (pos_meta){-1, -1, false};
+        q->row = -1;
+        if (!seq_heap_attach(kv->heap, &q->pages) || !seq_heap_attach(kv->heap, &q->tokens) ||
+            !seq_heap_attach(kv->heap, &q->pos)) {
+            llmem_errf(err, err_len, "KV cache: out of host memory for %d sequences",
+                       p->n_seq_max);
+            goto fail;
+        }
     }
     size_t pool_bytes = kv->page_bytes * (size_t)p->n_pages;
     for (int32_t il = 0; il < p->n_layers; il++) {

@@ -9,6 +9,7 @@
 #include "memory/internal.h"
 #include "memory/page_pool.h"
 #include "memory/page_rows.h"
+#include "memory/seq_heap.h"
 
 typedef struct kv_seq {
     i32vec pages;  /* page table; entries past ceil(len / page_size) are plan reservations */
@@ -54,6 +55,7 @@ typedef struct kv_cache {
     page_pool pool;
     host_tier host;        /* evicted published pages in host memory (cap 0: off) */
     kv_seq *seqs;          /* [n_seq_max] */
+    seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */
     size_t row_bytes;      /* one slot of one layer's K (or V) */
     size_t page_bytes;     /* one page of one layer's K (or V) */

@@ -300,6 +300,7 @@ static void rs_destroy(llmem_memory *mem)
         i32vec_free(&rs->seqs[s].h.len);
         free(rs->seqs[s].blk);
     }
+    seq_heap_destroy(rs->heap);
     free(rs->seqs);
     free(rs->owner);
     snap_finish(rs);
@@ -422,8 +423,17 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
         goto fail;
     }
     slots_reset(rs);
-    for (int32_t s = 0; s < p->n_seq_max; s++)
-        rs->seqs[s].pm = (pos_meta){-1, -1, false};
+    rs->heap = seq_heap_create();
+    for (int32_t s = 0; s < p->n_seq_max; s++) {
+        rs_seq *q = &rs->seqs[s];
+        q->pm = (pos_meta){-1, -1, false};
+        if (!seq_heap_attach(rs->heap, &q->tokens) || !seq_heap_attach(rs->heap, &q->pos) ||
+            !seq_heap_attach(rs->heap, &q->h.slot) || !seq_heap_attach(rs->heap, &q->h.len)) {
+            llmem_errf(err, err_len, "recurrent memory: out of host memory for %d sequences",
+                       p->n_seq_max);
+            goto fail;
+        }
+    }
     for (int32_t il = 0; il < p->n_layers; il++) {
         rs_layer *L = &rs->layers[il];
         int32_t n = p->n_states[il];

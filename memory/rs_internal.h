@@ -6,6 +6,7 @@
 
 #include "llmem/recurrent.h"
 #include "memory/internal.h"
+#include "memory/seq_heap.h"
 
 typedef struct rs_hold {
     i32vec slot, len; /* state after `len` tokens lives in `slot` */
@@ -77,6 +78,7 @@ typedef struct recurrent {
     bool poison;
     rs_layer *layers;
     rs_seq *seqs;
+    seq_heap *heap; /* the sequences' tokens, pos and holding arrays */
     int32_t *owner; /* [n_slots] owning sequence or -1 */
     /* free slots: a stack, and each free slot's place in it (-1: owned), so
      * that taking any given slot is O(1) */

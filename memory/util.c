@@ -5,9 +5,12 @@
 #include <string.h>
 
 #include "memory/internal.h"
+#include "memory/seq_heap.h"
 
 bool i32vec_reserve(i32vec *a, int32_t cap)
 {
+    if (a->cap < 0) /* heap-backed (seq_heap.h) */
+        return seq_heap_grow(a, cap);
     if (cap <= a->cap)
         return true;
     int32_t ncap = a->cap ? a->cap : 8;
@@ -37,6 +40,10 @@ bool i32vec_push(i32vec *a, int32_t x)
 
 void i32vec_free(i32vec *a)
 {
+    if (a->cap < 0) {
+        seq_heap_release(a);
+        return;
+    }
     free(a->v);
     a->v = NULL;
     a->n = a->cap = 0;

@@ -1,0 +1,54 @@
+/* llmem memory/: large-page storage for per-sequence arrays.
+ *
+ * A decode step appends to every sequence's token and position arrays and
+ * reads the tail of its page table and its state holdings. As separate
+ * malloc blocks, each of those tails sits in its own 4 KiB page: at 4,000
+ * sequences a step touches some 10,000 pages, more than the TLB holds, and
+ * every tail costs a page walk (two-level under virtualisation). A seq heap
+ * carves these arrays out of chunks advised as transparent huge pages
+ * (madvise MADV_HUGEPAGE: 2 MiB pages where the kernel grants them, plain
+ * pages otherwise, same results either way), so the tails of thousands of
+ * sequences share a few dozen TLB entries.
+ *
+ * A heap-backed i32vec (internal.h) keeps its fields' meaning except that
+ * cap holds minus the capacity; its block starts with a 16-byte header that
+ * names the heap and the block's size class, so i32vec_reserve and
+ * i32vec_free (util.c) grow and free it without being told the heap. Size
+ * classes are powers of two from 16 entries; a freed block goes to its
+ * class's free list and is reused by the next block of that class (memory
+ * goes back to the system only when the heap is destroyed, as with page
+ * rows); blocks over SEQ_HEAP_BIG bytes get their own allocation and are
+ * freed at once. Chunks grow geometrically from 256 KiB to 32 MiB, so a
+ * memory of a few sequences stays small. One heap per memory; like the
+ * memory, it is used by one thread at a time. */
+#ifndef LLMEM_SEQ_HEAP_H
+#define LLMEM_SEQ_HEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "memory/internal.h"
+
+#define SEQ_HEAP_BIG ((size_t)4 << 20) /* bytes: larger blocks are allocated on their own */
+
+typedef struct seq_heap seq_heap;
+
+/* A new, empty heap, or NULL when out of host memory. */
+seq_heap *seq_heap_create(void);
+/* Frees every chunk (the vectors using it must be freed or no longer
+ * used). Accepts NULL. */
+void seq_heap_destroy(seq_heap *h);
+/* Makes the empty, unallocated vector *a (v NULL, n 0, cap 0) heap-backed
+ * with room for 16 entries. Returns false, with *a unchanged, when out of
+ * host memory. */
+bool seq_heap_attach(seq_heap *h, i32vec *a);
+/* Host bytes the heap holds (chunks and big blocks). */
+size_t seq_heap_bytes(const seq_heap *h);
+
+/* For util.c: grows the heap-backed *a to at least cap entries (contents
+ * kept) / gives its block back and leaves it {NULL, 0, 0}. */
+bool seq_heap_grow(i32vec *a, int32_t cap);
+void seq_heap_release(i32vec *a);
+
+#endif
