@@ -1,0 +1,151 @@
+// ctest-labels: core
+/* The seq heap (memory/seq_heap.h) behind per-sequence arrays: heap-backed
+ * i32vecs grown and freed in random order keep exactly the entries a plain
+ * reference array of each receives, freed blocks are reused by their size
+ * class, and requests past the largest class fail with the vector intact. */
+#include "support/run.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "memory/seq_heap.h"
+
+#define NV 96
+
+typedef struct ref_vec {
+    int32_t *v;
+    int32_t n, cap;
+} ref_vec;
+
+static void ref_push(ref_vec *r, int32_t x)
+{
+    if (r->n == r->cap) {
+        r->cap = r->cap ? 2 * r->cap : 64;
+        r->v = realloc(r->v, (size_t)r->cap * sizeof *r->v);
+        ck_assert_ptr_nonnull(r->v);
+    }
+    r->v[r->n++] = x;
+}
+
+static uint32_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 33);
+}
+
+static void check_same(const i32vec *a, const ref_vec *r, int32_t k)
+{
+    ck_assert_int_eq(a->n, r->n);
+    int32_t i = 0;
+    while (i < r->n && a->v[i] == r->v[i])
+        i++;
+    ck_assert_msg(i == r->n, "vector %d entry %d: %d, reference %d", k, i, a->v[i], r->v[i]);
+}
+
+START_TEST(test_random_growth)
+{
+    uint64_t seed = 12345;
+    seq_heap *h = seq_heap_create();
+    ck_assert_ptr_nonnull(h);
+    i32vec a[NV];
+    ref_vec r[NV];
+    memset(a, 0, sizeof a);
+    memset(r, 0, sizeof r);
+    for (int32_t k = 0; k < NV; k++) {
+        ck_assert(seq_heap_attach(h, &a[k]));
+        ck_assert(!seq_heap_attach(h, &a[k])); /* only an empty, unallocated vector */
+    }
+    for (int32_t step = 0; step < 3000; step++) {
+        int32_t k = (int32_t)(rnd(&seed) % NV);
+        uint32_t op = rnd(&seed) % 16;
+        if (op == 0) { /* truncate (a sequence's seq_rm): keeps the block */
+            int32_t n = r[k].n ? (int32_t)(rnd(&seed) % (uint32_t)r[k].n) : 0;
+            a[k].n = r[k].n = n;
+        } else if (op == 1) { /* free and attach again */
+            i32vec_free(&a[k]);
+            ck_assert_ptr_null(a[k].v);
+            ck_assert_int_eq(a[k].n, 0);
+            r[k].n = 0;
+            ck_assert(seq_heap_attach(h, &a[k]));
+        } else if (op == 2) { /* reserve ahead, then fill exactly */
+            int32_t want = a[k].n + (int32_t)(rnd(&seed) % 5000);
+            ck_assert(i32vec_reserve(&a[k], want));
+            while (a[k].n < want) {
+                int32_t x = (int32_t)rnd(&seed);
+                a[k].v[a[k].n++] = x;
+                ref_push(&r[k], x);
+            }
+        } else { /* pushes, as commit appends tokens */
+            int32_t m = (int32_t)(rnd(&seed) % 300);
+            for (int32_t j = 0; j < m; j++) {
+                int32_t x = (int32_t)rnd(&seed);
+                ck_assert(i32vec_push(&a[k], x));
+                ref_push(&r[k], x);
+            }
+        }
+        check_same(&a[k], &r[k], k);
+    }
+    for (int32_t k = 0; k < NV; k++)
+        check_same(&a[k], &r[k], k);
+    /* one vector past SEQ_HEAP_BIG bytes takes a block of its own */
+    size_t before = seq_heap_bytes(h);
+    int32_t big = (int32_t)(SEQ_HEAP_BIG / sizeof(int32_t)) + 1;
+    ck_assert(i32vec_reserve(&a[0], big));
+    ck_assert_uint_ge(seq_heap_bytes(h), before + SEQ_HEAP_BIG);
+    for (int32_t i = a[0].n; i < big; i++) {
+        a[0].v[i] = i;
+        ref_push(&r[0], i);
+    }
+    a[0].n = big;
+    check_same(&a[0], &r[0], 0);
+    i32vec_free(&a[0]);
+    ck_assert_uint_lt(seq_heap_bytes(h), before + SEQ_HEAP_BIG);
+    for (int32_t k = 1; k < NV; k++)
+        i32vec_free(&a[k]);
+    for (int32_t k = 0; k < NV; k++)
+        free(r[k].v);
+    seq_heap_destroy(h);
+}
+END_TEST
+
+START_TEST(test_reuse_and_limits)
+{
+    seq_heap *h = seq_heap_create();
+    ck_assert_ptr_nonnull(h);
+    i32vec a = {0}, b = {0};
+    ck_assert(seq_heap_attach(h, &a));
+    ck_assert(i32vec_reserve(&a, 1000));
+    for (int32_t i = 0; i < 1000; i++)
+        a.v[i] = 7 * i;
+    a.n = 1000;
+    int32_t *old = a.v;
+    /* a class never exceeds 1 << 30 entries: refused, nothing changes */
+    ck_assert(!i32vec_reserve(&a, (1 << 30) + 1));
+    ck_assert_ptr_eq(a.v, old);
+    ck_assert_int_eq(a.n, 1000);
+    for (int32_t i = 0; i < 1000; i++)
+        ck_assert_int_eq(a.v[i], 7 * i);
+    /* a freed block is the next one of its class */
+    size_t bytes = seq_heap_bytes(h);
+    i32vec_free(&a);
+    ck_assert(seq_heap_attach(h, &b));
+    ck_assert(i32vec_reserve(&b, 1000));
+    ck_assert_ptr_eq(b.v, old);
+    ck_assert_uint_eq(seq_heap_bytes(h), bytes);
+    i32vec_free(&b);
+    i32vec_free(&b); /* freeing twice is a no-op on {NULL, 0, 0} */
+    seq_heap_destroy(h);
+    seq_heap_destroy(NULL);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("seq_heap");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_random_growth);
+    tcase_add_test(tc, test_reuse_and_limits);
+    suite_add_tcase(s, tc);
+    int failed = test_run_suite(s);
+    return failed ? 1 : 0;
+}
