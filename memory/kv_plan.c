@@ -188,6 +188,7 @@ static inline void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan,
             int32_t p = t->v[t->n - 1];
             __builtin_prefetch(kv->pool.ref + p, 0, 1);
             __builtin_prefetch(kv->pool.published + p, 0, 1);
+            __builtin_prefetch(kv->pool.hashed + p, 0, 1);
         }
     }
 #else
@@ -195,11 +196,16 @@ static inline void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan,
 #endif
 }
 
+/* kv->cow[s]: what reserve does to the partly written last page the
+ * plan appends to. */
+enum { KV_TAIL_COPY = 1,   /* shared or published: copy-on-write */
+       KV_TAIL_UNHASH = 2  /* written in place: its stale hash flag is cleared */ };
+
 /* Pages the plan needs beyond the prefix pages it attaches, in one pass
  * over the planned sequences (at thousands of sequences every pass over
- * their page-table tails is a cache and TLB miss each): per sequence
- * kv->need[s] new pages and kv->cow[s] copies, kv->len0[s] = length once
- * the prefix is attached. Returns the total; *n_cow gets the copies and,
+ * their page-table tails is a cache miss each): per sequence kv->need[s]
+ * new pages and kv->cow[s] (above), kv->len0[s] = length once the prefix
+ * is attached. Returns the total; *n_cow gets the copies and,
  * when rows is not NULL, *rows the page-row entries the table would use
  * once the plan's rows have grown (an upper bound: grown rows taken fresh). */
 static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow, int64_t *rows)
@@ -221,10 +227,12 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         len0[s] = c > 0 ? c : q->tokens.n;
         int32_t nn = plan->n_new[s] - c;
         need[s] = llmem_pages_for(len0[s], nn, ps);
-        if (c == 0 && nn > 0 && len0[s] % ps && !page_writable(kv, q->pages.v[len0[s] / ps]))
-            cow[s] = 1;
-        total += need[s] + cow[s];
-        nc += cow[s];
+        if (c == 0 && nn > 0 && len0[s] % ps) {
+            int32_t p = q->pages.v[len0[s] / ps];
+            cow[s] = !page_writable(kv, p) ? KV_TAIL_COPY : kv->pool.hashed[p] ? KV_TAIL_UNHASH : 0;
+        }
+        total += need[s] + (cow[s] == KV_TAIL_COPY);
+        nc += cow[s] == KV_TAIL_COPY;
         int32_t np = pages_after(kv, plan, s, need);
         if (rows && np > 0 && (q->row < 0 || np > q->row_cap))
             nr += page_rows_cost(np);
@@ -426,7 +434,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             goto fail;
         for (int32_t k = 0; k < np; k++)
             q->pages.v[q->pages.n++] = pinned.v[pin_at++];
-        if (cow[s]) {
+        if (cow[s] == KV_TAIL_COPY) {
             /* the copy itself waits for apply (kv_apply), the page is taken now */
             kv_cow *w = &res->cow[res->n_cow++];
             *w = (kv_cow){.seq = s, .index = len0[s] / ps, .page = kv_alloc_page(kv)};
@@ -436,8 +444,8 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                        kv->shift + (size_t)old * (size_t)ps, (size_t)ps * sizeof *kv->shift);
                 kv->page_shift[w->page] = 1;
             }
-        } else if (len0[s] % ps && q->pages.n > len0[s] / ps) {
-            /* written in place: its hash, if any, no longer describes it */
+        } else if (cow[s] == KV_TAIL_UNHASH) {
+            /* written in place: its hash no longer describes it */
             kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
         }
         for (int32_t k = 0; k < need[s]; k++)
