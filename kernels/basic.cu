@@ -44,6 +44,12 @@ __global__ void ew_kernel(const float *a, const float *b, int64_t b_cols, float 
         if (KIND == CUK_EW_ADD || KIND == CUK_EW_MUL || KIND == CUK_EW_SWIGLU) {
             float y = b[b_cols > 0 ? i % b_cols : i];
             r = KIND == CUK_EW_ADD ? x + y : KIND == CUK_EW_MUL ? x * y : silu_f(x) * y;
+        } else if (KIND == CUK_EW_GEGLU) {
+            /* torch gelu(approximate="tanh"); 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)),
+             * no cancellation in the negative tail */
+            r = x / (1.0f + expf(-1.5957691216f * (x + 0.044715f * x * x * x))) * b[i];
+        } else if (KIND == CUK_EW_SOFTCAP) {
+            r = s * tanhf(x / s);
         } else if (KIND == CUK_EW_SCALE) {
             r = x * s;
         } else if (KIND == CUK_EW_SILU) {
@@ -74,6 +80,10 @@ extern "C" cudaError_t cuk_elementwise(cuk_ew_kind kind, const float *a, const f
         break;
     case CUK_EW_SWIGLU:
         ew_kernel<CUK_EW_SWIGLU><<<g, 256, 0, stream>>>(a, b, 0, s, out, n);
+        break;
+    case CUK_EW_GEGLU: ew_kernel<CUK_EW_GEGLU><<<g, 256, 0, stream>>>(a, b, 0, s, out, n); break;
+    case CUK_EW_SOFTCAP:
+        ew_kernel<CUK_EW_SOFTCAP><<<g, 256, 0, stream>>>(a, b, 0, s, out, n);
         break;
     default: return cudaErrorInvalidValue;
     }

@@ -34,6 +34,8 @@ typedef enum cuk_ew_kind {
     CUK_EW_RELU2,
     CUK_EW_SOFTPLUS,
     CUK_EW_SWIGLU,
+    CUK_EW_GEGLU,   /* gelu_tanh(a) * b */
+    CUK_EW_SOFTCAP, /* s * tanh(a / s) */
 } cuk_ew_kind;
 
 /* Fills n 32-bit words at dst (4-byte aligned) with pattern. */

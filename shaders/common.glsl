@@ -164,6 +164,20 @@ float softplus(float x)
     return max(x, 0.0) + log1p_01(exp(-abs(x)));
 }
 
+/* tanh without overflow for large |x| (GLSL's tanh may give NaN there),
+ * and without cancellation near 0 (odd series below |x| = 0.125, whose
+ * truncation is under 1e-8 relative). */
+float tanh_safe(float x)
+{
+    float a = abs(x);
+    if (a < 0.125) {
+        float x2 = x * x;
+        return x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))));
+    }
+    float e = exp(-2.0 * a);
+    return sign(x) * ((1.0 - e) / (1.0 + e));
+}
+
 /* ---- workgroup reductions ----------------------------------------------------------- */
 /* Every invocation of the workgroup must call these (they hold barriers).
  * With USE_SUBGROUP the subgroup reduces first, then one value per

@@ -1,8 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : enable
 /* Element-wise f32 activations: OP 0 scale (s * x), 1 silu, 2 relu2
- * (max(x, 0)^2, Primer), 3 softplus (torch threshold 20). In place
- * allowed. */
+ * (max(x, 0)^2, Primer), 3 softplus (torch threshold 20), 4 softcap
+ * (s * tanh(x / s), Gemma). In place allowed. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint OP = 0;
@@ -29,8 +29,10 @@ void main()
     } else if (OP == 2u) {
         float m = x > 0.0 ? x : 0.0;
         r = m * m;
-    } else {
+    } else if (OP == 3u) {
         r = softplus(x);
+    } else {
+        r = p.s * tanh_safe(x / p.s);
     }
     o[p.o_off + i] = r;
 }

@@ -163,9 +163,11 @@ END_TEST
 
 /* ---- element-wise ------------------------------------------------------------------------------ */
 
-typedef enum ew_op { OP_ADD, OP_MUL, OP_SCALE, OP_SILU, OP_RELU2, OP_SOFTPLUS, OP_SWIGLU } ew_op;
+typedef enum ew_op {
+    OP_ADD, OP_MUL, OP_SCALE, OP_SILU, OP_RELU2, OP_SOFTPLUS, OP_SWIGLU, OP_GEGLU, OP_SOFTCAP
+} ew_op;
 static const char *const ew_names[] = {"add", "mul", "scale", "silu", "relu2", "softplus",
-                                       "swiglu"};
+                                       "swiglu", "geglu", "softcap"};
 
 /* mode 0: separate output; 1: in place on a; 2: in place on b */
 static void run_ew(llmem_backend *be, ew_op op, int nd, const int32_t *ne, int64_t nb, int mode,
@@ -187,6 +189,8 @@ static void run_ew(llmem_backend *be, ew_op op, int nd, const int32_t *ne, int64
     case OP_RELU2: st = llmem_op_relu2(be, &ta, &to); break;
     case OP_SOFTPLUS: st = llmem_op_softplus(be, &ta, &to); break;
     case OP_SWIGLU: st = llmem_op_swiglu(be, &ta, &tb, &to); break;
+    case OP_GEGLU: st = llmem_op_geglu(be, &ta, &tb, &to); break;
+    case OP_SOFTCAP: st = llmem_op_softcap(be, &ta, 7.5f, &to); break;
     }
     ck_assert_int_eq(st, LLMEM_OK);
     th_get(&to, out);
@@ -203,6 +207,10 @@ static double ew_ref(ew_op op, double a, double b)
     case OP_RELU2: return a > 0 ? a * a : 0.0;
     case OP_SOFTPLUS: return ref64_softplus(a);
     case OP_SWIGLU: return ref64_silu(a) * b;
+    case OP_GEGLU: /* torch gelu(approximate="tanh"): 0.5 a (1 + tanh(z)) = a / (1 + e^(-2z)) */
+        return a / (1.0 + exp(-2.0 * sqrt(2.0 / 3.14159265358979323846) *
+                              (a + 0.044715 * a * a * a))) * b;
+    case OP_SOFTCAP: return 7.5 * tanh(a / 7.5);
     }
     return NAN;
 }
@@ -215,8 +223,8 @@ START_TEST(test_elementwise)
                                         {1, 4097, 1, 1}, {3, 2, 3, 67}, {2, 9, 4099, 1}};
     llmem_backend *be = th_open(_i);
     llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
-    for (int op = OP_ADD; op <= OP_SWIGLU; op++) {
-        bool binary = op == OP_ADD || op == OP_MUL || op == OP_SWIGLU;
+    for (int op = OP_ADD; op <= OP_SOFTCAP; op++) {
+        bool binary = op == OP_ADD || op == OP_MUL || op == OP_SWIGLU || op == OP_GEGLU;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int nd = shapes[s][0];
             const int32_t *ne = &shapes[s][1];
@@ -231,7 +239,10 @@ START_TEST(test_elementwise)
                     th_begin(&h, NULL);
                     int64_t nb = bc ? cols : n;
                     double *a = th_vec(&h, n), *b = th_vec(&h, n), *out = th_vec(&h, n), *ref = th_vec(&h, n);
-                    double lim = op == OP_SOFTPLUS || op == OP_SILU || op == OP_SWIGLU ? 30 : 3;
+                    /* geglu within [-8, 8]: below, its f32 value is subnormal
+                     * (e^-2z < 2^-126), flushed to zero by GPU drivers */
+                    double lim = op == OP_SOFTPLUS || op == OP_SILU || op == OP_SWIGLU ||
+                                         op == OP_SOFTCAP ? 30 : op == OP_GEGLU ? 8 : 3;
                     ref64_fill(&r, a, n, -lim, lim, F32);
                     ref64_fill(&r, b, nb, -2, 2, F32);
                     run_ew(be, (ew_op)op, nd, ne, bc ? nb : 0, mode, a, b, out);

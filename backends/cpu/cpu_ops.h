@@ -306,6 +306,8 @@ llmem_status cpu_op_silu(llmem_backend *be, llmem_ct *a, llmem_ct *out);
 llmem_status cpu_op_relu2(llmem_backend *be, llmem_ct *a, llmem_ct *out);
 llmem_status cpu_op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out);
 llmem_status cpu_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
+llmem_status cpu_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
+llmem_status cpu_op_softcap(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out);
 llmem_status cpu_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps,
                              llmem_ct *out);
 llmem_status cpu_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,

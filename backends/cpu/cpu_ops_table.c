@@ -35,6 +35,8 @@ const struct llmem_ops_i llmem_cpu_ops = {
     .matmul_swiglu = cpu_op_matmul_swiglu,
     .gdn = cpu_op_gdn,
     .sigmoid_mul = cpu_op_sigmoid_mul,
+    .geglu = cpu_op_geglu,
+    .softcap = cpu_op_softcap,
 };
 
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)

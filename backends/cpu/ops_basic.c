@@ -42,7 +42,9 @@ static int64_t row_grain(int64_t cols)
 
 /* ---- element-wise ----------------------------------------------------------------- */
 
-typedef enum ew_kind { EW_ADD, EW_MUL, EW_SCALE, EW_SILU, EW_RELU2, EW_SOFTPLUS, EW_SWIGLU } ew_kind;
+typedef enum ew_kind {
+    EW_ADD, EW_MUL, EW_SCALE, EW_SILU, EW_RELU2, EW_SOFTPLUS, EW_SWIGLU, EW_GEGLU, EW_SOFTCAP
+} ew_kind;
 
 typedef struct ew_ctx {
     ew_kind kind;
@@ -55,6 +57,14 @@ typedef struct ew_ctx {
 static inline float silu_f(float x)
 {
     return x / (1.0f + expf(-x));
+}
+
+/* torch gelu(approximate="tanh"), in double (the reference backend), as
+ * 0.5 (1 + tanh(z)) = 1 / (1 + e^(-2z)): no cancellation in the tail */
+static inline float gelu_tanh_f(float x)
+{
+    double g = x;
+    return (float)(g / (1.0 + exp(-1.5957691216057308 * (g + 0.044715 * g * g * g))));
 }
 
 static void ew_run(void *vctx, int64_t i0, int64_t i1, int32_t thread)
@@ -109,6 +119,14 @@ static void ew_run(void *vctx, int64_t i0, int64_t i1, int32_t thread)
         for (int64_t i = i0; i < i1; i++)
             o[i] = silu_f(a[i]) * b[i];
         break;
+    case EW_GEGLU:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = gelu_tanh_f(a[i]) * b[i];
+        break;
+    case EW_SOFTCAP:
+        for (int64_t i = i0; i < i1; i++)
+            o[i] = (float)(c->s * tanh((double)a[i] / c->s));
+        break;
     }
 }
 
@@ -161,6 +179,16 @@ llmem_status cpu_op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out)
 llmem_status cpu_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
 {
     return ew(EW_SWIGLU, gate, up, 0.0f, out);
+}
+
+llmem_status cpu_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
+{
+    return ew(EW_GEGLU, gate, up, 0.0f, out);
+}
+
+llmem_status cpu_op_softcap(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out)
+{
+    return ew(EW_SOFTCAP, a, NULL, cap, out);
 }
 
 /* ---- get_rows ------------------------------------------------------------------------ */

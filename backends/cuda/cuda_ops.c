@@ -270,6 +270,16 @@ static llmem_status op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, l
     return ew(be, CUK_EW_SWIGLU, gate, up, 0.0f, out);
 }
 
+static llmem_status op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
+{
+    return ew(be, CUK_EW_GEGLU, gate, up, 0.0f, out);
+}
+
+static llmem_status op_softcap(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out)
+{
+    return ew(be, CUK_EW_SOFTCAP, a, NULL, cap, out);
+}
+
 static llmem_status op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps,
                                 llmem_ct *out)
 {
@@ -680,6 +690,8 @@ const struct llmem_ops_i cuda_ops = {
     .sigmoid_mul = cuda_op_sigmoid_mul,
     .matmul_swiglu = op_matmul_swiglu,
     .add_rms_norm = op_add_rms_norm,
+    .geglu = op_geglu,
+    .softcap = op_softcap,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)

@@ -120,6 +120,16 @@ llmem_status vk_op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out)
     return unary(be, 3, a, 0.0f, out);
 }
 
+llmem_status vk_op_softcap(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out)
+{
+    return unary(be, 4, a, cap, out);
+}
+
+llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
+{
+    return binary(be, 3, gate, up, out);
+}
+
 /* ---- norms ------------------------------------------------------------------------------- */
 
 llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out)
@@ -332,4 +342,6 @@ const struct llmem_ops_i vk_ops = {
     .moe_ffn = vk_op_moe_ffn,
     .gdn = vk_op_gdn,
     .sigmoid_mul = vk_op_sigmoid_mul,
+    .geglu = vk_op_geglu,
+    .softcap = vk_op_softcap,
 };

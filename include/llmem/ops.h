@@ -165,6 +165,26 @@ llmem_status llmem_op_softplus(llmem_backend *be, const llmem_tensor *a, const l
 llmem_status llmem_op_swiglu(llmem_backend *be, const llmem_tensor *gate, const llmem_tensor *up,
                              const llmem_tensor *out);
 
+/* GeGLU with the tanh GELU (Shazeer 2020, "GLU Variants Improve
+ * Transformer"; GELU tanh approximation of Hendrycks & Gimpel 2016, as
+ * torch.nn.functional.gelu(approximate="tanh") and HF "gelu_pytorch_tanh"):
+ *   out = 0.5 * g * (1 + tanh(sqrt(2/pi) * (g + 0.044715 * g^3))) * up
+ * element-wise; gate, up, out f32 of one shape (no broadcast), out may
+ * equal gate or up. Used by Gemma-3's MLP (down(gelu(gate(x)) * up(x))).
+ * Returns LLMEM_OK; LLMEM_E_INVALID (a bad descriptor, shapes differ, out
+ * partly overlapping an input); LLMEM_E_UNSUPPORTED (the backend lacks the
+ * op); a backend status. */
+llmem_status llmem_op_geglu(llmem_backend *be, const llmem_tensor *gate, const llmem_tensor *up,
+                            const llmem_tensor *out);
+
+/* Soft-capping (Gemma 2, Team et al. 2024, Sec. 2; HF Gemma3ForCausalLM
+ * final_logit_softcapping): out = cap * tanh(a / cap), element-wise, f32,
+ * out of a's shape, in place allowed. cap must be finite and > 0.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (a bad descriptor or cap, out partly
+ * overlapping a); LLMEM_E_UNSUPPORTED; a backend status. */
+llmem_status llmem_op_softcap(llmem_backend *be, const llmem_tensor *a, float cap,
+                              const llmem_tensor *out);
+
 /* RMS norm over the last dimension (Zhang & Sennrich 2019; HF LlamaRMSNorm):
  *   out = x / sqrt(mean(x^2) + eps) * w
  *   x [.., D] f32;  w [D] f32 | f16 | bf16, or NULL for no weight;

@@ -183,6 +183,15 @@ struct llmem_ops_i {
                         llmem_ct *dt_bias, llmem_ct *out);
     /* out = x * sigmoid(gate broadcast over C / Cg columns), f32. */
     llmem_status (*sigmoid_mul)(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out);
+
+    /* ---- appended: Gemma activations (llmem_op_geglu, llmem_op_softcap) ---- */
+    /* out = gelu_tanh(gate) * up, f32, one shape; out may equal either
+     * (GELU tanh approximation, Hendrycks & Gimpel 2016; torch
+     * gelu(approximate="tanh")). */
+    llmem_status (*geglu)(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
+    /* out = cap * tanh(a / cap), cap > 0, f32; out may equal a (Gemma 2/3
+     * final_logit_softcapping). */
+    llmem_status (*softcap)(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out);
 };
 
 #ifdef __cplusplus
