@@ -25,7 +25,7 @@
 
 static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h",
                                                    "granitemoehybrid", "falcon_h1",
-                                                   "qwen3_next"};
+                                                   "qwen3_next", "gemma3_text"};
 
 const char *llmem_arch_name(llmem_arch a)
 {
@@ -562,7 +562,8 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
         a++;
     if (a == LLMEM_ARCH_COUNT) {
         llmem_errf(c->err, c->err_len, "%s: model_type '%.40s' is not supported (llmem runs "
-                "llama, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_h1 and qwen3_next)", c->src, type);
+                "llama, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_h1, qwen3_next and "
+                "gemma3_text)", c->src, type);
         return LLMEM_E_UNSUPPORTED;
     }
     m->arch = (llmem_arch)a;
@@ -582,6 +583,7 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     case LLMEM_ARCH_GRANITEMOEHYBRID: TRY(hf_cfg_parse_granite(c, m)); break;
     case LLMEM_ARCH_FALCON_H1: TRY(hf_cfg_parse_falcon_h1(c, m)); break;
     case LLMEM_ARCH_QWEN3_NEXT: TRY(hf_cfg_parse_qwen3_next(c, m)); break;
+    case LLMEM_ARCH_GEMMA3_TEXT: TRY(hf_cfg_parse_gemma3(c, m)); break;
     default: TRY(parse_nemotron_h(c, m)); break;
     }
     TRY(hf_cfg_check_moe(c, m));

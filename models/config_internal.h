@@ -80,6 +80,8 @@ llmem_status hf_cfg_parse_granite(cfgctx *c, llmem_model_config *m);
 llmem_status hf_cfg_parse_falcon_h1(cfgctx *c, llmem_model_config *m);
 /* models/qwen3_next.c: Qwen3NextConfig (layer_types, linear_*, MoE keys). */
 llmem_status hf_cfg_parse_qwen3_next(cfgctx *c, llmem_model_config *m);
+/* models/gemma3.c: gemma3_text (layer types, per-type RoPE, soft-capping). */
+llmem_status hf_cfg_parse_gemma3(cfgctx *c, llmem_model_config *m);
 llmem_status hf_cfg_check_moe(cfgctx *c, const llmem_model_config *m);
 
 #endif

@@ -57,13 +57,15 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
     TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_K], &L->w[LLMEM_W_ATTN_K_BIAS], &k));
     TRY(scale_by(m, &k, c->key_multiplier)); /* falcon_h1 */
     TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
+    if (c->gemma_norms) /* gemma3: per-head q/k RMSNorm before RoPE */
+        TRY(hf_gemma3_qk_norm(m, L, T, m->off_a, m->off_b));
     llmem_tensor q3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T, H, Dh);
     llmem_tensor k3 = llmem_tensor_3d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, Hk, Dh);
     llmem_tensor v3 = llmem_tensor_3d(m->scratch, m->off_c, LLMEM_DTYPE_F32, T, Hk, Dh);
     llmem_tensor o3 = llmem_tensor_3d(m->scratch, m->off_d, LLMEM_DTYPE_F32, T, H, Dh);
     if (c->use_rope && c->rope_dim > 0) {
         llmem_rope_params rp = {.mode = LLMEM_ROPE_NEOX, .n_rot = c->rope_dim,
-                                .theta_base = (float)c->rope_theta, .freq_scale = 1.0f};
+                                .theta_base = L->rope_theta, .freq_scale = L->rope_scale};
         llmem_tensor pos = llmem_tensor_1d(m->scratch, m->off_pos, LLMEM_DTYPE_I32, T);
         if (v->u.kv.shift_slot.n > 0)
             TRY(llmem_op_rope_shift(m->be, &rp, v));
@@ -71,7 +73,10 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
         TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
     }
     TRY(llmem_op_kv_store(m->be, v, &k3, &v3));
-    llmem_attn_params ap = {.scale = (float)c->attention_scale}; /* 1/sqrt(Dh) but granite */
+    /* scale 1/sqrt(Dh) but granite / gemma3; the window is the one the
+     * layer's KV cache keeps (memory/swa.c), so the view and the op agree */
+    llmem_attn_params ap = {.scale = (float)c->attention_scale,
+                            .softcap = (float)c->attn_softcap, .window = L->window};
     TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
     return linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out);
@@ -182,6 +187,8 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
         TRY(scale_by(m, &gate, c->mlp_gate_multiplier)); /* falcon_h1 */
         if (c->ffn_act == LLMEM_ACT_SILU)
             TRY(llmem_op_swiglu(m->be, &gate, &up, &up));
+        else if (c->ffn_act == LLMEM_ACT_GELU_TANH) /* gemma3 */
+            TRY(llmem_op_geglu(m->be, &gate, &up, &up));
         else {
             TRY(llmem_op_relu2(m->be, &gate, &gate));
             TRY(llmem_op_mul(m->be, &gate, &up, &up));
@@ -253,10 +260,14 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
             TRY(moe_ffn(m, L, T));
         else
             TRY(ffn(m, L, T));
+        if (L->w[LLMEM_W_POST_ATTN_NORM].present) /* gemma3: norm of the block output */
+            TRY(llmem_op_rms_norm(m->be, &h, &L->w[LLMEM_W_POST_ATTN_NORM].t, eps, &h));
         TRY(scale_by(m, &h, c->residual_multiplier));
         if (lc->has_ffn) {
             TRY(llmem_op_add_rms_norm(m->be, &x, &h, &L->w[LLMEM_W_FFN_NORM].t, eps, &h));
             TRY(ffn(m, L, T));
+            if (L->w[LLMEM_W_POST_FFN_NORM].present)
+                TRY(llmem_op_rms_norm(m->be, &h, &L->w[LLMEM_W_POST_FFN_NORM].t, eps, &h));
             TRY(scale_by(m, &h, c->residual_multiplier));
         }
         pend = true;
@@ -271,6 +282,8 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
     TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
     llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
     TRY(matmul(m, &xo, &m->lm_head.t, &logits));
+    if (c->final_softcap > 0) /* gemma3 final_logit_softcapping */
+        TRY(llmem_op_softcap(m->be, &logits, (float)c->final_softcap, &logits));
     return scale_by(m, &logits, 1.0 / c->logits_scaling); /* granite's logits_scaling */
 }
 

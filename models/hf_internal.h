@@ -77,6 +77,22 @@ void hf_moe_destroy(hf_moe *mo);
 llmem_status hf_moe_ffn(hf_moe *mo, llmem_backend *be, const llmem_model_config *cfg,
                         const llmem_tensor *const w[6], const llmem_tensor *h, int32_t T);
 
+/* ---- gemma3_text (models/gemma3.c) ------------------------------------------------ */
+
+/* llmem_model_weight for LLMEM_W_ATTN_Q_NORM .. LLMEM_W_POST_FFN_NORM. */
+bool hf_gemma3_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
+                      size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims);
+/* Whether w is a Gemma norm weight, stored at load as f32 (1 + w). */
+bool hf_gemma3_is_norm(const llmem_model_config *cfg, llmem_weight w);
+/* Allocates *buf on be holding (1 + w) of the checkpoint tensor as f32
+ * ([n] in *t). Returns LLMEM_OK, LLMEM_E_NO_MEMORY or a backend status
+ * (nothing allocated then). */
+llmem_status hf_gemma3_load_norm(llmem_backend *be, const llmem_tensor_info *info,
+                                 llmem_buffer **buf, llmem_tensor *t);
+/* The embedding scale as transformers applies it: rounded to the
+ * embedding dtype (bf16: sqrt(3072) = 55.4256 becomes 55.5). */
+double hf_gemma3_embed_scale(double scale, llmem_dtype embed_dtype);
+
 /* ---- falcon_h1 (models/falcon_h1.c) ---------------------------------------------- */
 
 /* Scratch of falcon_h1's parallel layers and its muP vector. */

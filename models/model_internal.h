@@ -19,6 +19,10 @@ typedef struct layer_w {
     wt w[LLMEM_W_COUNT];
     int32_t mem_layer; /* layer index in the memory, -1 for MLP-only layers */
     int32_t mem_layer2; /* falcon_h1 parallel layers: the Mamba-2 one (else -1) */
+    /* attention: the window its KV cache keeps (0: full; passed to the
+     * attention op), its RoPE base and linear scale (gemma3 per layer type) */
+    int32_t window;
+    float rope_theta, rope_scale;
 } layer_w;
 
 struct llmem_model {
@@ -72,6 +76,11 @@ llmem_status hf_qwen3n_load(llmem_model *m, const llmem_safetensors *st, char *e
                             size_t err_len);
 llmem_status hf_qwen3n_layer(llmem_model *m, int32_t il, int32_t T, const llmem_view *v,
                              bool pend);
+/* gemma3: RMSNorm (q_norm / k_norm weights, (1 + w) already) of every
+ * head's row of q [T, n_heads, head_dim] at off_q and k [T, n_kv_heads,
+ * head_dim] at off_k of the scratch, in place (models/gemma3.c). */
+llmem_status hf_gemma3_qk_norm(llmem_model *m, const layer_w *L, int32_t T, size_t off_q,
+                               size_t off_k);
 
 /* Frees every recording (NULL is a no-op); the backend must still be open. */
 void hf_graphs_free(struct hf_graphs *g);

@@ -155,7 +155,20 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
             llmem_status s = llmem_safetensors_find(st, name, &info, err, err_len);
             if (s != LLMEM_OK)
                 return s;
+            wt *dst = il < 0 ? (w == LLMEM_W_EMBED ? &m->embed
+                                : w == LLMEM_W_FINAL_NORM ? &m->final_norm : &m->lm_head)
+                             : &m->layers[il].w[w];
             llmem_buffer *buf = NULL;
+            if (hf_gemma3_is_norm(cfg, (llmem_weight)w)) { /* f32 (1 + w) */
+                if ((s = hf_gemma3_load_norm(m->be, &info, &buf, &dst->t)) != LLMEM_OK) {
+                    llmem_errf(err, err_len, "loading norm '%s' failed: %s", name,
+                               llmem_status_str(s));
+                    return s;
+                }
+                m->weights[m->n_weights++] = buf;
+                dst->present = true;
+                continue;
+            }
             s = llmem_buffer_alloc(m->be, info.n_bytes ? round_up(info.n_bytes) : ALIGN, &buf);
             if (s != LLMEM_OK) {
                 llmem_errf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", info.n_bytes,
@@ -168,24 +181,66 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
                 llmem_errf(err, err_len, "uploading '%s' failed: %s", name, llmem_status_str(s));
                 return s;
             }
-            wt *dst = il < 0 ? (w == LLMEM_W_EMBED ? &m->embed
-                                : w == LLMEM_W_FINAL_NORM ? &m->final_norm : &m->lm_head)
-                             : &m->layers[il].w[w];
             dst->present = true;
             dst->t = tensor_from(buf, 0, info.dtype, info.shape, info.n_dims);
         }
     }
     if (cfg->tie_word_embeddings || !m->lm_head.present)
         m->lm_head = m->embed;
+    if (cfg->gemma_norms) /* applied in the embedding dtype, as transformers does */
+        m->cfg.embedding_multiplier = hf_gemma3_embed_scale(cfg->embedding_multiplier,
+                                                            m->embed.t.dtype);
     return LLMEM_OK;
+}
+
+#define MAX_WINDOWS 8
+
+/* Attention layers grouped by their sliding window (0: full attention),
+ * one KV cache per distinct window (memory/swa.c): the window a cache keeps
+ * is the window of the layers it serves, never shared with layers of
+ * another window (vllm#51756). n_attn[g] layers have window win[g]. */
+static llmem_status window_groups(const llmem_model_config *c, int32_t *win, int32_t *n_attn,
+                                  int32_t *n_groups, char *err, size_t err_len)
+{
+    *n_groups = 0;
+    for (int32_t il = 0; il < c->n_layers; il++) {
+        llmem_layer_kind k = c->layers[il].kind;
+        if (k != LLMEM_LAYER_ATTENTION && k != LLMEM_LAYER_PARALLEL)
+            continue;
+        int32_t w = c->layers[il].sliding_window, g = 0;
+        while (g < *n_groups && win[g] != w)
+            g++;
+        if (g == *n_groups) {
+            if (g == MAX_WINDOWS) {
+                llmem_errf(err, err_len, "more than %d distinct attention windows", MAX_WINDOWS);
+                return LLMEM_E_UNSUPPORTED;
+            }
+            win[g] = w;
+            n_attn[g] = 0;
+            (*n_groups)++;
+        }
+        n_attn[g]++;
+    }
+    return LLMEM_OK;
+}
+
+static int32_t window_group(const int32_t *win, int32_t n_groups, int32_t w)
+{
+    int32_t g = 0;
+    while (g < n_groups - 1 && win[g] != w)
+        g++;
+    return g;
 }
 
 static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
 {
     const llmem_model_config *c = &m->cfg;
     const llmem_model_params *p = &m->p;
-    llmem_memory *kv = NULL, *rs = NULL;
-    int32_t n_attn = 0, n_mamba = 0;
+    llmem_memory *kv = NULL, *rs = NULL, *kvs[MAX_WINDOWS] = {NULL};
+    int32_t n_attn = 0, n_mamba = 0, win[MAX_WINDOWS], n_win[MAX_WINDOWS], n_groups = 0;
+    llmem_status st = window_groups(c, win, n_win, &n_groups, err, err_len);
+    if (st != LLMEM_OK)
+        return st;
     for (int32_t il = 0; il < c->n_layers; il++) {
         llmem_layer_kind k = c->layers[il].kind;
         int32_t at = n_attn + n_mamba;
@@ -193,11 +248,17 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         m->layers[il].mem_layer2 = k == LLMEM_LAYER_PARALLEL ? at + 1 : -1;
         n_attn += k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL;
         n_mamba += k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL || k == LLMEM_LAYER_GDN;
+        const llmem_layer_config *lc = &c->layers[il];
+        m->layers[il].window = lc->sliding_window;
+        m->layers[il].rope_theta = (float)(lc->rope_theta > 0 ? lc->rope_theta : c->rope_theta);
+        m->layers[il].rope_scale = (float)(lc->rope_freq_scale > 0 ? lc->rope_freq_scale : 1.0);
     }
-    llmem_status st;
-    if (n_attn > 0) {
+    for (int32_t g = 0; g < n_groups; g++) {
         llmem_kv_cache_params kp = llmem_kv_cache_default_params();
-        kp.n_layers = n_attn;
+        kp.n_layers = n_win[g];
+        kp.window = win[g];
+        /* rollback room: speculative drafts (n_ckpt) or one page, at least 16 tokens */
+        kp.window_slack = win[g] > 0 ? (p->n_ckpt > 16 ? p->n_ckpt : 16) : 0;
         kp.n_kv_heads = c->n_kv_heads;
         kp.head_dim = c->head_dim;
         kp.dtype = p->kv_dtype;
@@ -208,9 +269,13 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         kp.n_pages = np > INT32_MAX ? INT32_MAX : (int32_t)np;
         kp.no_prefix_cache = p->no_prefix_cache;
         kp.poison = p->poison;
-        if ((st = llmem_kv_cache_create(m->be, &kp, &kv, err, err_len)) != LLMEM_OK)
+        if ((st = llmem_kv_cache_create(m->be, &kp, &kvs[g], err, err_len)) != LLMEM_OK) {
+            for (int32_t j = 0; j < g; j++)
+                llmem_memory_destroy(kvs[j]);
             return st;
+        }
     }
+    kv = kvs[0];
     if (n_mamba > 0) {
         llmem_state_desc d[2];
         llmem_recurrent_mamba2_states(c->ssm_d_conv, c->ssm_d_inner, c->ssm_n_groups,
@@ -220,11 +285,11 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
             hf_qwen3n_states(c, p->ssm_dtype, d);
         const llmem_state_desc **states = malloc((size_t)n_mamba * sizeof *states);
         int32_t *n_states = malloc((size_t)n_mamba * sizeof *n_states);
+        st = LLMEM_E_NO_MEMORY;
         if (!states || !n_states) {
             free(states);
             free(n_states);
-            llmem_memory_destroy(kv);
-            return LLMEM_E_NO_MEMORY;
+            goto fail;
         }
         for (int32_t i = 0; i < n_mamba; i++) {
             states[i] = d;
@@ -238,29 +303,33 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         st = llmem_recurrent_create(m->be, &rp, &rs, err, err_len);
         free(states);
         free(n_states);
-        if (st != LLMEM_OK) {
-            llmem_memory_destroy(kv);
-            return st;
-        }
+        if (st != LLMEM_OK)
+            goto fail;
     }
-    if (kv && rs) {
-        int32_t n = n_attn + n_mamba;
+    if (n_groups + (rs != NULL) > 1) {
+        /* children: one KV cache per window, then the recurrent memory */
+        int32_t n = n_attn + n_mamba, n_ch = n_groups + (rs != NULL);
+        llmem_memory *children[MAX_WINDOWS + 1];
         int32_t *map = malloc((size_t)n * sizeof *map);
         if (!map) {
-            llmem_memory_destroy(kv);
-            llmem_memory_destroy(rs);
-            return LLMEM_E_NO_MEMORY;
+            st = LLMEM_E_NO_MEMORY;
+            goto fail;
         }
+        for (int32_t g = 0; g < n_groups; g++)
+            children[g] = kvs[g];
+        children[n_groups] = rs;
         for (int32_t il = 0; il < c->n_layers; il++) {
             llmem_layer_kind k = c->layers[il].kind;
             if (m->layers[il].mem_layer >= 0)
                 map[m->layers[il].mem_layer] =
-                    k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL ? 0 : 1;
+                    k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL
+                        ? window_group(win, n_groups, c->layers[il].sliding_window)
+                        : n_groups;
             if (m->layers[il].mem_layer2 >= 0)
-                map[m->layers[il].mem_layer2] = 1;
+                map[m->layers[il].mem_layer2] = n_groups;
         }
-        llmem_memory *children[2] = {kv, rs};
-        st = llmem_hybrid_create(children, 2, map, n, &m->mem, err, err_len);
+        /* the hybrid owns its children, also when it fails */
+        st = llmem_hybrid_create(children, n_ch, map, n, &m->mem, err, err_len);
         free(map);
         return st;
     }
@@ -270,6 +339,11 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         return LLMEM_E_UNSUPPORTED;
     }
     return LLMEM_OK;
+fail:
+    for (int32_t g = 0; g < n_groups; g++)
+        llmem_memory_destroy(kvs[g]);
+    llmem_memory_destroy(rs);
+    return st;
 }
 
 static int32_t max_i(int32_t a, int32_t b)

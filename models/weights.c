@@ -47,13 +47,16 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         return false;
     if (!is_global(w) && (layer < 0 || layer >= cfg->n_layers))
         return false;
+    if (w >= LLMEM_W_ATTN_Q_NORM) /* gemma3's extra norms: models/gemma3.c */
+        return hf_gemma3_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     if (w >= LLMEM_W_MOE_ROUTER) /* mixture of experts: models/moe.c */
         return hf_moe_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     const llmem_arch a = cfg->arch;
     const bool granite = a == LLMEM_ARCH_GRANITEMOEHYBRID, falcon = a == LLMEM_ARCH_FALCON_H1;
     const bool qwen3n = a == LLMEM_ARCH_QWEN3_NEXT; /* layers: models/qwen3_next.c */
+    const bool gemma = a == LLMEM_ARCH_GEMMA3_TEXT;
     const bool hf_model = a == LLMEM_ARCH_LLAMA || a == LLMEM_ARCH_BAMBA || granite || falcon ||
-                          qwen3n;
+                          qwen3n || gemma;
     const char *pre = cfg->tensor_prefix;
     const int64_t H = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
     const int64_t q = (int64_t)cfg->n_heads * cfg->head_dim;
@@ -70,7 +73,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         } else if (w == LLMEM_W_FINAL_NORM) {
             set_shape(shape, n_dims, 1, H, 0, 0);
             n = snprintf(buf, buf_len, "%s%s", pre,
-                         a == LLMEM_ARCH_LLAMA || granite || qwen3n ? "norm.weight"
+                         a == LLMEM_ARCH_LLAMA || granite || qwen3n || gemma ? "norm.weight"
                          : a == LLMEM_ARCH_BAMBA || falcon ? "final_layernorm.weight"
                                                             : "norm_f.weight");
         } else {
@@ -96,7 +99,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
     /* granite's FFN is its shared MLP and experts (LLMEM_W_MOE_*, LLMEM_W_SHARED_*) */
     const bool ffn = (L->has_ffn && !granite) || L->kind == LLMEM_LAYER_MLP;
     const char *attn_sub = hf_model ? "self_attn." : "mixer.";
-    const char *ffn_sub = a == LLMEM_ARCH_LLAMA ? "mlp."
+    const char *ffn_sub = a == LLMEM_ARCH_LLAMA || gemma ? "mlp."
                           : a == LLMEM_ARCH_BAMBA || falcon ? "feed_forward." : "mixer.";
     const char *ssm_sub = a == LLMEM_ARCH_BAMBA || granite || falcon ? "mamba." : "mixer.";
     switch (w) {
@@ -108,7 +111,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         if (!L->has_ffn)
             return false;
         leaf = a == LLMEM_ARCH_LLAMA || granite ? "post_attention_layernorm.weight"
-                                                : "pre_ff_layernorm.weight";
+               : gemma ? "pre_feedforward_layernorm.weight" : "pre_ff_layernorm.weight";
         set_shape(shape, n_dims, 1, H, 0, 0);
         break;
     case LLMEM_W_ATTN_Q: case LLMEM_W_ATTN_K: case LLMEM_W_ATTN_V: case LLMEM_W_ATTN_O:

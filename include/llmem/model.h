@@ -113,6 +113,8 @@ typedef enum llmem_arch {
     LLMEM_ARCH_FALCON_H1 = 5,  /* "falcon_h1": attention and Mamba-2 in parallel, then MLP */
     LLMEM_ARCH_QWEN3_NEXT = 6, /* "qwen3_next": gated delta net or gated attention mixer,
                                   then a sparse MoE block with a shared expert */
+    LLMEM_ARCH_GEMMA3_TEXT = 7, /* "gemma3_text" (Gemma3ForCausalLM): sliding-window and
+                                   global attention layers, Gemma norms, GeGLU MLP */
     LLMEM_ARCH_COUNT
 } llmem_arch;
 
@@ -131,6 +133,7 @@ typedef enum llmem_layer_kind {
 typedef enum llmem_activation {
     LLMEM_ACT_SILU = 0,  /* x * sigmoid(x) */
     LLMEM_ACT_RELU2 = 1, /* relu(x)^2 (nemotron_h MLP) */
+    LLMEM_ACT_GELU_TANH = 2, /* GELU, tanh approximation ("gelu_pytorch_tanh", Gemma) */
 } llmem_activation;
 
 typedef struct llmem_layer_config {
@@ -138,6 +141,11 @@ typedef struct llmem_layer_config {
     bool has_ffn; /* a separate feed-forward sub-block follows the mixer
                      (llama, bamba); false for mamba2 and nemotron_h, whose
                      MLP layers are their own kind */
+    /* Attention layers (gemma3_text's per-layer types; 0 elsewhere): */
+    int32_t sliding_window;  /* > 0: queries see their last sliding_window keys,
+                                their own included (layer type "sliding_attention") */
+    double rope_theta;       /* > 0: this layer's RoPE base (else the config's) */
+    double rope_freq_scale;  /* > 0: this layer's linear RoPE scaling 1/factor (else 1) */
 } llmem_layer_config;
 
 /* The architecture, as read from config.json. Sizes are element counts.
@@ -223,6 +231,12 @@ typedef struct llmem_model_config {
     double mlp_gate_multiplier, mlp_down_multiplier;
     bool ssm_gate_only;            /* y * silu(z) without the gated RMS norm
                                       (falcon_h1 mamba_rms_norm false) */
+
+    /* gemma3_text (false / 0 elsewhere). */
+    bool gemma_norms;              /* RMSNorm scales by (1 + w); attention and FFN outputs
+                                      pass post norms; q and k have per-head RMSNorms */
+    double attn_softcap;           /* attn_logit_softcapping (0: off) */
+    double final_softcap;          /* final_logit_softcapping (0: off) */
 } llmem_model_config;
 
 /* Parses a config.json text of `len` bytes (need not be NUL-terminated)
@@ -293,6 +307,10 @@ typedef enum llmem_weight {
     LLMEM_W_MOE_DOWN,       /* [n_expert, hidden, I] */
     LLMEM_W_SHARED_UP,      /* [Is or 2Is (granite: gate then up), hidden] shared expert */
     LLMEM_W_SHARED_DOWN,    /* [hidden, Is] */
+    LLMEM_W_ATTN_Q_NORM,    /* [head_dim] gemma3 q_norm (per head, before RoPE) */
+    LLMEM_W_ATTN_K_NORM,    /* [head_dim] gemma3 k_norm */
+    LLMEM_W_POST_ATTN_NORM, /* [hidden] gemma3 post_attention_layernorm (on the attention output) */
+    LLMEM_W_POST_FFN_NORM,  /* [hidden] gemma3 post_feedforward_layernorm */
     LLMEM_W_COUNT
 } llmem_weight;
 
