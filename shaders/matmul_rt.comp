@@ -27,7 +27,7 @@
 #include "common.glsl"
 
 layout(constant_id = 1) const uint W_DT = 2; /* 0 f32, 1 f16, 2 bf16 */
-layout(constant_id = 2) const uint BM = 128; /* 128 or 64 */
+layout(constant_id = 2) const uint BM = 128; /* 16, 32, 64 or 128 */
 layout(constant_id = 3) const uint TM = 8;   /* BM / 16 */
 
 const uint BN = 128u, TN = 8u, BK = 16u; /* 16.6 KB of shared memory (lavapipe allows 32) */

@@ -31,6 +31,15 @@
 #define RT_MIN_SLICE 256 /* K per split-K slice, at least */
 #define SUM_WG 256
 
+/* Rows up to which matvec16 is used: MV16_MAX, or LLMEM_VULKAN_MV16_MAX
+ * (0 to 64; for measuring the crossover with matmul_rt). */
+static uint32_t mv16_max(void)
+{
+    const char *e = getenv("LLMEM_VULKAN_MV16_MAX");
+    long x = e ? strtol(e, NULL, 10) : MV16_MAX;
+    return x < 0 || x > 64 ? MV16_MAX : (uint32_t)x;
+}
+
 /* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
  * when it applies (f16/bf16 weights, K % 8 == 0, up to MV16_MAX rows,
  * 16-byte aligned rows); *done says whether it did. 16-byte weight loads,
@@ -42,7 +51,7 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
 {
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     *done = false;
-    if (m > MV16_MAX || (w->dtype != LLMEM_DTYPE_F16 && w->dtype != LLMEM_DTYPE_BF16) ||
+    if (m > mv16_max() || (w->dtype != LLMEM_DTYPE_F16 && w->dtype != LLMEM_DTYPE_BF16) ||
         k % 8 != 0 || getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL)
         return LLMEM_OK;
     llmem_status st = LLMEM_OK;
@@ -93,7 +102,7 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     *done = false;
     if (k % 8 != 0 || getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL)
         return LLMEM_OK;
-    uint32_t bm = m <= 64 ? 64 : 128;
+    uint32_t bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
     uint64_t tiles_m = vk_div_up(m, bm), tiles_mn = tiles_m * vk_div_up(n, RT_BN);
     uint64_t slices = 1;
     if (tiles_mn < RT_GROUPS) {
