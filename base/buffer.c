@@ -7,6 +7,8 @@
  * only valid, non-empty ranges.
  */
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/base_internal.h"
@@ -140,4 +142,79 @@ llmem_status llmem_backend_synchronize(llmem_backend *be)
     if (!be)
         return LLMEM_E_INVALID;
     return be->iface->synchronize(be);
+}
+
+/* ---- host memory and asynchronous copies (issue 13: the host tier) ---- */
+
+/* Whether be's vtable is long enough for the host-memory slots and fills all four. */
+static bool has_host_slots(const llmem_backend *be)
+{
+    const llmem_backend_i *i = be ? be->iface : NULL;
+    if (!i || i->struct_size < offsetof(llmem_backend_i, buffer_download_async) +
+                                   sizeof(i->buffer_download_async))
+        return false;
+    return i->host_alloc && i->host_free && i->buffer_upload_async && i->buffer_download_async;
+}
+
+bool llmem_backend_async_copies(const llmem_backend *be)
+{
+    return has_host_slots(be);
+}
+
+llmem_status llmem_backend_host_alloc(llmem_backend *be, size_t size, void **out)
+{
+    if (!out)
+        return LLMEM_E_INVALID;
+    *out = NULL;
+    if (size == 0)
+        return LLMEM_E_INVALID;
+    if (be && be->alloc_hook && !be->alloc_hook(size, be->alloc_hook_ctx))
+        return LLMEM_E_NO_MEMORY;
+    if (!has_host_slots(be)) {
+        *out = malloc(size);
+        return *out ? LLMEM_OK : LLMEM_E_NO_MEMORY;
+    }
+    llmem_status st = be->iface->host_alloc(be, size, out);
+    if (st == LLMEM_OK && !*out)
+        st = LLMEM_E_NO_MEMORY;
+    return st;
+}
+
+void llmem_backend_host_free(llmem_backend *be, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (!has_host_slots(be)) {
+        free(ptr);
+        return;
+    }
+    (void)be->iface->synchronize(be);
+    be->iface->host_free(be, ptr);
+}
+
+llmem_status llmem_buffer_upload_async(llmem_buffer *dst, size_t offset, const void *src,
+                                       size_t size)
+{
+    if (!dst || (!src && size) || !range_ok(dst, offset, size))
+        return LLMEM_E_INVALID;
+    if (size == 0)
+        return LLMEM_OK;
+    llmem_backend *be = dst->backend;
+    mark_written(dst);
+    if (!has_host_slots(be))
+        return be->iface->buffer_upload(be, dst, offset, src, size);
+    return be->iface->buffer_upload_async(be, dst, offset, src, size);
+}
+
+llmem_status llmem_buffer_download_async(llmem_buffer *src, size_t offset, void *dst,
+                                         size_t size)
+{
+    if (!src || (!dst && size) || !range_ok(src, offset, size))
+        return LLMEM_E_INVALID;
+    if (size == 0)
+        return LLMEM_OK;
+    llmem_backend *be = src->backend;
+    if (!has_host_slots(be))
+        return be->iface->buffer_download(be, src, offset, dst, size);
+    return be->iface->buffer_download_async(be, src, offset, dst, size);
 }

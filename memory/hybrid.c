@@ -8,6 +8,7 @@
 
 #include "llmem/hybrid.h"
 #include "memory/internal.h"
+#include "memory/kv_internal.h"
 #include "memory/rs_internal.h"
 
 typedef struct hybrid {
@@ -297,6 +298,9 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         st->host_tier_pages += s.host_tier_pages;
         st->host_tier_bytes += s.host_tier_bytes;
         st->host_tier_hits += s.host_tier_hits;
+        st->host_tier_snapshots += s.host_tier_snapshots;
+        st->host_tier_snapshot_bytes += s.host_tier_snapshot_bytes;
+        st->host_tier_snapshot_hits += s.host_tier_snapshot_hits;
         if (s.n_seqs_live > st->n_seqs_live)
             st->n_seqs_live = s.n_seqs_live;
     }
@@ -458,6 +462,44 @@ const llmem_memory_i hybrid_iface = {
     .child = hy_child,
 };
 
+/* The host tier of a KV cache or recurrent child (NULL for other kinds). */
+static host_tier **child_tier(llmem_memory *m)
+{
+    if (m->iface == &kv_cache_iface)
+        return &kv_of(m)->host;
+    if (m->iface == &recurrent_iface)
+        return &rs_of(m)->host;
+    return NULL;
+}
+
+/* One host tier for all children (issue 13 item 1): the one of the largest
+ * budget among those the children made (all empty yet), so that KV pages
+ * and snapshots are evicted least recently used together under one byte
+ * budget. Recurrent children with snapshots join it even without a tier
+ * of their own; KV caches only with one (a KV cache without prefix cache
+ * has none). */
+static void share_host_tier(hybrid *h)
+{
+    host_tier *big = NULL;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        host_tier **t = child_tier(h->child[c]);
+        if (t && *t && (!big || (*t)->budget > big->budget))
+            big = *t;
+    }
+    if (!big)
+        return;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        host_tier **t = child_tier(h->child[c]);
+        bool join = t && (*t || (h->child[c]->iface == &recurrent_iface &&
+                                 rs_of(h->child[c])->n_snap > 0));
+        if (!join || *t == big)
+            continue;
+        host_tier_unref(*t);
+        host_tier_ref(big);
+        *t = big;
+    }
+}
+
 llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_children,
                                  const int32_t *layer_child, int32_t n_layers,
                                  llmem_memory **out, char *err, size_t err_len)
@@ -531,6 +573,7 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
         h->child[c] = children[c];
         children[c]->is_child = true;
     }
+    share_host_tier(h);
     *out = &h->base;
     return LLMEM_OK;
 fail_h:

@@ -30,29 +30,33 @@ void clear_page_shift(kv_cache *kv, int32_t p)
 
 /* Copies evicted page p (published until now, so its K/V is written and its
  * chain key valid) into the host tier, unless the tier holds it already.
- * Synchronous downloads: the buffer API has no asynchronous host copy yet. */
+ * The downloads are queued (llmem_buffer_download_async: asynchronous on
+ * CUDA into pinned memory, ordered before the ops that will overwrite the
+ * page; synchronous elsewhere); nothing on the host reads the entry, only
+ * later uploads on the same queue. */
 static void host_spill(kv_cache *kv, int32_t p)
 {
     page_pool *pp = &kv->pool;
-    host_tier *ht = &kv->host;
-    const int32_t *tok = pp->tokens + (size_t)p * (size_t)kv->p.page_size;
-    if (kv->page_shift[p] || host_tier_lookup(ht, pp->hash[p], pp->parent_hash[p], tok) >= 0)
+    host_tier *ht = kv->host;
+    int32_t ps = kv->p.page_size;
+    const int32_t *tok = pp->tokens + (size_t)p * (size_t)ps;
+    if (kv->page_shift[p] || host_tier_lookup(ht, kv, pp->hash[p], pp->parent_hash[p], tok, ps) >= 0)
         return;
-    int32_t e = host_tier_insert(ht, pp->hash[p], pp->parent_hash[p], tok);
+    int32_t e = host_tier_insert(ht, kv, pp->hash[p], pp->parent_hash[p], tok, ps,
+                                 2 * (size_t)kv->p.n_layers * kv->page_bytes);
     if (e < 0)
         return;
-    uint8_t *d = ht->data + (size_t)e * ht->entry_bytes;
+    uint8_t *d = ht->e[e].data;
     for (int32_t il = 0; il < kv->p.n_layers; il++) {
         size_t off = (size_t)p * kv->page_bytes;
-        if (llmem_buffer_download(kv->k[il], off, d, kv->page_bytes) != LLMEM_OK ||
-            llmem_buffer_download(kv->v[il], off, d + kv->page_bytes, kv->page_bytes) !=
+        if (llmem_buffer_download_async(kv->k[il], off, d, kv->page_bytes) != LLMEM_OK ||
+            llmem_buffer_download_async(kv->v[il], off, d + kv->page_bytes, kv->page_bytes) !=
                 LLMEM_OK) {
             host_tier_remove(ht, e);
             return;
         }
         d += 2 * kv->page_bytes;
     }
-    ht->n_spills++;
 }
 
 /* Host-tier entries named in pages[0, n) (KV_HOST_MARK) go back on the LRU. */
@@ -61,7 +65,7 @@ void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n)
     for (int32_t i = 0; i < n; i++) {
         int32_t e = -2 - pages[i];
         if (pages[i] < -1)
-            host_tier_unpin(&kv->host, e);
+            host_tier_unpin(kv->host, e);
     }
 }
 
@@ -71,14 +75,15 @@ void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n)
  * that the pages the copies evict can spill into its place: a page lives on
  * the device or on the host. The marked entries must be pinned
  * (host_tier_pin) so that those spills cannot evict them; the caller has
- * checked that enough pages are free or evictable. Uploads are synchronous
- * (the buffer API's upload; the cpu backend copies in place).
+ * checked that enough pages are free or evictable. The uploads are queued
+ * (llmem_buffer_upload_async; the entry's block, now a spare of the tier,
+ * is only reused by copies queued after them).
  * Returns LLMEM_OK; LLMEM_E_NO_MEMORY; LLMEM_E_NO_SPACE (no page); a backend
  * status. On error, marks not yet replaced stay (pinned, for kv_host_unpin)
  * and repeats of replaced ones become -1. */
 llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n)
 {
-    host_tier *ht = &kv->host;
+    host_tier *ht = kv->host;
     page_pool *pp = &kv->pool;
     int32_t ps = kv->p.page_size, n_marks = 0;
     for (int32_t i = 0; i < n; i++)
@@ -88,22 +93,22 @@ llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n)
     int32_t *first = malloc((size_t)n * sizeof *first); /* first index of each mark */
     if (!first)
         return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < n; i++) { /* restored[] holds first indices meanwhile */
+    for (int32_t i = 0; i < n; i++) { /* restored holds first indices meanwhile */
         int32_t e = -2 - pages[i];
         first[i] = i;
         if (pages[i] >= -1)
             continue;
-        if (ht->restored[e] >= 0)
-            first[i] = ht->restored[e];
+        if (ht->e[e].restored >= 0)
+            first[i] = ht->e[e].restored;
         else
-            ht->restored[e] = i;
+            ht->e[e].restored = i;
     }
     llmem_status st = LLMEM_OK;
     for (int32_t i = 0; i < n; i++) {
         if (pages[i] >= -1)
             continue;
         int32_t e = -2 - pages[i];
-        ht->restored[e] = -1;
+        ht->e[e].restored = -1;
         if (first[i] != i) {
             if (st == LLMEM_OK) {
                 pages[i] = pages[first[i]];
@@ -120,26 +125,27 @@ llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n)
             st = LLMEM_E_NO_SPACE;
             continue;
         }
-        const uint8_t *d = ht->data + (size_t)e * ht->entry_bytes;
+        const host_entry *x = &ht->e[e];
+        const uint8_t *d = x->data;
         for (int32_t il = 0; il < kv->p.n_layers && st == LLMEM_OK; il++) {
             size_t off = (size_t)p * kv->page_bytes;
-            st = llmem_buffer_upload(kv->k[il], off, d, kv->page_bytes);
+            st = llmem_buffer_upload_async(kv->k[il], off, d, kv->page_bytes);
             if (st == LLMEM_OK)
-                st = llmem_buffer_upload(kv->v[il], off, d + kv->page_bytes, kv->page_bytes);
+                st = llmem_buffer_upload_async(kv->v[il], off, d + kv->page_bytes,
+                                               kv->page_bytes);
             d += 2 * kv->page_bytes;
         }
         if (st != LLMEM_OK) {
             kv_unref_page(kv, p);
             continue;
         }
-        pp->hash[p] = ht->hash[e];
-        pp->parent_hash[p] = ht->parent_hash[e];
-        memcpy(pp->tokens + (size_t)p * (size_t)ps, ht->tokens + (size_t)e * (size_t)ps,
-               (size_t)ps * sizeof *pp->tokens);
+        pp->hash[p] = x->hash;
+        pp->parent_hash[p] = x->parent_hash;
+        memcpy(pp->tokens + (size_t)p * (size_t)ps, x->tokens, (size_t)ps * sizeof *pp->tokens);
         pp->hashed[p] = 1;
         page_pool_publish(pp, p);
         host_tier_remove(ht, e);
-        ht->n_restores++;
+        kv->host_restores++;
         pages[i] = p;
     }
     free(first);
@@ -152,7 +158,7 @@ int32_t kv_alloc_page(kv_cache *kv)
     int32_t p = page_pool_alloc(&kv->pool, &was_cached);
     if (p < 0)
         return -1;
-    if (was_cached && kv->host.cap > 0)
+    if (was_cached && kv->host)
         host_spill(kv, p);
     clear_page_shift(kv, p);
     if (kv->p.poison)
@@ -250,7 +256,7 @@ int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t 
         h = page_hash(h, tokens + (size_t)k * (size_t)ps, ps);
         int32_t p = page_pool_lookup(&kv->pool, h, parent, tokens + (size_t)k * (size_t)ps);
         if (p < 0) {
-            int32_t e = host_tier_lookup(&kv->host, h, parent, tokens + (size_t)k * (size_t)ps);
+            int32_t e = host_tier_lookup(kv->host, kv, h, parent, tokens + (size_t)k * (size_t)ps, ps);
             if (e < 0)
                 break;
             p = KV_HOST_MARK(e);
@@ -504,7 +510,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     }
     page_rows_reset(&kv->rows);
     page_pool_reset(&kv->pool);
-    host_tier_reset(&kv->host);
+    host_tier_drop_owner(kv->host, kv);
     memset(kv->shift, 0, (size_t)kv->p.n_pages * (size_t)kv->p.page_size * sizeof *kv->shift);
     memset(kv->page_shift, 0, (size_t)kv->p.n_pages);
     kv->shift_pending = false;
@@ -525,9 +531,8 @@ static void kv_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     st->prefix_hit_tokens = kv->prefix_hits;
     st->prefix_evictions = kv->pool.n_evictions;
     st->cow_copies = kv->cow_copies;
-    st->host_tier_pages = host_tier_count(&kv->host);
-    st->host_tier_bytes = (int64_t)((size_t)st->host_tier_pages * kv->host.entry_bytes);
-    st->host_tier_hits = kv->host.n_restores;
+    host_tier_usage(kv->host, kv, &st->host_tier_pages, &st->host_tier_bytes, NULL);
+    st->host_tier_hits = kv->host_restores;
     st->bytes_device = (int64_t)(2 * (size_t)kv->p.n_layers * (size_t)kv->p.n_pages * kv->page_bytes);
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += kv->seqs[s].tokens.n > 0;
@@ -536,6 +541,7 @@ static void kv_get_stats(llmem_memory *mem, llmem_memory_stats *st)
 static void kv_destroy(llmem_memory *mem)
 {
     kv_cache *kv = kv_of(mem);
+    host_tier_unref(kv->host); /* first: it may wait for copies into its blocks */
     for (int32_t il = 0; kv->k && il < kv->p.n_layers; il++) {
         llmem_buffer_free(kv->k[il]);
         llmem_buffer_free(kv->v[il]);
@@ -558,7 +564,6 @@ static void kv_destroy(llmem_memory *mem)
     page_rows_finish(&kv->rows);
     i32vec_free(&kv->ib.data);
     page_pool_finish(&kv->pool);
-    host_tier_finish(&kv->host);
     free(kv);
 }
 
@@ -673,8 +678,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     if (host_bytes <= 0 && mb && atoll(mb) > 0)
         host_bytes = atoll(mb) * 1048576;
     if (host_bytes > 0 && !p->no_prefix_cache &&
-        !host_tier_init(&kv->host, (size_t)host_bytes, 2 * (size_t)p->n_layers * kv->page_bytes,
-                        p->page_size)) {
+        !(kv->host = host_tier_create((size_t)host_bytes, be))) {
         llmem_errf(err, err_len, "KV cache: out of host memory for a %lld-byte host tier",
                    (long long)host_bytes);
         goto fail;

@@ -53,7 +53,9 @@ typedef struct kv_cache {
     llmem_memory base;
     llmem_kv_cache_params p;
     page_pool pool;
-    host_tier host;        /* evicted published pages in host memory (cap 0: off) */
+    host_tier *host;       /* evicted published pages in host memory (NULL: off);
+                            * shared with the other children of a hybrid */
+    int64_t host_restores; /* pages copied back from the host tier */
     kv_seq *seqs;          /* [n_seq_max] */
     seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */

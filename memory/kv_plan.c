@@ -364,7 +364,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                 if (p >= 0)
                     page_pool_ref(&kv->pool, p);
                 else /* spills while restoring must not evict it */
-                    host_tier_pin(&kv->host, -2 - p);
+                    host_tier_pin(kv->host, -2 - p);
             }
             pinned.n += np;
         }

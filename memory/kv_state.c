@@ -470,8 +470,14 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
     for (int32_t c = 0; kv->res && c < kv->res->n_cow; c++)
         if (kv->res->cow[c].page >= 0)
             ref[kv->res->cow[c].page]++; /* copy-on-write target held by the plan */
-    if (!host_tier_check(&kv->host, err, err_len))
+    if (!host_tier_check(kv->host, err, err_len))
         goto out;
+    int32_t host_pins = 0;
+    host_tier_usage(kv->host, kv, NULL, NULL, &host_pins);
+    if (host_pins > 0) { /* pins live only inside kv_reserve */
+        llmem_errf(err, err_len, "host tier: %d of the KV cache's entries pinned", host_pins);
+        goto out;
+    }
     if (!page_pool_check(&kv->pool, ref, err, err_len))
         goto out;
     /* every published page must still hold what its hash says */

@@ -270,6 +270,7 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
         q->pm = (pos_meta){-1, -1, false};
         snap_seq_cut(q, 0);
     }
+    rs_drop_stash(rs); /* it may pin host-tier snapshots */
     slots_reset(rs);
     snap_reset(rs);
     if (data || rs->poison)
@@ -280,6 +281,9 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
 static void rs_destroy(llmem_memory *mem)
 {
     recurrent *rs = rs_of(mem);
+    rs_drop_stash(rs);
+    host_tier_unref(rs->host); /* first: it may wait for copies into its blocks */
+    rs->host = NULL;
     for (int32_t il = 0; rs->layers && il < mem->n_layers; il++) {
         rs_layer *L = &rs->layers[il];
         for (int32_t j = 0; j < L->n_states; j++) {
@@ -474,6 +478,20 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
                 goto fail;
             }
         }
+    }
+    int64_t host_bytes = p->host_tier_bytes;
+    const char *mb = getenv("LLMEM_HOST_TIER_MB");
+    if (host_bytes < 0) {
+        llmem_errf(err, err_len, "recurrent memory: host_tier_bytes must be >= 0");
+        st = LLMEM_E_INVALID;
+        goto fail;
+    }
+    if (host_bytes == 0 && mb && atoll(mb) > 0)
+        host_bytes = atoll(mb) * 1048576;
+    if (host_bytes > 0 && rs->n_snap > 0 && !(rs->host = host_tier_create((size_t)host_bytes, be))) {
+        llmem_errf(err, err_len, "recurrent memory: out of host memory for a %lld-byte host tier",
+                   (long long)host_bytes);
+        goto fail;
     }
     if (rs->poison)
         fill_all(rs, true);

@@ -5,6 +5,7 @@
 #define LLMEM_RS_INTERNAL_H
 
 #include "llmem/recurrent.h"
+#include "memory/host_tier.h"
 #include "memory/internal.h"
 #include "memory/seq_heap.h"
 
@@ -54,6 +55,12 @@ typedef struct rs_res {
     int32_t n_ub, cur;
     rs_ub *ub;
     i32vec pins; /* snapshots this plan reads (pinned until release) */
+    /* Host-tier hits: entry rest_entry[k] (pinned in the host tier from
+     * planning on) comes back into snapshot rest_snap[k] (one of pins) at
+     * the plan's first apply, when every child of a composition has
+     * reserved (so no spill of this one evicts what another counted on). */
+    i32vec rest_snap, rest_entry;
+    bool restored;
 } rs_res;
 
 /* A snapshot: the state after the first `len` tokens of a prefix, in slot
@@ -75,6 +82,10 @@ typedef struct recurrent {
     rs_snap *snap;
     uint64_t snap_clock;
     int64_t snap_hit_tokens;
+    /* Evicted snapshots in host memory (NULL: off); shared with the other
+     * children of a hybrid (one LRU, one byte budget with KV pages). */
+    host_tier *host;
+    int64_t host_restores; /* snapshots copied back from the host tier */
     bool poison;
     rs_layer *layers;
     rs_seq *seqs;
@@ -121,6 +132,17 @@ void snap_reset(recurrent *rs);
 void snap_finish(recurrent *rs);
 int32_t snap_count(const recurrent *rs);
 bool snap_check(const recurrent *rs, char *err, size_t err_len);
+/* Bytes of one state slot over all layers (a snapshot's data). */
+size_t rs_slot_bytes(const recurrent *rs);
+/* Host-tier entry holding the snapshot of exactly tokens[0, len), or -1. */
+int32_t snap_host_find(const recurrent *rs, const int32_t *tokens, int32_t len);
+/* Device snapshot a host-tier hit can come back into: unused or least
+ * recently used, unpinned, not in avoid[0, n_avoid); -1 when none. */
+int32_t snap_victim(const recurrent *rs, const int32_t *avoid, int32_t n_avoid);
+/* Spills snapshot i to the host tier (when it holds one), then uploads host
+ * entry e into it and removes e: the snapshot of e's tokens now lives on the
+ * device. Returns LLMEM_OK or a backend status (snapshot i then unused). */
+llmem_status snap_restore(recurrent *rs, int32_t i, int32_t e);
 
 /* rs_plan.c */
 void rs_drop_stash(recurrent *rs);

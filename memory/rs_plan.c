@@ -10,10 +10,23 @@
 
 /* --- planning ------------------------------------------------------------------ */
 
-static void res_free(rs_res *res)
+/* Host-tier entries the plan pinned and has not restored go back on the LRU. */
+static void unpin_host(recurrent *rs, rs_res *res)
+{
+    for (int32_t k = 0; k < res->rest_entry.n; k++)
+        if (res->rest_entry.v[k] >= 0) {
+            host_tier_unpin(rs->host, res->rest_entry.v[k]);
+            res->rest_entry.v[k] = -1;
+        }
+}
+
+static void res_free(recurrent *rs, rs_res *res)
 {
     if (!res)
         return;
+    unpin_host(rs, res);
+    i32vec_free(&res->rest_snap);
+    i32vec_free(&res->rest_entry);
     for (int32_t u = 0; u < res->n_ub; u++) {
         free(res->ub[u].change);
         free(res->ub[u].pool);
@@ -78,6 +91,50 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     res->n_ub = plan->n_ubatch;
     i32_copy(fs.v, rs->free_stack, rs->n_free);
     fs.n = rs->n_free;
+    /* prefix hits of empty sequences: device snapshots first (pinned as
+     * they are), then host-tier ones, each to come back into a device
+     * snapshot that no hit of this plan reads */
+    for (int32_t s = 0; s < nsm; s++)
+        from_snap[s] = -1;
+    for (int32_t pass = 0; pass < 2; pass++)
+        for (int32_t s = 0; s < nsm; s++) {
+            int32_t c = plan->n_cached[s];
+            const int32_t *tok = plan->seq_tokens[s];
+            if (!plan->n_new[s] || c <= 0 || rs->seqs[s].tokens.n != 0 || from_snap[s] >= 0)
+                continue;
+            int32_t i = -1;
+            if (pass == 0) {
+                i = tok ? snap_find(rs, tok, c) : -1;
+                if (i < 0 || rs->snap[i].len != c)
+                    continue;
+            } else {
+                int32_t e = tok ? snap_host_find(rs, tok, c) : -1;
+                for (int32_t k = 0; e >= 0 && k < res->rest_entry.n && i < 0; k++)
+                    if (res->rest_entry.v[k] == e)
+                        i = res->rest_snap.v[k]; /* another sequence brings it back */
+                if (e >= 0 && i < 0) {
+                    i = snap_victim(rs, res->pins.v, res->pins.n);
+                    if (i >= 0 && (!i32vec_push(&res->rest_snap, i) ||
+                                   !i32vec_push(&res->rest_entry, -1)))
+                        goto out;
+                    if (i >= 0) {
+                        host_tier_pin(rs->host, e);
+                        res->rest_entry.v[res->rest_entry.n - 1] = e;
+                    }
+                }
+                if (i < 0) {
+                    llmem_errf(err, err_len,
+                               "recurrent memory: sequence %d: no snapshot of its first %d "
+                               "tokens%s",
+                               s, c, e >= 0 ? " in a device slot it can come back into" : "");
+                    st = e >= 0 ? LLMEM_E_NO_SPACE : LLMEM_E_STATE;
+                    goto out;
+                }
+            }
+            from_snap[s] = rs->snap_base + i;
+            if (!i32vec_push(&res->pins, i))
+                goto out;
+        }
     /* simulated holdings live in one pool: a hold has at most n_ckpt + 1
      * entries, plus the 1 + n_ckpt a ubatch adds before trimming */
     int32_t room = 2 * rs->n_ckpt + 4, n_sim = 0;
@@ -88,25 +145,10 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         goto out;
     for (int32_t s = 0, k = 0; s < nsm; s++) {
         len[s] = rs->seqs[s].tokens.n;
-        from_snap[s] = -1;
         if (!plan->n_new[s])
             continue;
-        int32_t c = plan->n_cached[s];
-        if (c > 0 && len[s] == 0) {
-            /* a prefix hit: the first ubatch reads the snapshot in place */
-            int32_t i = plan->seq_tokens[s] ? snap_find(rs, plan->seq_tokens[s], c) : -1;
-            if (i < 0 || rs->snap[i].len != c) {
-                llmem_errf(err, err_len,
-                           "recurrent memory: sequence %d: no snapshot of its first %d tokens",
-                           s, c);
-                st = LLMEM_E_STATE;
-                goto out;
-            }
-            from_snap[s] = rs->snap_base + i;
-            len[s] = c;
-            if (!i32vec_push(&res->pins, i))
-                goto out;
-        }
+        if (from_snap[s] >= 0) /* a prefix hit: the first ubatch reads the snapshot in place */
+            len[s] = plan->n_cached[s];
         sim[s].slot = (i32vec){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
         sim[s].len = (i32vec){sim[s].slot.v + room, 0, room};
         k++;
@@ -249,7 +291,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     *out = res;
     res = NULL;
 out:
-    res_free(res);
+    res_free(rs, res);
     free(from_snap);
     free(sim);
     free(sim_pool);
@@ -302,14 +344,27 @@ llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
 
 void rs_drop_stash(recurrent *rs)
 {
-    res_free(rs->stash);
+    res_free(rs, rs->stash);
     rs->stash = NULL;
     rs->stash_plan = NULL;
 }
 
 llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
 {
-    ((rs_res *)r)->cur = i;
+    rs_res *res = r;
+    res->cur = i;
+    if (res->restored)
+        return LLMEM_OK;
+    /* host-tier hits come back before any ubatch reads them (all children
+     * of a composition have reserved by now) */
+    res->restored = true;
+    recurrent *rs = rs_of(mem);
+    for (int32_t k = 0; k < res->rest_entry.n; k++) {
+        llmem_status st = snap_restore(rs, res->rest_snap.v[k], res->rest_entry.v[k]);
+        if (st != LLMEM_OK)
+            return st; /* the rest stay pinned until release */
+        res->rest_entry.v[k] = -1;
+    }
     return LLMEM_OK;
 }
 
@@ -482,6 +537,6 @@ void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
     }
     for (int32_t k = 0; k < res->pins.n; k++)
         rs->snap[res->pins.v[k]].ref--;
-    res_free(res);
+    res_free(rs, res);
 }
 

@@ -81,18 +81,35 @@ static bool seq_chain_extend(rs_seq *s, int32_t nb)
     return true;
 }
 
-/* Blocks of a query's chain kept on the stack by snap_find; longer queries
- * hash each candidate length from scratch. */
+/* Blocks of a query's chain kept on the stack by a lookup; longer queries
+ * hash lengths beyond them from scratch. */
 #define FIND_BLOCKS 512
 
-/* The longest published snapshot whose tokens are tokens[0, len), len <= m;
- * -1 when none. O(snapshots) hash comparisons per distinct candidate length
- * plus one verification; the query's chain is hashed once (up to
- * FIND_BLOCKS blocks). */
-int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m)
-{
+/* A lookup's token prefix and the block hashes computed of it so far. */
+typedef struct query {
+    const int32_t *t;
+    int32_t n_blk;
     uint64_t blk[FIND_BLOCKS];
-    int32_t n_blk = -1; /* blocks of the query hashed into blk; -1: not yet */
+} query;
+
+/* The chain hash of q->t[0, len), extending q's blocks as far as needed
+ * (each block of the query is hashed once per lookup). */
+static uint64_t query_hash(query *q, int32_t len)
+{
+    int32_t nb = len / RS_HASH_BLOCK;
+    if (nb > FIND_BLOCKS)
+        return chain_hash(q->t, len);
+    for (; q->n_blk < nb; q->n_blk++)
+        q->blk[q->n_blk] = block_hash(q->t + (size_t)q->n_blk * RS_HASH_BLOCK, RS_HASH_BLOCK,
+                                      q->n_blk > 0 ? q->blk[q->n_blk - 1] : 0);
+    return chain_tail(q->blk, q->t, len);
+}
+
+/* The longest device snapshot of q->t[0, len), len <= m; -1 when none.
+ * O(snapshots) hash comparisons per distinct candidate length plus one
+ * verification. */
+static int32_t find_device(const recurrent *rs, query *qr, int32_t m)
+{
     int32_t hashed_len = -1;
     for (;;) {
         /* the longest candidate length below the last one tried */
@@ -104,31 +121,132 @@ int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m)
         }
         if (len < 0)
             return -1;
-        if (n_blk < 0) {
-            n_blk = len / RS_HASH_BLOCK < FIND_BLOCKS ? len / RS_HASH_BLOCK : FIND_BLOCKS;
-            for (int32_t b = 0; b < n_blk; b++)
-                blk[b] = block_hash(tokens + (size_t)b * RS_HASH_BLOCK, RS_HASH_BLOCK,
-                                    b > 0 ? blk[b - 1] : 0);
-        }
-        uint64_t h = len / RS_HASH_BLOCK <= n_blk ? chain_tail(blk, tokens, len)
-                                                  : chain_hash(tokens, len);
+        uint64_t h = query_hash(qr, len);
         hashed_len = len;
         for (int32_t i = 0; i < rs->n_snap; i++) {
             const rs_snap *q = &rs->snap[i];
             if (q->len == len && q->hash == h &&
-                memcmp(q->tokens.v, tokens, (size_t)len * sizeof *tokens) == 0)
+                memcmp(q->tokens.v, qr->t, (size_t)len * sizeof *qr->t) == 0)
                 return i;
         }
     }
 }
 
+/* The host-tier entry of the longest snapshot of q->t[0, len) with
+ * above < len <= m; -1 when none. O(distinct host lengths). */
+static int32_t find_host(const recurrent *rs, query *qr, int32_t m, int32_t above)
+{
+    for (int32_t len = host_tier_next_len(rs->host, rs, m + 1); len > above;
+         len = host_tier_next_len(rs->host, rs, len)) {
+        int32_t e = host_tier_lookup(rs->host, rs, query_hash(qr, len), 0, qr->t, len);
+        if (e >= 0)
+            return e;
+    }
+    return -1;
+}
+
+int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m)
+{
+    query q = {.t = tokens};
+    return find_device(rs, &q, m);
+}
+
+int32_t snap_host_find(const recurrent *rs, const int32_t *tokens, int32_t len)
+{
+    if (!rs->host || len <= 0)
+        return -1;
+    query q = {.t = tokens};
+    return host_tier_lookup(rs->host, rs, query_hash(&q, len), 0, tokens, len);
+}
+
+int32_t snap_victim(const recurrent *rs, const int32_t *avoid, int32_t n_avoid)
+{
+    int32_t v = -1;
+    for (int32_t i = 0; i < rs->n_snap; i++) {
+        const rs_snap *q = &rs->snap[i];
+        bool skip = q->ref > 0;
+        for (int32_t k = 0; k < n_avoid && !skip; k++)
+            skip = avoid[k] == i;
+        if (!skip && (v < 0 || (rs->snap[v].len > 0 && (q->len == 0 || q->lru < rs->snap[v].lru))))
+            v = i;
+    }
+    return v;
+}
+
+/* A prefix hit is the longest snapshot on the device or, longer, in the
+ * host tier (restorable only while some snapshot is unpinned). */
 int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n)
 {
     recurrent *rs = rs_of(mem);
     if (rs->n_snap == 0)
         return 0;
-    int32_t i = snap_find(rs, tokens, n);
-    return i >= 0 ? rs->snap[i].len : 0;
+    query q = {.t = tokens};
+    int32_t i = find_device(rs, &q, n);
+    int32_t len = i >= 0 ? rs->snap[i].len : 0;
+    if (rs->host && snap_victim(rs, NULL, 0) >= 0) {
+        int32_t e = find_host(rs, &q, n, len);
+        if (e >= 0)
+            len = rs->host->e[e].n_tokens;
+    }
+    return len;
+}
+
+/* Copies snapshot i's state into a new host-tier entry (unless the tier
+ * holds that snapshot already). Best effort: a full tier or a failed copy
+ * only loses it. Downloads are queued (asynchronous into pinned memory on
+ * CUDA, ordered before later writes of the slot). */
+static void snap_spill(recurrent *rs, int32_t i)
+{
+    rs_snap *q = &rs->snap[i];
+    if (!rs->host || q->len <= 0 ||
+        host_tier_lookup(rs->host, rs, q->hash, 0, q->tokens.v, q->len) >= 0)
+        return;
+    int32_t e = host_tier_insert(rs->host, rs, q->hash, 0, q->tokens.v, q->len,
+                                 rs_slot_bytes(rs));
+    if (e < 0)
+        return;
+    uint8_t *d = rs->host->e[e].data;
+    size_t slot = (size_t)(rs->snap_base + i);
+    for (int32_t il = 0; il < rs->base.n_layers; il++) {
+        const rs_layer *L = &rs->layers[il];
+        for (int32_t j = 0; j < L->n_states; j++) {
+            if (llmem_buffer_download_async(L->buf[j], slot * L->bytes[j], d, L->bytes[j]) !=
+                LLMEM_OK) {
+                host_tier_remove(rs->host, e);
+                return;
+            }
+            d += L->bytes[j];
+        }
+    }
+}
+
+llmem_status snap_restore(recurrent *rs, int32_t i, int32_t e)
+{
+    rs_snap *q = &rs->snap[i];
+    if (!i32vec_reserve(&q->tokens, rs->host->e[e].n_tokens))
+        return LLMEM_E_NO_MEMORY;
+    snap_spill(rs, i); /* may grow the tier's entry array: x is taken after */
+    q->len = 0;        /* until the upload is done */
+    const host_entry *x = &rs->host->e[e];
+    const uint8_t *d = x->data;
+    size_t slot = (size_t)(rs->snap_base + i);
+    for (int32_t il = 0; il < rs->base.n_layers; il++) {
+        const rs_layer *L = &rs->layers[il];
+        for (int32_t j = 0; j < L->n_states; j++) {
+            llmem_status st =
+                llmem_buffer_upload_async(L->buf[j], slot * L->bytes[j], d, L->bytes[j]);
+            if (st != LLMEM_OK)
+                return st;
+            d += L->bytes[j];
+        }
+    }
+    i32_copy(q->tokens.v, x->tokens, x->n_tokens);
+    q->tokens.n = q->len = x->n_tokens;
+    q->hash = x->hash;
+    q->lru = ++rs->snap_clock;
+    host_tier_remove(rs->host, e); /* a snapshot lives on the device or on the host */
+    rs->host_restores++;
+    return LLMEM_OK;
 }
 
 static void snap_poison(recurrent *rs, int32_t i)
@@ -181,6 +299,7 @@ llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
     rs_snap *q = &rs->snap[victim];
     if (!i32vec_reserve(&q->tokens, len))
         return LLMEM_E_NO_MEMORY;
+    snap_spill(rs, victim); /* the LRU snapshot it replaces goes to the host tier */
     llmem_status st = slot_copy(rs, rs->snap_base + victim, slot);
     if (st != LLMEM_OK) {
         q->len = 0;
@@ -196,6 +315,7 @@ llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
 
 void snap_reset(recurrent *rs)
 {
+    host_tier_drop_owner(rs->host, rs);
     for (int32_t i = 0; i < rs->n_snap; i++) {
         rs->snap[i].len = 0;
         rs->snap[i].tokens.n = 0;

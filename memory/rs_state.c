@@ -80,7 +80,7 @@ void rs_state_read_abort(llmem_memory *mem, void *tmp)
     free(t);
 }
 
-static size_t slot_bytes(const recurrent *rs)
+size_t rs_slot_bytes(const recurrent *rs)
 {
     size_t b = 0;
     for (int32_t il = 0; il < rs->base.n_layers; il++)
@@ -126,7 +126,7 @@ llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
     }
     t->buf = r->buf;
     t->n = n;
-    size_t sb = slot_bytes(rs);
+    size_t sb = rs_slot_bytes(rs);
     for (int32_t i = 0; i < n; i++) {
         rs_entry *e = &t->e[i];
         bool ok = llmem_state_get_i32(r, &e->seq) && llmem_state_get_i32(r, &e->len) &&
@@ -222,10 +222,12 @@ void rs_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     st->type = "recurrent";
     st->slots_total = rs->n_seq_slots;
     st->slots_used = rs->n_seq_slots - rs->n_free;
-    st->bytes_device = (int64_t)(slot_bytes(rs) * (size_t)rs->n_slots);
+    st->bytes_device = (int64_t)(rs_slot_bytes(rs) * (size_t)rs->n_slots);
     st->snapshots = snap_count(rs);
-    st->snapshot_bytes = st->snapshots * (int64_t)slot_bytes(rs);
+    st->snapshot_bytes = st->snapshots * (int64_t)rs_slot_bytes(rs);
     st->snapshot_hit_tokens = rs->snap_hit_tokens;
+    host_tier_usage(rs->host, rs, &st->host_tier_snapshots, &st->host_tier_snapshot_bytes, NULL);
+    st->host_tier_snapshot_hits = rs->host_restores;
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += rs->seqs[s].tokens.n > 0;
 }
@@ -287,8 +289,20 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
                    held, rs->n_free);
         return LLMEM_E_STATE;
     }
-    if (!snap_check(rs, err, err_len))
+    if (!snap_check(rs, err, err_len) || !host_tier_check(rs->host, err, err_len))
         return LLMEM_E_STATE;
+    if (rs->host && !rs->base.plan) { /* pins live only in a prepared plan */
+        int32_t pinned = 0, want = 0;
+        host_tier_usage(rs->host, rs, NULL, NULL, &pinned);
+        const rs_res *res = rs->stash;
+        for (int32_t k = 0; res && k < res->rest_entry.n; k++)
+            want += res->rest_entry.v[k] >= 0;
+        if (pinned != want) {
+            llmem_errf(err, err_len, "host tier: %d snapshots pinned, %d by the prepared plan",
+                       pinned, want);
+            return LLMEM_E_STATE;
+        }
+    }
     return LLMEM_OK;
 }
 

@@ -14,6 +14,83 @@
 #include "llmem/runtime.h"
 #include "support/memtest.h"
 
+/* The backend under test: $LLMEM_TEST_HOST_BACKEND (e.g. cuda, for the
+ * pinned memory and asynchronous copies), default cpu. */
+static llmem_backend *tier_backend(void)
+{
+    const char *name = getenv("LLMEM_TEST_HOST_BACKEND");
+    llmem_backend *be = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_backend_open(name && *name ? name : "cpu", -1, &be, err, sizeof err) ==
+                      LLMEM_OK,
+                  "%s", err);
+    return be;
+}
+
+static bool refuse_all(size_t size, void *ctx)
+{
+    (void)size;
+    (void)ctx;
+    return false;
+}
+
+/* llmem_backend_host_alloc and the _async copies (issue 13 item 3) on the
+ * backend under test: a pattern written on the host goes up and comes back
+ * through copies queued in order (upload, device copy, download, then a
+ * fill of the device source queued after the download, which must not
+ * reach the downloaded bytes) and a synchronize (the fence); bad arguments
+ * give LLMEM_E_INVALID; the alloc hook refuses host memory as it refuses
+ * buffers. Asynchronous exactly on cuda. Expected bytes: the test's own
+ * pattern. */
+START_TEST(test_host_copies)
+{
+    llmem_backend *be = tier_backend();
+    llmem_backend_info info;
+    ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
+    ck_assert_int_eq(llmem_backend_async_copies(be), strcmp(info.backend, "cuda") == 0);
+    const size_t n = (size_t)1 << 20;
+    unsigned char *a = NULL, *back = NULL;
+    ck_assert_int_eq(llmem_backend_host_alloc(be, n, (void **)&a), LLMEM_OK);
+    ck_assert_int_eq(llmem_backend_host_alloc(be, n, (void **)&back), LLMEM_OK);
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (unsigned char)((i * 2654435761u) >> 13);
+        back[i] = 0;
+    }
+    llmem_buffer *d1 = NULL, *d2 = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(be, n, &d1), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_alloc(be, n, &d2), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload_async(d1, 0, a, n), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_copy(d2, 0, d1, 0, n), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download_async(d2, 0, back, n), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_fill(d2, 0, n, 0xffffffffu), LLMEM_OK);
+    ck_assert_int_eq(llmem_backend_synchronize(be), LLMEM_OK);
+    ck_assert_msg(memcmp(a, back, n) == 0, "bytes changed on the way up and back");
+    /* a part at an offset */
+    ck_assert_int_eq(llmem_buffer_download_async(d1, 4096, back, 100), LLMEM_OK);
+    ck_assert_int_eq(llmem_backend_synchronize(be), LLMEM_OK);
+    ck_assert_int_eq(memcmp(a + 4096, back, 100), 0);
+    /* errors */
+    void *p = a;
+    ck_assert_int_eq(llmem_backend_host_alloc(be, 0, &p), LLMEM_E_INVALID);
+    ck_assert_ptr_null(p);
+    ck_assert_int_eq(llmem_backend_host_alloc(be, 16, NULL), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_upload_async(d1, n - 8, a, 16), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_download_async(d1, 0, NULL, 16), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_buffer_upload_async(NULL, 0, a, 16), LLMEM_E_INVALID);
+    llmem_backend_set_alloc_hook(be, refuse_all, NULL);
+    p = a;
+    ck_assert_int_eq(llmem_backend_host_alloc(be, 64, &p), LLMEM_E_NO_MEMORY);
+    ck_assert_ptr_null(p);
+    llmem_backend_set_alloc_hook(be, NULL, NULL);
+    llmem_backend_host_free(be, NULL);
+    llmem_backend_host_free(be, a);
+    llmem_backend_host_free(be, back);
+    llmem_buffer_free(d1);
+    llmem_buffer_free(d2);
+    llmem_backend_close(be);
+}
+END_TEST
+
 /* 1 layer, 1 head, head_dim 2, f32, page 4: a page is 4 * 8 = 32 bytes of
  * K and 32 of V, one host entry 64 bytes. */
 static llmem_memory *kv_tiered(llmem_backend *be, int32_t n_pages, int64_t host_bytes, bool poison)
@@ -83,7 +160,7 @@ static llmem_memory_stats stats_of(llmem_memory *m)
 START_TEST(test_host_tier_roundtrip)
 {
     bool poison = _i != 0;
-    llmem_backend *be = mt_cpu();
+    llmem_backend *be = tier_backend();
     /* 4 device pages, a host budget of 3 entries (and a bit, not a 4th) */
     llmem_memory *m = kv_tiered(be, 4, 3 * 64 + 40, poison);
     /* prompt A: 9 tokens = 2 full pages + 1 partial */
@@ -173,7 +250,7 @@ END_TEST
  * shared; a tier of 0 bytes (off) never holds a page. */
 START_TEST(test_host_tier_shared_hit)
 {
-    llmem_backend *be = mt_cpu();
+    llmem_backend *be = tier_backend();
     llmem_memory *m = kv_tiered(be, 4, 1 << 20, false);
     ck_assert_int_eq(prompt(m, 0, 5, 100), 0); /* 1 full page */
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
@@ -268,7 +345,7 @@ static void run_logits(llmem_model *m, int32_t n, int32_t tok0, float *out)
  * token over the same cached K/V. */
 START_TEST(test_host_tier_model_outputs)
 {
-    llmem_backend *be = mt_cpu();
+    llmem_backend *be = tier_backend();
     llmem_model *mh = load_llama(be, 4, true), *md = load_llama(be, 8, false);
     int32_t v = llmem_model_n_vocab(mh);
     float *lh = malloc((size_t)v * sizeof *lh), *ld = malloc((size_t)v * sizeof *ld);
@@ -317,7 +394,7 @@ static void add_prompt(llmem_batch_buf *b, int32_t seq, int32_t f, int32_t v, in
 START_TEST(test_host_tier_random)
 {
     bool poison = _i != 0;
-    llmem_backend *be = mt_cpu();
+    llmem_backend *be = tier_backend();
     llmem_memory *m = kv_tiered(be, 6, 4 * 64, poison);
     llmem_memory *ref = mt_kv(be, 4, 8, 2, false, false);
     llmem_batch_buf *b = NULL;
@@ -376,6 +453,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_loop_test(tc, test_host_tier_roundtrip, 0, 2); /* 1: poison mode */
     tcase_add_test(tc, test_host_tier_shared_hit);
+    tcase_add_test(tc, test_host_copies);
     tcase_add_test(tc, test_host_tier_model_outputs);
     tcase_add_loop_test(tc, test_host_tier_random, 0, 2); /* 1: poison mode */
     suite_add_tcase(s, tc);

@@ -21,11 +21,13 @@ static llmem_memory *make_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_c
 }
 
 /* A hybrid (layers: recurrent, attention) of a KV cache (pages of 4, n_pages, 3 sequences,
- * poisoned) and a recurrent memory of one 4-float state per sequence (poisoned), with n_ckpt
- * checkpoints and n_snapshots snapshots (also at multiples of snap_interval tokens; 0: none). */
-static llmem_memory *snapshot_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_ckpt,
-                                     int32_t n_snapshots, int32_t snap_interval,
-                                     llmem_memory **kv, llmem_memory **rs)
+ * poisoned; 1 layer, 1 head of dim 2, f32: 64 bytes of K and V per page) and a recurrent
+ * memory of one 4-float state per sequence (poisoned; 16 bytes), with n_ckpt checkpoints and
+ * n_snapshots snapshots (also at multiples of snap_interval tokens; 0: none); both children
+ * get a host tier of host_bytes (0: none), which the hybrid makes one. */
+static llmem_memory *tiered_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_ckpt,
+                                   int32_t n_snapshots, int32_t snap_interval, int64_t host_bytes,
+                                   llmem_memory **kv, llmem_memory **rs)
 {
     static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
                                        .dtype = LLMEM_DTYPE_F32};
@@ -33,16 +35,34 @@ static llmem_memory *snapshot_hybrid(llmem_backend *be, int32_t n_pages, int32_t
     static const int32_t n_states[1] = {1};
     llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
                                  .n_seq_max = 3, .n_ckpt = n_ckpt, .poison = true,
-                                 .n_snapshots = n_snapshots, .snap_interval = snap_interval};
+                                 .n_snapshots = n_snapshots, .snap_interval = snap_interval,
+                                 .host_tier_bytes = host_bytes};
+    llmem_kv_cache_params kp = llmem_kv_cache_default_params();
+    kp.n_layers = 1;
+    kp.n_kv_heads = 1;
+    kp.head_dim = 2;
+    kp.dtype = LLMEM_DTYPE_F32;
+    kp.page_size = 4;
+    kp.n_pages = n_pages;
+    kp.n_seq_max = 3;
+    kp.poison = true;
+    kp.host_tier_bytes = host_bytes;
     llmem_memory *h = NULL;
     char err[256] = "";
-    *kv = mt_kv(be, 4, n_pages, 3, true, true);
-    *rs = NULL;
+    *kv = *rs = NULL;
+    ck_assert_msg(llmem_kv_cache_create(be, &kp, kv, err, sizeof err) == LLMEM_OK, "%s", err);
     ck_assert_msg(llmem_recurrent_create(be, &rp, rs, err, sizeof err) == LLMEM_OK, "%s", err);
     llmem_memory *children[2] = {*kv, *rs};
     const int32_t map[2] = {1, 0};
     ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
     return h;
+}
+
+static llmem_memory *snapshot_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_ckpt,
+                                     int32_t n_snapshots, int32_t snap_interval,
+                                     llmem_memory **kv, llmem_memory **rs)
+{
+    return tiered_hybrid(be, n_pages, n_ckpt, n_snapshots, snap_interval, 0, kv, rs);
 }
 
 static void views(llmem_memory *mem, const llmem_ubatch *ub, void *c)
@@ -561,6 +581,84 @@ START_TEST(test_snapshot_long_chain)
 }
 END_TEST
 
+static llmem_memory_stats hstats(llmem_memory *h)
+{
+    llmem_memory_stats st;
+    llmem_memory_get_stats(h, &st);
+    return st;
+}
+
+/* Snapshots spill to the host tier and come back (issue 13 items 1, 3): a
+ * hybrid with 4 KV pages, ONE snapshot slot and one host tier of 64 bytes
+ * for both children (a page entry is 64 bytes, a snapshot 16), all
+ * poisoned. Expected contents follow from LRU order, by hand:
+ *   A = 100..104 (5 tokens, snapshot A@5), ended: its full page is cached;
+ *   B = 200..203 (snapshot B@4 replaces A@5, which spills: 16 bytes);
+ *   C = 300..311 (3 pages: evicts A's cached page, which spills and, the
+ *     budget being shared, evicts the older A@5; then snapshot C@12
+ *     replaces B@4, which spills and evicts A's page). Separate budgets
+ *     would keep A's page and both snapshots; one budget keeps only B@4;
+ *   C ends; D = 200..203, 900 hits B's shared page and B@4 from the host
+ *     tier: the host entry stays pinned while the KV cache spills a page
+ *     (its insert fails, nothing else to evict), then comes back into the
+ *     snapshot slot at the first apply; the forward pass checks that the
+ *     state read is that of exactly 200..203 (poison would read NaN). */
+START_TEST(test_snapshot_host_tier)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv, *rs;
+    llmem_memory *h = tiered_hybrid(be, 4, 0, 1, 0, 64, &kv, &rs);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 1, &b);
+    fw x = {.first_T = {-1, -1, -1}};
+    int32_t a[5], bt[4], c[12], d[5];
+    for (int32_t j = 0; j < 12; j++) {
+        if (j < 5)
+            a[j] = 100 + j;
+        if (j < 4)
+            bt[j] = d[j] = 200 + j;
+        c[j] = 300 + j;
+    }
+    d[4] = 900;
+    ck_assert_int_eq(request(h, b, 0, a, 5, &x), 0);
+    ck_assert_int_eq(llmem_memory_seq_rm(h, 0, -1, -1), LLMEM_OK);
+    x.len[0] = x.sum[0] = 0;
+    ck_assert_int_eq(request(h, b, 1, bt, 4, &x), 0);
+    llmem_memory_stats st = hstats(h);
+    ck_assert_int_eq(st.snapshots, 1);
+    ck_assert_int_eq(st.host_tier_snapshots, 1); /* A@5 */
+    ck_assert_int_eq(st.host_tier_snapshot_bytes, 16);
+    ck_assert_int_eq(st.host_tier_pages, 0);
+    mt_assert_check(h);
+    ck_assert_int_eq(request(h, b, 2, c, 12, &x), 0);
+    st = hstats(h);
+    ck_assert_int_eq(st.host_tier_pages, 0);
+    ck_assert_int_eq(st.host_tier_bytes, 0);
+    ck_assert_int_eq(st.host_tier_snapshots, 1); /* B@4 */
+    ck_assert_int_eq(st.host_tier_snapshot_bytes, 16);
+    ck_assert_int_eq(st.prefix_evictions, 1);
+    mt_assert_check(h);
+    ck_assert_int_eq(llmem_memory_seq_rm(h, 2, -1, -1), LLMEM_OK);
+    x.len[2] = x.sum[2] = 0;
+    x.first_T[0] = -1;
+    ck_assert_int_eq(request(h, b, 0, d, 5, &x), 4);
+    st = hstats(h);
+    ck_assert_int_eq(st.host_tier_snapshot_hits, 1);
+    ck_assert_int_eq(st.snapshot_hit_tokens, 4);
+    ck_assert_int_eq(st.host_tier_snapshots, 1); /* C@12, replaced by B@4 */
+    ck_assert_int_eq(st.host_tier_pages, 0);
+    mt_assert_check(h);
+    /* a cleared memory keeps nothing on the host either */
+    ck_assert_int_eq(llmem_memory_clear(h, false), LLMEM_OK);
+    st = hstats(h);
+    ck_assert_int_eq(st.host_tier_snapshots + st.host_tier_pages, 0);
+    mt_assert_check(h);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hybrid");
@@ -573,6 +671,7 @@ int main(void)
     tcase_add_test(tc, test_snapshot_multi_turn);
     tcase_add_test(tc, test_snapshot_random);
     tcase_add_test(tc, test_snapshot_long_chain);
+    tcase_add_test(tc, test_snapshot_host_tier);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;

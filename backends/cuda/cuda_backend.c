@@ -28,6 +28,12 @@ static llmem_status cuda_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_
 static llmem_status cuda_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
                                      size_t size, uint32_t pattern);
 static llmem_status cuda_synchronize(llmem_backend *be);
+static llmem_status cuda_host_alloc(llmem_backend *be, size_t size, void **out);
+static void cuda_host_free(llmem_backend *be, void *ptr);
+static llmem_status cuda_upload_async(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                      const void *src, size_t size);
+static llmem_status cuda_download_async(llmem_backend *be, llmem_buffer *src, size_t offset,
+                                        void *dst, size_t size);
 
 static const llmem_backend_i cuda_iface = {
     .struct_size = sizeof(llmem_backend_i),
@@ -45,6 +51,10 @@ static const llmem_backend_i cuda_iface = {
     .record_end = cuda_record_end,
     .graph_replay = cuda_graph_replay,
     .graph_free = cuda_graph_free,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .buffer_upload_async = cuda_upload_async,
+    .buffer_download_async = cuda_download_async,
 };
 
 static bool env_on(const char *name)
@@ -377,4 +387,58 @@ static llmem_status cuda_synchronize(llmem_backend *be)
     if (st != LLMEM_OK)
         return st;
     return cuda_check(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize");
+}
+
+/* Page-locked host memory (cudaHostAlloc): copies between it and device
+ * memory run as DMA without a staging copy, so cudaMemcpyAsync returns at
+ * once (CUDA C Programming Guide, "Page-Locked Host Memory"). */
+static llmem_status cuda_host_alloc(llmem_backend *be, size_t size, void **out)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    cudaError_t e = cudaHostAlloc(out, size, cudaHostAllocDefault);
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        *out = NULL;
+        return LLMEM_E_NO_MEMORY;
+    }
+    return cuda_check(cb, e, "cudaHostAlloc");
+}
+
+static void cuda_host_free(llmem_backend *be, void *ptr)
+{
+    cuda_backend *cb = cuda_from(be);
+    if (cuda_enter(cb) == LLMEM_OK)
+        cudaFreeHost(ptr);
+    (void)cudaGetLastError();
+}
+
+/* Queued on the backend's stream, in order with ops; no wait (the caller
+ * keeps the host memory until a synchronize). */
+static llmem_status cuda_upload_async(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                      const void *src, size_t size)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    return cuda_check(cb,
+                      cudaMemcpyAsync((char *)cuda_dev(dst) + offset, src, size,
+                                      cudaMemcpyHostToDevice, cb->stream),
+                      "cudaMemcpyAsync (upload_async)");
+}
+
+static llmem_status cuda_download_async(llmem_backend *be, llmem_buffer *src, size_t offset,
+                                        void *dst, size_t size)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    return cuda_check(cb,
+                      cudaMemcpyAsync(dst, (const char *)cuda_dev(src) + offset, size,
+                                      cudaMemcpyDeviceToHost, cb->stream),
+                      "cudaMemcpyAsync (download_async)");
 }

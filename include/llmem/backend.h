@@ -153,6 +153,43 @@ llmem_status llmem_buffer_fill(llmem_buffer *dst, size_t offset, size_t size, ui
  * 16-bit types). Used by poison mode. */
 uint32_t llmem_nan_pattern(llmem_dtype t);
 
+/* ---- host memory for device copies (the prefix cache's host tier, issue 13) ----
+ * Host memory from llmem_backend_host_alloc is what the device copies to
+ * and from directly: page-locked (pinned) on CUDA (cudaHostAlloc, as
+ * SGLang's HiCache and vLLM's CPU offload allocate theirs), so copies
+ * between it and device buffers can run asynchronously on the backend's
+ * queue. Backends without the slot (cpu, vulkan) give malloc'd memory and
+ * copy synchronously; the calls below behave the same for the caller. */
+
+/* Allocates `size` > 0 bytes of host memory into *out; free it with
+ * llmem_backend_host_free on the same backend. be NULL: malloc.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (size 0, out NULL); LLMEM_E_NO_MEMORY. */
+llmem_status llmem_backend_host_alloc(llmem_backend *be, size_t size, void **out);
+
+/* Frees memory from llmem_backend_host_alloc(be, ...). Waits for the
+ * backend's queue first when it may copy asynchronously (copies queued on
+ * the memory must not outlive it). Accepts NULL ptr. */
+void llmem_backend_host_free(llmem_backend *be, void *ptr);
+
+/* Queues a copy of `size` bytes host -> device at byte `offset` (upload)
+ * or device -> host (download) on the backend's queue, in order with ops
+ * and the other copies, and returns. The host memory (best from
+ * llmem_backend_host_alloc) must stay untouched until
+ * llmem_backend_synchronize returns, which is the fence; device work queued
+ * later sees the copy done. Backends that cannot copy asynchronously
+ * (cpu, vulkan) copy before returning, as llmem_buffer_upload / download.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (range outside the buffer, NULL
+ * pointers); LLMEM_E_BACKEND (device error). */
+llmem_status llmem_buffer_upload_async(llmem_buffer *dst, size_t offset, const void *src,
+                                       size_t size);
+llmem_status llmem_buffer_download_async(llmem_buffer *src, size_t offset, void *dst,
+                                         size_t size);
+
+/* Whether llmem_buffer_*_async copies run asynchronously on be (its
+ * backend has the slots), i.e. host memory given to them must wait for
+ * llmem_backend_synchronize. */
+bool llmem_backend_async_copies(const llmem_backend *be);
+
 /* Waits until all work queued on the backend has finished.
  * Returns LLMEM_E_BACKEND if the device reported an error. */
 llmem_status llmem_backend_synchronize(llmem_backend *be);

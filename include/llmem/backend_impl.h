@@ -69,6 +69,23 @@ typedef struct llmem_backend_i {
     llmem_status (*record_end)(llmem_backend *be, void **graph);
     llmem_status (*graph_replay)(llmem_backend *be, void *graph);
     void (*graph_free)(llmem_backend *be, void *graph);
+
+    /* ---- appended (issue 13): host memory and copies for the host tier
+     * (optional: all four or none; NULL means llmem_backend_host_alloc
+     * falls back to malloc and the _async copies to the synchronous ones).
+     * host_alloc: `size` > 0 bytes of host memory the device copies to and
+     * from without staging (CUDA: page-locked, cudaHostAlloc); host_free
+     * frees it (after the queue has drained: the core synchronizes first).
+     * buffer_upload_async / buffer_download_async: queue the copy on the
+     * backend's queue, in order with ops and the other copies, and return;
+     * the host memory must not be read, written or freed until
+     * synchronize returns (the fence). Ranges are checked by the core. */
+    llmem_status (*host_alloc)(llmem_backend *be, size_t size, void **out);
+    void (*host_free)(llmem_backend *be, void *ptr);
+    llmem_status (*buffer_upload_async)(llmem_backend *be, llmem_buffer *dst, size_t offset,
+                                        const void *src, size_t size);
+    llmem_status (*buffer_download_async)(llmem_backend *be, llmem_buffer *src, size_t offset,
+                                          void *dst, size_t size);
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */

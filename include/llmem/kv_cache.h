@@ -37,7 +37,8 @@ typedef struct llmem_kv_cache_params {
     /* Host tier (issue 13): bytes of host memory that published pages
      * evicted from the pool spill to (K and V of every layer per page),
      * found again by the prefix cache and copied back on a hit; LRU within
-     * the budget. 0 = off; when 0, LLMEM_HOST_TIER_MB (MiB) decides. */
+     * the budget. 0 = off; when 0, LLMEM_HOST_TIER_MB (MiB) decides. In a
+     * hybrid the children share one tier (llmem_recurrent_params). */
     int64_t host_tier_bytes;
     /* Sliding window (issue 17; memory/swa.c). 0: every key is kept (a full
      * cache). > 0: every layer of this cache is a sliding-window layer whose
@@ -70,9 +71,10 @@ llmem_kv_cache_params llmem_kv_cache_default_params(void);
  * (2 * n_layers buffers of n_pages * llmem_kv_page_bytes(dtype, page_size,
  * n_kv_heads, head_dim) bytes: page_size * n_kv_heads * head_dim * dtype
  * size, plus the per-head scales for I8 / F8E4M3), plus the host tier when host_tier_bytes (or
- * LLMEM_HOST_TIER_MB) is set: malloc'd host memory for
- * floor(bytes / (2 * n_layers * page bytes)) pages, none when that is 0 or
- * the prefix cache is off. The memory keeps a reference to `be`; the caller keeps
+ * LLMEM_HOST_TIER_MB) is set: host memory from llmem_backend_host_alloc
+ * (pinned on CUDA), allocated as pages spill, for at most
+ * floor(bytes / (2 * n_layers * page bytes)) pages; none when the prefix
+ * cache is off. The memory keeps a reference to `be`; the caller keeps
  * ownership of `be` and must close it after destroying the memory.
  * Returns LLMEM_OK; LLMEM_E_INVALID (a parameter out of range, with the
  * reason in err; or an overflowing pool size); LLMEM_E_NO_MEMORY. */

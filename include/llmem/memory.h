@@ -102,6 +102,9 @@ typedef struct llmem_memory_stats {
     int64_t host_tier_pages;     /* evicted pages held in the host tier now */
     int64_t host_tier_bytes;     /* host bytes those pages hold */
     int64_t host_tier_hits;      /* pages copied back from the host tier on a prefix hit */
+    int64_t host_tier_snapshots;      /* evicted snapshots held in the host tier now */
+    int64_t host_tier_snapshot_bytes; /* host bytes those snapshots hold */
+    int64_t host_tier_snapshot_hits;  /* snapshots copied back from the host tier on a hit */
 } llmem_memory_stats;
 
 /* Plans a batch: validates it, looks up the prefix cache, splits it into

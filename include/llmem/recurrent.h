@@ -43,6 +43,14 @@ typedef struct llmem_recurrent_params {
      * 0 = off; LLMEM_SNAPSHOTS=<n>[:<interval>] sets both when 0. */
     int32_t n_snapshots;
     int32_t snap_interval;
+    /* Host tier (issue 13): bytes of host memory (from
+     * llmem_backend_host_alloc: pinned on CUDA) that snapshots evicted from
+     * the n_snapshots device slots spill to; a prefix hit on one copies it
+     * back into a device slot at the plan's first apply. 0: off, or
+     * LLMEM_HOST_TIER_MB (MiB) when set; needs n_snapshots > 0. In a hybrid
+     * the children share one tier (the largest budget among them): KV
+     * pages and snapshots are then evicted least recently used together. */
+    int64_t host_tier_bytes;
 } llmem_recurrent_params;
 
 /* Fills a Mamba-2 layer's two descriptors (conv then ssm) in out[2]:
@@ -55,10 +63,13 @@ void llmem_recurrent_mamba2_states(int32_t d_conv, int32_t d_inner, int32_t n_gr
 /* Creates a recurrent memory with n_seq_max * (2 + n_ckpt) slots (each
  * sequence holds at most 1 + n_ckpt; one more lets a ubatch write a new
  * current state without overwriting the committed one), allocated
- * through `be` (one buffer per layer and state). The memory keeps a
- * reference to `be`; the caller closes it after destroying the memory.
- * Returns LLMEM_OK; LLMEM_E_INVALID (bad parameter, reason in err);
- * LLMEM_E_NO_MEMORY. */
+ * through `be` (one buffer per layer and state), plus n_snapshots snapshot
+ * slots and, with host_tier_bytes (or LLMEM_HOST_TIER_MB) and snapshots on,
+ * a host tier whose blocks come from llmem_backend_host_alloc as snapshots
+ * spill. The memory keeps a reference to `be`; the caller closes it after
+ * destroying the memory.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (bad parameter, e.g. host_tier_bytes
+ * < 0, reason in err); LLMEM_E_NO_MEMORY. */
 llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_params *params,
                                     llmem_memory **out, char *err, size_t err_len);
 
