@@ -149,6 +149,12 @@ static int write_json(const char *path, const sched *s, const report *r)
         {"host_tier_pages", (double)r->ms.host_tier_pages},
         {"host_tier_bytes", (double)r->ms.host_tier_bytes},
         {"host_tier_hits", (double)r->ms.host_tier_hits},
+        {"snapshots", (double)r->ms.snapshots},
+        {"snapshot_bytes", (double)r->ms.snapshot_bytes},
+        {"snapshot_hit_tokens", (double)r->ms.snapshot_hit_tokens},
+        {"host_tier_snapshots", (double)r->ms.host_tier_snapshots},
+        {"host_tier_snapshot_bytes", (double)r->ms.host_tier_snapshot_bytes},
+        {"host_tier_snapshot_hits", (double)r->ms.host_tier_snapshot_hits},
         {"preemptions", (double)c->preemptions},
         {"admission_deferrals", (double)c->deferrals},
         {"steps", (double)c->steps},
@@ -224,6 +230,12 @@ static void print_report(const sched *s, const report *r)
         printf("%-24s %lld pages restored on hits; %lld pages (%lld bytes) held now\n",
                "KV host tier", (long long)r->ms.host_tier_hits,
                (long long)r->ms.host_tier_pages, (long long)r->ms.host_tier_bytes);
+    if (r->ms.snapshots > 0 || r->ms.host_tier_snapshots > 0)
+        printf("%-24s %lld on the device (%lld bytes), %lld on the host (%lld bytes); "
+               "%lld restored from the host on hits\n",
+               "snapshots", (long long)r->ms.snapshots, (long long)r->ms.snapshot_bytes,
+               (long long)r->ms.host_tier_snapshots, (long long)r->ms.host_tier_snapshot_bytes,
+               (long long)r->ms.host_tier_snapshot_hits);
     printf("%-24s %lld (and %lld admissions deferred)\n", "preemptions", (long long)c->preemptions,
            (long long)c->deferrals);
 }
