@@ -184,6 +184,8 @@ void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
         s->pages.n = keep;
     if (s->dropped > keep)
         s->dropped = keep;
+    if (keep == 0)
+        s->lost = 0;
     kv_pt_changed(s, keep);
     if (keep == 0 && s->row >= 0) /* an empty sequence gives its row back */
         page_rows_free(&kv->rows, &s->row, &s->row_cap);
@@ -356,6 +358,8 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
     if (dry)
         return LLMEM_OK;
     kv_drop_pages_from(kv, s, n_pages_for_len(kv, first));
+    if (s->lost > first) /* a window of 1 may cut into what it lost */
+        s->lost = first;
     s->tokens.n = s->pos.n = first;
     pos_meta_truncated(&s->pm, &s->pos);
     if (first % kv->p.page_size) {
@@ -393,6 +397,7 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     }
     b->pages.n = np;
     b->dropped = a->dropped < np ? a->dropped : np;
+    b->lost = a->lost < k ? a->lost : k;
     kv_pt_changed(b, 0);
     i32_copy(b->tokens.v, a->tokens.v, k);
     i32_copy(b->pos.v, a->pos.v, k);
@@ -506,7 +511,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
         q->pages.n = q->tokens.n = q->pos.n = 0;
         q->pm = (pos_meta){-1, -1, false};
         q->row = -1;
-        q->row_cap = q->synced = q->dropped = 0;
+        q->row_cap = q->synced = q->dropped = q->lost = 0;
     }
     page_rows_reset(&kv->rows);
     page_pool_reset(&kv->pool);

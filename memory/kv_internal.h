@@ -24,6 +24,10 @@ typedef struct kv_seq {
      * the window and read -1; the row keeps stale ids there, never read
      * (views start at row + dropped). 0 in a full cache. */
     int32_t dropped;
+    /* Leading tokens whose K/V the sequence no longer holds (>= dropped *
+     * page_size; more after a state read whose rows left the writer's
+     * window inside a page this cache keeps). 0 in a full cache. */
+    int32_t lost;
 } kv_seq;
 
 /* Element offsets of one ubatch's tables in the plan's index. */
@@ -125,9 +129,13 @@ void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n);
 int32_t swa_keep_from(const kv_cache *kv, int32_t len);
 /* Drops the pages of s wholly before swa_keep_from(its length). */
 void swa_slide(kv_cache *kv, kv_seq *s);
-/* Whether the first k tokens of s still hold every page the token after
- * them reads (k == 0, or no dropped page at or after index k + 1 - window). */
+/* Whether the first k tokens of s still hold every key the token after
+ * them reads, and the page it writes into when that page holds earlier
+ * tokens (k == 0, or nothing lost at or after index k + 1 - window). */
 bool swa_cut_ok(const kv_cache *kv, const kv_seq *s, int32_t k);
+/* The shift value a serialized KV state gives a row it does not hold (it
+ * left a sliding window): such rows are a prefix of the entry. */
+#define KV_ROW_LOST INT32_MIN
 /* Tokens the views of s skip: its dropped pages. */
 static inline int32_t swa_skip(const kv_cache *kv, const kv_seq *s)
 {

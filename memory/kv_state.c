@@ -9,9 +9,9 @@
  * (pending K-shift of each slot), then for every layer the
  * K rows then the V rows of its len slots (row = n_kv_heads * head_dim
  * elements of dtype). Page size is not part of the format: a stream loads
- * into a cache of any page size. A windowed cache (swa.c) writes zero rows
- * (and shift 0) for the tokens whose pages left its window, and reads back
- * only the pages its window keeps. Except for the scaled dtypes (int8, fp8),
+ * into a cache of any page size. A windowed cache (swa.c) marks the rows it
+ * no longer holds (a prefix: shift KV_ROW_LOST, zero K/V), and reads back
+ * only the pages its window keeps; a full cache refuses such a state. Except for the scaled dtypes (int8, fp8),
  * whose scales belong to pages: their header has an i32 page_size after
  * dtype (a stream loads only into a cache of that page size), and the rows
  * of each page are followed by its n_kv_heads f32 scales. */
@@ -47,8 +47,8 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int3
     llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
     llmem_state_put(w, s->pos.v, (size_t)n * sizeof(int32_t));
     int32_t skip = swa_skip(kv, s); /* tokens whose pages left the window */
-    for (int32_t j = 0; j < n; j++) /* pending K-shift of each slot */
-        llmem_state_put_i32(w, j < skip ? 0 : kv->shift[kv_slot(kv, s, j)]);
+    for (int32_t j = 0; j < n; j++) /* pending K-shift of each slot; lost rows marked */
+        llmem_state_put_i32(w, j < s->lost ? KV_ROW_LOST : kv->shift[kv_slot(kv, s, j)]);
     for (int32_t il = 0; il < kv->p.n_layers; il++)
         for (int32_t kvi = 0; kvi < 2; kvi++) {
             llmem_buffer *pool = kvi ? kv->v[il] : kv->k[il];
@@ -146,6 +146,8 @@ static int32_t shared_pages(const kv_cache *kv, int32_t len, int32_t shared_len)
 
 typedef struct kv_entry {
     int32_t seq, len, share_from, shared_len;
+    int32_t lost;    /* leading rows marked KV_ROW_LOST */
+    int32_t dropped; /* pages a windowed reader does not take */
     const int32_t *tokens, *pos, *shift; /* unaligned-safe copies below */
     const uint8_t *data;         /* [n_layers][2][len rows] */
 } kv_entry;
@@ -247,10 +249,6 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
             free(seen);
             goto corrupt;
         }
-        /* a windowed cache shares nothing on read and keeps only its window */
-        pages += n_pages_for_len(kv, e->len) -
-                 (kv->p.window > 0 ? swa_keep_from(kv, e->len) / kv->p.page_size
-                  : e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0);
         ints += 3 * (int64_t)e->len;
     }
     free(seen);
@@ -278,6 +276,29 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         e->shift = dst;
         dst += e->len;
         llmem_state_get(&r2, NULL, entry_data_bytes(kv, e->len));
+        /* rows the writer no longer held (left its sliding window): a prefix */
+        while (e->lost < e->len && e->shift[e->lost] == KV_ROW_LOST)
+            e->lost++;
+        for (int32_t j = e->lost; j < e->len; j++)
+            if (e->shift[j] == KV_ROW_LOST) {
+                llmem_errf(err, err_len, "KV state entry %d: a lost row after a held one", i);
+                goto corrupt;
+            }
+        int64_t lo = (int64_t)e->len + 1 - kv->p.window;
+        if (e->lost > 0 && (kv->p.window == 0 || e->lost > (lo > 0 ? lo : 0))) {
+            llmem_errf(err, err_len,
+                       "KV state entry %d: its first %d tokens left a sliding window; this "
+                       "cache %s", i, e->lost,
+                       kv->p.window ? "has a wider window" : "keeps every key");
+            kv_state_read_abort(mem, t);
+            return LLMEM_E_INVALID;
+        }
+        /* a windowed cache shares nothing on read and keeps only its window */
+        e->dropped = kv->p.window > 0 ? swa_keep_from(kv, e->len) : 0;
+        e->dropped = (e->lost > e->dropped ? e->lost : e->dropped) / kv->p.page_size;
+        pages += n_pages_for_len(kv, e->len) -
+                 (kv->p.window > 0 ? e->dropped
+                  : e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0);
     }
     /* space: what is obtainable once the replaced sequences are dropped */
     int64_t avail = page_pool_available(&kv->pool);
@@ -333,7 +354,8 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
             page_pool_ref(&kv->pool, o->pages.v[k]);
         }
         /* a windowed cache takes no page for tokens outside its window */
-        s->dropped = swa_keep_from(kv, e->len) / ps;
+        s->dropped = e->dropped;
+        s->lost = e->lost > s->dropped * ps ? e->lost : s->dropped * ps;
         for (int32_t k = nsh; k < s->dropped; k++)
             s->pages.v[s->pages.n++] = -1;
         for (int32_t k = nsh > s->dropped ? nsh : s->dropped; k < np; k++)
@@ -344,7 +366,7 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         s->tokens.n = s->pos.n = e->len;
         pos_meta_reset(&s->pm, &s->pos);
         for (int32_t j = (nsh > s->dropped ? nsh : s->dropped) * ps; j < e->len; j++) {
-            if (e->shift[j] == 0)
+            if (e->shift[j] == 0 || j < s->lost)
                 continue;
             int32_t slot = kv_slot(kv, s, j);
             kv->shift[slot] = e->shift[j];
@@ -427,8 +449,9 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
             goto out;
         }
         if (q->dropped < 0 || q->dropped > q->pages.n ||
-            (kv->p.window == 0 && q->dropped != 0) || !swa_cut_ok(kv, q, q->tokens.n) ||
-            (q->tokens.n == 0 && q->dropped != 0)) {
+            (kv->p.window == 0 && (q->dropped != 0 || q->lost != 0)) ||
+            !swa_cut_ok(kv, q, q->tokens.n) || q->lost < q->dropped * ps ||
+            q->lost > q->tokens.n || (q->tokens.n == 0 && q->dropped != 0)) {
             llmem_errf(err, err_len,
                        "sequence %d: %d pages left the window of %d, %d tokens, %d pages", s,
                        q->dropped, kv->p.window, q->tokens.n, q->pages.n);

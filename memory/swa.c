@@ -42,14 +42,23 @@ void swa_slide(kv_cache *kv, kv_seq *s)
         kv_unref_page(kv, s->pages.v[s->dropped]);
         s->pages.v[s->dropped] = -1;
     }
+    if (s->lost < s->dropped * kv->p.page_size)
+        s->lost = s->dropped * kv->p.page_size;
 }
 
 bool swa_cut_ok(const kv_cache *kv, const kv_seq *s, int32_t k)
 {
-    if (k == 0 || s->dropped == 0)
+    int64_t ps = kv->p.page_size, gone = (int64_t)s->dropped * ps;
+    gone = s->lost > gone ? s->lost : gone;
+    if (k == 0 || gone == 0)
         return true;
+    if (kv->p.window == 1) /* the next query sees only its own key: it needs
+                              only the page it writes into, if that holds
+                              earlier tokens */
+        return k % ps == 0 || (int64_t)s->dropped * ps <= k;
+    /* keys [k + 1 - window, k) held (the page written into follows) */
     int64_t lo = (int64_t)k + 1 - kv->p.window;
-    return (int64_t)s->dropped * kv->p.page_size <= (lo > 0 ? lo : 0);
+    return gone <= (lo > 0 ? lo : 0);
 }
 
 int32_t llmem_kv_cache_window(llmem_memory *mem)

@@ -23,6 +23,7 @@
 #include "llmem/model.h"
 #include "llmem/runtime.h"
 #include "support/memtest.h"
+#include "support/ref64.h"
 
 #define TMAX 64
 
@@ -135,21 +136,35 @@ static attn_ctx ctx_new(llmem_backend *be, int32_t layer, int32_t window)
     return c;
 }
 
-/* Pages a sequence of len tokens must hold (brute force): those holding a
- * key that a query at index len - r (r in [0, slack], before the next
- * token is appended) may see, plus the page being filled. */
+/* Pages a sequence of len tokens must hold (brute force): for every query
+ * index qi = len - r the sequence may append next (r in [0, slack]: after
+ * a rollback of r tokens), the pages of the keys it sees, and the page it
+ * writes its own key into when that page already holds earlier tokens. */
 static int32_t pages_needed(int32_t len, int32_t ps, int32_t window, int32_t slack)
 {
     int32_t n = 0;
     for (int32_t pg = 0; (int64_t)pg * ps < len; pg++) {
-        bool need = pg == (len - 1) / ps;
-        for (int32_t j = pg * ps; j < (pg + 1) * ps && j < len && !need; j++)
-            for (int32_t r = 0; r <= slack && !need; r++) {
-                int32_t qi = len - r; /* the next query after a cut to len - r */
-                need = qi >= 0 && j < qi && qi - j < window;
-            }
+        bool need = false;
+        for (int32_t r = 0; r <= slack && !need; r++) {
+            int32_t qi = len - r;
+            if (qi < 0)
+                break;
+            need = qi % ps != 0 && pg == qi / ps;
+            for (int32_t j = pg * ps; j < (pg + 1) * ps && j < qi && !need; j++)
+                need = qi - j < window; /* transformers: kv_idx > q_idx - window */
+        }
         n += need;
     }
+    return n;
+}
+
+/* The most pages the contract lets a sequence of len tokens keep after a
+ * commit: those not wholly before index len + 1 - window - slack. */
+static int32_t pages_kept_max(int32_t len, int32_t ps, int32_t window, int32_t slack)
+{
+    int32_t n = 0;
+    for (int32_t pg = 0; (int64_t)pg * ps < len; pg++)
+        n += (pg + 1) * ps > len + 1 - window - slack;
     return n;
 }
 
@@ -375,10 +390,19 @@ START_TEST(test_state_roundtrip)
     ck_assert_int_eq(llmem_memory_seq_len(m2, 0), 25);
     mt_add(b, 0, 25, 4, 900, true);
     run_ok(m2, b, 2, &c);
-    /* a full cache of 4 pages cannot take it (all 25 tokens need 9 pages) */
-    llmem_memory *full = mt_kv(be, ps, 4, 2, false, false);
+    /* a full cache refuses it (it would take the lost rows as keys), and
+     * stays as it was */
+    llmem_memory *full = mt_kv(be, ps, 16, 2, false, false);
     ck_assert_int_eq(llmem_memory_state_read(full, -1, buf, size, err, sizeof err),
-                     LLMEM_E_NO_SPACE);
+                     LLMEM_E_INVALID);
+    ck_assert_ptr_nonnull(strstr(err, "sliding window"));
+    ck_assert_int_eq(llmem_memory_seq_len(full, 0), 0);
+    mt_assert_check(full);
+    /* a cache with a wider window too (its queries would see lost rows) */
+    llmem_memory *wide = swa_kv(be, ps, 32, 2, W + 4, 1, false);
+    ck_assert_int_eq(llmem_memory_state_read(wide, -1, buf, size, err, sizeof err),
+                     LLMEM_E_INVALID);
+    llmem_memory_destroy(wide);
     free(buf);
     llmem_memory_destroy(full);
     llmem_buffer_free(c.buf);
@@ -471,6 +495,157 @@ START_TEST(test_create_errors)
     ck_assert_int_eq(llmem_kv_cache_create(be, &p, &m, err, sizeof err), LLMEM_E_INVALID);
     ck_assert_ptr_null(m);
     ck_assert_int_eq(llmem_kv_cache_window(NULL), -1);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* ---- randomized: every operation against the brute force ------------------------ */
+
+/* Whether the first k tokens of seq still hold every key their next query
+ * sees, and the page that query writes its key into when the k-th token
+ * left it partly filled (brute force over the page table: an entry -1 left
+ * the window). */
+static bool window_intact(llmem_memory *m, int32_t seq, int32_t k, int32_t ps, int32_t W,
+                          int32_t lost)
+{
+    int32_t pt[512];
+    int32_t n = llmem_kv_cache_page_table(m, seq, pt, 512);
+    for (int32_t j = k + 1 - W > 0 ? k + 1 - W : 0; j < k; j++)
+        if (j / ps >= n || pt[j / ps] < 0 || j < lost)
+            return false;
+    return k % ps == 0 || (k / ps < n && pt[k / ps] >= 0);
+}
+
+/* Random appends (several sequences, several ubatch sizes, prefix hits),
+ * rollbacks within and past the slack, copies of whole sequences and of
+ * prefixes, removals and state round trips on a windowed cache in poison
+ * mode. After each step: the invariant checker; every status the brute
+ * force predicts; the exact held-page count after a commit; the pool's use
+ * equal to the distinct pages of all tables; attention through the views
+ * equal to the float64 windowed reference (check_attention). Seed:
+ * LLMEM_TEST_SEED; to debug one case, SWA_ONLY=<loop index> runs only it
+ * and SWA_TRACE=1 prints every step. */
+START_TEST(test_randomized)
+{
+    if (getenv("SWA_ONLY") && atoi(getenv("SWA_ONLY")) != _i)
+        return;
+    ref64_rng r = ref64_rng_make(ref64_seed(), 1700 + (uint64_t)_i);
+    static const int32_t ws[] = {1, 3, 5, 8}, pss[] = {1, 3, 4, 5};
+    int32_t W = ws[ref64_int(&r, 0, 3)], ps = pss[ref64_int(&r, 0, 3)];
+    int32_t slack = ref64_int(&r, 0, 3), NS = 4;
+    bool prefix = ref64_int(&r, 0, 1);
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = swa_kv(be, ps, 96, NS, W, slack, prefix);
+    attn_ctx c = ctx_new(be, 0, W);
+    int32_t len[4] = {0, 0, 0, 0};
+    int32_t lost[4] = {0, 0, 0, 0}; /* leading tokens whose keys left (observed) */
+    char err[256] = "";
+    for (int32_t step = 0; step < 150; step++) {
+        int32_t op = ref64_int(&r, 0, 9), s = ref64_int(&r, 0, NS - 1);
+        if (getenv("SWA_TRACE"))
+            fprintf(stderr, "step %d op %d seq %d lens %d %d %d %d (W %d ps %d slack %d)\n",
+                    step, op, s, len[0], len[1], len[2], len[3], W, ps, slack);
+        mt_snap before, after;
+        mt_snapshot(m, &before);
+        if (op <= 4) { /* append to one or two sequences */
+            int32_t s2 = op == 4 ? (s + 1) % NS : -1, n = ref64_int(&r, 1, 12);
+            for (int32_t q = s; q >= 0; q = q == s ? s2 : -1) {
+                if (len[q] + n > 200)
+                    continue;
+                /* tokens depend on the position only: sequences share prefixes */
+                for (int32_t i = 0; i < n; i++)
+                    ck_assert_int_eq(llmem_batch_buf_add(b, (len[q] + i) * 13 % 97, len[q] + i,
+                                                         &q, 1, i == n - 1),
+                                     LLMEM_OK);
+            }
+            static const int32_t ubs[] = {1, 3, 512};
+            const llmem_batch *bt = llmem_batch_buf_get(b);
+            if (bt->n_tokens > 0) {
+                llmem_status st = mt_run(m, bt, ubs[ref64_int(&r, 0, 2)], check_attention, &c,
+                                         NULL);
+                if (st == LLMEM_E_NO_SPACE) {
+                    mt_snapshot(m, &after);
+                    mt_assert_same(&before, &after);
+                } else {
+                    ck_assert_int_eq(st, LLMEM_OK);
+                    for (int32_t q = s; q >= 0; q = q == s ? s2 : -1)
+                        if (len[q] + n <= 200) {
+                            len[q] += n;
+                            /* at least the window (the slack too unless a
+                             * rollback or a copy took pages of it), at most
+                             * what the contract keeps */
+                            ck_assert_int_le(held_pages(m, q), pages_kept_max(len[q], ps, W, slack));
+                            ck_assert_int_ge(held_pages(m, q), pages_needed(len[q], ps, W, 0));
+                        }
+                }
+            }
+            llmem_batch_buf_clear(b);
+        } else if (op <= 6) { /* rollback by 1 .. slack + 3 */
+            int32_t k = len[s] - ref64_int(&r, 1, slack + 3);
+            k = k > 0 ? k : 0;
+            bool ok = k == 0 || window_intact(m, s, k, ps, W, lost[s]);
+            ck_assert_int_eq(llmem_memory_seq_rm(m, s, k, -1), ok ? LLMEM_OK : LLMEM_E_STATE);
+            if (ok) {
+                len[s] = len[s] < k ? len[s] : k;
+                lost[s] = len[s] ? lost[s] : 0;
+            } else {
+                mt_snapshot(m, &after);
+                mt_assert_same(&before, &after);
+            }
+        } else if (op == 7) { /* copy a whole sequence or a prefix of it */
+            int32_t d = (s + ref64_int(&r, 1, NS - 1)) % NS;
+            int32_t k = ref64_int(&r, 0, 1) ? len[s] : ref64_int(&r, 0, len[s]);
+            bool ok = k == 0 || window_intact(m, s, k, ps, W, lost[s]);
+            ck_assert_int_eq(llmem_memory_seq_cp(m, s, d, 0, k), ok ? LLMEM_OK : LLMEM_E_STATE);
+            if (ok) {
+                len[d] = k;
+                lost[d] = k ? lost[s] : 0;
+            }
+        } else if (op == 8) {
+            ck_assert_int_eq(llmem_memory_seq_rm(m, s, -1, -1), LLMEM_OK);
+            len[s] = lost[s] = 0;
+        } else { /* state round trip into a fresh cache, which replaces m */
+            size_t size = 0, w = 0;
+            ck_assert_int_eq(llmem_memory_state_size(m, -1, &size), LLMEM_OK);
+            void *buf = malloc(size);
+            ck_assert_int_eq(llmem_memory_state_write(m, -1, buf, size, &w), LLMEM_OK);
+            llmem_memory *m2 = swa_kv(be, ps, 96, NS, W, slack, prefix);
+            ck_assert_msg(llmem_memory_state_read(m2, -1, buf, size, err, sizeof err) ==
+                              LLMEM_OK, "%s", err);
+            free(buf);
+            for (int32_t q = 0; q < NS; q++) {
+                ck_assert_int_eq(llmem_memory_seq_len(m2, q), len[q]);
+                ck_assert_int_le(held_pages(m2, q), pages_kept_max(len[q], ps, W, slack));
+                ck_assert_int_ge(held_pages(m2, q), pages_needed(len[q], ps, W, 0));
+            }
+            llmem_memory_destroy(m);
+            m = m2;
+        }
+        mt_assert_check(m);
+        /* the pool holds exactly the pages the tables name (no prefix cache:
+         * a dropped page is free at once) */
+        int32_t seen[96] = {0}, distinct = 0;
+        for (int32_t q = 0; q < NS; q++) {
+            ck_assert_int_eq(llmem_memory_seq_len(m, q), len[q]);
+            ck_assert(len[q] == 0 || window_intact(m, q, len[q], ps, W, lost[q]));
+            int32_t pt[512];
+            int32_t n = llmem_kv_cache_page_table(m, q, pt, 512);
+            for (int32_t j = 0; j < n; j++)
+                if (pt[j] >= 0 && !seen[pt[j]]++)
+                    distinct++;
+            int32_t d = 0; /* pages that left the window: their keys are lost */
+            while (d < n && pt[d] < 0)
+                d++;
+            lost[q] = d * ps > lost[q] ? d * ps : lost[q];
+        }
+        llmem_memory_stats st;
+        llmem_memory_get_stats(m, &st);
+        ck_assert_int_eq(st.pages_used, distinct);
+    }
+    llmem_buffer_free(c.buf);
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
     llmem_backend_close(be);
 }
 END_TEST
@@ -598,6 +773,7 @@ int main(void)
     tcase_add_test(tc, test_state_roundtrip);
     tcase_add_test(tc, test_hybrid_window_and_full);
     tcase_add_test(tc, test_create_errors);
+    tcase_add_loop_test(tc, test_randomized, 0, 16);
     tcase_add_test(tc, test_gemma3_config);
     tcase_add_test(tc, test_gemma3_memory);
     suite_add_tcase(s, tc);
