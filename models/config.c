@@ -25,7 +25,7 @@
 
 static const char *arch_names[LLMEM_ARCH_COUNT] = {"llama", "mamba2", "bamba", "nemotron_h",
                                                    "granitemoehybrid", "falcon_h1",
-                                                   "qwen3_next", "gemma3_text"};
+                                                   "qwen3_next", "gemma3_text", "lfm2", "jamba"};
 
 const char *llmem_arch_name(llmem_arch a)
 {
@@ -35,7 +35,8 @@ const char *llmem_arch_name(llmem_arch a)
 const char *llmem_layer_kind_name(llmem_layer_kind k)
 {
     static const char *names[LLMEM_LAYER_KIND_COUNT] = {"attention", "mamba2", "mlp", "moe",
-                                                         "parallel", "gdn"};
+                                                         "parallel", "gdn", "shortconv",
+                                                         "mamba1"};
     return (unsigned)k < LLMEM_LAYER_KIND_COUNT ? names[k] : "?";
 }
 
@@ -562,8 +563,8 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
         a++;
     if (a == LLMEM_ARCH_COUNT) {
         llmem_errf(c->err, c->err_len, "%s: model_type '%.40s' is not supported (llmem runs "
-                "llama, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_h1, qwen3_next and "
-                "gemma3_text)", c->src, type);
+                "llama, mamba2, bamba, nemotron_h, granitemoehybrid, falcon_h1, qwen3_next, "
+                "gemma3_text, lfm2 and jamba)", c->src, type);
         return LLMEM_E_UNSUPPORTED;
     }
     m->arch = (llmem_arch)a;
@@ -584,6 +585,8 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     case LLMEM_ARCH_FALCON_H1: TRY(hf_cfg_parse_falcon_h1(c, m)); break;
     case LLMEM_ARCH_QWEN3_NEXT: TRY(hf_cfg_parse_qwen3_next(c, m)); break;
     case LLMEM_ARCH_GEMMA3_TEXT: TRY(hf_cfg_parse_gemma3(c, m)); break;
+    case LLMEM_ARCH_LFM2: TRY(hf_cfg_parse_lfm2(c, m)); break;
+    case LLMEM_ARCH_JAMBA: TRY(hf_cfg_parse_jamba(c, m)); break;
     default: TRY(parse_nemotron_h(c, m)); break;
     }
     TRY(hf_cfg_check_moe(c, m));
@@ -592,7 +595,8 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     for (int32_t i = 0; i < m->n_layers; i++) {
         llmem_layer_kind lk = m->layers[i].kind;
         m->n_attention_layers += lk == LLMEM_LAYER_ATTENTION || lk == LLMEM_LAYER_PARALLEL;
-        m->n_mamba_layers += lk == LLMEM_LAYER_MAMBA2 || lk == LLMEM_LAYER_PARALLEL;
+        m->n_mamba_layers += lk == LLMEM_LAYER_MAMBA2 || lk == LLMEM_LAYER_PARALLEL ||
+                             lk == LLMEM_LAYER_SHORTCONV || lk == LLMEM_LAYER_MAMBA1;
         m->n_mlp_layers += m->layers[i].kind == LLMEM_LAYER_MLP;
     }
     return LLMEM_OK;

@@ -84,4 +84,8 @@ llmem_status hf_cfg_parse_qwen3_next(cfgctx *c, llmem_model_config *m);
 llmem_status hf_cfg_parse_gemma3(cfgctx *c, llmem_model_config *m);
 llmem_status hf_cfg_check_moe(cfgctx *c, const llmem_model_config *m);
 
+/* models/lfm2.c and models/jamba.c: their config.json (Lfm2Config, JambaConfig). */
+llmem_status hf_cfg_parse_lfm2(cfgctx *c, llmem_model_config *m);
+llmem_status hf_cfg_parse_jamba(cfgctx *c, llmem_model_config *m);
+
 #endif

@@ -28,6 +28,12 @@ static llmem_status matmul(llmem_model *m, const llmem_tensor *a, const llmem_te
     return llmem_op_matmul(m->be, a, w, out);
 }
 
+llmem_status hf_matmul(llmem_model *m, const llmem_tensor *a, const llmem_tensor *w,
+                       const llmem_tensor *out)
+{
+    return matmul(m, a, w, out);
+}
+
 /* out = a · wᵀ (+ bias) */
 static llmem_status linear(llmem_model *m, const llmem_tensor *a, const wt *w, const wt *bias,
                            const llmem_tensor *out)
@@ -59,6 +65,12 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
     TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
     if (c->gemma_norms) /* gemma3: per-head q/k RMSNorm before RoPE */
         TRY(hf_gemma3_qk_norm(m, L, T, m->off_a, m->off_b));
+    else if (L->w[LLMEM_W_ATTN_Q_NORM].present) { /* lfm2: RMSNorm of each q and k head */
+        llmem_tensor qh = llmem_tensor_2d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T * H, Dh);
+        llmem_tensor kh = llmem_tensor_2d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T * Hk, Dh);
+        TRY(llmem_op_rms_norm(m->be, &qh, &L->w[LLMEM_W_ATTN_Q_NORM].t, (float)c->norm_eps, &qh));
+        TRY(llmem_op_rms_norm(m->be, &kh, &L->w[LLMEM_W_ATTN_K_NORM].t, (float)c->norm_eps, &kh));
+    }
     llmem_tensor q3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T, H, Dh);
     llmem_tensor k3 = llmem_tensor_3d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, Hk, Dh);
     llmem_tensor v3 = llmem_tensor_3d(m->scratch, m->off_c, LLMEM_DTYPE_F32, T, Hk, Dh);
@@ -169,7 +181,8 @@ static llmem_status fused_gate_up(llmem_model *m, const layer_w *L, int32_t T,
 static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
 {
     const llmem_model_config *c = &m->cfg;
-    if (c->arch == LLMEM_ARCH_GRANITEMOEHYBRID)
+    if (c->arch == LLMEM_ARCH_GRANITEMOEHYBRID ||
+        (c->arch == LLMEM_ARCH_JAMBA && L->w[LLMEM_W_MOE_ROUTER].present))
         return moe_ffn(m, L, T);
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     llmem_tensor up = act(m, m->off_b, T, c->intermediate_size);
@@ -258,6 +271,10 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
             TRY(mamba(m, L, T, &v));
         else if (lc->kind == LLMEM_LAYER_MOE)
             TRY(moe_ffn(m, L, T));
+        else if (lc->kind == LLMEM_LAYER_SHORTCONV)
+            TRY(hf_lfm2_shortconv(m, L, T, &v));
+        else if (lc->kind == LLMEM_LAYER_MAMBA1)
+            TRY(hf_jamba_mamba(m, L, T, &v));
         else
             TRY(ffn(m, L, T));
         if (L->w[LLMEM_W_POST_ATTN_NORM].present) /* gemma3: norm of the block output */

@@ -52,7 +52,10 @@ bool hf_moe_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer,
                    size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims);
 /* Whether weight w is stored as one tensor per expert (nemotron_h). */
 bool hf_moe_is_split(const llmem_model_config *cfg, llmem_weight w);
-/* The checkpoint name of expert e's tensor of a split weight. */
+/* Tensors a split weight is stored as: n_expert, or 2 * n_expert for a
+ * gated up (jamba: each expert's gate_proj then up_proj). */
+int32_t hf_moe_split_count(const llmem_model_config *cfg, llmem_weight w);
+/* The checkpoint name of tensor e in [0, hf_moe_split_count) of a split weight. */
 bool hf_moe_split_name(const llmem_model_config *cfg, llmem_weight w, int32_t layer, int32_t e,
                        char *buf, size_t len);
 /* check_tensors for a split weight: every expert's tensor present, 2-D,
@@ -122,5 +125,14 @@ llmem_status hf_qwen3n_check_tensors(const llmem_model_config *cfg, const llmem_
  * conv_dim} f32 and the delta-rule state {H_v, d_k, d_v} of delta_dtype. */
 void hf_qwen3n_states(const llmem_model_config *cfg, llmem_dtype delta_dtype,
                       llmem_state_desc d[2]);
+
+/* ---- lfm2 and jamba (models/lfm2.c, models/jamba.c) ----------------------------- */
+
+/* llmem_model_weight for the lfm2 and jamba architectures (the same
+ * contract); jamba's MoE weights go through hf_moe_weight. */
+bool hf_lfm2_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
+                    size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims);
+bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
+                     size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims);
 
 #endif

@@ -85,4 +85,14 @@ llmem_status hf_gemma3_qk_norm(llmem_model *m, const layer_w *L, int32_t T, size
 /* Frees every recording (NULL is a no-op); the backend must still be open. */
 void hf_graphs_free(struct hf_graphs *g);
 
+/* out = a · wᵀ in the model's precision mode (models/forward.c). */
+llmem_status hf_matmul(llmem_model *m, const llmem_tensor *a, const llmem_tensor *w,
+                       const llmem_tensor *out);
+/* Mixers of recurrent layer kinds beyond Mamba-2, h [T, hidden] (the
+ * normalized input, at off_h) -> h, on the layer's recurrent view v:
+ * LFM2's gated short conv (models/lfm2.c, state 0 conv) and Jamba's
+ * Mamba-1 (models/jamba.c, state 0 conv, 1 ssm). Statuses of the ops. */
+llmem_status hf_lfm2_shortconv(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v);
+llmem_status hf_jamba_mamba(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v);
+
 #endif

@@ -34,6 +34,8 @@ static void shape3(int64_t *shape, int32_t *nd, int32_t n, int64_t a, int64_t b,
 static bool moe_layer(const llmem_model_config *cfg, int32_t layer)
 {
     const llmem_layer_config *L = &cfg->layers[layer];
+    if (cfg->arch == LLMEM_ARCH_JAMBA)
+        return L->ffn_moe;
     if (cfg->arch == LLMEM_ARCH_GRANITEMOEHYBRID)
         return L->has_ffn;
     return cfg->arch == LLMEM_ARCH_NEMOTRON_H && L->kind == LLMEM_LAYER_MOE;
@@ -45,6 +47,7 @@ bool hf_moe_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer,
     if (layer < 0 || layer >= cfg->n_layers || !moe_layer(cfg, layer))
         return false;
     const bool granite = cfg->arch == LLMEM_ARCH_GRANITEMOEHYBRID;
+    const bool jamba = cfg->arch == LLMEM_ARCH_JAMBA;
     const int64_t H = cfg->hidden_size, E = cfg->n_expert, I = cfg->moe_intermediate_size;
     const int64_t Is = cfg->moe_shared_intermediate_size;
     const int64_t g = cfg->moe_gated ? 2 : 1;
@@ -52,7 +55,8 @@ bool hf_moe_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer,
     bool routed = E > 0;
     switch (w) {
     case LLMEM_W_MOE_ROUTER:
-        leaf = granite ? "block_sparse_moe.router.layer.weight" : "mixer.gate.weight";
+        leaf = granite ? "block_sparse_moe.router.layer.weight"
+               : jamba ? "feed_forward.router.weight" : "mixer.gate.weight";
         shape3(shape, n_dims, 2, E, H, 0);
         break;
     case LLMEM_W_MOE_ROUTER_BIAS:
@@ -61,11 +65,13 @@ bool hf_moe_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer,
         shape3(shape, n_dims, 1, E, 0, 0);
         break;
     case LLMEM_W_MOE_UP:
-        leaf = granite ? "block_sparse_moe.input_linear.weight" : "mixer.experts.up_proj";
+        leaf = granite ? "block_sparse_moe.input_linear.weight"
+               : jamba ? "feed_forward.experts.gate_up_proj" : "mixer.experts.up_proj";
         shape3(shape, n_dims, 3, E, g * I, H);
         break;
     case LLMEM_W_MOE_DOWN:
-        leaf = granite ? "block_sparse_moe.output_linear.weight" : "mixer.experts.down_proj";
+        leaf = granite ? "block_sparse_moe.output_linear.weight"
+               : jamba ? "feed_forward.experts.down_proj" : "mixer.experts.down_proj";
         shape3(shape, n_dims, 3, E, H, I);
         break;
     case LLMEM_W_SHARED_UP:
@@ -97,15 +103,31 @@ bool hf_moe_is_split(const llmem_model_config *cfg, llmem_weight w)
     return cfg->moe_split_experts && (w == LLMEM_W_MOE_UP || w == LLMEM_W_MOE_DOWN);
 }
 
-/* Name and 2-D shape of expert e's tensor of a split weight. */
-static bool expert_name(const llmem_model_config *cfg, llmem_weight w, int32_t layer, int32_t e,
+/* Tensors per expert of a split weight: a gated up (jamba) is stored as
+ * gate_proj then up_proj, packed in that order ([2I, H], gate rows first). */
+static int32_t split_parts(const llmem_model_config *cfg, llmem_weight w)
+{
+    return cfg->moe_gated && w == LLMEM_W_MOE_UP ? 2 : 1;
+}
+
+int32_t hf_moe_split_count(const llmem_model_config *cfg, llmem_weight w)
+{
+    return cfg->n_expert * split_parts(cfg, w);
+}
+
+/* Name and 2-D shape of tensor i (expert i / parts, part i % parts) of a
+ * split weight. */
+static bool expert_name(const llmem_model_config *cfg, llmem_weight w, int32_t layer, int32_t i,
                         char *buf, size_t len, int64_t *rows, int64_t *cols)
 {
     bool up = w == LLMEM_W_MOE_UP;
+    int32_t parts = split_parts(cfg, w), e = i / parts;
     *rows = up ? cfg->moe_intermediate_size : cfg->hidden_size;
     *cols = up ? cfg->hidden_size : cfg->moe_intermediate_size;
-    int n = snprintf(buf, len, "%slayers.%d.mixer.experts.%d.%s.weight", cfg->tensor_prefix,
-                     (int)layer, (int)e, up ? "up_proj" : "down_proj");
+    const char *leaf = !up ? "down_proj" : parts == 2 && i % parts == 0 ? "gate_proj" : "up_proj";
+    int n = snprintf(buf, len, "%slayers.%d.%s.experts.%d.%s.weight", cfg->tensor_prefix,
+                     (int)layer, cfg->arch == LLMEM_ARCH_JAMBA ? "feed_forward" : "mixer",
+                     (int)e, leaf);
     return n > 0 && (size_t)n < len;
 }
 
@@ -120,10 +142,11 @@ llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safet
                                 llmem_weight w, int32_t layer, char *err, size_t err_len)
 {
     llmem_dtype dt = LLMEM_DTYPE_COUNT;
-    for (int32_t e = 0; e < cfg->n_expert; e++) {
+    for (int32_t i = 0; i < hf_moe_split_count(cfg, w); i++) {
         char name[256];
         int64_t rows, cols;
-        if (!expert_name(cfg, w, layer, e, name, sizeof name, &rows, &cols))
+        int32_t e = i / split_parts(cfg, w);
+        if (!expert_name(cfg, w, layer, i, name, sizeof name, &rows, &cols))
             return LLMEM_E_INVALID;
         llmem_tensor_info ti;
         llmem_status s = llmem_safetensors_find(st, name, &ti, NULL, 0);
@@ -145,7 +168,7 @@ llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safet
                     (long long)cols);
             return LLMEM_E_CORRUPT;
         }
-        if (e > 0 && ti.dtype != dt) {
+        if (i > 0 && ti.dtype != dt) {
             llmem_errf(err, err_len, "%s: tensor '%s' has dtype %s, unlike expert 0's", ti.file,
                     name, ti.st_dtype);
             return LLMEM_E_UNSUPPORTED;
@@ -162,9 +185,9 @@ llmem_status hf_moe_load_split(const llmem_model_config *cfg, const llmem_safete
     size_t total = 0;
     int64_t rows = 0, cols = 0;
     llmem_dtype dt = LLMEM_DTYPE_F32;
-    for (int32_t e = 0; e < cfg->n_expert; e++) {
+    for (int32_t i = 0; i < hf_moe_split_count(cfg, w); i++) {
         char name[256];
-        if (!expert_name(cfg, w, layer, e, name, sizeof name, &rows, &cols))
+        if (!expert_name(cfg, w, layer, i, name, sizeof name, &rows, &cols))
             return LLMEM_E_INVALID;
         llmem_tensor_info ti;
         llmem_status s = llmem_safetensors_find(st, name, &ti, err, err_len);
@@ -178,7 +201,8 @@ llmem_status hf_moe_load_split(const llmem_model_config *cfg, const llmem_safete
         total += ti.n_bytes;
     }
     *bytes = total;
-    *t = llmem_tensor_3d(buf, off, dt, cfg->n_expert, (int32_t)rows, (int32_t)cols);
+    *t = llmem_tensor_3d(buf, off, dt, cfg->n_expert, (int32_t)rows * split_parts(cfg, w),
+                         (int32_t)cols);
     return LLMEM_OK;
 }
 

@@ -232,6 +232,33 @@ static int32_t window_group(const int32_t *win, int32_t n_groups, int32_t w)
     return g;
 }
 
+/* The recurrent states of a layer of kind k (0 when it keeps none):
+ * Mamba-2 conv + ssm, qwen3_next's gated delta net (models/qwen3_next.c),
+ * LFM2's short-conv conv {L - 1, hidden}, Mamba-1
+ * conv {d_conv - 1, d_inner} + ssm {d_inner, d_state}. The ssm state takes
+ * the model's ssm_dtype. */
+static int32_t layer_states(const llmem_model_config *c, const llmem_model_params *p,
+                            llmem_layer_kind k, llmem_state_desc d[2])
+{
+    if (k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL) {
+        llmem_recurrent_mamba2_states(c->ssm_d_conv, c->ssm_d_inner, c->ssm_n_groups,
+                                      c->ssm_d_state, c->ssm_n_heads, c->ssm_head_dim, d);
+        d[1].dtype = p->ssm_dtype;
+        return 2;
+    }
+    if (k == LLMEM_LAYER_GDN) { /* qwen3_next: conv + delta-rule state */
+        hf_qwen3n_states(c, p->ssm_dtype, d);
+        return 2;
+    }
+    if (k != LLMEM_LAYER_SHORTCONV && k != LLMEM_LAYER_MAMBA1)
+        return 0;
+    d[0] = (llmem_state_desc){"conv", 2, {c->ssm_d_conv - 1, c->ssm_d_inner}, LLMEM_DTYPE_F32};
+    if (k == LLMEM_LAYER_SHORTCONV)
+        return 1;
+    d[1] = (llmem_state_desc){"ssm", 2, {c->ssm_d_inner, c->ssm_d_state}, p->ssm_dtype};
+    return 2;
+}
+
 static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
 {
     const llmem_model_config *c = &m->cfg;
@@ -247,7 +274,8 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         m->layers[il].mem_layer = k == LLMEM_LAYER_MLP || k == LLMEM_LAYER_MOE ? -1 : at;
         m->layers[il].mem_layer2 = k == LLMEM_LAYER_PARALLEL ? at + 1 : -1;
         n_attn += k == LLMEM_LAYER_ATTENTION || k == LLMEM_LAYER_PARALLEL;
-        n_mamba += k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL || k == LLMEM_LAYER_GDN;
+        n_mamba += k == LLMEM_LAYER_MAMBA2 || k == LLMEM_LAYER_PARALLEL || k == LLMEM_LAYER_GDN ||
+                   k == LLMEM_LAYER_SHORTCONV || k == LLMEM_LAYER_MAMBA1;
         const llmem_layer_config *lc = &c->layers[il];
         m->layers[il].window = lc->sliding_window;
         m->layers[il].rope_theta = (float)(lc->rope_theta > 0 ? lc->rope_theta : c->rope_theta);
@@ -277,23 +305,23 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
     }
     kv = kvs[0];
     if (n_mamba > 0) {
-        llmem_state_desc d[2];
-        llmem_recurrent_mamba2_states(c->ssm_d_conv, c->ssm_d_inner, c->ssm_n_groups,
-                                      c->ssm_d_state, c->ssm_n_heads, c->ssm_head_dim, d);
-        d[1].dtype = p->ssm_dtype;
-        if (c->arch == LLMEM_ARCH_QWEN3_NEXT)
-            hf_qwen3n_states(c, p->ssm_dtype, d);
         const llmem_state_desc **states = malloc((size_t)n_mamba * sizeof *states);
         int32_t *n_states = malloc((size_t)n_mamba * sizeof *n_states);
+        llmem_state_desc (*d)[2] = malloc((size_t)n_mamba * sizeof *d);
         st = LLMEM_E_NO_MEMORY;
-        if (!states || !n_states) {
+        if (!states || !n_states || !d) {
             free(states);
             free(n_states);
+            free(d);
             goto fail;
         }
-        for (int32_t i = 0; i < n_mamba; i++) {
-            states[i] = d;
-            n_states[i] = 2;
+        /* recurrent memory layers in model order (the hybrid's map below) */
+        for (int32_t il = 0, i = 0; il < c->n_layers; il++) {
+            int32_t ns = layer_states(c, p, c->layers[il].kind, d[i]);
+            if (ns > 0) {
+                states[i] = d[i];
+                n_states[i++] = ns;
+            }
         }
         llmem_recurrent_params rp = {.n_layers = n_mamba, .n_states = n_states, .states = states,
                                      .n_seq_max = p->n_seq_max, .n_ckpt = p->n_ckpt,
@@ -301,6 +329,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         if (kv)
             hybrid_snapshots(p, &rp);
         st = llmem_recurrent_create(m->be, &rp, &rs, err, err_len);
+        free(d);
         free(states);
         free(n_states);
         if (st != LLMEM_OK)
@@ -363,6 +392,8 @@ static llmem_status alloc_scratch(llmem_model *m)
     m->width_b = max_i(max_i(kvd, c->ssm_conv_dim), c->intermediate_size);
     m->width_c = max_i(max_i(kvd, c->ssm_d_inner), c->ssm_conv_dim);
     m->width_d = max_i(qd, c->ssm_n_heads);
+    if (c->ssm_dt_rank > 0) /* jamba: x_proj's output and its three parts */
+        m->width_d = max_i(m->width_d, 2 * (c->ssm_dt_rank + 2 * c->ssm_d_state));
     m->width_e = max_i(c->ssm_d_inner, 1);
     size_t off = 0;
 #define TAKE(field, bytes) do { m->field = off; off += round_up(bytes); } while (0)

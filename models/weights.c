@@ -47,6 +47,10 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         return false;
     if (!is_global(w) && (layer < 0 || layer >= cfg->n_layers))
         return false;
+    if (cfg->arch == LLMEM_ARCH_LFM2)
+        return hf_lfm2_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
+    if (cfg->arch == LLMEM_ARCH_JAMBA)
+        return hf_jamba_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     if (w >= LLMEM_W_ATTN_Q_NORM) /* gemma3's extra norms: models/gemma3.c */
         return hf_gemma3_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     if (w >= LLMEM_W_MOE_ROUTER) /* mixture of experts: models/moe.c */
@@ -281,7 +285,7 @@ static int cmp_name256(const void *a, const void *b)
 static llmem_status used_names(const llmem_model_config *cfg, name_set *out)
 {
     /* split experts: one name per expert (nemotron_h) */
-    int64_t cap = 3 + (int64_t)cfg->n_layers * (LLMEM_W_COUNT + 2 * (int64_t)cfg->n_expert);
+    int64_t cap = 3 + (int64_t)cfg->n_layers * (LLMEM_W_COUNT + 3 * (int64_t)cfg->n_expert);
     out->n = 0;
     out->v = malloc((size_t)cap * sizeof *out->v);
     if (!out->v)
@@ -300,7 +304,7 @@ static llmem_status used_names(const llmem_model_config *cfg, name_set *out)
                     out->n++;
                     continue;
                 }
-                for (int32_t e = 0; e < cfg->n_expert; e++)
+                for (int32_t e = 0; e < hf_moe_split_count(cfg, (llmem_weight)w); e++)
                     if (hf_moe_split_name(cfg, (llmem_weight)w, l, e, out->v[out->n],
                                           sizeof out->v[0]))
                         out->n++;

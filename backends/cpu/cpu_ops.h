@@ -292,6 +292,29 @@ static inline int32_t cpu_threads_for(int64_t work)
     return work < 4096 ? 1 : llmem_tp_threads();
 }
 
+/* ---- recurrent state slots (ops_mamba.c; used by ops_ssm1.c too) ---------------------- */
+
+/* One state of a recurrent view as the ops read and write it: every
+ * stream's source resolved (a source another stream writes is snapshotted
+ * first, so a stream's own slots may alias). */
+typedef struct rs_io {
+    char *base;         /* state buffer */
+    size_t slot_bytes;  /* bytes of one slot of this state */
+    size_t scale_off;   /* I8: byte offset of the per-head f32 scales in a slot */
+    llmem_dtype dtype;
+    int64_t elems;      /* elements of one slot */
+    const int32_t *src, *dst, *ckpt;
+    int32_t n_seqs, n_tok, n_ckpt;
+    const char **src_ptr; /* [n_seqs] where stream s reads, NULL = zeros */
+    char *snap;           /* snapshots of sources written by other streams */
+} rs_io;
+
+/* Reads the view's tables (the device copies), re-checks them (slots in
+ * range, no slot written by two streams) and resolves every stream's
+ * source. LLMEM_E_INVALID, LLMEM_E_NO_MEMORY; nothing to finish then. */
+llmem_status cpu_rs_io_init(rs_io *io, const llmem_view *view, int32_t state);
+void cpu_rs_io_finish(rs_io *io);
+
 /* ---- the ops (one file per family) -------------------------------------------------------- */
 
 llmem_status cpu_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
@@ -346,5 +369,12 @@ llmem_status cpu_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llme
                         int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
                         llmem_ct *dt_bias, llmem_ct *out);
 llmem_status cpu_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out);
+
+llmem_status cpu_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+llmem_status cpu_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
+                              const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
+                              llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
+                              llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
 
 #endif

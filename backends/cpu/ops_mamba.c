@@ -22,19 +22,7 @@
 
 /* ---- slots -------------------------------------------------------------------------- */
 
-typedef struct rs_io {
-    char *base;         /* state buffer */
-    size_t slot_bytes;  /* bytes of one slot of this state */
-    size_t scale_off;   /* I8: byte offset of the per-head f32 scales in a slot */
-    llmem_dtype dtype;
-    int64_t elems;      /* elements of one slot */
-    const int32_t *src, *dst, *ckpt;
-    int32_t n_seqs, n_tok, n_ckpt;
-    const char **src_ptr; /* [n_seqs] where stream s reads, NULL = zeros */
-    char *snap;           /* snapshots of sources written by other streams */
-} rs_io;
-
-static void rs_io_finish(rs_io *io)
+void cpu_rs_io_finish(rs_io *io)
 {
     free(io->src_ptr);
     free(io->snap);
@@ -42,7 +30,7 @@ static void rs_io_finish(rs_io *io)
 
 /* Reads the view's tables (the device copies), re-checks them, and
  * resolves every stream's source. */
-static llmem_status rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
+llmem_status cpu_rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
 {
     const llmem_rs_view *rs = &view->u.rs;
     const llmem_state_desc *d = &rs->desc[state];
@@ -67,7 +55,7 @@ static llmem_status rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
     io->src_ptr = calloc((size_t)(io->n_seqs > 0 ? io->n_seqs : 1), sizeof *io->src_ptr);
     if (!writer || !io->src_ptr) {
         free(writer);
-        rs_io_finish(io);
+        cpu_rs_io_finish(io);
         return LLMEM_E_NO_MEMORY;
     }
     for (int32_t i = 0; i < n_slots; i++)
@@ -111,7 +99,7 @@ static llmem_status rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
     }
     free(writer);
     if (st != LLMEM_OK)
-        rs_io_finish(io);
+        cpu_rs_io_finish(io);
     return st;
 }
 
@@ -213,7 +201,7 @@ llmem_status cpu_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t 
     };
     c.n_cb = (c.conv_dim + CB - 1) / CB;
     rs_io io;
-    llmem_status st = rs_io_init(&io, view, state);
+    llmem_status st = cpu_rs_io_init(&io, view, state);
     if (st != LLMEM_OK)
         return st;
     c.io = &io;
@@ -245,7 +233,7 @@ fail:
     free(c.scratch);
     free(wrow);
     free(wt);
-    rs_io_finish(&io);
+    cpu_rs_io_finish(&io);
     return st;
 }
 
@@ -341,7 +329,7 @@ llmem_status cpu_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         .conv_dim = (int64_t)p->n_heads * p->head_dim + 2 * (int64_t)p->n_groups * p->d_state,
     };
     rs_io io;
-    llmem_status st = rs_io_init(&io, view, state);
+    llmem_status st = cpu_rs_io_init(&io, view, state);
     if (st != LLMEM_OK)
         return st;
     c.io = &io;
@@ -364,6 +352,6 @@ fail:
     free(own_d);
     free(own_b);
     free(c.scratch);
-    rs_io_finish(&io);
+    cpu_rs_io_finish(&io);
     return st;
 }

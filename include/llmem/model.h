@@ -115,6 +115,10 @@ typedef enum llmem_arch {
                                   then a sparse MoE block with a shared expert */
     LLMEM_ARCH_GEMMA3_TEXT = 7, /* "gemma3_text" (Gemma3ForCausalLM): sliding-window and
                                    global attention layers, Gemma norms, GeGLU MLP */
+    LLMEM_ARCH_LFM2 = 8,       /* "lfm2": gated short conv or attention (q/k norms), SwiGLU
+                                  FFN after each (models/lfm2.c) */
+    LLMEM_ARCH_JAMBA = 9,      /* "jamba": Mamba-1 or attention (no RoPE), then a SwiGLU MLP
+                                  or a routed MoE (models/jamba.c) */
     LLMEM_ARCH_COUNT
 } llmem_arch;
 
@@ -127,6 +131,8 @@ typedef enum llmem_layer_kind {
                                   memory layers: a KV one and a recurrent one) */
     LLMEM_LAYER_GDN = 5,       /* qwen3_next: gated delta net (conv state + delta-rule
                                   state; sizes in the ssm_* fields, models/qwen3_next.c) */
+    LLMEM_LAYER_SHORTCONV = 6, /* LFM2's gated short convolution (conv state only) */
+    LLMEM_LAYER_MAMBA1 = 7,    /* Mamba-1 selective SSM mixer (conv + ssm state; jamba) */
     LLMEM_LAYER_KIND_COUNT
 } llmem_layer_kind;
 
@@ -146,6 +152,7 @@ typedef struct llmem_layer_config {
                                 their own included (layer type "sliding_attention") */
     double rope_theta;       /* > 0: this layer's RoPE base (else the config's) */
     double rope_freq_scale;  /* > 0: this layer's linear RoPE scaling 1/factor (else 1) */
+    bool ffn_moe; /* that sub-block is a routed MoE (jamba's expert layers) */
 } llmem_layer_config;
 
 /* The architecture, as read from config.json. Sizes are element counts.
@@ -237,6 +244,15 @@ typedef struct llmem_model_config {
                                       pass post norms; q and k have per-head RMSNorms */
     double attn_softcap;           /* attn_logit_softcapping (0: off) */
     double final_softcap;          /* final_logit_softcapping (0: off) */
+
+    /* Short-conv (lfm2) and Mamba-1 (jamba) layers reuse the Mamba-2 sizes:
+     * ssm_d_conv is lfm2's conv_L_cache / jamba's mamba_d_conv,
+     * ssm_conv_bias their conv bias, ssm_d_inner the conv channels (lfm2:
+     * hidden_size; jamba: mamba_expand * hidden_size), ssm_in_proj_dim the
+     * in_proj rows (lfm2: 3 * hidden [B | C | x]; jamba: 2 * d_inner
+     * [x | z]), ssm_conv_dim = ssm_d_inner, ssm_d_state jamba's
+     * mamba_d_state; and: */
+    int32_t ssm_dt_rank;           /* jamba's mamba_dt_rank (x_proj -> dt, B, C) */
 } llmem_model_config;
 
 /* Parses a config.json text of `len` bytes (need not be NUL-terminated)
@@ -311,6 +327,16 @@ typedef enum llmem_weight {
     LLMEM_W_ATTN_K_NORM,    /* [head_dim] gemma3 k_norm */
     LLMEM_W_POST_ATTN_NORM, /* [hidden] gemma3 post_attention_layernorm (on the attention output) */
     LLMEM_W_POST_FFN_NORM,  /* [hidden] gemma3 post_feedforward_layernorm */
+    /* appended for lfm2 and jamba (issue 16); lfm2 also uses ATTN_Q_NORM and
+     * ATTN_K_NORM (q_layernorm, k_layernorm), its short conv SSM_IN [3 *
+     * hidden, hidden], SSM_CONV [hidden, 1, L], SSM_OUT; jamba's Mamba-1 uses
+     * SSM_IN, SSM_CONV(_BIAS), SSM_A_LOG [d_inner, d_state], SSM_D,
+     * SSM_DT_BIAS (dt_proj.bias) [d_inner], SSM_OUT */
+    LLMEM_W_SSM_X_PROJ,     /* [dt_rank + 2 * d_state, d_inner] Mamba-1 x_proj */
+    LLMEM_W_SSM_DT_PROJ,    /* [d_inner, dt_rank] Mamba-1 dt_proj */
+    LLMEM_W_SSM_DT_NORM,    /* [dt_rank] jamba dt_layernorm */
+    LLMEM_W_SSM_B_NORM,     /* [d_state] jamba b_layernorm */
+    LLMEM_W_SSM_C_NORM,     /* [d_state] jamba c_layernorm */
     LLMEM_W_COUNT
 } llmem_weight;
 

@@ -192,6 +192,22 @@ struct llmem_ops_i {
     /* out = cap * tanh(a / cap), cap > 0, f32; out may equal a (Gemma 2/3
      * final_logit_softcapping). */
     llmem_status (*softcap)(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out);
+
+    /* ---- appended: short conv and Mamba-1 (issue 16; <llmem/ops.h>) ---- */
+    /* LFM2 gated short conv: bcx [T, 3D] = [B | C | x] -> out [T, D] f32,
+     * out = C * conv(B * x) with conv state {L-1, D}; w [D, L], b [D] or
+     * NULL (f32|f16|bf16). Slot rules as ssm_conv. Reference: transformers
+     * Lfm2ShortConv. */
+    llmem_status (*short_conv)(llmem_backend *be, const llmem_view *view, int32_t state,
+                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+    /* Mamba-1 selective scan (Gu & Dao 2023) with ssm state {Din, N}: x, dt,
+     * z (or NULL), y [T, Din]; b, c [T, N] f32; a_log [Din, N], d, dt_bias
+     * [Din] (or NULL) f32|f16|bf16. Slot rules as ssm_conv. Reference:
+     * transformers mamba_selective_scan (JambaMambaMixer). */
+    llmem_status (*ssm_scan1)(llmem_backend *be, const llmem_ssm1_params *p,
+                              const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
+                              llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
+                              llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
 };
 
 #ifdef __cplusplus

@@ -1,0 +1,103 @@
+/* llmem: the op wrappers of the short-conv (LFM2) and Mamba-1 ops of
+ * <llmem/ops.h> (issue 16): argument checks as in ops.c, then the slot.
+ * The view checks (tables, slots, state buffer sizes) are base/view.c's. */
+#include <math.h>
+
+#include "base/base_internal.h"
+#include "backends/ops_internal.h"
+
+/* A [rows, cols] matrix, or rows outermost with the rest flattening to cols. */
+static bool mat_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes, int64_t rows,
+                   int64_t cols)
+{
+    if (!tensor_ok(be, t, dtypes))
+        return false;
+    if (rows_of(t) == rows && cols_of(t) == cols)
+        return true;
+    return t->n_dims >= 2 && t->ne[0] == rows && llmem_tensor_nelements(t) == rows * cols;
+}
+
+static bool vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
+{
+    return !t || (tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n);
+}
+
+/* Whether t touches buffer buf at all (a state buffer, the index buffer). */
+static bool in_buffer(const llmem_tensor *t, const llmem_buffer *buf)
+{
+    return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
+}
+
+llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                                 const llmem_tensor *bcx, const llmem_tensor *w,
+                                 const llmem_tensor *b, const llmem_tensor *out)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_view *, int32_t, llmem_ct *, llmem_ct *,
+                       llmem_ct *, llmem_ct *) = SLOT(be, short_conv);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = llmem_view_check_rs(be, view, state);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *sd = &rs->desc[state];
+    if (sd->n_dims != 2)
+        return LLMEM_E_INVALID;
+    int64_t L = sd->shape[0] + 1, D = sd->shape[1];
+    int64_t n_tok = (int64_t)rs->n_seqs * rs->n_seq_tokens;
+    if (!mat_ok(be, bcx, DT_F32, n_tok, 3 * D) || !mat_ok(be, out, DT_F32, n_tok, D) ||
+        !tensor_ok(be, w, DT_FLOAT) || llmem_tensor_nelements(w) != D * L || w->ne[0] != D ||
+        !vec_ok(be, b, D))
+        return LLMEM_E_INVALID;
+    const llmem_buffer *sbuf = rs->state[state];
+    if (overlaps(out, bcx) || overlaps(out, w) || overlaps(out, b) || in_buffer(out, sbuf) ||
+        in_buffer(out, view->idx) || in_buffer(bcx, sbuf))
+        return LLMEM_E_INVALID;
+    if (n_tok == 0)
+        return LLMEM_OK;
+    return fn(be, view, state, bcx, w, b, out);
+}
+
+llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
+                                const llmem_view *view, int32_t state, const llmem_tensor *x,
+                                const llmem_tensor *dt, const llmem_tensor *b,
+                                const llmem_tensor *c, const llmem_tensor *a_log,
+                                const llmem_tensor *d, const llmem_tensor *dt_bias,
+                                const llmem_tensor *z, const llmem_tensor *y)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    llmem_status (*fn)(llmem_backend *, const llmem_ssm1_params *, const llmem_view *, int32_t,
+                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *,
+                       llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, ssm_scan1);
+    if (!fn)
+        return LLMEM_E_UNSUPPORTED;
+    llmem_status st = llmem_view_check_rs(be, view, state);
+    if (st != LLMEM_OK)
+        return st;
+    if (!p || p->d_inner < 1 || p->d_state < 1)
+        return LLMEM_E_INVALID;
+    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_state_desc *sd = &rs->desc[state];
+    if (sd->n_dims != 2 || sd->shape[0] != p->d_inner || sd->shape[1] != p->d_state)
+        return LLMEM_E_INVALID;
+    int64_t n_tok = (int64_t)rs->n_seqs * rs->n_seq_tokens, Din = p->d_inner, N = p->d_state;
+    if (!mat_ok(be, x, DT_F32, n_tok, Din) || !mat_ok(be, dt, DT_F32, n_tok, Din) ||
+        !mat_ok(be, b, DT_F32, n_tok, N) || !mat_ok(be, c, DT_F32, n_tok, N) ||
+        !mat_ok(be, y, DT_F32, n_tok, Din) || (z && !mat_ok(be, z, DT_F32, n_tok, Din)) ||
+        !a_log || !vec_ok(be, a_log, Din * N) || !vec_ok(be, d, Din) || !vec_ok(be, dt_bias, Din))
+        return LLMEM_E_INVALID;
+    const llmem_tensor *in[8] = {x, dt, b, c, a_log, d, dt_bias, z};
+    const llmem_buffer *sbuf = rs->state[state];
+    for (int i = 0; i < 8; i++)
+        if (overlaps(y, in[i]) || (i < 4 && in_buffer(in[i], sbuf)) ||
+            (i == 7 && in_buffer(z, sbuf)))
+            return LLMEM_E_INVALID;
+    if (in_buffer(y, sbuf) || in_buffer(y, view->idx))
+        return LLMEM_E_INVALID;
+    if (n_tok == 0)
+        return LLMEM_OK;
+    return fn(be, p, view, state, x, dt, b, c, a_log, d, dt_bias, z, y);
+}
