@@ -47,7 +47,9 @@ set(LLMEM_VK_SHADER_LIST
   "moe_route:moe_route.comp"
   "moe_ffn:moe_ffn.comp"
   "gdn:gdn.comp"
-  "sigmoid_mul:sigmoid_mul.comp")
+  "sigmoid_mul:sigmoid_mul.comp"
+  "short_conv:short_conv.comp"
+  "ssm_scan1:ssm_scan1.comp")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 

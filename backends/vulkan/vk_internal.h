@@ -363,6 +363,20 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,
                             int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
                             llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
+/* Recurrent views (vk_ops_mamba.c): when a stream reads a slot another
+ * stream writes, records a gather of every stream's source state into a
+ * new f32 scratch snapshot *snap ([n_seqs][slot elements]) and sets
+ * *use_snap; the caller releases *snap after recording its op. */
+llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
+                           vk_alloc *snap, bool *use_snap);
+/* Short conv and Mamba-1 scan (vk_ops_ssm1.c; shaders short_conv.comp,
+ * ssm_scan1.comp). */
+llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                              llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
+                             const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
+                             llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
+                             llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
 llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes, int32_t n,
                                const int32_t *src, const int32_t *dst);

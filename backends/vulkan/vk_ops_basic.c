@@ -344,4 +344,6 @@ const struct llmem_ops_i vk_ops = {
     .sigmoid_mul = vk_op_sigmoid_mul,
     .geglu = vk_op_geglu,
     .softcap = vk_op_softcap,
+    .short_conv = vk_op_short_conv,
+    .ssm_scan1 = vk_op_ssm_scan1,
 };

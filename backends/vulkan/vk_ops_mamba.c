@@ -83,8 +83,8 @@ static llmem_status gather(vk_backend *v, const llmem_view *view, int32_t state,
     return st;
 }
 
-static llmem_status prepare(vk_backend *v, const llmem_view *view, int32_t state, vk_alloc *snap,
-                            bool *use_snap)
+llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
+                           vk_alloc *snap, bool *use_snap)
 {
     llmem_status st = needs_snapshot(&view->u.rs, use_snap);
     if (st != LLMEM_OK || !*use_snap)
@@ -101,7 +101,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
     vk_alloc snap = {0};
     bool use_snap = false;
-    llmem_status st = prepare(v, view, state, &snap, &use_snap);
+    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
@@ -162,7 +162,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
         rpi = (uint32_t)atoi(rpi_env);
     vk_alloc snap = {0};
     bool use_snap = false;
-    llmem_status st = prepare(v, view, state, &snap, &use_snap);
+    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
