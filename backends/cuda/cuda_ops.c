@@ -19,6 +19,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_ops_moe.h"
 #include "backends/cuda/cuda_ops_gdn.h"
+#include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
 #include "llmem/view.h"
 
@@ -455,8 +456,8 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
 
 /* Fills the slot arguments of state `state` and, when some stream reads a
  * slot another stream writes, snapshots every source into scratch first. */
-static llmem_status rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
-                               cuk_rs_args *rs)
+llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
+                             cuk_rs_args *rs)
 {
     const llmem_rs_view *v = &view->u.rs;
     const llmem_state_desc *d = &v->desc[state];
@@ -520,7 +521,7 @@ static llmem_status op_ssm_conv(llmem_backend *be, const llmem_view *view, int32
     if (d_conv > 16)
         return LLMEM_E_UNSUPPORTED; /* the kernel keeps the window in registers */
     cuk_rs_args rs;
-    if ((st = rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
+    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
         return st;
     return done(cb,
                 cuk_ssm_conv(&rs, tptr(x), tptr(w), w->dtype, tptr(b), b ? (int)b->dtype : 0,
@@ -542,7 +543,7 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
     if (!cuk_ssm_scan_supported(p->d_state))
         return LLMEM_E_UNSUPPORTED; /* d_state > 256 */
     cuk_rs_args rs;
-    if ((st = rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
+    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
         return st;
     cuk_scan_args sa = {
         .n_heads = p->n_heads,
@@ -692,6 +693,8 @@ const struct llmem_ops_i cuda_ops = {
     .add_rms_norm = op_add_rms_norm,
     .geglu = op_geglu,
     .softcap = op_softcap,
+    .short_conv = cuda_op_short_conv,
+    .ssm_scan1 = cuda_op_ssm_scan1,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)
