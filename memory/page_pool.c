@@ -8,6 +8,7 @@
 
 #include "memory/internal.h"
 #include "memory/page_pool.h"
+#include "memory/seq_heap.h"
 
 bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size)
 {
@@ -35,6 +36,17 @@ bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size)
         page_pool_finish(pp);
         return false;
     }
+    /* indexed by page id every step (refcounts, flags, the prefix index):
+     * large pools are better on huge pages */
+    seq_heap_advise(pp->ref, n * sizeof *pp->ref);
+    seq_heap_advise(pp->published, n);
+    seq_heap_advise(pp->hashed, n);
+    seq_heap_advise(pp->hash, n * sizeof *pp->hash);
+    seq_heap_advise(pp->parent_hash, n * sizeof *pp->parent_hash);
+    seq_heap_advise(pp->tokens, n * (size_t)page_size * sizeof *pp->tokens);
+    seq_heap_advise(pp->free_stack, n * sizeof *pp->free_stack);
+    seq_heap_advise(pp->bucket, (size_t)nb * sizeof *pp->bucket);
+    seq_heap_advise(pp->bucket_next, n * sizeof *pp->bucket_next);
     page_pool_reset(pp);
     return true;
 }

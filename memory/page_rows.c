@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "memory/page_rows.h"
+#include "memory/seq_heap.h"
 
 int32_t page_rows_class_cap(int32_t c)
 {
@@ -64,6 +65,10 @@ static bool grow(page_rows *r, int64_t need)
     if (!nd)
         return false; /* v grew, cap did not: still consistent */
     r->dirty = nd;
+    /* a decode step touches one entry (and flag) of every row: with
+     * thousands of long rows, 4 KiB pages would cost a TLB miss each */
+    seq_heap_advise(r->v, (size_t)ncap * sizeof *nv);
+    seq_heap_advise(r->dirty, (size_t)nb);
     memset(r->dirty + ob, 0, (size_t)(nb - ob));
     for (int64_t i = r->cap; i < ncap; i++)
         r->v[i] = -1;

@@ -145,6 +145,18 @@ static void blk_free(int32_t *v)
     }
 }
 
+void seq_heap_advise(void *p, size_t bytes)
+{
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    uintptr_t a = ((uintptr_t)p + SEQ_HUGE - 1) / SEQ_HUGE * SEQ_HUGE;
+    uintptr_t e = ((uintptr_t)p + bytes) / SEQ_HUGE * SEQ_HUGE;
+    if (p && e > a && e - a >= SEQ_HUGE)
+        (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 seq_heap *seq_heap_create(void)
 {
     seq_heap *h = calloc(1, sizeof *h);

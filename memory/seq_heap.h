@@ -46,6 +46,13 @@ bool seq_heap_attach(seq_heap *h, i32vec *a);
 /* Host bytes the heap holds (chunks and big blocks). */
 size_t seq_heap_bytes(const seq_heap *h);
 
+/* Advises the whole 2 MiB-aligned huge pages inside [p, p + bytes) as
+ * transparent huge pages (no-op for ranges shorter than two of them, or
+ * without MADV_HUGEPAGE): for large arrays indexed at random every step
+ * (page rows, the page pool's per-page arrays). Advice only: nothing
+ * changes but the page size the kernel may use. */
+void seq_heap_advise(void *p, size_t bytes);
+
 /* For util.c: grows the heap-backed *a to at least cap entries (contents
  * kept) / gives its block back and leaves it {NULL, 0, 0}. */
 bool seq_heap_grow(i32vec *a, int32_t cap);
