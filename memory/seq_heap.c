@@ -11,8 +11,8 @@
 #include "memory/seq_heap.h"
 
 #define SEQ_HDR 16                  /* bytes before a block's entries */
-#define SEQ_MIN_CAP 16              /* entries of class 0 */
-#define SEQ_CLASSES 27              /* class 26: 1 << 30 entries */
+#define SEQ_MIN_CAP 4               /* entries of class 0 (a block of 32 bytes) */
+#define SEQ_CLASSES 29              /* class 28: 1 << 30 entries */
 #define SEQ_HUGE ((size_t)2 << 20)  /* huge page size the chunks are aligned to */
 #define SEQ_CHUNK0 ((size_t)256 << 10)
 #define SEQ_CHUNK_MAX ((size_t)32 << 20)
@@ -101,7 +101,10 @@ static bool new_chunk(seq_heap *h, size_t bytes)
         }
     h->chunks[h->n_chunks++] = p;
     h->bytes += big_size(sz);
-    h->bump = p;
+    /* blocks from a cache-line boundary: two class-0 blocks attached one
+     * after the other (a sequence's state slots and their lengths) share
+     * one line */
+    h->bump = p + (64 - (uintptr_t)p % 64) % 64;
     h->bump_end = p + sz;
     if (h->next_chunk < SEQ_CHUNK_MAX)
         h->next_chunk *= 2;

@@ -14,7 +14,7 @@
  * cap holds minus the capacity; its block starts with a 16-byte header that
  * names the heap and the block's size class, so i32vec_reserve and
  * i32vec_free (util.c) grow and free it without being told the heap. Size
- * classes are powers of two from 16 entries; a freed block goes to its
+ * classes are powers of two from 4 entries; a freed block goes to its
  * class's free list and is reused by the next block of that class (memory
  * goes back to the system only when the heap is destroyed, as with page
  * rows); blocks over SEQ_HEAP_BIG bytes get their own allocation and are
@@ -40,7 +40,7 @@ seq_heap *seq_heap_create(void);
  * used). Accepts NULL. */
 void seq_heap_destroy(seq_heap *h);
 /* Makes the empty, unallocated vector *a (v NULL, n 0, cap 0) heap-backed
- * with room for 16 entries. Returns false, with *a unchanged, when out of
+ * with room for 4 entries. Returns false, with *a unchanged, when out of
  * host memory. */
 bool seq_heap_attach(seq_heap *h, i32vec *a);
 /* Host bytes the heap holds (chunks and big blocks). */
