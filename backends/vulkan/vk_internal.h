@@ -356,6 +356,10 @@ llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct 
 llmem_status vk_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
                               const llmem_view *view);
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *v);
+/* int8 / fp8 pools (vk_ops_quant.c); called by the two ops above. */
+llmem_status vk_op_kv_store_q(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *v);
+llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
+                               const llmem_view *view, llmem_ct *q, llmem_ct *out);
 llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                    const llmem_view *view, llmem_ct *q, llmem_ct *out);
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,

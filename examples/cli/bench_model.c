@@ -30,8 +30,17 @@
 #include "llmem/model.h"
 #include "llmem/runtime.h"
 
-#define PP 512
 #define TG 128
+/* Prompt tokens per sequence: 512, or $LLMEM_BENCH_PP (e.g. 4096 for decode
+ * at a 4K context; the rows keep the name pp512 / tg128). */
+#define PP bench_pp()
+
+static int32_t bench_pp(void)
+{
+    const char *e = getenv("LLMEM_BENCH_PP");
+    int n = e ? atoi(e) : 0;
+    return n > 0 && n <= 1 << 20 ? (int32_t)n : 512;
+}
 
 typedef struct bm_row {
     int32_t batch;
@@ -190,12 +199,19 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
     uint64_t seed = 0x5eed;
     printf("%-6s %-6s %12s %12s %12s %8s\n", "test", "batch", "tokens/s", "ms/step",
            "bound ms", "ratio");
+    /* $LLMEM_BENCH_BATCH: only that one of the batch sizes */
+    const char *only_env = getenv("LLMEM_BENCH_BATCH");
+    int only = only_env ? atoi(only_env) : 0;
+    bool warm = false;
     for (int i = 0; i < 3 && st == LLMEM_OK; i++) {
         bm_row *r = &rows[i];
+        if (only > 0 && batches[i] != only)
+            continue;
         r->batch = batches[i];
         /* warm-up (first batch size): module load, cuBLAS handles, scratch */
-        if (i == 0 && (st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
+        if (!warm && (st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
             break;
+        warm = true;
         if ((st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
             break;
         double tg_bytes = 0;
@@ -226,15 +242,17 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
         fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"precision\": \"%s\", "
                    "\"copy_gbps\": %.1f, \"weight_bytes\": %.0f, \"params\": %.0f, \"runs\": [",
                 dir, b->name, llmem_precision_name(p.precision), b->copy_bw / 1e9, wb, params);
+        const char *sep = "";
         for (int i = 0; i < 3; i++)
-            fprintf(f,
+            if (rows[i].batch > 0 && fprintf(f,
                     "%s{\"batch\": %d, \"pp512_tok_s\": %.2f, \"pp512_ms\": %.3f, "
                     "\"pp512_bound_ms\": %.3f, \"tg128_tok_s\": %.2f, \"tg128_ms_per_step\": "
                     "%.4f, \"tg128_bound_ms_per_step\": %.4f, \"tg128_ratio\": %.3f}",
-                    i ? ", " : "", rows[i].batch, rows[i].batch * PP / rows[i].pp_s,
+                    sep, rows[i].batch, rows[i].batch * PP / rows[i].pp_s,
                     rows[i].pp_s * 1e3, rows[i].pp_bound_s * 1e3,
                     rows[i].batch * TG / rows[i].tg_s, rows[i].tg_s / TG * 1e3,
-                    rows[i].tg_bound_s / TG * 1e3, rows[i].tg_s / rows[i].tg_bound_s);
+                    rows[i].tg_bound_s / TG * 1e3, rows[i].tg_s / rows[i].tg_bound_s) > 0)
+                sep = ", ";
         fprintf(f, "]}\n");
         fclose(f);
     }
