@@ -18,6 +18,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_ops_moe.h"
+#include "kernels/attention_q.h"
 #include "backends/cuda/cuda_ops_gdn.h"
 #include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
@@ -48,6 +49,13 @@ static int64_t cols_of(const llmem_tensor *t)
 static int64_t nelements(const llmem_tensor *t)
 {
     return rows_of(t) * cols_of(t);
+}
+
+/* int8 / fp8 pools (llmem_dtype_is_scaled: the plugin does not link the
+ * core library). */
+static bool dtype_scaled(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_I8 || t == LLMEM_DTYPE_F8E4M3;
 }
 
 static size_t dtype_bytes(llmem_dtype t)
@@ -365,13 +373,21 @@ static llmem_status op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
 static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
                                 llmem_ct *v)
 {
-    if (llmem_dtype_is_scaled(view->u.kv.dtype))
-        return LLMEM_E_UNSUPPORTED; /* int8 / fp8 pools: kernels/attention_q.cu */
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
     const llmem_kv_view *kv = &view->u.kv;
+    if (dtype_scaled(kv->dtype)) { /* kernels/attention_q.cu */
+        if ((size_t)kv->page_size * 5 > 48 * 1024)
+            return LLMEM_E_UNSUPPORTED;
+        return done(cb,
+                    cuk_kv_store_q(tptr(k), tptr(v), cuda_dev(kv->k), cuda_dev(kv->v), kv->dtype,
+                                   table(view, &kv->store_tok), table(view, &kv->store_slot),
+                                   kv->store_slot.n, (int32_t)k->ne[0], kv->page_size,
+                                   kv->n_pages, kv->n_kv_heads, kv->head_dim, cb->stream),
+                    "kv_store (scaled)");
+    }
     return done(cb,
                 cuk_kv_store(tptr(k), tptr(v), cuda_dev(kv->k), cuda_dev(kv->v), kv->dtype,
                              table(view, &kv->store_tok), table(view, &kv->store_slot),
@@ -380,11 +396,69 @@ static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem
                 "kv_store");
 }
 
+/* Scaled pools (int8, fp8): one kernel for decode and prefill
+ * (kernels/attention_q.cu), split over keys like the decode kernel. */
+static llmem_status attention_scaled(llmem_backend *be, const llmem_attn_params *p,
+                                     const llmem_view *view, llmem_ct *q, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = &view->u.kv;
+    if (!cuk_attn_q_supported(kv->head_dim))
+        return LLMEM_E_UNSUPPORTED;
+    cuk_attn_args a = {
+        .q = tptr(q),
+        .out = tptr(out),
+        .k = cuda_dev(kv->k),
+        .v = cuda_dev(kv->v),
+        .dtype = kv->dtype,
+        .page_table = table(view, &kv->page_table),
+        .page_off = table(view, &kv->page_off),
+        .seq_len = table(view, &kv->seq_len),
+        .tok_kv_len = table(view, &kv->tok_kv_len),
+        .tok_seq = table(view, &kv->tok_seq),
+        .n_tok = q->ne[0],
+        .n_heads = q->ne[1],
+        .n_kv_heads = kv->n_kv_heads,
+        .head_dim = kv->head_dim,
+        .n_streams = kv->seq_len.n,
+        .max_pages = kv->max_pages,
+        .page_size = kv->page_size,
+        .n_pages = kv->n_pages,
+        .scale = p->scale,
+        .softcap = p->softcap,
+        .window = p->window,
+    };
+    const int32_t *tl = kv->tok_kv_len.host;
+    int32_t max_range = 0;
+    for (int32_t i = 0; i < a.n_tok; i++) {
+        int32_t range = p->window > 0 && tl[i] > p->window ? p->window : tl[i];
+        max_range = range > max_range ? range : max_range;
+    }
+    int32_t n_rep = a.n_heads / a.n_kv_heads;
+    int64_t items = (int64_t)a.n_tok * a.n_kv_heads * ((n_rep + 3) / 4);
+    int64_t want = ((int64_t)cb->n_sms * 8 + items - 1) / items;
+    int64_t cap = (max_range + 255) / 256;
+    int32_t n_split = (int32_t)(want < cap ? want : cap);
+    n_split = n_split < 1 ? 1 : n_split > 64 ? 64 : n_split;
+    float *part = NULL;
+    if (n_split > 1) {
+        void *s;
+        if ((st = cuda_scratch(cb, cuk_attn_q_scratch(&a, n_split) * sizeof(float), &s)) !=
+            LLMEM_OK)
+            return st;
+        part = s;
+    }
+    return done(cb, cuk_attn_q(&a, n_split, part, cb->stream), "attention (scaled)");
+}
+
 static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                        const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
-    if (llmem_dtype_is_scaled(view->u.kv.dtype))
-        return LLMEM_E_UNSUPPORTED; /* int8 / fp8 pools: kernels/attention_q.cu */
+    if (dtype_scaled(view->u.kv.dtype))
+        return attention_scaled(be, p, view, q, out);
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)

@@ -356,7 +356,12 @@ llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct 
 llmem_status vk_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
                               const llmem_view *view);
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *v);
-/* int8 / fp8 pools (vk_ops_quant.c); called by the two ops above. */
+/* int8 / fp8 pools (vk_ops_quant.c); called by the two ops above. The
+ * plugin links no core library function: this is llmem_dtype_is_scaled. */
+static inline bool vk_dtype_scaled(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_I8 || t == LLMEM_DTYPE_F8E4M3;
+}
 llmem_status vk_op_kv_store_q(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *v);
 llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
                                const llmem_view *view, llmem_ct *q, llmem_ct *out);

@@ -6,7 +6,21 @@
  * gives LLMEM_E_UNSUPPORTED through vk_op_buffer), page_size <= 256 and
  * head_dim <= 256. */
 #include "backends/vulkan/vk_internal.h"
-#include "llmem/view.h"
+
+/* llmem_kv_scale_offset / llmem_kv_page_bytes (<llmem/view.h>), here because
+ * the plugin links no core library function: codes, then the per-head f32
+ * scales at the next 16-byte boundary, the page padded to 16 bytes. The op
+ * wrapper checked that the pools hold n_pages such pages. */
+static uint32_t scale_off(const llmem_kv_view *kv)
+{
+    return ((uint32_t)kv->page_size * (uint32_t)kv->n_kv_heads * (uint32_t)kv->head_dim + 15u) &
+           ~15u;
+}
+
+static uint32_t page_bytes(const llmem_kv_view *kv)
+{
+    return (scale_off(kv) + 4u * (uint32_t)kv->n_kv_heads + 15u) & ~15u;
+}
 
 #define QSTORE_WG 128 /* kv_store_q.comp's shared reduction is sized for it */
 #define QATTN_WG 64   /* attention_q.comp: 64 invocations x 4 elements */
@@ -15,7 +29,8 @@ llmem_status vk_op_kv_store_q(llmem_backend *be, const llmem_view *view, llmem_c
 {
     vk_backend *v = vk_from(be);
     const llmem_kv_view *kv = &view->u.kv;
-    if (kv->page_size > 256)
+    /* shaders address bytes in 32 bits */
+    if (kv->page_size > 256 || (uint64_t)page_bytes(kv) * (uint64_t)kv->n_pages > UINT32_MAX)
         return LLMEM_E_UNSUPPORTED;
     uint32_t n = (uint32_t)kv->store_slot.n;
     vk_op op;
@@ -36,10 +51,8 @@ llmem_status vk_op_kv_store_q(llmem_backend *be, const llmem_view *view, llmem_c
     vk_op_u32(&op, vo);
     vk_op_u32(&op, vk_table_word(&kv->store_tok));
     vk_op_u32(&op, vk_table_word(&kv->store_slot));
-    vk_op_u32(&op, (uint32_t)llmem_kv_page_bytes(kv->dtype, kv->page_size, kv->n_kv_heads,
-                                                 kv->head_dim));
-    vk_op_u32(&op, (uint32_t)llmem_kv_scale_offset(kv->dtype, kv->page_size, kv->n_kv_heads,
-                                                   kv->head_dim));
+    vk_op_u32(&op, page_bytes(kv));
+    vk_op_u32(&op, scale_off(kv));
     return vk_op_run(v, &op, n);
 }
 
@@ -48,7 +61,8 @@ llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
 {
     vk_backend *v = vk_from(be);
     const llmem_kv_view *kv = &view->u.kv;
-    if (kv->head_dim > 4 * QATTN_WG)
+    if (kv->head_dim > 4 * QATTN_WG ||
+        (uint64_t)page_bytes(kv) * (uint64_t)kv->n_pages > UINT32_MAX)
         return LLMEM_E_UNSUPPORTED;
     uint32_t n_tok = (uint32_t)q->ne[0], n_heads = (uint32_t)q->ne[1];
     vk_op op;
@@ -77,9 +91,7 @@ llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
     vk_op_u32(&op, vk_table_word(&kv->tok_kv_len));
     vk_op_u32(&op, vk_table_word(&kv->tok_seq));
     vk_op_u32(&op, kv->page_off.n ? vk_table_word(&kv->page_off) : 0xffffffffu);
-    vk_op_u32(&op, (uint32_t)llmem_kv_page_bytes(kv->dtype, kv->page_size, kv->n_kv_heads,
-                                                 kv->head_dim));
-    vk_op_u32(&op, (uint32_t)llmem_kv_scale_offset(kv->dtype, kv->page_size, kv->n_kv_heads,
-                                                   kv->head_dim));
+    vk_op_u32(&op, page_bytes(kv));
+    vk_op_u32(&op, scale_off(kv));
     return vk_op_run(v, &op, (uint64_t)n_tok * n_heads);
 }

@@ -1,0 +1,34 @@
+/* llmem CUDA kernels for scaled 8-bit KV pools (kernels/attention_q.cu;
+ * issue 17). C interface for backends/cuda/cuda_ops.c. */
+#ifndef LLMEM_KERNELS_ATTENTION_Q_H
+#define LLMEM_KERNELS_ATTENTION_Q_H
+
+#include "kernels/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CUK_I8 4 /* LLMEM_DTYPE_I8 */
+#define CUK_F8 5 /* LLMEM_DTYPE_F8E4M3 */
+
+/* Stores k, v [n_tok, n_kv_heads, head_dim] f32 rows tok[j] into slots
+ * slot[j] (n entries) of scaled pools (dtype CUK_I8 | CUK_F8), updating the
+ * per-page, per-head scales (docs/memory.md, "Quantized KV and state").
+ * page_size * 5 bytes of shared memory (page_size <= 9830). */
+cudaError_t cuk_kv_store_q(const float *k, const float *v, void *kp, void *vp, int dtype,
+                           const int32_t *tok, const int32_t *slot, int32_t n, int32_t n_tok,
+                           int32_t page_size, int32_t n_pages, int32_t n_kv_heads,
+                           int32_t head_dim, cudaStream_t stream);
+/* Whether cuk_attn_q handles this head dim (a multiple of 4, <= 256). */
+int cuk_attn_q_supported(int32_t head_dim);
+/* Scratch floats cuk_attn_q needs for n_split > 1. */
+size_t cuk_attn_q_scratch(const cuk_attn_args *a, int32_t n_split);
+/* Paged attention over scaled pools (a->dtype CUK_I8 | CUK_F8), any number
+ * of query tokens, keys split into n_split ranges (flash decoding). */
+cudaError_t cuk_attn_q(const cuk_attn_args *a, int32_t n_split, float *part, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
