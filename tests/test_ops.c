@@ -509,6 +509,17 @@ START_TEST(test_arguments)
     ck_assert_int_eq(llmem_op_silu(be, &half, &shifted), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_silu(be, &x, &x), LLMEM_OK);
     ck_assert_int_eq(llmem_op_add(be, &x, &half, &x), LLMEM_E_INVALID); /* b neither shape nor row */
+    /* geglu takes no broadcast; softcap needs a finite cap > 0 */
+    ck_assert_int_eq(llmem_op_geglu(be, &x, &half, &x), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_geglu(be, &half, &half, &shifted), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_geglu(be, &x, &x, &x), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_softcap(be, &x, 0.0f, &x), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_softcap(be, &x, -3.0f, &x), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_softcap(be, &x, NAN, &x), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_softcap(be, &x, INFINITY, &x), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_softcap(be, &half, 2.0f, &shifted), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_softcap(be, &x, 2.0f, &x), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_softcap(NULL, &x, 2.0f, &x), LLMEM_E_INVALID);
     /* a buffer of another backend object */
     llmem_backend *other = th_open(_i);
     th_ctx c2;
