@@ -29,6 +29,7 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <stdlib.h>
 
 #include "kernels/common.cuh"
 
@@ -113,8 +114,28 @@ extern "C" cudaError_t cuk_kv_store(const float *k, const float *v, void *kp, vo
 
 #define DEC_WARPS 4
 #define DEC_NR 4 /* query heads per CTA */
-#define DEC_KB 4 /* keys per group per step */
 
+/* cp.async of 16 bytes (zeros when !valid); the K/V streams bypass L1. */
+__device__ __forceinline__ uint32_t pf_smem(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void pf_cp16(uint32_t dst, const void *src, bool valid)
+{
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void pf_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int N> __device__ __forceinline__ void pf_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 template <typename T, int D> struct dec_shape {
     static constexpr int VE = 16 / (int)sizeof(T);          /* elements per 16-byte chunk */
@@ -124,18 +145,39 @@ template <typename T, int D> struct dec_shape {
     static constexpr int KPW = 32 / LG;                      /* key groups per warp */
     static constexpr int NG = KPW * DEC_WARPS;               /* key groups per CTA */
     static constexpr int EL = CPL * VE;                      /* elements per lane */
+    static constexpr int KB = CPL >= 2 ? 2 : 4;              /* keys per group per step */
+    static constexpr int KS = KPW * KB;                      /* keys per warp step */
+    /* one pipeline stage of a warp: KB * CPL chunks of K, then of V, per lane (4 KiB) */
+    static constexpr int STAGE = 2 * KB * CPL * 32;          /* uint4 */
 };
+
+/* Dynamic shared memory of the decode kernel with NS stages: the K/V ring,
+ * which the final merge of the key groups reuses. */
+template <typename T, int D, int NS> constexpr size_t dec_smem_bytes()
+{
+    using S = dec_shape<T, D>;
+    size_t ring = (size_t)DEC_WARPS * NS * S::STAGE * 16;
+    size_t merge = (size_t)S::NG * DEC_NR * (D + 2) * sizeof(float);
+    return ring > merge ? ring : merge;
+}
 
 /* Work item x: ((token * n_kv + g) * n_hc + hc); blockIdx.y: split. With
  * one split the CTA writes out; otherwise part[(x * n_split + split)]
- * holds DEC_NR rows of (D unnormalized sums, max, sum of exps) in base 2. */
-template <typename T, int D>
+ * holds DEC_NR rows of (D unnormalized sums, max, sum of exps) in base 2.
+ *
+ * Each warp streams its keys through an NS-stage cp.async ring in shared
+ * memory: the loads of steps i + 1 .. i + NS - 1 are in flight while step i
+ * is computed, and every lane reads back only the chunks it copied itself
+ * (no barrier inside the loop). The page of each key is resolved one stage
+ * ahead of its copy, so page-table latency hides behind the ring too. */
+template <typename T, int D, int NS>
 __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
     attn_decode_kernel(cuk_attn_args a, int32_t n_hc, int32_t n_split, float *part)
 {
     using S = dec_shape<T, D>;
-    __shared__ float sm_m[S::NG][DEC_NR], sm_l[S::NG][DEC_NR];
-    __shared__ float sm_o[S::NG][DEC_NR][D];
+    static_assert(S::KS <= 32, "one lane per key of a step");
+    static_assert(NS * S::KB <= 32, "validity bits of the ring fit in one word");
+    extern __shared__ __align__(16) uint4 dec_ring[];
 
     int64_t x = blockIdx.x;
     int32_t sp = blockIdx.y;
@@ -156,6 +198,41 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
     int32_t n_keys = hi - lo;
     int32_t per = (n_keys + n_split - 1) / n_split;
     int32_t k0 = lo + sp * per, k1 = k0 + per < hi ? k0 + per : hi;
+
+    /* Warp step i covers keys base0 + i * step + [0, KS); lane l < KS
+     * resolves key l of a step. */
+    const int32_t step = DEC_WARPS * S::KS;
+    const int32_t base0 = k0 + warp * S::KS;
+    const int32_t n_steps = base0 < k1 ? (k1 - base0 + step - 1) / step : 0;
+    auto slot_of = [&](int32_t i) -> int32_t {
+        int32_t j = base0 + i * step + lane;
+        return lane < S::KS && i < n_steps && j < k1 ? attn_key_slot(a, s, j) : -1;
+    };
+    uint4 *ring = dec_ring + (size_t)warp * NS * S::STAGE;
+    uint32_t valid = 0; /* bit (stage * KB + u): key u of the stage's step is visible */
+    auto issue = [&](int32_t i, int32_t slots) {
+        int st = i % NS;
+        uint32_t bits = 0;
+        if (i < n_steps) {
+            uint4 *dst = ring + st * S::STAGE;
+#pragma unroll
+            for (int u = 0; u < S::KB; u++) {
+                int32_t slot = __shfl_sync(0xffffffffu, slots, u * S::KPW + gi);
+                bool ok = slot >= 0;
+                bits |= (ok ? 1u : 0u) << u;
+                int64_t off = ok ? ((int64_t)slot * a.n_kv_heads + g) * D : 0;
+                const uint4 *kp = (const uint4 *)((const T *)a.k + off) + li * S::CPL;
+                const uint4 *vp = (const uint4 *)((const T *)a.v + off) + li * S::CPL;
+#pragma unroll
+                for (int c = 0; c < S::CPL; c++) {
+                    pf_cp16(pf_smem(dst + (u * S::CPL + c) * 32 + lane), kp + c, ok);
+                    pf_cp16(pf_smem(dst + ((S::KB + u) * S::CPL + c) * 32 + lane), vp + c, ok);
+                }
+            }
+        }
+        valid = (valid & ~(((1u << S::KB) - 1u) << (st * S::KB))) | (bits << (st * S::KB));
+        pf_commit(); /* possibly empty: one group per step keeps wait_group's count */
+    };
 
     /* q chunk of this lane, scaled (and by log2 e when no softcap) */
     bool cap = a.softcap > 0.0f;
@@ -182,43 +259,30 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
             acc[r][e] = 0.0f;
     }
 
-    /* A warp step covers KS consecutive keys; lane i < KS resolves the page
-     * of key i of the next step one step ahead, so page-table latency hides
-     * behind the current step's K/V loads (pages of one token included). */
-    constexpr int KS = S::KPW * DEC_KB;
-    static_assert(KS <= 32, "one lane per key of a step");
-    const int32_t step = DEC_WARPS * KS;
-    int32_t base = k0 + warp * KS;
-    int32_t nxt = lane < KS && base + lane < k1 ? attn_key_slot(a, s, base + lane) : -1;
-    for (; base < k1; base += step) {
+    int32_t nxt = slot_of(0);
+#pragma unroll
+    for (int32_t i = 0; i < NS - 1; i++) {
         int32_t cur = nxt;
-        int32_t nb = base + step + lane;
-        nxt = lane < KS && nb < k1 ? attn_key_slot(a, s, nb) : -1;
-        uint4 kc[DEC_KB][S::CPL], vc[DEC_KB][S::CPL];
-        bool ok[DEC_KB];
+        nxt = slot_of(i + 1);
+        issue(i, cur);
+    }
+    for (int32_t i = 0; i < n_steps; i++) {
+        int32_t cur = nxt;
+        nxt = slot_of(i + NS);
+        issue(i + NS - 1, cur);
+        pf_wait<NS - 1>(); /* this lane's copies of step i have landed */
+        const uint4 *src = ring + (i % NS) * S::STAGE;
+        uint32_t ok = valid >> ((i % NS) * S::KB);
+        float sc[S::KB][DEC_NR];
 #pragma unroll
-        for (int u = 0; u < DEC_KB; u++) {
-            int32_t slot = __shfl_sync(0xffffffffu, cur, u * S::KPW + gi);
-            ok[u] = slot >= 0;
-            int64_t off = ((int64_t)slot * a.n_kv_heads + g) * D;
-            const uint4 *kp = (const uint4 *)((const T *)a.k + (ok[u] ? off : 0));
-            const uint4 *vp = (const uint4 *)((const T *)a.v + (ok[u] ? off : 0));
-#pragma unroll
-            for (int c = 0; c < S::CPL; c++) {
-                kc[u][c] = ok[u] ? __ldg(kp + li * S::CPL + c) : make_uint4(0, 0, 0, 0);
-                vc[u][c] = ok[u] ? __ldg(vp + li * S::CPL + c) : make_uint4(0, 0, 0, 0);
-            }
-        }
-        float sc[DEC_KB][DEC_NR];
-#pragma unroll
-        for (int u = 0; u < DEC_KB; u++) {
+        for (int u = 0; u < S::KB; u++) {
 #pragma unroll
             for (int r = 0; r < DEC_NR; r++)
                 sc[u][r] = 0.0f;
 #pragma unroll
             for (int c = 0; c < S::CPL; c++) {
                 float kf[S::VE];
-                cuk_unpack16<T>::run(kc[u][c], kf);
+                cuk_unpack16<T>::run(src[(u * S::CPL + c) * 32 + lane], kf);
 #pragma unroll
                 for (int r = 0; r < DEC_NR; r++)
 #pragma unroll
@@ -232,7 +296,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
                     sc[u][r] += __shfl_xor_sync(0xffffffffu, sc[u][r], o);
                 if (cap)
                     sc[u][r] = attn_cap(sc[u][r], a.softcap) * LOG2E;
-                if (!ok[u])
+                if (!((ok >> u) & 1u))
                     sc[u][r] = -INFINITY;
             }
         }
@@ -240,7 +304,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
         for (int r = 0; r < DEC_NR; r++) {
             float mx = m[r];
 #pragma unroll
-            for (int u = 0; u < DEC_KB; u++)
+            for (int u = 0; u < S::KB; u++)
                 mx = fmaxf(mx, sc[u][r]);
             if (mx == -INFINITY)
                 continue; /* no visible key yet */
@@ -251,13 +315,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
             for (int e = 0; e < S::EL; e++)
                 acc[r][e] *= corr;
 #pragma unroll
-            for (int u = 0; u < DEC_KB; u++) {
+            for (int u = 0; u < S::KB; u++) {
                 float p = exp2f(sc[u][r] - mx);
                 l[r] += p;
 #pragma unroll
                 for (int c = 0; c < S::CPL; c++) {
                     float vf[S::VE];
-                    cuk_unpack16<T>::run(vc[u][c], vf);
+                    cuk_unpack16<T>::run(src[((S::KB + u) * S::CPL + c) * 32 + lane], vf);
 #pragma unroll
                     for (int e = 0; e < S::VE; e++)
                         acc[r][c * S::VE + e] += p * vf[e];
@@ -265,32 +329,38 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
             }
         }
     }
+    pf_wait<0>();
+    __syncthreads(); /* the merge below reuses the ring */
 
     /* merge the key groups of the CTA */
+    float *sm_o = (float *)dec_ring;                        /* [NG][DEC_NR][D] */
+    float *sm_m = sm_o + (size_t)S::NG * DEC_NR * D;        /* [NG][DEC_NR] */
+    float *sm_l = sm_m + (size_t)S::NG * DEC_NR;            /* [NG][DEC_NR] */
 #pragma unroll
     for (int r = 0; r < DEC_NR; r++) {
         if (li == 0) {
-            sm_m[grp][r] = m[r];
-            sm_l[grp][r] = l[r];
+            sm_m[grp * DEC_NR + r] = m[r];
+            sm_l[grp * DEC_NR + r] = l[r];
         }
 #pragma unroll
         for (int c = 0; c < S::CPL; c++)
 #pragma unroll
             for (int e = 0; e < S::VE; e++)
-                sm_o[grp][r][(li * S::CPL + c) * S::VE + e] = acc[r][c * S::VE + e];
+                sm_o[(grp * DEC_NR + r) * D + (li * S::CPL + c) * S::VE + e] =
+                    acc[r][c * S::VE + e];
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
         int r = idx / D, d = idx % D;
         float M = -INFINITY;
         for (int q2 = 0; q2 < S::NG; q2++)
-            M = fmaxf(M, sm_m[q2][r]);
+            M = fmaxf(M, sm_m[q2 * DEC_NR + r]);
         float L = 0.0f, O = 0.0f;
         if (M != -INFINITY) {
             for (int q2 = 0; q2 < S::NG; q2++) {
-                float w = exp2f(sm_m[q2][r] - M);
-                L += sm_l[q2][r] * w;
-                O += sm_o[q2][r][d] * w;
+                float w = exp2f(sm_m[q2 * DEC_NR + r] - M);
+                L += sm_l[q2 * DEC_NR + r] * w;
+                O += sm_o[(q2 * DEC_NR + r) * D + d] * w;
             }
         }
         if (n_split == 1) {
@@ -354,14 +424,27 @@ extern "C" size_t cuk_attn_decode_scratch(const cuk_attn_args *a, int32_t n_spli
     return (size_t)items * (size_t)n_split * DEC_NR * (size_t)(a->head_dim + 2);
 }
 
-template <typename T, int D>
+/* Pipeline depth of the decode kernel: 3 stages (LLMEM_CUDA_DEC_NS=2 picks 2). */
+static int dec_stages()
+{
+    static int ns = 0;
+    if (ns == 0) {
+        const char *e = getenv("LLMEM_CUDA_DEC_NS");
+        ns = e && atoi(e) == 2 ? 2 : 3;
+    }
+    return ns;
+}
+
+template <typename T, int D, int NS>
 static cudaError_t dec_launch(const cuk_attn_args *a, int32_t n_split, float *part,
                               cudaStream_t stream)
 {
+    constexpr size_t smem = dec_smem_bytes<T, D, NS>();
+    static_assert(smem <= 48 * 1024, "no opt-in for more dynamic shared memory");
     int32_t n_hc = dec_n_hc(a);
     int64_t items = (int64_t)a->n_tok * a->n_kv_heads * n_hc;
     dim3 grid((unsigned)items, (unsigned)n_split);
-    attn_decode_kernel<T, D><<<grid, DEC_WARPS * 32, 0, stream>>>(*a, n_hc, n_split, part);
+    attn_decode_kernel<T, D, NS><<<grid, DEC_WARPS * 32, smem, stream>>>(*a, n_hc, n_split, part);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1)
         return e;
@@ -370,14 +453,22 @@ static cudaError_t dec_launch(const cuk_attn_args *a, int32_t n_split, float *pa
     return cudaGetLastError();
 }
 
+template <typename T, int D>
+static cudaError_t dec_stage_dispatch(const cuk_attn_args *a, int32_t n_split, float *part,
+                                      cudaStream_t stream)
+{
+    return dec_stages() == 2 ? dec_launch<T, D, 2>(a, n_split, part, stream)
+                             : dec_launch<T, D, 3>(a, n_split, part, stream);
+}
+
 template <typename T>
 static cudaError_t dec_dispatch(const cuk_attn_args *a, int32_t n_split, float *part,
                                 cudaStream_t stream)
 {
     switch (a->head_dim) {
-    case 64: return dec_launch<T, 64>(a, n_split, part, stream);
-    case 128: return dec_launch<T, 128>(a, n_split, part, stream);
-    case 256: return dec_launch<T, 256>(a, n_split, part, stream);
+    case 64: return dec_stage_dispatch<T, 64>(a, n_split, part, stream);
+    case 128: return dec_stage_dispatch<T, 128>(a, n_split, part, stream);
+    case 256: return dec_stage_dispatch<T, 256>(a, n_split, part, stream);
     default: return cudaErrorInvalidValue;
     }
 }

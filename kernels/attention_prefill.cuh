@@ -16,22 +16,6 @@
 
 #define PF_BN 64
 
-__device__ __forceinline__ uint32_t pf_smem(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void pf_cp16(uint32_t dst, const void *src, bool valid)
-{
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-
-__device__ __forceinline__ void pf_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
 /* 2^x in one MUFU instruction (inputs here are <= 0 or -inf; relative error
  * about 2^-22, far below the f32 threshold). */
 __device__ __forceinline__ float pf_exp2(float x)
@@ -39,11 +23,6 @@ __device__ __forceinline__ float pf_exp2(float x)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
-}
-
-template <int N> __device__ __forceinline__ void pf_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ void pf_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,

@@ -176,6 +176,7 @@ typedef struct cuk_scan_args {
     int32_t a_dt, d_dt, b_dt;
     float *y;
     int32_t conv_dim;
+    int32_t n_sms; /* multiprocessors of the device (grid of the decode scan) */
 } cuk_scan_args;
 
 /* Whether the scan kernel handles this d_state (<= 256). */

@@ -16,6 +16,8 @@
  * registers across the ubatch's tokens and is read and written once (with
  * 16-byte accesses for f32 states). y[p] = S[p, :] · C is a warp reduction.
  */
+#include <stdlib.h>
+
 #include "kernels/common.cuh"
 
 /* ---- snapshots ------------------------------------------------------------------------------- */
@@ -193,6 +195,19 @@ __device__ __forceinline__ void scan_store(void *p, int64_t i, bool vec, int val
                             f[(4 * h + 3) % NPL]);
         return;
     }
+    if (vec && valid == NPL && sizeof(ST) == 2 && NPL >= 4) {
+        uint16_t *q = (uint16_t *)p + i;
+#pragma unroll
+        for (int h = 0; h < NPL / 4; h++) {
+            uint16_t e[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                cuk_elem<ST>::store(e, k, f[(4 * h + k) % NPL]);
+            *(uint2 *)(q + 4 * h) = make_uint2((uint32_t)e[0] | (uint32_t)e[1] << 16,
+                                               (uint32_t)e[2] | (uint32_t)e[3] << 16);
+        }
+        return;
+    }
 #pragma unroll
     for (int e = 0; e < NPL; e++)
         if (e < valid)
@@ -290,6 +305,230 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         store_state(sl);
 }
 
+/* ---- scan, one token per stream ----------------------------------------------------------------- */
+
+/* A decode step (one token per stream, no checkpoints) reads and writes
+ * each state once and does a few flops per element, so its speed is the
+ * bytes in flight. Each warp takes a contiguous range of items (RPW rows of
+ * one (stream, head)) and streams their state rows through an NS-stage
+ * cp.async ring in shared memory: the rows of items k + 1 .. k + NS - 1 are
+ * in flight while item k is updated and written back. B, C, the dst slot
+ * and the head's parameters are reloaded only when the stream or the head
+ * changes, which happens a few times per warp. Lane l owns state columns
+ * [l * NPL, (l + 1) * NPL), so d_state must be 32 * NPL. */
+#define SD_WARPS 4
+
+template <int BYTES> __device__ __forceinline__ void sd_cp(void *dst, const void *src, bool valid)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    int n = valid ? BYTES : 0;
+    if (BYTES == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(d), "l"(src),
+                     "n"(BYTES), "r"(n));
+}
+
+template <typename ST, int NPL> struct sd_shape {
+    static constexpr int BPL = NPL * (int)sizeof(ST); /* state bytes per lane and row */
+    static constexpr int CB = BPL < 16 ? BPL : 16;    /* bytes per cp.async */
+    static constexpr int NC = BPL / CB;
+    static constexpr int ROWB = 32 * BPL;             /* one state row */
+    /* rows per item: about 2 KiB of state, at most 8 rows */
+    static constexpr int RPW = 2048 / ROWB < 1 ? 1 : 2048 / ROWB > 8 ? 8 : 2048 / ROWB;
+    /* one stage: RPW rows, then x of the rows and dt, padded to 16 bytes */
+    static constexpr int STAGE = RPW * ROWB + ((RPW + 1) * 4 + 15) / 16 * 16;
+};
+
+template <typename ST, int NPL, int NS>
+__global__ void __launch_bounds__(SD_WARPS * 32, 4)
+    ssm_scan1_kernel(cuk_rs_args rs, cuk_scan_args p, int64_t n_items, int64_t per_warp)
+{
+    using Z = sd_shape<ST, NPL>;
+    constexpr int RPW = Z::RPW;
+    extern __shared__ __align__(16) unsigned char sd_ring[];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned char *ring = sd_ring + (size_t)warp * NS * Z::STAGE;
+    int32_t H = p.n_heads, P = p.head_dim, N = p.d_state, G = p.n_groups, PB = P / RPW;
+    int64_t hs = (int64_t)P * N, d_inner = (int64_t)H * P;
+    int64_t i0 = ((int64_t)blockIdx.x * SD_WARPS + warp) * per_warp;
+    int64_t n = n_items - i0 < per_warp ? n_items - i0 : per_warp;
+
+    /* (stream, head, row block) of the next item to issue and to compute */
+    int64_t is = i0 / ((int64_t)H * PB), cs_ = is;
+    int32_t ih = (int32_t)(i0 / PB % H), ib = (int32_t)(i0 % PB), chh = ih, cb = ib;
+    int64_t src_s = -1, sb = 0;
+    const unsigned char *src = nullptr;
+    auto issue = [&](int64_t k) {
+        if (k < n) {
+            int64_t s = is;
+            int32_t h = ih, p0 = ib * RPW;
+            if (++ib == PB) {
+                ib = 0;
+                if (++ih == H) {
+                    ih = 0;
+                    is++;
+                }
+            }
+            if (s != src_s) {
+                src_s = s;
+                src = (const unsigned char *)rs_source(rs, s, sb);
+            }
+            unsigned char *dst = ring + (k % NS) * Z::STAGE;
+            const unsigned char *row0 =
+                src ? src + (sb + h * hs + (int64_t)p0 * N) * (int64_t)sizeof(ST) + lane * Z::BPL
+                    : (const unsigned char *)p.xbc;
+#pragma unroll
+            for (int i = 0; i < RPW; i++)
+#pragma unroll
+                for (int c = 0; c < Z::NC; c++)
+                    sd_cp<Z::CB>(dst + i * Z::ROWB + lane * Z::BPL + c * Z::CB,
+                                 src ? row0 + (int64_t)i * Z::ROWB + c * Z::CB : row0, src != nullptr);
+            float *xd = (float *)(dst + RPW * Z::ROWB);
+            if (lane < RPW)
+                sd_cp<4>(xd + lane, p.xbc + s * p.conv_dim + (int64_t)h * P + p0 + lane, true);
+            else if (lane == RPW)
+                sd_cp<4>(xd + RPW, p.dt + s * H + h, true);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    int64_t cs = -1;
+    int32_t cg = -1, ch = -1, dsl = -1;
+    float B[NPL], C[NPL], A = 0.0f, Dh = 0.0f, bias = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NS - 1; k++)
+        issue(k);
+    for (int64_t k = 0; k < n; k++) {
+        __syncwarp(); /* every lane is done with the stage issue() refills */
+        issue(k + NS - 1);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(NS - 1));
+        __syncwarp(); /* x and dt were copied by other lanes */
+        int64_t s = cs_;
+        int32_t h = chh, p0 = cb * RPW, g = h / (H / G);
+        if (++cb == PB) {
+            cb = 0;
+            if (++chh == H) {
+                chh = 0;
+                cs_++;
+            }
+        }
+        if (s != cs || g != cg) {
+            const float *bc = p.xbc + s * p.conv_dim + d_inner + (int64_t)g * N + lane * NPL;
+#pragma unroll
+            for (int e = 0; e < NPL; e++) {
+                B[e] = bc[e];
+                C[e] = bc[(int64_t)G * N + e];
+            }
+            if (s != cs)
+                dsl = rs_dst_slot(rs, s);
+            cs = s;
+            cg = g;
+        }
+        if (h != ch) {
+            A = -expf(cuk_load(p.a_log, p.a_dt, h));
+            Dh = cuk_param(p.d, p.d_dt, h, 0.0f);
+            bias = cuk_param(p.dt_bias, p.b_dt, h, 0.0f);
+            ch = h;
+        }
+        const unsigned char *st = ring + (k % NS) * Z::STAGE;
+        const float *xd = (const float *)(st + RPW * Z::ROWB);
+        float v = xd[RPW] + bias;
+        float dtv = v > 20.0f ? v : log1pf(expf(v));
+        dtv = dtv < p.dt_min ? p.dt_min : dtv;
+        dtv = dtv > p.dt_max ? p.dt_max : dtv;
+        float dA = expf(dtv * A);
+        float yv[RPW];
+        int64_t out = dsl >= 0 ? (int64_t)dsl * rs.elems + h * hs + (int64_t)p0 * N + lane * NPL : 0;
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            float S[NPL];
+            scan_load<ST, NPL>(st + i * Z::ROWB + lane * Z::BPL, 0, true, NPL, S);
+            float coef = xd[i] * dtv, acc = 0.0f;
+#pragma unroll
+            for (int e = 0; e < NPL; e++) {
+                S[e] = S[e] * dA + coef * B[e];
+                acc += S[e] * C[e];
+            }
+            yv[i] = acc;
+            if (dsl >= 0)
+                scan_store<ST, NPL>(rs.state, out + (int64_t)i * N, true, NPL, S);
+        }
+#pragma unroll
+        for (int i = 0; i < RPW; i++) {
+            float acc = cuk_warp_sum(yv[i]);
+            if (lane == i)
+                p.y[s * d_inner + (int64_t)h * P + p0 + i] = acc + Dh * xd[i];
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
+/* Stages of the decode scan's ring: $LLMEM_CUDA_SCAN_NS (2 to 5), default 4;
+ * $LLMEM_CUDA_SCAN_OLD=1 runs the general kernel instead. */
+static int sd_stages(void)
+{
+    static int ns = 0;
+    if (ns == 0) {
+        const char *e = getenv("LLMEM_CUDA_SCAN_NS"), *o = getenv("LLMEM_CUDA_SCAN_OLD");
+        int v = e ? atoi(e) : 4;
+        ns = o && atoi(o) ? -1 : v >= 2 && v <= 5 ? v : 4;
+    }
+    return ns;
+}
+
+/* Resident CTAs per SM the decode scan's grid aims at: $LLMEM_CUDA_SCAN_CTAS
+ * (1 to 8), default 4. */
+static int sd_ctas(void)
+{
+    static int c = 0;
+    if (c == 0) {
+        const char *e = getenv("LLMEM_CUDA_SCAN_CTAS");
+        int v = e ? atoi(e) : 4;
+        c = v >= 1 && v <= 8 ? v : 4;
+    }
+    return c;
+}
+
+template <typename ST, int NPL, int NS>
+static cudaError_t sd_launch(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream)
+{
+    using Z = sd_shape<ST, NPL>;
+    constexpr size_t smem = (size_t)SD_WARPS * NS * Z::STAGE;
+    static_assert(smem <= 48 * 1024, "no opt-in for more dynamic shared memory");
+    int64_t n_items = (int64_t)rs->n_seqs * p->n_heads * (p->head_dim / Z::RPW);
+    /* at least NS + 2 items per warp (every stage is refilled at least once),
+     * at most sd_ctas() CTAs per SM */
+    int64_t cap = (int64_t)(p->n_sms > 0 ? p->n_sms : 1) * sd_ctas() * SD_WARPS;
+    int64_t warps = (n_items + NS + 1) / (NS + 2);
+    warps = warps < cap ? warps : cap;
+    warps = warps < 1 ? 1 : warps;
+    int64_t per = (n_items + warps - 1) / warps;
+    warps = (n_items + per - 1) / per;
+    unsigned blocks = (unsigned)((warps + SD_WARPS - 1) / SD_WARPS);
+    ssm_scan1_kernel<ST, NPL, NS><<<blocks, SD_WARPS * 32, smem, stream>>>(*rs, *p, n_items, per);
+    return cudaGetLastError();
+}
+
+/* The decode scan for this call, or cudaErrorNotSupported when the general
+ * kernel must run (several tokens, checkpoints, other shapes). */
+template <typename ST, int NPL>
+static cudaError_t sd_try(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream)
+{
+    using Z = sd_shape<ST, NPL>;
+    int ns = sd_stages();
+    if (ns < 0 || Z::BPL < 4 || p->d_state != 32 * NPL || p->head_dim % Z::RPW ||
+        rs->n_seq_tokens != 1 || rs->n_ckpt != 0 || rs->n_seqs < 1)
+        return cudaErrorNotSupported;
+    if constexpr (sizeof(ST) == 4 && NPL == 4) { /* the measured alternatives */
+        if (ns != 4)
+            return ns == 2   ? sd_launch<ST, NPL, 2>(rs, p, stream)
+                   : ns == 3 ? sd_launch<ST, NPL, 3>(rs, p, stream)
+                             : sd_launch<ST, NPL, 5>(rs, p, stream);
+    }
+    return sd_launch<ST, NPL, 4>(rs, p, stream);
+}
+
 extern "C" int cuk_ssm_scan_supported(int32_t d_state)
 {
     return d_state >= 1 && d_state <= 32 * 8;
@@ -302,6 +541,14 @@ static cudaError_t scan_dispatch(const cuk_rs_args *rs, const cuk_scan_args *p,
     dim3 grid((unsigned)((int64_t)rs->n_seqs * p->n_heads),
               (unsigned)((p->head_dim + SCAN_WARPS * SCAN_RPW - 1) / (SCAN_WARPS * SCAN_RPW)));
     int32_t npl = (p->d_state + 31) / 32;
+    if (npl * 32 == p->d_state && npl >= 2) {
+        cudaError_t e = npl == 2   ? sd_try<ST, 2>(rs, p, stream)
+                        : npl == 4 ? sd_try<ST, 4>(rs, p, stream)
+                        : npl == 8 ? sd_try<ST, 8>(rs, p, stream)
+                                   : cudaErrorNotSupported;
+        if (e != cudaErrorNotSupported)
+            return e;
+    }
     if (npl <= 1)
         ssm_scan_kernel<ST, 1><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
     else if (npl <= 2)

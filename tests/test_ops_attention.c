@@ -274,6 +274,12 @@ static const attn_case cases[] = {
     {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, true},
     {3, {70, 5, 33}, {1, 1, 1}, 1, 2, 4, 64, F32, 0.0f, 0, false, true},
     {2, {300, 64}, {1, 64}, 64, 2, 8, 128, BF16, 0.0f, 0, false, true},
+    /* decode steps over long histories: several key splits per query and
+     * many steps of the cuda kernel's cp.async ring per split; pages of 1
+     * with a window and softcap, and head_dim 256 in f32 */
+    {2, {1500, 900}, {1, 1}, 16, 2, 8, 128, BF16, 0.0f, 0, false, false},
+    {3, {700, 64, 1}, {1, 1, 1}, 1, 2, 8, 64, F16, 30.0f, 300, false, false},
+    {2, {600, 333}, {1, 1}, 64, 1, 4, 256, F32, 0.0f, 0, false, false},
 };
 
 START_TEST(test_attention)

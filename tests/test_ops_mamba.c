@@ -360,6 +360,14 @@ static const scan_case scan_cases[] = {
      true, false},
     {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 5, 64, 1, 0.0f, INFINITY}, F16, F32, false, true},
     {{2, 1, 0, 3, {0, 1}, {0, 1}, {0}}, {2, 3, 4, 1, 0.0f, INFINITY}, F32, F32, true, true},
+    /* one token at the shapes of cuda's decode scan (d_state = 32 x 2, 4 or
+     * 8 columns per lane), each with more items per warp than ring stages:
+     * a snapshot source, no dst and a fresh stream in bf16; f16; f32 256 */
+    {{4, 1, 0, 8, {2, 0, 5, -1}, {0, 1, -1, 3}, {0}}, {4, 16, 128, 2, 0.0f, INFINITY}, BF16, F32,
+     true, true},
+    {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 8, 64, 1, 0.001f, 0.5f}, F16, BF16, true, false},
+    {{3, 1, 0, 6, {0, 1, 2}, {0, 1, 2}, {0}}, {2, 6, 256, 1, 0.0f, INFINITY}, F32, F32, false,
+     true},
     /* a long prefill chunk: 256 steps of decay and accumulation */
     {{2, 256, 2, 6, {-1, 3}, {0, 3}, {1, 2, 4, 5}}, {8, 16, 32, 2, 0.0f, INFINITY}, F32, BF16,
      true, true},

@@ -637,6 +637,7 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         .y = tptr(y),
         /* xbc may be [T, ...] flattening to conv_dim columns (<llmem/ops.h>) */
         .conv_dim = p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state,
+        .n_sms = cb->n_sms,
     };
     return done(cb, cuk_ssm_scan(&rs, &sa, cb->stream), "ssm_scan");
 }
