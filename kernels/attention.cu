@@ -178,6 +178,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
     static_assert(S::KS <= 32, "one lane per key of a step");
     static_assert(NS * S::KB <= 32, "validity bits of the ring fit in one word");
     extern __shared__ __align__(16) uint4 dec_ring[];
+    cuk_pdl_trigger(); /* with one split, the output projection (a GEMV) follows */
 
     int64_t x = blockIdx.x;
     int32_t sp = blockIdx.y;
@@ -380,6 +381,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
 __global__ void attn_combine_kernel(cuk_attn_args a, int32_t n_hc, int32_t n_split,
                                     const float *part, int64_t n_items)
 {
+    cuk_pdl_trigger(); /* the output projection (a GEMV) follows */
     int32_t D = a.head_dim, n_rep = a.n_heads / a.n_kv_heads;
     int64_t total = n_items * DEC_NR * D;
     for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total;

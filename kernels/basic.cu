@@ -118,6 +118,7 @@ extern "C" cudaError_t cuk_get_rows(const void *src, int dtype, int64_t rows, in
 __global__ void rms_norm_kernel(const float *x, const void *w, int wdt, int64_t rows, int64_t cols,
                                 float eps, float *out)
 {
+    cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
     __shared__ float red[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * cols;
@@ -148,6 +149,7 @@ extern "C" cudaError_t cuk_rms_norm(const float *x, const void *w, int wdt, int6
 __global__ void add_rms_norm_kernel(float *x, const float *rsd, const void *w, int wdt,
                                     int64_t rows, int64_t cols, float eps, float *out)
 {
+    cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
     __shared__ float red[32];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         float *xr = x + r * cols;
@@ -181,6 +183,7 @@ __global__ void rms_norm_gated_kernel(const float *y, const float *z, const void
                                       int64_t rows, int64_t cols, int64_t groups, float eps,
                                       float *out)
 {
+    cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
     __shared__ float red[32];
     int64_t gs = cols / groups;
     for (int64_t it = blockIdx.x; it < rows * groups; it += gridDim.x) {

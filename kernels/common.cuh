@@ -12,6 +12,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/kernels.h"
 
@@ -180,6 +181,74 @@ __device__ __forceinline__ float cuk_block_max(float x, float *red)
     __syncthreads();
     x = lane < n_warps ? red[lane] : -INFINITY;
     return cuk_warp_max(x);
+}
+
+/* ---- programmatic dependent launch (sm_90 and later) ----------------------------------- */
+
+/* A kernel launched with cuk_launch_pdl may start while the kernel before
+ * it in the stream is still running, once every block of that kernel has
+ * called cuk_pdl_trigger (or exited). It must call cuk_pdl_wait before it
+ * touches memory an earlier kernel writes or reads: only its read-only
+ * inputs (weights) may be touched before. The GEMVs use this to fetch their
+ * first weight chunks while the kernel before them drains. Both are no-ops
+ * without such a launch and before sm_90. */
+__device__ __forceinline__ void cuk_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cuk_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/* Whether launches use programmatic stream serialization: a device of
+ * compute capability 9.0 or later, and LLMEM_CUDA_PDL not 0. */
+static inline bool cuk_pdl_enabled(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMEM_CUDA_PDL");
+        int dev = 0, major = 0;
+        on = !(e && atoi(e) == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                 cudaSuccess &&
+             major >= 9;
+    }
+    return on == 1;
+}
+
+/* kern<<<grid, block, 0, stream>>>(args...), as a programmatic dependent
+ * launch when cuk_pdl_enabled() (kern must then follow the rule above). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cuk_launch_pdl(void (*kern)(KArgs...), unsigned grid, unsigned block,
+                                         cudaStream_t stream, Args... args)
+{
+    if (!cuk_pdl_enabled()) {
+        kern<<<grid, block, 0, stream>>>(args...);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+
+/* L2 prefetch of the 16-byte chunk at p (no register, no fault). */
+__device__ __forceinline__ void cuk_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 /* Grid size for a grid-stride loop over n items with `threads` per block. */

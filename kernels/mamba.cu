@@ -77,36 +77,65 @@ __device__ __forceinline__ int32_t rs_dst_slot(const cuk_rs_args &rs, int64_t s)
 /* ---- conv ------------------------------------------------------------------------------------ */
 
 #define CONV_MAX 16
+/* Tokens per thread. At least CONV_MAX - 1, so only a stream's first chunk
+ * reads the conv state, and that chunk's thread also writes the states:
+ * each slot is read before it is written, by the same thread. */
+#define CONV_TCH 16
 
-/* Thread per (stream, channel). u = [state rows; x rows] of the stream. */
+/* Thread per (stream, chunk of CONV_TCH tokens, channel), channels fastest.
+ * u = [state rows; x rows] of the stream; the chunk's outputs need
+ * u[t0 .. t0 + CONV_TCH + d_conv - 1), loaded together before any sum, so
+ * a long prefill does not wait for one load per token. */
 __global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, int wdt,
                                 const void *b, int bdt, float *out, int32_t conv_dim,
                                 int32_t d_conv)
 {
     int32_t dc1 = d_conv - 1, n_tok = rs.n_seq_tokens;
-    int64_t n = (int64_t)rs.n_seqs * conv_dim;
+    int32_t n_ch = n_tok > CONV_TCH ? (n_tok + CONV_TCH - 1) / CONV_TCH : 1;
+    int64_t n = (int64_t)rs.n_seqs * n_ch * conv_dim;
     for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < n;
          it += (int64_t)gridDim.x * blockDim.x) {
-        int64_t s = it / conv_dim;
-        int32_t c = (int32_t)(it - s * conv_dim);
-        float st[CONV_MAX], wr[CONV_MAX];
+        int32_t c = (int32_t)(it % conv_dim);
+        int64_t rest = it / conv_dim, s = rest / n_ch;
+        int32_t ch = (int32_t)(rest % n_ch), t0 = ch * CONV_TCH;
+        float st[CONV_MAX], wr[CONV_MAX], u[CONV_TCH + CONV_MAX - 1];
         int64_t sb = 0;
-        const void *src = rs_source(rs, s, sb);
-        for (int32_t r = 0; r < dc1; r++)
-            st[r] = src ? cuk_load(src, rs.dtype, sb + (int64_t)r * conv_dim + c) : 0.0f;
-        for (int32_t k = 0; k < d_conv; k++)
-            wr[k] = cuk_load(w, wdt, (int64_t)c * d_conv + k);
+        const void *src = ch == 0 ? rs_source(rs, s, sb) : nullptr;
+#pragma unroll
+        for (int32_t r = 0; r < CONV_MAX - 1; r++)
+            st[r] = src && r < dc1 ? cuk_load(src, rs.dtype, sb + (int64_t)r * conv_dim + c) : 0.0f;
+#pragma unroll
+        for (int32_t k = 0; k < CONV_MAX; k++)
+            wr[k] = k < d_conv ? cuk_load(w, wdt, (int64_t)c * d_conv + k) : 0.0f;
         float bias = b ? cuk_load(b, bdt, c) : 0.0f;
         const float *xs = x + s * n_tok * (int64_t)conv_dim + c;
-        for (int32_t t = 0; t < n_tok; t++) {
-            float acc = bias;
-            for (int32_t k = 0; k < d_conv; k++) {
-                int32_t e = t + k;
-                float u = e < dc1 ? st[e] : xs[(int64_t)(e - dc1) * conv_dim];
-                acc += wr[k] * u;
+#pragma unroll
+        for (int32_t j = 0; j < CONV_TCH + CONV_MAX - 1; j++) {
+            int32_t e = t0 + j; /* position in u */
+            float v = 0.0f;
+            if (e < dc1) {
+#pragma unroll
+                for (int32_t r = 0; r < CONV_MAX - 1; r++)
+                    v = r == e ? st[r] : v;
+            } else if (e - dc1 < n_tok && j < CONV_TCH + dc1) {
+                v = __ldg(xs + (int64_t)(e - dc1) * conv_dim);
             }
+            u[j] = v;
+        }
+#pragma unroll
+        for (int32_t i = 0; i < CONV_TCH; i++) {
+            int32_t t = t0 + i;
+            if (t >= n_tok)
+                break;
+            float acc = bias;
+#pragma unroll
+            for (int32_t k = 0; k < CONV_MAX; k++)
+                if (k < d_conv)
+                    acc += wr[k] * u[i + k];
             out[(s * n_tok + t) * (int64_t)conv_dim + c] = acc / (1.0f + expf(-acc));
         }
+        if (ch != 0)
+            continue;
         /* states after token tt: rows u[tt + 1 .. tt + dc1]; checkpoints, then dst */
         for (int32_t ci = 0; ci <= rs.n_ckpt; ci++) {
             int32_t sl, tt;
@@ -121,9 +150,16 @@ __global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, i
                 continue;
             for (int32_t r = 0; r < dc1; r++) {
                 int32_t e = tt + 1 + r;
-                float u = e < dc1 ? st[e] : xs[(int64_t)(e - dc1) * conv_dim];
+                float v = 0.0f;
+                if (e < dc1) {
+#pragma unroll
+                    for (int32_t q = 0; q < CONV_MAX - 1; q++)
+                        v = q == e ? st[q] : v;
+                } else {
+                    v = xs[(int64_t)(e - dc1) * conv_dim];
+                }
                 cuk_store(rs.state, rs.dtype, (int64_t)sl * rs.elems + (int64_t)r * conv_dim + c,
-                          u);
+                          v);
             }
         }
     }
@@ -135,7 +171,9 @@ extern "C" cudaError_t cuk_ssm_conv(const cuk_rs_args *rs, const float *x, const
 {
     if (d_conv < 2 || d_conv > CONV_MAX)
         return cudaErrorInvalidValue;
-    int64_t n = (int64_t)rs->n_seqs * conv_dim;
+    int32_t n_tok = rs->n_seq_tokens;
+    int64_t n_ch = n_tok > CONV_TCH ? (n_tok + CONV_TCH - 1) / CONV_TCH : 1;
+    int64_t n = (int64_t)rs->n_seqs * n_ch * conv_dim;
     ssm_conv_kernel<<<cuk_grid(n, 128), 128, 0, stream>>>(*rs, x, w, wdt, b, bdt, out, conv_dim,
                                                          d_conv);
     return cudaGetLastError();
@@ -214,6 +252,36 @@ __device__ __forceinline__ void scan_store(void *p, int64_t i, bool vec, int val
             cuk_elem<ST>::store(p, i + e, f[e]);
 }
 
+/* Sums each of the 8 values v[0..7] over the warp's 32 lanes in 9 shuffles
+ * (a butterfly that halves the values each lane carries at every step,
+ * instead of 8 full reductions of 5). On return v[0] of every lane with
+ * (lane & 3) == 0 holds the sum of row r = the return value; all lanes
+ * must call it. */
+__device__ __forceinline__ int scan_sum8(float (&v)[SCAN_RPW], int lane)
+{
+    static_assert(SCAN_RPW == 8, "butterfly over 8 rows");
+    bool hi = lane & 16;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float send = hi ? v[i] : v[i + 4], keep = hi ? v[i + 4] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+    }
+    hi = lane & 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float send = hi ? v[i] : v[i + 2], keep = hi ? v[i + 2] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+    }
+    hi = lane & 4;
+    {
+        float send = hi ? v[0] : v[1], keep = hi ? v[1] : v[0];
+        v[0] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+    }
+    v[0] += __shfl_xor_sync(0xffffffffu, v[0], 2);
+    v[0] += __shfl_xor_sync(0xffffffffu, v[0], 1);
+    return ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
+}
+
 template <typename ST, int NPL>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
     ssm_scan_kernel(cuk_rs_args rs, cuk_scan_args p)
@@ -260,26 +328,46 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
             store_state(sl);
     }
     int64_t d_inner = (int64_t)H * P;
-    for (int64_t t = 0; t < n_tok; t++) {
+    /* The inputs of token t + 1 (B, C, x of the rows, dt) are loaded while
+     * token t is computed: the loop is bound by issue, not by load latency. */
+    float nB[NPL], nC[NPL], nx[SCAN_RPW], ndt = 0.0f;
+    auto fetch = [&](int64_t t) {
         int64_t tok = s * n_tok + t;
         const float *row = p.xbc + tok * p.conv_dim;
-        float v = p.dt[tok * H + h] + bias;
+        ndt = __ldg(p.dt + tok * H + h);
+#pragma unroll
+        for (int e = 0; e < NPL; e++) {
+            nB[e] = e < valid ? __ldg(row + d_inner + (int64_t)g * N + n0 + e) : 0.0f;
+            nC[e] = e < valid ? __ldg(row + d_inner + (int64_t)G * N + (int64_t)g * N + n0 + e)
+                              : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < SCAN_RPW; i++)
+            nx[i] = p0 + i < P ? __ldg(row + (int64_t)h * P + p0 + i) : 0.0f;
+    };
+    if (n_tok > 0)
+        fetch(0);
+    for (int64_t t = 0; t < n_tok; t++) {
+        int64_t tok = s * n_tok + t;
+        float B[NPL], C[NPL], xr[SCAN_RPW], v = ndt + bias;
+#pragma unroll
+        for (int e = 0; e < NPL; e++) {
+            B[e] = nB[e];
+            C[e] = nC[e];
+        }
+#pragma unroll
+        for (int i = 0; i < SCAN_RPW; i++)
+            xr[i] = nx[i];
+        if (t + 1 < n_tok)
+            fetch(t + 1);
         float dtv = v > 20.0f ? v : log1pf(expf(v));
         dtv = dtv < p.dt_min ? p.dt_min : dtv;
         dtv = dtv > p.dt_max ? p.dt_max : dtv;
         float dA = expf(dtv * A);
-        float B[NPL], C[NPL];
-#pragma unroll
-        for (int e = 0; e < NPL; e++) {
-            B[e] = e < valid ? row[d_inner + (int64_t)g * N + n0 + e] : 0.0f;
-            C[e] = e < valid ? row[d_inner + (int64_t)G * N + (int64_t)g * N + n0 + e] : 0.0f;
-        }
         float yv[SCAN_RPW];
 #pragma unroll
         for (int i = 0; i < SCAN_RPW; i++) {
-            int32_t pp = p0 + i;
-            float xv = pp < P ? row[(int64_t)h * P + pp] : 0.0f;
-            float coef = xv * dtv, acc = 0.0f;
+            float coef = xr[i] * dtv, acc = 0.0f;
 #pragma unroll
             for (int e = 0; e < NPL; e++) {
                 S[i][e] = S[i][e] * dA + coef * B[e];
@@ -287,13 +375,14 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
             }
             yv[i] = acc;
         }
+        /* y[p] = S[p, :] . C: the 8 row sums in 9 shuffles, lane 4r holding row r's */
+        int r = scan_sum8(yv, lane);
+        float xs = 0.0f;
 #pragma unroll
-        for (int i = 0; i < SCAN_RPW; i++) {
-            float acc = cuk_warp_sum(yv[i]);
-            int32_t pp = p0 + i;
-            if (lane == 0 && pp < P)
-                p.y[tok * d_inner + (int64_t)h * P + pp] = acc + Dh * row[(int64_t)h * P + pp];
-        }
+        for (int i = 0; i < SCAN_RPW; i++)
+            xs = i == r ? xr[i] : xs;
+        if ((lane & 3) == 0 && p0 + r < P)
+            p.y[tok * d_inner + (int64_t)h * P + p0 + r] = yv[0] + Dh * xs;
         for (int32_t c = 0; c < rs.n_ckpt; c++) {
             int32_t sl = rs_ckpt_slot(rs, s, c);
             if (sl >= 0 && n_tok - rs.n_ckpt + c == t)

@@ -22,6 +22,21 @@
 #define GEMV_UNROLL 8
 
 
+/* The first UNR chunks per lane of weight chunks [c_lo, c_hi) of row wr
+ * into L2: issued before cuk_pdl_wait, so under a programmatic launch
+ * they stream while the kernel before finishes. */
+template <int UNR>
+__device__ __forceinline__ void gemv_prefetch(const uint4 *wr, int64_t c_lo, int64_t c_hi,
+                                              int lane)
+{
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+        int64_t c = c_lo + lane + 32 * u;
+        if (c < c_hi)
+            cuk_prefetch_l2(wr + c);
+    }
+}
+
 /* One warp's share of a VEC dot product: 16-byte weight chunks
  * [c_lo, c_hi) of row wr, lane-strided, UNR chunks in flight per lane,
  * accumulated in f32 against each of the m activation rows of a. */
@@ -79,8 +94,12 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     if (VEC) {
         constexpr int E = cuk_unpack16<WT>::n;
         const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
+        gemv_prefetch<UNR>(wr, 0, k / E, lane);
+        cuk_pdl_wait();
         gemv_chunks<WT, UNR>(a, wr, m, k, 0, k / E, lane, acc);
+        cuk_pdl_trigger();
     } else {
+        cuk_pdl_wait();
         const void *wr = (const char *)w + col * (int64_t)k * sizeof(WT);
         for (int64_t c = lane; c < k; c += 32) {
             float wv = cuk_elem<WT>::load(wr, c);
@@ -89,6 +108,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 if (i < m)
                     acc[i] += a[(int64_t)i * k + c] * wv;
         }
+        cuk_pdl_trigger();
     }
 #pragma unroll
     for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
@@ -127,6 +147,10 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int j = 0; j < COLS; j++) /* rows past n re-read the last row; never stored */
         wr[j] = (const uint4 *)((const char *)w +
                                 (col0 + j < n ? col0 + j : n - 1) * (int64_t)k * sizeof(WT));
+#pragma unroll
+    for (int j = 0; j < COLS; j++)
+        gemv_prefetch<U>(wr[j], 0, chunks, lane);
+    cuk_pdl_wait();
     for (int64_t c0 = lane; c0 < chunks; c0 += 32 * U) {
         uint4 wv[U][COLS];
 #pragma unroll
@@ -161,6 +185,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             }
         }
     }
+    cuk_pdl_trigger();
 #pragma unroll
     for (int j = 0; j < COLS; j++)
 #pragma unroll
@@ -198,8 +223,13 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
         int64_t chunks = k / E, per = (chunks + S - 1) / S;
         int64_t c_lo = seg * per, c_hi = c_lo + per < chunks ? c_lo + per : chunks;
         const uint4 *wr = (const uint4 *)((const char *)w + col * (int64_t)k * sizeof(WT));
+        gemv_prefetch<GEMV_UNROLL>(wr, c_lo, c_hi, lane);
+        cuk_pdl_wait();
         gemv_chunks<WT, GEMV_UNROLL>(a, wr, m, k, c_lo, c_hi, lane, acc);
+    } else {
+        cuk_pdl_wait(); /* out below is written after the kernel before has finished */
     }
+    cuk_pdl_trigger();
 #pragma unroll
     for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
         float s = cuk_warp_sum(acc[i]);
@@ -278,29 +308,26 @@ static cudaError_t gemv_launch(const float *a, const void *w, float *out, int32_
     if (vec && split > 1) {
         unsigned gs = (unsigned)((n + GEMV_WARPS / split - 1) / (GEMV_WARPS / split));
         if (split == 2)
-            gemv_splitk_kernel<WT, 2><<<gs, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_splitk_kernel<WT, 2>, gs, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
         else if (split == 4)
-            gemv_splitk_kernel<WT, 4><<<gs, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_splitk_kernel<WT, 4>, gs, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
         else
-            gemv_splitk_kernel<WT, 8><<<gs, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
-        return cudaGetLastError();
+            return cuk_launch_pdl(gemv_splitk_kernel<WT, 8>, gs, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
     }
     if (vec && cols > 1) {
         unsigned gc = (unsigned)((n + GEMV_WARPS * cols - 1) / (GEMV_WARPS * cols));
         if (cols == 2)
-            gemv_cols_kernel<WT, 2><<<gc, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_cols_kernel<WT, 2>, gc, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
         else
-            gemv_cols_kernel<WT, 4><<<gc, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
-        return cudaGetLastError();
+            return cuk_launch_pdl(gemv_cols_kernel<WT, 4>, gc, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
     }
     unsigned g = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
     if (vec && gemv_unroll() == 16)
-        gemv_kernel<WT, true, 16><<<g, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        return cuk_launch_pdl(gemv_kernel<WT, true, 16>, g, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
     else if (vec)
-        gemv_kernel<WT, true><<<g, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
+        return cuk_launch_pdl(gemv_kernel<WT, true>, g, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
     else
-        gemv_kernel<WT, false><<<g, GEMV_WARPS * 32, 0, stream>>>(a, w, out, m, n, k);
-    return cudaGetLastError();
+        return cuk_launch_pdl(gemv_kernel<WT, false>, g, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
 }
 
 extern "C" cudaError_t cuk_gemv(const float *a, const void *w, int wdt, float *out, int32_t m,
@@ -340,6 +367,9 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     int64_t chunks = k / E;
     const uint4 *rg = (const uint4 *)((const char *)wg + col * (int64_t)k * sizeof(WT));
     const uint4 *ru = (const uint4 *)((const char *)wu + col * (int64_t)k * sizeof(WT));
+    gemv_prefetch<U>(rg, 0, chunks, lane);
+    gemv_prefetch<U>(ru, 0, chunks, lane);
+    cuk_pdl_wait();
     for (int64_t c0 = lane; c0 < chunks; c0 += 32 * U) {
         uint4 vg[U], vu[U];
 #pragma unroll
@@ -372,6 +402,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
             }
         }
     }
+    cuk_pdl_trigger();
 #pragma unroll
     for (int i = 0; i < CUK_GEMV_MAX_M; i++) {
         if (i >= m)
@@ -392,8 +423,8 @@ static cudaError_t gemv_swiglu_launch(const float *a, const void *wg, const void
     if (!vec)
         return cudaErrorNotSupported;
     unsigned g = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
-    gemv_swiglu_kernel<WT><<<g, GEMV_WARPS * 32, 0, stream>>>(a, wg, wu, out, m, n, k);
-    return cudaGetLastError();
+    return cuk_launch_pdl(gemv_swiglu_kernel<WT>, g, GEMV_WARPS * 32, stream, a, wg, wu, out, m,
+                          n, k);
 }
 
 extern "C" cudaError_t cuk_gemv_swiglu(const float *a, const void *wg, const void *wu, int wdt,

@@ -236,6 +236,10 @@ static const conv_case conv_cases[] = {
     /* rollback: stream 1 resumes from its own checkpoint slot, written again */
     {{4, 7, 3, 16, {-1, 9, 2, 15}, {0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1}},
      96, 3, F32, BF16, true},
+    /* prefill chunks longer than cuda's 16 tokens per thread: windows across
+     * chunk edges, in place with checkpoints; the widest window (d_conv 16) */
+    {{2, 40, 2, 6, {-1, 3}, {0, 3}, {1, 2, 4, 5}}, 70, 4, F32, BF16, true},
+    {{1, 33, 0, 2, {1}, {1}, {0}}, 64, 16, BF16, F32, false},
 };
 
 START_TEST(test_ssm_conv)
