@@ -394,7 +394,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         store_state(sl);
 }
 
-/* ---- scan, one token per stream ----------------------------------------------------------------- */
+/* ---- scan, one token per stream ---------------------------------------------------------- */
 
 /* A decode step (one token per stream, no checkpoints) reads and writes
  * each state once and does a few flops per element, so its speed is the
@@ -472,7 +472,8 @@ __global__ void __launch_bounds__(SD_WARPS * 32, 4)
 #pragma unroll
                 for (int c = 0; c < Z::NC; c++)
                     sd_cp<Z::CB>(dst + i * Z::ROWB + lane * Z::BPL + c * Z::CB,
-                                 src ? row0 + (int64_t)i * Z::ROWB + c * Z::CB : row0, src != nullptr);
+                                 src ? row0 + (int64_t)i * Z::ROWB + c * Z::CB : row0,
+                                 src != nullptr);
             float *xd = (float *)(dst + RPW * Z::ROWB);
             if (lane < RPW)
                 sd_cp<4>(xd + lane, p.xbc + s * p.conv_dim + (int64_t)h * P + p0 + lane, true);
@@ -528,7 +529,8 @@ __global__ void __launch_bounds__(SD_WARPS * 32, 4)
         dtv = dtv > p.dt_max ? p.dt_max : dtv;
         float dA = expf(dtv * A);
         float yv[RPW];
-        int64_t out = dsl >= 0 ? (int64_t)dsl * rs.elems + h * hs + (int64_t)p0 * N + lane * NPL : 0;
+        int64_t out =
+            dsl >= 0 ? (int64_t)dsl * rs.elems + h * hs + (int64_t)p0 * N + lane * NPL : 0;
 #pragma unroll
         for (int i = 0; i < RPW; i++) {
             float S[NPL];

@@ -308,26 +308,34 @@ static cudaError_t gemv_launch(const float *a, const void *w, float *out, int32_
     if (vec && split > 1) {
         unsigned gs = (unsigned)((n + GEMV_WARPS / split - 1) / (GEMV_WARPS / split));
         if (split == 2)
-            return cuk_launch_pdl(gemv_splitk_kernel<WT, 2>, gs, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_splitk_kernel<WT, 2>, gs, GEMV_WARPS * 32, stream, a, w, out,
+                                  m, n, k);
         else if (split == 4)
-            return cuk_launch_pdl(gemv_splitk_kernel<WT, 4>, gs, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_splitk_kernel<WT, 4>, gs, GEMV_WARPS * 32, stream, a, w, out,
+                                  m, n, k);
         else
-            return cuk_launch_pdl(gemv_splitk_kernel<WT, 8>, gs, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_splitk_kernel<WT, 8>, gs, GEMV_WARPS * 32, stream, a, w, out,
+                                  m, n, k);
     }
     if (vec && cols > 1) {
         unsigned gc = (unsigned)((n + GEMV_WARPS * cols - 1) / (GEMV_WARPS * cols));
         if (cols == 2)
-            return cuk_launch_pdl(gemv_cols_kernel<WT, 2>, gc, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_cols_kernel<WT, 2>, gc, GEMV_WARPS * 32, stream, a, w, out,
+                                  m, n, k);
         else
-            return cuk_launch_pdl(gemv_cols_kernel<WT, 4>, gc, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+            return cuk_launch_pdl(gemv_cols_kernel<WT, 4>, gc, GEMV_WARPS * 32, stream, a, w, out,
+                                  m, n, k);
     }
     unsigned g = (unsigned)((n + GEMV_WARPS - 1) / GEMV_WARPS);
     if (vec && gemv_unroll() == 16)
-        return cuk_launch_pdl(gemv_kernel<WT, true, 16>, g, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+        return cuk_launch_pdl(gemv_kernel<WT, true, 16>, g, GEMV_WARPS * 32, stream, a, w, out, m,
+                              n, k);
     else if (vec)
-        return cuk_launch_pdl(gemv_kernel<WT, true>, g, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+        return cuk_launch_pdl(gemv_kernel<WT, true>, g, GEMV_WARPS * 32, stream, a, w, out, m,
+                              n, k);
     else
-        return cuk_launch_pdl(gemv_kernel<WT, false>, g, GEMV_WARPS * 32, stream, a, w, out, m, n, k);
+        return cuk_launch_pdl(gemv_kernel<WT, false>, g, GEMV_WARPS * 32, stream, a, w, out, m,
+                              n, k);
 }
 
 extern "C" cudaError_t cuk_gemv(const float *a, const void *w, int wdt, float *out, int32_t m,
