@@ -206,15 +206,17 @@ __device__ __forceinline__ void cuk_pdl_wait()
 #endif
 }
 
-/* Whether launches use programmatic stream serialization: a device of
- * compute capability 9.0 or later, and LLMEM_CUDA_PDL not 0. */
+/* Whether launches use programmatic stream serialization: LLMEM_CUDA_PDL=1
+ * and a device of compute capability 9.0 or later. Off by default: on the
+ * H200 it made back-to-back GEMVs 4-8 points of copy faster, but not the
+ * recorded Bamba-9B decode step (docs/benchmarks.md, helper cudaperf). */
 static inline bool cuk_pdl_enabled(void)
 {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("LLMEM_CUDA_PDL");
         int dev = 0, major = 0;
-        on = !(e && atoi(e) == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+        on = e && atoi(e) == 1 && cudaGetDevice(&dev) == cudaSuccess &&
              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
                  cudaSuccess &&
              major >= 9;
