@@ -50,11 +50,6 @@ llmem_status llmem_dtype_parse(const char *name, llmem_dtype *out)
     return LLMEM_E_INVALID;
 }
 
-bool llmem_dtype_is_scaled(llmem_dtype t)
-{
-    return t == LLMEM_DTYPE_I8 || t == LLMEM_DTYPE_F8E4M3;
-}
-
 float llmem_dtype_code_max(llmem_dtype t)
 {
     return t == LLMEM_DTYPE_I8 ? 127.0f : t == LLMEM_DTYPE_F8E4M3 ? 448.0f : 0.0f;

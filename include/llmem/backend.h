@@ -45,8 +45,12 @@ const char *llmem_dtype_name(llmem_dtype t);
 /* Parses "f32" | "f16" | "bf16" | "i32" | "int8" (or "i8") | "fp8" (or
  * "f8e4m3"). Returns LLMEM_E_INVALID otherwise. */
 llmem_status llmem_dtype_parse(const char *name, llmem_dtype *out);
-/* True for the scaled 8-bit dtypes (I8, F8E4M3). */
-bool llmem_dtype_is_scaled(llmem_dtype t);
+/* True for the scaled 8-bit dtypes (I8, F8E4M3). Inline: backend plugins
+ * call llmem only through their host table (<llmem/plugin.h>). */
+static inline bool llmem_dtype_is_scaled(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_I8 || t == LLMEM_DTYPE_F8E4M3;
+}
 /* The largest code magnitude of a scaled dtype: 127 (I8), 448 (F8E4M3);
  * 0 otherwise. A block's scale is amax / this (docs/memory.md). */
 float llmem_dtype_code_max(llmem_dtype t);
