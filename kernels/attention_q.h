@@ -28,6 +28,19 @@ size_t cuk_attn_q_scratch(const cuk_attn_args *a, int32_t n_split);
  * of query tokens, keys split into n_split ranges (flash decoding). */
 cudaError_t cuk_attn_q(const cuk_attn_args *a, int32_t n_split, float *part, cudaStream_t stream);
 
+/* ---- mamba_q.cu: int8 SSM state -------------------------------------------------------------- */
+
+typedef struct cuk_scan_q_args {
+    uint8_t *state;        /* [n_slots][slot_bytes]: H x P x N codes, then H f32 scales */
+    const uint8_t *snap;   /* NULL, or [n_seqs][slot_bytes] raw copies of every source */
+    size_t slot_bytes, scale_off;
+    int32_t n_slots, n_seqs, n_seq_tokens, n_ckpt;
+    const int32_t *src, *dst, *ckpt; /* device tables */
+} cuk_scan_q_args;
+
+/* llmem_op_ssm_scan with an int8 state (head_dim * d_state <= 12288). */
+cudaError_t cuk_ssm_scan_q(const cuk_scan_args *p, const cuk_scan_q_args *q, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -334,6 +334,11 @@ static void attention_ref(const kv_model *m, double deq[2][2][16][ROW], const ub
 START_TEST(test_kv_scaled)
 {
     llmem_backend *be = th_open(_i);
+    /* another backend's pools are also compared with the cpu's, byte for
+     * byte: the same f32 arithmetic gives the same codes (the fp8
+     * conversion is bit-exact); only a division that is not correctly
+     * rounded (allowed in Vulkan) may move a code by one step */
+    llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
     for (int di = 0; di < 2; di++) {
         llmem_dtype dt = di ? FP8 : I8;
         ref64_rng r = ref64_rng_make(ref64_seed(), 1700 + (uint64_t)di);
@@ -346,8 +351,11 @@ START_TEST(test_kv_scaled)
         for (size_t i = 0; i < pool_bytes; i++)
             fill[i] = (unsigned char)(0x5a + i * 7); /* junk, scales included */
         unsigned char *img[2] = {th_alloc(&h, pool_bytes), th_alloc(&h, pool_bytes)};
+        unsigned char *img_cpu[2] = {th_alloc(&h, pool_bytes), th_alloc(&h, pool_bytes)};
         memcpy(img[0], fill, pool_bytes);
         memcpy(img[1], fill, pool_bytes);
+        memcpy(img_cpu[0], fill, pool_bytes);
+        memcpy(img_cpu[1], fill, pool_bytes);
         kv_model *m = th_alloc(&h, sizeof *m);
         double (*deq)[2][16][ROW] = th_alloc(&h, sizeof(double) * 2 * 2 * 16 * ROW);
         const int32_t na[2] = {5, 10}, nb[2] = {3, 2};
@@ -365,6 +373,24 @@ START_TEST(test_kv_scaled)
                        th_backend_name(_i), llmem_dtype_name(dt));
                 break;
             }
+            if (cpu) {
+                double *out_cpu = th_vec(&h, (int64_t)u.n_tok * NH * HD);
+                ck_assert(kv_step(cpu, dt, img_cpu, pool_bytes, &u, m, q, out_cpu));
+                size_t diff = 0, far = 0;
+                for (int kvi = 0; kvi < 2; kvi++)
+                    for (size_t i = 0; i < pool_bytes; i++) {
+                        int a = img[kvi][i], b = img_cpu[kvi][i];
+                        diff += a != b;
+                        if (i % page_bytes >= scale_off) /* scales: compared via bounds */
+                            continue;
+                        far += abs(dt == I8 ? (signed char)a - (signed char)b : a - b) > 1;
+                    }
+                printf("test_ops_quant: %s %s ubatch %d: %zu of %zu pool bytes differ from cpu\n",
+                       th_backend_name(_i), llmem_dtype_name(dt), step, diff, 2 * pool_bytes);
+                if (strcmp(th_backend_name(_i), "cuda") == 0)
+                    ck_assert_uint_eq(diff, 0);
+                ck_assert_uint_le(far, 0);
+            }
             model_commit(dt, m, before);
             char what[64];
             snprintf(what, sizeof what, "%s ubatch %d", llmem_dtype_name(dt), step);
@@ -374,6 +400,7 @@ START_TEST(test_kv_scaled)
         }
         th_end(&h);
     }
+    llmem_backend_close(cpu);
     llmem_backend_close(be);
 }
 END_TEST

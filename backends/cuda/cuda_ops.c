@@ -18,6 +18,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_ops_moe.h"
+#include "backends/cuda/cuda_ops_quant.h"
 #include "kernels/attention_q.h"
 #include "backends/cuda/cuda_ops_gdn.h"
 #include "backends/cuda/cuda_ops_ssm1.h"
@@ -608,8 +609,8 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                                 llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
                                 llmem_ct *y)
 {
-    if (view->u.rs.desc[state].dtype == LLMEM_DTYPE_I8)
-        return LLMEM_E_UNSUPPORTED; /* int8 states: cpu only so far (issue 17) */
+    if (view->u.rs.desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
+        return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)

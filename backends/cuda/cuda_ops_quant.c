@@ -1,0 +1,112 @@
+/* llmem cuda plugin: llmem_op_ssm_scan over an int8 SSM state with a
+ * per-head scale (kernels/mamba_q.cu; issue 17). The wrapper in
+ * backends/ops.c has checked every argument. When a stream reads a slot
+ * another stream writes (copy-on-write, seen in the host tables), the raw
+ * bytes of every source slot are copied to scratch first, so no stream
+ * reads a slot after another one has written it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_ops_quant.h"
+#include "kernels/attention_q.h"
+
+static void *q_ptr(const llmem_tensor *t)
+{
+    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
+}
+
+static const int32_t *q_table(const llmem_view *v, const llmem_i32_table *t)
+{
+    return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
+                    : NULL;
+}
+
+llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
+                                const llmem_view *view, int32_t state, llmem_ct *xbc,
+                                llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
+                                llmem_ct *y)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    if ((size_t)p->head_dim * (size_t)p->d_state * sizeof(float) > 48 * 1024)
+        return LLMEM_E_UNSUPPORTED; /* one head's state in shared memory */
+    const llmem_rs_view *v = &view->u.rs;
+    /* llmem_state_slot_bytes (the plugin links no core function) */
+    size_t elems = (size_t)p->n_heads * (size_t)p->head_dim * (size_t)p->d_state;
+    size_t scale_off = (elems + 15) & ~(size_t)15;
+    size_t slot_bytes = (scale_off + 4 * (size_t)p->n_heads + 15) & ~(size_t)15;
+    cuk_scan_q_args q = {
+        .state = cuda_dev(v->state[state]),
+        .slot_bytes = slot_bytes,
+        .scale_off = scale_off,
+        .n_slots = v->n_slots,
+        .n_seqs = v->n_seqs,
+        .n_seq_tokens = v->n_seq_tokens,
+        .n_ckpt = v->n_ckpt,
+        .src = q_table(view, &v->src_slot),
+        .dst = q_table(view, &v->dst_slot),
+        .ckpt = q_table(view, &v->ckpt_slot),
+    };
+    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
+    if (!writer)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < v->n_slots; i++)
+        writer[i] = -1;
+    for (int32_t s = 0; s < v->n_seqs; s++) {
+        if (v->dst_slot.host[s] >= 0)
+            writer[v->dst_slot.host[s]] = s;
+        for (int32_t c = 0; c < v->n_ckpt; c++) {
+            int32_t sl = v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
+            if (sl >= 0)
+                writer[sl] = s;
+        }
+    }
+    bool need = false;
+    for (int32_t s = 0; s < v->n_seqs && !need; s++) {
+        int32_t sl = v->src_slot.host[s];
+        need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
+    }
+    free(writer);
+    if (need) {
+        void *snap;
+        if ((st = cuda_scratch(cb, (size_t)v->n_seqs * slot_bytes, &snap)) != LLMEM_OK)
+            return st;
+        for (int32_t s = 0; s < v->n_seqs && st == LLMEM_OK; s++) {
+            int32_t sl = v->src_slot.host[s];
+            uint8_t *to = (uint8_t *)snap + (size_t)s * slot_bytes;
+            cudaError_t e =
+                sl >= 0 ? cudaMemcpyAsync(to, q.state + (size_t)sl * slot_bytes, slot_bytes,
+                                          cudaMemcpyDeviceToDevice, cb->stream)
+                        : cudaMemsetAsync(to, 0, slot_bytes, cb->stream);
+            st = cuda_check(cb, e, "ssm_scan (int8 state): source copy");
+        }
+        if (st != LLMEM_OK)
+            return st;
+        q.snap = snap;
+    }
+    cuk_scan_args sa = {
+        .n_heads = p->n_heads,
+        .head_dim = p->head_dim,
+        .d_state = p->d_state,
+        .n_groups = p->n_groups,
+        .dt_min = p->dt_min,
+        .dt_max = p->dt_max,
+        .xbc = q_ptr(xbc),
+        .dt = q_ptr(dt),
+        .a_log = q_ptr(a_log),
+        .d = q_ptr(d),
+        .dt_bias = q_ptr(dt_bias),
+        .a_dt = a_log->dtype,
+        .d_dt = d ? (int32_t)d->dtype : 0,
+        .b_dt = dt_bias ? (int32_t)dt_bias->dtype : 0,
+        .y = q_ptr(y),
+        .conv_dim = p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state,
+    };
+    st = cuda_check(cb, cuk_ssm_scan_q(&sa, &q, cb->stream), "ssm_scan (int8 state)");
+    if (st == LLMEM_OK && cb->sync_each_op)
+        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "ssm_scan (int8 state)");
+    return st;
+}
