@@ -55,6 +55,10 @@ static int32_t hy_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
  * it —
  * SGLang's Mamba radix cache splits prefill at the matched node the same
  * way (sglang#31648). */
+/* Intervals a prompt's last snapshot boundary must reach for the plan to
+ * end a ubatch there when nothing else asks for a cut. */
+#define SNAP_CUT_MIN 4
+
 static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
                              int32_t shared, int32_t *every)
 {
@@ -88,10 +92,14 @@ static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n
         return k;
     /* otherwise end the prompt's prefill at its last snapshot boundary, so
      * the state there is published (a later turn extending this prompt or
-     * conversation agrees on whole pages up to it) */
+     * conversation agrees on whole pages up to it) — for prompts of at
+     * least SNAP_CUT_MIN intervals only: the cut costs a ubatch (weights
+     * read once more), which at 0% hits made short prompts about 3% dearer
+     * on the cpu (docs/benchmarks.md, issue 13); a short prefix is cheap to
+     * recompute, and decode steps still publish at every interval */
     *every = 0;
     k = align > 1 ? n / align * align : 0;
-    return k > m ? k : 0;
+    return k > m && k >= SNAP_CUT_MIN * align ? k : 0;
 }
 
 static llmem_status hy_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
