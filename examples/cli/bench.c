@@ -43,6 +43,13 @@ static void usage(FILE *f)
             "                  sequences x 128 heads x 64 x 128 f32 state, updated in place.\n"
             "                  Bytes = state read + written (512 MiB) + inputs and outputs.\n"
             "                  Target: >= 70%% of copy.\n"
+            "  gdn decode      (gpus, or --all) gated delta net single step (llmem_op_gdn):\n"
+            "                  64 sequences x Qwen3-Next-80B's linear attention (16 key / 32\n"
+            "                  value heads of 128, f32 state of 2 MiB per sequence), updated\n"
+            "                  in place. Bytes = state read + written (256 MiB) + inputs and\n"
+            "                  outputs.\n"
+            "  gdn prefill     (gpus, or --all) the same layer over 4 sequences x 512 tokens\n"
+            "                  from a zero state, in tokens per second.\n"
             "  prefill attn    (cuda, or --all) causal paged prefill attention, 8 sequences x\n"
             "                  2048 tokens, same heads, f16 K/V, pages of 16; reported as time\n"
             "                  and TFLOP/s (4 * head_dim * heads * sum of visible keys). On\n"
@@ -64,7 +71,7 @@ static void usage(FILE *f)
             "options:\n"
             "  --iters N        calls per figure (default 100 on GPUs, 2 on cpu)\n"
             "  --all            also run the prefill and model figures on non-cuda backends\n"
-            "  --only LIST      comma-separated subset of decode,mamba,prefill,model (copy,\n"
+            "  --only LIST      comma-separated subset of decode,mamba,gdn,prefill,model (copy,\n"
             "                   the ceiling, always runs)\n"
             "  -m, --model DIR  instead of the kernel figures: pp512 and tg128 of checkpoint\n"
             "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
@@ -494,6 +501,8 @@ int llmem_cli_bench(int argc, char **argv)
         st = bench_decode_attention(&b);
     if (st == LLMEM_OK && wanted(only, "mamba", true))
         st = bench_mamba(&b);
+    if (st == LLMEM_OK && wanted(only, "gdn", gpu || all))
+        st = bench_gdn(&b);
     if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
         st = bench_prefill(&b, device);
     if (st == LLMEM_OK && wanted(only, "model", cuda || all))

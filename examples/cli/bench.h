@@ -83,6 +83,8 @@ llmem_status bench_copy(bench *b, bool gpu);
 llmem_status bench_decode_attention(bench *b);
 llmem_status bench_prefill(bench *b, int32_t device);
 llmem_status bench_mamba(bench *b);
+/* Gated delta net decode and prefill (bench_gdn.c). */
+llmem_status bench_gdn(bench *b);
 /* The CUDA copy as a second ceiling of a vulkan run (bench_vulkan.c). */
 void bench_ref_copy(bench *b, int32_t device);
 
