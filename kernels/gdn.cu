@@ -18,11 +18,12 @@
 
 #define GDN_THREADS 64
 
+/* DK: d_k rounded up to a power of two (>= 16); loops stop at d_k. */
 template <int DK>
 __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gdn_args a)
 {
     __shared__ float qs[DK], ks[DK];
-    int Hv = a.n_v_heads, dv = a.d_v;
+    int Hv = a.n_v_heads, dv = a.d_v, dk = a.d_k;
     int n_cb = (dv + GDN_THREADS - 1) / GDN_THREADS;
     int64_t item = blockIdx.x;
     int cb = (int)(item % n_cb);
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
     int j = cb * GDN_THREADS + threadIdx.x;
     bool act = j < dv;
     int g = h / (Hv / a.n_k_heads);
-    int64_t col = (int64_t)h * DK * dv + j; /* element of S[h][0][j] in a slot */
+    int64_t col = (int64_t)h * dk * dv + j; /* element of S[h][0][j] in a slot */
     float S[DK];
     const void *src = nullptr;
     int64_t base = 0;
@@ -44,7 +45,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
     }
 #pragma unroll
     for (int i = 0; i < DK; i++)
-        S[i] = act && src ? cuk_load(src, rs.dtype, base + col + (int64_t)i * dv) : 0.0f;
+        S[i] = act && src && i < dk ? cuk_load(src, rs.dtype, base + col + (int64_t)i * dv)
+                                    : 0.0f;
     float A = -expf(cuk_load(a.a_log, a.al_dt, h));
     float bias = cuk_load(a.dt_bias, a.db_dt, h);
     int first = rs.n_seq_tokens - rs.n_ckpt;
@@ -53,7 +55,9 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
             return;
 #pragma unroll
         for (int i = 0; i < DK; i++)
-            cuk_store(rs.state, rs.dtype, (int64_t)slot * rs.elems + col + (int64_t)i * dv, S[i]);
+            if (i < dk)
+                cuk_store(rs.state, rs.dtype, (int64_t)slot * rs.elems + col + (int64_t)i * dv,
+                          S[i]);
     };
     for (int c = 0; c < rs.n_ckpt; c++)
         if (first + c == -1)
@@ -63,8 +67,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
         const float *row = a.qkv + tok * a.width;
         __syncthreads();
         for (int i = threadIdx.x; i < DK; i += GDN_THREADS) {
-            qs[i] = row[g * DK + i];
-            ks[i] = row[a.n_k_heads * DK + g * DK + i];
+            qs[i] = i < dk ? row[g * dk + i] : 0.0f; /* zeros past d_k add nothing */
+            ks[i] = i < dk ? row[a.n_k_heads * dk + g * dk + i] : 0.0f;
         }
         __syncthreads();
         float qq = 0.0f, kk = 0.0f;
@@ -73,7 +77,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
             qq += qs[i] * qs[i];
             kk += ks[i] * ks[i];
         }
-        float qn = rsqrtf(qq + 1e-6f) * rsqrtf((float)DK), kn = rsqrtf(kk + 1e-6f);
+        float qn = rsqrtf(qq + 1e-6f) * rsqrtf((float)dk), kn = rsqrtf(kk + 1e-6f);
         float beta = 1.0f / (1.0f + expf(-a.b[tok * Hv + h]));
         float x = a.a[tok * Hv + h] + bias;
         float decay = expf(A * (x > 20.0f ? x : log1pf(expf(x))));
@@ -84,7 +88,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
                 S[i] *= decay;
                 kv += S[i] * ks[i];
             }
-            float v = row[2 * a.n_k_heads * DK + h * dv + j];
+            float v = row[2 * a.n_k_heads * dk + h * dv + j];
             float d = beta * (v - kv * kn) * kn;
             float acc = 0.0f;
 #pragma unroll
@@ -103,7 +107,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
 
 extern "C" int cuk_gdn_supported(int32_t d_k)
 {
-    return d_k == 16 || d_k == 32 || d_k == 64 || d_k == 128 || d_k == 256;
+    return d_k >= 1 && d_k <= 256;
 }
 
 extern "C" cudaError_t cuk_gdn(const cuk_rs_args *rs, const cuk_gdn_args *a, cudaStream_t stream)
@@ -113,7 +117,10 @@ extern "C" cudaError_t cuk_gdn(const cuk_rs_args *rs, const cuk_gdn_args *a, cud
         return cudaSuccess;
     if (blocks > 2147483647)
         return cudaErrorInvalidConfiguration;
-    switch (a->d_k) {
+    int dkmax = 16;
+    while (dkmax < a->d_k)
+        dkmax *= 2;
+    switch (dkmax) {
     case 16: gdn_kernel<16><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
     case 32: gdn_kernel<32><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;
     case 64: gdn_kernel<64><<<(unsigned)blocks, GDN_THREADS, 0, stream>>>(*rs, *a); break;

@@ -195,7 +195,8 @@ typedef struct cuk_gdn_args {
     int64_t width;            /* 2 * H_k * d_k + H_v * d_v */
 } cuk_gdn_args;
 
-/* Whether the gated delta rule kernel handles this d_k (16, 32, 64, 128, 256). */
+/* Whether the gated delta rule kernel handles this d_k (1..256: one column of
+ * d_k floats per thread in registers). */
 int cuk_gdn_supported(int32_t d_k);
 /* Gated delta rule, recurrent form, with the state {H_v, d_k, d_v}. */
 cudaError_t cuk_gdn(const cuk_rs_args *rs, const cuk_gdn_args *a, cudaStream_t stream);

@@ -5,6 +5,7 @@
  *   - bad configurations fail with a status and a message, nothing loaded;
  *   - every device allocation failure of a load has a reason and leaks
  *     nothing (fault injection through the backend's alloc hook);
+ *   - a NaN in a layer weight is refused by --check-tensors, naming it;
  *   - speculative-decoding rollback: rejected draft tokens are removed with
  *     seq_rm (the recurrent state goes back to a checkpoint) and the
  *     accepted continuation still matches transformers' float64
@@ -264,6 +265,70 @@ START_TEST(test_rollback_matches_reference)
 }
 END_TEST
 
+/* A copy of the fixture in a fresh folder whose tensor `name` has a NaN
+ * at element 5; with check_tensors the load fails, naming the tensor, and
+ * without it the load succeeds (the check is opt-in). */
+START_TEST(test_nan_weight_refused)
+{
+    const char *name = "model.layers.1.linear_attn.in_proj_qkvz.weight";
+    char dir[] = "/tmp/llmem_q3n_XXXXXX", path[600], err[512];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char *cfg = read_file("config.json");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    fputs(cfg, f);
+    fclose(f);
+    free(cfg);
+    snprintf(path, sizeof path, "%s/model.safetensors", fixture());
+    f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *st = malloc((size_t)n);
+    ck_assert_int_eq(fread(st, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    /* safetensors: u64 header length, JSON header, then the data */
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = hl << 8 | st[i];
+    char *hdr = strndup((const char *)st + 8, (size_t)hl);
+    cJSON *j = cJSON_Parse(hdr);
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(j, name), "data_offsets");
+    ck_assert(cJSON_IsArray(offs));
+    size_t at = 8 + (size_t)hl + (size_t)cJSON_GetArrayItem(offs, 0)->valuedouble + 5 * 4;
+    const uint32_t nan = 0x7fc00000u;
+    memcpy(st + at, &nan, 4);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(st, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_model_params p = llmem_model_default_params();
+    p.check_tensors = true;
+    llmem_model *m = NULL;
+    err[0] = '\0';
+    ck_assert_int_eq(llmem_model_load(dir, be, &p, &m, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err, name) && strstr(err, "element 5"), "message: %s", err);
+    p.check_tensors = false;
+    ck_assert_msg(llmem_model_load(dir, be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_model_free(m);
+    llmem_backend_close(be);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    cJSON_Delete(j);
+    free(hdr);
+    free(st);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("qwen3_next");
@@ -272,6 +337,7 @@ int main(void)
     tcase_add_test(tc, test_config);
     tcase_add_test(tc, test_config_errors);
     tcase_add_test(tc, test_load_failures);
+    tcase_add_test(tc, test_nan_weight_refused);
     tcase_add_test(tc, test_rollback_matches_reference);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
