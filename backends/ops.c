@@ -358,7 +358,7 @@ llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
     llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (!rope_params_ok(p, kv->head_dim))
         return LLMEM_E_INVALID;
     if (llmem_dtype_is_scaled(kv->dtype)) /* a rotation may leave the page's scale range */
@@ -384,7 +384,7 @@ llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const 
     llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (!tensor_ok(be, k, DT_F32) || !tensor_ok(be, v, DT_F32) || k->n_dims != 3 ||
         !same_shape(k, v) || k->ne[1] != kv->n_kv_heads || k->ne[2] != kv->head_dim)
         return LLMEM_E_INVALID;
@@ -411,7 +411,7 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
     llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (!p || !isfinite(p->scale) || !(p->softcap >= 0.0f) || isinf(p->softcap) || p->window < 0)
         return LLMEM_E_INVALID;
     if (!tensor_ok(be, q, DT_F32) || !tensor_ok(be, out, DT_F32) || q->n_dims != 3 ||
@@ -442,7 +442,7 @@ llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_
     llmem_status st = llmem_view_check_rs(be, view, state);
     if (st != LLMEM_OK)
         return st;
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     if (d->n_dims != 2 || llmem_dtype_is_scaled(d->dtype))
         return LLMEM_E_INVALID;
@@ -481,7 +481,7 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         p->n_heads % p->n_groups != 0 || isnan(p->dt_min) || isnan(p->dt_max) ||
         p->dt_min > p->dt_max)
         return LLMEM_E_INVALID;
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->n_dims != 3 || sd->shape[0] != p->n_heads || sd->shape[1] != p->head_dim ||
         sd->shape[2] != p->d_state ||
@@ -579,7 +579,7 @@ llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, in
     llmem_status st = llmem_view_check_kv(be, view);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (src_page < 0 || dst_page < 0 || src_page >= kv->n_pages || dst_page >= kv->n_pages ||
         src_page == dst_page)
         return LLMEM_E_INVALID;
@@ -594,9 +594,9 @@ llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, in
 llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
                                       int32_t src_slot, int32_t dst_slot)
 {
-    if (!be || !view || view->kind != LLMEM_VIEW_RECURRENT)
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    if (!be || !rs)
         return LLMEM_E_INVALID;
-    const llmem_rs_view *rs = &view->u.rs;
     if (rs->n_states < 0 || (rs->n_states > 0 && (!rs->desc || !rs->state)) || src_slot < 0 ||
         dst_slot < 0 || src_slot >= rs->n_slots || dst_slot >= rs->n_slots ||
         src_slot == dst_slot)

@@ -50,7 +50,7 @@ llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const ll
         p->n_v_heads % p->n_k_heads != 0 || p->d_k > 4096 || p->d_v > 4096 ||
         p->n_v_heads > (1 << 20))
         return LLMEM_E_INVALID;
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->n_dims != 3 || sd->shape[0] != p->n_v_heads || sd->shape[1] != p->d_k ||
         sd->shape[2] != p->d_v)

@@ -41,7 +41,7 @@ llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int3
     llmem_status st = llmem_view_check_rs(be, view, state);
     if (st != LLMEM_OK)
         return st;
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->n_dims != 2)
         return LLMEM_E_INVALID;
@@ -79,7 +79,7 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
         return st;
     if (!p || p->d_inner < 1 || p->d_state < 1)
         return LLMEM_E_INVALID;
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->n_dims != 2 || sd->shape[0] != p->d_inner || sd->shape[1] != p->d_state)
         return LLMEM_E_INVALID;

@@ -179,7 +179,7 @@ void llmem_view_vouch_rows(const llmem_buffer *idx, const llmem_i32_table *table
 static bool vouched(const llmem_backend *be, const llmem_view *view)
 {
     const struct llmem_view_checks *vc = be->view_checks;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (!vc || !view->idx || view->idx->write_gen == 0 || kv->page_off.n == 0)
         return false;
     for (int i = 0; i < VOUCH_BUFFERS; i++) {
@@ -318,9 +318,9 @@ size_t llmem_state_slot_bytes(const llmem_state_desc *d)
 
 llmem_status llmem_view_check_kv(llmem_backend *be, const llmem_view *view)
 {
-    if (!view || view->kind != LLMEM_VIEW_KV)
+    const llmem_kv_view *kv = llmem_view_kv(view);
+    if (!kv)
         return LLMEM_E_INVALID;
-    const llmem_kv_view *kv = &view->u.kv;
     if ((unsigned)kv->dtype >= LLMEM_DTYPE_COUNT ||
         !((DT_FLOAT | DT_SCALED) & (1u << kv->dtype)))
         return LLMEM_E_INVALID;
@@ -341,7 +341,7 @@ static int32_t n_kv_slots(const llmem_kv_view *kv)
 
 llmem_status llmem_view_check_store(llmem_backend *be, const llmem_view *view, int32_t n_tok)
 {
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     check_key k;
     key_init(&k, CHECK_STORE, view);
     key_table(&k, &kv->store_tok);
@@ -362,7 +362,7 @@ llmem_status llmem_view_check_store(llmem_backend *be, const llmem_view *view, i
 
 llmem_status llmem_view_check_shift(llmem_backend *be, const llmem_view *view)
 {
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     check_key k;
     key_init(&k, CHECK_SHIFT, view);
     key_table(&k, &kv->shift_slot);
@@ -383,7 +383,7 @@ llmem_status llmem_view_check_shift(llmem_backend *be, const llmem_view *view)
 llmem_status llmem_view_check_attention(llmem_backend *be, const llmem_view *view,
                                         int32_t n_tok)
 {
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     check_key k;
     key_init(&k, CHECK_ATTENTION, view);
     key_table(&k, &kv->page_table);
@@ -416,7 +416,7 @@ llmem_status llmem_view_check_attention(llmem_backend *be, const llmem_view *vie
         int32_t len = kv->seq_len.host[s];
         if (len < 0)
             return LLMEM_E_INVALID;
-        int64_t pages = ((int64_t)len + kv->page_size - 1) / kv->page_size;
+        int64_t pages = llmem_pages_for(0, len, kv->page_size);
         if (pages > kv->max_pages)
             return LLMEM_E_INVALID;
         int64_t row = rows ? kv->page_off.host[s] : (int64_t)s * kv->max_pages;
@@ -445,7 +445,7 @@ llmem_status llmem_view_check_attention(llmem_backend *be, const llmem_view *vie
  * exist, and no slot written by two groups. */
 static llmem_status rs_tables_check(llmem_backend *be, const llmem_view *view)
 {
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     check_key k;
     key_init(&k, CHECK_RS, view);
     key_table(&k, &rs->src_slot);
@@ -508,9 +508,9 @@ static llmem_status rs_tables_check(llmem_backend *be, const llmem_view *view)
 static llmem_status check_rs(llmem_backend *be, const llmem_view *view, int32_t state,
                              bool allow_i8)
 {
-    if (!view || view->kind != LLMEM_VIEW_RECURRENT)
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    if (!rs)
         return LLMEM_E_INVALID;
-    const llmem_rs_view *rs = &view->u.rs;
     if (rs->n_states < 1 || state < 0 || state >= rs->n_states || !rs->desc || !rs->state)
         return LLMEM_E_INVALID;
     if (rs->n_slots < 1 || rs->n_seqs < 0 || rs->n_seq_tokens < 0 || rs->n_ckpt < 0)

@@ -10,7 +10,7 @@
 static void print_view(const llmem_view *v, int32_t il)
 {
     if (v->kind == LLMEM_VIEW_KV) {
-        const llmem_kv_view *kv = &v->u.kv;
+        const llmem_kv_view *kv = llmem_view_kv(v);
         printf("    layer %d (attention): %d K/V stores, slots", il, kv->store_slot.n);
         for (int32_t j = 0; j < kv->store_slot.n && j < 8; j++)
             printf(" %d", kv->store_slot.host[j]);
@@ -19,7 +19,7 @@ static void print_view(const llmem_view *v, int32_t il)
             printf(" %d", kv->seq_len.host[s]);
         printf("\n");
     } else if (v->kind == LLMEM_VIEW_RECURRENT) {
-        const llmem_rs_view *rs = &v->u.rs;
+        const llmem_rs_view *rs = llmem_view_rs(v);
         printf("    layer %d (mamba2): %d streams x %d tokens, src/dst slots", il, rs->n_seqs,
                rs->n_seq_tokens);
         for (int32_t s = 0; s < rs->n_seqs; s++)

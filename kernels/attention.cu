@@ -47,7 +47,7 @@ __device__ __forceinline__ bool attn_query_range(const cuk_attn_args &a, int64_t
         return false;
     int32_t len = a.tok_kv_len[i], sl = a.seq_len[s];
     if (len < 0 || sl < 0 || len > sl ||
-        ((int64_t)sl + a.page_size - 1) / a.page_size > (int64_t)a.max_pages)
+        (int64_t)sl > (int64_t)a.max_pages * a.page_size)
         return false;
     hi = len;
     lo = a.window > 0 && len > a.window ? len - a.window : 0;

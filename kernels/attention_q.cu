@@ -215,7 +215,7 @@ attn_q_kernel(cuk_attn_args a, int32_t n_hc, int32_t n_split, float *part)
     if (s >= 0 && s < a.n_streams) {
         int32_t len = a.tok_kv_len[tok], sl = a.seq_len[s];
         if (len >= 0 && sl >= 0 && len <= sl &&
-            ((int64_t)sl + a.page_size - 1) / a.page_size <= (int64_t)a.max_pages) {
+            (int64_t)sl <= (int64_t)a.max_pages * a.page_size) {
             hi = len;
             lo = a.window > 0 && len > a.window ? len - a.window : 0;
         }

@@ -108,8 +108,8 @@ static llmem_status hy_reserve_prepare(llmem_memory *mem, const llmem_plan *plan
     hybrid *h = hy_of(mem);
     for (int32_t c = 0; c < h->n_children; c++) {
         llmem_memory *ch = h->child[c];
-        llmem_status st = ch->iface->reserve_prepare
-                              ? ch->iface->reserve_prepare(ch, plan, err, err_len)
+        llmem_status st = LLMEM_MEMORY_SLOT(ch, reserve_prepare)
+                              ? LLMEM_MEMORY_SLOT(ch, reserve_prepare)(ch, plan, err, err_len)
                               : LLMEM_OK;
         if (st != LLMEM_OK)
             return st;
@@ -363,7 +363,7 @@ static bool sections_agree(hybrid *h, int32_t seq, void **tmp, char *err, size_t
             llmem_memory *m = h->child[k];
             int32_t len = -1;
             const void *tok = NULL, *p = NULL;
-            if (!m->iface->state_read_seq || !m->iface->state_read_seq(m, tmp[k], q, &len, &tok, &p))
+            if (!LLMEM_MEMORY_SLOT(m, state_read_seq) || !LLMEM_MEMORY_SLOT(m, state_read_seq)(m, tmp[k], q, &len, &tok, &p))
                 len = -1;
             if (k == 0) {
                 len0 = len;
@@ -574,8 +574,11 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
         split = children[c]->split > split ? children[c]->split : split;
         can_shift = can_shift && children[c]->can_shift;
     }
-    llmem_memory_init(&h->base, &hybrid_iface, children[0]->backend, n_layers,
-                      children[0]->n_seq_max, split, can_shift);
+    if ((st = llmem_memory_init(&h->base, &hybrid_iface, children[0]->backend, n_layers,
+                                children[0]->n_seq_max, split, can_shift)) != LLMEM_OK) {
+        llmem_memory_iface_check(&hybrid_iface, err, err_len);
+        goto fail_h;
+    }
     h->n_children = n_children;
     for (int32_t c = 0; c < n_children; c++) {
         h->child[c] = children[c];

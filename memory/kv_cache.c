@@ -205,7 +205,7 @@ bool page_writable(const kv_cache *kv, int32_t p)
 
 int32_t n_pages_for_len(const kv_cache *kv, int32_t len)
 {
-    return (int32_t)(((int64_t)len + kv->p.page_size - 1) / kv->p.page_size);
+    return llmem_pages_for(0, len, kv->p.page_size);
 }
 
 /* Copies page `old` into page `p` (every layer's K and V, pending shifts). */
@@ -552,6 +552,7 @@ static void kv_destroy(llmem_memory *mem)
         llmem_buffer_free(kv->v[il]);
     }
     free(kv->k);
+    free(kv->views);
     free(kv->v);
     for (int32_t s = 0; kv->seqs && s < mem->n_seq_max; s++) {
         i32vec_free(&kv->seqs[s].pages);
@@ -654,23 +655,29 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         llmem_errf(err, err_len, "KV cache: out of host memory");
         return LLMEM_E_NO_MEMORY;
     }
-    llmem_memory_init(&kv->base, &kv_cache_iface, be, p->n_layers, p->n_seq_max,
-                      LLMEM_SPLIT_SIMPLE, p->window == 0);
+    llmem_status st = llmem_memory_init(&kv->base, &kv_cache_iface, be, p->n_layers,
+                                        p->n_seq_max, LLMEM_SPLIT_SIMPLE, p->window == 0);
+    if (st != LLMEM_OK) {
+        llmem_memory_iface_check(&kv_cache_iface, err, err_len);
+        free(kv);
+        return st;
+    }
     kv->p = *p;
     kv->p.poison = p->poison || llmem_env_poison();
     kv->row_bytes = row;
     kv->page_bytes = llmem_kv_page_bytes(p->dtype, p->page_size, p->n_kv_heads, p->head_dim);
-    llmem_status st = LLMEM_E_NO_MEMORY;
+    st = LLMEM_E_NO_MEMORY;
     kv->seqs = calloc((size_t)p->n_seq_max, sizeof *kv->seqs);
     kv->k = calloc((size_t)p->n_layers, sizeof *kv->k);
     kv->v = calloc((size_t)p->n_layers, sizeof *kv->v);
+    kv->views = calloc((size_t)p->n_layers, sizeof *kv->views);
     kv->shift = calloc((size_t)p->n_pages * (size_t)p->page_size, sizeof *kv->shift);
     kv->page_shift = calloc((size_t)p->n_pages, 1);
     kv->need = calloc((size_t)p->n_seq_max, sizeof *kv->need);
     kv->len0 = calloc((size_t)p->n_seq_max, sizeof *kv->len0);
     kv->cow = calloc((size_t)p->n_seq_max, 1);
-    if (!kv->seqs || !kv->k || !kv->v || !kv->shift || !kv->page_shift || !kv->need ||
-        !kv->len0 || !kv->cow ||
+    if (!kv->seqs || !kv->k || !kv->v || !kv->views || !kv->shift || !kv->page_shift ||
+        !kv->need || !kv->len0 || !kv->cow ||
         !page_pool_init(&kv->pool, p->n_pages, p->page_size)) {
         llmem_errf(err, err_len,
                    "KV cache: out of host memory for the bookkeeping of %d pages and %d "

@@ -63,6 +63,7 @@ typedef struct kv_cache {
     kv_seq *seqs;          /* [n_seq_max] */
     seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */
+    llmem_kv_view *views;  /* [n_layers] what kv_view last described of each layer */
     size_t row_bytes;      /* one slot of one layer's K (or V) */
     size_t page_bytes;     /* one page of one layer's K (or V) */
     int32_t *shift;        /* [n_pages * page_size] pending K-shift per slot */

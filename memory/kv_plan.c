@@ -538,9 +538,10 @@ llmem_status kv_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view)
     kv_res *res = r;
     const kv_ub *t = &res->ub[res->cur];
     const idx_builder *ib = &kv->ib;
-    llmem_kv_view *v = &view->u.kv;
-    view->kind = LLMEM_VIEW_KV;
-    view->idx = kv->idx;
+    /* the description lives in the memory, one per layer, so the views of
+     * several layers of one ubatch stay valid together */
+    llmem_kv_view *v = &kv->views[il];
+    *view = llmem_view_make(LLMEM_VIEW_KV, v, sizeof *v, kv->idx);
     v->k = kv->k[il];
     v->v = kv->v[il];
     v->dtype = kv->p.dtype;

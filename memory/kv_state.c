@@ -340,7 +340,7 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
     for (int32_t i = 0; i < t->n && st == LLMEM_OK; i++) {
         const kv_entry *e = &t->e[i];
         kv_seq *s = &kv->seqs[seq >= 0 ? seq : e->seq];
-        int32_t np = (e->len + ps - 1) / ps;
+        int32_t np = llmem_pages_for(0, e->len, ps);
         if (!i32vec_reserve(&s->pages, np) || !i32vec_reserve(&s->tokens, e->len) ||
             !i32vec_reserve(&s->pos, e->len)) {
             st = LLMEM_E_NO_MEMORY;
@@ -441,7 +441,7 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
     int32_t ps = kv->p.page_size;
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const kv_seq *q = &kv->seqs[s];
-        int32_t want = (q->tokens.n + ps - 1) / ps;
+        int32_t want = llmem_pages_for(0, q->tokens.n, ps);
         if (q->tokens.n != q->pos.n || (mem->plan == NULL && q->pages.n != want) ||
             q->pages.n < want) {
             llmem_errf(err, err_len, "sequence %d: %d tokens, %d positions, %d pages", s,

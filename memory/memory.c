@@ -12,16 +12,68 @@
 #define STATE_HEADER 16u  /* magic, version, seq, n_sections */
 #define SECTION_HEADER 16u /* u64 size, u64 xxh3 */
 
-void llmem_memory_init(llmem_memory *mem, const llmem_memory_i *iface, llmem_backend *be,
-                       int32_t n_layers, int32_t n_seq_max, llmem_split split, bool can_shift)
+llmem_status llmem_memory_iface_check(const llmem_memory_i *i, char *err, size_t err_len)
 {
+    if (!i || !i->type) {
+        llmem_errf(err, err_len, "memory vtable: %s is NULL", i ? "type" : "iface");
+        return LLMEM_E_INVALID;
+    }
+    if (i->struct_size < LLMEM_MEMORY_I_MIN_SIZE) {
+        llmem_errf(err, err_len,
+                   "%s: struct_size %zu is smaller than the first llmem_memory_i (%zu bytes)",
+                   i->type, i->struct_size, (size_t)LLMEM_MEMORY_I_MIN_SIZE);
+        return LLMEM_E_ABI;
+    }
+    if (i->struct_size > sizeof(llmem_memory_i)) {
+        llmem_errf(err, err_len,
+                   "%s: struct_size %zu is larger than this llmem's llmem_memory_i (%zu bytes): "
+                   "built against a newer llmem",
+                   i->type, i->struct_size, sizeof(llmem_memory_i));
+        return LLMEM_E_ABI;
+    }
+    const char *missing = !i->destroy       ? "destroy"
+                          : !i->reserve     ? "reserve"
+                          : !i->apply       ? "apply"
+                          : !i->view        ? "view"
+                          : !i->commit      ? "commit"
+                          : !i->release     ? "release"
+                          : !i->seq_rm      ? "seq_rm"
+                          : !i->seq_cp      ? "seq_cp"
+                          : !i->seq_keep    ? "seq_keep"
+                          : !i->seq_pos_min ? "seq_pos_min"
+                          : !i->seq_pos_max ? "seq_pos_max"
+                          : !i->seq_tokens  ? "seq_tokens"
+                          : !i->clear       ? "clear"
+                          : !i->get_stats   ? "get_stats"
+                          : i->state_read_prepare && (!i->state_read_apply || !i->state_read_abort)
+                              ? "state_read_apply or state_read_abort (state_read_prepare is set)"
+                              : NULL;
+    if (missing) {
+        llmem_errf(err, err_len, "%s: required slot %s is NULL", i->type, missing);
+        return LLMEM_E_INVALID;
+    }
+    return LLMEM_OK;
+}
+
+llmem_status llmem_memory_init(llmem_memory *mem, const llmem_memory_i *iface, llmem_backend *be,
+                               int32_t n_layers, int32_t n_seq_max, llmem_split split,
+                               bool can_shift)
+{
+    if (!mem)
+        return LLMEM_E_INVALID;
     memset(mem, 0, sizeof *mem);
+    llmem_status st = llmem_memory_iface_check(iface, NULL, 0);
+    if (st != LLMEM_OK)
+        return st;
+    if (n_layers < 1 || n_seq_max < 1 || split < LLMEM_SPLIT_SIMPLE || split > LLMEM_SPLIT_SEQ)
+        return LLMEM_E_INVALID;
     mem->iface = iface;
     mem->backend = be;
     mem->n_layers = n_layers;
     mem->n_seq_max = n_seq_max;
     mem->split = split;
     mem->can_shift = can_shift;
+    return LLMEM_OK;
 }
 
 const char *llmem_split_name(llmem_split s)
@@ -72,8 +124,8 @@ llmem_status llmem_memory_plan(llmem_memory *mem, const llmem_batch *batch, llme
     llmem_status st = llmem_plan_build_internal(mem, batch, split, n_ubatch, &p, err, err_len);
     if (st != LLMEM_OK)
         return st;
-    if (mem->iface->reserve_prepare)
-        st = mem->iface->reserve_prepare(mem, p, err, err_len);
+    if (LLMEM_MEMORY_SLOT(mem, reserve_prepare))
+        st = LLMEM_MEMORY_SLOT(mem, reserve_prepare)(mem, p, err, err_len);
     if (st == LLMEM_OK)
         st = mem->iface->reserve(mem, p, &p->res, err, err_len);
     if (st != LLMEM_OK) {
@@ -334,8 +386,8 @@ static llmem_status state_write(llmem_memory *mem, int32_t seq, llmem_state_writ
 {
     uint8_t *h = llmem_state_reserve(w, STATE_HEADER);
     int32_t ns = 1;
-    llmem_status st = mem->iface->state_write_sections
-                          ? mem->iface->state_write_sections(mem, seq, w, &ns)
+    llmem_status st = LLMEM_MEMORY_SLOT(mem, state_write_sections)
+                          ? LLMEM_MEMORY_SLOT(mem, state_write_sections)(mem, seq, w, &ns)
                           : llmem_state_write_section(mem, seq, w);
     if (st != LLMEM_OK)
         return st;
@@ -415,7 +467,7 @@ llmem_status llmem_memory_state_read(llmem_memory *mem, int32_t seq_id, const vo
         llmem_errf(err, err_len, "state stream: bad section count %d", ns);
         return LLMEM_E_CORRUPT;
     }
-    if (ns != 1 && !mem->iface->state_read_sections) {
+    if (ns != 1 && !LLMEM_MEMORY_SLOT(mem, state_read_sections)) {
         llmem_errf(err, err_len, "stream has %d sections, this memory has 1", ns);
         return LLMEM_E_INVALID;
     }
@@ -443,8 +495,8 @@ llmem_status llmem_memory_state_read(llmem_memory *mem, int32_t seq_id, const vo
         llmem_errf(err, err_len, "trailing bytes after the last section");
         st = LLMEM_E_CORRUPT;
     }
-    if (st == LLMEM_OK && mem->iface->state_read_sections) {
-        st = mem->iface->state_read_sections(mem, seq_id, sec, ns, err, err_len);
+    if (st == LLMEM_OK && LLMEM_MEMORY_SLOT(mem, state_read_sections)) {
+        st = LLMEM_MEMORY_SLOT(mem, state_read_sections)(mem, seq_id, sec, ns, err, err_len);
     } else if (st == LLMEM_OK) {
         void *tmp = NULL;
         st = llmem_state_prepare_section(mem, seq_id, &sec[0], 0, &tmp, err, err_len);

@@ -553,7 +553,7 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
     if (!any)
         return LLMEM_OK;
     bool has_cut = mem->iface->struct_size > offsetof(llmem_memory_i, prefix_cut) &&
-                   mem->iface->prefix_cut;
+                   LLMEM_MEMORY_SLOT(mem, prefix_cut);
     /* each sequence's batch tokens, in order (counting sort of the
      * (token, sequence) pairs: O(pairs), not O(sequences x tokens)) */
     int64_t pairs = 0;
@@ -622,7 +622,7 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
             m = 0;
         int32_t every = 0;
         int32_t cut =
-            has_cut ? mem->iface->prefix_cut(mem, toks, limit, m, shared_len[s], &every) : 0;
+            has_cut ? LLMEM_MEMORY_SLOT(mem, prefix_cut)(mem, toks, limit, m, shared_len[s], &every) : 0;
         if (cut > m && cut < n) {
             if (!p->snap_at)
                 p->snap_at = calloc((size_t)pb->n_seq_max, sizeof *p->snap_at);

@@ -405,8 +405,13 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
         llmem_errf(err, err_len, "recurrent memory: out of host memory");
         return LLMEM_E_NO_MEMORY;
     }
-    llmem_memory_init(&rs->base, &recurrent_iface, be, p->n_layers, p->n_seq_max,
-                      LLMEM_SPLIT_EQUAL, true);
+    llmem_status st = llmem_memory_init(&rs->base, &recurrent_iface, be, p->n_layers,
+                                        p->n_seq_max, LLMEM_SPLIT_EQUAL, true);
+    if (st != LLMEM_OK) {
+        llmem_memory_iface_check(&recurrent_iface, err, err_len);
+        free(rs);
+        return st;
+    }
     rs->n_ckpt = p->n_ckpt;
     rs->quota = 2 + p->n_ckpt;
     rs->n_seq_slots = rs->snap_base = p->n_seq_max * rs->quota;
@@ -414,7 +419,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->snap_interval = interval;
     rs->n_slots = rs->n_seq_slots + rs->n_snap;
     rs->poison = p->poison || llmem_env_poison();
-    llmem_status st = LLMEM_E_NO_MEMORY;
+    st = LLMEM_E_NO_MEMORY;
     rs->layers = calloc((size_t)p->n_layers, sizeof *rs->layers);
     rs->seqs = calloc((size_t)p->n_seq_max, sizeof *rs->seqs);
     rs->owner = malloc((size_t)rs->n_slots * sizeof *rs->owner);

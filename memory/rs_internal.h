@@ -34,6 +34,7 @@ typedef struct rs_layer {
     llmem_state_desc *desc;
     size_t *bytes;          /* [n_states] bytes of one slot */
     llmem_buffer **buf;     /* [n_states] */
+    llmem_rs_view view;     /* what rs_view last described of this layer */
 } rs_layer;
 
 /* What commit(u) does to one sequence. */

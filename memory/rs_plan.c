@@ -375,12 +375,11 @@ llmem_status rs_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view)
     const rs_ub *t = &res->ub[res->cur];
     const rs_layer *L = &rs->layers[il];
     if (L->n_states == 0) {
-        view->kind = LLMEM_VIEW_NONE;
+        *view = llmem_view_make(LLMEM_VIEW_NONE, NULL, 0, NULL);
         return LLMEM_OK;
     }
-    llmem_rs_view *v = &view->u.rs;
-    view->kind = LLMEM_VIEW_RECURRENT;
-    view->idx = rs->idx;
+    llmem_rs_view *v = &rs->layers[il].view; /* one per layer: views of a ubatch coexist */
+    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, rs->idx);
     v->n_states = L->n_states;
     v->desc = L->desc;
     v->state = L->buf;

@@ -102,15 +102,6 @@ bool llmem_env_poison(void)
     return s && *s && strcmp(s, "0") != 0;
 }
 
-int32_t llmem_pages_for(int32_t len, int32_t n, int32_t page_size)
-{
-    if (len < 0 || n <= 0 || page_size <= 0)
-        return 0;
-    int64_t have = ((int64_t)len + page_size - 1) / page_size;
-    int64_t need = ((int64_t)len + n + page_size - 1) / page_size;
-    return (int32_t)(need - have);
-}
-
 void llmem_state_put(llmem_state_writer *w, const void *data, size_t n)
 {
     if (w->buf && w->len + n <= w->cap && n)

@@ -113,7 +113,7 @@ static bool put_view(struct hf_graphs *g, const llmem_view *v)
     size_t idx_size = v->idx ? llmem_buffer_size(v->idx) : 0;
     PUT(g, idx_size);
     if (v->kind == LLMEM_VIEW_KV) {
-        const llmem_kv_view *kv = &v->u.kv;
+        const llmem_kv_view *kv = llmem_view_kv(v);
         if (kv->shift_slot.n > 0)
             return false;
         PUT(g, kv->k);
@@ -137,7 +137,7 @@ static bool put_view(struct hf_graphs *g, const llmem_view *v)
         int32_t bucket = (longest + KV_BUCKET - 1) / KV_BUCKET;
         PUT(g, bucket);
     } else if (v->kind == LLMEM_VIEW_RECURRENT) {
-        const llmem_rs_view *rs = &v->u.rs;
+        const llmem_rs_view *rs = llmem_view_rs(v);
         PUT(g, rs->n_states);
         PUT(g, rs->desc);
         for (int32_t j = 0; j < rs->n_states; j++)

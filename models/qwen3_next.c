@@ -648,7 +648,7 @@ static llmem_status attn_mixer(llmem_model *m, const llmem_tensor *W, int32_t T,
     llmem_rope_params rp = {.mode = LLMEM_ROPE_NEOX, .n_rot = c->rope_dim,
                             .theta_base = (float)c->rope_theta, .freq_scale = 1.0f};
     llmem_tensor pos = llmem_tensor_1d(m->scratch, m->off_pos, LLMEM_DTYPE_I32, T);
-    if (v->u.kv.shift_slot.n > 0)
+    if (llmem_view_kv(v)->shift_slot.n > 0)
         TRY(llmem_op_rope_shift(m->be, &rp, v));
     TRY(llmem_op_rope(m->be, &rp, &q3, &pos, &q3));
     TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));

@@ -293,7 +293,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         kp.page_size = p->page_size;
         kp.n_seq_max = p->n_seq_max;
         int64_t np = p->n_pages > 0 ? p->n_pages
-                                    : (int64_t)p->n_seq_max * ((p->n_ctx + p->page_size - 1) / p->page_size);
+                                    : (int64_t)p->n_seq_max * llmem_pages_for(0, p->n_ctx, p->page_size);
         kp.n_pages = np > INT32_MAX ? INT32_MAX : (int32_t)np;
         kp.no_prefix_cache = p->no_prefix_cache;
         kp.poison = p->poison;

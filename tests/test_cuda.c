@@ -211,7 +211,7 @@ static void amake(th_ctx *h, const acase *k, uint64_t stream, adata *d)
     d->row = k->n_kv * k->hd;
     int32_t used = 0;
     for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = (k->len[s] + k->ps - 1) / k->ps;
+        int32_t pages = llmem_pages_for(0, k->len[s], k->ps);
         used += pages;
         d->max_pages = pages + 1 > d->max_pages ? pages + 1 : d->max_pages;
         d->n_tok += k->nq[s];
@@ -235,7 +235,7 @@ static void amake(th_ctx *h, const acase *k, uint64_t stream, adata *d)
     double *kv = th_alloc(h, (size_t)d->row * 2 * sizeof(double));
     int32_t next = 0, t = 0;
     for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = (k->len[s] + k->ps - 1) / k->ps;
+        int32_t pages = llmem_pages_for(0, k->len[s], k->ps);
         d->seq_len[s] = k->len[s];
         for (int32_t p = 0; p < d->max_pages; p++)
             d->pt[s * d->max_pages + p] = p < pages ? perm[next++] : -1;
@@ -264,10 +264,10 @@ static void arun(llmem_backend *be, const acase *k, const adata *d, double *out)
     llmem_buffer *kp = th_pool(&c, d->pool_bytes, k->dt), *vp = th_pool(&c, d->pool_bytes, k->dt);
     ck_assert_int_eq(llmem_buffer_upload(kp, 0, d->kpool, d->pool_bytes), LLMEM_OK);
     ck_assert_int_eq(llmem_buffer_upload(vp, 0, d->vpool, d->pool_bytes), LLMEM_OK);
-    llmem_view v;
-    memset(&v, 0, sizeof v);
-    v.kind = LLMEM_VIEW_KV;
-    llmem_kv_view *kv = &v.u.kv;
+    llmem_kv_view kvd;
+    memset(&kvd, 0, sizeof kvd);
+    llmem_kv_view *kv = &kvd;
+    llmem_view v = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->k = kp;
     kv->v = vp;
     kv->dtype = k->dt;
@@ -357,10 +357,10 @@ static void srun(llmem_backend *be, const scase *k, const unsigned char *init, s
     llmem_state_desc desc = {"ssm", 3, {p->n_heads, p->head_dim, p->d_state}, k->st};
     llmem_buffer *state = th_pool(&c, state_bytes, k->st);
     ck_assert_int_eq(llmem_buffer_upload(state, 0, init, state_bytes), LLMEM_OK);
-    llmem_view v;
-    memset(&v, 0, sizeof v);
-    v.kind = LLMEM_VIEW_RECURRENT;
-    llmem_rs_view *rs = &v.u.rs;
+    llmem_rs_view rsd;
+    memset(&rsd, 0, sizeof rsd);
+    llmem_rs_view *rs = &rsd;
+    llmem_view v = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, NULL);
     rs->n_states = 1;
     rs->desc = &desc;
     rs->state = &state;

@@ -117,12 +117,12 @@ static void write_kv(llmem_memory *mem, const llmem_ubatch *ub, void *c)
     (void)c;
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
-    for (int32_t j = 0; j < v.u.kv.store_slot.n; j++) {
-        float t = (float)ub->token[v.u.kv.store_tok.host[j]];
+    for (int32_t j = 0; j < llmem_view_kv(&v)->store_slot.n; j++) {
+        float t = (float)ub->token[llmem_view_kv(&v)->store_tok.host[j]];
         float k[2] = {t, 1.0f}, vv[2] = {-2.0f * t, 0.5f};
-        size_t off = (size_t)v.u.kv.store_slot.host[j] * 8;
-        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.k, off, k, 8), LLMEM_OK);
-        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.v, off, vv, 8), LLMEM_OK);
+        size_t off = (size_t)llmem_view_kv(&v)->store_slot.host[j] * 8;
+        ck_assert_int_eq(llmem_buffer_upload(llmem_view_kv(&v)->k, off, k, 8), LLMEM_OK);
+        ck_assert_int_eq(llmem_buffer_upload(llmem_view_kv(&v)->v, off, vv, 8), LLMEM_OK);
     }
 }
 

@@ -71,10 +71,10 @@ static void views(llmem_memory *mem, const llmem_ubatch *ub, void *c)
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
     ck_assert_int_eq(v.kind, LLMEM_VIEW_RECURRENT);
-    ck_assert_int_eq(v.u.rs.n_seqs * v.u.rs.n_seq_tokens, ub->n_tokens);
+    ck_assert_int_eq(llmem_view_rs(&v)->n_seqs * llmem_view_rs(&v)->n_seq_tokens, ub->n_tokens);
     ck_assert_int_eq(llmem_memory_view(mem, 1, &v), LLMEM_OK);
     ck_assert_int_eq(v.kind, LLMEM_VIEW_KV);
-    ck_assert_int_eq(v.u.kv.store_slot.n, ub->n_tokens);
+    ck_assert_int_eq(llmem_view_kv(&v)->store_slot.n, ub->n_tokens);
     ck_assert_int_eq(llmem_memory_view(mem, 2, &v), LLMEM_E_INVALID);
     (*n)++;
 }
@@ -238,7 +238,7 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
     fw *x = c;
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
-    const llmem_rs_view *r = &v.u.rs;
+    const llmem_rs_view *r = llmem_view_rs(&v);
     for (int32_t s = 0; s < r->n_seqs; s++) {
         int32_t q = ub->seq_id[s], T = r->n_seq_tokens;
         float f[4] = {0};

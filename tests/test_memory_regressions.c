@@ -351,8 +351,8 @@ START_TEST(kv_deferred_copy_misses_pending_kshift)
     for (int32_t s = 0; s < 2; s++)
         for (int32_t j = 0; j < 3; j++) {
             int32_t slot = pt[s][0] * 4 + j, hits = 0;
-            for (int32_t k = 0; k < v.u.kv.shift_slot.n; k++)
-                hits += v.u.kv.shift_slot.host[k] == slot && v.u.kv.shift_delta.host[k] == 2;
+            for (int32_t k = 0; k < llmem_view_kv(&v)->shift_slot.n; k++)
+                hits += llmem_view_kv(&v)->shift_slot.host[k] == slot && llmem_view_kv(&v)->shift_delta.host[k] == 2;
             ck_assert_msg(hits == 1, "seq %d key %d (slot %d): shift listed %d times", s, j, slot,
                           hits);
         }

@@ -65,7 +65,7 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
     d->row = k->n_kv_heads * k->head_dim;
     int32_t used = 0;
     for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = (k->len[s] + k->page_size - 1) / k->page_size;
+        int32_t pages = llmem_pages_for(0, k->len[s], k->page_size);
         used += pages;
         d->max_pages = pages + 2 > d->max_pages ? pages + 2 : d->max_pages;
         d->n_tok += k->n_new[s];
@@ -81,7 +81,7 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
         d->n_pt = 1;
         for (int32_t s = k->n_streams - 1; s >= 0; s--) {
             d->page_off[s] = d->n_pt + 2;
-            d->n_pt += 2 + (k->len[s] + k->page_size - 1) / k->page_size;
+            d->n_pt += 2 + llmem_pages_for(0, k->len[s], k->page_size);
         }
     }
     d->page_table = th_alloc(h, (size_t)d->n_pt * sizeof(int32_t));
@@ -89,7 +89,7 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
         d->page_table[e] = -1;
     int32_t next = 0;
     for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = (k->len[s] + k->page_size - 1) / k->page_size;
+        int32_t pages = llmem_pages_for(0, k->len[s], k->page_size);
         int32_t row = k->rows ? d->page_off[s] : s * d->max_pages;
         for (int32_t p = 0; p < pages; p++)
             d->page_table[row + p] = perm[next++];
@@ -175,8 +175,9 @@ static void attn_run(llmem_backend *be, const attn_data *d, const llmem_attn_par
     th_begin(&c, be);
     size_t es = llmem_dtype_size(k->dtype);
     size_t pool_bytes = (size_t)d->n_pages * k->page_size * d->row * es;
-    llmem_view view = {.kind = LLMEM_VIEW_KV};
-    llmem_kv_view *kv = &view.u.kv;
+    llmem_kv_view kvd = {0};
+    llmem_kv_view *kv = &kvd;
+    llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->k = th_pool(&c, pool_bytes, k->dtype);
     kv->v = th_pool(&c, pool_bytes, k->dtype);
     ck_assert_int_eq(llmem_buffer_fill(kv->k, 0, llmem_buffer_size(kv->k), fill), LLMEM_OK);
@@ -330,6 +331,7 @@ END_TEST
 
 typedef struct small_view {
     llmem_view view;
+    llmem_kv_view kv; /* view.desc */
     int32_t *host; /* the builder's array (to corrupt the device copy) */
     llmem_tensor q, o, kc;
 } small_view;
@@ -341,8 +343,8 @@ static void small_build_rows(th_ctx *c, small_view *sv, const int32_t *pt, const
                              const int32_t *st_slot, int32_t n_store, const int32_t *page_off)
 {
     memset(sv, 0, sizeof *sv);
-    llmem_kv_view *kv = &sv->view.u.kv;
-    sv->view.kind = LLMEM_VIEW_KV;
+    llmem_kv_view *kv = &sv->kv;
+    sv->view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->dtype = F32;
     kv->n_pages = 4;
     kv->page_size = 4;
@@ -440,11 +442,11 @@ START_TEST(test_attention_tables)
         /* a device table that disagrees with its host copy: the CPU kernel
          * checks what it reads instead of reading out of bounds */
         small_build(&c, &b, pt, len, kvl, ts, stok, sslot, 3);
-        size_t off = b.view.u.kv.page_table.offset;
+        size_t off = b.kv.page_table.offset;
         int32_t evil = 1 << 20;
         ck_assert_int_eq(llmem_buffer_upload(b.view.idx, off, &evil, 4), LLMEM_OK);
         ck_assert_int_eq(llmem_op_attention_paged(be, &p, &b.view, &b.q, &b.o), LLMEM_E_INVALID);
-        off = b.view.u.kv.store_slot.offset;
+        off = b.kv.store_slot.offset;
         ck_assert_int_eq(llmem_buffer_upload(b.view.idx, off, &evil, 4), LLMEM_OK);
         ck_assert_int_eq(llmem_op_kv_store(be, &b.view, &b.kc, &b.kc), LLMEM_E_INVALID);
     }
@@ -482,8 +484,9 @@ START_TEST(test_rope_shift)
             for (int run = 0; run < (cpu ? 2 : 1); run++) {
                 th_ctx c;
                 th_begin(&c, runs[run]);
-                llmem_view view = {.kind = LLMEM_VIEW_KV};
-                llmem_kv_view *kv = &view.u.kv;
+                llmem_kv_view kvd = {0};
+                llmem_kv_view *kv = &kvd;
+                llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
                 size_t es = llmem_dtype_size(t), row_bytes = (size_t)row * es;
                 kv->dtype = t;
                 kv->page_size = 1;
@@ -550,8 +553,9 @@ START_TEST(test_kv_page_copy)
     ref64_rng r = ref64_rng_make(ref64_seed(), 3100);
     th_ctx c;
     th_begin(&c, be);
-    llmem_view view = {.kind = LLMEM_VIEW_KV};
-    llmem_kv_view *kv = &view.u.kv;
+    llmem_kv_view kvd = {0};
+    llmem_kv_view *kv = &kvd;
+    llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->dtype = F16;
     kv->n_pages = 6;
     kv->page_size = 3;

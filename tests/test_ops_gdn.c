@@ -97,9 +97,9 @@ static void ref_token(const gdn_in *in, double *S, int64_t tok, double *out)
 static void rs_build(th_ctx *c, llmem_view *view, const rs_setup *rs, const llmem_state_desc *d,
                      llmem_buffer **buf, const unsigned char *init, size_t bytes)
 {
-    memset(view, 0, sizeof *view);
-    view->kind = LLMEM_VIEW_RECURRENT;
-    llmem_rs_view *v = &view->u.rs;
+    llmem_rs_view *v = th_alloc(c, sizeof *v); /* the description lives as long as c */
+    memset(v, 0, sizeof *v);
+    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
     *buf = th_pool(c, bytes, d->dtype);
     ck_assert_int_eq(llmem_buffer_upload(*buf, 0, init, bytes), LLMEM_OK);
     v->n_states = 1;

@@ -50,13 +50,13 @@ static int64_t desc_elems(const llmem_state_desc *d)
 
 /* A recurrent view of n_states states; buffers get the images init[j]
  * (n_slots slots of raw bytes). desc and bufs must outlive the view. */
-static void rs_build(th_ctx *c, llmem_view *view, const rs_setup *rs, int32_t n_states,
+static void rs_build(th_ctx *c, llmem_view *view, llmem_rs_view *v, const rs_setup *rs,
+                     int32_t n_states,
                      const llmem_state_desc *desc, llmem_buffer **bufs,
                      const unsigned char *const *init)
 {
-    memset(view, 0, sizeof *view);
-    view->kind = LLMEM_VIEW_RECURRENT;
-    llmem_rs_view *v = &view->u.rs;
+    memset(v, 0, sizeof *v);
+    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
     for (int32_t j = 0; j < n_states; j++) {
         size_t bytes = (size_t)(desc_elems(&desc[j]) * rs->n_slots) * llmem_dtype_size(desc[j].dtype);
         bufs[j] = th_pool(c, bytes, desc[j].dtype);
@@ -199,8 +199,9 @@ static void conv_run(llmem_backend *be, const rs_setup *rs, const llmem_state_de
     th_ctx c;
     th_begin(&c, be);
     llmem_view view;
+    llmem_rs_view rsd;
     llmem_buffer *bufs[1];
-    rs_build(&c, &view, rs, 1, d, bufs, &init);
+    rs_build(&c, &view, &rsd, rs, 1, d, bufs, &init);
     int32_t n_tok = rs->n_seqs * rs->n_tok;
     llmem_tensor x = th_tensor(&c, F32, 2, n_tok, in->conv_dim, 1);
     llmem_tensor w = th_tensor(&c, in->wt, 3, in->conv_dim, 1, in->d_conv); /* HF layout */
@@ -315,8 +316,9 @@ static void scan_run(llmem_backend *be, const rs_setup *rs, const llmem_state_de
     th_ctx c;
     th_begin(&c, be);
     llmem_view view;
+    llmem_rs_view rsd;
     llmem_buffer *bufs[1];
-    rs_build(&c, &view, rs, 1, d, bufs, &init);
+    rs_build(&c, &view, &rsd, rs, 1, d, bufs, &init);
     int32_t n_tok = rs->n_seqs * rs->n_tok, H = in->p.n_heads;
     llmem_tensor xbc = th_tensor(&c, F32, 2, n_tok, (int32_t)conv_dim_of(&in->p), 1);
     llmem_tensor dt = th_tensor(&c, F32, 2, n_tok, H, 1);
@@ -448,9 +450,10 @@ static void layer_run(llmem_backend *be, const rs_setup *rs, const llmem_state_d
     th_ctx c;
     th_begin(&c, be);
     llmem_view view;
+    llmem_rs_view rsd;
     llmem_buffer *bufs[2];
     const unsigned char *init[2] = {img[0], img[1]};
-    rs_build(&c, &view, rs, 2, desc, bufs, init);
+    rs_build(&c, &view, &rsd, rs, 2, desc, bufs, init);
     int32_t n_tok = rs->n_seqs * rs->n_tok, H = sin->p.n_heads;
     llmem_tensor x = th_tensor(&c, F32, 2, n_tok, cin->conv_dim, 1);
     llmem_tensor w = th_tensor(&c, cin->wt, 2, cin->conv_dim, cin->d_conv, 1);
@@ -609,9 +612,10 @@ START_TEST(test_mamba_tables)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         llmem_view view;
+        llmem_rs_view rsd;
         llmem_buffer *bufs[2];
         const unsigned char *init[2] = {img[0], img[1]};
-        rs_build(&c, &view, &cases[i].rs, 2, desc, bufs, init);
+        rs_build(&c, &view, &rsd, &cases[i].rs, 2, desc, bufs, init);
         llmem_status s1 = llmem_op_ssm_conv(be, &view, 0, &x, &w, NULL, &o);
         llmem_status s2 = llmem_op_ssm_scan(be, &p, &view, 1, &x, &dt, &a, NULL, NULL, &y);
         ck_assert_msg(s1 == cases[i].want && s2 == cases[i].want, "%s: conv %d, scan %d", cases[i].why,
@@ -619,10 +623,11 @@ START_TEST(test_mamba_tables)
     }
     /* wrong state index or shape for the op, overlapping output, bad params */
     llmem_view view;
+    llmem_rs_view rsd;
     llmem_buffer *bufs[2];
     const unsigned char *init[2] = {img[0], img[1]};
     rs_setup ok = {2, 2, 0, 6, {0, 1}, {2, 3}, {0}};
-    rs_build(&c, &view, &ok, 2, desc, bufs, init);
+    rs_build(&c, &view, &rsd, &ok, 2, desc, bufs, init);
     ck_assert_int_eq(llmem_op_ssm_conv(be, &view, 1, &x, &w, NULL, &o), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_ssm_scan(be, &p, &view, 0, &x, &dt, &a, NULL, NULL, &y), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_ssm_conv(be, &view, 2, &x, &w, NULL, &o), LLMEM_E_INVALID);
@@ -638,7 +643,7 @@ START_TEST(test_mamba_tables)
     if (th_is_cpu(_i)) {
         /* the device copy disagrees with the host: the CPU kernel refuses */
         int32_t evil = 99;
-        ck_assert_int_eq(llmem_buffer_upload(view.idx, view.u.rs.dst_slot.offset, &evil, 4), LLMEM_OK);
+        ck_assert_int_eq(llmem_buffer_upload(view.idx, llmem_view_rs(&view)->dst_slot.offset, &evil, 4), LLMEM_OK);
         ck_assert_int_eq(llmem_op_ssm_conv(be, &view, 0, &x, &w, NULL, &o), LLMEM_E_INVALID);
         ck_assert_int_eq(llmem_op_ssm_scan(be, &p, &view, 1, &x, &dt, &a, NULL, NULL, &y),
                          LLMEM_E_INVALID);
@@ -659,10 +664,11 @@ START_TEST(test_state_slot_copy)
     unsigned char *img[2] = {state_image(&c, &r, &desc[0], 5, live, -1, 1),
                              state_image(&c, &r, &desc[1], 5, live, -1, 1)};
     llmem_view view;
+    llmem_rs_view rsd;
     llmem_buffer *bufs[2];
     const unsigned char *init[2] = {img[0], img[1]};
     rs_setup rs = {1, 1, 0, 5, {0}, {1}, {0}};
-    rs_build(&c, &view, &rs, 2, desc, bufs, init);
+    rs_build(&c, &view, &rsd, &rs, 2, desc, bufs, init);
     ck_assert_int_eq(llmem_op_state_slot_copy(be, &view, 3, 1), LLMEM_OK);
     for (int j = 0; j < 2; j++) {
         size_t slot = (size_t)desc_elems(&desc[j]) * llmem_dtype_size(desc[j].dtype);

@@ -198,8 +198,9 @@ static bool kv_step(llmem_backend *be, llmem_dtype dt, unsigned char *img[2], si
 {
     th_ctx c;
     th_begin(&c, be);
-    llmem_view view = {.kind = LLMEM_VIEW_KV};
-    llmem_kv_view *kv = &view.u.kv;
+    llmem_kv_view kvd = {0};
+    llmem_kv_view *kv = &kvd;
+    llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->k = th_pool(&c, pool_bytes, dt);
     kv->v = th_pool(&c, pool_bytes, dt);
     ck_assert_int_eq(llmem_buffer_upload(kv->k, 0, img[0], pool_bytes), LLMEM_OK);
@@ -449,8 +450,9 @@ START_TEST(test_ssm_i8)
             }
         th_ctx c;
         th_begin(&c, be);
-        llmem_view view = {.kind = LLMEM_VIEW_RECURRENT};
-        llmem_rs_view *v = &view.u.rs;
+        llmem_rs_view rsd = {0};
+        llmem_rs_view *v = &rsd;
+        llmem_view view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
         llmem_buffer *buf = th_pool(&c, slot_bytes * (size_t)n_slots, I8);
         ck_assert_int_eq(llmem_buffer_upload(buf, 0, img, slot_bytes * (size_t)n_slots), LLMEM_OK);
         v->n_states = 1;

@@ -56,9 +56,9 @@ static void rs_build(th_ctx *c, llmem_view *view, const rs_setup *rs, int32_t n_
                      const llmem_state_desc *desc, llmem_buffer **bufs,
                      const unsigned char *const *init)
 {
-    memset(view, 0, sizeof *view);
-    view->kind = LLMEM_VIEW_RECURRENT;
-    llmem_rs_view *v = &view->u.rs;
+    llmem_rs_view *v = th_alloc(c, sizeof *v); /* the description lives as long as c */
+    memset(v, 0, sizeof *v);
+    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
     for (int32_t j = 0; j < n_states; j++) {
         size_t bytes = (size_t)(desc_elems(&desc[j]) * rs->n_slots) * llmem_dtype_size(desc[j].dtype);
         bufs[j] = th_pool(c, bytes, desc[j].dtype);
@@ -598,7 +598,7 @@ START_TEST(test_ssm1_args)
     if (th_is_cpu(_i)) {
         /* the device copy disagrees with the host: the CPU kernel refuses */
         int32_t evil = 99;
-        ck_assert_int_eq(llmem_buffer_upload(view.idx, view.u.rs.dst_slot.offset, &evil, 4), LLMEM_OK);
+        ck_assert_int_eq(llmem_buffer_upload(view.idx, llmem_view_rs(&view)->dst_slot.offset, &evil, 4), LLMEM_OK);
         ck_assert_int_eq(llmem_op_short_conv(be, &view, 0, &bcx, &w, NULL, &o), LLMEM_E_INVALID);
         ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &view, 1, &x, &dt, &bt, &ct, &a, NULL, NULL, NULL, &y),
                          LLMEM_E_INVALID);

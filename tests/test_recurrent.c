@@ -31,7 +31,7 @@ static void fake_scan(llmem_memory *mem, const llmem_ubatch *ub, void *c)
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
     ck_assert_int_eq(v.kind, LLMEM_VIEW_RECURRENT);
-    const llmem_rs_view *r = &v.u.rs;
+    const llmem_rs_view *r = llmem_view_rs(&v);
     ck_assert_int_eq(r->n_seqs * r->n_seq_tokens, ub->n_tokens);
     bool distinct = true;
     for (int32_t s = 0; s < r->n_seqs; s++) {

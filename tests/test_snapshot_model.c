@@ -86,7 +86,7 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
     fw *x = c;
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
-    const llmem_rs_view *r = &v.u.rs;
+    const llmem_rs_view *r = llmem_view_rs(&v);
     for (int32_t s = 0; s < r->n_seqs; s++) {
         int32_t q = ub->seq_id[s], T = r->n_seq_tokens;
         const int32_t *tok = ub->token + s * T;
@@ -125,12 +125,12 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
         }
     }
     ck_assert_int_eq(llmem_memory_view(mem, 1, &v), LLMEM_OK);
-    for (int32_t j = 0; j < v.u.kv.store_slot.n; j++) {
-        int32_t k = v.u.kv.store_tok.host[j];
+    for (int32_t j = 0; j < llmem_view_kv(&v)->store_slot.n; j++) {
+        int32_t k = llmem_view_kv(&v)->store_tok.host[j];
         float kk[2] = {(float)ub->token[k], (float)ub->pos[k]}, vv[2] = {-kk[0], 0.5f};
-        size_t off = (size_t)v.u.kv.store_slot.host[j] * 8;
-        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.k, off, kk, 8), LLMEM_OK);
-        ck_assert_int_eq(llmem_buffer_upload(v.u.kv.v, off, vv, 8), LLMEM_OK);
+        size_t off = (size_t)llmem_view_kv(&v)->store_slot.host[j] * 8;
+        ck_assert_int_eq(llmem_buffer_upload(llmem_view_kv(&v)->k, off, kk, 8), LLMEM_OK);
+        ck_assert_int_eq(llmem_buffer_upload(llmem_view_kv(&v)->v, off, vv, 8), LLMEM_OK);
     }
 }
 

@@ -22,6 +22,7 @@ typedef struct fixture {
     llmem_buffer *pool_k, *pool_v, *idx, *act;
     int32_t host[3 + 3 + 4 + 1 + 3 + 3 + 1];
     llmem_view view;
+    llmem_kv_view kv; /* view.desc */
     llmem_tensor k, q, out;
 } fixture;
 
@@ -56,9 +57,8 @@ static void fx_init(fixture *f)
                             1, 2, 3, /* tok_kv_len */ 0, 0, 0, /* tok_seq */ 0 /* page_off */};
     memcpy(f->host, init, sizeof init);
     fx_upload(f);
-    llmem_kv_view *kv = &f->view.u.kv;
-    f->view.kind = LLMEM_VIEW_KV;
-    f->view.idx = f->idx;
+    llmem_kv_view *kv = &f->kv;
+    f->view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, f->idx);
     kv->k = f->pool_k;
     kv->v = f->pool_v;
     kv->dtype = LLMEM_DTYPE_F32;
@@ -138,7 +138,7 @@ START_TEST(test_attention_check_follows_uploads)
                                               &f.view, &f.q, &f.out),
                      LLMEM_OK);
     /* the same tables with a smaller pool geometry: page 2 no longer exists */
-    f.view.u.kv.n_pages = 2;
+    f.kv.n_pages = 2;
     ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){0.5f, 0.0f, 0},
                                               &f.view, &f.q, &f.out),
                      LLMEM_E_INVALID);
@@ -172,7 +172,7 @@ START_TEST(test_vouched_rows_end_with_a_write)
      * bad page id, so whenever the check reads it, it refuses. */
     fixture f;
     fx_init(&f);
-    llmem_kv_view *kv = &f.view.u.kv;
+    llmem_kv_view *kv = &f.kv;
     kv->page_off = tab(&f, 17, 1);
     ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_OK);
     f.host[7] = 4; /* page 4 of 4 */
@@ -180,17 +180,19 @@ START_TEST(test_vouched_rows_end_with_a_write)
     llmem_view_vouch_rows(f.idx, &kv->page_table, 4, 2, &kv->page_off, &kv->seq_len, 1);
     ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_OK);
     /* rules outside the rows are still checked */
-    llmem_view fewer = f.view;
-    fewer.u.kv.max_pages = 1;
+    llmem_kv_view fewer_kv = f.kv;
+    fewer_kv.max_pages = 1;
+    llmem_view fewer = llmem_view_make(LLMEM_VIEW_KV, &fewer_kv, sizeof fewer_kv, f.idx);
     ck_assert_int_eq(llmem_view_check_attention(f.be, &fewer, 3), LLMEM_E_INVALID);
     /* other tables (an equal copy of page_off) are checked in full */
     int32_t off_copy = 0;
-    llmem_view other = f.view;
-    other.u.kv.page_off.host = &off_copy;
+    llmem_kv_view other_kv = f.kv;
+    other_kv.page_off.host = &off_copy;
+    llmem_view other = llmem_view_make(LLMEM_VIEW_KV, &other_kv, sizeof other_kv, f.idx);
     ck_assert_int_eq(llmem_view_check_attention(f.be, &other, 3), LLMEM_E_INVALID);
     /* another page geometry is checked in full */
-    other = f.view;
-    other.u.kv.page_table.n = 3;
+    other_kv = f.kv;
+    other_kv.page_table.n = 3;
     ck_assert_int_eq(llmem_view_check_attention(f.be, &other, 3), LLMEM_E_INVALID);
     /* a write (same bytes, new generation) ends the vouch */
     fx_upload(&f);

@@ -78,7 +78,7 @@ typedef struct attn_cfg {
 static void run_attention(llmem_backend *be, const attn_cfg *c, const float *q, const float *k,
                           const float *v, float *out)
 {
-    int32_t max_pages = (c->L + c->ps - 1) / c->ps, n_pages = max_pages + 2;
+    int32_t max_pages = llmem_pages_for(0, c->L, c->ps), n_pages = max_pages + 2;
     int32_t row = c->n_kv * c->hd;
     size_t pool_bytes = (size_t)n_pages * c->ps * row * llmem_dtype_size(c->dt);
     llmem_buffer *kp, *vp, *idx, *bk, *bv, *bq, *bo;
@@ -109,8 +109,7 @@ static void run_attention(llmem_backend *be, const attn_cfg *c, const float *q, 
     OK(llmem_buffer_alloc(be, (size_t)n_idx * 4, &idx));
     OK(llmem_buffer_upload(idx, 0, t, (size_t)n_idx * 4));
 #define TAB(ptr, cnt) ((llmem_i32_table){(ptr), (size_t)((ptr) - t) * 4, (cnt)})
-    llmem_view view = {.kind = LLMEM_VIEW_KV, .idx = idx};
-    view.u.kv = (llmem_kv_view){
+    llmem_kv_view kvd = (llmem_kv_view){
         .k = kp, .v = vp, .dtype = c->dt, .n_pages = n_pages, .page_size = c->ps,
         .n_kv_heads = c->n_kv, .head_dim = c->hd,
         .store_tok = TAB(store_tok, c->L), .store_slot = TAB(store_slot, c->L),
@@ -118,6 +117,7 @@ static void run_attention(llmem_backend *be, const attn_cfg *c, const float *q, 
         .tok_kv_len = TAB(kv_len, c->T), .tok_seq = TAB(tok_seq, c->T),
         .shift_slot = TAB(sh_slot, c->shift), .shift_delta = TAB(sh_delta, c->shift),
     };
+    llmem_view view = llmem_view_make(LLMEM_VIEW_KV, &kvd, sizeof kvd, idx);
 #undef TAB
     llmem_tensor tk = up_f32(be, &bk, k, 3, c->L, c->n_kv, c->hd);
     llmem_tensor tv = up_f32(be, &bv, v, 3, c->L, c->n_kv, c->hd);
@@ -178,12 +178,12 @@ static void run_mamba(llmem_backend *be, llmem_dtype st, const float *x, const f
     int32_t tab[] = {1, 0, /* src */ 0, 1, /* dst */ 2, -1, -1, 3 /* ckpt [stream][2] */};
     OK(llmem_buffer_alloc(be, sizeof tab, &idx));
     OK(llmem_buffer_upload(idx, 0, tab, sizeof tab));
-    llmem_view view = {.kind = LLMEM_VIEW_RECURRENT, .idx = idx};
-    view.u.rs = (llmem_rs_view){
+    llmem_rs_view rsd = (llmem_rs_view){
         .n_states = 2, .desc = desc, .state = sb, .n_slots = SLOTS, .n_seqs = NS,
         .n_seq_tokens = NT, .src_slot = {tab, 0, NS}, .dst_slot = {tab + 2, 8, NS},
         .ckpt_slot = {tab + 4, 16, 2 * NS}, .n_ckpt = 2,
     };
+    llmem_view view = llmem_view_make(LLMEM_VIEW_RECURRENT, &rsd, sizeof rsd, idx);
     llmem_tensor tx = up_f32(be, &bx, x, 2, NS * NT, cd, 1);
     llmem_tensor tw = up_f32(be, &bw, w, 2, cd, DC, 1);
     llmem_tensor txc = up_f32(be, &bxc, NULL, 2, NS * NT, cd, 1);

@@ -178,7 +178,7 @@ static llmem_status kv_store_scaled(const llmem_kv_view *kv, store_ctx *c, int64
 llmem_status cpu_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k,
                              llmem_ct *v)
 {
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     store_ctx c = {
         .k = tensor_data(k),
         .v = tensor_data(v),
@@ -261,7 +261,7 @@ static void attn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         int32_t sq = c->tok_seq[i];
         int32_t len = c->tok_kv_len[i];
         bool ok = sq >= 0 && sq < c->n_streams && len >= 0 && len <= c->seq_len[sq] &&
-                  ((int64_t)c->seq_len[sq] + c->page_size - 1) / c->page_size <= c->max_pages;
+                  llmem_pages_for(0, c->seq_len[sq], c->page_size) <= c->max_pages;
         int64_t lo = c->p->window > 0 && len > c->p->window ? len - c->p->window : 0;
         for (int64_t r = 0; r < nrep; r++) {
             m[r] = -INFINITY;
@@ -328,7 +328,7 @@ static void attn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
 llmem_status cpu_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                     const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     attn_ctx c = {
         .p = p,
         .q = tensor_data(q),

@@ -53,7 +53,7 @@ static void gdn_io_finish(gdn_io *io)
  * source (snapshotting sources that another group overwrites). */
 static llmem_status gdn_io_init(gdn_io *io, const llmem_view *view, int32_t state)
 {
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     memset(io, 0, sizeof *io);
     int64_t elems = d->shape[0] * d->shape[1] * d->shape[2];

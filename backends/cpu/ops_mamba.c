@@ -32,7 +32,7 @@ void cpu_rs_io_finish(rs_io *io)
  * resolves every stream's source. */
 llmem_status cpu_rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
 {
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     memset(io, 0, sizeof *io);
     io->base = llmem_buffer_host_ptr(rs->state[state]);
@@ -192,7 +192,7 @@ static void conv_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
 llmem_status cpu_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                              llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    const llmem_state_desc *d = &view->u.rs.desc[state];
+    const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
     conv_ctx c = {
         .x = tensor_data(x),
         .out = tensor_data(out),

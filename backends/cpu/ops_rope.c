@@ -145,7 +145,7 @@ static void shift_run(void *vctx, int64_t j0, int64_t j1, int32_t thread)
 llmem_status cpu_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
                                const llmem_view *view)
 {
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     rope_ctx c = {
         .p = p,
         .pool = llmem_buffer_host_ptr(kv->k),

@@ -101,7 +101,7 @@ llmem_status cpu_op_short_conv(llmem_backend *be, const llmem_view *view, int32_
                                llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     (void)be;
-    const llmem_state_desc *d = &view->u.rs.desc[state];
+    const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
     sc_ctx c = {.bcx = tensor_data(bcx), .out = tensor_data(out), .D = d->shape[1],
                 .L = d->shape[0] + 1};
     c.n_cb = (c.D + SC_CB - 1) / SC_CB;

@@ -359,7 +359,7 @@ static llmem_status op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     cuk_rope_args r = rope_args(p);
     return done(cb,
                 cuk_rope_shift(&r, cuda_dev(kv->k), kv->dtype, table(view, &kv->shift_slot),
@@ -378,7 +378,7 @@ static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (dtype_scaled(kv->dtype)) { /* kernels/attention_q.cu */
         if ((size_t)kv->page_size * 5 > 48 * 1024)
             return LLMEM_E_UNSUPPORTED;
@@ -406,7 +406,7 @@ static llmem_status attention_scaled(llmem_backend *be, const llmem_attn_params 
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (!cuk_attn_q_supported(kv->head_dim))
         return LLMEM_E_UNSUPPORTED;
     cuk_attn_args a = {
@@ -458,13 +458,13 @@ static llmem_status attention_scaled(llmem_backend *be, const llmem_attn_params 
 static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                        const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
-    if (dtype_scaled(view->u.kv.dtype))
+    if (dtype_scaled(llmem_view_kv(view)->dtype))
         return attention_scaled(be, p, view, q, out);
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     cuk_attn_args a = {
         .q = tptr(q),
         .out = tptr(out),
@@ -534,7 +534,7 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
 llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
                              cuk_rs_args *rs)
 {
-    const llmem_rs_view *v = &view->u.rs;
+    const llmem_rs_view *v = llmem_view_rs(view);
     const llmem_state_desc *d = &v->desc[state];
     memset(rs, 0, sizeof *rs);
     rs->state = cuda_dev(v->state[state]);
@@ -591,7 +591,7 @@ static llmem_status op_ssm_conv(llmem_backend *be, const llmem_view *view, int32
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    const llmem_state_desc *d = &view->u.rs.desc[state];
+    const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
     int32_t d_conv = (int32_t)d->shape[0] + 1, conv_dim = (int32_t)d->shape[1];
     if (d_conv > 16)
         return LLMEM_E_UNSUPPORTED; /* the kernel keeps the window in registers */
@@ -609,7 +609,7 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                                 llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
                                 llmem_ct *y)
 {
-    if (view->u.rs.desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
+    if (llmem_view_rs(view)->desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
         return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     cuda_backend *cb;
     llmem_status st = enter(be, &cb);

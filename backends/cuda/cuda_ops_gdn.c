@@ -39,7 +39,7 @@ llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llm
         return st;
     if (!cuk_gdn_supported(p->d_k))
         return LLMEM_E_UNSUPPORTED; /* registers hold one column of d_k */
-    const llmem_rs_view *v = &view->u.rs;
+    const llmem_rs_view *v = llmem_view_rs(view);
     const llmem_state_desc *d = &v->desc[state];
     cuk_rs_args rs = {
         .state = cuda_dev(v->state[state]),

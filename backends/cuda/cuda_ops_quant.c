@@ -33,7 +33,7 @@ llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
         return st;
     if ((size_t)p->head_dim * (size_t)p->d_state * sizeof(float) > 48 * 1024)
         return LLMEM_E_UNSUPPORTED; /* one head's state in shared memory */
-    const llmem_rs_view *v = &view->u.rs;
+    const llmem_rs_view *v = llmem_view_rs(view);
     /* llmem_state_slot_bytes (the plugin links no core function) */
     size_t elems = (size_t)p->n_heads * (size_t)p->head_dim * (size_t)p->d_state;
     size_t scale_off = (elems + 15) & ~(size_t)15;

@@ -25,7 +25,7 @@ llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK)
         return st;
-    const llmem_state_desc *d = &view->u.rs.desc[state];
+    const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
     int32_t L = (int32_t)d->shape[0] + 1, dim = (int32_t)d->shape[1];
     if (L > 16)
         return LLMEM_E_UNSUPPORTED; /* the kernel keeps the window in registers */

@@ -32,7 +32,7 @@
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
 {
     vk_backend *v = vk_from(be);
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (vk_dtype_scaled(kv->dtype)) /* int8 / fp8 pools: vk_ops_quant.c */
         return vk_op_kv_store_q(be, view, k, vv);
     uint32_t row = (uint32_t)kv->n_kv_heads * (uint32_t)kv->head_dim;
@@ -81,7 +81,7 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
                                    const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (vk_dtype_scaled(kv->dtype)) /* int8 / fp8 pools: vk_ops_quant.c */
         return vk_op_attention_q(be, p, view, q, out);
     uint32_t n_tok = (uint32_t)q->ne[0], n_heads = (uint32_t)q->ne[1];

@@ -49,7 +49,7 @@ llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem
     vk_backend *v = vk_from(be);
     if (p->d_k > 256)
         return LLMEM_E_UNSUPPORTED; /* an invocation keeps d_k floats of state */
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     uint64_t elems = (uint64_t)p->n_v_heads * (uint64_t)p->d_k * (uint64_t)p->d_v;
     vk_alloc snap = {0};

@@ -61,7 +61,7 @@ static llmem_status needs_snapshot(const llmem_rs_view *rs, bool *out)
  * op that reads it (the hazard tracker orders any later reuse). */
 static llmem_status gather(vk_backend *v, const llmem_view *view, int32_t state, vk_alloc *snap)
 {
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     uint64_t elems = (uint64_t)state_elems(d), n = elems * (uint64_t)rs->n_seqs;
     llmem_status st = vk_alloc_make(v, n * 4, snap);
@@ -86,7 +86,7 @@ static llmem_status gather(vk_backend *v, const llmem_view *view, int32_t state,
 llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
                            vk_alloc *snap, bool *use_snap)
 {
-    llmem_status st = needs_snapshot(&view->u.rs, use_snap);
+    llmem_status st = needs_snapshot(llmem_view_rs(view), use_snap);
     if (st != LLMEM_OK || !*use_snap)
         return st;
     return gather(v, view, state, snap);
@@ -96,7 +96,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
     vk_alloc snap = {0};
@@ -144,7 +144,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
                             llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
 {
     vk_backend *v = vk_from(be);
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->dtype == LLMEM_DTYPE_I8)
         return LLMEM_E_UNSUPPORTED; /* int8 states: cpu and cuda only (issue 17) */

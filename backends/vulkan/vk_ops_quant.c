@@ -28,7 +28,7 @@ static uint32_t page_bytes(const llmem_kv_view *kv)
 llmem_status vk_op_kv_store_q(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
 {
     vk_backend *v = vk_from(be);
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     /* shaders address bytes in 32 bits */
     if (kv->page_size > 256 || (uint64_t)page_bytes(kv) * (uint64_t)kv->n_pages > UINT32_MAX)
         return LLMEM_E_UNSUPPORTED;
@@ -60,7 +60,7 @@ llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
                                const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     if (kv->head_dim > 4 * QATTN_WG ||
         (uint64_t)page_bytes(kv) * (uint64_t)kv->n_pages > UINT32_MAX)
         return LLMEM_E_UNSUPPORTED;

@@ -66,7 +66,7 @@ llmem_status vk_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
                               const llmem_view *view)
 {
     vk_backend *v = vk_from(be);
-    const llmem_kv_view *kv = &view->u.kv;
+    const llmem_kv_view *kv = llmem_view_kv(view);
     vk_stage_ref tab;
     llmem_status st = rope_table(v, p, &tab);
     if (st != LLMEM_OK)

@@ -16,7 +16,7 @@ llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t
                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     uint32_t L = (uint32_t)d->shape[0] + 1, dim = (uint32_t)d->shape[1];
     if (L > 64)
@@ -67,7 +67,7 @@ llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
                              llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
 {
     vk_backend *v = vk_from(be);
-    const llmem_rs_view *rs = &view->u.rs;
+    const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (p->d_state > 256)
         return LLMEM_E_UNSUPPORTED; /* the shader keeps a state row in registers */

@@ -131,6 +131,8 @@ typedef struct m_layer {
     llmem_tensor wqkv, wo;                                                 /* attention */
     llmem_buffer *st[2]; /* conv and ssm state, or the K and V pools */
     llmem_view view;
+    llmem_kv_view kv; /* view.desc of an attention layer */
+    llmem_rs_view rs; /* view.desc of a Mamba-2 layer */
 } m_layer;
 
 typedef struct model {
@@ -291,8 +293,8 @@ static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *
                 CHECK(bench_new_buffer(b, (size_t)n * 2, &l->st[j]));
                 CHECK(bench_fill(b, l->st[j], 0, n, LLMEM_DTYPE_BF16, false));
             }
-            llmem_kv_view *kv = &l->view.u.kv;
-            l->view.kind = LLMEM_VIEW_KV;
+            llmem_kv_view *kv = &l->kv;
+            l->view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, l->view.idx);
             *kv = (llmem_kv_view){.k = l->st[0], .v = l->st[1], .dtype = LLMEM_DTYPE_BF16,
                                   .n_pages = M_PAGES, .page_size = M_PS, .n_kv_heads = M_KVH,
                                   .head_dim = M_HD, .store_tok = stok, .store_slot = sslot,
@@ -307,8 +309,8 @@ static llmem_status model_setup(bench *b, model *m, arena *w, arena *a, tables *
                 CHECK(bench_new_buffer(b, (size_t)n * 4, &l->st[j]));
                 CHECK(bench_fill(b, l->st[j], 0, n, LLMEM_DTYPE_F32, true));
             }
-            llmem_rs_view *rs = &l->view.u.rs;
-            l->view.kind = LLMEM_VIEW_RECURRENT;
+            llmem_rs_view *rs = &l->rs;
+            l->view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, l->view.idx);
             *rs = (llmem_rs_view){.n_states = 2, .desc = m->desc, .state = l->st, .n_slots = 1,
                                   .n_seqs = 1, .n_seq_tokens = 1, .src_slot = src,
                                   .dst_slot = dst, .ckpt_slot = none, .n_ckpt = 0};

@@ -17,6 +17,7 @@ typedef struct gdn_ctx {
     llmem_backend *be;
     llmem_gdn_params p;
     llmem_view view;
+    llmem_rs_view rs; /* view.desc */
     llmem_tensor qkv, a, b, a_log, dt_bias, out;
 } gdn_ctx;
 
@@ -59,8 +60,8 @@ static llmem_status gdn_figure(bench *b, int32_t B, int32_t n_tok, const char *l
             slots[i] = n_tok == 1 ? i : -1; /* prefill starts from zeros */
             slots[B + i] = i;
         }
-        llmem_rs_view *rs = &c.view.u.rs;
-        c.view.kind = LLMEM_VIEW_RECURRENT;
+        llmem_rs_view *rs = &c.rs;
+        c.view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, NULL);
         rs->n_states = 1;
         rs->desc = &desc;
         rs->state = bufs;

@@ -44,6 +44,7 @@ typedef struct attn_ctx {
     llmem_backend *be;
     llmem_attn_params p;
     llmem_view view;
+    llmem_kv_view kv; /* view.desc */
     llmem_tensor q, out;
 } attn_ctx;
 
@@ -64,7 +65,7 @@ typedef struct kv_setup {
 static llmem_status attn_prepare(bench *b, const kv_setup *s, llmem_buffer *kp, llmem_buffer *vp,
                                  attn_ctx *c, tables *t, llmem_buffer **idx)
 {
-    int32_t max_pages = (s->ctx + s->ps - 1) / s->ps, n_pages = s->n_seq * max_pages;
+    int32_t max_pages = llmem_pages_for(0, s->ctx, s->ps), n_pages = s->n_seq * max_pages;
     int32_t n_tok = s->n_seq * s->q_per_seq;
     int32_t *perm = malloc((size_t)n_pages * sizeof *perm);
     int32_t *lens = malloc((size_t)s->n_seq * sizeof *lens);
@@ -86,8 +87,8 @@ static llmem_status attn_prepare(bench *b, const kv_setup *s, llmem_buffer *kp, 
     memset(c, 0, sizeof *c);
     c->be = b->be;
     c->p = (llmem_attn_params){1.0f / sqrtf((float)s->hd), 0.0f, 0};
-    llmem_kv_view *kv = &c->view.u.kv;
-    c->view.kind = LLMEM_VIEW_KV;
+    llmem_kv_view *kv = &c->kv;
+    c->view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->k = kp;
     kv->v = vp;
     kv->dtype = s->dtype;
@@ -244,6 +245,7 @@ typedef struct scan_ctx {
     llmem_backend *be;
     llmem_ssm_params p;
     llmem_view view;
+    llmem_rs_view rs; /* view.desc */
     llmem_tensor xbc, dt, a_log, d, dt_bias, y;
 } scan_ctx;
 
@@ -280,8 +282,8 @@ llmem_status bench_mamba(bench *b)
     if (st == LLMEM_OK) {
         for (int32_t i = 0; i < B; i++)
             slots[i] = i;
-        llmem_rs_view *rs = &c.view.u.rs;
-        c.view.kind = LLMEM_VIEW_RECURRENT;
+        llmem_rs_view *rs = &c.rs;
+        c.view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, NULL);
         rs->n_states = 1;
         rs->desc = &desc;
         rs->state = bufs;

@@ -21,8 +21,9 @@ extern "C" {
  * table or the entry point change in a way that breaks already-built
  * plugins. 2: the entry point takes the host table (llmem_host_api), the
  * plugin reports its struct layout (llmem_plugin.layout), the base objects
- * carry core-private fields. */
-#define LLMEM_BACKEND_ABI_VERSION 2
+ * carry core-private fields. 3: llmem_view is open (kind id, typed
+ * description pointer, desc_size) instead of a union of the known kinds. */
+#define LLMEM_BACKEND_ABI_VERSION 3
 
 struct llmem_ops_i; /* <llmem/ops_impl.h> */
 struct llmem_tensor; /* <llmem/ops.h> */
@@ -179,7 +180,7 @@ typedef struct llmem_host_api {
      LLMEM_ABI_TERM(13, sizeof(llmem_rs_view)) +                                    \
      LLMEM_ABI_TERM(14, offsetof(llmem_rs_view, n_ckpt)) +                          \
      LLMEM_ABI_TERM(15, sizeof(llmem_view)) +                                       \
-     LLMEM_ABI_TERM(16, offsetof(llmem_view, u)) +                                  \
+     LLMEM_ABI_TERM(16, offsetof(llmem_view, idx)) +                                \
      LLMEM_ABI_TERM(17, sizeof(struct llmem_tensor)) +                              \
      LLMEM_ABI_TERM(18, offsetof(struct llmem_tensor, ne)) +                        \
      LLMEM_ABI_TERM(19, sizeof(llmem_rope_params)) +                                \

@@ -9,10 +9,23 @@
  * composition can check all children before it acts on any.
  *
  * Vtable rules (STYLE.md): const, designated initialisers, grows only by
- * appending, `struct_size` set; NULL optional slots mean unsupported.
+ * appending, `struct_size` set to sizeof(llmem_memory_i); NULL optional
+ * slots mean unsupported. llmem_memory_init checks the table: a
+ * struct_size smaller than the first version of the table or larger than
+ * this llmem knows, or a NULL required slot, is refused.
+ *
+ * A cache type with its own view kind (<llmem/view.h>, LLMEM_VIEW_KIND_TAG)
+ * needs this header and <llmem/memory.h> only: the helpers at the end
+ * (growable int32 arrays, index-table builder, position bookkeeping) are
+ * the ones the built-in memories use. docs/adding-a-cache-type.md walks
+ * through one.
  */
 #ifndef LLMEM_MEMORY_IMPL_H
 #define LLMEM_MEMORY_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "llmem/memory.h"
 
@@ -192,16 +205,131 @@ struct llmem_memory {
     llmem_backend *backend;
 };
 
-/* Initialises the base object. */
-void llmem_memory_init(llmem_memory *mem, const llmem_memory_i *iface, llmem_backend *be,
-                       int32_t n_layers, int32_t n_seq_max, llmem_split split, bool can_shift);
+/* struct_size of the first version of llmem_memory_i (through `child`);
+ * the slots after it were appended and are optional. */
+#define LLMEM_MEMORY_I_MIN_SIZE \
+    (offsetof(llmem_memory_i, child) + sizeof(((llmem_memory_i *)0)->child))
 
-/* The one count (DESIGN.md contract 2): pages needed to hold `len + n`
- * tokens when `len` are held, with page_size tokens per page. */
-int32_t llmem_pages_for(int32_t len, int32_t n, int32_t page_size);
+/* The slot `name` of mem's vtable, or NULL when the table is too old to
+ * have it (its struct_size ends before the slot) or leaves it NULL. Every
+ * call of an optional slot, by the core or by a composition calling its
+ * children, goes through it. */
+#define LLMEM_MEMORY_SLOT(mem, name)                                                 \
+    ((mem)->iface->struct_size >=                                                    \
+             offsetof(llmem_memory_i, name) + sizeof(((llmem_memory_i *)0)->name)    \
+         ? (mem)->iface->name                                                        \
+         : NULL)
+
+/* Checks a memory vtable without using it: LLMEM_OK, or the first problem
+ * in err (e.g. "kv_cache: struct_size 96 is smaller than the first
+ * llmem_memory_i (216 bytes)", "...: reserve is NULL").
+ * Returns LLMEM_E_INVALID (NULL iface or type, a NULL required slot:
+ * destroy, reserve, apply, view, commit, release, seq_rm, seq_cp,
+ * seq_keep, seq_pos_min, seq_pos_max, seq_tokens, clear, get_stats; or
+ * state_read_prepare without state_read_apply and state_read_abort);
+ * LLMEM_E_ABI (struct_size below LLMEM_MEMORY_I_MIN_SIZE, or above
+ * sizeof(llmem_memory_i): built against a newer llmem, whose slots this
+ * core would not call). As the backend registry checks llmem_backend_i. */
+llmem_status llmem_memory_iface_check(const llmem_memory_i *iface, char *err, size_t err_len);
+
+/* Initialises the base object (implementations call it from their create
+ * function, before anything can fail later): checks iface with
+ * llmem_memory_iface_check and the numbers (n_layers >= 1, n_seq_max >= 1,
+ * split SIMPLE, EQUAL or SEQ), then sets every field; on an error mem is
+ * zeroed (iface NULL) and the caller frees what it took and returns the
+ * status. `be` is borrowed (the memory's device storage lives there).
+ * Returns LLMEM_OK, LLMEM_E_INVALID or LLMEM_E_ABI (see
+ * llmem_memory_iface_check). */
+llmem_status llmem_memory_init(llmem_memory *mem, const llmem_memory_i *iface, llmem_backend *be,
+                               int32_t n_layers, int32_t n_seq_max, llmem_split split,
+                               bool can_shift);
 
 #define LLMEM_MEMORY_CAST(type, mem, iface_ptr) \
     ((mem) && (mem)->iface == (iface_ptr) ? (type *)(void *)(mem) : (type *)NULL)
+
+
+/* ---- helpers for implementations ------------------------------------------------ */
+
+/* A growable int32 array (host memory, owned by whoever holds the struct;
+ * zero-initialise it, free with llmem_i32vec_free). A negative cap marks
+ * an array the built-in memories place in their per-memory sequence heap
+ * (memory/seq_heap.h); an implementation never sets cap itself. */
+typedef struct llmem_i32vec {
+    int32_t *v;
+    int32_t n, cap;
+} llmem_i32vec;
+
+/* Makes room for cap elements (n unchanged). false on allocation failure
+ * (a unchanged). */
+bool llmem_i32vec_reserve(llmem_i32vec *a, int32_t cap);
+/* Appends x (amortised O(1)); false on allocation failure (a unchanged). */
+bool llmem_i32vec_push(llmem_i32vec *a, int32_t x);
+/* Frees the elements; a is empty again. Accepts an empty vector. */
+void llmem_i32vec_free(llmem_i32vec *a);
+/* memcpy of n int32 that accepts NULL pointers when n is 0 (memcpy does not). */
+void llmem_i32_copy(int32_t *dst, const int32_t *src, int32_t n);
+
+/* A sequence's token ids (as a memory that keeps them on the host holds
+ * them): copies up to cap of them into out (may be NULL when cap is 0) and
+ * returns how many the sequence holds. For llmem_memory_i.seq_tokens. */
+int32_t llmem_seq_copy_tokens(const llmem_i32vec *tokens, int32_t *out, int32_t cap);
+
+/* O(1) facts about a sequence's positions (DESIGN.md contract 9): smallest
+ * and largest (-1 when empty) and whether they are out of order. Appends
+ * always come at pos_max + 1 (plan validation), so positions stay
+ * nondecreasing until a seq_add / seq_div reorders them; while they are in
+ * order, range lookups are binary searches. For seq_pos_min / seq_pos_max
+ * and the range checks of seq_rm / seq_cp. */
+typedef struct llmem_pos_meta {
+    int32_t min, max;
+    bool unsorted;
+} llmem_pos_meta;
+
+/* Recomputes m from every position (O(n): shifts, state reads, checks). */
+void llmem_pos_meta_reset(llmem_pos_meta *m, const llmem_i32vec *pos);
+/* After appending `pos` (O(1)). */
+void llmem_pos_meta_push(llmem_pos_meta *m, int32_t pos);
+/* After pos->n shrank (O(1) in order, else O(n)). */
+void llmem_pos_meta_truncated(llmem_pos_meta *m, const llmem_i32vec *pos);
+/* Index of the first token with a position in [p0, p1) when those tokens
+ * are a suffix, n when there are none, -1 when they are not a suffix. */
+int32_t llmem_pos_suffix_start(const llmem_i32vec *pos, const llmem_pos_meta *m, int32_t p0,
+                               int32_t p1);
+/* Number of leading tokens with a position in [p0, p1) when those are all
+ * such tokens (0 when none), -1 otherwise. */
+int32_t llmem_pos_prefix_len(const llmem_i32vec *pos, const llmem_pos_meta *m, int32_t p0,
+                             int32_t p1);
+/* Whether m describes pos (for llmem_memory_i.check). */
+bool llmem_pos_meta_ok(const llmem_pos_meta *m, const llmem_i32vec *pos);
+
+/* Index tables of views (llmem_i32_table, <llmem/view.h>): a memory builds
+ * them on the host for every ubatch of a plan at reserve time, then uploads
+ * them once into one device buffer it keeps (grown, never shrunk), which
+ * its views name as llmem_view.idx. Zero-initialise; free with
+ * llmem_i32vec_free(&b->data). */
+typedef struct llmem_idx_builder {
+    llmem_i32vec data;
+} llmem_idx_builder;
+
+/* Appends n values (or n copies of `fill` when vals is NULL) and returns
+ * their element offset, or -1 on allocation failure (b unchanged). */
+int32_t llmem_idx_append(llmem_idx_builder *b, const int32_t *vals, int32_t n, int32_t fill);
+/* Makes *buf (a buffer of be, or NULL) hold at least n int32, allocating a
+ * new buffer before freeing the old one, so a failure leaves *buf as it
+ * was. Returns LLMEM_OK, LLMEM_E_NO_MEMORY, LLMEM_E_BACKEND. */
+llmem_status llmem_idx_ensure(llmem_backend *be, llmem_buffer **buf, int32_t n);
+/* Uploads the built tables into buf (sized by llmem_idx_ensure). Returns
+ * llmem_buffer_upload's status. */
+llmem_status llmem_idx_upload(llmem_buffer *buf, const llmem_idx_builder *b);
+/* The view table of n elements at element offset off of a built index:
+ * host pointer into b (valid until b changes), byte offset off * 4. An
+ * empty table (n 0) has host NULL. */
+llmem_i32_table llmem_idx_table(const llmem_idx_builder *b, int32_t off, int32_t n);
+
+/* Whether the environment asks for poisoned storage (LLMEM_POISON set and
+ * not "0"): free pages and slots are then filled with NaN (DESIGN.md
+ * contract 3) and results must not change. */
+bool llmem_env_poison(void);
 
 #ifdef __cplusplus
 }

@@ -244,7 +244,7 @@ llmem_status llmem_op_rope(llmem_backend *be, const llmem_rope_params *p, const 
                            const llmem_tensor *pos, const llmem_tensor *out);
 
 /* K-shift: re-rotates cached keys after seq_add/seq_div. For every j, the
- * key in slot kv.shift_slot[j] of view->u.kv.k (all KV heads) is rotated by
+ * key in slot kv.shift_slot[j] of the view's K pool (all KV heads) is rotated by
  * the angle of kv.shift_delta[j] positions (RoPE rotations compose:
  * R(p + d) = R(d) R(p)), in f32, and stored back in the pool's dtype.
  *   view: kind LLMEM_VIEW_KV; shift slots in [0, n_pages * page_size),
@@ -264,7 +264,7 @@ typedef struct llmem_attn_params {
 } llmem_attn_params;
 
 /* Stores this ubatch's keys and values in the KV pools of the view:
- * token kv.store_tok[j] goes to slot kv.store_slot[j] of view->u.kv.k / .v,
+ * token kv.store_tok[j] goes to slot kv.store_slot[j] of the view's K / V pools,
  * converted to the pool dtype (round to nearest even).
  *   view: kind LLMEM_VIEW_KV;  k, v [T, n_kv_heads, head_dim] f32;
  *   store_tok in [0, T); store_slot in [0, n_pages * page_size), pairwise

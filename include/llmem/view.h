@@ -20,6 +20,7 @@
 #ifndef LLMEM_VIEW_H
 #define LLMEM_VIEW_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,11 +60,25 @@ typedef struct llmem_i32_table {
     int32_t n;           /* elements */
 } llmem_i32_table;
 
-typedef enum llmem_view_kind {
-    LLMEM_VIEW_NONE = 0, /* the memory keeps nothing for this layer */
-    LLMEM_VIEW_KV = 1,
-    LLMEM_VIEW_RECURRENT = 2,
-} llmem_view_kind;
+/* The kind of a view: which typed description llmem_view.desc points at.
+ * Kinds are open: the well-known ones below are small numbers, and a cache
+ * type defined outside llmem names its own kind with a four-character tag,
+ * LLMEM_VIEW_KIND_TAG('s','w','a','k') (characters printable ASCII,
+ * 0x21..0x7e, so a tag never equals a well-known id), with no registration
+ * (as FourCC codes of RIFF or Vulkan's VkStructureType extensions): its
+ * memory sets that tag and points desc at its own struct, and the ops that
+ * read it (<llmem/ops.h>, "view kinds") accept that tag. Two out-of-tree
+ * kinds must not share a tag; llmem_view_kind_name spells it. */
+typedef uint32_t llmem_view_kind;
+
+#define LLMEM_VIEW_NONE ((llmem_view_kind)0)      /* the memory keeps nothing for this layer */
+#define LLMEM_VIEW_KV ((llmem_view_kind)1)        /* desc: llmem_kv_view */
+#define LLMEM_VIEW_RECURRENT ((llmem_view_kind)2) /* desc: llmem_rs_view */
+
+/* A four-character kind tag, first character in the most significant byte. */
+#define LLMEM_VIEW_KIND_TAG(a, b, c, d)                                             \
+    ((llmem_view_kind)(((uint32_t)(uint8_t)(a) << 24) | ((uint32_t)(uint8_t)(b) << 16) | \
+                       ((uint32_t)(uint8_t)(c) << 8) | (uint32_t)(uint8_t)(d)))
 
 /* Bytes of one KV page of a pool (page_size slots of n_kv_heads *
  * head_dim elements). For F32, F16 and BF16 the plain product with the
@@ -138,14 +153,112 @@ typedef struct llmem_rs_view {
     int32_t n_ckpt;
 } llmem_rs_view;
 
+/* One layer of one memory for the current ubatch: a kind, the typed
+ * description of that kind, and the device buffer holding every index
+ * table (llmem_i32_table) of the description.
+ *   kind:      LLMEM_VIEW_NONE, LLMEM_VIEW_KV, LLMEM_VIEW_RECURRENT or an
+ *              out-of-tree tag (LLMEM_VIEW_KIND_TAG);
+ *   desc:      the typed description (NULL for NONE), owned by the memory
+ *              and valid as the view is (until the next apply, commit or
+ *              release of its memory, or the next view of the same layer);
+ *   desc_size: bytes of *desc the producer filled (sizeof its struct), so
+ *              a description may grow by appending fields: a consumer reads
+ *              a field only when desc_size covers it (the accessors below
+ *              refuse a description smaller than the struct they return).
+ * Read the description through the typed accessors, never by casting. */
 typedef struct llmem_view {
     llmem_view_kind kind;
-    llmem_buffer *idx; /* device copy of every llmem_i32_table below */
-    union {
-        llmem_kv_view kv;
-        llmem_rs_view rs;
-    } u;
+    uint32_t desc_size;
+    const void *desc;
+    llmem_buffer *idx; /* device copy of every llmem_i32_table of desc */
 } llmem_view;
+
+/* The view's description when `kind` matches and desc_size covers `size`
+ * bytes, else NULL (NULL view too). For typed accessors of a kind,
+ * including an out-of-tree one:
+ *   const my_view *my = llmem_view_desc(v, MY_KIND, sizeof(my_view)); */
+static inline const void *llmem_view_desc(const llmem_view *v, llmem_view_kind kind, size_t size)
+{
+    return v && v->kind == kind && v->desc && v->desc_size >= size ? v->desc : NULL;
+}
+
+/* The KV description of a view, or NULL when the view is not of kind
+ * LLMEM_VIEW_KV (or is NULL, or its description is too small). */
+static inline const llmem_kv_view *llmem_view_kv(const llmem_view *v)
+{
+    return (const llmem_kv_view *)llmem_view_desc(v, LLMEM_VIEW_KV, sizeof(llmem_kv_view));
+}
+
+/* The recurrent description of a view, or NULL when it is not of kind
+ * LLMEM_VIEW_RECURRENT (or is NULL, or its description is too small). */
+static inline const llmem_rs_view *llmem_view_rs(const llmem_view *v)
+{
+    return (const llmem_rs_view *)llmem_view_desc(v, LLMEM_VIEW_RECURRENT,
+                                                  sizeof(llmem_rs_view));
+}
+
+/* Fills a view of a kind: kind, desc and desc_size = size, idx. For memory
+ * implementations and for tests or benchmarks that describe pools by hand. */
+static inline llmem_view llmem_view_make(llmem_view_kind kind, const void *desc, size_t size,
+                                         llmem_buffer *idx)
+{
+    llmem_view v;
+    v.kind = kind;
+    v.desc_size = (uint32_t)size;
+    v.desc = desc;
+    v.idx = idx;
+    return v;
+}
+
+/* The name of a kind: "none", "kv", "recurrent", the four characters of a
+ * tag, or "0x%08x" for anything else, written into buf (at least 12 bytes,
+ * always NUL-terminated) and returned. Usable from plugins (header only). */
+static inline const char *llmem_view_kind_name(llmem_view_kind kind, char buf[12])
+{
+    static const char hex[] = "0123456789abcdef";
+    const char *known = kind == LLMEM_VIEW_NONE ? "none"
+                        : kind == LLMEM_VIEW_KV ? "kv"
+                        : kind == LLMEM_VIEW_RECURRENT ? "recurrent" : NULL;
+    int i = 0;
+    if (known) {
+        for (; known[i] && i < 11; i++)
+            buf[i] = known[i];
+        buf[i] = 0;
+        return buf;
+    }
+    bool tag = true;
+    for (int k = 0; k < 4; k++) {
+        uint32_t c = (kind >> (24 - 8 * k)) & 0xffu;
+        tag = tag && c >= 0x21 && c <= 0x7e;
+    }
+    if (tag) {
+        for (; i < 4; i++)
+            buf[i] = (char)((kind >> (24 - 8 * i)) & 0xffu);
+        buf[4] = 0;
+        return buf;
+    }
+    buf[0] = '0';
+    buf[1] = 'x';
+    for (i = 0; i < 8; i++)
+        buf[2 + i] = hex[(kind >> (28 - 4 * i)) & 0xfu];
+    buf[10] = 0;
+    return buf;
+}
+
+/* The one page count (DESIGN.md contract 2): pages needed to hold len + n
+ * tokens when len are held, page_size tokens per page (so ceil(len /
+ * page_size) pages hold len tokens: llmem_pages_for(0, len, page_size)).
+ * len >= 0, n > 0, page_size > 0, else 0. Computed in int64, so no
+ * overflow for any int32 input. Every page count of llmem (allocation,
+ * admission, view checks, kernels, tests) calls it. */
+static inline int32_t llmem_pages_for(int32_t len, int32_t n, int32_t page_size)
+{
+    if (len < 0 || n <= 0 || page_size <= 0)
+        return 0;
+    int64_t have = ((int64_t)len + page_size - 1) / page_size;
+    int64_t need = ((int64_t)len + n + page_size - 1) / page_size;
+    return (int32_t)(need - have);
+}
 
 /* For memory implementations, right after their last write to idx for a
  * plan (the write generation vouched for): the rows they wrote into

@@ -297,15 +297,15 @@ static bool learn_buffers(memref *r, char *err, size_t err_len)
         int32_t li = r->layer_local[il];
         ok = llmem_memory_view(r->mem, il, &v) == LLMEM_OK;
         if (ok && c->cfg.kv) {
-            c->kv.k[li] = v.u.kv.k;
-            c->kv.v[li] = v.u.kv.v;
-            c->kv.row_bytes = (size_t)v.u.kv.n_kv_heads * (size_t)v.u.kv.head_dim *
-                              llmem_dtype_size(v.u.kv.dtype);
+            c->kv.k[li] = llmem_view_kv(&v)->k;
+            c->kv.v[li] = llmem_view_kv(&v)->v;
+            c->kv.row_bytes = (size_t)llmem_view_kv(&v)->n_kv_heads * (size_t)llmem_view_kv(&v)->head_dim *
+                              llmem_dtype_size(llmem_view_kv(&v)->dtype);
         } else if (ok) {
-            ok = v.kind == LLMEM_VIEW_RECURRENT && v.u.rs.n_states == 2;
+            ok = v.kind == LLMEM_VIEW_RECURRENT && llmem_view_rs(&v)->n_states == 2;
             for (int32_t j = 0; ok && j < 2; j++) {
-                c->rs.buf[li][j] = v.u.rs.state[j];
-                c->rs.bytes[j] = llmem_buffer_size(v.u.rs.state[j]) / (size_t)c->rs.n_slots;
+                c->rs.buf[li][j] = llmem_view_rs(&v)->state[j];
+                c->rs.bytes[j] = llmem_buffer_size(llmem_view_rs(&v)->state[j]) / (size_t)c->rs.n_slots;
             }
         }
     }

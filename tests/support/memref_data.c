@@ -165,7 +165,7 @@ static bool capture_kv(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
             ok = fail(err, n, "layer %d: no KV view", il);
             break;
         }
-        const llmem_kv_view *x = &v.u.kv;
+        const llmem_kv_view *x = llmem_view_kv(&v);
         if (x->k != kv->k[li] || x->v != kv->v[li] || x->page_size != ps ||
             x->n_pages != kv->n_pages) {
             ok = fail(err, n, "layer %d: view pools or geometry changed", il);
@@ -321,7 +321,7 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
         int32_t il = ch->layer[li];
         if (llmem_memory_view(r->mem, il, &v) != LLMEM_OK || v.kind != LLMEM_VIEW_RECURRENT)
             return fail(err, n, "layer %d: no recurrent view", il);
-        const llmem_rs_view *x = &v.u.rs;
+        const llmem_rs_view *x = llmem_view_rs(&v);
         if (x->n_states != 2 || x->state[0] != rs->buf[li][0] || x->state[1] != rs->buf[li][1] ||
             x->n_slots != rs->n_slots)
             return fail(err, n, "layer %d: recurrent view buffers or slot count changed", il);
