@@ -415,7 +415,7 @@ END_TEST
 #define CONV (SH * SP + 2 * SG * SN)
 
 /* Two sequences, two ubatches of 3 then 2 tokens: from the zero state into
- * slots 1 and 3, then from those into slots 0 and 2. */
+ * slots 1 and 3, then from those into slots 3 and 0. */
 START_TEST(test_ssm_i8)
 {
     llmem_backend *be = th_open(_i);
@@ -434,7 +434,9 @@ START_TEST(test_ssm_i8)
     ref64_fill(&r, bias, SH, -0.5, 0.5, F32);
     double S64[2][SH * SP * SN];
     memset(S64, 0, sizeof S64);
-    const int32_t ntok[2] = {3, 2}, src[2][2] = {{-1, -1}, {1, 3}}, dst[2][2] = {{1, 3}, {0, 2}};
+    /* ubatch 1: sequence 0 writes slot 3, which sequence 1 reads
+     * (copy-on-write order: every source is read before any write) */
+    const int32_t ntok[2] = {3, 2}, src[2][2] = {{-1, -1}, {1, 3}}, dst[2][2] = {{1, 3}, {3, 0}};
     for (int step = 0; step < 2; step++) {
         int32_t T = 2 * ntok[step];
         double *xbc = th_vec(&h, (int64_t)T * CONV), *dtv = th_vec(&h, (int64_t)T * SH);
