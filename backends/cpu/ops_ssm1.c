@@ -142,9 +142,9 @@ fail:
 typedef struct s1_ctx {
     const rs_io *io;
     int64_t Din, N;
-    const float *x, *dt, *b, *c, *a_log, *d, *dt_bias, *z;
+    const float *x, *dt, *b, *c, *A, *d, *dt_bias, *z; /* A = -exp(a_log) [Din, N] */
     float *y;
-    float *scratch; /* per thread: S [N], A [N] */
+    float *scratch; /* per thread: S [N] */
 } s1_ctx;
 
 static void s1_store(const s1_ctx *c, const float *S, int64_t ch, int32_t slot)
@@ -158,7 +158,7 @@ static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
     const s1_ctx *c = vctx;
     const rs_io *io = c->io;
     int64_t Din = c->Din, N = c->N;
-    float *S = c->scratch + (size_t)thread * 2 * (size_t)N, *A = S + N;
+    float *S = c->scratch + (size_t)thread * (size_t)N;
     size_t es = llmem_dtype_size(io->dtype);
     for (int64_t it = it0; it < it1; it++) {
         int64_t s = it / Din, ch = it % Din;
@@ -167,8 +167,7 @@ static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             load_f32(src + (size_t)(ch * N) * es, io->dtype, N, S);
         else
             memset(S, 0, (size_t)N * sizeof *S);
-        for (int64_t n = 0; n < N; n++)
-            A[n] = -expf(c->a_log[ch * N + n]);
+        const float *A = c->A + ch * N;
         float D = c->d ? c->d[ch] : 0.0f, bias = c->dt_bias ? c->dt_bias[ch] : 0.0f;
         for (int32_t k = 0; k < io->n_ckpt; k++)
             if (ckpt_tok(io, k) == -1 && io->ckpt[s * io->n_ckpt + k] >= 0)
@@ -213,20 +212,26 @@ llmem_status cpu_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
     if (st != LLMEM_OK)
         return st;
     k.io = &io;
-    float *own_a = NULL, *own_d = NULL, *own_b = NULL;
+    float *own_a = NULL, *own_d = NULL, *own_b = NULL, *A = NULL;
+    const float *a_f32 = NULL;
     int64_t items = (int64_t)io.n_seqs * k.Din;
     int32_t nth = cpu_threads_for(items * k.N * io.n_tok);
-    k.scratch = malloc((size_t)nth * 2 * (size_t)k.N * sizeof *k.scratch);
-    if (!k.scratch) {
+    k.scratch = malloc((size_t)nth * (size_t)k.N * sizeof *k.scratch);
+    A = malloc((size_t)(k.Din * k.N) * sizeof *A);
+    if (!k.scratch || !A) {
         st = LLMEM_E_NO_MEMORY;
         goto fail;
     }
-    if ((st = cpu_param_f32(a_log, &k.a_log, &own_a)) != LLMEM_OK ||
+    if ((st = cpu_param_f32(a_log, &a_f32, &own_a)) != LLMEM_OK ||
         (st = cpu_param_f32(d, &k.d, &own_d)) != LLMEM_OK ||
         (st = cpu_param_f32(dt_bias, &k.dt_bias, &own_b)) != LLMEM_OK)
         goto fail;
+    for (int64_t i = 0; i < k.Din * k.N; i++) /* once per call, not per stream */
+        A[i] = -expf(a_f32[i]);
+    k.A = A;
     llmem_tp_run(nth, items, 16, s1_run, &k);
 fail:
+    free(A);
     free(own_a);
     free(own_d);
     free(own_b);

@@ -50,6 +50,10 @@ static void usage(FILE *f)
             "                  outputs.\n"
             "  gdn prefill     (gpus, or --all) the same layer over 4 sequences x 512 tokens\n"
             "                  from a zero state, in tokens per second.\n"
+            "  mamba1 decode,  (--all or --only ssm1) Mamba-1 scan (ssm_scan1, 1 token): 256\n"
+            "  short conv        sequences x d_inner 8192 x d_state 16 f32 state (Jamba); LFM2's\n"
+            "                  short_conv: 256 x hidden 2048, L 3. Bytes = state read + written\n"
+            "                  + inputs and outputs.\n"
             "  prefill attn    (cuda, or --all) causal paged prefill attention, 8 sequences x\n"
             "                  2048 tokens, same heads, f16 K/V, pages of 16; reported as time\n"
             "                  and TFLOP/s (4 * head_dim * heads * sum of visible keys). On\n"
@@ -71,8 +75,8 @@ static void usage(FILE *f)
             "options:\n"
             "  --iters N        calls per figure (default 100 on GPUs, 2 on cpu)\n"
             "  --all            also run the prefill and model figures on non-cuda backends\n"
-            "  --only LIST      comma-separated subset of decode,mamba,gdn,prefill,model (copy,\n"
-            "                   the ceiling, always runs)\n"
+            "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,prefill,model\n"
+            "                   (copy, the ceiling, always runs)\n"
             "  -m, --model DIR  instead of the kernel figures: pp512 and tg128 of checkpoint\n"
             "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
             "                   each beside its bound: weight + KV + state bytes per step\n"
@@ -505,6 +509,8 @@ int llmem_cli_bench(int argc, char **argv)
         st = bench_mamba(&b);
     if (st == LLMEM_OK && wanted(only, "gdn", gpu || all))
         st = bench_gdn(&b);
+    if (st == LLMEM_OK && wanted(only, "ssm1", all))
+        st = bench_ssm1(&b);
     if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
         st = bench_prefill(&b, device);
     if (st == LLMEM_OK && wanted(only, "model", cuda || all))

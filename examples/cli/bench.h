@@ -85,6 +85,8 @@ llmem_status bench_prefill(bench *b, int32_t device);
 llmem_status bench_mamba(bench *b);
 /* Gated delta net decode and prefill (bench_gdn.c). */
 llmem_status bench_gdn(bench *b);
+/* Mamba-1 scan and LFM2 short-conv decode steps (bench_ssm1.c, --only ssm1). */
+llmem_status bench_ssm1(bench *b);
 /* The CUDA copy as a second ceiling of a vulkan run (bench_vulkan.c). */
 void bench_ref_copy(bench *b, int32_t device);
 
