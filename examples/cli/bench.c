@@ -50,7 +50,7 @@ static void usage(FILE *f)
             "                  outputs.\n"
             "  gdn prefill     (gpus, or --all) the same layer over 4 sequences x 512 tokens\n"
             "                  from a zero state, in tokens per second.\n"
-            "  mamba1 decode,  (--all or --only ssm1) Mamba-1 scan (ssm_scan1, 1 token): 256\n"
+            "  mamba1 decode,  (gpus, or --all) Mamba-1 scan (ssm_scan1, 1 token): 256\n"
             "  short conv        sequences x d_inner 8192 x d_state 16 f32 state (Jamba); LFM2's\n"
             "                  short_conv: 256 x hidden 2048, L 3. Bytes = state read + written\n"
             "                  + inputs and outputs.\n"
@@ -509,7 +509,7 @@ int llmem_cli_bench(int argc, char **argv)
         st = bench_mamba(&b);
     if (st == LLMEM_OK && wanted(only, "gdn", gpu || all))
         st = bench_gdn(&b);
-    if (st == LLMEM_OK && wanted(only, "ssm1", all))
+    if (st == LLMEM_OK && wanted(only, "ssm1", gpu || all))
         st = bench_ssm1(&b);
     if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
         st = bench_prefill(&b, device);
