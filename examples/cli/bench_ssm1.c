@@ -13,6 +13,7 @@ typedef struct ssm1_ctx {
     llmem_backend *be;
     llmem_ssm1_params p;
     llmem_view view;
+    llmem_rs_view rs1, rs2; /* the descriptions of the two views */
     llmem_tensor x, dt, bm, cm, z, a_log, d, dt_bias, y; /* scan1 */
     llmem_tensor bcx, w, out;                             /* short conv */
 } ssm1_ctx;
@@ -31,15 +32,13 @@ static llmem_status sconv_run(void *vctx)
 }
 
 /* A one-state recurrent view of B streams, one token each, slot s -> s. */
-static llmem_status one_state_view(bench *b, llmem_view *view, const llmem_state_desc *desc,
-                                   llmem_buffer **bufs, int32_t B, tables *t, llmem_buffer **idx,
-                                   int32_t *slots)
+static llmem_status one_state_view(bench *b, llmem_view *view, llmem_rs_view *rs,
+                                   const llmem_state_desc *desc, llmem_buffer **bufs, int32_t B,
+                                   tables *t, llmem_buffer **idx, int32_t *slots)
 {
     for (int32_t i = 0; i < B; i++)
         slots[i] = i;
-    memset(view, 0, sizeof *view);
-    llmem_rs_view *rs = &view->u.rs;
-    view->kind = LLMEM_VIEW_RECURRENT;
+    memset(rs, 0, sizeof *rs);
     rs->n_states = 1;
     rs->desc = desc;
     rs->state = bufs;
@@ -51,7 +50,7 @@ static llmem_status one_state_view(bench *b, llmem_view *view, const llmem_state
     rs->ckpt_slot = bench_tab_add(t, NULL, 0);
     llmem_i32_table *list[] = {&rs->src_slot, &rs->dst_slot, &rs->ckpt_slot};
     llmem_status st = bench_tab_finish(b, t, list, 3, idx);
-    view->idx = *idx;
+    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, *idx);
     return st;
 }
 
@@ -92,7 +91,7 @@ llmem_status bench_ssm1(bench *b)
     double sec = 0;
     c.be = b->be;
     if (st == LLMEM_OK)
-        st = one_state_view(b, &c.view, &sdesc, sb, B, &t1, &idx1, slots);
+        st = one_state_view(b, &c.view, &c.rs1, &sdesc, sb, B, &t1, &idx1, slots);
     if (st == LLMEM_OK) {
         c.p = (llmem_ssm1_params){DIN, N};
         c.x = llmem_tensor_2d(act, o_x, LLMEM_DTYPE_F32, B, DIN);
@@ -112,7 +111,7 @@ llmem_status bench_ssm1(bench *b)
                             (double)DIN * (N + 2) * 4,
                         "(256 seqs, d_inner 8192, d_state 16)");
     if (st == LLMEM_OK)
-        st = one_state_view(b, &c.view, &cdesc, cb, B, &t2, &idx2, slots);
+        st = one_state_view(b, &c.view, &c.rs2, &cdesc, cb, B, &t2, &idx2, slots);
     if (st == LLMEM_OK) {
         c.bcx = llmem_tensor_2d(act, o_bcx, LLMEM_DTYPE_F32, B, 3 * D);
         c.w = llmem_tensor_2d(act, o_w, LLMEM_DTYPE_F32, D, L);
