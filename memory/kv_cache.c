@@ -564,6 +564,8 @@ static void kv_destroy(llmem_memory *mem)
     free(kv->need);
     free(kv->len0);
     free(kv->cow);
+    free(kv->tail);
+    free(kv->tail_at);
     free(kv->shift);
     free(kv->page_shift);
     llmem_buffer_free(kv->idx);
@@ -676,8 +678,10 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     kv->need = calloc((size_t)p->n_seq_max, sizeof *kv->need);
     kv->len0 = calloc((size_t)p->n_seq_max, sizeof *kv->len0);
     kv->cow = calloc((size_t)p->n_seq_max, 1);
+    kv->tail = calloc((size_t)p->n_seq_max, sizeof *kv->tail);
+    kv->tail_at = calloc((size_t)p->n_seq_max, sizeof *kv->tail_at);
     if (!kv->seqs || !kv->k || !kv->v || !kv->views || !kv->shift || !kv->page_shift ||
-        !kv->need || !kv->len0 || !kv->cow ||
+        !kv->need || !kv->len0 || !kv->cow || !kv->tail || !kv->tail_at ||
         !page_pool_init(&kv->pool, p->n_pages, p->page_size)) {
         llmem_errf(err, err_len,
                    "KV cache: out of host memory for the bookkeeping of %d pages and %d "

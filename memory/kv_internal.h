@@ -82,6 +82,10 @@ typedef struct kv_cache {
      * second pass over every sequence's page-table tail. */
     int32_t *need, *len0;
     uint8_t *cow;
+    /* page pages_needed read at entry tail_at[s] of the page table (the
+     * partly written page a step appends to), -1 none: the index tables
+     * take it from here instead of a second miss on the table's tail */
+    int32_t *tail, *tail_at;
     const llmem_plan *prep_plan; /* plan the counts are for, or NULL */
     int64_t prep_total;
     int32_t prep_cows;

@@ -69,7 +69,10 @@ static llmem_status build_tables(kv_cache *kv, const llmem_plan *plan, kv_res *r
             for (int32_t m = 0; m < stream_n(plan, u, s); m++) {
                 int32_t q = stream_seq(plan, u, s, m);
                 ib->data.v[t->store_tok + j] = k;
-                ib->data.v[t->store_slot + j] = kv_slot(kv, &kv->seqs[q], len_sim[q]++);
+                int32_t at = len_sim[q]++, e = at / ps;
+                int32_t page = kv->tail[q] >= 0 && kv->tail_at[q] == e ? kv->tail[q]
+                                                                        : kv->seqs[q].pages.v[e];
+                ib->data.v[t->store_slot + j] = page * ps + at % ps;
                 j++;
             }
             /* a sliding window's dropped pages are not shown (swa.c) */
@@ -220,6 +223,7 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         kv_prefetch_ahead(kv, plan, s, nsm);
         need[s] = 0;
         cow[s] = 0;
+        kv->tail[s] = -1;
         len0[s] = q->tokens.n;
         if (plan->n_new[s] == 0)
             continue;
@@ -230,6 +234,10 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         if (c == 0 && nn > 0 && len0[s] % ps) {
             int32_t p = q->pages.v[len0[s] / ps];
             cow[s] = !page_writable(kv, p) ? KV_TAIL_COPY : kv->pool.hashed[p] ? KV_TAIL_UNHASH : 0;
+            if (cow[s] != KV_TAIL_COPY) { /* a copy replaces the entry */
+                kv->tail[s] = p;
+                kv->tail_at[s] = len0[s] / ps;
+            }
         }
         total += need[s] + (cow[s] == KV_TAIL_COPY);
         nc += cow[s] == KV_TAIL_COPY;
