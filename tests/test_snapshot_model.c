@@ -24,7 +24,10 @@
  *     failed or aborted step never publishes;
  *   - a plan that fails with LLMEM_E_NO_SPACE changes nothing visible;
  *   - llmem_memory_check passes after every step (host tier LRU, index,
- *     byte count, pins).
+ *     byte count, pins);
+ *   - with every other host-tier block allocation refused (fault
+ *     injection through the backend's alloc hook), all of the above still
+ *     hold: a refused spill only loses that entry.
  *   LLMEM_TEST_SEED=<n> base seed (default 13); LLMEM_TEST_ITERS (800).
  */
 #include "support/run.h"
@@ -44,14 +47,25 @@ typedef struct cfg {
     const char *name;
     int32_t page_size, n_pages, n_ckpt, n_snap, interval;
     int64_t host_bytes; /* a page entry is 16 * page_size bytes, a snapshot 16 */
+    bool refuse_host;   /* fault injection: every other host block is refused */
 } cfg;
 
 static const cfg cfgs[] = {
-    {"pages of 4, 2 snapshots every 4, tier of 6 pages", 4, 14, 1, 2, 4, 6 * 64},
-    {"pages of 1, 3 snapshots, tier of 12 pages", 1, 48, 0, 3, 0, 12 * 16},
-    {"pages of 4, 2 snapshots every 4, no tier", 4, 14, 1, 2, 4, 0},
-    {"pages of 4, 4 snapshots every 8, large tier", 4, 16, 0, 4, 8, 1 << 20},
+    {"pages of 4, 2 snapshots every 4, tier of 6 pages", 4, 14, 1, 2, 4, 6 * 64, false},
+    {"pages of 1, 3 snapshots, tier of 12 pages", 1, 48, 0, 3, 0, 12 * 16, false},
+    {"pages of 4, 2 snapshots every 4, no tier", 4, 14, 1, 2, 4, 0, false},
+    {"pages of 4, 4 snapshots every 8, large tier", 4, 16, 0, 4, 8, 1 << 20, false},
+    {"pages of 4, 2 snapshots every 4, tier of 6 pages, host allocations fail", 4, 14, 1, 2, 4,
+     6 * 64, true},
 };
+
+/* Refuses every other allocation of at most 64 bytes (the host tier's
+ * blocks here; device buffers are larger): spills are lost, nothing else. */
+static bool refuse_half(size_t size, void *ctx)
+{
+    unsigned *n = ctx;
+    return size > 64 || (++*n & 1) == 0;
+}
 
 /* What the forward pass knows of each sequence: its state so far. */
 typedef struct fw {
@@ -344,6 +358,9 @@ START_TEST(test_snapshot_model)
     M.ended = calloc(MAXH, sizeof *M.ended);
     ck_assert_ptr_nonnull(M.ended);
     llmem_batch_buf_create(64, 1, &M.b);
+    unsigned n_host_allocs = 0;
+    if (c->refuse_host)
+        llmem_backend_set_alloc_hook(be, refuse_half, &n_host_allocs);
     for (int32_t step = 0; step < iters; step++) {
         int32_t q = (int32_t)rn(&M, NSEQ);
         uint32_t op = rn(&M, 100);
@@ -376,6 +393,9 @@ START_TEST(test_snapshot_model)
     ck_assert_int_gt(M.aborts, 0);
     if (c->host_bytes > 0 && c->host_bytes < (1 << 20))
         ck_assert_int_gt(st.host_tier_snapshot_hits, 0); /* snapshots came back */
+    if (c->refuse_host)
+        ck_assert_uint_gt(n_host_allocs, 1); /* and some spills were refused */
+    llmem_backend_set_alloc_hook(be, NULL, NULL);
     llmem_memory_destroy(M.h);
     llmem_memory_destroy(M.twin);
     llmem_batch_buf_destroy(M.b);
