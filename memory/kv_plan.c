@@ -187,8 +187,8 @@ static inline void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan,
     }
     if (s + 8 < nsm && plan->n_new[s + 8]) {
         const i32vec *t = &kv->seqs[s + 8].pages;
-        if (t->n > 0) {
-            int32_t p = t->v[t->n - 1];
+        int32_t p = t->n > 0 ? t->v[t->n - 1] : -1;
+        if (p >= 0) { /* a sliding window's dropped entries are -1 */
             __builtin_prefetch(kv->pool.ref + p, 0, 1);
             __builtin_prefetch(kv->pool.published + p, 0, 1);
             __builtin_prefetch(kv->pool.hashed + p, 0, 1);
