@@ -9,6 +9,8 @@
  * value makes the query see no key (zeros) or skips the key, never a read
  * outside the pools.
  *
+ * - decode on tensor cores (attention_decode_tc.cuh): f16/bf16 pools with
+ *   head_dim 64 or 128; the same items, splits and merge as the next one.
  * - decode (flash-decoding; Dao et al. 2023, "Flash-Decoding for long-context
  *   inference"): one CTA per (query token, KV head, group of up to 4 query
  *   heads, key split). A "key group" of lanes reads one key row with 16-byte
@@ -463,10 +465,34 @@ static cudaError_t dec_stage_dispatch(const cuk_attn_args *a, int32_t n_split, f
                              : dec_launch<T, D, 3>(a, n_split, part, stream);
 }
 
+/* The tensor-core decode kernel (attention_decode_tc.cuh): f16/bf16 pools,
+ * head_dim 64 or 128; LLMEM_CUDA_DEC_TC=0 keeps the CUDA-core kernel. */
+template <typename T, int D>
+static cudaError_t dtc_launch(const cuk_attn_args *a, int32_t n_split, float *part,
+                              cudaStream_t stream);
+
+static bool dec_tc_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMEM_CUDA_DEC_TC");
+        on = !(e && atoi(e) == 0);
+    }
+    return on == 1;
+}
+
 template <typename T>
 static cudaError_t dec_dispatch(const cuk_attn_args *a, int32_t n_split, float *part,
                                 cudaStream_t stream)
 {
+    if constexpr (sizeof(T) == 2) {
+        if (dec_tc_on() && (uintptr_t)a->q % 16 == 0) {
+            if (a->head_dim == 64)
+                return dtc_launch<T, 64>(a, n_split, part, stream);
+            if (a->head_dim == 128)
+                return dtc_launch<T, 128>(a, n_split, part, stream);
+        }
+    }
     switch (a->head_dim) {
     case 64: return dec_stage_dispatch<T, 64>(a, n_split, part, stream);
     case 128: return dec_stage_dispatch<T, 128>(a, n_split, part, stream);
@@ -547,3 +573,4 @@ extern "C" cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t str
 }
 
 #include "kernels/attention_prefill.cuh"
+#include "kernels/attention_decode_tc.cuh"

@@ -175,8 +175,8 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     cb->sync_each_op = env_on("LLMEM_CUDA_SYNC");
     cb->attn_fast = env_on("LLMEM_CUDA_ATTN_FAST");
     const char *dc = getenv("LLMEM_CUDA_DEC_CTAS");
-    cb->dec_ctas = dc ? atoi(dc) : 4;
-    cb->dec_ctas = cb->dec_ctas < 1 ? 4 : cb->dec_ctas > 256 ? 256 : cb->dec_ctas;
+    cb->dec_ctas = dc ? atoi(dc) : 2;
+    cb->dec_ctas = cb->dec_ctas < 1 ? 2 : cb->dec_ctas > 256 ? 256 : cb->dec_ctas;
     const char *what = "cudaSetDevice";
     cudaError_t e = cudaSetDevice(dev);
     struct cudaDeviceProp prop;

@@ -27,7 +27,7 @@ typedef struct cuda_backend {
     bool debug;        /* $LLMEM_CUDA_DEBUG=1: print failing CUDA calls to stderr */
     bool attn_fast;    /* $LLMEM_CUDA_ATTN_FAST=1: single-rounding tensor-core prefill */
     int dec_ctas;      /* decode attention: CTAs per SM the key splits aim for
-                          ($LLMEM_CUDA_DEC_CTAS, default 4) */
+                          ($LLMEM_CUDA_DEC_CTAS, default 2) */
     void *scratch;     /* device scratch for ops, grown on demand */
     size_t scratch_size;
     unsigned scratch_gen; /* bumped when scratch moves (recorded graphs hold its address) */
