@@ -57,8 +57,9 @@ typedef struct rs_res {
     rs_ub *ub;
     i32vec pins; /* snapshots this plan reads (pinned until release) */
     /* Host-tier hits: entry rest_entry[k] (pinned in the host tier from
-     * planning on) comes back into snapshot rest_snap[k] (one of pins) at
-     * the plan's first apply, when every child of a composition has
+     * planning on) comes back into snapshot rest_snap[k] (one of pins), or,
+     * when rest_snap[k] < 0, into the free state slot -1 - rest_snap[k]
+     * (the entry stays in the tier), at the plan's first apply, when every child of a composition has
      * reserved (so no spill of this one evicts what another counted on). */
     i32vec rest_snap, rest_entry;
     bool restored;
@@ -140,6 +141,9 @@ int32_t snap_host_find(const recurrent *rs, const int32_t *tokens, int32_t len);
 /* Device snapshot a host-tier hit can come back into: unused or least
  * recently used, unpinned, not in avoid[0, n_avoid); -1 when none. */
 int32_t snap_victim(const recurrent *rs, const int32_t *avoid, int32_t n_avoid);
+/* Uploads host entry e's state into state slot `slot` (queued copies);
+ * counts a host restore. Returns LLMEM_OK or a backend status. */
+llmem_status snap_upload(recurrent *rs, int32_t slot, int32_t e);
 /* Spills snapshot i to the host tier (when it holds one), then uploads host
  * entry e into it and removes e: the snapshot of e's tokens now lives on the
  * device. Returns LLMEM_OK or a backend status (snapshot i then unused). */

@@ -93,7 +93,9 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     fs.n = rs->n_free;
     /* prefix hits of empty sequences: device snapshots first (pinned as
      * they are), then host-tier ones, each to come back into a device
-     * snapshot that no hit of this plan reads */
+     * snapshot that no hit of this plan reads, or, when every snapshot is
+     * taken, into a free state slot the first ubatch reads (rest_snap
+     * -1 - slot; the entry then stays in the tier) */
     for (int32_t s = 0; s < nsm; s++)
         from_snap[s] = -1;
     for (int32_t pass = 0; pass < 2; pass++)
@@ -102,37 +104,41 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             const int32_t *tok = plan->seq_tokens[s];
             if (!plan->n_new[s] || c <= 0 || rs->seqs[s].tokens.n != 0 || from_snap[s] >= 0)
                 continue;
-            int32_t i = -1;
             if (pass == 0) {
-                i = tok ? snap_find(rs, tok, c) : -1;
+                int32_t i = tok ? snap_find(rs, tok, c) : -1;
                 if (i < 0 || rs->snap[i].len != c)
                     continue;
-            } else {
-                int32_t e = tok ? snap_host_find(rs, tok, c) : -1;
-                for (int32_t k = 0; e >= 0 && k < res->rest_entry.n && i < 0; k++)
-                    if (res->rest_entry.v[k] == e)
-                        i = res->rest_snap.v[k]; /* another sequence brings it back */
-                if (e >= 0 && i < 0) {
-                    i = snap_victim(rs, res->pins.v, res->pins.n);
-                    if (i >= 0 && (!i32vec_push(&res->rest_snap, i) ||
-                                   !i32vec_push(&res->rest_entry, -1)))
-                        goto out;
-                    if (i >= 0) {
-                        host_tier_pin(rs->host, e);
-                        res->rest_entry.v[res->rest_entry.n - 1] = e;
-                    }
-                }
-                if (i < 0) {
-                    llmem_errf(err, err_len,
-                               "recurrent memory: sequence %d: no snapshot of its first %d "
-                               "tokens%s",
-                               s, c, e >= 0 ? " in a device slot it can come back into" : "");
-                    st = e >= 0 ? LLMEM_E_NO_SPACE : LLMEM_E_STATE;
+                from_snap[s] = rs->snap_base + i;
+                if (!i32vec_push(&res->pins, i))
                     goto out;
+                continue;
+            }
+            int32_t e = tok ? snap_host_find(rs, tok, c) : -1, to = INT32_MIN;
+            for (int32_t k = 0; e >= 0 && k < res->rest_entry.n && to == INT32_MIN; k++)
+                if (res->rest_entry.v[k] == e)
+                    to = res->rest_snap.v[k]; /* another sequence brings it back */
+            if (e >= 0 && to == INT32_MIN) {
+                int32_t i = snap_victim(rs, res->pins.v, res->pins.n);
+                if (i >= 0)
+                    to = i;
+                else if (fs.n > 0)
+                    to = -1 - fs.v[--fs.n];
+                if (to != INT32_MIN) {
+                    if (!i32vec_push(&res->rest_snap, to) || !i32vec_push(&res->rest_entry, -1))
+                        goto out;
+                    host_tier_pin(rs->host, e);
+                    res->rest_entry.v[res->rest_entry.n - 1] = e;
                 }
             }
-            from_snap[s] = rs->snap_base + i;
-            if (!i32vec_push(&res->pins, i))
+            if (to == INT32_MIN) {
+                llmem_errf(err, err_len,
+                           "recurrent memory: sequence %d: no snapshot of its first %d tokens%s",
+                           s, c, e >= 0 ? " in a slot it can come back into" : "");
+                st = e >= 0 ? LLMEM_E_NO_SPACE : LLMEM_E_STATE;
+                goto out;
+            }
+            from_snap[s] = to >= 0 ? rs->snap_base + to : -1 - to;
+            if (to >= 0 && !i32vec_push(&res->pins, to))
                 goto out;
         }
     /* simulated holdings live in one pool: a hold has at most n_ckpt + 1
@@ -360,9 +366,12 @@ llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_
     res->restored = true;
     recurrent *rs = rs_of(mem);
     for (int32_t k = 0; k < res->rest_entry.n; k++) {
-        llmem_status st = snap_restore(rs, res->rest_snap.v[k], res->rest_entry.v[k]);
+        int32_t to = res->rest_snap.v[k], e = res->rest_entry.v[k];
+        llmem_status st = to >= 0 ? snap_restore(rs, to, e) : snap_upload(rs, -1 - to, e);
         if (st != LLMEM_OK)
             return st; /* the rest stay pinned until release */
+        if (to < 0)
+            host_tier_unpin(rs->host, e);
         res->rest_entry.v[k] = -1;
     }
     return LLMEM_OK;

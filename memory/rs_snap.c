@@ -174,7 +174,8 @@ int32_t snap_victim(const recurrent *rs, const int32_t *avoid, int32_t n_avoid)
 }
 
 /* A prefix hit is the longest snapshot on the device or, longer, in the
- * host tier (restorable only while some snapshot is unpinned). */
+ * host tier (it comes back into a snapshot slot, or into a free state
+ * slot when every snapshot is pinned). */
 int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n)
 {
     recurrent *rs = rs_of(mem);
@@ -183,7 +184,7 @@ int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n)
     query q = {.t = tokens};
     int32_t i = find_device(rs, &q, n);
     int32_t len = i >= 0 ? rs->snap[i].len : 0;
-    if (rs->host && snap_victim(rs, NULL, 0) >= 0) {
+    if (rs->host) {
         int32_t e = find_host(rs, &q, n, len);
         if (e >= 0)
             len = rs->host->e[e].n_tokens;
@@ -220,6 +221,23 @@ static void snap_spill(recurrent *rs, int32_t i)
     }
 }
 
+llmem_status snap_upload(recurrent *rs, int32_t slot, int32_t e)
+{
+    const uint8_t *d = rs->host->e[e].data;
+    for (int32_t il = 0; il < rs->base.n_layers; il++) {
+        const rs_layer *L = &rs->layers[il];
+        for (int32_t j = 0; j < L->n_states; j++) {
+            llmem_status st = llmem_buffer_upload_async(L->buf[j], (size_t)slot * L->bytes[j], d,
+                                                        L->bytes[j]);
+            if (st != LLMEM_OK)
+                return st;
+            d += L->bytes[j];
+        }
+    }
+    rs->host_restores++;
+    return LLMEM_OK;
+}
+
 llmem_status snap_restore(recurrent *rs, int32_t i, int32_t e)
 {
     rs_snap *q = &rs->snap[i];
@@ -227,25 +245,15 @@ llmem_status snap_restore(recurrent *rs, int32_t i, int32_t e)
         return LLMEM_E_NO_MEMORY;
     snap_spill(rs, i); /* may grow the tier's entry array: x is taken after */
     q->len = 0;        /* until the upload is done */
+    llmem_status st = snap_upload(rs, rs->snap_base + i, e);
+    if (st != LLMEM_OK)
+        return st;
     const host_entry *x = &rs->host->e[e];
-    const uint8_t *d = x->data;
-    size_t slot = (size_t)(rs->snap_base + i);
-    for (int32_t il = 0; il < rs->base.n_layers; il++) {
-        const rs_layer *L = &rs->layers[il];
-        for (int32_t j = 0; j < L->n_states; j++) {
-            llmem_status st =
-                llmem_buffer_upload_async(L->buf[j], slot * L->bytes[j], d, L->bytes[j]);
-            if (st != LLMEM_OK)
-                return st;
-            d += L->bytes[j];
-        }
-    }
     i32_copy(q->tokens.v, x->tokens, x->n_tokens);
     q->tokens.n = q->len = x->n_tokens;
     q->hash = x->hash;
     q->lru = ++rs->snap_clock;
     host_tier_remove(rs->host, e); /* a snapshot lives on the device or on the host */
-    rs->host_restores++;
     return LLMEM_OK;
 }
 

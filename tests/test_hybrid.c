@@ -659,6 +659,67 @@ START_TEST(test_snapshot_host_tier)
 }
 END_TEST
 
+/* Two host-tier hits in one plan with ONE snapshot slot (issue 13): A, B
+ * and C (8 tokens each, one after the other in seq 0) leave C's snapshot
+ * on the device and A's and B's in the host tier. One plan then starts
+ * seq 1 = A + 900 and seq 2 = B + 901: both hit 8 tokens; one snapshot
+ * comes back into the snapshot slot, the other into a free state slot (no
+ * snapshot slot is left), and each first ubatch must read the state of
+ * exactly its own 8 tokens (by value; poison reads NaN). */
+START_TEST(test_snapshot_host_two_hits)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kv, *rs;
+    llmem_memory *h = tiered_hybrid(be, 16, 0, 1, 0, 1024, &kv, &rs);
+    llmem_batch_buf *b;
+    llmem_batch_buf_create(64, 1, &b);
+    fw x = {.first_T = {-1, -1, -1}};
+    int32_t p[3][9];
+    for (int32_t k = 0; k < 3; k++) {
+        for (int32_t j = 0; j < 8; j++)
+            p[k][j] = 100 * (k + 1) + j;
+        p[k][8] = 900 + k;
+        ck_assert_int_eq(request(h, b, 0, p[k], 8, &x), 0);
+        ck_assert_int_eq(llmem_memory_seq_rm(h, 0, -1, -1), LLMEM_OK);
+        x.len[0] = x.sum[0] = 0;
+    }
+    llmem_memory_stats st = hstats(h);
+    ck_assert_int_eq(st.snapshots, 1);
+    ck_assert_int_eq(st.host_tier_snapshots, 2);
+    llmem_batch_buf_clear(b);
+    for (int32_t q = 1; q <= 2; q++)
+        for (int32_t j = 0; j < 9; j++)
+            llmem_batch_buf_add(b, p[q - 1][j], j, &q, 1, j == 8);
+    llmem_plan *plan = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_plan(h, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 64, &plan, err,
+                                    sizeof err) == LLMEM_OK, "%s", err);
+    for (int32_t q = 1; q <= 2; q++) {
+        ck_assert_int_eq(llmem_plan_n_cached(plan, q), 8);
+        x.len[q] = 8;
+        x.sum[q] = 0;
+        for (int32_t j = 0; j < 8; j++)
+            x.sum[q] += (float)p[q - 1][j];
+    }
+    for (int32_t u = 0; u < llmem_plan_n_ubatch(plan); u++) {
+        const llmem_ubatch *ub = NULL;
+        ck_assert_int_eq(llmem_memory_apply(h, plan, u, &ub), LLMEM_OK);
+        forward(h, ub, &x);
+        ck_assert_int_eq(llmem_memory_commit(h, plan, u), LLMEM_OK);
+    }
+    llmem_memory_release(h, plan);
+    st = hstats(h);
+    ck_assert_int_eq(st.host_tier_snapshot_hits, 2);
+    ck_assert_int_eq(st.snapshot_hit_tokens, 16);
+    ck_assert_int_eq(llmem_memory_seq_len(h, 1), 9);
+    ck_assert_int_eq(llmem_memory_seq_len(h, 2), 9);
+    mt_assert_check(h);
+    llmem_memory_destroy(h);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("hybrid");
@@ -672,6 +733,7 @@ int main(void)
     tcase_add_test(tc, test_snapshot_random);
     tcase_add_test(tc, test_snapshot_long_chain);
     tcase_add_test(tc, test_snapshot_host_tier);
+    tcase_add_test(tc, test_snapshot_host_two_hits);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
