@@ -349,6 +349,9 @@ llmem_status llmem_op_rope(llmem_backend *be, const llmem_rope_params *p, const 
 llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
                                  const llmem_view *view)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_ROPE_SHIFT, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_rope_params *, const llmem_view *) =
@@ -375,6 +378,9 @@ llmem_status llmem_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
 llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const llmem_tensor *k,
                                const llmem_tensor *v)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_KV_STORE, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_view *, llmem_ct *, llmem_ct *) =
@@ -402,6 +408,9 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
                                       const llmem_view *view, const llmem_tensor *q,
                                       const llmem_tensor *out)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_ATTENTION_PAGED, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_attn_params *, const llmem_view *, llmem_ct *,
@@ -433,6 +442,9 @@ llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_
                                const llmem_tensor *x, const llmem_tensor *w, const llmem_tensor *b,
                                const llmem_tensor *out)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_SSM_CONV, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_view *, int32_t, llmem_ct *, llmem_ct *,
@@ -467,6 +479,9 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                                const llmem_tensor *d, const llmem_tensor *dt_bias,
                                const llmem_tensor *y)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_SSM_SCAN, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_ssm_params *, const llmem_view *, int32_t,
@@ -574,6 +589,9 @@ llmem_status llmem_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t b
 llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, int32_t src_page,
                                    int32_t dst_page)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_KV_PAGE_COPY, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status st = llmem_view_check_kv(be, view);
@@ -594,6 +612,9 @@ llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, in
 llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
                                       int32_t src_slot, int32_t dst_slot)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_STATE_SLOT_COPY, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     const llmem_rs_view *rs = llmem_view_rs(view);
     if (!be || !rs)
         return LLMEM_E_INVALID;

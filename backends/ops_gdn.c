@@ -36,6 +36,9 @@ llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const ll
                           const llmem_tensor *b, const llmem_tensor *a_log,
                           const llmem_tensor *dt_bias, const llmem_tensor *out)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_GDN, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_gdn_params *, const llmem_view *, int32_t,

@@ -32,6 +32,9 @@ llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int3
                                  const llmem_tensor *bcx, const llmem_tensor *w,
                                  const llmem_tensor *b, const llmem_tensor *out)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_SHORT_CONV, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_view *, int32_t, llmem_ct *, llmem_ct *,
@@ -67,6 +70,9 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
                                 const llmem_tensor *d, const llmem_tensor *dt_bias,
                                 const llmem_tensor *z, const llmem_tensor *y)
 {
+    /* the view kind this op declares (backends/op_info.c) */
+    if (llmem_op_check_view(LLMEM_OP_SSM_SCAN1, view, NULL, 0) != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_status (*fn)(llmem_backend *, const llmem_ssm1_params *, const llmem_view *, int32_t,

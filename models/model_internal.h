@@ -58,6 +58,13 @@ static inline size_t round_up(size_t n)
 
 /* The forward pass's ops for ubatch shape (n_tokens, n_outputs), token ids,
  * positions and output rows already in the scratch (models/forward.c). */
+/* ops_check.c: asks the backend (llmem_backend_supports) for every op the
+ * forward pass of m will call, for its layer kinds, weight dtypes and the
+ * KV / SSM state dtypes of m->p. Returns LLMEM_OK, or LLMEM_E_UNSUPPORTED
+ * with err naming the first missing op, its operand dtypes, the layer that
+ * needs it and the backend. Called by llmem_model_load once the weights
+ * are on the device. */
+llmem_status hf_check_ops(llmem_model *m, char *err, size_t err_len);
 llmem_status hf_forward_ops(llmem_model *m, int32_t n_tokens, int32_t n_outputs, int32_t n_vocab);
 
 /* Runs hf_forward_ops for ub through a recorded decode step when it can

@@ -460,6 +460,8 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         s = m->cfg.arch == LLMEM_ARCH_QWEN3_NEXT ? hf_qwen3n_load(m, st, err, err_len)
                                                  : load_weights(m, st, err, err_len);
     llmem_safetensors_close(st);
+    if (s == LLMEM_OK && (step = "checking that the backend has every op the model needs"))
+        s = hf_check_ops(m, err, err_len);
     if (s == LLMEM_OK && (step = "creating the model's memory (KV cache, recurrent state)"))
         s = create_memory(m, err, err_len);
     if (s == LLMEM_OK && (s = alloc_scratch(m)) != LLMEM_OK)

@@ -541,6 +541,15 @@ fail:
     return st;
 }
 
+/* Operand dtypes the Vulkan kernels refuse (llmem_backend_supports): int8
+ * Mamba-2 states (vk_ops_mamba.c), which only cpu and cuda scan. */
+static bool vk_supports_op(llmem_backend *be, int32_t op, const llmem_dtype *dtypes,
+                           int32_t n_dtypes)
+{
+    (void)be;
+    return !(op == LLMEM_OP_SSM_SCAN && n_dtypes >= 1 && dtypes[0] == LLMEM_DTYPE_I8);
+}
+
 const llmem_backend_i vk_iface = {
     .struct_size = sizeof(llmem_backend_i),
     .destroy = vk_destroy,
@@ -553,6 +562,7 @@ const llmem_backend_i vk_iface = {
     .buffer_fill = vk_buffer_fill,
     .synchronize = vk_synchronize,
     .ops = &vk_ops,
+    .supports_op = vk_supports_op,
 };
 
 static const llmem_plugin vk_plugin = {

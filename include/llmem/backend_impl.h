@@ -87,6 +87,16 @@ typedef struct llmem_backend_i {
                                         const void *src, size_t size);
     llmem_status (*buffer_download_async)(llmem_backend *be, llmem_buffer *src, size_t offset,
                                           void *dst, size_t size);
+
+    /* ---- appended (issue 16): capability query (optional; NULL: every op
+     * whose ops-table slot is set runs every dtype its contract allows).
+     * Called by llmem_backend_supports (<llmem/ops.h>) after the core's own
+     * checks (slot present, dtypes allowed by the op's contract) with op an
+     * llmem_op id and the n_dtypes (>= 0) operand dtypes asked about;
+     * returns false for a combination the backend's kernels refuse with
+     * LLMEM_E_UNSUPPORTED. As ggml's supports_op. */
+    bool (*supports_op)(llmem_backend *be, int32_t op, const llmem_dtype *dtypes,
+                        int32_t n_dtypes);
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */

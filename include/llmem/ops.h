@@ -660,6 +660,100 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
                                 const llmem_tensor *d, const llmem_tensor *dt_bias,
                                 const llmem_tensor *z, const llmem_tensor *y);
 
+/* ---- op ids, view kinds and capability queries ------------------------------------- */
+
+/* Every op of this header by id, for llmem_backend_supports and for the
+ * view kinds ops accept. Ids are stable: a new op is appended before
+ * LLMEM_OP_COUNT (with a line in backends/op_info.c). */
+typedef enum llmem_op {
+    LLMEM_OP_MATMUL = 0,
+    LLMEM_OP_GET_ROWS,
+    LLMEM_OP_ADD,
+    LLMEM_OP_MUL,
+    LLMEM_OP_SCALE,
+    LLMEM_OP_SILU,
+    LLMEM_OP_RELU2,
+    LLMEM_OP_SOFTPLUS,
+    LLMEM_OP_SWIGLU,
+    LLMEM_OP_RMS_NORM,
+    LLMEM_OP_RMS_NORM_GATED,
+    LLMEM_OP_ROPE,
+    LLMEM_OP_ROPE_SHIFT,
+    LLMEM_OP_KV_STORE,
+    LLMEM_OP_ATTENTION_PAGED,
+    LLMEM_OP_SSM_CONV,
+    LLMEM_OP_SSM_SCAN,
+    LLMEM_OP_COPY,
+    LLMEM_OP_COPY_BLOCKS,
+    LLMEM_OP_LOG_SOFTMAX,
+    LLMEM_OP_ARGMAX,
+    LLMEM_OP_SAMPLE,
+    LLMEM_OP_LOGPROB_GATHER,
+    LLMEM_OP_TOP_LOGPROBS,
+    LLMEM_OP_MATMUL_FAST,
+    LLMEM_OP_MOE_ROUTE,
+    LLMEM_OP_MOE_FFN,
+    LLMEM_OP_MATMUL_SWIGLU,
+    LLMEM_OP_ADD_RMS_NORM,
+    LLMEM_OP_GDN,
+    LLMEM_OP_SIGMOID_MUL,
+    LLMEM_OP_GEGLU,
+    LLMEM_OP_SOFTCAP,
+    LLMEM_OP_SHORT_CONV,
+    LLMEM_OP_SSM_SCAN1,
+    LLMEM_OP_KV_PAGE_COPY,    /* runs on copy_blocks (or buffer copies) */
+    LLMEM_OP_STATE_SLOT_COPY, /* runs on copy_blocks (or buffer copies) */
+    LLMEM_OP_COUNT
+} llmem_op;
+
+/* The op's name as in its wrapper (LLMEM_OP_KV_STORE: "kv_store"), or
+ * "unknown" for an id outside [0, LLMEM_OP_COUNT). Static string. */
+const char *llmem_op_name(llmem_op op);
+
+/* The view kind an op accepts (<llmem/view.h>): LLMEM_VIEW_KV for rope_shift,
+ * kv_store, attention_paged and kv_page_copy; LLMEM_VIEW_RECURRENT for
+ * ssm_conv, ssm_scan, gdn, short_conv, ssm_scan1 and state_slot_copy;
+ * LLMEM_VIEW_NONE for ops that take no view (and unknown ids). */
+llmem_view_kind llmem_op_view_kind(llmem_op op);
+
+/* Whether `view` is of the kind op accepts (the first check of every view
+ * op's wrapper, which returns LLMEM_E_INVALID when it fails). Returns
+ * LLMEM_OK; LLMEM_E_INVALID (NULL view, an op without a view, another kind,
+ * or a description smaller than the kind's struct) with a message naming
+ * the op and both kinds in err, e.g. "op kv_store accepts views of kind
+ * kv, not recurrent". */
+llmem_status llmem_op_check_view(llmem_op op, const llmem_view *view, char *err,
+                                 size_t err_len);
+
+/* Operands of an op for llmem_backend_supports, in the order of the
+ * wrapper's arguments, counting each tensor (optional ones included) and a
+ * view as one operand (its storage dtype: the KV pool dtype or the state's
+ * desc dtype). E.g. matmul: {a, w, out}; kv_store: {view, k, v};
+ * ssm_scan: {view, xbc, dt, a_log, d, dt_bias, y}. 0 for copy_blocks and
+ * unknown ids. */
+int32_t llmem_op_n_operands(llmem_op op);
+
+/* Capability query, modelled on ggml's supports_op (ggml-backend-impl.h):
+ * whether `be` runs op with operands of these dtypes.
+ *   dtypes: the first n_dtypes operand dtypes in llmem_op_n_operands order
+ *           (NULL when n_dtypes is 0: only "does the backend have the op");
+ *           operands past n_dtypes are not asked about.
+ * True when (1) the backend's ops table has the op's slot (struct_size
+ * covers it and it is non-NULL), or the op's documented fallback runs
+ * instead (matmul_fast -> matmul, add_rms_norm -> add and rms_norm,
+ * copy_blocks / kv_page_copy / state_slot_copy -> buffer copies); (2) each
+ * given dtype is one the op's contract allows for that operand (e.g. a
+ * matmul weight f32, f16 or bf16; activations f32); and (3) the backend's
+ * optional supports_op slot (<llmem/backend_impl.h>) does not refuse it
+ * (e.g. Vulkan has no int8 Mamba-2 states). False for a NULL backend, an
+ * unknown op, n_dtypes < 0 or above the operand count, or a dtype out of
+ * range. A true answer does not promise every shape (a kernel may still
+ * return LLMEM_E_UNSUPPORTED for one it cannot hold, e.g. a conv window
+ * wider than its registers). The model runtime asks it for every op a
+ * model will call when it loads (llmem_model_load, docs/models.md). */
+bool llmem_backend_supports(llmem_backend *be, llmem_op op, const llmem_dtype *dtypes,
+                            int32_t n_dtypes);
+
 /* ---- CPU backend ------------------------------------------------------------------- */
 
 /* Sets the number of threads the CPU backend's ops use (process-wide; every
