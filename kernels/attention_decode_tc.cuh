@@ -268,20 +268,25 @@ static cudaError_t dtc_launch(const cuk_attn_args *a, int32_t n_split, float *pa
                               cudaStream_t stream)
 {
     using Z = dtc_shape<D>;
-    static bool sized = false; /* the attribute once per kernel, outside any capture's hot path */
-    if (!sized) {
-        cudaError_t e = cudaFuncSetAttribute(attn_decode_tc_kernel<T, D>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, Z::SMEM);
+    /* the shared-memory attribute once per kernel and device (bit dev % 64) */
+    static uint64_t sized = 0;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (!(sized >> (dev & 63) & 1u)) {
+        e = cudaFuncSetAttribute(attn_decode_tc_kernel<T, D>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Z::SMEM);
         if (e != cudaSuccess)
             return e;
-        sized = true;
+        sized |= 1ull << (dev & 63);
     }
     int32_t n_hc = dec_n_hc(a);
     int64_t items = (int64_t)a->n_tok * a->n_kv_heads * n_hc;
     dim3 grid((unsigned)items, (unsigned)n_split);
     attn_decode_tc_kernel<T, D><<<grid, DEC_WARPS * 32, Z::SMEM, stream>>>(*a, n_hc, n_split,
                                                                             part);
-    cudaError_t e = cudaGetLastError();
+    e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1)
         return e;
     attn_combine_kernel<<<cuk_grid(items * DEC_NR * D, 256), 256, 0, stream>>>(*a, n_hc, n_split,
