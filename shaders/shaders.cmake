@@ -37,6 +37,7 @@ set(LLMEM_VK_SHADER_LIST
   "kv_store:kv_store.comp"
   "kv_store_q:kv_store_q.comp"
   "attention_q:attention_q.comp"
+  "ssm_scan_q:ssm_scan_q.comp"
   "attention:attention.comp"
   "attention_sg:attention.comp:USE_SUBGROUP=1"
   "attention_decode:attention_decode.comp"

@@ -3,8 +3,6 @@
 
 usage: quant_error.py LLMEM_BIN FIXTURES_DIR [BACKEND] [--report]
 
-(int8 SSM states run on cpu and cuda; vulkan skips them.)
-
 For tests/fixtures/{llama,bamba}, `llmem score` runs with each quantized
 setting (--kv-type int8 | fp8, --ssm-type int8 | bf16 on the hybrid) and
 the max |delta log-prob| against transformers' float64 reference.jsonl is
@@ -81,9 +79,6 @@ def main():
     bad = 0
     base_gen = {}
     for name, opts, bound, agree_min in CASES:
-        if backend == "vulkan" and "--ssm-type" in opts and opts[opts.index("--ssm-type") + 1] == "int8":
-            print(f"{name:6s} {' '.join(opts):32s} skipped: no int8 state scan on {backend}")
-            continue
         fx = os.path.join(root, name)
         cases = os.path.join(fx, "cases.jsonl")
         ref = {}

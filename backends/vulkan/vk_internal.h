@@ -365,6 +365,10 @@ static inline bool vk_dtype_scaled(llmem_dtype t)
 llmem_status vk_op_kv_store_q(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *v);
 llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
                                const llmem_view *view, llmem_ct *q, llmem_ct *out);
+/* The ssm_scan slot for an I8 state (vk_ops_quant.c), called by vk_op_ssm_scan. */
+llmem_status vk_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
+                              const llmem_view *view, int32_t state, llmem_ct *xbc, llmem_ct *dt,
+                              llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
 llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                    const llmem_view *view, llmem_ct *q, llmem_ct *out);
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,

@@ -146,8 +146,8 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_backend *v = vk_from(be);
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
-    if (sd->dtype == LLMEM_DTYPE_I8)
-        return LLMEM_E_UNSUPPORTED; /* int8 states: cpu and cuda only (issue 17) */
+    if (sd->dtype == LLMEM_DTYPE_I8) /* int8 states: vk_ops_quant.c */
+        return vk_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
     /* one token, no checkpoints: lanes over d_state (ssm_scan_decode.comp);
      * LLMEM_VULKAN_SCAN_OLD keeps the row-per-invocation shader (for
