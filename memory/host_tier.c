@@ -69,6 +69,7 @@ void host_tier_unref(host_tier *ht)
     free(ht->bucket);
     free(ht->spare);
     free(ht->lens);
+    free(ht->own);
     free(ht);
 }
 
@@ -125,6 +126,31 @@ static bool index_grow(host_tier *ht)
         if (ht->e[e].state)
             index_add(ht, e);
     return true;
+}
+
+static host_own *own_find(const host_tier *ht, const void *owner)
+{
+    for (int32_t i = 0; ht && i < ht->n_own; i++)
+        if (ht->own[i].owner == owner)
+            return &ht->own[i];
+    return NULL;
+}
+
+static host_own *own_get(host_tier *ht, const void *owner)
+{
+    host_own *o = own_find(ht, owner);
+    if (o)
+        return o;
+    if (ht->n_own == ht->cap_own) {
+        int32_t cap = ht->cap_own ? 2 * ht->cap_own : 4;
+        host_own *n = realloc(ht->own, (size_t)cap * sizeof *n);
+        if (!n)
+            return NULL;
+        ht->own = n;
+        ht->cap_own = cap;
+    }
+    ht->own[ht->n_own] = (host_own){.owner = owner};
+    return &ht->own[ht->n_own++];
 }
 
 static host_len *len_find(const host_tier *ht, const void *owner, int32_t len)
@@ -256,7 +282,8 @@ int32_t host_tier_insert(host_tier *ht, const void *owner, uint64_t hash, uint64
 {
     if (!ht || bytes == 0 || bytes > ht->budget || n_tokens <= 0)
         return -1;
-    if (!index_grow(ht) || !len_add(ht, owner, n_tokens))
+    host_own *own = own_get(ht, owner);
+    if (!own || !index_grow(ht) || !len_add(ht, owner, n_tokens))
         return -1;
     int32_t e = take_id(ht);
     host_entry *x = e >= 0 ? &ht->e[e] : NULL;
@@ -288,6 +315,9 @@ int32_t host_tier_insert(host_tier *ht, const void *owner, uint64_t hash, uint64
     index_add(ht, e);
     lru_push(ht, e);
     ht->n_live++;
+    own = own_find(ht, owner); /* take_block's evictions never add owners */
+    own->n++;
+    own->bytes += (int64_t)bytes;
     return e;
 }
 
@@ -305,6 +335,10 @@ void host_tier_remove(host_tier *ht, int32_t e)
         *link = x->bucket_next;
     x->bucket_next = -1;
     len_drop(ht, x->owner, x->n_tokens);
+    host_own *own = own_find(ht, x->owner);
+    own->n--;
+    own->bytes -= (int64_t)x->bytes;
+    own->pinned -= x->state == 2;
     /* keep the block for the next insert of its size; if the spare list
      * cannot grow, free it */
     if (ht->n_spare == ht->cap_spare) {
@@ -336,6 +370,7 @@ void host_tier_pin(host_tier *ht, int32_t e)
         return;
     lru_unlink(ht, e);
     ht->e[e].state = 2;
+    own_find(ht, ht->e[e].owner)->pinned++;
 }
 
 void host_tier_unpin(host_tier *ht, int32_t e)
@@ -345,6 +380,7 @@ void host_tier_unpin(host_tier *ht, int32_t e)
     ht->e[e].state = 1;
     ht->e[e].restored = -1;
     lru_push(ht, e);
+    own_find(ht, ht->e[e].owner)->pinned--;
 }
 
 void host_tier_drop_owner(host_tier *ht, const void *owner)
@@ -357,20 +393,13 @@ void host_tier_drop_owner(host_tier *ht, const void *owner)
 void host_tier_usage(const host_tier *ht, const void *owner, int64_t *n, int64_t *bytes,
                      int32_t *n_pinned)
 {
-    int64_t cn = 0, cb = 0;
-    int32_t cp = 0;
-    for (int32_t e = 0; ht && e < ht->cap; e++)
-        if (ht->e[e].state && ht->e[e].owner == owner) {
-            cn++;
-            cb += (int64_t)ht->e[e].bytes;
-            cp += ht->e[e].state == 2;
-        }
+    const host_own *o = own_find(ht, owner);
     if (n)
-        *n = cn;
+        *n = o ? o->n : 0;
     if (bytes)
-        *bytes = cb;
+        *bytes = o ? o->bytes : 0;
     if (n_pinned)
-        *n_pinned = cp;
+        *n_pinned = o ? o->pinned : 0;
 }
 
 bool host_tier_check(const host_tier *ht, char *err, size_t err_len)
@@ -398,6 +427,24 @@ bool host_tier_check(const host_tier *ht, char *err, size_t err_len)
     }
     for (int32_t i = 0; i < ht->n_spare; i++)
         bytes += ht->spare[i].bytes;
+    for (int32_t i = 0; i < ht->n_own; i++) { /* the per-owner totals, recounted */
+        int64_t cn = 0, cb = 0;
+        int32_t cp = 0;
+        for (int32_t e = 0; e < ht->cap; e++)
+            if (ht->e[e].state && ht->e[e].owner == ht->own[i].owner) {
+                cn++;
+                cb += (int64_t)ht->e[e].bytes;
+                cp += ht->e[e].state == 2;
+            }
+        if (cn != ht->own[i].n || cb != ht->own[i].bytes || cp != ht->own[i].pinned) {
+            llmem_errf(err, err_len,
+                       "host tier: owner %d holds %lld entries, %lld bytes, %d pinned; "
+                       "counted %lld, %lld, %d",
+                       i, (long long)cn, (long long)cb, cp, (long long)ht->own[i].n,
+                       (long long)ht->own[i].bytes, ht->own[i].pinned);
+            return false;
+        }
+    }
     int64_t listed = 0;
     for (int32_t i = 0; i < ht->n_lens; i++)
         listed += ht->lens[i].count;

@@ -47,6 +47,13 @@ typedef struct host_len {
     int32_t len, count;
 } host_len;
 
+/* Per-owner totals, kept so that stats are O(owners), not O(entries). */
+typedef struct host_own {
+    const void *owner;
+    int64_t n, bytes;
+    int32_t pinned;
+} host_own;
+
 typedef struct host_tier {
     int32_t refs;          /* memories sharing it */
     size_t budget, used;   /* data bytes: budget, and held (entries + spares) */
@@ -60,6 +67,8 @@ typedef struct host_tier {
     int32_t n_spare, cap_spare;
     host_len *lens;        /* distinct (owner, n_tokens) of live entries */
     int32_t n_lens, cap_lens;
+    host_own *own;         /* owners that ever inserted (a memory's children: few) */
+    int32_t n_own, cap_own;
     int64_t n_evictions;
 } host_tier;
 
@@ -95,7 +104,7 @@ void host_tier_unpin(host_tier *ht, int32_t e);
 /* Removes an entry (cached or pinned); its block becomes a spare. */
 void host_tier_remove(host_tier *ht, int32_t e);
 /* owner's entries now: count, data bytes, pinned ones (any out-param may
- * be NULL). O(entries). */
+ * be NULL). O(owners). */
 void host_tier_usage(const host_tier *ht, const void *owner, int64_t *n, int64_t *bytes,
                      int32_t *n_pinned);
 
