@@ -132,13 +132,46 @@ static int32_t find_device(const recurrent *rs, query *qr, int32_t m)
     }
 }
 
+static int cmp_desc(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Candidate lengths a host lookup collects at once (more: one at a time). */
+#define HOST_LENS 256
+
 /* The host-tier entry of the longest snapshot of q->t[0, len) with
- * above < len <= m; -1 when none. O(distinct host lengths). */
+ * above < len <= m; -1 when none. The owner's distinct lengths in range
+ * are collected and sorted once: O(L log L) for L distinct lengths, plus
+ * one hash lookup per length tried. */
 static int32_t find_host(const recurrent *rs, query *qr, int32_t m, int32_t above)
 {
-    for (int32_t len = host_tier_next_len(rs->host, rs, m + 1); len > above;
-         len = host_tier_next_len(rs->host, rs, len)) {
-        int32_t e = host_tier_lookup(rs->host, rs, query_hash(qr, len), 0, qr->t, len);
+    const host_tier *ht = rs->host;
+    int32_t lens[HOST_LENS], n = 0;
+    bool all = true;
+    for (int32_t i = 0; i < ht->n_lens; i++) {
+        const host_len *l = &ht->lens[i];
+        if (l->owner != rs || l->len <= above || l->len > m)
+            continue;
+        if (n == HOST_LENS) {
+            all = false;
+            break;
+        }
+        lens[n++] = l->len;
+    }
+    if (all) {
+        qsort(lens, (size_t)n, sizeof *lens, cmp_desc);
+        for (int32_t k = 0; k < n; k++) {
+            int32_t e = host_tier_lookup(ht, rs, query_hash(qr, lens[k]), 0, qr->t, lens[k]);
+            if (e >= 0)
+                return e;
+        }
+        return -1;
+    }
+    for (int32_t len = host_tier_next_len(ht, rs, m + 1); len > above;
+         len = host_tier_next_len(ht, rs, len)) {
+        int32_t e = host_tier_lookup(ht, rs, query_hash(qr, len), 0, qr->t, len);
         if (e >= 0)
             return e;
     }
