@@ -138,7 +138,9 @@ int cuk_attn_decode_supported(int32_t head_dim, int32_t dtype);
 /* Scratch floats the decode kernel needs for n_split > 1. */
 size_t cuk_attn_decode_scratch(const cuk_attn_args *a, int32_t n_split);
 /* One query token per work item, keys split into n_split ranges (flash
- * decoding); part: scratch of cuk_attn_decode_scratch floats (n_split > 1). */
+ * decoding); part: scratch of cuk_attn_decode_scratch floats (n_split > 1).
+ * f16/bf16 pools with head_dim 64 or 128 and 16-byte aligned queries run on
+ * tensor cores (attention_decode_tc.cuh) unless LLMEM_CUDA_DEC_TC=0. */
 cudaError_t cuk_attn_decode(const cuk_attn_args *a, int32_t n_split, int32_t max_kv,
                             float *part, cudaStream_t stream);
 /* Whether the tensor-core prefill kernel handles this head dim and dtype. */
@@ -181,7 +183,9 @@ typedef struct cuk_scan_args {
 
 /* Whether the scan kernel handles this d_state (<= 256). */
 int cuk_ssm_scan_supported(int32_t d_state);
-/* Mamba-2 selective scan, recurrent form, with ssm state {H, P, N}. */
+/* Mamba-2 selective scan, recurrent form, with ssm state {H, P, N}. One
+ * token per stream without checkpoints and N = 64, 128 or 256 runs the
+ * streaming decode kernel (ssm_scan1_kernel, p->n_sms sizes its grid). */
 cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream);
 
 /* ---- gdn.cu ---------------------------------------------------------------------------------- */
