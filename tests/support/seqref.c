@@ -1,0 +1,295 @@
+/* The generic sequence-level reference (seqref.h). Plain arrays and
+ * linear scans: each rule is the contract of <llmem/memory.h> as the
+ * memory's declared semantics specialise it. */
+#include "support/seqref.h"
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SR_MAX_SEQ 16
+#define SR_MAX_TOK 160
+
+typedef struct sr_seq {
+    int32_t n;
+    int32_t tok[SR_MAX_TOK], pos[SR_MAX_TOK];
+} sr_seq;
+
+struct seqref {
+    llmem_memory *mem;
+    seqref_semantics sem;
+    int32_t n_seq;
+    sr_seq seq[SR_MAX_SEQ];
+    seqref_counts counts;
+    const char *step; /* the step being checked, for messages */
+};
+
+seqref_semantics seqref_combine(seqref_semantics a, seqref_semantics b)
+{
+    seqref_semantics c = a;
+    c.cut = a.cut > b.cut ? a.cut : b.cut;
+    c.copy_prefix = a.copy_prefix && b.copy_prefix;
+    c.shift = a.shift && b.shift;
+    c.may_fill = a.may_fill || b.may_fill;
+    for (int32_t i = 0; i < b.n_kinds && c.n_kinds < 4; i++) {
+        bool have = false;
+        for (int32_t j = 0; j < c.n_kinds; j++)
+            have |= c.kinds[j] == b.kinds[i];
+        if (!have)
+            c.kinds[c.n_kinds++] = b.kinds[i];
+    }
+    return c;
+}
+
+seqref *seqref_create(llmem_memory *mem, const seqref_semantics *sem)
+{
+    seqref *r = calloc(1, sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    r->mem = mem;
+    r->sem = *sem;
+    r->n_seq = llmem_memory_n_seq_max(mem);
+    ck_assert_int_le(r->n_seq, SR_MAX_SEQ);
+    return r;
+}
+
+void seqref_destroy(seqref *r)
+{
+    free(r);
+}
+
+seqref_counts seqref_get_counts(const seqref *r)
+{
+    return r->counts;
+}
+
+static uint32_t rnd(uint64_t *s, uint32_t n)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return n ? (uint32_t)(*s >> 33) % n : 0;
+}
+
+static int32_t pos_min(const sr_seq *q)
+{
+    int32_t m = -1;
+    for (int32_t i = 0; i < q->n; i++)
+        m = m < 0 || q->pos[i] < m ? q->pos[i] : m;
+    return m;
+}
+
+static int32_t pos_max(const sr_seq *q)
+{
+    int32_t m = -1;
+    for (int32_t i = 0; i < q->n; i++)
+        m = q->pos[i] > m ? q->pos[i] : m;
+    return m;
+}
+
+/* Every sequence as the memory reports it, and its invariant checker. */
+static void compare(seqref *r)
+{
+    int32_t got[SR_MAX_TOK + 1];
+    for (int32_t s = 0; s < r->n_seq; s++) {
+        const sr_seq *q = &r->seq[s];
+        int32_t n = llmem_memory_seq_tokens(r->mem, s, got, SR_MAX_TOK + 1);
+        ck_assert_msg(n == q->n, "%s: seq %d holds %d tokens, reference %d", r->step, s, n, q->n);
+        for (int32_t i = 0; i < n; i++)
+            ck_assert_msg(got[i] == q->tok[i], "%s: seq %d token %d: %d vs %d", r->step, s, i,
+                          got[i], q->tok[i]);
+        ck_assert_int_eq(llmem_memory_seq_len(r->mem, s), q->n);
+        ck_assert_msg(llmem_memory_seq_pos_min(r->mem, s) == pos_min(q) &&
+                          llmem_memory_seq_pos_max(r->mem, s) == pos_max(q),
+                      "%s: seq %d positions [%d, %d] vs [%d, %d]", r->step, s,
+                      llmem_memory_seq_pos_min(r->mem, s), llmem_memory_seq_pos_max(r->mem, s),
+                      pos_min(q), pos_max(q));
+    }
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_check(r->mem, err, sizeof err) == LLMEM_OK, "%s: %s", r->step, err);
+}
+
+static void append(sr_seq *q, int32_t tok, int32_t pos)
+{
+    ck_assert_int_lt(q->n, SR_MAX_TOK);
+    q->tok[q->n] = tok;
+    q->pos[q->n] = pos;
+    q->n++;
+}
+
+/* Token ids follow positions mostly, so new sequences share prefixes
+ * (prefix caching) and sometimes not. */
+static int32_t token_at(uint64_t *rng, int32_t pos)
+{
+    return rnd(rng, 8) == 0 ? 1000 + (int32_t)rnd(rng, 50) : (pos * 7) % 53;
+}
+
+static void step_plan(seqref *r, uint64_t *rng)
+{
+    r->step = "plan";
+    llmem_batch_buf *b;
+    ck_assert_int_eq(llmem_batch_buf_create(64, 1, &b), LLMEM_OK);
+    sr_seq add[SR_MAX_SEQ];
+    memset(add, 0, sizeof add);
+    int32_t n_pick = 1 + (int32_t)rnd(rng, 3), any = 0;
+    for (int32_t k = 0; k < n_pick; k++) {
+        int32_t s = (int32_t)rnd(rng, (uint32_t)r->n_seq);
+        if (add[s].n)
+            continue;
+        int32_t n = 1 + (int32_t)rnd(rng, 6), p0 = pos_max(&r->seq[s]) + 1;
+        if (r->seq[s].n + n > SR_MAX_TOK - 8)
+            continue;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t tok = token_at(rng, p0 + i);
+            ck_assert_int_eq(llmem_batch_buf_add(b, tok, p0 + i, &s, 1, i == n - 1), LLMEM_OK);
+            append(&add[s], tok, p0 + i);
+            any++;
+        }
+    }
+    if (!any) {
+        llmem_batch_buf_destroy(b);
+        return;
+    }
+    llmem_plan *plan = NULL;
+    char err[256] = "";
+    llmem_status st = llmem_memory_plan(r->mem, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO,
+                                        1 + (int32_t)rnd(rng, 8), &plan, err, sizeof err);
+    if (st == LLMEM_E_NO_SPACE && r->sem.may_fill) {
+        r->counts.plans_full++; /* refused: nothing changed (compare) */
+    } else {
+        ck_assert_msg(st == LLMEM_OK, "plan: %s (%s)", llmem_status_str(st), err);
+        int32_t n_layers = llmem_memory_n_layers(r->mem);
+        for (int32_t i = 0; i < llmem_plan_n_ubatch(plan); i++) {
+            const llmem_ubatch *ub = NULL;
+            ck_assert_int_eq(llmem_memory_apply(r->mem, plan, i, &ub), LLMEM_OK);
+            for (int32_t il = 0; il < n_layers; il++) {
+                llmem_view v;
+                ck_assert_int_eq(llmem_memory_view(r->mem, il, &v), LLMEM_OK);
+                bool declared = false;
+                for (int32_t k = 0; k < r->sem.n_kinds; k++)
+                    declared |= v.kind == r->sem.kinds[k];
+                char name[12];
+                ck_assert_msg(declared, "layer %d shows an undeclared view kind %s", il,
+                              llmem_view_kind_name(v.kind, name));
+            }
+            ck_assert_int_eq(llmem_memory_commit(r->mem, plan, i), LLMEM_OK);
+        }
+        llmem_memory_release(r->mem, plan);
+        for (int32_t s = 0; s < r->n_seq; s++)
+            for (int32_t i = 0; i < add[s].n; i++)
+                append(&r->seq[s], add[s].tok[i], add[s].pos[i]);
+        r->counts.plans_ok++;
+    }
+    llmem_batch_buf_destroy(b);
+}
+
+/* Removes the tokens at index >= k of q. */
+static void cut_at(sr_seq *q, int32_t k)
+{
+    q->n = k;
+}
+
+static void step_rm(seqref *r, uint64_t *rng)
+{
+    r->step = "seq_rm";
+    int32_t s = (int32_t)rnd(rng, (uint32_t)r->n_seq);
+    sr_seq *q = &r->seq[s];
+    if (q->n == 0 || rnd(rng, 4) == 0) { /* the whole sequence */
+        ck_assert_int_eq(llmem_memory_seq_rm(r->mem, s, -1, -1), LLMEM_OK);
+        cut_at(q, 0);
+        r->counts.cuts_ok++;
+        return;
+    }
+    int32_t k = (int32_t)rnd(rng, (uint32_t)q->n); /* first removed token */
+    /* positions are nondecreasing (appends, whole-sequence shifts), so
+     * [pos[k], end) is the suffix from the first token at pos[k] */
+    while (k > 0 && q->pos[k - 1] == q->pos[k])
+        k--;
+    llmem_status st = llmem_memory_seq_rm(r->mem, s, q->pos[k], -1);
+    bool must_ok = r->sem.cut == SEQREF_CUT_ANY || k == 0;
+    bool must_refuse = r->sem.cut == SEQREF_CUT_WHOLE && k > 0;
+    if (st == LLMEM_OK) {
+        ck_assert_msg(!must_refuse, "seq_rm: a cut at token %d of %d was accepted", k, q->n);
+        cut_at(q, k);
+        r->counts.cuts_ok++;
+    } else {
+        ck_assert_msg(st == LLMEM_E_STATE && !must_ok, "seq_rm of seq %d from %d: %s", s, k,
+                      llmem_status_str(st));
+        r->counts.cuts_refused++;
+    }
+}
+
+static void step_cp(seqref *r, uint64_t *rng)
+{
+    r->step = "seq_cp";
+    int32_t src = (int32_t)rnd(rng, (uint32_t)r->n_seq), dst = (int32_t)rnd(rng, (uint32_t)r->n_seq);
+    sr_seq *a = &r->seq[src];
+    if (src == dst || a->n == 0)
+        return;
+    int32_t k = a->n, p1 = -1;
+    if (r->sem.copy_prefix && rnd(rng, 2)) {
+        k = 1 + (int32_t)rnd(rng, (uint32_t)a->n); /* tokens copied */
+        while (k < a->n && a->pos[k] == a->pos[k - 1])
+            k++;
+        p1 = k < a->n ? a->pos[k] : -1;
+    }
+    llmem_status st = llmem_memory_seq_cp(r->mem, src, dst, -1, p1);
+    if (st == LLMEM_E_NO_SPACE && r->sem.may_fill)
+        return;
+    ck_assert_msg(st == LLMEM_OK, "seq_cp %d -> %d (%d tokens): %s", src, dst, k,
+                  llmem_status_str(st));
+    sr_seq *b = &r->seq[dst];
+    memcpy(b->tok, a->tok, (size_t)k * sizeof *b->tok);
+    memcpy(b->pos, a->pos, (size_t)k * sizeof *b->pos);
+    b->n = k;
+    r->counts.copies++;
+}
+
+static void step_shift(seqref *r, uint64_t *rng, bool div)
+{
+    r->step = div ? "seq_div" : "seq_add";
+    int32_t s = (int32_t)rnd(rng, (uint32_t)r->n_seq);
+    sr_seq *q = &r->seq[s];
+    if (q->n == 0)
+        return;
+    int32_t delta = (int32_t)rnd(rng, 6) - pos_min(q) / 2; /* keeps positions >= 0 */
+    llmem_status st = div ? llmem_memory_seq_div(r->mem, s, -1, -1, 2)
+                          : llmem_memory_seq_add(r->mem, s, -1, -1, delta);
+    if (!r->sem.shift) {
+        ck_assert_int_eq(st, LLMEM_E_UNSUPPORTED);
+        return;
+    }
+    /* a KV cache copies shared pages before re-rotating their keys */
+    if (st == LLMEM_E_NO_SPACE && r->sem.may_fill)
+        return;
+    ck_assert_msg(st == LLMEM_OK, "%s: %s", r->step, llmem_status_str(st));
+    for (int32_t i = 0; i < q->n; i++)
+        q->pos[i] = div ? q->pos[i] / 2 : q->pos[i] + delta;
+    r->counts.shifts++;
+}
+
+void seqref_step(seqref *r, uint64_t *rng)
+{
+    uint32_t x = rnd(rng, 100);
+    if (x < 50) {
+        step_plan(r, rng);
+    } else if (x < 66) {
+        step_rm(r, rng);
+    } else if (x < 78) {
+        step_cp(r, rng);
+    } else if (x < 82) {
+        r->step = "seq_keep";
+        int32_t s = (int32_t)rnd(rng, (uint32_t)r->n_seq);
+        ck_assert_int_eq(llmem_memory_seq_keep(r->mem, s), LLMEM_OK);
+        for (int32_t q = 0; q < r->n_seq; q++)
+            if (q != s)
+                r->seq[q].n = 0;
+    } else if (x < 92) {
+        step_shift(r, rng, false);
+    } else if (x < 95) {
+        step_shift(r, rng, true);
+    } else {
+        r->step = "clear";
+        ck_assert_int_eq(llmem_memory_clear(r->mem, false), LLMEM_OK);
+        for (int32_t q = 0; q < r->n_seq; q++)
+            r->seq[q].n = 0;
+    }
+    compare(r);
+}
