@@ -131,6 +131,7 @@ void vk_cmd_finish(vk_backend *v)
     if (v->recording)
         vk_cmd_flush(v);
     v->vk.vkDeviceWaitIdle(v->dev);
+    vk_prof_finish(v);
     vk_alloc_release(v, &v->dummy);
     for (uint32_t i = 0; i < v->n_pipes; i++)
         v->vk.vkDestroyPipeline(v->dev, v->pipes[i].pipe, NULL);
@@ -179,6 +180,7 @@ llmem_status vk_cmd_begin(vk_backend *v)
     if (r != VK_SUCCESS)
         return v->error = vk_status(r);
     v->recording = true;
+    vk_prof_begin(v);
     v->n_dispatch = v->n_transfer = v->n_barrier = 0;
     v->n_acc = 0;
     return LLMEM_OK;
@@ -389,6 +391,7 @@ llmem_status vk_cmd_flush(vk_backend *v)
     } else {
         for (uint32_t i = 0; i < v->n_rb; i++)
             memcpy(v->rb[i].dst, v->rb[i].src, v->rb[i].size);
+        vk_prof_collect(v);
     }
     v->n_rb = 0;
     v->recording = false;
@@ -769,7 +772,9 @@ static llmem_status op_dispatch(vk_backend *v, vk_op *op, uint64_t n_groups)
     if (op->n_push)
         v->vk.vkCmdPushConstants(v->cmd, v->pipe_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                  op->n_push * 4, op->push);
+    vk_prof_before(v, (uint32_t)op->shader);
     v->vk.vkCmdDispatch(v->cmd, (uint32_t)gx, (uint32_t)gy, 1);
+    vk_prof_after(v);
     v->n_dispatch++;
     return LLMEM_OK;
 }

@@ -91,6 +91,8 @@ typedef struct vk_pipeline {
     VkPipeline pipe;
 } vk_pipeline;
 
+typedef struct vk_prof vk_prof; /* vk_prof.c */
+
 typedef struct vk_backend {
     llmem_backend base;
 
@@ -147,7 +149,8 @@ typedef struct vk_backend {
 
     llmem_status error; /* sticky: a device error makes every later call fail */
 
-    /* diagnostics ($LLMEM_VULKAN_LOG, validation messenger) */
+    /* diagnostics ($LLMEM_VULKAN_LOG, validation messenger, $LLMEM_VULKAN_PROFILE) */
+    vk_prof *prof; /* NULL unless profiling */
     FILE *log;
     uint32_t validation_errors;
     bool validation_fatal;
@@ -234,6 +237,18 @@ VkBuffer vk_alloc_buffer(const vk_alloc *a);
 
 llmem_status vk_cmd_init(vk_backend *v);
 void vk_cmd_finish(vk_backend *v);
+
+/* GPU time per shader, $LLMEM_VULKAN_PROFILE=1 (vk_prof.c): init after the
+ * device exists (does nothing unless the variable is set and the queue has
+ * timestamps); begin when a command buffer begins; before/after around
+ * each dispatch; collect after a submit's fence; finish prints the table to
+ * stderr and frees. All are no-ops while v->prof is NULL. */
+void vk_prof_init(vk_backend *v);
+void vk_prof_begin(vk_backend *v);
+void vk_prof_before(vk_backend *v, uint32_t shader);
+void vk_prof_after(vk_backend *v);
+void vk_prof_collect(vk_backend *v);
+void vk_prof_finish(vk_backend *v);
 
 /* Makes sure a command buffer is recording. */
 llmem_status vk_cmd_begin(vk_backend *v);

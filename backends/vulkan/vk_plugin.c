@@ -482,6 +482,8 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     llmem_status st = vk_cmd_init(v);
     if (st != LLMEM_OK)
         fmt(err, len, "vulkan: cannot set up %s (%s)", e->props.deviceName, llmem_status_str(st));
+    else
+        vk_prof_init(v);
     return st;
 }
 

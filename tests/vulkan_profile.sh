@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# LLMEM_VULKAN_PROFILE=1 (backends/vulkan/vk_prof.c): a profiled `llmem score`
+# gives the same log-probs as an unprofiled one, and prints the per-shader
+# table with the shaders a llama forward must use, each with calls > 0 and
+# a share column that sums to about 100%.
+#   tests/vulkan_profile.sh LLMEM_BIN FIXTURE_DIR
+set -euo pipefail
+bin="$1"; fx="$2"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+head -n 3 "$fx/cases.jsonl" > "$tmp/cases.jsonl"
+"$bin" score --model "$fx" --input "$tmp/cases.jsonl" --backend vulkan > "$tmp/plain.jsonl"
+LLMEM_VULKAN_PROFILE=1 "$bin" score --model "$fx" --input "$tmp/cases.jsonl" --backend vulkan \
+  > "$tmp/prof.jsonl" 2> "$tmp/prof.err"
+cmp "$tmp/plain.jsonl" "$tmp/prof.jsonl" || { echo "profiling changed the results"; exit 1; }
+grep -q '^vulkan profile (' "$tmp/prof.err" || { cat "$tmp/prof.err"; echo "no profile table"; exit 1; }
+for sh in attention kv_store rms_norm rope; do
+  awk -v s="$sh" '$1 ~ "^"s && $4 + 0 > 0 { found = 1 } END { exit !found }' "$tmp/prof.err" ||
+    { cat "$tmp/prof.err"; echo "no $sh row with calls"; exit 1; }
+done
+awk '$3 ~ /%$/ { sub("%", "", $3); t += $3 } END { if (t < 99 || t > 101) { print "shares sum to " t; exit 1 } }' \
+  "$tmp/prof.err"
+echo "profile table ok: $(grep -c '^  [a-z]' "$tmp/prof.err") rows"
