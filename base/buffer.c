@@ -99,6 +99,38 @@ llmem_status llmem_buffer_upload(llmem_buffer *dst, size_t offset, const void *s
     return be->iface->buffer_upload(be, dst, offset, src, size);
 }
 
+llmem_status llmem_buffer_upload_ranges(llmem_buffer *dst, const void *src, int32_t n,
+                                        const size_t *offset, const size_t *size)
+{
+    if (!dst || n < 0 || (n > 0 && (!src || !offset || !size)))
+        return LLMEM_E_INVALID;
+    bool any = false;
+    for (int32_t j = 0; j < n; j++) {
+        if (!range_ok(dst, offset[j], size[j]))
+            return LLMEM_E_INVALID;
+        any = any || size[j] > 0;
+    }
+    if (!any)
+        return LLMEM_OK;
+    llmem_backend *be = dst->backend;
+    mark_written(dst);
+    const unsigned char *s = src;
+    for (int32_t j = 0; j < n; j++) {
+        if (size[j] == 0)
+            continue;
+#if defined(__GNUC__)
+        /* host-visible buffers: the scattered destination lines are cache
+         * misses; requesting them a few ranges ahead overlaps the misses */
+        if (dst->host && j + 8 < n)
+            __builtin_prefetch((unsigned char *)dst->host + offset[j + 8], 1, 1);
+#endif
+        llmem_status st = be->iface->buffer_upload(be, dst, offset[j], s + offset[j], size[j]);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
 llmem_status llmem_buffer_download(llmem_buffer *src, size_t offset, void *dst, size_t size)
 {
     if (!src || (!dst && size) || !range_ok(src, offset, size))

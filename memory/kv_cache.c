@@ -277,8 +277,11 @@ static int32_t kv_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
     return kv_prefix_pages(kv, tokens, n, NULL) * kv->p.page_size;
 }
 
-/* Hashes and publishes the full pages of s in [from_page, len / page_size). */
-void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page)
+/* Hashes and publishes the full pages of s in [from_page, len / page_size).
+ * With defer, the hashed pages join kv->pub_pending and enter the index at
+ * publish_flush (falls back to publishing at once when the list cannot
+ * grow); the caller flushes before anything can unreference them. */
+void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, bool defer)
 {
     if (kv->p.no_prefix_cache)
         return;
@@ -301,8 +304,27 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page)
         pp->hash[p] = page_hash(pp->parent_hash[p], tok, ps);
         memcpy(pp->tokens + (size_t)p * (size_t)ps, tok, (size_t)ps * sizeof *tok);
         pp->hashed[p] = 1;
-        page_pool_publish(pp, p);
+        if (!defer || !i32vec_push(&kv->pub_pending, p))
+            page_pool_publish(pp, p);
     }
+}
+
+void publish_flush(kv_cache *kv)
+{
+    page_pool *pp = &kv->pool;
+    const int32_t *q = kv->pub_pending.v;
+    int32_t n = kv->pub_pending.n;
+    for (int32_t i = 0; i < n; i++) {
+#if defined(__GNUC__)
+        /* a decode step in pages of 1 publishes a page per sequence, each
+         * into a random bucket of a table the size of the pool */
+        if (i + 8 < n)
+            __builtin_prefetch(&pp->bucket[pp->hash[q[i + 8]] & (uint64_t)(pp->n_buckets - 1)],
+                               1, 1);
+#endif
+        page_pool_publish(pp, q[i]);
+    }
+    kv->pub_pending.n = 0;
 }
 
 /* --- sequences ------------------------------------------------------------------ */
@@ -566,6 +588,7 @@ static void kv_destroy(llmem_memory *mem)
     free(kv->cow);
     free(kv->tail);
     free(kv->tail_at);
+    i32vec_free(&kv->pub_pending);
     free(kv->shift);
     free(kv->page_shift);
     llmem_buffer_free(kv->idx);

@@ -86,6 +86,10 @@ typedef struct kv_cache {
      * partly written page a step appends to), -1 none: the index tables
      * take it from here instead of a second miss on the table's tail */
     int32_t *tail, *tail_at;
+    /* pages kv_commit hashed whose prefix-index insertion is deferred to
+     * the end of its token loop (publish_pages with defer), so the
+     * scattered bucket heads can be prefetched a few pages ahead */
+    i32vec pub_pending;
     const llmem_plan *prep_plan; /* plan the counts are for, or NULL */
     int64_t prep_total;
     int32_t prep_cows;
@@ -121,7 +125,10 @@ bool page_writable(const kv_cache *kv, int32_t p);
 int32_t n_pages_for_len(const kv_cache *kv, int32_t len);
 llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old);
 int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t *out);
-void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page);
+void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, bool defer);
+/* Inserts the pages publish_pages deferred into the prefix index, in the
+ * order they were hashed (so lookups still find the newest copy first). */
+void publish_flush(kv_cache *kv);
 void clear_page_shift(kv_cache *kv, int32_t p);
 llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n);
 void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n);

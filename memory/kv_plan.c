@@ -588,8 +588,10 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
             kv_seq *sq = &kv->seqs[q];
             int32_t c = plan->n_cached[q];
             if (c > 0 && sq->tokens.n == 0) {
-                if (!i32vec_reserve(&sq->tokens, c) || !i32vec_reserve(&sq->pos, c))
+                if (!i32vec_reserve(&sq->tokens, c) || !i32vec_reserve(&sq->pos, c)) {
+                    publish_flush(kv);
                     return LLMEM_E_NO_MEMORY;
+                }
                 for (int32_t j = 0; j < c; j++) {
                     sq->tokens.v[j] = plan->seq_tokens[q][j];
                     sq->pos.v[j] = j;
@@ -599,13 +601,16 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
                 kv->prefix_hits += c;
             }
             if (!i32vec_push(&sq->tokens, ub->token ? ub->token[k] : -1) ||
-                !i32vec_push(&sq->pos, ub->pos[k]))
+                !i32vec_push(&sq->pos, ub->pos[k])) {
+                publish_flush(kv);
                 return LLMEM_E_NO_MEMORY;
+            }
             pos_meta_push(&sq->pm, ub->pos[k]);
             if (sq->tokens.n % ps == 0)
-                publish_pages(kv, sq, sq->tokens.n / ps - 1);
+                publish_pages(kv, sq, sq->tokens.n / ps - 1, true);
         }
     }
+    publish_flush(kv); /* before the window slide can unreference a hashed page */
     if (kv->p.window > 0) /* pages that left every window of the ubatch's sequences */
         for (int32_t s = 0; s < ub->n_seqs; s++)
             for (int32_t m = 0; m < stream_n(plan, i, s); m++)

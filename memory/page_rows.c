@@ -44,6 +44,8 @@ void page_rows_finish(page_rows *r)
     for (int32_t c = 0; c < PAGE_ROWS_CLASSES; c++)
         i32vec_free(&r->free_rows[c]);
     i32vec_free(&r->dirty_list);
+    free(r->run_off);
+    free(r->run_len);
     memset(r, 0, sizeof *r);
 }
 
@@ -150,14 +152,44 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Queues blocks [b0, b1) for flush_runs; uploads at once when the run list
+ * cannot grow (after flushing what is queued, so the order is kept). */
 static llmem_status upload_blocks(page_rows *r, llmem_buffer *buf, int32_t b0, int32_t b1)
 {
     int64_t lo = (int64_t)b0 * PAGE_ROWS_BLOCK, hi = (int64_t)b1 * PAGE_ROWS_BLOCK;
     hi = hi < r->n ? hi : r->n;
     if (hi <= lo)
         return LLMEM_OK;
-    return llmem_buffer_upload(buf, (size_t)lo * sizeof(int32_t), r->v + lo,
-                               (size_t)(hi - lo) * sizeof(int32_t));
+    size_t off = (size_t)lo * sizeof(int32_t), len = (size_t)(hi - lo) * sizeof(int32_t);
+    if (r->n_runs == r->run_cap) {
+        int32_t cap = r->run_cap ? 2 * r->run_cap : 256;
+        size_t *o = cap > r->run_cap ? realloc(r->run_off, (size_t)cap * sizeof *o) : NULL;
+        if (o)
+            r->run_off = o;
+        size_t *l = o ? realloc(r->run_len, (size_t)cap * sizeof *l) : NULL;
+        if (l)
+            r->run_len = l;
+        if (!o || !l) {
+            llmem_status st = llmem_buffer_upload_ranges(buf, r->v, r->n_runs, r->run_off,
+                                                         r->run_len);
+            r->n_runs = 0;
+            if (st != LLMEM_OK)
+                return st;
+            return llmem_buffer_upload(buf, off, r->v + lo, len);
+        }
+        r->run_cap = cap;
+    }
+    r->run_off[r->n_runs] = off;
+    r->run_len[r->n_runs++] = len;
+    return LLMEM_OK;
+}
+
+/* Uploads the queued runs in one call. */
+static llmem_status flush_runs(page_rows *r, llmem_buffer *buf)
+{
+    llmem_status st = llmem_buffer_upload_ranges(buf, r->v, r->n_runs, r->run_off, r->run_len);
+    r->n_runs = 0;
+    return st;
 }
 
 static int64_t blocks_of(int64_t n)
@@ -217,6 +249,8 @@ llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf)
             i = j;
         }
     }
+    llmem_status fl = flush_runs(r, buf);
+    st = st != LLMEM_OK ? st : fl;
     for (int32_t i = 0; i < nd; i++)
         r->dirty[d[i]] = 0;
     r->dirty_list.n = 0;

@@ -38,6 +38,10 @@ typedef struct page_rows {
     uint8_t *dirty;      /* [blocks of cap] block differs from the device copy */
     i32vec dirty_list;   /* blocks flagged in dirty */
     bool full;           /* the whole table must be uploaded (new device buffer) */
+    /* one upload's runs of flagged blocks, bytes: collected, then handed to
+     * llmem_buffer_upload_ranges in one call */
+    size_t *run_off, *run_len;
+    int32_t n_runs, run_cap;
 } page_rows;
 
 void page_rows_finish(page_rows *r);
@@ -59,7 +63,9 @@ void page_rows_reset(page_rows *r);
 void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n);
 /* Uploads flagged blocks (everything when full) to buf at byte 0; runs of
  * blocks are coalesced (found by a scan of the flags when dense, else by
- * sorting the flagged list). On failure everything is flagged again. */
+ * sorting the flagged list) and go to the backend in one
+ * llmem_buffer_upload_ranges call (one llmem_buffer_upload per run when
+ * the run list cannot grow). On failure everything is flagged again. */
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
 /* Checks that the device copy equals the host's on every block not
  * flagged (O(table size); for llmem_memory_check). */

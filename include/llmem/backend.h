@@ -139,6 +139,21 @@ void *llmem_buffer_host_ptr(llmem_buffer *buf);
  * LLMEM_E_BACKEND on a device error. */
 llmem_status llmem_buffer_upload(llmem_buffer *dst, size_t offset, const void *src, size_t size);
 
+/* Copies n byte ranges host -> device, each to the same offset it has in
+ * `src`: range j is bytes [offset[j], offset[j] + size[j]) of both, `src`
+ * being a host mirror of (a prefix of) the buffer. One call instead of n
+ * llmem_buffer_upload calls for the scattered small ranges of an
+ * incrementally updated table (a decode step in pages of 1 changes one
+ * 64-byte block of every sequence's page-table row): the buffer's write
+ * generation is taken once. Synchronous like llmem_buffer_upload. offset
+ * and size: [n] arrays, caller-owned, read only. Every range is checked
+ * before anything is written: LLMEM_E_INVALID (nothing written) when a
+ * range lies outside the buffer, n < 0, or a pointer is NULL with n > 0;
+ * LLMEM_E_BACKEND on a device error (ranges before the failing one may
+ * have been written). n == 0 and empty ranges are no-ops. */
+llmem_status llmem_buffer_upload_ranges(llmem_buffer *dst, const void *src, int32_t n,
+                                        const size_t *offset, const size_t *size);
+
 /* Copies `size` bytes device -> host; waits for pending work on the buffer.
  * Errors as llmem_buffer_upload. */
 llmem_status llmem_buffer_download(llmem_buffer *src, size_t offset, void *dst, size_t size);
