@@ -176,7 +176,10 @@ llmem_status llmem_memory_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, in
 /* Removes every sequence but seq_id. */
 llmem_status llmem_memory_seq_keep(llmem_memory *mem, int32_t seq_id);
 /* Adds delta to positions in [p0, p1) of seq_id; KV caches record a K-shift.
- * Returns LLMEM_E_UNSUPPORTED when the memory cannot shift. */
+ * Returns LLMEM_E_UNSUPPORTED when the memory cannot shift; LLMEM_E_NO_SPACE
+ * (nothing changed) when a KV cache has no free page to copy a page it
+ * shares with another sequence before re-rotating its keys (also for
+ * llmem_memory_seq_div). */
 llmem_status llmem_memory_seq_add(llmem_memory *mem, int32_t seq_id, int32_t p0, int32_t p1,
                                   int32_t delta);
 /* Divides positions in [p0, p1) of seq_id by d (> 0), rounding down. */
