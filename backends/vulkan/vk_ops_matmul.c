@@ -40,6 +40,15 @@ static uint32_t mv16_max(void)
     return x < 0 || x > 64 ? MV16_MAX : (uint32_t)x;
 }
 
+/* Activation rows per matvec16 pass: MV16_ROWS, or LLMEM_VULKAN_MV16_ROWS
+ * (1 to 32; for measuring). */
+static uint32_t mv16_rows(void)
+{
+    const char *e = getenv("LLMEM_VULKAN_MV16_ROWS");
+    long x = e ? strtol(e, NULL, 10) : MV16_ROWS;
+    return x < 1 || x > 32 ? MV16_ROWS : (uint32_t)x;
+}
+
 /* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
  * when it applies (f16/bf16 weights, K % 8 == 0, up to MV16_MAX rows,
  * 16-byte aligned rows); *done says whether it did. 16-byte weight loads,
@@ -56,8 +65,9 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
         return LLMEM_OK;
     llmem_status st = LLMEM_OK;
     uint32_t nr = m == 1 ? 1 : 4; /* weight rows per lane group */
-    for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += MV16_ROWS) {
-        uint32_t mr = m - m0 < MV16_ROWS ? m - m0 : MV16_ROWS;
+    uint32_t rows = mv16_rows();
+    for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += rows) {
+        uint32_t mr = m - m0 < rows ? m - m0 : rows;
         vk_op op;
         vk_op_init(&op, VK_SH_MATVEC16, MV16_WG);
         vk_op_spec(&op, (uint32_t)w->dtype);
