@@ -82,6 +82,10 @@ static void need_moe(checker *c, int32_t il)
 {
     NEED(c, il, LLMEM_OP_MOE_ROUTE, F);
     NEED(c, il, LLMEM_OP_MOE_FFN, F, I, F);
+    /* the shared expert and the routed sum (models/moe.c) */
+    NEED(c, il, LLMEM_OP_COPY, F, F);
+    NEED(c, il, LLMEM_OP_SCALE, F, F);
+    NEED(c, il, LLMEM_OP_MUL, F, F, F);
 }
 
 static void need_attention(checker *c, int32_t il)
@@ -123,11 +127,14 @@ static void need_layer(checker *c, int32_t il)
     case LLMEM_LAYER_GDN:
         NEED0(c, il, LLMEM_OP_SSM_CONV);
         NEED0(c, il, LLMEM_OP_GDN);
+        NEED(c, il, LLMEM_OP_COPY, F, F);
+        NEED(c, il, LLMEM_OP_SIGMOID_MUL, F, F, F);
         break;
     case LLMEM_LAYER_SHORTCONV: NEED0(c, il, LLMEM_OP_SHORT_CONV); break;
     case LLMEM_LAYER_MAMBA1:
         NEED0(c, il, LLMEM_OP_SSM_CONV);
         NEED0(c, il, LLMEM_OP_SSM_SCAN1);
+        NEED(c, il, LLMEM_OP_COPY, F, F);
         break;
     case LLMEM_LAYER_KIND_COUNT: break;
     }
@@ -154,6 +161,12 @@ llmem_status hf_check_ops(llmem_model *m, char *err, size_t err_len)
     need_matmul(&c, &m->lm_head.t, -1);
     if (m->cfg.final_softcap > 0)
         NEED(&c, -1, LLMEM_OP_SOFTCAP, F, F);
+    /* granite / falcon_h1 multipliers (scale_by, muP segments) */
+    if (m->cfg.embedding_multiplier != 1 || m->cfg.residual_multiplier != 1 ||
+        m->cfg.logits_scaling != 1 || m->cfg.arch == LLMEM_ARCH_FALCON_H1) {
+        NEED(&c, -1, LLMEM_OP_SCALE, F, F);
+        NEED(&c, -1, LLMEM_OP_MUL, F, F, F);
+    }
     for (int32_t il = 0; il < m->cfg.n_layers && c.st == LLMEM_OK; il++)
         need_layer(&c, il);
     return c.st;
