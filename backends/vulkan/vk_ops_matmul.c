@@ -18,7 +18,7 @@
 #define MV16_WG 128
 #define MV16_TPR 32 /* invocations per weight row */
 #define MV16_ROWS 16 /* activation rows per matvec16 pass */
-#define MV16_MAX 32  /* activation rows up to which matvec16 replaces the tiled matmul (H200: 16 rows 2.5x faster than tiles, 64 rows 1.15x slower) */
+#define MV16_MAX 8 /* activation rows up to which matvec16 replaces matmul_rt (H200, 9B Bamba: at 16 and 32 rows matmul_rt takes 0.87x and 0.54x of matvec16's step) */
 #define MM_BM 64
 #define MM_BN 64
 #define MM_BK 16
