@@ -133,7 +133,7 @@ static void need_layer(checker *c, int32_t il)
     case LLMEM_LAYER_SHORTCONV: NEED0(c, il, LLMEM_OP_SHORT_CONV); break;
     case LLMEM_LAYER_MAMBA1:
         NEED0(c, il, LLMEM_OP_SSM_CONV);
-        NEED0(c, il, LLMEM_OP_SSM_SCAN1);
+        NEED(c, il, LLMEM_OP_SSM_SCAN1, c->m->p.ssm_dtype); /* no int8 Mamba-1 state */
         NEED(c, il, LLMEM_OP_COPY, F, F);
         break;
     case LLMEM_LAYER_KIND_COUNT: break;

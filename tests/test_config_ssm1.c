@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llmem/model.h"
+#include "llmem/runtime.h"
 
 static char err[512];
 
@@ -193,6 +194,28 @@ START_TEST(test_jamba_inline)
 }
 END_TEST
 
+/* A Mamba-1 state of a dtype ssm_scan1 does not take (int8) is refused when
+ * the model loads, naming the op and the layer, not in the forward pass. */
+START_TEST(test_jamba_int8_state_refused)
+{
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, NULL, 0), LLMEM_OK);
+    llmem_model_params p = llmem_model_default_params();
+    p.ssm_dtype = LLMEM_DTYPE_I8;
+    llmem_model *m = NULL;
+    err[0] = '\0';
+    ck_assert_int_eq(llmem_model_load(fixture("jamba"), be, &p, &m, err, sizeof err),
+                     LLMEM_E_UNSUPPORTED);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err, "ssm_scan1") && strstr(err, "layer 0"), "%s", err);
+    p.ssm_dtype = LLMEM_DTYPE_BF16; /* a float state loads */
+    ck_assert_msg(llmem_model_load(fixture("jamba"), be, &p, &m, err, sizeof err) == LLMEM_OK,
+                  "%s", err);
+    llmem_model_free(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("config_ssm1");
@@ -201,6 +224,7 @@ int main(void)
     tcase_add_test(tc, test_fixture_jamba);
     tcase_add_test(tc, test_lfm2_inline);
     tcase_add_test(tc, test_jamba_inline);
+    tcase_add_test(tc, test_jamba_int8_state_refused);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
