@@ -177,6 +177,7 @@ void kv_unref_page(kv_cache *kv, int32_t p)
 
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
 {
+    bool cut = s->pages.n > keep; /* else no entry changes (synced <= pages.n) */
     for (int32_t i = s->pages.n - 1; i >= keep; i--)
         if (s->pages.v[i] >= 0) /* -1: left the sliding window */
             kv_unref_page(kv, s->pages.v[i]);
@@ -186,7 +187,8 @@ void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
         s->dropped = keep;
     if (keep == 0)
         s->lost = 0;
-    kv_pt_changed(s, keep);
+    if (cut) /* a release after every decode step: keep it off the table's tail */
+        kv_pt_changed(s, keep);
     if (keep == 0 && s->row >= 0) /* an empty sequence gives its row back */
         page_rows_free(&kv->rows, &s->row, &s->row_cap);
 }
@@ -531,6 +533,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         kv_seq *q = &kv->seqs[s];
         q->pages.n = q->tokens.n = q->pos.n = 0;
+        q->last = -1;
         q->pm = (pos_meta){-1, -1, false};
         q->row = -1;
         q->row_cap = q->synced = q->dropped = q->lost = 0;
@@ -727,6 +730,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         kv_seq *q = &kv->seqs[s];
         q->pm = (pos_meta){-1, -1, false};
         q->row = -1;
+        q->last = -1;
         if (!seq_heap_attach(kv->heap, &q->pages) || !seq_heap_attach(kv->heap, &q->tokens) ||
             !seq_heap_attach(kv->heap, &q->pos)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for %d sequences",

@@ -28,6 +28,11 @@ typedef struct kv_seq {
      * page_size; more after a state read whose rows left the writer's
      * window inside a page this cache keeps). 0 in a full cache. */
     int32_t lost;
+    /* pages.v[pages.n - 1] when pages.n > 0 (kv_last_sync after every
+     * change to the table): a decode step's counting pass reads the page
+     * it appends to from here, not from the table's tail, a cache miss per
+     * sequence at thousands of sequences. */
+    int32_t last;
 } kv_seq;
 
 /* Element offsets of one ubatch's tables in the plan's index. */
@@ -109,11 +114,21 @@ static inline int32_t kv_slot(const kv_cache *kv, const kv_seq *s, int32_t i)
     return s->pages.v[i / ps] * ps + i % ps;
 }
 
-/* Page table entries from `from` on changed: the row must be rewritten. */
+/* Refreshes s->last from the page table. */
+static inline void kv_last_sync(kv_seq *s)
+{
+    s->last = s->pages.n > 0 ? s->pages.v[s->pages.n - 1] : -1;
+}
+
+/* Page table entries from `from` on changed: the row must be rewritten.
+ * Called after every change to existing entries or to pages.n (appends
+ * in kv_reserve and the copy-on-write switch in kv_apply sync s->last
+ * themselves). */
 static inline void kv_pt_changed(kv_seq *s, int32_t from)
 {
     if (s->synced > from)
         s->synced = from;
+    kv_last_sync(s);
 }
 
 /* kv_cache.c */

@@ -172,22 +172,17 @@ static void sync_rows(kv_cache *kv, const llmem_plan *plan)
     }
 }
 
-/* Decode steps touch one page-table tail per sequence and, through it,
- * that page's pool entries: with thousands of sequences each is a cache
- * miss, so the tails are fetched 16 sequences ahead and the pool entries
- * of the (by then fetched) tail 8 ahead. */
+/* Decode steps touch one page per sequence, the last of its table (kept
+ * in kv_seq.last, so the table's tail is not read), and that page's pool
+ * entries: with thousands of sequences each is a cache miss, so the pool
+ * entries are fetched 8 sequences ahead. */
 static inline void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan, int32_t s,
                                      int32_t nsm)
 {
 #if defined(__GNUC__)
-    if (s + 16 < nsm && plan->n_new[s + 16]) {
-        const i32vec *t = &kv->seqs[s + 16].pages;
-        if (t->n > 0)
-            __builtin_prefetch(t->v + t->n - 1, 0, 1);
-    }
     if (s + 8 < nsm && plan->n_new[s + 8]) {
-        const i32vec *t = &kv->seqs[s + 8].pages;
-        int32_t p = t->n > 0 ? t->v[t->n - 1] : -1;
+        const kv_seq *q = &kv->seqs[s + 8];
+        int32_t p = q->pages.n > 0 ? q->last : -1;
         if (p >= 0) { /* a sliding window's dropped entries are -1 */
             __builtin_prefetch(kv->pool.ref + p, 0, 1);
             __builtin_prefetch(kv->pool.published + p, 0, 1);
@@ -232,7 +227,8 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         int32_t nn = plan->n_new[s] - c;
         need[s] = llmem_pages_for(len0[s], nn, ps);
         if (c == 0 && nn > 0 && len0[s] % ps) {
-            int32_t p = q->pages.v[len0[s] / ps];
+            int32_t at = len0[s] / ps;
+            int32_t p = at == q->pages.n - 1 ? q->last : q->pages.v[at];
             cow[s] = !page_writable(kv, p) ? KV_TAIL_COPY : kv->pool.hashed[p] ? KV_TAIL_UNHASH : 0;
             if (cow[s] != KV_TAIL_COPY) { /* a copy replaces the entry */
                 kv->tail[s] = p;
@@ -458,6 +454,8 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         }
         for (int32_t k = 0; k < need[s]; k++)
             q->pages.v[q->pages.n++] = kv_alloc_page(kv);
+        if (np + need[s] > 0) /* else the tail stays unread (a cache miss) */
+            kv_last_sync(q);
     }
     for (int32_t c = 0; c < res->n_cow; c++) { /* tables and rows see the copies */
         kv_seq *q = &kv->seqs[res->cow[c].seq];
@@ -523,6 +521,7 @@ llmem_status kv_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_
             kv_unref_page(kv, *e);
             *e = w->page;
             w->page = -1;
+            kv_last_sync(&kv->seqs[w->seq]);
         }
         res->cow_done = true;
     }

@@ -411,6 +411,11 @@ static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
                    q->row_cap, q->synced, q->pages.n);
         return false;
     }
+    if (q->pages.n > 0 && q->last != q->pages.v[q->pages.n - 1]) {
+        llmem_errf(err, err_len, "sequence %d: last page %d but the table ends with %d", s,
+                   q->last, q->pages.v[q->pages.n - 1]);
+        return false;
+    }
     for (int32_t k = q->dropped; k < q->synced; k++) /* dropped entries: stale, unread */
         if (kv->rows.v[q->row + k] != q->pages.v[k]) {
             llmem_errf(err, err_len, "sequence %d: row entry %d is %d, page table %d", s, k,

@@ -42,6 +42,7 @@ void swa_slide(kv_cache *kv, kv_seq *s)
         kv_unref_page(kv, s->pages.v[s->dropped]);
         s->pages.v[s->dropped] = -1;
     }
+    kv_last_sync(s);
     if (s->lost < s->dropped * kv->p.page_size)
         s->lost = s->dropped * kv->p.page_size;
 }
