@@ -163,6 +163,45 @@ template <typename T, int D, int NS> constexpr size_t dec_smem_bytes()
     return ring > merge ? ring : merge;
 }
 
+/* The last step of a decode CTA: merges the NG partial softmax results in
+ * shared memory (sm_o [NG][DEC_NR][D] unnormalized outputs, sm_m / sm_l
+ * [NG][DEC_NR] log2-domain maxima and sums) of the item's nr heads from h0
+ * on, and writes either the normalized rows of token tok (n_split == 1) or
+ * split sp's partial (O, M, L) rows to part for attn_combine_kernel. Call
+ * with every thread of the CTA after a barrier. */
+template <int D, int NG>
+__device__ __forceinline__ void dec_merge_groups(const cuk_attn_args &a, float *part,
+                                                 const float *sm_o, const float *sm_m,
+                                                 const float *sm_l, int32_t nr, int64_t tok,
+                                                 int32_t h0, int64_t x, int32_t sp,
+                                                 int32_t n_split)
+{
+    for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
+        int r = idx / D, d = idx % D;
+        float M = -INFINITY;
+        for (int q2 = 0; q2 < NG; q2++)
+            M = fmaxf(M, sm_m[q2 * DEC_NR + r]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+            for (int q2 = 0; q2 < NG; q2++) {
+                float w = exp2f(sm_m[q2 * DEC_NR + r] - M);
+                L += sm_l[q2 * DEC_NR + r] * w;
+                O += sm_o[(q2 * DEC_NR + r) * D + d] * w;
+            }
+        }
+        if (n_split == 1) {
+            a.out[(tok * a.n_heads + h0 + r) * D + d] = L > 0.0f ? O / L : 0.0f;
+        } else {
+            float *pp = part + ((x * n_split + sp) * DEC_NR + r) * (D + 2);
+            pp[d] = O;
+            if (d == 0) {
+                pp[D] = M;
+                pp[D + 1] = L;
+            }
+        }
+    }
+}
+
 /* Work item x: ((token * n_kv + g) * n_hc + hc); blockIdx.y: split. With
  * one split the CTA writes out; otherwise part[(x * n_split + split)]
  * holds DEC_NR rows of (D unnormalized sums, max, sum of exps) in base 2.
@@ -353,30 +392,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
                     acc[r][c * S::VE + e];
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < nr * D; idx += blockDim.x) {
-        int r = idx / D, d = idx % D;
-        float M = -INFINITY;
-        for (int q2 = 0; q2 < S::NG; q2++)
-            M = fmaxf(M, sm_m[q2 * DEC_NR + r]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-            for (int q2 = 0; q2 < S::NG; q2++) {
-                float w = exp2f(sm_m[q2 * DEC_NR + r] - M);
-                L += sm_l[q2 * DEC_NR + r] * w;
-                O += sm_o[(q2 * DEC_NR + r) * D + d] * w;
-            }
-        }
-        if (n_split == 1) {
-            a.out[(tok * a.n_heads + h0 + r) * D + d] = L > 0.0f ? O / L : 0.0f;
-        } else {
-            float *pp = part + ((x * n_split + sp) * DEC_NR + r) * (D + 2);
-            pp[d] = O;
-            if (d == 0) {
-                pp[D] = M;
-                pp[D + 1] = L;
-            }
-        }
-    }
+    dec_merge_groups<D, S::NG>(a, part, sm_o, sm_m, sm_l, nr, tok, h0, x, sp, n_split);
 }
 
 /* Merges the splits of every work item: one thread per (item, head, dim). */

@@ -63,12 +63,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2)
         int r = c / Z::CH, ch = c % Z::CH;
         uint32_t w[4] = {0, 0, 0, 0}, wl[4] = {0, 0, 0, 0};
         if (r < nr) {
-            const float4 *src = (const float4 *)(a.q + (tok * a.n_heads + h0 + r) * D + ch * 8);
-            float4 x0 = src[0], x1 = src[1];
-            w[0] = pf_type<T>::split(x0.x * a.scale, x0.y * a.scale, &wl[0]);
-            w[1] = pf_type<T>::split(x0.z * a.scale, x0.w * a.scale, &wl[1]);
-            w[2] = pf_type<T>::split(x1.x * a.scale, x1.y * a.scale, &wl[2]);
-            w[3] = pf_type<T>::split(x1.z * a.scale, x1.w * a.scale, &wl[3]);
+            pf_split8<T>(a.q + (tok * a.n_heads + h0 + r) * D + ch * 8, a.scale, w, wl);
         }
         *(uint4 *)(qs + pf_off<D>(r, ch)) = make_uint4(w[0], w[1], w[2], w[3]);
         *(uint4 *)(qs + 16 * D * 2 + pf_off<D>(r, ch)) = make_uint4(wl[0], wl[1], wl[2], wl[3]);
@@ -237,30 +232,7 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2)
         }
     }
     __syncthreads();
-    for (int idx = tid; idx < nr * D; idx += blockDim.x) {
-        int rr = idx / D, d = idx % D;
-        float M = -INFINITY;
-        for (int w = 0; w < DEC_WARPS; w++)
-            M = fmaxf(M, sm_m[w * DEC_NR + rr]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-            for (int w = 0; w < DEC_WARPS; w++) {
-                float wt = exp2f(sm_m[w * DEC_NR + rr] - M);
-                L += sm_l[w * DEC_NR + rr] * wt;
-                O += sm_o[(w * DEC_NR + rr) * D + d] * wt;
-            }
-        }
-        if (n_split == 1) {
-            a.out[(tok * a.n_heads + h0 + rr) * D + d] = L > 0.0f ? O / L : 0.0f;
-        } else {
-            float *pp = part + ((x * n_split + sp) * DEC_NR + rr) * (D + 2);
-            pp[d] = O;
-            if (d == 0) {
-                pp[D] = M;
-                pp[D + 1] = L;
-            }
-        }
-    }
+    dec_merge_groups<D, DEC_WARPS>(a, part, sm_o, sm_m, sm_l, nr, tok, h0, x, sp, n_split);
 }
 
 template <typename T, int D>

@@ -80,6 +80,21 @@ template <> struct pf_type<cuk_bf16_t> {
     }
 };
 
+/* One 16-byte chunk of a Q tile: the 8 floats at src (16-byte aligned)
+ * times scale, each split as hi + lo in T; w[i] / wl[i] hold the hi / lo
+ * halves of pair i. */
+template <typename T>
+__device__ __forceinline__ void pf_split8(const float *src, float scale, uint32_t w[4],
+                                          uint32_t wl[4])
+{
+    const float4 *s4 = (const float4 *)src;
+    float4 x0 = s4[0], x1 = s4[1];
+    w[0] = pf_type<T>::split(x0.x * scale, x0.y * scale, &wl[0]);
+    w[1] = pf_type<T>::split(x0.z * scale, x0.w * scale, &wl[1]);
+    w[2] = pf_type<T>::split(x1.x * scale, x1.y * scale, &wl[2]);
+    w[3] = pf_type<T>::split(x1.z * scale, x1.w * scale, &wl[3]);
+}
+
 /* Byte offset of (row, 16-byte chunk) in a swizzled [rows][D] 16-bit tile. */
 template <int D> __device__ __forceinline__ uint32_t pf_off(int row, int chunk)
 {
@@ -137,13 +152,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         int32_t hr = hc0 + r % hh;
         uint32_t w[4] = {0, 0, 0, 0}, wl[4] = {0, 0, 0, 0};
         if (r < hh * tt && tok < a.n_tok && hr < n_rep) {
-            const float4 *src =
-                (const float4 *)(a.q + (tok * a.n_heads + g * n_rep + hr) * D + ch * 8);
-            float4 x0 = src[0], x1 = src[1];
-            w[0] = pf_type<T>::split(x0.x * a.scale, x0.y * a.scale, &wl[0]);
-            w[1] = pf_type<T>::split(x0.z * a.scale, x0.w * a.scale, &wl[1]);
-            w[2] = pf_type<T>::split(x1.x * a.scale, x1.y * a.scale, &wl[2]);
-            w[3] = pf_type<T>::split(x1.z * a.scale, x1.w * a.scale, &wl[3]);
+            pf_split8<T>(a.q + (tok * a.n_heads + g * n_rep + hr) * D + ch * 8, a.scale, w, wl);
         }
         *(uint4 *)(qs + pf_off<D>(r, ch)) = make_uint4(w[0], w[1], w[2], w[3]);
         *(uint4 *)(qs + BM * D * 2 + pf_off<D>(r, ch)) = make_uint4(wl[0], wl[1], wl[2], wl[3]);

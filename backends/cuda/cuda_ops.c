@@ -397,19 +397,14 @@ static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem
                 "kv_store");
 }
 
-/* Scaled pools (int8, fp8): one kernel for decode and prefill
- * (kernels/attention_q.cu), split over keys like the decode kernel. */
-static llmem_status attention_scaled(llmem_backend *be, const llmem_attn_params *p,
-                                     const llmem_view *view, llmem_ct *q, llmem_ct *out)
+/* The kernel arguments of one paged attention call: device pointers of q,
+ * out, the pools and the index tables of `view`, the shape and `p`'s
+ * scale, softcap and window (`precise` left 0). */
+static cuk_attn_args attn_args(const llmem_attn_params *p, const llmem_view *view,
+                               llmem_ct *q, llmem_ct *out)
 {
-    cuda_backend *cb;
-    llmem_status st = enter(be, &cb);
-    if (st != LLMEM_OK)
-        return st;
     const llmem_kv_view *kv = llmem_view_kv(view);
-    if (!cuk_attn_q_supported(kv->head_dim))
-        return LLMEM_E_UNSUPPORTED;
-    cuk_attn_args a = {
+    return (cuk_attn_args){
         .q = tptr(q),
         .out = tptr(out),
         .k = cuda_dev(kv->k),
@@ -432,18 +427,48 @@ static llmem_status attention_scaled(llmem_backend *be, const llmem_attn_params 
         .softcap = p->softcap,
         .window = p->window,
     };
+}
+
+/* The longest key range any of the first n_tok tokens attends over: its
+ * kv length (host copy), capped at p->window when a window is set. */
+static int32_t max_key_range(const llmem_attn_params *p, const llmem_kv_view *kv, int32_t n_tok)
+{
     const int32_t *tl = kv->tok_kv_len.host;
     int32_t max_range = 0;
-    for (int32_t i = 0; i < a.n_tok; i++) {
+    for (int32_t i = 0; i < n_tok; i++) {
         int32_t range = p->window > 0 && tl[i] > p->window ? p->window : tl[i];
         max_range = range > max_range ? range : max_range;
     }
-    int32_t n_rep = a.n_heads / a.n_kv_heads;
-    int64_t items = (int64_t)a.n_tok * a.n_kv_heads * ((n_rep + 3) / 4);
-    int64_t want = ((int64_t)cb->n_sms * 8 + items - 1) / items;
+    return max_range;
+}
+
+/* How many parts the keys of one call are split into (1..64): enough for
+ * `ctas` CTAs over the (token, kv head, group of 4 query heads) items, at
+ * least 256 keys per part. */
+static int32_t key_splits(const cuk_attn_args *a, int64_t ctas, int32_t max_range)
+{
+    int32_t n_rep = a->n_heads / a->n_kv_heads;
+    int64_t items = (int64_t)a->n_tok * a->n_kv_heads * ((n_rep + 3) / 4);
+    int64_t want = (ctas + items - 1) / items;
     int64_t cap = (max_range + 255) / 256;
     int32_t n_split = (int32_t)(want < cap ? want : cap);
-    n_split = n_split < 1 ? 1 : n_split > 64 ? 64 : n_split;
+    return n_split < 1 ? 1 : n_split > 64 ? 64 : n_split;
+}
+
+/* Scaled pools (int8, fp8): one kernel for decode and prefill
+ * (kernels/attention_q.cu), split over keys like the decode kernel. */
+static llmem_status attention_scaled(llmem_backend *be, const llmem_attn_params *p,
+                                     const llmem_view *view, llmem_ct *q, llmem_ct *out)
+{
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    const llmem_kv_view *kv = llmem_view_kv(view);
+    if (!cuk_attn_q_supported(kv->head_dim))
+        return LLMEM_E_UNSUPPORTED;
+    cuk_attn_args a = attn_args(p, view, q, out);
+    int32_t n_split = key_splits(&a, (int64_t)cb->n_sms * 8, max_key_range(p, kv, a.n_tok));
     float *part = NULL;
     if (n_split > 1) {
         void *s;
@@ -465,41 +490,16 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
     if (st != LLMEM_OK)
         return st;
     const llmem_kv_view *kv = llmem_view_kv(view);
-    cuk_attn_args a = {
-        .q = tptr(q),
-        .out = tptr(out),
-        .k = cuda_dev(kv->k),
-        .v = cuda_dev(kv->v),
-        .dtype = kv->dtype,
-        .page_table = table(view, &kv->page_table),
-        .page_off = table(view, &kv->page_off),
-        .seq_len = table(view, &kv->seq_len),
-        .tok_kv_len = table(view, &kv->tok_kv_len),
-        .tok_seq = table(view, &kv->tok_seq),
-        .n_tok = q->ne[0],
-        .n_heads = q->ne[1],
-        .n_kv_heads = kv->n_kv_heads,
-        .head_dim = kv->head_dim,
-        .n_streams = kv->seq_len.n,
-        .max_pages = kv->max_pages,
-        .page_size = kv->page_size,
-        .n_pages = kv->n_pages,
-        .scale = p->scale,
-        .softcap = p->softcap,
-        .window = p->window,
-        .precise = !cb->attn_fast,
-    };
+    cuk_attn_args a = attn_args(p, view, q, out);
+    a.precise = !cb->attn_fast;
     /* Launch shape from the host copies: runs of same-stream tokens (long
      * runs: prefill tiles) and the longest key range (split count). */
-    const int32_t *ts = kv->tok_seq.host, *tl = kv->tok_kv_len.host;
+    const int32_t *ts = kv->tok_seq.host;
     int64_t runs = 0;
-    int32_t max_range = 0;
-    for (int32_t i = 0; i < a.n_tok; i++) {
+    for (int32_t i = 0; i < a.n_tok; i++)
         if (i == 0 || ts[i] != ts[i - 1])
             runs++;
-        int32_t range = p->window > 0 && tl[i] > p->window ? p->window : tl[i];
-        max_range = range > max_range ? range : max_range;
-    }
+    int32_t max_range = max_key_range(p, kv, a.n_tok);
     if (max_range == 0)
         return done(cb, cudaMemsetAsync(a.out, 0, (size_t)nelements(out) * sizeof(float), cb->stream),
                     "attention (no keys)");
@@ -508,13 +508,7 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
         return done(cb, cuk_attn_prefill(&a, cb->stream), "attention (prefill)");
     if (!cuk_attn_decode_supported(a.head_dim, a.dtype))
         return done(cb, cuk_attn_generic(&a, cb->stream), "attention (generic)");
-    /* enough CTAs to fill the device, at least 256 keys per split */
-    int32_t n_rep = a.n_heads / a.n_kv_heads;
-    int64_t items = (int64_t)a.n_tok * a.n_kv_heads * ((n_rep + 3) / 4);
-    int64_t want = ((int64_t)cb->n_sms * cb->dec_ctas + items - 1) / items;
-    int64_t cap = (max_range + 255) / 256;
-    int32_t n_split = (int32_t)(want < cap ? want : cap);
-    n_split = n_split < 1 ? 1 : n_split > 64 ? 64 : n_split;
+    int32_t n_split = key_splits(&a, (int64_t)cb->n_sms * cb->dec_ctas, max_range);
     float *part = NULL;
     if (n_split > 1) {
         void *s;
@@ -528,6 +522,34 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
 }
 
 /* ---- Mamba-2 ---------------------------------------------------------------------------------------- */
+
+llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need)
+{
+    *need = false;
+    if (v->n_seqs == 0)
+        return LLMEM_OK;
+    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
+    if (!writer)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < v->n_slots; i++)
+        writer[i] = -1;
+    for (int32_t s = 0; s < v->n_seqs; s++) {
+        int32_t sl = v->dst_slot.host[s];
+        if (sl >= 0)
+            writer[sl] = s;
+        for (int32_t c = 0; c < v->n_ckpt; c++) {
+            sl = v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
+            if (sl >= 0)
+                writer[sl] = s;
+        }
+    }
+    for (int32_t s = 0; s < v->n_seqs && !*need; s++) {
+        int32_t sl = v->src_slot.host[s];
+        *need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
+    }
+    free(writer);
+    return LLMEM_OK;
+}
 
 /* Fills the slot arguments of state `state` and, when some stream reads a
  * slot another stream writes, snapshots every source into scratch first. */
@@ -549,35 +571,13 @@ llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t s
     rs->src = table(view, &v->src_slot);
     rs->dst = table(view, &v->dst_slot);
     rs->ckpt = table(view, &v->ckpt_slot);
-    if (v->n_seqs == 0)
-        return LLMEM_OK;
-    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
-    if (!writer)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < v->n_slots; i++)
-        writer[i] = -1;
-    for (int32_t s = 0; s < v->n_seqs; s++) {
-        int32_t sl = v->dst_slot.host[s];
-        if (sl >= 0)
-            writer[sl] = s;
-        for (int32_t c = 0; c < v->n_ckpt; c++) {
-            sl = v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
-            if (sl >= 0)
-                writer[sl] = s;
-        }
-    }
-    bool need = false;
-    for (int32_t s = 0; s < v->n_seqs && !need; s++) {
-        int32_t sl = v->src_slot.host[s];
-        need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
-    }
-    free(writer);
-    if (!need)
-        return LLMEM_OK;
+    bool need;
+    llmem_status st = cuda_rs_need_snapshot(v, &need);
+    if (st != LLMEM_OK || !need)
+        return st;
     void *snap;
     size_t bytes = (size_t)v->n_seqs * (size_t)rs->elems * dtype_bytes(d->dtype);
-    llmem_status st = cuda_scratch(cb, bytes, &snap);
-    if (st != LLMEM_OK)
+    if ((st = cuda_scratch(cb, bytes, &snap)) != LLMEM_OK)
         return st;
     st = cuda_check(cb, cuk_rs_snapshot(rs, snap, cb->stream), "state snapshot");
     rs->snap = snap;
@@ -604,23 +604,10 @@ static llmem_status op_ssm_conv(llmem_backend *be, const llmem_view *view, int32
                 "ssm_conv");
 }
 
-static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
-                                const llmem_view *view, int32_t state, llmem_ct *xbc,
-                                llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
-                                llmem_ct *y)
+cuk_scan_args cuda_scan_args(const llmem_ssm_params *p, llmem_ct *xbc, llmem_ct *dt,
+                             llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
 {
-    if (llmem_view_rs(view)->desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
-        return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
-    cuda_backend *cb;
-    llmem_status st = enter(be, &cb);
-    if (st != LLMEM_OK)
-        return st;
-    if (!cuk_ssm_scan_supported(p->d_state))
-        return LLMEM_E_UNSUPPORTED; /* d_state > 256 */
-    cuk_rs_args rs;
-    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
-        return st;
-    cuk_scan_args sa = {
+    return (cuk_scan_args){
         .n_heads = p->n_heads,
         .head_dim = p->head_dim,
         .d_state = p->d_state,
@@ -638,8 +625,27 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         .y = tptr(y),
         /* xbc may be [T, ...] flattening to conv_dim columns (<llmem/ops.h>) */
         .conv_dim = p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state,
-        .n_sms = cb->n_sms,
     };
+}
+
+static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
+                                const llmem_view *view, int32_t state, llmem_ct *xbc,
+                                llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
+                                llmem_ct *y)
+{
+    if (llmem_view_rs(view)->desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
+        return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    if (!cuk_ssm_scan_supported(p->d_state))
+        return LLMEM_E_UNSUPPORTED; /* d_state > 256 */
+    cuk_rs_args rs;
+    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
+        return st;
+    cuk_scan_args sa = cuda_scan_args(p, xbc, dt, a_log, d, dt_bias, y);
+    sa.n_sms = cb->n_sms;
     return done(cb, cuk_ssm_scan(&rs, &sa, cb->stream), "ssm_scan");
 }
 

@@ -11,11 +11,6 @@
 #include "backends/cuda/cuda_ops_quant.h"
 #include "kernels/attention_q.h"
 
-static void *q_ptr(const llmem_tensor *t)
-{
-    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
-}
-
 static const int32_t *q_table(const llmem_view *v, const llmem_i32_table *t)
 {
     return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
@@ -50,26 +45,9 @@ llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
         .dst = q_table(view, &v->dst_slot),
         .ckpt = q_table(view, &v->ckpt_slot),
     };
-    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
-    if (!writer)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < v->n_slots; i++)
-        writer[i] = -1;
-    for (int32_t s = 0; s < v->n_seqs; s++) {
-        if (v->dst_slot.host[s] >= 0)
-            writer[v->dst_slot.host[s]] = s;
-        for (int32_t c = 0; c < v->n_ckpt; c++) {
-            int32_t sl = v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
-            if (sl >= 0)
-                writer[sl] = s;
-        }
-    }
-    bool need = false;
-    for (int32_t s = 0; s < v->n_seqs && !need; s++) {
-        int32_t sl = v->src_slot.host[s];
-        need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
-    }
-    free(writer);
+    bool need;
+    if ((st = cuda_rs_need_snapshot(v, &need)) != LLMEM_OK)
+        return st;
     if (need) {
         void *snap;
         if ((st = cuda_scratch(cb, (size_t)v->n_seqs * slot_bytes, &snap)) != LLMEM_OK)
@@ -87,24 +65,7 @@ llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
             return st;
         q.snap = snap;
     }
-    cuk_scan_args sa = {
-        .n_heads = p->n_heads,
-        .head_dim = p->head_dim,
-        .d_state = p->d_state,
-        .n_groups = p->n_groups,
-        .dt_min = p->dt_min,
-        .dt_max = p->dt_max,
-        .xbc = q_ptr(xbc),
-        .dt = q_ptr(dt),
-        .a_log = q_ptr(a_log),
-        .d = q_ptr(d),
-        .dt_bias = q_ptr(dt_bias),
-        .a_dt = a_log->dtype,
-        .d_dt = d ? (int32_t)d->dtype : 0,
-        .b_dt = dt_bias ? (int32_t)dt_bias->dtype : 0,
-        .y = q_ptr(y),
-        .conv_dim = p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state,
-    };
+    cuk_scan_args sa = cuda_scan_args(p, xbc, dt, a_log, d, dt_bias, y);
     st = cuda_check(cb, cuk_ssm_scan_q(&sa, &q, cb->stream), "ssm_scan (int8 state)");
     if (st == LLMEM_OK && cb->sync_each_op)
         st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "ssm_scan (int8 state)");
