@@ -163,6 +163,37 @@ template <typename T, int D, int NS> constexpr size_t dec_smem_bytes()
     return ring > merge ? ring : merge;
 }
 
+/* What one decode CTA works on: item x = blockIdx.x = ((tok * n_kv + g) *
+ * n_hc + hc) covers query heads h0 .. h0 + nr - 1 (at most DEC_NR of kv
+ * head g's group) of token tok; split sp = blockIdx.y of n_split covers
+ * keys [k0, k1) of stream s's range (empty when the token has none). */
+struct dec_item {
+    int64_t x, tok;
+    int32_t sp, g, h0, nr, s, k0, k1;
+};
+
+__device__ __forceinline__ dec_item dec_item_of(const cuk_attn_args &a, int32_t n_hc,
+                                                int32_t n_split)
+{
+    dec_item it;
+    it.x = blockIdx.x;
+    it.sp = blockIdx.y;
+    int32_t hc = (int32_t)(it.x % n_hc);
+    it.g = (int32_t)((it.x / n_hc) % a.n_kv_heads);
+    it.tok = it.x / ((int64_t)n_hc * a.n_kv_heads);
+    int32_t n_rep = a.n_heads / a.n_kv_heads;
+    it.h0 = it.g * n_rep + hc * DEC_NR;
+    it.nr = n_rep - hc * DEC_NR < DEC_NR ? n_rep - hc * DEC_NR : DEC_NR;
+    int32_t lo = 0, hi = 0;
+    it.s = 0;
+    if (!attn_query_range(a, it.tok, it.s, lo, hi))
+        lo = hi = 0;
+    int32_t per = (hi - lo + n_split - 1) / n_split;
+    it.k0 = lo + it.sp * per;
+    it.k1 = it.k0 + per < hi ? it.k0 + per : hi;
+    return it;
+}
+
 /* The last step of a decode CTA: merges the NG partial softmax results in
  * shared memory (sm_o [NG][DEC_NR][D] unnormalized outputs, sm_m / sm_l
  * [NG][DEC_NR] log2-domain maxima and sums) of the item's nr heads from h0
@@ -221,25 +252,13 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 4)
     extern __shared__ __align__(16) uint4 dec_ring[];
     cuk_pdl_trigger(); /* with one split, the output projection (a GEMV) follows */
 
-    int64_t x = blockIdx.x;
-    int32_t sp = blockIdx.y;
-    int32_t hc = (int32_t)(x % n_hc);
-    int32_t g = (int32_t)((x / n_hc) % a.n_kv_heads);
-    int64_t tok = x / ((int64_t)n_hc * a.n_kv_heads);
-    int32_t n_rep = a.n_heads / a.n_kv_heads;
-    int32_t h0 = g * n_rep + hc * DEC_NR;
-    int32_t nr = n_rep - hc * DEC_NR < DEC_NR ? n_rep - hc * DEC_NR : DEC_NR;
+    const dec_item it = dec_item_of(a, n_hc, n_split);
+    const int64_t x = it.x, tok = it.tok;
+    const int32_t sp = it.sp, g = it.g, h0 = it.h0, nr = it.nr, s = it.s, k0 = it.k0, k1 = it.k1;
 
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int gi = lane / S::LG, li = lane % S::LG; /* group within the warp, lane within it */
     int grp = warp * S::KPW + gi;
-
-    int32_t s = 0, lo = 0, hi = 0;
-    if (!attn_query_range(a, tok, s, lo, hi))
-        lo = hi = 0;
-    int32_t n_keys = hi - lo;
-    int32_t per = (n_keys + n_split - 1) / n_split;
-    int32_t k0 = lo + sp * per, k1 = k0 + per < hi ? k0 + per : hi;
 
     /* Warp step i covers keys base0 + i * step + [0, KS); lane l < KS
      * resolves key l of a step. */

@@ -41,22 +41,10 @@ __global__ void __launch_bounds__(DEC_WARPS * 32, 2)
     unsigned char *qs = dtc_smem + (Z::RING > Z::MERGE ? Z::RING : Z::MERGE);
     cuk_pdl_trigger(); /* with one split, the output projection (a GEMV) follows */
 
-    int64_t x = blockIdx.x;
-    int32_t sp = blockIdx.y;
-    int32_t hc = (int32_t)(x % n_hc);
-    int32_t g = (int32_t)((x / n_hc) % a.n_kv_heads);
-    int64_t tok = x / ((int64_t)n_hc * a.n_kv_heads);
-    int32_t n_rep = a.n_heads / a.n_kv_heads;
-    int32_t h0 = g * n_rep + hc * DEC_NR;
-    int32_t nr = n_rep - hc * DEC_NR < DEC_NR ? n_rep - hc * DEC_NR : DEC_NR;
+    const dec_item it = dec_item_of(a, n_hc, n_split);
+    const int64_t x = it.x, tok = it.tok;
+    const int32_t sp = it.sp, g = it.g, h0 = it.h0, nr = it.nr, s = it.s, k0 = it.k0, k1 = it.k1;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-    int32_t s = 0, lo = 0, hi = 0;
-    if (!attn_query_range(a, tok, s, lo, hi))
-        lo = hi = 0;
-    int32_t n_keys = hi - lo;
-    int32_t per = (n_keys + n_split - 1) / n_split;
-    int32_t k0 = lo + sp * per, k1 = k0 + per < hi ? k0 + per : hi;
 
     /* Q tile: rows 0..nr-1 the item's heads, scaled; the rest zeros */
     for (int c = tid; c < 16 * Z::CH; c += blockDim.x) {
