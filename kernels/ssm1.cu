@@ -49,7 +49,7 @@ __device__ __forceinline__ int32_t s1_out_slot(const cuk_rs_args &rs, int64_t s,
 
 /* ---- short conv ------------------------------------------------------------------------------- */
 
-#define SC_MAX 16
+#define SC_MAX 64 /* taps, as the vulkan shader and the config allow */
 
 __global__ void short_conv_kernel(cuk_rs_args rs, const float *bcx, const void *w, int wdt,
                                   const void *b, int bdt, float *out, int32_t dim, int32_t L)
