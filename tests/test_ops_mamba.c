@@ -23,159 +23,11 @@
 #include "llmem/recurrent.h"
 #include "support/ops_harness.h"
 #include "support/ref64.h"
+#include "support/rs_harness.h"
 
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
 #define BF16 LLMEM_DTYPE_BF16
-#define MAXS 8
-
-typedef struct rs_setup {
-    int32_t n_seqs, n_tok, n_ckpt, n_slots;
-    int32_t src[MAXS], dst[MAXS], ckpt[MAXS * 4];
-} rs_setup;
-
-/* The ubatch token after which checkpoint c is taken (-1: before the first). */
-static int32_t ckpt_token(const rs_setup *rs, int32_t c)
-{
-    return rs->n_tok - rs->n_ckpt + c;
-}
-
-static int64_t desc_elems(const llmem_state_desc *d)
-{
-    int64_t n = 1;
-    for (int32_t i = 0; i < d->n_dims; i++)
-        n *= d->shape[i];
-    return n;
-}
-
-/* A recurrent view of n_states states; buffers get the images init[j]
- * (n_slots slots of raw bytes). desc and bufs must outlive the view. */
-static void rs_build(th_ctx *c, llmem_view *view, llmem_rs_view *v, const rs_setup *rs,
-                     int32_t n_states,
-                     const llmem_state_desc *desc, llmem_buffer **bufs,
-                     const unsigned char *const *init)
-{
-    memset(v, 0, sizeof *v);
-    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
-    for (int32_t j = 0; j < n_states; j++) {
-        size_t bytes = (size_t)(desc_elems(&desc[j]) * rs->n_slots) * llmem_dtype_size(desc[j].dtype);
-        bufs[j] = th_pool(c, bytes, desc[j].dtype);
-        ck_assert_int_eq(llmem_buffer_upload(bufs[j], 0, init[j], bytes), LLMEM_OK);
-    }
-    v->n_states = n_states;
-    v->desc = desc;
-    v->state = bufs;
-    v->n_slots = rs->n_slots;
-    v->n_seqs = rs->n_seqs;
-    v->n_seq_tokens = rs->n_tok;
-    v->n_ckpt = rs->n_ckpt;
-    th_idx b = {0};
-    v->src_slot = th_idx_add(&b, rs->src, rs->n_seqs);
-    v->dst_slot = th_idx_add(&b, rs->dst, rs->n_seqs);
-    v->ckpt_slot = th_idx_add(&b, rs->ckpt, rs->n_seqs * rs->n_ckpt);
-    llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot};
-    view->idx = th_idx_finish(c, &b, tabs, 3);
-}
-
-/* A state image: NaN everywhere, random values (rounded to t) in `live` slots. */
-static unsigned char *state_image(th_ctx *h, ref64_rng *r, const llmem_state_desc *d,
-                                  int32_t n_slots, const bool *live, double lo, double hi)
-{
-    int64_t e = desc_elems(d);
-    size_t es = llmem_dtype_size(d->dtype);
-    unsigned char *img = th_alloc(h, (size_t)(e * n_slots) * es + 4);
-    uint32_t nan = llmem_nan_pattern(d->dtype);
-    for (size_t i = 0; i < (size_t)(e * n_slots) * es; i += 4)
-        memcpy(img + i, &nan, 4);
-    for (int32_t s = 0; s < n_slots; s++)
-        if (live[s])
-            for (int64_t i = 0; i < e; i++)
-                ref64_encode(ref64_round(ref64_uniform(r, lo, hi), d->dtype), d->dtype,
-                             img + (size_t)(s * e + i) * es);
-    return img;
-}
-
-static void decode_slot(const unsigned char *img, const llmem_state_desc *d, int32_t slot,
-                        double *out)
-{
-    int64_t e = desc_elems(d);
-    size_t es = llmem_dtype_size(d->dtype);
-    for (int64_t i = 0; i < e; i++)
-        out[i] = ref64_decode(img + (size_t)(slot * e + i) * es, d->dtype);
-}
-
-/* ---- references over a ubatch ------------------------------------------------------------- */
-
-/* The slot image the ubatch must leave, and which slots it writes; `states`
- * gets (n_seqs x (n_ckpt + 1)) states [elems] written: ckpts then dst. */
-typedef void (*step_fn)(void *ctx, double *state, int32_t tok, double *out_row);
-
-static void reference_ubatch(const rs_setup *rs, const llmem_state_desc *d,
-                             const unsigned char *init, step_fn step, void *ctx,
-                             int64_t out_cols, double *out, double *want_slots, bool *written)
-{
-    int64_t e = desc_elems(d);
-    double *st = malloc((size_t)e * sizeof *st);
-    for (int32_t s = 0; s < rs->n_slots; s++)
-        written[s] = false;
-    for (int32_t s = 0; s < rs->n_seqs; s++) {
-        if (rs->src[s] >= 0)
-            decode_slot(init, d, rs->src[s], st); /* sources read before any write */
-        else
-            memset(st, 0, (size_t)e * sizeof *st);
-        for (int32_t c = 0; c < rs->n_ckpt; c++)
-            if (ckpt_token(rs, c) == -1 && rs->ckpt[s * rs->n_ckpt + c] >= 0) {
-                memcpy(want_slots + rs->ckpt[s * rs->n_ckpt + c] * e, st, (size_t)e * sizeof *st);
-                written[rs->ckpt[s * rs->n_ckpt + c]] = true;
-            }
-        for (int32_t t = 0; t < rs->n_tok; t++) {
-            int32_t tok = s * rs->n_tok + t;
-            step(ctx, st, tok, out + tok * out_cols);
-            for (int32_t c = 0; c < rs->n_ckpt; c++)
-                if (ckpt_token(rs, c) == t && rs->ckpt[s * rs->n_ckpt + c] >= 0) {
-                    memcpy(want_slots + rs->ckpt[s * rs->n_ckpt + c] * e, st, (size_t)e * sizeof *st);
-                    written[rs->ckpt[s * rs->n_ckpt + c]] = true;
-                }
-        }
-        if (rs->dst[s] >= 0) {
-            memcpy(want_slots + rs->dst[s] * e, st, (size_t)e * sizeof *st);
-            written[rs->dst[s]] = true;
-        }
-    }
-    free(st);
-}
-
-/* Checks a state buffer after the op: written slots against the reference
- * (exact bytes when `exact`, else the dtype's threshold), other slots
- * unchanged. */
-static void check_slots(const rs_setup *rs, const llmem_state_desc *d, const unsigned char *init,
-                        const unsigned char *got, const double *want, const bool *written,
-                        bool exact, bool vs_cpu, const char *what)
-{
-    int64_t e = desc_elems(d);
-    size_t es = llmem_dtype_size(d->dtype);
-    double *g = malloc((size_t)e * sizeof *g);
-    unsigned char *enc = malloc((size_t)e * es);
-    char msg[128];
-    for (int32_t s = 0; s < rs->n_slots; s++) {
-        const unsigned char *gs = got + (size_t)(s * e) * es;
-        snprintf(msg, sizeof msg, "%s: slot %d", what, s);
-        if (!written[s]) {
-            th_expect_same_bytes(gs, init + (size_t)(s * e) * es, (size_t)e * es, msg);
-            continue;
-        }
-        if (exact) {
-            for (int64_t i = 0; i < e; i++)
-                ref64_encode(ref64_round(want[s * e + i], d->dtype), d->dtype, enc + i * es);
-            th_expect_same_bytes(gs, enc, (size_t)e * es, msg);
-        } else {
-            decode_slot(got, d, s, g);
-            th_expect_close(g, want + s * e, e, ref64_tol(d->dtype, vs_cpu), msg);
-        }
-    }
-    free(enc);
-    free(g);
-}
 
 /* ---- conv ------------------------------------------------------------------------------------ */
 
@@ -258,8 +110,8 @@ START_TEST(test_ssm_conv)
         for (int32_t s = 0; s < rs->n_seqs; s++)
             if (rs->src[s] >= 0)
                 live[rs->src[s]] = true;
-        unsigned char *init = state_image(&h, &r, &d, rs->n_slots, live, -2, 2);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = desc_elems(&d);
+        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -2, 2);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->conv_dim));
         double *w = th_alloc(&h, sizeof(double) * (size_t)(k->conv_dim * k->d_conv));
         double *b = th_alloc(&h, sizeof(double) * (size_t)k->conv_dim);
@@ -274,14 +126,14 @@ START_TEST(test_ssm_conv)
         double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
         bool written[16];
         conv_run(be, rs, &d, &in, init, out, after);
-        reference_ubatch(rs, &d, init, conv_step, &in, k->conv_dim, ref, want, written);
+        rs_reference_ubatch(rs, &d, init, conv_step, &in, k->conv_dim, ref, want, written);
         if (cpu)
             conv_run(cpu, rs, &d, &in, init, ref, after_cpu);
         char what[64];
         snprintf(what, sizeof what, "ssm_conv case %zu", ci);
         th_expect_close(out, ref, n_tok * k->conv_dim, ref64_tol(F32, cpu != NULL), what);
         /* conv states are past inputs: exact bytes on every backend */
-        check_slots(rs, &d, init, after, want, written, true, cpu != NULL, what);
+        rs_check_slots(rs, &d, init, after, want, written, true, cpu != NULL, what);
         th_end(&h);
     }
     llmem_backend_close(cpu);
@@ -409,10 +261,10 @@ START_TEST(test_ssm_scan)
         for (int32_t s = 0; s < rs->n_seqs; s++)
             if (rs->src[s] >= 0)
                 live[rs->src[s]] = true;
-        unsigned char *init = state_image(&h, &r, &d, rs->n_slots, live, -1, 1);
+        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -1, 1);
         scan_in in;
         scan_inputs(&h, &r, k, &in);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = desc_elems(&d);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         int64_t ny = n_tok * k->p.n_heads * k->p.head_dim;
         double *y = th_alloc(&h, sizeof(double) * (size_t)ny), *ref = th_alloc(&h, sizeof(double) * (size_t)ny);
         size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st) + 4;
@@ -420,18 +272,18 @@ START_TEST(test_ssm_scan)
         double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
         bool written[16];
         scan_run(be, rs, &d, &in, init, y, after);
-        reference_ubatch(rs, &d, init, scan_step, &in, k->p.n_heads * k->p.head_dim, ref, want,
+        rs_reference_ubatch(rs, &d, init, scan_step, &in, k->p.n_heads * k->p.head_dim, ref, want,
                          written);
         if (cpu) {
             scan_run(cpu, rs, &d, &in, init, ref, after_cpu);
             for (int32_t s = 0; s < rs->n_slots; s++)
                 if (written[s])
-                    decode_slot(after_cpu, &d, s, want + s * e);
+                    rs_decode_slot(after_cpu, &d, s, want + s * e);
         }
         char what[64];
         snprintf(what, sizeof what, "ssm_scan case %zu", ci);
         th_expect_close(y, ref, ny, ref64_tol(F32, cpu != NULL), what);
-        check_slots(rs, &d, init, after, want, written, false, cpu != NULL, what);
+        rs_check_slots(rs, &d, init, after, want, written, false, cpu != NULL, what);
         th_end(&h);
     }
     llmem_backend_close(cpu);
@@ -504,8 +356,8 @@ START_TEST(test_mamba_resume)
         ref64_fill(&r, pa, H, -1, 1.5, F32);
         ref64_fill(&r, pa + H, 2 * H, -1, 1, F32);
         bool live[SLOTS] = {0};
-        unsigned char *img[2] = {state_image(&h, &r, &desc[0], SLOTS, live, 0, 0),
-                                 state_image(&h, &r, &desc[1], SLOTS, live, 0, 0)};
+        unsigned char *img[2] = {rs_state_image(&h, &r, &desc[0], SLOTS, live, 0, 0),
+                                 rs_state_image(&h, &r, &desc[1], SLOTS, live, 0, 0)};
         /* ubatch 1: stream-major rows of tokens [0, T1) of both streams */
         double *x1 = th_alloc(&h, sizeof(double) * NS * T1 * cd), *dt1 = th_alloc(&h, sizeof(double) * NS * T1 * H);
         double *x2 = th_alloc(&h, sizeof(double) * NS * T2 * cd), *dt2 = th_alloc(&h, sizeof(double) * NS * T2 * H);
@@ -661,8 +513,8 @@ START_TEST(test_state_slot_copy)
     th_begin(&c, be);
     llmem_state_desc desc[2] = {{"conv", 2, {3, 13}, BF16}, {"ssm", 3, {2, 3, 5}, F32}};
     bool live[5] = {1, 1, 1, 1, 1};
-    unsigned char *img[2] = {state_image(&c, &r, &desc[0], 5, live, -1, 1),
-                             state_image(&c, &r, &desc[1], 5, live, -1, 1)};
+    unsigned char *img[2] = {rs_state_image(&c, &r, &desc[0], 5, live, -1, 1),
+                             rs_state_image(&c, &r, &desc[1], 5, live, -1, 1)};
     llmem_view view;
     llmem_rs_view rsd;
     llmem_buffer *bufs[2];
@@ -671,7 +523,7 @@ START_TEST(test_state_slot_copy)
     rs_build(&c, &view, &rsd, &rs, 2, desc, bufs, init);
     ck_assert_int_eq(llmem_op_state_slot_copy(be, &view, 3, 1), LLMEM_OK);
     for (int j = 0; j < 2; j++) {
-        size_t slot = (size_t)desc_elems(&desc[j]) * llmem_dtype_size(desc[j].dtype);
+        size_t slot = (size_t)rs_desc_elems(&desc[j]) * llmem_dtype_size(desc[j].dtype);
         memcpy(img[j] + slot, img[j] + 3 * slot, slot);
         th_expect_same_bytes(th_snapshot(&c, bufs[j]), img[j], 5 * slot, "state after slot copy");
     }

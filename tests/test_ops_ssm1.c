@@ -2,7 +2,7 @@
 /* Op conformance suite, part 5: LFM2's gated short convolution
  * (llmem_op_short_conv) and the Mamba-1 selective scan (llmem_op_ssm_scan1),
  * with state slots and checkpoints (conventions of test_ops.c; the slot
- * helpers are test_ops_mamba.c's).
+ * helpers are support/rs_harness.h).
  *
  * References are float64 recurrences written here, one token at a time:
  * short conv from transformers Lfm2ShortConv (u = B * x; out = C *
@@ -25,159 +25,11 @@
 #include "llmem/ops.h"
 #include "support/ops_harness.h"
 #include "support/ref64.h"
+#include "support/rs_harness.h"
 
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
 #define BF16 LLMEM_DTYPE_BF16
-#define MAXS 8
-
-typedef struct rs_setup {
-    int32_t n_seqs, n_tok, n_ckpt, n_slots;
-    int32_t src[MAXS], dst[MAXS], ckpt[MAXS * 4];
-} rs_setup;
-
-/* The ubatch token after which checkpoint c is taken (-1: before the first). */
-static int32_t ckpt_token(const rs_setup *rs, int32_t c)
-{
-    return rs->n_tok - rs->n_ckpt + c;
-}
-
-static int64_t desc_elems(const llmem_state_desc *d)
-{
-    int64_t n = 1;
-    for (int32_t i = 0; i < d->n_dims; i++)
-        n *= d->shape[i];
-    return n;
-}
-
-/* A recurrent view of n_states states; buffers get the images init[j]
- * (n_slots slots of raw bytes). desc and bufs must outlive the view. */
-static void rs_build(th_ctx *c, llmem_view *view, const rs_setup *rs, int32_t n_states,
-                     const llmem_state_desc *desc, llmem_buffer **bufs,
-                     const unsigned char *const *init)
-{
-    llmem_rs_view *v = th_alloc(c, sizeof *v); /* the description lives as long as c */
-    memset(v, 0, sizeof *v);
-    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
-    for (int32_t j = 0; j < n_states; j++) {
-        size_t bytes = (size_t)(desc_elems(&desc[j]) * rs->n_slots) * llmem_dtype_size(desc[j].dtype);
-        bufs[j] = th_pool(c, bytes, desc[j].dtype);
-        ck_assert_int_eq(llmem_buffer_upload(bufs[j], 0, init[j], bytes), LLMEM_OK);
-    }
-    v->n_states = n_states;
-    v->desc = desc;
-    v->state = bufs;
-    v->n_slots = rs->n_slots;
-    v->n_seqs = rs->n_seqs;
-    v->n_seq_tokens = rs->n_tok;
-    v->n_ckpt = rs->n_ckpt;
-    th_idx b = {0};
-    v->src_slot = th_idx_add(&b, rs->src, rs->n_seqs);
-    v->dst_slot = th_idx_add(&b, rs->dst, rs->n_seqs);
-    v->ckpt_slot = th_idx_add(&b, rs->ckpt, rs->n_seqs * rs->n_ckpt);
-    llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot};
-    view->idx = th_idx_finish(c, &b, tabs, 3);
-}
-
-/* A state image: NaN everywhere, random values (rounded to t) in `live` slots. */
-static unsigned char *state_image(th_ctx *h, ref64_rng *r, const llmem_state_desc *d,
-                                  int32_t n_slots, const bool *live, double lo, double hi)
-{
-    int64_t e = desc_elems(d);
-    size_t es = llmem_dtype_size(d->dtype);
-    unsigned char *img = th_alloc(h, (size_t)(e * n_slots) * es + 4);
-    uint32_t nan = llmem_nan_pattern(d->dtype);
-    for (size_t i = 0; i < (size_t)(e * n_slots) * es; i += 4)
-        memcpy(img + i, &nan, 4);
-    for (int32_t s = 0; s < n_slots; s++)
-        if (live[s])
-            for (int64_t i = 0; i < e; i++)
-                ref64_encode(ref64_round(ref64_uniform(r, lo, hi), d->dtype), d->dtype,
-                             img + (size_t)(s * e + i) * es);
-    return img;
-}
-
-static void decode_slot(const unsigned char *img, const llmem_state_desc *d, int32_t slot,
-                        double *out)
-{
-    int64_t e = desc_elems(d);
-    size_t es = llmem_dtype_size(d->dtype);
-    for (int64_t i = 0; i < e; i++)
-        out[i] = ref64_decode(img + (size_t)(slot * e + i) * es, d->dtype);
-}
-
-/* ---- references over a ubatch ------------------------------------------------------------- */
-
-/* The slot image the ubatch must leave, and which slots it writes; `states`
- * gets (n_seqs x (n_ckpt + 1)) states [elems] written: ckpts then dst. */
-typedef void (*step_fn)(void *ctx, double *state, int32_t tok, double *out_row);
-
-static void reference_ubatch(const rs_setup *rs, const llmem_state_desc *d,
-                             const unsigned char *init, step_fn step, void *ctx,
-                             int64_t out_cols, double *out, double *want_slots, bool *written)
-{
-    int64_t e = desc_elems(d);
-    double *st = malloc((size_t)e * sizeof *st);
-    for (int32_t s = 0; s < rs->n_slots; s++)
-        written[s] = false;
-    for (int32_t s = 0; s < rs->n_seqs; s++) {
-        if (rs->src[s] >= 0)
-            decode_slot(init, d, rs->src[s], st); /* sources read before any write */
-        else
-            memset(st, 0, (size_t)e * sizeof *st);
-        for (int32_t c = 0; c < rs->n_ckpt; c++)
-            if (ckpt_token(rs, c) == -1 && rs->ckpt[s * rs->n_ckpt + c] >= 0) {
-                memcpy(want_slots + rs->ckpt[s * rs->n_ckpt + c] * e, st, (size_t)e * sizeof *st);
-                written[rs->ckpt[s * rs->n_ckpt + c]] = true;
-            }
-        for (int32_t t = 0; t < rs->n_tok; t++) {
-            int32_t tok = s * rs->n_tok + t;
-            step(ctx, st, tok, out + tok * out_cols);
-            for (int32_t c = 0; c < rs->n_ckpt; c++)
-                if (ckpt_token(rs, c) == t && rs->ckpt[s * rs->n_ckpt + c] >= 0) {
-                    memcpy(want_slots + rs->ckpt[s * rs->n_ckpt + c] * e, st, (size_t)e * sizeof *st);
-                    written[rs->ckpt[s * rs->n_ckpt + c]] = true;
-                }
-        }
-        if (rs->dst[s] >= 0) {
-            memcpy(want_slots + rs->dst[s] * e, st, (size_t)e * sizeof *st);
-            written[rs->dst[s]] = true;
-        }
-    }
-    free(st);
-}
-
-/* Checks a state buffer after the op: written slots against the reference
- * (exact bytes when `exact`, else the dtype's threshold), other slots
- * unchanged. */
-static void check_slots(const rs_setup *rs, const llmem_state_desc *d, const unsigned char *init,
-                        const unsigned char *got, const double *want, const bool *written,
-                        bool exact, bool vs_cpu, const char *what)
-{
-    int64_t e = desc_elems(d);
-    size_t es = llmem_dtype_size(d->dtype);
-    double *g = malloc((size_t)e * sizeof *g);
-    unsigned char *enc = malloc((size_t)e * es);
-    char msg[128];
-    for (int32_t s = 0; s < rs->n_slots; s++) {
-        const unsigned char *gs = got + (size_t)(s * e) * es;
-        snprintf(msg, sizeof msg, "%s: slot %d", what, s);
-        if (!written[s]) {
-            th_expect_same_bytes(gs, init + (size_t)(s * e) * es, (size_t)e * es, msg);
-            continue;
-        }
-        if (exact) {
-            for (int64_t i = 0; i < e; i++)
-                ref64_encode(ref64_round(want[s * e + i], d->dtype), d->dtype, enc + i * es);
-            th_expect_same_bytes(gs, enc, (size_t)e * es, msg);
-        } else {
-            decode_slot(got, d, s, g);
-            th_expect_close(g, want + s * e, e, ref64_tol(d->dtype, vs_cpu), msg);
-        }
-    }
-    free(enc);
-    free(g);
-}
 
 /* ---- short conv ---------------------------------------------------------------------------- */
 
@@ -214,7 +66,7 @@ static void sc_run(llmem_backend *be, const rs_setup *rs, const llmem_state_desc
     th_begin(&c, be);
     llmem_view view;
     llmem_buffer *bufs[1];
-    rs_build(&c, &view, rs, 1, d, bufs, &init);
+    rs_build(&c, &view, th_alloc(&c, sizeof(llmem_rs_view)), rs, 1, d, bufs, &init);
     int32_t n_tok = rs->n_seqs * rs->n_tok;
     llmem_tensor bcx = th_tensor(&c, F32, 2, n_tok, 3 * in->D, 1);
     llmem_tensor w = th_tensor(&c, wt, 3, in->D, 1, in->L); /* HF layout [D, 1, L] */
@@ -266,8 +118,8 @@ START_TEST(test_short_conv)
         for (int32_t s = 0; s < rs->n_seqs; s++)
             if (rs->src[s] >= 0)
                 live[rs->src[s]] = true;
-        unsigned char *init = state_image(&h, &r, &d, rs->n_slots, live, -2, 2);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = desc_elems(&d);
+        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -2, 2);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         double *bcx = th_alloc(&h, sizeof(double) * (size_t)(n_tok * 3 * k->D));
         double *w = th_alloc(&h, sizeof(double) * (size_t)(k->D * k->L));
         double *b = th_alloc(&h, sizeof(double) * (size_t)k->D);
@@ -283,7 +135,7 @@ START_TEST(test_short_conv)
         double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
         bool written[16];
         sc_run(be, rs, &d, &in, k->wt, init, out, after);
-        reference_ubatch(rs, &d, init, sc_step, &in, k->D, ref, want, written);
+        rs_reference_ubatch(rs, &d, init, sc_step, &in, k->D, ref, want, written);
         char what[64];
         snprintf(what, sizeof what, "short_conv case %zu", ci);
         /* against float64 always; against the CPU backend too on a device */
@@ -293,7 +145,7 @@ START_TEST(test_short_conv)
             th_expect_close(out, ref_cpu, n_tok * k->D, ref64_tol(F32, true), what);
         }
         /* conv states are u rows, each rounded once from f32: exact bytes */
-        check_slots(rs, &d, init, after, want, written, true, cpu != NULL, what);
+        rs_check_slots(rs, &d, init, after, want, written, true, cpu != NULL, what);
         th_end(&h);
     }
     llmem_backend_close(cpu);
@@ -342,7 +194,7 @@ static void s1_run(llmem_backend *be, const rs_setup *rs, const llmem_state_desc
     th_begin(&c, be);
     llmem_view view;
     llmem_buffer *bufs[1];
-    rs_build(&c, &view, rs, 1, d, bufs, &init);
+    rs_build(&c, &view, th_alloc(&c, sizeof(llmem_rs_view)), rs, 1, d, bufs, &init);
     int32_t n_tok = rs->n_seqs * rs->n_tok, Din = in->p.d_inner, N = in->p.d_state;
     llmem_tensor x = th_tensor(&c, F32, 2, n_tok, Din, 1), dt = th_tensor(&c, F32, 2, n_tok, Din, 1);
     llmem_tensor bt = th_tensor(&c, F32, 2, n_tok, N, 1), ct = th_tensor(&c, F32, 2, n_tok, N, 1);
@@ -406,8 +258,8 @@ START_TEST(test_ssm_scan1)
         for (int32_t s = 0; s < rs->n_seqs; s++)
             if (rs->src[s] >= 0)
                 live[rs->src[s]] = true;
-        unsigned char *init = state_image(&h, &r, &d, rs->n_slots, live, -1, 1);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = desc_elems(&d);
+        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -1, 1);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
         double *dt = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
         double *z = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
@@ -434,11 +286,11 @@ START_TEST(test_ssm_scan1)
         double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
         bool written[16];
         s1_run(be, rs, &d, &in, init, y, after);
-        reference_ubatch(rs, &d, init, s1_step, &in, Din, ref, want, written);
+        rs_reference_ubatch(rs, &d, init, s1_step, &in, Din, ref, want, written);
         char what[64];
         snprintf(what, sizeof what, "ssm_scan1 case %zu", ci);
         th_expect_close(y, ref, n_tok * Din, ref64_tol(F32, false), what);
-        check_slots(rs, &d, init, after, want, written, false, false, what);
+        rs_check_slots(rs, &d, init, after, want, written, false, false, what);
         if (cpu) {
             s1_run(cpu, rs, &d, &in, init, ref_cpu, after_cpu);
             th_expect_close(y, ref_cpu, n_tok * Din, ref64_tol(F32, true), what);
@@ -474,7 +326,7 @@ START_TEST(test_scan1_resume)
     ref64_fill(&r, a, DIN * N, -1, 1.5, F32);
     ref64_fill(&r, dd, DIN, -1, 1, F32);
     bool live[SLOTS] = {0};
-    unsigned char *img = state_image(&h, &r, &d, SLOTS, live, 0, 0);
+    unsigned char *img = rs_state_image(&h, &r, &d, SLOTS, live, 0, 0);
     /* ubatch 1: tokens [0, T1) of both streams, 3 checkpoints each */
     double *u1x = th_alloc(&h, sizeof(double) * NS * T1 * DIN), *u1dt = th_alloc(&h, sizeof(double) * NS * T1 * DIN);
     double *u1b = th_alloc(&h, sizeof(double) * NS * T1 * N), *u1c = th_alloc(&h, sizeof(double) * NS * T1 * N);
@@ -543,7 +395,7 @@ START_TEST(test_ssm1_args)
     llmem_buffer *bufs[2];
     const unsigned char *init[2] = {img[0], img[1]};
     rs_setup ok = {2, 2, 0, 6, {0, 1}, {2, 3}, {0}};
-    rs_build(&c, &view, &ok, 2, desc, bufs, init);
+    rs_build(&c, &view, th_alloc(&c, sizeof(llmem_rs_view)), &ok, 2, desc, bufs, init);
     llmem_tensor bcx = th_tensor(&c, F32, 2, 4, 3 * D, 1), o = th_tensor(&c, F32, 2, 4, D, 1);
     llmem_tensor w = th_tensor(&c, F32, 2, D, L, 1), x = th_tensor(&c, F32, 2, 4, D, 1);
     llmem_tensor dt = th_tensor(&c, F32, 2, 4, D, 1), bt = th_tensor(&c, F32, 2, 4, N, 1);
@@ -586,7 +438,7 @@ START_TEST(test_ssm1_args)
     rs_setup two = {2, 2, 0, 6, {0, 1}, {2, 2}, {0}};
     llmem_view v2;
     llmem_buffer *b2[2];
-    rs_build(&c, &v2, &two, 2, desc, b2, init);
+    rs_build(&c, &v2, th_alloc(&c, sizeof(llmem_rs_view)), &two, 2, desc, b2, init);
     ck_assert_int_eq(llmem_op_short_conv(be, &v2, 0, &bcx, &w, NULL, &o), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &v2, 1, &x, &dt, &bt, &ct, &a, NULL, NULL, NULL, &y),
                      LLMEM_E_INVALID);
