@@ -2,23 +2,15 @@
  * (kernels/gdn.cu). The wrappers of backends/ops_gdn.c have checked every
  * argument; the kernel skips slots outside [0, n_slots). When a group reads
  * a slot another group writes (copy-on-write, seen in the host tables),
- * every source is snapshotted first (cuk_rs_snapshot), as for Mamba-2. */
-#include <stdlib.h>
-#include <string.h>
-
+ * every source is snapshotted first (cuda_rs_prepare), as for Mamba-2. */
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_ops_gdn.h"
+#include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
 
 static void *gdn_ptr(const llmem_tensor *t)
 {
     return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
-}
-
-static const int32_t *gdn_table(const llmem_view *v, const llmem_i32_table *t)
-{
-    return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
-                    : NULL;
 }
 
 static llmem_status gdn_done(cuda_backend *cb, cudaError_t e, const char *what)
@@ -39,47 +31,9 @@ llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llm
         return st;
     if (!cuk_gdn_supported(p->d_k))
         return LLMEM_E_UNSUPPORTED; /* registers hold one column of d_k */
-    const llmem_rs_view *v = llmem_view_rs(view);
-    const llmem_state_desc *d = &v->desc[state];
-    cuk_rs_args rs = {
-        .state = cuda_dev(v->state[state]),
-        .dtype = d->dtype,
-        .elems = d->shape[0] * d->shape[1] * d->shape[2],
-        .n_slots = v->n_slots,
-        .n_seqs = v->n_seqs,
-        .n_seq_tokens = v->n_seq_tokens,
-        .n_ckpt = v->n_ckpt,
-        .src = gdn_table(view, &v->src_slot),
-        .dst = gdn_table(view, &v->dst_slot),
-        .ckpt = gdn_table(view, &v->ckpt_slot),
-    };
-    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
-    if (!writer)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < v->n_slots; i++)
-        writer[i] = -1;
-    for (int32_t s = 0; s < v->n_seqs; s++)
-        for (int32_t c = -1; c < v->n_ckpt; c++) {
-            int32_t sl = c < 0 ? v->dst_slot.host[s] : v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
-            if (sl >= 0)
-                writer[sl] = s;
-        }
-    bool need = false;
-    for (int32_t s = 0; s < v->n_seqs && !need; s++) {
-        int32_t sl = v->src_slot.host[s];
-        need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
-    }
-    free(writer);
-    if (need) {
-        void *snap;
-        size_t bytes = (size_t)v->n_seqs * (size_t)rs.elems * (d->dtype == LLMEM_DTYPE_F32 ? 4 : 2);
-        if ((st = cuda_scratch(cb, bytes, &snap)) != LLMEM_OK)
-            return st;
-        if ((st = cuda_check(cb, cuk_rs_snapshot(&rs, snap, cb->stream), "gdn state snapshot")) !=
-            LLMEM_OK)
-            return st;
-        rs.snap = snap;
-    }
+    cuk_rs_args rs;
+    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
+        return st;
     cuk_gdn_args ga = {
         .n_k_heads = p->n_k_heads,
         .n_v_heads = p->n_v_heads,

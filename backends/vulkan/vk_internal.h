@@ -397,6 +397,19 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
  * *use_snap; the caller releases *snap after recording its op. */
 llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
                            vk_alloc *snap, bool *use_snap);
+/* Whether a stream of rs reads a source slot that another stream writes
+ * (its destination or a checkpoint), from the host copies of the tables:
+ * then the sources must be read from a snapshot (copy-on-write of a shared
+ * state). Out-of-range slots count as no slot (the ops validate them).
+ * Errors: LLMEM_E_NO_MEMORY (host scratch; *out is false). */
+llmem_status vk_rs_needs_snapshot(const llmem_rs_view *rs, bool *out);
+/* Binds a recurrent op's view buffers in the order the shaders declare
+ * them: the index buffer (read), state buffer `state` (read-write), then
+ * the snapshot snap (read) or, when snap is NULL, a dummy binding. */
+void vk_rs_bind(vk_backend *v, vk_op *op, const llmem_view *view, int32_t state,
+                const vk_alloc *snap);
+/* Pushes the words of rs's src, dst and ckpt slot tables (in that order). */
+void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
 /* Short conv and Mamba-1 scan (vk_ops_ssm1.c; shaders short_conv.comp,
  * ssm_scan1.comp). */
 llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,

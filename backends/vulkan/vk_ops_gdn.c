@@ -6,41 +6,14 @@
  *
  * Slot discipline as vk_ops_mamba.c: an invocation reads its column of the
  * source before writing it anywhere; when a group's source slot is written
- * by another group (seen in the host tables), a state_gather dispatch first
- * copies every group's source into an f32 snapshot that the op reads.
+ * by another group (seen in the host tables), vk_rs_prepare first gathers
+ * every group's source into an f32 snapshot that the op reads.
  */
-#include <stdlib.h>
-
 #include "llmem/view.h"
 #include "vk_internal.h"
 
 #define GDN_WG 64
 #define GDN_EW_WG 256
-#define GDN_GATHER_WG 256
-
-/* Whether a group reads a slot another group writes. */
-static llmem_status gdn_needs_snapshot(const llmem_rs_view *rs, bool *out)
-{
-    *out = false;
-    int32_t *writer = malloc((size_t)rs->n_slots * sizeof *writer);
-    if (!writer)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < rs->n_slots; i++)
-        writer[i] = -1;
-    for (int32_t s = 0; s < rs->n_seqs; s++)
-        for (int32_t c = -1; c < rs->n_ckpt; c++) {
-            int32_t slot = c < 0 ? rs->dst_slot.host[s]
-                                 : rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c];
-            if (slot >= 0 && slot < rs->n_slots)
-                writer[slot] = s;
-        }
-    for (int32_t s = 0; s < rs->n_seqs && !*out; s++) {
-        int32_t src = rs->src_slot.host[s];
-        *out = src >= 0 && src < rs->n_slots && writer[src] >= 0 && writer[src] != s;
-    }
-    free(writer);
-    return LLMEM_OK;
-}
 
 llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
                        int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
@@ -51,31 +24,11 @@ llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem
         return LLMEM_E_UNSUPPORTED; /* an invocation keeps d_k floats of state */
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
-    uint64_t elems = (uint64_t)p->n_v_heads * (uint64_t)p->d_k * (uint64_t)p->d_v;
     vk_alloc snap = {0};
     bool use_snap = false;
-    llmem_status st = gdn_needs_snapshot(rs, &use_snap);
+    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
-    if (use_snap) {
-        uint64_t n = elems * (uint64_t)rs->n_seqs;
-        if ((st = vk_alloc_make(v, n * 4, &snap)) != LLMEM_OK)
-            return st;
-        vk_op g;
-        vk_op_init(&g, VK_SH_STATE_GATHER, GDN_GATHER_WG);
-        vk_op_spec(&g, (uint32_t)sd->dtype);
-        vk_op_buffer(v, &g, view->idx, false);
-        vk_op_buffer(v, &g, rs->state[state], false);
-        vk_op_alloc(v, &g, &snap, true);
-        vk_op_u32(&g, (uint32_t)rs->n_seqs);
-        vk_op_u32(&g, (uint32_t)elems);
-        vk_op_u32(&g, (uint32_t)rs->n_slots);
-        vk_op_u32(&g, vk_table_word(&rs->src_slot));
-        if ((st = vk_op_run(v, &g, vk_div_up(n, GDN_GATHER_WG))) != LLMEM_OK) {
-            vk_alloc_release(v, &snap);
-            return st;
-        }
-    }
     uint32_t n_cb = (uint32_t)vk_div_up((uint64_t)p->d_v, GDN_WG);
     vk_op op;
     vk_op_init(&op, VK_SH_GDN, GDN_WG);
@@ -90,12 +43,7 @@ llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem
     uint32_t alo = vk_op_tensor(v, &op, a_log, false);
     uint32_t dbo = vk_op_tensor(v, &op, dt_bias, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, rs->state[state], true);
-    if (use_snap)
-        vk_op_alloc(v, &op, &snap, false);
-    else
-        vk_op_dummy(v, &op);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
     vk_op_u32(&op, (uint32_t)rs->n_seqs);
     vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
     vk_op_u32(&op, (uint32_t)p->n_k_heads);
@@ -110,9 +58,7 @@ llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem
     vk_op_u32(&op, alo);
     vk_op_u32(&op, dbo);
     vk_op_u32(&op, oo);
-    vk_op_u32(&op, vk_table_word(&rs->src_slot));
-    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
-    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    vk_rs_tables(&op, rs);
     vk_op_u32(&op, (uint32_t)(2 * p->n_k_heads * p->d_k + p->n_v_heads * p->d_v));
     st = vk_op_run(v, &op, (uint64_t)rs->n_seqs * (uint64_t)p->n_v_heads * n_cb);
     if (use_snap)

@@ -31,8 +31,7 @@ static int64_t state_elems(const llmem_state_desc *d)
     return n;
 }
 
-/* Whether a stream reads a slot another stream writes. */
-static llmem_status needs_snapshot(const llmem_rs_view *rs, bool *out)
+llmem_status vk_rs_needs_snapshot(const llmem_rs_view *rs, bool *out)
 {
     *out = false;
     int32_t *writer = malloc((size_t)rs->n_slots * sizeof *writer);
@@ -54,6 +53,24 @@ static llmem_status needs_snapshot(const llmem_rs_view *rs, bool *out)
     }
     free(writer);
     return LLMEM_OK;
+}
+
+void vk_rs_bind(vk_backend *v, vk_op *op, const llmem_view *view, int32_t state,
+                const vk_alloc *snap)
+{
+    vk_op_buffer(v, op, view->idx, false);
+    vk_op_buffer(v, op, llmem_view_rs(view)->state[state], true);
+    if (snap)
+        vk_op_alloc(v, op, snap, false);
+    else
+        vk_op_dummy(v, op);
+}
+
+void vk_rs_tables(vk_op *op, const llmem_rs_view *rs)
+{
+    vk_op_u32(op, vk_table_word(&rs->src_slot));
+    vk_op_u32(op, vk_table_word(&rs->dst_slot));
+    vk_op_u32(op, vk_table_word(&rs->ckpt_slot));
 }
 
 /* Records the gather of every stream's source state into a new f32
@@ -86,7 +103,7 @@ static llmem_status gather(vk_backend *v, const llmem_view *view, int32_t state,
 llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
                            vk_alloc *snap, bool *use_snap)
 {
-    llmem_status st = needs_snapshot(llmem_view_rs(view), use_snap);
+    llmem_status st = vk_rs_needs_snapshot(llmem_view_rs(view), use_snap);
     if (st != LLMEM_OK || !*use_snap)
         return st;
     return gather(v, view, state, snap);
@@ -115,12 +132,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     uint32_t wo = vk_op_tensor(v, &op, w, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, rs->state[state], true);
-    if (use_snap)
-        vk_op_alloc(v, &op, &snap, false);
-    else
-        vk_op_dummy(v, &op);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
     vk_op_u32(&op, (uint32_t)rs->n_seqs);
     vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
     vk_op_u32(&op, conv_dim);
@@ -130,9 +142,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     vk_op_u32(&op, wo);
     vk_op_u32(&op, bo);
     vk_op_u32(&op, oo);
-    vk_op_u32(&op, vk_table_word(&rs->src_slot));
-    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
-    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    vk_rs_tables(&op, rs);
     st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * conv_dim, CONV_WG));
     if (use_snap)
         vk_alloc_release(v, &snap);
@@ -184,12 +194,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     uint32_t d_o = vk_op_tensor(v, &op, d, false);
     uint32_t bo = vk_op_tensor(v, &op, dt_bias, false);
     uint32_t yo = vk_op_tensor(v, &op, y, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, rs->state[state], true);
-    if (use_snap)
-        vk_op_alloc(v, &op, &snap, false);
-    else
-        vk_op_dummy(v, &op);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
     vk_op_u32(&op, (uint32_t)rs->n_seqs);
     vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
     vk_op_u32(&op, (uint32_t)p->n_heads);
@@ -206,9 +211,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_op_u32(&op, d_o);
     vk_op_u32(&op, bo);
     vk_op_u32(&op, yo);
-    vk_op_u32(&op, vk_table_word(&rs->src_slot));
-    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
-    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    vk_rs_tables(&op, rs);
     /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
     uint64_t rows = (uint64_t)rs->n_seqs * p->n_heads * p->head_dim;

@@ -6,8 +6,6 @@
  * "Quantized KV and state"). Pools must be one buffer chunk (a chunked pool
  * gives LLMEM_E_UNSUPPORTED through vk_op_buffer), page_size <= 256 and
  * head_dim <= 256. */
-#include <stdlib.h>
-
 #include "backends/vulkan/vk_internal.h"
 
 /* llmem_kv_scale_offset / llmem_kv_page_bytes (<llmem/view.h>), here because
@@ -101,30 +99,6 @@ llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
 
 #define QSCAN_WG 128
 
-/* Whether a stream reads a slot another stream writes (copy-on-write). */
-static llmem_status q_needs_snapshot(const llmem_rs_view *rs, bool *out)
-{
-    *out = false;
-    int32_t *writer = malloc((size_t)rs->n_slots * sizeof *writer);
-    if (!writer)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < rs->n_slots; i++)
-        writer[i] = -1;
-    for (int32_t s = 0; s < rs->n_seqs; s++)
-        for (int32_t c = -1; c < rs->n_ckpt; c++) {
-            int32_t slot = c < 0 ? rs->dst_slot.host[s]
-                                 : rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c];
-            if (slot >= 0 && slot < rs->n_slots)
-                writer[slot] = s;
-        }
-    for (int32_t s = 0; s < rs->n_seqs && !*out; s++) {
-        int32_t src = rs->src_slot.host[s];
-        *out = src >= 0 && src < rs->n_slots && writer[src] >= 0 && writer[src] != s;
-    }
-    free(writer);
-    return LLMEM_OK;
-}
-
 /* One dispatch of ssm_scan_q.comp (mode 1: copy the sources to snap). */
 static llmem_status scan_q_run(vk_backend *v, const llmem_ssm_params *p, const llmem_view *view,
                                int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
@@ -195,7 +169,7 @@ llmem_status vk_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
             UINT32_MAX)
         return LLMEM_E_UNSUPPORTED;
     bool use_snap = false;
-    llmem_status st = q_needs_snapshot(rs, &use_snap);
+    llmem_status st = vk_rs_needs_snapshot(rs, &use_snap);
     if (st != LLMEM_OK)
         return st;
     if (!use_snap)

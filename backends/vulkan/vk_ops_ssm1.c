@@ -37,12 +37,7 @@ llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t
     uint32_t wo = vk_op_tensor(v, &op, w, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, rs->state[state], true);
-    if (use_snap)
-        vk_op_alloc(v, &op, &snap, false);
-    else
-        vk_op_dummy(v, &op);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
     vk_op_u32(&op, (uint32_t)rs->n_seqs);
     vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
     vk_op_u32(&op, dim);
@@ -52,9 +47,7 @@ llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t
     vk_op_u32(&op, wo);
     vk_op_u32(&op, bo);
     vk_op_u32(&op, oo);
-    vk_op_u32(&op, vk_table_word(&rs->src_slot));
-    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
-    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    vk_rs_tables(&op, rs);
     st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * dim, SC_WG));
     if (use_snap)
         vk_alloc_release(v, &snap);
@@ -94,12 +87,7 @@ llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
     uint32_t dbo = vk_op_tensor(v, &op, dt_bias, false);
     uint32_t zo = vk_op_tensor(v, &op, z, false);
     uint32_t yo = vk_op_tensor(v, &op, y, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, rs->state[state], true);
-    if (use_snap)
-        vk_op_alloc(v, &op, &snap, false);
-    else
-        vk_op_dummy(v, &op);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
     vk_op_u32(&op, (uint32_t)rs->n_seqs);
     vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
     vk_op_u32(&op, (uint32_t)p->d_inner);
@@ -114,9 +102,7 @@ llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
     vk_op_u32(&op, dbo);
     vk_op_u32(&op, zo);
     vk_op_u32(&op, yo);
-    vk_op_u32(&op, vk_table_word(&rs->src_slot));
-    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
-    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    vk_rs_tables(&op, rs);
     st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * (uint64_t)p->d_inner, S1_WG));
     if (use_snap)
         vk_alloc_release(v, &snap);
