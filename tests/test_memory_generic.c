@@ -6,9 +6,12 @@
  * declaring its semantics: the KV cache (any suffix can be cut, prefixes
  * copied), the recurrent memory (cuts only at checkpoints), the
  * out-of-tree running-sum state of tests/support/example_rsum.c (whole
- * sequences only, no shifts), and compositions of them (the strictest of
- * their children). The detailed page- and slot-level reference of the
- * built-in memories is tests/test_memory_model.c.
+ * sequences only, no shifts), a sliding-window KV cache (cuts past its
+ * slack refused, no shifts), the three state kinds of issue 16 (gated delta
+ * net, LFM2 short conv, Mamba-1: recurrent semantics plus state tags that
+ * check slot bookkeeping per layout), and compositions of them (the
+ * strictest of their children). The detailed page- and slot-level
+ * reference of the built-in memories is tests/test_memory_model.c.
  */
 #include "support/run.h"
 #include <check.h>
@@ -19,13 +22,69 @@
 #include "support/memtest.h"
 #include "support/seqref.h"
 
-static const seqref_semantics KV_SEM = {SEQREF_CUT_ANY, true, true, true, 1, {LLMEM_VIEW_KV}};
+static const seqref_semantics KV_SEM = {SEQREF_CUT_ANY, true, true, true, 1, {LLMEM_VIEW_KV},
+                                        false};
 static const seqref_semantics RS_SEM = {SEQREF_CUT_CHECKPOINT, false, true, false, 1,
-                                        {LLMEM_VIEW_RECURRENT}};
+                                        {LLMEM_VIEW_RECURRENT}, false};
 static const seqref_semantics RSUM_SEM = {SEQREF_CUT_WHOLE, false, false, false, 1,
-                                          {RSUM_VIEW_KIND}};
+                                          {RSUM_VIEW_KIND}, false};
+
+/* The three state kinds of issue 16 live in the recurrent memory with
+ * their own state layouts (models/runtime.c layer_states): the semantics
+ * are the recurrent memory's, and the reference also tags every f32 state
+ * slot (seqref_semantics.state_tags) so that each layout's slots,
+ * checkpoints, copies and rollbacks are checked through the view tables. */
+static const seqref_semantics STATE_SEM = {SEQREF_CUT_CHECKPOINT, false, true, false, 1,
+                                           {LLMEM_VIEW_RECURRENT}, true};
+/* A sliding-window KV cache (gemma3, llmem_kv_cache_params.window): a cut
+ * deeper than the slack may be refused (all or nothing), no shifts, and
+ * only whole sequences are copied here. */
+static const seqref_semantics WIN_SEM = {SEQREF_CUT_CHECKPOINT, false, false, true, 1,
+                                         {LLMEM_VIEW_KV}, false};
 
 enum { N_SEQ = 4, STEPS = 400 };
+
+/* Small shapes of the three layouts, two layers each, all f32 (the tags are f32):
+ * gated delta net (qwen3_next): conv {d_conv - 1, 2 * H_k * d_k + H_v * d_v}
+ *   = {3, 2*1*4 + 2*4}, delta {H_v, d_k, d_v} = {2, 4, 4};
+ * LFM2 short conv: conv {L_cache - 1, hidden} = {2, 8} only;
+ * Mamba-1 (jamba): conv {d_conv - 1, d_inner} = {3, 8}, ssm {d_inner, d_state} = {8, 4}. */
+enum { GDN = 0, SHORTCONV = 1, MAMBA1 = 2 };
+static const llmem_state_desc KIND_STATES[3][2] = {
+    {{"conv", 2, {3, 16}, LLMEM_DTYPE_F32}, {"delta", 3, {2, 4, 4}, LLMEM_DTYPE_F32}},
+    {{"conv", 2, {2, 8}, LLMEM_DTYPE_F32}, {0}},
+    {{"conv", 2, {3, 8}, LLMEM_DTYPE_F32}, {"ssm", 2, {8, 4}, LLMEM_DTYPE_F32}},
+};
+
+static llmem_memory *kind_mem(llmem_backend *be, int kind, int32_t n_ckpt)
+{
+    const llmem_state_desc *states[2] = {KIND_STATES[kind], KIND_STATES[kind]};
+    const int32_t ns = kind == SHORTCONV ? 1 : 2, n_states[2] = {ns, ns};
+    llmem_recurrent_params p = {.n_layers = 2, .n_states = n_states, .states = states,
+                                .n_seq_max = N_SEQ, .n_ckpt = n_ckpt};
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+static llmem_memory *win_kv(llmem_backend *be)
+{
+    llmem_kv_cache_params p = llmem_kv_cache_default_params();
+    p.n_layers = 1;
+    p.n_kv_heads = 1;
+    p.head_dim = 2;
+    p.dtype = LLMEM_DTYPE_F32;
+    p.page_size = 4;
+    p.n_pages = 24;
+    p.n_seq_max = N_SEQ;
+    p.window = 6;
+    p.window_slack = 4;
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
 
 static llmem_memory *rsum_mem(llmem_backend *be)
 {
@@ -61,6 +120,8 @@ static void run(llmem_memory *mem, const seqref_semantics *sem, uint64_t seed)
         ck_assert_int_gt(c.shifts, 0);
     if (sem->cut == SEQREF_CUT_WHOLE)
         ck_assert_int_gt(c.cuts_refused, 0); /* partial cuts were tried and refused */
+    if (sem->state_tags)
+        ck_assert_int_gt(c.states_checked, STEPS / 8);
     seqref_destroy(r);
 }
 
@@ -111,6 +172,45 @@ START_TEST(test_hybrids)
 }
 END_TEST
 
+START_TEST(test_window)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = win_kv(be);
+    run(m, &WIN_SEM, 0x6006);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* _i: the state kind; each alone with 0 and 3 checkpoints, then in a
+ * hybrid with a full KV cache and (as gemma3-style layers) a windowed one. */
+START_TEST(test_state_kinds)
+{
+    llmem_backend *be = mt_cpu();
+    for (int32_t n_ckpt = 0; n_ckpt <= 3; n_ckpt += 3) {
+        llmem_memory *m = kind_mem(be, _i, n_ckpt);
+        run(m, &STATE_SEM, 0x1600 + 16 * (uint64_t)_i + (uint64_t)n_ckpt);
+        llmem_memory_destroy(m);
+    }
+    llmem_memory *kids[3] = {mt_kv(be, 4, 24, N_SEQ, true, false), kind_mem(be, _i, 2), NULL}, *h;
+    const int32_t lc2[3] = {0, 1, 1}, lc3[4] = {0, 1, 2, 2};
+    char err[256];
+    ck_assert_msg(llmem_hybrid_create(kids, 2, lc2, 3, &h, err, sizeof err) == LLMEM_OK, "%s", err);
+    seqref_semantics sem = seqref_combine(KV_SEM, STATE_SEM);
+    ck_assert(sem.state_tags && sem.cut == SEQREF_CUT_CHECKPOINT);
+    run(h, &sem, 0x1680 + (uint64_t)_i);
+    llmem_memory_destroy(h);
+    kids[0] = mt_kv(be, 4, 24, N_SEQ, true, false);
+    kids[1] = win_kv(be);
+    kids[2] = kind_mem(be, _i, 2);
+    ck_assert_msg(llmem_hybrid_create(kids, 3, lc3, 4, &h, err, sizeof err) == LLMEM_OK, "%s", err);
+    sem = seqref_combine(seqref_combine(KV_SEM, WIN_SEM), STATE_SEM);
+    run(h, &sem, 0x16c0 + (uint64_t)_i);
+    llmem_memory_destroy(h);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_generic");
@@ -120,6 +220,8 @@ int main(void)
     tcase_add_loop_test(tc, test_recurrent, 0, 2);
     tcase_add_test(tc, test_rsum);
     tcase_add_test(tc, test_hybrids);
+    tcase_add_test(tc, test_window);
+    tcase_add_loop_test(tc, test_state_kinds, GDN, MAMBA1 + 1);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -31,6 +31,7 @@ seqref_semantics seqref_combine(seqref_semantics a, seqref_semantics b)
     c.copy_prefix = a.copy_prefix && b.copy_prefix;
     c.shift = a.shift && b.shift;
     c.may_fill = a.may_fill || b.may_fill;
+    c.state_tags = a.state_tags || b.state_tags;
     for (int32_t i = 0; i < b.n_kinds && c.n_kinds < 4; i++) {
         bool have = false;
         for (int32_t j = 0; j < c.n_kinds; j++)
@@ -121,6 +122,86 @@ static int32_t token_at(uint64_t *rng, int32_t pos)
     return rnd(rng, 8) == 0 ? 1000 + (int32_t)rnd(rng, 50) : (pos * 7) % 53;
 }
 
+/* Tag of a token prefix: 0 when empty, else in [1, 999983], exact in f32. */
+static float tag_of(const int32_t *tok, int32_t n)
+{
+    uint32_t h = 0;
+    for (int32_t i = 0; i < n; i++)
+        h = (h * 131u + (uint32_t)tok[i] + 7u) % 999983u + 1u;
+    return (float)h;
+}
+
+static void tag_io(llmem_buffer *buf, size_t slot_bytes, int32_t slot, float *v, bool put)
+{
+    size_t off[2] = {(size_t)slot * slot_bytes, (size_t)slot * slot_bytes + slot_bytes - 4};
+    for (int k = 0; k < 2; k++)
+        ck_assert_int_eq(put ? llmem_buffer_upload(buf, off[k], &v[k], 4)
+                             : llmem_buffer_download(buf, off[k], &v[k], 4),
+                         LLMEM_OK);
+}
+
+/* The state_tags check of one recurrent view (seqref_semantics): add[s]
+ * holds the plan's new tokens of sequence s, after r->seq[s]. */
+static void check_tags(seqref *r, const llmem_ubatch *ub, const llmem_rs_view *rv,
+                       const sr_seq *add, int32_t il)
+{
+    int32_t T = ub->n_seq_tokens;
+    ck_assert_msg(T > 0 && ub->n_tokens == ub->n_seqs * T, "recurrent ubatch is not equal-split");
+    ck_assert_int_eq(rv->n_seqs, ub->n_seqs);
+    int32_t nc = rv->n_ckpt;
+    float *want = calloc((size_t)ub->n_seqs * (size_t)(T + 1), sizeof *want);
+    int32_t hist[2 * SR_MAX_TOK];
+    ck_assert_ptr_nonnull(want);
+    for (int32_t g = 0; g < ub->n_seqs; g++) {
+        int32_t s = ub->seq_id[g], t0 = -1, n = 0;
+        for (int32_t t = 0; t < ub->n_tokens && t0 < 0; t++)
+            t0 = ub->seq[t] == g ? t : -1;
+        ck_assert_int_ge(t0, 0);
+        const sr_seq *q = &r->seq[s], *a = &add[s];
+        for (int32_t i = 0; i < q->n; i++)
+            hist[n++] = q->tok[i];
+        for (int32_t i = 0; i < a->n && a->pos[i] < ub->pos[t0]; i++)
+            hist[n++] = a->tok[i];
+        want[g * (T + 1)] = tag_of(hist, n); /* before the group */
+        for (int32_t t = 0, j = 0; t < ub->n_tokens; t++)
+            if (ub->seq[t] == g) {
+                hist[n++] = ub->token[t];
+                want[g * (T + 1) + ++j] = tag_of(hist, n);
+            }
+    }
+    for (int32_t k = 0; k < rv->n_states; k++) {
+        if (rv->desc[k].dtype != LLMEM_DTYPE_F32)
+            continue;
+        size_t sb = llmem_state_slot_bytes(&rv->desc[k]);
+        /* every src is read before any dst or checkpoint is written: they may alias */
+        for (int32_t g = 0; g < ub->n_seqs; g++) {
+            float got[2] = {0, 0}, w = want[g * (T + 1)];
+            int32_t src = rv->src_slot.host[g];
+            if (src >= 0)
+                tag_io(rv->state[k], sb, src, got, false);
+            ck_assert_msg(got[0] == w && got[1] == w,
+                          "%s: layer %d state %s of seq %d (src slot %d) holds tags %.0f/%.0f, "
+                          "the reference %.0f",
+                          r->step, il, rv->desc[k].name, ub->seq_id[g], src, got[0], got[1], w);
+            r->counts.states_checked += src >= 0;
+        }
+        for (int32_t g = 0; g < ub->n_seqs; g++) {
+            float v[2];
+            for (int32_t j = 0; j < nc; j++) {
+                int32_t slot = rv->ckpt_slot.host ? rv->ckpt_slot.host[g * nc + j] : -1;
+                int32_t after = T - nc + j; /* 0-based token index */
+                if (slot < 0 || after < 0)
+                    continue;
+                v[0] = v[1] = want[g * (T + 1) + after + 1];
+                tag_io(rv->state[k], sb, slot, v, true);
+            }
+            v[0] = v[1] = want[g * (T + 1) + T];
+            tag_io(rv->state[k], sb, rv->dst_slot.host[g], v, true);
+        }
+    }
+    free(want);
+}
+
 static void step_plan(seqref *r, uint64_t *rng)
 {
     r->step = "plan";
@@ -168,6 +249,8 @@ static void step_plan(seqref *r, uint64_t *rng)
                 char name[12];
                 ck_assert_msg(declared, "layer %d shows an undeclared view kind %s", il,
                               llmem_view_kind_name(v.kind, name));
+                if (r->sem.state_tags && v.kind == LLMEM_VIEW_RECURRENT)
+                    check_tags(r, ub, llmem_view_rs(&v), add, il);
             }
             ck_assert_int_eq(llmem_memory_commit(r->mem, plan, i), LLMEM_OK);
         }

@@ -36,6 +36,14 @@ typedef struct seqref_semantics {
     bool may_fill;     /* plans and copies may fail for lack of space (LLMEM_E_NO_SPACE) */
     int32_t n_kinds;
     llmem_view_kind kinds[4]; /* the view kinds its layers show */
+    /* Recurrent views (LLMEM_VIEW_RECURRENT, f32 states): at every apply the
+     * reference reads the tag in each group's src slot (first and last f32
+     * of every state of every layer; 0 for src -1, the zero state), checks
+     * it names the tokens the sequence holds before the group, and writes
+     * the tags of the longer prefixes into the dst and checkpoint slots the
+     * view names. Slot, checkpoint, copy and rollback bookkeeping is then
+     * checked through the public view tables, whatever the state layout. */
+    bool state_tags;
 } seqref_semantics;
 
 /* The strictest of a and b (for a composition). */
@@ -57,6 +65,7 @@ void seqref_step(seqref *r, uint64_t *rng);
 /* Counts of what the steps did, so a test can assert they covered ground. */
 typedef struct seqref_counts {
     int32_t plans_ok, plans_full, cuts_ok, cuts_refused, copies, shifts;
+    int32_t states_checked; /* non-empty src states whose tags were checked (state_tags) */
 } seqref_counts;
 seqref_counts seqref_get_counts(const seqref *r);
 
