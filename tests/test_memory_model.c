@@ -799,6 +799,20 @@ START_TEST(model_hybrid_kv_kv)
 }
 END_TEST
 
+/* The state layouts of issue 16 (gated delta net, LFM2 short conv,
+ * Mamba-1; memref.h mr_rs_layout), each beside a KV cache. */
+START_TEST(model_hybrid_state_kinds)
+{
+    for (int32_t layout = MR_RS_GDN; layout <= MR_RS_MAMBA1; layout++) {
+        mr_config c = {.n_seq_max = 4, .n_children = 2, .n_layers = 3, .layer_child = {1, 0, 1}};
+        c.child[0] = (mr_child_config){.kv = true, .n_layers = 1, .page_size = 4, .n_pages = 24,
+                                       .prefix = true};
+        c.child[1] = (mr_child_config){.kv = false, .n_layers = 2, .n_ckpt = 2, .layout = layout};
+        run_config("hybrid kv page 4 + recurrent state kind", &c, 1500, 9 + (uint64_t)layout);
+    }
+}
+END_TEST
+
 Suite *memory_model_suite(void);
 Suite *memory_model_suite(void)
 {
@@ -809,7 +823,8 @@ Suite *memory_model_suite(void)
     } cases[] = {{"kv1", model_kv_page1},        {"kv16", model_kv_page16},
                  {"kv64", model_kv_page64},      {"kv4", model_kv_page4_no_prefix},
                  {"rs0", model_recurrent_ckpt0}, {"rs3", model_recurrent_ckpt3},
-                 {"hybrid", model_hybrid},        {"hybrid2", model_hybrid_kv_kv}};
+                 {"hybrid", model_hybrid},        {"hybrid2", model_hybrid_kv_kv},
+                 {"kinds", model_hybrid_state_kinds}};
     /* one case per configuration: CK_RUN_CASE=hybrid runs only that one */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

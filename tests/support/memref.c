@@ -244,10 +244,18 @@ int32_t mr_rs_after(const mr_rs *rs, int32_t seq, const mr_hold *add, int32_t n_
 
 /* --- creation ------------------------------------------------------------------------ */
 
-static const llmem_state_desc rs_desc[2] = {
-    {.name = "conv", .n_dims = 2, .shape = {2, 4}, .dtype = LLMEM_DTYPE_F32},
-    {.name = "ssm", .n_dims = 1, .shape = {4}, .dtype = LLMEM_DTYPE_F32},
+/* [mr_rs_layout] (memref.h) */
+static const llmem_state_desc rs_desc[4][2] = {
+    {{"conv", 2, {2, 4}, LLMEM_DTYPE_F32}, {"ssm", 1, {4}, LLMEM_DTYPE_F32}},
+    {{"conv", 2, {3, 16}, LLMEM_DTYPE_F32}, {"delta", 3, {2, 4, 4}, LLMEM_DTYPE_F32}},
+    {{"conv", 2, {2, 8}, LLMEM_DTYPE_F32}, {0}},
+    {{"conv", 2, {3, 8}, LLMEM_DTYPE_F32}, {"ssm", 2, {8, 4}, LLMEM_DTYPE_F32}},
 };
+
+static int32_t rs_n_states(int32_t layout)
+{
+    return layout == MR_RS_SHORTCONV ? 1 : 2;
+}
 
 static llmem_memory *make_child(llmem_backend *be, const mr_child_config *c, int32_t n_seq,
                                 char *err, size_t err_len)
@@ -269,8 +277,8 @@ static llmem_memory *make_child(llmem_backend *be, const mr_child_config *c, int
         const llmem_state_desc *states[MR_MAX_LAYERS];
         int32_t n_states[MR_MAX_LAYERS];
         for (int32_t il = 0; il < c->n_layers; il++) {
-            states[il] = rs_desc;
-            n_states[il] = 2;
+            states[il] = rs_desc[c->layout];
+            n_states[il] = rs_n_states(c->layout);
         }
         llmem_recurrent_params p = {.n_layers = c->n_layers, .n_states = n_states,
                                     .states = states, .n_seq_max = n_seq, .n_ckpt = c->n_ckpt,
@@ -302,8 +310,8 @@ static bool learn_buffers(memref *r, char *err, size_t err_len)
             c->kv.row_bytes = (size_t)llmem_view_kv(&v)->n_kv_heads * (size_t)llmem_view_kv(&v)->head_dim *
                               llmem_dtype_size(llmem_view_kv(&v)->dtype);
         } else if (ok) {
-            ok = v.kind == LLMEM_VIEW_RECURRENT && llmem_view_rs(&v)->n_states == 2;
-            for (int32_t j = 0; ok && j < 2; j++) {
+            ok = v.kind == LLMEM_VIEW_RECURRENT && llmem_view_rs(&v)->n_states == c->rs.n_states;
+            for (int32_t j = 0; ok && j < c->rs.n_states; j++) {
                 c->rs.buf[li][j] = llmem_view_rs(&v)->state[j];
                 c->rs.bytes[j] = llmem_buffer_size(llmem_view_rs(&v)->state[j]) / (size_t)c->rs.n_slots;
             }
@@ -365,6 +373,7 @@ memref *memref_create(llmem_backend *be, const mr_config *cfg, llmem_memory **me
         ch->kv.prefix = ch->cfg.prefix;
         ch->rs.n_ckpt = ch->cfg.n_ckpt;
         ch->rs.n_slots = cfg->n_seq_max * (2 + ch->cfg.n_ckpt);
+        ch->rs.n_states = rs_n_states(ch->cfg.layout);
     }
     if (!learn_buffers(r, err, err_len)) {
         llmem_memory_destroy(r->mem);

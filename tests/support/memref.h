@@ -43,7 +43,21 @@ typedef struct mr_child_config {
     bool poison;
     /* recurrent */
     int32_t n_ckpt;
+    int32_t layout;       /* the state layout of every layer (mr_rs_layout) */
 } mr_child_config;
+
+/* Recurrent state layouts, all f32, shapes small (models/runtime.c
+ * layer_states for the real ones): MR_RS_PLAIN conv {2, 4} + ssm {4};
+ * MR_RS_GDN (qwen3_next) conv {3, 2*H_k*d_k + H_v*d_v} = {3, 16} + delta
+ * {H_v, d_k, d_v} = {2, 4, 4}; MR_RS_SHORTCONV (LFM2) conv {L - 1,
+ * hidden} = {2, 8} only; MR_RS_MAMBA1 (jamba) conv {d_conv - 1, d_inner} =
+ * {3, 8} + ssm {d_inner, d_state} = {8, 4}. */
+typedef enum mr_rs_layout {
+    MR_RS_PLAIN = 0,
+    MR_RS_GDN = 1,
+    MR_RS_SHORTCONV = 2,
+    MR_RS_MAMBA1 = 3,
+} mr_rs_layout;
 
 typedef struct mr_config {
     int32_t n_seq_max;

@@ -322,8 +322,10 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
         if (llmem_memory_view(r->mem, il, &v) != LLMEM_OK || v.kind != LLMEM_VIEW_RECURRENT)
             return fail(err, n, "layer %d: no recurrent view", il);
         const llmem_rs_view *x = llmem_view_rs(&v);
-        if (x->n_states != 2 || x->state[0] != rs->buf[li][0] || x->state[1] != rs->buf[li][1] ||
-            x->n_slots != rs->n_slots)
+        bool same = x->n_states == rs->n_states && x->n_slots == rs->n_slots;
+        for (int32_t j = 0; same && j < rs->n_states; j++)
+            same = x->state[j] == rs->buf[li][j];
+        if (!same)
             return fail(err, n, "layer %d: recurrent view buffers or slot count changed", il);
         /* checkpoint entry j is the state after token T - vc + j (ops.h); the
          * last one (vc = cc + 1) is the dst state and stays -1 */
@@ -466,7 +468,7 @@ bool memref_forward(memref *r, const llmem_ubatch *ub, char *err, size_t n)
         }
         mr_rs *rs = &ch->rs;
         for (int32_t li = 0; li < ch->n_layers; li++)
-            for (int32_t j = 0; j < 2; j++) {
+            for (int32_t j = 0; j < rs->n_states; j++) {
                 llmem_buffer *B = rs->buf[li][j];
                 size_t sb = rs->bytes[j];
                 /* every source is read before anything is written */
@@ -685,7 +687,8 @@ static bool compare_stream(memref *r, char *err, size_t n)
             if (ch->cfg.kv)
                 take(&x, (size_t)l * ch->kv.row_bytes * 2 * (size_t)ch->n_layers);
             else if (l > 0)
-                take(&x, (ch->rs.bytes[0] + ch->rs.bytes[1]) * (size_t)ch->n_layers);
+                take(&x, (ch->rs.bytes[0] + (ch->rs.n_states > 1 ? ch->rs.bytes[1] : 0)) *
+                             (size_t)ch->n_layers);
         }
         if (ok && (x.bad || x.p != x.end))
             ok = fail(err, n, "child %d: state section is %s than its entries", c,
@@ -805,7 +808,7 @@ bool memref_verify(memref *r, char *err, size_t n)
         }
         mr_rs *rs = &ch->rs;
         for (int32_t li = 0; ok && li < ch->n_layers; li++)
-            for (int32_t j = 0; ok && j < 2; j++) {
+            for (int32_t j = 0; ok && j < rs->n_states; j++) {
                 size_t size = llmem_buffer_size(rs->buf[li][j]);
                 uint8_t *B = malloc(size);
                 if (!B || llmem_buffer_download(rs->buf[li][j], 0, B, size) != LLMEM_OK)

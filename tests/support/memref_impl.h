@@ -59,7 +59,8 @@ typedef struct mr_rs {
     int32_t n_ckpt, n_slots;
     mr_hold h[MR_MAX_SEQ][MR_MAX_HOLD];
     int32_t nh[MR_MAX_SEQ];
-    /* state buffers of each local layer: conv, ssm */
+    /* state buffers of each local layer: conv, then ssm/delta (n_states) */
+    int32_t n_states;
     llmem_buffer *buf[MR_MAX_LAYERS][2];
     size_t bytes[2];
 } mr_rs;
