@@ -106,11 +106,7 @@ START_TEST(test_ssm_conv)
         th_ctx h;
         th_begin(&h, NULL);
         llmem_state_desc d = {"conv", 2, {k->d_conv - 1, k->conv_dim}, k->st};
-        bool live[16] = {0};
-        for (int32_t s = 0; s < rs->n_seqs; s++)
-            if (rs->src[s] >= 0)
-                live[rs->src[s]] = true;
-        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -2, 2);
+        unsigned char *init = rs_source_image(&h, &r, &d, rs, -2, 2);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->conv_dim));
         double *w = th_alloc(&h, sizeof(double) * (size_t)(k->conv_dim * k->d_conv));
@@ -257,11 +253,7 @@ START_TEST(test_ssm_scan)
         th_ctx h;
         th_begin(&h, NULL);
         llmem_state_desc d = {"ssm", 3, {k->p.n_heads, k->p.head_dim, k->p.d_state}, k->st};
-        bool live[16] = {0};
-        for (int32_t s = 0; s < rs->n_seqs; s++)
-            if (rs->src[s] >= 0)
-                live[rs->src[s]] = true;
-        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -1, 1);
+        unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
         scan_in in;
         scan_inputs(&h, &r, k, &in);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);

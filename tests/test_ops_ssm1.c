@@ -114,11 +114,7 @@ START_TEST(test_short_conv)
         th_ctx h;
         th_begin(&h, NULL);
         llmem_state_desc d = {"conv", 2, {k->L - 1, k->D}, k->st};
-        bool live[16] = {0};
-        for (int32_t s = 0; s < rs->n_seqs; s++)
-            if (rs->src[s] >= 0)
-                live[rs->src[s]] = true;
-        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -2, 2);
+        unsigned char *init = rs_source_image(&h, &r, &d, rs, -2, 2);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         double *bcx = th_alloc(&h, sizeof(double) * (size_t)(n_tok * 3 * k->D));
         double *w = th_alloc(&h, sizeof(double) * (size_t)(k->D * k->L));
@@ -254,11 +250,7 @@ START_TEST(test_ssm_scan1)
         th_begin(&h, NULL);
         int32_t Din = k->p.d_inner, N = k->p.d_state;
         llmem_state_desc d = {"ssm", 2, {Din, N}, k->st};
-        bool live[16] = {0};
-        for (int32_t s = 0; s < rs->n_seqs; s++)
-            if (rs->src[s] >= 0)
-                live[rs->src[s]] = true;
-        unsigned char *init = rs_state_image(&h, &r, &d, rs->n_slots, live, -1, 1);
+        unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
         double *dt = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));

@@ -410,6 +410,15 @@ void vk_rs_bind(vk_backend *v, vk_op *op, const llmem_view *view, int32_t state,
                 const vk_alloc *snap);
 /* Pushes the words of rs's src, dst and ckpt slot tables (in that order). */
 void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
+/* Records a causal depthwise conv with conv state `state` of view
+ * ([d_conv - 1, conv_dim] past rows; shader ssm_conv.comp for Mamba-2 or
+ * short_conv.comp for LFM2, which share their bindings and push words):
+ * x [T, cols] f32, w [conv_dim, 1, d_conv], b [conv_dim] or NULL, out
+ * [T, conv_dim] f32, checked by the backends/ops wrappers. Snapshots the
+ * sources first when needed (vk_rs_prepare). Errors: those of
+ * vk_rs_prepare, vk_op_tensor and vk_op_run. */
+llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
+                        int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
 /* Short conv and Mamba-1 scan (vk_ops_ssm1.c; shaders short_conv.comp,
  * ssm_scan1.comp). */
 llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,

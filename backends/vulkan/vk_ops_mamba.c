@@ -109,10 +109,9 @@ llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
     return gather(v, view, state, snap);
 }
 
-llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
-                            llmem_ct *w, llmem_ct *b, llmem_ct *out)
+llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
+                        int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    vk_backend *v = vk_from(be);
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
@@ -122,7 +121,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    vk_op_init(&op, VK_SH_SSM_CONV, CONV_WG);
+    vk_op_init(&op, shader, CONV_WG);
     vk_op_spec(&op, d_conv);
     vk_op_spec(&op, (uint32_t)w->dtype);
     vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
@@ -147,6 +146,12 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     if (use_snap)
         vk_alloc_release(v, &snap);
     return st;
+}
+
+llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
+                            llmem_ct *w, llmem_ct *b, llmem_ct *out)
+{
+    return vk_rs_conv(vk_from(be), VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
 
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,

@@ -9,49 +9,15 @@
 #include "llmem/view.h"
 #include "vk_internal.h"
 
-#define SC_WG 128
 #define S1_WG 64
 
 llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    vk_backend *v = vk_from(be);
-    const llmem_rs_view *rs = llmem_view_rs(view);
-    const llmem_state_desc *d = &rs->desc[state];
-    uint32_t L = (uint32_t)d->shape[0] + 1, dim = (uint32_t)d->shape[1];
-    if (L > 64)
+    const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
+    if (d->shape[0] + 1 > 64)
         return LLMEM_E_UNSUPPORTED; /* the shader keeps the window in registers */
-    vk_alloc snap = {0};
-    bool use_snap = false;
-    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
-    if (st != LLMEM_OK)
-        return st;
-    vk_op op;
-    vk_op_init(&op, VK_SH_SHORT_CONV, SC_WG);
-    vk_op_spec(&op, L);
-    vk_op_spec(&op, (uint32_t)w->dtype);
-    vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
-    vk_op_spec(&op, (uint32_t)d->dtype);
-    vk_op_spec(&op, use_snap);
-    uint32_t xo = vk_op_tensor(v, &op, bcx, false);
-    uint32_t wo = vk_op_tensor(v, &op, w, false);
-    uint32_t bo = vk_op_tensor(v, &op, b, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
-    vk_op_u32(&op, (uint32_t)rs->n_seqs);
-    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
-    vk_op_u32(&op, dim);
-    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
-    vk_op_u32(&op, (uint32_t)rs->n_slots);
-    vk_op_u32(&op, xo);
-    vk_op_u32(&op, wo);
-    vk_op_u32(&op, bo);
-    vk_op_u32(&op, oo);
-    vk_rs_tables(&op, rs);
-    st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * dim, SC_WG));
-    if (use_snap)
-        vk_alloc_release(v, &snap);
-    return st;
+    return vk_rs_conv(vk_from(be), VK_SH_SHORT_CONV, view, state, bcx, w, b, out);
 }
 
 llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,

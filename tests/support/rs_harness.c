@@ -66,6 +66,17 @@ unsigned char *rs_state_image(th_ctx *h, ref64_rng *r,
   return img;
 }
 
+unsigned char *rs_source_image(th_ctx *h, ref64_rng *r, const llmem_state_desc *d,
+                               const rs_setup *rs, double lo, double hi)
+{
+    bool live[RS_MAXS * 6] = {0};
+    ck_assert_int_le(rs->n_slots, RS_MAXS * 6);
+    for (int32_t s = 0; s < rs->n_seqs; s++)
+        if (rs->src[s] >= 0)
+            live[rs->src[s]] = true;
+    return rs_state_image(h, r, d, rs->n_slots, live, lo, hi);
+}
+
 void rs_decode_slot(const unsigned char *img, const llmem_state_desc *d,
                     int32_t slot, double *out) {
   int64_t e = rs_desc_elems(d);

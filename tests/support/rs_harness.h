@@ -56,6 +56,11 @@ unsigned char *rs_state_image(th_ctx *h, ref64_rng *r,
                               const llmem_state_desc *d, int32_t n_slots,
                               const bool *live, double lo, double hi);
 
+/* rs_state_image with live = the source slots of rs (src[s] >= 0):
+ * the state a ubatch starts from, NaN in every other slot. */
+unsigned char *rs_source_image(th_ctx *h, ref64_rng *r, const llmem_state_desc *d,
+                               const rs_setup *rs, double lo, double hi);
+
 /* Decodes slot `slot` of image img (state d) into out [elems] doubles. */
 void rs_decode_slot(const unsigned char *img, const llmem_state_desc *d,
                     int32_t slot, double *out);
