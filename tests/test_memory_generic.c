@@ -56,16 +56,24 @@ static const llmem_state_desc KIND_STATES[3][2] = {
     {{"conv", 2, {3, 8}, LLMEM_DTYPE_F32}, {"ssm", 2, {8, 4}, LLMEM_DTYPE_F32}},
 };
 
-static llmem_memory *kind_mem(llmem_backend *be, int kind, int32_t n_ckpt)
+/* n_snap: snapshots for prefix reuse (every 4 tokens); host: a host tier they spill to. */
+static llmem_memory *kind_mem_snap(llmem_backend *be, int kind, int32_t n_ckpt, int32_t n_snap,
+                                   int64_t host)
 {
     const llmem_state_desc *states[2] = {KIND_STATES[kind], KIND_STATES[kind]};
     const int32_t ns = kind == SHORTCONV ? 1 : 2, n_states[2] = {ns, ns};
     llmem_recurrent_params p = {.n_layers = 2, .n_states = n_states, .states = states,
-                                .n_seq_max = N_SEQ, .n_ckpt = n_ckpt};
+                                .n_seq_max = N_SEQ, .n_ckpt = n_ckpt, .n_snapshots = n_snap,
+                                .snap_interval = n_snap ? 4 : 0, .host_tier_bytes = host};
     llmem_memory *m = NULL;
     char err[256] = "";
     ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
     return m;
+}
+
+static llmem_memory *kind_mem(llmem_backend *be, int kind, int32_t n_ckpt)
+{
+    return kind_mem_snap(be, kind, n_ckpt, 0, 0);
 }
 
 static llmem_memory *win_kv(llmem_backend *be)
@@ -207,6 +215,23 @@ START_TEST(test_state_kinds)
     sem = seqref_combine(seqref_combine(KV_SEM, WIN_SEM), STATE_SEM);
     run(h, &sem, 0x16c0 + (uint64_t)_i);
     llmem_memory_destroy(h);
+    /* prefix reuse: the KV prefix cache beside state snapshots (issue 13), first on the
+     * device only, then spilling to a host tier of a few slots; a prefix hit must restore
+     * the tagged state of exactly the prefix it skips */
+    for (int host = 0; host < 2; host++) {
+        kids[0] = mt_kv(be, 4, 24, N_SEQ, true, false);
+        kids[1] = kind_mem_snap(be, _i, 2, host ? 2 : 8, host ? 4096 : 0);
+        ck_assert_msg(llmem_hybrid_create(kids, 2, lc2, 3, &h, err, sizeof err) == LLMEM_OK, "%s",
+                      err);
+        sem = seqref_combine(KV_SEM, STATE_SEM);
+        run(h, &sem, 0x1700 + 2 * (uint64_t)_i + (uint64_t)host);
+        llmem_memory_stats st;
+        llmem_memory_get_stats(h, &st);
+        ck_assert_int_gt(st.snapshot_hit_tokens, 0);
+        if (host)
+            ck_assert_int_gt(st.host_tier_snapshot_hits, 0);
+        llmem_memory_destroy(h);
+    }
     llmem_backend_close(be);
 }
 END_TEST
