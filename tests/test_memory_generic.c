@@ -9,15 +9,18 @@
  * sequences only, no shifts), a sliding-window KV cache (cuts past its
  * slack refused, no shifts), the three state kinds of issue 16 (gated delta
  * net, LFM2 short conv, Mamba-1: recurrent semantics plus state tags that
- * check slot bookkeeping per layout), and compositions of them (the
+ * check slot bookkeeping per layout; the short conv also with its real op
+ * against a float64 recurrence), and compositions of them (the
  * strictest of their children). The detailed page- and slot-level
  * reference of the built-in memories is tests/test_memory_model.c.
  */
 #include "support/run.h"
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 
 #include "llmem/llmem.h"
+#include "llmem/ops.h"
 #include "support/example_rsum.h"
 #include "support/memtest.h"
 #include "support/seqref.h"
@@ -76,6 +79,93 @@ static llmem_memory *kind_mem(llmem_backend *be, int kind, int32_t n_ckpt)
     return kind_mem_snap(be, kind, n_ckpt, 0, 0);
 }
 
+/* LFM2's short conv run for real (llmem_op_short_conv on the cpu backend)
+ * through each recurrent view: its output depends on the L - 1 inputs
+ * before each token, so it checks the conv state bytes the memory hands
+ * over (slots, checkpoints, copies, snapshots) against a float64
+ * recurrence over the token history (ops.h: u[t] = B[t] * x[t], out[t, c] =
+ * C[t, c] * sum_k w[c, k] * u'[t + k, c]; no bias). B, C and x of a token
+ * depend only on its id and the channel. */
+enum { SC_D = 8, SC_L = 3, SC_TMAX = 64 };
+
+typedef struct sc_check {
+    llmem_backend *be;
+    llmem_buffer *w, *bcx, *out;
+    int32_t n_calls;
+} sc_check;
+
+static double sc_in(int32_t tok, int32_t c, int32_t part) /* part 0: B, 1: C, 2: x */
+{
+    return (double)((tok * 31 + c * 7 + part * 13) % 17 - 8) / 8.0;
+}
+
+static double sc_w(int32_t c, int32_t k)
+{
+    return (double)((c * 5 + k * 3) % 11 - 5) / 4.0;
+}
+
+static void sc_fn(void *ctx, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
+                  const int32_t *const *prefix, const int32_t *prefix_n)
+{
+    sc_check *k = ctx;
+    int32_t T = ub->n_seq_tokens, n = ub->n_tokens;
+    ck_assert_int_le(n, SC_TMAX);
+    float bcx[SC_TMAX][3 * SC_D], out[SC_TMAX][SC_D];
+    for (int32_t t = 0; t < n; t++) {
+        ck_assert_int_eq(ub->seq[t], t / T); /* group-major rows (ops.h) */
+        for (int32_t c = 0; c < 3 * SC_D; c++)
+            bcx[t][c] = (float)sc_in(ub->token[t], c % SC_D, c / SC_D);
+    }
+    ck_assert_int_eq(llmem_buffer_upload(k->bcx, 0, bcx, (size_t)n * sizeof bcx[0]), LLMEM_OK);
+    llmem_tensor x = llmem_tensor_2d(k->bcx, 0, LLMEM_DTYPE_F32, n, 3 * SC_D);
+    llmem_tensor w = llmem_tensor_2d(k->w, 0, LLMEM_DTYPE_F32, SC_D, SC_L);
+    llmem_tensor o = llmem_tensor_2d(k->out, 0, LLMEM_DTYPE_F32, n, SC_D);
+    ck_assert_int_eq(llmem_op_short_conv(k->be, view, 0, &x, &w, NULL, &o), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(k->out, 0, out, (size_t)n * sizeof out[0]), LLMEM_OK);
+    for (int32_t t = 0; t < n; t++) {
+        int32_t g = t / T, np = prefix_n[g], idx = np + t % T; /* index in the history */
+        for (int32_t c = 0; c < SC_D; c++) {
+            double acc = 0;
+            for (int32_t j = 0; j < SC_L; j++) {
+                int32_t h = idx - (SC_L - 1) + j;
+                int32_t tok = h < 0 ? -1 : h < np ? prefix[g][h] : ub->token[g * T + h - np];
+                if (tok >= 0)
+                    acc += sc_w(c, j) * sc_in(tok, c, 0) * sc_in(tok, c, 2);
+            }
+            double want = sc_in(ub->token[t], c, 1) * acc;
+            ck_assert_msg(fabs(out[t][c] - want) <= 1e-5 * (1 + fabs(want)),
+                          "short conv layer %d, group %d (seq %d, %d tokens held) token %d "
+                          "channel %d: %g, float64 reference %g",
+                          layer, g, ub->seq_id[g], np, t % T, c, out[t][c], want);
+        }
+    }
+    k->n_calls++;
+}
+
+static sc_check *sc_create(llmem_backend *be)
+{
+    sc_check *k = calloc(1, sizeof *k);
+    ck_assert_ptr_nonnull(k);
+    k->be = be;
+    float w[SC_D][SC_L];
+    for (int32_t c = 0; c < SC_D; c++)
+        for (int32_t j = 0; j < SC_L; j++)
+            w[c][j] = (float)sc_w(c, j);
+    ck_assert_int_eq(llmem_buffer_alloc(be, sizeof w, &k->w), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_upload(k->w, 0, w, sizeof w), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_alloc(be, SC_TMAX * 3 * SC_D * 4, &k->bcx), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_alloc(be, SC_TMAX * SC_D * 4, &k->out), LLMEM_OK);
+    return k;
+}
+
+static void sc_destroy(sc_check *k)
+{
+    llmem_buffer_free(k->w);
+    llmem_buffer_free(k->bcx);
+    llmem_buffer_free(k->out);
+    free(k);
+}
+
 static llmem_memory *win_kv(llmem_backend *be)
 {
     llmem_kv_cache_params p = llmem_kv_cache_default_params();
@@ -113,9 +203,12 @@ static llmem_memory *hybrid2(llmem_memory *a, llmem_memory *b)
 
 /* Runs STEPS random steps with seed `seed` (xor $LLMEM_SEQREF_SEED) and checks the steps covered
  * plans, cuts and copies. */
-static void run(llmem_memory *mem, const seqref_semantics *sem, uint64_t seed)
+static void run_checked(llmem_memory *mem, const seqref_semantics *sem, uint64_t seed,
+                        sc_check *k)
 {
     seqref *r = seqref_create(mem, sem);
+    if (k)
+        seqref_set_state_check(r, sc_fn, k);
     const char *e = getenv("LLMEM_SEQREF_SEED"); /* explore other seeds by hand */
     uint64_t rng = seed ^ (e ? strtoull(e, NULL, 0) : 0);
     for (int i = 0; i < STEPS; i++)
@@ -131,6 +224,11 @@ static void run(llmem_memory *mem, const seqref_semantics *sem, uint64_t seed)
     if (sem->state_tags)
         ck_assert_int_gt(c.states_checked, STEPS / 8);
     seqref_destroy(r);
+}
+
+static void run(llmem_memory *mem, const seqref_semantics *sem, uint64_t seed)
+{
+    run_checked(mem, sem, seed, NULL);
 }
 
 START_TEST(test_kv_cache)
@@ -236,6 +334,34 @@ START_TEST(test_state_kinds)
 }
 END_TEST
 
+/* The short conv kind with its real op instead of tags: alone (0 and 3
+ * checkpoints) and beside a KV prefix cache with state snapshots. */
+START_TEST(test_short_conv_op)
+{
+    llmem_backend *be = mt_cpu();
+    sc_check *k = sc_create(be);
+    seqref_semantics sem = STATE_SEM;
+    sem.state_tags = false;
+    for (int32_t n_ckpt = 0; n_ckpt <= 3; n_ckpt += 3) {
+        llmem_memory *m = kind_mem(be, SHORTCONV, n_ckpt);
+        run_checked(m, &sem, 0x5c00 + (uint64_t)n_ckpt, k);
+        llmem_memory_destroy(m);
+    }
+    llmem_memory *kids[2] = {mt_kv(be, 4, 24, N_SEQ, true, false),
+                             kind_mem_snap(be, SHORTCONV, 2, 8, 0)},
+                 *h;
+    const int32_t lc[3] = {0, 1, 1};
+    char err[256];
+    ck_assert_msg(llmem_hybrid_create(kids, 2, lc, 3, &h, err, sizeof err) == LLMEM_OK, "%s", err);
+    sem = seqref_combine(KV_SEM, sem);
+    run_checked(h, &sem, 0x5c10, k);
+    llmem_memory_destroy(h);
+    ck_assert_int_gt(k->n_calls, STEPS / 2);
+    sc_destroy(k);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_generic");
@@ -246,6 +372,7 @@ int main(void)
     tcase_add_test(tc, test_rsum);
     tcase_add_test(tc, test_hybrids);
     tcase_add_test(tc, test_window);
+    tcase_add_test(tc, test_short_conv_op);
     tcase_add_loop_test(tc, test_state_kinds, GDN, MAMBA1 + 1);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

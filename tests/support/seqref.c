@@ -22,7 +22,15 @@ struct seqref {
     sr_seq seq[SR_MAX_SEQ];
     seqref_counts counts;
     const char *step; /* the step being checked, for messages */
+    seqref_state_fn state_fn;
+    void *state_ctx;
 };
+
+void seqref_set_state_check(seqref *r, seqref_state_fn fn, void *ctx)
+{
+    r->state_fn = fn;
+    r->state_ctx = ctx;
+}
 
 seqref_semantics seqref_combine(seqref_semantics a, seqref_semantics b)
 {
@@ -142,6 +150,44 @@ static void tag_io(llmem_buffer *buf, size_t slot_bytes, int32_t slot, float *v,
 
 /* The state_tags check of one recurrent view (seqref_semantics): add[s]
  * holds the plan's new tokens of sequence s, after r->seq[s]. */
+/* Token ids sequence s holds before ubatch position p0: what the
+ * reference held before the plan, then the plan's tokens at positions
+ * before p0 (ubatches skipped by a prefix hit included). Returns the count. */
+static int32_t prefix_before(const seqref *r, const sr_seq *add, int32_t s, int32_t p0,
+                             int32_t *hist)
+{
+    int32_t n = 0;
+    for (int32_t i = 0; i < r->seq[s].n; i++)
+        hist[n++] = r->seq[s].tok[i];
+    for (int32_t i = 0; i < add[s].n && add[s].pos[i] < p0; i++)
+        hist[n++] = add[s].tok[i];
+    return n;
+}
+
+static int32_t group_first(const llmem_ubatch *ub, int32_t g)
+{
+    for (int32_t t = 0; t < ub->n_tokens; t++)
+        if (ub->seq[t] == g)
+            return t;
+    ck_abort_msg("ubatch group %d has no token", g);
+    return -1;
+}
+
+/* The seqref_state_fn call of one recurrent view. */
+static void call_state_fn(seqref *r, const llmem_ubatch *ub, const llmem_view *v,
+                          const sr_seq *add, int32_t il)
+{
+    static int32_t hist[SR_MAX_SEQ][SR_MAX_TOK];
+    const int32_t *pre[SR_MAX_SEQ];
+    int32_t n[SR_MAX_SEQ];
+    ck_assert_int_le(ub->n_seqs, SR_MAX_SEQ);
+    for (int32_t g = 0; g < ub->n_seqs; g++) {
+        n[g] = prefix_before(r, add, ub->seq_id[g], ub->pos[group_first(ub, g)], hist[g]);
+        pre[g] = hist[g];
+    }
+    r->state_fn(r->state_ctx, ub, v, il, pre, n);
+}
+
 static void check_tags(seqref *r, const llmem_ubatch *ub, const llmem_rs_view *rv,
                        const sr_seq *add, int32_t il)
 {
@@ -153,15 +199,7 @@ static void check_tags(seqref *r, const llmem_ubatch *ub, const llmem_rs_view *r
     int32_t hist[2 * SR_MAX_TOK];
     ck_assert_ptr_nonnull(want);
     for (int32_t g = 0; g < ub->n_seqs; g++) {
-        int32_t s = ub->seq_id[g], t0 = -1, n = 0;
-        for (int32_t t = 0; t < ub->n_tokens && t0 < 0; t++)
-            t0 = ub->seq[t] == g ? t : -1;
-        ck_assert_int_ge(t0, 0);
-        const sr_seq *q = &r->seq[s], *a = &add[s];
-        for (int32_t i = 0; i < q->n; i++)
-            hist[n++] = q->tok[i];
-        for (int32_t i = 0; i < a->n && a->pos[i] < ub->pos[t0]; i++)
-            hist[n++] = a->tok[i];
+        int32_t n = prefix_before(r, add, ub->seq_id[g], ub->pos[group_first(ub, g)], hist);
         want[g * (T + 1)] = tag_of(hist, n); /* before the group */
         for (int32_t t = 0, j = 0; t < ub->n_tokens; t++)
             if (ub->seq[t] == g) {
@@ -251,6 +289,8 @@ static void step_plan(seqref *r, uint64_t *rng)
                               llmem_view_kind_name(v.kind, name));
                 if (r->sem.state_tags && v.kind == LLMEM_VIEW_RECURRENT)
                     check_tags(r, ub, llmem_view_rs(&v), add, il);
+                if (r->state_fn && v.kind == LLMEM_VIEW_RECURRENT)
+                    call_state_fn(r, ub, &v, add, il);
             }
             ck_assert_int_eq(llmem_memory_commit(r->mem, plan, i), LLMEM_OK);
         }

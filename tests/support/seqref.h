@@ -62,6 +62,18 @@ void seqref_destroy(seqref *r);
  * step. */
 void seqref_step(seqref *r, uint64_t *rng);
 
+/* A content check a cache type can add (seqref_set_state_check): called
+ * at every apply for each layer whose view is LLMEM_VIEW_RECURRENT, after
+ * the state_tags check, with prefix[g] / prefix_n[g] the token ids the
+ * sequence of ubatch group g holds before the group (what its src state
+ * must encode); e.g. it runs the kind's op through the view on the cpu
+ * backend and compares the output with a float64 recurrence over the
+ * prefix and the group's tokens. Fails the Check test on a mismatch. */
+typedef void (*seqref_state_fn)(void *ctx, const llmem_ubatch *ub, const llmem_view *view,
+                                int32_t layer, const int32_t *const *prefix,
+                                const int32_t *prefix_n);
+void seqref_set_state_check(seqref *r, seqref_state_fn fn, void *ctx);
+
 /* Counts of what the steps did, so a test can assert they covered ground. */
 typedef struct seqref_counts {
     int32_t plans_ok, plans_full, cuts_ok, cuts_refused, copies, shifts;
