@@ -126,6 +126,16 @@ llmem_status hf_qwen3n_check_tensors(const llmem_model_config *cfg, const llmem_
 void hf_qwen3n_states(const llmem_model_config *cfg, llmem_dtype delta_dtype,
                       llmem_state_desc d[2]);
 
+/* ---- tensor names and shapes (models/weights.c) ------------------------------- */
+
+/* Writes "<pre><leaf>" (layer < 0) or "<pre>layers.<layer>.<leaf>" into
+ * buf (len bytes, NUL-terminated). Returns false, with buf emptied, when
+ * the name does not fit. */
+bool hf_layer_name(char *buf, size_t len, const char *pre, int32_t layer, const char *leaf);
+/* Sets shape[0..2] = {a, b, c} and *n_dims = n (a weight's n-dim shape,
+ * outermost first; unused trailing entries are given as 0). */
+void hf_shape(int64_t *shape, int32_t *n_dims, int32_t n, int64_t a, int64_t b, int64_t c);
+
 /* ---- lfm2 and jamba (models/lfm2.c, models/jamba.c) ----------------------------- */
 
 /* llmem_model_weight for the lfm2 and jamba architectures (the same

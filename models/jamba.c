@@ -91,25 +91,6 @@ llmem_status hf_cfg_parse_jamba(cfgctx *c, llmem_model_config *m)
 
 /* ---- tensor names ----------------------------------------------------------------- */
 
-static bool jamba_name(char *buf, size_t len, const char *pre, int32_t layer, const char *leaf)
-{
-    int n = layer < 0 ? snprintf(buf, len, "%s%s", pre, leaf)
-                      : snprintf(buf, len, "%slayers.%d.%s", pre, (int)layer, leaf);
-    if (n < 0 || (size_t)n >= len) {
-        buf[0] = '\0';
-        return false;
-    }
-    return true;
-}
-
-static void dims(int64_t *shape, int32_t *nd, int32_t n, int64_t a, int64_t b, int64_t c)
-{
-    shape[0] = a;
-    shape[1] = b;
-    shape[2] = c;
-    *nd = n;
-}
-
 bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
                      size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims)
 {
@@ -120,16 +101,16 @@ bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t laye
     const char *pre = cfg->tensor_prefix, *leaf = NULL;
     switch (w) {
     case LLMEM_W_EMBED:
-        dims(shape, n_dims, 2, V, H, 0);
-        return jamba_name(buf, buf_len, pre, -1, "embed_tokens.weight");
+        hf_shape(shape, n_dims, 2, V, H, 0);
+        return hf_layer_name(buf, buf_len, pre, -1, "embed_tokens.weight");
     case LLMEM_W_FINAL_NORM:
-        dims(shape, n_dims, 1, H, 0, 0);
-        return jamba_name(buf, buf_len, pre, -1, "final_layernorm.weight");
+        hf_shape(shape, n_dims, 1, H, 0, 0);
+        return hf_layer_name(buf, buf_len, pre, -1, "final_layernorm.weight");
     case LLMEM_W_LM_HEAD:
         if (cfg->tie_word_embeddings)
             return false;
-        dims(shape, n_dims, 2, V, H, 0);
-        return jamba_name(buf, buf_len, "", -1, "lm_head.weight");
+        hf_shape(shape, n_dims, 2, V, H, 0);
+        return hf_layer_name(buf, buf_len, "", -1, "lm_head.weight");
     default:
         break;
     }
@@ -138,8 +119,8 @@ bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t laye
     if (w >= LLMEM_W_MOE_ROUTER && w <= LLMEM_W_SHARED_DOWN)
         return hf_moe_weight(cfg, w, layer, buf, buf_len, shape, n_dims);
     switch (w) {
-    case LLMEM_W_MIXER_NORM: leaf = "input_layernorm.weight"; dims(shape, n_dims, 1, H, 0, 0); break;
-    case LLMEM_W_FFN_NORM: leaf = "pre_ff_layernorm.weight"; dims(shape, n_dims, 1, H, 0, 0); break;
+    case LLMEM_W_MIXER_NORM: leaf = "input_layernorm.weight"; hf_shape(shape, n_dims, 1, H, 0, 0); break;
+    case LLMEM_W_FFN_NORM: leaf = "pre_ff_layernorm.weight"; hf_shape(shape, n_dims, 1, H, 0, 0); break;
     case LLMEM_W_FFN_GATE: case LLMEM_W_FFN_UP: case LLMEM_W_FFN_DOWN:
         if (L->ffn_moe)
             return false;
@@ -147,9 +128,9 @@ bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t laye
                : w == LLMEM_W_FFN_UP ? "feed_forward.up_proj.weight"
                                      : "feed_forward.down_proj.weight";
         if (w == LLMEM_W_FFN_DOWN)
-            dims(shape, n_dims, 2, H, I, 0);
+            hf_shape(shape, n_dims, 2, H, I, 0);
         else
-            dims(shape, n_dims, 2, I, H, 0);
+            hf_shape(shape, n_dims, 2, I, H, 0);
         break;
     case LLMEM_W_ATTN_Q: case LLMEM_W_ATTN_K: case LLMEM_W_ATTN_V: case LLMEM_W_ATTN_O:
         if (!attn)
@@ -158,38 +139,38 @@ bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t laye
                : w == LLMEM_W_ATTN_K ? "self_attn.k_proj.weight"
                : w == LLMEM_W_ATTN_V ? "self_attn.v_proj.weight" : "self_attn.o_proj.weight";
         if (w == LLMEM_W_ATTN_O)
-            dims(shape, n_dims, 2, H, q, 0);
+            hf_shape(shape, n_dims, 2, H, q, 0);
         else
-            dims(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
+            hf_shape(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
         break;
-    case LLMEM_W_SSM_IN: leaf = "mamba.in_proj.weight"; dims(shape, n_dims, 2, 2 * din, H, 0); break;
+    case LLMEM_W_SSM_IN: leaf = "mamba.in_proj.weight"; hf_shape(shape, n_dims, 2, 2 * din, H, 0); break;
     case LLMEM_W_SSM_IN_BIAS:
         if (!cfg->ssm_proj_bias)
             return false;
         leaf = "mamba.in_proj.bias";
-        dims(shape, n_dims, 1, 2 * din, 0, 0);
+        hf_shape(shape, n_dims, 1, 2 * din, 0, 0);
         break;
-    case LLMEM_W_SSM_CONV: leaf = "mamba.conv1d.weight"; dims(shape, n_dims, 3, din, 1, cfg->ssm_d_conv); break;
+    case LLMEM_W_SSM_CONV: leaf = "mamba.conv1d.weight"; hf_shape(shape, n_dims, 3, din, 1, cfg->ssm_d_conv); break;
     case LLMEM_W_SSM_CONV_BIAS:
         if (!cfg->ssm_conv_bias)
             return false;
         leaf = "mamba.conv1d.bias";
-        dims(shape, n_dims, 1, din, 0, 0);
+        hf_shape(shape, n_dims, 1, din, 0, 0);
         break;
-    case LLMEM_W_SSM_X_PROJ: leaf = "mamba.x_proj.weight"; dims(shape, n_dims, 2, R + 2 * N, din, 0); break;
-    case LLMEM_W_SSM_DT_PROJ: leaf = "mamba.dt_proj.weight"; dims(shape, n_dims, 2, din, R, 0); break;
-    case LLMEM_W_SSM_DT_BIAS: leaf = "mamba.dt_proj.bias"; dims(shape, n_dims, 1, din, 0, 0); break;
-    case LLMEM_W_SSM_A_LOG: leaf = "mamba.A_log"; dims(shape, n_dims, 2, din, N, 0); break;
-    case LLMEM_W_SSM_D: leaf = "mamba.D"; dims(shape, n_dims, 1, din, 0, 0); break;
-    case LLMEM_W_SSM_DT_NORM: leaf = "mamba.dt_layernorm.weight"; dims(shape, n_dims, 1, R, 0, 0); break;
-    case LLMEM_W_SSM_B_NORM: leaf = "mamba.b_layernorm.weight"; dims(shape, n_dims, 1, N, 0, 0); break;
-    case LLMEM_W_SSM_C_NORM: leaf = "mamba.c_layernorm.weight"; dims(shape, n_dims, 1, N, 0, 0); break;
-    case LLMEM_W_SSM_OUT: leaf = "mamba.out_proj.weight"; dims(shape, n_dims, 2, H, din, 0); break;
+    case LLMEM_W_SSM_X_PROJ: leaf = "mamba.x_proj.weight"; hf_shape(shape, n_dims, 2, R + 2 * N, din, 0); break;
+    case LLMEM_W_SSM_DT_PROJ: leaf = "mamba.dt_proj.weight"; hf_shape(shape, n_dims, 2, din, R, 0); break;
+    case LLMEM_W_SSM_DT_BIAS: leaf = "mamba.dt_proj.bias"; hf_shape(shape, n_dims, 1, din, 0, 0); break;
+    case LLMEM_W_SSM_A_LOG: leaf = "mamba.A_log"; hf_shape(shape, n_dims, 2, din, N, 0); break;
+    case LLMEM_W_SSM_D: leaf = "mamba.D"; hf_shape(shape, n_dims, 1, din, 0, 0); break;
+    case LLMEM_W_SSM_DT_NORM: leaf = "mamba.dt_layernorm.weight"; hf_shape(shape, n_dims, 1, R, 0, 0); break;
+    case LLMEM_W_SSM_B_NORM: leaf = "mamba.b_layernorm.weight"; hf_shape(shape, n_dims, 1, N, 0, 0); break;
+    case LLMEM_W_SSM_C_NORM: leaf = "mamba.c_layernorm.weight"; hf_shape(shape, n_dims, 1, N, 0, 0); break;
+    case LLMEM_W_SSM_OUT: leaf = "mamba.out_proj.weight"; hf_shape(shape, n_dims, 2, H, din, 0); break;
     case LLMEM_W_SSM_OUT_BIAS:
         if (!cfg->ssm_proj_bias)
             return false;
         leaf = "mamba.out_proj.bias";
-        dims(shape, n_dims, 1, H, 0, 0);
+        hf_shape(shape, n_dims, 1, H, 0, 0);
         break;
     default:
         return false;
@@ -197,7 +178,7 @@ bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t laye
     /* the mamba.* weights exist in Mamba layers only */
     if (!strncmp(leaf, "mamba.", 6) && !ssm)
         return false;
-    return jamba_name(buf, buf_len, pre, layer, leaf);
+    return hf_layer_name(buf, buf_len, pre, layer, leaf);
 }
 
 /* ---- forward --------------------------------------------------------------------------- */

@@ -113,25 +113,6 @@ llmem_status hf_cfg_parse_lfm2(cfgctx *c, llmem_model_config *m)
 
 /* ---- tensor names ----------------------------------------------------------------- */
 
-static bool lfm2_name(char *buf, size_t len, const char *pre, int32_t layer, const char *leaf)
-{
-    int n = layer < 0 ? snprintf(buf, len, "%s%s", pre, leaf)
-                      : snprintf(buf, len, "%slayers.%d.%s", pre, (int)layer, leaf);
-    if (n < 0 || (size_t)n >= len) {
-        buf[0] = '\0';
-        return false;
-    }
-    return true;
-}
-
-static void dims(int64_t *shape, int32_t *nd, int32_t n, int64_t a, int64_t b, int64_t c)
-{
-    shape[0] = a;
-    shape[1] = b;
-    shape[2] = c;
-    *nd = n;
-}
-
 bool hf_lfm2_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
                     size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims)
 {
@@ -141,27 +122,27 @@ bool hf_lfm2_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer
     const char *pre = cfg->tensor_prefix, *leaf = NULL;
     switch (w) {
     case LLMEM_W_EMBED:
-        dims(shape, n_dims, 2, V, H, 0);
-        return lfm2_name(buf, buf_len, pre, -1, "embed_tokens.weight");
+        hf_shape(shape, n_dims, 2, V, H, 0);
+        return hf_layer_name(buf, buf_len, pre, -1, "embed_tokens.weight");
     case LLMEM_W_FINAL_NORM:
-        dims(shape, n_dims, 1, H, 0, 0);
-        return lfm2_name(buf, buf_len, pre, -1, "embedding_norm.weight");
+        hf_shape(shape, n_dims, 1, H, 0, 0);
+        return hf_layer_name(buf, buf_len, pre, -1, "embedding_norm.weight");
     case LLMEM_W_LM_HEAD:
         if (cfg->tie_word_embeddings)
             return false;
-        dims(shape, n_dims, 2, V, H, 0);
-        return lfm2_name(buf, buf_len, "", -1, "lm_head.weight");
+        hf_shape(shape, n_dims, 2, V, H, 0);
+        return hf_layer_name(buf, buf_len, "", -1, "lm_head.weight");
     default:
         break;
     }
     bool attn = cfg->layers[layer].kind == LLMEM_LAYER_ATTENTION;
     bool bias = cfg->ssm_proj_bias;
     switch (w) {
-    case LLMEM_W_MIXER_NORM: leaf = "operator_norm.weight"; dims(shape, n_dims, 1, H, 0, 0); break;
-    case LLMEM_W_FFN_NORM: leaf = "ffn_norm.weight"; dims(shape, n_dims, 1, H, 0, 0); break;
-    case LLMEM_W_FFN_GATE: leaf = "feed_forward.w1.weight"; dims(shape, n_dims, 2, I, H, 0); break;
-    case LLMEM_W_FFN_UP: leaf = "feed_forward.w3.weight"; dims(shape, n_dims, 2, I, H, 0); break;
-    case LLMEM_W_FFN_DOWN: leaf = "feed_forward.w2.weight"; dims(shape, n_dims, 2, H, I, 0); break;
+    case LLMEM_W_MIXER_NORM: leaf = "operator_norm.weight"; hf_shape(shape, n_dims, 1, H, 0, 0); break;
+    case LLMEM_W_FFN_NORM: leaf = "ffn_norm.weight"; hf_shape(shape, n_dims, 1, H, 0, 0); break;
+    case LLMEM_W_FFN_GATE: leaf = "feed_forward.w1.weight"; hf_shape(shape, n_dims, 2, I, H, 0); break;
+    case LLMEM_W_FFN_UP: leaf = "feed_forward.w3.weight"; hf_shape(shape, n_dims, 2, I, H, 0); break;
+    case LLMEM_W_FFN_DOWN: leaf = "feed_forward.w2.weight"; hf_shape(shape, n_dims, 2, H, I, 0); break;
     case LLMEM_W_ATTN_Q: case LLMEM_W_ATTN_K: case LLMEM_W_ATTN_V: case LLMEM_W_ATTN_O:
         if (!attn)
             return false;
@@ -169,48 +150,48 @@ bool hf_lfm2_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer
                : w == LLMEM_W_ATTN_K ? "self_attn.k_proj.weight"
                : w == LLMEM_W_ATTN_V ? "self_attn.v_proj.weight" : "self_attn.out_proj.weight";
         if (w == LLMEM_W_ATTN_O)
-            dims(shape, n_dims, 2, H, q, 0);
+            hf_shape(shape, n_dims, 2, H, q, 0);
         else
-            dims(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
+            hf_shape(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
         break;
     case LLMEM_W_ATTN_Q_NORM: case LLMEM_W_ATTN_K_NORM:
         if (!attn)
             return false;
         leaf = w == LLMEM_W_ATTN_Q_NORM ? "self_attn.q_layernorm.weight"
                                         : "self_attn.k_layernorm.weight";
-        dims(shape, n_dims, 1, cfg->head_dim, 0, 0);
+        hf_shape(shape, n_dims, 1, cfg->head_dim, 0, 0);
         break;
     case LLMEM_W_SSM_IN: case LLMEM_W_SSM_IN_BIAS:
         if (attn || (w == LLMEM_W_SSM_IN_BIAS && !bias))
             return false;
         leaf = w == LLMEM_W_SSM_IN ? "conv.in_proj.weight" : "conv.in_proj.bias";
         if (w == LLMEM_W_SSM_IN)
-            dims(shape, n_dims, 2, 3 * H, H, 0);
+            hf_shape(shape, n_dims, 2, 3 * H, H, 0);
         else
-            dims(shape, n_dims, 1, 3 * H, 0, 0);
+            hf_shape(shape, n_dims, 1, 3 * H, 0, 0);
         break;
     case LLMEM_W_SSM_CONV: case LLMEM_W_SSM_CONV_BIAS:
         if (attn || (w == LLMEM_W_SSM_CONV_BIAS && !cfg->ssm_conv_bias))
             return false;
         leaf = w == LLMEM_W_SSM_CONV ? "conv.conv.weight" : "conv.conv.bias";
         if (w == LLMEM_W_SSM_CONV)
-            dims(shape, n_dims, 3, H, 1, cfg->ssm_d_conv);
+            hf_shape(shape, n_dims, 3, H, 1, cfg->ssm_d_conv);
         else
-            dims(shape, n_dims, 1, H, 0, 0);
+            hf_shape(shape, n_dims, 1, H, 0, 0);
         break;
     case LLMEM_W_SSM_OUT: case LLMEM_W_SSM_OUT_BIAS:
         if (attn || (w == LLMEM_W_SSM_OUT_BIAS && !bias))
             return false;
         leaf = w == LLMEM_W_SSM_OUT ? "conv.out_proj.weight" : "conv.out_proj.bias";
         if (w == LLMEM_W_SSM_OUT)
-            dims(shape, n_dims, 2, H, H, 0);
+            hf_shape(shape, n_dims, 2, H, H, 0);
         else
-            dims(shape, n_dims, 1, H, 0, 0);
+            hf_shape(shape, n_dims, 1, H, 0, 0);
         break;
     default:
         return false;
     }
-    return lfm2_name(buf, buf_len, pre, layer, leaf);
+    return hf_layer_name(buf, buf_len, pre, layer, leaf);
 }
 
 /* ---- forward --------------------------------------------------------------------------- */

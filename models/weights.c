@@ -29,12 +29,23 @@ static bool is_global(llmem_weight w)
     return w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD;
 }
 
-static void set_shape(int64_t *shape, int32_t *n_dims, int32_t n, int64_t a, int64_t b, int64_t c)
+void hf_shape(int64_t *shape, int32_t *n_dims, int32_t n, int64_t a, int64_t b, int64_t c)
 {
     shape[0] = a;
     shape[1] = b;
     shape[2] = c;
     *n_dims = n;
+}
+
+bool hf_layer_name(char *buf, size_t len, const char *pre, int32_t layer, const char *leaf)
+{
+    int n = layer < 0 ? snprintf(buf, len, "%s%s", pre, leaf)
+                      : snprintf(buf, len, "%slayers.%d.%s", pre, (int)layer, leaf);
+    if (n < 0 || (size_t)n >= len) {
+        buf[0] = '\0';
+        return false;
+    }
+    return true;
 }
 
 bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
@@ -71,11 +82,11 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
 
     if (is_global(w)) {
         if (w == LLMEM_W_EMBED) {
-            set_shape(shape, n_dims, 2, V, H, 0);
+            hf_shape(shape, n_dims, 2, V, H, 0);
             n = snprintf(buf, buf_len, "%s%s", pre, hf_model ? "embed_tokens.weight"
                                                                : "embeddings.weight");
         } else if (w == LLMEM_W_FINAL_NORM) {
-            set_shape(shape, n_dims, 1, H, 0, 0);
+            hf_shape(shape, n_dims, 1, H, 0, 0);
             n = snprintf(buf, buf_len, "%s%s", pre,
                          a == LLMEM_ARCH_LLAMA || granite || qwen3n || gemma ? "norm.weight"
                          : a == LLMEM_ARCH_BAMBA || falcon ? "final_layernorm.weight"
@@ -83,7 +94,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         } else {
             if (cfg->tie_word_embeddings)
                 return false;
-            set_shape(shape, n_dims, 2, V, H, 0);
+            hf_shape(shape, n_dims, 2, V, H, 0);
             n = snprintf(buf, buf_len, "lm_head.weight");
         }
         if (n < 0 || (size_t)n >= buf_len) {
@@ -109,14 +120,14 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
     switch (w) {
     case LLMEM_W_MIXER_NORM:
         leaf = hf_model ? "input_layernorm.weight" : "norm.weight";
-        set_shape(shape, n_dims, 1, H, 0, 0);
+        hf_shape(shape, n_dims, 1, H, 0, 0);
         break;
     case LLMEM_W_FFN_NORM:
         if (!L->has_ffn)
             return false;
         leaf = a == LLMEM_ARCH_LLAMA || granite ? "post_attention_layernorm.weight"
                : gemma ? "pre_feedforward_layernorm.weight" : "pre_ff_layernorm.weight";
-        set_shape(shape, n_dims, 1, H, 0, 0);
+        hf_shape(shape, n_dims, 1, H, 0, 0);
         break;
     case LLMEM_W_ATTN_Q: case LLMEM_W_ATTN_K: case LLMEM_W_ATTN_V: case LLMEM_W_ATTN_O:
         if (!attn)
@@ -125,9 +136,9 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         leaf = w == LLMEM_W_ATTN_Q ? "q_proj.weight" : w == LLMEM_W_ATTN_K ? "k_proj.weight"
                : w == LLMEM_W_ATTN_V ? "v_proj.weight" : "o_proj.weight";
         if (w == LLMEM_W_ATTN_O)
-            set_shape(shape, n_dims, 2, H, q, 0);
+            hf_shape(shape, n_dims, 2, H, q, 0);
         else
-            set_shape(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
+            hf_shape(shape, n_dims, 2, w == LLMEM_W_ATTN_Q ? q : kv, H, 0);
         break;
     case LLMEM_W_ATTN_Q_BIAS: case LLMEM_W_ATTN_K_BIAS: case LLMEM_W_ATTN_V_BIAS:
     case LLMEM_W_ATTN_O_BIAS:
@@ -136,7 +147,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         sub = attn_sub;
         leaf = w == LLMEM_W_ATTN_Q_BIAS ? "q_proj.bias" : w == LLMEM_W_ATTN_K_BIAS ? "k_proj.bias"
                : w == LLMEM_W_ATTN_V_BIAS ? "v_proj.bias" : "o_proj.bias";
-        set_shape(shape, n_dims, 1, w == LLMEM_W_ATTN_Q_BIAS ? q : w == LLMEM_W_ATTN_O_BIAS ? H : kv,
+        hf_shape(shape, n_dims, 1, w == LLMEM_W_ATTN_Q_BIAS ? q : w == LLMEM_W_ATTN_O_BIAS ? H : kv,
                   0, 0);
         break;
     case LLMEM_W_FFN_GATE: case LLMEM_W_FFN_UP: case LLMEM_W_FFN_DOWN:
@@ -146,9 +157,9 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         leaf = w == LLMEM_W_FFN_GATE ? "gate_proj.weight" : w == LLMEM_W_FFN_UP ? "up_proj.weight"
                                                                               : "down_proj.weight";
         if (w == LLMEM_W_FFN_DOWN)
-            set_shape(shape, n_dims, 2, H, I, 0);
+            hf_shape(shape, n_dims, 2, H, I, 0);
         else
-            set_shape(shape, n_dims, 2, I, H, 0);
+            hf_shape(shape, n_dims, 2, I, H, 0);
         break;
     case LLMEM_W_FFN_GATE_BIAS: case LLMEM_W_FFN_UP_BIAS: case LLMEM_W_FFN_DOWN_BIAS:
         if (!ffn || !cfg->mlp_bias || (w == LLMEM_W_FFN_GATE_BIAS && !cfg->ffn_gated))
@@ -156,7 +167,7 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         sub = ffn_sub;
         leaf = w == LLMEM_W_FFN_GATE_BIAS ? "gate_proj.bias" : w == LLMEM_W_FFN_UP_BIAS
                ? "up_proj.bias" : "down_proj.bias";
-        set_shape(shape, n_dims, 1, w == LLMEM_W_FFN_DOWN_BIAS ? H : I, 0, 0);
+        hf_shape(shape, n_dims, 1, w == LLMEM_W_FFN_DOWN_BIAS ? H : I, 0, 0);
         break;
     case LLMEM_W_SSM_IN:
     case LLMEM_W_SSM_IN_BIAS:
@@ -165,37 +176,37 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         sub = ssm_sub;
         leaf = w == LLMEM_W_SSM_IN ? "in_proj.weight" : "in_proj.bias";
         if (w == LLMEM_W_SSM_IN)
-            set_shape(shape, n_dims, 2, cfg->ssm_in_proj_dim, H, 0);
+            hf_shape(shape, n_dims, 2, cfg->ssm_in_proj_dim, H, 0);
         else
-            set_shape(shape, n_dims, 1, cfg->ssm_in_proj_dim, 0, 0);
+            hf_shape(shape, n_dims, 1, cfg->ssm_in_proj_dim, 0, 0);
         break;
     case LLMEM_W_SSM_CONV:
         if (!ssm)
             return false;
         sub = ssm_sub;
         leaf = "conv1d.weight";
-        set_shape(shape, n_dims, 3, cfg->ssm_conv_dim, 1, cfg->ssm_d_conv);
+        hf_shape(shape, n_dims, 3, cfg->ssm_conv_dim, 1, cfg->ssm_d_conv);
         break;
     case LLMEM_W_SSM_CONV_BIAS:
         if (!ssm || !cfg->ssm_conv_bias)
             return false;
         sub = ssm_sub;
         leaf = "conv1d.bias";
-        set_shape(shape, n_dims, 1, cfg->ssm_conv_dim, 0, 0);
+        hf_shape(shape, n_dims, 1, cfg->ssm_conv_dim, 0, 0);
         break;
     case LLMEM_W_SSM_DT_BIAS: case LLMEM_W_SSM_A_LOG: case LLMEM_W_SSM_D:
         if (!ssm)
             return false;
         sub = ssm_sub;
         leaf = w == LLMEM_W_SSM_DT_BIAS ? "dt_bias" : w == LLMEM_W_SSM_A_LOG ? "A_log" : "D";
-        set_shape(shape, n_dims, 1, nh, 0, 0);
+        hf_shape(shape, n_dims, 1, nh, 0, 0);
         break;
     case LLMEM_W_SSM_NORM:
         if (!ssm || cfg->ssm_gate_only) /* falcon_h1 without mamba_rms_norm has none */
             return false;
         sub = ssm_sub;
         leaf = "norm.weight";
-        set_shape(shape, n_dims, 1, din, 0, 0);
+        hf_shape(shape, n_dims, 1, din, 0, 0);
         break;
     case LLMEM_W_SSM_OUT:
     case LLMEM_W_SSM_OUT_BIAS:
@@ -204,9 +215,9 @@ bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t l
         sub = ssm_sub;
         leaf = w == LLMEM_W_SSM_OUT ? "out_proj.weight" : "out_proj.bias";
         if (w == LLMEM_W_SSM_OUT)
-            set_shape(shape, n_dims, 2, H, din, 0);
+            hf_shape(shape, n_dims, 2, H, din, 0);
         else
-            set_shape(shape, n_dims, 1, H, 0, 0);
+            hf_shape(shape, n_dims, 1, H, 0, 0);
         break;
     default:
         return false;
