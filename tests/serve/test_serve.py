@@ -336,7 +336,9 @@ def t_queue():
         next(iter(a))  # running
         b = c.completions.create(model="llmem-builtin", prompt="B", max_tokens=5,
                                  temperature=0, stream=True)  # queued behind a
-        h = s.wait_health(lambda h: h["requests_waiting"] == 1)
+        # /health is refreshed by the engine between steps, so wait for the
+        # snapshot that shows both (a lone waiting == 1 can predate a's admission)
+        h = s.wait_health(lambda h: h["requests_waiting"] == 1 and h["requests_running"] == 1)
         assert h["requests_running"] == 1 and h["requests_waiting"] == 1, h
         try:
             c.completions.create(model="llmem-builtin", prompt="C", max_tokens=5)
