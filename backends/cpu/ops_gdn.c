@@ -23,7 +23,7 @@
  *
  * Slot discipline as ops_mamba.c: a work item reads its source slot before
  * writing any destination; a source that another group writes is
- * snapshotted before the parallel part starts.
+ * snapshotted before the parallel part starts (cpu_rs_io_init).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -33,87 +33,8 @@
 
 #define GDN_CHUNK 64
 
-typedef struct gdn_io {
-    char *base;
-    size_t slot_bytes;
-    llmem_dtype dtype;
-    const int32_t *src, *dst, *ckpt;
-    int32_t n_seqs, n_tok, n_ckpt;
-    const char **src_ptr; /* [n_seqs], NULL = zero state */
-    char *snap;
-} gdn_io;
-
-static void gdn_io_finish(gdn_io *io)
-{
-    free(io->src_ptr);
-    free(io->snap);
-}
-
-/* Reads the view's device tables, re-checks them, resolves every group's
- * source (snapshotting sources that another group overwrites). */
-static llmem_status gdn_io_init(gdn_io *io, const llmem_view *view, int32_t state)
-{
-    const llmem_rs_view *rs = llmem_view_rs(view);
-    const llmem_state_desc *d = &rs->desc[state];
-    memset(io, 0, sizeof *io);
-    int64_t elems = d->shape[0] * d->shape[1] * d->shape[2];
-    io->base = llmem_buffer_host_ptr(rs->state[state]);
-    io->dtype = d->dtype;
-    io->slot_bytes = (size_t)elems * llmem_dtype_size(d->dtype);
-    io->src = view_table(view, &rs->src_slot);
-    io->dst = view_table(view, &rs->dst_slot);
-    io->ckpt = view_table(view, &rs->ckpt_slot);
-    io->n_seqs = rs->n_seqs;
-    io->n_tok = rs->n_seq_tokens;
-    io->n_ckpt = rs->n_ckpt;
-    int32_t n_slots = rs->n_slots;
-    int32_t *writer = malloc((size_t)n_slots * sizeof *writer);
-    io->src_ptr = calloc((size_t)(io->n_seqs > 0 ? io->n_seqs : 1), sizeof *io->src_ptr);
-    if (!writer || !io->src_ptr) {
-        free(writer);
-        gdn_io_finish(io);
-        return LLMEM_E_NO_MEMORY;
-    }
-    for (int32_t i = 0; i < n_slots; i++)
-        writer[i] = -1;
-    llmem_status st = LLMEM_OK;
-    int32_t n_snap = 0;
-    for (int32_t s = 0; s < io->n_seqs && st == LLMEM_OK; s++) {
-        for (int32_t c = -1; c < io->n_ckpt && st == LLMEM_OK; c++) {
-            int32_t slot = c < 0 ? io->dst[s] : io->ckpt[(int64_t)s * io->n_ckpt + c];
-            if (slot < -1 || slot >= n_slots || (slot >= 0 && writer[slot] >= 0 && writer[slot] != s))
-                st = LLMEM_E_INVALID;
-            else if (slot >= 0)
-                writer[slot] = s;
-        }
-        if (io->src[s] < -1 || io->src[s] >= n_slots)
-            st = LLMEM_E_INVALID;
-    }
-    for (int32_t s = 0; s < io->n_seqs && st == LLMEM_OK; s++)
-        n_snap += io->src[s] >= 0 && writer[io->src[s]] >= 0 && writer[io->src[s]] != s;
-    if (st == LLMEM_OK && n_snap > 0 && !(io->snap = malloc((size_t)n_snap * io->slot_bytes)))
-        st = LLMEM_E_NO_MEMORY;
-    n_snap = 0;
-    for (int32_t s = 0; s < io->n_seqs && st == LLMEM_OK; s++) {
-        int32_t slot = io->src[s];
-        if (slot < 0)
-            continue;
-        const char *p = io->base + (size_t)slot * io->slot_bytes;
-        if (writer[slot] >= 0 && writer[slot] != s) {
-            char *copy = io->snap + (size_t)n_snap++ * io->slot_bytes;
-            memcpy(copy, p, io->slot_bytes);
-            p = copy;
-        }
-        io->src_ptr[s] = p;
-    }
-    free(writer);
-    if (st != LLMEM_OK)
-        gdn_io_finish(io);
-    return st;
-}
-
 typedef struct gdn_ctx {
-    const gdn_io *io;
+    const rs_io *io;
     const llmem_gdn_params *p;
     const float *qkv, *a, *b, *a_log, *dt_bias;
     float *out;
@@ -232,7 +153,7 @@ static void gdn_chunk(const gdn_ctx *c, float *S, int64_t s, int64_t h, int64_t 
 static void gdn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
 {
     const gdn_ctx *c = vctx;
-    const gdn_io *io = c->io;
+    const rs_io *io = c->io;
     int64_t dk = c->p->d_k, dv = c->p->d_v, Hv = c->p->n_v_heads;
     int64_t hs = dk * dv;
     float *S = c->scratch + (size_t)thread * c->scratch_per;
@@ -290,8 +211,8 @@ llmem_status cpu_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llme
         .out = tensor_data(out),
         .width = 2 * (int64_t)p->n_k_heads * p->d_k + (int64_t)p->n_v_heads * p->d_v,
     };
-    gdn_io io;
-    llmem_status st = gdn_io_init(&io, view, state);
+    rs_io io;
+    llmem_status st = cpu_rs_io_init(&io, view, state);
     if (st != LLMEM_OK)
         return st;
     c.io = &io;
@@ -315,7 +236,7 @@ fail:
     free(own_a);
     free(own_b);
     free(c.scratch);
-    gdn_io_finish(&io);
+    cpu_rs_io_finish(&io);
     return st;
 }
 
