@@ -9,8 +9,8 @@
  * sequences only, no shifts), a sliding-window KV cache (cuts past its
  * slack refused, no shifts), the three state kinds of issue 16 (gated delta
  * net, LFM2 short conv, Mamba-1: recurrent semantics plus state tags that
- * check slot bookkeeping per layout; the short conv also with its real op
- * against a float64 recurrence), and compositions of them (the
+ * check slot bookkeeping per layout; the short conv and Mamba-1 also with
+ * their real ops against float64 recurrences), and compositions of them (the
  * strictest of their children). The detailed page- and slot-level
  * reference of the built-in memories is tests/test_memory_model.c.
  */
@@ -90,6 +90,7 @@ enum { SC_D = 8, SC_L = 3, SC_TMAX = 64 };
 
 typedef struct sc_check {
     llmem_backend *be;
+    int kind; /* SHORTCONV or MAMBA1 */
     llmem_buffer *w, *bcx, *out;
     int32_t n_calls;
 } sc_check;
@@ -104,10 +105,17 @@ static double sc_w(int32_t c, int32_t k)
     return (double)((c * 5 + k * 3) % 11 - 5) / 4.0;
 }
 
+static void m1_fn(sc_check *k, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
+                  const int32_t *const *prefix, const int32_t *prefix_n);
+
 static void sc_fn(void *ctx, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
                   const int32_t *const *prefix, const int32_t *prefix_n)
 {
     sc_check *k = ctx;
+    if (k->kind == MAMBA1) {
+        m1_fn(k, ub, view, layer, prefix, prefix_n);
+        return;
+    }
     int32_t T = ub->n_seq_tokens, n = ub->n_tokens;
     ck_assert_int_le(n, SC_TMAX);
     float bcx[SC_TMAX][3 * SC_D], out[SC_TMAX][SC_D];
@@ -142,18 +150,91 @@ static void sc_fn(void *ctx, const llmem_ubatch *ub, const llmem_view *view, int
     k->n_calls++;
 }
 
-static sc_check *sc_create(llmem_backend *be)
+/* Mamba-1's selective scan run for real (llmem_op_ssm_scan1, state 1 =
+ * ssm {d_inner, d_state}) against a float64 recurrence from the zero state
+ * over the history (ops.h: dt' = softplus(dt), S = exp(dt' A) S + dt' B x,
+ * y = C.S; no D, dt_bias or gate). x, dt, B, C of a token depend only on
+ * its id and the channel; A = -exp(a_log) in [-0.9, -0.5]. */
+enum { M1_D = 8, M1_N = 4 };
+
+static double m1_alog(int32_t c, int32_t n)
+{
+    return log(0.5 + 0.1 * ((c + n) % 5));
+}
+
+static void m1_fn(sc_check *k, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
+                  const int32_t *const *prefix, const int32_t *prefix_n)
+{
+    int32_t T = ub->n_seq_tokens, n = ub->n_tokens;
+    ck_assert_int_le(n, SC_TMAX);
+    /* rows: x [n][D], dt [n][D], B [n][N], C [n][N], then a_log [D][N] */
+    static float in[SC_TMAX * (2 * M1_D + 2 * M1_N) + M1_D * M1_N], y[SC_TMAX][M1_D];
+    size_t ox = 0, odt = (size_t)n * M1_D, ob = 2 * odt, oc = ob + (size_t)n * M1_N,
+           oa = oc + (size_t)n * M1_N;
+    for (int32_t t = 0; t < n; t++) {
+        ck_assert_int_eq(ub->seq[t], t / T);
+        for (int32_t c = 0; c < M1_D; c++) {
+            in[ox + (size_t)t * M1_D + (size_t)c] = (float)sc_in(ub->token[t], c, 3);
+            in[odt + (size_t)t * M1_D + (size_t)c] = (float)sc_in(ub->token[t], c, 4);
+        }
+        for (int32_t j = 0; j < M1_N; j++) {
+            in[ob + (size_t)t * M1_N + (size_t)j] = (float)sc_in(ub->token[t], j, 5);
+            in[oc + (size_t)t * M1_N + (size_t)j] = (float)sc_in(ub->token[t], j, 6);
+        }
+    }
+    for (int32_t c = 0; c < M1_D; c++)
+        for (int32_t j = 0; j < M1_N; j++)
+            in[oa + (size_t)c * M1_N + (size_t)j] = (float)m1_alog(c, j);
+    ck_assert_int_eq(llmem_buffer_upload(k->bcx, 0, in, (oa + M1_D * M1_N) * 4), LLMEM_OK);
+    llmem_tensor x = llmem_tensor_2d(k->bcx, ox * 4, LLMEM_DTYPE_F32, n, M1_D);
+    llmem_tensor dt = llmem_tensor_2d(k->bcx, odt * 4, LLMEM_DTYPE_F32, n, M1_D);
+    llmem_tensor b = llmem_tensor_2d(k->bcx, ob * 4, LLMEM_DTYPE_F32, n, M1_N);
+    llmem_tensor c = llmem_tensor_2d(k->bcx, oc * 4, LLMEM_DTYPE_F32, n, M1_N);
+    llmem_tensor a = llmem_tensor_2d(k->bcx, oa * 4, LLMEM_DTYPE_F32, M1_D, M1_N);
+    llmem_tensor o = llmem_tensor_2d(k->out, 0, LLMEM_DTYPE_F32, n, M1_D);
+    const llmem_ssm1_params p = {.d_inner = M1_D, .d_state = M1_N};
+    ck_assert_int_eq(llmem_op_ssm_scan1(k->be, &p, view, 1, &x, &dt, &b, &c, &a, NULL, NULL, NULL,
+                                        &o),
+                     LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(k->out, 0, y, (size_t)n * sizeof y[0]), LLMEM_OK);
+    for (int32_t g = 0; g < ub->n_seqs; g++) {
+        double S[M1_D][M1_N] = {{0}};
+        int32_t np = prefix_n[g];
+        for (int32_t h = 0; h < np + T; h++) {
+            int32_t tok = h < np ? prefix[g][h] : ub->token[g * T + h - np];
+            for (int32_t ch = 0; ch < M1_D; ch++) {
+                double d = log1p(exp(sc_in(tok, ch, 4))), acc = 0;
+                for (int32_t j = 0; j < M1_N; j++) {
+                    S[ch][j] = exp(-d * exp(m1_alog(ch, j))) * S[ch][j] +
+                               d * sc_in(tok, j, 5) * sc_in(tok, ch, 3);
+                    acc += S[ch][j] * sc_in(tok, j, 6);
+                }
+                int32_t t = g * T + h - np;
+                ck_assert_msg(h < np || fabs(y[t][ch] - acc) <= 1e-4 * (1 + fabs(acc)),
+                              "ssm_scan1 layer %d, group %d (seq %d, %d tokens held) token %d "
+                              "channel %d: %g, float64 reference %g",
+                              layer, g, ub->seq_id[g], np, h - np, ch, h < np ? 0 : y[t][ch], acc);
+            }
+        }
+    }
+    k->n_calls++;
+}
+
+static sc_check *sc_create(llmem_backend *be, int kind)
 {
     sc_check *k = calloc(1, sizeof *k);
     ck_assert_ptr_nonnull(k);
     k->be = be;
+    k->kind = kind;
     float w[SC_D][SC_L];
     for (int32_t c = 0; c < SC_D; c++)
         for (int32_t j = 0; j < SC_L; j++)
             w[c][j] = (float)sc_w(c, j);
     ck_assert_int_eq(llmem_buffer_alloc(be, sizeof w, &k->w), LLMEM_OK);
     ck_assert_int_eq(llmem_buffer_upload(k->w, 0, w, sizeof w), LLMEM_OK);
-    ck_assert_int_eq(llmem_buffer_alloc(be, SC_TMAX * 3 * SC_D * 4, &k->bcx), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_alloc(be, SC_TMAX * (3 * SC_D + 2 * M1_D + 2 * M1_N) * 4 + 4096,
+                                        &k->bcx),
+                     LLMEM_OK);
     ck_assert_int_eq(llmem_buffer_alloc(be, SC_TMAX * SC_D * 4, &k->out), LLMEM_OK);
     return k;
 }
@@ -334,27 +415,29 @@ START_TEST(test_state_kinds)
 }
 END_TEST
 
-/* The short conv kind with its real op instead of tags: alone (0 and 3
- * checkpoints) and beside a KV prefix cache with state snapshots. */
-START_TEST(test_short_conv_op)
+/* _i 0: the short conv kind, 1: Mamba-1, with their real ops instead of
+ * tags: alone (0 and 3 checkpoints) and beside a KV prefix cache with
+ * state snapshots. */
+START_TEST(test_state_ops)
 {
     llmem_backend *be = mt_cpu();
-    sc_check *k = sc_create(be);
+    int kind = _i ? MAMBA1 : SHORTCONV;
+    sc_check *k = sc_create(be, kind);
     seqref_semantics sem = STATE_SEM;
     sem.state_tags = false;
     for (int32_t n_ckpt = 0; n_ckpt <= 3; n_ckpt += 3) {
-        llmem_memory *m = kind_mem(be, SHORTCONV, n_ckpt);
-        run_checked(m, &sem, 0x5c00 + (uint64_t)n_ckpt, k);
+        llmem_memory *m = kind_mem(be, kind, n_ckpt);
+        run_checked(m, &sem, 0x5c00 + 16 * (uint64_t)_i + (uint64_t)n_ckpt, k);
         llmem_memory_destroy(m);
     }
     llmem_memory *kids[2] = {mt_kv(be, 4, 24, N_SEQ, true, false),
-                             kind_mem_snap(be, SHORTCONV, 2, 8, 0)},
+                             kind_mem_snap(be, kind, 2, 8, 0)},
                  *h;
     const int32_t lc[3] = {0, 1, 1};
     char err[256];
     ck_assert_msg(llmem_hybrid_create(kids, 2, lc, 3, &h, err, sizeof err) == LLMEM_OK, "%s", err);
     sem = seqref_combine(KV_SEM, sem);
-    run_checked(h, &sem, 0x5c10, k);
+    run_checked(h, &sem, 0x5c80 + (uint64_t)_i, k);
     llmem_memory_destroy(h);
     ck_assert_int_gt(k->n_calls, STEPS / 2);
     sc_destroy(k);
@@ -372,7 +455,7 @@ int main(void)
     tcase_add_test(tc, test_rsum);
     tcase_add_test(tc, test_hybrids);
     tcase_add_test(tc, test_window);
-    tcase_add_test(tc, test_short_conv_op);
+    tcase_add_loop_test(tc, test_state_ops, 0, 2);
     tcase_add_loop_test(tc, test_state_kinds, GDN, MAMBA1 + 1);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
