@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "llmem/model.h"
+#include "support/config_fixture.h"
 
 static char err[512];
 
@@ -37,37 +38,10 @@ static void load_ok(const char *dir, llmem_model_config *m)
     ck_assert_msg(llmem_model_config_load(dir, m, err, sizeof err) == LLMEM_OK, "%s", err);
 }
 
-/* Loads the fixture's config and tensors and checks them against each other. */
-static void check_fixture(const char *dir, llmem_model_config *m)
-{
-    load_ok(dir, m);
-    llmem_safetensors *st = NULL;
-    ck_assert_msg(llmem_safetensors_open(dir, &st, err, sizeof err) == LLMEM_OK, "%s", err);
-    ck_assert_msg(llmem_model_config_check_tensors(m, st, err, sizeof err) == LLMEM_OK, "%s: %s",
-                  dir, err);
-    /* Every tensor in the checkpoint is one the architecture names: nothing
-     * transformers saved is left unused by llmem. */
-    int32_t named = 0;
-    char name[256];
-    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
-    int32_t nd;
-    for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++)
-        named += llmem_model_weight(m, (llmem_weight)w, 0, name, sizeof name, shape, &nd);
-    for (int32_t l = 0; l < m->n_layers; l++)
-        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++) {
-            /* nemotron_h saves each expert's matrices as tensors of their own */
-            bool split = m->moe_split_experts && (w == LLMEM_W_MOE_UP || w == LLMEM_W_MOE_DOWN);
-            if (llmem_model_weight(m, (llmem_weight)w, l, name, sizeof name, shape, &nd))
-                named += split ? m->n_expert : 1;
-        }
-    ck_assert_int_eq(named, llmem_safetensors_count(st));
-    llmem_safetensors_close(st);
-}
-
 START_TEST(test_fixture_llama)
 {
     llmem_model_config m;
-    check_fixture(fixture("llama"), &m);
+    cfg_check_fixture(fixture("llama"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_LLAMA);
     ck_assert_int_eq(m.vocab_size, 256);
     ck_assert_int_eq(m.hidden_size, 64);
@@ -91,7 +65,7 @@ END_TEST
 START_TEST(test_fixture_mamba2)
 {
     llmem_model_config m;
-    check_fixture(fixture("mamba2"), &m);
+    cfg_check_fixture(fixture("mamba2"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_MAMBA2);
     ck_assert_int_eq(m.n_layers, 2);
     ck_assert_int_eq(m.n_mamba_layers, 2);
@@ -119,7 +93,7 @@ START_TEST(test_fixture_bamba)
     const char *names[2] = {"bamba", "bamba_bf16"};
     for (int k = 0; k < 2; k++) {
         llmem_model_config m;
-        check_fixture(fixture(names[k]), &m);
+        cfg_check_fixture(fixture(names[k]), &m);
         ck_assert_int_eq(m.arch, LLMEM_ARCH_BAMBA);
         ck_assert_int_eq(m.n_layers, 4);
         const llmem_layer_kind want[4] = {LLMEM_LAYER_MAMBA2, LLMEM_LAYER_ATTENTION,
@@ -149,7 +123,7 @@ END_TEST
 START_TEST(test_fixture_moe)
 {
     llmem_model_config m;
-    check_fixture(fixture("nemotron_h_moe"), &m);
+    cfg_check_fixture(fixture("nemotron_h_moe"), &m);
     ck_assert_int_eq(m.n_layers, 5);
     ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_MOE);
     ck_assert_int_eq(m.layers[4].kind, LLMEM_LAYER_MOE);
@@ -162,7 +136,7 @@ START_TEST(test_fixture_moe)
     ck_assert_int_eq(m.moe_topk_group, 2);
     ck_assert(m.moe_routed_scale == 2.5);
 
-    check_fixture(fixture("granite_moe"), &m);
+    cfg_check_fixture(fixture("granite_moe"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_GRANITEMOEHYBRID);
     ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_MAMBA2);
     ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_ATTENTION);
@@ -175,7 +149,7 @@ START_TEST(test_fixture_moe)
     ck_assert(m.attention_scale == 0.2 && m.logits_scaling == 0.8);
     ck_assert(m.tie_word_embeddings);
 
-    check_fixture(fixture("falcon_h1"), &m);
+    cfg_check_fixture(fixture("falcon_h1"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_FALCON_H1);
     ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_PARALLEL);
     ck_assert_int_eq(m.n_attention_layers, 3);
@@ -184,7 +158,7 @@ START_TEST(test_fixture_moe)
     ck_assert(m.ssm_multipliers[4] == 1.4 && m.key_multiplier == 0.8);
     ck_assert(m.mlp_gate_multiplier == 1.3 && m.mlp_down_multiplier == 0.6);
 
-    check_fixture(fixture("granite_dense_nope"), &m);
+    cfg_check_fixture(fixture("granite_dense_nope"), &m);
     ck_assert_int_eq(m.n_expert, 0);
     ck_assert(!m.use_rope);
     ck_assert_int_eq(m.moe_shared_intermediate_size, 96);
@@ -194,7 +168,7 @@ END_TEST
 START_TEST(test_fixture_nemotron_h)
 {
     llmem_model_config m;
-    check_fixture(fixture("nemotron_h"), &m);
+    cfg_check_fixture(fixture("nemotron_h"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_NEMOTRON_H);
     /* Written from hybrid_override_pattern "M-M*-"; transformers 5 stores it
      * as layers_block_type with its new names and no num_hidden_layers. */
@@ -221,7 +195,7 @@ START_TEST(test_builtin_model)
     char dir[512];
     snprintf(dir, sizeof dir, "%s/models/builtin", LLMEM_SOURCE_DIR);
     llmem_model_config m;
-    check_fixture(dir, &m);
+    cfg_check_fixture(dir, &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_BAMBA);
     ck_assert_int_eq(m.vocab_size, 256);
     ck_assert_int_eq(m.n_layers, 6);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llmem/model.h"
+#include "support/config_fixture.h"
 #include "llmem/runtime.h"
 
 static char err[512];
@@ -27,33 +28,6 @@ static llmem_status parse(const char *json, llmem_model_config *m)
 {
     err[0] = '\0';
     return llmem_model_config_parse(json, strlen(json), m, err, sizeof err);
-}
-
-/* Loads the fixture's config and tensors, checks them against each other,
- * and that every checkpoint tensor is one llmem names (split experts count
- * once per stored tensor: jamba's gated up is gate_proj + up_proj). */
-static void check_fixture(const char *dir, llmem_model_config *m)
-{
-    err[0] = '\0';
-    ck_assert_msg(llmem_model_config_load(dir, m, err, sizeof err) == LLMEM_OK, "%s", err);
-    llmem_safetensors *st = NULL;
-    ck_assert_msg(llmem_safetensors_open(dir, &st, err, sizeof err) == LLMEM_OK, "%s", err);
-    ck_assert_msg(llmem_model_config_check_tensors(m, st, err, sizeof err) == LLMEM_OK, "%s: %s",
-                  dir, err);
-    int32_t named = 0, nd;
-    char name[256];
-    int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
-    for (int w = LLMEM_W_EMBED; w <= LLMEM_W_LM_HEAD; w++)
-        named += llmem_model_weight(m, (llmem_weight)w, 0, name, sizeof name, shape, &nd);
-    for (int32_t l = 0; l < m->n_layers; l++)
-        for (int w = LLMEM_W_MIXER_NORM; w < LLMEM_W_COUNT; w++) {
-            bool split = m->moe_split_experts && (w == LLMEM_W_MOE_UP || w == LLMEM_W_MOE_DOWN);
-            int32_t parts = w == LLMEM_W_MOE_UP && m->moe_gated ? 2 : 1;
-            if (llmem_model_weight(m, (llmem_weight)w, l, name, sizeof name, shape, &nd))
-                named += split ? parts * m->n_expert : 1;
-        }
-    ck_assert_int_eq(named, llmem_safetensors_count(st));
-    llmem_safetensors_close(st);
 }
 
 static void expect_weight(const llmem_model_config *m, llmem_weight w, int32_t layer,
@@ -77,7 +51,7 @@ static void expect_weight(const llmem_model_config *m, llmem_weight w, int32_t l
 START_TEST(test_fixture_lfm2)
 {
     llmem_model_config m;
-    check_fixture(fixture("lfm2"), &m);
+    cfg_check_fixture(fixture("lfm2"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_LFM2);
     ck_assert_str_eq(llmem_arch_name(m.arch), "lfm2");
     const llmem_layer_kind want[4] = {LLMEM_LAYER_SHORTCONV, LLMEM_LAYER_SHORTCONV,
@@ -103,7 +77,7 @@ END_TEST
 START_TEST(test_fixture_jamba)
 {
     llmem_model_config m;
-    check_fixture(fixture("jamba"), &m);
+    cfg_check_fixture(fixture("jamba"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_JAMBA);
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(m.layers[i].kind, i % 2 ? LLMEM_LAYER_ATTENTION : LLMEM_LAYER_MAMBA1);
