@@ -9,9 +9,9 @@
  * sequences only, no shifts), a sliding-window KV cache (cuts past its
  * slack refused, no shifts), the three state kinds of issue 16 (gated delta
  * net, LFM2 short conv, Mamba-1: recurrent semantics plus state tags that
- * check slot bookkeeping per layout; the short conv and Mamba-1 also with
- * their real ops against float64 recurrences), and compositions of them (the
- * strictest of their children). The detailed page- and slot-level
+ * check slot bookkeeping per layout; each also with its real op against
+ * a float64 recurrence), and compositions of them (the strictest of
+ * their children). The detailed page- and slot-level
  * reference of the built-in memories is tests/test_memory_model.c.
  */
 #include "support/run.h"
@@ -90,7 +90,7 @@ enum { SC_D = 8, SC_L = 3, SC_TMAX = 64 };
 
 typedef struct sc_check {
     llmem_backend *be;
-    int kind; /* SHORTCONV or MAMBA1 */
+    int kind; /* SHORTCONV, MAMBA1 or GDN */
     llmem_buffer *w, *bcx, *out;
     int32_t n_calls;
 } sc_check;
@@ -108,12 +108,19 @@ static double sc_w(int32_t c, int32_t k)
 static void m1_fn(sc_check *k, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
                   const int32_t *const *prefix, const int32_t *prefix_n);
 
+static void gdn_fn(sc_check *k, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
+                   const int32_t *const *prefix, const int32_t *prefix_n);
+
 static void sc_fn(void *ctx, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
                   const int32_t *const *prefix, const int32_t *prefix_n)
 {
     sc_check *k = ctx;
     if (k->kind == MAMBA1) {
         m1_fn(k, ub, view, layer, prefix, prefix_n);
+        return;
+    }
+    if (k->kind == GDN) {
+        gdn_fn(k, ub, view, layer, prefix, prefix_n);
         return;
     }
     int32_t T = ub->n_seq_tokens, n = ub->n_tokens;
@@ -214,6 +221,88 @@ static void m1_fn(sc_check *k, const llmem_ubatch *ub, const llmem_view *view, i
                               "ssm_scan1 layer %d, group %d (seq %d, %d tokens held) token %d "
                               "channel %d: %g, float64 reference %g",
                               layer, g, ub->seq_id[g], np, h - np, ch, h < np ? 0 : y[t][ch], acc);
+            }
+        }
+    }
+    k->n_calls++;
+}
+
+/* The gated delta net run for real (llmem_op_gdn, state 1 = delta {H_v,
+ * d_k, d_v}, H_k = 1) against a float64 delta rule from the zero state over
+ * the history (ops.h: q, k l2-normed, q / sqrt(d_k); beta = sigmoid(b);
+ * g = -exp(a_log) softplus(a + dt_bias); S = e^g S; S += k (beta (v -
+ * S^T k))^T; out = S^T q). qkv, a, b of a token depend only on its id. */
+enum { G_HV = 2, G_DK = 4, G_DV = 4, G_QKV = 2 * G_DK + G_HV * G_DV };
+
+static void gdn_fn(sc_check *k, const llmem_ubatch *ub, const llmem_view *view, int32_t layer,
+                   const int32_t *const *prefix, const int32_t *prefix_n)
+{
+    int32_t T = ub->n_seq_tokens, n = ub->n_tokens;
+    ck_assert_int_le(n, SC_TMAX);
+    /* rows: qkv [n][G_QKV], a [n][H_v], b [n][H_v], then a_log [H_v], dt_bias [H_v] */
+    static float in[SC_TMAX * (G_QKV + 2 * G_HV) + 2 * G_HV], y[SC_TMAX][G_HV * G_DV];
+    size_t oa = (size_t)n * G_QKV, ob = oa + (size_t)n * G_HV, ol = ob + (size_t)n * G_HV,
+           od = ol + G_HV;
+    for (int32_t t = 0; t < n; t++) {
+        ck_assert_int_eq(ub->seq[t], t / T);
+        for (int32_t c = 0; c < G_QKV; c++)
+            in[(size_t)t * G_QKV + (size_t)c] = (float)sc_in(ub->token[t], c, 7);
+        for (int32_t h = 0; h < G_HV; h++) {
+            in[oa + (size_t)t * G_HV + (size_t)h] = (float)sc_in(ub->token[t], h, 8);
+            in[ob + (size_t)t * G_HV + (size_t)h] = (float)sc_in(ub->token[t], h, 9);
+        }
+    }
+    for (int32_t h = 0; h < G_HV; h++) {
+        in[ol + (size_t)h] = (float)log(0.3 + 0.2 * h);
+        in[od + (size_t)h] = (float)(0.1 * h);
+    }
+    ck_assert_int_eq(llmem_buffer_upload(k->bcx, 0, in, (od + G_HV) * 4), LLMEM_OK);
+    llmem_tensor qkv = llmem_tensor_2d(k->bcx, 0, LLMEM_DTYPE_F32, n, G_QKV);
+    llmem_tensor a = llmem_tensor_2d(k->bcx, oa * 4, LLMEM_DTYPE_F32, n, G_HV);
+    llmem_tensor b = llmem_tensor_2d(k->bcx, ob * 4, LLMEM_DTYPE_F32, n, G_HV);
+    llmem_tensor al = llmem_tensor_1d(k->bcx, ol * 4, LLMEM_DTYPE_F32, G_HV);
+    llmem_tensor dtb = llmem_tensor_1d(k->bcx, od * 4, LLMEM_DTYPE_F32, G_HV);
+    llmem_tensor o = llmem_tensor_2d(k->out, 0, LLMEM_DTYPE_F32, n, G_HV * G_DV);
+    const llmem_gdn_params p = {.n_k_heads = 1, .n_v_heads = G_HV, .d_k = G_DK, .d_v = G_DV};
+    ck_assert_int_eq(llmem_op_gdn(k->be, &p, view, 1, &qkv, &a, &b, &al, &dtb, &o), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_download(k->out, 0, y, (size_t)n * sizeof y[0]), LLMEM_OK);
+    for (int32_t g = 0; g < ub->n_seqs; g++) {
+        double S[G_HV][G_DK][G_DV] = {{{0}}};
+        int32_t np = prefix_n[g];
+        for (int32_t hh = 0; hh < np + T; hh++) {
+            int32_t tok = hh < np ? prefix[g][hh] : ub->token[g * T + hh - np], t = g * T + hh - np;
+            double q[G_DK], kk[G_DK], nq = 0, nk = 0;
+            for (int32_t i = 0; i < G_DK; i++) {
+                q[i] = sc_in(tok, i, 7);
+                kk[i] = sc_in(tok, G_DK + i, 7);
+                nq += q[i] * q[i];
+                nk += kk[i] * kk[i];
+            }
+            for (int32_t i = 0; i < G_DK; i++) {
+                q[i] /= sqrt(nq + 1e-6) * sqrt((double)G_DK);
+                kk[i] /= sqrt(nk + 1e-6);
+            }
+            for (int32_t h = 0; h < G_HV; h++) {
+                double beta = 1 / (1 + exp(-sc_in(tok, h, 9)));
+                double gd = -(0.3 + 0.2 * h) * log1p(exp(sc_in(tok, h, 8) + 0.1 * h));
+                for (int32_t i = 0; i < G_DK; i++)
+                    for (int32_t j = 0; j < G_DV; j++)
+                        S[h][i][j] *= exp(gd);
+                for (int32_t j = 0; j < G_DV; j++) {
+                    double sk = 0, out = 0;
+                    for (int32_t i = 0; i < G_DK; i++)
+                        sk += S[h][i][j] * kk[i];
+                    double u = beta * (sc_in(tok, 2 * G_DK + h * G_DV + j, 7) - sk);
+                    for (int32_t i = 0; i < G_DK; i++) {
+                        S[h][i][j] += kk[i] * u;
+                        out += S[h][i][j] * q[i];
+                    }
+                    double got = hh < np ? out : y[t][h * G_DV + j];
+                    ck_assert_msg(fabs(got - out) <= 1e-4 * (1 + fabs(out)),
+                                  "gdn layer %d, group %d (seq %d, %d tokens held) token %d "
+                                  "head %d column %d: %g, float64 reference %g",
+                                  layer, g, ub->seq_id[g], np, hh - np, h, j, got, out);
+                }
             }
         }
     }
@@ -415,13 +504,13 @@ START_TEST(test_state_kinds)
 }
 END_TEST
 
-/* _i 0: the short conv kind, 1: Mamba-1, with their real ops instead of
- * tags: alone (0 and 3 checkpoints) and beside a KV prefix cache with
- * state snapshots. */
+/* _i 0: the short conv kind, 1: Mamba-1, 2: gated delta net, with their
+ * real ops instead of tags: alone (0 and 3 checkpoints) and beside a KV
+ * prefix cache with state snapshots. */
 START_TEST(test_state_ops)
 {
     llmem_backend *be = mt_cpu();
-    int kind = _i ? MAMBA1 : SHORTCONV;
+    int kind = _i == 0 ? SHORTCONV : _i == 1 ? MAMBA1 : GDN;
     sc_check *k = sc_create(be, kind);
     seqref_semantics sem = STATE_SEM;
     sem.state_tags = false;
@@ -455,7 +544,7 @@ int main(void)
     tcase_add_test(tc, test_rsum);
     tcase_add_test(tc, test_hybrids);
     tcase_add_test(tc, test_window);
-    tcase_add_loop_test(tc, test_state_ops, 0, 2);
+    tcase_add_loop_test(tc, test_state_ops, 0, 3);
     tcase_add_loop_test(tc, test_state_kinds, GDN, MAMBA1 + 1);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
