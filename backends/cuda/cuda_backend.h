@@ -56,10 +56,23 @@ static inline void *cuda_dev(const llmem_buffer *buf)
     return ((const cuda_buffer *)(const void *)buf)->dev;
 }
 
+/* The device address of tensor t's first byte; NULL for a NULL t (an
+ * absent optional operand). */
+static inline void *cuda_tensor_ptr(const llmem_tensor *t)
+{
+    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
+}
+
 /* Maps a CUDA status to an llmem status (clearing a non-sticky error);
  * `what` names the call for $LLMEM_CUDA_DEBUG. */
 llmem_status cuda_check(cuda_backend *cb, cudaError_t e, const char *what);
 llmem_status cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *what);
+
+/* The status of an op's launch (launch status e, mapped by cuda_check);
+ * with $LLMEM_CUDA_SYNC (sync_each_op) also of its execution, except while
+ * the stream is being recorded (a capturing stream cannot synchronize).
+ * `what` names the op for $LLMEM_CUDA_DEBUG (cuda_ops.c). */
+llmem_status cuda_op_done(cuda_backend *cb, cudaError_t e, const char *what);
 
 /* At least `bytes` of device scratch, valid until the next call; waits for
  * queued work before it replaces a smaller allocation. */

@@ -29,7 +29,7 @@
 
 static void *tptr(const llmem_tensor *t)
 {
-    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
+    return cuda_tensor_ptr(t);
 }
 
 static int64_t rows_of(const llmem_tensor *t)
@@ -70,13 +70,17 @@ static const int32_t *table(const llmem_view *v, const llmem_i32_table *t)
                     : NULL;
 }
 
-/* Status of a launch; with $LLMEM_CUDA_SYNC also of its execution. */
-static llmem_status done(cuda_backend *cb, cudaError_t e, const char *what)
+llmem_status cuda_op_done(cuda_backend *cb, cudaError_t e, const char *what)
 {
     llmem_status st = cuda_check(cb, e, what);
     if (st == LLMEM_OK && cb->sync_each_op && !cb->recording)
         st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
     return st;
+}
+
+static llmem_status done(cuda_backend *cb, cudaError_t e, const char *what)
+{
+    return cuda_op_done(cb, e, what);
 }
 
 static llmem_status enter(llmem_backend *be, cuda_backend **out)

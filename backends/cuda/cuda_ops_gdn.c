@@ -8,19 +8,6 @@
 #include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
 
-static void *gdn_ptr(const llmem_tensor *t)
-{
-    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
-}
-
-static llmem_status gdn_done(cuda_backend *cb, cudaError_t e, const char *what)
-{
-    llmem_status st = cuda_check(cb, e, what);
-    if (st == LLMEM_OK && cb->sync_each_op)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
-    return st;
-}
-
 llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
                          int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
                          llmem_ct *dt_bias, llmem_ct *out)
@@ -39,17 +26,17 @@ llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llm
         .n_v_heads = p->n_v_heads,
         .d_k = p->d_k,
         .d_v = p->d_v,
-        .qkv = gdn_ptr(qkv),
-        .a = gdn_ptr(a),
-        .b = gdn_ptr(b),
-        .a_log = gdn_ptr(a_log),
-        .dt_bias = gdn_ptr(dt_bias),
+        .qkv = cuda_tensor_ptr(qkv),
+        .a = cuda_tensor_ptr(a),
+        .b = cuda_tensor_ptr(b),
+        .a_log = cuda_tensor_ptr(a_log),
+        .dt_bias = cuda_tensor_ptr(dt_bias),
         .al_dt = a_log->dtype,
         .db_dt = dt_bias->dtype,
-        .out = gdn_ptr(out),
+        .out = cuda_tensor_ptr(out),
         .width = 2 * (int64_t)p->n_k_heads * p->d_k + (int64_t)p->n_v_heads * p->d_v,
     };
-    return gdn_done(cb, cuk_gdn(&rs, &ga, cb->stream), "gdn");
+    return cuda_op_done(cb, cuk_gdn(&rs, &ga, cb->stream), "gdn");
 }
 
 llmem_status cuda_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out)
@@ -59,8 +46,8 @@ llmem_status cuda_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate,
     if (st != LLMEM_OK)
         return st;
     int64_t n = llmem_tensor_nelements(x);
-    return gdn_done(cb,
-                    cuk_sigmoid_mul(gdn_ptr(x), gdn_ptr(gate), gdn_ptr(out), n,
-                                    x->ne[x->n_dims - 1], gate->ne[gate->n_dims - 1], cb->stream),
-                    "sigmoid_mul");
+    cudaError_t e = cuk_sigmoid_mul(cuda_tensor_ptr(x), cuda_tensor_ptr(gate), cuda_tensor_ptr(out),
+                                    n, x->ne[x->n_dims - 1], gate->ne[gate->n_dims - 1],
+                                    cb->stream);
+    return cuda_op_done(cb, e, "sigmoid_mul");
 }

@@ -5,19 +5,6 @@
 #include "backends/cuda/cuda_ops_moe.h"
 #include "kernels/kernels.h"
 
-static void *moe_ptr(const llmem_tensor *t)
-{
-    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
-}
-
-static llmem_status moe_done(cuda_backend *cb, cudaError_t e, const char *what)
-{
-    llmem_status st = cuda_check(cb, e, what);
-    if (st == LLMEM_OK && cb->sync_each_op)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
-    return st;
-}
-
 llmem_status cuda_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
                                llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
                                llmem_ct *weights)
@@ -28,12 +15,12 @@ llmem_status cuda_op_moe_route(llmem_backend *be, const llmem_moe_route_params *
         return st;
     if (p->n_group > 32 || (size_t)p->n_expert * 8 > 48 * 1024)
         return LLMEM_E_UNSUPPORTED;
-    return moe_done(cb, cuk_moe_route(moe_ptr(logits), moe_ptr(bias), bias ? (int)bias->dtype : 0,
-                                      moe_ptr(ids), moe_ptr(weights), logits->ne[0], p->n_expert,
-                                      p->n_expert_used, p->scoring == LLMEM_MOE_SIGMOID,
-                                      p->norm_topk, p->n_group, p->topk_group, p->scale,
-                                      cb->stream),
-                    "moe_route");
+    cudaError_t e = cuk_moe_route(
+        cuda_tensor_ptr(logits), cuda_tensor_ptr(bias), bias ? (int)bias->dtype : 0,
+        cuda_tensor_ptr(ids), cuda_tensor_ptr(weights), logits->ne[0], p->n_expert,
+        p->n_expert_used, p->scoring == LLMEM_MOE_SIGMOID, p->norm_topk, p->n_group,
+        p->topk_group, p->scale, cb->stream);
+    return cuda_op_done(cb, e, "moe_route");
 }
 
 llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
@@ -52,9 +39,10 @@ llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, l
                    (size_t)(w_up->ne[0] + 1 + T * k) * sizeof(int32_t) + 256;
     if ((st = cuda_scratch(cb, bytes, &scratch)) != LLMEM_OK)
         return st;
-    return moe_done(cb, cuk_moe_ffn(moe_ptr(x), moe_ptr(ids), moe_ptr(weights), moe_ptr(w_up),
-                                    moe_ptr(w_down), (int)w_up->dtype, moe_ptr(out), scratch, T,
-                                    (int32_t)D, (int32_t)I, w_up->ne[0], (int32_t)k, p->gated,
-                                    p->act == LLMEM_MOE_ACT_RELU2, cb->stream),
-                    "moe_ffn");
+    cudaError_t e = cuk_moe_ffn(cuda_tensor_ptr(x), cuda_tensor_ptr(ids), cuda_tensor_ptr(weights),
+                                cuda_tensor_ptr(w_up), cuda_tensor_ptr(w_down), (int)w_up->dtype,
+                                cuda_tensor_ptr(out), scratch, T, (int32_t)D, (int32_t)I,
+                                w_up->ne[0], (int32_t)k, p->gated,
+                                p->act == LLMEM_MOE_ACT_RELU2, cb->stream);
+    return cuda_op_done(cb, e, "moe_ffn");
 }

@@ -66,8 +66,5 @@ llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
         q.snap = snap;
     }
     cuk_scan_args sa = cuda_scan_args(p, xbc, dt, a_log, d, dt_bias, y);
-    st = cuda_check(cb, cuk_ssm_scan_q(&sa, &q, cb->stream), "ssm_scan (int8 state)");
-    if (st == LLMEM_OK && cb->sync_each_op)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "ssm_scan (int8 state)");
-    return st;
+    return cuda_op_done(cb, cuk_ssm_scan_q(&sa, &q, cb->stream), "ssm_scan (int8 state)");
 }

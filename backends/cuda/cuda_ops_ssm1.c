@@ -5,19 +5,6 @@
 #include "backends/cuda/cuda_ops_ssm1.h"
 #include "llmem/view.h"
 
-static void *s1_ptr(const llmem_tensor *t)
-{
-    return t ? (char *)cuda_dev(t->buf) + t->offset : NULL;
-}
-
-static llmem_status s1_done(cuda_backend *cb, cudaError_t e, const char *what)
-{
-    llmem_status st = cuda_check(cb, e, what);
-    if (st == LLMEM_OK && cb->sync_each_op && !cb->recording)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
-    return st;
-}
-
 llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                                 llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
@@ -32,10 +19,10 @@ llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32
     cuk_rs_args rs;
     if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
         return st;
-    return s1_done(cb,
-                   cuk_short_conv(&rs, s1_ptr(bcx), s1_ptr(w), (int)w->dtype, s1_ptr(b),
-                                  b ? (int)b->dtype : 0, s1_ptr(out), dim, L, cb->stream),
-                   "short_conv");
+    cudaError_t e = cuk_short_conv(&rs, cuda_tensor_ptr(bcx), cuda_tensor_ptr(w), (int)w->dtype,
+                                   cuda_tensor_ptr(b), b ? (int)b->dtype : 0,
+                                   cuda_tensor_ptr(out), dim, L, cb->stream);
+    return cuda_op_done(cb, e, "short_conv");
 }
 
 llmem_status cuda_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
@@ -55,18 +42,18 @@ llmem_status cuda_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
     cuk_scan1_args a = {
         .d_inner = p->d_inner,
         .d_state = p->d_state,
-        .x = s1_ptr(x),
-        .dt = s1_ptr(dt),
-        .b = s1_ptr(b),
-        .c = s1_ptr(c),
-        .z = s1_ptr(z),
-        .a_log = s1_ptr(a_log),
-        .d = s1_ptr(d),
-        .dt_bias = s1_ptr(dt_bias),
+        .x = cuda_tensor_ptr(x),
+        .dt = cuda_tensor_ptr(dt),
+        .b = cuda_tensor_ptr(b),
+        .c = cuda_tensor_ptr(c),
+        .z = cuda_tensor_ptr(z),
+        .a_log = cuda_tensor_ptr(a_log),
+        .d = cuda_tensor_ptr(d),
+        .dt_bias = cuda_tensor_ptr(dt_bias),
         .a_dt = (int32_t)a_log->dtype,
         .d_dt = d ? (int32_t)d->dtype : 0,
         .b_dt = dt_bias ? (int32_t)dt_bias->dtype : 0,
-        .y = s1_ptr(y),
+        .y = cuda_tensor_ptr(y),
     };
-    return s1_done(cb, cuk_ssm_scan1(&rs, &a, cb->stream), "ssm_scan1");
+    return cuda_op_done(cb, cuk_ssm_scan1(&rs, &a, cb->stream), "ssm_scan1");
 }
