@@ -309,6 +309,19 @@ typedef struct rs_io {
     char *snap;           /* snapshots of sources written by other streams */
 } rs_io;
 
+/* Slot `slot` (0 <= slot < n_slots) of io's state buffer. */
+static inline char *cpu_rs_slot(const rs_io *io, int32_t slot)
+{
+    return io->base + (size_t)slot * io->slot_bytes;
+}
+
+/* The token (0-based, within a stream) after which checkpoint c of a
+ * stream is taken; -1: the state before the first token, below -1: none. */
+static inline int32_t cpu_rs_ckpt_token(const rs_io *io, int32_t c)
+{
+    return io->n_tok - io->n_ckpt + c;
+}
+
 /* Reads the view's tables (the device copies), re-checks them (slots in
  * range, no slot written by two streams) and resolves every stream's
  * source. LLMEM_E_INVALID, LLMEM_E_NO_MEMORY; nothing to finish then. */

@@ -71,7 +71,7 @@ static void gdn_store(const gdn_ctx *c, const float *S, int64_t h, int32_t slot)
 {
     int64_t hs = (int64_t)c->p->d_k * c->p->d_v;
     size_t es = llmem_dtype_size(c->io->dtype);
-    store_f32(S, c->io->dtype, hs, c->io->base + (size_t)slot * c->io->slot_bytes + (size_t)(h * hs) * es);
+    store_f32(S, c->io->dtype, hs, cpu_rs_slot(c->io, slot) + (size_t)(h * hs) * es);
 }
 
 /* One recurrent step of value head h on state S [d_k][d_v]. */
@@ -171,7 +171,7 @@ static void gdn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         bool any_ckpt = false;
         for (int32_t k = 0; k < io->n_ckpt; k++) {
             any_ckpt |= ck[k] >= 0;
-            if (io->n_tok - io->n_ckpt + k == -1 && ck[k] >= 0)
+            if (cpu_rs_ckpt_token(io, k) == -1 && ck[k] >= 0)
                 gdn_store(c, S, h, ck[k]);
         }
         /* chunked up to the checkpointed tail (all of it for one token) */
@@ -190,7 +190,7 @@ static void gdn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             gdn_step(c, S, Q, K, v, bt, lg, tmp, o);
             memcpy(c->out + tok * Hv * dv + h * dv, o, (size_t)dv * sizeof *o);
             for (int32_t k = 0; k < io->n_ckpt; k++)
-                if (io->n_tok - io->n_ckpt + k == t && ck[k] >= 0)
+                if (cpu_rs_ckpt_token(io, k) == t && ck[k] >= 0)
                     gdn_store(c, S, h, ck[k]);
         }
         if (io->dst[s] >= 0)

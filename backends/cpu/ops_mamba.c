@@ -103,18 +103,6 @@ llmem_status cpu_rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
     return st;
 }
 
-static char *rs_slot(const rs_io *io, int32_t slot)
-{
-    return io->base + (size_t)slot * io->slot_bytes;
-}
-
-/* Checkpoint c of a stream holds the state after this token (-1: before
- * the first). */
-static int32_t ckpt_token(const rs_io *io, int32_t c)
-{
-    return io->n_tok - io->n_ckpt + c;
-}
-
 /* ---- conv ---------------------------------------------------------------------------- */
 
 #define CB 64 /* channels per work item */
@@ -143,7 +131,7 @@ static void conv_store(const conv_ctx *c, const float *st, int64_t s, int64_t c0
                        int32_t tt, int32_t slot)
 {
     size_t es = llmem_dtype_size(c->io->dtype);
-    char *dst = rs_slot(c->io, slot);
+    char *dst = cpu_rs_slot(c->io, slot);
     for (int64_t r = 0; r < c->d_conv - 1; r++)
         store_f32(conv_u(c, st, s, tt + 1 + r, c0), c->io->dtype, nc,
                   dst + ((size_t)r * (size_t)c->conv_dim + (size_t)c0) * es);
@@ -182,7 +170,7 @@ static void conv_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         for (int32_t k = 0; k < io->n_ckpt; k++) {
             int32_t slot = io->ckpt[s * io->n_ckpt + k];
             if (slot >= 0)
-                conv_store(c, st, s, c0, nc, ckpt_token(io, k), slot);
+                conv_store(c, st, s, c0, nc, cpu_rs_ckpt_token(io, k), slot);
         }
         if (io->dst[s] >= 0)
             conv_store(c, st, s, c0, nc, io->n_tok - 1, io->dst[s]);
@@ -251,7 +239,7 @@ typedef struct scan_ctx {
 static void scan_store(const scan_ctx *c, const float *S, int64_t h, int32_t slot)
 {
     int64_t hs = (int64_t)c->p->head_dim * c->p->d_state;
-    char *base = rs_slot(c->io, slot);
+    char *base = cpu_rs_slot(c->io, slot);
     if (c->io->dtype == LLMEM_DTYPE_I8) { /* per-head scale: amax / 127 */
         float amax = 0.0f;
         for (int64_t i = 0; i < hs; i++)
@@ -288,7 +276,7 @@ static void scan_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         float D = c->d ? c->d[h] : 0.0f;
         float bias = c->dt_bias ? c->dt_bias[h] : 0.0f;
         for (int32_t k = 0; k < io->n_ckpt; k++)
-            if (ckpt_token(io, k) == -1 && io->ckpt[s * io->n_ckpt + k] >= 0)
+            if (cpu_rs_ckpt_token(io, k) == -1 && io->ckpt[s * io->n_ckpt + k] >= 0)
                 scan_store(c, S, h, io->ckpt[s * io->n_ckpt + k]);
         for (int32_t t = 0; t < io->n_tok; t++) {
             int64_t tok = s * io->n_tok + t;
@@ -308,7 +296,7 @@ static void scan_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
                 y[pp] = dot_f32(Sp, C, N) + D * x[pp];
             }
             for (int32_t k = 0; k < io->n_ckpt; k++)
-                if (ckpt_token(io, k) == t && io->ckpt[s * io->n_ckpt + k] >= 0)
+                if (cpu_rs_ckpt_token(io, k) == t && io->ckpt[s * io->n_ckpt + k] >= 0)
                     scan_store(c, S, h, io->ckpt[s * io->n_ckpt + k]);
         }
         if (io->dst[s] >= 0)

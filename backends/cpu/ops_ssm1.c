@@ -19,17 +19,6 @@
 
 #define SC_CB 64 /* channels per short-conv work item */
 
-static char *slot_ptr(const rs_io *io, int32_t slot)
-{
-    return io->base + (size_t)slot * io->slot_bytes;
-}
-
-/* The token after which checkpoint k of a stream is taken (-1: before the first). */
-static int32_t ckpt_tok(const rs_io *io, int32_t k)
-{
-    return io->n_tok - io->n_ckpt + k;
-}
-
 /* ---- short conv ------------------------------------------------------------------------ */
 
 typedef struct sc_ctx {
@@ -47,7 +36,7 @@ static void sc_store(const sc_ctx *c, const float *u, int64_t c0, int64_t nc, in
                      int32_t slot)
 {
     size_t es = llmem_dtype_size(c->io->dtype);
-    char *dst = slot_ptr(c->io, slot);
+    char *dst = cpu_rs_slot(c->io, slot);
     for (int64_t r = 0; r < c->L - 1; r++)
         store_f32(u + (tt + 1 + r) * SC_CB, c->io->dtype, nc,
                   dst + ((size_t)r * (size_t)c->D + (size_t)c0) * es);
@@ -90,7 +79,7 @@ static void sc_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         for (int32_t k = 0; k < io->n_ckpt; k++) {
             int32_t slot = io->ckpt[s * io->n_ckpt + k];
             if (slot >= 0)
-                sc_store(c, u, c0, nc, ckpt_tok(io, k), slot);
+                sc_store(c, u, c0, nc, cpu_rs_ckpt_token(io, k), slot);
         }
         if (io->dst[s] >= 0)
             sc_store(c, u, c0, nc, io->n_tok - 1, io->dst[s]);
@@ -150,7 +139,7 @@ typedef struct s1_ctx {
 static void s1_store(const s1_ctx *c, const float *S, int64_t ch, int32_t slot)
 {
     store_f32(S, c->io->dtype, c->N,
-              slot_ptr(c->io, slot) + (size_t)(ch * c->N) * llmem_dtype_size(c->io->dtype));
+              cpu_rs_slot(c->io, slot) + (size_t)(ch * c->N) * llmem_dtype_size(c->io->dtype));
 }
 
 static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
@@ -170,7 +159,7 @@ static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         const float *A = c->A + ch * N;
         float D = c->d ? c->d[ch] : 0.0f, bias = c->dt_bias ? c->dt_bias[ch] : 0.0f;
         for (int32_t k = 0; k < io->n_ckpt; k++)
-            if (ckpt_tok(io, k) == -1 && io->ckpt[s * io->n_ckpt + k] >= 0)
+            if (cpu_rs_ckpt_token(io, k) == -1 && io->ckpt[s * io->n_ckpt + k] >= 0)
                 s1_store(c, S, ch, io->ckpt[s * io->n_ckpt + k]);
         for (int32_t t = 0; t < io->n_tok; t++) {
             int64_t tok = s * io->n_tok + t;
@@ -190,7 +179,7 @@ static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             }
             c->y[tok * Din + ch] = yv;
             for (int32_t k = 0; k < io->n_ckpt; k++)
-                if (ckpt_tok(io, k) == t && io->ckpt[s * io->n_ckpt + k] >= 0)
+                if (cpu_rs_ckpt_token(io, k) == t && io->ckpt[s * io->n_ckpt + k] >= 0)
                     s1_store(c, S, ch, io->ckpt[s * io->n_ckpt + k]);
         }
         if (io->dst[s] >= 0)
