@@ -488,7 +488,7 @@ START_TEST(test_state_kinds)
      * the tagged state of exactly the prefix it skips */
     for (int host = 0; host < 2; host++) {
         kids[0] = mt_kv(be, 4, 24, N_SEQ, true, false);
-        kids[1] = kind_mem_snap(be, _i, 2, host ? 2 : 8, host ? 4096 : 0);
+        kids[1] = kind_mem_snap(be, _i, 2, host ? 1 : 8, host ? 4096 : 0);
         ck_assert_msg(llmem_hybrid_create(kids, 2, lc2, 3, &h, err, sizeof err) == LLMEM_OK, "%s",
                       err);
         sem = seqref_combine(KV_SEM, STATE_SEM);
