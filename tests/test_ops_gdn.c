@@ -23,17 +23,12 @@
 #include "llmem/ops.h"
 #include "support/ops_harness.h"
 #include "support/ref64.h"
+#include "support/rs_harness.h"
 
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
 #define BF16 LLMEM_DTYPE_BF16
-#define MAXS 8
 #define MAXSLOTS 16
-
-typedef struct rs_setup {
-    int32_t n_seqs, n_tok, n_ckpt, n_slots;
-    int32_t src[MAXS], dst[MAXS], ckpt[MAXS * 4];
-} rs_setup;
 
 typedef struct gdn_in {
     llmem_gdn_params p;
@@ -92,47 +87,7 @@ static void ref_token(const gdn_in *in, double *S, int64_t tok, double *out)
     }
 }
 
-/* ---- views and state images ------------------------------------------------------------- */
-
-static void rs_build(th_ctx *c, llmem_view *view, const rs_setup *rs, const llmem_state_desc *d,
-                     llmem_buffer **buf, const unsigned char *init, size_t bytes)
-{
-    llmem_rs_view *v = th_alloc(c, sizeof *v); /* the description lives as long as c */
-    memset(v, 0, sizeof *v);
-    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, v, sizeof *v, NULL);
-    *buf = th_pool(c, bytes, d->dtype);
-    ck_assert_int_eq(llmem_buffer_upload(*buf, 0, init, bytes), LLMEM_OK);
-    v->n_states = 1;
-    v->desc = d;
-    v->state = buf;
-    v->n_slots = rs->n_slots;
-    v->n_seqs = rs->n_seqs;
-    v->n_seq_tokens = rs->n_tok;
-    v->n_ckpt = rs->n_ckpt;
-    th_idx b = {0};
-    v->src_slot = th_idx_add(&b, rs->src, rs->n_seqs);
-    v->dst_slot = th_idx_add(&b, rs->dst, rs->n_seqs);
-    v->ckpt_slot = th_idx_add(&b, rs->ckpt, rs->n_seqs * rs->n_ckpt);
-    llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot};
-    view->idx = th_idx_finish(c, &b, tabs, 3);
-}
-
-/* NaN everywhere, random values (in dtype t) in the live slots. */
-static unsigned char *state_image(th_ctx *h, ref64_rng *r, int64_t e, llmem_dtype t,
-                                  int32_t n_slots, const bool *live)
-{
-    size_t es = llmem_dtype_size(t), bytes = (size_t)(e * n_slots) * es;
-    unsigned char *img = th_alloc(h, bytes + 4);
-    uint32_t nan = llmem_nan_pattern(t);
-    for (size_t i = 0; i < bytes; i += 4)
-        memcpy(img + i, &nan, 4);
-    for (int32_t s = 0; s < n_slots; s++)
-        if (live[s])
-            for (int64_t i = 0; i < e; i++)
-                ref64_encode(ref64_round(ref64_uniform(r, -0.5, 0.5), t), t,
-                             img + (size_t)(s * e + i) * es);
-    return img;
-}
+/* ---- the op on a backend ---------------------------------------------------------------- */
 
 /* Runs the op on be: out [T, H_v * d_v] and the state image after. */
 static llmem_status gdn_run(llmem_backend *be, const rs_setup *rs, const llmem_state_desc *d,
@@ -143,7 +98,7 @@ static llmem_status gdn_run(llmem_backend *be, const rs_setup *rs, const llmem_s
     th_begin(&c, be);
     llmem_view view;
     llmem_buffer *buf;
-    rs_build(&c, &view, rs, d, &buf, init, bytes);
+    rs_build(&c, &view, th_alloc(&c, sizeof(llmem_rs_view)), rs, 1, d, &buf, &init);
     int32_t T = rs->n_seqs * rs->n_tok, Hv = in->p.n_v_heads;
     llmem_tensor qkv = th_input(&c, F32, 2, T, (int32_t)width_of(&in->p), 1, in->qkv);
     llmem_tensor a = th_input(&c, F32, 2, T, Hv, 1, in->a);
@@ -268,11 +223,7 @@ START_TEST(test_gdn)
         llmem_state_desc d = {"delta", 3, {k->p.n_v_heads, k->p.d_k, k->p.d_v}, k->st};
         int64_t e = state_elems(&k->p), T = (int64_t)rs->n_seqs * rs->n_tok;
         int64_t no = T * k->p.n_v_heads * k->p.d_v;
-        bool live[MAXSLOTS] = {0};
-        for (int32_t s = 0; s < rs->n_seqs; s++)
-            if (rs->src[s] >= 0)
-                live[rs->src[s]] = true;
-        unsigned char *init = state_image(&h, &r, e, k->st, rs->n_slots, live);
+        unsigned char *init = rs_source_image(&h, &r, &d, rs, -0.5, 0.5);
         size_t bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st);
         gdn_in in;
         gdn_inputs(&h, &r, &k->p, k->pt, T, &in);
@@ -309,7 +260,7 @@ START_TEST(test_gdn_rollback)
     gdn_in hist; /* per group HIST tokens of inputs, group-major */
     gdn_inputs(&h, &r, &p, F32, NS * HIST, &hist);
     bool live[SLOTS] = {0};
-    unsigned char *img = state_image(&h, &r, e, F32, SLOTS, live);
+    unsigned char *img = rs_state_image(&h, &r, &d, SLOTS, live, -0.5, 0.5);
     size_t bytes = (size_t)(e * SLOTS) * 4;
     /* group s's ubatch tokens start at history position start[u][s] */
     struct {
@@ -367,12 +318,12 @@ START_TEST(test_gdn_args)
     llmem_state_desc d = {"delta", 3, {4, 8, 8}, F32};
     int64_t e = state_elems(&p);
     bool live[4] = {1, 1, 1, 1};
-    unsigned char *init = state_image(&c, &r, e, F32, 4, live);
+    const unsigned char *init = rs_state_image(&c, &r, &d, 4, live, -0.5, 0.5);
     size_t bytes = (size_t)(e * 4) * 4;
     rs_setup rs = {2, 2, 0, 4, {0, 1}, {2, 3}, {0}};
     llmem_view view;
     llmem_buffer *buf;
-    rs_build(&c, &view, &rs, &d, &buf, init, bytes);
+    rs_build(&c, &view, th_alloc(&c, sizeof(llmem_rs_view)), &rs, 1, &d, &buf, &init);
     int32_t W = (int32_t)width_of(&p);
     llmem_tensor qkv = th_tensor(&c, F32, 2, 4, W, 1), a = th_tensor(&c, F32, 2, 4, 4, 1);
     llmem_tensor b = th_tensor(&c, F32, 2, 4, 4, 1), al = th_tensor(&c, F32, 1, 4, 1, 1);
@@ -392,7 +343,7 @@ START_TEST(test_gdn_args)
     rs_setup twice = {2, 2, 0, 4, {0, 1}, {2, 2}, {0}};
     llmem_view v2;
     llmem_buffer *buf2;
-    rs_build(&c, &v2, &twice, &d, &buf2, init, bytes);
+    rs_build(&c, &v2, th_alloc(&c, sizeof(llmem_rs_view)), &twice, 1, &d, &buf2, &init);
     ck_assert_int_eq(llmem_op_gdn(be, &p, &v2, 0, &qkv, &a, &b, &al, &db, &o), LLMEM_E_INVALID);
     th_expect_same_bytes(th_snapshot(&c, buf2), init, bytes, "state after a doubly written slot");
     th_end(&c);
