@@ -135,6 +135,14 @@ bool hf_layer_name(char *buf, size_t len, const char *pre, int32_t layer, const 
 /* Sets shape[0..2] = {a, b, c} and *n_dims = n (a weight's n-dim shape,
  * outermost first; unused trailing entries are given as 0). */
 void hf_shape(int64_t *shape, int32_t *n_dims, int32_t n, int64_t a, int64_t b, int64_t c);
+/* llmem_model_weight for the global weights of a transformers checkpoint:
+ * LLMEM_W_EMBED "<prefix>embed_tokens.weight" [V, H], LLMEM_W_FINAL_NORM
+ * "<prefix><final_norm>" [H] and LLMEM_W_LM_HEAD "lm_head.weight" [V, H]
+ * (none with tied embeddings). False for any other w or a name longer
+ * than buf_len. */
+bool hf_global_weight(const llmem_model_config *cfg, llmem_weight w, const char *final_norm,
+                      char *buf, size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS],
+                      int32_t *n_dims);
 
 /* ---- lfm2 and jamba (models/lfm2.c, models/jamba.c) ----------------------------- */
 

@@ -94,26 +94,13 @@ llmem_status hf_cfg_parse_jamba(cfgctx *c, llmem_model_config *m)
 bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
                      size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims)
 {
-    const int64_t H = cfg->hidden_size, V = cfg->vocab_size, I = cfg->intermediate_size;
+    const int64_t H = cfg->hidden_size, I = cfg->intermediate_size;
     const int64_t q = (int64_t)cfg->n_heads * cfg->head_dim;
     const int64_t kv = (int64_t)cfg->n_kv_heads * cfg->head_dim;
     const int64_t din = cfg->ssm_d_inner, N = cfg->ssm_d_state, R = cfg->ssm_dt_rank;
     const char *pre = cfg->tensor_prefix, *leaf = NULL;
-    switch (w) {
-    case LLMEM_W_EMBED:
-        hf_shape(shape, n_dims, 2, V, H, 0);
-        return hf_layer_name(buf, buf_len, pre, -1, "embed_tokens.weight");
-    case LLMEM_W_FINAL_NORM:
-        hf_shape(shape, n_dims, 1, H, 0, 0);
-        return hf_layer_name(buf, buf_len, pre, -1, "final_layernorm.weight");
-    case LLMEM_W_LM_HEAD:
-        if (cfg->tie_word_embeddings)
-            return false;
-        hf_shape(shape, n_dims, 2, V, H, 0);
-        return hf_layer_name(buf, buf_len, "", -1, "lm_head.weight");
-    default:
-        break;
-    }
+    if (w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD)
+        return hf_global_weight(cfg, w, "final_layernorm.weight", buf, buf_len, shape, n_dims);
     const llmem_layer_config *L = &cfg->layers[layer];
     bool attn = L->kind == LLMEM_LAYER_ATTENTION, ssm = L->kind == LLMEM_LAYER_MAMBA1;
     if (w >= LLMEM_W_MOE_ROUTER && w <= LLMEM_W_SHARED_DOWN)

@@ -48,6 +48,28 @@ bool hf_layer_name(char *buf, size_t len, const char *pre, int32_t layer, const 
     return true;
 }
 
+bool hf_global_weight(const llmem_model_config *cfg, llmem_weight w, const char *final_norm,
+                      char *buf, size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS],
+                      int32_t *n_dims)
+{
+    const int64_t H = cfg->hidden_size, V = cfg->vocab_size;
+    switch (w) {
+    case LLMEM_W_EMBED:
+        hf_shape(shape, n_dims, 2, V, H, 0);
+        return hf_layer_name(buf, buf_len, cfg->tensor_prefix, -1, "embed_tokens.weight");
+    case LLMEM_W_FINAL_NORM:
+        hf_shape(shape, n_dims, 1, H, 0, 0);
+        return hf_layer_name(buf, buf_len, cfg->tensor_prefix, -1, final_norm);
+    case LLMEM_W_LM_HEAD:
+        if (cfg->tie_word_embeddings)
+            return false;
+        hf_shape(shape, n_dims, 2, V, H, 0);
+        return hf_layer_name(buf, buf_len, "", -1, "lm_head.weight");
+    default:
+        return false;
+    }
+}
+
 bool llmem_model_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer, char *buf,
                         size_t buf_len, int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS], int32_t *n_dims)
 {
