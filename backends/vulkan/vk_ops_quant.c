@@ -147,9 +147,7 @@ static llmem_status scan_q_run(vk_backend *v, const llmem_ssm_params *p, const l
     vk_op_u32(&op, d_o);
     vk_op_u32(&op, bo);
     vk_op_u32(&op, yo);
-    vk_op_u32(&op, vk_table_word(&rs->src_slot));
-    vk_op_u32(&op, vk_table_word(&rs->dst_slot));
-    vk_op_u32(&op, vk_table_word(&rs->ckpt_slot));
+    vk_rs_tables(&op, rs);
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
     vk_op_u32(&op, slot_bytes / 4u);
     vk_op_u32(&op, scale_off / 4u);
