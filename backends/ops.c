@@ -15,28 +15,6 @@
 
 /* ---- tensors -------------------------------------------------------------------- */
 
-static bool same_shape(const llmem_tensor *a, const llmem_tensor *b)
-{
-    if (a->n_dims != b->n_dims)
-        return false;
-    for (int32_t i = 0; i < a->n_dims; i++)
-        if (a->ne[i] != b->ne[i])
-            return false;
-    return true;
-}
-
-static bool same_memory(const llmem_tensor *a, const llmem_tensor *b)
-{
-    return a->buf == b->buf && a->offset == b->offset &&
-           llmem_tensor_nbytes(a) == llmem_tensor_nbytes(b);
-}
-
-/* out may be exactly `in` or apart from it. */
-static bool alias_ok(const llmem_tensor *out, const llmem_tensor *in)
-{
-    return !overlaps(out, in) || same_memory(out, in);
-}
-
 /* Whether a tensor overlaps [0, size) of buffer buf (a pool or state). */
 static bool overlaps_buffer(const llmem_tensor *t, const llmem_buffer *buf)
 {

@@ -10,23 +10,6 @@
 #include "base/base_internal.h"
 #include "backends/ops_internal.h"
 
-static bool act_same_shape(const llmem_tensor *a, const llmem_tensor *b)
-{
-    if (a->n_dims != b->n_dims)
-        return false;
-    for (int32_t i = 0; i < a->n_dims; i++)
-        if (a->ne[i] != b->ne[i])
-            return false;
-    return true;
-}
-
-/* out may be exactly `in` or apart from it. */
-static bool act_alias_ok(const llmem_tensor *out, const llmem_tensor *in)
-{
-    return !overlaps(out, in) || (out->buf == in->buf && out->offset == in->offset &&
-                                  llmem_tensor_nbytes(out) == llmem_tensor_nbytes(in));
-}
-
 llmem_status llmem_op_geglu(llmem_backend *be, const llmem_tensor *gate, const llmem_tensor *up,
                             const llmem_tensor *out)
 {
@@ -36,8 +19,8 @@ llmem_status llmem_op_geglu(llmem_backend *be, const llmem_tensor *gate, const l
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (!tensor_ok(be, gate, DT_F32) || !tensor_ok(be, up, DT_F32) ||
-        !tensor_ok(be, out, DT_F32) || !act_same_shape(gate, up) || !act_same_shape(gate, out) ||
-        !act_alias_ok(out, gate) || !act_alias_ok(out, up))
+        !tensor_ok(be, out, DT_F32) || !same_shape(gate, up) || !same_shape(gate, out) ||
+        !alias_ok(out, gate) || !alias_ok(out, up))
         return LLMEM_E_INVALID;
     if (llmem_tensor_nelements(out) == 0)
         return LLMEM_OK;
@@ -53,7 +36,7 @@ llmem_status llmem_op_softcap(llmem_backend *be, const llmem_tensor *a, float ca
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (!(cap > 0.0f) || !isfinite(cap) || !tensor_ok(be, a, DT_F32) ||
-        !tensor_ok(be, out, DT_F32) || !act_same_shape(a, out) || !act_alias_ok(out, a))
+        !tensor_ok(be, out, DT_F32) || !same_shape(a, out) || !alias_ok(out, a))
         return LLMEM_E_INVALID;
     if (llmem_tensor_nelements(out) == 0)
         return LLMEM_OK;

@@ -1,4 +1,4 @@
-/* llmem backends/: what the op wrappers (ops.c, sample.c, ops_moe.c) share:
+/* llmem backends/: what the op wrappers (ops.c, sample.c, ops_moe.c, ops_act.c, ...) share:
  * the tensor-descriptor and aliasing checks and the slot lookup. Internal;
  * not installed. */
 #ifndef LLMEM_BACKENDS_OPS_INTERNAL_H
@@ -58,6 +58,28 @@ static inline bool overlaps(const llmem_tensor *a, const llmem_tensor *b)
     if (na == 0 || nb == 0)
         return false;
     return a->offset < b->offset + nb && b->offset < a->offset + na;
+}
+
+static inline bool same_shape(const llmem_tensor *a, const llmem_tensor *b)
+{
+    if (a->n_dims != b->n_dims)
+        return false;
+    for (int32_t i = 0; i < a->n_dims; i++)
+        if (a->ne[i] != b->ne[i])
+            return false;
+    return true;
+}
+
+static inline bool same_memory(const llmem_tensor *a, const llmem_tensor *b)
+{
+    return a->buf == b->buf && a->offset == b->offset &&
+           llmem_tensor_nbytes(a) == llmem_tensor_nbytes(b);
+}
+
+/* out may be exactly `in` or apart from it. */
+static inline bool alias_ok(const llmem_tensor *out, const llmem_tensor *in)
+{
+    return !overlaps(out, in) || same_memory(out, in);
 }
 
 static inline const struct llmem_ops_i *ops_of(llmem_backend *be)
