@@ -119,6 +119,12 @@ typedef struct vk_backend {
     VkDeviceSize block_size;
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
+    struct {                    /* matmul path choices, read once (vk_matmul_config) */
+        uint32_t mv16_max;      /* activation rows up to which matvec16 is used */
+        uint32_t mv16_rows;     /* activation rows per matvec16 pass */
+        bool matvec_old;        /* $LLMEM_VULKAN_MATVEC_OLD: matvec.comp instead of matvec16 */
+        bool matmul_old;        /* $LLMEM_VULKAN_MATMUL_OLD: matmul.comp instead of matmul_rt */
+    } mm;
     VkDeviceSize bytes_device;  /* in device blocks */
 
     /* sub-allocator */
@@ -244,6 +250,10 @@ void vk_cmd_finish(vk_backend *v);
  * each dispatch; collect after a submit's fence; finish prints the table to
  * stderr and frees. All are no-ops while v->prof is NULL. */
 void vk_prof_init(vk_backend *v);
+/* Reads the matmul path variables of docs/vulkan.md (LLMEM_VULKAN_MV16_MAX,
+ * _MV16_ROWS, _MATVEC_OLD, _MATMUL_OLD) into v->mm, once at open
+ * (vk_ops_matmul.c). */
+void vk_matmul_config(vk_backend *v);
 void vk_prof_begin(vk_backend *v);
 void vk_prof_before(vk_backend *v, uint32_t shader);
 void vk_prof_after(vk_backend *v);

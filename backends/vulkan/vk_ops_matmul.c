@@ -31,22 +31,19 @@
 #define RT_MIN_SLICE 256 /* K per split-K slice, at least */
 #define SUM_WG 256
 
-/* Rows up to which matvec16 is used: MV16_MAX, or LLMEM_VULKAN_MV16_MAX
- * (0 to 64; for measuring the crossover with matmul_rt). */
-static uint32_t mv16_max(void)
+static uint32_t env_u32(const char *name, uint32_t dflt, long lo, long hi)
 {
-    const char *e = getenv("LLMEM_VULKAN_MV16_MAX");
-    long x = e ? strtol(e, NULL, 10) : MV16_MAX;
-    return x < 0 || x > 64 ? MV16_MAX : (uint32_t)x;
+    const char *e = getenv(name);
+    long x = e ? strtol(e, NULL, 10) : (long)dflt;
+    return x < lo || x > hi ? dflt : (uint32_t)x;
 }
 
-/* Activation rows per matvec16 pass: MV16_ROWS, or LLMEM_VULKAN_MV16_ROWS
- * (1 to 32; for measuring). */
-static uint32_t mv16_rows(void)
+void vk_matmul_config(vk_backend *v)
 {
-    const char *e = getenv("LLMEM_VULKAN_MV16_ROWS");
-    long x = e ? strtol(e, NULL, 10) : MV16_ROWS;
-    return x < 1 || x > 32 ? MV16_ROWS : (uint32_t)x;
+    v->mm.mv16_max = env_u32("LLMEM_VULKAN_MV16_MAX", MV16_MAX, 0, 64);
+    v->mm.mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
+    v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
+    v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
 }
 
 /* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
@@ -60,12 +57,12 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
 {
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     *done = false;
-    if (m > mv16_max() || (w->dtype != LLMEM_DTYPE_F16 && w->dtype != LLMEM_DTYPE_BF16) ||
-        k % 8 != 0 || getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL)
+    if (m > v->mm.mv16_max || (w->dtype != LLMEM_DTYPE_F16 && w->dtype != LLMEM_DTYPE_BF16) ||
+        k % 8 != 0 || v->mm.matvec_old)
         return LLMEM_OK;
     llmem_status st = LLMEM_OK;
     uint32_t nr = m == 1 ? 1 : 4; /* weight rows per lane group */
-    uint32_t rows = mv16_rows();
+    uint32_t rows = v->mm.mv16_rows;
     for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += rows) {
         uint32_t mr = m - m0 < rows ? m - m0 : rows;
         vk_op op;
@@ -110,7 +107,7 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     uint32_t epv = w->dtype == LLMEM_DTYPE_F32 ? 4 : 8;
     *done = false;
-    if (k % 8 != 0 || getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL)
+    if (k % 8 != 0 || v->mm.matmul_old)
         return LLMEM_OK;
     uint32_t bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
     uint64_t tiles_m = vk_div_up(m, bm), tiles_mn = tiles_m * vk_div_up(n, RT_BN);

@@ -482,8 +482,10 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     llmem_status st = vk_cmd_init(v);
     if (st != LLMEM_OK)
         fmt(err, len, "vulkan: cannot set up %s (%s)", e->props.deviceName, llmem_status_str(st));
-    else
+    else {
         vk_prof_init(v);
+        vk_matmul_config(v);
+    }
     return st;
 }
 
