@@ -125,6 +125,10 @@ typedef struct vk_backend {
         bool matvec_old;        /* $LLMEM_VULKAN_MATVEC_OLD: matvec.comp instead of matvec16 */
         bool matmul_old;        /* $LLMEM_VULKAN_MATMUL_OLD: matmul.comp instead of matmul_rt */
     } mm;
+    struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
+        bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
+        uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per invocation group */
+    } scan;
     VkDeviceSize bytes_device;  /* in device blocks */
 
     /* sub-allocator */
@@ -254,6 +258,7 @@ void vk_prof_init(vk_backend *v);
  * _MV16_ROWS, _MATVEC_OLD, _MATMUL_OLD) into v->mm, once at open
  * (vk_ops_matmul.c). */
 void vk_matmul_config(vk_backend *v);
+void vk_scan_config(vk_backend *v);
 void vk_prof_begin(vk_backend *v);
 void vk_prof_before(vk_backend *v, uint32_t shader);
 void vk_prof_after(vk_backend *v);

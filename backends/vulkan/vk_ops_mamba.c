@@ -154,6 +154,17 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     return vk_rs_conv(vk_from(be), VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
 
+/* The scan path variables, read once when the backend opens (for before/after
+ * measurements): LLMEM_VULKAN_SCAN_OLD keeps the row-per-invocation shader for
+ * one-token scans, LLMEM_VULKAN_SCAN_RPI (1..8) sets the decode shader's state
+ * rows per invocation group. */
+void vk_scan_config(vk_backend *v)
+{
+    const char *rpi = getenv("LLMEM_VULKAN_SCAN_RPI");
+    v->scan.old = getenv("LLMEM_VULKAN_SCAN_OLD") != NULL;
+    v->scan.rpi = rpi && atoi(rpi) >= 1 && atoi(rpi) <= 8 ? (uint32_t)atoi(rpi) : SCAN_DEC_RPI;
+}
+
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,
                             int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
                             llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
@@ -164,17 +175,12 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     if (sd->dtype == LLMEM_DTYPE_I8) /* int8 states: vk_ops_quant.c */
         return vk_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
-    /* one token, no checkpoints: lanes over d_state (ssm_scan_decode.comp);
-     * LLMEM_VULKAN_SCAN_OLD keeps the row-per-invocation shader (for
-     * before/after measurements) */
+    /* one token, no checkpoints: lanes over d_state (ssm_scan_decode.comp),
+     * unless v->scan.old */
     uint32_t lanes = (uint32_t)p->d_state / 4;
     bool dec = rs->n_seq_tokens == 1 && rs->n_ckpt == 0 && p->d_state % 4 == 0 &&
-               lanes <= SCAN_DEC_WG && getenv("LLMEM_VULKAN_SCAN_OLD") == NULL;
-    /* rows per invocation group (LLMEM_VULKAN_SCAN_RPI, 1..8, for measurements) */
-    uint32_t rpi = SCAN_DEC_RPI;
-    const char *rpi_env = getenv("LLMEM_VULKAN_SCAN_RPI");
-    if (rpi_env && atoi(rpi_env) >= 1 && atoi(rpi_env) <= 8)
-        rpi = (uint32_t)atoi(rpi_env);
+               lanes <= SCAN_DEC_WG && !v->scan.old;
+    uint32_t rpi = v->scan.rpi;
     vk_alloc snap = {0};
     bool use_snap = false;
     llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);

@@ -485,6 +485,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     else {
         vk_prof_init(v);
         vk_matmul_config(v);
+        vk_scan_config(v);
     }
     return st;
 }
