@@ -26,6 +26,7 @@ extern "C" {
 #define LLMEM_BACKEND_ABI_VERSION 3
 
 struct llmem_ops_i; /* <llmem/ops_impl.h> */
+struct llmem_comm; /* <llmem/comm_impl.h> */
 struct llmem_tensor; /* <llmem/ops.h> */
 struct llmem_plugin_handle;
 
@@ -97,6 +98,15 @@ typedef struct llmem_backend_i {
      * LLMEM_E_UNSUPPORTED. As ggml's supports_op. */
     bool (*supports_op)(llmem_backend *be, int32_t op, const llmem_dtype *dtypes,
                         int32_t n_dtypes);
+
+    /* ---- appended (issue 19): the backend's own communicator group
+     * (optional; NULL: llmem_comm_group_create uses the CPU in-process
+     * one). bes[0..n) are backends of this implementation (bes[0] is the
+     * one whose table is called); on LLMEM_OK comms[r] is rank r's
+     * communicator over bes[r] (<llmem/comm_impl.h>); on an error none is
+     * left. Statuses as llmem_comm_group_create. */
+    llmem_status (*comm_group)(llmem_backend *const *bes, int32_t n, struct llmem_comm **comms,
+                               char *err, size_t err_len);
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */

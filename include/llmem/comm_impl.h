@@ -1,0 +1,51 @@
+/* llmem: the interface a communicator implements (<llmem/comm.h>), for
+ * backend plugins that bring their own (the CUDA plugin's NCCL one).
+ *
+ * Vtable rules as every llmem vtable (STYLE.md): const, designated
+ * initialisers, grows only by appending, struct_size set. The base object
+ * is the first member of the implementation's struct. The core's public
+ * wrappers check the communicator and the vtable slot only; each
+ * implementation validates its arguments as <llmem/comm.h> describes.
+ * A plugin creates its group through llmem_backend_i.comm_group.
+ */
+#ifndef LLMEM_COMM_IMPL_H
+#define LLMEM_COMM_IMPL_H
+
+#include "llmem/backend_impl.h"
+#include "llmem/comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct llmem_comm_i {
+    size_t struct_size; /* sizeof(llmem_comm_i) the implementation was built with */
+    const char *name;   /* "cpu", "nccl", ... */
+    void (*destroy)(llmem_comm *c);
+    llmem_status (*all_reduce)(llmem_comm *c, llmem_buffer *buf, size_t offset, int64_t count,
+                               llmem_dtype dt);
+    llmem_status (*all_gather)(llmem_comm *c, llmem_buffer *src, size_t src_off,
+                               llmem_buffer *dst, size_t dst_off, size_t bytes);
+    llmem_status (*broadcast)(llmem_comm *c, llmem_buffer *buf, size_t offset, size_t bytes,
+                              int32_t root);
+    llmem_status (*barrier)(llmem_comm *c);
+} llmem_comm_i;
+
+struct llmem_comm {
+    const llmem_comm_i *iface;
+    int32_t rank, size;
+    llmem_backend *backend; /* borrowed */
+};
+
+/* Whether [off, off + bytes) lies inside buf and buf belongs to be (for
+ * implementations' argument checks). */
+static inline int llmem_comm_range_ok(const llmem_buffer *buf, const llmem_backend *be,
+                                      size_t off, size_t bytes)
+{
+    return buf && buf->backend == be && off <= buf->size && bytes <= buf->size - off;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
