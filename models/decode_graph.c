@@ -2,8 +2,8 @@
  * "Recorded op sequences").
  *
  * A decode ubatch (one token per sequence group) runs its forward ops
- * through a recording (llmem_backend_record: a CUDA graph on CUDA, the
- * callback again on cpu) made for exactly its shape, so a step costs one
+ * through a recording (llmem_backend_record: a CUDA graph on CUDA, a
+ * reusable command buffer on Vulkan, the callback again on cpu) made for exactly its shape, so a step costs one
  * graph launch instead of hundreds of kernel launches, as vLLM's captured
  * decode steps do. Token ids, positions and output rows are uploaded by
  * the caller before, to fixed scratch offsets.

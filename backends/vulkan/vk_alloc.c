@@ -223,6 +223,10 @@ void vk_alloc_release(vk_backend *v, vk_alloc *a)
     vk_block *b = a->block;
     if (!b)
         return;
+    if (v->capture && vk_capture_keep(v, a)) { /* the recorded step uses it at each replay */
+        memset(a, 0, sizeof *a);
+        return;
+    }
     /* insert [offset, offset + size) into the sorted free list, merging */
     uint32_t at = 0;
     while (at < b->n_free && b->free[at].offset < a->offset)

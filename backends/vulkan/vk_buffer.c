@@ -107,6 +107,8 @@ llmem_status vk_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offse
 {
     vk_backend *v = vk_from(be);
     vk_buffer *b = vk_buf(dst);
+    if (v->capture) /* a replay would copy the contents of now */
+        return vk_capture_refuse(v, "an upload");
     for (size_t done = 0; done < size;) {
         vk_piece p = vk_piece_at(b, offset + done, size - done < PIECE ? size - done : PIECE);
         vk_stage_ref s;

@@ -19,6 +19,11 @@
  *
  * Pipelines are created on first use per (shader, specialization
  * constants) and cached for the backend's life (plus a VkPipelineCache).
+ *
+ * Recorded steps (vk_record.c). A replay ends the lazy command buffer and
+ * queues the step's own command buffer after it; later work goes into a
+ * fresh lazy command buffer that starts with a full barrier. The next
+ * flush submits them all, in order, in one vkQueueSubmit.
  */
 #include <stdarg.h>
 #include <stdlib.h>
@@ -29,6 +34,7 @@
 #define DESC_POOL_SETS 256
 #define STAGE_CHUNK ((VkDeviceSize)16 << 20)
 #define STAGE_BUDGET ((VkDeviceSize)64 << 20)
+#define CAPTURE_STAGE_CHUNK ((VkDeviceSize)64 << 10) /* a recorded step's tables */
 
 llmem_status vk_status(VkResult r)
 {
@@ -128,7 +134,7 @@ void vk_cmd_finish(vk_backend *v)
 {
     if (!v->dev)
         return;
-    if (v->recording)
+    if (v->recording || v->n_segs > 0)
         vk_cmd_flush(v);
     v->vk.vkDeviceWaitIdle(v->dev);
     vk_prof_finish(v);
@@ -142,15 +148,12 @@ void vk_cmd_finish(vk_backend *v)
     for (uint32_t i = 0; i < v->n_desc_pools; i++)
         v->vk.vkDestroyDescriptorPool(v->dev, v->desc_pools[i], NULL);
     free(v->desc_pools);
-    while (v->stages) {
-        vk_stage *s = v->stages;
-        v->stages = s->next;
-        v->vk.vkDestroyBuffer(v->dev, s->buf, NULL);
-        v->vk.vkFreeMemory(v->dev, s->mem, NULL);
-        free(s);
-    }
+    vk_stage_destroy(v, v->stages);
+    v->stages = NULL;
     free(v->acc);
     free(v->rb);
+    free(v->segs);
+    free(v->spare);
     if (v->pipe_cache)
         v->vk.vkDestroyPipelineCache(v->dev, v->pipe_cache, NULL);
     if (v->pipe_layout)
@@ -181,12 +184,17 @@ llmem_status vk_cmd_begin(vk_backend *v)
         return v->error = vk_status(r);
     v->recording = true;
     vk_prof_begin(v);
-    v->n_dispatch = v->n_transfer = v->n_barrier = 0;
+    if (v->n_segs == 0)
+        v->n_dispatch = v->n_transfer = v->n_barrier = 0;
     v->n_acc = 0;
+    if (v->after_graph) { /* after a recorded step, in submission order */
+        vk_cmd_barrier(v);
+        v->after_graph = false;
+    }
     return LLMEM_OK;
 }
 
-static void barrier(vk_backend *v)
+void vk_cmd_barrier(vk_backend *v)
 {
     VkMemoryBarrier mb = {
         .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -215,11 +223,11 @@ llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n)
         for (uint32_t j = 0; j < v->n_acc && !need; j++)
             need = conflicts(&acc[i], &v->acc[j]);
     if (need)
-        barrier(v);
+        vk_cmd_barrier(v);
     for (uint32_t i = 0; i < n; i++) {
         if (!grow((void **)&v->acc, &v->cap_acc, v->n_acc, sizeof *v->acc)) {
             /* Without room to remember, order everything after this. */
-            barrier(v);
+            vk_cmd_barrier(v);
             continue;
         }
         v->acc[v->n_acc++] = acc[i];
@@ -231,6 +239,8 @@ llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n)
 
 llmem_status vk_readback_add(vk_backend *v, const void *src, void *dst, size_t size)
 {
+    if (v->capture)
+        return vk_capture_refuse(v, "a download");
     if (!grow((void **)&v->rb, &v->cap_rb, v->n_rb, sizeof *v->rb))
         return LLMEM_E_NO_MEMORY;
     v->rb[v->n_rb++] = (vk_readback){src, dst, size};
@@ -320,7 +330,8 @@ llmem_status vk_stage_get(vk_backend *v, VkDeviceSize size, VkDeviceSize align, 
         break;
     }
     vk_stage *s = NULL;
-    llmem_status st = stage_create(v, size > STAGE_CHUNK ? size : STAGE_CHUNK, &s);
+    VkDeviceSize chunk = v->capture ? CAPTURE_STAGE_CHUNK : STAGE_CHUNK;
+    llmem_status st = stage_create(v, size > chunk ? size : chunk, &s);
     if (st != LLMEM_OK)
         return st;
     s->next = v->stages;
@@ -329,6 +340,17 @@ llmem_status vk_stage_get(vk_backend *v, VkDeviceSize size, VkDeviceSize align, 
     s->used = size;
     *out = (vk_stage_ref){s->buf, 0, s->map};
     return LLMEM_OK;
+}
+
+void vk_stage_destroy(vk_backend *v, vk_stage *list)
+{
+    while (list) {
+        vk_stage *s = list;
+        list = s->next;
+        v->vk.vkDestroyBuffer(v->dev, s->buf, NULL);
+        v->vk.vkFreeMemory(v->dev, s->mem, NULL);
+        free(s);
+    }
 }
 
 /* Keeps the staging chunks within the budget once idle (large one-off
@@ -355,10 +377,61 @@ static void stage_reset(vk_backend *v)
 
 /* ---- submit ------------------------------------------------------------------------------------ */
 
+static bool seg_push(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
+{
+    if (!grow((void **)&v->segs, &v->cap_segs, v->n_segs, sizeof *v->segs))
+        return false;
+    v->segs[v->n_segs++] = (vk_seg){cmd, g};
+    return true;
+}
+
+llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
+{
+    if (v->error != LLMEM_OK)
+        return v->error;
+    /* room for the lazy buffer, the step and a spare first: nothing half done */
+    if (!grow((void **)&v->segs, &v->cap_segs, v->n_segs + 1, sizeof *v->segs))
+        return LLMEM_E_NO_MEMORY;
+    if (v->recording) {
+        VkCommandBuffer next;
+        if (v->n_spare > 0) {
+            next = v->spare[--v->n_spare];
+        } else {
+            VkCommandBufferAllocateInfo ci = {
+                .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                .commandPool = v->cmd_pool,
+                .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                .commandBufferCount = 1,
+            };
+            VkResult r = v->vk.vkAllocateCommandBuffers(v->dev, &ci, &next);
+            if (r != VK_SUCCESS)
+                return vk_status(r);
+        }
+        VkResult r = v->vk.vkEndCommandBuffer(v->cmd);
+        if (r != VK_SUCCESS) {
+            v->vk.vkFreeCommandBuffers(v->dev, v->cmd_pool, 1, &next);
+            return v->error = vk_status(r);
+        }
+        seg_push(v, v->cmd, NULL);
+        v->cmd = next;
+        v->recording = false;
+    }
+    seg_push(v, cmd, g);
+    v->after_graph = true;
+    return LLMEM_OK;
+}
+
 llmem_status vk_cmd_flush(vk_backend *v)
 {
-    if (!v->recording)
+    if (v->capture)
+        return vk_capture_refuse(v, "a wait for the device");
+    if (!v->recording && v->n_segs == 0)
         return v->error;
+    if (!v->recording) { /* only recorded steps: a lazy buffer ends the submit */
+        llmem_status st = vk_cmd_begin(v);
+        if (st != LLMEM_OK)
+            return st;
+    }
     /* Device writes (readback copies) become visible to the host. */
     VkMemoryBarrier mb = {
         .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
@@ -369,21 +442,40 @@ llmem_status vk_cmd_flush(vk_backend *v)
                                VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                                VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
     VkResult r = v->vk.vkEndCommandBuffer(v->cmd);
+    /* the queued command buffers in order, then the lazy one */
+    VkCommandBuffer *cmds = &v->cmd;
+    uint32_t n_cmds = 1;
+    VkCommandBuffer few[8];
+    if (v->n_segs > 0) {
+        n_cmds = v->n_segs + 1;
+        cmds = n_cmds <= 8 ? few : malloc(n_cmds * sizeof *cmds);
+        if (!cmds && r == VK_SUCCESS)
+            r = VK_ERROR_OUT_OF_HOST_MEMORY;
+        for (uint32_t i = 0; cmds && i < v->n_segs; i++)
+            cmds[i] = v->segs[i].cmd;
+        if (cmds)
+            cmds[v->n_segs] = v->cmd;
+    }
     if (r == VK_SUCCESS)
         r = v->vk.vkResetFences(v->dev, 1, &v->fence);
     if (r == VK_SUCCESS) {
         VkSubmitInfo si = {
             .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
-            .commandBufferCount = 1,
-            .pCommandBuffers = &v->cmd,
+            .commandBufferCount = n_cmds,
+            .pCommandBuffers = cmds,
         };
         r = v->vk.vkQueueSubmit(v->queue, 1, &si, v->fence);
     }
     if (r == VK_SUCCESS)
         r = v->vk.vkWaitForFences(v->dev, 1, &v->fence, VK_TRUE, UINT64_MAX);
+    if (cmds != &v->cmd && cmds != few)
+        free(cmds);
     v->n_submits++;
-    vk_log(v, "submit %llu: %u dispatches, %u transfers, %u barriers",
-           (unsigned long long)v->n_submits, v->n_dispatch, v->n_transfer, v->n_barrier);
+    uint32_t n_steps = 0;
+    for (uint32_t i = 0; i < v->n_segs; i++)
+        n_steps += v->segs[i].graph != NULL;
+    vk_log(v, "submit %llu: %u dispatches, %u transfers, %u barriers, %u recorded steps",
+           (unsigned long long)v->n_submits, v->n_dispatch, v->n_transfer, v->n_barrier, n_steps);
     if (r != VK_SUCCESS) {
         /* The results are lost; a lost device stays lost. */
         v->error = LLMEM_E_BACKEND;
@@ -393,6 +485,20 @@ llmem_status vk_cmd_flush(vk_backend *v)
             memcpy(v->rb[i].dst, v->rb[i].src, v->rb[i].size);
         vk_prof_collect(v);
     }
+    /* the recorded steps may be queued again; ended lazy buffers are reused */
+    for (uint32_t i = 0; i < v->n_segs; i++) {
+        if (v->segs[i].graph) {
+            vk_graph_done(v->segs[i].graph);
+        } else if (r == VK_SUCCESS &&
+                   grow((void **)&v->spare, &v->cap_spare, v->n_spare, sizeof *v->spare)) {
+            v->vk.vkResetCommandBuffer(v->segs[i].cmd, 0);
+            v->spare[v->n_spare++] = v->segs[i].cmd;
+        } else {
+            v->vk.vkFreeCommandBuffers(v->dev, v->cmd_pool, 1, &v->segs[i].cmd);
+        }
+    }
+    v->n_segs = 0;
+    v->after_graph = false;
     v->n_rb = 0;
     v->recording = false;
     v->n_acc = 0;

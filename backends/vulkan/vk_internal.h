@@ -6,6 +6,7 @@
  *   vk_cmd.c      lazy command recording: barriers, descriptors, pipelines,
  *                 staging, submit
  *   vk_buffer.c   the buffer slots of llmem_backend_i
+ *   vk_record.c   the record slots: recorded steps as reusable command buffers
  *   vk_ops_*.c    the ops, one file per family (shaders in shaders/)
  */
 #ifndef LLMEM_VK_INTERNAL_H
@@ -93,6 +94,16 @@ typedef struct vk_pipeline {
 
 typedef struct vk_prof vk_prof; /* vk_prof.c */
 
+/* A recorded step (vk_record.c): a command buffer replayed as is. */
+typedef struct vk_graph vk_graph;
+
+/* One command buffer of the next submit: a lazy one (graph NULL) or a
+ * recorded step's. */
+typedef struct vk_seg {
+    VkCommandBuffer cmd;
+    vk_graph *graph;
+} vk_seg;
+
 typedef struct vk_backend {
     llmem_backend base;
 
@@ -142,6 +153,12 @@ typedef struct vk_backend {
     bool recording;
     uint32_t n_dispatch, n_transfer, n_barrier; /* in the current command buffer */
     uint64_t n_submits;
+    vk_seg *segs;            /* ended command buffers of the next submit, in order */
+    uint32_t n_segs, cap_segs;
+    VkCommandBuffer *spare;  /* ended lazy command buffers, reset, for reuse */
+    uint32_t n_spare, cap_spare;
+    vk_graph *capture;       /* between record_begin and record_end */
+    bool after_graph;        /* the next lazy command buffer starts with a barrier */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipe_layout;
     VkPipelineCache pipe_cache;
@@ -278,6 +295,30 @@ llmem_status vk_cmd_flush(vk_backend *v);
 llmem_status vk_stage_get(vk_backend *v, VkDeviceSize size, VkDeviceSize align, vk_stage_ref *out);
 /* Queues a host copy from a readback staging region, done at the flush. */
 llmem_status vk_readback_add(vk_backend *v, const void *src, void *dst, size_t size);
+/* A full memory barrier (compute + transfer, both ways) in the current
+ * command buffer; forgets the tracked accesses. */
+void vk_cmd_barrier(vk_backend *v);
+/* Appends a recorded step's command buffer to the next submit, after what
+ * is recorded so far (which ends its command buffer); later work goes into
+ * a fresh lazy command buffer that starts with a barrier. */
+llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g);
+/* Destroys a list of staging chunks. */
+void vk_stage_destroy(vk_backend *v, vk_stage *list);
+
+/* ---- vk_record.c: the record slots of llmem_backend_i -------------------------------- */
+
+llmem_status vk_record_begin(llmem_backend *be);
+llmem_status vk_record_end(llmem_backend *be, void **graph);
+llmem_status vk_graph_replay(llmem_backend *be, void *graph);
+void vk_graph_free(llmem_backend *be, void *graph);
+/* While a step is captured: keeps a released sub-allocation alive for the
+ * recording's life (true), or marks the capture failed (false: release it). */
+bool vk_capture_keep(vk_backend *v, const vk_alloc *a);
+/* Marks the capture failed because of `what` (an upload, a wait);
+ * returns LLMEM_E_UNSUPPORTED. */
+llmem_status vk_capture_refuse(vk_backend *v, const char *what);
+/* Called after the submit that ran g: it may be queued again. */
+void vk_graph_done(vk_graph *g);
 
 /* A compute dispatch being put together: bindings in order, accesses,
  * push constants and specialization constants (constant 0 is the

@@ -27,6 +27,7 @@
 #define SPLIT_ITEMS 2048
 #define SPLIT_KEYS 512
 #define SPLIT_MAX 64
+#define KEY_BUCKET 256 /* as models/decode_graph.c's KV_BUCKET */
 #define COMBINE_WG 128
 
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
@@ -107,6 +108,10 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
             len = p->window;
         max_len = len > max_len ? len : max_len;
     }
+    /* the split depends on the key count rounded up to KEY_BUCKET only, so a
+     * recorded step (models/decode_graph.c keys on the same bucket) replays
+     * correctly at any length inside it */
+    max_len = (max_len + KEY_BUCKET - 1) / KEY_BUCKET * KEY_BUCKET;
     uint32_t n_split = 1, split_keys = 0;
     if (items < SPLIT_ITEMS && max_len > 2 * SPLIT_KEYS) {
         n_split = (uint32_t)((max_len + SPLIT_KEYS - 1) / SPLIT_KEYS);

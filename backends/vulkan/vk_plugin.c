@@ -572,6 +572,10 @@ const llmem_backend_i vk_iface = {
     .buffer_fill = vk_buffer_fill,
     .synchronize = vk_synchronize,
     .ops = &vk_ops,
+    .record_begin = vk_record_begin,
+    .record_end = vk_record_end,
+    .graph_replay = vk_graph_replay,
+    .graph_free = vk_graph_free,
     .supports_op = vk_supports_op,
 };
 
