@@ -3,18 +3,24 @@
 /* RMS norm over the last dimension (Zhang & Sennrich 2019; HF
  * LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. One workgroup per
  * row. W_DT is the weight dtype, DT_NONE for no weight. In place allowed:
- * each invocation reads and writes only its own (strided) elements. */
+ * each invocation reads and writes only its own (strided) elements.
+ * ADD = 1 first adds the residual r into x (llmem_op_add_rms_norm:
+ * x = x + r, stored, then normalized): the same values, in the same order,
+ * as the add shader followed by this one. out may be r itself. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint W_DT = 0;
+layout(constant_id = 2) const uint ADD = 0;
 
-layout(binding = 0) readonly buffer X { float x[]; };
+layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
 layout(binding = 2) buffer O { float o[]; };
+layout(binding = 3) readonly buffer R { float r[]; };
 
 layout(push_constant) uniform P {
     uint rows, cols, x_off, w_off, o_off;
     float eps;
+    uint r_off;
 } p;
 
 void main()
@@ -27,6 +33,10 @@ void main()
     float ss = 0.0;
     for (uint c = l; c < p.cols; c += WG) {
         float v = x[p.x_off + base + c];
+        if (ADD != 0) {
+            v += r[p.r_off + base + c];
+            x[p.x_off + base + c] = v;
+        }
         ss += v * v;
     }
     ss = wg_sum(ss);

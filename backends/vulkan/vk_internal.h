@@ -420,6 +420,8 @@ llmem_status vk_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem
 llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out);
 llmem_status vk_op_softcap(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out);
 llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out);
+llmem_status vk_op_add_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w, float eps,
+                                llmem_ct *out);
 llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
                                   int32_t n_groups, float eps, llmem_ct *out);
 llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x, llmem_ct *pos,

@@ -132,23 +132,41 @@ llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_
 
 /* ---- norms ------------------------------------------------------------------------------- */
 
-llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out)
+/* rms_norm.comp, with the residual r added into x first when r is given. */
+static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w, float eps,
+                             llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, ROW_WG);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
-    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    vk_op_spec(&op, r ? 1u : 0u);
+    uint32_t xo = vk_op_tensor(v, &op, x, r != NULL);
     uint32_t wo = vk_op_tensor(v, &op, w, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
+    uint32_t ro = vk_op_tensor(v, &op, r, false);
     vk_op_u32(&op, (uint32_t)rows);
     vk_op_u32(&op, (uint32_t)cols);
     vk_op_u32(&op, xo);
     vk_op_u32(&op, wo);
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
+    vk_op_u32(&op, ro);
     return vk_op_run(v, &op, (uint64_t)rows);
+}
+
+llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out)
+{
+    return rms_norm(be, x, NULL, w, eps, out);
+}
+
+/* x += r; out = rms_norm(x, w, eps): one dispatch instead of two and a
+ * barrier (a pre-norm block's residual add; 2 per layer of a decode step). */
+llmem_status vk_op_add_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w, float eps,
+                                llmem_ct *out)
+{
+    return rms_norm(be, x, r, w, eps, out);
 }
 
 llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, llmem_ct *w,
@@ -323,6 +341,7 @@ const struct llmem_ops_i vk_ops = {
     .softplus = vk_op_softplus,
     .swiglu = vk_op_swiglu,
     .rms_norm = vk_op_rms_norm,
+    .add_rms_norm = vk_op_add_rms_norm,
     .rms_norm_gated = vk_op_rms_norm_gated,
     .rope = vk_op_rope,
     .rope_shift = vk_op_rope_shift,
