@@ -9,6 +9,7 @@
 #include "llmem/hybrid.h"
 #include "memory/internal.h"
 #include "memory/kv_internal.h"
+#include "memory/prefix_budget.h"
 #include "memory/rs_internal.h"
 
 typedef struct hybrid {
@@ -309,6 +310,10 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         st->host_tier_snapshots += s.host_tier_snapshots;
         st->host_tier_snapshot_bytes += s.host_tier_snapshot_bytes;
         st->host_tier_snapshot_hits += s.host_tier_snapshot_hits;
+        st->cached_kv_bytes += s.cached_kv_bytes;
+        st->snapshot_evictions += s.snapshot_evictions;
+        if (s.prefix_cache_bytes > st->prefix_cache_bytes) /* shared: one budget */
+            st->prefix_cache_bytes = s.prefix_cache_bytes;
         if (s.n_seqs_live > st->n_seqs_live)
             st->n_seqs_live = s.n_seqs_live;
     }
@@ -508,6 +513,87 @@ static void share_host_tier(hybrid *h)
     }
 }
 
+/* The prefix budget slot of a KV cache with a prefix cache or a recurrent
+ * memory with snapshots (the children that cache prefix data); NULL for
+ * others. */
+static prefix_budget **child_budget(llmem_memory *m)
+{
+    if (m->iface == &kv_cache_iface && !kv_of(m)->p.no_prefix_cache)
+        return &kv_of(m)->budget;
+    if (m->iface == &recurrent_iface && rs_of(m)->n_snap > 0)
+        return &rs_of(m)->budget;
+    return NULL;
+}
+
+/* Device bytes of the smallest entry each caching child publishes. */
+static int64_t child_entry_bytes(llmem_memory *m)
+{
+    return m->iface == &kv_cache_iface ? kv_entry_bytes(kv_of(m))
+                                       : (int64_t)rs_slot_bytes(rs_of(m));
+}
+
+/* The largest prefix budget among the children, NULL when none has one. */
+static prefix_budget *largest_budget(llmem_memory *const *children, int32_t n)
+{
+    prefix_budget *big = NULL;
+    for (int32_t c = 0; c < n; c++) {
+        prefix_budget **b = child_budget(children[c]);
+        if (b && *b && (!big || (*b)->bytes > big->bytes))
+            big = *b;
+    }
+    return big;
+}
+
+/* Whether one shared budget can serve the caching children: a hybrid hit
+ * needs a page of every KV cache and a snapshot cached at once. */
+static bool budget_fits(llmem_memory *const *children, int32_t n, char *err, size_t err_len)
+{
+    prefix_budget *big = largest_budget(children, n);
+    if (!big)
+        return true;
+    int64_t need = 0;
+    int32_t members = 0;
+    for (int32_t c = 0; c < n; c++)
+        if (child_budget(children[c])) {
+            need += child_entry_bytes(children[c]);
+            members++;
+        }
+    if (members > PREFIX_BUDGET_MAX_MEMBERS) {
+        llmem_errf(err, err_len, "hybrid: %d children cache prefixes; one budget serves at most %d",
+                   members, PREFIX_BUDGET_MAX_MEMBERS);
+        return false;
+    }
+    if (big->bytes < need) {
+        llmem_errf(err, err_len,
+                   "hybrid: prefix_cache_bytes %lld cannot hold what one hit needs: a page of "
+                   "every KV cache and a snapshot, %lld bytes",
+                   (long long)big->bytes, (long long)need);
+        return false;
+    }
+    return true;
+}
+
+/* One prefix budget for all children (issue 13 item 1): the largest among
+ * those the children made, which every child caching prefix data joins,
+ * so that cached KV pages and snapshots share one byte budget and one LRU.
+ * budget_fits has checked it. */
+static void share_prefix_budget(hybrid *h)
+{
+    prefix_budget *big = largest_budget(h->child, h->n_children);
+    if (!big)
+        return;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        prefix_budget **b = child_budget(h->child[c]);
+        if (!b || *b == big)
+            continue;
+        prefix_budget_leave(*b, h->child[c]);
+        *b = NULL;
+        if (prefix_budget_join(big, h->child[c]))
+            *b = big;
+    }
+    prefix_budget_make_room(big, 0);
+}
+
 llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_children,
                                  const int32_t *layer_child, int32_t n_layers,
                                  llmem_memory **out, char *err, size_t err_len)
@@ -536,6 +622,8 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
                 goto fail;
             }
     }
+    if (!budget_fits(children, n_children, err, err_len))
+        goto fail;
     st = LLMEM_E_NO_MEMORY;
     h = calloc(1, sizeof *h);
     if (!h)
@@ -585,6 +673,7 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
         children[c]->is_child = true;
     }
     share_host_tier(h);
+    share_prefix_budget(h);
     *out = &h->base;
     return LLMEM_OK;
 fail_h:

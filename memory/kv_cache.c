@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "memory/kv_internal.h"
+#include "memory/prefix_budget.h"
 
 static void poison_page(kv_cache *kv, int32_t p)
 {
@@ -172,7 +173,27 @@ void kv_unref_page(kv_cache *kv, int32_t p)
         clear_page_shift(kv, p);
         if (kv->p.poison)
             poison_page(kv, p);
+    } else if (kv->budget && kv->pool.ref[p] == 0) {
+        /* it became cached: the least recently used cached data of any
+         * kind goes until the budget holds it (at worst this page) */
+        prefix_budget_make_room(kv->budget, 0);
     }
+}
+
+/* The prefix budget evicts this cache's least recently used cached page
+ * (kv_budget_bytes and kv_budget_oldest are in prefix_budget.c). */
+void kv_budget_evict(llmem_memory *mem)
+{
+    kv_cache *kv = kv_of(mem);
+    int32_t p = kv->pool.lru_head;
+    if (p < 0)
+        return;
+    if (kv->host)
+        host_spill(kv, p); /* still published: its K/V and chain key are valid */
+    page_pool_evict(&kv->pool);
+    clear_page_shift(kv, p);
+    if (kv->p.poison)
+        poison_page(kv, p);
 }
 
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
@@ -563,6 +584,8 @@ static void kv_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     st->cow_copies = kv->cow_copies;
     host_tier_usage(kv->host, kv, &st->host_tier_pages, &st->host_tier_bytes, NULL);
     st->host_tier_hits = kv->host_restores;
+    st->cached_kv_bytes = kv_budget_bytes(mem);
+    st->prefix_cache_bytes = kv->budget ? kv->budget->bytes : 0;
     st->bytes_device = (int64_t)(2 * (size_t)kv->p.n_layers * (size_t)kv->p.n_pages * kv->page_bytes);
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += kv->seqs[s].tokens.n > 0;
@@ -572,6 +595,7 @@ static void kv_destroy(llmem_memory *mem)
 {
     kv_cache *kv = kv_of(mem);
     host_tier_unref(kv->host); /* first: it may wait for copies into its blocks */
+    prefix_budget_leave(kv->budget, mem);
     for (int32_t il = 0; kv->k && il < kv->p.n_layers; il++) {
         llmem_buffer_free(kv->k[il]);
         llmem_buffer_free(kv->v[il]);
@@ -662,6 +686,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     else if (llmem_dtype_is_scaled(p->dtype) && p->head_dim % 4 != 0)
         bad = "int8 and fp8 need head_dim a multiple of 4";
     else if (p->host_tier_bytes < 0) bad = "host_tier_bytes must be >= 0";
+    else if (p->prefix_cache_bytes < 0) bad = "prefix_cache_bytes must be >= 0";
     else if (p->window < 0) bad = "window must be >= 0";
     else if (p->window_slack < 0 || (p->window == 0 && p->window_slack != 0)) bad = "window_slack must be >= 0, and 0 without a window";
     else if ((int64_t)p->n_pages * p->page_size > INT32_MAX) bad = "n_pages * page_size exceeds int32 slot ids";
@@ -724,6 +749,23 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         llmem_errf(err, err_len, "KV cache: out of host memory for a %lld-byte host tier",
                    (long long)host_bytes);
         goto fail;
+    }
+    if (p->prefix_cache_bytes > 0 && !p->no_prefix_cache) {
+        if (p->prefix_cache_bytes < kv_entry_bytes(kv)) {
+            llmem_errf(err, err_len,
+                       "KV cache: prefix_cache_bytes %lld cannot hold one cached page (%lld "
+                       "bytes: %d layers of K and V, %d tokens each)",
+                       (long long)p->prefix_cache_bytes, (long long)kv_entry_bytes(kv),
+                       p->n_layers, p->page_size);
+            st = LLMEM_E_INVALID;
+            goto fail;
+        }
+        if (!(kv->budget = prefix_budget_create(p->prefix_cache_bytes)) ||
+            !prefix_budget_join(kv->budget, &kv->base)) {
+            llmem_errf(err, err_len, "KV cache: out of host memory");
+            goto fail;
+        }
+        prefix_budget_unref(kv->budget); /* the member's reference remains */
     }
     kv->heap = seq_heap_create();
     for (int32_t s = 0; s < p->n_seq_max; s++) {

@@ -65,6 +65,9 @@ typedef struct kv_cache {
     host_tier *host;       /* evicted published pages in host memory (NULL: off);
                             * shared with the other children of a hybrid */
     int64_t host_restores; /* pages copied back from the host tier */
+    /* the device byte budget of cached pages (NULL: none), shared with the
+     * other children of a hybrid (prefix_budget.h) */
+    struct prefix_budget *budget;
     kv_seq *seqs;          /* [n_seq_max] */
     seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */
@@ -144,6 +147,12 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, bool defer);
 /* Inserts the pages publish_pages deferred into the prefix index, in the
  * order they were hashed (so lookups still find the newest copy first). */
 void publish_flush(kv_cache *kv);
+/* Device bytes one page holds over every layer (K and V): what a cached
+ * page costs in a prefix budget. */
+static inline int64_t kv_entry_bytes(const kv_cache *kv)
+{
+    return 2 * (int64_t)kv->p.n_layers * (int64_t)kv->page_bytes;
+}
 void clear_page_shift(kv_cache *kv, int32_t p);
 llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n);
 void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n);

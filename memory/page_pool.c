@@ -31,7 +31,9 @@ bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size)
     pp->lru_next = malloc(n * sizeof *pp->lru_next);
     pp->bucket = malloc((size_t)nb * sizeof *pp->bucket);
     pp->bucket_next = malloc(n * sizeof *pp->bucket_next);
-    if (!pp->ref || !pp->published || !pp->hashed || !pp->hash || !pp->parent_hash || !pp->tokens ||
+    pp->stamp = calloc(n, sizeof *pp->stamp);
+    pp->clock = &pp->own_clock;
+    if (!pp->stamp || !pp->ref || !pp->published || !pp->hashed || !pp->hash || !pp->parent_hash || !pp->tokens ||
         !pp->free_stack || !pp->lru_prev || !pp->lru_next || !pp->bucket || !pp->bucket_next) {
         page_pool_finish(pp);
         return false;
@@ -64,6 +66,7 @@ void page_pool_finish(page_pool *pp)
     free(pp->lru_next);
     free(pp->bucket);
     free(pp->bucket_next);
+    free(pp->stamp);
     memset(pp, 0, sizeof *pp);
 }
 
@@ -120,6 +123,7 @@ static void lru_push(page_pool *pp, int32_t p)
         pp->lru_head = p;
     pp->lru_tail = p;
     pp->n_cached++;
+    pp->stamp[p] = ++*pp->clock;
 }
 
 static void note_peak(page_pool *pp)
@@ -150,6 +154,16 @@ int32_t page_pool_alloc(page_pool *pp, bool *was_cached)
     pp->ref[p] = 1;
     pp->hashed[p] = 0;
     note_peak(pp);
+    return p;
+}
+
+int32_t page_pool_evict(page_pool *pp)
+{
+    int32_t p = pp->lru_head;
+    if (p < 0)
+        return -1;
+    page_pool_unpublish(pp, p); /* ref 0: off the LRU, onto the free stack */
+    pp->n_evictions++;
     return p;
 }
 
@@ -252,7 +266,8 @@ bool page_pool_check(const page_pool *pp, const int32_t *expected_ref, char *err
     }
     int32_t cnt = 0;
     for (int32_t p = pp->lru_head, prev = -1; p >= 0; prev = p, p = pp->lru_next[p]) {
-        if (pp->ref[p] != 0 || !pp->published[p] || pp->lru_prev[p] != prev || ++cnt > n) {
+        if (pp->ref[p] != 0 || !pp->published[p] || pp->lru_prev[p] != prev || ++cnt > n ||
+            (prev >= 0 && pp->stamp[p] <= pp->stamp[prev]) || pp->stamp[p] > *pp->clock) {
             llmem_errf(err, err_len, "LRU list corrupt at page %d", p);
             return false;
         }

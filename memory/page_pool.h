@@ -28,6 +28,11 @@ typedef struct page_pool {
     int32_t *bucket, *bucket_next;        /* prefix index: hash -> chain of pages */
     int32_t n_buckets;
     int64_t n_used_peak, n_evictions;
+    /* LRU stamps: stamp[p] is *clock (incremented) when page p became
+     * cached; clock points to own_clock, or to the clock of the prefix
+     * budget the cache shares (prefix_budget.h) */
+    uint64_t *stamp;
+    uint64_t own_clock, *clock;
 } page_pool;
 
 bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size);
@@ -45,6 +50,9 @@ int32_t page_pool_alloc(page_pool *pp, bool *was_cached);
 void page_pool_ref(page_pool *pp, int32_t p);
 /* Drops a reference; returns true when the page became free (not cached). */
 bool page_pool_unref(page_pool *pp, int32_t p);
+/* Evicts the least recently used cached page (it becomes free) and returns
+ * it; -1 when no page is cached. Counted in n_evictions. */
+int32_t page_pool_evict(page_pool *pp);
 /* Prefix index. */
 uint64_t page_hash(uint64_t parent_hash, const int32_t *tokens, int32_t n);
 #define PAGE_HASH_SEED 0x6c6c6d656d2d6b76ull

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memory/prefix_budget.h"
 #include "memory/rs_internal.h"
 
 int32_t hold_find(const rs_hold *h, int32_t len)
@@ -284,6 +285,8 @@ static void rs_destroy(llmem_memory *mem)
     rs_drop_stash(rs);
     host_tier_unref(rs->host); /* first: it may wait for copies into its blocks */
     rs->host = NULL;
+    prefix_budget_leave(rs->budget, mem);
+    rs->budget = NULL;
     for (int32_t il = 0; rs->layers && il < mem->n_layers; il++) {
         rs_layer *L = &rs->layers[il];
         for (int32_t j = 0; j < L->n_states; j++) {
@@ -395,9 +398,34 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
         llmem_errf(err, err_len, "LLMEM_SNAPSHOTS must be <n>[:<interval>]");
         return LLMEM_E_INVALID;
     }
+    if (p->prefix_cache_bytes < 0) {
+        llmem_errf(err, err_len, "recurrent memory: prefix_cache_bytes must be >= 0");
+        return LLMEM_E_INVALID;
+    }
+    if (n_snap == -1 || (n_snap > 0 && p->prefix_cache_bytes > 0)) {
+        /* one snapshot is one state slot of every layer */
+        size_t slot = 0, b = 0;
+        for (int32_t il = 0; il < p->n_layers; il++)
+            for (int32_t j = 0; p->states[il] && j < p->n_states[il] && j < 16; j++)
+                if (!check_desc(&p->states[il][j], &b))
+                    slot += b;
+        if (p->prefix_cache_bytes <= 0 || slot == 0 || (uint64_t)p->prefix_cache_bytes < slot) {
+            llmem_errf(err, err_len,
+                       "recurrent memory: prefix_cache_bytes %lld cannot hold one snapshot "
+                       "(%zu bytes: a state slot of every layer)%s",
+                       (long long)p->prefix_cache_bytes, slot,
+                       n_snap < 0 ? "; n_snapshots -1 sizes the snapshots from it" : "");
+            return LLMEM_E_INVALID;
+        }
+        if (n_snap < 0) {
+            uint64_t k = (uint64_t)p->prefix_cache_bytes / slot;
+            n_snap = k > RS_SNAP_FROM_BUDGET_MAX ? RS_SNAP_FROM_BUDGET_MAX : (int32_t)k;
+        }
+    }
     if (n_snap < 0 || interval < 0 ||
         (int64_t)p->n_seq_max * (2 + p->n_ckpt) + n_snap > INT32_MAX / 2) {
-        llmem_errf(err, err_len, "recurrent memory: need n_snapshots >= 0, snap_interval >= 0");
+        llmem_errf(err, err_len,
+                   "recurrent memory: need n_snapshots >= -1, snap_interval >= 0");
         return LLMEM_E_INVALID;
     }
     recurrent *rs = calloc(1, sizeof *rs);
@@ -417,6 +445,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->n_seq_slots = rs->snap_base = p->n_seq_max * rs->quota;
     rs->n_snap = n_snap;
     rs->snap_interval = interval;
+    rs->clock = &rs->snap_clock;
     rs->n_slots = rs->n_seq_slots + rs->n_snap;
     rs->poison = p->poison || llmem_env_poison();
     st = LLMEM_E_NO_MEMORY;
@@ -497,6 +526,15 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
         llmem_errf(err, err_len, "recurrent memory: out of host memory for a %lld-byte host tier",
                    (long long)host_bytes);
         goto fail;
+    }
+    if (p->prefix_cache_bytes > 0 && rs->n_snap > 0) {
+        st = LLMEM_E_NO_MEMORY;
+        if (!(rs->budget = prefix_budget_create(p->prefix_cache_bytes)) ||
+            !prefix_budget_join(rs->budget, &rs->base)) {
+            llmem_errf(err, err_len, "recurrent memory: out of host memory");
+            goto fail;
+        }
+        prefix_budget_unref(rs->budget); /* the member's reference remains */
     }
     if (rs->poison)
         fill_all(rs, true);

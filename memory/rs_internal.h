@@ -13,6 +13,9 @@ typedef struct rs_hold {
     i32vec slot, len; /* state after `len` tokens lives in `slot` */
 } rs_hold;
 
+/* Snapshots n_snapshots -1 makes at most (sized from prefix_cache_bytes). */
+#define RS_SNAP_FROM_BUDGET_MAX 65536
+
 /* Tokens per block of a sequence's snapshot hash chain (rs_snap.c). */
 #define RS_HASH_BLOCK 64
 
@@ -82,8 +85,15 @@ typedef struct recurrent {
      * snapshots (snap_base == n_seq_slots) */
     int32_t n_seq_slots, snap_base, n_snap, snap_interval;
     rs_snap *snap;
-    uint64_t snap_clock;
+    int32_t n_live_snap;   /* snapshots with len > 0 */
+    uint64_t snap_clock;   /* own LRU clock; clock points to it or to the budget's */
+    uint64_t *clock;
     int64_t snap_hit_tokens;
+    int64_t snap_evictions; /* snapshots evicted from the device (LRU) */
+    /* the device byte budget of snapshots (NULL: none), shared with the
+     * other children of a hybrid: one LRU with their cached KV pages
+     * (prefix_budget.h) */
+    struct prefix_budget *budget;
     /* Evicted snapshots in host memory (NULL: off); shared with the other
      * children of a hybrid (one LRU, one byte budget with KV pages). */
     host_tier *host;

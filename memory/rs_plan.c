@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memory/prefix_budget.h"
 #include "memory/rs_internal.h"
 
 /* --- planning ------------------------------------------------------------------ */
@@ -342,7 +343,7 @@ llmem_status rs_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     /* the snapshots its hits read stay until release; a hit is a use (LRU) */
     for (int32_t k = 0; k < res->pins.n; k++) {
         rs->snap[res->pins.v[k]].ref++;
-        rs->snap[res->pins.v[k]].lru = ++rs->snap_clock;
+        rs->snap[res->pins.v[k]].lru = ++*rs->clock;
     }
     *out = res;
     return LLMEM_OK;
@@ -543,8 +544,17 @@ void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
                 }
         }
     }
-    for (int32_t k = 0; k < res->pins.n; k++)
-        rs->snap[res->pins.v[k]].ref--;
+    /* a hit's snapshot is as recent as the pages it was read with, which
+     * become cached at their release: a later eviction takes neither first */
+    for (int32_t k = 0; k < res->pins.n; k++) {
+        rs_snap *q = &rs->snap[res->pins.v[k]];
+        q->ref--;
+        if (q->len > 0)
+            q->lru = ++*rs->clock;
+    }
     res_free(rs, res);
+    /* what the plan pinned past the budget (restored snapshots) goes now */
+    if (rs->budget)
+        prefix_budget_make_room(rs->budget, 0);
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "memory/prefix_budget.h"
 #include "memory/rs_internal.h"
 
 /* --- the snapshot key: a chain hash over blocks of tokens ----------------------
@@ -276,16 +277,25 @@ llmem_status snap_restore(recurrent *rs, int32_t i, int32_t e)
     rs_snap *q = &rs->snap[i];
     if (!i32vec_reserve(&q->tokens, rs->host->e[e].n_tokens))
         return LLMEM_E_NO_MEMORY;
+    /* room in the budget for one more snapshot; the plan pins this one, so
+     * when nothing else can go the budget is exceeded until its release */
+    if (q->len == 0)
+        prefix_budget_make_room(rs->budget, (int64_t)rs_slot_bytes(rs));
     snap_spill(rs, i); /* may grow the tier's entry array: x is taken after */
-    q->len = 0;        /* until the upload is done */
+    if (q->len > 0) {
+        rs->n_live_snap--;
+        rs->snap_evictions++;
+    }
+    q->len = 0; /* until the upload is done */
     llmem_status st = snap_upload(rs, rs->snap_base + i, e);
     if (st != LLMEM_OK)
         return st;
     const host_entry *x = &rs->host->e[e];
     i32_copy(q->tokens.v, x->tokens, x->n_tokens);
     q->tokens.n = q->len = x->n_tokens;
+    rs->n_live_snap++;
     q->hash = x->hash;
-    q->lru = ++rs->snap_clock;
+    q->lru = ++*rs->clock;
     host_tier_remove(rs->host, e); /* a snapshot lives on the device or on the host */
     return LLMEM_OK;
 }
@@ -328,7 +338,7 @@ llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
         rs_snap *q = &rs->snap[i];
         if (q->len == len && q->hash == h &&
             memcmp(q->tokens.v, tok, (size_t)len * sizeof *tok) == 0) {
-            q->lru = ++rs->snap_clock;
+            q->lru = ++*rs->clock;
             return LLMEM_OK;
         }
         if (q->ref == 0 && (victim < 0 || (rs->snap[victim].len > 0 &&
@@ -337,21 +347,78 @@ llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
     }
     if (victim < 0)
         return LLMEM_OK;
+    if (rs->snap[victim].len == 0 && rs->budget) {
+        /* a new snapshot: the least recently used cached data of any kind
+         * (pages too) makes room, or it is not published */
+        if (!prefix_budget_make_room(rs->budget, (int64_t)rs_slot_bytes(rs)))
+            return LLMEM_OK;
+        victim = snap_victim(rs, NULL, 0); /* the eviction may have freed a slot */
+        if (victim < 0)
+            return LLMEM_OK;
+    }
     rs_snap *q = &rs->snap[victim];
     if (!i32vec_reserve(&q->tokens, len))
         return LLMEM_E_NO_MEMORY;
     snap_spill(rs, victim); /* the LRU snapshot it replaces goes to the host tier */
-    llmem_status st = slot_copy(rs, rs->snap_base + victim, slot);
-    if (st != LLMEM_OK) {
-        q->len = 0;
-        return st;
+    if (q->len > 0) {
+        rs->n_live_snap--;
+        rs->snap_evictions++;
     }
+    q->len = 0;
+    llmem_status st = slot_copy(rs, rs->snap_base + victim, slot);
+    if (st != LLMEM_OK)
+        return st;
     i32_copy(q->tokens.v, tok, len);
     q->tokens.n = len;
     q->len = len;
+    rs->n_live_snap++;
     q->hash = h;
-    q->lru = ++rs->snap_clock;
+    q->lru = ++*rs->clock;
     return LLMEM_OK;
+}
+
+/* --- the prefix budget's view of the snapshots (prefix_budget.h) -------------- */
+
+int64_t rs_budget_bytes(llmem_memory *mem)
+{
+    recurrent *rs = rs_of(mem);
+    return (int64_t)rs->n_live_snap * (int64_t)rs_slot_bytes(rs);
+}
+
+/* The least recently used unpinned snapshot, -1 when none. O(snapshots). */
+static int32_t oldest_unpinned(const recurrent *rs)
+{
+    int32_t v = -1;
+    for (int32_t i = 0; i < rs->n_snap; i++) {
+        const rs_snap *q = &rs->snap[i];
+        if (q->len > 0 && q->ref == 0 && (v < 0 || q->lru < rs->snap[v].lru))
+            v = i;
+    }
+    return v;
+}
+
+bool rs_budget_oldest(llmem_memory *mem, uint64_t *stamp)
+{
+    recurrent *rs = rs_of(mem);
+    int32_t i = oldest_unpinned(rs);
+    if (i < 0)
+        return false;
+    *stamp = rs->snap[i].lru;
+    return true;
+}
+
+void rs_budget_evict(llmem_memory *mem)
+{
+    recurrent *rs = rs_of(mem);
+    int32_t i = oldest_unpinned(rs);
+    if (i < 0)
+        return;
+    snap_spill(rs, i); /* to the host tier, when there is one */
+    rs->snap[i].len = 0;
+    rs->snap[i].tokens.n = 0;
+    rs->n_live_snap--;
+    rs->snap_evictions++;
+    snap_poison(rs, i);
 }
 
 void snap_reset(recurrent *rs)
@@ -363,6 +430,7 @@ void snap_reset(recurrent *rs)
         rs->snap[i].ref = 0;
         snap_poison(rs, i);
     }
+    rs->n_live_snap = 0;
 }
 
 void snap_finish(recurrent *rs)
@@ -375,14 +443,18 @@ void snap_finish(recurrent *rs)
 
 int32_t snap_count(const recurrent *rs)
 {
-    int32_t n = 0;
-    for (int32_t i = 0; i < rs->n_snap; i++)
-        n += rs->snap[i].len > 0;
-    return n;
+    return rs->n_live_snap;
 }
 
 bool snap_check(const recurrent *rs, char *err, size_t err_len)
 {
+    int32_t n_live = 0;
+    for (int32_t i = 0; i < rs->n_snap; i++)
+        n_live += rs->snap[i].len > 0;
+    if (n_live != rs->n_live_snap) {
+        llmem_errf(err, err_len, "%d snapshots held but %d counted", n_live, rs->n_live_snap);
+        return false;
+    }
     for (int32_t i = 0; i < rs->n_snap; i++) {
         const rs_snap *q = &rs->snap[i];
         if (q->ref < 0 || (q->len > 0 && (q->tokens.n != q->len ||

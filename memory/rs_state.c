@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "memory/prefix_budget.h"
 #include "memory/rs_internal.h"
 
 /* --- state I/O -------------------------------------------------------------------
@@ -228,6 +229,8 @@ void rs_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     st->snapshot_hit_tokens = rs->snap_hit_tokens;
     host_tier_usage(rs->host, rs, &st->host_tier_snapshots, &st->host_tier_snapshot_bytes, NULL);
     st->host_tier_snapshot_hits = rs->host_restores;
+    st->snapshot_evictions = rs->snap_evictions;
+    st->prefix_cache_bytes = rs->budget ? rs->budget->bytes : 0;
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += rs->seqs[s].tokens.n > 0;
 }

@@ -27,7 +27,11 @@
  *     byte count, pins);
  *   - with every other host-tier block allocation refused (fault
  *     injection through the backend's alloc hook), all of the above still
- *     hold: a refused spill only loses that entry.
+ *     hold: a refused spill only loses that entry;
+ *   - with a device prefix budget smaller than the pages and snapshot
+ *     slots (prefix_cache_bytes), the bytes of cached pages plus snapshots
+ *     (counted from pages_cached and snapshots) stay within it after every
+ *     step, both kinds get evicted, and all of the above still hold.
  *   LLMEM_TEST_SEED=<n> base seed (default 13); LLMEM_TEST_ITERS (800).
  */
 #include "support/run.h"
@@ -48,15 +52,23 @@ typedef struct cfg {
     int32_t page_size, n_pages, n_ckpt, n_snap, interval;
     int64_t host_bytes; /* a page entry is 16 * page_size bytes, a snapshot 16 */
     bool refuse_host;   /* fault injection: every other host block is refused */
+    int64_t budget;     /* prefix_cache_bytes of both children (0: none); a cached
+                           page costs 16 * page_size bytes, a snapshot 16 */
 } cfg;
 
 static const cfg cfgs[] = {
-    {"pages of 4, 2 snapshots every 4, tier of 6 pages", 4, 14, 1, 2, 4, 6 * 64, false},
-    {"pages of 1, 3 snapshots, tier of 12 pages", 1, 48, 0, 3, 0, 12 * 16, false},
-    {"pages of 4, 2 snapshots every 4, no tier", 4, 14, 1, 2, 4, 0, false},
-    {"pages of 4, 4 snapshots every 8, large tier", 4, 16, 0, 4, 8, 1 << 20, false},
+    {"pages of 4, 2 snapshots every 4, tier of 6 pages", 4, 14, 1, 2, 4, 6 * 64, false, 0},
+    {"pages of 1, 3 snapshots, tier of 12 pages", 1, 48, 0, 3, 0, 12 * 16, false, 0},
+    {"pages of 4, 2 snapshots every 4, no tier", 4, 14, 1, 2, 4, 0, false, 0},
+    {"pages of 4, 4 snapshots every 8, large tier", 4, 16, 0, 4, 8, 1 << 20, false, 0},
     {"pages of 4, 2 snapshots every 4, tier of 6 pages, host allocations fail", 4, 14, 1, 2, 4,
-     6 * 64, true},
+     6 * 64, true, 0},
+    /* one device budget for pages and snapshots (prefix_budget.h): more
+     * slots and pages than it holds, so the budget decides what stays */
+    {"pages of 4, 8 snapshots every 4, budget of 5 pages + 3 snapshots, tier of 6 pages", 4, 24,
+     1, 8, 4, 6 * 64, false, 5 * 64 + 3 * 16},
+    {"pages of 1, 6 snapshots, budget of 10 pages + 2 snapshots, no tier", 1, 64, 0, 6, 0, 0,
+     false, 10 * 16 + 2 * 16},
 };
 
 /* Refuses every other allocation of at most 64 bytes (the host tier's
@@ -159,7 +171,8 @@ static llmem_memory *hybrid(llmem_backend *be, const cfg *c, bool reuse, llmem_m
                                  .n_seq_max = NSEQ, .n_ckpt = c->n_ckpt, .poison = true,
                                  .n_snapshots = reuse ? c->n_snap : 0,
                                  .snap_interval = reuse ? c->interval : 0,
-                                 .host_tier_bytes = reuse ? c->host_bytes : 0};
+                                 .host_tier_bytes = reuse ? c->host_bytes : 0,
+                                 .prefix_cache_bytes = reuse ? c->budget : 0};
     llmem_kv_cache_params kp = llmem_kv_cache_default_params();
     kp.n_layers = 1;
     kp.n_kv_heads = 1;
@@ -171,6 +184,7 @@ static llmem_memory *hybrid(llmem_backend *be, const cfg *c, bool reuse, llmem_m
     kp.poison = true;
     kp.no_prefix_cache = !reuse;
     kp.host_tier_bytes = reuse ? c->host_bytes : 0;
+    kp.prefix_cache_bytes = reuse ? c->budget : 0;
     char err[256] = "";
     llmem_memory *h = NULL;
     ck_assert_msg(llmem_kv_cache_create(be, &kp, kv, err, sizeof err) == LLMEM_OK, "%s", err);
@@ -381,6 +395,19 @@ START_TEST(test_snapshot_model)
         char err[256] = "";
         ck_assert_msg(llmem_memory_check(M.h, err, sizeof err) == LLMEM_OK,
                       "%s, seed %llu, step %d: %s", c->name, (unsigned long long)seed, step, err);
+        /* the device bytes of cached data, counted from the page and
+         * snapshot counts, stay within the budget after every step */
+        llmem_memory_stats ms;
+        llmem_memory_get_stats(M.h, &ms);
+        ck_assert_int_eq(ms.cached_kv_bytes, ms.pages_cached * 16 * c->page_size);
+        ck_assert_int_eq(ms.snapshot_bytes, ms.snapshots * 16);
+        ck_assert_int_eq(ms.prefix_cache_bytes, c->budget);
+        if (c->budget > 0)
+            ck_assert_msg(ms.cached_kv_bytes + ms.snapshot_bytes <= c->budget,
+                          "%s, seed %llu, step %d: %lld cached page bytes + %lld snapshot "
+                          "bytes over the budget of %lld",
+                          c->name, (unsigned long long)seed, step, (long long)ms.cached_kv_bytes,
+                          (long long)ms.snapshot_bytes, (long long)c->budget);
     }
     llmem_memory_stats st;
     llmem_memory_get_stats(M.h, &st);
@@ -395,6 +422,10 @@ START_TEST(test_snapshot_model)
         ck_assert_int_gt(st.host_tier_snapshot_hits, 0); /* snapshots came back */
     if (c->refuse_host)
         ck_assert_uint_gt(n_host_allocs, 1); /* and some spills were refused */
+    if (c->budget > 0) { /* the budget evicted both kinds */
+        ck_assert_int_gt(st.snapshot_evictions, 0);
+        ck_assert_int_gt(st.prefix_evictions, 0);
+    }
     llmem_backend_set_alloc_hook(be, NULL, NULL);
     llmem_memory_destroy(M.h);
     llmem_memory_destroy(M.twin);

@@ -23,8 +23,14 @@ extern "C" {
  * success and on failure). Every child must have the same n_seq_max and
  * exactly as many layers as layer_child maps to it.
  *   layer_child: [n_layers] child index of each model layer, copied.
- * Returns LLMEM_OK; LLMEM_E_INVALID (mismatched children or map, reason in
- * err); LLMEM_E_NO_MEMORY. */
+ * Children that cache prefix data (KV caches with a prefix cache,
+ * recurrent memories with snapshots) share one host tier and one device
+ * prefix budget: the largest prefix_cache_bytes any of them was created
+ * with, one LRU over their cached pages and snapshots (issue 13; vLLM and
+ * SGLang size one cache pool for both kinds likewise).
+ * Returns LLMEM_OK; LLMEM_E_INVALID (mismatched children or map, or a
+ * prefix budget below what one hybrid hit needs: a page of every KV cache
+ * plus one snapshot; reason in err); LLMEM_E_NO_MEMORY. */
 llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_children,
                                  const int32_t *layer_child, int32_t n_layers,
                                  llmem_memory **out, char *err, size_t err_len);

@@ -61,6 +61,16 @@ typedef struct llmem_kv_cache_params {
      * longer cut succeeds only while the pages it needs are still held,
      * else returns LLMEM_E_STATE and changes nothing. */
     int32_t window_slack;
+    /* Prefix budget (issue 13): device bytes that cached pages (published
+     * pages no sequence holds, kept for prefix reuse; 2 * n_layers *
+     * llmem_kv_page_bytes each) may hold. When a page becomes cached past
+     * the budget, the least recently used cached page is evicted (to the
+     * host tier when there is one). In a hybrid the children share one
+     * budget (the largest among them) and one LRU with the recurrent
+     * child's snapshots (llmem_recurrent_params.prefix_cache_bytes). 0:
+     * none (cached pages use every page no sequence holds); ignored with
+     * no_prefix_cache. */
+    int64_t prefix_cache_bytes;
 } llmem_kv_cache_params;
 
 /* Default parameters (f16, page 16, prefix cache on); the caller fills the
@@ -77,7 +87,9 @@ llmem_kv_cache_params llmem_kv_cache_default_params(void);
  * cache is off. The memory keeps a reference to `be`; the caller keeps
  * ownership of `be` and must close it after destroying the memory.
  * Returns LLMEM_OK; LLMEM_E_INVALID (a parameter out of range, with the
- * reason in err; or an overflowing pool size); LLMEM_E_NO_MEMORY. */
+ * reason in err; an overflowing pool size; or a prefix_cache_bytes below
+ * one page's 2 * n_layers * page bytes, which could never cache a page);
+ * LLMEM_E_NO_MEMORY. */
 llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_params *params,
                                    llmem_memory **out, char *err, size_t err_len);
 

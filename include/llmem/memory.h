@@ -105,6 +105,16 @@ typedef struct llmem_memory_stats {
     int64_t host_tier_snapshots;      /* evicted snapshots held in the host tier now */
     int64_t host_tier_snapshot_bytes; /* host bytes those snapshots hold */
     int64_t host_tier_snapshot_hits;  /* snapshots copied back from the host tier on a hit */
+    /* The device prefix budget (issue 13; llmem_kv_cache_params and
+     * llmem_recurrent_params.prefix_cache_bytes): its size in bytes (0: no
+     * budget; a hybrid's children share one, reported once), the device
+     * bytes cached pages hold now (pages_cached * 2 * n_layers * page
+     * bytes; snapshot_bytes holds the snapshots' share), and the snapshots
+     * evicted from the device (LRU, for the budget or for a slot; pages:
+     * prefix_evictions). */
+    int64_t prefix_cache_bytes;
+    int64_t cached_kv_bytes;
+    int64_t snapshot_evictions;
 } llmem_memory_stats;
 
 /* Plans a batch: validates it, looks up the prefix cache, splits it into

@@ -40,7 +40,9 @@ typedef struct llmem_recurrent_params {
      * end of each prompt ubatch, and where a composition asks the plan to
      * end a ubatch (the length its attention children already hold).
      * Verified by token ids, pinned by plans reading them, evicted LRU.
-     * 0 = off; LLMEM_SNAPSHOTS=<n>[:<interval>] sets both when 0. */
+     * 0 = off; LLMEM_SNAPSHOTS=<n>[:<interval>] sets both when 0; -1: as
+     * many as prefix_cache_bytes holds (floor(bytes / slot bytes), at
+     * most 65536; needs prefix_cache_bytes). */
     int32_t n_snapshots;
     int32_t snap_interval;
     /* Host tier (issue 13): bytes of host memory (from
@@ -51,6 +53,15 @@ typedef struct llmem_recurrent_params {
      * the children share one tier (the largest budget among them): KV
      * pages and snapshots are then evicted least recently used together. */
     int64_t host_tier_bytes;
+    /* Prefix budget (issue 13): device bytes the published snapshots (one
+     * state slot of every layer each) may hold; a new snapshot past it
+     * evicts the least recently used one first (to the host tier when
+     * there is one), or is not published. In a hybrid the children share
+     * one budget (the largest among them) and one LRU with the KV caches'
+     * cached pages (llmem_kv_cache_params.prefix_cache_bytes): a page
+     * becoming cached may evict a snapshot and a snapshot a page. 0: none
+     * (the n_snapshots slots bound them); needs n_snapshots != 0. */
+    int64_t prefix_cache_bytes;
 } llmem_recurrent_params;
 
 /* Fills a Mamba-2 layer's two descriptors (conv then ssm) in out[2]:
@@ -69,7 +80,8 @@ void llmem_recurrent_mamba2_states(int32_t d_conv, int32_t d_inner, int32_t n_gr
  * spill. The memory keeps a reference to `be`; the caller closes it after
  * destroying the memory.
  * Returns LLMEM_OK; LLMEM_E_INVALID (bad parameter, e.g. host_tier_bytes
- * < 0, reason in err); LLMEM_E_NO_MEMORY. */
+ * < 0, or a prefix_cache_bytes below one snapshot's bytes, or n_snapshots
+ * -1 without prefix_cache_bytes; reason in err); LLMEM_E_NO_MEMORY. */
 llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_params *params,
                                     llmem_memory **out, char *err, size_t err_len);
 
