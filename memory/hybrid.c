@@ -17,6 +17,7 @@ typedef struct hybrid {
     int32_t n_children;
     llmem_memory **child;
     int32_t *layer_child, *layer_local; /* [n_layers] */
+    bool ranks; /* tensor-parallel ranks (llmem_hybrid_create_ranks), not layer kinds */
 } hybrid;
 
 typedef struct hy_res {
@@ -64,6 +65,12 @@ static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n
                              int32_t shared, int32_t *every)
 {
     hybrid *h = hy_of(mem);
+    if (h->ranks) { /* every rank decides as rank 0 does */
+        llmem_memory *c0 = h->child[0];
+        return LLMEM_MEMORY_SLOT(c0, prefix_cut)
+                   ? LLMEM_MEMORY_SLOT(c0, prefix_cut)(c0, tokens, n, m, shared, every)
+                   : 0;
+    }
     int32_t align = 0; /* a shared prefix is cut at a multiple of the snapshot interval */
     for (int32_t c = 0; c < h->n_children; c++)
         if (h->child[c]->iface == &recurrent_iface && rs_of(h->child[c])->n_snap > 0) {
@@ -317,7 +324,7 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         if (s.n_seqs_live > st->n_seqs_live)
             st->n_seqs_live = s.n_seqs_live;
     }
-    st->type = "hybrid";
+    st->type = h->ranks ? "tp" : "hybrid";
 }
 
 static llmem_status hy_check(llmem_memory *mem, char *err, size_t err_len)
@@ -594,9 +601,9 @@ static void share_prefix_budget(hybrid *h)
     prefix_budget_make_room(big, 0);
 }
 
-llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_children,
-                                 const int32_t *layer_child, int32_t n_layers,
-                                 llmem_memory **out, char *err, size_t err_len)
+static llmem_status create(llmem_memory *const *children, int32_t n_children,
+                           const int32_t *layer_child, int32_t n_layers, bool ranks,
+                           llmem_memory **out, char *err, size_t err_len)
 {
     llmem_status st = LLMEM_E_INVALID;
     hybrid *h = NULL;
@@ -622,7 +629,7 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
                 goto fail;
             }
     }
-    if (!budget_fits(children, n_children, err, err_len))
+    if (!ranks && !budget_fits(children, n_children, err, err_len))
         goto fail;
     st = LLMEM_E_NO_MEMORY;
     h = calloc(1, sizeof *h);
@@ -672,8 +679,11 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
         h->child[c] = children[c];
         children[c]->is_child = true;
     }
-    share_host_tier(h);
-    share_prefix_budget(h);
+    h->ranks = ranks;
+    if (!ranks) { /* a rank's pages hold other heads than the same page of rank 0 */
+        share_host_tier(h);
+        share_prefix_budget(h);
+    }
     *out = &h->base;
     return LLMEM_OK;
 fail_h:
@@ -690,5 +700,48 @@ fail:
         if (children[c] && !dup && !children[c]->is_child)
             llmem_memory_destroy(children[c]);
     }
+    return st;
+}
+
+llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_children,
+                                 const int32_t *layer_child, int32_t n_layers,
+                                 llmem_memory **out, char *err, size_t err_len)
+{
+    return create(children, n_children, layer_child, n_layers, false, out, err, err_len);
+}
+
+llmem_status llmem_hybrid_create_ranks(llmem_memory *const *ranks, int32_t n_ranks,
+                                       llmem_memory **out, char *err, size_t err_len)
+{
+    int32_t L = ranks && n_ranks >= 1 && ranks[0] ? ranks[0]->n_layers : 0;
+    int32_t *map = NULL;
+    llmem_status st = LLMEM_OK;
+    if (L < 1 || (int64_t)L * n_ranks > INT32_MAX) {
+        llmem_errf(err, err_len, "tp memory: need n_ranks >= 1 memories");
+        st = LLMEM_E_INVALID;
+    }
+    for (int32_t r = 1; st == LLMEM_OK && r < n_ranks; r++)
+        if (!ranks[r] || ranks[r]->n_layers != L || ranks[r]->split != ranks[0]->split ||
+            ranks[r]->iface != ranks[0]->iface) {
+            llmem_errf(err, err_len, "tp memory: rank %d's memory differs from rank 0's (type, "
+                                     "layers or split)", r);
+            st = LLMEM_E_INVALID;
+        }
+    if (st == LLMEM_OK && !(map = malloc((size_t)L * (size_t)n_ranks * sizeof *map))) {
+        llmem_errf(err, err_len, "tp memory: out of memory");
+        st = LLMEM_E_NO_MEMORY;
+    }
+    if (st != LLMEM_OK) {
+        if (out)
+            *out = NULL;
+        for (int32_t r = 0; ranks && r < n_ranks; r++) /* ownership was transferred */
+            llmem_memory_destroy(ranks[r]);
+        return st;
+    }
+    for (int32_t r = 0; r < n_ranks; r++)
+        for (int32_t l = 0; l < L; l++)
+            map[r * L + l] = r;
+    st = create(ranks, n_ranks, map, L * n_ranks, true, out, err, err_len);
+    free(map);
     return st;
 }

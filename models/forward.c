@@ -91,7 +91,27 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
                             .softcap = (float)c->attn_softcap, .window = L->window};
     TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
-    return linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out);
+    TRY(linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out));
+    return hf_tp_all_reduce(m, m->off_h, T); /* o_proj is row-parallel (models/tp.c) */
+}
+
+/* The gated RMS norm of a tensor-parallel rank whose norm groups span
+ * ranks (models/tp.c): y and z [T, d] of every rank gathered side by side
+ * into [T, d * ranks], normed there with the full weight, and this rank's
+ * columns copied back into y. */
+static llmem_status tp_norm_full(llmem_model *m, const layer_w *L, int32_t T,
+                                 const llmem_tensor *y, const llmem_tensor *z)
+{
+    const llmem_model_config *f = m->tp_full;
+    int32_t d = m->cfg.ssm_d_inner, din = f->ssm_d_inner;
+    size_t off_z = m->off_tpg + (size_t)T * (size_t)din * 4;
+    TRY(hf_tp_gather_cols(m, y->offset, m->off_tpg, T, d));
+    TRY(hf_tp_gather_cols(m, z->offset, off_z, T, d));
+    llmem_tensor yf = act(m, m->off_tpg, T, din), zf = act(m, off_z, T, din);
+    int32_t groups = din / (f->ssm_norm_group_size > 0 ? f->ssm_norm_group_size : din);
+    TRY(llmem_op_rms_norm_gated(m->be, &yf, &zf, &L->w[LLMEM_W_SSM_NORM].t, groups,
+                                (float)f->norm_eps, &yf));
+    return llmem_op_copy(m->be, &yf, m->tp_rank * d, y);
 }
 
 static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
@@ -134,11 +154,14 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     int32_t groups = din / (c->ssm_norm_group_size > 0 ? c->ssm_norm_group_size : din);
     if (c->ssm_gate_only) /* falcon_h1 without mamba_rms_norm: y * silu(z) */
         TRY(llmem_op_swiglu(m->be, &z, &y, &y));
+    else if (m->tp_norm_full)
+        TRY(tp_norm_full(m, L, T, &y, &z));
     else
         TRY(llmem_op_rms_norm_gated(m->be, &y, &z, &L->w[LLMEM_W_SSM_NORM].t, groups,
                                 (float)c->norm_eps, &y));
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
-    return linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out);
+    TRY(linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out));
+    return hf_tp_all_reduce(m, m->off_h, T); /* out_proj is row-parallel */
 }
 
 /* h (normalized input) -> h (output), for MoE layers and granite FFNs. */
@@ -189,6 +212,7 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
     llmem_status fs = fused_gate_up(m, L, T, &h, &up);
     if (fs == LLMEM_OK) {
         TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
+        TRY(hf_tp_all_reduce(m, m->off_h, T)); /* down is row-parallel */
         return scale_by(m, &h, c->mlp_down_multiplier);
     }
     if (fs != LLMEM_E_UNSUPPORTED)
@@ -212,6 +236,7 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
         TRY(llmem_op_silu(m->be, &up, &up));
     }
     TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
+    TRY(hf_tp_all_reduce(m, m->off_h, T));
     return scale_by(m, &h, c->mlp_down_multiplier); /* falcon_h1 */
 }
 
@@ -298,7 +323,13 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
     TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
     TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
     llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
-    TRY(matmul(m, &xo, &m->lm_head.t, &logits));
+    if (m->tp_size > 1 && m->tp_vocab < n_vocab) { /* this rank's vocabulary rows, gathered */
+        llmem_tensor part = act(m, m->off_tpl, n_out, m->tp_vocab);
+        TRY(matmul(m, &xo, &m->lm_head.t, &part));
+        TRY(hf_tp_gather_cols(m, m->off_tpl, m->off_logits, n_out, m->tp_vocab));
+    } else {
+        TRY(matmul(m, &xo, &m->lm_head.t, &logits));
+    }
     if (c->final_softcap > 0) /* gemma3 final_logit_softcapping */
         TRY(llmem_op_softcap(m->be, &logits, (float)c->final_softcap, &logits));
     return scale_by(m, &logits, 1.0 / c->logits_scaling); /* granite's logits_scaling */
@@ -308,6 +339,8 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
  * scratch offsets, before any recorded step), then runs the ops. */
 static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
 {
+    if (m->tp) /* every rank on its thread (models/tp.c) */
+        return hf_tp_forward(m, ub, n_vocab);
     int32_t T = ub->n_tokens;
     TRY(llmem_buffer_upload(m->scratch, m->off_tok, ub->token, (size_t)T * 4));
     TRY(llmem_buffer_upload(m->scratch, m->off_pos, ub->pos, (size_t)T * 4));

@@ -49,6 +49,19 @@ struct llmem_model {
     hf_falcon *fal; /* falcon_h1 scratch (models/falcon_h1.c), or NULL */
     hf_qwen3n *q3n; /* qwen3_next weights and scratch (models/qwen3_next.c), or NULL */
     struct hf_graphs *graphs; /* recorded decode steps (models/decode_graph.c), or NULL */
+    /* tensor parallelism (models/tp.c). The leader (params.tp > 1) keeps the
+     * full config, the ranks' composed memory (llmem_hybrid_create_ranks)
+     * and rank 0's scratch (borrowed); tp holds the rank models and their
+     * threads. A rank model holds its shard: cfg with its share of the heads
+     * and widths, tp_full the leader's config, its communicator. */
+    struct hf_tp *tp;
+    int32_t tp_rank, tp_size; /* 0, 1 outside tensor parallelism */
+    int32_t tp_vocab;         /* LM head rows of this rank (the vocabulary shard) */
+    bool tp_norm_full;        /* the gated norm's groups span ranks: gather y and z */
+    bool mem_borrowed;        /* mem belongs to the leader */
+    const llmem_model_config *tp_full;
+    struct llmem_comm *comm;
+    size_t off_tpl, off_tpg, off_tpt; /* vocab-shard logits; gathered y, z; gather staging */
 };
 
 static inline size_t round_up(size_t n)
@@ -88,6 +101,47 @@ llmem_status hf_qwen3n_layer(llmem_model *m, int32_t il, int32_t T, const llmem_
  * head_dim] at off_k of the scratch, in place (models/gemma3.c). */
 llmem_status hf_gemma3_qk_norm(llmem_model *m, const layer_w *L, int32_t T, size_t off_q,
                                size_t off_k);
+
+/* Builds m on m->be from the open checkpoint st (m->cfg and m->p set):
+ * layer table, weights (a rank's shard when m->tp_size > 1), op check,
+ * memory, scratch. *step names the stage that failed. Statuses of
+ * llmem_model_load (models/runtime.c). */
+llmem_status hf_model_build(llmem_model *m, const llmem_safetensors *st, const char **step,
+                            char *err, size_t err_len);
+
+/* ---- tensor parallelism (models/tp.c) ---- */
+/* Builds the ranks of leader m (m->p.tp > 1, m->cfg the full config):
+ * checks that the model splits (LLMEM_E_INVALID naming the dimension
+ * that --tp does not divide; LLMEM_E_UNSUPPORTED for architectures or
+ * layer kinds without a split), opens a backend per further rank, builds
+ * each rank model, its communicator, the composed memory and the rank
+ * threads. On failure m->tp holds what was built (llmem_model_free frees
+ * it). */
+llmem_status hf_tp_load(llmem_model *m, const llmem_safetensors *st, char *err, size_t err_len);
+/* Frees the rank models, communicators, threads and rank backends. */
+void hf_tp_destroy(struct hf_tp *tp);
+/* A rank model's slice of weight w: *info is rewritten to describe the
+ * slice (shape, bytes, data in *shard, malloc'd, the caller frees it after
+ * the upload); *skip when this rank keeps no copy (a row-parallel bias
+ * lives on rank 0 only). LLMEM_OK, LLMEM_E_NO_MEMORY, LLMEM_E_UNSUPPORTED
+ * (a weight without a split rule). */
+llmem_status hf_tp_shard(const llmem_model *m, llmem_weight w, llmem_tensor_info *info,
+                         void **shard, bool *skip, char *err, size_t err_len);
+/* A rank model with a vocabulary-sharded LM head tied to the embedding:
+ * copies its rows of the embedding into an LM head of its own. */
+llmem_status hf_tp_lm_head(llmem_model *m, char *err, size_t err_len);
+/* The leader's forward pass of ubatch ub: each rank, on its thread, gets
+ * the ubatch's tokens, positions and output rows and runs hf_forward_ops;
+ * the logits end in rank 0's scratch (the leader's). First failing rank's
+ * status. */
+llmem_status hf_tp_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab);
+/* A rank model's collectives inside the forward pass: the all-reduce of
+ * the row-parallel output h [T, hidden] at off (no-op without TP), and
+ * dst [T, w * size] = every rank's src [T, w] side by side, column block r
+ * from rank r (w * 4 bytes per row, f32). */
+llmem_status hf_tp_all_reduce(llmem_model *m, size_t off, int32_t T);
+llmem_status hf_tp_gather_cols(llmem_model *m, size_t src_off, size_t dst_off, int32_t T,
+                               int32_t w);
 
 /* Frees every recording (NULL is a no-op); the backend must still be open. */
 void hf_graphs_free(struct hf_graphs *g);

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/base_internal.h"
+#include "llmem/comm.h"
 #include "llmem/model.h"
 #include "llmem/hybrid.h"
 #include "llmem/kv_cache.h"
@@ -39,6 +40,7 @@ llmem_model_params llmem_model_default_params(void)
     p.precision = LLMEM_PRECISION_PRECISE;
     p.ssm_dtype = LLMEM_DTYPE_F32;
     p.n_snapshots = -1;
+    p.tp = 1;
     return p;
 }
 
@@ -169,14 +171,23 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
                 dst->present = true;
                 continue;
             }
+            void *shard = NULL; /* a tensor-parallel rank's slice (models/tp.c) */
+            bool skip = false;
+            if (m->tp_size > 1 &&
+                (s = hf_tp_shard(m, (llmem_weight)w, &info, &shard, &skip, err, err_len)) != LLMEM_OK)
+                return s;
+            if (skip)
+                continue;
             s = llmem_buffer_alloc(m->be, info.n_bytes ? round_up(info.n_bytes) : ALIGN, &buf);
             if (s != LLMEM_OK) {
+                free(shard);
                 llmem_errf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", info.n_bytes,
                          name, llmem_backend_name(m->be));
                 return s;
             }
             m->weights[m->n_weights++] = buf;
             s = llmem_buffer_upload(buf, 0, info.data, info.n_bytes);
+            free(shard);
             if (s != LLMEM_OK) {
                 llmem_errf(err, err_len, "uploading '%s' failed: %s", name, llmem_status_str(s));
                 return s;
@@ -413,6 +424,12 @@ static llmem_status alloc_scratch(llmem_model *m)
     TAKE(off_lp, T * 4);
     TAKE(off_top_ids, T * 64 * 4);
     TAKE(off_top_lp, T * 64 * 4);
+    if (m->tp_size > 1) { /* models/tp.c: vocab-shard logits, gathered y and z, gather staging */
+        const llmem_model_config *f = m->tp_full;
+        TAKE(off_tpl, T * (size_t)m->tp_vocab * 4);
+        TAKE(off_tpg, 2 * T * (size_t)max_i(f->ssm_d_inner, 1) * 4);
+        TAKE(off_tpt, T * (size_t)max_i(f->ssm_d_inner, f->vocab_size) * 4);
+    }
 #undef TAKE
     return llmem_buffer_alloc(m->be, off, &m->scratch);
 }
@@ -429,10 +446,10 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     llmem_model_params pp = p ? *p : llmem_model_default_params();
     if (pp.n_seq_max < 1 || pp.n_ubatch < 1 || pp.page_size < 1 || pp.n_ctx < 1 ||
         pp.n_pages < 0 || pp.n_ckpt < 0 || pp.n_snapshots < -1 || pp.snap_interval < 0 ||
-        !resolve_params(&pp)) {
+        pp.tp < 0 || pp.tp > LLMEM_COMM_MAX_RANKS || !resolve_params(&pp)) {
         llmem_errf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
-                               "must be >= 1; n_snapshots >= -1; precision precise or fast; "
-                               "kv and ssm dtypes f32, f16 or bf16)");
+                               "must be >= 1; n_snapshots >= -1; tp 0 to 64; precision precise "
+                               "or fast; kv and ssm dtypes f32, f16 or bf16)");
         return LLMEM_E_INVALID;
     }
     llmem_model *m = calloc(1, sizeof *m);
@@ -441,6 +458,7 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         return LLMEM_E_NO_MEMORY;
     m->p = pp;
     m->be = be;
+    m->tp_size = 1;
     /* Every failure gets a reason: a step that returns a bare status (an
      * allocation deep in a memory) is named by `step` below. */
     if (err && err_len)
@@ -453,24 +471,11 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
         s = llmem_model_config_check_tensors(&m->cfg, st, err, err_len);
     if (s == LLMEM_OK && pp.check_tensors && (step = "checking the weights for NaN and infinity"))
         s = llmem_model_check_weights_finite(&m->cfg, st, err, err_len);
-    if (s == LLMEM_OK && (step = "allocating the layer table") &&
-        !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
-        s = LLMEM_E_NO_MEMORY;
-    if (s == LLMEM_OK && (step = "uploading the weights"))
-        s = m->cfg.arch == LLMEM_ARCH_QWEN3_NEXT ? hf_qwen3n_load(m, st, err, err_len)
-                                                 : load_weights(m, st, err, err_len);
+    if (s == LLMEM_OK && pp.tp > 1 && (step = "building the tensor-parallel ranks"))
+        s = hf_tp_load(m, st, err, err_len);
+    else if (s == LLMEM_OK)
+        s = hf_model_build(m, st, &step, err, err_len);
     llmem_safetensors_close(st);
-    if (s == LLMEM_OK && (step = "checking that the backend has every op the model needs"))
-        s = hf_check_ops(m, err, err_len);
-    if (s == LLMEM_OK && (step = "creating the model's memory (KV cache, recurrent state)"))
-        s = create_memory(m, err, err_len);
-    if (s == LLMEM_OK && (s = alloc_scratch(m)) != LLMEM_OK)
-        llmem_errf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp.n_ubatch);
-    if (s == LLMEM_OK && (s = hf_moe_create(be, &m->cfg, pp.n_ubatch, &m->moe)) != LLMEM_OK)
-        llmem_errf(err, err_len, "cannot allocate MoE scratch for %d-token ubatches", pp.n_ubatch);
-    if (s == LLMEM_OK && (s = hf_falcon_create(be, &m->cfg, pp.n_ubatch, &m->fal)) != LLMEM_OK)
-        llmem_errf(err, err_len, "cannot allocate falcon_h1 scratch for %d-token ubatches",
-                   pp.n_ubatch);
     if (s != LLMEM_OK) {
         if (err && err_len && !err[0])
             llmem_errf(err, err_len, "%s failed: %s", step, llmem_status_str(s));
@@ -481,12 +486,46 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     return LLMEM_OK;
 }
 
+llmem_status hf_model_build(llmem_model *m, const llmem_safetensors *st, const char **step,
+                            char *err, size_t err_len)
+{
+    const llmem_model_params *pp = &m->p;
+    llmem_status s = LLMEM_OK;
+    if ((*step = "allocating the layer table") &&
+        !(m->layers = calloc((size_t)m->cfg.n_layers, sizeof *m->layers)))
+        s = LLMEM_E_NO_MEMORY;
+    if (s == LLMEM_OK && (*step = "uploading the weights"))
+        s = m->cfg.arch == LLMEM_ARCH_QWEN3_NEXT ? hf_qwen3n_load(m, st, err, err_len)
+                                                 : load_weights(m, st, err, err_len);
+    if (s == LLMEM_OK && m->tp_size > 1 && (*step = "slicing the LM head by vocabulary"))
+        s = hf_tp_lm_head(m, err, err_len);
+    if (s == LLMEM_OK && (*step = "checking that the backend has every op the model needs"))
+        s = hf_check_ops(m, err, err_len);
+    if (s == LLMEM_OK && (*step = "creating the model's memory (KV cache, recurrent state)"))
+        s = create_memory(m, err, err_len);
+    if (s == LLMEM_OK && (s = alloc_scratch(m)) != LLMEM_OK)
+        llmem_errf(err, err_len, "cannot allocate scratch for %d-token ubatches", pp->n_ubatch);
+    if (s == LLMEM_OK && (s = hf_moe_create(m->be, &m->cfg, pp->n_ubatch, &m->moe)) != LLMEM_OK)
+        llmem_errf(err, err_len, "cannot allocate MoE scratch for %d-token ubatches", pp->n_ubatch);
+    if (s == LLMEM_OK && (s = hf_falcon_create(m->be, &m->cfg, pp->n_ubatch, &m->fal)) != LLMEM_OK)
+        llmem_errf(err, err_len, "cannot allocate falcon_h1 scratch for %d-token ubatches",
+                   pp->n_ubatch);
+    return s;
+}
+
 void llmem_model_free(llmem_model *m)
 {
     if (!m)
         return;
     hf_graphs_free(m->graphs);
-    llmem_memory_destroy(m->mem);
+    if (m->tp) { /* the ranks' memory first (their backends still open), then the ranks */
+        llmem_memory_destroy(m->mem);
+        m->mem = NULL;
+        m->scratch = NULL; /* rank 0's */
+        hf_tp_destroy(m->tp);
+    }
+    if (!m->mem_borrowed)
+        llmem_memory_destroy(m->mem);
     for (int32_t i = 0; i < m->n_weights; i++)
         llmem_buffer_free(m->weights[i]);
     free(m->weights);

@@ -33,7 +33,10 @@ const char *const cli_model_opts_help =
     "  --check-tensors      scan every weight at load; a NaN or infinity is an error\n"
     "                       that names the tensor and element\n"
     "  --snapshots N        hybrids: recurrent-state snapshots kept for prefix reuse\n"
-    "                       (default max(n-seq-max, 16); 0 turns them off)\n";
+    "                       (default max(n-seq-max, 16); 0 turns them off)\n"
+    "  --tp N               tensor parallelism over N ranks (default 1): heads and\n"
+    "                       widths split, rank r on device --device + r (cuda, NCCL)\n"
+    "                       or another cpu instance (threads); docs/tp.md\n";
 
 const char *const cli_backend_opts_help =
     "backend options:\n"
@@ -87,6 +90,7 @@ static const struct {
     {{"poison", no_argument, NULL, CLI_OPT_POISON}, CLI_GROUP_MODEL},
     {{"check-tensors", no_argument, NULL, CLI_OPT_CHECK_TENSORS}, CLI_GROUP_MODEL},
     {{"snapshots", required_argument, NULL, CLI_OPT_SNAPSHOTS}, CLI_GROUP_MODEL},
+    {{"tp", required_argument, NULL, CLI_OPT_TP}, CLI_GROUP_MODEL},
 };
 
 void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
@@ -236,6 +240,7 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
         {CLI_OPT_PAGE_SIZE, "--page-size", offsetof(cli_model_opts, params.page_size), 1, 1 << 16},
         {CLI_OPT_N_PAGES, "--n-pages", offsetof(cli_model_opts, params.n_pages), 1, INT32_MAX},
         {CLI_OPT_SNAPSHOTS, "--snapshots", offsetof(cli_model_opts, params.n_snapshots), 0, 1 << 20},
+        {CLI_OPT_TP, "--tp", offsetof(cli_model_opts, params.tp), 1, 64},
     };
     for (size_t k = 0; k < sizeof ints / sizeof *ints; k++) {
         if (code != ints[k].code)

@@ -62,6 +62,7 @@ enum {
     CLI_OPT_SNAPSHOTS,
     CLI_OPT_PRECISION,
     CLI_OPT_LOG_LEVEL,
+    CLI_OPT_TP,
     CLI_OPT_OWN = 1100,
 };
 

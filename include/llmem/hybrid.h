@@ -35,6 +35,25 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
                                  const int32_t *layer_child, int32_t n_layers,
                                  llmem_memory **out, char *err, size_t err_len);
 
+/* Creates the composition of tensor-parallel ranks (issue 19; Megatron-LM,
+ * Shoeybi et al. 2019): n_ranks memories with the same layers, rank r's
+ * memory holding the KV heads and recurrent heads of rank r. One plan per
+ * batch is computed once (splitting, prefix-cache decisions, snapshot
+ * cuts: those of rank 0's memory) and applied to every rank; sequence
+ * operations and state I/O act on all ranks or none, as a hybrid's.
+ * Layer r * L + l of the composition is layer l of rank r (L = each
+ * rank's n_layers), so rank r's forward pass reads its own views. Host
+ * tiers and prefix budgets are not shared between ranks (a page of rank r
+ * holds other heads than the same page of rank 0); each rank's evicts
+ * alike, as every rank sees the same operations. Takes ownership of the ranks' memories
+ * (on success and on failure); every one needs the same n_seq_max,
+ * n_layers, split and memory type. llmem_memory_get_stats sums over
+ * ranks (type "tp").
+ * Returns LLMEM_OK; LLMEM_E_INVALID (n_ranks < 1, NULL or mismatched
+ * memories, reason in err); LLMEM_E_NO_MEMORY. */
+llmem_status llmem_hybrid_create_ranks(llmem_memory *const *ranks, int32_t n_ranks,
+                                       llmem_memory **out, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -75,6 +75,15 @@ typedef struct llmem_model_params {
                                   set in the environment; 0: off */
     int32_t snap_interval;     /* tokens between snapshot points; 0 (default):
                                   page_size, at least 16 */
+    int32_t tp;                /* tensor-parallel ranks (issue 19; docs/tp.md): 1
+                                  (default; 0 too) runs on `be` alone; N in 2..64
+                                  splits heads and widths over N ranks (Megatron-LM),
+                                  rank 0 on `be`, rank r on a backend of the same
+                                  kind that the model opens (cuda: device
+                                  be's + r; cpu: another instance), joined by a
+                                  communicator (<llmem/comm.h>; NCCL on cuda,
+                                  in-process threads otherwise; LLMEM_TP_COMM=cpu
+                                  forces the latter) */
 } llmem_model_params;
 
 /* Defaults as listed above. */

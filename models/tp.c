@@ -1,0 +1,538 @@
+/* llmem models/: tensor parallelism (issue 19), Megatron-LM style
+ * (Shoeybi et al. 2019, "Megatron-LM", sec. 3): the residual stream is
+ * replicated on every rank; each block's first projection is split by
+ * output columns (heads, FFN columns) and its last by input rows, whose
+ * partial outputs one all-reduce sums.
+ *   attention  q, k, v by heads (KV heads replicated when fewer than
+ *              ranks: rank r keeps KV head r * Hk / N), o_proj by rows;
+ *   FFN / MLP  gate and up by columns, down by rows;
+ *   Mamba-2    heads split: in_proj's z, x and dt slices by head, B and C
+ *              by group (groups replicated when fewer than ranks), the
+ *              conv1d channels of x, B, C, A_log / D / dt_bias by head,
+ *              out_proj by rows. The gated RMS norm (transformers'
+ *              MambaRMSNormGated; groups of ssm_norm_group_size) runs per
+ *              rank when its groups split evenly, else on y and z
+ *              gathered from every rank (mamba2 and bamba: one group);
+ *   LM head    by vocabulary rows, the logits gathered on every rank
+ *              (all-gather; the sampling then runs on rank 0).
+ * Biases of row-parallel layers live on rank 0 only (added once).
+ * Each rank is a model of its own (its shard of the weights, its memory
+ * holding its KV and state heads, its scratch) on its own backend and
+ * thread; the leader composes the ranks' memories (llmem_hybrid_create_ranks)
+ * so one plan per batch is computed once and applied on every rank.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/comm.h"
+#include "llmem/hybrid.h"
+#include "models/model_internal.h"
+
+typedef struct hf_tp {
+    int32_t n;
+    llmem_model *rank[LLMEM_COMM_MAX_RANKS];
+    llmem_backend *be[LLMEM_COMM_MAX_RANKS]; /* be[0] is the leader's (not owned) */
+    llmem_comm *comm[LLMEM_COMM_MAX_RANKS];
+    bool cpu_comm; /* the in-process communicator: every step ends in a barrier */
+    pthread_t th[LLMEM_COMM_MAX_RANKS];
+    int32_t n_threads; /* started workers (ranks 1..n_threads) */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    bool sync_init;
+    uint64_t gen;
+    int32_t pending;
+    bool quit;
+    const llmem_ubatch *ub;
+    int32_t n_vocab;
+    llmem_status st[LLMEM_COMM_MAX_RANKS];
+} hf_tp;
+
+/* ---- the split ------------------------------------------------------------------ */
+
+static bool splits(int32_t dim, int32_t n)
+{
+    return dim > 0 && dim % n == 0;
+}
+
+/* Whether the config splits over n ranks; fills the rank config c (every
+ * rank's shapes are equal). */
+static llmem_status shard_config(const llmem_model_config *f, int32_t n, llmem_model_config *c,
+                                 bool *norm_full, char *err, size_t err_len)
+{
+    const char *why = NULL;
+    int32_t dim = 0;
+    if (f->arch != LLMEM_ARCH_LLAMA && f->arch != LLMEM_ARCH_MAMBA2 &&
+        f->arch != LLMEM_ARCH_BAMBA && f->arch != LLMEM_ARCH_NEMOTRON_H) {
+        llmem_errf(err, err_len, "tensor parallelism: %s models are not split yet (llama, mamba2, "
+                                 "bamba, nemotron_h are)", llmem_arch_name(f->arch));
+        return LLMEM_E_UNSUPPORTED;
+    }
+    bool attn = false, mamba = false, ffn = false;
+    for (int32_t il = 0; il < f->n_layers; il++) {
+        llmem_layer_kind k = f->layers[il].kind;
+        if (k != LLMEM_LAYER_ATTENTION && k != LLMEM_LAYER_MAMBA2 && k != LLMEM_LAYER_MLP) {
+            llmem_errf(err, err_len, "tensor parallelism: layer %d is a %s layer, which is not "
+                                     "split yet", il, llmem_layer_kind_name(k));
+            return LLMEM_E_UNSUPPORTED;
+        }
+        attn |= k == LLMEM_LAYER_ATTENTION;
+        mamba |= k == LLMEM_LAYER_MAMBA2;
+        ffn |= k == LLMEM_LAYER_MLP || f->layers[il].has_ffn;
+    }
+    int32_t hk = f->n_kv_heads, g = f->ssm_n_groups;
+    if (attn && !splits(f->n_heads, n))
+        why = "attention heads (num_attention_heads)", dim = f->n_heads;
+    else if (attn && !splits(hk, n) && !(hk > 0 && n % hk == 0))
+        why = "KV heads (num_key_value_heads), nor is it a multiple of them", dim = hk;
+    else if (ffn && !splits(f->intermediate_size, n))
+        why = "FFN width (intermediate_size)", dim = f->intermediate_size;
+    else if (mamba && !splits(f->ssm_n_heads, n))
+        why = "Mamba-2 heads (mamba_n_heads / n_heads)", dim = f->ssm_n_heads;
+    else if (mamba && !splits(g, n) && !(g > 0 && n % g == 0))
+        why = "Mamba-2 groups (n_groups), nor is it a multiple of them", dim = g;
+    if (why) {
+        llmem_errf(err, err_len, "--tp %d does not divide the %s: %d", n, why, dim);
+        return LLMEM_E_INVALID;
+    }
+    *c = *f;
+    if (attn) {
+        c->n_heads = f->n_heads / n;
+        c->n_kv_heads = hk >= n ? hk / n : 1;
+    }
+    if (ffn)
+        c->intermediate_size = f->intermediate_size / n;
+    *norm_full = false;
+    if (mamba) {
+        c->ssm_n_heads = f->ssm_n_heads / n;
+        c->ssm_d_inner = f->ssm_d_inner / n;
+        c->ssm_n_groups = g >= n ? g / n : 1;
+        c->ssm_conv_dim = c->ssm_d_inner + 2 * c->ssm_n_groups * f->ssm_d_state;
+        c->ssm_in_proj_dim = c->ssm_d_inner + c->ssm_conv_dim + c->ssm_n_heads;
+        int32_t gs = f->ssm_norm_group_size > 0 ? f->ssm_norm_group_size : f->ssm_d_inner;
+        *norm_full = (f->ssm_d_inner / gs) % n != 0; /* a norm group spans ranks */
+    }
+    return LLMEM_OK;
+}
+
+/* ---- weight slices ------------------------------------------------------------ */
+
+typedef struct seg {
+    int64_t start, len; /* rows (dim 0), or columns (dim 1) when cols */
+} seg;
+
+/* Copies the segments of info's rows (or, cols, of every row's columns)
+ * into a new host buffer and points info at it. */
+static llmem_status take_slice(llmem_tensor_info *info, const seg *sg, int32_t n_seg, bool cols,
+                               void **shard)
+{
+    size_t es = llmem_dtype_size(info->dtype);
+    int64_t rows = info->n_dims > 0 ? info->shape[0] : 1;
+    int64_t row_el = rows > 0 ? info->n_elements / rows : 0;
+    int64_t total = 0;
+    for (int32_t i = 0; i < n_seg; i++) {
+        int64_t lim = cols ? row_el : rows;
+        if (sg[i].start < 0 || sg[i].len < 0 || sg[i].start + sg[i].len > lim ||
+            (cols && info->n_dims != 2))
+            return LLMEM_E_CORRUPT;
+        total += sg[i].len;
+    }
+    size_t bytes = (size_t)(cols ? total * rows : total * row_el) * es;
+    uint8_t *out = malloc(bytes ? bytes : 1), *o = out;
+    const uint8_t *src = info->data;
+    if (!out)
+        return LLMEM_E_NO_MEMORY;
+    if (cols) {
+        for (int64_t r = 0; r < rows; r++)
+            for (int32_t i = 0; i < n_seg; i++) {
+                size_t nb = (size_t)sg[i].len * es;
+                memcpy(o, src + ((size_t)r * (size_t)row_el + (size_t)sg[i].start) * es, nb);
+                o += nb;
+            }
+        info->shape[1] = total;
+    } else {
+        for (int32_t i = 0; i < n_seg; i++) {
+            size_t nb = (size_t)(sg[i].len * row_el) * es;
+            memcpy(o, src + (size_t)(sg[i].start * row_el) * es, nb);
+            o += nb;
+        }
+        info->shape[0] = total;
+    }
+    info->n_elements = cols ? total * rows : total * row_el;
+    info->n_bytes = bytes;
+    info->data = out;
+    *shard = out;
+    return LLMEM_OK;
+}
+
+llmem_status hf_tp_shard(const llmem_model *m, llmem_weight w, llmem_tensor_info *info,
+                         void **shard, bool *skip, char *err, size_t err_len)
+{
+    const llmem_model_config *f = m->tp_full, *c = &m->cfg;
+    int32_t r = m->tp_rank, n = m->tp_size;
+    *shard = NULL;
+    *skip = false;
+    seg sg[5];
+    int32_t ns = 0;
+    bool cols = false;
+    int64_t dh = f->head_dim, ds = f->ssm_d_state, din = f->ssm_d_inner, dr = c->ssm_d_inner;
+    int64_t g = f->ssm_n_groups, g0 = (int64_t)r * g / n, gr = c->ssm_n_groups;
+    int64_t nhr = c->ssm_n_heads, kh0 = (int64_t)r * f->n_kv_heads / n;
+    switch (w) {
+    case LLMEM_W_EMBED:
+    case LLMEM_W_FINAL_NORM:
+    case LLMEM_W_MIXER_NORM:
+    case LLMEM_W_FFN_NORM:
+        return LLMEM_OK; /* replicated */
+    case LLMEM_W_LM_HEAD:
+        if (m->tp_vocab == f->vocab_size)
+            return LLMEM_OK;
+        sg[ns++] = (seg){(int64_t)r * m->tp_vocab, m->tp_vocab};
+        break;
+    case LLMEM_W_ATTN_Q:
+    case LLMEM_W_ATTN_Q_BIAS:
+        sg[ns++] = (seg){(int64_t)r * c->n_heads * dh, c->n_heads * dh};
+        break;
+    case LLMEM_W_ATTN_K:
+    case LLMEM_W_ATTN_V:
+    case LLMEM_W_ATTN_K_BIAS:
+    case LLMEM_W_ATTN_V_BIAS:
+        sg[ns++] = (seg){kh0 * dh, c->n_kv_heads * dh};
+        break;
+    case LLMEM_W_ATTN_O:
+        sg[ns++] = (seg){(int64_t)r * c->n_heads * dh, c->n_heads * dh};
+        cols = true;
+        break;
+    case LLMEM_W_FFN_GATE:
+    case LLMEM_W_FFN_UP:
+    case LLMEM_W_FFN_GATE_BIAS:
+    case LLMEM_W_FFN_UP_BIAS:
+        sg[ns++] = (seg){(int64_t)r * c->intermediate_size, c->intermediate_size};
+        break;
+    case LLMEM_W_FFN_DOWN:
+        sg[ns++] = (seg){(int64_t)r * c->intermediate_size, c->intermediate_size};
+        cols = true;
+        break;
+    case LLMEM_W_ATTN_O_BIAS:
+    case LLMEM_W_FFN_DOWN_BIAS:
+    case LLMEM_W_SSM_OUT_BIAS:
+        *skip = r > 0; /* added once, after the all-reduce sums the ranks' parts */
+        return LLMEM_OK;
+    case LLMEM_W_SSM_IN: /* [z | x | B | C | dt] */
+    case LLMEM_W_SSM_IN_BIAS:
+        sg[ns++] = (seg){r * dr, dr};
+        sg[ns++] = (seg){din + r * dr, dr};
+        sg[ns++] = (seg){2 * din + g0 * ds, gr * ds};
+        sg[ns++] = (seg){2 * din + g * ds + g0 * ds, gr * ds};
+        sg[ns++] = (seg){2 * din + 2 * g * ds + r * nhr, nhr};
+        break;
+    case LLMEM_W_SSM_CONV: /* channels [x | B | C] */
+    case LLMEM_W_SSM_CONV_BIAS:
+        sg[ns++] = (seg){r * dr, dr};
+        sg[ns++] = (seg){din + g0 * ds, gr * ds};
+        sg[ns++] = (seg){din + g * ds + g0 * ds, gr * ds};
+        break;
+    case LLMEM_W_SSM_DT_BIAS:
+    case LLMEM_W_SSM_A_LOG:
+    case LLMEM_W_SSM_D:
+        sg[ns++] = (seg){r * nhr, nhr};
+        break;
+    case LLMEM_W_SSM_NORM:
+        if (m->tp_norm_full)
+            return LLMEM_OK; /* the norm runs on the gathered rows */
+        sg[ns++] = (seg){r * dr, dr};
+        break;
+    case LLMEM_W_SSM_OUT:
+        sg[ns++] = (seg){r * dr, dr};
+        cols = true;
+        break;
+    default:
+        llmem_errf(err, err_len, "tensor parallelism: no split rule for '%s'", info->name);
+        return LLMEM_E_UNSUPPORTED;
+    }
+    llmem_status st = take_slice(info, sg, ns, cols, shard);
+    if (st == LLMEM_E_CORRUPT) {
+        llmem_errf(err, err_len, "tensor parallelism: '%s' is smaller than its split needs",
+                   info->name);
+        return LLMEM_E_CORRUPT;
+    }
+    if (st != LLMEM_OK)
+        llmem_errf(err, err_len, "tensor parallelism: no memory to slice '%s'", info->name);
+    return st;
+}
+
+llmem_status hf_tp_lm_head(llmem_model *m, char *err, size_t err_len)
+{
+    if (m->tp_vocab == m->tp_full->vocab_size || m->lm_head.t.buf != m->embed.t.buf)
+        return LLMEM_OK; /* replicated, or sliced at load (an untied LM head) */
+    const llmem_tensor *e = &m->embed.t;
+    size_t row = (size_t)e->ne[1] * llmem_dtype_size(e->dtype);
+    size_t bytes = row * (size_t)m->tp_vocab;
+    llmem_buffer *buf = NULL;
+    llmem_status st = llmem_buffer_alloc(m->be, round_up(bytes), &buf);
+    if (st == LLMEM_OK)
+        st = llmem_buffer_copy(buf, 0, e->buf, e->offset + row * (size_t)m->tp_rank *
+                                                              (size_t)m->tp_vocab, bytes);
+    if (st != LLMEM_OK) {
+        llmem_buffer_free(buf);
+        llmem_errf(err, err_len, "cannot copy the LM head's vocabulary shard: %s",
+                   llmem_status_str(st));
+        return st;
+    }
+    m->weights[m->n_weights++] = buf;
+    m->lm_head.t = *e;
+    m->lm_head.t.buf = buf;
+    m->lm_head.t.offset = 0;
+    m->lm_head.t.ne[0] = m->tp_vocab;
+    return LLMEM_OK;
+}
+
+/* ---- collectives inside the forward pass -------------------------------------- */
+
+llmem_status hf_tp_all_reduce(llmem_model *m, size_t off, int32_t T)
+{
+    if (!m->comm)
+        return LLMEM_OK;
+    return llmem_comm_all_reduce(m->comm, m->scratch, off, (int64_t)T * m->cfg.hidden_size,
+                                 LLMEM_DTYPE_F32);
+}
+
+llmem_status hf_tp_gather_cols(llmem_model *m, size_t src_off, size_t dst_off, int32_t T,
+                               int32_t w)
+{
+    int32_t n = m->tp_size;
+    size_t rb = (size_t)w * 4;
+    if (T == 1) /* [n][1][w] is [1][n * w] */
+        return llmem_comm_all_gather(m->comm, m->scratch, src_off, m->scratch, dst_off, rb);
+    /* [n][T][w] in the staging area, then each block row to its place */
+    llmem_status st = llmem_comm_all_gather(m->comm, m->scratch, src_off, m->scratch, m->off_tpt,
+                                            rb * (size_t)T);
+    for (int32_t r = 0; r < n && st == LLMEM_OK; r++)
+        for (int32_t t = 0; t < T && st == LLMEM_OK; t++)
+            st = llmem_buffer_copy(m->scratch, dst_off + ((size_t)t * (size_t)n + (size_t)r) * rb,
+                                   m->scratch, m->off_tpt + ((size_t)r * (size_t)T + (size_t)t) * rb,
+                                   rb);
+    return st;
+}
+
+/* ---- rank threads ---------------------------------------------------------------- */
+
+/* Rank r's part of a step. With the in-process communicator every rank
+ * ends with a barrier, repeated while it fails: a rank whose op failed
+ * stops calling collectives, so the others, waiting in one, see its
+ * barrier as a mismatch and fail too, then all meet in the barrier — no
+ * rank is left waiting (NCCL cannot tell, so there a failing op leaves the
+ * others waiting, as in any NCCL program). */
+static void rank_step(hf_tp *tp, int32_t r)
+{
+    llmem_model *rm = tp->rank[r];
+    const llmem_ubatch *ub = tp->ub;
+    int32_t T = ub->n_tokens;
+    llmem_status st = llmem_buffer_upload(rm->scratch, rm->off_tok, ub->token, (size_t)T * 4);
+    if (st == LLMEM_OK)
+        st = llmem_buffer_upload(rm->scratch, rm->off_pos, ub->pos, (size_t)T * 4);
+    if (st == LLMEM_OK && ub->n_outputs > 0)
+        st = llmem_buffer_upload(rm->scratch, rm->off_rows, ub->out_rows,
+                                 (size_t)ub->n_outputs * 4);
+    if (st == LLMEM_OK)
+        st = hf_forward_ops(rm, T, ub->n_outputs, tp->n_vocab);
+    for (int32_t k = 0; tp->cpu_comm && k < 1000; k++)
+        if (llmem_comm_barrier(tp->comm[r]) != LLMEM_E_INVALID)
+            break;
+    tp->st[r] = st;
+}
+
+typedef struct worker_arg {
+    hf_tp *tp;
+    int32_t r;
+} worker_arg;
+
+static void *worker_main(void *arg)
+{
+    worker_arg wa = *(worker_arg *)arg;
+    free(arg);
+    hf_tp *tp = wa.tp;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&tp->mu);
+    for (;;) {
+        while (tp->gen == seen && !tp->quit)
+            pthread_cond_wait(&tp->go, &tp->mu);
+        if (tp->quit)
+            break;
+        seen = tp->gen;
+        pthread_mutex_unlock(&tp->mu);
+        rank_step(tp, wa.r);
+        pthread_mutex_lock(&tp->mu);
+        if (--tp->pending == 0)
+            pthread_cond_signal(&tp->done);
+    }
+    pthread_mutex_unlock(&tp->mu);
+    return NULL;
+}
+
+llmem_status hf_tp_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)
+{
+    hf_tp *tp = m->tp;
+    pthread_mutex_lock(&tp->mu);
+    tp->ub = ub;
+    tp->n_vocab = n_vocab;
+    tp->pending = tp->n - 1;
+    tp->gen++;
+    pthread_cond_broadcast(&tp->go);
+    pthread_mutex_unlock(&tp->mu);
+    rank_step(tp, 0);
+    pthread_mutex_lock(&tp->mu);
+    while (tp->pending > 0)
+        pthread_cond_wait(&tp->done, &tp->mu);
+    pthread_mutex_unlock(&tp->mu);
+    for (int32_t r = 0; r < tp->n; r++)
+        if (tp->st[r] != LLMEM_OK)
+            return tp->st[r];
+    return LLMEM_OK;
+}
+
+/* ---- load and free ---------------------------------------------------------------- */
+
+void hf_tp_destroy(hf_tp *tp)
+{
+    if (!tp)
+        return;
+    if (tp->sync_init) {
+        pthread_mutex_lock(&tp->mu);
+        tp->quit = true;
+        pthread_cond_broadcast(&tp->go);
+        pthread_mutex_unlock(&tp->mu);
+        for (int32_t r = 1; r <= tp->n_threads; r++)
+            pthread_join(tp->th[r], NULL);
+        pthread_mutex_destroy(&tp->mu);
+        pthread_cond_destroy(&tp->go);
+        pthread_cond_destroy(&tp->done);
+    }
+    for (int32_t r = 0; r < tp->n; r++) {
+        if (tp->rank[r] && tp->rank[r]->mem_borrowed)
+            tp->rank[r]->mem = NULL;
+        llmem_model_free(tp->rank[r]);
+        llmem_comm_destroy(tp->comm[r]);
+    }
+    for (int32_t r = 1; r < tp->n; r++)
+        llmem_backend_close(tp->be[r]);
+    free(tp);
+}
+
+/* Opens rank r's backend: a backend of be's kind, device be's + r (cpu:
+ * another instance; every rank on be's device when LLMEM_TP_ONE_DEVICE=1,
+ * for testing). */
+static llmem_status open_rank_backend(llmem_backend *be, int32_t r, llmem_backend **out,
+                                      char *err, size_t err_len)
+{
+    llmem_backend_info info = {0};
+    llmem_backend_get_info(be, &info);
+    const char *one = getenv("LLMEM_TP_ONE_DEVICE");
+    bool same = !strcmp(llmem_backend_name(be), "cpu") || (one && !strcmp(one, "1"));
+    int32_t dev = same ? info.device : info.device + r;
+    char why[256] = "";
+    llmem_status st = llmem_backend_open(llmem_backend_name(be), dev, out, why, sizeof why);
+    if (st != LLMEM_OK)
+        llmem_errf(err, err_len, "tensor-parallel rank %d: cannot open %s device %d: %s", r,
+                   llmem_backend_name(be), dev, why);
+    return st;
+}
+
+static llmem_status build_rank(llmem_model *m, hf_tp *tp, const llmem_model_config *rc,
+                               bool norm_full, const llmem_safetensors *st, int32_t r, char *err,
+                               size_t err_len)
+{
+    llmem_model *rm = calloc(1, sizeof *rm);
+    if (!rm)
+        return LLMEM_E_NO_MEMORY;
+    tp->rank[r] = rm;
+    rm->cfg = *rc;
+    rm->p = m->p;
+    rm->p.tp = 1;
+    rm->be = tp->be[r];
+    rm->tp_rank = r;
+    rm->tp_size = tp->n;
+    rm->tp_full = &m->cfg;
+    rm->tp_norm_full = norm_full;
+    rm->tp_vocab = m->cfg.vocab_size % tp->n == 0 ? m->cfg.vocab_size / tp->n : m->cfg.vocab_size;
+    const char *step = "";
+    char why[384] = "";
+    llmem_status s = hf_model_build(rm, st, &step, why, sizeof why);
+    if (s != LLMEM_OK)
+        llmem_errf(err, err_len, "rank %d: %s", r, why[0] ? why : step);
+    return s;
+}
+
+llmem_status hf_tp_load(llmem_model *m, const llmem_safetensors *st, char *err, size_t err_len)
+{
+    int32_t n = m->p.tp;
+    llmem_model_config rc;
+    bool norm_full = false;
+    llmem_status s = shard_config(&m->cfg, n, &rc, &norm_full, err, err_len);
+    if (s != LLMEM_OK)
+        return s;
+    hf_tp *tp = calloc(1, sizeof *tp);
+    if (!tp)
+        return LLMEM_E_NO_MEMORY;
+    m->tp = tp;
+    tp->n = n;
+    tp->be[0] = m->be;
+    for (int32_t r = 1; r < n && s == LLMEM_OK; r++)
+        s = open_rank_backend(m->be, r, &tp->be[r], err, err_len);
+    for (int32_t r = 0; r < n && s == LLMEM_OK; r++)
+        s = build_rank(m, tp, &rc, norm_full, st, r, err, err_len);
+    if (s != LLMEM_OK)
+        return s;
+    const char *kind = getenv("LLMEM_TP_COMM");
+    if ((s = llmem_comm_group_create(tp->be, n, kind && *kind ? kind : NULL, tp->comm, err,
+                                     err_len)) != LLMEM_OK)
+        return s;
+    tp->cpu_comm = !strcmp(llmem_comm_name(tp->comm[0]), "cpu");
+    /* one memory over every rank's: plans computed once, applied to all */
+    llmem_memory *mems[LLMEM_COMM_MAX_RANKS];
+    int32_t L = llmem_memory_n_layers(tp->rank[0]->mem);
+    for (int32_t r = 0; r < n; r++) {
+        mems[r] = tp->rank[r]->mem;
+        tp->rank[r]->mem = NULL;
+    }
+    if ((s = llmem_hybrid_create_ranks(mems, n, &m->mem, err, err_len)) != LLMEM_OK)
+        return s;
+    for (int32_t r = 0; r < n; r++) {
+        llmem_model *rm = tp->rank[r];
+        rm->mem = m->mem;
+        rm->mem_borrowed = true;
+        rm->comm = tp->comm[r];
+        for (int32_t il = 0; il < rm->cfg.n_layers; il++) {
+            if (rm->layers[il].mem_layer >= 0)
+                rm->layers[il].mem_layer += r * L;
+            if (rm->layers[il].mem_layer2 >= 0)
+                rm->layers[il].mem_layer2 += r * L;
+        }
+    }
+    /* the leader reads logits and runs the sampling ops in rank 0's scratch */
+    llmem_model *r0 = tp->rank[0];
+    m->scratch = r0->scratch;
+    m->off_logits = r0->off_logits;
+    m->off_ids = r0->off_ids;
+    m->off_ctr = r0->off_ctr;
+    m->off_lp = r0->off_lp;
+    m->off_top_ids = r0->off_top_ids;
+    m->off_top_lp = r0->off_top_lp;
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->go, NULL);
+    pthread_cond_init(&tp->done, NULL);
+    tp->sync_init = true;
+    for (int32_t r = 1; r < n; r++) {
+        worker_arg *wa = malloc(sizeof *wa);
+        if (wa)
+            *wa = (worker_arg){tp, r};
+        if (!wa || pthread_create(&tp->th[r], NULL, worker_main, wa) != 0) {
+            free(wa);
+            llmem_errf(err, err_len, "cannot start the thread of tensor-parallel rank %d", r);
+            return LLMEM_E_NO_MEMORY;
+        }
+        tp->n_threads = r;
+    }
+    return LLMEM_OK;
+}
