@@ -120,6 +120,17 @@ llmem_status llmem_comm_all_gather(llmem_comm *c, llmem_buffer *src, size_t src_
     return c->iface->all_gather(c, src, src_off, dst, dst_off, bytes);
 }
 
+llmem_status llmem_comm_all_gather_rows(llmem_comm *c, llmem_buffer *src, size_t src_off,
+                                        llmem_buffer *dst, size_t dst_off, int64_t n_rows,
+                                        size_t row_bytes)
+{
+    if (!c)
+        return LLMEM_E_INVALID;
+    if (!COMM_SLOT(c, all_gather_rows))
+        return LLMEM_E_UNSUPPORTED;
+    return c->iface->all_gather_rows(c, src, src_off, dst, dst_off, n_rows, row_bytes);
+}
+
 llmem_status llmem_comm_broadcast(llmem_comm *c, llmem_buffer *buf, size_t offset, size_t bytes,
                                   int32_t root)
 {

@@ -61,7 +61,7 @@ struct llmem_model {
     bool mem_borrowed;        /* mem belongs to the leader */
     const llmem_model_config *tp_full;
     struct llmem_comm *comm;
-    size_t off_tpl, off_tpg, off_tpt; /* vocab-shard logits; gathered y, z; gather staging */
+    size_t off_tpl, off_tpg;  /* vocab-shard logits [T, tp_vocab]; gathered y, z [T, d_inner] */
 };
 
 static inline size_t round_up(size_t n)

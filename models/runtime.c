@@ -424,11 +424,9 @@ static llmem_status alloc_scratch(llmem_model *m)
     TAKE(off_lp, T * 4);
     TAKE(off_top_ids, T * 64 * 4);
     TAKE(off_top_lp, T * 64 * 4);
-    if (m->tp_size > 1) { /* models/tp.c: vocab-shard logits, gathered y and z, gather staging */
-        const llmem_model_config *f = m->tp_full;
+    if (m->tp_size > 1) { /* models/tp.c: vocab-shard logits, gathered y and z */
         TAKE(off_tpl, T * (size_t)m->tp_vocab * 4);
-        TAKE(off_tpg, 2 * T * (size_t)max_i(f->ssm_d_inner, 1) * 4);
-        TAKE(off_tpt, T * (size_t)max_i(f->ssm_d_inner, f->vocab_size) * 4);
+        TAKE(off_tpg, 2 * T * (size_t)max_i(m->tp_full->ssm_d_inner, 1) * 4);
     }
 #undef TAKE
     return llmem_buffer_alloc(m->be, off, &m->scratch);

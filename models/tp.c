@@ -14,7 +14,8 @@
  *              rank when its groups split evenly, else on y and z
  *              gathered from every rank (mamba2 and bamba: one group);
  *   LM head    by vocabulary rows, the logits gathered on every rank
- *              (all-gather; the sampling then runs on rank 0).
+ *              (llmem_comm_all_gather_rows; the sampling then runs on
+ *              rank 0).
  * Biases of row-parallel layers live on rank 0 only (added once).
  * Each rank is a model of its own (its shard of the weights, its memory
  * holding its KV and state heads, its scratch) on its own backend and
@@ -301,19 +302,8 @@ llmem_status hf_tp_all_reduce(llmem_model *m, size_t off, int32_t T)
 llmem_status hf_tp_gather_cols(llmem_model *m, size_t src_off, size_t dst_off, int32_t T,
                                int32_t w)
 {
-    int32_t n = m->tp_size;
-    size_t rb = (size_t)w * 4;
-    if (T == 1) /* [n][1][w] is [1][n * w] */
-        return llmem_comm_all_gather(m->comm, m->scratch, src_off, m->scratch, dst_off, rb);
-    /* [n][T][w] in the staging area, then each block row to its place */
-    llmem_status st = llmem_comm_all_gather(m->comm, m->scratch, src_off, m->scratch, m->off_tpt,
-                                            rb * (size_t)T);
-    for (int32_t r = 0; r < n && st == LLMEM_OK; r++)
-        for (int32_t t = 0; t < T && st == LLMEM_OK; t++)
-            st = llmem_buffer_copy(m->scratch, dst_off + ((size_t)t * (size_t)n + (size_t)r) * rb,
-                                   m->scratch, m->off_tpt + ((size_t)r * (size_t)T + (size_t)t) * rb,
-                                   rb);
-    return st;
+    return llmem_comm_all_gather_rows(m->comm, m->scratch, src_off, m->scratch, dst_off, T,
+                                      (size_t)w * 4);
 }
 
 /* ---- rank threads ---------------------------------------------------------------- */

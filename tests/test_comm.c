@@ -3,7 +3,7 @@
  * communicator, 1 to 4 ranks, one thread each on its own CPU backend:
  * all-reduce against a float64 brute-force sum of every rank's data
  * (bf16: that sum rounded to bf16 by the test's own conversion),
- * all-gather and broadcast byte for byte, and bad input: one rank's bad
+ * all-gather (also of rows side by side) and broadcast byte for byte, and bad input: one rank's bad
  * argument, mismatched sizes or a different collective fail the call on
  * every rank, with every buffer unchanged and no rank left waiting. */
 #include "support/run.h"
@@ -85,6 +85,10 @@ static void *rank_main(void *arg)
         llmem_buffer_upload(c->buf2, 8000, x + 7, 40);
         c->st[2] = llmem_comm_broadcast(c->comm, c->buf2, 8000, 40, c->n - 1);
         c->st[3] = llmem_comm_all_reduce(c->comm, c->buf, 0, 0, LLMEM_DTYPE_F32); /* count 0 */
+        /* rows side by side: 7 rows of 5 floats each, into [7][n * 5] at 8040 */
+        llmem_buffer_upload(c->buf, (size_t)c->n * 400, x, 35 * 4);
+        c->st[4] = llmem_comm_all_gather_rows(c->comm, c->buf, (size_t)c->n * 400, c->buf2, 8040,
+                                              7, 20);
         break;
     case 2: /* bad input on the last rank only, then a good call still works */
         llmem_buffer_upload(c->buf, 0, x, sizeof x);
@@ -99,6 +103,8 @@ static void *rank_main(void *arg)
         c->st[5] = llmem_comm_all_gather(c->comm, c->buf, 4, c->buf, 0, 400); /* overlap */
         c->st[6] = llmem_comm_all_reduce(c->comm, r == 0 ? c->buf2 : c->buf, 0, N,
                                          LLMEM_DTYPE_F32); /* buf2 is too small on rank 0 */
+        c->st[7] = llmem_comm_all_gather_rows(c->comm, c->buf, 0, c->buf, 40, 3,
+                                              r == 1 ? 16 : 20); /* row size differs */
         break;
     }
     return NULL;
@@ -188,7 +194,7 @@ START_TEST(test_gather_broadcast)
 {
     int32_t n = _i + 1;
     world w;
-    world_run(&w, n, 1, (size_t)n * 400, 8040);
+    world_run(&w, n, 1, (size_t)n * 400 + 140, 8040 + (size_t)n * 140);
     for (int32_t r = 0; r < n; r++) {
         float got[MAXR * 100], in_place[MAXR * 100], bc[10];
         for (int32_t s = 0; s < 4; s++)
@@ -203,6 +209,13 @@ START_TEST(test_gather_broadcast)
             }
         for (int32_t i = 0; i < 10; i++)
             ck_assert_float_eq(bc[i], val(n - 1, 7 + i));
+        ck_assert_int_eq(w.ctx[r].st[4], LLMEM_OK);
+        float rows[7 * MAXR * 5];
+        llmem_buffer_download(w.ctx[r].buf2, 8040, rows, (size_t)n * 140);
+        for (int32_t t = 0; t < 7; t++) /* row t: rank k's row t at columns [5k, 5k + 5) */
+            for (int32_t k = 0; k < n; k++)
+                for (int32_t j = 0; j < 5; j++)
+                    ck_assert_float_eq(rows[(t * n + k) * 5 + j], val(k, t * 5 + j));
     }
     world_free(&w);
 }
@@ -214,7 +227,7 @@ START_TEST(test_bad_input)
     world w;
     world_run(&w, n, 2, N * 4, 400);
     for (int32_t r = 0; r < n; r++) {
-        for (int32_t s = 0; s < 7; s++)
+        for (int32_t s = 0; s < 8; s++)
             ck_assert_msg(w.ctx[r].st[s] == LLMEM_E_INVALID, "rank %d call %d: %s", r, s,
                           llmem_status_str(w.ctx[r].st[s]));
         float got[N];

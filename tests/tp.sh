@@ -12,9 +12,11 @@
 #     message naming the dimension; an architecture without a split says so.
 # --tp 4 covers KV heads and Mamba-2 groups replicated over ranks (2 of
 # each in these fixtures) and the gated norm gathered across ranks.
-#   tests/tp.sh LLMEM_BIN FIXTURES_DIR
+# BACKEND (default cpu) runs 1 and 2 on another backend: cuda on a host with
+# as many GPUs as ranks (NCCL; LLMEM_NCCL_LIB may name libnccl.so.2).
+#   tests/tp.sh LLMEM_BIN FIXTURES_DIR [BACKEND]
 set -euo pipefail
-bin="$1"; fixtures="$2"
+bin="$1"; fixtures="$2"; backend="${3:-cpu}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -24,13 +26,13 @@ for fx in llama bamba mamba2 nemotron_h; do
   mkdir "$tmp/$fx" && cp "$fixtures/$fx/config.json" "$fixtures/$fx"/*.safetensors "$tmp/$fx/"
   gen() { # tp, extra options
     local tp="$1"; shift
-    "$bin" generate --model "$tmp/$fx" --backend cpu --precision precise --temp 0 -n 80 \
+    "$bin" generate --model "$tmp/$fx" --backend "$backend" --precision precise --temp 0 -n 80 \
       --prompt "$prompt" --tp "$tp" "$@"
   }
   for mode in "--page-size 16 --parallel 3" "--page-size 1 --draft 2"; do
     # shellcheck disable=SC2086
     gen 1 $mode > "$tmp/ref"
-    for tp in 2 4; do
+    for tp in 2 $([ "$backend" = cpu ] && echo 4); do
       # shellcheck disable=SC2086
       gen "$tp" $mode > "$tmp/out"
       if cmp -s "$tmp/ref" "$tmp/out" && [ -s "$tmp/ref" ]; then
@@ -42,7 +44,7 @@ for fx in llama bamba mamba2 nemotron_h; do
   done
   score() { # label, options
     local label="$1"; shift
-    "$bin" score --model "$fixtures/$fx" --input "$fixtures/$fx/cases.jsonl" --backend cpu \
+    "$bin" score --model "$fixtures/$fx" --input "$fixtures/$fx/cases.jsonl" --backend "$backend" \
       --kv-type f32 "$@" > "$tmp/score.jsonl"
     printf '%-44s ' "$fx $label"
     python3 "$here/tools/compare_logprobs.py" "$fixtures/$fx/reference.jsonl" "$tmp/score.jsonl" \

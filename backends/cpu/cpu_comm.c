@@ -21,7 +21,7 @@
 #include "backends/cpu/cpu_ops.h"
 #include "llmem/comm_impl.h"
 
-enum { OP_ALL_REDUCE = 1, OP_ALL_GATHER, OP_BROADCAST, OP_BARRIER };
+enum { OP_ALL_REDUCE = 1, OP_ALL_GATHER, OP_BROADCAST, OP_BARRIER, OP_ALL_GATHER_ROWS };
 
 typedef struct post {
     int32_t op;
@@ -175,6 +175,34 @@ static llmem_status cc_all_gather(llmem_comm *comm, llmem_buffer *src, size_t sr
     return finish(c, st);
 }
 
+static llmem_status cc_all_gather_rows(llmem_comm *comm, llmem_buffer *src, size_t src_off,
+                                       llmem_buffer *dst, size_t dst_off, int64_t n_rows,
+                                       size_t row_bytes)
+{
+    cpu_comm *c = cc_of(comm);
+    group *g = c->g;
+    int32_t n = g->n;
+    post p = {.op = OP_ALL_GATHER_ROWS, .count = n_rows, .bytes = row_bytes};
+    size_t part = 0;
+    if (!llmem_comm_rows_ok(src, src_off, dst, dst_off, n_rows, row_bytes, n, comm->backend))
+        p.st = LLMEM_E_INVALID;
+    else if (!grow(&c->res, &c->res_cap, (part = (size_t)n_rows * row_bytes) * (size_t)n))
+        p.st = LLMEM_E_NO_MEMORY;
+    else
+        p.st = stage_in(c, src, src_off, part);
+    llmem_status st = exchange(c, &p);
+    if (st != LLMEM_OK || part == 0)
+        return finish(c, st);
+    /* the whole result on the host, then one upload */
+    for (int64_t t = 0; t < n_rows; t++)
+        for (int32_t r = 0; r < n; r++)
+            memcpy(c->res + ((size_t)t * (size_t)n + (size_t)r) * row_bytes,
+                   g->stage[r] + (size_t)t * row_bytes, row_bytes);
+    st = llmem_buffer_upload(dst, dst_off, c->res, part * (size_t)n) == LLMEM_OK ? LLMEM_OK
+                                                                                : LLMEM_E_BACKEND;
+    return finish(c, st);
+}
+
 static llmem_status cc_broadcast(llmem_comm *comm, llmem_buffer *buf, size_t off, size_t bytes,
                                  int32_t root)
 {
@@ -234,6 +262,7 @@ static const llmem_comm_i cpu_comm_iface = {
     .all_gather = cc_all_gather,
     .broadcast = cc_broadcast,
     .barrier = cc_barrier,
+    .all_gather_rows = cc_all_gather_rows,
 };
 
 /* Called by llmem_comm_group_create (base/comm.c), which has checked the

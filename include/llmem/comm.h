@@ -94,6 +94,17 @@ llmem_status llmem_comm_all_reduce(llmem_comm *c, llmem_buffer *buf, size_t offs
 llmem_status llmem_comm_all_gather(llmem_comm *c, llmem_buffer *src, size_t src_off,
                                    llmem_buffer *dst, size_t dst_off, size_t bytes);
 
+/* Rows side by side: each rank contributes n_rows rows of row_bytes at
+ * src[src_off, + n_rows * row_bytes); on every rank, row t of dst (at
+ * dst_off + t * size * row_bytes) becomes rank 0's row t, rank 1's row t,
+ * ... — the column blocks of a matrix whose columns are split over ranks
+ * (tensor parallelism's gathered activations or logits). For n_rows 1
+ * this is llmem_comm_all_gather. src and dst must not overlap.
+ * Returns as llmem_comm_all_gather. */
+llmem_status llmem_comm_all_gather_rows(llmem_comm *c, llmem_buffer *src, size_t src_off,
+                                        llmem_buffer *dst, size_t dst_off, int64_t n_rows,
+                                        size_t row_bytes);
+
 /* buf[offset, + bytes) of rank root is copied to every rank's buf.
  * Returns as llmem_comm_all_reduce (root outside [0, size) or differing
  * between ranks: LLMEM_E_INVALID). */

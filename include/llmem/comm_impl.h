@@ -29,6 +29,9 @@ typedef struct llmem_comm_i {
     llmem_status (*broadcast)(llmem_comm *c, llmem_buffer *buf, size_t offset, size_t bytes,
                               int32_t root);
     llmem_status (*barrier)(llmem_comm *c);
+    llmem_status (*all_gather_rows)(llmem_comm *c, llmem_buffer *src, size_t src_off,
+                                    llmem_buffer *dst, size_t dst_off, int64_t n_rows,
+                                    size_t row_bytes);
 } llmem_comm_i;
 
 struct llmem_comm {
@@ -37,12 +40,32 @@ struct llmem_comm {
     llmem_backend *backend; /* borrowed */
 };
 
+/* Checks of llmem_comm_all_gather_rows' ranges for a group of n ranks:
+ * both inside their buffers, on be, not overlapping. */
+static inline int llmem_comm_rows_ok(const llmem_buffer *src, size_t src_off,
+                                     const llmem_buffer *dst, size_t dst_off, int64_t n_rows,
+                                     size_t row_bytes, int32_t n, const llmem_backend *be);
+
 /* Whether [off, off + bytes) lies inside buf and buf belongs to be (for
  * implementations' argument checks). */
 static inline int llmem_comm_range_ok(const llmem_buffer *buf, const llmem_backend *be,
                                       size_t off, size_t bytes)
 {
     return buf && buf->backend == be && off <= buf->size && bytes <= buf->size - off;
+}
+
+static inline int llmem_comm_rows_ok(const llmem_buffer *src, size_t src_off,
+                                     const llmem_buffer *dst, size_t dst_off, int64_t n_rows,
+                                     size_t row_bytes, int32_t n, const llmem_backend *be)
+{
+    if (n_rows < 0 || n < 1 || (row_bytes > 0 && (uint64_t)n_rows > SIZE_MAX / row_bytes / (size_t)n))
+        return 0;
+    size_t part = (size_t)n_rows * row_bytes, all = part * (size_t)n;
+    if (part == 0)
+        return 1;
+    if (!llmem_comm_range_ok(src, be, src_off, part) || !llmem_comm_range_ok(dst, be, dst_off, all))
+        return 0;
+    return src != dst || src_off + part <= dst_off || dst_off + all <= src_off;
 }
 
 #ifdef __cplusplus
