@@ -54,6 +54,12 @@ static void usage(FILE *f)
             "  short conv        sequences x d_inner 8192 x d_state 16 f32 state (Jamba); LFM2's\n"
             "                  short_conv: 256 x hidden 2048, L 3. Bytes = state read + written\n"
             "                  + inputs and outputs.\n"
+            "  gemv            (gpus, or --all) batch-1 GEMVs (M 1, f32 activations, bf16\n"
+            "                  weights) at the 9B Bamba shape's projections: k/v, q/o, MLP up\n"
+            "                  and down, Mamba-2 in_proj, the fused gate/up + SwiGLU and the\n"
+            "                  LM head. Bytes = weights + activations + outputs, each call on\n"
+            "                  another copy of the weights (512 MiB or more in rotation, beyond\n"
+            "                  L2). Target (Vulkan issue): >= 80%% of the CUDA copy.\n"
             "  prefill attn    (cuda, or --all) causal paged prefill attention, 8 sequences x\n"
             "                  2048 tokens, same heads, f16 K/V, pages of 16; reported as time\n"
             "                  and TFLOP/s (4 * head_dim * heads * sum of visible keys). On\n"
@@ -68,14 +74,15 @@ static void usage(FILE *f)
             "                  LM head, argmax. Compared with the time to read the weights the\n"
             "                  step needs (all but the embedding table) once at copy bandwidth;\n"
             "                  target <= 1.5x.\n"
-            "\n"
+            "\n");
+    fprintf(f,
             "Times are wall-clock per call: the median of 5 batches of back-to-back calls, each\n"
             "batch ended by a backend synchronize, after one warm-up call.\n"
             "\n"
             "options:\n"
             "  --iters N        calls per figure (default 100 on GPUs, 2 on cpu)\n"
             "  --all            also run the prefill and model figures on non-cuda backends\n"
-            "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,prefill,model\n"
+            "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,gemv,prefill,model\n"
             "                   (copy, the ceiling, always runs)\n"
             "  -m, --model DIR  instead of the kernel figures: pp512 and tg128 of checkpoint\n"
             "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
@@ -511,6 +518,8 @@ int llmem_cli_bench(int argc, char **argv)
         st = bench_gdn(&b);
     if (st == LLMEM_OK && wanted(only, "ssm1", gpu || all))
         st = bench_ssm1(&b);
+    if (st == LLMEM_OK && wanted(only, "gemv", gpu || all))
+        st = bench_gemv(&b);
     if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
         st = bench_prefill(&b, device);
     if (st == LLMEM_OK && wanted(only, "model", cuda || all))

@@ -87,6 +87,8 @@ llmem_status bench_mamba(bench *b);
 llmem_status bench_gdn(bench *b);
 /* Mamba-1 scan and LFM2 short-conv decode steps (bench_ssm1.c, --only ssm1). */
 llmem_status bench_ssm1(bench *b);
+/* Batch-1 GEMVs at the 9B shape's projections, bf16 weights (bench_gemv.c, --only gemv). */
+llmem_status bench_gemv(bench *b);
 /* The CUDA copy as a second ceiling of a vulkan run (bench_vulkan.c). */
 void bench_ref_copy(bench *b, int32_t device);
 
