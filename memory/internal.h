@@ -35,10 +35,19 @@ static inline bool pos_in_range(int32_t pos, int32_t p0, int32_t p1)
     return pos >= p0 && pos < p1;
 }
 
+/* For helpers whose only effect is a prefetch: GCC deems such a function
+ * pure (a prefetch has no side effect) and deletes calls to it that it has
+ * not inlined yet, prefetch included; forced inlining keeps it. */
+#if defined(__GNUC__)
+#define LLMEM_PREFETCH_FN static inline __attribute__((always_inline))
+#else
+#define LLMEM_PREFETCH_FN static inline
+#endif
+
 /* Hint that the next append to v will soon be made: with thousands of
  * sequences their arrays' tails are cache (and TLB) misses, and fetching
  * a few sequences ahead hides them. */
-static inline void i32vec_prefetch_tail(const i32vec *v)
+LLMEM_PREFETCH_FN void i32vec_prefetch_tail(const i32vec *v)
 {
 #if defined(__GNUC__)
     if (v->v)

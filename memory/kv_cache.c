@@ -311,12 +311,12 @@ void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, bool defer)
     int32_t ps = kv->p.page_size;
     page_pool *pp = &kv->pool;
     for (int32_t k = from_page; (int64_t)(k + 1) * ps <= s->tokens.n; k++) {
-        int32_t p = s->pages.v[k];
+        int32_t p = kv_page_at(s, k);
         if (p < 0)
             continue; /* left the sliding window */
         if (pp->hashed[p])
             continue;
-        int32_t prev = k > 0 ? s->pages.v[k - 1] : -1;
+        int32_t prev = k > 0 ? kv_page_at(s, k - 1) : -1;
         if (k > 0 && (prev < 0 || !pp->hashed[prev]))
             return; /* the chain is broken (or left the window) below this page */
         const int32_t *tok = s->tokens.v + (size_t)k * (size_t)ps;
@@ -554,7 +554,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         kv_seq *q = &kv->seqs[s];
         q->pages.n = q->tokens.n = q->pos.n = 0;
-        q->last = -1;
+        q->last = q->prev = -1;
         q->pm = (pos_meta){-1, -1, false};
         q->row = -1;
         q->row_cap = q->synced = q->dropped = q->lost = 0;
@@ -772,7 +772,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         kv_seq *q = &kv->seqs[s];
         q->pm = (pos_meta){-1, -1, false};
         q->row = -1;
-        q->last = -1;
+        q->last = q->prev = -1;
         if (!seq_heap_attach(kv->heap, &q->pages) || !seq_heap_attach(kv->heap, &q->tokens) ||
             !seq_heap_attach(kv->heap, &q->pos)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for %d sequences",

@@ -33,6 +33,10 @@ typedef struct kv_seq {
      * it appends to from here, not from the table's tail, a cache miss per
      * sequence at thousands of sequences. */
     int32_t last;
+    /* pages.v[pages.n - 2] when pages.n > 1, else -1 (kv_last_sync): the
+     * page a commit in pages of 1 chains the hash of the page it
+     * publishes to, read from here for the same reason */
+    int32_t prev;
 } kv_seq;
 
 /* Element offsets of one ubatch's tables in the plan's index. */
@@ -117,10 +121,18 @@ static inline int32_t kv_slot(const kv_cache *kv, const kv_seq *s, int32_t i)
     return s->pages.v[i / ps] * ps + i % ps;
 }
 
-/* Refreshes s->last from the page table. */
+/* Refreshes s->last and s->prev from the page table. */
 static inline void kv_last_sync(kv_seq *s)
 {
     s->last = s->pages.n > 0 ? s->pages.v[s->pages.n - 1] : -1;
+    s->prev = s->pages.n > 1 ? s->pages.v[s->pages.n - 2] : -1;
+}
+
+/* Entry k of the page table, from s->last / s->prev for the last two
+ * (no read of the table's tail). */
+static inline int32_t kv_page_at(const kv_seq *s, int32_t k)
+{
+    return k == s->pages.n - 1 ? s->last : k == s->pages.n - 2 ? s->prev : s->pages.v[k];
 }
 
 /* Page table entries from `from` on changed: the row must be rewritten.

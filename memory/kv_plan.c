@@ -166,7 +166,9 @@ static void sync_rows(kv_cache *kv, const llmem_plan *plan)
         kv_seq *q = &kv->seqs[s];
         if (!plan->n_new[s] || q->synced >= q->pages.n)
             continue;
-        page_rows_write(&kv->rows, q->row + q->synced, q->pages.v + q->synced,
+        /* a decode step's one new entry is q->last: no read of the tail */
+        page_rows_write(&kv->rows, q->row + q->synced,
+                        q->synced == q->pages.n - 1 ? &q->last : q->pages.v + q->synced,
                         q->pages.n - q->synced);
         q->synced = q->pages.n;
     }
@@ -176,7 +178,7 @@ static void sync_rows(kv_cache *kv, const llmem_plan *plan)
  * in kv_seq.last, so the table's tail is not read), and that page's pool
  * entries: with thousands of sequences each is a cache miss, so the pool
  * entries are fetched 8 sequences ahead. */
-static inline void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan, int32_t s,
+LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan, int32_t s,
                                      int32_t nsm)
 {
 #if defined(__GNUC__)
@@ -188,6 +190,26 @@ static inline void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan,
             __builtin_prefetch(kv->pool.published + p, 0, 1);
             __builtin_prefetch(kv->pool.hashed + p, 0, 1);
         }
+    }
+#else
+    (void)kv, (void)plan, (void)s, (void)nsm;
+#endif
+}
+
+/* Each sequence a step appends pages to stores one entry at its page
+ * table's tail and one in its row (sync_rows): with thousands of
+ * sequences each is a store miss, and once the store buffer is full of
+ * them every later store waits, so the lines are requested 8 sequences
+ * ahead. */
+LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *plan, int32_t s,
+                                      int32_t nsm)
+{
+#if defined(__GNUC__)
+    if (s + 8 < nsm && plan->n_new[s + 8] && kv->need[s + 8] > 0) {
+        const kv_seq *q = &kv->seqs[s + 8];
+        __builtin_prefetch(q->pages.v + q->pages.n, 1, 1);
+        if (q->row >= 0 && q->synced < q->row_cap)
+            __builtin_prefetch(kv->rows.v + q->row + q->synced, 1, 1);
     }
 #else
     (void)kv, (void)plan, (void)s, (void)nsm;
@@ -430,14 +452,21 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     /* from here on, reservations live in the page tables; release undoes them */
     attached = true;
     for (int32_t s = 0; s < nsm; s++) {
+        kv_prefetch_append(kv, plan, s, nsm);
         if (plan->n_new[s] == 0)
             continue;
         kv_seq *q = &kv->seqs[s];
         int32_t np = plan->n_cached[s] / ps;
+        /* the table's last two entries as they will be, kept in registers:
+         * reading the tail back right after the store that misses on it
+         * would wait for the line (kv_last_sync reads it) */
+        int32_t last = q->last, prev = q->prev;
         if (!i32vec_reserve(&q->pages, q->pages.n + np + need[s]))
             goto fail;
-        for (int32_t k = 0; k < np; k++)
-            q->pages.v[q->pages.n++] = pinned.v[pin_at++];
+        for (int32_t k = 0; k < np; k++) {
+            prev = last;
+            last = q->pages.v[q->pages.n++] = pinned.v[pin_at++];
+        }
         if (cow[s] == KV_TAIL_COPY) {
             /* the copy itself waits for apply (kv_apply), the page is taken now */
             kv_cow *w = &res->cow[res->n_cow++];
@@ -452,10 +481,16 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             /* written in place: its hash no longer describes it */
             kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
         }
-        for (int32_t k = 0; k < need[s]; k++)
-            q->pages.v[q->pages.n++] = kv_alloc_page(kv);
-        if (np + need[s] > 0) /* else the tail stays unread (a cache miss) */
-            kv_last_sync(q);
+        for (int32_t k = 0; k < need[s]; k++) {
+            prev = last;
+            last = q->pages.v[q->pages.n++] = kv_alloc_page(kv);
+        }
+        q->last = last;
+        q->prev = prev;
+        if (need[s] > 0 && kv->tail[s] < 0) { /* the index tables take it from here */
+            kv->tail[s] = q->last;
+            kv->tail_at[s] = q->pages.n - 1;
+        }
     }
     for (int32_t c = 0; c < res->n_cow; c++) { /* tables and rows see the copies */
         kv_seq *q = &kv->seqs[res->cow[c].seq];

@@ -416,6 +416,11 @@ static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
                    q->last, q->pages.v[q->pages.n - 1]);
         return false;
     }
+    if (q->prev != (q->pages.n > 1 ? q->pages.v[q->pages.n - 2] : -1)) {
+        llmem_errf(err, err_len, "sequence %d: previous page %d, the table holds %d entries", s,
+                   q->prev, q->pages.n);
+        return false;
+    }
     for (int32_t k = q->dropped; k < q->synced; k++) /* dropped entries: stale, unread */
         if (kv->rows.v[q->row + k] != q->pages.v[k]) {
             llmem_errf(err, err_len, "sequence %d: row entry %d is %d, page table %d", s, k,
