@@ -291,9 +291,32 @@ static llmem_status hy_clear(llmem_memory *mem, bool data)
     return st;
 }
 
+/* Tensor-parallel ranks: every rank holds the same pages, slots, hits and
+ * snapshots (one plan for all), so the counts are rank 0's; the bytes,
+ * each rank holding its heads' share, are summed. */
+static void ranks_get_stats(hybrid *h, llmem_memory_stats *st)
+{
+    h->child[0]->iface->get_stats(h->child[0], st);
+    for (int32_t c = 1; c < h->n_children; c++) {
+        llmem_memory_stats s = {0};
+        h->child[c]->iface->get_stats(h->child[c], &s);
+        st->bytes_device += s.bytes_device;
+        st->snapshot_bytes += s.snapshot_bytes;
+        st->host_tier_bytes += s.host_tier_bytes;
+        st->host_tier_snapshot_bytes += s.host_tier_snapshot_bytes;
+        st->prefix_cache_bytes += s.prefix_cache_bytes;
+        st->cached_kv_bytes += s.cached_kv_bytes;
+    }
+    st->type = "tp";
+}
+
 static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
 {
     hybrid *h = hy_of(mem);
+    if (h->ranks) {
+        ranks_get_stats(h, st);
+        return;
+    }
     for (int32_t c = 0; c < h->n_children; c++) {
         llmem_memory_stats s = {0};
         h->child[c]->iface->get_stats(h->child[c], &s);
@@ -324,7 +347,7 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         if (s.n_seqs_live > st->n_seqs_live)
             st->n_seqs_live = s.n_seqs_live;
     }
-    st->type = h->ranks ? "tp" : "hybrid";
+    st->type = "hybrid";
 }
 
 static llmem_status hy_check(llmem_memory *mem, char *err, size_t err_len)

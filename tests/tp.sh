@@ -8,7 +8,9 @@
 #  2. `score --tp 2` log-probs within 5e-5 of transformers' float64
 #     reference (tp 1 is within 1e-5), also chunked into ubatches of 7
 #     with 3 sequences at a time, poison and prefix reuse;
-#  3. bad input: --tp that does not divide the heads fails at load with a
+#  3. `replay --tp 2` serves the same tokens with the same prefix hits and
+#     preemptions as --tp 1;
+#  4. bad input: --tp that does not divide the heads fails at load with a
 #     message naming the dimension; an architecture without a split says so.
 # --tp 4 covers KV heads and Mamba-2 groups replicated over ranks (2 of
 # each in these fixtures) and the gated norm gathered across ranks.
@@ -55,6 +57,36 @@ for fx in llama bamba mamba2 nemotron_h; do
     score "--tp 2, ubatch 7, n-seq-max 3, poison" --tp 2 --n-ubatch 7 --n-seq-max 3 --poison
   fi
 done
+# replay (continuous batching, preemption, a shared system prefix) on the
+# built-in Bamba: --tp 2 serves every request the same tokens as --tp 1,
+# with the same prefix hits and preemptions (one plan for both ranks)
+python3 - "$tmp/trace.csv" <<'EOF2'
+import random, sys
+rng = random.Random(3)
+with open(sys.argv[1], "w") as f:
+    f.write("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    for i in range(12):
+        f.write("2023-11-16 18:15:%02d.0000000,%d,%d\n" % (i, rng.randrange(50, 200),
+                rng.randrange(20, 200)))
+EOF2
+for tp in 1 2; do
+  LLMEM_MODEL_DIR="$here/models/builtin" "$bin" replay --backend "$backend" --trace "$tmp/trace.csv" \
+    --text "$here/docs/replay.md" --scale 0.2 --max-context 40 --max-gen 40 --precision precise \
+    --system-prefix 32 --n-pages 24 --page-size 16 --tp "$tp" --output "$tmp/replay$tp.jsonl" \
+    --json "$tmp/replay$tp.json" > /dev/null
+done
+if python3 - "$tmp/replay1.json" "$tmp/replay2.json" "$tmp/replay1.jsonl" "$tmp/replay2.jsonl" <<'EOF2'
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ta, tb = open(sys.argv[3]).read(), open(sys.argv[4]).read()
+assert ta == tb and ta, "replay --tp 2 tokens differ from --tp 1"
+for k in ("prefix_hit_tokens", "preemptions", "computed_tokens", "generated_tokens"):
+    assert a[k] == b[k], f"{k}: --tp 1 {a[k]}, --tp 2 {b[k]}"
+assert a["prefix_hit_tokens"] > 0 and a["preemptions"] > 0, "the replay exercised no hit or preemption"
+print(f"replay --tp 2: tokens, prefix hits ({a['prefix_hit_tokens']}) and preemptions "
+      f"({a['preemptions']}) equal --tp 1")
+EOF2
+then :; else fail=1; fi
 # bad input: a clear error, exit status 1, nothing printed on stdout
 expect_error() { # pattern, options
   local pat="$1"; shift

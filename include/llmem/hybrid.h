@@ -47,8 +47,9 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
  * holds other heads than the same page of rank 0); each rank's evicts
  * alike, as every rank sees the same operations. Takes ownership of the ranks' memories
  * (on success and on failure); every one needs the same n_seq_max,
- * n_layers, split and memory type. llmem_memory_get_stats sums over
- * ranks (type "tp").
+ * n_layers, split and memory type. llmem_memory_get_stats (type "tp")
+ * reports rank 0's counts (pages, slots, hits, snapshots: the same on
+ * every rank) and the bytes summed over ranks.
  * Returns LLMEM_OK; LLMEM_E_INVALID (n_ranks < 1, NULL or mismatched
  * memories, reason in err); LLMEM_E_NO_MEMORY. */
 llmem_status llmem_hybrid_create_ranks(llmem_memory *const *ranks, int32_t n_ranks,
