@@ -85,9 +85,12 @@ static void hybrid_snapshots(const llmem_model_params *p, llmem_recurrent_params
 {
     const char *env = getenv("LLMEM_SNAPSHOTS");
     int32_t n = p->n_snapshots;
-    if (n < 0)
+    if (n < 0 && p->prefix_cache_bytes > 0 && !p->no_prefix_cache)
+        n = -1; /* as many as the prefix budget holds */
+    else if (n < 0)
         n = p->no_prefix_cache || (env && *env) ? 0 : (p->n_seq_max > 16 ? p->n_seq_max : 16);
     rp->n_snapshots = n;
+    rp->prefix_cache_bytes = p->no_prefix_cache ? 0 : p->prefix_cache_bytes;
     rp->snap_interval = p->snap_interval > 0 ? p->snap_interval
                                              : (p->page_size > 16 ? p->page_size : 16);
 }
@@ -307,6 +310,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
                                     : (int64_t)p->n_seq_max * llmem_pages_for(0, p->n_ctx, p->page_size);
         kp.n_pages = np > INT32_MAX ? INT32_MAX : (int32_t)np;
         kp.no_prefix_cache = p->no_prefix_cache;
+        kp.prefix_cache_bytes = p->prefix_cache_bytes;
         kp.poison = p->poison;
         if ((st = llmem_kv_cache_create(m->be, &kp, &kvs[g], err, err_len)) != LLMEM_OK) {
             for (int32_t j = 0; j < g; j++)
@@ -444,10 +448,12 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     llmem_model_params pp = p ? *p : llmem_model_default_params();
     if (pp.n_seq_max < 1 || pp.n_ubatch < 1 || pp.page_size < 1 || pp.n_ctx < 1 ||
         pp.n_pages < 0 || pp.n_ckpt < 0 || pp.n_snapshots < -1 || pp.snap_interval < 0 ||
-        pp.tp < 0 || pp.tp > LLMEM_COMM_MAX_RANKS || !resolve_params(&pp)) {
+        pp.tp < 0 || pp.tp > LLMEM_COMM_MAX_RANKS || pp.prefix_cache_bytes < 0 ||
+        !resolve_params(&pp)) {
         llmem_errf(err, err_len, "invalid model parameters (n_seq_max, n_ubatch, page_size, n_ctx "
-                               "must be >= 1; n_snapshots >= -1; tp 0 to 64; precision precise "
-                               "or fast; kv and ssm dtypes f32, f16 or bf16)");
+                               "must be >= 1; n_snapshots >= -1; tp 0 to 64; prefix_cache_bytes "
+                               ">= 0; precision precise or fast; kv and ssm dtypes f32, f16 or "
+                               "bf16)");
         return LLMEM_E_INVALID;
     }
     llmem_model *m = calloc(1, sizeof *m);

@@ -70,6 +70,9 @@ expect_fail "missing value" "needs a value" "$bin" generate --model "$fx" --temp
 expect_fail "stray argument" "unexpected argument" "$bin" generate --model "$fx" hello
 expect_fail "bad --precision" "precise or fast" "$bin" score --model "$fx" --input "$fx/cases.jsonl" --precision medium
 expect_fail "bad --log-level" "log-level" "$bin" info --log-level loud
+expect_fail "bad --prefix-cache-mb" "prefix-cache-mb wants" "$bin" generate --model "$fx" --prefix-cache-mb 0
+expect_fail "prefix budget below one page" "cannot hold one cached page" "$bin" generate --model "$fx" --backend cpu -n 1 --prefix-cache-mb 0.000001
+expect_fail "hybrid prefix budget below a page and a snapshot" "cannot hold" "$bin" generate --model "$bfx" --backend cpu -n 1 --prefix-cache-mb 0.000001
 # a model whose every log-prob is NaN: the run fails and names the case
 python3 - "$fx" "$tmp/nan" <<'PY' || { echo "FAIL: cannot write the NaN model"; fail=1; }
 import json, struct, sys, os, shutil

@@ -813,6 +813,41 @@ START_TEST(model_hybrid_state_kinds)
 }
 END_TEST
 
+/* Recurrent snapshots and the device prefix budget (issue 13 items 1 and
+ * 8; memref.h): hybrid hits at the length where a page chain and a
+ * snapshot agree, read from the snapshot's slot (its data tag checked),
+ * never published by a failed or aborted step; under a budget smaller than
+ * the pages and snapshot slots, cached pages (256 bytes: 2 layers of K and
+ * V, 4 tokens of 16 bytes) and snapshots (48 bytes) are evicted least
+ * recently used together, and stay within it after every step. */
+START_TEST(model_hybrid_snapshots)
+{
+    static const int64_t budgets[3] = {0, 6 * 256 + 3 * 48, 2 * 256 + 2 * 48};
+    static const char *const names[3] = {
+        "hybrid kv page 4 + recurrent, 6 snapshots",
+        "hybrid kv page 4 + recurrent, 8 snapshots, budget of 6 pages + 3 snapshots",
+        "hybrid kv page 4 + recurrent, 8 snapshots, budget of 2 pages + 2 snapshots (poison)"};
+    int64_t budget = budgets[_i];
+    mr_config c = {.n_seq_max = 4, .n_children = 2, .n_layers = 3, .layer_child = {0, 1, 0}};
+    c.child[0] = (mr_child_config){.kv = true, .n_layers = 2, .page_size = 4, .n_pages = 40,
+                                   .prefix = true, .poison = _i == 2, .budget = budget};
+    c.child[1] = (mr_child_config){.kv = false, .n_layers = 1, .n_ckpt = 0,
+                                   .n_snap = _i == 0 ? 6 : 8, .poison = _i == 2};
+    run_config(names[_i], &c, 3000, 20 + (uint64_t)_i);
+}
+END_TEST
+
+/* A recurrent memory alone with snapshots under a budget of 3 of its 6
+ * slots: its own prefix hits (no attention child to agree with). */
+START_TEST(model_recurrent_snapshots)
+{
+    mr_config c = rs_config(0, 4, 2);
+    c.child[0].n_snap = 6;
+    c.child[0].budget = 3 * 96;
+    run_config("recurrent, 6 snapshots, budget of 3", &c, 3000, 23);
+}
+END_TEST
+
 Suite *memory_model_suite(void);
 Suite *memory_model_suite(void)
 {
@@ -825,6 +860,12 @@ Suite *memory_model_suite(void)
                  {"rs0", model_recurrent_ckpt0}, {"rs3", model_recurrent_ckpt3},
                  {"hybrid", model_hybrid},        {"hybrid2", model_hybrid_kv_kv},
                  {"kinds", model_hybrid_state_kinds}};
+    /* issue 13: snapshots and the prefix budget (three configurations) */
+    TCase *snap = tcase_create("snapshots");
+    tcase_set_timeout(snap, 300);
+    tcase_add_loop_test(snap, model_hybrid_snapshots, 0, 3);
+    tcase_add_test(snap, model_recurrent_snapshots);
+    suite_add_tcase(s, snap);
     /* one case per configuration: CK_RUN_CASE=hybrid runs only that one */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

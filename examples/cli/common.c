@@ -36,7 +36,11 @@ const char *const cli_model_opts_help =
     "                       (default max(n-seq-max, 16); 0 turns them off)\n"
     "  --tp N               tensor parallelism over N ranks (default 1): heads and\n"
     "                       widths split, rank r on device --device + r (cuda, NCCL)\n"
-    "                       or another cpu instance (threads); docs/tp.md\n";
+    "                       or another cpu instance (threads); docs/tp.md\n"
+    "  --prefix-cache-mb X  device MiB that cached prefix data may hold: KV pages no\n"
+    "                       sequence holds plus hybrids' snapshots, one LRU for both\n"
+    "                       (default: no budget); without --snapshots, a hybrid gets as\n"
+    "                       many snapshot slots as X MiB holds\n";
 
 const char *const cli_backend_opts_help =
     "backend options:\n"
@@ -91,6 +95,7 @@ static const struct {
     {{"check-tensors", no_argument, NULL, CLI_OPT_CHECK_TENSORS}, CLI_GROUP_MODEL},
     {{"snapshots", required_argument, NULL, CLI_OPT_SNAPSHOTS}, CLI_GROUP_MODEL},
     {{"tp", required_argument, NULL, CLI_OPT_TP}, CLI_GROUP_MODEL},
+    {{"prefix-cache-mb", required_argument, NULL, CLI_OPT_PREFIX_CACHE_MB}, CLI_GROUP_MODEL},
 };
 
 void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
@@ -101,7 +106,9 @@ void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
     p->argc = argc;
     p->argv = argv;
     int n = 0;
-    for (; own && own[n].name && n < CLI_MAX_OPTS - 20; n++)
+    /* room for help, every shared option and the {0} that ends the list */
+    int room = CLI_MAX_OPTS - 2 - (int)(sizeof shared_opts / sizeof *shared_opts);
+    for (; own && own[n].name && n < room; n++)
         p->opts[n] = own[n];
     p->opts[n++] = (struct option){"help", no_argument, NULL, 'h'};
     for (size_t k = 0; k < sizeof shared_opts / sizeof *shared_opts; k++)
@@ -289,6 +296,17 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
     case CLI_OPT_CHECK_TENSORS:
         o->params.check_tensors = true;
         return 1;
+    case CLI_OPT_PREFIX_CACHE_MB: {
+        char *end = NULL;
+        double mb = strtod(arg, &end);
+        if (!end || end == arg || *end || !(mb > 0) || mb > 1048576.0 * 64) {
+            fprintf(stderr, "llmem %s: --prefix-cache-mb wants MiB > 0 (e.g. 512 or 0.25), got '%s'\n",
+                    cmd, arg);
+            return -1;
+        }
+        o->params.prefix_cache_bytes = (int64_t)(mb * 1048576.0);
+        return 1;
+    }
     default:
         return 0;
     }

@@ -63,6 +63,7 @@ enum {
     CLI_OPT_PRECISION,
     CLI_OPT_LOG_LEVEL,
     CLI_OPT_TP,
+    CLI_OPT_PREFIX_CACHE_MB,
     CLI_OPT_OWN = 1100,
 };
 

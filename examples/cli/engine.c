@@ -533,6 +533,12 @@ static void refresh_stats(engine *e)
     e->st.pages_total = ms.pages_total;
     e->st.prefix_hit_tokens = ms.prefix_hit_tokens;
     e->st.tokens_computed = mst.n_tokens;
+    e->st.prefix_cache_bytes = ms.prefix_cache_bytes;
+    e->st.cached_kv_bytes = ms.cached_kv_bytes;
+    e->st.snapshots = ms.snapshots;
+    e->st.snapshot_bytes = ms.snapshot_bytes;
+    e->st.prefix_evictions = ms.prefix_evictions;
+    e->st.snapshot_evictions = ms.snapshot_evictions;
     pthread_mutex_unlock(&e->lock);
 }
 

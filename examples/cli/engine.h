@@ -77,6 +77,9 @@ typedef struct eng_stats {
     int64_t pages_used, pages_total, prefix_hit_tokens, tokens_computed;
     int64_t requests, finished, cancelled, rejected, errors, preemptions, deferrals, steps;
     int64_t prompt_tokens, completion_tokens;
+    /* the prefix cache on the device (llmem_memory_stats, issue 13) */
+    int64_t prefix_cache_bytes, cached_kv_bytes, snapshots, snapshot_bytes;
+    int64_t prefix_evictions, snapshot_evictions;
 } eng_stats;
 
 typedef struct engine engine;

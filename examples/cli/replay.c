@@ -155,6 +155,10 @@ static int write_json(const char *path, const sched *s, const report *r)
         {"host_tier_snapshots", (double)r->ms.host_tier_snapshots},
         {"host_tier_snapshot_bytes", (double)r->ms.host_tier_snapshot_bytes},
         {"host_tier_snapshot_hits", (double)r->ms.host_tier_snapshot_hits},
+        {"prefix_cache_bytes", (double)r->ms.prefix_cache_bytes},
+        {"cached_kv_bytes", (double)r->ms.cached_kv_bytes},
+        {"prefix_evictions", (double)r->ms.prefix_evictions},
+        {"snapshot_evictions", (double)r->ms.snapshot_evictions},
         {"preemptions", (double)c->preemptions},
         {"admission_deferrals", (double)c->deferrals},
         {"steps", (double)c->steps},
@@ -236,6 +240,13 @@ static void print_report(const sched *s, const report *r)
                "snapshots", (long long)r->ms.snapshots, (long long)r->ms.snapshot_bytes,
                (long long)r->ms.host_tier_snapshots, (long long)r->ms.host_tier_snapshot_bytes,
                (long long)r->ms.host_tier_snapshot_hits);
+    if (r->ms.prefix_cache_bytes > 0 || r->ms.prefix_evictions > 0 ||
+        r->ms.snapshot_evictions > 0)
+        printf("%-24s %lld bytes: %lld in cached KV pages, %lld in snapshots; evicted %lld "
+               "pages, %lld snapshots\n",
+               "device prefix cache", (long long)r->ms.prefix_cache_bytes,
+               (long long)r->ms.cached_kv_bytes, (long long)r->ms.snapshot_bytes,
+               (long long)r->ms.prefix_evictions, (long long)r->ms.snapshot_evictions);
     printf("%-24s %lld (and %lld admissions deferred)\n", "preemptions", (long long)c->preemptions,
            (long long)c->deferrals);
 }

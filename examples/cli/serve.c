@@ -366,6 +366,12 @@ static char *health_json(server *s)
         {"seqs_live", t.seqs_live},
         {"pages_used", (double)t.pages_used},
         {"pages_total", (double)t.pages_total},
+        {"prefix_cache_bytes", (double)t.prefix_cache_bytes},
+        {"cached_kv_bytes", (double)t.cached_kv_bytes},
+        {"snapshots", (double)t.snapshots},
+        {"snapshot_bytes", (double)t.snapshot_bytes},
+        {"prefix_evictions", (double)t.prefix_evictions},
+        {"snapshot_evictions", (double)t.snapshot_evictions},
     };
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", "ok");

@@ -84,6 +84,13 @@ typedef struct llmem_model_params {
                                   communicator (<llmem/comm.h>; NCCL on cuda,
                                   in-process threads otherwise; LLMEM_TP_COMM=cpu
                                   forces the latter) */
+    int64_t prefix_cache_bytes; /* device bytes cached prefix data may hold: KV
+                                  pages no sequence holds and, in hybrids, the
+                                  recurrent snapshots, under one LRU
+                                  (llmem_kv_cache_params.prefix_cache_bytes);
+                                  with n_snapshots -1 a hybrid's snapshot slots
+                                  are sized from it (one per state slot's bytes).
+                                  0 (default): none */
 } llmem_model_params;
 
 /* Defaults as listed above. */

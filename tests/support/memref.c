@@ -139,10 +139,12 @@ void mr_kv_unref(mr_kv *kv, int32_t a)
     mr_page *p = &kv->pg[a];
     if (--p->ref > 0)
         return;
-    if (p->pub)
-        p->lru = ++kv->clock;
-    else
+    if (p->pub) {
+        p->lru = ++*kv->clock;
+        mr_budget_room(kv->owner, 0); /* it became cached: at worst it goes itself */
+    } else {
         mr_kv_die(kv, a);
+    }
 }
 
 /* Drops page table entries [keep, n) of seq, last first. */
@@ -211,6 +213,155 @@ void mr_kv_publish(mr_kv *kv, const mr_seqv *s, int32_t seq, int32_t k)
     p->pubstamp = ++kv->pubclock;
 }
 
+/* --- the prefix budget and snapshots -------------------------------------------------- */
+
+/* Device bytes of one cached page of a KV child: K and V of every layer,
+ * page_size rows of 1 head x 4 f32. */
+static int64_t page_entry_bytes(const mr_child *ch)
+{
+    return 2 * (int64_t)ch->cfg.n_layers * ch->kv.ps * 16;
+}
+
+static int64_t budget_used(const memref *r)
+{
+    int64_t used = 0;
+    for (int32_t c = 0; c < r->n_ch; c++) {
+        const mr_child *ch = &r->ch[c];
+        if (ch->cfg.kv) {
+            used += mr_kv_cached(&ch->kv) * page_entry_bytes(ch);
+            continue;
+        }
+        for (int32_t i = 0; i < ch->rs.n_snap; i++)
+            used += ch->rs.snap[i].live ? (int64_t)ch->rs.slot_bytes : 0;
+    }
+    return used;
+}
+
+bool mr_budget_room(memref *r, int64_t extra)
+{
+    if (!r || r->budget <= 0)
+        return true;
+    while (budget_used(r) + extra > r->budget) {
+        /* the oldest unpinned entry of any child, page or snapshot */
+        int32_t vc = -1, vi = -1;
+        uint64_t oldest = 0;
+        for (int32_t c = 0; c < r->n_ch; c++) {
+            const mr_child *ch = &r->ch[c];
+            if (ch->cfg.kv) {
+                for (int32_t a = 0; a < ch->kv.n_pg; a++) {
+                    const mr_page *p = &ch->kv.pg[a];
+                    if (p->live && p->ref == 0 && p->pub && (vc < 0 || p->lru < oldest)) {
+                        vc = c;
+                        vi = a;
+                        oldest = p->lru;
+                    }
+                }
+                continue;
+            }
+            for (int32_t i = 0; i < ch->rs.n_snap; i++) {
+                const mr_snap *q = &ch->rs.snap[i];
+                if (q->live && q->ref == 0 && (vc < 0 || q->lru < oldest)) {
+                    vc = c;
+                    vi = i;
+                    oldest = q->lru;
+                }
+            }
+        }
+        if (vc < 0)
+            return false;
+        mr_child *ch = &r->ch[vc];
+        if (ch->cfg.kv) {
+            mr_kv_die(&ch->kv, vi);
+            ch->kv.evictions++;
+        } else {
+            ch->rs.snap[vi].live = false;
+            ch->rs.snap_evictions++;
+        }
+    }
+    return true;
+}
+
+int32_t mr_snap_find(const mr_rs *rs, const int32_t *tokens, int32_t len)
+{
+    for (int32_t i = 0; i < rs->n_snap; i++) {
+        const mr_snap *q = &rs->snap[i];
+        if (q->live && q->prefix.n == len &&
+            memcmp(q->prefix.v, tokens, (size_t)len * sizeof *tokens) == 0)
+            return i;
+    }
+    return -1;
+}
+
+int32_t mr_snap_longest(const mr_rs *rs, const int32_t *tokens, int32_t m)
+{
+    int32_t best = -1;
+    for (int32_t i = 0; i < rs->n_snap; i++) {
+        const mr_snap *q = &rs->snap[i];
+        if (q->live && q->prefix.n <= m && (best < 0 || q->prefix.n > rs->snap[best].prefix.n) &&
+            memcmp(q->prefix.v, tokens, (size_t)q->prefix.n * sizeof *tokens) == 0)
+            best = i;
+    }
+    return best;
+}
+
+/* The rule of rs_snap.c, from the contract: the first len tokens of a
+ * sequence whose positions are in order (no decrease anywhere) and run
+ * 0..len-1, all token ids; an equal snapshot is only touched; else a
+ * free slot (making room in the budget first) or the least recently used
+ * unpinned snapshot's; nothing when every slot is pinned. */
+void mr_snap_publish(memref *r, mr_rs *rs, int32_t seq, int32_t len)
+{
+    const mr_seqv *s = &r->seq[seq];
+    if (rs->n_snap == 0 || len <= 0 || len > s->n)
+        return;
+    for (int32_t j = 1; j < s->n; j++)
+        if (s->v[j].pos < s->v[j - 1].pos)
+            return;
+    if (s->v[0].pos != 0 || s->v[len - 1].pos != len - 1)
+        return;
+    int32_t tok[1024];
+    if (len > 1024)
+        abort();
+    for (int32_t j = 0; j < len; j++) {
+        if (s->v[j].token < 0)
+            return;
+        tok[j] = s->v[j].token;
+    }
+    int32_t eq = mr_snap_find(rs, tok, len);
+    if (eq >= 0) {
+        rs->snap[eq].lru = ++r->clock;
+        return;
+    }
+    int32_t free_i = -1, lru_i = -1;
+    for (int32_t i = 0; i < rs->n_snap; i++) {
+        const mr_snap *q = &rs->snap[i];
+        if (!q->live && free_i < 0)
+            free_i = i;
+        if (q->live && q->ref == 0 && (lru_i < 0 || q->lru < rs->snap[lru_i].lru))
+            lru_i = i;
+    }
+    int32_t v = free_i >= 0 ? free_i : lru_i;
+    if (v < 0)
+        return;
+    if (free_i >= 0 && r->budget > 0) {
+        if (!mr_budget_room(r, (int64_t)rs->slot_bytes))
+            return;
+        for (v = 0; v < rs->n_snap && rs->snap[v].live; v++)
+            ;
+    } else if (free_i < 0) {
+        rs->snap_evictions++; /* its slot goes to the new one */
+    }
+    mr_snap *q = &rs->snap[v];
+    q->live = true;
+    q->ref = 0;
+    q->slot = -1;
+    q->h = s->v[len - 1].h;
+    q->lru = ++r->clock;
+    q->prefix.n = 0;
+    for (int32_t j = 0; j < len; j++)
+        mr_ilist_push(&q->prefix, tok[j]);
+}
+
 /* --- recurrent states ---------------------------------------------------------------- */
 
 int32_t mr_rs_find(const mr_rs *rs, int32_t seq, int32_t len)
@@ -272,6 +423,7 @@ static llmem_memory *make_child(llmem_backend *be, const mr_child_config *c, int
         p.n_seq_max = n_seq;
         p.no_prefix_cache = !c->prefix;
         p.poison = c->poison;
+        p.prefix_cache_bytes = c->budget;
         llmem_kv_cache_create(be, &p, &m, err, err_len);
     } else {
         const llmem_state_desc *states[MR_MAX_LAYERS];
@@ -282,7 +434,9 @@ static llmem_memory *make_child(llmem_backend *be, const mr_child_config *c, int
         }
         llmem_recurrent_params p = {.n_layers = c->n_layers, .n_states = n_states,
                                     .states = states, .n_seq_max = n_seq, .n_ckpt = c->n_ckpt,
-                                    .poison = c->poison};
+                                    .poison = c->poison, .n_snapshots = c->n_snap,
+                                    .snap_interval = c->n_snap > 0 ? 1 : 0,
+                                    .prefix_cache_bytes = c->budget};
         llmem_recurrent_create(be, &p, &m, err, err_len);
     }
     return m;
@@ -329,6 +483,9 @@ memref *memref_create(llmem_backend *be, const mr_config *cfg, llmem_memory **me
     *mem = NULL;
     if (cfg->n_children < 1 || cfg->n_children > MR_MAX_CHILD || cfg->n_seq_max > MR_MAX_SEQ)
         return NULL;
+    for (int32_t c = 0; c < cfg->n_children; c++)
+        if (cfg->child[c].n_snap > MR_MAX_SNAP || (cfg->child[c].n_snap > 0 && cfg->child[c].n_ckpt))
+            return NULL;
     memref *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
@@ -368,12 +525,26 @@ memref *memref_create(llmem_backend *be, const mr_config *cfg, llmem_memory **me
     for (int32_t c = 0; c < r->n_ch; c++) {
         mr_child *ch = &r->ch[c];
         ch->mem = hybrid ? llmem_memory_child(r->mem, c) : r->mem;
+        ch->kv.owner = ch->rs.owner = r;
+        ch->kv.clock = &r->clock;
         ch->kv.ps = ch->cfg.page_size;
         ch->kv.n_pages = ch->cfg.n_pages;
         ch->kv.prefix = ch->cfg.prefix;
         ch->rs.n_ckpt = ch->cfg.n_ckpt;
-        ch->rs.n_slots = cfg->n_seq_max * (2 + ch->cfg.n_ckpt);
+        ch->rs.n_seq_slots = cfg->n_seq_max * (2 + ch->cfg.n_ckpt);
+        ch->rs.n_snap = ch->cfg.kv ? 0 : ch->cfg.n_snap;
+        ch->rs.n_slots = ch->rs.n_seq_slots + ch->rs.n_snap;
         ch->rs.n_states = rs_n_states(ch->cfg.layout);
+        for (int32_t j = 0; j < ch->rs.n_states; j++) {
+            size_t e = 4;
+            for (int32_t d = 0; d < rs_desc[ch->cfg.layout][j].n_dims; d++)
+                e *= (size_t)rs_desc[ch->cfg.layout][j].shape[d];
+            ch->rs.slot_bytes += e * (size_t)ch->cfg.n_layers;
+        }
+        /* the budget: a KV child's counts only with its prefix cache, a
+         * recurrent child's only with snapshots; a hybrid shares the largest */
+        if ((ch->cfg.kv ? ch->cfg.prefix : ch->cfg.n_snap > 0) && ch->cfg.budget > r->budget)
+            r->budget = ch->cfg.budget;
     }
     if (!learn_buffers(r, err, err_len)) {
         llmem_memory_destroy(r->mem);
@@ -392,6 +563,8 @@ void memref_destroy(memref *r)
         mr_child *ch = &r->ch[c];
         for (int32_t a = 0; a < ch->kv.cap_pg; a++)
             free(ch->kv.pg[a].prefix.v);
+        for (int32_t i = 0; i < MR_MAX_SNAP; i++)
+            free(ch->rs.snap[i].prefix.v);
         free(ch->kv.pg);
         for (int32_t s = 0; s < MR_MAX_SEQ; s++)
             free(ch->kv.tab[s].v);
@@ -582,12 +755,19 @@ void memref_stats(const memref *r, llmem_memory_stats *st)
             st->prefix_hit_tokens += ch->kv.hits;
             st->prefix_evictions += ch->kv.evictions;
             st->cow_copies += ch->kv.cows;
+            st->cached_kv_bytes += mr_kv_cached(&ch->kv) * page_entry_bytes(ch);
         } else {
-            st->slots_total += ch->rs.n_slots;
+            st->slots_total += ch->rs.n_seq_slots;
             for (int32_t s = 0; s < r->n_seq; s++)
                 st->slots_used += ch->rs.nh[s];
+            for (int32_t i = 0; i < ch->rs.n_snap; i++)
+                st->snapshots += ch->rs.snap[i].live;
+            st->snapshot_bytes += st->snapshots * (int64_t)ch->rs.slot_bytes;
+            st->snapshot_evictions += ch->rs.snap_evictions;
+            st->snapshot_hit_tokens += ch->rs.snap_hits;
         }
     }
+    st->prefix_cache_bytes = r->budget;
     for (int32_t s = 0; s < r->n_seq; s++)
         st->n_seqs_live += r->seq[s].n > 0;
 }

@@ -14,6 +14,13 @@
  *     so sharing, copy-on-write and eviction choices are all checked.
  *   - recurrent memory: per sequence the set of (length, slot) states it
  *     holds; the lengths are predicted, the slot ids learned from views.
+ *     With snapshots (issue 13): the published snapshots (token prefix,
+ *     pins, LRU stamp; their slot learned when a hit reads it), predicted
+ *     at commit and at seq_rm, read by hits, evicted least recently used.
+ *   - the device prefix budget (prefix_cache_bytes): cached pages and
+ *     snapshots of every child stamped from one clock; when a page becomes
+ *     cached or a snapshot needs room past the budget, the oldest unpinned
+ *     entry of either kind is evicted.
  *
  * Data: the test writes a tag into every K/V slot and state slot it is told
  * to write (memref_forward), derived from the token history; memref_verify
@@ -44,6 +51,14 @@ typedef struct mr_child_config {
     /* recurrent */
     int32_t n_ckpt;
     int32_t layout;       /* the state layout of every layer (mr_rs_layout) */
+    /* Snapshots for prefix reuse (issue 13): n_snap slots, one published
+     * after every ubatch of a sequence (snap_interval 1: the reference
+     * then never needs the plan's cut points) and at the end of a removed
+     * sequence; needs n_ckpt 0 (one new state per ubatch). 0: off. */
+    int32_t n_snap;
+    /* Device prefix budget (prefix_cache_bytes) of this child, KV or
+     * recurrent; a hybrid shares the largest. 0: none. */
+    int64_t budget;
 } mr_child_config;
 
 /* Recurrent state layouts, all f32, shapes small (models/runtime.c

@@ -311,10 +311,14 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
         x->n_ids = mr_plan_ids(r, ub->batch_idx[s * T], &ids);
         memcpy(x->ids, ids, (size_t)x->n_ids * sizeof *ids);
         x->primary = ub->seq_id[s];
-        x->L = r->seq[x->primary].n;
+        mr_seq_head(r, x->primary, &x->L, &x->h0);
         x->T = T;
         x->c = cc;
         x->src = x->L > 0 ? hold_slot(rs, x->primary, x->L) : -1;
+        /* a prefix hit reads its snapshot's slot in place */
+        x->snap = r->seq[x->primary].n == 0 && x->L > 0 ? r->plan.pin[x->primary] : -1;
+        if (x->snap >= 0)
+            x->src = rs->snap[x->snap].slot; /* -1: learned below */
     }
     for (int32_t li = 0; li < ch->n_layers; li++) {
         llmem_view v;
@@ -342,6 +346,18 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
             return false;
         for (int32_t s = 0; s < ub->n_seqs; s++) {
             mr_stream *y = &ch->str[s];
+            if (y->snap >= 0 && y->src < 0) {
+                /* a snapshot slot no other live snapshot is known to hold */
+                int32_t got = x->src_slot.host[s];
+                bool taken = false;
+                for (int32_t i = 0; i < rs->n_snap; i++)
+                    taken |= i != y->snap && rs->snap[i].live && rs->snap[i].slot == got;
+                if (got < rs->n_seq_slots || got >= rs->n_slots || taken)
+                    return fail(err, n, "layer %d stream %d (seq %d): a hit of %d tokens reads "
+                                        "slot %d, not a snapshot slot of its own",
+                                il, s, y->primary, y->L, got);
+                y->src = rs->snap[y->snap].slot = got;
+            }
             if (x->src_slot.host[s] != y->src)
                 return fail(err, n, "layer %d stream %d (seq %d, %d tokens): src slot %d, "
                                     "expected %d",
@@ -370,7 +386,7 @@ static bool capture_rs(memref *r, mr_child *ch, int32_t c, const llmem_ubatch *u
             w[nw++] = ch->str[s].ckpt[j];
     }
     for (int32_t i = 0; i < nw; i++) {
-        if (w[i] < 0 || w[i] >= rs->n_slots)
+        if (w[i] < 0 || w[i] >= rs->n_seq_slots) /* snapshots are written by commits only */
             return fail(err, n, "child %d: destination slot %d out of range", c, w[i]);
         for (int32_t k = 0; k < i; k++)
             if (w[k] == w[i])
@@ -479,14 +495,14 @@ bool memref_forward(memref *r, const llmem_ubatch *ub, char *err, size_t n)
                         continue;
                     if (llmem_buffer_download(B, (size_t)x->src * sb, row, sizeof row) != LLMEM_OK)
                         return fail(err, n, "download failed");
-                    if (!tag_eq(row, h_at(r, x->primary, x->L), x->L, salt_rs(c, li, j)))
+                    if (!tag_eq(row, x->h0, x->L, salt_rs(c, li, j)))
                         return fail(err, n, "child %d layer %d: source slot %d of sequence %d "
                                             "does not hold its state after %d tokens",
                                     c, li, x->src, x->primary, x->L);
                 }
                 for (int32_t s = 0; s < ch->n_str; s++) {
                     const mr_stream *x = &ch->str[s];
-                    uint64_t h = h_at(r, x->primary, x->L);
+                    uint64_t h = x->h0;
                     for (int32_t t = 0; t < x->T; t++) {
                         h = memref_mix(h, ub->token[s * x->T + t]);
                         int32_t len = x->L + t + 1, k = len - (x->L + x->T - x->c);
@@ -759,6 +775,24 @@ bool memref_compare(memref *r, char *err, size_t n)
                     (long long)b.slots_total, (long long)b.slots_used,
                     (long long)b.prefix_hit_tokens, (long long)b.prefix_evictions,
                     (long long)b.cow_copies, b.n_seqs_live);
+    if (a.snapshots != b.snapshots || a.snapshot_bytes != b.snapshot_bytes ||
+        a.snapshot_evictions != b.snapshot_evictions ||
+        a.snapshot_hit_tokens != b.snapshot_hit_tokens ||
+        a.cached_kv_bytes != b.cached_kv_bytes || a.prefix_cache_bytes != b.prefix_cache_bytes)
+        return fail(err, n,
+                    "stats: snapshots %lld (%lld bytes, %lld evicted, %lld hit tokens), cached "
+                    "KV %lld bytes, budget %lld; expected %lld (%lld, %lld, %lld), %lld, %lld",
+                    (long long)a.snapshots, (long long)a.snapshot_bytes,
+                    (long long)a.snapshot_evictions, (long long)a.snapshot_hit_tokens,
+                    (long long)a.cached_kv_bytes, (long long)a.prefix_cache_bytes,
+                    (long long)b.snapshots, (long long)b.snapshot_bytes,
+                    (long long)b.snapshot_evictions, (long long)b.snapshot_hit_tokens,
+                    (long long)b.cached_kv_bytes, (long long)b.prefix_cache_bytes);
+    if (b.prefix_cache_bytes > 0 && b.cached_kv_bytes + b.snapshot_bytes > b.prefix_cache_bytes &&
+        !r->plan.active)
+        return fail(err, n, "%lld cached page bytes + %lld snapshot bytes exceed the budget of %lld",
+                    (long long)b.cached_kv_bytes, (long long)b.snapshot_bytes,
+                    (long long)b.prefix_cache_bytes);
     char cerr[256] = "";
     if (llmem_memory_check(r->mem, cerr, sizeof cerr) != LLMEM_OK)
         return fail(err, n, "llmem_memory_check: %s", cerr);
@@ -828,6 +862,16 @@ bool memref_verify(memref *r, char *err, size_t n)
                                       c, li, j, h->slot, s, h->len, a, salt);
                         }
                     }
+                /* every snapshot whose slot a hit showed holds its prefix's state */
+                for (int32_t i = 0; ok && i < rs->n_snap; i++) {
+                    const mr_snap *q = &rs->snap[i];
+                    if (q->live && q->slot >= 0 &&
+                        !tag_eq(B + (size_t)q->slot * rs->bytes[j], q->h, q->prefix.n,
+                                salt_rs(c, li, j)))
+                        ok = fail(err, n, "child %d layer %d state %d: snapshot slot %d should "
+                                          "hold the state after its %d tokens",
+                                  c, li, j, q->slot, q->prefix.n);
+                }
                 free(B);
             }
     }

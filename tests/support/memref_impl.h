@@ -35,6 +35,7 @@ typedef struct mr_cow {
 } mr_cow;
 
 typedef struct mr_kv {
+    memref *owner;   /* for the prefix budget */
     int32_t ps, n_pages;
     bool prefix;
     mr_cow cow[MR_MAX_SEQ];
@@ -42,7 +43,7 @@ typedef struct mr_kv {
     mr_page *pg;
     int32_t n_pg, cap_pg;
     mr_ilist tab[MR_MAX_SEQ]; /* page table of each sequence (abstract ids) */
-    uint64_t clock;
+    uint64_t *clock; /* the memref's one LRU clock (pages and snapshots) */
     uint64_t pubclock;
     int64_t hits, evictions, cows;
     /* pools, from the first view of each local layer */
@@ -55,8 +56,25 @@ typedef struct mr_hold {
     int32_t slot; /* -1 until learned */
 } mr_hold;
 
+/* A published snapshot (issue 13): the state after tokens prefix.v[0, len). */
+typedef struct mr_snap {
+    bool live;
+    int32_t ref;     /* plans reading it */
+    uint64_t lru;    /* publish, re-publish or hit (the memref's clock) */
+    uint64_t h;      /* tag hash of the prefix (its state's data tag) */
+    int32_t slot;    /* its state slot, learned when a hit reads it; -1 unknown */
+    mr_ilist prefix;
+} mr_snap;
+
+#define MR_MAX_SNAP 16
+
 typedef struct mr_rs {
-    int32_t n_ckpt, n_slots;
+    memref *owner;
+    int32_t n_ckpt, n_slots, n_seq_slots; /* n_slots = n_seq_slots + n_snap */
+    int32_t n_snap;
+    mr_snap snap[MR_MAX_SNAP];
+    int64_t snap_evictions, snap_hits;
+    size_t slot_bytes; /* one snapshot: a state slot of every layer */
     mr_hold h[MR_MAX_SEQ][MR_MAX_HOLD];
     int32_t nh[MR_MAX_SEQ];
     /* state buffers of each local layer: conv, then ssm/delta (n_states) */
@@ -74,6 +92,8 @@ typedef struct mr_store {
 
 typedef struct mr_stream {
     int32_t primary, L, T, c;
+    uint64_t h0;  /* tag hash of the L tokens before the ubatch */
+    int32_t snap; /* the snapshot a hit's src slot is (-1 none) */
     int32_t src, dst;
     int32_t ckpt[MR_MAX_HOLD];
     int32_t ids[MR_MAX_TOK_SEQ], n_ids;
@@ -107,6 +127,7 @@ typedef struct mr_plan {
     mr_ilist token, pos, nseq, out;
     int32_t ids[1024][MR_MAX_TOK_SEQ];
     int32_t n_new[MR_MAX_SEQ], n_cached[MR_MAX_SEQ];
+    int32_t pin[MR_MAX_SEQ]; /* the snapshot a hit of seq reads (recurrent child), -1 */
     bool cached_done[MR_MAX_SEQ];
     /* tokens served by the prefix cache, committed with the sequence's first ubatch */
     mr_seqv cached[MR_MAX_SEQ];
@@ -116,6 +137,8 @@ typedef struct mr_plan {
 
 struct memref {
     mr_config cfg;
+    uint64_t clock;     /* one LRU clock for every child's pages and snapshots */
+    int64_t budget;     /* the device prefix budget (bytes; 0: none) */
     llmem_memory *mem;
     int32_t n_seq;
     int32_t n_ch;
@@ -163,6 +186,16 @@ int32_t mr_rs_find(const mr_rs *rs, int32_t seq, int32_t len); /* holding index,
 void mr_seq_head(const memref *r, int32_t seq, int32_t *len, uint64_t *h);
 /* Ids of batch token i of the plan in flight. */
 int32_t mr_plan_ids(const memref *r, int32_t i, const int32_t **ids);
+/* The prefix budget: evicts the least recently used unpinned cached page or
+ * snapshot of any child until used + extra fits; false when it cannot. */
+bool mr_budget_room(memref *r, int64_t extra);
+/* Publishes (or touches) the snapshot of seq's first len tokens when the
+ * contract says so (canonical positions, token ids). */
+void mr_snap_publish(memref *r, mr_rs *rs, int32_t seq, int32_t len);
+/* The live snapshot of exactly tokens[0, len), -1 none; the longest with
+ * length <= m (mr_snap_longest). */
+int32_t mr_snap_find(const mr_rs *rs, const int32_t *tokens, int32_t len);
+int32_t mr_snap_longest(const mr_rs *rs, const int32_t *tokens, int32_t m);
 /* memref_ops.c: the reserved copies-on-write happen (the first apply). */
 void mr_apply_cows(memref *r);
 /* Lengths of the states a primary sequence keeps after a ubatch adding new[] (n_new). */

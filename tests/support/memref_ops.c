@@ -94,6 +94,7 @@ static void plan_reset(memref *r)
     p->token.n = p->pos.n = p->nseq.n = p->out.n = 0;
     for (int32_t s = 0; s < MR_MAX_SEQ; s++) {
         p->n_new[s] = p->n_cached[s] = 0;
+        p->pin[s] = -1;
         p->cached_done[s] = false;
         p->cached[s].n = 0;
     }
@@ -155,9 +156,15 @@ llmem_status memref_plan(memref *r, const llmem_batch *b, llmem_split split, int
             prev = m;
             for (int32_t c = 0; c < r->n_ch && m > 0; c++) {
                 const mr_kv *kv = &r->ch[c].kv;
+                const mr_rs *rs = &r->ch[c].rs;
                 int32_t k = 0;
                 if (r->ch[c].cfg.kv && kv->prefix)
                     k = mr_kv_match(kv, toks[s], m, NULL) * kv->ps;
+                else if (!r->ch[c].cfg.kv && rs->n_snap > 0) {
+                    /* a recurrent child offers the longest snapshot */
+                    int32_t i = mr_snap_longest(rs, toks[s], m);
+                    k = i >= 0 ? rs->snap[i].prefix.n : 0;
+                }
                 m = k < m ? k : m;
             }
         } while (m != prev);
@@ -193,17 +200,30 @@ llmem_status memref_plan(memref *r, const llmem_batch *b, llmem_split split, int
         for (int32_t c = 0; c < r->n_ch; c++)
             for (int32_t k = 0; k < n_pin[c]; k++)
                 r->ch[c].kv.pg[pins[c][k]].ref--;
-    for (int32_t s = 0; s < r->n_seq; s++)
-        free(toks[s]);
     if (st != LLMEM_OK) {
+        for (int32_t s = 0; s < r->n_seq; s++)
+            free(toks[s]);
         plan_reset(r);
         return st;
     }
     /* reservations, in the order the cache makes them */
     for (int32_t c = 0; c < r->n_ch; c++) {
         mr_kv *kv = &r->ch[c].kv;
-        if (!r->ch[c].cfg.kv)
+        if (!r->ch[c].cfg.kv) {
+            /* a hit's snapshot is pinned until release, and used now (LRU) */
+            mr_rs *rs = &r->ch[c].rs;
+            for (int32_t s = 0; s < r->n_seq && rs->n_snap > 0; s++) {
+                if (!p->n_cached[s])
+                    continue;
+                int32_t i = mr_snap_find(rs, toks[s], p->n_cached[s]);
+                if (i < 0)
+                    abort(); /* the hit length is a snapshot's */
+                rs->snap[i].ref++;
+                rs->snap[i].lru = ++r->clock;
+                p->pin[s] = i;
+            }
             continue;
+        }
         int32_t at = 0;
         for (int32_t s = 0; s < r->n_seq; s++) {
             if (!p->n_new[s])
@@ -219,8 +239,10 @@ llmem_status memref_plan(memref *r, const llmem_batch *b, llmem_split split, int
                 mr_ilist_push(t, mr_kv_alloc(kv));
         }
     }
-    for (int32_t s = 0; s < r->n_seq; s++)
+    for (int32_t s = 0; s < r->n_seq; s++) {
         n_cached[s] = p->n_cached[s];
+        free(toks[s]);
+    }
     p->active = true;
     return LLMEM_OK;
 }
@@ -373,6 +395,8 @@ void memref_commit(memref *r, const llmem_ubatch *ub)
                 for (int32_t c = 0; c < r->n_ch; c++)
                     if (r->ch[c].cfg.kv)
                         r->ch[c].kv.hits += p->n_cached[q];
+                    else
+                        r->ch[c].rs.snap_hits += p->n_cached[q];
                 p->cached_done[q] = true;
             }
             mr_tok t = {p->token.v[i], p->pos.v[i], p->pos.v[i],
@@ -388,6 +412,14 @@ void memref_commit(memref *r, const llmem_ubatch *ub)
         for (int32_t c = 0; c < r->n_ch; c++)
             for (int32_t a = 0; a < r->ch[c].kv.n_pg; a++)
                 r->ch[c].kv.pg[a].shift = false;
+    }
+    /* snapshots: each stream's new state, in stream order, after the write */
+    for (int32_t c = 0; c < r->n_ch; c++) {
+        mr_child *ch = &r->ch[c];
+        if (ch->cfg.kv || ch->rs.n_snap == 0)
+            continue;
+        for (int32_t k = 0; k < ch->n_str; k++)
+            mr_snap_publish(r, &ch->rs, ch->str[k].primary, ch->str[k].L + ch->str[k].T);
     }
     p->n_committed++;
     p->captured = false;
@@ -422,6 +454,19 @@ void memref_release(memref *r, bool applied)
                 mr_kv_unref(&ch->kv, ch->kv.cow[k].page);
             ch->kv.n_cow = 0;
             continue;
+        }
+        /* the plan's snapshots: unpinned, used now; what it pinned past the
+         * budget goes */
+        if (ch->rs.n_snap > 0) {
+            for (int32_t s = 0; s < r->n_seq; s++) {
+                mr_snap *q = p->pin[s] >= 0 ? &ch->rs.snap[p->pin[s]] : NULL;
+                if (!q)
+                    continue;
+                q->ref--;
+                if (q->live)
+                    q->lru = ++r->clock;
+            }
+            mr_budget_room(r, 0);
         }
         if (!applied || !p->captured)
             continue;
@@ -475,7 +520,10 @@ static int32_t suffix(const mr_seqv *s, int32_t p0, int32_t p1)
     return first;
 }
 
-static void drop_seq(memref *r, int32_t s, int32_t keep)
+/* Cuts seq s to its first keep tokens; a seq_rm of the whole sequence
+ * (publish) first publishes its state as a snapshot in each recurrent
+ * child (after the KV children unreferenced their pages, in child order). */
+static void drop_seq(memref *r, int32_t s, int32_t keep, bool publish)
 {
     for (int32_t c = 0; c < r->n_ch; c++) {
         mr_child *ch = &r->ch[c];
@@ -493,6 +541,8 @@ static void drop_seq(memref *r, int32_t s, int32_t keep)
         } else {
             mr_rs *rs = &ch->rs;
             int32_t n = 0;
+            if (publish && keep == 0 && mr_rs_find(rs, s, r->seq[s].n) >= 0)
+                mr_snap_publish(r, rs, s, r->seq[s].n);
             for (int32_t i = 0; i < rs->nh[s]; i++)
                 if (keep > 0 && rs->h[s][i].len <= keep)
                     rs->h[s][n++] = rs->h[s][i];
@@ -578,7 +628,7 @@ llmem_status memref_seq_rm(memref *r, int32_t seq, int32_t p0, int32_t p1)
         if (k[s] < 0 && mid_run(r, s, p0, p1, &a, &cnt))
             drop_mid(r, s, a, cnt);
         else if (k[s] >= 0 && k[s] < r->seq[s].n)
-            drop_seq(r, s, k[s]);
+            drop_seq(r, s, k[s], true);
     }
     return LLMEM_OK;
 }
@@ -630,7 +680,7 @@ llmem_status memref_seq_keep(memref *r, int32_t seq)
         return LLMEM_E_INVALID;
     for (int32_t s = 0; s < r->n_seq; s++)
         if (s != seq)
-            drop_seq(r, s, 0);
+            drop_seq(r, s, 0, false);
     return LLMEM_OK;
 }
 
@@ -723,6 +773,10 @@ void memref_clear(memref *r)
             ch->kv.tab[s].n = 0;
             ch->rs.nh[s] = 0;
         }
+        for (int32_t i = 0; i < ch->rs.n_snap; i++) {
+            ch->rs.snap[i].live = false;
+            ch->rs.snap[i].ref = 0;
+        }
     }
 }
 
@@ -760,7 +814,7 @@ llmem_status memref_load(memref *r, int32_t seq, const mr_saved *sv)
     if (seq < 0)
         memref_clear(r);
     else
-        drop_seq(r, seq, 0);
+        drop_seq(r, seq, 0, false);
     for (int32_t i = 0; i < sv->n; i++) {
         int32_t s = seq >= 0 ? seq : sv->seq[i];
         for (int32_t j = 0; j < sv->tok[i].n; j++)
