@@ -18,8 +18,10 @@ layout(constant_id = 4) const uint NR = 1;   /* weight rows per group: each acti
                                                  serves NR rows (L1 traffic / NR for MR > 1) */
 
 layout(constant_id = 5) const uint SWI = 0; /* 1: out = silu(a · wᵀ) * (a · uᵀ) (matmul_swiglu) */
+layout(constant_id = 6) const uint UNR = 0; /* 16-byte loads in flight per weight row and
+                                                invocation; 0: 2 */
 
-#define UNROLL (NR == 1u ? 4u : 2u)
+const uint UNROLL = UNR != 0u ? UNR : 2u;
 
 layout(binding = 0) readonly buffer A { vec4 a[]; };
 layout(binding = 1) readonly buffer W { uvec4 w[]; };
@@ -32,7 +34,10 @@ layout(push_constant) uniform P {
 } p;
 
 const uint NW = SWI != 0u ? 2u : 1u; /* weight matrices */
+const uint CH = TPR < 8u ? TPR : 8u;   /* partial sums per run */
+const uint NRUN = TPR / CH;            /* runs per output */
 shared float part[NW * NR * WG];
+shared float runs[NW * NR * WG / CH];
 
 vec2 widen(uint u)
 {
@@ -52,7 +57,7 @@ void main()
     for (uint i = 0; i < NW * MR * NR; i++)
         acc[i] = 0.0;
     for (uint j = lane; j < kv; j += TPR * UNROLL) {
-        uvec4 q[4 * NR * NW];
+        uvec4 q[UNROLL * NR * NW];
         for (uint u = 0; u < UNROLL; u++)
             for (uint r = 0; r < NR; r++) {
                 uint jj = j + u * TPR;
@@ -79,22 +84,33 @@ void main()
         }
     }
     /* TPR partial sums per output, added in a fixed order, one activation
-     * row at a time through shared memory */
+     * row at a time through shared memory: runs of CH consecutive partials
+     * first (many invocations), then the runs of each output */
     for (uint i = 0; i < MR; i++) {
         barrier();
         for (uint mt = 0; mt < NW; mt++)
             for (uint r = 0; r < NR; r++)
                 part[(mt * NR + r) * WG + l] = acc[(mt * MR + i) * NR + r];
         barrier();
+        for (uint t = l; t < NW * NR * RPW * NRUN; t += WG) {
+            uint c = t % NRUN, g = (t / NRUN) % RPW, rr = (t / (NRUN * RPW)) % NR;
+            uint mt = t / (NRUN * RPW * NR);
+            uint base = (mt * NR + rr) * WG + g * TPR + c * CH;
+            float s = 0.0;
+            for (uint x = 0; x < CH; x++)
+                s += part[base + x];
+            runs[t] = s;
+        }
+        barrier();
         for (uint t = l; t < RPW * NR; t += WG) {
             uint g = t / NR, r = t % NR;
             uint nn = (group_id() * RPW + g) * NR + r;
             float s = 0.0, su = 0.0;
-            for (uint x = 0; x < TPR; x++)
-                s += part[r * WG + g * TPR + x];
+            for (uint c = 0; c < NRUN; c++)
+                s += runs[(r * RPW + g) * NRUN + c];
             if (SWI != 0u) {
-                for (uint x = 0; x < TPR; x++)
-                    su += part[(NR + r) * WG + g * TPR + x];
+                for (uint c = 0; c < NRUN; c++)
+                    su += runs[((NR + r) * RPW + g) * NRUN + c];
                 s = silu(s) * su;
             }
             if (nn < p.n && i < p.m)

@@ -17,6 +17,11 @@
 #define MV_WG 128
 #define MV16_WG 128
 #define MV16_TPR 32 /* invocations per weight row */
+/* one activation row: 128 invocations per weight row, 2 rows a workgroup
+ * (H200, 9B Bamba projections: 74-91% of the CUDA copy, was 53-76% with 32;
+ * docs/benchmarks.md, "Vulkan batch-1 GEMV") */
+#define MV16_WG1 256
+#define MV16_TPR1 128
 #define MV16_ROWS 16 /* activation rows per matvec16 pass */
 #define MV16_MAX 8 /* activation rows up to which matvec16 replaces matmul_rt (H200, 9B Bamba: at 16 and 32 rows matmul_rt takes 0.87x and 0.54x of matvec16's step) */
 #define MM_BM 64
@@ -66,12 +71,14 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
     for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += rows) {
         uint32_t mr = m - m0 < rows ? m - m0 : rows;
         vk_op op;
-        vk_op_init(&op, VK_SH_MATVEC16, MV16_WG);
+        uint32_t wg = m == 1 ? MV16_WG1 : MV16_WG, tpr = m == 1 ? MV16_TPR1 : MV16_TPR;
+        vk_op_init(&op, VK_SH_MATVEC16, wg);
         vk_op_spec(&op, (uint32_t)w->dtype);
         vk_op_spec(&op, mr);
-        vk_op_spec(&op, MV16_TPR);
+        vk_op_spec(&op, tpr);
         vk_op_spec(&op, nr);
         vk_op_spec(&op, u != NULL);
+        vk_op_spec(&op, 2); /* loads in flight per row and invocation */
         uint32_t ao = vk_op_tensor(v, &op, a, false);
         uint32_t wo = vk_op_tensor(v, &op, w, false);
         uint32_t oo = vk_op_tensor(v, &op, out, true);
@@ -89,7 +96,7 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
         vk_op_u32(&op, wo / 8);
         vk_op_u32(&op, oo + m0 * n);
         vk_op_u32(&op, uo / 8);
-        st = vk_op_run(v, &op, vk_div_up(n, MV16_WG / MV16_TPR * nr));
+        st = vk_op_run(v, &op, vk_div_up(n, wg / tpr * nr));
         *done = true;
     }
     return st;
