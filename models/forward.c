@@ -173,7 +173,8 @@ static llmem_status moe_ffn(llmem_model *m, const layer_w *L, int32_t T)
         w[i] = x->present ? &x->t : NULL;
     }
     llmem_tensor h = act(m, m->off_h, T, m->cfg.hidden_size);
-    return hf_moe_ffn(m->moe, m->be, &m->cfg, w, &h, T);
+    TRY(hf_moe_ffn(m->moe, m->be, &m->cfg, w, &h, T));
+    return hf_tp_all_reduce(m, m->off_h, T); /* experts split by tensor (models/tp.c) */
 }
 
 /* up = silu(h · gateᵀ) * (h · upᵀ) in one fused op, for decode-sized

@@ -62,11 +62,19 @@ bool hf_moe_split_name(const llmem_model_config *cfg, llmem_weight w, int32_t la
  * of one dtype and the expected shape. Statuses as check_tensors. */
 llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safetensors *st,
                                 llmem_weight w, int32_t layer, char *err, size_t err_len);
+/* Rewrites ti to describe a slice of the tensor (data in *shard, malloc'd;
+ * the caller frees it after the upload): a tensor-parallel rank's part
+ * (models/tp.c). LLMEM_OK or an error with a reason in err. */
+typedef llmem_status (*hf_slice_fn)(const void *ctx, llmem_weight w, llmem_tensor_info *ti,
+                                    void **shard, char *err, size_t err_len);
 /* Uploads a split weight's experts back to back at buf + off (buf NULL:
- * only sizes); *bytes gets the total, *t the [E, rows, cols] tensor. */
+ * only sizes); *bytes gets the total, *t the [E, rows, cols] tensor. With
+ * slice (NULL: none) each expert's tensor is sliced first (rows and cols
+ * then come from cfg, the sliced config). */
 llmem_status hf_moe_load_split(const llmem_model_config *cfg, const llmem_safetensors *st,
                                llmem_weight w, int32_t layer, llmem_buffer *buf, size_t off,
-                               size_t *bytes, llmem_tensor *t, char *err, size_t err_len);
+                               size_t *bytes, llmem_tensor *t, hf_slice_fn slice,
+                               const void *slice_ctx, char *err, size_t err_len);
 
 /* Scratch and forward pass of an MoE / shared-expert FFN. */
 typedef struct hf_moe hf_moe;

@@ -127,6 +127,10 @@ void hf_tp_destroy(struct hf_tp *tp);
  * (a weight without a split rule). */
 llmem_status hf_tp_shard(const llmem_model *m, llmem_weight w, llmem_tensor_info *info,
                          void **shard, bool *skip, char *err, size_t err_len);
+/* hf_slice_fn of a rank model (ctx: the llmem_model): hf_tp_shard of one
+ * expert's tensor of a split MoE weight. */
+llmem_status hf_tp_slice(const void *ctx, llmem_weight w, llmem_tensor_info *ti, void **shard,
+                         char *err, size_t err_len);
 /* A rank model with a vocabulary-sharded LM head tied to the embedding:
  * copies its rows of the embedding into an LM head of its own. */
 llmem_status hf_tp_lm_head(llmem_model *m, char *err, size_t err_len);

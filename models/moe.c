@@ -180,7 +180,8 @@ llmem_status hf_moe_check_split(const llmem_model_config *cfg, const llmem_safet
 
 llmem_status hf_moe_load_split(const llmem_model_config *cfg, const llmem_safetensors *st,
                                llmem_weight w, int32_t layer, llmem_buffer *buf, size_t off,
-                               size_t *bytes, llmem_tensor *t, char *err, size_t err_len)
+                               size_t *bytes, llmem_tensor *t, hf_slice_fn slice,
+                               const void *slice_ctx, char *err, size_t err_len)
 {
     size_t total = 0;
     int64_t rows = 0, cols = 0;
@@ -194,10 +195,15 @@ llmem_status hf_moe_load_split(const llmem_model_config *cfg, const llmem_safete
         if (s != LLMEM_OK)
             return s;
         dt = ti.dtype;
+        void *shard = NULL;
+        if (slice && (s = slice(slice_ctx, w, &ti, &shard, err, err_len)) != LLMEM_OK)
+            return s;
         if (buf && (s = llmem_buffer_upload(buf, off + total, ti.data, ti.n_bytes)) != LLMEM_OK) {
+            free(shard);
             llmem_errf(err, err_len, "uploading '%s' failed: %s", name, llmem_status_str(s));
             return s;
         }
+        free(shard);
         total += ti.n_bytes;
     }
     *bytes = total;

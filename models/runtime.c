@@ -143,15 +143,17 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
                 size_t nb = 0;
                 llmem_tensor t;
                 llmem_buffer *buf = NULL;
+                hf_slice_fn slice = m->tp_size > 1 ? hf_tp_slice : NULL;
                 llmem_status s = hf_moe_load_split(cfg, st, (llmem_weight)w, il, NULL, 0, &nb,
-                                                   &t, err, err_len);
+                                                   &t, slice, m, err, err_len);
                 if (s == LLMEM_OK && (s = llmem_buffer_alloc(m->be, round_up(nb), &buf)) != LLMEM_OK)
                     snprintf(err, err_len, "cannot allocate %zu bytes for '%s' on %s", nb, name,
                              llmem_backend_name(m->be));
                 if (s != LLMEM_OK)
                     return s;
                 m->weights[m->n_weights++] = buf;
-                s = hf_moe_load_split(cfg, st, (llmem_weight)w, il, buf, 0, &nb, &t, err, err_len);
+                s = hf_moe_load_split(cfg, st, (llmem_weight)w, il, buf, 0, &nb, &t, slice, m,
+                                      err, err_len);
                 if (s != LLMEM_OK)
                     return s;
                 m->layers[il].w[w] = (wt){.present = true, .t = t};

@@ -13,6 +13,10 @@
  *              MambaRMSNormGated; groups of ssm_norm_group_size) runs per
  *              rank when its groups split evenly, else on y and z
  *              gathered from every rank (mamba2 and bamba: one group);
+ *   MoE        by tensor: every rank routes every token (router
+ *              replicated) through its columns of each expert's and the
+ *              shared MLP's up (gate and up) and rows of their down, then
+ *              the all-reduce;
  *   LM head    by vocabulary rows, the logits gathered on every rank
  *              (llmem_comm_all_gather_rows; the sampling then runs on
  *              rank 0).
@@ -64,24 +68,31 @@ static llmem_status shard_config(const llmem_model_config *f, int32_t n, llmem_m
 {
     const char *why = NULL;
     int32_t dim = 0;
+    bool granite = f->arch == LLMEM_ARCH_GRANITEMOEHYBRID;
     if (f->arch != LLMEM_ARCH_LLAMA && f->arch != LLMEM_ARCH_MAMBA2 &&
-        f->arch != LLMEM_ARCH_BAMBA && f->arch != LLMEM_ARCH_NEMOTRON_H) {
+        f->arch != LLMEM_ARCH_BAMBA && f->arch != LLMEM_ARCH_NEMOTRON_H && !granite) {
         llmem_errf(err, err_len, "tensor parallelism: %s models are not split yet (llama, mamba2, "
-                                 "bamba, nemotron_h are)", llmem_arch_name(f->arch));
+                                 "bamba, nemotron_h, granitemoehybrid are)",
+                   llmem_arch_name(f->arch));
         return LLMEM_E_UNSUPPORTED;
     }
-    bool attn = false, mamba = false, ffn = false;
+    bool attn = false, mamba = false, ffn = false, moe = false;
     for (int32_t il = 0; il < f->n_layers; il++) {
         llmem_layer_kind k = f->layers[il].kind;
-        if (k != LLMEM_LAYER_ATTENTION && k != LLMEM_LAYER_MAMBA2 && k != LLMEM_LAYER_MLP) {
+        if (k != LLMEM_LAYER_ATTENTION && k != LLMEM_LAYER_MAMBA2 && k != LLMEM_LAYER_MLP &&
+            k != LLMEM_LAYER_MOE) {
             llmem_errf(err, err_len, "tensor parallelism: layer %d is a %s layer, which is not "
                                      "split yet", il, llmem_layer_kind_name(k));
             return LLMEM_E_UNSUPPORTED;
         }
         attn |= k == LLMEM_LAYER_ATTENTION;
         mamba |= k == LLMEM_LAYER_MAMBA2;
-        ffn |= k == LLMEM_LAYER_MLP || f->layers[il].has_ffn;
+        /* granite's FFN is its MoE / shared MLP (models/moe.c) */
+        ffn |= !granite && (k == LLMEM_LAYER_MLP || f->layers[il].has_ffn);
+        moe |= k == LLMEM_LAYER_MOE || (granite && f->layers[il].has_ffn);
     }
+    int32_t ie = f->n_expert > 0 ? f->moe_intermediate_size : 0,
+            is = f->moe_shared_intermediate_size;
     int32_t hk = f->n_kv_heads, g = f->ssm_n_groups;
     if (attn && !splits(f->n_heads, n))
         why = "attention heads (num_attention_heads)", dim = f->n_heads;
@@ -89,6 +100,10 @@ static llmem_status shard_config(const llmem_model_config *f, int32_t n, llmem_m
         why = "KV heads (num_key_value_heads), nor is it a multiple of them", dim = hk;
     else if (ffn && !splits(f->intermediate_size, n))
         why = "FFN width (intermediate_size)", dim = f->intermediate_size;
+    else if (moe && ie > 0 && !splits(ie, n))
+        why = "experts' width (moe_intermediate_size)", dim = ie;
+    else if (moe && is > 0 && !splits(is, n))
+        why = "shared expert's width (shared_intermediate_size)", dim = is;
     else if (mamba && !splits(f->ssm_n_heads, n))
         why = "Mamba-2 heads (mamba_n_heads / n_heads)", dim = f->ssm_n_heads;
     else if (mamba && !splits(g, n) && !(g > 0 && n % g == 0))
@@ -104,6 +119,10 @@ static llmem_status shard_config(const llmem_model_config *f, int32_t n, llmem_m
     }
     if (ffn)
         c->intermediate_size = f->intermediate_size / n;
+    if (moe) { /* by tensor: each expert's and the shared MLP's columns split */
+        c->moe_intermediate_size = ie / n;
+        c->moe_shared_intermediate_size = is / n;
+    }
     *norm_full = false;
     if (mamba) {
         c->ssm_n_heads = f->ssm_n_heads / n;
@@ -124,18 +143,21 @@ typedef struct seg {
 } seg;
 
 /* Copies the segments of info's rows (or, cols, of every row's columns)
- * into a new host buffer and points info at it. */
+ * into a new host buffer and points info at it. A row is the last
+ * dimension (a 1-D tensor: one element); conv1d's [C, 1, K] rows are K
+ * wide. In rows mode a 3-D [E, R, C] tensor (packed experts) keeps E:
+ * the segments then select total / E rows of each expert. */
 static llmem_status take_slice(llmem_tensor_info *info, const seg *sg, int32_t n_seg, bool cols,
                                void **shard)
 {
     size_t es = llmem_dtype_size(info->dtype);
-    int64_t rows = info->n_dims > 0 ? info->shape[0] : 1;
-    int64_t row_el = rows > 0 ? info->n_elements / rows : 0;
+    int32_t nd = info->n_dims;
+    int64_t row_el = nd <= 1 ? 1 : info->shape[nd - 1];
+    int64_t rows = row_el > 0 ? info->n_elements / row_el : 0;
     int64_t total = 0;
     for (int32_t i = 0; i < n_seg; i++) {
         int64_t lim = cols ? row_el : rows;
-        if (sg[i].start < 0 || sg[i].len < 0 || sg[i].start + sg[i].len > lim ||
-            (cols && info->n_dims != 2))
+        if (sg[i].start < 0 || sg[i].len < 0 || sg[i].start + sg[i].len > lim || nd < 1)
             return LLMEM_E_CORRUPT;
         total += sg[i].len;
     }
@@ -151,20 +173,36 @@ static llmem_status take_slice(llmem_tensor_info *info, const seg *sg, int32_t n
                 memcpy(o, src + ((size_t)r * (size_t)row_el + (size_t)sg[i].start) * es, nb);
                 o += nb;
             }
-        info->shape[1] = total;
+        info->shape[nd - 1] = total;
     } else {
         for (int32_t i = 0; i < n_seg; i++) {
             size_t nb = (size_t)(sg[i].len * row_el) * es;
             memcpy(o, src + (size_t)(sg[i].start * row_el) * es, nb);
             o += nb;
         }
-        info->shape[0] = total;
+        if (nd == 3 && info->shape[1] != 1)
+            info->shape[1] = total / info->shape[0];
+        else
+            info->shape[0] = total;
     }
     info->n_elements = cols ? total * rows : total * row_el;
     info->n_bytes = bytes;
     info->data = out;
     *shard = out;
     return LLMEM_OK;
+}
+
+/* Segments of the gated (gate then up, parts 2) or plain (parts 1) rows
+ * of width i each, for n_blocks blocks (experts) of parts * i rows:
+ * rank r's i_r rows of each part. sg holds n_blocks * parts entries. */
+static int32_t part_segs(seg *sg, int64_t n_blocks, int64_t parts, int64_t i, int64_t i_r,
+                         int32_t r)
+{
+    int32_t ns = 0;
+    for (int64_t e = 0; e < n_blocks; e++)
+        for (int64_t p = 0; p < parts; p++)
+            sg[ns++] = (seg){(e * parts + p) * i + (int64_t)r * i_r, i_r};
+    return ns;
 }
 
 llmem_status hf_tp_shard(const llmem_model *m, llmem_weight w, llmem_tensor_info *info,
@@ -248,11 +286,44 @@ llmem_status hf_tp_shard(const llmem_model *m, llmem_weight w, llmem_tensor_info
         sg[ns++] = (seg){r * dr, dr};
         cols = true;
         break;
+    case LLMEM_W_MOE_ROUTER:
+    case LLMEM_W_MOE_ROUTER_BIAS:
+        return LLMEM_OK; /* every rank routes every token alike */
+    case LLMEM_W_MOE_UP:   /* [E, I or 2I, H], or one expert's [I, H] (split experts) */
+    case LLMEM_W_SHARED_UP: { /* [Is or 2Is, H] */
+        bool shared = w == LLMEM_W_SHARED_UP;
+        int64_t i = shared ? f->moe_shared_intermediate_size : f->moe_intermediate_size;
+        int64_t i_r = shared ? c->moe_shared_intermediate_size : c->moe_intermediate_size;
+        int64_t blocks = info->n_dims == 3 ? info->shape[0] : 1;
+        int64_t parts = i > 0 ? (info->n_dims == 3 ? info->shape[1] : info->shape[0]) / i : 0;
+        if (parts < 1 || parts > 2 || blocks < 1)
+            break; /* take_slice refuses the empty split below */
+        seg *many = malloc((size_t)(blocks * parts) * sizeof *many);
+        if (!many) {
+            llmem_errf(err, err_len, "tensor parallelism: no memory to slice '%s'", info->name);
+            return LLMEM_E_NO_MEMORY;
+        }
+        int32_t nm = part_segs(many, blocks, parts, i, i_r, r);
+        llmem_status st = take_slice(info, many, nm, false, shard);
+        free(many);
+        if (st != LLMEM_OK)
+            llmem_errf(err, err_len, "tensor parallelism: cannot slice '%s': %s", info->name,
+                       llmem_status_str(st));
+        return st;
+    }
+    case LLMEM_W_MOE_DOWN:    /* [E, H, I] or [H, I]: rows of each expert's input */
+    case LLMEM_W_SHARED_DOWN: { /* [H, Is] */
+        int64_t i_r = w == LLMEM_W_SHARED_DOWN ? c->moe_shared_intermediate_size
+                                                : c->moe_intermediate_size;
+        sg[ns++] = (seg){(int64_t)r * i_r, i_r};
+        cols = true;
+        break;
+    }
     default:
         llmem_errf(err, err_len, "tensor parallelism: no split rule for '%s'", info->name);
         return LLMEM_E_UNSUPPORTED;
     }
-    llmem_status st = take_slice(info, sg, ns, cols, shard);
+    llmem_status st = ns > 0 ? take_slice(info, sg, ns, cols, shard) : LLMEM_E_CORRUPT;
     if (st == LLMEM_E_CORRUPT) {
         llmem_errf(err, err_len, "tensor parallelism: '%s' is smaller than its split needs",
                    info->name);
@@ -261,6 +332,13 @@ llmem_status hf_tp_shard(const llmem_model *m, llmem_weight w, llmem_tensor_info
     if (st != LLMEM_OK)
         llmem_errf(err, err_len, "tensor parallelism: no memory to slice '%s'", info->name);
     return st;
+}
+
+llmem_status hf_tp_slice(const void *ctx, llmem_weight w, llmem_tensor_info *ti, void **shard,
+                         char *err, size_t err_len)
+{
+    bool skip = false;
+    return hf_tp_shard(ctx, w, ti, shard, &skip, err, err_len);
 }
 
 llmem_status hf_tp_lm_head(llmem_model *m, char *err, size_t err_len)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Tensor parallelism (issue 19; docs/tp.md) on the in-process CPU
-# communicator, over the llama, bamba, mamba2 and nemotron_h fixtures:
+# communicator, over the llama, bamba, mamba2, nemotron_h, nemotron_h_moe
+# and granite_moe fixtures (MoE experts split by tensor):
 #  1. greedy `generate --tp 2` and `--tp 4` (precise mode) print exactly
 #     what --tp 1 prints: pages of 16 with 3 sequences sharing the prompt
 #     (prefix pages and state shared), pages of 1 with speculative drafts
@@ -23,7 +24,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail=0
 prompt=$'ROMEO:\nWhat say you, ROMEO? What say'
-for fx in llama bamba mamba2 nemotron_h; do
+for fx in llama bamba mamba2 nemotron_h nemotron_h_moe granite_moe; do
   # the byte-level view: the fixtures' tokenizer would end random text early
   mkdir "$tmp/$fx" && cp "$fixtures/$fx/config.json" "$fixtures/$fx"/*.safetensors "$tmp/$fx/"
   gen() { # tp, extra options
