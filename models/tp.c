@@ -518,6 +518,9 @@ static llmem_status build_rank(llmem_model *m, hf_tp *tp, const llmem_model_conf
     rm->cfg = *rc;
     rm->p = m->p;
     rm->p.tp = 1;
+    /* the prefix budget is the model's: each rank caches its heads' share */
+    if (rm->p.prefix_cache_bytes > 0)
+        rm->p.prefix_cache_bytes = (rm->p.prefix_cache_bytes + tp->n - 1) / tp->n;
     rm->be = tp->be[r];
     rm->tp_rank = r;
     rm->tp_size = tp->n;

@@ -83,7 +83,8 @@ typedef struct llmem_model_params {
                                   be's + r; cpu: another instance), joined by a
                                   communicator (<llmem/comm.h>; NCCL on cuda,
                                   in-process threads otherwise; LLMEM_TP_COMM=cpu
-                                  forces the latter) */
+                                  forces the latter); prefix_cache_bytes is then
+                                  shared out, 1/N per rank */
     int64_t prefix_cache_bytes; /* device bytes cached prefix data may hold: KV
                                   pages no sequence holds and, in hybrids, the
                                   recurrent snapshots, under one LRU
