@@ -1,15 +1,42 @@
-/* llmem: the gated delta net op wrappers of <llmem/ops.h> (llmem_op_gdn,
- * llmem_op_sigmoid_mul).
+/* llmem: the gated delta net ops of <llmem/ops_gdn.h> (llmem_op_gdn,
+ * llmem_op_sigmoid_mul), open ops (<llmem/ops_impl.h>, "Open ops"): their
+ * metadata, registered when libllmem loads, and their wrappers.
  *
  * Same contract as backends/ops.c: every argument the host can see is
  * checked (descriptors, buffer ranges, aliasing, the host copies of the
- * view's index tables through llmem_view_check_rs), then the slot is
- * called.
+ * view's index tables through llmem_view_check_rs), then the backend's
+ * implementation (llmem_backend_op_impl) is called.
  */
 #include <math.h>
 
 #include "base/base_internal.h"
 #include "backends/ops_internal.h"
+#include "llmem/ops_gdn.h"
+
+/* gdn: {view (state dtype), qkv, a, b, a_log, dt_bias, out} */
+static llmem_op_info gdn_info = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_GDN,
+    .name = "gdn",
+    .view = LLMEM_VIEW_RECURRENT,
+    .view_desc_min = sizeof(llmem_rs_view),
+    .n_operands = 7,
+    .dtypes = {DT_FLOAT, DT_F32, DT_F32, DT_F32, DT_FLOAT, DT_FLOAT, DT_F32},
+    .layout = LLMEM_OP_GDN_LAYOUT,
+};
+LLMEM_OP_DEFINE(gdn_info);
+
+/* sigmoid_mul: {x, gate, out} */
+static llmem_op_info sigmoid_mul_info = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_SIGMOID_MUL,
+    .name = "sigmoid_mul",
+    .view = LLMEM_VIEW_NONE,
+    .n_operands = 3,
+    .dtypes = {DT_F32, DT_F32, DT_F32},
+    .layout = LLMEM_OP_SIGMOID_MUL_LAYOUT,
+};
+LLMEM_OP_DEFINE(sigmoid_mul_info);
 
 /* A [rows, cols] matrix, or rows outermost with the rest flattening to
  * cols (e.g. [T, H, d_v] for [T, H * d_v]). */
@@ -36,14 +63,12 @@ llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const ll
                           const llmem_tensor *b, const llmem_tensor *a_log,
                           const llmem_tensor *dt_bias, const llmem_tensor *out)
 {
-    /* the view kind this op declares (backends/op_info.c) */
+    /* the view kind this op declares (gdn_info) */
     if (llmem_op_check_view(LLMEM_OP_GDN, view, NULL, 0) != LLMEM_OK)
         return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, const llmem_gdn_params *, const llmem_view *, int32_t,
-                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *) =
-        SLOT(be, gdn);
+    llmem_op_gdn_fn fn = (llmem_op_gdn_fn)llmem_backend_op_impl(be, &gdn_info);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     llmem_status st = llmem_view_check_rs(be, view, state);
@@ -83,8 +108,8 @@ llmem_status llmem_op_sigmoid_mul(llmem_backend *be, const llmem_tensor *x,
 {
     if (!be)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, llmem_ct *, llmem_ct *, llmem_ct *) =
-        SLOT(be, sigmoid_mul);
+    llmem_op_sigmoid_mul_fn fn =
+        (llmem_op_sigmoid_mul_fn)llmem_backend_op_impl(be, &sigmoid_mul_info);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (!tensor_ok(be, x, DT_F32) || !tensor_ok(be, gate, DT_F32) || !tensor_ok(be, out, DT_F32))

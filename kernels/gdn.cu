@@ -15,6 +15,7 @@
  * cuk_rs_snapshot when another group writes a source slot).
  */
 #include "kernels/common.cuh"
+#include "kernels/gdn.h"
 
 #define GDN_THREADS 64
 

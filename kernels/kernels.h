@@ -188,47 +188,6 @@ int cuk_ssm_scan_supported(int32_t d_state);
  * streaming decode kernel (ssm_scan1_kernel, p->n_sms sizes its grid). */
 cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream);
 
-/* ---- gdn.cu ---------------------------------------------------------------------------------- */
-
-typedef struct cuk_gdn_args {
-    int32_t n_k_heads, n_v_heads, d_k, d_v;
-    const float *qkv, *a, *b; /* [T, width], [T, H_v], [T, H_v] */
-    const void *a_log, *dt_bias;
-    int32_t al_dt, db_dt;
-    float *out;               /* [T, H_v * d_v] */
-    int64_t width;            /* 2 * H_k * d_k + H_v * d_v */
-} cuk_gdn_args;
-
-/* Whether the gated delta rule kernel handles this d_k (1..256: one column of
- * d_k floats per thread in registers). */
-int cuk_gdn_supported(int32_t d_k);
-/* Gated delta rule, recurrent form, with the state {H_v, d_k, d_v}. */
-cudaError_t cuk_gdn(const cuk_rs_args *rs, const cuk_gdn_args *a, cudaStream_t stream);
-/* out[i] = x[i] * sigmoid(gate[row, col / (cols / cg)]), n elements. */
-cudaError_t cuk_sigmoid_mul(const float *x, const float *gate, float *out, int64_t n,
-                            int64_t cols, int64_t cg, cudaStream_t stream);
-
-/* ---- ssm1.cu: LFM2 short conv, Mamba-1 scan (issue 16) ------------------------------------- */
-
-/* LFM2 gated short conv: bcx [T, 3 dim] = [B | C | x] -> out [T, dim],
- * conv state {L - 1, dim} (2 <= L <= 16). */
-cudaError_t cuk_short_conv(const cuk_rs_args *rs, const float *bcx, const void *w, int wdt,
-                           const void *b, int bdt, float *out, int32_t dim, int32_t L,
-                           cudaStream_t stream);
-
-typedef struct cuk_scan1_args {
-    int32_t d_inner, d_state;
-    const float *x, *dt, *b, *c, *z; /* z may be NULL */
-    const void *a_log, *d, *dt_bias; /* d, dt_bias may be NULL */
-    int32_t a_dt, d_dt, b_dt;
-    float *y;
-} cuk_scan1_args;
-
-/* Whether the Mamba-1 scan kernel handles this d_state (<= 256). */
-int cuk_ssm_scan1_supported(int32_t d_state);
-/* Mamba-1 selective scan, recurrent form, with ssm state {d_inner, d_state}. */
-cudaError_t cuk_ssm_scan1(const cuk_rs_args *rs, const cuk_scan1_args *a, cudaStream_t stream);
-
 /* ---- moe.cu ---------------------------------------------------------------------------- */
 
 /* llmem_op_moe_route: logits [T, E] -> ids [T, k], wts [T, k]; bias [E] of

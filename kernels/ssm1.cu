@@ -16,6 +16,7 @@
  * tokens; y = S · C is a warp reduction.
  */
 #include "kernels/common.cuh"
+#include "kernels/ssm1.h"
 
 /* The slot helpers of mamba.cu (device-inline there, so repeated here). */
 __device__ __forceinline__ const void *s1_source(const cuk_rs_args &rs, int64_t s, int64_t &base)

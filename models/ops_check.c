@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "llmem/ops_gdn.h"
 #include "models/model_internal.h"
 
 #define F LLMEM_DTYPE_F32

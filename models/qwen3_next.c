@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "llmem/ops.h"
+#include "llmem/ops_gdn.h"
 #include "models/config_internal.h"
 #include "models/model_internal.h"
 

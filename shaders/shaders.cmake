@@ -5,6 +5,11 @@
 # Each entry is "<name>:<file>[:<define>]". A shader that uses subgroup
 # operations is listed twice: once plain (the shared-memory fallback) and
 # once with USE_SUBGROUP=1; the plugin picks the variant the device supports.
+#
+# A shader file not named in this list is found by glob (the shaders of an
+# open op need no line here, <llmem/ops_impl.h> "Open ops"): it becomes one
+# entry named after the file (gdn.comp -> "gdn", id VK_SH_GDN), or, when the
+# file has lines "// llmem-shader: <name>[:<define>]", one entry per line.
 # Included by backends/vulkan/CMakeLists.txt:
 #   llmem_vulkan_shaders(<out_dir> <out_sources_var>)
 # generates <out_dir>/vk_shader_ids.h (enum vk_shader_id) and
@@ -49,21 +54,61 @@ set(LLMEM_VK_SHADER_LIST
   "state_gather:state_gather.comp"
   "moe_route:moe_route.comp"
   "moe_ffn:moe_ffn.comp"
-  "gdn:gdn.comp"
-  "sigmoid_mul:sigmoid_mul.comp"
   "short_conv:short_conv.comp"
   "ssm_scan1:ssm_scan1.comp")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 
+# The list above plus every shader file it does not name (see the top).
+function(llmem_vulkan_shader_entries out_var)
+  set(_entries ${LLMEM_VK_SHADER_LIST})
+  set(_listed)
+  foreach(entry ${LLMEM_VK_SHADER_LIST})
+    string(REPLACE ":" ";" parts "${entry}")
+    list(GET parts 1 file)
+    list(APPEND _listed ${file})
+  endforeach()
+  file(GLOB _comps CONFIGURE_DEPENDS RELATIVE ${LLMEM_VK_SHADER_DIR} ${LLMEM_VK_SHADER_DIR}/*.comp)
+  list(SORT _comps)
+  foreach(file ${_comps})
+    if(file IN_LIST _listed)
+      continue()
+    endif()
+    # its entries may change with its text: configure again when it does
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${LLMEM_VK_SHADER_DIR}/${file})
+    file(STRINGS ${LLMEM_VK_SHADER_DIR}/${file} _decl REGEX "^// llmem-shader: ")
+    if(_decl)
+      foreach(line ${_decl})
+        if(NOT line MATCHES "^// llmem-shader: *[A-Za-z0-9_]+(:[A-Za-z0-9_=]+)? *$")
+          message(FATAL_ERROR "shaders/${file}: bad line '${line}' (want '// llmem-shader: <name>[:<define>]')")
+        endif()
+        string(REGEX REPLACE "^// llmem-shader: *([A-Za-z0-9_]+)(:([A-Za-z0-9_=]+))? *$"
+                             "\\1;\\3" nd "${line}")
+        list(GET nd 0 name)
+        list(GET nd 1 def)
+        if(def)
+          list(APPEND _entries "${name}:${file}:${def}")
+        else()
+          list(APPEND _entries "${name}:${file}")
+        endif()
+      endforeach()
+    else()
+      string(REGEX REPLACE "\\.comp$" "" name ${file})
+      list(APPEND _entries "${name}:${file}")
+    endif()
+  endforeach()
+  set(${out_var} ${_entries} PARENT_SCOPE)
+endfunction()
+
 function(llmem_vulkan_shaders out_dir out_sources)
+  llmem_vulkan_shader_entries(_all_entries)
   file(GLOB _includes ${LLMEM_VK_SHADER_DIR}/*.glsl)
   file(MAKE_DIRECTORY ${out_dir}/spv)
   set(_headers)
   set(_enum "")
   set(_incl "")
   set(_table "")
-  foreach(entry ${LLMEM_VK_SHADER_LIST})
+  foreach(entry ${_all_entries})
     string(REPLACE ":" ";" parts "${entry}")
     list(GET parts 0 name)
     list(GET parts 1 file)

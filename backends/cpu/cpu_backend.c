@@ -39,6 +39,10 @@ static llmem_status cpu_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t
                                     size_t size, uint32_t pattern);
 static llmem_status cpu_synchronize(llmem_backend *be);
 
+/* The open ops the cpu backend implements: each ops_*.c file adds its own
+ * (LLMEM_OP_IMPL, <llmem/backend_impl.h>). */
+LLMEM_OP_IMPL_LIST(cpu_op_impls);
+
 static const llmem_backend_i cpu_iface = {
     .struct_size = sizeof(llmem_backend_i),
     .destroy = cpu_destroy,
@@ -51,6 +55,7 @@ static const llmem_backend_i cpu_iface = {
     .buffer_fill = cpu_buffer_fill,
     .synchronize = cpu_synchronize,
     .ops = &llmem_cpu_ops,
+    .op_impls = &cpu_op_impls,
 };
 
 const llmem_plugin llmem_cpu_plugin = {

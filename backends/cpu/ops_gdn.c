@@ -29,6 +29,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_ops.h"
+#include "llmem/ops_gdn.h"
 #include "llmem/view.h"
 
 #define GDN_CHUNK 64
@@ -198,9 +199,9 @@ static void gdn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
     }
 }
 
-llmem_status cpu_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
-                        int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
-                        llmem_ct *dt_bias, llmem_ct *out)
+static llmem_status cpu_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
+                               const llmem_view *view, int32_t state, llmem_ct *qkv, llmem_ct *a,
+                               llmem_ct *b, llmem_ct *a_log, llmem_ct *dt_bias, llmem_ct *out)
 {
     (void)be;
     gdn_ctx c = {
@@ -242,7 +243,8 @@ fail:
 
 /* ---- sigmoid gate -------------------------------------------------------------------- */
 
-llmem_status cpu_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out)
+static llmem_status cpu_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate,
+                                       llmem_ct *out)
 {
     (void)be;
     const float *xs = tensor_data(x), *gs = tensor_data(gate);
@@ -253,3 +255,8 @@ llmem_status cpu_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, 
             o[r * C + j] = xs[r * C + j] / (1.0f + expf(-gs[r * Cg + j / per]));
     return LLMEM_OK;
 }
+
+/* Registered in the cpu backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_GDN, LLMEM_OP_GDN_LAYOUT, llmem_op_gdn_fn, cpu_op_gdn);
+LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_SIGMOID_MUL, LLMEM_OP_SIGMOID_MUL_LAYOUT,
+              llmem_op_sigmoid_mul_fn, cpu_op_sigmoid_mul);

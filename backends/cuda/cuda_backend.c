@@ -35,6 +35,10 @@ static llmem_status cuda_upload_async(llmem_backend *be, llmem_buffer *dst, size
 static llmem_status cuda_download_async(llmem_backend *be, llmem_buffer *src, size_t offset,
                                         void *dst, size_t size);
 
+/* The open ops this plugin implements: each cuda_ops_*.c file adds its own
+ * (LLMEM_OP_IMPL, <llmem/backend_impl.h>). */
+LLMEM_OP_IMPL_LIST(cuda_op_impls);
+
 static const llmem_backend_i cuda_iface = {
     .struct_size = sizeof(llmem_backend_i),
     .destroy = cuda_destroy,
@@ -55,6 +59,7 @@ static const llmem_backend_i cuda_iface = {
     .host_free = cuda_host_free,
     .buffer_upload_async = cuda_upload_async,
     .buffer_download_async = cuda_download_async,
+    .op_impls = &cuda_op_impls,
 };
 
 static bool env_on(const char *name)

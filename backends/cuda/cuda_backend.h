@@ -14,6 +14,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "kernels/kernels.h"
 #include "llmem/plugin.h" /* llmem calls go through the host table */
 
 typedef struct cuda_backend {
@@ -87,5 +88,11 @@ void cuda_graph_free(llmem_backend *be, void *graph);
 
 /* Makes the backend's device current for this thread. */
 llmem_status cuda_enter(cuda_backend *cb);
+
+/* Fills the kernel arguments of state `state` of a recurrent view and, when
+ * some stream reads a slot another stream writes, snapshots every source
+ * into backend scratch first (cuda_ops.c; shared by every recurrent op). */
+llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
+                             cuk_rs_args *rs);
 
 #endif

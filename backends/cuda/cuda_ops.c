@@ -20,7 +20,6 @@
 #include "backends/cuda/cuda_ops_moe.h"
 #include "backends/cuda/cuda_ops_quant.h"
 #include "kernels/attention_q.h"
-#include "backends/cuda/cuda_ops_gdn.h"
 #include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
 #include "llmem/view.h"
@@ -773,8 +772,6 @@ const struct llmem_ops_i cuda_ops = {
     .matmul_fast = op_matmul_fast,
     .moe_route = cuda_op_moe_route,
     .moe_ffn = cuda_op_moe_ffn,
-    .gdn = cuda_op_gdn,
-    .sigmoid_mul = cuda_op_sigmoid_mul,
     .matmul_swiglu = op_matmul_swiglu,
     .add_rms_norm = op_add_rms_norm,
     .geglu = op_geglu,

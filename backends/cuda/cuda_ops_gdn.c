@@ -1,16 +1,16 @@
-/* llmem cuda plugin: the gated delta net slots of the ops table
- * (kernels/gdn.cu). The wrappers of backends/ops_gdn.c have checked every
- * argument; the kernel skips slots outside [0, n_slots). When a group reads
+/* llmem cuda plugin: the gated delta net ops of <llmem/ops_gdn.h>
+ * (kernels/gdn.cu), registered in the plugin's list of open ops. The
+ * wrappers of backends/ops_gdn.c have checked every argument; the kernel
+ * skips slots outside [0, n_slots). When a group reads
  * a slot another group writes (copy-on-write, seen in the host tables),
  * every source is snapshotted first (cuda_rs_prepare), as for Mamba-2. */
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/cuda_ops_gdn.h"
-#include "backends/cuda/cuda_ops_ssm1.h"
-#include "kernels/kernels.h"
+#include "kernels/gdn.h"
+#include "llmem/ops_gdn.h"
 
-llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
-                         int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
-                         llmem_ct *dt_bias, llmem_ct *out)
+static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
+                                const llmem_view *view, int32_t state, llmem_ct *qkv, llmem_ct *a,
+                                llmem_ct *b, llmem_ct *a_log, llmem_ct *dt_bias, llmem_ct *out)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
@@ -39,7 +39,8 @@ llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llm
     return cuda_op_done(cb, cuk_gdn(&rs, &ga, cb->stream), "gdn");
 }
 
-llmem_status cuda_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out)
+static llmem_status cuda_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate,
+                                        llmem_ct *out)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
@@ -51,3 +52,8 @@ llmem_status cuda_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate,
                                     cb->stream);
     return cuda_op_done(cb, e, "sigmoid_mul");
 }
+
+/* Registered in the cuda plugin's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(cuda_op_impls, LLMEM_OP_GDN, LLMEM_OP_GDN_LAYOUT, llmem_op_gdn_fn, cuda_op_gdn);
+LLMEM_OP_IMPL(cuda_op_impls, LLMEM_OP_SIGMOID_MUL, LLMEM_OP_SIGMOID_MUL_LAYOUT,
+              llmem_op_sigmoid_mul_fn, cuda_op_sigmoid_mul);

@@ -1,17 +1,10 @@
-/* llmem cuda plugin: the short-conv and Mamba-1 slots (cuda_ops_ssm1.c),
- * and the recurrent-view helper they share with cuda_ops.c. */
+/* llmem cuda plugin: the short-conv and Mamba-1 slots (cuda_ops_ssm1.c). */
 #ifndef LLMEM_CUDA_OPS_SSM1_H
 #define LLMEM_CUDA_OPS_SSM1_H
 
 #include "backends/cuda/cuda_backend.h"
-#include "kernels/kernels.h"
+#include "kernels/ssm1.h"
 #include "llmem/ops_impl.h"
-
-/* Fills the slot arguments of state `state` of a recurrent view and, when
- * some stream reads a slot another stream writes, snapshots every source
- * into backend scratch first (cuda_ops.c). */
-llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
-                             cuk_rs_args *rs);
 
 llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                                 llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);

@@ -9,15 +9,16 @@
  * by another group (seen in the host tables), vk_rs_prepare first gathers
  * every group's source into an f32 snapshot that the op reads.
  */
+#include "llmem/ops_gdn.h"
 #include "llmem/view.h"
 #include "vk_internal.h"
 
 #define GDN_WG 64
 #define GDN_EW_WG 256
 
-llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
-                       int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
-                       llmem_ct *dt_bias, llmem_ct *out)
+static llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
+                              const llmem_view *view, int32_t state, llmem_ct *qkv, llmem_ct *a,
+                              llmem_ct *b, llmem_ct *a_log, llmem_ct *dt_bias, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     if (p->d_k > 256)
@@ -66,7 +67,8 @@ llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem
     return st;
 }
 
-llmem_status vk_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out)
+static llmem_status vk_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate,
+                                      llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     int64_t n = llmem_tensor_nelements(x);
@@ -84,3 +86,8 @@ llmem_status vk_op_sigmoid_mul(llmem_backend *be, llmem_ct *x, llmem_ct *gate, l
     vk_op_u32(&op, oo);
     return vk_op_run(v, &op, vk_div_up((uint64_t)n, GDN_EW_WG));
 }
+
+/* Registered in the Vulkan backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_GDN, LLMEM_OP_GDN_LAYOUT, llmem_op_gdn_fn, vk_op_gdn);
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_SIGMOID_MUL, LLMEM_OP_SIGMOID_MUL_LAYOUT,
+              llmem_op_sigmoid_mul_fn, vk_op_sigmoid_mul);

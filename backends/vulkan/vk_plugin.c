@@ -560,6 +560,10 @@ static bool vk_supports_op(llmem_backend *be, int32_t op, const llmem_dtype *dty
     return true;
 }
 
+/* The open ops this backend implements: each vk_ops_*.c file adds its own
+ * (LLMEM_OP_IMPL, <llmem/backend_impl.h>). */
+LLMEM_OP_IMPL_LIST(vk_op_impls);
+
 const llmem_backend_i vk_iface = {
     .struct_size = sizeof(llmem_backend_i),
     .destroy = vk_destroy,
@@ -577,6 +581,7 @@ const llmem_backend_i vk_iface = {
     .graph_replay = vk_graph_replay,
     .graph_free = vk_graph_free,
     .supports_op = vk_supports_op,
+    .op_impls = &vk_op_impls,
 };
 
 static const llmem_plugin vk_plugin = {

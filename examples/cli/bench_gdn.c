@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "examples/cli/bench.h"
+#include "llmem/ops_gdn.h"
 
 typedef struct gdn_ctx {
     llmem_backend *be;

@@ -22,13 +22,78 @@ extern "C" {
  * plugins. 2: the entry point takes the host table (llmem_host_api), the
  * plugin reports its struct layout (llmem_plugin.layout), the base objects
  * carry core-private fields. 3: llmem_view is open (kind id, typed
- * description pointer, desc_size) instead of a union of the known kinds. */
-#define LLMEM_BACKEND_ABI_VERSION 3
+ * description pointer, desc_size) instead of a union of the known kinds.
+ * 4: open ops (llmem_op_impl lists, llmem_backend_i.op_impls); the gated
+ * delta net's slots left llmem_ops_i. */
+#define LLMEM_BACKEND_ABI_VERSION 4
 
 struct llmem_ops_i; /* <llmem/ops_impl.h> */
 struct llmem_comm; /* <llmem/comm_impl.h> */
 struct llmem_tensor; /* <llmem/ops.h> */
 struct llmem_plugin_handle;
+
+/* ---- open ops: a backend's implementations of ops outside llmem_ops_i ----
+ *
+ * An open op (<llmem/ops_impl.h>, "Open ops") has no slot in llmem_ops_i.
+ * A backend lists its implementations instead: each source file that
+ * implements one adds it to the backend's list with LLMEM_OP_IMPL, at load
+ * time (a constructor of the module: libllmem for the cpu backend, the
+ * plugin for the others), and the backend's vtable points at the list
+ * (llmem_backend_i.op_impls). No table of the backend names the op, so a
+ * new op's kernels are new files only; the build finds them by glob. */
+
+/* A function pointer of no particular type: an implementation is stored as
+ * this and cast back to its op's own type (the op header's llmem_op_*_fn)
+ * by the wrapper that calls it (C11 6.3.2.3p8: a round trip through another
+ * function pointer type compares equal to the original). */
+typedef void (*llmem_op_fn)(void);
+
+/* One implementation of an open op by a backend: a node of the backend's
+ * list. `layout` is the op header's LLMEM_OP_*_LAYOUT as the backend was
+ * compiled; the core uses the implementation only when it equals the
+ * layout the core was compiled with (the op's argument structs have the
+ * same shape on both sides), so a plugin built against another version of
+ * an op header sees the op as absent rather than misreading its arguments. */
+typedef struct llmem_op_impl {
+    int32_t op;                       /* the op's id, an llmem_op (<llmem/ops.h>) */
+    uint64_t layout;                  /* LLMEM_OP_*_LAYOUT of the op header */
+    llmem_op_fn fn;                   /* the implementation, of the op's llmem_op_*_fn type */
+    const struct llmem_op_impl *next; /* the next node; NULL ends the list */
+} llmem_op_impl;
+
+#if defined(__GNUC__)
+#define LLMEM_OP_IMPL_HIDDEN __attribute__((visibility("hidden")))
+#define LLMEM_OP_IMPL_CTOR __attribute__((constructor))
+#else
+#error "open ops register through constructors: GCC or Clang needed"
+#endif
+
+/* Defines `head`, the list of one backend's open-op implementations (one
+ * per backend, beside its vtable, which sets op_impls = &head). Hidden: each
+ * module has its own. */
+#define LLMEM_OP_IMPL_LIST(head) LLMEM_OP_IMPL_HIDDEN const llmem_op_impl *head = NULL
+
+/* Adds function `impl`, of type `fn_type` (the op header's llmem_op_*_fn,
+ * checked by the compiler), to list `head` as the implementation of op
+ * `op_id` with argument layout `op_layout`, when the module loads. Use once
+ * per implementation, at file scope of the file that defines it, e.g.
+ *   LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_GDN, LLMEM_OP_GDN_LAYOUT, llmem_op_gdn_fn,
+ *                 cpu_op_gdn);
+ * The constructors run before the module's code can be called (at
+ * libllmem's load; at the plugin's dlopen, before its entry point), on one
+ * thread, so the list needs no lock and is read-only afterwards. */
+#define LLMEM_OP_IMPL(head, op_id, op_layout, fn_type, impl)                         \
+    extern LLMEM_OP_IMPL_HIDDEN const llmem_op_impl *head;                          \
+    static llmem_op_impl llmem_op_impl_##impl = {(op_id), (op_layout), NULL, NULL}; \
+    static void llmem_op_impl_add_##impl(void) LLMEM_OP_IMPL_CTOR;                  \
+    static void llmem_op_impl_add_##impl(void)                                      \
+    {                                                                               \
+        fn_type typed = impl;                                                       \
+        llmem_op_impl_##impl.fn = (llmem_op_fn)typed;                               \
+        llmem_op_impl_##impl.next = head;                                           \
+        head = &llmem_op_impl_##impl;                                               \
+    }                                                                               \
+    typedef int llmem_op_impl_semicolon_##impl
 
 typedef struct llmem_backend_i {
     size_t struct_size; /* sizeof(struct llmem_backend_i) the implementation was built with */
@@ -107,6 +172,13 @@ typedef struct llmem_backend_i {
      * left. Statuses as llmem_comm_group_create. */
     llmem_status (*comm_group)(llmem_backend *const *bes, int32_t n, struct llmem_comm **comms,
                                char *err, size_t err_len);
+
+    /* ---- appended (ABI 4): open ops (optional; NULL: none). The address of
+     * the backend's list of open-op implementations (LLMEM_OP_IMPL_LIST),
+     * read by llmem_backend_op_impl (<llmem/ops_impl.h>) each time a wrapper
+     * looks an implementation up, so constructors may still be filling it
+     * when the vtable is initialised. */
+    const llmem_op_impl *const *op_impls;
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */
@@ -214,7 +286,9 @@ typedef struct llmem_host_api {
      LLMEM_ABI_TERM(27, sizeof(llmem_moe_route_params)) +                           \
      LLMEM_ABI_TERM(28, offsetof(llmem_moe_route_params, scale)) +                  \
      LLMEM_ABI_TERM(29, sizeof(llmem_moe_ffn_params)) +                             \
-     LLMEM_ABI_TERM(30, offsetof(llmem_moe_ffn_params, gated)))
+     LLMEM_ABI_TERM(30, offsetof(llmem_moe_ffn_params, gated)) +                   \
+     LLMEM_ABI_TERM(31, sizeof(llmem_op_impl)) +                                    \
+     LLMEM_ABI_TERM(32, offsetof(llmem_op_impl, next)))
 
 typedef struct llmem_plugin {
     uint32_t abi_version; /* LLMEM_BACKEND_ABI_VERSION the plugin was built with */

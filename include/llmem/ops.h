@@ -1,8 +1,10 @@
 /* llmem: backend ops, the math of a hybrid Mamba/transformer forward pass.
  *
- * Every op is a function-pointer slot of the backend's ops table
+ * Every op here is a function-pointer slot of the backend's ops table
  * (<llmem/ops_impl.h>); the wrappers here check their arguments, then call
- * the slot. The built-in "cpu" backend implements every op and is the
+ * the slot. Ops added since live in op headers of their own (open ops,
+ * e.g. <llmem/ops_gdn.h>; <llmem/ops_impl.h>, "Open ops"), whose wrappers
+ * follow the same rules. The built-in "cpu" backend implements every op and is the
  * reference; tests/test_ops*.c check every available backend against it.
  *
  * Tensors. An llmem_tensor describes a dense row-major array in a buffer:
@@ -563,56 +565,6 @@ llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
                               const llmem_tensor *weights, const llmem_tensor *w_up,
                               const llmem_tensor *w_down, const llmem_tensor *out);
 
-/* ---- gated delta net (Qwen3-Next linear attention) --------------------------------- */
-
-/* Sizes of a gated delta net layer. Query/key heads are shared by groups of
- * value heads: value head h reads key head h / (n_v_heads / n_k_heads)
- * (transformers' repeat_interleave). */
-typedef struct llmem_gdn_params {
-    int32_t n_k_heads; /* H_k, query and key heads (>= 1) */
-    int32_t n_v_heads; /* H_v, value heads, a multiple of H_k */
-    int32_t d_k;       /* query/key head dim (>= 1) */
-    int32_t d_v;       /* value head dim (>= 1) */
-} llmem_gdn_params;
-
-/* The gated delta rule over a ubatch with the delta-rule state (Yang, Kautz
- * & Hatamizadeh 2024, "Gated Delta Networks: Improving Mamba2 with Delta
- * Rule", eq. (10); transformers 5 Qwen3NextGatedDeltaNet with
- * torch_recurrent_gated_delta_rule / torch_chunk_gated_delta_rule and
- * use_qk_l2norm_in_kernel). Per token t and value head h (k head g):
- *   q = l2norm(q_g) / sqrt(d_k),  k = l2norm(k_g),  l2norm(x) = x * rsqrt(x.x + 1e-6)
- *   beta = sigmoid(b[t, h]),  g = -exp(a_log[h]) * softplus(a[t, h] + dt_bias[h])
- *   S = exp(g) S;  S += k ⊗ beta (v_h - Sᵀ k);  out[t, h] = Sᵀ q
- * with S_h [d_k][d_v] f32 (softplus as llmem_op_softplus, threshold 20).
- *   view: kind LLMEM_VIEW_RECURRENT; state index `state` has desc {H_v,
- *         d_k, d_v} (any float dtype; f32 for exact rollback);
- *   qkv [T, 2 * H_k * d_k + H_v * d_v] f32, the conv output, columns
- *       [q (H_k heads of d_k) | k (H_k x d_k) | v (H_v x d_v)];
- *   a, b [T, H_v] f32 (in_proj_ba's a and b parts);
- *   a_log, dt_bias [H_v] f32|f16|bf16;
- *   out [T, H_v * d_v] (or [T, H_v, d_v]) f32, must not overlap an input.
- * Slots and checkpoints follow the recurrent rules above (EQUAL ubatch,
- * group-major). Ubatches of one token per group run the recurrent form;
- * longer ones the chunked form (chunks of 64 tokens: a forward
- * substitution solves each chunk's delta-rule corrections, then one
- * state update per chunk), except for the last n_ckpt tokens of a group
- * when checkpoints are requested, which run the recurrent form so that
- * each checkpointed state exists. Both forms compute the same recurrence
- * (within f32 rounding). */
-llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
-                          int32_t state, const llmem_tensor *qkv, const llmem_tensor *a,
-                          const llmem_tensor *b, const llmem_tensor *a_log,
-                          const llmem_tensor *dt_bias, const llmem_tensor *out);
-
-/* out[r, c] = x[r, c] * sigmoid(gate[r, c / (C / Cg)]): an output gate
- * (Qwen3-Next's gated attention, attn_output * sigmoid(gate); its shared
- * expert, sigmoid(shared_expert_gate(x)) * shared_expert(x)).
- *   x [.., C] f32; gate [rows, Cg] f32 with x's rows and Cg dividing C
- *   (Cg = C: one gate per element; Cg = 1: one per row); out x's shape, may
- *   equal x; must not overlap gate. sigmoid(v) = 1 / (1 + exp(-v)). */
-llmem_status llmem_op_sigmoid_mul(llmem_backend *be, const llmem_tensor *x,
-                                  const llmem_tensor *gate, const llmem_tensor *out);
-
 /* ---- short convolution and Mamba-1 (issue 16) -------------------------------------- */
 
 /* LFM2's gated short convolution (transformers Lfm2ShortConv.forward;
@@ -662,10 +614,31 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
 
 /* ---- op ids, view kinds and capability queries ------------------------------------- */
 
-/* Every op of this header by id, for llmem_backend_supports and for the
- * view kinds ops accept. Ids are stable: a new op is appended before
- * LLMEM_OP_COUNT (with a line in backends/op_info.c). */
-typedef enum llmem_op {
+/* An op's id, for llmem_backend_supports and for the view kinds ops accept.
+ * Ids are open, as view kinds are (<llmem/view.h>): the ops of this header
+ * have the small numbers of enum llmem_op_id below (stable; new ones are no
+ * longer added here), and an op declared in an op header of its own (an
+ * "open op", e.g. the gated delta net of <llmem/ops_gdn.h>) is named by a
+ * four-character tag, LLMEM_OP_TAG('g','d','n','_') (characters 0x21..0x7e,
+ * so a tag never equals a numbered id), registered by the op's wrapper file
+ * when libllmem loads (<llmem/ops_impl.h>, "Open ops"). Two open ops must
+ * not share a tag (llmem_op_registry_check reports it). */
+typedef int32_t llmem_op;
+
+/* A four-character op tag, first character in the most significant byte. */
+#define LLMEM_OP_TAG(a, b, c, d)                                                \
+    ((llmem_op)(((uint32_t)(uint8_t)(a) << 24) | ((uint32_t)(uint8_t)(b) << 16) | \
+                ((uint32_t)(uint8_t)(c) << 8) | (uint32_t)(uint8_t)(d)))
+
+/* An open op's argument-layout fingerprint (llmem_op_info.layout,
+ * <llmem/ops_impl.h>): the size of its parameter struct and the offset of
+ * that struct's last member, e.g. LLMEM_OP_LAYOUT(sizeof(llmem_gdn_params),
+ * offsetof(llmem_gdn_params, d_v)); (0, n) for an op without one, n a
+ * version number to bump when its signature changes. */
+#define LLMEM_OP_LAYOUT(size, last_offset) \
+    ((((uint64_t)(size)) << 32) | (uint64_t)(uint32_t)(last_offset))
+
+enum llmem_op_id {
     LLMEM_OP_MATMUL = 0,
     LLMEM_OP_GET_ROWS,
     LLMEM_OP_ADD,
@@ -695,8 +668,8 @@ typedef enum llmem_op {
     LLMEM_OP_MOE_FFN,
     LLMEM_OP_MATMUL_SWIGLU,
     LLMEM_OP_ADD_RMS_NORM,
-    LLMEM_OP_GDN,
-    LLMEM_OP_SIGMOID_MUL,
+    LLMEM_OP_RESERVED_29_, /* was gdn: now LLMEM_OP_GDN of <llmem/ops_gdn.h> */
+    LLMEM_OP_RESERVED_30_, /* was sigmoid_mul: now in <llmem/ops_gdn.h> */
     LLMEM_OP_GEGLU,
     LLMEM_OP_SOFTCAP,
     LLMEM_OP_SHORT_CONV,
@@ -704,16 +677,28 @@ typedef enum llmem_op {
     LLMEM_OP_KV_PAGE_COPY,    /* runs on copy_blocks (or buffer copies) */
     LLMEM_OP_STATE_SLOT_COPY, /* runs on copy_blocks (or buffer copies) */
     LLMEM_OP_COUNT
-} llmem_op;
+};
 
-/* The op's name as in its wrapper (LLMEM_OP_KV_STORE: "kv_store"), or
- * "unknown" for an id outside [0, LLMEM_OP_COUNT). Static string. */
+/* The op's name as in its wrapper (LLMEM_OP_KV_STORE: "kv_store";
+ * LLMEM_OP_GDN: "gdn"), or "unknown" for an id that names no op (outside
+ * [0, LLMEM_OP_COUNT), a reserved number, or a tag nobody registered).
+ * Static string (an open op's: owned by its registration). */
 const char *llmem_op_name(llmem_op op);
+
+/* Every op id this process knows: the numbered ops of this header in
+ * ascending order, then every registered open op (<llmem/ops_impl.h>) in
+ * ascending tag order. Writes the first min(cap, total) ids to ids (which
+ * may be NULL when cap is 0) and returns the total, so a caller can size
+ * its array with a first call; -1 for cap < 0 or ids NULL with cap > 0.
+ * Safe against concurrent registration (an op registered meanwhile may or
+ * may not be listed). */
+int32_t llmem_op_list(llmem_op *ids, int32_t cap);
 
 /* The view kind an op accepts (<llmem/view.h>): LLMEM_VIEW_KV for rope_shift,
  * kv_store, attention_paged and kv_page_copy; LLMEM_VIEW_RECURRENT for
- * ssm_conv, ssm_scan, gdn, short_conv, ssm_scan1 and state_slot_copy;
- * LLMEM_VIEW_NONE for ops that take no view (and unknown ids). */
+ * ssm_conv, ssm_scan, short_conv, ssm_scan1 and state_slot_copy (and the
+ * open op gdn); an open op's registered kind, which may be an out-of-tree
+ * tag; LLMEM_VIEW_NONE for ops that take no view (and unknown ids). */
 llmem_view_kind llmem_op_view_kind(llmem_op op);
 
 /* Whether `view` is of the kind op accepts (the first check of every view
@@ -741,16 +726,19 @@ int32_t llmem_op_n_operands(llmem_op op);
  * True when (1) the backend's ops table has the op's slot (struct_size
  * covers it and it is non-NULL), or the op's documented fallback runs
  * instead (matmul_fast -> matmul, add_rms_norm -> add and rms_norm,
- * copy_blocks / kv_page_copy / state_slot_copy -> buffer copies); (2) each
+ * copy_blocks / kv_page_copy / state_slot_copy -> buffer copies), or, for
+ * an open op, the backend lists an implementation of it built with the
+ * op's argument layout (llmem_backend_op_impl, <llmem/ops_impl.h>); (2) each
  * given dtype is one the op's contract allows for that operand (e.g. a
  * matmul weight f32, f16 or bf16; activations f32); and (3) the backend's
  * optional supports_op slot (<llmem/backend_impl.h>) does not refuse it
  * (e.g. Vulkan has no int8 Mamba-2 states). False for a NULL backend, an
- * unknown op, n_dtypes < 0 or above the operand count, or a dtype out of
- * range. A true answer does not promise every shape (a kernel may still
- * return LLMEM_E_UNSUPPORTED for one it cannot hold, e.g. a conv window
- * wider than its registers). The model runtime asks it for every op a
- * model will call when it loads (llmem_model_load, docs/models.md). */
+ * unknown op (a reserved number, an unregistered tag), n_dtypes < 0 or
+ * above the operand count, or a dtype out of range. A true answer does not
+ * promise every shape (a kernel may still return LLMEM_E_UNSUPPORTED for
+ * one it cannot hold, e.g. a conv window wider than its registers). The
+ * model runtime asks it for every op a model will call when it loads
+ * (llmem_model_load, docs/models.md). */
 bool llmem_backend_supports(llmem_backend *be, llmem_op op, const llmem_dtype *dtypes,
                             int32_t n_dtypes);
 

@@ -1,7 +1,9 @@
 /* llmem: the ops table a backend implements (for backend authors).
  *
  * A backend's vtable (llmem_backend_i, <llmem/backend_impl.h>) points at one
- * `const struct llmem_ops_i`, filled with designated initialisers. The
+ * `const struct llmem_ops_i`, filled with designated initialisers, for the
+ * numbered ops of <llmem/ops.h>, and at a list of its implementations of
+ * open ops (see "Open ops" at the end: ops in files of their own). The
  * table grows only by appending; `struct_size` says how much of it the
  * backend was built with, and a slot past it or NULL means "unsupported"
  * (the wrapper returns LLMEM_E_UNSUPPORTED).
@@ -173,16 +175,8 @@ struct llmem_ops_i {
     llmem_status (*add_rms_norm)(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w,
                                  float eps, llmem_ct *out);
 
-    /* ---- appended: gated delta net (llmem_op_gdn, llmem_op_sigmoid_mul) ---- */
-    /* Gated delta rule with the state {H_v, d_k, d_v} of a recurrent view:
-     * qkv [T, 2*H_k*d_k + H_v*d_v], a, b [T, H_v], out [T, H_v*d_v] f32;
-     * a_log, dt_bias [H_v] f32|f16|bf16. Same slot rules as ssm_conv.
-     * Reference: Yang, Kautz & Hatamizadeh 2024; HF Qwen3NextGatedDeltaNet. */
-    llmem_status (*gdn)(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
-                        int32_t state, llmem_ct *qkv, llmem_ct *a, llmem_ct *b, llmem_ct *a_log,
-                        llmem_ct *dt_bias, llmem_ct *out);
-    /* out = x * sigmoid(gate broadcast over C / Cg columns), f32. */
-    llmem_status (*sigmoid_mul)(llmem_backend *be, llmem_ct *x, llmem_ct *gate, llmem_ct *out);
+    /* (ABI 3 had the gated delta net's gdn and sigmoid_mul slots here; since
+     * ABI 4 they are open ops, <llmem/ops_gdn.h>.) */
 
     /* ---- appended: Gemma activations (llmem_op_geglu, llmem_op_softcap) ---- */
     /* out = gelu_tanh(gate) * up, f32, one shape; out may equal either
@@ -209,6 +203,89 @@ struct llmem_ops_i {
                               llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
                               llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
 };
+
+/* ---- Open ops ---------------------------------------------------------------------
+ *
+ * An op need not have a slot above. An "open op" lives in files of its own:
+ *   - an op header (e.g. <llmem/ops_gdn.h>): its id, a four-character tag
+ *     (LLMEM_OP_TAG), its parameter struct, its wrapper, the type of its
+ *     implementations (llmem_op_<name>_fn) and its argument layout
+ *     (LLMEM_OP_<NAME>_LAYOUT, LLMEM_OP_LAYOUT);
+ *   - the wrapper's file (e.g. backends/ops_gdn.c): an llmem_op_info with
+ *     its metadata, registered by LLMEM_OP_DEFINE when the library that
+ *     holds it loads; the wrapper checks its arguments as every op does,
+ *     finds the backend's implementation with llmem_backend_op_impl and
+ *     calls it (LLMEM_E_UNSUPPORTED when there is none);
+ *   - in each backend, the file of its kernel, which registers it in the
+ *     backend's list with LLMEM_OP_IMPL (<llmem/backend_impl.h>).
+ * llmem_backend_supports, llmem_op_name, llmem_op_view_kind,
+ * llmem_op_check_view and llmem_op_list (<llmem/ops.h>) answer for open ops
+ * from their registered info. No central table, enum or backend table
+ * names an open op, and the build finds new sources by glob
+ * (docs/adding-a-cache-type.md counts the files).
+ */
+
+#define LLMEM_OP_MAX_OPERANDS 16
+
+/* What an open op declares about itself (the analogue of a line of
+ * backends/op_info.c for the numbered ops). Static storage of the file
+ * that registers it; the registry links it through `next` and never
+ * frees or copies it. */
+typedef struct llmem_op_info {
+    size_t struct_size;    /* sizeof(llmem_op_info) the op was built with */
+    llmem_op op;           /* LLMEM_OP_TAG(...): four characters 0x21..0x7e */
+    const char *name;      /* as its wrapper, e.g. "gdn"; unique; static string */
+    llmem_view_kind view;  /* the view kind it accepts (a tag allowed), or LLMEM_VIEW_NONE */
+    size_t view_desc_min;  /* the smallest description of that kind it reads, bytes */
+    int32_t n_operands;    /* operand count of llmem_op_n_operands, 0..LLMEM_OP_MAX_OPERANDS */
+    uint32_t dtypes[LLMEM_OP_MAX_OPERANDS]; /* per operand: the dtypes its contract
+                                               allows, bit (1u << llmem_dtype) */
+    uint64_t layout;       /* LLMEM_OP_<NAME>_LAYOUT; implementations must match it */
+    const struct llmem_op_info *next; /* set by llmem_op_register */
+} llmem_op_info;
+
+/* Adds an open op to the process-wide registry. `info` must stay valid and
+ * unchanged while llmem is loaded (static storage); the registry writes
+ * only info->next. Thread-safe; normally called through LLMEM_OP_DEFINE.
+ * Returns LLMEM_OK; LLMEM_E_ABI for a struct_size below this version's
+ * llmem_op_info; LLMEM_E_INVALID for a NULL info or name, an id that is not
+ * a four-character tag (e.g. a numbered id of <llmem/ops.h>), or
+ * n_operands outside [0, LLMEM_OP_MAX_OPERANDS]; LLMEM_E_STATE when an op
+ * with the same id or name is registered already (the registry keeps the
+ * first and llmem_op_registry_check reports the clash). On error nothing
+ * is registered. */
+llmem_status llmem_op_register(llmem_op_info *info);
+
+/* Whether every registration so far succeeded. Returns LLMEM_OK, or the
+ * status of the first failed llmem_op_register with a message naming the
+ * op in err (may be NULL), e.g. "op gdn2 (tag gdn_): another op has its
+ * tag or name". Tests and `llmem info` call it: a clash of two in-tree
+ * tags shows up here instead of as a missing op. */
+llmem_status llmem_op_registry_check(char *err, size_t err_len);
+
+/* The registered info of open op `op`, or NULL (not registered, or a
+ * numbered id). */
+const llmem_op_info *llmem_op_info_find(llmem_op op);
+
+/* Registers `info` (an llmem_op_info variable of static storage) when the
+ * library or program holding this line loads (a constructor). Use once per
+ * op, at file scope beside the op's wrapper; a failure is reported by
+ * llmem_op_registry_check. */
+#define LLMEM_OP_DEFINE(info)                                     \
+    static void llmem_op_define_##info(void) LLMEM_OP_IMPL_CTOR; \
+    static void llmem_op_define_##info(void)                      \
+    {                                                             \
+        (void)llmem_op_register(&(info));                         \
+    }                                                             \
+    typedef int llmem_op_define_semicolon_##info
+
+/* The implementation of open op `info` in backend be's list
+ * (llmem_backend_i.op_impls), or NULL: no list (a NULL slot, or a vtable
+ * older than ABI 4), the op absent from it, or listed with a layout other
+ * than info->layout (built against another version of the op header).
+ * The caller casts the result to the op's llmem_op_<name>_fn type. O(length
+ * of the list); no locking (the list is complete once the module loaded). */
+llmem_op_fn llmem_backend_op_impl(llmem_backend *be, const llmem_op_info *info);
 
 #ifdef __cplusplus
 }
