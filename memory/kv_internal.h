@@ -148,6 +148,16 @@ static inline void kv_pt_changed(kv_seq *s, int32_t from)
 
 /* kv_cache.c */
 int32_t kv_alloc_page(kv_cache *kv);
+/* kv_alloc_page, with its common case inline: a free page with no pending
+ * K-shift, no poison (reserve takes a page per sequence per decode step in
+ * pages of 1). */
+static inline int32_t kv_alloc_page_fast(kv_cache *kv)
+{
+    page_pool *pp = &kv->pool;
+    if (pp->n_free > 0 && !kv->p.poison && !kv->page_shift[pp->free_stack[pp->n_free - 1]])
+        return page_pool_take_free(pp);
+    return kv_alloc_page(kv);
+}
 void kv_unref_page(kv_cache *kv, int32_t p);
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
 void kv_seq_drop(kv_cache *kv, kv_seq *s);

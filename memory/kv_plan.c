@@ -151,6 +151,9 @@ static llmem_status idx_fit(kv_cache *kv, int64_t rows_n, int64_t elems)
     llmem_status st = llmem_buffer_alloc(kv->base.backend, (size_t)want * sizeof(int32_t), &nb);
     if (st != LLMEM_OK)
         return st;
+    /* host-visible (the cpu backend): rows are written at scattered
+     * offsets every step, better on huge pages (advice only) */
+    seq_heap_advise(llmem_buffer_host_ptr(nb), (size_t)want * sizeof(int32_t));
     llmem_buffer_free(kv->idx);
     kv->idx = nb;
     kv->idx_rows = (int32_t)r;
@@ -167,9 +170,11 @@ static void sync_rows(kv_cache *kv, const llmem_plan *plan)
         if (!plan->n_new[s] || q->synced >= q->pages.n)
             continue;
         /* a decode step's one new entry is q->last: no read of the tail */
-        page_rows_write(&kv->rows, q->row + q->synced,
-                        q->synced == q->pages.n - 1 ? &q->last : q->pages.v + q->synced,
-                        q->pages.n - q->synced);
+        if (q->synced == q->pages.n - 1)
+            page_rows_write1(&kv->rows, q->row + q->synced, q->last);
+        else
+            page_rows_write(&kv->rows, q->row + q->synced, q->pages.v + q->synced,
+                            q->pages.n - q->synced);
         q->synced = q->pages.n;
     }
 }
@@ -483,7 +488,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         }
         for (int32_t k = 0; k < need[s]; k++) {
             prev = last;
-            last = q->pages.v[q->pages.n++] = kv_alloc_page(kv);
+            last = q->pages.v[q->pages.n++] = kv_alloc_page_fast(kv);
         }
         q->last = last;
         q->prev = prev;

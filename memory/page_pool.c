@@ -139,7 +139,7 @@ int32_t page_pool_alloc(page_pool *pp, bool *was_cached)
     if (was_cached)
         *was_cached = false;
     if (pp->n_free > 0) {
-        p = pp->free_stack[--pp->n_free];
+        return page_pool_take_free(pp);
     } else if (pp->lru_head >= 0) {
         p = pp->lru_head;
         lru_remove(pp, p);

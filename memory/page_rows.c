@@ -59,18 +59,28 @@ static bool grow(page_rows *r, int64_t need)
     ncap = ncap < need ? need : ncap > INT32_MAX ? INT32_MAX : ncap;
     int64_t nb = (ncap + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK;
     int64_t ob = ((int64_t)r->cap + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK;
-    int32_t *nv = realloc(r->v, (size_t)ncap * sizeof *nv);
-    if (!nv)
-        return false;
-    r->v = nv;
-    uint8_t *nd = realloc(r->dirty, (size_t)nb);
-    if (!nd)
-        return false; /* v grew, cap did not: still consistent */
-    r->dirty = nd;
     /* a decode step touches one entry (and flag) of every row: with
-     * thousands of long rows, 4 KiB pages would cost a TLB miss each */
-    seq_heap_advise(r->v, (size_t)ncap * sizeof *nv);
-    seq_heap_advise(r->dirty, (size_t)nb);
+     * thousands of long rows, 4 KiB pages would cost a TLB miss each. The
+     * new arrays are advised before the old contents are copied in (a
+     * realloc would copy, or mremap, the old contents into plain pages
+     * that the advice no longer changes) */
+    int32_t *nv = malloc((size_t)ncap * sizeof *nv);
+    uint8_t *nd = malloc((size_t)nb);
+    if (!nv || !nd) {
+        free(nv);
+        free(nd);
+        return false;
+    }
+    seq_heap_advise(nv, (size_t)ncap * sizeof *nv);
+    seq_heap_advise(nd, (size_t)nb);
+    if (r->cap > 0) {
+        memcpy(nv, r->v, (size_t)r->cap * sizeof *nv);
+        memcpy(nd, r->dirty, (size_t)ob);
+    }
+    free(r->v);
+    free(r->dirty);
+    r->v = nv;
+    r->dirty = nd;
     memset(r->dirty + ob, 0, (size_t)(nb - ob));
     for (int64_t i = r->cap; i < ncap; i++)
         r->v[i] = -1;

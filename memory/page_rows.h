@@ -61,6 +61,22 @@ void page_rows_free(page_rows *r, int32_t *row, int32_t *cap);
 void page_rows_reset(page_rows *r);
 /* Writes n entries at element `at` and flags their blocks. */
 void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n);
+/* page_rows_write of one entry, inline (a decode step writes one entry
+ * into each row that gained a page). */
+static inline void page_rows_write1(page_rows *r, int32_t at, int32_t v)
+{
+    r->v[at] = v;
+    int32_t b = at / PAGE_ROWS_BLOCK;
+    if (r->full || r->dirty[b])
+        return;
+    i32vec *l = &r->dirty_list;
+    if (l->cap >= 0 && l->n < l->cap) {
+        l->v[l->n++] = b;
+        r->dirty[b] = 1;
+    } else {
+        page_rows_write(r, at, &v, 1); /* grows the list (or falls back to full) */
+    }
+}
 /* Uploads flagged blocks (everything when full) to buf at byte 0; runs of
  * blocks are coalesced (found by a scan of the flags when dense, else by
  * sorting the flagged list) and go to the backend in one
