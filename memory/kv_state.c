@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "memory/kv_internal.h"
+#include "memory/prefix_budget.h"
 
 /* Bytes of K/V data of an entry of len tokens (all layers). */
 static size_t entry_data_bytes(const kv_cache *kv, int32_t len)
@@ -511,7 +512,8 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         llmem_errf(err, err_len, "host tier: %d of the KV cache's entries pinned", host_pins);
         goto out;
     }
-    if (!page_pool_check(&kv->pool, ref, err, err_len))
+    if (!page_pool_check(&kv->pool, ref, err, err_len) ||
+        !prefix_budget_check(kv->budget, mem, err, err_len))
         goto out;
     /* every published page must still hold what its hash says */
     for (int32_t s = 0; s < mem->n_seq_max; s++) {

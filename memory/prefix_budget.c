@@ -136,3 +136,26 @@ bool prefix_budget_make_room(prefix_budget *pb, int64_t extra)
     pb->busy = false;
     return used + extra <= pb->bytes;
 }
+
+bool prefix_budget_check(const prefix_budget *pb, const llmem_memory *mem, char *err,
+                         size_t err_len)
+{
+    if (!pb)
+        return true;
+    bool member = false;
+    for (int32_t i = 0; i < pb->n_member; i++)
+        member |= pb->member[i] == mem;
+    if (!member || pb->refs != pb->n_member) {
+        llmem_errf(err, err_len, "prefix budget: %d members, %d references%s", pb->n_member,
+                   pb->refs, member ? "" : ", and this memory is not one of them");
+        return false;
+    }
+    int64_t used = prefix_budget_used(pb);
+    if (mem->plan == NULL && used > pb->bytes) {
+        llmem_errf(err, err_len, "prefix budget: %lld bytes cached with no plan in flight, "
+                                 "budget %lld",
+                   (long long)used, (long long)pb->bytes);
+        return false;
+    }
+    return true;
+}

@@ -23,6 +23,7 @@
 #define LLMEM_PREFIX_BUDGET_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "llmem/memory.h"
@@ -55,6 +56,12 @@ int64_t prefix_budget_used(const prefix_budget *pb);
  * extra <= bytes. Returns whether they fit (false: nothing left to evict;
  * what was evicted on the way stays evicted). Accepts NULL pb (true). */
 bool prefix_budget_make_room(prefix_budget *pb, int64_t extra);
+
+/* Consistency check of mem's budget (accepts NULL pb): mem is a member,
+ * and with no plan in flight (mem->plan NULL: nothing pinned) the cached
+ * bytes are within the budget. Writes the violation into err. */
+bool prefix_budget_check(const prefix_budget *pb, const llmem_memory *mem, char *err,
+                         size_t err_len);
 
 /* What a member provides (kv_cache.c, rs_snap.c): its cached bytes, the
  * stamp of its least recently used unpinned entry (false: none), and the

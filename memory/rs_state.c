@@ -292,7 +292,8 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
                    held, rs->n_free);
         return LLMEM_E_STATE;
     }
-    if (!snap_check(rs, err, err_len) || !host_tier_check(rs->host, err, err_len))
+    if (!snap_check(rs, err, err_len) || !host_tier_check(rs->host, err, err_len) ||
+        !prefix_budget_check(rs->budget, mem, err, err_len))
         return LLMEM_E_STATE;
     if (rs->host && !rs->base.plan) { /* pins live only in a prepared plan */
         int32_t pinned = 0, want = 0;

@@ -125,6 +125,37 @@ hybrid_hits 1 --system-prefix 64
 hybrid_hits 16 --turns 4
 hybrid_hits 1 --turns 4
 
+# One device budget for cached pages and snapshots (issue 13 item 1,
+# --prefix-cache-mb): 4 MiB holds 6 snapshots of the built-in hybrid
+# (555,008 bytes each) or 256 pages of 16 tokens (16,384 bytes), fewer than
+# the run publishes, so both kinds are evicted (least recently used
+# together); --check verifies after every step that the cached bytes stay
+# within it (llmem_memory_check), and the outputs equal cache-off.
+budget_hits() {
+  local w=(--backend "$backend" --trace "$trace" --text "$text" --limit 16 --scale 0.2
+           --max-context 40 --max-gen 16 --page-size 16 --turns 4)
+  "$bin" replay "${w[@]}" --prefix-cache-mb 4 --check --poison --json "$tmp/pb.json" \
+    --output "$tmp/pb.jsonl" > /dev/null
+  "$bin" replay "${w[@]}" --no-prefix-cache --output "$tmp/pb_off.jsonl" > /dev/null
+  printf '%-44s ' "device prefix budget of 4 MiB"
+  python3 - "$tmp/pb.json" "$tmp/pb.jsonl" "$tmp/pb_off.jsonl" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+on, off = (open(p).read() for p in sys.argv[2:4])
+assert on == off, "outputs under the budget differ from cache-off outputs"
+budget = 4 * 1048576
+assert r["prefix_cache_bytes"] == budget, r["prefix_cache_bytes"]
+assert r["cached_kv_bytes"] + r["snapshot_bytes"] <= budget, (r["cached_kv_bytes"], r["snapshot_bytes"])
+assert r["snapshot_bytes"] == r["snapshots"] * 555008, (r["snapshots"], r["snapshot_bytes"])
+assert r["prefix_hit_tokens"] > 0, "no prefix hits under the budget"
+assert r["snapshot_evictions"] > 0 and r["prefix_evictions"] > 0, \
+    (r["snapshot_evictions"], r["prefix_evictions"])
+print(f"ok: {r['prefix_hit_tokens']} hit tokens, evicted {r['prefix_evictions']} pages and "
+      f"{r['snapshot_evictions']} snapshots, outputs equal cache-off")
+PY
+}
+budget_hits
+
 # A request admitted with a small leftover budget still takes the whole
 # cached prefix (the scheduler's first chunk covers it): with ubatch 64 and a
 # 64-token system prefix, request 0 computes the prefix alone in step 1 and
