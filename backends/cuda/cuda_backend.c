@@ -59,6 +59,7 @@ static const llmem_backend_i cuda_iface = {
     .host_free = cuda_host_free,
     .buffer_upload_async = cuda_upload_async,
     .buffer_download_async = cuda_download_async,
+    .comm_group = cuda_comm_group, /* NCCL (cuda_comm.c) */
     .op_impls = &cuda_op_impls,
 };
 

@@ -95,4 +95,11 @@ llmem_status cuda_enter(cuda_backend *cb);
 llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
                              cuk_rs_args *rs);
 
+/* llmem_backend_i.comm_group: n NCCL communicators over the devices of
+ * bes (cuda_comm.c; libnccl.so.2 loaded at run time). Statuses as
+ * llmem_comm_group_create. */
+struct llmem_comm;
+llmem_status cuda_comm_group(llmem_backend *const *bes, int32_t n, struct llmem_comm **comms,
+                             char *err, size_t err_len);
+
 #endif

@@ -28,7 +28,7 @@ extern "C" {
 #define LLMEM_BACKEND_ABI_VERSION 4
 
 struct llmem_ops_i; /* <llmem/ops_impl.h> */
-struct llmem_comm; /* <llmem/comm_impl.h> */
+struct llmem_comm; /* below; its vtable in <llmem/comm_impl.h> */
 struct llmem_tensor; /* <llmem/ops.h> */
 struct llmem_plugin_handle;
 
@@ -205,6 +205,15 @@ struct llmem_buffer {
     uint64_t write_gen;
 };
 
+/* Base communicator object (<llmem/comm_impl.h> has its vtable).
+ * Implementations embed it as their first member. */
+struct llmem_comm_i;
+struct llmem_comm {
+    const struct llmem_comm_i *iface;
+    int32_t rank, size;
+    llmem_backend *backend; /* borrowed */
+};
+
 /* Host functions a plugin may call. The registry passes one const table to
  * the plugin's entry point; a plugin calls llmem through it only and links
  * nothing of libllmem, so it loads into any host, also one that loaded
@@ -288,7 +297,9 @@ typedef struct llmem_host_api {
      LLMEM_ABI_TERM(29, sizeof(llmem_moe_ffn_params)) +                             \
      LLMEM_ABI_TERM(30, offsetof(llmem_moe_ffn_params, gated)) +                   \
      LLMEM_ABI_TERM(31, sizeof(llmem_op_impl)) +                                    \
-     LLMEM_ABI_TERM(32, offsetof(llmem_op_impl, next)))
+     LLMEM_ABI_TERM(32, offsetof(llmem_op_impl, next)) +                            \
+     LLMEM_ABI_TERM(33, sizeof(struct llmem_comm)) +                                \
+     LLMEM_ABI_TERM(34, offsetof(struct llmem_comm, backend)))
 
 typedef struct llmem_plugin {
     uint32_t abi_version; /* LLMEM_BACKEND_ABI_VERSION the plugin was built with */

@@ -34,11 +34,8 @@ typedef struct llmem_comm_i {
                                     size_t row_bytes);
 } llmem_comm_i;
 
-struct llmem_comm {
-    const llmem_comm_i *iface;
-    int32_t rank, size;
-    llmem_backend *backend; /* borrowed */
-};
+/* The base object, struct llmem_comm, is in <llmem/backend_impl.h> beside
+ * the other base objects (its layout is in LLMEM_BACKEND_ABI_LAYOUT). */
 
 /* Checks of llmem_comm_all_gather_rows' ranges for a group of n ranks:
  * both inside their buffers, on be, not overlapping. */
