@@ -8,6 +8,7 @@
  *    sequences (llmem_memory_check compares them), a seq_rm that a rank's
  *    recurrent memory refuses changes no rank;
  *  - decode logits equal the single-rank model's within 2e-5 (log-probs);
+ *  - llmem_hybrid_create_ranks composes alike memories and refuses others;
  *  - bad parameters fail with a reason and leave the backend usable;
  *    every failed device allocation of rank 0 during a --tp 2 load returns
  *    LLMEM_E_NO_MEMORY with a reason and no model.
@@ -19,7 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmem/hybrid.h"
+#include "llmem/kv_cache.h"
 #include "llmem/model.h"
+#include "llmem/recurrent.h"
 #include "llmem/runtime.h"
 
 static const char *fixture(const char *name)
@@ -173,6 +177,62 @@ START_TEST(test_one_plan_for_every_rank)
 }
 END_TEST
 
+static llmem_memory *kv_of_layers(llmem_backend *be, int32_t n_layers)
+{
+    char err[256];
+    llmem_kv_cache_params kp = llmem_kv_cache_default_params();
+    kp.n_layers = n_layers;
+    kp.n_kv_heads = 1;
+    kp.head_dim = 2;
+    kp.dtype = LLMEM_DTYPE_F32;
+    kp.page_size = 4;
+    kp.n_pages = 8;
+    kp.n_seq_max = 2;
+    llmem_memory *m = NULL;
+    ck_assert_msg(llmem_kv_cache_create(be, &kp, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+/* llmem_hybrid_create_ranks: layers r * L + l, and memories that are not
+ * alike refused with a reason (the composition owns them either way: the
+ * sanitizer build checks that none leaks). */
+START_TEST(test_ranks_composition)
+{
+    char err[256];
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_memory *r3[3] = {kv_of_layers(be, 2), kv_of_layers(be, 2), kv_of_layers(be, 2)};
+    llmem_memory *tp = NULL;
+    ck_assert_int_eq(llmem_hybrid_create_ranks(r3, 3, &tp, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_n_layers(tp), 6);
+    ck_assert_int_eq(llmem_memory_n_children(tp), 3);
+    for (int32_t r = 0; r < 3; r++)
+        ck_assert_ptr_eq(llmem_memory_child(tp, r), r3[r]);
+    llmem_memory_stats st = {0};
+    ck_assert_int_eq(llmem_memory_get_stats(tp, &st), LLMEM_OK);
+    ck_assert_str_eq(st.type, "tp");
+    ck_assert_int_eq(st.pages_total, 8); /* rank 0's count, not 3 x 8 */
+    llmem_memory_destroy(tp);
+    llmem_memory *bad[2] = {kv_of_layers(be, 2), kv_of_layers(be, 3)};
+    ck_assert_int_eq(llmem_hybrid_create_ranks(bad, 2, &tp, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_ptr_null(tp);
+    ck_assert_msg(strstr(err, "rank 1"), "%s", err);
+    llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4}, .dtype = LLMEM_DTYPE_F32};
+    const llmem_state_desc *states[2] = {&d, &d};
+    int32_t n_states[2] = {1, 1};
+    llmem_recurrent_params rp = {.n_layers = 2, .n_states = n_states, .states = states,
+                                 .n_seq_max = 2};
+    llmem_memory *mixed[2] = {kv_of_layers(be, 2), NULL};
+    ck_assert_int_eq(llmem_recurrent_create(be, &rp, &mixed[1], err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_hybrid_create_ranks(mixed, 2, &tp, err, sizeof err), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_hybrid_create_ranks(NULL, 2, &tp, err, sizeof err), LLMEM_E_INVALID);
+    llmem_memory *one[1] = {kv_of_layers(be, 1)};
+    ck_assert_int_eq(llmem_hybrid_create_ranks(one, 0, &tp, err, sizeof err), LLMEM_E_INVALID);
+    llmem_memory_destroy(one[0]); /* n_ranks 0 took nothing */
+    llmem_backend_close(be);
+}
+END_TEST
+
 typedef struct hook {
     int64_t calls, fail_at;
 } hook;
@@ -239,6 +299,7 @@ int main(void)
     tcase_add_test(tc, test_rank_memories_hold_their_heads);
     tcase_add_loop_test(tc, test_one_plan_for_every_rank, 0, 2);
     tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_ranks_composition);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
