@@ -41,6 +41,7 @@ typedef struct hf_tp {
     llmem_backend *be[LLMEM_COMM_MAX_RANKS]; /* be[0] is the leader's (not owned) */
     llmem_comm *comm[LLMEM_COMM_MAX_RANKS];
     bool cpu_comm; /* the in-process communicator: every step ends in a barrier */
+    bool graphs;   /* ranks run decode steps through recordings (hf_graph_forward) */
     pthread_t th[LLMEM_COMM_MAX_RANKS];
     int32_t n_threads; /* started workers (ranks 1..n_threads) */
     pthread_mutex_t mu;
@@ -404,7 +405,8 @@ static void rank_step(hf_tp *tp, int32_t r)
         st = llmem_buffer_upload(rm->scratch, rm->off_rows, ub->out_rows,
                                  (size_t)ub->n_outputs * 4);
     if (st == LLMEM_OK)
-        st = hf_forward_ops(rm, T, ub->n_outputs, tp->n_vocab);
+        st = tp->graphs ? hf_graph_forward(rm, ub, tp->n_vocab)
+                        : hf_forward_ops(rm, T, ub->n_outputs, tp->n_vocab);
     for (int32_t k = 0; tp->cpu_comm && k < 1000; k++)
         if (llmem_comm_barrier(tp->comm[r]) != LLMEM_E_INVALID)
             break;
@@ -454,6 +456,8 @@ llmem_status hf_tp_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_voc
     while (tp->pending > 0)
         pthread_cond_wait(&tp->done, &tp->mu);
     pthread_mutex_unlock(&tp->mu);
+    m->stats.n_recorded = tp->rank[0]->stats.n_recorded; /* every rank records alike */
+    m->stats.n_replayed = tp->rank[0]->stats.n_replayed;
     for (int32_t r = 0; r < tp->n; r++)
         if (tp->st[r] != LLMEM_OK)
             return tp->st[r];
@@ -560,6 +564,13 @@ llmem_status hf_tp_load(llmem_model *m, const llmem_safetensors *st, char *err, 
                                      err_len)) != LLMEM_OK)
         return s;
     tp->cpu_comm = !strcmp(llmem_comm_name(tp->comm[0]), "cpu");
+    /* Recorded decode steps (models/decode_graph.c) hold the collectives:
+     * NCCL's are captured into each rank's CUDA graph with the ops (every
+     * rank records and replays the same steps, as each sees the same
+     * ubatches); the cpu backend's recordings call the step again, CPU
+     * collectives included. The CPU communicator on a device backend copies
+     * through the host, which a recording cannot hold: eager there. */
+    tp->graphs = !tp->cpu_comm || !strcmp(llmem_backend_name(m->be), "cpu");
     /* one memory over every rank's: plans computed once, applied to all */
     llmem_memory *mems[LLMEM_COMM_MAX_RANKS];
     int32_t L = llmem_memory_n_layers(tp->rank[0]->mem);

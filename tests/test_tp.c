@@ -7,7 +7,8 @@
  *  - one plan for every rank: after decoding, every rank holds the same
  *    sequences (llmem_memory_check compares them), a seq_rm that a rank's
  *    recurrent memory refuses changes no rank;
- *  - decode logits equal the single-rank model's within 2e-5 (log-probs);
+ *  - decode logits equal the single-rank model's within 2e-5 (log-probs),
+ *    also from recorded decode steps replayed with the collectives inside;
  *  - llmem_hybrid_create_ranks composes alike memories and refuses others;
  *  - bad parameters fail with a reason and leave the backend usable;
  *    every failed device allocation of rank 0 during a --tp 2 load returns
@@ -153,17 +154,34 @@ START_TEST(test_one_plan_for_every_rank)
     for (int32_t i = 0; i < 2 * V; i++)
         ck_assert_msg(fabsf(a[i] - b[i]) < 2e-5f, "%s row %d token %d: %g vs %g", name, i / V,
                       i % V, (double)a[i], (double)b[i]);
+    /* three decode steps (one token per sequence): recorded, then replayed
+     * with the collectives inside, still equal */
+    for (int32_t step = 0; step < 3; step++) {
+        int32_t tok[2] = {17 + step, 90 + step}, pos[2] = {6 + step, 6 + step}, sq[2] = {0, 1};
+        const int32_t *sp[2] = {&sq[0], &sq[1]};
+        int8_t o[2] = {1, 1};
+        llmem_batch d = {.n_tokens = 2, .token = tok, .pos = pos, .seq_id = sp, .output = o};
+        int32_t n1 = 0, n2 = 0;
+        ck_assert_int_eq(llmem_model_decode(m1, &d, true, a, 2, &n1, err, sizeof err), LLMEM_OK);
+        ck_assert_int_eq(llmem_model_decode(m2, &d, true, b, 2, &n2, err, sizeof err), LLMEM_OK);
+        for (int32_t i = 0; i < 2 * V; i++)
+            ck_assert_msg(fabsf(a[i] - b[i]) < 2e-5f, "%s step %d row %d token %d: %g vs %g",
+                          name, step, i / V, i % V, (double)a[i], (double)b[i]);
+    }
+    llmem_model_stats ms = {0};
+    llmem_model_get_stats(m2, &ms);
+    ck_assert_int_ge(ms.n_replayed, 1);
     llmem_memory *mem = llmem_model_memory(m2);
     ck_assert_int_eq(llmem_memory_check(mem, err, sizeof err), LLMEM_OK);
     for (int32_t r = 0; r < 2; r++) {
         llmem_memory *rank = llmem_memory_child(mem, r);
-        ck_assert_int_eq(llmem_memory_seq_pos_max(rank, 0), 5);
-        ck_assert_int_eq(llmem_memory_seq_pos_max(rank, 1), 5);
+        ck_assert_int_eq(llmem_memory_seq_pos_max(rank, 0), 8);
+        ck_assert_int_eq(llmem_memory_seq_pos_max(rank, 1), 8);
     }
     if (_i == 1) { /* a recurrent rank cannot cut to position 3 (no checkpoint): none does */
         ck_assert_int_ne(llmem_memory_seq_rm(mem, 0, 3, -1), LLMEM_OK);
         for (int32_t r = 0; r < 2; r++)
-            ck_assert_int_eq(llmem_memory_seq_pos_max(llmem_memory_child(mem, r), 0), 5);
+            ck_assert_int_eq(llmem_memory_seq_pos_max(llmem_memory_child(mem, r), 0), 8);
     }
     ck_assert_int_eq(llmem_memory_seq_rm(mem, 1, -1, -1), LLMEM_OK); /* all ranks or none */
     for (int32_t r = 0; r < 2; r++)
