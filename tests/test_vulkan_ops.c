@@ -452,6 +452,74 @@ START_TEST(test_matmul_tiles)
 }
 END_TEST
 
+/* Rows of very different magnitudes (2^-60 .. 2^60) times bf16 weights
+ * that span 2^-17 .. 2^10, against a float64 product row by row: the
+ * tensor-core path (cooperative matrices, where the device has them)
+ * scales each row into f16's range and splits it into hi + lo f16 terms,
+ * so every row must be as accurate as an f32 product (fast mode: hi only,
+ * about 2^-12 per element). Elsewhere this checks the SIMT fallback. */
+START_TEST(test_matmul_row_scales)
+{
+    static const int32_t shapes[][3] = {{40, 1024, 96}, {130, 264, 136}, {16, 512, 40}};
+    llmem_backend *vk = open_be("vulkan");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+        float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+        for (int32_t r = 0; r < m; r++)
+            for (int32_t i = 0; i < k; i++)
+                a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 7) * 20 - 60);
+        for (size_t i = 0; i < (size_t)n * k; i++) { /* exact bf16 values, 2^-17 .. 2^10 */
+            float x = ldexpf(w[i], (int)(i % 28) - 17);
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            u &= 0xffff0000u;
+            memcpy(&w[i], &u, 4);
+        }
+        double *ref = malloc((size_t)m * n * sizeof *ref);
+        ck_assert_ptr_nonnull(ref);
+        for (int32_t r = 0; r < m; r++)
+            for (int32_t j = 0; j < n; j++) {
+                double acc = 0;
+                for (int32_t i = 0; i < k; i++)
+                    acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
+                ref[(size_t)r * n + j] = acc;
+            }
+        for (int fast = 0; fast < 2; fast++) {
+            llmem_buffer *ba, *bw, *bw2, *bo;
+            llmem_tensor ta = up_f32(vk, &ba, a, 2, m, k, 1);
+            llmem_tensor tw = up_f32(vk, &bw, w, 2, n, k, 1);
+            llmem_tensor tw2 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
+            OK(llmem_buffer_alloc(vk, llmem_tensor_nbytes(&tw2), &bw2));
+            tw2.buf = bw2;
+            OK(llmem_op_copy(vk, &tw, 0, &tw2)); /* exact: the values are bf16 */
+            llmem_tensor to = up_f32(vk, &bo, NULL, 2, m, n, 1);
+            OK(fast ? llmem_op_matmul_fast(vk, &ta, &tw2, &to) : llmem_op_matmul(vk, &ta, &tw2, &to));
+            float *o = malloc((size_t)m * n * sizeof *o);
+            ck_assert_ptr_nonnull(o);
+            get_f32(&to, o);
+            for (int32_t r = 0; r < m; r++) {
+                double big = 0, err = 0;
+                for (int32_t j = 0; j < n; j++) {
+                    double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
+                    ck_assert_msg(isfinite(y), "row %d col %d not finite", r, j);
+                    big = fabs(x) > big ? fabs(x) : big;
+                    err = fabs(y - x) > err ? fabs(y - x) : err;
+                }
+                ck_assert_msg(err <= (fast ? 2e-3 : 1e-5) * big,
+                              "%s %dx%dx%d row %d (scale 2^%d): error %g of %g",
+                              fast ? "matmul_fast" : "matmul", m, k, n, r, (r % 7) * 20 - 60, err,
+                              big);
+            }
+            free(o);
+            llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2);
+            llmem_buffer_free(bo);
+        }
+        free(a), free(w), free(ref);
+    }
+    llmem_backend_close(vk);
+}
+END_TEST
+
 /* The subgroup and the shared-memory variants of the reductions agree
  * with the cpu (both are the shared-memory one where the device has no
  * subgroup arithmetic). */
@@ -534,6 +602,7 @@ int main(void)
     tcase_add_test(tc, test_rope_large_positions);
     tcase_add_test(tc, test_attention_wide_groups);
     tcase_add_test(tc, test_matmul_tiles);
+    tcase_add_test(tc, test_matmul_row_scales);
     tcase_add_test(tc, test_reduction_variants);
     tcase_add_test(tc, test_mamba_copy_on_write);
     suite_add_tcase(s, tc);

@@ -19,6 +19,7 @@
 #include <volk.h>
 
 #include "llmem/plugin.h" /* llmem calls go through the host table */
+#include "vk_mm_pick.h"
 #include "vk_shader_ids.h"
 
 #define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */
@@ -122,6 +123,7 @@ typedef struct vk_backend {
     bool has_budget;     /* VK_EXT_memory_budget */
     bool subgroup;       /* subgroup arithmetic in compute shaders is used */
     uint32_t subgroup_size;
+    bool coopmat;        /* VK_NV_cooperative_matrix enabled for matmul_cm.comp (vk_plugin.c) */
     uint32_t max_groups; /* per grid dimension */
     uint32_t mem_type_device, mem_type_host;
     VkDeviceSize storage_align; /* minStorageBufferOffsetAlignment (>= 4) */
@@ -130,12 +132,8 @@ typedef struct vk_backend {
     VkDeviceSize block_size;
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
-    struct {                    /* matmul path choices, read once (vk_matmul_config) */
-        uint32_t mv16_max;      /* activation rows up to which matvec16 is used */
-        uint32_t mv16_rows;     /* activation rows per matvec16 pass */
-        bool matvec_old;        /* $LLMEM_VULKAN_MATVEC_OLD: matvec.comp instead of matvec16 */
-        bool matmul_old;        /* $LLMEM_VULKAN_MATMUL_OLD: matmul.comp instead of matmul_rt */
-    } mm;
+    vk_mm_caps mm;              /* matmul path choices, read once (vk_matmul_config) */
+    uint32_t mv16_rows;         /* activation rows per matvec16 pass */
     struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
         uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per invocation group */
@@ -272,8 +270,8 @@ void vk_cmd_finish(vk_backend *v);
  * stderr and frees. All are no-ops while v->prof is NULL. */
 void vk_prof_init(vk_backend *v);
 /* Reads the matmul path variables of docs/vulkan.md (LLMEM_VULKAN_MV16_MAX,
- * _MV16_ROWS, _MATVEC_OLD, _MATMUL_OLD) into v->mm, once at open
- * (vk_ops_matmul.c). */
+ * _MV16_ROWS, _MATVEC_OLD, _MATMUL_OLD, _CM_MIN, _CM_MAX) into v->mm, with
+ * v->coopmat, once at open (vk_ops_matmul.c). */
 void vk_matmul_config(vk_backend *v);
 void vk_scan_config(vk_backend *v);
 void vk_prof_begin(vk_backend *v);
@@ -407,6 +405,7 @@ static inline uint32_t vk_table_word(const llmem_i32_table *t)
 }
 
 llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+llmem_status vk_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
 llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
                                  llmem_ct *out);
 llmem_status vk_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);

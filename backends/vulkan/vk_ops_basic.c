@@ -332,6 +332,7 @@ llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t bloc
 const struct llmem_ops_i vk_ops = {
     .struct_size = sizeof(struct llmem_ops_i),
     .matmul = vk_op_matmul,
+    .matmul_fast = vk_op_matmul_fast,
     .get_rows = vk_op_get_rows,
     .add = vk_op_add,
     .mul = vk_op_mul,

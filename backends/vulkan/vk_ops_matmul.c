@@ -1,19 +1,23 @@
 /* llmem Vulkan backend: matmul, out[M, N] = a[M, K] · w[N, K]ᵀ with f32
  * accumulation (a linear layer; w f32, f16 or bf16).
  *
- * Few activation rows (decode, M <= MV_MAX) use shaders/matvec.comp: one
- * workgroup per weight row, the weight read once and coalesced, which is
- * what bounds decode; f16/bf16 weights up to MV16_MAX rows use
- * matvec16.comp. Larger batches use the register-tiled matmul_rt.comp
+ * vk_mm_pick (vk_mm_pick.c) chooses the shader. Few activation rows
+ * (decode, M <= VK_MM_MV_MAX) use shaders/matvec.comp: one workgroup per
+ * weight row, the weight read once and coalesced, which is what bounds
+ * decode; f16/bf16 weights up to MV16_MAX rows use matvec16.comp. From
+ * there up to VK_MM_CM_MAX (64) rows, f16/bf16 weights run on tensor cores
+ * where the device has cooperative matrices (cm_split.comp +
+ * matmul_cm.comp, below); otherwise, and for more rows (where the f32
+ * SIMT tiles were faster on the H200), the register-tiled matmul_rt.comp
  * (16-byte loads, split-K when the output tiles alone would leave SMs
- * idle), and shapes it cannot take (K not a multiple of 8, unaligned
- * rows) the plain shared-memory tiling of shaders/matmul.comp.
+ * idle), and shapes it cannot take (K not a multiple of 8, unaligned rows)
+ * the plain shared-memory tiling of shaders/matmul.comp.
  */
 #include <stdlib.h>
 
 #include "vk_internal.h"
 
-#define MV_MAX 8  /* activation rows handled by the matvec path */
+#define MV_MAX VK_MM_MV_MAX
 #define MV_WG 128
 #define MV16_WG 128
 #define MV16_TPR 32 /* invocations per weight row */
@@ -32,8 +36,9 @@
 #define RT_WG 256
 #define RT_BN 128
 #define RT_BK 16
-#define RT_GROUPS 264   /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
-#define RT_MIN_SLICE 256 /* K per split-K slice, at least */
+#define RT_GROUPS VK_MM_GROUPS
+#define RT_MIN_SLICE VK_MM_MIN_SLICE
+#define SPLIT_WG 256 /* cm_split.comp: one workgroup per row */
 #define SUM_WG 256
 
 static uint32_t env_u32(const char *name, uint32_t dflt, long lo, long hi)
@@ -45,8 +50,11 @@ static uint32_t env_u32(const char *name, uint32_t dflt, long lo, long hi)
 
 void vk_matmul_config(vk_backend *v)
 {
+    v->mm.coopmat = v->coopmat;
     v->mm.mv16_max = env_u32("LLMEM_VULKAN_MV16_MAX", MV16_MAX, 0, 64);
-    v->mm.mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
+    v->mm.cm_min = env_u32("LLMEM_VULKAN_CM_MIN", VK_MM_CM_MIN, 1, 1u << 30);
+    v->mm.cm_max = env_u32("LLMEM_VULKAN_CM_MAX", VK_MM_CM_MAX, 1, 1u << 30);
+    v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
 }
@@ -62,12 +70,11 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
 {
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     *done = false;
-    if (m > v->mm.mv16_max || (w->dtype != LLMEM_DTYPE_F16 && w->dtype != LLMEM_DTYPE_BF16) ||
-        k % 8 != 0 || v->mm.matvec_old)
+    if (vk_mm_pick(&v->mm, m, k, w->dtype) != VK_MM_MATVEC16)
         return LLMEM_OK;
     llmem_status st = LLMEM_OK;
     uint32_t nr = m == 1 ? 1 : 4; /* weight rows per lane group */
-    uint32_t rows = v->mm.mv16_rows;
+    uint32_t rows = v->mv16_rows;
     for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += rows) {
         uint32_t mr = m - m0 < rows ? m - m0 : rows;
         vk_op op;
@@ -180,6 +187,98 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     return st;
 }
 
+/* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows
+ * of a as 2^e_r (hi + lo) f16 terms (split 2; split 1: hi only, the fast
+ * mode) in a scratch buffer by cm_split.comp, then matmul_cm.comp with the
+ * blocking of vk_cm_plan_make, and sum_slices.comp when K is split. *done
+ * says whether it ran; it does not when a's or w's offset is not 16-byte
+ * aligned (the caller falls through to matmul_rt). */
+static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
+                              llmem_ct *out, uint32_t split, bool *done)
+{
+    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
+    *done = false;
+    vk_cm_plan pl;
+    vk_cm_plan_make(m, n, k, &pl);
+    size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
+    llmem_buffer *sbuf = NULL, *part = NULL;
+    llmem_status st = vk_buffer_alloc(be, terms + (size_t)m * 4, &sbuf);
+    if (st != LLMEM_OK)
+        return st;
+    sbuf->size = terms + (size_t)m * 4;
+    if (pl.slices > 1) {
+        if ((st = vk_buffer_alloc(be, pl.slices * count * 4, &part)) != LLMEM_OK)
+            goto out;
+        part->size = pl.slices * count * 4;
+    }
+    llmem_tensor th = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4));
+    llmem_tensor te = llmem_tensor_1d(sbuf, terms, LLMEM_DTYPE_I32, m);
+    llmem_tensor tall = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4 + m));
+    llmem_tensor pt = part ? llmem_tensor_2d(part, 0, LLMEM_DTYPE_F32, (int64_t)pl.slices * m, n)
+                           : *out;
+    vk_op mm, sp;
+    vk_op_init(&mm, VK_SH_MATMUL_CM, VK_CM_WG);
+    vk_op_spec(&mm, (uint32_t)w->dtype);
+    vk_op_spec(&mm, pl.sgm);
+    vk_op_spec(&mm, pl.fm);
+    vk_op_spec(&mm, pl.fn);
+    vk_op_spec(&mm, split);
+    uint32_t wo = vk_op_tensor(v, &mm, w, false);
+    uint32_t ho = vk_op_tensor(v, &mm, &th, false);
+    uint32_t oo = vk_op_tensor(v, &mm, &pt, true);
+    uint32_t eo = vk_op_tensor(v, &mm, &te, false);
+    vk_op_init(&sp, VK_SH_CM_SPLIT, SPLIT_WG);
+    vk_op_spec(&sp, split);
+    uint32_t ao = vk_op_tensor(v, &sp, a, false);
+    uint32_t so = vk_op_tensor(v, &sp, &tall, true);
+    if (ao % 4 != 0 || wo % 8 != 0 || ho % 4 != 0 || so % 4 != 0) {
+        vk_op_run(v, &sp, 0); /* gives temporaries back */
+        vk_op_run(v, &mm, 0);
+        goto out; /* not done: the next path */
+    }
+    vk_op_u32(&sp, m);
+    vk_op_u32(&sp, k);
+    vk_op_u32(&sp, ao / 4);
+    vk_op_u32(&sp, so);
+    vk_op_u32(&sp, (uint32_t)(so + (size_t)m * k / 2));
+    vk_op_u32(&sp, (uint32_t)(so + terms / 4));
+    vk_op_u32(&mm, m);
+    vk_op_u32(&mm, n);
+    vk_op_u32(&mm, k);
+    vk_op_u32(&mm, ho / 4);
+    vk_op_u32(&mm, (uint32_t)((ho + (size_t)m * k / 2) / 4));
+    vk_op_u32(&mm, wo / 8);
+    vk_op_u32(&mm, oo);
+    vk_op_u32(&mm, eo);
+    vk_op_u32(&mm, pl.tiles_m);
+    vk_op_u32(&mm, pl.tiles_m * pl.tiles_n);
+    vk_op_u32(&mm, pl.k_split);
+    vk_op_u32(&mm, (uint32_t)count);
+    vk_op_u32(&mm, pl.tiles_m * pl.tiles_n * pl.slices);
+    st = vk_op_run(v, &sp, m);
+    if (st == LLMEM_OK)
+        st = vk_op_run(v, &mm, (uint64_t)pl.tiles_m * pl.tiles_n * pl.slices);
+    else
+        vk_op_run(v, &mm, 0);
+    if (st == LLMEM_OK && part) {
+        vk_op sum;
+        vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
+        uint32_t po = vk_op_tensor(v, &sum, &pt, false);
+        uint32_t o2 = vk_op_tensor(v, &sum, out, true);
+        vk_op_u32(&sum, (uint32_t)count);
+        vk_op_u32(&sum, pl.slices);
+        vk_op_u32(&sum, po);
+        vk_op_u32(&sum, o2);
+        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    }
+    *done = st == LLMEM_OK;
+out:
+    if (part)
+        vk_buffer_free(be, part);
+    vk_buffer_free(be, sbuf);
+    return st;
+}
+
 llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
@@ -189,6 +288,11 @@ llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct 
     llmem_status st = matvec16(v, a, w, NULL, out, &done);
     if (done || st != LLMEM_OK)
         return st;
+    if (m > MV_MAX && vk_mm_pick(&v->mm, m, k, w->dtype) == VK_MM_COOPMAT) {
+        st = matmul_cm(be, v, a, w, out, 2, &done);
+        if (done || st != LLMEM_OK)
+            return st;
+    }
     if (m > MV_MAX) {
         st = matmul_rt(be, v, a, w, out, &done);
         if (done || st != LLMEM_OK)
@@ -250,4 +354,24 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
         st = vk_op_swiglu(be, &g, &u, out);
     vk_buffer_free(be, tmp);
     return st;
+}
+
+/* FAST mode (llmem_op_matmul_fast): where vk_mm_pick says VK_MM_COOPMAT,
+ * the tensor-core product with one f16 term of a per element (2^e_r hi:
+ * 11 significant bits, finer than the bf16 rounding the contract allows;
+ * the per-row scale keeps every row inside f16's range); everything else
+ * as vk_op_matmul, which the contract allows. Same shapes, dtypes and
+ * statuses as vk_op_matmul; LLMEM_E_NO_MEMORY when the scratch of the
+ * f16 terms cannot be allocated. */
+llmem_status vk_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out)
+{
+    vk_backend *v = vk_from(be);
+    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1];
+    if (vk_mm_pick(&v->mm, m, k, w->dtype) == VK_MM_COOPMAT) {
+        bool done;
+        llmem_status st = matmul_cm(be, v, a, w, out, 1, &done);
+        if (done || st != LLMEM_OK)
+            return st;
+    }
+    return vk_op_matmul(be, a, w, out);
 }

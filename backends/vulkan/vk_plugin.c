@@ -429,6 +429,66 @@ static bool has_device_ext(VkPhysicalDevice pd, const char *name)
     return found;
 }
 
+/* Whether matmul_cm.comp may run (tensor cores): VK_NV_cooperative_matrix
+ * with its feature, shaderFloat16 and the Vulkan memory model (glslang
+ * emits that model for NV cooperative matrices), and a 16 x 16 x 16 shape
+ * of f16 A/B and f32 C/D at subgroup scope among
+ * vkGetPhysicalDeviceCooperativeMatrixPropertiesNV's (vk_cm_usable decides,
+ * with the subgroup size and shared memory). $LLMEM_VULKAN_COOPMAT=0 turns
+ * it off, and the extension is then not enabled. The KHR extension would
+ * do as well, but Debian 12's glslang 12 cannot compile its GLSL. */
+static bool coopmat_usable(const dev_entry *e)
+{
+    const char *off = getenv("LLMEM_VULKAN_COOPMAT");
+    if ((off && strcmp(off, "0") == 0) || e->props.apiVersion < VK_API_VERSION_1_2 ||
+        !vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
+        !has_device_ext(e->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
+        return false;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+    };
+    VkPhysicalDeviceVulkanMemoryModelFeatures mf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES,
+        .pNext = &cf,
+    };
+    VkPhysicalDeviceShaderFloat16Int8Features hf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
+        .pNext = &mf,
+    };
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &hf};
+    vkGetPhysicalDeviceFeatures2(e->pd, &f2);
+    if (!cf.cooperativeMatrix || !hf.shaderFloat16 || !mf.vulkanMemoryModel)
+        return false;
+    uint32_t n = 0;
+    if (vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(e->pd, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkCooperativeMatrixPropertiesNV *p = calloc(n, sizeof *p);
+    vk_cm_shape *sh = calloc(n, sizeof *sh);
+    bool ok = false;
+    if (p && sh) {
+        for (uint32_t i = 0; i < n; i++)
+            p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+        if (vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(e->pd, &n, p) == VK_SUCCESS) {
+            for (uint32_t i = 0; i < n; i++)
+                sh[i] = (vk_cm_shape){
+                    .m = p[i].MSize,
+                    .n = p[i].NSize,
+                    .k = p[i].KSize,
+                    .ab_f16 = p[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                              p[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV,
+                    .cd_f32 = p[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                              p[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV,
+                    .subgroup_scope = p[i].scope == VK_SCOPE_SUBGROUP_NV,
+                };
+            ok = vk_cm_usable(sh, n, e->sg.subgroupSize,
+                              e->props.limits.maxComputeSharedMemorySize);
+        }
+    }
+    free(p);
+    free(sh);
+    return ok;
+}
+
 static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, size_t len)
 {
     v->phys = e->pd;
@@ -436,7 +496,28 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     v->queue_family = e->queue_family;
     vkGetPhysicalDeviceMemoryProperties(v->phys, &v->mem_props);
     v->has_budget = has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
-    const char *exts[1] = {VK_EXT_MEMORY_BUDGET_EXTENSION_NAME};
+    v->coopmat = coopmat_usable(e);
+    const char *exts[2];
+    uint32_t n_exts = 0;
+    if (v->has_budget)
+        exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
+    if (v->coopmat)
+        exts[n_exts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    /* features of matmul_cm.comp, chained only when it may run */
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .cooperativeMatrix = VK_TRUE,
+    };
+    VkPhysicalDeviceVulkanMemoryModelFeatures mf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_MEMORY_MODEL_FEATURES,
+        .pNext = &cf,
+        .vulkanMemoryModel = VK_TRUE,
+    };
+    VkPhysicalDeviceShaderFloat16Int8Features hf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_FLOAT16_INT8_FEATURES,
+        .pNext = &mf,
+        .shaderFloat16 = VK_TRUE,
+    };
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
@@ -446,9 +527,10 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     };
     VkDeviceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+        .pNext = v->coopmat ? &hf : NULL,
         .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &qi,
-        .enabledExtensionCount = v->has_budget ? 1 : 0,
+        .enabledExtensionCount = n_exts,
         .ppEnabledExtensionNames = exts,
     };
     VkResult r = vkCreateDevice(v->phys, &ci, NULL, &v->dev);
@@ -537,8 +619,9 @@ static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size
     snprintf(v->device_name, sizeof v->device_name, "%s", e[pick].props.deviceName);
     if ((st = device_create(v, &e[pick], err, err_len)) != LLMEM_OK)
         goto fail;
-    vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u)", pick, v->device_name,
-           v->subgroup ? "on" : "off", v->subgroup_size);
+    vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u; cooperative matrices %s)",
+           pick, v->device_name, v->subgroup ? "on" : "off", v->subgroup_size,
+           v->coopmat ? "on" : "off");
     *out = &v->base;
     return LLMEM_OK;
 fail:

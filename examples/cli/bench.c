@@ -73,7 +73,12 @@ static void usage(FILE *f)
             "                  cached tokens), run op by op: embedding, every layer, final norm,\n"
             "                  LM head, argmax. Compared with the time to read the weights the\n"
             "                  step needs (all but the embedding table) once at copy bandwidth;\n"
-            "                  target <= 1.5x.\n"
+            "                  target <= 1.5x.\n");
+    fprintf(f,
+            "  matmul          (only with --only matmul) f32 activations x bf16 weights at the\n"
+            "                  9B Bamba shape's projections (4096 x 4096, 14336 x 4096, 4096 x\n"
+            "                  14336) for 16, 64, 512 and 2048 rows, precise and fast, in\n"
+            "                  TFLOP/s (2 M N K); compare cuda (cuBLAS) with vulkan.\n"
             "\n");
     fprintf(f,
             "Times are wall-clock per call: the median of 5 batches of back-to-back calls, each\n"
@@ -82,7 +87,8 @@ static void usage(FILE *f)
             "options:\n"
             "  --iters N        calls per figure (default 100 on GPUs, 2 on cpu)\n"
             "  --all            also run the prefill and model figures on non-cuda backends\n"
-            "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,gemv,prefill,model\n"
+            "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,gemv,prefill,model,\n"
+            "                   matmul\n"
             "                   (copy, the ceiling, always runs)\n"
             "  -m, --model DIR  instead of the kernel figures: pp512 and tg128 of checkpoint\n"
             "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
@@ -520,6 +526,8 @@ int llmem_cli_bench(int argc, char **argv)
         st = bench_ssm1(&b);
     if (st == LLMEM_OK && wanted(only, "gemv", gpu || all))
         st = bench_gemv(&b);
+    if (st == LLMEM_OK && wanted(only, "matmul", false))
+        st = bench_matmul(&b);
     if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
         st = bench_prefill(&b, device);
     if (st == LLMEM_OK && wanted(only, "model", cuda || all))

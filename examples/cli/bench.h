@@ -89,6 +89,8 @@ llmem_status bench_gdn(bench *b);
 llmem_status bench_ssm1(bench *b);
 /* Batch-1 GEMVs at the 9B shape's projections, bf16 weights (bench_gemv.c, --only gemv). */
 llmem_status bench_gemv(bench *b);
+/* GEMMs at the 9B shapes, precise and fast, in TFLOP/s (bench_matmul.c, --only matmul). */
+llmem_status bench_matmul(bench *b);
 /* The CUDA copy as a second ceiling of a vulkan run (bench_vulkan.c). */
 void bench_ref_copy(bench *b, int32_t device);
 

@@ -1,0 +1,65 @@
+/* llmem Vulkan backend: the matmul path and blocking choices
+ * (vk_mm_pick.h). */
+#include "vk_mm_pick.h"
+
+vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w_dt)
+{
+    bool w16 = w_dt == LLMEM_DTYPE_F16 || w_dt == LLMEM_DTYPE_BF16;
+    if (w16 && k % 8 == 0 && m <= c->mv16_max && !c->matvec_old)
+        return VK_MM_MATVEC16;
+    if (m <= VK_MM_MV_MAX)
+        return VK_MM_MATVEC;
+    if (c->coopmat && w16 && k % 8 == 0 && m >= c->cm_min && m <= c->cm_max)
+        return VK_MM_COOPMAT;
+    if (k % 8 == 0 && !c->matmul_old)
+        return VK_MM_RT;
+    return VK_MM_TILED;
+}
+
+static uint64_t div_up(uint64_t n, uint64_t d)
+{
+    return (n + d - 1) / d;
+}
+
+void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p)
+{
+    uint32_t sg = VK_CM_WG / 32;
+    if (m <= 64) {
+        p->sgm = 1;
+        p->fm = m <= 16 ? 1 : (uint32_t)div_up(m, 16);
+        p->fn = 1;
+    } else {
+        p->sgm = 2;
+        p->fm = 4;
+        p->fn = 2;
+    }
+    p->sgn = sg / p->sgm;
+    p->bm = 16 * p->fm * p->sgm;
+    p->bn = 16 * p->fn * p->sgn;
+    p->tiles_m = (uint32_t)div_up(m, p->bm);
+    p->tiles_n = (uint32_t)div_up(n, p->bn);
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n, slices = 1;
+    if (tiles < VK_MM_GROUPS) {
+        uint64_t most = k / VK_MM_MIN_SLICE;
+        slices = div_up(VK_MM_GROUPS, tiles);
+        slices = slices > most ? most : slices;
+        slices = slices < 1 ? 1 : slices;
+    }
+    uint64_t k_split = div_up(div_up(k, slices), VK_CM_BK) * VK_CM_BK;
+    if (k_split == 0)
+        k_split = VK_CM_BK;
+    p->k_split = (uint32_t)k_split;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, k_split);
+}
+
+bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,
+                  uint32_t shared_bytes)
+{
+    if (subgroup_size != 32 || shared_bytes < VK_CM_SHARED_BYTES)
+        return false;
+    for (uint32_t i = 0; i < n_shapes; i++)
+        if (shapes[i].m == 16 && shapes[i].n == 16 && shapes[i].k == 16 && shapes[i].ab_f16 &&
+            shapes[i].cd_f32 && shapes[i].subgroup_scope)
+            return true;
+    return false;
+}

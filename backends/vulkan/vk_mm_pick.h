@@ -1,0 +1,76 @@
+/* llmem Vulkan backend: which matmul shader runs, as pure functions of the
+ * shape, the weight dtype and the device's capabilities, so that tests can
+ * check the choice without a device (tests/test_vulkan_pick.c includes
+ * vk_mm_pick.c). No Vulkan types here. */
+#ifndef LLMEM_VK_MM_PICK_H
+#define LLMEM_VK_MM_PICK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "llmem/backend.h"
+
+#define VK_MM_MV_MAX 8      /* activation rows handled by matvec.comp */
+#define VK_MM_CM_MIN 9      /* rows from which matmul_cm.comp runs (above matvec16's 8) */
+#define VK_MM_CM_MAX 64     /* rows up to which it runs: measured faster than matmul_rt at 16 and
+                             * 64 rows (0.071 / 0.115 ms against 0.102 / 0.132 for 4096 x 4096
+                             * bf16, precise), slower at 512 and 2048 (H200; docs/benchmarks.md) */
+#define VK_MM_GROUPS 264    /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
+#define VK_MM_MIN_SLICE 256 /* K per split-K slice, at least */
+#define VK_CM_WG 256        /* matmul_cm.comp: 8 subgroups of 32 */
+#define VK_CM_BK 32         /* its K slice */
+
+typedef enum vk_mm_path {
+    VK_MM_MATVEC16, /* matvec16.comp: f16/bf16 weights, few rows */
+    VK_MM_MATVEC,   /* matvec.comp: other weights, up to VK_MM_MV_MAX rows */
+    VK_MM_COOPMAT,  /* cm_split.comp + matmul_cm.comp: tensor cores */
+    VK_MM_RT,       /* matmul_rt.comp: register-tiled f32 SIMT */
+    VK_MM_TILED,    /* matmul.comp: any shape */
+} vk_mm_path;
+
+/* What the device and the environment allow (vk_matmul_config). */
+typedef struct vk_mm_caps {
+    bool coopmat;      /* 16x16x16 f16 x f16 -> f32 cooperative matrices enabled on the device */
+    uint32_t mv16_max; /* rows up to which matvec16 runs */
+    uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
+    uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
+    bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
+    bool matmul_old;   /* $LLMEM_VULKAN_MATMUL_OLD */
+} vk_mm_caps;
+
+/* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
+ * the run-time alignment checks (a shader that finds its operands
+ * unaligned falls through to the next path: coopmat -> rt -> tiled). */
+vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w_dt);
+
+/* The blocking of matmul_cm.comp for an [M, K] x [N, K] product: SGM x SGN
+ * subgroups (SGM SGN = 8) of FM x FN 16x16 matrices, a BM x BN output tile
+ * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), and split-K into `slices`
+ * slices of k_split (a multiple of VK_CM_BK) when the tiles alone number
+ * fewer than VK_MM_GROUPS. Few rows (M <= 64): one subgroup row of
+ * ceil(M / 16) matrices, so each weight is loaded once; more: 128 x 128. */
+typedef struct vk_cm_plan {
+    uint32_t sgm, sgn, fm, fn, bm, bn;
+    uint32_t tiles_m, tiles_n;
+    uint32_t slices, k_split;
+} vk_cm_plan;
+
+void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p);
+
+/* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
+ * with the component types and scope as booleans). */
+typedef struct vk_cm_shape {
+    uint32_t m, n, k;
+    bool ab_f16, cd_f32, subgroup_scope;
+} vk_cm_shape;
+
+/* Whether matmul_cm.comp can run: the 16 x 16 x 16 shape with f16 A/B and
+ * f32 C/D at subgroup scope is listed, subgroups are 32 wide, and the
+ * workgroup's shared memory fits. */
+bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,
+                  uint32_t shared_bytes);
+
+/* Shared memory matmul_cm.comp needs at its largest blocking, in bytes. */
+#define VK_CM_SHARED_BYTES (2u * 128u * 80u + 128u * 80u + 8u * 16u * 20u * 4u + 1024u)
+
+#endif

@@ -1,0 +1,76 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+/* The activations of a cooperative-matrix matmul (matmul_cm.comp) as f16
+ * terms, one workgroup per row r of a [M, K] (f32):
+ *
+ *   e_r  = the exponent that brings max_k |a[r, k]| into [2^14, 2^15)
+ *          (frexp's exponent - 15, clamped to [-100, 100]; 0 for a row of
+ *          zeros, infinities or NaN),
+ *   x    = a[r, k] * 2^-e_r (exact: a power of two),
+ *   hi   = f16(x), lo = f16(x - hi) (SPLIT 2; round to nearest even),
+ *
+ * so that a[r, k] = 2^e_r (hi + lo) up to lo's rounding: 2^-22 |x|, or
+ * 2^-25 absolute where lo is an f16 subnormal, i.e. 2^-39 of the row's
+ * largest element. Products of f16 terms are exact in the f32 accumulators
+ * of the tensor cores, so this splitting is what makes the tensor-core
+ * product as accurate as an f32 one (the hi + lo split of the activations
+ * that llmem's CUDA precise mode does with bf16 terms, and, for the
+ * per-row power-of-two scale, the usual loss-scaling of mixed-precision
+ * training). The scale keeps x inside f16's range whatever the row's
+ * magnitude. SPLIT 1 (fast mode) writes hi only: 11 significant bits.
+ *
+ * Output, one buffer: hi [M, K] f16 at word hi_off (packed pairs, element
+ * k of row r in the low (k even) or high half of word (r K + k) / 2), lo
+ * [M, K] f16 at word lo_off, e [M] i32 at word e_off. Needs K % 8 == 0. */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint SPLIT = 2;
+
+layout(binding = 0) readonly buffer A { vec4 a[]; };
+layout(binding = 1) buffer S { uint s[]; };
+
+layout(push_constant) uniform P {
+    uint m, k;
+    uint a_off; /* vec4s */
+    uint hi_off, lo_off, e_off; /* words of s */
+} p;
+
+void main()
+{
+    uint r = group_id();
+    if (r >= p.m)
+        return;
+    uint l = gl_LocalInvocationID.x;
+    uint row = p.a_off + r * (p.k / 4u);
+    float mx = 0.0;
+    for (uint c = l; c < p.k / 4u; c += WG) {
+        vec4 v = abs(a[row + c]);
+        mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
+    }
+    mx = wg_max(mx);
+    int e = 0;
+    if (mx > 0.0 && mx <= 3.4028234e38) { /* finite, non-zero (NaN fails both) */
+        frexp(mx, e);
+        e = clamp(e - 15, -100, 100);
+    }
+    if (l == 0u)
+        s[p.e_off + r] = uint(e);
+    for (uint c = l; c < p.k / 8u; c += WG) {
+        vec4 v[2] = vec4[2](a[row + 2u * c], a[row + 2u * c + 1u]);
+        uint hw[4], lw[4];
+        for (uint j = 0u; j < 4u; j++) {
+            vec2 x = vec2(v[j / 2u][(j % 2u) * 2u], v[j / 2u][(j % 2u) * 2u + 1u]);
+            x = ldexp(x, ivec2(-e));
+            uint h0 = f32_to_f16(x.x), h1 = f32_to_f16(x.y);
+            hw[j] = h0 | (h1 << 16);
+            if (SPLIT == 2u)
+                lw[j] = f32_to_f16(x.x - f16_to_f32(h0)) | (f32_to_f16(x.y - f16_to_f32(h1)) << 16);
+        }
+        uint o = (r * p.k) / 2u + 4u * c;
+        for (uint j = 0u; j < 4u; j++)
+            s[p.hi_off + o + j] = hw[j];
+        if (SPLIT == 2u)
+            for (uint j = 0u; j < 4u; j++)
+                s[p.lo_off + o + j] = lw[j];
+    }
+}

@@ -1,0 +1,178 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_control_flow_attributes : require
+/* out[M, N] = a[M, K] · w[N, K]ᵀ on tensor cores: 16 x 16 x 16 cooperative
+ * matrices of f16 A and B with f32 accumulators (VK_NV_cooperative_matrix;
+ * the host runs this only where the device lists that shape at subgroup
+ * scope, with subgroups of 32).
+ *
+ * a comes as cm_split.comp wrote it: per row r an exponent e_r and f16
+ * terms hi (and lo, SPLIT 2) with a[r, k] = 2^e_r (hi + lo). Each tile
+ * product is hi · w (+ lo · w) into the same accumulator; the output row
+ * is scaled by 2^e_r. w is f16 (used as is) or bf16, converted to f16 on
+ * its way into shared memory (bf16x2_to_f16x2): exact for |w| in
+ * [2^-14, 65504] (bf16 has 8 significant bits, f16 11).
+ *
+ * Speed (H200, driver 580, docs/benchmarks.md "Vulkan cooperative
+ * matrices"): the NV multiply-add itself runs at about 30 TFLOP/s there
+ * (a probe doing only the MMAs of this loop was as slow as the whole
+ * shader), below the f32 SIMT matmul_rt.comp at prefill sizes, so the
+ * host uses this shader for the weight-bound sizes only (vk_mm_pick).
+ *
+ * Blocking: a workgroup of WG = 32 SGM SGN invocations owns a BM x BN tile
+ * of out (BM = 16 FM SGM, BN = 16 FN SGN); subgroup (i, j) of the SGM x SGN
+ * grid owns FM x FN accumulator matrices. K is walked in slices of BK = 32:
+ * 16-byte global loads of the next slice are issued into registers before
+ * the tensor-core work on the current one (register double buffering),
+ * and stored to shared memory after it; shared rows are 40 halves (80
+ * bytes) so the row starts of a 16 x 16 load fall on distinct bank groups.
+ * Split-K (slices of k_split, partial tiles to out + s * slice_stride,
+ * summed by sum_slices.comp) as in matmul_rt.comp. The epilogue goes
+ * through shared memory, one 16 x 16 matrix per subgroup at a time, so
+ * rows and columns outside [M, N) are never written and each row gets its
+ * scale. Blocking after the CUTLASS warp-tile hierarchy (written from its
+ * description). Needs K % 8 == 0 and 16-byte aligned operands. */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint W_DT = 2;  /* 1 f16, 2 bf16 */
+layout(constant_id = 2) const uint SGM = 2;   /* subgroups along M */
+layout(constant_id = 3) const uint FM = 4;    /* 16-row matrices per subgroup */
+layout(constant_id = 4) const uint FN = 2;    /* 16-column matrices per subgroup */
+layout(constant_id = 5) const uint SPLIT = 2; /* f16 terms of a: 2 precise, 1 fast */
+
+const uint SGN = WG / 32u / SGM;
+const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN, BK = 32u;
+const uint LD = 5u; /* uvec4s per shared row: 32 halves + 8 of padding */
+const uint RV = BK / 8u; /* uvec4s per row of a slice */
+const uint NA = (SPLIT * BM * RV + WG - 1u) / WG; /* a loads per invocation */
+const uint NW = (BN * RV + WG - 1u) / WG;         /* w loads per invocation */
+const uint CS = 20u; /* floats per row of the epilogue matrix */
+
+layout(binding = 0) readonly buffer W { uvec4 w[]; };
+layout(binding = 1) readonly buffer A { uvec4 ah[]; };
+layout(binding = 2) writeonly buffer O { float o[]; };
+layout(binding = 3) readonly buffer E { int ex[]; };
+
+layout(push_constant) uniform P {
+    uint m, n, k;
+    uint hi_off, lo_off; /* uvec4s of binding 0 */
+    uint w_off;          /* uvec4s */
+    uint o_off;          /* floats */
+    uint e_off;          /* ints of binding 3 */
+    uint tiles_m, tiles_mn;
+    uint k_split;        /* K per slice, a multiple of BK */
+    uint slice_stride;   /* floats between two slices' outputs */
+    uint n_groups;       /* tiles_mn * slices */
+} p;
+
+shared uvec4 sa[SPLIT * BM * LD]; /* hi rows, then lo rows */
+shared uvec4 sw[BN * LD];
+shared float cs[(WG / 32u) * 16u * CS];
+
+/* Two bf16 in a word to two f16 by the device's f32 -> f16 conversion
+ * (packHalf2x16). Exact for magnitudes in [2^-14, 65504], whatever the
+ * conversion's rounding mode; below, f16 subnormals (error at most 2^-24,
+ * negligible beside a bf16 weight's own rounding); above 65504 (no real
+ * checkpoint has such weights), inf or 65504 as the device converts:
+ * $LLMEM_VULKAN_COOPMAT=0 keeps such a model on the f32 path. */
+uint bf16x2_to_f16x2(uint x)
+{
+    return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
+}
+
+void main()
+{
+    uint g = group_id();
+    if (g >= p.n_groups)
+        return;
+    uint s = g / p.tiles_mn, t = g % p.tiles_mn;
+    uint m0 = (t % p.tiles_m) * BM, n0 = (t / p.tiles_m) * BN;
+    uint k_begin = s * p.k_split, k_end = min(p.k, k_begin + p.k_split);
+    uint l = gl_LocalInvocationID.x, sg = l / 32u, lane = l % 32u;
+    uint sm = (sg % SGM) * FM * 16u, sn = (sg / SGM) * FN * 16u;
+
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[FM * FN];
+    [[unroll]] for (uint i = 0u; i < FM * FN; i++)
+        acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+
+    uvec4 ra[NA], rw[NW];
+    /* global -> registers for the slice at k0 (zeros outside [M, N) and k_end) */
+#define FETCH(k0)                                                                       \
+    [[unroll]] for (uint i = 0u; i < NA; i++) {                                         \
+        uint e_ = l + i * WG, row_ = (e_ / RV) % BM, c_ = e_ % RV, t_ = e_ / (RV * BM); \
+        uint gm_ = m0 + row_, gk_ = (k0) + 8u * c_;                                     \
+        ra[i] = e_ < SPLIT * BM * RV && gm_ < p.m && gk_ < k_end                        \
+                    ? ah[(t_ == 0u ? p.hi_off : p.lo_off) + (gm_ * p.k + gk_) / 8u]     \
+                    : uvec4(0u);                                                        \
+    }                                                                                   \
+    [[unroll]] for (uint i = 0u; i < NW; i++) {                                         \
+        uint e_ = l + i * WG, col_ = e_ / RV, c_ = e_ % RV;                             \
+        uint gn_ = n0 + col_, gk_ = (k0) + 8u * c_;                                     \
+        rw[i] = e_ < BN * RV && gn_ < p.n && gk_ < k_end                                \
+                    ? w[p.w_off + (gn_ * p.k + gk_) / 8u]                               \
+                    : uvec4(0u);                                                        \
+    }
+
+    FETCH(k_begin)
+    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+        [[unroll]] for (uint i = 0u; i < NA; i++) {
+            uint e_ = l + i * WG;
+            if (e_ < SPLIT * BM * RV)
+                sa[(e_ / RV) * LD + e_ % RV] = ra[i];
+        }
+        [[unroll]] for (uint i = 0u; i < NW; i++) {
+            uint e_ = l + i * WG;
+            if (e_ < BN * RV) {
+                uvec4 u = rw[i];
+                if (W_DT == DT_BF16)
+                    u = uvec4(bf16x2_to_f16x2(u.x), bf16x2_to_f16x2(u.y),
+                              bf16x2_to_f16x2(u.z), bf16x2_to_f16x2(u.w));
+                sw[(e_ / RV) * LD + e_ % RV] = u;
+            }
+        }
+        barrier();
+        if (k0 + BK < k_end) {
+            FETCH(k0 + BK)
+        }
+        [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {
+            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> mb[FN];
+            /* B[k][n] = w[n][k]: column-major in sw */
+            [[unroll]] for (uint j = 0u; j < FN; j++)
+                coopMatLoadNV(mb[j], sw, (sn + 16u * j) * LD + 2u * kk, LD, true);
+            [[unroll]] for (uint i = 0u; i < FM; i++) {
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma;
+                coopMatLoadNV(ma, sa, (sm + 16u * i) * LD + 2u * kk, LD, false);
+                [[unroll]] for (uint j = 0u; j < FN; j++)
+                    acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
+                if (SPLIT == 2u) {
+                    coopMatLoadNV(ma, sa, (BM + sm + 16u * i) * LD + 2u * kk, LD, false);
+                    [[unroll]] for (uint j = 0u; j < FN; j++)
+                        acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
+                }
+            }
+        }
+        barrier();
+    }
+
+    uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CS;
+    [[unroll]] for (uint i = 0u; i < FM; i++)
+        [[unroll]] for (uint j = 0u; j < FN; j++) {
+            coopMatStoreNV(acc[i * FN + j], cs, cb, CS, false);
+            controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                           gl_SemanticsAcquireRelease);
+            uint r = lane / 2u, gm = m0 + sm + 16u * i + r;
+            if (gm < p.m) {
+                int e = ex[p.e_off + gm];
+                for (uint c = 8u * (lane % 2u); c < 8u * (lane % 2u) + 8u; c++) {
+                    uint gn = n0 + sn + 16u * j + c;
+                    if (gn < p.n)
+                        o[base + gm * p.n + gn] = ldexp(cs[cb + r * CS + c], e);
+                }
+            }
+            controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                           gl_SemanticsAcquireRelease);
+        }
+}
