@@ -494,7 +494,8 @@ void hf_tp_destroy(hf_tp *tp)
 
 /* Opens rank r's backend: a backend of be's kind, device be's + r (cpu:
  * another instance; every rank on be's device when LLMEM_TP_ONE_DEVICE=1,
- * for testing). */
+ * for testing), with be's allocation hook (called from rank r's thread
+ * too, once decoding runs). */
 static llmem_status open_rank_backend(llmem_backend *be, int32_t r, llmem_backend **out,
                                       char *err, size_t err_len)
 {
@@ -508,6 +509,8 @@ static llmem_status open_rank_backend(llmem_backend *be, int32_t r, llmem_backen
     if (st != LLMEM_OK)
         llmem_errf(err, err_len, "tensor-parallel rank %d: cannot open %s device %d: %s", r,
                    llmem_backend_name(be), dev, why);
+    else /* be's allocation hook (fault injection) covers every rank's allocations */
+        llmem_backend_set_alloc_hook(*out, be->alloc_hook, be->alloc_hook_ctx);
     return st;
 }
 
