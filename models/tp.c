@@ -564,8 +564,14 @@ llmem_status hf_tp_load(llmem_model *m, const llmem_safetensors *st, char *err, 
         return s;
     const char *kind = getenv("LLMEM_TP_COMM");
     if ((s = llmem_comm_group_create(tp->be, n, kind && *kind ? kind : NULL, tp->comm, err,
-                                     err_len)) != LLMEM_OK)
+                                     err_len)) != LLMEM_OK) {
+        if (s == LLMEM_E_NOT_FOUND && err && err_len) { /* NCCL missing: say what else works */
+            size_t k = strlen(err);
+            snprintf(err + k, err_len - k, "; LLMEM_TP_COMM=cpu runs the ranks over the CPU "
+                                           "communicator instead");
+        }
         return s;
+    }
     tp->cpu_comm = !strcmp(llmem_comm_name(tp->comm[0]), "cpu");
     /* Recorded decode steps (models/decode_graph.c) hold the collectives:
      * NCCL's are captured into each rank's CUDA graph with the ops (every
