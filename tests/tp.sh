@@ -104,4 +104,6 @@ expect_error "num_attention_heads): 4" --model "$fixtures/bamba" --tp 8
 expect_error "Mamba-2 heads" --model "$fixtures/mamba2" --tp 16
 expect_error "not split yet" --model "$fixtures/gemma3_text" --tp 2
 expect_error "wants an integer in \[1, 64\]" --model "$fixtures/llama" --tp 0
+LLMEM_TP_COMM=nccl expect_error "no NCCL communicator" --model "$fixtures/llama" --tp 2
+LLMEM_TP_COMM=mpi expect_error "unknown communicator 'mpi'" --model "$fixtures/llama" --tp 2
 exit $fail
