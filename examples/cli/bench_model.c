@@ -15,6 +15,7 @@
  *             sequence and write the new ones (the pool dtype);
  *   state     Mamba-2 layers read and write each sequence's conv and SSM
  *             state (the state dtypes).
+ * With --tp N the bound is over N times the copy bandwidth (N devices).
  * pp figures also print the rate in TFLOP/s (2 * weight params * tokens).
  * --json PATH writes the same data. LLMEM_BENCH_HOST_SAMPLE=1 makes the tg
  * steps download all logits and pick on the host instead (for comparison). Shapes: the checkpoint's (use a random
@@ -214,16 +215,19 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
         warm = true;
         if ((st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
             break;
+        /* --tp N: N devices move their shares at once (replicated norms,
+         * embedding rows and KV heads make the true bound a little higher) */
+        double bw = b->copy_bw * (p.tp > 1 ? p.tp : 1);
         double tg_bytes = 0;
         for (int32_t s = 0; s < TG; s++)
             tg_bytes += wb + cache_bytes(c, &p, r->batch, PP + s);
-        r->tg_bound_s = tg_bytes / b->copy_bw;
+        r->tg_bound_s = tg_bytes / bw;
         /* a prompt reads the weights once, writes its K/V, reads and writes
          * each state once */
         double kv_tok = 2.0 * c->n_kv_heads * c->head_dim * (double)llmem_dtype_size(p.kv_dtype);
         r->pp_bound_s = (wb + cache_bytes(c, &p, r->batch, 0) +
                          (double)c->n_attention_layers * r->batch * (PP - 1) * kv_tok) /
-                        b->copy_bw;
+                        bw;
         double pp_tok = (double)r->batch * PP, tg_tok = (double)r->batch * TG;
         printf("%-6s %-6d %12.1f %12.3f %12.3f %7.2fx  (%.1f TFLOP/s)\n", "pp512", r->batch,
                pp_tok / r->pp_s, r->pp_s * 1e3, r->pp_bound_s * 1e3, r->pp_s / r->pp_bound_s,
