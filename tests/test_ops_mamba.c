@@ -225,6 +225,22 @@ static const scan_case scan_cases[] = {
     /* a long prefill chunk: 256 steps of decay and accumulation */
     {{2, 256, 2, 6, {-1, 3}, {0, 3}, {1, 2, 4, 5}}, {8, 16, 32, 2, 0.0f, INFINITY}, F32, BF16,
      true, true},
+    /* long streams for cuda's chunked SSD (kernels/ssd.cu, 64-token chunks):
+     * 300 tokens = 4 chunks + 44 at the 9B head shape (head_dim 64, d_state
+     * 128, one group): a fresh stream, one in place, one reading stream 0's
+     * dst (copy-on-write), 3 checkpoints each in the partial last chunk */
+    {{3, 300, 3, 13, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9, 10, 11, 12}},
+     {4, 64, 128, 1, 0.0f, INFINITY}, F32, F32, true, true},
+    /* 333 tokens (5 chunks + 13) at the fixtures' shape, bf16 state, dt
+     * limits; stream 1 rolls back onto its own source slot (6) */
+    {{2, 333, 5, 13, {3, 6}, {3, 5}, {0, 1, 2, 4, -1, 6, 8, 9, 10, 11}},
+     {8, 16, 16, 2, 0.001f, 0.5f}, BF16, F16, true, false},
+    /* 14 checkpoints across the edge of chunks 0 and 1 (tokens 56..69), f16 */
+    {{1, 70, 14, 16, {0}, {0}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}},
+     {4, 32, 64, 2, 0.0f, INFINITY}, F16, F32, false, true},
+    /* shapes that pad the tiles: head_dim 40, d_state 100 */
+    {{2, 100, 2, 8, {-1, 1}, {0, 1}, {2, 3, 4, -1}}, {3, 40, 100, 1, 0.0f, INFINITY}, F32, BF16,
+     true, true},
 };
 
 static void scan_inputs(th_ctx *h, ref64_rng *r, const scan_case *k, scan_in *in)

@@ -22,6 +22,7 @@
 #include "kernels/attention_q.h"
 #include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
+#include "kernels/ssd.h"
 #include "llmem/view.h"
 
 #define F16_CHUNK_BYTES ((size_t)64 << 20) /* f32 weight rows converted per GEMM */
@@ -649,6 +650,8 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         return st;
     cuk_scan_args sa = cuda_scan_args(p, xbc, dt, a_log, d, dt_bias, y);
     sa.n_sms = cb->n_sms;
+    if (cuk_ssd_applies(&rs, &sa)) /* prefill: chunked SSD, kernels/ssd.cu */
+        return done(cb, cuk_ssd_scan(&rs, &sa, cb->stream), "ssm_scan (chunked)");
     return done(cb, cuk_ssm_scan(&rs, &sa, cb->stream), "ssm_scan");
 }
 
