@@ -495,7 +495,7 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         if (!check_row(kv, s, err, err_len))
             goto out;
     }
-    if (mem->plan && (kv->rows.full || kv->rows.dirty_list.n > 0)) {
+    if (mem->plan && page_rows_pending(&kv->rows)) {
         llmem_errf(err, err_len, "page rows: a plan is in flight with rows not uploaded");
         goto out;
     }

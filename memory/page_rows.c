@@ -40,10 +40,9 @@ int64_t page_rows_cost(int32_t n)
 void page_rows_finish(page_rows *r)
 {
     free(r->v);
-    free(r->dirty);
     for (int32_t c = 0; c < PAGE_ROWS_CLASSES; c++)
         i32vec_free(&r->free_rows[c]);
-    i32vec_free(&r->dirty_list);
+    i32vec_free(&r->pend);
     free(r->run_off);
     free(r->run_len);
     memset(r, 0, sizeof *r);
@@ -57,51 +56,43 @@ static bool grow(page_rows *r, int64_t need)
         return false;
     int64_t ncap = r->cap + r->cap / 4 + 4096; /* 1.25x: the table can be GBs */
     ncap = ncap < need ? need : ncap > INT32_MAX ? INT32_MAX : ncap;
-    int64_t nb = (ncap + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK;
-    int64_t ob = ((int64_t)r->cap + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK;
-    /* a decode step touches one entry (and flag) of every row: with
-     * thousands of long rows, 4 KiB pages would cost a TLB miss each. The
-     * new arrays are advised before the old contents are copied in (a
-     * realloc would copy, or mremap, the old contents into plain pages
-     * that the advice no longer changes) */
+    /* a decode step touches one entry of every row: with thousands of long
+     * rows, 4 KiB pages would cost a TLB miss each. The new array is
+     * advised before the old contents are copied in (a realloc would copy,
+     * or mremap, them into plain pages that the advice no longer changes) */
     int32_t *nv = malloc((size_t)ncap * sizeof *nv);
-    uint8_t *nd = malloc((size_t)nb);
-    if (!nv || !nd) {
-        free(nv);
-        free(nd);
+    if (!nv)
         return false;
-    }
     seq_heap_advise(nv, (size_t)ncap * sizeof *nv);
-    seq_heap_advise(nd, (size_t)nb);
-    if (r->cap > 0) {
+    if (r->cap > 0)
         memcpy(nv, r->v, (size_t)r->cap * sizeof *nv);
-        memcpy(nd, r->dirty, (size_t)ob);
-    }
     free(r->v);
-    free(r->dirty);
     r->v = nv;
-    r->dirty = nd;
-    memset(r->dirty + ob, 0, (size_t)(nb - ob));
     for (int64_t i = r->cap; i < ncap; i++)
         r->v[i] = -1;
     r->cap = (int32_t)ncap;
     return true;
 }
 
-/* Flags the blocks of entries [at, at + n). */
-static void flag(page_rows *r, int32_t at, int32_t n)
+/* Records entries [at, at + n) for the next upload. */
+static void note(page_rows *r, int32_t at, int32_t n)
 {
+    i32vec *l = &r->pend;
     if (r->full || n <= 0)
         return;
-    for (int32_t b = at / PAGE_ROWS_BLOCK; b <= (at + n - 1) / PAGE_ROWS_BLOCK; b++) {
-        if (r->dirty[b])
-            continue;
-        if (!i32vec_push(&r->dirty_list, b)) {
-            r->full = true; /* out of host memory: upload everything next time */
-            return;
-        }
-        r->dirty[b] = 1;
+    if (l->n >= 2 && l->v[l->n - 2] <= at && at <= l->v[l->n - 2] + l->v[l->n - 1]) {
+        int32_t end = at + n > l->v[l->n - 2] + l->v[l->n - 1] ? at + n
+                                                               : l->v[l->n - 2] + l->v[l->n - 1];
+        l->v[l->n - 1] = end - l->v[l->n - 2];
+        return;
     }
+    if (!i32vec_reserve(l, l->n + 2)) {
+        r->full = true; /* out of host memory: upload everything next time */
+        l->n = 0;
+        return;
+    }
+    l->v[l->n++] = at;
+    l->v[l->n++] = n;
 }
 
 bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n)
@@ -110,7 +101,7 @@ bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n)
         return true;
     int32_t c = class_grow(n);
     int32_t ncap = page_rows_class_cap(c), at;
-    if (!i32vec_reserve(&r->dirty_list, r->dirty_list.n + 1))
+    if (!i32vec_reserve(&r->pend, r->pend.n + 2))
         return false;
     if (r->free_rows[c].n > 0) {
         at = r->free_rows[c].v[--r->free_rows[c].n];
@@ -121,7 +112,7 @@ bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n)
         r->n += ncap;
         /* fresh entries (-1) reach the device too, so that the whole table
          * agrees with the host (what check verifies) */
-        flag(r, at, ncap);
+        note(r, at, ncap);
     }
     if (*row >= 0)
         page_rows_free(r, row, cap);
@@ -145,6 +136,7 @@ void page_rows_reset(page_rows *r)
     for (int32_t c = 0; c < PAGE_ROWS_CLASSES; c++)
         r->free_rows[c].n = 0;
     r->n = 0;
+    r->pend.n = 0;
     r->full = true;
 }
 
@@ -153,20 +145,13 @@ void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n)
     if (n <= 0)
         return;
     memcpy(r->v + at, v, (size_t)n * sizeof *v);
-    flag(r, at, n);
+    note(r, at, n);
 }
 
-static int cmp_i32(const void *a, const void *b)
+/* Queues entries [lo, hi) for flush_runs; uploads at once when the run
+ * list cannot grow (after flushing what is queued, so the order is kept). */
+static llmem_status upload_run(page_rows *r, llmem_buffer *buf, int64_t lo, int64_t hi)
 {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Queues blocks [b0, b1) for flush_runs; uploads at once when the run list
- * cannot grow (after flushing what is queued, so the order is kept). */
-static llmem_status upload_blocks(page_rows *r, llmem_buffer *buf, int32_t b0, int32_t b1)
-{
-    int64_t lo = (int64_t)b0 * PAGE_ROWS_BLOCK, hi = (int64_t)b1 * PAGE_ROWS_BLOCK;
     hi = hi < r->n ? hi : r->n;
     if (hi <= lo)
         return LLMEM_OK;
@@ -202,68 +187,64 @@ static llmem_status flush_runs(page_rows *r, llmem_buffer *buf)
     return st;
 }
 
-static int64_t blocks_of(int64_t n)
+static int cmp_range(const void *a, const void *b)
 {
-    return (n + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
 }
 
-/* Uploads the runs of flagged blocks found by scanning every flag (eight
- * at a time over clean stretches). O(blocks of n). */
-static llmem_status upload_scan(page_rows *r, llmem_buffer *buf)
+/* Puts the (first, count) pairs of l in ascending order of first: nothing
+ * to do or a reversal for the orders decode steps write in (rows are
+ * taken from free lists, so the rows of sequences 0, 1, 2, ... can lie in
+ * descending order), a sort otherwise. */
+static void order_ranges(i32vec *l)
 {
-    int32_t nb = (int32_t)blocks_of(r->n);
-    const uint8_t *f = r->dirty;
-    llmem_status st = LLMEM_OK;
-    for (int32_t b = 0; b < nb && st == LLMEM_OK;) {
-        if (!f[b]) {
-            uint64_t w;
-            if ((b & 7) == 0 && b + 8 <= nb && (memcpy(&w, f + b, 8), w == 0))
-                b += 8;
-            else
-                b++;
-            continue;
-        }
-        int32_t e = b + 1;
-        while (e < nb && f[e])
-            e++;
-        st = upload_blocks(r, buf, b, e);
-        b = e;
+    int32_t n = l->n / 2, *v = l->v;
+    bool asc = true, desc = true;
+    for (int32_t i = 1; i < n && (asc || desc); i++) {
+        asc = asc && v[2 * i - 2] <= v[2 * i];
+        desc = desc && v[2 * i - 2] >= v[2 * i];
     }
-    return st;
+    if (asc)
+        return;
+    if (desc) {
+        for (int32_t i = 0, j = n - 1; i < j; i++, j--) {
+            int32_t a = v[2 * i], c = v[2 * i + 1];
+            v[2 * i] = v[2 * j];
+            v[2 * i + 1] = v[2 * j + 1];
+            v[2 * j] = a;
+            v[2 * j + 1] = c;
+        }
+        return;
+    }
+    qsort(v, (size_t)n, 2 * sizeof *v, cmp_range);
 }
 
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf)
 {
     llmem_status st = LLMEM_OK;
-    int32_t *d = r->dirty_list.v, nd = r->dirty_list.n;
+    i32vec *l = &r->pend;
     if (r->full) {
-        st = upload_blocks(r, buf, 0, (r->n + PAGE_ROWS_BLOCK - 1) / PAGE_ROWS_BLOCK);
-    } else if (nd > 0 && (int64_t)nd * PAGE_ROWS_SCAN >= blocks_of(r->n)) {
-        /* dense (a decode step in pages of 1 flags a block per sequence):
-         * the flags in block order are runs already, no sort needed */
-        st = upload_scan(r, buf);
-    } else if (nd > 0) {
-        /* sorted runs of adjacent blocks, one copy each (bridging gaps costs
-         * more bytes than it saves calls on the host: a decode step of 4,000
-         * sequences flags one block per sequence) */
-        bool sorted = true;
-        for (int32_t i = 1; i < nd && sorted; i++)
-            sorted = d[i - 1] < d[i];
-        if (!sorted)
-            qsort(d, (size_t)nd, sizeof *d, cmp_i32);
-        for (int32_t i = 0; i < nd && st == LLMEM_OK;) {
-            int32_t j = i + 1;
-            while (j < nd && d[j] - d[j - 1] <= 1)
-                j++;
-            st = upload_blocks(r, buf, d[i], d[j - 1] + 1);
-            i = j;
+        st = upload_run(r, buf, 0, r->n);
+    } else if (l->n > 0) {
+        order_ranges(l);
+        int64_t lo = l->v[0], hi = (int64_t)l->v[0] + l->v[1];
+        for (int32_t i = 2; i < l->n && st == LLMEM_OK; i += 2) {
+            int64_t a = l->v[i], b = a + l->v[i + 1];
+            if (a <= hi + PAGE_ROWS_GAP) { /* overlapping or close: one run */
+                hi = b > hi ? b : hi;
+                continue;
+            }
+            st = upload_run(r, buf, lo, hi);
+            lo = a;
+            hi = b;
         }
+        if (st == LLMEM_OK)
+            st = upload_run(r, buf, lo, hi);
     }
     llmem_status fl = flush_runs(r, buf);
     st = st != LLMEM_OK ? st : fl;
-    for (int32_t i = 0; i < nd; i++)
-        r->dirty[d[i]] = 0;
-    r->dirty_list.n = 0;
+    l->n = 0;
     r->full = st != LLMEM_OK;
     return st;
 }
@@ -277,17 +258,25 @@ bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, si
         return false;
     }
     int32_t *dev = malloc((size_t)r->n * sizeof *dev);
-    if (!dev)
+    uint8_t *skip = r->pend.n > 0 ? calloc((size_t)r->n, 1) : NULL;
+    if (!dev || (r->pend.n > 0 && !skip)) {
+        free(dev);
+        free(skip);
         return true; /* cannot check without memory; not a violation */
+    }
+    for (int32_t i = 0; i < r->pend.n; i += 2) /* written, not uploaded yet */
+        for (int32_t k = r->pend.v[i]; k < r->pend.v[i] + r->pend.v[i + 1] && k < r->n; k++)
+            skip[k] = 1;
     bool ok = llmem_buffer_download(buf, 0, dev, (size_t)r->n * sizeof *dev) == LLMEM_OK;
     if (!ok)
         llmem_errf(err, err_len, "page rows: device download failed");
     for (int32_t i = 0; ok && i < r->n; i++)
-        if (!r->dirty[i / PAGE_ROWS_BLOCK] && dev[i] != r->v[i]) {
+        if ((!skip || !skip[i]) && dev[i] != r->v[i]) {
             llmem_errf(err, err_len, "page rows: device entry %d is %d, host %d", i, dev[i],
                        r->v[i]);
             ok = false;
         }
     free(dev);
+    free(skip);
     return ok;
 }

@@ -1,10 +1,10 @@
-/* llmem memory/: persistent page-table rows with dirty-block uploads.
+/* llmem memory/: persistent page-table rows with incremental uploads.
  *
  * Every sequence of a paged memory owns one row: a run of int32 entries of
  * one table that lives on the host and, at the same element offsets, at
  * the start of the memory's device index buffer. A step writes only the
  * entries that changed (a decode step: one entry every page_size tokens)
- * and uploads only the 64-byte blocks it touched, so a step never costs in
+ * and uploads only the entries it wrote, so a step never costs in
  * proportion to context length. Views point kernels at a row through
  * llmem_kv_view.page_off.
  *
@@ -28,17 +28,20 @@
 #include "memory/internal.h"
 
 #define PAGE_ROWS_CLASSES 116 /* class 115: 7 << 28 entries */
-#define PAGE_ROWS_BLOCK 16    /* entries per dirty block (64 bytes, a cache line) */
-#define PAGE_ROWS_SCAN 64     /* upload scans the flags when blocks <= 64 x flagged */
+#define PAGE_ROWS_GAP 16      /* pending ranges this close (entries) upload as one */
 
 typedef struct page_rows {
     int32_t *v;          /* [cap] host copy of every row; -1 where unused */
     int32_t n, cap;      /* entries in use (high-water), allocated */
     i32vec free_rows[PAGE_ROWS_CLASSES];
-    uint8_t *dirty;      /* [blocks of cap] block differs from the device copy */
-    i32vec dirty_list;   /* blocks flagged in dirty */
+    /* entries written since the last upload, as (first, count) pairs in
+     * write order; a write that continues the last range extends it. A
+     * list, not a flag per block of the table: a decode step in pages of
+     * 1 writes one entry into every row, and a flag per row would be one
+     * more scattered cache line per sequence */
+    i32vec pend;
     bool full;           /* the whole table must be uploaded (new device buffer) */
-    /* one upload's runs of flagged blocks, bytes: collected, then handed to
+    /* one upload's byte runs: collected, then handed to
      * llmem_buffer_upload_ranges in one call */
     size_t *run_off, *run_len;
     int32_t n_runs, run_cap;
@@ -59,32 +62,40 @@ bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n);
 void page_rows_free(page_rows *r, int32_t *row, int32_t *cap);
 /* Drops every row (all free; the device copy is re-uploaded in full). */
 void page_rows_reset(page_rows *r);
-/* Writes n entries at element `at` and flags their blocks. */
+/* Writes n entries at element `at` and records them for the next upload
+ * (when the list cannot grow, the next upload sends the whole table). */
 void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n);
 /* page_rows_write of one entry, inline (a decode step writes one entry
  * into each row that gained a page). */
 static inline void page_rows_write1(page_rows *r, int32_t at, int32_t v)
 {
     r->v[at] = v;
-    int32_t b = at / PAGE_ROWS_BLOCK;
-    if (r->full || r->dirty[b])
+    i32vec *l = &r->pend;
+    if (r->full)
         return;
-    i32vec *l = &r->dirty_list;
-    if (l->cap >= 0 && l->n < l->cap) {
-        l->v[l->n++] = b;
-        r->dirty[b] = 1;
+    if (l->n >= 2 && l->v[l->n - 2] + l->v[l->n - 1] == at) {
+        l->v[l->n - 1]++;
+    } else if (l->cap >= 0 && l->n + 2 <= l->cap) {
+        l->v[l->n++] = at;
+        l->v[l->n++] = 1;
     } else {
         page_rows_write(r, at, &v, 1); /* grows the list (or falls back to full) */
     }
 }
-/* Uploads flagged blocks (everything when full) to buf at byte 0; runs of
- * blocks are coalesced (found by a scan of the flags when dense, else by
- * sorting the flagged list) and go to the backend in one
- * llmem_buffer_upload_ranges call (one llmem_buffer_upload per run when
- * the run list cannot grow). On failure everything is flagged again. */
+/* Whether writes wait for an upload. */
+static inline bool page_rows_pending(const page_rows *r)
+{
+    return r->full || r->pend.n > 0;
+}
+/* Uploads the entries written since the last upload (everything when
+ * full) to buf at byte 0, in one llmem_buffer_upload_ranges call (one
+ * llmem_buffer_upload per run when the run list cannot grow): the ranges
+ * in table order (sorted unless they were written in ascending or
+ * descending order already), those at most PAGE_ROWS_GAP entries apart
+ * merged into one run. On failure the next upload sends everything. */
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
-/* Checks that the device copy equals the host's on every block not
- * flagged (O(table size); for llmem_memory_check). */
+/* Checks that the device copy equals the host's on every entry not
+ * waiting for an upload (O(table size); for llmem_memory_check). */
 bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, size_t err_len);
 
 #endif

@@ -1,0 +1,231 @@
+// ctest-labels: core
+/* Persistent page-table rows (memory/page_rows.h): rows taken, moved and
+ * freed, entries written in random, ascending and descending orders, one
+ * at a time (page_rows_write1, a decode step) or in runs; after every
+ * upload the device buffer equals a plain reference array the test writes
+ * itself, and the device check skips exactly the entries not yet
+ * uploaded (a stale device entry outside them is reported). */
+#include "support/run.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/backend.h"
+#include "memory/page_rows.h"
+
+#define NROW 64
+
+static uint32_t rnd(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 33);
+}
+
+typedef struct fixture {
+    llmem_backend *be;
+    llmem_buffer *buf;
+    page_rows r;
+    int32_t *ref; /* what the table must hold: -1 where no entry was written */
+    int32_t ref_n;
+    int32_t row[NROW], cap[NROW];
+} fixture;
+
+static void fx_init(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    char err[128];
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &f->be, err, sizeof err), LLMEM_OK);
+    f->r.full = true;
+    for (int32_t i = 0; i < NROW; i++)
+        f->row[i] = -1;
+}
+
+static void fx_finish(fixture *f)
+{
+    llmem_buffer_free(f->buf);
+    page_rows_finish(&f->r);
+    free(f->ref);
+    llmem_backend_close(f->be);
+}
+
+/* The device buffer holds the whole table (a new buffer gets everything). */
+static void fx_fit_buffer(fixture *f)
+{
+    size_t need = (size_t)(f->r.n > 0 ? f->r.n : 1) * sizeof(int32_t);
+    if (f->buf && llmem_buffer_size(f->buf) >= need)
+        return;
+    llmem_buffer_free(f->buf);
+    f->buf = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(f->be, 2 * need, &f->buf), LLMEM_OK);
+    ck_assert_int_eq(llmem_buffer_fill(f->buf, 0, 2 * need, 0x7f7f7f7fu), LLMEM_OK);
+    f->r.full = true;
+}
+
+static void ref_grow(fixture *f)
+{
+    if (f->r.n <= f->ref_n)
+        return;
+    f->ref = realloc(f->ref, (size_t)f->r.n * sizeof *f->ref);
+    ck_assert_ptr_nonnull(f->ref);
+    for (int32_t i = f->ref_n; i < f->r.n; i++)
+        f->ref[i] = -1; /* fresh rows read -1 */
+    f->ref_n = f->r.n;
+}
+
+static void upload_and_compare(fixture *f)
+{
+    fx_fit_buffer(f);
+    ck_assert_int_eq(page_rows_upload(&f->r, f->buf), LLMEM_OK);
+    ck_assert(!page_rows_pending(&f->r));
+    int32_t *dev = malloc((size_t)f->r.n * sizeof *dev);
+    ck_assert_ptr_nonnull(dev);
+    ck_assert_int_eq(llmem_buffer_download(f->buf, 0, dev, (size_t)f->r.n * sizeof *dev),
+                     LLMEM_OK);
+    int32_t bad = -1; /* one assertion, not one per entry (Check logs each) */
+    for (int32_t i = 0; i < f->r.n && bad < 0; i++)
+        if (dev[i] != f->ref[i])
+            bad = i;
+    ck_assert_msg(bad < 0, "device entry %d is %d, expected %d", bad, bad >= 0 ? dev[bad] : 0,
+                  bad >= 0 ? f->ref[bad] : 0);
+    free(dev);
+    char err[256] = "";
+    ck_assert_msg(page_rows_check_device(&f->r, f->buf, err, sizeof err), "%s", err);
+}
+
+/* Writes entry k of row i (k < cap) with v, in the table and the reference. */
+static void put(fixture *f, int32_t i, int32_t k, int32_t v, bool one)
+{
+    if (one)
+        page_rows_write1(&f->r, f->row[i] + k, v);
+    else
+        page_rows_write(&f->r, f->row[i] + k, &v, 1);
+    f->ref[f->row[i] + k] = v;
+}
+
+/* Random rows and writes; mode 0: random order of rows, 1: ascending,
+ * 2: descending (the orders a decode step's writes can come in). */
+START_TEST(test_random_writes)
+{
+    int mode = _i;
+    fixture f;
+    fx_init(&f);
+    uint64_t seed = 0x5eed0000u + (uint64_t)mode;
+    int32_t len[NROW] = {0};
+    for (int32_t step = 0; step < 300; step++) {
+        /* some rows grow (and may move to a larger class: contents rewritten) */
+        int32_t order[NROW];
+        for (int32_t i = 0; i < NROW; i++)
+            order[i] = mode == 2 ? NROW - 1 - i : i;
+        if (mode == 0)
+            for (int32_t i = NROW - 1; i > 0; i--) {
+                int32_t j = (int32_t)(rnd(&seed) % (uint32_t)(i + 1)), t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+        for (int32_t o = 0; o < NROW; o++) {
+            int32_t i = order[o];
+            uint32_t what = rnd(&seed) % 16;
+            if (what == 0 && f.row[i] >= 0) { /* the sequence empties */
+                page_rows_free(&f.r, &f.row[i], &f.cap[i]);
+                len[i] = 0;
+                continue;
+            }
+            int32_t add = what < 12 ? 1 : (int32_t)(rnd(&seed) % 40);
+            int32_t old_row = f.row[i];
+            if (!page_rows_fit(&f.r, &f.row[i], &f.cap[i], len[i] + add))
+                ck_abort_msg("page_rows_fit failed");
+            ref_grow(&f);
+            if (f.row[i] != old_row) { /* moved: the caller rewrites its entries */
+                int32_t *v = malloc((size_t)(len[i] > 0 ? len[i] : 1) * sizeof *v);
+                ck_assert_ptr_nonnull(v);
+                for (int32_t k = 0; k < len[i]; k++)
+                    v[k] = i * 100000 + k;
+                page_rows_write(&f.r, f.row[i], v, len[i]);
+                for (int32_t k = 0; k < len[i]; k++)
+                    f.ref[f.row[i] + k] = v[k];
+                free(v);
+            }
+            for (int32_t k = 0; k < add; k++)
+                put(&f, i, len[i] + k, i * 100000 + len[i] + k, add == 1);
+            len[i] += add;
+        }
+        if (step % 3 == 0) {
+            /* before the upload the check skips exactly what is pending */
+            fx_fit_buffer(&f);
+            char err[256] = "";
+            ck_assert_msg(page_rows_check_device(&f.r, f.buf, err, sizeof err), "%s", err);
+            upload_and_compare(&f);
+        }
+    }
+    upload_and_compare(&f);
+    fx_finish(&f);
+}
+END_TEST
+
+/* One entry per row, rows far apart (no two writes in one run), written in
+ * ascending, descending (a reversal) and shuffled (a sort) order of their
+ * place in the table: each decode step's entries all reach the device. */
+START_TEST(test_write_orders)
+{
+    fixture f;
+    fx_init(&f);
+    for (int32_t i = 0; i < 16; i++) { /* fresh rows: ascending places, 64 apart */
+        ck_assert(page_rows_fit(&f.r, &f.row[i], &f.cap[i], 40));
+        ref_grow(&f);
+    }
+    for (int32_t i = 1; i < 16; i++)
+        ck_assert_int_gt(f.row[i] - f.row[i - 1], PAGE_ROWS_GAP);
+    upload_and_compare(&f);
+    uint64_t seed = 99;
+    for (int32_t step = 0; step < 30; step++) {
+        int32_t order[16];
+        for (int32_t i = 0; i < 16; i++)
+            order[i] = step % 3 == 0 ? i : 15 - i;
+        if (step % 3 == 2)
+            for (int32_t i = 15; i > 0; i--) {
+                int32_t j = (int32_t)(rnd(&seed) % (uint32_t)(i + 1)), t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+        for (int32_t o = 0; o < 16; o++)
+            put(&f, order[o], step, 1000 * order[o] + step, true);
+        upload_and_compare(&f);
+    }
+    fx_finish(&f);
+}
+END_TEST
+
+/* A stale device entry that no pending write covers is reported; the same
+ * entry written again (pending) is not, and the upload repairs it. */
+START_TEST(test_check_reports_stale_entry)
+{
+    fixture f;
+    fx_init(&f);
+    ck_assert(page_rows_fit(&f.r, &f.row[0], &f.cap[0], 10));
+    ref_grow(&f);
+    for (int32_t k = 0; k < 10; k++)
+        put(&f, 0, k, 500 + k, true);
+    upload_and_compare(&f);
+    int32_t bad = 12345, at = f.row[0] + 3;
+    ck_assert_int_eq(llmem_buffer_upload(f.buf, (size_t)at * sizeof bad, &bad, sizeof bad),
+                     LLMEM_OK);
+    char err[256] = "";
+    ck_assert(!page_rows_check_device(&f.r, f.buf, err, sizeof err));
+    ck_assert_ptr_nonnull(strstr(err, "device entry"));
+    put(&f, 0, 3, 777, true);
+    ck_assert(page_rows_check_device(&f.r, f.buf, err, sizeof err));
+    upload_and_compare(&f);
+    fx_finish(&f);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("page_rows");
+    TCase *tc = tcase_create("core");
+    tcase_add_loop_test(tc, test_random_writes, 0, 3);
+    tcase_add_test(tc, test_write_orders);
+    tcase_add_test(tc, test_check_reports_stale_entry);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s) ? 1 : 0;
+}
