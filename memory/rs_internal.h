@@ -13,8 +13,10 @@ typedef struct rs_hold {
     i32vec slot, len; /* state after `len` tokens lives in `slot` */
 } rs_hold;
 
-/* Snapshots n_snapshots -1 makes at most (sized from prefix_cache_bytes). */
-#define RS_SNAP_FROM_BUDGET_MAX 65536
+/* Snapshots n_snapshots -1 makes at most (sized from prefix_cache_bytes): a
+ * device lookup compares every snapshot once per distinct candidate length
+ * (rs_snap.c find_device), so more slots cost every new request's plan. */
+#define RS_SNAP_FROM_BUDGET_MAX 4096
 
 /* Tokens per block of a sequence's snapshot hash chain (rs_snap.c). */
 #define RS_HASH_BLOCK 64

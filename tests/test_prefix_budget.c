@@ -253,7 +253,8 @@ END_TEST
  * (32 bytes). X = 1..12 in ubatches of 4 publishes sX4 [1], sX8 [2] and
  * sX12 [3]; the third evicts sX4. n_snapshots -1 sizes the slots from the
  * budget: floor(40 / 16) = 2 snapshot slots, so bytes_device = 16 * (2
- * sequences * (2 + 0 checkpoints) + 2) = 96. */
+ * sequences * (2 + 0 checkpoints) + 2) = 96; a budget of 1 GiB gives the
+ * documented cap of 4096 slots. */
 START_TEST(test_budget_recurrent_alone)
 {
     llmem_backend *be = mt_cpu();
@@ -273,6 +274,11 @@ START_TEST(test_budget_recurrent_alone)
     ck_assert_msg(llmem_recurrent_create(be, &rp, &m, err, sizeof err) == LLMEM_OK, "%s", err);
     st = stats(m);
     ck_assert_int_eq(st.bytes_device, 16 * (2 * 2 + 2));
+    llmem_memory_destroy(m);
+    /* at most 4096 slots from a budget (recurrent.h), however large */
+    rp = rs_params(-1, (int64_t)1 << 30);
+    ck_assert_msg(llmem_recurrent_create(be, &rp, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(stats(m).bytes_device, 16 * (2 * 2 + 4096));
     llmem_memory_destroy(m);
     llmem_backend_close(be);
 }

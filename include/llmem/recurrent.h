@@ -42,7 +42,7 @@ typedef struct llmem_recurrent_params {
      * Verified by token ids, pinned by plans reading them, evicted LRU.
      * 0 = off; LLMEM_SNAPSHOTS=<n>[:<interval>] sets both when 0; -1: as
      * many as prefix_cache_bytes holds (floor(bytes / slot bytes), at
-     * most 65536; needs prefix_cache_bytes). */
+     * most 4096; needs prefix_cache_bytes). */
     int32_t n_snapshots;
     int32_t snap_interval;
     /* Host tier (issue 13): bytes of host memory (from
