@@ -85,10 +85,10 @@ static void hybrid_snapshots(const llmem_model_params *p, llmem_recurrent_params
 {
     const char *env = getenv("LLMEM_SNAPSHOTS");
     int32_t n = p->n_snapshots;
-    if (n < 0 && p->prefix_cache_bytes > 0 && !p->no_prefix_cache)
-        n = -1; /* as many as the prefix budget holds */
-    else if (n < 0)
-        n = p->no_prefix_cache || (env && *env) ? 0 : (p->n_seq_max > 16 ? p->n_seq_max : 16);
+    if (n < 0) /* a budget sizes them (-1: as many as it holds) */
+        n = p->no_prefix_cache || (env && *env) ? 0
+            : p->prefix_cache_bytes > 0       ? -1
+            : (p->n_seq_max > 16 ? p->n_seq_max : 16);
     rp->n_snapshots = n;
     rp->prefix_cache_bytes = p->no_prefix_cache ? 0 : p->prefix_cache_bytes;
     rp->snap_interval = p->snap_interval > 0 ? p->snap_interval

@@ -89,8 +89,9 @@ typedef struct llmem_model_params {
                                   pages no sequence holds and, in hybrids, the
                                   recurrent snapshots, under one LRU
                                   (llmem_kv_cache_params.prefix_cache_bytes);
-                                  with n_snapshots -1 a hybrid's snapshot slots
-                                  are sized from it (one per state slot's bytes).
+                                  with n_snapshots -1 (and no LLMEM_SNAPSHOTS) a
+                                  hybrid's snapshot slots are sized from it (one
+                                  per state slot's bytes, at most 4096).
                                   0 (default): none */
 } llmem_model_params;
 
