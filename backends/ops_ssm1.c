@@ -1,10 +1,40 @@
-/* llmem: the op wrappers of the short-conv (LFM2) and Mamba-1 ops of
- * <llmem/ops.h> (issue 16): argument checks as in ops.c, then the slot.
- * The view checks (tables, slots, state buffer sizes) are base/view.c's. */
+/* llmem: the short-conv (LFM2) and Mamba-1 ops of <llmem/ops_ssm1.h>
+ * (issue 16), open ops (<llmem/ops_impl.h>, "Open ops"): their metadata,
+ * registered when libllmem loads, and their wrappers: argument checks as in
+ * ops.c, then the backend's implementation (llmem_backend_op_impl). The
+ * view checks (tables, slots, state buffer sizes) are base/view.c's. */
 #include <math.h>
 
 #include "base/base_internal.h"
 #include "backends/ops_internal.h"
+#include "llmem/ops_ssm1.h"
+
+/* short_conv: {view (state dtype), bcx, w, b, out} */
+static llmem_op_info short_conv_info = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_SHORT_CONV,
+    .name = "short_conv",
+    .view = LLMEM_VIEW_RECURRENT,
+    .view_desc_min = sizeof(llmem_rs_view),
+    .n_operands = 5,
+    .dtypes = {DT_FLOAT, DT_F32, DT_FLOAT, DT_FLOAT, DT_F32},
+    .layout = LLMEM_OP_SHORT_CONV_LAYOUT,
+};
+LLMEM_OP_DEFINE(short_conv_info);
+
+/* ssm_scan1: {view (state dtype), x, dt, b, c, a_log, d, dt_bias, z, y} */
+static llmem_op_info ssm_scan1_info = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_SSM_SCAN1,
+    .name = "ssm_scan1",
+    .view = LLMEM_VIEW_RECURRENT,
+    .view_desc_min = sizeof(llmem_rs_view),
+    .n_operands = 10,
+    .dtypes = {DT_FLOAT, DT_F32, DT_F32, DT_F32, DT_F32, DT_FLOAT, DT_FLOAT, DT_FLOAT, DT_F32,
+               DT_F32},
+    .layout = LLMEM_OP_SSM_SCAN1_LAYOUT,
+};
+LLMEM_OP_DEFINE(ssm_scan1_info);
 
 /* A [rows, cols] matrix, or rows outermost with the rest flattening to cols. */
 static bool mat_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes, int64_t rows,
@@ -32,13 +62,13 @@ llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int3
                                  const llmem_tensor *bcx, const llmem_tensor *w,
                                  const llmem_tensor *b, const llmem_tensor *out)
 {
-    /* the view kind this op declares (backends/op_info.c) */
+    /* the view kind this op declares (short_conv_info) */
     if (llmem_op_check_view(LLMEM_OP_SHORT_CONV, view, NULL, 0) != LLMEM_OK)
         return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, const llmem_view *, int32_t, llmem_ct *, llmem_ct *,
-                       llmem_ct *, llmem_ct *) = SLOT(be, short_conv);
+    llmem_op_short_conv_fn fn =
+        (llmem_op_short_conv_fn)llmem_backend_op_impl(be, &short_conv_info);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     llmem_status st = llmem_view_check_rs(be, view, state);
@@ -70,14 +100,12 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
                                 const llmem_tensor *d, const llmem_tensor *dt_bias,
                                 const llmem_tensor *z, const llmem_tensor *y)
 {
-    /* the view kind this op declares (backends/op_info.c) */
+    /* the view kind this op declares (ssm_scan1_info) */
     if (llmem_op_check_view(LLMEM_OP_SSM_SCAN1, view, NULL, 0) != LLMEM_OK)
         return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, const llmem_ssm1_params *, const llmem_view *, int32_t,
-                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *,
-                       llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, ssm_scan1);
+    llmem_op_ssm_scan1_fn fn = (llmem_op_ssm_scan1_fn)llmem_backend_op_impl(be, &ssm_scan1_info);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     llmem_status st = llmem_view_check_rs(be, view, state);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "llmem/ops.h"
+#include "llmem/ops_ssm1.h"
 #include "models/config_internal.h"
 #include "models/hf_internal.h"
 #include "models/model_internal.h"

@@ -53,9 +53,7 @@ set(LLMEM_VK_SHADER_LIST
   "ssm_scan_dec_sg:ssm_scan_decode.comp:USE_SUBGROUP=1"
   "state_gather:state_gather.comp"
   "moe_route:moe_route.comp"
-  "moe_ffn:moe_ffn.comp"
-  "short_conv:short_conv.comp"
-  "ssm_scan1:ssm_scan1.comp")
+  "moe_ffn:moe_ffn.comp")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 

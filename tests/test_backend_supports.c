@@ -21,6 +21,7 @@
 #include "llmem/backend_impl.h"
 #include "llmem/llmem.h"
 #include "llmem/ops_gdn.h"
+#include "llmem/ops_ssm1.h"
 #include "llmem/ops_impl.h"
 #include "llmem/runtime.h"
 
@@ -146,6 +147,21 @@ START_TEST(test_supports_per_dtype)
     ck_assert(!llmem_backend_supports(be, LLMEM_OP_TAG('n', 'o', 'n', 'e'), NULL, 0));
     ck_assert(!llmem_backend_supports(be, LLMEM_OP_RESERVED_29_, NULL, 0));
     ck_assert(!llmem_backend_supports(be, LLMEM_OP_RESERVED_30_, NULL, 0));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_RESERVED_33_, NULL, 0));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_RESERVED_34_, NULL, 0));
+    /* short_conv(view f32|f16|bf16, bcx f32, w, b f32|f16|bf16, out f32);
+     * ssm_scan1(view, x, dt, b, c f32, a_log, d, dt_bias f32|f16|bf16, z, y f32) */
+    ck_assert(llmem_backend_supports(be, LLMEM_OP_SHORT_CONV,
+                                     (llmem_dtype[]){F16, F32, BF16, F16, F32}, 5));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_SHORT_CONV, (llmem_dtype[]){F32, BF16}, 2));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_SHORT_CONV, (llmem_dtype[]){I8}, 1));
+    ck_assert(llmem_backend_supports(
+        be, LLMEM_OP_SSM_SCAN1,
+        (llmem_dtype[]){F32, F32, F32, F32, F32, BF16, F16, F32, F32, F32}, 10));
+    ck_assert(!llmem_backend_supports(
+        be, LLMEM_OP_SSM_SCAN1,
+        (llmem_dtype[]){F32, F32, F32, F32, F32, BF16, F16, F32, F16, F32}, 10));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_SSM_SCAN1, (llmem_dtype[]){I8}, 1));
     /* the CPU reference has every op, numbered or open */
     llmem_op ids[256];
     int32_t n = llmem_op_list(ids, 256);
@@ -181,7 +197,7 @@ START_TEST(test_null_slots)
     p.ops = *p.orig->ops;
     p.ops.struct_size = offsetof(struct llmem_ops_i, geglu);
     ck_assert(!llmem_backend_supports(p.be, LLMEM_OP_GEGLU, NULL, 0));
-    ck_assert(!llmem_backend_supports(p.be, LLMEM_OP_SSM_SCAN1, NULL, 0));
+    ck_assert(!llmem_backend_supports(p.be, LLMEM_OP_SOFTCAP, NULL, 0));
     ck_assert(llmem_backend_supports(p.be, LLMEM_OP_ADD_RMS_NORM, NULL, 0));
     /* open ops: absent from the list, no list, or a vtable older than the list */
     ck_assert(llmem_backend_supports(p.be, LLMEM_OP_GDN, NULL, 0));
@@ -237,6 +253,9 @@ START_TEST(test_op_names_and_view_kinds)
 {
     ck_assert_str_eq(llmem_op_name(LLMEM_OP_KV_STORE), "kv_store");
     ck_assert_str_eq(llmem_op_name(LLMEM_OP_SSM_SCAN1), "ssm_scan1");
+    ck_assert_str_eq(llmem_op_name(LLMEM_OP_SHORT_CONV), "short_conv");
+    ck_assert_uint_eq(llmem_op_view_kind(LLMEM_OP_SHORT_CONV), LLMEM_VIEW_RECURRENT);
+    ck_assert_int_eq(llmem_op_n_operands(LLMEM_OP_SSM_SCAN1), 10);
     ck_assert_str_eq(llmem_op_name(LLMEM_OP_COUNT), "unknown");
     ck_assert_uint_eq(llmem_op_view_kind(LLMEM_OP_ATTENTION_PAGED), LLMEM_VIEW_KV);
     ck_assert_uint_eq(llmem_op_view_kind(LLMEM_OP_GDN), LLMEM_VIEW_RECURRENT);
@@ -284,6 +303,14 @@ START_TEST(test_op_names_and_view_kinds)
 }
 END_TEST
 
+static int count_of(const llmem_op *ids, int32_t n, llmem_op op)
+{
+    int c = 0;
+    for (int32_t k = 0; k < n; k++)
+        c += ids[k] == op;
+    return c;
+}
+
 /* Every op id the process knows: the numbered ones ascending, then the
  * open ones by ascending tag; no id or name twice; every in-tree
  * registration succeeded. */
@@ -311,8 +338,10 @@ START_TEST(test_op_list)
         smul |= ids[k] == LLMEM_OP_SIGMOID_MUL;
     }
     ck_assert(gdn && smul);
-    /* the numbered ops of ops.h: every id below LLMEM_OP_COUNT but the two reserved ones */
-    ck_assert_int_eq(numbered, LLMEM_OP_COUNT - 2);
+    ck_assert_int_eq(count_of(ids, n, LLMEM_OP_SHORT_CONV), 1);
+    ck_assert_int_eq(count_of(ids, n, LLMEM_OP_SSM_SCAN1), 1);
+    /* the numbered ops of ops.h: every id below LLMEM_OP_COUNT but the four reserved ones */
+    ck_assert_int_eq(numbered, LLMEM_OP_COUNT - 4);
     /* a short array gets a prefix, and the total */
     llmem_op two[2] = {-1, -1};
     ck_assert_int_eq(llmem_op_list(two, 2), n);
@@ -483,7 +512,7 @@ static void load_without(const char *name, void (*clear)(patched *), const char 
 static void no_attention(patched *p) { p->ops.attention_paged = NULL; }
 static void no_gdn(patched *p) { drop_impl(p, LLMEM_OP_GDN); }
 static void no_swiglu(patched *p) { p->ops.swiglu = NULL; }
-static void no_short_conv(patched *p) { p->ops.short_conv = NULL; }
+static void no_short_conv(patched *p) { drop_impl(p, LLMEM_OP_SHORT_CONV); }
 
 START_TEST(test_model_load_refuses_missing_op)
 {

@@ -22,6 +22,7 @@
 #include "llmem/llmem.h"
 #include "llmem/ops.h"
 #include "llmem/ops_gdn.h"
+#include "llmem/ops_ssm1.h"
 #include "support/example_rsum.h"
 #include "support/memtest.h"
 #include "support/seqref.h"

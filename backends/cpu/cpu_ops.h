@@ -377,11 +377,5 @@ llmem_status cpu_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p
 llmem_status cpu_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
                             llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
                             llmem_ct *out);
-llmem_status cpu_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);
-llmem_status cpu_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
-                              const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
-                              llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
-                              llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
 
 #endif

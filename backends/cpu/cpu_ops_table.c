@@ -35,8 +35,6 @@ const struct llmem_ops_i llmem_cpu_ops = {
     .matmul_swiglu = cpu_op_matmul_swiglu,
     .geglu = cpu_op_geglu,
     .softcap = cpu_op_softcap,
-    .short_conv = cpu_op_short_conv,
-    .ssm_scan1 = cpu_op_ssm_scan1,
 };
 
 llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n)

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_ops.h"
+#include "llmem/ops_ssm1.h"
 #include "llmem/view.h"
 
 #define SC_CB 64 /* channels per short-conv work item */
@@ -86,8 +87,8 @@ static void sc_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
     }
 }
 
-llmem_status cpu_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
+static llmem_status cpu_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                                      llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     (void)be;
     const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
@@ -187,10 +188,10 @@ static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
     }
 }
 
-llmem_status cpu_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
-                              const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
-                              llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
-                              llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
+static llmem_status cpu_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
+                                     const llmem_view *view, int32_t state, llmem_ct *x,
+                                     llmem_ct *dt, llmem_ct *b, llmem_ct *c, llmem_ct *a_log,
+                                     llmem_ct *d, llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
 {
     (void)be;
     s1_ctx k = {.Din = p->d_inner, .N = p->d_state, .x = tensor_data(x), .dt = tensor_data(dt),
@@ -228,3 +229,9 @@ fail:
     cpu_rs_io_finish(&io);
     return st;
 }
+
+/* Registered in the cpu backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_SHORT_CONV, LLMEM_OP_SHORT_CONV_LAYOUT,
+              llmem_op_short_conv_fn, cpu_op_short_conv);
+LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_SSM_SCAN1, LLMEM_OP_SSM_SCAN1_LAYOUT, llmem_op_ssm_scan1_fn,
+              cpu_op_ssm_scan1);

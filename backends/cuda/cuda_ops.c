@@ -20,7 +20,6 @@
 #include "backends/cuda/cuda_ops_moe.h"
 #include "backends/cuda/cuda_ops_quant.h"
 #include "kernels/attention_q.h"
-#include "backends/cuda/cuda_ops_ssm1.h"
 #include "kernels/kernels.h"
 #include "kernels/ssd.h"
 #include "llmem/view.h"
@@ -779,8 +778,6 @@ const struct llmem_ops_i cuda_ops = {
     .add_rms_norm = op_add_rms_norm,
     .geglu = op_geglu,
     .softcap = op_softcap,
-    .short_conv = cuda_op_short_conv,
-    .ssm_scan1 = cuda_op_ssm_scan1,
 };
 
 const struct llmem_ops_i *cuda_ops_table(void)

@@ -2,11 +2,13 @@
  * ops table (kernels/ssm1.cu, issue 16). The wrappers of
  * backends/ops_ssm1.c have checked every argument; the kernels skip slots
  * outside [0, n_slots). */
-#include "backends/cuda/cuda_ops_ssm1.h"
+#include "backends/cuda/cuda_backend.h"
+#include "kernels/ssm1.h"
+#include "llmem/ops_ssm1.h"
 #include "llmem/view.h"
 
-llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                                llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
+static llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                                       llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
@@ -25,10 +27,10 @@ llmem_status cuda_op_short_conv(llmem_backend *be, const llmem_view *view, int32
     return cuda_op_done(cb, e, "short_conv");
 }
 
-llmem_status cuda_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
-                               const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
-                               llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
-                               llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
+static llmem_status cuda_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
+                                      const llmem_view *view, int32_t state, llmem_ct *x,
+                                      llmem_ct *dt, llmem_ct *b, llmem_ct *c, llmem_ct *a_log,
+                                      llmem_ct *d, llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
@@ -57,3 +59,9 @@ llmem_status cuda_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
     };
     return cuda_op_done(cb, cuk_ssm_scan1(&rs, &a, cb->stream), "ssm_scan1");
 }
+
+/* Registered in the cuda plugin's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(cuda_op_impls, LLMEM_OP_SHORT_CONV, LLMEM_OP_SHORT_CONV_LAYOUT,
+              llmem_op_short_conv_fn, cuda_op_short_conv);
+LLMEM_OP_IMPL(cuda_op_impls, LLMEM_OP_SSM_SCAN1, LLMEM_OP_SSM_SCAN1_LAYOUT,
+              llmem_op_ssm_scan1_fn, cuda_op_ssm_scan1);

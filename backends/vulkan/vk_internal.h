@@ -476,14 +476,6 @@ void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
  * vk_rs_prepare, vk_op_tensor and vk_op_run. */
 llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
                         int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
-/* Short conv and Mamba-1 scan (vk_ops_ssm1.c; shaders short_conv.comp,
- * ssm_scan1.comp). */
-llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                              llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);
-llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
-                             const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
-                             llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
-                             llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
 llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes, int32_t n,
                                const int32_t *src, const int32_t *dst);

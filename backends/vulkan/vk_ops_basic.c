@@ -362,6 +362,4 @@ const struct llmem_ops_i vk_ops = {
     .moe_ffn = vk_op_moe_ffn,
     .geglu = vk_op_geglu,
     .softcap = vk_op_softcap,
-    .short_conv = vk_op_short_conv,
-    .ssm_scan1 = vk_op_ssm_scan1,
 };

@@ -6,13 +6,14 @@
  * a stream reads its source before writing, and a source another stream
  * writes is read from an f32 snapshot (vk_rs_prepare).
  */
+#include "llmem/ops_ssm1.h"
 #include "llmem/view.h"
 #include "vk_internal.h"
 
 #define S1_WG 64
 
-llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                              llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
+static llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                                     llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
     if (d->shape[0] + 1 > 64)
@@ -20,10 +21,10 @@ llmem_status vk_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t
     return vk_rs_conv(vk_from(be), VK_SH_SHORT_CONV, view, state, bcx, w, b, out);
 }
 
-llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
-                             const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
-                             llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
-                             llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
+static llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
+                                    const llmem_view *view, int32_t state, llmem_ct *x,
+                                    llmem_ct *dt, llmem_ct *b, llmem_ct *c, llmem_ct *a_log,
+                                    llmem_ct *d, llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y)
 {
     vk_backend *v = vk_from(be);
     const llmem_rs_view *rs = llmem_view_rs(view);
@@ -74,3 +75,9 @@ llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
         vk_alloc_release(v, &snap);
     return st;
 }
+
+/* Registered in the Vulkan backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_SHORT_CONV, LLMEM_OP_SHORT_CONV_LAYOUT, llmem_op_short_conv_fn,
+              vk_op_short_conv);
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_SSM_SCAN1, LLMEM_OP_SSM_SCAN1_LAYOUT, llmem_op_ssm_scan1_fn,
+              vk_op_ssm_scan1);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "examples/cli/bench.h"
+#include "llmem/ops_ssm1.h"
 
 typedef struct ssm1_ctx {
     llmem_backend *be;

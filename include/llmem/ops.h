@@ -565,53 +565,6 @@ llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
                               const llmem_tensor *weights, const llmem_tensor *w_up,
                               const llmem_tensor *w_down, const llmem_tensor *out);
 
-/* ---- short convolution and Mamba-1 (issue 16) -------------------------------------- */
-
-/* LFM2's gated short convolution (transformers Lfm2ShortConv.forward;
- * Liquid AI, LFM2 2025): from the in_proj output bcx = [B | C | x],
- *   u[t] = B[t] * x[t];   out[t, c] = C[t, c] * (b[c] + sum_k w[c, k] * u'[t + k, c])
- * where u' is the group's conv state rows followed by its u rows (a causal
- * depthwise conv1d of L = d_conv taps, no activation).
- *   view: kind LLMEM_VIEW_RECURRENT; state index `state` has desc
- *         {L - 1, D}: the previous L - 1 rows of u, oldest first;
- *   bcx [T, 3 * D] f32 (columns B, then C, then x, as transformers'
- *       BCx.chunk(3));
- *   w   [D, L] (or [D, 1, L]) f32|f16|bf16;  b [D] f32|f16|bf16 or NULL;
- *   out [T, D] f32, must not overlap bcx.
- * The state after token t is u'[t + 1 .. t + L - 1]. Slots, checkpoints
- * and EQUAL-split layout as llmem_op_ssm_conv (above). 2 <= L. */
-llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                                 const llmem_tensor *bcx, const llmem_tensor *w,
-                                 const llmem_tensor *b, const llmem_tensor *out);
-
-typedef struct llmem_ssm1_params {
-    int32_t d_inner; /* Din, channels */
-    int32_t d_state; /* N */
-} llmem_ssm1_params;
-
-/* Mamba-1 selective scan, recurrent form (Gu & Dao 2023, "Mamba", Alg. 2
- * with the zero-order-hold A and Euler B of Sec. 3.5 as in the reference
- * selective_scan_ref; transformers JambaMambaMixer / mamba_selective_scan
- * slow path), per channel c and state column n:
- *   dt' = softplus(dt[t, c] + dt_bias[c])                (torch threshold 20)
- *   S[c, n] = exp(dt' * A[c, n]) * S[c, n] + dt' * B[t, n] * x[t, c]
- *   y[t, c] = (sum_n S[c, n] * C[t, n] + D[c] * x[t, c]) * silu(z[t, c])
- * with A = -exp(a_log); the z factor only when z is given.
- *   view: kind LLMEM_VIEW_RECURRENT; state index `state` has desc
- *         {Din, N} (S[c, n]);
- *   x, dt [T, Din] f32 (the conv output and dt_proj(dt) without its bias);
- *   b, c [T, N] f32 (B and C, shared by every channel);
- *   a_log [Din, N], d [Din] or NULL, dt_bias [Din] or NULL: f32|f16|bf16;
- *   z [T, Din] f32 or NULL (the gate);
- *   y [T, Din] f32, must not overlap any input.
- * Slots, checkpoints and EQUAL-split layout as llmem_op_ssm_conv. */
-llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
-                                const llmem_view *view, int32_t state, const llmem_tensor *x,
-                                const llmem_tensor *dt, const llmem_tensor *b,
-                                const llmem_tensor *c, const llmem_tensor *a_log,
-                                const llmem_tensor *d, const llmem_tensor *dt_bias,
-                                const llmem_tensor *z, const llmem_tensor *y);
-
 /* ---- op ids, view kinds and capability queries ------------------------------------- */
 
 /* An op's id, for llmem_backend_supports and for the view kinds ops accept.
@@ -672,8 +625,8 @@ enum llmem_op_id {
     LLMEM_OP_RESERVED_30_, /* was sigmoid_mul: now in <llmem/ops_gdn.h> */
     LLMEM_OP_GEGLU,
     LLMEM_OP_SOFTCAP,
-    LLMEM_OP_SHORT_CONV,
-    LLMEM_OP_SSM_SCAN1,
+    LLMEM_OP_RESERVED_33_, /* was short_conv: now in <llmem/ops_ssm1.h> */
+    LLMEM_OP_RESERVED_34_, /* was ssm_scan1: now in <llmem/ops_ssm1.h> */
     LLMEM_OP_KV_PAGE_COPY,    /* runs on copy_blocks (or buffer copies) */
     LLMEM_OP_STATE_SLOT_COPY, /* runs on copy_blocks (or buffer copies) */
     LLMEM_OP_COUNT
@@ -696,8 +649,8 @@ int32_t llmem_op_list(llmem_op *ids, int32_t cap);
 
 /* The view kind an op accepts (<llmem/view.h>): LLMEM_VIEW_KV for rope_shift,
  * kv_store, attention_paged and kv_page_copy; LLMEM_VIEW_RECURRENT for
- * ssm_conv, ssm_scan, short_conv, ssm_scan1 and state_slot_copy (and the
- * open op gdn); an open op's registered kind, which may be an out-of-tree
+ * ssm_conv, ssm_scan and state_slot_copy (and the open ops gdn, short_conv
+ * and ssm_scan1); an open op's registered kind, which may be an out-of-tree
  * tag; LLMEM_VIEW_NONE for ops that take no view (and unknown ids). */
 llmem_view_kind llmem_op_view_kind(llmem_op op);
 

@@ -51,7 +51,7 @@ typedef struct llmem_gdn_params {
  *   a, b [T, H_v] f32 (in_proj_ba's a and b parts);
  *   a_log, dt_bias [H_v] f32|f16|bf16;
  *   out [T, H_v * d_v] (or [T, H_v, d_v]) f32, must not overlap an input.
- * Slots and checkpoints follow the recurrent rules above (EQUAL ubatch,
+ * Slots and checkpoints follow the recurrent rules of <llmem/ops.h> (EQUAL ubatch,
  * group-major). Ubatches of one token per group run the recurrent form;
  * longer ones the chunked form (chunks of 64 tokens: a forward
  * substitution solves each chunk's delta-rule corrections, then one

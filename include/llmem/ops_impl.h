@@ -187,21 +187,12 @@ struct llmem_ops_i {
      * final_logit_softcapping). */
     llmem_status (*softcap)(llmem_backend *be, llmem_ct *a, float cap, llmem_ct *out);
 
-    /* ---- appended: short conv and Mamba-1 (issue 16; <llmem/ops.h>) ---- */
-    /* LFM2 gated short conv: bcx [T, 3D] = [B | C | x] -> out [T, D] f32,
-     * out = C * conv(B * x) with conv state {L-1, D}; w [D, L], b [D] or
-     * NULL (f32|f16|bf16). Slot rules as ssm_conv. Reference: transformers
-     * Lfm2ShortConv. */
-    llmem_status (*short_conv)(llmem_backend *be, const llmem_view *view, int32_t state,
-                               llmem_ct *bcx, llmem_ct *w, llmem_ct *b, llmem_ct *out);
-    /* Mamba-1 selective scan (Gu & Dao 2023) with ssm state {Din, N}: x, dt,
-     * z (or NULL), y [T, Din]; b, c [T, N] f32; a_log [Din, N], d, dt_bias
-     * [Din] (or NULL) f32|f16|bf16. Slot rules as ssm_conv. Reference:
-     * transformers mamba_selective_scan (JambaMambaMixer). */
-    llmem_status (*ssm_scan1)(llmem_backend *be, const llmem_ssm1_params *p,
-                              const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *dt,
-                              llmem_ct *b, llmem_ct *c, llmem_ct *a_log, llmem_ct *d,
-                              llmem_ct *dt_bias, llmem_ct *z, llmem_ct *y);
+    /* ---- reserved: the short conv and Mamba-1 slots of the first ABI-4
+     * tables, open ops now (<llmem/ops_ssm1.h>). Kept so that their offsets
+     * never come to mean another slot for a plugin built before the move;
+     * never read, leave them NULL. The next appended slot goes after them. */
+    llmem_op_fn reserved_short_conv;
+    llmem_op_fn reserved_ssm_scan1;
 };
 
 /* ---- Open ops ---------------------------------------------------------------------
@@ -251,16 +242,16 @@ typedef struct llmem_op_info {
  * llmem_op_info; LLMEM_E_INVALID for a NULL info or name, an id that is not
  * a four-character tag (e.g. a numbered id of <llmem/ops.h>), or
  * n_operands outside [0, LLMEM_OP_MAX_OPERANDS]; LLMEM_E_STATE when an op
- * with the same id or name is registered already (the registry keeps the
- * first and llmem_op_registry_check reports the clash). On error nothing
- * is registered. */
+ * with the same id or name is registered already, or a numbered op has the
+ * name (the registry keeps the first; llmem_op_registry_check reports the
+ * clash). On error nothing is registered. */
 llmem_status llmem_op_register(llmem_op_info *info);
 
 /* Whether every registration so far succeeded. Returns LLMEM_OK, or the
  * status of the first failed llmem_op_register with a message naming the
- * op in err (may be NULL), e.g. "op gdn2 (tag gdn_): another op has its
- * tag or name". Tests and `llmem info` call it: a clash of two in-tree
- * tags shows up here instead of as a missing op. */
+ * op in err (may be NULL), e.g. "op gdn2 (id gdn_): another op has its tag
+ * or name". tests/test_backend_supports.c calls it, so that a clash of two
+ * in-tree tags shows up there instead of as a missing op. Thread-safe. */
 llmem_status llmem_op_registry_check(char *err, size_t err_len);
 
 /* The registered info of open op `op`, or NULL (not registered, or a
