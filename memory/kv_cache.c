@@ -300,38 +300,6 @@ static int32_t kv_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
     return kv_prefix_pages(kv, tokens, n, NULL) * kv->p.page_size;
 }
 
-/* Hashes and publishes the full pages of s in [from_page, len / page_size).
- * With defer, the hashed pages join kv->pub_pending and enter the index at
- * publish_flush (falls back to publishing at once when the list cannot
- * grow); the caller flushes before anything can unreference them. */
-void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, bool defer)
-{
-    if (kv->p.no_prefix_cache)
-        return;
-    int32_t ps = kv->p.page_size;
-    page_pool *pp = &kv->pool;
-    for (int32_t k = from_page; (int64_t)(k + 1) * ps <= s->tokens.n; k++) {
-        int32_t p = kv_page_at(s, k);
-        if (p < 0)
-            continue; /* left the sliding window */
-        if (pp->hashed[p])
-            continue;
-        int32_t prev = k > 0 ? kv_page_at(s, k - 1) : -1;
-        if (k > 0 && (prev < 0 || !pp->hashed[prev]))
-            return; /* the chain is broken (or left the window) below this page */
-        const int32_t *tok = s->tokens.v + (size_t)k * (size_t)ps;
-        for (int32_t j = 0; j < ps; j++)
-            if (s->pos.v[k * ps + j] != k * ps + j || tok[j] < 0 || kv->page_shift[p])
-                return; /* shifted positions or embeddings: not reusable */
-        pp->parent_hash[p] = prev >= 0 ? pp->hash[prev] : PAGE_HASH_SEED;
-        pp->hash[p] = page_hash(pp->parent_hash[p], tok, ps);
-        memcpy(pp->tokens + (size_t)p * (size_t)ps, tok, (size_t)ps * sizeof *tok);
-        pp->hashed[p] = 1;
-        if (!defer || !i32vec_push(&kv->pub_pending, p))
-            page_pool_publish(pp, p);
-    }
-}
-
 void publish_flush(kv_cache *kv)
 {
     page_pool *pp = &kv->pool;

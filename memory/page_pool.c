@@ -4,6 +4,9 @@
  * same way, SGLang's RadixAttention evicts unreferenced prefixes LRU-first). */
 #include <stdlib.h>
 #include <string.h>
+/* inline XXH3: a decode step in pages of 1 hashes a 4-byte page per token,
+ * where a call into libxxhash costs as much as the hash */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "memory/internal.h"
