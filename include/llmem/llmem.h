@@ -8,6 +8,7 @@
 #include "llmem/kv_cache.h"
 #include "llmem/recurrent.h"
 #include "llmem/hybrid.h"
+#include "llmem/comm.h"
 #include "llmem/tokenizer.h"
 #include "llmem/chat_template.h"
 #define LLMEM_VERSION_STRING "0.1.0"
