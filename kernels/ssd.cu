@@ -19,6 +19,9 @@
  * more per ubatch the heads fill the GPU). Each of the 4 warps owns 16
  * state rows p, kept in registers as mma accumulators for the whole
  * ubatch; all products run on mma.sync.m16n8k16 with f32 accumulation.
+ * B, C and M are split into bf16 tiles once per chunk and read as
+ * fragments with ldmatrix (.trans for the state update's B); the fragments
+ * of x, of S and of the weighted x are split in registers, once per k-step.
  *
  * Precision: every operand is split as hi + lo in bf16 (hi = bf16(v),
  * lo = bf16(v - hi)) and each product takes three MMAs (hi·hi + hi·lo +
@@ -49,15 +52,22 @@
  * reads of a fragment (rows 2q, 2q + 1 of lane (r, q) at column r) then
  * fall into 32 different banks. */
 #define SSD_LDX 68
-#define SSD_LDB 132
+/* Row strides of the bf16 tiles, in elements: 272 and 144 bytes = 16
+ * (mod 128), so the 8 rows of an ldmatrix phase hit 8 different 16-byte
+ * bank groups. */
+#define SSD_LDH 136
+#define SSD_LDM 72
 
+/* B, C and M are stored split once per chunk (hi and lo bf16 tiles) and
+ * read as mma fragments with ldmatrix; x stays f32 because the state
+ * update scales it by a per-token weight first. */
 struct ssd_smem {
-    float x[SSD_L][SSD_LDX]; /* x of the chunk's tokens, [t][p] */
-    float b[SSD_L][SSD_LDB]; /* B, [t][n] */
-    float c[SSD_L][SSD_LDB]; /* C, [t][n] */
-    float m[SSD_L][SSD_LDX]; /* the masked diagonal block, [t][s] */
-    double cum[SSD_L];       /* inclusive cumulative sum of dt * A */
-    float dt[SSD_L];         /* dt after bias, softplus and limits (0 past the chunk) */
+    float x[SSD_L][SSD_LDX];                        /* x of the chunk's tokens, [t][p] */
+    uint16_t bh[SSD_L][SSD_LDH], bl[SSD_L][SSD_LDH]; /* B, [t][n] */
+    uint16_t ch[SSD_L][SSD_LDH], cl[SSD_L][SSD_LDH]; /* C, [t][n] */
+    uint16_t mh[SSD_L][SSD_LDM], ml[SSD_L][SSD_LDM]; /* the masked diagonal block, [t][s] */
+    double cum[SSD_L]; /* inclusive cumulative sum of dt * A */
+    float dt[SSD_L];   /* dt after bias, softplus and limits (0 past the chunk) */
 };
 
 /* ---- tensor-core helpers ------------------------------------------------------------------- */
@@ -94,6 +104,42 @@ __device__ __forceinline__ void ssd_mma(float *d, const uint32_t *ah, const uint
         ssd_mma1(d, ah, bl[0], bl[1]);
     }
     ssd_mma1(d, ah, bh[0], bh[1]);
+}
+
+/* Four 8x8 b16 matrices from shared memory; lane l gives the address of
+ * row l % 8 of matrix l / 8 (.trans: each matrix transposed). */
+__device__ __forceinline__ void ssd_ldsm4(uint32_t (&d)[4], const void *p)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ssd_ldsm4t(uint32_t (&d)[4], const void *p)
+{
+    uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a));
+}
+
+/* The B operand (k16 x n8, hi in b[0..1], lo in b[2..3]) of an mma whose
+ * column j is row `row0 + j` of tile hi/lo and whose k runs along that row
+ * from column k0. */
+__device__ __forceinline__ void ssd_bfrag(uint32_t (&b)[4], const uint16_t *hi, const uint16_t *lo,
+                                          int ld, int row0, int k0, int lane)
+{
+    const uint16_t *t = lane >> 4 ? lo : hi;
+    ssd_ldsm4(b, t + (row0 + (lane & 7)) * ld + k0 + ((lane >> 3) & 1) * 8);
+}
+
+/* (v0, v1) split as bf16 hi + lo into two adjacent elements of tiles hi, lo. */
+__device__ __forceinline__ void ssd_put2(uint16_t *hi, uint16_t *lo, float v0, float v1)
+{
+    uint32_t l, h = ssd_split<true>(v0, v1, l);
+    *(uint32_t *)hi = h;
+    *(uint32_t *)lo = l;
 }
 
 /* ---- slots (as kernels/mamba.cu) ------------------------------------------------------------- */
@@ -167,16 +213,17 @@ __device__ __forceinline__ void ssd_state_at(const ssd_smem &sm, const float (&S
         ah[2] = ssd_split<SPLIT>(w[2] * sm.x[s0 + 8][p0 + r], w[3] * sm.x[s0 + 9][p0 + r], al[2]);
         ah[3] = ssd_split<SPLIT>(w[2] * sm.x[s0 + 8][p0 + r + 8],
                                  w[3] * sm.x[s0 + 9][p0 + r + 8], al[3]);
+        /* B operand: k = s, column n = 8 j + r, from the [t][n] tile transposed */
+        const int lane = 4 * r + q;
+        const uint16_t *bt = (lane >> 4 ? &sm.bl[0][0] : &sm.bh[0][0]) +
+                             (16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8) * SSD_LDH;
 #pragma unroll
         for (int j = 0; j < SSD_NT; j++) {
             if (j >= nnt)
                 break;
-            /* B operand: k = s, column n = 8 j + r */
-            uint32_t bh[2], bl[2];
-            int n = 8 * j + r;
-            bh[0] = ssd_split<SPLIT>(sm.b[s0][n], sm.b[s0 + 1][n], bl[0]);
-            bh[1] = ssd_split<SPLIT>(sm.b[s0 + 8][n], sm.b[s0 + 9][n], bl[1]);
-            ssd_mma<SPLIT>(out[j], ah, al, bh, bl);
+            uint32_t b[4];
+            ssd_ldsm4t(b, bt + 8 * j);
+            ssd_mma<SPLIT>(out[j], ah, al, b, b + 2);
         }
     }
 }
@@ -224,7 +271,7 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
     for (int64_t t0 = 0; t0 < n_tok; t0 += SSD_L) {
         const int Lc = n_tok - t0 < SSD_L ? (int)(n_tok - t0) : SSD_L;
         const int64_t tok0 = s * n_tok + t0;
-        /* ---- the chunk's x, B, C (zeros past the chunk and the shape) */
+        /* ---- the chunk's x (f32), B and C (split), zeros past the chunk and the shape */
         if (vec) { /* 16-byte loads: rows, offsets and widths are multiples of 4 floats */
             for (int i = tid; i < SSD_L * SSD_PM / 4; i += SSD_WARPS * 32) {
                 int t = i / (SSD_PM / 4), pp = 4 * (i % (SSD_PM / 4));
@@ -243,8 +290,10 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
                     vb = __ldg((const float4 *)row);
                     vc = __ldg((const float4 *)(row + (int64_t)G * N));
                 }
-                *(float4 *)&sm.b[t][n] = vb;
-                *(float4 *)&sm.c[t][n] = vc;
+                ssd_put2(&sm.bh[t][n], &sm.bl[t][n], vb.x, vb.y);
+                ssd_put2(&sm.bh[t][n + 2], &sm.bl[t][n + 2], vb.z, vb.w);
+                ssd_put2(&sm.ch[t][n], &sm.cl[t][n], vc.x, vc.y);
+                ssd_put2(&sm.ch[t][n + 2], &sm.cl[t][n + 2], vc.z, vc.w);
             }
         } else {
             for (int i = tid; i < SSD_L * SSD_PM; i += SSD_WARPS * 32) {
@@ -253,12 +302,14 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
                                   ? __ldg(p.xbc + (tok0 + t) * p.conv_dim + (int64_t)h * P + pp)
                                   : 0.0f;
             }
-            for (int i = tid; i < SSD_L * SSD_NM; i += SSD_WARPS * 32) {
-                int t = i / SSD_NM, n = i % SSD_NM;
-                bool ok = t < Lc && n < N;
+            for (int i = tid; i < SSD_L * SSD_NM / 2; i += SSD_WARPS * 32) {
+                int t = i / (SSD_NM / 2), n = 2 * (i % (SSD_NM / 2));
                 const float *row = p.xbc + (tok0 + t) * p.conv_dim + d_inner + (int64_t)g * N + n;
-                sm.b[t][n] = ok ? __ldg(row) : 0.0f;
-                sm.c[t][n] = ok ? __ldg(row + (int64_t)G * N) : 0.0f;
+                bool ok0 = t < Lc && n < N, ok1 = t < Lc && n + 1 < N;
+                ssd_put2(&sm.bh[t][n], &sm.bl[t][n], ok0 ? __ldg(row) : 0.0f,
+                         ok1 ? __ldg(row + 1) : 0.0f);
+                ssd_put2(&sm.ch[t][n], &sm.cl[t][n], ok0 ? __ldg(row + (int64_t)G * N) : 0.0f,
+                         ok1 ? __ldg(row + (int64_t)G * N + 1) : 0.0f);
             }
         }
         if (warp == 0) { /* dt and the f64 cumulative sum, two tokens per lane */
@@ -300,37 +351,35 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
             for (int kk = 0; kk < SSD_NM / 16; kk++) {
                 if (kk >= nk)
                     break;
-                int k0 = 16 * kk + 2 * q;
+                /* A = C rows m0.., k = n, via ldmatrix: lane l gives row (l % 8) + 8 ((l / 8) % 2)
+                 * at column 16 kk + 8 (l / 16) */
                 uint32_t ah[4], al[4];
-                float2 v0 = *(const float2 *)&sm.c[m0 + r][k0];
-                float2 v1 = *(const float2 *)&sm.c[m0 + r + 8][k0];
-                float2 v2 = *(const float2 *)&sm.c[m0 + r][k0 + 8];
-                float2 v3 = *(const float2 *)&sm.c[m0 + r + 8][k0 + 8];
-                ah[0] = ssd_split<SPLIT>(v0.x, v0.y, al[0]);
-                ah[1] = ssd_split<SPLIT>(v1.x, v1.y, al[1]);
-                ah[2] = ssd_split<SPLIT>(v2.x, v2.y, al[2]);
-                ah[3] = ssd_split<SPLIT>(v3.x, v3.y, al[3]);
+                int ar = m0 + (lane & 7) + ((lane >> 3) & 1) * 8, ac = 16 * kk + (lane >> 4) * 8;
+                ssd_ldsm4(ah, &sm.ch[ar][ac]);
+                if (SPLIT)
+                    ssd_ldsm4(al, &sm.cl[ar][ac]);
 #pragma unroll
                 for (int j = 0; j < SSD_L / 8; j++) {
                     if (j >= nj)
                         break;
-                    uint32_t bh[2], bl[2];
-                    float2 u0 = *(const float2 *)&sm.b[8 * j + r][k0];
-                    float2 u1 = *(const float2 *)&sm.b[8 * j + r][k0 + 8];
-                    bh[0] = ssd_split<SPLIT>(u0.x, u0.y, bl[0]);
-                    bh[1] = ssd_split<SPLIT>(u1.x, u1.y, bl[1]);
-                    ssd_mma<SPLIT>(ga[j], ah, al, bh, bl);
+                    uint32_t b[4]; /* column s = 8 j + r is row s of B */
+                    ssd_bfrag(b, &sm.bh[0][0], &sm.bl[0][0], SSD_LDH, 8 * j, 16 * kk, lane);
+                    ssd_mma<SPLIT>(ga[j], ah, al, b, b + 2);
                 }
             }
 #pragma unroll
             for (int j = 0; j < SSD_L / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int t = m0 + r + 8 * (e >> 1), sj = 8 * j + 2 * q + (e & 1);
-                    float v = 0.0f;
-                    if (j < nj && sj <= t)
-                        v = ga[j][e] * expf((float)(sm.cum[t] - sm.cum[sj])) * sm.dt[sj];
-                    sm.m[t][sj] = v;
+                for (int e2 = 0; e2 < 2; e2++) {
+                    int t = m0 + r + 8 * e2, sj = 8 * j + 2 * q;
+                    float v[2];
+#pragma unroll
+                    for (int i = 0; i < 2; i++)
+                        v[i] = j < nj && sj + i <= t ? ga[j][2 * e2 + i] *
+                                                           expf((float)(sm.cum[t] - sm.cum[sj + i])) *
+                                                           sm.dt[sj + i]
+                                                     : 0.0f;
+                    ssd_put2(&sm.mh[t][sj], &sm.ml[t][sj], v[0], v[1]);
                 }
         }
         __syncthreads();
@@ -352,15 +401,11 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
                 ah[1] = ssd_split<SPLIT>(S[2 * kk][2], S[2 * kk][3], al[1]);
                 ah[2] = ssd_split<SPLIT>(S[2 * kk + 1][0], S[2 * kk + 1][1], al[2]);
                 ah[3] = ssd_split<SPLIT>(S[2 * kk + 1][2], S[2 * kk + 1][3], al[3]);
-                int k0 = 16 * kk + 2 * q;
 #pragma unroll
                 for (int jt = 0; jt < SSD_L / 8; jt++) {
-                    uint32_t bh[2], bl[2];
-                    float2 u0 = *(const float2 *)&sm.c[8 * jt + r][k0];
-                    float2 u1 = *(const float2 *)&sm.c[8 * jt + r][k0 + 8];
-                    bh[0] = ssd_split<SPLIT>(u0.x, u0.y, bl[0]);
-                    bh[1] = ssd_split<SPLIT>(u1.x, u1.y, bl[1]);
-                    ssd_mma<SPLIT>(ya[jt], ah, al, bh, bl);
+                    uint32_t b[4]; /* column t = 8 jt + r is row t of C */
+                    ssd_bfrag(b, &sm.ch[0][0], &sm.cl[0][0], SSD_LDH, 8 * jt, 16 * kk, lane);
+                    ssd_mma<SPLIT>(ya[jt], ah, al, b, b + 2);
                 }
             }
 #pragma unroll
@@ -383,12 +428,9 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
                 for (int jt = 0; jt < SSD_L / 8; jt++) {
                     if (2 * kk > jt) /* the block is above the diagonal: all zeros */
                         continue;
-                    uint32_t bh[2], bl[2];
-                    float2 u0 = *(const float2 *)&sm.m[8 * jt + r][s0];
-                    float2 u1 = *(const float2 *)&sm.m[8 * jt + r][s0 + 8];
-                    bh[0] = ssd_split<SPLIT>(u0.x, u0.y, bl[0]);
-                    bh[1] = ssd_split<SPLIT>(u1.x, u1.y, bl[1]);
-                    ssd_mma<SPLIT>(ya[jt], ah, al, bh, bl);
+                    uint32_t b[4]; /* column t = 8 jt + r is row t of M */
+                    ssd_bfrag(b, &sm.mh[0][0], &sm.ml[0][0], SSD_LDM, 8 * jt, 16 * kk, lane);
+                    ssd_mma<SPLIT>(ya[jt], ah, al, b, b + 2);
                 }
             }
 #pragma unroll
