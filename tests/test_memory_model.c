@@ -714,6 +714,22 @@ static void run_config(const char *name, const mr_config *cfg, int32_t default_i
            (long long)R->n_plans_ok, (long long)R->n_nospace, (long long)R->n_hits,
            (long long)memref_evictions(R->ref), (long long)R->n_rollback,
            (long long)R->n_rollback_ok);
+    /* snapshots and the prefix budget covered ground (issue 13) */
+    llmem_memory_stats ms;
+    memref_stats(R->ref, &ms);
+    bool snaps = false, budget = false;
+    for (int32_t c = 0; c < cfg->n_children; c++) {
+        snaps |= !cfg->child[c].kv && cfg->child[c].n_snap > 0;
+        budget |= cfg->child[c].budget > 0;
+    }
+    if (snaps) {
+        printf("%s: %lld snapshot hit tokens, %lld snapshots evicted\n", name,
+               (long long)ms.snapshot_hit_tokens, (long long)ms.snapshot_evictions);
+        ck_assert_int_gt(ms.snapshot_hit_tokens, 0);
+        ck_assert_int_gt(ms.snapshot_evictions, 0);
+    }
+    if (budget && R->has_kv)
+        ck_assert_int_gt(memref_evictions(R->ref), 0);
     memref_destroy(R->ref);
     llmem_memory_destroy(R->mem);
     llmem_backend_close(R->be);
