@@ -374,11 +374,12 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
                     int t = m0 + r + 8 * e2, sj = 8 * j + 2 * q;
                     float v[2];
 #pragma unroll
-                    for (int i = 0; i < 2; i++)
-                        v[i] = j < nj && sj + i <= t ? ga[j][2 * e2 + i] *
-                                                           expf((float)(sm.cum[t] - sm.cum[sj + i])) *
-                                                           sm.dt[sj + i]
-                                                     : 0.0f;
+                    for (int i = 0; i < 2; i++) {
+                        v[i] = 0.0f; /* above the diagonal: exp would grow, and is not taken */
+                        if (j < nj && sj + i <= t)
+                            v[i] = ga[j][2 * e2 + i] * expf((float)(sm.cum[t] - sm.cum[sj + i])) *
+                                   sm.dt[sj + i];
+                    }
                     ssd_put2(&sm.mh[t][sj], &sm.ml[t][sj], v[0], v[1]);
                 }
         }
@@ -500,14 +501,20 @@ extern "C" int cuk_ssd_applies(const cuk_rs_args *rs, const cuk_scan_args *p)
 template <bool SPLIT>
 static cudaError_t ssd_launch(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream)
 {
-    static bool attr = false;
+    /* the shared-memory attribute is per device (tensor parallelism runs
+     * several in one process): once per kernel and device, bit dev % 64 */
+    static uint64_t sized = 0;
     const int smem = (int)sizeof(ssd_smem);
-    if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(ssd_scan_kernel<SPLIT>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    if (!(sized >> (dev & 63) & 1u)) {
+        e = cudaFuncSetAttribute(ssd_scan_kernel<SPLIT>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess)
             return e;
-        attr = true;
+        sized |= 1ull << (dev & 63);
     }
     int64_t blocks = (int64_t)rs->n_seqs * p->n_heads;
     if (blocks > 0x7fffffff)
