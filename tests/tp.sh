@@ -9,8 +9,8 @@
 #  2. `score --tp 2` log-probs within 5e-5 of transformers' float64
 #     reference (tp 1 is within 1e-5), also chunked into ubatches of 7
 #     with 3 sequences at a time, poison and prefix reuse;
-#  3. the llama fixture with projection biases added: --tp 2 / 4 equal
-#     --tp 1 (row-parallel biases added once);
+#  3. the llama and bamba fixtures with projection biases added: --tp 2 / 4
+#     equal --tp 1 (row-parallel biases added once);
 #  4. `replay --tp 2` serves the same tokens with the same prefix hits and
 #     preemptions as --tp 1;
 #  5. bad input: --tp that does not divide the heads fails at load with a
@@ -60,56 +60,56 @@ for fx in llama bamba mamba2 nemotron_h nemotron_h_moe granite_moe; do
     score "--tp 2, ubatch 7, n-seq-max 3, poison" --tp 2 --n-ubatch 7 --n-seq-max 3 --poison
   fi
 done
-# biases: the llama fixture with q, k, v, o and gate, up, down biases added
-# (random, written here): column-parallel biases are split with their
-# weights, row-parallel ones (o, down) added once (rank 0), so --tp 2 and
-# --tp 4 greedy tokens equal --tp 1's and log-probs stay within 2e-5
-mkdir "$tmp/llama_bias"
-python3 - "$fixtures/llama" "$tmp/llama_bias" <<'EOF2'
+# biases: the llama and bamba fixtures with a random bias added to every
+# projection (q, k, v, o; gate, up, down; Mamba-2 in_proj and out_proj):
+# column-parallel biases are split with their weights (in_proj's by its z,
+# x, B, C, dt slices), row-parallel ones (o, down, out_proj) added once
+# (rank 0), so --tp 2 and --tp 4 greedy tokens equal --tp 1's and log-probs
+# stay within 2e-5
+for fx in llama bamba; do
+  mkdir "$tmp/${fx}_bias"
+  python3 - "$fixtures/$fx" "$tmp/${fx}_bias" <<'EOF2'
 import json, random, struct, sys
 src, dst = sys.argv[1:3]
 cfg = json.load(open(src + "/config.json"))
-cfg["attention_bias"] = cfg["mlp_bias"] = True
+cfg["attention_bias"] = cfg["mlp_bias"] = cfg["mamba_proj_bias"] = True
 json.dump(cfg, open(dst + "/config.json", "w"))
 f = open(src + "/model.safetensors", "rb")
 n = struct.unpack("<Q", f.read(8))[0]
 head = json.loads(f.read(n)); data = f.read()
 rng = random.Random(19)
-H, D = cfg["hidden_size"], cfg["hidden_size"] // cfg["num_attention_heads"]
-sizes = {"self_attn.q_proj": cfg["num_attention_heads"] * D,
-         "self_attn.k_proj": cfg["num_key_value_heads"] * D,
-         "self_attn.v_proj": cfg["num_key_value_heads"] * D, "self_attn.o_proj": H,
-         "mlp.gate_proj": cfg["intermediate_size"], "mlp.up_proj": cfg["intermediate_size"],
-         "mlp.down_proj": H}
+projs = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+         "in_proj", "out_proj")
 extra = b""
-for layer in range(cfg["num_hidden_layers"]):
-    for name, size in sizes.items():
-        vals = [rng.uniform(-0.5, 0.5) for _ in range(size)]
+for name in sorted(head):
+    if name.endswith(".weight") and name.split(".")[-2] in projs:
+        size = head[name]["shape"][0]
         off = len(data) + len(extra)
-        extra += struct.pack("<%df" % size, *vals)
-        head["model.layers.%d.%s.bias" % (layer, name)] = {
+        extra += struct.pack("<%df" % size, *[rng.uniform(-0.5, 0.5) for _ in range(size)])
+        head[name[:-len("weight")] + "bias"] = {
             "dtype": "F32", "shape": [size], "data_offsets": [off, off + 4 * size]}
 hb = json.dumps(head).encode()
 hb += b" " * (-len(hb) % 8)
 open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(hb)) + hb + data + extra)
 EOF2
-for tp in 1 2 4; do
-  "$bin" generate --model "$tmp/llama_bias" --backend "$backend" --precision precise --temp 0 \
-    -n 60 --prompt "$prompt" --tp "$tp" > "$tmp/bias$tp.txt"
-  "$bin" score --model "$tmp/llama_bias" --input "$fixtures/llama/cases.jsonl" \
-    --backend "$backend" --kv-type f32 --tp "$tp" > "$tmp/bias$tp.jsonl"
-done
-if python3 - "$tmp" <<'EOF2'
+  for tp in 1 2 4; do
+    "$bin" generate --model "$tmp/${fx}_bias" --backend "$backend" --precision precise --temp 0 \
+      -n 60 --prompt "$prompt" --tp "$tp" > "$tmp/bias$tp.txt"
+    "$bin" score --model "$tmp/${fx}_bias" --input "$fixtures/$fx/cases.jsonl" \
+      --backend "$backend" --kv-type f32 --tp "$tp" > "$tmp/bias$tp.jsonl"
+  done
+  if python3 - "$tmp" "$fx" <<'EOF2'
 import json, sys
-t = sys.argv[1]
+t, fx = sys.argv[1:3]
 txt = [open(f"{t}/bias{tp}.txt", "rb").read() for tp in (1, 2, 4)]
-assert txt[0] and txt[0] == txt[1] == txt[2], "llama with biases: greedy text differs across --tp"
+assert txt[0] and txt[0] == txt[1] == txt[2], f"{fx} with biases: greedy text differs across --tp"
 rows = [[json.loads(l)["logprobs"] for l in open(f"{t}/bias{tp}.jsonl")] for tp in (1, 2, 4)]
 d = max(abs(a - b) for r in (1, 2) for ra, rb in zip(rows[0], rows[r]) for a, b in zip(ra, rb))
-assert d < 2e-5, f"llama with biases: log-probs differ by {d:.3g} across --tp"
-print(f"llama with q/k/v/o and MLP biases: --tp 2 and 4 greedy equal --tp 1, log-probs within {d:.2g}")
+assert d < 2e-5, f"{fx} with biases: log-probs differ by {d:.3g} across --tp"
+print(f"{fx} with every projection biased: --tp 2 and 4 greedy equal --tp 1, log-probs within {d:.2g}")
 EOF2
-then :; else fail=1; fi
+  then :; else fail=1; fi
+done
 # replay (continuous batching, preemption, a shared system prefix) on the
 # built-in Bamba: --tp 2 serves every request the same tokens as --tp 1,
 # with the same prefix hits and preemptions (one plan for both ranks)
