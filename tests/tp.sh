@@ -19,14 +19,22 @@
 # each in these fixtures) and the gated norm gathered across ranks.
 # BACKEND (default cpu) runs 1 and 2 on another backend: cuda on a host with
 # as many GPUs as ranks (NCCL; LLMEM_NCCL_LIB may name libnccl.so.2).
-#   tests/tp.sh LLMEM_BIN FIXTURES_DIR [BACKEND]
+# quick (4th argument): only llama and bamba, greedy with pages of 16 and
+# score, no biases, replay or error cases (for slow backends: lavapipe).
+#   tests/tp.sh LLMEM_BIN FIXTURES_DIR [BACKEND] [full|quick]
 set -euo pipefail
-bin="$1"; fixtures="$2"; backend="${3:-cpu}"
+bin="$1"; fixtures="$2"; backend="${3:-cpu}"; mode="${4:-full}"
+fxs="llama bamba mamba2 nemotron_h nemotron_h_moe granite_moe"
+gen_modes=("--page-size 16 --parallel 3" "--page-size 1 --draft 2")
+if [ "$mode" = quick ]; then
+  fxs="llama bamba"
+  gen_modes=("--page-size 16 --parallel 3")
+fi
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 fail=0
 prompt=$'ROMEO:\nWhat say you, ROMEO? What say'
-for fx in llama bamba mamba2 nemotron_h nemotron_h_moe granite_moe; do
+for fx in $fxs; do
   # the byte-level view: the fixtures' tokenizer would end random text early
   mkdir "$tmp/$fx" && cp "$fixtures/$fx/config.json" "$fixtures/$fx"/*.safetensors "$tmp/$fx/"
   gen() { # tp, extra options
@@ -34,16 +42,16 @@ for fx in llama bamba mamba2 nemotron_h nemotron_h_moe granite_moe; do
     "$bin" generate --model "$tmp/$fx" --backend "$backend" --precision precise --temp 0 -n 80 \
       --prompt "$prompt" --tp "$tp" "$@"
   }
-  for mode in "--page-size 16 --parallel 3" "--page-size 1 --draft 2"; do
+  for gm in "${gen_modes[@]}"; do
     # shellcheck disable=SC2086
-    gen 1 $mode > "$tmp/ref"
+    gen 1 $gm > "$tmp/ref"
     for tp in 2 $([ "$backend" = cpu ] && echo 4); do
       # shellcheck disable=SC2086
-      gen "$tp" $mode > "$tmp/out"
+      gen "$tp" $gm > "$tmp/out"
       if cmp -s "$tmp/ref" "$tmp/out" && [ -s "$tmp/ref" ]; then
-        echo "$fx $mode --tp $tp: greedy tokens identical to --tp 1"
+        echo "$fx $gm --tp $tp: greedy tokens identical to --tp 1"
       else
-        echo "$fx $mode --tp $tp: DIFFERENT from --tp 1"; fail=1
+        echo "$fx $gm --tp $tp: DIFFERENT from --tp 1"; fail=1
       fi
     done
   done
@@ -56,10 +64,11 @@ for fx in llama bamba mamba2 nemotron_h nemotron_h_moe granite_moe; do
       --tol 5e-5 || fail=1
   }
   score "--tp 2" --tp 2
-  if [ "$fx" = bamba ] || [ "$fx" = llama ]; then
+  if [ "$mode" = full ] && { [ "$fx" = bamba ] || [ "$fx" = llama ]; }; then
     score "--tp 2, ubatch 7, n-seq-max 3, poison" --tp 2 --n-ubatch 7 --n-seq-max 3 --poison
   fi
 done
+[ "$mode" = quick ] && exit $fail
 # biases: the llama and bamba fixtures with a random bias added to every
 # projection (q, k, v, o; gate, up, down; Mamba-2 in_proj and out_proj):
 # column-parallel biases are split with their weights (in_proj's by its z,
