@@ -98,17 +98,26 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
 /* The gated RMS norm of a tensor-parallel rank whose norm groups span
  * ranks (models/tp.c): y and z [T, d] of every rank gathered side by side
  * into [T, d * ranks], normed there with the full weight, and this rank's
- * columns copied back into y. */
+ * columns copied back into y. With one group over the whole row the gate
+ * is applied first (y * silu(z), as the gated norm does) and only that is
+ * gathered. */
 static llmem_status tp_norm_full(llmem_model *m, const layer_w *L, int32_t T,
                                  const llmem_tensor *y, const llmem_tensor *z)
 {
     const llmem_model_config *f = m->tp_full;
     int32_t d = m->cfg.ssm_d_inner, din = f->ssm_d_inner;
     size_t off_z = m->off_tpg + (size_t)T * (size_t)din * 4;
+    int32_t groups = din / (f->ssm_norm_group_size > 0 ? f->ssm_norm_group_size : din);
+    if (groups == 1) { /* one norm over the row (mamba2, bamba): gate first, gather once */
+        TRY(llmem_op_swiglu(m->be, z, y, y));
+        TRY(hf_tp_gather_cols(m, y->offset, m->off_tpg, T, d));
+        llmem_tensor gf = act(m, m->off_tpg, T, din);
+        TRY(llmem_op_rms_norm(m->be, &gf, &L->w[LLMEM_W_SSM_NORM].t, (float)f->norm_eps, &gf));
+        return llmem_op_copy(m->be, &gf, m->tp_rank * d, y);
+    }
     TRY(hf_tp_gather_cols(m, y->offset, m->off_tpg, T, d));
     TRY(hf_tp_gather_cols(m, z->offset, off_z, T, d));
     llmem_tensor yf = act(m, m->off_tpg, T, din), zf = act(m, off_z, T, din);
-    int32_t groups = din / (f->ssm_norm_group_size > 0 ? f->ssm_norm_group_size : din);
     TRY(llmem_op_rms_norm_gated(m->be, &yf, &zf, &L->w[LLMEM_W_SSM_NORM].t, groups,
                                 (float)f->norm_eps, &yf));
     return llmem_op_copy(m->be, &yf, m->tp_rank * d, y);
