@@ -1,12 +1,40 @@
-/* llmem: the mixture-of-experts op wrappers of <llmem/ops.h>
- * (llmem_op_moe_route, llmem_op_moe_ffn).
+/* llmem: the mixture-of-experts ops of <llmem/ops_moe.h>
+ * (llmem_op_moe_route, llmem_op_moe_ffn), open ops (<llmem/ops_impl.h>,
+ * "Open ops"): their metadata, registered when libllmem loads, and their
+ * wrappers.
  *
  * Same contract as backends/ops.c: every argument the host can see is
- * checked (descriptors, buffer ranges, aliasing), then the slot is called.
- * The expert ids live on the device, so their range is checked by the
- * backends, which must never read an expert outside [0, E).
+ * checked (descriptors, buffer ranges, aliasing), then the backend's
+ * implementation (llmem_backend_op_impl) is called. The expert ids live on
+ * the device, so their range is checked by the backends, which must never
+ * read an expert outside [0, E).
  */
 #include "backends/ops_internal.h"
+#include "llmem/ops_moe.h"
+
+/* moe_route: {logits, bias, ids, weights} */
+static llmem_op_info moe_route_info = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_MOE_ROUTE,
+    .name = "moe_route",
+    .view = LLMEM_VIEW_NONE,
+    .n_operands = 4,
+    .dtypes = {DT_F32, DT_FLOAT, DT_I32, DT_F32},
+    .layout = LLMEM_OP_MOE_ROUTE_LAYOUT,
+};
+LLMEM_OP_DEFINE(moe_route_info);
+
+/* moe_ffn: {x, ids, weights, w_up, w_down, out} */
+static llmem_op_info moe_ffn_info = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_MOE_FFN,
+    .name = "moe_ffn",
+    .view = LLMEM_VIEW_NONE,
+    .n_operands = 6,
+    .dtypes = {DT_F32, DT_I32, DT_F32, DT_FLOAT, DT_FLOAT, DT_F32},
+    .layout = LLMEM_OP_MOE_FFN_LAYOUT,
+};
+LLMEM_OP_DEFINE(moe_ffn_info);
 
 static bool is_2d(const llmem_tensor *t, int64_t r, int64_t c)
 {
@@ -19,8 +47,7 @@ llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params 
 {
     if (!be || !p)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, const llmem_moe_route_params *, llmem_ct *, llmem_ct *,
-                       llmem_ct *, llmem_ct *) = SLOT(be, moe_route);
+    llmem_op_moe_route_fn fn = (llmem_op_moe_route_fn)llmem_backend_op_impl(be, &moe_route_info);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (!tensor_ok(be, logits, DT_F32) || !tensor_ok(be, ids, DT_I32) ||
@@ -62,8 +89,7 @@ llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
 {
     if (!be || !p)
         return LLMEM_E_INVALID;
-    llmem_status (*fn)(llmem_backend *, const llmem_moe_ffn_params *, llmem_ct *, llmem_ct *,
-                       llmem_ct *, llmem_ct *, llmem_ct *, llmem_ct *) = SLOT(be, moe_ffn);
+    llmem_op_moe_ffn_fn fn = (llmem_op_moe_ffn_fn)llmem_backend_op_impl(be, &moe_ffn_info);
     if (!fn)
         return LLMEM_E_UNSUPPORTED;
     if (p->act != LLMEM_MOE_ACT_SILU && p->act != LLMEM_MOE_ACT_RELU2)

@@ -188,24 +188,6 @@ int cuk_ssm_scan_supported(int32_t d_state);
  * streaming decode kernel (ssm_scan1_kernel, p->n_sms sizes its grid). */
 cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream);
 
-/* ---- moe.cu ---------------------------------------------------------------------------- */
-
-/* llmem_op_moe_route: logits [T, E] -> ids [T, k], wts [T, k]; bias [E] of
- * dtype bdt or NULL. Needs n_group <= 32 and 2E floats of shared memory. */
-cudaError_t cuk_moe_route(const float *logits, const void *bias, int bdt, int32_t *ids,
-                          float *wts, int64_t T, int32_t E, int32_t k, int sigmoid, int norm,
-                          int32_t n_group, int32_t topk_group, float scale, cudaStream_t stream);
-/* llmem_op_moe_ffn: x [T, D], ids/wts [T, k], up [E, (gated ? 2 : 1) I, D],
- * down [E, D, I] of dtype wdt -> out [T, D]; scratch holds T*k*(I + D)
- * floats, then E + 1 + T*k int32; act 0 silu, 1 relu2. From
- * CUK_MOE_GROUP_MIN pairs up, the pairs are grouped by expert on the device
- * (each expert row read once per step); below, one warp per (pair, row). */
-#define CUK_MOE_GROUP_MIN 16
-cudaError_t cuk_moe_ffn(const float *x, const int32_t *ids, const float *wts, const void *up,
-                        const void *down, int wdt, float *out, float *scratch, int64_t T,
-                        int32_t D, int32_t I, int32_t E, int32_t k, int gated, int act,
-                        cudaStream_t stream);
-
 #ifdef __cplusplus
 }
 #endif

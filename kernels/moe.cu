@@ -18,6 +18,7 @@
  * matmul.cu), f32 accumulation.
  */
 #include "kernels/common.cuh"
+#include "kernels/moe.h"
 
 #define MOE_WARPS 8
 

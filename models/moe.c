@@ -20,6 +20,7 @@
 
 #include "llmem/model.h"
 #include "llmem/ops.h"
+#include "llmem/ops_moe.h"
 #include "models/hf_internal.h"
 
 static void shape3(int64_t *shape, int32_t *nd, int32_t n, int64_t a, int64_t b, int64_t c)

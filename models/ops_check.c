@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "llmem/ops_gdn.h"
+#include "llmem/ops_moe.h"
 #include "llmem/ops_ssm1.h"
 #include "models/model_internal.h"
 

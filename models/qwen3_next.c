@@ -35,6 +35,7 @@
 
 #include "llmem/ops.h"
 #include "llmem/ops_gdn.h"
+#include "llmem/ops_moe.h"
 #include "models/config_internal.h"
 #include "models/model_internal.h"
 

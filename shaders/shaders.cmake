@@ -51,9 +51,7 @@ set(LLMEM_VK_SHADER_LIST
   "ssm_scan:ssm_scan.comp"
   "ssm_scan_dec:ssm_scan_decode.comp"
   "ssm_scan_dec_sg:ssm_scan_decode.comp:USE_SUBGROUP=1"
-  "state_gather:state_gather.comp"
-  "moe_route:moe_route.comp"
-  "moe_ffn:moe_ffn.comp")
+  "state_gather:state_gather.comp")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 

@@ -21,6 +21,7 @@
 #include "llmem/backend_impl.h"
 #include "llmem/llmem.h"
 #include "llmem/ops_gdn.h"
+#include "llmem/ops_moe.h"
 #include "llmem/ops_ssm1.h"
 #include "llmem/ops_impl.h"
 #include "llmem/runtime.h"
@@ -162,6 +163,17 @@ START_TEST(test_supports_per_dtype)
         be, LLMEM_OP_SSM_SCAN1,
         (llmem_dtype[]){F32, F32, F32, F32, F32, BF16, F16, F32, F16, F32}, 10));
     ck_assert(!llmem_backend_supports(be, LLMEM_OP_SSM_SCAN1, (llmem_dtype[]){I8}, 1));
+    /* moe_route(logits f32, bias f32|f16|bf16, ids i32, weights f32);
+     * moe_ffn(x f32, ids i32, weights f32, w_up, w_down f32|f16|bf16, out f32) */
+    ck_assert(llmem_backend_supports(be, LLMEM_OP_MOE_ROUTE, (llmem_dtype[]){F32, BF16, I32, F32},
+                                     4));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_MOE_ROUTE, (llmem_dtype[]){F32, F32, F32}, 3));
+    ck_assert(llmem_backend_supports(be, LLMEM_OP_MOE_FFN,
+                                     (llmem_dtype[]){F32, I32, F32, F16, F16, F32}, 6));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_MOE_FFN, (llmem_dtype[]){F32, I32, F32, I32},
+                                      4));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_RESERVED_25_, NULL, 0));
+    ck_assert(!llmem_backend_supports(be, LLMEM_OP_RESERVED_26_, NULL, 0));
     /* the CPU reference has every op, numbered or open */
     llmem_op ids[256];
     int32_t n = llmem_op_list(ids, 256);
@@ -340,8 +352,10 @@ START_TEST(test_op_list)
     ck_assert(gdn && smul);
     ck_assert_int_eq(count_of(ids, n, LLMEM_OP_SHORT_CONV), 1);
     ck_assert_int_eq(count_of(ids, n, LLMEM_OP_SSM_SCAN1), 1);
-    /* the numbered ops of ops.h: every id below LLMEM_OP_COUNT but the four reserved ones */
-    ck_assert_int_eq(numbered, LLMEM_OP_COUNT - 4);
+    /* the numbered ops of ops.h: every id below LLMEM_OP_COUNT but the six reserved ones */
+    ck_assert_int_eq(numbered, LLMEM_OP_COUNT - 6);
+    ck_assert_int_eq(count_of(ids, n, LLMEM_OP_MOE_ROUTE), 1);
+    ck_assert_int_eq(count_of(ids, n, LLMEM_OP_MOE_FFN), 1);
     /* a short array gets a prefix, and the total */
     llmem_op two[2] = {-1, -1};
     ck_assert_int_eq(llmem_op_list(two, 2), n);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "llmem/ops.h"
+#include "llmem/ops_moe.h"
 #include "support/ops_harness.h"
 #include "support/ref64.h"
 

@@ -372,10 +372,5 @@ llmem_status cpu_op_logprob_gather(llmem_backend *be, llmem_ct *logits, llmem_ct
                                    llmem_ct *out);
 llmem_status cpu_op_top_logprobs(llmem_backend *be, llmem_ct *logits, int32_t n,
                                  llmem_ct *top_ids, llmem_ct *top_lp);
-llmem_status cpu_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
-                              llmem_ct *logits, llmem_ct *bias, llmem_ct *ids, llmem_ct *weights);
-llmem_status cpu_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
-                            llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
-                            llmem_ct *out);
 
 #endif

@@ -12,13 +12,15 @@
 #include <stdlib.h>
 
 #include "backends/cpu/cpu_ops.h"
+#include "llmem/ops_moe.h"
 
 #define NB 16 /* weight rows per work item */
 
 /* ---- routing ------------------------------------------------------------------------ */
 
-llmem_status cpu_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
-                              llmem_ct *logits, llmem_ct *bias, llmem_ct *ids, llmem_ct *weights)
+static llmem_status cpu_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
+                                     llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
+                                     llmem_ct *weights)
 {
     (void)be;
     int32_t E = p->n_expert, k = p->n_expert_used;
@@ -211,9 +213,9 @@ static int64_t make_items(const int32_t *start, int32_t E, int64_t rows, int32_t
     return n;
 }
 
-llmem_status cpu_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
-                            llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
-                            llmem_ct *out)
+static llmem_status cpu_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
+                                   llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up,
+                                   llmem_ct *w_down, llmem_ct *out)
 {
     (void)be;
     int64_t T = x->ne[0], D = x->ne[1], k = ids->ne[1], I = w_down->ne[2];
@@ -279,3 +281,9 @@ done:
     free(scratch);
     return st;
 }
+
+/* Registered in the cpu backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_MOE_ROUTE, LLMEM_OP_MOE_ROUTE_LAYOUT, llmem_op_moe_route_fn,
+              cpu_op_moe_route);
+LLMEM_OP_IMPL(cpu_op_impls, LLMEM_OP_MOE_FFN, LLMEM_OP_MOE_FFN_LAYOUT, llmem_op_moe_ffn_fn,
+              cpu_op_moe_ffn);

@@ -17,7 +17,6 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/cuda_ops_moe.h"
 #include "backends/cuda/cuda_ops_quant.h"
 #include "kernels/attention_q.h"
 #include "kernels/kernels.h"
@@ -772,8 +771,6 @@ const struct llmem_ops_i cuda_ops = {
     .logprob_gather = op_logprob_gather,
     .top_logprobs = op_top_logprobs,
     .matmul_fast = op_matmul_fast,
-    .moe_route = cuda_op_moe_route,
-    .moe_ffn = cuda_op_moe_ffn,
     .matmul_swiglu = op_matmul_swiglu,
     .add_rms_norm = op_add_rms_norm,
     .geglu = op_geglu,

@@ -2,12 +2,12 @@
  * (kernels/moe.cu). The wrappers of backends/ops_moe.c have checked every
  * argument; the kernels skip expert ids outside [0, E). */
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/cuda_ops_moe.h"
-#include "kernels/kernels.h"
+#include "kernels/moe.h"
+#include "llmem/ops_moe.h"
 
-llmem_status cuda_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
-                               llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
-                               llmem_ct *weights)
+static llmem_status cuda_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
+                                      llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
+                                      llmem_ct *weights)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
@@ -23,9 +23,9 @@ llmem_status cuda_op_moe_route(llmem_backend *be, const llmem_moe_route_params *
     return cuda_op_done(cb, e, "moe_route");
 }
 
-llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
-                             llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
-                             llmem_ct *out)
+static llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
+                                    llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up,
+                                    llmem_ct *w_down, llmem_ct *out)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
@@ -46,3 +46,9 @@ llmem_status cuda_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, l
                                 p->act == LLMEM_MOE_ACT_RELU2, cb->stream);
     return cuda_op_done(cb, e, "moe_ffn");
 }
+
+/* Registered in the cuda plugin's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(cuda_op_impls, LLMEM_OP_MOE_ROUTE, LLMEM_OP_MOE_ROUTE_LAYOUT,
+              llmem_op_moe_route_fn, cuda_op_moe_route);
+LLMEM_OP_IMPL(cuda_op_impls, LLMEM_OP_MOE_FFN, LLMEM_OP_MOE_FFN_LAYOUT, llmem_op_moe_ffn_fn,
+              cuda_op_moe_ffn);

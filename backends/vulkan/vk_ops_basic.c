@@ -358,8 +358,6 @@ const struct llmem_ops_i vk_ops = {
     .logprob_gather = vk_op_logprob_gather,
     .top_logprobs = vk_op_top_logprobs,
     .matmul_swiglu = vk_op_matmul_swiglu,
-    .moe_route = vk_op_moe_route,
-    .moe_ffn = vk_op_moe_ffn,
     .geglu = vk_op_geglu,
     .softcap = vk_op_softcap,
 };

@@ -3,6 +3,7 @@
  * of the CPU reference (backends/cpu/ops_moe.c); the shaders never read an
  * expert whose id lies outside [0, E).
  */
+#include "llmem/ops_moe.h"
 #include "vk_internal.h"
 
 #define MOE_WG 64
@@ -14,8 +15,9 @@ static uint32_t round64(int64_t n)
     return (uint32_t)((n + 63) / 64 * 64);
 }
 
-llmem_status vk_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
-                             llmem_ct *logits, llmem_ct *bias, llmem_ct *ids, llmem_ct *weights)
+static llmem_status vk_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
+                                    llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
+                                    llmem_ct *weights)
 {
     vk_backend *v = vk_from(be);
     if (round64(p->n_expert) > MOE_MAX_SHARED)
@@ -44,9 +46,9 @@ llmem_status vk_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
     return vk_op_run(v, &op, T);
 }
 
-llmem_status vk_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
-                           llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
-                           llmem_ct *out)
+static llmem_status vk_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
+                                  llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up,
+                                  llmem_ct *w_down, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     int64_t I = w_down->ne[2];
@@ -78,3 +80,9 @@ llmem_status vk_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p, llm
     vk_op_u32(&op, oo);
     return vk_op_run(v, &op, T);
 }
+
+/* Registered in the Vulkan backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_MOE_ROUTE, LLMEM_OP_MOE_ROUTE_LAYOUT, llmem_op_moe_route_fn,
+              vk_op_moe_route);
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_MOE_FFN, LLMEM_OP_MOE_FFN_LAYOUT, llmem_op_moe_ffn_fn,
+              vk_op_moe_ffn);

@@ -24,7 +24,8 @@ extern "C" {
  * carry core-private fields. 3: llmem_view is open (kind id, typed
  * description pointer, desc_size) instead of a union of the known kinds.
  * 4: open ops (llmem_op_impl lists, llmem_backend_i.op_impls); the gated
- * delta net's slots left llmem_ops_i. */
+ * delta net's slots left llmem_ops_i, and the slots of the ops that became
+ * open ops later (short conv, Mamba-1, MoE) stay as reserved members. */
 #define LLMEM_BACKEND_ABI_VERSION 4
 
 struct llmem_ops_i; /* <llmem/ops_impl.h> */
@@ -262,9 +263,12 @@ typedef struct llmem_host_api {
  * own (LLMEM_E_ABI), so a change to any of these layouts never goes
  * unnoticed, even without a version bump. The vtables (llmem_backend_i,
  * llmem_ops_i) and the host table are not in it: they grow by appending and
- * carry struct_size. A new op argument struct gets a line here (append
- * only). Usable where <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE, the
- * registry). */
+ * carry struct_size. The argument structs of open ops (<llmem/ops_impl.h>)
+ * are not in it: each implementation carries its op's own fingerprint
+ * (llmem_op_impl.layout), so a new op touches nothing here (terms 27-30,
+ * the MoE parameter structs, left with MoE in ABI 4). Lines are only
+ * appended. Usable where <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE,
+ * the registry). */
 #define LLMEM_BACKEND_ABI_LAYOUT                                                    \
     (LLMEM_ABI_TERM(1, sizeof(struct llmem_backend)) +                              \
      LLMEM_ABI_TERM(2, offsetof(struct llmem_backend, view_checks)) +               \
@@ -292,10 +296,6 @@ typedef struct llmem_host_api {
      LLMEM_ABI_TERM(24, LLMEM_STATE_MAX_DIMS) +                                     \
      LLMEM_ABI_TERM(25, sizeof(llmem_sample_params)) +                              \
      LLMEM_ABI_TERM(26, offsetof(llmem_sample_params, seed)) +                      \
-     LLMEM_ABI_TERM(27, sizeof(llmem_moe_route_params)) +                           \
-     LLMEM_ABI_TERM(28, offsetof(llmem_moe_route_params, scale)) +                  \
-     LLMEM_ABI_TERM(29, sizeof(llmem_moe_ffn_params)) +                             \
-     LLMEM_ABI_TERM(30, offsetof(llmem_moe_ffn_params, gated)) +                   \
      LLMEM_ABI_TERM(31, sizeof(llmem_op_impl)) +                                    \
      LLMEM_ABI_TERM(32, offsetof(llmem_op_impl, next)) +                            \
      LLMEM_ABI_TERM(33, sizeof(struct llmem_comm)) +                                \

@@ -499,72 +499,6 @@ llmem_status llmem_op_logprob_gather(llmem_backend *be, const llmem_tensor *logi
  *   llmem_op_logprob_gather); no overlaps. */
 llmem_status llmem_op_top_logprobs(llmem_backend *be, const llmem_tensor *logits, int32_t n,
                                    const llmem_tensor *top_ids, const llmem_tensor *top_lp);
-/* ---- mixture of experts ------------------------------------------------------------ */
-
-/* How router logits become expert scores. */
-typedef enum llmem_moe_scoring {
-    LLMEM_MOE_SOFTMAX = 0, /* softmax over the E logits (Mixtral, Granite-MoE) */
-    LLMEM_MOE_SIGMOID = 1, /* sigmoid of each logit (DeepSeek-V3, Nemotron-H) */
-} llmem_moe_scoring;
-
-typedef struct llmem_moe_route_params {
-    int32_t n_expert;      /* E, the router's logits per token */
-    int32_t n_expert_used; /* k, experts kept per token, 1..E */
-    llmem_moe_scoring scoring;
-    bool norm_topk;        /* divide the k weights by (their sum + 1e-20) */
-    int32_t n_group;       /* 0 or 1: no groups; else E % n_group == 0 and
-                              E / n_group >= 2 */
-    int32_t topk_group;    /* groups kept when n_group > 1, 1..n_group */
-    float scale;           /* routed scaling factor applied last (1 for none) */
-} llmem_moe_route_params;
-
-/* Top-k expert routing of T tokens.
- *   logits [T, E] f32; bias [E] f32|f16|bf16 or NULL (the selection-only
- *   correction bias, e_score_correction_bias); ids [T, k] i32;
- *   weights [T, k] f32. No output overlaps an input or the other output.
- * s = softmax(logits) or sigmoid(logits); c = s + bias. With n_group > 1,
- * each group of E / n_group consecutive experts scores the sum of its two
- * largest c, and only the topk_group best groups stay selectable. ids[t] =
- * the k largest selectable c in descending order (lower index first on
- * ties); weights[t, j] = s[ids[t, j]] (the bias only selects), divided by
- * their sum + 1e-20 when norm_topk, then times p->scale.
- * Softmax + norm_topk equals Granite-MoE's softmax over the top-k logits.
- * References: Shazeer et al. 2017 (top-k gating); DeepSeek-V3 (2024) Sec.
- * 2.1.2 (sigmoid affinities, bias-adjusted selection, node-limited groups);
- * transformers NemotronHTopkRouter, GraniteMoeHybridTopKRouter. */
-llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
-                                const llmem_tensor *logits, const llmem_tensor *bias,
-                                const llmem_tensor *ids, const llmem_tensor *weights);
-
-/* The expert MLP's activation. */
-typedef enum llmem_moe_act {
-    LLMEM_MOE_ACT_SILU = 0,  /* x * sigmoid(x) */
-    LLMEM_MOE_ACT_RELU2 = 1, /* max(x, 0)^2 */
-} llmem_moe_act;
-
-typedef struct llmem_moe_ffn_params {
-    llmem_moe_act act;
-    bool gated; /* w_up holds [gate | up] (2I rows per expert): h = act(gate x) * (up x);
-                   else w_up holds I rows: h = act(up x) */
-} llmem_moe_ffn_params;
-
-/* The routed experts of T tokens, weighted and summed:
- *   out[t] = sum_j weights[t, j] * down[ids[t, j]] · h(ids[t, j], x[t]).
- *   x [T, D] f32; ids [T, k] i32 in [0, E); weights [T, k] f32;
- *   w_up [E, I, D] or [E, 2I, D] (gated; rows [0, I) gate, [I, 2I) up, as
- *   transformers' gate_up_proj) f32|f16|bf16; w_down [E, D, I] of w_up's
- *   dtype; out [T, D] f32, not overlapping any input.
- * Tokens are grouped per expert and each expert's weights are read only
- * when a token selected it (a decode step reads k experts per token, at
- * most). An id outside [0, E) is never read: the CPU backend returns
- * LLMEM_E_INVALID. Shared experts are ordinary matmuls (or this op with
- * E = 1). Reference: transformers' eager experts (GraniteMoeHybridExperts,
- * NemotronHExperts). */
-llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
-                              const llmem_tensor *x, const llmem_tensor *ids,
-                              const llmem_tensor *weights, const llmem_tensor *w_up,
-                              const llmem_tensor *w_down, const llmem_tensor *out);
-
 /* ---- op ids, view kinds and capability queries ------------------------------------- */
 
 /* An op's id, for llmem_backend_supports and for the view kinds ops accept.
@@ -617,8 +551,8 @@ enum llmem_op_id {
     LLMEM_OP_LOGPROB_GATHER,
     LLMEM_OP_TOP_LOGPROBS,
     LLMEM_OP_MATMUL_FAST,
-    LLMEM_OP_MOE_ROUTE,
-    LLMEM_OP_MOE_FFN,
+    LLMEM_OP_RESERVED_25_, /* was moe_route: now in <llmem/ops_moe.h> */
+    LLMEM_OP_RESERVED_26_, /* was moe_ffn: now in <llmem/ops_moe.h> */
     LLMEM_OP_MATMUL_SWIGLU,
     LLMEM_OP_ADD_RMS_NORM,
     LLMEM_OP_RESERVED_29_, /* was gdn: now LLMEM_OP_GDN of <llmem/ops_gdn.h> */

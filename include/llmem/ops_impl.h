@@ -153,17 +153,11 @@ struct llmem_ops_i {
     /* matmul of the FAST mode: as matmul, a may be rounded to bf16 (RNE)
      * first; bf16 weights in one tensor-core GEMM, f32 accumulation. */
     llmem_status (*matmul_fast)(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
-    /* Mixture of experts (<llmem/ops.h> llmem_op_moe_route, llmem_op_moe_ffn).
-     * moe_route: logits [T, E] f32, bias [E] or NULL -> ids [T, k] i32,
-     * weights [T, k] f32. moe_ffn: x [T, D], ids, weights, w_up [E, I|2I, D],
-     * w_down [E, D, I] -> out [T, D] f32; must not read an expert whose id
-     * (read from the device) lies outside [0, E). */
-    llmem_status (*moe_route)(llmem_backend *be, const llmem_moe_route_params *p,
-                              llmem_ct *logits, llmem_ct *bias, llmem_ct *ids,
-                              llmem_ct *weights);
-    llmem_status (*moe_ffn)(llmem_backend *be, const llmem_moe_ffn_params *p, llmem_ct *x,
-                            llmem_ct *ids, llmem_ct *weights, llmem_ct *w_up, llmem_ct *w_down,
-                            llmem_ct *out);
+    /* Reserved: the mixture-of-experts slots of the first ABI-4 tables, open
+     * ops now (<llmem/ops_moe.h>); kept so that the slots after them keep
+     * their offsets. Never read; leave them NULL. */
+    llmem_op_fn reserved_moe_route;
+    llmem_op_fn reserved_moe_ffn;
 
     /* ---- appended: fused ops ---- */
     /* out[M, N] = silu(a · gateᵀ) * (a · upᵀ); gate, up [N, K] of one
