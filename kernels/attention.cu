@@ -608,4 +608,5 @@ extern "C" cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t str
 }
 
 #include "kernels/attention_prefill.cuh"
+#include "kernels/attention_prefill_tc.cuh"
 #include "kernels/attention_decode_tc.cuh"

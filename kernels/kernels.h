@@ -148,6 +148,11 @@ int cuk_attn_prefill_supported(int32_t head_dim, int32_t dtype);
 /* Tiles of query tokens x heads of a GQA group against K/V blocks with
  * mma.sync (FlashAttention-2 forward). */
 cudaError_t cuk_attn_prefill(const cuk_attn_args *a, cudaStream_t stream);
+/* The fast mode's prefill (attention_prefill_tc.cuh): the same tiles and
+ * key ranges as cuk_attn_prefill with queries and probabilities rounded
+ * once to the pool dtype (FlashAttention-2 forward, 32 rows per warp);
+ * a->precise is ignored. Same shapes and dtypes as cuk_attn_prefill. */
+cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream);
 /* Any head dim and dtype: one warp per (token, query head). */
 cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t stream);
 

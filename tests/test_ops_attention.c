@@ -36,6 +36,7 @@ typedef struct attn_case {
     int32_t window;
     bool pad_token; /* one extra token that sees nothing (tok_kv_len 0) */
     bool rows;      /* page-table rows at page_off[s] (streams reversed, gaps of -1) */
+    bool ordered;   /* ubatch tokens in stream order, as a prefill has them (else shuffled) */
 } attn_case;
 
 /* Everything the backend needs, generated once on the host. */
@@ -101,6 +102,8 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
     d->store_slot = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
     int32_t *order = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
     ref64_shuffle(&r, order, n_tok);
+    for (int32_t i = 0; k->ordered && i < n_tok; i++)
+        order[i] = i;
     d->q = th_alloc(h, (size_t)n_tok * k->n_heads * k->head_dim * sizeof(double));
     d->kcur = th_alloc(h, (size_t)n_tok * d->row * sizeof(double));
     d->vcur = th_alloc(h, (size_t)n_tok * d->row * sizeof(double));
@@ -137,7 +140,12 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
     d->n_tok = n_tok;
 }
 
-static void attn_reference(const attn_data *d, const llmem_attn_params *p, double *out)
+/* The float64 attention of every (token, head) of d over its visible
+ * logical keys: queries q ([n_tok][n_heads][head_dim], d->q or a rounded
+ * copy) times scale, p's softcap; with abs_v the values are |v| (then out
+ * is sum_j w_j |v_j|, the scale of the fast mode's rounding error). */
+static void attn_reference_ex(const attn_data *d, const llmem_attn_params *p, const double *q,
+                              double scale, bool abs_v, double *out)
 {
     const attn_case *k = &d->k;
     int32_t hd = k->head_dim, rep = k->n_heads / k->n_kv_heads;
@@ -153,16 +161,21 @@ static void attn_reference(const attn_data *d, const llmem_attn_params *p, doubl
             int32_t g = hh / rep;
             for (int32_t j = lo; j < len; j++)
                 for (int32_t e = 0; e < hd; e++) {
+                    double v = d->vl[s][(int64_t)j * d->row + g * hd + e];
                     kk[(j - lo) * hd + e] = d->kl[s][(int64_t)j * d->row + g * hd + e];
-                    vv[(j - lo) * hd + e] = d->vl[s][(int64_t)j * d->row + g * hd + e];
+                    vv[(j - lo) * hd + e] = abs_v ? fabs(v) : v;
                 }
-            ref64_attention(d->q + ((int64_t)i * k->n_heads + hh) * hd, kk, vv, len - lo, hd,
-                            (double)p->scale, (double)p->softcap,
-                            out + ((int64_t)i * k->n_heads + hh) * hd);
+            ref64_attention(q + ((int64_t)i * k->n_heads + hh) * hd, kk, vv, len - lo, hd, scale,
+                            (double)p->softcap, out + ((int64_t)i * k->n_heads + hh) * hd);
         }
     }
     free(kk);
     free(vv);
+}
+
+static void attn_reference(const attn_data *d, const llmem_attn_params *p, double *out)
+{
+    attn_reference_ex(d, p, d->q, (double)p->scale, false, out);
 }
 
 /* Builds the view on `be` (pools filled with `fill`), runs kv_store then
@@ -256,31 +269,31 @@ static void expect_pools(const attn_data *d, uint32_t fill, unsigned char *const
 static const attn_case cases[] = {
     /* GQA 2, f16, pages of 16: a long stream, a one-token sequence, a
      * whole prefill, an empty stream and a padding token */
-    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, false},
+    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, false, false},
     /* MQA, bf16, pages of 1, soft-capped */
-    {2, {9, 4}, {1, 4}, 1, 1, 3, 80, BF16, 30.0f, 0, false, false},
+    {2, {9, 4}, {1, 4}, 1, 1, 3, 80, BF16, 30.0f, 0, false, false, false},
     /* MHA, f32, pages of 64, sliding window */
-    {2, {130, 65}, {3, 65}, 64, 4, 4, 128, F32, 0.0f, 20, false, false},
+    {2, {130, 65}, {3, 65}, 64, 4, 4, 128, F32, 0.0f, 20, false, false, false},
     /* GQA 4 decode step, window and softcap */
-    {1, {100}, {1}, 16, 2, 8, 80, F32, 50.0f, 32, false, false},
+    {1, {100}, {1}, 16, 2, 8, 80, F32, 50.0f, 32, false, false, false},
     /* short sequences in pages of 64, f16 */
-    {5, {1, 2, 3, 64, 65}, {1, 1, 1, 2, 1}, 64, 1, 2, 64, F16, 0.0f, 0, true, false},
+    {5, {1, 2, 3, 64, 65}, {1, 1, 1, 2, 1}, 64, 1, 2, 64, F16, 0.0f, 0, true, false, false},
     /* bf16 head_dim 128 with pages of 16 and a window longer than all */
-    {3, {40, 17, 33}, {8, 17, 1}, 16, 2, 6, 128, BF16, 0.0f, 1000, false, false},
+    {3, {40, 17, 33}, {8, 17, 1}, 16, 2, 6, 128, BF16, 0.0f, 1000, false, false, false},
     /* long contexts: a 1500-token history with a chunk of 40, and a
      * 700-token prefill in one ubatch */
-    {2, {1500, 700}, {40, 700}, 16, 2, 4, 64, F16, 0.0f, 0, false, false},
+    {2, {1500, 700}, {40, 700}, 16, 2, 4, 64, F16, 0.0f, 0, false, false, false},
     /* page-table rows at page_off (llmem_kv_view.page_off): the first case,
      * a decode step of pages of 1 and a prefill chunk next to a decode */
-    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, true},
-    {3, {70, 5, 33}, {1, 1, 1}, 1, 2, 4, 64, F32, 0.0f, 0, false, true},
-    {2, {300, 64}, {1, 64}, 64, 2, 8, 128, BF16, 0.0f, 0, false, true},
+    {4, {37, 1, 16, 0}, {5, 1, 16, 0}, 16, 2, 4, 64, F16, 0.0f, 0, true, true, false},
+    {3, {70, 5, 33}, {1, 1, 1}, 1, 2, 4, 64, F32, 0.0f, 0, false, true, false},
+    {2, {300, 64}, {1, 64}, 64, 2, 8, 128, BF16, 0.0f, 0, false, true, false},
     /* decode steps over long histories: several key splits per query and
      * many steps of the cuda kernel's cp.async ring per split; pages of 1
      * with a window and softcap, and head_dim 256 in f32 */
-    {2, {1500, 900}, {1, 1}, 16, 2, 8, 128, BF16, 0.0f, 0, false, false},
-    {3, {700, 64, 1}, {1, 1, 1}, 1, 2, 8, 64, F16, 30.0f, 300, false, false},
-    {2, {600, 333}, {1, 1}, 64, 1, 4, 256, F32, 0.0f, 0, false, false},
+    {2, {1500, 900}, {1, 1}, 16, 2, 8, 128, BF16, 0.0f, 0, false, false, false},
+    {3, {700, 64, 1}, {1, 1, 1}, 1, 2, 8, 64, F16, 30.0f, 300, false, false, false},
+    {2, {600, 333}, {1, 1}, 64, 1, 4, 256, F32, 0.0f, 0, false, false, false},
 };
 
 START_TEST(test_attention)
@@ -323,6 +336,130 @@ START_TEST(test_attention)
         th_end(&h);
     }
     llmem_backend_close(cpu);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* ---- prefill, precise and fast mode -------------------------------------------------------- */
+
+/* Prefill ubatches at the shapes of the CUDA prefill kernels (tokens in
+ * stream order, so tiles of 32 tokens span stream boundaries): several
+ * streams of unequal lengths, GQA 32/8, head_dim 64 and 128, pages of
+ * 1 / 16 / 64, f16 and bf16 pools, a window and softcap, a chunk after a
+ * history, and a padding token. */
+static const attn_case prefill_cases[] = {
+    {3, {200, 129, 77}, {200, 129, 77}, 16, 8, 32, 128, BF16, 0.0f, 0, false, false, true},
+    {2, {330, 150}, {130, 150}, 1, 2, 8, 64, F16, 0.0f, 0, false, false, true},
+    {2, {333, 200}, {333, 100}, 64, 2, 8, 64, BF16, 30.0f, 100, false, true, true},
+    {4, {260, 65, 1, 0}, {130, 65, 1, 0}, 64, 4, 8, 128, F16, 0.0f, 0, true, false, true},
+};
+
+/* The cuda backend again with LLMEM_CUDA_ATTN_FAST=1 (read when a backend
+ * opens), or NULL for backends without a fast attention mode. */
+static llmem_backend *open_fast(int i)
+{
+    if (strcmp(th_backend_name(i), "cuda") != 0)
+        return NULL;
+    llmem_backend *be = NULL;
+    char err[256] = "";
+    setenv("LLMEM_CUDA_ATTN_FAST", "1", 1);
+    llmem_status st = llmem_backend_open("cuda", -1, &be, err, sizeof err);
+    unsetenv("LLMEM_CUDA_ATTN_FAST");
+    ck_assert_msg(st == LLMEM_OK, "open cuda (fast): %s %s", llmem_status_str(st), err);
+    return be;
+}
+
+/* Checks a fast-mode result against the float64 model of its arithmetic
+ * (kernels/attention_prefill_tc.cuh; docs/cuda.md, "Precision of the
+ * prefill"): q * scale rounded once to the pool dtype T (f32 product, then
+ * round to nearest even), S = q' . k and the softmax exact, each
+ * probability p_j rounded once to T. With w the softmax weights, the
+ * rounding of p changes the output by sum_j w_j e_j v_j, |e_j| <= u (unit
+ * roundoff of T: 2^-8 bf16, 2^-11 f16), hence per element
+ *   |out - model| <= u * sum_j w_j |v_j|                       (p rounding)
+ *                  + 2 D 2^-23 |q'|_1 max|k| max|v|            (f32 sums of S)
+ *                  + n 2^-23 max|v| (+ n 2^-25 max|v| for f16 subnormal p)
+ * (n keys; the f32 accumulations of P V and of the row sum, and f16's
+ * subnormal probabilities, each at most half an ulp of 2^-24 per key).
+ * The normalized error is checked against u: the relative rounding errors
+ * of p spread over [-u, u] give about u / sqrt(3). */
+static void expect_fast(const attn_data *d, const llmem_attn_params *p, const double *out,
+                        const char *what)
+{
+    const attn_case *k = &d->k;
+    int64_t n = (int64_t)d->n_tok * k->n_heads * k->head_dim;
+    double u = k->dtype == F16 ? ldexp(1.0, -11) : ldexp(1.0, -8);
+    double *qm = malloc((size_t)n * sizeof *qm), *model = malloc((size_t)n * sizeof *model);
+    double *wv = malloc((size_t)n * sizeof *wv);
+    ck_assert(qm && model && wv);
+    for (int64_t e = 0; e < n; e++)
+        qm[e] = ref64_round((double)((float)d->q[e] * p->scale), k->dtype);
+    attn_reference_ex(d, p, qm, 1.0, false, model);
+    attn_reference_ex(d, p, qm, 1.0, true, wv);
+    double vmax = 1.0, kmax = 1.0; /* attn_make fills K/V in [-1, 1] */
+    for (int64_t r = 0; r < (int64_t)d->n_tok * k->n_heads; r++) {
+        int32_t keys = d->tok_kv_len[r / k->n_heads];
+        double q1 = 0.0;
+        for (int32_t e = 0; e < k->head_dim; e++)
+            q1 += fabs(qm[r * k->head_dim + e]);
+        double bound_row = 2.0 * k->head_dim * ldexp(q1 * kmax, -23) * vmax +
+                           keys * (ldexp(1.0, -23) + (k->dtype == F16 ? ldexp(1.0, -25) : 0.0)) * vmax;
+        for (int32_t e = 0; e < k->head_dim; e++) {
+            int64_t at = r * k->head_dim + e;
+            double bound = u * wv[at] + bound_row;
+            if (!(fabs(out[at] - model[at]) <= bound))
+                ck_abort_msg("%s: element %lld is %.9g, model %.9g (bound %.3g), seed %llu", what,
+                             (long long)at, out[at], model[at], bound,
+                             (unsigned long long)ref64_seed());
+        }
+    }
+    th_expect_close(out, model, n, u, what);
+    free(qm);
+    free(model);
+    free(wv);
+}
+
+START_TEST(test_attention_prefill)
+{
+    llmem_backend *be = th_open(_i);
+    llmem_backend *fast = open_fast(_i);
+    for (size_t ci = 0; ci < sizeof prefill_cases / sizeof prefill_cases[0]; ci++) {
+        const attn_case *k = &prefill_cases[ci];
+        th_ctx h;
+        th_begin(&h, NULL);
+        attn_data d;
+        attn_make(&h, k, 2500 + ci, &d);
+        llmem_attn_params p = {1.0f / sqrtf((float)k->head_dim), k->softcap, k->window};
+        int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
+        double *out = th_alloc(&h, (size_t)n * sizeof *out);
+        double *clean = th_alloc(&h, (size_t)n * sizeof *clean);
+        double *ref = th_alloc(&h, (size_t)n * sizeof *ref);
+        uint32_t nan = llmem_nan_pattern(k->dtype);
+        attn_reference(&d, &p, ref);
+        char what[128];
+        llmem_backend *runs[2] = {be, fast};
+        for (int run = 0; run < (fast ? 2 : 1); run++) {
+            attn_run(runs[run], &d, &p, nan, out, NULL, NULL);
+            attn_run(runs[run], &d, &p, 0u, clean, NULL, NULL);
+            snprintf(what, sizeof what, "prefill case %zu%s, NaN vs zero pools", ci,
+                     run ? " (fast)" : "");
+            th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
+            snprintf(what, sizeof what, "prefill case %zu%s (%s, ps %d, hd %d, %d/%d heads)", ci,
+                     run ? " (fast)" : "", llmem_dtype_name(k->dtype), k->page_size,
+                     k->head_dim, k->n_heads, k->n_kv_heads);
+            if (run == 0)
+                th_expect_close(out, ref, n, ref64_tol(F32, !th_is_cpu(_i)), what);
+            else
+                expect_fast(&d, &p, out, what);
+            for (int32_t i = 0; i < d.n_tok; i++)
+                if (d.tok_kv_len[i] == 0)
+                    for (int32_t e = 0; e < k->n_heads * k->head_dim; e++)
+                        if (out[(int64_t)i * k->n_heads * k->head_dim + e] != 0.0)
+                            ck_abort_msg("%s: token %d sees no key but is not 0", what, i);
+        }
+        th_end(&h);
+    }
+    llmem_backend_close(fast);
     llmem_backend_close(be);
 }
 END_TEST
@@ -593,6 +730,7 @@ int main(void)
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_attention, 0, n);
+    tcase_add_loop_test(tc, test_attention_prefill, 0, n);
     tcase_add_loop_test(tc, test_attention_tables, 0, n);
     tcase_add_loop_test(tc, test_rope_shift, 0, n);
     tcase_add_loop_test(tc, test_kv_page_copy, 0, n);

@@ -506,8 +506,11 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
         return done(cb, cudaMemsetAsync(a.out, 0, (size_t)nelements(out) * sizeof(float), cb->stream),
                     "attention (no keys)");
     bool aligned = (uintptr_t)a.q % 16 == 0 && (uintptr_t)a.out % 8 == 0;
-    if (cuk_attn_prefill_supported(a.head_dim, a.dtype) && aligned && a.n_tok >= 16 * runs)
+    if (cuk_attn_prefill_supported(a.head_dim, a.dtype) && aligned && a.n_tok >= 16 * runs) {
+        if (!a.precise) /* kernels/attention_prefill_tc.cuh */
+            return done(cb, cuk_attn_prefill_fast(&a, cb->stream), "attention (prefill, fast)");
         return done(cb, cuk_attn_prefill(&a, cb->stream), "attention (prefill)");
+    }
     if (!cuk_attn_decode_supported(a.head_dim, a.dtype))
         return done(cb, cuk_attn_generic(&a, cb->stream), "attention (generic)");
     int32_t n_split = key_splits(&a, (int64_t)cb->n_sms * cb->dec_ctas, max_range);

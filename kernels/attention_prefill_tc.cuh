@@ -1,0 +1,453 @@
+/* llmem CUDA kernels: the fast-mode prefill attention (included by
+ * attention.cu after attention_prefill.cuh, whose helpers it uses).
+ *
+ * FlashAttention-2 forward (Dao 2023, "FlashAttention-2: Faster Attention
+ * with Better Parallelism and Work Partitioning", Alg. 1) on
+ * mma.sync.m16n8k16 with one rounding: the scaled queries and the softmax
+ * probabilities are rounded once to the pool dtype (f16 or bf16), products
+ * are accumulated in f32, the running max and sum stay f32. This is the
+ * arithmetic of FlashAttention-2 and of PyTorch's flash SDPA; the precise
+ * mode keeps attention_prefill.cuh (hi + lo pairs, about f32 accuracy).
+ *
+ * Layout of a CTA (one GQA group, one tile of rows):
+ * - BM = 16 * WARPS * MT rows of (query token, query head) pairs: HH heads
+ *   of the group times TT = BM / HH consecutive query tokens, so every K/V
+ *   block staged in shared memory serves all the heads that share it.
+ * - Each warp owns MT m-tiles of 16 rows. With MT = 2 (FlashAttention-2's
+ *   32 rows per warp) every K/V fragment read with ldmatrix feeds two MMAs;
+ *   the Q fragments are re-read from shared memory at each k-step (held
+ *   in registers they would not fit beside O and S).
+ * - Keys come in blocks of BN through an NS-stage cp.async ring of
+ *   XOR-swizzled [BN][D] tiles (ldmatrix for K, ldmatrix.trans for V);
+ *   one barrier per block. Slots outside the rows' key range are
+ *   zero-filled, never read from the pool.
+ * - P stays in registers: the S accumulator fragments of two n-tiles are
+ *   exactly the A fragment of one k16 step of the PV product.
+ * - Causal tile skipping: a pass visits only the blocks between the lowest
+ *   first key and the highest last key of its rows; only blocks that cross
+ *   a row's window or causal edge are masked.
+ * - Tokens of different streams in one tile (a SIMPLE ubatch) run one pass
+ *   per stream with the other rows masked (as attention_prefill.cuh).
+ */
+
+template <typename T> struct ptc_pack;
+template <> struct ptc_pack<cuk_f16_t> {
+    __device__ __forceinline__ static uint32_t run(float x0, float x1)
+    {
+        __half2 h = __floats2half2_rn(x0, x1);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+};
+template <> struct ptc_pack<cuk_bf16_t> {
+    __device__ __forceinline__ static uint32_t run(float x0, float x1)
+    {
+        __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+};
+
+/* A compile-time bool for the generic lambdas below. */
+template <bool B> struct cuk_bool {
+    static constexpr bool value = B;
+};
+
+/* A kernel configuration: WARPS warps of MT m-tiles, key blocks of BN, an
+ * NS-stage ring, at least MINB CTAs per SM (register cap), the block
+ * loader's loop unrolled LU times (unrolled fully, its page lookups are
+ * all hoisted and 32-row warps spill). */
+template <int WARPS_, int MT_, int BN_, int NS_, int MINB_, int LU_> struct ptc_cfg {
+    static constexpr int WARPS = WARPS_, MT = MT_, BN = BN_, NS = NS_, MINB = MINB_, LU = LU_;
+    static constexpr int BM = 16 * WARPS * MT;
+};
+
+/* Dynamic shared memory of a configuration: the Q tile and the ring. */
+template <int D, typename C> constexpr size_t ptc_smem_bytes()
+{
+    return (size_t)C::BM * D * 2 + (size_t)C::NS * 2 * C::BN * D * 2;
+}
+
+template <typename T, int D, typename C, bool CAP>
+__global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
+    attn_prefill_tc_kernel(cuk_attn_args a, int32_t hh, int32_t tt)
+{
+    constexpr int WARPS = C::WARPS, MT = C::MT, BN = C::BN, NS = C::NS, BM = C::BM;
+    constexpr int CH = D / 8;  /* 16-byte chunks per row */
+    constexpr int NT = BN / 8; /* key n-tiles per block */
+    constexpr int DT = D / 8;  /* output n-tiles */
+    constexpr int KT = D / 16; /* k-steps of Q K^T */
+    constexpr uint32_t TILE = BN * D * 2; /* bytes of one K or V tile */
+    static_assert(NS >= 2 && NT % 2 == 0 && DT % 2 == 0, "shape");
+    static_assert(BN * CH % (WARPS * 32) == 0 && (WARPS * 32) % CH == 0, "whole chunks per thread");
+    extern __shared__ __align__(128) unsigned char ptc_smem_raw[];
+    unsigned char *qs = ptc_smem_raw;                          /* [BM][D] */
+    const uint32_t ring = pf_smem(ptc_smem_raw + BM * D * 2); /* [NS][K, V][BN][D] */
+    __shared__ int32_t row_seq[BM], row_lo[BM], row_hi[BM];
+    __shared__ int32_t red[WARPS][6]; /* per-warp partials of a pass's reductions */
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int32_t n_rep = a.n_heads / a.n_kv_heads;
+    const int32_t g = blockIdx.z;
+    const int32_t ps_log2 = (a.page_size & (a.page_size - 1)) == 0 ? __ffs(a.page_size) - 1 : -1;
+    const int32_t hc0 = blockIdx.y * hh;
+    const int64_t t0 = (int64_t)(gridDim.x - 1 - blockIdx.x) * tt; /* long tiles first */
+
+    /* row r: token t0 + r / hh, head g * n_rep + hc0 + r % hh; row_seq is
+     * the row's stream, -1 for a query that sees no key, -2 for padding */
+    for (int r = tid; r < BM; r += blockDim.x) {
+        int64_t tok = t0 + r / hh;
+        int32_t hr = hc0 + r % hh;
+        int32_t s = -1, lo = 0, hi = 0;
+        bool in = r < hh * tt && tok < a.n_tok && hr < n_rep;
+        if (!in || !attn_query_range(a, tok, s, lo, hi)) {
+            s = in ? -1 : -2;
+            lo = hi = 0;
+        }
+        row_seq[r] = s;
+        row_lo[r] = lo;
+        row_hi[r] = hi;
+    }
+    /* Q tile: q * scale in f32, rounded once to T. Written after the first
+     * pass has issued its first K/V copies, so both latencies overlap; the
+     * barrier before the first block orders it before any ldmatrix. */
+    auto load_q = [&]() {
+#pragma unroll 4
+        for (int c = tid; c < BM * CH; c += WARPS * 32) {
+            int r = c / CH, ch = c % CH;
+            int64_t tok = t0 + r / hh;
+            int32_t hr = hc0 + r % hh;
+            uint4 w = make_uint4(0, 0, 0, 0);
+            if (r < hh * tt && tok < a.n_tok && hr < n_rep) {
+                const float4 *s4 =
+                    (const float4 *)(a.q + (tok * a.n_heads + g * n_rep + hr) * D + ch * 8);
+                float4 x0 = s4[0], x1 = s4[1];
+                const float sc = a.scale;
+                w.x = ptc_pack<T>::run(x0.x * sc, x0.y * sc);
+                w.y = ptc_pack<T>::run(x0.z * sc, x0.w * sc);
+                w.z = ptc_pack<T>::run(x1.x * sc, x1.y * sc);
+                w.w = ptc_pack<T>::run(x1.z * sc, x1.w * sc);
+            }
+            *(uint4 *)(qs + pf_off<D>(r, ch)) = w;
+        }
+    };
+    bool q_done = false;
+
+    int rr[MT][2];
+    float o[MT][DT][4], m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        rr[mt][0] = (warp * MT + mt) * 16 + (lane >> 2);
+        rr[mt][1] = rr[mt][0] + 8;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DT; i++)
+            o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    }
+
+    int32_t prev = -1;
+    for (;;) {
+        /* next stream of this tile: the smallest stream id above prev; then
+         * the key range, edges and mixing of its rows (block reductions) */
+        __syncthreads();
+        int32_t c = INT32_MAX;
+        for (int r = tid; r < BM; r += WARPS * 32) {
+            int32_t sr = row_seq[r];
+            c = sr > prev && sr < c ? sr : c;
+        }
+        c = __reduce_min_sync(0xffffffffu, c);
+        if (lane == 0)
+            red[warp][0] = c;
+        __syncthreads();
+        c = INT32_MAX;
+#pragma unroll
+        for (int w = 0; w < WARPS; w++)
+            c = min(c, red[w][0]);
+        int32_t jlo_ = INT32_MAX, jhi_ = 0, hmin_ = INT32_MAX, lmax_ = 0, mixed_ = 0;
+        for (int r = tid; r < BM; r += WARPS * 32) {
+            int32_t sr = row_seq[r];
+            mixed_ |= sr != -2 && sr != c;
+            if (sr != c)
+                continue;
+            int32_t lo = row_lo[r], hi = row_hi[r];
+            hmin_ = min(hmin_, hi);
+            lmax_ = max(lmax_, lo);
+            if (hi > lo) {
+                jlo_ = min(jlo_, lo);
+                jhi_ = max(jhi_, hi);
+            }
+        }
+        jlo_ = __reduce_min_sync(0xffffffffu, jlo_);
+        jhi_ = __reduce_max_sync(0xffffffffu, jhi_);
+        hmin_ = __reduce_min_sync(0xffffffffu, hmin_);
+        lmax_ = __reduce_max_sync(0xffffffffu, lmax_);
+        mixed_ = (int32_t)__reduce_or_sync(0xffffffffu, (unsigned)mixed_);
+        if (lane == 0) {
+            red[warp][1] = jlo_;
+            red[warp][2] = jhi_;
+            red[warp][3] = hmin_;
+            red[warp][4] = lmax_;
+            red[warp][5] = mixed_;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            jlo_ = min(jlo_, red[w][1]);
+            jhi_ = max(jhi_, red[w][2]);
+            hmin_ = min(hmin_, red[w][3]);
+            lmax_ = max(lmax_, red[w][4]);
+            mixed_ |= red[w][5];
+        }
+        const int32_t cur = c, jlo = jlo_, jhi = jhi_;
+        /* blocks inside [lmax, hmin) of every row of a one-stream pass need
+         * no mask (padding rows are never written out) */
+        const int32_t hmin = hmin_, lmax = lmax_;
+        const bool mixed = mixed_ != 0;
+        if (cur == INT32_MAX)
+            break;
+        prev = cur;
+        if (jlo >= jhi)
+            continue;
+        const int32_t *pt = a.page_table + attn_row(a, cur);
+        const int32_t kb0 = jlo / BN * BN;
+        const int32_t nblk = (jhi - kb0 + BN - 1) / BN;
+
+        /* K and V rows of block i into ring stage i % NS; zeros outside
+         * [jlo, jhi) and for bad page ids */
+        auto load_block = [&](int32_t i) {
+            const int32_t kb = kb0 + i * BN;
+            const uint32_t st = ring + (uint32_t)(i % NS) * 2 * TILE;
+            const int ch = tid % CH; /* fixed: WARPS * 32 is a multiple of CH */
+#pragma unroll(C::LU)
+            for (int it = 0; it < BN * CH / (WARPS * 32); it++) {
+                const int row = tid / CH + it * (WARPS * 32 / CH);
+                int32_t j = kb + row;
+                int64_t off = -1;
+                if (j >= jlo && j < jhi) {
+                    int32_t pi = ps_log2 >= 0 ? j >> ps_log2 : j / a.page_size;
+                    int32_t po = ps_log2 >= 0 ? j & (a.page_size - 1) : j % a.page_size;
+                    int32_t page = pt[pi];
+                    if (page >= 0 && page < a.n_pages)
+                        off = (((int64_t)page * a.page_size + po) * a.n_kv_heads + g) * D + ch * 8;
+                }
+                const uint16_t *kp = (const uint16_t *)a.k + (off >= 0 ? off : 0);
+                const uint16_t *vp = (const uint16_t *)a.v + (off >= 0 ? off : 0);
+                uint32_t so = st + pf_off<D>(row, ch);
+                pf_cp16(so, kp, off >= 0);
+                pf_cp16(so + TILE, vp, off >= 0);
+            }
+        };
+
+        /* One block: S = Q K^T, soft-cap, mask (EDGE), online softmax in
+         * base 2, P rounded once to T in registers, O += P V. One straight
+         * code path per (EDGE, CAP), so that the scheduler can interleave
+         * the MMAs with the softmax. */
+        auto step = [&](int32_t i, auto edge_tag) {
+            constexpr bool EDGE = decltype(edge_tag)::value;
+            const int32_t kb = kb0 + i * BN;
+            const uint32_t kbase = ring + (uint32_t)(i % NS) * 2 * TILE, vbase = kbase + TILE;
+            float sc[MT][NT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+                    sc[mt][n][0] = sc[mt][n][1] = sc[mt][n][2] = sc[mt][n][3] = 0.0f;
+#pragma unroll
+            for (int ks = 0; ks < KT; ks++) {
+                uint32_t fa[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    int mi = lane >> 3;
+                    int row = (warp * MT + mt) * 16 + (mi & 1) * 8 + (lane & 7);
+                    pf_ldsm4(pf_smem(qs) + pf_off<D>(row, ks * 2 + (mi >> 1)), fa[mt][0],
+                             fa[mt][1], fa[mt][2], fa[mt][3]);
+                }
+#pragma unroll
+                for (int n = 0; n < NT; n += 2) {
+                    int mi = lane >> 3;
+                    int key = n * 8 + (mi >> 1) * 8 + (lane & 7);
+                    uint32_t b0, b1, b2, b3;
+                    pf_ldsm4(kbase + pf_off<D>(key, ks * 2 + (mi & 1)), b0, b1, b2, b3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        pf_type<T>::mma(sc[mt][n], fa[mt], b0, b1);
+                        pf_type<T>::mma(sc[mt][n + 1], fa[mt], b2, b3);
+                    }
+                }
+            }
+            uint32_t pa[MT][BN / 16][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                int32_t rlo0 = 0, rhi0 = 0, rlo1 = 0, rhi1 = 0;
+                if (EDGE) {
+                    int r0 = rr[mt][0], r1 = rr[mt][1];
+                    rlo0 = row_lo[r0];
+                    rhi0 = row_seq[r0] == cur ? row_hi[r0] : 0;
+                    rlo1 = row_lo[r1];
+                    rhi1 = row_seq[r1] == cur ? row_hi[r1] : 0;
+                }
+                float mx0 = m[mt][0], mx1 = m[mt][1];
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float x = sc[mt][n][e];
+                        if (CAP)
+                            x = attn_cap(x, a.softcap);
+                        if (EDGE) {
+                            int32_t j = kb + n * 8 + 2 * (lane & 3) + (e & 1);
+                            bool vis = e < 2 ? j >= rlo0 && j < rhi0 : j >= rlo1 && j < rhi1;
+                            x = vis ? x : -INFINITY;
+                        }
+                        sc[mt][n][e] = x;
+                        if (e < 2)
+                            mx0 = fmaxf(mx0, x);
+                        else
+                            mx1 = fmaxf(mx1, x);
+                    }
+                }
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                /* rows with no visible key so far keep m = -inf and p = 0 */
+                const float b0 = mx0 == -INFINITY ? 0.0f : mx0 * LOG2E;
+                const float b1 = mx1 == -INFINITY ? 0.0f : mx1 * LOG2E;
+                const float corr0 = pf_exp2(fmaf(m[mt][0], LOG2E, -b0));
+                const float corr1 = pf_exp2(fmaf(m[mt][1], LOG2E, -b1));
+                m[mt][0] = mx0;
+                m[mt][1] = mx1;
+                float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    float p0 = pf_exp2(fmaf(sc[mt][n][0], LOG2E, -b0));
+                    float p1 = pf_exp2(fmaf(sc[mt][n][1], LOG2E, -b0));
+                    float p2 = pf_exp2(fmaf(sc[mt][n][2], LOG2E, -b1));
+                    float p3 = pf_exp2(fmaf(sc[mt][n][3], LOG2E, -b1));
+                    sum0 += p0 + p1;
+                    sum1 += p2 + p3;
+                    pa[mt][n / 2][(n & 1) * 2] = ptc_pack<T>::run(p0, p1);
+                    pa[mt][n / 2][(n & 1) * 2 + 1] = ptc_pack<T>::run(p2, p3);
+                }
+                l[mt][0] = l[mt][0] * corr0 + sum0;
+                l[mt][1] = l[mt][1] * corr1 + sum1;
+#pragma unroll
+                for (int i2 = 0; i2 < DT; i2++) {
+                    o[mt][i2][0] *= corr0;
+                    o[mt][i2][1] *= corr0;
+                    o[mt][i2][2] *= corr1;
+                    o[mt][i2][3] *= corr1;
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+                for (int dt = 0; dt < DT; dt += 2) {
+                    int mi = lane >> 3;
+                    int key = kk * 16 + (mi & 1) * 8 + (lane & 7);
+                    uint32_t v0, v1, v2, v3;
+                    pf_ldsm4t(vbase + pf_off<D>(key, dt + (mi >> 1)), v0, v1, v2, v3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        pf_type<T>::mma(o[mt][dt], pa[mt][kk], v0, v1);
+                        pf_type<T>::mma(o[mt][dt + 1], pa[mt][kk], v2, v3);
+                    }
+                }
+            }
+        };
+
+#pragma unroll
+        for (int i = 0; i < NS - 1; i++) {
+            if (i < nblk)
+                load_block(i);
+            pf_commit();
+        }
+        if (!q_done) {
+            load_q();
+            q_done = true;
+        }
+        for (int32_t i = 0; i < nblk; i++) {
+            pf_wait<NS - 2>(); /* block i has landed (this thread's copies) */
+            __syncthreads();   /* ... everyone's, and stage (i - 1) % NS is free */
+            if (i + NS - 1 < nblk)
+                load_block(i + NS - 1);
+            pf_commit();
+            const int32_t kb = kb0 + i * BN;
+            if (mixed || kb + BN > hmin || kb < lmax)
+                step(i, cuk_bool<true>());
+            else
+                step(i, cuk_bool<false>());
+        }
+        pf_wait<0>();
+    }
+
+    /* normalize and write the valid rows */
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float lv = l[mt][hf];
+            lv += __shfl_xor_sync(0xffffffffu, lv, 1);
+            lv += __shfl_xor_sync(0xffffffffu, lv, 2);
+            float inv = lv > 0.0f ? 1.0f / lv : 0.0f;
+            int r = rr[mt][hf];
+            int64_t tok = t0 + r / hh;
+            int32_t hr = hc0 + r % hh;
+            if (r >= hh * tt || tok >= a.n_tok || hr >= n_rep)
+                continue;
+            float *dst = a.out + (tok * a.n_heads + g * n_rep + hr) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int i = 0; i < DT; i++)
+                *(float2 *)(dst + i * 8) =
+                    make_float2(o[mt][i][hf * 2] * inv, o[mt][i][hf * 2 + 1] * inv);
+        }
+    }
+}
+
+template <typename T, int D, typename C, bool CAP>
+static cudaError_t ptc_launch_cap(const cuk_attn_args *a, cudaStream_t stream)
+{
+    constexpr size_t smem = ptc_smem_bytes<D, C>();
+    cudaError_t e = cudaFuncSetAttribute(attn_prefill_tc_kernel<T, D, C, CAP>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    int32_t n_rep = a->n_heads / a->n_kv_heads;
+    int32_t hh = n_rep < C::BM ? n_rep : C::BM;
+    int32_t tt = C::BM / hh;
+    dim3 grid((unsigned)((a->n_tok + tt - 1) / tt), (unsigned)((n_rep + hh - 1) / hh),
+              (unsigned)a->n_kv_heads);
+    attn_prefill_tc_kernel<T, D, C, CAP><<<grid, C::WARPS * 32, smem, stream>>>(*a, hh, tt);
+    return cudaGetLastError();
+}
+
+/* Launches one configuration: grid (token tiles, head chunks, KV heads);
+ * the soft-capped variant only when a softcap is set. */
+template <typename T, int D, typename C>
+static cudaError_t ptc_launch(const cuk_attn_args *a, cudaStream_t stream)
+{
+    return a->softcap > 0.0f ? ptc_launch_cap<T, D, C, true>(a, stream)
+                             : ptc_launch_cap<T, D, C, false>(a, stream);
+}
+
+/* The landed configuration (docs/benchmarks.md, "Prefill attention, fast
+ * mode"). */
+typedef ptc_cfg<8, 2, 64, 2, 1, 4> ptc_default;
+
+extern "C" cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream)
+{
+    if ((uintptr_t)a->q % 16 || (uintptr_t)a->k % 16 || (uintptr_t)a->v % 16 ||
+        (uintptr_t)a->out % 8)
+        return cudaErrorMisalignedAddress;
+    if (a->dtype == CUK_F16) {
+        if (a->head_dim == 64)
+            return ptc_launch<cuk_f16_t, 64, ptc_default>(a, stream);
+        if (a->head_dim == 128)
+            return ptc_launch<cuk_f16_t, 128, ptc_default>(a, stream);
+    } else if (a->dtype == CUK_BF16) {
+        if (a->head_dim == 64)
+            return ptc_launch<cuk_bf16_t, 64, ptc_default>(a, stream);
+        if (a->head_dim == 128)
+            return ptc_launch<cuk_bf16_t, 128, ptc_default>(a, stream);
+    }
+    return cudaErrorInvalidValue;
+}
