@@ -54,9 +54,14 @@ template <bool B> struct cuk_bool {
 /* A kernel configuration: WARPS warps of MT m-tiles, key blocks of BN, an
  * NS-stage ring, at least MINB CTAs per SM (register cap), the block
  * loader's loop unrolled LU times (unrolled fully, its page lookups are
- * all hoisted and 32-row warps spill). */
-template <int WARPS_, int MT_, int BN_, int NS_, int MINB_, int LU_> struct ptc_cfg {
+ * all hoisted and 32-row warps spill). PIPE defers block i's P V to block
+ * i + 1, after that block's Q K^T, so that its MMAs can interleave with
+ * the softmax of block i + 1 (FlashAttention-3's intra-warpgroup overlap,
+ * Shah et al. 2024, Sec. 3.2); it needs NS >= 3 (V of block i stays). */
+template <int WARPS_, int MT_, int BN_, int NS_, int MINB_, int LU_, bool PIPE_ = false>
+struct ptc_cfg {
     static constexpr int WARPS = WARPS_, MT = MT_, BN = BN_, NS = NS_, MINB = MINB_, LU = LU_;
+    static constexpr bool PIPE = PIPE_;
     static constexpr int BM = 16 * WARPS * MT;
 };
 
@@ -239,10 +244,32 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
 
         /* One block: S = Q K^T, soft-cap, mask (EDGE), online softmax in
          * base 2, P rounded once to T in registers, O += P V. One straight
-         * code path per (EDGE, CAP), so that the scheduler can interleave
-         * the MMAs with the softmax. */
-        auto step = [&](int32_t i, auto edge_tag) {
+         * code path per (EDGE, CAP) case, so that the scheduler can
+         * interleave the MMAs with the softmax. With PIPE the P V of the
+         * previous block (PREV) runs between this block's softmax and the
+         * rescale of O, independent of the softmax. */
+        uint32_t pa[MT][BN / 16][4];  /* P of the current block */
+        uint32_t pold[MT][BN / 16][4]; /* PIPE: P of the previous block */
+        auto pv = [&](uint32_t vb, uint32_t (&pp)[MT][BN / 16][4]) {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+#pragma unroll
+                for (int dt = 0; dt < DT; dt += 2) {
+                    int mi = lane >> 3;
+                    int key = kk * 16 + (mi & 1) * 8 + (lane & 7);
+                    uint32_t v0, v1, v2, v3;
+                    pf_ldsm4t(vb + pf_off<D>(key, dt + (mi >> 1)), v0, v1, v2, v3);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        pf_type<T>::mma(o[mt][dt], pp[mt][kk], v0, v1);
+                        pf_type<T>::mma(o[mt][dt + 1], pp[mt][kk], v2, v3);
+                    }
+                }
+            }
+        };
+        auto step = [&](int32_t i, auto edge_tag, auto prev_tag) {
             constexpr bool EDGE = decltype(edge_tag)::value;
+            constexpr bool PREV = decltype(prev_tag)::value;
             const int32_t kb = kb0 + i * BN;
             const uint32_t kbase = ring + (uint32_t)(i % NS) * 2 * TILE, vbase = kbase + TILE;
             float sc[MT][NT][4];
@@ -274,7 +301,7 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
                     }
                 }
             }
-            uint32_t pa[MT][BN / 16][4];
+            float corr[MT][2];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 int32_t rlo0 = 0, rhi0 = 0, rlo1 = 0, rhi1 = 0;
@@ -330,33 +357,41 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
                 }
                 l[mt][0] = l[mt][0] * corr0 + sum0;
                 l[mt][1] = l[mt][1] * corr1 + sum1;
-#pragma unroll
-                for (int i2 = 0; i2 < DT; i2++) {
-                    o[mt][i2][0] *= corr0;
-                    o[mt][i2][1] *= corr0;
-                    o[mt][i2][2] *= corr1;
-                    o[mt][i2][3] *= corr1;
-                }
+                corr[mt][0] = corr0;
+                corr[mt][1] = corr1;
+            }
+            if (C::PIPE) {
+                if (PREV)
+                    pv(ring + (uint32_t)((i + NS - 1) % NS) * 2 * TILE + TILE, pold);
             }
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; kk++) {
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int dt = 0; dt < DT; dt += 2) {
-                    int mi = lane >> 3;
-                    int key = kk * 16 + (mi & 1) * 8 + (lane & 7);
-                    uint32_t v0, v1, v2, v3;
-                    pf_ldsm4t(vbase + pf_off<D>(key, dt + (mi >> 1)), v0, v1, v2, v3);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        pf_type<T>::mma(o[mt][dt], pa[mt][kk], v0, v1);
-                        pf_type<T>::mma(o[mt][dt + 1], pa[mt][kk], v2, v3);
-                    }
+                for (int i2 = 0; i2 < DT; i2++) {
+                    o[mt][i2][0] *= corr[mt][0];
+                    o[mt][i2][1] *= corr[mt][0];
+                    o[mt][i2][2] *= corr[mt][1];
+                    o[mt][i2][3] *= corr[mt][1];
                 }
+            if (C::PIPE) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            pold[mt][kk][e] = pa[mt][kk][e];
+            } else {
+                pv(vbase, pa);
             }
         };
 
+        /* blocks ahead in the ring: NS - 1, or NS - 2 with PIPE (the
+         * previous block's V stays for its deferred P V) */
+        constexpr int AHEAD = C::PIPE ? NS - 2 : NS - 1;
+        static_assert(AHEAD >= 1, "PIPE needs NS >= 3");
 #pragma unroll
-        for (int i = 0; i < NS - 1; i++) {
+        for (int i = 0; i < AHEAD; i++) {
             if (i < nblk)
                 load_block(i);
             pf_commit();
@@ -366,17 +401,27 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
             q_done = true;
         }
         for (int32_t i = 0; i < nblk; i++) {
-            pf_wait<NS - 2>(); /* block i has landed (this thread's copies) */
-            __syncthreads();   /* ... everyone's, and stage (i - 1) % NS is free */
-            if (i + NS - 1 < nblk)
-                load_block(i + NS - 1);
+            pf_wait<AHEAD - 1>(); /* block i has landed (this thread's copies) */
+            __syncthreads();      /* ... everyone's; the stage it refills is free */
+            if (i + AHEAD < nblk)
+                load_block(i + AHEAD);
             pf_commit();
             const int32_t kb = kb0 + i * BN;
-            if (mixed || kb + BN > hmin || kb < lmax)
-                step(i, cuk_bool<true>());
-            else
-                step(i, cuk_bool<false>());
+            const bool edge = mixed || kb + BN > hmin || kb < lmax;
+            if (C::PIPE && i > 0) {
+                if (edge)
+                    step(i, cuk_bool<true>(), cuk_bool<true>());
+                else
+                    step(i, cuk_bool<false>(), cuk_bool<true>());
+            } else {
+                if (edge)
+                    step(i, cuk_bool<true>(), cuk_bool<false>());
+                else
+                    step(i, cuk_bool<false>(), cuk_bool<false>());
+            }
         }
+        if (C::PIPE) /* the last block's P V */
+            pv(ring + (uint32_t)((nblk - 1) % NS) * 2 * TILE + TILE, pold);
         pf_wait<0>();
     }
 
@@ -430,8 +475,27 @@ static cudaError_t ptc_launch(const cuk_attn_args *a, cudaStream_t stream)
 }
 
 /* The landed configuration (docs/benchmarks.md, "Prefill attention, fast
- * mode"). */
+ * mode"), and the pipelined one that LLMEM_CUDA_PF_PIPE=1 picks (read once
+ * per process). */
 typedef ptc_cfg<8, 2, 64, 2, 1, 4> ptc_default;
+typedef ptc_cfg<8, 2, 32, 3, 1, 2, true> ptc_pipe;
+
+static bool ptc_pipe_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMEM_CUDA_PF_PIPE");
+        on = e && atoi(e) == 1;
+    }
+    return on == 1;
+}
+
+template <typename T, int D>
+static cudaError_t ptc_dispatch(const cuk_attn_args *a, cudaStream_t stream)
+{
+    return ptc_pipe_on() ? ptc_launch<T, D, ptc_pipe>(a, stream)
+                         : ptc_launch<T, D, ptc_default>(a, stream);
+}
 
 extern "C" cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream)
 {
@@ -440,14 +504,14 @@ extern "C" cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_
         return cudaErrorMisalignedAddress;
     if (a->dtype == CUK_F16) {
         if (a->head_dim == 64)
-            return ptc_launch<cuk_f16_t, 64, ptc_default>(a, stream);
+            return ptc_dispatch<cuk_f16_t, 64>(a, stream);
         if (a->head_dim == 128)
-            return ptc_launch<cuk_f16_t, 128, ptc_default>(a, stream);
+            return ptc_dispatch<cuk_f16_t, 128>(a, stream);
     } else if (a->dtype == CUK_BF16) {
         if (a->head_dim == 64)
-            return ptc_launch<cuk_bf16_t, 64, ptc_default>(a, stream);
+            return ptc_dispatch<cuk_bf16_t, 64>(a, stream);
         if (a->head_dim == 128)
-            return ptc_launch<cuk_bf16_t, 128, ptc_default>(a, stream);
+            return ptc_dispatch<cuk_bf16_t, 128>(a, stream);
     }
     return cudaErrorInvalidValue;
 }

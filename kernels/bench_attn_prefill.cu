@@ -73,15 +73,15 @@ template <typename T, int D> cudaError_t run_variant(int v, const cuk_attn_args 
     switch (v) {
     case 0: b.precise = 1; return pf_launch<T, D>(&b, s);
     case 1: b.precise = 0; return pf_launch<T, D>(&b, s);
-    case 2: return ptc_launch_cap<T, D, ptc_cfg<4, 2, 64, 2, 2, 2>, false>(a, s);
-    case 3: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 64, 2, 1, 4>, false>(a, s);
-    case 4: return ptc_launch_cap<T, D, ptc_cfg<4, 2, 32, 3, 2, 2>, false>(a, s);
-    case 5: return ptc_launch_cap<T, D, ptc_cfg<4, 1, 32, 2, 4, 2>, false>(a, s);
-    case 6: return ptc_launch_cap<T, D, ptc_cfg<4, 1, 32, 3, 3, 2>, false>(a, s);
-    case 7: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 32, 2, 2, 2>, false>(a, s);
-    case 8: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 64, 2, 2, 4>, false>(a, s);
-    case 9: return ptc_launch_cap<T, D, ptc_cfg<4, 1, 64, 2, 2, 4>, false>(a, s);
-    case 10: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 32, 3, 2, 2>, false>(a, s);
+    case 2: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 64, 2, 1, 4>, false>(a, s);
+    case 3: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 64, 2, 2, 4>, false>(a, s);
+    case 4: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 64, 3, 1, 4, true>, false>(a, s);
+    case 5: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 64, 3, 1, 4, true>, false>(a, s);
+    case 6: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 32, 3, 2, 2, true>, false>(a, s);
+    case 7: return ptc_launch_cap<T, D, ptc_cfg<4, 1, 64, 3, 2, 4, true>, false>(a, s);
+    case 8: return ptc_launch_cap<T, D, ptc_cfg<4, 2, 64, 3, 1, 4, true>, false>(a, s);
+    case 9: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 32, 3, 1, 2, true>, false>(a, s);
+    case 10: return ptc_launch_cap<T, D, ptc_cfg<4, 2, 64, 2, 2, 2>, false>(a, s);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -89,15 +89,15 @@ template <typename T, int D> cudaError_t run_variant(int v, const cuk_attn_args 
 const char *variant_names[] = {
     "old precise (4w x 16 rows, hi+lo)",
     "old fast (4w x 16 rows)",
-    "tc 4w x 2mt bn64 ns2 minb2 lu2",
-    "tc 8w x 2mt bn64 ns2 minb1 lu4",
-    "tc 4w x 2mt bn32 ns3 minb2 lu2",
-    "tc 4w x 1mt bn32 ns2 minb4 lu2",
-    "tc 4w x 1mt bn32 ns3 minb3 lu2",
-    "tc 8w x 1mt bn32 ns2 minb2 lu2",
+    "tc 8w x 2mt bn64 ns2 minb1 lu4 (default)",
     "tc 8w x 1mt bn64 ns2 minb2 lu4",
-    "tc 4w x 1mt bn64 ns2 minb2 lu4",
-    "tc 8w x 1mt bn32 ns3 minb2 lu2",
+    "tc 8w x 2mt bn64 ns3 minb1 lu4 PIPE",
+    "tc 8w x 1mt bn64 ns3 minb1 lu4 PIPE",
+    "tc 8w x 1mt bn32 ns3 minb2 lu2 PIPE",
+    "tc 4w x 1mt bn64 ns3 minb2 lu4 PIPE",
+    "tc 4w x 2mt bn64 ns3 minb1 lu4 PIPE",
+    "tc 8w x 2mt bn32 ns3 minb1 lu2 PIPE",
+    "tc 4w x 2mt bn64 ns2 minb2 lu2",
 };
 
 cudaError_t dispatch(int v)
