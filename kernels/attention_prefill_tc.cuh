@@ -71,6 +71,10 @@ template <int D, typename C> constexpr size_t ptc_smem_bytes()
     return (size_t)C::BM * D * 2 + (size_t)C::NS * 2 * C::BN * D * 2;
 }
 
+/* One CTA per (tile of tt query tokens, chunk of hh query heads, KV head
+ * blockIdx.z); tiles run longest first. CAP: a softcap is set. Writes the
+ * normalized f32 rows of its valid (token, head) pairs, exact zeros for a
+ * query that sees no key. */
 template <typename T, int D, typename C, bool CAP>
 __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
     attn_prefill_tc_kernel(cuk_attn_args a, int32_t hh, int32_t tt)

@@ -148,10 +148,14 @@ int cuk_attn_prefill_supported(int32_t head_dim, int32_t dtype);
 /* Tiles of query tokens x heads of a GQA group against K/V blocks with
  * mma.sync (FlashAttention-2 forward). */
 cudaError_t cuk_attn_prefill(const cuk_attn_args *a, cudaStream_t stream);
-/* The fast mode's prefill (attention_prefill_tc.cuh): the same tiles and
- * key ranges as cuk_attn_prefill with queries and probabilities rounded
- * once to the pool dtype (FlashAttention-2 forward, 32 rows per warp);
- * a->precise is ignored. Same shapes and dtypes as cuk_attn_prefill. */
+/* The fast mode's prefill (attention_prefill_tc.cuh): the same rows, passes
+ * and key ranges as cuk_attn_prefill with q * scale and the probabilities
+ * rounded once to the pool dtype, f32 accumulation (FlashAttention-2
+ * forward, Dao 2023, Alg. 1; 8 warps x 32 rows per CTA); a->precise is
+ * ignored. f16/bf16 pools, head_dim 64 or 128. Returns
+ * cudaErrorMisalignedAddress for q, k or v not 16-byte aligned or out not
+ * 8-byte aligned, cudaErrorInvalidValue for another dtype or head_dim, or
+ * the launch's error. LLMEM_CUDA_PF_PIPE=1 picks the pipelined variant. */
 cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream);
 /* Any head dim and dtype: one warp per (token, query head). */
 cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t stream);
