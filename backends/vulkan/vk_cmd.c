@@ -769,8 +769,11 @@ static llmem_status pipeline_get(vk_backend *v, const vk_op *op, VkPipeline *out
     };
     vk_pipeline *p = &v->pipes[v->n_pipes];
     r = v->vk.vkCreateComputePipelines(v->dev, v->pipe_cache, 1, &ci, NULL, &p->pipe);
-    if (r != VK_SUCCESS)
+    if (r != VK_SUCCESS) {
+        vk_log(v, "pipeline %s: vkCreateComputePipelines failed (VkResult %d)",
+               vk_shader_codes[op->shader].name, (int)r);
         return vk_status(r);
+    }
     p->shader = op->shader;
     p->n_spec = op->n_spec;
     memcpy(p->spec, op->spec, sizeof p->spec);
