@@ -113,6 +113,88 @@ extern "C" cudaError_t cuk_get_rows(const void *src, int dtype, int64_t rows, in
 
 /* ---- norms --------------------------------------------------------------------------------- */
 
+/* Rows of at most 16384 floats (cols % 4 == 0, 16-byte aligned rows) take
+ * the register path (issue 11): each thread loads its NV float4s of the row
+ * (and of the residual / gate) at once, so a row costs one memory latency
+ * instead of one per loop trip (the loop below made the decode step's norms
+ * 8-20 µs each, latency-bound with one block per row), keeps them in
+ * registers through the block reduction, and writes from registers. The
+ * thread count and the order of each thread's sum depend on cols only, so
+ * rms_norm and add_rms_norm stay equal bit for bit. */
+#define NORM_NV 4
+
+struct norm_shape {
+    int threads; /* 0: not the register path */
+};
+
+__host__ __forceinline__ norm_shape norm_reg_shape(int64_t cols, const void *a, const void *b,
+                                                   const void *c)
+{
+    int64_t n4 = cols / 4;
+    bool ok = cols % 4 == 0 && n4 >= 1 && n4 <= (int64_t)1024 * NORM_NV &&
+              (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0;
+    if (!ok)
+        return {0};
+    int64_t t = (n4 + NORM_NV - 1) / NORM_NV;
+    t = (t + 31) / 32 * 32;
+    return {(int)(t < 32 ? 32 : t)};
+}
+
+/* The weights of the 4 columns from c (cuk_load per element). */
+__device__ __forceinline__ float4 norm_w4(const void *w, int wdt, int64_t c)
+{
+    return make_float4(cuk_load(w, wdt, c), cuk_load(w, wdt, c + 1), cuk_load(w, wdt, c + 2),
+                       cuk_load(w, wdt, c + 3));
+}
+
+/* x (+ rsd, written back to x when rsd is given), RMS-normalized, times w,
+ * into out; one block per row. */
+__global__ void __launch_bounds__(1024)
+    rms_norm_reg_kernel(float *x, const float *rsd, const void *w, int wdt, int64_t rows,
+                        int64_t cols, float eps, float *out)
+{
+    cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
+    __shared__ float red[32];
+    int64_t n4 = cols / 4;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        float4 *xr = (float4 *)(x + r * cols);
+        const float4 *rr = rsd ? (const float4 *)(rsd + r * cols) : nullptr;
+        float4 v[NORM_NV], wv[NORM_NV];
+#pragma unroll
+        for (int j = 0; j < NORM_NV; j++) {
+            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (rr && i < n4) {
+                float4 u = rr[i];
+                v[j].x += u.x;
+                v[j].y += u.y;
+                v[j].z += u.z;
+                v[j].w += u.w;
+            }
+            wv[j] = w && i < n4 ? norm_w4(w, wdt, 4 * i) : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NORM_NV; j++)
+            ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        ss = cuk_block_sum(ss, red);
+        float scale = 1.0f / sqrtf(ss / (float)cols + eps);
+        float4 *o = (float4 *)(out + r * cols);
+#pragma unroll
+        for (int j = 0; j < NORM_NV; j++) {
+            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            if (i >= n4)
+                continue;
+            if (rr)
+                xr[i] = v[j];
+            o[i] = w ? make_float4(v[j].x * scale * wv[j].x, v[j].y * scale * wv[j].y,
+                                   v[j].z * scale * wv[j].z, v[j].w * scale * wv[j].w)
+                     : make_float4(v[j].x * scale, v[j].y * scale, v[j].z * scale,
+                                   v[j].w * scale);
+        }
+    }
+}
+
 /* One block per row: sum of squares, then the scaled row. Every element is
  * read by the thread that writes it, after the reduction: in place is safe. */
 __global__ void rms_norm_kernel(const float *x, const void *w, int wdt, int64_t rows, int64_t cols,
@@ -136,6 +218,13 @@ __global__ void rms_norm_kernel(const float *x, const void *w, int wdt, int64_t 
 extern "C" cudaError_t cuk_rms_norm(const float *x, const void *w, int wdt, int64_t rows,
                                     int64_t cols, float eps, float *out, cudaStream_t stream)
 {
+    norm_shape ns = norm_reg_shape(cols, x, out, nullptr);
+    if (ns.threads && rows > 0) {
+        unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
+        rms_norm_reg_kernel<<<g, ns.threads, 0, stream>>>((float *)x, nullptr, w, wdt, rows, cols,
+                                                          eps, out);
+        return cudaGetLastError();
+    }
     int threads = cols >= 1024 ? 512 : cols >= 256 ? 256 : 128;
     unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
     rms_norm_kernel<<<g, threads, 0, stream>>>(x, w, wdt, rows, cols, eps, out);
@@ -172,6 +261,12 @@ extern "C" cudaError_t cuk_add_rms_norm(float *x, const float *r, const void *w,
                                         int64_t rows, int64_t cols, float eps, float *out,
                                         cudaStream_t stream)
 {
+    norm_shape ns = norm_reg_shape(cols, x, r, out);
+    if (ns.threads && rows > 0) {
+        unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
+        rms_norm_reg_kernel<<<g, ns.threads, 0, stream>>>(x, r, w, wdt, rows, cols, eps, out);
+        return cudaGetLastError();
+    }
     int threads = cols >= 1024 ? 512 : cols >= 256 ? 256 : 128;
     unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
     add_rms_norm_kernel<<<g, threads, 0, stream>>>(x, r, w, wdt, rows, cols, eps, out);
@@ -204,11 +299,64 @@ __global__ void rms_norm_gated_kernel(const float *y, const float *z, const void
     }
 }
 
+/* rms_norm_gated_kernel's result on the register path (norm_reg_shape over
+ * a group): h = y * silu(z) is formed once and kept in registers. */
+__global__ void __launch_bounds__(1024)
+    rms_norm_gated_reg_kernel(const float *y, const float *z, const void *w, int wdt,
+                              int64_t rows, int64_t cols, int64_t groups, float eps, float *out)
+{
+    cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
+    __shared__ float red[32];
+    int64_t gs = cols / groups, n4 = gs / 4;
+    for (int64_t it = blockIdx.x; it < rows * groups; it += gridDim.x) {
+        int64_t r = it / groups, g0 = (it % groups) * gs;
+        const float4 *yr = (const float4 *)(y + r * cols + g0);
+        const float4 *zr = (const float4 *)(z + r * cols + g0);
+        float4 h[NORM_NV], wv[NORM_NV];
+#pragma unroll
+        for (int j = 0; j < NORM_NV; j++) {
+            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f), b = a;
+            wv[j] = a;
+            if (i < n4) {
+                a = yr[i];
+                b = zr[i];
+                wv[j] = norm_w4(w, wdt, g0 + 4 * i);
+            }
+            h[j] = make_float4(a.x * silu_f(b.x), a.y * silu_f(b.y), a.z * silu_f(b.z),
+                               a.w * silu_f(b.w));
+        }
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NORM_NV; j++)
+            ss += h[j].x * h[j].x + h[j].y * h[j].y + h[j].z * h[j].z + h[j].w * h[j].w;
+        ss = cuk_block_sum(ss, red);
+        float scale = 1.0f / sqrtf(ss / (float)gs + eps);
+        float4 *o = (float4 *)(out + r * cols + g0);
+#pragma unroll
+        for (int j = 0; j < NORM_NV; j++) {
+            int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
+            if (i < n4)
+                o[i] = make_float4(h[j].x * scale * wv[j].x, h[j].y * scale * wv[j].y,
+                                   h[j].z * scale * wv[j].z, h[j].w * scale * wv[j].w);
+        }
+    }
+}
+
 extern "C" cudaError_t cuk_rms_norm_gated(const float *y, const float *z, const void *w, int wdt,
                                           int64_t rows, int64_t cols, int64_t groups, float eps,
                                           float *out, cudaStream_t stream)
 {
     int64_t gs = cols / groups;
+    /* group starts stay 16-byte aligned when cols and gs are multiples of 4 */
+    norm_shape ns = cols % 4 == 0 ? norm_reg_shape(gs, y, z, out) : norm_shape{0};
+    if (ns.threads && rows * groups > 0) {
+        int64_t items = rows * groups;
+        unsigned g = (unsigned)(items < 65536 * 8 ? items : 65536 * 8);
+        rms_norm_gated_reg_kernel<<<g, ns.threads, 0, stream>>>(y, z, w, wdt, rows, cols, groups,
+                                                                eps, out);
+        return cudaGetLastError();
+    }
     int threads = gs >= 1024 ? 512 : gs >= 256 ? 256 : gs >= 64 ? 64 : 32;
     int64_t items = rows * groups;
     unsigned g = (unsigned)(items < 65536 * 8 ? items : 65536 * 8);

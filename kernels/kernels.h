@@ -105,7 +105,8 @@ cudaError_t cuk_rope_shift(const cuk_rope_args *p, void *pool, int dtype, const 
 /* out[M, N] = a[M, K] · w[N, K]ᵀ for M <= CUK_GEMV_MAX_M, f32 accumulation. */
 cudaError_t cuk_gemv(const float *a, const void *w, int wdt, float *out, int32_t m, int32_t n,
                      int32_t k, cudaStream_t stream);
-/* a = hi + lo with hi = bf16(a), lo = bf16(a - hi) (n elements). */
+/* a = hi + lo with hi = bf16(a), lo = bf16(a - hi) (n elements); lo NULL:
+ * hi only. */
 cudaError_t cuk_split_bf16(const float *a, uint16_t *hi, uint16_t *lo, int64_t n,
                            cudaStream_t stream);
 

@@ -456,8 +456,10 @@ __global__ void split_bf16_kernel(const float *a, uint16_t *hi, uint16_t *lo, in
         float x = a[i];
         uint16_t h = cuk_f32_to_bf16(x);
         hi[i] = h;
-        /* x - hi is exact in f32 (Sterbenz); inf/NaN give NaN, as they would. */
-        lo[i] = cuk_f32_to_bf16(x - cuk_bf16_to_f32(h));
+        /* x - hi is exact in f32 (Sterbenz); inf/NaN give NaN, as they would.
+         * No lo (fast mode's single GEMM): hi only. */
+        if (lo)
+            lo[i] = cuk_f32_to_bf16(x - cuk_bf16_to_f32(h));
     }
 }
 

@@ -16,6 +16,8 @@
  *     and an f16 state with N = 256, both with a stream reading a slot
  *     another stream writes (the snapshot path);
  *   - cuBLAS matmuls at M = 64 for f32, f16 and bf16 weights;
+ *   - the kernel profile ($LLMEM_CUDA_PROFILE=1, CUPTI): the kernel calls it
+ *     counts outside graphs and per graph launch are the ones this test made;
  *   - a device allocation that cannot succeed (LLMEM_E_NO_MEMORY, and the
  *     backend keeps working).
  *
@@ -29,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "llmem/llmem.h"
 #include "llmem/ops.h"
@@ -506,6 +509,106 @@ START_TEST(test_matmul_gemm)
 }
 END_TEST
 
+/* ---- GPU: the kernel profile ($LLMEM_CUDA_PROFILE=1) ------------------------------------------------ */
+
+typedef struct prof_ctx {
+    llmem_backend *be;
+    const llmem_tensor *a, *w, *o;
+    int n;
+} prof_ctx;
+
+static llmem_status prof_ops(void *vctx)
+{
+    prof_ctx *p = vctx;
+    for (int i = 0; i < p->n; i++) {
+        llmem_status st = llmem_op_matmul(p->be, p->a, p->w, p->o);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+/* Sums the "calls" column of the rows naming `kernel` in the table that
+ * follows the header line containing `header`. */
+static double prof_calls(const char *text, const char *header, const char *kernel)
+{
+    const char *t = strstr(text, header);
+    if (!t)
+        return -1.0;
+    t = strchr(t, '\n');
+    double sum = 0.0;
+    while (t && t[1] == ' ') {
+        const char *line = t + 1;
+        t = strchr(line, '\n');
+        double us, share, calls;
+        char rest[256] = "";
+        if (sscanf(line, "%lf %lf%% %lf %255[^\n]", &us, &share, &calls, rest) == 4 &&
+            strstr(rest, kernel))
+            sum += calls;
+    }
+    return sum;
+}
+
+START_TEST(test_profile)
+{
+    char path[] = "/tmp/llmem_cuda_profile_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    ck_assert_int_ge(saved, 0);
+    ck_assert_int_eq(dup2(fd, 2), 2);
+    setenv("LLMEM_CUDA_PROFILE", "1", 1);
+    llmem_backend *be = open_cuda();
+    unsetenv("LLMEM_CUDA_PROFILE");
+    if (be) {
+        th_ctx c;
+        th_begin(&c, be);
+        /* M = 1: the GEMV, one kernel per matmul */
+        llmem_tensor ta = th_tensor(&c, F32, 2, 1, 512, 1), tw = th_tensor(&c, BF16, 2, 96, 512, 1);
+        llmem_tensor to = th_tensor(&c, F32, 2, 1, 96, 1);
+        double *v = th_vec(&c, 96 * 512);
+        th_set(&ta, v);
+        th_set(&tw, v);
+        prof_ctx p = {be, &ta, &tw, &to, 5};
+        ck_assert_int_eq(prof_ops(&p), LLMEM_OK); /* 5 calls outside graphs */
+        p.n = 3;
+        llmem_recording *rec = NULL;
+        ck_assert_int_eq(llmem_backend_record(be, prof_ops, &p, &rec), LLMEM_OK);
+        ck_assert(llmem_recording_is_native(rec));
+        for (int i = 0; i < 4; i++) /* 4 launches of 3 calls */
+            ck_assert_int_eq(llmem_recording_replay(rec), LLMEM_OK);
+        ck_assert_int_eq(llmem_backend_synchronize(be), LLMEM_OK);
+        llmem_recording_free(rec);
+        th_end(&c);
+        llmem_backend_close(be); /* prints the profile */
+    }
+    fflush(stderr);
+    ck_assert_int_eq(dup2(saved, 2), 2);
+    close(saved);
+    FILE *f = fdopen(fd, "r");
+    ck_assert_ptr_nonnull(f);
+    rewind(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    unlink(path);
+    if (!be)
+        return;
+    if (strstr(text, "profile off")) {
+        printf("cuda profile: skipped (%s)\n", strstr(text, "profile off"));
+        return;
+    }
+    printf("%s", text);
+    ck_assert_msg(strstr(text, "4 launches") != NULL, "no graph of 4 launches:\n%s", text);
+    ck_assert_msg(prof_calls(text, "kernels outside graphs", "gemv") == 5.0,
+                  "gemv calls outside graphs:\n%s", text);
+    ck_assert_msg(prof_calls(text, "4 launches", "gemv") == 3.0,
+                  "gemv calls per launch:\n%s", text);
+}
+END_TEST
+
 int main(void)
 {
     printf("test_cuda: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
@@ -519,6 +622,7 @@ int main(void)
     tcase_add_test(tc, test_attention_paths);
     tcase_add_test(tc, test_scan_shapes);
     tcase_add_test(tc, test_matmul_gemm);
+    tcase_add_test(tc, test_profile);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     if (failed)

@@ -293,8 +293,13 @@ static void run_norm(llmem_backend *be, int32_t rows, int32_t d, int wt, int32_t
 START_TEST(test_rms_norm)
 {
     /* rows, d, groups (0: plain rms_norm) */
-    static const int32_t cases[][3] = {{1, 1, 0},  {3, 7, 0},  {5, 64, 0}, {2, 4096, 0},
-                                       {1, 8, 1},  {3, 64, 2}, {2, 96, 8}, {4, 130, 5}};
+    /* (cuda keeps rows of <= 16384 floats, cols % 4 == 0, in registers:
+     * 12292 has a partly filled last float4 per thread, 16388 is past it,
+     * 8192 is Bamba-9B's gated norm group) */
+    static const int32_t cases[][3] = {{1, 1, 0},    {3, 7, 0},     {5, 64, 0},
+                                       {2, 4096, 0}, {3, 12292, 0}, {1, 16388, 0},
+                                       {1, 8, 1},    {3, 64, 2},    {2, 96, 8},
+                                       {4, 130, 5},  {2, 8192, 1}};
     llmem_backend *be = th_open(_i);
     llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {

@@ -80,6 +80,11 @@ typedef struct conv_case {
 static const conv_case conv_cases[] = {
     /* decode step, f32 */
     {{1, 1, 0, 3, {2}, {2}, {0}}, 67, 4, F32, F32, true},
+    /* decode steps on cuda's 4-channel kernel (f32 state, conv_dim % 4 == 0,
+     * d_conv 4): zero start, in place, and reading stream 0's dst (snapshot) */
+    {{3, 1, 0, 6, {-1, 4, 1}, {1, 4, 5}, {0}}, 64, 4, F32, BF16, true},
+    /* the same kernel with checkpoints before (-1) and after the token */
+    {{2, 1, 2, 8, {3, 6}, {3, 5}, {0, 1, 2, 7}}, 128, 4, F32, F32, true},
     /* 3 streams: zero start, in place, and reading stream 0's dst (which
      * stream 0 overwrites: copy-on-write); 2 checkpoints each */
     {{3, 5, 2, 12, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}}, 200, 4, F16, BF16, false},

@@ -5,8 +5,9 @@
  * static runtime loads the driver (libcuda.so.1) only when first called, so
  * the module loads on machines without one and `open` reports why there is
  * no device: "cuda: no CUDA driver (cudaGetDeviceCount: ...)". Transfers
- * run on the backend's stream; uploads and downloads wait for it, so host
- * memory may be reused on return (<llmem/backend.h>).
+ * run on the backend's stream; downloads wait for it, and uploads either
+ * wait for it or copy the host data into a page-locked staging ring first
+ * (small ones), so host memory may be reused on return (<llmem/backend.h>).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,7 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     cb->device = dev;
     cb->debug = env_on("LLMEM_CUDA_DEBUG");
     cb->sync_each_op = env_on("LLMEM_CUDA_SYNC");
+    cb->stage_off = env_on("LLMEM_CUDA_SYNC_UPLOAD");
     cb->attn_fast = env_on("LLMEM_CUDA_ATTN_FAST");
     const char *dc = getenv("LLMEM_CUDA_DEC_CTAS");
     cb->dec_ctas = dc ? atoi(dc) : 2;
@@ -218,6 +220,7 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
         free(cb);
         return bs == CUBLAS_STATUS_ALLOC_FAILED ? LLMEM_E_NO_MEMORY : LLMEM_E_BACKEND;
     }
+    cuda_prof_init(cb);
     *out = &cb->base;
     return LLMEM_OK;
 }
@@ -269,6 +272,9 @@ static void cuda_destroy(llmem_backend *be)
         return;
     cudaSetDevice(cb->device);
     cudaStreamSynchronize(cb->stream);
+    cuda_prof_finish(cb);
+    if (cb->stage)
+        cudaFreeHost(cb->stage);
     cublasDestroy(cb->blas);
     if (cb->scratch)
         cudaFree(cb->scratch);
@@ -328,18 +334,62 @@ static void cuda_buffer_free(llmem_backend *be, llmem_buffer *buf)
     free(b);
 }
 
+/* Staged uploads: an upload of at most STAGE_MAX bytes is copied into the
+ * page-locked ring cb->stage and queued with cudaMemcpyAsync, so it returns
+ * without waiting for the queued ops (a decode step makes a few to a few
+ * dozen small index-table uploads, each of which used to be a round trip
+ * with the GPU idle). The ring is reused from its start after each stream
+ * synchronize, when every copy from it has run; a full ring synchronizes.
+ * Under stream capture the plain path runs (a captured copy would re-read
+ * the ring at every replay; the synchronize invalidates the capture). */
+#define STAGE_BYTES ((size_t)4 << 20)
+#define STAGE_MAX ((size_t)64 << 10)
+
+static llmem_status stream_sync(cuda_backend *cb, const char *what)
+{
+    llmem_status st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
+    if (st == LLMEM_OK)
+        cb->stage_pos = 0;
+    return st;
+}
+
+static bool stage_ready(cuda_backend *cb)
+{
+    if (cb->stage || cb->stage_off)
+        return cb->stage != NULL;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, STAGE_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cb->stage_off = true;
+        return false;
+    }
+    cb->stage = p;
+    cb->stage_pos = 0;
+    return true;
+}
+
 static llmem_status cuda_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offset,
                                        const void *src, size_t size)
 {
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    char *d = (char *)cuda_dev(dst) + offset;
+    if (size <= STAGE_MAX && !cb->recording && stage_ready(cb)) {
+        if (cb->stage_pos + size > STAGE_BYTES &&
+            (st = stream_sync(cb, "cudaStreamSynchronize (upload stage)")) != LLMEM_OK)
+            return st;
+        unsigned char *s = cb->stage + cb->stage_pos;
+        memcpy(s, src, size);
+        cb->stage_pos += (size + 63) & ~(size_t)63;
+        return cuda_check(cb, cudaMemcpyAsync(d, s, size, cudaMemcpyHostToDevice, cb->stream),
+                          "cudaMemcpyAsync (staged upload)");
+    }
+    st = cuda_check(cb, cudaMemcpyAsync(d, src, size, cudaMemcpyHostToDevice, cb->stream),
+                    "cudaMemcpyAsync (upload)");
     if (st == LLMEM_OK)
-        st = cuda_check(cb,
-                        cudaMemcpyAsync((char *)cuda_dev(dst) + offset, src, size,
-                                        cudaMemcpyHostToDevice, cb->stream),
-                        "cudaMemcpyAsync (upload)");
-    if (st == LLMEM_OK)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize (upload)");
+        st = stream_sync(cb, "cudaStreamSynchronize (upload)");
     return st;
 }
 
@@ -354,8 +404,7 @@ static llmem_status cuda_buffer_download(llmem_backend *be, llmem_buffer *src, s
                                         cudaMemcpyDeviceToHost, cb->stream),
                         "cudaMemcpyAsync (download)");
     if (st == LLMEM_OK)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream),
-                        "cudaStreamSynchronize (download)");
+        st = stream_sync(cb, "cudaStreamSynchronize (download)");
     return st;
 }
 
@@ -392,7 +441,7 @@ static llmem_status cuda_synchronize(llmem_backend *be)
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK)
         return st;
-    return cuda_check(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize");
+    return stream_sync(cb, "cudaStreamSynchronize");
 }
 
 /* Page-locked host memory (cudaHostAlloc): copies between it and device

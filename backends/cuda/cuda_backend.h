@@ -33,6 +33,11 @@ typedef struct cuda_backend {
     size_t scratch_size;
     unsigned scratch_gen; /* bumped when scratch moves (recorded graphs hold its address) */
     bool recording;       /* the stream is being captured (cuda_record.c) */
+    /* staged uploads: small uploads are copied into this page-locked ring
+     * and queued, instead of each waiting for the stream (cuda_backend.c) */
+    unsigned char *stage;
+    size_t stage_pos;
+    bool stage_off; /* $LLMEM_CUDA_SYNC_UPLOAD=1, or the allocation failed */
 } cuda_backend;
 
 typedef struct cuda_buffer {
@@ -85,6 +90,13 @@ llmem_status cuda_record_begin(llmem_backend *be);
 llmem_status cuda_record_end(llmem_backend *be, void **graph);
 llmem_status cuda_graph_replay(llmem_backend *be, void *graph);
 void cuda_graph_free(llmem_backend *be, void *graph);
+
+/* GPU time per kernel, $LLMEM_CUDA_PROFILE=1 (cuda_prof.c, CUPTI loaded
+ * with dlopen): init at open starts kernel tracing (a message and no
+ * profile when libcupti is missing, or another backend already profiles);
+ * finish at close prints the tables to stderr and stops tracing. */
+void cuda_prof_init(cuda_backend *cb);
+void cuda_prof_finish(cuda_backend *cb);
 
 /* Makes the backend's device current for this thread. */
 llmem_status cuda_enter(cuda_backend *cb);

@@ -177,10 +177,15 @@ static llmem_status op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, 
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    uint16_t *hi, *lo;
-    if ((st = split_bf16(cb, a, &hi, &lo)) != LLMEM_OK)
+    /* bf16(a) only: the lo term is not used here */
+    size_t half = (size_t)m * k * 2;
+    void *hi;
+    if ((st = cuda_scratch(cb, half, &hi)) != LLMEM_OK)
         return st;
-    st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
+    st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, NULL, (int64_t)m * k, cb->stream),
+                    "bf16 activations");
+    if (st == LLMEM_OK)
+        st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
     return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul_fast") : st;
 }
 
