@@ -9,7 +9,11 @@
  * the caller before, to fixed scratch offsets.
  *
  * A recording freezes everything its ops took from the host: tensor shapes
- * and offsets, the views' buffers, table offsets and sizes, and the launch
+ * and offsets, the views' buffers, table offsets and sizes (of the page
+ * rows only whether there are any, and max_pages only without them: with
+ * page rows the CUDA and Vulkan kernels index them through page_off and
+ * read neither, so a recording is not made again at every page boundary),
+ * and the launch
  * choices the backend made from host tables (CUDA: the decode attention's
  * split count from the longest key range, the prefill/decode choice from
  * the runs of same-group tokens, the recurrent snapshot from src/dst slot aliasing). So
@@ -51,6 +55,8 @@ struct hf_graphs {
     unsigned char *kb; /* the key being built */
     size_t kn, kcap;
     bool oom;
+    int32_t *own; /* [own_cap] slot -> writing group, -1 (needs_snapshot) */
+    size_t own_cap;
 };
 
 static void put(struct hf_graphs *g, const void *p, size_t n)
@@ -86,22 +92,54 @@ static void put_table(struct hf_graphs *g, const llmem_i32_table *t, bool conten
 /* Whether a group reads its initial state from a slot another group
  * writes: the CUDA recurrent ops then snapshot the sources first, a launch
  * choice taken from the host tables. The slots themselves change between
- * steps (they are read on the device) and are not part of the key. */
-static bool needs_snapshot(const llmem_rs_view *rs)
+ * steps (they are read on the device) and are not part of the key. One
+ * pass over the groups with a slot -> writer map (g->own, all -1 between
+ * calls), not a pass per pair: this runs for every recurrent layer of
+ * every decode step (29 layers x 64 x 64 pairs at batch 64). */
+static bool needs_snapshot(struct hf_graphs *g, const llmem_rs_view *rs)
 {
-    for (int32_t s = 0; s < rs->n_seqs; s++) {
-        int32_t src = rs->src_slot.host ? rs->src_slot.host[s] : -1;
-        for (int32_t o = 0; src >= 0 && o < rs->n_seqs; o++) {
-            if (o == s)
+    if (!rs->src_slot.host || rs->n_slots <= 0)
+        return false;
+    if ((size_t)rs->n_slots > g->own_cap) {
+        int32_t *own = realloc(g->own, (size_t)rs->n_slots * sizeof *own);
+        if (!own) {
+            g->oom = true;
+            return false;
+        }
+        for (size_t i = g->own_cap; i < (size_t)rs->n_slots; i++)
+            own[i] = -1;
+        g->own = own;
+        g->own_cap = (size_t)rs->n_slots;
+    }
+    int32_t *own = g->own;
+    int32_t n = rs->n_seqs, nc = rs->n_ckpt;
+    const int32_t *dst = rs->dst_slot.host, *ck = rs->ckpt_slot.host;
+    /* a slot written by two groups (which the view check refuses) keeps
+     * its first writer; a source aliasing it then counts for both */
+    bool two = false;
+    for (int32_t o = 0; o < n; o++) {
+        for (int32_t c = -1; c < (ck ? nc : 0); c++) {
+            int32_t sl = c < 0 ? (dst ? dst[o] : -1) : ck[(int64_t)o * nc + c];
+            if (sl < 0 || sl >= rs->n_slots)
                 continue;
-            if (rs->dst_slot.host && rs->dst_slot.host[o] == src)
-                return true;
-            for (int32_t c = 0; rs->ckpt_slot.host && c < rs->n_ckpt; c++)
-                if (rs->ckpt_slot.host[(int64_t)o * rs->n_ckpt + c] == src)
-                    return true;
+            if (own[sl] >= 0 && own[sl] != o)
+                two = true;
+            else
+                own[sl] = o;
         }
     }
-    return false;
+    bool snap = two;
+    for (int32_t s = 0; s < n && !snap; s++) {
+        int32_t src = rs->src_slot.host[s];
+        snap = src >= 0 && src < rs->n_slots && own[src] >= 0 && own[src] != s;
+    }
+    for (int32_t o = 0; o < n; o++) /* back to all -1 */
+        for (int32_t c = -1; c < (ck ? nc : 0); c++) {
+            int32_t sl = c < 0 ? (dst ? dst[o] : -1) : ck[(int64_t)o * nc + c];
+            if (sl >= 0 && sl < rs->n_slots)
+                own[sl] = -1;
+        }
+    return snap;
 }
 
 /* Appends what the ops of one view capture; false when the view's layer
@@ -123,10 +161,15 @@ static bool put_view(struct hf_graphs *g, const llmem_view *v)
         PUT(g, kv->page_size);
         PUT(g, kv->n_kv_heads);
         PUT(g, kv->head_dim);
-        PUT(g, kv->max_pages);
+        if (kv->page_off.n == 0) /* the rows' stride; unread with page rows */
+            PUT(g, kv->max_pages);
         put_table(g, &kv->store_tok, false);
         put_table(g, &kv->store_slot, false);
-        put_table(g, &kv->page_table, false);
+        /* the persistent page rows: their high-water count grows as rows
+         * move, and the kernels read it for nothing but presence */
+        PUT(g, kv->page_table.offset);
+        bool rows = kv->page_table.n > 0;
+        PUT(g, rows);
         put_table(g, &kv->seq_len, false);
         put_table(g, &kv->tok_kv_len, false);
         put_table(g, &kv->tok_seq, true);
@@ -149,7 +192,7 @@ static bool put_view(struct hf_graphs *g, const llmem_view *v)
         put_table(g, &rs->src_slot, false);
         put_table(g, &rs->dst_slot, false);
         put_table(g, &rs->ckpt_slot, false);
-        bool snap = needs_snapshot(rs);
+        bool snap = needs_snapshot(g, rs);
         PUT(g, snap);
     }
     return true;
@@ -201,6 +244,7 @@ void hf_graphs_free(struct hf_graphs *g)
     for (int i = 0; i < N_GRAPHS; i++)
         drop(&g->g[i]);
     free(g->kb);
+    free(g->own);
     free(g);
 }
 

@@ -427,7 +427,11 @@ static cuk_attn_args attn_args(const llmem_attn_params *p, const llmem_view *vie
         .n_kv_heads = kv->n_kv_heads,
         .head_dim = kv->head_dim,
         .n_streams = kv->seq_len.n,
-        .max_pages = kv->max_pages,
+        /* with page rows (page_off) max_pages only bounds seq_len, which the
+         * core checked against it on the host (llmem_view_check_attention):
+         * the kernels get no bound then, so a recorded decode step
+         * (models/decode_graph.c) stays valid while sequences grow */
+        .max_pages = kv->page_off.n > 0 ? INT32_MAX : kv->max_pages,
         .page_size = kv->page_size,
         .n_pages = kv->n_pages,
         .scale = p->scale,

@@ -168,7 +168,10 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     vk_op_u32(&op, n_kv);
     vk_op_u32(&op, n_rep);
     vk_op_u32(&op, n_chunks);
-    vk_op_u32(&op, (uint32_t)kv->max_pages);
+    /* with page rows max_pages only bounds seq_len, checked on the host
+     * (llmem_view_check_attention): no bound, so a recorded step
+     * (models/decode_graph.c) stays valid while sequences grow */
+    vk_op_u32(&op, kv->page_off.n ? 0xffffffffu : (uint32_t)kv->max_pages);
     vk_op_u32(&op, (uint32_t)kv->page_size);
     vk_op_u32(&op, (uint32_t)kv->n_pages);
     vk_op_u32(&op, (uint32_t)kv->seq_len.n);

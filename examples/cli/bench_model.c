@@ -17,6 +17,8 @@
  *             state (the state dtypes).
  * With --tp N the bound is over N times the copy bandwidth (N devices).
  * pp figures also print the rate in TFLOP/s (2 * weight params * tokens).
+ * Each batch size is run once untimed first (LLMEM_BENCH_WARM=first: only
+ * the first), so the decode step's recording is made before the timed steps.
  * --json PATH writes the same data. LLMEM_BENCH_HOST_SAMPLE=1 makes the tg
  * steps download all logits and pick on the host instead (for comparison). Shapes: the checkpoint's (use a random
  * checkpoint of the real shape: docs/benchmarks.md says how one is made).
@@ -203,14 +205,22 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
     /* $LLMEM_BENCH_BATCH: only that one of the batch sizes */
     const char *only_env = getenv("LLMEM_BENCH_BATCH");
     int only = only_env ? atoi(only_env) : 0;
+    /* $LLMEM_BENCH_WARM=first: only the first batch size gets a warm-up
+     * run (what bench did before); default: every batch size, so tg128 is
+     * the steady-state step, its recorded decode step (CUDA graph) made in
+     * the warm-up as llama-bench discards a warm-up run per test, instead
+     * of one eager step + recording among the 128 timed ones */
+    const char *warm_env = getenv("LLMEM_BENCH_WARM");
+    bool warm_each = !(warm_env && strcmp(warm_env, "first") == 0);
     bool warm = false;
     for (int i = 0; i < 3 && st == LLMEM_OK; i++) {
         bm_row *r = &rows[i];
         if (only > 0 && batches[i] != only)
             continue;
         r->batch = batches[i];
-        /* warm-up (first batch size): module load, cuBLAS handles, scratch */
-        if (!warm && (st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
+        /* warm-up: module load, cuBLAS handles, scratch, recorded steps */
+        if ((!warm || warm_each) &&
+            (st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
             break;
         warm = true;
         if ((st = run_batch(m, r->batch, c->vocab_size, &seed, r)) != LLMEM_OK)
