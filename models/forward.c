@@ -88,7 +88,8 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
     /* scale 1/sqrt(Dh) but granite / gemma3; the window is the one the
      * layer's KV cache keeps (memory/swa.c), so the view and the op agree */
     llmem_attn_params ap = {.scale = (float)c->attention_scale,
-                            .softcap = (float)c->attn_softcap, .window = L->window};
+                            .softcap = (float)c->attn_softcap, .window = L->window,
+                            .fast = m->p.precision == LLMEM_PRECISION_FAST};
     TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
     TRY(linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out));

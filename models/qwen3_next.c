@@ -655,7 +655,8 @@ static llmem_status attn_mixer(llmem_model *m, const llmem_tensor *W, int32_t T,
     TRY(llmem_op_rope(m->be, &rp, &q3, &pos, &q3));
     TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
     TRY(llmem_op_kv_store(m->be, v, &k3, &v3));
-    llmem_attn_params ap = {.scale = (float)c->attention_scale};
+    llmem_attn_params ap = {.scale = (float)c->attention_scale,
+                            .fast = m->p.precision == LLMEM_PRECISION_FAST};
     TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
     llmem_tensor o = sc(q, q->off_o, T, H * Dh), g = sc(q, q->off_g, T, H * Dh);
     TRY(llmem_op_sigmoid_mul(m->be, &o, &g, &o));

@@ -289,7 +289,8 @@ static void arun(llmem_backend *be, const acase *k, const adata *d, double *out)
     llmem_tensor q = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->hd);
     llmem_tensor o = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->hd);
     th_set(&q, d->q);
-    llmem_attn_params p = {1.0f / sqrtf((float)k->hd), k->softcap, k->window};
+    llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->hd), .softcap = k->softcap,
+                           .window = k->window};
     ck_assert_int_eq(llmem_op_attention_paged(be, &p, &v, &q, &o), LLMEM_OK);
     th_get(&o, out);
     th_end(&c);

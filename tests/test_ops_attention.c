@@ -305,8 +305,8 @@ START_TEST(test_attention)
         th_begin(&h, NULL);
         attn_data d;
         attn_make(&h, &cases[ci], 2000 + ci, &d);
-        llmem_attn_params p = {1.0f / sqrtf((float)cases[ci].head_dim), cases[ci].softcap,
-                               cases[ci].window};
+        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)cases[ci].head_dim),
+                               .softcap = cases[ci].softcap, .window = cases[ci].window};
         int64_t n = (int64_t)d.n_tok * cases[ci].n_heads * cases[ci].head_dim;
         double *out = th_alloc(&h, (size_t)n * sizeof *out);
         double *clean = th_alloc(&h, (size_t)n * sizeof *clean);
@@ -429,7 +429,8 @@ START_TEST(test_attention_prefill)
         th_begin(&h, NULL);
         attn_data d;
         attn_make(&h, k, 2500 + ci, &d);
-        llmem_attn_params p = {1.0f / sqrtf((float)k->head_dim), k->softcap, k->window};
+        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
+                               .window = k->window};
         int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
         double *out = th_alloc(&h, (size_t)n * sizeof *out);
         double *clean = th_alloc(&h, (size_t)n * sizeof *clean);
@@ -522,7 +523,7 @@ static void small_build(th_ctx *c, small_view *sv, const int32_t *pt, const int3
 START_TEST(test_attention_tables)
 {
     llmem_backend *be = th_open(_i);
-    llmem_attn_params p = {0.5f, 0.0f, 0};
+    llmem_attn_params p = {.scale = 0.5f};
     const int32_t pt[4] = {2, 0, 1, -1}, len[2] = {5, 3}, kvl[3] = {5, 4, 3}, ts[3] = {0, 0, 1};
     const int32_t stok[3] = {0, 1, 2}, sslot[3] = {8, 3, 6};
     th_ctx c;
@@ -536,7 +537,7 @@ START_TEST(test_attention_tables)
     llmem_tensor q0 = sv.q;
     q0.ne[2] = 7;
     ck_assert_int_eq(llmem_op_attention_paged(be, &p, &sv.view, &q0, &q0), LLMEM_E_INVALID);
-    llmem_attn_params bad_p = {0.5f, -1.0f, 0};
+    llmem_attn_params bad_p = {.scale = 0.5f, .softcap = -1.0f};
     ck_assert_int_eq(llmem_op_attention_paged(be, &bad_p, &sv.view, &sv.q, &sv.o), LLMEM_E_INVALID);
     struct {
         int32_t pt[4], len[2], kvl[3], ts[3], sslot[3];

@@ -116,30 +116,30 @@ START_TEST(test_attention_check_follows_uploads)
 {
     fixture f;
     fx_init(&f);
-    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){0.5f, 0.0f, 0},
+    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){.scale = 0.5f},
                                               &f.view, &f.q, &f.out),
                      LLMEM_OK);
     /* a page id past n_pages inside seq_len */
     f.host[7] = 4;
     fx_upload(&f);
-    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){0.5f, 0.0f, 0},
+    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){.scale = 0.5f},
                                               &f.view, &f.q, &f.out),
                      LLMEM_E_INVALID);
     f.host[7] = 0;
     /* a token that sees more keys than its group holds */
     f.host[13] = 4;
     fx_upload(&f);
-    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){0.5f, 0.0f, 0},
+    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){.scale = 0.5f},
                                               &f.view, &f.q, &f.out),
                      LLMEM_E_INVALID);
     f.host[13] = 3;
     fx_upload(&f);
-    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){0.5f, 0.0f, 0},
+    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){.scale = 0.5f},
                                               &f.view, &f.q, &f.out),
                      LLMEM_OK);
     /* the same tables with a smaller pool geometry: page 2 no longer exists */
     f.kv.n_pages = 2;
-    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){0.5f, 0.0f, 0},
+    ck_assert_int_eq(llmem_op_attention_paged(f.be, &(llmem_attn_params){.scale = 0.5f},
                                               &f.view, &f.q, &f.out),
                      LLMEM_E_INVALID);
     fx_finish(&f);

@@ -128,7 +128,8 @@ static void run_attention(llmem_backend *be, const attn_cfg *c, const float *q, 
         llmem_rope_params rp = {LLMEM_ROPE_NEOX, c->hd / 2, 10000.0f, 1.0f};
         OK(llmem_op_rope_shift(be, &rp, &view));
     }
-    llmem_attn_params ap = {1.0f / sqrtf((float)c->hd), c->softcap, c->window};
+    llmem_attn_params ap = {.scale = 1.0f / sqrtf((float)c->hd), .softcap = c->softcap,
+                            .window = c->window};
     OK(llmem_op_attention_paged(be, &ap, &view, &tq, &to));
     get_f32(&to, out);
     llmem_buffer *all[] = {kp, vp, idx, bk, bv, bq, bo};

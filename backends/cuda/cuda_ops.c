@@ -502,7 +502,7 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
         return st;
     const llmem_kv_view *kv = llmem_view_kv(view);
     cuk_attn_args a = attn_args(p, view, q, out);
-    a.precise = !cb->attn_fast;
+    a.precise = !cb->attn_fast && !p->fast; /* $LLMEM_CUDA_ATTN_FAST or the FAST mode */
     /* Launch shape from the host copies: runs of same-stream tokens (long
      * runs: prefill tiles) and the longest key range (split count). */
     const int32_t *ts = kv->tok_seq.host;

@@ -238,7 +238,7 @@ static llmem_status model_step(void *vctx)
     llmem_tensor ao3 = llmem_tensor_3d(m->ao.buf, m->ao.offset, LLMEM_DTYPE_F32, 1, M_QH, M_HD);
     llmem_ssm_params sp = {M_H, M_P, M_N, 1, 0.0f, INFINITY};
     llmem_rope_params rp = {LLMEM_ROPE_NEOX, M_HD, 10000.0f, 1.0f};
-    llmem_attn_params ap = {1.0f / sqrtf((float)M_HD), 0.0f, 0};
+    llmem_attn_params ap = {.scale = 1.0f / sqrtf((float)M_HD)};
     for (int32_t il = 0; il < M_LAYERS; il++) {
         m_layer *l = &m->layer[il];
         OP(llmem_op_rms_norm(be, &m->x, &l->norm1, eps, &m->h));

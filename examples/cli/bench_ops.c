@@ -86,7 +86,7 @@ static llmem_status attn_prepare(bench *b, const kv_setup *s, llmem_buffer *kp, 
     }
     memset(c, 0, sizeof *c);
     c->be = b->be;
-    c->p = (llmem_attn_params){1.0f / sqrtf((float)s->hd), 0.0f, 0};
+    c->p = (llmem_attn_params){.scale = 1.0f / sqrtf((float)s->hd)};
     llmem_kv_view *kv = &c->kv;
     c->view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->k = kp;

@@ -263,6 +263,11 @@ typedef struct llmem_attn_params {
                        (Gemma 2 attn_logit_softcapping); 0: off */
     int32_t window; /* > 0: a query sees only its last `window` keys (its own
                        included; Mistral sliding window); 0: all its keys */
+    int32_t fast;   /* nonzero: the FAST precision mode (<llmem/runtime.h>): a backend with a
+                       tensor-core prefill (cuda) may round q * scale and the probabilities
+                       once to the KV pool's 16-bit dtype, as FlashAttention does
+                       (docs/cuda.md, "Prefill attention, fast mode"); 0: the precise
+                       arithmetic. Backends without such a kernel ignore it. */
 } llmem_attn_params;
 
 /* Stores this ubatch's keys and values in the KV pools of the view:

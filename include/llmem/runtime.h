@@ -37,7 +37,9 @@ struct llmem_model_config;
  *            The parity reference, and the default of `score`.
  *   FAST:    activations rounded to bf16 at the inputs of the tensor-core
  *            GEMMs (f32 accumulation), as vLLM and llama.cpp run bf16
- *            models; KV cache bf16 unless kv_dtype says otherwise.
+ *            models; attention with one rounding of q and the
+ *            probabilities (llmem_attn_params.fast); KV cache bf16 unless
+ *            kv_dtype says otherwise.
  * A backend without a fast path runs FAST as PRECISE. */
 typedef enum llmem_precision {
     LLMEM_PRECISION_PRECISE = 0,
