@@ -291,19 +291,54 @@ llmem_status llmem_op_check_view(llmem_op op, const llmem_view *view, char *err,
     return LLMEM_OK;
 }
 
+/* Implementations added from outside a backend (llmem_op_impl_register):
+ * entries [0, n_extra) are complete (published with release order). */
+#define MAX_EXTRA 256
+static struct extra_impl {
+    char backend[32];
+    const llmem_op_impl *impl;
+} extra[MAX_EXTRA];
+static _Atomic int n_extra;
+
+llmem_status llmem_op_impl_register(const char *backend, const llmem_op_impl *impl)
+{
+    if (!backend || !impl || !impl->fn || !is_tag(impl->op) ||
+        strlen(backend) >= sizeof extra[0].backend)
+        return LLMEM_E_INVALID;
+    llmem_status st = LLMEM_OK;
+    pthread_mutex_lock(&reg_lock);
+    int n = atomic_load_explicit(&n_extra, memory_order_relaxed);
+    for (int k = 0; k < n; k++)
+        if (extra[k].impl->op == impl->op && strcmp(extra[k].backend, backend) == 0)
+            st = LLMEM_E_STATE;
+    if (st == LLMEM_OK && n == MAX_EXTRA)
+        st = LLMEM_E_NO_MEMORY;
+    if (st == LLMEM_OK) {
+        snprintf(extra[n].backend, sizeof extra[n].backend, "%s", backend);
+        extra[n].impl = impl;
+        atomic_store_explicit(&n_extra, n + 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&reg_lock);
+    return st;
+}
+
 llmem_op_fn llmem_backend_op_impl(llmem_backend *be, const llmem_op_info *info)
 {
     if (!be || !be->iface || !info)
         return NULL;
     const llmem_backend_i *bi = be->iface;
-    if (bi->struct_size < offsetof(llmem_backend_i, op_impls) + sizeof(bi->op_impls) ||
-        !bi->op_impls)
-        return NULL;
-    /* bounded, so a damaged list cannot hang the caller */
-    int n = 0;
-    for (const llmem_op_impl *i = *bi->op_impls; i && n < 4096; i = i->next, n++)
-        if (i->op == info->op)
-            return i->layout == info->layout ? i->fn : NULL;
+    if (bi->struct_size >= offsetof(llmem_backend_i, op_impls) + sizeof(bi->op_impls) &&
+        bi->op_impls) {
+        /* bounded, so a damaged list cannot hang the caller */
+        int n = 0;
+        for (const llmem_op_impl *i = *bi->op_impls; i && n < 4096; i = i->next, n++)
+            if (i->op == info->op)
+                return i->layout == info->layout ? i->fn : NULL;
+    }
+    int n = atomic_load_explicit(&n_extra, memory_order_acquire);
+    for (int k = 0; k < n && be->name; k++)
+        if (extra[k].impl->op == info->op && strcmp(extra[k].backend, be->name) == 0)
+            return extra[k].impl->layout == info->layout ? extra[k].impl->fn : NULL;
     return NULL;
 }
 

@@ -486,6 +486,37 @@ START_TEST(test_out_of_tree_op)
     ck_assert(llmem_backend_supports(p.be, TST_OP, (llmem_dtype[]){F32}, 1));
     ck_assert_int_eq(asked_op, TST_OP);
     unpatch(&p);
+
+    /* an implementation for the built-in cpu backend, added from outside it */
+    llmem_backend *be = cpu();
+    ck_assert(!llmem_backend_supports(be, TST_OP, NULL, 0));
+    static llmem_op_impl host = {TST_OP, TST_LAYOUT, NULL, NULL};
+    host.fn = (llmem_op_fn)tst_impl;
+    ck_assert_int_eq(llmem_op_impl_register(NULL, &host), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_impl_register("cpu", NULL), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_impl_register("a-backend-name-of-32-characters!", &host),
+                     LLMEM_E_INVALID);
+    static llmem_op_impl numbered = {LLMEM_OP_MATMUL, 0, NULL, NULL};
+    numbered.fn = (llmem_op_fn)tst_impl;
+    ck_assert_int_eq(llmem_op_impl_register("cpu", &numbered), LLMEM_E_INVALID);
+    ck_assert(!llmem_backend_supports(be, TST_OP, NULL, 0));
+    ck_assert_int_eq(llmem_op_impl_register("cpu", &host), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_impl_register("cpu", &host), LLMEM_E_STATE); /* twice */
+    ck_assert(llmem_backend_supports(be, TST_OP, (llmem_dtype[]){F32, F16}, 2));
+    fn = (tst_fn)llmem_backend_op_impl(be, &tst_info);
+    ck_assert(fn == tst_impl);
+    /* another name does not get it; the backend's own list wins */
+    patch(&p);
+    const char *name = p.be->name;
+    p.be->name = "cpu2";
+    ck_assert(!llmem_backend_supports(p.be, TST_OP, NULL, 0));
+    p.be->name = name;
+    ck_assert(llmem_backend_supports(p.be, TST_OP, NULL, 0));
+    other.layout = TST_LAYOUT + 1; /* the own list's entry, built for another layout */
+    p.iface.op_impls = &other_head;
+    ck_assert(!llmem_backend_supports(p.be, TST_OP, NULL, 0));
+    unpatch(&p);
+    llmem_backend_close(be);
 }
 END_TEST
 

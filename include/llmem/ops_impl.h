@@ -264,12 +264,26 @@ const llmem_op_info *llmem_op_info_find(llmem_op op);
     }                                                             \
     typedef int llmem_op_define_semicolon_##info
 
-/* The implementation of open op `info` in backend be's list
- * (llmem_backend_i.op_impls), or NULL: no list (a NULL slot, or a vtable
- * older than ABI 4), the op absent from it, or listed with a layout other
- * than info->layout (built against another version of the op header).
- * The caller casts the result to the op's llmem_op_<name>_fn type. O(length
- * of the list); no locking (the list is complete once the module loaded). */
+/* Adds an implementation of an open op to every backend registered under
+ * the name `backend` ("cpu", "vulkan", ...), from outside that backend: how
+ * an out-of-tree op brings a kernel for a built-in backend (e.g. a host
+ * kernel for "cpu", reading buffers through llmem_buffer_host_ptr). `impl`
+ * must stay valid while llmem is loaded (static storage); its `next` is not
+ * used. The backend's own list (LLMEM_OP_IMPL) wins over it. Thread-safe.
+ * Returns LLMEM_OK; LLMEM_E_INVALID for a NULL argument or fn, an op that
+ * is not a four-character tag, or a name of 32 bytes or more; LLMEM_E_STATE
+ * when this backend name has an implementation of the op registered here
+ * already; LLMEM_E_NO_MEMORY when the registry's 256 entries are used. */
+llmem_status llmem_op_impl_register(const char *backend, const llmem_op_impl *impl);
+
+/* The implementation of open op `info` for backend be: from be's own list
+ * (llmem_backend_i.op_impls; absent for a NULL slot or a vtable older than
+ * ABI 4), else one llmem_op_impl_register added for be's name; NULL when
+ * there is none, or when the one found was built with a layout other than
+ * info->layout (against another version of the op header). The caller
+ * casts the result to the op's llmem_op_<name>_fn type. O(length of the
+ * lists); no locking (a backend's list is complete once its module
+ * loaded). */
 llmem_op_fn llmem_backend_op_impl(llmem_backend *be, const llmem_op_info *info);
 
 #ifdef __cplusplus
