@@ -198,7 +198,10 @@ static inline void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, boo
         else
             memcpy(pp->tokens + (size_t)p * (size_t)ps, tok, (size_t)ps * sizeof *tok);
         pp->hashed[p] = 1;
-        if (!defer || !i32vec_push(&kv->pub_pending, p))
+        i32vec *q = &kv->pub_pending;
+        if (defer && q->cap >= 0 && q->n < q->cap)
+            q->v[q->n++] = p;
+        else if (!defer || !i32vec_push(q, p))
             page_pool_publish(pp, p);
     }
 }

@@ -208,18 +208,6 @@ int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, uint64_t parent_has
     return -1;
 }
 
-bool page_pool_publish(page_pool *pp, int32_t p)
-{
-    if (pp->published[p] || !pp->hashed[p])
-        return false;
-    /* head insertion: lookups find the newest copy first */
-    int32_t b = (int32_t)(pp->hash[p] & (uint64_t)(pp->n_buckets - 1));
-    pp->bucket_next[p] = pp->bucket[b];
-    pp->bucket[b] = p;
-    pp->published[p] = 1;
-    return true;
-}
-
 void page_pool_unpublish(page_pool *pp, int32_t p)
 {
     if (!pp->published[p])

@@ -82,7 +82,19 @@ int32_t page_pool_lookup(const page_pool *pp, uint64_t hash, uint64_t parent_has
 /* Publishes a hashed page (duplicates of published pages included, so a
  * second copy stays reachable when the first is evicted); returns whether
  * it was published. */
-bool page_pool_publish(page_pool *pp, int32_t p);
+static inline bool page_pool_publish(page_pool *pp, int32_t p)
+{
+    if (pp->published[p] || !pp->hashed[p])
+        return false;
+    /* head insertion: lookups find the newest copy first (inline: a
+     * decode step in pages of 1 publishes a page per token) */
+    int32_t b = (int32_t)(pp->hash[p] & (uint64_t)(pp->n_buckets - 1));
+    pp->bucket_next[p] = pp->bucket[b];
+    pp->bucket[b] = p;
+    pp->published[p] = 1;
+    return true;
+}
+
 /* Removes a page from the index (it stays used / becomes free). */
 void page_pool_unpublish(page_pool *pp, int32_t p);
 /* Consistency check; writes the first violation into err. */
