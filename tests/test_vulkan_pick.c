@@ -59,6 +59,29 @@ START_TEST(test_pick_paths)
 }
 END_TEST
 
+/* Split-K by hand: 32 tiles of K 4096 (bk 16) reach 264 workgroups with
+ * ceil(264 / 32) = 9 slices of ceil(4096 / 9) = 456, rounded up to 464
+ * (so 9 slices); enough tiles, or too short a K, keep one slice. */
+START_TEST(test_split_k)
+{
+    uint32_t s, ks;
+    vk_mm_split_k(32, 4096, 16, &s, &ks);
+    ck_assert_uint_eq(s, 9);
+    ck_assert_uint_eq(ks, 464);
+    vk_mm_split_k(VK_MM_GROUPS, 4096, 16, &s, &ks);
+    ck_assert_uint_eq(s, 1);
+    ck_assert_uint_eq(ks, 4096);
+    vk_mm_split_k(1, 300, 32, &s, &ks); /* 300 / VK_MM_MIN_SLICE: one slice at most */
+    ck_assert_uint_eq(s, 1);
+    ck_assert_uint_eq(ks, 320);
+    vk_mm_split_k(1, 4096, 16, &s, &ks); /* capped at 4096 / 256 = 16 slices of 256 */
+    ck_assert_uint_eq(s, 16);
+    ck_assert_uint_eq(ks, 256);
+    vk_mm_split_k(5, 0, 16, &s, &ks);
+    ck_assert_uint_eq(s, 1);
+}
+END_TEST
+
 START_TEST(test_cm_plan_invariants)
 {
     static const uint32_t ms[] = {1, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 128, 129, 512, 2048};
@@ -146,6 +169,7 @@ int main(void)
     Suite *s = suite_create("vulkan_pick");
     TCase *tc = tcase_create("pick");
     tcase_add_test(tc, test_pick_paths);
+    tcase_add_test(tc, test_split_k);
     tcase_add_test(tc, test_cm_plan_invariants);
     tcase_add_test(tc, test_cm_plan_shapes);
     tcase_add_test(tc, test_cm_usable);

@@ -21,6 +21,22 @@ static uint64_t div_up(uint64_t n, uint64_t d)
     return (n + d - 1) / d;
 }
 
+void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, uint32_t *k_split)
+{
+    uint64_t n = 1;
+    if (tiles < VK_MM_GROUPS) {
+        uint64_t most = k / VK_MM_MIN_SLICE;
+        n = div_up(VK_MM_GROUPS, tiles);
+        n = n > most ? most : n;
+        n = n < 1 ? 1 : n;
+    }
+    uint64_t ks = div_up(div_up(k, n), bk) * bk;
+    if (ks == 0)
+        ks = bk;
+    *k_split = (uint32_t)ks;
+    *slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+}
+
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p)
 {
     uint32_t sg = VK_CM_WG / 32;
@@ -38,18 +54,7 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p)
     p->bn = 16 * p->fn * p->sgn;
     p->tiles_m = (uint32_t)div_up(m, p->bm);
     p->tiles_n = (uint32_t)div_up(n, p->bn);
-    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n, slices = 1;
-    if (tiles < VK_MM_GROUPS) {
-        uint64_t most = k / VK_MM_MIN_SLICE;
-        slices = div_up(VK_MM_GROUPS, tiles);
-        slices = slices > most ? most : slices;
-        slices = slices < 1 ? 1 : slices;
-    }
-    uint64_t k_split = div_up(div_up(k, slices), VK_CM_BK) * VK_CM_BK;
-    if (k_split == 0)
-        k_split = VK_CM_BK;
-    p->k_split = (uint32_t)k_split;
-    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, k_split);
+    vk_mm_split_k((uint64_t)p->tiles_m * p->tiles_n, k, VK_CM_BK, &p->slices, &p->k_split);
 }
 
 bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,

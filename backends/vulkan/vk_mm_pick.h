@@ -57,6 +57,13 @@ typedef struct vk_cm_plan {
 
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p);
 
+/* Split-K of a product whose output tiles number `tiles` (matmul_rt.comp,
+ * matmul_cm.comp): K in *slices slices of *k_split (a multiple of bk, the
+ * last one shorter) so that tiles x slices reaches VK_MM_GROUPS with every
+ * slice at least VK_MM_MIN_SLICE long; one slice when the tiles alone
+ * reach it (or K is 0). */
+void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, uint32_t *k_split);
+
 /* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
  * with the component types and scope as booleans). */
 typedef struct vk_cm_shape {

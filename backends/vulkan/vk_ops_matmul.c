@@ -125,15 +125,8 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
         return LLMEM_OK;
     uint32_t bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
     uint64_t tiles_m = vk_div_up(m, bm), tiles_mn = tiles_m * vk_div_up(n, RT_BN);
-    uint64_t slices = 1;
-    if (tiles_mn < RT_GROUPS) {
-        uint64_t most = k / RT_MIN_SLICE;
-        slices = vk_div_up(RT_GROUPS, tiles_mn);
-        slices = slices > most ? most : slices;
-        slices = slices < 1 ? 1 : slices;
-    }
-    uint64_t k_split = vk_div_up(vk_div_up(k, slices), RT_BK) * RT_BK;
-    slices = vk_div_up(k, k_split);
+    uint32_t slices, k_split;
+    vk_mm_split_k(tiles_mn, k, RT_BK, &slices, &k_split);
     vk_op op;
     vk_op_init(&op, VK_SH_MATMUL_RT, RT_WG);
     vk_op_spec(&op, (uint32_t)w->dtype);
