@@ -523,7 +523,7 @@ END_TEST
 static const char *fixture(const char *name)
 {
     static char p[4096];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", LLMEM_SOURCE_DIR, name);
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
     return p;
 }
 

@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "llmem/memory.h"
 #include "llmem/model.h"
@@ -27,23 +26,12 @@
 
 static const char *fixtures[] = {"bamba", "llama"};
 
-/* $LLMEM_SOURCE_DIR, else the source folder of the build, else the current
- * folder when the build's source folder is absent (a build carried to
- * another machine and run from a checkout's root). */
-static const char *source_dir(void)
-{
-    const char *e = getenv("LLMEM_SOURCE_DIR");
-    if (e && *e)
-        return e;
-    return access(LLMEM_SOURCE_DIR "/tests/fixtures", F_OK) == 0 ? LLMEM_SOURCE_DIR : ".";
-}
-
 enum { N_SEQ = 4, N_STEP = 14, PROMPT = 5, MAX_TOK = N_SEQ * PROMPT };
 
 static llmem_model *load(llmem_backend *be, const char *fx)
 {
     char dir[1024], err[256] = "";
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", source_dir(), fx);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), fx);
     llmem_model_params p = llmem_model_default_params();
     p.n_seq_max = N_SEQ;
     p.n_ctx = 256;

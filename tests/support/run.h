@@ -4,7 +4,22 @@
 #define LLMEM_TEST_RUN_H
 
 #include <check.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 int test_run_suite(Suite *s);
+
+#ifdef LLMEM_SOURCE_DIR
+/* The source tree a test reads fixtures from: $LLMEM_SOURCE_DIR, else the
+ * build's source folder, else the current folder when that is absent (a
+ * build carried to another machine and run from a checkout's root). */
+static inline const char *test_source_dir(void)
+{
+    const char *e = getenv("LLMEM_SOURCE_DIR");
+    if (e && *e)
+        return e;
+    return access(LLMEM_SOURCE_DIR "/tests/fixtures", F_OK) == 0 ? LLMEM_SOURCE_DIR : ".";
+}
+#endif
 
 #endif
