@@ -101,6 +101,61 @@ template <int D> __device__ __forceinline__ uint32_t pf_off(int row, int chunk)
     return (uint32_t)(row * D * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
+/* Rows of a prefill tile (both prefill kernels): row r is token t0 + r / hh
+ * and query head g * n_rep + hc0 + r % hh. Fills row_seq (the row's
+ * stream, -1 for a query that sees no key, -2 for padding), row_lo and
+ * row_hi (its key range); the block's threads take rows tid, tid +
+ * blockDim.x, ... */
+__device__ __forceinline__ void pf_tile_rows(const cuk_attn_args &a, int bm, int64_t t0, int32_t hh,
+                                             int32_t tt, int32_t hc0, int32_t n_rep,
+                                             int32_t *row_seq, int32_t *row_lo, int32_t *row_hi)
+{
+    for (int r = threadIdx.x; r < bm; r += blockDim.x) {
+        int64_t tok = t0 + r / hh;
+        int32_t hr = hc0 + r % hh;
+        int32_t s = -1, lo = 0, hi = 0;
+        bool in = r < hh * tt && tok < a.n_tok && hr < n_rep;
+        if (!in || !attn_query_range(a, tok, s, lo, hi)) {
+            s = in ? -1 : -2;
+            lo = hi = 0;
+        }
+        row_seq[r] = s;
+        row_lo[r] = lo;
+        row_hi[r] = hi;
+    }
+}
+
+/* The epilogue of both prefill kernels: each row's sum of probabilities
+ * gathered over its quad, then o / sum written as float2 pairs for the
+ * tile's valid rows (rr: the warp's rows per m-tile and half). */
+template <int MT, int DT, int D>
+__device__ __forceinline__ void pf_store(const cuk_attn_args &a, const float (&o)[MT][DT][4],
+                                         const float (&l)[MT][2], const int (&rr)[MT][2],
+                                         int64_t t0, int32_t hh, int32_t tt, int32_t hc0,
+                                         int32_t n_rep, int32_t g, int lane)
+{
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            float lv = l[mt][hf];
+            lv += __shfl_xor_sync(0xffffffffu, lv, 1);
+            lv += __shfl_xor_sync(0xffffffffu, lv, 2);
+            float inv = lv > 0.0f ? 1.0f / lv : 0.0f;
+            int r = rr[mt][hf];
+            int64_t tok = t0 + r / hh;
+            int32_t hr = hc0 + r % hh;
+            if (r >= hh * tt || tok >= a.n_tok || hr >= n_rep)
+                continue;
+            float *dst = a.out + (tok * a.n_heads + g * n_rep + hr) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int i = 0; i < DT; i++)
+                *(float2 *)(dst + i * 8) =
+                    make_float2(o[mt][i][hf * 2] * inv, o[mt][i][hf * 2 + 1] * inv);
+        }
+    }
+}
+
 /* Each warp owns MT m-tiles of 16 rows: with MT = 2 every K/V fragment read
  * from shared memory feeds two MMAs (FlashAttention-2's 32 rows per warp),
  * and the Q fragments are re-read from shared memory per k-step instead of
@@ -132,19 +187,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     /* rows: token t0 + r / hh, head g * n_rep + hc0 + r % hh; row_seq is the
      * row's stream, -1 for a query that sees no key, -2 for padding */
-    for (int r = tid; r < BM; r += blockDim.x) {
-        int64_t tok = t0 + r / hh;
-        int32_t hr = hc0 + r % hh;
-        int32_t s = -1, lo = 0, hi = 0;
-        bool in = r < hh * tt && tok < a.n_tok && hr < n_rep;
-        if (!in || !attn_query_range(a, tok, s, lo, hi)) {
-            s = in ? -1 : -2;
-            lo = hi = 0;
-        }
-        row_seq[r] = s;
-        row_lo[r] = lo;
-        row_hi[r] = hi;
-    }
+    pf_tile_rows(a, BM, t0, hh, tt, hc0, n_rep, row_seq, row_lo, row_hi);
     /* Q tile, scaled, as hi + lo in T */
     for (int c = tid; c < BM * CH; c += blockDim.x) {
         int r = c / CH, ch = c % CH;
@@ -399,27 +442,7 @@ __global__ void __launch_bounds__(WARPS * 32)
         pf_wait<0>();
     }
 
-    /* normalize and write the valid rows */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float lv = l[mt][hf];
-            lv += __shfl_xor_sync(0xffffffffu, lv, 1);
-            lv += __shfl_xor_sync(0xffffffffu, lv, 2);
-            float inv = lv > 0.0f ? 1.0f / lv : 0.0f;
-            int r = rr[mt][hf];
-            int64_t tok = t0 + r / hh;
-            int32_t hr = hc0 + r % hh;
-            if (r >= hh * tt || tok >= a.n_tok || hr >= n_rep)
-                continue;
-            float *dst = a.out + (tok * a.n_heads + g * n_rep + hr) * D + 2 * (lane & 3);
-#pragma unroll
-            for (int i = 0; i < DT; i++)
-                *(float2 *)(dst + i * 8) =
-                    make_float2(o[mt][i][hf * 2] * inv, o[mt][i][hf * 2 + 1] * inv);
-        }
-    }
+    pf_store<MT, DT, D>(a, o, l, rr, t0, hh, tt, hc0, n_rep, g, lane);
 }
 
 extern "C" int cuk_attn_prefill_supported(int32_t head_dim, int32_t dtype)

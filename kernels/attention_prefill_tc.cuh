@@ -102,19 +102,7 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
 
     /* row r: token t0 + r / hh, head g * n_rep + hc0 + r % hh; row_seq is
      * the row's stream, -1 for a query that sees no key, -2 for padding */
-    for (int r = tid; r < BM; r += blockDim.x) {
-        int64_t tok = t0 + r / hh;
-        int32_t hr = hc0 + r % hh;
-        int32_t s = -1, lo = 0, hi = 0;
-        bool in = r < hh * tt && tok < a.n_tok && hr < n_rep;
-        if (!in || !attn_query_range(a, tok, s, lo, hi)) {
-            s = in ? -1 : -2;
-            lo = hi = 0;
-        }
-        row_seq[r] = s;
-        row_lo[r] = lo;
-        row_hi[r] = hi;
-    }
+    pf_tile_rows(a, BM, t0, hh, tt, hc0, n_rep, row_seq, row_lo, row_hi);
     /* Q tile: q * scale in f32, rounded once to T. Written after the first
      * pass has issued its first K/V copies, so both latencies overlap; the
      * barrier before the first block orders it before any ldmatrix. */
@@ -429,27 +417,7 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
         pf_wait<0>();
     }
 
-    /* normalize and write the valid rows */
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            float lv = l[mt][hf];
-            lv += __shfl_xor_sync(0xffffffffu, lv, 1);
-            lv += __shfl_xor_sync(0xffffffffu, lv, 2);
-            float inv = lv > 0.0f ? 1.0f / lv : 0.0f;
-            int r = rr[mt][hf];
-            int64_t tok = t0 + r / hh;
-            int32_t hr = hc0 + r % hh;
-            if (r >= hh * tt || tok >= a.n_tok || hr >= n_rep)
-                continue;
-            float *dst = a.out + (tok * a.n_heads + g * n_rep + hr) * D + 2 * (lane & 3);
-#pragma unroll
-            for (int i = 0; i < DT; i++)
-                *(float2 *)(dst + i * 8) =
-                    make_float2(o[mt][i][hf * 2] * inv, o[mt][i][hf * 2 + 1] * inv);
-        }
-    }
+    pf_store<MT, DT, D>(a, o, l, rr, t0, hh, tt, hc0, n_rep, g, lane);
 }
 
 template <typename T, int D, typename C, bool CAP>

@@ -304,4 +304,22 @@ template <> struct cuk_unpack16<cuk_f16_t> {
     }
 };
 
+/* Where stream s of a recurrent view's op reads its initial state: the
+ * snapshot scratch the host made (when one stream reads a slot another
+ * writes), else its source slot; NULL (start from zeros) for a slot outside
+ * [0, n_slots). base receives the element offset of the stream's state.
+ * Shared by the Mamba-2, chunked SSD, Mamba-1 and gated delta net kernels. */
+__device__ __forceinline__ const void *cuk_rs_source(const cuk_rs_args &rs, int64_t s, int64_t &base)
+{
+    if (rs.snap) {
+        base = s * rs.elems;
+        return rs.snap;
+    }
+    int32_t sl = rs.src[s];
+    if (sl < 0 || sl >= rs.n_slots)
+        return nullptr;
+    base = (int64_t)sl * rs.elems;
+    return rs.state;
+}
+
 #endif

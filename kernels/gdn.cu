@@ -84,15 +84,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
     int g = h / (Hv / a.n_k_heads);
     int64_t col = (int64_t)h * dk * dv + j; /* element of S[h][0][j] in a slot */
     float S[DK];
-    const void *src = nullptr;
     int64_t base = 0;
-    if (rs.snap) {
-        src = rs.snap;
-        base = s * rs.elems;
-    } else if (rs.src[s] >= 0 && rs.src[s] < rs.n_slots) {
-        src = rs.state;
-        base = (int64_t)rs.src[s] * rs.elems;
-    }
+    const void *src = cuk_rs_source(rs, s, base);
     if (act && src)
         gdn_load<DK>(S, src, rs.dtype, base + col, dv, dk);
     else

@@ -45,21 +45,6 @@ extern "C" cudaError_t cuk_rs_snapshot(const cuk_rs_args *rs, void *snap, cudaSt
     return cudaGetLastError();
 }
 
-/* Where stream s reads its initial state: (pointer, element offset), or
- * NULL for zeros. */
-__device__ __forceinline__ const void *rs_source(const cuk_rs_args &rs, int64_t s, int64_t &base)
-{
-    if (rs.snap) {
-        base = s * rs.elems;
-        return rs.snap;
-    }
-    int32_t sl = rs.src[s];
-    if (sl < 0 || sl >= rs.n_slots)
-        return nullptr;
-    base = (int64_t)sl * rs.elems;
-    return rs.state;
-}
-
 /* The slot that receives the state after token t of stream s (-1: the
  * state before the first token) by checkpoint c, or -1. */
 __device__ __forceinline__ int32_t rs_ckpt_slot(const cuk_rs_args &rs, int64_t s, int32_t c)
@@ -100,7 +85,7 @@ __global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, i
         int32_t ch = (int32_t)(rest % n_ch), t0 = ch * CONV_TCH;
         float st[CONV_MAX], wr[CONV_MAX], u[CONV_TCH + CONV_MAX - 1];
         int64_t sb = 0;
-        const void *src = ch == 0 ? rs_source(rs, s, sb) : nullptr;
+        const void *src = ch == 0 ? cuk_rs_source(rs, s, sb) : nullptr;
 #pragma unroll
         for (int32_t r = 0; r < CONV_MAX - 1; r++)
             st[r] = src && r < dc1 ? cuk_load(src, rs.dtype, sb + (int64_t)r * conv_dim + c) : 0.0f;
@@ -181,7 +166,7 @@ __global__ void ssm_conv1_kernel(cuk_rs_args rs, const float *x, const void *w, 
         int64_t s = it / n4;
         int32_t c = (int32_t)(it % n4) * 4;
         int64_t sb = 0;
-        const float *src = (const float *)rs_source(rs, s, sb);
+        const float *src = (const float *)cuk_rs_source(rs, s, sb);
         float4 u[DC];
 #pragma unroll
         for (int r = 0; r < DC - 1; r++)
@@ -362,7 +347,7 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
 
     float S[SCAN_RPW][NPL];
     int64_t sb = 0;
-    const void *src = rs_source(rs, s, sb);
+    const void *src = cuk_rs_source(rs, s, sb);
 #pragma unroll
     for (int i = 0; i < SCAN_RPW; i++) {
         int32_t pp = p0 + i;
@@ -525,7 +510,7 @@ __global__ void __launch_bounds__(SD_WARPS * 32, 4)
             }
             if (s != src_s) {
                 src_s = s;
-                src = (const unsigned char *)rs_source(rs, s, sb);
+                src = (const unsigned char *)cuk_rs_source(rs, s, sb);
             }
             unsigned char *dst = ring + (k % NS) * Z::STAGE;
             const unsigned char *row0 =

@@ -142,20 +142,7 @@ __device__ __forceinline__ void ssd_put2(uint16_t *hi, uint16_t *lo, float v0, f
     *(uint32_t *)lo = l;
 }
 
-/* ---- slots (as kernels/mamba.cu) ------------------------------------------------------------- */
-
-__device__ __forceinline__ const void *ssd_source(const cuk_rs_args &rs, int64_t s, int64_t &base)
-{
-    if (rs.snap) {
-        base = s * rs.elems;
-        return rs.snap;
-    }
-    int32_t sl = rs.src[s];
-    if (sl < 0 || sl >= rs.n_slots)
-        return nullptr;
-    base = (int64_t)sl * rs.elems;
-    return rs.state;
-}
+/* ---- slots ---------------------------------------------------------------------------------- */
 
 __device__ __forceinline__ int32_t ssd_slot(int32_t sl, int32_t n_slots)
 {
@@ -251,7 +238,7 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
     float S[SSD_NT][4];
     {
         int64_t sb = 0;
-        const void *src = ssd_source(rs, s, sb);
+        const void *src = cuk_rs_source(rs, s, sb);
 #pragma unroll
         for (int j = 0; j < SSD_NT; j++)
 #pragma unroll

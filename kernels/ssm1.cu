@@ -18,20 +18,6 @@
 #include "kernels/common.cuh"
 #include "kernels/ssm1.h"
 
-/* The slot helpers of mamba.cu (device-inline there, so repeated here). */
-__device__ __forceinline__ const void *s1_source(const cuk_rs_args &rs, int64_t s, int64_t &base)
-{
-    if (rs.snap) {
-        base = s * rs.elems;
-        return rs.snap;
-    }
-    int32_t sl = rs.src[s];
-    if (sl < 0 || sl >= rs.n_slots)
-        return nullptr;
-    base = (int64_t)sl * rs.elems;
-    return rs.state;
-}
-
 /* Slot written by checkpoint ci (ci == n_ckpt: the dst) and the token it
  * follows (-1: before the first); -1 slot when none. */
 __device__ __forceinline__ int32_t s1_out_slot(const cuk_rs_args &rs, int64_t s, int32_t ci,
@@ -63,7 +49,7 @@ __global__ void short_conv_kernel(cuk_rs_args rs, const float *bcx, const void *
         int32_t c = (int32_t)(it - s * dim);
         float st[SC_MAX], wr[SC_MAX];
         int64_t sb = 0;
-        const void *src = s1_source(rs, s, sb);
+        const void *src = cuk_rs_source(rs, s, sb);
         for (int32_t r = 0; r < L1; r++)
             st[r] = src ? cuk_load(src, rs.dtype, sb + (int64_t)r * dim + c) : 0.0f;
         for (int32_t k = 0; k < L; k++)
@@ -130,7 +116,7 @@ __global__ void scan1_kernel(cuk_rs_args rs, cuk_scan1_args a)
         int32_t c = (int32_t)(warp - s * a.d_inner);
         float S[NPL], A[NPL];
         int64_t sb = 0;
-        const void *src = s1_source(rs, s, sb);
+        const void *src = cuk_rs_source(rs, s, sb);
 #pragma unroll
         for (int j = 0; j < NPL; j++) {
             int n = lane + 32 * j;
