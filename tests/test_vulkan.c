@@ -93,17 +93,37 @@ START_TEST(test_no_loader)
     /* the CPU still works */
     llmem_backend *cpu = open_be("cpu");
     llmem_backend_close(cpu);
+    unsetenv("LLMEM_VULKAN_LOADER"); /* later checks of an unforked run (CK_FORK=no) */
 }
 END_TEST
 
+/* Sets or clears variable `name` to `value` (NULL: unset). */
+static void env_put(const char *name, const char *value)
+{
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
 START_TEST(test_no_driver)
 {
+    static const char *const names[] = {"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) { /* given back at the end, for an unforked run (CK_FORK=no) */
+        const char *v = getenv(names[i]);
+        saved[i] = v ? strdup(v) : NULL;
+    }
     setenv("VK_DRIVER_FILES", "/nonexistent/no_icd.json", 1);
     setenv("VK_ICD_FILENAMES", "/nonexistent/no_icd.json", 1);
     unsetenv("VK_ADD_DRIVER_FILES");
     char err[256] = "";
     llmem_backend *be = NULL;
     llmem_status st = llmem_backend_open("vulkan", -1, &be, err, sizeof err);
+    for (int i = 0; i < 3; i++) {
+        env_put(names[i], saved[i]);
+        free(saved[i]);
+    }
     if (strstr(err, "no Vulkan loader")) /* a machine without Vulkan at all */
         return;
     ck_assert_int_eq(st, LLMEM_E_NOT_FOUND);
