@@ -94,7 +94,9 @@ static void usage(FILE *f)
             "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
             "                   each beside its bound: weight + KV + state bytes per step\n"
             "                   over the copy bandwidth of this run (--precision fast by\n"
-            "                   default; the kv and ssm dtype options apply)\n"
+            "                   default; the kv and ssm dtype options apply); on GPUs also the\n"
+            "                   bf16 GEMM peak of the run (matmul_fast, 8192^3) and each\n"
+            "                   pp512's share of it\n"
             "  --json PATH      with --model: also write the figures as JSON\n"
             "%s%s",
             cli_log_opts_help, cli_backend_opts_help);

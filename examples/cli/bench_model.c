@@ -16,7 +16,10 @@
  *   state     Mamba-2 layers read and write each sequence's conv and SSM
  *             state (the state dtypes).
  * With --tp N the bound is over N times the copy bandwidth (N devices).
- * pp figures also print the rate in TFLOP/s (2 * weight params * tokens).
+ * pp figures also print the rate in TFLOP/s (2 * weight params * tokens)
+ * and, on GPUs, its share of the backend's bf16 GEMM peak measured in the
+ * same run (gemm_peak: llmem_op_matmul_fast at 8192 x 8192 x 8192, bf16
+ * weights, its rounding of the activations to bf16 included).
  * Each batch size is run once untimed first (LLMEM_BENCH_WARM=first: only
  * the first), so the decode step's recording is made before the timed steps.
  * --json PATH writes the same data. LLMEM_BENCH_HOST_SAMPLE=1 makes the tg
@@ -166,6 +169,53 @@ done:
     return st;
 }
 
+typedef struct peak_ctx {
+    llmem_backend *be;
+    llmem_tensor a, w, out;
+} peak_ctx;
+
+static llmem_status peak_run(void *vctx)
+{
+    peak_ctx *c = vctx;
+    return llmem_op_matmul_fast(c->be, &c->a, &c->w, &c->out);
+}
+
+/* The backend's bf16 GEMM rate in FLOP/s: llmem_op_matmul_fast of an
+ * [8192, 8192] f32 activation by an [8192, 8192] bf16 weight (as the
+ * prefill GEMMs of a fast-mode model run); 0 (not measured) on a device
+ * whose copy moves under 200 GB/s (the cpu backend, lavapipe), where one
+ * call takes many seconds. */
+static llmem_status gemm_peak(bench *b, double *flops)
+{
+    const int32_t n = 8192;
+    *flops = 0;
+    if (b->copy_bw < 200e9)
+        return LLMEM_OK;
+    llmem_buffer *ba = NULL, *bw = NULL, *bo = NULL;
+    size_t an = (size_t)n * n;
+    llmem_status st = bench_new_buffer(b, an * 4, &ba);
+    if (st == LLMEM_OK)
+        st = bench_new_buffer(b, an * 2, &bw);
+    if (st == LLMEM_OK)
+        st = bench_new_buffer(b, an * 4, &bo);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, ba, 0, (int64_t)an, LLMEM_DTYPE_F32, false);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, bw, 0, (int64_t)an, LLMEM_DTYPE_BF16, true);
+    peak_ctx c = {b->be, llmem_tensor_2d(ba, 0, LLMEM_DTYPE_F32, n, n),
+                  llmem_tensor_2d(bw, 0, LLMEM_DTYPE_BF16, n, n),
+                  llmem_tensor_2d(bo, 0, LLMEM_DTYPE_F32, n, n)};
+    double sec = 0;
+    if (st == LLMEM_OK)
+        st = bench_time_it(b, "gemm peak", peak_run, &c, &sec);
+    if (st == LLMEM_OK)
+        *flops = 2.0 * n * (double)n * n / sec;
+    llmem_buffer_free(ba);
+    llmem_buffer_free(bw);
+    llmem_buffer_free(bo);
+    return st;
+}
+
 llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params *mp,
                              const char *json_path)
 {
@@ -197,6 +247,12 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
            c->n_mamba_layers, c->hidden_size, c->vocab_size, params / 1e9, wb / 1e9,
            llmem_precision_name(p.precision), llmem_dtype_name(p.kv_dtype),
            llmem_dtype_name(p.ssm_dtype), bench_now() - t0);
+    double peak = 0;
+    if ((st = gemm_peak(b, &peak)) != LLMEM_OK)
+        goto done;
+    if (peak > 0)
+        printf("gemm peak %.1f TFLOP/s  (llmem_op_matmul_fast, 8192 x 8192 x 8192, bf16 weights)\n",
+               peak / 1e12);
     static const int32_t batches[3] = {1, 16, 64};
     bm_row rows[3] = {{0}};
     uint64_t seed = 0x5eed;
@@ -239,9 +295,13 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
                          (double)c->n_attention_layers * r->batch * (PP - 1) * kv_tok) /
                         bw;
         double pp_tok = (double)r->batch * PP, tg_tok = (double)r->batch * TG;
-        printf("%-6s %-6d %12.1f %12.3f %12.3f %7.2fx  (%.1f TFLOP/s)\n", "pp512", r->batch,
+        double pp_flops = 2.0 * params * pp_tok / r->pp_s;
+        printf("%-6s %-6d %12.1f %12.3f %12.3f %7.2fx  (%.1f TFLOP/s", "pp512", r->batch,
                pp_tok / r->pp_s, r->pp_s * 1e3, r->pp_bound_s * 1e3, r->pp_s / r->pp_bound_s,
-               2.0 * params * pp_tok / r->pp_s / 1e12);
+               pp_flops / 1e12);
+        if (peak > 0)
+            printf(", %.1f%% of the GEMM peak", 100.0 * pp_flops / peak);
+        printf(")\n");
         printf("%-6s %-6d %12.1f %12.3f %12.3f %7.2fx\n", "tg128", r->batch, tg_tok / r->tg_s,
                r->tg_s / TG * 1e3, r->tg_bound_s / TG * 1e3, r->tg_s / r->tg_bound_s);
         fflush(stdout);
@@ -254,8 +314,10 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
             goto done;
         }
         fprintf(f, "{\"model\": \"%s\", \"backend\": \"%s\", \"precision\": \"%s\", "
-                   "\"copy_gbps\": %.1f, \"weight_bytes\": %.0f, \"params\": %.0f, \"runs\": [",
-                dir, b->name, llmem_precision_name(p.precision), b->copy_bw / 1e9, wb, params);
+                   "\"copy_gbps\": %.1f, \"gemm_peak_tflops\": %.1f, \"weight_bytes\": %.0f, "
+                   "\"params\": %.0f, \"runs\": [",
+                dir, b->name, llmem_precision_name(p.precision), b->copy_bw / 1e9, peak / 1e12, wb,
+                params);
         const char *sep = "";
         for (int i = 0; i < 3; i++)
             if (rows[i].batch > 0 && fprintf(f,
