@@ -3,8 +3,8 @@
  *
  *   vk_plugin.c   loader, instance, device listing and selection, open/close
  *   vk_alloc.c    sub-allocator over large device allocations
- *   vk_cmd.c      lazy command recording: barriers, descriptors, pipelines,
- *                 staging, submit
+ *   vk_cmd.c      lazy command recording: barriers, staging, submit
+ *   vk_op.c       dispatches: bindings, descriptors, pipelines
  *   vk_buffer.c   the buffer slots of llmem_backend_i
  *   vk_record.c   the record slots: recorded steps as reusable command buffers
  *   vk_ops_*.c    the ops, one file per family (shaders in shaders/)
@@ -261,6 +261,9 @@ VkBuffer vk_alloc_buffer(const vk_alloc *a);
 /* ---- vk_cmd.c ------------------------------------------------------------------------------- */
 
 llmem_status vk_cmd_init(vk_backend *v);
+/* Grows *arr (of elem bytes) to hold at least n + 1 entries; false when
+ * out of host memory (the array is unchanged). */
+bool vk_grow(void **arr, uint32_t *cap, uint32_t n, size_t elem);
 void vk_cmd_finish(vk_backend *v);
 
 /* GPU time per shader, $LLMEM_VULKAN_PROFILE=1 (vk_prof.c): init after the
@@ -318,6 +321,8 @@ llmem_status vk_capture_refuse(vk_backend *v, const char *what);
 /* Called after the submit that ran g: it may be queued again. */
 void vk_graph_done(vk_graph *g);
 
+/* ---- vk_op.c: dispatches --------------------------------------------------------------------- */
+
 /* A compute dispatch being put together: bindings in order, accesses,
  * push constants and specialization constants (constant 0 is the
  * workgroup size). */
@@ -334,7 +339,7 @@ typedef struct vk_op {
     bool bad; /* a tensor too large for one binding */
     /* Ranges that cross a chunk boundary, bound through a contiguous
      * temporary: copied in before the dispatch, and out after it when the
-     * op writes them (vk_cmd.c). */
+     * op writes them (vk_op.c). */
     uint32_t n_tmp;
     struct vk_op_tmp {
         vk_alloc tmp;

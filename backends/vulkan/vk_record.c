@@ -175,15 +175,9 @@ void vk_graph_done(vk_graph *g)
 bool vk_capture_keep(vk_backend *v, const vk_alloc *a)
 {
     vk_graph *g = v->capture;
-    if (g->n_keep == g->cap_keep) {
-        uint32_t cap = g->cap_keep ? 2 * g->cap_keep : 16;
-        vk_alloc *k = realloc(g->keep, cap * sizeof *k);
-        if (!k) {
-            g->failed = true;
-            return false;
-        }
-        g->keep = k;
-        g->cap_keep = cap;
+    if (!vk_grow((void **)&g->keep, &g->cap_keep, g->n_keep, sizeof *g->keep)) {
+        g->failed = true;
+        return false;
     }
     g->keep[g->n_keep++] = *a;
     return true;
