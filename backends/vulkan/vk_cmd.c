@@ -146,7 +146,8 @@ void vk_cmd_finish(vk_backend *v)
     v->stages = NULL;
     free(v->acc);
     free(v->rb);
-    free(v->segs);
+    free(v->seg_cmd);
+    free(v->seg_graph);
     free(v->spare);
     if (v->pipe_cache)
         v->vk.vkDestroyPipelineCache(v->dev, v->pipe_cache, NULL);
@@ -371,20 +372,27 @@ static void stage_reset(vk_backend *v)
 
 /* ---- submit ------------------------------------------------------------------------------------ */
 
-static bool seg_push(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
+/* Room for n more command buffers in the next submit. */
+static bool seg_room(vk_backend *v, uint32_t n)
 {
-    if (!vk_grow((void **)&v->segs, &v->cap_segs, v->n_segs, sizeof *v->segs))
-        return false;
-    v->segs[v->n_segs++] = (vk_seg){cmd, g};
-    return true;
+    return vk_grow((void **)&v->seg_cmd, &v->cap_seg_cmd, v->n_segs + n - 1, sizeof *v->seg_cmd) &&
+           vk_grow((void **)&v->seg_graph, &v->cap_seg_graph, v->n_segs + n - 1,
+                   sizeof *v->seg_graph);
+}
+
+static void seg_push(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
+{
+    v->seg_cmd[v->n_segs] = cmd;
+    v->seg_graph[v->n_segs++] = g;
 }
 
 llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 {
     if (v->error != LLMEM_OK)
         return v->error;
-    /* room for the lazy buffer, the step and a spare first: nothing half done */
-    if (!vk_grow((void **)&v->segs, &v->cap_segs, v->n_segs + 1, sizeof *v->segs))
+    /* room first, nothing half done: the lazy buffer, the step, and the
+     * lazy buffer that ends the submit (vk_cmd_flush) */
+    if (!seg_room(v, 3))
         return LLMEM_E_NO_MEMORY;
     if (v->recording) {
         VkCommandBuffer next;
@@ -436,19 +444,14 @@ llmem_status vk_cmd_flush(vk_backend *v)
                                VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
                                VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
     VkResult r = v->vk.vkEndCommandBuffer(v->cmd);
-    /* the queued command buffers in order, then the lazy one */
-    VkCommandBuffer *cmds = &v->cmd;
+    /* the queued command buffers in order, then the lazy one (its room was
+     * made by vk_cmd_queue_graph) */
+    const VkCommandBuffer *cmds = &v->cmd;
     uint32_t n_cmds = 1;
-    VkCommandBuffer few[8];
     if (v->n_segs > 0) {
+        v->seg_cmd[v->n_segs] = v->cmd;
+        cmds = v->seg_cmd;
         n_cmds = v->n_segs + 1;
-        cmds = n_cmds <= 8 ? few : malloc(n_cmds * sizeof *cmds);
-        if (!cmds && r == VK_SUCCESS)
-            r = VK_ERROR_OUT_OF_HOST_MEMORY;
-        for (uint32_t i = 0; cmds && i < v->n_segs; i++)
-            cmds[i] = v->segs[i].cmd;
-        if (cmds)
-            cmds[v->n_segs] = v->cmd;
     }
     if (r == VK_SUCCESS)
         r = v->vk.vkResetFences(v->dev, 1, &v->fence);
@@ -462,12 +465,10 @@ llmem_status vk_cmd_flush(vk_backend *v)
     }
     if (r == VK_SUCCESS)
         r = v->vk.vkWaitForFences(v->dev, 1, &v->fence, VK_TRUE, UINT64_MAX);
-    if (cmds != &v->cmd && cmds != few)
-        free(cmds);
     v->n_submits++;
     uint32_t n_steps = 0;
     for (uint32_t i = 0; i < v->n_segs; i++)
-        n_steps += v->segs[i].graph != NULL;
+        n_steps += v->seg_graph[i] != NULL;
     vk_log(v, "submit %llu: %u dispatches, %u transfers, %u barriers, %u recorded steps",
            (unsigned long long)v->n_submits, v->n_dispatch, v->n_transfer, v->n_barrier, n_steps);
     if (r != VK_SUCCESS) {
@@ -481,14 +482,14 @@ llmem_status vk_cmd_flush(vk_backend *v)
     }
     /* the recorded steps may be queued again; ended lazy buffers are reused */
     for (uint32_t i = 0; i < v->n_segs; i++) {
-        if (v->segs[i].graph) {
-            vk_graph_done(v->segs[i].graph);
+        if (v->seg_graph[i]) {
+            vk_graph_done(v->seg_graph[i]);
         } else if (r == VK_SUCCESS &&
                    vk_grow((void **)&v->spare, &v->cap_spare, v->n_spare, sizeof *v->spare)) {
-            v->vk.vkResetCommandBuffer(v->segs[i].cmd, 0);
-            v->spare[v->n_spare++] = v->segs[i].cmd;
+            v->vk.vkResetCommandBuffer(v->seg_cmd[i], 0);
+            v->spare[v->n_spare++] = v->seg_cmd[i];
         } else {
-            v->vk.vkFreeCommandBuffers(v->dev, v->cmd_pool, 1, &v->segs[i].cmd);
+            v->vk.vkFreeCommandBuffers(v->dev, v->cmd_pool, 1, &v->seg_cmd[i]);
         }
     }
     v->n_segs = 0;

@@ -98,12 +98,6 @@ typedef struct vk_prof vk_prof; /* vk_prof.c */
 /* A recorded step (vk_record.c): a command buffer replayed as is. */
 typedef struct vk_graph vk_graph;
 
-/* One command buffer of the next submit: a lazy one (graph NULL) or a
- * recorded step's. */
-typedef struct vk_seg {
-    VkCommandBuffer cmd;
-    vk_graph *graph;
-} vk_seg;
 
 typedef struct vk_backend {
     llmem_backend base;
@@ -151,8 +145,11 @@ typedef struct vk_backend {
     bool recording;
     uint32_t n_dispatch, n_transfer, n_barrier; /* in the current command buffer */
     uint64_t n_submits;
-    vk_seg *segs;            /* ended command buffers of the next submit, in order */
-    uint32_t n_segs, cap_segs;
+    /* ended command buffers of the next submit, in order, and the recorded
+     * step of each (NULL: a lazy command buffer) */
+    VkCommandBuffer *seg_cmd;
+    vk_graph **seg_graph;
+    uint32_t n_segs, cap_seg_cmd, cap_seg_graph;
     VkCommandBuffer *spare;  /* ended lazy command buffers, reset, for reuse */
     uint32_t n_spare, cap_spare;
     vk_graph *capture;       /* between record_begin and record_end */
