@@ -478,22 +478,39 @@ static cudaError_t pf_launch(const cuk_attn_args *a, cudaStream_t stream)
     return pf_launch_w<T, D, 4, 1>(a, stream);
 }
 
-extern "C" cudaError_t cuk_attn_prefill(const cuk_attn_args *a, cudaStream_t stream)
+/* The launch of either prefill kernel for the pool dtype and head dim of
+ * a: L<T, D>::run(a, stream) with T f16 or bf16 and D 64 or 128, after the
+ * alignment both need (q rows and pool rows are read in 16-byte pieces).
+ * cudaErrorMisalignedAddress or cudaErrorInvalidValue (another dtype or
+ * head dim) otherwise. */
+template <template <typename, int> class L>
+static cudaError_t pf_dispatch(const cuk_attn_args *a, cudaStream_t stream)
 {
-    /* q rows and pool rows are read in 16-byte pieces */
     if ((uintptr_t)a->q % 16 || (uintptr_t)a->k % 16 || (uintptr_t)a->v % 16 ||
         (uintptr_t)a->out % 8)
         return cudaErrorMisalignedAddress;
     if (a->dtype == CUK_F16) {
         if (a->head_dim == 64)
-            return pf_launch<cuk_f16_t, 64>(a, stream);
+            return L<cuk_f16_t, 64>::run(a, stream);
         if (a->head_dim == 128)
-            return pf_launch<cuk_f16_t, 128>(a, stream);
+            return L<cuk_f16_t, 128>::run(a, stream);
     } else if (a->dtype == CUK_BF16) {
         if (a->head_dim == 64)
-            return pf_launch<cuk_bf16_t, 64>(a, stream);
+            return L<cuk_bf16_t, 64>::run(a, stream);
         if (a->head_dim == 128)
-            return pf_launch<cuk_bf16_t, 128>(a, stream);
+            return L<cuk_bf16_t, 128>::run(a, stream);
     }
     return cudaErrorInvalidValue;
+}
+
+template <typename T, int D> struct pf_precise {
+    static cudaError_t run(const cuk_attn_args *a, cudaStream_t stream)
+    {
+        return pf_launch<T, D>(a, stream);
+    }
+};
+
+extern "C" cudaError_t cuk_attn_prefill(const cuk_attn_args *a, cudaStream_t stream)
+{
+    return pf_dispatch<pf_precise>(a, stream);
 }

@@ -469,21 +469,14 @@ static cudaError_t ptc_dispatch(const cuk_attn_args *a, cudaStream_t stream)
                          : ptc_launch<T, D, ptc_default>(a, stream);
 }
 
+template <typename T, int D> struct ptc_fast {
+    static cudaError_t run(const cuk_attn_args *a, cudaStream_t stream)
+    {
+        return ptc_dispatch<T, D>(a, stream);
+    }
+};
+
 extern "C" cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream)
 {
-    if ((uintptr_t)a->q % 16 || (uintptr_t)a->k % 16 || (uintptr_t)a->v % 16 ||
-        (uintptr_t)a->out % 8)
-        return cudaErrorMisalignedAddress;
-    if (a->dtype == CUK_F16) {
-        if (a->head_dim == 64)
-            return ptc_dispatch<cuk_f16_t, 64>(a, stream);
-        if (a->head_dim == 128)
-            return ptc_dispatch<cuk_f16_t, 128>(a, stream);
-    } else if (a->dtype == CUK_BF16) {
-        if (a->head_dim == 64)
-            return ptc_dispatch<cuk_bf16_t, 64>(a, stream);
-        if (a->head_dim == 128)
-            return ptc_dispatch<cuk_bf16_t, 128>(a, stream);
-    }
-    return cudaErrorInvalidValue;
+    return pf_dispatch<ptc_fast>(a, stream);
 }
