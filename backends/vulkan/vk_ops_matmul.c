@@ -36,8 +36,6 @@
 #define RT_WG 256
 #define RT_BN 128
 #define RT_BK 16
-#define RT_GROUPS VK_MM_GROUPS
-#define RT_MIN_SLICE VK_MM_MIN_SLICE
 #define SPLIT_WG 256 /* cm_split.comp: one workgroup per row */
 #define SUM_WG 256
 
@@ -112,9 +110,9 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
 /* out = a · wᵀ through matmul_rt.comp when it applies (K % 8 == 0,
  * 16-byte aligned rows and offsets); *done says whether it did. Output
  * tiles of BM x 128 (BM 64 up to 64 rows, else 128); when they number
- * fewer than RT_GROUPS, K is split into slices of at least RT_MIN_SLICE
- * whose partial outputs go to a scratch buffer and are summed in slice
- * order by sum_slices.comp. */
+ * fewer than VK_MM_GROUPS, K is split (vk_mm_split_k) into slices of at
+ * least VK_MM_MIN_SLICE whose partial outputs go to a scratch buffer and
+ * are summed in slice order by sum_slices.comp. */
 static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
                               llmem_ct *out, bool *done)
 {
