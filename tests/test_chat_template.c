@@ -14,7 +14,12 @@
 #include "llmem/chat_template.h"
 #include "support/run.h"
 
-#define DIR LLMEM_SOURCE_DIR "/tests/fixtures/chat_templates/"
+/* path of a file in the chat-template fixtures (run.h: test_source_dir) */
+static const char *fixture(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/tests/fixtures/chat_templates/%s", test_source_dir(), name);
+    return buf;
+}
 
 static char *slurp(const char *path)
 {
@@ -34,8 +39,9 @@ START_TEST(test_cases)
 {
     const char *cases = getenv("LLMEM_CHAT_CASES");
     bool committed = !cases;
+    char cases_path[1024];
     if (!cases)
-        cases = DIR "cases.jsonl";
+        cases = fixture(cases_path, sizeof cases_path, "cases.jsonl");
     FILE *f = fopen(cases, "rb");
     ck_assert_ptr_nonnull(f);
     char *line = NULL, last[256] = "";
@@ -49,8 +55,8 @@ START_TEST(test_cases)
         char err[512] = "";
         if (strcmp(name, last)) {
             llmem_chat_template_destroy(t);
-            char path[512];
-            snprintf(path, sizeof path, DIR "%s", name);
+            char path[1024];
+            fixture(path, sizeof path, name);
             char *src = slurp(path);
             llmem_status st = llmem_chat_template_create(src, &t, err, sizeof err);
             free(src);
@@ -211,7 +217,8 @@ END_TEST
 
 START_TEST(test_messages_api)
 {
-    char *src = slurp(DIR "Qwen-Qwen2.5-7B-Instruct.jinja");
+    char path[1024];
+    char *src = slurp(fixture(path, sizeof path, "Qwen-Qwen2.5-7B-Instruct.jinja"));
     char err[256] = "";
     llmem_chat_template *t = NULL;
     ck_assert_int_eq(llmem_chat_template_create(src, &t, err, sizeof err), LLMEM_OK);

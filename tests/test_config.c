@@ -22,7 +22,7 @@ static char err[512];
 static const char *fixture(const char *name)
 {
     static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", LLMEM_SOURCE_DIR, name);
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
     return p;
 }
 
@@ -193,7 +193,7 @@ END_TEST
 START_TEST(test_builtin_model)
 {
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/models/builtin", LLMEM_SOURCE_DIR);
+    snprintf(dir, sizeof dir, "%s/models/builtin", test_source_dir());
     llmem_model_config m;
     cfg_check_fixture(dir, &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_BAMBA);

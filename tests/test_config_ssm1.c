@@ -20,7 +20,7 @@ static char err[512];
 static const char *fixture(const char *name)
 {
     static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", LLMEM_SOURCE_DIR, name);
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
     return p;
 }
 

@@ -57,12 +57,6 @@ static llmem_batch_buf *bb_new(void)
 
 /* ---- gemma3_text: config and per-layer memory ----------------------------------- */
 
-static const char *src_dir(void)
-{
-    const char *e = getenv("LLMEM_SOURCE_DIR");
-    return e && *e ? e : LLMEM_SOURCE_DIR;
-}
-
 static llmem_status parse(const char *json, llmem_model_config *c, char *err, size_t n)
 {
     return llmem_model_config_parse(json, strlen(json), c, err, n);
@@ -128,7 +122,7 @@ END_TEST
 START_TEST(test_gemma3_memory)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/gemma3_text", src_dir());
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/gemma3_text", test_source_dir());
     llmem_backend *be = mt_cpu();
     llmem_model_params p = llmem_model_default_params();
     p.page_size = 8;

@@ -302,8 +302,7 @@ END_TEST
 static llmem_model *load_llama(llmem_backend *be, int32_t n_pages, bool tier)
 {
     char dir[1024], err[256] = "";
-    const char *src = getenv("LLMEM_SOURCE_DIR");
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", src && *src ? src : LLMEM_SOURCE_DIR);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", test_source_dir());
     llmem_model_params p = llmem_model_default_params();
     p.n_seq_max = 1;
     p.n_ctx = 16;

@@ -18,7 +18,7 @@
 static const char *fixture(void)
 {
     static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/llama", LLMEM_SOURCE_DIR);
+    snprintf(p, sizeof p, "%s/tests/fixtures/llama", test_source_dir());
     return p;
 }
 

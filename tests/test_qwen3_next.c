@@ -28,7 +28,7 @@
 static const char *fixture(void)
 {
     static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/qwen3_next", LLMEM_SOURCE_DIR);
+    snprintf(p, sizeof p, "%s/tests/fixtures/qwen3_next", test_source_dir());
     return p;
 }
 

@@ -27,18 +27,10 @@
 
 static const char *fixtures[] = {"bamba", "llama"};
 
-/* The source tree: $LLMEM_SOURCE_DIR (a copied tree, e.g. on a GPU
- * machine), else the one this test was built from. */
-static const char *source_dir(void)
-{
-    const char *e = getenv("LLMEM_SOURCE_DIR");
-    return e && *e ? e : LLMEM_SOURCE_DIR;
-}
-
 static llmem_model *load(llmem_backend *be, const char *fx, llmem_precision prec)
 {
     char dir[1024], err[256] = "";
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", source_dir(), fx);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), fx);
     llmem_model_params p = llmem_model_default_params();
     p.n_seq_max = 4;
     p.n_ctx = 64;
@@ -241,7 +233,7 @@ START_TEST(test_fast_greedy_vs_transformers_bf16)
     llmem_backend *be = th_open_cpu();
     for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
         char dir[1024], path[1100], err[256] = "";
-        snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", source_dir(), names[f]);
+        snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), names[f]);
         llmem_model_params p = llmem_model_default_params();
         p.n_seq_max = 1;
         p.n_ctx = 512;
@@ -321,7 +313,7 @@ START_TEST(test_params)
     ck_assert_str_eq(llmem_precision_name(LLMEM_PRECISION_FAST), "fast");
     llmem_backend *be = th_open_cpu();
     char dir[1024], err[256];
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/bamba", source_dir());
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/bamba", test_source_dir());
     llmem_model *m = NULL;
     p.ssm_dtype = LLMEM_DTYPE_I32;
     ck_assert_int_eq(llmem_model_load(dir, be, &p, &m, err, sizeof err), LLMEM_E_INVALID);

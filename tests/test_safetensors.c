@@ -512,7 +512,7 @@ START_TEST(test_transformers_files)
     const int32_t counts[] = {21, 47, 32, 73};
     for (int k = 0; k < 4; k++) {
         char p[512];
-        snprintf(p, sizeof p, "%s/%s", LLMEM_SOURCE_DIR, files[k]);
+        snprintf(p, sizeof p, "%s/%s", test_source_dir(), files[k]);
         llmem_safetensors *st;
         ck_assert_msg(open_st(p, &st) == LLMEM_OK, "%s", err);
         ck_assert_int_eq(llmem_safetensors_count(st), counts[k]);

@@ -14,7 +14,9 @@
 #include "llmem/tokenizer.h"
 #include "support/run.h"
 
-#define FIX LLMEM_SOURCE_DIR "/tests/fixtures/tokenizers/"
+/* format prefix of a path in the tokenizer fixtures; its %s is
+ * test_source_dir() (run.h), so a carried build finds them too */
+#define FIX "%s/tests/fixtures/tokenizers/"
 
 static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"};
 #define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
@@ -89,11 +91,11 @@ static char *stream_decode(const llmem_tokenizer *tok, const int32_t *ids, int32
 static int run_kind(const char *kind, int *n_cases)
 {
     char path[512], err[512] = "";
-    snprintf(path, sizeof path, FIX "%s", kind);
+    snprintf(path, sizeof path, FIX "%s", test_source_dir(), kind);
     llmem_tokenizer *tok = NULL;
     llmem_status st = llmem_tokenizer_load(path, &tok, err, sizeof err);
     ck_assert_msg(st == LLMEM_OK, "%s: %s", kind, err);
-    snprintf(path, sizeof path, FIX "%s/cases.jsonl", kind);
+    snprintf(path, sizeof path, FIX "%s/cases.jsonl", test_source_dir(), kind);
     FILE *f = fopen(path, "rb");
     ck_assert_ptr_nonnull(f);
     char *line = NULL;
@@ -183,7 +185,7 @@ START_TEST(test_fixture_total)
     int total = 0;
     for (int k = 0; k < N_KINDS; k++) {
         char path[512];
-        snprintf(path, sizeof path, FIX "%s/cases.jsonl", kinds[k]);
+        snprintf(path, sizeof path, FIX "%s/cases.jsonl", test_source_dir(), kinds[k]);
         FILE *f = fopen(path, "rb");
         ck_assert_ptr_nonnull(f);
         int c;
@@ -199,7 +201,7 @@ END_TEST
 static int json_added_id(const char *kind, const char *content)
 {
     char path[512];
-    snprintf(path, sizeof path, FIX "%s/tokenizer.json", kind);
+    snprintf(path, sizeof path, FIX "%s/tokenizer.json", test_source_dir(), kind);
     FILE *f = fopen(path, "rb");
     ck_assert_ptr_nonnull(f);
     fseek(f, 0, SEEK_END);
@@ -223,9 +225,10 @@ static int json_added_id(const char *kind, const char *content)
 
 START_TEST(test_accessors)
 {
-    char err[256];
+    char err[256], path[1024];
     llmem_tokenizer *tok = NULL;
-    ck_assert_int_eq(llmem_tokenizer_load(FIX "llama3/tokenizer.json", &tok, err, sizeof err), LLMEM_OK);
+    snprintf(path, sizeof path, FIX "llama3/tokenizer.json", test_source_dir());
+    ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), LLMEM_OK);
     int bos = json_added_id("llama3", "<|begin_of_text|>"), eot = json_added_id("llama3", "<|eot_id|>");
     ck_assert_int_ge(bos, 0);
     ck_assert_int_eq(llmem_tokenizer_bos(tok), bos);
@@ -243,7 +246,9 @@ START_TEST(test_accessors)
     ck_assert_str_eq(llmem_tokenizer_bos_str(tok), "<|begin_of_text|>");
     llmem_tokenizer_destroy(tok);
 
-    ck_assert_int_eq(llmem_tokenizer_load(FIX "qwen2", &tok, err, sizeof err), LLMEM_OK);
+    snprintf(path, sizeof path, FIX "qwen2", test_source_dir());
+
+    ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), LLMEM_OK);
     ck_assert_int_eq(llmem_tokenizer_bos(tok), -1);
     ck_assert_int_eq(llmem_tokenizer_eos(tok), json_added_id("qwen2", "<|im_end|>"));
     ck_assert(llmem_tokenizer_is_eog(tok, json_added_id("qwen2", "<|endoftext|>")));
@@ -251,7 +256,8 @@ START_TEST(test_accessors)
     llmem_tokenizer_destroy(tok);
 
     /* the fixture model folder: 256 ids as its config.json says, a chat template */
-    ck_assert_int_eq(llmem_tokenizer_load(LLMEM_SOURCE_DIR "/tests/fixtures/llama", &tok, err, sizeof err),
+    snprintf(path, sizeof path, "%s/tests/fixtures/llama", test_source_dir());
+    ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err),
                      LLMEM_OK);
     ck_assert_int_eq(llmem_tokenizer_n_vocab(tok), 256);
     ck_assert_int_eq(llmem_tokenizer_bos(tok), 1);
@@ -263,9 +269,10 @@ END_TEST
 
 START_TEST(test_stream_split_characters)
 {
-    char err[256];
+    char err[256], path[1024];
     llmem_tokenizer *tok = NULL;
-    ck_assert_int_eq(llmem_tokenizer_load(FIX "gpt2", &tok, err, sizeof err), LLMEM_OK);
+    snprintf(path, sizeof path, FIX "gpt2", test_source_dir());
+    ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), LLMEM_OK);
     /* "😀" is 4 bytes; the small vocabulary has no merge for it, so it is
      * byte tokens whose first pushes must emit nothing */
     const char *s = "a\xF0\x9F\x98\x80";

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "llmem/chat_template.h"
+#include "tests/support/run.h"
 
 static const char *ctx =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", \"content\": \"Hi\"},"
@@ -31,7 +32,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     const char *dir = getenv("LLMEM_FUZZ_SEED_DIR");
     char src[1024];
-    snprintf(src, sizeof src, "%s/tests/fixtures/chat_templates", LLMEM_SOURCE_DIR);
+    snprintf(src, sizeof src, "%s/tests/fixtures/chat_templates", test_source_dir());
     DIR *d = dir ? opendir(src) : NULL;
     struct dirent *e;
     while (d && (e = readdir(d))) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "llmem/tokenizer.h"
+#include "tests/support/run.h"
 
 static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"};
 static llmem_tokenizer *tok[7];
@@ -60,7 +61,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argv;
     for (int k = 0; k < 7; k++) {
         char path[1024], err[256];
-        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", LLMEM_SOURCE_DIR, kinds[k]);
+        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizers/%s", test_source_dir(), kinds[k]);
         if (llmem_tokenizer_load(path, &tok[k], err, sizeof err) != LLMEM_OK)
             die(err);
     }
