@@ -23,6 +23,7 @@
 #include "llmem/memory.h"
 #include "llmem/model.h"
 #include "llmem/runtime.h"
+#include "support/fixture_case.h"
 #include "support/load_faults.h"
 
 static const char *fixture(void)
@@ -135,26 +136,8 @@ END_TEST
 /* Tokens and reference log-probs of case `id` (reference[i] = log p(tok[i+1])). */
 static int32_t load_case(const char *id, int32_t *tok, double *ref, int32_t cap)
 {
-    int32_t n = 0;
-    for (int f = 0; f < 2; f++) {
-        char *text = read_file(f ? "reference.jsonl" : "cases.jsonl");
-        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-            cJSON *j = cJSON_Parse(line);
-            const cJSON *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
-            if (cJSON_IsString(jid) && strcmp(jid->valuestring, id) == 0) {
-                const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, f ? "logprobs" : "tokens");
-                for (int32_t i = 0; i < cJSON_GetArraySize(a) && i < cap; i++) {
-                    double v = cJSON_GetArrayItem(a, i)->valuedouble;
-                    if (f)
-                        ref[i] = v;
-                    else
-                        tok[n++] = (int32_t)v;
-                }
-            }
-            cJSON_Delete(j);
-        }
-        free(text);
-    }
+    int32_t n = fx_case_load(fixture(), id, tok, ref, cap);
+    ck_assert_msg(n > 0, "%s: no case '%s'", fixture(), id);
     return n;
 }
 
