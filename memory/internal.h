@@ -15,7 +15,6 @@ typedef llmem_i32vec i32vec;
 typedef llmem_pos_meta pos_meta;
 typedef llmem_idx_builder idx_builder;
 #define i32vec_reserve llmem_i32vec_reserve
-#define i32vec_push llmem_i32vec_push
 #define i32vec_free llmem_i32vec_free
 #define i32_copy llmem_i32_copy
 #define seq_copy_tokens llmem_seq_copy_tokens
@@ -29,6 +28,20 @@ typedef llmem_idx_builder idx_builder;
 #define idx_ensure llmem_idx_ensure
 #define idx_upload llmem_idx_upload
 #define idx_table llmem_idx_table
+
+/* llmem_i32vec_push with its common case inline: room is left (a
+ * heap-backed vector's cap is minus its capacity). A decode step appends
+ * to every sequence's arrays, and the call through the PLT cost more than
+ * the append (perf: 5% of a 4,000-sequence step). */
+static inline bool i32vec_push(i32vec *a, int32_t x)
+{
+    int32_t cap = a->cap < 0 ? -a->cap : a->cap;
+    if (a->n < cap) {
+        a->v[a->n++] = x;
+        return true;
+    }
+    return llmem_i32vec_push(a, x);
+}
 
 static inline bool pos_in_range(int32_t pos, int32_t p0, int32_t p1)
 {

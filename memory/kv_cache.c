@@ -226,11 +226,6 @@ bool page_writable(const kv_cache *kv, int32_t p)
     return kv->pool.ref[p] == 1 && !kv->pool.published[p];
 }
 
-int32_t n_pages_for_len(const kv_cache *kv, int32_t len)
-{
-    return llmem_pages_for(0, len, kv->p.page_size);
-}
-
 /* Copies page `old` into page `p` (every layer's K and V, pending shifts). */
 llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old)
 {

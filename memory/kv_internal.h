@@ -164,7 +164,12 @@ void kv_unref_page(kv_cache *kv, int32_t p);
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
 void kv_seq_drop(kv_cache *kv, kv_seq *s);
 bool page_writable(const kv_cache *kv, int32_t p);
-int32_t n_pages_for_len(const kv_cache *kv, int32_t len);
+/* Pages that hold len tokens (inline: release calls it for every
+ * sequence after every step). */
+static inline int32_t n_pages_for_len(const kv_cache *kv, int32_t len)
+{
+    return llmem_pages_for(0, len, kv->p.page_size);
+}
 llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old);
 int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t *out);
 /* Hashes and publishes the full pages of s in [from_page, len / page_size).

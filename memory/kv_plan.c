@@ -190,7 +190,10 @@ LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *p
     if (s + 8 < nsm && plan->n_new[s + 8]) {
         const kv_seq *q = &kv->seqs[s + 8];
         int32_t p = q->pages.n > 0 ? q->last : -1;
-        if (p >= 0) { /* a sliding window's dropped entries are -1 */
+        /* only a partly written last page is looked at (the copy-on-write
+         * test); in pages of 1 it never is. A sliding window's dropped
+         * entries are -1. */
+        if (p >= 0 && q->tokens.n % kv->p.page_size) {
             __builtin_prefetch(kv->pool.ref + p, 0, 1);
             __builtin_prefetch(kv->pool.published + p, 0, 1);
             __builtin_prefetch(kv->pool.hashed + p, 0, 1);

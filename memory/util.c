@@ -30,7 +30,7 @@ void i32_copy(int32_t *dst, const int32_t *src, int32_t n)
         memcpy(dst, src, (size_t)n * sizeof *dst);
 }
 
-bool i32vec_push(i32vec *a, int32_t x)
+bool llmem_i32vec_push(i32vec *a, int32_t x)
 {
     if (!i32vec_reserve(a, a->n + 1))
         return false;
