@@ -100,6 +100,13 @@ if [ "$(tail -c 1 "$tmp/out" | od -An -c | tr -d ' ')" = '\n' ]; then echo "ok: 
 expect_ok "info --json" "$bin" info --json
 if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert any(b["name"]=="cpu" and b["available"] for b in d["backends"])' "$tmp/out"; then
   echo "ok: info --json parses, cpu available"; else echo "FAIL: info --json"; fail=1; fi
+# -n 1 prints one token (the built-in model is byte-level, and "ROMEO:\n"
+# is followed by a letter, then by more): the first byte of -n 2's text
+"$bin" generate -p $'ROMEO:\n' -n 2 --temp 0 --backend cpu > "$tmp/n2" 2> "$tmp/err" || { echo "FAIL: generate -n 2"; fail=1; }
+expect_ok "generate -n 1" "$bin" generate -p $'ROMEO:\n' -n 1 --temp 0 --backend cpu
+if python3 -c 'import sys; a, b = (open(f, "rb").read() for f in sys.argv[1:]); assert b[7] != 10 and a == b[:8] + b"\n", (a, b)' \
+     "$tmp/out" "$tmp/n2"; then echo "ok: -n 1 prints one token"
+else echo "FAIL: -n 1 printed '$(cat "$tmp/out")'"; fail=1; fi
 # --stop: the text ends right before the first occurrence of the stop string
 expect_ok "generate (no stop)" "$bin" generate -p "ROMEO:" -n 60 --temp 0 --backend cpu
 cp "$tmp/out" "$tmp/nostop"

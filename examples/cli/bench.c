@@ -412,6 +412,29 @@ static llmem_status bench_model(bench *b)
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
+/* The figures --only may name (a new figure adds its name here). */
+static const char *const figures[] = {"decode", "mamba", "gdn",     "ssm1",
+                                      "gemv",   "matmul", "prefill", "model"};
+
+/* The first name in the comma-separated list that is not a figure (its
+ * length in *len), or NULL when every one is. */
+static const char *unknown_figure(const char *list, size_t *len)
+{
+    for (const char *p = list;; p++) {
+        size_t k = strcspn(p, ",");
+        bool known = false;
+        for (size_t i = 0; i < sizeof figures / sizeof figures[0] && !known; i++)
+            known = strlen(figures[i]) == k && !strncmp(p, figures[i], k);
+        if (!known) {
+            *len = k;
+            return p;
+        }
+        p += k;
+        if (!*p)
+            return NULL;
+    }
+}
+
 /* Whether figure `name` runs: listed in --only, else by default. */
 static bool wanted(const char *only, const char *name, bool dflt)
 {
@@ -464,6 +487,15 @@ int llmem_cli_bench(int argc, char **argv)
         } else if (c == O_ALL) {
             all = true;
         } else if (c == O_ONLY) {
+            size_t k = 0;
+            const char *bad = unknown_figure(v, &k);
+            if (bad) {
+                fprintf(stderr, "llmem bench: --only: '%.*s' is not a figure (one of", (int)k, bad);
+                for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
+                    fprintf(stderr, "%s %s", i ? "," : "", figures[i]);
+                fprintf(stderr, ")\n");
+                return 2;
+            }
             only = v;
         } else if (c == O_JSON) {
             json = v;

@@ -8,7 +8,12 @@
  * running sequence is suspended (its sequence removed, its pages freed) and
  * the step retried; a suspended sequence is recomputed from its history
  * when another one finishes (vLLM's recompute preemption, Kwon et al.,
- * SOSP 2023). Only one sequence alone that does not fit is an error. */
+ * SOSP 2023). Only one sequence alone that does not fit is an error.
+ *
+ * A NaN or an infinity in a row of logits (broken weights, an overflow)
+ * stops the run with an error, as score, replay and serve do: a sample
+ * drawn from such a row is noise. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +179,24 @@ static int prompt_tokens(const gen_opts *o, const cli_text *tx, int32_t **ids, i
     return cli_text_encode("generate", tx, p, strlen(p), ids, n);
 }
 
+/* Whether the n floats at x are all finite. */
+static bool all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+/* The error for a non-finite row of sequence s after position pos. */
+static void non_finite(int32_t s, int32_t pos)
+{
+    fprintf(stderr,
+            "\nllmem generate: sequence %d: the logits after position %d are not finite (NaN "
+            "or infinity); --check-tensors scans the weights for such values\n",
+            (int)s, (int)pos);
+}
+
 typedef struct gen_stats {
     int64_t steps, drafted, accepted, suspensions;
 } gen_stats;
@@ -246,15 +269,16 @@ int llmem_cli_generate(int argc, char **argv)
     float *logits = malloc((size_t)(dev ? 1 : rows_max) * (size_t)V * sizeof *logits);
     int32_t *emit = malloc((size_t)(n_draft + 1) * sizeof *emit);
     int32_t *ids = malloc((size_t)rows_max * 2 * sizeof *ids), *ctr = ids ? ids + rows_max : NULL;
+    float *lps = malloc((size_t)rows_max * sizeof *lps); /* NaN there: non-finite logits */
     llmem_model_sampling smp = {.params = {.temperature = (float)o.sp.temp, .top_k = o.sp.top_k,
                                            .top_p = (float)o.sp.top_p, .min_p = (float)o.sp.min_p,
                                            .seed = (uint64_t)o.seed},
-                                .ctr = ctr, .ids = ids};
+                                .ctr = ctr, .ids = ids, .logprob = lps};
     gen_seq *seqs = calloc((size_t)parallel, sizeof *seqs);
     cli_out *outs = calloc((size_t)parallel, sizeof *outs);
     llmem_batch_buf *bb = NULL;
     int32_t bcap = cap_hist > rows_max ? cap_hist : rows_max;
-    if (!rc && (!logits || !emit || !ids || !seqs || !outs || sampler_init(&o.sp, V) ||
+    if (!rc && (!logits || !emit || !ids || !lps || !seqs || !outs || sampler_init(&o.sp, V) ||
                 llmem_batch_buf_create(bcap, 1, &bb) != LLMEM_OK))
         rc = 1;
     for (int32_t s = 0; !rc && s < parallel; s++) {
@@ -290,6 +314,10 @@ int llmem_cli_generate(int argc, char **argv)
             rc = 1;
         }
         t_prompt = cli_now() - t0;
+        if (!rc && n_predict > 0 && !all_finite(logits, (size_t)V)) {
+            non_finite(0, n_prompt - 1);
+            rc = 1;
+        }
         for (int32_t s = 0; !rc && s < parallel && n_predict > 0; s++) {
             gen_seq *q = &seqs[s];
             q->n_draft = 0;
@@ -297,7 +325,8 @@ int llmem_cli_generate(int argc, char **argv)
             q->hist[q->n_hist++] = emit[0];
             q->produced = 1;
             q->pos_last = n_prompt;
-            q->active = q->produced < n_predict && !cli_out_push(&outs[s], emit[0]);
+            bool stop = cli_out_push(&outs[s], emit[0]); /* printed even when -n is 1 */
+            q->active = q->produced < n_predict && !stop;
         }
     }
     while (!rc) {
@@ -386,8 +415,14 @@ int llmem_cli_generate(int argc, char **argv)
             gen_seq *q = &seqs[s];
             if (!q->active)
                 continue;
-            int32_t n_emit = dev ? verify_ids(q, ids + row, emit)
-                                 : verify(sp, q, logits + (size_t)row * (size_t)V, emit);
+            const float *rows = logits + (size_t)row * (size_t)V;
+            if (dev ? !all_finite(lps + row, (size_t)n_draft + 1)
+                    : !all_finite(rows, (size_t)(n_draft + 1) * (size_t)V)) {
+                non_finite(s, q->pos_last);
+                rc = 1;
+                break;
+            }
+            int32_t n_emit = dev ? verify_ids(q, ids + row, emit) : verify(sp, q, rows, emit);
             row += n_draft + 1;
             gs.accepted += n_emit - 1;
             /* keep [last, accepted drafts]; drop the rejected drafts' KV slots and
@@ -453,6 +488,7 @@ int llmem_cli_generate(int argc, char **argv)
     free(outs);
     free(emit);
     free(ids);
+    free(lps);
     free(logits);
     free(ptok);
     sampler_free(&o.sp);
