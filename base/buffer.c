@@ -158,6 +158,114 @@ llmem_status llmem_buffer_copy(llmem_buffer *dst, size_t dst_offset, llmem_buffe
     return be->iface->buffer_copy(be, dst, dst_offset, src, src_offset, size);
 }
 
+/* ---- batched copies (llmem_buffer_copy_ranges) ---- */
+
+/* One side of a range for the overlap check: bytes [begin, end) of buf. */
+typedef struct span {
+    uintptr_t buf;
+    size_t begin, end;
+    bool write;
+} span;
+
+static int span_cmp(const void *pa, const void *pb)
+{
+    const span *a = pa, *b = pb;
+    if (a->buf != b->buf)
+        return a->buf < b->buf ? -1 : 1;
+    return a->begin < b->begin ? -1 : a->begin > b->begin;
+}
+
+/* Whether some destination overlaps another range's destination or any
+ * source: the spans sorted by buffer and start, each one compared with the
+ * furthest end of the spans before it in its buffer (of all of them, and of
+ * the destinations). O(n log n). *ok false on success means an overlap;
+ * returns false when out of memory. */
+static bool ranges_disjoint(const llmem_copy_range *r, int32_t n, bool *ok)
+{
+    *ok = true;
+    span *sp = malloc((size_t)n * 2 * sizeof *sp);
+    if (!sp)
+        return false;
+    size_t m = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (r[j].size == 0)
+            continue;
+        sp[m++] = (span){(uintptr_t)r[j].dst, r[j].dst_offset, r[j].dst_offset + r[j].size, true};
+        sp[m++] = (span){(uintptr_t)r[j].src, r[j].src_offset, r[j].src_offset + r[j].size, false};
+    }
+    qsort(sp, m, sizeof *sp, span_cmp);
+    size_t end_any = 0, end_dst = 0;
+    for (size_t k = 0; k < m && *ok; k++) {
+        if (k == 0 || sp[k].buf != sp[k - 1].buf)
+            end_any = end_dst = 0;
+        /* a destination may touch nothing before it; a source no destination */
+        if (sp[k].begin < (sp[k].write ? end_any : end_dst))
+            *ok = false;
+        if (sp[k].end > end_any)
+            end_any = sp[k].end;
+        if (sp[k].write && sp[k].end > end_dst)
+            end_dst = sp[k].end;
+    }
+    free(sp);
+    return true;
+}
+
+/* LLMEM_COPY_RANGES=0: the loop of buffer_copy even where the backend
+ * batches (to compare the two; tests switch it per call). */
+static bool batch_off(void)
+{
+    const char *e = getenv("LLMEM_COPY_RANGES");
+    return e && strcmp(e, "0") == 0;
+}
+
+llmem_status llmem_buffer_copy_ranges(const llmem_copy_range *ranges, int32_t n)
+{
+    if (n < 0 || (n > 0 && !ranges))
+        return LLMEM_E_INVALID;
+    llmem_backend *be = NULL;
+    int32_t n_live = 0;
+    for (int32_t j = 0; j < n; j++) {
+        const llmem_copy_range *r = &ranges[j];
+        if (!r->dst || !r->src || r->dst->backend != r->src->backend ||
+            (be && r->dst->backend != be))
+            return LLMEM_E_INVALID;
+        be = r->dst->backend;
+        if (!range_ok(r->dst, r->dst_offset, r->size) || !range_ok(r->src, r->src_offset, r->size))
+            return LLMEM_E_INVALID;
+        n_live += r->size > 0;
+    }
+    if (n_live == 0)
+        return LLMEM_OK;
+    if (n_live == 1) {
+        for (int32_t j = 0; j < n; j++)
+            if (ranges[j].size > 0)
+                return llmem_buffer_copy(ranges[j].dst, ranges[j].dst_offset, ranges[j].src,
+                                         ranges[j].src_offset, ranges[j].size);
+    }
+    bool ok;
+    if (!ranges_disjoint(ranges, n, &ok))
+        return LLMEM_E_NO_MEMORY;
+    if (!ok)
+        return LLMEM_E_INVALID;
+    for (int32_t j = 0; j < n; j++)
+        if (ranges[j].size > 0 && (j == 0 || ranges[j].dst != ranges[j - 1].dst))
+            mark_written(ranges[j].dst);
+    const llmem_backend_i *i = be->iface;
+    if (i->struct_size >= offsetof(llmem_backend_i, buffer_copy_ranges) +
+                              sizeof(i->buffer_copy_ranges) &&
+        i->buffer_copy_ranges && !batch_off())
+        return i->buffer_copy_ranges(be, ranges, n);
+    for (int32_t j = 0; j < n; j++) {
+        const llmem_copy_range *r = &ranges[j];
+        if (r->size == 0)
+            continue;
+        llmem_status st = i->buffer_copy(be, r->dst, r->dst_offset, r->src, r->src_offset, r->size);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
 llmem_status llmem_buffer_fill(llmem_buffer *dst, size_t offset, size_t size, uint32_t pattern)
 {
     if (!dst || offset % 4 || size % 4 || !range_ok(dst, offset, size))

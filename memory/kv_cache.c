@@ -226,15 +226,21 @@ bool page_writable(const kv_cache *kv, int32_t p)
     return kv->pool.ref[p] == 1 && !kv->pool.published[p];
 }
 
-/* Copies page `old` into page `p` (every layer's K and V, pending shifts). */
+/* Copies page `old` into page `p` (every layer's K and V, pending shifts):
+ * batches of up to 32 layers' copies (llmem_buffer_copy_ranges), not one
+ * device copy per layer and pool. */
 llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old)
 {
-    for (int32_t il = 0; il < kv->p.n_layers; il++) {
-        llmem_status st = llmem_buffer_copy(kv->k[il], (size_t)p * kv->page_bytes, kv->k[il],
-                                            (size_t)old * kv->page_bytes, kv->page_bytes);
-        if (st == LLMEM_OK)
-            st = llmem_buffer_copy(kv->v[il], (size_t)p * kv->page_bytes, kv->v[il],
-                                   (size_t)old * kv->page_bytes, kv->page_bytes);
+    enum { LAYERS_PER_CALL = 32 };
+    llmem_copy_range r[2 * LAYERS_PER_CALL];
+    size_t to = (size_t)p * kv->page_bytes, from = (size_t)old * kv->page_bytes;
+    for (int32_t l0 = 0; l0 < kv->p.n_layers; l0 += LAYERS_PER_CALL) {
+        int32_t n = 0;
+        for (int32_t il = l0; il < kv->p.n_layers && il < l0 + LAYERS_PER_CALL; il++) {
+            r[n++] = (llmem_copy_range){kv->k[il], to, kv->k[il], from, kv->page_bytes};
+            r[n++] = (llmem_copy_range){kv->v[il], to, kv->v[il], from, kv->page_bytes};
+        }
+        llmem_status st = llmem_buffer_copy_ranges(r, n);
         if (st != LLMEM_OK)
             return st;
     }

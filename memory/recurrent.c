@@ -19,18 +19,67 @@ int32_t hold_find(const rs_hold *h, int32_t len)
     return -1;
 }
 
-llmem_status slot_copy(recurrent *rs, int32_t dst, int32_t src)
+llmem_status slot_copy_queue(recurrent *rs, int32_t dst, int32_t src)
 {
+    int32_t need = 0;
+    for (int32_t il = 0; il < rs->base.n_layers; il++)
+        need += rs->layers[il].n_states;
+    if (need > INT32_MAX - rs->n_pend)
+        return LLMEM_E_NO_MEMORY;
+    if (rs->n_pend + need > rs->cap_pend) {
+        int32_t cap = rs->cap_pend > 0 ? rs->cap_pend : 64;
+        while (cap < rs->n_pend + need)
+            cap = cap > INT32_MAX / 2 ? INT32_MAX : cap * 2;
+        llmem_copy_range *p = realloc(rs->pend, (size_t)cap * sizeof *p);
+        if (!p)
+            return LLMEM_E_NO_MEMORY;
+        rs->pend = p;
+        rs->cap_pend = cap;
+    }
+    if (!i32vec_push(&rs->pend_slot, dst))
+        return LLMEM_E_NO_MEMORY;
     for (int32_t il = 0; il < rs->base.n_layers; il++) {
         rs_layer *L = &rs->layers[il];
-        for (int32_t j = 0; j < L->n_states; j++) {
-            llmem_status st = llmem_buffer_copy(L->buf[j], (size_t)dst * L->bytes[j], L->buf[j],
-                                                (size_t)src * L->bytes[j], L->bytes[j]);
-            if (st != LLMEM_OK)
-                return st;
+        for (int32_t j = 0; j < L->n_states; j++)
+            rs->pend[rs->n_pend++] = (llmem_copy_range){
+                L->buf[j], (size_t)dst * L->bytes[j], L->buf[j], (size_t)src * L->bytes[j],
+                L->bytes[j]};
+    }
+    if (dst >= rs->snap_base)
+        rs->snap[dst - rs->snap_base].pend = true;
+    return LLMEM_OK;
+}
+
+llmem_status slot_copy_flush(recurrent *rs)
+{
+    if (rs->pend_slot.n == 0)
+        return LLMEM_OK;
+    llmem_status st = llmem_buffer_copy_ranges(rs->pend, rs->n_pend);
+    for (int32_t k = 0; k < rs->pend_slot.n; k++) {
+        int32_t i = rs->pend_slot.v[k] - rs->snap_base;
+        if (i < 0)
+            continue;
+        rs_snap *q = &rs->snap[i];
+        q->pend = false;
+        if (st != LLMEM_OK && q->len > 0) { /* its state never arrived */
+            q->len = 0;
+            q->tokens.n = 0;
+            rs->n_live_snap--;
         }
     }
-    return LLMEM_OK;
+    rs->n_pend = 0;
+    rs->pend_slot.n = 0;
+    return st;
+}
+
+llmem_status slot_copy(recurrent *rs, int32_t dst, int32_t src)
+{
+    llmem_status st = slot_copy_flush(rs); /* nothing is queued here; be safe */
+    if (st == LLMEM_OK)
+        st = slot_copy_queue(rs, dst, src);
+    if (st == LLMEM_OK)
+        st = slot_copy_flush(rs);
+    return st;
 }
 
 void slot_free(recurrent *rs, int32_t slot)
@@ -145,8 +194,10 @@ static llmem_status rs_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
          * prompt that extends it resumes there (best effort: a failed copy
          * only loses the snapshot) */
         int32_t i = hold_find(&s->h, s->tokens.n);
-        if (i >= 0)
+        if (i >= 0) {
             (void)snap_publish(rs, s, s->h.slot.v[i], s->tokens.n);
+            (void)slot_copy_flush(rs); /* before truncate_to frees (poisons) the slot */
+        }
     }
     truncate_to(rs, s, k);
     return LLMEM_OK;
@@ -311,6 +362,8 @@ static void rs_destroy(llmem_memory *mem)
     free(rs->seqs);
     free(rs->owner);
     snap_finish(rs);
+    free(rs->pend);
+    i32vec_free(&rs->pend_slot);
     free(rs->free_stack);
     free(rs->free_at);
     rs_drop_stash(rs);

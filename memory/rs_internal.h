@@ -78,6 +78,7 @@ typedef struct rs_snap {
     i32vec tokens;   /* verified on every match */
     int32_t ref;     /* plans reading it; never evicted while > 0 */
     uint64_t lru;    /* last publish or hit */
+    bool pend;       /* its state copy is queued (recurrent.pend), not yet run */
 } rs_snap;
 
 typedef struct recurrent {
@@ -110,6 +111,12 @@ typedef struct recurrent {
     int32_t *free_stack, *free_at, n_free;
     llmem_buffer *idx;
     idx_builder ib;
+    /* State copies queued by slot_copy_queue, run as one batch
+     * (llmem_buffer_copy_ranges) by slot_copy_flush: the copies of a
+     * commit's snapshots, every layer's states of every sequence. */
+    llmem_copy_range *pend;
+    int32_t n_pend, cap_pend;
+    i32vec pend_slot; /* the destination slot of each queued slot copy */
     /* The reservation reserve_prepare made for `stash_plan`, which reserve
      * then takes instead of simulating the plan again (the core and the
      * hybrid always prepare a plan right before reserving it). */
@@ -126,7 +133,15 @@ static inline recurrent *rs_of(llmem_memory *mem)
 
 /* recurrent.c */
 int32_t hold_find(const rs_hold *h, int32_t len);
+/* Copies state slot src into slot dst, every layer's states, in one batch. */
 llmem_status slot_copy(recurrent *rs, int32_t dst, int32_t src);
+/* Queues that copy for slot_copy_flush (LLMEM_E_NO_MEMORY: nothing queued).
+ * A queued destination must not be queued again, read, spilled or filled
+ * before the flush (snapshots mark it: rs_snap.pend). */
+llmem_status slot_copy_queue(recurrent *rs, int32_t dst, int32_t src);
+/* Runs the queued copies as one llmem_buffer_copy_ranges call. On an error
+ * the snapshots they were filling are dropped (unused). */
+llmem_status slot_copy_flush(recurrent *rs);
 void slot_free(recurrent *rs, int32_t slot);
 void hold_drop_all(recurrent *rs, rs_seq *s);
 /* Gives a free slot to seq: `slot`, or (slot_pop) the top of the stack;

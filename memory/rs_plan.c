@@ -431,12 +431,14 @@ static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, con
             if (!want)
                 continue;
             llmem_status st = snap_publish(rs, s, ch->new_slot[m], l);
-            if (st != LLMEM_OK)
+            if (st != LLMEM_OK) {
+                (void)slot_copy_flush(rs); /* what was published stays valid */
                 return st;
+            }
         }
     }
     (void)i;
-    return LLMEM_OK;
+    return slot_copy_flush(rs); /* every snapshot copy of the ubatch, one batch */
 }
 
 llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
@@ -444,14 +446,20 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
     recurrent *rs = rs_of(mem);
     const rs_ub *t = &((rs_res *)r)->ub[i];
     const llmem_ubatch *ub = &plan->ubatch[i];
+    /* stream members take the state their stream computed: one batch */
     for (int32_t c = 0; c < t->n_change; c++) {
         const rs_change *ch = &t->change[c];
         if (ch->copy_from >= 0) {
-            llmem_status st = slot_copy(rs, ch->new_slot[0], ch->copy_from);
-            if (st != LLMEM_OK)
+            llmem_status st = slot_copy_queue(rs, ch->new_slot[0], ch->copy_from);
+            if (st != LLMEM_OK) {
+                rs->n_pend = rs->pend_slot.n = 0; /* none of them ran */
                 return st;
+            }
         }
     }
+    llmem_status fst = slot_copy_flush(rs);
+    if (fst != LLMEM_OK)
+        return fst;
     for (int32_t c = 0; c < t->n_change; c++) {
         const rs_change *ch = &t->change[c];
         rs_seq *s = &rs->seqs[ch->seq];

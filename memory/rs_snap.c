@@ -230,8 +230,17 @@ int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n)
  * holds that snapshot already). Best effort: a full tier or a failed copy
  * only loses it. Downloads are queued (asynchronous into pinned memory on
  * CUDA, ordered before later writes of the slot). */
+/* A snapshot whose copy is still queued gets it first (the spill, fill or
+ * new copy that follows must see or replace the copied state). */
+static void snap_settle(recurrent *rs, int32_t i)
+{
+    if (rs->snap[i].pend)
+        (void)slot_copy_flush(rs); /* on failure it is dropped (len 0) */
+}
+
 static void snap_spill(recurrent *rs, int32_t i)
 {
+    snap_settle(rs, i);
     rs_snap *q = &rs->snap[i];
     if (!rs->host || q->len <= 0 ||
         host_tier_lookup(rs->host, rs, q->hash, 0, q->tokens.v, q->len) >= 0)
@@ -304,6 +313,7 @@ static void snap_poison(recurrent *rs, int32_t i)
 {
     if (!rs->poison)
         return;
+    snap_settle(rs, i);
     size_t slot = (size_t)(rs->snap_base + i);
     for (int32_t il = 0; il < rs->base.n_layers; il++) {
         rs_layer *L = &rs->layers[il];
@@ -317,7 +327,8 @@ static void snap_poison(recurrent *rs, int32_t i)
  * when they are token ids at canonical positions 0..len-1 (the same rule
  * as KV pages). An equal snapshot is only touched; else an unused entry or
  * the least recently used unpinned one is replaced. Nothing is published
- * when every entry is pinned. */
+ * when every entry is pinned. The state copy is only queued: the caller
+ * runs slot_copy_flush before `slot` can change. */
 llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
 {
     if (rs->n_snap == 0 || len <= 0 || len > s->tokens.n || s->pm.unsorted ||
@@ -365,7 +376,8 @@ llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
         rs->snap_evictions++;
     }
     q->len = 0;
-    llmem_status st = slot_copy(rs, rs->snap_base + victim, slot);
+    /* queued: the commit runs all of its snapshot copies as one batch */
+    llmem_status st = slot_copy_queue(rs, rs->snap_base + victim, slot);
     if (st != LLMEM_OK)
         return st;
     i32_copy(q->tokens.v, tok, len);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backends/cuda/cuda_backend.h"
+#include "kernels/copy.h"
 #include "kernels/kernels.h"
 
 static void cuda_destroy(llmem_backend *be);
@@ -29,6 +30,8 @@ static llmem_status cuda_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_
 static llmem_status cuda_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
                                      size_t size, uint32_t pattern);
 static llmem_status cuda_synchronize(llmem_backend *be);
+static llmem_status cuda_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges,
+                                            int32_t n);
 static llmem_status cuda_host_alloc(llmem_backend *be, size_t size, void **out);
 static void cuda_host_free(llmem_backend *be, void *ptr);
 static llmem_status cuda_upload_async(llmem_backend *be, llmem_buffer *dst, size_t offset,
@@ -62,6 +65,7 @@ static const llmem_backend_i cuda_iface = {
     .buffer_download_async = cuda_download_async,
     .comm_group = cuda_comm_group, /* NCCL (cuda_comm.c) */
     .op_impls = &cuda_op_impls,
+    .buffer_copy_ranges = cuda_buffer_copy_ranges,
 };
 
 static bool env_on(const char *name)
@@ -181,6 +185,8 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     cb->debug = env_on("LLMEM_CUDA_DEBUG");
     cb->sync_each_op = env_on("LLMEM_CUDA_SYNC");
     cb->stage_off = env_on("LLMEM_CUDA_SYNC_UPLOAD");
+    const char *cm = getenv("LLMEM_CUDA_COPY_RANGES");
+    cb->copy_mode = cm && !strcmp(cm, "loop") ? 1 : cm && !strcmp(cm, "api") ? 2 : 0;
     cb->attn_fast = env_on("LLMEM_CUDA_ATTN_FAST");
     const char *dc = getenv("LLMEM_CUDA_DEC_CTAS");
     cb->dec_ctas = dc ? atoi(dc) : 2;
@@ -275,6 +281,8 @@ static void cuda_destroy(llmem_backend *be)
     cuda_prof_finish(cb);
     if (cb->stage)
         cudaFreeHost(cb->stage);
+    if (cb->copy_tab)
+        cudaFree(cb->copy_tab);
     cublasDestroy(cb->blas);
     if (cb->scratch)
         cudaFree(cb->scratch);
@@ -420,6 +428,132 @@ static llmem_status cuda_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_
                                       (const char *)cuda_dev(src) + src_offset, size,
                                       cudaMemcpyDeviceToDevice, cb->stream),
                       "cudaMemcpyAsync (copy)");
+}
+
+/* The batch as a loop of cudaMemcpyAsync (under capture: memcpy nodes). */
+static llmem_status copy_loop(cuda_backend *cb, const llmem_copy_range *r, int32_t n)
+{
+    for (int32_t j = 0; j < n; j++) {
+        if (r[j].size == 0)
+            continue;
+        llmem_status st = cuda_check(
+            cb,
+            cudaMemcpyAsync((char *)cuda_dev(r[j].dst) + r[j].dst_offset,
+                            (const char *)cuda_dev(r[j].src) + r[j].src_offset, r[j].size,
+                            cudaMemcpyDeviceToDevice, cb->stream),
+            "cudaMemcpyAsync (copy_ranges loop)");
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+/* The batch through the runtime's own batched copy (CUDA 12.8+), to
+ * compare with the kernel ($LLMEM_CUDA_COPY_RANGES=api). */
+static llmem_status copy_api(cuda_backend *cb, const llmem_copy_range *r, int32_t n)
+{
+#if CUDART_VERSION >= 13000
+    void **dst = malloc((size_t)n * sizeof *dst);
+    const void **src = malloc((size_t)n * sizeof *src);
+    size_t *size = malloc((size_t)n * sizeof *size);
+    llmem_status st = LLMEM_E_NO_MEMORY;
+    if (!dst || !src || !size)
+        goto out;
+    size_t m = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (r[j].size == 0)
+            continue;
+        dst[m] = (char *)cuda_dev(r[j].dst) + r[j].dst_offset;
+        src[m] = (const char *)cuda_dev(r[j].src) + r[j].src_offset;
+        size[m++] = r[j].size;
+    }
+    struct cudaMemcpyAttributes attr = {.srcAccessOrder = cudaMemcpySrcAccessOrderStream};
+    size_t attr_idx = 0;
+    st = cuda_check(cb,
+                    cudaMemcpyBatchAsync((void *const *)dst, (const void *const *)src, size, m,
+                                         &attr, &attr_idx, 1, cb->stream),
+                    "cudaMemcpyBatchAsync");
+out:
+    free(dst);
+    free(src);
+    free(size);
+    return st;
+#else
+    return copy_loop(cb, r, n);
+#endif
+}
+
+/* Ranges per launch: the table of one launch fits the staging ring with
+ * room to spare (32 bytes a range: 1 MiB). */
+#define COPY_TAB_MAX 32768
+
+/* buffer_copy_ranges: the range table is written into the staging ring,
+ * queued to a device table (stream order keeps it from overwriting a table
+ * an earlier launch still reads) and copied by one kernel launch
+ * (kernels/copy.cu). Under capture the ring cannot be used (a replay would
+ * re-read it): the loop of memcpy nodes is recorded instead. */
+static llmem_status cuda_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges,
+                                            int32_t n)
+{
+    cuda_backend *cb = cuda_from(be);
+    llmem_status st = cuda_enter(cb);
+    if (st != LLMEM_OK)
+        return st;
+    if (cb->copy_mode == 1 || cb->recording || !stage_ready(cb))
+        return copy_loop(cb, ranges, n);
+    if (cb->copy_mode == 2)
+        return copy_api(cb, ranges, n);
+    for (int32_t j0 = 0; j0 < n;) {
+        int32_t m = n - j0 < COPY_TAB_MAX ? n - j0 : COPY_TAB_MAX;
+        size_t bytes = (size_t)m * sizeof(cuk_copy_range);
+        if (cb->stage_pos + bytes > STAGE_BYTES &&
+            (st = stream_sync(cb, "cudaStreamSynchronize (copy_ranges stage)")) != LLMEM_OK)
+            return st;
+        if (bytes > cb->copy_tab_size) {
+            if (cb->copy_tab) { /* cudaFree waits for the launches that read it */
+                cudaFree(cb->copy_tab);
+                cb->copy_tab = NULL;
+                cb->copy_tab_size = 0;
+            }
+            size_t want = (size_t)COPY_TAB_MAX * sizeof(cuk_copy_range);
+            if ((st = cuda_check(cb, cudaMalloc(&cb->copy_tab, want), "cudaMalloc (copy table)")) !=
+                LLMEM_OK) {
+                cb->copy_tab = NULL;
+                return st;
+            }
+            cb->copy_tab_size = want;
+        }
+        cuk_copy_range *t = (cuk_copy_range *)(void *)(cb->stage + cb->stage_pos);
+        int32_t k = 0;
+        uint64_t chunks = 0;
+        for (int32_t j = j0; j < j0 + m; j++) {
+            const llmem_copy_range *r = &ranges[j];
+            if (r->size == 0)
+                continue;
+            t[k].src = (uint64_t)(uintptr_t)((const char *)cuda_dev(r->src) + r->src_offset);
+            t[k].dst = (uint64_t)(uintptr_t)((char *)cuda_dev(r->dst) + r->dst_offset);
+            t[k].size = r->size;
+            t[k].first = chunks;
+            chunks += (r->size + CUK_COPY_CHUNK - 1) / CUK_COPY_CHUNK;
+            k++;
+        }
+        j0 += m;
+        if (k == 0)
+            continue;
+        size_t used = (size_t)k * sizeof *t;
+        cb->stage_pos += (used + 63) & ~(size_t)63;
+        st = cuda_check(cb,
+                        cudaMemcpyAsync(cb->copy_tab, t, used, cudaMemcpyHostToDevice, cb->stream),
+                        "cudaMemcpyAsync (copy table)");
+        if (st == LLMEM_OK)
+            st = cuda_check(cb,
+                            cuk_copy_ranges((const cuk_copy_range *)cb->copy_tab, k, chunks,
+                                            cb->n_sms, cb->stream),
+                            "copy_ranges");
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
 }
 
 static llmem_status cuda_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,

@@ -38,6 +38,12 @@ typedef struct cuda_backend {
     unsigned char *stage;
     size_t stage_pos;
     bool stage_off; /* $LLMEM_CUDA_SYNC_UPLOAD=1, or the allocation failed */
+    /* batched copies (buffer_copy_ranges): the device range table, grown on
+     * demand; $LLMEM_CUDA_COPY_RANGES=loop / =api picks a loop of
+     * cudaMemcpyAsync / cudaMemcpyBatchAsync instead of the kernel */
+    void *copy_tab;
+    size_t copy_tab_size;
+    int copy_mode; /* 0 kernel, 1 loop, 2 cudaMemcpyBatchAsync */
 } cuda_backend;
 
 typedef struct cuda_buffer {

@@ -151,6 +151,22 @@ llmem_status vk_buffer_download(llmem_backend *be, llmem_buffer *src, size_t off
     return vk_cmd_flush(v);
 }
 
+/* Copies one piece (both sides inside one chunk): memcpy.comp when whole
+ * words, else vkCmdCopyBuffer. */
+static llmem_status copy_piece(vk_backend *v, vk_piece ps, vk_piece pd)
+{
+    llmem_status st;
+    if (compute_copy(v, &ps, &pd, 0, &st))
+        return st;
+    vk_access a[2] = {access(ps, false), access(pd, true)};
+    if ((st = vk_cmd_track(v, a, 2)) != LLMEM_OK)
+        return st;
+    VkBufferCopy r = {ps.at, pd.at, pd.n};
+    v->vk.vkCmdCopyBuffer(v->cmd, ps.buf, pd.buf, 1, &r);
+    v->n_transfer++;
+    return LLMEM_OK;
+}
+
 llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_offset,
                             llmem_buffer *src, size_t src_offset, size_t size)
 {
@@ -160,22 +176,130 @@ llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_off
         vk_piece ps = vk_piece_at(s, src_offset + done, size - done);
         vk_piece pd = vk_piece_at(d, dst_offset + done, ps.n);
         ps.n = pd.n;
-        llmem_status st;
-        if (compute_copy(v, &ps, &pd, 0, &st)) {
-            if (st != LLMEM_OK)
-                return st;
-            done += pd.n;
-            continue;
-        }
-        vk_access a[2] = {access(ps, false), access(pd, true)};
-        if ((st = vk_cmd_track(v, a, 2)) != LLMEM_OK)
+        llmem_status st = copy_piece(v, ps, pd);
+        if (st != LLMEM_OK)
             return st;
-        VkBufferCopy r = {ps.at, pd.at, pd.n};
-        v->vk.vkCmdCopyBuffer(v->cmd, ps.buf, pd.buf, 1, &r);
-        v->n_transfer++;
         done += pd.n;
     }
     return LLMEM_OK;
+}
+
+/* ---- batched copies (buffer_copy_ranges) ---- */
+
+/* A piece of a batched copy: both sides inside one chunk, 16-byte units. */
+typedef struct cr_piece {
+    VkBuffer sb, db;
+    VkDeviceSize s_at, d_at, n; /* bytes */
+} cr_piece;
+
+static int cr_cmp(const void *pa, const void *pb)
+{
+    const cr_piece *a = pa, *b = pb;
+    if (a->sb != b->sb)
+        return (uintptr_t)a->sb < (uintptr_t)b->sb ? -1 : 1;
+    if (a->db != b->db)
+        return (uintptr_t)a->db < (uintptr_t)b->db ? -1 : 1;
+    if (a->n != b->n)
+        return a->n < b->n ? -1 : 1;
+    return a->s_at < b->s_at ? -1 : a->s_at > b->s_at;
+}
+
+/* Most workgroups one range of a dispatch spreads over. */
+#define CR_SPLIT_MAX 64u
+
+/* One dispatch of memcpy_ranges.comp over pieces p[0..n) (one buffer pair;
+ * the spans of their sources and of their destinations within one binding
+ * each; sizes within a factor of 2, so the split fits them all). */
+static llmem_status cr_dispatch(vk_backend *v, const cr_piece *p, uint32_t n)
+{
+    VkDeviceSize s_lo = p[0].s_at, s_hi = 0, d_lo = p[0].d_at, d_hi = 0, n_max = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        s_lo = p[k].s_at < s_lo ? p[k].s_at : s_lo;
+        d_lo = p[k].d_at < d_lo ? p[k].d_at : d_lo;
+        s_hi = p[k].s_at + p[k].n > s_hi ? p[k].s_at + p[k].n : s_hi;
+        d_hi = p[k].d_at + p[k].n > d_hi ? p[k].d_at + p[k].n : d_hi;
+        n_max = p[k].n > n_max ? p[k].n : n_max;
+    }
+    vk_stage_ref tab;
+    llmem_status st = vk_stage_get(v, (VkDeviceSize)n * 16, 16, &tab);
+    if (st != LLMEM_OK)
+        return st;
+    vk_op op;
+    vk_op_init(&op, VK_SH_MEMCPY_RANGES, 256);
+    uint32_t so = vk_op_raw(v, &op, p[0].sb, s_lo, s_hi - s_lo, 16, false);
+    uint32_t dof = vk_op_raw(v, &op, p[0].db, d_lo, d_hi - d_lo, 16, true);
+    vk_op_stage(v, &op, &tab, (VkDeviceSize)n * 16);
+    uint32_t *t = tab.ptr;
+    for (uint32_t k = 0; k < n; k++) {
+        t[4 * k] = so + (uint32_t)((p[k].s_at - s_lo) / 16);
+        t[4 * k + 1] = dof + (uint32_t)((p[k].d_at - d_lo) / 16);
+        t[4 * k + 2] = (uint32_t)(p[k].n / 16);
+        t[4 * k + 3] = 0;
+    }
+    uint64_t split = vk_div_up(n_max / 16, 4 * 256);
+    split = split < 1 ? 1 : split > CR_SPLIT_MAX ? CR_SPLIT_MAX : split;
+    vk_op_u32(&op, n);
+    vk_op_u32(&op, (uint32_t)split);
+    return vk_op_run(v, &op, (uint64_t)n * split);
+}
+
+/* buffer_copy_ranges: the ranges cut at chunk boundaries into pieces;
+ * pieces of whole 16-byte units grouped by buffer pair and size, one
+ * memcpy_ranges.comp dispatch per group with its range table in staging
+ * memory; the rest (and everything while a step is captured, whose replay
+ * could not re-read the staging table, or with LLMEM_VULKAN_TRANSFER_COPY)
+ * as llmem_buffer_copy does it. */
+llmem_status vk_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges, int32_t n)
+{
+    vk_backend *v = vk_from(be);
+    if (v->error != LLMEM_OK)
+        return v->error;
+    bool batch = !v->capture && !v->transfer_copy;
+    cr_piece *p = NULL;
+    uint32_t m = 0, cap = 0;
+    llmem_status st = LLMEM_OK;
+    for (int32_t j = 0; j < n && st == LLMEM_OK; j++) {
+        const llmem_copy_range *r = &ranges[j];
+        vk_buffer *d = vk_buf(r->dst), *s = vk_buf(r->src);
+        for (size_t done = 0; done < r->size && st == LLMEM_OK;) {
+            vk_piece ps = vk_piece_at(s, r->src_offset + done, r->size - done);
+            vk_piece pd = vk_piece_at(d, r->dst_offset + done, ps.n);
+            ps.n = pd.n;
+            done += pd.n;
+            if (!batch || (ps.at | pd.at | pd.n) % 16 || pd.n / 16 > UINT32_MAX) {
+                st = copy_piece(v, ps, pd);
+                continue;
+            }
+            if (!vk_grow((void **)&p, &cap, m, sizeof *p)) {
+                st = LLMEM_E_NO_MEMORY;
+                break;
+            }
+            p[m++] = (cr_piece){ps.buf, pd.buf, ps.at, pd.at, pd.n};
+        }
+    }
+    if (st == LLMEM_OK && m > 0)
+        qsort(p, m, sizeof *p, cr_cmp);
+    VkDeviceSize lim = v->max_range < (VkDeviceSize)UINT32_MAX * 16 ? v->max_range
+                                                                     : (VkDeviceSize)UINT32_MAX * 16;
+    for (uint32_t i = 0; i < m && st == LLMEM_OK;) {
+        uint32_t k = i + 1;
+        VkDeviceSize s_lo = p[i].s_at, s_hi = p[i].s_at + p[i].n;
+        VkDeviceSize d_lo = p[i].d_at, d_hi = p[i].d_at + p[i].n;
+        for (; k < m && p[k].sb == p[i].sb && p[k].db == p[i].db && p[k].n <= 2 * p[i].n; k++) {
+            VkDeviceSize a = p[k].s_at < s_lo ? p[k].s_at : s_lo;
+            VkDeviceSize b = p[k].s_at + p[k].n > s_hi ? p[k].s_at + p[k].n : s_hi;
+            VkDeviceSize c = p[k].d_at < d_lo ? p[k].d_at : d_lo;
+            VkDeviceSize e = p[k].d_at + p[k].n > d_hi ? p[k].d_at + p[k].n : d_hi;
+            /* each binding starts up to storage_align before its span */
+            if (b - a + v->storage_align > lim || e - c + v->storage_align > lim)
+                break;
+            s_lo = a, s_hi = b, d_lo = c, d_hi = e;
+        }
+        st = cr_dispatch(v, p + i, k - i);
+        i = k;
+    }
+    free(p);
+    return st;
 }
 
 llmem_status vk_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset, size_t size,

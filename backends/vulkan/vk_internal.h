@@ -394,6 +394,7 @@ llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_off
                             llmem_buffer *src, size_t src_offset, size_t size);
 llmem_status vk_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t offset, size_t size,
                             uint32_t pattern);
+llmem_status vk_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges, int32_t n);
 llmem_status vk_synchronize(llmem_backend *be);
 
 /* ---- ops (vk_ops_*.c) ----------------------------------------------------------------------- */

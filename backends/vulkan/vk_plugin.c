@@ -665,6 +665,7 @@ const llmem_backend_i vk_iface = {
     .graph_free = vk_graph_free,
     .supports_op = vk_supports_op,
     .op_impls = &vk_op_impls,
+    .buffer_copy_ranges = vk_buffer_copy_ranges,
 };
 
 static const llmem_plugin vk_plugin = {

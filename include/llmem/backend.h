@@ -163,6 +163,38 @@ llmem_status llmem_buffer_download(llmem_buffer *src, size_t offset, void *dst, 
 llmem_status llmem_buffer_copy(llmem_buffer *dst, size_t dst_offset, llmem_buffer *src,
                                size_t src_offset, size_t size);
 
+/* One device-to-device copy of a batch (llmem_buffer_copy_ranges): `size`
+ * bytes from byte `src_offset` of `src` to byte `dst_offset` of `dst`. */
+typedef struct llmem_copy_range {
+    llmem_buffer *dst;
+    size_t dst_offset; /* bytes */
+    llmem_buffer *src;
+    size_t src_offset; /* bytes */
+    size_t size;       /* bytes; 0: nothing */
+} llmem_copy_range;
+
+/* Copies n byte ranges device -> device as one batch, queued on the
+ * backend's queue in order with ops and other copies (asynchronous as
+ * llmem_buffer_copy is). The batch behaves as if every range were read
+ * before any is written, so no destination may overlap another range's
+ * destination or any range's source (sources may overlap each other).
+ * Meant for the many small copies of one commit (a recurrent memory's
+ * snapshots: every state of every layer of every sequence that publishes),
+ * which a backend with the buffer_copy_ranges slot (<llmem/backend_impl.h>)
+ * runs in one launch: CUDA one kernel over a range table (as vLLM's
+ * copy_blocks kernel batches its block copies), Vulkan one dispatch per
+ * pair of buffers. Without the slot, or with the environment variable
+ * LLMEM_COPY_RANGES=0, it is a loop of llmem_buffer_copy. `ranges`: [n],
+ * caller-owned, read only, may be reused on return. Every range is checked
+ * before anything is queued: LLMEM_E_INVALID (nothing written) when n < 0,
+ * ranges is NULL with n > 0, a buffer is NULL, the buffers are not all of
+ * one backend, a range lies outside its buffer, or two ranges overlap as
+ * above; LLMEM_E_NO_MEMORY (nothing written) when the overlap check finds
+ * no host memory; LLMEM_E_BACKEND on a device error (some ranges may have
+ * been copied). n == 0 and empty ranges are no-ops. Cost on the host:
+ * O(n log n) (the overlap check sorts the ranges). */
+llmem_status llmem_buffer_copy_ranges(const llmem_copy_range *ranges, int32_t n);
+
 /* Fills `size` bytes (a multiple of 4, offset 4-aligned) with a repeated
  * 32-bit pattern, e.g. 0x7fc00000 (f32 NaN) or 0x7e007e00 (f16/bf16 NaN
  * pairs... see llmem_nan_pattern). Errors as upload. */

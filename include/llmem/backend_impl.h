@@ -180,6 +180,21 @@ typedef struct llmem_backend_i {
      * looks an implementation up, so constructors may still be filling it
      * when the vtable is initialised. */
     const llmem_op_impl *const *op_impls;
+
+    /* ---- appended (issue 11): batched device copies (optional; NULL:
+     * llmem_buffer_copy_ranges loops over buffer_copy). Queues the n >= 1
+     * copies of ranges[0..n) on the backend's queue, in order with ops and
+     * the other copies, and returns (asynchronous as buffer_copy). The core
+     * has checked everything llmem_buffer_copy_ranges (<llmem/backend.h>)
+     * promises: every buffer is this backend's, every range lies inside its
+     * buffers, no destination overlaps another range's destination or any
+     * source, so the ranges may run in any order or all at once. Ranges of
+     * size 0 may be present and are skipped. `ranges` is valid during the
+     * call only. Returns LLMEM_OK, LLMEM_E_NO_MEMORY (host memory for the
+     * range table; nothing queued) or LLMEM_E_BACKEND. While a step is being
+     * recorded (record_begin) the copies are recorded like buffer_copy's. */
+    llmem_status (*buffer_copy_ranges)(llmem_backend *be, const llmem_copy_range *ranges,
+                                       int32_t n);
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */
@@ -266,8 +281,9 @@ typedef struct llmem_host_api {
  * carry struct_size. The argument structs of open ops (<llmem/ops_impl.h>)
  * are not in it: each implementation carries its op's own fingerprint
  * (llmem_op_impl.layout), so a new op touches nothing here (terms 27-30,
- * the MoE parameter structs, left with MoE in ABI 4). Lines are only
- * appended. Usable where <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE,
+ * the MoE parameter structs, left with MoE in ABI 4). Terms 35-36: the
+ * range struct buffer_copy_ranges reads (llmem_copy_range, issue 11). Lines
+ * are only appended. Usable where <llmem/ops.h> is included (LLMEM_PLUGIN_DEFINE,
  * the registry). */
 #define LLMEM_BACKEND_ABI_LAYOUT                                                    \
     (LLMEM_ABI_TERM(1, sizeof(struct llmem_backend)) +                              \
@@ -299,7 +315,9 @@ typedef struct llmem_host_api {
      LLMEM_ABI_TERM(31, sizeof(llmem_op_impl)) +                                    \
      LLMEM_ABI_TERM(32, offsetof(llmem_op_impl, next)) +                            \
      LLMEM_ABI_TERM(33, sizeof(struct llmem_comm)) +                                \
-     LLMEM_ABI_TERM(34, offsetof(struct llmem_comm, backend)))
+     LLMEM_ABI_TERM(34, offsetof(struct llmem_comm, backend)) +                     \
+     LLMEM_ABI_TERM(35, sizeof(llmem_copy_range)) +                                 \
+     LLMEM_ABI_TERM(36, offsetof(llmem_copy_range, size)))
 
 typedef struct llmem_plugin {
     uint32_t abi_version; /* LLMEM_BACKEND_ABI_VERSION the plugin was built with */
