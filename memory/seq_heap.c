@@ -90,7 +90,10 @@ static bool new_chunk(seq_heap *h, size_t bytes)
         h->chunks = c;
         h->cap_chunks = nc;
     }
-    size_t sz = h->next_chunk > bytes ? h->next_chunk : bytes;
+    /* room for the block after the cache-line alignment below: a chunk
+     * from malloc is only 16-byte aligned */
+    size_t need = bytes + 64;
+    size_t sz = h->next_chunk > need ? h->next_chunk : need;
     char *p = big_alloc(sz);
     if (!p)
         return false;
