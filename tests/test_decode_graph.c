@@ -39,7 +39,7 @@ static const char *fixtures[] = {"bamba", "llama"};
 
 enum { N_SEQ = 4, N_STEP = 14, PROMPT = 5, MAX_TOK = N_SEQ * PROMPT };
 
-static llmem_model *load_with(llmem_backend *be, const char *fx, int64_t prefix_cache_bytes)
+static llmem_model *load(llmem_backend *be, const char *fx, int64_t prefix_cache_bytes)
 {
     char dir[1024], err[256] = "";
     snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), fx);
@@ -54,9 +54,44 @@ static llmem_model *load_with(llmem_backend *be, const char *fx, int64_t prefix_
     return m;
 }
 
-static llmem_model *load(llmem_backend *be, const char *fx)
+/* Two fresh models of one fixture: eager (LLMEM_NO_GRAPHS=1, read at a
+ * model's first step) and recorded, with room for `rows` output rows of
+ * each. */
+typedef struct pair {
+    llmem_model *me, *mr;
+    float *le, *lr;
+    int32_t v;
+} pair;
+
+static pair pair_load(llmem_backend *be, const char *fx, int64_t prefix_cache_bytes, size_t rows)
 {
-    return load_with(be, fx, 0);
+    pair p = {.me = load(be, fx, prefix_cache_bytes),
+              .mr = load(be, fx, prefix_cache_bytes)};
+    p.v = llmem_model_n_vocab(p.me);
+    p.le = malloc(rows * (size_t)p.v * sizeof *p.le);
+    p.lr = malloc(rows * (size_t)p.v * sizeof *p.lr);
+    ck_assert(p.le && p.lr);
+    return p;
+}
+
+static void pair_free(pair *p)
+{
+    free(p->le);
+    free(p->lr);
+    llmem_model_free(p->me);
+    llmem_model_free(p->mr);
+}
+
+/* Row r of both runs: equal bitwise on cpu (whose replay re-runs the ops),
+ * within 1e-3 relative elsewhere. */
+static void assert_row_equal(int i, const char *fx, const pair *p, int32_t r)
+{
+    double tol = th_is_cpu(i) ? 0.0 : 1e-3;
+    const float *a = p->le + (size_t)r * p->v, *b = p->lr + (size_t)r * p->v;
+    for (int32_t j = 0; j < p->v; j++)
+        ck_assert_msg(fabs((double)a[j] - b[j]) <= tol * (1 + fabs(a[j])),
+                      "%s %s row %d token %d: eager %g, recorded %g", fx, th_backend_name(i), r,
+                      j, a[j], b[j]);
 }
 
 /* Sequence s is active in steps [join[s], leave[s]); at its first step it
@@ -117,32 +152,26 @@ START_TEST(test_recorded_equals_eager)
 {
     llmem_backend *be = th_open(_i);
     for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
-        llmem_model *me = load(be, fixtures[f]), *mr = load(be, fixtures[f]);
-        int32_t v = llmem_model_n_vocab(me), ne = 0, nr = 0;
-        size_t cap = (size_t)N_STEP * N_SEQ * v;
-        float *le = malloc(cap * sizeof *le), *lr = malloc(cap * sizeof *lr);
-        ck_assert(le && lr);
-        setenv("LLMEM_NO_GRAPHS", "1", 1); /* read at the model's first step */
-        run(me, le, &ne);
+        pair p = pair_load(be, fixtures[f], 0, (size_t)N_STEP * N_SEQ);
+        int32_t v = p.v, ne = 0, nr = 0;
+        setenv("LLMEM_NO_GRAPHS", "1", 1);
+        run(p.me, p.le, &ne);
         unsetenv("LLMEM_NO_GRAPHS");
-        run(mr, lr, &nr);
+        run(p.mr, p.lr, &nr);
         ck_assert_int_eq(ne, nr);
-        double tol = th_is_cpu(_i) ? 0.0 : 1e-3;
         for (int32_t r = 0; r < ne; r++) {
-            const float *a = le + (size_t)r * v, *b = lr + (size_t)r * v;
+            assert_row_equal(_i, fixtures[f], &p, r);
+            const float *a = p.le + (size_t)r * v, *b = p.lr + (size_t)r * v;
             int32_t ba = 0, bb = 0;
             for (int32_t j = 0; j < v; j++) {
-                ck_assert_msg(fabs((double)a[j] - b[j]) <= tol * (1 + fabs(a[j])),
-                              "%s %s row %d token %d: eager %g, recorded %g", fixtures[f],
-                              th_backend_name(_i), r, j, a[j], b[j]);
                 ba = a[j] > a[ba] ? j : ba;
                 bb = b[j] > b[bb] ? j : bb;
             }
             ck_assert_int_eq(ba, bb);
         }
         llmem_model_stats se, sr;
-        llmem_model_get_stats(me, &se);
-        llmem_model_get_stats(mr, &sr);
+        llmem_model_get_stats(p.me, &se);
+        llmem_model_get_stats(p.mr, &sr);
         ck_assert_int_eq(se.n_replayed, 0);
         ck_assert_int_eq(se.n_recorded, 0);
         ck_assert_int_gt(sr.n_recorded, 1); /* several batch sizes */
@@ -151,10 +180,7 @@ START_TEST(test_recorded_equals_eager)
         printf("%s %s: %d rows equal, %lld recorded, %lld replayed of %lld ubatches\n",
                fixtures[f], th_backend_name(_i), ne, (long long)sr.n_recorded,
                (long long)sr.n_replayed, (long long)sr.n_ubatch);
-        free(le);
-        free(lr);
-        llmem_model_free(me);
-        llmem_model_free(mr);
+        pair_free(&p);
     }
     llmem_backend_close(be);
 }
@@ -265,29 +291,20 @@ START_TEST(test_recorded_fork_prefix)
     for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
         fseq q[N_SEQ];
         fork_cases(fixtures[f], q);
-        const int64_t budget = 4 << 20;
-        llmem_model *me = load_with(be, fixtures[f], budget);
-        llmem_model *mr = load_with(be, fixtures[f], budget);
-        int32_t v = llmem_model_n_vocab(me), ne = 0, nr = 0;
-        float *le = malloc((size_t)F_ROWS * v * sizeof *le);
-        float *lr = malloc((size_t)F_ROWS * v * sizeof *lr);
-        int32_t pe[F_ROWS], se[F_ROWS], pr[F_ROWS], sr[F_ROWS];
-        ck_assert(le && lr);
+        pair p = pair_load(be, fixtures[f], 4 << 20, F_ROWS);
+        int32_t ne = 0, nr = 0, pe[F_ROWS], se[F_ROWS], pr[F_ROWS], sr[F_ROWS];
         setenv("LLMEM_NO_GRAPHS", "1", 1);
-        run_fork(me, q, le, pe, se, &ne);
+        run_fork(p.me, q, p.le, pe, se, &ne);
         unsetenv("LLMEM_NO_GRAPHS");
-        run_fork(mr, q, lr, pr, sr, &nr);
+        run_fork(p.mr, q, p.lr, pr, sr, &nr);
         ck_assert_int_eq(ne, nr);
-        double tol = th_is_cpu(_i) ? 0.0 : 1e-3, worst = 0;
+        double worst = 0;
         int32_t n_ref = 0, n_fork = 0;
         for (int32_t r = 0; r < ne; r++) {
             ck_assert_int_eq(pe[r], pr[r]);
             ck_assert_int_eq(se[r], sr[r]);
-            const float *a = le + (size_t)r * v, *b = lr + (size_t)r * v;
-            for (int32_t j = 0; j < v; j++)
-                ck_assert_msg(fabs((double)a[j] - b[j]) <= tol * (1 + fabs(a[j])),
-                              "%s %s row %d (seq %d pos %d) token %d: eager %g, recorded %g",
-                              fixtures[f], th_backend_name(_i), r, se[r], pe[r], j, a[j], b[j]);
+            assert_row_equal(_i, fixtures[f], &p, r);
+            const float *b = p.lr + (size_t)r * p.v;
             const fseq *c = &q[se[r]];
             if (pe[r] + 1 >= c->n)
                 continue;
@@ -301,11 +318,11 @@ START_TEST(test_recorded_fork_prefix)
         }
         ck_assert_int_gt(n_fork, 10);
         llmem_model_stats st;
-        llmem_model_get_stats(mr, &st);
+        llmem_model_get_stats(p.mr, &st);
         ck_assert_int_gt(st.n_recorded, 1);
         ck_assert_int_gt(st.n_replayed, 10);
         llmem_memory_stats ms;
-        ck_assert_int_eq(llmem_memory_get_stats(llmem_model_memory(mr), &ms), LLMEM_OK);
+        ck_assert_int_eq(llmem_memory_get_stats(llmem_model_memory(p.mr), &ms), LLMEM_OK);
         /* seq 2's prompt took at least the 96 tokens seq 0 published in full
          * pages (and, in the hybrid, a snapshot at 96) during decode steps */
         ck_assert_int_ge(ms.prefix_hit_tokens, 96);
@@ -318,10 +335,7 @@ START_TEST(test_recorded_fork_prefix)
                (long long)st.n_recorded, (long long)st.n_replayed,
                (long long)ms.prefix_hit_tokens, (long long)ms.snapshot_hit_tokens,
                (long long)ms.cow_copies);
-        free(le);
-        free(lr);
-        llmem_model_free(me);
-        llmem_model_free(mr);
+        pair_free(&p);
     }
     llmem_backend_close(be);
 }

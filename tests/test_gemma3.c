@@ -16,45 +16,6 @@
 #include "llmem/runtime.h"
 #include "support/memtest.h"
 
-/* Pages a sequence of len tokens must hold (brute force): for every query
- * index qi = len - r the sequence may append next (r in [0, slack]: after
- * a rollback of r tokens), the pages of the keys it sees, and the page it
- * writes its own key into when that page already holds earlier tokens. */
-static int32_t pages_needed(int32_t len, int32_t ps, int32_t window, int32_t slack)
-{
-    int32_t n = 0;
-    for (int32_t pg = 0; (int64_t)pg * ps < len; pg++) {
-        bool need = false;
-        for (int32_t r = 0; r <= slack && !need; r++) {
-            int32_t qi = len - r;
-            if (qi < 0)
-                break;
-            need = qi % ps != 0 && pg == qi / ps;
-            for (int32_t j = pg * ps; j < (pg + 1) * ps && j < qi && !need; j++)
-                need = qi - j < window; /* transformers: kv_idx > q_idx - window */
-        }
-        n += need;
-    }
-    return n;
-}
-
-static int32_t held_pages(llmem_memory *m, int32_t seq)
-{
-    int32_t pt[512];
-    int32_t n = llmem_kv_cache_page_table(m, seq, pt, 512), h = 0;
-    ck_assert_int_le(n, 512);
-    for (int32_t i = 0; i < n; i++)
-        h += pt[i] >= 0;
-    return h;
-}
-
-static llmem_batch_buf *bb_new(void)
-{
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
-    return b;
-}
-
 /* ---- gemma3_text: config and per-layer memory ----------------------------------- */
 
 static llmem_status parse(const char *json, llmem_model_config *c, char *err, size_t n)
@@ -141,7 +102,7 @@ START_TEST(test_gemma3_memory)
     ck_assert_int_eq(llmem_memory_n_layers(w), 3);
     ck_assert_int_eq(llmem_kv_cache_window(f), 0);
     ck_assert_int_eq(llmem_memory_n_layers(f), 1);
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     for (int32_t i = 0; i < 150; i++)
         ck_assert_int_eq(llmem_batch_buf_add(b, (i * 7) % 256, i, &(int32_t){0}, 1, i == 149),
                          LLMEM_OK);
@@ -151,8 +112,8 @@ START_TEST(test_gemma3_memory)
                                      sizeof err) == LLMEM_OK, "%s", err);
     ck_assert_int_eq(n_out, 1);
     /* window 20 + the runtime's rollback slack of 16 tokens */
-    ck_assert_int_eq(held_pages(w, 0), pages_needed(150, 8, 20, 16));
-    ck_assert_int_eq(held_pages(f, 0), (150 + 7) / 8);
+    ck_assert_int_eq(mt_held_pages(w, 0), mt_window_pages_needed(150, 8, 20, 16));
+    ck_assert_int_eq(mt_held_pages(f, 0), (150 + 7) / 8);
     mt_assert_check(mem);
     free(logits);
     llmem_batch_buf_destroy(b);

@@ -25,27 +25,6 @@
 
 #define TMAX 64
 
-static llmem_memory *swa_kv(llmem_backend *be, int32_t page_size, int32_t n_pages,
-                            int32_t n_seq_max, int32_t window, int32_t slack, bool prefix)
-{
-    llmem_kv_cache_params p = llmem_kv_cache_default_params();
-    p.n_layers = 1;
-    p.n_kv_heads = 1;
-    p.head_dim = 2;
-    p.dtype = LLMEM_DTYPE_F32;
-    p.page_size = page_size;
-    p.n_pages = n_pages;
-    p.n_seq_max = n_seq_max;
-    p.no_prefix_cache = !prefix;
-    p.poison = true;
-    p.window = window;
-    p.window_slack = slack;
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
-}
-
 static void key_of(int32_t pos, double k[2], double v[2])
 {
     k[0] = sin(0.7 * pos);
@@ -134,28 +113,6 @@ static attn_ctx ctx_new(llmem_backend *be, int32_t layer, int32_t window)
     return c;
 }
 
-/* Pages a sequence of len tokens must hold (brute force): for every query
- * index qi = len - r the sequence may append next (r in [0, slack]: after
- * a rollback of r tokens), the pages of the keys it sees, and the page it
- * writes its own key into when that page already holds earlier tokens. */
-static int32_t pages_needed(int32_t len, int32_t ps, int32_t window, int32_t slack)
-{
-    int32_t n = 0;
-    for (int32_t pg = 0; (int64_t)pg * ps < len; pg++) {
-        bool need = false;
-        for (int32_t r = 0; r <= slack && !need; r++) {
-            int32_t qi = len - r;
-            if (qi < 0)
-                break;
-            need = qi % ps != 0 && pg == qi / ps;
-            for (int32_t j = pg * ps; j < (pg + 1) * ps && j < qi && !need; j++)
-                need = qi - j < window; /* transformers: kv_idx > q_idx - window */
-        }
-        n += need;
-    }
-    return n;
-}
-
 /* The most pages the contract lets a sequence of len tokens keep after a
  * commit: those not wholly before index len + 1 - window - slack. */
 static int32_t pages_kept_max(int32_t len, int32_t ps, int32_t window, int32_t slack)
@@ -164,23 +121,6 @@ static int32_t pages_kept_max(int32_t len, int32_t ps, int32_t window, int32_t s
     for (int32_t pg = 0; (int64_t)pg * ps < len; pg++)
         n += (pg + 1) * ps > len + 1 - window - slack;
     return n;
-}
-
-static int32_t held_pages(llmem_memory *m, int32_t seq)
-{
-    int32_t pt[512];
-    int32_t n = llmem_kv_cache_page_table(m, seq, pt, 512), h = 0;
-    ck_assert_int_le(n, 512);
-    for (int32_t i = 0; i < n; i++)
-        h += pt[i] >= 0;
-    return h;
-}
-
-static llmem_batch_buf *bb_new(void)
-{
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
-    return b;
 }
 
 static void run_ok(llmem_memory *m, llmem_batch_buf *b, int32_t n_ubatch, attn_ctx *c)
@@ -201,22 +141,22 @@ START_TEST(test_pages_freed_as_window_slides)
 {
     int32_t ps = k_ps[_i % 6], W = 8, slack = _i / 6 ? 3 : 0;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
-    llmem_memory *m = swa_kv(be, ps, 64, 1, W, slack, false);
+    llmem_batch_buf *b = mt_batch_new();
+    llmem_memory *m = mt_kv_window(be, ps, 64, 1, W, slack, false);
     ck_assert_int_eq(llmem_kv_cache_window(m), W);
     ck_assert(!llmem_memory_can_shift(m));
     attn_ctx c = ctx_new(be, 0, W);
     mt_add(b, 0, 0, 21, 100, true); /* a prompt in ubatches of 7 */
     run_ok(m, b, 7, &c);
-    ck_assert_int_eq(held_pages(m, 0), pages_needed(21, ps, W, slack));
+    ck_assert_int_eq(mt_held_pages(m, 0), mt_window_pages_needed(21, ps, W, slack));
     int32_t len = 21;
     for (int32_t step = 0; step < 30; step++, len++) {
         mt_add(b, 0, len, 1, 200 + step, true);
         run_ok(m, b, 7, &c);
-        ck_assert_int_eq(held_pages(m, 0), pages_needed(len + 1, ps, W, slack));
+        ck_assert_int_eq(mt_held_pages(m, 0), mt_window_pages_needed(len + 1, ps, W, slack));
         llmem_memory_stats st;
         ck_assert_int_eq(llmem_memory_get_stats(m, &st), LLMEM_OK);
-        ck_assert_int_eq(st.pages_used, pages_needed(len + 1, ps, W, slack));
+        ck_assert_int_eq(st.pages_used, mt_window_pages_needed(len + 1, ps, W, slack));
         ck_assert_int_eq(llmem_kv_cache_page_table(m, 0, NULL, 0), (len + 1 + ps - 1) / ps);
     }
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 51);
@@ -234,8 +174,8 @@ START_TEST(test_shared_pages_kept)
 {
     int32_t ps = 4, W = 6;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
-    llmem_memory *m = swa_kv(be, ps, 32, 2, W, 0, false);
+    llmem_batch_buf *b = mt_batch_new();
+    llmem_memory *m = mt_kv_window(be, ps, 32, 2, W, 0, false);
     attn_ctx c = ctx_new(be, 0, W);
     mt_add(b, 0, 0, 10, 100, true);
     run_ok(m, b, 512, &c);
@@ -254,7 +194,7 @@ START_TEST(test_shared_pages_kept)
     ck_assert_int_eq(pt1[0], -1);
     ck_assert_int_eq(pt1[1], pt0[1]);
     ck_assert_int_eq(pt1[2], pt0[2]);
-    ck_assert_int_eq(held_pages(m, 0), pages_needed(22, ps, W, 0));
+    ck_assert_int_eq(mt_held_pages(m, 0), mt_window_pages_needed(22, ps, W, 0));
     llmem_memory_stats st;
     llmem_memory_get_stats(m, &st);
     /* seq 0's table no longer names pt0[1], pt0[2], yet the pool keeps them */
@@ -262,14 +202,14 @@ START_TEST(test_shared_pages_kept)
     int32_t n0 = llmem_kv_cache_page_table(m, 0, pt, 8);
     for (int32_t i = 0; i < n0; i++)
         ck_assert(pt[i] != pt0[1] && pt[i] != pt0[2]);
-    ck_assert_int_eq(st.pages_used, pages_needed(22, ps, W, 0) + 2);
+    ck_assert_int_eq(st.pages_used, mt_window_pages_needed(22, ps, W, 0) + 2);
     /* seq 1 decodes from its own state: still the exact window */
     for (int32_t i = 0; i < 6; i++) {
         mt_add(b, 1, 10 + i, 1, 400 + i, true);
         run_ok(m, b, 512, &c);
     }
     llmem_memory_get_stats(m, &st);
-    ck_assert_int_eq(st.pages_used, pages_needed(22, ps, W, 0) + pages_needed(16, ps, W, 0));
+    ck_assert_int_eq(st.pages_used, mt_window_pages_needed(22, ps, W, 0) + mt_window_pages_needed(16, ps, W, 0));
     llmem_buffer_free(c.buf);
     llmem_memory_destroy(m);
     llmem_batch_buf_destroy(b);
@@ -284,14 +224,14 @@ START_TEST(test_prefix_hit_after_slide)
 {
     int32_t ps = 4, W = 5;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
-    llmem_memory *m = swa_kv(be, ps, 32, 2, W, 0, true);
+    llmem_batch_buf *b = mt_batch_new();
+    llmem_memory *m = mt_kv_window(be, ps, 32, 2, W, 0, true);
     attn_ctx c = ctx_new(be, 0, W);
     mt_add(b, 0, 0, 16, 100, true);
     run_ok(m, b, 512, &c);
     llmem_memory_stats st;
     llmem_memory_get_stats(m, &st);
-    ck_assert_int_eq(st.pages_cached, 4 - pages_needed(16, ps, W, 0)); /* 3 left the window */
+    ck_assert_int_eq(st.pages_cached, 4 - mt_window_pages_needed(16, ps, W, 0)); /* 3 left the window */
     mt_add(b, 1, 0, 17, 100, true); /* same 16 tokens, then one more */
     llmem_plan_info info;
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, check_attention, &c, &info),
@@ -300,7 +240,7 @@ START_TEST(test_prefix_hit_after_slide)
     ck_assert_int_eq(info.n_tokens_cached, 16);
     ck_assert_int_eq(info.n_tokens, 1);
     mt_assert_check(m);
-    ck_assert_int_eq(held_pages(m, 1), pages_needed(17, ps, W, 0));
+    ck_assert_int_eq(mt_held_pages(m, 1), mt_window_pages_needed(17, ps, W, 0));
     llmem_buffer_free(c.buf);
     llmem_memory_destroy(m);
     llmem_batch_buf_destroy(b);
@@ -315,8 +255,8 @@ START_TEST(test_rollback_and_copy_limits)
 {
     int32_t ps = 4, W = 6, R = 3;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
-    llmem_memory *m = swa_kv(be, ps, 32, 3, W, R, false);
+    llmem_batch_buf *b = mt_batch_new();
+    llmem_memory *m = mt_kv_window(be, ps, 32, 3, W, R, false);
     attn_ctx c = ctx_new(be, 0, W);
     mt_add(b, 0, 0, 30, 100, true);
     run_ok(m, b, 512, &c);
@@ -352,7 +292,7 @@ START_TEST(test_rollback_and_copy_limits)
     ck_assert_int_eq(llmem_memory_seq_keep(m, 1), LLMEM_OK);
     llmem_memory_stats st;
     llmem_memory_get_stats(m, &st);
-    ck_assert_int_eq(st.pages_used, held_pages(m, 1));
+    ck_assert_int_eq(st.pages_used, mt_held_pages(m, 1));
     mt_assert_check(m);
     /* no K-shift on a windowed cache */
     ck_assert_int_eq(llmem_memory_seq_add(m, 1, 0, -1, 2), LLMEM_E_UNSUPPORTED);
@@ -369,8 +309,8 @@ START_TEST(test_state_roundtrip)
 {
     int32_t ps = 3, W = 7;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
-    llmem_memory *m = swa_kv(be, ps, 32, 2, W, 1, false);
+    llmem_batch_buf *b = mt_batch_new();
+    llmem_memory *m = mt_kv_window(be, ps, 32, 2, W, 1, false);
     attn_ctx c = ctx_new(be, 0, W);
     mt_add(b, 0, 0, 25, 100, true);
     run_ok(m, b, 512, &c);
@@ -379,12 +319,12 @@ START_TEST(test_state_roundtrip)
     void *buf = malloc(size);
     ck_assert_int_eq(llmem_memory_state_write(m, -1, buf, size, &written), LLMEM_OK);
     ck_assert_uint_eq(written, size);
-    llmem_memory *m2 = swa_kv(be, ps, 32, 2, W, 1, false);
+    llmem_memory *m2 = mt_kv_window(be, ps, 32, 2, W, 1, false);
     char err[256] = "";
     ck_assert_msg(llmem_memory_state_read(m2, -1, buf, size, err, sizeof err) == LLMEM_OK, "%s",
                   err);
     mt_assert_check(m2);
-    ck_assert_int_eq(held_pages(m2, 0), pages_needed(25, ps, W, 1));
+    ck_assert_int_eq(mt_held_pages(m2, 0), mt_window_pages_needed(25, ps, W, 1));
     ck_assert_int_eq(llmem_memory_seq_len(m2, 0), 25);
     mt_add(b, 0, 25, 4, 900, true);
     run_ok(m2, b, 2, &c);
@@ -403,7 +343,7 @@ START_TEST(test_state_roundtrip)
     mt_assert_same(&before, &after);
     mt_assert_check(full);
     /* a cache with a wider window too (its queries would see lost rows) */
-    llmem_memory *wide = swa_kv(be, ps, 32, 2, W + 4, 1, false);
+    llmem_memory *wide = mt_kv_window(be, ps, 32, 2, W + 4, 1, false);
     ck_assert_int_eq(llmem_memory_state_read(wide, -1, buf, size, err, sizeof err),
                      LLMEM_E_INVALID);
     llmem_memory_destroy(wide);
@@ -425,7 +365,7 @@ START_TEST(test_hybrid_window_and_full)
 {
     int32_t ps = 4, W = 5;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_kv_cache_params p = llmem_kv_cache_default_params();
     p.n_kv_heads = 1;
     p.head_dim = 2;
@@ -467,8 +407,8 @@ START_TEST(test_hybrid_window_and_full)
     }
     int32_t len = llmem_memory_seq_len(h, 0);
     ck_assert_int_eq(len, 20);
-    ck_assert_int_eq(held_pages(llmem_memory_child(h, 0), 0), pages_needed(len, ps, W, 0));
-    ck_assert_int_eq(held_pages(llmem_memory_child(h, 1), 0), 5);
+    ck_assert_int_eq(mt_held_pages(llmem_memory_child(h, 0), 0), mt_window_pages_needed(len, ps, W, 0));
+    ck_assert_int_eq(mt_held_pages(llmem_memory_child(h, 1), 0), 5);
     llmem_buffer_free(cw.buf);
     llmem_buffer_free(cf.buf);
     llmem_memory_destroy(h);
@@ -539,8 +479,8 @@ START_TEST(test_randomized)
     int32_t slack = ref64_int(&r, 0, 3), NS = 4;
     bool prefix = ref64_int(&r, 0, 1);
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
-    llmem_memory *m = swa_kv(be, ps, 96, NS, W, slack, prefix);
+    llmem_batch_buf *b = mt_batch_new();
+    llmem_memory *m = mt_kv_window(be, ps, 96, NS, W, slack, prefix);
     attn_ctx c = ctx_new(be, 0, W);
     int32_t len[4] = {0, 0, 0, 0};
     int32_t lost[4] = {0, 0, 0, 0}; /* leading tokens whose keys left (observed) */
@@ -579,8 +519,8 @@ START_TEST(test_randomized)
                             /* at least the window (the slack too unless a
                              * rollback or a copy took pages of it), at most
                              * what the contract keeps */
-                            ck_assert_int_le(held_pages(m, q), pages_kept_max(len[q], ps, W, slack));
-                            ck_assert_int_ge(held_pages(m, q), pages_needed(len[q], ps, W, 0));
+                            ck_assert_int_le(mt_held_pages(m, q), pages_kept_max(len[q], ps, W, slack));
+                            ck_assert_int_ge(mt_held_pages(m, q), mt_window_pages_needed(len[q], ps, W, 0));
                         }
                 }
             }
@@ -614,14 +554,14 @@ START_TEST(test_randomized)
             ck_assert_int_eq(llmem_memory_state_size(m, -1, &size), LLMEM_OK);
             void *buf = malloc(size);
             ck_assert_int_eq(llmem_memory_state_write(m, -1, buf, size, &w), LLMEM_OK);
-            llmem_memory *m2 = swa_kv(be, ps, 96, NS, W, slack, prefix);
+            llmem_memory *m2 = mt_kv_window(be, ps, 96, NS, W, slack, prefix);
             ck_assert_msg(llmem_memory_state_read(m2, -1, buf, size, err, sizeof err) ==
                               LLMEM_OK, "%s", err);
             free(buf);
             for (int32_t q = 0; q < NS; q++) {
                 ck_assert_int_eq(llmem_memory_seq_len(m2, q), len[q]);
-                ck_assert_int_le(held_pages(m2, q), pages_kept_max(len[q], ps, W, slack));
-                ck_assert_int_ge(held_pages(m2, q), pages_needed(len[q], ps, W, 0));
+                ck_assert_int_le(mt_held_pages(m2, q), pages_kept_max(len[q], ps, W, slack));
+                ck_assert_int_ge(mt_held_pages(m2, q), mt_window_pages_needed(len[q], ps, W, 0));
             }
             llmem_memory_destroy(m);
             m = m2;

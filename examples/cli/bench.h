@@ -68,6 +68,16 @@ llmem_i32_table bench_tab_add(tables *t, const int32_t *vals, int32_t n);
  * t->v (which the caller keeps until the view is done). */
 llmem_status bench_tab_finish(bench *b, tables *t, llmem_i32_table **list, int n,
                               llmem_buffer **idx);
+/* A one-state recurrent view (*rs, wrapped in *view) of B streams of n_tok
+ * tokens each over the state buffer bufs[0] that desc describes: stream i
+ * reads slot src[i] (-1: a zero state) and writes slot dst[i]; no
+ * checkpoints. The tables go to t (the caller keeps t->v until the view is
+ * done) and are uploaded to a new *idx (the caller frees it; the view
+ * holds it). Returns bench_tab_finish's status. */
+llmem_status bench_rs_view(bench *b, llmem_view *view, llmem_rs_view *rs,
+                           const llmem_state_desc *desc, llmem_buffer **bufs, int32_t B,
+                           int32_t n_tok, const int32_t *src, const int32_t *dst, tables *t,
+                           llmem_buffer **idx);
 /* One report line: time, bandwidth and its fraction of the copy ceiling. */
 void bench_report_bw(const bench *b, const char *what, double t, double bytes, const char *note);
 

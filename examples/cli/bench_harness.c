@@ -130,6 +130,27 @@ llmem_status bench_tab_finish(bench *b, tables *t, llmem_i32_table **list, int n
     return LLMEM_OK;
 }
 
+llmem_status bench_rs_view(bench *b, llmem_view *view, llmem_rs_view *rs,
+                           const llmem_state_desc *desc, llmem_buffer **bufs, int32_t B,
+                           int32_t n_tok, const int32_t *src, const int32_t *dst, tables *t,
+                           llmem_buffer **idx)
+{
+    memset(rs, 0, sizeof *rs);
+    rs->n_states = 1;
+    rs->desc = desc;
+    rs->state = bufs;
+    rs->n_slots = B;
+    rs->n_seqs = B;
+    rs->n_seq_tokens = n_tok;
+    rs->src_slot = bench_tab_add(t, src, B);
+    rs->dst_slot = bench_tab_add(t, dst, B);
+    rs->ckpt_slot = bench_tab_add(t, NULL, 0);
+    llmem_i32_table *list[] = {&rs->src_slot, &rs->dst_slot, &rs->ckpt_slot};
+    llmem_status st = bench_tab_finish(b, t, list, 3, idx);
+    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, *idx);
+    return st;
+}
+
 void bench_report_bw(const bench *b, const char *what, double t, double bytes, const char *note)
 {
     double bw = bytes / t;

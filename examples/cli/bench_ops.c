@@ -282,20 +282,7 @@ llmem_status bench_mamba(bench *b)
     if (st == LLMEM_OK) {
         for (int32_t i = 0; i < B; i++)
             slots[i] = i;
-        llmem_rs_view *rs = &c.rs;
-        c.view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, NULL);
-        rs->n_states = 1;
-        rs->desc = &desc;
-        rs->state = bufs;
-        rs->n_slots = B;
-        rs->n_seqs = B;
-        rs->n_seq_tokens = 1;
-        rs->src_slot = bench_tab_add(&t, slots, B);
-        rs->dst_slot = bench_tab_add(&t, slots, B);
-        rs->ckpt_slot = bench_tab_add(&t, NULL, 0);
-        llmem_i32_table *list[] = {&rs->src_slot, &rs->dst_slot, &rs->ckpt_slot};
-        st = bench_tab_finish(b, &t, list, 3, &idx);
-        c.view.idx = idx;
+        st = bench_rs_view(b, &c.view, &c.rs, &desc, bufs, B, 1, slots, slots, &t, &idx);
     }
     double sec = 0;
     if (st == LLMEM_OK) {

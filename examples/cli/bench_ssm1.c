@@ -32,29 +32,6 @@ static llmem_status sconv_run(void *vctx)
     return llmem_op_short_conv(c->be, &c->view, 0, &c->bcx, &c->w, NULL, &c->out);
 }
 
-/* A one-state recurrent view of B streams, one token each, slot s -> s. */
-static llmem_status one_state_view(bench *b, llmem_view *view, llmem_rs_view *rs,
-                                   const llmem_state_desc *desc, llmem_buffer **bufs, int32_t B,
-                                   tables *t, llmem_buffer **idx, int32_t *slots)
-{
-    for (int32_t i = 0; i < B; i++)
-        slots[i] = i;
-    memset(rs, 0, sizeof *rs);
-    rs->n_states = 1;
-    rs->desc = desc;
-    rs->state = bufs;
-    rs->n_slots = B;
-    rs->n_seqs = B;
-    rs->n_seq_tokens = 1;
-    rs->src_slot = bench_tab_add(t, slots, B);
-    rs->dst_slot = bench_tab_add(t, slots, B);
-    rs->ckpt_slot = bench_tab_add(t, NULL, 0);
-    llmem_i32_table *list[] = {&rs->src_slot, &rs->dst_slot, &rs->ckpt_slot};
-    llmem_status st = bench_tab_finish(b, t, list, 3, idx);
-    *view = llmem_view_make(LLMEM_VIEW_RECURRENT, rs, sizeof *rs, *idx);
-    return st;
-}
-
 llmem_status bench_ssm1(bench *b)
 {
     /* Jamba v0.1: hidden 4096, expand 2 -> d_inner 8192, d_state 16; 256 sequences */
@@ -91,8 +68,10 @@ llmem_status bench_ssm1(bench *b)
     llmem_buffer *sb[1] = {sstate}, *cb[1] = {cstate};
     double sec = 0;
     c.be = b->be;
+    for (int32_t i = 0; slots && i < B; i++)
+        slots[i] = i; /* states updated in place */
     if (st == LLMEM_OK)
-        st = one_state_view(b, &c.view, &c.rs1, &sdesc, sb, B, &t1, &idx1, slots);
+        st = bench_rs_view(b, &c.view, &c.rs1, &sdesc, sb, B, 1, slots, slots, &t1, &idx1);
     if (st == LLMEM_OK) {
         c.p = (llmem_ssm1_params){DIN, N};
         c.x = llmem_tensor_2d(act, o_x, LLMEM_DTYPE_F32, B, DIN);
@@ -112,7 +91,7 @@ llmem_status bench_ssm1(bench *b)
                             (double)DIN * (N + 2) * 4,
                         "(256 seqs, d_inner 8192, d_state 16)");
     if (st == LLMEM_OK)
-        st = one_state_view(b, &c.view, &c.rs2, &cdesc, cb, B, &t2, &idx2, slots);
+        st = bench_rs_view(b, &c.view, &c.rs2, &cdesc, cb, B, 1, slots, slots, &t2, &idx2);
     if (st == LLMEM_OK) {
         c.bcx = llmem_tensor_2d(act, o_bcx, LLMEM_DTYPE_F32, B, 3 * D);
         c.w = llmem_tensor_2d(act, o_w, LLMEM_DTYPE_F32, D, L);

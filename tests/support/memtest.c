@@ -10,8 +10,8 @@ llmem_backend *mt_cpu(void)
     return be;
 }
 
-llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
-                    bool prefix, bool poison)
+static llmem_memory *kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
+                        bool prefix, bool poison, int32_t window, int32_t slack)
 {
     llmem_kv_cache_params p = llmem_kv_cache_default_params();
     p.n_layers = 1;
@@ -23,10 +23,59 @@ llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32
     p.n_seq_max = n_seq_max;
     p.no_prefix_cache = !prefix;
     p.poison = poison;
+    p.window = window;
+    p.window_slack = slack;
     llmem_memory *m = NULL;
     char err[256] = "";
     ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
     return m;
+}
+
+llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
+                    bool prefix, bool poison)
+{
+    return kv(be, page_size, n_pages, n_seq_max, prefix, poison, 0, 0);
+}
+
+llmem_memory *mt_kv_window(llmem_backend *be, int32_t page_size, int32_t n_pages,
+                           int32_t n_seq_max, int32_t window, int32_t slack, bool prefix)
+{
+    return kv(be, page_size, n_pages, n_seq_max, prefix, true, window, slack);
+}
+
+int32_t mt_window_pages_needed(int32_t len, int32_t ps, int32_t window, int32_t slack)
+{
+    int32_t n = 0;
+    for (int32_t pg = 0; (int64_t)pg * ps < len; pg++) {
+        bool need = false;
+        for (int32_t r = 0; r <= slack && !need; r++) {
+            int32_t qi = len - r;
+            if (qi < 0)
+                break;
+            need = qi % ps != 0 && pg == qi / ps;
+            for (int32_t j = pg * ps; j < (pg + 1) * ps && j < qi && !need; j++)
+                need = qi - j < window;
+        }
+        n += need;
+    }
+    return n;
+}
+
+int32_t mt_held_pages(llmem_memory *m, int32_t seq)
+{
+    int32_t pt[512];
+    int32_t n = llmem_kv_cache_page_table(m, seq, pt, 512), h = 0;
+    ck_assert_int_le(n, 512);
+    for (int32_t i = 0; i < n; i++)
+        h += pt[i] >= 0;
+    return h;
+}
+
+llmem_batch_buf *mt_batch_new(void)
+{
+    llmem_batch_buf *b = NULL;
+    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
+    return b;
 }
 
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt)

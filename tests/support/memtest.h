@@ -10,6 +10,21 @@ llmem_backend *mt_cpu(void);
 /* KV cache with 1 layer, 1 head, head_dim 2, f32. */
 llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
                     bool prefix, bool poison);
+/* The same with a sliding window of `window` keys and `slack` tokens of
+ * rollback room (llmem_kv_cache_params.window, .window_slack), poisoned. */
+llmem_memory *mt_kv_window(llmem_backend *be, int32_t page_size, int32_t n_pages,
+                           int32_t n_seq_max, int32_t window, int32_t slack, bool prefix);
+/* Pages a sequence of len tokens must hold in a cache with that window
+ * (brute force over the mask, independent of memory/swa.c): for every
+ * query index qi = len - r it may append next (r in [0, slack]: after a
+ * rollback of r tokens), the pages of the keys it sees (transformers:
+ * kv_idx > q_idx - window), and the page it writes its own key into when
+ * that page already holds earlier tokens. */
+int32_t mt_window_pages_needed(int32_t len, int32_t ps, int32_t window, int32_t slack);
+/* Pages seq holds now (its page table's entries >= 0; at most 512). */
+int32_t mt_held_pages(llmem_memory *m, int32_t seq);
+/* A batch buffer of 1024 tokens, 4 sequence ids each. */
+llmem_batch_buf *mt_batch_new(void);
 /* Recurrent memory: 1 layer with one f32 state of 4 elements. */
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt);
 /* Appends n tokens (ids tok0, tok0+1, ...) to seq at positions from pos0. */
