@@ -6,6 +6,7 @@
  * plugin outlive llmem_backend_close while buffers remain. Backends see
  * only valid, non-empty ranges.
  */
+#include <assert.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -160,53 +161,119 @@ llmem_status llmem_buffer_copy(llmem_buffer *dst, size_t dst_offset, llmem_buffe
 
 /* ---- batched copies (llmem_buffer_copy_ranges) ---- */
 
-/* One side of a range for the overlap check: bytes [begin, end) of buf. */
+/* One side of a range for the overlap check: bytes [begin, end) of the
+ * buffer numbered id (numbers handed out per call). */
 typedef struct span {
-    uintptr_t buf;
-    size_t begin, end;
-    bool write;
+    uint64_t begin, end;
+    uint32_t id, write;
 } span;
 
-static int span_cmp(const void *pa, const void *pb)
+/* Byte d of the sort key (id, begin), least significant first. */
+static inline unsigned span_digit(const span *s, int d)
 {
-    const span *a = pa, *b = pb;
-    if (a->buf != b->buf)
-        return a->buf < b->buf ? -1 : 1;
-    return a->begin < b->begin ? -1 : a->begin > b->begin;
+    return d < 8 ? (unsigned)(s->begin >> (8 * d)) & 255u : (s->id >> (8 * (d - 8))) & 255u;
+}
+
+/* LSD radix sort of a[0..m) by (id, begin), 8-bit digits, only over the
+ * digits that differ between spans (offsets within a few MiB and a few
+ * hundred buffers: about 4 passes). Returns the array that holds the
+ * result (a or tmp). O(m). */
+static span *sort_spans(span *a, span *tmp, size_t m)
+{
+    static_assert(sizeof(((span *)0)->id) == 4, "id is 4 digits");
+    uint64_t vb = 0;
+    uint32_t vi = 0;
+    for (size_t k = 1; k < m; k++) {
+        vb |= a[k].begin ^ a[0].begin;
+        vi |= a[k].id ^ a[0].id;
+    }
+    for (int d = 0; d < 12; d++) {
+        if (((d < 8 ? vb >> (8 * d) : vi >> (8 * (d - 8))) & 255u) == 0)
+            continue;
+        size_t h[256] = {0};
+        for (size_t k = 0; k < m; k++)
+            h[span_digit(&a[k], d)]++;
+        size_t at = 0;
+        for (int v = 0; v < 256; v++) {
+            size_t c = h[v];
+            h[v] = at;
+            at += c;
+        }
+        for (size_t k = 0; k < m; k++)
+            tmp[h[span_digit(&a[k], d)]++] = a[k];
+        span *t = a;
+        a = tmp;
+        tmp = t;
+    }
+    return a;
+}
+
+/* Number of buffer b in this call: an open-addressing table of cap (a
+ * power of two, more than twice the buffers) entries. */
+static uint32_t buf_id(const llmem_buffer **key, uint32_t *val, size_t cap, uint32_t *n_ids,
+                       const llmem_buffer *b)
+{
+    size_t i = (size_t)(((uint64_t)(uintptr_t)b >> 4) * UINT64_C(0x9E3779B97F4A7C15) >> 32) &
+               (cap - 1);
+    while (key[i] && key[i] != b)
+        i = (i + 1) & (cap - 1);
+    if (!key[i]) {
+        key[i] = b;
+        val[i] = (*n_ids)++;
+    }
+    return val[i];
 }
 
 /* Whether some destination overlaps another range's destination or any
  * source: the spans sorted by buffer and start, each one compared with the
  * furthest end of the spans before it in its buffer (of all of them, and of
- * the destinations). O(n log n). *ok false on success means an overlap;
- * returns false when out of memory. */
+ * the destinations). O(n). *ok false on success means an overlap; returns
+ * false when out of memory. */
 static bool ranges_disjoint(const llmem_copy_range *r, int32_t n, bool *ok)
 {
     *ok = true;
-    span *sp = malloc((size_t)n * 2 * sizeof *sp);
-    if (!sp)
+    size_t m = 2 * (size_t)n, cap = 16;
+    while (cap < 2 * m)
+        cap *= 2;
+    span *sp = malloc(2 * m * sizeof *sp);
+    const llmem_buffer **key = calloc(cap, sizeof *key);
+    uint32_t *val = malloc(cap * sizeof *val);
+    if (!sp || !key || !val) {
+        free(sp);
+        free(key);
+        free(val);
         return false;
-    size_t m = 0;
+    }
+    uint32_t n_ids = 0, id_d = 0, id_s = 0;
+    const llmem_buffer *last_d = NULL, *last_s = NULL;
+    m = 0;
     for (int32_t j = 0; j < n; j++) {
         if (r[j].size == 0)
             continue;
-        sp[m++] = (span){(uintptr_t)r[j].dst, r[j].dst_offset, r[j].dst_offset + r[j].size, true};
-        sp[m++] = (span){(uintptr_t)r[j].src, r[j].src_offset, r[j].src_offset + r[j].size, false};
+        /* consecutive ranges mostly share buffers: skip the table then */
+        if (r[j].dst != last_d)
+            id_d = buf_id(key, val, cap, &n_ids, last_d = r[j].dst);
+        if (r[j].src != last_s)
+            id_s = buf_id(key, val, cap, &n_ids, last_s = r[j].src);
+        sp[m++] = (span){r[j].dst_offset, r[j].dst_offset + r[j].size, id_d, 1};
+        sp[m++] = (span){r[j].src_offset, r[j].src_offset + r[j].size, id_s, 0};
     }
-    qsort(sp, m, sizeof *sp, span_cmp);
-    size_t end_any = 0, end_dst = 0;
+    span *o = sort_spans(sp, sp + m, m);
+    uint64_t end_any = 0, end_dst = 0;
     for (size_t k = 0; k < m && *ok; k++) {
-        if (k == 0 || sp[k].buf != sp[k - 1].buf)
+        if (k == 0 || o[k].id != o[k - 1].id)
             end_any = end_dst = 0;
         /* a destination may touch nothing before it; a source no destination */
-        if (sp[k].begin < (sp[k].write ? end_any : end_dst))
+        if (o[k].begin < (o[k].write ? end_any : end_dst))
             *ok = false;
-        if (sp[k].end > end_any)
-            end_any = sp[k].end;
-        if (sp[k].write && sp[k].end > end_dst)
-            end_dst = sp[k].end;
+        if (o[k].end > end_any)
+            end_any = o[k].end;
+        if (o[k].write && o[k].end > end_dst)
+            end_dst = o[k].end;
     }
     free(sp);
+    free(key);
+    free(val);
     return true;
 }
 
@@ -247,9 +314,12 @@ llmem_status llmem_buffer_copy_ranges(const llmem_copy_range *ranges, int32_t n)
         return LLMEM_E_NO_MEMORY;
     if (!ok)
         return LLMEM_E_INVALID;
+    /* one generation for the whole batch: (buffer, generation) pairs stay
+     * unique, which is all the view-check cache needs */
+    uint64_t gen = (uint64_t)atomic_fetch_add(&write_gen_next, 1);
     for (int32_t j = 0; j < n; j++)
-        if (ranges[j].size > 0 && (j == 0 || ranges[j].dst != ranges[j - 1].dst))
-            mark_written(ranges[j].dst);
+        if (ranges[j].size > 0)
+            ranges[j].dst->write_gen = gen;
     const llmem_backend_i *i = be->iface;
     if (i->struct_size >= offsetof(llmem_backend_i, buffer_copy_ranges) +
                               sizeof(i->buffer_copy_ranges) &&

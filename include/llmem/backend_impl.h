@@ -216,7 +216,8 @@ struct llmem_buffer {
     size_t size; /* bytes */
     void *host;  /* host pointer when host visible, else NULL */
     /* Set by the core: a process-wide unique number taken at every write
-     * through llmem_buffer_upload/copy/fill (never 0 after the first), so
+     * through llmem_buffer_upload/copy/fill (never 0 after the first; the
+     * destinations of one llmem_buffer_copy_ranges batch share one), so
      * checks of a view's index tables can be cached per write. */
     uint64_t write_gen;
 };
