@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "kernels/common.cuh"
+#include "kernels/prefill.h"
 
 /* ---- fill, element-wise ----------------------------------------------------------------- */
 
@@ -151,7 +152,7 @@ __device__ __forceinline__ float4 norm_w4(const void *w, int wdt, int64_t c)
  * into out; one block per row. */
 __global__ void __launch_bounds__(1024)
     rms_norm_reg_kernel(float *x, const float *rsd, const void *w, int wdt, int64_t rows,
-                        int64_t cols, float eps, float *out)
+                        int64_t cols, float eps, float *out, uint16_t *o16)
 {
     cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
     __shared__ float red[32];
@@ -187,10 +188,13 @@ __global__ void __launch_bounds__(1024)
                 continue;
             if (rr)
                 xr[i] = v[j];
-            o[i] = w ? make_float4(v[j].x * scale * wv[j].x, v[j].y * scale * wv[j].y,
-                                   v[j].z * scale * wv[j].z, v[j].w * scale * wv[j].w)
-                     : make_float4(v[j].x * scale, v[j].y * scale, v[j].z * scale,
-                                   v[j].w * scale);
+            float4 y = w ? make_float4(v[j].x * scale * wv[j].x, v[j].y * scale * wv[j].y,
+                                       v[j].z * scale * wv[j].z, v[j].w * scale * wv[j].w)
+                         : make_float4(v[j].x * scale, v[j].y * scale, v[j].z * scale,
+                                       v[j].w * scale);
+            o[i] = y;
+            if (o16)
+                cuk_store_bf16x4(o16 + r * cols + 4 * i, y);
         }
     }
 }
@@ -222,7 +226,7 @@ extern "C" cudaError_t cuk_rms_norm(const float *x, const void *w, int wdt, int6
     if (ns.threads && rows > 0) {
         unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
         rms_norm_reg_kernel<<<g, ns.threads, 0, stream>>>((float *)x, nullptr, w, wdt, rows, cols,
-                                                          eps, out);
+                                                          eps, out, nullptr);
         return cudaGetLastError();
     }
     int threads = cols >= 1024 ? 512 : cols >= 256 ? 256 : 128;
@@ -264,7 +268,8 @@ extern "C" cudaError_t cuk_add_rms_norm(float *x, const float *r, const void *w,
     norm_shape ns = norm_reg_shape(cols, x, r, out);
     if (ns.threads && rows > 0) {
         unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
-        rms_norm_reg_kernel<<<g, ns.threads, 0, stream>>>(x, r, w, wdt, rows, cols, eps, out);
+        rms_norm_reg_kernel<<<g, ns.threads, 0, stream>>>(x, r, w, wdt, rows, cols, eps, out,
+                                                          nullptr);
         return cudaGetLastError();
     }
     int threads = cols >= 1024 ? 512 : cols >= 256 ? 256 : 128;
@@ -303,7 +308,8 @@ __global__ void rms_norm_gated_kernel(const float *y, const float *z, const void
  * a group): h = y * silu(z) is formed once and kept in registers. */
 __global__ void __launch_bounds__(1024)
     rms_norm_gated_reg_kernel(const float *y, const float *z, const void *w, int wdt,
-                              int64_t rows, int64_t cols, int64_t groups, float eps, float *out)
+                              int64_t rows, int64_t cols, int64_t groups, float eps, float *out,
+                              uint16_t *o16)
 {
     cuk_pdl_trigger(); /* a GEMV usually follows: let it fetch weights now */
     __shared__ float red[32];
@@ -336,9 +342,13 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int j = 0; j < NORM_NV; j++) {
             int64_t i = threadIdx.x + (int64_t)j * blockDim.x;
-            if (i < n4)
-                o[i] = make_float4(h[j].x * scale * wv[j].x, h[j].y * scale * wv[j].y,
+            if (i >= n4)
+                continue;
+            float4 v = make_float4(h[j].x * scale * wv[j].x, h[j].y * scale * wv[j].y,
                                    h[j].z * scale * wv[j].z, h[j].w * scale * wv[j].w);
+            o[i] = v;
+            if (o16)
+                cuk_store_bf16x4(o16 + r * cols + g0 + 4 * i, v);
         }
     }
 }
@@ -354,13 +364,50 @@ extern "C" cudaError_t cuk_rms_norm_gated(const float *y, const float *z, const 
         int64_t items = rows * groups;
         unsigned g = (unsigned)(items < 65536 * 8 ? items : 65536 * 8);
         rms_norm_gated_reg_kernel<<<g, ns.threads, 0, stream>>>(y, z, w, wdt, rows, cols, groups,
-                                                                eps, out);
+                                                                eps, out, nullptr);
         return cudaGetLastError();
     }
     int threads = gs >= 1024 ? 512 : gs >= 256 ? 256 : gs >= 64 ? 64 : 32;
     int64_t items = rows * groups;
     unsigned g = (unsigned)(items < 65536 * 8 ? items : 65536 * 8);
     rms_norm_gated_kernel<<<g, threads, 0, stream>>>(y, z, w, wdt, rows, cols, groups, eps, out);
+    return cudaGetLastError();
+}
+
+/* The register-path norms above with a bf16 copy of `out` (o16, the same
+ * shape, cuk_f32_to_bf16 of each f32 result, 8-byte aligned) written beside
+ * it, for fast-mode prefill GEMMs to read instead of rounding `out` again
+ * (backends/cuda/cuda_ops.c, "bf16 shadow"). out is bit for bit what
+ * cuk_rms_norm / cuk_add_rms_norm / cuk_rms_norm_gated write (same kernel,
+ * block size and order). cudaErrorNotSupported when the register path does
+ * not apply (column counts or alignment): the caller launches the plain
+ * norm then. r may be NULL (no residual add); groups is used by the gated
+ * norm only. */
+extern "C" cudaError_t cuk_rms_norm_b16(float *x, const float *r, const void *w, int wdt,
+                                        int64_t rows, int64_t cols, float eps, float *out,
+                                        uint16_t *o16, cudaStream_t stream)
+{
+    norm_shape ns = norm_reg_shape(cols, x, r, out);
+    if (!ns.threads || rows <= 0 || (uintptr_t)o16 % 8 != 0)
+        return cudaErrorNotSupported;
+    unsigned g = (unsigned)(rows < 65536 * 8 ? rows : 65536 * 8);
+    rms_norm_reg_kernel<<<g, ns.threads, 0, stream>>>(x, r, w, wdt, rows, cols, eps, out, o16);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t cuk_rms_norm_gated_b16(const float *y, const float *z, const void *w,
+                                              int wdt, int64_t rows, int64_t cols,
+                                              int64_t groups, float eps, float *out,
+                                              uint16_t *o16, cudaStream_t stream)
+{
+    int64_t gs = cols / groups;
+    norm_shape ns = cols % 4 == 0 ? norm_reg_shape(gs, y, z, out) : norm_shape{0};
+    if (!ns.threads || rows * groups <= 0 || (uintptr_t)o16 % 8 != 0)
+        return cudaErrorNotSupported;
+    int64_t items = rows * groups;
+    unsigned g = (unsigned)(items < 65536 * 8 ? items : 65536 * 8);
+    rms_norm_gated_reg_kernel<<<g, ns.threads, 0, stream>>>(y, z, w, wdt, rows, cols, groups,
+                                                            eps, out, o16);
     return cudaGetLastError();
 }
 

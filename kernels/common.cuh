@@ -36,6 +36,16 @@ __device__ __forceinline__ uint16_t cuk_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
+/* bf16 of 4 consecutive values (cuk_f32_to_bf16 each) in one 8-byte store;
+ * dst 8-byte aligned. */
+__device__ __forceinline__ void cuk_store_bf16x4(uint16_t *dst, float4 v)
+{
+    uint2 p;
+    p.x = (uint32_t)cuk_f32_to_bf16(v.x) | ((uint32_t)cuk_f32_to_bf16(v.y) << 16);
+    p.y = (uint32_t)cuk_f32_to_bf16(v.z) | ((uint32_t)cuk_f32_to_bf16(v.w) << 16);
+    *(uint2 *)dst = p;
+}
+
 __device__ __forceinline__ float cuk_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -98,6 +98,7 @@ llmem_status cuda_check_blas(cuda_backend *cb, cublasStatus_t s, const char *wha
 
 llmem_status cuda_enter(cuda_backend *cb)
 {
+    cb->b16_key = NULL; /* whatever comes now may write the shadow's source */
     /* cudaGetDevice reads a thread-local: cheaper than setting it per op */
     int cur = -1;
     if (cudaGetDevice(&cur) == cudaSuccess && cur == cb->device)
@@ -188,6 +189,8 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     const char *cm = getenv("LLMEM_CUDA_COPY_RANGES");
     cb->copy_mode = cm && !strcmp(cm, "loop") ? 1 : cm && !strcmp(cm, "api") ? 2 : 0;
     cb->attn_fast = env_on("LLMEM_CUDA_ATTN_FAST");
+    const char *shadow_env = getenv("LLMEM_CUDA_B16_SHADOW");
+    cb->b16_off = shadow_env && strcmp(shadow_env, "0") == 0;
     const char *dc = getenv("LLMEM_CUDA_DEC_CTAS");
     cb->dec_ctas = dc ? atoi(dc) : 2;
     cb->dec_ctas = cb->dec_ctas < 1 ? 2 : cb->dec_ctas > 256 ? 256 : cb->dec_ctas;
@@ -286,6 +289,8 @@ static void cuda_destroy(llmem_backend *be)
     cublasDestroy(cb->blas);
     if (cb->scratch)
         cudaFree(cb->scratch);
+    if (cb->b16)
+        cudaFree(cb->b16);
     cudaStreamDestroy(cb->stream);
     (void)cudaGetLastError();
     free(cb);

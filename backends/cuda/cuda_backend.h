@@ -44,6 +44,17 @@ typedef struct cuda_backend {
     void *copy_tab;
     size_t copy_tab_size;
     int copy_mode; /* 0 kernel, 1 loop, 2 cudaMemcpyBatchAsync */
+    /* bf16 shadow (cuda_ops.c): a prefill op (norm, swiglu) also writes its
+     * f32 output rounded to bf16 here, and the fast-mode GEMM that reads
+     * that output next takes it instead of rounding it again. b16_key is
+     * cleared by cuda_enter and cuda_op_done, i.e. by every later buffer
+     * call or op; only the producer and op_matmul_fast set it. */
+    void *b16;            /* device buffer, grown on demand */
+    size_t b16_size;      /* its bytes */
+    const void *b16_key;  /* device address of the f32 tensor it mirrors; NULL: none */
+    int64_t b16_n;        /* that tensor's element count */
+    bool b16_want;        /* a fast-mode GEMM of more than CUK_GEMV_MAX_M rows has run */
+    bool b16_off;         /* $LLMEM_CUDA_B16_SHADOW=0 */
 } cuda_backend;
 
 typedef struct cuda_buffer {

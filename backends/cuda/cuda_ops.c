@@ -20,6 +20,7 @@
 #include "backends/cuda/cuda_ops_quant.h"
 #include "kernels/attention_q.h"
 #include "kernels/kernels.h"
+#include "kernels/prefill.h"
 #include "kernels/ssd.h"
 #include "llmem/view.h"
 
@@ -70,6 +71,7 @@ static const int32_t *table(const llmem_view *v, const llmem_i32_table *t)
 
 llmem_status cuda_op_done(cuda_backend *cb, cudaError_t e, const char *what)
 {
+    cb->b16_key = NULL; /* the op may have written the shadow's source */
     llmem_status st = cuda_check(cb, e, what);
     if (st == LLMEM_OK && cb->sync_each_op && !cb->recording)
         st = cuda_check(cb, cudaStreamSynchronize(cb->stream), what);
@@ -85,6 +87,64 @@ static llmem_status enter(llmem_backend *be, cuda_backend **out)
 {
     *out = cuda_from(be);
     return cuda_enter(*out);
+}
+
+/* ---- bf16 shadow ---------------------------------------------------------------------------------
+ * A fast-mode prefill GEMM rounds its f32 activations to bf16 before
+ * cuBLAS reads them: a pass over [M, K] f32 and a launch per GEMM (2.7 ms of
+ * a 9B pp512, docs/benchmarks.md "pp512 at batch 1"). The ops that produce
+ * those activations (the RMS norms, swiglu) write the bf16 copy as they
+ * write the f32 result (one rounding of the same value: the GEMM's input is
+ * bit for bit what the rounding pass would give), and the GEMMs that read
+ * the tensor next take the copy. Its validity is the key (device address
+ * and element count of the f32 tensor): any later op or buffer call clears
+ * it on entry, a GEMM that consumed it sets it again unless its output
+ * overlaps the source. Only eager ubatches of more than CUK_GEMV_MAX_M rows
+ * write it (never while recording), and only after a fast-mode GEMM of
+ * that size has run on this backend (precise mode never reads it). */
+
+/* The shadow to write a [rows, cols] output's bf16 copy into; NULL: none
+ * (not wanted, or it cannot grow). */
+static uint16_t *shadow_target(cuda_backend *cb, int64_t rows, int64_t cols)
+{
+    if (cb->b16_off || !cb->b16_want || cb->recording || rows <= CUK_GEMV_MAX_M)
+        return NULL;
+    size_t bytes = (size_t)rows * (size_t)cols * 2;
+    if (bytes > cb->b16_size) {
+        /* grow between ops: the stream may still read the old copy */
+        if (cudaStreamSynchronize(cb->stream) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return NULL;
+        }
+        if (cb->b16)
+            cudaFree(cb->b16);
+        cb->b16 = NULL;
+        cb->b16_size = 0;
+        size_t want = bytes + bytes / 2;
+        if (cudaMalloc(&cb->b16, want) != cudaSuccess) {
+            (void)cudaGetLastError();
+            cb->b16 = NULL;
+            return NULL;
+        }
+        cb->b16_size = want;
+    }
+    return cb->b16;
+}
+
+/* After a producer's launch (status st): the shadow now mirrors out. */
+static llmem_status shadow_made(cuda_backend *cb, llmem_status st, const void *out, int64_t n)
+{
+    if (st == LLMEM_OK) {
+        cb->b16_key = out;
+        cb->b16_n = n;
+    }
+    return st;
+}
+
+static bool ranges_overlap(const void *a, size_t na, const void *b, size_t nb)
+{
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
 }
 
 /* ---- dense ---------------------------------------------------------------------------------- */
@@ -173,20 +233,29 @@ static llmem_status op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, 
     int32_t m = a->ne[0], k = a->ne[1], n = w->ne[0];
     if (w->dtype != LLMEM_DTYPE_BF16 || m <= CUK_GEMV_MAX_M || k == 0)
         return op_matmul(be, a, w, out);
-    cuda_backend *cb;
+    cuda_backend *cb = cuda_from(be);
+    /* read before enter() clears it: the producer's bf16 copy of a */
+    bool shadow = cb->b16_key != NULL && cb->b16_key == tptr(a) && cb->b16_n == (int64_t)m * k;
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
-    /* bf16(a) only: the lo term is not used here */
-    size_t half = (size_t)m * k * 2;
-    void *hi;
-    if ((st = cuda_scratch(cb, half, &hi)) != LLMEM_OK)
-        return st;
-    st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, NULL, (int64_t)m * k, cb->stream),
-                    "bf16 activations");
+    cb->b16_want = true;
+    void *hi = cb->b16;
+    if (!shadow) { /* bf16(a) only: the lo term is not used here */
+        if ((st = cuda_scratch(cb, (size_t)m * k * 2, &hi)) != LLMEM_OK)
+            return st;
+        st = cuda_check(cb, cuk_split_bf16(tptr(a), hi, NULL, (int64_t)m * k, cb->stream),
+                        "bf16 activations");
+    }
     if (st == LLMEM_OK)
         st = gemm(cb, CUDA_R_16BF, tptr(w), n, n, hi, m, k, 0.0f, tptr(out));
-    return st == LLMEM_OK ? done(cb, cudaSuccess, "matmul_fast") : st;
+    if (st == LLMEM_OK)
+        st = done(cb, cudaSuccess, "matmul_fast");
+    /* the next GEMM over a (q, k and v; gate and up) takes the copy too */
+    if (st == LLMEM_OK && shadow &&
+        !ranges_overlap(tptr(out), (size_t)m * n * 4, tptr(a), (size_t)m * k * 4))
+        shadow_made(cb, st, tptr(a), (int64_t)m * k);
+    return st;
 }
 
 /* Gate/up + SwiGLU: one fused GEMV launch for M <= CUK_GEMV_MAX_M with
@@ -282,8 +351,19 @@ static llmem_status op_softplus(llmem_backend *be, llmem_ct *a, llmem_ct *out)
     return ew(be, CUK_EW_SOFTPLUS, a, NULL, 0.0f, out);
 }
 
+/* Four elements per thread when aligned (kernels/prefill.cu), with the
+ * bf16 shadow of out for the down projection of a fast-mode prefill. */
 static llmem_status op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
 {
+    cuda_backend *cb;
+    llmem_status st = enter(be, &cb);
+    if (st != LLMEM_OK)
+        return st;
+    int64_t n = nelements(gate);
+    uint16_t *o16 = shadow_target(cb, rows_of(out), cols_of(out));
+    cudaError_t e = cuk_swiglu4(tptr(gate), tptr(up), tptr(out), o16, n, cb->stream);
+    if (e != cudaErrorNotSupported)
+        return o16 ? shadow_made(cb, done(cb, e, "swiglu"), tptr(out), n) : done(cb, e, "swiglu");
     return ew(be, CUK_EW_SWIGLU, gate, up, 0.0f, out);
 }
 
@@ -304,6 +384,13 @@ static llmem_status op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, flo
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
+    uint16_t *o16 = shadow_target(cb, rows_of(x), cols_of(x));
+    if (o16) {
+        cudaError_t e = cuk_rms_norm_b16(tptr(x), NULL, tptr(w), w ? (int)w->dtype : 0,
+                                         rows_of(x), cols_of(x), eps, tptr(out), o16, cb->stream);
+        if (e != cudaErrorNotSupported)
+            return shadow_made(cb, done(cb, e, "rms_norm"), tptr(out), nelements(x));
+    }
     return done(cb,
                 cuk_rms_norm(tptr(x), tptr(w), w ? (int)w->dtype : 0, rows_of(x), cols_of(x), eps,
                              tptr(out), cb->stream),
@@ -317,6 +404,13 @@ static llmem_status op_add_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r,
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
+    uint16_t *o16 = shadow_target(cb, rows_of(x), cols_of(x));
+    if (o16) {
+        cudaError_t e = cuk_rms_norm_b16(tptr(x), tptr(r), tptr(w), w ? (int)w->dtype : 0,
+                                         rows_of(x), cols_of(x), eps, tptr(out), o16, cb->stream);
+        if (e != cudaErrorNotSupported)
+            return shadow_made(cb, done(cb, e, "add_rms_norm"), tptr(out), nelements(x));
+    }
     return done(cb,
                 cuk_add_rms_norm((float *)tptr(x), tptr(r), tptr(w), w ? (int)w->dtype : 0,
                                  rows_of(x), cols_of(x), eps, tptr(out), cb->stream),
@@ -330,6 +424,14 @@ static llmem_status op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
+    uint16_t *o16 = shadow_target(cb, rows_of(y), cols_of(y));
+    if (o16) {
+        cudaError_t e = cuk_rms_norm_gated_b16(tptr(y), tptr(z), tptr(w), w->dtype, rows_of(y),
+                                               cols_of(y), n_groups, eps, tptr(out), o16,
+                                               cb->stream);
+        if (e != cudaErrorNotSupported)
+            return shadow_made(cb, done(cb, e, "rms_norm_gated"), tptr(out), nelements(y));
+    }
     return done(cb,
                 cuk_rms_norm_gated(tptr(y), tptr(z), tptr(w), w->dtype, rows_of(y), cols_of(y),
                                    n_groups, eps, tptr(out), cb->stream),
@@ -673,6 +775,13 @@ static llmem_status op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llme
     llmem_status st = enter(be, &cb);
     if (st != LLMEM_OK)
         return st;
+    if (src->dtype == LLMEM_DTYPE_F32 && dst->dtype == LLMEM_DTYPE_F32) {
+        /* column slices of a prefill's in_proj rows: 16 bytes per thread */
+        cudaError_t e = cuk_copy_cols_f32(tptr(src), cols_of(src), col0, tptr(dst), rows_of(dst),
+                                          cols_of(dst), cb->stream);
+        if (e != cudaErrorNotSupported)
+            return done(cb, e, "copy");
+    }
     return done(cb,
                 cuk_copy(tptr(src), src->dtype, cols_of(src), col0, tptr(dst), dst->dtype,
                          rows_of(dst), cols_of(dst), cb->stream),

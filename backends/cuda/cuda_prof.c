@@ -47,7 +47,14 @@ void cuda_prof_finish(cuda_backend *cb)
 #include <cupti.h>
 
 #define PROF_BUF_BYTES ((size_t)8 << 20)
-#define PROF_ROWS 28 /* kernels listed per group, slowest first; the rest summed */
+/* kernels listed per group, slowest first; the rest summed:
+ * $LLMEM_CUDA_PROFILE_ROWS (1..10000) or 28 */
+static size_t prof_rows(void)
+{
+    const char *e = getenv("LLMEM_CUDA_PROFILE_ROWS");
+    long n = e ? strtol(e, NULL, 10) : 0;
+    return n >= 1 && n <= 10000 ? (size_t)n : 28;
+}
 
 typedef struct prof_kernel {
     uint32_t graph; /* 0: launched outside graphs */
@@ -297,14 +304,14 @@ static void print_group(const cuda_backend *cb, const prof_graph *g)
                 cb->device_name, g->busy_ns * 1e-6);
     fprintf(stderr, "  %10s %6s %10s  %-s\n", g->graph ? "us/launch" : "us", "share",
             g->graph ? "calls/l" : "calls", "kernel <<<grid, block>>>");
-    size_t shown = 0;
+    size_t shown = 0, rows = prof_rows();
     double rest = 0;
     uint64_t rest_calls = 0;
     for (size_t i = 0; i < P.nk; i++) {
         const prof_kernel *k = &P.k[i];
         if (k->graph != g->graph)
             continue;
-        if (shown++ >= PROF_ROWS) {
+        if (shown++ >= rows) {
             rest += k->ns;
             rest_calls += k->calls;
             continue;
@@ -316,7 +323,7 @@ static void print_group(const cuda_backend *cb, const prof_graph *g)
     if (rest_calls)
         fprintf(stderr, "  %10.2f %5.1f%% %10.2f  (%zu other kernels)\n", rest * per * 1e-3,
                 g->busy_ns > 0 ? 100.0 * rest / g->busy_ns : 0.0, (double)rest_calls * per,
-                shown - PROF_ROWS);
+                shown - rows);
 }
 
 void cuda_prof_finish(cuda_backend *cb)
