@@ -520,13 +520,6 @@ START_TEST(test_out_of_tree_op)
 }
 END_TEST
 
-static const char *fixture(const char *name)
-{
-    static char p[4096];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
-    return p;
-}
-
 /* Loads fixture `name` on a CPU backend whose ops table lacks one slot
  * (cleared by clear()) and expects the load to fail naming op and backend. */
 static void load_without(const char *name, void (*clear)(patched *), const char *op)
@@ -540,7 +533,7 @@ static void load_without(const char *name, void (*clear)(patched *), const char 
     mp.n_ubatch = 8;
     llmem_model *m = (llmem_model *)&p; /* must be reset to NULL */
     char err[512] = "";
-    ck_assert_int_eq(llmem_model_load(fixture(name), p.be, &mp, &m, err, sizeof err),
+    ck_assert_int_eq(llmem_model_load(test_fixture(name), p.be, &mp, &m, err, sizeof err),
                      LLMEM_E_UNSUPPORTED);
     ck_assert_ptr_null(m);
     ck_assert_msg(strstr(err, op) && strstr(err, "the cpu backend does not support op"),
@@ -548,7 +541,7 @@ static void load_without(const char *name, void (*clear)(patched *), const char 
     unpatch(&p);
     /* the complete backend loads the same model */
     llmem_backend *be = cpu();
-    ck_assert_msg(llmem_model_load(fixture(name), be, &mp, &m, err, sizeof err) == LLMEM_OK, "%s",
+    ck_assert_msg(llmem_model_load(test_fixture(name), be, &mp, &m, err, sizeof err) == LLMEM_OK, "%s",
                   err);
     llmem_model_free(m);
     llmem_backend_close(be);

@@ -13,26 +13,13 @@
 
 #include "llmem/chat_template.h"
 #include "support/run.h"
+#include "support/fixture_case.h"
 
 /* path of a file in the chat-template fixtures (run.h: test_source_dir) */
 static const char *fixture(char *buf, size_t n, const char *name)
 {
     snprintf(buf, n, "%s/tests/fixtures/chat_templates/%s", test_source_dir(), name);
     return buf;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
-    return s;
 }
 
 START_TEST(test_cases)
@@ -57,7 +44,7 @@ START_TEST(test_cases)
             llmem_chat_template_destroy(t);
             char path[1024];
             fixture(path, sizeof path, name);
-            char *src = slurp(path);
+            char *src = fx_read_file(path, NULL);
             llmem_status st = llmem_chat_template_create(src, &t, err, sizeof err);
             free(src);
             ck_assert_msg(st == LLMEM_OK, "%s: %s", name, err);
@@ -218,7 +205,7 @@ END_TEST
 START_TEST(test_messages_api)
 {
     char path[1024];
-    char *src = slurp(fixture(path, sizeof path, "Qwen-Qwen2.5-7B-Instruct.jinja"));
+    char *src = fx_read_file(fixture(path, sizeof path, "Qwen-Qwen2.5-7B-Instruct.jinja"), NULL);
     char err[256] = "";
     llmem_chat_template *t = NULL;
     ck_assert_int_eq(llmem_chat_template_create(src, &t, err, sizeof err), LLMEM_OK);

@@ -19,13 +19,6 @@
 
 static char err[512];
 
-static const char *fixture(const char *name)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
-    return p;
-}
-
 static llmem_status parse(const char *json, llmem_model_config *m)
 {
     err[0] = '\0';
@@ -41,7 +34,7 @@ static void load_ok(const char *dir, llmem_model_config *m)
 START_TEST(test_fixture_llama)
 {
     llmem_model_config m;
-    cfg_check_fixture(fixture("llama"), &m);
+    cfg_check_fixture(test_fixture("llama"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_LLAMA);
     ck_assert_int_eq(m.vocab_size, 256);
     ck_assert_int_eq(m.hidden_size, 64);
@@ -65,7 +58,7 @@ END_TEST
 START_TEST(test_fixture_mamba2)
 {
     llmem_model_config m;
-    cfg_check_fixture(fixture("mamba2"), &m);
+    cfg_check_fixture(test_fixture("mamba2"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_MAMBA2);
     ck_assert_int_eq(m.n_layers, 2);
     ck_assert_int_eq(m.n_mamba_layers, 2);
@@ -93,7 +86,7 @@ START_TEST(test_fixture_bamba)
     const char *names[2] = {"bamba", "bamba_bf16"};
     for (int k = 0; k < 2; k++) {
         llmem_model_config m;
-        cfg_check_fixture(fixture(names[k]), &m);
+        cfg_check_fixture(test_fixture(names[k]), &m);
         ck_assert_int_eq(m.arch, LLMEM_ARCH_BAMBA);
         ck_assert_int_eq(m.n_layers, 4);
         const llmem_layer_kind want[4] = {LLMEM_LAYER_MAMBA2, LLMEM_LAYER_ATTENTION,
@@ -123,7 +116,7 @@ END_TEST
 START_TEST(test_fixture_moe)
 {
     llmem_model_config m;
-    cfg_check_fixture(fixture("nemotron_h_moe"), &m);
+    cfg_check_fixture(test_fixture("nemotron_h_moe"), &m);
     ck_assert_int_eq(m.n_layers, 5);
     ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_MOE);
     ck_assert_int_eq(m.layers[4].kind, LLMEM_LAYER_MOE);
@@ -136,7 +129,7 @@ START_TEST(test_fixture_moe)
     ck_assert_int_eq(m.moe_topk_group, 2);
     ck_assert(m.moe_routed_scale == 2.5);
 
-    cfg_check_fixture(fixture("granite_moe"), &m);
+    cfg_check_fixture(test_fixture("granite_moe"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_GRANITEMOEHYBRID);
     ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_MAMBA2);
     ck_assert_int_eq(m.layers[1].kind, LLMEM_LAYER_ATTENTION);
@@ -149,7 +142,7 @@ START_TEST(test_fixture_moe)
     ck_assert(m.attention_scale == 0.2 && m.logits_scaling == 0.8);
     ck_assert(m.tie_word_embeddings);
 
-    cfg_check_fixture(fixture("falcon_h1"), &m);
+    cfg_check_fixture(test_fixture("falcon_h1"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_FALCON_H1);
     ck_assert_int_eq(m.layers[0].kind, LLMEM_LAYER_PARALLEL);
     ck_assert_int_eq(m.n_attention_layers, 3);
@@ -158,7 +151,7 @@ START_TEST(test_fixture_moe)
     ck_assert(m.ssm_multipliers[4] == 1.4 && m.key_multiplier == 0.8);
     ck_assert(m.mlp_gate_multiplier == 1.3 && m.mlp_down_multiplier == 0.6);
 
-    cfg_check_fixture(fixture("granite_dense_nope"), &m);
+    cfg_check_fixture(test_fixture("granite_dense_nope"), &m);
     ck_assert_int_eq(m.n_expert, 0);
     ck_assert(!m.use_rope);
     ck_assert_int_eq(m.moe_shared_intermediate_size, 96);
@@ -168,7 +161,7 @@ END_TEST
 START_TEST(test_fixture_nemotron_h)
 {
     llmem_model_config m;
-    cfg_check_fixture(fixture("nemotron_h"), &m);
+    cfg_check_fixture(test_fixture("nemotron_h"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_NEMOTRON_H);
     /* Written from hybrid_override_pattern "M-M*-"; transformers 5 stores it
      * as layers_block_type with its new names and no num_hidden_layers. */
@@ -208,7 +201,7 @@ END_TEST
 START_TEST(test_weight_names)
 {
     llmem_model_config m;
-    load_ok(fixture("bamba"), &m);
+    load_ok(test_fixture("bamba"), &m);
     char name[128];
     int64_t shape[LLMEM_SAFETENSORS_MAX_DIMS];
     int32_t nd;
@@ -239,35 +232,35 @@ END_TEST
 START_TEST(test_check_tensors_mismatch)
 {
     llmem_safetensors *st = NULL;
-    ck_assert_int_eq(llmem_safetensors_open(fixture("bamba"), &st, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_safetensors_open(test_fixture("bamba"), &st, err, sizeof err), LLMEM_OK);
     llmem_model_config m;
-    load_ok(fixture("bamba"), &m);
+    load_ok(test_fixture("bamba"), &m);
     m.layers[2].kind = LLMEM_LAYER_ATTENTION; /* as if attn_layer_indices were [1, 2, 3] */
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
     ck_assert_msg(strstr(err, "'model.layers.2.self_attn.q_proj.weight'") &&
                   strstr(err, "layer 2, attention"), "%s", err);
-    load_ok(fixture("bamba"), &m);
+    load_ok(test_fixture("bamba"), &m);
     m.ssm_d_state = 32; /* in_proj and conv1d shapes change */
     m.ssm_conv_dim = 128 + 2 * 32;
     m.ssm_in_proj_dim = 128 + m.ssm_conv_dim + 8;
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_CORRUPT);
     ck_assert_msg(strstr(err, "'model.layers.0.mamba.in_proj.weight'") &&
                   strstr(err, "[296, 64]") && strstr(err, "[328, 64]"), "%s", err);
-    load_ok(fixture("bamba"), &m);
+    load_ok(test_fixture("bamba"), &m);
     m.mlp_bias = true;
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err, "'model.layers.0.feed_forward.gate_proj.bias'"));
     llmem_safetensors_close(st);
 
     /* mamba2 is tied; claiming it is not asks for an lm_head it lacks. */
-    ck_assert_int_eq(llmem_safetensors_open(fixture("mamba2"), &st, err, sizeof err), LLMEM_OK);
-    load_ok(fixture("mamba2"), &m);
+    ck_assert_int_eq(llmem_safetensors_open(test_fixture("mamba2"), &st, err, sizeof err), LLMEM_OK);
+    load_ok(test_fixture("mamba2"), &m);
     m.tie_word_embeddings = false;
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
     ck_assert_msg(strstr(err, "'lm_head.weight'") && strstr(err, "tie_word_embeddings"), "%s",
                   err);
     /* A llama config against mamba2 tensors: the embedding is the first miss. */
-    load_ok(fixture("llama"), &m);
+    load_ok(test_fixture("llama"), &m);
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_NOT_FOUND);
     ck_assert_ptr_nonnull(strstr(err, "'model.embed_tokens.weight'"));
     ck_assert_int_eq(llmem_model_config_check_tensors(NULL, st, err, sizeof err), LLMEM_E_INVALID);
@@ -383,16 +376,16 @@ END_TEST
 START_TEST(test_unused_tensors)
 {
     llmem_safetensors *st = NULL;
-    ck_assert_int_eq(llmem_safetensors_open(fixture("llama"), &st, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_safetensors_open(test_fixture("llama"), &st, err, sizeof err), LLMEM_OK);
     llmem_model_config m;
-    load_ok(fixture("llama"), &m);
+    load_ok(test_fixture("llama"), &m);
     ck_assert_int_eq(m.n_layers, 2);
     m.n_layers = 1;
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_E_CORRUPT);
     ck_assert_msg(strstr(err, "9 checkpoint tensors are not used by config.json") &&
                   strstr(err, "'model.layers.1.") && strstr(err, "1 layers"), "%s", err);
     /* the real config uses every tensor of the checkpoint */
-    load_ok(fixture("llama"), &m);
+    load_ok(test_fixture("llama"), &m);
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_OK);
     llmem_safetensors_close(st);
 }
@@ -428,9 +421,9 @@ static void copy_file(const char *from, const char *to, unsigned char **data, si
 START_TEST(test_check_weights_finite)
 {
     llmem_model_config m;
-    load_ok(fixture("llama"), &m);
+    load_ok(test_fixture("llama"), &m);
     llmem_safetensors *st = NULL;
-    ck_assert_int_eq(llmem_safetensors_open(fixture("llama"), &st, err, sizeof err), LLMEM_OK);
+    ck_assert_int_eq(llmem_safetensors_open(test_fixture("llama"), &st, err, sizeof err), LLMEM_OK);
     ck_assert_int_eq(llmem_model_config_check_tensors(&m, st, err, sizeof err), LLMEM_OK);
     ck_assert_msg(llmem_model_check_weights_finite(&m, st, err, sizeof err) == LLMEM_OK, "%s", err);
     llmem_tensor_info ti;
@@ -444,11 +437,11 @@ START_TEST(test_check_weights_finite)
     char cfg[512], path[512];
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    copy_file(fixture("llama/config.json"), cfg, NULL, NULL);
+    copy_file(test_fixture("llama/config.json"), cfg, NULL, NULL);
     unsigned char *d;
     size_t len;
     char src[600];
-    snprintf(src, sizeof src, "%s/model.safetensors", fixture("llama"));
+    snprintf(src, sizeof src, "%s/model.safetensors", test_fixture("llama"));
     copy_file(src, NULL, &d, &len);
     /* the tensor's data offset from the file's own header (format spec:
      * u64 little-endian header length, JSON header, data) */
@@ -656,7 +649,7 @@ START_TEST(test_load_errors)
     ck_assert_int_eq(llmem_model_config_parse(NULL, 0, &m, err, sizeof err), LLMEM_E_INVALID);
     /* A path to the file itself works too, and messages carry the path. */
     char p[600];
-    snprintf(p, sizeof p, "%s/config.json", fixture("llama"));
+    snprintf(p, sizeof p, "%s/config.json", test_fixture("llama"));
     load_ok(p, &m);
     char tmp[] = "/tmp/llmem_cfg_XXXXXX";
     int fd = mkstemp(tmp);

@@ -17,13 +17,6 @@
 
 static char err[512];
 
-static const char *fixture(const char *name)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
-    return p;
-}
-
 static llmem_status parse(const char *json, llmem_model_config *m)
 {
     err[0] = '\0';
@@ -51,7 +44,7 @@ static void expect_weight(const llmem_model_config *m, llmem_weight w, int32_t l
 START_TEST(test_fixture_lfm2)
 {
     llmem_model_config m;
-    cfg_check_fixture(fixture("lfm2"), &m);
+    cfg_check_fixture(test_fixture("lfm2"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_LFM2);
     ck_assert_str_eq(llmem_arch_name(m.arch), "lfm2");
     const llmem_layer_kind want[4] = {LLMEM_LAYER_SHORTCONV, LLMEM_LAYER_SHORTCONV,
@@ -77,7 +70,7 @@ END_TEST
 START_TEST(test_fixture_jamba)
 {
     llmem_model_config m;
-    cfg_check_fixture(fixture("jamba"), &m);
+    cfg_check_fixture(test_fixture("jamba"), &m);
     ck_assert_int_eq(m.arch, LLMEM_ARCH_JAMBA);
     for (int i = 0; i < 4; i++) {
         ck_assert_int_eq(m.layers[i].kind, i % 2 ? LLMEM_LAYER_ATTENTION : LLMEM_LAYER_MAMBA1);
@@ -178,12 +171,12 @@ START_TEST(test_jamba_int8_state_refused)
     p.ssm_dtype = LLMEM_DTYPE_I8;
     llmem_model *m = NULL;
     err[0] = '\0';
-    ck_assert_int_eq(llmem_model_load(fixture("jamba"), be, &p, &m, err, sizeof err),
+    ck_assert_int_eq(llmem_model_load(test_fixture("jamba"), be, &p, &m, err, sizeof err),
                      LLMEM_E_UNSUPPORTED);
     ck_assert_ptr_null(m);
     ck_assert_msg(strstr(err, "ssm_scan1") && strstr(err, "layer 0"), "%s", err);
     p.ssm_dtype = LLMEM_DTYPE_BF16; /* a float state loads */
-    ck_assert_msg(llmem_model_load(fixture("jamba"), be, &p, &m, err, sizeof err) == LLMEM_OK,
+    ck_assert_msg(llmem_model_load(test_fixture("jamba"), be, &p, &m, err, sizeof err) == LLMEM_OK,
                   "%s", err);
     llmem_model_free(m);
     llmem_backend_close(be);

@@ -15,16 +15,9 @@
 #include "llmem/runtime.h"
 #include "support/load_faults.h"
 
-static const char *fixture(void)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/llama", test_source_dir());
-    return p;
-}
-
 START_TEST(test_every_allocation_failure_has_a_reason)
 {
-    lf_every_allocation_fails(fixture(), 3);
+    lf_every_allocation_fails(test_fixture("llama"), 3);
 }
 END_TEST
 
@@ -41,7 +34,7 @@ START_TEST(test_check_tensors_option)
     p.n_seq_max = 1;
     p.n_ctx = 32;
     llmem_model *m = NULL;
-    ck_assert_msg(llmem_model_load(fixture(), be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_msg(llmem_model_load(test_fixture("llama"), be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
     llmem_model_free(m);
     llmem_backend_close(be);
 }

@@ -28,26 +28,14 @@
 
 static const char *fixture(void)
 {
-    static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/qwen3_next", test_source_dir());
-    return p;
+    return test_fixture("qwen3_next");
 }
 
 static char *read_file(const char *name)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/%s", fixture(), name);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(s);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
+    return fx_read_file(path, NULL);
 }
 
 static int json_int(const cJSON *o, const char *k)

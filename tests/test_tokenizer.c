@@ -13,6 +13,7 @@
 
 #include "llmem/tokenizer.h"
 #include "support/run.h"
+#include "support/fixture_case.h"
 
 /* format prefix of a path in the tokenizer fixtures; its %s is
  * test_source_dir() (run.h), so a carried build finds them too */
@@ -202,15 +203,7 @@ static int json_added_id(const char *kind, const char *content)
 {
     char path[512];
     snprintf(path, sizeof path, FIX "%s/tokenizer.json", test_source_dir(), kind);
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = 0;
-    fclose(f);
+    char *s = fx_read_file(path, NULL);
     cJSON *root = cJSON_Parse(s);
     free(s);
     int id = -1;

@@ -27,13 +27,6 @@
 #include "llmem/recurrent.h"
 #include "llmem/runtime.h"
 
-static const char *fixture(const char *name)
-{
-    static char p[512];
-    snprintf(p, sizeof p, "%s/tests/fixtures/%s", test_source_dir(), name);
-    return p;
-}
-
 static llmem_model_params params(int32_t tp)
 {
     llmem_model_params p = llmem_model_default_params();
@@ -50,7 +43,7 @@ static llmem_model *load(const char *name, llmem_backend *be, int32_t tp)
     char err[512];
     llmem_model *m = NULL;
     llmem_model_params p = params(tp);
-    ck_assert_msg(llmem_model_load(fixture(name), be, &p, &m, err, sizeof err) == LLMEM_OK,
+    ck_assert_msg(llmem_model_load(test_fixture(name), be, &p, &m, err, sizeof err) == LLMEM_OK,
                   "%s --tp %d: %s", name, tp, err);
     return m;
 }
@@ -269,18 +262,18 @@ START_TEST(test_bad_input)
     llmem_model *m = NULL;
     ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
     llmem_model_params p = params(-1);
-    ck_assert_int_eq(llmem_model_load(fixture("llama"), be, &p, &m, err, sizeof err),
+    ck_assert_int_eq(llmem_model_load(test_fixture("llama"), be, &p, &m, err, sizeof err),
                      LLMEM_E_INVALID);
     p.tp = 65;
-    ck_assert_int_eq(llmem_model_load(fixture("llama"), be, &p, &m, err, sizeof err),
+    ck_assert_int_eq(llmem_model_load(test_fixture("llama"), be, &p, &m, err, sizeof err),
                      LLMEM_E_INVALID);
     p.tp = 3;
-    ck_assert_int_eq(llmem_model_load(fixture("llama"), be, &p, &m, err, sizeof err),
+    ck_assert_int_eq(llmem_model_load(test_fixture("llama"), be, &p, &m, err, sizeof err),
                      LLMEM_E_INVALID);
     ck_assert_msg(strstr(err, "num_attention_heads") && strstr(err, "--tp 3"), "%s", err);
     ck_assert_ptr_null(m);
     p.tp = 2;
-    ck_assert_int_eq(llmem_model_load(fixture("jamba"), be, &p, &m, err, sizeof err),
+    ck_assert_int_eq(llmem_model_load(test_fixture("jamba"), be, &p, &m, err, sizeof err),
                      LLMEM_E_UNSUPPORTED);
     ck_assert_msg(strstr(err, "not split yet"), "%s", err);
     /* every device allocation of a --tp 2 load failing in turn (be's hook
@@ -300,7 +293,7 @@ START_TEST(test_bad_input)
         h.fail_at = k;
         m = NULL;
         strcpy(err, "stale");
-        llmem_status s = llmem_model_load(fixture("bamba"), be, &p, &m, err, sizeof err);
+        llmem_status s = llmem_model_load(test_fixture("bamba"), be, &p, &m, err, sizeof err);
         ck_assert_msg(s == LLMEM_E_NO_MEMORY, "allocation %lld: %s (%s)", (long long)k,
                       llmem_status_str(s), err);
         ck_assert_ptr_null(m);

@@ -1,6 +1,7 @@
 /* llmem tests: reading one case of a transformers fixture (fixture_case.h). */
 #include "support/fixture_case.h"
 
+#include <check.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,4 +48,22 @@ int32_t fx_case_load(const char *dir, const char *id, int32_t *tok, double *ref,
     return read_array(dir, "reference.jsonl", id, "logprobs", NULL, ref, cap > 0 ? cap - 1 : 0) < 0
                ? -1
                : n;
+}
+
+char *fx_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    ck_assert_msg(n >= 0, "cannot size %s", path);
+    rewind(f);
+    char *s = malloc((size_t)n + 1);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(fread(s, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
+    s[n] = '\0';
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return s;
 }

@@ -4,6 +4,7 @@
 #define LLMEM_TEST_RUN_H
 
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -19,6 +20,15 @@ static inline const char *test_source_dir(void)
     if (e && *e)
         return e;
     return access(LLMEM_SOURCE_DIR "/tests/fixtures", F_OK) == 0 ? LLMEM_SOURCE_DIR : ".";
+}
+
+/* test_source_dir()/tests/fixtures/name, in a buffer of the including
+ * file that the next call overwrites. */
+static inline const char *test_fixture(const char *name)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/tests/fixtures/%s", test_source_dir(), name);
+    return path;
 }
 #endif
 
