@@ -95,20 +95,10 @@ END_TEST
  * K and 32 of V, one host entry 64 bytes. */
 static llmem_memory *kv_tiered(llmem_backend *be, int32_t n_pages, int64_t host_bytes, bool poison)
 {
-    llmem_kv_cache_params p = llmem_kv_cache_default_params();
-    p.n_layers = 1;
-    p.n_kv_heads = 1;
-    p.head_dim = 2;
-    p.dtype = LLMEM_DTYPE_F32;
-    p.page_size = 4;
-    p.n_pages = n_pages;
-    p.n_seq_max = 2;
+    llmem_kv_cache_params p = mt_kv_params(4, n_pages, 2);
     p.poison = poison;
     p.host_tier_bytes = host_bytes;
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
+    return mt_kv_create(be, &p);
 }
 
 /* K = (token, 1), V = (-2 * token, 0.5) in every stored slot. */

@@ -37,15 +37,7 @@ static llmem_memory *tiered_hybrid(llmem_backend *be, int32_t n_pages, int32_t n
                                  .n_seq_max = 3, .n_ckpt = n_ckpt, .poison = true,
                                  .n_snapshots = n_snapshots, .snap_interval = snap_interval,
                                  .host_tier_bytes = host_bytes};
-    llmem_kv_cache_params kp = llmem_kv_cache_default_params();
-    kp.n_layers = 1;
-    kp.n_kv_heads = 1;
-    kp.head_dim = 2;
-    kp.dtype = LLMEM_DTYPE_F32;
-    kp.page_size = 4;
-    kp.n_pages = n_pages;
-    kp.n_seq_max = 3;
-    kp.poison = true;
+    llmem_kv_cache_params kp = mt_kv_params(4, n_pages, 3);
     kp.host_tier_bytes = host_bytes;
     llmem_memory *h = NULL;
     char err[256] = "";

@@ -340,20 +340,11 @@ static void sc_destroy(sc_check *k)
 
 static llmem_memory *win_kv(llmem_backend *be)
 {
-    llmem_kv_cache_params p = llmem_kv_cache_default_params();
-    p.n_layers = 1;
-    p.n_kv_heads = 1;
-    p.head_dim = 2;
-    p.dtype = LLMEM_DTYPE_F32;
-    p.page_size = 4;
-    p.n_pages = 24;
-    p.n_seq_max = N_SEQ;
+    llmem_kv_cache_params p = mt_kv_params(4, 24, N_SEQ);
+    p.poison = false;
     p.window = 6;
     p.window_slack = 4;
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
+    return mt_kv_create(be, &p);
 }
 
 static llmem_memory *rsum_mem(llmem_backend *be)

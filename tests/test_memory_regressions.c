@@ -12,43 +12,16 @@
 #include <xxhash.h>
 
 #include "llmem/llmem.h"
+#include "support/le64.h"
+#include "support/memtest.h"
 
-static llmem_backend *cpu(void)
-{
-    llmem_backend *be = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_backend_open("cpu", -1, &be, err, sizeof err) == LLMEM_OK, "%s", err);
-    return be;
-}
-
+/* The KV cache of these cases: 1 layer, 1 head of head_dim 4, f32. */
 static llmem_memory *kv(llmem_backend *be, int32_t ps, int32_t n_pages, int32_t n_seq)
 {
-    llmem_kv_cache_params p = llmem_kv_cache_default_params();
-    p.n_layers = 1;
-    p.n_kv_heads = 1;
+    llmem_kv_cache_params p = mt_kv_params(ps, n_pages, n_seq);
     p.head_dim = 4;
-    p.dtype = LLMEM_DTYPE_F32;
-    p.page_size = ps;
-    p.n_pages = n_pages;
-    p.n_seq_max = n_seq;
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
-}
-
-static llmem_memory *rs(llmem_backend *be, int32_t n_seq, int32_t n_ckpt)
-{
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params p = {.n_layers = 1, .n_states = n_states, .states = states,
-                                .n_seq_max = n_seq, .n_ckpt = n_ckpt};
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
+    p.poison = false;
+    return mt_kv_create(be, &p);
 }
 
 /* A batch: token i is toks[i] at pos[i] in sequences ids[i][0..nids[i]). */
@@ -109,7 +82,7 @@ static void assert_check(llmem_memory *m)
  * Contract: a page written to is re-hashed when it becomes full again. */
 START_TEST(kv_page_written_in_place_keeps_stale_hash)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 16, 4);
     tb t = {0};
     for (int32_t j = 0; j < 4; j++) { /* seq 0 and seq 1: the same page, one batch */
@@ -148,8 +121,8 @@ END_TEST
  * sequence keeps its current state. */
 START_TEST(rs_release_after_apply_keeps_current_state)
 {
-    llmem_backend *be = cpu();
-    llmem_memory *m = rs(be, 2, 0);
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = mt_rs(be, 2, 0);
     tb t = {0};
     tb_add(&t, 1, 0, 0, -1);
     tb_add(&t, 2, 0, 1, -1);
@@ -180,8 +153,8 @@ END_TEST
  * state for the tokens it holds. */
 START_TEST(rs_shared_token_over_different_lengths)
 {
-    llmem_backend *be = cpu();
-    llmem_memory *m = rs(be, 2, 0);
+    llmem_backend *be = mt_cpu();
+    llmem_memory *m = mt_rs(be, 2, 0);
     tb t = {0};
     for (int32_t j = 0; j < 3; j++)
         tb_add(&t, 1 + j, j, 0, -1);
@@ -209,7 +182,7 @@ END_TEST
  * own base.plan was NULL). The same check on a plain KV cache passes. */
 START_TEST(hybrid_check_during_plan)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     for (int32_t hybrid = 0; hybrid < 2; hybrid++) {
         llmem_memory *m = kv(be, 4, 8, 2);
         if (hybrid) {
@@ -243,7 +216,7 @@ END_TEST
  * children or none; a failed plan leaves the memory unchanged. */
 START_TEST(hybrid_failed_plan_changes_first_child)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 4, 16, 2), kv(be, 4, 2, 2)};
     int32_t map[2] = {0, 1};
     llmem_memory *m = NULL;
@@ -289,7 +262,7 @@ END_TEST
  * every child's space before any child evicts. */
 START_TEST(hybrid_failed_plan_evicts_in_first_child)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 4, 4, 2), kv(be, 4, 2, 2)};
     int32_t map[2] = {0, 1};
     llmem_memory *m = NULL;
@@ -328,7 +301,7 @@ END_TEST
  * waits for a K-shift is in shift_slot of the first ubatch, once. */
 START_TEST(kv_deferred_copy_misses_pending_kshift)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 8, 2);
     tb t = {0};
     for (int32_t j = 0; j < 3; j++) /* a partial page */
@@ -373,20 +346,6 @@ static uint8_t *stream(llmem_memory *m, int32_t seq, size_t *n)
     return b;
 }
 
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int k = 0; k < 8; k++)
-        v |= (uint64_t)p[k] << (8 * k);
-    return v;
-}
-
-static void wr64(uint8_t *p, uint64_t v)
-{
-    for (int k = 0; k < 8; k++)
-        p[k] = (uint8_t)(v >> (8 * k));
-}
-
 /* Hybrid state I/O: every section is valid on its own, but the KV section
  * says the sequence holds 5 tokens and the recurrent one 3. The stream was
  * accepted and the children disagreed (llmem_memory_check: "sequence 1
@@ -394,8 +353,8 @@ static void wr64(uint8_t *p, uint64_t v)
  * 7): a mismatched stream is refused and the memory is left as it was. */
 START_TEST(hybrid_state_read_sections_disagree)
 {
-    llmem_backend *be = cpu();
-    llmem_memory *kids[2] = {kv(be, 4, 16, 2), rs(be, 2, 1)};
+    llmem_backend *be = mt_cpu();
+    llmem_memory *kids[2] = {kv(be, 4, 16, 2), mt_rs(be, 2, 1)};
     int32_t map[2] = {0, 1};
     llmem_memory *m = NULL;
     ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
@@ -413,12 +372,12 @@ START_TEST(hybrid_state_read_sections_disagree)
     uint8_t *b = stream(m, 0, &nb);
     /* a: header, KV section (5 tokens), recurrent section, trailer;
      * splice a's KV section with b's recurrent section */
-    size_t kv_end = 16 + 16 + (size_t)rd64(a + 16), b_kv_end = 16 + 16 + (size_t)rd64(b + 16);
+    size_t kv_end = 16 + 16 + (size_t)le64_read(a + 16), b_kv_end = 16 + 16 + (size_t)le64_read(b + 16);
     size_t rs_len = nb - 8 - b_kv_end, n = kv_end + rs_len + 8;
     uint8_t *x = malloc(n);
     memcpy(x, a, kv_end);
     memcpy(x + kv_end, b + b_kv_end, rs_len);
-    wr64(x + n - 8, XXH3_64bits(x, n - 8));
+    le64_write(x + n - 8, XXH3_64bits(x, n - 8));
     llmem_status st = llmem_memory_state_read(m, 1, x, n, NULL, 0);
     ck_assert_msg(st != LLMEM_OK, "a stream whose sections disagree was accepted");
     ck_assert_int_eq(llmem_memory_seq_len(m, 1), 0);
@@ -438,10 +397,10 @@ END_TEST
  * with a reason, and the memory unchanged. KV cache and recurrent. */
 START_TEST(state_n_seq_max_mismatch_is_invalid)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     for (int kind = 0; kind < 2; kind++) {
-        llmem_memory *big = kind ? rs(be, 4, 1) : kv(be, 4, 8, 4);
-        llmem_memory *small = kind ? rs(be, 2, 1) : kv(be, 4, 8, 2);
+        llmem_memory *big = kind ? mt_rs(be, 4, 1) : kv(be, 4, 8, 4);
+        llmem_memory *small = kind ? mt_rs(be, 2, 1) : kv(be, 4, 8, 2);
         tb t = {0};
         for (int32_t i = 0; i < 3; i++)
             tb_add(&t, 7 + i, i, 3, -1);
@@ -475,7 +434,7 @@ END_TEST
  * LLMEM_E_CORRUPT). */
 START_TEST(position_int32_max)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 8, 2);
     tb t = {0};
     tb_add(&t, 1, INT32_MAX, 0, -1);
@@ -491,8 +450,8 @@ START_TEST(position_int32_max)
     size_t at = 16 + 16 + 20 + 8 + 4;
     int32_t big = INT32_MAX;
     memcpy(s + at, &big, 4);
-    wr64(s + 24, XXH3_64bits(s + 32, (size_t)rd64(s + 16)));
-    wr64(s + n - 8, XXH3_64bits(s, n - 8));
+    le64_write(s + 24, XXH3_64bits(s + 32, (size_t)le64_read(s + 16)));
+    le64_write(s + n - 8, XXH3_64bits(s, n - 8));
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
     llmem_status st = llmem_memory_state_read(m, 0, s, n, NULL, 0);
     if (st == LLMEM_OK) /* then the next plan must not overflow */
@@ -514,7 +473,7 @@ END_TEST
  * 0: no common multiple of 3 and 4 fits in 8 tokens). */
 START_TEST(hybrid_prefix_whole_pages_in_every_child)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 3, 16, 2), kv(be, 4, 16, 2)};
     int32_t map[2] = {0, 1};
     llmem_memory *m = NULL;
@@ -564,7 +523,7 @@ static int32_t cached_of(llmem_memory *m, tb *t, int32_t seq)
  * pages, and the follow-up 1..12,13 may skip all but its last token. */
 START_TEST(kv_duplicate_prefix_chain_by_content)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 16, 4);
     tb t = {0};
     for (int32_t j = 0; j < 12; j++) {
@@ -589,7 +548,7 @@ END_TEST
  * are cached. Contract: the held copy is found (8 = two whole pages of 4). */
 START_TEST(kv_duplicate_prefix_found_after_eviction)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 8, 4);
     tb t = {0};
     for (int32_t j = 0; j < 8; j++) {
@@ -625,7 +584,7 @@ END_TEST
  * copy), and its old content is no longer found. */
 START_TEST(kv_exact_fit_after_rollback)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 2, 2);
     tb t = {0};
     for (int32_t j = 0; j < 8; j++)
@@ -660,7 +619,7 @@ END_TEST
  * with their tokens. */
 START_TEST(kv_state_stream_keeps_sharing)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 8, 4);
     tb t = {0};
     for (int32_t j = 0; j < 16; j++)
@@ -697,7 +656,7 @@ END_TEST
  * middle of its history) and changes nothing. */
 START_TEST(kv_context_shift)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 3, 1);
     tb t = {0};
     for (int32_t j = 0; j < 12; j++)
@@ -721,7 +680,7 @@ START_TEST(kv_context_shift)
     assert_check(m);
     llmem_memory_destroy(m);
 
-    llmem_memory *kids[2] = {kv(be, 4, 8, 1), rs(be, 1, 1)};
+    llmem_memory *kids[2] = {kv(be, 4, 8, 1), mt_rs(be, 1, 1)};
     int32_t map[2] = {0, 1};
     ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
     t.n = 0;

@@ -28,15 +28,7 @@ static const int32_t state_counts[1] = {1};
 
 static llmem_kv_cache_params kv_params(int64_t budget, int64_t host)
 {
-    llmem_kv_cache_params p = llmem_kv_cache_default_params();
-    p.n_layers = 1;
-    p.n_kv_heads = 1;
-    p.head_dim = 2;
-    p.dtype = LLMEM_DTYPE_F32;
-    p.page_size = 4;
-    p.n_pages = 32;
-    p.n_seq_max = 2;
-    p.poison = true;
+    llmem_kv_cache_params p = mt_kv_params(4, 32, 2);
     p.prefix_cache_bytes = budget;
     p.host_tier_bytes = host;
     return p;

@@ -173,15 +173,8 @@ static llmem_memory *hybrid(llmem_backend *be, const cfg *c, bool reuse, llmem_m
                                  .snap_interval = reuse ? c->interval : 0,
                                  .host_tier_bytes = reuse ? c->host_bytes : 0,
                                  .prefix_cache_bytes = reuse ? c->budget : 0};
-    llmem_kv_cache_params kp = llmem_kv_cache_default_params();
-    kp.n_layers = 1;
-    kp.n_kv_heads = 1;
-    kp.head_dim = 2;
-    kp.dtype = LLMEM_DTYPE_F32;
-    kp.page_size = c->page_size;
-    kp.n_pages = reuse ? c->n_pages : NSEQ * (MAXT + 1);
-    kp.n_seq_max = NSEQ;
-    kp.poison = true;
+    llmem_kv_cache_params kp = mt_kv_params(c->page_size, reuse ? c->n_pages : NSEQ * (MAXT + 1),
+                                            NSEQ);
     kp.no_prefix_cache = !reuse;
     kp.host_tier_bytes = reuse ? c->host_bytes : 0;
     kp.prefix_cache_bytes = reuse ? c->budget : 0;

@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "fuzz/fuzz_common.h"
+#include "support/le64.h"
 
 #define N_SEQ 3
 
@@ -74,20 +75,6 @@ static void setup(void)
     }
 }
 
-static uint64_t rd64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int k = 0; k < 8; k++)
-        v |= (uint64_t)p[k] << (8 * k);
-    return v;
-}
-
-static void wr64(uint8_t *p, uint64_t v)
-{
-    for (int k = 0; k < 8; k++)
-        p[k] = (uint8_t)(v >> (8 * k));
-}
-
 /* Makes section sizes fit the stream and recomputes every checksum
  * (docs/state-format.md). */
 static void repair(uint8_t *b, size_t n)
@@ -97,14 +84,14 @@ static void repair(uint8_t *b, size_t n)
     size_t end = n - 8, at = 16;
     uint32_t ns = (uint32_t)b[12] | (uint32_t)b[13] << 8;
     for (uint32_t i = 0; i < ns && i < 8 && at + 16 <= end; i++) {
-        uint64_t len = rd64(b + at);
+        uint64_t len = le64_read(b + at);
         if (len > end - at - 16)
             len = end - at - 16;
-        wr64(b + at, len);
-        wr64(b + at + 8, XXH3_64bits(b + at + 16, (size_t)len));
+        le64_write(b + at, len);
+        le64_write(b + at + 8, XXH3_64bits(b + at + 16, (size_t)len));
         at += 16 + (size_t)len;
     }
-    wr64(b + end, XXH3_64bits(b, end));
+    le64_write(b + end, XXH3_64bits(b, end));
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

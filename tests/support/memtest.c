@@ -10,8 +10,7 @@ llmem_backend *mt_cpu(void)
     return be;
 }
 
-static llmem_memory *kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
-                        bool prefix, bool poison, int32_t window, int32_t slack)
+llmem_kv_cache_params mt_kv_params(int32_t page_size, int32_t n_pages, int32_t n_seq_max)
 {
     llmem_kv_cache_params p = llmem_kv_cache_default_params();
     p.n_layers = 1;
@@ -21,14 +20,27 @@ static llmem_memory *kv(llmem_backend *be, int32_t page_size, int32_t n_pages, i
     p.page_size = page_size;
     p.n_pages = n_pages;
     p.n_seq_max = n_seq_max;
+    p.poison = true;
+    return p;
+}
+
+llmem_memory *mt_kv_create(llmem_backend *be, const llmem_kv_cache_params *p)
+{
+    llmem_memory *m = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_kv_cache_create(be, p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    return m;
+}
+
+static llmem_memory *kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
+                        bool prefix, bool poison, int32_t window, int32_t slack)
+{
+    llmem_kv_cache_params p = mt_kv_params(page_size, n_pages, n_seq_max);
     p.no_prefix_cache = !prefix;
     p.poison = poison;
     p.window = window;
     p.window_slack = slack;
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_kv_cache_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
+    return mt_kv_create(be, &p);
 }
 
 llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,

@@ -7,6 +7,13 @@
 
 /* Opens the cpu backend (fails the test otherwise). */
 llmem_backend *mt_cpu(void);
+/* Parameters of a KV cache with 1 layer, 1 head of head_dim 2, f32 (8
+ * bytes of K and 8 of V per token), poisoned, with the given page size (in
+ * tokens), pages and sequences; every other field at its default. */
+llmem_kv_cache_params mt_kv_params(int32_t page_size, int32_t n_pages, int32_t n_seq_max);
+/* llmem_kv_cache_create of p, which must succeed (a Check failure with the
+ * library's message otherwise). */
+llmem_memory *mt_kv_create(llmem_backend *be, const llmem_kv_cache_params *p);
 /* KV cache with 1 layer, 1 head, head_dim 2, f32. */
 llmem_memory *mt_kv(llmem_backend *be, int32_t page_size, int32_t n_pages, int32_t n_seq_max,
                     bool prefix, bool poison);
