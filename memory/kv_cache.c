@@ -217,8 +217,8 @@ void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
 void kv_seq_drop(kv_cache *kv, kv_seq *s)
 {
     kv_drop_pages_from(kv, s, 0);
-    s->tokens.n = s->pos.n = 0;
-    pos_meta_truncated(&s->pm, &s->pos);
+    s->tokens.n = 0;
+    seq_pos_clear(&s->pos);
 }
 
 bool page_writable(const kv_cache *kv, int32_t p)
@@ -331,17 +331,21 @@ static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bo
     if (kv->p.window > 0)
         return LLMEM_E_STATE; /* a hole would move keys into the window */
     for (int32_t j = 0; j < n; j++)
-        if (pos_in_range(s->pos.v[j], p0, p1)) {
+        if (pos_in_range(seq_pos_at(&s->pos, j), p0, p1)) {
             if (a < 0)
                 a = j;
             cnt++;
         }
     int32_t b = a + cnt;
     for (int32_t j = a; j < b; j++)
-        if (!pos_in_range(s->pos.v[j], p0, p1))
+        if (!pos_in_range(seq_pos_at(&s->pos, j), p0, p1))
             return LLMEM_E_STATE; /* not one run */
     if (a < 0 || a % ps || b % ps)
         return LLMEM_E_STATE; /* a hole inside a page */
+    /* the positions left are no longer one run: stored now (in the dry
+     * run too, so that the real one cannot fail) */
+    if (!seq_pos_store(&s->pos, 0))
+        return LLMEM_E_NO_MEMORY;
     if (dry)
         return LLMEM_OK;
     int32_t pa = a / ps, pb = b / ps;
@@ -350,9 +354,9 @@ static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bo
     memmove(s->pages.v + pa, s->pages.v + pb, (size_t)(s->pages.n - pb) * sizeof *s->pages.v);
     s->pages.n -= pb - pa;
     memmove(s->tokens.v + a, s->tokens.v + b, (size_t)(n - b) * sizeof *s->tokens.v);
-    memmove(s->pos.v + a, s->pos.v + b, (size_t)(n - b) * sizeof *s->pos.v);
-    s->tokens.n = s->pos.n = n - cnt;
-    pos_meta_reset(&s->pm, &s->pos);
+    memmove(s->pos.v.v + a, s->pos.v.v + b, (size_t)(n - b) * sizeof *s->pos.v.v);
+    s->tokens.n = s->pos.v.n = n - cnt;
+    seq_pos_meta_reset(&s->pos);
     kv_pt_changed(s, pa);
     return LLMEM_OK;
 }
@@ -362,7 +366,7 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
     kv_cache *kv = kv_of(mem);
     kv_seq *s = &kv->seqs[seq];
     /* O(log n + pages removed) while positions are in order */
-    int32_t n = s->tokens.n, first = pos_suffix_start(&s->pos, &s->pm, p0, p1);
+    int32_t n = s->tokens.n, first = seq_pos_suffix_start(&s->pos, p0, p1);
     if (first < 0)
         return rm_pages(kv, s, p0, p1, dry);
     if (first == n)
@@ -374,8 +378,8 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
     kv_drop_pages_from(kv, s, n_pages_for_len(kv, first));
     if (s->lost > first) /* a window of 1 may cut into what it lost */
         s->lost = first;
-    s->tokens.n = s->pos.n = first;
-    pos_meta_truncated(&s->pm, &s->pos);
+    s->tokens.n = first;
+    seq_pos_truncate(&s->pos, first);
     if (first % kv->p.page_size) {
         /* its tail will be overwritten: a page no one else holds leaves the
          * index and is written in place (no copy, so an append that fits
@@ -394,14 +398,14 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
 {
     kv_cache *kv = kv_of(mem);
     kv_seq *a = &kv->seqs[src], *b = &kv->seqs[dst];
-    int32_t k = pos_prefix_len(&a->pos, &a->pm, p0, p1);
+    int32_t k = seq_pos_prefix_len(&a->pos, p0, p1);
     if (k < 0 || !swa_cut_ok(kv, a, k))
         return LLMEM_E_STATE; /* only a prefix of src that still holds its window */
     int32_t np = n_pages_for_len(kv, k);
     if (dry)
         return LLMEM_OK;
     if (!i32vec_reserve(&b->pages, np) || !i32vec_reserve(&b->tokens, k) ||
-        !i32vec_reserve(&b->pos, k))
+        (a->pos.stored && !seq_pos_reserve(&b->pos, k)))
         return LLMEM_E_NO_MEMORY;
     kv_seq_drop(kv, b);
     for (int32_t j = 0; j < np; j++) {
@@ -414,10 +418,8 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     b->lost = a->lost < k ? a->lost : k;
     kv_pt_changed(b, 0);
     i32_copy(b->tokens.v, a->tokens.v, k);
-    i32_copy(b->pos.v, a->pos.v, k);
-    b->tokens.n = b->pos.n = k;
-    b->pm = a->pm;
-    pos_meta_truncated(&b->pm, &b->pos);
+    b->tokens.n = k;
+    (void)seq_pos_copy_prefix(&b->pos, &a->pos, k); /* room reserved above */
     return LLMEM_OK;
 }
 
@@ -439,7 +441,7 @@ static llmem_status shift_positions(kv_cache *kv, int32_t seq, int32_t p0, int32
     kv_seq *s = &kv->seqs[seq];
     int32_t ps = kv->p.page_size, n_cow = 0, last_page = -1;
     for (int32_t j = 0; j < s->tokens.n; j++) {
-        int32_t pos = s->pos.v[j];
+        int32_t pos = seq_pos_at(&s->pos, j);
         if (!pos_in_range(pos, p0, p1))
             continue;
         int64_t np = div ? pos / div : (int64_t)pos + delta;
@@ -452,11 +454,15 @@ static llmem_status shift_positions(kv_cache *kv, int32_t seq, int32_t p0, int32
     }
     if (n_cow > page_pool_available(&kv->pool))
         return LLMEM_E_NO_SPACE;
+    /* shifted positions are stored (in the dry run too, so that the real
+     * one cannot fail for it) */
+    if (!seq_pos_store(&s->pos, 0))
+        return LLMEM_E_NO_MEMORY;
     if (dry)
         return LLMEM_OK;
     last_page = -1;
     for (int32_t j = 0; j < s->tokens.n; j++) {
-        int32_t pos = s->pos.v[j];
+        int32_t pos = s->pos.v.v[j];
         if (!pos_in_range(pos, p0, p1))
             continue;
         if (j / ps != last_page) {
@@ -476,9 +482,9 @@ static llmem_status shift_positions(kv_cache *kv, int32_t seq, int32_t p0, int32
         kv->shift[slot] += np - pos;
         kv->page_shift[slot / ps] = 1;
         kv->shift_pending = true;
-        s->pos.v[j] = np;
+        s->pos.v.v[j] = np;
     }
-    pos_meta_reset(&s->pm, &s->pos);
+    seq_pos_meta_reset(&s->pos);
     return LLMEM_OK;
 }
 
@@ -496,12 +502,12 @@ static llmem_status kv_seq_div(llmem_memory *mem, int32_t seq, int32_t p0, int32
 
 static int32_t kv_pos_min(llmem_memory *mem, int32_t seq)
 {
-    return kv_of(mem)->seqs[seq].pm.min;
+    return kv_of(mem)->seqs[seq].pos.pm.min;
 }
 
 static int32_t kv_pos_max(llmem_memory *mem, int32_t seq)
 {
-    return kv_of(mem)->seqs[seq].pm.max;
+    return kv_of(mem)->seqs[seq].pos.pm.max;
 }
 
 static int32_t kv_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
@@ -522,9 +528,9 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     kv_cache *kv = kv_of(mem);
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         kv_seq *q = &kv->seqs[s];
-        q->pages.n = q->tokens.n = q->pos.n = 0;
+        q->pages.n = q->tokens.n = 0;
         q->last = q->prev = -1;
-        q->pm = (pos_meta){-1, -1, false};
+        seq_pos_clear(&q->pos);
         q->row = -1;
         q->row_cap = q->synced = q->dropped = q->lost = 0;
     }
@@ -575,7 +581,7 @@ static void kv_destroy(llmem_memory *mem)
     for (int32_t s = 0; kv->seqs && s < mem->n_seq_max; s++) {
         i32vec_free(&kv->seqs[s].pages);
         i32vec_free(&kv->seqs[s].tokens);
-        i32vec_free(&kv->seqs[s].pos);
+        i32vec_free(&kv->seqs[s].pos.v);
     }
     seq_heap_destroy(kv->heap);
     free(kv->seqs);
@@ -739,11 +745,11 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     kv->heap = seq_heap_create();
     for (int32_t s = 0; s < p->n_seq_max; s++) {
         kv_seq *q = &kv->seqs[s];
-        q->pm = (pos_meta){-1, -1, false};
+        seq_pos_clear(&q->pos);
         q->row = -1;
         q->last = q->prev = -1;
         if (!seq_heap_attach(kv->heap, &q->pages) || !seq_heap_attach(kv->heap, &q->tokens) ||
-            !seq_heap_attach(kv->heap, &q->pos)) {
+            !seq_heap_attach(kv->heap, &q->pos.v)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for %d sequences",
                        p->n_seq_max);
             goto fail;

@@ -12,12 +12,12 @@
 #include "memory/page_pool.h"
 #include "memory/page_rows.h"
 #include "memory/seq_heap.h"
+#include "memory/seq_pos.h"
 
 typedef struct kv_seq {
     i32vec pages;  /* page table; entries past ceil(len / page_size) are plan reservations */
     i32vec tokens; /* committed token ids (-1 for embeddings) */
-    i32vec pos;    /* committed positions */
-    pos_meta pm;   /* of pos */
+    seq_pos pos;   /* committed positions (a run while they are one) */
     /* The page table's persistent row (page_rows.h): entries [0, synced)
      * of the row equal pages.v[0, synced); kv_pt_changed lowers synced
      * whenever an entry changes, the next plan rewrites the rest. */
@@ -194,7 +194,7 @@ static inline void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, boo
             return; /* the chain is broken (or left the window) below this page */
         const int32_t *tok = s->tokens.v + (size_t)k * (size_t)ps;
         for (int32_t j = 0; j < ps; j++)
-            if (s->pos.v[k * ps + j] != k * ps + j || tok[j] < 0 || kv->page_shift[p])
+            if (seq_pos_at(&s->pos, k * ps + j) != k * ps + j || tok[j] < 0 || kv->page_shift[p])
                 return; /* shifted positions or embeddings: not reusable */
         pp->parent_hash[p] = prev >= 0 ? pp->hash[prev] : PAGE_HASH_SEED;
         pp->hash[p] = page_hash(pp->parent_hash[p], tok, ps);

@@ -623,31 +623,33 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         if (k + 8 < ub->n_tokens) { /* decode: a sequence per token, tails far apart */
             const kv_seq *ahead = &kv->seqs[stream_seq(plan, i, ub->seq[k + 8], 0)];
             i32vec_prefetch_tail(&ahead->tokens);
-            i32vec_prefetch_tail(&ahead->pos);
+            if (ahead->pos.stored)
+                i32vec_prefetch_tail(&ahead->pos.v);
         }
         for (int32_t m = 0; m < stream_n(plan, i, s); m++) {
             int32_t q = stream_seq(plan, i, s, m);
             kv_seq *sq = &kv->seqs[q];
             int32_t c = plan->n_cached[q];
             if (c > 0 && sq->tokens.n == 0) {
-                if (!i32vec_reserve(&sq->tokens, c) || !i32vec_reserve(&sq->pos, c)) {
+                if (!i32vec_reserve(&sq->tokens, c)) {
                     publish_flush(kv);
                     return LLMEM_E_NO_MEMORY;
                 }
-                for (int32_t j = 0; j < c; j++) {
+                for (int32_t j = 0; j < c; j++)
                     sq->tokens.v[j] = plan->seq_tokens[q][j];
-                    sq->pos.v[j] = j;
-                }
-                sq->tokens.n = sq->pos.n = c;
-                sq->pm = (pos_meta){0, c - 1, false};
+                sq->tokens.n = c;
+                seq_pos_set_run(&sq->pos, c, 0);
                 kv->prefix_hits += c;
             }
-            if (!i32vec_push(&sq->tokens, ub->token ? ub->token[k] : -1) ||
-                !i32vec_push(&sq->pos, ub->pos[k])) {
+            if (!i32vec_push(&sq->tokens, ub->token ? ub->token[k] : -1)) {
                 publish_flush(kv);
                 return LLMEM_E_NO_MEMORY;
             }
-            pos_meta_push(&sq->pm, ub->pos[k]);
+            if (!seq_pos_push(&sq->pos, ub->pos[k])) {
+                sq->tokens.n--; /* token and position go together */
+                publish_flush(kv);
+                return LLMEM_E_NO_MEMORY;
+            }
             if (sq->tokens.n % ps == 0)
                 publish_pages(kv, sq, sq->tokens.n / ps - 1, true);
         }

@@ -46,7 +46,7 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int3
     llmem_state_put_i32(w, share_from);
     llmem_state_put_i32(w, shared_len);
     llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
-    llmem_state_put(w, s->pos.v, (size_t)n * sizeof(int32_t));
+    seq_pos_put(&s->pos, w, n);
     int32_t skip = swa_skip(kv, s); /* tokens whose pages left the window */
     for (int32_t j = 0; j < n; j++) /* pending K-shift of each slot; lost rows marked */
         llmem_state_put_i32(w, j < s->lost ? KV_ROW_LOST : kv->shift[kv_slot(kv, s, j)]);
@@ -343,7 +343,7 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         kv_seq *s = &kv->seqs[seq >= 0 ? seq : e->seq];
         int32_t np = llmem_pages_for(0, e->len, ps);
         if (!i32vec_reserve(&s->pages, np) || !i32vec_reserve(&s->tokens, e->len) ||
-            !i32vec_reserve(&s->pos, e->len)) {
+            !seq_pos_reserve(&s->pos, e->len)) {
             st = LLMEM_E_NO_MEMORY;
             break;
         }
@@ -363,9 +363,8 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
             s->pages.v[s->pages.n++] = kv_alloc_page(kv);
         kv_pt_changed(s, 0);
         i32_copy(s->tokens.v, e->tokens, e->len);
-        i32_copy(s->pos.v, e->pos, e->len);
-        s->tokens.n = s->pos.n = e->len;
-        pos_meta_reset(&s->pm, &s->pos);
+        (void)seq_pos_assign(&s->pos, e->pos, e->len); /* room reserved above */
+        s->tokens.n = e->len;
         for (int32_t j = (nsh > s->dropped ? nsh : s->dropped) * ps; j < e->len; j++) {
             if (e->shift[j] == 0 || j < s->lost)
                 continue;
@@ -453,10 +452,10 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const kv_seq *q = &kv->seqs[s];
         int32_t want = llmem_pages_for(0, q->tokens.n, ps);
-        if (q->tokens.n != q->pos.n || (mem->plan == NULL && q->pages.n != want) ||
+        if (q->tokens.n != q->pos.v.n || (mem->plan == NULL && q->pages.n != want) ||
             q->pages.n < want) {
             llmem_errf(err, err_len, "sequence %d: %d tokens, %d positions, %d pages", s,
-                       q->tokens.n, q->pos.n, q->pages.n);
+                       q->tokens.n, q->pos.v.n, q->pages.n);
             goto out;
         }
         if (q->dropped < 0 || q->dropped > q->pages.n ||
@@ -482,14 +481,9 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
             }
             ref[p]++;
         }
-        for (int32_t j = 0; j < q->pos.n; j++)
-            if (q->pos.v[j] < 0) {
-                llmem_errf(err, err_len, "sequence %d: negative position", s);
-                goto out;
-            }
-        if (!pos_meta_ok(&q->pm, &q->pos)) {
-            llmem_errf(err, err_len, "sequence %d: pos_min/pos_max %d/%d stale", s, q->pm.min,
-                       q->pm.max);
+        if (!seq_pos_ok(&q->pos)) {
+            llmem_errf(err, err_len, "sequence %d: positions (min/max %d/%d, %s) inconsistent", s,
+                       q->pos.pm.min, q->pos.pm.max, q->pos.stored ? "stored" : "a run");
             goto out;
         }
         if (!check_row(kv, s, err, err_len))

@@ -171,8 +171,8 @@ void truncate_to(recurrent *rs, rs_seq *s, int32_t k)
             s->h.slot.n--;
             s->h.len.n--;
         }
-    s->tokens.n = s->pos.n = k;
-    pos_meta_truncated(&s->pm, &s->pos);
+    s->tokens.n = k;
+    seq_pos_truncate(&s->pos, k);
     snap_seq_cut(s, k);
 }
 
@@ -180,7 +180,7 @@ static llmem_status rs_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
 {
     recurrent *rs = rs_of(mem);
     rs_seq *s = &rs->seqs[seq];
-    int32_t k = pos_suffix_start(&s->pos, &s->pm, p0, p1);
+    int32_t k = seq_pos_suffix_start(&s->pos, p0, p1);
     if (k < 0)
         return LLMEM_E_STATE;
     if (k == s->tokens.n)
@@ -208,7 +208,7 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
 {
     recurrent *rs = rs_of(mem);
     rs_seq *a = &rs->seqs[src], *b = &rs->seqs[dst];
-    int32_t k = pos_prefix_len(&a->pos, &a->pm, p0, p1);
+    int32_t k = seq_pos_prefix_len(&a->pos, p0, p1);
     if (k < 0)
         return LLMEM_E_STATE;
     int32_t from = k > 0 ? hold_find(&a->h, k) : -1;
@@ -216,7 +216,7 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
         return LLMEM_E_STATE; /* a prefix without a checkpoint */
     if (dry)
         return LLMEM_OK;
-    if (!i32vec_reserve(&b->tokens, k) || !i32vec_reserve(&b->pos, k) ||
+    if (!i32vec_reserve(&b->tokens, k) || (a->pos.stored && !seq_pos_reserve(&b->pos, k)) ||
         !i32vec_reserve(&b->h.slot, 1) || !i32vec_reserve(&b->h.len, 1))
         return LLMEM_E_NO_MEMORY;
     int32_t slot = -1;
@@ -233,10 +233,8 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     hold_drop_all(rs, b);
     snap_seq_cut(b, 0);
     i32_copy(b->tokens.v, a->tokens.v, k);
-    i32_copy(b->pos.v, a->pos.v, k);
-    b->tokens.n = b->pos.n = k;
-    b->pm = a->pm;
-    pos_meta_truncated(&b->pm, &b->pos);
+    b->tokens.n = k;
+    (void)seq_pos_copy_prefix(&b->pos, &a->pos, k); /* room reserved above */
     if (k > 0) {
         b->h.slot.v[0] = slot;
         b->h.len.v[0] = k;
@@ -261,18 +259,23 @@ static llmem_status shift(recurrent *rs, int32_t seq, int32_t p0, int32_t p1, in
                           int32_t div, bool dry)
 {
     rs_seq *s = &rs->seqs[seq];
-    for (int32_t j = 0; j < s->pos.n; j++) {
-        int32_t pos = s->pos.v[j];
+    for (int32_t j = 0; j < s->pos.v.n; j++) {
+        int32_t pos = seq_pos_at(&s->pos, j);
         int64_t np = div ? pos / div : (int64_t)pos + delta;
         if (pos_in_range(pos, p0, p1) && (np < 0 || np > INT32_MAX - 1))
             return LLMEM_E_INVALID;
     }
+    /* shifted positions are stored (in the dry run too, so that the real
+     * one cannot fail for it) */
+    if (!seq_pos_store(&s->pos, 0))
+        return LLMEM_E_NO_MEMORY;
     if (dry)
         return LLMEM_OK;
-    for (int32_t j = 0; j < s->pos.n; j++)
-        if (pos_in_range(s->pos.v[j], p0, p1))
-            s->pos.v[j] = div ? s->pos.v[j] / div : s->pos.v[j] + delta;
-    pos_meta_reset(&s->pm, &s->pos);
+    int32_t *v = s->pos.v.v;
+    for (int32_t j = 0; j < s->pos.v.n; j++)
+        if (pos_in_range(v[j], p0, p1))
+            v[j] = div ? v[j] / div : v[j] + delta;
+    seq_pos_meta_reset(&s->pos);
     return LLMEM_OK;
 }
 
@@ -290,12 +293,12 @@ static llmem_status rs_seq_div(llmem_memory *mem, int32_t seq, int32_t p0, int32
 
 static int32_t rs_pos_min(llmem_memory *mem, int32_t seq)
 {
-    return rs_of(mem)->seqs[seq].pm.min;
+    return rs_of(mem)->seqs[seq].pos.pm.min;
 }
 
 static int32_t rs_pos_max(llmem_memory *mem, int32_t seq)
 {
-    return rs_of(mem)->seqs[seq].pm.max;
+    return rs_of(mem)->seqs[seq].pos.pm.max;
 }
 
 static int32_t rs_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
@@ -318,8 +321,8 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
     recurrent *rs = rs_of(mem);
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         rs_seq *q = &rs->seqs[s];
-        q->tokens.n = q->pos.n = q->h.slot.n = q->h.len.n = 0;
-        q->pm = (pos_meta){-1, -1, false};
+        q->tokens.n = q->h.slot.n = q->h.len.n = 0;
+        seq_pos_clear(&q->pos);
         snap_seq_cut(q, 0);
     }
     rs_drop_stash(rs); /* it may pin host-tier snapshots */
@@ -353,7 +356,7 @@ static void rs_destroy(llmem_memory *mem)
     free(rs->layers);
     for (int32_t s = 0; rs->seqs && s < mem->n_seq_max; s++) {
         i32vec_free(&rs->seqs[s].tokens);
-        i32vec_free(&rs->seqs[s].pos);
+        i32vec_free(&rs->seqs[s].pos.v);
         i32vec_free(&rs->seqs[s].h.slot);
         i32vec_free(&rs->seqs[s].h.len);
         free(rs->seqs[s].blk);
@@ -517,8 +520,8 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->heap = seq_heap_create();
     for (int32_t s = 0; s < p->n_seq_max; s++) {
         rs_seq *q = &rs->seqs[s];
-        q->pm = (pos_meta){-1, -1, false};
-        if (!seq_heap_attach(rs->heap, &q->tokens) || !seq_heap_attach(rs->heap, &q->pos) ||
+        seq_pos_clear(&q->pos);
+        if (!seq_heap_attach(rs->heap, &q->tokens) || !seq_heap_attach(rs->heap, &q->pos.v) ||
             !seq_heap_attach(rs->heap, &q->h.slot) || !seq_heap_attach(rs->heap, &q->h.len)) {
             llmem_errf(err, err_len, "recurrent memory: out of host memory for %d sequences",
                        p->n_seq_max);
@@ -620,7 +623,7 @@ int32_t llmem_recurrent_checkpoints(llmem_memory *mem, int32_t seq_id, int32_t *
         if (l == s->tokens.n)
             continue;
         if (pos && n < cap)
-            pos[n] = s->pos.v[l - 1];
+            pos[n] = seq_pos_at(&s->pos, l - 1);
         n++;
     }
     return n;

@@ -8,6 +8,7 @@
 #include "memory/host_tier.h"
 #include "memory/internal.h"
 #include "memory/seq_heap.h"
+#include "memory/seq_pos.h"
 
 typedef struct rs_hold {
     i32vec slot, len; /* state after `len` tokens lives in `slot` */
@@ -22,8 +23,8 @@ typedef struct rs_hold {
 #define RS_HASH_BLOCK 64
 
 typedef struct rs_seq {
-    i32vec tokens, pos;
-    pos_meta pm; /* of pos */
+    i32vec tokens;
+    seq_pos pos; /* a run while they are one */
     rs_hold h;
     /* Snapshot hash chain of tokens, extended lazily by rs_snap.c:
      * blk[b] = chain hash of tokens[0, (b + 1) * RS_HASH_BLOCK) for

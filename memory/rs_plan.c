@@ -496,14 +496,12 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         rs_seq *s = &rs->seqs[q];
         if (n <= 0 || s->tokens.n != 0 || !plan->seq_tokens[q])
             continue;
-        if (!i32vec_reserve(&s->tokens, n) || !i32vec_reserve(&s->pos, n))
+        if (!i32vec_reserve(&s->tokens, n))
             return LLMEM_E_NO_MEMORY;
-        for (int32_t j = 0; j < n; j++) {
+        for (int32_t j = 0; j < n; j++)
             s->tokens.v[j] = plan->seq_tokens[q][j];
-            s->pos.v[j] = j;
-        }
-        s->tokens.n = s->pos.n = n;
-        s->pm = (pos_meta){0, n - 1, false};
+        s->tokens.n = n;
+        seq_pos_set_run(&s->pos, n, 0);
         rs->snap_hit_tokens += n;
     }
     /* tokens: every sequence of a stream gets the stream's tokens */
@@ -513,14 +511,17 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
             const rs_seq *ahead =
                 &rs->seqs[plan->group_ids[i][plan->group_off[i][ub->seq[k + 8]]]];
             i32vec_prefetch_tail(&ahead->tokens);
-            i32vec_prefetch_tail(&ahead->pos);
+            if (ahead->pos.stored)
+                i32vec_prefetch_tail(&ahead->pos.v);
         }
         for (int32_t m = plan->group_off[i][st]; m < plan->group_off[i][st + 1]; m++) {
             rs_seq *s = &rs->seqs[plan->group_ids[i][m]];
-            if (!i32vec_push(&s->tokens, ub->token ? ub->token[k] : -1) ||
-                !i32vec_push(&s->pos, ub->pos[k]))
+            if (!i32vec_push(&s->tokens, ub->token ? ub->token[k] : -1))
                 return LLMEM_E_NO_MEMORY;
-            pos_meta_push(&s->pm, ub->pos[k]);
+            if (!seq_pos_push(&s->pos, ub->pos[k])) {
+                s->tokens.n--; /* token and position go together */
+                return LLMEM_E_NO_MEMORY;
+            }
         }
     }
     return publish_snapshots(rs, plan, t, i);

@@ -331,8 +331,8 @@ static void snap_poison(recurrent *rs, int32_t i)
  * runs slot_copy_flush before `slot` can change. */
 llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
 {
-    if (rs->n_snap == 0 || len <= 0 || len > s->tokens.n || s->pm.unsorted ||
-        s->pos.v[0] != 0 || s->pos.v[len - 1] != len - 1)
+    if (rs->n_snap == 0 || len <= 0 || len > s->tokens.n || s->pos.pm.unsorted ||
+        seq_pos_at(&s->pos, 0) != 0 || seq_pos_at(&s->pos, len - 1) != len - 1)
         return LLMEM_OK;
     const int32_t *tok = s->tokens.v;
     int32_t nb = len / RS_HASH_BLOCK;

@@ -42,7 +42,7 @@ llmem_status rs_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
         llmem_state_put_i32(w, s);
         llmem_state_put_i32(w, q->tokens.n);
         llmem_state_put(w, q->tokens.v, (size_t)q->tokens.n * sizeof(int32_t));
-        llmem_state_put(w, q->pos.v, (size_t)q->tokens.n * sizeof(int32_t));
+        seq_pos_put(&q->pos, w, q->tokens.n);
         if (q->tokens.n == 0)
             continue;
         int32_t slot = q->h.slot.v[hold_find(&q->h, q->tokens.n)];
@@ -185,19 +185,21 @@ llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         const rs_entry *e = &t->e[i];
         int32_t id = seq >= 0 ? seq : e->seq;
         rs_seq *s = &rs->seqs[id];
-        if (!i32vec_reserve(&s->tokens, e->len) || !i32vec_reserve(&s->pos, e->len) ||
+        if (!i32vec_reserve(&s->tokens, e->len) || !seq_pos_reserve(&s->pos, e->len) ||
             !i32vec_reserve(&s->h.slot, 1) || !i32vec_reserve(&s->h.len, 1)) {
             st = LLMEM_E_NO_MEMORY;
             break;
         }
         const uint8_t *p = t->buf + e->at;
         snap_seq_cut(s, 0);
-        s->tokens.n = s->pos.n = e->len;
-        if (e->len == 0)
+        s->tokens.n = e->len;
+        if (e->len == 0) {
+            seq_pos_clear(&s->pos);
             continue;
+        }
         memcpy(s->tokens.v, p, (size_t)e->len * 4);
-        memcpy(s->pos.v, p + (size_t)e->len * 4, (size_t)e->len * 4);
-        pos_meta_reset(&s->pm, &s->pos);
+        memcpy(s->pos.v.v, p + (size_t)e->len * 4, (size_t)e->len * 4);
+        seq_pos_written(&s->pos, e->len);
         p += (size_t)e->len * 8;
         int32_t slot = slot_pop(rs, id); /* quota guarantees one */
         s->h.slot.v[0] = slot;
@@ -241,13 +243,13 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
     int32_t held = 0, owned = 0;
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const rs_seq *q = &rs->seqs[s];
-        if (q->tokens.n != q->pos.n || q->h.slot.n != q->h.len.n) {
+        if (q->tokens.n != q->pos.v.n || q->h.slot.n != q->h.len.n) {
             llmem_errf(err, err_len, "sequence %d: inconsistent arrays", s);
             return LLMEM_E_STATE;
         }
-        if (!pos_meta_ok(&q->pm, &q->pos)) {
-            llmem_errf(err, err_len, "sequence %d: pos_min/pos_max %d/%d stale", s, q->pm.min,
-                       q->pm.max);
+        if (!seq_pos_ok(&q->pos)) {
+            llmem_errf(err, err_len, "sequence %d: positions (min/max %d/%d, %s) inconsistent", s,
+                       q->pos.pm.min, q->pos.pm.max, q->pos.stored ? "stored" : "a run");
             return LLMEM_E_STATE;
         }
         if ((q->tokens.n > 0) != (hold_find(&q->h, q->tokens.n) >= 0) ||
