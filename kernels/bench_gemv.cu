@@ -3,7 +3,7 @@
  * (not part of the build; docs/benchmarks.md "CUDA, issue 11" has the
  * command). Build:
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -I. \
- *        kernels/bench_gemv.cu kernels/matmul.cu kernels/basic.cu -o bench_gemv
+ *        kernels/bench_gemv.cu kernels/matmul.cu kernels/gemv.cu kernels/basic.cu -o bench_gemv
  * Prints, per shape and M in {1, 4}: time (median of 50 after 5 warm-ups,
  * rotating over enough weight copies to defeat the 60 MB L2), GB/s of
  * weight bytes, and the fraction of the copy bandwidth measured here

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "kernels/common.cuh"
+#include "kernels/gemv.h"
 
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 8
@@ -338,11 +339,37 @@ static cudaError_t gemv_launch(const float *a, const void *w, float *out, int32_
                               n, k);
 }
 
+/* Whether one-row GEMVs go to the row-block kernel of gemv.cu:
+ * $LLMEM_CUDA_GEMV_ROWS (0 = this file's kernels), default on (on the H200
+ * it streams the Bamba-9B matrices at 85-95% of copy against 58-85% here;
+ * docs/benchmarks.md, "Batch-1 GEMV, helper gemv"). */
+static bool gemv_rows_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_ROWS");
+        on = !(e && atoi(e) == 0);
+    }
+    return on == 1;
+}
+
 extern "C" cudaError_t cuk_gemv(const float *a, const void *w, int wdt, float *out, int32_t m,
                                 int32_t n, int32_t k, cudaStream_t stream)
 {
     if (m < 1 || m > CUK_GEMV_MAX_M)
         return cudaErrorInvalidValue;
+    if (m == 1 && gemv_rows_on()) {
+        cuk_gemv_rows r = {};
+        r.x = a;
+        r.w = w;
+        r.wdt = wdt;
+        r.out = out;
+        r.m = 1;
+        r.n = n;
+        r.k = k;
+        if (cuk_gemv_rows_ok(&r))
+            return cuk_gemv_rows_run(&r, stream);
+    }
     switch (wdt) {
     case CUK_F32: return gemv_launch<float>(a, w, out, m, n, k, stream);
     case CUK_F16: return gemv_launch<cuk_f16_t>(a, w, out, m, n, k, stream);

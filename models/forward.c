@@ -9,6 +9,7 @@
 
 #include "llmem/hybrid.h"
 #include "llmem/ops.h"
+#include "llmem/ops_norm_matmul.h"
 #include "models/model_internal.h"
 
 /* --- forward ---------------------------------------------------------------------- */
@@ -52,6 +53,84 @@ static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
     return s == 1.0 ? LLMEM_OK : llmem_op_scale(m->be, x, (float)s, x);
 }
 
+/* ---- fused decode path ---------------------------------------------------------------- */
+
+/* Whether m takes the fused decode path: a device backend with
+ * llmem_op_norm_matmul (the CPU gains nothing from it), and only Mamba-2
+ * and attention layers with plain pre-norm blocks (a SwiGLU FFN without
+ * biases or multipliers, Mamba-2's gated norm over the whole row, no post
+ * norms, no tensor parallelism). LLMEM_NO_NORM_MATMUL=1 turns it off. */
+static bool nm_model_ok(llmem_model *m)
+{
+    const llmem_model_config *c = &m->cfg;
+    const char *e = getenv("LLMEM_NO_NORM_MATMUL");
+    if ((e && atoi(e) == 1) || strcmp(llmem_backend_name(m->be), "cpu") == 0 ||
+        !llmem_backend_supports(m->be, LLMEM_OP_NORM_MATMUL, NULL, 0))
+        return false;
+    if (m->tp_size > 1 || m->q3n || m->fal || m->moe || m->tp_norm_full || c->ssm_gate_only ||
+        c->residual_multiplier != 1.0 || c->mlp_down_multiplier != 1.0 ||
+        c->mlp_gate_multiplier != 1.0 || c->arch == LLMEM_ARCH_GRANITEMOEHYBRID ||
+        c->arch == LLMEM_ARCH_JAMBA)
+        return false;
+    for (int32_t il = 0; il < c->n_layers; il++) {
+        const layer_w *L = &m->layers[il];
+        const llmem_layer_config *lc = &c->layers[il];
+        if (L->w[LLMEM_W_POST_ATTN_NORM].present || L->w[LLMEM_W_POST_FFN_NORM].present)
+            return false;
+        if (lc->kind == LLMEM_LAYER_MAMBA2) {
+            if (L->w[LLMEM_W_SSM_IN_BIAS].present || L->w[LLMEM_W_SSM_OUT_BIAS].present ||
+                (c->ssm_norm_group_size > 0 && c->ssm_norm_group_size != c->ssm_d_inner))
+                return false;
+        } else if (lc->kind == LLMEM_LAYER_ATTENTION) {
+            if (L->w[LLMEM_W_ATTN_O_BIAS].present)
+                return false;
+        } else {
+            return false;
+        }
+        const wt *g = &L->w[LLMEM_W_FFN_GATE], *u = &L->w[LLMEM_W_FFN_UP];
+        if (lc->has_ffn &&
+            (!c->ffn_gated || c->ffn_act != LLMEM_ACT_SILU || !g->present || !u->present ||
+             g->t.dtype != u->t.dtype || L->w[LLMEM_W_MOE_ROUTER].present ||
+             L->w[LLMEM_W_FFN_GATE_BIAS].present || L->w[LLMEM_W_FFN_UP_BIAS].present ||
+             L->w[LLMEM_W_FFN_DOWN_BIAS].present))
+            return false;
+    }
+    return true;
+}
+
+/* out = epilogue(norm(x) · wᵀ) (llmem_op_norm_matmul) on the fused path;
+ * when the backend refuses the shape, the unfused ops: the RMS norm into h,
+ * the gated norm in place on x (y, consumed), the product (into h for the
+ * residual add, then out += h). Epilogue ADD takes no RMS norm here. */
+static llmem_status nm_linear(llmem_model *m, int32_t norm, int32_t epi, const llmem_tensor *x,
+                              const llmem_tensor *z, const wt *nw, const wt *w, const wt *w2,
+                              const llmem_tensor *out)
+{
+    llmem_norm_matmul_params p = {.norm = norm, .epilogue = epi, .eps = (float)m->cfg.norm_eps};
+    const llmem_tensor *tn = norm != LLMEM_NM_NORM_NONE && nw->present ? &nw->t : NULL;
+    llmem_status s = llmem_op_norm_matmul(m->be, &p, x, z, tn, &w->t, w2 ? &w2->t : NULL, out);
+    if (s != LLMEM_E_UNSUPPORTED)
+        return s;
+    int32_t T = (int32_t)x->ne[0];
+    llmem_tensor hn = act(m, m->off_h, T, (int32_t)x->ne[1]);
+    const llmem_tensor *a = x;
+    if (norm == LLMEM_NM_NORM_RMS) {
+        if (epi == LLMEM_NM_ADD)
+            return LLMEM_E_INVALID;
+        TRY(llmem_op_rms_norm(m->be, x, tn, p.eps, &hn));
+        a = &hn;
+    } else if (norm == LLMEM_NM_NORM_GATED) {
+        TRY(llmem_op_rms_norm_gated(m->be, x, z, tn, 1, p.eps, x));
+    }
+    if (epi == LLMEM_NM_SWIGLU)
+        return llmem_op_matmul_swiglu(m->be, a, &w->t, &w2->t, out);
+    if (epi == LLMEM_NM_STORE)
+        return matmul(m, a, &w->t, out);
+    llmem_tensor ph = act(m, m->off_h, T, (int32_t)w->t.ne[0]);
+    TRY(matmul(m, a, &w->t, &ph));
+    return llmem_op_add(m->be, out, &ph, out);
+}
+
 static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
 {
     const llmem_model_config *c = &m->cfg;
@@ -91,6 +170,11 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
                             .softcap = (float)c->attn_softcap, .window = L->window,
                             .fast = m->p.precision == LLMEM_PRECISION_FAST};
     TRY(llmem_op_attention_paged(m->be, &ap, v, &q3, &o3));
+    if (m->nm_on) { /* x += o · W_oᵀ */
+        llmem_tensor x = act(m, m->off_x, T, c->hidden_size);
+        return nm_linear(m, LLMEM_NM_NORM_NONE, LLMEM_NM_ADD, &o, NULL, NULL,
+                         &L->w[LLMEM_W_ATTN_O], NULL, &x);
+    }
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
     TRY(linear(m, &o, &L->w[LLMEM_W_ATTN_O], &L->w[LLMEM_W_ATTN_O_BIAS], &out));
     return hf_tp_all_reduce(m, m->off_h, T); /* o_proj is row-parallel (models/tp.c) */
@@ -130,7 +214,13 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     int32_t din = c->ssm_d_inner, cd = c->ssm_conv_dim, nh = c->ssm_n_heads;
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     llmem_tensor zxbcdt = act(m, m->off_a, T, c->ssm_in_proj_dim);
-    TRY(linear(m, &h, &L->w[LLMEM_W_SSM_IN], &L->w[LLMEM_W_SSM_IN_BIAS], &zxbcdt));
+    if (m->nm_on) { /* zxbcdt = rms_norm(x) · W_inᵀ */
+        llmem_tensor x = act(m, m->off_x, T, c->hidden_size);
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, &L->w[LLMEM_W_MIXER_NORM],
+                      &L->w[LLMEM_W_SSM_IN], NULL, &zxbcdt));
+    } else {
+        TRY(linear(m, &h, &L->w[LLMEM_W_SSM_IN], &L->w[LLMEM_W_SSM_IN_BIAS], &zxbcdt));
+    }
     if (m->fal) { /* falcon_h1's muP vector over [z | x B C | dt] */
         llmem_tensor save, sum, mup;
         hf_falcon_tensors(m->fal, T, &save, &sum, &mup);
@@ -161,6 +251,11 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
     const wt *D = &L->w[LLMEM_W_SSM_D], *dtb = &L->w[LLMEM_W_SSM_DT_BIAS];
     TRY(llmem_op_ssm_scan(m->be, &sp, v, 1, &conv, &dt, &L->w[LLMEM_W_SSM_A_LOG].t,
                           D->present ? &D->t : NULL, dtb->present ? &dtb->t : NULL, &y));
+    if (m->nm_on) { /* x += gated_norm(y, z) · W_outᵀ */
+        llmem_tensor x = act(m, m->off_x, T, c->hidden_size);
+        return nm_linear(m, LLMEM_NM_NORM_GATED, LLMEM_NM_ADD, &y, &z, &L->w[LLMEM_W_SSM_NORM],
+                         &L->w[LLMEM_W_SSM_OUT], NULL, &x);
+    }
     int32_t groups = din / (c->ssm_norm_group_size > 0 ? c->ssm_norm_group_size : din);
     if (c->ssm_gate_only) /* falcon_h1 without mamba_rms_norm: y * silu(z) */
         TRY(llmem_op_swiglu(m->be, &z, &y, &y));
@@ -220,6 +315,13 @@ static llmem_status ffn(llmem_model *m, const layer_w *L, int32_t T)
         return moe_ffn(m, L, T);
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     llmem_tensor up = act(m, m->off_b, T, c->intermediate_size);
+    if (m->nm_on) { /* up = swiglu(rms_norm(x) · W_gateᵀ, · W_upᵀ); x += up · W_downᵀ */
+        llmem_tensor x = act(m, m->off_x, T, c->hidden_size);
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_SWIGLU, &x, NULL, &L->w[LLMEM_W_FFN_NORM],
+                      &L->w[LLMEM_W_FFN_GATE], &L->w[LLMEM_W_FFN_UP], &up));
+        return nm_linear(m, LLMEM_NM_NORM_NONE, LLMEM_NM_ADD, &up, NULL, NULL,
+                         &L->w[LLMEM_W_FFN_DOWN], NULL, &x);
+    }
     llmem_status fs = fused_gate_up(m, L, T, &h, &up);
     if (fs == LLMEM_OK) {
         TRY(linear(m, &up, &L->w[LLMEM_W_FFN_DOWN], &L->w[LLMEM_W_FFN_DOWN_BIAS], &h));
@@ -285,12 +387,30 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
      * into the next RMS norm (llmem_op_add_rms_norm: equal to add then norm) */
     bool pend = false;
     float eps = (float)c->norm_eps;
+    /* one-token ubatches (batch-1 decode): each block's norm in the matmul
+     * after it and its output added to x by the matmul that makes it (no h
+     * pending). Not for 2-4 tokens: the fused kernel reads the weights once
+     * per row, where matmul.cu's GEMV reads them once for all rows. */
+    if (m->nm_path == 0)
+        m->nm_path = nm_model_ok(m) ? 2 : 1;
+    m->nm_on = m->nm_path == 2 && T == 1;
     for (int32_t il = 0; il < c->n_layers; il++) {
         const layer_w *L = &m->layers[il];
         const llmem_layer_config *lc = &c->layers[il];
         llmem_view v = {0};
         if (L->mem_layer >= 0)
             TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
+        if (m->nm_on) {
+            if (lc->kind == LLMEM_LAYER_ATTENTION) {
+                TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, eps, &h));
+                TRY(attention(m, L, T, &v));
+            } else {
+                TRY(mamba(m, L, T, &v));
+            }
+            if (lc->has_ffn)
+                TRY(ffn(m, L, T));
+            continue;
+        }
         if (m->q3n) { /* models/qwen3_next.c */
             TRY(hf_qwen3n_layer(m, il, T, &v, pend));
             pend = true;

@@ -62,6 +62,11 @@ struct llmem_model {
     const llmem_model_config *tp_full;
     struct llmem_comm *comm;
     size_t off_tpl, off_tpg;  /* vocab-shard logits [T, tp_vocab]; gathered y, z [T, d_inner] */
+    /* fused decode path (llmem_op_norm_matmul, models/forward.c): whether the
+     * model and backend allow it (0 not yet asked, 1 no, 2 yes), and whether
+     * the ubatch being run takes it */
+    int8_t nm_path;
+    bool nm_on;
 };
 
 static inline size_t round_up(size_t n)

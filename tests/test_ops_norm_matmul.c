@@ -1,0 +1,238 @@
+// ctest-labels: core
+/* Op conformance suite of the fused decode matmul llmem_op_norm_matmul
+ * (<llmem/ops_norm_matmul.h>) on every backend that opens
+ * ($LLMEM_TEST_BACKENDS, default "cpu,vulkan,cuda"; a backend without the
+ * op is skipped with a message), against a float64 norm (ref64_rms_norm,
+ * ref64_rms_norm_gated), product (ref64_matmul) and epilogue written here.
+ * Every norm x epilogue, weights of each dtype; shapes cover the CUDA
+ * kernel's three slices of K (1, 2 and 4 chunks per thread: K = 4096,
+ * 8192, 14336), rows past a CTA step (N = 37), one to four input rows, and
+ * shapes a device may refuse (K = 12, K over its limit, T = 5), where
+ * LLMEM_E_UNSUPPORTED must leave out as it was. Outputs start as NaN, or
+ * as the values a residual add reads.
+ */
+#include "support/run.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/ops_norm_matmul.h"
+#include "support/ops_harness.h"
+#include "support/ref64.h"
+
+#define F32 LLMEM_DTYPE_F32
+
+/* out = epilogue(norm(x) · wᵀ), float64 */
+static void nm_ref(const llmem_norm_matmul_params *p, const double *x, const double *z,
+                   const double *nw, const double *w, const double *w2, const double *out0,
+                   int32_t T, int32_t K, int32_t N, double *a, double *s, double *u, double *ref)
+{
+    if (p->norm == LLMEM_NM_NORM_RMS)
+        ref64_rms_norm(x, nw, T, K, p->eps, a);
+    else if (p->norm == LLMEM_NM_NORM_GATED) {
+        double *ones = NULL;
+        if (!nw) { /* ref64_rms_norm_gated wants a weight */
+            ones = malloc(sizeof(double) * (size_t)K);
+            ck_assert_ptr_nonnull(ones);
+            for (int32_t i = 0; i < K; i++)
+                ones[i] = 1.0;
+        }
+        ref64_rms_norm_gated(x, z, nw ? nw : ones, T, K, 1, p->eps, a);
+        free(ones);
+    }
+    else
+        memcpy(a, x, sizeof(double) * (size_t)T * K);
+    ref64_matmul(a, w, T, K, N, s);
+    if (w2)
+        ref64_matmul(a, w2, T, K, N, u);
+    for (int64_t i = 0; i < (int64_t)T * N; i++)
+        ref[i] = p->epilogue == LLMEM_NM_SWIGLU ? ref64_silu(s[i]) * u[i]
+                 : p->epilogue == LLMEM_NM_ADD  ? out0[i] + s[i]
+                                                : s[i];
+}
+
+static const char *nm_norm_name[] = {"none", "rms", "gated"};
+static const char *nm_epi_name[] = {"store", "add", "swiglu"};
+
+START_TEST(test_norm_matmul)
+{
+    /* T, K, N, whether a device may refuse it */
+    static const int32_t shapes[][4] = {{1, 4096, 96, 0},  {3, 1024, 37, 0}, {1, 8192, 64, 0},
+                                        {2, 14336, 20, 0}, {4, 512, 9, 0},   {1, 12, 5, 1},
+                                        {1, 16392, 3, 1},  {5, 256, 7, 1}};
+    static const llmem_dtype wts[3] = {LLMEM_DTYPE_BF16, LLMEM_DTYPE_F16, F32};
+    llmem_backend *be = th_open(_i);
+    int refused = 0, ran = 0;
+    for (int d = 0; d < 3; d++)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            for (int norm = 0; norm < 3; norm++)
+                for (int epi = 0; epi < 3; epi++) {
+                    int32_t T = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+                    /* the largest shapes with one weight dtype and a few modes only */
+                    if (K > 8192 && (d != 0 || (norm + epi) % 2))
+                        continue;
+                    bool now = norm != LLMEM_NM_NORM_NONE && d == 2 && s == 1; /* no weight */
+                    llmem_norm_matmul_params p = {.norm = norm, .epilogue = epi, .eps = 1e-5f};
+                    ref64_rng r = ref64_rng_make(ref64_seed(), 9000 + d * 256 + s * 16 + norm * 4 + epi);
+                    th_ctx c;
+                    th_begin(&c, be);
+                    int64_t TK = (int64_t)T * K, TN = (int64_t)T * N, NK = (int64_t)N * K;
+                    double *x = th_vec(&c, TK), *z = th_vec(&c, TK), *nw = th_vec(&c, K);
+                    double *w = th_vec(&c, NK), *w2 = th_vec(&c, NK), *o0 = th_vec(&c, TN);
+                    double *a = th_vec(&c, TK), *ps = th_vec(&c, TN), *pu = th_vec(&c, TN);
+                    double *ref = th_vec(&c, TN), *out = th_vec(&c, TN);
+                    ref64_fill(&r, x, TK, -2, 2, F32);
+                    ref64_fill(&r, z, TK, -3, 3, F32);
+                    ref64_fill(&r, nw, K, 0.5, 1.5, wts[d]);
+                    ref64_fill(&r, w, NK, -1, 1, wts[d]);
+                    ref64_fill(&r, w2, NK, -1, 1, wts[d]);
+                    ref64_fill(&r, o0, TN, -4, 4, F32);
+                    bool gated = norm == LLMEM_NM_NORM_GATED, sw = epi == LLMEM_NM_SWIGLU;
+                    nm_ref(&p, x, gated ? z : NULL, now ? NULL : nw, w, sw ? w2 : NULL, o0, T,
+                           K, N, a, ps, pu, ref);
+                    llmem_tensor tx = th_input(&c, F32, 2, T, K, 1, x);
+                    llmem_tensor tz = th_input(&c, F32, 2, T, K, 1, z);
+                    llmem_tensor tn = th_input(&c, wts[d], 1, K, 1, 1, nw);
+                    llmem_tensor tw = th_input(&c, wts[d], 2, N, K, 1, w);
+                    llmem_tensor tw2 = th_input(&c, wts[d], 2, N, K, 1, w2);
+                    llmem_tensor to = epi == LLMEM_NM_ADD ? th_input(&c, F32, 2, T, N, 1, o0)
+                                                          : th_tensor(&c, F32, 2, T, N, 1);
+                    const llmem_tensor *pn = norm == LLMEM_NM_NORM_NONE || now ? NULL : &tn;
+                    llmem_status st = llmem_op_norm_matmul(be, &p, &tx, gated ? &tz : NULL, pn,
+                                                           &tw, sw ? &tw2 : NULL, &to);
+                    char what[128];
+                    snprintf(what, sizeof what, "norm_matmul T=%d K=%d N=%d w=%s norm=%s%s epi=%s",
+                             T, K, N, llmem_dtype_name(wts[d]), nm_norm_name[norm],
+                             now ? "(no weight)" : "", nm_epi_name[epi]);
+                    if (st == LLMEM_E_UNSUPPORTED && !th_is_cpu(_i) && ran == 0 && s == 0) {
+                        printf("test_ops_norm_matmul: %s has no norm_matmul, skipped\n",
+                               th_backend_name(_i));
+                        th_end(&c);
+                        llmem_backend_close(be);
+                        return;
+                    }
+                    th_get(&to, out);
+                    if (st == LLMEM_E_UNSUPPORTED && !th_is_cpu(_i) && shapes[s][3]) {
+                        /* refused: out is as it was (NaN, or the add's input) */
+                        for (int64_t i = 0; i < TN; i++)
+                            ck_assert_msg(epi == LLMEM_NM_ADD ? out[i] == o0[i] : isnan(out[i]),
+                                          "%s on %s: refused but wrote out", what,
+                                          th_backend_name(_i));
+                        refused++;
+                        th_end(&c);
+                        continue;
+                    }
+                    ck_assert_msg(st == LLMEM_OK, "%s on %s: status %d", what,
+                                  th_backend_name(_i), (int)st);
+                    ran++;
+                    /* f32 sums of K terms: rounding grows as sqrt(K) */
+                    th_expect_close(out, ref, TN, fmax(1e-5, 3e-7 * sqrt((double)K)), what);
+                    /* rows are independent: row t of T rows equals the op on that row alone */
+                    if (T > 1 && d == 0 && !th_is_cpu(_i)) {
+                        int32_t t = T - 1;
+                        llmem_tensor x1 = th_input(&c, F32, 2, 1, K, 1, x + (int64_t)t * K);
+                        llmem_tensor z1 = th_input(&c, F32, 2, 1, K, 1, z + (int64_t)t * K);
+                        llmem_tensor o1 = epi == LLMEM_NM_ADD
+                                              ? th_input(&c, F32, 2, 1, N, 1, o0 + (int64_t)t * N)
+                                              : th_tensor(&c, F32, 2, 1, N, 1);
+                        ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &x1, gated ? &z1 : NULL, pn,
+                                                              &tw, sw ? &tw2 : NULL, &o1),
+                                         LLMEM_OK);
+                        double *one = th_vec(&c, N);
+                        th_get(&o1, one);
+                        ck_assert_msg(!memcmp(one, out + (int64_t)t * N, sizeof(double) * N),
+                                      "%s on %s: row %d alone differs", what,
+                                      th_backend_name(_i), t);
+                    }
+                    th_end(&c);
+                }
+    printf("test_ops_norm_matmul: %s ran %d cases, refused %d\n", th_backend_name(_i), ran,
+           refused);
+    ck_assert_int_gt(ran, 0);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* Bad arguments give LLMEM_E_INVALID and leave out as it was. */
+START_TEST(test_norm_matmul_invalid)
+{
+    llmem_backend *be = th_open(_i);
+    int32_t T = 1, K = 64, N = 8;
+    th_ctx c;
+    th_begin(&c, be);
+    double *x = th_vec(&c, (int64_t)T * K), *w = th_vec(&c, (int64_t)N * K), *nw = th_vec(&c, K);
+    ref64_rng r = ref64_rng_make(ref64_seed(), 9900);
+    ref64_fill(&r, x, (int64_t)T * K, -1, 1, F32);
+    ref64_fill(&r, w, (int64_t)N * K, -1, 1, LLMEM_DTYPE_BF16);
+    ref64_fill(&r, nw, K, 0.5, 1.5, LLMEM_DTYPE_BF16);
+    llmem_tensor tx = th_input(&c, F32, 2, T, K, 1, x);
+    llmem_tensor tz = th_input(&c, F32, 2, T, K, 1, x);
+    llmem_tensor tw = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w);
+    llmem_tensor tw16 = th_input(&c, LLMEM_DTYPE_F16, 2, N, K, 1, w);
+    llmem_tensor tn = th_input(&c, LLMEM_DTYPE_BF16, 1, K, 1, 1, nw);
+    llmem_tensor tn2 = th_tensor(&c, LLMEM_DTYPE_BF16, 1, K + 1, 1, 1);
+    llmem_tensor to = th_tensor(&c, F32, 2, T, N, 1);
+    llmem_tensor tbig = th_tensor(&c, F32, 2, T, N + 1, 1);
+    llmem_norm_matmul_params rms = {.norm = LLMEM_NM_NORM_RMS, .eps = 1e-5f};
+    llmem_norm_matmul_params sw = {.norm = LLMEM_NM_NORM_RMS, .epilogue = LLMEM_NM_SWIGLU,
+                                   .eps = 1e-5f};
+    llmem_norm_matmul_params gated = {.norm = LLMEM_NM_NORM_GATED, .eps = 1e-5f};
+    llmem_norm_matmul_params bad_norm = {.norm = 3, .eps = 1e-5f};
+    llmem_norm_matmul_params bad_epi = {.norm = LLMEM_NM_NORM_RMS, .epilogue = -1, .eps = 1e-5f};
+    llmem_norm_matmul_params bad_eps = {.norm = LLMEM_NM_NORM_RMS, .eps = NAN};
+    llmem_norm_matmul_params neg_eps = {.norm = LLMEM_NM_NORM_RMS, .eps = -1.0f};
+    llmem_norm_matmul_params none = {.norm = LLMEM_NM_NORM_NONE};
+    if (llmem_op_norm_matmul(be, &rms, &tx, NULL, &tn, &tw, NULL, &to) == LLMEM_E_UNSUPPORTED &&
+        !th_is_cpu(_i)) {
+        printf("test_ops_norm_matmul: %s has no norm_matmul, skipped\n", th_backend_name(_i));
+        th_end(&c);
+        llmem_backend_close(be);
+        return;
+    }
+    th_poison(&to);
+#define BAD(...) ck_assert_int_eq(llmem_op_norm_matmul(__VA_ARGS__), LLMEM_E_INVALID)
+    BAD(NULL, &rms, &tx, NULL, &tn, &tw, NULL, &to);
+    BAD(be, NULL, &tx, NULL, &tn, &tw, NULL, &to);
+    BAD(be, &rms, NULL, NULL, &tn, &tw, NULL, &to);
+    BAD(be, &rms, &tx, NULL, &tn, NULL, NULL, &to);
+    BAD(be, &rms, &tx, NULL, &tn, &tw, NULL, NULL);
+    BAD(be, &bad_norm, &tx, NULL, &tn, &tw, NULL, &to);
+    BAD(be, &bad_epi, &tx, NULL, &tn, &tw, NULL, &to);
+    BAD(be, &bad_eps, &tx, NULL, &tn, &tw, NULL, &to);
+    BAD(be, &neg_eps, &tx, NULL, &tn, &tw, NULL, &to);
+    BAD(be, &rms, &tx, &tz, &tn, &tw, NULL, &to);     /* z without the gated norm */
+    BAD(be, &gated, &tx, NULL, &tn, &tw, NULL, &to);  /* gated norm without z */
+    BAD(be, &sw, &tx, NULL, &tn, &tw, NULL, &to);     /* SwiGLU without w2 */
+    BAD(be, &rms, &tx, NULL, &tn, &tw, &tw, &to);     /* w2 without SwiGLU */
+    BAD(be, &sw, &tx, NULL, &tn, &tw, &tw16, &to);    /* w2 of another dtype */
+    BAD(be, &none, &tx, NULL, &tn, &tw, NULL, &to);   /* a norm weight without a norm */
+    BAD(be, &rms, &tx, NULL, &tn2, &tw, NULL, &to);   /* norm weight of K + 1 */
+    BAD(be, &rms, &tx, NULL, &tn, &tw, NULL, &tbig);  /* out of N + 1 columns */
+    BAD(be, &rms, &tx, NULL, &tn, &tw, NULL, &tx);    /* out overlaps x */
+#undef BAD
+    double *got = th_vec(&c, (int64_t)T * N);
+    th_get(&to, got);
+    for (int64_t i = 0; i < (int64_t)T * N; i++)
+        ck_assert_msg(isnan(got[i]), "norm_matmul on %s: a refused call wrote out",
+                      th_backend_name(_i));
+    th_end(&c);
+    llmem_backend_close(be);
+}
+END_TEST
+
+int main(void)
+{
+    printf("test_ops_norm_matmul: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
+           (unsigned long long)ref64_seed());
+    int n = th_backends_probe();
+    Suite *s = suite_create("ops_norm_matmul");
+    TCase *tc = tcase_create("ops_norm_matmul");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_norm_matmul, 0, n);
+    tcase_add_loop_test(tc, test_norm_matmul_invalid, 0, n);
+    suite_add_tcase(s, tc);
+    int failed = test_run_suite(s);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
