@@ -149,3 +149,18 @@ llmem_status llmem_comm_barrier(llmem_comm *c)
         return LLMEM_E_UNSUPPORTED;
     return c->iface->barrier(c);
 }
+
+llmem_status llmem_comm_abort(llmem_comm *c)
+{
+    if (!c)
+        return LLMEM_E_INVALID;
+    if (!COMM_SLOT(c, abort))
+        return LLMEM_E_UNSUPPORTED;
+    c->iface->abort(c);
+    return LLMEM_OK;
+}
+
+bool llmem_comm_aborted(const llmem_comm *c)
+{
+    return COMM_SLOT(c, aborted) && c->iface->aborted(c);
+}

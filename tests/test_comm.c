@@ -5,13 +5,17 @@
  * (bf16: that sum rounded to bf16 by the test's own conversion),
  * all-gather (also of rows side by side) and broadcast byte for byte, and bad input: one rank's bad
  * argument, mismatched sizes or a different collective fail the call on
- * every rank, with every buffer unchanged and no rank left waiting. */
+ * every rank, with every buffer unchanged and no rank left waiting; a rank
+ * that aborts the group instead of joining a collective, or that never
+ * joins it (the group timeout), releases the others with LLMEM_E_BACKEND,
+ * their buffers unchanged. */
 #include "support/run.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llmem/backend.h"
 #include "llmem/comm.h"
@@ -26,7 +30,15 @@ typedef struct rank_ctx {
     llmem_buffer *buf, *buf2;
     int scenario;
     llmem_status st[8];
+    double wait_s; /* scenarios 3, 4: seconds in the collective */
 } rank_ctx;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static uint32_t rnd(uint64_t *s)
 {
@@ -105,6 +117,24 @@ static void *rank_main(void *arg)
                                          LLMEM_DTYPE_F32); /* buf2 is too small on rank 0 */
         c->st[7] = llmem_comm_all_gather_rows(c->comm, c->buf, 0, c->buf, 40, 3,
                                               r == 1 ? 16 : 20); /* row size differs */
+        break;
+    case 3: /* the last rank aborts the group while the others wait in an all-reduce */
+    case 4: /* the last rank never comes: the group's timeout ends the wait */
+        llmem_buffer_upload(c->buf, 0, x, sizeof x);
+        if (r == c->n - 1) {
+            nanosleep(&(struct timespec){.tv_nsec = 200000000}, NULL); /* the others wait */
+            c->st[0] = c->scenario == 3 ? llmem_comm_abort(c->comm) : LLMEM_E_BACKEND;
+            if (c->scenario == 4) /* it comes back after the timeout */
+                while (!llmem_comm_aborted(c->comm))
+                    nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
+        } else {
+            double t0 = now_s();
+            c->st[0] = llmem_comm_all_reduce(c->comm, c->buf, 0, N, LLMEM_DTYPE_F32);
+            c->wait_s = now_s() - t0;
+        }
+        c->st[1] = llmem_comm_barrier(c->comm); /* the group stays aborted */
+        c->st[2] = llmem_comm_aborted(c->comm) ? LLMEM_OK : LLMEM_E_STATE;
+        c->st[3] = llmem_comm_abort(c->comm); /* idempotent */
         break;
     }
     return NULL;
@@ -239,6 +269,45 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* An abort (scenario 3) or the group timeout (4, LLMEM_COMM_TIMEOUT_S
+ * 0.5) releases the ranks waiting in an all-reduce with LLMEM_E_BACKEND,
+ * their data untouched; later collectives fail alike. */
+START_TEST(test_abort_timeout)
+{
+    int32_t n = _i / 2 + 2, scenario = 3 + _i % 2;
+    if (scenario == 4)
+        setenv("LLMEM_COMM_TIMEOUT_S", "0.5", 1); /* read when the group is made */
+    world w;
+    world_run(&w, n, scenario, N * 4, 400);
+    unsetenv("LLMEM_COMM_TIMEOUT_S");
+    double longest = 0;
+    for (int32_t r = 0; r < n; r++) {
+        rank_ctx *c = &w.ctx[r];
+        if (r < n - 1) {
+            ck_assert_msg(c->st[0] == LLMEM_E_BACKEND, "rank %d: %s", r,
+                          llmem_status_str(c->st[0]));
+            /* released well before the default 300 s timeout */
+            ck_assert_msg(c->wait_s <= 5.0, "rank %d waited %.3f s", r, c->wait_s);
+            longest = c->wait_s > longest ? c->wait_s : longest;
+        } else {
+            ck_assert_int_eq(c->st[0], scenario == 3 ? LLMEM_OK : LLMEM_E_BACKEND);
+        }
+        ck_assert_int_eq(c->st[1], LLMEM_E_BACKEND);
+        ck_assert_int_eq(c->st[2], LLMEM_OK);
+        ck_assert_int_eq(c->st[3], LLMEM_OK);
+        float got[N];
+        llmem_buffer_download(c->buf, 0, got, sizeof got);
+        for (int32_t i = 0; i < N; i++)
+            ck_assert_float_eq(got[i], val(r, i)); /* untouched */
+    }
+    /* the abort comes 0.2 s after the last rank starts; the first rank to
+     * wait 0.5 s times out and releases the others (who may have come
+     * later) */
+    ck_assert_msg(longest >= (scenario == 3 ? 0.15 : 0.45), "longest wait %.3f s", longest);
+    world_free(&w);
+}
+END_TEST
+
 START_TEST(test_group_errors)
 {
     char err[256];
@@ -257,6 +326,8 @@ START_TEST(test_group_errors)
     ck_assert_ptr_null(c[0]);
     ck_assert_ptr_null(c[1]);
     ck_assert_int_eq(llmem_comm_all_reduce(NULL, NULL, 0, 0, LLMEM_DTYPE_F32), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_comm_abort(NULL), LLMEM_E_INVALID);
+    ck_assert(!llmem_comm_aborted(NULL));
     ck_assert_int_eq(llmem_comm_rank(NULL), -1);
     ck_assert_int_eq(llmem_comm_size(NULL), 0);
     llmem_comm_destroy(NULL);
@@ -283,6 +354,7 @@ int main(void)
     tcase_add_loop_test(tc, test_all_reduce, 0, MAXR);
     tcase_add_loop_test(tc, test_gather_broadcast, 0, MAXR);
     tcase_add_loop_test(tc, test_bad_input, 0, MAXR - 1);
+    tcase_add_loop_test(tc, test_abort_timeout, 0, 2 * (MAXR - 1));
     tcase_add_test(tc, test_group_errors);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

@@ -12,8 +12,15 @@
  * so replicated activations stay bit-identical across ranks.
  * Reference: the MPI / NCCL collective definitions (ncclAllReduce,
  * ncclAllGather, ncclBroadcast).
+ *
+ * The barrier is the group's own (a mutex, a condition variable and a
+ * generation count) rather than a pthread_barrier_t, so that a wait can
+ * end early: llmem_comm_abort, or a wait past the group's timeout (which
+ * aborts the group), wakes every waiting rank with LLMEM_E_BACKEND.
  */
+#include <errno.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +40,12 @@ typedef struct post {
 
 typedef struct group {
     int32_t n;
-    pthread_barrier_t bar;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* guards arrived, gen, aborted and live */
+    pthread_cond_t cv;  /* on CLOCK_MONOTONIC */
+    int32_t arrived;    /* ranks in the current barrier */
+    uint64_t gen;       /* barriers completed */
+    bool aborted;
+    int64_t timeout_ms; /* 0: none */
     int32_t live; /* communicators not yet destroyed */
     post posts[LLMEM_COMM_MAX_RANKS];
     uint8_t *stage[LLMEM_COMM_MAX_RANKS]; /* rank r writes only stage[r] */
@@ -67,14 +78,53 @@ static bool grow(uint8_t **p, size_t *cap, size_t n)
     return true;
 }
 
+/* Waits until every rank of g has arrived. Returns LLMEM_OK, or
+ * LLMEM_E_BACKEND when the group is or gets aborted, or when the wait
+ * outlasts the group's timeout (which aborts it: a rank that never comes
+ * must not hold the others for ever). */
+static llmem_status wait_all(group *g)
+{
+    struct timespec dl;
+    if (g->timeout_ms > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        dl.tv_sec += (time_t)(g->timeout_ms / 1000);
+        dl.tv_nsec += (long)(g->timeout_ms % 1000) * 1000000L;
+        if (dl.tv_nsec >= 1000000000L) {
+            dl.tv_sec++;
+            dl.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&g->mu);
+    uint64_t gen = g->gen;
+    if (!g->aborted && ++g->arrived == g->n) {
+        g->arrived = 0;
+        g->gen++;
+        pthread_cond_broadcast(&g->cv);
+    }
+    while (g->gen == gen && !g->aborted) {
+        int rc = g->timeout_ms > 0 ? pthread_cond_timedwait(&g->cv, &g->mu, &dl)
+                                   : pthread_cond_wait(&g->cv, &g->mu);
+        if (rc == ETIMEDOUT && g->gen == gen) {
+            g->aborted = true;
+            pthread_cond_broadcast(&g->cv);
+        }
+    }
+    llmem_status st = g->gen != gen ? LLMEM_OK : LLMEM_E_BACKEND;
+    pthread_mutex_unlock(&g->mu);
+    return st;
+}
+
 /* Posts p, waits for every rank, and returns the group's verdict: the
  * status of the lowest rank that failed its own checks, else
- * LLMEM_E_INVALID when the posts differ, else LLMEM_OK. */
+ * LLMEM_E_INVALID when the posts differ, else LLMEM_OK (LLMEM_E_BACKEND
+ * when the group is aborted). */
 static llmem_status exchange(cpu_comm *c, const post *p)
 {
     group *g = c->g;
     g->posts[c->base.rank] = *p;
-    pthread_barrier_wait(&g->bar);
+    llmem_status w = wait_all(g);
+    if (w != LLMEM_OK)
+        return w;
     for (int32_t r = 0; r < g->n; r++)
         if (g->posts[r].st != LLMEM_OK)
             return g->posts[r].st;
@@ -87,11 +137,12 @@ static llmem_status exchange(cpu_comm *c, const post *p)
     return LLMEM_OK;
 }
 
-/* Ends a collective: no rank leaves before every rank is done reading. */
+/* Ends a collective: no rank leaves before every rank is done reading
+ * (an abort ends the wait: the group is then not used again). */
 static llmem_status finish(cpu_comm *c, llmem_status st)
 {
-    pthread_barrier_wait(&c->g->bar);
-    return st;
+    llmem_status w = wait_all(c->g);
+    return st != LLMEM_OK ? st : w;
 }
 
 /* Downloads [off, off + bytes) of buf into this rank's staging slot. */
@@ -230,18 +281,40 @@ static llmem_status cc_barrier(llmem_comm *comm)
     return finish(c, exchange(c, &p));
 }
 
+static void cc_abort(llmem_comm *comm)
+{
+    group *g = cc_of(comm)->g;
+    pthread_mutex_lock(&g->mu);
+    g->aborted = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static bool cc_aborted(const llmem_comm *comm)
+{
+    group *g = ((const cpu_comm *)(const void *)comm)->g;
+    pthread_mutex_lock(&g->mu);
+    bool a = g->aborted;
+    pthread_mutex_unlock(&g->mu);
+    return a;
+}
+
+static void group_free(group *g)
+{
+    for (int32_t r = 0; r < g->n; r++)
+        free(g->stage[r]);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
 static void group_unref(group *g)
 {
     pthread_mutex_lock(&g->mu);
     bool last = --g->live == 0;
     pthread_mutex_unlock(&g->mu);
-    if (!last)
-        return;
-    for (int32_t r = 0; r < g->n; r++)
-        free(g->stage[r]);
-    pthread_barrier_destroy(&g->bar);
-    pthread_mutex_destroy(&g->mu);
-    free(g);
+    if (last)
+        group_free(g);
 }
 
 static void cc_destroy(llmem_comm *comm)
@@ -263,6 +336,8 @@ static const llmem_comm_i cpu_comm_iface = {
     .broadcast = cc_broadcast,
     .barrier = cc_barrier,
     .all_gather_rows = cc_all_gather_rows,
+    .abort = cc_abort,
+    .aborted = cc_aborted,
 };
 
 /* Called by llmem_comm_group_create (base/comm.c), which has checked the
@@ -276,20 +351,25 @@ llmem_status llmem_cpu_comm_group(llmem_backend *const *bes, int32_t n, llmem_co
     group *g = calloc(1, sizeof *g);
     if (!g)
         goto oom;
-    if (pthread_barrier_init(&g->bar, NULL, (unsigned)n) != 0) {
+    pthread_condattr_t ca;
+    bool cv_ok = pthread_condattr_init(&ca) == 0;
+    if (cv_ok) {
+        cv_ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+                pthread_cond_init(&g->cv, &ca) == 0;
+        pthread_condattr_destroy(&ca);
+    }
+    if (!cv_ok) {
         free(g);
         goto oom;
     }
     pthread_mutex_init(&g->mu, NULL);
     g->n = n;
+    g->timeout_ms = llmem_comm_timeout_ms();
     for (int32_t r = 0; r < n; r++) {
         cpu_comm *c = calloc(1, sizeof *c);
         if (!c) {
-            if (r == 0) { /* no communicator holds the group yet */
-                pthread_barrier_destroy(&g->bar);
-                pthread_mutex_destroy(&g->mu);
-                free(g);
-            }
+            if (r == 0) /* no communicator holds the group yet */
+                group_free(g);
             while (--r >= 0) { /* the last one frees the group */
                 cc_destroy(comms[r]);
                 comms[r] = NULL;

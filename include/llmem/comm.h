@@ -29,11 +29,25 @@
  * verdict: there a rank that refuses its arguments returns at once and the
  * others wait in the collective; callers keep their arguments identical.
  *
- * Threading: a communicator is used by one thread at a time (its rank's).
+ * A rank that stops. When a rank fails outside a collective (its op
+ * failed) or never calls the one the others are in, they would wait for
+ * ever. llmem_comm_abort ends that: the group is aborted, every rank
+ * waiting in a collective returns LLMEM_E_BACKEND at once, and so does
+ * every later collective of the group; only destroy remains. A collective
+ * that waits longer than the group's timeout aborts the group itself
+ * ($LLMEM_COMM_TIMEOUT_S, read when the group is created: seconds, default
+ * 300, 0 = no limit; NCCL: checked while a rank waits in a barrier, which
+ * also watches NCCL's asynchronous errors). After an abort the buffers of
+ * the collectives that failed are undefined.
+ *
+ * Threading: a communicator is used by one thread at a time (its rank's);
+ * llmem_comm_abort may be called from any thread, on any rank's
+ * communicator, at any time.
  */
 #ifndef LLMEM_COMM_H
 #define LLMEM_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -115,6 +129,18 @@ llmem_status llmem_comm_broadcast(llmem_comm *c, llmem_buffer *buf, size_t offse
  * before it has run). Returns LLMEM_OK, LLMEM_E_INVALID (another
  * collective on some rank), LLMEM_E_BACKEND. */
 llmem_status llmem_comm_barrier(llmem_comm *c);
+
+/* Aborts c's whole group (see "A rank that stops" above): ranks waiting in
+ * a collective return LLMEM_E_BACKEND at once, later collectives too.
+ * NCCL: ncclCommAbort on every rank's communicator, which also ends the
+ * collectives already queued on the devices. Idempotent; callable from
+ * any thread. The communicators must still be destroyed.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (c NULL); LLMEM_E_UNSUPPORTED (a
+ * communicator built without an abort, e.g. an older plugin's). */
+llmem_status llmem_comm_abort(llmem_comm *c);
+
+/* Whether c's group has been aborted (false for NULL). */
+bool llmem_comm_aborted(const llmem_comm *c);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #ifndef LLMEM_COMM_IMPL_H
 #define LLMEM_COMM_IMPL_H
 
+#include <stdlib.h>
+
 #include "llmem/backend_impl.h"
 #include "llmem/comm.h"
 
@@ -32,7 +34,26 @@ typedef struct llmem_comm_i {
     llmem_status (*all_gather_rows)(llmem_comm *c, llmem_buffer *src, size_t src_off,
                                     llmem_buffer *dst, size_t dst_off, int64_t n_rows,
                                     size_t row_bytes);
+    /* Appended (optional): abort the group (<llmem/comm.h> llmem_comm_abort;
+     * any thread) and tell whether it is aborted. */
+    void (*abort)(llmem_comm *c);
+    bool (*aborted)(const llmem_comm *c);
 } llmem_comm_i;
+
+/* The group timeout of <llmem/comm.h> in milliseconds: $LLMEM_COMM_TIMEOUT_S
+ * (seconds, a decimal; 0: none); 300 s when it is unset or not a number
+ * in [0, 1e9]. */
+static inline int64_t llmem_comm_timeout_ms(void)
+{
+    const char *e = getenv("LLMEM_COMM_TIMEOUT_S");
+    if (!e || !*e)
+        return 300000;
+    char *end = NULL;
+    double s = strtod(e, &end);
+    if (end == e || *end || !(s >= 0) || s > 1e9)
+        return 300000;
+    return (int64_t)(s * 1000.0 + 0.5);
+}
 
 /* The base object, struct llmem_comm, is in <llmem/backend_impl.h> beside
  * the other base objects (its layout is in LLMEM_BACKEND_ABI_LAYOUT). */
