@@ -17,18 +17,23 @@
  * [2^-14, 65504] (bf16 has 8 significant bits, f16 11).
  *
  * Speed (H200, driver 580, docs/benchmarks.md "Vulkan cooperative
- * matrices"): the NV multiply-add itself runs at about 30 TFLOP/s there
- * (a probe doing only the MMAs of this loop was as slow as the whole
- * shader), below the f32 SIMT matmul_rt.comp at prefill sizes, so the
- * host uses this shader for the weight-bound sizes only (vk_mm_pick).
+ * matrices" and "... second look"): about 30 TFLOP/s at 512 rows and
+ * more, below the f32 SIMT matmul_rt.comp there, so the host uses this
+ * shader for the weight-bound sizes only (vk_mm_pick). The multiply-add
+ * is not the limit (an MMA-only probe runs NV 16x16x16 at 370-390
+ * TFLOP/s, 460 with fragments loaded from shared memory); this loop's
+ * staging of global data through shared memory is.
  *
  * Blocking: a workgroup of WG = 32 SGM SGN invocations owns a BM x BN tile
  * of out (BM = 16 FM SGM, BN = 16 FN SGN); subgroup (i, j) of the SGM x SGN
- * grid owns FM x FN accumulator matrices. K is walked in slices of BK = 32:
+ * grid owns FM x FN accumulator matrices. K is walked in slices of BK (64
+ * up to 64 rows, where it took 0.061 -> 0.048 ms at 64 x 4096 x 4096; 32
+ * for the 128 x 128 tiles, whose 64-wide slices would not fit in 48 KiB):
  * 16-byte global loads of the next slice are issued into registers before
  * the tensor-core work on the current one (register double buffering),
- * and stored to shared memory after it; shared rows are 40 halves (80
- * bytes) so the row starts of a 16 x 16 load fall on distinct bank groups.
+ * and stored to shared memory after it; shared rows are BK + 8 halves (80
+ * or 144 bytes) so the row starts of a 16 x 16 load fall on distinct bank
+ * groups.
  * Split-K (slices of k_split, partial tiles to out + s * slice_stride,
  * summed by sum_slices.comp) as in matmul_rt.comp. The epilogue goes
  * through shared memory, one 16 x 16 matrix per subgroup at a time, so
@@ -42,10 +47,11 @@ layout(constant_id = 2) const uint SGM = 2;   /* subgroups along M */
 layout(constant_id = 3) const uint FM = 4;    /* 16-row matrices per subgroup */
 layout(constant_id = 4) const uint FN = 2;    /* 16-column matrices per subgroup */
 layout(constant_id = 5) const uint SPLIT = 2; /* f16 terms of a: 2 precise, 1 fast */
+layout(constant_id = 6) const uint BK = 32;   /* K step: 32 or 64 (vk_cm_plan_make) */
 
 const uint SGN = WG / 32u / SGM;
-const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN, BK = 32u;
-const uint LD = 5u; /* uvec4s per shared row: 32 halves + 8 of padding */
+const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN;
+const uint LD = BK / 8u + 1u; /* uvec4s per shared row: BK halves + 8 of padding */
 const uint RV = BK / 8u; /* uvec4s per row of a slice */
 const uint NA = (SPLIT * BM * RV + WG - 1u) / WG; /* a loads per invocation */
 const uint NW = (BN * RV + WG - 1u) / WG;         /* w loads per invocation */

@@ -19,7 +19,8 @@
 
 START_TEST(test_pick_paths)
 {
-    vk_mm_caps cm = {.coopmat = true, .mv16_max = 8, .cm_min = VK_MM_CM_MIN, .cm_max = VK_MM_CM_MAX};
+    vk_mm_caps cm = {.coopmat = true, .cm_bk = VK_CM_BK_SMALL, .mv16_max = 8, .cm_min = VK_MM_CM_MIN,
+                     .cm_max = VK_MM_CM_MAX};
     vk_mm_caps no = cm;
     no.coopmat = false;
     /* decode rows stay on the GEMVs whatever the device */
@@ -87,36 +88,45 @@ START_TEST(test_cm_plan_invariants)
     static const uint32_t ms[] = {1, 9, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 100, 128, 129, 512, 2048};
     static const uint32_t ns[] = {1, 16, 100, 128, 129, 1024, 4096, 14336, 128256};
     static const uint32_t ks[] = {8, 32, 40, 256, 264, 1000, 4096, 14336};
+    static const uint32_t small_bks[] = {64, 32, 0};
     for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
         for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
-            for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++) {
-                uint32_t m = ms[a], n = ns[b], k = ks[d];
-                vk_cm_plan p;
-                vk_cm_plan_make(m, n, k, &p);
-                ck_assert_uint_eq(p.sgm * p.sgn * 32, VK_CM_WG);
-                ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
-                ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
-                /* tiles cover the output, and no tile row or column is empty */
-                ck_assert_uint_ge((uint64_t)p.tiles_m * p.bm, m);
-                ck_assert_uint_lt((uint64_t)(p.tiles_m - 1) * p.bm, m);
-                ck_assert_uint_ge((uint64_t)p.tiles_n * p.bn, n);
-                ck_assert_uint_lt((uint64_t)(p.tiles_n - 1) * p.bn, n);
-                /* up to 64 rows the weights are read once: one tile row */
-                if (m <= 64)
-                    ck_assert_uint_eq(p.tiles_m, 1);
-                /* slices: whole BK steps, covering K, none empty */
-                ck_assert_uint_eq(p.k_split % VK_CM_BK, 0);
-                ck_assert_uint_ge((uint64_t)p.slices * p.k_split, k);
-                ck_assert_uint_lt((uint64_t)(p.slices - 1) * p.k_split, k);
-                uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
-                if (tiles >= VK_MM_GROUPS || k < 2 * VK_MM_MIN_SLICE)
-                    ck_assert_uint_eq(p.slices, 1);
-                else
-                    ck_assert_uint_ge(tiles * p.slices, tiles * 2);
-                /* shared memory of this blocking (precise: hi and lo rows) */
-                uint32_t smem = 2 * p.bm * 80 + p.bn * 80 + 8 * 16 * 20 * 4 + 1024;
-                ck_assert_uint_le(smem, VK_CM_SHARED_BYTES);
-            }
+            for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++)
+                for (size_t e = 0; e < 3; e++) {
+                    uint32_t m = ms[a], n = ns[b], k = ks[d];
+                    vk_cm_plan p;
+                    vk_cm_plan_make(m, n, k, small_bks[e], &p);
+                    ck_assert_uint_eq(p.sgm * p.sgn * 32, VK_CM_WG);
+                    ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
+                    ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
+                    /* the K step: 64 up to 64 rows unless 32 was asked for (0: the default, 64) */
+                    ck_assert_uint_eq(p.bk, m > 64 ? 32 : small_bks[e] == 32 ? 32 : 64);
+                    /* tiles cover the output, and no tile row or column is empty */
+                    ck_assert_uint_ge((uint64_t)p.tiles_m * p.bm, m);
+                    ck_assert_uint_lt((uint64_t)(p.tiles_m - 1) * p.bm, m);
+                    ck_assert_uint_ge((uint64_t)p.tiles_n * p.bn, n);
+                    ck_assert_uint_lt((uint64_t)(p.tiles_n - 1) * p.bn, n);
+                    /* up to 64 rows the weights are read once: one tile row */
+                    if (m <= 64)
+                        ck_assert_uint_eq(p.tiles_m, 1);
+                    /* slices: whole K steps, covering K, none empty */
+                    ck_assert_uint_eq(p.k_split % p.bk, 0);
+                    ck_assert_uint_ge((uint64_t)p.slices * p.k_split, k);
+                    ck_assert_uint_lt((uint64_t)(p.slices - 1) * p.k_split, k);
+                    uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
+                    if (tiles >= VK_MM_GROUPS || k < 2 * VK_MM_MIN_SLICE)
+                        ck_assert_uint_eq(p.slices, 1);
+                    else
+                        ck_assert_uint_ge(tiles * p.slices, tiles * 2);
+                    /* shared memory of this blocking (precise: hi and lo rows of BK + 8
+                     * halves, the weight rows, 8 epilogue matrices of 16 x 20 floats,
+                     * 1 KiB slack) fits the 48 KiB of NVIDIA's devices, and the
+                     * constants the host checks the device against cover it */
+                    uint32_t row = (p.bk + 8) * 2;
+                    uint32_t smem = 2 * p.bm * row + p.bn * row + 8 * 16 * 20 * 4 + 1024;
+                    ck_assert_uint_le(smem, 48 * 1024);
+                    ck_assert_uint_le(smem, p.bk == 64 ? VK_CM_SHARED_BYTES_SMALL : VK_CM_SHARED_BYTES);
+                }
 }
 END_TEST
 
@@ -124,22 +134,28 @@ END_TEST
  * 4096 x 4096 projection (4 x 32 = 128 tiles of 128 x 128: 264 / 128 ->
  * 3 slices of ceil(4096 / 3) = 1366 -> 1376 (43 steps of 32), the last
  * 1344), and batch-16 decode (one 16-row tile row, 128 columns: 32 tiles,
- * 264 / 32 -> 9 slices, capped at 4096 / 256 = 16: 9 slices of 456 -> 480,
- * 4096 / 480 -> 9). */
+ * 264 / 32 -> 9 slices, capped at 4096 / 256 = 16: 9 slices of 456 ->
+ * 512 with steps of 64 (8 slices), 480 with steps of 32 (4096 / 480 -> 9)). */
 START_TEST(test_cm_plan_shapes)
 {
     vk_cm_plan p;
-    vk_cm_plan_make(512, 4096, 4096, &p);
+    vk_cm_plan_make(512, 4096, 4096, 64, &p);
     ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.bk, 32);
     ck_assert_uint_eq(p.tiles_m, 4);
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.k_split, 1376);
     ck_assert_uint_eq(p.slices, 3);
-    vk_cm_plan_make(16, 4096, 4096, &p);
+    vk_cm_plan_make(16, 4096, 4096, 64, &p);
     ck_assert_uint_eq(p.bm, 16);
     ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.bk, 64);
     ck_assert_uint_eq(p.tiles_n, 32);
+    ck_assert_uint_eq(p.k_split, 512);
+    ck_assert_uint_eq(p.slices, 8);
+    vk_cm_plan_make(16, 4096, 4096, 32, &p);
+    ck_assert_uint_eq(p.bk, 32);
     ck_assert_uint_eq(p.k_split, 480);
     ck_assert_uint_eq(p.slices, 9);
 }

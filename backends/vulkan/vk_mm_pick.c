@@ -37,24 +37,26 @@ void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, ui
     *slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
 }
 
-void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p)
+void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, vk_cm_plan *p)
 {
     uint32_t sg = VK_CM_WG / 32;
     if (m <= 64) {
         p->sgm = 1;
         p->fm = m <= 16 ? 1 : (uint32_t)div_up(m, 16);
         p->fn = 1;
+        p->bk = small_bk == 32 ? 32 : VK_CM_BK_SMALL;
     } else {
         p->sgm = 2;
         p->fm = 4;
         p->fn = 2;
+        p->bk = VK_CM_BK_BIG;
     }
     p->sgn = sg / p->sgm;
     p->bm = 16 * p->fm * p->sgm;
     p->bn = 16 * p->fn * p->sgn;
     p->tiles_m = (uint32_t)div_up(m, p->bm);
     p->tiles_n = (uint32_t)div_up(n, p->bn);
-    vk_mm_split_k((uint64_t)p->tiles_m * p->tiles_n, k, VK_CM_BK, &p->slices, &p->k_split);
+    vk_mm_split_k((uint64_t)p->tiles_m * p->tiles_n, k, p->bk, &p->slices, &p->k_split);
 }
 
 bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,

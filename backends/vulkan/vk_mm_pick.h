@@ -18,7 +18,10 @@
 #define VK_MM_GROUPS 264    /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
 #define VK_MM_MIN_SLICE 256 /* K per split-K slice, at least */
 #define VK_CM_WG 256        /* matmul_cm.comp: 8 subgroups of 32 */
-#define VK_CM_BK 32         /* its K slice */
+#define VK_CM_BK_BIG 32     /* its K step above 64 rows (the 128 x 128 tiles) */
+#define VK_CM_BK_SMALL 64   /* its K step up to 64 rows, by default ($LLMEM_VULKAN_CM_BK=32: the
+                             * old one): half the barriers and loop trips per weight byte, 0.061 ->
+                             * 0.048 ms at 64 x 4096 x 4096 precise (H200, docs/benchmarks.md) */
 
 typedef enum vk_mm_path {
     VK_MM_MATVEC16, /* matvec16.comp: f16/bf16 weights, few rows */
@@ -31,6 +34,7 @@ typedef enum vk_mm_path {
 /* What the device and the environment allow (vk_matmul_config). */
 typedef struct vk_mm_caps {
     bool coopmat;      /* 16x16x16 f16 x f16 -> f32 cooperative matrices enabled on the device */
+    uint32_t cm_bk;    /* matmul_cm's K step up to 64 rows: VK_CM_BK_SMALL, or 32 */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
     uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
@@ -45,17 +49,20 @@ vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w
 
 /* The blocking of matmul_cm.comp for an [M, K] x [N, K] product: SGM x SGN
  * subgroups (SGM SGN = 8) of FM x FN 16x16 matrices, a BM x BN output tile
- * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), and split-K into `slices`
- * slices of k_split (a multiple of VK_CM_BK) when the tiles alone number
- * fewer than VK_MM_GROUPS. Few rows (M <= 64): one subgroup row of
- * ceil(M / 16) matrices, so each weight is loaded once; more: 128 x 128. */
+ * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), K walked in steps of bk,
+ * and split-K into `slices` slices of k_split (a multiple of bk) when the
+ * tiles alone number fewer than VK_MM_GROUPS. Few rows (M <= 64): one
+ * subgroup row of ceil(M / 16) matrices, so each weight is loaded once,
+ * and bk = small_bk; more: 128 x 128 and bk = VK_CM_BK_BIG (a 64-wide step
+ * of 128 x 128 tiles would not fit in 48 KiB of shared memory). */
 typedef struct vk_cm_plan {
-    uint32_t sgm, sgn, fm, fn, bm, bn;
+    uint32_t sgm, sgn, fm, fn, bm, bn, bk;
     uint32_t tiles_m, tiles_n;
     uint32_t slices, k_split;
 } vk_cm_plan;
 
-void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, vk_cm_plan *p);
+/* small_bk: 32 or 64 (vk_mm_caps.cm_bk); any other value is taken as 64. */
+void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, vk_cm_plan *p);
 
 /* Split-K of a product whose output tiles number `tiles` (matmul_rt.comp,
  * matmul_cm.comp): K in *slices slices of *k_split (a multiple of bk, the
@@ -77,7 +84,14 @@ typedef struct vk_cm_shape {
 bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,
                   uint32_t shared_bytes);
 
-/* Shared memory matmul_cm.comp needs at its largest blocking, in bytes. */
-#define VK_CM_SHARED_BYTES (2u * 128u * 80u + 128u * 80u + 8u * 16u * 20u * 4u + 1024u)
+/* Shared memory of matmul_cm.comp, in bytes, for a BM x BN tile with K
+ * step bk (precise: hi and lo rows of a; rows padded by 16 bytes), plus
+ * its epilogue matrices and 1 KiB of slack for the driver. */
+#define VK_CM_SMEM(bm, bn, bk) \
+    ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 8u * 16u * 20u * 4u + 1024u)
+/* ... at the largest blocking of each K step: what a device needs for the
+ * tensor-core path at all (128 x 128, 32), and for the 64-wide step (64 x 128). */
+#define VK_CM_SHARED_BYTES VK_CM_SMEM(128u, 128u, VK_CM_BK_BIG)
+#define VK_CM_SHARED_BYTES_SMALL VK_CM_SMEM(64u, 128u, VK_CM_BK_SMALL)
 
 #endif

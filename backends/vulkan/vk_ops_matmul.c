@@ -52,6 +52,10 @@ void vk_matmul_config(vk_backend *v)
     v->mm.mv16_max = env_u32("LLMEM_VULKAN_MV16_MAX", MV16_MAX, 0, 64);
     v->mm.cm_min = env_u32("LLMEM_VULKAN_CM_MIN", VK_MM_CM_MIN, 1, 1u << 30);
     v->mm.cm_max = env_u32("LLMEM_VULKAN_CM_MAX", VK_MM_CM_MAX, 1, 1u << 30);
+    /* the 64-wide K step where its shared memory fits; $LLMEM_VULKAN_CM_BK=32: the old step */
+    v->mm.cm_bk = env_u32("LLMEM_VULKAN_CM_BK", VK_CM_BK_SMALL, 32, 64) == 32 ? 32 : VK_CM_BK_SMALL;
+    if (v->props.limits.maxComputeSharedMemorySize < VK_CM_SHARED_BYTES_SMALL)
+        v->mm.cm_bk = 32;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
@@ -190,7 +194,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
-    vk_cm_plan_make(m, n, k, &pl);
+    vk_cm_plan_make(m, n, k, v->mm.cm_bk, &pl);
     size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
     llmem_buffer *sbuf = NULL, *part = NULL;
     llmem_status st = vk_buffer_alloc(be, terms + (size_t)m * 4, &sbuf);
@@ -214,6 +218,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_op_spec(&mm, pl.fm);
     vk_op_spec(&mm, pl.fn);
     vk_op_spec(&mm, split);
+    vk_op_spec(&mm, pl.bk);
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);
     uint32_t oo = vk_op_tensor(v, &mm, &pt, true);
