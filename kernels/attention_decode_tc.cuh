@@ -228,19 +228,11 @@ static cudaError_t dtc_launch(const cuk_attn_args *a, int32_t n_split, float *pa
                               cudaStream_t stream)
 {
     using Z = dtc_shape<D>;
-    /* the shared-memory attribute once per kernel and device (bit dev % 64) */
-    static uint64_t sized = 0;
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    /* the shared-memory attribute once per kernel and device */
+    static unsigned long long sized = 0;
+    cudaError_t e = cuk_smem_once(attn_decode_tc_kernel<T, D>, Z::SMEM, &sized);
     if (e != cudaSuccess)
         return e;
-    if (!(sized >> (dev & 63) & 1u)) {
-        e = cudaFuncSetAttribute(attn_decode_tc_kernel<T, D>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Z::SMEM);
-        if (e != cudaSuccess)
-            return e;
-        sized |= 1ull << (dev & 63);
-    }
     int32_t n_hc = dec_n_hc(a);
     int64_t items = (int64_t)a->n_tok * a->n_kv_heads * n_hc;
     dim3 grid((unsigned)items, (unsigned)n_split);

@@ -332,4 +332,28 @@ __device__ __forceinline__ const void *cuk_rs_source(const cuk_rs_args &rs, int6
     return rs.state;
 }
 
+/* ---- per-device kernel attributes ------------------------------------------------------ */
+
+/* Raises kern's dynamic shared-memory limit to smem bytes on the current
+ * device, once per device: *sized is the caller's bit set for kern (bit
+ * d for device d < 64; devices from 64 on are set at every call). Tensor
+ * parallelism launches from one thread per device, so the set is read and
+ * updated atomically; two threads that both find a bit clear both set the
+ * attribute, which is harmless (the same value). Returns the CUDA error. */
+template <typename K>
+static inline cudaError_t cuk_smem_once(K *kern, int smem, unsigned long long *sized)
+{
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+        return e;
+    unsigned long long bit = dev >= 0 && dev < 64 ? 1ull << dev : 0ull;
+    if (bit && (__atomic_load_n(sized, __ATOMIC_ACQUIRE) & bit))
+        return cudaSuccess;
+    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess && bit)
+        __atomic_fetch_or(sized, bit, __ATOMIC_RELEASE);
+    return e;
+}
+
 #endif

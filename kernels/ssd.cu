@@ -489,20 +489,12 @@ template <bool SPLIT>
 static cudaError_t ssd_launch(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream)
 {
     /* the shared-memory attribute is per device (tensor parallelism runs
-     * several in one process): once per kernel and device, bit dev % 64 */
-    static uint64_t sized = 0;
+     * several in one process, one thread each) */
+    static unsigned long long sized = 0;
     const int smem = (int)sizeof(ssd_smem);
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    cudaError_t e = cuk_smem_once(ssd_scan_kernel<SPLIT>, smem, &sized);
     if (e != cudaSuccess)
         return e;
-    if (!(sized >> (dev & 63) & 1u)) {
-        e = cudaFuncSetAttribute(ssd_scan_kernel<SPLIT>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (e != cudaSuccess)
-            return e;
-        sized |= 1ull << (dev & 63);
-    }
     int64_t blocks = (int64_t)rs->n_seqs * p->n_heads;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;

@@ -17,11 +17,22 @@
  * cannot share a verdict on bad arguments: a rank that refuses its
  * arguments returns LLMEM_E_INVALID at once while the others wait.
  * Leave NVLink multicast off on the lent H200s (NCCL_NVLS_ENABLE=0).
+ *
+ * A rank that stops (<llmem/comm.h>): abort calls ncclCommAbort on every
+ * rank's communicator of the group (all are in this process), which ends
+ * the collectives queued on the devices, as PyTorch's NCCL watchdog does;
+ * a barrier polls its stream instead of blocking in it, watching
+ * ncclCommGetAsyncError and the group timeout, and aborts the group when
+ * either fires. Both entry points are optional (dlsym): without them the
+ * group can only be marked aborted. The group mutex orders abort against
+ * the calls that read a communicator handle outside its rank's enqueue.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/cuda/cuda_backend.h"
 #include "llmem/comm_impl.h"
@@ -41,13 +52,22 @@ typedef struct nccl_api {
                       nccl_comm_t comm, cudaStream_t stream);
     int (*broadcast)(const void *send, void *recv, size_t count, int dtype, int root,
                      nccl_comm_t comm, cudaStream_t stream);
+    int (*abort)(nccl_comm_t comm);                         /* optional: ncclCommAbort */
+    int (*get_async_error)(nccl_comm_t comm, int *result); /* optional */
 } nccl_api;
 
 enum { NCCL_UINT8 = 1, NCCL_FLOAT32 = 7, NCCL_BFLOAT16 = 9, NCCL_SUM = 0 };
+enum { NCCL_IN_PROGRESS = 7 }; /* ncclInProgress: not an error */
 
 typedef struct nccl_group {
     nccl_api api;
     int live; /* communicators left; the last one unloads the library */
+    pthread_mutex_t mu;  /* guards aborted and the handles' lifetime after an abort */
+    bool aborted;        /* no collective runs any more */
+    bool handles_gone;   /* ncclCommAbort freed every handle: destroy must not */
+    int32_t n;
+    nccl_comm_t handles[LLMEM_COMM_MAX_RANKS];
+    int64_t timeout_ms;  /* 0: none */
 } nccl_group;
 
 typedef struct nccl_comm {
@@ -98,6 +118,8 @@ static llmem_status nccl_load(nccl_api *a, char *err, size_t err_len)
     SYM(all_gather, "ncclAllGather");
     SYM(broadcast, "ncclBroadcast");
 #undef SYM
+    *(void **)&a->abort = dlsym(a->lib, "ncclCommAbort");
+    *(void **)&a->get_async_error = dlsym(a->lib, "ncclCommGetAsyncError");
     a->get_version(&a->version);
     return LLMEM_OK;
 }
@@ -113,6 +135,84 @@ static llmem_status nccl_status(nccl_comm *c, int r, const char *what)
     return r == 4 || r == 5 ? LLMEM_E_INVALID : LLMEM_E_BACKEND; /* invalid argument / usage */
 }
 
+static bool group_aborted(nccl_group *g)
+{
+    pthread_mutex_lock(&g->mu);
+    bool a = g->aborted;
+    pthread_mutex_unlock(&g->mu);
+    return a;
+}
+
+/* Aborts the group; g->mu held. */
+static void abort_locked(nccl_group *g)
+{
+    if (g->aborted)
+        return;
+    g->aborted = true;
+    if (!g->api.abort)
+        return;
+    for (int32_t k = 0; k < g->n; k++)
+        if (g->handles[k])
+            g->api.abort(g->handles[k]);
+    g->handles_gone = true;
+}
+
+static void nc_abort(llmem_comm *comm)
+{
+    nccl_group *g = nc_of(comm)->g;
+    pthread_mutex_lock(&g->mu);
+    abort_locked(g);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static bool nc_aborted(const llmem_comm *comm)
+{
+    return group_aborted(((const nccl_comm *)(const void *)comm)->g);
+}
+
+static double mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+/* Waits for this rank's stream by polling it, so that an abort, an NCCL
+ * asynchronous error or the group timeout ends the wait (the last two
+ * abort the group). Returns LLMEM_OK or LLMEM_E_BACKEND. */
+static llmem_status nc_wait(nccl_comm *c, cuda_backend *cb)
+{
+    nccl_group *g = c->g;
+    double deadline = g->timeout_ms > 0 ? mono_ms() + (double)g->timeout_ms : 0.0;
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(cb->stream);
+        if (q == cudaSuccess)
+            return group_aborted(g) ? LLMEM_E_BACKEND : LLMEM_OK;
+        if (q != cudaErrorNotReady)
+            return cuda_check(cb, q, "cudaStreamQuery");
+        const char *why = NULL;
+        pthread_mutex_lock(&g->mu);
+        int ae = 0;
+        if (g->aborted)
+            why = "aborted";
+        else if (g->api.get_async_error && g->api.get_async_error(c->comm, &ae) == 0 &&
+                 ae != 0 && ae != NCCL_IN_PROGRESS)
+            why = g->api.error_string(ae);
+        else if (deadline > 0.0 && mono_ms() > deadline)
+            why = "timed out (LLMEM_COMM_TIMEOUT_S)";
+        if (why)
+            abort_locked(g);
+        pthread_mutex_unlock(&g->mu);
+        if (why) {
+            if (cb->debug)
+                fprintf(stderr, "llmem cuda: NCCL rank %d of %d: %s; the group is aborted\n",
+                        c->base.rank, c->base.size, why);
+            return LLMEM_E_BACKEND;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 50000}, NULL);
+    }
+}
+
 static llmem_status nc_all_reduce(llmem_comm *comm, llmem_buffer *buf, size_t off, int64_t count,
                                   llmem_dtype dt)
 {
@@ -122,6 +222,8 @@ static llmem_status nc_all_reduce(llmem_comm *comm, llmem_buffer *buf, size_t of
     if (es == 0 || count < 0 ||
         (count > 0 && !llmem_comm_range_ok(buf, comm->backend, off, (size_t)count * es)))
         return LLMEM_E_INVALID;
+    if (group_aborted(c->g))
+        return LLMEM_E_BACKEND;
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK || count == 0)
         return st;
@@ -145,6 +247,8 @@ static llmem_status nc_all_gather(llmem_comm *comm, llmem_buffer *src, size_t sr
     if (bytes > 0 && src == dst && src_off != dst_off + (size_t)comm->rank * bytes &&
         !(src_off + bytes <= dst_off || dst_off + bytes * n <= src_off))
         return LLMEM_E_INVALID; /* overlapping, not in place */
+    if (group_aborted(c->g))
+        return LLMEM_E_BACKEND;
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK || bytes == 0)
         return st;
@@ -167,6 +271,8 @@ static llmem_status nc_all_gather_rows(llmem_comm *comm, llmem_buffer *src, size
                             comm->backend))
         return LLMEM_E_INVALID;
     size_t part = (size_t)n_rows * row_bytes;
+    if (group_aborted(c->g))
+        return LLMEM_E_BACKEND;
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK || part == 0)
         return st;
@@ -202,6 +308,8 @@ static llmem_status nc_broadcast(llmem_comm *comm, llmem_buffer *buf, size_t off
     if (root < 0 || root >= comm->size ||
         (bytes > 0 && !llmem_comm_range_ok(buf, comm->backend, off, bytes)))
         return LLMEM_E_INVALID;
+    if (group_aborted(c->g))
+        return LLMEM_E_BACKEND;
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK || bytes == 0)
         return st;
@@ -214,13 +322,15 @@ static llmem_status nc_barrier(llmem_comm *comm)
 {
     nccl_comm *c = nc_of(comm);
     cuda_backend *cb = cuda_from(comm->backend);
+    if (group_aborted(c->g))
+        return LLMEM_E_BACKEND;
     llmem_status st = cuda_enter(cb);
     if (st == LLMEM_OK)
         st = nccl_status(c, c->g->api.all_reduce(c->flag, c->flag, 1, NCCL_FLOAT32, NCCL_SUM,
                                                  c->comm, cb->stream),
                          "ncclAllReduce (barrier)");
     if (st == LLMEM_OK)
-        st = cuda_check(cb, cudaStreamSynchronize(cb->stream), "cudaStreamSynchronize");
+        st = nc_wait(c, cb);
     return st;
 }
 
@@ -230,6 +340,7 @@ static void group_unref(nccl_group *g)
         return;
     if (g->api.lib)
         dlclose(g->api.lib);
+    pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
@@ -239,7 +350,7 @@ static void nc_destroy(llmem_comm *comm)
     if (!c)
         return;
     cuda_enter(cuda_from(comm->backend));
-    if (c->comm)
+    if (c->comm && !c->g->handles_gone) /* an abort freed it */
         c->g->api.destroy(c->comm);
     cudaFree(c->flag);
     cudaFree(c->tmp);
@@ -256,6 +367,8 @@ static const llmem_comm_i nccl_comm_iface = {
     .broadcast = nc_broadcast,
     .barrier = nc_barrier,
     .all_gather_rows = nc_all_gather_rows,
+    .abort = nc_abort,
+    .aborted = nc_aborted,
 };
 
 llmem_status cuda_comm_group(llmem_backend *const *bes, int32_t n, llmem_comm **comms, char *err,
@@ -275,8 +388,12 @@ llmem_status cuda_comm_group(llmem_backend *const *bes, int32_t n, llmem_comm **
     nccl_group *g = calloc(1, sizeof *g);
     if (!g)
         return LLMEM_E_NO_MEMORY;
+    pthread_mutex_init(&g->mu, NULL);
+    g->n = n;
+    g->timeout_ms = llmem_comm_timeout_ms();
     llmem_status st = nccl_load(&g->api, err, err_len);
     if (st != LLMEM_OK) {
+        pthread_mutex_destroy(&g->mu);
         free(g);
         return st;
     }
@@ -285,9 +402,11 @@ llmem_status cuda_comm_group(llmem_backend *const *bes, int32_t n, llmem_comm **
         llmem_errf(err, err_len, "cuda: ncclCommInitAll over %d devices failed: %s (NCCL %d)", n,
                    g->api.error_string(r0), g->api.version);
         dlclose(g->api.lib);
+        pthread_mutex_destroy(&g->mu);
         free(g);
         return LLMEM_E_BACKEND;
     }
+    memcpy(g->handles, handles, (size_t)n * sizeof *handles);
     st = LLMEM_OK;
     for (int32_t r = 0; r < n; r++) {
         nccl_comm *c = calloc(1, sizeof *c);
@@ -321,6 +440,7 @@ llmem_status cuda_comm_group(llmem_backend *const *bes, int32_t n, llmem_comm **
         }
         if (none) {
             dlclose(g->api.lib);
+            pthread_mutex_destroy(&g->mu);
             free(g);
         }
     }
