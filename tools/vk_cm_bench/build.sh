@@ -1,0 +1,60 @@
+#!/bin/bash
+# Builds vk_cm_bench and a set of shader variants into OUT (default
+# build-vk_cm_bench/): OUT/vk_cm_bench, OUT/nv/ and, when $GLSLANG_KHR names a
+# glslang of version 15 or later (a command line; README.md says how to run
+# Debian trixie's on Debian 12), OUT/khr/, each with its list.txt. Run each
+# directory in its own process on the GPU machine: vk_cm_bench OUT/nv.
+set -eu
+cd "$(dirname "$0")"
+SRC=$PWD
+ROOT=$SRC/../..
+OUT=${1:-$ROOT/build-vk_cm_bench}
+GLSLANG=${GLSLANG:-glslangValidator}
+mkdir -p "$OUT/nv"
+cc -O2 -std=c11 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/backends/vulkan" vk_cm_bench.c \
+    "$ROOT/backends/vulkan/vk_mm_pick.c" -o "$OUT/vk_cm_bench" -lvulkan -lm
+# name, defines
+shaders() { # api dir glslang...
+    local api=$1 dir=$2; shift 2
+    local khr=""; [ "$api" = khr ] && khr=-DKHR
+    local env=vulkan1.1; [ "$api" = khr ] && env=vulkan1.3
+    : > "$dir/list.txt"
+    for shape in 16x16x16 16x8x16; do
+        IFS=x read -r tm tn tk <<< "$shape"
+        for acc in 1x1 2x2 2x4 4x4; do
+            IFS=x read -r na nb <<< "$acc"
+            n=${api}_${shape}_${acc}
+            "$@" -V --target-env $env $khr -DTM=$tm -DTN=$tn -DTK=$tk -DNA=$na -DNB=$nb -DCF16=0 \
+                mma.comp -o "$dir/$n.spv" > /dev/null
+            echo "$n mma 2112 256 $((na * nb * 2 * tm * tn * tk))" >> "$dir/list.txt"
+        done
+    done
+    for bar in 0:1 1:1 2:1 4:1; do
+        IFS=: read -r k e <<< "$bar"
+        n=${api}_sh_4x4_bar$k
+        "$@" -V --target-env $env $khr -DNA=4 -DNB=4 -DBARK=$k -DBAREVERY=${e}u mma_sh.comp \
+            -o "$dir/$n.spv" > /dev/null
+        echo "$n mma 2112 256 131072" >> "$dir/list.txt"
+    done
+}
+shaders nv "$OUT/nv" $GLSLANG
+for h in 0 1; do
+    $GLSLANG -V --target-env vulkan1.1 -DHALF=$h simt.comp -o "$OUT/nv/simt_half$h.spv" > /dev/null
+    echo "simt_half$h simt 2112 4096 64" >> "$OUT/nv/list.txt"
+done
+# the plugin's own shader, at the plans of vk_cm_plan_make (K step 64 up to 64 rows, 32 above)
+$GLSLANG -V --target-env vulkan1.1 -I"$ROOT/shaders" "$ROOT/shaders/matmul_cm.comp" \
+    -o "$OUT/nv/matmul_cm.spv" > /dev/null
+cat >> "$OUT/nv/list.txt" <<'L'
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 32
+matmul_cm gemm 512 4096 4096 256 2 4 2 1 32
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32
+matmul_cm gemm 2048 4096 4096 256 2 4 2 1 32
+L
+if [ -n "${GLSLANG_KHR:-}" ]; then
+    mkdir -p "$OUT/khr"
+    shaders khr "$OUT/khr" $GLSLANG_KHR
+fi
+echo "built $OUT"

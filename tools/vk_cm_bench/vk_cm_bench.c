@@ -1,0 +1,457 @@
+/* vk_cm_bench: a standalone Vulkan harness for tensor-core (cooperative
+ * matrix) shader experiments, outside the llmem plugin, so that a variant
+ * costs a glslang run here and a few seconds on the GPU machine
+ * (tools/vk_cm_bench/README.md; docs/benchmarks.md, "Vulkan cooperative
+ * matrices, second look"). Not built by CMake or CI.
+ *
+ *   vk_cm_bench DIR      runs the entries of DIR/list.txt, one per line:
+ *     NAME mma  GROUPS ITERS FLOPS   throughput of DIR/NAME.spv (mma.comp /
+ *                                    mma_sh.comp): workgroups of 128, FLOPS
+ *                                    per subgroup and round
+ *     NAME simt GROUPS ITERS FLOPS   the same with FLOPS per invocation
+ *     NAME gemm M N K WG SGM FM FN SPLIT BK
+ *                                    a shader with matmul_cm.comp's bindings,
+ *                                    push and specialization constants (ids
+ *                                    0-6: WG, W_DT = 2, SGM, FM, FN, SPLIT,
+ *                                    BK), split-K as vk_mm_split_k; K must be
+ *                                    4096 and M <= 2048, N <= 14336
+ *
+ * mma/simt: best of 3 single dispatches. gemm: bf16 weights and f16
+ * activations (hi terms; lo terms zero, exponents 0) of small multiples of
+ * 1/64, so every product is exact; best of 3 batches of 20 dispatches;
+ * 64 outputs (slices summed) compared with a float64 sum ("err"). Timing
+ * by timestamp queries. Put each API's entries (NV, KHR) in its own run:
+ * on the H200 timings drifted within one process after its first KHR
+ * pipeline. Exit status 1 on a setup failure; a variant whose pipeline
+ * fails is reported and skipped. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vulkan/vulkan.h>
+
+#include "vk_mm_pick.h"
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        VkResult r_ = (x);                                                                     \
+        if (r_ != VK_SUCCESS) {                                                                \
+            fprintf(stderr, "vk_cm_bench: %s failed (%d)\n", #x, (int)r_);                     \
+            return 1;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+/* VK_KHR_cooperative_matrix is newer than Debian 12's Vulkan headers. */
+#define STYPE_CM_FEATURES_KHR 1000506000
+#define STYPE_CM_PROPERTIES_KHR 1000506001
+typedef struct khr_cm_props {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t m, n, k;
+    int a, b, c, r; /* VkComponentTypeKHR: 0 f16, 1 f32, 1000141000 bf16, ... */
+    VkBool32 saturating;
+    int scope; /* 3 subgroup */
+} khr_cm_props;
+typedef struct khr_cm_feat {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cm, robust;
+} khr_cm_feat;
+typedef VkResult (*khr_props_fn)(VkPhysicalDevice, uint32_t *, khr_cm_props *);
+
+enum { B_W, B_A, B_O, B_E, B_STAGE, N_BUF };
+static const VkDeviceSize buf_size[N_BUF] = {128u << 20, 64u << 20, 160u << 20, 1u << 20, 160u << 20};
+
+static struct {
+    VkPhysicalDevice pd;
+    VkDevice dev;
+    VkQueue q;
+    VkCommandPool pool;
+    VkQueryPool qp;
+    VkDescriptorSetLayout dsl;
+    VkPipelineLayout pl;
+    VkDescriptorSet ds;
+    VkBuffer buf[N_BUF];
+    char *stage;
+    float tick_ns;
+    int nv, khr;
+} g;
+
+#define WN 14336u /* weight rows */
+#define KK 4096u  /* K */
+#define AM 2048u  /* activation rows */
+static uint16_t *w_host, *a_host;
+
+static uint32_t mem_type(uint32_t bits, VkMemoryPropertyFlags want)
+{
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(g.pd, &mp);
+    for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
+        if ((bits >> i & 1) && (mp.memoryTypes[i].propertyFlags & want) == want)
+            return i;
+    return 0;
+}
+
+static VkCommandBuffer cmd_begin(void)
+{
+    VkCommandBufferAllocateInfo ai = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, NULL, g.pool,
+                                      VK_COMMAND_BUFFER_LEVEL_PRIMARY, 1};
+    VkCommandBuffer cb;
+    vkAllocateCommandBuffers(g.dev, &ai, &cb);
+    VkCommandBufferBeginInfo bi = {VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, NULL,
+                                   VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT, NULL};
+    vkBeginCommandBuffer(cb, &bi);
+    return cb;
+}
+
+static void cmd_submit(VkCommandBuffer cb)
+{
+    vkEndCommandBuffer(cb);
+    VkSubmitInfo si = {VK_STRUCTURE_TYPE_SUBMIT_INFO, NULL, 0, NULL, NULL, 1, &cb, 0, NULL};
+    vkQueueSubmit(g.q, 1, &si, VK_NULL_HANDLE);
+    vkQueueWaitIdle(g.q);
+    vkFreeCommandBuffers(g.dev, g.pool, 1, &cb);
+}
+
+static void copy(int from, int to, VkDeviceSize n)
+{
+    VkCommandBuffer cb = cmd_begin();
+    VkBufferCopy c = {0, 0, n};
+    vkCmdCopyBuffer(cb, g.buf[from], g.buf[to], 1, &c);
+    cmd_submit(cb);
+}
+
+/* One timed command buffer of `reps` dispatches of `groups` workgroups (a
+ * barrier between them); seconds per dispatch. */
+static double timed(VkPipeline pipe, const void *pc, uint32_t pc_size, uint32_t groups, int reps)
+{
+    VkCommandBuffer cb = cmd_begin();
+    vkCmdResetQueryPool(cb, g.qp, 0, 2);
+    vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+    vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, g.pl, 0, 1, &g.ds, 0, NULL);
+    vkCmdPushConstants(cb, g.pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc_size, pc);
+    vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, g.qp, 0);
+    for (int d = 0; d < reps; d++) {
+        vkCmdDispatch(cb, groups, 1, 1);
+        VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_SHADER_WRITE_BIT,
+                              VK_ACCESS_SHADER_WRITE_BIT};
+        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    }
+    vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, g.qp, 1);
+    cmd_submit(cb);
+    uint64_t t[2];
+    vkGetQueryPoolResults(g.dev, g.qp, 0, 2, sizeof t, t, 8,
+                          VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    return (double)(t[1] - t[0]) * g.tick_ns * 1e-9 / reps;
+}
+
+static VkPipeline pipeline(const char *path, const uint32_t *spec, uint32_t n_spec)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return VK_NULL_HANDLE;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint32_t *code = malloc((size_t)n);
+    size_t got = code ? fread(code, 1, (size_t)n, f) : 0;
+    fclose(f);
+    VkPipeline pipe = VK_NULL_HANDLE;
+    VkShaderModule sm = VK_NULL_HANDLE;
+    VkShaderModuleCreateInfo mi = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)n, code};
+    if (got == (size_t)n && vkCreateShaderModule(g.dev, &mi, NULL, &sm) == VK_SUCCESS) {
+        VkSpecializationMapEntry me[8];
+        for (uint32_t i = 0; i < n_spec; i++)
+            me[i] = (VkSpecializationMapEntry){i, 4 * i, 4};
+        VkSpecializationInfo si = {n_spec, me, 4 * n_spec, spec};
+        VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+        ci.stage = (VkPipelineShaderStageCreateInfo){VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                                     NULL, 0, VK_SHADER_STAGE_COMPUTE_BIT, sm, "main",
+                                                     n_spec ? &si : NULL};
+        ci.layout = g.pl;
+        if (vkCreateComputePipelines(g.dev, VK_NULL_HANDLE, 1, &ci, NULL, &pipe) != VK_SUCCESS)
+            pipe = VK_NULL_HANDLE;
+        vkDestroyShaderModule(g.dev, sm, NULL);
+    }
+    free(code);
+    return pipe;
+}
+
+static void list_shapes(VkInstance inst)
+{
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV nvp =
+        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+            inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    khr_props_fn kp = (khr_props_fn)vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    uint32_t n = 0;
+    if (g.nv && nvp && nvp(g.pd, &n, NULL) == VK_SUCCESS && n) {
+        VkCooperativeMatrixPropertiesNV *p = calloc(n, sizeof *p);
+        for (uint32_t i = 0; p && i < n; i++)
+            p[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+        if (p && nvp(g.pd, &n, p) == VK_SUCCESS)
+            for (uint32_t i = 0; i < n; i++)
+                printf("NV  %ux%ux%u A%d B%d C%d D%d scope %d\n", p[i].MSize, p[i].NSize, p[i].KSize,
+                       p[i].AType, p[i].BType, p[i].CType, p[i].DType, p[i].scope);
+        free(p);
+    }
+    n = 0;
+    if (g.khr && kp && kp(g.pd, &n, NULL) == VK_SUCCESS && n) {
+        khr_cm_props *p = calloc(n, sizeof *p);
+        for (uint32_t i = 0; p && i < n; i++)
+            p[i].sType = STYPE_CM_PROPERTIES_KHR;
+        if (p && kp(g.pd, &n, p) == VK_SUCCESS)
+            for (uint32_t i = 0; i < n; i++)
+                printf("KHR %ux%ux%u A%d B%d C%d R%d scope %d\n", p[i].m, p[i].n, p[i].k, p[i].a,
+                       p[i].b, p[i].c, p[i].r, p[i].scope);
+        free(p);
+    }
+}
+
+static int setup(void)
+{
+    VkApplicationInfo app = {VK_STRUCTURE_TYPE_APPLICATION_INFO, NULL, "vk_cm_bench", 0, NULL, 0,
+                             VK_API_VERSION_1_3};
+    VkInstanceCreateInfo ici = {VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, NULL, 0, &app, 0, NULL, 0, NULL};
+    VkInstance inst;
+    CK(vkCreateInstance(&ici, NULL, &inst));
+    uint32_t npd = 1;
+    VkResult r = vkEnumeratePhysicalDevices(inst, &npd, &g.pd);
+    if ((r != VK_SUCCESS && r != VK_INCOMPLETE) || npd == 0) {
+        fprintf(stderr, "vk_cm_bench: no Vulkan device\n");
+        return 1;
+    }
+    VkPhysicalDeviceProperties pr;
+    vkGetPhysicalDeviceProperties(g.pd, &pr);
+    g.tick_ns = pr.limits.timestampPeriod;
+    uint32_t ne = 0;
+    vkEnumerateDeviceExtensionProperties(g.pd, NULL, &ne, NULL);
+    VkExtensionProperties *ep = calloc(ne ? ne : 1, sizeof *ep);
+    if (!ep)
+        return 1;
+    vkEnumerateDeviceExtensionProperties(g.pd, NULL, &ne, ep);
+    for (uint32_t i = 0; i < ne; i++) {
+        g.nv |= strcmp(ep[i].extensionName, "VK_NV_cooperative_matrix") == 0;
+        g.khr |= strcmp(ep[i].extensionName, "VK_KHR_cooperative_matrix") == 0;
+    }
+    free(ep);
+    printf("%s: NV cooperative matrices %s, KHR %s\n", pr.deviceName, g.nv ? "yes" : "no",
+           g.khr ? "yes" : "no");
+    list_shapes(inst);
+
+    /* features: only those the device has */
+    VkPhysicalDeviceVulkan12Features h12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    VkPhysicalDeviceVulkan11Features h11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &h12};
+    VkPhysicalDeviceFeatures2 hf = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &h11};
+    vkGetPhysicalDeviceFeatures2(g.pd, &hf);
+    khr_cm_feat kf = {STYPE_CM_FEATURES_KHR, NULL, VK_TRUE, VK_FALSE};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV nf = {
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, g.khr ? &kf : NULL, VK_TRUE, VK_FALSE};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = g.nv ? (void *)&nf : g.khr ? (void *)&kf : NULL};
+    f12.shaderFloat16 = h12.shaderFloat16;
+    f12.vulkanMemoryModel = h12.vulkanMemoryModel;
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &f12};
+    f11.storageBuffer16BitAccess = h11.storageBuffer16BitAccess;
+    const char *exts[2];
+    uint32_t nx = 0;
+    if (g.nv)
+        exts[nx++] = "VK_NV_cooperative_matrix";
+    if (g.khr)
+        exts[nx++] = "VK_KHR_cooperative_matrix";
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qi = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, 0, 1, &prio};
+    VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f11, 0, 1, &qi, 0, NULL, nx, exts, NULL};
+    CK(vkCreateDevice(g.pd, &dci, NULL, &g.dev)); /* queue family 0 computes on NVIDIA and lavapipe */
+    vkGetDeviceQueue(g.dev, 0, 0, &g.q);
+
+    VkDescriptorSetLayoutBinding b[4];
+    VkDescriptorBufferInfo dbi[4];
+    VkWriteDescriptorSet wr[4];
+    for (int i = 0; i < N_BUF; i++) {
+        VkBufferCreateInfo bci = {VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, NULL, 0, buf_size[i],
+                                  VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                      VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                                  VK_SHARING_MODE_EXCLUSIVE, 0, NULL};
+        CK(vkCreateBuffer(g.dev, &bci, NULL, &g.buf[i]));
+        VkMemoryRequirements mr;
+        vkGetBufferMemoryRequirements(g.dev, g.buf[i], &mr);
+        VkMemoryPropertyFlags want = i == B_STAGE ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+                                                         VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+                                                   : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+        VkMemoryAllocateInfo mai = {VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, NULL, mr.size,
+                                    mem_type(mr.memoryTypeBits, want)};
+        VkDeviceMemory mem;
+        CK(vkAllocateMemory(g.dev, &mai, NULL, &mem));
+        CK(vkBindBufferMemory(g.dev, g.buf[i], mem, 0));
+        if (i == B_STAGE)
+            CK(vkMapMemory(g.dev, mem, 0, buf_size[i], 0, (void **)&g.stage));
+        else {
+            b[i] = (VkDescriptorSetLayoutBinding){(uint32_t)i, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1,
+                                                  VK_SHADER_STAGE_COMPUTE_BIT, NULL};
+            dbi[i] = (VkDescriptorBufferInfo){g.buf[i], 0, buf_size[i]};
+        }
+    }
+    VkCommandPoolCreateInfo cpi = {VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, NULL, 0, 0};
+    CK(vkCreateCommandPool(g.dev, &cpi, NULL, &g.pool));
+    VkQueryPoolCreateInfo qpi = {VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, NULL, 0, VK_QUERY_TYPE_TIMESTAMP, 2, 0};
+    CK(vkCreateQueryPool(g.dev, &qpi, NULL, &g.qp));
+    VkDescriptorSetLayoutCreateInfo li = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, NULL, 0, 4, b};
+    CK(vkCreateDescriptorSetLayout(g.dev, &li, NULL, &g.dsl));
+    VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
+    VkPipelineLayoutCreateInfo pli = {VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, NULL, 0, 1, &g.dsl, 1, &pcr};
+    CK(vkCreatePipelineLayout(g.dev, &pli, NULL, &g.pl));
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4};
+    VkDescriptorPoolCreateInfo dpi = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, NULL, 0, 1, 1, &ps};
+    VkDescriptorPool dp;
+    CK(vkCreateDescriptorPool(g.dev, &dpi, NULL, &dp));
+    VkDescriptorSetAllocateInfo dai = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, NULL, dp, 1, &g.dsl};
+    CK(vkAllocateDescriptorSets(g.dev, &dai, &g.ds));
+    for (int i = 0; i < 4; i++)
+        wr[i] = (VkWriteDescriptorSet){VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, NULL, g.ds, (uint32_t)i, 0, 1,
+                                       VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, NULL, &dbi[i], NULL};
+    vkUpdateDescriptorSets(g.dev, 4, wr, 0, NULL);
+    return 0;
+}
+
+static float f16_value(uint16_t h)
+{
+    int e = h >> 10 & 31, m = h & 1023;
+    float v = e ? ldexpf((float)(1024 + m), e - 25) : ldexpf((float)m, -24);
+    return h >> 15 ? -v : v;
+}
+
+static float bf16_value(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Inputs of the gemm entries: weights [WN, KK] bf16, activations hi
+ * [AM, KK] f16 then lo (zeros), all (r - 8) / 64 for r in [0, 16]. */
+static int inputs(void)
+{
+    w_host = malloc((size_t)WN * KK * 2);
+    a_host = malloc((size_t)AM * KK * 2 * 2);
+    if (!w_host || !a_host)
+        return 1;
+    srand(7);
+    for (size_t i = 0; i < (size_t)WN * KK; i++) {
+        float v = (float)(rand() % 17 - 8) / 64;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        w_host[i] = (uint16_t)(u >> 16);
+    }
+    for (size_t i = 0; i < (size_t)AM * KK; i++) {
+        int r = rand() % 17 - 8, e;
+        uint16_t h = 0;
+        if (r) {
+            float m = frexpf(fabsf((float)r / 64), &e);
+            h = (uint16_t)(((e + 14) << 10) | (uint16_t)((m * 2 - 1) * 1024) | (r < 0 ? 0x8000 : 0));
+        }
+        a_host[i] = h;
+        a_host[(size_t)AM * KK + i] = 0;
+    }
+    memcpy(g.stage, w_host, (size_t)WN * KK * 2);
+    copy(B_STAGE, B_W, (size_t)WN * KK * 2);
+    memcpy(g.stage, a_host, (size_t)AM * KK * 4);
+    copy(B_STAGE, B_A, (size_t)AM * KK * 4);
+    memset(g.stage, 0, 1u << 20);
+    copy(B_STAGE, B_E, 1u << 20);
+    return 0;
+}
+
+static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
+{
+    uint32_t m = v[0], n = v[1], k = v[2], wg = v[3], sgm = v[4], fm = v[5], fn = v[6], bk = v[8];
+    uint32_t bm = 16 * fm * sgm, bn = 16 * fn * (wg / 32 / sgm);
+    uint32_t tm = (m + bm - 1) / bm, tn = (n + bn - 1) / bn, slices, ks;
+    vk_mm_split_k((uint64_t)tm * tn, k, bk, &slices, &ks);
+    uint32_t pc[13] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, m * n, tm * tn * slices};
+    size_t out_bytes = (size_t)slices * m * n * 4;
+    memset(g.stage, 0, out_bytes);
+    copy(B_STAGE, B_O, out_bytes);
+    timed(pipe, pc, sizeof pc, tm * tn * slices, 3); /* warm-up */
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double s = timed(pipe, pc, sizeof pc, tm * tn * slices, 20);
+        best = s < best ? s : best;
+    }
+    copy(B_O, B_STAGE, out_bytes);
+    const float *o = (const float *)g.stage;
+    double err = 0, big = 0;
+    for (uint32_t t = 0; t < 64; t++) {
+        uint32_t i = t ? t * 7919u % m : m - 1, j = t ? t * 104729u % n : n - 1;
+        double ref = 0, got = 0;
+        for (uint32_t c = 0; c < k; c++)
+            ref += (double)f16_value(a_host[(size_t)i * KK + c]) * bf16_value(w_host[(size_t)j * KK + c]);
+        for (uint32_t s = 0; s < slices; s++)
+            got += o[(size_t)s * m * n + (size_t)i * n + j];
+        err = fmax(err, fabs(got - ref));
+        big = fmax(big, fabs(ref));
+    }
+    printf("%-24s %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n", name, m, n,
+           k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: vk_cm_bench DIR   (DIR/list.txt, DIR/NAME.spv)\n");
+        return 2;
+    }
+    if (setup() != 0 || inputs() != 0)
+        return 1;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/list.txt", argv[1]);
+    FILE *lf = fopen(path, "r");
+    if (!lf) {
+        fprintf(stderr, "vk_cm_bench: cannot open %s\n", path);
+        return 1;
+    }
+    char line[512], name[256], kind[16];
+    while (fgets(line, sizeof line, lf)) {
+        uint32_t v[9] = {0};
+        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u", name, kind, &v[0], &v[1], &v[2],
+                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
+        bool gemm = got == 11 && strcmp(kind, "gemm") == 0;
+        bool mma = got == 5 && (strcmp(kind, "mma") == 0 || strcmp(kind, "simt") == 0);
+        if (!gemm && !mma) {
+            if (got > 0 && name[0] != '#')
+                fprintf(stderr, "vk_cm_bench: skipped line: %s", line);
+            continue;
+        }
+        if (gemm && (v[2] != KK || v[0] > AM || v[1] > WN || v[0] == 0 || v[1] == 0 ||
+                     (size_t)v[0] * v[1] * 4 * 16 > buf_size[B_O] || v[8] == 0 || v[4] == 0)) {
+            fprintf(stderr, "vk_cm_bench: %s: shape out of range\n", name);
+            continue;
+        }
+        snprintf(path, sizeof path, "%s/%s.spv", argv[1], name);
+        uint32_t spec[7] = {gemm ? v[3] : 128, 2, v[4], v[5], v[6], v[7], v[8]};
+        VkPipeline pipe = pipeline(path, spec, gemm ? 7 : 0);
+        if (!pipe) {
+            printf("%-24s no module or pipeline (%s)\n", name, path);
+            continue;
+        }
+        if (gemm)
+            run_gemm(name, pipe, v);
+        else {
+            double best = 1e30;
+            for (int rep = 0; rep < 3; rep++) {
+                double s = timed(pipe, &v[1], 4, v[0], 1);
+                best = s < best ? s : best;
+            }
+            double units = (double)v[0] * (strcmp(kind, "simt") == 0 ? 128 : 4);
+            printf("%-24s %8.3f ms %8.1f TFLOP/s\n", name, best * 1e3, units * v[1] * v[2] / best * 1e-12);
+        }
+        fflush(stdout);
+        vkDestroyPipeline(g.dev, pipe, NULL);
+    }
+    fclose(lf);
+    return 0;
+}
