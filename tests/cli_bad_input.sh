@@ -46,6 +46,7 @@ expect_fail "a KV pool no allocator can give" "cannot allocate" \
   env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1" \
   "$bin" "${gen[@]}" -m "$fx" --n-pages 50000000 --page-size 32
 expect_fail "bench --only an unknown figure" "is not a figure" "$bin" bench --backend cpu --only gemv,nosuch
+expect_fail "tokenize --input a directory" "is a directory" "$bin" tokenize --tokenizer "$fx" --input "$tmp"
 
 # malformed model folders (written from the llama fixture)
 python3 - "$fx" "$tmp/m" <<'PY' || { echo "FAIL: cannot write the malformed models"; fail=1; }

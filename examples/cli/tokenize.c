@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "examples/cli/common.h"
 #include "llmem/tokenizer.h"
 
 static void usage(FILE *f)
@@ -114,9 +115,8 @@ int llmem_cli_tokenize(int argc, char **argv)
     if (text) {
         rc = one(tok, text, strlen(text), &o);
     } else {
-        FILE *f = strcmp(input, "-") ? fopen(input, "rb") : stdin;
-        if (!f) {
-            fprintf(stderr, "llmem tokenize: cannot open %s\n", input);
+        FILE *f = cli_open_input("tokenize", "the input", input, true);
+        if (!f) { /* missing, a directory, ...: the message is out */
             llmem_tokenizer_destroy(tok);
             return 1;
         }
@@ -139,6 +139,10 @@ int llmem_cli_tokenize(int argc, char **argv)
             cJSON_Delete(js);
         }
         free(line);
+        if (rc == 0 && ferror(f)) {
+            fprintf(stderr, "llmem tokenize: cannot read %s\n", input);
+            rc = 1;
+        }
         if (f != stdin)
             fclose(f);
     }
