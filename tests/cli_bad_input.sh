@@ -38,6 +38,10 @@ for a in "-n -5" "--parallel 0" "--draft 65" "--top-p 0" "--temp nan" "--seed x"
   # shellcheck disable=SC2086
   expect_fail "generate $a" "bad value" "$bin" "${gen[@]}" -m "$fx" $a
 done
+expect_fail "--context-shift with --draft" "context-shift works with one sequence" "$bin" \
+  "${gen[@]}" -m "$fx" --context-shift --draft 2
+expect_fail "--context-shift with --parallel 2" "context-shift works with one sequence" "$bin" \
+  "${gen[@]}" -m "$fx" --context-shift --parallel 2
 expect_fail "--tp that does not divide the heads" "does not divide" "$bin" "${gen[@]}" -m "$fx" --tp 3
 expect_fail "slot ids past int32" "exceeds int32" "$bin" "${gen[@]}" -m "$fx" --n-seq-max 1048576
 # an allocation that cannot succeed (100 GB of KV pool): a status, no abort

@@ -157,6 +157,12 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
         fprintf(stderr, "llmem generate: give one of --prompt, --file and --prompt-ids\n");
         return 2;
     }
+    if (o->context_shift && (o->n_draft > 0 || o->parallel > 1)) {
+        /* the shift would never run (one sequence, no drafts): say so now */
+        fprintf(stderr, "llmem generate: --context-shift works with one sequence and no "
+                        "--draft\n");
+        return 2;
+    }
     mo->precision = cli_precision_of(mo, CLI_PRECISION_FAST);
     return -1;
 }
