@@ -609,4 +609,5 @@ extern "C" cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t str
 
 #include "kernels/attention_prefill.cuh"
 #include "kernels/attention_prefill_tc.cuh"
+#include "kernels/attention_prefill_wg.cuh"
 #include "kernels/attention_decode_tc.cuh"

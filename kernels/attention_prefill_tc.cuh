@@ -51,6 +51,82 @@ template <bool B> struct cuk_bool {
     static constexpr bool value = B;
 };
 
+/* One pass of a prefill tile: the rows of stream cur, the smallest stream
+ * id above prev (INT32_MAX: no pass left), their key range [jlo, jhi),
+ * the smallest row end hmin and the largest row start lmax, and whether
+ * the tile holds rows of other streams (mixed). Block reductions over the
+ * BM rows of the tile (red: WARPS x 6 words of shared memory); every
+ * thread of the block calls it and gets the same answer. */
+struct pf_pass {
+    int32_t cur, jlo, jhi, hmin, lmax;
+    bool mixed;
+};
+
+template <int WARPS>
+__device__ __forceinline__ pf_pass pf_next_pass(int bm, int32_t prev, const int32_t *row_seq,
+                                                const int32_t *row_lo, const int32_t *row_hi,
+                                                int32_t (*red)[6])
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    __syncthreads();
+    int32_t c = INT32_MAX;
+    for (int r = tid; r < bm; r += WARPS * 32) {
+        int32_t sr = row_seq[r];
+        c = sr > prev && sr < c ? sr : c;
+    }
+    c = __reduce_min_sync(0xffffffffu, c);
+    if (lane == 0)
+        red[warp][0] = c;
+    __syncthreads();
+    c = INT32_MAX;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++)
+        c = min(c, red[w][0]);
+    int32_t jlo = INT32_MAX, jhi = 0, hmin = INT32_MAX, lmax = 0, mixed = 0;
+    for (int r = tid; r < bm; r += WARPS * 32) {
+        int32_t sr = row_seq[r];
+        mixed |= sr != -2 && sr != c;
+        if (sr != c)
+            continue;
+        int32_t lo = row_lo[r], hi = row_hi[r];
+        hmin = min(hmin, hi);
+        lmax = max(lmax, lo);
+        if (hi > lo) {
+            jlo = min(jlo, lo);
+            jhi = max(jhi, hi);
+        }
+    }
+    jlo = __reduce_min_sync(0xffffffffu, jlo);
+    jhi = __reduce_max_sync(0xffffffffu, jhi);
+    hmin = __reduce_min_sync(0xffffffffu, hmin);
+    lmax = __reduce_max_sync(0xffffffffu, lmax);
+    mixed = (int32_t)__reduce_or_sync(0xffffffffu, (unsigned)mixed);
+    if (lane == 0) {
+        red[warp][1] = jlo;
+        red[warp][2] = jhi;
+        red[warp][3] = hmin;
+        red[warp][4] = lmax;
+        red[warp][5] = mixed;
+    }
+    __syncthreads();
+    pf_pass p;
+    p.cur = c;
+    p.jlo = jlo;
+    p.jhi = jhi;
+    p.hmin = hmin;
+    p.lmax = lmax;
+    p.mixed = mixed != 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) {
+        p.jlo = min(p.jlo, red[w][1]);
+        p.jhi = max(p.jhi, red[w][2]);
+        p.hmin = min(p.hmin, red[w][3]);
+        p.lmax = max(p.lmax, red[w][4]);
+        p.mixed |= red[w][5] != 0;
+    }
+    return p;
+}
+
 /* A kernel configuration: WARPS warps of MT m-tiles, key blocks of BN, an
  * NS-stage ring, at least MINB CTAs per SM (register cap), the block
  * loader's loop unrolled LU times (unrolled fully, its page lookups are
@@ -143,62 +219,12 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
 
     int32_t prev = -1;
     for (;;) {
-        /* next stream of this tile: the smallest stream id above prev; then
-         * the key range, edges and mixing of its rows (block reductions) */
-        __syncthreads();
-        int32_t c = INT32_MAX;
-        for (int r = tid; r < BM; r += WARPS * 32) {
-            int32_t sr = row_seq[r];
-            c = sr > prev && sr < c ? sr : c;
-        }
-        c = __reduce_min_sync(0xffffffffu, c);
-        if (lane == 0)
-            red[warp][0] = c;
-        __syncthreads();
-        c = INT32_MAX;
-#pragma unroll
-        for (int w = 0; w < WARPS; w++)
-            c = min(c, red[w][0]);
-        int32_t jlo_ = INT32_MAX, jhi_ = 0, hmin_ = INT32_MAX, lmax_ = 0, mixed_ = 0;
-        for (int r = tid; r < BM; r += WARPS * 32) {
-            int32_t sr = row_seq[r];
-            mixed_ |= sr != -2 && sr != c;
-            if (sr != c)
-                continue;
-            int32_t lo = row_lo[r], hi = row_hi[r];
-            hmin_ = min(hmin_, hi);
-            lmax_ = max(lmax_, lo);
-            if (hi > lo) {
-                jlo_ = min(jlo_, lo);
-                jhi_ = max(jhi_, hi);
-            }
-        }
-        jlo_ = __reduce_min_sync(0xffffffffu, jlo_);
-        jhi_ = __reduce_max_sync(0xffffffffu, jhi_);
-        hmin_ = __reduce_min_sync(0xffffffffu, hmin_);
-        lmax_ = __reduce_max_sync(0xffffffffu, lmax_);
-        mixed_ = (int32_t)__reduce_or_sync(0xffffffffu, (unsigned)mixed_);
-        if (lane == 0) {
-            red[warp][1] = jlo_;
-            red[warp][2] = jhi_;
-            red[warp][3] = hmin_;
-            red[warp][4] = lmax_;
-            red[warp][5] = mixed_;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int w = 0; w < WARPS; w++) {
-            jlo_ = min(jlo_, red[w][1]);
-            jhi_ = max(jhi_, red[w][2]);
-            hmin_ = min(hmin_, red[w][3]);
-            lmax_ = max(lmax_, red[w][4]);
-            mixed_ |= red[w][5];
-        }
-        const int32_t cur = c, jlo = jlo_, jhi = jhi_;
+        const pf_pass ps = pf_next_pass<WARPS>(BM, prev, row_seq, row_lo, row_hi, red);
+        const int32_t cur = ps.cur, jlo = ps.jlo, jhi = ps.jhi;
         /* blocks inside [lmax, hmin) of every row of a one-stream pass need
          * no mask (padding rows are never written out) */
-        const int32_t hmin = hmin_, lmax = lmax_;
-        const bool mixed = mixed_ != 0;
+        const int32_t hmin = ps.hmin, lmax = ps.lmax;
+        const bool mixed = ps.mixed;
         if (cur == INT32_MAX)
             break;
         prev = cur;
@@ -467,16 +493,4 @@ static cudaError_t ptc_dispatch(const cuk_attn_args *a, cudaStream_t stream)
 {
     return ptc_pipe_on() ? ptc_launch<T, D, ptc_pipe>(a, stream)
                          : ptc_launch<T, D, ptc_default>(a, stream);
-}
-
-template <typename T, int D> struct ptc_fast {
-    static cudaError_t run(const cuk_attn_args *a, cudaStream_t stream)
-    {
-        return ptc_dispatch<T, D>(a, stream);
-    }
-};
-
-extern "C" cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream)
-{
-    return pf_dispatch<ptc_fast>(a, stream);
 }

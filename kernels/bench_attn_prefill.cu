@@ -66,6 +66,21 @@ uint16_t double_to_bits(double x, int dt)
 
 typedef cudaError_t (*launch_fn)(const cuk_attn_args *, cudaStream_t);
 
+/* the variants checked at the other dtype / head dim: the old kernel,
+ * the portable fast kernel, the wgmma default and its PIPE form */
+template <typename T, int D> cudaError_t run_few(int v, const cuk_attn_args *a, cudaStream_t s)
+{
+    cuk_attn_args b = *a;
+    switch (v) {
+    case 0: b.precise = 1; return pf_launch<T, D>(&b, s);
+    case 2: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 64, 2, 1, 4>, false>(a, s);
+    case 4: return pwg_launch_cap<T, D, pwg_cfg<2, 64, 2, false, 2>, false>(a, s);
+    case 10: return pwg_launch_cap<T, D, pwg_cfg<3, 64, 3, true>, false>(a, s);
+    case 11: return pwg_launch_cap<T, D, pwg_cfg<2, 64, 3, true>, false>(a, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 /* variant v of the bf16/f16 kernels at head_dim D */
 template <typename T, int D> cudaError_t run_variant(int v, const cuk_attn_args *a, cudaStream_t s)
 {
@@ -75,13 +90,16 @@ template <typename T, int D> cudaError_t run_variant(int v, const cuk_attn_args 
     case 1: b.precise = 0; return pf_launch<T, D>(&b, s);
     case 2: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 64, 2, 1, 4>, false>(a, s);
     case 3: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 64, 2, 2, 4>, false>(a, s);
-    case 4: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 64, 3, 1, 4, true>, false>(a, s);
-    case 5: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 64, 3, 1, 4, true>, false>(a, s);
-    case 6: return ptc_launch_cap<T, D, ptc_cfg<8, 1, 32, 3, 2, 2, true>, false>(a, s);
-    case 7: return ptc_launch_cap<T, D, ptc_cfg<4, 1, 64, 3, 2, 4, true>, false>(a, s);
-    case 8: return ptc_launch_cap<T, D, ptc_cfg<4, 2, 64, 3, 1, 4, true>, false>(a, s);
-    case 9: return ptc_launch_cap<T, D, ptc_cfg<8, 2, 32, 3, 1, 2, true>, false>(a, s);
-    case 10: return ptc_launch_cap<T, D, ptc_cfg<4, 2, 64, 2, 2, 2>, false>(a, s);
+    case 4: return pwg_launch_cap<T, D, pwg_cfg<2, 64, 2, false, 2>, false>(a, s);
+    case 5: return pwg_launch_cap<T, D, pwg_cfg<3, 128, 2, false>, false>(a, s);
+    case 6: return pwg_launch_cap<T, D, pwg_cfg<4, 64, 2, false>, false>(a, s);
+    case 7: return pwg_launch_cap<T, D, pwg_cfg<3, 64, 2, false>, false>(a, s);
+    case 8: return pwg_launch_cap<T, D, pwg_cfg<3, 64, 3, false>, false>(a, s);
+    case 9: return pwg_launch_cap<T, D, pwg_cfg<2, 128, 2, false>, false>(a, s);
+    case 10: return pwg_launch_cap<T, D, pwg_cfg<3, 64, 3, true>, false>(a, s);
+    case 11: return pwg_launch_cap<T, D, pwg_cfg<2, 64, 3, true>, false>(a, s);
+    case 12: return pwg_launch_cap<T, D, pwg_cfg<2, 128, 3, true>, false>(a, s);
+    case 13: return pwg_launch_cap<T, D, pwg_cfg<2, 128, 2, false, 1, true>, false>(a, s);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -89,15 +107,18 @@ template <typename T, int D> cudaError_t run_variant(int v, const cuk_attn_args 
 const char *variant_names[] = {
     "old precise (4w x 16 rows, hi+lo)",
     "old fast (4w x 16 rows)",
-    "tc 8w x 2mt bn64 ns2 minb1 lu4 (default)",
+    "tc 8w x 2mt bn64 ns2 minb1 lu4 (portable)",
     "tc 8w x 1mt bn64 ns2 minb2 lu4",
-    "tc 8w x 2mt bn64 ns3 minb1 lu4 PIPE",
-    "tc 8w x 1mt bn64 ns3 minb1 lu4 PIPE",
-    "tc 8w x 1mt bn32 ns3 minb2 lu2 PIPE",
-    "tc 4w x 1mt bn64 ns3 minb2 lu4 PIPE",
-    "tc 4w x 2mt bn64 ns3 minb1 lu4 PIPE",
-    "tc 8w x 2mt bn32 ns3 minb1 lu2 PIPE",
-    "tc 4w x 2mt bn64 ns2 minb2 lu2",
+    "wg 2wg bn64 ns2 2 CTAs/SM (default)",
+    "wg 3wg bn128 ns2",
+    "wg 4wg bn64 ns2",
+    "wg 3wg bn64 ns2",
+    "wg 3wg bn64 ns3",
+    "wg 2wg bn128 ns2",
+    "wg 3wg bn64 ns3 PIPE",
+    "wg 2wg bn64 ns3 PIPE",
+    "wg 2wg bn128 ns3 PIPE",
+    "wg 2wg bn128 ns2, V desc offsets swapped (wrong)",
 };
 
 cudaError_t dispatch(int v)
@@ -106,11 +127,11 @@ cudaError_t dispatch(int v)
     if (a->dtype == CUK_BF16) {
         if (a->head_dim == 128)
             return run_variant<cuk_bf16_t, 128>(v, a, B.s);
-        if (a->head_dim == 64 && (v <= 2))
-            return run_variant<cuk_bf16_t, 64>(v, a, B.s);
+        if (a->head_dim == 64)
+            return run_few<cuk_bf16_t, 64>(v, a, B.s);
     } else if (a->dtype == CUK_F16) {
-        if (a->head_dim == 128 && v <= 2)
-            return run_variant<cuk_f16_t, 128>(v, a, B.s);
+        if (a->head_dim == 128)
+            return run_few<cuk_f16_t, 128>(v, a, B.s);
     }
     return cudaErrorInvalidValue;
 }

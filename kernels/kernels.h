@@ -149,14 +149,18 @@ int cuk_attn_prefill_supported(int32_t head_dim, int32_t dtype);
 /* Tiles of query tokens x heads of a GQA group against K/V blocks with
  * mma.sync (FlashAttention-2 forward). */
 cudaError_t cuk_attn_prefill(const cuk_attn_args *a, cudaStream_t stream);
-/* The fast mode's prefill (attention_prefill_tc.cuh): the same rows, passes
- * and key ranges as cuk_attn_prefill with q * scale and the probabilities
- * rounded once to the pool dtype, f32 accumulation (FlashAttention-2
- * forward, Dao 2023, Alg. 1; 8 warps x 32 rows per CTA); a->precise is
- * ignored. f16/bf16 pools, head_dim 64 or 128. Returns
- * cudaErrorMisalignedAddress for q, k or v not 16-byte aligned or out not
- * 8-byte aligned, cudaErrorInvalidValue for another dtype or head_dim, or
- * the launch's error. LLMEM_CUDA_PF_PIPE=1 picks the pipelined variant. */
+/* The fast mode's prefill: the same rows, passes and key ranges as
+ * cuk_attn_prefill with q * scale and the probabilities rounded once to the
+ * pool dtype, f32 accumulation (FlashAttention-2 forward, Dao 2023, Alg. 1);
+ * a->precise is ignored. On a compute capability 9.0 device with sm_90a
+ * code built (LLMEM_CUDA_ARCHS naming 90a) it runs on wgmma
+ * (attention_prefill_wg.cuh, 2 warpgroups x 64 rows per CTA, 2 CTAs per
+ * SM, as in FlashAttention-3, Shah et al. 2024) unless LLMEM_CUDA_PF_WG=0; otherwise
+ * on mma.sync (attention_prefill_tc.cuh, 8 warps x 32 rows per CTA;
+ * LLMEM_CUDA_PF_PIPE=1 picks its pipelined variant). f16/bf16 pools,
+ * head_dim 64 or 128. Returns cudaErrorMisalignedAddress for q, k or v not
+ * 16-byte aligned or out not 8-byte aligned, cudaErrorInvalidValue for
+ * another dtype or head_dim, or the launch's error. */
 cudaError_t cuk_attn_prefill_fast(const cuk_attn_args *a, cudaStream_t stream);
 /* Any head dim and dtype: one warp per (token, query head). */
 cudaError_t cuk_attn_generic(const cuk_attn_args *a, cudaStream_t stream);

@@ -81,6 +81,8 @@ def main() -> int:
     ap.add_argument("--variants", default="")
     ap.add_argument("--pages", default="16", help="page sizes at 8 x 2048, comma-separated")
     ap.add_argument("--shapes", default="8x2048,1x512,1x16384")
+    ap.add_argument("--check-variants", default="",
+                    help="variants checked at head_dim 64 bf16 and 128 f16 (default 0,2)")
     args = ap.parse_args()
     import torch
 
@@ -117,11 +119,12 @@ def main() -> int:
                 print(f"  llmem [{v}] pages {ps:2d} {lib.fattn_name(v).decode():40s} {ms:8.3f} ms "
                       f"{flops / ms / 1e9:7.1f} TFLOP/s {ratio}  {err}")
         lib.fattn_free()
-    # other head dims / dtypes of the landed variant (2) and the old kernel, for correctness
+    # other head dims / dtypes, for correctness (--check-variants)
+    chk = [int(x) for x in args.check_variants.split(",")] if args.check_variants else [0, 2]
     for (dt, hd, name) in ((2, 64, "bf16 hd 64"), (1, 128, "f16 hd 128")):
         if lib.fattn_setup(2, 1000, 16, hd, dt, 32, 8) != 0:
             continue
-        for v in (0, 2):
+        for v in chk:
             mx, ne = ctypes.c_double(), ctypes.c_double()
             ok = lib.fattn_check(v, 48, ctypes.byref(mx), ctypes.byref(ne))
             ms = lib.fattn_time(v, 5)
