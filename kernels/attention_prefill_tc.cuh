@@ -450,8 +450,8 @@ template <typename T, int D, typename C, bool CAP>
 static cudaError_t ptc_launch_cap(const cuk_attn_args *a, cudaStream_t stream)
 {
     constexpr size_t smem = ptc_smem_bytes<D, C>();
-    cudaError_t e = cudaFuncSetAttribute(attn_prefill_tc_kernel<T, D, C, CAP>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    static unsigned long long sized; /* devices whose limit is raised */
+    cudaError_t e = cuk_smem_once(attn_prefill_tc_kernel<T, D, C, CAP>, (int)smem, &sized);
     if (e != cudaSuccess)
         return e;
     int32_t n_rep = a->n_heads / a->n_kv_heads;

@@ -637,8 +637,8 @@ template <typename T, int D, typename C, bool CAP>
 static cudaError_t pwg_launch_cap(const cuk_attn_args *a, cudaStream_t stream)
 {
     constexpr size_t smem = pwg_smem_bytes<D, C>();
-    cudaError_t e = cudaFuncSetAttribute(attn_prefill_wg_kernel<T, D, C, CAP>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    static unsigned long long sized; /* devices whose limit is raised */
+    cudaError_t e = cuk_smem_once(attn_prefill_wg_kernel<T, D, C, CAP>, (int)smem, &sized);
     if (e != cudaSuccess)
         return e;
     int32_t n_rep = a->n_heads / a->n_kv_heads;
@@ -664,31 +664,37 @@ typedef pwg_cfg<2, 64, 2, false, 2> pwg_default;
 /* Whether the wgmma kernel runs on the current device: the plugin was
  * built with sm_90a code (LLMEM_CUDA_SM90A, set by CMake when
  * LLMEM_CUDA_ARCHS names 90a), the device is compute capability 9.0, and
- * $LLMEM_CUDA_PF_WG is not 0 (read once per process). Cached per device. */
+ * $LLMEM_CUDA_PF_WG is not 0 (read once per process). The answer is
+ * cached per device (64 devices) in two bit sets updated atomically, so
+ * threads of several ranks may ask at once. */
 static bool pwg_usable(void)
 {
 #if defined(LLMEM_CUDA_SM90A)
     static int env = -1;
-    static signed char dev_ok[64];
-    static unsigned char dev_known[64];
-    if (env < 0) {
+    static unsigned long long known, ok;
+    int en = __atomic_load_n(&env, __ATOMIC_RELAXED);
+    if (en < 0) {
         const char *e = getenv("LLMEM_CUDA_PF_WG");
-        env = !(e && atoi(e) == 0);
+        en = !(e && atoi(e) == 0);
+        __atomic_store_n(&env, en, __ATOMIC_RELAXED);
     }
-    if (!env)
+    if (!en)
         return false;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
         return false;
-    if (!dev_known[dev]) {
-        int major = 0, minor = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-            return false;
-        dev_ok[dev] = major == 9 && minor == 0;
-        dev_known[dev] = 1;
-    }
-    return dev_ok[dev] != 0;
+    const unsigned long long bit = 1ull << dev;
+    if (__atomic_load_n(&known, __ATOMIC_ACQUIRE) & bit)
+        return (__atomic_load_n(&ok, __ATOMIC_RELAXED) & bit) != 0;
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    const bool yes = major == 9 && minor == 0;
+    if (yes)
+        __atomic_fetch_or(&ok, bit, __ATOMIC_RELAXED);
+    __atomic_fetch_or(&known, bit, __ATOMIC_RELEASE);
+    return yes;
 #else
     return false;
 #endif
