@@ -1,7 +1,7 @@
 /* Stand-alone tuning of the row-block GEMV (kernels/gemv.cu) at the matmul
  * shapes of the Bamba-9B decode step (M = 1), against matmul.cu's GEMV and
  * a device copy of the same bytes (not part of the build; docs/benchmarks.md
- * "Batch-1 GEMV, helper gemv" has the figures). Build:
+ * "Batch-1 GEMV and fused norms" has the figures). Build:
  *   nvcc -O3 -std=c++17 -arch=sm_90a -DCUK_GEMV_ROWS_ALL -I. \
  *        kernels/bench_gemv_rows.cu kernels/gemv.cu kernels/matmul.cu kernels/basic.cu \
  *        -o bench_gemv_rows

@@ -72,6 +72,28 @@ __device__ __forceinline__ void gr_fetch(uint4 (&wv)[NW][R][C], const cuk_gemv_r
     }
 }
 
+/* This thread's norm weights (1 past K or without a weight): one 16-byte
+ * load per chunk when the weight has the matrix's element size and is
+ * 16-byte aligned, else element by element. */
+template <typename WT, int C>
+__device__ __forceinline__ void gr_norm_weight(const cuk_gemv_rows &p, int64_t chunks,
+                                               float (&wn)[C][cuk_unpack16<WT>::n])
+{
+    constexpr int E = cuk_unpack16<WT>::n;
+    bool same = p.nw && (uintptr_t)p.nw % 16 == 0 && p.nwdt == cuk_elem<WT>::code;
+#pragma unroll
+    for (int j = 0; j < C; j++) {
+        int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+        if (same && c < chunks) {
+            cuk_unpack16<WT>::run(__ldg((const uint4 *)p.nw + c), wn[j]);
+            continue;
+        }
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            wn[j][e] = p.nw && c < chunks ? cuk_load(p.nw, p.nwdt, c * E + e) : 1.0f;
+    }
+}
+
 /* One step: the products of rows [g R, g R + R) with this thread's
  * activation, then (when gn < ngroups) the loads of step gn into wv, then
  * the block reduction through red and the epilogue. */
@@ -156,6 +178,9 @@ __global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_r
     /* the first rows' weights stream while the activation row is formed */
     uint4 wa[NW][R][C];
     gr_fetch<WT, C, R, NW, HINT>(wa, p, g, chunks);
+    /* under a programmatic launch (LLMEM_CUDA_GEMV_PDL=1) the weights above
+     * stream while the kernel before finishes; x, z and out only after it */
+    cuk_pdl_wait();
     float av[C][E];
     float ss = 0.0f;
 #pragma unroll
@@ -182,13 +207,7 @@ __global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_r
     if (p.norm != CUK_GN_NONE) {
         /* the norm weight loads are issued before the reduction waits */
         float wn[C][E];
-#pragma unroll
-        for (int j = 0; j < C; j++) {
-            int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
-#pragma unroll
-            for (int e = 0; e < E; e++)
-                wn[j][e] = p.nw && c < chunks ? cuk_load(p.nw, p.nwdt, c * E + e) : 1.0f;
-        }
+        gr_norm_weight<WT, C>(p, chunks, wn);
         ss = cuk_block_sum(ss, red0);
         float scale = 1.0f / sqrtf(ss / (float)p.k + p.eps);
 #pragma unroll
@@ -200,6 +219,8 @@ __global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_r
     int buf = 0;
     if (!PIPE) {
         for (;;) {
+            if (g + G >= ngroups) /* the last step: the next kernel may start */
+                cuk_pdl_trigger();
             gr_step<WT, C, R, NW, HINT>(wa, av, red[buf], p, g, g + G, ngroups, chunks);
             buf ^= 1;
             g += G;
@@ -242,6 +263,23 @@ static int gr_sm_count(void)
     return n;
 }
 
+/* Whether the row-block GEMV is launched as a programmatic dependent of
+ * the kernel before it: $LLMEM_CUDA_GEMV_PDL=1 on a device of compute
+ * capability 9.0 or later (default off). */
+static bool gr_pdl_on(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_PDL");
+        int dev = 0, major = 0;
+        on = e && atoi(e) == 1 && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                 cudaSuccess &&
+             major >= 9;
+    }
+    return on == 1;
+}
+
 template <typename WT, int C, int R, int NW, bool PIPE, bool HINT>
 static cudaError_t gr_launch(const cuk_gemv_rows *p, int threads, int per_sm,
                              cudaStream_t stream)
@@ -263,14 +301,26 @@ static cudaError_t gr_launch(const cuk_gemv_rows *p, int threads, int per_sm,
     if (grid > ngroups)
         grid = ngroups;
     dim3 gd((unsigned)grid, (unsigned)(p->m > 1 ? p->m : 1));
-    kern<<<gd, threads, 0, stream>>>(*p);
-    return cudaGetLastError();
+    if (!gr_pdl_on()) {
+        kern<<<gd, threads, 0, stream>>>(*p);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = gd;
+    cfg.blockDim = dim3(threads);
+    cfg.stream = stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, *p);
 }
 
 /* The launch shapes this build instantiates: all of them for the tuning
  * harness (kernels/bench_gemv.cu, -DCUK_GEMV_ROWS_ALL), else the default
- * (2 rows per step, pipelined, hinted loads; docs/benchmarks.md "Batch-1
- * GEMV, helper gemv"). */
+ * (1 or 2 rows per step, not pipelined, hinted loads; docs/benchmarks.md
+ * "Batch-1 GEMV and fused norms"). */
 #ifdef CUK_GEMV_ROWS_ALL
 #define GR_R_LIST(X, ...) X(1, __VA_ARGS__) X(2, __VA_ARGS__) X(4, __VA_ARGS__)
 #else
@@ -361,19 +411,34 @@ extern "C" cudaError_t cuk_gemv_rows_tuned(const cuk_gemv_rows *p, const cuk_gem
     }
 }
 
-/* The default launch shape, from the H200 sweep (docs/benchmarks.md, "Batch-1
- * GEMV, helper gemv"): 2 rows per step, the threads that hold K in the
+/* The default launch shape, from the H200 sweep (docs/benchmarks.md,
+ * "Batch-1 GEMV and fused norms"): 2 rows per step, the threads that hold K in the
  * fewest chunks each, loads hinted, not pipelined (the pipelined loop
  * doubles the weight registers and lost up to 20 points of copy); the
  * vocabulary-sized outputs 1 row per step on 256 threads (lm_head 241.8
  * against 256.5 us). */
 extern "C" cudaError_t cuk_gemv_rows_run(const cuk_gemv_rows *p, cudaStream_t stream)
 {
+    /* tuning overrides, read once: $LLMEM_CUDA_GEMV_THREADS (256 or 512) and
+     * $LLMEM_CUDA_GEMV_R (1 or 2) for every shape */
+    static int env_t = -1, env_r = -1;
+    if (env_t < 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_THREADS");
+        int v = e ? atoi(e) : 0;
+        env_t = v == 256 || v == 512 ? v : 0;
+        e = getenv("LLMEM_CUDA_GEMV_R");
+        v = e ? atoi(e) : 0;
+        env_r = v == 1 || v == 2 ? v : 0;
+    }
     cuk_gemv_rows_cfg c = {0, 2, 0, 0, 1};
     if (p && p->n >= 65536 && p->epi != CUK_GE_SWIGLU) {
         c.threads = 256;
         c.rows = 1;
     }
+    if (env_t)
+        c.threads = env_t;
+    if (env_r)
+        c.rows = env_r;
     cudaError_t e = cuk_gemv_rows_tuned(p, &c, stream);
     if (e == cudaErrorNotSupported && c.threads == 256) { /* K too long for 256 threads */
         c.threads = 0;

@@ -342,7 +342,7 @@ static cudaError_t gemv_launch(const float *a, const void *w, float *out, int32_
 /* Whether one-row GEMVs go to the row-block kernel of gemv.cu:
  * $LLMEM_CUDA_GEMV_ROWS (0 = this file's kernels), default on (on the H200
  * it streams the Bamba-9B matrices at 85-95% of copy against 58-85% here;
- * docs/benchmarks.md, "Batch-1 GEMV, helper gemv"). */
+ * docs/benchmarks.md, "Batch-1 GEMV and fused norms"). */
 static bool gemv_rows_on(void)
 {
     static int on = -1;

@@ -449,11 +449,20 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
         TRY(llmem_op_add(m->be, &x, &h, &x));
     if (n_out == 0)
         return LLMEM_OK;
+    llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
+    if (m->nm_on && n_out == 1 && m->lm_head.t.ne[0] == n_vocab) {
+        /* the one token is the one output row: the final norm goes into
+         * the LM head's matmul (no row gather, no norm launch) */
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, &m->final_norm, &m->lm_head,
+                      NULL, &logits));
+        if (c->final_softcap > 0)
+            TRY(llmem_op_softcap(m->be, &logits, (float)c->final_softcap, &logits));
+        return scale_by(m, &logits, 1.0 / c->logits_scaling);
+    }
     llmem_tensor rows = llmem_tensor_1d(m->scratch, m->off_rows, LLMEM_DTYPE_I32, n_out);
     llmem_tensor xo = act(m, m->off_h, n_out, D);
     TRY(llmem_op_get_rows(m->be, &x, &rows, &xo));
     TRY(llmem_op_rms_norm(m->be, &xo, &m->final_norm.t, (float)c->norm_eps, &xo));
-    llmem_tensor logits = act(m, m->off_logits, n_out, n_vocab);
     if (m->tp_size > 1 && m->tp_vocab < n_vocab) { /* this rank's vocabulary rows, gathered */
         llmem_tensor part = act(m, m->off_tpl, n_out, m->tp_vocab);
         TRY(matmul(m, &xo, &m->lm_head.t, &part));
