@@ -141,15 +141,12 @@ static void check_ref(memref *r, const char *where)
                   "%s: %s", where, err);
 }
 
-/* Applies and commits every ubatch of plan p (made from b), with the
- * reference. */
-static void finish(memref *r, llmem_memory *m, llmem_plan *p, batch *b, int32_t n_ubatch)
+/* Applies, runs (the reference's forward) and commits every ubatch of
+ * plan p, which the reference has planned and bound too, releases both
+ * and checks them against each other (`where` names the step). */
+static void run_plan(memref *r, llmem_memory *m, llmem_plan *p, const char *where)
 {
     char err[512] = "";
-    int32_t n_cached[MR_MAX_SEQ];
-    ck_assert_int_eq(memref_plan(r, get(b), LLMEM_SPLIT_AUTO, n_ubatch, n_cached), LLMEM_OK);
-    ck_assert_msg(memref_check_plan(r, p, err, sizeof err) && memref_bind(r, err, sizeof err),
-                  "%s", err);
     for (int32_t u = 0; u < llmem_plan_n_ubatch(p); u++) {
         const llmem_ubatch *ub = NULL;
         ck_assert_int_eq(llmem_memory_apply(m, p, u, &ub), LLMEM_OK);
@@ -160,7 +157,19 @@ static void finish(memref *r, llmem_memory *m, llmem_plan *p, batch *b, int32_t 
     }
     llmem_memory_release(m, p);
     memref_release(r, false);
-    check_ref(r, "after a plan");
+    check_ref(r, where);
+}
+
+/* Applies and commits every ubatch of plan p (made from b), with the
+ * reference. */
+static void finish(memref *r, llmem_memory *m, llmem_plan *p, batch *b, int32_t n_ubatch)
+{
+    char err[512] = "";
+    int32_t n_cached[MR_MAX_SEQ];
+    ck_assert_int_eq(memref_plan(r, get(b), LLMEM_SPLIT_AUTO, n_ubatch, n_cached), LLMEM_OK);
+    ck_assert_msg(memref_check_plan(r, p, err, sizeof err) && memref_bind(r, err, sizeof err),
+                  "%s", err);
+    run_plan(r, m, p, "after a plan");
 }
 
 static void drive(memref *r, llmem_memory *m, batch *b, int32_t n_ubatch)
@@ -319,17 +328,7 @@ START_TEST(only_plan_allocates)
     ck_assert_int_eq(llmem_memory_plan(m, get(&b), LLMEM_SPLIT_AUTO, 4, &p, NULL, 0), LLMEM_OK);
     ck_assert_msg(memref_bind(r, err, sizeof err), "%s", err);
     llmem_backend_set_alloc_hook(be, hook_fn, &h);
-    for (int32_t u = 0; u < llmem_plan_n_ubatch(p); u++) {
-        const llmem_ubatch *ub = NULL;
-        ck_assert_int_eq(llmem_memory_apply(m, p, u, &ub), LLMEM_OK);
-        ck_assert_msg(memref_capture(r, ub, u, err, sizeof err), "%s", err);
-        ck_assert_msg(memref_forward(r, ub, err, sizeof err), "%s", err);
-        ck_assert_int_eq(llmem_memory_commit(m, p, u), LLMEM_OK);
-        memref_commit(r, ub);
-    }
-    llmem_memory_release(m, p);
-    memref_release(r, false);
-    check_ref(r, "plan with allocations failing after planning");
+    run_plan(r, m, p, "plan with allocations failing after planning");
     /* 9 tokens in pages of 4: a partial last page; the copy shares it */
     ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), memref_seq_cp(r, 0, 1, -1, -1));
     ck_assert_int_eq(llmem_memory_seq_add(m, 1, 2, -1, 3), memref_seq_add(r, 1, 2, -1, 3));
