@@ -34,6 +34,14 @@
  * and stored to shared memory after it; shared rows are BK + 8 halves (80
  * or 144 bytes) so the row starts of a 16 x 16 load fall on distinct bank
  * groups.
+ * STAGES 2 or 3 (up to 64 rows, vk_cm_plan_make, $LLMEM_VULKAN_CM_STAGES)
+ * replace that single shared slice by a ring of STAGES slices: the
+ * global loads of a slice are issued STAGES - 1 steps before its store
+ * to shared memory (two register sets at 3 stages), and one barrier per
+ * step suffices instead of two; the epilogue matrices then share the
+ * ring's memory, so that 2 stages of 64 (16 rows) or 3 of 32 (up to 32
+ * rows) fit in 48 KiB. Written for the H200 finding above; not measured
+ * yet (STAGES 1 stays the default until it is).
  * Split-K (slices of k_split, partial tiles to out + s * slice_stride,
  * summed by sum_slices.comp) as in matmul_rt.comp. The epilogue goes
  * through shared memory, one 16 x 16 matrix per subgroup at a time, so
@@ -48,6 +56,7 @@ layout(constant_id = 3) const uint FM = 4;    /* 16-row matrices per subgroup */
 layout(constant_id = 4) const uint FN = 2;    /* 16-column matrices per subgroup */
 layout(constant_id = 5) const uint SPLIT = 2; /* f16 terms of a: 2 precise, 1 fast */
 layout(constant_id = 6) const uint BK = 32;   /* K step: 32 or 64 (vk_cm_plan_make) */
+layout(constant_id = 7) const uint STAGES = 1; /* 1: one shared slice; 2, 3: the ring below */
 
 const uint SGN = WG / 32u / SGM;
 const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN;
@@ -74,9 +83,20 @@ layout(push_constant) uniform P {
     uint n_groups;       /* tiles_mn * slices */
 } p;
 
-shared uvec4 sa[SPLIT * BM * LD]; /* hi rows, then lo rows */
-shared uvec4 sw[BN * LD];
-shared float cs[(WG / 32u) * 16u * CS];
+/* STAGES 1: one slice in sa + sw, the epilogue in cs. STAGES 2, 3: a ring
+ * of STAGES slices (each: hi rows, lo rows, weight rows; STG uvec4s), the
+ * epilogue aliased onto it (CSV uvec4s = CS floats per row); the arrays of
+ * the other layout shrink to one element. */
+const uint STG = (SPLIT * BM + BN) * LD;
+const uint CSV = CS / 4u;
+const uint RING = STAGES == 1u ? 1u : STAGES * STG;
+const uint RING_SA = STAGES == 1u ? SPLIT * BM * LD : 1u;
+const uint RING_SW = STAGES == 1u ? BN * LD : 1u;
+const uint RING_CS = STAGES == 1u ? (WG / 32u) * 16u * CS : 1u;
+shared uvec4 sa[RING_SA]; /* hi rows, then lo rows */
+shared uvec4 sw[RING_SW];
+shared float cs[RING_CS];
+shared uvec4 ring[RING];
 
 /* Two bf16 in a word to two f16 by the device's f32 -> f16 conversion
  * (packHalf2x16). Exact for magnitudes in [2^-14, 65504], whatever the
@@ -88,6 +108,82 @@ uint bf16x2_to_f16x2(uint x)
 {
     return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
 }
+
+/* global -> registers RA, RW for the slice at k0 (zeros outside [M, N) and k_end) */
+#define FETCH_TO(RA, RW, k0)                                                                      \
+    [[unroll]] for (uint i = 0u; i < NA; i++) {                                                   \
+        uint e_ = l + i * WG, row_ = (e_ / RV) % BM, c_ = e_ % RV, t_ = e_ / (RV * BM);           \
+        uint gm_ = m0 + row_, gk_ = (k0) + 8u * c_;                                               \
+        RA[i] = e_ < SPLIT * BM * RV && gm_ < p.m && gk_ < k_end                                  \
+                    ? ah[(t_ == 0u ? p.hi_off : p.lo_off) + (gm_ * p.k + gk_) / 8u]               \
+                    : uvec4(0u);                                                                  \
+    }                                                                                             \
+    [[unroll]] for (uint i = 0u; i < NW; i++) {                                                   \
+        uint e_ = l + i * WG, col_ = e_ / RV, c_ = e_ % RV;                                       \
+        uint gn_ = n0 + col_, gk_ = (k0) + 8u * c_;                                               \
+        RW[i] = e_ < BN * RV && gn_ < p.n && gk_ < k_end                                          \
+                    ? w[p.w_off + (gn_ * p.k + gk_) / 8u]                                         \
+                    : uvec4(0u);                                                                  \
+    }
+
+#define FETCH(k0) FETCH_TO(ra, rw, k0)
+
+/* ring (STAGES 2, 3): registers RA, RW -> stage st (weights converted to f16) */
+#define STORE(RA, RW, st)                                                                         \
+    {                                                                                             \
+        uint b_ = (st) * STG;                                                                     \
+        [[unroll]] for (uint i = 0u; i < NA; i++) {                                               \
+            uint e_ = l + i * WG;                                                                 \
+            if (e_ < SPLIT * BM * RV)                                                             \
+                ring[b_ + (e_ / RV) * LD + e_ % RV] = RA[i];                                      \
+        }                                                                                         \
+        [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
+            uint e_ = l + i * WG;                                                                 \
+            if (e_ < BN * RV) {                                                                   \
+                uvec4 u_ = RW[i];                                                                 \
+                if (W_DT == DT_BF16)                                                              \
+                    u_ = uvec4(bf16x2_to_f16x2(u_.x), bf16x2_to_f16x2(u_.y),                      \
+                               bf16x2_to_f16x2(u_.z), bf16x2_to_f16x2(u_.w));                     \
+                ring[b_ + SPLIT * BM * LD + (e_ / RV) * LD + e_ % RV] = u_;                       \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+/* ring: the tensor-core work of the slice in stage st */
+#define COMPUTE(st)                                                                               \
+    {                                                                                             \
+        uint b_ = (st) * STG, bw_ = b_ + SPLIT * BM * LD;                                         \
+        [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {                                      \
+            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> mb[FN];                                      \
+            [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                          \
+                coopMatLoadNV(mb[jj], ring, bw_ + (sn + 16u * jj) * LD + 2u * kk, LD, true);      \
+            [[unroll]] for (uint i = 0u; i < FM; i++) {                                           \
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma;                                      \
+                coopMatLoadNV(ma, ring, b_ + (sm + 16u * i) * LD + 2u * kk, LD, false);           \
+                [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                      \
+                    acc[i * FN + jj] = coopMatMulAddNV(ma, mb[jj], acc[i * FN + jj]);             \
+                if (SPLIT == 2u) {                                                                \
+                    coopMatLoadNV(ma, ring, b_ + (BM + sm + 16u * i) * LD + 2u * kk, LD,          \
+                                  false);                                                         \
+                    [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                  \
+                        acc[i * FN + jj] = coopMatMulAddNV(ma, mb[jj], acc[i * FN + jj]);         \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+/* ring: step j with register set RA, RW (see main) */
+#define STEP(j, RA, RW)                                                                           \
+    {                                                                                             \
+        barrier();                                                                                \
+        if ((j) + STAGES - 1u < ns) {                                                             \
+            STORE(RA, RW, ((j) + STAGES - 1u) % STAGES)                                           \
+            if ((j) + 2u * STAGES - 2u < ns) {                                                    \
+                FETCH_TO(RA, RW, k_begin + ((j) + 2u * STAGES - 2u) * BK)                         \
+            }                                                                                     \
+        }                                                                                         \
+        COMPUTE((j) % STAGES)                                                                     \
+    }
 
 void main()
 {
@@ -104,81 +200,129 @@ void main()
     [[unroll]] for (uint i = 0u; i < FM * FN; i++)
         acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
 
-    uvec4 ra[NA], rw[NW];
-    /* global -> registers for the slice at k0 (zeros outside [M, N) and k_end) */
-#define FETCH(k0)                                                                       \
-    [[unroll]] for (uint i = 0u; i < NA; i++) {                                         \
-        uint e_ = l + i * WG, row_ = (e_ / RV) % BM, c_ = e_ % RV, t_ = e_ / (RV * BM); \
-        uint gm_ = m0 + row_, gk_ = (k0) + 8u * c_;                                     \
-        ra[i] = e_ < SPLIT * BM * RV && gm_ < p.m && gk_ < k_end                        \
-                    ? ah[(t_ == 0u ? p.hi_off : p.lo_off) + (gm_ * p.k + gk_) / 8u]     \
-                    : uvec4(0u);                                                        \
-    }                                                                                   \
-    [[unroll]] for (uint i = 0u; i < NW; i++) {                                         \
-        uint e_ = l + i * WG, col_ = e_ / RV, c_ = e_ % RV;                             \
-        uint gn_ = n0 + col_, gk_ = (k0) + 8u * c_;                                     \
-        rw[i] = e_ < BN * RV && gn_ < p.n && gk_ < k_end                                \
-                    ? w[p.w_off + (gn_ * p.k + gk_) / 8u]                               \
-                    : uvec4(0u);                                                        \
-    }
-
-    FETCH(k_begin)
-    for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
-        [[unroll]] for (uint i = 0u; i < NA; i++) {
-            uint e_ = l + i * WG;
-            if (e_ < SPLIT * BM * RV)
-                sa[(e_ / RV) * LD + e_ % RV] = ra[i];
-        }
-        [[unroll]] for (uint i = 0u; i < NW; i++) {
-            uint e_ = l + i * WG;
-            if (e_ < BN * RV) {
-                uvec4 u = rw[i];
-                if (W_DT == DT_BF16)
-                    u = uvec4(bf16x2_to_f16x2(u.x), bf16x2_to_f16x2(u.y),
-                              bf16x2_to_f16x2(u.z), bf16x2_to_f16x2(u.w));
-                sw[(e_ / RV) * LD + e_ % RV] = u;
+    if (STAGES == 1u) {
+        uvec4 ra[NA], rw[NW];
+        FETCH(k_begin)
+        for (uint k0 = k_begin; k0 < k_end; k0 += BK) {
+            [[unroll]] for (uint i = 0u; i < NA; i++) {
+                uint e_ = l + i * WG;
+                if (e_ < SPLIT * BM * RV)
+                    sa[(e_ / RV) * LD + e_ % RV] = ra[i];
             }
-        }
-        barrier();
-        if (k0 + BK < k_end) {
-            FETCH(k0 + BK)
-        }
-        [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> mb[FN];
-            /* B[k][n] = w[n][k]: column-major in sw */
-            [[unroll]] for (uint j = 0u; j < FN; j++)
-                coopMatLoadNV(mb[j], sw, (sn + 16u * j) * LD + 2u * kk, LD, true);
-            [[unroll]] for (uint i = 0u; i < FM; i++) {
-                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma;
-                coopMatLoadNV(ma, sa, (sm + 16u * i) * LD + 2u * kk, LD, false);
+            [[unroll]] for (uint i = 0u; i < NW; i++) {
+                uint e_ = l + i * WG;
+                if (e_ < BN * RV) {
+                    uvec4 u = rw[i];
+                    if (W_DT == DT_BF16)
+                        u = uvec4(bf16x2_to_f16x2(u.x), bf16x2_to_f16x2(u.y),
+                                  bf16x2_to_f16x2(u.z), bf16x2_to_f16x2(u.w));
+                    sw[(e_ / RV) * LD + e_ % RV] = u;
+                }
+            }
+            barrier();
+            if (k0 + BK < k_end) {
+                FETCH(k0 + BK)
+            }
+            [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> mb[FN];
+                /* B[k][n] = w[n][k]: column-major in sw */
                 [[unroll]] for (uint j = 0u; j < FN; j++)
-                    acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
-                if (SPLIT == 2u) {
-                    coopMatLoadNV(ma, sa, (BM + sm + 16u * i) * LD + 2u * kk, LD, false);
+                    coopMatLoadNV(mb[j], sw, (sn + 16u * j) * LD + 2u * kk, LD, true);
+                [[unroll]] for (uint i = 0u; i < FM; i++) {
+                    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma;
+                    coopMatLoadNV(ma, sa, (sm + 16u * i) * LD + 2u * kk, LD, false);
                     [[unroll]] for (uint j = 0u; j < FN; j++)
                         acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
+                    if (SPLIT == 2u) {
+                        coopMatLoadNV(ma, sa, (BM + sm + 16u * i) * LD + 2u * kk, LD, false);
+                        [[unroll]] for (uint j = 0u; j < FN; j++)
+                            acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
+                    }
                 }
             }
+            barrier();
         }
-        barrier();
-    }
 
-    uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CS;
-    [[unroll]] for (uint i = 0u; i < FM; i++)
-        [[unroll]] for (uint j = 0u; j < FN; j++) {
-            coopMatStoreNV(acc[i * FN + j], cs, cb, CS, false);
-            controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
-                           gl_SemanticsAcquireRelease);
-            uint r = lane / 2u, gm = m0 + sm + 16u * i + r;
-            if (gm < p.m) {
-                int e = ex[p.e_off + gm];
-                for (uint c = 8u * (lane % 2u); c < 8u * (lane % 2u) + 8u; c++) {
-                    uint gn = n0 + sn + 16u * j + c;
-                    if (gn < p.n)
-                        o[base + gm * p.n + gn] = ldexp(cs[cb + r * CS + c], e);
+        /* the old path's epilogue */
+        uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CS;
+        [[unroll]] for (uint i = 0u; i < FM; i++)
+            [[unroll]] for (uint j = 0u; j < FN; j++) {
+                coopMatStoreNV(acc[i * FN + j], cs, cb, CS, false);
+                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                               gl_SemanticsAcquireRelease);
+                uint r = lane / 2u, gm = m0 + sm + 16u * i + r;
+                if (gm < p.m) {
+                    int e = ex[p.e_off + gm];
+                    for (uint c = 8u * (lane % 2u); c < 8u * (lane % 2u) + 8u; c++) {
+                        uint gn = n0 + sn + 16u * j + c;
+                        if (gn < p.n)
+                            o[base + gm * p.n + gn] = ldexp(cs[cb + r * CS + c], e);
+                    }
+                }
+                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                               gl_SemanticsAcquireRelease);
+            }
+    } else {
+        /* The ring (STAGES 2 or 3; R = STAGES - 1 register sets): step j
+         * computes slice j from stage j % STAGES while slice j + STAGES - 1
+         * goes from register set j % R to its stage and the load of slice
+         * j + STAGES - 1 + R is issued into that set, so each global load has
+         * R steps of tensor-core work before its data are needed, and one
+         * barrier per step suffices: the stage written in step j was last
+         * read in step j - 1, before this step's barrier, and is read in step
+         * j + STAGES - 1, after it. tests/test_vulkan_pick.c simulates this
+         * schedule (ring_schedule) and checks it for races. */
+        uvec4 ra0[NA], rw0[NW], ra1[NA], rw1[NW];
+        uint ns = k_end > k_begin ? (k_end - k_begin + BK - 1u) / BK : 0u;
+
+        /* prologue: slices 0 .. STAGES - 2 into their stages, the next R into
+         * the register sets (both sets in the order of their slices) */
+        FETCH_TO(ra0, rw0, k_begin)
+        if (STAGES == 3u) {
+            FETCH_TO(ra1, rw1, k_begin + BK)
+        }
+        STORE(ra0, rw0, 0u)
+        if (STAGES == 3u) {
+            if (1u < ns)
+                STORE(ra1, rw1, 1u)
+        }
+        if (STAGES - 1u < ns) {
+            FETCH_TO(ra0, rw0, k_begin + (STAGES - 1u) * BK)
+        }
+        if (STAGES == 3u && STAGES < ns) {
+            FETCH_TO(ra1, rw1, k_begin + STAGES * BK)
+        }
+        for (uint j = 0u; j < ns; j += 2u) {
+            STEP(j, ra0, rw0)
+            if (j + 1u < ns) {
+                if (STAGES == 2u) {
+                    STEP(j + 1u, ra0, rw0)
+                } else {
+                    STEP(j + 1u, ra1, rw1)
                 }
             }
-            controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
-                           gl_SemanticsAcquireRelease);
         }
+
+        /* epilogue through the ring, once every subgroup is done reading it */
+        barrier();
+        uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CSV;
+        [[unroll]] for (uint i = 0u; i < FM; i++)
+            [[unroll]] for (uint j = 0u; j < FN; j++) {
+                coopMatStoreNV(acc[i * FN + j], ring, cb, CSV, false);
+                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                               gl_SemanticsAcquireRelease);
+                uint r = lane / 2u, gm = m0 + sm + 16u * i + r;
+                if (gm < p.m) {
+                    int e = ex[p.e_off + gm];
+                    for (uint c = 8u * (lane % 2u); c < 8u * (lane % 2u) + 8u; c++) {
+                        uint gn = n0 + sn + 16u * j + c;
+                        if (gn < p.n)
+                            o[base + gm * p.n + gn] =
+                                ldexp(uintBitsToFloat(ring[cb + r * CSV + c / 4u][c % 4u]), e);
+                    }
+                }
+                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
+                               gl_SemanticsAcquireRelease);
+            }
+    }
 }

@@ -521,6 +521,67 @@ START_TEST(test_matmul_row_scales)
 }
 END_TEST
 
+/* matmul_cm.comp with each stage count of $LLMEM_VULKAN_CM_STAGES (1: one
+ * shared slice; 2, 3: its ring), at row counts of its three tile heights
+ * and K from one partial step (40) through odd and even step counts to
+ * split-K slices (1000, 4096), against a float64 product of the same
+ * values (w exact in bf16): each row as accurate as an f32 product. Where
+ * the device has no cooperative matrices (lavapipe) the knob is read but
+ * the SIMT path runs, and this checks that path. */
+START_TEST(test_matmul_cm_stages)
+{
+    static const char *stages[] = {"1", "2", "3"};
+    static const int32_t ms[] = {16, 40, 64}, ks[] = {40, 96, 1000, 4096};
+    const int32_t n = 136;
+    for (size_t si = 0; si < 3; si++) {
+        setenv("LLMEM_VULKAN_CM_STAGES", stages[si], 1);
+        llmem_backend *vk = open_be("vulkan");
+        for (size_t mi = 0; mi < 3; mi++)
+            for (size_t ki = 0; ki < 4; ki++) {
+                int32_t m = ms[mi], k = ks[ki];
+                float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+                for (size_t i = 0; i < (size_t)n * k; i++) { /* exact bf16 values */
+                    uint32_t u;
+                    memcpy(&u, &w[i], 4);
+                    u &= 0xffff0000u;
+                    memcpy(&w[i], &u, 4);
+                }
+                llmem_buffer *ba, *bw, *bw2, *bo;
+                llmem_tensor ta = up_f32(vk, &ba, a, 2, m, k, 1);
+                llmem_tensor tw = up_f32(vk, &bw, w, 2, n, k, 1);
+                llmem_tensor tw2 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
+                OK(llmem_buffer_alloc(vk, llmem_tensor_nbytes(&tw2), &bw2));
+                tw2.buf = bw2;
+                OK(llmem_op_copy(vk, &tw, 0, &tw2));
+                llmem_tensor to = up_f32(vk, &bo, NULL, 2, m, n, 1);
+                OK(llmem_op_matmul(vk, &ta, &tw2, &to));
+                float *o = malloc((size_t)m * n * sizeof *o);
+                ck_assert_ptr_nonnull(o);
+                get_f32(&to, o);
+                for (int32_t r = 0; r < m; r++) {
+                    double big = 0, err = 0;
+                    for (int32_t j = 0; j < n; j++) {
+                        double x = 0;
+                        for (int32_t i = 0; i < k; i++)
+                            x += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
+                        double y = o[(size_t)r * n + j];
+                        ck_assert_msg(isfinite(y), "row %d col %d not finite", r, j);
+                        big = fabs(x) > big ? fabs(x) : big;
+                        err = fabs(y - x) > err ? fabs(y - x) : err;
+                    }
+                    ck_assert_msg(err <= 1e-5 * big, "stages %s, %dx%dx%d row %d: error %g of %g",
+                                  stages[si], m, k, n, r, err, big);
+                }
+                free(o), free(a), free(w);
+                llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2);
+                llmem_buffer_free(bo);
+            }
+        llmem_backend_close(vk);
+    }
+    unsetenv("LLMEM_VULKAN_CM_STAGES");
+}
+END_TEST
+
 /* The subgroup and the shared-memory variants of the reductions agree
  * with the cpu (both are the shared-memory one where the device has no
  * subgroup arithmetic). */
@@ -604,6 +665,7 @@ int main(void)
     tcase_add_test(tc, test_attention_wide_groups);
     tcase_add_test(tc, test_matmul_tiles);
     tcase_add_test(tc, test_matmul_row_scales);
+    tcase_add_test(tc, test_matmul_cm_stages);
     tcase_add_test(tc, test_reduction_variants);
     tcase_add_test(tc, test_mamba_copy_on_write);
     suite_add_tcase(s, tc);

@@ -95,7 +95,8 @@ START_TEST(test_cm_plan_invariants)
                 for (size_t e = 0; e < 3; e++) {
                     uint32_t m = ms[a], n = ns[b], k = ks[d];
                     vk_cm_plan p;
-                    vk_cm_plan_make(m, n, k, small_bks[e], &p);
+                    vk_cm_plan_make(m, n, k, small_bks[e], 1, 48 * 1024, &p);
+                    ck_assert_uint_eq(p.stages, 1);
                     ck_assert_uint_eq(p.sgm * p.sgn * 32, VK_CM_WG);
                     ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
                     ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
@@ -139,7 +140,7 @@ END_TEST
 START_TEST(test_cm_plan_shapes)
 {
     vk_cm_plan p;
-    vk_cm_plan_make(512, 4096, 4096, 64, &p);
+    vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, &p);
     ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 128);
     ck_assert_uint_eq(p.bk, 32);
@@ -147,14 +148,14 @@ START_TEST(test_cm_plan_shapes)
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.k_split, 1376);
     ck_assert_uint_eq(p.slices, 3);
-    vk_cm_plan_make(16, 4096, 4096, 64, &p);
+    vk_cm_plan_make(16, 4096, 4096, 64, 1, 48 * 1024, &p);
     ck_assert_uint_eq(p.bm, 16);
     ck_assert_uint_eq(p.bn, 128);
     ck_assert_uint_eq(p.bk, 64);
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.k_split, 512);
     ck_assert_uint_eq(p.slices, 8);
-    vk_cm_plan_make(16, 4096, 4096, 32, &p);
+    vk_cm_plan_make(16, 4096, 4096, 32, 1, 48 * 1024, &p);
     ck_assert_uint_eq(p.bk, 32);
     ck_assert_uint_eq(p.k_split, 480);
     ck_assert_uint_eq(p.slices, 9);
@@ -180,6 +181,255 @@ START_TEST(test_cm_usable)
 }
 END_TEST
 
+/* The ring plans (stages >= 2): over shapes, asked stages, K steps and
+ * shared-memory sizes (lavapipe's 32 KiB, NVIDIA's 48 KiB, 64 KiB), the
+ * ring's bytes, counted here from the layout of matmul_cm.comp (per stage
+ * 2 BM rows of a and BN weight rows of BK + 8 halves; the epilogue's 8
+ * matrices of 16 x 20 floats inside the ring; 1 KiB slack), fit the
+ * device; no more stages than asked, never above 64 rows; the most stages
+ * that fit are taken, then the widest step. */
+START_TEST(test_cm_ring_plans)
+{
+    static const uint32_t ms[] = {9, 16, 17, 32, 33, 48, 49, 64, 65, 512};
+    static const uint32_t smems[] = {32 * 1024, 48 * 1024, 64 * 1024};
+    static const uint32_t small_bks[] = {64, 32};
+    for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+        for (uint32_t asked = 0; asked <= 5; asked++)
+            for (size_t b = 0; b < 3; b++)
+                for (size_t e = 0; e < 2; e++) {
+                    uint32_t m = ms[a], smem = smems[b];
+                    vk_cm_plan p, one;
+                    vk_cm_plan_make(m, 4096, 4096, small_bks[e], asked, smem, &p);
+                    vk_cm_plan_make(m, 4096, 4096, small_bks[e], 1, smem, &one);
+                    ck_assert_uint_eq(p.bm, one.bm);
+                    ck_assert_uint_eq(p.bn, one.bn);
+                    ck_assert_uint_ge(p.stages, 1);
+                    ck_assert_uint_le(p.stages, asked < 1 ? 1 : asked > 3 ? 3 : asked);
+                    if (m > 64 || asked <= 1) {
+                        ck_assert_uint_eq(p.stages, 1);
+                        ck_assert_uint_eq(p.bk, one.bk);
+                        continue;
+                    }
+                    uint32_t best_s = 0, best_bk = 0;
+                    for (uint32_t s2 = 2; s2 <= (asked > 3 ? 3 : asked); s2++)
+                        for (uint32_t bk = 32; bk <= (small_bks[e] == 32 ? 32u : 64u); bk += 32) {
+                            uint32_t ring = s2 * (2 * p.bm + p.bn) * (bk + 8) * 2 + 1024;
+                            if (ring <= smem && (s2 > best_s || (s2 == best_s && bk > best_bk)))
+                                best_s = s2, best_bk = bk;
+                        }
+                    if (best_s == 0) { /* no ring fits: the one-slice plan */
+                        ck_assert_uint_eq(p.stages, 1);
+                        ck_assert_uint_eq(p.bk, one.bk);
+                        continue;
+                    }
+                    ck_assert_uint_eq(p.stages, best_s);
+                    ck_assert_uint_eq(p.bk, best_bk);
+                    uint32_t stage = (2 * p.bm + p.bn) * (p.bk + 8) * 2;
+                    ck_assert_uint_le(p.stages * stage + 1024, smem);
+                    ck_assert_uint_le(8 * 16 * 20 * 4, p.stages * stage); /* epilogue in the ring */
+                    ck_assert_uint_eq(VK_CM_RING_SMEM(p.bm, p.bn, p.bk, p.stages),
+                                      p.stages * stage + 1024);
+                    ck_assert_uint_eq(p.k_split % p.bk, 0);
+                    ck_assert_uint_ge((uint64_t)p.slices * p.k_split, 4096);
+                }
+    /* worked by hand on 48 KiB: 16 rows, 2 stages of 64: 2 x (32 + 128) rows x 144 bytes
+     * = 46080 (+ 1024); 3 stages only of 32: 3 x 160 x 80 = 38400; 64 rows, 2 stages of
+     * 32: 2 x 256 x 80 = 40960 (of 64: 73728, too much) */
+    vk_cm_plan p;
+    vk_cm_plan_make(16, 4096, 4096, 64, 2, 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 2);
+    ck_assert_uint_eq(p.bk, 64);
+    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 3);
+    ck_assert_uint_eq(p.bk, 32);
+    vk_cm_plan_make(64, 4096, 4096, 64, 3, 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 2);
+    ck_assert_uint_eq(p.bk, 32);
+    vk_cm_plan_make(64, 4096, 4096, 64, 2, 32 * 1024, &p); /* lavapipe: 40960 does not fit */
+    ck_assert_uint_eq(p.stages, 1);
+    ck_assert_uint_eq(p.bk, 64);
+}
+END_TEST
+
+/* A model of matmul_cm.comp's ring schedule (its prologue and STEP macro,
+ * in the shader's order), run against a checker of the workgroup barrier
+ * rules: a shared stage is read only after a barrier that follows its
+ * write, and written only after a barrier that follows its last read;
+ * a register set is stored only with the slice it was loaded with, and
+ * loaded only once emptied; every slice is loaded, stored and computed
+ * once, in order; the epilogue reuses the ring only after a barrier that
+ * follows the last read. */
+typedef struct ring_sim {
+    uint32_t stages, ns, epoch;
+    int64_t held[3], wr[3], rd[3]; /* per stage: slice, epochs of last write, last read */
+    int64_t reg[2], reg_at[2];     /* per register set: slice (-1 empty), step of its load */
+    uint32_t fetched, stored, computed;
+    uint32_t min_gap; /* fewest steps from a loop load to its store */
+    bool ok;
+} ring_sim;
+
+static void sim_fetch(ring_sim *r, int set, uint32_t slice, int64_t step)
+{
+    r->ok = r->ok && r->reg[set] < 0 && slice == r->fetched && slice < r->ns;
+    r->reg[set] = slice;
+    r->reg_at[set] = step;
+    r->fetched++;
+}
+
+static void sim_store(ring_sim *r, int set, uint32_t st, int64_t step)
+{
+    r->ok = r->ok && st < r->stages && r->reg[set] == (int64_t)r->stored &&
+            r->wr[st] < (int64_t)r->epoch && r->rd[st] < (int64_t)r->epoch &&
+            (int64_t)st == r->reg[set] % r->stages;
+    if (step >= 0 && r->reg_at[set] >= 0 && (uint32_t)(step - r->reg_at[set]) < r->min_gap)
+        r->min_gap = (uint32_t)(step - r->reg_at[set]);
+    r->held[st] = r->reg[set];
+    r->wr[st] = r->epoch;
+    r->reg[set] = -1;
+    r->stored++;
+}
+
+static void sim_compute(ring_sim *r, uint32_t st)
+{
+    r->ok = r->ok && r->held[st] == (int64_t)r->computed && r->wr[st] < (int64_t)r->epoch;
+    r->rd[st] = r->epoch;
+    r->computed++;
+}
+
+static void sim_step(ring_sim *r, uint32_t j, int set)
+{
+    uint32_t s = r->stages;
+    r->epoch++; /* barrier() */
+    if (j + s - 1 < r->ns) {
+        sim_store(r, set, (j + s - 1) % s, j);
+        if (j + 2 * s - 2 < r->ns)
+            sim_fetch(r, set, j + 2 * s - 2, j);
+    }
+    sim_compute(r, j % s);
+}
+
+static void ring_schedule(uint32_t stages, uint32_t ns, ring_sim *r)
+{
+    *r = (ring_sim){.stages = stages, .ns = ns, .ok = true, .min_gap = UINT32_MAX};
+    for (int i = 0; i < 3; i++)
+        r->held[i] = r->wr[i] = r->rd[i] = -1;
+    r->reg[0] = r->reg[1] = r->reg_at[0] = r->reg_at[1] = -1;
+    /* prologue: the shader's loads past k_end give zeros; model only real slices */
+    if (ns > 0)
+        sim_fetch(r, 0, 0, -1);
+    if (stages == 3 && ns > 1)
+        sim_fetch(r, 1, 1, -1);
+    if (ns > 0)
+        sim_store(r, 0, 0, -1);
+    if (stages == 3 && 1 < ns)
+        sim_store(r, 1, 1, -1);
+    if (stages - 1 < ns)
+        sim_fetch(r, 0, stages - 1, -1);
+    if (stages == 3 && stages < ns)
+        sim_fetch(r, 1, stages, -1);
+    for (uint32_t j = 0; j < ns; j += 2) {
+        sim_step(r, j, 0);
+        if (j + 1 < ns)
+            sim_step(r, j + 1, stages == 2 ? 0 : 1);
+    }
+    r->epoch++; /* the epilogue's barrier */
+    for (uint32_t st = 0; st < stages; st++)
+        r->ok = r->ok && r->rd[st] < (int64_t)r->epoch;
+}
+
+START_TEST(test_cm_ring_schedule)
+{
+    for (uint32_t stages = 2; stages <= 3; stages++)
+        for (uint32_t ns = 0; ns <= 40; ns++) {
+            ring_sim r;
+            ring_schedule(stages, ns, &r);
+            ck_assert_msg(r.ok, "%u stages, %u steps: a race or a slice out of order", stages, ns);
+            ck_assert_uint_eq(r.fetched, ns);
+            ck_assert_uint_eq(r.stored, ns);
+            ck_assert_uint_eq(r.computed, ns);
+            ck_assert(r.reg[0] < 0 && r.reg[1] < 0);
+            /* every load issued in the loop has R = stages - 1 steps before its store */
+            if (ns > 2 * stages - 2)
+                ck_assert_uint_eq(r.min_gap, stages - 1);
+        }
+    /* the checker catches a race: stage 0 stored while step 0 may still read it */
+    ring_sim r;
+    ring_schedule(2, 4, &r);
+    r.epoch = 5;
+    r.rd[0] = 5;
+    r.reg[0] = 4;
+    r.stored = 4;
+    sim_store(&r, 0, 0, 4);
+    ck_assert(!r.ok);
+}
+END_TEST
+
+/* The ring's index arithmetic, as matmul_cm.comp computes it, for every
+ * plan up to 64 rows: invocation l's i-th load of a slice (e = l + i WG)
+ * lands on row e / RV, uvec4 e % RV of its stage; each of the stage's
+ * rows gets each of its RV uvec4s exactly once, nothing lands in the
+ * padding or outside the stage, the tensor-core loads of A (rows sm + 16 i
+ * and BM + ..., uvec4s 2 kk, 2 kk + 1) and B read only written uvec4s of
+ * the same stage, and the epilogue's matrices (sg 16 CSV + r CSV + c / 4)
+ * stay inside the ring and apart from each other. */
+START_TEST(test_cm_ring_indices)
+{
+    for (uint32_t m = 9; m <= 64; m++)
+        for (uint32_t asked = 2; asked <= 3; asked++)
+            for (uint32_t split = 1; split <= 2; split++) {
+                vk_cm_plan p;
+                vk_cm_plan_make(m, 4096, 4096, 64, asked, 48 * 1024, &p);
+                ck_assert_uint_ge(p.stages, 2);
+                const uint32_t wg = VK_CM_WG, rv = p.bk / 8, ld = rv + 1;
+                const uint32_t stg = (split * p.bm + p.bn) * ld, csv = 5;
+                const uint32_t na = (split * p.bm * rv + wg - 1) / wg, nw = (p.bn * rv + wg - 1) / wg;
+                uint8_t *hits = calloc(stg, 1);
+                ck_assert_ptr_nonnull(hits);
+                for (uint32_t l = 0; l < wg; l++) {
+                    for (uint32_t i = 0; i < na; i++) {
+                        uint32_t e = l + i * wg;
+                        if (e < split * p.bm * rv)
+                            hits[(e / rv) * ld + e % rv]++;
+                    }
+                    for (uint32_t i = 0; i < nw; i++) {
+                        uint32_t e = l + i * wg;
+                        if (e < p.bn * rv)
+                            hits[split * p.bm * ld + (e / rv) * ld + e % rv]++;
+                    }
+                }
+                for (uint32_t x = 0; x < stg; x++)
+                    ck_assert_uint_eq(hits[x], x % ld < rv ? 1 : 0);
+                for (uint32_t sg = 0; sg < 8; sg++) {
+                    uint32_t sm = (sg % p.sgm) * p.fm * 16, sn = (sg / p.sgm) * p.fn * 16;
+                    for (uint32_t kk = 0; kk < p.bk / 16; kk++)
+                        for (uint32_t r = 0; r < 16; r++)
+                            for (uint32_t c = 0; c < 2; c++) {
+                                for (uint32_t i = 0; i < p.fm; i++)
+                                    for (uint32_t t = 0; t < split; t++)
+                                        ck_assert_uint_eq(
+                                            hits[(t * p.bm + sm + 16 * i + r) * ld + 2 * kk + c], 1);
+                                for (uint32_t j = 0; j < p.fn; j++)
+                                    ck_assert_uint_eq(
+                                        hits[split * p.bm * ld + (sn + 16 * j + r) * ld + 2 * kk + c],
+                                        1);
+                            }
+                }
+                free(hits);
+                uint32_t ring = p.stages * stg;
+                uint8_t *ep = calloc(ring, 1);
+                ck_assert_ptr_nonnull(ep);
+                for (uint32_t sg = 0; sg < 8; sg++)
+                    for (uint32_t r = 0; r < 16; r++)
+                        for (uint32_t c = 0; c < 16; c += 4) {
+                            uint32_t x = sg * 16 * csv + r * csv + c / 4;
+                            ck_assert_uint_lt(x, ring);
+                            ck_assert_uint_eq(ep[x]++, 0);
+                        }
+                free(ep);
+            }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vulkan_pick");
@@ -189,6 +439,9 @@ int main(void)
     tcase_add_test(tc, test_cm_plan_invariants);
     tcase_add_test(tc, test_cm_plan_shapes);
     tcase_add_test(tc, test_cm_usable);
+    tcase_add_test(tc, test_cm_ring_plans);
+    tcase_add_test(tc, test_cm_ring_schedule);
+    tcase_add_test(tc, test_cm_ring_indices);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -23,6 +23,11 @@
                              * old one): half the barriers and loop trips per weight byte, 0.061 ->
                              * 0.048 ms at 64 x 4096 x 4096 precise (H200, docs/benchmarks.md) */
 
+#define VK_CM_STAGES 1      /* its shared-memory stages up to 64 rows, by default ($LLMEM_VULKAN_CM_STAGES:
+                             * 1 = one slice, loads double-buffered in registers; 2 or 3 = the ring of
+                             * matmul_cm.comp, where it fits the device's shared memory) */
+#define VK_CM_STAGES_MAX 3
+
 typedef enum vk_mm_path {
     VK_MM_MATVEC16, /* matvec16.comp: f16/bf16 weights, few rows */
     VK_MM_MATVEC,   /* matvec.comp: other weights, up to VK_MM_MV_MAX rows */
@@ -35,6 +40,8 @@ typedef enum vk_mm_path {
 typedef struct vk_mm_caps {
     bool coopmat;      /* 16x16x16 f16 x f16 -> f32 cooperative matrices enabled on the device */
     uint32_t cm_bk;    /* matmul_cm's K step up to 64 rows: VK_CM_BK_SMALL, or 32 */
+    uint32_t cm_stages; /* its shared-memory stages up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX */
+    uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
     uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
@@ -49,20 +56,35 @@ vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w
 
 /* The blocking of matmul_cm.comp for an [M, K] x [N, K] product: SGM x SGN
  * subgroups (SGM SGN = 8) of FM x FN 16x16 matrices, a BM x BN output tile
- * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), K walked in steps of bk,
- * and split-K into `slices` slices of k_split (a multiple of bk) when the
- * tiles alone number fewer than VK_MM_GROUPS. Few rows (M <= 64): one
- * subgroup row of ceil(M / 16) matrices, so each weight is loaded once,
- * and bk = small_bk; more: 128 x 128 and bk = VK_CM_BK_BIG (a 64-wide step
- * of 128 x 128 tiles would not fit in 48 KiB of shared memory). */
+ * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), K walked in steps of bk
+ * through `stages` shared-memory slices, and split-K into `slices` slices
+ * of k_split (a multiple of bk) when the tiles alone number fewer than
+ * VK_MM_GROUPS. Few rows (M <= 64): one subgroup row of ceil(M / 16)
+ * matrices, so each weight is loaded once, and bk = small_bk; more:
+ * 128 x 128 and bk = VK_CM_BK_BIG (a 64-wide step of 128 x 128 tiles would
+ * not fit in 48 KiB of shared memory), one stage. */
 typedef struct vk_cm_plan {
     uint32_t sgm, sgn, fm, fn, bm, bn, bk;
+    uint32_t stages; /* 1: sa + sw + cs of matmul_cm.comp; 2, 3: its ring */
     uint32_t tiles_m, tiles_n;
     uint32_t slices, k_split;
 } vk_cm_plan;
 
-/* small_bk: 32 or 64 (vk_mm_caps.cm_bk); any other value is taken as 64. */
-void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, vk_cm_plan *p);
+/* Plans matmul_cm.comp's blocking for out[m, n] = a[m, k] · w[n, k]ᵀ into
+ * *p (caller-owned; m, n, k in elements). small_bk: 32 or 64
+ * (vk_mm_caps.cm_bk); any other value is taken as 64. stages: the stages
+ * asked for up to 64 rows (vk_mm_caps.cm_stages; 0 or 1: one, above
+ * VK_CM_STAGES_MAX: that many). smem: the device's shared memory per
+ * workgroup in bytes. A ring (stages >= 2) takes the most stages up to
+ * the asked number, and for those the widest K step (64 before 32, 64
+ * only if small_bk allows it), whose VK_CM_RING_SMEM fits in smem; when
+ * not even 2 stages of 32 fit, one stage as without the ring. Never
+ * fails; pure (tests/test_vulkan_pick.c). The staging follows the
+ * multistage shared-memory pipelines of CUTLASS's sm80 GEMM mainloops
+ * (written from their description), with register staging in place of
+ * asynchronous copies, which GLSL lacks. */
+void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
+                     uint32_t smem, vk_cm_plan *p);
 
 /* Split-K of a product whose output tiles number `tiles` (matmul_rt.comp,
  * matmul_cm.comp): K in *slices slices of *k_split (a multiple of bk, the
@@ -91,6 +113,9 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
     ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 8u * 16u * 20u * 4u + 1024u)
 /* ... at the largest blocking of each K step: what a device needs for the
  * tensor-core path at all (128 x 128, 32), and for the 64-wide step (64 x 128). */
+/* ... of the ring of `s` stages (the epilogue matrices share its memory),
+ * in bytes. */
+#define VK_CM_RING_SMEM(bm, bn, bk, s) ((s) * (2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 1024u)
 #define VK_CM_SHARED_BYTES VK_CM_SMEM(128u, 128u, VK_CM_BK_BIG)
 #define VK_CM_SHARED_BYTES_SMALL VK_CM_SMEM(64u, 128u, VK_CM_BK_SMALL)
 

@@ -56,6 +56,9 @@ void vk_matmul_config(vk_backend *v)
     v->mm.cm_bk = env_u32("LLMEM_VULKAN_CM_BK", VK_CM_BK_SMALL, 32, 64) == 32 ? 32 : VK_CM_BK_SMALL;
     if (v->props.limits.maxComputeSharedMemorySize < VK_CM_SHARED_BYTES_SMALL)
         v->mm.cm_bk = 32;
+    /* matmul_cm's shared-memory ring up to 64 rows (2, 3), or one slice (1) */
+    v->mm.cm_stages = env_u32("LLMEM_VULKAN_CM_STAGES", VK_CM_STAGES, 1, VK_CM_STAGES_MAX);
+    v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
@@ -194,7 +197,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
-    vk_cm_plan_make(m, n, k, v->mm.cm_bk, &pl);
+    vk_cm_plan_make(m, n, k, v->mm.cm_bk, v->mm.cm_stages, v->mm.smem, &pl);
     size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
     llmem_buffer *sbuf = NULL, *part = NULL;
     llmem_status st = vk_buffer_alloc(be, terms + (size_t)m * 4, &sbuf);
@@ -219,6 +222,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_op_spec(&mm, pl.fn);
     vk_op_spec(&mm, split);
     vk_op_spec(&mm, pl.bk);
+    vk_op_spec(&mm, pl.stages);
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);
     uint32_t oo = vk_op_tensor(v, &mm, &pt, true);
