@@ -283,12 +283,13 @@ static llmem_status bench_prompt(llmem_backend *be, int kind, int32_t n, int32_t
     return st;
 }
 
-/* Host bytes the filled memory keeps: token ids and positions per memory
- * that keeps them, page-table entries (with the row slack). */
+/* Host bytes the filled memory keeps: token ids per memory that keeps them
+ * (the bench's positions are a run, which no memory stores: memory/seq_pos.h),
+ * page-table entries (with the row slack). */
 static double est_gb(int kind, int32_t n_seq, int32_t ctx, int32_t ps)
 {
     double tok = (double)n_seq * ctx;
-    double b = tok * 8.0 * (kind == BK_HY ? 2 : 1);
+    double b = tok * 4.0 * (kind == BK_HY ? 2 : 1);
     if (kind != BK_RS)
         b += tok / ps * 4.0 * 3;
     return b / 1e9;
