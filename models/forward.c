@@ -56,15 +56,18 @@ static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
 /* ---- fused decode path ---------------------------------------------------------------- */
 
 /* Whether m takes the fused decode path: a device backend with
- * llmem_op_norm_matmul (the CPU gains nothing from it), and only Mamba-2
- * and attention layers with plain pre-norm blocks (a SwiGLU FFN without
- * biases or multipliers, Mamba-2's gated norm over the whole row, no post
- * norms, no tensor parallelism). LLMEM_NO_NORM_MATMUL=1 turns it off. */
+ * llmem_op_norm_matmul (the CPU gains nothing from it; LLMEM_NORM_MATMUL_CPU=1
+ * takes it there too, so the path's wiring is tested without a GPU: ctest
+ * parity_fused_*), and only Mamba-2 and attention layers with plain pre-norm
+ * blocks (a SwiGLU FFN without biases or multipliers, Mamba-2's gated norm
+ * over the whole row, no post norms, no tensor parallelism).
+ * LLMEM_NO_NORM_MATMUL=1 turns it off. */
 static bool nm_model_ok(llmem_model *m)
 {
     const llmem_model_config *c = &m->cfg;
-    const char *e = getenv("LLMEM_NO_NORM_MATMUL");
-    if ((e && atoi(e) == 1) || strcmp(llmem_backend_name(m->be), "cpu") == 0 ||
+    const char *e = getenv("LLMEM_NO_NORM_MATMUL"), *ec = getenv("LLMEM_NORM_MATMUL_CPU");
+    bool cpu = strcmp(llmem_backend_name(m->be), "cpu") == 0;
+    if ((e && atoi(e) == 1) || (cpu && !(ec && atoi(ec) == 1)) ||
         !llmem_backend_supports(m->be, LLMEM_OP_NORM_MATMUL, NULL, 0))
         return false;
     if (m->tp_size > 1 || m->q3n || m->fal || m->moe || m->tp_norm_full || c->ssm_gate_only ||
