@@ -193,6 +193,7 @@ typedef struct cuk_scan_args {
     float *y;
     int32_t conv_dim;
     int32_t n_sms; /* multiprocessors of the device (grid of the decode scan) */
+    int32_t fast;  /* llmem_ssm_params.fast: the chunked SSD may use single bf16 products */
 } cuk_scan_args;
 
 /* Whether the scan kernel handles this d_state (<= 256). */

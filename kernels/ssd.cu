@@ -26,8 +26,9 @@
  * Precision: every operand is split as hi + lo in bf16 (hi = bf16(v),
  * lo = bf16(v - hi)) and each product takes three MMAs (hi·hi + hi·lo +
  * lo·hi), about 2^-16 relative error per product, as the precise mode's
- * GEMMs (docs/cuda.md). $LLMEM_CUDA_SSD_FAST=1 runs hi·hi only (one
- * rounding to bf16 of the operands, the fast mode's arithmetic). The
+ * GEMMs (docs/cuda.md). The FAST precision mode (llmem_ssm_params.fast)
+ * and $LLMEM_CUDA_SSD_FAST=1 run hi·hi only (one rounding to bf16 of the
+ * operands, the fast mode's arithmetic). The
  * cumulative sums of a_t are taken in f64, so exp(cum[t] - cum[s]) is as
  * exact as the per-token products of exp(a_t).
  *
@@ -513,5 +514,8 @@ extern "C" cudaError_t cuk_ssd_scan(const cuk_rs_args *rs, const cuk_scan_args *
         return cudaErrorInvalidValue;
     if (rs->n_seqs == 0)
         return cudaSuccess;
-    return ssd_fast() ? ssd_launch<false>(rs, p, stream) : ssd_launch<true>(rs, p, stream);
+    /* single bf16 products in the FAST precision mode (p->fast) or with
+     * $LLMEM_CUDA_SSD_FAST=1; hi + lo splits otherwise */
+    return ssd_fast() || p->fast ? ssd_launch<false>(rs, p, stream)
+                                 : ssd_launch<true>(rs, p, stream);
 }

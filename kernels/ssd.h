@@ -21,7 +21,8 @@ int cuk_ssd_applies(const cuk_rs_args *rs, const cuk_scan_args *p);
  * stream's source or snapshot, written to its checkpoints and dst) as
  * chunks of 64 tokens on tensor cores, one CTA per (stream, head). Operands
  * are bf16 hi + lo splits (three MMAs per product, about 2^-16 relative
- * error), or single bf16 with $LLMEM_CUDA_SSD_FAST=1. Enqueued on `stream`;
+ * error), or single bf16 when p->fast (the FAST precision mode) or with
+ * $LLMEM_CUDA_SSD_FAST=1. Enqueued on `stream`;
  * cudaErrorInvalidValue outside the shapes of cuk_ssd_applies or for
  * negative counts, else the launch status. */
 cudaError_t cuk_ssd_scan(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream);

@@ -250,7 +250,8 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
                           &conv));
     llmem_ssm_params sp = {.n_heads = nh, .head_dim = c->ssm_head_dim, .d_state = c->ssm_d_state,
                            .n_groups = c->ssm_n_groups, .dt_min = (float)c->time_step_limit[0],
-                           .dt_max = (float)c->time_step_limit[1]};
+                           .dt_max = (float)c->time_step_limit[1],
+                           .fast = m->p.precision == LLMEM_PRECISION_FAST};
     const wt *D = &L->w[LLMEM_W_SSM_D], *dtb = &L->w[LLMEM_W_SSM_DT_BIAS];
     TRY(llmem_op_ssm_scan(m->be, &sp, v, 1, &conv, &dt, &L->w[LLMEM_W_SSM_A_LOG].t,
                           D->present ? &D->t : NULL, dtb->present ? &dtb->t : NULL, &y));

@@ -346,9 +346,9 @@ typedef struct scase {
 static const scase scases[] = {
     /* the decode benchmark's head shape, f32 state (16-byte accesses);
      * stream 2 reads slot 1, which stream 0 writes */
-    {3, 2, 2, 12, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}, {8, 64, 128, 2, 0.0f, INFINITY}, F32},
+    {3, 2, 2, 12, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}, {8, 64, 128, 2, 0.0f, INFINITY, 0}, F32},
     /* f16 state, N = 256, rows not a multiple of 32 */
-    {2, 3, 1, 6, {2, 0}, {0, 2}, {4, 5}, {4, 40, 256, 1, 0.0f, INFINITY}, F16},
+    {2, 3, 1, 6, {2, 0}, {0, 2}, {4, 5}, {4, 40, 256, 1, 0.0f, INFINITY, 0}, F16},
 };
 
 static void srun(llmem_backend *be, const scase *k, const unsigned char *init, size_t state_bytes,

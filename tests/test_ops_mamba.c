@@ -203,48 +203,48 @@ typedef struct scan_case {
 
 static const scan_case scan_cases[] = {
     {{3, 5, 2, 12, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}},
-     {4, 16, 16, 2, 0.0f, INFINITY}, F32, F32, true, true},
-    {{1, 1, 0, 2, {1}, {1}, {0}}, {3, 5, 7, 1, 0.01f, 0.1f}, F16, BF16, false, false},
-    {{1, 3, 1, 3, {0}, {2}, {1}}, {8, 64, 128, 1, 0.0f, INFINITY}, BF16, F32, true, true},
+     {4, 16, 16, 2, 0.0f, INFINITY, 0}, F32, F32, true, true},
+    {{1, 1, 0, 2, {1}, {1}, {0}}, {3, 5, 7, 1, 0.01f, 0.1f, 0}, F16, BF16, false, false},
+    {{1, 3, 1, 3, {0}, {2}, {1}}, {8, 64, 128, 1, 0.0f, INFINITY, 0}, BF16, F32, true, true},
     {{2, 9, 4, 10, {3, 6}, {3, 5}, {-1, 0, 1, 3, 2, 6, 8, 9}},
-     {6, 8, 32, 3, 0.001f, 0.5f}, F32, F16, true, false},
+     {6, 8, 32, 3, 0.001f, 0.5f, 0}, F32, F16, true, false},
     {{4, 2, 3, 16, {-1, 9, 2, 15}, {0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1}},
-     {2, 3, 5, 2, 0.0f, INFINITY}, F16, F32, false, true},
+     {2, 3, 5, 2, 0.0f, INFINITY, 0}, F16, F32, false, true},
     /* one token, no checkpoints (ssm_scan_decode.comp on vulkan): src == dst,
      * a fresh stream, a stream reading another's dst (snapshot), no dst,
      * 16-bit states, d_state 4 (one lane per row) */
-    {{3, 1, 0, 8, {-1, 4, 1}, {1, 4, 7}, {0}}, {4, 16, 128, 2, 0.0f, INFINITY}, F32, F32, true,
+    {{3, 1, 0, 8, {-1, 4, 1}, {1, 4, 7}, {0}}, {4, 16, 128, 2, 0.0f, INFINITY, 0}, F32, F32, true,
      true},
-    {{4, 1, 0, 8, {2, 0, 5, -1}, {0, 1, -1, 3}, {0}}, {6, 8, 32, 3, 0.001f, 0.5f}, BF16, F16,
+    {{4, 1, 0, 8, {2, 0, 5, -1}, {0, 1, -1, 3}, {0}}, {6, 8, 32, 3, 0.001f, 0.5f, 0}, BF16, F16,
      true, false},
-    {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 5, 64, 1, 0.0f, INFINITY}, F16, F32, false, true},
-    {{2, 1, 0, 3, {0, 1}, {0, 1}, {0}}, {2, 3, 4, 1, 0.0f, INFINITY}, F32, F32, true, true},
+    {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 5, 64, 1, 0.0f, INFINITY, 0}, F16, F32, false, true},
+    {{2, 1, 0, 3, {0, 1}, {0, 1}, {0}}, {2, 3, 4, 1, 0.0f, INFINITY, 0}, F32, F32, true, true},
     /* one token at the shapes of cuda's decode scan (d_state = 32 x 2, 4 or
      * 8 columns per lane), each with more items per warp than ring stages:
      * a snapshot source, no dst and a fresh stream in bf16; f16; f32 256 */
-    {{4, 1, 0, 8, {2, 0, 5, -1}, {0, 1, -1, 3}, {0}}, {4, 16, 128, 2, 0.0f, INFINITY}, BF16, F32,
+    {{4, 1, 0, 8, {2, 0, 5, -1}, {0, 1, -1, 3}, {0}}, {4, 16, 128, 2, 0.0f, INFINITY, 0}, BF16, F32,
      true, true},
-    {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 8, 64, 1, 0.001f, 0.5f}, F16, BF16, true, false},
-    {{3, 1, 0, 6, {0, 1, 2}, {0, 1, 2}, {0}}, {2, 6, 256, 1, 0.0f, INFINITY}, F32, F32, false,
+    {{2, 1, 0, 4, {1, -1}, {1, 2}, {0}}, {3, 8, 64, 1, 0.001f, 0.5f, 0}, F16, BF16, true, false},
+    {{3, 1, 0, 6, {0, 1, 2}, {0, 1, 2}, {0}}, {2, 6, 256, 1, 0.0f, INFINITY, 0}, F32, F32, false,
      true},
     /* a long prefill chunk: 256 steps of decay and accumulation */
-    {{2, 256, 2, 6, {-1, 3}, {0, 3}, {1, 2, 4, 5}}, {8, 16, 32, 2, 0.0f, INFINITY}, F32, BF16,
+    {{2, 256, 2, 6, {-1, 3}, {0, 3}, {1, 2, 4, 5}}, {8, 16, 32, 2, 0.0f, INFINITY, 0}, F32, BF16,
      true, true},
     /* long streams for cuda's chunked SSD (kernels/ssd.cu, 64-token chunks):
      * 300 tokens = 4 chunks + 44 at the 9B head shape (head_dim 64, d_state
      * 128, one group): a fresh stream, one in place, one reading stream 0's
      * dst (copy-on-write), 3 checkpoints each in the partial last chunk */
     {{3, 300, 3, 13, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9, 10, 11, 12}},
-     {4, 64, 128, 1, 0.0f, INFINITY}, F32, F32, true, true},
+     {4, 64, 128, 1, 0.0f, INFINITY, 0}, F32, F32, true, true},
     /* 333 tokens (5 chunks + 13) at the fixtures' shape, bf16 state, dt
      * limits; stream 1 rolls back onto its own source slot (6) */
     {{2, 333, 5, 13, {3, 6}, {3, 5}, {0, 1, 2, 4, -1, 6, 8, 9, 10, 11}},
-     {8, 16, 16, 2, 0.001f, 0.5f}, BF16, F16, true, false},
+     {8, 16, 16, 2, 0.001f, 0.5f, 0}, BF16, F16, true, false},
     /* 14 checkpoints across the edge of chunks 0 and 1 (tokens 56..69), f16 */
     {{1, 70, 14, 16, {0}, {0}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}},
-     {4, 32, 64, 2, 0.0f, INFINITY}, F16, F32, false, true},
+     {4, 32, 64, 2, 0.0f, INFINITY, 0}, F16, F32, false, true},
     /* shapes that pad the tiles: head_dim 40, d_state 100 */
-    {{2, 100, 2, 8, {-1, 1}, {0, 1}, {2, 3, 4, -1}}, {3, 40, 100, 1, 0.0f, INFINITY}, F32, BF16,
+    {{2, 100, 2, 8, {-1, 1}, {0, 1}, {2, 3, 4, -1}}, {3, 40, 100, 1, 0.0f, INFINITY, 0}, F32, BF16,
      true, true},
 };
 
@@ -304,6 +304,53 @@ START_TEST(test_ssm_scan)
 }
 END_TEST
 
+/* The FAST precision mode (llmem_ssm_params.fast): the long-stream cases
+ * (64 tokens and more: cuda's chunked SSD) with single bf16 products
+ * allowed. y and every written state against the float64 reference within
+ * 2e-2 normalized (bf16 operands: 2^-9 per product; measured 2e-3 to 5e-3
+ * on cuda); backends without a fast path give the f32 result. */
+START_TEST(test_ssm_scan_fast)
+{
+    llmem_backend *be = th_open(_i);
+    for (size_t ci = 0; ci < sizeof scan_cases / sizeof scan_cases[0]; ci++) {
+        scan_case k = scan_cases[ci];
+        const rs_setup *rs = &k.rs;
+        if (rs->n_tok < 64)
+            continue;
+        k.p.fast = 1;
+        ref64_rng r = ref64_rng_make(ref64_seed(), 5500 + ci);
+        th_ctx h;
+        th_begin(&h, NULL);
+        llmem_state_desc d = {"ssm", 3, {k.p.n_heads, k.p.head_dim, k.p.d_state}, k.st};
+        unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
+        scan_in in;
+        scan_inputs(&h, &r, &k, &in);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
+        int64_t ny = n_tok * k.p.n_heads * k.p.head_dim;
+        double *y = th_vec(&h, ny), *ref = th_vec(&h, ny);
+        size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k.st) + 4;
+        unsigned char *after = th_alloc(&h, img_bytes);
+        double *want = th_vec(&h, e * rs->n_slots), *got = th_vec(&h, e);
+        bool written[16];
+        scan_run(be, rs, &d, &in, init, y, after);
+        rs_reference_ubatch(rs, &d, init, scan_step, &in, k.p.n_heads * k.p.head_dim, ref, want,
+                            written);
+        char what[80];
+        snprintf(what, sizeof what, "ssm_scan case %zu, fast", ci);
+        th_expect_close(y, ref, ny, 2e-2, what);
+        for (int32_t s = 0; s < rs->n_slots; s++) {
+            if (!written[s])
+                continue;
+            rs_decode_slot(after, &d, s, got);
+            snprintf(what, sizeof what, "ssm_scan case %zu, fast, state slot %d", ci, s);
+            th_expect_close(got, want + s * e, e, 2e-2, what);
+        }
+        th_end(&h);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
 /* ---- a layer over two ubatches: conv then scan, resuming from a checkpoint ------------------ */
 
 /* Runs conv + scan of one ubatch over a 2-state view (conv, ssm) whose
@@ -352,7 +399,7 @@ START_TEST(test_mamba_resume)
         ref64_rng r = ref64_rng_make(ref64_seed(), 6000 + variant);
         th_ctx h;
         th_begin(&h, NULL);
-        llmem_ssm_params p = {4, 8, 16, 2, 0.0f, INFINITY};
+        llmem_ssm_params p = {4, 8, 16, 2, 0.0f, INFINITY, 0};
         int32_t cd = (int32_t)conv_dim_of(&p), d_conv = 4, H = p.n_heads, dy = H * p.head_dim;
         llmem_state_desc desc[2] = {{"conv", 2, {d_conv - 1, cd}, st},
                                     {"ssm", 3, {p.n_heads, p.head_dim, p.d_state}, st}};
@@ -447,7 +494,7 @@ START_TEST(test_mamba_tables)
     llmem_backend *be = th_open(_i);
     th_ctx c;
     th_begin(&c, be);
-    llmem_ssm_params p = {2, 4, 8, 1, 0.0f, INFINITY};
+    llmem_ssm_params p = {2, 4, 8, 1, 0.0f, INFINITY, 0};
     int32_t cd = (int32_t)conv_dim_of(&p);
     llmem_state_desc desc[2] = {{"conv", 2, {3, cd}, F32}, {"ssm", 3, {2, 4, 8}, F32}};
     unsigned char *img[2] = {th_alloc(&c, (size_t)(3 * cd * 4 * 6)), th_alloc(&c, 64 * 4 * 6)};
@@ -557,6 +604,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_ssm_conv, 0, n);
     tcase_add_loop_test(tc, test_ssm_scan, 0, n);
+    tcase_add_loop_test(tc, test_ssm_scan_fast, 0, n);
     tcase_add_loop_test(tc, test_mamba_resume, 0, n);
     tcase_add_loop_test(tc, test_mamba_tables, 0, n);
     tcase_add_loop_test(tc, test_state_slot_copy, 0, n);

@@ -422,7 +422,7 @@ START_TEST(test_ssm_i8)
     ref64_rng r = ref64_rng_make(ref64_seed(), 1717);
     th_ctx h;
     th_begin(&h, NULL);
-    llmem_ssm_params p = {SH, SP, SN, SG, 0.0f, INFINITY};
+    llmem_ssm_params p = {SH, SP, SN, SG, 0.0f, INFINITY, 0};
     llmem_state_desc d = {"ssm", 3, {SH, SP, SN}, I8};
     size_t slot_bytes = llmem_state_slot_bytes(&d), soff = llmem_state_scale_offset(&d);
     const int32_t n_slots = 4, E = SH * SP * SN;

@@ -192,7 +192,7 @@ static void run_mamba(llmem_backend *be, llmem_dtype st, const float *x, const f
     llmem_tensor tdt = up_f32(be, &bdt, dt, 2, NS * NT, H, 1);
     llmem_tensor ta = up_f32(be, &ba, alog, 1, H, 1, 1);
     llmem_tensor ty = up_f32(be, &by, NULL, 2, NS * NT, H * P, 1);
-    llmem_ssm_params sp = {H, P, N, G, 0.0f, INFINITY};
+    llmem_ssm_params sp = {H, P, N, G, 0.0f, INFINITY, 0};
     OK(llmem_op_ssm_scan(be, &sp, &view, 1, &txc, &tdt, &ta, NULL, NULL, &ty));
     get_f32(&ty, y);
     /* slots 0..3 back to f32 */

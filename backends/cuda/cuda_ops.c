@@ -762,6 +762,7 @@ static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         return st;
     cuk_scan_args sa = cuda_scan_args(p, xbc, dt, a_log, d, dt_bias, y);
     sa.n_sms = cb->n_sms;
+    sa.fast = p->fast != 0;
     if (cuk_ssd_applies(&rs, &sa)) /* prefill: chunked SSD, kernels/ssd.cu */
         return done(cb, cuk_ssd_scan(&rs, &sa, cb->stream), "ssm_scan (chunked)");
     return done(cb, cuk_ssm_scan(&rs, &sa, cb->stream), "ssm_scan");

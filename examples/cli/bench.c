@@ -238,7 +238,7 @@ static llmem_status model_step(void *vctx)
     llmem_tensor v = llmem_tensor_3d(m->qkv.buf, qo + (size_t)(M_QH + M_KVH) * M_HD * 4,
                                      LLMEM_DTYPE_F32, 1, M_KVH, M_HD);
     llmem_tensor ao3 = llmem_tensor_3d(m->ao.buf, m->ao.offset, LLMEM_DTYPE_F32, 1, M_QH, M_HD);
-    llmem_ssm_params sp = {M_H, M_P, M_N, 1, 0.0f, INFINITY};
+    llmem_ssm_params sp = {M_H, M_P, M_N, 1, 0.0f, INFINITY, 0};
     llmem_rope_params rp = {LLMEM_ROPE_NEOX, M_HD, 10000.0f, 1.0f};
     llmem_attn_params ap = {.scale = 1.0f / sqrtf((float)M_HD)};
     for (int32_t il = 0; il < M_LAYERS; il++) {

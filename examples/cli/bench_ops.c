@@ -287,7 +287,7 @@ llmem_status bench_mamba(bench *b)
     double sec = 0;
     if (st == LLMEM_OK) {
         c.be = b->be;
-        c.p = (llmem_ssm_params){H, P, N, G, 0.0f, INFINITY};
+        c.p = (llmem_ssm_params){H, P, N, G, 0.0f, INFINITY, 0};
         c.xbc = llmem_tensor_2d(act, o_xbc, LLMEM_DTYPE_F32, B, (int32_t)cd);
         c.dt = llmem_tensor_2d(act, o_dt, LLMEM_DTYPE_F32, B, H);
         c.a_log = llmem_tensor_1d(act, o_par, LLMEM_DTYPE_F32, H);

@@ -352,6 +352,12 @@ typedef struct llmem_ssm_params {
     int32_t d_state;   /* N */
     int32_t n_groups;  /* G, divides H; head h uses group h / (H / G) */
     float dt_min, dt_max; /* time_step_limit; HF default (0, INFINITY) */
+    /* 1: the FAST precision mode (<llmem/runtime.h>): a backend may run the
+     * scan's products on bf16-rounded operands with f32 accumulation (the
+     * CUDA chunked SSD of a prefill ubatch does; relative error of y about
+     * 2e-3 to 5e-3, docs/benchmarks.md "Chunked SSD prefill scan"); 0: f32
+     * arithmetic. Appended: set it (or initialize designated). */
+    int32_t fast;
 } llmem_ssm_params;
 
 /* Mamba-2 selective scan, recurrent form (Dao & Gu 2024, "Transformers are
@@ -368,7 +374,8 @@ typedef struct llmem_ssm_params {
  *       f32|f16|bf16;
  *   y   [T, H * P] (or [T, H, P]) f32, must not overlap xbc or dt.
  * (Matrices [T, n] here may also be given as [T, ...] flattening to n.)
- * The gate z is applied afterwards by llmem_op_rms_norm_gated. */
+ * The gate z is applied afterwards by llmem_op_rms_norm_gated. p->fast
+ * allows bf16 products (above); the cpu and vulkan backends ignore it. */
 llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                                const llmem_view *view, int32_t state, const llmem_tensor *xbc,
                                const llmem_tensor *dt, const llmem_tensor *a_log,
