@@ -391,8 +391,10 @@ llmem_status hf_tp_gather_cols(llmem_model *m, size_t src_off, size_t dst_off, i
  * ends with a barrier, repeated while it fails: a rank whose op failed
  * stops calling collectives, so the others, waiting in one, see its
  * barrier as a mismatch and fail too, then all meet in the barrier — no
- * rank is left waiting (NCCL cannot tell, so there a failing op leaves the
- * others waiting, as in any NCCL program). */
+ * rank is left waiting. NCCL cannot exchange that verdict, so there a rank
+ * whose step failed aborts the group (llmem_comm_abort): the others return
+ * LLMEM_E_BACKEND from the collective they wait in instead of waiting for
+ * ever, and the model's later steps fail with it too. */
 static void rank_step(hf_tp *tp, int32_t r)
 {
     llmem_model *rm = tp->rank[r];
@@ -410,6 +412,8 @@ static void rank_step(hf_tp *tp, int32_t r)
     for (int32_t k = 0; tp->cpu_comm && k < 1000; k++)
         if (llmem_comm_barrier(tp->comm[r]) != LLMEM_E_INVALID)
             break;
+    if (st != LLMEM_OK && !tp->cpu_comm)
+        (void)llmem_comm_abort(tp->comm[r]); /* idempotent: several ranks may fail */
     tp->st[r] = st;
 }
 
