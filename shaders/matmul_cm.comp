@@ -34,14 +34,17 @@
  * and stored to shared memory after it; shared rows are BK + 8 halves (80
  * or 144 bytes) so the row starts of a 16 x 16 load fall on distinct bank
  * groups.
- * STAGES 2 or 3 (up to 64 rows, vk_cm_plan_make, $LLMEM_VULKAN_CM_STAGES)
- * replace that single shared slice by a ring of STAGES slices: the
- * global loads of a slice are issued STAGES - 1 steps before its store
- * to shared memory (two register sets at 3 stages), and one barrier per
- * step suffices instead of two; the epilogue matrices then share the
- * ring's memory, so that 2 stages of 64 (16 rows) or 3 of 32 (up to 32
- * rows) fit in 48 KiB. Written for the H200 finding above; not measured
- * yet (STAGES 1 stays the default until it is).
+ * STAGES 2 .. 4 (up to 64 rows, vk_cm_plan_make, $LLMEM_VULKAN_CM_STAGES)
+ * pipeline K deeper: a slice's global loads are issued STAGES steps
+ * before its tensor-core work (1 above), into one of R = STAGES - 1
+ * register sets, so R slices are in flight while one is computed; a ring
+ * of two shared slices takes one barrier per step instead of two; the
+ * epilogue matrices share the ring's memory, so that two slices of 64
+ * (16 rows) or of 32 (up to 64 rows) fit in 48 KiB. Without asynchronous
+ * copies in GLSL the depth lives in registers (20 per set at 16 rows),
+ * not in more shared slices. Written for the H200 finding above (the
+ * staging, not the MMAs, sets the pace); not measured yet (STAGES 1 stays
+ * the default until it is).
  * Split-K (slices of k_split, partial tiles to out + s * slice_stride,
  * summed by sum_slices.comp) as in matmul_rt.comp. The epilogue goes
  * through shared memory, one 16 x 16 matrix per subgroup at a time, so
@@ -56,7 +59,7 @@ layout(constant_id = 3) const uint FM = 4;    /* 16-row matrices per subgroup */
 layout(constant_id = 4) const uint FN = 2;    /* 16-column matrices per subgroup */
 layout(constant_id = 5) const uint SPLIT = 2; /* f16 terms of a: 2 precise, 1 fast */
 layout(constant_id = 6) const uint BK = 32;   /* K step: 32 or 64 (vk_cm_plan_make) */
-layout(constant_id = 7) const uint STAGES = 1; /* 1: one shared slice; 2, 3: the ring below */
+layout(constant_id = 7) const uint STAGES = 1; /* 1: one shared slice; 2 .. 4: the ring below */
 
 const uint SGN = WG / 32u / SGM;
 const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN;
@@ -83,13 +86,14 @@ layout(push_constant) uniform P {
     uint n_groups;       /* tiles_mn * slices */
 } p;
 
-/* STAGES 1: one slice in sa + sw, the epilogue in cs. STAGES 2, 3: a ring
- * of STAGES slices (each: hi rows, lo rows, weight rows; STG uvec4s), the
- * epilogue aliased onto it (CSV uvec4s = CS floats per row); the arrays of
- * the other layout shrink to one element. */
+/* STAGES 1: one slice in sa + sw, the epilogue in cs. STAGES 2 .. 4: a
+ * ring of two slices (each: hi rows, lo rows, weight rows; STG uvec4s),
+ * the epilogue aliased onto it (CSV uvec4s = CS floats per row); the
+ * arrays of the other layout shrink to one element. */
 const uint STG = (SPLIT * BM + BN) * LD;
 const uint CSV = CS / 4u;
-const uint RING = STAGES == 1u ? 1u : STAGES * STG;
+const uint R = STAGES > 1u ? STAGES - 1u : 1u; /* register sets of the ring */
+const uint RING = STAGES == 1u ? 1u : 2u * STG;
 const uint RING_SA = STAGES == 1u ? SPLIT * BM * LD : 1u;
 const uint RING_SW = STAGES == 1u ? BN * LD : 1u;
 const uint RING_CS = STAGES == 1u ? (WG / 32u) * 16u * CS : 1u;
@@ -128,7 +132,7 @@ uint bf16x2_to_f16x2(uint x)
 
 #define FETCH(k0) FETCH_TO(ra, rw, k0)
 
-/* ring (STAGES 2, 3): registers RA, RW -> stage st (weights converted to f16) */
+/* ring (STAGES 2 .. 4): registers RA, RW -> stage st (weights converted to f16) */
 #define STORE(RA, RW, st)                                                                         \
     {                                                                                             \
         uint b_ = (st) * STG;                                                                     \
@@ -172,17 +176,17 @@ uint bf16x2_to_f16x2(uint x)
         }                                                                                         \
     }
 
-/* ring: step j with register set RA, RW (see main) */
+/* ring: step j with register set RA, RW, the one holding slice j + 1 (see main) */
 #define STEP(j, RA, RW)                                                                           \
     {                                                                                             \
         barrier();                                                                                \
-        if ((j) + STAGES - 1u < ns) {                                                             \
-            STORE(RA, RW, ((j) + STAGES - 1u) % STAGES)                                           \
-            if ((j) + 2u * STAGES - 2u < ns) {                                                    \
-                FETCH_TO(RA, RW, k_begin + ((j) + 2u * STAGES - 2u) * BK)                         \
+        if ((j) + 1u < ns) {                                                                      \
+            STORE(RA, RW, ((j) + 1u) % 2u)                                                        \
+            if ((j) + 1u + R < ns) {                                                              \
+                FETCH_TO(RA, RW, k_begin + ((j) + 1u + R) * BK)                                   \
             }                                                                                     \
         }                                                                                         \
-        COMPUTE((j) % STAGES)                                                                     \
+        COMPUTE((j) % 2u)                                                                         \
     }
 
 void main()
@@ -263,43 +267,43 @@ void main()
                                gl_SemanticsAcquireRelease);
             }
     } else {
-        /* The ring (STAGES 2 or 3; R = STAGES - 1 register sets): step j
-         * computes slice j from stage j % STAGES while slice j + STAGES - 1
-         * goes from register set j % R to its stage and the load of slice
-         * j + STAGES - 1 + R is issued into that set, so each global load has
-         * R steps of tensor-core work before its data are needed, and one
-         * barrier per step suffices: the stage written in step j was last
-         * read in step j - 1, before this step's barrier, and is read in step
-         * j + STAGES - 1, after it. tests/test_vulkan_pick.c simulates this
-         * schedule (ring_schedule) and checks it for races. */
-        uvec4 ra0[NA], rw0[NW], ra1[NA], rw1[NW];
+        /* The ring (STAGES 2 .. 4): step j computes slice j from shared
+         * slice j % 2 while slice j + 1 goes from register set j % R to
+         * shared slice (j + 1) % 2 and the loads of slice j + 1 + R are
+         * issued into that set: R = STAGES - 1 slices in flight during
+         * each step's MMAs. One barrier per step suffices: the shared
+         * slice written in step j was last read in step j - 1, before this
+         * step's barrier, and is read in step j + 1, after the next.
+         * tests/test_vulkan_pick.c simulates this schedule (ring_schedule)
+         * against the barrier rules. */
+        uvec4 ra0[NA], rw0[NW], ra1[NA], rw1[NW], ra2[NA], rw2[NW];
         uint ns = k_end > k_begin ? (k_end - k_begin + BK - 1u) / BK : 0u;
 
-        /* prologue: slices 0 .. STAGES - 2 into their stages, the next R into
-         * the register sets (both sets in the order of their slices) */
-        FETCH_TO(ra0, rw0, k_begin)
-        if (STAGES == 3u) {
-            FETCH_TO(ra1, rw1, k_begin + BK)
+        /* prologue: slice 0 (through set R - 1) into shared slice 0, slices
+         * 1 .. R into sets 0 .. R - 1 (loads past k_end give zeros) */
+        if (R == 1u) {
+            FETCH_TO(ra0, rw0, k_begin)
+            STORE(ra0, rw0, 0u)
+            FETCH_TO(ra0, rw0, k_begin + BK)
+        } else if (R == 2u) {
+            FETCH_TO(ra1, rw1, k_begin)
+            FETCH_TO(ra0, rw0, k_begin + BK)
+            STORE(ra1, rw1, 0u)
+            FETCH_TO(ra1, rw1, k_begin + 2u * BK)
+        } else {
+            FETCH_TO(ra2, rw2, k_begin)
+            FETCH_TO(ra0, rw0, k_begin + BK)
+            FETCH_TO(ra1, rw1, k_begin + 2u * BK)
+            STORE(ra2, rw2, 0u)
+            FETCH_TO(ra2, rw2, k_begin + 3u * BK)
         }
-        STORE(ra0, rw0, 0u)
-        if (STAGES == 3u) {
-            if (1u < ns)
-                STORE(ra1, rw1, 1u)
-        }
-        if (STAGES - 1u < ns) {
-            FETCH_TO(ra0, rw0, k_begin + (STAGES - 1u) * BK)
-        }
-        if (STAGES == 3u && STAGES < ns) {
-            FETCH_TO(ra1, rw1, k_begin + STAGES * BK)
-        }
-        for (uint j = 0u; j < ns; j += 2u) {
+        for (uint j = 0u; j < ns; j += R) {
             STEP(j, ra0, rw0)
-            if (j + 1u < ns) {
-                if (STAGES == 2u) {
-                    STEP(j + 1u, ra0, rw0)
-                } else {
-                    STEP(j + 1u, ra1, rw1)
-                }
+            if (R >= 2u && j + 1u < ns) {
+                STEP(j + 1u, ra1, rw1)
+            }
+            if (R >= 3u && j + 2u < ns) {
+                STEP(j + 2u, ra2, rw2)
             }
         }
 

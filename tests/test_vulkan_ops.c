@@ -521,8 +521,8 @@ START_TEST(test_matmul_row_scales)
 }
 END_TEST
 
-/* matmul_cm.comp with each stage count of $LLMEM_VULKAN_CM_STAGES (1: one
- * shared slice; 2, 3: its ring), at row counts of its three tile heights
+/* matmul_cm.comp at each depth of $LLMEM_VULKAN_CM_STAGES (1: one shared
+ * slice; 2 .. 4: its ring), at row counts of its three tile heights
  * and K from one partial step (40) through odd and even step counts to
  * split-K slices (1000, 4096), against a float64 product of the same
  * values (w exact in bf16): each row as accurate as an f32 product. Where
@@ -530,10 +530,10 @@ END_TEST
  * the SIMT path runs, and this checks that path. */
 START_TEST(test_matmul_cm_stages)
 {
-    static const char *stages[] = {"1", "2", "3"};
+    static const char *stages[] = {"1", "2", "3", "4"};
     static const int32_t ms[] = {16, 40, 64}, ks[] = {40, 96, 1000, 4096};
     const int32_t n = 136;
-    for (size_t si = 0; si < 3; si++) {
+    for (size_t si = 0; si < 4; si++) {
         setenv("LLMEM_VULKAN_CM_STAGES", stages[si], 1);
         llmem_backend *vk = open_be("vulkan");
         for (size_t mi = 0; mi < 3; mi++)

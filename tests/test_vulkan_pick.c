@@ -181,20 +181,20 @@ START_TEST(test_cm_usable)
 }
 END_TEST
 
-/* The ring plans (stages >= 2): over shapes, asked stages, K steps and
+/* The ring plans (stages >= 2): over shapes, asked depths, K steps and
  * shared-memory sizes (lavapipe's 32 KiB, NVIDIA's 48 KiB, 64 KiB), the
- * ring's bytes, counted here from the layout of matmul_cm.comp (per stage
- * 2 BM rows of a and BN weight rows of BK + 8 halves; the epilogue's 8
- * matrices of 16 x 20 floats inside the ring; 1 KiB slack), fit the
- * device; no more stages than asked, never above 64 rows; the most stages
- * that fit are taken, then the widest step. */
+ * ring's bytes, counted here from the layout of matmul_cm.comp (two
+ * slices, each 2 BM rows of a and BN weight rows of BK + 8 halves; the
+ * epilogue's 8 matrices of 16 x 20 floats inside them; 1 KiB slack), fit
+ * the device; the depth is the asked one (at most 4), never above 64
+ * rows; the widest step that fits is taken. */
 START_TEST(test_cm_ring_plans)
 {
     static const uint32_t ms[] = {9, 16, 17, 32, 33, 48, 49, 64, 65, 512};
     static const uint32_t smems[] = {32 * 1024, 48 * 1024, 64 * 1024};
     static const uint32_t small_bks[] = {64, 32};
     for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
-        for (uint32_t asked = 0; asked <= 5; asked++)
+        for (uint32_t asked = 0; asked <= 6; asked++)
             for (size_t b = 0; b < 3; b++)
                 for (size_t e = 0; e < 2; e++) {
                     uint32_t m = ms[a], smem = smems[b];
@@ -203,86 +203,75 @@ START_TEST(test_cm_ring_plans)
                     vk_cm_plan_make(m, 4096, 4096, small_bks[e], 1, smem, &one);
                     ck_assert_uint_eq(p.bm, one.bm);
                     ck_assert_uint_eq(p.bn, one.bn);
-                    ck_assert_uint_ge(p.stages, 1);
-                    ck_assert_uint_le(p.stages, asked < 1 ? 1 : asked > 3 ? 3 : asked);
-                    if (m > 64 || asked <= 1) {
+                    uint32_t best_bk = 0;
+                    for (uint32_t bk = 32; bk <= (small_bks[e] == 32 ? 32u : 64u); bk += 32)
+                        if (2 * (2 * p.bm + p.bn) * (bk + 8) * 2 + 1024 <= smem)
+                            best_bk = bk;
+                    if (m > 64 || asked <= 1 || best_bk == 0) { /* the one-slice plan */
                         ck_assert_uint_eq(p.stages, 1);
                         ck_assert_uint_eq(p.bk, one.bk);
                         continue;
                     }
-                    uint32_t best_s = 0, best_bk = 0;
-                    for (uint32_t s2 = 2; s2 <= (asked > 3 ? 3 : asked); s2++)
-                        for (uint32_t bk = 32; bk <= (small_bks[e] == 32 ? 32u : 64u); bk += 32) {
-                            uint32_t ring = s2 * (2 * p.bm + p.bn) * (bk + 8) * 2 + 1024;
-                            if (ring <= smem && (s2 > best_s || (s2 == best_s && bk > best_bk)))
-                                best_s = s2, best_bk = bk;
-                        }
-                    if (best_s == 0) { /* no ring fits: the one-slice plan */
-                        ck_assert_uint_eq(p.stages, 1);
-                        ck_assert_uint_eq(p.bk, one.bk);
-                        continue;
-                    }
-                    ck_assert_uint_eq(p.stages, best_s);
+                    ck_assert_uint_eq(p.stages, asked > 4 ? 4 : asked);
                     ck_assert_uint_eq(p.bk, best_bk);
-                    uint32_t stage = (2 * p.bm + p.bn) * (p.bk + 8) * 2;
-                    ck_assert_uint_le(p.stages * stage + 1024, smem);
-                    ck_assert_uint_le(8 * 16 * 20 * 4, p.stages * stage); /* epilogue in the ring */
-                    ck_assert_uint_eq(VK_CM_RING_SMEM(p.bm, p.bn, p.bk, p.stages),
-                                      p.stages * stage + 1024);
+                    uint32_t slice = (2 * p.bm + p.bn) * (p.bk + 8) * 2;
+                    ck_assert_uint_le(2 * slice + 1024, smem);
+                    ck_assert_uint_le(8 * 16 * 20 * 4, 2 * slice); /* epilogue in the ring */
+                    ck_assert_uint_eq(VK_CM_RING_SMEM(p.bm, p.bn, p.bk), 2 * slice + 1024);
                     ck_assert_uint_eq(p.k_split % p.bk, 0);
                     ck_assert_uint_ge((uint64_t)p.slices * p.k_split, 4096);
                 }
-    /* worked by hand on 48 KiB: 16 rows, 2 stages of 64: 2 x (32 + 128) rows x 144 bytes
-     * = 46080 (+ 1024); 3 stages only of 32: 3 x 160 x 80 = 38400; 64 rows, 2 stages of
-     * 32: 2 x 256 x 80 = 40960 (of 64: 73728, too much) */
+    /* worked by hand on 48 KiB: 16 rows, steps of 64: 2 x (32 + 128) rows x 144 bytes =
+     * 46080 (+ 1024); 32 rows: 2 x 192 x 144 = 55296, too much, steps of 32: 2 x 192 x 80
+     * = 30720; 64 rows: 2 x 256 x 80 = 40960. On lavapipe's 32 KiB, 64 rows: no ring. */
     vk_cm_plan p;
-    vk_cm_plan_make(16, 4096, 4096, 64, 2, 48 * 1024, &p);
-    ck_assert_uint_eq(p.stages, 2);
-    ck_assert_uint_eq(p.bk, 64);
     vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
     ck_assert_uint_eq(p.stages, 3);
-    ck_assert_uint_eq(p.bk, 32);
-    vk_cm_plan_make(64, 4096, 4096, 64, 3, 48 * 1024, &p);
+    ck_assert_uint_eq(p.bk, 64);
+    vk_cm_plan_make(32, 4096, 4096, 64, 2, 48 * 1024, &p);
     ck_assert_uint_eq(p.stages, 2);
     ck_assert_uint_eq(p.bk, 32);
-    vk_cm_plan_make(64, 4096, 4096, 64, 2, 32 * 1024, &p); /* lavapipe: 40960 does not fit */
+    vk_cm_plan_make(64, 4096, 4096, 64, 4, 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 4);
+    ck_assert_uint_eq(p.bk, 32);
+    vk_cm_plan_make(64, 4096, 4096, 64, 2, 32 * 1024, &p);
     ck_assert_uint_eq(p.stages, 1);
     ck_assert_uint_eq(p.bk, 64);
 }
 END_TEST
 
 /* A model of matmul_cm.comp's ring schedule (its prologue and STEP macro,
- * in the shader's order), run against a checker of the workgroup barrier
- * rules: a shared stage is read only after a barrier that follows its
- * write, and written only after a barrier that follows its last read;
- * a register set is stored only with the slice it was loaded with, and
- * loaded only once emptied; every slice is loaded, stored and computed
- * once, in order; the epilogue reuses the ring only after a barrier that
- * follows the last read. */
+ * in the shader's order: R = stages - 1 register sets, two shared
+ * slices), run against a checker of the workgroup barrier rules: a shared
+ * slice is read only after a barrier that follows its write, and written
+ * only after a barrier that follows its last read; a register set is
+ * stored only with the slice it was loaded with, and loaded only once
+ * emptied; every slice is loaded, stored and computed once, in order;
+ * the epilogue reuses the ring only after a barrier that follows the last
+ * read. */
 typedef struct ring_sim {
-    uint32_t stages, ns, epoch;
-    int64_t held[3], wr[3], rd[3]; /* per stage: slice, epochs of last write, last read */
-    int64_t reg[2], reg_at[2];     /* per register set: slice (-1 empty), step of its load */
+    uint32_t r, ns, epoch;
+    int64_t held[2], wr[2], rd[2]; /* per shared slice: K slice, epochs of last write, read */
+    int64_t reg[3], reg_at[3];     /* per register set: K slice (-1 empty), step of its load */
     uint32_t fetched, stored, computed;
-    uint32_t min_gap; /* fewest steps from a loop load to its store */
+    uint32_t min_ahead; /* fewest steps from a loop load to the MMAs of its slice */
     bool ok;
 } ring_sim;
 
-static void sim_fetch(ring_sim *r, int set, uint32_t slice, int64_t step)
+static void sim_fetch(ring_sim *r, uint32_t set, uint32_t slice, int64_t step)
 {
-    r->ok = r->ok && r->reg[set] < 0 && slice == r->fetched && slice < r->ns;
+    r->ok = r->ok && set < r->r && r->reg[set] < 0 && slice == r->fetched && slice < r->ns;
     r->reg[set] = slice;
     r->reg_at[set] = step;
+    if (step >= 0 && slice - (uint32_t)step < r->min_ahead)
+        r->min_ahead = slice - (uint32_t)step;
     r->fetched++;
 }
 
-static void sim_store(ring_sim *r, int set, uint32_t st, int64_t step)
+static void sim_store(ring_sim *r, uint32_t set, uint32_t st)
 {
-    r->ok = r->ok && st < r->stages && r->reg[set] == (int64_t)r->stored &&
-            r->wr[st] < (int64_t)r->epoch && r->rd[st] < (int64_t)r->epoch &&
-            (int64_t)st == r->reg[set] % r->stages;
-    if (step >= 0 && r->reg_at[set] >= 0 && (uint32_t)(step - r->reg_at[set]) < r->min_gap)
-        r->min_gap = (uint32_t)(step - r->reg_at[set]);
+    r->ok = r->ok && set < r->r && st < 2 && r->reg[set] == (int64_t)r->stored &&
+            r->wr[st] < (int64_t)r->epoch && r->rd[st] < (int64_t)r->epoch;
     r->held[st] = r->reg[set];
     r->wr[st] = r->epoch;
     r->reg[set] = -1;
@@ -296,70 +285,70 @@ static void sim_compute(ring_sim *r, uint32_t st)
     r->computed++;
 }
 
-static void sim_step(ring_sim *r, uint32_t j, int set)
+static void sim_step(ring_sim *r, uint32_t j, uint32_t set)
 {
-    uint32_t s = r->stages;
     r->epoch++; /* barrier() */
-    if (j + s - 1 < r->ns) {
-        sim_store(r, set, (j + s - 1) % s, j);
-        if (j + 2 * s - 2 < r->ns)
-            sim_fetch(r, set, j + 2 * s - 2, j);
+    if (j + 1 < r->ns) {
+        sim_store(r, set, (j + 1) % 2);
+        if (j + 1 + r->r < r->ns)
+            sim_fetch(r, set, j + 1 + r->r, j);
     }
-    sim_compute(r, j % s);
+    sim_compute(r, j % 2);
 }
 
 static void ring_schedule(uint32_t stages, uint32_t ns, ring_sim *r)
 {
-    *r = (ring_sim){.stages = stages, .ns = ns, .ok = true, .min_gap = UINT32_MAX};
-    for (int i = 0; i < 3; i++)
+    *r = (ring_sim){.r = stages - 1, .ns = ns, .ok = true, .min_ahead = UINT32_MAX};
+    for (int i = 0; i < 2; i++)
         r->held[i] = r->wr[i] = r->rd[i] = -1;
-    r->reg[0] = r->reg[1] = r->reg_at[0] = r->reg_at[1] = -1;
-    /* prologue: the shader's loads past k_end give zeros; model only real slices */
+    for (int i = 0; i < 3; i++)
+        r->reg[i] = r->reg_at[i] = -1;
+    /* prologue (the shader's loads past k_end give zeros; only real slices here):
+     * slice 0 through set R - 1, slices 1 .. R into sets 0 .. R - 1 */
+    uint32_t last = r->r - 1;
     if (ns > 0)
-        sim_fetch(r, 0, 0, -1);
-    if (stages == 3 && ns > 1)
-        sim_fetch(r, 1, 1, -1);
+        sim_fetch(r, last, 0, -1);
+    for (uint32_t q = 1; q < r->r && q < ns; q++)
+        sim_fetch(r, q - 1, q, -1);
     if (ns > 0)
-        sim_store(r, 0, 0, -1);
-    if (stages == 3 && 1 < ns)
-        sim_store(r, 1, 1, -1);
-    if (stages - 1 < ns)
-        sim_fetch(r, 0, stages - 1, -1);
-    if (stages == 3 && stages < ns)
-        sim_fetch(r, 1, stages, -1);
-    for (uint32_t j = 0; j < ns; j += 2) {
+        sim_store(r, last, 0);
+    if (r->r < ns)
+        sim_fetch(r, last, r->r, -1);
+    for (uint32_t j = 0; j < ns; j += r->r) {
         sim_step(r, j, 0);
-        if (j + 1 < ns)
-            sim_step(r, j + 1, stages == 2 ? 0 : 1);
+        if (r->r >= 2 && j + 1 < ns)
+            sim_step(r, j + 1, 1);
+        if (r->r >= 3 && j + 2 < ns)
+            sim_step(r, j + 2, 2);
     }
     r->epoch++; /* the epilogue's barrier */
-    for (uint32_t st = 0; st < stages; st++)
+    for (uint32_t st = 0; st < 2; st++)
         r->ok = r->ok && r->rd[st] < (int64_t)r->epoch;
 }
 
 START_TEST(test_cm_ring_schedule)
 {
-    for (uint32_t stages = 2; stages <= 3; stages++)
+    for (uint32_t stages = 2; stages <= VK_CM_STAGES_MAX; stages++)
         for (uint32_t ns = 0; ns <= 40; ns++) {
             ring_sim r;
             ring_schedule(stages, ns, &r);
-            ck_assert_msg(r.ok, "%u stages, %u steps: a race or a slice out of order", stages, ns);
+            ck_assert_msg(r.ok, "depth %u, %u steps: a race or a slice out of order", stages, ns);
             ck_assert_uint_eq(r.fetched, ns);
             ck_assert_uint_eq(r.stored, ns);
             ck_assert_uint_eq(r.computed, ns);
-            ck_assert(r.reg[0] < 0 && r.reg[1] < 0);
-            /* every load issued in the loop has R = stages - 1 steps before its store */
-            if (ns > 2 * stages - 2)
-                ck_assert_uint_eq(r.min_gap, stages - 1);
+            ck_assert(r.reg[0] < 0 && r.reg[1] < 0 && r.reg[2] < 0);
+            /* every load issued in the loop is `stages` steps ahead of its MMAs */
+            if (ns > stages)
+                ck_assert_uint_eq(r.min_ahead, stages);
         }
-    /* the checker catches a race: stage 0 stored while step 0 may still read it */
+    /* the checker catches a race: shared slice 0 stored while step 4 may still read it */
     ring_sim r;
     ring_schedule(2, 4, &r);
-    r.epoch = 5;
-    r.rd[0] = 5;
+    ck_assert(r.ok);
+    r.rd[0] = r.epoch;
     r.reg[0] = 4;
     r.stored = 4;
-    sim_store(&r, 0, 0, 4);
+    sim_store(&r, 0, 0);
     ck_assert(!r.ok);
 }
 END_TEST
@@ -375,7 +364,7 @@ END_TEST
 START_TEST(test_cm_ring_indices)
 {
     for (uint32_t m = 9; m <= 64; m++)
-        for (uint32_t asked = 2; asked <= 3; asked++)
+        for (uint32_t asked = 2; asked <= 4; asked += 2)
             for (uint32_t split = 1; split <= 2; split++) {
                 vk_cm_plan p;
                 vk_cm_plan_make(m, 4096, 4096, 64, asked, 48 * 1024, &p);
@@ -415,7 +404,7 @@ START_TEST(test_cm_ring_indices)
                             }
                 }
                 free(hits);
-                uint32_t ring = p.stages * stg;
+                uint32_t ring = 2 * stg;
                 uint8_t *ep = calloc(ring, 1);
                 ck_assert_ptr_nonnull(ep);
                 for (uint32_t sg = 0; sg < 8; sg++)

@@ -37,23 +37,14 @@ void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, ui
     *slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
 }
 
-/* The ring of matmul_cm.comp for a bm x bn tile: the most stages up to
- * `stages`, then the widest K step, that fit in smem bytes; false when
- * not even 2 stages of 32 do. */
-static bool ring_pick(uint32_t bm, uint32_t bn, uint32_t small_bk, uint32_t stages, uint32_t smem,
-                      uint32_t *s_out, uint32_t *bk_out)
+/* The K step of matmul_cm.comp's ring for a bm x bn tile: the widest
+ * that small_bk allows whose two shared slices fit in smem bytes; 0 when
+ * none does. */
+static uint32_t ring_bk(uint32_t bm, uint32_t bn, uint32_t small_bk, uint32_t smem)
 {
-    static const uint32_t bks[2] = {VK_CM_BK_SMALL, 32};
-    if (stages > VK_CM_STAGES_MAX)
-        stages = VK_CM_STAGES_MAX;
-    for (uint32_t s = stages; s >= 2; s--)
-        for (int i = small_bk == 32 ? 1 : 0; i < 2; i++)
-            if (VK_CM_RING_SMEM(bm, bn, bks[i], s) <= smem) {
-                *s_out = s;
-                *bk_out = bks[i];
-                return true;
-            }
-    return false;
+    if (small_bk != 32 && VK_CM_RING_SMEM(bm, bn, VK_CM_BK_SMALL) <= smem)
+        return VK_CM_BK_SMALL;
+    return VK_CM_RING_SMEM(bm, bn, 32u) <= smem ? 32 : 0;
 }
 
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
@@ -75,8 +66,11 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
     p->sgn = sg / p->sgm;
     p->bm = 16 * p->fm * p->sgm;
     p->bn = 16 * p->fn * p->sgn;
-    if (m <= 64 && stages >= 2)
-        (void)ring_pick(p->bm, p->bn, small_bk, stages, smem, &p->stages, &p->bk);
+    uint32_t rbk = m <= 64 && stages >= 2 ? ring_bk(p->bm, p->bn, small_bk, smem) : 0;
+    if (rbk) {
+        p->stages = stages > VK_CM_STAGES_MAX ? VK_CM_STAGES_MAX : stages;
+        p->bk = rbk;
+    }
     p->tiles_m = (uint32_t)div_up(m, p->bm);
     p->tiles_n = (uint32_t)div_up(n, p->bn);
     vk_mm_split_k((uint64_t)p->tiles_m * p->tiles_n, k, p->bk, &p->slices, &p->k_split);

@@ -23,10 +23,11 @@
                              * old one): half the barriers and loop trips per weight byte, 0.061 ->
                              * 0.048 ms at 64 x 4096 x 4096 precise (H200, docs/benchmarks.md) */
 
-#define VK_CM_STAGES 1      /* its shared-memory stages up to 64 rows, by default ($LLMEM_VULKAN_CM_STAGES:
-                             * 1 = one slice, loads double-buffered in registers; 2 or 3 = the ring of
-                             * matmul_cm.comp, where it fits the device's shared memory) */
-#define VK_CM_STAGES_MAX 3
+#define VK_CM_STAGES 1      /* its pipeline depth up to 64 rows, by default ($LLMEM_VULKAN_CM_STAGES:
+                             * 1 = one shared slice, the next slice's loads in registers; 2 .. 4 =
+                             * matmul_cm.comp's ring, loads issued that many K steps before their
+                             * MMAs, where its two shared slices fit the device) */
+#define VK_CM_STAGES_MAX 4
 
 typedef enum vk_mm_path {
     VK_MM_MATVEC16, /* matvec16.comp: f16/bf16 weights, few rows */
@@ -40,7 +41,7 @@ typedef enum vk_mm_path {
 typedef struct vk_mm_caps {
     bool coopmat;      /* 16x16x16 f16 x f16 -> f32 cooperative matrices enabled on the device */
     uint32_t cm_bk;    /* matmul_cm's K step up to 64 rows: VK_CM_BK_SMALL, or 32 */
-    uint32_t cm_stages; /* its shared-memory stages up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX */
+    uint32_t cm_stages; /* its pipeline depth up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX */
     uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
@@ -57,32 +58,31 @@ vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w
 /* The blocking of matmul_cm.comp for an [M, K] x [N, K] product: SGM x SGN
  * subgroups (SGM SGN = 8) of FM x FN 16x16 matrices, a BM x BN output tile
  * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), K walked in steps of bk
- * through `stages` shared-memory slices, and split-K into `slices` slices
+ * `stages` deep (matmul_cm.comp's STAGES), and split-K into `slices` slices
  * of k_split (a multiple of bk) when the tiles alone number fewer than
  * VK_MM_GROUPS. Few rows (M <= 64): one subgroup row of ceil(M / 16)
  * matrices, so each weight is loaded once, and bk = small_bk; more:
  * 128 x 128 and bk = VK_CM_BK_BIG (a 64-wide step of 128 x 128 tiles would
- * not fit in 48 KiB of shared memory), one stage. */
+ * not fit in 48 KiB of shared memory), depth 1. */
 typedef struct vk_cm_plan {
     uint32_t sgm, sgn, fm, fn, bm, bn, bk;
-    uint32_t stages; /* 1: sa + sw + cs of matmul_cm.comp; 2, 3: its ring */
+    uint32_t stages; /* 1: sa + sw + cs of matmul_cm.comp; 2 .. 4: its ring, that deep */
     uint32_t tiles_m, tiles_n;
     uint32_t slices, k_split;
 } vk_cm_plan;
 
 /* Plans matmul_cm.comp's blocking for out[m, n] = a[m, k] · w[n, k]ᵀ into
  * *p (caller-owned; m, n, k in elements). small_bk: 32 or 64
- * (vk_mm_caps.cm_bk); any other value is taken as 64. stages: the stages
- * asked for up to 64 rows (vk_mm_caps.cm_stages; 0 or 1: one, above
- * VK_CM_STAGES_MAX: that many). smem: the device's shared memory per
- * workgroup in bytes. A ring (stages >= 2) takes the most stages up to
- * the asked number, and for those the widest K step (64 before 32, 64
- * only if small_bk allows it), whose VK_CM_RING_SMEM fits in smem; when
- * not even 2 stages of 32 fit, one stage as without the ring. Never
- * fails; pure (tests/test_vulkan_pick.c). The staging follows the
- * multistage shared-memory pipelines of CUTLASS's sm80 GEMM mainloops
- * (written from their description), with register staging in place of
- * asynchronous copies, which GLSL lacks. */
+ * (vk_mm_caps.cm_bk); any other value is taken as 64. stages: the depth
+ * asked for up to 64 rows (vk_mm_caps.cm_stages; 0 or 1: 1, above
+ * VK_CM_STAGES_MAX: that). smem: the device's shared memory per workgroup
+ * in bytes. A ring (stages >= 2) takes the widest K step (64 before 32,
+ * 64 only if small_bk allows it) whose VK_CM_RING_SMEM fits in smem; when
+ * not even 32 fits, depth 1 as without the ring. Never fails; pure
+ * (tests/test_vulkan_pick.c). The pipelining follows the multistage
+ * mainloops of CUTLASS's sm80 GEMMs (written from their description),
+ * with the slices in flight held in registers, as GLSL has no
+ * asynchronous copies. */
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
                      uint32_t smem, vk_cm_plan *p);
 
@@ -113,9 +113,9 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
     ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 8u * 16u * 20u * 4u + 1024u)
 /* ... at the largest blocking of each K step: what a device needs for the
  * tensor-core path at all (128 x 128, 32), and for the 64-wide step (64 x 128). */
-/* ... of the ring of `s` stages (the epilogue matrices share its memory),
+/* ... of its ring (two slices; the epilogue matrices share their memory),
  * in bytes. */
-#define VK_CM_RING_SMEM(bm, bn, bk, s) ((s) * (2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 1024u)
+#define VK_CM_RING_SMEM(bm, bn, bk) (2u * (2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 1024u)
 #define VK_CM_SHARED_BYTES VK_CM_SMEM(128u, 128u, VK_CM_BK_BIG)
 #define VK_CM_SHARED_BYTES_SMALL VK_CM_SMEM(64u, 128u, VK_CM_BK_SMALL)
 

@@ -56,7 +56,7 @@ void vk_matmul_config(vk_backend *v)
     v->mm.cm_bk = env_u32("LLMEM_VULKAN_CM_BK", VK_CM_BK_SMALL, 32, 64) == 32 ? 32 : VK_CM_BK_SMALL;
     if (v->props.limits.maxComputeSharedMemorySize < VK_CM_SHARED_BYTES_SMALL)
         v->mm.cm_bk = 32;
-    /* matmul_cm's shared-memory ring up to 64 rows (2, 3), or one slice (1) */
+    /* matmul_cm's pipeline depth up to 64 rows: its ring (2 .. 4), or one shared slice (1) */
     v->mm.cm_stages = env_u32("LLMEM_VULKAN_CM_STAGES", VK_CM_STAGES, 1, VK_CM_STAGES_MAX);
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
