@@ -81,7 +81,8 @@ typedef struct kv_cache {
     size_t row_bytes;      /* one slot of one layer's K (or V) */
     size_t page_bytes;     /* one page of one layer's K (or V) */
     int32_t *shift;        /* [n_pages * page_size] pending K-shift per slot */
-    uint8_t *page_shift;   /* [n_pages] page has a pending shift */
+    uint8_t *page_shift;   /* [n_pages] page has a pending shift (all 0 while
+                            * !shift_pending: kv_page_shifted) */
     bool shift_pending;
     /* Device index buffer: the page rows at element 0, then the plan's
      * tables from element idx_rows (idx_rows >= rows.n). */
@@ -148,6 +149,15 @@ static inline void kv_pt_changed(kv_seq *s, int32_t from)
     kv_last_sync(s);
 }
 
+/* Whether page p has a pending K-shift. Without a pending shift no page
+ * has one (llmem_memory_check verifies it), so the common case reads no
+ * per-page byte: a decode step in pages of 1 asks for every page it
+ * takes and publishes. */
+static inline bool kv_page_shifted(const kv_cache *kv, int32_t p)
+{
+    return kv->shift_pending && kv->page_shift[p];
+}
+
 /* kv_cache.c */
 int32_t kv_alloc_page(kv_cache *kv);
 /* kv_alloc_page, with its common case inline: a free page with no pending
@@ -156,7 +166,7 @@ int32_t kv_alloc_page(kv_cache *kv);
 static inline int32_t kv_alloc_page_fast(kv_cache *kv)
 {
     page_pool *pp = &kv->pool;
-    if (pp->n_free > 0 && !kv->p.poison && !kv->page_shift[pp->free_stack[pp->n_free - 1]])
+    if (pp->n_free > 0 && !kv->p.poison && !kv_page_shifted(kv, pp->free_stack[pp->n_free - 1]))
         return page_pool_take_free(pp);
     return kv_alloc_page(kv);
 }
@@ -194,7 +204,7 @@ static inline void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, boo
             return; /* the chain is broken (or left the window) below this page */
         const int32_t *tok = s->tokens.v + (size_t)k * (size_t)ps;
         for (int32_t j = 0; j < ps; j++)
-            if (seq_pos_at(&s->pos, k * ps + j) != k * ps + j || tok[j] < 0 || kv->page_shift[p])
+            if (seq_pos_at(&s->pos, k * ps + j) != k * ps + j || tok[j] < 0 || kv_page_shifted(kv, p))
                 return; /* shifted positions or embeddings: not reusable */
         pp->parent_hash[p] = prev >= 0 ? pp->hash[prev] : PAGE_HASH_SEED;
         pp->hash[p] = page_hash(pp->parent_hash[p], tok, ps);

@@ -449,6 +449,11 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         return LLMEM_E_NO_MEMORY;
     llmem_status st = LLMEM_E_STATE;
     int32_t ps = kv->p.page_size;
+    for (int32_t p = 0; p < kv->p.n_pages && !kv->shift_pending; p++)
+        if (kv->page_shift[p]) { /* kv_page_shifted relies on it */
+            llmem_errf(err, err_len, "page %d has a pending K-shift, none is pending", p);
+            goto out;
+        }
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const kv_seq *q = &kv->seqs[s];
         int32_t want = llmem_pages_for(0, q->tokens.n, ps);
