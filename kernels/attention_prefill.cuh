@@ -101,6 +101,36 @@ template <int D> __device__ __forceinline__ uint32_t pf_off(int row, int chunk)
     return (uint32_t)(row * D * 2 + ((chunk ^ (row & 7)) << 4));
 }
 
+/* Element offset of 16-byte chunk ch of key j's row (KV head g) in the
+ * pool, or -1 for a key outside [jlo, jhi) or a page id out of range (its
+ * slot is then zero-filled, never read). pt: the stream's page-table row;
+ * ps_log2: log2 of the page size when it is a power of two, else -1. */
+template <int D>
+__device__ __forceinline__ int64_t pf_kv_off(const cuk_attn_args &a, const int32_t *pt, int32_t j,
+                                             int32_t jlo, int32_t jhi, int32_t ps_log2, int32_t g,
+                                             int ch)
+{
+    if (j < jlo || j >= jhi)
+        return -1;
+    int32_t pi = ps_log2 >= 0 ? j >> ps_log2 : j / a.page_size;
+    int32_t po = ps_log2 >= 0 ? j & (a.page_size - 1) : j % a.page_size;
+    int32_t page = pt[pi];
+    if (page < 0 || page >= a.n_pages)
+        return -1;
+    return (((int64_t)page * a.page_size + po) * a.n_kv_heads + g) * D + ch * 8;
+}
+
+/* The K and V chunks at pool offset off (pf_kv_off) into shared memory at
+ * ks and vs; zeros for off < 0. */
+__device__ __forceinline__ void pf_cp_kv(uint32_t ks, uint32_t vs, const cuk_attn_args &a,
+                                         int64_t off)
+{
+    const uint16_t *kp = (const uint16_t *)a.k + (off >= 0 ? off : 0);
+    const uint16_t *vp = (const uint16_t *)a.v + (off >= 0 ? off : 0);
+    pf_cp16(ks, kp, off >= 0);
+    pf_cp16(vs, vp, off >= 0);
+}
+
 /* Rows of a prefill tile (both prefill kernels): row r is token t0 + r / hh
  * and query head g * n_rep + hc0 + r % hh. Fills row_seq (the row's
  * stream, -1 for a query that sees no key, -2 for padding), row_lo and
@@ -123,6 +153,82 @@ __device__ __forceinline__ void pf_tile_rows(const cuk_attn_args &a, int bm, int
         row_lo[r] = lo;
         row_hi[r] = hi;
     }
+}
+
+/* One pass of a prefill tile: the rows of stream cur, the smallest stream
+ * id above prev (INT32_MAX: no pass left), their key range [jlo, jhi),
+ * the smallest row end hmin and the largest row start lmax, and whether
+ * the tile holds rows of other streams (mixed). Block reductions over the
+ * BM rows of the tile (red: WARPS x 6 words of shared memory); every
+ * thread of the block calls it and gets the same answer. */
+struct pf_pass {
+    int32_t cur, jlo, jhi, hmin, lmax;
+    bool mixed;
+};
+
+template <int WARPS>
+__device__ __forceinline__ pf_pass pf_next_pass(int bm, int32_t prev, const int32_t *row_seq,
+                                                const int32_t *row_lo, const int32_t *row_hi,
+                                                int32_t (*red)[6])
+{
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    __syncthreads();
+    int32_t c = INT32_MAX;
+    for (int r = tid; r < bm; r += WARPS * 32) {
+        int32_t sr = row_seq[r];
+        c = sr > prev && sr < c ? sr : c;
+    }
+    c = __reduce_min_sync(0xffffffffu, c);
+    if (lane == 0)
+        red[warp][0] = c;
+    __syncthreads();
+    c = INT32_MAX;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++)
+        c = min(c, red[w][0]);
+    int32_t jlo = INT32_MAX, jhi = 0, hmin = INT32_MAX, lmax = 0, mixed = 0;
+    for (int r = tid; r < bm; r += WARPS * 32) {
+        int32_t sr = row_seq[r];
+        mixed |= sr != -2 && sr != c;
+        if (sr != c)
+            continue;
+        int32_t lo = row_lo[r], hi = row_hi[r];
+        hmin = min(hmin, hi);
+        lmax = max(lmax, lo);
+        if (hi > lo) {
+            jlo = min(jlo, lo);
+            jhi = max(jhi, hi);
+        }
+    }
+    jlo = __reduce_min_sync(0xffffffffu, jlo);
+    jhi = __reduce_max_sync(0xffffffffu, jhi);
+    hmin = __reduce_min_sync(0xffffffffu, hmin);
+    lmax = __reduce_max_sync(0xffffffffu, lmax);
+    mixed = (int32_t)__reduce_or_sync(0xffffffffu, (unsigned)mixed);
+    if (lane == 0) {
+        red[warp][1] = jlo;
+        red[warp][2] = jhi;
+        red[warp][3] = hmin;
+        red[warp][4] = lmax;
+        red[warp][5] = mixed;
+    }
+    __syncthreads();
+    pf_pass p;
+    p.cur = c;
+    p.jlo = jlo;
+    p.jhi = jhi;
+    p.hmin = hmin;
+    p.lmax = lmax;
+    p.mixed = mixed != 0;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) {
+        p.jlo = min(p.jlo, red[w][1]);
+        p.jhi = max(p.jhi, red[w][2]);
+        p.hmin = min(p.hmin, red[w][3]);
+        p.lmax = max(p.lmax, red[w][4]);
+        p.mixed |= red[w][5] != 0;
+    }
+    return p;
 }
 
 /* The epilogue of both prefill kernels: each row's sum of probabilities
@@ -286,20 +392,9 @@ __global__ void __launch_bounds__(WARPS * 32)
         auto load_block = [&](int32_t kb, int buf) {
             for (int c = tid; c < PF_BN * CH; c += blockDim.x) {
                 int row = c / CH, ch = c % CH;
-                int32_t j = kb + row;
-                int64_t off = -1;
-                if (j >= jlo && j < jhi) {
-                    int32_t pi = ps_log2 >= 0 ? j >> ps_log2 : j / a.page_size;
-                    int32_t po = ps_log2 >= 0 ? j & (a.page_size - 1) : j % a.page_size;
-                    int32_t page = pt[pi];
-                    if (page >= 0 && page < a.n_pages)
-                        off = (((int64_t)page * a.page_size + po) * a.n_kv_heads + g) * D + ch * 8;
-                }
-                const uint16_t *kp = (const uint16_t *)a.k + (off >= 0 ? off : 0);
-                const uint16_t *vp = (const uint16_t *)a.v + (off >= 0 ? off : 0);
+                int64_t off = pf_kv_off<D>(a, pt, kb + row, jlo, jhi, ps_log2, g, ch);
                 uint32_t so = buf * PF_BN * D * 2 + pf_off<D>(row, ch);
-                pf_cp16(pf_smem(ks) + so, kp, off >= 0);
-                pf_cp16(pf_smem(vs) + so, vp, off >= 0);
+                pf_cp_kv(pf_smem(ks) + so, pf_smem(vs) + so, a, off);
             }
         };
 
@@ -450,6 +545,18 @@ extern "C" int cuk_attn_prefill_supported(int32_t head_dim, int32_t dtype)
     return (head_dim == 64 || head_dim == 128) && (dtype == CUK_F16 || dtype == CUK_BF16);
 }
 
+/* The grid of a prefill launch with tiles of bm rows: (token tiles, head
+ * chunks, KV heads), a tile being *hh query heads of a GQA group times *tt
+ * consecutive query tokens. */
+static dim3 pf_grid(const cuk_attn_args *a, int32_t bm, int32_t *hh, int32_t *tt)
+{
+    int32_t n_rep = a->n_heads / a->n_kv_heads;
+    *hh = n_rep < bm ? n_rep : bm;
+    *tt = bm / *hh;
+    return dim3((unsigned)((a->n_tok + *tt - 1) / *tt), (unsigned)((n_rep + *hh - 1) / *hh),
+                (unsigned)a->n_kv_heads);
+}
+
 template <typename T, int D, int WARPS, int MT>
 static cudaError_t pf_launch_w(const cuk_attn_args *a, cudaStream_t stream)
 {
@@ -460,11 +567,8 @@ static cudaError_t pf_launch_w(const cuk_attn_args *a, cudaStream_t stream)
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    int32_t n_rep = a->n_heads / a->n_kv_heads;
-    int32_t hh = n_rep < BM ? n_rep : BM;
-    int32_t tt = BM / hh;
-    dim3 grid((unsigned)((a->n_tok + tt - 1) / tt), (unsigned)((n_rep + hh - 1) / hh),
-              (unsigned)a->n_kv_heads);
+    int32_t hh, tt;
+    dim3 grid = pf_grid(a, BM, &hh, &tt);
     attn_prefill_kernel<T, D, WARPS, MT><<<grid, WARPS * 32, smem, stream>>>(*a, hh, tt,
                                                                             a->precise);
     return cudaGetLastError();

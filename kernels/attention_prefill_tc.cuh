@@ -46,86 +46,40 @@ template <> struct ptc_pack<cuk_bf16_t> {
     }
 };
 
+/* The Q tile of a fast prefill CTA: row r (token t0 + r / hh, query head
+ * g * n_rep + hc0 + r % hh) as q * scale in f32, rounded once to T, 16-byte
+ * chunk ch stored at qs + off(r, ch); zeros for rows outside the tile.
+ * NTH threads (the block) share the BM * D / 8 chunks. */
+template <typename T, int D, int BM, int NTH, typename OFF>
+__device__ __forceinline__ void ptc_load_q(const cuk_attn_args &a, unsigned char *qs, int64_t t0,
+                                           int32_t hh, int32_t tt, int32_t hc0, int32_t n_rep,
+                                           int32_t g, OFF off)
+{
+    constexpr int CH = D / 8;
+#pragma unroll 4
+    for (int c = threadIdx.x; c < BM * CH; c += NTH) {
+        int r = c / CH, ch = c % CH;
+        int64_t tok = t0 + r / hh;
+        int32_t hr = hc0 + r % hh;
+        uint4 w = make_uint4(0, 0, 0, 0);
+        if (r < hh * tt && tok < a.n_tok && hr < n_rep) {
+            const float4 *s4 =
+                (const float4 *)(a.q + (tok * a.n_heads + g * n_rep + hr) * D + ch * 8);
+            float4 x0 = s4[0], x1 = s4[1];
+            const float sc = a.scale;
+            w.x = ptc_pack<T>::run(x0.x * sc, x0.y * sc);
+            w.y = ptc_pack<T>::run(x0.z * sc, x0.w * sc);
+            w.z = ptc_pack<T>::run(x1.x * sc, x1.y * sc);
+            w.w = ptc_pack<T>::run(x1.z * sc, x1.w * sc);
+        }
+        *(uint4 *)(qs + off(r, ch)) = w;
+    }
+}
+
 /* A compile-time bool for the generic lambdas below. */
 template <bool B> struct cuk_bool {
     static constexpr bool value = B;
 };
-
-/* One pass of a prefill tile: the rows of stream cur, the smallest stream
- * id above prev (INT32_MAX: no pass left), their key range [jlo, jhi),
- * the smallest row end hmin and the largest row start lmax, and whether
- * the tile holds rows of other streams (mixed). Block reductions over the
- * BM rows of the tile (red: WARPS x 6 words of shared memory); every
- * thread of the block calls it and gets the same answer. */
-struct pf_pass {
-    int32_t cur, jlo, jhi, hmin, lmax;
-    bool mixed;
-};
-
-template <int WARPS>
-__device__ __forceinline__ pf_pass pf_next_pass(int bm, int32_t prev, const int32_t *row_seq,
-                                                const int32_t *row_lo, const int32_t *row_hi,
-                                                int32_t (*red)[6])
-{
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    __syncthreads();
-    int32_t c = INT32_MAX;
-    for (int r = tid; r < bm; r += WARPS * 32) {
-        int32_t sr = row_seq[r];
-        c = sr > prev && sr < c ? sr : c;
-    }
-    c = __reduce_min_sync(0xffffffffu, c);
-    if (lane == 0)
-        red[warp][0] = c;
-    __syncthreads();
-    c = INT32_MAX;
-#pragma unroll
-    for (int w = 0; w < WARPS; w++)
-        c = min(c, red[w][0]);
-    int32_t jlo = INT32_MAX, jhi = 0, hmin = INT32_MAX, lmax = 0, mixed = 0;
-    for (int r = tid; r < bm; r += WARPS * 32) {
-        int32_t sr = row_seq[r];
-        mixed |= sr != -2 && sr != c;
-        if (sr != c)
-            continue;
-        int32_t lo = row_lo[r], hi = row_hi[r];
-        hmin = min(hmin, hi);
-        lmax = max(lmax, lo);
-        if (hi > lo) {
-            jlo = min(jlo, lo);
-            jhi = max(jhi, hi);
-        }
-    }
-    jlo = __reduce_min_sync(0xffffffffu, jlo);
-    jhi = __reduce_max_sync(0xffffffffu, jhi);
-    hmin = __reduce_min_sync(0xffffffffu, hmin);
-    lmax = __reduce_max_sync(0xffffffffu, lmax);
-    mixed = (int32_t)__reduce_or_sync(0xffffffffu, (unsigned)mixed);
-    if (lane == 0) {
-        red[warp][1] = jlo;
-        red[warp][2] = jhi;
-        red[warp][3] = hmin;
-        red[warp][4] = lmax;
-        red[warp][5] = mixed;
-    }
-    __syncthreads();
-    pf_pass p;
-    p.cur = c;
-    p.jlo = jlo;
-    p.jhi = jhi;
-    p.hmin = hmin;
-    p.lmax = lmax;
-    p.mixed = mixed != 0;
-#pragma unroll
-    for (int w = 0; w < WARPS; w++) {
-        p.jlo = min(p.jlo, red[w][1]);
-        p.jhi = max(p.jhi, red[w][2]);
-        p.hmin = min(p.hmin, red[w][3]);
-        p.lmax = max(p.lmax, red[w][4]);
-        p.mixed |= red[w][5] != 0;
-    }
-    return p;
-}
 
 /* A kernel configuration: WARPS warps of MT m-tiles, key blocks of BN, an
  * NS-stage ring, at least MINB CTAs per SM (register cap), the block
@@ -183,24 +137,8 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
      * pass has issued its first K/V copies, so both latencies overlap; the
      * barrier before the first block orders it before any ldmatrix. */
     auto load_q = [&]() {
-#pragma unroll 4
-        for (int c = tid; c < BM * CH; c += WARPS * 32) {
-            int r = c / CH, ch = c % CH;
-            int64_t tok = t0 + r / hh;
-            int32_t hr = hc0 + r % hh;
-            uint4 w = make_uint4(0, 0, 0, 0);
-            if (r < hh * tt && tok < a.n_tok && hr < n_rep) {
-                const float4 *s4 =
-                    (const float4 *)(a.q + (tok * a.n_heads + g * n_rep + hr) * D + ch * 8);
-                float4 x0 = s4[0], x1 = s4[1];
-                const float sc = a.scale;
-                w.x = ptc_pack<T>::run(x0.x * sc, x0.y * sc);
-                w.y = ptc_pack<T>::run(x0.z * sc, x0.w * sc);
-                w.z = ptc_pack<T>::run(x1.x * sc, x1.y * sc);
-                w.w = ptc_pack<T>::run(x1.z * sc, x1.w * sc);
-            }
-            *(uint4 *)(qs + pf_off<D>(r, ch)) = w;
-        }
+        ptc_load_q<T, D, BM, WARPS * 32>(a, qs, t0, hh, tt, hc0, n_rep, g,
+                                         [](int r, int ch) { return pf_off<D>(r, ch); });
     };
     bool q_done = false;
 
@@ -243,20 +181,9 @@ __global__ void __launch_bounds__(C::WARPS * 32, C::MINB)
 #pragma unroll(C::LU)
             for (int it = 0; it < BN * CH / (WARPS * 32); it++) {
                 const int row = tid / CH + it * (WARPS * 32 / CH);
-                int32_t j = kb + row;
-                int64_t off = -1;
-                if (j >= jlo && j < jhi) {
-                    int32_t pi = ps_log2 >= 0 ? j >> ps_log2 : j / a.page_size;
-                    int32_t po = ps_log2 >= 0 ? j & (a.page_size - 1) : j % a.page_size;
-                    int32_t page = pt[pi];
-                    if (page >= 0 && page < a.n_pages)
-                        off = (((int64_t)page * a.page_size + po) * a.n_kv_heads + g) * D + ch * 8;
-                }
-                const uint16_t *kp = (const uint16_t *)a.k + (off >= 0 ? off : 0);
-                const uint16_t *vp = (const uint16_t *)a.v + (off >= 0 ? off : 0);
+                int64_t off = pf_kv_off<D>(a, pt, kb + row, jlo, jhi, ps_log2, g, ch);
                 uint32_t so = st + pf_off<D>(row, ch);
-                pf_cp16(so, kp, off >= 0);
-                pf_cp16(so + TILE, vp, off >= 0);
+                pf_cp_kv(so, so + TILE, a, off);
             }
         };
 
@@ -454,11 +381,8 @@ static cudaError_t ptc_launch_cap(const cuk_attn_args *a, cudaStream_t stream)
     cudaError_t e = cuk_smem_once(attn_prefill_tc_kernel<T, D, C, CAP>, (int)smem, &sized);
     if (e != cudaSuccess)
         return e;
-    int32_t n_rep = a->n_heads / a->n_kv_heads;
-    int32_t hh = n_rep < C::BM ? n_rep : C::BM;
-    int32_t tt = C::BM / hh;
-    dim3 grid((unsigned)((a->n_tok + tt - 1) / tt), (unsigned)((n_rep + hh - 1) / hh),
-              (unsigned)a->n_kv_heads);
+    int32_t hh, tt;
+    dim3 grid = pf_grid(a, C::BM, &hh, &tt);
     attn_prefill_tc_kernel<T, D, C, CAP><<<grid, C::WARPS * 32, smem, stream>>>(*a, hh, tt);
     return cudaGetLastError();
 }
