@@ -533,6 +533,8 @@ START_TEST(test_matmul_cm_stages)
     static const char *stages[] = {"1", "2", "3", "4"};
     static const int32_t ms[] = {16, 40, 64}, ks[] = {40, 96, 1000, 4096};
     const int32_t n = 136;
+    const char *prev = getenv("LLMEM_VULKAN_CM_STAGES"); /* restored at the end */
+    char *keep = prev ? strdup(prev) : NULL;
     for (size_t si = 0; si < 4; si++) {
         setenv("LLMEM_VULKAN_CM_STAGES", stages[si], 1);
         llmem_backend *vk = open_be("vulkan");
@@ -578,7 +580,11 @@ START_TEST(test_matmul_cm_stages)
             }
         llmem_backend_close(vk);
     }
-    unsetenv("LLMEM_VULKAN_CM_STAGES");
+    if (keep)
+        setenv("LLMEM_VULKAN_CM_STAGES", keep, 1);
+    else
+        unsetenv("LLMEM_VULKAN_CM_STAGES");
+    free(keep);
 }
 END_TEST
 
