@@ -42,7 +42,9 @@ for h in 0 1; do
     $GLSLANG -V --target-env vulkan1.1 -DHALF=$h simt.comp -o "$OUT/nv/simt_half$h.spv" > /dev/null
     echo "simt_half$h simt 2112 4096 64" >> "$OUT/nv/list.txt"
 done
-# the plugin's own shader, at the plans of vk_cm_plan_make (K step 64 up to 64 rows, 32 above)
+# the plugin's own shader, at the plans of vk_cm_plan_make (K step 64 up to 64 rows, 32 above;
+# the last field, when given, is its depth STAGES, LLMEM_VULKAN_CM_STAGES: the ring takes K
+# steps of 64 at 16 rows, 32 at 17-64 rows)
 $GLSLANG -V --target-env vulkan1.1 -I"$ROOT/shaders" "$ROOT/shaders/matmul_cm.comp" \
     -o "$OUT/nv/matmul_cm.spv" > /dev/null
 cat >> "$OUT/nv/list.txt" <<'L'
@@ -52,6 +54,13 @@ matmul_cm gemm 64 4096 4096 256 1 4 1 2 32
 matmul_cm gemm 512 4096 4096 256 2 4 2 1 32
 matmul_cm gemm 512 4096 4096 256 2 4 2 2 32
 matmul_cm gemm 2048 4096 4096 256 2 4 2 1 32
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 2
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 4
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 1
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 2
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 3
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 4
 L
 if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/khr"

@@ -9,12 +9,13 @@
  *                                    mma_sh.comp): workgroups of 128, FLOPS
  *                                    per subgroup and round
  *     NAME simt GROUPS ITERS FLOPS   the same with FLOPS per invocation
- *     NAME gemm M N K WG SGM FM FN SPLIT BK
+ *     NAME gemm M N K WG SGM FM FN SPLIT BK [STAGES]
  *                                    a shader with matmul_cm.comp's bindings,
  *                                    push and specialization constants (ids
- *                                    0-6: WG, W_DT = 2, SGM, FM, FN, SPLIT,
- *                                    BK), split-K as vk_mm_split_k; K must be
- *                                    4096 and M <= 2048, N <= 14336
+ *                                    0-7: WG, W_DT = 2, SGM, FM, FN, SPLIT,
+ *                                    BK, STAGES: 1 when not given), split-K as
+ *                                    vk_mm_split_k; K must be 4096 and
+ *                                    M <= 2048, N <= 14336
  *
  * mma/simt: best of 3 single dispatches. gemm: bf16 weights and f16
  * activations (hi terms; lo terms zero, exponents 0) of small multiples of
@@ -395,8 +396,8 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         err = fmax(err, fabs(got - ref));
         big = fmax(big, fabs(ref));
     }
-    printf("%-24s %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n", name, m, n,
-           k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
+    printf("%-16s depth %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n", name, v[9], m,
+           n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
 }
 
 int main(int argc, char **argv)
@@ -416,10 +417,12 @@ int main(int argc, char **argv)
     }
     char line[512], name[256], kind[16];
     while (fgets(line, sizeof line, lf)) {
-        uint32_t v[9] = {0};
-        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u", name, kind, &v[0], &v[1], &v[2],
-                         &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]);
-        bool gemm = got == 11 && strcmp(kind, "gemm") == 0;
+        uint32_t v[10] = {0};
+        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u %u", name, kind, &v[0], &v[1],
+                         &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
+        bool gemm = (got == 11 || got == 12) && strcmp(kind, "gemm") == 0;
+        if (got == 11)
+            v[9] = 1;
         bool mma = got == 5 && (strcmp(kind, "mma") == 0 || strcmp(kind, "simt") == 0);
         if (!gemm && !mma) {
             if (got > 0 && name[0] != '#')
@@ -432,8 +435,8 @@ int main(int argc, char **argv)
             continue;
         }
         snprintf(path, sizeof path, "%s/%s.spv", argv[1], name);
-        uint32_t spec[7] = {gemm ? v[3] : 128, 2, v[4], v[5], v[6], v[7], v[8]};
-        VkPipeline pipe = pipeline(path, spec, gemm ? 7 : 0);
+        uint32_t spec[8] = {gemm ? v[3] : 128, 2, v[4], v[5], v[6], v[7], v[8], v[9]};
+        VkPipeline pipe = pipeline(path, spec, gemm ? 8 : 0);
         if (!pipe) {
             printf("%-24s no module or pipeline (%s)\n", name, path);
             continue;
