@@ -326,6 +326,32 @@ static void ring_schedule(uint32_t stages, uint32_t ns, ring_sim *r)
         r->ok = r->ok && r->rd[st] < (int64_t)r->epoch;
 }
 
+/* The default depth by rows (measured on the H200, vk_mm_pick.h): the
+ * ring, 3 deep, up to 16 rows, one slice above; an asked depth is kept
+ * whatever the rows; on 48 KiB the 16-row plan gets the ring and the
+ * 17- and 64-row plans do not. */
+START_TEST(test_cm_stages_default)
+{
+    ck_assert_uint_eq(vk_cm_stages_for(0, 1), 3);
+    ck_assert_uint_eq(vk_cm_stages_for(0, 9), 3);
+    ck_assert_uint_eq(vk_cm_stages_for(0, 16), 3);
+    ck_assert_uint_eq(vk_cm_stages_for(0, 17), 1);
+    ck_assert_uint_eq(vk_cm_stages_for(0, 64), 1);
+    ck_assert_uint_eq(vk_cm_stages_for(0, 512), 1);
+    for (uint32_t asked = 1; asked <= 4; asked++) {
+        ck_assert_uint_eq(vk_cm_stages_for(asked, 16), asked);
+        ck_assert_uint_eq(vk_cm_stages_for(asked, 64), asked);
+    }
+    vk_cm_plan p;
+    vk_cm_plan_make(16, 4096, 4096, 64, vk_cm_stages_for(0, 16), 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 3);
+    vk_cm_plan_make(17, 4096, 4096, 64, vk_cm_stages_for(0, 17), 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 1);
+    vk_cm_plan_make(64, 4096, 4096, 64, vk_cm_stages_for(0, 64), 48 * 1024, &p);
+    ck_assert_uint_eq(p.stages, 1);
+}
+END_TEST
+
 START_TEST(test_cm_ring_schedule)
 {
     for (uint32_t stages = 2; stages <= VK_CM_STAGES_MAX; stages++)
@@ -429,6 +455,7 @@ int main(void)
     tcase_add_test(tc, test_cm_plan_shapes);
     tcase_add_test(tc, test_cm_usable);
     tcase_add_test(tc, test_cm_ring_plans);
+    tcase_add_test(tc, test_cm_stages_default);
     tcase_add_test(tc, test_cm_ring_schedule);
     tcase_add_test(tc, test_cm_ring_indices);
     suite_add_tcase(s, tc);

@@ -76,6 +76,13 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
     vk_mm_split_k((uint64_t)p->tiles_m * p->tiles_n, k, p->bk, &p->slices, &p->k_split);
 }
 
+uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m)
+{
+    if (asked >= 1)
+        return asked;
+    return m <= VK_CM_STAGES_AUTO_ROWS ? VK_CM_STAGES_AUTO : 1;
+}
+
 bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,
                   uint32_t shared_bytes)
 {

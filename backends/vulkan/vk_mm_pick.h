@@ -23,10 +23,14 @@
                              * old one): half the barriers and loop trips per weight byte, 0.061 ->
                              * 0.048 ms at 64 x 4096 x 4096 precise (H200, docs/benchmarks.md) */
 
-#define VK_CM_STAGES 1      /* its pipeline depth up to 64 rows, by default ($LLMEM_VULKAN_CM_STAGES:
-                             * 1 = one shared slice, the next slice's loads in registers; 2 .. 4 =
-                             * matmul_cm.comp's ring, loads issued that many K steps before their
-                             * MMAs, where its two shared slices fit the device) */
+#define VK_CM_STAGES_AUTO 3  /* its pipeline depth by default up to VK_CM_STAGES_AUTO_ROWS rows, 1
+                              * above ($LLMEM_VULKAN_CM_STAGES=1 .. 4 forces one depth everywhere:
+                              * 1 = one shared slice, the next slice's loads in registers; 2 .. 4
+                              * = matmul_cm.comp's ring, loads issued that many K steps before
+                              * their MMAs, where its two shared slices fit the device). H200, 9B
+                              * tg128 precise: depth 3 takes batch 16 from 18.46 to 17.52 ms but
+                              * batch 64 from 32.1 to 38.0 ms (docs/benchmarks.md) */
+#define VK_CM_STAGES_AUTO_ROWS 16
 #define VK_CM_STAGES_MAX 4
 
 typedef enum vk_mm_path {
@@ -41,7 +45,8 @@ typedef enum vk_mm_path {
 typedef struct vk_mm_caps {
     bool coopmat;      /* 16x16x16 f16 x f16 -> f32 cooperative matrices enabled on the device */
     uint32_t cm_bk;    /* matmul_cm's K step up to 64 rows: VK_CM_BK_SMALL, or 32 */
-    uint32_t cm_stages; /* its pipeline depth up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX */
+    uint32_t cm_stages; /* its pipeline depth up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX,
+                         * 0 = by rows (vk_cm_stages_for) */
     uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
@@ -85,6 +90,13 @@ typedef struct vk_cm_plan {
  * asynchronous copies. */
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
                      uint32_t smem, vk_cm_plan *p);
+
+/* The pipeline depth to ask vk_cm_plan_make for at m activation rows:
+ * `asked` (vk_mm_caps.cm_stages) when it is 1 or more, else by rows:
+ * VK_CM_STAGES_AUTO up to VK_CM_STAGES_AUTO_ROWS rows and 1 above (the
+ * measured choice; the planner still falls back to 1 where the ring does
+ * not fit). Pure; never fails. */
+uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m);
 
 /* Split-K of a product whose output tiles number `tiles` (matmul_rt.comp,
  * matmul_cm.comp): K in *slices slices of *k_split (a multiple of bk, the
