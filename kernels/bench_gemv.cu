@@ -15,20 +15,7 @@
 
 #include "kernels/kernels.h"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-static float median_ms(std::vector<float> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
+#include "kernels/bench_common.cuh"
 
 int main()
 {
@@ -54,7 +41,7 @@ int main()
         if (i >= 5)
             t.push_back(ms);
     }
-    double copy_bw = 2.0 * cb / (median_ms(t) * 1e-3);
+    double copy_bw = 2.0 * cb / (bench_median(t) * 1e-3);
     printf("copy %.1f GB/s (read + written)\n", copy_bw / 1e9);
     CK(cudaFree(src));
     CK(cudaFree(dst));
@@ -92,7 +79,7 @@ int main()
                 if (i >= 5)
                     tt.push_back(ms);
             }
-            double sec = median_ms(tt) * 1e-3;
+            double sec = bench_median(tt) * 1e-3;
             /* 20 back-to-back launches between two events: launch latency
              * hidden, ramp and drain of each kernel still serial */
             std::vector<float> tb;
@@ -107,7 +94,7 @@ int main()
                 if (i >= 2)
                     tb.push_back(ms / 20);
             }
-            double sb = median_ms(tb) * 1e-3;
+            double sb = bench_median(tb) * 1e-3;
             printf("%-12s %7d %7d %3d %10.1f %10.1f %7.1f%%   x20: %7.1f us %6.1f%%\n", sh.name,
                    sh.n, sh.k, m, sec * 1e6, wbytes / sec / 1e9, 100.0 * wbytes / sec / copy_bw,
                    sb * 1e6, 100.0 * wbytes / sb / copy_bw);
@@ -140,7 +127,7 @@ int main()
                     if (i >= 2)
                         tu.push_back(ms / 10);
                 }
-                double sf = median_ms(tf) * 1e-3, su = median_ms(tu) * 1e-3;
+                double sf = bench_median(tf) * 1e-3, su = bench_median(tu) * 1e-3;
                 printf("gate+up+swiglu M=%d: fused %.1f us (%.1f%% of copy), unfused %.1f us\n", m,
                        sf * 1e6, 100.0 * 2 * wbytes / sf / copy_bw, su * 1e6);
             }

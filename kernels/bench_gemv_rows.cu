@@ -20,20 +20,7 @@
 
 #include "kernels/gemv.h"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
-static float median(std::vector<float> v)
-{
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
+#include "kernels/bench_common.cuh"
 
 static float bf2f(uint16_t h)
 {
@@ -75,7 +62,7 @@ template <typename F> static double time_us(F launch)
         if (i >= 2)
             tb.push_back(ms / 20);
     }
-    return median(tb) * 1e3;
+    return bench_median(tb) * 1e3;
 }
 
 
@@ -151,7 +138,7 @@ int main(int argc, char **argv)
             if (i >= 5)
                 t.push_back(ms);
         }
-        copy_bw = 2.0 * cb / (median(t) * 1e-3);
+        copy_bw = 2.0 * cb / (bench_median(t) * 1e-3);
         CK(cudaFree(src));
         CK(cudaFree(dst));
     }

@@ -22,14 +22,7 @@
 
 #include "kernels/kernels.h"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "kernels/bench_common.cuh"
 #define CB(x)                                                                                  \
     do {                                                                                       \
         int e_ = (int)(x);                                                                     \

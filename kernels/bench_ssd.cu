@@ -24,14 +24,7 @@
 #include "kernels/kernels.h"
 #include "kernels/ssd.h"
 
-#define CK(x)                                                                                  \
-    do {                                                                                       \
-        cudaError_t e_ = (x);                                                                  \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
+#include "kernels/bench_common.cuh"
 
 static uint64_t rng = 88172645463325252ull;
 static float urand(float lo, float hi)
