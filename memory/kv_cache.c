@@ -759,8 +759,10 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     for (int32_t il = 0; il < p->n_layers; il++) {
         if ((st = llmem_buffer_alloc(be, pool_bytes, &kv->k[il])) != LLMEM_OK ||
             (st = llmem_buffer_alloc(be, pool_bytes, &kv->v[il])) != LLMEM_OK) {
-            llmem_errf(err, err_len, "KV cache: cannot allocate %zu-byte pool for layer %d: %s",
-                       pool_bytes, il, llmem_status_str(st));
+            /* the status itself is the caller's to print */
+            llmem_errf(err, err_len,
+                       "KV cache: cannot allocate a %zu-byte pool for layer %d (%d pages of %zu bytes)",
+                       pool_bytes, il, (int)p->n_pages, kv->page_bytes);
             goto fail;
         }
     }

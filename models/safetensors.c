@@ -367,6 +367,12 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
     llmem_status s = map_file(f, err, err_len);
     if (s != LLMEM_OK)
         return s;
+    if (memcmp(f->map, "GGUF", 4) == 0) { /* ggml's format (magic "GGUF", then its version) */
+        llmem_errf(err, err_len,
+                   "%s: a GGUF file, not safetensors: llmem loads Hugging Face checkpoints "
+                   "(config.json + *.safetensors)", f->path);
+        return LLMEM_E_CORRUPT;
+    }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | f->map[i];

@@ -110,7 +110,7 @@ for d in "$tmp"/m/*; do
   esac
   expect_fail "model folder: $name" "$pat" "$bin" "${cmd[@]}" -m "$d"
 done
-expect_fail "score on a GGUF file" "cannot load model" "$bin" score -m "$tmp/m/gguf" --backend cpu \
+expect_fail "score on a GGUF file" "a GGUF file, not safetensors" "$bin" score -m "$tmp/m/gguf" --backend cpu \
   --input "$fx/cases.jsonl"
 
 # non-finite logits (a norm weight of NaN): generate stops with an error on
