@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""Issue 10's targets from `llmem bench --bookkeeping --json` runs.
+
+Usage: tools/bookkeeping_targets.py RUN.json [RUN.json ...]
+
+Takes the median step time of each cell (memory, sequences, context, page
+size) over the runs given, then checks the issue's targets: hybrid 1,000 x
+128K at page 16 in at most 1 ms; 1K -> 128K context at most x1.5; 1,000 ->
+4,000 sequences at most x4.5; page 1 within x2 of page 16. Prints each
+target's count of cells met and every cell missed. Cells a run skipped
+(over --max-gb) are left out.
+"""
+import json
+import statistics
+import sys
+
+K = 1024
+
+
+def main(paths):
+    cells = {}
+    for path in paths:
+        with open(path) as f:
+            for x in json.load(f)["steps"]:
+                if "step_ms" in x:
+                    key = (x["memory"], x["seqs"], x["ctx"], x["page"])
+                    cells.setdefault(key, []).append(x["step_ms"])
+    m = {k: statistics.median(v) for k, v in cells.items()}
+    print(f"{len(paths)} runs, {len(m)} cells")
+    print("hybrid 1000 x 128K page 16: %s ms (target <= 1)" % m.get(("hybrid", 1000, 128 * K, 16)))
+
+    def check(title, pairs, limit):
+        met, seen, missed = 0, 0, []
+        for a, b in pairs:
+            if a in m and b in m:
+                q = m[b] / m[a]
+                seen += 1
+                if q <= limit:
+                    met += 1
+                else:
+                    missed.append(f"{a} -> {b}: x{q:.2f}")
+        print(f"{title}: met {met} of {seen}")
+        for line in missed:
+            print("   missed", line)
+
+    mems = ("kv_cache", "recurrent", "hybrid")
+    check("1K -> 128K context <= x1.5",
+          [((mm, s, K, p), (mm, s, 128 * K, p)) for mm in mems for s in (250, 1000, 4000)
+           for p in (1, 16, 64)], 1.5)
+    check("1,000 -> 4,000 sequences <= x4.5",
+          [((mm, 1000, c, p), (mm, 4000, c, p)) for mm in mems
+           for c in (K, 8 * K, 64 * K, 128 * K) for p in (1, 16, 64)], 4.5)
+    check("page 1 <= x2 page 16",
+          [((mm, s, c, 16), (mm, s, c, 1)) for mm in ("kv_cache", "hybrid")
+           for s in (250, 1000, 4000) for c in (K, 8 * K, 64 * K, 128 * K)], 2.0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
