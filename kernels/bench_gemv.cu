@@ -24,27 +24,8 @@ int main()
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    /* copy ceiling: 1 GiB */
-    size_t cb = (size_t)1 << 30;
-    void *src, *dst;
-    CK(cudaMalloc(&src, cb));
-    CK(cudaMalloc(&dst, cb));
-    CK(cudaMemset(src, 1, cb));
-    std::vector<float> t;
-    for (int i = 0; i < 25; i++) {
-        CK(cudaEventRecord(e0, s));
-        CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice, s));
-        CK(cudaEventRecord(e1, s));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 5)
-            t.push_back(ms);
-    }
-    double copy_bw = 2.0 * cb / (bench_median(t) * 1e-3);
+    double copy_bw = bench_copy_bw(s, e0, e1);
     printf("copy %.1f GB/s (read + written)\n", copy_bw / 1e9);
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
     struct shape {
         const char *name;
         int n, k;

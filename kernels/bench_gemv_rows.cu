@@ -121,27 +121,7 @@ int main(int argc, char **argv)
     CK(cudaStreamCreate(&st));
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    {
-        size_t cb = (size_t)1 << 30;
-        void *src, *dst;
-        CK(cudaMalloc(&src, cb));
-        CK(cudaMalloc(&dst, cb));
-        CK(cudaMemset(src, 1, cb));
-        std::vector<float> t;
-        for (int i = 0; i < 25; i++) {
-            CK(cudaEventRecord(e0, st));
-            CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice, st));
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (i >= 5)
-                t.push_back(ms);
-        }
-        copy_bw = 2.0 * cb / (bench_median(t) * 1e-3);
-        CK(cudaFree(src));
-        CK(cudaFree(dst));
-    }
+    copy_bw = bench_copy_bw(st, e0, e1);
     printf("copy %.1f GB/s (read + written)\n", copy_bw / 1e9);
     struct shape {
         const char *name;
