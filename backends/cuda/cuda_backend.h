@@ -118,9 +118,26 @@ void cuda_prof_finish(cuda_backend *cb);
 /* Makes the backend's device current for this thread. */
 llmem_status cuda_enter(cuda_backend *cb);
 
+/* The device address of view table t (NULL when it is empty); the table
+ * lives in v->idx. */
+static inline const int32_t *cuda_view_table(const llmem_view *v, const llmem_i32_table *t)
+{
+    return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
+                    : NULL;
+}
+
+/* The ssm_conv and ssm_scan slots of the ops table (cuda_ops_mamba2.c);
+ * signatures and statuses as llmem_ops_i's. */
+llmem_status cuda_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
+                              llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+llmem_status cuda_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
+                              const llmem_view *view, int32_t state, llmem_ct *xbc,
+                              llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
+                              llmem_ct *y);
+
 /* Fills the kernel arguments of state `state` of a recurrent view and, when
  * some stream reads a slot another stream writes, snapshots every source
- * into backend scratch first (cuda_ops.c; shared by every recurrent op). */
+ * into backend scratch first (cuda_ops_mamba2.c; shared by every recurrent op). */
 llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
                              cuk_rs_args *rs);
 

@@ -58,17 +58,6 @@ static bool dtype_scaled(llmem_dtype t)
     return t == LLMEM_DTYPE_I8 || t == LLMEM_DTYPE_F8E4M3;
 }
 
-static size_t dtype_bytes(llmem_dtype t)
-{
-    return t == LLMEM_DTYPE_F16 || t == LLMEM_DTYPE_BF16 ? 2 : 4;
-}
-
-static const int32_t *table(const llmem_view *v, const llmem_i32_table *t)
-{
-    return t->n > 0 ? (const int32_t *)(const void *)((const char *)cuda_dev(v->idx) + t->offset)
-                    : NULL;
-}
-
 llmem_status cuda_op_done(cuda_backend *cb, cudaError_t e, const char *what)
 {
     cb->b16_key = NULL; /* the op may have written the shadow's source */
@@ -471,8 +460,8 @@ static llmem_status op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
     const llmem_kv_view *kv = llmem_view_kv(view);
     cuk_rope_args r = rope_args(p);
     return done(cb,
-                cuk_rope_shift(&r, cuda_dev(kv->k), kv->dtype, table(view, &kv->shift_slot),
-                               table(view, &kv->shift_delta), kv->shift_slot.n,
+                cuk_rope_shift(&r, cuda_dev(kv->k), kv->dtype, cuda_view_table(view, &kv->shift_slot),
+                               cuda_view_table(view, &kv->shift_delta), kv->shift_slot.n,
                                (int64_t)kv->n_pages * kv->page_size, kv->n_kv_heads,
                                kv->head_dim, cb->stream),
                 "rope_shift");
@@ -493,14 +482,14 @@ static llmem_status op_kv_store(llmem_backend *be, const llmem_view *view, llmem
             return LLMEM_E_UNSUPPORTED;
         return done(cb,
                     cuk_kv_store_q(tptr(k), tptr(v), cuda_dev(kv->k), cuda_dev(kv->v), kv->dtype,
-                                   table(view, &kv->store_tok), table(view, &kv->store_slot),
+                                   cuda_view_table(view, &kv->store_tok), cuda_view_table(view, &kv->store_slot),
                                    kv->store_slot.n, (int32_t)k->ne[0], kv->page_size,
                                    kv->n_pages, kv->n_kv_heads, kv->head_dim, cb->stream),
                     "kv_store (scaled)");
     }
     return done(cb,
                 cuk_kv_store(tptr(k), tptr(v), cuda_dev(kv->k), cuda_dev(kv->v), kv->dtype,
-                             table(view, &kv->store_tok), table(view, &kv->store_slot),
+                             cuda_view_table(view, &kv->store_tok), cuda_view_table(view, &kv->store_slot),
                              kv->store_slot.n, k->ne[0], (int64_t)kv->n_pages * kv->page_size,
                              (int64_t)kv->n_kv_heads * kv->head_dim, cb->stream),
                 "kv_store");
@@ -519,11 +508,11 @@ static cuk_attn_args attn_args(const llmem_attn_params *p, const llmem_view *vie
         .k = cuda_dev(kv->k),
         .v = cuda_dev(kv->v),
         .dtype = kv->dtype,
-        .page_table = table(view, &kv->page_table),
-        .page_off = table(view, &kv->page_off),
-        .seq_len = table(view, &kv->seq_len),
-        .tok_kv_len = table(view, &kv->tok_kv_len),
-        .tok_seq = table(view, &kv->tok_seq),
+        .page_table = cuda_view_table(view, &kv->page_table),
+        .page_off = cuda_view_table(view, &kv->page_off),
+        .seq_len = cuda_view_table(view, &kv->seq_len),
+        .tok_kv_len = cuda_view_table(view, &kv->tok_kv_len),
+        .tok_seq = cuda_view_table(view, &kv->tok_seq),
         .n_tok = q->ne[0],
         .n_heads = q->ne[1],
         .n_kv_heads = kv->n_kv_heads,
@@ -635,137 +624,6 @@ static llmem_status op_attention_paged(llmem_backend *be, const llmem_attn_param
     }
     return done(cb, cuk_attn_decode(&a, n_split, max_range, part, cb->stream),
                 "attention (decode)");
-}
-
-/* ---- Mamba-2 ---------------------------------------------------------------------------------------- */
-
-llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need)
-{
-    *need = false;
-    if (v->n_seqs == 0)
-        return LLMEM_OK;
-    int32_t *writer = malloc((size_t)v->n_slots * sizeof *writer);
-    if (!writer)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < v->n_slots; i++)
-        writer[i] = -1;
-    for (int32_t s = 0; s < v->n_seqs; s++) {
-        int32_t sl = v->dst_slot.host[s];
-        if (sl >= 0)
-            writer[sl] = s;
-        for (int32_t c = 0; c < v->n_ckpt; c++) {
-            sl = v->ckpt_slot.host[(int64_t)s * v->n_ckpt + c];
-            if (sl >= 0)
-                writer[sl] = s;
-        }
-    }
-    for (int32_t s = 0; s < v->n_seqs && !*need; s++) {
-        int32_t sl = v->src_slot.host[s];
-        *need = sl >= 0 && writer[sl] >= 0 && writer[sl] != s;
-    }
-    free(writer);
-    return LLMEM_OK;
-}
-
-/* Fills the slot arguments of state `state` and, when some stream reads a
- * slot another stream writes, snapshots every source into scratch first. */
-llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
-                             cuk_rs_args *rs)
-{
-    const llmem_rs_view *v = llmem_view_rs(view);
-    const llmem_state_desc *d = &v->desc[state];
-    memset(rs, 0, sizeof *rs);
-    rs->state = cuda_dev(v->state[state]);
-    rs->dtype = d->dtype;
-    rs->elems = 1;
-    for (int32_t i = 0; i < d->n_dims; i++)
-        rs->elems *= d->shape[i];
-    rs->n_slots = v->n_slots;
-    rs->n_seqs = v->n_seqs;
-    rs->n_seq_tokens = v->n_seq_tokens;
-    rs->n_ckpt = v->n_ckpt;
-    rs->src = table(view, &v->src_slot);
-    rs->dst = table(view, &v->dst_slot);
-    rs->ckpt = table(view, &v->ckpt_slot);
-    bool need;
-    llmem_status st = cuda_rs_need_snapshot(v, &need);
-    if (st != LLMEM_OK || !need)
-        return st;
-    void *snap;
-    size_t bytes = (size_t)v->n_seqs * (size_t)rs->elems * dtype_bytes(d->dtype);
-    if ((st = cuda_scratch(cb, bytes, &snap)) != LLMEM_OK)
-        return st;
-    st = cuda_check(cb, cuk_rs_snapshot(rs, snap, cb->stream), "state snapshot");
-    rs->snap = snap;
-    return st;
-}
-
-static llmem_status op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
-                                llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
-{
-    cuda_backend *cb;
-    llmem_status st = enter(be, &cb);
-    if (st != LLMEM_OK)
-        return st;
-    const llmem_state_desc *d = &llmem_view_rs(view)->desc[state];
-    int32_t d_conv = (int32_t)d->shape[0] + 1, conv_dim = (int32_t)d->shape[1];
-    if (d_conv > 16)
-        return LLMEM_E_UNSUPPORTED; /* the kernel keeps the window in registers */
-    cuk_rs_args rs;
-    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
-        return st;
-    return done(cb,
-                cuk_ssm_conv(&rs, tptr(x), tptr(w), w->dtype, tptr(b), b ? (int)b->dtype : 0,
-                             tptr(out), conv_dim, d_conv, cb->stream),
-                "ssm_conv");
-}
-
-cuk_scan_args cuda_scan_args(const llmem_ssm_params *p, llmem_ct *xbc, llmem_ct *dt,
-                             llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
-{
-    return (cuk_scan_args){
-        .n_heads = p->n_heads,
-        .head_dim = p->head_dim,
-        .d_state = p->d_state,
-        .n_groups = p->n_groups,
-        .dt_min = p->dt_min,
-        .dt_max = p->dt_max,
-        .xbc = tptr(xbc),
-        .dt = tptr(dt),
-        .a_log = tptr(a_log),
-        .d = tptr(d),
-        .dt_bias = tptr(dt_bias),
-        .a_dt = a_log->dtype,
-        .d_dt = d ? (int32_t)d->dtype : 0,
-        .b_dt = dt_bias ? (int32_t)dt_bias->dtype : 0,
-        .y = tptr(y),
-        /* xbc may be [T, ...] flattening to conv_dim columns (<llmem/ops.h>) */
-        .conv_dim = p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state,
-    };
-}
-
-static llmem_status op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
-                                const llmem_view *view, int32_t state, llmem_ct *xbc,
-                                llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
-                                llmem_ct *y)
-{
-    if (llmem_view_rs(view)->desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
-        return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
-    cuda_backend *cb;
-    llmem_status st = enter(be, &cb);
-    if (st != LLMEM_OK)
-        return st;
-    if (!cuk_ssm_scan_supported(p->d_state))
-        return LLMEM_E_UNSUPPORTED; /* d_state > 256 */
-    cuk_rs_args rs;
-    if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
-        return st;
-    cuk_scan_args sa = cuda_scan_args(p, xbc, dt, a_log, d, dt_bias, y);
-    sa.n_sms = cb->n_sms;
-    sa.fast = p->fast != 0;
-    if (cuk_ssd_applies(&rs, &sa)) /* prefill: chunked SSD, kernels/ssd.cu */
-        return done(cb, cuk_ssd_scan(&rs, &sa, cb->stream), "ssm_scan (chunked)");
-    return done(cb, cuk_ssm_scan(&rs, &sa, cb->stream), "ssm_scan");
 }
 
 /* ---- copies, output ------------------------------------------------------------------------------- */
@@ -883,8 +741,8 @@ const struct llmem_ops_i cuda_ops = {
     .rope_shift = op_rope_shift,
     .kv_store = op_kv_store,
     .attention_paged = op_attention_paged,
-    .ssm_conv = op_ssm_conv,
-    .ssm_scan = op_ssm_scan,
+    .ssm_conv = cuda_op_ssm_conv,
+    .ssm_scan = cuda_op_ssm_scan,
     .copy = op_copy,
     .copy_blocks = op_copy_blocks,
     .log_softmax = op_log_softmax,
