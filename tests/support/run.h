@@ -10,6 +10,14 @@
 
 int test_run_suite(Suite *s);
 
+/* The exit status of a suite whose checks need `backend` ("cuda", ...):
+ * EXIT_FAILURE when `failed` (test_run_suite's count) is not 0; else 77,
+ * ctest's SKIP_RETURN_CODE, with "NAME: skipped: <why>" on stdout when
+ * the backend cannot be opened here (only the checks that need no device
+ * ran); else EXIT_SUCCESS. Opens and closes the backend: call it after the
+ * suite, when no test forks any more. */
+int test_exit_status(int failed, const char *backend, const char *name);
+
 #ifdef LLMEM_SOURCE_DIR
 /* The source tree a test reads fixtures from: $LLMEM_SOURCE_DIR, else the
  * build's source folder, else the current folder when that is absent (a
