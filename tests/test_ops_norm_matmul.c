@@ -222,6 +222,58 @@ START_TEST(test_norm_matmul_invalid)
 }
 END_TEST
 
+/* The CPU test knob LLMEM_NORM_MATMUL_CPU_MAX_K=n (backends/cpu/
+ * ops_norm_matmul.c): rows longer than n are refused with
+ * LLMEM_E_UNSUPPORTED and out is left as it was (the add's input), rows of
+ * n or fewer still match the float64 reference, and without the knob the
+ * long rows run. tests/fused_fallback.sh relies on it to drive
+ * models/forward.c's fallback to the unfused ops. CPU only. */
+START_TEST(test_norm_matmul_cpu_max_k)
+{
+    if (!th_is_cpu(_i))
+        return;
+    llmem_backend *be = th_open(_i);
+    int32_t T = 1, N = 5, Ks[2] = {32, 33};
+    llmem_norm_matmul_params p = {.norm = LLMEM_NM_NORM_RMS, .epilogue = LLMEM_NM_ADD,
+                                  .eps = 1e-5f};
+    ck_assert_int_eq(setenv("LLMEM_NORM_MATMUL_CPU_MAX_K", "32", 1), 0);
+    for (int pass = 0; pass < 2; pass++) { /* pass 1: knob unset */
+        if (pass == 1)
+            ck_assert_int_eq(unsetenv("LLMEM_NORM_MATMUL_CPU_MAX_K"), 0);
+        for (int k = 0; k < 2; k++) {
+            int32_t K = Ks[k];
+            th_ctx c;
+            th_begin(&c, be);
+            double *x = th_vec(&c, (int64_t)T * K), *w = th_vec(&c, (int64_t)N * K);
+            double *nw = th_vec(&c, K), *o0 = th_vec(&c, N), *a = th_vec(&c, (int64_t)T * K);
+            double *ps = th_vec(&c, N), *ref = th_vec(&c, N), *out = th_vec(&c, N);
+            ref64_rng r = ref64_rng_make(ref64_seed(), 9950 + k);
+            ref64_fill(&r, x, (int64_t)T * K, -2, 2, F32);
+            ref64_fill(&r, w, (int64_t)N * K, -1, 1, LLMEM_DTYPE_BF16);
+            ref64_fill(&r, nw, K, 0.5, 1.5, LLMEM_DTYPE_BF16);
+            ref64_fill(&r, o0, N, -4, 4, F32);
+            nm_ref(&p, x, NULL, nw, w, NULL, o0, T, K, N, a, ps, NULL, ref);
+            llmem_tensor tx = th_input(&c, F32, 2, T, K, 1, x);
+            llmem_tensor tn = th_input(&c, LLMEM_DTYPE_BF16, 1, K, 1, 1, nw);
+            llmem_tensor tw = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w);
+            llmem_tensor to = th_input(&c, F32, 2, T, N, 1, o0);
+            llmem_status st = llmem_op_norm_matmul(be, &p, &tx, NULL, &tn, &tw, NULL, &to);
+            th_get(&to, out);
+            if (pass == 0 && K > 32) {
+                ck_assert_int_eq(st, LLMEM_E_UNSUPPORTED);
+                for (int32_t i = 0; i < N; i++)
+                    ck_assert_msg(out[i] == o0[i], "refused K=%d but out[%d] changed", K, i);
+            } else {
+                ck_assert_msg(st == LLMEM_OK, "K=%d pass %d: status %d", K, pass, (int)st);
+                th_expect_close(out, ref, N, 1e-5, "norm_matmul under the MAX_K knob");
+            }
+            th_end(&c);
+        }
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     printf("test_ops_norm_matmul: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
@@ -232,6 +284,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_norm_matmul, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_invalid, 0, n);
+    tcase_add_loop_test(tc, test_norm_matmul_cpu_max_k, 0, n);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -7,6 +7,12 @@
  * meant for decode rows, and models/forward.c uses it only on device
  * backends, so this is the reference the conformance suite checks them
  * against (tests/test_ops_norm_matmul.c checks it against float64).
+ *
+ * LLMEM_NORM_MATMUL_CPU_MAX_K=n (a test knob) makes this slot refuse rows
+ * longer than n (K > n) with LLMEM_E_UNSUPPORTED before writing anything,
+ * as the CUDA kernel refuses the shapes it does not take: with
+ * LLMEM_NORM_MATMUL_CPU=1 it exercises models/forward.c's fallback to the
+ * unfused ops on the CPU (ctest fused_fallback_*, tests/fused_fallback.sh).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -21,6 +27,9 @@ static llmem_status cpu_op_norm_matmul(llmem_backend *be, const llmem_norm_matmu
 {
     (void)be;
     int64_t T = x->ne[0], K = x->ne[1], N = w->ne[0];
+    const char *mk = getenv("LLMEM_NORM_MATMUL_CPU_MAX_K");
+    if (mk && *mk && K > strtoll(mk, NULL, 10))
+        return LLMEM_E_UNSUPPORTED;
     size_t es = llmem_dtype_size(w->dtype);
     float *a = malloc((size_t)K * 3 * sizeof *a);
     if (!a)
