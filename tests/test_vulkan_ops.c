@@ -417,25 +417,78 @@ START_TEST(test_attention_wide_groups)
 }
 END_TEST
 
+/* out[m, n] = a[m, k] · w[n, k]ᵀ on be (llmem_op_matmul, or matmul_fast
+ * when fast), with w uploaded as f32 and converted to dtype wt on the
+ * device (llmem_op_copy: exact when w holds wt's values). */
+static void run_matmul(llmem_backend *be, const float *a, const float *w, int32_t m, int32_t k,
+                       int32_t n, llmem_dtype wt, bool fast, float *out)
+{
+    llmem_buffer *ba, *bw, *bw2, *bo;
+    llmem_tensor ta = up_f32(be, &ba, a, 2, m, k, 1);
+    llmem_tensor tw = up_f32(be, &bw, w, 2, n, k, 1);
+    llmem_tensor tw2 = {NULL, 0, wt, 2, {n, k, 1, 1}};
+    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&tw2), &bw2));
+    tw2.buf = bw2;
+    OK(llmem_op_copy(be, &tw, 0, &tw2));
+    llmem_tensor to = up_f32(be, &bo, NULL, 2, m, n, 1);
+    OK(fast ? llmem_op_matmul_fast(be, &ta, &tw2, &to) : llmem_op_matmul(be, &ta, &tw2, &to));
+    get_f32(&to, out);
+    llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2), llmem_buffer_free(bo);
+}
+
+/* w[i] rounded toward zero to bf16 (its low 16 bits cleared), so the
+ * device's bf16 copy holds exactly the values the reference multiplies. */
+static void trunc_bf16(float *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u &= 0xffff0000u;
+        memcpy(&w[i], &u, 4);
+    }
+}
+
+/* a[m, k] · w[n, k]ᵀ in float64 (malloc'd; the caller frees it). */
+static double *ref_matmul(const float *a, const float *w, int32_t m, int32_t k, int32_t n)
+{
+    double *ref = malloc((size_t)m * n * sizeof *ref);
+    ck_assert_ptr_nonnull(ref);
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int32_t i = 0; i < k; i++)
+                acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
+            ref[(size_t)r * n + j] = acc;
+        }
+    return ref;
+}
+
+/* Each row r of o[m, n] finite and within rtol times the row's largest
+ * |ref| of ref (a row's own scale: rows may differ by 2^120). */
+static void expect_rows_close(const float *o, const double *ref, int32_t m, int32_t n,
+                              double rtol, const char *what)
+{
+    for (int32_t r = 0; r < m; r++) {
+        double big = 0, err = 0;
+        for (int32_t j = 0; j < n; j++) {
+            double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
+            ck_assert_msg(isfinite(y), "%s: row %d col %d not finite", what, r, j);
+            big = fabs(x) > big ? fabs(x) : big;
+            err = fabs(y - x) > err ? fabs(y - x) : err;
+        }
+        ck_assert_msg(err <= rtol * big, "%s row %d: error %g of %g", what, r, err, big);
+    }
+}
+
 static void compare_matmul(llmem_backend *vk, llmem_backend *cpu, int32_t m, int32_t k, int32_t n,
                            llmem_dtype wt)
 {
     float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
     float *o[2] = {malloc((size_t)m * n * 4), malloc((size_t)m * n * 4)};
-    for (int bi = 0; bi < 2; bi++) {
-        llmem_backend *be = bi ? cpu : vk;
-        llmem_buffer *ba, *bw, *bw2, *bo;
-        llmem_tensor ta = up_f32(be, &ba, a, 2, m, k, 1);
-        llmem_tensor tw = up_f32(be, &bw, w, 2, n, k, 1);
-        llmem_tensor tw2 = {NULL, 0, wt, 2, {n, k, 1, 1}};
-        OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&tw2), &bw2));
-        tw2.buf = bw2;
-        OK(llmem_op_copy(be, &tw, 0, &tw2));
-        llmem_tensor to = up_f32(be, &bo, NULL, 2, m, n, 1);
-        OK(llmem_op_matmul(be, &ta, &tw2, &to));
-        get_f32(&to, o[bi]);
-        llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2), llmem_buffer_free(bo);
-    }
+    ck_assert_ptr_nonnull(o[0]);
+    ck_assert_ptr_nonnull(o[1]);
+    run_matmul(vk, a, w, m, k, n, wt, false, o[0]);
+    run_matmul(cpu, a, w, m, k, n, wt, false, o[1]);
     double e = rel_err(o[0], o[1], (size_t)m * n);
     ck_assert_msg(e <= 1e-5, "matmul %dx%dx%d %s: error %g", m, k, n, llmem_dtype_name(wt), e);
     free(a), free(w), free(o[0]), free(o[1]);
@@ -469,53 +522,20 @@ START_TEST(test_matmul_row_scales)
         for (int32_t r = 0; r < m; r++)
             for (int32_t i = 0; i < k; i++)
                 a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 7) * 20 - 60);
-        for (size_t i = 0; i < (size_t)n * k; i++) { /* exact bf16 values, 2^-17 .. 2^10 */
-            float x = ldexpf(w[i], (int)(i % 28) - 17);
-            uint32_t u;
-            memcpy(&u, &x, 4);
-            u &= 0xffff0000u;
-            memcpy(&w[i], &u, 4);
-        }
-        double *ref = malloc((size_t)m * n * sizeof *ref);
-        ck_assert_ptr_nonnull(ref);
-        for (int32_t r = 0; r < m; r++)
-            for (int32_t j = 0; j < n; j++) {
-                double acc = 0;
-                for (int32_t i = 0; i < k; i++)
-                    acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
-                ref[(size_t)r * n + j] = acc;
-            }
+        for (size_t i = 0; i < (size_t)n * k; i++) /* 2^-17 .. 2^10 */
+            w[i] = ldexpf(w[i], (int)(i % 28) - 17);
+        trunc_bf16(w, (size_t)n * k);
+        double *ref = ref_matmul(a, w, m, k, n);
+        float *o = malloc((size_t)m * n * sizeof *o);
+        ck_assert_ptr_nonnull(o);
         for (int fast = 0; fast < 2; fast++) {
-            llmem_buffer *ba, *bw, *bw2, *bo;
-            llmem_tensor ta = up_f32(vk, &ba, a, 2, m, k, 1);
-            llmem_tensor tw = up_f32(vk, &bw, w, 2, n, k, 1);
-            llmem_tensor tw2 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
-            OK(llmem_buffer_alloc(vk, llmem_tensor_nbytes(&tw2), &bw2));
-            tw2.buf = bw2;
-            OK(llmem_op_copy(vk, &tw, 0, &tw2)); /* exact: the values are bf16 */
-            llmem_tensor to = up_f32(vk, &bo, NULL, 2, m, n, 1);
-            OK(fast ? llmem_op_matmul_fast(vk, &ta, &tw2, &to) : llmem_op_matmul(vk, &ta, &tw2, &to));
-            float *o = malloc((size_t)m * n * sizeof *o);
-            ck_assert_ptr_nonnull(o);
-            get_f32(&to, o);
-            for (int32_t r = 0; r < m; r++) {
-                double big = 0, err = 0;
-                for (int32_t j = 0; j < n; j++) {
-                    double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
-                    ck_assert_msg(isfinite(y), "row %d col %d not finite", r, j);
-                    big = fabs(x) > big ? fabs(x) : big;
-                    err = fabs(y - x) > err ? fabs(y - x) : err;
-                }
-                ck_assert_msg(err <= (fast ? 2e-3 : 1e-5) * big,
-                              "%s %dx%dx%d row %d (scale 2^%d): error %g of %g",
-                              fast ? "matmul_fast" : "matmul", m, k, n, r, (r % 7) * 20 - 60, err,
-                              big);
-            }
-            free(o);
-            llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2);
-            llmem_buffer_free(bo);
+            run_matmul(vk, a, w, m, k, n, BF16, fast, o);
+            char what[96];
+            snprintf(what, sizeof what, "%s %dx%dx%d (row r scaled by 2^((r %% 7) * 20 - 60))",
+                     fast ? "matmul_fast" : "matmul", m, k, n);
+            expect_rows_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
         }
-        free(a), free(w), free(ref);
+        free(o), free(a), free(w), free(ref);
     }
     llmem_backend_close(vk);
 }
@@ -542,41 +562,15 @@ START_TEST(test_matmul_cm_stages)
             for (size_t ki = 0; ki < 4; ki++) {
                 int32_t m = ms[mi], k = ks[ki];
                 float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-                for (size_t i = 0; i < (size_t)n * k; i++) { /* exact bf16 values */
-                    uint32_t u;
-                    memcpy(&u, &w[i], 4);
-                    u &= 0xffff0000u;
-                    memcpy(&w[i], &u, 4);
-                }
-                llmem_buffer *ba, *bw, *bw2, *bo;
-                llmem_tensor ta = up_f32(vk, &ba, a, 2, m, k, 1);
-                llmem_tensor tw = up_f32(vk, &bw, w, 2, n, k, 1);
-                llmem_tensor tw2 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
-                OK(llmem_buffer_alloc(vk, llmem_tensor_nbytes(&tw2), &bw2));
-                tw2.buf = bw2;
-                OK(llmem_op_copy(vk, &tw, 0, &tw2));
-                llmem_tensor to = up_f32(vk, &bo, NULL, 2, m, n, 1);
-                OK(llmem_op_matmul(vk, &ta, &tw2, &to));
+                trunc_bf16(w, (size_t)n * k);
+                double *ref = ref_matmul(a, w, m, k, n);
                 float *o = malloc((size_t)m * n * sizeof *o);
                 ck_assert_ptr_nonnull(o);
-                get_f32(&to, o);
-                for (int32_t r = 0; r < m; r++) {
-                    double big = 0, err = 0;
-                    for (int32_t j = 0; j < n; j++) {
-                        double x = 0;
-                        for (int32_t i = 0; i < k; i++)
-                            x += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
-                        double y = o[(size_t)r * n + j];
-                        ck_assert_msg(isfinite(y), "row %d col %d not finite", r, j);
-                        big = fabs(x) > big ? fabs(x) : big;
-                        err = fabs(y - x) > err ? fabs(y - x) : err;
-                    }
-                    ck_assert_msg(err <= 1e-5 * big, "stages %s, %dx%dx%d row %d: error %g of %g",
-                                  stages[si], m, k, n, r, err, big);
-                }
-                free(o), free(a), free(w);
-                llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2);
-                llmem_buffer_free(bo);
+                run_matmul(vk, a, w, m, k, n, BF16, false, o);
+                char what[64];
+                snprintf(what, sizeof what, "stages %s, %dx%dx%d", stages[si], m, k, n);
+                expect_rows_close(o, ref, m, n, 1e-5, what);
+                free(o), free(a), free(w), free(ref);
             }
         llmem_backend_close(vk);
     }
