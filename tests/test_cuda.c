@@ -42,20 +42,6 @@
 #define F16 LLMEM_DTYPE_F16
 #define BF16 LLMEM_DTYPE_BF16
 
-/* Opens cuda; NULL (and a printed reason) when this machine has none. */
-static llmem_backend *open_cuda(void)
-{
-    char err[512] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open("cuda", -1, &be, err, sizeof err);
-    if (st == LLMEM_E_NOT_FOUND) {
-        printf("cuda: skipped (%s)\n", err);
-        return NULL;
-    }
-    ck_assert_msg(st == LLMEM_OK, "open cuda: %s: %s", llmem_status_str(st), err);
-    return be;
-}
-
 static llmem_backend *open_cpu(void)
 {
     llmem_backend *be = NULL;
@@ -143,7 +129,7 @@ END_TEST
 
 START_TEST(test_alloc_failure)
 {
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     if (!be)
         return;
     llmem_buffer *huge = NULL;
@@ -298,12 +284,12 @@ static void arun(llmem_backend *be, const acase *k, const adata *d, double *out)
 
 START_TEST(test_attention_paths)
 {
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     if (!be)
         return;
     llmem_backend *cpu = open_cpu();
     setenv("LLMEM_CUDA_ATTN_FAST", "1", 1);
-    llmem_backend *fast = open_cuda();
+    llmem_backend *fast = test_open_or_skip("cuda");
     unsetenv("LLMEM_CUDA_ATTN_FAST");
     for (size_t ci = 0; ci < sizeof acases / sizeof acases[0]; ci++) {
         const acase *k = &acases[ci];
@@ -397,7 +383,7 @@ static void srun(llmem_backend *be, const scase *k, const unsigned char *init, s
 
 START_TEST(test_scan_shapes)
 {
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     if (!be)
         return;
     llmem_backend *cpu = open_cpu();
@@ -479,7 +465,7 @@ static void mrun(llmem_backend *be, int32_t m, int32_t k, int32_t n, llmem_dtype
 
 START_TEST(test_matmul_gemm)
 {
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     if (!be)
         return;
     llmem_backend *cpu = open_cpu();
@@ -560,7 +546,7 @@ START_TEST(test_profile)
     ck_assert_int_ge(saved, 0);
     ck_assert_int_eq(dup2(fd, 2), 2);
     setenv("LLMEM_CUDA_PROFILE", "1", 1);
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     unsetenv("LLMEM_CUDA_PROFILE");
     if (be) {
         th_ctx c;

@@ -40,19 +40,6 @@
 #define F32 LLMEM_DTYPE_F32
 #define BF16 LLMEM_DTYPE_BF16
 
-static llmem_backend *open_cuda(void)
-{
-    char err[512] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open("cuda", -1, &be, err, sizeof err);
-    if (st == LLMEM_E_NOT_FOUND) {
-        printf("cuda: skipped (%s)\n", err);
-        return NULL;
-    }
-    ck_assert_msg(st == LLMEM_OK, "open cuda: %s: %s", llmem_status_str(st), err);
-    return be;
-}
-
 enum { M = 40, K = 256, N = 72 };
 
 /* ref[M, N] = bf16(f32(h)) · wᵀ in float64 (the fast GEMM's input). */
@@ -89,7 +76,7 @@ static void expect_same_as_rounding_pass(th_ctx *h, llmem_backend *be, const llm
 
 START_TEST(test_shadow_norms)
 {
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     if (!be)
         return;
     ref64_rng r = ref64_rng_make(ref64_seed(), 9100);
@@ -185,7 +172,7 @@ END_TEST
 
 START_TEST(test_shadow_swiglu_copy)
 {
-    llmem_backend *be = open_cuda();
+    llmem_backend *be = test_open_or_skip("cuda");
     if (!be)
         return;
     ref64_rng r = ref64_rng_make(ref64_seed(), 9200);

@@ -23,3 +23,16 @@ int test_exit_status(int failed, const char *backend, const char *name)
     llmem_backend_close(be);
     return EXIT_SUCCESS;
 }
+
+llmem_backend *test_open_or_skip(const char *backend)
+{
+    char err[512] = "";
+    llmem_backend *be = NULL;
+    llmem_status st = llmem_backend_open(backend, -1, &be, err, sizeof err);
+    if (st == LLMEM_E_NOT_FOUND) {
+        printf("%s: skipped (%s)\n", backend, err);
+        return NULL;
+    }
+    ck_assert_msg(st == LLMEM_OK, "open %s: %s: %s", backend, llmem_status_str(st), err);
+    return be;
+}

@@ -18,6 +18,13 @@ int test_run_suite(Suite *s);
  * suite, when no test forks any more. */
 int test_exit_status(int failed, const char *backend, const char *name);
 
+/* Opens `backend` at its default device for a check that needs it: NULL,
+ * with "<backend>: skipped (<why>)" on stdout, when this machine has none
+ * (LLMEM_E_NOT_FOUND); any other failure fails the check. The caller
+ * closes what it gets. */
+struct llmem_backend;
+struct llmem_backend *test_open_or_skip(const char *backend);
+
 #ifdef LLMEM_SOURCE_DIR
 /* The source tree a test reads fixtures from: $LLMEM_SOURCE_DIR, else the
  * build's source folder, else the current folder when that is absent (a
