@@ -1,7 +1,8 @@
 /* Helpers of the stand-alone CUDA timing harnesses (kernels/bench_*.cu;
  * not part of the build): a CUDA status check that exits the harness with
- * the failing call's text, the median of a set of timings, and the device
- * copy ceiling the figures are compared with. */
+ * the failing call's text, the median of a set of timings, event timing of
+ * a body of launches, and the device copy ceiling the figures are compared
+ * with. */
 #ifndef LLMEM_BENCH_COMMON_CUH
 #define LLMEM_BENCH_COMMON_CUH
 
@@ -29,6 +30,31 @@ static inline float bench_median(std::vector<float> v)
     return v[v.size() / 2];
 }
 
+/* Event timing of a body of launches on stream st: warmup + reps runs,
+ * each recording e0, calling body(c) per_run times back to back (c counts
+ * every call from 0, e.g. to rotate over weight copies), recording e1 and
+ * waiting for it; the median over the last reps runs of one call's share
+ * (run time / per_run), in ms. per_run > 1 hides launch latency, not each
+ * kernel's ramp and drain. */
+template <class F>
+static inline float bench_time_ms(cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1, int warmup,
+                                  int reps, int per_run, F body)
+{
+    std::vector<float> t;
+    for (int i = 0; i < warmup + reps; i++) {
+        CK(cudaEventRecord(e0, st));
+        for (int j = 0; j < per_run; j++)
+            body(i * per_run + j);
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i >= warmup)
+            t.push_back(ms / per_run);
+    }
+    return bench_median(t);
+}
+
 /* The device copy ceiling: bytes read + written per second of a 1 GiB
  * device-to-device cudaMemcpyAsync on stream st, the median of 20 copies
  * after 5 warm-ups, timed with the caller's events e0, e1. */
@@ -39,20 +65,12 @@ static inline double bench_copy_bw(cudaStream_t st, cudaEvent_t e0, cudaEvent_t 
     CK(cudaMalloc(&src, cb));
     CK(cudaMalloc(&dst, cb));
     CK(cudaMemset(src, 1, cb));
-    std::vector<float> t;
-    for (int i = 0; i < 25; i++) {
-        CK(cudaEventRecord(e0, st));
+    float ms = bench_time_ms(st, e0, e1, 5, 20, 1, [&](int) {
         CK(cudaMemcpyAsync(dst, src, cb, cudaMemcpyDeviceToDevice, st));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 5)
-            t.push_back(ms);
-    }
+    });
     CK(cudaFree(src));
     CK(cudaFree(dst));
-    return 2.0 * cb / (bench_median(t) * 1e-3);
+    return 2.0 * cb / (ms * 1e-3);
 }
 
 #endif

@@ -49,66 +49,30 @@ int main()
             CK(cudaMemset(w[c], 0x3c, wbytes)); /* bf16 ~0.0115, not zero */
         }
         for (int m : {1, 4}) {
-            std::vector<float> tt;
-            for (int i = 0; i < 55; i++) {
-                CK(cudaEventRecord(e0, s));
-                CK(cuk_gemv(a, w[i % copies], 2, out, m, sh.n, sh.k, s));
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (i >= 5)
-                    tt.push_back(ms);
-            }
-            double sec = bench_median(tt) * 1e-3;
+            double sec = bench_time_ms(s, e0, e1, 5, 50, 1, [&](int c) {
+                CK(cuk_gemv(a, w[c % copies], 2, out, m, sh.n, sh.k, s));
+            }) * 1e-3;
             /* 20 back-to-back launches between two events: launch latency
              * hidden, ramp and drain of each kernel still serial */
-            std::vector<float> tb;
-            for (int i = 0; i < 7; i++) {
-                CK(cudaEventRecord(e0, s));
-                for (int j = 0; j < 20; j++)
-                    CK(cuk_gemv(a, w[j % copies], 2, out, m, sh.n, sh.k, s));
-                CK(cudaEventRecord(e1, s));
-                CK(cudaEventSynchronize(e1));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (i >= 2)
-                    tb.push_back(ms / 20);
-            }
-            double sb = bench_median(tb) * 1e-3;
+            double sb = bench_time_ms(s, e0, e1, 2, 5, 20, [&](int c) {
+                CK(cuk_gemv(a, w[c % copies], 2, out, m, sh.n, sh.k, s));
+            }) * 1e-3;
             printf("%-12s %7d %7d %3d %10.1f %10.1f %7.1f%%   x20: %7.1f us %6.1f%%\n", sh.name,
                    sh.n, sh.k, m, sec * 1e6, wbytes / sec / 1e9, 100.0 * wbytes / sec / copy_bw,
                    sb * 1e6, 100.0 * wbytes / sb / copy_bw);
         }
         if (sh.n == 14336) { /* fused gate/up + SwiGLU against two GEMVs + swiglu */
             for (int m : {1, 4}) {
-                std::vector<float> tf, tu;
-                for (int i = 0; i < 27; i++) {
-                    CK(cudaEventRecord(e0, s));
-                    for (int j = 0; j < 10; j++)
-                        CK(cuk_gemv_swiglu(a, w[(2 * j) % copies], w[(2 * j + 1) % copies], 2, out,
-                                           m, sh.n, sh.k, s));
-                    CK(cudaEventRecord(e1, s));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    if (i >= 2)
-                        tf.push_back(ms / 10);
-                    CK(cudaEventRecord(e0, s));
-                    for (int j = 0; j < 10; j++) {
-                        CK(cuk_gemv(a, w[(2 * j) % copies], 2, out, m, sh.n, sh.k, s));
-                        CK(cuk_gemv(a, w[(2 * j + 1) % copies], 2, out + 4 * 14336, m, sh.n, sh.k,
-                                    s));
-                        CK(cuk_elementwise(CUK_EW_SWIGLU, out, out + 4 * 14336, 0, 0.0f, out,
-                                           (int64_t)m * sh.n, s));
-                    }
-                    CK(cudaEventRecord(e1, s));
-                    CK(cudaEventSynchronize(e1));
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    if (i >= 2)
-                        tu.push_back(ms / 10);
-                }
-                double sf = bench_median(tf) * 1e-3, su = bench_median(tu) * 1e-3;
+                double sf = bench_time_ms(s, e0, e1, 2, 25, 10, [&](int c) {
+                    CK(cuk_gemv_swiglu(a, w[(2 * c) % copies], w[(2 * c + 1) % copies], 2, out,
+                                       m, sh.n, sh.k, s));
+                }) * 1e-3;
+                double su = bench_time_ms(s, e0, e1, 2, 25, 10, [&](int c) {
+                    CK(cuk_gemv(a, w[(2 * c) % copies], 2, out, m, sh.n, sh.k, s));
+                    CK(cuk_gemv(a, w[(2 * c + 1) % copies], 2, out + 4 * 14336, m, sh.n, sh.k, s));
+                    CK(cuk_elementwise(CUK_EW_SWIGLU, out, out + 4 * 14336, 0, 0.0f, out,
+                                       (int64_t)m * sh.n, s));
+                }) * 1e-3;
                 printf("gate+up+swiglu M=%d: fused %.1f us (%.1f%% of copy), unfused %.1f us\n", m,
                        sf * 1e6, 100.0 * 2 * wbytes / sf / copy_bw, su * 1e6);
             }

@@ -50,21 +50,8 @@ static cudaEvent_t e0, e1;
 
 template <typename F> static double time_us(F launch)
 {
-    std::vector<float> tb;
-    for (int i = 0; i < 7; i++) {
-        CK(cudaEventRecord(e0, st));
-        for (int j = 0; j < 20; j++)
-            CK(launch(j));
-        CK(cudaEventRecord(e1, st));
-        CK(cudaEventSynchronize(e1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if (i >= 2)
-            tb.push_back(ms / 20);
-    }
-    return bench_median(tb) * 1e3;
+    return bench_time_ms(st, e0, e1, 2, 5, 20, [&](int c) { CK(launch(c)); }) * 1e3;
 }
-
 
 /* float64 reference of one fused variant on copy 0 (host copies hw, hw2) */
 static double check(const cuk_gemv_rows &p, const std::vector<uint16_t> &hw,

@@ -37,19 +37,7 @@ static cudaEvent_t E0, E1;
 
 template <class F> static float time_us(F f)
 {
-    std::vector<float> t;
-    for (int i = 0; i < 23; i++) {
-        CK(cudaEventRecord(E0, S));
-        f();
-        CK(cudaEventRecord(E1, S));
-        CK(cudaEventSynchronize(E1));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, E0, E1));
-        if (i >= 3)
-            t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2] * 1e3f;
+    return bench_time_ms(S, E0, E1, 3, 20, 1, [&](int) { f(); }) * 1e3f;
 }
 
 static float lt_best(cublasLtHandle_t lt, void *ws, size_t ws_bytes, const void *w, const void *a,
