@@ -523,6 +523,18 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Whether be has the batched device copy (llmem_backend_i.buffer_copy_ranges:
+ * every built-in backend), which copy_blocks, kv_page_copy and
+ * state_slot_copy then run on: one batch (CUDA: one kernel; Vulkan: one
+ * dispatch per buffer pair) instead of a copy per block. */
+static bool batches_copies(llmem_backend *be)
+{
+    const llmem_backend_i *i = be->iface;
+    return i->struct_size >= offsetof(llmem_backend_i, buffer_copy_ranges) +
+                                 sizeof(i->buffer_copy_ranges) &&
+           i->buffer_copy_ranges;
+}
+
 llmem_status llmem_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
                                   int32_t n, const int32_t *src, const int32_t *dst)
 {
@@ -553,15 +565,17 @@ llmem_status llmem_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t b
         return st;
     llmem_status (*fn)(llmem_backend *, llmem_buffer *, size_t, int32_t, const int32_t *,
                        const int32_t *) = SLOT(be, copy_blocks);
-    if (fn)
+    if (fn && !batches_copies(be))
         return fn(be, buf, block_bytes, n, src, dst);
-    for (int32_t i = 0; i < n; i++) {
-        st = llmem_buffer_copy(buf, (size_t)dst[i] * block_bytes, buf,
-                               (size_t)src[i] * block_bytes, block_bytes);
-        if (st != LLMEM_OK)
-            return st;
-    }
-    return LLMEM_OK;
+    llmem_copy_range *r = malloc((size_t)n * sizeof *r);
+    if (!r)
+        return LLMEM_E_NO_MEMORY;
+    for (int32_t i = 0; i < n; i++)
+        r[i] = (llmem_copy_range){buf, (size_t)dst[i] * block_bytes, buf,
+                                  (size_t)src[i] * block_bytes, block_bytes};
+    st = llmem_buffer_copy_ranges(r, n);
+    free(r);
+    return st;
 }
 
 llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, int32_t src_page,
@@ -581,10 +595,16 @@ llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, in
         return LLMEM_E_INVALID;
     size_t page_bytes =
         llmem_kv_page_bytes(kv->dtype, kv->page_size, kv->n_kv_heads, kv->head_dim);
-    st = llmem_op_copy_blocks(be, kv->k, page_bytes, 1, &src_page, &dst_page);
-    if (st != LLMEM_OK)
-        return st;
-    return llmem_op_copy_blocks(be, kv->v, page_bytes, 1, &src_page, &dst_page);
+    if (!batches_copies(be)) {
+        st = llmem_op_copy_blocks(be, kv->k, page_bytes, 1, &src_page, &dst_page);
+        if (st != LLMEM_OK)
+            return st;
+        return llmem_op_copy_blocks(be, kv->v, page_bytes, 1, &src_page, &dst_page);
+    }
+    size_t so = (size_t)src_page * page_bytes, d_o = (size_t)dst_page * page_bytes;
+    const llmem_copy_range r[2] = {{kv->k, d_o, kv->k, so, page_bytes},
+                                   {kv->v, d_o, kv->v, so, page_bytes}};
+    return llmem_buffer_copy_ranges(r, 2); /* checks the pools' ranges */
 }
 
 llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
@@ -600,17 +620,40 @@ llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
         dst_slot < 0 || src_slot >= rs->n_slots || dst_slot >= rs->n_slots ||
         src_slot == dst_slot)
         return LLMEM_E_INVALID;
-    for (int32_t j = 0; j < rs->n_states; j++) {
+    size_t *bytes = malloc(((size_t)rs->n_states + 1) * sizeof *bytes);
+    if (!bytes)
+        return LLMEM_E_NO_MEMORY;
+    llmem_status st = LLMEM_OK;
+    size_t top = (size_t)(src_slot > dst_slot ? src_slot : dst_slot);
+    for (int32_t j = 0; j < rs->n_states && st == LLMEM_OK; j++) {
         const llmem_state_desc *d = &rs->desc[j];
         if ((unsigned)d->dtype >= LLMEM_DTYPE_COUNT || d->n_dims < 1 ||
-            d->n_dims > LLMEM_STATE_MAX_DIMS)
-            return LLMEM_E_INVALID;
-        size_t bytes = llmem_state_slot_bytes(d);
-        if (bytes == 0)
-            return LLMEM_E_INVALID;
-        llmem_status st = llmem_op_copy_blocks(be, rs->state[j], bytes, 1, &src_slot, &dst_slot);
-        if (st != LLMEM_OK)
-            return st;
+            d->n_dims > LLMEM_STATE_MAX_DIMS || (bytes[j] = llmem_state_slot_bytes(d)) == 0 ||
+            !rs->state[j] || llmem_buffer_backend(rs->state[j]) != be ||
+            llmem_buffer_size(rs->state[j]) / bytes[j] <= top)
+            st = LLMEM_E_INVALID;
     }
-    return LLMEM_OK;
+    /* every state checked before anything is copied: all or nothing */
+    if (st != LLMEM_OK || rs->n_states == 0) {
+        free(bytes);
+        return st;
+    }
+    if (!batches_copies(be)) {
+        for (int32_t j = 0; j < rs->n_states && st == LLMEM_OK; j++)
+            st = llmem_op_copy_blocks(be, rs->state[j], bytes[j], 1, &src_slot, &dst_slot);
+        free(bytes);
+        return st;
+    }
+    llmem_copy_range *r = malloc((size_t)rs->n_states * sizeof *r);
+    if (!r) {
+        free(bytes);
+        return LLMEM_E_NO_MEMORY;
+    }
+    for (int32_t j = 0; j < rs->n_states; j++)
+        r[j] = (llmem_copy_range){rs->state[j], (size_t)dst_slot * bytes[j], rs->state[j],
+                                  (size_t)src_slot * bytes[j], bytes[j]};
+    st = llmem_buffer_copy_ranges(r, rs->n_states);
+    free(r);
+    free(bytes);
+    return st;
 }

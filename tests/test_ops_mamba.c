@@ -589,6 +589,17 @@ START_TEST(test_state_slot_copy)
     }
     ck_assert_int_eq(llmem_op_state_slot_copy(be, &view, 3, 3), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_state_slot_copy(be, &view, 5, 0), LLMEM_E_INVALID);
+    /* a bad second state refuses the whole copy: the first one's slot 2
+     * stays as it was (every state is checked before any is copied) */
+    llmem_dtype keep = desc[1].dtype;
+    desc[1].dtype = LLMEM_DTYPE_COUNT;
+    ck_assert_int_eq(llmem_op_state_slot_copy(be, &view, 4, 2), LLMEM_E_INVALID);
+    desc[1].dtype = keep;
+    for (int j = 0; j < 2; j++) {
+        size_t slot = (size_t)rs_desc_elems(&desc[j]) * llmem_dtype_size(desc[j].dtype);
+        th_expect_same_bytes(th_snapshot(&c, bufs[j]), img[j], 5 * slot,
+                             "state after a refused slot copy");
+    }
     th_end(&c);
     llmem_backend_close(be);
 }

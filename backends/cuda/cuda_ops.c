@@ -647,21 +647,6 @@ static llmem_status op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llme
                 "copy");
 }
 
-static llmem_status op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
-                                   int32_t n, const int32_t *src, const int32_t *dst)
-{
-    cuda_backend *cb;
-    llmem_status st = enter(be, &cb);
-    char *base = cuda_dev(buf);
-    for (int32_t i = 0; i < n && st == LLMEM_OK; i++)
-        st = cuda_check(cb,
-                        cudaMemcpyAsync(base + (size_t)dst[i] * block_bytes,
-                                        base + (size_t)src[i] * block_bytes, block_bytes,
-                                        cudaMemcpyDeviceToDevice, cb->stream),
-                        "cudaMemcpyAsync (copy_blocks)");
-    return st == LLMEM_OK ? done(cb, cudaSuccess, "copy_blocks") : st;
-}
-
 static llmem_status op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
 {
     cuda_backend *cb;
@@ -744,7 +729,6 @@ const struct llmem_ops_i cuda_ops = {
     .ssm_conv = cuda_op_ssm_conv,
     .ssm_scan = cuda_op_ssm_scan,
     .copy = op_copy,
-    .copy_blocks = op_copy_blocks,
     .log_softmax = op_log_softmax,
     .argmax = op_argmax,
     .sample = op_sample,

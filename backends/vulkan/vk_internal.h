@@ -480,8 +480,6 @@ void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
 llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
                         int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
-llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes, int32_t n,
-                               const int32_t *src, const int32_t *dst);
 llmem_status vk_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
 llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
 llmem_status vk_op_sample(llmem_backend *be, const llmem_sample_params *p, llmem_ct *logits,

@@ -251,82 +251,6 @@ llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct
     return vk_op_run(v, &op, vk_div_up(units, EW_WG));
 }
 
-llmem_status vk_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes, int32_t n,
-                               const int32_t *src, const int32_t *dst)
-{
-    vk_backend *v = vk_from(be);
-    vk_buffer *b = vk_buf(buf);
-    /* A block may cross a chunk boundary on either side: each copy is cut
-     * where either side does: at most 2 * (block / chunk + 1) + 1 regions.
-     * Regions are grouped by (source chunk, destination chunk). */
-    size_t cap = (size_t)n * (2 * (block_bytes / b->chunk + 1) + 1);
-    VkBufferCopy *r = malloc((cap ? cap : 1) * sizeof *r);
-    uint32_t *key = malloc((cap ? cap : 1) * 2 * sizeof *key);
-    if (!r || !key) {
-        free(r);
-        free(key);
-        return LLMEM_E_NO_MEMORY;
-    }
-    size_t nr = 0;
-    for (int32_t i = 0; i < n; i++) {
-        VkDeviceSize so = (VkDeviceSize)src[i] * block_bytes, d_o = (VkDeviceSize)dst[i] * block_bytes;
-        for (VkDeviceSize done = 0; done < block_bytes && nr < cap;) {
-            uint32_t cs = (uint32_t)((so + done) / b->chunk), cd = (uint32_t)((d_o + done) / b->chunk);
-            VkDeviceSize ls = so + done - (VkDeviceSize)cs * b->chunk;
-            VkDeviceSize ld = d_o + done - (VkDeviceSize)cd * b->chunk;
-            VkDeviceSize m = block_bytes - done;
-            if (b->chunk - ls < m)
-                m = b->chunk - ls;
-            if (b->chunk - ld < m)
-                m = b->chunk - ld;
-            r[nr] = (VkBufferCopy){vk_chunk(b, cs)->offset + ls, vk_chunk(b, cd)->offset + ld, m};
-            key[2 * nr] = cs;
-            key[2 * nr + 1] = cd;
-            nr++;
-            done += m;
-        }
-    }
-    /* The whole buffer as one written range: orders the copies after every
-     * earlier use of any block (blocks are disjoint, checked by the core). */
-    llmem_status st = LLMEM_OK;
-    for (uint32_t i = 0; i < b->n_chunks && st == LLMEM_OK; i++) {
-        const vk_alloc *a = vk_chunk(b, i);
-        vk_access acc = {vk_alloc_buffer(a), a->offset,
-                         a->offset + (vk_chunk_bytes(b, i) + 3) / 4 * 4, true};
-        st = vk_cmd_track(v, &acc, 1);
-    }
-    /* One vkCmdCopyBuffer per (source chunk, destination chunk) pair; a
-     * buffer of one chunk gives one command, as before. */
-    for (size_t i = 0; i < nr && st == LLMEM_OK; i++) {
-        if (key[2 * i] == UINT32_MAX)
-            continue;
-        uint32_t cs = key[2 * i], cd = key[2 * i + 1];
-        size_t m = 0;
-        for (size_t j = i; j < nr; j++) {
-            if (key[2 * j] == cs && key[2 * j + 1] == cd) {
-                VkBufferCopy t = r[j];
-                r[j] = r[i + m];
-                r[i + m] = t;
-                uint32_t k0 = key[2 * j], k1 = key[2 * j + 1];
-                key[2 * j] = key[2 * (i + m)];
-                key[2 * j + 1] = key[2 * (i + m) + 1];
-                key[2 * (i + m)] = k0;
-                key[2 * (i + m) + 1] = k1;
-                m++;
-            }
-        }
-        v->vk.vkCmdCopyBuffer(v->cmd, vk_alloc_buffer(vk_chunk(b, cs)),
-                              vk_alloc_buffer(vk_chunk(b, cd)), (uint32_t)m, r + i);
-        v->n_transfer++;
-        for (size_t j = i; j < i + m; j++)
-            key[2 * j] = UINT32_MAX;
-        i += m - 1;
-    }
-    free(r);
-    free(key);
-    return st;
-}
-
 /* ---- the table ----------------------------------------------------------------------------------- */
 
 const struct llmem_ops_i vk_ops = {
@@ -351,7 +275,6 @@ const struct llmem_ops_i vk_ops = {
     .ssm_conv = vk_op_ssm_conv,
     .ssm_scan = vk_op_ssm_scan,
     .copy = vk_op_copy,
-    .copy_blocks = vk_op_copy_blocks,
     .log_softmax = vk_op_log_softmax,
     .argmax = vk_op_argmax,
     .sample = vk_op_sample,

@@ -392,20 +392,37 @@ llmem_status llmem_op_copy(llmem_backend *be, const llmem_tensor *src, int32_t c
                            const llmem_tensor *dst);
 
 /* Copies n blocks of block_bytes inside buf: block src[i] -> block dst[i]
- * (device to device; block b is bytes [b * block_bytes, (b + 1) * block_bytes)).
- * src, dst: host arrays of n block indices inside buf; no dst equals any
- * src or another dst. With a NULL slot this falls back to
- * llmem_buffer_copy. For copy-on-write of pages and state slots. */
+ * (device to device, queued in order with ops; block b is bytes
+ * [b * block_bytes, (b + 1) * block_bytes)). src, dst: host arrays of n
+ * block indices inside buf (read during the call; the caller keeps them);
+ * no dst equals any src or another dst (a src may repeat). Runs as one
+ * llmem_buffer_copy_ranges batch where the backend batches copies (every
+ * built-in backend), else on the backend's copy_blocks slot, else block by
+ * block (llmem_buffer_copy). For copy-on-write of pages and state slots
+ * (vLLM's copy_blocks). LLMEM_E_INVALID: be or buf NULL, buf of another
+ * backend, block_bytes 0, n < 0, a NULL array with n > 0, an index outside
+ * buf, a repeated dst or a dst among the srcs; nothing is copied then.
+ * LLMEM_E_NO_MEMORY: host memory for the check or the batch. */
 llmem_status llmem_op_copy_blocks(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
                                   int32_t n, const int32_t *src, const int32_t *dst);
 
 /* Copies KV page src_page to dst_page in both pools of one layer's view
- * (kind LLMEM_VIEW_KV). Pages in [0, n_pages), distinct. */
+ * (kind LLMEM_VIEW_KV), as one batch of two ranges (K and V) where the
+ * backend batches copies, else two llmem_op_copy_blocks. Pages in
+ * [0, n_pages), distinct. LLMEM_E_INVALID (nothing copied): a view of
+ * another kind, one that fails llmem_view_check_kv, a page out of range or
+ * src_page == dst_page. */
 llmem_status llmem_op_kv_page_copy(llmem_backend *be, const llmem_view *view, int32_t src_page,
                                    int32_t dst_page);
 
 /* Copies state slot src_slot to dst_slot in every state buffer of one
- * layer's view (kind LLMEM_VIEW_RECURRENT). Slots in [0, n_slots), distinct. */
+ * layer's view (kind LLMEM_VIEW_RECURRENT), as one batch of n_states
+ * ranges where the backend batches copies. Slots in [0, n_slots),
+ * distinct. Every state is checked before any is copied:
+ * LLMEM_E_INVALID (nothing copied) for a view of another kind, a slot out
+ * of range or equal ones, a state with a bad description (dtype, dims, 0
+ * bytes), a NULL buffer, one of another backend or too small for the
+ * slot. LLMEM_E_NO_MEMORY: host memory for the batch. */
 llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
                                       int32_t src_slot, int32_t dst_slot);
 
@@ -573,8 +590,8 @@ enum llmem_op_id {
     LLMEM_OP_SOFTCAP,
     LLMEM_OP_RESERVED_33_, /* was short_conv: now in <llmem/ops_ssm1.h> */
     LLMEM_OP_RESERVED_34_, /* was ssm_scan1: now in <llmem/ops_ssm1.h> */
-    LLMEM_OP_KV_PAGE_COPY,    /* runs on copy_blocks (or buffer copies) */
-    LLMEM_OP_STATE_SLOT_COPY, /* runs on copy_blocks (or buffer copies) */
+    LLMEM_OP_KV_PAGE_COPY,    /* runs on batched copies (or copy_blocks) */
+    LLMEM_OP_STATE_SLOT_COPY, /* runs on batched copies (or copy_blocks) */
     LLMEM_OP_COUNT
 };
 

@@ -122,7 +122,9 @@ struct llmem_ops_i {
      * RNE). No overlap. */
     llmem_status (*copy)(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
     /* Block copies inside buf: src[i] -> dst[i], block_bytes each; host
-     * index arrays, checked (in range; no dst equals a src or another dst). */
+     * index arrays, checked (in range; no dst equals a src or another dst).
+     * Called only for a backend without buffer_copy_ranges (the built-in
+     * ones have it and leave this NULL). */
     llmem_status (*copy_blocks)(llmem_backend *be, llmem_buffer *buf, size_t block_bytes,
                                 int32_t n, const int32_t *src, const int32_t *dst);
 
