@@ -1,8 +1,9 @@
 # Extra test programs, included by tests/CMakeLists.txt.
 #
-# 1. Backend plugins for tests/test_backend.c, built from tests/plugins/testplug.c
-#    as MODULE libraries into ${CMAKE_BINARY_DIR}/tests/plugins. The registry
-#    finds them only through LLMEM_BACKEND_PATH, which the test sets.
+# 1. Backend plugins for tests/test_backend.c and test_backend_registry.c,
+#    built from tests/plugins/testplug.c as MODULE libraries into
+#    ${CMAKE_BINARY_DIR}/tests/plugins. The registry finds them only
+#    through LLMEM_BACKEND_PATH, which the test sets.
 # 2. The libFuzzer harnesses in tests/fuzz/, when that folder has a fuzz.cmake.
 
 set(LLMEM_TEST_PLUGIN_DIR ${CMAKE_BINARY_DIR}/tests/plugins)
@@ -28,13 +29,15 @@ llmem_test_plugin(llmem_badvtable badvtable ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_BA
 llmem_test_plugin(llmem_noentry noentry ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_NO_ENTRY=1)
 llmem_test_plugin(llmem_badlayout badlayout ${LLMEM_TEST_PLUGIN_DIR} TESTPLUG_LAYOUT_DELTA=1)
 
-if(TARGET test_backend)
-  add_dependencies(test_backend llmem_testplug llmem_testplug_alt llmem_badabi
-    llmem_badvtable llmem_noentry llmem_badlayout)
-  target_compile_definitions(test_backend PRIVATE
-    LLMEM_TEST_PLUGIN_DIR="${LLMEM_TEST_PLUGIN_DIR}")
-  target_link_libraries(test_backend PRIVATE ${CMAKE_DL_LIBS})
-endif()
+foreach(_suite test_backend test_backend_registry)
+  if(TARGET ${_suite})
+    add_dependencies(${_suite} llmem_testplug llmem_testplug_alt llmem_badabi
+      llmem_badvtable llmem_noentry llmem_badlayout)
+    target_compile_definitions(${_suite} PRIVATE
+      LLMEM_TEST_PLUGIN_DIR="${LLMEM_TEST_PLUGIN_DIR}")
+    target_link_libraries(${_suite} PRIVATE ${CMAKE_DL_LIBS})
+  endif()
+endforeach()
 
 # 3. tests/plugin_load.c: NOT linked with libllmem; it dlopens libllmem with
 #    RTLD_LOCAL and opens every plugin that was built (issue 12).
