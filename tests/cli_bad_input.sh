@@ -51,6 +51,17 @@ expect_fail "a KV pool no allocator can give" "cannot allocate" \
   "$bin" "${gen[@]}" -m "$fx" --n-pages 50000000 --page-size 32
 expect_fail "bench --only an unknown figure" "is not a figure" "$bin" bench --backend cpu --only gemv,nosuch
 expect_fail "tokenize --input a directory" "is a directory" "$bin" tokenize --tokenizer "$fx" --input "$tmp"
+# options that would be ignored are refused, and a bad value names its option
+expect_fail "bench --n-seq-max (the figures set it)" "does not apply" "$bin" bench --backend cpu --n-seq-max 3
+expect_fail "bench --kv-type without --model" "applies only with --model" "$bin" bench --backend cpu --kv-type bf16
+expect_fail "bench --json without --model" "applies only with --model" "$bin" bench --backend cpu --json "$tmp/b.json"
+expect_fail "bench --model with --only" "does not apply with --model" "$bin" bench --backend cpu -m "$fx" --only gemv
+expect_fail "replay --turns 0" "for --turns" "$bin" replay --turns 0
+expect_fail "replay --pace-speedup x" "for --pace-speedup" "$bin" replay --pace-speedup x
+expect_fail "tokenize --bogus" "unknown option '--bogus'" "$bin" tokenize --bogus
+expect_fail "tokenize --tokenizer without a value" "needs a value" "$bin" tokenize --tokenizer
+expect_fail "tokenize with a stray argument" "unexpected argument 'extra'" "$bin" tokenize --tokenizer "$fx" --text a extra
+expect_fail "an unknown command" "unknown command 'nosuch'" "$bin" nosuch
 
 # malformed model folders (written from the llama fixture)
 python3 - "$fx" "$tmp/m" <<'PY' || { echo "FAIL: cannot write the malformed models"; fail=1; }

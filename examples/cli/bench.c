@@ -98,6 +98,11 @@ static void usage(FILE *f)
             "                   bf16 GEMM peak of the run (matmul_fast, 8192^3) and each\n"
             "                   pp512's share of it\n"
             "  --json PATH      with --model: also write the figures as JSON\n"
+            "  with --model only, the model options of `llmem generate --help`: --kv-type,\n"
+            "  --ssm-type, --page-size, --n-pages, --n-ubatch (512 at least), --snapshots,\n"
+            "  --tp, --prefix-cache-mb, --no-prefix-cache, --poison, --check-tensors (same\n"
+            "  defaults); --n-seq-max and -c/--n-ctx are refused: the figures set them (64\n"
+            "  sequences, prompt + 144 tokens)\n"
             "%s%s",
             cli_log_opts_help, cli_backend_opts_help);
 }
@@ -450,6 +455,22 @@ static bool wanted(const char *only, const char *name, bool dflt)
     return false;
 }
 
+/* Whether c is a backend option (--backend, --device, --threads,
+ * --precision), which every figure uses. */
+static bool is_backend_opt(int c)
+{
+    return c == CLI_OPT_BACKEND || c == CLI_OPT_DEVICE || c == 't' || c == CLI_OPT_PRECISION;
+}
+
+/* The long name of option code c in p's table. */
+static const char *opt_name(const cli_parser *p, int c)
+{
+    for (int k = 0; p->opts[k].name; k++)
+        if (p->opts[k].val == c)
+            return p->opts[k].name;
+    return "?";
+}
+
 int llmem_cli_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) /* host bookkeeping: examples/cli/bench_bookkeeping.c */
@@ -472,10 +493,20 @@ int llmem_cli_bench(int argc, char **argv)
     cli_parser p;
     cli_parser_init(&p, "bench", argc, argv, own, "", CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
     const char *v;
+    /* options that apply only with --model, not with it, or never (the
+     * model figures set the sequences and the context): none is ignored */
+    int model_only = 0, not_model = 0, never = 0;
     for (int c; (c = cli_next(&p, &v)) != -1;) {
         int r = cli_model_opt(&mo, "bench", c, v);
         if (r < 0 || c == '?')
             return 2;
+        if (c == 'c' || c == CLI_OPT_N_SEQ_MAX)
+            never = c;
+        if (c == O_ONLY)
+            not_model = c;
+        if (c == O_JSON || (r > 0 && !is_backend_opt(c) && c != 'm' && c != 'c' &&
+                            c != CLI_OPT_N_SEQ_MAX))
+            model_only = c;
         if (r > 0)
             continue;
         if (c == 'h') {
@@ -500,6 +531,20 @@ int llmem_cli_bench(int argc, char **argv)
         } else if (c == O_JSON) {
             json = v;
         }
+    }
+    if (never) {
+        fprintf(stderr, "llmem bench: --%s does not apply (the model figures set the sequences "
+                        "and the context)\n", opt_name(&p, never));
+        return 2;
+    }
+    if (!mo.model && model_only) {
+        fprintf(stderr, "llmem bench: --%s applies only with --model\n", opt_name(&p, model_only));
+        return 2;
+    }
+    if (mo.model && not_model) {
+        fprintf(stderr, "llmem bench: --%s does not apply with --model (it runs only the model "
+                        "figures)\n", opt_name(&p, not_model));
+        return 2;
     }
     /* the prefill figure runs both modes on cuda; --precision is plumbed for
      * the model figure */

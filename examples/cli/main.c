@@ -22,7 +22,8 @@ static void usage(FILE *f)
             "  tokenize   text to token ids and back with a tokenizer.json\n"
             "  info       version, backends and devices\n"
             "\n"
-            "`llmem <command> --help` describes each command's options.\n");
+            "`llmem <command> --help` describes each command's options;\n"
+            "`llmem --version` prints the version.\n");
 }
 
 int main(int argc, char **argv)

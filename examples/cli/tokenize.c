@@ -7,11 +7,9 @@
  * Writes one {"ids": [...], "decoded": "..."} line per input, in order;
  * "decoded" is the decode of ids with special tokens kept. */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "examples/cli/common.h"
 #include "llmem/tokenizer.h"
@@ -27,15 +25,10 @@ static void usage(FILE *f)
             "  --no-add-special   do not add BOS/EOS (add_special_tokens=False)\n"
             "  --no-parse-special encode special tokens written in the text as plain text\n"
             "  --stats            print encode throughput (MB/s, encode calls only) to stderr\n"
+            "  -h, --help         this text\n"
             "\n"
+            "BOS/EOS are added and special tokens in the text parsed unless turned off.\n"
             "Writes one {\"ids\": [...], \"decoded\": \"...\"} line per input, in order.\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 typedef struct opts {
@@ -50,10 +43,10 @@ static int one(const llmem_tokenizer *tok, const char *text, size_t len, opts *o
     int32_t *ids = NULL, n = 0;
     char *dec = NULL;
     size_t dlen = 0;
-    double t0 = now_s();
+    double t0 = cli_now();
     llmem_status st = llmem_tokenizer_encode(tok, text, len, o->add_special, o->parse_special, &ids, &n, err,
                                              sizeof err);
-    o->enc_s += now_s() - t0;
+    o->enc_s += cli_now() - t0;
     o->enc_bytes += len;
     if (st == LLMEM_OK)
         st = llmem_tokenizer_decode(tok, ids, n, true, &dec, &dlen, err, sizeof err);
@@ -77,29 +70,35 @@ static int one(const llmem_tokenizer *tok, const char *text, size_t len, opts *o
 
 int llmem_cli_tokenize(int argc, char **argv)
 {
-    static const struct option long_opts[] = {
-        {"tokenizer", required_argument, NULL, 'k'}, {"input", required_argument, NULL, 'i'},
-        {"text", required_argument, NULL, 'x'},      {"no-add-special", no_argument, NULL, 'A'},
-        {"no-parse-special", no_argument, NULL, 'P'}, {"stats", no_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},             {NULL, 0, NULL, 0}};
+    enum { O_TOKENIZER = CLI_OPT_OWN, O_INPUT, O_TEXT, O_NO_ADD, O_NO_PARSE, O_STATS };
+    static const struct option own[] = {
+        {"tokenizer", required_argument, NULL, O_TOKENIZER},
+        {"input", required_argument, NULL, O_INPUT},
+        {"text", required_argument, NULL, O_TEXT},
+        {"no-add-special", no_argument, NULL, O_NO_ADD},
+        {"no-parse-special", no_argument, NULL, O_NO_PARSE},
+        {"stats", no_argument, NULL, O_STATS},
+        {0},
+    };
     const char *path = NULL, *input = NULL, *text = NULL;
     bool stats = false;
     opts o = {.add_special = true, .parse_special = true};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+    cli_parser p;
+    cli_parser_init(&p, "tokenize", argc, argv, own, "", 0);
+    const char *v;
+    for (int c; (c = cli_next(&p, &v)) != -1;) {
         switch (c) {
-        case 'k': path = optarg; break;
-        case 'i': input = optarg; break;
-        case 'x': text = optarg; break;
-        case 'A': o.add_special = false; break;
-        case 'P': o.parse_special = false; break;
-        case 's': stats = true; break;
+        case O_TOKENIZER: path = v; break;
+        case O_INPUT: input = v; break;
+        case O_TEXT: text = v; break;
+        case O_NO_ADD: o.add_special = false; break;
+        case O_NO_PARSE: o.parse_special = false; break;
+        case O_STATS: stats = true; break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default: return 2; /* cli_next said why */
         }
     }
-    if (optind < argc || !path || (!input && !text) || (input && text)) {
+    if (!path || (!input && !text) || (input && text)) {
         fprintf(stderr, "llmem tokenize: need --tokenizer and exactly one of --input or --text\n");
         usage(stderr);
         return 2;
