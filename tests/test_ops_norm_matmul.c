@@ -61,7 +61,7 @@ START_TEST(test_norm_matmul)
     /* T, K, N, whether a device may refuse it */
     static const int32_t shapes[][4] = {{1, 4096, 96, 0},  {3, 1024, 37, 0}, {1, 8192, 64, 0},
                                         {2, 14336, 20, 0}, {4, 512, 9, 0},   {1, 12, 5, 1},
-                                        {1, 16392, 16, 1}, {5, 256, 7, 1}};
+                                        {1, 16392, 16, 1}, {5, 256, 7, 1}, {1, 512, 37, 0}};
     static const llmem_dtype wts[3] = {LLMEM_DTYPE_BF16, LLMEM_DTYPE_F16, F32};
     llmem_backend *be = th_open(_i);
     int refused = 0, ran = 0;
@@ -114,7 +114,9 @@ START_TEST(test_norm_matmul)
                         return;
                     }
                     th_get(&to, out);
-                    if (st == LLMEM_E_UNSUPPORTED && !th_is_cpu(_i) && shapes[s][3]) {
+                    /* Vulkan's kernel takes one f16/bf16 row */
+                    bool vk_may = !strcmp(th_backend_name(_i), "vulkan") && (T > 1 || d == 2);
+                    if (st == LLMEM_E_UNSUPPORTED && !th_is_cpu(_i) && (shapes[s][3] || vk_may)) {
                         /* refused: out is as it was (NaN, or the add's input) */
                         for (int64_t i = 0; i < TN; i++)
                             ck_assert_msg(epi == LLMEM_NM_ADD ? out[i] == o0[i] : isnan(out[i]),
@@ -246,13 +248,14 @@ START_TEST(test_norm_matmul_cpu_max_k)
             th_begin(&c, be);
             double *x = th_vec(&c, (int64_t)T * K), *w = th_vec(&c, (int64_t)N * K);
             double *nw = th_vec(&c, K), *o0 = th_vec(&c, N), *a = th_vec(&c, (int64_t)T * K);
-            double *ps = th_vec(&c, N), *ref = th_vec(&c, N), *out = th_vec(&c, N);
+            double *ps = th_vec(&c, N), *pu = th_vec(&c, N), *ref = th_vec(&c, N);
+            double *out = th_vec(&c, N);
             ref64_rng r = ref64_rng_make(ref64_seed(), 9950 + k);
             ref64_fill(&r, x, (int64_t)T * K, -2, 2, F32);
             ref64_fill(&r, w, (int64_t)N * K, -1, 1, LLMEM_DTYPE_BF16);
             ref64_fill(&r, nw, K, 0.5, 1.5, LLMEM_DTYPE_BF16);
             ref64_fill(&r, o0, N, -4, 4, F32);
-            nm_ref(&p, x, NULL, nw, w, NULL, o0, T, K, N, a, ps, NULL, ref);
+            nm_ref(&p, x, NULL, nw, w, NULL, o0, T, K, N, a, ps, pu, ref);
             llmem_tensor tx = th_input(&c, F32, 2, T, K, 1, x);
             llmem_tensor tn = th_input(&c, LLMEM_DTYPE_BF16, 1, K, 1, 1, nw);
             llmem_tensor tw = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w);
@@ -274,6 +277,109 @@ START_TEST(test_norm_matmul_cpu_max_k)
 }
 END_TEST
 
+/* Vulkan's launch-shape knobs (backends/vulkan/vk_ops_norm_matmul.c): each
+ * shape is within the float64 tolerance; the rows per step
+ * ($LLMEM_VULKAN_NM_R) and the workgroups dispatched ($LLMEM_VULKAN_NM_GROUPS;
+ * 1 and 3 make a workgroup walk many blocks of rows, through both reduction
+ * buffers) do not change any output bit, since every row is summed in the
+ * same order; $LLMEM_VULKAN_NORM_MATMUL=0 refuses the op and leaves out as
+ * it was. Other backends: nothing to check. */
+START_TEST(test_norm_matmul_vulkan_knobs)
+{
+    if (strcmp(th_backend_name(_i), "vulkan") != 0)
+        return;
+    static const char *const knobs[] = {"LLMEM_VULKAN_NORM_MATMUL", "LLMEM_VULKAN_NM_WG",
+                                        "LLMEM_VULKAN_NM_R", "LLMEM_VULKAN_NM_GROUPS"};
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *e = getenv(knobs[i]);
+        saved[i] = e ? strdup(e) : NULL;
+        unsetenv(knobs[i]);
+    }
+    /* WG, R, groups (NULL: unset), and whether the output must equal the default's */
+    static const struct {
+        const char *wg, *r, *groups;
+        bool same;
+    } runs[] = {{NULL, NULL, NULL, true}, {NULL, "1", "1", true}, {NULL, "4", "3", true},
+                {NULL, "2", "1", true},   {"256", NULL, "2", false}, {"128", "1", NULL, false}};
+    /* K, N: the activation in 1 and 2 chunks per invocation at WG 512 (2 to 5 at 256, 128), N odd */
+    static const int32_t shapes[][2] = {{4096, 301}, {5120, 67}};
+    llmem_backend *be = th_open(_i);
+    for (size_t s = 0; s < 2; s++)
+        for (int mode = 0; mode < 3; mode++) {
+            int32_t K = shapes[s][0], N = shapes[s][1];
+            int norm = mode == 0 ? LLMEM_NM_NORM_GATED : mode == 1 ? LLMEM_NM_NORM_RMS : 0;
+            int epi = mode == 0 ? LLMEM_NM_ADD : mode == 1 ? LLMEM_NM_SWIGLU : LLMEM_NM_STORE;
+            llmem_norm_matmul_params p = {.norm = norm, .epilogue = epi, .eps = 1e-5f};
+            ref64_rng r = ref64_rng_make(ref64_seed(), 9700 + s * 8 + mode);
+            th_ctx c;
+            th_begin(&c, be);
+            int64_t NK = (int64_t)N * K;
+            double *x = th_vec(&c, K), *z = th_vec(&c, K), *nw = th_vec(&c, K);
+            double *w = th_vec(&c, NK), *w2 = th_vec(&c, NK), *o0 = th_vec(&c, N);
+            double *a = th_vec(&c, K), *ps = th_vec(&c, N), *pu = th_vec(&c, N);
+            double *ref = th_vec(&c, N), *out = th_vec(&c, N), *first = th_vec(&c, N);
+            ref64_fill(&r, x, K, -2, 2, F32);
+            ref64_fill(&r, z, K, -3, 3, F32);
+            ref64_fill(&r, nw, K, 0.5, 1.5, LLMEM_DTYPE_BF16);
+            ref64_fill(&r, w, NK, -1, 1, LLMEM_DTYPE_BF16);
+            ref64_fill(&r, w2, NK, -1, 1, LLMEM_DTYPE_BF16);
+            ref64_fill(&r, o0, N, -4, 4, F32);
+            bool gated = norm == LLMEM_NM_NORM_GATED, sw = epi == LLMEM_NM_SWIGLU;
+            const double *rnw = norm ? nw : NULL;
+            nm_ref(&p, x, gated ? z : NULL, rnw, w, sw ? w2 : NULL, o0, 1, K, N, a, ps, pu, ref);
+            llmem_tensor tx = th_input(&c, F32, 2, 1, K, 1, x);
+            llmem_tensor tz = th_input(&c, F32, 2, 1, K, 1, z);
+            llmem_tensor tn = th_input(&c, LLMEM_DTYPE_BF16, 1, K, 1, 1, nw);
+            llmem_tensor tw = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w);
+            llmem_tensor tw2 = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w2);
+            llmem_tensor to = th_tensor(&c, F32, 2, 1, N, 1);
+            for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+                const char *vals[3] = {runs[k].wg, runs[k].r, runs[k].groups};
+                for (int i = 0; i < 3; i++)
+                    vals[i] ? setenv(knobs[i + 1], vals[i], 1) : unsetenv(knobs[i + 1]);
+                th_set(&to, o0);
+                ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &tx, gated ? &tz : NULL,
+                                                      norm ? &tn : NULL, &tw, sw ? &tw2 : NULL,
+                                                      &to),
+                                 LLMEM_OK);
+                th_get(&to, out);
+                char what[160];
+                snprintf(what, sizeof what,
+                         "vulkan norm_matmul K=%d N=%d norm=%s epi=%s WG=%s R=%s groups=%s", K, N,
+                         nm_norm_name[norm], nm_epi_name[epi], vals[0] ? vals[0] : "-",
+                         vals[1] ? vals[1] : "-", vals[2] ? vals[2] : "-");
+                th_expect_close(out, ref, N, fmax(1e-5, 3e-7 * sqrt((double)K)), what);
+                if (k == 0)
+                    memcpy(first, out, sizeof(double) * (size_t)N);
+                else if (runs[k].same)
+                    ck_assert_msg(!memcmp(first, out, sizeof(double) * (size_t)N),
+                                  "%s: differs from the default launch", what);
+            }
+            unsetenv(knobs[1]);
+            unsetenv(knobs[2]);
+            unsetenv(knobs[3]);
+            /* the switch: refused, out untouched */
+            setenv(knobs[0], "0", 1);
+            th_set(&to, o0);
+            ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &tx, gated ? &tz : NULL,
+                                                  norm ? &tn : NULL, &tw, sw ? &tw2 : NULL, &to),
+                             LLMEM_E_UNSUPPORTED);
+            unsetenv(knobs[0]);
+            th_get(&to, out);
+            ck_assert_msg(!memcmp(out, o0, sizeof(double) * (size_t)N),
+                          "LLMEM_VULKAN_NORM_MATMUL=0: out changed");
+            th_end(&c);
+        }
+    for (int i = 0; i < 4; i++) {
+        if (saved[i])
+            setenv(knobs[i], saved[i], 1);
+        free(saved[i]);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     printf("test_ops_norm_matmul: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
@@ -285,6 +391,7 @@ int main(void)
     tcase_add_loop_test(tc, test_norm_matmul, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_invalid, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_cpu_max_k, 0, n);
+    tcase_add_loop_test(tc, test_norm_matmul_vulkan_knobs, 0, n);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

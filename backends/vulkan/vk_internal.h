@@ -409,6 +409,11 @@ static inline uint32_t vk_table_word(const llmem_i32_table *t)
 
 llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
 llmem_status vk_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct *out);
+/* out [1, N] = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) for one f32 row a
+ * [1, K] and f16/bf16 w, u [N, K] through the fused decode matmul's shader
+ * (vk_ops_norm_matmul.c, no norm); LLMEM_E_UNSUPPORTED, with nothing
+ * recorded, where it does not apply or $LLMEM_VULKAN_GEMV_ROWS says 0. */
+llmem_status vk_gemv_rows(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out);
 llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
                                  llmem_ct *out);
 llmem_status vk_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);

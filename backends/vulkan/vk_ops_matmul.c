@@ -78,7 +78,12 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
     *done = false;
     if (vk_mm_pick(&v->mm, m, k, w->dtype) != VK_MM_MATVEC16)
         return LLMEM_OK;
-    llmem_status st = LLMEM_OK;
+    llmem_status st = m == 1 ? vk_gemv_rows(v, a, w, u, out) : LLMEM_E_UNSUPPORTED;
+    if (st != LLMEM_E_UNSUPPORTED) { /* one row: the fused decode matmul's GEMV */
+        *done = st == LLMEM_OK;
+        return st;
+    }
+    st = LLMEM_OK;
     uint32_t nr = m == 1 ? 1 : 4; /* weight rows per lane group */
     uint32_t rows = v->mv16_rows;
     for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += rows) {

@@ -2,7 +2,10 @@
  * w[N, K]ᵀ with f32 activations, bf16 weights and M = 1 (a batch-1 decode
  * step) at the projections of the 9B Bamba shape (hidden 4096, MLP 14336,
  * Mamba-2 in_proj 16768 rows, 8 KV heads of 128, vocab 128256), plus the
- * fused gate/up + SwiGLU GEMV (llmem_op_matmul_swiglu) of the MLP. A
+ * fused gate/up + SwiGLU GEMV (llmem_op_matmul_swiglu) of the MLP, and the
+ * fused decode matmuls a batch-1 model step runs where the backend has
+ * llmem_op_norm_matmul (figures "nm ...": the RMS or gated norm of the
+ * input, a residual add or SwiGLU of the output, as models/forward.c). A
  * decode GEMV is bound by reading the weights once, so each figure is the
  * bandwidth of weights + activations + outputs against the copy ceiling of
  * the same run (and the CUDA copy on a vulkan run). Each figure cycles
@@ -10,17 +13,21 @@
  * beyond the GPU's L2 (60 MiB on the H200), so every call reads them from
  * memory. See bench.c's usage text. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "examples/cli/bench.h"
+#include "llmem/ops_norm_matmul.h"
 
 #define ROT_BYTES ((size_t)512 << 20) /* weights a figure cycles through, at least */
 enum { ROT_MAX = 64 };                  /* copies of them, at most */
 
 typedef struct gemv_ctx {
     llmem_backend *be;
-    llmem_tensor a, w[ROT_MAX], u[ROT_MAX], out;
+    llmem_tensor a, z, nw, w[ROT_MAX], u[ROT_MAX], out;
     int next, rot;
     bool swiglu;
+    int32_t norm, epi; /* nm: the fused op's norm and epilogue; -1: a plain matmul */
 } gemv_ctx;
 
 static llmem_status gemv_run(void *vctx)
@@ -28,20 +35,31 @@ static llmem_status gemv_run(void *vctx)
     gemv_ctx *c = vctx;
     int i = c->next;
     c->next = (c->next + 1) % c->rot;
+    if (c->norm >= 0) {
+        llmem_norm_matmul_params p = {.norm = c->norm, .epilogue = c->epi, .eps = 1e-5f};
+        return llmem_op_norm_matmul(c->be, &p, &c->a, c->norm == LLMEM_NM_NORM_GATED ? &c->z : NULL,
+                                    c->norm ? &c->nw : NULL, &c->w[i], c->swiglu ? &c->u[i] : NULL,
+                                    &c->out);
+    }
     return c->swiglu ? llmem_op_matmul_swiglu(c->be, &c->a, &c->w[i], &c->u[i], &c->out)
                      : llmem_op_matmul(c->be, &c->a, &c->w[i], &c->out);
 }
 
 /* One figure: rot copies of the weights (gate and up for SwiGLU), each its
- * own buffer so that no matrix straddles a chunk of a large buffer. */
+ * own buffer so that no matrix straddles a chunk of a large buffer; norm
+ * >= 0 runs llmem_op_norm_matmul with that norm and epilogue epi (x and z
+ * from ba, the norm weight from bn). */
 static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k, bool swiglu,
-                                llmem_buffer *ba, llmem_buffer *bo)
+                                int32_t norm, int32_t epi, llmem_buffer *ba, llmem_buffer *bn,
+                                llmem_buffer *bo)
 {
     size_t wb = (size_t)n * k * 2, set = wb * (swiglu ? 2 : 1);
-    gemv_ctx c = {.be = b->be, .swiglu = swiglu};
+    gemv_ctx c = {.be = b->be, .swiglu = swiglu, .norm = norm, .epi = epi};
     c.rot = (int)((ROT_BYTES + set - 1) / set);
     c.rot = c.rot < 2 ? 2 : c.rot > ROT_MAX ? ROT_MAX : c.rot;
     c.a = llmem_tensor_2d(ba, 0, LLMEM_DTYPE_F32, 1, k);
+    c.z = llmem_tensor_2d(ba, (size_t)k * 4, LLMEM_DTYPE_F32, 1, k);
+    c.nw = llmem_tensor_1d(bn, 0, LLMEM_DTYPE_BF16, k);
     c.out = llmem_tensor_2d(bo, 0, LLMEM_DTYPE_F32, 1, n);
     llmem_buffer *bw[ROT_MAX] = {0};
     llmem_status st = LLMEM_OK;
@@ -55,8 +73,11 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
     double sec = 0;
     if (st == LLMEM_OK)
         st = bench_time_it(b, what, gemv_run, &c, &sec);
+    /* bytes: weights, x (and z), the norm weight, out (read too by the add) */
+    double bytes = (double)set + 4.0 * k * (norm == LLMEM_NM_NORM_GATED ? 2 : 1) +
+                   (norm > 0 ? 2.0 * k : 0) + 4.0 * n * (epi == LLMEM_NM_ADD ? 2 : 1);
     if (st == LLMEM_OK)
-        bench_report_bw(b, what, sec, (double)set + 4.0 * k + 4.0 * n, "(M 1, bf16 weights)");
+        bench_report_bw(b, what, sec, bytes, "(M 1, bf16 weights)");
     if (st == LLMEM_E_UNSUPPORTED) { /* e.g. a matrix beyond lavapipe's 128 MiB bindings */
         printf("%-28s (not run: the backend cannot hold this shape)\n", what);
         st = LLMEM_OK;
@@ -72,25 +93,46 @@ llmem_status bench_gemv(bench *b)
         const char *what;
         int32_t n, k;
         bool swiglu;
+        int32_t norm, epi; /* -1: llmem_op_matmul(_swiglu) */
     } shapes[] = {
-        {"gemv k/v 1024x4096", 1024, 4096, false},
-        {"gemv q/o 4096x4096", 4096, 4096, false},
-        {"gemv up 14336x4096", 14336, 4096, false},
-        {"gemv down 4096x14336", 4096, 14336, false},
-        {"gemv in_proj 16768x4096", 16768, 4096, false},
-        {"gemv gate+up swiglu", 14336, 4096, true},
-        {"gemv lm head 128256x4096", 128256, 4096, false},
+        {"gemv k/v 1024x4096", 1024, 4096, false, -1, 0},
+        {"gemv q/o 4096x4096", 4096, 4096, false, -1, 0},
+        {"gemv up 14336x4096", 14336, 4096, false, -1, 0},
+        {"gemv down 4096x14336", 4096, 14336, false, -1, 0},
+        {"gemv in_proj 16768x4096", 16768, 4096, false, -1, 0},
+        {"gemv gate+up swiglu", 14336, 4096, true, -1, 0},
+        {"gemv lm head 128256x4096", 128256, 4096, false, -1, 0},
+        {"nm o_proj +add 4096x4096", 4096, 4096, false, LLMEM_NM_NORM_NONE, LLMEM_NM_ADD},
+        {"nm down +add 4096x14336", 4096, 14336, false, LLMEM_NM_NORM_NONE, LLMEM_NM_ADD},
+        {"nm in_proj rms 16768x4096", 16768, 4096, false, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE},
+        {"nm out_proj gated +add", 4096, 8192, false, LLMEM_NM_NORM_GATED, LLMEM_NM_ADD},
+        {"nm gate+up rms swiglu", 14336, 4096, true, LLMEM_NM_NORM_RMS, LLMEM_NM_SWIGLU},
+        {"nm lm head rms 128256x4096", 128256, 4096, false, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE},
     };
     const int32_t k_max = 14336, n_max = 128256;
-    llmem_buffer *ba = NULL, *bo = NULL;
-    llmem_status st = bench_new_buffer(b, (size_t)k_max * 4, &ba);
+    llmem_buffer *ba = NULL, *bn = NULL, *bo = NULL;
+    llmem_status st = bench_new_buffer(b, (size_t)k_max * 8, &ba);
+    if (st == LLMEM_OK)
+        st = bench_new_buffer(b, (size_t)k_max * 2, &bn);
     if (st == LLMEM_OK)
         st = bench_new_buffer(b, (size_t)n_max * 4, &bo);
     if (st == LLMEM_OK)
-        st = bench_fill(b, ba, 0, k_max, LLMEM_DTYPE_F32, false);
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && st == LLMEM_OK; s++)
-        st = gemv_figure(b, shapes[s].what, shapes[s].n, shapes[s].k, shapes[s].swiglu, ba, bo);
+        st = bench_fill(b, ba, 0, 2 * k_max, LLMEM_DTYPE_F32, false);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, bn, 0, k_max, LLMEM_DTYPE_BF16, false);
+    if (st == LLMEM_OK)
+        st = bench_fill(b, bo, 0, n_max, LLMEM_DTYPE_F32, false);
+    bool nm = llmem_backend_supports(b->be, LLMEM_OP_NORM_MATMUL, NULL, 0);
+    /* $LLMEM_BENCH_GEMV: only the figures whose name holds it (tuning sweeps) */
+    const char *only = getenv("LLMEM_BENCH_GEMV");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && st == LLMEM_OK; s++) {
+        if ((shapes[s].norm >= 0 && !nm) || (only && !strstr(shapes[s].what, only)))
+            continue; /* the backend has no fused op, or not asked for */
+        st = gemv_figure(b, shapes[s].what, shapes[s].n, shapes[s].k, shapes[s].swiglu,
+                         shapes[s].norm, shapes[s].epi, ba, bn, bo);
+    }
     llmem_buffer_free(ba);
+    llmem_buffer_free(bn);
     llmem_buffer_free(bo);
     return st;
 }

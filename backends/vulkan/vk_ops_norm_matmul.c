@@ -1,0 +1,126 @@
+/* llmem Vulkan backend: the fused decode matmul (<llmem/ops_norm_matmul.h>,
+ * issue 12) for one activation row, shaders/norm_matvec16.comp: each
+ * invocation keeps its slice of K of the row (x * nw, gated: x * silu(z) *
+ * nw) in registers, its workgroup walks blocks of weight rows, and the RMS
+ * norm's scale r, one scalar for the row, multiplies the dot products in
+ * the epilogue (store, residual add, SwiGLU); the sum of squares is reduced
+ * with the first block's products. So a decode projection is one dispatch
+ * instead of a norm, a matvec and an add, and nothing runs before the
+ * first weight load. The wrapper of backends/ops_norm_matmul.c has checked
+ * every argument. What the shader does not take gives LLMEM_E_UNSUPPORTED
+ * before anything is recorded, and the caller (models/forward.c) runs the
+ * unfused ops: more than one row, f32 weights, K not a multiple of 8 or
+ * longer than NM_C_MAX chunks per invocation, x / z / weight rows not
+ * 16-byte aligned in their bindings, a device without subgroup arithmetic
+ * (or subgroups under 4 invocations), and everything when
+ * $LLMEM_VULKAN_NORM_MATMUL=0 (a switch for measuring the unfused path on
+ * the same model, docs/benchmarks.md "Vulkan fused decode matmul, second
+ * design"). Semantics and the CPU reference: backends/cpu/ops_norm_matmul.c.
+ *
+ * Launch shape (kernels/gemv.cu's, the CUDA row-block GEMV): NM_WG
+ * invocations, C = ceil(K / 8 / NM_WG) 16-byte chunks each, NM_R weight
+ * rows a step (fewer when C R is large, to bound registers), and at most
+ * NM_GROUPS workgroups (about the resident ones; each forms the activation
+ * once). Tuning overrides, read at each call: $LLMEM_VULKAN_NM_WG (64 ..
+ * 1024, a multiple of the subgroup size), $LLMEM_VULKAN_NM_R (1, 2, 4),
+ * $LLMEM_VULKAN_NM_GROUPS (1 .. 65535).
+ */
+#include <stdlib.h>
+
+#include "llmem/ops_norm_matmul.h"
+#include "vk_internal.h"
+
+#define NM_WG 512
+#define NM_R 2
+#define NM_C_MAX 8     /* chunks per invocation: K <= 8 * NM_C_MAX * WG */
+#define NM_LOADS_MAX 8 /* weight chunks in registers per invocation (C R NW) */
+#define NM_GROUPS (2 * VK_MM_GROUPS) /* 4 per SM of the 132-SM H200 */
+#define NM_GEMV_ROWS 0 /* whether llmem_op_matmul's one-row f16/bf16 GEMV runs here */
+
+static long env_long(const char *name, long dflt, long lo, long hi)
+{
+    const char *e = getenv(name);
+    long x = e ? strtol(e, NULL, 10) : dflt;
+    return x < lo || x > hi ? dflt : x;
+}
+
+/* The dispatch of norm_matvec16.comp for one row x [1, K] (norm, epilogue
+ * and eps as llmem_norm_matmul_params; z, nw, w2 NULL where unused), or
+ * LLMEM_E_UNSUPPORTED, with nothing recorded, where the shader does not
+ * take the shapes, dtypes or offsets (see the top). */
+static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float eps, llmem_ct *x,
+                              llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
+{
+    int64_t K = x->ne[1], N = w->ne[0];
+    bool w16 = w->dtype == LLMEM_DTYPE_F16 || w->dtype == LLMEM_DTYPE_BF16;
+    if (x->ne[0] != 1 || !w16 || K % 8 != 0 || N > UINT32_MAX / 2 || !v->subgroup ||
+        v->subgroup_size < 4)
+        return LLMEM_E_UNSUPPORTED;
+    uint32_t wg = (uint32_t)env_long("LLMEM_VULKAN_NM_WG", NM_WG, 64, 1024);
+    if (wg % v->subgroup_size != 0 || wg > v->props.limits.maxComputeWorkGroupInvocations)
+        wg = 256; /* every device of this backend takes 256 (vk_plugin.c) */
+    if (wg % v->subgroup_size != 0)
+        return LLMEM_E_UNSUPPORTED;
+    uint64_t kv = (uint64_t)K / 8, c = vk_div_up(kv, wg);
+    if (c > NM_C_MAX)
+        return LLMEM_E_UNSUPPORTED;
+    uint32_t nmat = epi == LLMEM_NM_SWIGLU ? 2 : 1;
+    long rr = env_long("LLMEM_VULKAN_NM_R", NM_R, 1, 4);
+    uint32_t r = rr == 4 ? 4 : rr == 2 ? 2 : 1;
+    while (r > 1 && c * r * nmat > NM_LOADS_MAX)
+        r /= 2;
+    vk_op op;
+    vk_op_init(&op, VK_SH_NORM_MATVEC16, wg);
+    vk_op_spec(&op, (uint32_t)w->dtype);
+    vk_op_spec(&op, (uint32_t)norm);
+    vk_op_spec(&op, (uint32_t)epi);
+    vk_op_spec(&op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
+    vk_op_spec(&op, (uint32_t)c);
+    vk_op_spec(&op, r);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t zo = vk_op_tensor(v, &op, z, false);
+    uint32_t nwo = vk_op_tensor(v, &op, nw, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    uint32_t w2o = vk_op_tensor(v, &op, w2, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    if (xo % 4 != 0 || zo % 4 != 0 || wo % 8 != 0 || w2o % 8 != 0) {
+        vk_op_run(v, &op, 0); /* gives temporaries back */
+        return LLMEM_E_UNSUPPORTED;
+    }
+    uint64_t blocks = vk_div_up((uint64_t)N, r);
+    uint64_t groups = (uint64_t)env_long("LLMEM_VULKAN_NM_GROUPS", NM_GROUPS, 1, 65535);
+    groups = groups > blocks ? blocks : groups;
+    vk_op_u32(&op, (uint32_t)N);
+    vk_op_u32(&op, (uint32_t)K);
+    vk_op_u32(&op, xo / 4);
+    vk_op_u32(&op, zo / 4);
+    vk_op_u32(&op, nwo);
+    vk_op_u32(&op, wo / 8);
+    vk_op_u32(&op, w2o / 8);
+    vk_op_u32(&op, oo);
+    vk_op_f32(&op, eps);
+    vk_op_u32(&op, (uint32_t)groups);
+    return vk_op_run(v, &op, groups);
+}
+
+static llmem_status vk_op_norm_matmul(llmem_backend *be, const llmem_norm_matmul_params *p,
+                                      llmem_ct *x, llmem_ct *z, llmem_ct *nw, llmem_ct *w,
+                                      llmem_ct *w2, llmem_ct *out)
+{
+    if (env_long("LLMEM_VULKAN_NORM_MATMUL", 1, 0, 1) == 0)
+        return LLMEM_E_UNSUPPORTED;
+    return nm_launch(vk_from(be), p->norm, p->epilogue, p->eps, x, z, nw, w,
+                     w2, out);
+}
+
+llmem_status vk_gemv_rows(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out)
+{
+    if (env_long("LLMEM_VULKAN_GEMV_ROWS", NM_GEMV_ROWS, 0, 1) == 0)
+        return LLMEM_E_UNSUPPORTED;
+    return nm_launch(v, LLMEM_NM_NORM_NONE, u ? LLMEM_NM_SWIGLU : LLMEM_NM_STORE, 0.0f, a, NULL,
+                     NULL, w, u, out);
+}
+
+/* Registered in the Vulkan backend's list of open ops (<llmem/backend_impl.h>). */
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_NORM_MATMUL, LLMEM_OP_NORM_MATMUL_LAYOUT,
+              llmem_op_norm_matmul_fn, vk_op_norm_matmul);
