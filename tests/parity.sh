@@ -10,6 +10,10 @@
 #                 pages crossed mid-ubatch) over the first 9 cases (1 to 65
 #                 tokens), all with n-seq-max 3 and poison; no prefix cache.
 # quick:          pages of 16, ubatch 512, poison.
+# fused:          pages of 16, ubatch 1, n-seq-max 1, poison over the first 9
+#                 cases: every ubatch is one token, so a device backend with
+#                 llmem_op_norm_matmul runs the fused decode path
+#                 (models/forward.c) throughout.
 set -euo pipefail
 bin="$1"; fx="$2"; backend="${3:-cpu}"; mode="${4:-full}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +29,11 @@ run() { # label, extra options...
 }
 if [ "$mode" = quick ]; then
   run "page 16, ubatch 512" --page-size 16 --n-ubatch 512 --poison
+  exit 0
+fi
+if [ "$mode" = fused ]; then
+  head -n 9 "$fx/cases.jsonl" > "$tmp/first9.jsonl"; input="$tmp/first9.jsonl"
+  run "page 16, ubatch 1, n-seq-max 1, poison (9 cases)" --page-size 16 --n-ubatch 1 --n-seq-max 1 --poison
   exit 0
 fi
 if [ "$mode" = lite ]; then

@@ -277,32 +277,45 @@ START_TEST(test_norm_matmul_cpu_max_k)
 }
 END_TEST
 
-/* Vulkan's launch-shape knobs (backends/vulkan/vk_ops_norm_matmul.c): each
- * shape is within the float64 tolerance; the rows per step
- * ($LLMEM_VULKAN_NM_R) and the workgroups dispatched ($LLMEM_VULKAN_NM_GROUPS;
- * 1 and 3 make a workgroup walk many blocks of rows, through both reduction
- * buffers) do not change any output bit, since every row is summed in the
- * same order; $LLMEM_VULKAN_NORM_MATMUL=0 refuses the op and leaves out as
- * it was. Other backends: nothing to check. */
+/* Vulkan's two kernels and their launch-shape knobs
+ * (backends/vulkan/vk_ops_norm_matmul.c): each run is within the float64
+ * tolerance; what only regroups rows (the rows kernel's rows per group
+ * $LLMEM_VULKAN_NM_NR; the persistent kernel's rows per step
+ * $LLMEM_VULKAN_NM_R and workgroups $LLMEM_VULKAN_NM_GROUPS, where 1 and 3
+ * make a workgroup walk many blocks of rows through both reduction
+ * buffers) does not change any output bit, since every row is summed in
+ * the same order; $LLMEM_VULKAN_NORM_MATMUL=0 refuses the op and leaves
+ * out as it was. Other backends: nothing to check. */
 START_TEST(test_norm_matmul_vulkan_knobs)
 {
     if (strcmp(th_backend_name(_i), "vulkan") != 0)
         return;
-    static const char *const knobs[] = {"LLMEM_VULKAN_NORM_MATMUL", "LLMEM_VULKAN_NM_WG",
-                                        "LLMEM_VULKAN_NM_R", "LLMEM_VULKAN_NM_GROUPS"};
-    char *saved[4];
-    for (int i = 0; i < 4; i++) {
+    enum { N_KNOB = 7 };
+    static const char *const knobs[N_KNOB] = {"LLMEM_VULKAN_NORM_MATMUL", "LLMEM_VULKAN_NM_MODE",
+                                          "LLMEM_VULKAN_NM_WG",       "LLMEM_VULKAN_NM_R",
+                                          "LLMEM_VULKAN_NM_GROUPS",   "LLMEM_VULKAN_NM_NR",
+                                          "LLMEM_VULKAN_NM_TPR"};
+    char *saved[N_KNOB];
+    for (int i = 0; i < N_KNOB; i++) {
         const char *e = getenv(knobs[i]);
         saved[i] = e ? strdup(e) : NULL;
         unsetenv(knobs[i]);
     }
-    /* WG, R, groups (NULL: unset), and whether the output must equal the default's */
+    /* knobs[1..6] (NULL: unset); 'f': the first run of a mode, 's': must equal it bit for
+     * bit, 'd': may differ */
     static const struct {
-        const char *wg, *r, *groups;
-        bool same;
-    } runs[] = {{NULL, NULL, NULL, true}, {NULL, "1", "1", true}, {NULL, "4", "3", true},
-                {NULL, "2", "1", true},   {"256", NULL, "2", false}, {"128", "1", NULL, false}};
-    /* K, N: the activation in 1 and 2 chunks per invocation at WG 512 (2 to 5 at 256, 128), N odd */
+        const char *v[N_KNOB - 1];
+        char same;
+    } runs[] = {
+        {{"0", NULL, NULL, NULL, NULL, NULL}, 'f'}, {{"0", NULL, NULL, NULL, "1", NULL}, 's'},
+        {{"0", NULL, NULL, NULL, "4", NULL}, 's'},  {{"0", NULL, NULL, NULL, "2", NULL}, 's'},
+        {{"0", NULL, NULL, NULL, NULL, "64"}, 'd'}, {{"0", NULL, NULL, NULL, "4", "256"}, 'd'},
+        {{"1", NULL, NULL, NULL, NULL, NULL}, 'f'}, {{"1", NULL, "1", "1", NULL, NULL}, 's'},
+        {{"1", NULL, "4", "3", NULL, NULL}, 's'},   {{"1", NULL, "2", "1", NULL, NULL}, 's'},
+        {{"1", "512", NULL, "2", NULL, NULL}, 'd'}, {{"1", "128", "1", NULL, NULL, NULL}, 'd'},
+    };
+    /* K, N: the persistent kernel's activation in 1 and 2 chunks per invocation at WG 512
+     * (2 to 5 at 256, 128), N odd */
     static const int32_t shapes[][2] = {{4096, 301}, {5120, 67}};
     llmem_backend *be = th_open(_i);
     for (size_t s = 0; s < 2; s++)
@@ -335,8 +348,8 @@ START_TEST(test_norm_matmul_vulkan_knobs)
             llmem_tensor tw2 = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w2);
             llmem_tensor to = th_tensor(&c, F32, 2, 1, N, 1);
             for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-                const char *vals[3] = {runs[k].wg, runs[k].r, runs[k].groups};
-                for (int i = 0; i < 3; i++)
+                const char *const *vals = runs[k].v;
+                for (int i = 0; i < N_KNOB - 1; i++)
                     vals[i] ? setenv(knobs[i + 1], vals[i], 1) : unsetenv(knobs[i + 1]);
                 th_set(&to, o0);
                 ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &tx, gated ? &tz : NULL,
@@ -344,21 +357,23 @@ START_TEST(test_norm_matmul_vulkan_knobs)
                                                       &to),
                                  LLMEM_OK);
                 th_get(&to, out);
-                char what[160];
+                char what[200];
                 snprintf(what, sizeof what,
-                         "vulkan norm_matmul K=%d N=%d norm=%s epi=%s WG=%s R=%s groups=%s", K, N,
-                         nm_norm_name[norm], nm_epi_name[epi], vals[0] ? vals[0] : "-",
-                         vals[1] ? vals[1] : "-", vals[2] ? vals[2] : "-");
+                         "vulkan norm_matmul K=%d N=%d norm=%s epi=%s mode=%s WG=%s R=%s "
+                         "groups=%s NR=%s TPR=%s",
+                         K, N, nm_norm_name[norm], nm_epi_name[epi], vals[0],
+                         vals[1] ? vals[1] : "-", vals[2] ? vals[2] : "-",
+                         vals[3] ? vals[3] : "-", vals[4] ? vals[4] : "-",
+                         vals[5] ? vals[5] : "-");
                 th_expect_close(out, ref, N, fmax(1e-5, 3e-7 * sqrt((double)K)), what);
-                if (k == 0)
+                if (runs[k].same == 'f')
                     memcpy(first, out, sizeof(double) * (size_t)N);
-                else if (runs[k].same)
+                else if (runs[k].same == 's')
                     ck_assert_msg(!memcmp(first, out, sizeof(double) * (size_t)N),
-                                  "%s: differs from the default launch", what);
+                                  "%s: differs from the mode's default launch", what);
             }
-            unsetenv(knobs[1]);
-            unsetenv(knobs[2]);
-            unsetenv(knobs[3]);
+            for (int i = 1; i < N_KNOB; i++)
+                unsetenv(knobs[i]);
             /* the switch: refused, out untouched */
             setenv(knobs[0], "0", 1);
             th_set(&to, o0);
@@ -371,7 +386,9 @@ START_TEST(test_norm_matmul_vulkan_knobs)
                           "LLMEM_VULKAN_NORM_MATMUL=0: out changed");
             th_end(&c);
         }
-    for (int i = 0; i < 4; i++) {
+    printf("test_ops_norm_matmul: vulkan: %d knob settings x 6 cases checked\n",
+           (int)(sizeof runs / sizeof runs[0]));
+    for (int i = 0; i < N_KNOB; i++) {
         if (saved[i])
             setenv(knobs[i], saved[i], 1);
         free(saved[i]);

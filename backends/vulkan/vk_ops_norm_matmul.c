@@ -1,36 +1,45 @@
 /* llmem Vulkan backend: the fused decode matmul (<llmem/ops_norm_matmul.h>,
- * issue 12) for one activation row, shaders/norm_matvec16.comp: each
- * invocation keeps its slice of K of the row (x * nw, gated: x * silu(z) *
- * nw) in registers, its workgroup walks blocks of weight rows, and the RMS
- * norm's scale r, one scalar for the row, multiplies the dot products in
- * the epilogue (store, residual add, SwiGLU); the sum of squares is reduced
- * with the first block's products. So a decode projection is one dispatch
- * instead of a norm, a matvec and an add, and nothing runs before the
- * first weight load. The wrapper of backends/ops_norm_matmul.c has checked
- * every argument. What the shader does not take gives LLMEM_E_UNSUPPORTED
- * before anything is recorded, and the caller (models/forward.c) runs the
- * unfused ops: more than one row, f32 weights, K not a multiple of 8 or
- * longer than NM_C_MAX chunks per invocation, x / z / weight rows not
- * 16-byte aligned in their bindings, a device without subgroup arithmetic
- * (or subgroups under 4 invocations), and everything when
- * $LLMEM_VULKAN_NORM_MATMUL=0 (a switch for measuring the unfused path on
- * the same model, docs/benchmarks.md "Vulkan fused decode matmul, second
- * design"). Semantics and the CPU reference: backends/cpu/ops_norm_matmul.c.
- *
- * Launch shape (kernels/gemv.cu's, the CUDA row-block GEMV): NM_WG
- * invocations, C = ceil(K / 8 / NM_WG) 16-byte chunks each, NM_R weight
- * rows a step (fewer when C R is large, to bound registers), and at most
- * NM_GROUPS workgroups (about the resident ones; each forms the activation
- * once). Tuning overrides, read at each call: $LLMEM_VULKAN_NM_WG (64 ..
- * 1024, a multiple of the subgroup size), $LLMEM_VULKAN_NM_R (1, 2, 4),
- * $LLMEM_VULKAN_NM_GROUPS (1 .. 65535).
+ * issue 12) for one activation row: out = epilogue(r * (g * nw) · wᵀ),
+ * where the RMS norm's scale r, one scalar for the row, multiplies the
+ * finished dot products, so nothing runs before the first weight load and
+ * a decode projection is one dispatch instead of a norm, a matvec and an
+ * add. Two kernels ($LLMEM_VULKAN_NM_MODE):
+ *   0 (default) shaders/norm_matvec16_rows.comp, matvec16.comp's one-row
+ *     layout (128 invocations per group of NR weight rows, a workgroup per
+ *     2 NR rows), each group forming g * nw from x (z, nw) as it reads K and
+ *     adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2 4; default 1
+ *     without a norm, 2 with the RMS norm, 4 with the gated one, whose silu
+ *     is the costly part) rows share that work; $LLMEM_VULKAN_NM_TPR
+ *     (32 .. 256) the invocations per group;
+ *   1 shaders/norm_matvec16.comp, kernels/gemv.cu's persistent layout: each
+ *     invocation keeps C = ceil(K / 8 / WG) 16-byte chunks of g * nw in
+ *     registers, a workgroup walks R weight rows a step, at most NM_GROUPS
+ *     workgroups; $LLMEM_VULKAN_NM_WG (64 .. 1024; default 256, 512 for the
+ *     gated norm), $LLMEM_VULKAN_NM_R (1, 2, 4), $LLMEM_VULKAN_NM_GROUPS
+ *     (1 .. 65535).
+ * llmem_op_matmul's one-row f16/bf16 GEMV runs on the same kernel when
+ * $LLMEM_VULKAN_GEMV_ROWS=1 (vk_gemv_rows; default NM_GEMV_ROWS). The
+ * wrapper of backends/ops_norm_matmul.c has checked every argument. What a
+ * kernel does not take gives LLMEM_E_UNSUPPORTED before anything is
+ * recorded, and the caller (models/forward.c) runs the unfused ops: more
+ * than one row, f32 weights, K not a multiple of 8 (mode 1: longer than
+ * NM_C_MAX chunks per invocation), x / z / weight rows not 16-byte aligned
+ * in their bindings, a device without subgroup arithmetic (or subgroups
+ * under 4 invocations), and everything when $LLMEM_VULKAN_NORM_MATMUL=0 (a
+ * switch for measuring the unfused path on the same model). Knobs are read
+ * at each call (a recorded step keeps what it was recorded with).
+ * Measurements: docs/benchmarks.md "Vulkan fused decode matmul, second
+ * design". Semantics and the CPU reference: backends/cpu/ops_norm_matmul.c.
  */
 #include <stdlib.h>
 
 #include "llmem/ops_norm_matmul.h"
 #include "vk_internal.h"
 
-#define NM_WG 512
+#define NM_MODE 0 /* $LLMEM_VULKAN_NM_MODE: 0 norm_matvec16_rows.comp, 1 norm_matvec16.comp */
+#define NM_ROWS_WG 256
+#define NM_ROWS_TPR 128 /* invocations per group of rows (matvec16's one-row choice) */
+#define NM_WG 256
 #define NM_R 2
 #define NM_C_MAX 8     /* chunks per invocation: K <= 8 * NM_C_MAX * WG */
 #define NM_LOADS_MAX 8 /* weight chunks in registers per invocation (C R NW) */
@@ -56,7 +65,9 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     if (x->ne[0] != 1 || !w16 || K % 8 != 0 || N > UINT32_MAX / 2 || !v->subgroup ||
         v->subgroup_size < 4)
         return LLMEM_E_UNSUPPORTED;
-    uint32_t wg = (uint32_t)env_long("LLMEM_VULKAN_NM_WG", NM_WG, 64, 1024);
+    /* 512 for the gated norm: its activation (x, z, silu) is formed once per workgroup */
+    uint32_t wg_dflt = norm == LLMEM_NM_NORM_GATED ? 2 * NM_WG : NM_WG;
+    uint32_t wg = (uint32_t)env_long("LLMEM_VULKAN_NM_WG", wg_dflt, 64, 1024);
     if (wg % v->subgroup_size != 0 || wg > v->props.limits.maxComputeWorkGroupInvocations)
         wg = 256; /* every device of this backend takes 256 (vk_plugin.c) */
     if (wg % v->subgroup_size != 0)
@@ -103,22 +114,87 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     return vk_op_run(v, &op, groups);
 }
 
+/* The dispatch of norm_matvec16_rows.comp (matvec16.comp's layout: TPR
+ * invocations per group of NR weight rows, 2 groups a workgroup, one
+ * workgroup per 2 NR rows), same arguments and refusals as nm_launch but
+ * no limit on K. */
+static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps, llmem_ct *x,
+                            llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
+{
+    int64_t K = x->ne[1], N = w->ne[0];
+    bool w16 = w->dtype == LLMEM_DTYPE_F16 || w->dtype == LLMEM_DTYPE_BF16;
+    if (x->ne[0] != 1 || !w16 || K % 8 != 0 || K > UINT32_MAX / 2 || N > UINT32_MAX / 2 ||
+        !v->subgroup || v->subgroup_size < 4)
+        return LLMEM_E_UNSUPPORTED;
+    uint32_t tpr = (uint32_t)env_long("LLMEM_VULKAN_NM_TPR", NM_ROWS_TPR, 32, NM_ROWS_WG);
+    if (tpr % v->subgroup_size != 0 || NM_ROWS_WG % tpr != 0)
+        tpr = NM_ROWS_TPR;
+    if (tpr % v->subgroup_size != 0)
+        return LLMEM_E_UNSUPPORTED;
+    /* rows per group: the activation work (the gate's silu above all) is shared by NR rows */
+    uint32_t nr_dflt = norm == LLMEM_NM_NORM_GATED ? 4 : norm == LLMEM_NM_NORM_RMS ? 2 : 1;
+    long nrr = env_long("LLMEM_VULKAN_NM_NR", nr_dflt, 1, 4);
+    uint32_t nr = nrr == 4 ? 4 : nrr == 2 ? 2 : 1;
+    vk_op op;
+    vk_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, NM_ROWS_WG);
+    vk_op_spec(&op, (uint32_t)w->dtype);
+    vk_op_spec(&op, (uint32_t)norm);
+    vk_op_spec(&op, (uint32_t)epi);
+    vk_op_spec(&op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
+    vk_op_spec(&op, tpr);
+    vk_op_spec(&op, nr);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t zo = vk_op_tensor(v, &op, z, false);
+    uint32_t nwo = vk_op_tensor(v, &op, nw, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    uint32_t w2o = vk_op_tensor(v, &op, w2, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    uint32_t nwv = vk_op_tensor(v, &op, nw, false); /* the same bytes, read as uvec4 */
+    /* elements per uvec4 of the norm weight; 0: read element by element */
+    uint32_t per = !nw ? 0 : nw->dtype == LLMEM_DTYPE_F32 ? 4 : 8;
+    bool vec = per && nwv % per == 0;
+    vk_op_spec(&op, vec);
+    if (xo % 4 != 0 || zo % 4 != 0 || wo % 8 != 0 || w2o % 8 != 0) {
+        vk_op_run(v, &op, 0); /* gives temporaries back */
+        return LLMEM_E_UNSUPPORTED;
+    }
+    vk_op_u32(&op, (uint32_t)N);
+    vk_op_u32(&op, (uint32_t)K);
+    vk_op_u32(&op, xo / 4);
+    vk_op_u32(&op, zo / 4);
+    vk_op_u32(&op, vec ? nwv / per : nwo);
+    vk_op_u32(&op, wo / 8);
+    vk_op_u32(&op, w2o / 8);
+    vk_op_u32(&op, oo);
+    vk_op_f32(&op, eps);
+    return vk_op_run(v, &op, vk_div_up((uint64_t)N, (uint64_t)(NM_ROWS_WG / tpr) * nr));
+}
+
+/* The fused kernel of the mode $LLMEM_VULKAN_NM_MODE picks: 0 (default)
+ * norm_matvec16_rows.comp, 1 the persistent norm_matvec16.comp. */
+static llmem_status nm_run(vk_backend *v, int32_t norm, int32_t epi, float eps, llmem_ct *x,
+                           llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
+{
+    if (env_long("LLMEM_VULKAN_NM_MODE", NM_MODE, 0, 1) == 1)
+        return nm_launch(v, norm, epi, eps, x, z, nw, w, w2, out);
+    return nm_rows(v, norm, epi, eps, x, z, nw, w, w2, out);
+}
+
 static llmem_status vk_op_norm_matmul(llmem_backend *be, const llmem_norm_matmul_params *p,
                                       llmem_ct *x, llmem_ct *z, llmem_ct *nw, llmem_ct *w,
                                       llmem_ct *w2, llmem_ct *out)
 {
     if (env_long("LLMEM_VULKAN_NORM_MATMUL", 1, 0, 1) == 0)
         return LLMEM_E_UNSUPPORTED;
-    return nm_launch(vk_from(be), p->norm, p->epilogue, p->eps, x, z, nw, w,
-                     w2, out);
+    return nm_run(vk_from(be), p->norm, p->epilogue, p->eps, x, z, nw, w, w2, out);
 }
 
 llmem_status vk_gemv_rows(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out)
 {
     if (env_long("LLMEM_VULKAN_GEMV_ROWS", NM_GEMV_ROWS, 0, 1) == 0)
         return LLMEM_E_UNSUPPORTED;
-    return nm_launch(v, LLMEM_NM_NORM_NONE, u ? LLMEM_NM_SWIGLU : LLMEM_NM_STORE, 0.0f, a, NULL,
-                     NULL, w, u, out);
+    return nm_run(v, LLMEM_NM_NORM_NONE, u ? LLMEM_NM_SWIGLU : LLMEM_NM_STORE, 0.0f, a, NULL,
+                  NULL, w, u, out);
 }
 
 /* Registered in the Vulkan backend's list of open ops (<llmem/backend_impl.h>). */

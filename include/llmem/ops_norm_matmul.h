@@ -6,9 +6,9 @@
  * argument layout for backend authors. Metadata and wrapper:
  * backends/ops_norm_matmul.c; kernels: backends/cpu/ops_norm_matmul.c,
  * backends/cuda/cuda_ops_norm_matmul.c + kernels/gemv.cu,
- * backends/vulkan/vk_ops_norm_matmul.c + shaders/norm_matvec16.comp (one
- * f16/bf16 row; other shapes are refused and callers run the unfused ops,
- * models/forward.c).
+ * backends/vulkan/vk_ops_norm_matmul.c + shaders/norm_matvec16_rows.comp
+ * and norm_matvec16.comp (one f16/bf16 row; other shapes are refused and
+ * callers run the unfused ops, models/forward.c).
  */
 #ifndef LLMEM_OPS_NORM_MATMUL_H
 #define LLMEM_OPS_NORM_MATMUL_H

@@ -1,0 +1,179 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+#extension GL_EXT_control_flow_attributes : require
+// llmem-shader: norm_matvec16_rows:USE_SUBGROUP=1
+/* The fused decode matmul of one activation row (llmem_op_norm_matmul,
+ * T = 1), laid out as matvec16.comp's one-row GEMV: out[n] =
+ * epilogue(r * (g * nw) · w[n]ᵀ), g = x (gated: x * silu(z)), r = 1 /
+ * sqrt(mean(g²) + eps) (1 without a norm); the same contract as
+ * norm_matvec16.comp, with a different launch: no persistent workgroups
+ * and no activation kept in registers. TPR invocations share a group of
+ * NR weight rows; each loads a uvec4 (8 f16/bf16 weights) of each row per
+ * step, UNROLL steps ahead, and forms the matching 8 elements of g * nw
+ * from x (z, nw) as it goes (L1/L2 hits: every group reads the same row),
+ * adding g² once per group. So the norm costs no pass before the first
+ * weight load and no barrier: r is one scalar for the row, applied to the
+ * finished dot products. The TPR partial sums (and the sum of squares) are
+ * reduced by subgroupAdd, then the group's subgroups in order through
+ * shared memory; every group sums its rows, and the squares, in the same
+ * order, so every output uses the same r and does not depend on which
+ * workgroup ran it. Needs k % 8 == 0, x (and z) and weight rows 16-byte
+ * aligned, subgroups that divide TPR; the host checks them. RMS norm:
+ * Zhang & Sennrich 2019; gated: Mamba-2 (Dao & Gu 2024); SwiGLU: Shazeer
+ * 2020. */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint W_DT = 2;  /* 1 f16, 2 bf16 */
+layout(constant_id = 2) const uint NORM = 1;  /* 0 none, 1 RMS, 2 gated RMS */
+layout(constant_id = 3) const uint EPI = 0;   /* 0 store, 1 add, 2 SwiGLU */
+layout(constant_id = 4) const uint NW_DT = 3; /* the norm weight's dtype; DT_NONE: none */
+layout(constant_id = 5) const uint TPR = 128; /* invocations per group of rows; divides WG */
+layout(constant_id = 6) const uint NR = 1;    /* weight rows per group */
+layout(constant_id = 7) const uint NW_VEC = 0; /* 1: the norm weight read as uvec4 (binding 6) */
+
+const uint UNROLL = 2u;
+
+layout(binding = 0) readonly buffer X { vec4 x[]; };
+layout(binding = 1) readonly buffer Z { vec4 z[]; };
+layout(binding = 2) readonly buffer NWB { uint nw[]; };
+layout(binding = 3) readonly buffer W { uvec4 w[]; };
+layout(binding = 4) readonly buffer W2 { uvec4 w2[]; };
+layout(binding = 5) buffer O { float o[]; };
+layout(binding = 6) readonly buffer NWV { uvec4 nwv[]; };
+
+layout(push_constant) uniform P {
+    uint n, k;
+    uint x_off, z_off;  /* vec4s */
+    uint nw_off;        /* elements of NW_DT (NW_VEC: uvec4s) */
+    uint w_off, w2_off; /* uvec4s */
+    uint o_off;         /* floats */
+    float eps;
+} p;
+
+const uint NW = EPI == 2u ? 2u : 1u; /* weight matrices */
+const uint S = NW * NR + 1u;         /* sums per subgroup: products, sum of squares */
+const uint NSUB = WG / 4u;           /* subgroups at most */
+shared float red[NSUB * S];
+
+vec2 widen(uint u)
+{
+    if (W_DT == 1u)
+        return unpackHalf2x16(u);
+    return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xffff0000u));
+}
+
+vec2 widen_nw(uint u)
+{
+    if (NW_DT == DT_F16)
+        return unpackHalf2x16(u);
+    return vec2(uintBitsToFloat(u << 16), uintBitsToFloat(u & 0xffff0000u));
+}
+
+vec4 silu4(vec4 v)
+{
+    return vec4(silu(v.x), silu(v.y), silu(v.z), silu(v.w));
+}
+
+/* norm weight elements [8 jj, 8 jj + 8) */
+void nw8(uint jj, out vec4 n0, out vec4 n1)
+{
+    if (NW_VEC != 0u && NW_DT == DT_F32) {
+        n0 = uintBitsToFloat(nwv[p.nw_off + 2u * jj]);
+        n1 = uintBitsToFloat(nwv[p.nw_off + 2u * jj + 1u]);
+    } else if (NW_VEC != 0u) {
+        uvec4 q = nwv[p.nw_off + jj];
+        n0 = vec4(widen_nw(q.x), widen_nw(q.y));
+        n1 = vec4(widen_nw(q.z), widen_nw(q.w));
+    } else {
+        uint e = p.nw_off + 8u * jj;
+        n0 = vec4(LOAD_F(nw, e, NW_DT), LOAD_F(nw, e + 1u, NW_DT), LOAD_F(nw, e + 2u, NW_DT),
+                  LOAD_F(nw, e + 3u, NW_DT));
+        n1 = vec4(LOAD_F(nw, e + 4u, NW_DT), LOAD_F(nw, e + 5u, NW_DT),
+                  LOAD_F(nw, e + 6u, NW_DT), LOAD_F(nw, e + 7u, NW_DT));
+    }
+}
+
+void main()
+{
+    const uint RPW = WG / TPR; /* groups per workgroup */
+    uint l = gl_LocalInvocationID.x;
+    uint lane = l % TPR, grp = l / TPR;
+    uint n0 = (group_id() * RPW + grp) * NR; /* first weight row of the group */
+    uint kv = p.k / 8u;
+    float acc[NW * NR];
+    [[unroll]] for (uint i = 0u; i < NW * NR; i++)
+        acc[i] = 0.0;
+    float ss = 0.0;
+    for (uint j = lane; j < kv; j += TPR * UNROLL) {
+        uvec4 q[UNROLL * NR * NW];
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++)
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
+                uint jj = j + u * TPR;
+                bool inb = jj < kv && n0 + r < p.n;
+                uint at = (n0 + r) * kv + jj;
+                q[u * NR + r] = inb ? w[p.w_off + at] : uvec4(0u);
+                if (NW == 2u)
+                    q[(UNROLL + u) * NR + r] = inb ? w2[p.w2_off + at] : uvec4(0u);
+            }
+        [[unroll]] for (uint u = 0u; u < UNROLL; u++) {
+            uint jj = j + u * TPR;
+            if (jj >= kv)
+                break;
+            vec4 a0 = x[p.x_off + 2u * jj], a1 = x[p.x_off + 2u * jj + 1u];
+            if (NORM == 2u) {
+                a0 *= silu4(z[p.z_off + 2u * jj]);
+                a1 *= silu4(z[p.z_off + 2u * jj + 1u]);
+            }
+            if (NORM != 0u) {
+                ss += dot(a0, a0) + dot(a1, a1);
+                if (NW_DT != DT_NONE) {
+                    vec4 m0, m1;
+                    nw8(jj, m0, m1);
+                    a0 *= m0;
+                    a1 *= m1;
+                }
+            }
+            [[unroll]] for (uint mt = 0u; mt < NW; mt++)
+                [[unroll]] for (uint r = 0u; r < NR; r++) {
+                    uvec4 qq = q[(mt * UNROLL + u) * NR + r];
+                    acc[mt * NR + r] += dot(a0, vec4(widen(qq.x), widen(qq.y))) +
+                                        dot(a1, vec4(widen(qq.z), widen(qq.w)));
+                }
+        }
+    }
+    [[unroll]] for (uint i = 0u; i < NW * NR; i++) {
+        float s = subgroupAdd(acc[i]);
+        if (subgroupElect())
+            red[gl_SubgroupID * S + i] = s;
+    }
+    if (NORM != 0u) {
+        float s = subgroupAdd(ss);
+        if (subgroupElect())
+            red[gl_SubgroupID * S + NW * NR] = s;
+    }
+    barrier();
+    /* one invocation per output: the group's subgroups in order */
+    uint per = gl_NumSubgroups / RPW; /* subgroups per group */
+    if (l < RPW * NR) {
+        uint g = l / NR, r = l % NR;
+        uint nn = (group_id() * RPW + g) * NR + r;
+        float s = 0.0, u = 0.0, t = 0.0;
+        for (uint sg = g * per; sg < (g + 1u) * per; sg++) {
+            s += red[sg * S + r];
+            if (NW == 2u)
+                u += red[sg * S + NR + r];
+            if (NORM != 0u)
+                t += red[sg * S + NW * NR];
+        }
+        float sc = NORM != 0u ? 1.0 / sqrt(t / float(p.k) + p.eps) : 1.0;
+        if (nn < p.n) {
+            s *= sc;
+            if (EPI == 2u)
+                o[p.o_off + nn] = silu(s) * (u * sc);
+            else if (EPI == 1u)
+                o[p.o_off + nn] = o[p.o_off + nn] + s;
+            else
+                o[p.o_off + nn] = s;
+        }
+    }
+}
