@@ -7,10 +7,9 @@
  *   0 (default) shaders/norm_matvec16_rows.comp, matvec16.comp's one-row
  *     layout (128 invocations per group of NR weight rows, a workgroup per
  *     2 NR rows), each group forming g * nw from x (z, nw) as it reads K and
- *     adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2 4; default 1
- *     without a norm, 2 with the RMS norm, 4 with the gated one, whose silu
- *     is the costly part) rows share that work; $LLMEM_VULKAN_NM_TPR
- *     (32 .. 256) the invocations per group;
+ *     adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2 4; default
+ *     4) rows share that work (the gate's silu above all);
+ *     $LLMEM_VULKAN_NM_TPR (32 .. 256) the invocations per group;
  *   1 shaders/norm_matvec16.comp, kernels/gemv.cu's persistent layout: each
  *     invocation keeps C = ceil(K / 8 / WG) 16-byte chunks of g * nw in
  *     registers, a workgroup walks R weight rows a step, at most NM_GROUPS
@@ -39,6 +38,9 @@
 #define NM_MODE 0 /* $LLMEM_VULKAN_NM_MODE: 0 norm_matvec16_rows.comp, 1 norm_matvec16.comp */
 #define NM_ROWS_WG 256
 #define NM_ROWS_TPR 128 /* invocations per group of rows (matvec16's one-row choice) */
+/* weight rows per group: 4 (H200, 9B Bamba batch-1 step 6.110 ms; 1 / 2 / 4 by norm 6.219,
+ * 1 6.593; docs/benchmarks.md "Vulkan fused decode matmul, second design") */
+#define NM_ROWS_NR 4
 #define NM_WG 256
 #define NM_R 2
 #define NM_C_MAX 8     /* chunks per invocation: K <= 8 * NM_C_MAX * WG */
@@ -132,8 +134,7 @@ static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps,
     if (tpr % v->subgroup_size != 0)
         return LLMEM_E_UNSUPPORTED;
     /* rows per group: the activation work (the gate's silu above all) is shared by NR rows */
-    uint32_t nr_dflt = norm == LLMEM_NM_NORM_GATED ? 4 : norm == LLMEM_NM_NORM_RMS ? 2 : 1;
-    long nrr = env_long("LLMEM_VULKAN_NM_NR", nr_dflt, 1, 4);
+    long nrr = env_long("LLMEM_VULKAN_NM_NR", NM_ROWS_NR, 1, 4);
     uint32_t nr = nrr == 4 ? 4 : nrr == 2 ? 2 : 1;
     vk_op op;
     vk_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, NM_ROWS_WG);
