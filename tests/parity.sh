@@ -13,7 +13,9 @@
 # fused:          pages of 16, ubatch 1, n-seq-max 1, poison over the first 9
 #                 cases: every ubatch is one token, so a device backend with
 #                 llmem_op_norm_matmul runs the fused decode path
-#                 (models/forward.c) throughout.
+#                 (models/forward.c) throughout; then 24 greedy tokens of
+#                 `llmem generate` with recorded steps (the default) must
+#                 equal those of eager steps (LLMEM_NO_GRAPHS=1).
 set -euo pipefail
 bin="$1"; fx="$2"; backend="${3:-cpu}"; mode="${4:-full}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +36,14 @@ fi
 if [ "$mode" = fused ]; then
   head -n 9 "$fx/cases.jsonl" > "$tmp/first9.jsonl"; input="$tmp/first9.jsonl"
   run "page 16, ubatch 1, n-seq-max 1, poison (9 cases)" --page-size 16 --n-ubatch 1 --n-seq-max 1 --poison
+  gen=(generate --model "$fx" --backend "$backend" --prompt-ids "1 2 3 4" -n 24 --temp 0 --precision precise)
+  "$bin" "${gen[@]}" > "$tmp/recorded.txt"
+  LLMEM_NO_GRAPHS=1 "$bin" "${gen[@]}" > "$tmp/eager.txt"
+  if ! cmp -s "$tmp/recorded.txt" "$tmp/eager.txt"; then
+    echo "greedy 24 tokens: recorded steps differ from eager steps" >&2
+    exit 1
+  fi
+  echo "greedy 24 tokens: recorded steps equal eager steps"
   exit 0
 fi
 if [ "$mode" = lite ]; then
