@@ -196,31 +196,6 @@ void kv_budget_evict(llmem_memory *mem)
         poison_page(kv, p);
 }
 
-void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
-{
-    bool cut = s->pages.n > keep; /* else no entry changes (synced <= pages.n) */
-    for (int32_t i = s->pages.n - 1; i >= keep; i--)
-        if (s->pages.v[i] >= 0) /* -1: left the sliding window */
-            kv_unref_page(kv, s->pages.v[i]);
-    if (s->pages.n > keep)
-        s->pages.n = keep;
-    if (s->dropped > keep)
-        s->dropped = keep;
-    if (keep == 0)
-        s->lost = 0;
-    if (cut) /* a release after every decode step: keep it off the table's tail */
-        kv_pt_changed(s, keep);
-    if (keep == 0 && s->row >= 0) /* an empty sequence gives its row back */
-        page_rows_free(&kv->rows, &s->row, &s->row_cap);
-}
-
-void kv_seq_drop(kv_cache *kv, kv_seq *s)
-{
-    kv_drop_pages_from(kv, s, 0);
-    s->tokens.n = 0;
-    seq_pos_clear(&s->pos);
-}
-
 bool page_writable(const kv_cache *kv, int32_t p)
 {
     return kv->pool.ref[p] == 1 && !kv->pool.published[p];
@@ -265,8 +240,8 @@ static llmem_status cow_page(kv_cache *kv, kv_seq *s, int32_t i)
         kv_unref_page(kv, p);
         return st;
     }
-    s->pages.v[i] = p;
-    kv_pt_changed(s, i);
+    kv_pt_set(kv, s, i, p);
+    kv_last_sync(s);
     kv_unref_page(kv, old);
     return LLMEM_OK;
 }
@@ -357,7 +332,8 @@ static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bo
     memmove(s->pos.v.v + a, s->pos.v.v + b, (size_t)(n - b) * sizeof *s->pos.v.v);
     s->tokens.n = s->pos.v.n = n - cnt;
     seq_pos_meta_reset(&s->pos);
-    kv_pt_changed(s, pa);
+    kv_pt_note(kv, s, pa, s->pages.n - pa);
+    kv_last_sync(s);
     return LLMEM_OK;
 }
 
@@ -404,19 +380,24 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     int32_t np = n_pages_for_len(kv, k);
     if (dry)
         return LLMEM_OK;
-    if (!i32vec_reserve(&b->pages, np) || !i32vec_reserve(&b->tokens, k) ||
+    /* b's row is made room in (or moved, entries kept) before anything
+     * changes: a failure leaves b as it was */
+    if ((np > 0 && !kv_pt_fit(kv, b, np)) || !i32vec_reserve(&b->tokens, k) ||
         (a->pos.stored && !seq_pos_reserve(&b->pos, k)))
         return LLMEM_E_NO_MEMORY;
-    kv_seq_drop(kv, b);
+    kv_drop_pages(kv, b, 0, np == 0);
+    b->tokens.n = 0;
+    seq_pos_clear(&b->pos);
     for (int32_t j = 0; j < np; j++) {
         b->pages.v[j] = a->pages.v[j];
         if (a->pages.v[j] >= 0)
             page_pool_ref(&kv->pool, a->pages.v[j]);
     }
     b->pages.n = np;
+    kv_pt_note(kv, b, 0, np);
     b->dropped = a->dropped < np ? a->dropped : np;
     b->lost = a->lost < k ? a->lost : k;
-    kv_pt_changed(b, 0);
+    kv_last_sync(b);
     i32_copy(b->tokens.v, a->tokens.v, k);
     b->tokens.n = k;
     (void)seq_pos_copy_prefix(&b->pos, &a->pos, k); /* room reserved above */
@@ -529,10 +510,11 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         kv_seq *q = &kv->seqs[s];
         q->pages.n = q->tokens.n = 0;
+        q->pages.v = NULL;
         q->last = q->prev = -1;
         seq_pos_clear(&q->pos);
         q->row = -1;
-        q->row_cap = q->synced = q->dropped = q->lost = 0;
+        q->row_cap = q->dropped = q->lost = 0;
     }
     page_rows_reset(&kv->rows);
     page_pool_reset(&kv->pool);
@@ -579,7 +561,6 @@ static void kv_destroy(llmem_memory *mem)
     free(kv->views);
     free(kv->v);
     for (int32_t s = 0; kv->seqs && s < mem->n_seq_max; s++) {
-        i32vec_free(&kv->seqs[s].pages);
         i32vec_free(&kv->seqs[s].tokens);
         i32vec_free(&kv->seqs[s].pos.v);
     }
@@ -748,7 +729,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         seq_pos_clear(&q->pos);
         q->row = -1;
         q->last = q->prev = -1;
-        if (!seq_heap_attach(kv->heap, &q->pages) || !seq_heap_attach(kv->heap, &q->tokens) ||
+        if (!seq_heap_attach(kv->heap, &q->tokens) ||
             !seq_heap_attach(kv->heap, &q->pos.v)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for %d sequences",
                        p->n_seq_max);
@@ -781,7 +762,15 @@ int32_t llmem_kv_cache_page_table(llmem_memory *mem, int32_t seq_id, int32_t *ou
     if (!kv || seq_id < 0 || seq_id >= mem->n_seq_max)
         return -1;
     const kv_seq *s = &kv->seqs[seq_id];
+    int32_t n = s->pages.n < cap ? s->pages.n : cap;
     if (out && cap > 0)
-        i32_copy(out, s->pages.v, s->pages.n < cap ? s->pages.n : cap);
+        i32_copy(out, s->pages.v, n);
+    /* a copy-on-write target shows once apply has copied into it; until
+     * then the entry names the page it copies (kv_cow) */
+    for (int32_t c = 0; out && kv->res && c < kv->res->n_cow; c++) {
+        const kv_cow *w = &kv->res->cow[c];
+        if (w->seq == seq_id && w->page >= 0 && w->index < n)
+            out[w->index] = w->page;
+    }
     return s->pages.n;
 }

@@ -14,17 +14,28 @@
 #include "memory/seq_heap.h"
 #include "memory/seq_pos.h"
 
+/* A sequence's page table. It lives in the sequence's row of kv->rows
+ * (page_rows.h), the host copy of the device page table, so the table and
+ * the row are one array (a decode step stores its new page once, one cache
+ * line, not one in the table and one in the row): v == rows.v + row while
+ * row >= 0 (kv_pt_fit; kv_pt_repoint after the row table moves), NULL
+ * otherwise. Every write goes through kv_pt_set or page_rows_note so that
+ * the device copy follows at the next plan's upload. */
+typedef struct kv_pt {
+    int32_t *v;
+    int32_t n; /* entries past ceil(len / page_size) are plan reservations */
+} kv_pt;
+
 typedef struct kv_seq {
-    i32vec pages;  /* page table; entries past ceil(len / page_size) are plan reservations */
+    kv_pt pages;   /* page table (in its row) */
     i32vec tokens; /* committed token ids (-1 for embeddings) */
     seq_pos pos;   /* committed positions (a run while they are one) */
-    /* The page table's persistent row (page_rows.h): entries [0, synced)
-     * of the row equal pages.v[0, synced); kv_pt_changed lowers synced
-     * whenever an entry changes, the next plan rewrites the rest. */
-    int32_t row, row_cap, synced;
+    /* The page table's persistent row (page_rows.h) and its capacity
+     * (entries), -1 / 0 while the sequence holds no row. */
+    int32_t row, row_cap;
     /* Sliding window (memory/swa.c): page table entries [0, dropped) left
-     * the window and read -1; the row keeps stale ids there, never read
-     * (views start at row + dropped). 0 in a full cache. */
+     * the window and read -1 (views start at row + dropped). 0 in a full
+     * cache. */
     int32_t dropped;
     /* Leading tokens whose K/V the sequence no longer holds (>= dropped *
      * page_size; more after a state read whose rows left the writer's
@@ -49,10 +60,14 @@ typedef struct kv_ub {
     int32_t shift_slot, shift_delta, n_shift;
 } kv_ub;
 
-/* A copy-on-write reserved by a plan and done when ubatch 0 is applied, so
- * that a plan released (or failed) before it changes nothing. */
+/* A copy-on-write reserved by a plan and done when ubatch 0 is applied.
+ * Reserve points page table entry `index` of `seq` at a new page at once
+ * (the views and index tables show it) and keeps the old page, still
+ * referenced, in `page`; apply copies it into the new one and drops it
+ * (page becomes -1); a plan released before that puts it back, so that a
+ * plan released (or failed) before apply changes nothing. */
 typedef struct kv_cow {
-    int32_t seq, index, page; /* page table entry `index` of `seq` becomes `page` */
+    int32_t seq, index, page;
 } kv_cow;
 
 typedef struct kv_res {
@@ -138,15 +153,18 @@ static inline int32_t kv_page_at(const kv_seq *s, int32_t k)
     return k == s->pages.n - 1 ? s->last : k == s->pages.n - 2 ? s->prev : s->pages.v[k];
 }
 
-/* Page table entries from `from` on changed: the row must be rewritten.
- * Called after every change to existing entries or to pages.n (appends
- * in kv_reserve and the copy-on-write switch in kv_apply sync s->last
- * themselves). */
-static inline void kv_pt_changed(kv_seq *s, int32_t from)
+/* Entry k of s's page table becomes p (recorded for the next upload). */
+static inline void kv_pt_set(kv_cache *kv, kv_seq *s, int32_t k, int32_t p)
 {
-    if (s->synced > from)
-        s->synced = from;
-    kv_last_sync(s);
+    page_rows_write1(&kv->rows, s->row + k, p);
+}
+
+/* Entries [k, k + n) of s's page table, written in place, are recorded for
+ * the next upload. */
+static inline void kv_pt_note(kv_cache *kv, const kv_seq *s, int32_t k, int32_t n)
+{
+    if (n > 0)
+        page_rows_note(&kv->rows, s->row + k, n);
 }
 
 /* Whether page p has a pending K-shift. Without a pending shift no page
@@ -158,6 +176,13 @@ static inline bool kv_page_shifted(const kv_cache *kv, int32_t p)
     return kv->shift_pending && kv->page_shift[p];
 }
 
+/* kv_table.c: gives s's page table room for n entries (its row grows:
+ * entries kept, every table re-pointed if the row table moved). Returns
+ * false on host allocation failure, with nothing changed. */
+bool kv_pt_fit(kv_cache *kv, kv_seq *s, int32_t n);
+/* kv_table.c: points every sequence's page table at its row (after rows.v
+ * moved). */
+void kv_pt_repoint(kv_cache *kv);
 /* kv_cache.c */
 int32_t kv_alloc_page(kv_cache *kv);
 /* kv_alloc_page, with its common case inline: a free page with no pending
@@ -171,8 +196,15 @@ static inline int32_t kv_alloc_page_fast(kv_cache *kv)
     return kv_alloc_page(kv);
 }
 void kv_unref_page(kv_cache *kv, int32_t p);
+/* kv_table.c: drops the page table entries of s from keep on (unreferencing
+ * their pages; no entry is written: entries past pages.n are never read,
+ * on the host or the device); with free_row, an emptied sequence gives its
+ * row back. kv_drop_pages_from frees the row. */
+void kv_drop_pages(kv_cache *kv, kv_seq *s, int32_t keep, bool free_row);
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
+/* kv_table.c: drops every page, token and position of s. */
 void kv_seq_drop(kv_cache *kv, kv_seq *s);
+/* kv_cache.c */
 bool page_writable(const kv_cache *kv, int32_t p);
 /* Pages that hold len tokens (inline: release calls it for every
  * sequence after every step). */

@@ -11,6 +11,24 @@
 
 /* --- planning ----------------------------------------------------------------- */
 
+/* Puts back the page table entries that reserve switched to copy-on-write
+ * targets apply has not filled (a plan released before apply, or an apply
+ * that failed): the entry gets its old page again, the target is freed. */
+static void undo_cows(kv_cache *kv, kv_res *res)
+{
+    for (int32_t c = 0; res && c < res->n_cow; c++) {
+        kv_cow *w = &res->cow[c];
+        if (w->page < 0)
+            continue;
+        kv_seq *q = &kv->seqs[w->seq];
+        int32_t copy = q->pages.v[w->index];
+        kv_pt_set(kv, q, w->index, w->page);
+        kv_last_sync(q);
+        kv_unref_page(kv, copy);
+        w->page = -1;
+    }
+}
+
 static void release_reservations(kv_cache *kv, const llmem_plan *plan)
 {
     for (int32_t s = 0; s < kv->base.n_seq_max; s++)
@@ -161,24 +179,6 @@ static llmem_status idx_fit(kv_cache *kv, int64_t rows_n, int64_t elems)
     return LLMEM_OK;
 }
 
-/* Writes the rows of the plan's sequences where they differ from the page
- * tables (O(entries changed)). */
-static void sync_rows(kv_cache *kv, const llmem_plan *plan)
-{
-    for (int32_t s = 0; s < kv->base.n_seq_max; s++) {
-        kv_seq *q = &kv->seqs[s];
-        if (!plan->n_new[s] || q->synced >= q->pages.n)
-            continue;
-        /* a decode step's one new entry is q->last: no read of the tail */
-        if (q->synced == q->pages.n - 1)
-            page_rows_write1(&kv->rows, q->row + q->synced, q->last);
-        else
-            page_rows_write(&kv->rows, q->row + q->synced, q->pages.v + q->synced,
-                            q->pages.n - q->synced);
-        q->synced = q->pages.n;
-    }
-}
-
 /* Decode steps touch one page per sequence, the last of its table (kept
  * in kv_seq.last, so the table's tail is not read), and that page's pool
  * entries: with thousands of sequences each is a cache miss, so the pool
@@ -205,19 +205,17 @@ LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *p
 }
 
 /* Each sequence a step appends pages to stores one entry at its page
- * table's tail and one in its row (sync_rows): with thousands of
- * sequences each is a store miss, and once the store buffer is full of
- * them every later store waits, so the lines are requested 8 sequences
- * ahead. */
+ * table's tail (in its row): with thousands of sequences each is a store
+ * miss, and once the store buffer is full of them every later store
+ * waits, so the lines are requested 8 sequences ahead. */
 LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *plan, int32_t s,
                                       int32_t nsm)
 {
 #if defined(__GNUC__)
     if (s + 8 < nsm && plan->n_new[s + 8] && kv->need[s + 8] > 0) {
         const kv_seq *q = &kv->seqs[s + 8];
-        __builtin_prefetch(q->pages.v + q->pages.n, 1, 1);
-        if (q->row >= 0 && q->synced < q->row_cap)
-            __builtin_prefetch(kv->rows.v + q->row + q->synced, 1, 1);
+        if (q->pages.v && q->pages.n < q->row_cap)
+            __builtin_prefetch(q->pages.v + q->pages.n, 1, 1);
     }
 #else
     (void)kv, (void)plan, (void)s, (void)nsm;
@@ -338,7 +336,7 @@ static llmem_i32_table plan_table(const idx_builder *b, int32_t base, int32_t of
 
 /* Tells the op checks that the rows just uploaded hold valid pages for
  * every group of every ubatch (llmem_view_vouch_rows): the rows are written
- * only from the pages the pool handed out (sync_rows, copies included) and
+ * only from the pages the pool handed out (kv_pt_set, copies included) and
  * llmem_memory_check verifies them; ops then skip re-reading whole rows
  * each ubatch. On allocation failure nothing is vouched (full checks). */
 static void vouch_rows(const kv_cache *kv, const kv_res *res)
@@ -440,16 +438,13 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     if (!res->cow || !i32vec_reserve(&kv->ib.data, (int32_t)elems))
         goto fail;
     for (int32_t s = 0; s < nsm; s++) {
-        kv_seq *q = &kv->seqs[s];
-        int32_t row = q->row;
         if (plan->n_new[s] == 0)
             continue;
-        if (!page_rows_fit(&kv->rows, &q->row, &q->row_cap, pages_after(kv, plan, s, need))) {
+        int32_t np = pages_after(kv, plan, s, need);
+        if (np > 0 && !kv_pt_fit(kv, &kv->seqs[s], np)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for page tables");
             goto fail;
         }
-        if (q->row != row)
-            q->synced = 0;
     }
     st = idx_fit(kv, kv->rows.n, elems);
     if (st != LLMEM_OK) {
@@ -469,29 +464,38 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
          * reading the tail back right after the store that misses on it
          * would wait for the line (kv_last_sync reads it) */
         int32_t last = q->last, prev = q->prev;
-        if (!i32vec_reserve(&q->pages, q->pages.n + np + need[s]))
-            goto fail;
         for (int32_t k = 0; k < np; k++) {
             prev = last;
-            last = q->pages.v[q->pages.n++] = pinned.v[pin_at++];
+            last = pinned.v[pin_at++];
+            kv_pt_set(kv, q, q->pages.n++, last);
         }
         if (cow[s] == KV_TAIL_COPY) {
-            /* the copy itself waits for apply (kv_apply), the page is taken now */
+            /* the entry shows the copy from now on (the index tables and
+             * the row the views read); the copy itself waits for apply
+             * (kv_apply), and the old page stays held by the plan until
+             * then (undo_cows puts it back) */
             kv_cow *w = &res->cow[res->n_cow++];
-            *w = (kv_cow){.seq = s, .index = len0[s] / ps, .page = kv_alloc_page(kv)};
-            int32_t old = q->pages.v[w->index];
+            int32_t p = kv_alloc_page(kv), at = len0[s] / ps;
+            int32_t old = q->pages.v[at];
+            *w = (kv_cow){.seq = s, .index = at, .page = old};
             if (kv->page_shift[old]) { /* the K-shift tables must list the copy's slots */
-                memcpy(kv->shift + (size_t)w->page * (size_t)ps,
-                       kv->shift + (size_t)old * (size_t)ps, (size_t)ps * sizeof *kv->shift);
-                kv->page_shift[w->page] = 1;
+                memcpy(kv->shift + (size_t)p * (size_t)ps, kv->shift + (size_t)old * (size_t)ps,
+                       (size_t)ps * sizeof *kv->shift);
+                kv->page_shift[p] = 1;
             }
+            kv_pt_set(kv, q, at, p);
+            if (at == q->pages.n - 1)
+                last = p;
+            else if (at == q->pages.n - 2)
+                prev = p;
         } else if (cow[s] == KV_TAIL_UNHASH) {
             /* written in place: its hash no longer describes it */
             kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
         }
         for (int32_t k = 0; k < need[s]; k++) {
             prev = last;
-            last = q->pages.v[q->pages.n++] = kv_alloc_page_fast(kv);
+            last = kv_alloc_page_fast(kv);
+            kv_pt_set(kv, q, q->pages.n++, last);
         }
         q->last = last;
         q->prev = prev;
@@ -500,25 +504,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             kv->tail_at[s] = q->pages.n - 1;
         }
     }
-    for (int32_t c = 0; c < res->n_cow; c++) { /* tables and rows see the copies */
-        kv_seq *q = &kv->seqs[res->cow[c].seq];
-        int32_t *e = &q->pages.v[res->cow[c].index];
-        int32_t t = *e;
-        *e = res->cow[c].page;
-        res->cow[c].page = t;
-        kv_pt_changed(q, res->cow[c].index);
-    }
     st = build_tables(kv, plan, res, len0, count_shift(kv));
-    sync_rows(kv, plan);
-    for (int32_t c = 0; c < res->n_cow; c++) {
-        kv_seq *q = &kv->seqs[res->cow[c].seq];
-        int32_t *e = &q->pages.v[res->cow[c].index];
-        int32_t t = *e;
-        *e = res->cow[c].page;
-        res->cow[c].page = t;
-        /* the row shows the copy apply makes; until then it differs here */
-        kv_pt_changed(q, res->cow[c].index);
-    }
     if (st == LLMEM_OK && kv->ib.data.n > 0)
         st = llmem_buffer_upload(kv->idx, (size_t)kv->idx_rows * sizeof(int32_t), kv->ib.data.v,
                                  (size_t)kv->ib.data.n * sizeof(int32_t));
@@ -537,10 +523,9 @@ fail:
         if (pinned.v[k] >= 0)
             kv_unref_page(kv, pinned.v[k]);
     kv_host_unpin(kv, pinned.v + pin_at, pinned.n - pin_at);
+    undo_cows(kv, res);
     if (attached)
         release_reservations(kv, plan);
-    for (int32_t c = 0; res && c < res->n_cow; c++)
-        kv_unref_page(kv, res->cow[c].page);
     if (res) {
         free(res->ub);
         free(res->cow);
@@ -557,14 +542,13 @@ llmem_status kv_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_
     if (!res->cow_done) {
         for (int32_t c = 0; c < res->n_cow; c++) {
             kv_cow *w = &res->cow[c];
-            int32_t *e = &kv->seqs[w->seq].pages.v[w->index];
-            llmem_status st = copy_page(kv, w->page, *e);
+            if (w->page < 0)
+                continue; /* copied by an earlier, partly failed apply */
+            llmem_status st = copy_page(kv, kv->seqs[w->seq].pages.v[w->index], w->page);
             if (st != LLMEM_OK)
-                return st; /* nothing switched yet for this one; release frees it */
-            kv_unref_page(kv, *e);
-            *e = w->page;
+                return st; /* the old page is still held; release puts it back */
+            kv_unref_page(kv, w->page);
             w->page = -1;
-            kv_last_sync(&kv->seqs[w->seq]);
         }
         res->cow_done = true;
     }
@@ -672,10 +656,8 @@ void kv_release(llmem_memory *mem, const llmem_plan *plan, void *r)
     kv_cache *kv = kv_of(mem);
     kv_res *res = r;
     kv->res = NULL;
+    undo_cows(kv, res);
     release_reservations(kv, plan);
-    for (int32_t c = 0; res && c < res->n_cow; c++)
-        if (res->cow[c].page >= 0)
-            kv_unref_page(kv, res->cow[c].page);
     if (res) {
         free(res->ub);
         free(res->cow);

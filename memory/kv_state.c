@@ -342,7 +342,7 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         const kv_entry *e = &t->e[i];
         kv_seq *s = &kv->seqs[seq >= 0 ? seq : e->seq];
         int32_t np = llmem_pages_for(0, e->len, ps);
-        if (!i32vec_reserve(&s->pages, np) || !i32vec_reserve(&s->tokens, e->len) ||
+        if ((np > 0 && !kv_pt_fit(kv, s, np)) || !i32vec_reserve(&s->tokens, e->len) ||
             !seq_pos_reserve(&s->pos, e->len)) {
             st = LLMEM_E_NO_MEMORY;
             break;
@@ -361,7 +361,8 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
             s->pages.v[s->pages.n++] = -1;
         for (int32_t k = nsh > s->dropped ? nsh : s->dropped; k < np; k++)
             s->pages.v[s->pages.n++] = kv_alloc_page(kv);
-        kv_pt_changed(s, 0);
+        kv_pt_note(kv, s, 0, s->pages.n);
+        kv_last_sync(s);
         i32_copy(s->tokens.v, e->tokens, e->len);
         (void)seq_pos_assign(&s->pos, e->pos, e->len); /* room reserved above */
         s->tokens.n = e->len;
@@ -399,16 +400,19 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
     return st;
 }
 
-/* The persistent row of sequence s agrees with its page table: entries
- * [0, synced) equal; during a plan, a planned sequence's row is complete
- * but for a copy-on-write entry apply has not switched yet. */
+/* The page table of sequence s lives in its row: a row of the table's
+ * class, inside the row table, pages.v pointing at it; s->last / s->prev
+ * equal the table's last two entries; during a plan, the entries a planned
+ * sequence's views read are uploaded. */
 static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
 {
     const kv_seq *q = &kv->seqs[s];
-    if (q->synced < 0 || q->synced > q->pages.n || (q->synced > 0 && q->row < 0) ||
-        (q->row >= 0 && (q->row_cap < q->synced || q->row + q->row_cap > kv->rows.n))) {
-        llmem_errf(err, err_len, "sequence %d: row %d cap %d synced %d of %d pages", s, q->row,
-                   q->row_cap, q->synced, q->pages.n);
+    if ((q->pages.n > 0 && q->row < 0) ||
+        (q->row >= 0 && (q->row_cap < q->pages.n || q->row + q->row_cap > kv->rows.n ||
+                         q->pages.v != kv->rows.v + q->row)) ||
+        (q->row < 0 && q->pages.v != NULL)) {
+        llmem_errf(err, err_len, "sequence %d: row %d cap %d of %d pages, not its page table", s,
+                   q->row, q->row_cap, q->pages.n);
         return false;
     }
     if (q->pages.n > 0 && q->last != q->pages.v[q->pages.n - 1]) {
@@ -421,24 +425,35 @@ static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
                    q->prev, q->pages.n);
         return false;
     }
-    for (int32_t k = q->dropped; k < q->synced; k++) /* dropped entries: stale, unread */
-        if (kv->rows.v[q->row + k] != q->pages.v[k]) {
-            llmem_errf(err, err_len, "sequence %d: row entry %d is %d, page table %d", s, k,
-                       kv->rows.v[q->row + k], q->pages.v[k]);
-            return false;
-        }
     const llmem_plan *plan = kv->base.plan;
-    if (plan && kv->res && plan->n_new[s] > 0 && q->synced < q->pages.n) {
-        bool cow = false;
-        for (int32_t c = 0; c < kv->res->n_cow && !cow; c++)
-            cow = kv->res->cow[c].seq == s && kv->res->cow[c].index == q->synced;
-        if (!cow) {
-            llmem_errf(err, err_len, "sequence %d: planned but row holds %d of %d pages", s,
-                       q->synced, q->pages.n);
-            return false;
-        }
+    if (plan && kv->res && plan->n_new[s] > 0 && q->pages.n > q->dropped &&
+        page_rows_pending_in(&kv->rows, q->row + q->dropped, q->row + q->pages.n)) {
+        llmem_errf(err, err_len, "sequence %d: planned but its row is not uploaded", s);
+        return false;
     }
     return true;
+}
+
+/* No two sequences' rows overlap (each row is a distinct page table). */
+static bool check_rows_disjoint(const kv_cache *kv, char *err, size_t err_len)
+{
+    uint8_t *used = calloc((size_t)kv->rows.n + 1, 1);
+    if (!used)
+        return true; /* cannot check without memory; not a violation */
+    bool ok = true;
+    for (int32_t s = 0; s < kv->base.n_seq_max && ok; s++) {
+        const kv_seq *q = &kv->seqs[s];
+        for (int32_t k = 0; q->row >= 0 && k < q->row_cap && ok; k++) {
+            if (used[q->row + k]) {
+                llmem_errf(err, err_len, "sequence %d: row entry %d also holds another row", s,
+                           q->row + k);
+                ok = false;
+            }
+            used[q->row + k] = 1;
+        }
+    }
+    free(used);
+    return ok;
 }
 
 llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
@@ -494,11 +509,8 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         if (!check_row(kv, s, err, err_len))
             goto out;
     }
-    if (mem->plan && page_rows_pending(&kv->rows)) {
-        llmem_errf(err, err_len, "page rows: a plan is in flight with rows not uploaded");
-        goto out;
-    }
-    if (!page_rows_check_device(&kv->rows, kv->idx, err, err_len))
+    if (!check_rows_disjoint(kv, err, err_len) ||
+        !page_rows_check_device_upto(&kv->rows, kv->idx, kv->idx_rows, err, err_len))
         goto out;
     for (int32_t c = 0; kv->res && c < kv->res->n_cow; c++)
         if (kv->res->cow[c].page >= 0)

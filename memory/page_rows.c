@@ -7,7 +7,15 @@
 
 int32_t page_rows_class_cap(int32_t c)
 {
-    return (4 + (c & 3)) << (c >> 2);
+    int32_t base = (4 + (c & 3)) << (c >> 2);
+    /* From 256 entries on, one cache line (16 entries) more, so that a
+     * row spans an odd number of lines. Rows of one class lie side by
+     * side, and sequences of equal length keep their tails at equal
+     * offsets: with an even stride of (4..7) << k lines those tails fall
+     * into 1 / 2^k of the cache sets (all 1,000 rows of 128K tokens into
+     * one set of L1 and L2), so thousands of sequences missed on their
+     * row every step; an odd stride spreads them over every set. */
+    return base >= 256 ? base + 16 : base;
 }
 
 static int32_t class_for(int32_t n)
@@ -95,13 +103,13 @@ static void note(page_rows *r, int32_t at, int32_t n)
     l->v[l->n++] = n;
 }
 
-bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n)
+bool page_rows_fit_keep(page_rows *r, int32_t *row, int32_t *cap, int32_t n, int32_t keep)
 {
     if (*row >= 0 && n <= *cap)
         return true;
     int32_t c = class_grow(n);
     int32_t ncap = page_rows_class_cap(c), at;
-    if (!i32vec_reserve(&r->pend, r->pend.n + 2))
+    if (!i32vec_reserve(&r->pend, r->pend.n + 4))
         return false;
     if (r->free_rows[c].n > 0) {
         at = r->free_rows[c].v[--r->free_rows[c].n];
@@ -114,11 +122,21 @@ bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n)
          * agrees with the host (what check verifies) */
         note(r, at, ncap);
     }
+    keep = *row >= 0 ? (keep < *cap ? keep : *cap) : 0;
+    if (keep > 0) { /* after grow: r->v may have moved */
+        memcpy(r->v + at, r->v + *row, (size_t)keep * sizeof *r->v);
+        note(r, at, keep);
+    }
     if (*row >= 0)
         page_rows_free(r, row, cap);
     *row = at;
     *cap = ncap;
     return true;
+}
+
+bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n)
+{
+    return page_rows_fit_keep(r, row, cap, n, 0);
 }
 
 void page_rows_free(page_rows *r, int32_t *row, int32_t *cap)
@@ -146,6 +164,21 @@ void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n)
         return;
     memcpy(r->v + at, v, (size_t)n * sizeof *v);
     note(r, at, n);
+}
+
+void page_rows_note(page_rows *r, int32_t at, int32_t n)
+{
+    note(r, at, n);
+}
+
+bool page_rows_pending_in(const page_rows *r, int32_t lo, int32_t hi)
+{
+    if (r->full)
+        return hi > lo;
+    for (int32_t i = 0; i < r->pend.n; i += 2)
+        if (r->pend.v[i] < hi && lo < r->pend.v[i] + r->pend.v[i + 1])
+            return true;
+    return false;
 }
 
 /* Queues entries [lo, hi) for flush_runs; uploads at once when the run
@@ -257,20 +290,33 @@ bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, si
         llmem_errf(err, err_len, "page rows: device buffer smaller than the %d-entry table", r->n);
         return false;
     }
-    int32_t *dev = malloc((size_t)r->n * sizeof *dev);
-    uint8_t *skip = r->pend.n > 0 ? calloc((size_t)r->n, 1) : NULL;
+    return page_rows_check_device_upto(r, buf, r->n, err, err_len);
+}
+
+bool page_rows_check_device_upto(const page_rows *r, llmem_buffer *buf, int32_t n_dev, char *err,
+                                 size_t err_len)
+{
+    if (r->full || r->n == 0 || !buf)
+        return true; /* nothing on the device yet, or all of it waits for an upload */
+    size_t cmp = llmem_buffer_size(buf) / sizeof(int32_t);
+    int32_t n = n_dev < r->n ? n_dev : r->n;
+    n = cmp < (size_t)n ? (int32_t)cmp : n;
+    if (n <= 0)
+        return true;
+    int32_t *dev = malloc((size_t)n * sizeof *dev);
+    uint8_t *skip = r->pend.n > 0 ? calloc((size_t)n, 1) : NULL;
     if (!dev || (r->pend.n > 0 && !skip)) {
         free(dev);
         free(skip);
         return true; /* cannot check without memory; not a violation */
     }
     for (int32_t i = 0; i < r->pend.n; i += 2) /* written, not uploaded yet */
-        for (int32_t k = r->pend.v[i]; k < r->pend.v[i] + r->pend.v[i + 1] && k < r->n; k++)
+        for (int32_t k = r->pend.v[i]; k < r->pend.v[i] + r->pend.v[i + 1] && k < n; k++)
             skip[k] = 1;
-    bool ok = llmem_buffer_download(buf, 0, dev, (size_t)r->n * sizeof *dev) == LLMEM_OK;
+    bool ok = llmem_buffer_download(buf, 0, dev, (size_t)n * sizeof *dev) == LLMEM_OK;
     if (!ok)
         llmem_errf(err, err_len, "page rows: device download failed");
-    for (int32_t i = 0; ok && i < r->n; i++)
+    for (int32_t i = 0; ok && i < n; i++)
         if ((!skip || !skip[i]) && dev[i] != r->v[i]) {
             llmem_errf(err, err_len, "page rows: device entry %d is %d, host %d", i, dev[i],
                        r->v[i]);

@@ -9,7 +9,10 @@
  * llmem_kv_view.page_off.
  *
  * Capacity: a row's capacity is a size class (4, 5, 6, 7, 8, 10, 12, 14,
- * 16, 20, ... : four classes per doubling, at most 25% slack); a row that
+ * 16, 20, ... : four classes per doubling, at most 25% slack; from 256
+ * entries on one cache line more, an odd number of lines, so that the
+ * tails of equally long rows side by side spread over the cache sets
+ * instead of sharing a few); a row that
  * outgrows its class moves to a larger one (amortized O(1) per entry) and
  * freed rows are reused by their class. The table therefore holds about
  * the entries the sequences hold, not n_seq_max x the longest sequence:
@@ -58,6 +61,10 @@ int64_t page_rows_cost(int32_t n);
  * caller rewrites them). Returns false on host allocation failure, with
  * *row and *cap unchanged. */
 bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n);
+/* page_rows_fit that keeps the first `keep` entries of the row when it
+ * moves (copied into the new row and recorded for the next upload): for
+ * a page table that lives in its row (kv_internal.h). */
+bool page_rows_fit_keep(page_rows *r, int32_t *row, int32_t *cap, int32_t n, int32_t keep);
 /* Returns a row to its class (*row becomes -1). */
 void page_rows_free(page_rows *r, int32_t *row, int32_t *cap);
 /* Drops every row (all free; the device copy is re-uploaded in full). */
@@ -65,6 +72,11 @@ void page_rows_reset(page_rows *r);
 /* Writes n entries at element `at` and records them for the next upload
  * (when the list cannot grow, the next upload sends the whole table). */
 void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n);
+/* Records entries [at, at + n), written in place through r->v, for the
+ * next upload. */
+void page_rows_note(page_rows *r, int32_t at, int32_t n);
+/* Whether any entry of [lo, hi) waits for an upload (O(ranges pending)). */
+bool page_rows_pending_in(const page_rows *r, int32_t lo, int32_t hi);
 /* page_rows_write of one entry, inline (a decode step writes one entry
  * into each row that gained a page). */
 static inline void page_rows_write1(page_rows *r, int32_t at, int32_t v)
@@ -97,5 +109,10 @@ llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
 /* Checks that the device copy equals the host's on every entry not
  * waiting for an upload (O(table size); for llmem_memory_check). */
 bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, size_t err_len);
+/* page_rows_check_device over the first n_dev entries only (the rows a
+ * device buffer sized before later rows were taken holds; the rest wait
+ * for the next full upload). A NULL buf passes (nothing uploaded yet). */
+bool page_rows_check_device_upto(const page_rows *r, llmem_buffer *buf, int32_t n_dev, char *err,
+                                 size_t err_len);
 
 #endif

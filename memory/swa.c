@@ -36,11 +36,11 @@ void swa_slide(kv_cache *kv, kv_seq *s)
     if (kv->p.window <= 0 || s->tokens.n == 0)
         return;
     int32_t upto = swa_keep_from(kv, s->tokens.n) / kv->p.page_size;
-    /* the row keeps the old ids of these entries: views start past them,
-     * so it needs no rewrite (host work stays O(pages dropped)) */
+    /* views start past these entries; the -1 reaches the device copy with
+     * the next upload (host work stays O(pages dropped)) */
     for (; s->dropped < upto; s->dropped++) {
         kv_unref_page(kv, s->pages.v[s->dropped]);
-        s->pages.v[s->dropped] = -1;
+        kv_pt_set(kv, s, s->dropped, -1);
     }
     kv_last_sync(s);
     if (s->lost < s->dropped * kv->p.page_size)

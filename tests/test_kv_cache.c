@@ -309,6 +309,72 @@ START_TEST(test_cow_partial_page)
 }
 END_TEST
 
+/* A plan that copies a shared partial page on write, released before
+ * apply, changes nothing: the page table names the shared page again,
+ * the copy's page is free, the invariant checker (device rows equal the
+ * page tables) passes with the plan in flight and after it. The page ids
+ * expected are the ones the table held before the plan. */
+START_TEST(test_cow_released_before_apply)
+{
+    llmem_backend *be = mt_cpu();
+    llmem_batch_buf *b = bb_new();
+    llmem_memory *m = mt_kv(be, 4, 16, 2, false, false);
+    mt_add(b, 0, 0, 6, 100, true); /* page 0 full, page 1 holds 2 */
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    int32_t a[4], c[4];
+    ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, a, 4), 2);
+    llmem_memory_stats st;
+    llmem_memory_get_stats(m, &st);
+    int32_t free0 = st.pages_free;
+    for (int32_t round = 0; round < 2; round++) {
+        llmem_batch_buf_clear(b);
+        mt_add(b, 1, 6, 1, 200, true);
+        llmem_plan *plan = NULL;
+        char err[256] = "";
+        ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_AUTO, 512, &plan,
+                                           err, sizeof err),
+                         LLMEM_OK);
+        /* the copy's page is taken; the table shows the copy only once applied */
+        llmem_memory_get_stats(m, &st);
+        ck_assert_int_eq(st.pages_free, free0 - 1);
+        ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, c, 4), 2);
+        ck_assert_int_eq(c[0], a[0]);
+        ck_assert_int_eq(c[1], a[1]);
+        mt_assert_check(m);
+        if (round == 1) { /* applied: the table names the copy */
+            const llmem_ubatch *ub;
+            ck_assert_int_eq(llmem_memory_apply(m, plan, 0, &ub), LLMEM_OK);
+            ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, c, 4), 2);
+            ck_assert_int_eq(c[0], a[0]);
+            ck_assert_int_ne(c[1], a[1]);
+            write_tokens(m, ub, NULL);
+            ck_assert_int_eq(llmem_memory_commit(m, plan, 0), LLMEM_OK);
+        }
+        llmem_memory_release(m, plan);
+        mt_assert_check(m);
+        llmem_memory_get_stats(m, &st);
+        ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, c, 4), 2);
+        if (round == 0) { /* released: as before the plan */
+            ck_assert_int_eq(st.pages_free, free0);
+            ck_assert_int_eq(c[1], a[1]);
+            ck_assert_int_eq(st.cow_copies, 0);
+            ck_assert_int_eq(llmem_memory_seq_len(m, 1), 6);
+        } else {
+            ck_assert_int_eq(st.pages_free, free0 - 1);
+            ck_assert_int_ne(c[1], a[1]);
+            ck_assert_int_eq(st.cow_copies, 1);
+            for (int32_t i = 0; i < 6; i++)
+                ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(100 + i));
+            ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
+        }
+    }
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
+}
+END_TEST
+
 static llmem_status plan_cached(llmem_memory *m, const llmem_batch *b, int32_t seq, int32_t *n_cached)
 {
     llmem_plan *plan = NULL;
@@ -799,6 +865,7 @@ int main(void)
     tcase_add_test(tc, test_no_touch_other_sequence);
     tcase_add_test(tc, test_seq_rm_frees_pages);
     tcase_add_test(tc, test_cow_partial_page);
+    tcase_add_test(tc, test_cow_released_before_apply);
     tcase_add_test(tc, test_prefix_cache);
     tcase_add_test(tc, test_prefix_lru_order);
     tcase_add_test(tc, test_seq_add_records_shift);

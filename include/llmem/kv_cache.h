@@ -95,7 +95,9 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
 
 /* Page table of seq_id: copies up to `cap` page ids and returns the number
  * of pages it holds (-1 for an invalid id). Entries of pages that left a
- * sliding window (params.window) read -1. For tests and tools. */
+ * sliding window (params.window) read -1; between a plan and its first
+ * apply, an entry the plan copies on write still names the page it copies
+ * (the copy is made at apply). For tests and tools. */
 int32_t llmem_kv_cache_page_table(llmem_memory *mem, int32_t seq_id, int32_t *out, int32_t cap);
 
 /* The sliding window of a KV cache (llmem_kv_cache_params.window): 0 for a
