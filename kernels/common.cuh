@@ -234,6 +234,30 @@ static inline bool cuk_pdl_enabled(void)
     return on == 1;
 }
 
+/* kern<<<grid, block, smem, stream>>>(args...), as a programmatic
+ * dependent launch when pdl (kern must then follow the rule above). */
+template <typename... KArgs, typename... Args>
+static inline cudaError_t cuk_launch_dep(void (*kern)(KArgs...), dim3 grid, unsigned block,
+                                         size_t smem, cudaStream_t stream, bool pdl,
+                                         Args... args)
+{
+    if (!pdl) {
+        kern<<<grid, block, smem, stream>>>(args...);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kern, ((KArgs)args)...);
+}
+
 /* kern<<<grid, block, 0, stream>>>(args...), as a programmatic dependent
  * launch when cuk_pdl_enabled() (kern must then follow the rule above). */
 template <typename... KArgs, typename... Args>

@@ -16,14 +16,17 @@
  * results).
  *
  * Because a CTA sees the whole activation row, an RMS norm of it fuses in
- * for free (each CTA sums the squares of its registers once, Zhang &
- * Sennrich 2019, "Root Mean Square Layer Normalization"), as does the
- * gated norm of Mamba-2 (Dao & Gu 2024, y * silu(z) before the norm;
- * transformers MambaRMSNormGated), and the output can be added to a
- * residual row or be the SwiGLU of two weight rows (Shazeer 2020, "GLU
- * Variants Improve Transformer"). The element arithmetic is that of
- * basic.cu's norm kernels and matmul.cu's SwiGLU GEMV (h * scale * w,
- * g / (1 + e^-g) * u); only the summation order differs.
+ * for free (Zhang & Sennrich 2019, "Root Mean Square Layer
+ * Normalization"), as does the gated norm of Mamba-2 (Dao & Gu 2024,
+ * y * silu(z) before the norm; transformers MambaRMSNormGated): the norm
+ * is one scalar r per row, so the products run on h * nw and r scales
+ * each output in the epilogue, the sum of squares of h riding on the first
+ * step's block reduction (no reduction before the first products). The
+ * output can be added to a residual row or be the SwiGLU of two weight
+ * rows (Shazeer 2020, "GLU Variants Improve Transformer"). The element
+ * arithmetic is that of basic.cu's norm kernels and matmul.cu's SwiGLU
+ * GEMV up to rounding (r (h * nw · w) for (h r nw) · w, g / (1 + e^-g) *
+ * u); the summation order differs.
  */
 #include <stdlib.h>
 
@@ -72,25 +75,52 @@ __device__ __forceinline__ void gr_fetch(uint4 (&wv)[NW][R][C], const cuk_gemv_r
     }
 }
 
-/* This thread's norm weights (1 past K or without a weight): one 16-byte
- * load per chunk when the weight has the matrix's element size and is
- * 16-byte aligned, else element by element. */
-template <typename WT, int C>
-__device__ __forceinline__ void gr_norm_weight(const cuk_gemv_rows &p, int64_t chunks,
-                                               float (&wn)[C][cuk_unpack16<WT>::n])
+/* Whether the norm weight is read 16 bytes at a time: it has the
+ * matrix's element size and is 16-byte aligned. */
+template <typename WT> __device__ __forceinline__ bool gr_norm_fast(const cuk_gemv_rows &p)
 {
-    constexpr int E = cuk_unpack16<WT>::n;
-    bool same = p.nw && (uintptr_t)p.nw % 16 == 0 && p.nwdt == cuk_elem<WT>::code;
+    return p.nw && (uintptr_t)p.nw % 16 == 0 && p.nwdt == cuk_elem<WT>::code;
+}
+
+/* This thread's chunks of the norm weight, still packed, when
+ * gr_norm_fast (issued with the first weight rows: it is read-only). */
+template <typename WT, int C>
+__device__ __forceinline__ void gr_norm_fetch(const cuk_gemv_rows &p, int64_t chunks,
+                                              uint4 (&nr)[C])
+{
+    bool fast = gr_norm_fast<WT>(p);
 #pragma unroll
     for (int j = 0; j < C; j++) {
         int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
-        if (same && c < chunks) {
-            cuk_unpack16<WT>::run(__ldg((const uint4 *)p.nw + c), wn[j]);
+        nr[j] = fast && c < chunks ? __ldg((const uint4 *)p.nw + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* av *= the norm weight (1 past K or without a weight): from nr when
+ * gr_norm_fast, else element by element. */
+template <typename WT, int C>
+__device__ __forceinline__ void gr_norm_apply(const cuk_gemv_rows &p, int64_t chunks,
+                                              const uint4 (&nr)[C],
+                                              float (&av)[C][cuk_unpack16<WT>::n])
+{
+    constexpr int E = cuk_unpack16<WT>::n;
+    bool fast = gr_norm_fast<WT>(p);
+#pragma unroll
+    for (int j = 0; j < C; j++) {
+        int64_t c = threadIdx.x + (int64_t)j * blockDim.x;
+        if (c >= chunks || !p.nw)
             continue;
+        float wn[E];
+        if (fast) {
+            cuk_unpack16<WT>::run(nr[j], wn);
+        } else {
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                wn[e] = cuk_load(p.nw, p.nwdt, c * E + e);
         }
 #pragma unroll
         for (int e = 0; e < E; e++)
-            wn[j][e] = p.nw && c < chunks ? cuk_load(p.nw, p.nwdt, c * E + e) : 1.0f;
+            av[j][e] *= wn[e];
     }
 }
 
@@ -100,9 +130,10 @@ __device__ __forceinline__ void gr_norm_weight(const cuk_gemv_rows &p, int64_t c
 template <typename WT, int C, int R, int NW, bool HINT>
 __device__ __forceinline__ void gr_step(uint4 (&wv)[NW][R][C],
                                         const float (&av)[C][cuk_unpack16<WT>::n],
-                                        float (&red)[GR_MAX_WARPS][NW * R],
+                                        float (&red)[GR_MAX_WARPS][NW * R + 1],
                                         const cuk_gemv_rows &p, int64_t g, int64_t gn,
-                                        int64_t ngroups, int64_t chunks)
+                                        int64_t ngroups, int64_t chunks, bool first, float ss,
+                                        float &rs)
 {
     constexpr int E = cuk_unpack16<WT>::n;
     /* the residual add's input, loaded now so that its latency hides
@@ -139,17 +170,32 @@ __device__ __forceinline__ void gr_step(uint4 (&wv)[NW][R][C],
             if (lane == 0)
                 red[warp][q * R + r] = s;
         }
+    /* the first step of a normed row also reduces the norm's sum of
+     * squares (first is the same in every thread) */
+    if (first) {
+        ss = cuk_warp_sum(ss);
+        if (lane == 0)
+            red[warp][NW * R] = ss;
+    }
     __syncthreads();
     if (threadIdx.x < R) {
+        int nw = blockDim.x >> 5;
+        if (first) {
+            float t = 0.0f;
+            for (int w = 0; w < nw; w++)
+                t += red[w][NW * R];
+            rs = 1.0f / sqrtf(t / (float)p.k + p.eps);
+        }
         int64_t row = g * R + threadIdx.x;
         if (row < p.n) {
-            int nw = blockDim.x >> 5;
             float s = 0.0f, u = 0.0f;
             for (int w = 0; w < nw; w++) {
                 s += red[w][threadIdx.x];
                 if (NW == 2)
                     u += red[w][R + threadIdx.x];
             }
+            s *= rs;
+            u *= rs;
             if (NW == 2)
                 p.out[row] = s / (1.0f + expf(-s)) * u;
             else if (p.epi == CUK_GE_ADD)
@@ -160,8 +206,35 @@ __device__ __forceinline__ void gr_step(uint4 (&wv)[NW][R][C],
     }
 }
 
+/* L2 prefetch of the weight rows of group g (w, and w2 when NW = 2), one
+ * bulk prefetch per matrix issued by thread 0 (sm_90 and later; no
+ * register, no fault, nothing past row n). */
+template <typename WT, int R, int NW>
+__device__ __forceinline__ void gr_prefetch(const cuk_gemv_rows &p, int64_t g)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x != 0 || g * R >= p.n)
+        return;
+    int64_t rows = p.n - g * R < R ? p.n - g * R : R;
+    uint32_t bytes = (uint32_t)(rows * p.k * (int64_t)sizeof(WT));
+#pragma unroll
+    for (int q = 0; q < NW; q++) {
+        const char *row = (const char *)(q ? p.w2 : p.w) + g * R * p.k * (int64_t)sizeof(WT);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(bytes)
+                     : "memory");
+    }
+#endif
+}
+
+/* Registers: the one-chunk, one-matrix shapes (K up to 4096 bf16 on 256
+ * threads: in_proj, attention, lm_head) are held to 40 registers, so 6
+ * CTAs of 256 threads share an SM; at 48 (5 CTAs) in_proj ran 2 us
+ * slower (docs/benchmarks.md, "Batch-1 step: norms in the epilogue"). */
+#define GR_MIN_CTAS(C, NW) ((C) == 1 && (NW) == 1 ? 3 : 1)
+
 template <typename WT, int C, int R, int NW, bool PIPE, bool HINT>
-__global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_rows p)
+__global__ void __launch_bounds__(GR_MAX_WARPS * 32, GR_MIN_CTAS(C, NW))
+    gemv_rows_kernel(cuk_gemv_rows p)
 {
     /* activation row blockIdx.y, on its own */
     p.x += (int64_t)blockIdx.y * p.k;
@@ -169,18 +242,32 @@ __global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_r
         p.z += (int64_t)blockIdx.y * p.k;
     p.out += (int64_t)blockIdx.y * p.n;
     constexpr int E = cuk_unpack16<WT>::n;
-    __shared__ float red[2][GR_MAX_WARPS][NW * R];
-    __shared__ float red0[32];
+    __shared__ float red[2][GR_MAX_WARPS][NW * R + 1];
     int64_t chunks = p.k / E, ngroups = (p.n + R - 1) / R;
     int64_t g = blockIdx.x, G = gridDim.x;
     if (g >= ngroups)
         return;
-    /* the first rows' weights stream while the activation row is formed */
+    /* the first rows' weights and the norm weight stream while the
+     * activation row is formed */
     uint4 wa[NW][R][C];
     gr_fetch<WT, C, R, NW, HINT>(wa, p, g, chunks);
-    /* under a programmatic launch (LLMEM_CUDA_GEMV_PDL=1) the weights above
-     * stream while the kernel before finishes; x, z and out only after it */
+    /* and the rows of the next pf steps into L2 (bytes in flight beyond
+     * what the registers hold) */
+    for (int d = 1; d <= p.pf; d++)
+        gr_prefetch<WT, R, NW>(p, g + d * G);
+    uint4 nr[C];
+    if (p.norm != CUK_GN_NONE)
+        gr_norm_fetch<WT, C>(p, chunks, nr);
+    /* under a programmatic launch the weights above stream while the
+     * kernel before finishes; x, z and out only after it */
     cuk_pdl_wait();
+    if (p.trig) /* early trigger: the next GEMV may fetch its weights now */
+        cuk_pdl_trigger();
+    /* The norm is one scalar per activation row, r = 1 / sqrt(mean(g²) +
+     * eps): the products run on g * nw and r scales each output in the
+     * epilogue, so no block reduction stands between the activation's
+     * loads and the first products; the sum of squares rides on the first
+     * step's reduction. */
     float av[C][E];
     float ss = 0.0f;
 #pragma unroll
@@ -204,24 +291,20 @@ __global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_r
             ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
         }
     }
-    if (p.norm != CUK_GN_NONE) {
-        /* the norm weight loads are issued before the reduction waits */
-        float wn[C][E];
-        gr_norm_weight<WT, C>(p, chunks, wn);
-        ss = cuk_block_sum(ss, red0);
-        float scale = 1.0f / sqrtf(ss / (float)p.k + p.eps);
-#pragma unroll
-        for (int j = 0; j < C; j++)
-#pragma unroll
-            for (int e = 0; e < E; e++)
-                av[j][e] = p.nw ? av[j][e] * scale * wn[j][e] : av[j][e] * scale;
-    }
+    if (p.norm != CUK_GN_NONE)
+        gr_norm_apply<WT, C>(p, chunks, nr, av);
+    bool first = p.norm != CUK_GN_NONE; /* else r stays 1 */
+    float rs = 1.0f;
     int buf = 0;
     if (!PIPE) {
         for (;;) {
-            if (g + G >= ngroups) /* the last step: the next kernel may start */
+            if (!p.trig && g + G >= ngroups) /* the last step: the next kernel may start */
                 cuk_pdl_trigger();
-            gr_step<WT, C, R, NW, HINT>(wa, av, red[buf], p, g, g + G, ngroups, chunks);
+            if (p.pf)
+                gr_prefetch<WT, R, NW>(p, g + (p.pf + 1) * G);
+            gr_step<WT, C, R, NW, HINT>(wa, av, red[buf], p, g, g + G, ngroups, chunks, first, ss,
+                                        rs);
+            first = false;
             buf ^= 1;
             g += G;
             if (g >= ngroups)
@@ -232,14 +315,17 @@ __global__ void __launch_bounds__(GR_MAX_WARPS * 32) gemv_rows_kernel(cuk_gemv_r
         for (;;) {
             if (g + G < ngroups)
                 gr_fetch<WT, C, R, NW, HINT>(wb, p, g + G, chunks);
-            gr_step<WT, C, R, NW, HINT>(wa, av, red[buf], p, g, ngroups, ngroups, chunks);
+            gr_step<WT, C, R, NW, HINT>(wa, av, red[buf], p, g, ngroups, ngroups, chunks, first,
+                                        ss, rs);
+            first = false;
             buf ^= 1;
             g += G;
             if (g >= ngroups)
                 break;
             if (g + G < ngroups)
                 gr_fetch<WT, C, R, NW, HINT>(wa, p, g + G, chunks);
-            gr_step<WT, C, R, NW, HINT>(wb, av, red[buf], p, g, ngroups, ngroups, chunks);
+            gr_step<WT, C, R, NW, HINT>(wb, av, red[buf], p, g, ngroups, ngroups, chunks, false,
+                                        ss, rs);
             buf ^= 1;
             g += G;
             if (g >= ngroups)
@@ -263,21 +349,52 @@ static int gr_sm_count(void)
     return n;
 }
 
-/* Whether the row-block GEMV is launched as a programmatic dependent of
- * the kernel before it: $LLMEM_CUDA_GEMV_PDL=1 on a device of compute
- * capability 9.0 or later (default off). */
-static bool gr_pdl_on(void)
+/* How the row-block GEMV is launched ($LLMEM_CUDA_GEMV_PDL, read once;
+ * programmatic launches only on a device of compute capability 9.0 or
+ * later, and only while the stream is being captured into a recorded
+ * step): 1 (the default) as a programmatic dependent of the kernel before
+ * it, so that its CTAs take the SMs as that kernel's CTAs leave and load
+ * their first weight rows before they wait for it, each CTA letting the
+ * next kernel launch at its last step; 2 the same, each CTA letting the
+ * next kernel launch as soon as its own wait returns; 0 a plain launch.
+ * On the H200 the Bamba-9B batch-1 step took 5.206 ms with 0, 5.161 with
+ * 1, no less with 2 (docs/benchmarks.md, "Batch-1 step: norms in the
+ * epilogue"). */
+static int gr_pdl_mode(void)
 {
-    static int on = -1;
-    if (on < 0) {
+    static int mode = -1;
+    if (mode < 0) {
         const char *e = getenv("LLMEM_CUDA_GEMV_PDL");
-        int dev = 0, major = 0;
-        on = e && atoi(e) == 1 && cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
-                 cudaSuccess &&
-             major >= 9;
+        int v = e ? atoi(e) : 1, dev = 0, major = 0;
+        mode = (v == 1 || v == 2) && cudaGetDevice(&dev) == cudaSuccess &&
+                       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                           cudaSuccess &&
+                       major >= 9
+                   ? v
+                   : 0;
     }
-    return on == 1;
+    return mode;
+}
+
+/* How many steps ahead of its loads each CTA prefetches its next weight
+ * rows into L2 (one bulk prefetch per step): $LLMEM_CUDA_GEMV_PF (0-4,
+ * read once; default 0, the only choice before compute capability 9.0).
+ * On the H200 1-3 cost 10-15 points of copy (docs/benchmarks.md, "Batch-1
+ * step: norms in the epilogue"); kept for other devices' tuning. */
+static int gr_pf_steps(void)
+{
+    static int pf = -1;
+    if (pf < 0) {
+        const char *e = getenv("LLMEM_CUDA_GEMV_PF");
+        int v = e ? atoi(e) : 0, dev = 0, major = 0;
+        pf = v >= 1 && v <= 4 && cudaGetDevice(&dev) == cudaSuccess &&
+                     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                         cudaSuccess &&
+                     major >= 9
+                 ? v
+                 : 0;
+    }
+    return pf;
 }
 
 template <typename WT, int C, int R, int NW, bool PIPE, bool HINT>
@@ -301,8 +418,22 @@ static cudaError_t gr_launch(const cuk_gemv_rows *p, int threads, int per_sm,
     if (grid > ngroups)
         grid = ngroups;
     dim3 gd((unsigned)grid, (unsigned)(p->m > 1 ? p->m : 1));
-    if (!gr_pdl_on()) {
-        kern<<<gd, threads, 0, stream>>>(*p);
+    /* programmatic only while a step is recorded: the weights are read
+     * before the wait, and a step's kernels write no weights, where an
+     * eager caller's kernel just before might (a conversion, say) */
+    int mode = gr_pdl_mode();
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (mode != 0 && cudaStreamIsCapturing(stream, &cs) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not a launch error: launch it plainly */
+        cs = cudaStreamCaptureStatusNone;
+    }
+    if (cs != cudaStreamCaptureStatusActive)
+        mode = 0;
+    cuk_gemv_rows q = *p;
+    q.trig = mode == 2;
+    q.pf = gr_pf_steps();
+    if (mode == 0) {
+        kern<<<gd, threads, 0, stream>>>(q);
         return cudaGetLastError();
     }
     cudaLaunchConfig_t cfg = {};
@@ -314,7 +445,7 @@ static cudaError_t gr_launch(const cuk_gemv_rows *p, int threads, int per_sm,
     cfg.stream = stream;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, *p);
+    return cudaLaunchKernelEx(&cfg, kern, q);
 }
 
 /* The launch shapes this build instantiates: all of them for the tuning

@@ -38,6 +38,8 @@ typedef struct cuk_gemv_rows {
     float *out;      /* [N] f32; must not overlap x, z */
     int32_t m;       /* rows of x, z and out ([M, K], [M, N]): 1..CUK_GEMV_MAX_M (0: 1) */
     int32_t n, k;
+    int32_t trig;    /* set by the launcher: 1 triggers the next kernel early */
+    int32_t pf;      /* set by the launcher: L2 prefetch distance in steps */
 } cuk_gemv_rows;
 
 /* Launch shape of cuk_gemv_rows_tuned (0 = the default of cuk_gemv_rows):
@@ -53,10 +55,14 @@ typedef struct cuk_gemv_rows_cfg {
  * weight chunks, at most 2048 of them, x / z / w / w2 16-byte aligned. */
 int cuk_gemv_rows_ok(const cuk_gemv_rows *p);
 /* The GEMV of each activation row described above (rows independent, each
- * computed as if alone: grid.y = M): a CTA keeps its slice
- * of the (normed) activation in registers and streams R weight rows at a
- * time through all its threads, with a fixed-order block reduction (runs
- * give equal results). cudaErrorNotSupported when !cuk_gemv_rows_ok. */
+ * computed as if alone: grid.y = M): a CTA keeps its slice of the
+ * activation (times the norm weight) in registers and streams R weight
+ * rows at a time through all its threads, with a fixed-order block
+ * reduction (runs give equal results); the norm's r scales each output in
+ * the epilogue. Launched as a programmatic dependent while the stream is
+ * captured ($LLMEM_CUDA_GEMV_PDL, gemv.cu): w and w2 are then read before
+ * the kernel before has finished, so inside a recorded step no kernel may
+ * write them. cudaErrorNotSupported when !cuk_gemv_rows_ok. */
 cudaError_t cuk_gemv_rows_run(const cuk_gemv_rows *p, cudaStream_t stream);
 cudaError_t cuk_gemv_rows_tuned(const cuk_gemv_rows *p, const cuk_gemv_rows_cfg *cfg,
                                 cudaStream_t stream);

@@ -150,6 +150,28 @@ __global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, i
     }
 }
 
+/* Whether the one-token conv and scan are launched as programmatic
+ * dependents of the kernel before them: $LLMEM_CUDA_SSM_PDL (default 1; 0
+ * turns it off, read once) on a device of compute capability 9.0 or later,
+ * for at most CUK_GEMV_MAX_M streams, where the row-block GEMVs around them
+ * are programmatic too and the launch gaps are a visible share of the step
+ * (Bamba-9B batch 1 on the H200: 5.161 -> 5.108 ms; docs/benchmarks.md,
+ * "Batch-1 step: norms in the epilogue"). Both kernels wait for the kernel
+ * before them before they read anything. */
+static bool ssm_pdl(const cuk_rs_args *rs)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("LLMEM_CUDA_SSM_PDL");
+        int dev = 0, major = 0;
+        on = !(e && atoi(e) == 0) && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                 cudaSuccess &&
+             major >= 9;
+    }
+    return on == 1 && rs->n_seqs <= CUK_GEMV_MAX_M;
+}
+
 /* One token per stream (decode), f32 state, DC taps (issue 11): a thread
  * per (stream, 4 channels) with 16-byte loads of the state rows, x and the
  * output, all loads issued before any sum; the same sums in the same order
@@ -160,6 +182,11 @@ template <int DC>
 __global__ void ssm_conv1_kernel(cuk_rs_args rs, const float *x, const void *w, int wdt,
                                  const void *b, int bdt, float *out, int32_t conv_dim)
 {
+    /* launched as a programmatic dependent of the input projection when
+     * ssm_pdl: everything it reads may come from the kernels before, so it
+     * waits first; the scan after it may launch then */
+    cuk_pdl_wait();
+    cuk_pdl_trigger();
     int64_t n4 = conv_dim / 4, n = (int64_t)rs.n_seqs * n4;
     for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < n;
          it += (int64_t)gridDim.x * blockDim.x) {
@@ -214,9 +241,8 @@ extern "C" cudaError_t cuk_ssm_conv(const cuk_rs_args *rs, const float *x, const
         rs->elems % 4 == 0 && (uintptr_t)x % 16 == 0 && (uintptr_t)out % 16 == 0 &&
         (uintptr_t)rs->state % 16 == 0 && (uintptr_t)rs->snap % 16 == 0) {
         int64_t n = (int64_t)rs->n_seqs * (conv_dim / 4);
-        ssm_conv1_kernel<4><<<cuk_grid(n, 128), 128, 0, stream>>>(*rs, x, w, wdt, b, bdt, out,
-                                                                   conv_dim);
-        return cudaGetLastError();
+        return cuk_launch_dep(ssm_conv1_kernel<4>, dim3(cuk_grid(n, 128)), 128, 0, stream,
+                              ssm_pdl(rs), *rs, x, w, wdt, b, bdt, out, conv_dim);
     }
     if (d_conv < 2 || d_conv > CONV_MAX)
         return cudaErrorInvalidValue;
@@ -482,6 +508,13 @@ template <typename ST, int NPL, int NS>
 __global__ void __launch_bounds__(SD_WARPS * 32, 4)
     ssm_scan1_kernel(cuk_rs_args rs, cuk_scan_args p, int64_t n_items, int64_t per_warp)
 {
+    /* launched as a programmatic dependent of the conv when ssm_pdl, so
+     * it waits first; the output projection (a GEMV launched as a
+     * programmatic dependent) follows: its CTAs may take the room this
+     * grid leaves and fetch their first weights while the scan runs (they
+     * wait for its end before reading y) */
+    cuk_pdl_wait();
+    cuk_pdl_trigger();
     using Z = sd_shape<ST, NPL>;
     constexpr int RPW = Z::RPW;
     extern __shared__ __align__(16) unsigned char sd_ring[];
@@ -651,8 +684,8 @@ static cudaError_t sd_launch(const cuk_rs_args *rs, const cuk_scan_args *p, cuda
     int64_t per = (n_items + warps - 1) / warps;
     warps = (n_items + per - 1) / per;
     unsigned blocks = (unsigned)((warps + SD_WARPS - 1) / SD_WARPS);
-    ssm_scan1_kernel<ST, NPL, NS><<<blocks, SD_WARPS * 32, smem, stream>>>(*rs, *p, n_items, per);
-    return cudaGetLastError();
+    return cuk_launch_dep(ssm_scan1_kernel<ST, NPL, NS>, dim3(blocks), SD_WARPS * 32, smem, stream,
+                          ssm_pdl(rs), *rs, *p, n_items, per);
 }
 
 /* The decode scan for this call, or cudaErrorNotSupported when the general
