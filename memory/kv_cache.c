@@ -287,7 +287,7 @@ void publish_flush(kv_cache *kv)
          * into a random bucket of a table the size of the pool */
         if (i + 8 < n)
             __builtin_prefetch(&pp->bucket[pp->hash[q[i + 8]] & (uint64_t)(pp->n_buckets - 1)],
-                               1, 1);
+                               0, 0);
 #endif
         page_pool_publish(pp, q[i]);
     }

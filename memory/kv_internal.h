@@ -123,6 +123,10 @@ typedef struct kv_cache {
     const llmem_plan *prep_plan; /* plan the counts are for, or NULL */
     int64_t prep_total;
     int32_t prep_cows;
+    /* planned sequences whose row must grow (reserve_prepare's count):
+     * none, the usual decode step, and reserve skips its pass over every
+     * sequence's row capacity */
+    int32_t prep_grow;
     int64_t prefix_hits, cow_copies;
 } kv_cache;
 

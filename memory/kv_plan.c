@@ -233,13 +233,15 @@ enum { KV_TAIL_COPY = 1,   /* shared or published: copy-on-write */
  * new pages and kv->cow[s] (above), kv->len0[s] = length once the prefix
  * is attached. Returns the total; *n_cow gets the copies and,
  * when rows is not NULL, *rows the page-row entries the table would use
- * once the plan's rows have grown (an upper bound: grown rows taken fresh). */
-static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow, int64_t *rows)
+ * once the plan's rows have grown (an upper bound: grown rows taken fresh)
+ * and *n_grow the sequences whose row must grow. */
+static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow, int64_t *rows,
+                            int32_t *n_grow)
 {
     int32_t ps = kv->p.page_size, *need = kv->need, *len0 = kv->len0;
     uint8_t *cow = kv->cow;
     int64_t total = 0, nr = kv->rows.n;
-    int32_t nc = 0;
+    int32_t nc = 0, ng = 0;
     int32_t nsm = kv->base.n_seq_max;
     for (int32_t s = 0; s < nsm; s++) {
         const kv_seq *q = &kv->seqs[s];
@@ -266,12 +268,16 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         total += need[s] + (cow[s] == KV_TAIL_COPY);
         nc += cow[s] == KV_TAIL_COPY;
         int32_t np = pages_after(kv, plan, s, need);
-        if (rows && np > 0 && (q->row < 0 || np > q->row_cap))
+        if (rows && np > 0 && (q->row < 0 || np > q->row_cap)) {
             nr += page_rows_cost(np);
+            ng++;
+        }
     }
     *n_cow = nc;
     if (rows)
         *rows = nr;
+    if (n_grow)
+        *n_grow = ng;
     return total;
 }
 
@@ -303,9 +309,9 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
                 pages.v[pages.n++] = p;
         }
     }
-    int32_t n_cow = 0;
+    int32_t n_cow = 0, n_grow = 0;
     int64_t rows = 0;
-    int64_t total = pages_needed(kv, plan, &n_cow, &rows);
+    int64_t total = pages_needed(kv, plan, &n_cow, &rows, &n_grow);
     if (total > page_pool_available(&kv->pool) - pages.n) {
         llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
                    (long long)total, kv->pool.n_free, kv->pool.n_cached - pages.n);
@@ -327,6 +333,7 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
     kv->prep_plan = plan;
     kv->prep_total = total;
     kv->prep_cows = n_cow;
+    kv->prep_grow = n_grow;
 out:
     i32vec_free(&pages);
     return st;
@@ -417,7 +424,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         total = kv->prep_total;
         n_cow = kv->prep_cows;
     } else {
-        total = pages_needed(kv, plan, &n_cow, NULL);
+        total = pages_needed(kv, plan, &n_cow, NULL, NULL);
     }
     if (total > page_pool_available(&kv->pool)) {
         llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
@@ -437,7 +444,9 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     res->cow = malloc((size_t)(n_cow > 0 ? n_cow : 1) * sizeof *res->cow);
     if (!res->cow || !i32vec_reserve(&kv->ib.data, (int32_t)elems))
         goto fail;
-    for (int32_t s = 0; s < nsm; s++) {
+    /* prepare counted the rows that must grow for this plan (the counts
+     * do not depend on the prefix pages pinned since) */
+    for (int32_t s = 0; (prep != plan || kv->prep_grow > 0) && s < nsm; s++) {
         if (plan->n_new[s] == 0)
             continue;
         int32_t np = pages_after(kv, plan, s, need);
