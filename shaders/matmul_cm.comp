@@ -189,6 +189,41 @@ uint bf16x2_to_f16x2(uint x)
         COMPUTE((j) % 2u)                                                                         \
     }
 
+/* Epilogue: accumulator matrix q (row i = q / FN, column j = q % FN of
+ * the subgroup's FM x FN) through the subgroup's 16 x 16 staging matrix
+ * (STORE_Q(q) writes it, READ_RC(r, c) reads element r, c) to out, row
+ * r scaled by 2^e_r, rows and columns outside [M, N) left alone. Spelled
+ * out once per matrix with a literal q, not as loops over i and j: with
+ * the loops, the driver (H200, 580.159) kept the whole accumulator array
+ * in local memory for the 128 x 128 tiles (4 x 2 matrices per subgroup),
+ * so every multiply-add of the K loop went through it: 0.585 -> 0.191 ms
+ * at 512 x 4096 x 4096 fast (docs/benchmarks.md, "Vulkan GEMM: the
+ * accumulators in local memory"). */
+#define EMIT(q, STORE_Q, READ_RC)                                                                 \
+    if ((q) < FM * FN) {                                                                          \
+        STORE_Q(q);                                                                               \
+        controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,             \
+                       gl_SemanticsAcquireRelease);                                               \
+        uint r_ = lane / 2u, gm_ = m0 + sm + 16u * ((q) / FN) + r_;                               \
+        if (gm_ < p.m) {                                                                          \
+            int e_ = ex[p.e_off + gm_];                                                           \
+            [[unroll]] for (uint c8_ = 0u; c8_ < 8u; c8_++) {                                     \
+                uint c_ = 8u * (lane % 2u) + c8_, gn_ = n0 + sn + 16u * ((q) % FN) + c_;          \
+                if (gn_ < p.n)                                                                    \
+                    o[base + gm_ * p.n + gn_] = ldexp(READ_RC(r_, c_), e_);                       \
+            }                                                                                     \
+        }                                                                                         \
+        controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,             \
+                       gl_SemanticsAcquireRelease);                                               \
+    }
+#define EMIT_ALL(STORE_Q, READ_RC)                                                                \
+    EMIT(0u, STORE_Q, READ_RC) EMIT(1u, STORE_Q, READ_RC) EMIT(2u, STORE_Q, READ_RC)              \
+    EMIT(3u, STORE_Q, READ_RC) EMIT(4u, STORE_Q, READ_RC) EMIT(5u, STORE_Q, READ_RC)              \
+    EMIT(6u, STORE_Q, READ_RC) EMIT(7u, STORE_Q, READ_RC) EMIT(8u, STORE_Q, READ_RC)              \
+    EMIT(9u, STORE_Q, READ_RC) EMIT(10u, STORE_Q, READ_RC) EMIT(11u, STORE_Q, READ_RC)            \
+    EMIT(12u, STORE_Q, READ_RC) EMIT(13u, STORE_Q, READ_RC) EMIT(14u, STORE_Q, READ_RC)           \
+    EMIT(15u, STORE_Q, READ_RC)
+
 void main()
 {
     uint g = group_id();
@@ -247,25 +282,12 @@ void main()
             barrier();
         }
 
-        /* the old path's epilogue */
         uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CS;
-        [[unroll]] for (uint i = 0u; i < FM; i++)
-            [[unroll]] for (uint j = 0u; j < FN; j++) {
-                coopMatStoreNV(acc[i * FN + j], cs, cb, CS, false);
-                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
-                               gl_SemanticsAcquireRelease);
-                uint r = lane / 2u, gm = m0 + sm + 16u * i + r;
-                if (gm < p.m) {
-                    int e = ex[p.e_off + gm];
-                    for (uint c = 8u * (lane % 2u); c < 8u * (lane % 2u) + 8u; c++) {
-                        uint gn = n0 + sn + 16u * j + c;
-                        if (gn < p.n)
-                            o[base + gm * p.n + gn] = ldexp(cs[cb + r * CS + c], e);
-                    }
-                }
-                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
-                               gl_SemanticsAcquireRelease);
-            }
+#define CS_STORE(q) coopMatStoreNV(acc[q], cs, cb, CS, false)
+#define CS_READ(r, c) cs[cb + (r) * CS + (c)]
+        EMIT_ALL(CS_STORE, CS_READ)
+#undef CS_STORE
+#undef CS_READ
     } else {
         /* The ring (STAGES 2 .. 4): step j computes slice j from shared
          * slice j % 2 while slice j + 1 goes from register set j % R to
@@ -310,23 +332,10 @@ void main()
         /* epilogue through the ring, once every subgroup is done reading it */
         barrier();
         uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CSV;
-        [[unroll]] for (uint i = 0u; i < FM; i++)
-            [[unroll]] for (uint j = 0u; j < FN; j++) {
-                coopMatStoreNV(acc[i * FN + j], ring, cb, CSV, false);
-                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
-                               gl_SemanticsAcquireRelease);
-                uint r = lane / 2u, gm = m0 + sm + 16u * i + r;
-                if (gm < p.m) {
-                    int e = ex[p.e_off + gm];
-                    for (uint c = 8u * (lane % 2u); c < 8u * (lane % 2u) + 8u; c++) {
-                        uint gn = n0 + sn + 16u * j + c;
-                        if (gn < p.n)
-                            o[base + gm * p.n + gn] =
-                                ldexp(uintBitsToFloat(ring[cb + r * CSV + c / 4u][c % 4u]), e);
-                    }
-                }
-                controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,
-                               gl_SemanticsAcquireRelease);
-            }
+#define RING_STORE(q) coopMatStoreNV(acc[q], ring, cb, CSV, false)
+#define RING_READ(r, c) uintBitsToFloat(ring[cb + (r) * CSV + (c) / 4u][(c) % 4u])
+        EMIT_ALL(RING_STORE, RING_READ)
+#undef RING_STORE
+#undef RING_READ
     }
 }

@@ -511,10 +511,12 @@ END_TEST
  * tensor-core path (cooperative matrices, where the device has them)
  * scales each row into f16's range and splits it into hi + lo f16 terms,
  * so every row must be as accurate as an f32 product (fast mode: hi only,
- * about 2^-12 per element). Elsewhere this checks the SIMT fallback. */
+ * about 2^-12 per element). 130 and 200 rows take several tile rows of
+ * the tensor-core path (prefill sizes, partial tiles, split-K at K 1000).
+ * Elsewhere this checks the SIMT fallback. */
 START_TEST(test_matmul_row_scales)
 {
-    static const int32_t shapes[][3] = {{40, 1024, 96}, {130, 264, 136}, {16, 512, 40}};
+    static const int32_t shapes[][3] = {{40, 1024, 96}, {130, 264, 136}, {16, 512, 40}, {200, 1000, 136}};
     llmem_backend *vk = open_be("vulkan");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];

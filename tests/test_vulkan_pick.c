@@ -28,14 +28,16 @@ START_TEST(test_pick_paths)
     ck_assert_int_eq(vk_mm_pick(&cm, 8, 4096, F16), VK_MM_MATVEC16);
     ck_assert_int_eq(vk_mm_pick(&cm, 8, 4096, F32), VK_MM_MATVEC);
     ck_assert_int_eq(vk_mm_pick(&cm, 8, 4100, BF16), VK_MM_MATVEC); /* K % 8 != 0 */
-    /* above them, up to 64 rows: tensor cores for 16-bit weights with K % 8 == 0 */
+    /* above them, any number of rows (prefill too): tensor cores for 16-bit weights with
+     * K % 8 == 0 */
     ck_assert_int_eq(vk_mm_pick(&cm, 9, 4096, BF16), VK_MM_COOPMAT);
     ck_assert_int_eq(vk_mm_pick(&cm, 16, 4096, F16), VK_MM_COOPMAT);
     ck_assert_int_eq(vk_mm_pick(&cm, 64, 14336, BF16), VK_MM_COOPMAT);
-    /* prefill sizes: the f32 SIMT tiles (faster there on the H200) */
-    ck_assert_int_eq(vk_mm_pick(&cm, 65, 4096, BF16), VK_MM_RT);
-    ck_assert_int_eq(vk_mm_pick(&cm, 512, 14336, BF16), VK_MM_RT);
+    ck_assert_int_eq(vk_mm_pick(&cm, 65, 4096, BF16), VK_MM_COOPMAT);
+    ck_assert_int_eq(vk_mm_pick(&cm, 512, 14336, BF16), VK_MM_COOPMAT);
+    ck_assert_int_eq(vk_mm_pick(&cm, 1u << 20, 4096, F16), VK_MM_COOPMAT);
     ck_assert_int_eq(vk_mm_pick(&cm, 64, 4096, F32), VK_MM_RT);     /* f32 weights: SIMT */
+    ck_assert_int_eq(vk_mm_pick(&cm, 512, 4096, F32), VK_MM_RT);
     ck_assert_int_eq(vk_mm_pick(&cm, 64, 4100, BF16), VK_MM_TILED); /* K % 8 != 0 */
     /* the fallback: a device without them (lavapipe) */
     ck_assert_int_eq(vk_mm_pick(&no, 9, 4096, BF16), VK_MM_RT);
@@ -46,8 +48,10 @@ START_TEST(test_pick_paths)
     c.cm_min = 33;
     ck_assert_int_eq(vk_mm_pick(&c, 32, 4096, BF16), VK_MM_RT);
     ck_assert_int_eq(vk_mm_pick(&c, 33, 4096, BF16), VK_MM_COOPMAT);
-    c.cm_max = 4096;
-    ck_assert_int_eq(vk_mm_pick(&c, 512, 4096, BF16), VK_MM_COOPMAT);
+    c.cm_max = 64; /* $LLMEM_VULKAN_CM_MAX=64: the old routing, prefill on the SIMT tiles */
+    ck_assert_int_eq(vk_mm_pick(&c, 64, 4096, BF16), VK_MM_COOPMAT);
+    ck_assert_int_eq(vk_mm_pick(&c, 65, 4096, BF16), VK_MM_RT);
+    ck_assert_int_eq(vk_mm_pick(&c, 512, 4096, BF16), VK_MM_RT);
     c = cm;
     c.mv16_max = 32;
     ck_assert_int_eq(vk_mm_pick(&c, 32, 4096, BF16), VK_MM_MATVEC16);
@@ -100,8 +104,14 @@ START_TEST(test_cm_plan_invariants)
                     ck_assert_uint_eq(p.sgm * p.sgn * 32, VK_CM_WG);
                     ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
                     ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
-                    /* the K step: 64 up to 64 rows unless 32 was asked for (0: the default, 64) */
-                    ck_assert_uint_eq(p.bk, m > 64 ? 32 : small_bks[e] == 32 ? 32 : 64);
+                    /* the K step: 64 unless 32 was asked for (0: the default, 64) */
+                    ck_assert_uint_eq(p.bk, small_bks[e] == 32 ? 32 : 64);
+                    /* one subgroup row of at most 4 x 1 matrices: tiles of at most 64 rows,
+                     * and matmul_cm.comp's epilogue spells out 16 matrices at most */
+                    ck_assert_uint_eq(p.sgm, 1);
+                    ck_assert_uint_le(p.bm, 64);
+                    ck_assert_uint_ge(p.bm, m < 64 ? m : 64);
+                    ck_assert_uint_le(p.fm * p.fn, 16);
                     /* tiles cover the output, and no tile row or column is empty */
                     ck_assert_uint_ge((uint64_t)p.tiles_m * p.bm, m);
                     ck_assert_uint_lt((uint64_t)(p.tiles_m - 1) * p.bm, m);
@@ -132,22 +142,21 @@ START_TEST(test_cm_plan_invariants)
 END_TEST
 
 /* Two shapes worked by hand: the 9B model's 512-token prefill through a
- * 4096 x 4096 projection (4 x 32 = 128 tiles of 128 x 128: 264 / 128 ->
- * 3 slices of ceil(4096 / 3) = 1366 -> 1376 (43 steps of 32), the last
- * 1344), and batch-16 decode (one 16-row tile row, 128 columns: 32 tiles,
+ * 4096 x 4096 projection (8 x 32 = 256 tiles of 64 x 128: 264 / 256 ->
+ * 2 slices of 2048 (32 steps of 64)), and batch-16 decode (one 16-row tile row, 128 columns: 32 tiles,
  * 264 / 32 -> 9 slices, capped at 4096 / 256 = 16: 9 slices of 456 ->
  * 512 with steps of 64 (8 slices), 480 with steps of 32 (4096 / 480 -> 9)). */
 START_TEST(test_cm_plan_shapes)
 {
     vk_cm_plan p;
     vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, &p);
-    ck_assert_uint_eq(p.bm, 128);
+    ck_assert_uint_eq(p.bm, 64);
     ck_assert_uint_eq(p.bn, 128);
-    ck_assert_uint_eq(p.bk, 32);
-    ck_assert_uint_eq(p.tiles_m, 4);
+    ck_assert_uint_eq(p.bk, 64);
+    ck_assert_uint_eq(p.tiles_m, 8);
     ck_assert_uint_eq(p.tiles_n, 32);
-    ck_assert_uint_eq(p.k_split, 1376);
-    ck_assert_uint_eq(p.slices, 3);
+    ck_assert_uint_eq(p.k_split, 2048);
+    ck_assert_uint_eq(p.slices, 2);
     vk_cm_plan_make(16, 4096, 4096, 64, 1, 48 * 1024, &p);
     ck_assert_uint_eq(p.bm, 16);
     ck_assert_uint_eq(p.bn, 128);
@@ -171,7 +180,8 @@ START_TEST(test_cm_usable)
     ck_assert(!vk_cm_usable(list, 2, 32, smem));   /* 16x8x16, and f16 accumulators only */
     ck_assert(!vk_cm_usable(list, 0, 32, smem));   /* none listed */
     ck_assert(!vk_cm_usable(list, 3, 64, smem));   /* subgroups of 64 */
-    ck_assert(!vk_cm_usable(list, 3, 32, 32768));  /* too little shared memory */
+    ck_assert(!vk_cm_usable(list, 3, 32, 30 * 1024)); /* too little shared memory */
+    ck_assert(vk_cm_usable(list, 3, 32, 32 * 1024));   /* lavapipe's 32 KiB: K steps of 32 */
     vk_cm_shape wide = good;
     wide.subgroup_scope = false;
     ck_assert(!vk_cm_usable(&wide, 1, 32, smem));

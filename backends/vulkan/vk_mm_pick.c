@@ -52,17 +52,10 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
 {
     uint32_t sg = VK_CM_WG / 32;
     p->stages = 1;
-    if (m <= 64) {
-        p->sgm = 1;
-        p->fm = m <= 16 ? 1 : (uint32_t)div_up(m, 16);
-        p->fn = 1;
-        p->bk = small_bk == 32 ? 32 : VK_CM_BK_SMALL;
-    } else {
-        p->sgm = 2;
-        p->fm = 4;
-        p->fn = 2;
-        p->bk = VK_CM_BK_BIG;
-    }
+    p->sgm = 1;
+    p->fm = m <= 16 ? 1 : m >= 64 ? 4 : (uint32_t)div_up(m, 16);
+    p->fn = 1;
+    p->bk = small_bk == 32 ? 32 : VK_CM_BK_SMALL;
     p->sgn = sg / p->sgm;
     p->bm = 16 * p->fm * p->sgm;
     p->bn = 16 * p->fn * p->sgn;

@@ -9,13 +9,19 @@
  *                                    mma_sh.comp): workgroups of 128, FLOPS
  *                                    per subgroup and round
  *     NAME simt GROUPS ITERS FLOPS   the same with FLOPS per invocation
- *     NAME gemm M N K WG SGM FM FN SPLIT BK [STAGES]
+ *     NAME gemm M N K WG SGM FM FN SPLIT BK [STAGES [SLICES]]
  *                                    a shader with matmul_cm.comp's bindings,
  *                                    push and specialization constants (ids
  *                                    0-7: WG, W_DT = 2, SGM, FM, FN, SPLIT,
  *                                    BK, STAGES: 1 when not given), split-K as
- *                                    vk_mm_split_k; K must be 4096 and
- *                                    M <= 2048, N <= 14336
+ *                                    vk_mm_split_k, or into SLICES slices
+ *                                    when given and not 0; K must be 4096
+ *                                    and M <= 2048, N <= 14336
+ *
+ * With VK_KHR_pipeline_executable_properties, each pipeline's statistics
+ * (NVIDIA: register count and more) are printed before its figures; with
+ * VKCM_DUMP=DIR, its internal representations and pipeline cache data are
+ * written to DIR/NAME.SPEC....
  *
  * mma/simt: best of 3 single dispatches. gemm: bf16 weights and f16
  * activations (hi terms; lo terms zero, exponents 0) of small multiples of
@@ -62,7 +68,7 @@ typedef struct khr_cm_feat {
 typedef VkResult (*khr_props_fn)(VkPhysicalDevice, uint32_t *, khr_cm_props *);
 
 enum { B_W, B_A, B_O, B_E, B_STAGE, N_BUF };
-static const VkDeviceSize buf_size[N_BUF] = {128u << 20, 64u << 20, 160u << 20, 1u << 20, 160u << 20};
+static const VkDeviceSize buf_size[N_BUF] = {128u << 20, 64u << 20, 512u << 20, 1u << 20, 512u << 20};
 
 static struct {
     VkPhysicalDevice pd;
@@ -76,7 +82,7 @@ static struct {
     VkBuffer buf[N_BUF];
     char *stage;
     float tick_ns;
-    int nv, khr;
+    int nv, khr, pexec;
 } g;
 
 #define WN 14336u /* weight rows */
@@ -148,6 +154,99 @@ static double timed(VkPipeline pipe, const void *pc, uint32_t pc_size, uint32_t 
     return (double)(t[1] - t[0]) * g.tick_ns * 1e-9 / reps;
 }
 
+/* Writes n bytes to $VKCM_DUMP/<base of path>[.s0-s1-...]<suffix> when VKCM_DUMP is set. */
+static void dump(const char *path, const uint32_t *spec, uint32_t n_spec, const char *suffix,
+                 const void *data, size_t n)
+{
+    const char *dir = getenv("VKCM_DUMP");
+    if (!dir || !data || !n)
+        return;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    char name[1024];
+    int len = snprintf(name, sizeof name, "%s/%.*s", dir, (int)strcspn(base, "."), base);
+    for (uint32_t i = 0; i < n_spec && len > 0 && (size_t)len < sizeof name; i++)
+        len += snprintf(name + len, sizeof name - (size_t)len, "%c%u", i ? '-' : '.', spec[i]);
+    if (len > 0 && (size_t)len < sizeof name)
+        snprintf(name + len, sizeof name - (size_t)len, "%s", suffix);
+    FILE *f = fopen(name, "wb");
+    if (f) {
+        fwrite(data, 1, n, f);
+        fclose(f);
+    }
+}
+
+/* One line of the driver's statistics of each executable of pipe
+ * (VK_KHR_pipeline_executable_properties: on NVIDIA the register count,
+ * among others), its internal representations and the pipeline cache's
+ * data to $VKCM_DUMP (see dump). */
+static void describe(VkPipeline pipe, VkPipelineCache cache, const char *path, const uint32_t *spec,
+                     uint32_t n_spec)
+{
+    if (g.pexec) {
+        PFN_vkGetPipelineExecutablePropertiesKHR gp = (PFN_vkGetPipelineExecutablePropertiesKHR)
+            vkGetDeviceProcAddr(g.dev, "vkGetPipelineExecutablePropertiesKHR");
+        PFN_vkGetPipelineExecutableStatisticsKHR gs = (PFN_vkGetPipelineExecutableStatisticsKHR)
+            vkGetDeviceProcAddr(g.dev, "vkGetPipelineExecutableStatisticsKHR");
+        PFN_vkGetPipelineExecutableInternalRepresentationsKHR gi =
+            (PFN_vkGetPipelineExecutableInternalRepresentationsKHR)vkGetDeviceProcAddr(
+                g.dev, "vkGetPipelineExecutableInternalRepresentationsKHR");
+        VkPipelineInfoKHR pi = {VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, NULL, pipe};
+        VkPipelineExecutablePropertiesKHR ep[4];
+        uint32_t ne = 4;
+        for (uint32_t i = 0; i < ne; i++)
+            ep[i] = (VkPipelineExecutablePropertiesKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR};
+        if (!gp || !gs || gp(g.dev, &pi, &ne, ep) < 0)
+            ne = 0;
+        for (uint32_t e = 0; e < ne; e++) {
+            VkPipelineExecutableInfoKHR ei = {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, NULL, pipe, e};
+            VkPipelineExecutableStatisticKHR st[32];
+            uint32_t ns = 32;
+            for (uint32_t i = 0; i < ns; i++)
+                st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+            if (gs(g.dev, &ei, &ns, st) < 0)
+                ns = 0;
+            printf("  [stats %s sg %u]", ep[e].name, ep[e].subgroupSize);
+            for (uint32_t i = 0; i < ns; i++) {
+                printf(" %s=", st[i].name);
+                switch (st[i].format) {
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: printf("%u", st[i].value.b32); break;
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: printf("%lld", (long long)st[i].value.i64); break;
+                case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: printf("%llu", (unsigned long long)st[i].value.u64); break;
+                default: printf("%g", st[i].value.f64); break;
+                }
+            }
+            printf("\n");
+            VkPipelineExecutableInternalRepresentationKHR ir[8];
+            uint32_t ni = 8;
+            for (uint32_t i = 0; i < ni; i++)
+                ir[i] = (VkPipelineExecutableInternalRepresentationKHR){
+                    .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR};
+            if (!gi || gi(g.dev, &ei, &ni, ir) < 0)
+                ni = 0;
+            for (uint32_t i = 0; i < ni; i++) {
+                ir[i].pData = ir[i].dataSize ? malloc(ir[i].dataSize) : NULL;
+            }
+            if (ni && gi(g.dev, &ei, &ni, ir) >= 0)
+                for (uint32_t i = 0; i < ni; i++) {
+                    char suf[320];
+                    snprintf(suf, sizeof suf, ".ir%u.%u.%s", e, i, ir[i].isText ? "txt" : "bin");
+                    printf("  [ir %s: %s, %zu bytes]\n", ir[i].name, ir[i].description, ir[i].dataSize);
+                    dump(path, spec, n_spec, suf, ir[i].pData, ir[i].dataSize);
+                }
+            for (uint32_t i = 0; i < ni; i++)
+                free(ir[i].pData);
+        }
+    }
+    size_t n = 0;
+    if (cache && vkGetPipelineCacheData(g.dev, cache, &n, NULL) == VK_SUCCESS && n) {
+        void *d = malloc(n);
+        if (d && vkGetPipelineCacheData(g.dev, cache, &n, d) == VK_SUCCESS)
+            dump(path, spec, n_spec, ".cache", d, n);
+        free(d);
+    }
+}
+
 static VkPipeline pipeline(const char *path, const uint32_t *spec, uint32_t n_spec)
 {
     FILE *f = fopen(path, "rb");
@@ -172,8 +271,19 @@ static VkPipeline pipeline(const char *path, const uint32_t *spec, uint32_t n_sp
                                                      NULL, 0, VK_SHADER_STAGE_COMPUTE_BIT, sm, "main",
                                                      n_spec ? &si : NULL};
         ci.layout = g.pl;
-        if (vkCreateComputePipelines(g.dev, VK_NULL_HANDLE, 1, &ci, NULL, &pipe) != VK_SUCCESS)
+        if (g.pexec)
+            ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR |
+                        VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
+        VkPipelineCacheCreateInfo pci = {VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO, NULL, 0, 0, NULL};
+        VkPipelineCache cache = VK_NULL_HANDLE;
+        if (vkCreatePipelineCache(g.dev, &pci, NULL, &cache) != VK_SUCCESS)
+            cache = VK_NULL_HANDLE;
+        if (vkCreateComputePipelines(g.dev, cache, 1, &ci, NULL, &pipe) != VK_SUCCESS)
             pipe = VK_NULL_HANDLE;
+        if (pipe)
+            describe(pipe, cache, path, spec, n_spec);
+        if (cache)
+            vkDestroyPipelineCache(g.dev, cache, NULL);
         vkDestroyShaderModule(g.dev, sm, NULL);
     }
     free(code);
@@ -235,6 +345,7 @@ static int setup(void)
     for (uint32_t i = 0; i < ne; i++) {
         g.nv |= strcmp(ep[i].extensionName, "VK_NV_cooperative_matrix") == 0;
         g.khr |= strcmp(ep[i].extensionName, "VK_KHR_cooperative_matrix") == 0;
+        g.pexec |= strcmp(ep[i].extensionName, "VK_KHR_pipeline_executable_properties") == 0;
     }
     free(ep);
     printf("%s: NV cooperative matrices %s, KHR %s\n", pr.deviceName, g.nv ? "yes" : "no",
@@ -250,15 +361,20 @@ static int setup(void)
     khr_cm_feat kf = {STYPE_CM_FEATURES_KHR, NULL, VK_TRUE, VK_FALSE};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV nf = {
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, g.khr ? &kf : NULL, VK_TRUE, VK_FALSE};
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pf = {
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        g.nv ? (void *)&nf : g.khr ? (void *)&kf : NULL, VK_TRUE};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-                                            .pNext = g.nv ? (void *)&nf : g.khr ? (void *)&kf : NULL};
+                                            .pNext = g.pexec ? (void *)&pf : pf.pNext};
     f12.shaderFloat16 = h12.shaderFloat16;
     f12.vulkanMemoryModel = h12.vulkanMemoryModel;
     VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .pNext = &f12};
     f11.storageBuffer16BitAccess = h11.storageBuffer16BitAccess;
-    const char *exts[2];
+    const char *exts[3];
     uint32_t nx = 0;
+    if (g.pexec)
+        exts[nx++] = "VK_KHR_pipeline_executable_properties";
     if (g.nv)
         exts[nx++] = "VK_NV_cooperative_matrix";
     if (g.khr)
@@ -373,6 +489,10 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
     uint32_t bm = 16 * fm * sgm, bn = 16 * fn * (wg / 32 / sgm);
     uint32_t tm = (m + bm - 1) / bm, tn = (n + bn - 1) / bn, slices, ks;
     vk_mm_split_k((uint64_t)tm * tn, k, bk, &slices, &ks);
+    if (v[10]) { /* forced slice count */
+        ks = (k / v[10] + bk - 1) / bk * bk;
+        slices = (k + ks - 1) / ks;
+    }
     uint32_t pc[13] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, m * n, tm * tn * slices};
     size_t out_bytes = (size_t)slices * m * n * 4;
     memset(g.stage, 0, out_bytes);
@@ -396,8 +516,8 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         err = fmax(err, fabs(got - ref));
         big = fmax(big, fabs(ref));
     }
-    printf("%-16s depth %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n", name, v[9], m,
-           n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
+    printf("%-24s %ux%ux%u split %u depth %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n",
+           name, sgm, fm, fn, v[7], v[9], m, n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
 }
 
 int main(int argc, char **argv)
@@ -417,10 +537,10 @@ int main(int argc, char **argv)
     }
     char line[512], name[256], kind[16];
     while (fgets(line, sizeof line, lf)) {
-        uint32_t v[10] = {0};
-        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u %u", name, kind, &v[0], &v[1],
-                         &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9]);
-        bool gemm = (got == 11 || got == 12) && strcmp(kind, "gemm") == 0;
+        uint32_t v[11] = {0};
+        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u %u %u", name, kind, &v[0], &v[1],
+                         &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]);
+        bool gemm = got >= 11 && got <= 13 && strcmp(kind, "gemm") == 0;
         if (got == 11)
             v[9] = 1;
         bool mma = got == 5 && (strcmp(kind, "mma") == 0 || strcmp(kind, "simt") == 0);
@@ -430,7 +550,7 @@ int main(int argc, char **argv)
             continue;
         }
         if (gemm && (v[2] != KK || v[0] > AM || v[1] > WN || v[0] == 0 || v[1] == 0 ||
-                     (size_t)v[0] * v[1] * 4 * 16 > buf_size[B_O] || v[8] == 0 || v[4] == 0)) {
+                     (size_t)v[0] * v[1] * 4 * (v[10] > 16 ? v[10] : 16) > buf_size[B_O] || v[8] == 0 || v[4] == 0)) {
             fprintf(stderr, "vk_cm_bench: %s: shape out of range\n", name);
             continue;
         }
