@@ -104,13 +104,9 @@ START_TEST(test_cm_plan_invariants)
                     ck_assert_uint_eq(p.sgm * p.sgn * 32, VK_CM_WG);
                     ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
                     ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
-                    /* the K step: 64 unless 32 was asked for (0: the default, 64) */
-                    ck_assert_uint_eq(p.bk, small_bks[e] == 32 ? 32 : 64);
-                    /* one subgroup row of at most 4 x 1 matrices: tiles of at most 64 rows,
-                     * and matmul_cm.comp's epilogue spells out 16 matrices at most */
-                    ck_assert_uint_eq(p.sgm, 1);
-                    ck_assert_uint_le(p.bm, 64);
-                    ck_assert_uint_ge(p.bm, m < 64 ? m : 64);
+                    /* the K step: 64 up to 64 rows unless 32 was asked for (0: the default, 64) */
+                    ck_assert_uint_eq(p.bk, m > 64 ? 32 : small_bks[e] == 32 ? 32 : 64);
+                    /* matmul_cm.comp's epilogue spells out 16 matrices per subgroup at most */
                     ck_assert_uint_le(p.fm * p.fn, 16);
                     /* tiles cover the output, and no tile row or column is empty */
                     ck_assert_uint_ge((uint64_t)p.tiles_m * p.bm, m);
@@ -125,7 +121,8 @@ START_TEST(test_cm_plan_invariants)
                     ck_assert_uint_ge((uint64_t)p.slices * p.k_split, k);
                     ck_assert_uint_lt((uint64_t)(p.slices - 1) * p.k_split, k);
                     uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
-                    if (tiles >= VK_MM_GROUPS || k < 2 * VK_MM_MIN_SLICE)
+                    if (tiles >= VK_MM_GROUPS || k < 2 * VK_MM_MIN_SLICE ||
+                        (m > 64 && tiles >= VK_CM_FULL_TILES))
                         ck_assert_uint_eq(p.slices, 1);
                     else
                         ck_assert_uint_ge(tiles * p.slices, tiles * 2);
@@ -141,22 +138,29 @@ START_TEST(test_cm_plan_invariants)
 }
 END_TEST
 
-/* Two shapes worked by hand: the 9B model's 512-token prefill through a
- * 4096 x 4096 projection (8 x 32 = 256 tiles of 64 x 128: 264 / 256 ->
- * 2 slices of 2048 (32 steps of 64)), and batch-16 decode (one 16-row tile row, 128 columns: 32 tiles,
+/* Shapes worked by hand: the 9B model's 512-token prefill through a
+ * 4096 x 4096 projection (4 x 32 = 128 tiles of 128 x 128, at least
+ * VK_CM_FULL_TILES: one slice of K), 200 rows through 1024 columns (2 x 8
+ * = 16 tiles: 264 / 16 -> 17 slices, capped at 4096 / 256 = 16 slices of
+ * 256), and batch-16 decode (one 16-row tile row, 128 columns: 32 tiles,
  * 264 / 32 -> 9 slices, capped at 4096 / 256 = 16: 9 slices of 456 ->
  * 512 with steps of 64 (8 slices), 480 with steps of 32 (4096 / 480 -> 9)). */
 START_TEST(test_cm_plan_shapes)
 {
     vk_cm_plan p;
     vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, &p);
-    ck_assert_uint_eq(p.bm, 64);
+    ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 128);
-    ck_assert_uint_eq(p.bk, 64);
-    ck_assert_uint_eq(p.tiles_m, 8);
+    ck_assert_uint_eq(p.bk, 32);
+    ck_assert_uint_eq(p.tiles_m, 4);
     ck_assert_uint_eq(p.tiles_n, 32);
-    ck_assert_uint_eq(p.k_split, 2048);
-    ck_assert_uint_eq(p.slices, 2);
+    ck_assert_uint_eq(p.k_split, 4096);
+    ck_assert_uint_eq(p.slices, 1);
+    vk_cm_plan_make(200, 1024, 4096, 64, 1, 48 * 1024, &p);
+    ck_assert_uint_eq(p.tiles_m, 2);
+    ck_assert_uint_eq(p.tiles_n, 8);
+    ck_assert_uint_eq(p.k_split, 256);
+    ck_assert_uint_eq(p.slices, 16);
     vk_cm_plan_make(16, 4096, 4096, 64, 1, 48 * 1024, &p);
     ck_assert_uint_eq(p.bm, 16);
     ck_assert_uint_eq(p.bn, 128);
@@ -180,8 +184,7 @@ START_TEST(test_cm_usable)
     ck_assert(!vk_cm_usable(list, 2, 32, smem));   /* 16x8x16, and f16 accumulators only */
     ck_assert(!vk_cm_usable(list, 0, 32, smem));   /* none listed */
     ck_assert(!vk_cm_usable(list, 3, 64, smem));   /* subgroups of 64 */
-    ck_assert(!vk_cm_usable(list, 3, 32, 30 * 1024)); /* too little shared memory */
-    ck_assert(vk_cm_usable(list, 3, 32, 32 * 1024));   /* lavapipe's 32 KiB: K steps of 32 */
+    ck_assert(!vk_cm_usable(list, 3, 32, 32768));  /* too little shared memory */
     vk_cm_shape wide = good;
     wide.subgroup_scope = false;
     ck_assert(!vk_cm_usable(&wide, 1, 32, smem));

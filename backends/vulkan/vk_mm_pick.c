@@ -52,10 +52,17 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
 {
     uint32_t sg = VK_CM_WG / 32;
     p->stages = 1;
-    p->sgm = 1;
-    p->fm = m <= 16 ? 1 : m >= 64 ? 4 : (uint32_t)div_up(m, 16);
-    p->fn = 1;
-    p->bk = small_bk == 32 ? 32 : VK_CM_BK_SMALL;
+    if (m <= 64) {
+        p->sgm = 1;
+        p->fm = m <= 16 ? 1 : (uint32_t)div_up(m, 16);
+        p->fn = 1;
+        p->bk = small_bk == 32 ? 32 : VK_CM_BK_SMALL;
+    } else {
+        p->sgm = 2;
+        p->fm = 4;
+        p->fn = 2;
+        p->bk = VK_CM_BK_BIG;
+    }
     p->sgn = sg / p->sgm;
     p->bm = 16 * p->fm * p->sgm;
     p->bn = 16 * p->fn * p->sgn;
@@ -66,7 +73,13 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
     }
     p->tiles_m = (uint32_t)div_up(m, p->bm);
     p->tiles_n = (uint32_t)div_up(n, p->bn);
-    vk_mm_split_k((uint64_t)p->tiles_m * p->tiles_n, k, p->bk, &p->slices, &p->k_split);
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    if (m > 64 && tiles >= VK_CM_FULL_TILES) {
+        p->slices = 1;
+        p->k_split = (uint32_t)(div_up(k ? k : 1, p->bk) * p->bk);
+    } else {
+        vk_mm_split_k(tiles, k, p->bk, &p->slices, &p->k_split);
+    }
 }
 
 uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m)

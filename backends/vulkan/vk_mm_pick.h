@@ -12,14 +12,20 @@
 
 #define VK_MM_MV_MAX 8      /* activation rows handled by matvec.comp */
 #define VK_MM_CM_MIN 9      /* rows from which matmul_cm.comp runs (above matvec16's 8) */
-#define VK_MM_CM_MAX 0xffffffffu /* rows up to which it runs: all (up to 64 until the fifth session,
-                                  * when its accumulators sat in local memory at 128 x 128 tiles and
-                                  * it ran at ~30 TFLOP/s, below matmul_rt at 512 rows and more;
-                                  * $LLMEM_VULKAN_CM_MAX=64 restores that; docs/benchmarks.md "Vulkan
-                                  * GEMM: the accumulators in local memory") */
+#define VK_MM_CM_MAX 0xffffffffu /* rows up to which it runs: all. Up to 64 until its 128 x 128
+                                  * tiles' accumulators left local memory (they had run at ~30
+                                  * TFLOP/s, below matmul_rt); 512 x 4096 x 4096 precise 0.656 ->
+                                  * 0.285 ms then (H200; $LLMEM_VULKAN_CM_MAX=64: the old routing;
+                                  * docs/benchmarks.md, "Vulkan GEMM: the accumulators in local
+                                  * memory") */
 #define VK_MM_GROUPS 264    /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
 #define VK_MM_MIN_SLICE 256 /* K per split-K slice, at least */
 #define VK_CM_WG 256        /* matmul_cm.comp: 8 subgroups of 32 */
+#define VK_CM_BK_BIG 32     /* its K step above 64 rows (the 128 x 128 tiles) */
+#define VK_CM_FULL_TILES 66 /* above 64 rows, no split-K from this many tiles (half the H200's
+                             * SMs; one 256-invocation workgroup of 150-170 registers fits an
+                             * SM): 512 x 4096 x 4096 precise, 128 tiles: 3 slices 0.234 ms, one
+                             * 0.191 (H200, docs/benchmarks.md) */
 #define VK_CM_BK_SMALL 64   /* its K step up to 64 rows, by default ($LLMEM_VULKAN_CM_BK=32: the
                              * old one): half the barriers and loop trips per weight byte, 0.061 ->
                              * 0.048 ms at 64 x 4096 x 4096 precise (H200, docs/benchmarks.md) */
@@ -66,12 +72,12 @@ vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w
  * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), K walked in steps of bk
  * `stages` deep (matmul_cm.comp's STAGES), and split-K into `slices` slices
  * of k_split (a multiple of bk) when the tiles alone number fewer than
- * VK_MM_GROUPS. One subgroup row (SGM 1, SGN 8, FN 1) of min(4, ceil(M /
- * 16)) matrices per subgroup: up to 64 rows one tile row, so each weight
- * is loaded once; above, tiles of 64 x 128 (the 128 x 128 tiles of 4 x 2
- * matrices per subgroup used before measured no faster once their
- * accumulators left local memory, and need a K step of 32 to fit 48 KiB;
- * docs/benchmarks.md). bk = small_bk. */
+ * VK_MM_GROUPS. Few rows (M <= 64): one subgroup row of ceil(M / 16)
+ * matrices, so each weight is loaded once, and bk = small_bk; more:
+ * 128 x 128 and bk = VK_CM_BK_BIG (a 64-wide step of 128 x 128 tiles would
+ * not fit in 48 KiB of shared memory), depth 1, and split-K only below
+ * VK_CM_FULL_TILES tiles (H200, 512 x 4096 x 4096 precise: 0.191 ms, 64 x
+ * 128 tiles 0.200, either with split-K 0.22-0.23; docs/benchmarks.md). */
 typedef struct vk_cm_plan {
     uint32_t sgm, sgn, fm, fn, bm, bn, bk;
     uint32_t stages; /* 1: sa + sw + cs of matmul_cm.comp; 2 .. 4: its ring, that deep */
@@ -127,11 +133,11 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
 #define VK_CM_SMEM(bm, bn, bk) \
     ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 8u * 16u * 20u * 4u + 1024u)
 /* ... at the largest blocking of each K step: what a device needs for the
- * tensor-core path at all (64 x 128, 32), and for the 64-wide step (64 x 128). */
+ * tensor-core path at all (128 x 128, 32), and for the 64-wide step (64 x 128). */
 /* ... of its ring (two slices; the epilogue matrices share their memory),
  * in bytes. */
 #define VK_CM_RING_SMEM(bm, bn, bk) (2u * (2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 1024u)
-#define VK_CM_SHARED_BYTES VK_CM_SMEM(64u, 128u, 32u)
+#define VK_CM_SHARED_BYTES VK_CM_SMEM(128u, 128u, VK_CM_BK_BIG)
 #define VK_CM_SHARED_BYTES_SMALL VK_CM_SMEM(64u, 128u, VK_CM_BK_SMALL)
 
 #endif
