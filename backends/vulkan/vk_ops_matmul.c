@@ -4,11 +4,10 @@
  * vk_mm_pick (vk_mm_pick.c) chooses the shader. Few activation rows
  * (decode, M <= VK_MM_MV_MAX) use shaders/matvec.comp: one workgroup per
  * weight row, the weight read once and coalesced, which is what bounds
- * decode; f16/bf16 weights up to MV16_MAX rows use matvec16.comp. From
- * there up to VK_MM_CM_MAX (64) rows, f16/bf16 weights run on tensor cores
- * where the device has cooperative matrices (cm_split.comp +
- * matmul_cm.comp, below); otherwise, and for more rows (where the f32
- * SIMT tiles were faster on the H200), the register-tiled matmul_rt.comp
+ * decode; f16/bf16 weights up to MV16_MAX rows use matvec16.comp. Above
+ * (prefill too, up to VK_MM_CM_MAX rows), f16/bf16 weights run on tensor
+ * cores where the device has cooperative matrices (cm_split.comp +
+ * matmul_cm.comp, below); otherwise the register-tiled matmul_rt.comp
  * (16-byte loads, split-K when the output tiles alone would leave SMs
  * idle), and shapes it cannot take (K not a multiple of 8, unaligned rows)
  * the plain shared-memory tiling of shaders/matmul.comp.

@@ -62,7 +62,9 @@ matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 2
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 3
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 32 4
 L
-# bisect.comp's variants (OUT/bisect): one feature of matmul_cm.comp's K loop each, name=defines
+# bisect.comp's variants (OUT/bisect): one feature of matmul_cm.comp's K loop each (name, defines);
+# its list.txt is the last set measured (docs/benchmarks.md, "Vulkan GEMM: the accumulators in
+# local memory", has the earlier ones)
 B=$OUT/bisect
 mkdir -p "$B"
 : > "$B/list.txt"
@@ -71,69 +73,43 @@ bis() { # name defines...
     $GLSLANG -V --target-env vulkan1.1 -I"$ROOT/shaders" "$@" bisect.comp -o "$B/$n.spv" > /dev/null
 }
 bis b_ref
+bis b_old_epi -DEPI=2
 bis b_noload -DLOADS=0
 bis b_noload_nobar -DLOADS=0 -DBARS=0
 bis b_noconv -DCONV=0
 bis b_noepi -DEPI=0
-bis b_kd2 -DKD=2
 bis b_sep -DSEP=1
 bis b_dirb -DDIRB=1
-bis b_dirb_sep -DDIRB=1 -DSEP=1
-cp "$OUT/nv/matmul_cm.spv" "$B/"
-# REF (matmul_cm at 64 rows) every few lines: the H200 timings of one process drifted up to
-# 2-4x from one entry to the next in one call of this session, so compare only neighbours
+cp "$OUT/nv/matmul_cm.spv" "$OUT"/nv/nv_16x16x16_*.spv "$B/"
+# (fields: M N K WG SGM FM FN SPLIT BK [STAGES [SLICES]]; the plans of vk_cm_plan_make first)
 cat >> "$B/list.txt" <<'L'
+nv_16x16x16_1x1 mma 33 256 8192
+nv_16x16x16_1x1 mma 2112 256 8192
+nv_16x16x16_2x4 mma 132 256 65536
+nv_16x16x16_2x4 mma 2112 256 65536
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-# prefill tiles (fields: M N K WG SGM FM FN SPLIT BK [STAGES [SLICES]])
-matmul_cm gemm 512 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 512 4096 4096 256 1 4 1 2 64 1 1
-matmul_cm gemm 512 4096 4096 256 2 4 2 2 32
 matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1
-matmul_cm gemm 512 4096 4096 128 1 4 1 2 64
-matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 512 4096 4096 256 1 4 1 1 64
-matmul_cm gemm 512 4096 4096 256 1 4 1 1 64 1 1
-matmul_cm gemm 512 4096 4096 256 2 4 2 1 32
 matmul_cm gemm 512 4096 4096 256 2 4 2 1 32 1 1
-matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 2048 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32
-matmul_cm gemm 512 14336 4096 256 1 4 1 2 64
-matmul_cm gemm 512 14336 4096 256 2 4 2 2 32
-matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-# bisect at the 64 x 128 prefill plan, 512 precise
-b_ref gemm 512 4096 4096 256 1 4 1 2 64
-b_noload gemm 512 4096 4096 256 1 4 1 2 64
-b_noload_nobar gemm 512 4096 4096 256 1 4 1 2 64
-b_noconv gemm 512 4096 4096 256 1 4 1 2 64
-b_noepi gemm 512 4096 4096 256 1 4 1 2 64
-b_dirb gemm 512 4096 4096 256 1 4 1 2 64
-b_sep gemm 512 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-# decode: 64 rows precise
-b_ref gemm 64 4096 4096 256 1 4 1 2 64
+matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32 1 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32
+matmul_cm gemm 512 4096 4096 256 1 4 1 2 64 1 1
+b_old_epi gemm 512 4096 4096 256 2 4 2 2 32 1 1
+b_old_epi gemm 512 4096 4096 256 2 4 2 1 32 1 1
+b_noload gemm 512 4096 4096 256 2 4 2 2 32 1 1
+b_noload_nobar gemm 512 4096 4096 256 2 4 2 2 32 1 1
+b_noconv gemm 512 4096 4096 256 2 4 2 2 32 1 1
+b_noepi gemm 512 4096 4096 256 2 4 2 2 32 1 1
+b_sep gemm 512 4096 4096 256 2 4 2 2 32 1 1
 b_noload gemm 64 4096 4096 256 1 4 1 2 64
 b_noload_nobar gemm 64 4096 4096 256 1 4 1 2 64
+b_noepi gemm 64 4096 4096 256 1 4 1 2 64
 b_dirb gemm 64 4096 4096 256 1 4 1 2 64
 b_dirb gemm 64 4096 4096 256 1 4 1 2 128
-b_dirb gemm 64 4096 4096 256 1 4 1 2 64 1 16
-b_dirb gemm 64 4096 4096 256 1 4 1 2 128 1 16
-b_dirb_sep gemm 64 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-b_dirb gemm 64 4096 4096 128 1 4 1 2 128
-b_dirb gemm 64 4096 4096 128 1 4 1 2 128 1 16
-matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 16
-# decode: 16 rows precise
-matmul_cm gemm 16 4096 4096 256 1 1 1 2 64
-matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3
 b_dirb gemm 16 4096 4096 256 1 1 1 2 64
 b_dirb gemm 16 4096 4096 256 1 1 1 2 128
-b_dirb gemm 16 4096 4096 256 1 1 1 2 256
-b_dirb gemm 16 4096 4096 256 1 1 1 2 128 1 16
-b_dirb gemm 16 4096 4096 128 1 1 1 2 128
-b_dirb gemm 16 4096 4096 128 1 1 1 2 128 1 4
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
-matmul_cm gemm 16 4096 4096 256 1 1 1 2 64
 L
 if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/khr"

@@ -26,6 +26,7 @@
  * mma/simt: best of 3 single dispatches. gemm: bf16 weights and f16
  * activations (hi terms; lo terms zero, exponents 0) of small multiples of
  * 1/64, so every product is exact; best of 3 batches of 20 dispatches;
+ * each entry first runs 100 ms of its dispatches (warm_up: the clocks);
  * 64 outputs (slices summed) compared with a float64 sum ("err"). Timing
  * by timestamp queries. Put each API's entries (NV, KHR) in its own run:
  * on the H200 timings drifted within one process after its first KHR
@@ -245,6 +246,20 @@ static void describe(VkPipeline pipe, VkPipelineCache cache, const char *path, c
             dump(path, spec, n_spec, ".cache", d, n);
         free(d);
     }
+}
+
+/* Dispatches until at least 100 ms of GPU time have passed (at most 2,000
+ * command buffers), so that the clocks are up before a measurement: on
+ * the H200 the SM clock fell from 1980 to 345-800 MHz within a second of
+ * host-side work between two entries (a pipeline compile, a float64
+ * check), and a batch of 20 short dispatches measured at those clocks ran
+ * 2-5x slow (docs/benchmarks.md, "Vulkan GEMM: the accumulators in local
+ * memory"). */
+static void warm_up(VkPipeline pipe, const void *pc, uint32_t pc_size, uint32_t groups, int reps)
+{
+    double t = 0;
+    for (int i = 0; i < 2000 && t < 0.1; i++)
+        t += timed(pipe, pc, pc_size, groups, reps) * reps;
 }
 
 static VkPipeline pipeline(const char *path, const uint32_t *spec, uint32_t n_spec)
@@ -497,7 +512,7 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
     size_t out_bytes = (size_t)slices * m * n * 4;
     memset(g.stage, 0, out_bytes);
     copy(B_STAGE, B_O, out_bytes);
-    timed(pipe, pc, sizeof pc, tm * tn * slices, 3); /* warm-up */
+    warm_up(pipe, pc, sizeof pc, tm * tn * slices, 20);
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
         double s = timed(pipe, pc, sizeof pc, tm * tn * slices, 20);
@@ -565,6 +580,7 @@ int main(int argc, char **argv)
             run_gemm(name, pipe, v);
         else {
             double best = 1e30;
+            warm_up(pipe, &v[1], 4, v[0], 1);
             for (int rep = 0; rep < 3; rep++) {
                 double s = timed(pipe, &v[1], 4, v[0], 1);
                 best = s < best ? s : best;
