@@ -278,7 +278,8 @@ START_TEST(test_norm_matmul_cpu_max_k)
 END_TEST
 
 /* Vulkan's two kernels and their launch-shape knobs
- * (backends/vulkan/vk_ops_norm_matmul.c): each run is within the float64
+ * (backends/vulkan/vk_ops_norm_matmul.c), with a bf16 norm weight at an odd
+ * element offset and an f32 one: each run is within the float64
  * tolerance; what only regroups rows (the rows kernel's rows per group
  * $LLMEM_VULKAN_NM_NR; the persistent kernel's rows per step
  * $LLMEM_VULKAN_NM_R and workgroups $LLMEM_VULKAN_NM_GROUPS, where 1 and 3
@@ -328,13 +329,18 @@ START_TEST(test_norm_matmul_vulkan_knobs)
             th_ctx c;
             th_begin(&c, be);
             int64_t NK = (int64_t)N * K;
-            double *x = th_vec(&c, K), *z = th_vec(&c, K), *nw = th_vec(&c, K);
+            /* the norm weight: bf16 one element into its buffer (the rows kernel then
+             * reads it element by element), or f32 at the start (16-byte loads) */
+            llmem_dtype ndt = s == 0 ? LLMEM_DTYPE_BF16 : F32;
+            int32_t nsh = s == 0 ? 1 : 0;
+            double *x = th_vec(&c, K), *z = th_vec(&c, K), *nwb = th_vec(&c, K + 1);
+            double *nw = nwb + nsh;
             double *w = th_vec(&c, NK), *w2 = th_vec(&c, NK), *o0 = th_vec(&c, N);
             double *a = th_vec(&c, K), *ps = th_vec(&c, N), *pu = th_vec(&c, N);
             double *ref = th_vec(&c, N), *out = th_vec(&c, N), *first = th_vec(&c, N);
             ref64_fill(&r, x, K, -2, 2, F32);
             ref64_fill(&r, z, K, -3, 3, F32);
-            ref64_fill(&r, nw, K, 0.5, 1.5, LLMEM_DTYPE_BF16);
+            ref64_fill(&r, nw, K, 0.5, 1.5, ndt);
             ref64_fill(&r, w, NK, -1, 1, LLMEM_DTYPE_BF16);
             ref64_fill(&r, w2, NK, -1, 1, LLMEM_DTYPE_BF16);
             ref64_fill(&r, o0, N, -4, 4, F32);
@@ -343,7 +349,9 @@ START_TEST(test_norm_matmul_vulkan_knobs)
             nm_ref(&p, x, gated ? z : NULL, rnw, w, sw ? w2 : NULL, o0, 1, K, N, a, ps, pu, ref);
             llmem_tensor tx = th_input(&c, F32, 2, 1, K, 1, x);
             llmem_tensor tz = th_input(&c, F32, 2, 1, K, 1, z);
-            llmem_tensor tn = th_input(&c, LLMEM_DTYPE_BF16, 1, K, 1, 1, nw);
+            llmem_tensor tn = th_input(&c, ndt, 1, K + nsh, 1, 1, nwb);
+            tn.offset += (size_t)nsh * llmem_dtype_size(ndt);
+            tn.ne[0] = K;
             llmem_tensor tw = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w);
             llmem_tensor tw2 = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w2);
             llmem_tensor to = th_tensor(&c, F32, 2, 1, N, 1);
