@@ -229,7 +229,10 @@ __device__ __forceinline__ void gr_prefetch(const cuk_gemv_rows &p, int64_t g)
 /* Registers: the one-chunk, one-matrix shapes (K up to 4096 bf16 on 256
  * threads: in_proj, attention, lm_head) are held to 40 registers, so 6
  * CTAs of 256 threads share an SM; at 48 (5 CTAs) in_proj ran 2 us
- * slower (docs/benchmarks.md, "Batch-1 step: norms in the epilogue"). */
+ * slower (docs/benchmarks.md, "Batch-1 step: norms in the epilogue"). The
+ * other shapes' counts move with any edit of this file (out_proj's 64 at
+ * 71 cost the batch-1 step 0.17 ms): tests/gemv_registers.sh checks the
+ * decode shapes' CTAs per SM. */
 #define GR_MIN_CTAS(C, NW) ((C) == 1 && (NW) == 1 ? 3 : 1)
 
 template <typename WT, int C, int R, int NW, bool PIPE, bool HINT>
