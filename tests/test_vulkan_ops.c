@@ -584,6 +584,46 @@ START_TEST(test_matmul_cm_stages)
 }
 END_TEST
 
+/* matmul_cm.comp with 2 (and 4, which the planner cuts to 2 in 48 KiB)
+ * 16-column matrices per subgroup ($LLMEM_VULKAN_CM_FN, tiles of 256
+ * columns) at the decode row counts, with the ring (depth 3, 16 rows) and
+ * without, N 300 (a partial second tile), K 1000 (split-K), precise and
+ * fast, against float64 (w exact in bf16). Lavapipe: the SIMT path. */
+START_TEST(test_matmul_cm_fn)
+{
+    static const char *fns[] = {"2", "4"};
+    static const int32_t ms[] = {16, 40, 64};
+    const int32_t n = 300, k = 1000;
+    const char *prev = getenv("LLMEM_VULKAN_CM_FN"); /* restored at the end */
+    char *keep = prev ? strdup(prev) : NULL;
+    for (size_t fi = 0; fi < 2; fi++) {
+        setenv("LLMEM_VULKAN_CM_FN", fns[fi], 1);
+        llmem_backend *vk = open_be("vulkan");
+        for (size_t mi = 0; mi < 3; mi++)
+            for (int fast = 0; fast < 2; fast++) {
+                int32_t m = ms[mi];
+                float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+                trunc_bf16(w, (size_t)n * k);
+                double *ref = ref_matmul(a, w, m, k, n);
+                float *o = malloc((size_t)m * n * sizeof *o);
+                ck_assert_ptr_nonnull(o);
+                run_matmul(vk, a, w, m, k, n, BF16, fast != 0, o);
+                char what[64];
+                snprintf(what, sizeof what, "fn %s, %s %dx%dx%d", fns[fi], fast ? "fast" : "precise",
+                         m, k, n);
+                expect_rows_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
+                free(o), free(a), free(w), free(ref);
+            }
+        llmem_backend_close(vk);
+    }
+    if (keep)
+        setenv("LLMEM_VULKAN_CM_FN", keep, 1);
+    else
+        unsetenv("LLMEM_VULKAN_CM_FN");
+    free(keep);
+}
+END_TEST
+
 /* The subgroup and the shared-memory variants of the reductions agree
  * with the cpu (both are the shared-memory one where the device has no
  * subgroup arithmetic). */
@@ -668,6 +708,7 @@ int main(void)
     tcase_add_test(tc, test_matmul_tiles);
     tcase_add_test(tc, test_matmul_row_scales);
     tcase_add_test(tc, test_matmul_cm_stages);
+    tcase_add_test(tc, test_matmul_cm_fn);
     tcase_add_test(tc, test_reduction_variants);
     tcase_add_test(tc, test_mamba_copy_on_write);
     suite_add_tcase(s, tc);

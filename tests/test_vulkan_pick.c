@@ -96,16 +96,29 @@ START_TEST(test_cm_plan_invariants)
     for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
         for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
             for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++)
-                for (size_t e = 0; e < 3; e++) {
+                for (size_t e = 0; e < 3; e++)
+                for (uint32_t fn = 1; fn <= 4; fn *= 2) {
                     uint32_t m = ms[a], n = ns[b], k = ks[d];
                     vk_cm_plan p;
-                    vk_cm_plan_make(m, n, k, small_bks[e], 1, 48 * 1024, &p);
+                    vk_cm_plan_make_fn(m, n, k, small_bks[e], 1, 48 * 1024, fn, &p);
                     ck_assert_uint_eq(p.stages, 1);
+                    /* fn matrices per subgroup up to 64 rows, fewer (and a K step of 32)
+                     * only where the 64-wide step of that tile would not fit 48 KiB */
+                    if (m <= 64) {
+                        ck_assert_uint_le(p.fn, fn);
+                        ck_assert(p.fn == fn || VK_CM_SMEM(p.bm, 2 * p.bn, 32u) > 48 * 1024);
+                        if (p.bk == 32 && small_bks[e] != 32) {
+                            ck_assert_uint_gt(p.fn, 1);
+                            ck_assert_uint_gt(VK_CM_SMEM(p.bm, p.bn, 64u), 48 * 1024);
+                        }
+                    }
                     ck_assert_uint_eq(p.sgm * p.sgn * 32, VK_CM_WG);
                     ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
                     ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
-                    /* the K step: 64 up to 64 rows unless 32 was asked for (0: the default, 64) */
-                    ck_assert_uint_eq(p.bk, m > 64 ? 32 : small_bks[e] == 32 ? 32 : 64);
+                    /* the K step (fn 1): 64 up to 64 rows unless 32 was asked for (0: the
+                     * default, 64) */
+                    if (fn == 1)
+                        ck_assert_uint_eq(p.bk, m > 64 ? 32 : small_bks[e] == 32 ? 32 : 64);
                     /* matmul_cm.comp's epilogue spells out 16 matrices per subgroup at most */
                     ck_assert_uint_le(p.fm * p.fn, 16);
                     /* tiles cover the output, and no tile row or column is empty */
@@ -156,6 +169,16 @@ START_TEST(test_cm_plan_shapes)
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.k_split, 4096);
     ck_assert_uint_eq(p.slices, 1);
+    /* 16 rows, 2 matrices per subgroup: 256 columns a tile, (32 + 256) x 144 bytes +
+     * 11264 > 48 KiB with steps of 64, so steps of 32; 16 tiles -> 16 slices of 256 */
+    vk_cm_plan_make_fn(16, 4096, 4096, 64, 1, 48 * 1024, 2, &p);
+    ck_assert_uint_eq(p.fn, 2);
+    ck_assert_uint_eq(p.bn, 256);
+    ck_assert_uint_eq(p.bk, 32);
+    ck_assert_uint_eq(p.tiles_n, 16);
+    ck_assert_uint_eq(p.slices, 16);
+    vk_cm_plan_make_fn(16, 4096, 4096, 64, 1, 48 * 1024, 4, &p); /* 512 columns: too big */
+    ck_assert_uint_eq(p.fn, 2);
     vk_cm_plan_make(200, 1024, 4096, 64, 1, 48 * 1024, &p);
     ck_assert_uint_eq(p.tiles_m, 2);
     ck_assert_uint_eq(p.tiles_n, 8);

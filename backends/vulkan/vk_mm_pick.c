@@ -50,13 +50,24 @@ static uint32_t ring_bk(uint32_t bm, uint32_t bn, uint32_t small_bk, uint32_t sm
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
                      uint32_t smem, vk_cm_plan *p)
 {
+    vk_cm_plan_make_fn(m, n, k, small_bk, stages, smem, 1, p);
+}
+
+void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
+                        uint32_t smem, uint32_t fn, vk_cm_plan *p)
+{
     uint32_t sg = VK_CM_WG / 32;
     p->stages = 1;
     if (m <= 64) {
         p->sgm = 1;
         p->fm = m <= 16 ? 1 : (uint32_t)div_up(m, 16);
-        p->fn = 1;
+        p->fn = fn == 2 || fn == 4 ? fn : 1;
         p->bk = small_bk == 32 ? 32 : VK_CM_BK_SMALL;
+        uint32_t bm = 16 * p->fm;
+        while (p->fn > 1 && VK_CM_SMEM(bm, 16 * p->fn * sg, 32u) > smem)
+            p->fn /= 2;
+        if (p->fn > 1 && VK_CM_SMEM(bm, 16 * p->fn * sg, p->bk) > smem)
+            p->bk = 32;
     } else {
         p->sgm = 2;
         p->fm = 4;

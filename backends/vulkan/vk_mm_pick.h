@@ -54,6 +54,8 @@ typedef struct vk_mm_caps {
     uint32_t cm_bk;    /* matmul_cm's K step up to 64 rows: VK_CM_BK_SMALL, or 32 */
     uint32_t cm_stages; /* its pipeline depth up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX,
                          * 0 = by rows (vk_cm_stages_for) */
+    uint32_t cm_fn;    /* its 16-column matrices per subgroup up to 64 rows: 1 (default), 2 or
+                        * 4 ($LLMEM_VULKAN_CM_FN; vk_cm_plan_make_fn) */
     uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
@@ -99,6 +101,15 @@ typedef struct vk_cm_plan {
  * asynchronous copies. */
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
                      uint32_t smem, vk_cm_plan *p);
+
+/* vk_cm_plan_make with fn 16-column matrices per subgroup up to 64 rows
+ * (1, 2 or 4; others are taken as 1; vk_cm_plan_make: 1): tiles of 128 fn
+ * columns, so that each activation fragment a subgroup loads from shared
+ * memory feeds fn multiply-adds instead of one. The K step falls to 32
+ * where the 64-wide one does not fit smem (VK_CM_SMEM), and fn halves
+ * while not even that fits. Never fails; pure. */
+void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
+                        uint32_t smem, uint32_t fn, vk_cm_plan *p);
 
 /* The pipeline depth to ask vk_cm_plan_make for at m activation rows:
  * `asked` (vk_mm_caps.cm_stages) when it is 1 or more, else by rows:

@@ -58,6 +58,7 @@ void vk_matmul_config(vk_backend *v)
     /* matmul_cm's pipeline depth up to 64 rows: its ring (2 .. 4), or one shared slice (1);
      * unset (0): by rows, vk_cm_stages_for */
     v->mm.cm_stages = env_u32("LLMEM_VULKAN_CM_STAGES", 0, 1, VK_CM_STAGES_MAX);
+    v->mm.cm_fn = env_u32("LLMEM_VULKAN_CM_FN", 1, 1, 4); /* vk_cm_plan_make_fn */
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
@@ -202,8 +203,8 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
-    vk_cm_plan_make(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
-                    &pl);
+    vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
+                       v->mm.cm_fn, &pl);
     size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
     llmem_buffer *sbuf = NULL, *part = NULL;
     llmem_status st = vk_buffer_alloc(be, terms + (size_t)m * 4, &sbuf);

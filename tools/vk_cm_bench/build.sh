@@ -110,6 +110,17 @@ b_dirb gemm 64 4096 4096 256 1 4 1 2 128
 b_dirb gemm 16 4096 4096 256 1 1 1 2 64
 b_dirb gemm 16 4096 4096 256 1 1 1 2 128
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
+matmul_cm gemm 16 4096 4096 256 1 1 2 2 32
+matmul_cm gemm 16 4096 4096 256 1 1 2 2 32 3
+matmul_cm gemm 16 4096 4096 256 1 1 2 1 32
+matmul_cm gemm 64 4096 4096 256 1 4 2 2 32
+matmul_cm gemm 64 4096 4096 256 1 4 2 1 32
+matmul_cm gemm 64 4096 4096 256 2 2 1 2 64
+matmul_cm gemm 64 4096 4096 256 2 2 2 2 32
+matmul_cm gemm 64 4096 4096 128 1 4 1 2 64
+matmul_cm gemm 16 4096 4096 256 1 1 1 1 64
+matmul_cm gemm 64 4096 4096 256 1 4 1 1 64
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
 L
 if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/khr"
