@@ -1,6 +1,7 @@
 /* Internal structure of the memory reference: memref.c (pages, states,
  * creation), memref_ops.c (plans, sequence operations, state reads),
- * memref_data.c (views, data tags and comparisons). Test code only. */
+ * memref_data.c (data tags and comparisons), memref_views.c (views). Test
+ * code only. */
 #ifndef LLMEM_TEST_MEMREF_IMPL_H
 #define LLMEM_TEST_MEMREF_IMPL_H
 
@@ -159,7 +160,11 @@ struct mr_saved {
     int32_t share_from[MR_MAX_CHILD][MR_MAX_SEQ], share_len[MR_MAX_CHILD][MR_MAX_SEQ];
 };
 
-/* memref.c: containers, pages and states shared by the three parts */
+/* memref_data.c: writes the message into err (n bytes); returns false */
+bool mr_fail(char *err, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* memref.c: containers, pages and states shared by the parts */
 bool mr_ilist_push(mr_ilist *l, int32_t x);
 bool mr_seqv_push(mr_seqv *s, mr_tok t);
 uint64_t mr_last_h(const mr_seqv *s); /* hash of the last token, MR_H0 when empty */

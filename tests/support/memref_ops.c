@@ -1,7 +1,8 @@
 /* The memory reference, part 2: plans (validation, prefix hits, page
  * reservations, commit, release), sequence operations and state reads,
  * predicted from the contract. Part 1 (memref.c) has the pages and states
- * they work on; part 3 (memref_data.c) the views, data tags and checks. */
+ * they work on; part 3 (memref_data.c) the data tags and checks, part 4
+ * (memref_views.c) the views. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
