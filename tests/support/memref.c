@@ -1,8 +1,8 @@
 /* The memory reference, part 1: what each sequence holds, the KV pages
  * (sharing, copy-on-write, prefix cache with LRU eviction) and the
  * recurrent states (checkpoints), kept in brute-force lists; creation and
- * queries. Plans and sequence operations are in memref_ops.c, data tags
- * and comparisons in memref_data.c, views in memref_views.c. */
+ * queries. Plans are in memref_ops.c, sequence operations in memref_seq.c,
+ * data tags and comparisons in memref_data.c, views in memref_views.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* Internal structure of the memory reference: memref.c (pages, states,
- * creation), memref_ops.c (plans, sequence operations, state reads),
- * memref_data.c (data tags and comparisons), memref_views.c (views). Test
- * code only. */
+ * creation), memref_ops.c (plans), memref_seq.c (sequence operations,
+ * state reads), memref_data.c (data tags and comparisons), memref_views.c
+ * (views). Test code only. */
 #ifndef LLMEM_TEST_MEMREF_IMPL_H
 #define LLMEM_TEST_MEMREF_IMPL_H
 
