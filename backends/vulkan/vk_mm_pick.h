@@ -15,7 +15,7 @@
 #define VK_MM_CM_MAX 0xffffffffu /* rows up to which it runs: all. Up to 64 until its 128 x 128
                                   * tiles' accumulators left local memory (they had run at ~30
                                   * TFLOP/s, below matmul_rt); 512 x 4096 x 4096 precise 0.656 ->
-                                  * 0.285 ms then (H200; $LLMEM_VULKAN_CM_MAX=64: the old routing;
+                                  * 0.279 ms then (H200; $LLMEM_VULKAN_CM_MAX=64: the old routing;
                                   * docs/benchmarks.md, "Vulkan GEMM: the accumulators in local
                                   * memory") */
 #define VK_MM_GROUPS 264    /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
