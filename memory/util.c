@@ -40,6 +40,8 @@ bool llmem_i32vec_push(i32vec *a, int32_t x)
 
 void i32vec_free(i32vec *a)
 {
+    if (!a)
+        return;
     if (a->cap < 0) {
         seq_heap_release(a);
         return;

@@ -11,6 +11,7 @@
 
 #include "llmem/kv_cache.h"
 #include "llmem/memory_impl.h"
+#include "llmem/runtime.h"
 #include "llmem/ops.h"
 #include "llmem/recurrent.h"
 #include "support/memtest.h"
@@ -203,6 +204,25 @@ START_TEST(test_pages_for_brute_force)
 }
 END_TEST
 
+/* Every destroy accepts NULL (STYLE.md, "Names"): the ones no other suite
+ * calls with NULL. A crash fails the test (fork mode). */
+START_TEST(test_destroy_accepts_null)
+{
+    llmem_memory_destroy(NULL);
+    llmem_batch_buf_destroy(NULL);
+    llmem_model_free(NULL);
+    llmem_i32vec_free(NULL);
+    llmem_i32vec empty = {0};
+    llmem_i32vec_free(&empty);
+    ck_assert_ptr_null(empty.v);
+    llmem_backend_host_free(NULL, NULL);
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, NULL, 0), LLMEM_OK);
+    llmem_backend_host_free(be, NULL);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("memory_iface");
@@ -212,6 +232,7 @@ int main(void)
     tcase_add_test(tc, test_views_typed_and_coexisting);
     tcase_add_test(tc, test_view_kind_names);
     tcase_add_test(tc, test_pages_for_brute_force);
+    tcase_add_test(tc, test_destroy_accepts_null);
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -264,7 +264,7 @@ typedef struct llmem_i32vec {
 bool llmem_i32vec_reserve(llmem_i32vec *a, int32_t cap);
 /* Appends x (amortised O(1)); false on allocation failure (a unchanged). */
 bool llmem_i32vec_push(llmem_i32vec *a, int32_t x);
-/* Frees the elements; a is empty again. Accepts an empty vector. */
+/* Frees the elements; a is empty again. Accepts an empty vector and NULL. */
 void llmem_i32vec_free(llmem_i32vec *a);
 /* memcpy of n int32 that accepts NULL pointers when n is 0 (memcpy does not). */
 void llmem_i32_copy(int32_t *dst, const int32_t *src, int32_t n);
