@@ -56,6 +56,7 @@ expect_fail "bench --n-seq-max (the figures set it)" "does not apply" "$bin" ben
 expect_fail "bench --kv-type without --model" "applies only with --model" "$bin" bench --backend cpu --kv-type bf16
 expect_fail "bench --json without --model" "applies only with --model" "$bin" bench --backend cpu --json "$tmp/b.json"
 expect_fail "bench --model with --only" "does not apply with --model" "$bin" bench --backend cpu -m "$fx" --only gemv
+expect_fail "bench --model with --all" "does not apply with --model" "$bin" bench --backend cpu -m "$fx" --all
 expect_fail "replay --turns 0" "for --turns" "$bin" replay --turns 0
 expect_fail "replay --pace-speedup x" "for --pace-speedup" "$bin" replay --pace-speedup x
 expect_fail "tokenize --bogus" "unknown option '--bogus'" "$bin" tokenize --bogus

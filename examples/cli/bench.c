@@ -87,6 +87,7 @@ static void usage(FILE *f)
             "options:\n"
             "  --iters N        calls per figure (default 100 on GPUs, 2 on cpu)\n"
             "  --all            also run the prefill and model figures on non-cuda backends\n"
+            "                   (not with --model; --only runs what it names either way)\n"
             "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,gemv,prefill,model,\n"
             "                   matmul\n"
             "                   (copy, the ceiling, always runs)\n"
@@ -502,7 +503,7 @@ int llmem_cli_bench(int argc, char **argv)
             return 2;
         if (c == 'c' || c == CLI_OPT_N_SEQ_MAX)
             never = c;
-        if (c == O_ONLY)
+        if (c == O_ONLY || c == O_ALL)
             not_model = c;
         if (c == O_JSON || (r > 0 && !is_backend_opt(c) && c != 'm' && c != 'c' &&
                             c != CLI_OPT_N_SEQ_MAX))
