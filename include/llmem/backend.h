@@ -112,9 +112,11 @@ const char *llmem_backend_name(const llmem_backend *be);
  * `llmem info`. Never fails. */
 void llmem_backend_list(void (*fn)(const char *line, void *ctx), void *ctx);
 
-/* Fault injection for tests: when set, every buffer allocation first calls
- * hook(size, ctx) and fails with LLMEM_E_NO_MEMORY when it returns false.
- * Pass NULL to remove. */
+/* Fault injection for tests: when set, every buffer allocation on be first
+ * calls hook(size in bytes, ctx) and fails with LLMEM_E_NO_MEMORY when it
+ * returns false. Pass hook NULL to remove it. The caller keeps ctx alive
+ * while the hook is set. be NULL: does nothing. Not thread-safe against
+ * allocations on be. */
 typedef bool (*llmem_alloc_hook)(size_t size, void *ctx);
 void llmem_backend_set_alloc_hook(llmem_backend *be, llmem_alloc_hook hook, void *ctx);
 

@@ -58,6 +58,8 @@ typedef enum llmem_split {
     LLMEM_SPLIT_SEQ = 2,
 } llmem_split;
 
+/* The split's name: "auto", "simple", "equal" or "seq"; "?" for any other
+ * value. A static string. */
 const char *llmem_split_name(llmem_split s);
 
 /* One micro-batch: what one forward pass processes. All arrays are owned

@@ -168,6 +168,8 @@ typedef struct llmem_model_stats {
     int64_t n_recorded; /* decode steps recorded (CUDA graphs; docs/cuda.md) */
     int64_t n_replayed; /* ubatches run by replaying a recorded decode step */
 } llmem_model_stats;
+/* Copies m's counters into *stats (a snapshot; no reset). Does nothing
+ * when m or stats is NULL. Never fails. */
 void llmem_model_get_stats(const llmem_model *m, llmem_model_stats *stats);
 
 /* Directory of the built-in model: $LLMEM_MODEL_DIR when set, else the
