@@ -90,9 +90,17 @@ static bool new_chunk(seq_heap *h, size_t bytes)
         h->chunks = c;
         h->cap_chunks = nc;
     }
-    /* room for the block after the cache-line alignment below: a chunk
-     * from malloc is only 16-byte aligned */
-    size_t need = bytes + 64;
+    /* Cache colour: chunk k's blocks start 17 k lines (mod the 2,048 sets
+     * of a 2 MiB, 16-way L2) into it. Blocks of 128 KiB and more span a
+     * whole number of set cycles, so within a chunk the tails of equally
+     * long arrays climb one set per four blocks from the chunk's start,
+     * and every chunk (2 MiB-aligned) started at the same set: at 1,000
+     * sequences of 128K tokens all token tails fell into 8 sets and
+     * missed every step. */
+    size_t color = (size_t)((h->n_chunks * 17) % 2048) * 64;
+    /* room for the block after the cache-line alignment below (a chunk
+     * from malloc is only 16-byte aligned) and the colour */
+    size_t need = bytes + 64 + color;
     size_t sz = h->next_chunk > need ? h->next_chunk : need;
     char *p = big_alloc(sz);
     if (!p)
@@ -107,7 +115,7 @@ static bool new_chunk(seq_heap *h, size_t bytes)
     /* blocks from a cache-line boundary: two class-0 blocks attached one
      * after the other (a sequence's state slots and their lengths) share
      * one line */
-    h->bump = p + (64 - (uintptr_t)p % 64) % 64;
+    h->bump = p + (64 - (uintptr_t)p % 64) % 64 + color;
     h->bump_end = p + sz;
     if (h->next_chunk < SEQ_CHUNK_MAX)
         h->next_chunk *= 2;

@@ -19,7 +19,9 @@
  * goes back to the system only when the heap is destroyed, as with page
  * rows); blocks over SEQ_HEAP_BIG bytes get their own allocation and are
  * freed at once. Chunks grow geometrically from 256 KiB to 32 MiB, so a
- * memory of a few sequences stays small. One heap per memory; like the
+ * memory of a few sequences stays small; chunk k's blocks start 17 k
+ * cache lines into it, so that the tails of equally long arrays in
+ * different (2 MiB-aligned) chunks do not share cache sets. One heap per memory; like the
  * memory, it is used by one thread at a time. */
 #ifndef LLMEM_SEQ_HEAP_H
 #define LLMEM_SEQ_HEAP_H
