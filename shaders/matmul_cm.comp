@@ -45,10 +45,15 @@
  * not in more shared slices (depth 3 by default up to 16 rows,
  * vk_cm_stages_for).
  * Split-K (slices of k_split, partial tiles to out + s * slice_stride,
- * summed by sum_slices.comp) as in matmul_rt.comp. The epilogue goes
- * through shared memory, one 16 x 16 matrix per subgroup at a time, so
- * rows and columns outside [M, N) are never written and each row gets its
- * scale. Blocking after the CUTLASS warp-tile hierarchy (written from its
+ * summed by sum_slices.comp) as in matmul_rt.comp. The epilogue (RAW 0)
+ * goes through shared memory, one 16 x 16 matrix per subgroup at a time,
+ * so rows and columns outside [M, N) are never written and each row gets
+ * its scale. RAW 1 (the host's default where K is split,
+ * $LLMEM_VULKAN_CM_RAW, vk_cm_raw_used) stores the raw accumulators with
+ * coopMatStoreNV into whole tiles of a padded partial buffer (ldp floats
+ * a row) and sum_slices_cm.comp adds the slices and scales the rows:
+ * 64 x 4096 x 4096 precise 0.048 -> 0.032 ms, 16 rows 0.021 -> 0.017
+ * (H200, docs/benchmarks.md, "Vulkan GEMM: raw split-K slices"). Blocking after the CUTLASS warp-tile hierarchy (written from its
  * description). Needs K % 8 == 0 and 16-byte aligned operands. */
 #include "common.glsl"
 
@@ -59,6 +64,7 @@ layout(constant_id = 4) const uint FN = 2;    /* 16-column matrices per subgroup
 layout(constant_id = 5) const uint SPLIT = 2; /* f16 terms of a: 2 precise, 1 fast */
 layout(constant_id = 6) const uint BK = 32;   /* K step: 32 or 64 (vk_cm_plan_make) */
 layout(constant_id = 7) const uint STAGES = 1; /* 1: one shared slice; 2 .. 4: the ring below */
+layout(constant_id = 8) const uint RAW = 0;    /* 1: raw accumulators to a padded partial buffer */
 
 const uint SGN = WG / 32u / SGM;
 const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN;
@@ -83,6 +89,7 @@ layout(push_constant) uniform P {
     uint k_split;        /* K per slice, a multiple of BK */
     uint slice_stride;   /* floats between two slices' outputs */
     uint n_groups;       /* tiles_mn * slices */
+    uint ldp;            /* RAW 1: floats per row of the padded partial buffer */
 } p;
 
 /* STAGES 1: one slice in sa + sw, the epilogue in cs. STAGES 2 .. 4: a
@@ -223,6 +230,21 @@ uint bf16x2_to_f16x2(uint x)
     EMIT(12u, STORE_Q, READ_RC) EMIT(13u, STORE_Q, READ_RC) EMIT(14u, STORE_Q, READ_RC)           \
     EMIT(15u, STORE_Q, READ_RC)
 
+/* RAW 1: accumulator matrix q straight to its place in the slice's
+ * padded tile grid (rows m0 + sm + 16 (q / FN), columns n0 + sn + 16 (q %
+ * FN), ldp floats a row), unscaled; sum_slices_cm.comp adds the slices
+ * and applies 2^e_r. No shared memory, no bounds: the buffer holds whole
+ * tiles (vk_cm_raw_layout). A literal q for the reason given at EMIT. */
+#define RAW_EMIT(q)                                                                               \
+    if ((q) < FM * FN)                                                                            \
+        coopMatStoreNV(acc[q], o,                                                                 \
+                       base + (m0 + sm + 16u * ((q) / FN)) * p.ldp + n0 + sn + 16u * ((q) % FN),  \
+                       p.ldp, false);
+#define RAW_ALL                                                                                   \
+    RAW_EMIT(0u) RAW_EMIT(1u) RAW_EMIT(2u) RAW_EMIT(3u) RAW_EMIT(4u) RAW_EMIT(5u) RAW_EMIT(6u)    \
+    RAW_EMIT(7u) RAW_EMIT(8u) RAW_EMIT(9u) RAW_EMIT(10u) RAW_EMIT(11u) RAW_EMIT(12u)              \
+    RAW_EMIT(13u) RAW_EMIT(14u) RAW_EMIT(15u)
+
 void main()
 {
     uint g = group_id();
@@ -282,6 +304,10 @@ void main()
         }
 
         uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CS;
+        if (RAW == 1u) {
+            RAW_ALL
+            return;
+        }
 #define CS_STORE(q) coopMatStoreNV(acc[q], cs, cb, CS, false)
 #define CS_READ(r, c) cs[cb + (r) * CS + (c)]
         EMIT_ALL(CS_STORE, CS_READ)
@@ -328,9 +354,13 @@ void main()
             }
         }
 
+        uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CSV;
+        if (RAW == 1u) {
+            RAW_ALL
+            return;
+        }
         /* epilogue through the ring, once every subgroup is done reading it */
         barrier();
-        uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CSV;
 #define RING_STORE(q) coopMatStoreNV(acc[q], ring, cb, CSV, false)
 #define RING_READ(r, c) uintBitsToFloat(ring[cb + (r) * CSV + (c) / 4u][(c) % 4u])
         EMIT_ALL(RING_STORE, RING_READ)

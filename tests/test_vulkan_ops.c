@@ -506,6 +506,30 @@ START_TEST(test_matmul_tiles)
 }
 END_TEST
 
+/* One shape of test_matmul_row_scales (below) on vk, precise and fast;
+ * cfg names the configuration in failure messages. */
+static void row_scales_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const char *cfg)
+{
+    float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t i = 0; i < k; i++)
+            a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 7) * 20 - 60);
+    for (size_t i = 0; i < (size_t)n * k; i++) /* 2^-17 .. 2^10 */
+        w[i] = ldexpf(w[i], (int)(i % 28) - 17);
+    trunc_bf16(w, (size_t)n * k);
+    double *ref = ref_matmul(a, w, m, k, n);
+    float *o = malloc((size_t)m * n * sizeof *o);
+    ck_assert_ptr_nonnull(o);
+    for (int fast = 0; fast < 2; fast++) {
+        run_matmul(vk, a, w, m, k, n, BF16, fast, o);
+        char what[128];
+        snprintf(what, sizeof what, "%s%s %dx%dx%d (row r scaled by 2^((r %% 7) * 20 - 60))", cfg,
+                 fast ? "matmul_fast" : "matmul", m, k, n);
+        expect_rows_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
+    }
+    free(o), free(a), free(w), free(ref);
+}
+
 /* Rows of very different magnitudes (2^-60 .. 2^60) times bf16 weights
  * that span 2^-17 .. 2^10, against a float64 product row by row: the
  * tensor-core path (cooperative matrices, where the device has them)
@@ -518,28 +542,39 @@ START_TEST(test_matmul_row_scales)
 {
     static const int32_t shapes[][3] = {{40, 1024, 96}, {130, 264, 136}, {16, 512, 40}, {200, 1000, 136}};
     llmem_backend *vk = open_be("vulkan");
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
-        float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-        for (int32_t r = 0; r < m; r++)
-            for (int32_t i = 0; i < k; i++)
-                a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 7) * 20 - 60);
-        for (size_t i = 0; i < (size_t)n * k; i++) /* 2^-17 .. 2^10 */
-            w[i] = ldexpf(w[i], (int)(i % 28) - 17);
-        trunc_bf16(w, (size_t)n * k);
-        double *ref = ref_matmul(a, w, m, k, n);
-        float *o = malloc((size_t)m * n * sizeof *o);
-        ck_assert_ptr_nonnull(o);
-        for (int fast = 0; fast < 2; fast++) {
-            run_matmul(vk, a, w, m, k, n, BF16, fast, o);
-            char what[96];
-            snprintf(what, sizeof what, "%s %dx%dx%d (row r scaled by 2^((r %% 7) * 20 - 60))",
-                     fast ? "matmul_fast" : "matmul", m, k, n);
-            expect_rows_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
-        }
-        free(o), free(a), free(w), free(ref);
-    }
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], "");
     llmem_backend_close(vk);
+}
+END_TEST
+
+/* matmul_cm.comp's epilogues ($LLMEM_VULKAN_CM_RAW: 0 scaled through
+ * shared memory everywhere, 2 raw accumulators + sum_slices_cm.comp
+ * everywhere; the default 1, raw where K is split, runs in the tests
+ * above) on the row-scale shapes of test_matmul_row_scales plus the
+ * decode rows (split-K, partial tiles, one slice, depth 3 at 16 rows),
+ * against float64. Lavapipe: the SIMT path. */
+START_TEST(test_matmul_cm_raw)
+{
+    static const char *modes[] = {"0", "2"};
+    static const int32_t shapes[][3] = {
+        {40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300}, {64, 1000, 300}, {9, 264, 17}};
+    const char *prev = getenv("LLMEM_VULKAN_CM_RAW"); /* restored at the end */
+    char *keep = prev ? strdup(prev) : NULL;
+    for (size_t mi = 0; mi < 2; mi++) {
+        setenv("LLMEM_VULKAN_CM_RAW", modes[mi], 1);
+        llmem_backend *vk = open_be("vulkan");
+        char cfg[32];
+        snprintf(cfg, sizeof cfg, "CM_RAW=%s ", modes[mi]);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
+        llmem_backend_close(vk);
+    }
+    if (keep)
+        setenv("LLMEM_VULKAN_CM_RAW", keep, 1);
+    else
+        unsetenv("LLMEM_VULKAN_CM_RAW");
+    free(keep);
 }
 END_TEST
 
@@ -709,6 +744,7 @@ int main(void)
     tcase_add_test(tc, test_matmul_row_scales);
     tcase_add_test(tc, test_matmul_cm_stages);
     tcase_add_test(tc, test_matmul_cm_fn);
+    tcase_add_test(tc, test_matmul_cm_raw);
     tcase_add_test(tc, test_reduction_variants);
     tcase_add_test(tc, test_mamba_copy_on_write);
     suite_add_tcase(s, tc);

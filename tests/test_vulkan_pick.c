@@ -481,6 +481,75 @@ START_TEST(test_cm_ring_indices)
 }
 END_TEST
 
+/* matmul_cm.comp's raw epilogue (RAW_EMIT): simulated on the host for
+ * each plan, the 16 x 16 matrices of every tile, subgroup and accumulator
+ * stay inside their slice of the padded partial buffer of
+ * vk_cm_raw_layout and write each element of it exactly once, so every
+ * out[r, c] (r < M, c < N) that sum_slices_cm.comp reads at r ldp + c was
+ * written; and the mode picks raw only where asked. Expected sizes worked
+ * out by hand for two shapes. */
+START_TEST(test_cm_raw_layout)
+{
+    static const uint32_t shapes[][3] = {{16, 4096, 4096}, {40, 96, 1024}, {64, 300, 1000},
+                                         {9, 17, 520}, {200, 1000, 136}, {130, 136, 264}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        uint32_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2], ldp;
+        uint64_t sf;
+        vk_cm_plan p;
+        vk_cm_plan_make(m, n, k, 64, vk_cm_stages_for(0, m), 48 * 1024, &p);
+        vk_cm_raw_layout(&p, &ldp, &sf);
+        ck_assert_uint_ge(ldp, n);
+        unsigned char *hit = calloc(sf, 1);
+        ck_assert_ptr_nonnull(hit);
+        for (uint32_t t = 0; t < p.tiles_m * p.tiles_n; t++) {
+            uint32_t m0 = (t % p.tiles_m) * p.bm, n0 = (t / p.tiles_m) * p.bn;
+            for (uint32_t sg = 0; sg < VK_CM_WG / 32; sg++) {
+                uint32_t sm = (sg % p.sgm) * p.fm * 16, sn = (sg / p.sgm) * p.fn * 16;
+                for (uint32_t q = 0; q < p.fm * p.fn; q++) {
+                    uint64_t at = (uint64_t)(m0 + sm + 16 * (q / p.fn)) * ldp + n0 + sn +
+                                  16 * (q % p.fn);
+                    for (uint32_t r = 0; r < 16; r++)
+                        for (uint32_t c = 0; c < 16; c++) {
+                            uint64_t e = at + (uint64_t)r * ldp + c;
+                            ck_assert_uint_lt(e, sf);
+                            ck_assert_uint_eq(hit[e], 0);
+                            hit[e] = 1;
+                        }
+                }
+            }
+        }
+        for (uint64_t e = 0; e < sf; e++)
+            ck_assert_uint_eq(hit[e], 1);
+        free(hit);
+        ck_assert(!vk_cm_raw_used(VK_CM_RAW_NONE, &p));
+        ck_assert(vk_cm_raw_used(VK_CM_RAW_ALL, &p));
+        ck_assert(vk_cm_raw_used(VK_CM_RAW_SPLIT, &p) == (p.slices > 1));
+        ck_assert(!vk_cm_raw_used(7, &p));
+    }
+    /* 16 x 4096 x 4096: one 16 x 128 tile row of 32 tiles, 8 slices of 512 (by hand) */
+    vk_cm_plan p;
+    uint32_t ldp;
+    uint64_t sf;
+    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
+    vk_cm_raw_layout(&p, &ldp, &sf);
+    ck_assert_uint_eq(p.slices, 8);
+    ck_assert_uint_eq(ldp, 4096);
+    ck_assert_uint_eq(sf, 16 * 4096);
+    ck_assert(vk_cm_raw_used(VK_CM_RAW_SPLIT, &p));
+    /* 40 x 96 x 1024: 48-row tiles of 128 columns (3 matrices, 1 subgroup row), 4 slices */
+    vk_cm_plan_make(40, 96, 1024, 64, 1, 48 * 1024, &p);
+    vk_cm_raw_layout(&p, &ldp, &sf);
+    ck_assert_uint_eq(p.slices, 4);
+    ck_assert_uint_eq(ldp, 128);
+    ck_assert_uint_eq(sf, 48 * 128);
+    /* 512 x 4096 x 4096: 128 tiles of 128 x 128, one slice: raw only when asked for all */
+    vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, &p);
+    ck_assert_uint_eq(p.slices, 1);
+    ck_assert(!vk_cm_raw_used(VK_CM_RAW_SPLIT, &p));
+    ck_assert(vk_cm_raw_used(VK_CM_RAW_ALL, &p));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vulkan_pick");
@@ -494,6 +563,7 @@ int main(void)
     tcase_add_test(tc, test_cm_stages_default);
     tcase_add_test(tc, test_cm_ring_schedule);
     tcase_add_test(tc, test_cm_ring_indices);
+    tcase_add_test(tc, test_cm_raw_layout);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -23,7 +23,7 @@
 #include "vk_shader_ids.h"
 
 #define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */
-#define VK_MAX_SPEC 8       /* specialization constants per pipeline */
+#define VK_MAX_SPEC 10      /* specialization constants per pipeline */
 #define VK_MAX_PUSH 128     /* bytes of push constants (the guaranteed minimum) */
 #define VK_ALIGN 256        /* alignment of every sub-allocation (bytes) */
 

@@ -100,6 +100,17 @@ uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m)
     return m <= VK_CM_STAGES_AUTO_ROWS ? VK_CM_STAGES_AUTO : 1;
 }
 
+bool vk_cm_raw_used(uint32_t raw, const vk_cm_plan *p)
+{
+    return raw == VK_CM_RAW_ALL || (raw == VK_CM_RAW_SPLIT && p->slices > 1);
+}
+
+void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats)
+{
+    *ldp = p->tiles_n * p->bn;
+    *slice_floats = (uint64_t)p->tiles_m * p->bm * *ldp;
+}
+
 bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,
                   uint32_t shared_bytes)
 {

@@ -56,6 +56,7 @@ typedef struct vk_mm_caps {
                          * 0 = by rows (vk_cm_stages_for) */
     uint32_t cm_fn;    /* its 16-column matrices per subgroup up to 64 rows: 1 (default), 2 or
                         * 4 ($LLMEM_VULKAN_CM_FN; vk_cm_plan_make_fn) */
+    uint32_t cm_raw;   /* its epilogue: VK_CM_RAW_* ($LLMEM_VULKAN_CM_RAW; vk_cm_raw_used) */
     uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
@@ -124,6 +125,29 @@ uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m);
  * slice at least VK_MM_MIN_SLICE long; one slice when the tiles alone
  * reach it (or K is 0). */
 void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, uint32_t *k_split);
+
+/* matmul_cm.comp's epilogue (vk_mm_caps.cm_raw). SCALED: each slice
+ * writes its tile through shared memory with the row scale 2^e_r applied,
+ * rows and columns outside [M, N) skipped, and split-K slices are added by
+ * sum_slices.comp. RAW: each slice stores its raw accumulators with
+ * coopMatStoreNV into a padded partial buffer (vk_cm_raw_layout) and
+ * sum_slices_cm.comp adds them and applies 2^e_r: no shared-memory round
+ * trip, no per-element stores, at the price of the partial buffer and a
+ * pass even without split-K. RAW_SPLIT (default): RAW where K is split,
+ * SCALED otherwise. */
+#define VK_CM_RAW_NONE 0
+#define VK_CM_RAW_SPLIT 1
+#define VK_CM_RAW_ALL 2
+
+/* Whether matmul_cm.comp runs with the raw epilogue for plan *p under
+ * mode raw (VK_CM_RAW_*; other values are taken as VK_CM_RAW_NONE). Pure. */
+bool vk_cm_raw_used(uint32_t raw, const vk_cm_plan *p);
+
+/* The padded partial buffer of the raw epilogue for plan *p: *ldp floats
+ * per row (tiles_n bn: whole tiles), *slice_floats floats per slice
+ * (tiles_m bm ldp); the buffer holds slices x *slice_floats floats. Pure;
+ * never fails. */
+void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats);
 
 /* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
  * with the component types and scope as booleans). */

@@ -59,6 +59,8 @@ void vk_matmul_config(vk_backend *v)
      * unset (0): by rows, vk_cm_stages_for */
     v->mm.cm_stages = env_u32("LLMEM_VULKAN_CM_STAGES", 0, 1, VK_CM_STAGES_MAX);
     v->mm.cm_fn = env_u32("LLMEM_VULKAN_CM_FN", 1, 1, 4); /* vk_cm_plan_make_fn */
+    /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw */
+    v->mm.cm_raw = env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_SPLIT, 0, 2);
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
@@ -194,7 +196,10 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
 /* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows
  * of a as 2^e_r (hi + lo) f16 terms (split 2; split 1: hi only, the fast
  * mode) in a scratch buffer by cm_split.comp, then matmul_cm.comp with the
- * blocking of vk_cm_plan_make, and sum_slices.comp when K is split. *done
+ * blocking of vk_cm_plan_make, and sum_slices.comp when K is split; with
+ * the raw epilogue (vk_cm_raw_used) matmul_cm.comp stores unscaled tiles
+ * to a padded partial buffer and sum_slices_cm.comp adds the slices and
+ * scales the rows. *done
  * says whether it ran; it does not when a's or w's offset is not 16-byte
  * aligned (the caller falls through to matmul_rt). */
 static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
@@ -206,21 +211,32 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
                        v->mm.cm_fn, &pl);
     size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
+    bool raw = vk_cm_raw_used(v->mm.cm_raw, &pl);
+    uint32_t ldp = n;
+    uint64_t pslice = count; /* floats per slice of the partial buffer */
+    if (raw)
+        vk_cm_raw_layout(&pl, &ldp, &pslice);
+    if (raw && pl.slices * pslice > UINT32_MAX) { /* the shaders index 32-bit */
+        raw = false;
+        ldp = n;
+        pslice = count;
+    }
     llmem_buffer *sbuf = NULL, *part = NULL;
     llmem_status st = vk_buffer_alloc(be, terms + (size_t)m * 4, &sbuf);
     if (st != LLMEM_OK)
         return st;
     sbuf->size = terms + (size_t)m * 4;
-    if (pl.slices > 1) {
-        if ((st = vk_buffer_alloc(be, pl.slices * count * 4, &part)) != LLMEM_OK)
+    if (pl.slices > 1 || raw) {
+        size_t bytes = (size_t)pl.slices * pslice * 4;
+        if ((st = vk_buffer_alloc(be, bytes, &part)) != LLMEM_OK)
             goto out;
-        part->size = pl.slices * count * 4;
+        part->size = bytes;
     }
     llmem_tensor th = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4));
     llmem_tensor te = llmem_tensor_1d(sbuf, terms, LLMEM_DTYPE_I32, m);
     llmem_tensor tall = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4 + m));
-    llmem_tensor pt = part ? llmem_tensor_2d(part, 0, LLMEM_DTYPE_F32, (int64_t)pl.slices * m, n)
-                           : *out;
+    llmem_tensor pt =
+        part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)(pl.slices * pslice)) : *out;
     vk_op mm, sp;
     vk_op_init(&mm, VK_SH_MATMUL_CM, VK_CM_WG);
     vk_op_spec(&mm, (uint32_t)w->dtype);
@@ -230,6 +246,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_op_spec(&mm, split);
     vk_op_spec(&mm, pl.bk);
     vk_op_spec(&mm, pl.stages);
+    vk_op_spec(&mm, raw);
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);
     uint32_t oo = vk_op_tensor(v, &mm, &pt, true);
@@ -260,14 +277,30 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_op_u32(&mm, pl.tiles_m);
     vk_op_u32(&mm, pl.tiles_m * pl.tiles_n);
     vk_op_u32(&mm, pl.k_split);
-    vk_op_u32(&mm, (uint32_t)count);
+    vk_op_u32(&mm, (uint32_t)pslice);
     vk_op_u32(&mm, pl.tiles_m * pl.tiles_n * pl.slices);
+    vk_op_u32(&mm, ldp);
     st = vk_op_run(v, &sp, m);
     if (st == LLMEM_OK)
         st = vk_op_run(v, &mm, (uint64_t)pl.tiles_m * pl.tiles_n * pl.slices);
     else
         vk_op_run(v, &mm, 0);
-    if (st == LLMEM_OK && part) {
+    if (st == LLMEM_OK && raw) {
+        vk_op sum;
+        vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
+        uint32_t po = vk_op_tensor(v, &sum, &pt, false);
+        uint32_t o2 = vk_op_tensor(v, &sum, out, true);
+        uint32_t e2 = vk_op_tensor(v, &sum, &te, false);
+        vk_op_u32(&sum, m);
+        vk_op_u32(&sum, n);
+        vk_op_u32(&sum, ldp);
+        vk_op_u32(&sum, pl.slices);
+        vk_op_u32(&sum, (uint32_t)pslice);
+        vk_op_u32(&sum, po);
+        vk_op_u32(&sum, o2);
+        vk_op_u32(&sum, e2);
+        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    } else if (st == LLMEM_OK && part) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
         uint32_t po = vk_op_tensor(v, &sum, &pt, false);

@@ -122,6 +122,38 @@ matmul_cm gemm 16 4096 4096 256 1 1 1 1 64
 matmul_cm gemm 64 4096 4096 256 1 4 1 1 64
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 64
 L
+# the raw epilogue (RAW 1, the last field: raw accumulators to the padded partial buffer,
+# LLMEM_VULKAN_CM_RAW) against the scaled one at the plans of vk_cm_plan_make (OUT/raw)
+R=$OUT/raw
+mkdir -p "$R"
+cp "$OUT/nv/matmul_cm.spv" "$B/b_noepi.spv" "$R/"
+cat > "$R/list.txt" <<'L'
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 0 0
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 0 1
+b_noepi gemm 64 4096 4096 256 1 4 1 2 64
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3 0 0
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3 0 1
+matmul_cm gemm 64 4096 4096 256 1 4 1 1 64 1 0 0
+matmul_cm gemm 64 4096 4096 256 1 4 1 1 64 1 0 1
+matmul_cm gemm 16 4096 4096 256 1 1 1 1 64 3 0 0
+matmul_cm gemm 16 4096 4096 256 1 1 1 1 64 3 0 1
+matmul_cm gemm 64 14336 4096 256 1 4 1 2 64 1 0 0
+matmul_cm gemm 64 14336 4096 256 1 4 1 2 64 1 0 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1 0
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1 1
+matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32 1 1 0
+matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32 1 1 1
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 0 0
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 0 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 16 1 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 16 2 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 16 3 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 16 4 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 1 32 2 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 1 32 3 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 1 32 1 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1 0
+L
 if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/khr"
     shaders khr "$OUT/khr" $GLSLANG_KHR

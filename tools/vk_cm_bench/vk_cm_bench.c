@@ -9,11 +9,14 @@
  *                                    mma_sh.comp): workgroups of 128, FLOPS
  *                                    per subgroup and round
  *     NAME simt GROUPS ITERS FLOPS   the same with FLOPS per invocation
- *     NAME gemm M N K WG SGM FM FN SPLIT BK [STAGES [SLICES]]
+ *     NAME gemm M N K WG SGM FM FN SPLIT BK [STAGES [SLICES [RAW]]]
  *                                    a shader with matmul_cm.comp's bindings,
  *                                    push and specialization constants (ids
- *                                    0-7: WG, W_DT = 2, SGM, FM, FN, SPLIT,
- *                                    BK, STAGES: 1 when not given), split-K as
+ *                                    0-8: WG, W_DT = 2, SGM, FM, FN, SPLIT,
+ *                                    BK, STAGES: 1 when not given, RAW: 0
+ *                                    when not given; RAW 1: the output is the
+ *                                    padded partial buffer of
+ *                                    vk_cm_raw_layout), split-K as
  *                                    vk_mm_split_k, or into SLICES slices
  *                                    when given and not 0; K must be 4096
  *                                    and M <= 2048, N <= 14336
@@ -277,7 +280,7 @@ static VkPipeline pipeline(const char *path, const uint32_t *spec, uint32_t n_sp
     VkShaderModule sm = VK_NULL_HANDLE;
     VkShaderModuleCreateInfo mi = {VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, NULL, 0, (size_t)n, code};
     if (got == (size_t)n && vkCreateShaderModule(g.dev, &mi, NULL, &sm) == VK_SUCCESS) {
-        VkSpecializationMapEntry me[8];
+        VkSpecializationMapEntry me[9];
         for (uint32_t i = 0; i < n_spec; i++)
             me[i] = (VkSpecializationMapEntry){i, 4 * i, 4};
         VkSpecializationInfo si = {n_spec, me, 4 * n_spec, spec};
@@ -508,8 +511,13 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         ks = (k / v[10] + bk - 1) / bk * bk;
         slices = (k + ks - 1) / ks;
     }
-    uint32_t pc[13] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, m * n, tm * tn * slices};
-    size_t out_bytes = (size_t)slices * m * n * 4;
+    uint32_t raw = v[11], ldp = raw ? tn * bn : n, ss = raw ? tm * bm * ldp : m * n;
+    uint32_t pc[14] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, ss, tm * tn * slices, ldp};
+    size_t out_bytes = (size_t)slices * ss * 4;
+    if (out_bytes > buf_size[B_O] || out_bytes > buf_size[B_STAGE]) {
+        printf("%-24s output of %zu bytes too large\n", name, out_bytes);
+        return;
+    }
     memset(g.stage, 0, out_bytes);
     copy(B_STAGE, B_O, out_bytes);
     warm_up(pipe, pc, sizeof pc, tm * tn * slices, 20);
@@ -527,12 +535,12 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         for (uint32_t c = 0; c < k; c++)
             ref += (double)f16_value(a_host[(size_t)i * KK + c]) * bf16_value(w_host[(size_t)j * KK + c]);
         for (uint32_t s = 0; s < slices; s++)
-            got += o[(size_t)s * m * n + (size_t)i * n + j];
+            got += o[(size_t)s * ss + (size_t)i * ldp + j];
         err = fmax(err, fabs(got - ref));
         big = fmax(big, fabs(ref));
     }
-    printf("%-24s %ux%ux%u split %u depth %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n",
-           name, sgm, fm, fn, v[7], v[9], m, n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
+    printf("%-24s %ux%ux%u split %u depth %u raw %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n",
+           name, sgm, fm, fn, v[7], v[9], raw, m, n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
 }
 
 int main(int argc, char **argv)
@@ -552,10 +560,10 @@ int main(int argc, char **argv)
     }
     char line[512], name[256], kind[16];
     while (fgets(line, sizeof line, lf)) {
-        uint32_t v[11] = {0};
-        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u %u %u", name, kind, &v[0], &v[1],
-                         &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]);
-        bool gemm = got >= 11 && got <= 13 && strcmp(kind, "gemm") == 0;
+        uint32_t v[12] = {0};
+        int got = sscanf(line, "%255s %15s %u %u %u %u %u %u %u %u %u %u %u %u", name, kind, &v[0],
+                         &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]);
+        bool gemm = got >= 11 && got <= 14 && strcmp(kind, "gemm") == 0;
         if (got == 11)
             v[9] = 1;
         bool mma = got == 5 && (strcmp(kind, "mma") == 0 || strcmp(kind, "simt") == 0);
@@ -570,8 +578,8 @@ int main(int argc, char **argv)
             continue;
         }
         snprintf(path, sizeof path, "%s/%s.spv", argv[1], name);
-        uint32_t spec[8] = {gemm ? v[3] : 128, 2, v[4], v[5], v[6], v[7], v[8], v[9]};
-        VkPipeline pipe = pipeline(path, spec, gemm ? 8 : 0);
+        uint32_t spec[9] = {gemm ? v[3] : 128, 2, v[4], v[5], v[6], v[7], v[8], v[9], v[11]};
+        VkPipeline pipe = pipeline(path, spec, gemm ? 9 : 0);
         if (!pipe) {
             printf("%-24s no module or pipeline (%s)\n", name, path);
             continue;
