@@ -134,28 +134,77 @@ static llmem_status nm_linear(llmem_model *m, int32_t norm, int32_t epi, const l
     return llmem_op_add(m->be, out, &ph, out);
 }
 
+/* The fused path's q, k, v of one token (m->nm_qkv > 0): the layer's input
+ * norm of x inside their matmuls. With q, k, v packed back to back
+ * (models/runtime.c, pack_qkv) and LLMEM_NM_QKV not 1, one matmul of the
+ * packed [Nq + Nk + Nv, hidden] weight into [q | k | v] at off_a, and the
+ * offsets of k and v are moved there (*ko, *vo); else one per projection.
+ * Biases are added after. */
+static llmem_status qkv_fused(llmem_model *m, const layer_w *L, size_t *ko, size_t *vo)
+{
+    const llmem_model_config *c = &m->cfg;
+    int32_t nq = c->n_heads * c->head_dim, nk = c->n_kv_heads * c->head_dim;
+    const wt *wq = &L->w[LLMEM_W_ATTN_Q], *wk = &L->w[LLMEM_W_ATTN_K], *wv = &L->w[LLMEM_W_ATTN_V];
+    const wt *nw = &L->w[LLMEM_W_MIXER_NORM];
+    llmem_tensor x = act(m, m->off_x, 1, c->hidden_size);
+    size_t rq = llmem_tensor_nbytes(&wq->t), rk = llmem_tensor_nbytes(&wk->t);
+    bool packed = m->nm_qkv == 2 && wq->t.buf == wk->t.buf && wk->t.buf == wv->t.buf &&
+                  wq->t.dtype == wk->t.dtype && wk->t.dtype == wv->t.dtype &&
+                  wk->t.offset == wq->t.offset + rq && wv->t.offset == wk->t.offset + rk &&
+                  wq->t.ne[0] == nq && wk->t.ne[0] == nk && wv->t.ne[0] == nk &&
+                  (int64_t)nq + 2 * (int64_t)nk <= (int64_t)m->p.n_ubatch * m->width_a;
+    if (packed) {
+        wt w = *wq;
+        w.t.ne[0] = nq + 2 * nk;
+        llmem_tensor out = act(m, m->off_a, 1, nq + 2 * nk);
+        *ko = m->off_a + (size_t)nq * 4;
+        *vo = *ko + (size_t)nk * 4;
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, &w, NULL, &out));
+    } else {
+        llmem_tensor q = act(m, m->off_a, 1, nq), k = act(m, *ko, 1, nk), v = act(m, *vo, 1, nk);
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, wq, NULL, &q));
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, wk, NULL, &k));
+        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, wv, NULL, &v));
+    }
+    const wt *b[3] = {&L->w[LLMEM_W_ATTN_Q_BIAS], &L->w[LLMEM_W_ATTN_K_BIAS],
+                      &L->w[LLMEM_W_ATTN_V_BIAS]};
+    size_t bo[3] = {m->off_a, *ko, *vo};
+    for (int i = 0; i < 3; i++) {
+        llmem_tensor y = act(m, bo[i], 1, i == 0 ? nq : nk);
+        if (b[i]->present)
+            TRY(llmem_op_add(m->be, &y, &b[i]->t, &y));
+    }
+    return LLMEM_OK;
+}
+
 static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
 {
     const llmem_model_config *c = &m->cfg;
     int32_t H = c->n_heads, Hk = c->n_kv_heads, Dh = c->head_dim;
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
-    llmem_tensor q = act(m, m->off_a, T, H * Dh), k = act(m, m->off_b, T, Hk * Dh),
-                 vv = act(m, m->off_c, T, Hk * Dh), o = act(m, m->off_d, T, H * Dh);
-    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_Q], &L->w[LLMEM_W_ATTN_Q_BIAS], &q));
-    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_K], &L->w[LLMEM_W_ATTN_K_BIAS], &k));
+    size_t ko = m->off_b, vo = m->off_c;
+    if (m->nm_on && m->nm_qkv > 0) {
+        TRY(qkv_fused(m, L, &ko, &vo));
+    } else {
+        llmem_tensor q = act(m, m->off_a, T, H * Dh), k = act(m, ko, T, Hk * Dh),
+                     vv = act(m, vo, T, Hk * Dh);
+        TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_Q], &L->w[LLMEM_W_ATTN_Q_BIAS], &q));
+        TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_K], &L->w[LLMEM_W_ATTN_K_BIAS], &k));
+        TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
+    }
+    llmem_tensor k = act(m, ko, T, Hk * Dh), o = act(m, m->off_d, T, H * Dh);
     TRY(scale_by(m, &k, c->key_multiplier)); /* falcon_h1 */
-    TRY(linear(m, &h, &L->w[LLMEM_W_ATTN_V], &L->w[LLMEM_W_ATTN_V_BIAS], &vv));
     if (c->gemma_norms) /* gemma3: per-head q/k RMSNorm before RoPE */
-        TRY(hf_gemma3_qk_norm(m, L, T, m->off_a, m->off_b));
+        TRY(hf_gemma3_qk_norm(m, L, T, m->off_a, ko));
     else if (L->w[LLMEM_W_ATTN_Q_NORM].present) { /* lfm2: RMSNorm of each q and k head */
         llmem_tensor qh = llmem_tensor_2d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T * H, Dh);
-        llmem_tensor kh = llmem_tensor_2d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T * Hk, Dh);
+        llmem_tensor kh = llmem_tensor_2d(m->scratch, ko, LLMEM_DTYPE_F32, T * Hk, Dh);
         TRY(llmem_op_rms_norm(m->be, &qh, &L->w[LLMEM_W_ATTN_Q_NORM].t, (float)c->norm_eps, &qh));
         TRY(llmem_op_rms_norm(m->be, &kh, &L->w[LLMEM_W_ATTN_K_NORM].t, (float)c->norm_eps, &kh));
     }
     llmem_tensor q3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, T, H, Dh);
-    llmem_tensor k3 = llmem_tensor_3d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, Hk, Dh);
-    llmem_tensor v3 = llmem_tensor_3d(m->scratch, m->off_c, LLMEM_DTYPE_F32, T, Hk, Dh);
+    llmem_tensor k3 = llmem_tensor_3d(m->scratch, ko, LLMEM_DTYPE_F32, T, Hk, Dh);
+    llmem_tensor v3 = llmem_tensor_3d(m->scratch, vo, LLMEM_DTYPE_F32, T, Hk, Dh);
     llmem_tensor o3 = llmem_tensor_3d(m->scratch, m->off_d, LLMEM_DTYPE_F32, T, H, Dh);
     if (c->use_rope && c->rope_dim > 0) {
         llmem_rope_params rp = {.mode = LLMEM_ROPE_NEOX, .n_rot = c->rope_dim,
@@ -163,8 +212,14 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
         llmem_tensor pos = llmem_tensor_1d(m->scratch, m->off_pos, LLMEM_DTYPE_I32, T);
         if (llmem_view_kv(v)->shift_slot.n > 0)
             TRY(llmem_op_rope_shift(m->be, &rp, v));
-        TRY(llmem_op_rope(m->be, &rp, &q3, &pos, &q3));
-        TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
+        if (T == 1 && ko == m->off_a + (size_t)(H * Dh) * 4) {
+            /* one token, k right after q (qkv_fused): both in one launch */
+            llmem_tensor qk3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, 1, H + Hk, Dh);
+            TRY(llmem_op_rope(m->be, &rp, &qk3, &pos, &qk3));
+        } else {
+            TRY(llmem_op_rope(m->be, &rp, &q3, &pos, &q3));
+            TRY(llmem_op_rope(m->be, &rp, &k3, &pos, &k3));
+        }
     }
     TRY(llmem_op_kv_store(m->be, v, &k3, &v3));
     /* scale 1/sqrt(Dh) but granite / gemma3; the window is the one the
@@ -395,8 +450,11 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
      * after it and its output added to x by the matmul that makes it (no h
      * pending). Not for 2-4 tokens: the fused kernel reads the weights once
      * per row, where matmul.cu's GEMV reads them once for all rows. */
-    if (m->nm_path == 0)
+    if (m->nm_path == 0) {
+        const char *e = getenv("LLMEM_NM_QKV");
         m->nm_path = nm_model_ok(m) ? 2 : 1;
+        m->nm_qkv = (int8_t)(e && (atoi(e) == 0 || atoi(e) == 1) ? atoi(e) : 2);
+    }
     m->nm_on = m->nm_path == 2 && T == 1;
     for (int32_t il = 0; il < c->n_layers; il++) {
         const layer_w *L = &m->layers[il];
@@ -406,7 +464,8 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
             TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
         if (m->nm_on) {
             if (lc->kind == LLMEM_LAYER_ATTENTION) {
-                TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, eps, &h));
+                if (m->nm_qkv == 0) /* else the norm is in q/k/v's matmuls (qkv_fused) */
+                    TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, eps, &h));
                 TRY(attention(m, L, T, &v));
             } else {
                 TRY(mamba(m, L, T, &v));

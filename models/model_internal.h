@@ -64,9 +64,12 @@ struct llmem_model {
     size_t off_tpl, off_tpg;  /* vocab-shard logits [T, tp_vocab]; gathered y, z [T, d_inner] */
     /* fused decode path (llmem_op_norm_matmul, models/forward.c): whether the
      * model and backend allow it (0 not yet asked, 1 no, 2 yes), and whether
-     * the ubatch being run takes it */
+     * the ubatch being run takes it; the attention layers' q/k/v there
+     * (LLMEM_NM_QKV): 0 a norm launch and plain matmuls, 1 the norm in each
+     * of the three matmuls, 2 (default) one matmul of the packed q | k | v */
     int8_t nm_path;
     bool nm_on;
+    int8_t nm_qkv;
 };
 
 static inline size_t round_up(size_t n)

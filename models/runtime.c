@@ -115,6 +115,60 @@ static llmem_tensor tensor_from(llmem_buffer *buf, size_t off, llmem_dtype dt, c
     return t;
 }
 
+/* Largest q | k | v buffer packed by pack_qkv: well under the 4 GiB that
+ * Vulkan drivers refuse (a 9B model's embedding, 1 GiB, loads the same way). */
+#define QKV_PACK_MAX ((size_t)1 << 30)
+
+/* Attention layer il's q, k and v projections back to back in one buffer
+ * ([Nq + Nk + Nv, hidden], no gap), so that a one-token step can run them
+ * as one matmul (models/forward.c, qkv_fused). Packs only where the three
+ * are 2-D, of one dtype and width, each a multiple of ALIGN bytes, and
+ * LLMEM_NO_QKV_PACK is not 1; *packed says whether it did. Anything it
+ * does not pack (or cannot allocate) is left to the per-tensor path,
+ * which reports the errors; a failed upload is returned. */
+static llmem_status pack_qkv(llmem_model *m, const llmem_safetensors *st, int32_t il,
+                             bool *packed)
+{
+    static const llmem_weight ws[3] = {LLMEM_W_ATTN_Q, LLMEM_W_ATTN_K, LLMEM_W_ATTN_V};
+    llmem_tensor_info info[3];
+    char name[256], err[64];
+    int64_t shape[8];
+    int32_t nd;
+    size_t total = 0;
+    const char *e = getenv("LLMEM_NO_QKV_PACK");
+    *packed = false;
+    if (m->tp_size > 1 || (e && atoi(e) == 1))
+        return LLMEM_OK;
+    for (int i = 0; i < 3; i++) {
+        if (!llmem_model_weight(&m->cfg, ws[i], il, name, sizeof name, shape, &nd) || nd != 2 ||
+            llmem_safetensors_find(st, name, &info[i], err, sizeof err) != LLMEM_OK)
+            return LLMEM_OK;
+        const llmem_tensor_info *t = &info[i];
+        if (t->n_dims != 2 || t->shape[0] != shape[0] || t->shape[1] != shape[1] ||
+            t->dtype != info[0].dtype || t->shape[1] != info[0].shape[1] ||
+            (t->dtype != LLMEM_DTYPE_F32 && t->dtype != LLMEM_DTYPE_F16 &&
+             t->dtype != LLMEM_DTYPE_BF16) ||
+            t->n_bytes == 0 || t->n_bytes % ALIGN != 0 || t->n_bytes > QKV_PACK_MAX - total)
+            return LLMEM_OK;
+        total += t->n_bytes;
+    }
+    llmem_buffer *buf = NULL;
+    if (llmem_buffer_alloc(m->be, total, &buf) != LLMEM_OK)
+        return LLMEM_OK; /* the per-tensor path allocates less at a time */
+    m->weights[m->n_weights++] = buf;
+    size_t off = 0;
+    for (int i = 0; i < 3; i++) {
+        llmem_status s = llmem_buffer_upload(buf, off, info[i].data, info[i].n_bytes);
+        if (s != LLMEM_OK)
+            return s;
+        m->layers[il].w[ws[i]] = (wt){
+            .present = true, .t = tensor_from(buf, off, info[i].dtype, info[i].shape, 2)};
+        off += info[i].n_bytes;
+    }
+    *packed = true;
+    return LLMEM_OK;
+}
+
 /* Uploads every weight the architecture uses, each into a buffer of its
  * own: a backend then never needs one allocation larger than its largest
  * tensor (Vulkan drivers refuse allocations from 4 GiB up, and bind at most
@@ -132,9 +186,20 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
     if (!(m->weights = calloc((size_t)cap, sizeof *m->weights)))
         return LLMEM_E_NO_MEMORY;
     for (int32_t il = -1; il < cfg->n_layers; il++) {
+        bool qkv = false; /* q, k, v packed into one buffer (pack_qkv) */
         for (int32_t w = 0; w < LLMEM_W_COUNT; w++) {
             bool global = w == LLMEM_W_EMBED || w == LLMEM_W_FINAL_NORM || w == LLMEM_W_LM_HEAD;
             if (global != (il < 0))
+                continue;
+            if (w == LLMEM_W_ATTN_Q) {
+                llmem_status s = pack_qkv(m, st, il, &qkv);
+                if (s != LLMEM_OK) {
+                    llmem_errf(err, err_len, "uploading layer %d's q/k/v failed: %s", (int)il,
+                               llmem_status_str(s));
+                    return s;
+                }
+            }
+            if (qkv && (w == LLMEM_W_ATTN_Q || w == LLMEM_W_ATTN_K || w == LLMEM_W_ATTN_V))
                 continue;
             if (!llmem_model_weight(cfg, (llmem_weight)w, il < 0 ? 0 : il, name, sizeof name,
                                     shape, &nd))

@@ -17,6 +17,13 @@
 # fused path or the refusal did not happen: the fused op's norm sums in
 # another order); mixed must be within 1e-4 of fused (llama's mixed case
 # refuses only FFN down, whose fused and unfused sums agree to the bit).
+# The attention layers' q/k/v (models/forward.c, qkv_fused) run three more
+# ways, each against float64 as well: qkv0 (LLMEM_NM_QKV=0: a norm launch
+# and plain matmuls) must differ from fused (else the norm did not go into
+# the q/k/v matmuls); qkv3 (LLMEM_NM_QKV=1: one call per projection) and
+# nopack (LLMEM_NO_QKV_PACK=1: q, k, v not packed at load, so three calls)
+# must equal fused byte for byte (the CPU op computes each output row
+# alone, so one call over the packed rows gives the same bits).
 #   tests/fused_fallback.sh LLMEM_BIN FIXTURE_DIR
 set -euo pipefail
 bin="$1"; fx="$2"
@@ -27,7 +34,8 @@ hidden="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["hidde
   "$fx/config.json")"
 run() { # label, env assignments...
   local label="$1"; shift
-  env -u LLMEM_NORM_MATMUL_CPU -u LLMEM_NORM_MATMUL_CPU_MAX_K -u LLMEM_NO_NORM_MATMUL "$@" \
+  env -u LLMEM_NORM_MATMUL_CPU -u LLMEM_NORM_MATMUL_CPU_MAX_K -u LLMEM_NO_NORM_MATMUL \
+    -u LLMEM_NM_QKV -u LLMEM_NO_QKV_PACK "$@" \
     "$bin" score --model "$fx" --input "$fx/cases.jsonl" --backend cpu --kv-type f32 \
     --page-size 16 --n-ubatch 1 > "$tmp/$label.jsonl"
   printf '%-10s vs float64: ' "$label"
@@ -49,3 +57,18 @@ fi
 echo "fallback   equals unfused byte for byte, differs from fused"
 printf 'mixed      vs fused:   '
 python3 "$cmp_lp" "$tmp/fused.jsonl" "$tmp/mixed.jsonl" --tol 1e-4
+run qkv0 LLMEM_NORM_MATMUL_CPU=1 LLMEM_NM_QKV=0
+run qkv3 LLMEM_NORM_MATMUL_CPU=1 LLMEM_NM_QKV=1
+run nopack LLMEM_NORM_MATMUL_CPU=1 LLMEM_NO_QKV_PACK=1
+if cmp -s "$tmp/qkv0.jsonl" "$tmp/fused.jsonl"; then
+  echo "qkv0 equals fused byte for byte: the q/k/v norm was not fused"
+  exit 1
+fi
+for v in qkv3 nopack; do
+  if ! cmp -s "$tmp/$v.jsonl" "$tmp/fused.jsonl"; then
+    echo "$v differs from fused (one q/k/v call over the packed rows):"
+    python3 "$cmp_lp" "$tmp/fused.jsonl" "$tmp/$v.jsonl" --tol 0 || true
+    exit 1
+  fi
+done
+echo "qkv0       differs from fused; qkv3 and nopack equal fused byte for byte"
