@@ -134,21 +134,22 @@ static llmem_status nm_linear(llmem_model *m, int32_t norm, int32_t epi, const l
     return llmem_op_add(m->be, out, &ph, out);
 }
 
-/* The fused path's q, k, v of one token (m->nm_qkv > 0): the layer's input
- * norm of x inside their matmuls. With q, k, v packed back to back
- * (models/runtime.c, pack_qkv) and LLMEM_NM_QKV not 1, one matmul of the
- * packed [Nq + Nk + Nv, hidden] weight into [q | k | v] at off_a, and the
- * offsets of k and v are moved there (*ko, *vo); else one per projection.
- * Biases are added after. */
-static llmem_status qkv_fused(llmem_model *m, const layer_w *L, size_t *ko, size_t *vo)
+/* The fused path's q, k, v of one token (m->nm_qkv, LLMEM_NM_QKV, 1-3):
+ * 1, 2: the layer's input norm of x inside their matmuls; 3: of h, which
+ * the caller normed. With q, k, v packed back to back (models/runtime.c,
+ * pack_qkv) and nm_qkv 2 or 3, one matmul of the packed
+ * [Nq + Nk + Nv, hidden] weight into [q | k | v] at off_a, and the offsets
+ * of k and v are moved there (*ko, *vo); else one per projection. Biases
+ * are added after. */
+static llmem_status qkv_decode(llmem_model *m, const layer_w *L, size_t *ko, size_t *vo)
 {
     const llmem_model_config *c = &m->cfg;
     int32_t nq = c->n_heads * c->head_dim, nk = c->n_kv_heads * c->head_dim;
     const wt *wq = &L->w[LLMEM_W_ATTN_Q], *wk = &L->w[LLMEM_W_ATTN_K], *wv = &L->w[LLMEM_W_ATTN_V];
     const wt *nw = &L->w[LLMEM_W_MIXER_NORM];
-    llmem_tensor x = act(m, m->off_x, 1, c->hidden_size);
+    llmem_tensor x = act(m, m->off_x, 1, c->hidden_size), h = act(m, m->off_h, 1, c->hidden_size);
     size_t rq = llmem_tensor_nbytes(&wq->t), rk = llmem_tensor_nbytes(&wk->t);
-    bool packed = m->nm_qkv == 2 && wq->t.buf == wk->t.buf && wk->t.buf == wv->t.buf &&
+    bool packed = m->nm_qkv >= 2 && wq->t.buf == wk->t.buf && wk->t.buf == wv->t.buf &&
                   wq->t.dtype == wk->t.dtype && wk->t.dtype == wv->t.dtype &&
                   wk->t.offset == wq->t.offset + rq && wv->t.offset == wk->t.offset + rk &&
                   wq->t.ne[0] == nq && wk->t.ne[0] == nk && wv->t.ne[0] == nk &&
@@ -159,12 +160,20 @@ static llmem_status qkv_fused(llmem_model *m, const layer_w *L, size_t *ko, size
         llmem_tensor out = act(m, m->off_a, 1, nq + 2 * nk);
         *ko = m->off_a + (size_t)nq * 4;
         *vo = *ko + (size_t)nk * 4;
-        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, &w, NULL, &out));
+        if (m->nm_qkv == 3)
+            TRY(matmul(m, &h, &w.t, &out));
+        else
+            TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, &w, NULL, &out));
     } else {
-        llmem_tensor q = act(m, m->off_a, 1, nq), k = act(m, *ko, 1, nk), v = act(m, *vo, 1, nk);
-        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, wq, NULL, &q));
-        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, wk, NULL, &k));
-        TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, wv, NULL, &v));
+        const wt *ws[3] = {wq, wk, wv};
+        size_t os[3] = {m->off_a, *ko, *vo};
+        for (int i = 0; i < 3; i++) {
+            llmem_tensor y = act(m, os[i], 1, i == 0 ? nq : nk);
+            if (m->nm_qkv == 3)
+                TRY(matmul(m, &h, &ws[i]->t, &y));
+            else
+                TRY(nm_linear(m, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE, &x, NULL, nw, ws[i], NULL, &y));
+        }
     }
     const wt *b[3] = {&L->w[LLMEM_W_ATTN_Q_BIAS], &L->w[LLMEM_W_ATTN_K_BIAS],
                       &L->w[LLMEM_W_ATTN_V_BIAS]};
@@ -184,7 +193,7 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
     llmem_tensor h = act(m, m->off_h, T, c->hidden_size);
     size_t ko = m->off_b, vo = m->off_c;
     if (m->nm_on && m->nm_qkv > 0) {
-        TRY(qkv_fused(m, L, &ko, &vo));
+        TRY(qkv_decode(m, L, &ko, &vo));
     } else {
         llmem_tensor q = act(m, m->off_a, T, H * Dh), k = act(m, ko, T, Hk * Dh),
                      vv = act(m, vo, T, Hk * Dh);
@@ -213,7 +222,7 @@ static llmem_status attention(llmem_model *m, const layer_w *L, int32_t T, const
         if (llmem_view_kv(v)->shift_slot.n > 0)
             TRY(llmem_op_rope_shift(m->be, &rp, v));
         if (T == 1 && ko == m->off_a + (size_t)(H * Dh) * 4) {
-            /* one token, k right after q (qkv_fused): both in one launch */
+            /* one token, k right after q (qkv_decode): both in one launch */
             llmem_tensor qk3 = llmem_tensor_3d(m->scratch, m->off_a, LLMEM_DTYPE_F32, 1, H + Hk, Dh);
             TRY(llmem_op_rope(m->be, &rp, &qk3, &pos, &qk3));
         } else {
@@ -453,7 +462,7 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
     if (m->nm_path == 0) {
         const char *e = getenv("LLMEM_NM_QKV");
         m->nm_path = nm_model_ok(m) ? 2 : 1;
-        m->nm_qkv = (int8_t)(e && (atoi(e) == 0 || atoi(e) == 1) ? atoi(e) : 2);
+        m->nm_qkv = (int8_t)(e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 2);
     }
     m->nm_on = m->nm_path == 2 && T == 1;
     for (int32_t il = 0; il < c->n_layers; il++) {
@@ -464,7 +473,7 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
             TRY(llmem_memory_view(m->mem, L->mem_layer, &v));
         if (m->nm_on) {
             if (lc->kind == LLMEM_LAYER_ATTENTION) {
-                if (m->nm_qkv == 0) /* else the norm is in q/k/v's matmuls (qkv_fused) */
+                if (m->nm_qkv == 0 || m->nm_qkv == 3) /* else in q/k/v's matmuls (qkv_decode) */
                     TRY(llmem_op_rms_norm(m->be, &x, &L->w[LLMEM_W_MIXER_NORM].t, eps, &h));
                 TRY(attention(m, L, T, &v));
             } else {

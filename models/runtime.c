@@ -121,7 +121,7 @@ static llmem_tensor tensor_from(llmem_buffer *buf, size_t off, llmem_dtype dt, c
 
 /* Attention layer il's q, k and v projections back to back in one buffer
  * ([Nq + Nk + Nv, hidden], no gap), so that a one-token step can run them
- * as one matmul (models/forward.c, qkv_fused). Packs only where the three
+ * as one matmul (models/forward.c, qkv_decode). Packs only where the three
  * are 2-D, of one dtype and width, each a multiple of ALIGN bytes, and
  * LLMEM_NO_QKV_PACK is not 1; *packed says whether it did. Anything it
  * does not pack (or cannot allocate) is left to the per-tensor path,

@@ -17,13 +17,15 @@
 # fused path or the refusal did not happen: the fused op's norm sums in
 # another order); mixed must be within 1e-4 of fused (llama's mixed case
 # refuses only FFN down, whose fused and unfused sums agree to the bit).
-# The attention layers' q/k/v (models/forward.c, qkv_fused) run three more
+# The attention layers' q/k/v (models/forward.c, qkv_decode) run four more
 # ways, each against float64 as well: qkv0 (LLMEM_NM_QKV=0: a norm launch
-# and plain matmuls) must differ from fused (else the norm did not go into
-# the q/k/v matmuls); qkv3 (LLMEM_NM_QKV=1: one call per projection) and
-# nopack (LLMEM_NO_QKV_PACK=1: q, k, v not packed at load, so three calls)
-# must equal fused byte for byte (the CPU op computes each output row
-# alone, so one call over the packed rows gives the same bits).
+# and three plain matmuls) must differ from fused (else the norm did not go
+# into the q/k/v matmuls); qkv1 (LLMEM_NM_QKV=1: one fused call per
+# projection) and nopack (LLMEM_NO_QKV_PACK=1: q, k, v not packed at load,
+# so three fused calls) must equal fused byte for byte, and qkv3
+# (LLMEM_NM_QKV=3: a norm launch and one plain matmul of the packed rows)
+# must equal qkv0 (the CPU computes each output row alone, so one call over
+# the packed rows gives the bits of three).
 #   tests/fused_fallback.sh LLMEM_BIN FIXTURE_DIR
 set -euo pipefail
 bin="$1"; fx="$2"
@@ -58,17 +60,19 @@ echo "fallback   equals unfused byte for byte, differs from fused"
 printf 'mixed      vs fused:   '
 python3 "$cmp_lp" "$tmp/fused.jsonl" "$tmp/mixed.jsonl" --tol 1e-4
 run qkv0 LLMEM_NORM_MATMUL_CPU=1 LLMEM_NM_QKV=0
-run qkv3 LLMEM_NORM_MATMUL_CPU=1 LLMEM_NM_QKV=1
+run qkv1 LLMEM_NORM_MATMUL_CPU=1 LLMEM_NM_QKV=1
+run qkv3 LLMEM_NORM_MATMUL_CPU=1 LLMEM_NM_QKV=3
 run nopack LLMEM_NORM_MATMUL_CPU=1 LLMEM_NO_QKV_PACK=1
 if cmp -s "$tmp/qkv0.jsonl" "$tmp/fused.jsonl"; then
   echo "qkv0 equals fused byte for byte: the q/k/v norm was not fused"
   exit 1
 fi
-for v in qkv3 nopack; do
-  if ! cmp -s "$tmp/$v.jsonl" "$tmp/fused.jsonl"; then
-    echo "$v differs from fused (one q/k/v call over the packed rows):"
-    python3 "$cmp_lp" "$tmp/fused.jsonl" "$tmp/$v.jsonl" --tol 0 || true
+for p in qkv1:fused nopack:fused qkv3:qkv0; do
+  v="${p%%:*}"; w="${p##*:}"
+  if ! cmp -s "$tmp/$v.jsonl" "$tmp/$w.jsonl"; then
+    echo "$v differs from $w (one q/k/v call over the packed rows):"
+    python3 "$cmp_lp" "$tmp/$w.jsonl" "$tmp/$v.jsonl" --tol 0 || true
     exit 1
   fi
 done
-echo "qkv0       differs from fused; qkv3 and nopack equal fused byte for byte"
+echo "qkv0       differs from fused; qkv1 and nopack equal fused, qkv3 equals qkv0 byte for byte"

@@ -1,7 +1,7 @@
 // ctest-labels: core
 /* The attention layers' q, k and v projections packed into one weight
  * buffer at load (models/runtime.c, pack_qkv) and run as one fused
- * norm + matmul in one-token steps (models/forward.c, qkv_fused), on every
+ * norm + matmul in one-token steps (models/forward.c, qkv_decode), on every
  * backend that opens ($LLMEM_TEST_BACKENDS), with the llama, bamba and
  * bamba_bf16 fixtures. The CPU takes the fused path here too
  * (LLMEM_NORM_MATMUL_CPU=1, set by main).
