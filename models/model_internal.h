@@ -65,9 +65,10 @@ struct llmem_model {
     /* fused decode path (llmem_op_norm_matmul, models/forward.c): whether the
      * model and backend allow it (0 not yet asked, 1 no, 2 yes), and whether
      * the ubatch being run takes it; the attention layers' q/k/v there
-     * (LLMEM_NM_QKV): 0 a norm launch and plain matmuls, 1 the norm in each
-     * of the three matmuls, 2 (default) one fused matmul of the packed
-     * q | k | v, 3 a norm launch and one plain matmul of the packed q | k | v */
+     * (LLMEM_NM_QKV): 0 (Vulkan's default) a norm launch and plain matmuls,
+     * 1 the norm in each of the three matmuls, 2 (default) one fused matmul
+     * of the packed q | k | v, 3 a norm launch and one plain matmul of the
+     * packed q | k | v */
     int8_t nm_path;
     bool nm_on;
     int8_t nm_qkv;

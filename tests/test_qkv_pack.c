@@ -4,7 +4,8 @@
  * norm + matmul in one-token steps (models/forward.c, qkv_decode), on every
  * backend that opens ($LLMEM_TEST_BACKENDS), with the llama, bamba and
  * bamba_bf16 fixtures. The CPU takes the fused path here too
- * (LLMEM_NORM_MATMUL_CPU=1, set by main).
+ * (LLMEM_NORM_MATMUL_CPU=1, set by main), and so does Vulkan's q/k/v
+ * (LLMEM_NM_QKV=2, its default elsewhere, also set by main).
  *
  * Each fixture is loaded three ways, counting the buffer allocations
  * (llmem_backend_set_alloc_hook):
@@ -200,6 +201,7 @@ END_TEST
 int main(void)
 {
     setenv("LLMEM_NORM_MATMUL_CPU", "1", 1);
+    setenv("LLMEM_NM_QKV", "2", 1);
     int n = th_backends_probe();
     Suite *s = suite_create("qkv_pack");
     TCase *tc = tcase_create("qkv_pack");
