@@ -124,14 +124,15 @@ static llmem_tensor tensor_from(llmem_buffer *buf, size_t off, llmem_dtype dt, c
  * as one matmul (models/forward.c, qkv_decode). Packs only where the three
  * are 2-D, of one dtype and width, each a multiple of ALIGN bytes, and
  * LLMEM_NO_QKV_PACK is not 1; *packed says whether it did. Anything it
- * does not pack (or cannot allocate) is left to the per-tensor path,
- * which reports the errors; a failed upload is returned. */
+ * does not pack is left to the per-tensor path, which reports the errors.
+ * Returns LLMEM_OK, or the failed allocation's or upload's status with err
+ * set. */
 static llmem_status pack_qkv(llmem_model *m, const llmem_safetensors *st, int32_t il,
-                             bool *packed)
+                             bool *packed, char *err, size_t err_len)
 {
     static const llmem_weight ws[3] = {LLMEM_W_ATTN_Q, LLMEM_W_ATTN_K, LLMEM_W_ATTN_V};
     llmem_tensor_info info[3];
-    char name[256], err[64];
+    char name[256], ferr[64];
     int64_t shape[8];
     int32_t nd;
     size_t total = 0;
@@ -141,7 +142,7 @@ static llmem_status pack_qkv(llmem_model *m, const llmem_safetensors *st, int32_
         return LLMEM_OK;
     for (int i = 0; i < 3; i++) {
         if (!llmem_model_weight(&m->cfg, ws[i], il, name, sizeof name, shape, &nd) || nd != 2 ||
-            llmem_safetensors_find(st, name, &info[i], err, sizeof err) != LLMEM_OK)
+            llmem_safetensors_find(st, name, &info[i], ferr, sizeof ferr) != LLMEM_OK)
             return LLMEM_OK;
         const llmem_tensor_info *t = &info[i];
         if (t->n_dims != 2 || t->shape[0] != shape[0] || t->shape[1] != shape[1] ||
@@ -153,14 +154,20 @@ static llmem_status pack_qkv(llmem_model *m, const llmem_safetensors *st, int32_
         total += t->n_bytes;
     }
     llmem_buffer *buf = NULL;
-    if (llmem_buffer_alloc(m->be, total, &buf) != LLMEM_OK)
-        return LLMEM_OK; /* the per-tensor path allocates less at a time */
+    llmem_status s = llmem_buffer_alloc(m->be, total, &buf);
+    if (s != LLMEM_OK) {
+        llmem_errf(err, err_len, "cannot allocate %zu bytes for layer %d's q/k/v on %s", total,
+                   (int)il, llmem_backend_name(m->be));
+        return s;
+    }
     m->weights[m->n_weights++] = buf;
     size_t off = 0;
     for (int i = 0; i < 3; i++) {
-        llmem_status s = llmem_buffer_upload(buf, off, info[i].data, info[i].n_bytes);
-        if (s != LLMEM_OK)
+        if ((s = llmem_buffer_upload(buf, off, info[i].data, info[i].n_bytes)) != LLMEM_OK) {
+            llmem_errf(err, err_len, "uploading layer %d's q/k/v failed: %s", (int)il,
+                       llmem_status_str(s));
             return s;
+        }
         m->layers[il].w[ws[i]] = (wt){
             .present = true, .t = tensor_from(buf, off, info[i].dtype, info[i].shape, 2)};
         off += info[i].n_bytes;
@@ -192,12 +199,9 @@ static llmem_status load_weights(llmem_model *m, const llmem_safetensors *st, ch
             if (global != (il < 0))
                 continue;
             if (w == LLMEM_W_ATTN_Q) {
-                llmem_status s = pack_qkv(m, st, il, &qkv);
-                if (s != LLMEM_OK) {
-                    llmem_errf(err, err_len, "uploading layer %d's q/k/v failed: %s", (int)il,
-                               llmem_status_str(s));
+                llmem_status s = pack_qkv(m, st, il, &qkv, err, err_len);
+                if (s != LLMEM_OK)
                     return s;
-                }
             }
             if (qkv && (w == LLMEM_W_ATTN_Q || w == LLMEM_W_ATTN_K || w == LLMEM_W_ATTN_V))
                 continue;

@@ -12,14 +12,15 @@
  *   unpacked  LLMEM_NO_QKV_PACK=1: q, k, v in buffers of their own
  *   packed    the default: one buffer of (Nq + 2 Nk) x hidden elements per
  *             attention layer instead of three
- *   refused   the first packed allocation fails: the loader must fall back
- *             to three buffers for that layer and still load
+ *   refused   the first packed allocation fails: the load fails with
+ *             LLMEM_E_NO_MEMORY and a reason, as for any other allocation
+ *             (test_model_errors)
  * The expected counts come from config.json (heads, KV heads, head size,
- * attention layers), read here with cJSON. Then each model scores the
- * fixture's case "len15" one token per step (every step takes the fused
- * path: a packed layer in one q/k/v call, an unpacked one in three) and
+ * attention layers), read here with cJSON. Then the packed and unpacked
+ * models score the fixture's case "len15" one token per step (every step
+ * takes the fused path: packed q/k/v in one call, unpacked in three) and
  * must match transformers' float64 log-probabilities (reference.jsonl)
- * within 1e-3, as tests/parity.sh; on the CPU the three must agree bit for
+ * within 1e-3, as tests/parity.sh; on the CPU the two must agree bit for
  * bit (its fused op computes each output row alone, so one call over the
  * packed rows equals three calls).
  */
@@ -89,9 +90,9 @@ static qkv_shape read_shape(const char *dir)
     return s;
 }
 
-static llmem_model *load(llmem_backend *be, const char *dir, bool pack, hook *h)
+static llmem_status load(llmem_backend *be, const char *dir, bool pack, hook *h,
+                         llmem_model **m, char *err, size_t err_len)
 {
-    char err[256] = "";
     llmem_model_params p = llmem_model_default_params();
     p.n_seq_max = 1;
     p.n_ctx = 128;
@@ -100,14 +101,14 @@ static llmem_model *load(llmem_backend *be, const char *dir, bool pack, hook *h)
         unsetenv("LLMEM_NO_QKV_PACK");
     else
         setenv("LLMEM_NO_QKV_PACK", "1", 1);
-    llmem_model *m = NULL;
+    *m = NULL;
+    err[0] = 0;
     llmem_backend_set_alloc_hook(be, hook_fn, h);
-    llmem_status st = llmem_model_load(dir, be, &p, &m, err, sizeof err);
+    llmem_status st = llmem_model_load(dir, be, &p, m, err, err_len);
     llmem_backend_set_alloc_hook(be, NULL, NULL);
     unsetenv("LLMEM_NO_QKV_PACK");
-    ck_assert_msg(st == LLMEM_OK, "%s: %s", dir, err);
     ck_assert_int_lt(h->calls, MAX_ALLOCS);
-    return m;
+    return st;
 }
 
 static int32_t count_size(const hook *h, size_t size)
@@ -151,8 +152,10 @@ START_TEST(test_qkv_pack)
         static hook hu, hp, hr;
         hu = (hook){.fail_at = -1};
         hp = (hook){.fail_at = -1};
-        llmem_model *mu = load(be, dir, false, &hu);
-        llmem_model *mp = load(be, dir, true, &hp);
+        llmem_model *mu = NULL, *mp = NULL, *mr = NULL;
+        char err[256];
+        ck_assert_msg(load(be, dir, false, &hu, &mu, err, sizeof err) == LLMEM_OK, "%s", err);
+        ck_assert_msg(load(be, dir, true, &hp, &mp, err, sizeof err) == LLMEM_OK, "%s", err);
         /* one buffer instead of three per attention layer */
         ck_assert_int_eq(hu.calls - hp.calls, 2 * s.n_attn);
         ck_assert_int_eq(count_size(&hp, packed) - count_size(&hu, packed), s.n_attn);
@@ -164,19 +167,19 @@ START_TEST(test_qkv_pack)
         ck_assert_int_lt(first, hp.calls);
         ck_assert_uint_eq(hp.size[first], packed);
         hr = (hook){.fail_at = first};
-        llmem_model *mr = load(be, dir, true, &hr);
-        /* the refused layer: the failed call, then q, k, v alone */
-        ck_assert_int_eq(hr.calls, hp.calls + 3);
-        ck_assert_int_eq(count_size(&hr, packed) - count_size(&hp, packed), 0);
+        ck_assert_int_eq(load(be, dir, true, &hr, &mr, err, sizeof err), LLMEM_E_NO_MEMORY);
+        ck_assert_ptr_null(mr);
+        ck_assert_msg(strstr(err, "q/k/v") != NULL, "reason: '%s'", err);
+        ck_assert_int_eq(hr.calls, first + 1); /* nothing allocated after the failure */
 
         int32_t tok[MAX_TOK];
-        double ref[MAX_TOK], lp[3][MAX_TOK];
+        double ref[MAX_TOK], lp[2][MAX_TOK];
         int32_t n = fx_case_load(dir, "len15", tok, ref, MAX_TOK);
         ck_assert_int_gt(n, 2);
-        llmem_model *ms[3] = {mu, mp, mr};
-        const char *names[3] = {"unpacked", "packed", "refused"};
+        llmem_model *ms[2] = {mu, mp};
+        const char *names[2] = {"unpacked", "packed"};
         double worst = 0;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < 2; k++) {
             int32_t nl = score(ms[k], tok, n, lp[k]);
             for (int32_t i = 0; i < nl; i++) {
                 double d = fabs(lp[k][i] - ref[i]);
@@ -188,10 +191,10 @@ START_TEST(test_qkv_pack)
                                   fixtures[f], names[k], i, lp[k][i], lp[0][i]);
             }
         }
-        printf("%s %s: %d attention layers packed (%d allocations fewer), refused pack loads; "
-               "max |dlp| vs float64 %.3g\n", fixtures[f], th_backend_name(_i), s.n_attn,
-               hu.calls - hp.calls, worst);
-        for (int k = 0; k < 3; k++)
+        printf("%s %s: %d attention layers packed (%d allocations fewer), a refused pack "
+               "fails the load; max |dlp| vs float64 %.3g\n", fixtures[f], th_backend_name(_i),
+               s.n_attn, hu.calls - hp.calls, worst);
+        for (int k = 0; k < 2; k++)
             llmem_model_free(ms[k]);
     }
     llmem_backend_close(be);
