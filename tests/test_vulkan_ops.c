@@ -549,14 +549,13 @@ START_TEST(test_matmul_row_scales)
 END_TEST
 
 /* matmul_cm.comp's epilogues ($LLMEM_VULKAN_CM_RAW: 0 scaled through
- * shared memory everywhere, 2 raw accumulators + sum_slices_cm.comp
- * everywhere; the default 1, raw where K is split, runs in the tests
- * above) on the row-scale shapes of test_matmul_row_scales plus the
+ * shared memory everywhere, 1 raw accumulators + sum_slices_cm.comp where
+ * K is split; the default 2, raw everywhere, runs in the tests above) on the row-scale shapes of test_matmul_row_scales plus the
  * decode rows (split-K, partial tiles, one slice, depth 3 at 16 rows),
  * against float64. Lavapipe: the SIMT path. */
 START_TEST(test_matmul_cm_raw)
 {
-    static const char *modes[] = {"0", "2"};
+    static const char *modes[] = {"0", "1"};
     static const int32_t shapes[][3] = {
         {40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300}, {64, 1000, 300}, {9, 264, 17}};
     const char *prev = getenv("LLMEM_VULKAN_CM_RAW"); /* restored at the end */

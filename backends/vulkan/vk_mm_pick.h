@@ -126,15 +126,19 @@ uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m);
  * reach it (or K is 0). */
 void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, uint32_t *k_split);
 
-/* matmul_cm.comp's epilogue (vk_mm_caps.cm_raw). SCALED: each slice
+/* matmul_cm.comp's epilogue (vk_mm_caps.cm_raw). NONE: each slice
  * writes its tile through shared memory with the row scale 2^e_r applied,
  * rows and columns outside [M, N) skipped, and split-K slices are added by
  * sum_slices.comp. RAW: each slice stores its raw accumulators with
  * coopMatStoreNV into a padded partial buffer (vk_cm_raw_layout) and
  * sum_slices_cm.comp adds them and applies 2^e_r: no shared-memory round
  * trip, no per-element stores, at the price of the partial buffer and a
- * pass even without split-K. RAW_SPLIT (default): RAW where K is split,
- * SCALED otherwise. */
+ * pass even without split-K. RAW_SPLIT: RAW where K is split, NONE
+ * otherwise. RAW_ALL (default): RAW everywhere (the host falls back to
+ * NONE for one slice when the partial buffer cannot be allocated). H200,
+ * 9B precise: tg128 batch 64 32.2 -> 29.1 ms (RAW_SPLIT), pp512 batch 1 /
+ * 16 / 64 152.5 / 2025 / 9150 -> 150.5 / 1990 / 8920 ms (RAW_ALL over
+ * RAW_SPLIT; docs/benchmarks.md, "Vulkan GEMM: raw split-K slices"). */
 #define VK_CM_RAW_NONE 0
 #define VK_CM_RAW_SPLIT 1
 #define VK_CM_RAW_ALL 2

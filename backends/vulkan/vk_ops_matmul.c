@@ -59,8 +59,9 @@ void vk_matmul_config(vk_backend *v)
      * unset (0): by rows, vk_cm_stages_for */
     v->mm.cm_stages = env_u32("LLMEM_VULKAN_CM_STAGES", 0, 1, VK_CM_STAGES_MAX);
     v->mm.cm_fn = env_u32("LLMEM_VULKAN_CM_FN", 1, 1, 4); /* vk_cm_plan_make_fn */
-    /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw */
-    v->mm.cm_raw = env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_SPLIT, 0, 2);
+    /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
+     * everywhere (the default: vk_mm_pick.h VK_CM_RAW_*) */
+    v->mm.cm_raw = env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_ALL, 0, 2);
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
@@ -228,9 +229,17 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     sbuf->size = terms + (size_t)m * 4;
     if (pl.slices > 1 || raw) {
         size_t bytes = (size_t)pl.slices * pslice * 4;
-        if ((st = vk_buffer_alloc(be, bytes, &part)) != LLMEM_OK)
+        st = vk_buffer_alloc(be, bytes, &part);
+        if (st == LLMEM_E_NO_MEMORY && raw && pl.slices == 1) {
+            raw = false; /* one slice needs no partial buffer: the scaled epilogue */
+            ldp = n;
+            pslice = count;
+            st = LLMEM_OK;
+        } else if (st != LLMEM_OK) {
             goto out;
-        part->size = bytes;
+        } else {
+            part->size = bytes;
+        }
     }
     llmem_tensor th = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4));
     llmem_tensor te = llmem_tensor_1d(sbuf, terms, LLMEM_DTYPE_I32, m);
