@@ -548,32 +548,35 @@ START_TEST(test_matmul_row_scales)
 }
 END_TEST
 
-/* matmul_cm.comp's epilogues ($LLMEM_VULKAN_CM_RAW: 0 scaled through
- * shared memory everywhere, 1 raw accumulators + sum_slices_cm.comp where
- * K is split; the default 2, raw everywhere, runs in the tests above) on the row-scale shapes of test_matmul_row_scales plus the
- * decode rows (split-K, partial tiles, one slice, depth 3 at 16 rows),
- * against float64. Lavapipe: the SIMT path. */
+/* matmul_cm.comp's epilogues and split-K ($LLMEM_VULKAN_CM_RAW: 0 scaled
+ * through shared memory everywhere, 1 raw accumulators + sum_slices_cm.comp
+ * where K is split; the default 2, raw everywhere, runs in the tests above;
+ * $LLMEM_VULKAN_CM_WAVE=132: the decode tiles' split-K within 132
+ * workgroups, vk_cm_plan_wave) on the row-scale shapes of
+ * test_matmul_row_scales plus the decode rows (split-K, partial tiles, one
+ * slice, depth 3 at 16 rows), against float64. Lavapipe: the SIMT path. */
 START_TEST(test_matmul_cm_raw)
 {
-    static const char *modes[] = {"0", "1"};
+    static const char *cfgs[][2] = {
+        {"LLMEM_VULKAN_CM_RAW", "0"}, {"LLMEM_VULKAN_CM_RAW", "1"}, {"LLMEM_VULKAN_CM_WAVE", "132"}};
     static const int32_t shapes[][3] = {
         {40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300}, {64, 1000, 300}, {9, 264, 17}};
-    const char *prev = getenv("LLMEM_VULKAN_CM_RAW"); /* restored at the end */
-    char *keep = prev ? strdup(prev) : NULL;
-    for (size_t mi = 0; mi < 2; mi++) {
-        setenv("LLMEM_VULKAN_CM_RAW", modes[mi], 1);
+    for (size_t ci = 0; ci < 3; ci++) {
+        const char *prev = getenv(cfgs[ci][0]); /* restored below */
+        char *keep = prev ? strdup(prev) : NULL;
+        setenv(cfgs[ci][0], cfgs[ci][1], 1);
         llmem_backend *vk = open_be("vulkan");
-        char cfg[32];
-        snprintf(cfg, sizeof cfg, "CM_RAW=%s ", modes[mi]);
+        char cfg[64];
+        snprintf(cfg, sizeof cfg, "%s=%s ", cfgs[ci][0], cfgs[ci][1]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
+        if (keep)
+            setenv(cfgs[ci][0], keep, 1);
+        else
+            unsetenv(cfgs[ci][0]);
+        free(keep);
     }
-    if (keep)
-        setenv("LLMEM_VULKAN_CM_RAW", keep, 1);
-    else
-        unsetenv("LLMEM_VULKAN_CM_RAW");
-    free(keep);
 }
 END_TEST
 

@@ -550,6 +550,58 @@ START_TEST(test_cm_raw_layout)
 }
 END_TEST
 
+/* vk_cm_plan_wave ($LLMEM_VULKAN_CM_WAVE): split-K of the <= 64-row plans
+ * within a workgroup budget. By hand: 64 x 4096 x 4096 and 16 x 4096 x 4096
+ * (32 tiles of 128 columns) at 132 workgroups take 4 slices of 1024; 64 x
+ * 14336 x 4096 (112 tiles) one slice of 4096; budget 0 and 128 x 128
+ * plans stay as planned. Then over many shapes: slices cover K in whole
+ * steps, none empty, and tiles x slices stays within the budget unless
+ * the tiles alone exceed it (then one slice). */
+START_TEST(test_cm_plan_wave)
+{
+    vk_cm_plan p, q;
+    vk_cm_plan_make(64, 4096, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_wave(&p, 4096, 132);
+    ck_assert_uint_eq(p.slices, 4);
+    ck_assert_uint_eq(p.k_split, 1024);
+    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
+    vk_cm_plan_wave(&p, 4096, 132);
+    ck_assert_uint_eq(p.slices, 4);
+    ck_assert_uint_eq(p.k_split, 1024);
+    vk_cm_plan_make(64, 14336, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_wave(&p, 4096, 132);
+    ck_assert_uint_eq(p.slices, 1);
+    ck_assert_uint_eq(p.k_split, 4096);
+    vk_cm_plan_make(64, 4096, 4096, 64, 1, 48 * 1024, &p);
+    q = p;
+    vk_cm_plan_wave(&p, 4096, 0);
+    ck_assert_mem_eq(&p, &q, sizeof p);
+    vk_cm_plan_make(512, 1024, 4096, 64, 1, 48 * 1024, &p);
+    q = p;
+    vk_cm_plan_wave(&p, 4096, 132);
+    ck_assert_mem_eq(&p, &q, sizeof p);
+    static const uint32_t ms[] = {9, 16, 33, 64}, ns[] = {1, 100, 4096, 14336, 128256};
+    static const uint32_t ks[] = {0, 8, 40, 511, 512, 1000, 4096, 14336};
+    static const uint32_t gs[] = {1, 64, 132, 264, 1000};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t d = 0; d < 8; d++)
+                for (size_t e = 0; e < 5; e++) {
+                    uint32_t k = ks[d], g = gs[e];
+                    vk_cm_plan_make(ms[a], ns[b], k, 64, vk_cm_stages_for(0, ms[a]), 48 * 1024, &p);
+                    vk_cm_plan_wave(&p, k, g);
+                    uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
+                    ck_assert_uint_eq(p.k_split % p.bk, 0);
+                    ck_assert_uint_ge(p.slices, 1);
+                    ck_assert_uint_ge((uint64_t)p.slices * p.k_split, k);
+                    if (k > 0)
+                        ck_assert_uint_lt((uint64_t)(p.slices - 1) * p.k_split, k);
+                    ck_assert_uint_le(tiles * p.slices, tiles > g ? tiles : g);
+                    ck_assert_uint_le(p.slices, k / VK_MM_MIN_SLICE > 1 ? k / VK_MM_MIN_SLICE : 1);
+                }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vulkan_pick");
@@ -564,6 +616,7 @@ int main(void)
     tcase_add_test(tc, test_cm_ring_schedule);
     tcase_add_test(tc, test_cm_ring_indices);
     tcase_add_test(tc, test_cm_raw_layout);
+    tcase_add_test(tc, test_cm_plan_wave);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

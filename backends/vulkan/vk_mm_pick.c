@@ -93,6 +93,19 @@ void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, u
     }
 }
 
+void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups)
+{
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    if (groups == 0 || p->bm > 64 || tiles == 0)
+        return;
+    uint64_t n = groups / tiles, most = k / VK_MM_MIN_SLICE;
+    n = n > most ? most : n;
+    n = n < 1 ? 1 : n;
+    uint64_t ks = div_up(div_up(k ? k : 1, n), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+}
+
 uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m)
 {
     if (asked >= 1)

@@ -57,6 +57,8 @@ typedef struct vk_mm_caps {
     uint32_t cm_fn;    /* its 16-column matrices per subgroup up to 64 rows: 1 (default), 2 or
                         * 4 ($LLMEM_VULKAN_CM_FN; vk_cm_plan_make_fn) */
     uint32_t cm_raw;   /* its epilogue: VK_CM_RAW_* ($LLMEM_VULKAN_CM_RAW; vk_cm_raw_used) */
+    uint32_t cm_wave;  /* split-K up to 64 rows within this many workgroups, 0: vk_mm_split_k
+                        * ($LLMEM_VULKAN_CM_WAVE; vk_cm_plan_wave) */
     uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
@@ -152,6 +154,17 @@ bool vk_cm_raw_used(uint32_t raw, const vk_cm_plan *p);
  * (tiles_m bm ldp); the buffer holds slices x *slice_floats floats. Pure;
  * never fails. */
 void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats);
+
+/* Re-splits K of plan *p (made for k) so that its workgroups, tiles x
+ * slices, number at most `groups` (one wave where groups is the device's
+ * SM count and one workgroup fits an SM): slices = floor(groups / tiles),
+ * at most k / VK_MM_MIN_SLICE, at least 1; k_split whole K steps. Leaves
+ * *p alone when groups is 0 or the plan has more than 64 rows of tile
+ * (bm > 64). H200, raw epilogue, 64 x 4096 x 4096 precise: 4 slices (one
+ * wave of 128 workgroups) 0.0280 ms, 8 (vk_mm_split_k) 0.0319, 6 0.0385;
+ * 16 rows 0.0147 / 0.0166 (docs/benchmarks.md, "Vulkan GEMM: raw split-K
+ * slices"). Pure; never fails. */
+void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups);
 
 /* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
  * with the component types and scope as booleans). */

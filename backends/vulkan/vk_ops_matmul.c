@@ -62,6 +62,9 @@ void vk_matmul_config(vk_backend *v)
     /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
      * everywhere (the default: vk_mm_pick.h VK_CM_RAW_*) */
     v->mm.cm_raw = env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_ALL, 0, 2);
+    /* split-K of its <= 64-row tiles within this many workgroups (e.g. 132, the H200's SMs:
+     * one wave); 0 (default): vk_mm_split_k */
+    v->mm.cm_wave = env_u32("LLMEM_VULKAN_CM_WAVE", 0, 0, 1u << 20);
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
@@ -211,6 +214,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_cm_plan pl;
     vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
                        v->mm.cm_fn, &pl);
+    vk_cm_plan_wave(&pl, k, v->mm.cm_wave);
     size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
     bool raw = vk_cm_raw_used(v->mm.cm_raw, &pl);
     uint32_t ldp = n;
