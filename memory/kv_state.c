@@ -169,6 +169,31 @@ void kv_state_read_abort(llmem_memory *mem, void *tmp)
     free(t);
 }
 
+/* The host room kv_state_read_apply takes, taken here, before it drops
+ * anything (host memory is not what prepare checks space for): every
+ * entry's token and position capacity, and its page-table row. One
+ * sequence (seq >= 0) keeps its row, grown to its entry's pages with its
+ * entries kept; a whole-cache read (seq -1) reserves the row table's room
+ * for every entry's row after the clear. Capacity only: the cache reads
+ * the same afterwards. false when out of host memory. */
+static bool kv_state_read_reserve(kv_cache *kv, int32_t seq, const kv_tmp *t)
+{
+    int64_t rows = 0;
+    for (int32_t i = 0; i < t->n; i++) {
+        const kv_entry *e = &t->e[i];
+        kv_seq *s = &kv->seqs[seq >= 0 ? seq : e->seq];
+        int32_t np = llmem_pages_for(0, e->len, kv->p.page_size);
+        if (!i32vec_reserve(&s->tokens, e->len) || !seq_pos_reserve(&s->pos, e->len))
+            return false;
+        if (np == 0)
+            continue;
+        if (seq >= 0 && !kv_pt_fit(kv, s, np > s->pages.n ? np : s->pages.n))
+            return false;
+        rows += page_rows_cost(np);
+    }
+    return seq >= 0 || page_rows_reserve(&kv->rows, rows);
+}
+
 llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_reader *r,
                                    void **out, char *err, size_t err_len)
 {
@@ -318,6 +343,10 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
         kv_state_read_abort(mem, t);
         return LLMEM_E_NO_SPACE;
     }
+    if (!kv_state_read_reserve(kv, seq, t)) {
+        llmem_errf(err, err_len, "KV state: out of host memory for its page tables and tokens");
+        goto nomem;
+    }
     *out = t;
     return LLMEM_OK;
 corrupt:
@@ -333,10 +362,16 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
     kv_cache *kv = kv_of(mem);
     kv_tmp *t = tmp;
     llmem_status st = LLMEM_OK;
-    if (seq < 0)
+    /* host room was taken by kv_state_read_reserve: one sequence keeps its
+     * row through the drop, and the fits and reserves below take nothing */
+    if (seq < 0) {
         mem->iface->clear(mem, false);
-    else
-        kv_seq_drop(kv, &kv->seqs[seq]);
+    } else {
+        kv_seq *s = &kv->seqs[seq];
+        kv_drop_pages(kv, s, 0, false);
+        s->tokens.n = 0;
+        seq_pos_clear(&s->pos);
+    }
     int32_t ps = kv->p.page_size;
     for (int32_t i = 0; i < t->n && st == LLMEM_OK; i++) {
         const kv_entry *e = &t->e[i];

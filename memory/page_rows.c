@@ -149,6 +149,11 @@ void page_rows_free(page_rows *r, int32_t *row, int32_t *cap)
     *cap = 0;
 }
 
+bool page_rows_reserve(page_rows *r, int64_t n)
+{
+    return grow(r, n) && i32vec_reserve(&r->pend, r->pend.n + 4);
+}
+
 void page_rows_reset(page_rows *r)
 {
     for (int32_t c = 0; c < PAGE_ROWS_CLASSES; c++)

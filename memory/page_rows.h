@@ -67,6 +67,10 @@ bool page_rows_fit(page_rows *r, int32_t *row, int32_t *cap, int32_t n);
 bool page_rows_fit_keep(page_rows *r, int32_t *row, int32_t *cap, int32_t n, int32_t keep);
 /* Returns a row to its class (*row becomes -1). */
 void page_rows_free(page_rows *r, int32_t *row, int32_t *cap);
+/* Room for n entries in all (the sum of page_rows_cost of the rows to
+ * come), so that those rows, taken after page_rows_reset, fit without
+ * allocating. false, nothing changed, when out of host memory. */
+bool page_rows_reserve(page_rows *r, int64_t n);
 /* Drops every row (all free; the device copy is re-uploaded in full). */
 void page_rows_reset(page_rows *r);
 /* Writes n entries at element `at` and records them for the next upload

@@ -154,6 +154,17 @@ llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
             return LLMEM_E_CORRUPT;
         }
     }
+    /* the host room rs_state_read_apply takes, taken before it drops
+     * anything (capacity only: the memory reads the same afterwards) */
+    for (int32_t i = 0; i < n; i++) {
+        rs_seq *s = &rs->seqs[seq >= 0 ? seq : t->e[i].seq];
+        if (!i32vec_reserve(&s->tokens, t->e[i].len) || !seq_pos_reserve(&s->pos, t->e[i].len) ||
+            !i32vec_reserve(&s->h.slot, 1) || !i32vec_reserve(&s->h.len, 1)) {
+            llmem_errf(err, err_len, "recurrent state: out of host memory for its tokens");
+            rs_state_read_abort(mem, t);
+            return LLMEM_E_NO_MEMORY;
+        }
+    }
     *out = t;
     return LLMEM_OK;
 }
