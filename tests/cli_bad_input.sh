@@ -16,7 +16,7 @@ sums() { (cd "$root/tests/fixtures" && sha256sum llama/* bamba/*); }
 sums > "$tmp/before"
 expect_fail() { # description, pattern expected on stderr, command...
   local what="$1" pat="$2"; shift 2
-  timeout 60 "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?
+  timeout 60 "$@" > "$tmp/out" 2> "$tmp/err"; local rc=$?; last_rc=$rc
   if [ $rc -ne 1 ] && [ $rc -ne 2 ]; then
     echo "FAIL: $what: exit $rc (want 1 or 2): $(head -c 300 "$tmp/err")"; fail=1
   elif ! grep -q -- "$pat" "$tmp/err"; then
@@ -57,6 +57,30 @@ expect_fail "bench --kv-type without --model" "applies only with --model" "$bin"
 expect_fail "bench --json without --model" "applies only with --model" "$bin" bench --backend cpu --json "$tmp/b.json"
 expect_fail "bench --model with --only" "does not apply with --model" "$bin" bench --backend cpu -m "$fx" --only gemv
 expect_fail "bench --model with --all" "does not apply with --model" "$bin" bench --backend cpu -m "$fx" --all
+# a size given explicitly that cannot work is refused with exit 2 (usage),
+# not silently raised; left out, the command picks one that works
+refused() { # description, pattern, command...: expect_fail with exit status 2
+  expect_fail "$@"
+  if [ "$last_rc" -eq 1 ]; then echo "FAIL: $1: exit 1, want 2 (a usage error)"; fail=1; fi
+}
+refused "generate --n-seq-max below --parallel" "--n-seq-max 2 is below --parallel 4" \
+  "$bin" "${gen[@]}" -m "$fx" --parallel 4 --n-seq-max 2
+refused "generate --n-ubatch below --parallel * (--draft + 1)" "--n-ubatch 5 is below --parallel \* (--draft + 1) = 6" \
+  "$bin" "${gen[@]}" -m "$fx" --parallel 2 --draft 2 --n-ubatch 5
+refused "serve -np and --n-seq-max that disagree" "-np/--parallel 2 and --n-seq-max 3 disagree" \
+  "$bin" serve --backend cpu --port 0 -m "$fx" -np 2 --n-seq-max 3
+refused "bench --model --n-ubatch below the prompt" "--n-ubatch 16 is below the 512 prompt tokens" \
+  env -u LLMEM_BENCH_PP "$bin" bench --backend cpu -m "$fx" --n-ubatch 16
+if timeout 60 "$bin" "${gen[@]}" -m "$fx" --temp 0 --parallel 9 --draft 1 > "$tmp/out" 2> "$tmp/err"; then
+  echo "ok: generate --parallel 9 --draft 1 without sizes grows --n-seq-max and --n-ubatch"
+else
+  echo "FAIL: generate --parallel 9 --draft 1 without sizes: $(head -c 300 "$tmp/err")"; fail=1
+fi
+if timeout 60 "$bin" "${gen[@]}" -m "$fx" --temp 0 --parallel 3 --n-seq-max 3 --n-ubatch 3 > "$tmp/out" 2> "$tmp/err"; then
+  echo "ok: generate --parallel 3 with sizes that hold it runs"
+else
+  echo "FAIL: generate --parallel 3 --n-seq-max 3 --n-ubatch 3: $(head -c 300 "$tmp/err")"; fail=1
+fi
 expect_fail "replay --turns 0" "for --turns" "$bin" replay --turns 0
 expect_fail "replay --pace-speedup x" "for --pace-speedup" "$bin" replay --pace-speedup x
 expect_fail "tokenize --bogus" "unknown option '--bogus'" "$bin" tokenize --bogus

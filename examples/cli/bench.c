@@ -547,6 +547,13 @@ int llmem_cli_bench(int argc, char **argv)
                         "figures)\n", opt_name(&p, not_model));
         return 2;
     }
+    if (mo.model && cli_model_opt_given(&mo, CLI_OPT_N_UBATCH) &&
+        mo.params.n_ubatch < bench_model_pp()) {
+        fprintf(stderr, "llmem bench: --n-ubatch %d is below the %d prompt tokens of the model "
+                        "figures (one prompt per ubatch); raise it or leave it out\n",
+                (int)mo.params.n_ubatch, (int)bench_model_pp());
+        return 2;
+    }
     /* the prefill figure runs both modes on cuda; --precision is plumbed for
      * the model figure */
     mo.precision = cli_precision_of(&mo, CLI_PRECISION_FAST);

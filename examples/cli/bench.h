@@ -110,6 +110,10 @@ int llmem_cli_bench_bookkeeping(int argc, char **argv);
 /* llmem bench --model DIR (bench_model.c): pp512 and tg128 at batch 1, 16
  * and 64 of a checkpoint, beside the memory bound of each; --json PATH. */
 struct llmem_model_params;
+/* Prompt tokens per sequence of the model figures: 512, or $LLMEM_BENCH_PP
+ * when that is in [1, 2^20]; --n-ubatch must hold them (one prompt per
+ * ubatch). */
+int32_t bench_model_pp(void);
 llmem_status bench_model_dir(bench *b, const char *dir, const struct llmem_model_params *p,
                              const char *json_path);
 

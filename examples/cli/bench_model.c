@@ -39,9 +39,9 @@
 #define TG 128
 /* Prompt tokens per sequence: 512, or $LLMEM_BENCH_PP (e.g. 4096 for decode
  * at a 4K context; the rows keep the name pp512 / tg128). */
-#define PP bench_pp()
+#define PP bench_model_pp()
 
-static int32_t bench_pp(void)
+int32_t bench_model_pp(void)
 {
     const char *e = getenv("LLMEM_BENCH_PP");
     int n = e ? atoi(e) : 0;

@@ -231,7 +231,30 @@ FILE *cli_open_input(const char *cmd, const char *what, const char *path, bool a
     return NULL;
 }
 
+/* The bit of cli_model_opts.given for a shared option code; 0 for others. */
+static uint32_t given_bit(int code)
+{
+    if (code >= CLI_OPT_BACKEND && code < CLI_OPT_BACKEND + 29)
+        return 1u << (code - CLI_OPT_BACKEND);
+    return code == 'm' ? 1u << 29 : code == 'c' ? 1u << 30 : code == 't' ? 1u << 31 : 0;
+}
+
+bool cli_model_opt_given(const cli_model_opts *o, int code)
+{
+    return (o->given & given_bit(code)) != 0;
+}
+
+static int model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg);
+
 int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
+{
+    int r = model_opt(o, cmd, code, arg);
+    if (r > 0)
+        o->given |= given_bit(code);
+    return r;
+}
+
+static int model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
 {
     static const struct {
         int code;

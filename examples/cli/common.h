@@ -36,6 +36,8 @@ typedef struct cli_model_opts {
     int32_t threads;     /* cpu backend threads; 0: LLMEM_THREADS or all cores */
     cli_precision precision;
     llmem_model_params params;
+    uint32_t given;      /* the shared options given on the command line:
+                          * cli_model_opt_given */
 } cli_model_opts;
 
 /* Which shared options a command accepts (cli_parser_init's groups). */
@@ -94,6 +96,11 @@ void cli_model_opts_init(cli_model_opts *o);
 /* Applies a shared option (code and value from cli_next) to o. Returns 1
  * if it was one, 0 if not, -1 on a bad value (message printed). */
 int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg);
+/* Whether the shared option `code` (a CLI_OPT_* code, or 'm', 'c', 't') was
+ * given on the command line and applied by cli_model_opt: a command that
+ * would raise a value it needs keeps the automatic choice when the option
+ * was not given, and refuses an explicit value that cannot work. */
+bool cli_model_opt_given(const cli_model_opts *o, int code);
 /* Help text of the shared options: model, backend, log. */
 extern const char *const cli_model_opts_help;
 extern const char *const cli_backend_opts_help;

@@ -42,7 +42,8 @@ static void usage(FILE *f)
             "  --prompt-ids IDS     the prompt as token ids, like \"1 5 7\"\n"
             "  -n, --n-predict N    tokens to generate per sequence (default 200)\n"
             "  --parallel N         sequences generated at once (default 1); --n-seq-max\n"
-            "                       grows to N and --n-ubatch to N * (draft + 1) when below\n"
+            "                       grows to N and --n-ubatch to N * (draft + 1) when not\n"
+            "                       given; a smaller value given is refused\n"
             "  --temp T             sampling temperature, 0 = greedy (default 0.8);\n"
             "                       --temp 0 and --temp=0 both work\n"
             "  --top-k K            keep the K most likely tokens, 0 = all (default 40)\n"
@@ -248,13 +249,27 @@ int llmem_cli_generate(int argc, char **argv)
     if (rc >= 0)
         return rc;
     int32_t parallel = o.parallel, n_draft = o.n_draft, n_predict = o.n_predict;
+    /* rollback needs a recurrent checkpoint after every draft token, and one
+     * step of every sequence should fit one ubatch; sizes the user chose
+     * that cannot hold that are refused, defaults grow */
+    int32_t step_rows = parallel * (n_draft + 1);
+    if (mo.params.n_seq_max < parallel && cli_model_opt_given(&mo, CLI_OPT_N_SEQ_MAX)) {
+        fprintf(stderr, "llmem generate: --n-seq-max %d is below --parallel %d (one sequence "
+                        "each); raise it or leave it out\n", (int)mo.params.n_seq_max,
+                (int)parallel);
+        return 2;
+    }
+    if (mo.params.n_ubatch < step_rows && cli_model_opt_given(&mo, CLI_OPT_N_UBATCH)) {
+        fprintf(stderr, "llmem generate: --n-ubatch %d is below --parallel * (--draft + 1) = %d "
+                        "(one step of every sequence in one ubatch); raise it or leave it out\n",
+                (int)mo.params.n_ubatch, (int)step_rows);
+        return 2;
+    }
     if (mo.params.n_seq_max < parallel)
         mo.params.n_seq_max = parallel;
-    /* rollback needs a recurrent checkpoint after every draft token, and one
-     * step of every sequence should fit one ubatch */
     mo.params.n_ckpt = n_draft;
-    if (mo.params.n_ubatch < parallel * (n_draft + 1))
-        mo.params.n_ubatch = parallel * (n_draft + 1);
+    if (mo.params.n_ubatch < step_rows)
+        mo.params.n_ubatch = step_rows;
     llmem_backend *be;
     llmem_model *m;
     if (cli_open_model("generate", &mo, &be, &m))
@@ -270,7 +285,7 @@ int llmem_cli_generate(int argc, char **argv)
     if (!rc)
         cli_logf(CLI_LOG_INFO, "generate", "prompt: %d tokens", (int)n_prompt);
     int32_t cap_hist = n_prompt + n_predict + n_draft + 2;
-    int32_t rows_max = parallel * (n_draft + 1);
+    int32_t rows_max = step_rows;
     /* device sampling (only the ids cross to the host) unless a host-only
      * feature is on; the prompt's first token is sampled on the host */
     bool dev = o.sp.repeat_penalty == 1.0 && !o.host_sampling;

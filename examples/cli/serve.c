@@ -504,6 +504,7 @@ static void usage(FILE *f)
 typedef struct serve_opts {
     const char *host, *api_key, *alias;
     int32_t port, max_queue;
+    int32_t parallel; /* -np/--parallel; 0: not given */
 } serve_opts;
 
 /* Returns -1 to go on, else the exit code. */
@@ -546,7 +547,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, serve_opts *o)
         case O_ALIAS: o->alias = v; break;
         case O_PORT: ok = cli_int(v, 0, 65535, &o->port); name = "--port"; break;
         case O_PARALLEL:
-            ok = cli_int(v, 1, 1 << 16, &mo->params.n_seq_max);
+            ok = cli_int(v, 1, 1 << 16, &o->parallel);
             name = "-np/--parallel";
             break;
         case O_QUEUE: ok = cli_int(v, 0, 1 << 24, &o->max_queue); name = "--max-queue"; break;
@@ -558,6 +559,17 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, serve_opts *o)
         }
     }
     free(av);
+    if (rc < 0 && o->parallel > 0) {
+        /* two names of one size: the same value, or a refusal (not the last
+         * one silently winning) */
+        if (cli_model_opt_given(mo, CLI_OPT_N_SEQ_MAX) && mo->params.n_seq_max != o->parallel) {
+            fprintf(stderr, "llmem serve: -np/--parallel %d and --n-seq-max %d disagree (they "
+                            "name the same size); give one\n", (int)o->parallel,
+                    (int)mo->params.n_seq_max);
+            rc = 2;
+        }
+        mo->params.n_seq_max = o->parallel;
+    }
     return rc;
 }
 
