@@ -296,10 +296,9 @@ START_TEST(test_norm_matmul_vulkan_knobs)
                                           "LLMEM_VULKAN_NM_WG",       "LLMEM_VULKAN_NM_R",
                                           "LLMEM_VULKAN_NM_GROUPS",   "LLMEM_VULKAN_NM_NR",
                                           "LLMEM_VULKAN_NM_TPR"};
-    char *saved[N_KNOB];
+    test_env saved[N_KNOB];
     for (int i = 0; i < N_KNOB; i++) {
-        const char *e = getenv(knobs[i]);
-        saved[i] = e ? strdup(e) : NULL;
+        saved[i] = test_env_save(knobs[i]);
         unsetenv(knobs[i]);
     }
     /* knobs[1..6] (NULL: unset); 'f': the first run of a mode, 's': must equal it bit for
@@ -396,11 +395,8 @@ START_TEST(test_norm_matmul_vulkan_knobs)
         }
     printf("test_ops_norm_matmul: vulkan: %d knob settings x 6 cases checked\n",
            (int)(sizeof runs / sizeof runs[0]));
-    for (int i = 0; i < N_KNOB; i++) {
-        if (saved[i])
-            setenv(knobs[i], saved[i], 1);
-        free(saved[i]);
-    }
+    for (int i = 0; i < N_KNOB; i++) /* a knob the runs set and that was unset: unset again */
+        test_env_restore(&saved[i]);
     llmem_backend_close(be);
 }
 END_TEST

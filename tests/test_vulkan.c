@@ -76,9 +76,34 @@ START_TEST(test_list_and_info)
 }
 END_TEST
 
+/* support/run.h's test_env: what the knob checks below rely on to give
+ * the environment back (an unset variable unset again, a set one its old
+ * value), run with no device. */
+START_TEST(test_env_give_back)
+{
+    const char *name = "test_env_give_back"; /* no knob of llmem */
+    ck_assert_int_eq(unsetenv(name), 0);
+    test_env e = test_env_save(name);
+    test_env_put(name, "changed");
+    ck_assert_str_eq(getenv(name), "changed");
+    test_env_restore(&e);
+    ck_assert_ptr_null(getenv(name));
+    ck_assert_int_eq(setenv(name, "before", 1), 0);
+    e = test_env_save(name);
+    test_env_put(name, NULL);
+    ck_assert_ptr_null(getenv(name));
+    test_env_put(name, "changed");
+    test_env_restore(&e);
+    ck_assert_str_eq(getenv(name), "before");
+    ck_assert_ptr_null(e.value);
+    ck_assert_int_eq(unsetenv(name), 0);
+}
+END_TEST
+
 START_TEST(test_no_loader)
 {
-    setenv("LLMEM_VULKAN_LOADER", "/nonexistent/libvulkan.so.1", 1);
+    test_env keep = test_env_save("LLMEM_VULKAN_LOADER");
+    test_env_put("LLMEM_VULKAN_LOADER", "/nonexistent/libvulkan.so.1");
     char err[256] = "";
     llmem_backend *be = NULL;
     ck_assert_int_eq(llmem_backend_open("vulkan", -1, &be, err, sizeof err), LLMEM_E_NOT_FOUND);
@@ -93,37 +118,24 @@ START_TEST(test_no_loader)
     /* the CPU still works */
     llmem_backend *cpu = open_be("cpu");
     llmem_backend_close(cpu);
-    unsetenv("LLMEM_VULKAN_LOADER"); /* later checks of an unforked run (CK_FORK=no) */
+    test_env_restore(&keep); /* later checks of an unforked run (CK_FORK=no) */
 }
 END_TEST
-
-/* Sets or clears variable `name` to `value` (NULL: unset). */
-static void env_put(const char *name, const char *value)
-{
-    if (value)
-        setenv(name, value, 1);
-    else
-        unsetenv(name);
-}
 
 START_TEST(test_no_driver)
 {
     static const char *const names[] = {"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"};
-    char *saved[3];
-    for (int i = 0; i < 3; i++) { /* given back at the end, for an unforked run (CK_FORK=no) */
-        const char *v = getenv(names[i]);
-        saved[i] = v ? strdup(v) : NULL;
-    }
+    test_env saved[3];
+    for (int i = 0; i < 3; i++) /* given back at the end, for an unforked run (CK_FORK=no) */
+        saved[i] = test_env_save(names[i]);
     setenv("VK_DRIVER_FILES", "/nonexistent/no_icd.json", 1);
     setenv("VK_ICD_FILENAMES", "/nonexistent/no_icd.json", 1);
     unsetenv("VK_ADD_DRIVER_FILES");
     char err[256] = "";
     llmem_backend *be = NULL;
     llmem_status st = llmem_backend_open("vulkan", -1, &be, err, sizeof err);
-    for (int i = 0; i < 3; i++) {
-        env_put(names[i], saved[i]);
-        free(saved[i]);
-    }
+    for (int i = 0; i < 3; i++)
+        test_env_restore(&saved[i]);
     if (strstr(err, "no Vulkan loader")) /* a machine without Vulkan at all */
         return;
     ck_assert_int_eq(st, LLMEM_E_NOT_FOUND);
@@ -315,7 +327,8 @@ static uint16_t to_bf16(float f)
  * must give what a plain byte array gives, with the validation layer on. */
 START_TEST(test_chunks)
 {
-    setenv("LLMEM_VULKAN_MAX_CHUNK", "4K", 1);
+    test_env keep = test_env_save("LLMEM_VULKAN_MAX_CHUNK");
+    test_env_put("LLMEM_VULKAN_MAX_CHUNK", "4K");
     llmem_backend *be = open_be("vulkan");
     enum { N = 3 * 4096 + 1000 };
     unsigned char *src = malloc(N), *got = malloc(N), *ref = malloc(N);
@@ -382,7 +395,7 @@ START_TEST(test_chunks)
     llmem_buffer_free(b);
     free(src), free(got), free(ref);
     llmem_backend_close(be);
-    unsetenv("LLMEM_VULKAN_MAX_CHUNK");
+    test_env_restore(&keep);
 }
 END_TEST
 int main(void)
@@ -403,6 +416,7 @@ int main(void)
     Suite *s = suite_create("vulkan");
     TCase *tc = tcase_create("plugin");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_env_give_back);
     tcase_add_test(tc, test_no_loader);
     tcase_add_test(tc, test_no_driver);
     bool opens = vulkan_opens("test_vulkan", "only the not-found tests run");

@@ -562,20 +562,15 @@ START_TEST(test_matmul_cm_raw)
     static const int32_t shapes[][3] = {
         {40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300}, {64, 1000, 300}, {9, 264, 17}};
     for (size_t ci = 0; ci < 3; ci++) {
-        const char *prev = getenv(cfgs[ci][0]); /* restored below */
-        char *keep = prev ? strdup(prev) : NULL;
-        setenv(cfgs[ci][0], cfgs[ci][1], 1);
+        test_env keep = test_env_save(cfgs[ci][0]);
+        test_env_put(cfgs[ci][0], cfgs[ci][1]);
         llmem_backend *vk = open_be("vulkan");
         char cfg[64];
         snprintf(cfg, sizeof cfg, "%s=%s ", cfgs[ci][0], cfgs[ci][1]);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
-        if (keep)
-            setenv(cfgs[ci][0], keep, 1);
-        else
-            unsetenv(cfgs[ci][0]);
-        free(keep);
+        test_env_restore(&keep);
     }
 }
 END_TEST
@@ -592,10 +587,9 @@ START_TEST(test_matmul_cm_stages)
     static const char *stages[] = {"1", "2", "3", "4"};
     static const int32_t ms[] = {16, 40, 64}, ks[] = {40, 96, 1000, 4096};
     const int32_t n = 136;
-    const char *prev = getenv("LLMEM_VULKAN_CM_STAGES"); /* restored at the end */
-    char *keep = prev ? strdup(prev) : NULL;
+    test_env keep = test_env_save("LLMEM_VULKAN_CM_STAGES");
     for (size_t si = 0; si < 4; si++) {
-        setenv("LLMEM_VULKAN_CM_STAGES", stages[si], 1);
+        test_env_put("LLMEM_VULKAN_CM_STAGES", stages[si]);
         llmem_backend *vk = open_be("vulkan");
         for (size_t mi = 0; mi < 3; mi++)
             for (size_t ki = 0; ki < 4; ki++) {
@@ -613,11 +607,7 @@ START_TEST(test_matmul_cm_stages)
             }
         llmem_backend_close(vk);
     }
-    if (keep)
-        setenv("LLMEM_VULKAN_CM_STAGES", keep, 1);
-    else
-        unsetenv("LLMEM_VULKAN_CM_STAGES");
-    free(keep);
+    test_env_restore(&keep);
 }
 END_TEST
 
@@ -631,10 +621,9 @@ START_TEST(test_matmul_cm_fn)
     static const char *fns[] = {"2", "4"};
     static const int32_t ms[] = {16, 40, 64};
     const int32_t n = 300, k = 1000;
-    const char *prev = getenv("LLMEM_VULKAN_CM_FN"); /* restored at the end */
-    char *keep = prev ? strdup(prev) : NULL;
+    test_env keep = test_env_save("LLMEM_VULKAN_CM_FN");
     for (size_t fi = 0; fi < 2; fi++) {
-        setenv("LLMEM_VULKAN_CM_FN", fns[fi], 1);
+        test_env_put("LLMEM_VULKAN_CM_FN", fns[fi]);
         llmem_backend *vk = open_be("vulkan");
         for (size_t mi = 0; mi < 3; mi++)
             for (int fast = 0; fast < 2; fast++) {
@@ -653,11 +642,7 @@ START_TEST(test_matmul_cm_fn)
             }
         llmem_backend_close(vk);
     }
-    if (keep)
-        setenv("LLMEM_VULKAN_CM_FN", keep, 1);
-    else
-        unsetenv("LLMEM_VULKAN_CM_FN");
-    free(keep);
+    test_env_restore(&keep);
 }
 END_TEST
 

@@ -1,3 +1,5 @@
+#include <string.h>
+
 #include "llmem/backend.h"
 #include "support/run.h"
 
@@ -35,4 +37,27 @@ llmem_backend *test_open_or_skip(const char *backend)
     }
     ck_assert_msg(st == LLMEM_OK, "open %s: %s: %s", backend, llmem_status_str(st), err);
     return be;
+}
+
+test_env test_env_save(const char *name)
+{
+    const char *v = getenv(name);
+    test_env e = {name, v ? strdup(v) : NULL};
+    ck_assert_msg(!v || e.value, "cannot save $%s: out of memory", name);
+    return e;
+}
+
+void test_env_put(const char *name, const char *value)
+{
+    if (value)
+        ck_assert_int_eq(setenv(name, value, 1), 0);
+    else
+        ck_assert_int_eq(unsetenv(name), 0);
+}
+
+void test_env_restore(test_env *e)
+{
+    test_env_put(e->name, e->value);
+    free(e->value);
+    e->value = NULL;
 }

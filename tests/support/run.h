@@ -25,6 +25,24 @@ int test_exit_status(int failed, const char *backend, const char *name);
 struct llmem_backend;
 struct llmem_backend *test_open_or_skip(const char *backend);
 
+/* One environment variable as it was before a check changed it (a knob
+ * the check sets for a backend it opens), to give back at the end so a
+ * later check of an unforked run (CK_FORK=no) sees the environment as it
+ * was. */
+typedef struct test_env {
+    const char *name;
+    char *value; /* malloc'd copy; NULL: it was unset */
+} test_env;
+
+/* Saves variable `name` (a string that outlives the test_env); a failed
+ * copy fails the check. */
+test_env test_env_save(const char *name);
+/* Sets variable `name` to `value`, or unsets it when value is NULL. */
+void test_env_put(const char *name, const char *value);
+/* Gives variable e->name back the value test_env_save saw (unset if it
+ * was unset) and frees the copy; e->value is NULL after. */
+void test_env_restore(test_env *e);
+
 #ifdef LLMEM_SOURCE_DIR
 /* The source tree a test reads fixtures from: $LLMEM_SOURCE_DIR, else the
  * build's source folder, else the current folder when that is absent (a
