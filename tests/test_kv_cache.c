@@ -260,15 +260,25 @@ static float slot_value(llmem_memory *m, llmem_backend *be, int32_t seq, int32_t
     return f;
 }
 
+/* A KV cache of 4-token pages whose sequence 0 holds tokens 100..105 at
+ * positions 0..5 (page 0 full, page 1 holds 2), shared whole with
+ * sequence 1 by seq_cp: the start of the copy-on-write checks. b holds
+ * that batch after. */
+static llmem_memory *cow_shared(llmem_backend *be, llmem_batch_buf *b)
+{
+    llmem_memory *m = mt_kv(be, 4, 16, 2, false, false);
+    mt_add(b, 0, 0, 6, 100, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    return m;
+}
+
 /* seq_cp shares full pages; a shared partial page is copied before written. */
 START_TEST(test_cow_partial_page)
 {
     llmem_backend *be = mt_cpu();
     llmem_batch_buf *b = bb_new();
-    llmem_memory *m = mt_kv(be, 4, 16, 2, false, false);
-    mt_add(b, 0, 0, 6, 100, true); /* page 0 full, page 1 holds 2 */
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
-    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    llmem_memory *m = cow_shared(be, b);
     int32_t a[4], c[4];
     llmem_kv_cache_page_table(m, 0, a, 4);
     ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, c, 4), 2);
@@ -318,10 +328,7 @@ START_TEST(test_cow_released_before_apply)
 {
     llmem_backend *be = mt_cpu();
     llmem_batch_buf *b = bb_new();
-    llmem_memory *m = mt_kv(be, 4, 16, 2, false, false);
-    mt_add(b, 0, 0, 6, 100, true); /* page 0 full, page 1 holds 2 */
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
-    ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+    llmem_memory *m = cow_shared(be, b);
     int32_t a[4], c[4];
     ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, a, 4), 2);
     llmem_memory_stats st;

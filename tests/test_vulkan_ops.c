@@ -575,6 +575,26 @@ START_TEST(test_matmul_cm_raw)
 }
 END_TEST
 
+/* One m x k x n product of random a and bf16-exact w on vk (precise, or
+ * fast: bf16 activations), each row against a float64 product of the same
+ * values within tol (normalized, expect_rows_close); `what` names the
+ * setting in a failure, followed by the precision and the shape. */
+static void bf16_product_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, bool fast,
+                              double tol, const char *what)
+{
+    float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+    trunc_bf16(w, (size_t)n * k);
+    double *ref = ref_matmul(a, w, m, k, n);
+    float *o = malloc((size_t)m * n * sizeof *o);
+    ck_assert_ptr_nonnull(o);
+    run_matmul(vk, a, w, m, k, n, BF16, fast, o);
+    char full[128];
+    snprintf(full, sizeof full, "%s, %s %dx%dx%d", what, fast ? "fast" : "precise", (int)m,
+             (int)k, (int)n);
+    expect_rows_close(o, ref, m, n, tol, full);
+    free(o), free(a), free(w), free(ref);
+}
+
 /* matmul_cm.comp at each depth of $LLMEM_VULKAN_CM_STAGES (1: one shared
  * slice; 2 .. 4: its ring), at row counts of its three tile heights
  * and K from one partial step (40) through odd and even step counts to
@@ -593,17 +613,9 @@ START_TEST(test_matmul_cm_stages)
         llmem_backend *vk = open_be("vulkan");
         for (size_t mi = 0; mi < 3; mi++)
             for (size_t ki = 0; ki < 4; ki++) {
-                int32_t m = ms[mi], k = ks[ki];
-                float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-                trunc_bf16(w, (size_t)n * k);
-                double *ref = ref_matmul(a, w, m, k, n);
-                float *o = malloc((size_t)m * n * sizeof *o);
-                ck_assert_ptr_nonnull(o);
-                run_matmul(vk, a, w, m, k, n, BF16, false, o);
                 char what[64];
-                snprintf(what, sizeof what, "stages %s, %dx%dx%d", stages[si], m, k, n);
-                expect_rows_close(o, ref, m, n, 1e-5, what);
-                free(o), free(a), free(w), free(ref);
+                snprintf(what, sizeof what, "stages %s", stages[si]);
+                bf16_product_case(vk, ms[mi], ks[ki], n, false, 1e-5, what);
             }
         llmem_backend_close(vk);
     }
@@ -627,18 +639,9 @@ START_TEST(test_matmul_cm_fn)
         llmem_backend *vk = open_be("vulkan");
         for (size_t mi = 0; mi < 3; mi++)
             for (int fast = 0; fast < 2; fast++) {
-                int32_t m = ms[mi];
-                float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-                trunc_bf16(w, (size_t)n * k);
-                double *ref = ref_matmul(a, w, m, k, n);
-                float *o = malloc((size_t)m * n * sizeof *o);
-                ck_assert_ptr_nonnull(o);
-                run_matmul(vk, a, w, m, k, n, BF16, fast != 0, o);
                 char what[64];
-                snprintf(what, sizeof what, "fn %s, %s %dx%dx%d", fns[fi], fast ? "fast" : "precise",
-                         m, k, n);
-                expect_rows_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
-                free(o), free(a), free(w), free(ref);
+                snprintf(what, sizeof what, "fn %s", fns[fi]);
+                bf16_product_case(vk, ms[mi], k, n, fast != 0, fast ? 2e-3 : 1e-5, what);
             }
         llmem_backend_close(vk);
     }
