@@ -29,8 +29,8 @@ NOT_VARIABLES = re.compile(r"^LLMEM_(OK|E_[A-Z0-9_]+)$")
 def walk(top):
     for d, dirs, files in os.walk(top):
         # build trees, git data, GPU carry copies and the docs are not sources
-        dirs[:] = [x for x in dirs if not (x.startswith("build") or x.startswith(".")
-                                           or x in ("docs", "__pycache__"))]
+        dirs[:] = [x for x in dirs if x == ".ci" or not (
+            x.startswith("build") or x.startswith(".") or x in ("docs", "__pycache__"))]
         for f in files:
             yield os.path.join(d, f)
 
