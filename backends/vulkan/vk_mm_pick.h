@@ -19,6 +19,11 @@
                                   * docs/benchmarks.md, "Vulkan GEMM: the accumulators in local
                                   * memory") */
 #define VK_MM_GROUPS 264    /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
+/* matmul_cm's <= 64-row tiles split K within one wave, one workgroup per SM
+ * of the H200 (vk_cm_plan_wave; $LLMEM_VULKAN_CM_WAVE, 0: vk_mm_split_k):
+ * with the raw epilogue fewer, longer slices pay (docs/benchmarks.md,
+ * "Vulkan GEMM: raw split-K slices" and "Final check of the fifth session") */
+#define VK_CM_WAVE (VK_MM_GROUPS / 2)
 #define VK_MM_MIN_SLICE 256 /* K per split-K slice, at least */
 #define VK_CM_WG 256        /* matmul_cm.comp: 8 subgroups of 32 */
 #define VK_CM_BK_BIG 32     /* its K step above 64 rows (the 128 x 128 tiles) */
