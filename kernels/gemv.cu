@@ -435,20 +435,7 @@ static cudaError_t gr_launch(const cuk_gemv_rows *p, int threads, int per_sm,
     cuk_gemv_rows q = *p;
     q.trig = mode == 2;
     q.pf = gr_pf_steps();
-    if (mode == 0) {
-        kern<<<gd, threads, 0, stream>>>(q);
-        return cudaGetLastError();
-    }
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = gd;
-    cfg.blockDim = dim3(threads);
-    cfg.stream = stream;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, kern, q);
+    return cuk_launch_dep(kern, gd, (unsigned)threads, 0, stream, mode != 0, q);
 }
 
 /* The launch shapes this build instantiates: all of them for the tuning

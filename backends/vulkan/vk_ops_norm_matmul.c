@@ -55,6 +55,38 @@ static long env_long(const char *name, long dflt, long lo, long hi)
     return x < lo || x > hi ? dflt : x;
 }
 
+#define NM_BINDINGS 6 /* x, z, nw, w, w2, out: both shaders' first bindings */
+
+/* Binds x, z, nw, w, w2 and out to op in that order, their offsets (in
+ * elements of each binding's view) to o[0..5]. false, with op's
+ * temporaries given back, where x or z is not 16-byte aligned or w or w2
+ * not 16-byte aligned as 8 halves (the shaders' vector loads). */
+static bool nm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *z, llmem_ct *nw, llmem_ct *w,
+                    llmem_ct *w2, llmem_ct *out, uint32_t o[NM_BINDINGS])
+{
+    llmem_ct *t[NM_BINDINGS] = {x, z, nw, w, w2, out};
+    for (int i = 0; i < NM_BINDINGS; i++)
+        o[i] = vk_op_tensor(v, op, t[i], i == NM_BINDINGS - 1);
+    if (o[0] % 4 != 0 || o[1] % 4 != 0 || o[3] % 8 != 0 || o[4] % 8 != 0) {
+        vk_op_run(v, op, 0); /* gives temporaries back */
+        return false;
+    }
+    return true;
+}
+
+/* Pushes the offsets of nm_bind (x and z in vec4s, nw as nw_word, w and
+ * w2 in uvec4s, out in floats) and eps: the push words after N and K. */
+static void nm_push(vk_op *op, const uint32_t o[NM_BINDINGS], uint32_t nw_word, float eps)
+{
+    vk_op_u32(op, o[0] / 4);
+    vk_op_u32(op, o[1] / 4);
+    vk_op_u32(op, nw_word);
+    vk_op_u32(op, o[3] / 8);
+    vk_op_u32(op, o[4] / 8);
+    vk_op_u32(op, o[5]);
+    vk_op_f32(op, eps);
+}
+
 /* The dispatch of norm_matvec16.comp for one row x [1, K] (norm, epilogue
  * and eps as llmem_norm_matmul_params; z, nw, w2 NULL where unused), or
  * LLMEM_E_UNSUPPORTED, with nothing recorded, where the shader does not
@@ -90,28 +122,15 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     vk_op_spec(&op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
     vk_op_spec(&op, (uint32_t)c);
     vk_op_spec(&op, r);
-    uint32_t xo = vk_op_tensor(v, &op, x, false);
-    uint32_t zo = vk_op_tensor(v, &op, z, false);
-    uint32_t nwo = vk_op_tensor(v, &op, nw, false);
-    uint32_t wo = vk_op_tensor(v, &op, w, false);
-    uint32_t w2o = vk_op_tensor(v, &op, w2, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    if (xo % 4 != 0 || zo % 4 != 0 || wo % 8 != 0 || w2o % 8 != 0) {
-        vk_op_run(v, &op, 0); /* gives temporaries back */
+    uint32_t o[NM_BINDINGS];
+    if (!nm_bind(v, &op, x, z, nw, w, w2, out, o))
         return LLMEM_E_UNSUPPORTED;
-    }
     uint64_t blocks = vk_div_up((uint64_t)N, r);
     uint64_t groups = (uint64_t)env_long("LLMEM_VULKAN_NM_GROUPS", NM_GROUPS, 1, 65535);
     groups = groups > blocks ? blocks : groups;
     vk_op_u32(&op, (uint32_t)N);
     vk_op_u32(&op, (uint32_t)K);
-    vk_op_u32(&op, xo / 4);
-    vk_op_u32(&op, zo / 4);
-    vk_op_u32(&op, nwo);
-    vk_op_u32(&op, wo / 8);
-    vk_op_u32(&op, w2o / 8);
-    vk_op_u32(&op, oo);
-    vk_op_f32(&op, eps);
+    nm_push(&op, o, o[2], eps);
     vk_op_u32(&op, (uint32_t)groups);
     return vk_op_run(v, &op, groups);
 }
@@ -144,30 +163,18 @@ static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps,
     vk_op_spec(&op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
     vk_op_spec(&op, tpr);
     vk_op_spec(&op, nr);
-    uint32_t xo = vk_op_tensor(v, &op, x, false);
-    uint32_t zo = vk_op_tensor(v, &op, z, false);
-    uint32_t nwo = vk_op_tensor(v, &op, nw, false);
-    uint32_t wo = vk_op_tensor(v, &op, w, false);
-    uint32_t w2o = vk_op_tensor(v, &op, w2, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    uint32_t nwv = vk_op_tensor(v, &op, nw, false); /* the same bytes, read as uvec4 */
+    uint32_t o[NM_BINDINGS];
+    bool ok = nm_bind(v, &op, x, z, nw, w, w2, out, o);
+    uint32_t nwv = ok ? vk_op_tensor(v, &op, nw, false) : 0; /* nw's bytes, read as uvec4 */
     /* elements per uvec4 of the norm weight; 0: read element by element */
     uint32_t per = !nw ? 0 : nw->dtype == LLMEM_DTYPE_F32 ? 4 : 8;
     bool vec = per && nwv % per == 0;
-    vk_op_spec(&op, vec);
-    if (xo % 4 != 0 || zo % 4 != 0 || wo % 8 != 0 || w2o % 8 != 0) {
-        vk_op_run(v, &op, 0); /* gives temporaries back */
+    if (!ok)
         return LLMEM_E_UNSUPPORTED;
-    }
+    vk_op_spec(&op, vec);
     vk_op_u32(&op, (uint32_t)N);
     vk_op_u32(&op, (uint32_t)K);
-    vk_op_u32(&op, xo / 4);
-    vk_op_u32(&op, zo / 4);
-    vk_op_u32(&op, vec ? nwv / per : nwo);
-    vk_op_u32(&op, wo / 8);
-    vk_op_u32(&op, w2o / 8);
-    vk_op_u32(&op, oo);
-    vk_op_f32(&op, eps);
+    nm_push(&op, o, vec ? nwv / per : o[2], eps);
     return vk_op_run(v, &op, vk_div_up((uint64_t)N, (uint64_t)(NM_ROWS_WG / tpr) * nr));
 }
 
