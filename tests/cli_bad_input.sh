@@ -69,6 +69,16 @@ refused "generate --n-ubatch below --parallel * (--draft + 1)" "--n-ubatch 5 is 
   "$bin" "${gen[@]}" -m "$fx" --parallel 2 --draft 2 --n-ubatch 5
 refused "serve -np and --n-seq-max that disagree" "-np/--parallel 2 and --n-seq-max 3 disagree" \
   "$bin" serve --backend cpu --port 0 -m "$fx" -np 2 --n-seq-max 3
+# recurrent-state options for a model that has none (llama: attention only)
+refused "generate --ssm-type on an attention-only model" "--ssm-type sets recurrent state, and .* has none" \
+  "$bin" "${gen[@]}" -m "$fx" --ssm-type bf16
+refused "score --snapshots on an attention-only model" "--snapshots sets recurrent state, and .* has none" \
+  "$bin" score --backend cpu -m "$fx" --snapshots 4 --input "$fx/cases.jsonl"
+if timeout 60 "$bin" "${gen[@]}" -m "$bfx" --temp 0 --ssm-type bf16 --snapshots 4 > "$tmp/out" 2> "$tmp/err"; then
+  echo "ok: generate --ssm-type bf16 --snapshots 4 on the bamba hybrid runs"
+else
+  echo "FAIL: generate --ssm-type bf16 --snapshots 4 on bamba: $(tail -1 "$tmp/err")"; fail=1
+fi
 refused "bench --model --n-ubatch below the prompt" "--n-ubatch 16 is below the 512 prompt tokens" \
   env -u LLMEM_BENCH_PP "$bin" bench --backend cpu -m "$fx" --n-ubatch 16
 if timeout 60 "$bin" "${gen[@]}" -m "$fx" --temp 0 --parallel 9 --draft 1 > "$tmp/out" 2> "$tmp/err"; then

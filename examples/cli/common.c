@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "examples/cli/common.h"
+#include "llmem/model.h"
 
 const char *const cli_model_opts_help =
     "model options:\n"
@@ -26,7 +27,8 @@ const char *const cli_model_opts_help =
     "                       precise, bf16 with fast; int8/fp8: per-page, per-head scales)\n"
     "  --ssm-type T         recurrent state dtype (Mamba-2, Mamba-1, gated delta net):\n"
     "                       f32 | f16 | bf16 | int8 (default f32; int8: per-head scale,\n"
-    "                       Mamba-2 only; conv states stay f32)\n"
+    "                       Mamba-2 only; conv states stay f32); refused, like\n"
+    "                       --snapshots, for a model without recurrent state\n"
     "  --no-prefix-cache    disable reuse of cached prompt pages\n"
     "  --poison             fill free pages and state slots with NaN (debugging;\n"
     "                       results must not change)\n"
@@ -385,6 +387,34 @@ char *cli_read_file(const char *cmd, const char *what, const char *path, size_t 
     return buf;
 }
 
+/* --ssm-type and --snapshots set the recurrent state: given to a model
+ * without any (every layer attention or MLP), they would change nothing,
+ * so they are refused (exit 2) rather than ignored. A config.json that
+ * cannot be read is left to llmem_model_load, which names the problem. */
+static int refuse_recurrent_opts(const char *cmd, const cli_model_opts *o, const char *dir)
+{
+    bool ssm = cli_model_opt_given(o, CLI_OPT_SSM_TYPE);
+    bool snap = cli_model_opt_given(o, CLI_OPT_SNAPSHOTS);
+    if (!ssm && !snap)
+        return 0;
+    llmem_model_config *cfg = malloc(sizeof *cfg);
+    if (!cfg || llmem_model_config_load(dir, cfg, NULL, 0) != LLMEM_OK) {
+        free(cfg);
+        return 0;
+    }
+    bool recurrent = false;
+    for (int32_t i = 0; i < cfg->n_layers && !recurrent; i++) {
+        llmem_layer_kind k = cfg->layers[i].kind;
+        recurrent = k != LLMEM_LAYER_ATTENTION && k != LLMEM_LAYER_MLP && k != LLMEM_LAYER_MOE;
+    }
+    free(cfg);
+    if (recurrent)
+        return 0;
+    fprintf(stderr, "llmem %s: %s sets recurrent state, and '%s' has none (attention and MLP "
+                    "layers only)\n", cmd, ssm ? "--ssm-type" : "--snapshots", dir);
+    return 2;
+}
+
 int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem_model **m)
 {
     char err[512] = "";
@@ -396,6 +426,9 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
                         "--model DIR)\n", cmd);
         return 1;
     }
+    int rc = refuse_recurrent_opts(cmd, o, dir);
+    if (rc != 0)
+        return rc;
     cli_apply_threads(o);
     o->params.precision = o->precision == CLI_PRECISION_FAST ? LLMEM_PRECISION_FAST
                                                              : LLMEM_PRECISION_PRECISE;

@@ -110,7 +110,10 @@ extern const char *const cli_log_opts_help;
 cli_precision cli_precision_of(const cli_model_opts *o, cli_precision dflt);
 /* Applies -t/--threads (before the backend opens). */
 void cli_apply_threads(const cli_model_opts *o);
-/* Opens the backend and loads the model; prints one clear error line. */
+/* Opens the backend and loads the model; prints one clear error line.
+ * Returns 0, 1 (the backend or the model failed) or 2 (options the model
+ * cannot take: --ssm-type or --snapshots for a model without recurrent
+ * state), the command's exit status. */
 int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem_model **m);
 /* Strict integer / float parsing; false on junk or out of range. */
 bool cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out);

@@ -272,8 +272,9 @@ int llmem_cli_generate(int argc, char **argv)
         mo.params.n_ubatch = step_rows;
     llmem_backend *be;
     llmem_model *m;
-    if (cli_open_model("generate", &mo, &be, &m))
-        return 1;
+    int orc = cli_open_model("generate", &mo, &be, &m);
+    if (orc)
+        return orc;
     int32_t V = llmem_model_n_vocab(m);
     cli_text tx = {0};
     int32_t n_prompt = 0, *ptok = NULL;

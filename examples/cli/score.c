@@ -165,8 +165,9 @@ int llmem_cli_score(int argc, char **argv)
     }
     llmem_backend *be;
     llmem_model *m;
-    if (cli_open_model("score", &mo, &be, &m))
-        return 1;
+    int orc = cli_open_model("score", &mo, &be, &m);
+    if (orc)
+        return orc;
     int32_t V = llmem_model_n_vocab(m), n_cases = 0;
     score_case *cases = NULL;
     int rc = read_cases(input, &cases, &n_cases, V);

@@ -624,10 +624,8 @@ int llmem_cli_serve(int argc, char **argv)
         goto done;
     }
     mo.precision = cli_precision_of(&mo, CLI_PRECISION_FAST); /* as generate */
-    if (cli_open_model("serve", &mo, &be, &m)) {
-        rc = 1;
+    if ((rc = cli_open_model("serve", &mo, &be, &m)) != 0)
         goto done;
-    }
     const char *dir = mo.model ? mo.model : llmem_builtin_model_dir();
     llmem_status st = srv_text_open(dir, llmem_model_n_vocab(m), &text, err, sizeof err);
     if (st != LLMEM_OK) {
