@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "llmem/model.h"
+#include "models/hf_internal.h" /* TRY */
 
 #define CFG_MAX_DIM (1 << 24) /* bound on any size, so derived sizes fit int32 */
 typedef struct cfgctx {
@@ -19,12 +20,6 @@ typedef struct cfgctx {
     size_t err_len;
 } cfgctx;
 #define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        llmem_status s_ = (expr);                                                                  \
-        if (s_ != LLMEM_OK)                                                                        \
-            return s_;                                                                             \
-    } while (0)
 /* Mamba-2 mixer sizes. Key spellings per architecture. */
 typedef struct ssm_keys {
     const char *const *heads, *const *head_dim, *const *state, *const *groups, *const *conv,

@@ -10,8 +10,6 @@
 #include "llmem/ops.h"
 #include "models/model_internal.h"
 
-#define TRY(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
-
 /* Uploads the ubatch's token ids, positions and output rows (to stable
  * scratch offsets, before any recorded step), then runs the ops. */
 static llmem_status forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab)

@@ -45,8 +45,6 @@ static llmem_status linear(llmem_model *m, const llmem_tensor *a, const wt *w, c
     return s;
 }
 
-#define TRY(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
-
 /* x = x * s when s != 1 (granite's and falcon_h1's multipliers). */
 static llmem_status scale_by(llmem_model *m, const llmem_tensor *x, double s)
 {

@@ -10,6 +10,14 @@
 
 #include "llmem/status.h" /* llmem_errf, the one error formatter */
 
+/* Returns expr's status from the enclosing function unless it is LLMEM_OK. */
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        llmem_status s_ = (expr);                                                                  \
+        if (s_ != LLMEM_OK)                                                                        \
+            return s_;                                                                             \
+    } while (0)
+
 /* Largest integer a JSON number (an IEEE double) holds exactly: 2^53. */
 #define HF_JSON_INT_MAX 9007199254740992.0
 

@@ -171,8 +171,6 @@ bool hf_jamba_weight(const llmem_model_config *cfg, llmem_weight w, int32_t laye
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-#define TRY_OP(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
-
 /* h (normalized input) -> h. Scratch (models/runtime.c alloc_scratch):
  * a [T, 2 d_inner] holds in_proj's [x | z], later dt and y; c the conv
  * input x, e the gate z, b the conv output; d x_proj's output and its
@@ -197,26 +195,26 @@ llmem_status hf_jamba_mamba(llmem_model *m, const layer_w *L, int32_t T, const l
     llmem_tensor y = llmem_tensor_2d(s, m->off_a + T4 * (size_t)din, LLMEM_DTYPE_F32, T, din);
     const wt *ib = &L->w[LLMEM_W_SSM_IN_BIAS], *cb = &L->w[LLMEM_W_SSM_CONV_BIAS];
     const wt *ob = &L->w[LLMEM_W_SSM_OUT_BIAS], *D = &L->w[LLMEM_W_SSM_D];
-    TRY_OP(hf_matmul(m, &h, &L->w[LLMEM_W_SSM_IN].t, &xz));
+    TRY(hf_matmul(m, &h, &L->w[LLMEM_W_SSM_IN].t, &xz));
     if (ib->present)
-        TRY_OP(llmem_op_add(m->be, &xz, &ib->t, &xz));
-    TRY_OP(llmem_op_copy(m->be, &xz, 0, &xin));
-    TRY_OP(llmem_op_copy(m->be, &xz, din, &z));
-    TRY_OP(llmem_op_ssm_conv(m->be, v, 0, &xin, &L->w[LLMEM_W_SSM_CONV].t,
-                             cb->present ? &cb->t : NULL, &xc));
-    TRY_OP(hf_matmul(m, &xc, &L->w[LLMEM_W_SSM_X_PROJ].t, &xp));
-    TRY_OP(llmem_op_copy(m->be, &xp, 0, &dtin));
-    TRY_OP(llmem_op_copy(m->be, &xp, R, &B));
-    TRY_OP(llmem_op_copy(m->be, &xp, R + N, &C));
-    TRY_OP(llmem_op_rms_norm(m->be, &dtin, &L->w[LLMEM_W_SSM_DT_NORM].t, eps, &dtin));
-    TRY_OP(llmem_op_rms_norm(m->be, &B, &L->w[LLMEM_W_SSM_B_NORM].t, eps, &B));
-    TRY_OP(llmem_op_rms_norm(m->be, &C, &L->w[LLMEM_W_SSM_C_NORM].t, eps, &C));
-    TRY_OP(hf_matmul(m, &dtin, &L->w[LLMEM_W_SSM_DT_PROJ].t, &dt));
+        TRY(llmem_op_add(m->be, &xz, &ib->t, &xz));
+    TRY(llmem_op_copy(m->be, &xz, 0, &xin));
+    TRY(llmem_op_copy(m->be, &xz, din, &z));
+    TRY(llmem_op_ssm_conv(m->be, v, 0, &xin, &L->w[LLMEM_W_SSM_CONV].t,
+                          cb->present ? &cb->t : NULL, &xc));
+    TRY(hf_matmul(m, &xc, &L->w[LLMEM_W_SSM_X_PROJ].t, &xp));
+    TRY(llmem_op_copy(m->be, &xp, 0, &dtin));
+    TRY(llmem_op_copy(m->be, &xp, R, &B));
+    TRY(llmem_op_copy(m->be, &xp, R + N, &C));
+    TRY(llmem_op_rms_norm(m->be, &dtin, &L->w[LLMEM_W_SSM_DT_NORM].t, eps, &dtin));
+    TRY(llmem_op_rms_norm(m->be, &B, &L->w[LLMEM_W_SSM_B_NORM].t, eps, &B));
+    TRY(llmem_op_rms_norm(m->be, &C, &L->w[LLMEM_W_SSM_C_NORM].t, eps, &C));
+    TRY(hf_matmul(m, &dtin, &L->w[LLMEM_W_SSM_DT_PROJ].t, &dt));
     llmem_ssm1_params sp = {.d_inner = din, .d_state = N};
-    TRY_OP(llmem_op_ssm_scan1(m->be, &sp, v, 1, &xc, &dt, &B, &C, &L->w[LLMEM_W_SSM_A_LOG].t,
-                              D->present ? &D->t : NULL, &L->w[LLMEM_W_SSM_DT_BIAS].t, &z, &y));
-    TRY_OP(hf_matmul(m, &y, &L->w[LLMEM_W_SSM_OUT].t, &h));
+    TRY(llmem_op_ssm_scan1(m->be, &sp, v, 1, &xc, &dt, &B, &C, &L->w[LLMEM_W_SSM_A_LOG].t,
+                           D->present ? &D->t : NULL, &L->w[LLMEM_W_SSM_DT_BIAS].t, &z, &y));
+    TRY(hf_matmul(m, &y, &L->w[LLMEM_W_SSM_OUT].t, &h));
     if (ob->present)
-        TRY_OP(llmem_op_add(m->be, &h, &ob->t, &h));
+        TRY(llmem_op_add(m->be, &h, &ob->t, &h));
     return LLMEM_OK;
 }

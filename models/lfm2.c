@@ -184,8 +184,6 @@ bool hf_lfm2_weight(const llmem_model_config *cfg, llmem_weight w, int32_t layer
 
 /* ---- forward --------------------------------------------------------------------------- */
 
-#define TRY_OP(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
-
 llmem_status hf_lfm2_shortconv(llmem_model *m, const layer_w *L, int32_t T, const llmem_view *v)
 {
     const llmem_model_config *c = &m->cfg;
@@ -195,13 +193,13 @@ llmem_status hf_lfm2_shortconv(llmem_model *m, const layer_w *L, int32_t T, cons
     llmem_tensor y = llmem_tensor_2d(m->scratch, m->off_b, LLMEM_DTYPE_F32, T, D);
     const wt *ib = &L->w[LLMEM_W_SSM_IN_BIAS], *cb = &L->w[LLMEM_W_SSM_CONV_BIAS];
     const wt *ob = &L->w[LLMEM_W_SSM_OUT_BIAS];
-    TRY_OP(hf_matmul(m, &h, &L->w[LLMEM_W_SSM_IN].t, &bcx));
+    TRY(hf_matmul(m, &h, &L->w[LLMEM_W_SSM_IN].t, &bcx));
     if (ib->present)
-        TRY_OP(llmem_op_add(m->be, &bcx, &ib->t, &bcx));
-    TRY_OP(llmem_op_short_conv(m->be, v, 0, &bcx, &L->w[LLMEM_W_SSM_CONV].t,
-                               cb->present ? &cb->t : NULL, &y));
-    TRY_OP(hf_matmul(m, &y, &L->w[LLMEM_W_SSM_OUT].t, &h));
+        TRY(llmem_op_add(m->be, &bcx, &ib->t, &bcx));
+    TRY(llmem_op_short_conv(m->be, v, 0, &bcx, &L->w[LLMEM_W_SSM_CONV].t,
+                            cb->present ? &cb->t : NULL, &y));
+    TRY(hf_matmul(m, &y, &L->w[LLMEM_W_SSM_OUT].t, &h));
     if (ob->present)
-        TRY_OP(llmem_op_add(m->be, &h, &ob->t, &h));
+        TRY(llmem_op_add(m->be, &h, &ob->t, &h));
     return LLMEM_OK;
 }

@@ -269,8 +269,6 @@ void hf_moe_destroy(hf_moe *mo)
     free(mo);
 }
 
-#define TRY(x) do { llmem_status s_ = (x); if (s_ != LLMEM_OK) return s_; } while (0)
-
 /* The shared expert / shared MLP: out = down(act(gate h) * up h) (granite,
  * gated SiLU) or down(act(up h)) (nemotron_h). */
 static llmem_status shared_mlp(hf_moe *mo, llmem_backend *be, const llmem_model_config *cfg,
