@@ -1,12 +1,13 @@
 /* Helpers of the stand-alone CUDA timing harnesses (kernels/bench_*.cu;
  * not part of the build): a CUDA status check that exits the harness with
- * the failing call's text, the median of a set of timings, event timing of
+ * the failing call's text, a bf16 fill, the median of a set of timings, event timing of
  * a body of launches, and the device copy ceiling the figures are compared
  * with. */
 #ifndef LLMEM_BENCH_COMMON_CUH
 #define LLMEM_BENCH_COMMON_CUH
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -22,6 +23,22 @@
             exit(1);                                                                           \
         }                                                                                      \
     } while (0)
+
+/* Fills p[0, n) with bf16 values uniform in [-amp/2, amp/2), a hash of
+ * each index and seed (reproducible on the host), rounded to nearest even. */
+__global__ void bench_fill_bf16(uint16_t *p, size_t n, uint32_t seed, float amp)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        float f = ((float)(h & 0xffff) / 65536.0f - 0.5f) * amp;
+        uint32_t u = __float_as_uint(f);
+        p[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+}
 
 /* The median of v (the upper one of an even count); v not empty. */
 static inline float bench_median(std::vector<float> v)

@@ -30,20 +30,6 @@
 
 enum { L = 8, H = 4096, DI = 8192, NP = 16768, FF = 14336, NH = 128, HD = 64, DS = 128 };
 
-__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed, float amp)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        float f = ((float)(h & 0xffff) / 65536.0f - 0.5f) * amp;
-        uint32_t u = __float_as_uint(f);
-        p[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
-}
-
 /* The conv + scan stand-in: CTA hd owns head hd's 64 x 128 f32 state;
  * 4 threads per state row, s = 0.9 s + 0.1 tanh(x), y = tanh(sum s / 16 +
  * x) (fixed-order sums: runs give equal results). */
@@ -86,7 +72,7 @@ int main(int argc, char **argv)
     auto wt = [&](size_t n, uint32_t seed, float amp) {
         uint16_t *p;
         CK(cudaMalloc(&p, n * 2));
-        fill_bf16<<<1024, 256, 0, st>>>(p, n, seed, amp);
+        bench_fill_bf16<<<1024, 256, 0, st>>>(p, n, seed, amp);
         return p;
     };
     for (int l = 0; l < L; l++) {

@@ -30,20 +30,6 @@ static float bf2f(uint16_t h)
     return f;
 }
 
-__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        float f = ((float)(h & 0xffff) / 65536.0f - 0.5f) * 0.05f;
-        uint32_t u = __float_as_uint(f);
-        p[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
-}
-
 static double copy_bw;
 static cudaStream_t st;
 static cudaEvent_t e0, e1;
@@ -145,7 +131,7 @@ int main(int argc, char **argv)
         std::vector<uint16_t *> w(copies);
         for (int c = 0; c < copies; c++) {
             CK(cudaMalloc(&w[c], wbytes));
-            fill_bf16<<<1024, 256, 0, st>>>(w[c], wel, 77u + c);
+            bench_fill_bf16<<<1024, 256, 0, st>>>(w[c], wel, 77u + c, 0.05f);
         }
         CK(cudaStreamSynchronize(st));
         std::vector<uint16_t> hw(wel), hw2(wel);
