@@ -411,7 +411,7 @@ static llmem_status kv_seq_keep(llmem_memory *mem, int32_t seq, bool dry)
         return LLMEM_OK;
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         if (s != seq)
-            kv_seq_drop(kv, &kv->seqs[s]);
+            kv_seq_drop(kv, &kv->seqs[s], false);
     return LLMEM_OK;
 }
 

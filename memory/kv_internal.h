@@ -206,8 +206,9 @@ void kv_unref_page(kv_cache *kv, int32_t p);
  * row back. kv_drop_pages_from frees the row. */
 void kv_drop_pages(kv_cache *kv, kv_seq *s, int32_t keep, bool free_row);
 void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
-/* kv_table.c: drops every page, token and position of s. */
-void kv_seq_drop(kv_cache *kv, kv_seq *s);
+/* kv_table.c: drops every page, token and position of s; the row goes back
+ * unless keep_row (a state read refills it in place, with no allocation). */
+void kv_seq_drop(kv_cache *kv, kv_seq *s, bool keep_row);
 /* kv_cache.c */
 bool page_writable(const kv_cache *kv, int32_t p);
 /* Pages that hold len tokens (inline: release calls it for every

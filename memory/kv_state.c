@@ -364,14 +364,10 @@ llmem_status kv_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
     llmem_status st = LLMEM_OK;
     /* host room was taken by kv_state_read_reserve: one sequence keeps its
      * row through the drop, and the fits and reserves below take nothing */
-    if (seq < 0) {
+    if (seq < 0)
         mem->iface->clear(mem, false);
-    } else {
-        kv_seq *s = &kv->seqs[seq];
-        kv_drop_pages(kv, s, 0, false);
-        s->tokens.n = 0;
-        seq_pos_clear(&s->pos);
-    }
+    else
+        kv_seq_drop(kv, &kv->seqs[seq], true);
     int32_t ps = kv->p.page_size;
     for (int32_t i = 0; i < t->n && st == LLMEM_OK; i++) {
         const kv_entry *e = &t->e[i];

@@ -51,9 +51,9 @@ void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep)
     kv_drop_pages(kv, s, keep, true);
 }
 
-void kv_seq_drop(kv_cache *kv, kv_seq *s)
+void kv_seq_drop(kv_cache *kv, kv_seq *s, bool keep_row)
 {
-    kv_drop_pages_from(kv, s, 0);
+    kv_drop_pages(kv, s, 0, !keep_row);
     s->tokens.n = 0;
     seq_pos_clear(&s->pos);
 }
