@@ -55,6 +55,28 @@ static long env_long(const char *name, long dflt, long lo, long hi)
     return x < lo || x > hi ? dflt : x;
 }
 
+/* Whether both shaders take the row x [1, K] and weights w: one row,
+ * f16/bf16 weights, K a multiple of 8, K and N below 2^31, subgroups of 4+. */
+static bool nm_takes(const vk_backend *v, const llmem_ct *x, const llmem_ct *w)
+{
+    int64_t K = x->ne[1], N = w->ne[0];
+    bool w16 = w->dtype == LLMEM_DTYPE_F16 || w->dtype == LLMEM_DTYPE_BF16;
+    return x->ne[0] == 1 && w16 && K % 8 == 0 && K <= UINT32_MAX / 2 && N <= UINT32_MAX / 2 &&
+           v->subgroup && v->subgroup_size >= 4;
+}
+
+/* vk_op_init of `shader` with the specialization constants both shaders
+ * start with: w's dtype, the norm, the epilogue, nw's dtype (3: none). */
+static void nm_op_init(vk_op *op, vk_shader_id shader, uint32_t wg, int32_t norm, int32_t epi,
+                       const llmem_ct *nw, const llmem_ct *w)
+{
+    vk_op_init(op, shader, wg);
+    vk_op_spec(op, (uint32_t)w->dtype);
+    vk_op_spec(op, (uint32_t)norm);
+    vk_op_spec(op, (uint32_t)epi);
+    vk_op_spec(op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
+}
+
 #define NM_BINDINGS 6 /* x, z, nw, w, w2, out: both shaders' first bindings */
 
 /* Binds x, z, nw, w, w2 and out to op in that order, their offsets (in
@@ -95,9 +117,7 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
                               llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
 {
     int64_t K = x->ne[1], N = w->ne[0];
-    bool w16 = w->dtype == LLMEM_DTYPE_F16 || w->dtype == LLMEM_DTYPE_BF16;
-    if (x->ne[0] != 1 || !w16 || K % 8 != 0 || N > UINT32_MAX / 2 || !v->subgroup ||
-        v->subgroup_size < 4)
+    if (!nm_takes(v, x, w))
         return LLMEM_E_UNSUPPORTED;
     /* 512 for the gated norm: its activation (x, z, silu) is formed once per workgroup */
     uint32_t wg_dflt = norm == LLMEM_NM_NORM_GATED ? 2 * NM_WG : NM_WG;
@@ -115,11 +135,7 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     while (r > 1 && c * r * nmat > NM_LOADS_MAX)
         r /= 2;
     vk_op op;
-    vk_op_init(&op, VK_SH_NORM_MATVEC16, wg);
-    vk_op_spec(&op, (uint32_t)w->dtype);
-    vk_op_spec(&op, (uint32_t)norm);
-    vk_op_spec(&op, (uint32_t)epi);
-    vk_op_spec(&op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
+    nm_op_init(&op, VK_SH_NORM_MATVEC16, wg, norm, epi, nw, w);
     vk_op_spec(&op, (uint32_t)c);
     vk_op_spec(&op, r);
     uint32_t o[NM_BINDINGS];
@@ -143,9 +159,7 @@ static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps,
                             llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
 {
     int64_t K = x->ne[1], N = w->ne[0];
-    bool w16 = w->dtype == LLMEM_DTYPE_F16 || w->dtype == LLMEM_DTYPE_BF16;
-    if (x->ne[0] != 1 || !w16 || K % 8 != 0 || K > UINT32_MAX / 2 || N > UINT32_MAX / 2 ||
-        !v->subgroup || v->subgroup_size < 4)
+    if (!nm_takes(v, x, w))
         return LLMEM_E_UNSUPPORTED;
     uint32_t tpr = (uint32_t)env_long("LLMEM_VULKAN_NM_TPR", NM_ROWS_TPR, 32, NM_ROWS_WG);
     if (tpr % v->subgroup_size != 0 || NM_ROWS_WG % tpr != 0)
@@ -156,11 +170,7 @@ static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps,
     long nrr = env_long("LLMEM_VULKAN_NM_NR", NM_ROWS_NR, 1, 4);
     uint32_t nr = nrr == 4 ? 4 : nrr == 2 ? 2 : 1;
     vk_op op;
-    vk_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, NM_ROWS_WG);
-    vk_op_spec(&op, (uint32_t)w->dtype);
-    vk_op_spec(&op, (uint32_t)norm);
-    vk_op_spec(&op, (uint32_t)epi);
-    vk_op_spec(&op, nw ? (uint32_t)nw->dtype : 3u); /* DT_NONE */
+    nm_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, NM_ROWS_WG, norm, epi, nw, w);
     vk_op_spec(&op, tpr);
     vk_op_spec(&op, nr);
     uint32_t o[NM_BINDINGS];
