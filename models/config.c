@@ -273,7 +273,9 @@ llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_partial
         TRY(get_pos(c, rp, KEYS("rope_theta"), theta, &theta));
         TRY(get_pos(c, rp, KEYS("partial_rotary_factor"), partial, &partial));
     }
-    int32_t dim = (int32_t)(m->head_dim * partial);
+    /* partial is > 0 and finite (get_pos); above 1 it is refused before the
+     * cast, which would be undefined for a product past INT32_MAX */
+    int32_t dim = partial > 1.0 ? 0 : (int32_t)(m->head_dim * partial);
     if (partial > 1.0 || dim < 2 || dim % 2) {
         llmem_errf(c->err, c->err_len, "%s: partial_rotary_factor %g of head_dim %d gives %d "
                 "rotary dimensions (must be even, >= 2, <= head_dim)", c->src, partial,
@@ -609,10 +611,14 @@ static llmem_status parse_impl(const char *json, size_t len, llmem_model_config 
         llmem_errf(err, err_len, "llmem_model_config_parse: NULL argument");
         return LLMEM_E_INVALID;
     }
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    cJSON *root = NULL;
+    size_t at = 0;
+    hf_json_fault jf = hf_json_parse(json, len, &root, &at);
+    if (jf == HF_JSON_TRAILING) {
+        llmem_errf(err, err_len, "%s: bytes after the JSON object (at byte %zu)", src, at);
+        return LLMEM_E_CORRUPT;
+    }
     if (!root) {
-        size_t at = end && end >= json ? (size_t)(end - json) : 0;
         if (hf_json_too_deep(json, len))
             llmem_errf(err, err_len, "%s: nests arrays or objects deeper than %d levels", src,
                        HF_JSON_MAX_DEPTH);

@@ -50,6 +50,37 @@ static inline bool hf_json_too_deep(const char *text, size_t len)
     }
     return false;
 }
+/* What hf_json_parse found. */
+typedef enum hf_json_fault {
+    HF_JSON_OK = 0,
+    HF_JSON_SYNTAX,   /* not JSON (or nested deeper than HF_JSON_MAX_DEPTH) */
+    HF_JSON_TRAILING, /* a JSON value, then bytes other than whitespace */
+} hf_json_fault;
+
+/* Parses text[0, len) (need not be NUL-terminated) as one JSON text: a
+ * value with only whitespace after it (RFC 8259, section 2), as Python's
+ * json.loads and serde_json read config.json and tokenizer.json; cJSON on
+ * its own stops after the value and ignores the rest. On HF_JSON_OK *root
+ * is the tree (the caller frees it with cJSON_Delete); otherwise *root is
+ * NULL and *at the byte offset of the fault. */
+static inline hf_json_fault hf_json_parse(const char *text, size_t len, cJSON **root, size_t *at)
+{
+    const char *end = NULL;
+    *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    *at = end && end >= text ? (size_t)(end - text) : 0;
+    if (!*root)
+        return HF_JSON_SYNTAX;
+    for (size_t i = *at; i < len; i++) {
+        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\n' && text[i] != '\r') {
+            cJSON_Delete(*root);
+            *root = NULL;
+            *at = i;
+            return HF_JSON_TRAILING;
+        }
+    }
+    return HF_JSON_OK;
+}
+
 /* ---- mixture of experts (models/moe.c) ------------------------------------------- */
 
 #include "llmem/model.h"

@@ -388,10 +388,15 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
     }
     f->data_off = 8 + (size_t)hlen;
     const char *h = (const char *)f->map + 8;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(h, (size_t)hlen, &end, 0);
+    cJSON *root = NULL;
+    size_t at = 0;
+    hf_json_fault jf = hf_json_parse(h, (size_t)hlen, &root, &at);
+    if (jf == HF_JSON_TRAILING) {
+        llmem_errf(err, err_len, "%s: header has bytes after its JSON object (at header byte "
+                   "%zu)", f->path, at);
+        return LLMEM_E_CORRUPT;
+    }
     if (!root) {
-        size_t at = end && end >= h ? (size_t)(end - h) : 0;
         if (hf_json_too_deep(h, (size_t)hlen))
             llmem_errf(err, err_len, "%s: header nests arrays or objects deeper than %d levels",
                        f->path, HF_JSON_MAX_DEPTH);
@@ -401,14 +406,6 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
         return LLMEM_E_CORRUPT;
     }
     s = LLMEM_OK;
-    for (const char *p = end; p && p < h + hlen; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            llmem_errf(err, err_len, "%s: header has bytes after its JSON object (at header byte "
-                    "%zu)", f->path, (size_t)(p - h));
-            s = LLMEM_E_CORRUPT;
-            goto out;
-        }
-    }
     if (!cJSON_IsObject(root)) {
         llmem_errf(err, err_len, "%s: header is JSON but not an object", f->path);
         s = LLMEM_E_CORRUPT;
@@ -529,7 +526,8 @@ static llmem_status list_from_index(llmem_safetensors *st, const char *dir, cJSO
     llmem_status s = read_small_file(ipath, &text, &len, err, err_len);
     if (s != LLMEM_OK)
         goto out;
-    root = cJSON_ParseWithLength(text, len);
+    size_t at;
+    hf_json_parse(text, len, &root, &at);
     cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
     if (!cJSON_IsObject(wm)) {
         llmem_errf(err, err_len, "%s: not JSON with a \"weight_map\" object", ipath);

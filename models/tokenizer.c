@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "models/hf_internal.h"
 #include "models/tokenizer_internal.h"
 
 #define GPT2_REGEX "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -529,15 +530,17 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     char path[4200];
     llmem_status st;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    char *txt = read_file(path, NULL, &st);
+    size_t len = 0, at = 0;
+    char *txt = read_file(path, &len, &st);
     cJSON *cfg = NULL;
     bool add_bos = false, add_eos = false;
     if (txt) {
-        cfg = cJSON_Parse(txt);
+        hf_json_fault jf = hf_json_parse(txt, len, &cfg, &at);
         free(txt);
         if (!cfg || !cJSON_IsObject(cfg)) {
             cJSON_Delete(cfg);
-            tk_set_err(c->err, c->err_len, "%s: not a JSON object", path);
+            tk_set_err(c->err, c->err_len, "%s: not a JSON object%s (byte %zu)", path,
+                       jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
             return LLMEM_E_CORRUPT;
         }
         const char *bos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
@@ -621,16 +624,19 @@ llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out, char 
             snprintf(dir, sizeof dir, ".");
     }
     llmem_status st;
-    char *txt = read_file(file, NULL, &st);
+    size_t len = 0, at = 0;
+    char *txt = read_file(file, &len, &st);
     if (!txt) {
         tk_set_err(err, err_len, "%s: %s", file, st == LLMEM_E_NOT_FOUND ? "no tokenizer.json" : "read failed");
         return st;
     }
-    cJSON *root = cJSON_Parse(txt);
+    cJSON *root = NULL;
+    hf_json_fault jf = hf_json_parse(txt, len, &root, &at);
     free(txt);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        tk_set_err(err, err_len, "%s: not a JSON object", file);
+        tk_set_err(err, err_len, "%s: not a JSON object%s (byte %zu)", file,
+                   jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
         return LLMEM_E_CORRUPT;
     }
     llmem_tokenizer *tok = calloc(1, sizeof *tok);

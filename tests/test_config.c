@@ -578,6 +578,13 @@ START_TEST(test_bad_configs)
          "'rope_theta' must be a number"},
         {LLAMA(",\"hidden_size\":64,\"partial_rotary_factor\":0.1"), LLMEM_E_CORRUPT,
          "rotary dimensions"},
+        /* found by fuzz_config: head_dim x 1e300 was cast to int32 (undefined
+         * behaviour; the UBSan stage of CI fails on the old code) */
+        {LLAMA(",\"hidden_size\":64,\"partial_rotary_factor\":1e300"), LLMEM_E_CORRUPT,
+         "rotary dimensions"},
+        /* one JSON text (RFC 8259), as transformers' json.loads demands */
+        {LLAMA(",\"hidden_size\":64") "x", LLMEM_E_CORRUPT, "bytes after the JSON object"},
+        {LLAMA(",\"hidden_size\":64") " {}", LLMEM_E_CORRUPT, "(at byte "},
         {LLAMA(",\"hidden_size\":64,\"hidden_act\":\"gelu\""), LLMEM_E_UNSUPPORTED, "'gelu'"},
         {"{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
          "\"num_hidden_layers\":100000,\"num_attention_heads\":4}", LLMEM_E_UNSUPPORTED,
@@ -639,6 +646,18 @@ START_TEST(test_bad_configs)
 }
 END_TEST
 
+START_TEST(test_whitespace_after_the_object)
+{
+    llmem_model_config m;
+    const char *json = "{\"model_type\":\"llama\",\"vocab_size\":10,\"intermediate_size\":8,"
+                       "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"hidden_size\":64}"
+                       " \n\t\r\n";
+    ck_assert_msg(parse(json, &m) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(m.hidden_size, 64);
+    ck_assert_int_eq(m.n_layers, 2);
+}
+END_TEST
+
 START_TEST(test_load_errors)
 {
     llmem_model_config m;
@@ -686,6 +705,7 @@ int main(void)
     tcase_add_test(tc, test_check_weights_finite);
     tcase_add_test(tc, test_bamba_and_nemotron_spellings);
     tcase_add_test(tc, test_bad_configs);
+    tcase_add_test(tc, test_whitespace_after_the_object);
     tcase_add_test(tc, test_load_errors);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

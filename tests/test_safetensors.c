@@ -445,6 +445,15 @@ START_TEST(test_index)
     write_raw(ip, idx, strlen(idx));
     ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
     ck_assert_ptr_nonnull(strstr(err, "weight_map"));
+    /* one JSON text (RFC 8259), as json.loads reads it: whitespace may
+     * follow the object, anything else is damage (found by fuzz_safetensors) */
+    idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}\n \t";
+    write_raw(ip, idx, strlen(idx));
+    ck_assert_msg(open_st(dir, &st) == LLMEM_OK, "%s", err);
+    llmem_safetensors_close(st);
+    idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}} ]";
+    write_raw(ip, idx, strlen(idx));
+    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
 }
 END_TEST
 

@@ -361,6 +361,28 @@ START_TEST(test_errors)
     free(ids);
     llmem_tokenizer_destroy(tok);
     llmem_tokenizer_destroy(NULL);
+    /* one JSON text each (RFC 8259; serde_json and json.loads refuse the
+     * rest): whitespace may follow, other bytes are damage, found by
+     * fuzz_tokenizer_load; the tokenizer stays unloaded */
+    static const char *const minimal =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}";
+    char cpath[256], buf[512];
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+    snprintf(buf, sizeof buf, "%s \n\t\r\n", minimal);
+    write_file(path, buf);
+    ck_assert_msg(llmem_tokenizer_load(dir, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_tokenizer_destroy(tok);
+    snprintf(buf, sizeof buf, "%s}", minimal);
+    write_file(path, buf);
+    tok = (llmem_tokenizer *)1;
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_ptr_null(tok);
+    ck_assert_msg(strstr(err, "bytes after"), "%s", err);
+    write_file(path, minimal);
+    write_file(cpath, "{\"add_bos_token\": true} {\"add_bos_token\": false}");
+    ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_msg(strstr(err, "tokenizer_config.json") && strstr(err, "bytes after"), "%s", err);
+    unlink(cpath);
     unlink(path);
     rmdir(dir);
 }

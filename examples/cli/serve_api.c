@@ -220,17 +220,49 @@ static int parse_stop(const cJSON *root, eng_req *r, char **err_json)
     return 0;
 }
 
+/* Whether a string of the JSON text body[0, len) holds the escape \u0000.
+ * cJSON ends its C strings there, so a prompt, message or stop string
+ * holding one would lose its tail without a word; such bodies are refused. */
+static bool has_nul_escape(const char *body, size_t len)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str)
+            in_str = body[i] == '"';
+        else if (body[i] == '"')
+            in_str = false;
+        else if (body[i] == '\\' && i + 1 < len && body[++i] == 'u' && i + 4 < len &&
+                 !memcmp(body + i + 1, "0000", 4))
+            return true;
+    }
+    return false;
+}
+
 int api_parse(const api_server *s, bool chat, const char *body, size_t len,
               uint64_t seed_fallback, api_request *out, char **err_json)
 {
     memset(out, 0, sizeof *out);
     out->chat = chat;
     *err_json = NULL;
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     int32_t *ids = NULL, n_ids = 0;
     int rc = 0;
     if (!root) {
         rc = bad(err_json, NULL, "invalid_json", "the request body is not valid JSON");
+        goto done;
+    }
+    /* one JSON value, as RFC 8259 has a JSON text: only whitespace after it */
+    for (const char *p = end; p < body + len; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            rc = bad(err_json, NULL, "invalid_json", "the request body has bytes after its JSON "
+                     "value (at byte %zu)", (size_t)(p - body));
+            goto done;
+        }
+    }
+    if (has_nul_escape(body, len)) {
+        rc = bad(err_json, NULL, "invalid_value", "strings holding U+0000 (\\u0000) are not "
+                 "supported");
         goto done;
     }
     if (!cJSON_IsObject(root)) {

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "llmem/tokenizer.h"
+#include "tests/fuzz/fuzz_utf8.h"
 #include "tests/support/run.h"
 
 static const char *kinds[] = {"gpt2", "llama3", "qwen2", "spm", "metaspace", "falcon", "words"};
@@ -22,37 +23,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "fuzz_tokenizer: %s\n", what);
     abort();
-}
-
-/* Unicode 3.9 well-formed UTF-8, maximal subparts replaced by U+FFFD */
-static size_t lossy(const uint8_t *s, size_t n, uint8_t *out)
-{
-    size_t i = 0, o = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3
-                     : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
-        size_t k = 1;
-        if (len > 1) {
-            uint8_t lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
-            uint8_t hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-            while (k < len && i + k < n && s[i + k] >= lo && s[i + k] <= hi) {
-                k++;
-                lo = 0x80;
-                hi = 0xBF;
-            }
-        }
-        if (len && k == len) {
-            memcpy(out + o, s + i, len);
-            o += len;
-            i += len;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            i += len ? k : 1;
-        }
-    }
-    return o;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -103,12 +73,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (llmem_tokenizer_decode(tok[k], ids, n_ids, true, &dec, &dlen, err, sizeof err) != LLMEM_OK)
         die(err);
     uint8_t *chk = malloc(3 * dlen + 4);
-    if (lossy((const uint8_t *)dec, dlen, chk) != dlen || memcmp(chk, dec, dlen))
+    if (!fz_utf8_valid((const uint8_t *)dec, dlen, chk))
         die("decode is not valid UTF-8");
     free(chk);
     if (k == 0 && !parse && !add) {
         uint8_t *want = malloc(3 * n + 4);
-        size_t wl = lossy((const uint8_t *)text, n, want);
+        size_t wl = fz_utf8_lossy((const uint8_t *)text, n, want);
         if (wl != dlen || memcmp(want, dec, dlen))
             die("gpt2 decode(encode(x)) != x");
         free(want);
