@@ -186,11 +186,22 @@ llmem_status vk_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_off
 
 /* ---- batched copies (buffer_copy_ranges) ---- */
 
-/* A piece of a batched copy: both sides inside one chunk, 16-byte units. */
+/* A piece of a batched copy: both sides inside one chunk, 16-byte units;
+ * si, di: its source and destination bindings in its dispatch. */
 typedef struct cr_piece {
     VkBuffer sb, db;
     VkDeviceSize s_at, d_at, n; /* bytes */
+    uint32_t si, di;
 } cr_piece;
+
+/* One buffer binding of a dispatch: bytes [lo, hi) of buf. */
+typedef struct cr_bind {
+    VkBuffer buf;
+    VkDeviceSize lo, hi;
+} cr_bind;
+
+#define CR_BINDS (VK_MAX_BINDINGS - 1) /* binding 0 is the piece table */
+#define CR_UNITS 4096u                 /* 16-byte units per workgroup: 64 KiB */
 
 static int cr_cmp(const void *pa, const void *pb)
 {
@@ -199,56 +210,77 @@ static int cr_cmp(const void *pa, const void *pb)
         return (uintptr_t)a->sb < (uintptr_t)b->sb ? -1 : 1;
     if (a->db != b->db)
         return (uintptr_t)a->db < (uintptr_t)b->db ? -1 : 1;
-    if (a->n != b->n)
-        return a->n < b->n ? -1 : 1;
     return a->s_at < b->s_at ? -1 : a->s_at > b->s_at;
 }
 
-/* Most workgroups one range of a dispatch spreads over. */
-#define CR_SPLIT_MAX 64u
-
-/* One dispatch of memcpy_ranges.comp over pieces p[0..n) (one buffer pair;
- * the spans of their sources and of their destinations within one binding
- * each; sizes within a factor of 2, so the split fits them all). */
-static llmem_status cr_dispatch(vk_backend *v, const cr_piece *p, uint32_t n)
+/* The binding of bytes [at, at + n) of buf: one of the *nb bindings on
+ * buf whose span still fits lim once widened to it (each binding starts up
+ * to storage_align before its span), else a new one; -1 when all CR_BINDS
+ * are taken. A lone piece always fits (it lies inside one chunk). */
+static int cr_slot(const vk_backend *v, cr_bind *b, uint32_t *nb, VkBuffer buf, VkDeviceSize at,
+                   VkDeviceSize n, VkDeviceSize lim)
 {
-    VkDeviceSize s_lo = p[0].s_at, s_hi = 0, d_lo = p[0].d_at, d_hi = 0, n_max = 0;
-    for (uint32_t k = 0; k < n; k++) {
-        s_lo = p[k].s_at < s_lo ? p[k].s_at : s_lo;
-        d_lo = p[k].d_at < d_lo ? p[k].d_at : d_lo;
-        s_hi = p[k].s_at + p[k].n > s_hi ? p[k].s_at + p[k].n : s_hi;
-        d_hi = p[k].d_at + p[k].n > d_hi ? p[k].d_at + p[k].n : d_hi;
-        n_max = p[k].n > n_max ? p[k].n : n_max;
+    for (uint32_t i = 0; i < *nb; i++) {
+        if (b[i].buf != buf)
+            continue;
+        VkDeviceSize lo = at < b[i].lo ? at : b[i].lo;
+        VkDeviceSize hi = at + n > b[i].hi ? at + n : b[i].hi;
+        if (hi - lo + v->storage_align <= lim) {
+            b[i].lo = lo;
+            b[i].hi = hi;
+            return (int)i;
+        }
     }
+    if (*nb == CR_BINDS)
+        return -1;
+    b[*nb] = (cr_bind){buf, at, at + n};
+    return (int)(*nb)++;
+}
+
+/* One dispatch of memcpy_ranges.comp over pieces p[0..n) of the nb
+ * bindings b (p[k].si, p[k].di name them): one workgroup per CR_UNITS of
+ * a piece, its entry in a table in staging memory. */
+static llmem_status cr_dispatch(vk_backend *v, const cr_piece *p, uint32_t n, const cr_bind *b,
+                                uint32_t nb)
+{
+    uint64_t groups = 0;
+    for (uint32_t k = 0; k < n; k++)
+        groups += vk_div_up(p[k].n / 16, CR_UNITS);
+    if (groups > UINT32_MAX)
+        return LLMEM_E_UNSUPPORTED;
     vk_stage_ref tab;
-    llmem_status st = vk_stage_get(v, (VkDeviceSize)n * 16, 16, &tab);
+    llmem_status st = vk_stage_get(v, (VkDeviceSize)groups * 16, 16, &tab);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
     vk_op_init(&op, VK_SH_MEMCPY_RANGES, 256);
-    uint32_t so = vk_op_raw(v, &op, p[0].sb, s_lo, s_hi - s_lo, 16, false);
-    uint32_t dof = vk_op_raw(v, &op, p[0].db, d_lo, d_hi - d_lo, 16, true);
-    vk_op_stage(v, &op, &tab, (VkDeviceSize)n * 16);
+    vk_op_stage(v, &op, &tab, (VkDeviceSize)groups * 16);
+    uint32_t base[CR_BINDS];
+    for (uint32_t i = 0; i < nb; i++) /* read and written: tracked as a write */
+        base[i] = vk_op_raw(v, &op, b[i].buf, b[i].lo, b[i].hi - b[i].lo, 16, true);
     uint32_t *t = tab.ptr;
     for (uint32_t k = 0; k < n; k++) {
-        t[4 * k] = so + (uint32_t)((p[k].s_at - s_lo) / 16);
-        t[4 * k + 1] = dof + (uint32_t)((p[k].d_at - d_lo) / 16);
-        t[4 * k + 2] = (uint32_t)(p[k].n / 16);
-        t[4 * k + 3] = 0;
+        uint32_t so = base[p[k].si] + (uint32_t)((p[k].s_at - b[p[k].si].lo) / 16);
+        uint32_t dof = base[p[k].di] + (uint32_t)((p[k].d_at - b[p[k].di].lo) / 16);
+        uint32_t units = (uint32_t)(p[k].n / 16);
+        for (uint32_t u = 0; u < units; u += CR_UNITS, t += 4) {
+            t[0] = so + u;
+            t[1] = dof + u;
+            t[2] = units - u < CR_UNITS ? units - u : CR_UNITS;
+            t[3] = p[k].si | p[k].di << 8;
+        }
     }
-    uint64_t split = vk_div_up(n_max / 16, 4 * 256);
-    split = split < 1 ? 1 : split > CR_SPLIT_MAX ? CR_SPLIT_MAX : split;
-    vk_op_u32(&op, n);
-    vk_op_u32(&op, (uint32_t)split);
-    return vk_op_run(v, &op, (uint64_t)n * split);
+    vk_op_u32(&op, (uint32_t)groups);
+    return vk_op_run(v, &op, groups);
 }
 
 /* buffer_copy_ranges: the ranges cut at chunk boundaries into pieces;
- * pieces of whole 16-byte units grouped by buffer pair and size, one
- * memcpy_ranges.comp dispatch per group with its range table in staging
- * memory; the rest (and everything while a step is captured, whose replay
- * could not re-read the staging table, or with LLMEM_VULKAN_TRANSFER_COPY)
- * as llmem_buffer_copy does it. */
+ * pieces of whole 16-byte units sorted by buffer and offset and copied by
+ * memcpy_ranges.comp dispatches of up to CR_BINDS bindings each (one per
+ * buffer, or more where a buffer's span would pass the binding limit),
+ * with their piece tables in staging memory; the rest (and everything
+ * while a step is captured, whose replay could not re-read the staging
+ * table, or with LLMEM_VULKAN_TRANSFER_COPY) as llmem_buffer_copy does it. */
 llmem_status vk_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges, int32_t n)
 {
     vk_backend *v = vk_from(be);
@@ -274,7 +306,7 @@ llmem_status vk_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ra
                 st = LLMEM_E_NO_MEMORY;
                 break;
             }
-            p[m++] = (cr_piece){ps.buf, pd.buf, ps.at, pd.at, pd.n};
+            p[m++] = (cr_piece){ps.buf, pd.buf, ps.at, pd.at, pd.n, 0, 0};
         }
     }
     if (st == LLMEM_OK && m > 0)
@@ -282,20 +314,22 @@ llmem_status vk_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ra
     VkDeviceSize lim = v->max_range < (VkDeviceSize)UINT32_MAX * 16 ? v->max_range
                                                                      : (VkDeviceSize)UINT32_MAX * 16;
     for (uint32_t i = 0; i < m && st == LLMEM_OK;) {
-        uint32_t k = i + 1;
-        VkDeviceSize s_lo = p[i].s_at, s_hi = p[i].s_at + p[i].n;
-        VkDeviceSize d_lo = p[i].d_at, d_hi = p[i].d_at + p[i].n;
-        for (; k < m && p[k].sb == p[i].sb && p[k].db == p[i].db && p[k].n <= 2 * p[i].n; k++) {
-            VkDeviceSize a = p[k].s_at < s_lo ? p[k].s_at : s_lo;
-            VkDeviceSize b = p[k].s_at + p[k].n > s_hi ? p[k].s_at + p[k].n : s_hi;
-            VkDeviceSize c = p[k].d_at < d_lo ? p[k].d_at : d_lo;
-            VkDeviceSize e = p[k].d_at + p[k].n > d_hi ? p[k].d_at + p[k].n : d_hi;
-            /* each binding starts up to storage_align before its span */
-            if (b - a + v->storage_align > lim || e - c + v->storage_align > lim)
+        cr_bind b[CR_BINDS] = {{0}}, keep[CR_BINDS];
+        uint32_t nb = 0, k = i;
+        for (; k < m; k++) {
+            uint32_t nb0 = nb;
+            memcpy(keep, b, sizeof b);
+            int si = cr_slot(v, b, &nb, p[k].sb, p[k].s_at, p[k].n, lim);
+            int di = si < 0 ? -1 : cr_slot(v, b, &nb, p[k].db, p[k].d_at, p[k].n, lim);
+            if (di < 0) { /* no binding left: the next dispatch takes it */
+                nb = nb0;
+                memcpy(b, keep, sizeof b);
                 break;
-            s_lo = a, s_hi = b, d_lo = c, d_hi = e;
+            }
+            p[k].si = (uint32_t)si;
+            p[k].di = (uint32_t)di;
         }
-        st = cr_dispatch(v, p + i, k - i);
+        st = cr_dispatch(v, p + i, k - i, b, nb);
         i = k;
     }
     free(p);

@@ -185,7 +185,7 @@ typedef struct llmem_copy_range {
  * which a backend with the buffer_copy_ranges slot (<llmem/backend_impl.h>)
  * runs in one launch: CUDA one kernel over a range table (as vLLM's
  * copy_blocks kernel batches its block copies), Vulkan one dispatch per
- * pair of buffers. Without the slot, or with the environment variable
+ * 11 buffers. Without the slot, or with the environment variable
  * LLMEM_COPY_RANGES=0, it is a loop of llmem_buffer_copy. `ranges`: [n],
  * caller-owned, read only, may be reused on return. Every range is checked
  * before anything is queued: LLMEM_E_INVALID (nothing written) when n < 0,
