@@ -64,7 +64,8 @@ layout(constant_id = 4) const uint FN = 2;    /* 16-column matrices per subgroup
 layout(constant_id = 5) const uint SPLIT = 2; /* f16 terms of a: 2 precise, 1 fast */
 layout(constant_id = 6) const uint BK = 32;   /* K step: 32 or 64 (vk_cm_plan_make) */
 layout(constant_id = 7) const uint STAGES = 1; /* 1: one shared slice; 2 .. 4: the ring below */
-layout(constant_id = 8) const uint RAW = 0;    /* 1: raw accumulators to a padded partial buffer */
+layout(constant_id = 8) const uint RAW = 0;    /* 1: raw accumulators to a padded partial buffer;
+                                                * 2: the same, and the last slice of a tile sums */
 
 const uint SGN = WG / 32u / SGM;
 const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN;
@@ -78,6 +79,13 @@ layout(binding = 0) readonly buffer W { uvec4 w[]; };
 layout(binding = 1) readonly buffer A { uvec4 ah[]; };
 layout(binding = 2) writeonly buffer O { float o[]; };
 layout(binding = 3) readonly buffer E { int ex[]; };
+/* RAW 2: binding 2 (the partial buffer) again, coherent, so that the
+ * slices' raw stores reach the workgroup that sums them; the final out;
+ * one arrival counter per output tile (zero between dispatches). */
+layout(binding = 2) coherent buffer OC { float oc[]; };
+layout(binding = 2) coherent readonly buffer OC4 { vec4 oc4[]; };
+layout(binding = 4) writeonly buffer F { float fo[]; };
+layout(binding = 5) coherent buffer C { uint cnt[]; };
 
 layout(push_constant) uniform P {
     uint m, n, k;
@@ -89,7 +97,9 @@ layout(push_constant) uniform P {
     uint k_split;        /* K per slice, a multiple of BK */
     uint slice_stride;   /* floats between two slices' outputs */
     uint n_groups;       /* tiles_mn * slices */
-    uint ldp;            /* RAW 1: floats per row of the padded partial buffer */
+    uint ldp;            /* RAW 1, 2: floats per row of the padded partial buffer */
+    uint fo_off;         /* RAW 2: floats of binding 4 */
+    uint cnt_off;        /* RAW 2: counters of binding 5 (tiles_mn of them) */
 } p;
 
 /* STAGES 1: one slice in sa + sw, the epilogue in cs. STAGES 2 .. 4: a
@@ -235,15 +245,84 @@ uint bf16x2_to_f16x2(uint x)
  * FN), ldp floats a row), unscaled; sum_slices_cm.comp adds the slices
  * and applies 2^e_r. No shared memory, no bounds: the buffer holds whole
  * tiles (vk_cm_raw_layout). A literal q for the reason given at EMIT. */
-#define RAW_EMIT(q)                                                                               \
+#define RAW_EMIT(q, BUF)                                                                          \
     if ((q) < FM * FN)                                                                            \
-        coopMatStoreNV(acc[q], o,                                                                 \
+        coopMatStoreNV(acc[q], BUF,                                                               \
                        base + (m0 + sm + 16u * ((q) / FN)) * p.ldp + n0 + sn + 16u * ((q) % FN),  \
                        p.ldp, false);
+#define RAW_ALL_TO(B)                                                                             \
+    RAW_EMIT(0u, B) RAW_EMIT(1u, B) RAW_EMIT(2u, B) RAW_EMIT(3u, B) RAW_EMIT(4u, B)               \
+    RAW_EMIT(5u, B) RAW_EMIT(6u, B) RAW_EMIT(7u, B) RAW_EMIT(8u, B) RAW_EMIT(9u, B)               \
+    RAW_EMIT(10u, B) RAW_EMIT(11u, B) RAW_EMIT(12u, B) RAW_EMIT(13u, B) RAW_EMIT(14u, B)          \
+    RAW_EMIT(15u, B)
+/* RAW 1: the raw tiles, summed by sum_slices_cm.comp. RAW 2: the raw tiles
+ * through the coherent binding, then the tile's arrival counter; the
+ * workgroup that arrives last (the one of one slice: at once) adds the
+ * slices of the tile in slice order, scales row r by 2^e_r and writes out
+ * (sum_slices_cm.comp's arithmetic, so the results are those of RAW 1 bit
+ * for bit, whatever the arrival order), and puts the counter back to
+ * zero for the next dispatch. The pattern of CUDA's threadFenceReduction
+ * sample (written from its description): each invocation's stores, a
+ * device-scope memory barrier, a workgroup barrier, one atomic. */
 #define RAW_ALL                                                                                   \
-    RAW_EMIT(0u) RAW_EMIT(1u) RAW_EMIT(2u) RAW_EMIT(3u) RAW_EMIT(4u) RAW_EMIT(5u) RAW_EMIT(6u)    \
-    RAW_EMIT(7u) RAW_EMIT(8u) RAW_EMIT(9u) RAW_EMIT(10u) RAW_EMIT(11u) RAW_EMIT(12u)              \
-    RAW_EMIT(13u) RAW_EMIT(14u) RAW_EMIT(15u)
+    if (RAW == 1u) {                                                                              \
+        RAW_ALL_TO(o)                                                                             \
+    } else {                                                                                      \
+        RAW_ALL_TO(oc)                                                                            \
+        last_slice_sum(t, s, m0, n0, l);                                                          \
+    }
+
+shared uint last_sh;
+
+/* RAW 2 (see RAW_ALL): called by every invocation of the workgroup of
+ * tile t after its raw stores. The summing workgroup reads the tile as
+ * vec4s (the host passes o_off, ldp and slice_stride as multiples of 4),
+ * SV of them per invocation, every load issued before any store: with a
+ * store to out between loads (a binding that might alias the partial
+ * buffer), the loads of one vec4 waited for the store of the previous
+ * one, and the sum took 26 us instead of the sum pass's 7 at 64 x 4096 x
+ * 4096 in 4 slices (H200, docs/benchmarks.md, "Vulkan GEMM: the split-K
+ * sum in the last slice"). */
+const uint TV = BM * BN / 4u;         /* vec4s of a tile */
+const uint SV = (TV + WG - 1u) / WG;  /* per invocation */
+void last_slice_sum(uint t, uint s, uint m0, uint n0, uint l)
+{
+    uint ns = p.n_groups / p.tiles_mn;
+    memoryBarrierBuffer();
+    barrier();
+    if (l == 0u) {
+        uint before = ns > 1u ? atomicAdd(cnt[p.cnt_off + t], 1u) : 0u;
+        if (ns > 1u && before == ns - 1u)
+            atomicExchange(cnt[p.cnt_off + t], 0u);
+        last_sh = before == ns - 1u ? 1u : 0u;
+    }
+    barrier();
+    if (last_sh == 0u)
+        return;
+    memoryBarrierBuffer();
+    vec4 sum[SV];
+    uint at[SV];
+    [[unroll]] for (uint i = 0u; i < SV; i++) {
+        uint e = min(l + i * WG, TV - 1u);
+        at[i] = (p.o_off + (m0 + e / (BN / 4u)) * p.ldp + n0 + 4u * (e % (BN / 4u))) / 4u;
+        sum[i] = oc4[at[i]];
+    }
+    for (uint j = 1u; j < ns; j++) {
+        uint d = j * (p.slice_stride / 4u);
+        [[unroll]] for (uint i = 0u; i < SV; i++)
+            sum[i] += oc4[at[i] + d];
+    }
+    [[unroll]] for (uint i = 0u; i < SV; i++) {
+        uint e = l + i * WG, gm = m0 + e / (BN / 4u), gn = n0 + 4u * (e % (BN / 4u));
+        if (e < TV && gm < p.m) {
+            int x = ex[p.e_off + gm];
+            uint o_ = p.fo_off + gm * p.n + gn;
+            [[unroll]] for (uint c = 0u; c < 4u; c++)
+                if (gn + c < p.n)
+                    fo[o_ + c] = ldexp(sum[i][c], x);
+        }
+    }
+}
 
 void main()
 {
@@ -304,7 +383,7 @@ void main()
         }
 
         uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CS;
-        if (RAW == 1u) {
+        if (RAW >= 1u) {
             RAW_ALL
             return;
         }
@@ -355,7 +434,7 @@ void main()
         }
 
         uint base = p.o_off + s * p.slice_stride, cb = sg * 16u * CSV;
-        if (RAW == 1u) {
+        if (RAW >= 1u) {
             RAW_ALL
             return;
         }

@@ -550,18 +550,21 @@ END_TEST
 
 /* matmul_cm.comp's epilogues and split-K ($LLMEM_VULKAN_CM_RAW: 0 scaled
  * through shared memory everywhere, 1 raw accumulators + sum_slices_cm.comp
- * where K is split; the default 2, raw everywhere, runs in the tests above;
+ * where K is split, the default 2 that everywhere (in the tests above), 3
+ * raw with the sum in the last slice's workgroup where K is split;
  * $LLMEM_VULKAN_CM_WAVE=132: the decode tiles' split-K within 132
  * workgroups, vk_cm_plan_wave) on the row-scale shapes of
  * test_matmul_row_scales plus the decode rows (split-K, partial tiles, one
  * slice, depth 3 at 16 rows), against float64. Lavapipe: the SIMT path. */
 START_TEST(test_matmul_cm_raw)
 {
-    static const char *cfgs[][2] = {
-        {"LLMEM_VULKAN_CM_RAW", "0"}, {"LLMEM_VULKAN_CM_RAW", "1"}, {"LLMEM_VULKAN_CM_WAVE", "132"}};
+    static const char *cfgs[][2] = {{"LLMEM_VULKAN_CM_RAW", "0"},
+                                    {"LLMEM_VULKAN_CM_RAW", "1"},
+                                    {"LLMEM_VULKAN_CM_RAW", "3"},
+                                    {"LLMEM_VULKAN_CM_WAVE", "132"}};
     static const int32_t shapes[][3] = {
         {40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300}, {64, 1000, 300}, {9, 264, 17}};
-    for (size_t ci = 0; ci < 3; ci++) {
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         test_env keep = test_env_save(cfgs[ci][0]);
         test_env_put(cfgs[ci][0], cfgs[ci][1]);
         llmem_backend *vk = open_be("vulkan");
@@ -571,6 +574,76 @@ START_TEST(test_matmul_cm_raw)
             row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
         test_env_restore(&keep);
+    }
+}
+END_TEST
+
+/* out = a · wᵀ on vk `reps` times in a row (precise; w exact in bf16),
+ * the output filled with NaN before each run; each run's result to
+ * out + r m n. */
+static void repeat_matmul(llmem_backend *vk, const float *a, const float *w, int32_t m, int32_t k,
+                          int32_t n, int reps, float *out)
+{
+    llmem_buffer *ba, *bw, *bw2, *bo;
+    llmem_tensor ta = up_f32(vk, &ba, a, 2, m, k, 1);
+    llmem_tensor tw = up_f32(vk, &bw, w, 2, n, k, 1);
+    llmem_tensor tw2 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
+    OK(llmem_buffer_alloc(vk, llmem_tensor_nbytes(&tw2), &bw2));
+    tw2.buf = bw2;
+    OK(llmem_op_copy(vk, &tw, 0, &tw2));
+    llmem_tensor to = up_f32(vk, &bo, NULL, 2, m, n, 1);
+    for (int r = 0; r < reps; r++) {
+        OK(llmem_buffer_fill(bo, 0, (size_t)m * n * 4, 0x7fc00000u));
+        OK(llmem_op_matmul(vk, &ta, &tw2, &to));
+        get_f32(&to, out + (size_t)r * m * n);
+    }
+    llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2), llmem_buffer_free(bo);
+}
+
+/* The sum of the split-K slices inside matmul_cm.comp ($LLMEM_VULKAN_CM_RAW
+ * 3): at decode and prefill shapes (split-K in 3 .. 16 slices,
+ * partial tiles, one slice), five runs in a row on one backend (so the
+ * arrival counters must come back to zero after each dispatch; a tile
+ * left unsummed stays NaN) are each within an f32 product's error of a
+ * float64 product, bit for bit equal to each other (the slices are added
+ * in slice order, whichever workgroup arrives last), and bit for bit equal
+ * to the separate sum pass of $LLMEM_VULKAN_CM_RAW=2. Lavapipe: the SIMT
+ * path for both, which this then checks for repeatability only. */
+START_TEST(test_matmul_cm_fused)
+{
+    static const int32_t shapes[][3] = {
+        {64, 4096, 520}, {16, 2048, 1000}, {40, 1000, 96}, {9, 264, 17}, {200, 1000, 136}};
+    enum { REPS = 5 };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        int32_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+        float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+        for (int32_t r = 0; r < m; r++) /* rows of different magnitudes: the row scales */
+            for (int32_t i = 0; i < k; i++)
+                a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 5) * 9 - 18);
+        trunc_bf16(w, (size_t)n * k);
+        double *ref = ref_matmul(a, w, m, k, n);
+        size_t mn = (size_t)m * n;
+        float *o[2] = {malloc(REPS * mn * sizeof(float)), malloc(REPS * mn * sizeof(float))};
+        ck_assert_ptr_nonnull(o[0]);
+        ck_assert_ptr_nonnull(o[1]);
+        for (int mode = 0; mode < 2; mode++) {
+            test_env keep = test_env_save("LLMEM_VULKAN_CM_RAW");
+            test_env_put("LLMEM_VULKAN_CM_RAW", mode ? "2" : "3");
+            llmem_backend *vk = open_be("vulkan");
+            repeat_matmul(vk, a, w, m, k, n, REPS, o[mode]);
+            llmem_backend_close(vk);
+            test_env_restore(&keep);
+        }
+        char what[96];
+        for (int r = 0; r < REPS; r++) {
+            snprintf(what, sizeof what, "fused sum %dx%dx%d run %d", m, k, n, r);
+            expect_rows_close(o[0] + r * mn, ref, m, n, 1e-5, what);
+            ck_assert_msg(memcmp(o[0] + r * mn, o[0], mn * sizeof(float)) == 0,
+                          "%s: differs from run 0", what);
+            ck_assert_msg(memcmp(o[1] + r * mn, o[0], mn * sizeof(float)) == 0,
+                          "%s: differs from the sum pass (LLMEM_VULKAN_CM_RAW=2)", what);
+        }
+        free(o[0]), free(o[1]), free(a), free(w), free(ref);
     }
 }
 END_TEST
@@ -735,6 +808,7 @@ int main(void)
     tcase_add_test(tc, test_matmul_cm_stages);
     tcase_add_test(tc, test_matmul_cm_fn);
     tcase_add_test(tc, test_matmul_cm_raw);
+    tcase_add_test(tc, test_matmul_cm_fused);
     tcase_add_test(tc, test_reduction_variants);
     tcase_add_test(tc, test_mamba_copy_on_write);
     suite_add_tcase(s, tc);

@@ -547,6 +547,43 @@ START_TEST(test_cm_raw_layout)
     ck_assert_uint_eq(p.slices, 1);
     ck_assert(!vk_cm_raw_used(VK_CM_RAW_SPLIT, &p));
     ck_assert(vk_cm_raw_used(VK_CM_RAW_ALL, &p));
+    ck_assert(vk_cm_raw_used(VK_CM_RAW_FUSED, &p));
+}
+END_TEST
+
+/* vk_cm_ctr_take: runs of arrival counters in turn, by hand on 10 slots,
+ * then over many requests: every run inside the slots, and a run never
+ * overlaps the one taken just before it (two calls in a row, which may
+ * run at the same time, never share a counter). */
+START_TEST(test_cm_ctr_take)
+{
+    uint32_t next = 0;
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 4, 10), 0);
+    ck_assert_uint_eq(next, 4);
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 4, 10), 4);
+    ck_assert_uint_eq(next, 8);
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 4, 10), 0); /* 8 + 4 > 10: from the start */
+    ck_assert_uint_eq(next, 4);
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 6, 10), 4); /* exactly to the end */
+    ck_assert_uint_eq(next, 10);
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 1, 10), 0);
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 11, 10), UINT32_MAX); /* more than all of them */
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 0, 10), UINT32_MAX);
+    ck_assert_uint_eq(next, 1);
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 10, 10), 0);
+    next = 12; /* a cursor past the end (not produced here): from the start */
+    ck_assert_uint_eq(vk_cm_ctr_take(&next, 3, 10), 0);
+    uint32_t prev_at = UINT32_MAX, prev_n = 0, seed = 1;
+    next = 0;
+    for (int i = 0; i < 10000; i++) {
+        seed = seed * 1103515245u + 12345u;
+        uint32_t n = 1 + (seed >> 16) % 300;
+        uint32_t at = vk_cm_ctr_take(&next, n, VK_CM_CTR_SLOTS);
+        ck_assert_uint_le((uint64_t)at + n, VK_CM_CTR_SLOTS);
+        if (prev_at != UINT32_MAX)
+            ck_assert(at + n <= prev_at || prev_at + prev_n <= at);
+        prev_at = at, prev_n = n;
+    }
 }
 END_TEST
 
@@ -616,6 +653,7 @@ int main(void)
     tcase_add_test(tc, test_cm_ring_schedule);
     tcase_add_test(tc, test_cm_ring_indices);
     tcase_add_test(tc, test_cm_raw_layout);
+    tcase_add_test(tc, test_cm_ctr_take);
     tcase_add_test(tc, test_cm_plan_wave);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;

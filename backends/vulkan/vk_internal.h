@@ -128,6 +128,9 @@ typedef struct vk_backend {
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
     vk_mm_caps mm;              /* matmul path choices, read once (vk_matmul_config) */
     uint32_t mv16_rows;         /* activation rows per matvec16 pass */
+    llmem_buffer *cm_ctr;       /* matmul_cm's arrival counters (VK_CM_RAW_FUSED), made on first
+                                 * use; VK_CM_CTR_SLOTS words, zero between dispatches */
+    uint32_t cm_ctr_next;       /* the next of them to take (vk_cm_ctr_take) */
     struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
         uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per invocation group */

@@ -115,7 +115,19 @@ uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m)
 
 bool vk_cm_raw_used(uint32_t raw, const vk_cm_plan *p)
 {
-    return raw == VK_CM_RAW_ALL || (raw == VK_CM_RAW_SPLIT && p->slices > 1);
+    return raw == VK_CM_RAW_ALL || raw == VK_CM_RAW_FUSED ||
+           (raw == VK_CM_RAW_SPLIT && p->slices > 1);
+}
+
+uint32_t vk_cm_ctr_take(uint32_t *next, uint64_t tiles, uint32_t slots)
+{
+    if (tiles == 0 || tiles > slots)
+        return UINT32_MAX;
+    uint32_t at = *next;
+    if (at > slots || slots - at < tiles)
+        at = 0;
+    *next = at + (uint32_t)tiles;
+    return at;
 }
 
 void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats)

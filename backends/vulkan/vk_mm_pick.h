@@ -64,6 +64,8 @@ typedef struct vk_mm_caps {
     uint32_t cm_raw;   /* its epilogue: VK_CM_RAW_* ($LLMEM_VULKAN_CM_RAW; vk_cm_raw_used) */
     uint32_t cm_wave;  /* split-K up to 64 rows within this many workgroups, 0: vk_mm_split_k
                         * ($LLMEM_VULKAN_CM_WAVE; vk_cm_plan_wave) */
+    bool cm_split_once; /* matmul_swiglu's gate and up products share one cm_split.comp pass of
+                         * their activations ($LLMEM_VULKAN_CM_SPLIT_ONCE) */
     uint32_t smem;     /* the device's maxComputeSharedMemorySize, bytes */
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
@@ -149,10 +151,33 @@ void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, ui
 #define VK_CM_RAW_NONE 0
 #define VK_CM_RAW_SPLIT 1
 #define VK_CM_RAW_ALL 2
+/* RAW_FUSED: RAW everywhere, and no sum pass: the workgroup that finishes
+ * a tile's last slice (an arrival counter per tile) adds the tile's
+ * slices in slice order and scales its rows (matmul_cm.comp's RAW 2; the
+ * results are RAW_ALL's bit for bit). The host falls back to RAW_ALL for
+ * a call that gets no counters (vk_cm_ctr_take). */
+#define VK_CM_RAW_FUSED 3
+/* Arrival counters of RAW_FUSED: 32-bit words in one device buffer of the
+ * backend, zero between dispatches (each tile's last workgroup puts its
+ * counter back); calls take consecutive runs of them in turn. */
+#define VK_CM_CTR_SLOTS 8192
+/* matmul_swiglu's two tensor-core products share one cm_split.comp pass by
+ * default (1) or not (0; $LLMEM_VULKAN_CM_SPLIT_ONCE) */
+#define VK_CM_SPLIT_ONCE 0
+/* the default epilogue ($LLMEM_VULKAN_CM_RAW) */
+#define VK_CM_RAW_DEFAULT VK_CM_RAW_ALL
 
 /* Whether matmul_cm.comp runs with the raw epilogue for plan *p under
  * mode raw (VK_CM_RAW_*; other values are taken as VK_CM_RAW_NONE). Pure. */
 bool vk_cm_raw_used(uint32_t raw, const vk_cm_plan *p);
+
+/* The first of `tiles` consecutive arrival counters (VK_CM_RAW_FUSED) out
+ * of `slots`, taken in turn from *next (caller-owned cursor, advanced past
+ * them; a run that would pass the end starts again at 0), so that calls
+ * close together use different counters and the hazard tracker orders a
+ * call only after the last user of the same counters. UINT32_MAX (and
+ * *next unchanged) when tiles is 0 or more than slots. Pure. */
+uint32_t vk_cm_ctr_take(uint32_t *next, uint64_t tiles, uint32_t slots);
 
 /* The padded partial buffer of the raw epilogue for plan *p: *ldp floats
  * per row (tiles_n bn: whole tiles), *slice_floats floats per slice

@@ -60,8 +60,10 @@ void vk_matmul_config(vk_backend *v)
     v->mm.cm_stages = env_u32("LLMEM_VULKAN_CM_STAGES", 0, 1, VK_CM_STAGES_MAX);
     v->mm.cm_fn = env_u32("LLMEM_VULKAN_CM_FN", 1, 1, 4); /* vk_cm_plan_make_fn */
     /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
-     * everywhere (the default: vk_mm_pick.h VK_CM_RAW_*) */
-    v->mm.cm_raw = env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_ALL, 0, 2);
+     * everywhere, 3 raw with the sum in the last slice's workgroup (vk_mm_pick.h VK_CM_RAW_*) */
+    v->mm.cm_raw = env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_DEFAULT, 0, 3);
+    /* matmul_swiglu's two tensor-core products share one split of their activations */
+    v->mm.cm_split_once = env_u32("LLMEM_VULKAN_CM_SPLIT_ONCE", VK_CM_SPLIT_ONCE, 0, 1) == 1;
     /* split-K of its <= 64-row tiles within this many workgroups (default VK_CM_WAVE, one
      * wave of the H200: 9B precise tg128 b16 16.75 -> 15.79 ms, b64 29.07 -> 26.54);
      * 0: vk_mm_split_k's 2 per SM */
@@ -198,25 +200,157 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     return st;
 }
 
-/* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows
- * of a as 2^e_r (hi + lo) f16 terms (split 2; split 1: hi only, the fast
- * mode) in a scratch buffer by cm_split.comp, then matmul_cm.comp with the
- * blocking of vk_cm_plan_make, and sum_slices.comp when K is split; with
- * the raw epilogue (vk_cm_raw_used) matmul_cm.comp stores unscaled tiles
- * to a padded partial buffer and sum_slices_cm.comp adds the slices and
- * scales the rows. *done
- * says whether it ran; it does not when a's or w's offset is not 16-byte
- * aligned (the caller falls through to matmul_rt). */
-static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
-                              llmem_ct *out, uint32_t split, bool *done)
+/* The activations of matmul_cm.comp as cm_split.comp writes them: one
+ * scratch buffer of hi [m, k] f16 (and lo, split 2) then e [m] i32. */
+typedef struct cm_terms {
+    llmem_buffer *buf;
+    uint32_t m, k, split;
+    size_t terms; /* bytes of the f16 terms (hi, lo) */
+} cm_terms;
+
+/* a[m, k] (f32) split by cm_split.comp into t->buf (allocated here; the
+ * caller frees it with vk_buffer_free once the products are recorded).
+ * *done: false (and t->buf NULL) when a's offset is not 16-byte aligned.
+ * LLMEM_E_NO_MEMORY when the scratch cannot be allocated. */
+static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, uint32_t split,
+                                 cm_terms *t, bool *done)
 {
-    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1], n = (uint32_t)w->ne[0];
+    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1];
+    *done = false;
+    *t = (cm_terms){NULL, m, k, split, (size_t)split * m * k * 2};
+    llmem_status st = vk_buffer_alloc(be, t->terms + (size_t)m * 4, &t->buf);
+    if (st != LLMEM_OK) {
+        t->buf = NULL;
+        return st;
+    }
+    t->buf->size = t->terms + (size_t)m * 4;
+    llmem_tensor tall = llmem_tensor_1d(t->buf, 0, LLMEM_DTYPE_F32, (int64_t)(t->terms / 4 + m));
+    vk_op sp;
+    vk_op_init(&sp, VK_SH_CM_SPLIT, SPLIT_WG);
+    vk_op_spec(&sp, split);
+    uint32_t ao = vk_op_tensor(v, &sp, a, false);
+    uint32_t so = vk_op_tensor(v, &sp, &tall, true);
+    if (ao % 4 != 0 || so % 4 != 0) {
+        vk_op_run(v, &sp, 0); /* gives temporaries back */
+        vk_buffer_free(be, t->buf);
+        t->buf = NULL;
+        return LLMEM_OK; /* not done: the next path */
+    }
+    vk_op_u32(&sp, m);
+    vk_op_u32(&sp, k);
+    vk_op_u32(&sp, ao / 4);
+    vk_op_u32(&sp, so);
+    vk_op_u32(&sp, (uint32_t)(so + (size_t)m * k / 2));
+    vk_op_u32(&sp, (uint32_t)(so + t->terms / 4));
+    st = vk_op_run(v, &sp, m);
+    if (st != LLMEM_OK) {
+        vk_buffer_free(be, t->buf);
+        t->buf = NULL;
+        return st;
+    }
+    *done = true;
+    return LLMEM_OK;
+}
+
+/* The first of `tiles` arrival counters of VK_CM_RAW_FUSED; 0 for tiles
+ * 0 (one slice: no counters needed). Makes and zeroes the backend's
+ * counter buffer on the first call, whatever tiles is, so that the first
+ * (eager) prefill makes it before a decode step is recorded (made inside
+ * a recording, its zeroing would be replayed with the step: redundant,
+ * not wrong, as the counters are zero between dispatches anyway).
+ * UINT32_MAX when the call cannot have counters: more tiles than
+ * VK_CM_CTR_SLOTS, or no memory for the buffer. */
+static uint32_t cm_ctr_first(llmem_backend *be, vk_backend *v, uint64_t tiles)
+{
+    if (!v->cm_ctr) {
+        llmem_buffer *b = NULL;
+        if (vk_buffer_alloc(be, VK_CM_CTR_SLOTS * 4, &b) == LLMEM_OK) {
+            b->size = VK_CM_CTR_SLOTS * 4;
+            if (vk_buffer_fill(be, b, 0, b->size, 0) == LLMEM_OK)
+                v->cm_ctr = b;
+            else
+                vk_buffer_free(be, b);
+        }
+    }
+    if (tiles == 0)
+        return 0;
+    if (!v->cm_ctr)
+        return UINT32_MAX;
+    return vk_cm_ctr_take(&v->cm_ctr_next, tiles, VK_CM_CTR_SLOTS);
+}
+
+/* The pass after a matmul_cm.comp dispatch that adds its split-K slices
+ * (cm_product); kind CM_SUM_NONE when there is none. Owns part. */
+enum { CM_SUM_NONE, CM_SUM_RAW, CM_SUM_SCALED };
+typedef struct cm_sum {
+    int kind;             /* CM_SUM_RAW: sum_slices_cm.comp; CM_SUM_SCALED: sum_slices.comp */
+    llmem_buffer *part;   /* the partial buffer (NULL: none) */
+    llmem_tensor pt, te, out;
+    uint32_t m, n, ldp, slices, pslice;
+} cm_sum;
+
+/* Records the pass *s describes (nothing for CM_SUM_NONE, or when run is
+ * false: an earlier failure) and frees its partial buffer. */
+static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool run)
+{
+    llmem_status st = LLMEM_OK;
+    size_t count = (size_t)s->m * s->n;
+    if (run && s->kind == CM_SUM_RAW) {
+        vk_op sum;
+        vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
+        uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
+        uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
+        uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
+        vk_op_u32(&sum, s->m);
+        vk_op_u32(&sum, s->n);
+        vk_op_u32(&sum, s->ldp);
+        vk_op_u32(&sum, s->slices);
+        vk_op_u32(&sum, s->pslice);
+        vk_op_u32(&sum, po);
+        vk_op_u32(&sum, o2);
+        vk_op_u32(&sum, e2);
+        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    } else if (run && s->kind == CM_SUM_SCALED) {
+        vk_op sum;
+        vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
+        uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
+        uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
+        vk_op_u32(&sum, (uint32_t)count);
+        vk_op_u32(&sum, s->slices);
+        vk_op_u32(&sum, po);
+        vk_op_u32(&sum, o2);
+        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    }
+    if (s->part)
+        vk_buffer_free(be, s->part);
+    s->part = NULL;
+    s->kind = CM_SUM_NONE;
+    return st;
+}
+
+/* out = a · wᵀ on tensor cores from the terms of a (cm_split_run):
+ * matmul_cm.comp with the blocking of vk_cm_plan_make, then, by the
+ * epilogue (vk_cm_raw_used, $LLMEM_VULKAN_CM_RAW): sum_slices.comp when K
+ * is split (scaled epilogue), sum_slices_cm.comp (raw tiles to a padded
+ * partial buffer, slices added and rows scaled there), or nothing
+ * (VK_CM_RAW_FUSED where K is split: the last slice of each tile sums in
+ * matmul_cm.comp). With later non-NULL that pass is not recorded but
+ * described in *later (caller-owned; it records it with cm_sum_run once
+ * it has recorded other independent work, which may then run beside this
+ * product); tm->buf must stay allocated until then. *done says whether it
+ * ran; it does not when w's offset is not 16-byte aligned (the caller
+ * falls through to matmul_rt). LLMEM_E_NO_MEMORY: no partial buffer. */
+static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
+                               llmem_ct *out, cm_sum *later, bool *done)
+{
+    uint32_t m = tm->m, k = tm->k, n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
     vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
                        v->mm.cm_fn, &pl);
     vk_cm_plan_wave(&pl, k, v->mm.cm_wave);
-    size_t terms = (size_t)split * m * k * 2, count = (size_t)m * n;
+    size_t count = (size_t)m * n;
+    uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
     bool raw = vk_cm_raw_used(v->mm.cm_raw, &pl);
     uint32_t ldp = n;
     uint64_t pslice = count; /* floats per slice of the partial buffer */
@@ -227,11 +361,15 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
         ldp = n;
         pslice = count;
     }
-    llmem_buffer *sbuf = NULL, *part = NULL;
-    llmem_status st = vk_buffer_alloc(be, terms + (size_t)m * 4, &sbuf);
-    if (st != LLMEM_OK)
-        return st;
-    sbuf->size = terms + (size_t)m * 4;
+    uint32_t ctr = UINT32_MAX; /* first counter: the fused sum */
+    if (raw && v->mm.cm_raw == VK_CM_RAW_FUSED) {
+        /* (called at one slice too, so that the counters are made by the first prefill) */
+        uint32_t c = cm_ctr_first(be, v, pl.slices > 1 ? tiles : 0);
+        if (pl.slices > 1)
+            ctr = c;
+    }
+    llmem_buffer *part = NULL;
+    llmem_status st = LLMEM_OK;
     if (pl.slices > 1 || raw) {
         size_t bytes = (size_t)pl.slices * pslice * 4;
         st = vk_buffer_alloc(be, bytes, &part);
@@ -241,45 +379,48 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
             pslice = count;
             st = LLMEM_OK;
         } else if (st != LLMEM_OK) {
-            goto out;
+            return st;
         } else {
             part->size = bytes;
         }
     }
-    llmem_tensor th = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4));
-    llmem_tensor te = llmem_tensor_1d(sbuf, terms, LLMEM_DTYPE_I32, m);
-    llmem_tensor tall = llmem_tensor_1d(sbuf, 0, LLMEM_DTYPE_F32, (int64_t)(terms / 4 + m));
-    llmem_tensor pt =
-        part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)(pl.slices * pslice)) : *out;
-    vk_op mm, sp;
+    bool fused = raw && ctr != UINT32_MAX;
+    cm_sum sum = {CM_SUM_NONE, part, {0}, {0}, *out, m, n, ldp, pl.slices, (uint32_t)pslice};
+    sum.te = llmem_tensor_1d(tm->buf, tm->terms, LLMEM_DTYPE_I32, m);
+    sum.pt = part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)(pl.slices * pslice)) : *out;
+    if (raw && !fused)
+        sum.kind = CM_SUM_RAW;
+    else if (part && !raw)
+        sum.kind = CM_SUM_SCALED;
+    llmem_tensor th = llmem_tensor_1d(tm->buf, 0, LLMEM_DTYPE_F32, (int64_t)(tm->terms / 4));
+    vk_op mm;
     vk_op_init(&mm, VK_SH_MATMUL_CM, VK_CM_WG);
     vk_op_spec(&mm, (uint32_t)w->dtype);
     vk_op_spec(&mm, pl.sgm);
     vk_op_spec(&mm, pl.fm);
     vk_op_spec(&mm, pl.fn);
-    vk_op_spec(&mm, split);
+    vk_op_spec(&mm, tm->split);
     vk_op_spec(&mm, pl.bk);
     vk_op_spec(&mm, pl.stages);
-    vk_op_spec(&mm, raw);
+    vk_op_spec(&mm, fused ? 2 : raw);
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);
-    uint32_t oo = vk_op_tensor(v, &mm, &pt, true);
-    uint32_t eo = vk_op_tensor(v, &mm, &te, false);
-    vk_op_init(&sp, VK_SH_CM_SPLIT, SPLIT_WG);
-    vk_op_spec(&sp, split);
-    uint32_t ao = vk_op_tensor(v, &sp, a, false);
-    uint32_t so = vk_op_tensor(v, &sp, &tall, true);
-    if (ao % 4 != 0 || wo % 8 != 0 || ho % 4 != 0 || so % 4 != 0) {
-        vk_op_run(v, &sp, 0); /* gives temporaries back */
-        vk_op_run(v, &mm, 0);
-        goto out; /* not done: the next path */
+    uint32_t oo = vk_op_tensor(v, &mm, &sum.pt, true);
+    uint32_t eo = vk_op_tensor(v, &mm, &sum.te, false);
+    uint32_t fo = 0, co = 0;
+    if (fused) {
+        fo = vk_op_tensor(v, &mm, out, true);
+        llmem_tensor tc =
+            llmem_tensor_1d(v->cm_ctr, (size_t)ctr * 4, LLMEM_DTYPE_I32, (int64_t)tiles);
+        co = vk_op_tensor(v, &mm, &tc, true);
     }
-    vk_op_u32(&sp, m);
-    vk_op_u32(&sp, k);
-    vk_op_u32(&sp, ao / 4);
-    vk_op_u32(&sp, so);
-    vk_op_u32(&sp, (uint32_t)(so + (size_t)m * k / 2));
-    vk_op_u32(&sp, (uint32_t)(so + terms / 4));
+    /* (the fused sum reads the partial buffer as vec4s: oo is 0 for the
+     * fresh 256-byte aligned allocation, so its check never fails in practice) */
+    if (wo % 8 != 0 || ho % 4 != 0 || (fused && oo % 4 != 0)) {
+        vk_op_run(v, &mm, 0); /* gives temporaries back */
+        cm_sum_run(be, v, &sum, false);
+        return LLMEM_OK; /* not done: the next path */
+    }
     vk_op_u32(&mm, m);
     vk_op_u32(&mm, n);
     vk_op_u32(&mm, k);
@@ -294,42 +435,35 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     vk_op_u32(&mm, (uint32_t)pslice);
     vk_op_u32(&mm, pl.tiles_m * pl.tiles_n * pl.slices);
     vk_op_u32(&mm, ldp);
-    st = vk_op_run(v, &sp, m);
-    if (st == LLMEM_OK)
-        st = vk_op_run(v, &mm, (uint64_t)pl.tiles_m * pl.tiles_n * pl.slices);
-    else
-        vk_op_run(v, &mm, 0);
-    if (st == LLMEM_OK && raw) {
-        vk_op sum;
-        vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
-        uint32_t po = vk_op_tensor(v, &sum, &pt, false);
-        uint32_t o2 = vk_op_tensor(v, &sum, out, true);
-        uint32_t e2 = vk_op_tensor(v, &sum, &te, false);
-        vk_op_u32(&sum, m);
-        vk_op_u32(&sum, n);
-        vk_op_u32(&sum, ldp);
-        vk_op_u32(&sum, pl.slices);
-        vk_op_u32(&sum, (uint32_t)pslice);
-        vk_op_u32(&sum, po);
-        vk_op_u32(&sum, o2);
-        vk_op_u32(&sum, e2);
-        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
-    } else if (st == LLMEM_OK && part) {
-        vk_op sum;
-        vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
-        uint32_t po = vk_op_tensor(v, &sum, &pt, false);
-        uint32_t o2 = vk_op_tensor(v, &sum, out, true);
-        vk_op_u32(&sum, (uint32_t)count);
-        vk_op_u32(&sum, pl.slices);
-        vk_op_u32(&sum, po);
-        vk_op_u32(&sum, o2);
-        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    vk_op_u32(&mm, fo);
+    vk_op_u32(&mm, co);
+    st = vk_op_run(v, &mm, (uint64_t)pl.tiles_m * pl.tiles_n * pl.slices);
+    if (st == LLMEM_OK && later) {
+        *later = sum; /* its pass and partial buffer go to the caller */
+        *done = true;
+        return LLMEM_OK;
     }
+    llmem_status st2 = cm_sum_run(be, v, &sum, st == LLMEM_OK);
+    if (st == LLMEM_OK)
+        st = st2;
     *done = st == LLMEM_OK;
-out:
-    if (part)
-        vk_buffer_free(be, part);
-    vk_buffer_free(be, sbuf);
+    return st;
+}
+
+/* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows
+ * of a as 2^e_r (hi + lo) f16 terms (split 2; split 1: hi only, the fast
+ * mode) by cm_split_run, then cm_product. *done says whether it ran; it
+ * does not when a's or w's offset is not 16-byte aligned (the caller
+ * falls through to matmul_rt). */
+static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
+                              llmem_ct *out, uint32_t split, bool *done)
+{
+    cm_terms t;
+    llmem_status st = cm_split_run(be, v, a, split, &t, done);
+    if (st != LLMEM_OK || !*done)
+        return st;
+    st = cm_product(be, v, &t, w, out, NULL, done);
+    vk_buffer_free(be, t.buf);
     return st;
 }
 
@@ -393,7 +527,12 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
     if (done || st != LLMEM_OK)
         return st;
     /* Other shapes and dtypes: two matmuls into a temporary, then SwiGLU
-     * (the temporary may be freed with the work recorded: see vk_buffer_free). */
+     * (the temporary may be freed with the work recorded: see vk_buffer_free).
+     * On tensor cores both products read one split of a (cm_split_run once:
+     * $LLMEM_VULKAN_CM_SPLIT_ONCE), and their slice sums are recorded after
+     * both products, so that nothing orders the two products (independent:
+     * the hazard tracker puts no barrier between them); a product that
+     * cannot take the split (w unaligned) goes the usual way. */
     size_t half = (size_t)a->ne[0] * (size_t)gate->ne[0] * 4;
     llmem_buffer *tmp = NULL;
     if ((st = vk_buffer_alloc(be, 2 * half, &tmp)) != LLMEM_OK)
@@ -401,8 +540,26 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
     tmp->size = 2 * half;
     llmem_tensor g = llmem_tensor_2d(tmp, 0, LLMEM_DTYPE_F32, a->ne[0], gate->ne[0]);
     llmem_tensor u = llmem_tensor_2d(tmp, half, LLMEM_DTYPE_F32, a->ne[0], gate->ne[0]);
-    st = vk_op_matmul(be, a, gate, &g);
-    if (st == LLMEM_OK)
+    uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1];
+    bool g_done = false, u_done = false;
+    if (v->mm.cm_split_once && m > MV_MAX && gate->dtype == up->dtype &&
+        vk_mm_pick(&v->mm, m, k, gate->dtype) == VK_MM_COOPMAT) {
+        cm_terms t;
+        st = cm_split_run(be, v, a, 2, &t, &done);
+        if (st == LLMEM_OK && done) {
+            cm_sum sg = {.kind = CM_SUM_NONE}, su = {.kind = CM_SUM_NONE};
+            st = cm_product(be, v, &t, gate, &g, &sg, &g_done);
+            if (st == LLMEM_OK)
+                st = cm_product(be, v, &t, up, &u, &su, &u_done);
+            llmem_status s1 = cm_sum_run(be, v, &sg, st == LLMEM_OK);
+            llmem_status s2 = cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
+            st = st != LLMEM_OK ? st : s1 != LLMEM_OK ? s1 : s2;
+            vk_buffer_free(be, t.buf);
+        }
+    }
+    if (st == LLMEM_OK && !g_done)
+        st = vk_op_matmul(be, a, gate, &g);
+    if (st == LLMEM_OK && !u_done)
         st = vk_op_matmul(be, a, up, &u);
     if (st == LLMEM_OK)
         st = vk_op_swiglu(be, &g, &u, out);

@@ -375,6 +375,8 @@ static void vk_destroy(llmem_backend *be)
     if (!v)
         return;
     if (v->dev) {
+        if (v->cm_ctr)
+            vk_buffer_free(be, v->cm_ctr);
         vk_cmd_finish(v);
         v->vk.vkDestroyDevice(v->dev, NULL);
     }

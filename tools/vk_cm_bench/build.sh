@@ -154,6 +154,28 @@ matmul_cm gemm 512 4096 4096 256 2 4 2 1 32 3 1
 matmul_cm gemm 512 4096 4096 256 2 4 2 1 32 1 1
 matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1 0
 L
+# the sum of the split-K slices in the shader (RAW 2, LLMEM_VULKAN_CM_RAW=3) against the raw
+# tiles alone (RAW 1, whose sum_slices_cm pass is not timed here) at the plugin's plans (one
+# wave: 4 slices at 16/64 x 4096 x 4096, 1 at 64 x 14336; OUT/fused)
+F=$OUT/fused
+mkdir -p "$F"
+cp "$OUT/nv/matmul_cm.spv" "$F/"
+cat > "$F/list.txt" <<'L'
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 4 1
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 4 2
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3 4 1
+matmul_cm gemm 16 4096 4096 256 1 1 1 2 64 3 4 2
+matmul_cm gemm 64 14336 4096 256 1 4 1 2 64 1 1 1
+matmul_cm gemm 64 14336 4096 256 1 4 1 2 64 1 1 2
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 8 1
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 8 2
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1 1
+matmul_cm gemm 512 4096 4096 256 2 4 2 2 32 1 1 2
+matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32 1 1 1
+matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32 1 1 2
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 4 1
+matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 4 2
+L
 if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/khr"
     shaders khr "$OUT/khr" $GLSLANG_KHR

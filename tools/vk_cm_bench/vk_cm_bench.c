@@ -16,7 +16,9 @@
  *                                    BK, STAGES: 1 when not given, RAW: 0
  *                                    when not given; RAW 1: the output is the
  *                                    padded partial buffer of
- *                                    vk_cm_raw_layout), split-K as
+ *                                    vk_cm_raw_layout; RAW 2: that, summed
+ *                                    into binding 4 by the last slice of
+ *                                    each tile), split-K as
  *                                    vk_mm_split_k, or into SLICES slices
  *                                    when given and not 0; K must be 4096
  *                                    and M <= 2048, N <= 14336
@@ -71,8 +73,12 @@ typedef struct khr_cm_feat {
 } khr_cm_feat;
 typedef VkResult (*khr_props_fn)(VkPhysicalDevice, uint32_t *, khr_cm_props *);
 
-enum { B_W, B_A, B_O, B_E, B_STAGE, N_BUF };
-static const VkDeviceSize buf_size[N_BUF] = {128u << 20, 64u << 20, 512u << 20, 1u << 20, 512u << 20};
+/* bindings 0-5 (matmul_cm.comp's: weights, activations, out or partial, exponents, final out
+ * and arrival counters of RAW 2), then the host-visible staging buffer */
+enum { B_W, B_A, B_O, B_E, B_F, B_C, B_STAGE, N_BUF };
+#define N_BIND 6
+static const VkDeviceSize buf_size[N_BUF] = {128u << 20, 64u << 20, 512u << 20, 1u << 20,
+                                             128u << 20, 1u << 20, 512u << 20};
 
 static struct {
     VkPhysicalDevice pd;
@@ -403,9 +409,9 @@ static int setup(void)
     CK(vkCreateDevice(g.pd, &dci, NULL, &g.dev)); /* queue family 0 computes on NVIDIA and lavapipe */
     vkGetDeviceQueue(g.dev, 0, 0, &g.q);
 
-    VkDescriptorSetLayoutBinding b[4];
-    VkDescriptorBufferInfo dbi[4];
-    VkWriteDescriptorSet wr[4];
+    VkDescriptorSetLayoutBinding b[N_BIND];
+    VkDescriptorBufferInfo dbi[N_BIND];
+    VkWriteDescriptorSet wr[N_BIND];
     for (int i = 0; i < N_BUF; i++) {
         VkBufferCreateInfo bci = {VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, NULL, 0, buf_size[i],
                                   VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
@@ -434,21 +440,21 @@ static int setup(void)
     CK(vkCreateCommandPool(g.dev, &cpi, NULL, &g.pool));
     VkQueryPoolCreateInfo qpi = {VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO, NULL, 0, VK_QUERY_TYPE_TIMESTAMP, 2, 0};
     CK(vkCreateQueryPool(g.dev, &qpi, NULL, &g.qp));
-    VkDescriptorSetLayoutCreateInfo li = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, NULL, 0, 4, b};
+    VkDescriptorSetLayoutCreateInfo li = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, NULL, 0, N_BIND, b};
     CK(vkCreateDescriptorSetLayout(g.dev, &li, NULL, &g.dsl));
     VkPushConstantRange pcr = {VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
     VkPipelineLayoutCreateInfo pli = {VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, NULL, 0, 1, &g.dsl, 1, &pcr};
     CK(vkCreatePipelineLayout(g.dev, &pli, NULL, &g.pl));
-    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 4};
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, N_BIND};
     VkDescriptorPoolCreateInfo dpi = {VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, NULL, 0, 1, 1, &ps};
     VkDescriptorPool dp;
     CK(vkCreateDescriptorPool(g.dev, &dpi, NULL, &dp));
     VkDescriptorSetAllocateInfo dai = {VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, NULL, dp, 1, &g.dsl};
     CK(vkAllocateDescriptorSets(g.dev, &dai, &g.ds));
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_BIND; i++)
         wr[i] = (VkWriteDescriptorSet){VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, NULL, g.ds, (uint32_t)i, 0, 1,
                                        VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, NULL, &dbi[i], NULL};
-    vkUpdateDescriptorSets(g.dev, 4, wr, 0, NULL);
+    vkUpdateDescriptorSets(g.dev, N_BIND, wr, 0, NULL);
     return 0;
 }
 
@@ -498,6 +504,7 @@ static int inputs(void)
     copy(B_STAGE, B_A, (size_t)AM * KK * 4);
     memset(g.stage, 0, 1u << 20);
     copy(B_STAGE, B_E, 1u << 20);
+    copy(B_STAGE, B_C, 1u << 20); /* RAW 2's counters start at zero */
     return 0;
 }
 
@@ -512,7 +519,7 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         slices = (k + ks - 1) / ks;
     }
     uint32_t raw = v[11], ldp = raw ? tn * bn : n, ss = raw ? tm * bm * ldp : m * n;
-    uint32_t pc[14] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, ss, tm * tn * slices, ldp};
+    uint32_t pc[16] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, ss, tm * tn * slices, ldp, 0, 0};
     size_t out_bytes = (size_t)slices * ss * 4;
     if (out_bytes > buf_size[B_O] || out_bytes > buf_size[B_STAGE]) {
         printf("%-24s output of %zu bytes too large\n", name, out_bytes);
@@ -526,7 +533,11 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         double s = timed(pipe, pc, sizeof pc, tm * tn * slices, 20);
         best = s < best ? s : best;
     }
-    copy(B_O, B_STAGE, out_bytes);
+    bool fused = raw == 2; /* the final out, summed in the shader */
+    if (fused)
+        copy(B_F, B_STAGE, (size_t)m * n * 4);
+    else
+        copy(B_O, B_STAGE, out_bytes);
     const float *o = (const float *)g.stage;
     double err = 0, big = 0;
     for (uint32_t t = 0; t < 64; t++) {
@@ -534,8 +545,10 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         double ref = 0, got = 0;
         for (uint32_t c = 0; c < k; c++)
             ref += (double)f16_value(a_host[(size_t)i * KK + c]) * bf16_value(w_host[(size_t)j * KK + c]);
-        for (uint32_t s = 0; s < slices; s++)
+        for (uint32_t s = 0; s < slices && !fused; s++)
             got += o[(size_t)s * ss + (size_t)i * ldp + j];
+        if (fused)
+            got = o[(size_t)i * n + j];
         err = fmax(err, fabs(got - ref));
         big = fmax(big, fabs(ref));
     }
