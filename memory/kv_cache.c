@@ -696,6 +696,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
                    p->n_pages, p->n_seq_max);
         goto fail;
     }
+    kv_rows_setup(kv);
     int64_t host_bytes = p->host_tier_bytes;
     const char *mb = getenv("LLMEM_HOST_TIER_MB");
     if (host_bytes <= 0 && mb && atoll(mb) > 0)

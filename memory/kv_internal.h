@@ -100,7 +100,9 @@ typedef struct kv_cache {
                             * !shift_pending: kv_page_shifted) */
     bool shift_pending;
     /* Device index buffer: the page rows at element 0, then the plan's
-     * tables from element idx_rows (idx_rows >= rows.n). */
+     * tables from element idx_rows (idx_rows >= rows.n). On a host-visible
+     * backend the rows are its memory (page_rows_share, kv_rows_grow):
+     * rows.v points into it and rows.cap == idx_rows. */
     llmem_buffer *idx;
     int32_t idx_rows;
     page_rows rows;
@@ -180,6 +182,12 @@ static inline bool kv_page_shifted(const kv_cache *kv, int32_t p)
     return kv->shift_pending && kv->page_shift[p];
 }
 
+/* kv_table.c: at creation, puts the rows into the index buffer itself
+ * (page_rows_share, kv_rows_grow) when the backend's buffers are host
+ * memory: the views then read the entries a step writes, with no host copy
+ * and no upload (one scattered line per sequence and step fewer in pages
+ * of 1). */
+void kv_rows_setup(kv_cache *kv);
 /* kv_table.c: gives s's page table room for n entries (its row grows:
  * entries kept, every table re-pointed if the row table moved). Returns
  * false on host allocation failure, with nothing changed. */
@@ -293,6 +301,9 @@ static inline int32_t swa_skip(const kv_cache *kv, const kv_seq *s)
 }
 
 /* kv_plan.c */
+/* page_rows.share_grow of a KV cache whose rows live in its host-visible
+ * index buffer (ctx: the kv_cache): a new buffer with room for cap rows. */
+bool kv_rows_grow(void *ctx, page_rows *r, int64_t cap);
 llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
                                 size_t err_len);
 llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,

@@ -152,31 +152,68 @@ static int32_t pages_after(const kv_cache *kv, const llmem_plan *plan, int32_t s
     return kv->seqs[s].pages.n + plan->n_cached[s] / kv->p.page_size + need[s];
 }
 
+/* Replaces the device index buffer by one whose first r entries hold the
+ * rows and the next `plan` the plan's tables. Allocated before the old one is
+ * freed: failure changes nothing. A mirrored table is uploaded whole at
+ * the next upload; a shared one (page_rows_share) moves into the new
+ * buffer with its entries, the new ones -1, and every page table is
+ * re-pointed. */
+static llmem_status idx_alloc(kv_cache *kv, int64_t r, int64_t plan)
+{
+    if (kv->rows.share_grow && r < kv->rows.cap) /* shared rows never shrink */
+        r = kv->rows.cap;
+    int64_t want = r + plan;
+    if (want > INT32_MAX || plan < 0)
+        return LLMEM_E_INVALID;
+    llmem_buffer *nb = NULL;
+    llmem_status st = llmem_buffer_alloc(kv->base.backend, (size_t)want * sizeof(int32_t), &nb);
+    if (st != LLMEM_OK)
+        return st;
+    int32_t *host = llmem_buffer_host_ptr(nb);
+    /* host-visible (the cpu backend): rows are written at scattered
+     * offsets every step, better on huge pages (advice only) */
+    seq_heap_advise(host, (size_t)want * sizeof(int32_t));
+    page_rows *pr = &kv->rows;
+    if (pr->share_grow) {
+        if (!host) {
+            llmem_buffer_free(nb);
+            return LLMEM_E_STATE;
+        }
+        if (pr->cap > 0)
+            memcpy(host, pr->v, (size_t)pr->cap * sizeof *host);
+        for (int64_t i = pr->cap; i < r; i++)
+            host[i] = -1;
+        pr->v = host;
+        pr->cap = (int32_t)r;
+        kv_pt_repoint(kv);
+    } else {
+        pr->full = true;
+    }
+    llmem_buffer_free(kv->idx);
+    kv->idx = nb;
+    kv->idx_rows = (int32_t)r;
+    return LLMEM_OK;
+}
+
 /* Makes the device index buffer hold the rows (rows_n entries) and then
- * elems plan entries. A new buffer is allocated before the old one is
- * freed (failure changes nothing) and gets the whole table at the next
- * upload. */
+ * elems plan entries (idx_alloc when it does not). */
 static llmem_status idx_fit(kv_cache *kv, int64_t rows_n, int64_t elems)
 {
     size_t have = kv->idx ? llmem_buffer_size(kv->idx) / sizeof(int32_t) : 0;
     if (kv->idx && rows_n <= kv->idx_rows && (size_t)(kv->idx_rows + elems) <= have)
         return LLMEM_OK;
     int64_t r = rows_n <= kv->idx_rows ? kv->idx_rows : rows_n + rows_n / 4 + 1024;
-    int64_t want = r + elems + elems / 2 + 1024;
-    if (want > INT32_MAX)
-        return LLMEM_E_INVALID;
-    llmem_buffer *nb = NULL;
-    llmem_status st = llmem_buffer_alloc(kv->base.backend, (size_t)want * sizeof(int32_t), &nb);
-    if (st != LLMEM_OK)
-        return st;
-    /* host-visible (the cpu backend): rows are written at scattered
-     * offsets every step, better on huge pages (advice only) */
-    seq_heap_advise(llmem_buffer_host_ptr(nb), (size_t)want * sizeof(int32_t));
-    llmem_buffer_free(kv->idx);
-    kv->idx = nb;
-    kv->idx_rows = (int32_t)r;
-    kv->rows.full = true;
-    return LLMEM_OK;
+    return idx_alloc(kv, r, elems + elems / 2 + 1024);
+}
+
+bool kv_rows_grow(void *ctx, page_rows *r, int64_t cap)
+{
+    kv_cache *kv = ctx;
+    (void)r; /* &kv->rows */
+    /* the plan tables' room stays as it was */
+    int64_t plan = kv->idx ? (int64_t)(llmem_buffer_size(kv->idx) / sizeof(int32_t)) - kv->idx_rows
+                           : 1024;
+    return idx_alloc(kv, cap, plan) == LLMEM_OK;
 }
 
 /* Decode steps touch one page per sequence, the last of its table (kept

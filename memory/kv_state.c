@@ -191,7 +191,14 @@ static bool kv_state_read_reserve(kv_cache *kv, int32_t seq, const kv_tmp *t)
             return false;
         rows += page_rows_cost(np);
     }
-    return seq >= 0 || page_rows_reserve(&kv->rows, rows);
+    if (seq >= 0)
+        return true;
+    const int32_t *old = kv->rows.v;
+    if (!page_rows_reserve(&kv->rows, rows))
+        return false;
+    if (kv->rows.v != old) /* the table moved: the page tables live in it */
+        kv_pt_repoint(kv);
+    return true;
 }
 
 llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_reader *r,

@@ -2,7 +2,24 @@
  * the page-row table (kv_internal.h kv_pt, memory/page_rows.h): growing a
  * table (its row), re-pointing the tables when the row table moves, and
  * dropping entries. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "memory/kv_internal.h"
+
+void kv_rows_setup(kv_cache *kv)
+{
+    /* Except with a sliding window, whose commit writes -1 into entries
+     * that the plan's later ubatches may still show (a mirror keeps them
+     * from the device until the next plan), and with LLMEM_KV_ROW_MIRROR=1
+     * (a host copy and uploads, as on a GPU: lets the cpu backend test
+     * that path). */
+    llmem_backend_info bi;
+    const char *mirror = getenv("LLMEM_KV_ROW_MIRROR");
+    if (kv->p.window == 0 && !(mirror && strcmp(mirror, "1") == 0) &&
+        llmem_backend_get_info(kv->base.backend, &bi) == LLMEM_OK && bi.host_visible)
+        page_rows_share(&kv->rows, kv_rows_grow, kv);
+}
 
 bool kv_pt_fit(kv_cache *kv, kv_seq *s, int32_t n)
 {

@@ -45,9 +45,19 @@ int64_t page_rows_cost(int32_t n)
     return page_rows_class_cap(class_grow(n));
 }
 
+void page_rows_share(page_rows *r, bool (*grow)(void *ctx, page_rows *r, int64_t cap),
+                     void *ctx)
+{
+    r->share_grow = grow;
+    r->share_ctx = ctx;
+    r->full = false;
+    r->pend.n = 0;
+}
+
 void page_rows_finish(page_rows *r)
 {
-    free(r->v);
+    if (!r->share_grow) /* shared storage belongs to its buffer */
+        free(r->v);
     for (int32_t c = 0; c < PAGE_ROWS_CLASSES; c++)
         i32vec_free(&r->free_rows[c]);
     i32vec_free(&r->pend);
@@ -64,6 +74,8 @@ static bool grow(page_rows *r, int64_t need)
         return false;
     int64_t ncap = r->cap + r->cap / 4 + 4096; /* 1.25x: the table can be GBs */
     ncap = ncap < need ? need : ncap > INT32_MAX ? INT32_MAX : ncap;
+    if (r->share_grow)
+        return r->share_grow(r->share_ctx, r, ncap);
     /* a decode step touches one entry of every row: with thousands of long
      * rows, 4 KiB pages would cost a TLB miss each. The new array is
      * advised before the old contents are copied in (a realloc would copy,
@@ -86,7 +98,7 @@ static bool grow(page_rows *r, int64_t need)
 static void note(page_rows *r, int32_t at, int32_t n)
 {
     i32vec *l = &r->pend;
-    if (r->full || n <= 0)
+    if (r->full || r->share_grow || n <= 0)
         return;
     if (l->n >= 2 && l->v[l->n - 2] <= at && at <= l->v[l->n - 2] + l->v[l->n - 1]) {
         int32_t end = at + n > l->v[l->n - 2] + l->v[l->n - 1] ? at + n
@@ -160,7 +172,7 @@ void page_rows_reset(page_rows *r)
         r->free_rows[c].n = 0;
     r->n = 0;
     r->pend.n = 0;
-    r->full = true;
+    r->full = !r->share_grow;
 }
 
 void page_rows_write(page_rows *r, int32_t at, const int32_t *v, int32_t n)
@@ -178,6 +190,8 @@ void page_rows_note(page_rows *r, int32_t at, int32_t n)
 
 bool page_rows_pending_in(const page_rows *r, int32_t lo, int32_t hi)
 {
+    if (r->share_grow)
+        return false;
     if (r->full)
         return hi > lo;
     for (int32_t i = 0; i < r->pend.n; i += 2)
@@ -262,6 +276,8 @@ llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf)
 {
     llmem_status st = LLMEM_OK;
     i32vec *l = &r->pend;
+    if (r->share_grow)
+        return r->n == 0 || llmem_buffer_host_ptr(buf) == (void *)r->v ? LLMEM_OK : LLMEM_E_STATE;
     if (r->full) {
         st = upload_run(r, buf, 0, r->n);
     } else if (l->n > 0) {
@@ -289,6 +305,8 @@ llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf)
 
 bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, size_t err_len)
 {
+    if (r->share_grow)
+        return page_rows_check_device_upto(r, buf, r->n, err, err_len);
     if (r->full || r->n == 0)
         return true;
     if (!buf || llmem_buffer_size(buf) < (size_t)r->n * sizeof(int32_t)) {
@@ -301,6 +319,13 @@ bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, si
 bool page_rows_check_device_upto(const page_rows *r, llmem_buffer *buf, int32_t n_dev, char *err,
                                  size_t err_len)
 {
+    if (r->share_grow) {
+        if (r->n == 0 || (buf && llmem_buffer_host_ptr(buf) == (void *)r->v &&
+                          llmem_buffer_size(buf) >= (size_t)r->cap * sizeof(int32_t)))
+            return true;
+        llmem_errf(err, err_len, "page rows: shared table is not the index buffer's memory");
+        return false;
+    }
     if (r->full || r->n == 0 || !buf)
         return true; /* nothing on the device yet, or all of it waits for an upload */
     size_t cmp = llmem_buffer_size(buf) / sizeof(int32_t);

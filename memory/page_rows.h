@@ -48,9 +48,25 @@ typedef struct page_rows {
      * llmem_buffer_upload_ranges in one call */
     size_t *run_off, *run_len;
     int32_t n_runs, run_cap;
+    /* Shared storage (page_rows_share), NULL otherwise: v is not a block
+     * of this table's own but the host memory of a host-visible device
+     * buffer, which share_grow replaces by a larger one (v's first cap
+     * entries kept, the new ones -1, then v and cap set; false when out of
+     * memory, nothing changed). The device then reads what the host
+     * writes: nothing is recorded, nothing uploaded. */
+    bool (*share_grow)(void *ctx, struct page_rows *r, int64_t cap);
+    void *share_ctx;
 } page_rows;
 
 void page_rows_finish(page_rows *r);
+/* Puts an empty table (nothing allocated yet) into shared storage: from
+ * now on grow(ctx, r, cap) provides v (see page_rows.share_grow). For a
+ * device whose buffers are host memory (llmem_backend_info.host_visible):
+ * a decode step in pages of 1 then writes each row's new entry once, into
+ * the memory the views read, instead of into a host copy and then, at the
+ * upload, a second scattered line. */
+void page_rows_share(page_rows *r, bool (*grow)(void *ctx, page_rows *r, int64_t cap),
+                     void *ctx);
 /* Entries of size class c. */
 int32_t page_rows_class_cap(int32_t c);
 /* Entries the table would use if a row of at least n entries were taken
@@ -87,7 +103,7 @@ static inline void page_rows_write1(page_rows *r, int32_t at, int32_t v)
 {
     r->v[at] = v;
     i32vec *l = &r->pend;
-    if (r->full)
+    if (r->full || r->share_grow)
         return;
     if (l->n >= 2 && l->v[l->n - 2] + l->v[l->n - 1] == at) {
         l->v[l->n - 1]++;
@@ -101,17 +117,20 @@ static inline void page_rows_write1(page_rows *r, int32_t at, int32_t v)
 /* Whether writes wait for an upload. */
 static inline bool page_rows_pending(const page_rows *r)
 {
-    return r->full || r->pend.n > 0;
+    return !r->share_grow && (r->full || r->pend.n > 0);
 }
 /* Uploads the entries written since the last upload (everything when
  * full) to buf at byte 0, in one llmem_buffer_upload_ranges call (one
  * llmem_buffer_upload per run when the run list cannot grow): the ranges
  * in table order (sorted unless they were written in ascending or
  * descending order already), those at most PAGE_ROWS_GAP entries apart
- * merged into one run. On failure the next upload sends everything. */
+ * merged into one run. On failure the next upload sends everything. In
+ * shared storage nothing is sent: buf's host memory must be r->v
+ * (LLMEM_E_STATE otherwise). */
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
 /* Checks that the device copy equals the host's on every entry not
- * waiting for an upload (O(table size); for llmem_memory_check). */
+ * waiting for an upload (O(table size); for llmem_memory_check). In shared
+ * storage, that buf's host memory is the table (O(1)). */
 bool page_rows_check_device(const page_rows *r, llmem_buffer *buf, char *err, size_t err_len);
 /* page_rows_check_device over the first n_dev entries only (the rows a
  * device buffer sized before later rows were taken holds; the rest wait

@@ -299,6 +299,118 @@ START_TEST(test_row_tails_spread_over_sets)
 }
 END_TEST
 
+/* Shared storage (page_rows_share): the table lives in a cpu buffer that
+ * the grow callback replaces (entries kept, the new ones -1); writes are
+ * recorded nowhere, the buffer's memory equals a reference array the test
+ * writes itself after every step, the upload sends nothing and accepts
+ * only that buffer, a callback that fails changes nothing. */
+typedef struct shared_fx {
+    llmem_backend *be;
+    llmem_buffer *buf;
+    int32_t grows;
+    bool fail;
+} shared_fx;
+
+static bool shared_grow(void *ctx, page_rows *r, int64_t cap)
+{
+    shared_fx *x = ctx;
+    llmem_buffer *nb = NULL;
+    if (x->fail || llmem_buffer_alloc(x->be, (size_t)cap * sizeof(int32_t), &nb) != LLMEM_OK)
+        return false;
+    int32_t *h = llmem_buffer_host_ptr(nb);
+    for (int64_t i = 0; i < cap; i++)
+        h[i] = i < r->cap ? r->v[i] : -1;
+    llmem_buffer_free(x->buf);
+    x->buf = nb;
+    r->v = h;
+    r->cap = (int32_t)cap;
+    x->grows++;
+    return true;
+}
+
+START_TEST(test_shared_storage)
+{
+    shared_fx x = {0};
+    char err[256] = "";
+    ck_assert_int_eq(llmem_backend_open("cpu", -1, &x.be, err, sizeof err), LLMEM_OK);
+    page_rows r = {0};
+    page_rows_share(&r, shared_grow, &x);
+    int32_t row[NROW], cap[NROW], *ref = NULL, ref_n = 0;
+    for (int32_t i = 0; i < NROW; i++)
+        row[i] = -1;
+    uint64_t seed = 7;
+    for (int32_t step = 0; step < 400; step++) {
+        int32_t i = (int32_t)(rnd(&seed) % NROW), op = (int32_t)(rnd(&seed) % 8);
+        if (op == 0 && row[i] >= 0) { /* free: the reference keeps what was written */
+            page_rows_free(&r, &row[i], &cap[i]);
+        } else if (op <= 2 || row[i] < 0) { /* take or move (first 3 entries kept) */
+            int32_t old = row[i], oldcap = cap[i];
+            int32_t n = 1 + (int32_t)(rnd(&seed) % 300);
+            int32_t keep[3] = {0};
+            for (int32_t k = 0; old >= 0 && k < 3 && k < oldcap; k++)
+                keep[k] = ref[old + k];
+            ck_assert(page_rows_fit_keep(&r, &row[i], &cap[i], n, 3));
+            ck_assert_int_ge(cap[i], n);
+            if (r.n > ref_n) {
+                ref = realloc(ref, (size_t)r.n * sizeof *ref);
+                ck_assert_ptr_nonnull(ref);
+                for (int32_t k = ref_n; k < r.n; k++)
+                    ref[k] = -1;
+                ref_n = r.n;
+            }
+            for (int32_t k = 0; old >= 0 && row[i] != old && k < 3 && k < oldcap; k++)
+                ref[row[i] + k] = keep[k];
+        } else { /* writes, one entry (a decode step) or a run */
+            int32_t k = (int32_t)(rnd(&seed) % (uint32_t)cap[i]), v = (int32_t)(rnd(&seed) % 1000);
+            if (op & 1)
+                page_rows_write1(&r, row[i] + k, v);
+            else
+                page_rows_write(&r, row[i] + k, &v, 1);
+            ref[row[i] + k] = v;
+        }
+        ck_assert(!page_rows_pending(&r));
+        ck_assert(!page_rows_pending_in(&r, 0, r.n));
+        ck_assert_ptr_eq(llmem_buffer_host_ptr(x.buf), r.v);
+        ck_assert_int_ge(llmem_buffer_size(x.buf), (size_t)r.n * sizeof(int32_t));
+        int32_t *dev = malloc((size_t)r.n * sizeof *dev);
+        ck_assert_ptr_nonnull(dev);
+        ck_assert_int_eq(llmem_buffer_download(x.buf, 0, dev, (size_t)r.n * sizeof *dev),
+                         LLMEM_OK);
+        int32_t bad = -1;
+        for (int32_t k = 0; k < r.n && bad < 0; k++)
+            if (dev[k] != ref[k])
+                bad = k;
+        ck_assert_msg(bad < 0, "step %d: entry %d is %d, expected %d", step, bad,
+                      bad >= 0 ? dev[bad] : 0, bad >= 0 ? ref[bad] : 0);
+        free(dev);
+    }
+    ck_assert_int_gt(x.grows, 1);
+    /* the upload and the check accept only the buffer that is the table */
+    ck_assert_int_eq(page_rows_upload(&r, x.buf), LLMEM_OK);
+    ck_assert(page_rows_check_device(&r, x.buf, err, sizeof err));
+    llmem_buffer *other = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(x.be, (size_t)r.cap * sizeof(int32_t), &other), LLMEM_OK);
+    ck_assert_int_eq(page_rows_upload(&r, other), LLMEM_E_STATE);
+    ck_assert(!page_rows_check_device(&r, other, err, sizeof err));
+    ck_assert(!page_rows_check_device_upto(&r, NULL, r.n, err, sizeof err));
+    llmem_buffer_free(other);
+    /* a growth that fails changes nothing */
+    x.fail = true;
+    int32_t *v0 = r.v, n0 = r.n, cap0 = r.cap, nr = -1, nc = 0;
+    ck_assert(!page_rows_fit(&r, &nr, &nc, r.cap + 1));
+    ck_assert(!page_rows_reserve(&r, (int64_t)r.cap + 1));
+    ck_assert_ptr_eq(r.v, v0);
+    ck_assert_int_eq(r.n, n0);
+    ck_assert_int_eq(r.cap, cap0);
+    ck_assert_int_eq(nr, -1);
+    page_rows_finish(&r); /* the storage is the buffer's: not freed here */
+    ck_assert_ptr_eq(llmem_buffer_host_ptr(x.buf), v0);
+    llmem_buffer_free(x.buf);
+    free(ref);
+    llmem_backend_close(x.be);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("page_rows");
@@ -308,6 +420,7 @@ int main(void)
     tcase_add_test(tc, test_check_reports_stale_entry);
     tcase_add_test(tc, test_fit_keep_and_pending);
     tcase_add_test(tc, test_row_tails_spread_over_sets);
+    tcase_add_test(tc, test_shared_storage);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;
 }
