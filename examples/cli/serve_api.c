@@ -405,14 +405,29 @@ static char *print(cJSON *o)
     return s;
 }
 
+/* o's "choices": [{"index": 0}]; returns that choice, or NULL when out of
+ * memory. */
+static cJSON *add_choice(cJSON *o)
+{
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
+    if (!cJSON_AddItemToArray(choices, c)) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    cJSON_AddNumberToObject(c, "index", 0);
+    return c;
+}
+
 char *api_response_json(const api_request *r, const char *id, long created, const char *model,
                         const char *text, size_t n_text, eng_finish f, int32_t n_prompt,
                         int32_t n_completion)
 {
     cJSON *o = envelope(r, id, created, model, false);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c = add_choice(o);
+    if (!c) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     if (r->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
@@ -439,9 +454,11 @@ char *api_chunk_sse(const api_request *r, const char *id, long created, const ch
                     const char *text, size_t n_text, eng_finish f, bool first)
 {
     cJSON *o = envelope(r, id, created, model, true);
-    cJSON *choices = cJSON_AddArrayToObject(o, "choices"), *c = cJSON_CreateObject();
-    cJSON_AddItemToArray(choices, c);
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON *c = add_choice(o);
+    if (!c) {
+        cJSON_Delete(o);
+        return NULL;
+    }
     if (r->chat) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
         if (first)
