@@ -47,6 +47,42 @@ static char *read_file(const char *path, size_t *n_out, llmem_status *st)
     return b.p;
 }
 
+/* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n.
+ * tokenizer.json is UTF-8 (serde_json and json.loads refuse anything else),
+ * and decode promises UTF-8 out, so a file with stray bytes is damaged. */
+static size_t utf8_bad_at(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int l = (unsigned char)s[i] < 0x80 ? 1 : tk_utf8_next((const unsigned char *)s + i, n - i, &cp);
+        if (l <= 0)
+            return i;
+        i += (size_t)l;
+    }
+    return n;
+}
+
+/* Parses a JSON object file text of n bytes; on failure sets err (naming
+ * path) and returns NULL. */
+static cJSON *parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len)
+{
+    size_t at = utf8_bad_at(txt, n);
+    if (at < n) {
+        tk_set_err(err, err_len, "%s: not UTF-8 (byte %zu)", path, at);
+        return NULL;
+    }
+    cJSON *root = NULL;
+    hf_json_fault jf = hf_json_parse(txt, n, &root, &at);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        tk_set_err(err, err_len, "%s: not a JSON object%s (byte %zu)", path,
+                   jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
+        return NULL;
+    }
+    return root;
+}
+
 static char *dup_str(const char *s)
 {
     size_t n = strlen(s);
@@ -357,8 +393,11 @@ static llmem_status add_post(load_ctx *c, const cJSON *o)
         }
         const cJSON *id;
         cJSON_ArrayForEach(id, ids) {
-            if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valueint >= tok->n_vocab) {
-                tk_set_err(c->err, c->err_len, "tokenizer.json: TemplateProcessing id out of range");
+            /* an id without a token would come out of encode and be refused by decode */
+            if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= tok->n_vocab ||
+                id->valuedouble != (double)id->valueint || !tok->piece[id->valueint]) {
+                tk_set_err(c->err, c->err_len, "tokenizer.json: TemplateProcessing id of '%s' is not "
+                           "a token of the vocabulary", name);
                 return LLMEM_E_CORRUPT;
             }
             if (!(after ? ids_append(&tok->suffix, &tok->n_suffix, id->valueint)
@@ -392,7 +431,8 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
     int64_t max_id = -1;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1) {
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1 ||
+            it->valuedouble != (double)it->valueint) {
             tk_set_err(c->err, c->err_len, "tokenizer.json: vocab entry '%s' has no valid id", it->string);
             return LLMEM_E_CORRUPT;
         }
@@ -403,12 +443,22 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
     cJSON_ArrayForEach(it, added) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > INT32_MAX - 1 ||
-            !jstr(it, "content")) {
+            id->valuedouble != (double)id->valueint || !jstr(it, "content")) {
             tk_set_err(c->err, c->err_len, "tokenizer.json: an added token has no valid id or content");
             return LLMEM_E_CORRUPT;
         }
         if (id->valueint > max_id)
             max_id = id->valueint;
+    }
+    /* Tables are indexed by id, so ids must be about as many as the tokens
+     * listed: real files number them 0..n-1 (added tokens may leave a few
+     * holes); one id of 2^30 in a tiny file would cost gigabytes. */
+    int64_t n_listed = (int64_t)cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    if (max_id >= 2 * n_listed + 1024) {
+        tk_set_err(c->err, c->err_len, "tokenizer.json: token id %lld is far past the %lld tokens "
+                   "listed (llmem needs ids numbered about densely from 0)", (long long)max_id,
+                   (long long)n_listed);
+        return LLMEM_E_UNSUPPORTED;
     }
     tok->n_vocab = (int32_t)(max_id + 1);
     size_t nv = (size_t)tok->n_vocab + 1;
@@ -530,19 +580,15 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     char path[4200];
     llmem_status st;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    size_t len = 0, at = 0;
+    size_t len = 0;
     char *txt = read_file(path, &len, &st);
     cJSON *cfg = NULL;
     bool add_bos = false, add_eos = false;
     if (txt) {
-        hf_json_fault jf = hf_json_parse(txt, len, &cfg, &at);
+        cfg = parse_object(path, txt, len, c->err, c->err_len);
         free(txt);
-        if (!cfg || !cJSON_IsObject(cfg)) {
-            cJSON_Delete(cfg);
-            tk_set_err(c->err, c->err_len, "%s: not a JSON object%s (byte %zu)", path,
-                       jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
+        if (!cfg)
             return LLMEM_E_CORRUPT;
-        }
         const char *bos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
         const char *eos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
         if ((bos && !(tok->bos_str = dup_str(bos))) || (eos && !(tok->eos_str = dup_str(eos))))
@@ -624,21 +670,16 @@ llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out, char 
             snprintf(dir, sizeof dir, ".");
     }
     llmem_status st;
-    size_t len = 0, at = 0;
+    size_t len = 0;
     char *txt = read_file(file, &len, &st);
     if (!txt) {
         tk_set_err(err, err_len, "%s: %s", file, st == LLMEM_E_NOT_FOUND ? "no tokenizer.json" : "read failed");
         return st;
     }
-    cJSON *root = NULL;
-    hf_json_fault jf = hf_json_parse(txt, len, &root, &at);
+    cJSON *root = parse_object(file, txt, len, err, err_len);
     free(txt);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        tk_set_err(err, err_len, "%s: not a JSON object%s (byte %zu)", file,
-                   jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
+    if (!root)
         return LLMEM_E_CORRUPT;
-    }
     llmem_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) {
         cJSON_Delete(root);

@@ -141,12 +141,12 @@ static bool run_decoder(const tk_dec *d, slist *in, slist *out)
                     return false;
                 continue;
             }
-            if (!tk_replace_all(o, in->s[i].p, in->s[i].n, d->a, " "))
+            /* tokenizers' Metaspace::decode_chain: in the first string every
+             * replacement character goes (the space the encoder prepended,
+             * and any other), elsewhere each becomes a space */
+            if (!tk_replace_all(o, in->s[i].p, in->s[i].n, d->a,
+                                i == 0 && d->prepend != 0 ? "" : " "))
                 return false;
-            if (i == 0 && d->prepend != 0 && o->n && o->p[0] == ' ') {
-                memmove(o->p, o->p + 1, o->n);
-                o->n--;
-            }
         }
         return true;
     case TK_DEC_STRIP: {
@@ -236,13 +236,24 @@ fail:
 
 /* ---- streaming ------------------------------------------------------------------- */
 
+/* The stream runs the decoder chain token by token. ByteFallback is the one
+ * stage that joins tokens: decode turns a run of byte tokens (<0x..>) into
+ * one string before the later stages see it, so a later Replace or
+ * Metaspace can match a character spelled by several byte tokens ("\xE2\x96
+ * \x81" is "▁"). The stream keeps such a run in `group` and hands it to the
+ * later stages when it ends, or as soon as it holds whole characters when
+ * every later stage works character by character (`group_local`). */
 struct llmem_detok {
     const llmem_tokenizer *tok;
     bool keep_special;
     tk_buf held;     /* bytes of an incomplete character */
     size_t n_tokens; /* tokens seen (after skipping specials) */
+    size_t n_items;  /* strings after the ByteFallback stage (a byte run is one) */
     int strip_left;  /* leading spaces a Strip decoder still removes */
-    bool emitted;
+    int fb;            /* index of the ByteFallback stage, -1 when none */
+    bool group_local;  /* the stages after fb act on each character alone */
+    tk_buf group;      /* bytes of the byte-token run not yet passed on */
+    bool group_open;   /* a run is in progress (its item is counted) */
 };
 
 static int strip_start(const llmem_tokenizer *tok)
@@ -251,6 +262,14 @@ static int strip_start(const llmem_tokenizer *tok)
         if (tok->dec[k].kind == TK_DEC_STRIP && !strcmp(tok->dec[k].a, " "))
             return tok->dec[k].start;
     return 0;
+}
+
+/* Whether s is exactly one UTF-8 character. */
+static bool one_char(const char *s)
+{
+    uint32_t cp;
+    size_t n = strlen(s);
+    return n && tk_utf8_next((const unsigned char *)s, n, &cp) == (int)n;
 }
 
 llmem_status llmem_detok_create(const llmem_tokenizer *tok, bool keep_special, llmem_detok **out)
@@ -265,6 +284,18 @@ llmem_status llmem_detok_create(const llmem_tokenizer *tok, bool keep_special, l
     d->tok = tok;
     d->keep_special = keep_special;
     d->strip_left = strip_start(tok);
+    d->fb = -1;
+    for (int k = 0; k < tok->n_dec && d->fb < 0; k++)
+        if (tok->dec[k].kind == TK_DEC_BYTEFALLBACK)
+            d->fb = k;
+    d->group_local = true;
+    for (int k = d->fb + 1; d->fb >= 0 && k < tok->n_dec; k++) {
+        const tk_dec *dc = &tok->dec[k];
+        if (dc->kind == TK_DEC_REPLACE || dc->kind == TK_DEC_METASPACE)
+            d->group_local &= one_char(dc->a);
+        else if (dc->kind != TK_DEC_FUSE && dc->kind != TK_DEC_STRIP)
+            d->group_local = false;
+    }
     *out = d;
     return LLMEM_OK;
 }
@@ -274,47 +305,137 @@ void llmem_detok_destroy(llmem_detok *d)
     if (!d)
         return;
     free(d->held.p);
+    free(d->group.p);
     free(d);
 }
 
-/* The bytes one token contributes, before UTF-8 assembly. */
-static bool token_bytes(const llmem_detok *d, int32_t id, size_t index, tk_buf *out)
+/* Whether the string stage k of d's chain gets is the first of its list
+ * (Metaspace drops every replacement character of that one): after a
+ * ByteLevel or Fuse stage all is one string; after ByteFallback a string is
+ * a byte-token run or a token (d->n_items counts them, the current one
+ * included); before, a token (d->n_tokens counts those before it). */
+static bool first_at(const llmem_detok *d, int k)
+{
+    for (int j = 0; j < k; j++)
+        if (d->tok->dec[j].kind == TK_DEC_BYTELEVEL || d->tok->dec[j].kind == TK_DEC_FUSE)
+            return true;
+    return d->fb >= 0 && k > d->fb ? d->n_items == 1 : d->n_tokens == 0;
+}
+
+/* Runs decoder stages [from, to) of d's chain on one string t (replaced by
+ * the result). A ByteFallback stage in the range maps a byte token to its
+ * byte. */
+static bool run_stages(const llmem_detok *d, int from, int to, tk_buf *t)
+{
+    bool ok = true;
+    for (int k = from; ok && k < to; k++) {
+        const tk_dec *dc = &d->tok->dec[k];
+        tk_buf u = {0};
+        switch (dc->kind) {
+        case TK_DEC_BYTELEVEL:
+            ok = tk_buf_put(&u, "", 0) && bytelevel_bytes(t->p, t->n, &u);
+            break;
+        case TK_DEC_BYTEFALLBACK: {
+            int b = fallback_byte(t->p, t->n);
+            ok = b >= 0 ? tk_buf_putc(&u, (char)b) : tk_buf_put(&u, t->p, t->n);
+            break;
+        }
+        case TK_DEC_REPLACE:
+            ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, t->p, t->n, dc->a, dc->b);
+            break;
+        case TK_DEC_METASPACE: /* as run_decoder */
+            ok = tk_buf_put(&u, "", 0) &&
+                 tk_replace_all(&u, t->p, t->n, dc->a, dc->prepend != 0 && first_at(d, k) ? "" : " ");
+            break;
+        default: /* Fuse, Strip: handled by the stream */
+            ok = tk_buf_put(&u, t->p, t->n);
+            break;
+        }
+        free(t->p);
+        *t = u;
+    }
+    return ok;
+}
+
+/* Passes d->group[0, n) to the stages after ByteFallback (as decode does:
+ * well-formed bytes as they are, else one U+FFFD per byte) and appends the
+ * result to out. */
+static bool pass_group(llmem_detok *d, size_t n, tk_buf *out)
+{
+    tk_buf t = {0}, chk = {0};
+    bool ok = tk_utf8_lossy(&chk, (const unsigned char *)(d->group.p ? d->group.p : ""), n);
+    bool valid = ok && chk.n == n && (!n || !memcmp(chk.p, d->group.p, n));
+    free(chk.p);
+    ok = ok && tk_buf_put(&t, "", 0);
+    if (ok && valid)
+        ok = tk_buf_put(&t, d->group.p ? d->group.p : "", n);
+    for (size_t k = 0; ok && !valid && k < n; k++)
+        ok = tk_buf_put(&t, "\xEF\xBF\xBD", 3);
+    ok = ok && run_stages(d, d->fb + 1, d->tok->n_dec, &t) &&
+         tk_buf_put(out, t.p ? t.p : "", t.n);
+    free(t.p);
+    if (ok) {
+        memmove(d->group.p, d->group.p + n, d->group.n - n);
+        d->group.n -= n;
+    }
+    return ok;
+}
+
+/* Ends the byte-token run, if any. */
+static bool end_group(llmem_detok *d, tk_buf *out)
+{
+    if (!d->group_open)
+        return true;
+    if (!pass_group(d, d->group.n, out))
+        return false;
+    d->group_open = false;
+    return true;
+}
+
+/* Length of the longest prefix of s[0, n) made of whole characters, or 0
+ * when s holds a byte that can never be part of one (then decode's run is
+ * ill-formed and the stream need not match it). */
+static size_t whole_chars(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int l = tk_utf8_next(s + i, n - i, &cp);
+        if (l <= 0)
+            break;
+        i += (size_t)l;
+    }
+    return i;
+}
+
+/* Feeds one token's string through the chain, appending what it completes
+ * to out. */
+static bool token_bytes(llmem_detok *d, int32_t id, tk_buf *out)
 {
     const llmem_tokenizer *tok = d->tok;
     size_t n;
     const char *p = id_piece(tok, id, &n);
     tk_buf t = {0};
-    bool ok = tk_buf_put(&t, p, n);
-    for (int k = 0; ok && k < tok->n_dec; k++) {
-        const tk_dec *dc = &tok->dec[k];
-        tk_buf u = {0};
-        switch (dc->kind) {
-        case TK_DEC_BYTELEVEL:
-            ok = tk_buf_put(&u, "", 0) && bytelevel_bytes(t.p, t.n, &u);
-            break;
-        case TK_DEC_BYTEFALLBACK: {
-            int b = fallback_byte(t.p, t.n);
-            ok = b >= 0 ? tk_buf_putc(&u, (char)b) : tk_buf_put(&u, t.p, t.n);
-            break;
+    int to = d->fb >= 0 ? d->fb : tok->n_dec;
+    bool ok = tk_buf_put(&t, p, n) && run_stages(d, 0, to, &t);
+    int b = ok && d->fb >= 0 ? fallback_byte(t.p, t.n) : -1;
+    if (ok && b >= 0) { /* a byte token joins the run */
+        if (!d->group_open) {
+            d->group_open = true;
+            d->n_items++;
         }
-        case TK_DEC_REPLACE:
-            ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, t.p, t.n, dc->a, dc->b);
-            break;
-        case TK_DEC_METASPACE:
-            ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, t.p, t.n, dc->a, " ");
-            if (ok && index == 0 && dc->prepend != 0 && u.n && u.p[0] == ' ') {
-                memmove(u.p, u.p + 1, u.n);
-                u.n--;
-            }
-            break;
-        default: /* Fuse, Strip: handled by the stream */
-            ok = tk_buf_put(&u, t.p, t.n);
-            break;
+        ok = tk_buf_putc(&d->group, (char)b);
+        size_t whole = ok ? whole_chars((const unsigned char *)d->group.p, d->group.n) : 0;
+        if (ok && d->group_local && whole)
+            ok = pass_group(d, whole, out);
+    } else if (ok) {
+        ok = end_group(d, out);
+        if (ok && d->fb >= 0) {
+            d->n_items++;
+            ok = run_stages(d, d->fb + 1, tok->n_dec, &t);
         }
-        free(t.p);
-        t = u;
+        ok = ok && tk_buf_put(out, t.p ? t.p : "", t.n);
     }
-    ok = ok && tk_buf_put(out, t.p ? t.p : "", t.n);
     free(t.p);
     return ok;
 }
@@ -364,6 +485,31 @@ static llmem_status emit(llmem_detok *d, tk_buf *text, char *out, size_t cap, si
     return LLMEM_OK;
 }
 
+/* A copy of d whose buffers are its own (push and flush work on one, so
+ * that a call that fails changes nothing). False when out of memory. */
+static bool detok_copy(const llmem_detok *d, llmem_detok *c)
+{
+    *c = *d;
+    c->held = (tk_buf){0};
+    c->group = (tk_buf){0};
+    if (tk_buf_put(&c->held, d->held.p ? d->held.p : "", d->held.n) &&
+        tk_buf_put(&c->group, d->group.p ? d->group.p : "", d->group.n))
+        return true;
+    free(c->held.p);
+    free(c->group.p);
+    return false;
+}
+
+/* Makes c the state of d (freeing d's buffers), or drops c. */
+static void detok_settle(llmem_detok *d, llmem_detok *c, bool keep)
+{
+    llmem_detok *gone = keep ? d : c;
+    free(gone->held.p);
+    free(gone->group.p);
+    if (keep)
+        *d = *c;
+}
+
 llmem_status llmem_detok_push(llmem_detok *d, int32_t id, char *out, size_t cap, size_t *n_out)
 {
     if (n_out)
@@ -372,29 +518,21 @@ llmem_status llmem_detok_push(llmem_detok *d, int32_t id, char *out, size_t cap,
         return LLMEM_E_INVALID;
     if (!d->keep_special && (d->tok->flags[id] & TK_F_SPECIAL))
         return LLMEM_OK;
-    /* work on copies so that a too-small buffer changes nothing */
-    llmem_detok save = *d;
-    tk_buf held = {0}, text = {0};
+    llmem_detok save;
+    tk_buf text = {0};
+    if (!detok_copy(d, &save))
+        return LLMEM_E_NO_MEMORY;
     llmem_status st = LLMEM_E_NO_MEMORY;
-    if (!tk_buf_put(&held, d->held.p ? d->held.p : "", d->held.n))
-        goto done;
     /* without a decoder, tokens are joined with spaces */
-    if ((!d->tok->has_decoder && d->n_tokens && !tk_buf_putc(&held, ' ')) ||
-        !token_bytes(d, id, d->n_tokens, &held))
+    if ((!d->tok->has_decoder && d->n_tokens && !tk_buf_putc(&save.held, ' ')) ||
+        !token_bytes(&save, id, &save.held))
         goto done;
-    save.held = held;
     if (!tk_buf_put(&text, "", 0) || !assemble(&save, &text, false))
         goto done;
     save.n_tokens++;
     st = emit(&save, &text, out, cap, n_out);
-    if (st == LLMEM_OK) {
-        free(d->held.p);
-        *d = save;
-        held.p = NULL;
-    }
 done:
-    if (held.p)
-        free(held.p);
+    detok_settle(d, &save, st == LLMEM_OK);
     free(text.p);
     return st;
 }
@@ -405,22 +543,23 @@ llmem_status llmem_detok_flush(llmem_detok *d, char *out, size_t cap, size_t *n_
         *n_out = 0;
     if (!d || !n_out || (!out && cap))
         return LLMEM_E_INVALID;
-    llmem_detok save = *d;
-    tk_buf held = {0}, text = {0};
+    llmem_detok save;
+    tk_buf text = {0};
+    if (!detok_copy(d, &save))
+        return LLMEM_E_NO_MEMORY;
     llmem_status st = LLMEM_E_NO_MEMORY;
-    if (!tk_buf_put(&held, d->held.p ? d->held.p : "", d->held.n))
-        goto done;
-    save.held = held;
-    if (!tk_buf_put(&text, "", 0) || !assemble(&save, &text, true))
+    if (!end_group(&save, &save.held) || !tk_buf_put(&text, "", 0) ||
+        !assemble(&save, &text, true))
         goto done;
     st = emit(&save, &text, out, cap, n_out);
-    if (st == LLMEM_OK) {
-        d->held.n = 0;
-        d->n_tokens = 0;
-        d->strip_left = strip_start(d->tok);
+    if (st == LLMEM_OK) { /* a new stream */
+        save.held.n = save.group.n = 0;
+        save.n_tokens = save.n_items = 0;
+        save.group_open = false;
+        save.strip_left = strip_start(d->tok);
     }
 done:
-    free(held.p);
+    detok_settle(d, &save, st == LLMEM_OK);
     free(text.p);
     return st;
 }

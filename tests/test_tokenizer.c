@@ -388,6 +388,106 @@ START_TEST(test_errors)
 }
 END_TEST
 
+/* A decoder chain of ByteFallback then Metaspace (prepend_scheme "first"),
+ * byte fallback on, vocabulary <unk> 0, <0xE2> 1, <0x96> 2, <0x81> 3, a 4,
+ * b 5, ▁ 6, a▁b 7, ▁▁ 8. Expected texts: huggingface tokenizers 0.23.3's
+ * Tokenizer.decode on the same JSON (found by fuzz_tokenizer_load: the
+ * stream left a "▁" spelled by byte tokens 1 2 3 alone, and decode dropped
+ * only one leading space of the first string, where tokenizers drops every
+ * "▁" of it). */
+START_TEST(test_metaspace_after_byte_fallback)
+{
+    static const char *json =
+        "{\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"byte_fallback\": true, "
+        "\"vocab\": {\"<unk>\": 0, \"<0xE2>\": 1, \"<0x96>\": 2, \"<0x81>\": 3, \"a\": 4, \"b\": 5, "
+        "\"\u2581\": 6, \"a\u2581b\": 7, \"\u2581\u2581\": 8}, \"merges\": []}, "
+        "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, "
+        "{\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"%s\", "
+        "\"split\": true}]}}";
+    static const struct {
+        const char *scheme;
+        int32_t ids[8];
+        int32_t n;
+        const char *want;
+    } cases[] = {
+        {"first", {1, 2, 3, 4, 1, 2, 3, 5}, 8, "a b"}, {"first", {4, 1, 2, 3, 5}, 5, "a b"},
+        {"first", {1, 2, 3, 1, 2, 3, 4}, 7, "a"},       {"first", {6, 4, 1, 2, 3, 5}, 6, "a b"},
+        {"first", {7, 4}, 2, "aba"},                    {"first", {8, 4}, 2, "a"},
+        {"first", {4, 8, 4}, 3, "a  a"},                {"always", {1, 2, 3, 4}, 4, "a"},
+        {"never", {7, 4}, 2, "a ba"},                   {"never", {8, 4}, 2, "  a"},
+        {"never", {1, 2, 3, 4}, 4, " a"},
+    };
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[1024], err[256] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(buf, sizeof buf, json, cases[i].scheme);
+        write_file(path, buf);
+        llmem_tokenizer *tok = NULL;
+        ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
+        char *text = NULL;
+        size_t len = 0, slen = 0;
+        ck_assert_int_eq(llmem_tokenizer_decode(tok, cases[i].ids, cases[i].n, true, &text, &len, err,
+                                                sizeof err), LLMEM_OK);
+        ck_assert_msg(len == strlen(cases[i].want) && !strcmp(text, cases[i].want),
+                      "case %zu: decode '%s', want '%s'", i, text, cases[i].want);
+        char *stream = stream_decode(tok, cases[i].ids, cases[i].n, true, &slen);
+        ck_assert_msg(slen == len && !memcmp(stream, cases[i].want, len),
+                      "case %zu: stream '%.*s', want '%s'", i, (int)slen, stream, cases[i].want);
+        free(stream);
+        free(text);
+        llmem_tokenizer_destroy(tok);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* What the loader used to take (found by fuzz_tokenizer_load): bytes that
+ * are not UTF-8 (serde_json refuses them; decode would hand them out), a
+ * post-processor id with no token behind it (encode would emit it and
+ * decode refuse it), a fractional id, and an id so far past the tokens
+ * listed that the id-indexed tables would take gigabytes. Each fails with
+ * a message and no tokenizer. */
+START_TEST(test_damaged_tokenizer_json)
+{
+    static const char *const bad[] = {
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\xff\": 0, \"b\": 1}, \"merges\": []}}",
+        ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2}, \"merges\": []}, "
+         "\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+         "{\"id\": \"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {\"<s>\": "
+         "{\"ids\": [1]}}}}"),
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0.5}, \"merges\": []}}",
+        /* ids past 2 x 3 listed + 1024 (one of 2^30 used to cost gigabytes) */
+        ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}, "
+         "\"added_tokens\": [{\"id\": 1030, \"content\": \"<x>\"}]}"),
+    };
+    static const char *const why[] = {"not UTF-8", "'<s>' is not a token", "no valid id",
+                                      "far past the 3 tokens"};
+    static const llmem_status want[] = {LLMEM_E_CORRUPT, LLMEM_E_CORRUPT, LLMEM_E_CORRUPT,
+                                        LLMEM_E_UNSUPPORTED};
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], err[256] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i]);
+        llmem_tokenizer *tok = (llmem_tokenizer *)1;
+        ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), want[i]);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(err, why[i]), "case %zu: %s", i, err);
+    }
+    /* the bound itself: 2 x 3 + 1024 - 1 is still an id */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
+                     "\"merges\": []}, \"added_tokens\": [{\"id\": 1029, \"content\": \"<x>\"}]}");
+    llmem_tokenizer *tok = NULL;
+    ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(llmem_tokenizer_n_vocab(tok), 1030);
+    llmem_tokenizer_destroy(tok);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -398,6 +498,8 @@ int main(void)
     tcase_add_test(tc, test_accessors);
     tcase_add_test(tc, test_stream_split_characters);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_metaspace_after_byte_fallback);
+    tcase_add_test(tc, test_damaged_tokenizer_json);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -66,11 +66,14 @@ typedef struct llmem_tokenizer llmem_tokenizer;
  * On success *out owns everything; free it with llmem_tokenizer_destroy.
  * Returns LLMEM_OK; LLMEM_E_INVALID (path or out NULL); LLMEM_E_NOT_FOUND
  * (no such file, or a folder without tokenizer.json); LLMEM_E_IO (read
- * failed); LLMEM_E_CORRUPT (not JSON, or a field of the wrong type, with
- * the field in err); LLMEM_E_UNSUPPORTED (a model, normalizer,
- * pre-tokenizer, decoder or post-processor type llmem does not implement,
- * named in err, e.g. "tokenizer.json: model type 'Unigram' is not
- * supported"); LLMEM_E_NO_MEMORY. Nothing is allocated on failure. */
+ * failed); LLMEM_E_CORRUPT (not UTF-8, not one JSON object with only
+ * whitespace after it, a field of the wrong type, or a post-processor id
+ * with no token, with the field in err); LLMEM_E_UNSUPPORTED (a model,
+ * normalizer, pre-tokenizer, decoder or post-processor type llmem does not
+ * implement, named in err, e.g. "tokenizer.json: model type 'Unigram' is
+ * not supported"; or ids far sparser than the tokens listed: the largest
+ * must stay below 2 x their count + 1024); LLMEM_E_NO_MEMORY. Nothing is
+ * allocated on failure. */
 llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out,
                                   char *err, size_t err_len);
 

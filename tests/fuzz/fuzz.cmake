@@ -68,7 +68,7 @@ function(llmem_add_fuzzer name)
     ENVIRONMENT "LLMEM_FUZZ_SEED_DIR=${LLMEM_FUZZ_OUT}/${name}/seeds")
 endfunction()
 
-foreach(name fuzz_state_read fuzz_ops fuzz_safetensors fuzz_config)
+foreach(name fuzz_state_read fuzz_ops fuzz_safetensors fuzz_config fuzz_tokenizer_load)
   llmem_add_fuzzer(${name} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/${name}.c)
 endforeach()
 # the request parser of `llmem serve` is CLI code, not the library's
