@@ -4,7 +4,7 @@
  * Unicode Standard 15.0, section 3.9, Table 3-8 -- what Python's
  * bytes.decode("utf-8", "replace") gives), and the default chat template
  * documented in docs/serve.md. */
-// ctest-labels: serve
+// ctest-labels: core serve
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,9 +86,13 @@ END_TEST
 START_TEST(flush_replaces_an_unfinished_character)
 {
     srv_text *t = bytes_text();
-    size_t got[3], len;
+    size_t got[4], len; /* one count per pushed byte (got[3] was written past) */
     char *out = push_all(t, "ab\xE2\x82", 4, got, false, &len);
     ck_assert_uint_eq(len, 2); /* the euro sign's first two bytes are held */
+    ck_assert_uint_eq(got[0], 1);
+    ck_assert_uint_eq(got[1], 1);
+    ck_assert_uint_eq(got[2], 0);
+    ck_assert_uint_eq(got[3], 0);
     free(out);
     out = push_all(t, "ab\xE2\x82", 4, NULL, true, &len);
     ck_assert_uint_eq(len, 5);
