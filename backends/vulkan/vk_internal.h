@@ -487,6 +487,22 @@ void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
  * vk_rs_prepare, vk_op_tensor and vk_op_run. */
 llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
                         int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+/* Multi-token Mamba-2 ops (vk_ops_scan_pre.c; shaders ssm_scan_pre.comp,
+ * ssm_conv_pre.comp). vk_scan_pre_takes: whether vk_op_ssm_scan hands the
+ * ubatch to vk_scan_pre (2+ tokens per stream, d_state % 4 == 0, the
+ * shader's shared arrays within the device limit; not with
+ * LLMEM_VULKAN_SCAN_PRE=0). vk_scan_pre: vk_op_ssm_scan's semantics and
+ * arguments (f32/f16/bf16 states); errors: LLMEM_E_UNSUPPORTED (a shape
+ * vk_scan_pre_takes refuses), those of vk_rs_prepare, vk_op_tensor and
+ * vk_op_run. vk_conv_pre_takes / vk_conv_pre: the same for vk_op_ssm_conv
+ * (d_conv - 1 <= 16). */
+bool vk_scan_pre_takes(const vk_backend *v, const llmem_ssm_params *p, const llmem_rs_view *rs);
+llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_view *view,
+                         int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
+                         llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
+bool vk_conv_pre_takes(const llmem_view *view, int32_t state);
+llmem_status vk_conv_pre(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
+                         llmem_ct *w, llmem_ct *b, llmem_ct *out);
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);
 llmem_status vk_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);
 llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out);

@@ -151,6 +151,8 @@ llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *vi
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
+    if (vk_conv_pre_takes(view, state)) /* prefill: vk_ops_scan_pre.c */
+        return vk_conv_pre(vk_from(be), view, state, x, w, b, out);
     return vk_rs_conv(vk_from(be), VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
 
@@ -180,6 +182,8 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     uint32_t lanes = (uint32_t)p->d_state / 4;
     bool dec = rs->n_seq_tokens == 1 && rs->n_ckpt == 0 && p->d_state % 4 == 0 &&
                lanes <= SCAN_DEC_WG && !v->scan.old;
+    if (!dec && vk_scan_pre_takes(v, p, rs)) /* prefill: vk_ops_scan_pre.c */
+        return vk_scan_pre(v, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     uint32_t rpi = v->scan.rpi;
     vk_alloc snap = {0};
     bool use_snap = false;

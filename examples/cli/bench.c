@@ -79,6 +79,9 @@ static void usage(FILE *f)
             "                  9B Bamba shape's projections (4096 x 4096, 14336 x 4096, 4096 x\n"
             "                  14336) for 16, 64, 512 and 2048 rows, precise and fast, in\n"
             "                  TFLOP/s (2 M N K); compare cuda (cuBLAS) with vulkan.\n"
+            "  mamba_prefill   (only with --only mamba_prefill) Mamba-2 ssm_conv and ssm_scan at\n"
+            "                  the 9B layer shape (128 heads x 64, d_state 128, f32 states) for\n"
+            "                  1 x 512, 16 x 32 and 64 x 8 tokens (pp512's ubatches), ms per call\n"
             "\n");
     fprintf(f,
             "Times are wall-clock per call: the median of 5 batches of back-to-back calls, each\n"
@@ -89,7 +92,7 @@ static void usage(FILE *f)
             "  --all            also run the prefill and model figures on non-cuda backends\n"
             "                   (not with --model; --only runs what it names either way)\n"
             "  --only LIST      comma-separated subset of decode,mamba,gdn,ssm1,gemv,prefill,model,\n"
-            "                   matmul\n"
+            "                   matmul,mamba_prefill\n"
             "                   (copy, the ceiling, always runs)\n"
             "  -m, --model DIR  instead of the kernel figures: pp512 and tg128 of checkpoint\n"
             "                   DIR at batch 1, 16 and 64 (greedy, sampled on the device),\n"
@@ -419,8 +422,8 @@ static llmem_status bench_model(bench *b)
 /* ---- main ------------------------------------------------------------------------------------------ */
 
 /* The figures --only may name (a new figure adds its name here). */
-static const char *const figures[] = {"decode", "mamba", "gdn",     "ssm1",
-                                      "gemv",   "matmul", "prefill", "model"};
+static const char *const figures[] = {"decode", "mamba",   "gdn",   "ssm1",         "gemv",
+                                      "matmul", "prefill", "model", "mamba_prefill"};
 
 /* The first name in the comma-separated list that is not a figure (its
  * length in *len), or NULL when every one is. */
@@ -615,6 +618,8 @@ int llmem_cli_bench(int argc, char **argv)
         st = bench_gemv(&b);
     if (st == LLMEM_OK && wanted(only, "matmul", false))
         st = bench_matmul(&b);
+    if (st == LLMEM_OK && wanted(only, "mamba_prefill", false))
+        st = bench_mamba_prefill(&b);
     if (st == LLMEM_OK && wanted(only, "prefill", cuda || all))
         st = bench_prefill(&b, device);
     if (st == LLMEM_OK && wanted(only, "model", cuda || all))

@@ -93,6 +93,8 @@ llmem_status bench_copy(bench *b, bool gpu);
 llmem_status bench_decode_attention(bench *b);
 llmem_status bench_prefill(bench *b, int32_t device);
 llmem_status bench_mamba(bench *b);
+/* Mamba-2 prefill conv and scan at the 9B shape (bench_mamba_pre.c, --only mamba_prefill). */
+llmem_status bench_mamba_prefill(bench *b);
 /* Gated delta net decode and prefill (bench_gdn.c). */
 llmem_status bench_gdn(bench *b);
 /* Mamba-1 scan and LFM2 short-conv decode steps (bench_ssm1.c, --only ssm1). */

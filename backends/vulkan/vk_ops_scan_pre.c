@@ -1,0 +1,188 @@
+/* llmem Vulkan backend: the Mamba-2 ops over many tokens per stream
+ * (prefill, checkpoints). shaders/ssm_scan_pre.comp is the recurrent scan
+ * with lanes over d_state and token blocks staged in shared memory;
+ * shaders/ssm_conv_pre.comp the causal conv1d with one invocation per
+ * (stream, block of tokens, channel). Semantics are those of
+ * vk_ops_mamba.c's shaders (HF transformers Mamba2Mixer.torch_forward
+ * applied token by token; Dao & Gu, ICML 2024, Sec. 3), with the same slot
+ * discipline: sources read before any write, a state_gather snapshot when
+ * another stream writes a stream's source (vk_rs_prepare).
+ *
+ * Measurement switches, read at each call: LLMEM_VULKAN_SCAN_PRE=0 keeps
+ * ssm_scan.comp and ssm_conv.comp for every multi-token ubatch;
+ * LLMEM_VULKAN_SCAN_PRE_RPL (1..8, default 2) sets the scan's state rows
+ * per lane group, LLMEM_VULKAN_SCAN_PRE_T (1..64, default 8) its tokens per
+ * staged block.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/view.h"
+#include "vk_internal.h"
+
+#define PRE_WG 256   /* ssm_scan_pre.comp: invocations at most */
+#define PRE_RPL 2    /* state rows per lane group */
+#define PRE_T 8      /* tokens per staged block */
+#define CONV_PRE_WG 128
+#define CONV_PRE_TB 16 /* ssm_conv_pre.comp: tokens per invocation */
+
+static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t lo, uint32_t hi)
+{
+    const char *s = getenv(name);
+    long n = s ? strtol(s, NULL, 10) : -1;
+    return n >= (long)lo && n <= (long)hi ? (uint32_t)n : dflt;
+}
+
+static bool pre_enabled(void)
+{
+    const char *s = getenv("LLMEM_VULKAN_SCAN_PRE");
+    return !s || strcmp(s, "0") != 0;
+}
+
+/* The scan's layout for d_state n and head_dim hd: lane groups *lg of n / 4
+ * lanes, *rpl rows each, *t tokens per block; false when the shader cannot
+ * take the shape (then ssm_scan.comp runs). */
+static bool scan_layout(const vk_backend *v, uint32_t n, uint32_t hd, uint32_t *lg,
+                        uint32_t *rpl, uint32_t *t)
+{
+    if (n % 4 != 0 || n / 4 > PRE_WG || hd == 0)
+        return false;
+    uint32_t L = n / 4;
+    *rpl = env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", PRE_RPL, 1, 8);
+    *t = env_u32("LLMEM_VULKAN_SCAN_PRE_T", PRE_T, 1, 64);
+    *lg = PRE_WG / L;
+    /* no more rows per workgroup than the head has (short heads, small d_state) */
+    while (*lg > 1 && (*lg / 2) * *rpl >= hd)
+        *lg /= 2;
+    uint32_t rw = *lg * *rpl, wg = *lg * L;
+    for (;;) {
+        /* bsh, csh, xsh, dtsh, dash, part, and common.glsl's red_f[WG] */
+        uint64_t bytes = 4ull * (2ull * *t * n + (uint64_t)*t * rw * (L + 1) + (uint64_t)*t * rw +
+                                 2ull * *t + wg);
+        if (bytes <= v->props.limits.maxComputeSharedMemorySize)
+            break;
+        if (*t == 1)
+            return false;
+        *t /= 2;
+    }
+    return wg <= v->props.limits.maxComputeWorkGroupInvocations;
+}
+
+bool vk_scan_pre_takes(const vk_backend *v, const llmem_ssm_params *p, const llmem_rs_view *rs)
+{
+    uint32_t lg, rpl, t;
+    if (!pre_enabled() || rs->n_seq_tokens < 2)
+        return false;
+    return scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim, &lg, &rpl, &t);
+}
+
+llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_view *view,
+                         int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
+                         llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
+{
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *sd = &rs->desc[state];
+    uint32_t lg, rpl, t;
+    if (!scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim, &lg, &rpl, &t))
+        return LLMEM_E_UNSUPPORTED;
+    uint32_t wg = lg * ((uint32_t)p->d_state / 4);
+    uint32_t n_blocks = (uint32_t)vk_div_up((uint64_t)p->head_dim, (uint64_t)lg * rpl);
+    vk_alloc snap = {0};
+    bool use_snap = false;
+    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
+    if (st != LLMEM_OK)
+        return st;
+    vk_op op;
+    vk_op_init(&op, VK_SH_SSM_SCAN_PRE, wg);
+    vk_op_spec(&op, (uint32_t)p->d_state);
+    vk_op_spec(&op, (uint32_t)sd->dtype);
+    vk_op_spec(&op, (uint32_t)a_log->dtype);
+    vk_op_spec(&op, d ? (uint32_t)d->dtype : 3u);
+    vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
+    vk_op_spec(&op, use_snap);
+    vk_op_spec(&op, rpl);
+    vk_op_spec(&op, t);
+    vk_op_spec(&op, lg);
+    uint32_t xo = vk_op_tensor(v, &op, xbc, false);
+    uint32_t dto = vk_op_tensor(v, &op, dt, false);
+    uint32_t ao = vk_op_tensor(v, &op, a_log, false);
+    uint32_t d_o = vk_op_tensor(v, &op, d, false);
+    uint32_t bo = vk_op_tensor(v, &op, dt_bias, false);
+    uint32_t yo = vk_op_tensor(v, &op, y, true);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
+    vk_op_u32(&op, (uint32_t)rs->n_seqs);
+    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
+    vk_op_u32(&op, (uint32_t)p->n_heads);
+    vk_op_u32(&op, (uint32_t)p->head_dim);
+    vk_op_u32(&op, (uint32_t)p->n_groups);
+    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
+    vk_op_u32(&op, (uint32_t)rs->n_slots);
+    vk_op_u32(&op, n_blocks);
+    vk_op_f32(&op, p->dt_min);
+    vk_op_f32(&op, p->dt_max);
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, dto);
+    vk_op_u32(&op, ao);
+    vk_op_u32(&op, d_o);
+    vk_op_u32(&op, bo);
+    vk_op_u32(&op, yo);
+    vk_rs_tables(&op, rs);
+    /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
+    vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
+    st = vk_op_run(v, &op, (uint64_t)rs->n_seqs * (uint64_t)p->n_heads * n_blocks);
+    if (use_snap)
+        vk_alloc_release(v, &snap);
+    return st;
+}
+
+bool vk_conv_pre_takes(const llmem_view *view, int32_t state)
+{
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    /* a block's first DC - 1 inputs must come from x or, in block 0, the state */
+    return pre_enabled() && rs->n_seq_tokens >= 2 && rs->desc[state].shape[0] + 1 <= CONV_PRE_TB;
+}
+
+llmem_status vk_conv_pre(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
+                         llmem_ct *w, llmem_ct *b, llmem_ct *out)
+{
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *d = &rs->desc[state];
+    uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
+    if (d_conv - 1 > CONV_PRE_TB)
+        return LLMEM_E_UNSUPPORTED;
+    uint32_t n_blocks = (uint32_t)vk_div_up((uint64_t)rs->n_seq_tokens, CONV_PRE_TB);
+    vk_alloc snap = {0};
+    bool use_snap = false;
+    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
+    if (st != LLMEM_OK)
+        return st;
+    vk_op op;
+    vk_op_init(&op, VK_SH_SSM_CONV_PRE, CONV_PRE_WG);
+    vk_op_spec(&op, d_conv);
+    vk_op_spec(&op, (uint32_t)w->dtype);
+    vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
+    vk_op_spec(&op, (uint32_t)d->dtype);
+    vk_op_spec(&op, use_snap);
+    vk_op_spec(&op, CONV_PRE_TB);
+    uint32_t xo = vk_op_tensor(v, &op, x, false);
+    uint32_t wo = vk_op_tensor(v, &op, w, false);
+    uint32_t bo = vk_op_tensor(v, &op, b, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
+    vk_op_u32(&op, (uint32_t)rs->n_seqs);
+    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
+    vk_op_u32(&op, conv_dim);
+    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
+    vk_op_u32(&op, (uint32_t)rs->n_slots);
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, wo);
+    vk_op_u32(&op, bo);
+    vk_op_u32(&op, oo);
+    vk_rs_tables(&op, rs);
+    vk_op_u32(&op, n_blocks);
+    st = vk_op_run(v, &op,
+                   vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, CONV_PRE_WG));
+    if (use_snap)
+        vk_alloc_release(v, &snap);
+    return st;
+}

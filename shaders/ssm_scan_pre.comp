@@ -1,0 +1,196 @@
+#version 450
+#extension GL_GOOGLE_include_directive : enable
+/* Mamba-2 selective scan over many tokens (prefill, checkpoints): the
+ * recurrent form of ssm_scan.comp (Dao & Gu 2024, "Transformers are SSMs",
+ * Sec. 3 eq. (2), scalar A per head; HF Mamba2Mixer.torch_forward applied
+ * token by token):
+ *   dt_h = clamp(softplus(dt[t, h] + dt_bias[h]), dt_min, dt_max)
+ *   S_h  = exp(dt_h * A_h) * S_h + dt_h * x_h ⊗ B_g,   A_h = -exp(A_log[h])
+ *   y_h  = S_h · C_g + D[h] * x_h
+ *
+ * Lanes over d_state, as ssm_scan_decode.comp: a state row is owned by
+ * L = N / 4 consecutive invocations (a lane group), each holding 4
+ * consecutive elements of it, moved as one 16-byte (f32) or 8-byte
+ * (f16/bf16) vector. A lane group holds RPL rows (LG lane groups apart),
+ * so that each B and C element it reads from shared memory serves RPL
+ * rows. One workgroup per (stream s, head h, block of RW = LG * RPL rows
+ * of the head); every invocation of it is busy on every token.
+ *
+ * Tokens go in blocks of T: the block's B and C rows, x of the
+ * workgroup's rows, dt and exp(dt A) are staged in shared memory once
+ * (three barriers per block, none per token). Each lane writes its
+ * 4-element share of S · C for every (token, row) to shared memory; after
+ * the block, one invocation per (token, row) sums the L shares, adds
+ * D x and writes y (T * RW values, consecutive rows of a token together).
+ *
+ * States are read from src_slot[s] (-1: zeros; with SNAP from the f32
+ * snapshot of state_gather) and written, in the state dtype, to the
+ * checkpoint slots (after token n_tok - n_ckpt + k; -1 = before the
+ * first) and to dst_slot[s] after the last token; slots outside
+ * [0, n_slots) are skipped. Every lane reads its elements before writing
+ * them, so a stream's own slots may alias. The host uses this shader when
+ * N % 4 == 0 and the shared arrays fit (vk_ops_scan_pre.c). */
+#include "common.glsl"
+
+layout(constant_id = 1) const uint N = 128; /* d_state, N % 4 == 0 */
+layout(constant_id = 2) const uint ST_DT = 0;
+layout(constant_id = 3) const uint A_DT = 0;
+layout(constant_id = 4) const uint D_DT = 0;  /* DT_NONE: no D */
+layout(constant_id = 5) const uint DB_DT = 0; /* DT_NONE: no dt_bias */
+layout(constant_id = 6) const uint SNAP = 0;
+layout(constant_id = 7) const uint RPL = 2; /* rows per lane group */
+layout(constant_id = 8) const uint T = 8;   /* tokens per staged block */
+layout(constant_id = 9) const uint LG = 8;  /* lane groups; WG = LG * N / 4 */
+
+layout(binding = 0) readonly buffer Xbc { float xbc[]; };
+layout(binding = 1) readonly buffer Dt { float dt[]; };
+layout(binding = 2) readonly buffer Al { uint a_log[]; };
+layout(binding = 3) readonly buffer Dd { uint dd[]; };
+layout(binding = 4) readonly buffer Db { uint dt_bias[]; };
+layout(binding = 5) writeonly buffer Y { float y[]; };
+layout(binding = 6) readonly buffer Idx { int idx[]; };
+/* the state buffer, seen as 16-byte (f32) or 8-byte (f16/bf16) vectors */
+layout(binding = 7) buffer St4 { uvec4 st4[]; };
+layout(binding = 7) buffer St2 { uvec2 st2[]; };
+layout(binding = 8) readonly buffer Snap { vec4 snap4[]; };
+
+layout(push_constant) uniform P {
+    uint n_seqs, n_tok, n_heads, head_dim, n_groups, n_ckpt, n_slots, n_blocks;
+    float dt_min, dt_max;
+    uint xbc_off, dt_off, a_off, d_off, db_off, y_off, src_off, dst_off, ckpt_off, conv_dim;
+} p;
+
+const uint L = N / 4u;     /* lanes per lane group */
+const uint RW = LG * RPL;  /* rows per workgroup */
+const uint LP = L + 1u;    /* padded stride of the shares (no bank conflicts) */
+
+shared vec4 bsh[T * L];
+shared vec4 csh[T * L];
+shared float xsh[T * RW];
+shared float dtsh[T];
+shared float dash[T];
+shared float part[T * RW * LP];
+
+vec4 S[RPL];
+
+vec4 half4(uvec2 w)
+{
+    return vec4(half_to_f32(w.x & 0xffffu, ST_DT), half_to_f32(w.x >> 16, ST_DT),
+                half_to_f32(w.y & 0xffffu, ST_DT), half_to_f32(w.y >> 16, ST_DT));
+}
+
+uvec2 pack4(vec4 v)
+{
+    return uvec2(f32_to_half(v.x, ST_DT) | (f32_to_half(v.y, ST_DT) << 16),
+                 f32_to_half(v.z, ST_DT) | (f32_to_half(v.w, ST_DT) << 16));
+}
+
+/* Writes this lane's elements of its rows (first element of the slot
+ * `at0`) to `slot` in the state dtype; nothing outside the pool. */
+void store_state(int slot, uint at0, uint slot_elems, uint row0, bool lane)
+{
+    if (!lane || slot < 0 || uint(slot) >= p.n_slots)
+        return;
+    for (uint k = 0u; k < RPL; k++) {
+        if (row0 + k * LG >= p.head_dim)
+            break;
+        uint e = uint(slot) * slot_elems + at0 + k * LG * N;
+        if (ST_DT == DT_F32)
+            st4[e >> 2] = floatBitsToUint(S[k]);
+        else
+            st2[e >> 2] = pack4(S[k]);
+    }
+}
+
+void main()
+{
+    uint item = group_id();
+    if (item >= p.n_seqs * p.n_heads * p.n_blocks)
+        return;
+    uint blk = item % p.n_blocks;
+    uint h = (item / p.n_blocks) % p.n_heads;
+    uint s = item / (p.n_blocks * p.n_heads);
+    uint l = gl_LocalInvocationID.x;
+    uint lg = l / L, j = l % L;
+    bool lane = lg < LG;            /* WG may hold a few spare invocations */
+    uint pw = blk * RW;             /* the workgroup's first row of the head */
+    uint row0 = pw + lg;            /* this lane group's first row */
+    uint grp = h / (p.n_heads / p.n_groups);
+    uint d_inner = p.n_heads * p.head_dim;
+    uint slot_elems = d_inner * N;
+    uint at0 = (h * p.head_dim + row0) * N + 4u * j; /* element of the slot */
+
+    int src = SNAP != 0u ? 0 : idx[p.src_off + s];
+    bool ok = SNAP != 0u || (src >= 0 && uint(src) < p.n_slots);
+    for (uint k = 0u; k < RPL; k++) {
+        S[k] = vec4(0.0);
+        if (lane && ok && row0 + k * LG < p.head_dim) {
+            uint e = at0 + k * LG * N;
+            if (SNAP != 0u)
+                S[k] = snap4[(s * slot_elems + e) >> 2];
+            else if (ST_DT == DT_F32)
+                S[k] = uintBitsToFloat(st4[(uint(src) * slot_elems + e) >> 2]);
+            else
+                S[k] = half4(st2[(uint(src) * slot_elems + e) >> 2]);
+        }
+    }
+    float A = -exp(LOAD_F(a_log, p.a_off + h, A_DT));
+    float Dh = D_DT != DT_NONE ? LOAD_F(dd, p.d_off + h, D_DT) : 0.0;
+    float bias = DB_DT != DT_NONE ? LOAD_F(dt_bias, p.db_off + h, DB_DT) : 0.0;
+    int first_ckpt = int(p.n_tok) - int(p.n_ckpt);
+    for (uint k = 0u; k < p.n_ckpt; k++)
+        if (first_ckpt + int(k) == -1)
+            store_state(idx[p.ckpt_off + s * p.n_ckpt + k], at0, slot_elems, row0, lane);
+
+    for (uint t0 = 0u; t0 < p.n_tok; t0 += T) {
+        uint nt = min(T, p.n_tok - t0);
+        barrier(); /* the previous block's shares and x are consumed */
+        for (uint e = l; e < nt * L; e += WG) {
+            uint rb = p.xbc_off + (s * p.n_tok + t0 + e / L) * p.conv_dim + d_inner +
+                      grp * N + 4u * (e % L);
+            uint rc = rb + p.n_groups * N;
+            bsh[e] = vec4(xbc[rb], xbc[rb + 1u], xbc[rb + 2u], xbc[rb + 3u]);
+            csh[e] = vec4(xbc[rc], xbc[rc + 1u], xbc[rc + 2u], xbc[rc + 3u]);
+        }
+        for (uint e = l; e < nt * RW; e += WG) {
+            uint r = pw + e % RW;
+            uint tok = s * p.n_tok + t0 + e / RW;
+            xsh[e] = r < p.head_dim ? xbc[p.xbc_off + tok * p.conv_dim + h * p.head_dim + r] : 0.0;
+        }
+        for (uint e = l; e < nt; e += WG) {
+            float v = dt[p.dt_off + (s * p.n_tok + t0 + e) * p.n_heads + h] + bias;
+            float dtv = softplus(v);
+            dtv = dtv < p.dt_min ? p.dt_min : dtv;
+            dtv = dtv > p.dt_max ? p.dt_max : dtv;
+            dtsh[e] = dtv;
+            dash[e] = exp(dtv * A);
+        }
+        barrier();
+        for (uint t = 0u; t < nt; t++) {
+            float dA = dash[t], dtv = dtsh[t];
+            if (lane) {
+                vec4 Bv = bsh[t * L + j], Cv = csh[t * L + j];
+                for (uint k = 0u; k < RPL; k++) {
+                    uint r = lg + k * LG;
+                    S[k] = S[k] * dA + (xsh[t * RW + r] * dtv) * Bv;
+                    part[(t * RW + r) * LP + j] = dot(S[k], Cv);
+                }
+            }
+            int k = int(t0 + t) - first_ckpt;
+            if (k >= 0 && k < int(p.n_ckpt))
+                store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], at0, slot_elems, row0, lane);
+        }
+        barrier();
+        for (uint e = l; e < nt * RW; e += WG) {
+            uint r = e % RW, t = e / RW;
+            if (pw + r >= p.head_dim)
+                continue;
+            float acc = 0.0;
+            for (uint q = 0u; q < L; q++)
+                acc += part[e * LP + q];
+            uint tok = s * p.n_tok + t0 + t;
+            y[p.y_off + tok * d_inner + h * p.head_dim + pw + r] = acc + Dh * xsh[e];
+        }
+    }
+    store_state(idx[p.dst_off + s], at0, slot_elems, row0, lane);
+}
