@@ -1,5 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : enable
+// llmem-shader: ssm_scan_pre
+// llmem-shader: ssm_scan_pre_sg:USE_SUBGROUP=1
 /* Mamba-2 selective scan over many tokens (prefill, checkpoints): the
  * recurrent form of ssm_scan.comp (Dao & Gu 2024, "Transformers are SSMs",
  * Sec. 3 eq. (2), scalar A per head; HF Mamba2Mixer.torch_forward applied
@@ -11,10 +13,10 @@
  * Lanes over d_state, as ssm_scan_decode.comp: a state row is owned by
  * L = N / 4 consecutive invocations (a lane group), each holding 4
  * consecutive elements of it, moved as one 16-byte (f32) or 8-byte
- * (f16/bf16) vector. A lane group holds RPL rows (LG lane groups apart),
- * so that each B and C element it reads from shared memory serves RPL
- * rows. One workgroup per (stream s, head h, block of RW = LG * RPL rows
- * of the head); every invocation of it is busy on every token.
+ * (f16/bf16) vector. A lane group holds RPL consecutive rows, so that each
+ * B and C element it reads from shared memory serves RPL rows. One
+ * workgroup per (stream s, head h, block of RW = LG * RPL rows of the
+ * head); every invocation of it is busy on every token.
  *
  * Tokens go in blocks of T: the block's B and C rows, x of the
  * workgroup's rows, dt and exp(dt A) are staged in shared memory once
@@ -22,6 +24,9 @@
  * 4-element share of S · C for every (token, row) to shared memory; after
  * the block, one invocation per (token, row) sums the L shares, adds
  * D x and writes y (T * RW values, consecutive rows of a token together).
+ * USE_SUBGROUP (the host's choice when a lane group is exactly one
+ * subgroup): the shares are summed by subgroupAdd instead, and lane k of
+ * the group writes row k's y at once.
  *
  * States are read from src_slot[s] (-1: zeros; with SNAP from the f32
  * snapshot of state_gather) and written, in the state dtype, to the
@@ -64,12 +69,19 @@ const uint L = N / 4u;     /* lanes per lane group */
 const uint RW = LG * RPL;  /* rows per workgroup */
 const uint LP = L + 1u;    /* padded stride of the shares (no bank conflicts) */
 
-shared vec4 bsh[T * L];
-shared vec4 csh[T * L];
+/* B and C of the block in four planes (element 4 j + c of token t at
+ * [c][t][j]): the lanes of a lane group read consecutive words of each,
+ * conflict-free whatever width the driver gives the loads */
+shared float bsh[4u * T * L];
+shared float csh[4u * T * L];
 shared float xsh[T * RW];
 shared float dtsh[T];
 shared float dash[T];
+#if USE_SUBGROUP
+shared float part[1];
+#else
 shared float part[T * RW * LP];
+#endif
 
 vec4 S[RPL];
 
@@ -92,9 +104,9 @@ void store_state(int slot, uint at0, uint slot_elems, uint row0, bool lane)
     if (!lane || slot < 0 || uint(slot) >= p.n_slots)
         return;
     for (uint k = 0u; k < RPL; k++) {
-        if (row0 + k * LG >= p.head_dim)
+        if (row0 + k >= p.head_dim)
             break;
-        uint e = uint(slot) * slot_elems + at0 + k * LG * N;
+        uint e = uint(slot) * slot_elems + at0 + k * N;
         if (ST_DT == DT_F32)
             st4[e >> 2] = floatBitsToUint(S[k]);
         else
@@ -110,11 +122,16 @@ void main()
     uint blk = item % p.n_blocks;
     uint h = (item / p.n_blocks) % p.n_heads;
     uint s = item / (p.n_blocks * p.n_heads);
+#if USE_SUBGROUP
+    /* lanes numbered subgroup by subgroup: a lane group is one subgroup */
+    uint l = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+#else
     uint l = gl_LocalInvocationID.x;
+#endif
     uint lg = l / L, j = l % L;
     bool lane = lg < LG;            /* WG may hold a few spare invocations */
     uint pw = blk * RW;             /* the workgroup's first row of the head */
-    uint row0 = pw + lg;            /* this lane group's first row */
+    uint row0 = pw + lg * RPL;      /* this lane group's first row */
     uint grp = h / (p.n_heads / p.n_groups);
     uint d_inner = p.n_heads * p.head_dim;
     uint slot_elems = d_inner * N;
@@ -124,8 +141,8 @@ void main()
     bool ok = SNAP != 0u || (src >= 0 && uint(src) < p.n_slots);
     for (uint k = 0u; k < RPL; k++) {
         S[k] = vec4(0.0);
-        if (lane && ok && row0 + k * LG < p.head_dim) {
-            uint e = at0 + k * LG * N;
+        if (lane && ok && row0 + k < p.head_dim) {
+            uint e = at0 + k * N;
             if (SNAP != 0u)
                 S[k] = snap4[(s * slot_elems + e) >> 2];
             else if (ST_DT == DT_F32)
@@ -149,8 +166,10 @@ void main()
             uint rb = p.xbc_off + (s * p.n_tok + t0 + e / L) * p.conv_dim + d_inner +
                       grp * N + 4u * (e % L);
             uint rc = rb + p.n_groups * N;
-            bsh[e] = vec4(xbc[rb], xbc[rb + 1u], xbc[rb + 2u], xbc[rb + 3u]);
-            csh[e] = vec4(xbc[rc], xbc[rc + 1u], xbc[rc + 2u], xbc[rc + 3u]);
+            for (uint c = 0u; c < 4u; c++) {
+                bsh[c * T * L + e] = xbc[rb + c];
+                csh[c * T * L + e] = xbc[rc + c];
+            }
         }
         for (uint e = l; e < nt * RW; e += WG) {
             uint r = pw + e % RW;
@@ -169,17 +188,28 @@ void main()
         for (uint t = 0u; t < nt; t++) {
             float dA = dash[t], dtv = dtsh[t];
             if (lane) {
-                vec4 Bv = bsh[t * L + j], Cv = csh[t * L + j];
+                uint q = t * L + j;
+                vec4 Bv = vec4(bsh[q], bsh[T * L + q], bsh[2u * T * L + q], bsh[3u * T * L + q]);
+                vec4 Cv = vec4(csh[q], csh[T * L + q], csh[2u * T * L + q], csh[3u * T * L + q]);
                 for (uint k = 0u; k < RPL; k++) {
-                    uint r = lg + k * LG;
-                    S[k] = S[k] * dA + (xsh[t * RW + r] * dtv) * Bv;
+                    uint r = lg * RPL + k;
+                    float xv = xsh[t * RW + r];
+                    S[k] = S[k] * dA + (xv * dtv) * Bv;
+#if USE_SUBGROUP
+                    float acc = subgroupAdd(dot(S[k], Cv));
+                    if (j == k && pw + r < p.head_dim)
+                        y[p.y_off + (s * p.n_tok + t0 + t) * d_inner + h * p.head_dim + pw + r] =
+                            acc + Dh * xv;
+#else
                     part[(t * RW + r) * LP + j] = dot(S[k], Cv);
+#endif
                 }
             }
             int k = int(t0 + t) - first_ckpt;
             if (k >= 0 && k < int(p.n_ckpt))
                 store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], at0, slot_elems, row0, lane);
         }
+#if !USE_SUBGROUP
         barrier();
         for (uint e = l; e < nt * RW; e += WG) {
             uint r = e % RW, t = e / RW;
@@ -191,6 +221,7 @@ void main()
             uint tok = s * p.n_tok + t0 + t;
             y[p.y_off + tok * d_inner + h * p.head_dim + pw + r] = acc + Dh * xsh[e];
         }
+#endif
     }
     store_state(idx[p.dst_off + s], at0, slot_elems, row0, lane);
 }

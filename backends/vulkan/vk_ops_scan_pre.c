@@ -10,9 +10,10 @@
  *
  * Measurement switches, read at each call: LLMEM_VULKAN_SCAN_PRE=0 keeps
  * ssm_scan.comp and ssm_conv.comp for every multi-token ubatch;
- * LLMEM_VULKAN_SCAN_PRE_RPL (1..8, default 2) sets the scan's state rows
- * per lane group, LLMEM_VULKAN_SCAN_PRE_T (1..64, default 8) its tokens per
- * staged block.
+ * LLMEM_VULKAN_SCAN_PRE_RPL (1..8, default 4) sets the scan's state rows
+ * per lane group, LLMEM_VULKAN_SCAN_PRE_T (1..64, default 4) its tokens per
+ * staged block; LLMEM_VULKAN_SCAN_PRE_SG=1 sums y's shares with subgroupAdd
+ * (ssm_scan_pre_sg) where a lane group is one subgroup.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,8 @@
 #include "vk_internal.h"
 
 #define PRE_WG 256   /* ssm_scan_pre.comp: invocations at most */
-#define PRE_RPL 2    /* state rows per lane group */
-#define PRE_T 8      /* tokens per staged block */
+#define PRE_RPL 4    /* state rows per lane group */
+#define PRE_T 4      /* tokens per staged block */
 #define CONV_PRE_WG 128
 #define CONV_PRE_TB 16 /* ssm_conv_pre.comp: tokens per invocation */
 
@@ -93,7 +94,10 @@ llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_v
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    vk_op_init(&op, VK_SH_SSM_SCAN_PRE, wg);
+    const char *sg_env = getenv("LLMEM_VULKAN_SCAN_PRE_SG");
+    bool sg = sg_env && strcmp(sg_env, "1") == 0 && v->subgroup &&
+              v->subgroup_size == (uint32_t)p->d_state / 4;
+    vk_op_init(&op, sg ? VK_SH_SSM_SCAN_PRE_SG : VK_SH_SSM_SCAN_PRE, wg);
     vk_op_spec(&op, (uint32_t)p->d_state);
     vk_op_spec(&op, (uint32_t)sd->dtype);
     vk_op_spec(&op, (uint32_t)a_log->dtype);
