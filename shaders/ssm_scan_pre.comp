@@ -1,7 +1,5 @@
 #version 450
 #extension GL_GOOGLE_include_directive : enable
-// llmem-shader: ssm_scan_pre
-// llmem-shader: ssm_scan_pre_sg:USE_SUBGROUP=1
 /* Mamba-2 selective scan over many tokens (prefill, checkpoints): the
  * recurrent form of ssm_scan.comp (Dao & Gu 2024, "Transformers are SSMs",
  * Sec. 3 eq. (2), scalar A per head; HF Mamba2Mixer.torch_forward applied
@@ -24,9 +22,8 @@
  * 4-element share of S · C for every (token, row) to shared memory; after
  * the block, one invocation per (token, row) sums the L shares, adds
  * D x and writes y (T * RW values, consecutive rows of a token together).
- * USE_SUBGROUP (the host's choice when a lane group is exactly one
- * subgroup): the shares are summed by subgroupAdd instead, and lane k of
- * the group writes row k's y at once.
+ * (Summing the shares with subgroupAdd instead, one row per subgroup on
+ * NVIDIA, measured 2.2x slower at 512 tokens: docs/benchmarks.md.)
  *
  * States are read from src_slot[s] (-1: zeros; with SNAP from the f32
  * snapshot of state_gather) and written, in the state dtype, to the
@@ -77,11 +74,7 @@ shared float csh[4u * T * L];
 shared float xsh[T * RW];
 shared float dtsh[T];
 shared float dash[T];
-#if USE_SUBGROUP
-shared float part[1];
-#else
 shared float part[T * RW * LP];
-#endif
 
 vec4 S[RPL];
 
@@ -122,12 +115,7 @@ void main()
     uint blk = item % p.n_blocks;
     uint h = (item / p.n_blocks) % p.n_heads;
     uint s = item / (p.n_blocks * p.n_heads);
-#if USE_SUBGROUP
-    /* lanes numbered subgroup by subgroup: a lane group is one subgroup */
-    uint l = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
-#else
     uint l = gl_LocalInvocationID.x;
-#endif
     uint lg = l / L, j = l % L;
     bool lane = lg < LG;            /* WG may hold a few spare invocations */
     uint pw = blk * RW;             /* the workgroup's first row of the head */
@@ -195,21 +183,13 @@ void main()
                     uint r = lg * RPL + k;
                     float xv = xsh[t * RW + r];
                     S[k] = S[k] * dA + (xv * dtv) * Bv;
-#if USE_SUBGROUP
-                    float acc = subgroupAdd(dot(S[k], Cv));
-                    if (j == k && pw + r < p.head_dim)
-                        y[p.y_off + (s * p.n_tok + t0 + t) * d_inner + h * p.head_dim + pw + r] =
-                            acc + Dh * xv;
-#else
                     part[(t * RW + r) * LP + j] = dot(S[k], Cv);
-#endif
                 }
             }
             int k = int(t0 + t) - first_ckpt;
             if (k >= 0 && k < int(p.n_ckpt))
                 store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], at0, slot_elems, row0, lane);
         }
-#if !USE_SUBGROUP
         barrier();
         for (uint e = l; e < nt * RW; e += WG) {
             uint r = e % RW, t = e / RW;
@@ -221,7 +201,6 @@ void main()
             uint tok = s * p.n_tok + t0 + t;
             y[p.y_off + tok * d_inner + h * p.head_dim + pw + r] = acc + Dh * xsh[e];
         }
-#endif
     }
     store_state(idx[p.dst_off + s], at0, slot_elems, row0, lane);
 }

@@ -12,8 +12,7 @@
  * ssm_scan.comp and ssm_conv.comp for every multi-token ubatch;
  * LLMEM_VULKAN_SCAN_PRE_RPL (1..8, default 4) sets the scan's state rows
  * per lane group, LLMEM_VULKAN_SCAN_PRE_T (1..64, default 4) its tokens per
- * staged block; LLMEM_VULKAN_SCAN_PRE_SG=1 sums y's shares with subgroupAdd
- * (ssm_scan_pre_sg) where a lane group is one subgroup.
+ * staged block.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -94,10 +93,7 @@ llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_v
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    const char *sg_env = getenv("LLMEM_VULKAN_SCAN_PRE_SG");
-    bool sg = sg_env && strcmp(sg_env, "1") == 0 && v->subgroup &&
-              v->subgroup_size == (uint32_t)p->d_state / 4;
-    vk_op_init(&op, sg ? VK_SH_SSM_SCAN_PRE_SG : VK_SH_SSM_SCAN_PRE, wg);
+    vk_op_init(&op, VK_SH_SSM_SCAN_PRE, wg);
     vk_op_spec(&op, (uint32_t)p->d_state);
     vk_op_spec(&op, (uint32_t)sd->dtype);
     vk_op_spec(&op, (uint32_t)a_log->dtype);
