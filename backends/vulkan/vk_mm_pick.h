@@ -151,18 +151,22 @@ void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, ui
 #define VK_CM_RAW_NONE 0
 #define VK_CM_RAW_SPLIT 1
 #define VK_CM_RAW_ALL 2
-/* RAW_FUSED: RAW everywhere, and no sum pass: the workgroup that finishes
- * a tile's last slice (an arrival counter per tile) adds the tile's
+/* RAW_FUSED: RAW everywhere, and where K is split no sum pass (one slice:
+ * as RAW_ALL): the workgroup that finishes a tile's last slice (an arrival counter per tile) adds the tile's
  * slices in slice order and scales its rows (matmul_cm.comp's RAW 2; the
  * results are RAW_ALL's bit for bit). The host falls back to RAW_ALL for
- * a call that gets no counters (vk_cm_ctr_take). */
+ * a call that gets no counters (vk_cm_ctr_take). H200, 9B precise tg128
+ * batch 64: 26.88 ms against RAW_ALL's 26.72 (the last workgroup's sum
+ * costs what the pass did; docs/benchmarks.md, "Vulkan GEMM: the split-K
+ * sum in the last slice"), so not the default. */
 #define VK_CM_RAW_FUSED 3
 /* Arrival counters of RAW_FUSED: 32-bit words in one device buffer of the
  * backend, zero between dispatches (each tile's last workgroup puts its
  * counter back); calls take consecutive runs of them in turn. */
 #define VK_CM_CTR_SLOTS 8192
 /* matmul_swiglu's two tensor-core products share one cm_split.comp pass by
- * default (1) or not (0; $LLMEM_VULKAN_CM_SPLIT_ONCE) */
+ * default (1) or not (0; $LLMEM_VULKAN_CM_SPLIT_ONCE). 0: 1 measured 26.83
+ * against 26.72 ms a 9B precise batch-64 step on the H200 (noise). */
 #define VK_CM_SPLIT_ONCE 0
 /* the default epilogue ($LLMEM_VULKAN_CM_RAW) */
 #define VK_CM_RAW_DEFAULT VK_CM_RAW_ALL
