@@ -8,6 +8,7 @@
  * are read too. A key whose value is JSON null counts as absent.
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -162,14 +163,30 @@ static llmem_status get_finite_nonneg(cfgctx *c, const char *const *keys, double
     return s;
 }
 
-/* A finite number > 0. */
+/* A number > 0 that f32 holds as a normal number, [FLT_MIN, FLT_MAX]: the
+ * forward pass computes in f32, where a larger one is infinity (an
+ * rms_norm_eps of 1e305 made every norm 0) and a smaller one 0 or
+ * denormal. */
 llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
                             double *out)
 {
     llmem_status s = get_num_in(c, obj, keys, false, def, out);
-    if (s == LLMEM_OK && !(*out > 0 && isfinite(*out))) {
-        llmem_errf(c->err, c->err_len, "%s: '%s' must be a positive number, got %g", c->src,
-                keys[0], *out);
+    if (s == LLMEM_OK && !(*out >= FLT_MIN && *out <= FLT_MAX)) {
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be a positive number in f32's range "
+                   "[%g, %g], got %g", c->src, keys[0], FLT_MIN, FLT_MAX, *out);
+        return LLMEM_E_CORRUPT;
+    }
+    return s;
+}
+
+/* A number f32 holds, |x| <= FLT_MAX (a scale factor, any sign). */
+llmem_status get_finite(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
+                        double *out)
+{
+    llmem_status s = get_num_in(c, obj, keys, false, def, out);
+    if (s == LLMEM_OK && !(fabs(*out) <= FLT_MAX)) {
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be a finite number in f32's range, got %g",
+                   c->src, keys[0], *out);
         return LLMEM_E_CORRUPT;
     }
     return s;

@@ -4,6 +4,8 @@
  * (GraniteMoeHybridConfig) and falcon_h1 (FalconH1Config). Defaults are
  * transformers 5's. Helpers: config_internal.h.
  */
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -147,7 +149,7 @@ llmem_status hf_cfg_parse_falcon_h1(cfgctx *c, llmem_model_config *m)
         {"ssm_in_multiplier", &m->ssm_in_multiplier},
         {"ssm_out_multiplier", &m->ssm_out_multiplier}};
     for (size_t i = 0; i < sizeof mult / sizeof mult[0]; i++)
-        TRY(get_num_in(c, c->root, KEYS(mult[i].key), false, 1.0, mult[i].v));
+        TRY(get_finite(c, c->root, KEYS(mult[i].key), 1.0, mult[i].v));
     double lm = 1.0;
     TRY(get_pos(c, c->root, KEYS("lm_head_multiplier"), 1.0, &lm));
     m->logits_scaling = 1.0 / lm;
@@ -166,8 +168,8 @@ llmem_status hf_cfg_parse_falcon_h1(cfgctx *c, llmem_model_config *m)
             return LLMEM_E_CORRUPT;
         }
         for (int i = 0; i < want; i++)
-            if (!json_num(cJSON_GetArrayItem(a, i), &dst[l][i]))
-                return bad(c, "multiplier lists must hold numbers");
+            if (!json_num(cJSON_GetArrayItem(a, i), &dst[l][i]) || !(fabs(dst[l][i]) <= FLT_MAX))
+                return bad(c, "multiplier lists must hold finite numbers in f32's range");
     }
     m->mlp_gate_multiplier = mlp[0];
     m->mlp_down_multiplier = mlp[1];

@@ -37,6 +37,7 @@ extern const ssm_keys hf_cfg_bamba_ssm_keys;
 #define get_int hf_cfg_get_int
 #define get_num_in hf_cfg_get_num_in
 #define get_pos hf_cfg_get_pos
+#define get_finite hf_cfg_get_finite
 #define get_bool hf_cfg_get_bool
 #define get_str hf_cfg_get_str
 #define get_act hf_cfg_get_act
@@ -54,6 +55,8 @@ llmem_status get_num_in(cfgctx *c, const cJSON *obj, const char *const *keys,
                         bool required, double def, double *out);
 llmem_status get_pos(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
                      double *out);
+llmem_status get_finite(cfgctx *c, const cJSON *obj, const char *const *keys, double def,
+                        double *out);
 llmem_status get_bool(cfgctx *c, const char *const *keys, bool def, bool *out);
 llmem_status get_str(cfgctx *c, const char *const *keys, bool required, const char *def,
                      const char **out);

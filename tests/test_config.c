@@ -578,10 +578,16 @@ START_TEST(test_bad_configs)
          "'rope_theta' must be a number"},
         {LLAMA(",\"hidden_size\":64,\"partial_rotary_factor\":0.1"), LLMEM_E_CORRUPT,
          "rotary dimensions"},
-        /* found by fuzz_config: head_dim x 1e300 was cast to int32 (undefined
+        /* found by fuzz_config: head_dim x 1e30 was cast to int32 (undefined
          * behaviour; the UBSan stage of CI fails on the old code) */
-        {LLAMA(",\"hidden_size\":64,\"partial_rotary_factor\":1e300"), LLMEM_E_CORRUPT,
+        {LLAMA(",\"hidden_size\":64,\"partial_rotary_factor\":1e30"), LLMEM_E_CORRUPT,
          "rotary dimensions"},
+        /* f32 (the forward pass) makes 1e305 infinity and 1e-300 zero */
+        {LLAMA(",\"hidden_size\":64,\"rms_norm_eps\":1e305"), LLMEM_E_CORRUPT,
+         "'rms_norm_eps' must be a positive number in f32's range"},
+        {LLAMA(",\"hidden_size\":64,\"rms_norm_eps\":1e-300"), LLMEM_E_CORRUPT,
+         "'rms_norm_eps' must be a positive number in f32's range"},
+        {LLAMA(",\"hidden_size\":64,\"rope_theta\":1e39"), LLMEM_E_CORRUPT, "'rope_theta'"},
         /* one JSON text (RFC 8259), as transformers' json.loads demands */
         {LLAMA(",\"hidden_size\":64") "x", LLMEM_E_CORRUPT, "bytes after the JSON object"},
         {LLAMA(",\"hidden_size\":64") " {}", LLMEM_E_CORRUPT, "(at byte "},
@@ -646,6 +652,43 @@ START_TEST(test_bad_configs)
 }
 END_TEST
 
+/* falcon_h1's muP multipliers are scale factors of any sign, but f32 must
+ * hold them: NaN, infinity ({"__float__": ...}, as transformers writes
+ * them) and 1e39 are refused (found by fuzz_config). The fixture's
+ * config.json with one value swapped. */
+START_TEST(test_multipliers_in_f32_range)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/config.json", test_fixture("falcon_h1"));
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    static const struct {
+        const char *from, *to, *msg;
+    } cases[] = {
+        {"\"key_multiplier\": 0.8", "\"key_multiplier\": {\"__float__\": \"NaN\"}", "'key_multiplier'"},
+        {"\"ssm_in_multiplier\": 0.7", "\"ssm_in_multiplier\": -1e39", "'ssm_in_multiplier'"},
+        {"\"embedding_multiplier\": 2.0", "\"embedding_multiplier\": {\"__float__\": \"Infinity\"}",
+         "'embedding_multiplier'"},
+        {"    1.3,\n    0.6\n", "    1.3,\n    -1e39\n", "multiplier lists"}, /* mlp_multipliers */
+    };
+    llmem_model_config m;
+    ck_assert_msg(parse(text, &m) == LLMEM_OK, "%s", err);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *at = strstr(text, cases[i].from), edited[8400];
+        ck_assert_ptr_nonnull(at);
+        snprintf(edited, sizeof edited, "%.*s%s%s", (int)(at - text), text, cases[i].to,
+                 at + strlen(cases[i].from));
+        llmem_status st = parse(edited, &m);
+        ck_assert_msg(st == LLMEM_E_CORRUPT && strstr(err, cases[i].msg), "case %zu: %d %s", i, st,
+                      err);
+    }
+}
+END_TEST
+
 START_TEST(test_whitespace_after_the_object)
 {
     llmem_model_config m;
@@ -705,6 +748,7 @@ int main(void)
     tcase_add_test(tc, test_check_weights_finite);
     tcase_add_test(tc, test_bamba_and_nemotron_spellings);
     tcase_add_test(tc, test_bad_configs);
+    tcase_add_test(tc, test_multipliers_in_f32_range);
     tcase_add_test(tc, test_whitespace_after_the_object);
     tcase_add_test(tc, test_load_errors);
     suite_add_tcase(s, tc);

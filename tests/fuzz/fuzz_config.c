@@ -11,7 +11,8 @@
  * whitespace after it (RFC 8259; cJSON's own lenient parse is the
  * reference for where the object ends), that keeps the promises of
  * include/llmem/model.h (layer
- * count in [1, LLMEM_MODEL_MAX_LAYERS], layer counts that match the layer
+ * count in [1, LLMEM_MODEL_MAX_LAYERS], scales f32 holds (the forward pass
+ * computes in f32), layer counts that match the layer
  * kinds, n_heads a multiple of n_kv_heads, an even rope_dim <= head_dim,
  * the Mamba-2 sizes derived as the header says), parses the same way
  * twice, and names every weight with a positive shape through
@@ -19,6 +20,8 @@
  *
  * Seeds: tests/fuzz/corpus/fuzz_config (the config.json files of
  * tests/fixtures and models/builtin, tests/fuzz/make_corpus.py). */
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +46,19 @@ static void check_config(const llmem_model_config *m)
         die("n_layers out of [1, LLMEM_MODEL_MAX_LAYERS]", NULL);
     if (m->vocab_size < 1 || m->hidden_size < 1)
         die("vocab_size or hidden_size < 1", NULL);
-    if (!(m->norm_eps > 0) || !(m->norm_eps < 1e300))
-        die("norm_eps is not a positive finite number", NULL);
+    /* the forward pass computes in f32: every scale must be a number it holds */
+    const double f32[] = {m->norm_eps, m->rope_theta, m->attention_scale, m->embedding_multiplier,
+                          m->residual_multiplier, m->logits_scaling, m->attention_in_multiplier,
+                          m->attention_out_multiplier, m->key_multiplier, m->ssm_in_multiplier,
+                          m->ssm_out_multiplier, m->ssm_multipliers[0], m->ssm_multipliers[1],
+                          m->ssm_multipliers[2], m->ssm_multipliers[3], m->ssm_multipliers[4],
+                          m->mlp_gate_multiplier, m->mlp_down_multiplier, m->moe_routed_scale,
+                          m->attn_softcap, m->final_softcap};
+    for (size_t i = 0; i < sizeof f32 / sizeof f32[0]; i++)
+        if (!(fabs(f32[i]) <= FLT_MAX))
+            die("a scale f32 does not hold (NaN, infinite or beyond FLT_MAX)", NULL);
+    if (!(m->norm_eps >= FLT_MIN))
+        die("norm_eps is not a positive normal f32 number", NULL);
     int32_t n_attn = 0, n_ssm = 0, n_mlp = 0;
     for (int32_t i = 0; i < m->n_layers; i++) {
         llmem_layer_kind k = m->layers[i].kind;
