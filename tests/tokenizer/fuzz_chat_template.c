@@ -1,8 +1,11 @@
 /* libFuzzer harness: bytes -> llmem_chat_template_create and, when it
- * parses, llmem_chat_template_render_json with a fixed conversation (and
- * tools). Checked: no crash, leak, hang (the evaluation budget) or
- * undefined behaviour; a failure leaves *out NULL and says why in err. The
- * seeds are the chat templates of tests/fixtures/chat_templates. */
+ * parses, llmem_chat_template_render_json. The input is a template; when it
+ * holds a NUL byte, the bytes after the first one are the render context
+ * (arbitrary JSON: messages, tools, any variable), else a fixed
+ * conversation with tools is. Checked: no crash, leak, hang (the
+ * evaluation budget) or undefined behaviour; a failure leaves *out NULL and
+ * says why in err. The seeds are the chat templates of
+ * tests/fixtures/chat_templates, alone and followed by a context. */
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +52,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
             fclose(f);
         if (g)
             fclose(g);
+        /* the same template with the context after a NUL, for mutation */
+        snprintf(out, sizeof out, "%s/%s.ctx", dir, e->d_name);
+        if ((g = fopen(out, "wb"))) {
+            fwrite(buf, 1, n, g);
+            fwrite("", 1, 1, g);
+            fwrite(ctx, 1, strlen(ctx), g);
+            fclose(g);
+        }
     }
     if (d)
         closedir(d);
@@ -62,6 +73,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *src = malloc(size + 1);
     memcpy(src, data, size);
     src[size] = 0;
+    /* a NUL ends the template; what follows is the context */
+    const char *context = strlen(src) < size ? src + strlen(src) + 1 : ctx;
     char err[256] = "";
     llmem_chat_template *t = NULL;
     llmem_status st = llmem_chat_template_create(src, &t, err, sizeof err);
@@ -71,7 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char *out = NULL;
         size_t len = 0;
         err[0] = 0;
-        st = llmem_chat_template_render_json(t, ctx, &out, &len, err, sizeof err);
+        st = llmem_chat_template_render_json(t, context, &out, &len, err, sizeof err);
         if (st != LLMEM_OK && (out || !err[0]))
             die("failed render without a message, or with output");
         if (st == LLMEM_OK && (!out || strlen(out) > len))
