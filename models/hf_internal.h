@@ -81,6 +81,15 @@ static inline hf_json_fault hf_json_parse(const char *text, size_t len, cJSON **
     return HF_JSON_OK;
 }
 
+/* Looks for a name that one object of the tree v (at any depth) holds
+ * twice. JSON leaves duplicate names to the reader (RFC 8259, section 4):
+ * cJSON's lookups take the first, Python's json.loads the last, so such a
+ * file would read one way in llmem and another in transformers. On
+ * LLMEM_OK *dup is that name (owned by the tree) or NULL when there is
+ * none; LLMEM_E_NO_MEMORY otherwise. O(n log n) in the names of each
+ * object. (models/config.c) */
+llmem_status hf_json_dup_key(const cJSON *v, const char **dup);
+
 /* ---- mixture of experts (models/moe.c) ------------------------------------------- */
 
 #include "llmem/model.h"

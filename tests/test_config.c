@@ -588,6 +588,11 @@ START_TEST(test_bad_configs)
         {LLAMA(",\"hidden_size\":64,\"rms_norm_eps\":1e-300"), LLMEM_E_CORRUPT,
          "'rms_norm_eps' must be a positive number in f32's range"},
         {LLAMA(",\"hidden_size\":64,\"rope_theta\":1e39"), LLMEM_E_CORRUPT, "'rope_theta'"},
+        /* a name twice: json.loads keeps the last, cJSON's lookup the first */
+        {LLAMA(",\"hidden_size\":64,\"hidden_size\":128"), LLMEM_E_CORRUPT,
+         "key 'hidden_size' appears twice"},
+        {LLAMA(",\"hidden_size\":64,\"rope_parameters\":{\"rope_theta\":1e4,\"rope_theta\":5e5}"),
+         LLMEM_E_CORRUPT, "key 'rope_theta' appears twice"},
         /* one JSON text (RFC 8259), as transformers' json.loads demands */
         {LLAMA(",\"hidden_size\":64") "x", LLMEM_E_CORRUPT, "bytes after the JSON object"},
         {LLAMA(",\"hidden_size\":64") " {}", LLMEM_E_CORRUPT, "(at byte "},

@@ -1,8 +1,9 @@
 /* llmem serve's request-body parser (examples/cli/serve_api.c, api_parse):
  * regressions of what tests/fuzz/fuzz_serve_api found. A body is one JSON
  * text (RFC 8259, section 2: a value with optional whitespace around it),
- * so bytes after the object are refused, not ignored; and a string holding
- * U+0000 is refused instead of reaching the engine cut short at the NUL.
+ * so bytes after the object are refused, not ignored; a string holding
+ * U+0000 is refused instead of reaching the engine cut short at the NUL;
+ * and a name twice in one object is refused instead of read as its first.
  * Prompts are checked on byte-level ids, where the expected ids are the
  * ASCII codes of the prompt's characters. */
 // ctest-labels: core serve
@@ -99,6 +100,32 @@ START_TEST(nul_in_a_string_is_refused)
 }
 END_TEST
 
+/* A name twice in one object (RFC 8259 leaves it to the reader; Python's
+ * json keeps the last, cJSON's lookup the first) is refused, at any depth. */
+START_TEST(duplicate_names_are_refused)
+{
+    static const struct {
+        bool chat;
+        const char *body;
+    } bad[] = {
+        {false, "{\"prompt\": \"Hi\", \"max_tokens\": 1, \"max_tokens\": 9}"},
+        {false, "{\"prompt\": \"Hi\", \"prompt\": \"Ho\"}"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"content\": \"b\"}]}"},
+        {false, "{\"prompt\": \"Hi\", \"stream\": true, \"stream_options\": "
+                "{\"include_usage\": true, \"include_usage\": false}}"},
+    };
+    api_request r;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(parse(bad[i].chat, bad[i].body, &r, "appears twice") == 400, "accepted %s",
+                      bad[i].body);
+    /* the same name in two objects is fine */
+    ck_assert_int_eq(parse(true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
+                                 "{\"role\": \"assistant\", \"content\": \"b\"}, {\"role\": "
+                                 "\"user\", \"content\": \"c\"}], \"max_tokens\": 1}", &r, NULL), 0);
+    eng_req_release(NULL, r.req);
+}
+END_TEST
+
 START_TEST(escaped_backslash_before_u0000_is_text)
 {
     /* "a\\u0000b" is the 8 characters a \ u 0 0 0 0 b, not a NUL */
@@ -117,6 +144,7 @@ int main(void)
     tcase_add_test(tc, bytes_after_the_object_are_refused);
     tcase_add_test(tc, whitespace_after_the_object_is_accepted);
     tcase_add_test(tc, nul_in_a_string_is_refused);
+    tcase_add_test(tc, duplicate_names_are_refused);
     tcase_add_test(tc, escaped_backslash_before_u0000_is_text);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;

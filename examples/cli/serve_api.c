@@ -238,6 +238,40 @@ static bool has_nul_escape(const char *body, size_t len)
     return false;
 }
 
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A name some object of v holds twice (NULL: none; *oom set when it could
+ * not look). JSON leaves duplicates to the reader (RFC 8259, section 4):
+ * cJSON's lookups take the first, Python's json (the OpenAI server's) the
+ * last, so such a body is refused rather than read one of two ways. */
+static const char *dup_name(const cJSON *v, bool *oom)
+{
+    const char *dup = NULL;
+    if (cJSON_IsObject(v) && v->child && v->child->next) {
+        size_t n = 0, i = 0;
+        for (const cJSON *e = v->child; e; e = e->next)
+            n++;
+        const char **names = malloc(n * sizeof *names);
+        if (!names) {
+            *oom = true;
+            return NULL;
+        }
+        for (const cJSON *e = v->child; e; e = e->next)
+            names[i++] = e->string;
+        qsort(names, n, sizeof *names, cmp_name);
+        for (i = 1; i < n && !dup; i++)
+            if (!strcmp(names[i], names[i - 1]))
+                dup = names[i];
+        free(names);
+    }
+    for (const cJSON *e = v->child; e && !dup && !*oom; e = e->next)
+        dup = dup_name(e, oom);
+    return dup;
+}
+
 int api_parse(const api_server *s, bool chat, const char *body, size_t len,
               uint64_t seed_fallback, api_request *out, char **err_json)
 {
@@ -267,6 +301,14 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
     }
     if (!cJSON_IsObject(root)) {
         rc = bad(err_json, NULL, "invalid_json", "the request body must be a JSON object");
+        goto done;
+    }
+    bool oom = false;
+    const char *dup = dup_name(root, &oom);
+    if (dup || oom) {
+        rc = oom ? bad(err_json, NULL, NULL, "out of memory")
+                 : bad(err_json, dup, "invalid_json", "the key '%.60s' appears twice in one "
+                       "object", dup);
         goto done;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -30,8 +30,9 @@ typedef struct api_request {
 
 /* Parses a request body (`len` bytes, need not be NUL-terminated; chat:
  * /v1/chat/completions, else /v1/completions) into *out. The body must be
- * one JSON object (RFC 8259: only whitespace after it), and no string in it
- * may hold U+0000 (cJSON's strings end there). Returns 0, or the HTTP
+ * one JSON object (RFC 8259: only whitespace after it) with no name twice
+ * in one object, and no string in it may hold U+0000 (cJSON's strings end
+ * there). Returns 0, or the HTTP
  * status of the error (400) with *err_json a malloc'd OpenAI error object
  * and out->req NULL. seed_fallback seeds requests without "seed". */
 int api_parse(const api_server *s, bool chat, const char *body, size_t len,
