@@ -7,17 +7,26 @@
  *   S_h  = exp(dt_h * A_h) * S_h + dt_h * x_h ⊗ B_g,   A_h = -exp(A_log[h])
  *   y_h  = S_h · C_g + D[h] * x_h
  * Lanes over d_state: a state row S[s, h, p, 0..N) is owned by L = N / 4
- * consecutive invocations, each holding 4 consecutive elements, loaded
- * and stored as one 16-byte vector (f32 state) or one 8-byte vector
- * (f16/bf16), so a warp moves whole 512-byte rows; WG / L invocation
- * groups per workgroup, each doing RPI rows (all loads issued first). y = C · S is reduced over the
- * row's lanes through shared memory (USE_SUBGROUP: with subgroupAdd when
- * a row is exactly one subgroup). The host uses this shader when
- * n_seq_tokens == 1, there are no checkpoints and N % 4 == 0,
- * N / 4 <= WG. States are read from src_slot[s] (-1: zeros; with SNAP
- * from the f32 snapshot of state_gather) and written, in the state dtype,
- * to dst_slot[s]; each invocation reads its elements before writing them,
- * so src and dst may alias. */
+ * consecutive invocations (a lane group), each holding 4 consecutive
+ * elements, loaded and stored as one 16-byte vector (f32 state) or one
+ * 8-byte vector (f16/bf16), so a warp moves whole 512-byte rows.
+ *
+ * Work. An item is RPI consecutive rows of one (stream, head) (the host
+ * makes RPI divide head_dim). Each lane group does IPG items one after
+ * the other, R = WG / L lane groups of a workgroup taking R consecutive
+ * items at each step, and loads the state rows of its next item before it
+ * updates the current one (a register double buffer: the loads of item
+ * k + 1 are in flight while item k is computed and stored). The head's
+ * parameters, dt and B, C are reloaded only when the lane group's item
+ * moves to another (stream, head) or (stream, group). y = C · S is
+ * reduced over the row's lanes with subgroupAdd when a row is exactly
+ * one subgroup (USE_SUBGROUP, d_state 128 on NVIDIA), else through shared
+ * memory. The host uses this shader when n_seq_tokens == 1, there are no
+ * checkpoints, N % 4 == 0 and N / 4 <= WG. States are read from
+ * src_slot[s] (-1: zeros; with SNAP from the f32 snapshot of
+ * state_gather) and written, in the state dtype, to dst_slot[s]; each
+ * invocation reads its elements before writing them, and no invocation
+ * reads an element another one writes, so src and dst may alias. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint N = 128; /* d_state, N % 4 == 0 */
@@ -26,7 +35,8 @@ layout(constant_id = 3) const uint A_DT = 0;
 layout(constant_id = 4) const uint D_DT = 0;  /* DT_NONE: no D */
 layout(constant_id = 5) const uint DB_DT = 0; /* DT_NONE: no dt_bias */
 layout(constant_id = 6) const uint SNAP = 0;
-layout(constant_id = 7) const uint RPI = 2; /* rows per invocation group */
+layout(constant_id = 7) const uint RPI = 2; /* state rows per item, divides head_dim */
+layout(constant_id = 8) const uint IPG = 1; /* items per lane group */
 
 layout(binding = 0) readonly buffer Xbc { float xbc[]; };
 layout(binding = 1) readonly buffer Dt { float dt[]; };
@@ -47,7 +57,7 @@ layout(push_constant) uniform P {
 } p;
 
 const uint L = N / 4u;  /* lanes per state row */
-const uint R = WG / L;  /* rows per workgroup */
+const uint R = WG / L;  /* lane groups per workgroup */
 
 shared float part[WG];
 
@@ -63,13 +73,37 @@ uvec2 pack4(vec4 v)
                  f32_to_half(v.z, ST_DT) | (f32_to_half(v.w, ST_DT) << 16));
 }
 
-/* Where row `row` (of all streams' rows) lives; false past the last one. */
-bool locate(uint row, out uint s, out uint hp)
+/* The first row of item k of lane group rl; false past the last row. */
+bool item_row(uint k, uint rl, out uint row)
 {
-    uint rows_per_seq = p.n_heads * p.head_dim;
-    s = row / rows_per_seq;
-    hp = row % rows_per_seq;
-    return s < p.n_seqs;
+    row = ((group_id() * IPG + k) * R + rl) * RPI;
+    return rl < R && row < p.n_seqs * p.n_heads * p.head_dim;
+}
+
+/* Loads the RPI state rows of item k (zeros past the end, for src -1). */
+void load_item(uint k, uint rl, uint j, out vec4 S[RPI])
+{
+    uint rows_per_seq = p.n_heads * p.head_dim, row;
+    for (uint i = 0u; i < RPI; i++)
+        S[i] = vec4(0.0);
+    if (!item_row(k, rl, row))
+        return;
+    uint s = row / rows_per_seq;
+    uint at = (row % rows_per_seq) * N + 4u * j; /* element of the slot */
+    uint slot_elems = rows_per_seq * N;
+    if (SNAP != 0u) {
+        for (uint i = 0u; i < RPI; i++)
+            S[i] = snap4[(s * slot_elems + at + i * N) >> 2];
+        return;
+    }
+    int src = idx[p.src_off + s];
+    if (src < 0 || uint(src) >= p.n_slots)
+        return;
+    uint e = uint(src) * slot_elems + at;
+    for (uint i = 0u; i < RPI; i++) {
+        uint ei = (e + i * N) >> 2;
+        S[i] = ST_DT == DT_F32 ? uintBitsToFloat(st4[ei]) : half4(st2[ei]);
+    }
 }
 
 void main()
@@ -82,78 +116,92 @@ void main()
 #else
     uint l = gl_LocalInvocationID.x;
 #endif
-    uint rl = l / L, j = l % L; /* row group in the workgroup, lane in the row */
+    uint rl = l / L, j = l % L; /* lane group in the workgroup, lane in the row */
     uint rows_per_seq = p.n_heads * p.head_dim;
     uint slot_elems = rows_per_seq * N;
-    /* RPI rows per invocation group, R rows apart: all state loads are
-     * issued before any arithmetic, RPI 16-byte loads in flight per lane */
-    vec4 S[RPI];
-    for (uint k = 0u; k < RPI; k++) {
-        uint s, hp;
-        S[k] = vec4(0.0);
-        if (rl < R && locate((group_id() * RPI + k) * R + rl, s, hp)) {
-            uint at = hp * N + 4u * j; /* element of the slot */
-            if (SNAP != 0u) {
-                S[k] = snap4[(s * slot_elems + at) >> 2];
-            } else {
-                int src = idx[p.src_off + s];
-                if (src >= 0 && uint(src) < p.n_slots) {
-                    uint e = uint(src) * slot_elems + at;
-                    S[k] = ST_DT == DT_F32 ? uintBitsToFloat(st4[e >> 2]) : half4(st2[e >> 2]);
-                }
-            }
-        }
-    }
-    for (uint k = 0u; k < RPI; k++) {
-        uint s, hp;
-        bool act = rl < R && locate((group_id() * RPI + k) * R + rl, s, hp);
-        float acc = 0.0, xv = 0.0, Dh = 0.0;
+    uint hpg = p.n_heads / p.n_groups;
+    /* what the lane group holds: (stream, head) of its parameters and dt,
+     * (stream, group) of its B and C; ~0u: nothing yet */
+    uint c_sh = ~0u, c_sg = ~0u;
+    float Dh = 0.0, dtv = 0.0, dA = 1.0;
+    vec4 Bv = vec4(0.0), Cv = vec4(0.0);
+    int dst = -1;
+    vec4 S[RPI], Sn[RPI];
+    load_item(0u, rl, j, S);
+    for (uint k = 0u; k < IPG; k++) {
+        /* the next item's rows are in flight while this one is updated */
+        if (k + 1u < IPG)
+            load_item(k + 1u, rl, j, Sn);
+        uint row;
+        bool act = item_row(k, rl, row);
+        float acc[RPI], xv[RPI];
+        uint s = 0u, hp = 0u;
+        for (uint i = 0u; i < RPI; i++)
+            acc[i] = xv[i] = 0.0;
         if (act) {
-            uint h = hp / p.head_dim;
-            uint grp = h / (p.n_heads / p.n_groups);
-            uint at = hp * N + 4u * j;
-            float A = -exp(LOAD_F(a_log, p.a_off + h, A_DT));
-            Dh = D_DT != DT_NONE ? LOAD_F(dd, p.d_off + h, D_DT) : 0.0;
-            float bias = DB_DT != DT_NONE ? LOAD_F(dt_bias, p.db_off + h, DB_DT) : 0.0;
-            float dtv = softplus(dt[p.dt_off + s * p.n_heads + h] + bias);
-            dtv = dtv < p.dt_min ? p.dt_min : dtv;
-            dtv = dtv > p.dt_max ? p.dt_max : dtv;
-            float dA = exp(dtv * A);
+            s = row / rows_per_seq;
+            hp = row % rows_per_seq;
+            uint h = hp / p.head_dim, grp = h / hpg;
             uint rb = p.xbc_off + s * p.conv_dim;
-            uint bo = rb + rows_per_seq + grp * N + 4u * j;
-            uint co = bo + p.n_groups * N;
-            vec4 Bv = vec4(xbc[bo], xbc[bo + 1u], xbc[bo + 2u], xbc[bo + 3u]);
-            vec4 Cv = vec4(xbc[co], xbc[co + 1u], xbc[co + 2u], xbc[co + 3u]);
-            xv = xbc[rb + hp];
-            vec4 Sn = S[k] * dA + (xv * dtv) * Bv;
-            acc = dot(Sn, Cv);
-            int dst = idx[p.dst_off + s];
-            if (dst >= 0 && uint(dst) < p.n_slots) {
-                uint e = uint(dst) * slot_elems + at;
-                if (ST_DT == DT_F32)
-                    st4[e >> 2] = floatBitsToUint(Sn);
-                else
-                    st2[e >> 2] = pack4(Sn);
+            if (s * p.n_heads + h != c_sh) {
+                c_sh = s * p.n_heads + h;
+                float A = -exp(LOAD_F(a_log, p.a_off + h, A_DT));
+                Dh = D_DT != DT_NONE ? LOAD_F(dd, p.d_off + h, D_DT) : 0.0;
+                float bias = DB_DT != DT_NONE ? LOAD_F(dt_bias, p.db_off + h, DB_DT) : 0.0;
+                dtv = softplus(dt[p.dt_off + s * p.n_heads + h] + bias);
+                dtv = dtv < p.dt_min ? p.dt_min : dtv;
+                dtv = dtv > p.dt_max ? p.dt_max : dtv;
+                dA = exp(dtv * A);
+                dst = idx[p.dst_off + s];
+            }
+            if (s * p.n_groups + grp != c_sg) {
+                c_sg = s * p.n_groups + grp;
+                uint bo = rb + rows_per_seq + grp * N + 4u * j;
+                uint co = bo + p.n_groups * N;
+                Bv = vec4(xbc[bo], xbc[bo + 1u], xbc[bo + 2u], xbc[bo + 3u]);
+                Cv = vec4(xbc[co], xbc[co + 1u], xbc[co + 2u], xbc[co + 3u]);
+            }
+            bool store = dst >= 0 && uint(dst) < p.n_slots;
+            uint e = uint(dst) * slot_elems + hp * N + 4u * j;
+            for (uint i = 0u; i < RPI; i++) {
+                xv[i] = xbc[rb + hp + i];
+                vec4 v = S[i] * dA + (xv[i] * dtv) * Bv;
+                acc[i] = dot(v, Cv);
+                if (store) {
+                    uint ei = (e + i * N) >> 2;
+                    if (ST_DT == DT_F32)
+                        st4[ei] = floatBitsToUint(v);
+                    else
+                        st2[ei] = pack4(v);
+                }
             }
         }
         uint yo = p.y_off + s * rows_per_seq + hp;
 #if USE_SUBGROUP
         if (L == gl_SubgroupSize) {
             /* a row is one subgroup (rows start at multiples of L) */
-            acc = subgroupAdd(acc);
-            if (act && j == 0u)
-                y[yo] = acc + Dh * xv;
-            continue;
-        }
+            for (uint i = 0u; i < RPI; i++) {
+                float t = subgroupAdd(acc[i]);
+                if (act && j == 0u)
+                    y[yo + i] = t + Dh * xv[i];
+            }
+        } else
 #endif
-        barrier();
-        part[l] = acc;
-        barrier();
-        if (act && j == 0u) {
-            float sum = 0.0;
-            for (uint q = 0u; q < L; q++)
-                sum += part[l + q];
-            y[yo] = sum + Dh * xv;
+        {
+            for (uint i = 0u; i < RPI; i++) {
+                barrier();
+                part[l] = acc[i];
+                barrier();
+                if (act && j == 0u) {
+                    float sum = 0.0;
+                    for (uint q = 0u; q < L; q++)
+                        sum += part[l + q];
+                    y[yo + i] = sum + Dh * xv[i];
+                }
+            }
         }
+        if (k + 1u < IPG)
+            for (uint i = 0u; i < RPI; i++)
+                S[i] = Sn[i];
     }
 }

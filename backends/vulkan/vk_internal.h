@@ -133,7 +133,8 @@ typedef struct vk_backend {
     uint32_t cm_ctr_next;       /* the next of them to take (vk_cm_ctr_take) */
     struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
-        uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per invocation group */
+        uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per item */
+        uint32_t ipg, wgs, wg;  /* $LLMEM_VULKAN_SCAN_{IPG,WGS,WG} (vk_ops_mamba.c) */
     } scan;
     VkDeviceSize bytes_device;  /* in device blocks */
 

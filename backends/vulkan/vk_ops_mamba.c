@@ -19,8 +19,10 @@
 
 #define CONV_WG 128
 #define SCAN_WG 64
-#define SCAN_DEC_WG 256 /* ssm_scan_decode.comp: d_state / 4 lanes per state row */
-#define SCAN_DEC_RPI 2  /* its rows per invocation group */
+#define SCAN_DEC_WG 256  /* ssm_scan_decode.comp: d_state / 4 lanes per state row */
+#define SCAN_DEC_RPI 4   /* its state rows per item */
+#define SCAN_DEC_IPG 8   /* at most this many items per lane group */
+#define SCAN_DEC_WGS 1024 /* ... while the grid keeps at least this many workgroups */
 #define GATHER_WG 256
 
 static int64_t state_elems(const llmem_state_desc *d)
@@ -156,15 +158,29 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     return vk_rs_conv(vk_from(be), VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
 
+/* $name as an integer in [lo, hi], else def. */
+static uint32_t env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t def)
+{
+    const char *e = getenv(name);
+    long x = e ? strtol(e, NULL, 10) : -1;
+    return x >= (long)lo && x <= (long)hi ? (uint32_t)x : def;
+}
+
 /* The scan path variables, read once when the backend opens (for before/after
  * measurements): LLMEM_VULKAN_SCAN_OLD keeps the row-per-invocation shader for
- * one-token scans, LLMEM_VULKAN_SCAN_RPI (1..8) sets the decode shader's state
- * rows per invocation group. */
+ * one-token scans; for the decode shader LLMEM_VULKAN_SCAN_RPI (1..8) sets the
+ * state rows per item, LLMEM_VULKAN_SCAN_IPG (1..64) the most items per lane
+ * group, LLMEM_VULKAN_SCAN_WGS (1..65536) the fewest workgroups the grid keeps
+ * and LLMEM_VULKAN_SCAN_WG (64, 128, 256, 512) the workgroup size. */
 void vk_scan_config(vk_backend *v)
 {
-    const char *rpi = getenv("LLMEM_VULKAN_SCAN_RPI");
     v->scan.old = getenv("LLMEM_VULKAN_SCAN_OLD") != NULL;
-    v->scan.rpi = rpi && atoi(rpi) >= 1 && atoi(rpi) <= 8 ? (uint32_t)atoi(rpi) : SCAN_DEC_RPI;
+    v->scan.rpi = env_u32("LLMEM_VULKAN_SCAN_RPI", 1, 8, SCAN_DEC_RPI);
+    v->scan.ipg = env_u32("LLMEM_VULKAN_SCAN_IPG", 1, 64, SCAN_DEC_IPG);
+    v->scan.wgs = env_u32("LLMEM_VULKAN_SCAN_WGS", 1, 65536, SCAN_DEC_WGS);
+    v->scan.wg = env_u32("LLMEM_VULKAN_SCAN_WG", 64, 512, SCAN_DEC_WG);
+    if (v->scan.wg & (v->scan.wg - 1))
+        v->scan.wg = SCAN_DEC_WG;
 }
 
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,
@@ -179,12 +195,20 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
     /* one token, no checkpoints: lanes over d_state (ssm_scan_decode.comp),
      * unless v->scan.old */
-    uint32_t lanes = (uint32_t)p->d_state / 4;
+    uint32_t lanes = (uint32_t)p->d_state / 4, wg = v->scan.wg;
     bool dec = rs->n_seq_tokens == 1 && rs->n_ckpt == 0 && p->d_state % 4 == 0 &&
-               lanes <= SCAN_DEC_WG && !v->scan.old;
+               lanes >= 1 && lanes <= wg && !v->scan.old;
     if (!dec && vk_scan_pre_takes(v, p, rs)) /* prefill: vk_ops_scan_pre.c */
         return vk_scan_pre(v, p, view, state, xbc, dt, a_log, d, dt_bias, y);
+    /* items of rpi rows inside one head; as many items per lane group as
+     * keep the grid at v->scan.wgs workgroups or more, at most v->scan.ipg */
     uint32_t rpi = v->scan.rpi;
+    while (p->head_dim % (int32_t)rpi)
+        rpi--;
+    uint64_t rows = (uint64_t)rs->n_seqs * p->n_heads * p->head_dim;
+    uint64_t groups = dec ? wg / lanes : 1, items = rows / rpi;
+    uint64_t ipg = items / (groups * v->scan.wgs);
+    ipg = ipg < 1 ? 1 : ipg > v->scan.ipg ? v->scan.ipg : ipg;
     vk_alloc snap = {0};
     bool use_snap = false;
     llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
@@ -192,7 +216,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
         return st;
     vk_op op;
     if (dec)
-        vk_op_init(&op, v->subgroup ? VK_SH_SSM_SCAN_DEC_SG : VK_SH_SSM_SCAN_DEC, SCAN_DEC_WG);
+        vk_op_init(&op, v->subgroup ? VK_SH_SSM_SCAN_DEC_SG : VK_SH_SSM_SCAN_DEC, wg);
     else
         vk_op_init(&op, VK_SH_SSM_SCAN, SCAN_WG);
     vk_op_spec(&op, (uint32_t)p->d_state);
@@ -201,8 +225,10 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_op_spec(&op, d ? (uint32_t)d->dtype : 3u);
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, use_snap);
-    if (dec)
+    if (dec) {
         vk_op_spec(&op, rpi);
+        vk_op_spec(&op, (uint32_t)ipg);
+    }
     uint32_t xo = vk_op_tensor(v, &op, xbc, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t ao = vk_op_tensor(v, &op, a_log, false);
@@ -229,8 +255,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_rs_tables(&op, rs);
     /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
-    uint64_t rows = (uint64_t)rs->n_seqs * p->n_heads * p->head_dim;
-    st = vk_op_run(v, &op, dec ? vk_div_up(rows, (uint64_t)(SCAN_DEC_WG / lanes) * rpi)
+    st = vk_op_run(v, &op, dec ? vk_div_up(items, groups * ipg)
                                : (uint64_t)rs->n_seqs * p->n_heads * n_chunks);
     if (use_snap)
         vk_alloc_release(v, &snap);

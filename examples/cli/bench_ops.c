@@ -256,22 +256,32 @@ static llmem_status scan_run(void *vctx)
                              &c->dt_bias, &c->y);
 }
 
+/* $LLMEM_BENCH_SCAN_PINGPONG=1: stream i reads slot i and writes slot B + i,
+ * as a recurrent memory's decode step does (two slots per sequence), instead
+ * of updating slot i in place. The same bytes are moved. */
+static bool scan_pingpong(void)
+{
+    const char *e = getenv("LLMEM_BENCH_SCAN_PINGPONG");
+    return e && atoi(e) != 0;
+}
+
 llmem_status bench_mamba(bench *b)
 {
     const int32_t B = 64, H = 128, P = 64, N = 128, G = 1;
     int64_t elems = (int64_t)H * P * N, cd = (int64_t)H * P + 2 * G * N;
     size_t state_bytes = (size_t)B * (size_t)elems * 4;
+    bool pp = scan_pingpong();
     llmem_buffer *state = NULL, *act = NULL, *idx = NULL;
     size_t o_xbc = 0, o_dt = o_xbc + (size_t)B * cd * 4, o_par = o_dt + (size_t)B * H * 4;
     size_t o_y = o_par + 3 * (size_t)H * 4, act_bytes = o_y + (size_t)B * H * P * 4;
-    llmem_status st = bench_new_buffer(b, state_bytes, &state);
+    llmem_status st = bench_new_buffer(b, state_bytes * (pp ? 2 : 1), &state);
     if (st == LLMEM_OK)
         st = bench_new_buffer(b, act_bytes, &act);
     if (st == LLMEM_OK)
         st = bench_fill(b, state, 0, (int64_t)(state_bytes / 4), LLMEM_DTYPE_F32, false);
     if (st == LLMEM_OK)
         st = bench_fill(b, act, 0, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false);
-    int32_t *slots = malloc((size_t)B * sizeof *slots);
+    int32_t *slots = malloc((size_t)B * 2 * sizeof *slots);
     tables t = {0};
     scan_ctx c;
     memset(&c, 0, sizeof c);
@@ -280,9 +290,12 @@ llmem_status bench_mamba(bench *b)
     if (!slots && st == LLMEM_OK)
         st = LLMEM_E_NO_MEMORY;
     if (st == LLMEM_OK) {
-        for (int32_t i = 0; i < B; i++)
+        for (int32_t i = 0; i < B; i++) {
             slots[i] = i;
-        st = bench_rs_view(b, &c.view, &c.rs, &desc, bufs, B, 1, slots, slots, &t, &idx);
+            slots[B + i] = pp ? B + i : i;
+        }
+        st = bench_rs_view(b, &c.view, &c.rs, &desc, bufs, B, 1, slots, slots + B, &t, &idx);
+        c.rs.n_slots = pp ? 2 * B : B; /* the view points at c.rs */
     }
     double sec = 0;
     if (st == LLMEM_OK) {
