@@ -6,11 +6,16 @@
  * each invocation reads and writes only its own (strided) elements.
  * ADD = 1 first adds the residual r into x (llmem_op_add_rms_norm:
  * x = x + r, stored, then normalized): the same values, in the same order,
- * as the add shader followed by this one. out may be r itself. */
+ * as the add shader followed by this one. out may be r itself.
+ * REG > 0 (the host sets it when cols <= REG * WG): each invocation keeps
+ * its REG elements and their weights in registers, all loaded at once, so
+ * the row is read once and a workgroup waits for one round of loads
+ * instead of cols / WG (the same values in the same order as the loop). */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint ADD = 0;
+layout(constant_id = 3) const uint REG = 0; /* elements per invocation in registers; 0: loop */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -31,6 +36,35 @@ void main()
     uint l = gl_LocalInvocationID.x;
     uint base = row * p.cols;
     float ss = 0.0;
+    if (REG > 0u) {
+        float v[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
+        for (uint k = 0u; k < REG; k++) {
+            uint c = l + k * WG;
+            v[k] = 0.0;
+            wv[k] = 1.0;
+            if (c < p.cols) {
+                v[k] = x[p.x_off + base + c];
+                if (ADD != 0)
+                    v[k] += r[p.r_off + base + c];
+                if (W_DT != DT_NONE)
+                    wv[k] = LOAD_F(w, p.w_off + c, W_DT);
+            }
+        }
+        for (uint k = 0u; k < REG; k++) {
+            uint c = l + k * WG;
+            if (ADD != 0 && c < p.cols)
+                x[p.x_off + base + c] = v[k];
+            ss += v[k] * v[k];
+        }
+        ss = wg_sum(ss);
+        float scale = 1.0 / sqrt(ss / float(p.cols) + p.eps);
+        for (uint k = 0u; k < REG; k++) {
+            uint c = l + k * WG;
+            if (c < p.cols)
+                o[p.o_off + base + c] = W_DT != DT_NONE ? v[k] * scale * wv[k] : v[k] * scale;
+        }
+        return;
+    }
     for (uint c = l; c < p.cols; c += WG) {
         float v = x[p.x_off + base + c];
         if (ADD != 0) {

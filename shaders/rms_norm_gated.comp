@@ -4,10 +4,14 @@
  * each group of gs = D / n_groups elements is normalized:
  * out = h / sqrt(mean_group(h^2) + eps) * w. One workgroup per (row,
  * group). out may be y or z: an invocation recomputes h from its own
- * elements before writing them. */
+ * elements before writing them. REG > 0 (the host sets it when
+ * gs <= REG * WG): each invocation keeps its REG values of h and their
+ * weights in registers, all loaded at once, so y and z are read once (the
+ * same values in the same order as the loop). */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint W_DT = 0;
+layout(constant_id = 2) const uint REG = 0; /* elements per invocation in registers; 0: loop */
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
@@ -28,6 +32,27 @@ void main()
     uint l = gl_LocalInvocationID.x;
     uint base = row * p.cols + grp * p.gs;
     float ss = 0.0;
+    if (REG > 0u) {
+        float hv[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
+        for (uint k = 0u; k < REG; k++) {
+            uint c = l + k * WG;
+            hv[k] = wv[k] = 0.0;
+            if (c < p.gs) {
+                hv[k] = y[p.y_off + base + c] * silu(z[p.z_off + base + c]);
+                wv[k] = LOAD_F(w, p.w_off + grp * p.gs + c, W_DT);
+            }
+        }
+        for (uint k = 0u; k < REG; k++)
+            ss += hv[k] * hv[k];
+        ss = wg_sum(ss);
+        float scale = 1.0 / sqrt(ss / float(p.gs) + p.eps);
+        for (uint k = 0u; k < REG; k++) {
+            uint c = l + k * WG;
+            if (c < p.gs)
+                o[p.o_off + base + c] = hv[k] * scale * wv[k];
+        }
+        return;
+    }
     for (uint c = l; c < p.gs; c += WG) {
         float h = y[p.y_off + base + c] * silu(z[p.z_off + base + c]);
         ss += h * h;

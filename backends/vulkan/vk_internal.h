@@ -135,6 +135,7 @@ typedef struct vk_backend {
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
         uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per item */
         uint32_t ipg, wgs, wg;  /* $LLMEM_VULKAN_SCAN_{IPG,WGS,WG} (vk_ops_mamba.c) */
+        bool norm_loop;         /* $LLMEM_VULKAN_NORM_LOOP: RMS norms without REG (vk_ops_basic.c) */
     } scan;
     VkDeviceSize bytes_device;  /* in device blocks */
 

@@ -132,6 +132,21 @@ llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_
 
 /* ---- norms ------------------------------------------------------------------------------- */
 
+/* Most elements per invocation the norms keep in registers (REG): 16 for
+ * rms_norm (a 4096-wide row: 18.2 -> 14.8 us a call at batch 64 on the
+ * H200), but the gated norm with 32 (Bamba-9B's 8192-wide groups) took
+ * 28.2 us a call against the loop's 25.5 (docs/benchmarks.md, "The b64
+ * decode step's scan and slot copies"), so it keeps 16 too. */
+#define NORM_REG_MAX 16
+
+/* The REG specialization constant of a norm over rows of n elements:
+ * ceil(n / ROW_WG) when that is at most NORM_REG_MAX, else 0 (the loop). */
+static uint32_t norm_reg(const vk_backend *v, int64_t n)
+{
+    int64_t k = (n + ROW_WG - 1) / ROW_WG;
+    return !v->scan.norm_loop && k >= 1 && k <= NORM_REG_MAX ? (uint32_t)k : 0u;
+}
+
 /* rms_norm.comp, with the residual r added into x first when r is given. */
 static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w, float eps,
                              llmem_ct *out)
@@ -142,6 +157,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, ROW_WG);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
     vk_op_spec(&op, r ? 1u : 0u);
+    vk_op_spec(&op, norm_reg(v, cols));
     uint32_t xo = vk_op_tensor(v, &op, x, r != NULL);
     uint32_t wo = vk_op_tensor(v, &op, w, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
@@ -177,6 +193,7 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, ROW_WG);
     vk_op_spec(&op, (uint32_t)w->dtype);
+    vk_op_spec(&op, norm_reg(v, cols / n_groups));
     uint32_t yo = vk_op_tensor(v, &op, y, false);
     uint32_t zo = vk_op_tensor(v, &op, z, false);
     uint32_t wo = vk_op_tensor(v, &op, w, false);

@@ -171,7 +171,9 @@ static uint32_t env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t def
  * one-token scans; for the decode shader LLMEM_VULKAN_SCAN_RPI (1..8) sets the
  * state rows per item, LLMEM_VULKAN_SCAN_IPG (1..64) the most items per lane
  * group, LLMEM_VULKAN_SCAN_WGS (1..65536) the fewest workgroups the grid keeps
- * and LLMEM_VULKAN_SCAN_WG (64, 128, 256, 512) the workgroup size. */
+ * and LLMEM_VULKAN_SCAN_WG (64, 128, 256, 512) the workgroup size. Also
+ * LLMEM_VULKAN_NORM_LOOP=1: the RMS norms (vk_ops_basic.c) loop over a row
+ * twice instead of keeping it in registers. */
 void vk_scan_config(vk_backend *v)
 {
     v->scan.old = getenv("LLMEM_VULKAN_SCAN_OLD") != NULL;
@@ -181,6 +183,7 @@ void vk_scan_config(vk_backend *v)
     v->scan.wg = env_u32("LLMEM_VULKAN_SCAN_WG", 64, 512, SCAN_DEC_WG);
     if (v->scan.wg & (v->scan.wg - 1))
         v->scan.wg = SCAN_DEC_WG;
+    v->scan.norm_loop = getenv("LLMEM_VULKAN_NORM_LOOP") != NULL;
 }
 
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,
