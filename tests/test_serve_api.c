@@ -58,15 +58,31 @@ static void expect_prompt(const api_request *r, const char *want)
         ck_assert_int_eq(r->req->prompt[i], (unsigned char)want[i]);
 }
 
+/* A request body and its route. */
+typedef struct body {
+    bool chat;
+    const char *text;
+} body;
+
+/* Every body must get 400 with an error object naming `code`. */
+static void refuse_all(const body *bodies, size_t n, const char *code)
+{
+    api_request r;
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(parse(bodies[i].chat, bodies[i].text, &r, code) == 400, "accepted %s",
+                      bodies[i].text);
+}
+
 START_TEST(bytes_after_the_object_are_refused)
 {
-    static const char *bodies[] = {"{\"prompt\": \"Hi\"} x", "{\"prompt\": \"Hi\"}{}",
-                                   "{\"prompt\": \"Hi\"}\n]", "{\"prompt\": \"Hi\"} \"max_tokens\": 9"};
-    api_request r;
-    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
-        ck_assert_msg(parse(false, bodies[i], &r, "invalid_json") == 400, "accepted %s", bodies[i]);
-    ck_assert_int_eq(parse(true, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}, 1", &r,
-                           "invalid_json"), 400);
+    static const body bad[] = {
+        {false, "{\"prompt\": \"Hi\"} x"},
+        {false, "{\"prompt\": \"Hi\"}{}"},
+        {false, "{\"prompt\": \"Hi\"}\n]"},
+        {false, "{\"prompt\": \"Hi\"} \"max_tokens\": 9"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}, 1"},
+    };
+    refuse_all(bad, sizeof bad / sizeof bad[0], "invalid_json");
 }
 END_TEST
 
@@ -82,10 +98,7 @@ END_TEST
 
 START_TEST(nul_in_a_string_is_refused)
 {
-    static const struct {
-        bool chat;
-        const char *body;
-    } bad[] = {
+    static const body bad[] = {
         {false, "{\"prompt\": \"a\\u0000b\"}"},
         {false, "{\"prompt\": \"Hi\", \"stop\": [\"x\\u0000y\"]}"},
         {false, "{\"prompt\": \"Hi\", \"stop\": \"\\u0000\"}"},
@@ -93,10 +106,7 @@ START_TEST(nul_in_a_string_is_refused)
         {true, "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
                "\"text\": \"\\u0000\"}]}]}"},
     };
-    api_request r;
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(parse(bad[i].chat, bad[i].body, &r, "invalid_value") == 400, "accepted %s",
-                      bad[i].body);
+    refuse_all(bad, sizeof bad / sizeof bad[0], "invalid_value");
 }
 END_TEST
 
@@ -104,21 +114,16 @@ END_TEST
  * json keeps the last, cJSON's lookup the first) is refused, at any depth. */
 START_TEST(duplicate_names_are_refused)
 {
-    static const struct {
-        bool chat;
-        const char *body;
-    } bad[] = {
+    static const body bad[] = {
         {false, "{\"prompt\": \"Hi\", \"max_tokens\": 1, \"max_tokens\": 9}"},
         {false, "{\"prompt\": \"Hi\", \"prompt\": \"Ho\"}"},
         {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"content\": \"b\"}]}"},
         {false, "{\"prompt\": \"Hi\", \"stream\": true, \"stream_options\": "
                 "{\"include_usage\": true, \"include_usage\": false}}"},
     };
-    api_request r;
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        ck_assert_msg(parse(bad[i].chat, bad[i].body, &r, "appears twice") == 400, "accepted %s",
-                      bad[i].body);
+    refuse_all(bad, sizeof bad / sizeof bad[0], "appears twice");
     /* the same name in two objects is fine */
+    api_request r;
     ck_assert_int_eq(parse(true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, "
                                  "{\"role\": \"assistant\", \"content\": \"b\"}, {\"role\": "
                                  "\"user\", \"content\": \"c\"}], \"max_tokens\": 1}", &r, NULL), 0);
