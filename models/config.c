@@ -672,9 +672,13 @@ static llmem_status parse_impl(const char *json, size_t len, llmem_model_config 
         return LLMEM_E_CORRUPT;
     }
     const char *dup = NULL;
+    size_t nul = hf_json_nul_at(json, len);
     llmem_status s = hf_json_dup_key(root, &dup);
     if (s != LLMEM_OK) {
         llmem_errf(err, err_len, "%s: out of memory", src);
+    } else if (nul < len) {
+        llmem_errf(err, err_len, "%s: a string holds \\u0000 (at byte %zu)", src, nul);
+        s = LLMEM_E_CORRUPT;
     } else if (dup) {
         llmem_errf(err, err_len, "%s: key '%.60s' appears twice in one object", src, dup);
         s = LLMEM_E_CORRUPT;

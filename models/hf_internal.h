@@ -81,6 +81,25 @@ static inline hf_json_fault hf_json_parse(const char *text, size_t len, cJSON **
     return HF_JSON_OK;
 }
 
+/* Offset of the first \u0000 escape inside a string of the JSON text
+ * text[0, len), or len when there is none. cJSON ends its C strings at
+ * that NUL, so "llama\u0000x" would read as "llama" and a tensor name
+ * would lose its tail; the loaders refuse such text instead. */
+static inline size_t hf_json_nul_at(const char *text, size_t len)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str)
+            in_str = text[i] == '"';
+        else if (text[i] == '"')
+            in_str = false;
+        else if (text[i] == '\\' && i + 1 < len && text[++i] == 'u' && i + 4 < len &&
+                 text[i + 1] == '0' && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0')
+            return i - 1;
+    }
+    return len;
+}
+
 /* Looks for a name that one object of the tree v (at any depth) holds
  * twice. JSON leaves duplicate names to the reader (RFC 8259, section 4):
  * cJSON's lookups take the first, Python's json.loads the last, so such a

@@ -406,6 +406,13 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
         return LLMEM_E_CORRUPT;
     }
     s = LLMEM_OK;
+    size_t nul = hf_json_nul_at(h, (size_t)hlen);
+    if (nul < hlen) { /* a name cut at the NUL could pass for another tensor's */
+        llmem_errf(err, err_len, "%s: header string holds \\u0000 (at header byte %zu)", f->path,
+                   nul);
+        s = LLMEM_E_CORRUPT;
+        goto out;
+    }
     if (!cJSON_IsObject(root)) {
         llmem_errf(err, err_len, "%s: header is JSON but not an object", f->path);
         s = LLMEM_E_CORRUPT;

@@ -588,6 +588,9 @@ START_TEST(test_bad_configs)
         {LLAMA(",\"hidden_size\":64,\"rms_norm_eps\":1e-300"), LLMEM_E_CORRUPT,
          "'rms_norm_eps' must be a positive number in f32's range"},
         {LLAMA(",\"hidden_size\":64,\"rope_theta\":1e39"), LLMEM_E_CORRUPT, "'rope_theta'"},
+        /* cJSON ends strings at an escaped NUL: "silu\u0000x" would read as "silu" */
+        {LLAMA(",\"hidden_size\":64,\"hidden_act\":\"silu\\u0000x\""), LLMEM_E_CORRUPT,
+         "holds \\u0000"},
         /* a name twice: json.loads keeps the last, cJSON's lookup the first */
         {LLAMA(",\"hidden_size\":64,\"hidden_size\":128"), LLMEM_E_CORRUPT,
          "key 'hidden_size' appears twice"},

@@ -256,6 +256,18 @@ START_TEST(test_bad_json)
     expect_fail("{\"__metadata__\":[]}", 0, LLMEM_E_CORRUPT, "__metadata__", NULL);
     expect_fail("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,2,3,4,5,6,7,8,9],"
                 "\"data_offsets\":[0,4]}}", 4, LLMEM_E_UNSUPPORTED, "9 dimensions", NULL);
+    /* cJSON cuts names at an escaped NUL: "a\u0000x" would be read as "a" */
+    expect_fail("{\"a\\u0000x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+                LLMEM_E_CORRUPT, "\\u0000", NULL);
+    /* an escaped backslash before u0000 is not one */
+    write_st(tpath("ok.safetensors"),
+             "{\"a\\\\u0000x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", NULL, 4);
+    llmem_safetensors *st;
+    ck_assert_msg(open_st(tpath("ok.safetensors"), &st) == LLMEM_OK, "%s", err);
+    llmem_tensor_info ti;
+    ck_assert_int_eq(llmem_safetensors_get(st, 0, &ti), LLMEM_OK);
+    ck_assert_str_eq(ti.name, "a\\u0000x");
+    llmem_safetensors_close(st);
 }
 END_TEST
 
