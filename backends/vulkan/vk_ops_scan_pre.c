@@ -10,9 +10,12 @@
  *
  * Measurement switches, read at each call: LLMEM_VULKAN_SCAN_PRE=0 keeps
  * ssm_scan.comp and ssm_conv.comp for every multi-token ubatch;
- * LLMEM_VULKAN_SCAN_PRE_RPL (1..8, default 4) sets the scan's state rows
- * per lane group, LLMEM_VULKAN_SCAN_PRE_T (1..64, default 4) its tokens per
- * staged block.
+ * LLMEM_VULKAN_SCAN_PRE_RPL (1..8; default 4, 8 for 32 tokens a stream or
+ * fewer) sets the scan's state rows per lane group, LLMEM_VULKAN_SCAN_PRE_T
+ * (1..64; default 4, 2 for 32 tokens or fewer) its tokens per
+ * staged block; LLMEM_VULKAN_SCAN_PRE_VAR=rolled keeps the token loop of
+ * full blocks rolled (shader ssm_scan_pre_rolled), =nopf stages each block
+ * without prefetching it (ssm_scan_pre_nopf).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +24,15 @@
 #include "vk_internal.h"
 
 #define PRE_WG 256   /* ssm_scan_pre.comp: invocations at most */
-#define PRE_RPL 4    /* state rows per lane group */
-#define PRE_T 4      /* tokens per staged block */
+/* State rows per lane group and tokens per staged block: the best of the
+ * H200 sweep at the 9B shape (docs/benchmarks.md, "Vulkan Mamba-2
+ * prefill"), 4 x 4 at 512 tokens a stream, 8 x 2 at 32 and 8 (many
+ * streams: fewer, wider workgroups per state). */
+#define PRE_RPL 4
+#define PRE_T 4
+#define PRE_SHORT 32 /* tokens a stream up to which PRE_RPL_SHORT x PRE_T_SHORT */
+#define PRE_RPL_SHORT 8
+#define PRE_T_SHORT 2
 #define CONV_PRE_WG 128
 #define CONV_PRE_TB 16 /* ssm_conv_pre.comp: tokens per invocation */
 
@@ -42,14 +52,15 @@ static bool pre_enabled(void)
 /* The scan's layout for d_state n and head_dim hd: lane groups *lg of n / 4
  * lanes, *rpl rows each, *t tokens per block; false when the shader cannot
  * take the shape (then ssm_scan.comp runs). */
-static bool scan_layout(const vk_backend *v, uint32_t n, uint32_t hd, uint32_t *lg,
-                        uint32_t *rpl, uint32_t *t)
+static bool scan_layout(const vk_backend *v, uint32_t n, uint32_t hd, uint32_t n_tok,
+                        uint32_t *lg, uint32_t *rpl, uint32_t *t)
 {
     if (n % 4 != 0 || n / 4 > PRE_WG || hd == 0)
         return false;
     uint32_t L = n / 4;
-    *rpl = env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", PRE_RPL, 1, 8);
-    *t = env_u32("LLMEM_VULKAN_SCAN_PRE_T", PRE_T, 1, 64);
+    bool few = n_tok <= PRE_SHORT;
+    *rpl = env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", few ? PRE_RPL_SHORT : PRE_RPL, 1, 8);
+    *t = env_u32("LLMEM_VULKAN_SCAN_PRE_T", few ? PRE_T_SHORT : PRE_T, 1, 64);
     *lg = PRE_WG / L;
     /* no more rows per workgroup than the head has (short heads, small d_state) */
     while (*lg > 1 && (*lg / 2) * *rpl >= hd)
@@ -73,7 +84,8 @@ bool vk_scan_pre_takes(const vk_backend *v, const llmem_ssm_params *p, const llm
     uint32_t lg, rpl, t;
     if (!pre_enabled() || rs->n_seq_tokens < 2)
         return false;
-    return scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim, &lg, &rpl, &t);
+    return scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim,
+                       (uint32_t)rs->n_seq_tokens, &lg, &rpl, &t);
 }
 
 llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_view *view,
@@ -83,7 +95,8 @@ llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_v
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     uint32_t lg, rpl, t;
-    if (!scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim, &lg, &rpl, &t))
+    if (!scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim,
+                     (uint32_t)rs->n_seq_tokens, &lg, &rpl, &t))
         return LLMEM_E_UNSUPPORTED;
     uint32_t wg = lg * ((uint32_t)p->d_state / 4);
     uint32_t n_blocks = (uint32_t)vk_div_up((uint64_t)p->head_dim, (uint64_t)lg * rpl);
@@ -93,7 +106,13 @@ llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_v
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    vk_op_init(&op, VK_SH_SSM_SCAN_PRE, wg);
+    const char *var = getenv("LLMEM_VULKAN_SCAN_PRE_VAR");
+    vk_shader_id sh = VK_SH_SSM_SCAN_PRE;
+    if (var && strcmp(var, "rolled") == 0)
+        sh = VK_SH_SSM_SCAN_PRE_ROLLED;
+    else if (var && strcmp(var, "nopf") == 0)
+        sh = VK_SH_SSM_SCAN_PRE_NOPF;
+    vk_op_init(&op, sh, wg);
     vk_op_spec(&op, (uint32_t)p->d_state);
     vk_op_spec(&op, (uint32_t)sd->dtype);
     vk_op_spec(&op, (uint32_t)a_log->dtype);
