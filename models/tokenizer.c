@@ -11,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "models/hf_internal.h"
 #include "models/tokenizer_internal.h"
 
 #define GPT2_REGEX "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -45,42 +44,6 @@ static char *read_file(const char *path, size_t *n_out, llmem_status *st)
         *n_out = b.n;
     *st = LLMEM_OK;
     return b.p;
-}
-
-/* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n.
- * tokenizer.json is UTF-8 (serde_json and json.loads refuse anything else),
- * and decode promises UTF-8 out, so a file with stray bytes is damaged. */
-static size_t utf8_bad_at(const char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int l = (unsigned char)s[i] < 0x80 ? 1 : tk_utf8_next((const unsigned char *)s + i, n - i, &cp);
-        if (l <= 0)
-            return i;
-        i += (size_t)l;
-    }
-    return n;
-}
-
-/* Parses a JSON object file text of n bytes; on failure sets err (naming
- * path) and returns NULL. */
-static cJSON *parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len)
-{
-    size_t at = utf8_bad_at(txt, n);
-    if (at < n) {
-        tk_set_err(err, err_len, "%s: not UTF-8 (byte %zu)", path, at);
-        return NULL;
-    }
-    cJSON *root = NULL;
-    hf_json_fault jf = hf_json_parse(txt, n, &root, &at);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        tk_set_err(err, err_len, "%s: not a JSON object%s (byte %zu)", path,
-                   jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
-        return NULL;
-    }
-    return root;
 }
 
 static char *dup_str(const char *s)
@@ -585,7 +548,7 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     cJSON *cfg = NULL;
     bool add_bos = false, add_eos = false;
     if (txt) {
-        cfg = parse_object(path, txt, len, c->err, c->err_len);
+        cfg = tk_parse_object(path, txt, len, c->err, c->err_len);
         free(txt);
         if (!cfg)
             return LLMEM_E_CORRUPT;
@@ -676,7 +639,7 @@ llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out, char 
         tk_set_err(err, err_len, "%s: %s", file, st == LLMEM_E_NOT_FOUND ? "no tokenizer.json" : "read failed");
         return st;
     }
-    cJSON *root = parse_object(file, txt, len, err, err_len);
+    cJSON *root = tk_parse_object(file, txt, len, err, err_len);
     free(txt);
     if (!root)
         return LLMEM_E_CORRUPT;

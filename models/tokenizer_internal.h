@@ -3,6 +3,7 @@
 #define LLMEM_TOKENIZER_INTERNAL_H
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
 #include <pcre2.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -152,6 +153,12 @@ size_t tk_utf8_invalid_len(const unsigned char *s, size_t n);
 int tk_utf8_put(char *out, uint32_t cp);
 /* Appends s with every maximal ill-formed subpart replaced by U+FFFD. */
 bool tk_utf8_lossy(tk_buf *out, const unsigned char *s, size_t n);
+/* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n. */
+size_t tk_utf8_bad_at(const char *s, size_t n);
+/* The JSON object of a file's text txt[0, n): UTF-8, one JSON text
+ * (hf_json_parse), an object; else NULL with err naming path. The caller
+ * frees it with cJSON_Delete. */
+cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len);
 
 /* The encoder (tokenizer_encode.c) */
 llmem_status tk_bpe_word(const llmem_tokenizer *tok, const char *s, size_t n, tk_ids *out,

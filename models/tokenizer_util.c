@@ -11,6 +11,7 @@
 #include <utf8proc.h>
 #include <xxhash.h>
 
+#include "models/hf_internal.h"
 #include "models/tokenizer_internal.h"
 
 void tk_set_err(char *err, size_t err_len, const char *fmt, ...)
@@ -390,4 +391,42 @@ fail:
     free(a.p);
     free(b.p);
     return LLMEM_E_NO_MEMORY;
+}
+
+/* ---- tokenizer.json and tokenizer_config.json text ---------------------------- */
+
+/* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n.
+ * tokenizer.json is UTF-8 (serde_json and json.loads refuse anything else),
+ * and decode promises UTF-8 out, so a file with stray bytes is damaged. */
+size_t tk_utf8_bad_at(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        int l = (unsigned char)s[i] < 0x80 ? 1 : tk_utf8_next((const unsigned char *)s + i, n - i, &cp);
+        if (l <= 0)
+            return i;
+        i += (size_t)l;
+    }
+    return n;
+}
+
+/* Parses a JSON object file text of n bytes; on failure sets err (naming
+ * path) and returns NULL. */
+cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len)
+{
+    size_t at = tk_utf8_bad_at(txt, n);
+    if (at < n) {
+        tk_set_err(err, err_len, "%s: not UTF-8 (byte %zu)", path, at);
+        return NULL;
+    }
+    cJSON *root = NULL;
+    hf_json_fault jf = hf_json_parse(txt, n, &root, &at);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        tk_set_err(err, err_len, "%s: not a JSON object%s (byte %zu)", path,
+                   jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
+        return NULL;
+    }
+    return root;
 }
