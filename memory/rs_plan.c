@@ -49,12 +49,13 @@ static bool hold_copy(rs_hold *dst, const rs_hold *src)
 }
 
 /* Records what a sequence holds after a ubatch, in the ubatch's pool
- * (room for n_ckpt + 2 holdings: a trimmed hold has at most n_ckpt + 1). */
-static bool change_set(rs_ub *t, int32_t n_ckpt, int32_t seq, const rs_hold *h,
+ * (room holdings per change: n_ckpt + 2 suffice for a trimmed hold, which
+ * has at most n_ckpt + 1). Nothing is copied when h already lives in the
+ * change's place (one_ubatch_hold). */
+static bool change_set(rs_ub *t, int32_t room, int32_t seq, const rs_hold *h,
                        int32_t copy_from)
 {
     rs_change *c = &t->change[t->n_change];
-    int32_t room = n_ckpt + 2;
     if (h->slot.n > room)
         return false;
     c->seq = seq;
@@ -63,9 +64,26 @@ static bool change_set(rs_ub *t, int32_t n_ckpt, int32_t seq, const rs_hold *h,
     c->new_slot = t->pool + (size_t)t->n_change * 2 * (size_t)room;
     c->new_len = c->new_slot + room;
     t->n_change++;
-    i32_copy(c->new_slot, h->slot.v, h->slot.n);
-    i32_copy(c->new_len, h->len.v, h->slot.n);
+    if (h->slot.v != c->new_slot) {
+        i32_copy(c->new_slot, h->slot.v, h->slot.n);
+        i32_copy(c->new_len, h->len.v, h->slot.n);
+    }
     return true;
+}
+
+/* A plan of one ubatch (a decode step) meets each sequence once, so the
+ * holdings it simulates for a sequence are that sequence's change: they
+ * are simulated in the change's place in the ubatch's pool (room entries
+ * each), copied there from what the sequence holds, instead of in a
+ * per-sequence copy that change_set copies again (at thousands of
+ * sequences, two arrays of ~80 bytes per sequence and step that missed
+ * the cache). false when out of room (never: room bounds a hold). */
+static bool one_ubatch_hold(const recurrent *rs, rs_ub *t, int32_t room, int32_t seq, rs_hold *h)
+{
+    int32_t *at = t->pool + (size_t)t->n_change * 2 * (size_t)room;
+    h->slot = (i32vec){at, 0, room};
+    h->len = (i32vec){at + room, 0, room};
+    return hold_copy(h, &rs->seqs[seq].h);
 }
 
 static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
@@ -75,7 +93,9 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     int32_t nsm = mem->n_seq_max;
     llmem_status st = LLMEM_E_NO_MEMORY;
     rs_res *res = calloc(1, sizeof *res);
-    rs_hold *sim = calloc((size_t)nsm, sizeof *sim);
+    /* a plan of one ubatch simulates in its changes (one_ubatch_hold) */
+    bool one = plan->n_ubatch == 1;
+    rs_hold *sim = one ? NULL : calloc((size_t)nsm, sizeof *sim);
     int32_t *len = calloc((size_t)nsm, sizeof *len);
     int32_t *from_snap = malloc((size_t)nsm * sizeof *from_snap); /* source slot of a hit */
     /* the free-slot stack as the plan's commits will leave it: slots are
@@ -83,7 +103,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     i32vec fs = {0};
     int32_t *sim_pool = NULL; /* every sim[s]'s arrays (never reallocated: room suffices) */
     i32vec pending = {0}; /* slots a ubatch drops; free only after it */
-    if (!res || !sim || !len || !from_snap || !i32vec_reserve(&fs, rs->n_free))
+    if (!res || (!one && !sim) || !len || !from_snap || !i32vec_reserve(&fs, rs->n_free))
         goto out;
     res->cur = -1;
     res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
@@ -145,10 +165,11 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     /* simulated holdings live in one pool: a hold has at most n_ckpt + 1
      * entries, plus the 1 + n_ckpt a ubatch adds before trimming */
     int32_t room = 2 * rs->n_ckpt + 4, n_sim = 0;
-    for (int32_t s = 0; s < nsm; s++)
+    for (int32_t s = 0; !one && s < nsm; s++)
         n_sim += plan->n_new[s] > 0;
-    sim_pool = malloc((size_t)(n_sim > 0 ? n_sim : 1) * 2 * (size_t)room * sizeof *sim_pool);
-    if (!sim_pool)
+    sim_pool = one ? NULL : malloc((size_t)(n_sim > 0 ? n_sim : 1) * 2 * (size_t)room *
+                                   sizeof *sim_pool);
+    if (!one && !sim_pool)
         goto out;
     for (int32_t s = 0, k = 0; s < nsm; s++) {
         len[s] = rs->seqs[s].tokens.n;
@@ -156,6 +177,8 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             continue;
         if (from_snap[s] >= 0) /* a prefix hit: the first ubatch reads the snapshot in place */
             len[s] = plan->n_cached[s];
+        if (one)
+            continue;
         sim[s].slot = (i32vec){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
         sim[s].len = (i32vec){sim[s].slot.v + room, 0, room};
         k++;
@@ -191,14 +214,21 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         t->ckpt = idx_append(ib, NULL, ub->n_seqs * t->n_ckpt, -1);
         int32_t n_change = plan->group_off[u][ub->n_seqs];
         t->change = calloc((size_t)(n_change > 0 ? n_change : 1), sizeof *t->change);
-        t->pool = malloc((size_t)(n_change > 0 ? n_change : 1) * 2 * (size_t)(rs->n_ckpt + 2) *
+        /* holdings per change: a trimmed hold has at most n_ckpt + 1; one
+         * simulated in its change's place (one_ubatch_hold) also holds the
+         * 1 + c new states before trimming, at most n_ckpt + 2 in a decode
+         * step (c = 0), which is what commit then reads */
+        int32_t room_c = one && c > 0 ? room : rs->n_ckpt + 2;
+        t->pool = malloc((size_t)(n_change > 0 ? n_change : 1) * 2 * (size_t)room_c *
                          sizeof *t->pool);
         if (!t->change || !t->pool)
             goto out;
         for (int32_t s = 0; s < ub->n_seqs; s++) {
             int32_t a = ub->seq_id[s];
-            rs_hold *h = &sim[a];
+            rs_hold loc, *h = one ? &loc : &sim[a];
             int32_t L = len[a];
+            if (one && !one_ubatch_hold(rs, t, room_c, a, h))
+                goto out;
             for (int32_t m = plan->group_off[u][s] + 1; m < plan->group_off[u][s + 1]; m++)
                 if (len[plan->group_ids[u][m]] != L) {
                     llmem_errf(err, err_len,
@@ -244,7 +274,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 ib->data.v[t->ckpt + s * t->n_ckpt + j] = g[j];
             for (int32_t k = 0; k < need; k++) {
                 int32_t l = k < c ? L + T - c + k : L + T;
-                if (h->slot.n >= room || !i32vec_push(&h->slot, g[k]) ||
+                if (h->slot.n >= (one ? room_c : room) || !i32vec_push(&h->slot, g[k]) ||
                     !i32vec_push(&h->len, l)) { /* room is a bound; never reallocate the pool */
                     if (g != got)
                         free(g);
@@ -268,12 +298,14 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 h->len.n--;
             }
             len[a] = L + T;
-            if (!change_set(t, rs->n_ckpt, a, h, -1))
+            if (!change_set(t, room_c, a, h, -1))
                 goto out;
             /* other sequences of the stream get a copy of the final state */
             for (int32_t m = plan->group_off[u][s] + 1; m < plan->group_off[u][s + 1]; m++) {
                 int32_t b = plan->group_ids[u][m];
-                rs_hold *hb = &sim[b];
+                rs_hold locb, *hb = one ? &locb : &sim[b];
+                if (one && !one_ubatch_hold(rs, t, room_c, b, hb))
+                    goto out;
                 int32_t keep = hb->slot.n > 0 ? hb->slot.v[0] : fs.n > 0 ? fs.v[--fs.n] : -1;
                 for (int32_t i = 1; i < hb->slot.n; i++)
                     if (!i32vec_push(&pending, hb->slot.v[i]))
@@ -284,7 +316,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 hb->slot.v[0] = keep;
                 hb->len.v[0] = L + T;
                 len[b] = L + T;
-                if (!change_set(t, rs->n_ckpt, b, hb, ib->data.v[t->dst + s]))
+                if (!change_set(t, room_c, b, hb, ib->data.v[t->dst + s]))
                     goto out;
             }
         }
