@@ -489,6 +489,16 @@ void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
  * vk_rs_prepare, vk_op_tensor and vk_op_run. */
 llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
                         int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out);
+/* vk_rs_conv_blocks: the same bindings and push words run by a shader that
+ * takes blocks of tb tokens per invocation (ssm_conv_pre.comp: one more
+ * specialization constant, tb, and one more push word, the block count;
+ * ceil(T / tb) * n_seqs * conv_dim invocations in workgroups of wg). tb = 0
+ * is vk_rs_conv's one-token-loop shader (no extra constant or word).
+ * Errors: LLMEM_E_UNSUPPORTED when d_conv - 1 > tb > 0 (a block's history
+ * must come from one block or the state), then those of vk_rs_conv. */
+llmem_status vk_rs_conv_blocks(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t tb,
+                               const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *w,
+                               llmem_ct *b, llmem_ct *out);
 /* Multi-token Mamba-2 ops (vk_ops_scan_pre.c; shaders ssm_scan_pre.comp,
  * ssm_conv_pre.comp). vk_scan_pre_takes: whether vk_op_ssm_scan hands the
  * ubatch to vk_scan_pre (2+ tokens per stream, d_state % 4 == 0, the

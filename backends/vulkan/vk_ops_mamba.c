@@ -114,21 +114,33 @@ llmem_status vk_rs_prepare(vk_backend *v, const llmem_view *view, int32_t state,
 llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *view,
                         int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
+    return vk_rs_conv_blocks(v, shader, CONV_WG, 0, view, state, x, w, b, out);
+}
+
+llmem_status vk_rs_conv_blocks(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t tb,
+                               const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *w,
+                               llmem_ct *b, llmem_ct *out)
+{
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
     uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
+    if (tb > 0 && d_conv - 1 > tb)
+        return LLMEM_E_UNSUPPORTED;
+    uint32_t n_blocks = tb > 0 ? (uint32_t)vk_div_up((uint64_t)rs->n_seq_tokens, tb) : 1;
     vk_alloc snap = {0};
     bool use_snap = false;
     llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    vk_op_init(&op, shader, CONV_WG);
+    vk_op_init(&op, shader, wg);
     vk_op_spec(&op, d_conv);
     vk_op_spec(&op, (uint32_t)w->dtype);
     vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
     vk_op_spec(&op, (uint32_t)d->dtype);
     vk_op_spec(&op, use_snap);
+    if (tb > 0)
+        vk_op_spec(&op, tb);
     uint32_t xo = vk_op_tensor(v, &op, x, false);
     uint32_t wo = vk_op_tensor(v, &op, w, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);
@@ -144,7 +156,9 @@ llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *vi
     vk_op_u32(&op, bo);
     vk_op_u32(&op, oo);
     vk_rs_tables(&op, rs);
-    st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * conv_dim, CONV_WG));
+    if (tb > 0)
+        vk_op_u32(&op, n_blocks);
+    st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, wg));
     if (use_snap)
         vk_alloc_release(v, &snap);
     return st;

@@ -164,44 +164,6 @@ bool vk_conv_pre_takes(const llmem_view *view, int32_t state)
 llmem_status vk_conv_pre(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
                          llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    const llmem_rs_view *rs = llmem_view_rs(view);
-    const llmem_state_desc *d = &rs->desc[state];
-    uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
-    if (d_conv - 1 > CONV_PRE_TB)
-        return LLMEM_E_UNSUPPORTED;
-    uint32_t n_blocks = (uint32_t)vk_div_up((uint64_t)rs->n_seq_tokens, CONV_PRE_TB);
-    vk_alloc snap = {0};
-    bool use_snap = false;
-    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
-    if (st != LLMEM_OK)
-        return st;
-    vk_op op;
-    vk_op_init(&op, VK_SH_SSM_CONV_PRE, CONV_PRE_WG);
-    vk_op_spec(&op, d_conv);
-    vk_op_spec(&op, (uint32_t)w->dtype);
-    vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
-    vk_op_spec(&op, (uint32_t)d->dtype);
-    vk_op_spec(&op, use_snap);
-    vk_op_spec(&op, CONV_PRE_TB);
-    uint32_t xo = vk_op_tensor(v, &op, x, false);
-    uint32_t wo = vk_op_tensor(v, &op, w, false);
-    uint32_t bo = vk_op_tensor(v, &op, b, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
-    vk_op_u32(&op, (uint32_t)rs->n_seqs);
-    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
-    vk_op_u32(&op, conv_dim);
-    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
-    vk_op_u32(&op, (uint32_t)rs->n_slots);
-    vk_op_u32(&op, xo);
-    vk_op_u32(&op, wo);
-    vk_op_u32(&op, bo);
-    vk_op_u32(&op, oo);
-    vk_rs_tables(&op, rs);
-    vk_op_u32(&op, n_blocks);
-    st = vk_op_run(v, &op,
-                   vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, CONV_PRE_WG));
-    if (use_snap)
-        vk_alloc_release(v, &snap);
-    return st;
+    return vk_rs_conv_blocks(v, VK_SH_SSM_CONV_PRE, CONV_PRE_WG, CONV_PRE_TB, view, state, x, w,
+                             b, out);
 }
