@@ -499,6 +499,26 @@ llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *vi
 llmem_status vk_rs_conv_blocks(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t tb,
                                const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *w,
                                llmem_ct *b, llmem_ct *out);
+/* Records one Mamba-2 selective scan over the recurrent view (shaders
+ * ssm_scan.comp, ssm_scan_decode.comp and ssm_scan_pre.comp share their
+ * bindings and push words): l->shader in workgroups of l->wg, the six
+ * common specialization constants (d_state, the state, A_log, D and dt_bias
+ * dtypes, snapshot on/off) followed by l->spec[0..n_spec), the shader's
+ * chunk count as push word 8, l->groups workgroups. Tensors as
+ * vk_op_ssm_scan (HF Mamba2Mixer.torch_forward token by token). Snapshots
+ * the sources first when needed (vk_rs_prepare). Errors: those of
+ * vk_rs_prepare, vk_op_tensor and vk_op_run. */
+typedef struct vk_scan_launch {
+    vk_shader_id shader;
+    uint32_t wg;
+    uint32_t spec[3]; /* the shader's own specialization constants */
+    uint32_t n_spec;
+    uint32_t n_chunks; /* row chunks (blocks) per head */
+    uint64_t groups;   /* workgroups dispatched */
+} vk_scan_launch;
+llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_params *p,
+                        const llmem_view *view, int32_t state, llmem_ct *xbc, llmem_ct *dt,
+                        llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
 /* Multi-token Mamba-2 ops (vk_ops_scan_pre.c; shaders ssm_scan_pre.comp,
  * ssm_conv_pre.comp). vk_scan_pre_takes: whether vk_op_ssm_scan hands the
  * ubatch to vk_scan_pre (2+ tokens per stream, d_state % 4 == 0, the

@@ -226,26 +226,39 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     uint64_t groups = dec ? wg / lanes : 1, items = rows / rpi;
     uint64_t ipg = items / (groups * v->scan.wgs);
     ipg = ipg < 1 ? 1 : ipg > v->scan.ipg ? v->scan.ipg : ipg;
+    vk_scan_launch l = {.shader = VK_SH_SSM_SCAN, .wg = SCAN_WG, .n_chunks = n_chunks,
+                        .groups = (uint64_t)rs->n_seqs * p->n_heads * n_chunks};
+    if (dec) {
+        l.shader = v->subgroup ? VK_SH_SSM_SCAN_DEC_SG : VK_SH_SSM_SCAN_DEC;
+        l.wg = wg;
+        l.spec[l.n_spec++] = rpi;
+        l.spec[l.n_spec++] = (uint32_t)ipg;
+        l.groups = vk_div_up(items, groups * ipg);
+    }
+    return vk_rs_scan(v, &l, p, view, state, xbc, dt, a_log, d, dt_bias, y);
+}
+
+llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_params *p,
+                        const llmem_view *view, int32_t state, llmem_ct *xbc, llmem_ct *dt,
+                        llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
+{
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *sd = &rs->desc[state];
     vk_alloc snap = {0};
     bool use_snap = false;
     llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    if (dec)
-        vk_op_init(&op, v->subgroup ? VK_SH_SSM_SCAN_DEC_SG : VK_SH_SSM_SCAN_DEC, wg);
-    else
-        vk_op_init(&op, VK_SH_SSM_SCAN, SCAN_WG);
+    vk_op_init(&op, l->shader, l->wg);
     vk_op_spec(&op, (uint32_t)p->d_state);
     vk_op_spec(&op, (uint32_t)sd->dtype);
     vk_op_spec(&op, (uint32_t)a_log->dtype);
     vk_op_spec(&op, d ? (uint32_t)d->dtype : 3u);
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, use_snap);
-    if (dec) {
-        vk_op_spec(&op, rpi);
-        vk_op_spec(&op, (uint32_t)ipg);
-    }
+    for (uint32_t k = 0; k < l->n_spec; k++)
+        vk_op_spec(&op, l->spec[k]);
     uint32_t xo = vk_op_tensor(v, &op, xbc, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t ao = vk_op_tensor(v, &op, a_log, false);
@@ -260,7 +273,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_op_u32(&op, (uint32_t)p->n_groups);
     vk_op_u32(&op, (uint32_t)rs->n_ckpt);
     vk_op_u32(&op, (uint32_t)rs->n_slots);
-    vk_op_u32(&op, n_chunks);
+    vk_op_u32(&op, l->n_chunks);
     vk_op_f32(&op, p->dt_min);
     vk_op_f32(&op, p->dt_max);
     vk_op_u32(&op, xo);
@@ -272,8 +285,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_rs_tables(&op, rs);
     /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
-    st = vk_op_run(v, &op, dec ? vk_div_up(items, groups * ipg)
-                               : (uint64_t)rs->n_seqs * p->n_heads * n_chunks);
+    st = vk_op_run(v, &op, l->groups);
     if (use_snap)
         vk_alloc_release(v, &snap);
     return st;

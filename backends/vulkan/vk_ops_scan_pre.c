@@ -93,65 +93,20 @@ llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_v
                          llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
 {
     const llmem_rs_view *rs = llmem_view_rs(view);
-    const llmem_state_desc *sd = &rs->desc[state];
     uint32_t lg, rpl, t;
     if (!scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim,
                      (uint32_t)rs->n_seq_tokens, &lg, &rpl, &t))
         return LLMEM_E_UNSUPPORTED;
-    uint32_t wg = lg * ((uint32_t)p->d_state / 4);
     uint32_t n_blocks = (uint32_t)vk_div_up((uint64_t)p->head_dim, (uint64_t)lg * rpl);
-    vk_alloc snap = {0};
-    bool use_snap = false;
-    llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
-    if (st != LLMEM_OK)
-        return st;
-    vk_op op;
     const char *var = getenv("LLMEM_VULKAN_SCAN_PRE_VAR");
-    vk_shader_id sh = VK_SH_SSM_SCAN_PRE;
+    vk_scan_launch l = {.shader = VK_SH_SSM_SCAN_PRE, .wg = lg * ((uint32_t)p->d_state / 4),
+                        .spec = {rpl, t, lg}, .n_spec = 3, .n_chunks = n_blocks,
+                        .groups = (uint64_t)rs->n_seqs * (uint64_t)p->n_heads * n_blocks};
     if (var && strcmp(var, "rolled") == 0)
-        sh = VK_SH_SSM_SCAN_PRE_ROLLED;
+        l.shader = VK_SH_SSM_SCAN_PRE_ROLLED;
     else if (var && strcmp(var, "nopf") == 0)
-        sh = VK_SH_SSM_SCAN_PRE_NOPF;
-    vk_op_init(&op, sh, wg);
-    vk_op_spec(&op, (uint32_t)p->d_state);
-    vk_op_spec(&op, (uint32_t)sd->dtype);
-    vk_op_spec(&op, (uint32_t)a_log->dtype);
-    vk_op_spec(&op, d ? (uint32_t)d->dtype : 3u);
-    vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
-    vk_op_spec(&op, use_snap);
-    vk_op_spec(&op, rpl);
-    vk_op_spec(&op, t);
-    vk_op_spec(&op, lg);
-    uint32_t xo = vk_op_tensor(v, &op, xbc, false);
-    uint32_t dto = vk_op_tensor(v, &op, dt, false);
-    uint32_t ao = vk_op_tensor(v, &op, a_log, false);
-    uint32_t d_o = vk_op_tensor(v, &op, d, false);
-    uint32_t bo = vk_op_tensor(v, &op, dt_bias, false);
-    uint32_t yo = vk_op_tensor(v, &op, y, true);
-    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
-    vk_op_u32(&op, (uint32_t)rs->n_seqs);
-    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
-    vk_op_u32(&op, (uint32_t)p->n_heads);
-    vk_op_u32(&op, (uint32_t)p->head_dim);
-    vk_op_u32(&op, (uint32_t)p->n_groups);
-    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
-    vk_op_u32(&op, (uint32_t)rs->n_slots);
-    vk_op_u32(&op, n_blocks);
-    vk_op_f32(&op, p->dt_min);
-    vk_op_f32(&op, p->dt_max);
-    vk_op_u32(&op, xo);
-    vk_op_u32(&op, dto);
-    vk_op_u32(&op, ao);
-    vk_op_u32(&op, d_o);
-    vk_op_u32(&op, bo);
-    vk_op_u32(&op, yo);
-    vk_rs_tables(&op, rs);
-    /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
-    vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
-    st = vk_op_run(v, &op, (uint64_t)rs->n_seqs * (uint64_t)p->n_heads * n_blocks);
-    if (use_snap)
-        vk_alloc_release(v, &snap);
-    return st;
+        l.shader = VK_SH_SSM_SCAN_PRE_NOPF;
+    return vk_rs_scan(v, &l, p, view, state, xbc, dt, a_log, d, dt_bias, y);
 }
 
 bool vk_conv_pre_takes(const llmem_view *view, int32_t state)
