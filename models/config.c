@@ -621,34 +621,6 @@ static llmem_status parse_root(cfgctx *c, llmem_model_config *m)
     return LLMEM_OK;
 }
 
-static int cmp_name(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-llmem_status hf_json_dup_key(const cJSON *v, const char **dup)
-{
-    *dup = NULL;
-    if (cJSON_IsObject(v) && v->child && v->child->next) {
-        size_t n = 0, i = 0;
-        for (const cJSON *e = v->child; e; e = e->next)
-            n++;
-        const char **names = malloc(n * sizeof *names);
-        if (!names)
-            return LLMEM_E_NO_MEMORY;
-        for (const cJSON *e = v->child; e; e = e->next)
-            names[i++] = e->string;
-        qsort(names, n, sizeof *names, cmp_name);
-        for (i = 1; i < n && !*dup; i++)
-            if (!strcmp(names[i], names[i - 1]))
-                *dup = names[i];
-        free(names);
-    }
-    for (const cJSON *e = v ? v->child : NULL; e && !*dup; e = e->next)
-        TRY(hf_json_dup_key(e, dup));
-    return LLMEM_OK;
-}
-
 static llmem_status parse_impl(const char *json, size_t len, llmem_model_config *out,
                                const char *src, char *err, size_t err_len)
 {
@@ -657,31 +629,13 @@ static llmem_status parse_impl(const char *json, size_t len, llmem_model_config 
         return LLMEM_E_INVALID;
     }
     cJSON *root = NULL;
-    size_t at = 0;
-    hf_json_fault jf = hf_json_parse(json, len, &root, &at);
-    if (jf == HF_JSON_TRAILING) {
-        llmem_errf(err, err_len, "%s: bytes after the JSON object (at byte %zu)", src, at);
-        return LLMEM_E_CORRUPT;
-    }
-    if (!root) {
-        if (hf_json_too_deep(json, len))
-            llmem_errf(err, err_len, "%s: nests arrays or objects deeper than %d levels", src,
-                       HF_JSON_MAX_DEPTH);
-        else
-            llmem_errf(err, err_len, "%s: not valid JSON (error near byte %zu)", src, at);
-        return LLMEM_E_CORRUPT;
-    }
-    const char *dup = NULL;
-    size_t nul = hf_json_nul_at(json, len);
-    llmem_status s = hf_json_dup_key(root, &dup);
-    if (s != LLMEM_OK) {
-        llmem_errf(err, err_len, "%s: out of memory", src);
-    } else if (nul < len) {
-        llmem_errf(err, err_len, "%s: a string holds \\u0000 (at byte %zu)", src, nul);
-        s = LLMEM_E_CORRUPT;
-    } else if (dup) {
-        llmem_errf(err, err_len, "%s: key '%.60s' appears twice in one object", src, dup);
-        s = LLMEM_E_CORRUPT;
+    hf_json_where w;
+    hf_json_fault jf = hf_json_read(json, len, &root, &w);
+    llmem_status s = LLMEM_OK;
+    if (jf != HF_JSON_OK) {
+        char why[128];
+        llmem_errf(err, err_len, "%s: %s", src, hf_json_describe(jf, &w, why, sizeof why));
+        s = jf == HF_JSON_NO_MEMORY ? LLMEM_E_NO_MEMORY : LLMEM_E_CORRUPT;
     } else if (!cJSON_IsObject(root)) {
         llmem_errf(err, err_len, "%s: not a JSON object", src);
         s = LLMEM_E_CORRUPT;

@@ -249,11 +249,6 @@ static int cmp_begin(const void *a, const void *b)
     return x->end < y->end ? -1 : x->end > y->end;
 }
 
-static int cmp_name_ptr(const void *a, const void *b)
-{
-    return strcmp((*(st_tensor *const *)a)->name, (*(st_tensor *const *)b)->name);
-}
-
 /* A malloc'd array of pointers to tensors [first, first + n), sorted by cmp;
  * NULL when out of memory. */
 static st_tensor **sorted_view(llmem_safetensors *st, int32_t first, int32_t n,
@@ -266,31 +261,6 @@ static st_tensor **sorted_view(llmem_safetensors *st, int32_t first, int32_t n,
         v[i] = &st->t[first + i];
     qsort(v, (size_t)n, sizeof *v, cmp);
     return v;
-}
-
-/* Tensors [first, st->n) all belong to one file: no name twice. Checked
- * before the overlap check, which would report a key listed twice with the
- * same offsets as an overlap. */
-static llmem_status check_duplicates(llmem_safetensors *st, int32_t first, char *err,
-                                     size_t err_len)
-{
-    int32_t n = st->n - first;
-    if (n < 2)
-        return LLMEM_OK;
-    st_tensor **v = sorted_view(st, first, n, cmp_name_ptr);
-    if (!v)
-        return LLMEM_E_NO_MEMORY;
-    llmem_status s = LLMEM_OK;
-    for (int32_t i = 1; i < n; i++) {
-        if (strcmp(v[i]->name, v[i - 1]->name) == 0) {
-            llmem_errf(err, err_len, "%s: duplicate tensor key '%s': it appears twice in the header",
-                       st->files[v[i]->file].path, v[i]->name);
-            s = LLMEM_E_CORRUPT;
-            break;
-        }
-    }
-    free(v);
-    return s;
 }
 
 /* Tensors [first, st->n) all belong to one file: none may overlap. */
@@ -389,30 +359,14 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
     f->data_off = 8 + (size_t)hlen;
     const char *h = (const char *)f->map + 8;
     cJSON *root = NULL;
-    size_t at = 0;
-    hf_json_fault jf = hf_json_parse(h, (size_t)hlen, &root, &at);
-    if (jf == HF_JSON_TRAILING) {
-        llmem_errf(err, err_len, "%s: header has bytes after its JSON object (at header byte "
-                   "%zu)", f->path, at);
-        return LLMEM_E_CORRUPT;
-    }
-    if (!root) {
-        if (hf_json_too_deep(h, (size_t)hlen))
-            llmem_errf(err, err_len, "%s: header nests arrays or objects deeper than %d levels",
-                       f->path, HF_JSON_MAX_DEPTH);
-        else
-            llmem_errf(err, err_len, "%s: header is not valid JSON (error near header byte %zu "
-                       "of %llu)", f->path, at, (unsigned long long)hlen);
-        return LLMEM_E_CORRUPT;
+    hf_json_where w;
+    hf_json_fault jf = hf_json_read(h, (size_t)hlen, &root, &w);
+    if (jf != HF_JSON_OK) { /* a name cut at a \u0000 could pass for another tensor's */
+        char why[128];
+        llmem_errf(err, err_len, "%s: header: %s", f->path, hf_json_describe(jf, &w, why, sizeof why));
+        return jf == HF_JSON_NO_MEMORY ? LLMEM_E_NO_MEMORY : LLMEM_E_CORRUPT;
     }
     s = LLMEM_OK;
-    size_t nul = hf_json_nul_at(h, (size_t)hlen);
-    if (nul < hlen) { /* a name cut at the NUL could pass for another tensor's */
-        llmem_errf(err, err_len, "%s: header string holds \\u0000 (at header byte %zu)", f->path,
-                   nul);
-        s = LLMEM_E_CORRUPT;
-        goto out;
-    }
     if (!cJSON_IsObject(root)) {
         llmem_errf(err, err_len, "%s: header is JSON but not an object", f->path);
         s = LLMEM_E_CORRUPT;
@@ -436,9 +390,7 @@ static llmem_status load_file(llmem_safetensors *st, int32_t fi, char *err, size
         if (s != LLMEM_OK)
             goto out;
     }
-    s = check_duplicates(st, first, err, err_len);
-    if (s == LLMEM_OK)
-        s = check_overlap(st, first, err, err_len);
+    s = check_overlap(st, first, err, err_len); /* names given twice: hf_json_read */
 out:
     cJSON_Delete(root);
     return s;
@@ -533,9 +485,15 @@ static llmem_status list_from_index(llmem_safetensors *st, const char *dir, cJSO
     llmem_status s = read_small_file(ipath, &text, &len, err, err_len);
     if (s != LLMEM_OK)
         goto out;
-    size_t at;
-    hf_json_parse(text, len, &root, &at);
+    hf_json_where w;
+    hf_json_fault jf = hf_json_read(text, len, &root, &w);
     cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    if (jf != HF_JSON_OK) {
+        char why[128];
+        llmem_errf(err, err_len, "%s: %s", ipath, hf_json_describe(jf, &w, why, sizeof why));
+        s = jf == HF_JSON_NO_MEMORY ? LLMEM_E_NO_MEMORY : LLMEM_E_CORRUPT;
+        goto out;
+    }
     if (!cJSON_IsObject(wm)) {
         llmem_errf(err, err_len, "%s: not JSON with a \"weight_map\" object", ipath);
         s = LLMEM_E_CORRUPT;

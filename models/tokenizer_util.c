@@ -421,11 +421,23 @@ cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, s
         return NULL;
     }
     cJSON *root = NULL;
-    hf_json_fault jf = hf_json_parse(txt, n, &root, &at);
-    if (!root || !cJSON_IsObject(root)) {
+    hf_json_where w;
+    hf_json_fault jf = hf_json_read(txt, n, &root, &w);
+    if (jf != HF_JSON_OK) {
+        char why[128];
+        /* \u0000: cJSON would end the string there (a vocabulary entry
+         * "a\u0000" would read as "a", which Hugging Face tokenizers keeps
+         * apart); a name twice: tokenizers (serde) keeps the last vocab
+         * entry and refuses some fields given twice, cJSON keeps the first */
+        tk_set_err(err, err_len, "%s: %s%s", path, hf_json_describe(jf, &w, why, sizeof why),
+                   jf == HF_JSON_NUL   ? "; llmem cannot hold NUL characters in tokenizer files"
+                   : jf == HF_JSON_DUP ? "; readers disagree on which one counts"
+                                       : "");
+        return NULL;
+    }
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        tk_set_err(err, err_len, "%s: not a JSON object%s (byte %zu)", path,
-                   jf == HF_JSON_TRAILING ? ": bytes after it" : "", at);
+        tk_set_err(err, err_len, "%s: not a JSON object", path);
         return NULL;
     }
     return root;

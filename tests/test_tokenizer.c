@@ -488,6 +488,71 @@ START_TEST(test_damaged_tokenizer_json)
 }
 END_TEST
 
+/* What loaded without a word before: a vocabulary that names a token twice
+ * ({"a": 0, "b": 1, "a": 2}: Hugging Face tokenizers 0.23.3 keeps the last,
+ * leaving id 0 without a token, cJSON's lookups the first), a field given
+ * twice (tokenizers refuses "content" twice in an added token, takes the
+ * last "model"), and strings holding U+0000 (tokenizers reads
+ * {"a": 0, "a\u0000": 1} as two tokens; cJSON's C strings made both "a").
+ * llmem refuses each with LLMEM_E_CORRUPT and says why, in tokenizer.json
+ * and in tokenizer_config.json (a chat template cut at a NUL). */
+START_TEST(test_nul_and_duplicate_names)
+{
+    static const char *const bad[] = {
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"a\": 2}, \"merges\": []}}",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"a\": 0}, \"merges\": []}}",
+        ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": "
+         "[{\"id\": 1, \"content\": \"x\", \"content\": \"y\", \"special\": true}]}"),
+        ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
+         "\"model\": {\"type\": \"BPE\", \"vocab\": {\"b\": 0}, \"merges\": []}}"),
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\\u0000\": 1}, \"merges\": []}}",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"\\u0000\": 1}, \"merges\": []}}",
+        ("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": "
+         "[{\"id\": 1, \"content\": \"<x\\u0000>\", \"special\": true}]}"),
+    };
+    static const char *const why[] = {"key 'a' appears twice", "key 'a' appears twice",
+                                      "key 'content' appears twice", "key 'model' appears twice",
+                                      "holds \\u0000 (at byte 46)", "holds \\u0000 (at byte 45)",
+                                      "holds \\u0000"};
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], cpath[256], err[256] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_file(path, bad[i]);
+        llmem_tokenizer *tok = (llmem_tokenizer *)1;
+        ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), LLMEM_E_CORRUPT);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(err, "tokenizer.json") && strstr(err, why[i]), "case %zu: %s", i, err);
+    }
+    /* an escaped backslash before "u0000" is no NUL: the token is the 7
+     * characters a\u0000 (as tokenizers reads it), distinct from "a" */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\\\\u0000\": 1}, "
+                     "\"merges\": []}}");
+    llmem_tokenizer *tok = NULL;
+    ck_assert_msg(llmem_tokenizer_load(dir, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_int_eq(llmem_tokenizer_token_id(tok, "a\\u0000"), 1);
+    ck_assert_int_eq(llmem_tokenizer_token_id(tok, "a"), 0);
+    llmem_tokenizer_destroy(tok);
+    static const char *const bad_cfg[] = {
+        "{\"chat_template\": \"{{ messages }}\\u0000{{ x }}\"}",
+        "{\"add_bos_token\": true, \"add_bos_token\": false}",
+    };
+    for (size_t i = 0; i < sizeof bad_cfg / sizeof bad_cfg[0]; i++) {
+        write_file(cpath, bad_cfg[i]);
+        tok = (llmem_tokenizer *)1;
+        ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_CORRUPT);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(err, "tokenizer_config.json") &&
+                      strstr(err, i ? "key 'add_bos_token' appears twice" : "holds \\u0000"),
+                      "config %zu: %s", i, err);
+    }
+    unlink(cpath);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -500,6 +565,7 @@ int main(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_metaspace_after_byte_fallback);
     tcase_add_test(tc, test_damaged_tokenizer_json);
+    tcase_add_test(tc, test_nul_and_duplicate_names);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "examples/cli/serve_api.h"
+#include "models/hf_json.h"
 
 #define MAX_STOP 16
 
@@ -220,95 +221,32 @@ static int parse_stop(const cJSON *root, eng_req *r, char **err_json)
     return 0;
 }
 
-/* Whether a string of the JSON text body[0, len) holds the escape \u0000.
- * cJSON ends its C strings there, so a prompt, message or stop string
- * holding one would lose its tail without a word; such bodies are refused. */
-static bool has_nul_escape(const char *body, size_t len)
-{
-    bool in_str = false;
-    for (size_t i = 0; i < len; i++) {
-        if (!in_str)
-            in_str = body[i] == '"';
-        else if (body[i] == '"')
-            in_str = false;
-        else if (body[i] == '\\' && i + 1 < len && body[++i] == 'u' && i + 4 < len &&
-                 !memcmp(body + i + 1, "0000", 4))
-            return true;
-    }
-    return false;
-}
-
-static int cmp_name(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* A name some object of v holds twice (NULL: none; *oom set when it could
- * not look). JSON leaves duplicates to the reader (RFC 8259, section 4):
- * cJSON's lookups take the first, Python's json (the OpenAI server's) the
- * last, so such a body is refused rather than read one of two ways. */
-static const char *dup_name(const cJSON *v, bool *oom)
-{
-    const char *dup = NULL;
-    if (cJSON_IsObject(v) && v->child && v->child->next) {
-        size_t n = 0, i = 0;
-        for (const cJSON *e = v->child; e; e = e->next)
-            n++;
-        const char **names = malloc(n * sizeof *names);
-        if (!names) {
-            *oom = true;
-            return NULL;
-        }
-        for (const cJSON *e = v->child; e; e = e->next)
-            names[i++] = e->string;
-        qsort(names, n, sizeof *names, cmp_name);
-        for (i = 1; i < n && !dup; i++)
-            if (!strcmp(names[i], names[i - 1]))
-                dup = names[i];
-        free(names);
-    }
-    for (const cJSON *e = v->child; e && !dup && !*oom; e = e->next)
-        dup = dup_name(e, oom);
-    return dup;
-}
-
 int api_parse(const api_server *s, bool chat, const char *body, size_t len,
               uint64_t seed_fallback, api_request *out, char **err_json)
 {
     memset(out, 0, sizeof *out);
     out->chat = chat;
     *err_json = NULL;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    /* one JSON text as Python's json reads it (the OpenAI server's): no
+     * bytes after the value, no name twice in one object, and no \u0000,
+     * which cJSON would cut a prompt, message or stop string at */
+    cJSON *root = NULL;
+    hf_json_where w;
+    hf_json_fault jf = hf_json_read(body, len, &root, &w);
     int32_t *ids = NULL, n_ids = 0;
     int rc = 0;
-    if (!root) {
-        rc = bad(err_json, NULL, "invalid_json", "the request body is not valid JSON");
-        goto done;
-    }
-    /* one JSON value, as RFC 8259 has a JSON text: only whitespace after it */
-    for (const char *p = end; p < body + len; p++) {
-        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            rc = bad(err_json, NULL, "invalid_json", "the request body has bytes after its JSON "
-                     "value (at byte %zu)", (size_t)(p - body));
-            goto done;
-        }
-    }
-    if (has_nul_escape(body, len)) {
-        rc = bad(err_json, NULL, "invalid_value", "strings holding U+0000 (\\u0000) are not "
-                 "supported");
+    if (jf != HF_JSON_OK) {
+        char why[128];
+        hf_json_describe(jf, &w, why, sizeof why);
+        rc = jf == HF_JSON_NO_MEMORY ? bad(err_json, NULL, NULL, "out of memory")
+             : jf == HF_JSON_NUL ? bad(err_json, NULL, "invalid_value", "the request body: %s; "
+                                       "strings holding U+0000 are not supported", why)
+                                 : bad(err_json, jf == HF_JSON_DUP ? w.key : NULL, "invalid_json",
+                                       "the request body: %s", why);
         goto done;
     }
     if (!cJSON_IsObject(root)) {
         rc = bad(err_json, NULL, "invalid_json", "the request body must be a JSON object");
-        goto done;
-    }
-    bool oom = false;
-    const char *dup = dup_name(root, &oom);
-    if (dup || oom) {
-        rc = oom ? bad(err_json, NULL, NULL, "out of memory")
-                 : bad(err_json, dup, "invalid_json", "the key '%.60s' appears twice in one "
-                       "object", dup);
         goto done;
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

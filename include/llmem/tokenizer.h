@@ -67,8 +67,11 @@ typedef struct llmem_tokenizer llmem_tokenizer;
  * Returns LLMEM_OK; LLMEM_E_INVALID (path or out NULL); LLMEM_E_NOT_FOUND
  * (no such file, or a folder without tokenizer.json); LLMEM_E_IO (read
  * failed); LLMEM_E_CORRUPT (not UTF-8, not one JSON object with only
- * whitespace after it, a field of the wrong type, or a post-processor id
- * with no token, with the field in err); LLMEM_E_UNSUPPORTED (a model,
+ * whitespace after it, a name given twice in one object (e.g. a vocabulary
+ * token listed twice: Hugging Face tokenizers keeps the last, so the file
+ * is ambiguous), a string holding \u0000 (llmem's pieces are C strings),
+ * a field of the wrong type, or a post-processor id with no token, with
+ * the field in err); LLMEM_E_UNSUPPORTED (a model,
  * normalizer, pre-tokenizer, decoder or post-processor type llmem does not
  * implement, named in err, e.g. "tokenizer.json: model type 'Unigram' is
  * not supported"; or ids far sparser than the tokens listed: the largest

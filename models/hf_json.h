@@ -1,0 +1,194 @@
+/* llmem: the checks every JSON text from outside goes through, shared by
+ * the checkpoint loaders (config.json, safetensors headers and index,
+ * tokenizer.json, tokenizer_config.json) and the request bodies of
+ * `llmem serve` (examples/cli/serve_api.c). Header-only (static inline),
+ * so the command line shares them without libllmem exporting internals.
+ *
+ * Why: cJSON reads more than the readers the files are written for.
+ * Python's json.loads (transformers, the OpenAI server) and serde_json
+ * (Hugging Face tokenizers, safetensors) take one JSON text (RFC 8259,
+ * section 2: a value with only whitespace around it); cJSON stops after
+ * the value. JSON leaves a name given twice in one object to the reader
+ * (RFC 8259, section 4): json.loads keeps the last, cJSON's lookups the
+ * first. And cJSON's strings are C strings, so "a\u0000b" reads as "a".
+ * Each of these would make llmem read a file other than it was written;
+ * hf_json_read refuses them instead. */
+#ifndef LLMEM_MODELS_HF_JSON_H
+#define LLMEM_MODELS_HF_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "llmem/status.h"
+
+/* Largest integer a JSON number (an IEEE double) holds exactly: 2^53. */
+#define HF_JSON_INT_MAX 9007199254740992.0
+
+/* Deepest nesting of arrays and objects cJSON parses (CJSON_NESTING_LIMIT);
+ * a deeper text fails to parse although it may be valid JSON. */
+#define HF_JSON_MAX_DEPTH CJSON_NESTING_LIMIT
+
+/* Whether text[0, len) opens more than HF_JSON_MAX_DEPTH arrays or objects
+ * at once (brackets inside strings do not count). Lets a loader name that
+ * fault instead of "invalid JSON" when cJSON refuses the text. */
+static inline bool hf_json_too_deep(const char *text, size_t len)
+{
+    long depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > HF_JSON_MAX_DEPTH)
+                return true;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return false;
+}
+
+/* What hf_json_read found. */
+typedef enum hf_json_fault {
+    HF_JSON_OK = 0,
+    HF_JSON_SYNTAX,    /* not JSON */
+    HF_JSON_TRAILING,  /* a JSON value, then bytes other than whitespace */
+    HF_JSON_TOO_DEEP,  /* nested deeper than HF_JSON_MAX_DEPTH */
+    HF_JSON_NUL,       /* a string (or a name) holds the escape \u0000 */
+    HF_JSON_DUP,       /* one object holds a name twice */
+    HF_JSON_NO_MEMORY, /* no memory to look for names given twice */
+} hf_json_fault;
+
+/* Offset of the first \u0000 escape inside a string (or a name) of the
+ * JSON text text[0, len), or len when there is none. */
+static inline size_t hf_json_nul_at(const char *text, size_t len)
+{
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str)
+            in_str = text[i] == '"';
+        else if (text[i] == '"')
+            in_str = false;
+        else if (text[i] == '\\' && i + 1 < len && text[++i] == 'u' && i + 4 < len &&
+                 text[i + 1] == '0' && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0')
+            return i - 1;
+    }
+    return len;
+}
+
+static inline int hf_json_cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Looks for a name that one object of the tree v (at any depth) holds
+ * twice. On LLMEM_OK *dup is that name (owned by the tree) or NULL when
+ * there is none; LLMEM_E_NO_MEMORY otherwise. O(n log n) in the names of
+ * each object; recursion no deeper than cJSON's nesting limit. */
+static inline llmem_status hf_json_dup_key(const cJSON *v, const char **dup)
+{
+    *dup = NULL;
+    if (cJSON_IsObject(v) && v->child && v->child->next) {
+        size_t n = 0, i = 0;
+        for (const cJSON *e = v->child; e; e = e->next)
+            n++;
+        const char **names = malloc(n * sizeof *names);
+        if (!names)
+            return LLMEM_E_NO_MEMORY;
+        for (const cJSON *e = v->child; e; e = e->next)
+            names[i++] = e->string;
+        qsort(names, n, sizeof *names, hf_json_cmp_name);
+        for (i = 1; i < n && !*dup; i++)
+            if (!strcmp(names[i], names[i - 1]))
+                *dup = names[i];
+        free(names);
+    }
+    for (const cJSON *e = v ? v->child : NULL; e && !*dup; e = e->next) {
+        llmem_status s = hf_json_dup_key(e, dup);
+        if (s != LLMEM_OK)
+            return s;
+    }
+    return LLMEM_OK;
+}
+
+/* Where hf_json_read found its fault. */
+typedef struct hf_json_where {
+    size_t at;     /* byte offset: HF_JSON_SYNTAX, _TRAILING, _NUL */
+    bool object;   /* HF_JSON_TRAILING: the value before the bytes was an object */
+    char key[64];  /* HF_JSON_DUP: the name given twice (cut to 63 bytes) */
+} hf_json_where;
+
+/* Parses text[0, len) (need not be NUL-terminated) as one JSON text, as
+ * json.loads and serde_json read it, and refuses what cJSON would read
+ * otherwise: bytes after the value, a string or name holding \u0000, a
+ * name given twice in one object (at any depth). On HF_JSON_OK *root is
+ * the tree (the caller frees it with cJSON_Delete); otherwise *root is
+ * NULL and *w says where (hf_json_describe words it). O(len log len). */
+static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **root,
+                                         hf_json_where *w)
+{
+    memset(w, 0, sizeof *w);
+    const char *end = NULL;
+    *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    w->at = end && end >= text ? (size_t)(end - text) : 0;
+    if (!*root)
+        return hf_json_too_deep(text, len) ? HF_JSON_TOO_DEEP : HF_JSON_SYNTAX;
+    hf_json_fault f = HF_JSON_OK;
+    const char *dup = NULL;
+    while (w->at < len && (text[w->at] == ' ' || text[w->at] == '\t' || text[w->at] == '\n' ||
+                           text[w->at] == '\r'))
+        w->at++;
+    if (w->at < len) {
+        f = HF_JSON_TRAILING;
+        w->object = cJSON_IsObject(*root);
+    } else if ((w->at = hf_json_nul_at(text, len)) < len) {
+        f = HF_JSON_NUL; /* before the names: "a\u0000" and "a" are one name to cJSON */
+    } else if (hf_json_dup_key(*root, &dup) != LLMEM_OK) {
+        f = HF_JSON_NO_MEMORY;
+    } else if (dup) {
+        snprintf(w->key, sizeof w->key, "%s", dup);
+        f = HF_JSON_DUP;
+    }
+    if (f != HF_JSON_OK) {
+        cJSON_Delete(*root);
+        *root = NULL;
+    }
+    return f;
+}
+
+/* Words fault f of hf_json_read into buf (e.g. "a string holds \u0000
+ * (at byte 12)"), without the file's name: callers prefix it. Returns buf. */
+static inline const char *hf_json_describe(hf_json_fault f, const hf_json_where *w, char *buf,
+                                           size_t len)
+{
+    switch (f) {
+    case HF_JSON_OK: snprintf(buf, len, "no fault"); break;
+    case HF_JSON_SYNTAX: snprintf(buf, len, "not valid JSON (error near byte %zu)", w->at); break;
+    case HF_JSON_TRAILING:
+        snprintf(buf, len, "bytes after the JSON %s (at byte %zu)", w->object ? "object" : "value",
+                 w->at);
+        break;
+    case HF_JSON_TOO_DEEP:
+        snprintf(buf, len, "nests arrays or objects deeper than %d levels", HF_JSON_MAX_DEPTH);
+        break;
+    case HF_JSON_NUL: snprintf(buf, len, "a string holds \\u0000 (at byte %zu)", w->at); break;
+    case HF_JSON_DUP:
+        snprintf(buf, len, "key '%.60s' appears twice in one object", w->key);
+        break;
+    case HF_JSON_NO_MEMORY: snprintf(buf, len, "out of memory"); break;
+    }
+    return buf;
+}
+
+#endif
