@@ -8,6 +8,7 @@
  * ASCII codes of the prompt's characters. */
 // ctest-labels: core serve
 #include <check.h>
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -141,6 +142,125 @@ START_TEST(escaped_backslash_before_u0000_is_text)
 }
 END_TEST
 
+/* Refused with 400 and an error object whose param and code are these
+ * (param NULL: JSON null). */
+static void refuse(bool chat, const char *req, const char *param, const char *code)
+{
+    char *err_json = NULL;
+    api_request r;
+    int rc = api_parse(&server, chat, req, strlen(req), 1, &r, &err_json);
+    ck_assert_msg(rc == 400, "accepted %s", req);
+    ck_assert_ptr_null(r.req);
+    cJSON *root = cJSON_Parse(err_json);
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
+    ck_assert_msg(e, "%s: no error object: %s", req, err_json);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "param");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(e, "code");
+    ck_assert_msg(param ? cJSON_IsString(p) && !strcmp(p->valuestring, param) : cJSON_IsNull(p),
+                  "%s: param in %s, want %s", req, err_json, param ? param : "null");
+    ck_assert_msg(cJSON_IsString(c) && !strcmp(c->valuestring, code), "%s: code in %s, want %s",
+                  req, err_json, code);
+    cJSON_Delete(root);
+    free(err_json);
+}
+
+/* Values the OpenAI API and vLLM refuse (vLLM's SamplingParams: max_tokens
+ * >= 1, n >= 1, no empty stop string, logprobs >= 0, top_logprobs only
+ * with logprobs; the OpenAI API: temperature in [0, 2], top_p in [0, 1],
+ * penalties in [-2, 2], stream_options only when streaming) are 400s that
+ * name the parameter; values llmem does not implement (penalties other
+ * than 0, logprobs, best_of > 1) are 400 too instead of being ignored, as
+ * penalties used to be and an empty stop string was, and max_tokens 0 was
+ * accepted. */
+START_TEST(parameter_ranges)
+{
+    static const struct {
+        bool chat;
+        const char *body, *param, *code;
+    } bad[] = {
+        {false, "{\"prompt\": \"Hi\", \"max_tokens\": 0}", "max_tokens", "invalid_value"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"max_tokens\": 0}",
+         "max_tokens", "invalid_value"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], "
+               "\"max_completion_tokens\": 0}", "max_completion_tokens", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"max_tokens\": 1.5}", "max_tokens", "invalid_type"},
+        {false, "{\"prompt\": \"Hi\", \"n\": 0}", "n", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"n\": 2}", "n", "unsupported_value"},
+        {false, "{\"prompt\": \"Hi\", \"temperature\": -0.1}", "temperature", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"temperature\": 2.5}", "temperature", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"top_p\": 1.01}", "top_p", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"top_p\": -1}", "top_p", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"top_k\": -2}", "top_k", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"stop\": \"\"}", "stop", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"stop\": [\"x\", \"\"]}", "stop", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"stop\": [\"x\", 3]}", "stop", "invalid_type"},
+        {false, "{\"prompt\": \"Hi\", \"logprobs\": -1}", "logprobs", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"logprobs\": \"2\"}", "logprobs", "invalid_type"},
+        {false, "{\"prompt\": \"Hi\", \"logprobs\": 0}", "logprobs", "unsupported_parameter"},
+        {false, "{\"prompt\": \"Hi\", \"logprobs\": 5}", "logprobs", "unsupported_parameter"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": 1}",
+         "logprobs", "invalid_type"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true}",
+         "logprobs", "unsupported_parameter"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"top_logprobs\": 2}",
+         "top_logprobs", "invalid_value"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logprobs\": true, "
+               "\"top_logprobs\": 21}", "top_logprobs", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"best_of\": 0}", "best_of", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"best_of\": 3}", "best_of", "unsupported_parameter"},
+        {false, "{\"prompt\": \"Hi\", \"presence_penalty\": 0.5}", "presence_penalty",
+         "unsupported_value"},
+        {false, "{\"prompt\": \"Hi\", \"frequency_penalty\": -2.5}", "frequency_penalty",
+         "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"stream_options\": {\"include_usage\": true}}",
+         "stream_options", "invalid_value"},
+        {false, "{\"prompt\": \"Hi\", \"echo\": true}", "echo", "unsupported_parameter"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        refuse(bad[i].chat, bad[i].body, bad[i].param, bad[i].code);
+    /* the neutral values pass, and top_k -1 (vLLM's "all tokens") is 0 */
+    api_request r;
+    ck_assert_int_eq(parse(false, "{\"prompt\": \"Hi\", \"max_tokens\": 1, \"n\": 1, \"top_k\": -1, "
+                                  "\"stop\": [\"x\"], \"logprobs\": null, \"best_of\": 1, "
+                                  "\"presence_penalty\": 0, \"frequency_penalty\": 0.0, "
+                                  "\"echo\": false, \"top_p\": 0, \"temperature\": 2, "
+                                  "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
+                           &r, NULL), 0);
+    ck_assert_int_eq(r.req->max_tokens, 1);
+    ck_assert_int_eq(r.req->sp.top_k, 0);
+    ck_assert_int_eq(r.req->n_stop, 1);
+    ck_assert_str_eq(r.req->stop[0], "x");
+    ck_assert(r.stream && r.include_usage);
+    eng_req_release(NULL, r.req);
+    ck_assert_int_eq(parse(true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], "
+                                 "\"logprobs\": false, \"stop\": []}", &r, NULL), 0);
+    ck_assert_int_eq(r.req->n_stop, 0);
+    eng_req_release(NULL, r.req);
+    /* a chat prompt that fills the 64-token context exactly leaves no room
+     * for the default max_tokens (it used to be accepted with 0); one
+     * token less gets the one token left */
+    ck_assert_int_eq(parse(true, "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}]}",
+                           &r, NULL), 0);
+    int32_t frame = r.req->n_prompt; /* the template's tokens around the content */
+    eng_req_release(NULL, r.req);
+    ck_assert_int_lt(frame, 60);
+    char full[512];
+    for (int extra = 1; extra >= 0; extra--) {
+        int o = snprintf(full, sizeof full, "{\"messages\": [{\"role\": \"user\", \"content\": \"");
+        for (int i = 0; i < 64 - frame - extra; i++)
+            full[o++] = 'a';
+        snprintf(full + o, sizeof full - (size_t)o, "\"}]}");
+        if (extra) {
+            ck_assert_int_eq(parse(true, full, &r, NULL), 0);
+            ck_assert_int_eq(r.req->n_prompt, 63);
+            ck_assert_int_eq(r.req->max_tokens, 1);
+            eng_req_release(NULL, r.req);
+        }
+    }
+    refuse(true, full, "messages", "context_length_exceeded");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve_api");
@@ -151,6 +271,7 @@ int main(void)
     tcase_add_test(tc, nul_in_a_string_is_refused);
     tcase_add_test(tc, duplicate_names_are_refused);
     tcase_add_test(tc, escaped_backslash_before_u0000_is_text);
+    tcase_add_test(tc, parameter_ranges);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;
 }

@@ -185,18 +185,54 @@ static int parse_messages(const api_server *s, const cJSON *m, int32_t **ids, in
     return rc;
 }
 
-/* Rejects features llmem does not implement instead of ignoring them. */
-static int unsupported(const cJSON *root, char **err_json)
+/* Rejects features llmem does not implement instead of ignoring them: a
+ * value that asks for one (true, a non-empty string, array or object, a
+ * number other than the neutral one) is 400 unsupported_parameter; a
+ * value of the wrong type or out of the API's range is invalid_type or
+ * invalid_value first, as the OpenAI API and vLLM answer. */
+static int unsupported(const cJSON *root, bool chat, char **err_json)
 {
-    static const char *const falsy[] = {"logprobs", "echo", "suffix", "tools", "functions",
-                                        "top_logprobs", "logit_bias", "best_of", "response_format"};
+    static const char *const falsy[] = {"echo", "suffix", "tools", "functions", "logit_bias",
+                                        "response_format"};
     for (size_t i = 0; i < sizeof falsy / sizeof *falsy; i++) {
         const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, falsy[i]);
-        bool one = !strcmp(falsy[i], "best_of") && cJSON_IsNumber(j) && j->valuedouble == 1;
         bool empty = (cJSON_IsArray(j) || cJSON_IsObject(j)) && !j->child;
-        if (j && !cJSON_IsNull(j) && !cJSON_IsFalse(j) && !one && !empty)
+        if (j && !cJSON_IsNull(j) && !cJSON_IsFalse(j) && !empty)
             return bad(err_json, falsy[i], "unsupported_parameter",
                        "'%s' is not supported by llmem serve", falsy[i]);
+    }
+    /* logprobs: a count of alternatives per token in completions (OpenAI
+     * allows 0-5, vLLM up to its --max-logprobs), a boolean in chat with
+     * the count in top_logprobs (0-20, only with logprobs true) */
+    double lp = -1, top = -1, best_of = 1;
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
+    if (chat && l && !cJSON_IsNull(l) && !cJSON_IsBool(l))
+        return bad(err_json, "logprobs", "invalid_type", "'logprobs' must be a boolean");
+    if (!chat && cJSON_IsBool(l))
+        lp = cJSON_IsTrue(l) ? 1 : -1;
+    else if (!chat && !num_field(root, "logprobs", 0, 20, true, &lp, err_json))
+        return 400;
+    if (!num_field(root, "top_logprobs", 0, 20, true, &top, err_json) ||
+        !num_field(root, "best_of", 1, 20, true, &best_of, err_json))
+        return 400;
+    if (top >= 0 && !cJSON_IsTrue(l))
+        return bad(err_json, "top_logprobs", "invalid_value",
+                   "'top_logprobs' requires 'logprobs': true");
+    if (cJSON_IsTrue(l) || lp >= 0)
+        return bad(err_json, "logprobs", "unsupported_parameter",
+                   "'logprobs' is not supported by llmem serve");
+    if (best_of > 1)
+        return bad(err_json, "best_of", "unsupported_parameter",
+                   "'best_of' > 1 is not supported by llmem serve");
+    /* penalties: accepted in range, but only 0 (none) is implemented */
+    static const char *const pen[] = {"presence_penalty", "frequency_penalty"};
+    for (size_t i = 0; i < 2; i++) {
+        double v = 0;
+        if (!num_field(root, pen[i], -2, 2, false, &v, err_json))
+            return 400;
+        if (v != 0)
+            return bad(err_json, pen[i], "unsupported_value",
+                       "'%s' other than 0 is not supported by llmem serve", pen[i]);
     }
     return 0;
 }
@@ -206,16 +242,17 @@ static int parse_stop(const cJSON *root, eng_req *r, char **err_json)
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "stop");
     if (!j || cJSON_IsNull(j))
         return 0;
-    if (cJSON_IsString(j))
-        return !*j->valuestring || eng_req_add_stop(r, j->valuestring)
-                   ? 0 : bad(err_json, NULL, NULL, "out of memory");
-    if (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > MAX_STOP)
+    if (!cJSON_IsString(j) && (!cJSON_IsArray(j) || cJSON_GetArraySize(j) > MAX_STOP))
         return bad(err_json, "stop", "invalid_type",
                    "'stop' must be a string or an array of at most %d strings", MAX_STOP);
-    for (const cJSON *s = j->child; s; s = s->next) {
+    /* a string alone or each entry of the array; an empty one would match
+     * everywhere (vLLM refuses it too) */
+    for (const cJSON *s = cJSON_IsString(j) ? j : j->child; s; s = s == j ? NULL : s->next) {
         if (!cJSON_IsString(s))
             return bad(err_json, "stop", "invalid_type", "'stop' entries must be strings");
-        if (*s->valuestring && !eng_req_add_stop(r, s->valuestring))
+        if (!*s->valuestring)
+            return bad(err_json, "stop", "invalid_value", "'stop' strings must not be empty");
+        if (!eng_req_add_stop(r, s->valuestring))
             return bad(err_json, NULL, NULL, "out of memory");
     }
     return 0;
@@ -265,15 +302,15 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
     bool stream = false, include_usage = false;
     const char *max_key = chat && cJSON_GetObjectItemCaseSensitive(root, "max_completion_tokens")
                               ? "max_completion_tokens" : "max_tokens";
-    if (!num_field(root, max_key, 0, n_ctx, true, &max_tokens, err_json) ||
+    /* ranges: the OpenAI API's; max_tokens at least 1 (vLLM: "max_tokens
+     * must be at least 1"), top_k -1 as vLLM's "all tokens", like 0 */
+    if (!num_field(root, max_key, 1, n_ctx, true, &max_tokens, err_json) ||
         !num_field(root, "temperature", 0, 2, false, &temperature, err_json) ||
         !num_field(root, "top_p", 0, 1, false, &top_p, err_json) ||
         !num_field(root, "min_p", 0, 1, false, &min_p, err_json) ||
-        !num_field(root, "top_k", 0, INT32_MAX, true, &top_k, err_json) ||
+        !num_field(root, "top_k", -1, INT32_MAX, true, &top_k, err_json) ||
         !num_field(root, "n", 1, 128, true, &n, err_json) ||
         !num_field(root, "seed", -9.2e18, 9.2e18, true, &seed, err_json) ||
-        !num_field(root, "presence_penalty", -2, 2, false, &(double){0}, err_json) ||
-        !num_field(root, "frequency_penalty", -2, 2, false, &(double){0}, err_json) ||
         !bool_field(root, "stream", &stream, err_json)) {
         rc = 400;
         goto done;
@@ -285,11 +322,16 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
                                    "'stream_options' must be an object");
         goto done;
     }
+    if (so && !cJSON_IsNull(so) && !stream) { /* as the OpenAI API and vLLM answer */
+        rc = bad(err_json, "stream_options", "invalid_value",
+                 "'stream_options' is only allowed when 'stream' is true");
+        goto done;
+    }
     if (n != 1) {
         rc = bad(err_json, "n", "unsupported_value", "only n=1 is supported");
         goto done;
     }
-    if ((rc = unsupported(root, err_json)))
+    if ((rc = unsupported(root, chat, err_json)))
         goto done;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, chat ? "messages" : "prompt");
     if (!p) {
@@ -305,9 +347,10 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
         rc = bad(err_json, "prompt", "invalid_value", "the prompt is empty (no tokens)");
         goto done;
     }
-    /* OpenAI's defaults: 16 for completions, the rest of the context for chat */
+    /* OpenAI's defaults: 16 for completions, the rest of the context for
+     * chat; a prompt that leaves no room for one token is refused */
     if (max_tokens < 0)
-        max_tokens = chat ? (n_ids < s->n_ctx ? s->n_ctx - n_ids : 0) : 16;
+        max_tokens = chat ? (n_ids < s->n_ctx ? s->n_ctx - n_ids : 1) : 16;
     if ((double)n_ids + max_tokens > n_ctx) {
         rc = bad(err_json, chat ? "messages" : "prompt", "context_length_exceeded",
                  "this model's maximum context length is %d tokens, but %.0f were requested "
@@ -316,7 +359,7 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
         goto done;
     }
     eng_sampling sp = {.temperature = temperature, .top_p = top_p, .min_p = min_p,
-                       .top_k = (int32_t)top_k,
+                       .top_k = top_k > 0 ? (int32_t)top_k : 0,
                        .seed = seed >= 0 || seed < -0.5 ? (uint64_t)(int64_t)seed
                                                         : seed_fallback};
     if (!(out->req = eng_req_create(ids, n_ids, (int32_t)max_tokens, &sp))) {

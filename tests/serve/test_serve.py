@@ -292,6 +292,14 @@ def t_bad(s):
         ('{"prompt": ""}', "prompt"),
         ('{"max_tokens": 3}', "prompt"),
         ('{"prompt": "ab", "max_tokens": 100000}', "max_tokens"),
+        # what vLLM's SamplingParams or the OpenAI API refuse, and what llmem
+        # does not implement (refused, not ignored)
+        ('{"prompt": "ab", "max_tokens": 0}', "max_tokens"),
+        ('{"prompt": "ab", "stop": ["x", ""]}', "stop"),
+        ('{"prompt": "ab", "top_p": 1.5}', "top_p"),
+        ('{"prompt": "ab", "logprobs": 2}', "logprobs"),
+        ('{"prompt": "ab", "presence_penalty": 0.5}', "presence_penalty"),
+        ('{"prompt": "ab", "stream_options": {"include_usage": true}}', "stream_options"),
     ]
     for body, param in cases:
         status, j = s.raw("/v1/completions", body)
@@ -308,6 +316,16 @@ def t_bad(s):
         raise AssertionError("max_tokens -3 was accepted")
     except openai.BadRequestError as e:
         assert e.status_code == 400 and e.body["param"] == "max_tokens", e.body
+    for kw, param in [({"max_tokens": 0}, "max_tokens"), ({"n": 0}, "n"),
+                      ({"temperature": 2.5}, "temperature"), ({"stop": [""]}, "stop"),
+                      ({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": True}, "logprobs"),
+                      ({"frequency_penalty": 1.0}, "frequency_penalty")]:
+        try:
+            s.client().chat.completions.create(
+                model="llmem-builtin", messages=[{"role": "user", "content": "x"}], **kw)
+            raise AssertionError(f"{kw} was accepted")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.body["param"] == param, (kw, e.body)
     status, j = s.raw("/v1/nothing", '{}')
     assert status == 404 and "error" in j
     h = s.health()
