@@ -11,10 +11,12 @@
 #include "memory/prefix_budget.h"
 #include "memory/rs_internal.h"
 
+_Static_assert(sizeof(void *) != 8 || sizeof(rs_seq) == 64, "rs_seq is one cache line");
+
 int32_t hold_find(const rs_hold *h, int32_t len)
 {
-    for (int32_t i = 0; i < h->len.n; i++)
-        if (h->len.v[i] == len)
+    for (int32_t i = 0; i < h->n; i++)
+        if (hold_lens(h)[i] == len)
             return i;
     return -1;
 }
@@ -101,9 +103,9 @@ void slot_free(recurrent *rs, int32_t slot)
 
 void hold_drop_all(recurrent *rs, rs_seq *s)
 {
-    for (int32_t i = 0; i < s->h.slot.n; i++)
-        slot_free(rs, s->h.slot.v[i]);
-    s->h.slot.n = s->h.len.n = 0;
+    for (int32_t i = 0; i < s->h.n; i++)
+        slot_free(rs, s->h.v[i]);
+    s->h.n = 0;
 }
 
 void slot_take(recurrent *rs, int32_t slot, int32_t seq)
@@ -163,17 +165,16 @@ static void slots_reset(recurrent *rs)
 
 void truncate_to(recurrent *rs, rs_seq *s, int32_t k)
 {
-    for (int32_t i = s->h.slot.n - 1; i >= 0; i--)
-        if (s->h.len.v[i] > k || k == 0) {
-            slot_free(rs, s->h.slot.v[i]);
-            s->h.slot.v[i] = s->h.slot.v[s->h.slot.n - 1];
-            s->h.len.v[i] = s->h.len.v[s->h.len.n - 1];
-            s->h.slot.n--;
-            s->h.len.n--;
+    for (int32_t i = s->h.n - 1; i >= 0; i--)
+        if (hold_lens(&s->h)[i] > k || k == 0) {
+            slot_free(rs, s->h.v[i]);
+            s->h.v[i] = s->h.v[s->h.n - 1];
+            hold_lens(&s->h)[i] = hold_lens(&s->h)[s->h.n - 1];
+            s->h.n--;
         }
     s->tokens.n = k;
     seq_pos_truncate(&s->pos, k);
-    snap_seq_cut(s, k);
+    snap_seq_cut(rs, s, k);
 }
 
 static llmem_status rs_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_t p1, bool dry)
@@ -195,7 +196,7 @@ static llmem_status rs_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
          * only loses the snapshot) */
         int32_t i = hold_find(&s->h, s->tokens.n);
         if (i >= 0) {
-            (void)snap_publish(rs, s, s->h.slot.v[i], s->tokens.n);
+            (void)snap_publish(rs, s, s->h.v[i], s->tokens.n);
             (void)slot_copy_flush(rs); /* before truncate_to frees (poisons) the slot */
         }
     }
@@ -216,29 +217,28 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
         return LLMEM_E_STATE; /* a prefix without a checkpoint */
     if (dry)
         return LLMEM_OK;
-    if (!i32vec_reserve(&b->tokens, k) || (a->pos.stored && !seq_pos_reserve(&b->pos, k)) ||
-        !i32vec_reserve(&b->h.slot, 1) || !i32vec_reserve(&b->h.len, 1))
+    if (!i32vec_reserve(&b->tokens, k) || (a->pos.stored && !seq_pos_reserve(&b->pos, k)))
         return LLMEM_E_NO_MEMORY;
     int32_t slot = -1;
     if (k > 0) {
         slot = slot_pop(rs, dst);
         if (slot < 0)
             return LLMEM_E_NO_SPACE;
-        llmem_status st = slot_copy(rs, slot, a->h.slot.v[from]);
+        llmem_status st = slot_copy(rs, slot, a->h.v[from]);
         if (st != LLMEM_OK) {
             slot_free(rs, slot);
             return st;
         }
     }
     hold_drop_all(rs, b);
-    snap_seq_cut(b, 0);
+    snap_seq_cut(rs, b, 0);
     i32_copy(b->tokens.v, a->tokens.v, k);
     b->tokens.n = k;
     (void)seq_pos_copy_prefix(&b->pos, &a->pos, k); /* room reserved above */
     if (k > 0) {
-        b->h.slot.v[0] = slot;
-        b->h.len.v[0] = k;
-        b->h.slot.n = b->h.len.n = 1;
+        b->h.v[0] = slot;
+        hold_lens(&b->h)[0] = k;
+        b->h.n = 1;
     }
     return LLMEM_OK;
 }
@@ -321,9 +321,9 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
     recurrent *rs = rs_of(mem);
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         rs_seq *q = &rs->seqs[s];
-        q->tokens.n = q->h.slot.n = q->h.len.n = 0;
+        q->tokens.n = q->h.n = 0;
         seq_pos_clear(&q->pos);
-        snap_seq_cut(q, 0);
+        snap_seq_cut(rs, q, 0);
     }
     rs_drop_stash(rs); /* it may pin host-tier snapshots */
     slots_reset(rs);
@@ -357,10 +357,11 @@ static void rs_destroy(llmem_memory *mem)
     for (int32_t s = 0; rs->seqs && s < mem->n_seq_max; s++) {
         i32vec_free(&rs->seqs[s].tokens);
         i32vec_free(&rs->seqs[s].pos.v);
-        i32vec_free(&rs->seqs[s].h.slot);
-        i32vec_free(&rs->seqs[s].h.len);
-        free(rs->seqs[s].blk);
     }
+    for (int32_t s = 0; rs->chain && s < mem->n_seq_max; s++)
+        free(rs->chain[s].blk);
+    free(rs->chain);
+    free(rs->hold);
     seq_heap_destroy(rs->heap);
     free(rs->seqs);
     free(rs->owner);
@@ -506,12 +507,18 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->poison = p->poison || llmem_env_poison();
     st = LLMEM_E_NO_MEMORY;
     rs->layers = calloc((size_t)p->n_layers, sizeof *rs->layers);
-    rs->seqs = calloc((size_t)p->n_seq_max, sizeof *rs->seqs);
+    /* line-aligned: a sequence's record is one cache line (rs_seq) */
+    rs->seqs = aligned_alloc(64, (size_t)p->n_seq_max * sizeof *rs->seqs);
+    rs->chain = calloc((size_t)p->n_seq_max, sizeof *rs->chain);
+    rs->hold = malloc((size_t)p->n_seq_max * 2 * (size_t)(1 + p->n_ckpt) * sizeof *rs->hold);
     rs->owner = malloc((size_t)rs->n_slots * sizeof *rs->owner);
     rs->free_stack = malloc((size_t)rs->n_slots * sizeof *rs->free_stack);
     rs->free_at = malloc((size_t)rs->n_slots * sizeof *rs->free_at);
     rs->snap = calloc((size_t)(rs->n_snap > 0 ? rs->n_snap : 1), sizeof *rs->snap);
-    if (!rs->layers || !rs->seqs || !rs->owner || !rs->free_stack || !rs->free_at || !rs->snap) {
+    if (rs->seqs)
+        memset(rs->seqs, 0, (size_t)p->n_seq_max * sizeof *rs->seqs);
+    if (!rs->layers || !rs->seqs || !rs->chain || !rs->hold || !rs->owner || !rs->free_stack ||
+        !rs->free_at || !rs->snap) {
         llmem_errf(err, err_len, "recurrent memory: out of host memory for %d slots",
                    rs->n_slots);
         goto fail;
@@ -521,8 +528,8 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     for (int32_t s = 0; s < p->n_seq_max; s++) {
         rs_seq *q = &rs->seqs[s];
         seq_pos_clear(&q->pos);
-        if (!seq_heap_attach(rs->heap, &q->tokens) || !seq_heap_attach(rs->heap, &q->pos.v) ||
-            !seq_heap_attach(rs->heap, &q->h.slot) || !seq_heap_attach(rs->heap, &q->h.len)) {
+        q->h = (rs_hold){rs->hold + (size_t)s * 2 * (size_t)(1 + p->n_ckpt), 0, 1 + p->n_ckpt};
+        if (!seq_heap_attach(rs->heap, &q->tokens) || !seq_heap_attach(rs->heap, &q->pos.v)) {
             llmem_errf(err, err_len, "recurrent memory: out of host memory for %d sequences",
                        p->n_seq_max);
             goto fail;
@@ -608,7 +615,7 @@ int32_t llmem_recurrent_seq_slot(llmem_memory *mem, int32_t seq_id)
         return -1;
     const rs_seq *s = &rs->seqs[seq_id];
     int32_t i = s->tokens.n > 0 ? hold_find(&s->h, s->tokens.n) : -1;
-    return i >= 0 ? s->h.slot.v[i] : -1;
+    return i >= 0 ? s->h.v[i] : -1;
 }
 
 int32_t llmem_recurrent_checkpoints(llmem_memory *mem, int32_t seq_id, int32_t *pos, int32_t cap)
@@ -618,8 +625,8 @@ int32_t llmem_recurrent_checkpoints(llmem_memory *mem, int32_t seq_id, int32_t *
         return -1;
     const rs_seq *s = &rs->seqs[seq_id];
     int32_t n = 0;
-    for (int32_t i = 0; i < s->h.len.n; i++) {
-        int32_t l = s->h.len.v[i];
+    for (int32_t i = 0; i < s->h.n; i++) {
+        int32_t l = hold_lens(&s->h)[i];
         if (l == s->tokens.n)
             continue;
         if (pos && n < cap)

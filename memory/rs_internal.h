@@ -10,9 +10,34 @@
 #include "memory/seq_heap.h"
 #include "memory/seq_pos.h"
 
+/* The states a sequence holds: the state after hold_lens(h)[i] tokens lives
+ * in state slot v[i], i < n. v has room for cap slots, then cap lengths
+ * (hold_lens); cap never changes: a sequence holds at most 1 + n_ckpt
+ * states (rs_check), and a plan's simulated holdings get the room a ubatch
+ * can add. A sequence's v is its part of recurrent.hold, one dense array
+ * for all sequences, so that a decode step reads and writes the holdings
+ * of thousands of sequences in order, a cache line per few sequences,
+ * instead of two heap blocks each (two misses per sequence at 4,000). */
 typedef struct rs_hold {
-    i32vec slot, len; /* state after `len` tokens lives in `slot` */
+    int32_t *v;
+    int32_t n, cap;
 } rs_hold;
+
+static inline int32_t *hold_lens(const rs_hold *h)
+{
+    return h->v + h->cap;
+}
+
+/* Appends slot `slot` holding the state after `len` tokens; false (nothing
+ * changed) when the hold is full. */
+static inline bool hold_push(rs_hold *h, int32_t slot, int32_t len)
+{
+    if (h->n >= h->cap)
+        return false;
+    h->v[h->n] = slot;
+    hold_lens(h)[h->n++] = len;
+    return true;
+}
 
 /* Snapshots n_snapshots -1 makes at most (sized from prefix_cache_bytes): a
  * device lookup compares every snapshot once per distinct candidate length
@@ -22,18 +47,26 @@ typedef struct rs_hold {
 /* Tokens per block of a sequence's snapshot hash chain (rs_snap.c). */
 #define RS_HASH_BLOCK 64
 
+/* What a decode step reads and writes of a sequence: 64 bytes, one cache
+ * line (recurrent.seqs is line-aligned), so that a step at thousands of
+ * sequences misses once per sequence here, not on two lines of a
+ * 104-byte record. */
 typedef struct rs_seq {
     i32vec tokens;
     seq_pos pos; /* a run while they are one */
     rs_hold h;
-    /* Snapshot hash chain of tokens, extended lazily by rs_snap.c:
-     * blk[b] = chain hash of tokens[0, (b + 1) * RS_HASH_BLOCK) for
-     * b < n_blk; neg1: 1 + the index of the first token < 0 (an
-     * embedding) among them, 0 when none. Every change of tokens other
-     * than an append cuts the chain (snap_seq_cut). */
+} rs_seq;
+
+/* A sequence's snapshot hash chain of tokens, extended lazily by rs_snap.c:
+ * blk[b] = chain hash of tokens[0, (b + 1) * RS_HASH_BLOCK) for b < n_blk;
+ * neg1: 1 + the index of the first token < 0 (an embedding) among them, 0
+ * when none. Every change of tokens other than an append cuts the chain
+ * (snap_seq_cut). Kept beside rs_seq (recurrent.chain), which a decode
+ * step reads, as a decode step without snapshots never reads it. */
+typedef struct rs_chain {
     uint64_t *blk;
     int32_t n_blk, cap_blk, neg1;
-} rs_seq;
+} rs_chain;
 
 typedef struct rs_layer {
     int32_t n_states;
@@ -104,8 +137,11 @@ typedef struct recurrent {
     int64_t host_restores; /* snapshots copied back from the host tier */
     bool poison;
     rs_layer *layers;
-    rs_seq *seqs;
-    seq_heap *heap; /* the sequences' tokens, pos and holding arrays */
+    rs_seq *seqs;     /* [n_seq_max], 64-byte aligned */
+    rs_chain *chain;  /* [n_seq_max] */
+    /* [n_seq_max][2 * (1 + n_ckpt)]: every sequence's holdings (rs_hold) */
+    int32_t *hold;
+    seq_heap *heap; /* the sequences' tokens and pos arrays */
     int32_t *owner; /* [n_slots] owning sequence or -1 */
     /* free slots: a stack, and each free slot's place in it (-1: owned), so
      * that taking any given slot is O(1) */
@@ -157,7 +193,7 @@ int32_t snap_find(const recurrent *rs, const int32_t *tokens, int32_t m);
 int32_t rs_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t n);
 llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len);
 /* Tokens of s changed other than by an append: only its first k stay. */
-void snap_seq_cut(rs_seq *s, int32_t k);
+void snap_seq_cut(recurrent *rs, const rs_seq *s, int32_t k);
 void snap_reset(recurrent *rs);
 void snap_finish(recurrent *rs);
 int32_t snap_count(const recurrent *rs);

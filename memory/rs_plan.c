@@ -39,12 +39,11 @@ static void res_free(recurrent *rs, rs_res *res)
 
 static bool hold_copy(rs_hold *dst, const rs_hold *src)
 {
-    if (!i32vec_reserve(&dst->slot, src->slot.n) || !i32vec_reserve(&dst->len, src->len.n))
+    if (src->n > dst->cap)
         return false;
-    i32_copy(dst->slot.v, src->slot.v, src->slot.n);
-    i32_copy(dst->len.v, src->len.v, src->len.n);
-    dst->slot.n = src->slot.n;
-    dst->len.n = src->len.n;
+    i32_copy(dst->v, src->v, src->n);
+    i32_copy(hold_lens(dst), hold_lens(src), src->n);
+    dst->n = src->n;
     return true;
 }
 
@@ -56,17 +55,17 @@ static bool change_set(rs_ub *t, int32_t room, int32_t seq, const rs_hold *h,
                        int32_t copy_from)
 {
     rs_change *c = &t->change[t->n_change];
-    if (h->slot.n > room)
+    if (h->n > room)
         return false;
     c->seq = seq;
     c->copy_from = copy_from;
-    c->n_new = h->slot.n;
+    c->n_new = h->n;
     c->new_slot = t->pool + (size_t)t->n_change * 2 * (size_t)room;
     c->new_len = c->new_slot + room;
     t->n_change++;
-    if (h->slot.v != c->new_slot) {
-        i32_copy(c->new_slot, h->slot.v, h->slot.n);
-        i32_copy(c->new_len, h->len.v, h->slot.n);
+    if (h->v != c->new_slot) {
+        i32_copy(c->new_slot, h->v, h->n);
+        i32_copy(c->new_len, hold_lens(h), h->n);
     }
     return true;
 }
@@ -81,8 +80,7 @@ static bool change_set(rs_ub *t, int32_t room, int32_t seq, const rs_hold *h,
 static bool one_ubatch_hold(const recurrent *rs, rs_ub *t, int32_t room, int32_t seq, rs_hold *h)
 {
     int32_t *at = t->pool + (size_t)t->n_change * 2 * (size_t)room;
-    h->slot = (i32vec){at, 0, room};
-    h->len = (i32vec){at + room, 0, room};
+    *h = (rs_hold){at, 0, room};
     return hold_copy(h, &rs->seqs[seq].h);
 }
 
@@ -179,8 +177,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             len[s] = plan->n_cached[s];
         if (one)
             continue;
-        sim[s].slot = (i32vec){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
-        sim[s].len = (i32vec){sim[s].slot.v + room, 0, room};
+        sim[s] = (rs_hold){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
         k++;
         if (!hold_copy(&sim[s], &rs->seqs[s].h))
             goto out;
@@ -239,7 +236,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                     goto out;
                 }
             int32_t cur = hold_find(h, L);
-            ib->data.v[t->src + s] = L <= 0 ? -1 : cur >= 0 ? h->slot.v[cur] : from_snap[a];
+            ib->data.v[t->src + s] = L <= 0 ? -1 : cur >= 0 ? h->v[cur] : from_snap[a];
             /* slots for the 1 + c new states: fresh ones up to the quota, then
              * the oldest checkpoints (never the current state) */
             int32_t need = 1 + c, got[64], *g = need <= 64 ? got : malloc((size_t)need * sizeof *g);
@@ -247,12 +244,12 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 goto out;
             for (int32_t k = 0; k < need; k++) {
                 int32_t slot = -1;
-                if (h->slot.n + k < rs->quota)
+                if (h->n + k < rs->quota)
                     slot = fs.n > 0 ? fs.v[--fs.n] : -1;
                 if (slot < 0) {
                     int32_t oldest = -1;
-                    for (int32_t i = 0; i < h->len.n; i++)
-                        if (h->len.v[i] != L && (oldest < 0 || h->len.v[i] < h->len.v[oldest]))
+                    for (int32_t i = 0; i < h->n; i++)
+                        if (hold_lens(h)[i] != L && (oldest < 0 || hold_lens(h)[i] < hold_lens(h)[oldest]))
                             oldest = i;
                     if (oldest < 0) {
                         if (g != got)
@@ -261,11 +258,10 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                         st = LLMEM_E_NO_SPACE;
                         goto out;
                     }
-                    slot = h->slot.v[oldest];
-                    h->slot.v[oldest] = h->slot.v[h->slot.n - 1];
-                    h->len.v[oldest] = h->len.v[h->len.n - 1];
-                    h->slot.n--;
-                    h->len.n--;
+                    slot = h->v[oldest];
+                    h->v[oldest] = h->v[h->n - 1];
+                    hold_lens(h)[oldest] = hold_lens(h)[h->n - 1];
+                    h->n--;
                 }
                 g[k] = slot;
             }
@@ -274,8 +270,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 ib->data.v[t->ckpt + s * t->n_ckpt + j] = g[j];
             for (int32_t k = 0; k < need; k++) {
                 int32_t l = k < c ? L + T - c + k : L + T;
-                if (h->slot.n >= (one ? room_c : room) || !i32vec_push(&h->slot, g[k]) ||
-                    !i32vec_push(&h->len, l)) { /* room is a bound; never reallocate the pool */
+                if (!hold_push(h, g[k], l)) { /* room is a bound */
                     if (g != got)
                         free(g);
                     goto out;
@@ -284,18 +279,17 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             if (g != got)
                 free(g);
             /* keep the newest 1 + n_ckpt states */
-            while (h->slot.n > 1 + rs->n_ckpt) {
+            while (h->n > 1 + rs->n_ckpt) {
                 int32_t oldest = 0;
-                for (int32_t i = 1; i < h->len.n; i++)
-                    if (h->len.v[i] < h->len.v[oldest])
+                for (int32_t i = 1; i < h->n; i++)
+                    if (hold_lens(h)[i] < hold_lens(h)[oldest])
                         oldest = i;
                 /* freed at this ubatch's commit: reusable from the next one */
-                if (!i32vec_push(&pending, h->slot.v[oldest]))
+                if (!i32vec_push(&pending, h->v[oldest]))
                     goto out;
-                h->slot.v[oldest] = h->slot.v[h->slot.n - 1];
-                h->len.v[oldest] = h->len.v[h->len.n - 1];
-                h->slot.n--;
-                h->len.n--;
+                h->v[oldest] = h->v[h->n - 1];
+                hold_lens(h)[oldest] = hold_lens(h)[h->n - 1];
+                h->n--;
             }
             len[a] = L + T;
             if (!change_set(t, room_c, a, h, -1))
@@ -306,15 +300,13 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 rs_hold locb, *hb = one ? &locb : &sim[b];
                 if (one && !one_ubatch_hold(rs, t, room_c, b, hb))
                     goto out;
-                int32_t keep = hb->slot.n > 0 ? hb->slot.v[0] : fs.n > 0 ? fs.v[--fs.n] : -1;
-                for (int32_t i = 1; i < hb->slot.n; i++)
-                    if (!i32vec_push(&pending, hb->slot.v[i]))
+                int32_t keep = hb->n > 0 ? hb->v[0] : fs.n > 0 ? fs.v[--fs.n] : -1;
+                for (int32_t i = 1; i < hb->n; i++)
+                    if (!i32vec_push(&pending, hb->v[i]))
                         goto out;
-                if (!i32vec_reserve(&hb->slot, 1) || !i32vec_reserve(&hb->len, 1))
-                    goto out;
-                hb->slot.n = hb->len.n = 1;
-                hb->slot.v[0] = keep;
-                hb->len.v[0] = L + T;
+                hb->n = 1;
+                hb->v[0] = keep;
+                hold_lens(hb)[0] = L + T;
                 len[b] = L + T;
                 if (!change_set(t, room_c, b, hb, ib->data.v[t->dst + s]))
                     goto out;
@@ -496,31 +488,29 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         const rs_change *ch = &t->change[c];
         rs_seq *s = &rs->seqs[ch->seq];
 #if defined(__GNUC__)
-        if (c + 8 < t->n_change) { /* decode: holdings of thousands of sequences */
-            const rs_hold *ahead = &rs->seqs[t->change[c + 8].seq].h;
-            if (ahead->slot.v)
-                __builtin_prefetch(ahead->slot.v, 1, 1);
-            if (ahead->len.v)
-                __builtin_prefetch(ahead->len.v, 1, 1);
+        if (c + 8 < t->n_change) { /* decode: records of thousands of sequences */
+            int32_t q = t->change[c + 8].seq;
+            __builtin_prefetch(&rs->seqs[q], 1, 1);
+            __builtin_prefetch(rs->hold + (size_t)q * 2 * (size_t)(1 + rs->n_ckpt), 1, 1);
         }
 #endif
         /* free what the sequence no longer holds, take what it now holds */
-        for (int32_t k = 0; k < s->h.slot.n; k++) {
+        for (int32_t k = 0; k < s->h.n; k++) {
             bool kept = false;
             for (int32_t m = 0; m < ch->n_new && !kept; m++)
-                kept = ch->new_slot[m] == s->h.slot.v[k];
+                kept = ch->new_slot[m] == s->h.v[k];
             if (!kept)
-                slot_free(rs, s->h.slot.v[k]);
+                slot_free(rs, s->h.v[k]);
         }
-        s->h.slot.n = s->h.len.n = 0;
-        if (!i32vec_reserve(&s->h.slot, ch->n_new) || !i32vec_reserve(&s->h.len, ch->n_new))
-            return LLMEM_E_NO_MEMORY;
+        s->h.n = 0;
+        if (ch->n_new > s->h.cap)
+            return LLMEM_E_STATE; /* never: a trimmed hold has at most 1 + n_ckpt */
         for (int32_t m = 0; m < ch->n_new; m++) {
             slot_take(rs, ch->new_slot[m], ch->seq);
-            s->h.slot.v[m] = ch->new_slot[m];
-            s->h.len.v[m] = ch->new_len[m];
+            s->h.v[m] = ch->new_slot[m];
+            hold_lens(&s->h)[m] = ch->new_len[m];
         }
-        s->h.slot.n = s->h.len.n = ch->n_new;
+        s->h.n = ch->n_new;
     }
     /* a sequence that started from a snapshot takes its tokens first */
     for (int32_t c = 0; c < t->n_change; c++) {
@@ -574,12 +564,11 @@ void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
             if (o < 0)
                 continue;
             rs_hold *h = &rs->seqs[o].h;
-            for (int32_t i = 0; i < h->slot.n; i++)
-                if (h->slot.v[i] == slot) {
-                    h->slot.v[i] = h->slot.v[h->slot.n - 1];
-                    h->len.v[i] = h->len.v[h->len.n - 1];
-                    h->slot.n--;
-                    h->len.n--;
+            for (int32_t i = 0; i < h->n; i++)
+                if (h->v[i] == slot) {
+                    h->v[i] = h->v[h->n - 1];
+                    hold_lens(h)[i] = hold_lens(h)[h->n - 1];
+                    h->n--;
                     slot_free(rs, slot);
                     break;
                 }

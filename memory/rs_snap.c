@@ -47,8 +47,9 @@ static uint64_t chain_hash(const int32_t *t, int32_t len)
     return b < len ? block_hash(t + b, len - b, h) : h;
 }
 
-void snap_seq_cut(rs_seq *s, int32_t k)
+void snap_seq_cut(recurrent *rs, const rs_seq *seq, int32_t k)
 {
+    rs_chain *s = &rs->chain[seq - rs->seqs];
     int32_t nb = k / RS_HASH_BLOCK;
     if (nb < s->n_blk)
         s->n_blk = nb;
@@ -56,8 +57,9 @@ void snap_seq_cut(rs_seq *s, int32_t k)
         s->neg1 = 0;
 }
 
-/* Extends s's block chain to its first nb blocks (s has >= nb * B tokens). */
-static bool seq_chain_extend(rs_seq *s, int32_t nb)
+/* Extends s's block chain to the first nb blocks of tokens (>= nb * B of
+ * them). */
+static bool seq_chain_extend(rs_chain *s, const int32_t *tokens, int32_t nb)
 {
     if (nb <= s->n_blk)
         return true;
@@ -72,7 +74,7 @@ static bool seq_chain_extend(rs_seq *s, int32_t nb)
         s->cap_blk = cap;
     }
     for (int32_t b = s->n_blk; b < nb; b++) {
-        const int32_t *t = s->tokens.v + (size_t)b * RS_HASH_BLOCK;
+        const int32_t *t = tokens + (size_t)b * RS_HASH_BLOCK;
         for (int32_t j = 0; j < RS_HASH_BLOCK && s->neg1 == 0; j++)
             if (t[j] < 0)
                 s->neg1 = b * RS_HASH_BLOCK + j + 1;
@@ -331,19 +333,20 @@ static void snap_poison(recurrent *rs, int32_t i)
  * runs slot_copy_flush before `slot` can change. */
 llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
 {
+    rs_chain *c = &rs->chain[s - rs->seqs];
     if (rs->n_snap == 0 || len <= 0 || len > s->tokens.n || s->pos.pm.unsorted ||
         seq_pos_at(&s->pos, 0) != 0 || seq_pos_at(&s->pos, len - 1) != len - 1)
         return LLMEM_OK;
     const int32_t *tok = s->tokens.v;
     int32_t nb = len / RS_HASH_BLOCK;
-    if (!seq_chain_extend(s, nb))
+    if (!seq_chain_extend(c, tok, nb))
         return LLMEM_E_NO_MEMORY;
-    if (s->neg1 > 0 && s->neg1 <= len)
+    if (c->neg1 > 0 && c->neg1 <= len)
         return LLMEM_OK; /* embeddings: not reusable */
     for (int32_t j = nb * RS_HASH_BLOCK; j < len; j++)
         if (tok[j] < 0)
             return LLMEM_OK;
-    uint64_t h = chain_tail(s->blk, tok, len);
+    uint64_t h = chain_tail(c->blk, tok, len);
     int32_t victim = -1;
     for (int32_t i = 0; i < rs->n_snap; i++) {
         rs_snap *q = &rs->snap[i];

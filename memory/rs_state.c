@@ -45,7 +45,7 @@ llmem_status rs_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
         seq_pos_put(&q->pos, w, q->tokens.n);
         if (q->tokens.n == 0)
             continue;
-        int32_t slot = q->h.slot.v[hold_find(&q->h, q->tokens.n)];
+        int32_t slot = q->h.v[hold_find(&q->h, q->tokens.n)];
         for (int32_t il = 0; il < mem->n_layers; il++) {
             const rs_layer *L = &rs->layers[il];
             for (int32_t j = 0; j < L->n_states; j++) {
@@ -158,8 +158,7 @@ llmem_status rs_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
      * anything (capacity only: the memory reads the same afterwards) */
     for (int32_t i = 0; i < n; i++) {
         rs_seq *s = &rs->seqs[seq >= 0 ? seq : t->e[i].seq];
-        if (!i32vec_reserve(&s->tokens, t->e[i].len) || !seq_pos_reserve(&s->pos, t->e[i].len) ||
-            !i32vec_reserve(&s->h.slot, 1) || !i32vec_reserve(&s->h.len, 1)) {
+        if (!i32vec_reserve(&s->tokens, t->e[i].len) || !seq_pos_reserve(&s->pos, t->e[i].len)) {
             llmem_errf(err, err_len, "recurrent state: out of host memory for its tokens");
             rs_state_read_abort(mem, t);
             return LLMEM_E_NO_MEMORY;
@@ -196,13 +195,12 @@ llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         const rs_entry *e = &t->e[i];
         int32_t id = seq >= 0 ? seq : e->seq;
         rs_seq *s = &rs->seqs[id];
-        if (!i32vec_reserve(&s->tokens, e->len) || !seq_pos_reserve(&s->pos, e->len) ||
-            !i32vec_reserve(&s->h.slot, 1) || !i32vec_reserve(&s->h.len, 1)) {
+        if (!i32vec_reserve(&s->tokens, e->len) || !seq_pos_reserve(&s->pos, e->len)) {
             st = LLMEM_E_NO_MEMORY;
             break;
         }
         const uint8_t *p = t->buf + e->at;
-        snap_seq_cut(s, 0);
+        snap_seq_cut(rs, s, 0);
         s->tokens.n = e->len;
         if (e->len == 0) {
             seq_pos_clear(&s->pos);
@@ -213,9 +211,9 @@ llmem_status rs_state_read_apply(llmem_memory *mem, int32_t seq, void *tmp)
         seq_pos_written(&s->pos, e->len);
         p += (size_t)e->len * 8;
         int32_t slot = slot_pop(rs, id); /* quota guarantees one */
-        s->h.slot.v[0] = slot;
-        s->h.len.v[0] = e->len;
-        s->h.slot.n = s->h.len.n = 1;
+        s->h.v[0] = slot;
+        hold_lens(&s->h)[0] = e->len;
+        s->h.n = 1;
         for (int32_t il = 0; il < mem->n_layers && st == LLMEM_OK; il++) {
             const rs_layer *L = &rs->layers[il];
             for (int32_t j = 0; j < L->n_states && st == LLMEM_OK; j++) {
@@ -254,7 +252,8 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
     int32_t held = 0, owned = 0;
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const rs_seq *q = &rs->seqs[s];
-        if (q->tokens.n != q->pos.v.n || q->h.slot.n != q->h.len.n) {
+        if (q->tokens.n != q->pos.v.n || q->h.cap != 1 + rs->n_ckpt ||
+            q->h.v != rs->hold + (size_t)s * 2 * (size_t)q->h.cap) {
             llmem_errf(err, err_len, "sequence %d: inconsistent arrays", s);
             return LLMEM_E_STATE;
         }
@@ -264,31 +263,31 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
             return LLMEM_E_STATE;
         }
         if ((q->tokens.n > 0) != (hold_find(&q->h, q->tokens.n) >= 0) ||
-            (q->tokens.n == 0 && q->h.slot.n)) {
+            (q->tokens.n == 0 && q->h.n)) {
             llmem_errf(err, err_len, "sequence %d (%d tokens) has no current state slot", s,
                        q->tokens.n);
             return LLMEM_E_STATE;
         }
-        if (q->h.slot.n > 1 + rs->n_ckpt) {
-            llmem_errf(err, err_len, "sequence %d holds %d slots (max %d)", s, q->h.slot.n,
+        if (q->h.n > 1 + rs->n_ckpt) {
+            llmem_errf(err, err_len, "sequence %d holds %d slots (max %d)", s, q->h.n,
                        1 + rs->n_ckpt);
             return LLMEM_E_STATE;
         }
-        for (int32_t i = 0; i < q->h.slot.n; i++) {
-            int32_t slot = q->h.slot.v[i];
+        for (int32_t i = 0; i < q->h.n; i++) {
+            int32_t slot = q->h.v[i];
             if (slot < 0 || slot >= rs->n_seq_slots || rs->owner[slot] != s ||
-                q->h.len.v[i] > q->tokens.n || q->h.len.v[i] < 1) {
+                hold_lens(&q->h)[i] > q->tokens.n || hold_lens(&q->h)[i] < 1) {
                 llmem_errf(err, err_len, "sequence %d: slot %d (len %d) not owned or out of range",
-                           s, slot, q->h.len.v[i]);
+                           s, slot, hold_lens(&q->h)[i]);
                 return LLMEM_E_STATE;
             }
             for (int32_t k = 0; k < i; k++)
-                if (q->h.slot.v[k] == slot || q->h.len.v[k] == q->h.len.v[i]) {
+                if (q->h.v[k] == slot || hold_lens(&q->h)[k] == hold_lens(&q->h)[i]) {
                     llmem_errf(err, err_len, "sequence %d: duplicate slot or checkpoint", s);
                     return LLMEM_E_STATE;
                 }
         }
-        held += q->h.slot.n;
+        held += q->h.n;
     }
     for (int32_t i = 0; i < rs->n_seq_slots; i++) {
         owned += rs->owner[i] >= 0;
