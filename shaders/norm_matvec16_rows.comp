@@ -30,8 +30,10 @@ layout(constant_id = 4) const uint NW_DT = 3; /* the norm weight's dtype; DT_NON
 layout(constant_id = 5) const uint TPR = 128; /* invocations per group of rows; divides WG */
 layout(constant_id = 6) const uint NR = 1;    /* weight rows per group */
 layout(constant_id = 7) const uint NW_VEC = 0; /* 1: the norm weight read as uvec4 (binding 6) */
+layout(constant_id = 8) const uint UNR = 0;    /* 16-byte loads per row and invocation issued
+                                                  before their FMAs; 0: 2 */
 
-const uint UNROLL = 2u;
+const uint UNROLL = UNR != 0u ? UNR : 2u;
 
 layout(binding = 0) readonly buffer X { vec4 x[]; };
 layout(binding = 1) readonly buffer Z { vec4 z[]; };

@@ -438,7 +438,8 @@ END_TEST
 
 START_TEST(test_argmax)
 {
-    static const int32_t cases[][2] = {{1, 1}, {4, 7}, {3, 1000}, {2, 32003}, {5, 3}};
+    /* cols % 4 == 0 (1000, 8192) take Vulkan's vec4 loads; 8192: the last row all NaN */
+    static const int32_t cases[][2] = {{1, 1}, {4, 7}, {3, 1000}, {2, 32003}, {5, 3}, {5, 8192}};
     llmem_backend *be = th_open(_i);
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
         int32_t rows = cases[s][0], v = cases[s][1];
@@ -456,6 +457,10 @@ START_TEST(test_argmax)
             if (v > 2) {
                 int32_t a = ref64_int(&r, 0, v - 2), b = ref64_int(&r, a + 1, v - 1);
                 row[a] = row[b] = 6.0;
+                if (v % 4 == 0 && v >= 8) { /* a tie inside one 16-byte load too */
+                    int32_t q = 4 * ref64_int(&r, 0, v / 4 - 1);
+                    row[q + 1] = row[q + 2] = 6.0;
+                }
                 row[ref64_int(&r, 0, v - 1)] = NAN;
             }
             if (i == 4) /* the last case has an all-NaN row */

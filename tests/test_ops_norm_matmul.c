@@ -281,7 +281,8 @@ END_TEST
  * (backends/vulkan/vk_ops_norm_matmul.c), with a bf16 norm weight at an odd
  * element offset and an f32 one: each run is within the float64
  * tolerance; what only regroups rows (the rows kernel's rows per group
- * $LLMEM_VULKAN_NM_NR; the persistent kernel's rows per step
+ * $LLMEM_VULKAN_NM_NR, loads in flight $LLMEM_VULKAN_NM_UNROLL and
+ * workgroup size $LLMEM_VULKAN_NM_RWG at the same invocations per row; the persistent kernel's rows per step
  * $LLMEM_VULKAN_NM_R and workgroups $LLMEM_VULKAN_NM_GROUPS, where 1 and 3
  * make a workgroup walk many blocks of rows through both reduction
  * buffers) does not change any output bit, since every row is summed in
@@ -291,11 +292,11 @@ START_TEST(test_norm_matmul_vulkan_knobs)
 {
     if (strcmp(th_backend_name(_i), "vulkan") != 0)
         return;
-    enum { N_KNOB = 7 };
-    static const char *const knobs[N_KNOB] = {"LLMEM_VULKAN_NORM_MATMUL", "LLMEM_VULKAN_NM_MODE",
-                                          "LLMEM_VULKAN_NM_WG",       "LLMEM_VULKAN_NM_R",
-                                          "LLMEM_VULKAN_NM_GROUPS",   "LLMEM_VULKAN_NM_NR",
-                                          "LLMEM_VULKAN_NM_TPR"};
+    enum { N_KNOB = 9 };
+    static const char *const knobs[N_KNOB] = {
+        "LLMEM_VULKAN_NORM_MATMUL", "LLMEM_VULKAN_NM_MODE", "LLMEM_VULKAN_NM_WG",
+        "LLMEM_VULKAN_NM_R",        "LLMEM_VULKAN_NM_GROUPS", "LLMEM_VULKAN_NM_NR",
+        "LLMEM_VULKAN_NM_TPR",      "LLMEM_VULKAN_NM_UNROLL", "LLMEM_VULKAN_NM_RWG"};
     test_env saved[N_KNOB];
     for (int i = 0; i < N_KNOB; i++) {
         saved[i] = test_env_save(knobs[i]);
@@ -307,12 +308,23 @@ START_TEST(test_norm_matmul_vulkan_knobs)
         const char *v[N_KNOB - 1];
         char same;
     } runs[] = {
-        {{"0", NULL, NULL, NULL, NULL, NULL}, 'f'}, {{"0", NULL, NULL, NULL, "1", NULL}, 's'},
-        {{"0", NULL, NULL, NULL, "4", NULL}, 's'},  {{"0", NULL, NULL, NULL, "2", NULL}, 's'},
-        {{"0", NULL, NULL, NULL, NULL, "64"}, 'd'}, {{"0", NULL, NULL, NULL, "4", "256"}, 'd'},
-        {{"1", NULL, NULL, NULL, NULL, NULL}, 'f'}, {{"1", NULL, "1", "1", NULL, NULL}, 's'},
-        {{"1", NULL, "4", "3", NULL, NULL}, 's'},   {{"1", NULL, "2", "1", NULL, NULL}, 's'},
-        {{"1", "512", NULL, "2", NULL, NULL}, 'd'}, {{"1", "128", "1", NULL, NULL, NULL}, 'd'},
+        {{"0", NULL, NULL, NULL, NULL, NULL, NULL, NULL}, 'f'},
+        {{"0", NULL, NULL, NULL, "1", NULL, NULL, NULL}, 's'},
+        {{"0", NULL, NULL, NULL, "4", NULL, NULL, NULL}, 's'},
+        {{"0", NULL, NULL, NULL, "2", NULL, NULL, NULL}, 's'},
+        {{"0", NULL, NULL, NULL, "8", NULL, "4", NULL}, 's'},
+        {{"0", NULL, NULL, NULL, "1", NULL, "16", NULL}, 's'},
+        {{"0", NULL, NULL, NULL, "2", NULL, "1", "1024"}, 's'},
+        {{"0", NULL, NULL, NULL, NULL, NULL, "3", "512"}, 's'},
+        {{"0", NULL, NULL, NULL, NULL, "64", NULL, NULL}, 'd'},
+        {{"0", NULL, NULL, NULL, "4", "256", NULL, NULL}, 'd'},
+        {{"0", NULL, NULL, NULL, "8", "32", "8", "128"}, 'd'},
+        {{"1", NULL, NULL, NULL, NULL, NULL, NULL, NULL}, 'f'},
+        {{"1", NULL, "1", "1", NULL, NULL, NULL, NULL}, 's'},
+        {{"1", NULL, "4", "3", NULL, NULL, NULL, NULL}, 's'},
+        {{"1", NULL, "2", "1", NULL, NULL, NULL, NULL}, 's'},
+        {{"1", "512", NULL, "2", NULL, NULL, NULL, NULL}, 'd'},
+        {{"1", "128", "1", NULL, NULL, NULL, NULL, NULL}, 'd'},
     };
     /* K, N: the persistent kernel's activation in 1 and 2 chunks per invocation at WG 512
      * (2 to 5 at 256, 128), N odd */
@@ -367,11 +379,12 @@ START_TEST(test_norm_matmul_vulkan_knobs)
                 char what[200];
                 snprintf(what, sizeof what,
                          "vulkan norm_matmul K=%d N=%d norm=%s epi=%s mode=%s WG=%s R=%s "
-                         "groups=%s NR=%s TPR=%s",
+                         "groups=%s NR=%s TPR=%s UNROLL=%s RWG=%s",
                          K, N, nm_norm_name[norm], nm_epi_name[epi], vals[0],
                          vals[1] ? vals[1] : "-", vals[2] ? vals[2] : "-",
                          vals[3] ? vals[3] : "-", vals[4] ? vals[4] : "-",
-                         vals[5] ? vals[5] : "-");
+                         vals[5] ? vals[5] : "-", vals[6] ? vals[6] : "-",
+                         vals[7] ? vals[7] : "-");
                 th_expect_close(out, ref, N, fmax(1e-5, 3e-7 * sqrt((double)K)), what);
                 if (runs[k].same == 'f')
                     memcpy(first, out, sizeof(double) * (size_t)N);

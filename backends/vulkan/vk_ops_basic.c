@@ -227,16 +227,35 @@ llmem_status vk_op_log_softmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
     return vk_op_run(v, &op, (uint64_t)rows);
 }
 
+/* argmax.comp, one workgroup per row: ARGMAX_WG invocations (256 where the
+ * device allows fewer; $LLMEM_VULKAN_ARGMAX_WG 64 .. 1024, a power of two,
+ * overrides), vec4 loads where the rows are 16-byte aligned
+ * ($LLMEM_VULKAN_ARGMAX_VEC=0: scalar loads, the old kernel, for
+ * comparison). At batch 1 one workgroup reads the whole 128K-entry row of
+ * logits, so its loads in flight set the time. */
+#define ARGMAX_WG 1024
+
 llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
-    int64_t rows = rows_of(x);
+    int64_t rows = rows_of(x), cols = cols_of(x);
+    const char *e = getenv("LLMEM_VULKAN_ARGMAX_WG");
+    long want = e ? strtol(e, NULL, 10) : ARGMAX_WG;
+    uint32_t wg = want >= 64 && want <= 1024 && (want & (want - 1)) == 0 ? (uint32_t)want
+                                                                          : ARGMAX_WG;
+    if (wg > v->props.limits.maxComputeWorkGroupInvocations)
+        wg = ROW_WG;
+    const char *ev = getenv("LLMEM_VULKAN_ARGMAX_VEC");
+    bool vec_ok = !(ev && ev[0] == '0');
     vk_op op;
-    vk_op_init(&op, VK_SH_ARGMAX, ROW_WG);
+    vk_op_init(&op, VK_SH_ARGMAX, wg);
     uint32_t xo = vk_op_tensor(v, &op, x, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
+    uint32_t xv = vk_op_tensor(v, &op, x, false); /* the same bytes, read as vec4 */
+    bool vec = vec_ok && xo % 4 == 0 && xv == xo && cols % 4 == 0;
+    vk_op_spec(&op, vec);
     vk_op_u32(&op, (uint32_t)rows);
-    vk_op_u32(&op, (uint32_t)cols_of(x));
+    vk_op_u32(&op, (uint32_t)cols);
     vk_op_u32(&op, xo);
     vk_op_u32(&op, oo);
     return vk_op_run(v, &op, (uint64_t)rows);

@@ -5,11 +5,14 @@
  * a decode projection is one dispatch instead of a norm, a matvec and an
  * add. Two kernels ($LLMEM_VULKAN_NM_MODE):
  *   0 (default) shaders/norm_matvec16_rows.comp, matvec16.comp's one-row
- *     layout (128 invocations per group of NR weight rows, a workgroup per
- *     2 NR rows), each group forming g * nw from x (z, nw) as it reads K and
- *     adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2 4; default
- *     4) rows share that work (the gate's silu above all);
- *     $LLMEM_VULKAN_NM_TPR (32 .. 256) the invocations per group;
+ *     layout (128 invocations per group of NR weight rows, a workgroup of
+ *     256 per 2 NR rows), each group forming g * nw from x (z, nw) as it
+ *     reads K and adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2
+ *     4 8; default 4, 2 where K or N is at most 2048) rows share that work
+ *     (the gate's silu above all); $LLMEM_VULKAN_NM_TPR (32 .. 1024) the
+ *     invocations per group, $LLMEM_VULKAN_NM_UNROLL (1 .. 16; default 2)
+ *     the 16-byte loads per row and invocation issued before their FMAs,
+ *     $LLMEM_VULKAN_NM_RWG (64 .. 1024) the workgroup size (nm_rows_pick);
  *   1 shaders/norm_matvec16.comp, kernels/gemv.cu's persistent layout: each
  *     invocation keeps C = ceil(K / 8 / WG) 16-byte chunks of g * nw in
  *     registers, a workgroup walks R weight rows a step, at most NM_GROUPS
@@ -41,6 +44,12 @@
 /* weight rows per group: 4 (H200, 9B Bamba batch-1 step 6.110 ms; 1 / 2 / 4 by norm 6.219,
  * 1 6.593; docs/benchmarks.md "Vulkan fused decode matmul, second design") */
 #define NM_ROWS_NR 4
+/* ... but 2 where K or N is at most NM_SHORT (the 2b Bamba shape, hidden 2048: gate+up
+ * 0.040 -> 0.026 ms, every other product as fast or faster; docs/benchmarks.md "Vulkan
+ * batch-1 GEMV at hidden 2048") */
+#define NM_ROWS_NR_SHORT 2
+#define NM_SHORT 2048
+#define NM_ROWS_UNROLL 2 /* 16-byte loads per row and invocation in flight (4, 8: slower) */
 #define NM_WG 256
 #define NM_R 2
 #define NM_C_MAX 8     /* chunks per invocation: K <= 8 * NM_C_MAX * WG */
@@ -151,28 +160,57 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     return vk_op_run(v, &op, groups);
 }
 
+/* The launch of norm_matvec16_rows.comp: invocations per group of rows,
+ * weight rows per group, 16-byte loads per row and invocation in flight,
+ * workgroup size. */
+typedef struct nm_rows_cfg {
+    uint32_t tpr, nr, unroll, wg;
+} nm_rows_cfg;
+
+#define NM_ROWS_LOADS_MAX 32 /* uvec4 weight loads in registers per invocation (NR NW UNROLL) */
+
+/* The default launch for N rows of K (nmat weight matrices), then the
+ * knobs: $LLMEM_VULKAN_NM_TPR (32 .. 1024), _NR (1 2 4 8), _UNROLL (1 ..
+ * 16), _RWG (64 .. 1024); a knob the device or the other knobs do not
+ * allow keeps its default. */
+static nm_rows_cfg nm_rows_pick(const vk_backend *v, int64_t K, int64_t N, uint32_t nmat)
+{
+    /* short rows or few of them: NR_SHORT rows per group, so twice the workgroups */
+    uint32_t nr = K <= NM_SHORT || N <= NM_SHORT ? NM_ROWS_NR_SHORT : NM_ROWS_NR;
+    nm_rows_cfg c = {NM_ROWS_TPR, nr, NM_ROWS_UNROLL, NM_ROWS_WG};
+    uint32_t wg = (uint32_t)env_long("LLMEM_VULKAN_NM_RWG", c.wg, 64, 1024);
+    if (wg % v->subgroup_size == 0 && wg <= v->props.limits.maxComputeWorkGroupInvocations)
+        c.wg = wg;
+    uint32_t tpr = (uint32_t)env_long("LLMEM_VULKAN_NM_TPR", c.tpr, 32, 1024);
+    if (tpr % v->subgroup_size == 0 && c.wg % tpr == 0)
+        c.tpr = tpr;
+    while (c.wg % c.tpr != 0 && c.tpr > v->subgroup_size)
+        c.tpr /= 2;
+    long nrr = env_long("LLMEM_VULKAN_NM_NR", c.nr, 1, 8);
+    if (nrr == 1 || nrr == 2 || nrr == 4 || nrr == 8)
+        c.nr = (uint32_t)nrr;
+    c.unroll = (uint32_t)env_long("LLMEM_VULKAN_NM_UNROLL", c.unroll, 1, 16);
+    while (c.unroll > 1 && c.unroll * c.nr * nmat > NM_ROWS_LOADS_MAX)
+        c.unroll /= 2;
+    return c;
+}
+
 /* The dispatch of norm_matvec16_rows.comp (matvec16.comp's layout: TPR
- * invocations per group of NR weight rows, 2 groups a workgroup, one
- * workgroup per 2 NR rows), same arguments and refusals as nm_launch but
- * no limit on K. */
+ * invocations per group of NR weight rows, WG / TPR groups a workgroup),
+ * same arguments and refusals as nm_launch but no limit on K. */
 static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps, llmem_ct *x,
                             llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
 {
     int64_t K = x->ne[1], N = w->ne[0];
     if (!nm_takes(v, x, w))
         return LLMEM_E_UNSUPPORTED;
-    uint32_t tpr = (uint32_t)env_long("LLMEM_VULKAN_NM_TPR", NM_ROWS_TPR, 32, NM_ROWS_WG);
-    if (tpr % v->subgroup_size != 0 || NM_ROWS_WG % tpr != 0)
-        tpr = NM_ROWS_TPR;
-    if (tpr % v->subgroup_size != 0)
+    nm_rows_cfg c = nm_rows_pick(v, K, N, epi == LLMEM_NM_SWIGLU ? 2 : 1);
+    if (c.tpr % v->subgroup_size != 0 || c.wg % c.tpr != 0)
         return LLMEM_E_UNSUPPORTED;
-    /* rows per group: the activation work (the gate's silu above all) is shared by NR rows */
-    long nrr = env_long("LLMEM_VULKAN_NM_NR", NM_ROWS_NR, 1, 4);
-    uint32_t nr = nrr == 4 ? 4 : nrr == 2 ? 2 : 1;
     vk_op op;
-    nm_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, NM_ROWS_WG, norm, epi, nw, w);
-    vk_op_spec(&op, tpr);
-    vk_op_spec(&op, nr);
+    nm_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, c.wg, norm, epi, nw, w);
+    vk_op_spec(&op, c.tpr);
+    vk_op_spec(&op, c.nr);
     uint32_t o[NM_BINDINGS];
     bool ok = nm_bind(v, &op, x, z, nw, w, w2, out, o);
     uint32_t nwv = ok ? vk_op_tensor(v, &op, nw, false) : 0; /* nw's bytes, read as uvec4 */
@@ -182,10 +220,11 @@ static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps,
     if (!ok)
         return LLMEM_E_UNSUPPORTED;
     vk_op_spec(&op, vec);
+    vk_op_spec(&op, c.unroll);
     vk_op_u32(&op, (uint32_t)N);
     vk_op_u32(&op, (uint32_t)K);
     nm_push(&op, o, vec ? nwv / per : o[2], eps);
-    return vk_op_run(v, &op, vk_div_up((uint64_t)N, (uint64_t)(NM_ROWS_WG / tpr) * nr));
+    return vk_op_run(v, &op, vk_div_up((uint64_t)N, (uint64_t)(c.wg / c.tpr) * c.nr));
 }
 
 /* The fused kernel of the mode $LLMEM_VULKAN_NM_MODE picks: 0 (default)

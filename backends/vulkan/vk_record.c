@@ -121,6 +121,7 @@ llmem_status vk_record_end(llmem_backend *be, void **graph)
         return LLMEM_E_STATE;
     VkResult r = v->vk.vkEndCommandBuffer(g->cmd);
     g->n_dispatch = v->n_dispatch;
+    uint32_t n_barrier = v->n_barrier;
     v->capture = NULL;
     v->cmd = g->lazy;
     v->recording = false;
@@ -135,8 +136,9 @@ llmem_status vk_record_end(llmem_backend *be, void **graph)
         graph_destroy(v, g);
         return st;
     }
-    vk_log(v, "recorded a step: %u dispatches, %u descriptor pools, %u kept temporaries",
-           g->n_dispatch, g->n_desc_pools, g->n_keep);
+    vk_log(v, "recorded a step: %u dispatches, %u barriers, %u descriptor pools, %u kept "
+           "temporaries",
+           g->n_dispatch, n_barrier, g->n_desc_pools, g->n_keep);
     *graph = g;
     return LLMEM_OK;
 }

@@ -5,7 +5,9 @@
  * fused gate/up + SwiGLU GEMV (llmem_op_matmul_swiglu) of the MLP, and the
  * fused decode matmuls a batch-1 model step runs where the backend has
  * llmem_op_norm_matmul (figures "nm ...": the RMS or gated norm of the
- * input, a residual add or SwiGLU of the output, as models/forward.c). A
+ * input, a residual add or SwiGLU of the output, as models/forward.c),
+ * and the same at the 2b shape of tools/synth_bamba.py ("gemv2b",
+ * "nm2b": hidden 2048, MLP 8192, in_proj 8512 rows). A
  * decode GEMV is bound by reading the weights once, so each figure is the
  * bandwidth of weights + activations + outputs against the copy ceiling of
  * the same run (and the CUDA copy on a vulkan run). Each figure cycles
@@ -70,14 +72,47 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
         c.w[r] = llmem_tensor_2d(bw[r], 0, LLMEM_DTYPE_BF16, n, k);
         c.u[r] = llmem_tensor_2d(bw[r], swiglu ? wb : 0, LLMEM_DTYPE_BF16, n, k);
     }
-    double sec = 0;
-    if (st == LLMEM_OK)
-        st = bench_time_it(b, what, gemv_run, &c, &sec);
     /* bytes: weights, x (and z), the norm weight, out (read too by the add) */
     double bytes = (double)set + 4.0 * k * (norm == LLMEM_NM_NORM_GATED ? 2 : 1) +
                    (norm > 0 ? 2.0 * k : 0) + 4.0 * n * (epi == LLMEM_NM_ADD ? 2 : 1);
-    if (st == LLMEM_OK)
-        bench_report_bw(b, what, sec, bytes, "(M 1, bf16 weights)");
+    /* $LLMEM_BENCH_GEMV_SETS: "A=1 B=2;C=3;" times the figure once per set of environment
+     * settings (an empty set: as the environment is), each set undone after its run (knob
+     * sweeps in one process; backends that read their knobs at each call) */
+    const char *sets = getenv("LLMEM_BENCH_GEMV_SETS");
+    const char *sp = sets ? sets : "";
+    do {
+        char one[256] = "", *save = NULL;
+        size_t len = strcspn(sp, ";");
+        if (len >= sizeof one)
+            len = sizeof one - 1;
+        memcpy(one, sp, len);
+        one[len] = 0;
+        sp += strcspn(sp, ";");
+        char names[256];
+        memcpy(names, one, sizeof names);
+        for (char *t = strtok_r(names, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+            char *eq = strchr(t, '=');
+            if (eq) {
+                *eq = 0;
+                setenv(t, eq + 1, 1);
+            }
+        }
+        double sec = 0;
+        if (st == LLMEM_OK)
+            st = bench_time_it(b, what, gemv_run, &c, &sec);
+        char note[300];
+        snprintf(note, sizeof note, "(M 1, bf16 weights)%s%s", one[0] ? " " : "", one);
+        if (st == LLMEM_OK)
+            bench_report_bw(b, what, sec, bytes, note);
+        memcpy(names, one, sizeof names);
+        for (char *t = strtok_r(names, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+            char *eq = strchr(t, '=');
+            if (eq) {
+                *eq = 0;
+                unsetenv(t);
+            }
+        }
+    } while (*sp++ == ';' && *sp);
     if (st == LLMEM_E_UNSUPPORTED) { /* e.g. a matrix beyond lavapipe's 128 MiB bindings */
         printf("%-28s (not run: the backend cannot hold this shape)\n", what);
         st = LLMEM_OK;
@@ -108,6 +143,16 @@ llmem_status bench_gemv(bench *b)
         {"nm out_proj gated +add", 4096, 8192, false, LLMEM_NM_NORM_GATED, LLMEM_NM_ADD},
         {"nm gate+up rms swiglu", 14336, 4096, true, LLMEM_NM_NORM_RMS, LLMEM_NM_SWIGLU},
         {"nm lm head rms 128256x4096", 128256, 4096, false, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE},
+        /* the 2b shape of tools/synth_bamba.py (hidden 2048, MLP 8192, in_proj 8512 rows) */
+        {"gemv2b q 2048x2048", 2048, 2048, false, -1, 0},
+        {"gemv2b k/v 1024x2048", 1024, 2048, false, -1, 0},
+        {"nm2b o_proj +add 2048x2048", 2048, 2048, false, LLMEM_NM_NORM_NONE, LLMEM_NM_ADD},
+        {"nm2b down +add 2048x8192", 2048, 8192, false, LLMEM_NM_NORM_NONE, LLMEM_NM_ADD},
+        {"nm2b in_proj rms 8512x2048", 8512, 2048, false, LLMEM_NM_NORM_RMS, LLMEM_NM_STORE},
+        {"nm2b out_proj gated +add", 2048, 4096, false, LLMEM_NM_NORM_GATED, LLMEM_NM_ADD},
+        {"nm2b gate+up rms swiglu", 8192, 2048, true, LLMEM_NM_NORM_RMS, LLMEM_NM_SWIGLU},
+        {"nm2b lm head rms 128256x2048", 128256, 2048, false, LLMEM_NM_NORM_RMS,
+         LLMEM_NM_STORE},
     };
     const int32_t k_max = 14336, n_max = 128256;
     llmem_buffer *ba = NULL, *bn = NULL, *bo = NULL;
