@@ -21,19 +21,41 @@
  *
  * Output, one buffer: hi [M, K] f16 at word hi_off (packed pairs, element
  * k of row r in the low (k even) or high half of word (r K + k) / 2), lo
- * [M, K] f16 at word lo_off, e [M] i32 at word e_off. Needs K % 8 == 0. */
+ * [M, K] f16 at word lo_off, e [M] i32 at word e_off. Needs K % 8 == 0.
+ *
+ * SWIGLU = 1 (matmul_swiglu's last step at decode rows, vk_presplit.c):
+ * the row is silu(a[r, k]) * u[r, k] (a the gate, u the up product, f32,
+ * binding 2), written to out (binding 3, vec4 offset o_off) as well as
+ * split, with presplit.glsl's arithmetic (the same as above), the terms
+ * of the values written. */
 #include "common.glsl"
+#include "presplit.glsl"
 
 layout(constant_id = 1) const uint SPLIT = 2;
+layout(constant_id = 2) const uint SWIGLU = 0;
 
 layout(binding = 0) readonly buffer A { vec4 a[]; };
 layout(binding = 1) buffer S { uint s[]; };
+layout(binding = 2) readonly buffer U { vec4 u[]; };
+layout(binding = 3) writeonly buffer O { vec4 ov[]; };
 
 layout(push_constant) uniform P {
     uint m, k;
     uint a_off; /* vec4s */
     uint hi_off, lo_off, e_off; /* words of s */
+    uint u_off, o_off; /* SWIGLU: vec4s */
 } p;
+
+/* element vec4 c of row r: a, or silu(a) * u */
+vec4 load_x(uint row, uint c)
+{
+    vec4 x = a[p.a_off + row + c];
+    if (SWIGLU != 0u) {
+        vec4 y = u[p.u_off + row + c];
+        x = vec4(silu(x.x) * y.x, silu(x.y) * y.y, silu(x.z) * y.z, silu(x.w) * y.w);
+    }
+    return x;
+}
 
 void main()
 {
@@ -41,22 +63,21 @@ void main()
     if (r >= p.m)
         return;
     uint l = gl_LocalInvocationID.x;
-    uint row = p.a_off + r * (p.k / 4u);
+    uint row = r * (p.k / 4u);
     float mx = 0.0;
     for (uint c = l; c < p.k / 4u; c += WG) {
-        vec4 v = abs(a[row + c]);
+        vec4 v = abs(load_x(row, c));
         mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
     }
-    mx = wg_max(mx);
-    int e = 0;
-    if (mx > 0.0 && mx <= 3.4028234e38) { /* finite, non-zero (NaN fails both) */
-        frexp(mx, e);
-        e = clamp(e - 15, -100, 100);
-    }
+    int e = presplit_exp(wg_max(mx));
     if (l == 0u)
         s[p.e_off + r] = uint(e);
     for (uint c = l; c < p.k / 8u; c += WG) {
-        vec4 v[2] = vec4[2](a[row + 2u * c], a[row + 2u * c + 1u]);
+        vec4 v[2] = vec4[2](load_x(row, 2u * c), load_x(row, 2u * c + 1u));
+        if (SWIGLU != 0u) {
+            ov[p.o_off + row + 2u * c] = v[0];
+            ov[p.o_off + row + 2u * c + 1u] = v[1];
+        }
         uint hw[4], lw[4];
         for (uint j = 0u; j < 4u; j++) {
             vec2 x = vec2(v[j / 2u][(j % 2u) * 2u], v[j / 2u][(j % 2u) * 2u + 1u]);

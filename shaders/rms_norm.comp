@@ -10,23 +10,32 @@
  * REG > 0 (the host sets it when cols <= REG * WG): each invocation keeps
  * its REG elements and their weights in registers, all loaded at once, so
  * the row is read once and a workgroup waits for one round of loads
- * instead of cols / WG (the same values in the same order as the loop). */
+ * instead of cols / WG (the same values in the same order as the loop).
+ * SPLIT = 1 (REG path only; vk_presplit.c) also writes matmul_cm.comp's
+ * f16 terms of each output row (presplit.glsl) to binding 4: hi [rows,
+ * cols] at word hi_off, lo at lo_off, e [rows] i32 at e_off. */
 #include "common.glsl"
+#include "presplit.glsl"
 
 layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint ADD = 0;
 layout(constant_id = 3) const uint REG = 0; /* elements per invocation in registers; 0: loop */
+layout(constant_id = 4) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
 layout(binding = 2) buffer O { float o[]; };
 layout(binding = 3) readonly buffer R { float r[]; };
+layout(binding = 4) writeonly buffer S { uint s[]; };
 
 layout(push_constant) uniform P {
     uint rows, cols, x_off, w_off, o_off;
     float eps;
     uint r_off;
+    uint hi_off, lo_off, e_off; /* SPLIT: words of binding 4 */
 } p;
+
+shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
 void main()
 {
@@ -58,10 +67,26 @@ void main()
         }
         ss = wg_sum(ss);
         float scale = 1.0 / sqrt(ss / float(p.cols) + p.eps);
+        float mx = 0.0;
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
-            if (c < p.cols)
-                o[p.o_off + base + c] = W_DT != DT_NONE ? v[k] * scale * wv[k] : v[k] * scale;
+            v[k] = W_DT != DT_NONE ? v[k] * scale * wv[k] : v[k] * scale;
+            if (c < p.cols) {
+                o[p.o_off + base + c] = v[k];
+                mx = max(mx, abs(v[k]));
+            }
+        }
+        if (SPLIT != 0u) {
+            int e = presplit_exp(wg_max(mx));
+            for (uint k = 0u; k < REG; k++) {
+                uint c = l + k * WG;
+                if (c < p.cols)
+                    pk[c] = presplit_terms(v[k], e);
+            }
+            if (l == 0u)
+                s[p.e_off + row] = uint(e);
+            barrier();
+            PRESPLIT_STORE(pk, p.cols, s, p.hi_off + base / 2u, p.lo_off + base / 2u)
         }
         return;
     }

@@ -7,21 +7,30 @@
  * elements before writing them. REG > 0 (the host sets it when
  * gs <= REG * WG): each invocation keeps its REG values of h and their
  * weights in registers, all loaded at once, so y and z are read once (the
- * same values in the same order as the loop). */
+ * same values in the same order as the loop). SPLIT = 1 (REG path, one
+ * group; vk_presplit.c) also writes matmul_cm.comp's f16 terms of each
+ * output row (presplit.glsl) to binding 4: hi at word hi_off, lo at
+ * lo_off, e [rows] i32 at e_off. */
 #include "common.glsl"
+#include "presplit.glsl"
 
 layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint REG = 0; /* elements per invocation in registers; 0: loop */
+layout(constant_id = 3) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
 layout(binding = 2) readonly buffer W { uint w[]; };
 layout(binding = 3) buffer O { float o[]; };
+layout(binding = 4) writeonly buffer S { uint s[]; };
 
 layout(push_constant) uniform P {
     uint n_items, cols, gs, n_groups, y_off, z_off, w_off, o_off;
     float eps;
+    uint hi_off, lo_off, e_off; /* SPLIT: words of binding 4 */
 } p;
+
+shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
 void main()
 {
@@ -46,10 +55,26 @@ void main()
             ss += hv[k] * hv[k];
         ss = wg_sum(ss);
         float scale = 1.0 / sqrt(ss / float(p.gs) + p.eps);
+        float mx = 0.0;
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
-            if (c < p.gs)
-                o[p.o_off + base + c] = hv[k] * scale * wv[k];
+            hv[k] = hv[k] * scale * wv[k];
+            if (c < p.gs) {
+                o[p.o_off + base + c] = hv[k];
+                mx = max(mx, abs(hv[k]));
+            }
+        }
+        if (SPLIT != 0u) { /* one group per row: item = row */
+            int e = presplit_exp(wg_max(mx));
+            for (uint k = 0u; k < REG; k++) {
+                uint c = l + k * WG;
+                if (c < p.gs)
+                    pk[c] = presplit_terms(hv[k], e);
+            }
+            if (l == 0u)
+                s[p.e_off + row] = uint(e);
+            barrier();
+            PRESPLIT_STORE(pk, p.gs, s, p.hi_off + base / 2u, p.lo_off + base / 2u)
         }
         return;
     }

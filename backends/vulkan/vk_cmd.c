@@ -219,6 +219,7 @@ llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n)
             need = conflicts(&acc[i], &v->acc[j]);
     if (need)
         vk_cmd_barrier(v);
+    vk_presplit_written(v, acc, n);
     for (uint32_t i = 0; i < n; i++) {
         if (!vk_grow((void **)&v->acc, &v->cap_acc, v->n_acc, sizeof *v->acc)) {
             /* Without room to remember, order everything after this. */
@@ -420,6 +421,7 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
     }
     seg_push(v, cmd, g);
     v->after_graph = true;
+    vk_presplit_drop(v); /* the step's writes are not tracked here */
     return LLMEM_OK;
 }
 
@@ -427,6 +429,7 @@ llmem_status vk_cmd_flush(vk_backend *v)
 {
     if (v->capture)
         return vk_capture_refuse(v, "a wait for the device");
+    vk_presplit_drop(v);
     if (!v->recording && v->n_segs == 0)
         return v->error;
     if (!v->recording) { /* only recorded steps: a lazy buffer ends the submit */

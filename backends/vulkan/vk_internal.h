@@ -98,6 +98,23 @@ typedef struct vk_prof vk_prof; /* vk_prof.c */
 /* A recorded step (vk_record.c): a command buffer replayed as is. */
 typedef struct vk_graph vk_graph;
 
+/* The f16 terms of matmul_cm.comp's activations (cm_split.comp's layout:
+ * hi [m, k] f16, lo [m, k] f16, then e [m] i32) written by the op that
+ * made a decode-sized activation tensor (an RMS norm, the gated norm, the
+ * SwiGLU of matmul_swiglu), so that the matmul that reads that tensor next
+ * needs no cm_split.comp pass (vk_presplit.c). `valid` while the device
+ * range [begin, end) of VkBuffer `vb`, the f32 [m, k] tensor the terms
+ * are of, has not been written since; any tracked write overlapping it,
+ * a replayed step, a recording's start or end and a submit clear it. */
+typedef struct vk_presplit {
+    llmem_buffer *terms; /* backend-owned, VK_PRESPLIT_BYTES, made on first use */
+    bool valid;
+    bool failed;         /* the terms buffer could not be made: never try again */
+    VkBuffer vb;
+    VkDeviceSize begin, end;
+    uint32_t m, k;
+} vk_presplit;
+
 
 typedef struct vk_backend {
     llmem_backend base;
@@ -131,6 +148,7 @@ typedef struct vk_backend {
     llmem_buffer *cm_ctr;       /* matmul_cm's arrival counters (VK_CM_RAW_FUSED), made on first
                                  * use; VK_CM_CTR_SLOTS words, zero between dispatches */
     uint32_t cm_ctr_next;       /* the next of them to take (vk_cm_ctr_take) */
+    vk_presplit presplit;       /* the f16 terms a norm wrote for the next matmul (vk_presplit.c) */
     struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
         uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per item */
@@ -284,6 +302,37 @@ void vk_prof_before(vk_backend *v, uint32_t shader);
 void vk_prof_after(vk_backend *v);
 void vk_prof_collect(vk_backend *v);
 void vk_prof_finish(vk_backend *v);
+
+/* Activations split by their producer (vk_presplit.c, issue 12). Rows up
+ * to which a producer writes them, and the terms buffer's size (64 rows of
+ * up to 32768 columns). */
+#define VK_PRESPLIT_ROWS 64u
+#define VK_PRESPLIT_BYTES (((size_t)8 << 20) + 4096)
+/* Reads $LLMEM_VULKAN_PRESPLIT into v->mm.presplit (at backend open). */
+void vk_presplit_config(vk_backend *v);
+/* Whether an op making an f32 [rows, cols] output should also write its
+ * terms: the knob on, cooperative matrices, matmul_cm's decode rows
+ * (VK_MM_MV_MAX < rows <= VK_PRESPLIT_ROWS, rows >= cm_min), cols % 8 == 0,
+ * and the terms fit in VK_PRESPLIT_BYTES. */
+bool vk_presplit_want(const vk_backend *v, int64_t rows, int64_t cols);
+/* Bytes of the terms of an [m, k] tensor: hi and lo f16, then e [m] i32. */
+size_t vk_presplit_bytes(uint32_t m, uint32_t k);
+/* *terms: the terms buffer's first vk_presplit_bytes(m, k) bytes as f32
+ * words, for the producer to bind written (hi at word 0, lo at word
+ * m k / 2, e at word m k). Makes the buffer on first use; LLMEM_E_NO_MEMORY
+ * when it cannot (and no later producer tries again). */
+llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
+                                llmem_tensor *terms);
+/* After the producer's dispatch was recorded: the terms are of out [m, k]. */
+void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k);
+/* Whether the terms held are those of a [m, k] (f32) as it is now. */
+bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k);
+/* Forgets the terms (a replayed step, a recording's start or end, a submit). */
+void vk_presplit_drop(vk_backend *v);
+/* vk_cmd_track's hook: forgets the terms when one of acc[0..n) writes their range. */
+void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n);
+/* Frees the terms buffer (backend destroy). */
+void vk_presplit_finish(llmem_backend *be, vk_backend *v);
 
 /* Makes sure a command buffer is recording. */
 llmem_status vk_cmd_begin(vk_backend *v);

@@ -72,6 +72,11 @@ typedef struct vk_mm_caps {
     uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
     bool matmul_old;   /* $LLMEM_VULKAN_MATMUL_OLD */
+    bool cm_wave_round; /* $LLMEM_VULKAN_CM_WAVE_ROUND: slices per tile by round(wave / tiles) */
+    uint32_t split_wg;  /* cm_split.comp's workgroup ($LLMEM_VULKAN_SPLIT_WG, default 256) */
+    uint32_t presplit; /* decode-sized norms and SwiGLU write matmul_cm's f16 terms of their
+                        * output ($LLMEM_VULKAN_PRESPLIT: 0 off, 1 on (default), 2 even
+                        * without cooperative matrices; vk_presplit.c) */
 } vk_mm_caps;
 
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before

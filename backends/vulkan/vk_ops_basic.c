@@ -139,12 +139,55 @@ llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_
  * decode step's scan and slot copies"), so it keeps 16 too. */
 #define NORM_REG_MAX 16
 
-/* The REG specialization constant of a norm over rows of n elements:
- * ceil(n / ROW_WG) when that is at most NORM_REG_MAX, else 0 (the loop). */
-static uint32_t norm_reg(const vk_backend *v, int64_t n)
+/* Most elements a norm that also writes matmul_cm's terms (vk_presplit.c)
+ * packs through shared memory (4 bytes each): 32 KiB. */
+#define NORM_SPLIT_MAX 8192
+
+/* The workgroup of a norm over rows of n elements: $LLMEM_VULKAN_NORM_WG
+ * (64 .. 1024, a power of two) when set, else ROW_WG below 4096 elements,
+ * 512 up to 8191 and 1024 from 8192 (at most 8 elements an invocation up
+ * to 8192: a decode step's norms are 16-64 rows, one workgroup each, so
+ * wider workgroups put more loads in flight; docs/benchmarks.md "The
+ * batched decode step: split activations, wider norms"). */
+static uint32_t norm_wg(int64_t n)
 {
-    int64_t k = (n + ROW_WG - 1) / ROW_WG;
+    const char *e = getenv("LLMEM_VULKAN_NORM_WG");
+    long x = e ? strtol(e, NULL, 10) : 0;
+    if (x >= 64 && x <= 1024 && (x & (x - 1)) == 0)
+        return (uint32_t)x;
+    return n >= 8192 ? 1024u : n >= 4096 ? 512u : ROW_WG;
+}
+
+/* The REG specialization constant of a norm over rows of n elements with
+ * workgroups of wg: ceil(n / wg) when that is at most NORM_REG_MAX, else
+ * 0 (the loop). */
+static uint32_t norm_reg(const vk_backend *v, int64_t n, uint32_t wg)
+{
+    int64_t k = (n + wg - 1) / wg;
     return !v->scan.norm_loop && k >= 1 && k <= NORM_REG_MAX ? (uint32_t)k : 0u;
+}
+
+/* Binds the presplit terms of out [rows, cols] (binding 4 of rms_norm.comp
+ * and rms_norm_gated.comp) and pushes their word offsets hi, lo, e, when
+ * the norm takes the REG path with at most NORM_SPLIT_MAX elements a row
+ * and vk_presplit_want says so; else a dummy binding and zeros. Returns
+ * the SPLIT specialization constant (1: written). */
+static uint32_t norm_split_bind(llmem_backend *be, vk_backend *v, vk_op *op, int64_t rows,
+                                int64_t cols, uint32_t reg)
+{
+    llmem_tensor t;
+    uint32_t so = 0;
+    bool on = reg > 0 && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols) &&
+              vk_presplit_target(be, v, (uint32_t)rows, (uint32_t)cols, &t) == LLMEM_OK;
+    if (on)
+        so = vk_op_tensor(v, op, &t, true);
+    else
+        vk_op_dummy(v, op);
+    size_t mk = (size_t)rows * (size_t)cols;
+    vk_op_u32(op, on ? so : 0u);
+    vk_op_u32(op, on ? (uint32_t)(so + mk / 2) : 0u);
+    vk_op_u32(op, on ? (uint32_t)(so + mk) : 0u);
+    return on ? 1u : 0u;
 }
 
 /* rms_norm.comp, with the residual r added into x first when r is given. */
@@ -153,11 +196,12 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
+    uint32_t wg = norm_wg(cols), reg = norm_reg(v, cols, wg);
     vk_op op;
-    vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, ROW_WG);
+    vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, wg);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
     vk_op_spec(&op, r ? 1u : 0u);
-    vk_op_spec(&op, norm_reg(v, cols));
+    vk_op_spec(&op, reg);
     uint32_t xo = vk_op_tensor(v, &op, x, r != NULL);
     uint32_t wo = vk_op_tensor(v, &op, w, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
@@ -169,7 +213,12 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
     vk_op_u32(&op, ro);
-    return vk_op_run(v, &op, (uint64_t)rows);
+    uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg);
+    vk_op_spec(&op, split);
+    llmem_status st = vk_op_run(v, &op, (uint64_t)rows);
+    if (st == LLMEM_OK && split)
+        vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
+    return st;
 }
 
 llmem_status vk_op_rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *w, float eps, llmem_ct *out)
@@ -190,10 +239,11 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(y), cols = cols_of(y);
+    uint32_t wg = norm_wg(cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
     vk_op op;
-    vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, ROW_WG);
+    vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, wg);
     vk_op_spec(&op, (uint32_t)w->dtype);
-    vk_op_spec(&op, norm_reg(v, cols / n_groups));
+    vk_op_spec(&op, reg);
     uint32_t yo = vk_op_tensor(v, &op, y, false);
     uint32_t zo = vk_op_tensor(v, &op, z, false);
     uint32_t wo = vk_op_tensor(v, &op, w, false);
@@ -207,7 +257,13 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     vk_op_u32(&op, wo);
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
-    return vk_op_run(v, &op, (uint64_t)(rows * n_groups));
+    /* the terms span a row: one group only */
+    uint32_t split = norm_split_bind(be, v, &op, rows, cols, n_groups == 1 ? reg : 0u);
+    vk_op_spec(&op, split);
+    llmem_status st = vk_op_run(v, &op, (uint64_t)(rows * n_groups));
+    if (st == LLMEM_OK && split)
+        vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
+    return st;
 }
 
 /* ---- log_softmax, argmax --------------------------------------------------------------------- */

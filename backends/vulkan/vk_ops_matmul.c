@@ -35,7 +35,7 @@
 #define RT_WG 256
 #define RT_BN 128
 #define RT_BK 16
-#define SPLIT_WG 256 /* cm_split.comp: one workgroup per row */
+#define SPLIT_WG 256 /* cm_split.comp: one workgroup per row ($LLMEM_VULKAN_SPLIT_WG) */
 #define SUM_WG 256
 
 static uint32_t env_u32(const char *name, uint32_t dflt, long lo, long hi)
@@ -68,10 +68,16 @@ void vk_matmul_config(vk_backend *v)
      * wave of the H200: 9B precise tg128 b16 16.75 -> 15.79 ms, b64 29.07 -> 26.54);
      * 0: vk_mm_split_k's 2 per SM */
     v->mm.cm_wave = env_u32("LLMEM_VULKAN_CM_WAVE", VK_CM_WAVE, 0, 1u << 20);
+    /* the wave's slices per tile rounded to nearest instead of down (a 67-tile product: 2
+     * slices, 134 workgroups, instead of 1) */
+    v->mm.cm_wave_round = env_u32("LLMEM_VULKAN_CM_WAVE_ROUND", 0, 0, 1) == 1;
+    uint32_t swg = env_u32("LLMEM_VULKAN_SPLIT_WG", SPLIT_WG, 64, 1024);
+    v->mm.split_wg = (swg & (swg - 1)) == 0 ? swg : SPLIT_WG;
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
+    vk_presplit_config(v);
 }
 
 /* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
@@ -205,11 +211,21 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
 typedef struct cm_terms {
     llmem_buffer *buf;
     uint32_t m, k, split;
-    size_t terms; /* bytes of the f16 terms (hi, lo) */
+    size_t terms;  /* bytes of the f16 terms (hi, lo): where e starts */
+    bool borrowed; /* buf is the backend's presplit buffer (vk_presplit.c), not ours */
 } cm_terms;
 
+static void cm_terms_free(llmem_backend *be, cm_terms *t)
+{
+    if (t->buf && !t->borrowed)
+        vk_buffer_free(be, t->buf);
+    t->buf = NULL;
+}
+
 /* a[m, k] (f32) split by cm_split.comp into t->buf (allocated here; the
- * caller frees it with vk_buffer_free once the products are recorded).
+ * caller frees it with cm_terms_free once the products are recorded), or,
+ * when the op that made a wrote its terms (vk_presplit_take), those: no
+ * dispatch (their lo terms are there too; split 1 reads hi only).
  * *done: false (and t->buf NULL) when a's offset is not 16-byte aligned.
  * LLMEM_E_NO_MEMORY when the scratch cannot be allocated. */
 static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, uint32_t split,
@@ -217,7 +233,12 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
 {
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1];
     *done = false;
-    *t = (cm_terms){NULL, m, k, split, (size_t)split * m * k * 2};
+    if (vk_presplit_take(v, a, m, k)) {
+        *t = (cm_terms){v->presplit.terms, m, k, split, (size_t)4 * m * k, true};
+        *done = true;
+        return LLMEM_OK;
+    }
+    *t = (cm_terms){NULL, m, k, split, (size_t)split * m * k * 2, false};
     llmem_status st = vk_buffer_alloc(be, t->terms + (size_t)m * 4, &t->buf);
     if (st != LLMEM_OK) {
         t->buf = NULL;
@@ -226,8 +247,9 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     t->buf->size = t->terms + (size_t)m * 4;
     llmem_tensor tall = llmem_tensor_1d(t->buf, 0, LLMEM_DTYPE_F32, (int64_t)(t->terms / 4 + m));
     vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, SPLIT_WG);
+    vk_op_init(&sp, VK_SH_CM_SPLIT, v->mm.split_wg);
     vk_op_spec(&sp, split);
+    vk_op_spec(&sp, 0); /* SWIGLU */
     uint32_t ao = vk_op_tensor(v, &sp, a, false);
     uint32_t so = vk_op_tensor(v, &sp, &tall, true);
     if (ao % 4 != 0 || so % 4 != 0) {
@@ -242,6 +264,8 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     vk_op_u32(&sp, so);
     vk_op_u32(&sp, (uint32_t)(so + (size_t)m * k / 2));
     vk_op_u32(&sp, (uint32_t)(so + t->terms / 4));
+    vk_op_u32(&sp, 0); /* u_off, o_off: SWIGLU only */
+    vk_op_u32(&sp, 0);
     st = vk_op_run(v, &sp, m);
     if (st != LLMEM_OK) {
         vk_buffer_free(be, t->buf);
@@ -348,7 +372,11 @@ static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms 
     vk_cm_plan pl;
     vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
                        v->mm.cm_fn, &pl);
-    vk_cm_plan_wave(&pl, k, v->mm.cm_wave);
+    uint32_t wave = v->mm.cm_wave;
+    uint64_t t0 = (uint64_t)pl.tiles_m * pl.tiles_n;
+    if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */
+        wave = (uint32_t)((wave + t0 / 2) / t0 * t0);
+    vk_cm_plan_wave(&pl, k, wave);
     size_t count = (size_t)m * n;
     uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
     bool raw = vk_cm_raw_used(v->mm.cm_raw, &pl);
@@ -463,7 +491,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     if (st != LLMEM_OK || !*done)
         return st;
     st = cm_product(be, v, &t, w, out, NULL, done);
-    vk_buffer_free(be, t.buf);
+    cm_terms_free(be, &t);
     return st;
 }
 
@@ -518,6 +546,48 @@ llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct 
     return vk_op_run(v, &op, tiles);
 }
 
+/* out = silu(g) * u ([m, k] f32, as binary.comp's swiglu) through
+ * cm_split.comp's SWIGLU mode, which also writes the terms of out for the
+ * next product (vk_presplit.c), when vk_presplit_want says so for [m, k]
+ * and every operand is 16-byte aligned; *done says whether it ran (else
+ * the caller runs vk_op_swiglu). Statuses of vk_op_run. */
+static llmem_status swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
+                                 llmem_ct *out, bool *done)
+{
+    uint32_t m = (uint32_t)g->ne[0], k = (uint32_t)g->ne[1];
+    llmem_tensor t;
+    *done = false;
+    if (!vk_presplit_want(v, m, k) || vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
+        return LLMEM_OK;
+    vk_op sp;
+    vk_op_init(&sp, VK_SH_CM_SPLIT, v->mm.split_wg);
+    vk_op_spec(&sp, 2);
+    vk_op_spec(&sp, 1); /* SWIGLU */
+    uint32_t go = vk_op_tensor(v, &sp, g, false);
+    uint32_t so = vk_op_tensor(v, &sp, &t, true);
+    uint32_t uo = vk_op_tensor(v, &sp, u, false);
+    uint32_t oo = vk_op_tensor(v, &sp, out, true);
+    if (go % 4 != 0 || so % 4 != 0 || uo % 4 != 0 || oo % 4 != 0) {
+        vk_op_run(v, &sp, 0); /* gives temporaries back */
+        return LLMEM_OK;
+    }
+    size_t mk = (size_t)m * k;
+    vk_op_u32(&sp, m);
+    vk_op_u32(&sp, k);
+    vk_op_u32(&sp, go / 4);
+    vk_op_u32(&sp, so);
+    vk_op_u32(&sp, (uint32_t)(so + mk / 2));
+    vk_op_u32(&sp, (uint32_t)(so + mk));
+    vk_op_u32(&sp, uo / 4);
+    vk_op_u32(&sp, oo / 4);
+    llmem_status st = vk_op_run(v, &sp, m);
+    if (st == LLMEM_OK) {
+        vk_presplit_set(v, out, m, k);
+        *done = true;
+    }
+    return st;
+}
+
 llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
                                  llmem_ct *out)
 {
@@ -554,15 +624,19 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
             llmem_status s1 = cm_sum_run(be, v, &sg, st == LLMEM_OK);
             llmem_status s2 = cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
             st = st != LLMEM_OK ? st : s1 != LLMEM_OK ? s1 : s2;
-            vk_buffer_free(be, t.buf);
+            cm_terms_free(be, &t);
         }
     }
     if (st == LLMEM_OK && !g_done)
         st = vk_op_matmul(be, a, gate, &g);
     if (st == LLMEM_OK && !u_done)
         st = vk_op_matmul(be, a, up, &u);
-    if (st == LLMEM_OK)
-        st = vk_op_swiglu(be, &g, &u, out);
+    if (st == LLMEM_OK) {
+        bool split_done = false;
+        st = swiglu_split(be, v, &g, &u, out, &split_done);
+        if (st == LLMEM_OK && !split_done)
+            st = vk_op_swiglu(be, &g, &u, out);
+    }
     vk_buffer_free(be, tmp);
     return st;
 }

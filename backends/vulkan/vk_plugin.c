@@ -377,6 +377,7 @@ static void vk_destroy(llmem_backend *be)
     if (v->dev) {
         if (v->cm_ctr)
             vk_buffer_free(be, v->cm_ctr);
+        vk_presplit_finish(be, v);
         vk_cmd_finish(v);
         v->vk.vkDestroyDevice(v->dev, NULL);
     }

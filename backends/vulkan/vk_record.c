@@ -108,6 +108,7 @@ llmem_status vk_record_begin(llmem_backend *be)
     v->n_dispatch = v->n_transfer = v->n_barrier = 0;
     v->n_acc = 0;
     v->capture = g;
+    vk_presplit_drop(v);
     vk_cmd_barrier(v); /* after whatever was submitted before the replay */
     return LLMEM_OK;
 }
@@ -123,6 +124,7 @@ llmem_status vk_record_end(llmem_backend *be, void **graph)
     g->n_dispatch = v->n_dispatch;
     uint32_t n_barrier = v->n_barrier;
     v->capture = NULL;
+    vk_presplit_drop(v);
     v->cmd = g->lazy;
     v->recording = false;
     v->n_acc = 0;

@@ -1,0 +1,132 @@
+/* llmem Vulkan backend: activations split by the op that makes them
+ * (issue 12, the batched decode step).
+ *
+ * matmul_cm.comp reads its activations a [m, k] (f32) as f16 terms, per
+ * row r: 2^e_r (hi + lo) (cm_split.comp). At 16-64 rows that split was a
+ * dispatch of its own before each of a decode step's 167 tensor-core
+ * products (9B Bamba shape; 13.8 us a call profiled at 64 rows, for about
+ * 1 MB moved). But the op that made a is already a row-wise pass with the
+ * row in registers: an RMS norm, the gated norm, the SwiGLU of
+ * matmul_swiglu. With $LLMEM_VULKAN_PRESPLIT (default 1) such an op, when
+ * its output is decode-sized (vk_presplit_want), also writes the terms of
+ * that output, computed exactly as cm_split.comp does from the same f32
+ * values (so the products are bit for bit those of the split pass), into
+ * one backend-owned buffer, and remembers which device range they are of;
+ * cm_split_run (vk_ops_matmul.c) then takes them (vk_presplit_take) instead
+ * of recording cm_split.comp. One entry is kept: each producer's output is
+ * read by the next products (q, k, v; gate and up; in_proj; out_proj;
+ * down; the LM head) before the next producer runs.
+ *
+ * Validity. The entry is dropped when any write tracked by vk_cmd_track
+ * overlaps the range it is of (every device write of this backend is
+ * tracked: dispatches, uploads, copies, fills), when a recorded step is
+ * queued (its writes are not tracked on the host), when a recording starts
+ * or ends, and at each submit. The terms buffer is never reallocated, so a
+ * recorded step that reads it stays valid for the backend's life; the
+ * hazard tracker orders a producer's writes of it after the earlier
+ * products' reads.
+ */
+#include <stdlib.h>
+
+#include "vk_internal.h"
+
+/* $LLMEM_VULKAN_PRESPLIT: 0 off (every product splits its own
+ * activations), 1 (default) on where the device has cooperative matrices,
+ * 2 the producers write terms even without them (nobody reads them then:
+ * for testing the producers' shaders on lavapipe) */
+static uint32_t presplit_mode(void)
+{
+    const char *e = getenv("LLMEM_VULKAN_PRESPLIT");
+    int x = e ? atoi(e) : 1;
+    return x >= 0 && x <= 2 ? (uint32_t)x : 1u;
+}
+
+/* The device range of tensor t (bytes [*begin, *end) of *vb); false when t
+ * crosses a chunk of its buffer (bound through a temporary: not kept). */
+static bool tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end)
+{
+    size_t bytes = llmem_tensor_nbytes(t);
+    vk_buffer *b = vk_buf(t->buf);
+    uint32_t ci = (uint32_t)(t->offset / b->chunk);
+    VkDeviceSize local = t->offset - (VkDeviceSize)ci * b->chunk;
+    if (bytes == 0 || local + bytes > b->chunk)
+        return false;
+    const vk_alloc *a = vk_chunk(b, ci);
+    *vb = vk_alloc_buffer(a);
+    *begin = a->offset + local;
+    *end = *begin + bytes;
+    return true;
+}
+
+bool vk_presplit_want(const vk_backend *v, int64_t rows, int64_t cols)
+{
+    return v->mm.presplit && (v->mm.coopmat || v->mm.presplit == 2) && !v->presplit.failed && rows > VK_MM_MV_MAX &&
+           rows >= v->mm.cm_min && rows <= VK_PRESPLIT_ROWS && cols >= 8 && cols % 8 == 0 &&
+           vk_presplit_bytes((uint32_t)rows, (uint32_t)cols) <= VK_PRESPLIT_BYTES;
+}
+
+size_t vk_presplit_bytes(uint32_t m, uint32_t k)
+{
+    return (size_t)4 * m * k + (size_t)4 * m;
+}
+
+llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
+                                llmem_tensor *terms)
+{
+    if (!v->presplit.terms) {
+        llmem_buffer *b = NULL;
+        llmem_status st = vk_buffer_alloc(be, VK_PRESPLIT_BYTES, &b);
+        if (st != LLMEM_OK) {
+            v->presplit.failed = true;
+            return st;
+        }
+        b->size = VK_PRESPLIT_BYTES;
+        v->presplit.terms = b;
+    }
+    *terms = llmem_tensor_1d(v->presplit.terms, 0, LLMEM_DTYPE_F32,
+                             (int64_t)(vk_presplit_bytes(m, k) / 4));
+    return LLMEM_OK;
+}
+
+void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k)
+{
+    vk_presplit *p = &v->presplit;
+    p->valid = tensor_range(out, &p->vb, &p->begin, &p->end);
+    p->m = m;
+    p->k = k;
+}
+
+bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k)
+{
+    const vk_presplit *p = &v->presplit;
+    VkBuffer vb;
+    VkDeviceSize begin, end;
+    return p->valid && v->mm.presplit && v->mm.coopmat && a->dtype == LLMEM_DTYPE_F32 && p->m == m && p->k == k &&
+           tensor_range(a, &vb, &begin, &end) && vb == p->vb && begin == p->begin && end == p->end;
+}
+
+void vk_presplit_drop(vk_backend *v)
+{
+    v->presplit.valid = false;
+}
+
+void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n)
+{
+    vk_presplit *p = &v->presplit;
+    for (uint32_t i = 0; i < n && p->valid; i++)
+        if (acc[i].write && acc[i].buf == p->vb && acc[i].begin < p->end && p->begin < acc[i].end)
+            p->valid = false;
+}
+
+void vk_presplit_config(vk_backend *v)
+{
+    v->mm.presplit = presplit_mode();
+}
+
+void vk_presplit_finish(llmem_backend *be, vk_backend *v)
+{
+    if (v->presplit.terms)
+        vk_buffer_free(be, v->presplit.terms);
+    v->presplit.terms = NULL;
+    v->presplit.valid = false;
+}

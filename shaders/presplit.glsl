@@ -1,0 +1,41 @@
+/* llmem Vulkan shaders: matmul_cm.comp's f16 terms of an activation row,
+ * written by the op that makes the row (backends/vulkan/vk_presplit.c),
+ * with cm_split.comp's arithmetic, so that the terms are bit for bit those
+ * that cm_split.comp would compute from the same f32 row:
+ *   e   = the exponent that brings the row's max |x| into [2^14, 2^15)
+ *         (frexp's exponent - 15, clamped to [-100, 100]; 0 for a row of
+ *         zeros, infinities or NaN),
+ *   hi  = f16(x 2^-e), lo = f16(x 2^-e - hi), both rounded to nearest even
+ *         by common.glsl's integer conversions (no driver conversion that a
+ *         compiler could fold: hi's f32 value is exact, so x 2^-e - hi is
+ *         too).
+ * Included after common.glsl. */
+
+int presplit_exp(float mx)
+{
+    int e = 0;
+    if (mx > 0.0 && mx <= 3.4028234e38) { /* finite, non-zero (NaN fails both) */
+        frexp(mx, e);
+        e = clamp(e - 15, -100, 100);
+    }
+    return e;
+}
+
+/* hi | lo << 16 of element x of a row of exponent e */
+uint presplit_terms(float x, int e)
+{
+    float s = ldexp(x, -e);
+    uint h = f32_to_f16(s);
+    return h | (f32_to_f16(s - f16_to_f32(h)) << 16);
+}
+
+/* The terms of one row of n (even) elements, element c's hi | lo << 16 in
+ * pk[c] (shared, written by the workgroup before a barrier), to word j of
+ * the row's hi and lo halves (pairs 2j, 2j + 1), spread over the WG
+ * invocations. */
+#define PRESPLIT_STORE(pk, n, s, hi_at, lo_at)                                                    \
+    for (uint j_ = gl_LocalInvocationID.x; j_ < (n) / 2u; j_ += WG) {                             \
+        uint a0_ = pk[2u * j_], a1_ = pk[2u * j_ + 1u];                                           \
+        s[(hi_at) + j_] = (a0_ & 0xffffu) | (a1_ << 16);                                          \
+        s[(lo_at) + j_] = (a0_ >> 16) | (a1_ & 0xffff0000u);                                      \
+    }

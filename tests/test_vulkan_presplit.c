@@ -1,0 +1,395 @@
+// ctest-labels: vulkan
+/* Vulkan: activations split by the op that makes them (issue 12;
+ * backends/vulkan/vk_presplit.c). At decode rows (9-64) an RMS norm, the
+ * gated norm and matmul_swiglu's SwiGLU also write matmul_cm.comp's f16
+ * terms of their output, and the next product of that output reads them
+ * instead of running cm_split.comp. Checked here:
+ *   - chains norm -> matmul (precise and fast), add + norm -> matmul, gated
+ *     norm -> matmul, matmul_swiglu -> matmul, at decode shapes, against a
+ *     float64 computation of the whole chain from the inputs, and bit for
+ *     bit equal with $LLMEM_VULKAN_PRESPLIT=0 (the split pass: the terms
+ *     are computed with its arithmetic from the same f32 values);
+ *   - the terms are forgotten when their tensor is written after the norm
+ *     (an upload, an in-place op, a copy into part of it): the product then
+ *     reads the new values (float64 reference of those);
+ *   - a norm's output with more rows than the decode plans (prefill) and a
+ *     bad matmul (shapes that do not match) leave everything as it was.
+ * Where the device has no cooperative matrices (lavapipe) nothing is split
+ * early and the same checks hold for the SIMT path. Without a usable
+ * Vulkan device the suite is skipped.
+ */
+#include "support/run.h"
+#include "support/vk_test.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/ops.h"
+
+#define EPS 1e-5f
+
+static llmem_tensor up_f32(llmem_backend *be, llmem_buffer **keep, const float *v, int32_t n0,
+                           int32_t n1)
+{
+    llmem_tensor t = {NULL, 0, F32, n1 > 0 ? 2 : 1, {n0, n1 > 0 ? n1 : 1, 1, 1}};
+    size_t bytes = llmem_tensor_nbytes(&t);
+    OK(llmem_buffer_alloc(be, bytes, keep));
+    t.buf = *keep;
+    if (v)
+        OK(llmem_buffer_upload(*keep, 0, v, bytes));
+    return t;
+}
+
+/* [n, k] weights uploaded as f32 and copied to bf16 on the device (the
+ * values are bf16-exact: trunc_bf16). */
+static llmem_tensor up_bf16(llmem_backend *be, llmem_buffer **keep, const float *w, int32_t n,
+                            int32_t k)
+{
+    llmem_buffer *tmp;
+    llmem_tensor tw = up_f32(be, &tmp, w, n, k);
+    llmem_tensor t = {NULL, 0, BF16, 2, {n, k, 1, 1}};
+    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t), keep));
+    t.buf = *keep;
+    OK(llmem_op_copy(be, &tw, 0, &t));
+    OK(llmem_backend_synchronize(be));
+    llmem_buffer_free(tmp);
+    return t;
+}
+
+static float *rand_vec(size_t n, float lo, float hi)
+{
+    float *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand(lo, hi);
+    return v;
+}
+
+static void trunc_bf16(float *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u &= 0xffff0000u;
+        memcpy(&w[i], &u, 4);
+    }
+}
+
+static void get_f32(const llmem_tensor *t, float *out)
+{
+    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
+}
+
+/* ---- float64 references ----------------------------------------------------------------- */
+
+static double silu_d(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+
+/* h[r] = x[r] / sqrt(mean(x[r]²) + eps) * nw (x given as double rows) */
+static void ref_norm(const double *x, const float *nw, int32_t m, int32_t k, double *h)
+{
+    for (int32_t r = 0; r < m; r++) {
+        double ss = 0;
+        for (int32_t i = 0; i < k; i++)
+            ss += x[(size_t)r * k + i] * x[(size_t)r * k + i];
+        double s = 1.0 / sqrt(ss / k + EPS);
+        for (int32_t i = 0; i < k; i++)
+            h[(size_t)r * k + i] = x[(size_t)r * k + i] * s * nw[i];
+    }
+}
+
+static void ref_mm(const double *a, const float *w, int32_t m, int32_t k, int32_t n, double *o)
+{
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int32_t i = 0; i < k; i++)
+                acc += a[(size_t)r * k + i] * w[(size_t)j * k + i];
+            o[(size_t)r * n + j] = acc;
+        }
+}
+
+/* Each row of o within rtol of its largest |ref| (f32 chain error). */
+static void expect_close(const float *o, const double *ref, int32_t m, int32_t n, double rtol,
+                         const char *what)
+{
+    for (int32_t r = 0; r < m; r++) {
+        double big = 0, err = 0;
+        for (int32_t j = 0; j < n; j++) {
+            double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
+            ck_assert_msg(isfinite(y), "%s: row %d col %d not finite", what, r, j);
+            big = fmax(big, fabs(x));
+            err = fmax(err, fabs(y - x));
+        }
+        ck_assert_msg(err <= rtol * big, "%s row %d: error %g of %g", what, r, err, big);
+    }
+}
+
+/* ---- the chains -------------------------------------------------------------------------- */
+
+enum { N_OUT = 5 };
+
+/* One shape's inputs: x, r, y, z [m, k]; the norm weight nw [k]; w, g, u
+ * [n, k] and d [n, n] bf16-exact weights. */
+typedef struct chain_in {
+    int32_t m, k, n;
+    float *x, *r, *y, *z, *nw, *w, *g, *u, *d;
+} chain_in;
+
+/* Runs the chains of one shape on a vulkan backend opened with
+ * $LLMEM_VULKAN_PRESPLIT=ps; out[i] (caller's, m n floats each): 0 x += r,
+ * norm -> matmul w, 1 the same product fast, 2 norm of r -> matmul w, 3
+ * gated norm of y, z -> matmul w, 4 matmul_swiglu (g, u) of the norm of r
+ * -> matmul d. */
+
+static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
+{
+    test_env keep = test_env_save("LLMEM_VULKAN_PRESPLIT");
+    test_env_put("LLMEM_VULKAN_PRESPLIT", ps);
+    llmem_backend *vk = open_be("vulkan");
+    int32_t m = c->m, k = c->k, n = c->n;
+    llmem_buffer *bx, *br, *by, *bz, *bnw, *bw, *bg, *bu, *bd, *bh, *bo, *bup;
+    llmem_tensor x = up_f32(vk, &bx, c->x, m, k), r = up_f32(vk, &br, c->r, m, k);
+    llmem_tensor y = up_f32(vk, &by, c->y, m, k), z = up_f32(vk, &bz, c->z, m, k);
+    llmem_tensor nw = up_f32(vk, &bnw, c->nw, k, 0);
+    llmem_tensor w = up_bf16(vk, &bw, c->w, n, k), g = up_bf16(vk, &bg, c->g, n, k);
+    llmem_tensor u = up_bf16(vk, &bu, c->u, n, k), d = up_bf16(vk, &bd, c->d, n, n);
+    llmem_tensor h = up_f32(vk, &bh, NULL, m, k), o = up_f32(vk, &bo, NULL, m, n);
+    llmem_tensor upt = up_f32(vk, &bup, NULL, m, n);
+    OK(llmem_op_add_rms_norm(vk, &x, &r, &nw, EPS, &h));
+    OK(llmem_op_matmul(vk, &h, &w, &o));
+    get_f32(&o, out[0]);
+    OK(llmem_op_matmul_fast(vk, &h, &w, &o));
+    get_f32(&o, out[1]);
+    OK(llmem_op_rms_norm(vk, &r, &nw, EPS, &h));
+    OK(llmem_op_matmul(vk, &h, &w, &o));
+    get_f32(&o, out[2]);
+    OK(llmem_op_rms_norm_gated(vk, &y, &z, &nw, 1, EPS, &y));
+    OK(llmem_op_matmul(vk, &y, &w, &o));
+    get_f32(&o, out[3]);
+    OK(llmem_op_matmul_swiglu(vk, &h, &g, &u, &upt));
+    OK(llmem_op_matmul(vk, &upt, &d, &o));
+    get_f32(&o, out[4]);
+    llmem_buffer *all[] = {bx, br, by, bz, bnw, bw, bg, bu, bd, bh, bo, bup};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        llmem_buffer_free(all[i]);
+    llmem_backend_close(vk);
+    test_env_restore(&keep);
+}
+
+/* The float64 chains of run_chains into ref[i] (m n doubles each). */
+static void ref_chains(const chain_in *c, double *ref[N_OUT])
+{
+    int32_t m = c->m, k = c->k, n = c->n;
+    size_t mk = (size_t)m * k, mn = (size_t)m * n;
+    double *a = malloc(mk * sizeof *a), *h = malloc(mk * sizeof *h);
+    double *gp = malloc(mn * sizeof *gp), *upp = malloc(mn * sizeof *upp);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_ptr_nonnull(gp);
+    ck_assert_ptr_nonnull(upp);
+    for (size_t i = 0; i < mk; i++)
+        a[i] = (double)c->x[i] + c->r[i];
+    ref_norm(a, c->nw, m, k, h);
+    ref_mm(h, c->w, m, k, n, ref[0]);
+    memcpy(ref[1], ref[0], mn * sizeof(double));
+    for (size_t i = 0; i < mk; i++)
+        a[i] = c->r[i];
+    ref_norm(a, c->nw, m, k, h); /* h: the norm of r, also matmul_swiglu's input */
+    ref_mm(h, c->w, m, k, n, ref[2]);
+    ref_mm(h, c->g, m, k, n, gp);
+    ref_mm(h, c->u, m, k, n, upp);
+    for (size_t i = 0; i < mn; i++)
+        gp[i] = silu_d(gp[i]) * upp[i];
+    ref_mm(gp, c->d, m, n, n, ref[4]);
+    for (size_t i = 0; i < mk; i++)
+        a[i] = (double)c->y[i] * silu_d(c->z[i]);
+    ref_norm(a, c->nw, m, k, h);
+    ref_mm(h, c->w, m, k, n, ref[3]);
+    free(a), free(h), free(gp), free(upp);
+}
+
+/* Decode shapes of the tensor-core plans: 16 and 64 rows (split-K), 40
+ * (partial tiles), 9 (the first row count on matmul_cm), K from 264 to
+ * 2048, n from 24 to 136 (also the down's K: n % 8 == 0). */
+START_TEST(test_presplit_chains)
+{
+    static const int32_t shapes[][3] = {{16, 1024, 96}, {64, 512, 136}, {40, 2048, 40}, {9, 264, 24}};
+    static const char *names[N_OUT] = {"add + norm -> matmul", "add + norm -> matmul_fast",
+                                       "norm -> matmul", "gated norm -> matmul",
+                                       "matmul_swiglu -> matmul"};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        chain_in c = {.m = shapes[si][0], .k = shapes[si][1], .n = shapes[si][2]};
+        size_t mk = (size_t)c.m * c.k, nk = (size_t)c.n * c.k, mn = (size_t)c.m * c.n;
+        c.x = rand_vec(mk, -2, 2), c.r = rand_vec(mk, -2, 2), c.y = rand_vec(mk, -3, 3);
+        c.z = rand_vec(mk, -3, 3), c.nw = rand_vec((size_t)c.k, 0.5f, 1.5f);
+        c.w = rand_vec(nk, -1, 1), c.g = rand_vec(nk, -1, 1), c.u = rand_vec(nk, -1, 1);
+        c.d = rand_vec((size_t)c.n * c.n, -1, 1);
+        trunc_bf16(c.w, nk), trunc_bf16(c.g, nk), trunc_bf16(c.u, nk);
+        trunc_bf16(c.d, (size_t)c.n * c.n);
+        float *o[3][N_OUT];
+        double *ref[N_OUT];
+        for (int i = 0; i < N_OUT; i++) {
+            for (int j = 0; j < 3; j++) {
+                o[j][i] = malloc(mn * sizeof(float));
+                ck_assert_ptr_nonnull(o[j][i]);
+            }
+            ref[i] = malloc(mn * sizeof(double));
+            ck_assert_ptr_nonnull(ref[i]);
+        }
+        run_chains(&c, "1", o[0]);
+        run_chains(&c, "0", o[1]);
+        run_chains(&c, "2", o[2]); /* the producers' terms even without cooperative matrices */
+        ref_chains(&c, ref);
+        for (int i = 0; i < N_OUT; i++) {
+            char what[128];
+            snprintf(what, sizeof what, "%s, %dx%dx%d", names[i], c.m, c.k, c.n);
+            /* f32 norms and products: a few 2^-24 per step; fast: 11-bit activations */
+            expect_close(o[0][i], ref[i], c.m, c.n, i == 1 ? 2e-3 : 2e-5, what);
+            ck_assert_msg(memcmp(o[0][i], o[1][i], mn * sizeof(float)) == 0,
+                          "%s: differs from LLMEM_VULKAN_PRESPLIT=0", what);
+            ck_assert_msg(memcmp(o[2][i], o[1][i], mn * sizeof(float)) == 0,
+                          "%s: LLMEM_VULKAN_PRESPLIT=2 differs from 0", what);
+            free(o[0][i]), free(o[1][i]), free(o[2][i]), free(ref[i]);
+        }
+        free(c.x), free(c.r), free(c.y), free(c.z), free(c.nw), free(c.w), free(c.g), free(c.u);
+        free(c.d);
+    }
+}
+END_TEST
+
+/* norm -> (a write of h) -> matmul: the product must read h as written
+ * last. Writes: an upload of new values, an in-place scale, a copy into
+ * the second half of h's rows (part of its range), and, as a control that
+ * must keep the terms, a write next to h in the same buffer. */
+START_TEST(test_presplit_invalidated)
+{
+    enum { M = 32, K = 512, N = 64 };
+    llmem_backend *vk = open_be("vulkan");
+    float *x = rand_vec((size_t)M * K, -2, 2), *x2 = rand_vec((size_t)M * K, -1, 1);
+    float *nw = rand_vec(K, 0.5f, 1.5f), *w = rand_vec((size_t)N * K, -1, 1);
+    trunc_bf16(w, (size_t)N * K);
+    llmem_buffer *bx, *bnw, *bw, *bh, *bo, *bx2;
+    llmem_tensor tx = up_f32(vk, &bx, x, M, K), tnw = up_f32(vk, &bnw, nw, K, 0);
+    llmem_tensor tw = up_bf16(vk, &bw, w, N, K), tx2 = up_f32(vk, &bx2, x2, M, K);
+    /* h and a neighbour [M, K] in one buffer */
+    OK(llmem_buffer_alloc(vk, 2 * (size_t)M * K * 4, &bh));
+    llmem_tensor th = {bh, 0, F32, 2, {M, K, 1, 1}}, tnb = {bh, (size_t)M * K * 4, F32, 2, {M, K, 1, 1}};
+    llmem_tensor to = up_f32(vk, &bo, NULL, M, N);
+    double *a = malloc((size_t)M * K * sizeof *a), *h = malloc((size_t)M * K * sizeof *h);
+    double *ref = malloc((size_t)M * N * sizeof *ref);
+    float *o = malloc((size_t)M * N * sizeof *o), *hv = malloc((size_t)M * K * sizeof *hv);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_ptr_nonnull(h);
+    ck_assert_ptr_nonnull(ref);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_ptr_nonnull(hv);
+    for (int mode = 0; mode < 4; mode++) {
+        OK(llmem_op_rms_norm(vk, &tx, &tnw, EPS, &th));
+        if (mode == 0) {
+            OK(llmem_buffer_upload(bh, 0, x2, (size_t)M * K * 4));
+        } else if (mode == 1) {
+            OK(llmem_op_scale(vk, &th, -3.0f, &th));
+        } else if (mode == 2) { /* rows M/2 .. M of h from x2's first rows */
+            llmem_tensor half = {bh, (size_t)(M / 2) * K * 4, F32, 2, {M / 2, K, 1, 1}};
+            llmem_tensor src = {bx2, 0, F32, 2, {M / 2, K, 1, 1}};
+            OK(llmem_op_copy(vk, &src, 0, &half));
+        } else {
+            OK(llmem_op_scale(vk, &tx2, 1.0f, &tnb)); /* next to h, not in it */
+        }
+        OK(llmem_op_matmul(vk, &th, &tw, &to));
+        get_f32(&to, o);
+        get_f32(&th, hv); /* h as it is now; the reference is built from it in float64 */
+        /* and h itself as it must be: the norm's output, then the write */
+        for (size_t i = 0; i < (size_t)M * K; i++)
+            a[i] = x[i];
+        ref_norm(a, nw, M, K, h);
+        for (size_t i = 0; i < (size_t)M * K; i++) {
+            double want = mode == 0   ? x2[i]
+                          : mode == 1 ? -3.0 * h[i]
+                          : mode == 2 && i >= (size_t)(M / 2) * K ? x2[i - (size_t)(M / 2) * K]
+                                                                  : h[i];
+            ck_assert_msg(fabs(hv[i] - want) <= 1e-5 * (1 + fabs(want)),
+                          "write %d: h[%zu] = %g, want %g", mode, i, hv[i], want);
+            a[i] = hv[i];
+        }
+        ref_mm(a, w, M, K, N, ref);
+        char what[64];
+        snprintf(what, sizeof what, "norm, write %d, matmul", mode);
+        expect_close(o, ref, M, N, 1e-5, what);
+    }
+    free(a), free(h), free(ref), free(o), free(hv), free(x), free(x2), free(nw), free(w);
+    llmem_buffer *all[] = {bx, bnw, bw, bh, bo, bx2};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        llmem_buffer_free(all[i]);
+    llmem_backend_close(vk);
+}
+END_TEST
+
+/* A matmul of a normed h whose K does not match the weights fails with
+ * LLMEM_E_INVALID and leaves its output as it was; the next good product
+ * of the same h is right. 65 rows (above the decode plans) norm -> matmul
+ * too: no terms written, the usual split. */
+START_TEST(test_presplit_bad_and_prefill)
+{
+    enum { K = 256, N = 32 };
+    llmem_backend *vk = open_be("vulkan");
+    for (int32_t m = 16; m <= 65; m += 49) {
+        float *x = rand_vec((size_t)m * K, -2, 2), *nw = rand_vec(K, 0.5f, 1.5f);
+        float *w = rand_vec((size_t)N * K, -1, 1);
+        trunc_bf16(w, (size_t)N * K);
+        llmem_buffer *bx, *bnw, *bw, *bh, *bo, *bwb;
+        llmem_tensor tx = up_f32(vk, &bx, x, m, K), tnw = up_f32(vk, &bnw, nw, K, 0);
+        llmem_tensor tw = up_bf16(vk, &bw, w, N, K), th = up_f32(vk, &bh, NULL, m, K);
+        llmem_tensor wbad = up_bf16(vk, &bwb, w, N, K - 8);
+        llmem_tensor to = up_f32(vk, &bo, NULL, m, N);
+        OK(llmem_buffer_fill(bo, 0, (size_t)m * N * 4, 0x7fc00000u));
+        OK(llmem_op_rms_norm(vk, &tx, &tnw, EPS, &th));
+        ck_assert_int_eq(llmem_op_matmul(vk, &th, &wbad, &to), LLMEM_E_INVALID);
+        float *o = malloc((size_t)m * N * sizeof *o);
+        ck_assert_ptr_nonnull(o);
+        get_f32(&to, o);
+        for (size_t i = 0; i < (size_t)m * N; i++)
+            ck_assert_msg(isnan(o[i]), "rejected matmul wrote out[%zu]", i);
+        OK(llmem_op_rms_norm(vk, &tx, &tnw, EPS, &th));
+        OK(llmem_op_matmul(vk, &th, &tw, &to));
+        get_f32(&to, o);
+        double *a = malloc((size_t)m * K * sizeof *a), *h = malloc((size_t)m * K * sizeof *h);
+        double *ref = malloc((size_t)m * N * sizeof *ref);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(h);
+        ck_assert_ptr_nonnull(ref);
+        for (size_t i = 0; i < (size_t)m * K; i++)
+            a[i] = x[i];
+        ref_norm(a, nw, m, K, h);
+        ref_mm(h, w, m, K, N, ref);
+        char what[64];
+        snprintf(what, sizeof what, "norm -> matmul, %d rows", m);
+        expect_close(o, ref, m, N, 2e-5, what);
+        free(a), free(h), free(ref), free(o), free(x), free(nw), free(w);
+        llmem_buffer *all[] = {bx, bnw, bw, bh, bo, bwb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            llmem_buffer_free(all[i]);
+    }
+    llmem_backend_close(vk);
+}
+END_TEST
+
+int main(void)
+{
+    vk_test_seed();
+    if (!vulkan_opens("test_vulkan_presplit", "skipped"))
+        return 77;
+    Suite *s = suite_create("vulkan_presplit");
+    TCase *tc = tcase_create("presplit");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_presplit_chains);
+    tcase_add_test(tc, test_presplit_invalidated);
+    tcase_add_test(tc, test_presplit_bad_and_prefill);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
