@@ -106,6 +106,14 @@ void main()
     [[unroll]] for (uint i = 0u; i < NW * NR; i++)
         acc[i] = 0.0;
     float ss = 0.0;
+    /* the residual of this invocation's output (EPI 1), read before the weights so that its
+     * load is not one more round trip after the reduction */
+    uint per = gl_NumSubgroups / RPW; /* subgroups per group */
+    bool outv = l < RPW * NR;
+    uint nn = (group_id() * RPW + l / NR) * NR + l % NR;
+    float res = 0.0;
+    if (EPI == 1u && outv && nn < p.n)
+        res = o[p.o_off + nn];
     for (uint j = lane; j < kv; j += TPR * UNROLL) {
         uvec4 q[UNROLL * NR * NW];
         [[unroll]] for (uint u = 0u; u < UNROLL; u++)
@@ -155,10 +163,8 @@ void main()
     }
     barrier();
     /* one invocation per output: the group's subgroups in order */
-    uint per = gl_NumSubgroups / RPW; /* subgroups per group */
-    if (l < RPW * NR) {
+    if (outv) {
         uint g = l / NR, r = l % NR;
-        uint nn = (group_id() * RPW + g) * NR + r;
         float s = 0.0, u = 0.0, t = 0.0;
         for (uint sg = g * per; sg < (g + 1u) * per; sg++) {
             s += red[sg * S + r];
@@ -173,7 +179,7 @@ void main()
             if (EPI == 2u)
                 o[p.o_off + nn] = silu(s) * (u * sc);
             else if (EPI == 1u)
-                o[p.o_off + nn] = o[p.o_off + nn] + s;
+                o[p.o_off + nn] = res + s;
             else
                 o[p.o_off + nn] = s;
         }

@@ -1,10 +1,13 @@
 /* llmem Vulkan backend: the sampling ops (sample, logprob_gather,
- * top_logprobs; contract in <llmem/ops.h>, shaders/sample.comp). The core
+ * top_logprobs; contract in <llmem/ops.h>, shaders/sample.comp, and
+ * shaders/logprob_gather.comp for logprob_gather). The core
  * (backends/sample.c) has checked dtypes, shapes, overlaps and the
  * parameters. Greedy rows are argmax.comp, the same as llmem_op_argmax.
  * The ids land in a device tensor, so a forward pass and its sampling are
  * one submit and only the ids cross to the host.
  */
+#include <stdlib.h>
+
 #include "vk_internal.h"
 
 #define SAMPLE_WG 128
@@ -61,10 +64,36 @@ llmem_status vk_op_sample(llmem_backend *be, const llmem_sample_params *p, llmem
     return run_mode(v, 0, p, logits, ctr, out, NULL, 0);
 }
 
+/* logprob_gather.comp (one pass, online softmax normaliser), one
+ * workgroup of GATHER_WG invocations per row (ROW 256 where the device
+ * allows fewer), vec4 loads where the rows are 16-byte aligned;
+ * $LLMEM_VULKAN_GATHER_OLD=1: sample.comp's two-pass MODE 2 (128
+ * invocations, one scalar load at a time), for comparison. */
+#define GATHER_WG 1024
+
 llmem_status vk_op_logprob_gather(llmem_backend *be, llmem_ct *logits, llmem_ct *ids,
                                   llmem_ct *out)
 {
-    return run_mode(vk_from(be), 2, NULL, logits, ids, out, NULL, 0);
+    vk_backend *v = vk_from(be);
+    const char *e = getenv("LLMEM_VULKAN_GATHER_OLD");
+    if (e && e[0] == '1')
+        return run_mode(v, 2, NULL, logits, ids, out, NULL, 0);
+    uint32_t wg = GATHER_WG <= v->props.limits.maxComputeWorkGroupInvocations ? GATHER_WG : 256;
+    uint64_t rows = rows_of(logits);
+    uint32_t cols = cols_of(logits);
+    vk_op op;
+    vk_op_init(&op, VK_SH_LOGPROB_GATHER, wg);
+    uint32_t xo = vk_op_tensor(v, &op, logits, false);
+    uint32_t io = vk_op_tensor(v, &op, ids, false);
+    uint32_t oo = vk_op_tensor(v, &op, out, true);
+    uint32_t xv = vk_op_tensor(v, &op, logits, false); /* the same bytes, read as vec4 */
+    vk_op_spec(&op, xo % 4 == 0 && xv == xo && cols % 4 == 0);
+    vk_op_u32(&op, (uint32_t)rows);
+    vk_op_u32(&op, cols);
+    vk_op_u32(&op, xo);
+    vk_op_u32(&op, io);
+    vk_op_u32(&op, oo);
+    return vk_op_run(v, &op, rows);
 }
 
 llmem_status vk_op_top_logprobs(llmem_backend *be, llmem_ct *logits, int32_t n, llmem_ct *top_ids,
