@@ -90,6 +90,26 @@ static llmem_status unsupported(load_ctx *c, const char *what, const cJSON *o)
     return LLMEM_E_UNSUPPORTED;
 }
 
+/* Whether s is exactly one UTF-8 character (the file is UTF-8 already). */
+static bool one_char(const char *s)
+{
+    uint32_t cp;
+    size_t n = strlen(s);
+    return n && tk_utf8_next((const unsigned char *)s, n, &cp) == (int)n;
+}
+
+/* o[key]: a whole number in [0, INT32_MAX]. */
+static bool count_field(const cJSON *o, const char *key, int *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > INT32_MAX ||
+        v->valuedouble != (double)v->valueint)
+        return false;
+    *out = v->valueint;
+    return true;
+}
+
 typedef llmem_status (*stage_add_fn)(load_ctx *c, const cJSON *o);
 
 /* A "Sequence" stage lists its children under list_key; add each in order, first failure wins. */
@@ -135,6 +155,8 @@ static llmem_status add_norm(load_ctx *c, const cJSON *o)
         const char *content = jstr(o, "content");
         if (!pat || !content)
             return unsupported(c, "normalizer Replace with a Regex pattern; normalizer", o);
+        if (!*pat) /* tokenizers puts content between all characters */
+            return unsupported(c, "normalizer Replace with an empty pattern; normalizer", o);
         n->kind = TK_NORM_REPLACE;
         n->a = dup_str(pat);
         n->b = dup_str(content);
@@ -283,18 +305,23 @@ static llmem_status add_dec(load_ctx *c, const cJSON *o)
     } else if (!strcmp(t, "Strip")) {
         d->kind = TK_DEC_STRIP;
         a = jstr(o, "content");
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(o, "start");
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(o, "stop");
-        d->start = cJSON_IsNumber(s) ? s->valueint : 0;
-        d->stop = cJSON_IsNumber(e) ? e->valueint : 0;
         if (!a)
             return unsupported(c, "decoder Strip without content; decoder", o);
+        /* tokenizers' Strip takes one character and two counts (a file
+         * with other values does not load there) */
+        if (!one_char(a) || !count_field(o, "start", &d->start) || !count_field(o, "stop", &d->stop)) {
+            tk_set_err(c->err, c->err_len, "tokenizer.json: decoder Strip needs one character as "
+                       "content and whole numbers >= 0 as start and stop");
+            return LLMEM_E_CORRUPT;
+        }
     } else if (!strcmp(t, "Replace")) {
         d->kind = TK_DEC_REPLACE;
         a = jstr(cJSON_GetObjectItemCaseSensitive(o, "pattern"), "String");
         b = jstr(o, "content");
         if (!a || !b)
             return unsupported(c, "decoder Replace with a Regex pattern; decoder", o);
+        if (!*a) /* tokenizers puts content between all characters */
+            return unsupported(c, "decoder Replace with an empty pattern; decoder", o);
     } else if (!strcmp(t, "Metaspace")) {
         d->kind = TK_DEC_METASPACE;
         a = jstr(o, "replacement");
@@ -302,9 +329,15 @@ static llmem_status add_dec(load_ctx *c, const cJSON *o)
             a = "\xE2\x96\x81";
         const char *scheme = jstr(o, "prepend_scheme");
         if (scheme)
-            d->prepend = !strcmp(scheme, "always") ? 2 : !strcmp(scheme, "first") ? 1 : 0;
+            d->prepend = !strcmp(scheme, "always") ? 2 : !strcmp(scheme, "first") ? 1
+                         : !strcmp(scheme, "never") ? 0 : -1;
         else
             d->prepend = jbool(o, "add_prefix_space", true) ? 2 : 0;
+        if (!one_char(a) || d->prepend < 0) { /* as tokenizers refuses them */
+            tk_set_err(c->err, c->err_len, "tokenizer.json: decoder Metaspace needs one character "
+                       "as replacement and prepend_scheme \"always\", \"first\" or \"never\"");
+            return LLMEM_E_CORRUPT;
+        }
     } else {
         return unsupported(c, "decoder", o);
     }

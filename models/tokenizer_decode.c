@@ -79,6 +79,41 @@ static int fallback_byte(const char *s, size_t n)
     return v;
 }
 
+/* Appends a string holding s[0, n) to l. */
+static bool list_add(void *l, const char *s, size_t n)
+{
+    tk_buf *o = slist_add(l);
+    return o && tk_buf_put(o, s, n);
+}
+
+/* The strings tokenizers' ByteFallback makes of a run of n byte tokens'
+ * bytes: the run as one string when it is UTF-8, else one U+FFFD string
+ * per byte (nothing for an empty run), each handed to put. */
+static bool run_strings(const char *bytes, size_t n, bool (*put)(void *, const char *, size_t),
+                        void *ctx)
+{
+    if (n && tk_utf8_bad_at(bytes, n) == n)
+        return put(ctx, bytes, n);
+    for (size_t k = 0; k < n; k++)
+        if (!put(ctx, "\xEF\xBF\xBD", 3))
+            return false;
+    return true;
+}
+
+/* tokenizers' Strip on s[0, n): up to d->start copies of the content at
+ * the front, then up to d->stop at the back of what is left; the kept part
+ * is s[*a, *b). */
+static void strip_span(const tk_dec *d, const char *s, size_t n, size_t *a, size_t *b)
+{
+    size_t cl = strlen(d->a);
+    *a = 0;
+    *b = n;
+    for (int k = 0; k < d->start && cl && *b - *a >= cl && !memcmp(s + *a, d->a, cl); k++)
+        *a += cl;
+    for (int k = 0; k < d->stop && cl && *b - *a >= cl && !memcmp(s + *b - cl, d->a, cl); k++)
+        *b -= cl;
+}
+
 static bool run_decoder(const tk_dec *d, slist *in, slist *out)
 {
     slist_clear(out);
@@ -102,23 +137,10 @@ static bool run_decoder(const tk_dec *d, slist *in, slist *out)
                 ok = tk_buf_putc(&bytes, (char)b);
                 continue;
             }
-            if (bytes.n) {
-                tk_buf chk = {0};
-                ok = tk_utf8_lossy(&chk, (const unsigned char *)bytes.p, bytes.n);
-                bool valid = ok && chk.n == bytes.n && !memcmp(chk.p, bytes.p, bytes.n);
-                free(chk.p);
-                tk_buf *o = ok ? slist_add(out) : NULL;
-                ok = o != NULL;
-                if (ok && valid)
-                    ok = tk_buf_put(o, bytes.p, bytes.n);
-                for (size_t k = 0; ok && !valid && k < bytes.n; k++)
-                    ok = tk_buf_put(o, "\xEF\xBF\xBD", 3);
-                bytes.n = 0;
-            }
-            if (ok && i < in->n) {
-                tk_buf *o = slist_add(out);
-                ok = o && tk_buf_put(o, in->s[i].p, in->s[i].n);
-            }
+            ok = run_strings(bytes.p, bytes.n, list_add, out);
+            bytes.n = 0;
+            if (ok && i < in->n)
+                ok = list_add(out, in->s[i].p, in->s[i].n);
         }
         free(bytes.p);
         return ok;
@@ -149,23 +171,40 @@ static bool run_decoder(const tk_dec *d, slist *in, slist *out)
                 return false;
         }
         return true;
-    case TK_DEC_STRIP: {
-        size_t cl = strlen(d->a);
+    case TK_DEC_STRIP:
         for (size_t i = 0; i < in->n; i++) {
-            const char *s = in->s[i].p;
-            size_t a = 0, b = in->s[i].n;
-            for (int k = 0; k < d->start && cl && b - a >= cl && !memcmp(s + a, d->a, cl); k++)
-                a += cl;
-            for (int k = 0; k < d->stop && cl && b - a >= cl && !memcmp(s + b - cl, d->a, cl); k++)
-                b -= cl;
-            tk_buf *o = slist_add(out);
-            if (!o || !tk_buf_put(o, s + a, b - a))
+            size_t a, b;
+            strip_span(d, in->s[i].p, in->s[i].n, &a, &b);
+            if (!list_add(out, in->s[i].p + a, b - a))
                 return false;
         }
         return true;
     }
-    }
     return false;
+}
+
+/* Runs decoder stages [from, n_dec) of tok on the strings in a (b is
+ * scratch; both are left holding garbage) and appends their result to res
+ * (NUL-terminated): concatenated, or joined with " " without a decoder. */
+static bool run_chain(const llmem_tokenizer *tok, int from, slist *a, slist *b, tk_buf *res)
+{
+    slist *in = a, *out = b;
+    for (int k = from; k < tok->n_dec; k++) {
+        if (!run_decoder(&tok->dec[k], in, out))
+            return false;
+        slist *t = in;
+        in = out;
+        out = t;
+    }
+    if (!tk_buf_put(res, "", 0))
+        return false;
+    for (size_t i = 0; i < in->n; i++) {
+        if (!tok->has_decoder && i && !tk_buf_putc(res, ' '))
+            return false;
+        if (!tk_buf_put(res, in->s[i].p, in->s[i].n))
+            return false;
+    }
+    return true;
 }
 
 static const char *id_piece(const llmem_tokenizer *tok, int32_t id, size_t *n)
@@ -205,22 +244,8 @@ llmem_status llmem_tokenizer_decode(const llmem_tokenizer *tok, const int32_t *i
         if (!o || !tk_buf_put(o, p, n))
             goto fail;
     }
-    slist *in = &a, *out = &b;
-    for (int k = 0; k < tok->n_dec; k++) {
-        if (!run_decoder(&tok->dec[k], in, out))
-            goto fail;
-        slist *t = in;
-        in = out;
-        out = t;
-    }
-    if (!tk_buf_put(&res, "", 0))
+    if (!run_chain(tok, 0, &a, &b, &res))
         goto fail;
-    for (size_t i = 0; i < in->n; i++) {
-        if (!tok->has_decoder && i && !tk_buf_putc(&res, ' '))
-            goto fail;
-        if (!tk_buf_put(&res, in->s[i].p, in->s[i].n))
-            goto fail;
-    }
     *text = res.p;
     *len = res.n;
     res.p = NULL;
@@ -236,40 +261,51 @@ fail:
 
 /* ---- streaming ------------------------------------------------------------------- */
 
-/* The stream runs the decoder chain token by token. ByteFallback is the one
- * stage that joins tokens: decode turns a run of byte tokens (<0x..>) into
- * one string before the later stages see it, so a later Replace or
- * Metaspace can match a character spelled by several byte tokens ("\xE2\x96
- * \x81" is "▁"). The stream keeps such a run in `group` and hands it to the
- * later stages when it ends, or as soon as it holds whole characters when
- * every later stage works character by character (`group_local`). */
+/* The stream runs decode's chain on a growing list of tokens and hands out
+ * text once no later token can change it, so that what it hands out, joined,
+ * is decode's text of the same ids. (tokenizers' DecodeStream stops with an
+ * error where a later token rewrites earlier text; llmem holds such text
+ * back instead.)
+ *
+ * Each decoder stage is a small transducer. Up to the first ByteLevel or
+ * Fuse, decode has one string per token (after ByteFallback, one per run
+ * of byte tokens, or one U+FFFD per byte of a run that is not UTF-8), and a
+ * stage maps each finished string on: "list mode". ByteFallback holds a run
+ * until the first token after it: a byte that ends the run ill-formed turns
+ * its whole run into U+FFFDs. ByteLevel and Fuse join the strings into one,
+ * which the stages after them see grow: "text mode". There ByteLevel holds
+ * the bytes of an incomplete character, Replace the tail that may begin its
+ * pattern, Strip the trailing copies of its content it may still remove;
+ * Metaspace and Fuse hold nothing. A ByteLevel or ByteFallback in text mode
+ * looks at the whole string at once (one character outside the byte map
+ * keeps the whole string as it is; the string may be one byte token), so
+ * from there on everything waits for flush ("hold all"). */
+typedef struct ds_stage {
+    bool text;      /* text mode */
+    bool hold_all;  /* text-mode ByteLevel or ByteFallback */
+    bool open;      /* list-mode ByteFallback: a run is in progress */
+    size_t n_in;    /* list-mode Metaspace: strings taken (the first is special) */
+    int strip_left; /* text-mode Strip: copies of the content it may still drop in front */
+    tk_buf held;    /* run bytes, an incomplete character, a tail, or everything */
+} ds_stage;
+
 struct llmem_detok {
     const llmem_tokenizer *tok;
     bool keep_special;
-    tk_buf held;     /* bytes of an incomplete character */
-    size_t n_tokens; /* tokens seen (after skipping specials) */
-    size_t n_items;  /* strings after the ByteFallback stage (a byte run is one) */
-    int strip_left;  /* leading spaces a Strip decoder still removes */
-    int fb;            /* index of the ByteFallback stage, -1 when none */
-    bool group_local;  /* the stages after fb act on each character alone */
-    tk_buf group;      /* bytes of the byte-token run not yet passed on */
-    bool group_open;   /* a run is in progress (its item is counted) */
+    size_t n_out; /* strings out of the chain in list mode (joined with " " without a decoder) */
+    ds_stage st[TK_MAX_STAGES];
 };
 
-static int strip_start(const llmem_tokenizer *tok)
+static void detok_reset(llmem_detok *d)
 {
-    for (int k = 0; k < tok->n_dec; k++)
-        if (tok->dec[k].kind == TK_DEC_STRIP && !strcmp(tok->dec[k].a, " "))
-            return tok->dec[k].start;
-    return 0;
-}
-
-/* Whether s is exactly one UTF-8 character. */
-static bool one_char(const char *s)
-{
-    uint32_t cp;
-    size_t n = strlen(s);
-    return n && tk_utf8_next((const unsigned char *)s, n, &cp) == (int)n;
+    d->n_out = 0;
+    for (int k = 0; k < d->tok->n_dec; k++) {
+        ds_stage *g = &d->st[k];
+        g->open = false;
+        g->n_in = 0;
+        g->held.n = 0;
+        g->strip_left = d->tok->dec[k].kind == TK_DEC_STRIP ? d->tok->dec[k].start : 0;
+    }
 }
 
 llmem_status llmem_detok_create(const llmem_tokenizer *tok, bool keep_special, llmem_detok **out)
@@ -283,19 +319,14 @@ llmem_status llmem_detok_create(const llmem_tokenizer *tok, bool keep_special, l
         return LLMEM_E_NO_MEMORY;
     d->tok = tok;
     d->keep_special = keep_special;
-    d->strip_left = strip_start(tok);
-    d->fb = -1;
-    for (int k = 0; k < tok->n_dec && d->fb < 0; k++)
-        if (tok->dec[k].kind == TK_DEC_BYTEFALLBACK)
-            d->fb = k;
-    d->group_local = true;
-    for (int k = d->fb + 1; d->fb >= 0 && k < tok->n_dec; k++) {
-        const tk_dec *dc = &tok->dec[k];
-        if (dc->kind == TK_DEC_REPLACE || dc->kind == TK_DEC_METASPACE)
-            d->group_local &= one_char(dc->a);
-        else if (dc->kind != TK_DEC_FUSE && dc->kind != TK_DEC_STRIP)
-            d->group_local = false;
+    bool text = false;
+    for (int k = 0; k < tok->n_dec; k++) {
+        enum tk_dec_kind kind = tok->dec[k].kind;
+        d->st[k].text = text;
+        d->st[k].hold_all = text && (kind == TK_DEC_BYTELEVEL || kind == TK_DEC_BYTEFALLBACK);
+        text = text || kind == TK_DEC_BYTELEVEL || kind == TK_DEC_FUSE;
     }
+    detok_reset(d);
     *out = d;
     return LLMEM_OK;
 }
@@ -304,148 +335,48 @@ void llmem_detok_destroy(llmem_detok *d)
 {
     if (!d)
         return;
-    free(d->held.p);
-    free(d->group.p);
+    for (int k = 0; k < TK_MAX_STAGES; k++)
+        free(d->st[k].held.p);
     free(d);
 }
 
-/* Whether the string stage k of d's chain gets is the first of its list
- * (Metaspace drops every replacement character of that one): after a
- * ByteLevel or Fuse stage all is one string; after ByteFallback a string is
- * a byte-token run or a token (d->n_items counts them, the current one
- * included); before, a token (d->n_tokens counts those before it). */
-static bool first_at(const llmem_detok *d, int k)
+static bool list_in(llmem_detok *d, int k, const char *s, size_t n, tk_buf *out);
+static bool text_in(llmem_detok *d, int k, const char *s, size_t n, tk_buf *out);
+
+/* list_in of stage k + 1, as run_strings' put */
+typedef struct ds_next {
+    llmem_detok *d;
+    int k;
+    tk_buf *out;
+} ds_next;
+
+static bool next_in(void *ctx, const char *s, size_t n)
 {
-    for (int j = 0; j < k; j++)
-        if (d->tok->dec[j].kind == TK_DEC_BYTELEVEL || d->tok->dec[j].kind == TK_DEC_FUSE)
-            return true;
-    return d->fb >= 0 && k > d->fb ? d->n_items == 1 : d->n_tokens == 0;
+    ds_next *x = ctx;
+    return list_in(x->d, x->k + 1, s, n, x->out);
 }
 
-/* Runs decoder stages [from, to) of d's chain on one string t (replaced by
- * the result). A ByteFallback stage in the range maps a byte token to its
- * byte. */
-static bool run_stages(const llmem_detok *d, int from, int to, tk_buf *t)
+/* Ends stage k's byte-token run, if any (list-mode ByteFallback). */
+static bool end_run(llmem_detok *d, int k, tk_buf *out)
 {
-    bool ok = true;
-    for (int k = from; ok && k < to; k++) {
-        const tk_dec *dc = &d->tok->dec[k];
-        tk_buf u = {0};
-        switch (dc->kind) {
-        case TK_DEC_BYTELEVEL:
-            ok = tk_buf_put(&u, "", 0) && bytelevel_bytes(t->p, t->n, &u);
-            break;
-        case TK_DEC_BYTEFALLBACK: {
-            int b = fallback_byte(t->p, t->n);
-            ok = b >= 0 ? tk_buf_putc(&u, (char)b) : tk_buf_put(&u, t->p, t->n);
-            break;
-        }
-        case TK_DEC_REPLACE:
-            ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, t->p, t->n, dc->a, dc->b);
-            break;
-        case TK_DEC_METASPACE: /* as run_decoder */
-            ok = tk_buf_put(&u, "", 0) &&
-                 tk_replace_all(&u, t->p, t->n, dc->a, dc->prepend != 0 && first_at(d, k) ? "" : " ");
-            break;
-        default: /* Fuse, Strip: handled by the stream */
-            ok = tk_buf_put(&u, t->p, t->n);
-            break;
-        }
-        free(t->p);
-        *t = u;
-    }
-    return ok;
-}
-
-/* Passes d->group[0, n) to the stages after ByteFallback (as decode does:
- * well-formed bytes as they are, else one U+FFFD per byte) and appends the
- * result to out. */
-static bool pass_group(llmem_detok *d, size_t n, tk_buf *out)
-{
-    tk_buf t = {0}, chk = {0};
-    bool ok = tk_utf8_lossy(&chk, (const unsigned char *)(d->group.p ? d->group.p : ""), n);
-    bool valid = ok && chk.n == n && (!n || !memcmp(chk.p, d->group.p, n));
-    free(chk.p);
-    ok = ok && tk_buf_put(&t, "", 0);
-    if (ok && valid)
-        ok = tk_buf_put(&t, d->group.p ? d->group.p : "", n);
-    for (size_t k = 0; ok && !valid && k < n; k++)
-        ok = tk_buf_put(&t, "\xEF\xBF\xBD", 3);
-    ok = ok && run_stages(d, d->fb + 1, d->tok->n_dec, &t) &&
-         tk_buf_put(out, t.p ? t.p : "", t.n);
-    free(t.p);
-    if (ok) {
-        memmove(d->group.p, d->group.p + n, d->group.n - n);
-        d->group.n -= n;
-    }
-    return ok;
-}
-
-/* Ends the byte-token run, if any. */
-static bool end_group(llmem_detok *d, tk_buf *out)
-{
-    if (!d->group_open)
+    ds_stage *g = &d->st[k];
+    if (!g->open)
         return true;
-    if (!pass_group(d, d->group.n, out))
-        return false;
-    d->group_open = false;
-    return true;
-}
-
-/* Length of the longest prefix of s[0, n) made of whole characters, or 0
- * when s holds a byte that can never be part of one (then decode's run is
- * ill-formed and the stream need not match it). */
-static size_t whole_chars(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        uint32_t cp;
-        int l = tk_utf8_next(s + i, n - i, &cp);
-        if (l <= 0)
-            break;
-        i += (size_t)l;
-    }
-    return i;
-}
-
-/* Feeds one token's string through the chain, appending what it completes
- * to out. */
-static bool token_bytes(llmem_detok *d, int32_t id, tk_buf *out)
-{
-    const llmem_tokenizer *tok = d->tok;
-    size_t n;
-    const char *p = id_piece(tok, id, &n);
-    tk_buf t = {0};
-    int to = d->fb >= 0 ? d->fb : tok->n_dec;
-    bool ok = tk_buf_put(&t, p, n) && run_stages(d, 0, to, &t);
-    int b = ok && d->fb >= 0 ? fallback_byte(t.p, t.n) : -1;
-    if (ok && b >= 0) { /* a byte token joins the run */
-        if (!d->group_open) {
-            d->group_open = true;
-            d->n_items++;
-        }
-        ok = tk_buf_putc(&d->group, (char)b);
-        size_t whole = ok ? whole_chars((const unsigned char *)d->group.p, d->group.n) : 0;
-        if (ok && d->group_local && whole)
-            ok = pass_group(d, whole, out);
-    } else if (ok) {
-        ok = end_group(d, out);
-        if (ok && d->fb >= 0) {
-            d->n_items++;
-            ok = run_stages(d, d->fb + 1, tok->n_dec, &t);
-        }
-        ok = ok && tk_buf_put(out, t.p ? t.p : "", t.n);
-    }
-    free(t.p);
+    g->open = false;
+    ds_next x = {d, k, out};
+    bool ok = run_strings(g->held.p, g->held.n, next_in, &x);
+    g->held.n = 0;
     return ok;
 }
 
-/* Moves the complete part of d->held to out; keeps a trailing incomplete
- * character unless `final`. */
-static bool assemble(llmem_detok *d, tk_buf *out, bool final)
+/* Passes the part of stage k's held bytes (list-mode ByteLevel) made of
+ * whole characters on, as decode's lossy UTF-8 would read it; keeps a
+ * trailing sequence that may still complete unless `final`. */
+static bool pass_chars(llmem_detok *d, int k, bool final, tk_buf *out)
 {
-    const unsigned char *s = (const unsigned char *)d->held.p;
-    size_t n = d->held.n, i = 0, keep = n;
+    tk_buf *h = &d->st[k].held;
+    const unsigned char *s = (const unsigned char *)h->p;
+    size_t n = h->n, i = 0, keep = n;
     while (i < n) {
         uint32_t cp;
         int l = tk_utf8_next(s + i, n - i, &cp);
@@ -460,29 +391,181 @@ static bool assemble(llmem_detok *d, tk_buf *out, bool final)
         }
         i += bad;
     }
-    if (!tk_utf8_lossy(out, s, keep))
-        return false;
-    memmove(d->held.p, d->held.p + keep, n - keep);
-    d->held.n = n - keep;
-    return true;
+    tk_buf t = {0};
+    bool ok = tk_buf_put(&t, "", 0) && tk_utf8_lossy(&t, s, keep) && text_in(d, k + 1, t.p, t.n, out);
+    free(t.p);
+    if (ok) {
+        memmove(h->p, h->p + keep, n - keep);
+        h->n = n - keep;
+    }
+    return ok;
 }
 
-static llmem_status emit(llmem_detok *d, tk_buf *text, char *out, size_t cap, size_t *n_out)
+/* Stage k (list mode) takes the finished string s[0, n). */
+static bool list_in(llmem_detok *d, int k, const char *s, size_t n, tk_buf *out)
 {
-    size_t a = 0;
-    while (d->strip_left > 0 && a < text->n && text->p[a] == ' ') {
-        a++;
-        d->strip_left--;
+    const llmem_tokenizer *tok = d->tok;
+    if (k == tok->n_dec) {
+        if (!tok->has_decoder && d->n_out++ && !tk_buf_putc(out, ' '))
+            return false;
+        return tk_buf_put(out, s, n);
     }
-    if (a < text->n)
-        d->strip_left = 0;
-    size_t n = text->n - a;
-    *n_out = n;
-    if (n > cap)
-        return LLMEM_E_NO_SPACE;
-    if (n)
-        memcpy(out, text->p + a, n);
-    return LLMEM_OK;
+    const tk_dec *dc = &tok->dec[k];
+    ds_stage *g = &d->st[k];
+    tk_buf u = {0};
+    bool ok = tk_buf_put(&u, "", 0);
+    switch (dc->kind) {
+    case TK_DEC_BYTEFALLBACK: {
+        int b = fallback_byte(s, n);
+        if (b >= 0) {
+            g->open = true;
+            ok = ok && tk_buf_putc(&g->held, (char)b);
+        } else {
+            ok = ok && end_run(d, k, out) && list_in(d, k + 1, s, n, out);
+        }
+        break;
+    }
+    case TK_DEC_BYTELEVEL:
+        ok = ok && bytelevel_bytes(s, n, &g->held) && pass_chars(d, k, false, out);
+        break;
+    case TK_DEC_FUSE:
+        ok = ok && text_in(d, k + 1, s, n, out);
+        break;
+    case TK_DEC_REPLACE:
+    case TK_DEC_METASPACE: { /* as run_decoder */
+        const char *to = dc->kind == TK_DEC_REPLACE ? dc->b : g->n_in == 0 && dc->prepend ? "" : " ";
+        g->n_in++;
+        ok = ok && tk_replace_all(&u, s, n, dc->a, to) && list_in(d, k + 1, u.p, u.n, out);
+        break;
+    }
+    case TK_DEC_STRIP: {
+        size_t a, b;
+        strip_span(dc, s, n, &a, &b);
+        ok = ok && list_in(d, k + 1, s + a, b - a, out);
+        break;
+    }
+    }
+    free(u.p);
+    return ok;
+}
+
+/* Text-mode Replace (a -> b): replaces in stage k's held text plus s[0, n)
+ * and passes it on, but for a tail that may begin a (held). */
+static bool replace_in(llmem_detok *d, int k, const char *s, size_t n, tk_buf *out)
+{
+    const tk_dec *dc = &d->tok->dec[k];
+    tk_buf *h = &d->st[k].held;
+    if (!tk_buf_put(h, s, n))
+        return false;
+    size_t m = h->n, pl = strlen(dc->a), i = 0, from = 0, keep = m;
+    tk_buf u = {0};
+    bool ok = tk_buf_put(&u, "", 0);
+    while (ok && i < m) {
+        if (m - i >= pl && !memcmp(h->p + i, dc->a, pl)) {
+            ok = tk_buf_put(&u, h->p + from, i - from) && tk_buf_put(&u, dc->b, strlen(dc->b));
+            i += pl;
+            from = i;
+        } else if (m - i < pl && !memcmp(h->p + i, dc->a, m - i)) {
+            keep = i;
+            break;
+        } else {
+            i++;
+        }
+    }
+    ok = ok && tk_buf_put(&u, h->p + from, keep - from);
+    if (ok) {
+        memmove(h->p, h->p + keep, m - keep);
+        h->n = m - keep;
+        ok = text_in(d, k + 1, u.p, u.n, out);
+    }
+    free(u.p);
+    return ok;
+}
+
+/* Text-mode Strip: drops up to `start` copies of the content at the front
+ * of the whole text, passes the rest on but for up to `stop` trailing
+ * copies (held: flush drops them, more text releases them). */
+static bool strip_in(llmem_detok *d, int k, const char *s, size_t n, tk_buf *out)
+{
+    const tk_dec *dc = &d->tok->dec[k];
+    ds_stage *g = &d->st[k];
+    if (!tk_buf_put(&g->held, s, n))
+        return false;
+    size_t cl = strlen(dc->a), m = g->held.n, a = 0, e = m;
+    const char *p = g->held.p;
+    while (g->strip_left > 0 && a < m) {
+        if (m - a >= cl && !memcmp(p + a, dc->a, cl)) {
+            a += cl;
+            g->strip_left--;
+        } else {
+            g->strip_left = 0;
+        }
+    }
+    for (int t = 0; t < dc->stop && e - a >= cl && !memcmp(p + e - cl, dc->a, cl); t++)
+        e -= cl;
+    tk_buf u = {0};
+    bool ok = tk_buf_put(&u, p + a, e - a);
+    if (ok) {
+        memmove(g->held.p, p + e, m - e);
+        g->held.n = m - e;
+        ok = text_in(d, k + 1, u.p ? u.p : "", u.n, out);
+    }
+    free(u.p);
+    return ok;
+}
+
+/* Stage k (text mode) takes the next part s[0, n) of the one string. */
+static bool text_in(llmem_detok *d, int k, const char *s, size_t n, tk_buf *out)
+{
+    const llmem_tokenizer *tok = d->tok;
+    if (k == tok->n_dec)
+        return tk_buf_put(out, s, n);
+    const tk_dec *dc = &tok->dec[k];
+    if (d->st[k].hold_all)
+        return tk_buf_put(&d->st[k].held, s, n);
+    switch (dc->kind) {
+    case TK_DEC_REPLACE:
+        return replace_in(d, k, s, n, out);
+    case TK_DEC_STRIP:
+        return strip_in(d, k, s, n, out);
+    case TK_DEC_METASPACE: { /* the one string is the first (run_decoder) */
+        tk_buf u = {0};
+        bool ok = tk_buf_put(&u, "", 0) && tk_replace_all(&u, s, n, dc->a, dc->prepend ? "" : " ") &&
+                  text_in(d, k + 1, u.p, u.n, out);
+        free(u.p);
+        return ok;
+    }
+    default: /* Fuse */
+        return text_in(d, k + 1, s, n, out);
+    }
+}
+
+/* Passes on what stage k holds at the end of the stream. */
+static bool flush_stage(llmem_detok *d, int k, tk_buf *out)
+{
+    const tk_dec *dc = &d->tok->dec[k];
+    ds_stage *g = &d->st[k];
+    if (g->hold_all) { /* decode's chain from k on the one string */
+        slist a = {0}, b = {0};
+        tk_buf *o = slist_add(&a);
+        tk_buf res = {0};
+        bool ok = o && tk_buf_put(o, g->held.p ? g->held.p : "", g->held.n) &&
+                  run_chain(d->tok, k, &a, &b, &res) && tk_buf_put(out, res.p, res.n);
+        free(res.p);
+        slist_free(&a);
+        slist_free(&b);
+        return ok;
+    }
+    if (dc->kind == TK_DEC_BYTEFALLBACK && !g->text)
+        return end_run(d, k, out);
+    if (dc->kind == TK_DEC_BYTELEVEL)
+        return pass_chars(d, k, true, out);
+    if (dc->kind == TK_DEC_REPLACE && g->text) { /* a tail shorter than the pattern */
+        bool ok = text_in(d, k + 1, g->held.p ? g->held.p : "", g->held.n, out);
+        g->held.n = 0;
+        return ok;
+    }
+    return true; /* text-mode Strip: its held tail is what it strips */
 }
 
 /* A copy of d whose buffers are its own (push and flush work on one, so
@@ -490,24 +573,37 @@ static llmem_status emit(llmem_detok *d, tk_buf *text, char *out, size_t cap, si
 static bool detok_copy(const llmem_detok *d, llmem_detok *c)
 {
     *c = *d;
-    c->held = (tk_buf){0};
-    c->group = (tk_buf){0};
-    if (tk_buf_put(&c->held, d->held.p ? d->held.p : "", d->held.n) &&
-        tk_buf_put(&c->group, d->group.p ? d->group.p : "", d->group.n))
-        return true;
-    free(c->held.p);
-    free(c->group.p);
-    return false;
+    bool ok = true;
+    for (int k = 0; k < TK_MAX_STAGES; k++) {
+        c->st[k].held = (tk_buf){0};
+        ok = ok && tk_buf_put(&c->st[k].held, d->st[k].held.p ? d->st[k].held.p : "",
+                              d->st[k].held.n);
+    }
+    if (!ok)
+        for (int k = 0; k < TK_MAX_STAGES; k++)
+            free(c->st[k].held.p);
+    return ok;
 }
 
 /* Makes c the state of d (freeing d's buffers), or drops c. */
 static void detok_settle(llmem_detok *d, llmem_detok *c, bool keep)
 {
     llmem_detok *gone = keep ? d : c;
-    free(gone->held.p);
-    free(gone->group.p);
+    for (int k = 0; k < TK_MAX_STAGES; k++)
+        free(gone->st[k].held.p);
     if (keep)
         *d = *c;
+}
+
+/* Copies text to out, or says how much room it needs. */
+static llmem_status emit(const tk_buf *text, char *out, size_t cap, size_t *n_out)
+{
+    *n_out = text->n;
+    if (text->n > cap)
+        return LLMEM_E_NO_SPACE;
+    if (text->n)
+        memcpy(out, text->p, text->n);
+    return LLMEM_OK;
 }
 
 llmem_status llmem_detok_push(llmem_detok *d, int32_t id, char *out, size_t cap, size_t *n_out)
@@ -522,16 +618,11 @@ llmem_status llmem_detok_push(llmem_detok *d, int32_t id, char *out, size_t cap,
     tk_buf text = {0};
     if (!detok_copy(d, &save))
         return LLMEM_E_NO_MEMORY;
+    size_t n;
+    const char *p = id_piece(d->tok, id, &n);
     llmem_status st = LLMEM_E_NO_MEMORY;
-    /* without a decoder, tokens are joined with spaces */
-    if ((!d->tok->has_decoder && d->n_tokens && !tk_buf_putc(&save.held, ' ')) ||
-        !token_bytes(&save, id, &save.held))
-        goto done;
-    if (!tk_buf_put(&text, "", 0) || !assemble(&save, &text, false))
-        goto done;
-    save.n_tokens++;
-    st = emit(&save, &text, out, cap, n_out);
-done:
+    if (tk_buf_put(&text, "", 0) && list_in(&save, 0, p, n, &text))
+        st = emit(&text, out, cap, n_out);
     detok_settle(d, &save, st == LLMEM_OK);
     free(text.p);
     return st;
@@ -547,18 +638,12 @@ llmem_status llmem_detok_flush(llmem_detok *d, char *out, size_t cap, size_t *n_
     tk_buf text = {0};
     if (!detok_copy(d, &save))
         return LLMEM_E_NO_MEMORY;
-    llmem_status st = LLMEM_E_NO_MEMORY;
-    if (!end_group(&save, &save.held) || !tk_buf_put(&text, "", 0) ||
-        !assemble(&save, &text, true))
-        goto done;
-    st = emit(&save, &text, out, cap, n_out);
-    if (st == LLMEM_OK) { /* a new stream */
-        save.held.n = save.group.n = 0;
-        save.n_tokens = save.n_items = 0;
-        save.group_open = false;
-        save.strip_left = strip_start(d->tok);
-    }
-done:
+    bool ok = tk_buf_put(&text, "", 0);
+    for (int k = 0; ok && k < d->tok->n_dec; k++)
+        ok = flush_stage(&save, k, &text);
+    llmem_status st = ok ? emit(&text, out, cap, n_out) : LLMEM_E_NO_MEMORY;
+    if (st == LLMEM_OK)
+        detok_reset(&save); /* a new stream */
     detok_settle(d, &save, st == LLMEM_OK);
     free(text.p);
     return st;

@@ -553,6 +553,159 @@ START_TEST(test_nul_and_duplicate_names)
 }
 END_TEST
 
+/* Decoder chains on which the stream used to part from decode (found by
+ * running random chains of ByteLevel, ByteFallback, Fuse, Replace,
+ * Metaspace and Strip on a 22-token vocabulary through both, with
+ * tokenizers as the judge): a byte-token run that ends ill-formed (all its
+ * bytes become U+FFFD in decode, also in the Llama 2 chain of case 0, where
+ * the stream had handed out the run's first, well-formed characters), Strip
+ * on each token or at the end of the text, Replace matching across tokens
+ * after Fuse, ByteLevel or ByteFallback after the join; and decode made
+ * an ill-formed run one string of U+FFFDs where tokenizers makes one
+ * string per byte (case 10, seen by a later Replace). Expected texts:
+ * tokenizers 0.23.3's Tokenizer.decode on the same JSON; decode and the
+ * stream (pushed token by token, then flushed) must both give them. */
+START_TEST(test_stream_decoder_chains)
+{
+    static const char *const pieces =
+        "\"a\": 0, \"b\": 1, \" \": 2, \"\\u2581\": 3, \"\\u2581a\": 4, \"a\\u2581\": 5, "
+        "\"\\u0120\": 6, \"\\u0120a\": 7, \"<0xE2>\": 8, \"<0x96>\": 9, \"<0x81>\": 10, "
+        "\"<0x20>\": 11, \"<0x61>\": 12, \"<0xFF>\": 13, \"\\u00e9\": 14, \"ab\": 15, \"  \": 16, "
+        "\"x y\": 17, \"\\u2581\\u2581\": 18, \"\\u00c3\": 19, \"\\u00a9\": 20, \"c\": 21";
+    /* decoder stages, as tokenizers serializes them */
+#define REPLACE(p, c) "{\"type\": \"Replace\", \"pattern\": {\"String\": \"" p "\"}, \"content\": \"" c "\"}"
+#define METASPACE(s) \
+    "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"" s "\", \"split\": true}"
+#define STRIP(c, a, b) "{\"type\": \"Strip\", \"content\": \"" c "\", \"start\": " #a ", \"stop\": " #b "}"
+#define BF "{\"type\": \"ByteFallback\"}"
+#define FUSE "{\"type\": \"Fuse\"}"
+#define BYTELEVEL \
+    "{\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true}"
+    static const char *const chains[] = {
+        /* 0: Llama 2's */ REPLACE("\\u2581", " ") ", " BF ", " FUSE ", " STRIP(" ", 1, 0),
+        /* 1 */ REPLACE(" ", "X") ", " BF,
+        /* 2 */ STRIP(" ", 2, 0),
+        /* 3 */ STRIP("\\u2581", 0, 2) ", " FUSE ", " BYTELEVEL,
+        /* 4 */ REPLACE("\\u2581", "X") ", " METASPACE("first") ", " FUSE ", " REPLACE("ab", "aa"),
+        /* 5 */ METASPACE("never") ", " METASPACE("never") ", " FUSE ", " BF,
+        /* 6 */ STRIP(" ", 1, 1) ", " FUSE ", " METASPACE("first") ", " REPLACE("\\u2581\\u2581", " "),
+        /* 7 */ METASPACE("never") ", " BYTELEVEL ", " BF ", " REPLACE("a", "X"),
+        /* 8 */ FUSE ", " STRIP(" ", 2, 2),
+        /* 9 */ BF ", " METASPACE("first") ", " STRIP(" ", 0, 1),
+        /* 10: one U+FFFD string per byte */ BF ", " REPLACE("\\ufffd\\ufffd", "X"),
+    };
+#undef REPLACE
+#undef METASPACE
+#undef STRIP
+#undef BF
+#undef FUSE
+#undef BYTELEVEL
+    static const struct {
+        int chain;
+        int32_t ids[8];
+        int32_t n;
+        const char *want;
+    } cases[] = {
+        {0, {11, 9, 20, 10, 2}, 5, "\xef\xbf\xbd\xef\xbf\xbd\xc2\xa9\xef\xbf\xbd "},
+        {0, {8, 9, 10, 4, 8, 12, 5}, 7, "\xe2\x96\x81 a\xef\xbf\xbd\xef\xbf\xbd""a "},
+        {0, {3, 8, 9, 10, 13}, 5, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {1, {11, 9, 20, 10, 2}, 5, "\xef\xbf\xbd\xef\xbf\xbd\xc2\xa9\xef\xbf\xbdX"},
+        {2, {20, 17, 2, 14, 18}, 5, "\xc2\xa9x y\xc3\xa9\xe2\x96\x81\xe2\x96\x81"},
+        {2, {16, 2, 0}, 3, "a"},
+        {3, {5}, 1, "a"},
+        {3, {4, 19, 5}, 3, "\xe2\x96\x81""a\xc3\x83""a"},
+        {4, {4, 1}, 2, "Xaa"},
+        {4, {0, 1, 15, 0}, 4, "aaaaa"},
+        {5, {7, 16, 17, 8, 9}, 5, "\xc4\xa0""a  x y<0xE2><0x96>"},
+        {5, {12}, 1, "a"},
+        {6, {1, 10, 16, 14, 3, 9}, 6, "b<0x81>\xc3\xa9<0x96>"},
+        {6, {16, 1, 16}, 3, "b"},
+        {7, {20, 12, 18, 12}, 4, "\xef\xbf\xbd<0x61>  <0x61>"},
+        {8, {2, 16, 0, 16, 2, 2}, 6, " a  "},
+        {8, {2, 2, 16}, 3, ""},
+        {9, {4, 8, 9, 10, 3, 12, 3}, 7, "aa"},
+        {9, {8, 9, 10, 12}, 4, "a"},
+        {10, {8, 12, 0}, 3, "\xef\xbf\xbd\xef\xbf\xbd""a"},
+        {10, {8, 12, 13, 0}, 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd""a"},
+    };
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[2048], err[256] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(buf, sizeof buf, "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, "
+                 "\"vocab\": {%s}, \"merges\": []}, \"decoder\": {\"type\": \"Sequence\", "
+                 "\"decoders\": [%s]}}", pieces,
+                 chains[cases[i].chain]);
+        write_file(path, buf);
+        llmem_tokenizer *tok = NULL;
+        ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
+        char *text = NULL;
+        size_t len = 0, slen = 0;
+        ck_assert_int_eq(llmem_tokenizer_decode(tok, cases[i].ids, cases[i].n, true, &text, &len,
+                                                err, sizeof err), LLMEM_OK);
+        ck_assert_msg(len == strlen(cases[i].want) && !memcmp(text, cases[i].want, len),
+                      "case %zu: decode '%s', want '%s'", i, text, cases[i].want);
+        char *stream = stream_decode(tok, cases[i].ids, cases[i].n, true, &slen);
+        ck_assert_msg(slen == len && !memcmp(stream, cases[i].want, len),
+                      "case %zu: stream '%.*s', want '%s'", i, (int)slen, stream, cases[i].want);
+        free(stream);
+        free(text);
+        llmem_tokenizer_destroy(tok);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* Decoder settings tokenizers 0.23.3 refuses to load (Strip's content must
+ * be one character and its start and stop whole numbers >= 0; Metaspace's
+ * replacement one character and its prepend_scheme one of three) are
+ * LLMEM_E_CORRUPT; a Replace with an empty pattern, which tokenizers reads
+ * as "put content between all characters", is LLMEM_E_UNSUPPORTED (llmem
+ * used to leave such text unchanged). */
+START_TEST(test_decoder_settings)
+{
+    static const struct {
+        const char *stage;
+        llmem_status want;
+        const char *why;
+    } bad[] = {
+        {"\"decoder\": {\"type\": \"Strip\", \"content\": \"ab\", \"start\": 1, \"stop\": 0}",
+         LLMEM_E_CORRUPT, "Strip needs one character"},
+        {"\"decoder\": {\"type\": \"Strip\", \"content\": \"\", \"start\": 1, \"stop\": 0}",
+         LLMEM_E_CORRUPT, "Strip needs one character"},
+        {"\"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": -1, \"stop\": 0}",
+         LLMEM_E_CORRUPT, "Strip needs one character"},
+        {"\"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": 1.5, \"stop\": 0}",
+         LLMEM_E_CORRUPT, "Strip needs one character"},
+        {"\"decoder\": {\"type\": \"Strip\", \"content\": \" \", \"start\": 1}", LLMEM_E_CORRUPT,
+         "Strip needs one character"},
+        {"\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"ab\", \"prepend_scheme\": "
+         "\"always\", \"split\": true}", LLMEM_E_CORRUPT, "Metaspace needs one character"},
+        {"\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": "
+         "\"sometimes\", \"split\": true}", LLMEM_E_CORRUPT, "prepend_scheme"},
+        {"\"decoder\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"\"}, \"content\": \"x\"}",
+         LLMEM_E_UNSUPPORTED, "empty pattern"},
+        {"\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"\"}, \"content\": \"x\"}",
+         LLMEM_E_UNSUPPORTED, "empty pattern"},
+    };
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[1024], err[256] = "";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(buf, sizeof buf, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
+                 "\"merges\": []}, %s}", bad[i].stage);
+        write_file(path, buf);
+        llmem_tokenizer *tok = (llmem_tokenizer *)1;
+        ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), bad[i].want);
+        ck_assert_ptr_null(tok);
+        ck_assert_msg(strstr(err, bad[i].why), "case %zu: %s", i, err);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("tokenizer");
@@ -566,6 +719,8 @@ int main(void)
     tcase_add_test(tc, test_metaspace_after_byte_fallback);
     tcase_add_test(tc, test_damaged_tokenizer_json);
     tcase_add_test(tc, test_nul_and_duplicate_names);
+    tcase_add_test(tc, test_stream_decoder_chains);
+    tcase_add_test(tc, test_decoder_settings);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;

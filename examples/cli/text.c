@@ -124,6 +124,26 @@ static bool append(cli_out *o, const char *s, size_t n)
     return true;
 }
 
+/* Pushes id through the detokenizer (flushes it when id < 0) and appends
+ * what comes out; a held byte run can be longer than the small buffer. */
+static bool detok_step(cli_out *o, int32_t id)
+{
+    char small[256];
+    size_t got = 0;
+    llmem_status st = id >= 0 ? llmem_detok_push(o->detok, id, small, sizeof small, &got)
+                              : llmem_detok_flush(o->detok, small, sizeof small, &got);
+    if (st == LLMEM_E_NO_SPACE) {
+        char *big = malloc(got);
+        st = !big ? LLMEM_E_NO_MEMORY
+             : id >= 0 ? llmem_detok_push(o->detok, id, big, got, &got)
+                       : llmem_detok_flush(o->detok, big, got, &got);
+        bool ok = st == LLMEM_OK && append(o, big, got);
+        free(big);
+        return ok;
+    }
+    return st == LLMEM_OK && append(o, small, got);
+}
+
 /* Appends the text of one token. */
 static bool add_token(cli_out *o, int32_t id)
 {
@@ -136,17 +156,7 @@ static bool add_token(cli_out *o, int32_t id)
         int k = snprintf(s, sizeof s, "%d ", (int)id);
         return append(o, s, (size_t)k);
     }
-    char small[256];
-    size_t got = 0;
-    llmem_status st = llmem_detok_push(o->detok, id, small, sizeof small, &got);
-    if (st == LLMEM_E_NO_SPACE) {
-        char *big = malloc(got);
-        bool ok = big && llmem_detok_push(o->detok, id, big, got, &got) == LLMEM_OK &&
-                  append(o, big, got);
-        free(big);
-        return ok;
-    }
-    return st == LLMEM_OK && append(o, small, got);
+    return detok_step(o, id);
 }
 
 static void emit(cli_out *o, size_t upto)
@@ -224,12 +234,8 @@ bool cli_out_push(cli_out *o, int32_t id)
 
 void cli_out_finish(cli_out *o)
 {
-    if (o->detok && !o->stopped) {
-        char small[64];
-        size_t got = 0;
-        if (llmem_detok_flush(o->detok, small, sizeof small, &got) == LLMEM_OK)
-            append(o, small, got);
-    }
+    if (o->detok && !o->stopped)
+        detok_step(o, -1); /* what the detokenizer still holds (a byte run, a tail) */
     emit(o, o->len);
 }
 

@@ -70,13 +70,15 @@ typedef struct llmem_tokenizer llmem_tokenizer;
  * whitespace after it, a name given twice in one object (e.g. a vocabulary
  * token listed twice: Hugging Face tokenizers keeps the last, so the file
  * is ambiguous), a string holding \u0000 (llmem's pieces are C strings),
- * a field of the wrong type, or a post-processor id with no token, with
- * the field in err); LLMEM_E_UNSUPPORTED (a model,
- * normalizer, pre-tokenizer, decoder or post-processor type llmem does not
- * implement, named in err, e.g. "tokenizer.json: model type 'Unigram' is
- * not supported"; or ids far sparser than the tokens listed: the largest
- * must stay below 2 x their count + 1024); LLMEM_E_NO_MEMORY. Nothing is
- * allocated on failure. */
+ * a field of the wrong type, a decoder setting tokenizers refuses too
+ * (Strip or Metaspace given more than one character, a negative count),
+ * or a post-processor id with no token, with the field in err);
+ * LLMEM_E_UNSUPPORTED (a model, normalizer, pre-tokenizer, decoder or
+ * post-processor type llmem does not implement, named in err, e.g.
+ * "tokenizer.json: model type 'Unigram' is not supported"; a Replace with
+ * a regex or an empty pattern; or ids far sparser than the tokens listed:
+ * the largest must stay below 2 x their count + 1024); LLMEM_E_NO_MEMORY.
+ * Nothing is allocated on failure. */
 llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out,
                                   char *err, size_t err_len);
 
@@ -159,11 +161,16 @@ const char *llmem_tokenizer_eos_str(const llmem_tokenizer *tok);
 /* ---- streaming detokenizer -------------------------------------------- */
 
 /* Turns a stream of ids into text as it comes, emitting only complete
- * UTF-8: bytes of a character split across tokens are held back until it
- * is complete; bytes that can no longer form a character are emitted as
- * U+FFFD. The concatenation of all outputs (pushes, then flush) equals
- * llmem_tokenizer_decode of the whole id sequence whenever that decode is
- * valid UTF-8 without replacement characters. */
+ * UTF-8. The concatenation of all outputs (pushes, then flush) equals
+ * llmem_tokenizer_decode of the whole id sequence, for every decoder chain
+ * llmem loads: text a later token may still change is held back until it
+ * cannot (bytes of a character split across tokens; a run of byte-fallback
+ * tokens, which decode turns into U+FFFDs when it ends ill-formed; a tail
+ * that may begin a Replace pattern or be stripped by Strip at the end);
+ * a ByteLevel or ByteFallback stage after a Fuse or ByteLevel sees the
+ * whole text at once, so with such a chain everything waits for flush.
+ * Reference: the decoder chain of huggingface/tokenizers (decoders/);
+ * tokenizers' own DecodeStream fails where a later token rewrites text. */
 typedef struct llmem_detok llmem_detok;
 
 /* Creates a detokenizer over `tok` (which must outlive it). keep_special as
@@ -173,11 +180,13 @@ llmem_status llmem_detok_create(const llmem_tokenizer *tok, bool keep_special,
                                 llmem_detok **out);
 
 /* Feeds one id and writes the text it completes to out[0..*n_out) (no NUL
- * terminator is written). `cap` is the size of out in bytes; 64 bytes plus
- * the longest piece always suffices. Returns LLMEM_OK; LLMEM_E_INVALID
+ * terminator is written). `cap` is the size of out in bytes; text held back
+ * (a byte run, see above) may come out at once, so callers grow the buffer
+ * on LLMEM_E_NO_SPACE. Returns LLMEM_OK; LLMEM_E_INVALID
  * (NULL arguments or id out of range; nothing changes); LLMEM_E_NO_SPACE
  * (out too small: *n_out is set to the bytes needed, and the detokenizer
- * is unchanged, so the call may be repeated with a bigger buffer). */
+ * is unchanged, so the call may be repeated with a bigger buffer);
+ * LLMEM_E_NO_MEMORY (nothing changes). */
 llmem_status llmem_detok_push(llmem_detok *d, int32_t id, char *out, size_t cap,
                               size_t *n_out);
 
