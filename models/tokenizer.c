@@ -90,14 +90,6 @@ static llmem_status unsupported(load_ctx *c, const char *what, const cJSON *o)
     return LLMEM_E_UNSUPPORTED;
 }
 
-/* Whether s is exactly one UTF-8 character (the file is UTF-8 already). */
-static bool one_char(const char *s)
-{
-    uint32_t cp;
-    size_t n = strlen(s);
-    return n && tk_utf8_next((const unsigned char *)s, n, &cp) == (int)n;
-}
-
 /* o[key]: a whole number in [0, INT32_MAX]. */
 static bool count_field(const cJSON *o, const char *key, int *out)
 {
@@ -309,7 +301,7 @@ static llmem_status add_dec(load_ctx *c, const cJSON *o)
             return unsupported(c, "decoder Strip without content; decoder", o);
         /* tokenizers' Strip takes one character and two counts (a file
          * with other values does not load there) */
-        if (!one_char(a) || !count_field(o, "start", &d->start) || !count_field(o, "stop", &d->stop)) {
+        if (!tk_utf8_one_char(a) || !count_field(o, "start", &d->start) || !count_field(o, "stop", &d->stop)) {
             tk_set_err(c->err, c->err_len, "tokenizer.json: decoder Strip needs one character as "
                        "content and whole numbers >= 0 as start and stop");
             return LLMEM_E_CORRUPT;
@@ -333,7 +325,7 @@ static llmem_status add_dec(load_ctx *c, const cJSON *o)
                          : !strcmp(scheme, "never") ? 0 : -1;
         else
             d->prepend = jbool(o, "add_prefix_space", true) ? 2 : 0;
-        if (!one_char(a) || d->prepend < 0) { /* as tokenizers refuses them */
+        if (!tk_utf8_one_char(a) || d->prepend < 0) { /* as tokenizers refuses them */
             tk_set_err(c->err, c->err_len, "tokenizer.json: decoder Metaspace needs one character "
                        "as replacement and prepend_scheme \"always\", \"first\" or \"never\"");
             return LLMEM_E_CORRUPT;

@@ -155,6 +155,8 @@ int tk_utf8_put(char *out, uint32_t cp);
 bool tk_utf8_lossy(tk_buf *out, const unsigned char *s, size_t n);
 /* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n. */
 size_t tk_utf8_bad_at(const char *s, size_t n);
+/* Whether the C string s is exactly one well-formed UTF-8 character. */
+bool tk_utf8_one_char(const char *s);
 /* The JSON object of a file's text txt[0, n): UTF-8, one JSON text with
  * no \u0000 and no name twice in one object (hf_json_read), an object;
  * else NULL with err naming path. The caller frees it with cJSON_Delete. */

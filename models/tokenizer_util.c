@@ -411,6 +411,13 @@ size_t tk_utf8_bad_at(const char *s, size_t n)
     return n;
 }
 
+bool tk_utf8_one_char(const char *s)
+{
+    uint32_t cp;
+    size_t n = strlen(s);
+    return n && tk_utf8_next((const unsigned char *)s, n, &cp) == (int)n;
+}
+
 /* Parses a JSON object file text of n bytes; on failure sets err (naming
  * path) and returns NULL. */
 cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len)
