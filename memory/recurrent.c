@@ -165,6 +165,7 @@ static void slots_reset(recurrent *rs)
 
 void truncate_to(recurrent *rs, rs_seq *s, int32_t k)
 {
+    rs_tokens_sync(rs, s);
     for (int32_t i = s->h.n - 1; i >= 0; i--)
         if (hold_lens(&s->h)[i] > k || k == 0) {
             slot_free(rs, s->h.v[i]);
@@ -232,6 +233,8 @@ static llmem_status rs_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     }
     hold_drop_all(rs, b);
     snap_seq_cut(rs, b, 0);
+    rs_tokens_sync(rs, a);
+    rs->stage[dst].n = 0; /* b's tokens are replaced */
     i32_copy(b->tokens.v, a->tokens.v, k);
     b->tokens.n = k;
     (void)seq_pos_copy_prefix(&b->pos, &a->pos, k); /* room reserved above */
@@ -303,7 +306,9 @@ static int32_t rs_pos_max(llmem_memory *mem, int32_t seq)
 
 static int32_t rs_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
 {
-    return seq_copy_tokens(&rs_of(mem)->seqs[seq].tokens, out, cap);
+    recurrent *rs = rs_of(mem);
+    rs_tokens_sync(rs, &rs->seqs[seq]);
+    return seq_copy_tokens(&rs->seqs[seq].tokens, out, cap);
 }
 
 void fill_all(recurrent *rs, bool nan)
@@ -322,6 +327,7 @@ llmem_status rs_clear(llmem_memory *mem, bool data)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         rs_seq *q = &rs->seqs[s];
         q->tokens.n = q->h.n = 0;
+        rs->stage[s].n = 0;
         seq_pos_clear(&q->pos);
         snap_seq_cut(rs, q, 0);
     }
@@ -361,6 +367,7 @@ static void rs_destroy(llmem_memory *mem)
     for (int32_t s = 0; rs->chain && s < mem->n_seq_max; s++)
         free(rs->chain[s].blk);
     free(rs->chain);
+    free(rs->stage);
     free(rs->hold);
     seq_heap_destroy(rs->heap);
     free(rs->seqs);
@@ -510,6 +517,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     /* line-aligned: a sequence's record is one cache line (rs_seq) */
     rs->seqs = aligned_alloc(64, (size_t)p->n_seq_max * sizeof *rs->seqs);
     rs->chain = calloc((size_t)p->n_seq_max, sizeof *rs->chain);
+    rs->stage = aligned_alloc(64, (size_t)p->n_seq_max * sizeof *rs->stage);
     rs->hold = malloc((size_t)p->n_seq_max * 2 * (size_t)(1 + p->n_ckpt) * sizeof *rs->hold);
     rs->owner = malloc((size_t)rs->n_slots * sizeof *rs->owner);
     rs->free_stack = malloc((size_t)rs->n_slots * sizeof *rs->free_stack);
@@ -517,7 +525,9 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->snap = calloc((size_t)(rs->n_snap > 0 ? rs->n_snap : 1), sizeof *rs->snap);
     if (rs->seqs)
         memset(rs->seqs, 0, (size_t)p->n_seq_max * sizeof *rs->seqs);
-    if (!rs->layers || !rs->seqs || !rs->chain || !rs->hold || !rs->owner || !rs->free_stack ||
+    if (rs->stage)
+        memset(rs->stage, 0, (size_t)p->n_seq_max * sizeof *rs->stage);
+    if (!rs->layers || !rs->seqs || !rs->chain || !rs->stage || !rs->hold || !rs->owner || !rs->free_stack ||
         !rs->free_at || !rs->snap) {
         llmem_errf(err, err_len, "recurrent memory: out of host memory for %d slots",
                    rs->n_slots);

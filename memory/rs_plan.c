@@ -529,16 +529,18 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
     /* tokens: every sequence of a stream gets the stream's tokens */
     for (int32_t k = 0; k < ub->n_tokens; k++) {
         int32_t st = ub->seq[k];
-        if (k + 8 < ub->n_tokens) { /* decode: tails of thousands of sequences */
-            const rs_seq *ahead =
-                &rs->seqs[plan->group_ids[i][plan->group_off[i][ub->seq[k + 8]]]];
-            i32vec_prefetch_tail(&ahead->tokens);
+        if (k + 8 < ub->n_tokens) { /* decode: records of thousands of sequences */
+            int32_t q = plan->group_ids[i][plan->group_off[i][ub->seq[k + 8]]];
+            const rs_seq *ahead = &rs->seqs[q];
+#if defined(__GNUC__)
+            __builtin_prefetch(&rs->stage[q], 1, 1);
+#endif
             if (ahead->pos.stored)
                 i32vec_prefetch_tail(&ahead->pos.v);
         }
         for (int32_t m = plan->group_off[i][st]; m < plan->group_off[i][st + 1]; m++) {
             rs_seq *s = &rs->seqs[plan->group_ids[i][m]];
-            if (!i32vec_push(&s->tokens, ub->token ? ub->token[k] : -1))
+            if (!rs_tokens_push(rs, s, ub->token ? ub->token[k] : -1))
                 return LLMEM_E_NO_MEMORY;
             if (!seq_pos_push(&s->pos, ub->pos[k])) {
                 s->tokens.n--; /* token and position go together */

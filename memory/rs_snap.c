@@ -337,6 +337,7 @@ llmem_status snap_publish(recurrent *rs, rs_seq *s, int32_t slot, int32_t len)
     if (rs->n_snap == 0 || len <= 0 || len > s->tokens.n || s->pos.pm.unsorted ||
         seq_pos_at(&s->pos, 0) != 0 || seq_pos_at(&s->pos, len - 1) != len - 1)
         return LLMEM_OK;
+    rs_tokens_sync(rs, s);
     const int32_t *tok = s->tokens.v;
     int32_t nb = len / RS_HASH_BLOCK;
     if (!seq_chain_extend(c, tok, nb))

@@ -41,6 +41,7 @@ llmem_status rs_state_write(llmem_memory *mem, int32_t seq, llmem_state_writer *
             continue;
         llmem_state_put_i32(w, s);
         llmem_state_put_i32(w, q->tokens.n);
+        rs_tokens_sync(rs, q);
         llmem_state_put(w, q->tokens.v, (size_t)q->tokens.n * sizeof(int32_t));
         seq_pos_put(&q->pos, w, q->tokens.n);
         if (q->tokens.n == 0)
@@ -253,7 +254,8 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const rs_seq *q = &rs->seqs[s];
         if (q->tokens.n != q->pos.v.n || q->h.cap != 1 + rs->n_ckpt ||
-            q->h.v != rs->hold + (size_t)s * 2 * (size_t)q->h.cap) {
+            q->h.v != rs->hold + (size_t)s * 2 * (size_t)q->h.cap || rs->stage[s].n < 0 ||
+            rs->stage[s].n > RS_STAGE || rs->stage[s].n > q->tokens.n) {
             llmem_errf(err, err_len, "sequence %d: inconsistent arrays", s);
             return LLMEM_E_STATE;
         }
