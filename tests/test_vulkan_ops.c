@@ -553,17 +553,24 @@ END_TEST
  * where K is split, the default 2 that everywhere (in the tests above), 3
  * raw with the sum in the last slice's workgroup where K is split;
  * $LLMEM_VULKAN_CM_WAVE=132: the decode tiles' split-K within 132
- * workgroups, vk_cm_plan_wave) on the row-scale shapes of
- * test_matmul_row_scales plus the decode rows (split-K, partial tiles, one
- * slice, depth 3 at 16 rows), against float64. Lavapipe: the SIMT path. */
+ * workgroups, vk_cm_plan_wave), and above 64 rows matmul_cmp.comp's NV
+ * module ($LLMEM_VULKAN_CMP=2; its KHR one, the default where the device
+ * has it, runs in the tests above) or matmul_cm.comp there (0), on the
+ * row-scale shapes of test_matmul_row_scales plus the decode rows (split-K,
+ * partial tiles, one slice, depth 3 at 16 rows) and 65 and 257 rows (split-K
+ * in 4 slices; partial tiles of matmul_cmp), against float64. Lavapipe: the
+ * SIMT path. */
 START_TEST(test_matmul_cm_raw)
 {
     static const char *cfgs[][2] = {{"LLMEM_VULKAN_CM_RAW", "0"},
                                     {"LLMEM_VULKAN_CM_RAW", "1"},
                                     {"LLMEM_VULKAN_CM_RAW", "3"},
-                                    {"LLMEM_VULKAN_CM_WAVE", "132"}};
-    static const int32_t shapes[][3] = {
-        {40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300}, {64, 1000, 300}, {9, 264, 17}};
+                                    {"LLMEM_VULKAN_CM_WAVE", "132"},
+                                    {"LLMEM_VULKAN_CMP", "0"},
+                                    {"LLMEM_VULKAN_CMP", "2"}};
+    static const int32_t shapes[][3] = {{40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300},
+                                        {64, 1000, 300}, {9, 264, 17},    {65, 1024, 600},
+                                        {257, 96, 520}};
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         test_env keep = test_env_save(cfgs[ci][0]);
         test_env_put(cfgs[ci][0], cfgs[ci][1]);

@@ -639,6 +639,77 @@ START_TEST(test_cm_plan_wave)
 }
 END_TEST
 
+/* matmul_cmp.comp's routing and plans (vk_cmp_used, vk_cmp_plan_make):
+ * two shapes worked by hand, the shared-memory refusal, and invariants over
+ * a grid (whole K steps, every K element in exactly one slice, tiles
+ * covering [M, N), at most 16 matrices a subgroup as the shader's
+ * epilogue spells out, workgroups within one wave when K is split). */
+START_TEST(test_cmp_plan)
+{
+    vk_mm_caps c = {.coopmat = true, .cmp = VK_CMP_KHR};
+    ck_assert(!vk_cmp_used(&c, 64) && vk_cmp_used(&c, 65) && vk_cmp_used(&c, 8192));
+    c.cmp = VK_CMP_OFF;
+    ck_assert(!vk_cmp_used(&c, 512));
+    c.cmp = VK_CMP_NV;
+    c.coopmat = false;
+    ck_assert(!vk_cmp_used(&c, 512));
+    vk_cm_plan p;
+    /* 512 x 4096 x 4096, KHR: 4 x 16 tiles of 128 x 256, 132 / 64 = 2 slices of 2048 */
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, true, 49152, &p));
+    ck_assert_uint_eq(p.bm, 128);
+    ck_assert_uint_eq(p.bn, 256);
+    ck_assert_uint_eq(p.bk, 32);
+    ck_assert_uint_eq(32 * p.sgm * p.sgn, 256);
+    ck_assert_uint_eq(p.fm * p.fn, 16);
+    ck_assert_uint_eq(p.tiles_m, 4);
+    ck_assert_uint_eq(p.tiles_n, 16);
+    ck_assert_uint_eq(p.slices, 2);
+    ck_assert_uint_eq(p.k_split, 2048);
+    /* NV: 8 x 32 tiles of 64 x 128, 264 / 256 = 1 slice */
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, false, 49152, &p));
+    ck_assert_uint_eq(p.bm, 64);
+    ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(32 * p.sgm * p.sgn, 128);
+    ck_assert_uint_eq(p.tiles_m, 8);
+    ck_assert_uint_eq(p.tiles_n, 32);
+    ck_assert_uint_eq(p.slices, 1);
+    /* 65 x 600 x 1024, KHR: 1 x 3 tiles, 44 slices capped at 1024 / 256 = 4 of 256 */
+    ck_assert(vk_cmp_plan_make(65, 600, 1024, true, 49152, &p));
+    ck_assert_uint_eq(p.slices, 4);
+    ck_assert_uint_eq(p.k_split, 256);
+    /* shared memory: (2 x 128 + 256) rows of 80 bytes = 40960; the NV plan 20480 */
+    ck_assert(!vk_cmp_plan_make(512, 4096, 4096, true, 40959, &p));
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, true, 40960, &p));
+    ck_assert(!vk_cmp_plan_make(512, 4096, 4096, false, 20479, &p));
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, false, 32768, &p));
+    static const uint32_t ms[] = {65, 100, 128, 129, 257, 512, 2048, 8192};
+    static const uint32_t ns[] = {136, 1000, 4096, 14336};
+    static const uint32_t ks[] = {8, 96, 136, 1000, 4096, 14336};
+    for (int khr = 0; khr < 2; khr++)
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++) {
+                    uint32_t m = ms[a], n = ns[b], k = ks[d];
+                    ck_assert(vk_cmp_plan_make(m, n, k, khr, 49152, &p));
+                    ck_assert_uint_le(VK_CMP_SMEM(p.bm, p.bn, p.bk), 49152);
+                    ck_assert_uint_le(p.fm * p.fn, 16);
+                    ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
+                    ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
+                    ck_assert_uint_eq(p.stages, 1);
+                    ck_assert(p.tiles_m * p.bm >= m && (p.tiles_m - 1) * p.bm < m);
+                    ck_assert(p.tiles_n * p.bn >= n && (p.tiles_n - 1) * p.bn < n);
+                    ck_assert_uint_eq(p.k_split % p.bk, 0);
+                    ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
+                    ck_assert((uint64_t)(p.slices - 1) * p.k_split < k);
+                    uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
+                    if (p.slices > 1) {
+                        ck_assert_uint_le(tiles * p.slices, khr ? 132 : 264);
+                        ck_assert_uint_ge(p.k_split, 256);
+                    }
+                }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vulkan_pick");
@@ -655,6 +726,7 @@ int main(void)
     tcase_add_test(tc, test_cm_raw_layout);
     tcase_add_test(tc, test_cm_ctr_take);
     tcase_add_test(tc, test_cm_plan_wave);
+    tcase_add_test(tc, test_cmp_plan);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

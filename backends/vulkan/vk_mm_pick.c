@@ -147,3 +147,29 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
             return true;
     return false;
 }
+
+bool vk_cmp_used(const vk_mm_caps *c, uint32_t m)
+{
+    return c->coopmat && c->cmp != VK_CMP_OFF && m > VK_CMP_ROWS;
+}
+
+bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, vk_cm_plan *p)
+{
+    *p = (vk_cm_plan){.sgm = 2, .sgn = khr ? 4 : 2, .fm = khr ? 4 : 2, .fn = 4, .bk = VK_CMP_BK,
+                      .stages = 1};
+    p->bm = 16 * p->fm * p->sgm;
+    p->bn = 16 * p->fn * p->sgn;
+    if (VK_CMP_SMEM(p->bm, p->bn, p->bk) > smem)
+        return false;
+    p->tiles_m = (uint32_t)div_up(m, p->bm);
+    p->tiles_n = (uint32_t)div_up(n, p->bn);
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    uint64_t s = tiles ? (khr ? VK_CMP_WAVE_KHR : VK_CMP_WAVE_NV) / tiles : 1;
+    uint64_t most = k / VK_MM_MIN_SLICE;
+    s = s > most ? most : s;
+    s = s < 1 ? 1 : s;
+    uint64_t ks = div_up(div_up(k ? k : 1, s), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+    return true;
+}

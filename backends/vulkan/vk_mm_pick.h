@@ -70,6 +70,7 @@ typedef struct vk_mm_caps {
     uint32_t mv16_max; /* rows up to which matvec16 runs */
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
     uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
+    uint32_t cmp;      /* more than 64 rows: VK_CMP_* (matmul_cmp.comp), VK_CMP_OFF: matmul_cm */
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
     bool matmul_old;   /* $LLMEM_VULKAN_MATMUL_OLD */
     bool cm_wave_round; /* $LLMEM_VULKAN_CM_WAVE_ROUND: slices per tile by round(wave / tiles) */
@@ -204,6 +205,46 @@ void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats
  * 16 rows 0.0147 / 0.0166 (docs/benchmarks.md, "Vulkan GEMM: raw split-K
  * slices"). Pure; never fails. */
 void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups);
+
+/* matmul_cmp.comp, the prefill GEMM with larger warp tiles, for more than
+ * 64 rows (vk_mm_caps.cmp; $LLMEM_VULKAN_CMP: 1 (default) its KHR module
+ * where the device lists VK_KHR_cooperative_matrix's 16 x 16 x 16 f16 x
+ * f16 -> f32 shape and the build has the module, else off; 2 its NV
+ * module; 0 off: matmul_cm.comp). H200, raw tiles without the sum pass
+ * (tools/vk_cm_bench), precise: 512 x 4096 x 4096 matmul_cm.comp 0.173
+ * ms, KHR 128 x 256 tiles in 2 slices 0.125, NV 64 x 128 tiles 0.159 (but
+ * fast 0.137 against 0.115); 2048 x 4096 x 4096 0.681 -> 0.456 (KHR);
+ * plugin with split and sum, 9B precise pp512 batch 1 127.6 -> 98.6 ms
+ * (docs/benchmarks.md, "Vulkan prefill GEMM with larger warp tiles"). */
+#define VK_CMP_OFF 0
+#define VK_CMP_KHR 1
+#define VK_CMP_NV 2
+#define VK_CMP_ROWS 64 /* matmul_cmp runs above this many rows (matmul_cm's decode plans below) */
+#define VK_CMP_BK 32
+/* workgroups of one wave on the H200 (132 SMs): the KHR plan's 256
+ * invocations of ~232 registers fit once per SM, the NV plan's 128 of ~176
+ * twice */
+#define VK_CMP_WAVE_KHR 132
+#define VK_CMP_WAVE_NV 264
+/* Shared memory of matmul_cmp.comp, bytes: one slice of hi + lo rows of a
+ * and the rows of w, each BK + 8 halves. */
+#define VK_CMP_SMEM(bm, bn, bk) ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u)
+
+/* Whether matmul_cmp.comp runs for m activation rows on the tensor-core
+ * path: c->coopmat, c->cmp not VK_CMP_OFF and m > VK_CMP_ROWS. Pure. */
+bool vk_cmp_used(const vk_mm_caps *c, uint32_t m);
+
+/* Plans matmul_cmp.comp for out[m, n] = a[m, k] · w[n, k]ᵀ into *p
+ * (caller-owned; m, n, k in elements; p->stages 1). khr (the KHR module):
+ * 128 x 256 tiles, 8 subgroups of 4 x 4 matrices (2 x 4 subgroups), else
+ * 64 x 128 tiles, 4 subgroups of 2 x 4 (2 x 2); K steps of VK_CMP_BK.
+ * Split-K fills one wave of the H200 (VK_CMP_WAVE_KHR / _NV workgroups):
+ * slices = floor(wave / tiles), at most k / VK_MM_MIN_SLICE, at least 1
+ * (512 x 4096 x 4096, KHR: 64 tiles, 2 slices, 0.127 ms against 0.333 in
+ * one). false (and *p unusable) when the plan's shared memory
+ * (VK_CMP_SMEM) exceeds smem bytes. Pure. The warp-tile hierarchy follows
+ * CUTLASS's description. */
+bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, vk_cm_plan *p);
 
 /* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
  * with the component types and scope as booleans). */

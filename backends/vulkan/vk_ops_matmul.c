@@ -74,6 +74,10 @@ void vk_matmul_config(vk_backend *v)
     uint32_t swg = env_u32("LLMEM_VULKAN_SPLIT_WG", SPLIT_WG, 64, 1024);
     v->mm.split_wg = (swg & (swg - 1)) == 0 ? swg : SPLIT_WG;
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
+    /* above 64 rows: matmul_cmp.comp's KHR module where the device and the build have it (1,
+     * default; else matmul_cm.comp), its NV module (2, slower in fast mode), matmul_cm (0) */
+    uint32_t cmp = env_u32("LLMEM_VULKAN_CMP", 1, 0, 2);
+    v->mm.cmp = cmp == 2 ? VK_CMP_NV : cmp == 1 && v->coopmat_khr ? VK_CMP_KHR : VK_CMP_OFF;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
@@ -353,6 +357,9 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
 }
 
 /* out = a · wᵀ on tensor cores from the terms of a (cm_split_run):
+ * above 64 rows matmul_cmp.comp (allow_cmp and vk_cmp_used; blocking of
+ * vk_cmp_plan_make; raw tiles + sum_slices_cm.comp; when its partial
+ * buffer cannot be had, matmul_cm.comp as below), else
  * matmul_cm.comp with the blocking of vk_cm_plan_make, then, by the
  * epilogue (vk_cm_raw_used, $LLMEM_VULKAN_CM_RAW): sum_slices.comp when K
  * is split (scaled epilogue), sum_slices_cm.comp (raw tiles to a padded
@@ -364,33 +371,40 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
  * product); tm->buf must stay allocated until then. *done says whether it
  * ran; it does not when w's offset is not 16-byte aligned (the caller
  * falls through to matmul_rt). LLMEM_E_NO_MEMORY: no partial buffer. */
-static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
-                               llmem_ct *out, cm_sum *later, bool *done)
+static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
+                                  llmem_ct *out, cm_sum *later, bool allow_cmp, bool *done)
 {
     uint32_t m = tm->m, k = tm->k, n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
-    vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m), v->mm.smem,
-                       v->mm.cm_fn, &pl);
-    uint32_t wave = v->mm.cm_wave;
-    uint64_t t0 = (uint64_t)pl.tiles_m * pl.tiles_n;
-    if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */
-        wave = (uint32_t)((wave + t0 / 2) / t0 * t0);
-    vk_cm_plan_wave(&pl, k, wave);
+    /* matmul_cmp.comp: raw tiles only (its sum_slices_cm.comp pass scales) */
+    bool cmp = allow_cmp && vk_cmp_used(&v->mm, m) &&
+               vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl);
+    if (!cmp) {
+        vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
+                           v->mm.smem, v->mm.cm_fn, &pl);
+        uint32_t wave = v->mm.cm_wave;
+        uint64_t t0 = (uint64_t)pl.tiles_m * pl.tiles_n;
+        if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */
+            wave = (uint32_t)((wave + t0 / 2) / t0 * t0);
+        vk_cm_plan_wave(&pl, k, wave);
+    }
     size_t count = (size_t)m * n;
     uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
-    bool raw = vk_cm_raw_used(v->mm.cm_raw, &pl);
+    bool raw = cmp || vk_cm_raw_used(v->mm.cm_raw, &pl);
     uint32_t ldp = n;
     uint64_t pslice = count; /* floats per slice of the partial buffer */
     if (raw)
         vk_cm_raw_layout(&pl, &ldp, &pslice);
     if (raw && pl.slices * pslice > UINT32_MAX) { /* the shaders index 32-bit */
+        if (cmp)
+            return cm_product_as(be, v, tm, w, out, later, false, done);
         raw = false;
         ldp = n;
         pslice = count;
     }
     uint32_t ctr = UINT32_MAX; /* first counter: the fused sum */
-    if (raw && v->mm.cm_raw == VK_CM_RAW_FUSED) {
+    if (raw && !cmp && v->mm.cm_raw == VK_CM_RAW_FUSED) {
         /* (called at one slice too, so that the counters are made by the first prefill) */
         uint32_t c = cm_ctr_first(be, v, pl.slices > 1 ? tiles : 0);
         if (pl.slices > 1)
@@ -401,6 +415,8 @@ static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms 
     if (pl.slices > 1 || raw) {
         size_t bytes = (size_t)pl.slices * pslice * 4;
         st = vk_buffer_alloc(be, bytes, &part);
+        if (st == LLMEM_E_NO_MEMORY && cmp) /* matmul_cm, which may do without the buffer */
+            return cm_product_as(be, v, tm, w, out, later, false, done);
         if (st == LLMEM_E_NO_MEMORY && raw && pl.slices == 1) {
             raw = false; /* one slice needs no partial buffer: the scaled epilogue */
             ldp = n;
@@ -422,7 +438,11 @@ static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms 
         sum.kind = CM_SUM_SCALED;
     llmem_tensor th = llmem_tensor_1d(tm->buf, 0, LLMEM_DTYPE_F32, (int64_t)(tm->terms / 4));
     vk_op mm;
-    vk_op_init(&mm, VK_SH_MATMUL_CM, VK_CM_WG);
+    if (cmp)
+        vk_op_init(&mm, v->mm.cmp == VK_CMP_KHR ? VK_SH_MATMUL_CMP_KHR : VK_SH_MATMUL_CMP,
+                   32 * pl.sgm * pl.sgn);
+    else
+        vk_op_init(&mm, VK_SH_MATMUL_CM, VK_CM_WG);
     vk_op_spec(&mm, (uint32_t)w->dtype);
     vk_op_spec(&mm, pl.sgm);
     vk_op_spec(&mm, pl.fm);
@@ -430,11 +450,12 @@ static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms 
     vk_op_spec(&mm, tm->split);
     vk_op_spec(&mm, pl.bk);
     vk_op_spec(&mm, pl.stages);
-    vk_op_spec(&mm, fused ? 2 : raw);
+    if (!cmp)
+        vk_op_spec(&mm, fused ? 2 : raw);
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);
     uint32_t oo = vk_op_tensor(v, &mm, &sum.pt, true);
-    uint32_t eo = vk_op_tensor(v, &mm, &sum.te, false);
+    uint32_t eo = cmp ? 0 : vk_op_tensor(v, &mm, &sum.te, false); /* (matmul_cmp: the sum scales) */
     uint32_t fo = 0, co = 0;
     if (fused) {
         fo = vk_op_tensor(v, &mm, out, true);
@@ -476,6 +497,13 @@ static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms 
         st = st2;
     *done = st == LLMEM_OK;
     return st;
+}
+
+/* cm_product_as with matmul_cmp.comp allowed. */
+static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
+                               llmem_ct *out, cm_sum *later, bool *done)
+{
+    return cm_product_as(be, v, tm, w, out, later, true, done);
 }
 
 /* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows

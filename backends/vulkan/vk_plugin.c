@@ -492,6 +492,76 @@ static bool coopmat_usable(const dev_entry *e)
     return ok;
 }
 
+/* VK_KHR_cooperative_matrix is newer than Debian 12's Vulkan headers
+ * (1.3.239): its feature and property structures and the query, as the
+ * extension defines them. */
+#define KHR_CM_NAME "VK_KHR_cooperative_matrix"
+#define KHR_CM_STYPE_FEATURES ((VkStructureType)1000506000)
+#define KHR_CM_STYPE_PROPERTIES ((VkStructureType)1000506001)
+typedef struct khr_cm_features {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
+} khr_cm_features;
+typedef struct khr_cm_properties {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MSize, NSize, KSize;
+    int32_t AType, BType, CType, ResultType; /* VkComponentTypeKHR: 0 f16, 1 f32 */
+    VkBool32 saturatingAccumulation;
+    int32_t scope; /* VkScopeKHR: 3 subgroup */
+} khr_cm_properties;
+typedef VkResult (*khr_cm_query)(VkPhysicalDevice, uint32_t *, khr_cm_properties *);
+
+/* Whether matmul_cmp.comp's KHR module may run (v->coopmat_khr): the NV
+ * path is usable (shaderFloat16 and the memory model come with it), the
+ * build embedded the module (shaders/shaders.cmake), $LLMEM_VULKAN_CMP is
+ * not 0 or 2, and the device has VK_KHR_cooperative_matrix with its
+ * feature and the 16 x 16 x 16 f16 x f16 -> f32 shape at subgroup scope
+ * (vk_cm_usable, the NV check's rule). */
+static bool coopmat_khr_usable(VkInstance inst, const dev_entry *e)
+{
+    const char *cmp = getenv("LLMEM_VULKAN_CMP");
+    if ((cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) ||
+        vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size < 20 || !has_device_ext(e->pd, KHR_CM_NAME))
+        return false;
+    PFN_vkVoidFunction f =
+        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    khr_cm_query q;
+    if (!f)
+        return false;
+    memcpy(&q, &f, sizeof q);
+    khr_cm_features cf = {.sType = KHR_CM_STYPE_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cf};
+    vkGetPhysicalDeviceFeatures2(e->pd, &f2);
+    uint32_t n = 0;
+    if (!cf.cooperativeMatrix || q(e->pd, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    khr_cm_properties *p = calloc(n, sizeof *p);
+    vk_cm_shape *sh = calloc(n, sizeof *sh);
+    bool ok = false;
+    if (p && sh) {
+        for (uint32_t i = 0; i < n; i++)
+            p[i].sType = KHR_CM_STYPE_PROPERTIES;
+        if (q(e->pd, &n, p) == VK_SUCCESS) {
+            for (uint32_t i = 0; i < n; i++)
+                sh[i] = (vk_cm_shape){
+                    .m = p[i].MSize,
+                    .n = p[i].NSize,
+                    .k = p[i].KSize,
+                    .ab_f16 = p[i].AType == 0 && p[i].BType == 0,
+                    .cd_f32 = p[i].CType == 1 && p[i].ResultType == 1,
+                    .subgroup_scope = p[i].scope == 3,
+                };
+            ok = vk_cm_usable(sh, n, e->sg.subgroupSize,
+                              e->props.limits.maxComputeSharedMemorySize);
+        }
+    }
+    free(p);
+    free(sh);
+    return ok;
+}
+
 static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, size_t len)
 {
     v->phys = e->pd;
@@ -500,15 +570,21 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     vkGetPhysicalDeviceMemoryProperties(v->phys, &v->mem_props);
     v->has_budget = has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     v->coopmat = coopmat_usable(e);
-    const char *exts[2];
+    v->coopmat_khr = v->coopmat && coopmat_khr_usable(v->instance, e);
+    const char *exts[3];
     uint32_t n_exts = 0;
     if (v->has_budget)
         exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     if (v->coopmat)
         exts[n_exts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
-    /* features of matmul_cm.comp, chained only when it may run */
+    if (v->coopmat_khr)
+        exts[n_exts++] = KHR_CM_NAME;
+    /* features of matmul_cm.comp (and matmul_cmp.comp's KHR module), chained
+     * only when it may run */
+    khr_cm_features kf = {.sType = KHR_CM_STYPE_FEATURES, .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .pNext = v->coopmat_khr ? &kf : NULL,
         .cooperativeMatrix = VK_TRUE,
     };
     VkPhysicalDeviceVulkanMemoryModelFeatures mf = {
@@ -624,7 +700,7 @@ static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size
         goto fail;
     vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u; cooperative matrices %s)",
            pick, v->device_name, v->subgroup ? "on" : "off", v->subgroup_size,
-           v->coopmat ? "on" : "off");
+           v->coopmat_khr ? "on, KHR too" : v->coopmat ? "on" : "off");
     *out = &v->base;
     return LLMEM_OK;
 fail:

@@ -176,6 +176,38 @@ matmul_cm gemm 2048 4096 4096 256 2 4 2 2 32 1 1 2
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 4 1
 matmul_cm gemm 64 4096 4096 256 1 4 1 2 64 1 4 2
 L
+# shaders/matmul_cmp.comp (the prefill GEMM with larger warp tiles: docs/benchmarks.md, "Vulkan
+# prefill GEMM with larger warp tiles") against matmul_cm.comp at 512 x 4096 x 4096 and the other
+# prefill shapes (OUT/cmp; fields M N K WG SGM FM FN SPLIT BK STAGES SLICES RAW: matmul_cmp is
+# always raw, RAW 1; cmp_pf0 / cmp_pf2: its PF 0 / 2 schedules; cmp_noload: no global loads in its
+# K loop, cmp_nl: nor barriers; OUT/cmpk: the same compiled as GL_KHR_cooperative_matrix)
+C=$OUT/cmp
+mkdir -p "$C"
+cp "$OUT/nv/matmul_cm.spv" "$C/"
+cmp() { # dir name api defines... (api: nv, or khr with $GLSLANG_KHR)
+    local dir=$1 n=$2 api=$3; shift 3
+    if [ "$api" = khr ]; then
+        $GLSLANG_KHR -V -g0 --target-env vulkan1.2 -DKHR -I"$ROOT/shaders" "$@" "$ROOT/shaders/matmul_cmp.comp" \
+            -o "$dir/$n.spv" > /dev/null
+    else
+        $GLSLANG -V --target-env vulkan1.1 -I"$ROOT/shaders" "$@" "$ROOT/shaders/matmul_cmp.comp" \
+            -o "$dir/$n.spv" > /dev/null
+    fi
+}
+cmp_set() { # dir api
+    cmp "$1" cmp "$2"
+    cmp "$1" cmp_pf0 "$2" -DPF=0
+    cmp "$1" cmp_pf2 "$2" -DPF=2
+    cmp "$1" cmp_noload "$2" -DLOADS=0
+    cmp "$1" cmp_nl "$2" -DLOADS=0 -DBARS=0
+}
+cmp_set "$C" nv
+cp "$SRC/cmp_list.txt" "$C/list.txt"
+if [ -n "${GLSLANG_KHR:-}" ]; then
+    mkdir -p "$OUT/cmpk"
+    cmp_set "$OUT/cmpk" khr
+    cp "$SRC/cmp_list_khr.txt" "$OUT/cmpk/list.txt"
+fi
 if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/khr"
     shaders khr "$OUT/khr" $GLSLANG_KHR

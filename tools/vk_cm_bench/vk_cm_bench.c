@@ -29,8 +29,8 @@
  * written to DIR/NAME.SPEC....
  *
  * mma/simt: best of 3 single dispatches. gemm: bf16 weights and f16
- * activations (hi terms; lo terms zero, exponents 0) of small multiples of
- * 1/64, so every product is exact; best of 3 batches of 20 dispatches;
+ * activations (hi and lo terms, exponents 0) of small multiples of 1/64
+ * and 1/4096, so every product is exact; best of 3 batches of 20 dispatches;
  * each entry first runs 100 ms of its dispatches (warm_up: the clocks);
  * 64 outputs (slices summed) compared with a float64 sum ("err"). Timing
  * by timestamp queries. Put each API's entries (NV, KHR) in its own run:
@@ -473,8 +473,20 @@ static float bf16_value(uint16_t b)
     return f;
 }
 
-/* Inputs of the gemm entries: weights [WN, KK] bf16, activations hi
- * [AM, KK] f16 then lo (zeros), all (r - 8) / 64 for r in [0, 16]. */
+/* The f16 bits of v, a normal f16 value or zero (exact: no rounding). */
+static uint16_t f16_bits(float v)
+{
+    int e;
+    if (v == 0)
+        return 0;
+    float m = frexpf(fabsf(v), &e);
+    return (uint16_t)(((e + 14) << 10) | (uint16_t)((m * 2 - 1) * 1024) | (v < 0 ? 0x8000 : 0));
+}
+
+/* Inputs of the gemm entries: weights [WN, KK] bf16 and activations hi
+ * [AM, KK] f16, (r - 8) / 64 for r in [0, 16], then lo [AM, KK] f16,
+ * (r - 8) / 4096, so that the lo products are checked too (every product a
+ * multiple of 2^-18 and every partial sum far below 2^6: exact in f32). */
 static int inputs(void)
 {
     w_host = malloc((size_t)WN * KK * 2);
@@ -489,14 +501,8 @@ static int inputs(void)
         w_host[i] = (uint16_t)(u >> 16);
     }
     for (size_t i = 0; i < (size_t)AM * KK; i++) {
-        int r = rand() % 17 - 8, e;
-        uint16_t h = 0;
-        if (r) {
-            float m = frexpf(fabsf((float)r / 64), &e);
-            h = (uint16_t)(((e + 14) << 10) | (uint16_t)((m * 2 - 1) * 1024) | (r < 0 ? 0x8000 : 0));
-        }
-        a_host[i] = h;
-        a_host[(size_t)AM * KK + i] = 0;
+        a_host[i] = f16_bits((float)(rand() % 17 - 8) / 64);
+        a_host[(size_t)AM * KK + i] = f16_bits((float)(rand() % 17 - 8) / 4096);
     }
     memcpy(g.stage, w_host, (size_t)WN * KK * 2);
     copy(B_STAGE, B_W, (size_t)WN * KK * 2);
@@ -544,7 +550,9 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         uint32_t i = t ? t * 7919u % m : m - 1, j = t ? t * 104729u % n : n - 1;
         double ref = 0, got = 0;
         for (uint32_t c = 0; c < k; c++)
-            ref += (double)f16_value(a_host[(size_t)i * KK + c]) * bf16_value(w_host[(size_t)j * KK + c]);
+            ref += ((double)f16_value(a_host[(size_t)i * KK + c]) +
+                    (v[7] == 2 ? f16_value(a_host[(size_t)AM * KK + (size_t)i * KK + c]) : 0)) *
+                   bf16_value(w_host[(size_t)j * KK + c]);
         for (uint32_t s = 0; s < slices && !fused; s++)
             got += o[(size_t)s * ss + (size_t)i * ldp + j];
         if (fused)
