@@ -155,6 +155,9 @@ typedef struct vk_backend {
         uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per item */
         uint32_t ipg, wgs, wg;  /* $LLMEM_VULKAN_SCAN_{IPG,WGS,WG} (vk_ops_mamba.c) */
         bool norm_loop;         /* $LLMEM_VULKAN_NORM_LOOP: RMS norms without REG (vk_ops_basic.c) */
+        bool pre;               /* ssm_scan_pre.comp for prefill ($LLMEM_VULKAN_SCAN_PRE != 0) */
+        uint32_t pre_rpl, pre_t;  /* $LLMEM_VULKAN_SCAN_PRE_{RPL,T}, 0 when unset (by length) */
+        vk_shader_id pre_shader; /* its variant ($LLMEM_VULKAN_SCAN_PRE_VAR) */
     } scan;
     VkDeviceSize bytes_device;  /* in device blocks */
 
@@ -582,7 +585,7 @@ bool vk_scan_pre_takes(const vk_backend *v, const llmem_ssm_params *p, const llm
 llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_view *view,
                          int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
                          llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
-bool vk_conv_pre_takes(const llmem_view *view, int32_t state);
+bool vk_conv_pre_takes(const vk_backend *v, const llmem_view *view, int32_t state);
 llmem_status vk_conv_pre(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
                          llmem_ct *w, llmem_ct *b, llmem_ct *out);
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);

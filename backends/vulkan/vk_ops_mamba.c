@@ -13,6 +13,7 @@
  * scratch snapshot, and the op reads the snapshot.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "llmem/view.h"
 #include "vk_internal.h"
@@ -167,7 +168,7 @@ llmem_status vk_rs_conv_blocks(vk_backend *v, vk_shader_id shader, uint32_t wg, 
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    if (vk_conv_pre_takes(view, state)) /* prefill: vk_ops_scan_pre.c */
+    if (vk_conv_pre_takes(vk_from(be), view, state)) /* prefill: vk_ops_scan_pre.c */
         return vk_conv_pre(vk_from(be), view, state, x, w, b, out);
     return vk_rs_conv(vk_from(be), VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
@@ -187,9 +188,20 @@ static uint32_t env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t def
  * group, LLMEM_VULKAN_SCAN_WGS (1..65536) the fewest workgroups the grid keeps
  * and LLMEM_VULKAN_SCAN_WG (64, 128, 256, 512) the workgroup size. Also
  * LLMEM_VULKAN_NORM_LOOP=1: the RMS norms (vk_ops_basic.c) loop over a row
- * twice instead of keeping it in registers. */
+ * twice instead of keeping it in registers. The prefill scan's
+ * (vk_ops_scan_pre.c): LLMEM_VULKAN_SCAN_PRE=0 turns it off,
+ * LLMEM_VULKAN_SCAN_PRE_RPL (1..8) and _T (1..64) fix its rows per lane group
+ * and tokens per block, LLMEM_VULKAN_SCAN_PRE_VAR=rolled|nopf picks a variant
+ * (docs/vulkan.md). */
 void vk_scan_config(vk_backend *v)
 {
+    const char *pre = getenv("LLMEM_VULKAN_SCAN_PRE"), *var = getenv("LLMEM_VULKAN_SCAN_PRE_VAR");
+    v->scan.pre = !pre || strcmp(pre, "0") != 0;
+    v->scan.pre_rpl = env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", 1, 8, 0);
+    v->scan.pre_t = env_u32("LLMEM_VULKAN_SCAN_PRE_T", 1, 64, 0);
+    v->scan.pre_shader = var && !strcmp(var, "rolled") ? VK_SH_SSM_SCAN_PRE_ROLLED
+                         : var && !strcmp(var, "nopf") ? VK_SH_SSM_SCAN_PRE_NOPF
+                                                       : VK_SH_SSM_SCAN_PRE;
     v->scan.old = getenv("LLMEM_VULKAN_SCAN_OLD") != NULL;
     v->scan.rpi = env_u32("LLMEM_VULKAN_SCAN_RPI", 1, 8, SCAN_DEC_RPI);
     v->scan.ipg = env_u32("LLMEM_VULKAN_SCAN_IPG", 1, 64, SCAN_DEC_IPG);

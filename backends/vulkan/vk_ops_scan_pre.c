@@ -8,7 +8,8 @@
  * discipline: sources read before any write, a state_gather snapshot when
  * another stream writes a stream's source (vk_rs_prepare).
  *
- * Measurement switches, read at each call: LLMEM_VULKAN_SCAN_PRE=0 keeps
+ * Measurement switches, read once when the backend opens (vk_scan_config,
+ * v->scan): LLMEM_VULKAN_SCAN_PRE=0 keeps
  * ssm_scan.comp and ssm_conv.comp for every multi-token ubatch;
  * LLMEM_VULKAN_SCAN_PRE_RPL (1..8; default 4, 8 for 32 tokens a stream or
  * fewer) sets the scan's state rows per lane group, LLMEM_VULKAN_SCAN_PRE_T
@@ -17,9 +18,6 @@
  * full blocks rolled (shader ssm_scan_pre_rolled), =nopf stages each block
  * without prefetching it (ssm_scan_pre_nopf).
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "llmem/view.h"
 #include "vk_internal.h"
 
@@ -36,19 +34,6 @@
 #define CONV_PRE_WG 128
 #define CONV_PRE_TB 16 /* ssm_conv_pre.comp: tokens per invocation */
 
-static uint32_t env_u32(const char *name, uint32_t dflt, uint32_t lo, uint32_t hi)
-{
-    const char *s = getenv(name);
-    long n = s ? strtol(s, NULL, 10) : -1;
-    return n >= (long)lo && n <= (long)hi ? (uint32_t)n : dflt;
-}
-
-static bool pre_enabled(void)
-{
-    const char *s = getenv("LLMEM_VULKAN_SCAN_PRE");
-    return !s || strcmp(s, "0") != 0;
-}
-
 /* The scan's layout for d_state n and head_dim hd: lane groups *lg of n / 4
  * lanes, *rpl rows each, *t tokens per block; false when the shader cannot
  * take the shape (then ssm_scan.comp runs). */
@@ -59,8 +44,9 @@ static bool scan_layout(const vk_backend *v, uint32_t n, uint32_t hd, uint32_t n
         return false;
     uint32_t L = n / 4;
     bool few = n_tok <= PRE_SHORT;
-    *rpl = env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", few ? PRE_RPL_SHORT : PRE_RPL, 1, 8);
-    *t = env_u32("LLMEM_VULKAN_SCAN_PRE_T", few ? PRE_T_SHORT : PRE_T, 1, 64);
+    /* the knobs: read when the backend opens (vk_scan_config) */
+    *rpl = v->scan.pre_rpl ? v->scan.pre_rpl : few ? PRE_RPL_SHORT : PRE_RPL;
+    *t = v->scan.pre_t ? v->scan.pre_t : few ? PRE_T_SHORT : PRE_T;
     *lg = PRE_WG / L;
     /* no more rows per workgroup than the head has (short heads, small d_state) */
     while (*lg > 1 && (*lg / 2) * *rpl >= hd)
@@ -82,7 +68,7 @@ static bool scan_layout(const vk_backend *v, uint32_t n, uint32_t hd, uint32_t n
 bool vk_scan_pre_takes(const vk_backend *v, const llmem_ssm_params *p, const llmem_rs_view *rs)
 {
     uint32_t lg, rpl, t;
-    if (!pre_enabled() || rs->n_seq_tokens < 2)
+    if (!v->scan.pre || rs->n_seq_tokens < 2)
         return false;
     return scan_layout(v, (uint32_t)p->d_state, (uint32_t)p->head_dim,
                        (uint32_t)rs->n_seq_tokens, &lg, &rpl, &t);
@@ -98,22 +84,17 @@ llmem_status vk_scan_pre(vk_backend *v, const llmem_ssm_params *p, const llmem_v
                      (uint32_t)rs->n_seq_tokens, &lg, &rpl, &t))
         return LLMEM_E_UNSUPPORTED;
     uint32_t n_blocks = (uint32_t)vk_div_up((uint64_t)p->head_dim, (uint64_t)lg * rpl);
-    const char *var = getenv("LLMEM_VULKAN_SCAN_PRE_VAR");
-    vk_scan_launch l = {.shader = VK_SH_SSM_SCAN_PRE, .wg = lg * ((uint32_t)p->d_state / 4),
+    vk_scan_launch l = {.shader = v->scan.pre_shader, .wg = lg * ((uint32_t)p->d_state / 4),
                         .spec = {rpl, t, lg}, .n_spec = 3, .n_chunks = n_blocks,
                         .groups = (uint64_t)rs->n_seqs * (uint64_t)p->n_heads * n_blocks};
-    if (var && strcmp(var, "rolled") == 0)
-        l.shader = VK_SH_SSM_SCAN_PRE_ROLLED;
-    else if (var && strcmp(var, "nopf") == 0)
-        l.shader = VK_SH_SSM_SCAN_PRE_NOPF;
     return vk_rs_scan(v, &l, p, view, state, xbc, dt, a_log, d, dt_bias, y);
 }
 
-bool vk_conv_pre_takes(const llmem_view *view, int32_t state)
+bool vk_conv_pre_takes(const vk_backend *v, const llmem_view *view, int32_t state)
 {
     const llmem_rs_view *rs = llmem_view_rs(view);
     /* a block's first DC - 1 inputs must come from x or, in block 0, the state */
-    return pre_enabled() && rs->n_seq_tokens >= 2 && rs->desc[state].shape[0] + 1 <= CONV_PRE_TB;
+    return v->scan.pre && rs->n_seq_tokens >= 2 && rs->desc[state].shape[0] + 1 <= CONV_PRE_TB;
 }
 
 llmem_status vk_conv_pre(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
