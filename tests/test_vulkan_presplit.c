@@ -131,7 +131,7 @@ static void expect_close(const float *o, const double *ref, int32_t m, int32_t n
 
 /* ---- the chains -------------------------------------------------------------------------- */
 
-enum { N_OUT = 5 };
+enum { N_OUT = 6 };
 
 /* One shape's inputs: x, r, y, z [m, k]; the norm weight nw [k]; w, g, u
  * [n, k] and d [n, n] bf16-exact weights. */
@@ -144,7 +144,8 @@ typedef struct chain_in {
  * $LLMEM_VULKAN_PRESPLIT=ps; out[i] (caller's, m n floats each): 0 x += r,
  * norm -> matmul w, 1 the same product fast, 2 norm of r -> matmul w, 3
  * gated norm of y, z -> matmul w, 4 matmul_swiglu (g, u) of the norm of r
- * -> matmul d. */
+ * -> matmul d, 5 the same as two matmuls and llmem_op_swiglu in place (the
+ * model's path above 4 rows). */
 
 static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
 {
@@ -174,7 +175,14 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     OK(llmem_op_matmul_swiglu(vk, &h, &g, &u, &upt));
     OK(llmem_op_matmul(vk, &upt, &d, &o));
     get_f32(&o, out[4]);
-    llmem_buffer *all[] = {bx, br, by, bz, bnw, bw, bg, bu, bd, bh, bo, bup};
+    llmem_buffer *bgp;
+    llmem_tensor gp = up_f32(vk, &bgp, NULL, m, n);
+    OK(llmem_op_matmul(vk, &h, &u, &upt));
+    OK(llmem_op_matmul(vk, &h, &g, &gp));
+    OK(llmem_op_swiglu(vk, &gp, &upt, &upt));
+    OK(llmem_op_matmul(vk, &upt, &d, &o));
+    get_f32(&o, out[5]);
+    llmem_buffer *all[] = {bx, br, by, bz, bnw, bw, bg, bu, bd, bh, bo, bup, bgp};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         llmem_buffer_free(all[i]);
     llmem_backend_close(vk);
@@ -206,6 +214,7 @@ static void ref_chains(const chain_in *c, double *ref[N_OUT])
     for (size_t i = 0; i < mn; i++)
         gp[i] = silu_d(gp[i]) * upp[i];
     ref_mm(gp, c->d, m, n, n, ref[4]);
+    memcpy(ref[5], ref[4], mn * sizeof(double));
     for (size_t i = 0; i < mk; i++)
         a[i] = (double)c->y[i] * silu_d(c->z[i]);
     ref_norm(a, c->nw, m, k, h);
@@ -221,7 +230,8 @@ START_TEST(test_presplit_chains)
     static const int32_t shapes[][3] = {{16, 1024, 96}, {64, 512, 136}, {40, 2048, 40}, {9, 264, 24}};
     static const char *names[N_OUT] = {"add + norm -> matmul", "add + norm -> matmul_fast",
                                        "norm -> matmul", "gated norm -> matmul",
-                                       "matmul_swiglu -> matmul"};
+                                       "matmul_swiglu -> matmul",
+                                       "matmul, matmul, swiglu in place -> matmul"};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         chain_in c = {.m = shapes[si][0], .k = shapes[si][1], .n = shapes[si][2]};
         size_t mk = (size_t)c.m * c.k, nk = (size_t)c.n * c.k, mn = (size_t)c.m * c.n;

@@ -337,6 +337,14 @@ void vk_presplit_drop(vk_backend *v);
 void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n);
 /* Frees the terms buffer (backend destroy). */
 void vk_presplit_finish(llmem_backend *be, vk_backend *v);
+/* out = silu(g) * u (2-D [m, k] f32, llmem_op_swiglu's arithmetic; out may
+ * be g or u) through cm_split.comp's SWIGLU mode, which also writes the
+ * terms of out for the next product, when vk_presplit_want says so and
+ * every operand is 16-byte aligned (vk_ops_matmul.c); *done says whether
+ * it ran (else the caller runs the element-wise swiglu). Statuses of
+ * vk_op_run. */
+llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
+                             llmem_ct *out, bool *done);
 
 /* Makes sure a command buffer is recording. */
 llmem_status vk_cmd_begin(vk_backend *v);

@@ -74,7 +74,8 @@ typedef struct vk_mm_caps {
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
     bool matmul_old;   /* $LLMEM_VULKAN_MATMUL_OLD */
     bool cm_wave_round; /* $LLMEM_VULKAN_CM_WAVE_ROUND: slices per tile by round(wave / tiles) */
-    uint32_t split_wg;  /* cm_split.comp's workgroup ($LLMEM_VULKAN_SPLIT_WG, default 256) */
+    uint32_t split_wg;  /* cm_split.comp's workgroup ($LLMEM_VULKAN_SPLIT_WG; 0: by K, split_wg
+                         * in vk_ops_matmul.c) */
     uint32_t presplit; /* decode-sized norms and SwiGLU write matmul_cm's f16 terms of their
                         * output ($LLMEM_VULKAN_PRESPLIT: 0 off, 1 on (default), 2 even
                         * without cooperative matrices; vk_presplit.c) */

@@ -79,8 +79,14 @@ llmem_status vk_op_mul(llmem_backend *be, llmem_ct *a, llmem_ct *b, llmem_ct *ou
     return binary(be, 1, a, b, out);
 }
 
+/* At decode rows (vk_presplit_want) the SwiGLU also writes matmul_cm's
+ * terms of out for the down projection (vk_swiglu_split). */
 llmem_status vk_op_swiglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_ct *out)
 {
+    bool done = false;
+    llmem_status st = vk_swiglu_split(be, vk_from(be), gate, up, out, &done);
+    if (st != LLMEM_OK || done)
+        return st;
     return binary(be, 2, gate, up, out);
 }
 
@@ -144,18 +150,19 @@ llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_
 #define NORM_SPLIT_MAX 8192
 
 /* The workgroup of a norm over rows of n elements: $LLMEM_VULKAN_NORM_WG
- * (64 .. 1024, a power of two) when set, else ROW_WG below 4096 elements,
- * 512 up to 8191 and 1024 from 8192 (at most 8 elements an invocation up
- * to 8192: a decode step's norms are 16-64 rows, one workgroup each, so
- * wider workgroups put more loads in flight; docs/benchmarks.md "The
- * batched decode step: split activations, wider norms"). */
+ * (64 .. 1024, a power of two) when set, else ROW_WG below 1024 elements,
+ * 512 up to 2047 and 1024 from 2048 (a decode step's norms are 16-64
+ * rows, one workgroup each, so wider workgroups put more loads in flight:
+ * H200, 9B b64 24.45 -> 22.72 ms with the presplit, 2b 11.80 -> 10.74;
+ * docs/benchmarks.md "The batched decode step: split activations, wider
+ * norms"). */
 static uint32_t norm_wg(int64_t n)
 {
     const char *e = getenv("LLMEM_VULKAN_NORM_WG");
     long x = e ? strtol(e, NULL, 10) : 0;
     if (x >= 64 && x <= 1024 && (x & (x - 1)) == 0)
         return (uint32_t)x;
-    return n >= 8192 ? 1024u : n >= 4096 ? 512u : ROW_WG;
+    return n >= 2048 ? 1024u : n >= 1024 ? 512u : ROW_WG;
 }
 
 /* The REG specialization constant of a norm over rows of n elements with

@@ -71,8 +71,8 @@ void vk_matmul_config(vk_backend *v)
     /* the wave's slices per tile rounded to nearest instead of down (a 67-tile product: 2
      * slices, 134 workgroups, instead of 1) */
     v->mm.cm_wave_round = env_u32("LLMEM_VULKAN_CM_WAVE_ROUND", 0, 0, 1) == 1;
-    uint32_t swg = env_u32("LLMEM_VULKAN_SPLIT_WG", SPLIT_WG, 64, 1024);
-    v->mm.split_wg = (swg & (swg - 1)) == 0 ? swg : SPLIT_WG;
+    uint32_t swg = env_u32("LLMEM_VULKAN_SPLIT_WG", 0, 64, 1024);
+    v->mm.split_wg = (swg & (swg - 1)) == 0 ? swg : 0;
     v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
     /* above 64 rows: matmul_cmp.comp's KHR module where the device and the build have it (1,
      * default; else matmul_cm.comp), its NV module (2, slower in fast mode), matmul_cm (0) */
@@ -210,6 +210,16 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     return st;
 }
 
+/* cm_split.comp's workgroup for rows of k elements: $LLMEM_VULKAN_SPLIT_WG
+ * when set, else 1024 from 2048 elements (a decode split is 16-64
+ * workgroups: more loads in flight a row; H200, 9B b64 22.90 -> 22.76 ms,
+ * 2b 11.06 -> 10.97, docs/benchmarks.md "The batched decode step"), else
+ * SPLIT_WG. */
+static uint32_t split_wg(const vk_backend *v, uint32_t k)
+{
+    return v->mm.split_wg ? v->mm.split_wg : k >= 2048 ? 1024u : SPLIT_WG;
+}
+
 /* The activations of matmul_cm.comp as cm_split.comp writes them: one
  * scratch buffer of hi [m, k] f16 (and lo, split 2) then e [m] i32. */
 typedef struct cm_terms {
@@ -251,7 +261,7 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     t->buf->size = t->terms + (size_t)m * 4;
     llmem_tensor tall = llmem_tensor_1d(t->buf, 0, LLMEM_DTYPE_F32, (int64_t)(t->terms / 4 + m));
     vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, v->mm.split_wg);
+    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, k));
     vk_op_spec(&sp, split);
     vk_op_spec(&sp, 0); /* SWIGLU */
     uint32_t ao = vk_op_tensor(v, &sp, a, false);
@@ -574,21 +584,18 @@ llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct 
     return vk_op_run(v, &op, tiles);
 }
 
-/* out = silu(g) * u ([m, k] f32, as binary.comp's swiglu) through
- * cm_split.comp's SWIGLU mode, which also writes the terms of out for the
- * next product (vk_presplit.c), when vk_presplit_want says so for [m, k]
- * and every operand is 16-byte aligned; *done says whether it ran (else
- * the caller runs vk_op_swiglu). Statuses of vk_op_run. */
-static llmem_status swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
-                                 llmem_ct *out, bool *done)
+llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
+                             llmem_ct *out, bool *done)
 {
+    *done = false;
+    if (g->n_dims != 2 || u->n_dims != 2 || out->n_dims != 2)
+        return LLMEM_OK;
     uint32_t m = (uint32_t)g->ne[0], k = (uint32_t)g->ne[1];
     llmem_tensor t;
-    *done = false;
     if (!vk_presplit_want(v, m, k) || vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
         return LLMEM_OK;
     vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, v->mm.split_wg);
+    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, k));
     vk_op_spec(&sp, 2);
     vk_op_spec(&sp, 1); /* SWIGLU */
     uint32_t go = vk_op_tensor(v, &sp, g, false);
@@ -661,7 +668,7 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
         st = vk_op_matmul(be, a, up, &u);
     if (st == LLMEM_OK) {
         bool split_done = false;
-        st = swiglu_split(be, v, &g, &u, out, &split_done);
+        st = vk_swiglu_split(be, v, &g, &u, out, &split_done);
         if (st == LLMEM_OK && !split_done)
             st = vk_op_swiglu(be, &g, &u, out);
     }
