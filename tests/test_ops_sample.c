@@ -381,6 +381,73 @@ START_TEST(test_logprob_gather)
 }
 END_TEST
 
+/* logprob_gather over masked rows: -inf entries (a constraint mask) add
+ * nothing to the sum and a masked id gives -inf; NaN entries are skipped
+ * (as the CPU backend's row_lse does). V 4100 takes Vulkan's vec4 loads,
+ * V 4099 the scalar ones. Expected: the log-sum-exp in double over the
+ * finite entries, written here. */
+START_TEST(test_logprob_gather_masked)
+{
+    static const int32_t vs[] = {4100, 4099};
+    llmem_backend *be = th_open(_i);
+    for (size_t s = 0; s < sizeof vs / sizeof vs[0]; s++) {
+        int32_t rows = 4, v = vs[s];
+        int64_t n = (int64_t)rows * v;
+        ref64_rng r = ref64_rng_make(ref64_seed(), 3100 + s);
+        th_ctx c;
+        th_begin(&c, be);
+        double *x = th_vec(&c, n), *out = th_vec(&c, rows), *ref = th_vec(&c, rows);
+        int32_t *ids = th_alloc(&c, (size_t)rows * sizeof *ids);
+        ref64_fill(&r, x, n, -20, 20, F32);
+        for (int32_t i = 0; i < rows; i++) {
+            double *row = x + (int64_t)i * v;
+            /* rows 0, 1: a quarter masked; rows 2, 3: all but 3 entries masked */
+            int32_t keep = i < 2 ? 3 * v / 4 : 3;
+            for (int32_t j = 0; j < v; j++)
+                if (ref64_int(&r, 0, v - 1) >= keep)
+                    row[j] = -INFINITY;
+            row[ref64_int(&r, 0, v - 1)] = NAN;
+            row[v - 1] = 25.0; /* a finite maximum in every row */
+            /* rows 0, 2: a kept id; rows 1, 3: a masked one */
+            int32_t id = ref64_int(&r, 0, v - 2);
+            while ((i % 2 == 0) == (isinf(row[id]) || isnan(row[id])))
+                id = (id + 1) % (v - 1);
+            ids[i] = id;
+            double mx = -INFINITY, sum = 0;
+            for (int32_t j = 0; j < v; j++)
+                if (!isnan(row[j]) && row[j] > mx)
+                    mx = row[j];
+            for (int32_t j = 0; j < v; j++)
+                if (!isnan(row[j]) && !isinf(row[j]))
+                    sum += exp(row[j] - mx);
+            ref[i] = row[id] - (mx + log(sum));
+        }
+        llmem_tensor tx = th_input(&c, F32, 2, rows, v, 1, x);
+        llmem_tensor ti = th_tensor(&c, I32, 1, rows, 1, 1);
+        th_set_i32(&ti, ids);
+        llmem_tensor to = th_tensor(&c, F32, 1, rows, 1, 1);
+        llmem_status st = llmem_op_logprob_gather(be, &tx, &ti, &to);
+        if (st == LLMEM_E_UNSUPPORTED && !th_is_cpu(_i)) {
+            th_end(&c);
+            break;
+        }
+        ck_assert_int_eq(st, LLMEM_OK);
+        th_get(&to, out);
+        for (int32_t i = 0; i < rows; i++) {
+            if (isinf(ref[i]))
+                ck_assert_msg(out[i] == ref[i], "masked logprob_gather row %d of V %d: %g, want %g",
+                              i, v, out[i], ref[i]);
+            else
+                ck_assert_msg(fabs(out[i] - ref[i]) <= 1e-5 * (1 + fabs(ref[i])),
+                              "masked logprob_gather row %d of V %d: %.9g, want %.9g", i, v,
+                              out[i], ref[i]);
+        }
+        th_end(&c);
+    }
+    llmem_backend_close(be);
+}
+END_TEST
+
 START_TEST(test_top_logprobs)
 {
     static const int32_t cases[][3] = {{1, 1, 1}, {4, 37, 5}, {3, 600, 64}, {2, 128256, 20},
@@ -529,6 +596,7 @@ int main(void)
     tcase_add_loop_test(tc, test_sample_greedy_repeat, 0, n);
     tcase_add_loop_test(tc, test_sample_frequencies, 0, n);
     tcase_add_loop_test(tc, test_logprob_gather, 0, n);
+    tcase_add_loop_test(tc, test_logprob_gather_masked, 0, n);
     tcase_add_loop_test(tc, test_top_logprobs, 0, n);
     tcase_add_loop_test(tc, test_sample_arguments, 0, n);
     tcase_add_loop_test(tc, test_matmul_fast, 0, n);
