@@ -149,19 +149,22 @@ llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_
  * packs through shared memory (4 bytes each): 32 KiB. */
 #define NORM_SPLIT_MAX 8192
 
-/* The workgroup of a norm over rows of n elements: $LLMEM_VULKAN_NORM_WG
- * (64 .. 1024, a power of two) when set, else ROW_WG below 1024 elements,
- * 512 up to 2047 and 1024 from 2048 (a decode step's norms are 16-64
- * rows, one workgroup each, so wider workgroups put more loads in flight:
- * H200, 9B b64 24.45 -> 22.72 ms with the presplit, 2b 11.80 -> 10.74;
- * docs/benchmarks.md "The batched decode step: split activations, wider
- * norms"). */
-static uint32_t norm_wg(int64_t n)
+/* The workgroup of a norm of `rows` rows of n elements:
+ * $LLMEM_VULKAN_NORM_WG (64 .. 1024, a power of two) when set; at the
+ * batched decode rows (VK_MM_MV_MAX < rows <= VK_PRESPLIT_ROWS) 1024 from
+ * 2048 elements and 512 from 1024 (such a norm is 9-64 workgroups, so
+ * wider ones put more loads in flight: H200, 9B b64 24.45 -> 22.72 ms with
+ * the presplit, 2b 11.80 -> 10.74; docs/benchmarks.md "The batched decode
+ * step: split activations, wider norms"); else ROW_WG (prefill and 1-8
+ * rows: not measured wider). */
+static uint32_t norm_wg(int64_t rows, int64_t n)
 {
     const char *e = getenv("LLMEM_VULKAN_NORM_WG");
     long x = e ? strtol(e, NULL, 10) : 0;
     if (x >= 64 && x <= 1024 && (x & (x - 1)) == 0)
         return (uint32_t)x;
+    if (rows <= VK_MM_MV_MAX || rows > (int64_t)VK_PRESPLIT_ROWS)
+        return ROW_WG;
     return n >= 2048 ? 1024u : n >= 1024 ? 512u : ROW_WG;
 }
 
@@ -203,7 +206,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
-    uint32_t wg = norm_wg(cols), reg = norm_reg(v, cols, wg);
+    uint32_t wg = norm_wg(rows, cols), reg = norm_reg(v, cols, wg);
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, wg);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
@@ -246,7 +249,7 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(y), cols = cols_of(y);
-    uint32_t wg = norm_wg(cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
+    uint32_t wg = norm_wg(rows, cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, wg);
     vk_op_spec(&op, (uint32_t)w->dtype);

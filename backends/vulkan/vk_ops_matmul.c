@@ -210,14 +210,17 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     return st;
 }
 
-/* cm_split.comp's workgroup for rows of k elements: $LLMEM_VULKAN_SPLIT_WG
- * when set, else 1024 from 2048 elements (a decode split is 16-64
- * workgroups: more loads in flight a row; H200, 9B b64 22.90 -> 22.76 ms,
- * 2b 11.06 -> 10.97, docs/benchmarks.md "The batched decode step"), else
- * SPLIT_WG. */
-static uint32_t split_wg(const vk_backend *v, uint32_t k)
+/* cm_split.comp's workgroup for m rows of k elements:
+ * $LLMEM_VULKAN_SPLIT_WG when set, else 1024 at up to VK_PRESPLIT_ROWS
+ * rows from 2048 elements (a decode split is 9-64 workgroups: more loads
+ * in flight a row; H200, 9B b64 22.90 -> 22.76 ms, 2b 11.06 -> 10.97,
+ * docs/benchmarks.md "The batched decode step"), else SPLIT_WG (prefill:
+ * not measured wider). */
+static uint32_t split_wg(const vk_backend *v, uint32_t m, uint32_t k)
 {
-    return v->mm.split_wg ? v->mm.split_wg : k >= 2048 ? 1024u : SPLIT_WG;
+    if (v->mm.split_wg)
+        return v->mm.split_wg;
+    return m <= VK_PRESPLIT_ROWS && k >= 2048 ? 1024u : SPLIT_WG;
 }
 
 /* The activations of matmul_cm.comp as cm_split.comp writes them: one
@@ -261,7 +264,7 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     t->buf->size = t->terms + (size_t)m * 4;
     llmem_tensor tall = llmem_tensor_1d(t->buf, 0, LLMEM_DTYPE_F32, (int64_t)(t->terms / 4 + m));
     vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, k));
+    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, m, k));
     vk_op_spec(&sp, split);
     vk_op_spec(&sp, 0); /* SWIGLU */
     uint32_t ao = vk_op_tensor(v, &sp, a, false);
@@ -595,7 +598,7 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
     if (!vk_presplit_want(v, m, k) || vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
         return LLMEM_OK;
     vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, k));
+    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, m, k));
     vk_op_spec(&sp, 2);
     vk_op_spec(&sp, 1); /* SWIGLU */
     uint32_t go = vk_op_tensor(v, &sp, g, false);
