@@ -72,15 +72,6 @@ static const struct {
     {"C64", 8, LLMEM_DTYPE_COUNT},
 };
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d)
-        memcpy(d, s, n);
-    return d;
-}
-
 static char *join_path(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
@@ -233,7 +224,7 @@ static llmem_status parse_entry(llmem_safetensors *st, int32_t fi, const cJSON *
     if (push_tensor(st, &t) != LLMEM_OK)
         return LLMEM_E_NO_MEMORY;
     *t = tmp;
-    t->name = dup_str(name);
+    t->name = strdup(name);
     if (!t->name) {
         st->n--;
         return LLMEM_E_NO_MEMORY;
@@ -556,7 +547,7 @@ static llmem_status list_dir(llmem_safetensors *st, const char *dir, char *err, 
             }
             names = nn;
         }
-        names[n] = dup_str(de->d_name);
+        names[n] = strdup(de->d_name);
         if (!names[n]) {
             s = LLMEM_E_NO_MEMORY;
             break;
@@ -605,7 +596,7 @@ llmem_status llmem_safetensors_open(const char *path, llmem_safetensors **out, c
     llmem_safetensors *st = calloc(1, sizeof *st);
     cJSON *index = NULL;
     llmem_status s = LLMEM_E_NO_MEMORY;
-    if (!st || !(st->path = dup_str(path)))
+    if (!st || !(st->path = strdup(path)))
         goto fail;
     if (S_ISDIR(sb.st_mode)) {
         char *ipath = join_path(path, ST_INDEX_NAME);
@@ -617,7 +608,7 @@ llmem_status llmem_safetensors_open(const char *path, llmem_safetensors **out, c
         s = has_index ? list_from_index(st, path, &index, err, err_len)
                       : list_dir(st, path, err, err_len);
     } else {
-        char *p = dup_str(path);
+        char *p = strdup(path);
         s = p ? add_file(st, p) : LLMEM_E_NO_MEMORY;
     }
     if (s != LLMEM_OK)

@@ -46,15 +46,6 @@ static char *read_file(const char *path, size_t *n_out, llmem_status *st)
     return b.p;
 }
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s);
-    char *p = malloc(n + 1);
-    if (p)
-        memcpy(p, s, n + 1);
-    return p;
-}
-
 static const char *jstr(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -140,7 +131,7 @@ static llmem_status add_norm(load_ctx *c, const cJSON *o)
         n->kind = TK_NORM_NFKD;
     else if (!strcmp(t, "Prepend") && jstr(o, "prepend")) {
         n->kind = TK_NORM_PREPEND;
-        if (!(n->a = dup_str(jstr(o, "prepend"))))
+        if (!(n->a = strdup(jstr(o, "prepend"))))
             return LLMEM_E_NO_MEMORY;
     } else if (!strcmp(t, "Replace")) {
         const char *pat = jstr(cJSON_GetObjectItemCaseSensitive(o, "pattern"), "String");
@@ -150,8 +141,8 @@ static llmem_status add_norm(load_ctx *c, const cJSON *o)
         if (!*pat) /* tokenizers puts content between all characters */
             return unsupported(c, "normalizer Replace with an empty pattern; normalizer", o);
         n->kind = TK_NORM_REPLACE;
-        n->a = dup_str(pat);
-        n->b = dup_str(content);
+        n->a = strdup(pat);
+        n->b = strdup(content);
         if (!n->a || !n->b) {
             free(n->a);
             free(n->b);
@@ -333,7 +324,7 @@ static llmem_status add_dec(load_ctx *c, const cJSON *o)
     } else {
         return unsupported(c, "decoder", o);
     }
-    if ((a && !(d->a = dup_str(a))) || (b && !(d->b = dup_str(b)))) {
+    if ((a && !(d->a = strdup(a))) || (b && !(d->b = strdup(b)))) {
         free(d->a);
         return LLMEM_E_NO_MEMORY;
     }
@@ -465,7 +456,7 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
         int32_t id = it->valueint;
         if (tok->mpiece[id])
             continue;
-        if (!(tok->mpiece[id] = dup_str(it->string)))
+        if (!(tok->mpiece[id] = strdup(it->string)))
             return LLMEM_E_NO_MEMORY;
         tok->mpiece_len[id] = (uint32_t)strlen(it->string);
         tok->piece[id] = tok->mpiece[id];
@@ -480,7 +471,7 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
     cJSON_ArrayForEach(it, added) {
         tk_added *a = &tok->added[tok->n_added++];
         a->id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
-        if (!(a->content = dup_str(jstr(it, "content"))))
+        if (!(a->content = strdup(jstr(it, "content"))))
             return LLMEM_E_NO_MEMORY;
         a->len = (uint32_t)strlen(a->content);
         a->special = jbool(it, "special", false);
@@ -492,7 +483,7 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
         if (!tok->piece[a->id] || strcmp(tok->piece[a->id], a->content)) {
             if (tok->piece[a->id] != tok->mpiece[a->id])
                 free(tok->piece[a->id]);
-            if (!(tok->piece[a->id] = dup_str(a->content)))
+            if (!(tok->piece[a->id] = strdup(a->content)))
                 return LLMEM_E_NO_MEMORY;
             tok->piece_len[a->id] = a->len;
         }
@@ -579,7 +570,7 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
             return LLMEM_E_CORRUPT;
         const char *bos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
         const char *eos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
-        if ((bos && !(tok->bos_str = dup_str(bos))) || (eos && !(tok->eos_str = dup_str(eos))))
+        if ((bos && !(tok->bos_str = strdup(bos))) || (eos && !(tok->eos_str = strdup(eos))))
             goto nomem;
         add_bos = jbool(cfg, "add_bos_token", false);
         add_eos = jbool(cfg, "add_eos_token", false);
@@ -592,7 +583,7 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
                 if (name && !strcmp(name, "default"))
                     tmpl = jstr(e, "template");
             }
-        if (tmpl && !(tok->chat_template = dup_str(tmpl)))
+        if (tmpl && !(tok->chat_template = strdup(tmpl)))
             goto nomem;
         cJSON_Delete(cfg);
         cfg = NULL;

@@ -444,43 +444,40 @@ START_TEST(test_index)
     ck_assert_int_eq(llmem_safetensors_count(st), 2);
     llmem_safetensors_close(st);
 
-    idx = "{\"weight_map\":{\"a\":\"s2.safetensors\",\"b\":\"s2.safetensors\"}}";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
-    ck_assert_msg(strstr(err, "'a'") && strstr(err, "does not hold it"), "%s", err);
-
-    idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"c\":\"s3.safetensors\"}}";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_NOT_FOUND);
-    ck_assert_ptr_nonnull(strstr(err, "s3.safetensors"));
-
-    idx = "{\"weight_map\":{\"a\":\"../s1.safetensors\"}}";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
-    idx = "{\"weight_map\": 3}";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
-    ck_assert_ptr_nonnull(strstr(err, "weight_map"));
-    /* one JSON text (RFC 8259), as json.loads reads it: whitespace may
-     * follow the object, anything else is damage (found by fuzz_safetensors) */
+    /* damaged indexes: the status and what the message must name */
+    static const struct {
+        const char *idx;
+        llmem_status want;
+        const char *why, *also;
+    } bad[] = {
+        {"{\"weight_map\":{\"a\":\"s2.safetensors\",\"b\":\"s2.safetensors\"}}", LLMEM_E_CORRUPT,
+         "'a'", "does not hold it"},
+        {"{\"weight_map\":{\"a\":\"s1.safetensors\",\"c\":\"s3.safetensors\"}}",
+         LLMEM_E_NOT_FOUND, "s3.safetensors", NULL},
+        {"{\"weight_map\":{\"a\":\"../s1.safetensors\"}}", LLMEM_E_CORRUPT, "not a file name", NULL},
+        {"{\"weight_map\": 3}", LLMEM_E_CORRUPT, "weight_map", NULL},
+        /* one JSON text (RFC 8259), as json.loads reads it (found by
+         * fuzz_safetensors) */
+        {"{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}} ]",
+         LLMEM_E_CORRUPT, "bytes after the JSON object", NULL},
+        /* a tensor named twice (json.loads keeps the last file, cJSON the
+         * first) and a name cut at \u0000 ("a\u0000x" would read as "a") */
+        {"{\"weight_map\":{\"a\":\"s1.safetensors\",\"a\":\"s2.safetensors\"}}", LLMEM_E_CORRUPT,
+         "index.json", "key 'a' appears twice"},
+        {"{\"weight_map\":{\"a\\u0000x\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}",
+         LLMEM_E_CORRUPT, "holds \\u0000", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_raw(ip, bad[i].idx, strlen(bad[i].idx));
+        ck_assert_msg(open_st(dir, &st) == bad[i].want, "index %zu: %s", i, err);
+        ck_assert_msg(strstr(err, bad[i].why) && (!bad[i].also || strstr(err, bad[i].also)),
+                      "index %zu: %s", i, err);
+    }
+    /* whitespace may follow the object */
     idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}\n \t";
     write_raw(ip, idx, strlen(idx));
     ck_assert_msg(open_st(dir, &st) == LLMEM_OK, "%s", err);
     llmem_safetensors_close(st);
-    idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}} ]";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
-    ck_assert_msg(strstr(err, "bytes after the JSON object"), "%s", err);
-    /* a tensor named twice (json.loads keeps the last file, cJSON the
-     * first) and a name cut at \u0000 ("a\u0000x" would read as "a") */
-    idx = "{\"weight_map\":{\"a\":\"s1.safetensors\",\"a\":\"s2.safetensors\"}}";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
-    ck_assert_msg(strstr(err, "index.json") && strstr(err, "key 'a' appears twice"), "%s", err);
-    idx = "{\"weight_map\":{\"a\\u0000x\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}";
-    write_raw(ip, idx, strlen(idx));
-    ck_assert_int_eq(open_st(dir, &st), LLMEM_E_CORRUPT);
-    ck_assert_msg(strstr(err, "holds \\u0000"), "%s", err);
 }
 END_TEST
 

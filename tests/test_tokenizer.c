@@ -313,6 +313,44 @@ static void write_file(const char *path, const char *s)
     fclose(f);
 }
 
+/* Loading `path` (json written there first, unless NULL) must fail with
+ * `want`, leave no tokenizer and say each of why, also (may be NULL). */
+static void expect_refused(const char *path, const char *json, llmem_status want, const char *why,
+                           const char *also, size_t i)
+{
+    char err[256] = "";
+    if (json)
+        write_file(path, json);
+    llmem_tokenizer *tok = (llmem_tokenizer *)1;
+    ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == want,
+                  "case %zu: %s (want %s)", i, err, llmem_status_str(want));
+    ck_assert_ptr_null(tok);
+    ck_assert_msg(strstr(err, why) && (!also || strstr(err, also)), "case %zu: %s", i, err);
+}
+
+/* The tokenizer json (written to path) must decode ids[0, n) to want, and
+ * so must its streaming detokenizer fed one id at a time. */
+static void expect_decode(const char *path, const char *json, const int32_t *ids, int32_t n,
+                          const char *want, size_t i)
+{
+    char err[256] = "";
+    write_file(path, json);
+    llmem_tokenizer *tok = NULL;
+    ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
+    char *text = NULL;
+    size_t len = 0, slen = 0;
+    ck_assert_int_eq(llmem_tokenizer_decode(tok, ids, n, true, &text, &len, err, sizeof err),
+                     LLMEM_OK);
+    ck_assert_msg(len == strlen(want) && !memcmp(text, want, len),
+                  "case %zu: decode '%s', want '%s'", i, text, want);
+    char *stream = stream_decode(tok, ids, n, true, &slen);
+    ck_assert_msg(slen == len && !memcmp(stream, want, len), "case %zu: stream '%.*s', want '%s'",
+                  i, (int)slen, stream, want);
+    free(stream);
+    free(text);
+    llmem_tokenizer_destroy(tok);
+}
+
 START_TEST(test_errors)
 {
     char err[256] = "";
@@ -417,26 +455,12 @@ START_TEST(test_metaspace_after_byte_fallback)
         {"never", {7, 4}, 2, "a ba"},                   {"never", {8, 4}, 2, "  a"},
         {"never", {1, 2, 3, 4}, 4, " a"},
     };
-    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[1024], err[256] = "";
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[1024];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(buf, sizeof buf, json, cases[i].scheme);
-        write_file(path, buf);
-        llmem_tokenizer *tok = NULL;
-        ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
-        char *text = NULL;
-        size_t len = 0, slen = 0;
-        ck_assert_int_eq(llmem_tokenizer_decode(tok, cases[i].ids, cases[i].n, true, &text, &len, err,
-                                                sizeof err), LLMEM_OK);
-        ck_assert_msg(len == strlen(cases[i].want) && !strcmp(text, cases[i].want),
-                      "case %zu: decode '%s', want '%s'", i, text, cases[i].want);
-        char *stream = stream_decode(tok, cases[i].ids, cases[i].n, true, &slen);
-        ck_assert_msg(slen == len && !memcmp(stream, cases[i].want, len),
-                      "case %zu: stream '%.*s', want '%s'", i, (int)slen, stream, cases[i].want);
-        free(stream);
-        free(text);
-        llmem_tokenizer_destroy(tok);
+        expect_decode(path, buf, cases[i].ids, cases[i].n, cases[i].want, i);
     }
     unlink(path);
     rmdir(dir);
@@ -469,13 +493,8 @@ START_TEST(test_damaged_tokenizer_json)
     char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], err[256] = "";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_file(path, bad[i]);
-        llmem_tokenizer *tok = (llmem_tokenizer *)1;
-        ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), want[i]);
-        ck_assert_ptr_null(tok);
-        ck_assert_msg(strstr(err, why[i]), "case %zu: %s", i, err);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refused(path, bad[i], want[i], why[i], NULL, i);
     /* the bound itself: 2 x 3 + 1024 - 1 is still an id */
     write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
                      "\"merges\": []}, \"added_tokens\": [{\"id\": 1029, \"content\": \"<x>\"}]}");
@@ -518,13 +537,8 @@ START_TEST(test_nul_and_duplicate_names)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     snprintf(cpath, sizeof cpath, "%s/tokenizer_config.json", dir);
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        write_file(path, bad[i]);
-        llmem_tokenizer *tok = (llmem_tokenizer *)1;
-        ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), LLMEM_E_CORRUPT);
-        ck_assert_ptr_null(tok);
-        ck_assert_msg(strstr(err, "tokenizer.json") && strstr(err, why[i]), "case %zu: %s", i, err);
-    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_refused(path, bad[i], LLMEM_E_CORRUPT, "tokenizer.json", why[i], i);
     /* an escaped backslash before "u0000" is no NUL: the token is the 7
      * characters a\u0000 (as tokenizers reads it), distinct from "a" */
     write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\\\\u0000\": 1}, "
@@ -540,12 +554,8 @@ START_TEST(test_nul_and_duplicate_names)
     };
     for (size_t i = 0; i < sizeof bad_cfg / sizeof bad_cfg[0]; i++) {
         write_file(cpath, bad_cfg[i]);
-        tok = (llmem_tokenizer *)1;
-        ck_assert_int_eq(llmem_tokenizer_load(dir, &tok, err, sizeof err), LLMEM_E_CORRUPT);
-        ck_assert_ptr_null(tok);
-        ck_assert_msg(strstr(err, "tokenizer_config.json") &&
-                      strstr(err, i ? "key 'add_bos_token' appears twice" : "holds \\u0000"),
-                      "config %zu: %s", i, err);
+        expect_refused(dir, NULL, LLMEM_E_CORRUPT, "tokenizer_config.json",
+                       i ? "key 'add_bos_token' appears twice" : "holds \\u0000", i);
     }
     unlink(cpath);
     unlink(path);
@@ -628,29 +638,14 @@ START_TEST(test_stream_decoder_chains)
         {10, {8, 12, 0}, 3, "\xef\xbf\xbd\xef\xbf\xbd""a"},
         {10, {8, 12, 13, 0}, 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd""a"},
     };
-    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[2048], err[256] = "";
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[2048];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(buf, sizeof buf, "{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, "
                  "\"vocab\": {%s}, \"merges\": []}, \"decoder\": {\"type\": \"Sequence\", "
-                 "\"decoders\": [%s]}}", pieces,
-                 chains[cases[i].chain]);
-        write_file(path, buf);
-        llmem_tokenizer *tok = NULL;
-        ck_assert_msg(llmem_tokenizer_load(path, &tok, err, sizeof err) == LLMEM_OK, "%s", err);
-        char *text = NULL;
-        size_t len = 0, slen = 0;
-        ck_assert_int_eq(llmem_tokenizer_decode(tok, cases[i].ids, cases[i].n, true, &text, &len,
-                                                err, sizeof err), LLMEM_OK);
-        ck_assert_msg(len == strlen(cases[i].want) && !memcmp(text, cases[i].want, len),
-                      "case %zu: decode '%s', want '%s'", i, text, cases[i].want);
-        char *stream = stream_decode(tok, cases[i].ids, cases[i].n, true, &slen);
-        ck_assert_msg(slen == len && !memcmp(stream, cases[i].want, len),
-                      "case %zu: stream '%.*s', want '%s'", i, (int)slen, stream, cases[i].want);
-        free(stream);
-        free(text);
-        llmem_tokenizer_destroy(tok);
+                 "\"decoders\": [%s]}}", pieces, chains[cases[i].chain]);
+        expect_decode(path, buf, cases[i].ids, cases[i].n, cases[i].want, i);
     }
     unlink(path);
     rmdir(dir);
@@ -689,17 +684,13 @@ START_TEST(test_decoder_settings)
         {"\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \"\"}, \"content\": \"x\"}",
          LLMEM_E_UNSUPPORTED, "empty pattern"},
     };
-    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[1024], err[256] = "";
+    char dir[] = "/tmp/llmem_tok_XXXXXX", path[256], buf[1024];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(buf, sizeof buf, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, "
                  "\"merges\": []}, %s}", bad[i].stage);
-        write_file(path, buf);
-        llmem_tokenizer *tok = (llmem_tokenizer *)1;
-        ck_assert_int_eq(llmem_tokenizer_load(path, &tok, err, sizeof err), bad[i].want);
-        ck_assert_ptr_null(tok);
-        ck_assert_msg(strstr(err, bad[i].why), "case %zu: %s", i, err);
+        expect_refused(path, buf, bad[i].want, bad[i].why, NULL, i);
     }
     unlink(path);
     rmdir(dir);
