@@ -434,6 +434,42 @@ llmem_status set_layers(cfgctx *c, llmem_model_config *m, int32_t n, llmem_layer
     return LLMEM_OK;
 }
 
+llmem_status hf_cfg_layer_names(cfgctx *c, const char *const *keys, int32_t n, const char *arch,
+                                const hf_kind_name *names, int n_names, int32_t *out,
+                                bool *found)
+{
+    const char *k = keys[0];
+    const cJSON *lt = find_any(c->root, keys, &k);
+    *found = lt && !cJSON_IsNull(lt);
+    if (!*found)
+        return LLMEM_OK;
+    bool strings = cJSON_IsArray(lt) && cJSON_GetArraySize(lt) == n;
+    for (const cJSON *e = strings ? lt->child : NULL; e; e = e->next)
+        strings = strings && cJSON_IsString(e);
+    if (!strings) {
+        llmem_errf(c->err, c->err_len, "%s: '%s' must be an array of num_hidden_layers (%d) "
+                   "strings", c->src, k, n);
+        return LLMEM_E_CORRUPT;
+    }
+    int32_t i = 0;
+    for (const cJSON *e = lt->child; e; e = e->next, i++) {
+        int j = 0;
+        while (j < n_names && strcmp(e->valuestring, names[j].name) != 0)
+            j++;
+        if (j == n_names) {
+            char known[160] = "";
+            for (int q = 0; q < n_names; q++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                         q ? ", " : "", names[q].name);
+            llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which %s does not "
+                       "define (%s)", c->src, i, e->valuestring, arch, known);
+            return LLMEM_E_UNSUPPORTED;
+        }
+        out[i] = names[j].value;
+    }
+    return LLMEM_OK;
+}
+
 static llmem_status parse_llama(cfgctx *c, llmem_model_config *m)
 {
     int32_t n;

@@ -45,24 +45,6 @@ llmem_status hf_cfg_parse_nemotron_moe(cfgctx *c, llmem_model_config *m)
     return LLMEM_OK;
 }
 
-/* Layer kind of granitemoehybrid's layer_types / layers_block_type entry. */
-static llmem_status granite_kind(cfgctx *c, int32_t i, const cJSON *e, llmem_layer_kind *out)
-{
-    if (!cJSON_IsString(e))
-        return bad(c, "'layer_types' must be an array of strings");
-    const char *name = e->valuestring;
-    if (!strcmp(name, "mamba") || !strcmp(name, "linear_attention"))
-        *out = LLMEM_LAYER_MAMBA2;
-    else if (!strcmp(name, "attention") || !strcmp(name, "full_attention"))
-        *out = LLMEM_LAYER_ATTENTION;
-    else {
-        llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which granitemoehybrid "
-                "does not define (mamba, attention)", c->src, i, name);
-        return LLMEM_E_UNSUPPORTED;
-    }
-    return LLMEM_OK;
-}
-
 /* GraniteMoeHybridConfig: bamba's Mamba-2 keys, a shared SwiGLU MLP in every
  * layer plus num_local_experts routed experts (softmax over the top-k
  * logits), optional RoPE, and the four multipliers. */
@@ -72,18 +54,15 @@ llmem_status hf_cfg_parse_granite(cfgctx *c, llmem_model_config *m)
     llmem_activation act;
     TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
     TRY(set_layers(c, m, n, LLMEM_LAYER_MAMBA2, true));
-    const char *lk = "layer_types";
-    const cJSON *lt = find_any(c->root, KEYS("layer_types", "layers_block_type"), &lk);
-    if (lt) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
-            llmem_errf(c->err, c->err_len, "%s: '%s' must be an array of num_hidden_layers (%d) "
-                    "strings", c->src, lk, n);
-            return LLMEM_E_CORRUPT;
-        }
-        int32_t i = 0;
-        for (const cJSON *e = lt->child; e; e = e->next, i++)
-            TRY(granite_kind(c, i, e, &m->layers[i].kind));
-    }
+    static const hf_kind_name kinds[] = {
+        {"mamba", LLMEM_LAYER_MAMBA2}, {"linear_attention", LLMEM_LAYER_MAMBA2},
+        {"attention", LLMEM_LAYER_ATTENTION}, {"full_attention", LLMEM_LAYER_ATTENTION}};
+    int32_t kind[LLMEM_MODEL_MAX_LAYERS];
+    bool listed;
+    TRY(hf_cfg_layer_names(c, KEYS("layer_types", "layers_block_type"), n, "granitemoehybrid",
+                           kinds, 4, kind, &listed));
+    for (int32_t i = 0; listed && i < n; i++)
+        m->layers[i].kind = (llmem_layer_kind)kind[i];
     TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-6, &m->norm_eps));
     TRY(get_act(c, KEYS("hidden_act"), "silu", false, &act));
     m->ffn_act = act;

@@ -69,6 +69,22 @@ llmem_status parse_ssm(cfgctx *c, llmem_model_config *m, const ssm_keys *k);
 llmem_status parse_attention(cfgctx *c, llmem_model_config *m);
 llmem_status parse_rope(cfgctx *c, llmem_model_config *m, double default_partial);
 llmem_status parse_ffn(cfgctx *c, llmem_model_config *m, bool gated);
+/* A name a layer list may hold and what it stands for (a llmem_layer_kind,
+ * or a family's own code). */
+typedef struct hf_kind_name {
+    const char *name;
+    int32_t value;
+} hf_kind_name;
+/* The per-layer list under the first of keys present (transformers'
+ * layer_types, layers_block_type): n strings, each a name of
+ * names[0, n_names); out[i] gets entry i's value. Absent or null: LLMEM_OK
+ * with *found false and out untouched. LLMEM_E_CORRUPT: not an array of n
+ * strings; LLMEM_E_UNSUPPORTED: a name the family lacks (a layer type llmem
+ * does not implement; err names the layer, the name, arch and the names it
+ * knows). */
+llmem_status hf_cfg_layer_names(cfgctx *c, const char *const *keys, int32_t n, const char *arch,
+                                const hf_kind_name *names, int n_names, int32_t *out,
+                                bool *found);
 
 /* config_hybrid.c: the MoE and muP families. nemotron_h's MoE keys (called
  * after its layer list when a layer is 'moe'); granitemoehybrid; falcon_h1;

@@ -119,19 +119,13 @@ llmem_status hf_cfg_parse_gemma3(cfgctx *c, llmem_model_config *m)
     double th[2], sc[2]; /* [0] sliding, [1] full */
     TRY(rope_of(c, "sliding_attention", 10000.0, &th[0], &sc[0]));
     TRY(rope_of(c, "full_attention", 1000000.0, &th[1], &sc[1]));
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c->root, "layer_types");
-    if (lt && !cJSON_IsNull(lt) && (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n))
-        return bad(c, "'layer_types' must be an array of num_hidden_layers strings");
+    static const hf_kind_name types[] = {{"sliding_attention", 1}, {"full_attention", 0}};
+    int32_t slid[LLMEM_MODEL_MAX_LAYERS];
+    bool listed;
+    TRY(hf_cfg_layer_names(c, KEYS("layer_types"), n, "gemma3_text", types, 2, slid, &listed));
     for (int32_t i = 0; i < n; i++) {
-        bool sliding = (i + 1) % pattern != 0; /* transformers' default layer_types */
-        if (cJSON_IsArray(lt)) {
-            const cJSON *e = cJSON_GetArrayItem(lt, i);
-            if (!cJSON_IsString(e) || (strcmp(e->valuestring, "sliding_attention") != 0 &&
-                                       strcmp(e->valuestring, "full_attention") != 0))
-                return bad(c, "'layer_types' entries must be 'sliding_attention' or "
-                              "'full_attention'");
-            sliding = strcmp(e->valuestring, "sliding_attention") == 0;
-        }
+        /* else transformers' default layer_types: every pattern-th is full */
+        bool sliding = listed ? slid[i] != 0 : (i + 1) % pattern != 0;
         m->layers[i].sliding_window = sliding ? window : 0;
         m->layers[i].rope_theta = th[sliding ? 0 : 1];
         m->layers[i].rope_freq_scale = sc[sliding ? 0 : 1];

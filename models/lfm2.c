@@ -33,27 +33,15 @@
  * full_attn_idxs (Lfm2Config.__post_init__). */
 static llmem_status lfm2_layers(cfgctx *c, llmem_model_config *m, int32_t n)
 {
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c->root, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
-            llmem_errf(c->err, c->err_len, "%s: 'layer_types' must be an array of "
-                       "num_hidden_layers (%d) strings", c->src, n);
-            return LLMEM_E_CORRUPT;
-        }
-        int32_t i = 0;
-        for (const cJSON *e = lt->child; e; e = e->next, i++) {
-            if (!cJSON_IsString(e))
-                return bad(c, "'layer_types' must be an array of strings");
-            if (!strcmp(e->valuestring, "full_attention")) {
-                m->layers[i].kind = LLMEM_LAYER_ATTENTION;
-            } else if (strcmp(e->valuestring, "conv") != 0) {
-                llmem_errf(c->err, c->err_len, "%s: layer %d has type '%.40s', which lfm2 does "
-                           "not define (conv, full_attention)", c->src, i, e->valuestring);
-                return LLMEM_E_UNSUPPORTED;
-            }
-        }
+    static const hf_kind_name kinds[] = {{"conv", LLMEM_LAYER_SHORTCONV},
+                                          {"full_attention", LLMEM_LAYER_ATTENTION}};
+    int32_t kind[LLMEM_MODEL_MAX_LAYERS];
+    bool listed;
+    TRY(hf_cfg_layer_names(c, KEYS("layer_types"), n, "lfm2", kinds, 2, kind, &listed));
+    for (int32_t i = 0; listed && i < n; i++)
+        m->layers[i].kind = (llmem_layer_kind)kind[i];
+    if (listed)
         return LLMEM_OK;
-    }
     const cJSON *idx = cJSON_GetObjectItemCaseSensitive(c->root, "full_attn_idxs");
     if (!idx || cJSON_IsNull(idx))
         return LLMEM_OK; /* every layer a short conv */

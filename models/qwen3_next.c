@@ -48,29 +48,14 @@ llmem_status hf_cfg_parse_qwen3_next(cfgctx *c, llmem_model_config *m)
     TRY(get_int(c, KEYS("num_hidden_layers"), true, 0, 1, INT32_MAX, &n));
     TRY(set_layers(c, m, n, LLMEM_LAYER_GDN, true));
     TRY(get_int(c, KEYS("full_attention_interval"), false, 4, 1, INT32_MAX, &interval));
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(c->root, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n) {
-            llmem_errf(c->err, c->err_len, "%s: 'layer_types' must be an array of "
-                       "num_hidden_layers (%d) strings", c->src, n);
-            return LLMEM_E_CORRUPT;
-        }
-        for (int32_t i = 0; i < n; i++) {
-            const cJSON *e = cJSON_GetArrayItem(lt, i);
-            const char *s = cJSON_IsString(e) ? e->valuestring : "";
-            if (strcmp(s, "full_attention") == 0)
-                m->layers[i].kind = LLMEM_LAYER_ATTENTION;
-            else if (strcmp(s, "linear_attention") != 0) {
-                llmem_errf(c->err, c->err_len, "%s: layer_types[%d] is '%.40s' (qwen3_next "
-                           "layers are 'linear_attention' or 'full_attention')", c->src, i, s);
-                return LLMEM_E_CORRUPT;
-            }
-        }
-    } else {
-        for (int32_t i = 0; i < n; i++)
-            if ((i + 1) % interval == 0)
-                m->layers[i].kind = LLMEM_LAYER_ATTENTION;
-    }
+    static const hf_kind_name kinds[] = {{"linear_attention", LLMEM_LAYER_GDN},
+                                          {"full_attention", LLMEM_LAYER_ATTENTION}};
+    int32_t kind[LLMEM_MODEL_MAX_LAYERS];
+    bool listed;
+    TRY(hf_cfg_layer_names(c, KEYS("layer_types"), n, "qwen3_next", kinds, 2, kind, &listed));
+    for (int32_t i = 0; i < n; i++) /* else every interval-th layer is attention */
+        m->layers[i].kind = listed ? (llmem_layer_kind)kind[i]
+                            : (i + 1) % interval == 0 ? LLMEM_LAYER_ATTENTION : LLMEM_LAYER_GDN;
     TRY(get_pos(c, c->root, KEYS("rms_norm_eps"), 1e-6, &m->norm_eps));
     TRY(parse_attention(c, m));
     TRY(parse_rope(c, m, 0.25));

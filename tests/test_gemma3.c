@@ -61,10 +61,17 @@ START_TEST(test_gemma3_config)
         ck_assert(c.layers[i].rope_theta == ((i + 1) % 3 ? 20000.0 : 500000.0));
     }
     /* bad input: a named reason, nothing half-parsed */
+    /* a layer type gemma3 does not define (Llama 4's chunked attention) is
+     * unsupported, as in every family (hf_cfg_layer_names); a list of the
+     * wrong length is damage */
     snprintf(json, sizeof json, "%s\"num_hidden_layers\": 2, \"layer_types\": "
              "[\"sliding_attention\", \"chunked_attention\"]}", base);
+    ck_assert_int_eq(parse(json, &c, err, sizeof err), LLMEM_E_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err, "layer 1 has type 'chunked_attention'"));
+    snprintf(json, sizeof json, "%s\"num_hidden_layers\": 2, \"layer_types\": "
+             "[\"sliding_attention\"]}", base);
     ck_assert_int_eq(parse(json, &c, err, sizeof err), LLMEM_E_CORRUPT);
-    ck_assert_ptr_nonnull(strstr(err, "layer_types"));
+    ck_assert_ptr_nonnull(strstr(err, "'layer_types' must be an array of num_hidden_layers (2)"));
     snprintf(json, sizeof json, "%s\"num_hidden_layers\": 2, \"hidden_activation\": \"relu\"}",
              base);
     ck_assert_int_eq(parse(json, &c, err, sizeof err), LLMEM_E_UNSUPPORTED);

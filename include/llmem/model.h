@@ -267,8 +267,10 @@ typedef struct llmem_model_config {
  * value of the wrong type or out of range, inconsistent sizes; err names
  * the key); LLMEM_E_UNSUPPORTED (a model_type other than llama, mamba2,
  * bamba, nemotron_h; MoE layers; a rope_type other than "default"; an
- * activation other than silu / relu2; more than LLMEM_MODEL_MAX_LAYERS
- * layers); LLMEM_E_NO_MEMORY; LLMEM_E_INVALID (NULL argument). */
+ * activation other than silu / relu2; a layer type the family does not
+ * define in layer_types / layers_block_type; more than
+ * LLMEM_MODEL_MAX_LAYERS layers); LLMEM_E_NO_MEMORY; LLMEM_E_INVALID (NULL
+ * argument). */
 llmem_status llmem_model_config_parse(const char *json, size_t len, llmem_model_config *out,
                                       char *err, size_t err_len);
 
