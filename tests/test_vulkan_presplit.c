@@ -13,7 +13,11 @@
  *     (an upload, an in-place op, a copy into part of it): the product then
  *     reads the new values (float64 reference of those);
  *   - a norm's output with more rows than the decode plans (prefill) and a
- *     bad matmul (shapes that do not match) leave everything as it was.
+ *     bad matmul (shapes that do not match) leave everything as it was;
+ *   - a recorded step (norms, gated norm, SwiGLU and their products)
+ *     replayed on new inputs with eager norms and products around it: the
+ *     replay reads its own terms, and an eager product after a replay does
+ *     not take terms the replay overwrote.
  * Where the device has no cooperative matrices (lavapipe) nothing is split
  * early and the same checks hold for the SIMT path. Without a usable
  * Vulkan device the suite is skipped.
@@ -389,6 +393,151 @@ START_TEST(test_presplit_bad_and_prefill)
 }
 END_TEST
 
+/* ---- recorded steps -------------------------------------------------------------------- */
+
+/* One decode-like step: x += r, h = norm(x) -> o0 = h · wᵀ; gated norm of
+ * y, z in place -> o1 = y · wᵀ; gate, up of h, swiglu in place -> o2 =
+ * up · dᵀ. */
+typedef struct step_ctx {
+    llmem_backend *be;
+    llmem_tensor x, r, y, z, nw, w, g, u, d, h, gp, up, o[3];
+} step_ctx;
+
+static llmem_status step_fn(void *p)
+{
+    step_ctx *c = p;
+    llmem_status st;
+    if ((st = llmem_op_add_rms_norm(c->be, &c->x, &c->r, &c->nw, EPS, &c->h)) != LLMEM_OK ||
+        (st = llmem_op_matmul(c->be, &c->h, &c->w, &c->o[0])) != LLMEM_OK ||
+        (st = llmem_op_rms_norm_gated(c->be, &c->y, &c->z, &c->nw, 1, EPS, &c->y)) != LLMEM_OK ||
+        (st = llmem_op_matmul(c->be, &c->y, &c->w, &c->o[1])) != LLMEM_OK ||
+        (st = llmem_op_matmul(c->be, &c->h, &c->g, &c->gp)) != LLMEM_OK ||
+        (st = llmem_op_matmul(c->be, &c->h, &c->u, &c->up)) != LLMEM_OK ||
+        (st = llmem_op_swiglu(c->be, &c->gp, &c->up, &c->up)) != LLMEM_OK)
+        return st;
+    return llmem_op_matmul(c->be, &c->up, &c->d, &c->o[2]);
+}
+
+/* float64 of step_fn's three outputs for inputs x, r, y, z (ref[3][m n]). */
+static void ref_step(const chain_in *c, double *ref[3])
+{
+    chain_in t = *c;
+    double *all[N_OUT];
+    size_t mn = (size_t)c->m * c->n;
+    for (int i = 0; i < N_OUT; i++) {
+        all[i] = malloc(mn * sizeof(double));
+        ck_assert_ptr_nonnull(all[i]);
+    }
+    /* ref_chains' chain 0 is the add + norm product; its chain 4 the FFN of
+     * the norm of r: here the FFN reads the norm of x + r, so swap r in */
+    ref_chains(&t, all);
+    memcpy(ref[0], all[0], mn * sizeof(double));
+    memcpy(ref[1], all[3], mn * sizeof(double));
+    float *xr = malloc((size_t)c->m * c->k * sizeof *xr);
+    ck_assert_ptr_nonnull(xr);
+    for (size_t i = 0; i < (size_t)c->m * c->k; i++)
+        xr[i] = c->x[i] + c->r[i]; /* the f32 sum the device normalizes */
+    t.r = xr;
+    ref_chains(&t, all);
+    memcpy(ref[2], all[4], mn * sizeof(double));
+    free(xr);
+    for (int i = 0; i < N_OUT; i++)
+        free(all[i]);
+}
+
+/* A step recorded with the terms written by its norms and SwiGLU, replayed
+ * three times on new inputs, with eager work between the replays that
+ * (a) writes the terms buffer for another tensor (a norm of q) before a
+ * replay, whose products must read their own terms, and (b) after a
+ * replay, reads a norm's output made before it (the replay rewrote the
+ * terms buffer: that product must not take the stale terms). Each replay's
+ * outputs against float64 of its inputs; q's product too. */
+START_TEST(test_presplit_recorded)
+{
+    enum { M = 32, K = 512, N = 64, REPS = 3 };
+    llmem_backend *vk = open_be("vulkan");
+    chain_in c = {.m = M, .k = K, .n = N};
+    size_t mk = (size_t)M * K, nk = (size_t)N * K, mn = (size_t)M * N;
+    c.nw = rand_vec(K, 0.5f, 1.5f);
+    c.w = rand_vec(nk, -1, 1), c.g = rand_vec(nk, -1, 1), c.u = rand_vec(nk, -1, 1);
+    c.d = rand_vec((size_t)N * N, -1, 1);
+    trunc_bf16(c.w, nk), trunc_bf16(c.g, nk), trunc_bf16(c.u, nk), trunc_bf16(c.d, (size_t)N * N);
+    llmem_buffer *b[16];
+    step_ctx s = {.be = vk};
+    s.x = up_f32(vk, &b[0], NULL, M, K), s.r = up_f32(vk, &b[1], NULL, M, K);
+    s.y = up_f32(vk, &b[2], NULL, M, K), s.z = up_f32(vk, &b[3], NULL, M, K);
+    s.nw = up_f32(vk, &b[4], c.nw, K, 0);
+    s.w = up_bf16(vk, &b[5], c.w, N, K), s.g = up_bf16(vk, &b[6], c.g, N, K);
+    s.u = up_bf16(vk, &b[7], c.u, N, K), s.d = up_bf16(vk, &b[8], c.d, N, N);
+    s.h = up_f32(vk, &b[9], NULL, M, K), s.gp = up_f32(vk, &b[10], NULL, M, N);
+    s.up = up_f32(vk, &b[11], NULL, M, N);
+    for (int i = 0; i < 3; i++)
+        s.o[i] = up_f32(vk, &b[12 + i], NULL, M, N);
+    llmem_buffer *bq, *bqh, *bqo;
+    float *q = rand_vec(mk, -2, 2);
+    llmem_tensor tq = up_f32(vk, &bq, q, M, K), tqh = up_f32(vk, &bqh, NULL, M, K);
+    llmem_tensor tqo = up_f32(vk, &bqo, NULL, M, N);
+    float *in[4];
+    for (int i = 0; i < 4; i++)
+        in[i] = malloc(mk * sizeof(float));
+    double *ref[3], *qref = malloc(mn * sizeof(double)), *qa = malloc(mk * sizeof(double));
+    float *o = malloc(mn * sizeof(float));
+    ck_assert_ptr_nonnull(qref);
+    ck_assert_ptr_nonnull(qa);
+    ck_assert_ptr_nonnull(o);
+    for (int i = 0; i < 3; i++) {
+        ref[i] = malloc(mn * sizeof(double));
+        ck_assert_ptr_nonnull(ref[i]);
+    }
+    for (size_t i = 0; i < mk; i++)
+        qa[i] = q[i];
+    ref_norm(qa, c.nw, M, K, qa);
+    ref_mm(qa, c.w, M, K, N, qref);
+    llmem_recording *rec = NULL;
+    for (int rep = -1; rep < REPS; rep++) {
+        for (int i = 0; i < 4; i++)
+            for (size_t j = 0; j < mk; j++)
+                in[i][j] = frand(i < 2 ? -2 : -3, i < 2 ? 2 : 3);
+        c.x = in[0], c.r = in[1], c.y = in[2], c.z = in[3];
+        llmem_tensor *dst[4] = {&s.x, &s.r, &s.y, &s.z};
+        for (int i = 0; i < 4; i++)
+            OK(llmem_buffer_upload(dst[i]->buf, 0, in[i], mk * 4));
+        if (rep < 0) { /* the warm-up, then the recording */
+            OK(step_fn(&s));
+            OK(llmem_backend_synchronize(vk));
+            for (int i = 0; i < 4; i++)
+                OK(llmem_buffer_upload(dst[i]->buf, 0, in[i], mk * 4));
+            OK(llmem_backend_record(vk, step_fn, &s, &rec));
+            ck_assert_ptr_nonnull(rec);
+            OK(llmem_recording_replay(rec));
+        } else {
+            OK(llmem_op_rms_norm(vk, &tq, &s.nw, EPS, &tqh)); /* (a) */
+            OK(llmem_recording_replay(rec));
+            OK(llmem_op_matmul(vk, &tqh, &s.w, &tqo)); /* (b) */
+            get_f32(&tqo, o);
+            expect_close(o, qref, M, N, 2e-5, "a norm's product after a replay");
+        }
+        ref_step(&c, ref);
+        for (int i = 0; i < 3; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "replay %d, output %d", rep + 1, i);
+            get_f32(&s.o[i], o);
+            expect_close(o, ref[i], M, N, 2e-5, what);
+        }
+    }
+    llmem_recording_free(rec);
+    for (int i = 0; i < 15; i++)
+        llmem_buffer_free(b[i]);
+    llmem_buffer_free(bq), llmem_buffer_free(bqh), llmem_buffer_free(bqo);
+    for (int i = 0; i < 4; i++)
+        free(in[i]);
+    for (int i = 0; i < 3; i++)
+        free(ref[i]);
+    free(qref), free(qa), free(o), free(q), free(c.nw), free(c.w), free(c.g), free(c.u), free(c.d);
+    llmem_backend_close(vk);
+}
+END_TEST
+
 int main(void)
 {
     vk_test_seed();
@@ -400,6 +549,7 @@ int main(void)
     tcase_add_test(tc, test_presplit_chains);
     tcase_add_test(tc, test_presplit_invalidated);
     tcase_add_test(tc, test_presplit_bad_and_prefill);
+    tcase_add_test(tc, test_presplit_recorded);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
