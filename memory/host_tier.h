@@ -1,7 +1,7 @@
 /* llmem memory/: the host tier of the prefix cache (issue 13 item 3).
  *
  * Host memory that evicted prefix-cache data spills to: published KV pages
- * (kv_cache.c) and recurrent snapshots (rs_snap.c), of any number of
+ * (kv_host.c) and recurrent snapshots (rs_snap.c), of any number of
  * memories. A hybrid's children share one tier (hybrid.c), so pages and
  * snapshots are evicted least recently used together, under one byte
  * budget. Each entry holds its owner (the memory whose data it is: part of

@@ -1,7 +1,7 @@
 /* llmem memory/: the paged unified KV cache — pages, copy-on-write, prefix
  * reuse, sequence operations, creation. Planning (reserve / apply / commit
  * / release) is in kv_plan.c; state I/O and the invariant checker in
- * kv_state.c.
+ * kv_state.c; spilling to and restoring from the host tier in kv_host.c.
  * References: PagedAttention (Kwon et al., SOSP 2023); vLLM block manager
  * and automatic prefix caching; llama.cpp llama_kv_cache (seq_* semantics,
  * K-shift after seq_add). */
@@ -29,130 +29,6 @@ void clear_page_shift(kv_cache *kv, int32_t p)
     kv->page_shift[p] = 0;
 }
 
-/* Copies evicted page p (published until now, so its K/V is written and its
- * chain key valid) into the host tier, unless the tier holds it already.
- * The downloads are queued (llmem_buffer_download_async: asynchronous on
- * CUDA into pinned memory, ordered before the ops that will overwrite the
- * page; synchronous elsewhere); nothing on the host reads the entry, only
- * later uploads on the same queue. */
-static void host_spill(kv_cache *kv, int32_t p)
-{
-    page_pool *pp = &kv->pool;
-    host_tier *ht = kv->host;
-    int32_t ps = kv->p.page_size;
-    const int32_t *tok = pp->tokens + (size_t)p * (size_t)ps;
-    if (kv->page_shift[p] || host_tier_lookup(ht, kv, pp->hash[p], pp->parent_hash[p], tok, ps) >= 0)
-        return;
-    int32_t e = host_tier_insert(ht, kv, pp->hash[p], pp->parent_hash[p], tok, ps,
-                                 2 * (size_t)kv->p.n_layers * kv->page_bytes);
-    if (e < 0)
-        return;
-    uint8_t *d = ht->e[e].data;
-    for (int32_t il = 0; il < kv->p.n_layers; il++) {
-        size_t off = (size_t)p * kv->page_bytes;
-        if (llmem_buffer_download_async(kv->k[il], off, d, kv->page_bytes) != LLMEM_OK ||
-            llmem_buffer_download_async(kv->v[il], off, d + kv->page_bytes, kv->page_bytes) !=
-                LLMEM_OK) {
-            host_tier_remove(ht, e);
-            return;
-        }
-        d += 2 * kv->page_bytes;
-    }
-}
-
-/* Host-tier entries named in pages[0, n) (KV_HOST_MARK) go back on the LRU. */
-void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n)
-{
-    for (int32_t i = 0; i < n; i++) {
-        int32_t e = -2 - pages[i];
-        if (pages[i] < -1)
-            host_tier_unpin(kv->host, e);
-    }
-}
-
-/* Replaces every host-tier mark in pages[0, n) by a device page holding the
- * entry's K/V (published, one reference per mark; a mark listed twice gets
- * the same page), freeing each entry as soon as its page is written, so
- * that the pages the copies evict can spill into its place: a page lives on
- * the device or on the host. The marked entries must be pinned
- * (host_tier_pin) so that those spills cannot evict them; the caller has
- * checked that enough pages are free or evictable. The uploads are queued
- * (llmem_buffer_upload_async; the entry's block, now a spare of the tier,
- * is only reused by copies queued after them).
- * Returns LLMEM_OK; LLMEM_E_NO_MEMORY; LLMEM_E_NO_SPACE (no page); a backend
- * status. On error, marks not yet replaced stay (pinned, for kv_host_unpin)
- * and repeats of replaced ones become -1. */
-llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n)
-{
-    host_tier *ht = kv->host;
-    page_pool *pp = &kv->pool;
-    int32_t ps = kv->p.page_size, n_marks = 0;
-    for (int32_t i = 0; i < n; i++)
-        n_marks += pages[i] < -1;
-    if (n_marks == 0)
-        return LLMEM_OK;
-    int32_t *first = malloc((size_t)n * sizeof *first); /* first index of each mark */
-    if (!first)
-        return LLMEM_E_NO_MEMORY;
-    for (int32_t i = 0; i < n; i++) { /* restored holds first indices meanwhile */
-        int32_t e = -2 - pages[i];
-        first[i] = i;
-        if (pages[i] >= -1)
-            continue;
-        if (ht->e[e].restored >= 0)
-            first[i] = ht->e[e].restored;
-        else
-            ht->e[e].restored = i;
-    }
-    llmem_status st = LLMEM_OK;
-    for (int32_t i = 0; i < n; i++) {
-        if (pages[i] >= -1)
-            continue;
-        int32_t e = -2 - pages[i];
-        ht->e[e].restored = -1;
-        if (first[i] != i) {
-            if (st == LLMEM_OK) {
-                pages[i] = pages[first[i]];
-                page_pool_ref(pp, pages[i]);
-            } else if (pages[first[i]] >= -1) {
-                pages[i] = -1; /* its entry is gone, its page unreferenced by it */
-            }
-            continue;
-        }
-        if (st != LLMEM_OK)
-            continue;
-        int32_t p = kv_alloc_page(kv);
-        if (p < 0) {
-            st = LLMEM_E_NO_SPACE;
-            continue;
-        }
-        const host_entry *x = &ht->e[e];
-        const uint8_t *d = x->data;
-        for (int32_t il = 0; il < kv->p.n_layers && st == LLMEM_OK; il++) {
-            size_t off = (size_t)p * kv->page_bytes;
-            st = llmem_buffer_upload_async(kv->k[il], off, d, kv->page_bytes);
-            if (st == LLMEM_OK)
-                st = llmem_buffer_upload_async(kv->v[il], off, d + kv->page_bytes,
-                                               kv->page_bytes);
-            d += 2 * kv->page_bytes;
-        }
-        if (st != LLMEM_OK) {
-            kv_unref_page(kv, p);
-            continue;
-        }
-        pp->hash[p] = x->hash;
-        pp->parent_hash[p] = x->parent_hash;
-        memcpy(pp->tokens + (size_t)p * (size_t)ps, x->tokens, (size_t)ps * sizeof *pp->tokens);
-        pp->hashed[p] = 1;
-        page_pool_publish(pp, p);
-        host_tier_remove(ht, e);
-        kv->host_restores++;
-        pages[i] = p;
-    }
-    free(first);
-    return st;
-}
-
 int32_t kv_alloc_page(kv_cache *kv)
 {
     bool was_cached = false;
@@ -160,7 +36,7 @@ int32_t kv_alloc_page(kv_cache *kv)
     if (p < 0)
         return -1;
     if (was_cached && kv->host)
-        host_spill(kv, p);
+        kv_host_spill(kv, p);
     clear_page_shift(kv, p);
     if (kv->p.poison)
         poison_page(kv, p);
@@ -189,7 +65,7 @@ void kv_budget_evict(llmem_memory *mem)
     if (p < 0)
         return;
     if (kv->host)
-        host_spill(kv, p); /* still published: its K/V and chain key are valid */
+        kv_host_spill(kv, p); /* still published: its K/V and chain key are valid */
     page_pool_evict(&kv->pool);
     clear_page_shift(kv, p);
     if (kv->p.poison)
@@ -303,6 +179,7 @@ void publish_flush(kv_cache *kv)
 static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bool dry)
 {
     int32_t n = s->tokens.n, ps = kv->p.page_size, a = -1, cnt = 0;
+    kv_tokens_sync(kv, s);
     if (kv->p.window > 0)
         return LLMEM_E_STATE; /* a hole would move keys into the window */
     for (int32_t j = 0; j < n; j++)
@@ -351,6 +228,7 @@ static llmem_status kv_seq_rm(llmem_memory *mem, int32_t seq, int32_t p0, int32_
         return LLMEM_E_STATE; /* a rollback past window + window_slack */
     if (dry)
         return LLMEM_OK;
+    kv_tokens_sync(kv, s);
     kv_drop_pages_from(kv, s, n_pages_for_len(kv, first));
     if (s->lost > first) /* a window of 1 may cut into what it lost */
         s->lost = first;
@@ -387,6 +265,7 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
         return LLMEM_E_NO_MEMORY;
     kv_drop_pages(kv, b, 0, np == 0);
     b->tokens.n = 0;
+    kv->stage[dst].n = 0;
     seq_pos_clear(&b->pos);
     for (int32_t j = 0; j < np; j++) {
         b->pages.v[j] = a->pages.v[j];
@@ -398,6 +277,7 @@ static llmem_status kv_seq_cp(llmem_memory *mem, int32_t src, int32_t dst, int32
     b->dropped = a->dropped < np ? a->dropped : np;
     b->lost = a->lost < k ? a->lost : k;
     kv_last_sync(b);
+    kv_tokens_sync(kv, a);
     i32_copy(b->tokens.v, a->tokens.v, k);
     b->tokens.n = k;
     (void)seq_pos_copy_prefix(&b->pos, &a->pos, k); /* room reserved above */
@@ -493,7 +373,9 @@ static int32_t kv_pos_max(llmem_memory *mem, int32_t seq)
 
 static int32_t kv_seq_tokens(llmem_memory *mem, int32_t seq, int32_t *out, int32_t cap)
 {
-    return seq_copy_tokens(&kv_of(mem)->seqs[seq].tokens, out, cap);
+    kv_cache *kv = kv_of(mem);
+    kv_tokens_sync(kv, &kv->seqs[seq]);
+    return seq_copy_tokens(&kv->seqs[seq].tokens, out, cap);
 }
 
 static void fill_pools(kv_cache *kv, uint32_t pattern)
@@ -510,6 +392,7 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         kv_seq *q = &kv->seqs[s];
         q->pages.n = q->tokens.n = 0;
+        kv->stage[s].n = 0;
         q->pages.v = NULL;
         q->last = q->prev = -1;
         seq_pos_clear(&q->pos);
@@ -571,6 +454,7 @@ static void kv_destroy(llmem_memory *mem)
     free(kv->cow);
     free(kv->tail);
     free(kv->tail_at);
+    free(kv->stage);
     i32vec_free(&kv->pub_pending);
     free(kv->shift);
     free(kv->page_shift);
@@ -687,8 +571,11 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
     kv->cow = calloc((size_t)p->n_seq_max, 1);
     kv->tail = calloc((size_t)p->n_seq_max, sizeof *kv->tail);
     kv->tail_at = calloc((size_t)p->n_seq_max, sizeof *kv->tail_at);
+    kv->stage = aligned_alloc(64, (size_t)p->n_seq_max * sizeof *kv->stage);
+    if (kv->stage)
+        memset(kv->stage, 0, (size_t)p->n_seq_max * sizeof *kv->stage);
     if (!kv->seqs || !kv->k || !kv->v || !kv->views || !kv->shift || !kv->page_shift ||
-        !kv->need || !kv->len0 || !kv->cow || !kv->tail || !kv->tail_at ||
+        !kv->need || !kv->len0 || !kv->cow || !kv->tail || !kv->tail_at || !kv->stage ||
         !page_pool_init(&kv->pool, p->n_pages, p->page_size)) {
         llmem_errf(err, err_len,
                    "KV cache: out of host memory for the bookkeeping of %d pages and %d "

@@ -13,6 +13,7 @@
 #include "memory/page_rows.h"
 #include "memory/seq_heap.h"
 #include "memory/seq_pos.h"
+#include "memory/tok_stage.h"
 
 /* A sequence's page table. It lives in the sequence's row of kv->rows
  * (page_rows.h), the host copy of the device page table, so the table and
@@ -90,6 +91,9 @@ typedef struct kv_cache {
      * other children of a hybrid (prefix_budget.h) */
     struct prefix_budget *budget;
     kv_seq *seqs;          /* [n_seq_max] */
+    /* [n_seq_max], 64-byte aligned: each sequence's staged token appends
+     * (memory/tok_stage.h; kv_tokens_sync before reading token values) */
+    tok_stage *stage;
     seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */
     llmem_kv_view *views;  /* [n_layers] what kv_view last described of each layer */
@@ -150,6 +154,17 @@ static inline void kv_last_sync(kv_seq *s)
 {
     s->last = s->pages.n > 0 ? s->pages.v[s->pages.n - 1] : -1;
     s->prev = s->pages.n > 1 ? s->pages.v[s->pages.n - 2] : -1;
+}
+
+static inline tok_stage *kv_stage_of(kv_cache *kv, const kv_seq *s)
+{
+    return &kv->stage[s - kv->seqs];
+}
+
+/* Writes s's staged token appends into its token array (tok_stage.h). */
+static inline void kv_tokens_sync(kv_cache *kv, const kv_seq *s)
+{
+    tok_stage_sync(kv_stage_of(kv, s), &s->tokens);
 }
 
 /* Entry k of the page table, from s->last / s->prev for the last two
@@ -247,7 +262,18 @@ static inline void publish_pages(kv_cache *kv, kv_seq *s, int32_t from_page, boo
         int32_t prev = k > 0 ? kv_page_at(s, k - 1) : -1;
         if (k > 0 && (prev < 0 || !pp->hashed[prev]))
             return; /* the chain is broken (or left the window) below this page */
-        const int32_t *tok = s->tokens.v + (size_t)k * (size_t)ps;
+        /* the page's ids: in the stage when it holds them all (a decode
+         * step in pages of 1), else in the array */
+        tok_stage *g = kv_stage_of(kv, s);
+        int32_t staged = s->tokens.n - g->n;
+        const int32_t *tok;
+        if (k * ps >= staged) {
+            tok = g->tok + (k * ps - staged);
+        } else {
+            if ((k + 1) * ps > staged)
+                tok_stage_sync(g, &s->tokens);
+            tok = s->tokens.v + (size_t)k * (size_t)ps;
+        }
         for (int32_t j = 0; j < ps; j++)
             if (seq_pos_at(&s->pos, k * ps + j) != k * ps + j || tok[j] < 0 || kv_page_shifted(kv, p))
                 return; /* shifted positions or embeddings: not reusable */
@@ -276,6 +302,9 @@ static inline int64_t kv_entry_bytes(const kv_cache *kv)
     return 2 * (int64_t)kv->p.n_layers * (int64_t)kv->page_bytes;
 }
 void clear_page_shift(kv_cache *kv, int32_t p);
+/* kv_host.c: copies evicted page p (still published) into the host tier
+ * unless it holds it already (queued downloads). */
+void kv_host_spill(kv_cache *kv, int32_t p);
 llmem_status kv_host_restore(kv_cache *kv, int32_t *pages, int32_t n);
 void kv_host_unpin(kv_cache *kv, const int32_t *pages, int32_t n);
 /* Prefix page entries below -1 name host-tier entries: -2 - entry. */

@@ -652,7 +652,9 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         int32_t s = ub->seq[k];
         if (k + 8 < ub->n_tokens) { /* decode: a sequence per token, tails far apart */
             const kv_seq *ahead = &kv->seqs[stream_seq(plan, i, ub->seq[k + 8], 0)];
-            i32vec_prefetch_tail(&ahead->tokens);
+#if defined(__GNUC__)
+            __builtin_prefetch(kv_stage_of(kv, ahead), 1, 1);
+#endif
             if (ahead->pos.stored)
                 i32vec_prefetch_tail(&ahead->pos.v);
         }
@@ -671,12 +673,13 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
                 seq_pos_set_run(&sq->pos, c, 0);
                 kv->prefix_hits += c;
             }
-            if (!i32vec_push(&sq->tokens, ub->token ? ub->token[k] : -1)) {
+            tok_stage *g = &kv->stage[q];
+            if (!tok_stage_push(g, &sq->tokens, ub->token ? ub->token[k] : -1)) {
                 publish_flush(kv);
                 return LLMEM_E_NO_MEMORY;
             }
             if (!seq_pos_push(&sq->pos, ub->pos[k])) {
-                sq->tokens.n--; /* token and position go together */
+                tok_stage_pop(g, &sq->tokens); /* token and position go together */
                 publish_flush(kv);
                 return LLMEM_E_NO_MEMORY;
             }

@@ -45,6 +45,7 @@ static llmem_status write_seq(kv_cache *kv, int32_t id, int32_t share_from, int3
     llmem_state_put_i32(w, n);
     llmem_state_put_i32(w, share_from);
     llmem_state_put_i32(w, shared_len);
+    kv_tokens_sync(kv, s);
     llmem_state_put(w, s->tokens.v, (size_t)n * sizeof(int32_t));
     seq_pos_put(&s->pos, w, n);
     int32_t skip = swa_skip(kv, s); /* tokens whose pages left the window */
@@ -567,14 +568,19 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
     /* every published page must still hold what its hash says */
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const kv_seq *q = &kv->seqs[s];
+        const tok_stage *g = &kv->stage[s];
+        if (!tok_stage_ok(g, &q->tokens)) {
+            llmem_errf(err, err_len, "sequence %d: %d staged tokens of %d", s, g->n, q->tokens.n);
+            goto out;
+        }
         for (int32_t k = q->dropped; (k + 1) * ps <= q->tokens.n; k++) {
             int32_t p = q->pages.v[k];
-            if (kv->pool.hashed[p] &&
-                memcmp(kv->pool.tokens + (size_t)p * (size_t)ps, q->tokens.v + (size_t)k * (size_t)ps,
-                       (size_t)ps * sizeof(int32_t)) != 0) {
-                llmem_errf(err, err_len, "sequence %d page %d: hashed tokens differ", s, k);
-                goto out;
-            }
+            for (int32_t j = 0; kv->pool.hashed[p] && j < ps; j++)
+                if (kv->pool.tokens[(size_t)p * (size_t)ps + (size_t)j] !=
+                    tok_stage_at(g, &q->tokens, k * ps + j)) {
+                    llmem_errf(err, err_len, "sequence %d page %d: hashed tokens differ", s, k);
+                    goto out;
+                }
         }
     }
     st = LLMEM_OK;

@@ -72,5 +72,6 @@ void kv_seq_drop(kv_cache *kv, kv_seq *s, bool keep_row)
 {
     kv_drop_pages(kv, s, 0, !keep_row);
     s->tokens.n = 0;
+    kv_stage_of(kv, s)->n = 0;
     seq_pos_clear(&s->pos);
 }

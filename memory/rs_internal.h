@@ -9,6 +9,7 @@
 #include "memory/internal.h"
 #include "memory/seq_heap.h"
 #include "memory/seq_pos.h"
+#include "memory/tok_stage.h"
 
 /* The states a sequence holds: the state after hold_lens(h)[i] tokens lives
  * in state slot v[i], i < n. v has room for cap slots, then cap lengths
@@ -56,21 +57,6 @@ typedef struct rs_seq {
     seq_pos pos; /* a run while they are one */
     rs_hold h;
 } rs_seq;
-
-/* Tokens decode steps appended to a sequence and not yet copied into its
- * array: tokens.v[tokens.n - n, tokens.n) are tok[0, n) (tokens.n counts
- * them; the array has room for them). A step appends here, in one dense,
- * line-aligned array walked in sequence order, instead of into the tail of
- * each sequence's token array: at thousands of sequences those tails are a
- * cache miss each, and at 64K tokens and more each sits in its own huge
- * page (TLB misses). The array's tail is written once per RS_STAGE tokens
- * (rs_tokens_push); every reader of token values first calls
- * rs_tokens_sync. */
-#define RS_STAGE 15
-typedef struct rs_stage {
-    int32_t n;
-    int32_t tok[RS_STAGE];
-} rs_stage;
 
 /* A sequence's snapshot hash chain of tokens, extended lazily by rs_snap.c:
  * blk[b] = chain hash of tokens[0, (b + 1) * RS_HASH_BLOCK) for b < n_blk;
@@ -154,7 +140,9 @@ typedef struct recurrent {
     rs_layer *layers;
     rs_seq *seqs;     /* [n_seq_max], 64-byte aligned */
     rs_chain *chain;  /* [n_seq_max] */
-    rs_stage *stage;  /* [n_seq_max], 64-byte aligned */
+    /* [n_seq_max], 64-byte aligned: each sequence's staged token appends
+     * (memory/tok_stage.h) */
+    tok_stage *stage;
     /* [n_seq_max][2 * (1 + n_ckpt)]: every sequence's holdings (rs_hold) */
     int32_t *hold;
     seq_heap *heap; /* the sequences' tokens and pos arrays */
@@ -184,30 +172,10 @@ static inline recurrent *rs_of(llmem_memory *mem)
     return LLMEM_MEMORY_CAST(recurrent, mem, &recurrent_iface);
 }
 
-/* Copies s's staged tokens (rs_stage) into its token array. */
+/* Writes s's staged token appends into its token array (tok_stage.h). */
 static inline void rs_tokens_sync(recurrent *rs, const rs_seq *s)
 {
-    rs_stage *g = &rs->stage[s - rs->seqs];
-    if (g->n > 0) {
-        i32_copy(s->tokens.v + s->tokens.n - g->n, g->tok, g->n);
-        g->n = 0;
-    }
-}
-
-/* Appends token x to s through its stage; false (nothing changed) when out
- * of host memory. Inline: a decode step appends to every sequence. */
-static inline bool rs_tokens_push(recurrent *rs, rs_seq *s, int32_t x)
-{
-    rs_stage *g = &rs->stage[s - rs->seqs];
-    int32_t cap = s->tokens.cap < 0 ? -s->tokens.cap : s->tokens.cap;
-    if (g->n == RS_STAGE || s->tokens.n >= cap) {
-        rs_tokens_sync(rs, s);
-        if (!i32vec_reserve(&s->tokens, s->tokens.n + 1))
-            return false;
-    }
-    g->tok[g->n++] = x;
-    s->tokens.n++;
-    return true;
+    tok_stage_sync(&rs->stage[s - rs->seqs], &s->tokens);
 }
 
 /* recurrent.c */

@@ -540,10 +540,11 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         }
         for (int32_t m = plan->group_off[i][st]; m < plan->group_off[i][st + 1]; m++) {
             rs_seq *s = &rs->seqs[plan->group_ids[i][m]];
-            if (!rs_tokens_push(rs, s, ub->token ? ub->token[k] : -1))
+            tok_stage *g = &rs->stage[plan->group_ids[i][m]];
+            if (!tok_stage_push(g, &s->tokens, ub->token ? ub->token[k] : -1))
                 return LLMEM_E_NO_MEMORY;
             if (!seq_pos_push(&s->pos, ub->pos[k])) {
-                s->tokens.n--; /* token and position go together */
+                tok_stage_pop(g, &s->tokens); /* token and position go together */
                 return LLMEM_E_NO_MEMORY;
             }
         }

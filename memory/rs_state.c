@@ -254,8 +254,7 @@ llmem_status rs_check(llmem_memory *mem, char *err, size_t err_len)
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         const rs_seq *q = &rs->seqs[s];
         if (q->tokens.n != q->pos.v.n || q->h.cap != 1 + rs->n_ckpt ||
-            q->h.v != rs->hold + (size_t)s * 2 * (size_t)q->h.cap || rs->stage[s].n < 0 ||
-            rs->stage[s].n > RS_STAGE || rs->stage[s].n > q->tokens.n) {
+            q->h.v != rs->hold + (size_t)s * 2 * (size_t)q->h.cap || !tok_stage_ok(&rs->stage[s], &q->tokens)) {
             llmem_errf(err, err_len, "sequence %d: inconsistent arrays", s);
             return LLMEM_E_STATE;
         }

@@ -1,0 +1,74 @@
+/* llmem memory/: staged token appends.
+ *
+ * A decode step appends one token id to every sequence's token array. At
+ * thousands of sequences each array's tail is a cache line of its own (a
+ * miss per sequence and step), and at 64K tokens and more each tail also
+ * sits in its own huge page (a TLB miss). A memory that keeps one
+ * tok_stage per sequence in a dense, line-aligned array walked in sequence
+ * order appends there instead (tok_stage_push), and writes the array's
+ * tail once every TOK_STAGE tokens.
+ *
+ * The sequence's i32vec t counts the staged ids: t->v[t->n - g->n, t->n)
+ * are g->tok[0, g->n), and t has room for them (t->n <= capacity), so a
+ * count of tokens reads t->n as before. Code that reads token values calls
+ * tok_stage_sync first (or reads through tok_stage_at); code that sets t->n
+ * other than by tok_stage_push / tok_stage_pop syncs first, or empties the
+ * stage (g->n = 0) when it replaces every token. Like the memory, one
+ * thread at a time. */
+#ifndef LLMEM_TOK_STAGE_H
+#define LLMEM_TOK_STAGE_H
+
+#include "memory/internal.h"
+
+#define TOK_STAGE 15 /* ids per stage: with the count, one 64-byte line */
+
+typedef struct tok_stage {
+    int32_t n;
+    int32_t tok[TOK_STAGE];
+} tok_stage;
+
+/* Writes g's ids into t's array; g is empty afterwards. */
+static inline void tok_stage_sync(tok_stage *g, const i32vec *t)
+{
+    if (g->n > 0) {
+        i32_copy(t->v + t->n - g->n, g->tok, g->n);
+        g->n = 0;
+    }
+}
+
+/* Appends id x to t through g; false (nothing changed) when t cannot grow
+ * (out of host memory). */
+static inline bool tok_stage_push(tok_stage *g, i32vec *t, int32_t x)
+{
+    int32_t cap = t->cap < 0 ? -t->cap : t->cap;
+    if (g->n == TOK_STAGE || t->n >= cap) {
+        tok_stage_sync(g, t);
+        if (!i32vec_reserve(t, t->n + 1))
+            return false;
+    }
+    g->tok[g->n++] = x;
+    t->n++;
+    return true;
+}
+
+/* Takes back the id tok_stage_push just appended. */
+static inline void tok_stage_pop(tok_stage *g, i32vec *t)
+{
+    g->n--;
+    t->n--;
+}
+
+/* Token j (0 <= j < t->n), staged or not. */
+static inline int32_t tok_stage_at(const tok_stage *g, const i32vec *t, int32_t j)
+{
+    int32_t first = t->n - g->n;
+    return j >= first ? g->tok[j - first] : t->v[j];
+}
+
+/* Whether g's count is consistent with t's (for the memories' checks). */
+static inline bool tok_stage_ok(const tok_stage *g, const i32vec *t)
+{
+    return g->n >= 0 && g->n <= TOK_STAGE && g->n <= t->n;
+}
+
+#endif
