@@ -215,6 +215,21 @@ START_TEST(parameter_ranges)
         {false, "{\"prompt\": \"Hi\", \"stream_options\": {\"include_usage\": true}}",
          "stream_options", "invalid_value"},
         {false, "{\"prompt\": \"Hi\", \"echo\": true}", "echo", "unsupported_parameter"},
+        /* vLLM's extensions that would change the text: only their default */
+        {false, "{\"prompt\": \"Hi\", \"repetition_penalty\": 1.1}", "repetition_penalty",
+         "unsupported_parameter"},
+        {false, "{\"prompt\": \"Hi\", \"repetition_penalty\": \"1\"}", "repetition_penalty",
+         "invalid_type"},
+        {false, "{\"prompt\": \"Hi\", \"min_tokens\": 4}", "min_tokens", "unsupported_parameter"},
+        {false, "{\"prompt\": \"Hi\", \"ignore_eos\": true}", "ignore_eos", "unsupported_parameter"},
+        {false, "{\"prompt\": \"Hi\", \"skip_special_tokens\": false}", "skip_special_tokens",
+         "unsupported_parameter"},
+        {false, "{\"prompt\": \"Hi\", \"stop_token_ids\": [2]}", "stop_token_ids",
+         "unsupported_parameter"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"guided_choice\": "
+               "[\"yes\", \"no\"]}", "guided_choice", "unsupported_parameter"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tool_choice\": "
+               "\"required\"}", "tool_choice", "unsupported_parameter"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         refuse(bad[i].chat, bad[i].body, bad[i].param, bad[i].code);
@@ -224,6 +239,9 @@ START_TEST(parameter_ranges)
                                   "\"stop\": [\"x\"], \"logprobs\": null, \"best_of\": 1, "
                                   "\"presence_penalty\": 0, \"frequency_penalty\": 0.0, "
                                   "\"echo\": false, \"top_p\": 0, \"temperature\": 2, "
+                                  "\"repetition_penalty\": 1, \"min_tokens\": 0, "
+                                  "\"skip_special_tokens\": true, \"stop_token_ids\": [], "
+                                  "\"guided_json\": null, \"tool_choice\": \"none\", "
                                   "\"stream\": true, \"stream_options\": {\"include_usage\": true}}",
                            &r, NULL), 0);
     ck_assert_int_eq(r.req->max_tokens, 1);

@@ -224,6 +224,41 @@ static int unsupported(const cJSON *root, bool chat, char **err_json)
     if (best_of > 1)
         return bad(err_json, "best_of", "unsupported_parameter",
                    "'best_of' > 1 is not supported by llmem serve");
+    /* vLLM's extensions that change the output (SamplingParams): only their
+     * neutral value (n: that number, b: that boolean, a: an empty array,
+     * -: none at all) is implemented; a value of another type is invalid */
+    static const struct {
+        const char *key;
+        char type;
+        double neutral;
+    } ext[] = {
+        {"repetition_penalty", 'n', 1}, {"length_penalty", 'n', 1}, {"min_tokens", 'n', 0},
+        {"ignore_eos", 'b', 0}, {"use_beam_search", 'b', 0},
+        {"include_stop_str_in_output", 'b', 0}, {"skip_special_tokens", 'b', 1},
+        {"stop_token_ids", 'a', 0}, {"allowed_token_ids", 'a', 0}, {"bad_words", 'a', 0},
+        {"prompt_logprobs", '-', 0}, {"guided_json", '-', 0}, {"guided_regex", '-', 0},
+        {"guided_choice", '-', 0}, {"guided_grammar", '-', 0}, {"logits_processors", '-', 0},
+    };
+    for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, ext[i].key);
+        if (!j || cJSON_IsNull(j))
+            continue;
+        char t = ext[i].type;
+        if ((t == 'n' && !cJSON_IsNumber(j)) || (t == 'b' && !cJSON_IsBool(j)) ||
+            (t == 'a' && !cJSON_IsArray(j)))
+            return bad(err_json, ext[i].key, "invalid_type", "'%s' must be %s", ext[i].key,
+                       t == 'n' ? "a number" : t == 'b' ? "a boolean" : "an array");
+        if (t == '-' || (t == 'n' && j->valuedouble != ext[i].neutral) ||
+            (t == 'b' && cJSON_IsTrue(j) != (ext[i].neutral != 0)) || (t == 'a' && j->child))
+            return bad(err_json, ext[i].key, "unsupported_parameter",
+                       "'%s' is not supported by llmem serve (only its default)", ext[i].key);
+    }
+    /* without tools, tool_choice can only be "none" or "auto" */
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    if (tc && !cJSON_IsNull(tc) &&
+        !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto"))))
+        return bad(err_json, "tool_choice", "unsupported_parameter",
+                   "'tool_choice' other than \"none\" or \"auto\" is not supported by llmem serve");
     /* penalties: accepted in range, but only 0 (none) is implemented */
     static const char *const pen[] = {"presence_penalty", "frequency_penalty"};
     for (size_t i = 0; i < 2; i++) {

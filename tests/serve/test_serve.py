@@ -326,6 +326,18 @@ def t_bad(s):
             raise AssertionError(f"{kw} was accepted")
         except openai.BadRequestError as e:
             assert e.status_code == 400 and e.body["param"] == param, (kw, e.body)
+    # vLLM's extensions, as clients send them (extra_body): refused unless neutral
+    for extra, param in [({"repetition_penalty": 1.2}, "repetition_penalty"),
+                         ({"ignore_eos": True}, "ignore_eos"), ({"min_tokens": 3}, "min_tokens")]:
+        try:
+            s.client().completions.create(model="llmem-builtin", prompt="x", max_tokens=2,
+                                          extra_body=extra)
+            raise AssertionError(f"{extra} was accepted")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and e.body["param"] == param, (extra, e.body)
+    r = s.client().completions.create(model="llmem-builtin", prompt="x", max_tokens=2,
+                                      extra_body={"repetition_penalty": 1.0, "top_k": -1})
+    assert r.usage.completion_tokens <= 2, r
     status, j = s.raw("/v1/nothing", '{}')
     assert status == 404 and "error" in j
     h = s.health()
