@@ -5,9 +5,12 @@
  * row r: 2^e_r (hi + lo) (cm_split.comp). At 16-64 rows that split was a
  * dispatch of its own before each of a decode step's 167 tensor-core
  * products (9B Bamba shape; 13.8 us a call profiled at 64 rows, for about
- * 1 MB moved). But the op that made a is already a row-wise pass with the
- * row in registers: an RMS norm, the gated norm, the SwiGLU of
- * matmul_swiglu. With $LLMEM_VULKAN_PRESPLIT (default 1) such an op, when
+ * 1 MB moved; taking it off: 9B precise tg128 b64 24.45 -> 23.90 ms on the
+ * H200, and -0.39 more with the SwiGLU's, docs/benchmarks.md "The batched
+ * decode step"). But the op that made a is already a row-wise pass with the
+ * row in registers: an RMS norm, the gated norm, the SwiGLU (llmem_op_swiglu
+ * and matmul_swiglu's, vk_swiglu_split: cm_split.comp's SWIGLU pass). With
+ * $LLMEM_VULKAN_PRESPLIT (default 1) such an op, when
  * its output is decode-sized (vk_presplit_want), also writes the terms of
  * that output, computed exactly as cm_split.comp does from the same f32
  * values (so the products are bit for bit those of the split pass), into
