@@ -198,7 +198,7 @@ static void ref_chains(const chain_in *c, double *ref[N_OUT])
 {
     int32_t m = c->m, k = c->k, n = c->n;
     size_t mk = (size_t)m * k, mn = (size_t)m * n;
-    double *a = malloc(mk * sizeof *a), *h = malloc(mk * sizeof *h);
+    double *a = calloc(mk, sizeof *a), *h = calloc(mk, sizeof *h);
     double *gp = malloc(mn * sizeof *gp), *upp = malloc(mn * sizeof *upp);
     ck_assert_ptr_nonnull(a);
     ck_assert_ptr_nonnull(h);
