@@ -66,23 +66,39 @@ typedef enum hf_json_fault {
     HF_JSON_TRAILING,  /* a JSON value, then bytes other than whitespace */
     HF_JSON_TOO_DEEP,  /* nested deeper than HF_JSON_MAX_DEPTH */
     HF_JSON_NUL,       /* a string (or a name) holds the escape \u0000 */
+    HF_JSON_CONTROL,   /* a control character written raw (not escaped, not whitespace) */
     HF_JSON_DUP,       /* one object holds a name twice */
     HF_JSON_NO_MEMORY, /* no memory to look for names given twice */
 } hf_json_fault;
 
-/* Offset of the first \u0000 escape inside a string (or a name) of the
- * JSON text text[0, len), or len when there is none. */
-static inline size_t hf_json_nul_at(const char *text, size_t len)
+/* The first byte of text[0, len) that json.loads and serde_json refuse
+ * but cJSON takes, or len when there is none: a control character
+ * (U+0000..U+001F) written raw inside a string, or outside strings other
+ * than the whitespace tab, LF and CR (RFC 8259, sections 2 and 7; cJSON
+ * skips any byte up to 0x20 as whitespace and keeps raw ones in strings);
+ * or the backslash of a \u0000 escape (*nul set: cJSON ends its C strings
+ * there, so "llama\u0000x" would read as "llama"). */
+static inline size_t hf_json_bad_at(const char *text, size_t len, bool *nul)
 {
     bool in_str = false;
+    *nul = false;
     for (size_t i = 0; i < len; i++) {
-        if (!in_str)
-            in_str = text[i] == '"';
-        else if (text[i] == '"')
+        unsigned char ch = (unsigned char)text[i];
+        if (ch < 0x20 && (in_str || (ch != '\t' && ch != '\n' && ch != '\r')))
+            return i;
+        if (!in_str) {
+            in_str = ch == '"';
+        } else if (ch == '"') {
             in_str = false;
-        else if (text[i] == '\\' && i + 1 < len && text[++i] == 'u' && i + 4 < len &&
-                 text[i + 1] == '0' && text[i + 2] == '0' && text[i + 3] == '0' && text[i + 4] == '0')
-            return i - 1;
+        } else if (ch == '\\' && i + 1 < len) {
+            i++; /* the escaped character (a control character there is no escape) */
+            if ((unsigned char)text[i] < 0x20)
+                return i;
+            if (text[i] == 'u' && i + 4 < len && !memcmp(text + i + 1, "0000", 4)) {
+                *nul = true;
+                return i - 1;
+            }
+        }
     }
     return len;
 }
@@ -124,17 +140,19 @@ static inline llmem_status hf_json_dup_key(const cJSON *v, const char **dup)
 
 /* Where hf_json_read found its fault. */
 typedef struct hf_json_where {
-    size_t at;     /* byte offset: HF_JSON_SYNTAX, _TRAILING, _NUL */
-    bool object;   /* HF_JSON_TRAILING: the value before the bytes was an object */
-    char key[64];  /* HF_JSON_DUP: the name given twice (cut to 63 bytes) */
+    size_t at;         /* byte offset: HF_JSON_SYNTAX, _TRAILING, _NUL, _CONTROL */
+    bool object;       /* HF_JSON_TRAILING: the value before the bytes was an object */
+    unsigned char ctl; /* HF_JSON_CONTROL: the character */
+    char key[64];      /* HF_JSON_DUP: the name given twice (cut to 63 bytes) */
 } hf_json_where;
 
 /* Parses text[0, len) (need not be NUL-terminated) as one JSON text, as
  * json.loads and serde_json read it, and refuses what cJSON would read
  * otherwise: bytes after the value, a string or name holding \u0000, a
- * name given twice in one object (at any depth). On HF_JSON_OK *root is
- * the tree (the caller frees it with cJSON_Delete); otherwise *root is
- * NULL and *w says where (hf_json_describe words it). O(len log len). */
+ * raw control character, a name given twice in one object (at any depth).
+ * On HF_JSON_OK *root is the tree (the caller frees it with cJSON_Delete);
+ * otherwise *root is NULL and *w says where (hf_json_describe words it).
+ * O(len log len). */
 static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **root,
                                          hf_json_where *w)
 {
@@ -146,14 +164,17 @@ static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **r
         return hf_json_too_deep(text, len) ? HF_JSON_TOO_DEEP : HF_JSON_SYNTAX;
     hf_json_fault f = HF_JSON_OK;
     const char *dup = NULL;
+    bool nul;
     while (w->at < len && (text[w->at] == ' ' || text[w->at] == '\t' || text[w->at] == '\n' ||
                            text[w->at] == '\r'))
         w->at++;
     if (w->at < len) {
         f = HF_JSON_TRAILING;
         w->object = cJSON_IsObject(*root);
-    } else if ((w->at = hf_json_nul_at(text, len)) < len) {
-        f = HF_JSON_NUL; /* before the names: "a\u0000" and "a" are one name to cJSON */
+    } else if ((w->at = hf_json_bad_at(text, len, &nul)) < len) {
+        /* before the names: "a\u0000" and "a" are one name to cJSON */
+        f = nul ? HF_JSON_NUL : HF_JSON_CONTROL;
+        w->ctl = (unsigned char)text[w->at];
     } else if (hf_json_dup_key(*root, &dup) != LLMEM_OK) {
         f = HF_JSON_NO_MEMORY;
     } else if (dup) {
@@ -183,6 +204,10 @@ static inline const char *hf_json_describe(hf_json_fault f, const hf_json_where 
         snprintf(buf, len, "nests arrays or objects deeper than %d levels", HF_JSON_MAX_DEPTH);
         break;
     case HF_JSON_NUL: snprintf(buf, len, "a string holds \\u0000 (at byte %zu)", w->at); break;
+    case HF_JSON_CONTROL:
+        snprintf(buf, len, "control character 0x%02X written raw (at byte %zu; JSON needs it "
+                 "escaped)", (unsigned)w->ctl, w->at);
+        break;
     case HF_JSON_DUP:
         snprintf(buf, len, "key '%.60s' appears twice in one object", w->key);
         break;

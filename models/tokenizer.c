@@ -593,9 +593,18 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     }
     if (!tok->chat_template) { /* transformers >= 4.43 may write it apart */
         snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-        tok->chat_template = read_file(path, NULL, &st);
+        size_t n = 0;
+        tok->chat_template = read_file(path, &n, &st);
         if (!tok->chat_template && st != LLMEM_E_NOT_FOUND)
             return st;
+        /* transformers reads it as UTF-8 text; a NUL would end llmem's copy */
+        size_t bad = tok->chat_template ? tk_utf8_bad_at(tok->chat_template, n) : n;
+        size_t nul = tok->chat_template ? strlen(tok->chat_template) : n;
+        if (bad < n || nul < n) {
+            tk_set_err(c->err, c->err_len, "%s: %s (byte %zu)", path,
+                       nul < bad ? "holds a NUL byte" : "not UTF-8", nul < bad ? nul : bad);
+            return LLMEM_E_CORRUPT;
+        }
     }
     int32_t cfg_bos = lookup(tok, tok->bos_str), cfg_eos = lookup(tok, tok->eos_str);
     if (!has_post) {

@@ -589,6 +589,9 @@ START_TEST(test_bad_configs)
          "'rms_norm_eps' must be a positive number in f32's range"},
         {LLAMA(",\"hidden_size\":64,\"rope_theta\":1e39"), LLMEM_E_CORRUPT, "'rope_theta'"},
         /* cJSON ends strings at an escaped NUL: "silu\u0000x" would read as "silu" */
+        /* a control character written raw (json.loads refuses it; cJSON kept it) */
+        {LLAMA(",\"hidden_size\":64,\"hidden_act\":\"si\001lu\""), LLMEM_E_CORRUPT,
+         "control character 0x01 written raw"},
         {LLAMA(",\"hidden_size\":64,\"hidden_act\":\"silu\\u0000x\""), LLMEM_E_CORRUPT,
          "holds \\u0000"},
         /* a name twice: json.loads keeps the last, cJSON's lookup the first */

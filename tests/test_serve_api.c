@@ -108,6 +108,15 @@ START_TEST(nul_in_a_string_is_refused)
                "\"text\": \"\\u0000\"}]}]}"},
     };
     refuse_all(bad, sizeof bad / sizeof bad[0], "invalid_value");
+    /* control characters written raw, in a string or between tokens (json.loads
+     * refuses them; cJSON kept a raw tab in a prompt and skipped a \f) */
+    static const body raw[] = {
+        {false, "{\"prompt\": \"a\tb\"}"},
+        {false, "{\"prompt\": \"a\001b\"}"},
+        {false, "{\"prompt\":\f\"ab\"}"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\nb\"}]}"},
+    };
+    refuse_all(raw, sizeof raw / sizeof raw[0], "control character");
 }
 END_TEST
 

@@ -558,6 +558,42 @@ START_TEST(test_nul_and_duplicate_names)
                        i ? "key 'add_bos_token' appears twice" : "holds \\u0000", i);
     }
     unlink(cpath);
+    /* control characters written raw in a string (serde_json and json.loads
+     * refuse them; cJSON kept them, and a raw NUL cut "a<NUL>b" to "a", read
+     * then as "a" twice) */
+    static const char raw[][80] = {
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\0b\": 1}, \"merges\": []}}",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"a\001b\": 1}, \"merges\": []}}",
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \f\"merges\": []}}",
+    };
+    static const char *const raw_why[] = {"control character 0x00 written raw (at byte 46",
+                                          "control character 0x01 written raw (at byte 46",
+                                          "control character 0x0C written raw (at byte 45"};
+    for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+        size_t n = 0;
+        while (raw[i][n] != '}' || raw[i][n + 1] != '}' || raw[i][n + 2] != '\0')
+            n++; /* the text ends with "}}"; raw[0] holds a NUL before */
+        FILE *f = fopen(path, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(raw[i], 1, n + 2, f), n + 2);
+        fclose(f);
+        expect_refused(path, NULL, LLMEM_E_CORRUPT, "tokenizer.json", raw_why[i], i);
+    }
+    /* chat_template.jinja: transformers reads UTF-8 text; a NUL would cut
+     * llmem's copy of the template */
+    write_file(path, "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}}");
+    char jpath[256];
+    snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", dir);
+    static const char jinja[][16] = {"{{ x }}\0{{ y }}", "{{ x }}\xff{{ y }}"};
+    static const char *const jinja_why[] = {"holds a NUL byte (byte 7)", "not UTF-8 (byte 7)"};
+    for (size_t i = 0; i < 2; i++) {
+        FILE *f = fopen(jpath, "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(jinja[i], 1, 15, f), 15);
+        fclose(f);
+        expect_refused(dir, NULL, LLMEM_E_CORRUPT, "chat_template.jinja", jinja_why[i], i);
+    }
+    unlink(jpath);
     unlink(path);
     rmdir(dir);
 }

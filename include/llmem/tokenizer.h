@@ -69,7 +69,9 @@ typedef struct llmem_tokenizer llmem_tokenizer;
  * failed); LLMEM_E_CORRUPT (not UTF-8, not one JSON object with only
  * whitespace after it, a name given twice in one object (e.g. a vocabulary
  * token listed twice: Hugging Face tokenizers keeps the last, so the file
- * is ambiguous), a string holding \u0000 (llmem's pieces are C strings),
+ * is ambiguous), a string holding \u0000 (llmem's pieces are C strings)
+ * or a control character written raw (tokenizers refuses those), a
+ * chat_template.jinja holding a NUL byte or bytes that are not UTF-8,
  * a field of the wrong type, a decoder setting tokenizers refuses too
  * (Strip or Metaspace given more than one character, a negative count),
  * or a post-processor id with no token, with the field in err);
