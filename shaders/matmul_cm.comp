@@ -1,6 +1,4 @@
 #version 450
-#extension GL_GOOGLE_include_directive : enable
-#extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_EXT_control_flow_attributes : require
@@ -55,7 +53,38 @@
  * 64 x 4096 x 4096 precise 0.048 -> 0.032 ms, 16 rows 0.021 -> 0.017
  * (H200, docs/benchmarks.md, "Vulkan GEMM: raw split-K slices"). Blocking after the CUTLASS warp-tile hierarchy (written from its
  * description). Needs K % 8 == 0 and 16-byte aligned operands. */
-#include "common.glsl"
+/* One source for two modules: GL_NV_cooperative_matrix (VK_SH_MATMUL_CM,
+ * compiled at build time) and, with -DKHR, GL_KHR_cooperative_matrix
+ * (VK_SH_MATMUL_CM_KHR: glslang 15 or later, which Debian 12 lacks, so
+ * shaders/khr/update.sh compiles it and the build embeds
+ * shaders/khr/matmul_cm.spv while shaders/khr/matmul_cm.sha256 matches
+ * this file; shaders/shaders.cmake). The host runs the KHR module for 9-64
+ * rows where the device lists VK_KHR_cooperative_matrix
+ * ($LLMEM_VULKAN_CM_KHR=0 keeps NV; vk_ops_matmul.c). Self-contained (no
+ * common.glsl), so that the recorded hash covers this file alone. */
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 128;
+#define DT_BF16 2u
+
+#ifdef KHR
+#extension GL_KHR_cooperative_matrix : require
+#define CM_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define CM_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define CM_C coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define LOAD_ROW(m_, a_, o_, s_) coopMatLoad(m_, a_, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_COL(m_, a_, o_, s_) coopMatLoad(m_, a_, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
+#define STORE_ROW(m_, a_, o_, s_) coopMatStore(m_, a_, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define MMA coopMatMulAdd
+#else
+#extension GL_NV_cooperative_matrix : require
+#define CM_A fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_B fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_C fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define LOAD_ROW(m_, a_, o_, s_) coopMatLoadNV(m_, a_, o_, s_, false)
+#define LOAD_COL(m_, a_, o_, s_) coopMatLoadNV(m_, a_, o_, s_, true)
+#define STORE_ROW(m_, a_, o_, s_) coopMatStoreNV(m_, a_, o_, s_, false)
+#define MMA coopMatMulAddNV
+#endif
 
 layout(constant_id = 1) const uint W_DT = 2;  /* 1 f16, 2 bf16 */
 layout(constant_id = 2) const uint SGM = 2;   /* subgroups along M */
@@ -174,19 +203,18 @@ uint bf16x2_to_f16x2(uint x)
     {                                                                                             \
         uint b_ = (st) * STG, bw_ = b_ + SPLIT * BM * LD;                                         \
         [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {                                      \
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> mb[FN];                                      \
+            CM_B mb[FN];                                                                          \
             [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                          \
-                coopMatLoadNV(mb[jj], ring, bw_ + (sn + 16u * jj) * LD + 2u * kk, LD, true);      \
+                LOAD_COL(mb[jj], ring, bw_ + (sn + 16u * jj) * LD + 2u * kk, LD);                 \
             [[unroll]] for (uint i = 0u; i < FM; i++) {                                           \
-                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma;                                      \
-                coopMatLoadNV(ma, ring, b_ + (sm + 16u * i) * LD + 2u * kk, LD, false);           \
+                CM_A ma;                                                                          \
+                LOAD_ROW(ma, ring, b_ + (sm + 16u * i) * LD + 2u * kk, LD);                       \
                 [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                      \
-                    acc[i * FN + jj] = coopMatMulAddNV(ma, mb[jj], acc[i * FN + jj]);             \
+                    acc[i * FN + jj] = MMA(ma, mb[jj], acc[i * FN + jj]);                         \
                 if (SPLIT == 2u) {                                                                \
-                    coopMatLoadNV(ma, ring, b_ + (BM + sm + 16u * i) * LD + 2u * kk, LD,          \
-                                  false);                                                         \
+                    LOAD_ROW(ma, ring, b_ + (BM + sm + 16u * i) * LD + 2u * kk, LD);              \
                     [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                  \
-                        acc[i * FN + jj] = coopMatMulAddNV(ma, mb[jj], acc[i * FN + jj]);         \
+                        acc[i * FN + jj] = MMA(ma, mb[jj], acc[i * FN + jj]);                     \
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
@@ -247,9 +275,9 @@ uint bf16x2_to_f16x2(uint x)
  * tiles (vk_cm_raw_layout). A literal q for the reason given at EMIT. */
 #define RAW_EMIT(q, BUF)                                                                          \
     if ((q) < FM * FN)                                                                            \
-        coopMatStoreNV(acc[q], BUF,                                                               \
-                       base + (m0 + sm + 16u * ((q) / FN)) * p.ldp + n0 + sn + 16u * ((q) % FN),  \
-                       p.ldp, false);
+        STORE_ROW(acc[q], BUF,                                                                    \
+                  base + (m0 + sm + 16u * ((q) / FN)) * p.ldp + n0 + sn + 16u * ((q) % FN),       \
+                  p.ldp);
 #define RAW_ALL_TO(B)                                                                             \
     RAW_EMIT(0u, B) RAW_EMIT(1u, B) RAW_EMIT(2u, B) RAW_EMIT(3u, B) RAW_EMIT(4u, B)               \
     RAW_EMIT(5u, B) RAW_EMIT(6u, B) RAW_EMIT(7u, B) RAW_EMIT(8u, B) RAW_EMIT(9u, B)               \
@@ -326,7 +354,8 @@ void last_slice_sum(uint t, uint s, uint m0, uint n0, uint l)
 
 void main()
 {
-    uint g = group_id();
+    /* the host splits large grids over x and y (common.glsl's group_id) */
+    uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (g >= p.n_groups)
         return;
     uint s = g / p.tiles_mn, t = g % p.tiles_mn;
@@ -335,9 +364,9 @@ void main()
     uint l = gl_LocalInvocationID.x, sg = l / 32u, lane = l % 32u;
     uint sm = (sg % SGM) * FM * 16u, sn = (sg / SGM) * FN * 16u;
 
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[FM * FN];
+    CM_C acc[FM * FN];
     [[unroll]] for (uint i = 0u; i < FM * FN; i++)
-        acc[i] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+        acc[i] = CM_C(0.0);
 
     if (STAGES == 1u) {
         uvec4 ra[NA], rw[NW];
@@ -363,19 +392,19 @@ void main()
                 FETCH(k0 + BK)
             }
             [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {
-                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> mb[FN];
+                CM_B mb[FN];
                 /* B[k][n] = w[n][k]: column-major in sw */
                 [[unroll]] for (uint j = 0u; j < FN; j++)
-                    coopMatLoadNV(mb[j], sw, (sn + 16u * j) * LD + 2u * kk, LD, true);
+                    LOAD_COL(mb[j], sw, (sn + 16u * j) * LD + 2u * kk, LD);
                 [[unroll]] for (uint i = 0u; i < FM; i++) {
-                    fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> ma;
-                    coopMatLoadNV(ma, sa, (sm + 16u * i) * LD + 2u * kk, LD, false);
+                    CM_A ma;
+                    LOAD_ROW(ma, sa, (sm + 16u * i) * LD + 2u * kk, LD);
                     [[unroll]] for (uint j = 0u; j < FN; j++)
-                        acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
+                        acc[i * FN + j] = MMA(ma, mb[j], acc[i * FN + j]);
                     if (SPLIT == 2u) {
-                        coopMatLoadNV(ma, sa, (BM + sm + 16u * i) * LD + 2u * kk, LD, false);
+                        LOAD_ROW(ma, sa, (BM + sm + 16u * i) * LD + 2u * kk, LD);
                         [[unroll]] for (uint j = 0u; j < FN; j++)
-                            acc[i * FN + j] = coopMatMulAddNV(ma, mb[j], acc[i * FN + j]);
+                            acc[i * FN + j] = MMA(ma, mb[j], acc[i * FN + j]);
                     }
                 }
             }
@@ -387,7 +416,7 @@ void main()
             RAW_ALL
             return;
         }
-#define CS_STORE(q) coopMatStoreNV(acc[q], cs, cb, CS, false)
+#define CS_STORE(q) STORE_ROW(acc[q], cs, cb, CS)
 #define CS_READ(r, c) cs[cb + (r) * CS + (c)]
         EMIT_ALL(CS_STORE, CS_READ)
 #undef CS_STORE
@@ -440,7 +469,7 @@ void main()
         }
         /* epilogue through the ring, once every subgroup is done reading it */
         barrier();
-#define RING_STORE(q) coopMatStoreNV(acc[q], ring, cb, CSV, false)
+#define RING_STORE(q) STORE_ROW(acc[q], ring, cb, CSV)
 #define RING_READ(r, c) uintBitsToFloat(ring[cb + (r) * CSV + (c) / 4u][(c) % 4u])
         EMIT_ALL(RING_STORE, RING_READ)
 #undef RING_STORE

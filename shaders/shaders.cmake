@@ -94,6 +94,51 @@ function(llmem_vulkan_shader_entries out_var)
   set(${out_var} ${_entries} PARENT_SCOPE)
 endfunction()
 
+# The KHR modules (llmem_vulkan_shaders): matmul_cmp.comp (prefill, above 64 rows) and
+# matmul_cm.comp (decode, 9-64 rows).
+set(LLMEM_VK_KHR_SHADERS
+  "matmul_cmp"
+  "matmul_cm")
+
+# <out_dir>/spv/<name>_khr.h for the KHR module of <name>.comp (see llmem_vulkan_shaders);
+# its path in <hdr_var>.
+function(llmem_vulkan_khr_module name out_dir hdr_var)
+  set(hdr ${out_dir}/spv/${name}_khr.h)
+  set(_khr_comp ${LLMEM_VK_SHADER_DIR}/${name}.comp)
+  set(_khr_spv ${LLMEM_VK_SHADER_DIR}/khr/${name}.spv)
+  set(_khr_sha ${LLMEM_VK_SHADER_DIR}/khr/${name}.sha256)
+  if(LLMEM_GLSLANG_KHR)
+    file(GLOB _includes ${LLMEM_VK_SHADER_DIR}/*.glsl)
+    separate_arguments(_gk UNIX_COMMAND "${LLMEM_GLSLANG_KHR}")
+    add_custom_command(
+      OUTPUT ${hdr}
+      COMMAND ${_gk} -V -g0 --target-env vulkan1.2 -DKHR -I${LLMEM_VK_SHADER_DIR}
+              --vn vk_spv_${name}_khr -o ${hdr} ${_khr_comp}
+      DEPENDS ${_khr_comp} ${_includes}
+      COMMENT "glslang (KHR) ${name}.comp -> ${name}_khr"
+      VERBATIM)
+  else()
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_khr_comp} ${_khr_spv} ${_khr_sha})
+    file(SHA256 ${_khr_comp} _have)
+    set(_want "")
+    if(EXISTS ${_khr_sha})
+      file(STRINGS ${_khr_sha} _want LIMIT_COUNT 1)
+    endif()
+    if(EXISTS ${_khr_spv} AND _have STREQUAL _want)
+      file(READ ${_khr_spv} _hex HEX)
+      string(REGEX REPLACE "(..)(..)(..)(..)" "0x\\4\\3\\2\\1u," _words "${_hex}")
+      set(_khr_text "const uint32_t vk_spv_${name}_khr[] = {${_words}};\n")
+    else()
+      message(WARNING "shaders/khr/${name}.spv does not match shaders/${name}.comp "
+                      "(run shaders/khr/update.sh): its KHR module is left out")
+      set(_khr_text "const uint32_t vk_spv_${name}_khr[] = {0u}; /* none: stale */\n")
+    endif()
+    file(WRITE ${hdr}.in "/* shaders/khr/${name}.spv (shaders/shaders.cmake) */\n#pragma once\n${_khr_text}")
+    configure_file(${hdr}.in ${hdr} COPYONLY)
+  endif()
+  set(${hdr_var} ${hdr} PARENT_SCOPE)
+endfunction()
+
 function(llmem_vulkan_shaders out_dir out_sources)
   llmem_vulkan_shader_entries(_all_entries)
   file(GLOB _includes ${LLMEM_VK_SHADER_DIR}/*.glsl)
@@ -127,47 +172,21 @@ function(llmem_vulkan_shaders out_dir out_sources)
     string(APPEND _incl "#include \"spv/${name}.h\"\n")
     string(APPEND _table "    {\"${name}\", vk_spv_${name}, sizeof vk_spv_${name}},\n")
   endforeach()
-  # matmul_cmp.comp on GL_KHR_cooperative_matrix (-DKHR), which needs glslang 15 or later
-  # (Debian 12 has 12): compiled by ${LLMEM_GLSLANG_KHR} when set (e.g. tools/glslang_khr.sh),
-  # else the SPIR-V that shaders/khr/update.sh made with it, embedded only while
-  # shaders/khr/matmul_cmp.sha256 matches matmul_cmp.comp (which includes nothing), so a stale
-  # module never runs; otherwise an empty module, and the plugin keeps matmul_cm.comp.
-  set(hdr ${out_dir}/spv/matmul_cmp_khr.h)
-  set(_khr_comp ${LLMEM_VK_SHADER_DIR}/matmul_cmp.comp)
-  set(_khr_spv ${LLMEM_VK_SHADER_DIR}/khr/matmul_cmp.spv)
-  set(_khr_sha ${LLMEM_VK_SHADER_DIR}/khr/matmul_cmp.sha256)
-  if(LLMEM_GLSLANG_KHR)
-    separate_arguments(_gk UNIX_COMMAND "${LLMEM_GLSLANG_KHR}")
-    add_custom_command(
-      OUTPUT ${hdr}
-      COMMAND ${_gk} -V -g0 --target-env vulkan1.2 -DKHR -I${LLMEM_VK_SHADER_DIR}
-              --vn vk_spv_matmul_cmp_khr -o ${hdr} ${_khr_comp}
-      DEPENDS ${_khr_comp} ${_includes}
-      COMMENT "glslang (KHR) matmul_cmp.comp -> matmul_cmp_khr"
-      VERBATIM)
-  else()
-    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_khr_comp} ${_khr_spv} ${_khr_sha})
-    file(SHA256 ${_khr_comp} _have)
-    set(_want "")
-    if(EXISTS ${_khr_sha})
-      file(STRINGS ${_khr_sha} _want LIMIT_COUNT 1)
-    endif()
-    if(EXISTS ${_khr_spv} AND _have STREQUAL _want)
-      file(READ ${_khr_spv} _hex HEX)
-      string(REGEX REPLACE "(..)(..)(..)(..)" "0x\\4\\3\\2\\1u," _words "${_hex}")
-      set(_khr_text "const uint32_t vk_spv_matmul_cmp_khr[] = {${_words}};\n")
-    else()
-      message(WARNING "shaders/khr/matmul_cmp.spv does not match shaders/matmul_cmp.comp "
-                      "(run shaders/khr/update.sh): the KHR prefill GEMM is left out")
-      set(_khr_text "const uint32_t vk_spv_matmul_cmp_khr[] = {0u}; /* none: stale */\n")
-    endif()
-    file(WRITE ${hdr}.in "/* shaders/khr/matmul_cmp.spv (shaders/shaders.cmake) */\n#pragma once\n${_khr_text}")
-    configure_file(${hdr}.in ${hdr} COPYONLY)
-  endif()
-  list(APPEND _headers ${hdr})
-  string(APPEND _enum "    VK_SH_MATMUL_CMP_KHR,\n")
-  string(APPEND _incl "#include \"spv/matmul_cmp_khr.h\"\n")
-  string(APPEND _table "    {\"matmul_cmp_khr\", vk_spv_matmul_cmp_khr, sizeof vk_spv_matmul_cmp_khr},\n")
+  # Shaders on GL_KHR_cooperative_matrix (-DKHR), which needs glslang 15 or later (Debian 12
+  # has 12): each name in LLMEM_VK_KHR_SHADERS (<name>.comp, self-contained: it includes
+  # nothing) becomes the module <name>_khr (id VK_SH_<NAME>_KHR), compiled by
+  # ${LLMEM_GLSLANG_KHR} when set (e.g. tools/glslang_khr.sh), else the SPIR-V that
+  # shaders/khr/update.sh made with it, embedded only while shaders/khr/<name>.sha256 matches
+  # <name>.comp, so a stale module never runs; otherwise an empty module, and the plugin keeps
+  # the NV path (matmul_cm.comp).
+  foreach(kname ${LLMEM_VK_KHR_SHADERS})
+    llmem_vulkan_khr_module(${kname} ${out_dir} _khr_hdr)
+    list(APPEND _headers ${_khr_hdr})
+    string(TOUPPER ${kname} up)
+    string(APPEND _enum "    VK_SH_${up}_KHR,\n")
+    string(APPEND _incl "#include \"spv/${kname}_khr.h\"\n")
+    string(APPEND _table "    {\"${kname}_khr\", vk_spv_${kname}_khr, sizeof vk_spv_${kname}_khr},\n")
+  endforeach()
   file(WRITE ${out_dir}/vk_shader_ids.h.in
     "/* Generated by shaders/shaders.cmake: one id per embedded SPIR-V module. */\n"
     "#ifndef LLMEM_VK_SHADER_IDS_H\n#define LLMEM_VK_SHADER_IDS_H\n#include <stddef.h>\n#include <stdint.h>\n"

@@ -555,31 +555,42 @@ END_TEST
  * $LLMEM_VULKAN_CM_WAVE=132: the decode tiles' split-K within 132
  * workgroups, vk_cm_plan_wave), and above 64 rows matmul_cmp.comp's NV
  * module ($LLMEM_VULKAN_CMP=2; its KHR one, the default where the device
- * has it, runs in the tests above) or matmul_cm.comp there (0), on the
+ * has it, runs in the tests above) or matmul_cm.comp there (0, with
+ * $LLMEM_VULKAN_CM_KHR=0: matmul_cm.comp's NV module at every row count; its
+ * KHR one, the default up to 64 rows where the device has it, runs in the
+ * other settings), on the
  * row-scale shapes of test_matmul_row_scales plus the decode rows (split-K,
  * partial tiles, one slice, depth 3 at 16 rows) and 65 and 257 rows (split-K
  * in 4 slices; partial tiles of matmul_cmp), against float64. Lavapipe: the
  * SIMT path. */
 START_TEST(test_matmul_cm_raw)
 {
-    static const char *cfgs[][2] = {{"LLMEM_VULKAN_CM_RAW", "0"},
-                                    {"LLMEM_VULKAN_CM_RAW", "1"},
-                                    {"LLMEM_VULKAN_CM_RAW", "3"},
-                                    {"LLMEM_VULKAN_CM_WAVE", "132"},
-                                    {"LLMEM_VULKAN_CMP", "0"},
-                                    {"LLMEM_VULKAN_CMP", "2"}};
+    /* one or two settings each (the second NULL: none); every backend opened costs, so the
+     * NV module of matmul_cm.comp shares its opening with matmul_cmp.comp off */
+    static const char *cfgs[][4] = {{"LLMEM_VULKAN_CM_RAW", "0", NULL, NULL},
+                                    {"LLMEM_VULKAN_CM_RAW", "1", NULL, NULL},
+                                    {"LLMEM_VULKAN_CM_RAW", "3", NULL, NULL},
+                                    {"LLMEM_VULKAN_CM_WAVE", "132", NULL, NULL},
+                                    {"LLMEM_VULKAN_CMP", "0", "LLMEM_VULKAN_CM_KHR", "0"},
+                                    {"LLMEM_VULKAN_CMP", "2", NULL, NULL}};
     static const int32_t shapes[][3] = {{40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300},
                                         {64, 1000, 300}, {9, 264, 17},    {65, 1024, 600},
                                         {257, 96, 520}};
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         test_env keep = test_env_save(cfgs[ci][0]);
+        test_env keep2 = test_env_save("LLMEM_VULKAN_CM_KHR");
         test_env_put(cfgs[ci][0], cfgs[ci][1]);
+        if (cfgs[ci][2])
+            test_env_put(cfgs[ci][2], cfgs[ci][3]);
         llmem_backend *vk = open_be("vulkan");
-        char cfg[64];
-        snprintf(cfg, sizeof cfg, "%s=%s ", cfgs[ci][0], cfgs[ci][1]);
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "%s=%s %s%s%s ", cfgs[ci][0], cfgs[ci][1],
+                 cfgs[ci][2] ? cfgs[ci][2] : "", cfgs[ci][2] ? "=" : "",
+                 cfgs[ci][2] ? cfgs[ci][3] : "");
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
+        test_env_restore(&keep2);
         test_env_restore(&keep);
     }
 }

@@ -710,6 +710,25 @@ START_TEST(test_cmp_plan)
 }
 END_TEST
 
+/* matmul_cm.comp's KHR module (vk_cm_khr_used): only for its decode plans
+ * (1 .. 64 rows; matmul_cmp.comp or the NV module above), only with the
+ * cooperative-matrix path and the KHR module both on. */
+START_TEST(test_cm_khr_route)
+{
+    vk_mm_caps c = {.coopmat = true, .cm_khr = true, .cmp = VK_CMP_KHR};
+    ck_assert(vk_cm_khr_used(&c, 9) && vk_cm_khr_used(&c, 16) && vk_cm_khr_used(&c, 64));
+    ck_assert(!vk_cm_khr_used(&c, 65) && !vk_cm_khr_used(&c, 512));
+    /* above 64 rows with matmul_cmp off, matmul_cm's NV module (the KHR one is not measured there) */
+    c.cmp = VK_CMP_OFF;
+    ck_assert(!vk_cm_khr_used(&c, 65));
+    c.cm_khr = false;
+    ck_assert(!vk_cm_khr_used(&c, 16));
+    c.cm_khr = true;
+    c.coopmat = false;
+    ck_assert(!vk_cm_khr_used(&c, 16));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vulkan_pick");
@@ -718,6 +737,7 @@ int main(void)
     tcase_add_test(tc, test_split_k);
     tcase_add_test(tc, test_cm_plan_invariants);
     tcase_add_test(tc, test_cm_plan_shapes);
+    tcase_add_test(tc, test_cm_khr_route);
     tcase_add_test(tc, test_cm_usable);
     tcase_add_test(tc, test_cm_ring_plans);
     tcase_add_test(tc, test_cm_stages_default);

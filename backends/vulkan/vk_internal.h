@@ -135,7 +135,8 @@ typedef struct vk_backend {
     bool subgroup;       /* subgroup arithmetic in compute shaders is used */
     uint32_t subgroup_size;
     bool coopmat;        /* VK_NV_cooperative_matrix enabled for matmul_cm.comp (vk_plugin.c) */
-    bool coopmat_khr;    /* VK_KHR_cooperative_matrix enabled too, for matmul_cmp.comp's KHR module */
+    bool coopmat_khr;    /* VK_KHR_cooperative_matrix enabled too, for the KHR modules of
+                          * matmul_cmp.comp and matmul_cm.comp */
     uint32_t max_groups; /* per grid dimension */
     uint32_t mem_type_device, mem_type_host;
     VkDeviceSize storage_align; /* minStorageBufferOffsetAlignment (>= 4) */

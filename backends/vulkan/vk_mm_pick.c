@@ -173,3 +173,8 @@ bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t sme
     p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
     return true;
 }
+
+bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
+{
+    return c->coopmat && c->cm_khr && m <= VK_CMP_ROWS;
+}

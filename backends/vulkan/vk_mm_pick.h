@@ -79,6 +79,7 @@ typedef struct vk_mm_caps {
     uint32_t presplit; /* decode-sized norms and SwiGLU write matmul_cm's f16 terms of their
                         * output ($LLMEM_VULKAN_PRESPLIT: 0 off, 1 on (default), 2 even
                         * without cooperative matrices; vk_presplit.c) */
+    bool cm_khr;       /* up to VK_CMP_ROWS rows: matmul_cm.comp's KHR module (vk_cm_khr_used) */
 } vk_mm_caps;
 
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
@@ -272,5 +273,18 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
 #define VK_CM_RING_SMEM(bm, bn, bk) (2u * (2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u + 1024u)
 #define VK_CM_SHARED_BYTES VK_CM_SMEM(128u, 128u, VK_CM_BK_BIG)
 #define VK_CM_SHARED_BYTES_SMALL VK_CM_SMEM(64u, 128u, VK_CM_BK_SMALL)
+
+/* Whether matmul_cm.comp's decode plans (vk_cm_plan_make, m <= VK_CMP_ROWS
+ * activation rows) run as its GL_KHR_cooperative_matrix module
+ * (VK_SH_MATMUL_CM_KHR, shaders/khr/matmul_cm.spv) instead of the NV one:
+ * c->coopmat and c->cm_khr (the device has VK_KHR_cooperative_matrix with
+ * the 16 x 16 x 16 f16 -> f32 subgroup shape, the build embedded the
+ * module, $LLMEM_VULKAN_CM_KHR is not 0) and m <= VK_CMP_ROWS. Same blocking,
+ * same f16 products into f32 accumulators as the NV module. H200 harness, matmul_cm's
+ * blocking at 512 x 4096 x 4096: KHR 0.155 ms, NV 0.174 (docs/benchmarks.md,
+ * "Vulkan prefill GEMM with larger warp tiles"); plugin, 2b shape batch 64
+ * precise: 32.1 us a call against 34.1, the step 10.56 -> 10.26 ms ("Decode
+ * tiles as KHR cooperative matrices"). Pure. */
+bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
 
 #endif

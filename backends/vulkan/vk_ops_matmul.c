@@ -77,7 +77,14 @@ void vk_matmul_config(vk_backend *v)
     /* above 64 rows: matmul_cmp.comp's KHR module where the device and the build have it (1,
      * default; else matmul_cm.comp), its NV module (2, slower in fast mode), matmul_cm (0) */
     uint32_t cmp = env_u32("LLMEM_VULKAN_CMP", 1, 0, 2);
-    v->mm.cmp = cmp == 2 ? VK_CMP_NV : cmp == 1 && v->coopmat_khr ? VK_CMP_KHR : VK_CMP_OFF;
+    v->mm.cmp = cmp == 2 ? VK_CMP_NV
+                : cmp == 1 && v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20
+                    ? VK_CMP_KHR
+                    : VK_CMP_OFF;
+    /* up to 64 rows: matmul_cm.comp's KHR module where the device and the build have it (1,
+     * default), its NV module (0) */
+    v->mm.cm_khr = env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&
+                   vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
@@ -455,7 +462,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         vk_op_init(&mm, v->mm.cmp == VK_CMP_KHR ? VK_SH_MATMUL_CMP_KHR : VK_SH_MATMUL_CMP,
                    32 * pl.sgm * pl.sgn);
     else
-        vk_op_init(&mm, VK_SH_MATMUL_CM, VK_CM_WG);
+        vk_op_init(&mm, vk_cm_khr_used(&v->mm, m) ? VK_SH_MATMUL_CM_KHR : VK_SH_MATMUL_CM,
+                   VK_CM_WG);
     vk_op_spec(&mm, (uint32_t)w->dtype);
     vk_op_spec(&mm, pl.sgm);
     vk_op_spec(&mm, pl.fm);

@@ -513,17 +513,21 @@ typedef struct khr_cm_properties {
 } khr_cm_properties;
 typedef VkResult (*khr_cm_query)(VkPhysicalDevice, uint32_t *, khr_cm_properties *);
 
-/* Whether matmul_cmp.comp's KHR module may run (v->coopmat_khr): the NV
- * path is usable (shaderFloat16 and the memory model come with it), the
- * build embedded the module (shaders/shaders.cmake), $LLMEM_VULKAN_CMP is
- * not 0 or 2, and the device has VK_KHR_cooperative_matrix with its
- * feature and the 16 x 16 x 16 f16 x f16 -> f32 shape at subgroup scope
- * (vk_cm_usable, the NV check's rule). */
+/* Whether a KHR cooperative-matrix module may run (v->coopmat_khr): the NV
+ * path is usable (shaderFloat16 and the memory model come with it), one
+ * of the modules is wanted and embedded (shaders/shaders.cmake):
+ * matmul_cmp.comp's with $LLMEM_VULKAN_CMP not 0 or 2, or matmul_cm.comp's
+ * with $LLMEM_VULKAN_CM_KHR not 0; and the device has
+ * VK_KHR_cooperative_matrix with its feature and the 16 x 16 x 16 f16 x
+ * f16 -> f32 shape at subgroup scope (vk_cm_usable, the NV check's rule). */
 static bool coopmat_khr_usable(VkInstance inst, const dev_entry *e)
 {
-    const char *cmp = getenv("LLMEM_VULKAN_CMP");
-    if ((cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) ||
-        vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size < 20 || !has_device_ext(e->pd, KHR_CM_NAME))
+    const char *cmp = getenv("LLMEM_VULKAN_CMP"), *cmk = getenv("LLMEM_VULKAN_CM_KHR");
+    bool want_cmp = !(cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) &&
+                    vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20;
+    bool want_cm = !(cmk && strcmp(cmk, "0") == 0) &&
+                   vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
+    if (!(want_cmp || want_cm) || !has_device_ext(e->pd, KHR_CM_NAME))
         return false;
     PFN_vkVoidFunction f =
         vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
