@@ -487,6 +487,149 @@ START_TEST(test_mamba_resume)
 }
 END_TEST
 
+/* ---- decode steps with the conv output and y in one buffer (the conv folded into the scan) ---- */
+
+/* One decode step of a layer as the model runs it: conv then scan, one
+ * token per stream, the conv output and y in one activation buffer (where
+ * the Vulkan backend folds the conv into the decode scan); states from and
+ * back into img; the conv output and y to xo, y. */
+static void fold_step(llmem_backend *be, const rs_setup *rs, const llmem_state_desc *desc,
+                      const llmem_ssm_params *p, const double *x, const double *w,
+                      const double *dt, const double *pa, unsigned char *const *img, double *xo,
+                      double *y)
+{
+    th_ctx c;
+    th_begin(&c, be);
+    llmem_view view;
+    llmem_rs_view rsd;
+    llmem_buffer *bufs[2];
+    const unsigned char *init[2] = {img[0], img[1]};
+    rs_build(&c, &view, &rsd, rs, 2, desc, bufs, init);
+    int32_t ns = rs->n_seqs, H = p->n_heads, cd = (int32_t)conv_dim_of(p), dy = H * p->head_dim;
+    llmem_tensor xt = th_tensor(&c, F32, 2, ns, cd, 1), wt = th_tensor(&c, F32, 2, cd, 4, 1);
+    llmem_tensor bt = th_tensor(&c, F32, 1, cd, 1, 1), dtt = th_tensor(&c, F32, 2, ns, H, 1);
+    llmem_tensor a = th_tensor(&c, F32, 1, H, 1, 1), dd = th_tensor(&c, F32, 1, H, 1, 1);
+    llmem_tensor bias = th_tensor(&c, F32, 1, H, 1, 1);
+    llmem_tensor act = th_tensor(&c, F32, 1, ns * (cd + dy), 1, 1);
+    llmem_tensor xbc = act, yt = act;
+    xbc.n_dims = yt.n_dims = 2;
+    xbc.ne[0] = yt.ne[0] = ns;
+    xbc.ne[1] = cd;
+    yt.ne[1] = dy;
+    yt.offset += (size_t)ns * cd * 4;
+    th_set(&xt, x);
+    th_set(&wt, w);
+    th_set(&bt, w + 4 * cd);
+    th_set(&dtt, dt);
+    th_set(&a, pa);
+    th_set(&dd, pa + H);
+    th_set(&bias, pa + 2 * H);
+    ck_assert_int_eq(llmem_op_ssm_conv(be, &view, 0, &xt, &wt, &bt, &xbc), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_ssm_scan(be, p, &view, 1, &xbc, &dtt, &a, &dd, &bias, &yt), LLMEM_OK);
+    th_get(&xbc, xo);
+    th_get(&yt, y);
+    for (int j = 0; j < 2; j++)
+        ck_assert_int_eq(llmem_buffer_download(bufs[j], 0, img[j], llmem_buffer_size(bufs[j])),
+                         LLMEM_OK);
+    th_end(&c);
+}
+
+/* Four decode steps of three streams against a float64 recurrence
+ * (ref64_conv_token, the conv output rounded to f32, ref64_ssm_token;
+ * each stream's source read before any destination is written): steps 1-3
+ * in place from random states, step 4 with stream 2 reading stream 0's
+ * source slot and writing it (copy-on-write: the Vulkan backend records
+ * the conv alone there). The conv output and y within an f32 product's
+ * error, conv states (past inputs) exactly, ssm states within f32's
+ * threshold. On Vulkan with the fold (default), with
+ * LLMEM_VULKAN_SCAN_WG=64 and LLMEM_VULKAN_SCAN_RPI=1 (16 rows a
+ * workgroup: each group's B and C channels read by 4 workgroups, their
+ * conv states written by the last to arrive), and without it
+ * (LLMEM_VULKAN_CONV_FOLD=0). */
+START_TEST(test_mamba_decode_fold)
+{
+    static const char *cfgs[3][4] = {{NULL, NULL, NULL, NULL},
+                                     {"LLMEM_VULKAN_SCAN_WG", "64", "LLMEM_VULKAN_SCAN_RPI", "1"},
+                                     {"LLMEM_VULKAN_CONV_FOLD", "0", NULL, NULL}};
+    bool vs_cpu = !th_is_cpu(_i);
+    for (int ci = 0; ci < (vs_cpu ? 3 : 1); ci++) {
+        test_env k0 = test_env_save("LLMEM_VULKAN_SCAN_WG"), k1 = test_env_save("LLMEM_VULKAN_SCAN_RPI");
+        test_env k2 = test_env_save("LLMEM_VULKAN_CONV_FOLD");
+        for (int e = 0; e < 4 && cfgs[ci][e]; e += 2)
+            test_env_put(cfgs[ci][e], cfgs[ci][e + 1]);
+        llmem_backend *be = th_open(_i);
+        test_env_restore(&k2);
+        test_env_restore(&k1);
+        test_env_restore(&k0);
+        ref64_rng r = ref64_rng_make(ref64_seed(), 8000 + ci);
+        th_ctx h;
+        th_begin(&h, NULL);
+        llmem_ssm_params p = {8, 16, 16, 2, 0.0f, INFINITY, 0};
+        enum { NS = 3, SLOTS = 6, STEPS = 4, DC = 4 };
+        int32_t cd = (int32_t)conv_dim_of(&p), H = p.n_heads, dy = H * p.head_dim;
+        int64_t ce = (int64_t)(DC - 1) * cd, se = (int64_t)dy * p.d_state;
+        llmem_state_desc desc[2] = {{"conv", 2, {DC - 1, cd}, F32},
+                                    {"ssm", 3, {H, p.head_dim, p.d_state}, F32}};
+        double *x = th_vec(&h, (int64_t)STEPS * NS * cd), *w = th_vec(&h, (int64_t)cd * (DC + 1));
+        double *dt = th_vec(&h, (int64_t)STEPS * NS * H), *pa = th_vec(&h, 3 * H);
+        ref64_fill(&r, x, (int64_t)STEPS * NS * cd, -2, 2, F32);
+        ref64_fill(&r, w, (int64_t)cd * (DC + 1), -1, 1, F32); /* weights, then the bias */
+        ref64_fill(&r, dt, (int64_t)STEPS * NS * H, -4, 2, F32);
+        ref64_fill(&r, pa, H, -1, 1.5, F32);
+        ref64_fill(&r, pa + H, 2 * H, -1, 1, F32);
+        bool live[SLOTS] = {1, 1, 1, 0, 0, 0};
+        unsigned char *img[2] = {rs_state_image(&h, &r, &desc[0], SLOTS, live, -1, 1),
+                                 rs_state_image(&h, &r, &desc[1], SLOTS, live, -1, 1)};
+        double *cst = th_vec(&h, SLOTS * ce), *sst = th_vec(&h, SLOTS * se);
+        for (int32_t sl = 0; sl < SLOTS; sl++) {
+            rs_decode_slot(img[0], &desc[0], sl, cst + sl * ce);
+            rs_decode_slot(img[1], &desc[1], sl, sst + sl * se);
+        }
+        double *nc = th_vec(&h, NS * ce), *nss = th_vec(&h, NS * se), *xo = th_vec(&h, NS * cd);
+        double *y = th_vec(&h, NS * dy), *xr = th_vec(&h, NS * cd), *yr = th_vec(&h, NS * dy);
+        double *got = th_vec(&h, se > ce ? se : ce);
+        for (int step = 0; step < STEPS; step++) {
+            rs_setup rs = {NS, 1, 0, SLOTS, {0, 1, 2}, {0, 1, 2}, {0}};
+            if (step == STEPS - 1) /* stream 2 reads and writes stream 0's source */
+                rs = (rs_setup){NS, 1, 0, SLOTS, {0, 1, 0}, {3, 4, 0}, {0}};
+            const double *xs = x + (int64_t)step * NS * cd, *dts = dt + (int64_t)step * NS * H;
+            fold_step(be, &rs, desc, &p, xs, w, dts, pa, img, xo, y);
+            for (int s = 0; s < NS; s++) {
+                memcpy(nc + s * ce, cst + rs.src[s] * ce, sizeof(double) * (size_t)ce);
+                memcpy(nss + s * se, sst + rs.src[s] * se, sizeof(double) * (size_t)se);
+                ref64_conv_token(nc + s * ce, xs + s * cd, w, w + DC * cd, cd, DC, xr + s * cd);
+                for (int32_t j = 0; j < cd; j++) /* the op's conv output is f32 */
+                    xr[s * cd + j] = ref64_round(xr[s * cd + j], F32);
+                ref64_ssm_token(nss + s * se, xr + s * cd, dts + s * H, pa, pa + H, pa + 2 * H, &p,
+                                yr + s * dy);
+            }
+            for (int s = 0; s < NS; s++) {
+                memcpy(cst + rs.dst[s] * ce, nc + s * ce, sizeof(double) * (size_t)ce);
+                memcpy(sst + rs.dst[s] * se, nss + s * se, sizeof(double) * (size_t)se);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "decode fold cfg %d step %d: conv output", ci, step);
+            th_expect_close(xo, xr, NS * cd, ref64_tol(F32, vs_cpu), what);
+            snprintf(what, sizeof what, "decode fold cfg %d step %d: y", ci, step);
+            th_expect_close(y, yr, NS * dy, ref64_tol(F32, vs_cpu), what);
+            for (int s = 0; s < NS; s++) {
+                int32_t sl = rs.dst[s];
+                rs_decode_slot(img[0], &desc[0], sl, got);
+                for (int64_t i = 0; i < ce; i++)
+                    ck_assert_msg(got[i] == cst[sl * ce + i], "cfg %d step %d slot %d: conv state %lld",
+                                  ci, step, sl, (long long)i);
+                rs_decode_slot(img[1], &desc[1], sl, got);
+                snprintf(what, sizeof what, "decode fold cfg %d step %d: ssm state slot %d", ci,
+                         step, sl);
+                th_expect_close(got, sst + sl * se, se, ref64_tol(F32, vs_cpu), what);
+            }
+        }
+        th_end(&h);
+        llmem_backend_close(be);
+    }
+}
+END_TEST
+
 /* ---- argument and slot-table checks ---------------------------------------------------------- */
 
 START_TEST(test_mamba_tables)
@@ -617,6 +760,7 @@ int main(void)
     tcase_add_loop_test(tc, test_ssm_scan, 0, n);
     tcase_add_loop_test(tc, test_ssm_scan_fast, 0, n);
     tcase_add_loop_test(tc, test_mamba_resume, 0, n);
+    tcase_add_loop_test(tc, test_mamba_decode_fold, 0, n);
     tcase_add_loop_test(tc, test_mamba_tables, 0, n);
     tcase_add_loop_test(tc, test_state_slot_copy, 0, n);
     suite_add_tcase(s, tc);

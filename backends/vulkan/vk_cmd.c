@@ -210,6 +210,11 @@ static bool conflicts(const vk_access *a, const vk_access *b)
 
 llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n)
 {
+    if (v->fold_pending) { /* a held-back conv goes first (vk_conv_fold_flush) */
+        llmem_status fs = vk_conv_fold_flush(v);
+        if (fs != LLMEM_OK)
+            return fs;
+    }
     llmem_status st = vk_cmd_begin(v);
     if (st != LLMEM_OK)
         return st;
@@ -391,6 +396,11 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 {
     if (v->error != LLMEM_OK)
         return v->error;
+    if (v->fold_pending) { /* a held-back conv runs before the step */
+        llmem_status fs = vk_conv_fold_flush(v);
+        if (fs != LLMEM_OK)
+            return fs;
+    }
     /* room first, nothing half done: the lazy buffer, the step, and the
      * lazy buffer that ends the submit (vk_cmd_flush) */
     if (!seg_room(v, 3))
@@ -427,6 +437,11 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 
 llmem_status vk_cmd_flush(vk_backend *v)
 {
+    if (v->fold_pending) {
+        llmem_status fs = vk_conv_fold_flush(v);
+        if (fs != LLMEM_OK)
+            return fs;
+    }
     if (v->capture)
         return vk_capture_refuse(v, "a wait for the device");
     vk_presplit_drop(v);

@@ -160,6 +160,10 @@ typedef struct vk_backend {
         uint32_t pre_rpl, pre_t;  /* $LLMEM_VULKAN_SCAN_PRE_{RPL,T}, 0 when unset (by length) */
         vk_shader_id pre_shader; /* its variant ($LLMEM_VULKAN_SCAN_PRE_VAR) */
     } scan;
+    /* A one-token Mamba-2 conv held back for the decode scan that reads its
+     * output (vk_ops_mamba.c, vk_conv_fold_flush); NULL: the fold is off */
+    struct vk_conv_fold *fold;
+    bool fold_pending;          /* fold holds a conv not yet recorded */
     VkDeviceSize bytes_device;  /* in device blocks */
 
     /* sub-allocator */
@@ -577,10 +581,28 @@ typedef struct vk_scan_launch {
     uint32_t n_spec;
     uint32_t n_chunks; /* row chunks (blocks) per head */
     uint64_t groups;   /* workgroups dispatched */
+    /* ssm_scan_decode.comp only, else NULL: the held-back conv whose input
+     * xbc is, folded in (its CONV constant, bindings 8-11, four more push
+     * words; the caller took it from v->fold) */
+    const struct vk_conv_fold *fold;
 } vk_scan_launch;
 llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_params *p,
                         const llmem_view *view, int32_t state, llmem_ct *xbc, llmem_ct *dt,
                         llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
+/* The decode conv folded into the decode scan (vk_ops_mamba.c). A
+ * one-token vk_op_ssm_conv without checkpoints or snapshots is held back
+ * in v->fold (not recorded); the next vk_op_ssm_scan that reads its output
+ * on the decode path runs ssm_scan_decode.comp with the conv folded in
+ * (one dispatch instead of two, the same memory effects). Anything else
+ * recorded first records the conv alone: vk_conv_fold_flush, called by
+ * vk_cmd_track, vk_cmd_flush, vk_cmd_queue_graph and vk_record_end, so
+ * every command stays in the order the ops were called. Errors: those of
+ * vk_op_run (the conv's). vk_conv_fold_config reads $LLMEM_VULKAN_CONV_FOLD
+ * (0: off) at open; vk_conv_fold_finish drops a held conv and frees the
+ * fold (at close). */
+llmem_status vk_conv_fold_flush(vk_backend *v);
+void vk_conv_fold_config(vk_backend *v);
+void vk_conv_fold_finish(llmem_backend *be, vk_backend *v);
 /* Multi-token Mamba-2 ops (vk_ops_scan_pre.c; shaders ssm_scan_pre.comp,
  * ssm_conv_pre.comp). vk_scan_pre_takes: whether vk_op_ssm_scan hands the
  * ubatch to vk_scan_pre (2+ tokens per stream, d_state % 4 == 0, the

@@ -118,59 +118,204 @@ llmem_status vk_rs_conv(vk_backend *v, vk_shader_id shader, const llmem_view *vi
     return vk_rs_conv_blocks(v, shader, CONV_WG, 0, view, state, x, w, b, out);
 }
 
+/* Fills *op with vk_rs_conv_blocks's dispatch (snap: the sources'
+ * snapshot, or NULL) and *groups with its workgroup count; records nothing
+ * (the caller runs or drops *op with vk_op_run). */
+static void conv_build(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t tb,
+                       const llmem_view *view, int32_t state, const vk_alloc *snap, llmem_ct *x,
+                       llmem_ct *w, llmem_ct *b, llmem_ct *out, vk_op *op, uint64_t *groups)
+{
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *d = &rs->desc[state];
+    uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
+    uint32_t n_blocks = tb > 0 ? (uint32_t)vk_div_up((uint64_t)rs->n_seq_tokens, tb) : 1;
+    vk_op_init(op, shader, wg);
+    vk_op_spec(op, d_conv);
+    vk_op_spec(op, (uint32_t)w->dtype);
+    vk_op_spec(op, b ? (uint32_t)b->dtype : 3u);
+    vk_op_spec(op, (uint32_t)d->dtype);
+    vk_op_spec(op, snap != NULL);
+    if (tb > 0)
+        vk_op_spec(op, tb);
+    uint32_t xo = vk_op_tensor(v, op, x, false);
+    uint32_t wo = vk_op_tensor(v, op, w, false);
+    uint32_t bo = vk_op_tensor(v, op, b, false);
+    uint32_t oo = vk_op_tensor(v, op, out, true);
+    vk_rs_bind(v, op, view, state, snap);
+    vk_op_u32(op, (uint32_t)rs->n_seqs);
+    vk_op_u32(op, (uint32_t)rs->n_seq_tokens);
+    vk_op_u32(op, conv_dim);
+    vk_op_u32(op, (uint32_t)rs->n_ckpt);
+    vk_op_u32(op, (uint32_t)rs->n_slots);
+    vk_op_u32(op, xo);
+    vk_op_u32(op, wo);
+    vk_op_u32(op, bo);
+    vk_op_u32(op, oo);
+    vk_rs_tables(op, rs);
+    if (tb > 0)
+        vk_op_u32(op, n_blocks);
+    *groups = vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, wg);
+}
+
 llmem_status vk_rs_conv_blocks(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t tb,
                                const llmem_view *view, int32_t state, llmem_ct *x, llmem_ct *w,
                                llmem_ct *b, llmem_ct *out)
 {
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *d = &rs->desc[state];
-    uint32_t d_conv = (uint32_t)d->shape[0] + 1, conv_dim = (uint32_t)d->shape[1];
-    if (tb > 0 && d_conv - 1 > tb)
+    if (tb > 0 && (uint32_t)d->shape[0] > tb)
         return LLMEM_E_UNSUPPORTED;
-    uint32_t n_blocks = tb > 0 ? (uint32_t)vk_div_up((uint64_t)rs->n_seq_tokens, tb) : 1;
     vk_alloc snap = {0};
     bool use_snap = false;
     llmem_status st = vk_rs_prepare(v, view, state, &snap, &use_snap);
     if (st != LLMEM_OK)
         return st;
     vk_op op;
-    vk_op_init(&op, shader, wg);
-    vk_op_spec(&op, d_conv);
-    vk_op_spec(&op, (uint32_t)w->dtype);
-    vk_op_spec(&op, b ? (uint32_t)b->dtype : 3u);
-    vk_op_spec(&op, (uint32_t)d->dtype);
-    vk_op_spec(&op, use_snap);
-    if (tb > 0)
-        vk_op_spec(&op, tb);
-    uint32_t xo = vk_op_tensor(v, &op, x, false);
-    uint32_t wo = vk_op_tensor(v, &op, w, false);
-    uint32_t bo = vk_op_tensor(v, &op, b, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
-    vk_op_u32(&op, (uint32_t)rs->n_seqs);
-    vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
-    vk_op_u32(&op, conv_dim);
-    vk_op_u32(&op, (uint32_t)rs->n_ckpt);
-    vk_op_u32(&op, (uint32_t)rs->n_slots);
-    vk_op_u32(&op, xo);
-    vk_op_u32(&op, wo);
-    vk_op_u32(&op, bo);
-    vk_op_u32(&op, oo);
-    vk_rs_tables(&op, rs);
-    if (tb > 0)
-        vk_op_u32(&op, n_blocks);
-    st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, wg));
+    uint64_t groups;
+    conv_build(v, shader, wg, tb, view, state, use_snap ? &snap : NULL, x, w, b, out, &op, &groups);
+    st = vk_op_run(v, &op, groups);
     if (use_snap)
         vk_alloc_release(v, &snap);
     return st;
 }
 
+/* ---- the decode conv folded into the decode scan (vk_internal.h) ---------------------------- */
+
+#define FOLD_CNT 65536 /* arrival counters: streams x groups of one folded scan, at most */
+
+/* The conv held back (v->fold_pending): its dispatch alone, and what the
+ * folded scan needs of it. */
+typedef struct vk_conv_fold {
+    vk_op op;       /* the conv alone, ready to record */
+    uint64_t groups;
+    llmem_tensor x, w, b, out;
+    bool has_b;
+    llmem_buffer *idx, *state; /* the view's index buffer and conv state buffer */
+    uint32_t dc, conv_dim, st_dt, n_seqs, src_word, dst_word;
+    llmem_buffer *cnt; /* FOLD_CNT words, zero between dispatches; made on first use */
+} vk_conv_fold;
+
+void vk_conv_fold_config(vk_backend *v)
+{
+    const char *e = getenv("LLMEM_VULKAN_CONV_FOLD");
+    v->fold = e && strcmp(e, "0") == 0 ? NULL : calloc(1, sizeof *v->fold);
+    v->fold_pending = false;
+}
+
+void vk_conv_fold_finish(llmem_backend *be, vk_backend *v)
+{
+    if (!v->fold)
+        return;
+    if (v->fold_pending)
+        vk_op_run(v, &v->fold->op, 0); /* gives its temporaries back */
+    v->fold_pending = false;
+    if (v->fold->cnt)
+        vk_buffer_free(be, v->fold->cnt);
+    free(v->fold);
+    v->fold = NULL;
+}
+
+llmem_status vk_conv_fold_flush(vk_backend *v)
+{
+    if (!v->fold_pending)
+        return LLMEM_OK;
+    v->fold_pending = false; /* first: recording it tracks, which calls back here */
+    return vk_op_run(v, &v->fold->op, v->fold->groups);
+}
+
+static bool dt_2bit(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_F32 || t == LLMEM_DTYPE_F16 || t == LLMEM_DTYPE_BF16;
+}
+
+/* Holds back a one-token conv for the scan (vk_internal.h): only without
+ * checkpoints, with no snapshot needed, f32 x and out, and dtypes and
+ * d_conv that ssm_scan_decode.comp's CONV constant can carry. *held says
+ * whether it did (else the caller records the conv as usual). */
+static llmem_status conv_hold(llmem_backend *be, vk_backend *v, const llmem_view *view,
+                              int32_t state, llmem_ct *x, llmem_ct *w, llmem_ct *b,
+                              llmem_ct *out, bool *held)
+{
+    *held = false;
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *d = &rs->desc[state];
+    vk_conv_fold *f = v->fold;
+    if (!f || rs->n_seq_tokens != 1 || rs->n_ckpt != 0 || d->n_dims != 2 ||
+        d->shape[0] < 1 || d->shape[0] > 14 || !dt_2bit(d->dtype) || !dt_2bit(w->dtype) ||
+        (b && !dt_2bit(b->dtype)) || x->dtype != LLMEM_DTYPE_F32 ||
+        out->dtype != LLMEM_DTYPE_F32)
+        return LLMEM_OK;
+    bool snap = false;
+    llmem_status st = vk_rs_needs_snapshot(rs, &snap);
+    if (st != LLMEM_OK || snap)
+        return st;
+    if ((st = vk_conv_fold_flush(v)) != LLMEM_OK) /* an earlier one, not taken */
+        return st;
+    if (!f->cnt) {
+        llmem_buffer *c = NULL;
+        if ((st = vk_buffer_alloc(be, FOLD_CNT * 4, &c)) != LLMEM_OK)
+            return st == LLMEM_E_NO_MEMORY ? LLMEM_OK : st; /* no fold without them */
+        c->size = FOLD_CNT * 4;
+        if ((st = vk_buffer_fill(be, c, 0, c->size, 0)) != LLMEM_OK) {
+            vk_buffer_free(be, c);
+            return st;
+        }
+        f->cnt = c;
+    }
+    conv_build(v, VK_SH_SSM_CONV, CONV_WG, 0, view, state, NULL, x, w, b, out, &f->op, &f->groups);
+    f->x = *x;
+    f->w = *w;
+    f->has_b = b != NULL;
+    if (b)
+        f->b = *b;
+    f->out = *out;
+    f->idx = view->idx;
+    f->state = rs->state[state];
+    f->dc = (uint32_t)d->shape[0] + 1;
+    f->conv_dim = (uint32_t)d->shape[1];
+    f->st_dt = (uint32_t)d->dtype;
+    f->n_seqs = (uint32_t)rs->n_seqs;
+    f->src_word = vk_table_word(&rs->src_slot);
+    f->dst_word = vk_table_word(&rs->dst_slot);
+    v->fold_pending = true;
+    *held = true;
+    return LLMEM_OK;
+}
+
+/* Whether the held conv is the one whose output xbc is, for a decode scan
+ * of view writing y: same streams and tables, y and the conv's output in
+ * one buffer without overlap (ssm_scan_decode.comp writes both through
+ * one binding), few enough arrival counters. */
+static bool fold_matches(const vk_backend *v, const llmem_ssm_params *p, const llmem_view *view,
+                         llmem_ct *xbc, llmem_ct *y)
+{
+    const vk_conv_fold *f = v->fold;
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    if (!v->fold_pending || !f->cnt)
+        return false;
+    size_t ob = (size_t)f->n_seqs * f->conv_dim * 4, yb = llmem_tensor_nbytes(y);
+    uint64_t conv_dim = (uint64_t)p->n_heads * p->head_dim + 2ull * p->n_groups * p->d_state;
+    return xbc->buf == f->out.buf && xbc->offset == f->out.offset &&
+           xbc->dtype == LLMEM_DTYPE_F32 && view->idx == f->idx &&
+           (uint32_t)rs->n_seqs == f->n_seqs && conv_dim == f->conv_dim &&
+           vk_table_word(&rs->src_slot) == f->src_word &&
+           vk_table_word(&rs->dst_slot) == f->dst_word && y->buf == f->out.buf &&
+           y->dtype == LLMEM_DTYPE_F32 && llmem_tensor_nbytes(&f->out) >= ob &&
+           (y->offset + yb <= f->out.offset || f->out.offset + ob <= y->offset) &&
+           (uint64_t)rs->n_seqs * p->n_groups <= FOLD_CNT;
+}
+
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    if (vk_conv_pre_takes(vk_from(be), view, state)) /* prefill: vk_ops_scan_pre.c */
-        return vk_conv_pre(vk_from(be), view, state, x, w, b, out);
-    return vk_rs_conv(vk_from(be), VK_SH_SSM_CONV, view, state, x, w, b, out);
+    vk_backend *v = vk_from(be);
+    if (vk_conv_pre_takes(v, view, state)) /* prefill: vk_ops_scan_pre.c */
+        return vk_conv_pre(v, view, state, x, w, b, out);
+    bool held = false; /* one token: held back for the decode scan (vk_conv_fold_flush) */
+    llmem_status st = conv_hold(be, v, view, state, x, w, b, out, &held);
+    if (st != LLMEM_OK || held)
+        return st;
+    return vk_rs_conv(v, VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
 
 /* $name as an integer in [lo, hi], else def. */
@@ -219,6 +364,21 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     vk_backend *v = vk_from(be);
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
+    /* the held-back conv (vk_conv_fold_flush) folds in only where this
+     * scan takes the decode shader without a snapshot; else it goes first */
+    bool fold = v->fold_pending && sd->dtype != LLMEM_DTYPE_I8 && fold_matches(v, p, view, xbc, y);
+    if (fold) {
+        bool snap = false;
+        llmem_status st = vk_rs_needs_snapshot(rs, &snap);
+        if (st != LLMEM_OK)
+            return st;
+        fold = !snap;
+    }
+    if (v->fold_pending && !fold) {
+        llmem_status st = vk_conv_fold_flush(v);
+        if (st != LLMEM_OK)
+            return st;
+    }
     if (sd->dtype == LLMEM_DTYPE_I8) /* int8 states: vk_ops_quant.c */
         return vk_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
@@ -247,6 +407,18 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
         l.spec[l.n_spec++] = (uint32_t)ipg;
         l.groups = vk_div_up(items, groups * ipg);
     }
+    if (fold && !dec) {
+        llmem_status st = vk_conv_fold_flush(v);
+        if (st != LLMEM_OK)
+            return st;
+        fold = false;
+    }
+    if (fold) { /* taken: the scan records the conv's work too */
+        vk_conv_fold *f = v->fold;
+        v->fold_pending = false;
+        vk_op_run(v, &f->op, 0); /* gives its temporaries back */
+        l.fold = f;
+    }
     return vk_rs_scan(v, &l, p, view, state, xbc, dt, a_log, d, dt_bias, y);
 }
 
@@ -271,13 +443,40 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
     vk_op_spec(&op, use_snap);
     for (uint32_t k = 0; k < l->n_spec; k++)
         vk_op_spec(&op, l->spec[k]);
-    uint32_t xo = vk_op_tensor(v, &op, xbc, false);
+    const vk_conv_fold *f = l->fold;
+    if (f) /* ssm_scan_decode.comp's CONV */
+        vk_op_spec(&op, f->dc | (uint32_t)f->w.dtype << 4 |
+                            (f->has_b ? (uint32_t)f->b.dtype : 3u) << 6 | f->st_dt << 8);
+    /* with the fold, xbc is the conv's input, and y and the conv's output
+     * share binding 5 (one range of their buffer: fold_matches) */
+    uint32_t xo = vk_op_tensor(v, &op, f ? &f->x : xbc, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t ao = vk_op_tensor(v, &op, a_log, false);
     uint32_t d_o = vk_op_tensor(v, &op, d, false);
     uint32_t bo = vk_op_tensor(v, &op, dt_bias, false);
-    uint32_t yo = vk_op_tensor(v, &op, y, true);
-    vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
+    uint32_t yo, co = 0;
+    if (f) {
+        size_t ob = (size_t)f->n_seqs * f->conv_dim * 4, yb = llmem_tensor_nbytes(y);
+        size_t lo = y->offset < f->out.offset ? y->offset : f->out.offset;
+        size_t hi = y->offset + yb > f->out.offset + ob ? y->offset + yb : f->out.offset + ob;
+        llmem_tensor u = llmem_tensor_1d(y->buf, lo, LLMEM_DTYPE_F32, (int64_t)((hi - lo) / 4));
+        uint32_t uo = vk_op_tensor(v, &op, &u, true);
+        yo = uo + (uint32_t)((y->offset - lo) / 4);
+        co = uo + (uint32_t)((f->out.offset - lo) / 4);
+    } else {
+        yo = vk_op_tensor(v, &op, y, true);
+    }
+    if (f) {
+        vk_op_buffer(v, &op, view->idx, false);
+        vk_op_buffer(v, &op, llmem_view_rs(view)->state[state], true);
+        vk_op_buffer(v, &op, f->cnt, true);
+    } else {
+        vk_rs_bind(v, &op, view, state, use_snap ? &snap : NULL);
+    }
+    uint32_t cwo = f ? vk_op_tensor(v, &op, &f->w, false) : 0;
+    uint32_t cbo = f ? vk_op_tensor(v, &op, f->has_b ? &f->b : NULL, false) : 0;
+    if (f)
+        vk_op_buffer(v, &op, f->state, true);
     vk_op_u32(&op, (uint32_t)rs->n_seqs);
     vk_op_u32(&op, (uint32_t)rs->n_seq_tokens);
     vk_op_u32(&op, (uint32_t)p->n_heads);
@@ -297,6 +496,12 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
     vk_rs_tables(&op, rs);
     /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
+    if (f) {
+        vk_op_u32(&op, cwo);
+        vk_op_u32(&op, cbo);
+        vk_op_u32(&op, co);
+        vk_op_u32(&op, 0); /* counters from word 0: every folded scan returns them to zero */
+    }
     st = vk_op_run(v, &op, l->groups);
     if (use_snap)
         vk_alloc_release(v, &snap);

@@ -377,6 +377,7 @@ static void vk_destroy(llmem_backend *be)
     if (v->dev) {
         if (v->cm_ctr)
             vk_buffer_free(be, v->cm_ctr);
+        vk_conv_fold_finish(be, v);
         vk_presplit_finish(be, v);
         vk_cmd_finish(v);
         v->vk.vkDestroyDevice(v->dev, NULL);
@@ -651,6 +652,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
         vk_prof_init(v);
         vk_matmul_config(v);
         vk_scan_config(v);
+        vk_conv_fold_config(v);
     }
     return st;
 }
