@@ -541,21 +541,22 @@ static void fold_step(llmem_backend *be, const rs_setup *rs, const llmem_state_d
  * source slot and writing it (copy-on-write: the Vulkan backend records
  * the conv alone there). The conv output and y within an f32 product's
  * error, conv states (past inputs) exactly, ssm states within f32's
- * threshold. On Vulkan with the fold (default), with
- * LLMEM_VULKAN_SCAN_WG=64 and LLMEM_VULKAN_SCAN_RPI=1 (16 rows a
+ * threshold. On Vulkan with the fold (LLMEM_VULKAN_CONV_FOLD=1), with it
+ * and LLMEM_VULKAN_SCAN_WG=64, LLMEM_VULKAN_SCAN_RPI=1 (16 rows a
  * workgroup: each group's B and C channels read by 4 workgroups, their
- * conv states written by the last to arrive), and without it
- * (LLMEM_VULKAN_CONV_FOLD=0). */
+ * conv states written by the last to arrive), and without it (the
+ * default). */
 START_TEST(test_mamba_decode_fold)
 {
-    static const char *cfgs[3][4] = {{NULL, NULL, NULL, NULL},
-                                     {"LLMEM_VULKAN_SCAN_WG", "64", "LLMEM_VULKAN_SCAN_RPI", "1"},
-                                     {"LLMEM_VULKAN_CONV_FOLD", "0", NULL, NULL}};
+    static const char *cfgs[3][6] = {{"LLMEM_VULKAN_CONV_FOLD", "1", NULL, NULL, NULL, NULL},
+                                     {"LLMEM_VULKAN_CONV_FOLD", "1", "LLMEM_VULKAN_SCAN_WG", "64",
+                                      "LLMEM_VULKAN_SCAN_RPI", "1"},
+                                     {NULL, NULL, NULL, NULL, NULL, NULL}};
     bool vs_cpu = !th_is_cpu(_i);
     for (int ci = 0; ci < (vs_cpu ? 3 : 1); ci++) {
         test_env k0 = test_env_save("LLMEM_VULKAN_SCAN_WG"), k1 = test_env_save("LLMEM_VULKAN_SCAN_RPI");
         test_env k2 = test_env_save("LLMEM_VULKAN_CONV_FOLD");
-        for (int e = 0; e < 4 && cfgs[ci][e]; e += 2)
+        for (int e = 0; e < 6 && cfgs[ci][e]; e += 2)
             test_env_put(cfgs[ci][e], cfgs[ci][e + 1]);
         llmem_backend *be = th_open(_i);
         test_env_restore(&k2);

@@ -195,10 +195,16 @@ typedef struct vk_conv_fold {
     llmem_buffer *cnt; /* FOLD_CNT words, zero between dispatches; made on first use */
 } vk_conv_fold;
 
+/* Off unless $LLMEM_VULKAN_CONV_FOLD=1: measured slower on the H200 (2b
+ * shape precise tg128, batch 1 2.819 -> 2.843-2.850 ms, batch 64 10.18 ->
+ * 11.42; the folded scan takes 14.75 us a call at batch 1 against 7.1 +
+ * 5.7 for the two dispatches: its conv loads and the arrival counters add
+ * dependent memory round trips to every workgroup; docs/benchmarks.md,
+ * "Decode tiles as KHR cooperative matrices, the decode conv in the scan"). */
 void vk_conv_fold_config(vk_backend *v)
 {
     const char *e = getenv("LLMEM_VULKAN_CONV_FOLD");
-    v->fold = e && strcmp(e, "0") == 0 ? NULL : calloc(1, sizeof *v->fold);
+    v->fold = e && strcmp(e, "1") == 0 ? calloc(1, sizeof *v->fold) : NULL;
     v->fold_pending = false;
 }
 
