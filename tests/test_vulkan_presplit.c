@@ -12,6 +12,8 @@
  *   - the terms are forgotten when their tensor is written after the norm
  *     (an upload, an in-place op, a copy into part of it): the product then
  *     reads the new values (float64 reference of those);
+ *   - the same chains at prefill rows (129, 300: matmul_cmp.comp where it
+ *     runs, $LLMEM_VULKAN_PRESPLIT_ROWS);
  *   - a norm's output with more rows than the decode plans (prefill) and a
  *     bad matmul (shapes that do not match) leave everything as it was;
  *   - a recorded step (norms, gated norm, SwiGLU and their products)
@@ -228,10 +230,15 @@ static void ref_chains(const chain_in *c, double *ref[N_OUT])
 
 /* Decode shapes of the tensor-core plans: 16 and 64 rows (split-K), 40
  * (partial tiles), 9 (the first row count on matmul_cm), K from 264 to
- * 2048, n from 24 to 136 (also the down's K: n % 8 == 0). */
+ * 2048, n from 24 to 136 (also the down's K: n % 8 == 0); and prefill
+ * rows, 129 and 300 ($LLMEM_VULKAN_PRESPLIT_ROWS 512). */
 START_TEST(test_presplit_chains)
 {
-    static const int32_t shapes[][3] = {{16, 1024, 96}, {64, 512, 136}, {40, 2048, 40}, {9, 264, 24}};
+    static const int32_t shapes[][3] = {{16, 1024, 96}, {64, 512, 136}, {40, 2048, 40},
+                                        {9, 264, 24},   {129, 520, 136}, {300, 264, 40}};
+    /* (the prefill rows, 129 and 300, on matmul_cmp.comp where it runs) */
+    test_env keep = test_env_save("LLMEM_VULKAN_PRESPLIT_ROWS");
+    test_env_put("LLMEM_VULKAN_PRESPLIT_ROWS", "512");
     static const char *names[N_OUT] = {"add + norm -> matmul", "add + norm -> matmul_fast",
                                        "norm -> matmul", "gated norm -> matmul",
                                        "matmul_swiglu -> matmul",
@@ -273,6 +280,7 @@ START_TEST(test_presplit_chains)
         free(c.x), free(c.r), free(c.y), free(c.z), free(c.nw), free(c.w), free(c.g), free(c.u);
         free(c.d);
     }
+    test_env_restore(&keep);
 }
 END_TEST
 
@@ -346,8 +354,8 @@ END_TEST
 
 /* A matmul of a normed h whose K does not match the weights fails with
  * LLMEM_E_INVALID and leaves its output as it was; the next good product
- * of the same h is right. 65 rows (above the decode plans) norm -> matmul
- * too: no terms written, the usual split. */
+ * of the same h is right. 65 rows (above the decode plans: a prefill
+ * product) norm -> matmul too. */
 START_TEST(test_presplit_bad_and_prefill)
 {
     enum { K = 256, N = 32 };

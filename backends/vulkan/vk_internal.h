@@ -113,6 +113,10 @@ typedef struct vk_presplit {
     VkBuffer vb;
     VkDeviceSize begin, end;
     uint32_t m, k;
+    uint32_t rows_max;   /* rows up to which producers write terms ($LLMEM_VULKAN_PRESPLIT_ROWS,
+                          * default VK_PRESPLIT_ROWS_DEFAULT) */
+    size_t bytes;        /* the terms buffer's size: VK_PRESPLIT_BYTES, or VK_PRESPLIT_BYTES_PF
+                          * when rows_max exceeds VK_PRESPLIT_ROWS */
 } vk_presplit;
 
 
@@ -317,12 +321,20 @@ void vk_prof_finish(vk_backend *v);
  * up to 32768 columns). */
 #define VK_PRESPLIT_ROWS 64u
 #define VK_PRESPLIT_BYTES (((size_t)8 << 20) + 4096)
+/* With $LLMEM_VULKAN_PRESPLIT_ROWS above VK_PRESPLIT_ROWS (prefill-sized
+ * producers too; matmul_cmp.comp reads the same terms): 512 rows of
+ * 14336 columns (the 9B shape's SwiGLU output at pp512) and more. */
+#define VK_PRESPLIT_BYTES_PF (((size_t)32 << 20) + 4096)
+/* The prefill ubatch of 512 rows (every pp512 product at batch 1, 16 and
+ * 64), and $LLMEM_VULKAN_PRESPLIT_ROWS when unset */
+#define VK_PRESPLIT_ROWS_PF 512u
+#define VK_PRESPLIT_ROWS_DEFAULT VK_PRESPLIT_ROWS_PF
 /* Reads $LLMEM_VULKAN_PRESPLIT into v->mm.presplit (at backend open). */
 void vk_presplit_config(vk_backend *v);
 /* Whether an op making an f32 [rows, cols] output should also write its
  * terms: the knob on, cooperative matrices, matmul_cm's decode rows
- * (VK_MM_MV_MAX < rows <= VK_PRESPLIT_ROWS, rows >= cm_min), cols % 8 == 0,
- * and the terms fit in VK_PRESPLIT_BYTES. */
+ * (VK_MM_MV_MAX < rows <= presplit.rows_max, rows >= cm_min), cols % 8 == 0,
+ * and the terms fit in presplit.bytes. */
 bool vk_presplit_want(const vk_backend *v, int64_t rows, int64_t cols);
 /* Bytes of the terms of an [m, k] tensor: hi and lo f16, then e [m] i32. */
 size_t vk_presplit_bytes(uint32_t m, uint32_t k);

@@ -18,7 +18,12 @@
  * cm_split_run (vk_ops_matmul.c) then takes them (vk_presplit_take) instead
  * of recording cm_split.comp. One entry is kept: each producer's output is
  * read by the next products (q, k, v; gate and up; in_proj; out_proj;
- * down; the LM head) before the next producer runs.
+ * down; the LM head) before the next producer runs. Prefill-sized outputs
+ * too (up to $LLMEM_VULKAN_PRESPLIT_ROWS rows, default 512, the pp512
+ * ubatch; 64 keeps the decode rows only): matmul_cmp.comp reads the same
+ * terms (9B pp512 b1 precise on the H200 95.65 -> 95.21 ms, greedy output
+ * unchanged; docs/benchmarks.md, "Vulkan prefill: the sum and the split
+ * around each product").
  *
  * Validity. The entry is dropped when any write tracked by vk_cmd_track
  * overlaps the range it is of (every device write of this backend is
@@ -64,8 +69,8 @@ static bool tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDevic
 bool vk_presplit_want(const vk_backend *v, int64_t rows, int64_t cols)
 {
     return v->mm.presplit && (v->mm.coopmat || v->mm.presplit == 2) && !v->presplit.failed && rows > VK_MM_MV_MAX &&
-           rows >= v->mm.cm_min && rows <= VK_PRESPLIT_ROWS && cols >= 8 && cols % 8 == 0 &&
-           vk_presplit_bytes((uint32_t)rows, (uint32_t)cols) <= VK_PRESPLIT_BYTES;
+           rows >= v->mm.cm_min && rows <= v->presplit.rows_max && cols >= 8 && cols % 8 == 0 &&
+           vk_presplit_bytes((uint32_t)rows, (uint32_t)cols) <= v->presplit.bytes;
 }
 
 size_t vk_presplit_bytes(uint32_t m, uint32_t k)
@@ -78,12 +83,12 @@ llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, ui
 {
     if (!v->presplit.terms) {
         llmem_buffer *b = NULL;
-        llmem_status st = vk_buffer_alloc(be, VK_PRESPLIT_BYTES, &b);
+        llmem_status st = vk_buffer_alloc(be, v->presplit.bytes, &b);
         if (st != LLMEM_OK) {
             v->presplit.failed = true;
             return st;
         }
-        b->size = VK_PRESPLIT_BYTES;
+        b->size = v->presplit.bytes;
         v->presplit.terms = b;
     }
     *terms = llmem_tensor_1d(v->presplit.terms, 0, LLMEM_DTYPE_F32,
@@ -124,6 +129,15 @@ void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n)
 void vk_presplit_config(vk_backend *v)
 {
     v->mm.presplit = presplit_mode();
+    /* $LLMEM_VULKAN_PRESPLIT_ROWS: producers of up to this many rows write
+     * terms (default VK_PRESPLIT_ROWS_DEFAULT; 64 = VK_PRESPLIT_ROWS: the
+     * decode rows only; VK_PRESPLIT_ROWS_PF: the pp512 ubatch); above 64, prefill products (matmul_cmp.comp) read them
+     * too, and the terms buffer is VK_PRESPLIT_BYTES_PF */
+    const char *e = getenv("LLMEM_VULKAN_PRESPLIT_ROWS");
+    long r = e ? atol(e) : (long)VK_PRESPLIT_ROWS_DEFAULT;
+    v->presplit.rows_max = r >= 1 && r <= 65536 ? (uint32_t)r : VK_PRESPLIT_ROWS_DEFAULT;
+    v->presplit.bytes = v->presplit.rows_max > VK_PRESPLIT_ROWS ? VK_PRESPLIT_BYTES_PF
+                                                                : VK_PRESPLIT_BYTES;
 }
 
 void vk_presplit_finish(llmem_backend *be, vk_backend *v)

@@ -179,8 +179,11 @@ L
 # shaders/matmul_cmp.comp (the prefill GEMM with larger warp tiles: docs/benchmarks.md, "Vulkan
 # prefill GEMM with larger warp tiles") against matmul_cm.comp at 512 x 4096 x 4096 and the other
 # prefill shapes (OUT/cmp; fields M N K WG SGM FM FN SPLIT BK STAGES SLICES RAW: matmul_cmp is
-# always raw, RAW 1; cmp_pf0 / cmp_pf2: its PF 0 / 2 schedules; cmp_noload: no global loads in its
-# K loop, cmp_nl: nor barriers; OUT/cmpk: the same compiled as GL_KHR_cooperative_matrix)
+# RAW 1 (raw tiles) or 2 (out written by the shader: cmp_fin only); cmp_pf0 / cmp_pf2 / cmp_pf3: its PF 0 / 2 / 3
+# schedules; cmp_noload: no global loads in its K loop, cmp_nl: nor barriers; cmp_noconv: bf16
+# weights not converted (timing only); cmp_ad: a's fragments straight from global memory (ADIRECT);
+# cmp_fin: with the RAW 2 epilogue (FINAL_EPI);
+# OUT/cmpk: the same compiled as GL_KHR_cooperative_matrix)
 C=$OUT/cmp
 mkdir -p "$C"
 cp "$OUT/nv/matmul_cm.spv" "$C/"
@@ -200,6 +203,10 @@ cmp_set() { # dir api
     cmp "$1" cmp_pf2 "$2" -DPF=2
     cmp "$1" cmp_noload "$2" -DLOADS=0
     cmp "$1" cmp_nl "$2" -DLOADS=0 -DBARS=0
+    cmp "$1" cmp_pf3 "$2" -DPF=3
+    cmp "$1" cmp_noconv "$2" -DCONV=0
+    cmp "$1" cmp_ad "$2" -DADIRECT=1
+    cmp "$1" cmp_fin "$2" -DFINAL_EPI=1
 }
 cmp_set "$C" nv
 cp "$SRC/cmp_list.txt" "$C/list.txt"
