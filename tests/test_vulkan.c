@@ -398,6 +398,76 @@ START_TEST(test_chunks)
     test_env_restore(&keep);
 }
 END_TEST
+/* A one-token Mamba-2 conv held back for a decode scan
+ * (LLMEM_VULKAN_CONV_FOLD=1, vk_ops_mamba.c) that no scan takes: its input,
+ * weight and output buffers are freed before anything else is recorded,
+ * then a synchronize records and runs it; the conv state must be the old
+ * one shifted by the input, bit for bit (the values are copies), and no
+ * destroyed buffer may be bound (the validation layer, where the test
+ * runs under it, makes that an error). Then the same conv held at close. */
+START_TEST(test_conv_fold_held)
+{
+    enum { CD = 8, DC = 4 };
+    test_env keep = test_env_save("LLMEM_VULKAN_CONV_FOLD");
+    test_env_put("LLMEM_VULKAN_CONV_FOLD", "1");
+    for (int at_close = 0; at_close < 2; at_close++) {
+        llmem_backend *be = open_be("vulkan");
+        float st0[(DC - 1) * CD], x[CD], w[CD * DC], got[(DC - 1) * CD];
+        for (int i = 0; i < (DC - 1) * CD; i++)
+            st0[i] = frand(-1, 1);
+        for (int i = 0; i < CD; i++)
+            x[i] = frand(-1, 1);
+        for (int i = 0; i < CD * DC; i++)
+            w[i] = frand(-1, 1);
+        llmem_buffer *sb, *idx, *bx, *bw, *bo;
+        OK(llmem_buffer_alloc(be, sizeof st0, &sb));
+        OK(llmem_buffer_upload(sb, 0, st0, sizeof st0));
+        int32_t tab[] = {0, /* src */ 0 /* dst */};
+        OK(llmem_buffer_alloc(be, sizeof tab, &idx));
+        OK(llmem_buffer_upload(idx, 0, tab, sizeof tab));
+        llmem_state_desc desc = {"conv", 2, {DC - 1, CD}, LLMEM_DTYPE_F32};
+        llmem_rs_view rsd = {.n_states = 1, .desc = &desc, .state = &sb, .n_slots = 1,
+                             .n_seqs = 1, .n_seq_tokens = 1, .src_slot = {tab, 0, 1},
+                             .dst_slot = {tab + 1, 4, 1}, .n_ckpt = 0};
+        llmem_view view = llmem_view_make(LLMEM_VIEW_RECURRENT, &rsd, sizeof rsd, idx);
+        OK(llmem_buffer_alloc(be, sizeof x, &bx));
+        OK(llmem_buffer_upload(bx, 0, x, sizeof x));
+        OK(llmem_buffer_alloc(be, sizeof w, &bw));
+        OK(llmem_buffer_upload(bw, 0, w, sizeof w));
+        OK(llmem_buffer_alloc(be, CD * 4, &bo));
+        llmem_tensor tx = llmem_tensor_1d(bx, 0, LLMEM_DTYPE_F32, CD);
+        tx.n_dims = 2, tx.ne[0] = 1, tx.ne[1] = CD;
+        llmem_tensor tw = llmem_tensor_1d(bw, 0, LLMEM_DTYPE_F32, CD * DC);
+        tw.n_dims = 2, tw.ne[0] = CD, tw.ne[1] = DC;
+        llmem_tensor to = tx;
+        to.buf = bo;
+        OK(llmem_backend_synchronize(be)); /* the uploads done: nothing recorded */
+        OK(llmem_op_ssm_conv(be, &view, 0, &tx, &tw, NULL, &to));
+        llmem_buffer_free(bx), llmem_buffer_free(bw), llmem_buffer_free(bo);
+        if (!at_close) {
+            OK(llmem_backend_synchronize(be));
+            OK(llmem_buffer_download(sb, 0, got, sizeof got));
+            for (int c = 0; c < CD; c++)
+                for (int k = 0; k < DC - 1; k++) {
+                    float want = k + 1 < DC - 1 ? st0[(k + 1) * CD + c] : x[c];
+                    ck_assert_msg(memcmp(&got[k * CD + c], &want, 4) == 0,
+                                  "conv state row %d channel %d", k, c);
+                }
+        }
+        if (!at_close) {
+            llmem_buffer_free(sb);
+            llmem_buffer_free(idx);
+        }
+        llmem_backend_close(be); /* at_close: with the conv held (and its state buffers live) */
+        if (at_close) {
+            llmem_buffer_free(sb);
+            llmem_buffer_free(idx);
+        }
+    }
+    test_env_restore(&keep);
+}
+END_TEST
+
 int main(void)
 {
     vk_test_seed();
@@ -426,6 +496,7 @@ int main(void)
         tcase_add_test(tc, test_suballoc);
         tcase_add_test(tc, test_chunks);
         tcase_add_test(tc, test_batching);
+        tcase_add_test(tc, test_conv_fold_held);
     }
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

@@ -611,7 +611,8 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
  * every command stays in the order the ops were called. Errors: those of
  * vk_op_run (the conv's). vk_conv_fold_config reads $LLMEM_VULKAN_CONV_FOLD
  * (1: on; off by default, slower on the H200) at open; vk_conv_fold_finish
- * drops a held conv and frees the fold (at close). */
+ * records a held conv (vk_cmd_finish submits it) and frees the fold (at
+ * close, before vk_cmd_finish). */
 llmem_status vk_conv_fold_flush(vk_backend *v);
 void vk_conv_fold_config(vk_backend *v);
 void vk_conv_fold_finish(llmem_backend *be, vk_backend *v);

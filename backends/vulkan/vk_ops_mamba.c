@@ -212,9 +212,7 @@ void vk_conv_fold_finish(llmem_backend *be, vk_backend *v)
 {
     if (!v->fold)
         return;
-    if (v->fold_pending)
-        vk_op_run(v, &v->fold->op, 0); /* gives its temporaries back */
-    v->fold_pending = false;
+    vk_conv_fold_flush(v); /* a held conv is recorded, and submitted with the rest at close */
     if (v->fold->cnt)
         vk_buffer_free(be, v->fold->cnt);
     free(v->fold);
@@ -268,6 +266,11 @@ static llmem_status conv_hold(llmem_backend *be, vk_backend *v, const llmem_view
         }
         f->cnt = c;
     }
+    /* an open command buffer keeps the allocator from destroying a block the
+     * held conv binds (vk_alloc_release trims only when nothing is recorded);
+     * the submit that ends it records the conv first (vk_cmd_flush) */
+    if ((st = vk_cmd_begin(v)) != LLMEM_OK)
+        return st;
     conv_build(v, VK_SH_SSM_CONV, CONV_WG, 0, view, state, NULL, x, w, b, out, &f->op, &f->groups);
     f->x = *x;
     f->w = *w;
