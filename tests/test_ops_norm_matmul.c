@@ -414,6 +414,102 @@ START_TEST(test_norm_matmul_vulkan_knobs)
 }
 END_TEST
 
+/* Vulkan's L2 prefetch ($LLMEM_VULKAN_L2_PREFETCH, vk_ops_norm_matmul.c):
+ * a chain of three one-row products a -> b -> c (RMS + SwiGLU, gated +
+ * add, none + store; distinct weights) run three times, so that from the
+ * second round each dispatch also reads the first bytes of the next
+ * product's weights (the whole slice, at $LLMEM_VULKAN_L2_PREFETCH_KB 1,
+ * and the default); every output is within the float64 tolerance and
+ * equal bit for bit to the run without the prefetch, and the weights are
+ * unchanged. Then b's buffer is freed and a runs again (the remembered
+ * successor must be dropped, not read). Other backends: nothing to check. */
+START_TEST(test_norm_matmul_vulkan_prefetch)
+{
+    if (strcmp(th_backend_name(_i), "vulkan") != 0)
+        return;
+    static const char *const knobs[2] = {"LLMEM_VULKAN_L2_PREFETCH",
+                                         "LLMEM_VULKAN_L2_PREFETCH_KB"};
+    test_env saved[2] = {test_env_save(knobs[0]), test_env_save(knobs[1])};
+    static const struct {
+        const char *mode, *kb;
+    } runs[] = {{"0", NULL}, {"1", NULL}, {"2", NULL}, {"1", "1"}, {"2", "1"}};
+    enum { K = 2048, N = 160, NP = 3 };
+    llmem_backend *be = th_open(_i);
+    th_ctx c, cb;
+    th_begin(&c, be);
+    th_begin(&cb, be);
+    ref64_rng r = ref64_rng_make(ref64_seed(), 9800);
+    static const int norms[NP] = {LLMEM_NM_NORM_RMS, LLMEM_NM_NORM_GATED, LLMEM_NM_NORM_NONE};
+    static const int epis[NP] = {LLMEM_NM_SWIGLU, LLMEM_NM_ADD, LLMEM_NM_STORE};
+    double *x = th_vec(&c, K), *z = th_vec(&c, K), *nw = th_vec(&c, K), *o0 = th_vec(&c, N);
+    double *a = th_vec(&c, K), *ps = th_vec(&c, N), *pu = th_vec(&c, N), *out = th_vec(&c, N);
+    double *w[NP], *ref[NP], *first[NP], *w2 = th_vec(&c, (int64_t)N * K);
+    ref64_fill(&r, x, K, -2, 2, F32);
+    ref64_fill(&r, z, K, -3, 3, F32);
+    ref64_fill(&r, nw, K, 0.5, 1.5, F32);
+    ref64_fill(&r, o0, N, -4, 4, F32);
+    ref64_fill(&r, w2, (int64_t)N * K, -1, 1, LLMEM_DTYPE_BF16);
+    llmem_tensor tx = th_input(&c, F32, 2, 1, K, 1, x), tz = th_input(&c, F32, 2, 1, K, 1, z);
+    llmem_tensor tn = th_input(&c, F32, 1, K, 1, 1, nw);
+    llmem_tensor tw2 = th_input(&c, LLMEM_DTYPE_BF16, 2, N, K, 1, w2);
+    llmem_tensor tw[NP], to = th_tensor(&c, F32, 2, 1, N, 1);
+    llmem_norm_matmul_params p[NP];
+    for (int j = 0; j < NP; j++) {
+        w[j] = th_vec(&c, (int64_t)N * K);
+        ref[j] = th_vec(&c, N);
+        first[j] = th_vec(&c, N);
+        ref64_fill(&r, w[j], (int64_t)N * K, -1, 1, LLMEM_DTYPE_BF16);
+        tw[j] = th_input(j == 1 ? &cb : &c, LLMEM_DTYPE_BF16, 2, N, K, 1, w[j]);
+        p[j] = (llmem_norm_matmul_params){.norm = norms[j], .epilogue = epis[j], .eps = 1e-5f};
+        nm_ref(&p[j], x, norms[j] == LLMEM_NM_NORM_GATED ? z : NULL, norms[j] ? nw : NULL, w[j],
+               epis[j] == LLMEM_NM_SWIGLU ? w2 : NULL, o0, 1, K, N, a, ps, pu, ref[j]);
+    }
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        setenv(knobs[0], runs[k].mode, 1);
+        runs[k].kb ? setenv(knobs[1], runs[k].kb, 1) : unsetenv(knobs[1]);
+        for (int round = 0; round < 3; round++)
+            for (int j = 0; j < NP; j++) {
+                th_set(&to, o0);
+                ck_assert_int_eq(
+                    llmem_op_norm_matmul(be, &p[j], &tx,
+                                         norms[j] == LLMEM_NM_NORM_GATED ? &tz : NULL,
+                                         norms[j] ? &tn : NULL, &tw[j],
+                                         epis[j] == LLMEM_NM_SWIGLU ? &tw2 : NULL, &to),
+                    LLMEM_OK);
+                th_get(&to, out);
+                char what[160];
+                snprintf(what, sizeof what, "vulkan prefetch=%s KB=%s product %d round %d",
+                         runs[k].mode, runs[k].kb ? runs[k].kb : "-", j, round);
+                th_expect_close(out, ref[j], N, fmax(1e-5, 3e-7 * sqrt((double)K)), what);
+                if (k == 0 && round == 0)
+                    memcpy(first[j], out, sizeof(double) * N);
+                else
+                    ck_assert_msg(!memcmp(first[j], out, sizeof(double) * N),
+                                  "%s: differs from the run without the prefetch", what);
+            }
+    }
+    for (int j = 0; j < NP; j++) { /* the weights the prefetch read are unchanged */
+        double *back = th_vec(&c, (int64_t)N * K);
+        th_get(&tw[j], back);
+        ck_assert_msg(!memcmp(back, w[j], sizeof(double) * (size_t)N * K), "weight %d changed",
+                      j);
+    }
+    th_end(&cb); /* frees b, a's remembered successor */
+    setenv(knobs[0], "1", 1);
+    unsetenv(knobs[1]);
+    th_set(&to, o0);
+    ck_assert_int_eq(llmem_op_norm_matmul(be, &p[0], &tx, NULL, &tn, &tw[0], &tw2, &to), LLMEM_OK);
+    th_get(&to, out);
+    ck_assert_msg(!memcmp(first[0], out, sizeof(double) * N), "a after b was freed differs");
+    th_end(&c);
+    printf("test_ops_norm_matmul: vulkan: L2 prefetch, %d settings x 3 products checked\n",
+           (int)(sizeof runs / sizeof runs[0]));
+    test_env_restore(&saved[0]);
+    test_env_restore(&saved[1]);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     printf("test_ops_norm_matmul: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
@@ -426,6 +522,7 @@ int main(void)
     tcase_add_loop_test(tc, test_norm_matmul_invalid, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_cpu_max_k, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_vulkan_knobs, 0, n);
+    tcase_add_loop_test(tc, test_norm_matmul_vulkan_prefetch, 0, n);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

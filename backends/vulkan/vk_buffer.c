@@ -61,6 +61,7 @@ void vk_buffer_free(llmem_backend *be, llmem_buffer *buf)
     /* Recorded work may still use the ranges; that is safe: a later user of
      * a range conflicts with it in the hazard tracker and gets a barrier,
      * and blocks are destroyed only when nothing is recorded. */
+    vk_nm_pf_forget(v, buf);
     for (uint32_t i = 0; i < b->n_chunks; i++)
         vk_alloc_release(v, (vk_alloc *)vk_chunk(b, i));
     free(b->more);

@@ -22,6 +22,7 @@
 #include "vk_mm_pick.h"
 #include "vk_shader_ids.h"
 
+#define VK_NM_PF_MAX 1024 /* weights whose successor vk_ops_norm_matmul.c remembers */
 #define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */
 #define VK_MAX_SPEC 10      /* specialization constants per pipeline */
 #define VK_MAX_PUSH 128     /* bytes of push constants (the guaranteed minimum) */
@@ -168,6 +169,16 @@ typedef struct vk_backend {
      * output (vk_ops_mamba.c, vk_conv_fold_flush); NULL: the fold is off */
     struct vk_conv_fold *fold;
     bool fold_pending;          /* fold holds a conv not yet recorded */
+    /* The order of the one-row fused matmuls (vk_ops_norm_matmul.c,
+     * $LLMEM_VULKAN_L2_PREFETCH): the weight at (buf, off) was last followed
+     * by `next`; entries naming a freed buffer are dropped (vk_nm_pf_forget) */
+    struct vk_nm_pf {
+        llmem_buffer *buf;
+        size_t off;
+        llmem_tensor next;
+    } nm_pf[VK_NM_PF_MAX];
+    uint32_t nm_pf_n;
+    llmem_tensor nm_pf_prev; /* the last one's weight; buf NULL: none */
     VkDeviceSize bytes_device;  /* in device blocks */
 
     /* sub-allocator */
@@ -614,6 +625,8 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
  * records a held conv (vk_cmd_finish submits it) and frees the fold (at
  * close, before vk_cmd_finish). */
 llmem_status vk_conv_fold_flush(vk_backend *v);
+/* Drops what vk_ops_norm_matmul.c remembers of `buf` (vk_buffer_free). */
+void vk_nm_pf_forget(vk_backend *v, const llmem_buffer *buf);
 void vk_conv_fold_config(vk_backend *v);
 void vk_conv_fold_finish(llmem_backend *be, vk_backend *v);
 /* Multi-token Mamba-2 ops (vk_ops_scan_pre.c; shaders ssm_scan_pre.comp,

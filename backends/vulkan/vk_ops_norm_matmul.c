@@ -30,8 +30,14 @@
  * under 4 invocations), and everything when $LLMEM_VULKAN_NORM_MATMUL=0 (a
  * switch for measuring the unfused path on the same model). Knobs are read
  * at each call (a recorded step keeps what it was recorded with).
+ * $LLMEM_VULKAN_L2_PREFETCH (1 or 2; 0 by default: slower on the H200)
+ * makes the rows kernel also read the first $LLMEM_VULKAN_L2_PREFETCH_KB
+ * KiB of the weights of the product that followed this one the last time
+ * (nm_pf_next), so that they are in L2 when it starts: an emulation of
+ * CUDA's programmatic dependent launch (kernels/gemv.cu).
  * Measurements: docs/benchmarks.md "Vulkan fused decode matmul, second
- * design". Semantics and the CPU reference: backends/cpu/ops_norm_matmul.c.
+ * design", "Vulkan batch-1 step: the next weights into L2". Semantics
+ * and the CPU reference: backends/cpu/ops_norm_matmul.c.
  */
 #include <stdlib.h>
 
@@ -56,6 +62,8 @@
 #define NM_LOADS_MAX 8 /* weight chunks in registers per invocation (C R NW) */
 #define NM_GROUPS (2 * VK_MM_GROUPS) /* 4 per SM of the 132-SM H200 */
 #define NM_GEMV_ROWS 0 /* whether llmem_op_matmul's one-row f16/bf16 GEMV runs here */
+#define NM_PF 0         /* $LLMEM_VULKAN_L2_PREFETCH: 0 off, 1 at the end, 2 at the start */
+#define NM_PF_KB 4096   /* $LLMEM_VULKAN_L2_PREFETCH_KB: bytes of the next weights touched */
 
 static long env_long(const char *name, long dflt, long lo, long hi)
 {
@@ -195,6 +203,81 @@ static nm_rows_cfg nm_rows_pick(const vk_backend *v, int64_t K, int64_t N, uint3
     return c;
 }
 
+void vk_nm_pf_forget(vk_backend *v, const llmem_buffer *buf)
+{
+    for (uint32_t i = 0; i < v->nm_pf_n;) {
+        if (v->nm_pf[i].buf == buf || v->nm_pf[i].next.buf == buf)
+            v->nm_pf[i] = v->nm_pf[--v->nm_pf_n];
+        else
+            i++;
+    }
+    if (v->nm_pf_prev.buf == buf)
+        v->nm_pf_prev.buf = NULL;
+}
+
+/* Remembers that w followed the previous one-row product's weight, and
+ * returns the weight that followed w the last time (buf NULL: none). The
+ * decode step runs its products in the same order every step, so this is
+ * the next product's weight from the second step on (a step is recorded
+ * after one eager run: models/decode_graph.c). */
+static llmem_tensor nm_pf_next(vk_backend *v, const llmem_tensor *w)
+{
+    llmem_tensor none = {0};
+    llmem_tensor *prev = &v->nm_pf_prev, next = none;
+    bool found_prev = prev->buf == NULL;
+    for (uint32_t i = 0; i < v->nm_pf_n; i++) {
+        struct vk_nm_pf *e = &v->nm_pf[i];
+        if (e->buf == w->buf && e->off == w->offset)
+            next = e->next;
+        if (!found_prev && e->buf == prev->buf && e->off == prev->offset) {
+            e->next = *w;
+            found_prev = true;
+        }
+    }
+    if (!found_prev && v->nm_pf_n < VK_NM_PF_MAX)
+        v->nm_pf[v->nm_pf_n++] = (struct vk_nm_pf){prev->buf, prev->offset, *w};
+    *prev = *w;
+    return next;
+}
+
+/* Binds the first bytes of `next` (at most $LLMEM_VULKAN_L2_PREFETCH_KB KiB,
+ * inside one chunk of its buffer, whole 32-byte sectors) as binding 7 of
+ * op and sets the sectors to touch, in all and per workgroup of `groups`
+ * (mode 2: at most 2 per invocation of a workgroup of wg); a dummy binding
+ * and no sectors where there is nothing to prefetch. */
+static void nm_pf_bind(vk_backend *v, vk_op *op, const llmem_tensor *next, uint32_t mode,
+                       uint64_t groups, uint32_t wg, uint32_t pf[3])
+{
+    pf[0] = pf[1] = pf[2] = 0;
+    size_t es = next->buf ? llmem_dtype_size(next->dtype) : 0;
+    if (mode == 0 || es != 2 || groups == 0) {
+        vk_op_dummy(v, op);
+        return;
+    }
+    vk_buffer *b = vk_buf(next->buf);
+    size_t bytes = llmem_tensor_nbytes(next);
+    size_t cap = (size_t)env_long("LLMEM_VULKAN_L2_PREFETCH_KB", NM_PF_KB, 1, 65536) * 1024;
+    size_t room = (size_t)(b->chunk - next->offset % b->chunk);
+    bytes = bytes < cap ? bytes : cap;
+    bytes = (bytes < room ? bytes : room) / 32 * 32;
+    if (bytes == 0) {
+        vk_op_dummy(v, op);
+        return;
+    }
+    llmem_tensor s = llmem_tensor_1d(next->buf, next->offset, next->dtype, (int32_t)(bytes / 2));
+    uint32_t at = vk_op_tensor(v, op, &s, false);
+    if (at % 8 != 0)
+        return; /* bound, but no sectors: the shader reads none */
+    uint64_t n = bytes / 32, per = vk_div_up(n, groups);
+    if (mode == 2 && per > 2 * (uint64_t)wg) {
+        per = 2 * (uint64_t)wg;
+        n = per * groups < n ? per * groups : n;
+    }
+    pf[0] = at / 8;
+    pf[1] = (uint32_t)n;
+    pf[2] = (uint32_t)per;
+}
+
 /* The dispatch of norm_matvec16_rows.comp (matvec16.comp's layout: TPR
  * invocations per group of NR weight rows, WG / TPR groups a workgroup),
  * same arguments and refusals as nm_launch but no limit on K. */
@@ -219,12 +302,21 @@ static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps,
     bool vec = per && nwv % per == 0;
     if (!ok)
         return LLMEM_E_UNSUPPORTED;
+    uint64_t groups = vk_div_up((uint64_t)N, (uint64_t)(c.wg / c.tpr) * c.nr);
+    uint32_t mode = (uint32_t)env_long("LLMEM_VULKAN_L2_PREFETCH", NM_PF, 0, 2), pf[3];
+    llmem_tensor next = {0};
+    if (mode != 0)
+        next = nm_pf_next(v, w);
+    nm_pf_bind(v, &op, &next, mode, groups, c.wg, pf);
     vk_op_spec(&op, vec);
     vk_op_spec(&op, c.unroll);
+    vk_op_spec(&op, pf[1] ? mode : 0);
     vk_op_u32(&op, (uint32_t)N);
     vk_op_u32(&op, (uint32_t)K);
     nm_push(&op, o, vec ? nwv / per : o[2], eps);
-    return vk_op_run(v, &op, vk_div_up((uint64_t)N, (uint64_t)(c.wg / c.tpr) * c.nr));
+    for (int i = 0; i < 3; i++)
+        vk_op_u32(&op, pf[i]);
+    return vk_op_run(v, &op, groups);
 }
 
 /* The fused kernel of the mode $LLMEM_VULKAN_NM_MODE picks: 0 (default)
