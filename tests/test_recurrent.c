@@ -338,14 +338,6 @@ END_TEST
  * rs_stage): seq_cp, state I/O, seq_rm and seq_tokens must see every id, in
  * order, whatever the stage holds. The reference is the list of ids the
  * test submitted. */
-static void expect_tokens(llmem_memory *m, int32_t seq, const int32_t *ref, int32_t n)
-{
-    int32_t got[128];
-    ck_assert_int_eq(llmem_memory_seq_tokens(m, seq, got, 128), n);
-    for (int32_t i = 0; i < n; i++)
-        ck_assert_int_eq(got[i], ref[i]);
-}
-
 START_TEST(test_decode_tokens_read_back)
 {
     llmem_backend *be = mt_cpu();
@@ -354,61 +346,10 @@ START_TEST(test_decode_tokens_read_back)
     llmem_batch_buf_create(64, 3, &b);
     /* every sequence decodes; 0 is read, 1 and 2 are overwritten by its
      * seq_cp and state read while they hold ids of their own */
-    int32_t ref[3][128], n[3] = {0, 0, 0}, checks = 0;
-    for (int32_t s = 0; s < 3; s++) {
-        mt_add(b, s, 0, 5, 100 * (s + 1), true);
-        for (; n[s] < 5; n[s]++)
-            ref[s][n[s]] = 100 * (s + 1) + n[s];
-    }
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    char err[256];
-    for (int32_t step = 0; step < 40; step++) {
-        llmem_batch_buf_clear(b);
-        for (int32_t s = 0; s < 3; s++) {
-            int32_t tok = 7000 + 1000 * s + 13 * step;
-            mt_add(b, s, n[s], 1, tok, true);
-            ref[s][n[s]++] = tok;
-        }
-        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-        if (step % 5 != 3 && step != 14 && step != 15)
-            continue;
-        /* each reader of sequence 0 in turn reads it first */
-        int32_t first = checks++ % 3;
-        if (first == 0)
-            expect_tokens(m, 0, ref[0], n[0]);
-        for (int32_t k = 0; k < 2; k++) {
-            if ((k == 0) == (first == 2)) {
-                size_t sz;
-                ck_assert_int_eq(llmem_memory_state_size(m, 0, &sz), LLMEM_OK);
-                unsigned char *buf = malloc(sz);
-                ck_assert_ptr_nonnull(buf);
-                ck_assert_int_eq(llmem_memory_state_write(m, 0, buf, sz, NULL), LLMEM_OK);
-                ck_assert_int_eq(llmem_memory_state_read(m, 2, buf, sz, err, sizeof err), LLMEM_OK);
-                free(buf);
-            } else {
-                ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
-            }
-        }
-        for (int32_t s = 1; s < 3; s++) {
-            memcpy(ref[s], ref[0], (size_t)n[0] * sizeof *ref[0]);
-            n[s] = n[0];
-        }
-        for (int32_t s = 0; s < 3; s++)
-            expect_tokens(m, s, ref[s], n[s]);
-        mt_assert_check(m);
-    }
+    int32_t ref[3][128], n[3];
+    mt_decode_read_back(m, b, ref, n);
     /* back to the checkpoint before the last token, then on */
-    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, n[0] - 1, -1), LLMEM_OK);
-    n[0]--;
-    for (int32_t step = 0; step < 3; step++) {
-        llmem_batch_buf_clear(b);
-        mt_add(b, 0, n[0], 1, 9000 + step, true);
-        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-        ref[0][n[0]++] = 9000 + step;
-    }
-    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, n[0] - 1, -1), LLMEM_OK);
-    n[0]--;
-    expect_tokens(m, 0, ref[0], n[0]);
+    mt_rm_last_and_on(m, b, ref[0], &n[0], 9000);
     mt_assert_check(m);
     /* a clear while ids are staged, then a new prompt */
     llmem_batch_buf_clear(b);
@@ -419,7 +360,7 @@ START_TEST(test_decode_tokens_read_back)
     llmem_batch_buf_clear(b);
     mt_add(b, 1, 0, 2, 60, true);
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    expect_tokens(m, 1, (const int32_t[]){60, 61}, 2);
+    mt_expect_tokens(m, 1, (const int32_t[]){60, 61}, 2);
     mt_assert_check(m);
     llmem_memory_destroy(m);
     llmem_batch_buf_destroy(b);

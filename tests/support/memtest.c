@@ -1,3 +1,4 @@
+#include <stdlib.h>
 #include <string.h>
 
 #include "support/memtest.h"
@@ -164,4 +165,82 @@ void mt_assert_check(llmem_memory *mem)
 {
     char err[256] = "";
     ck_assert_msg(llmem_memory_check(mem, err, sizeof err) == LLMEM_OK, "invariant: %s", err);
+}
+
+void mt_expect_tokens(llmem_memory *m, int32_t seq, const int32_t *ref, int32_t n)
+{
+    int32_t got[128];
+    ck_assert_int_eq(llmem_memory_seq_tokens(m, seq, got, 128), n);
+    for (int32_t i = 0; i < n; i++)
+        ck_assert_int_eq(got[i], ref[i]);
+}
+
+/* Copies sequence 0 into sequence `into` by a state write + read (into 2)
+ * or seq_cp (into 1). */
+static void copy_seq0(llmem_memory *m, bool by_state)
+{
+    if (!by_state) {
+        ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);
+        return;
+    }
+    char err[256] = "";
+    size_t sz;
+    ck_assert_int_eq(llmem_memory_state_size(m, 0, &sz), LLMEM_OK);
+    unsigned char *buf = malloc(sz);
+    ck_assert_ptr_nonnull(buf);
+    ck_assert_int_eq(llmem_memory_state_write(m, 0, buf, sz, NULL), LLMEM_OK);
+    ck_assert_msg(llmem_memory_state_read(m, 2, buf, sz, err, sizeof err) == LLMEM_OK, "%s", err);
+    free(buf);
+}
+
+void mt_decode_read_back(llmem_memory *m, llmem_batch_buf *b, int32_t ref[3][128], int32_t n[3])
+{
+    int32_t checks = 0;
+    llmem_batch_buf_clear(b);
+    for (int32_t s = 0; s < 3; s++) {
+        mt_add(b, s, 0, 5, 100 * (s + 1), true);
+        for (n[s] = 0; n[s] < 5; n[s]++)
+            ref[s][n[s]] = 100 * (s + 1) + n[s];
+    }
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    for (int32_t step = 0; step < 40; step++) {
+        llmem_batch_buf_clear(b);
+        for (int32_t s = 0; s < 3; s++) {
+            int32_t tok = 7000 + 1000 * s + 13 * step;
+            mt_add(b, s, n[s], 1, tok, true);
+            ref[s][n[s]++] = tok;
+        }
+        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+        mt_assert_check(m);
+        if (step % 5 != 3 && step != 14 && step != 15)
+            continue;
+        /* each reader of sequence 0 in turn reads it first */
+        int32_t first = checks++ % 3;
+        if (first == 0)
+            mt_expect_tokens(m, 0, ref[0], n[0]);
+        copy_seq0(m, first == 2);
+        copy_seq0(m, first != 2);
+        for (int32_t s = 1; s < 3; s++) {
+            memcpy(ref[s], ref[0], (size_t)n[0] * sizeof *ref[0]);
+            n[s] = n[0];
+        }
+        for (int32_t s = 0; s < 3; s++)
+            mt_expect_tokens(m, s, ref[s], n[s]);
+        mt_assert_check(m);
+    }
+}
+
+void mt_rm_last_and_on(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_t *n, int32_t tok0)
+{
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, *n - 1, -1), LLMEM_OK);
+    (*n)--;
+    for (int32_t step = 0; step < 3; step++) {
+        llmem_batch_buf_clear(b);
+        mt_add(b, 0, *n, 1, tok0 + step, true);
+        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+        ref[(*n)++] = tok0 + step;
+    }
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, *n - 1, -1), LLMEM_OK);
+    (*n)--;
+    mt_expect_tokens(m, 0, ref, *n);
 }

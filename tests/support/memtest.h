@@ -50,5 +50,21 @@ typedef struct mt_snap {
 void mt_snapshot(llmem_memory *mem, mt_snap *s);
 void mt_assert_same(const mt_snap *a, const mt_snap *b);
 void mt_assert_check(llmem_memory *mem);
+/* Asserts that seq's token ids (llmem_memory_seq_tokens, at most 128) are
+ * ref[0, n). */
+void mt_expect_tokens(llmem_memory *m, int32_t seq, const int32_t *ref, int32_t n);
+/* The decode read-back walk of the token-stage tests (test_kv_sharing,
+ * test_recurrent): sequences 0-2 take 5-token prompts (ids 100 (s + 1) + i),
+ * then decode 40 steps (id 7000 + 1000 s + 13 step), with the invariant
+ * checker after each step. At steps 3, 8, 13, 14, 15, ... sequence 0 is
+ * read by each reader in turn first (seq_tokens; a state write read into
+ * sequence 2; seq_cp into 1), and every sequence's ids are checked against
+ * what was submitted. On return ref[s][0, n[s]) are the ids each sequence
+ * holds; b is a batch buffer of >= 15 tokens and 1 sequence id. */
+void mt_decode_read_back(llmem_memory *m, llmem_batch_buf *b, int32_t ref[3][128], int32_t n[3]);
+/* Removes sequence 0's last token, decodes 3 more (ids tok0, tok0 + 1,
+ * tok0 + 2), removes the last again, and checks its ids against ref[0, *n)
+ * (ref and *n follow the changes). */
+void mt_rm_last_and_on(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_t *n, int32_t tok0);
 
 #endif
