@@ -15,37 +15,6 @@
 
 #define GPT2_REGEX "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
-static char *read_file(const char *path, size_t *n_out, llmem_status *st)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *st = LLMEM_E_NOT_FOUND;
-        return NULL;
-    }
-    tk_buf b = {0};
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-        if (!tk_buf_put(&b, tmp, n)) {
-            free(b.p);
-            fclose(f);
-            *st = LLMEM_E_NO_MEMORY;
-            return NULL;
-        }
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad || !tk_buf_put(&b, "", 0)) {
-        free(b.p);
-        *st = bad ? LLMEM_E_IO : LLMEM_E_NO_MEMORY;
-        return NULL;
-    }
-    if (n_out)
-        *n_out = b.n;
-    *st = LLMEM_OK;
-    return b.p;
-}
-
 static const char *jstr(const cJSON *o, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -560,7 +529,7 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     llmem_status st;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     size_t len = 0;
-    char *txt = read_file(path, &len, &st);
+    char *txt = tk_read_file(path, &len, &st);
     cJSON *cfg = NULL;
     bool add_bos = false, add_eos = false;
     if (txt) {
@@ -594,7 +563,7 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     if (!tok->chat_template) { /* transformers >= 4.43 may write it apart */
         snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
         size_t n = 0;
-        tok->chat_template = read_file(path, &n, &st);
+        tok->chat_template = tk_read_file(path, &n, &st);
         if (!tok->chat_template && st != LLMEM_E_NOT_FOUND)
             return st;
         /* transformers reads it as UTF-8 text; a NUL would end llmem's copy */
@@ -659,7 +628,7 @@ llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out, char 
     }
     llmem_status st;
     size_t len = 0;
-    char *txt = read_file(file, &len, &st);
+    char *txt = tk_read_file(file, &len, &st);
     if (!txt) {
         tk_set_err(err, err_len, "%s: %s", file, st == LLMEM_E_NOT_FOUND ? "no tokenizer.json" : "read failed");
         return st;

@@ -395,6 +395,37 @@ fail:
 
 /* ---- tokenizer.json and tokenizer_config.json text ---------------------------- */
 
+char *tk_read_file(const char *path, size_t *n_out, llmem_status *st)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *st = LLMEM_E_NOT_FOUND;
+        return NULL;
+    }
+    tk_buf b = {0};
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
+        if (!tk_buf_put(&b, tmp, n)) {
+            free(b.p);
+            fclose(f);
+            *st = LLMEM_E_NO_MEMORY;
+            return NULL;
+        }
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad || !tk_buf_put(&b, "", 0)) {
+        free(b.p);
+        *st = bad ? LLMEM_E_IO : LLMEM_E_NO_MEMORY;
+        return NULL;
+    }
+    if (n_out)
+        *n_out = b.n;
+    *st = LLMEM_OK;
+    return b.p;
+}
+
 /* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n.
  * tokenizer.json is UTF-8 (serde_json and json.loads refuse anything else),
  * and decode promises UTF-8 out, so a file with stray bytes is damaged. */
