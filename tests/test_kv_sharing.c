@@ -385,17 +385,7 @@ START_TEST(test_decode_tokens_read_back)
         mt_expect_tokens(m, 0, ref[0] + 1, n[0] - 1);
         mt_assert_check(m);
     }
-    /* a clear while ids are staged, then a new prompt */
-    llmem_batch_buf_clear(b);
-    mt_add(b, 1, n[1], 1, 5000, true);
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    ck_assert_int_eq(llmem_memory_clear(m, false), LLMEM_OK);
-    mt_assert_check(m);
-    llmem_batch_buf_clear(b);
-    mt_add(b, 1, 0, 2, 60, true);
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    mt_expect_tokens(m, 1, (const int32_t[]){60, 61}, 2);
-    mt_assert_check(m);
+    mt_clear_staged_then_prompt(m, b, n[1]);
     llmem_memory_destroy(m);
     llmem_batch_buf_destroy(b);
     llmem_backend_close(be);

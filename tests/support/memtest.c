@@ -244,3 +244,17 @@ void mt_rm_last_and_on(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_
     (*n)--;
     mt_expect_tokens(m, 0, ref, *n);
 }
+
+void mt_clear_staged_then_prompt(llmem_memory *m, llmem_batch_buf *b, int32_t n1)
+{
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, n1, 1, 5000, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    ck_assert_int_eq(llmem_memory_clear(m, false), LLMEM_OK);
+    mt_assert_check(m);
+    llmem_batch_buf_clear(b);
+    mt_add(b, 1, 0, 2, 60, true);
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
+    mt_expect_tokens(m, 1, (const int32_t[]){60, 61}, 2);
+    mt_assert_check(m);
+}

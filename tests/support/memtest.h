@@ -62,6 +62,11 @@ void mt_expect_tokens(llmem_memory *m, int32_t seq, const int32_t *ref, int32_t 
  * what was submitted. On return ref[s][0, n[s]) are the ids each sequence
  * holds; b is a batch buffer of >= 15 tokens and 1 sequence id. */
 void mt_decode_read_back(llmem_memory *m, llmem_batch_buf *b, int32_t ref[3][128], int32_t n[3]);
+/* Sequence 1 (holding n1 tokens) decodes one more token (id 5000, still
+ * staged), the memory is cleared, then sequence 1 takes a new 2-token
+ * prompt (ids 60, 61): its ids must be just those, and the invariant
+ * checker passes after the clear and after the prompt. */
+void mt_clear_staged_then_prompt(llmem_memory *m, llmem_batch_buf *b, int32_t n1);
 /* Removes sequence 0's last token, decodes 3 more (ids tok0, tok0 + 1,
  * tok0 + 2), removes the last again, and checks its ids against ref[0, *n)
  * (ref and *n follow the changes). */
