@@ -121,6 +121,48 @@ typedef struct vk_presplit {
 } vk_presplit;
 
 
+/* VK_NV_cooperative_matrix2 (vk_cm2.c): newer than Debian 12's Vulkan
+ * headers (1.3.239), so its feature structure is defined here as the
+ * Khronos registry gives it (structure type 1000593000). */
+#define VK_CM2_NAME "VK_NV_cooperative_matrix2"
+#define VK_CM2_WG 256 /* the workgroup size whose workgroup-scope shape must be listed */
+typedef struct vk_cm2_features {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrixWorkgroupScope, cooperativeMatrixFlexibleDimensions,
+        cooperativeMatrixReductions, cooperativeMatrixConversions,
+        cooperativeMatrixPerElementOperations, cooperativeMatrixTensorAddressing,
+        cooperativeMatrixBlockLoads;
+} vk_cm2_features;
+
+/* What the device offers of VK_NV_cooperative_matrix2 (vk_cm2_query). */
+typedef struct vk_cm2_caps {
+    bool usable;            /* everything below holds and the extension may be enabled */
+    uint32_t wg_max;        /* cooperativeMatrixWorkgroupScopeMaxWorkgroupSize, invocations */
+    uint32_t flex_max;      /* cooperativeMatrixFlexibleDimensionsMaxDimension, elements */
+    uint32_t smem_reserved; /* cooperativeMatrixWorkgroupScopeReservedSharedMemory, bytes */
+    uint32_t gran_m, gran_n, gran_k; /* granularities of the workgroup-scope f16 x f16 -> f32
+                                      * shape at VK_CM2_WG invocations, elements */
+    vk_cm2_features features; /* as the device reported them; all enabled */
+} vk_cm2_caps;
+
+/* Whether the device can run VK_NV_cooperative_matrix2 modules: the
+ * extension, its workgroup-scope, flexible-dimension, tensor-addressing
+ * and block-load (decode function) features, bufferDeviceAddress (decode
+ * functions take buffer references), a workgroup-scope limit of at least
+ * VK_CM2_WG invocations and a flexible f16 x f16 -> f32 workgroup shape
+ * at VK_CM2_WG invocations; $LLMEM_VULKAN_CM2=0 says no. Fills *c
+ * (caller-owned; c->usable is the answer). Needs the instance's
+ * vkGetPhysicalDeviceFeatures2 (Vulkan 1.1). The extension depends on
+ * VK_KHR_cooperative_matrix, which the caller checks and enables. */
+bool vk_cm2_query(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c);
+
+/* Chains the features to enable for c (when c->usable: its feature
+ * structure as reported, and bufferDeviceAddress in *bda, caller-owned
+ * storage that must outlive vkCreateDevice) in front of next; returns the
+ * new head (next itself when not usable). */
+void *vk_cm2_chain(vk_cm2_caps *c, VkPhysicalDeviceBufferDeviceAddressFeatures *bda, void *next);
+
 typedef struct vk_backend {
     llmem_backend base;
 
@@ -142,6 +184,10 @@ typedef struct vk_backend {
     bool coopmat;        /* VK_NV_cooperative_matrix enabled for matmul_cm.comp (vk_plugin.c) */
     bool coopmat_khr;    /* VK_KHR_cooperative_matrix enabled too, for the KHR modules of
                           * matmul_cmp.comp and matmul_cm.comp */
+    bool coopmat2;       /* VK_NV_cooperative_matrix2 enabled (with VK_KHR_cooperative_matrix
+                          * and bufferDeviceAddress): workgroup-scope matrices, tensor loads and
+                          * stores, decode functions; $LLMEM_VULKAN_CM2=0 turns it off (vk_cm2.c) */
+    vk_cm2_caps cm2;     /* its properties (valid while coopmat2) */
     uint32_t max_groups; /* per grid dimension */
     uint32_t mem_type_device, mem_type_host;
     VkDeviceSize storage_align; /* minStorageBufferOffsetAlignment (>= 4) */

@@ -117,6 +117,18 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug(VkDebugUtilsMessageSeverityFlagBi
     return VK_FALSE;
 }
 
+/* The Vulkan version the instance asks for: 1.3 where the loader has it
+ * and $LLMEM_VULKAN_CM2 is not 0 (VK_NV_cooperative_matrix2's modules
+ * are SPIR-V 1.6, which needs Vulkan 1.3 on instance and device), else
+ * 1.2. */
+static uint32_t instance_api(void)
+{
+    const char *cm2 = getenv("LLMEM_VULKAN_CM2");
+    if (volkGetInstanceVersion() >= VK_API_VERSION_1_3 && !(cm2 && strcmp(cm2, "0") == 0))
+        return VK_API_VERSION_1_3;
+    return VK_API_VERSION_1_2;
+}
+
 /* Creates the instance (with the messenger when validation is on). v may
  * be NULL for a listing. */
 static llmem_status instance_create(vk_backend *v, VkInstance *out, char *why, size_t len)
@@ -133,7 +145,7 @@ static llmem_status instance_create(vk_backend *v, VkInstance *out, char *why, s
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
         .pApplicationName = "llmem",
         .pEngineName = "llmem",
-        .apiVersion = VK_API_VERSION_1_2,
+        .apiVersion = instance_api(),
     };
     VkDebugUtilsMessengerCreateInfoEXT mi = {
         .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
@@ -514,21 +526,29 @@ typedef struct khr_cm_properties {
 } khr_cm_properties;
 typedef VkResult (*khr_cm_query)(VkPhysicalDevice, uint32_t *, khr_cm_properties *);
 
-/* Whether a KHR cooperative-matrix module may run (v->coopmat_khr): the NV
- * path is usable (shaderFloat16 and the memory model come with it), one
- * of the modules is wanted and embedded (shaders/shaders.cmake):
- * matmul_cmp.comp's with $LLMEM_VULKAN_CMP not 0 or 2, or matmul_cm.comp's
- * with $LLMEM_VULKAN_CM_KHR not 0; and the device has
- * VK_KHR_cooperative_matrix with its feature and the 16 x 16 x 16 f16 x
- * f16 -> f32 shape at subgroup scope (vk_cm_usable, the NV check's rule). */
-static bool coopmat_khr_usable(VkInstance inst, const dev_entry *e)
+/* Whether one of the KHR cooperative-matrix modules is wanted and
+ * embedded (shaders/shaders.cmake): matmul_cmp.comp's with
+ * $LLMEM_VULKAN_CMP not 0 or 2, or matmul_cm.comp's with
+ * $LLMEM_VULKAN_CM_KHR not 0. */
+static bool khr_modules_wanted(void)
 {
     const char *cmp = getenv("LLMEM_VULKAN_CMP"), *cmk = getenv("LLMEM_VULKAN_CM_KHR");
     bool want_cmp = !(cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) &&
                     vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20;
     bool want_cm = !(cmk && strcmp(cmk, "0") == 0) &&
                    vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
-    if (!(want_cmp || want_cm) || !has_device_ext(e->pd, KHR_CM_NAME))
+    return want_cmp || want_cm;
+}
+
+/* Whether VK_KHR_cooperative_matrix may be enabled (for the KHR modules,
+ * v->coopmat_khr, or for VK_NV_cooperative_matrix2, which depends on it):
+ * the NV path is usable (shaderFloat16 and the memory model come with
+ * it), and the device has VK_KHR_cooperative_matrix with its feature and
+ * the 16 x 16 x 16 f16 x f16 -> f32 shape at subgroup scope
+ * (vk_cm_usable, the NV check's rule). */
+static bool coopmat_khr_usable(VkInstance inst, const dev_entry *e)
+{
+    if (!has_device_ext(e->pd, KHR_CM_NAME))
         return false;
     PFN_vkVoidFunction f =
         vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
@@ -575,21 +595,35 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     vkGetPhysicalDeviceMemoryProperties(v->phys, &v->mem_props);
     v->has_budget = has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     v->coopmat = coopmat_usable(e);
-    v->coopmat_khr = v->coopmat && coopmat_khr_usable(v->instance, e);
-    const char *exts[3];
+    /* VK_NV_cooperative_matrix2 (vk_cm2.c) needs the KHR extension under it */
+    bool khr_want = khr_modules_wanted();
+    bool cm2 = v->coopmat && instance_api() >= VK_API_VERSION_1_3 &&
+               e->props.apiVersion >= VK_API_VERSION_1_3 &&
+               vk_cm2_query(v->instance, e->pd, &v->cm2);
+    bool khr = v->coopmat && (khr_want || cm2) && coopmat_khr_usable(v->instance, e);
+    v->coopmat_khr = khr && khr_want;
+    v->coopmat2 = khr && cm2;
+    const char *exts[4];
     uint32_t n_exts = 0;
     if (v->has_budget)
         exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     if (v->coopmat)
         exts[n_exts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
-    if (v->coopmat_khr)
+    if (khr)
         exts[n_exts++] = KHR_CM_NAME;
-    /* features of matmul_cm.comp (and matmul_cmp.comp's KHR module), chained
-     * only when it may run */
-    khr_cm_features kf = {.sType = KHR_CM_STYPE_FEATURES, .cooperativeMatrix = VK_TRUE};
+    if (v->coopmat2)
+        exts[n_exts++] = VK_CM2_NAME;
+    /* features of matmul_cm.comp (and the KHR and coopmat2 modules), chained
+     * only when they may run */
+    VkPhysicalDeviceBufferDeviceAddressFeatures bda;
+    if (!v->coopmat2)
+        v->cm2.usable = false;
+    khr_cm_features kf = {.sType = KHR_CM_STYPE_FEATURES,
+                          .pNext = vk_cm2_chain(&v->cm2, &bda, NULL),
+                          .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
-        .pNext = v->coopmat_khr ? &kf : NULL,
+        .pNext = khr ? &kf : NULL,
         .cooperativeMatrix = VK_TRUE,
     };
     VkPhysicalDeviceVulkanMemoryModelFeatures mf = {
@@ -704,9 +738,15 @@ static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size
     snprintf(v->device_name, sizeof v->device_name, "%s", e[pick].props.deviceName);
     if ((st = device_create(v, &e[pick], err, err_len)) != LLMEM_OK)
         goto fail;
-    vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u; cooperative matrices %s)",
+    vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u; cooperative matrices %s%s)",
            pick, v->device_name, v->subgroup ? "on" : "off", v->subgroup_size,
-           v->coopmat_khr ? "on, KHR too" : v->coopmat ? "on" : "off");
+           v->coopmat_khr ? "on, KHR too" : v->coopmat ? "on" : "off",
+           v->coopmat2 ? "; coopmat2 on" : "");
+    if (v->coopmat2)
+        vk_log(v, "coopmat2: workgroup scope up to %u invocations, flexible dimensions up to %u, "
+                  "%u bytes of shared memory reserved, f16 -> f32 granularity %u x %u x %u at %u",
+               v->cm2.wg_max, v->cm2.flex_max, v->cm2.smem_reserved, v->cm2.gran_m,
+               v->cm2.gran_n, v->cm2.gran_k, VK_CM2_WG);
     *out = &v->base;
     return LLMEM_OK;
 fail:

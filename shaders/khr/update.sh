@@ -4,7 +4,7 @@
 # default tools/glslang_khr.sh), and <name>.sha256, the SHA-256 of
 # <name>.comp (self-contained: it includes nothing), for each name given
 # (default: every KHR module, shaders/shaders.cmake's LLMEM_VK_KHR_SHADERS:
-# matmul_cmp, matmul_cm). The build embeds a .spv only while its hash
+# matmul_cmp, matmul_cm, matmul_cm2). The build embeds a .spv only while its hash
 # matches the source (shaders/shaders.cmake), so a stale module never
 # runs: run this after changing one of those shaders. Build with
 # -DLLMEM_GLSLANG_KHR=<glslang 15> to compile them from source instead.
@@ -12,9 +12,11 @@
 set -eu
 cd "$(dirname "$0")"
 GK=${GLSLANG_KHR:-../../tools/glslang_khr.sh}
-[ $# -gt 0 ] || set -- matmul_cmp matmul_cm
+[ $# -gt 0 ] || set -- matmul_cmp matmul_cm matmul_cm2
 for n in "$@"; do
-    $GK -V -g0 --target-env vulkan1.2 -DKHR -I.. ../$n.comp -o $n.spv > /dev/null
+    env=vulkan1.2
+    case $n in matmul_cm2) env=vulkan1.3 ;; esac # LLMEM_VK_KHR_ONLY_SHADERS: SPIR-V 1.6
+    $GK -V -g0 --target-env $env -DKHR -I.. ../$n.comp -o $n.spv > /dev/null
     sha256sum < ../$n.comp | cut -d' ' -f1 > $n.sha256
     echo "shaders/khr/$n.spv: $(stat -c %s $n.spv) bytes, sources $(cat $n.sha256)"
 done

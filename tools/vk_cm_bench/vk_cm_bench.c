@@ -72,6 +72,30 @@ typedef struct khr_cm_feat {
     VkBool32 cm, robust;
 } khr_cm_feat;
 typedef VkResult (*khr_props_fn)(VkPhysicalDevice, uint32_t *, khr_cm_props *);
+/* VK_NV_cooperative_matrix2 (registry: extension 594), newer than those headers too */
+#define STYPE_CM2_FEATURES 1000593000
+#define STYPE_CM2_FLEX_PROPERTIES 1000593001
+#define STYPE_CM2_PROPERTIES 1000593002
+typedef struct cm2_feat {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 wg_scope, flex_dims, reductions, conversions, per_element, tensor_addr, block_loads;
+} cm2_feat;
+typedef struct cm2_props {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t wg_max, flex_max, smem_reserved;
+} cm2_props;
+typedef struct cm2_flex {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t mg, ng, kg;
+    int a, b, c, r; /* VkComponentTypeKHR */
+    VkBool32 saturating;
+    int scope;      /* 2 workgroup, 3 subgroup */
+    uint32_t invocations;
+} cm2_flex;
+typedef VkResult (*cm2_flex_fn)(VkPhysicalDevice, uint32_t *, cm2_flex *);
 
 /* bindings 0-5 (matmul_cm.comp's: weights, activations, out or partial, exponents, final out
  * and arrival counters of RAW 2), then the host-visible staging buffer */
@@ -92,7 +116,7 @@ static struct {
     VkBuffer buf[N_BUF];
     char *stage;
     float tick_ns;
-    int nv, khr, pexec;
+    int nv, khr, pexec, cm2;
 } g;
 
 #define WN 14336u /* weight rows */
@@ -342,6 +366,20 @@ static void list_shapes(VkInstance inst)
                        p[i].b, p[i].c, p[i].r, p[i].scope);
         free(p);
     }
+    cm2_flex_fn fp = (cm2_flex_fn)vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+    n = 0;
+    if (g.cm2 && fp && fp(g.pd, &n, NULL) == VK_SUCCESS && n) {
+        cm2_flex *p = calloc(n, sizeof *p);
+        for (uint32_t i = 0; p && i < n; i++)
+            p[i].sType = STYPE_CM2_FLEX_PROPERTIES;
+        if (p && fp(g.pd, &n, p) == VK_SUCCESS)
+            for (uint32_t i = 0; i < n; i++)
+                printf("CM2 flexible %ux%ux%u A%d B%d C%d R%d sat %u scope %d invocations %u\n",
+                       p[i].mg, p[i].ng, p[i].kg, p[i].a, p[i].b, p[i].c, p[i].r, p[i].saturating,
+                       p[i].scope, p[i].invocations);
+        free(p);
+    }
 }
 
 static int setup(void)
@@ -370,10 +408,30 @@ static int setup(void)
         g.nv |= strcmp(ep[i].extensionName, "VK_NV_cooperative_matrix") == 0;
         g.khr |= strcmp(ep[i].extensionName, "VK_KHR_cooperative_matrix") == 0;
         g.pexec |= strcmp(ep[i].extensionName, "VK_KHR_pipeline_executable_properties") == 0;
+        g.cm2 |= strcmp(ep[i].extensionName, "VK_NV_cooperative_matrix2") == 0;
     }
     free(ep);
-    printf("%s: NV cooperative matrices %s, KHR %s\n", pr.deviceName, g.nv ? "yes" : "no",
-           g.khr ? "yes" : "no");
+    const char *cm2_env = getenv("LLMEM_VULKAN_CM2");
+    g.cm2 = g.cm2 && g.khr && pr.apiVersion >= VK_API_VERSION_1_3 &&
+            !(cm2_env && strcmp(cm2_env, "0") == 0);
+    /* coopmat2: every feature the device has, and bufferDeviceAddress (decode functions) */
+    cm2_feat c2 = {STYPE_CM2_FEATURES, NULL, 0, 0, 0, 0, 0, 0, 0};
+    cm2_props c2p = {STYPE_CM2_PROPERTIES, NULL, 0, 0, 0};
+    if (g.cm2) {
+        VkPhysicalDeviceFeatures2 q2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &c2};
+        vkGetPhysicalDeviceFeatures2(g.pd, &q2);
+        VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &c2p};
+        vkGetPhysicalDeviceProperties2(g.pd, &p2);
+        c2.pNext = NULL;
+    }
+    printf("%s: NV cooperative matrices %s, KHR %s, coopmat2 %s\n", pr.deviceName, g.nv ? "yes" : "no",
+           g.khr ? "yes" : "no", g.cm2 ? "yes" : "no");
+    if (g.cm2)
+        printf("CM2 features: workgroup scope %u, flexible dimensions %u, reductions %u, conversions %u, "
+               "per-element %u, tensor addressing %u, block loads %u; workgroup scope up to %u "
+               "invocations, flexible dimensions up to %u, %u bytes of shared memory reserved\n",
+               c2.wg_scope, c2.flex_dims, c2.reductions, c2.conversions, c2.per_element,
+               c2.tensor_addr, c2.block_loads, c2p.wg_max, c2p.flex_max, c2p.smem_reserved);
     list_shapes(inst);
 
     /* features: only those the device has */
@@ -392,11 +450,18 @@ static int setup(void)
                                             .pNext = g.pexec ? (void *)&pf : pf.pNext};
     f12.shaderFloat16 = h12.shaderFloat16;
     f12.vulkanMemoryModel = h12.vulkanMemoryModel;
+    f12.bufferDeviceAddress = g.cm2 && h12.bufferDeviceAddress;
+    if (g.cm2) { /* in front of the KHR features (the extension needs them) */
+        c2.pNext = kf.pNext;
+        kf.pNext = &c2;
+    }
     VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .pNext = &f12};
     f11.storageBuffer16BitAccess = h11.storageBuffer16BitAccess;
-    const char *exts[3];
+    const char *exts[4];
     uint32_t nx = 0;
+    if (g.cm2)
+        exts[nx++] = "VK_NV_cooperative_matrix2";
     if (g.pexec)
         exts[nx++] = "VK_KHR_pipeline_executable_properties";
     if (g.nv)

@@ -1,0 +1,140 @@
+/* llmem Vulkan backend: VK_NV_cooperative_matrix2 (workgroup-scope
+ * cooperative matrices, tensor-addressed loads and stores, decode
+ * functions; Khronos registry, VK_NV_cooperative_matrix2 revision 1, and
+ * GL_NV_cooperative_matrix2 / SPV_NV_cooperative_matrix2), queried once
+ * when the device is made (vk_plugin.c device_create).
+ *
+ * Debian 12's Vulkan headers (1.3.239) predate the extension: its
+ * structures, structure types and query are defined here as the registry
+ * gives them (extension number 594, so structure types 1000593000 +). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "vk_internal.h"
+
+#define CM2_STYPE_FEATURES ((VkStructureType)1000593000)
+#define CM2_STYPE_FLEX_PROPERTIES ((VkStructureType)1000593001)
+#define CM2_STYPE_PROPERTIES ((VkStructureType)1000593002)
+#define KHR_COMPONENT_F16 0 /* VkComponentTypeKHR */
+#define KHR_COMPONENT_F32 1
+#define KHR_SCOPE_WORKGROUP 2 /* VkScopeKHR */
+
+typedef struct cm2_properties {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+    uint32_t cooperativeMatrixFlexibleDimensionsMaxDimension;
+    uint32_t cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+} cm2_properties;
+
+typedef struct cm2_flex_properties {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MGranularity, NGranularity, KGranularity;
+    int32_t AType, BType, CType, ResultType; /* VkComponentTypeKHR */
+    VkBool32 saturatingAccumulation;
+    int32_t scope; /* VkScopeKHR */
+    uint32_t workgroupInvocations;
+} cm2_flex_properties;
+
+typedef VkResult (*cm2_flex_query)(VkPhysicalDevice, uint32_t *, cm2_flex_properties *);
+
+static bool has_ext(VkPhysicalDevice pd, const char *name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties *e = calloc(n, sizeof *e);
+    if (!e)
+        return false;
+    bool found = false;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = strcmp(e[i].extensionName, name) == 0;
+    free(e);
+    return found;
+}
+
+/* The granularities of the workgroup-scope f16 x f16 -> f32 entry for
+ * VK_CM2_WG invocations among the device's flexible-dimension shapes
+ * (into *c); false when there is none. */
+static bool flex_entry(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
+{
+    PFN_vkVoidFunction f = vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+    cm2_flex_query q;
+    uint32_t n = 0;
+    if (!f)
+        return false;
+    memcpy(&q, &f, sizeof q);
+    if (q(pd, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    cm2_flex_properties *p = calloc(n, sizeof *p);
+    if (!p)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        p[i].sType = CM2_STYPE_FLEX_PROPERTIES;
+    bool ok = false;
+    if (q(pd, &n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !ok; i++)
+            if (p[i].AType == KHR_COMPONENT_F16 && p[i].BType == KHR_COMPONENT_F16 &&
+                p[i].CType == KHR_COMPONENT_F32 && p[i].ResultType == KHR_COMPONENT_F32 &&
+                p[i].scope == KHR_SCOPE_WORKGROUP && p[i].workgroupInvocations == VK_CM2_WG &&
+                !p[i].saturatingAccumulation) {
+                c->gran_m = p[i].MGranularity;
+                c->gran_n = p[i].NGranularity;
+                c->gran_k = p[i].KGranularity;
+                ok = true;
+            }
+    free(p);
+    return ok;
+}
+
+bool vk_cm2_query(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
+{
+    *c = (vk_cm2_caps){0};
+    const char *env = getenv("LLMEM_VULKAN_CM2");
+    if ((env && strcmp(env, "0") == 0) || !has_ext(pd, VK_CM2_NAME))
+        return false;
+    VkPhysicalDeviceBufferDeviceAddressFeatures bda = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES,
+    };
+    vk_cm2_features *cf = &c->features;
+    cf->sType = CM2_STYPE_FEATURES;
+    cf->pNext = &bda;
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = cf};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    cf->pNext = NULL;
+    /* workgroup scope, flexible sizes, tensor addressing and decode functions (block
+     * loads; a decode function takes a buffer_reference, so buffer device addresses too) */
+    if (!cf->cooperativeMatrixWorkgroupScope || !cf->cooperativeMatrixFlexibleDimensions ||
+        !cf->cooperativeMatrixTensorAddressing || !cf->cooperativeMatrixBlockLoads ||
+        !bda.bufferDeviceAddress)
+        return false;
+    cm2_properties pr = {.sType = CM2_STYPE_PROPERTIES};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &pr};
+    vkGetPhysicalDeviceProperties2(pd, &p2);
+    c->wg_max = pr.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+    c->flex_max = pr.cooperativeMatrixFlexibleDimensionsMaxDimension;
+    c->smem_reserved = pr.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+    if (c->wg_max < VK_CM2_WG || !flex_entry(inst, pd, c))
+        return false;
+    c->usable = true;
+    return true;
+}
+
+void *vk_cm2_chain(vk_cm2_caps *c, VkPhysicalDeviceBufferDeviceAddressFeatures *bda, void *next)
+{
+    if (!c->usable)
+        return next;
+    /* every feature the device reported stays enabled (decode plans may use the
+     * conversions, reductions and per-element operations) */
+    c->features.sType = CM2_STYPE_FEATURES;
+    c->features.pNext = next;
+    *bda = (VkPhysicalDeviceBufferDeviceAddressFeatures){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES,
+        .pNext = &c->features,
+        .bufferDeviceAddress = VK_TRUE,
+    };
+    return bda;
+}
