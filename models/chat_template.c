@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "models/chat_template_internal.h"
+#include "models/hf_json.h"
 
 /* ---- arena, buffers, values ---- */
 
@@ -507,6 +508,12 @@ llmem_status llmem_chat_template_render_json(const llmem_chat_template *tmpl, co
         return LLMEM_E_INVALID;
     }
     cJSON *j = cJSON_Parse(context_json);
+    if (!j && hf_json_valid(context_json, strlen(context_json))) {
+        /* valid JSON that cJSON refused: it ran out of memory */
+        if (err && err_len)
+            snprintf(err, err_len, "chat_template_render: out of memory");
+        return LLMEM_E_NO_MEMORY;
+    }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         if (err && err_len)
@@ -517,7 +524,9 @@ llmem_status llmem_chat_template_render_json(const llmem_chat_template *tmpl, co
     ct_value g = from_json(&ar, j);
     cJSON_Delete(j);
     ct_buf b = {0};
-    llmem_status st = g.k == V_DICT ? ct_render(tmpl, g.u.d, &ar, &b, err, err_len) : LLMEM_E_NO_MEMORY;
+    /* an allocation from_json lost leaves a NULL string or a short list */
+    llmem_status st = g.k == V_DICT && !ar.oom ? ct_render(tmpl, g.u.d, &ar, &b, err, err_len)
+                                               : LLMEM_E_NO_MEMORY;
     ct_arena_free(&ar);
     return finish(st, &b, out, out_len);
 }

@@ -711,35 +711,11 @@ llmem_status llmem_model_config_load(const char *path, llmem_model_config *out, 
         return LLMEM_E_NO_MEMORY;
     }
     snprintf(file, pl + sizeof "/config.json", is_json ? "%s" : "%s/config.json", path);
-    llmem_status s = LLMEM_OK;
     char *buf = NULL;
     size_t n = 0;
-    FILE *fp = fopen(file, "rb");
-    if (!fp) {
-        int e = errno;
-        llmem_errf(err, err_len, "%s: cannot open: %s", file, strerror(e));
-        s = e == ENOENT || e == ENOTDIR ? LLMEM_E_NOT_FOUND : LLMEM_E_IO;
-        goto out;
-    }
-    buf = malloc(CFG_MAX_FILE);
-    if (!buf) {
-        s = LLMEM_E_NO_MEMORY;
-        llmem_errf(err, err_len, "%s: out of memory", file);
-        goto out;
-    }
-    n = fread(buf, 1, CFG_MAX_FILE, fp);
-    if (ferror(fp)) {
-        llmem_errf(err, err_len, "%s: read error", file);
-        s = LLMEM_E_IO;
-    } else if (n == CFG_MAX_FILE) {
-        llmem_errf(err, err_len, "%s: larger than 16 MB; not a config.json", file);
-        s = LLMEM_E_CORRUPT;
-    }
+    llmem_status s = hf_read_file(file, CFG_MAX_FILE, "config.json", &buf, &n, err, err_len);
     if (s == LLMEM_OK)
         s = parse_impl(buf, n, out, file, err, err_len);
-out:
-    if (fp)
-        fclose(fp);
     free(buf);
     free(file);
     return s;

@@ -18,6 +18,19 @@
             return s_;                                                                             \
     } while (0)
 
+/* Reads the whole file at path into *out (malloc'd, NUL-terminated, the
+ * caller frees it) and its length in bytes, without the NUL, into *len
+ * (may be NULL). max: the most bytes a sound file of its kind holds (0:
+ * no limit); what names that kind in the message ("config.json"; may be
+ * NULL). Returns LLMEM_OK; or, with *out NULL and err naming path:
+ * LLMEM_E_NOT_FOUND (no such file, or a part of the path is not a
+ * folder), LLMEM_E_IO (a folder, no permission, a read error),
+ * LLMEM_E_CORRUPT (more than max bytes), LLMEM_E_NO_MEMORY. Reads with
+ * read(2) to the end of the file, so a pipe or a file that grows or shrinks
+ * meanwhile reads as what it held; O(file size) memory and time. */
+llmem_status hf_read_file(const char *path, size_t max, const char *what, char **out,
+                          size_t *len, char *err, size_t err_len);
+
 /* The JSON text checks: hf_json_parse, hf_json_read, hf_json_nul_at, ... */
 #include "models/hf_json.h"
 

@@ -59,6 +59,198 @@ static inline bool hf_json_too_deep(const char *text, size_t len)
     return false;
 }
 
+/* hf_json_valid's steps over text[0, len) from *i (each returns false
+ * where the text stops being JSON; *i moves past what it read). */
+static inline void hf_json_skip_ws(const unsigned char *s, size_t len, size_t *i)
+{
+    while (*i < len && (s[*i] == ' ' || s[*i] == '\t' || s[*i] == '\n' || s[*i] == '\r'))
+        (*i)++;
+}
+
+static inline bool hf_json_hex4(const unsigned char *s, size_t len, size_t at, unsigned *cp)
+{
+    *cp = 0;
+    if (at + 4 > len)
+        return false;
+    for (size_t k = at; k < at + 4; k++) {
+        unsigned char c = s[k];
+        unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
+                                            : 16u;
+        if (d == 16u)
+            return false;
+        *cp = *cp * 16 + d;
+    }
+    return true;
+}
+
+/* A string from its opening quote at *i (RFC 8259, section 7); a \u
+ * escape of a UTF-16 surrogate only as a high-low pair, as cJSON demands. */
+static inline bool hf_json_scan_string(const unsigned char *s, size_t len, size_t *i)
+{
+    size_t k = *i + 1;
+    while (k < len && s[k] != '"') {
+        unsigned cp, lo;
+        if (s[k] < 0x20)
+            return false;
+        if (s[k++] != '\\')
+            continue;
+        if (k >= len)
+            return false;
+        if (s[k] != 'u') {
+            if (!memchr("\"\\/bfnrt", s[k], 8))
+                return false;
+            k++;
+            continue;
+        }
+        if (!hf_json_hex4(s, len, k + 1, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF))
+            return false;
+        k += 5;
+        if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (k + 1 >= len || s[k] != '\\' || s[k + 1] != 'u' ||
+                !hf_json_hex4(s, len, k + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                return false;
+            k += 6;
+        }
+    }
+    if (k >= len)
+        return false;
+    *i = k + 1;
+    return true;
+}
+
+/* How many digits 0-9 stand from *i (moved past them). */
+static inline size_t hf_json_digits(const unsigned char *s, size_t len, size_t *i)
+{
+    size_t from = *i;
+    while (*i < len && s[*i] >= '0' && s[*i] <= '9')
+        (*i)++;
+    return *i - from;
+}
+
+/* A number (RFC 8259, section 6): -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)? */
+static inline bool hf_json_scan_number(const unsigned char *s, size_t len, size_t *i)
+{
+    size_t k = *i;
+    if (k < len && s[k] == '-')
+        k++;
+    if (k < len && s[k] == '0')
+        k++;
+    else if (!hf_json_digits(s, len, &k))
+        return false;
+    if (k < len && s[k] == '.' && (++k, !hf_json_digits(s, len, &k)))
+        return false;
+    if (k < len && (s[k] == 'e' || s[k] == 'E')) {
+        k++;
+        if (k < len && (s[k] == '+' || s[k] == '-'))
+            k++;
+        if (!hf_json_digits(s, len, &k))
+            return false;
+    }
+    *i = k;
+    return true;
+}
+
+/* A name and its colon, from the opening quote of the name at *i. */
+static inline bool hf_json_scan_name(const unsigned char *s, size_t len, size_t *i)
+{
+    if (*i >= len || s[*i] != '"' || !hf_json_scan_string(s, len, i))
+        return false;
+    hf_json_skip_ws(s, len, i);
+    if (*i >= len || s[*i] != ':')
+        return false;
+    (*i)++;
+    return true;
+}
+
+/* Whether text[0, len) is one JSON text (RFC 8259: one value with only
+ * whitespace around it; a leading UTF-8 byte order mark allowed, as cJSON
+ * skips it) that cJSON parses when memory suffices: nesting no deeper
+ * than HF_JSON_MAX_DEPTH, and no lone UTF-16 surrogate escaped. It is
+ * stricter than cJSON elsewhere (raw control characters, numbers such as
+ * 01 or 1., whitespace other than space, tab, LF, CR, \u escapes of
+ * other than four hex digits), never more lenient, so "valid here but
+ * refused by cJSON" means cJSON ran out of memory. Where it is not, *at
+ * is the byte offset where the text stops being JSON (at a string or
+ * number: where that starts). Allocates nothing; iterative; O(len). */
+static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    unsigned char open[HF_JSON_MAX_DEPTH]; /* the closing bracket of each open container */
+    size_t i = len >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    int depth = 0;
+    for (;;) {
+        /* a value at i */
+        hf_json_skip_ws(s, len, &i);
+        if (i >= len)
+            goto bad;
+        unsigned char c = s[i];
+        if (c == '[' || c == '{') {
+            if (depth == HF_JSON_MAX_DEPTH)
+                goto bad;
+            open[depth++] = c == '[' ? ']' : '}';
+            i++;
+            hf_json_skip_ws(s, len, &i);
+            if (i < len && s[i] == open[depth - 1]) {
+                i++;
+                depth--;
+            } else {
+                if (c == '{' && !hf_json_scan_name(s, len, &i))
+                    goto bad;
+                continue; /* its first value */
+            }
+        } else if (c == '"') {
+            if (!hf_json_scan_string(s, len, &i))
+                goto bad;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            if (!hf_json_scan_number(s, len, &i))
+                goto bad;
+        } else if (len - i >= 4 && (!memcmp(s + i, "true", 4) || !memcmp(s + i, "null", 4))) {
+            i += 4;
+        } else if (len - i >= 5 && !memcmp(s + i, "false", 5)) {
+            i += 5;
+        } else {
+            goto bad;
+        }
+        /* after a value: close containers until a comma starts the next value */
+        for (;;) {
+            hf_json_skip_ws(s, len, &i);
+            if (depth == 0) {
+                if (i == len)
+                    return true;
+                goto bad;
+            }
+            if (i >= len)
+                goto bad;
+            if (s[i] == open[depth - 1]) {
+                i++;
+                depth--;
+                continue;
+            }
+            if (s[i] != ',')
+                goto bad;
+            i++;
+            if (open[depth - 1] == '}') {
+                hf_json_skip_ws(s, len, &i);
+                if (!hf_json_scan_name(s, len, &i))
+                    goto bad;
+            }
+            break;
+        }
+    }
+bad:
+    *at = i;
+    return false;
+}
+
+/* hf_json_scan without the offset. */
+static inline bool hf_json_valid(const char *text, size_t len)
+{
+    size_t at;
+    return hf_json_scan(text, len, &at);
+}
+
 /* What hf_json_read found. */
 typedef enum hf_json_fault {
     HF_JSON_OK = 0,
@@ -68,7 +260,7 @@ typedef enum hf_json_fault {
     HF_JSON_NUL,       /* a string (or a name) holds the escape \u0000 */
     HF_JSON_CONTROL,   /* a control character written raw (not escaped, not whitespace) */
     HF_JSON_DUP,       /* one object holds a name twice */
-    HF_JSON_NO_MEMORY, /* no memory to look for names given twice */
+    HF_JSON_NO_MEMORY, /* no memory to parse the text or to look for names given twice */
 } hf_json_fault;
 
 /* The first byte of text[0, len) that json.loads and serde_json refuse
@@ -149,7 +341,9 @@ typedef struct hf_json_where {
 /* Parses text[0, len) (need not be NUL-terminated) as one JSON text, as
  * json.loads and serde_json read it, and refuses what cJSON would read
  * otherwise: bytes after the value, a string or name holding \u0000, a
- * raw control character, a name given twice in one object (at any depth).
+ * raw control character, a name given twice in one object (at any depth),
+ * and what RFC 8259 does not allow but cJSON takes (hf_json_scan). Tells
+ * a failed allocation inside cJSON (HF_JSON_NO_MEMORY) from bad text.
  * On HF_JSON_OK *root is the tree (the caller frees it with cJSON_Delete);
  * otherwise *root is NULL and *w says where (hf_json_describe words it).
  * O(len log len). */
@@ -160,8 +354,13 @@ static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **r
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     w->at = end && end >= text ? (size_t)(end - text) : 0;
-    if (!*root)
-        return hf_json_too_deep(text, len) ? HF_JSON_TOO_DEEP : HF_JSON_SYNTAX;
+    if (!*root) {
+        /* cJSON_Parse says NULL both for bad text and for a failed
+         * allocation; valid JSON it refuses means the allocation */
+        if (hf_json_too_deep(text, len))
+            return HF_JSON_TOO_DEEP;
+        return hf_json_valid(text, len) ? HF_JSON_NO_MEMORY : HF_JSON_SYNTAX;
+    }
     hf_json_fault f = HF_JSON_OK;
     const char *dup = NULL;
     bool nul;
@@ -175,6 +374,10 @@ static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **r
         /* before the names: "a\u0000" and "a" are one name to cJSON */
         f = nul ? HF_JSON_NUL : HF_JSON_CONTROL;
         w->ctl = (unsigned char)text[w->at];
+    } else if (!hf_json_scan(text, len, &w->at)) {
+        /* what cJSON takes and json.loads does not: 01, 1., "\uZZZZ" (read
+         * as U+0000), whitespace such as a vertical tab */
+        f = HF_JSON_SYNTAX;
     } else if (hf_json_dup_key(*root, &dup) != LLMEM_OK) {
         f = HF_JSON_NO_MEMORY;
     } else if (dup) {

@@ -416,53 +416,6 @@ static bool has_suffix(const char *s, const char *suf)
     return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-static llmem_status read_small_file(const char *path, char **out, size_t *len, char *err,
-                                    size_t err_len)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        int e = errno;
-        llmem_errf(err, err_len, "%s: cannot open: %s", path, strerror(e));
-        return e == ENOENT ? LLMEM_E_NOT_FOUND : LLMEM_E_IO;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    llmem_status s = LLMEM_OK;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= ST_MAX_HEADER) {
-                llmem_errf(err, err_len, "%s: larger than 100 MB", path);
-                s = LLMEM_E_CORRUPT;
-                break;
-            }
-            cap = cap ? cap * 2 : 4096;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                s = LLMEM_E_NO_MEMORY;
-                break;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + n, 1, cap - n, fp);
-        n += r;
-        if (r == 0) {
-            if (ferror(fp)) {
-                llmem_errf(err, err_len, "%s: read error", path);
-                s = LLMEM_E_IO;
-            }
-            break;
-        }
-    }
-    fclose(fp);
-    if (s != LLMEM_OK) {
-        free(buf);
-        return s;
-    }
-    *out = buf;
-    *len = n;
-    return LLMEM_OK;
-}
-
 /* Directory with an index: the files its weight_map names, in name order. */
 static llmem_status list_from_index(llmem_safetensors *st, const char *dir, cJSON **map_out,
                                     char *err, size_t err_len)
@@ -473,7 +426,8 @@ static llmem_status list_from_index(llmem_safetensors *st, const char *dir, cJSO
     cJSON *root = NULL;
     if (!ipath)
         return LLMEM_E_NO_MEMORY;
-    llmem_status s = read_small_file(ipath, &text, &len, err, err_len);
+    llmem_status s =
+        hf_read_file(ipath, ST_MAX_HEADER, "safetensors index", &text, &len, err, err_len);
     if (s != LLMEM_OK)
         goto out;
     hf_json_where w;

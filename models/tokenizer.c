@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "models/hf_internal.h"
 #include "models/tokenizer_internal.h"
 
 #define GPT2_REGEX "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -489,8 +490,13 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
         int32_t ib = b ? tk_map_get(&tok->model, b, lb) : -1;
         cat.n = 0;
         int32_t im = -1;
-        if (ia >= 0 && ib >= 0 && tk_buf_put(&cat, a, la) && tk_buf_put(&cat, b, lb))
+        if (ia >= 0 && ib >= 0) {
+            if (!tk_buf_put(&cat, a, la) || !tk_buf_put(&cat, b, lb)) {
+                st = LLMEM_E_NO_MEMORY;
+                break;
+            }
             im = tk_map_get(&tok->model, cat.p, cat.n);
+        }
         if (im < 0) {
             tk_set_err(c->err, c->err_len, "tokenizer.json: merge %d has a piece missing from the vocabulary",
                        rank);
@@ -529,14 +535,15 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
     llmem_status st;
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     size_t len = 0;
-    char *txt = tk_read_file(path, &len, &st);
+    char *txt = NULL;
     cJSON *cfg = NULL;
     bool add_bos = false, add_eos = false;
-    if (txt) {
-        cfg = tk_parse_object(path, txt, len, c->err, c->err_len);
+    st = hf_read_file(path, 0, NULL, &txt, &len, c->err, c->err_len);
+    if (st == LLMEM_OK) {
+        st = tk_parse_object(path, txt, len, &cfg, c->err, c->err_len);
         free(txt);
-        if (!cfg)
-            return LLMEM_E_CORRUPT;
+        if (st != LLMEM_OK)
+            return st;
         const char *bos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "bos_token"));
         const char *eos = token_str(cJSON_GetObjectItemCaseSensitive(cfg, "eos_token"));
         if ((bos && !(tok->bos_str = strdup(bos))) || (eos && !(tok->eos_str = strdup(eos))))
@@ -557,14 +564,13 @@ static llmem_status load_config(load_ctx *c, const char *dir, bool has_post)
         cJSON_Delete(cfg);
         cfg = NULL;
     } else if (st != LLMEM_E_NOT_FOUND) {
-        tk_set_err(c->err, c->err_len, "%s: %s", path, llmem_status_str(st));
-        return st;
+        return st; /* (err names the file and the fault) */
     }
     if (!tok->chat_template) { /* transformers >= 4.43 may write it apart */
         snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
         size_t n = 0;
-        tok->chat_template = tk_read_file(path, &n, &st);
-        if (!tok->chat_template && st != LLMEM_E_NOT_FOUND)
+        st = hf_read_file(path, 0, NULL, &tok->chat_template, &n, c->err, c->err_len);
+        if (st != LLMEM_OK && st != LLMEM_E_NOT_FOUND)
             return st;
         /* transformers reads it as UTF-8 text; a NUL would end llmem's copy */
         size_t bad = tok->chat_template ? tk_utf8_bad_at(tok->chat_template, n) : n;
@@ -626,17 +632,16 @@ llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out, char 
         else
             snprintf(dir, sizeof dir, ".");
     }
-    llmem_status st;
     size_t len = 0;
-    char *txt = tk_read_file(file, &len, &st);
-    if (!txt) {
-        tk_set_err(err, err_len, "%s: %s", file, st == LLMEM_E_NOT_FOUND ? "no tokenizer.json" : "read failed");
+    char *txt = NULL;
+    llmem_status st = hf_read_file(file, 0, NULL, &txt, &len, err, err_len);
+    if (st != LLMEM_OK)
         return st;
-    }
-    cJSON *root = tk_parse_object(file, txt, len, err, err_len);
+    cJSON *root = NULL;
+    st = tk_parse_object(file, txt, len, &root, err, err_len);
     free(txt);
-    if (!root)
-        return LLMEM_E_CORRUPT;
+    if (st != LLMEM_OK)
+        return st;
     llmem_tokenizer *tok = calloc(1, sizeof *tok);
     if (!tok) {
         cJSON_Delete(root);
@@ -704,10 +709,12 @@ void llmem_tokenizer_destroy(llmem_tokenizer *tok)
 {
     if (!tok)
         return;
-    for (int32_t i = 0; tok->piece && i < tok->n_vocab; i++) {
-        if (tok->piece[i] != tok->mpiece[i])
-            free(tok->piece[i]);
-        free(tok->mpiece[i]);
+    /* a load that ran out of memory may have one of the two tables only */
+    for (int32_t i = 0; (tok->piece || tok->mpiece) && i < tok->n_vocab; i++) {
+        char *p = tok->piece ? tok->piece[i] : NULL, *mp = tok->mpiece ? tok->mpiece[i] : NULL;
+        if (p != mp)
+            free(p);
+        free(mp);
     }
     free(tok->piece);
     free(tok->piece_len);

@@ -157,14 +157,13 @@ bool tk_utf8_lossy(tk_buf *out, const unsigned char *s, size_t n);
 size_t tk_utf8_bad_at(const char *s, size_t n);
 /* Whether the C string s is exactly one well-formed UTF-8 character. */
 bool tk_utf8_one_char(const char *s);
-/* The JSON object of a file's text txt[0, n): UTF-8, one JSON text with
- * no \u0000 and no name twice in one object (hf_json_read), an object;
- * else NULL with err naming path. The caller frees it with cJSON_Delete. */
-/* The whole file at path, NUL-terminated (the caller frees it), its length
- * without the NUL in *n_out (may be NULL); NULL with *st LLMEM_E_NOT_FOUND
- * (cannot open), LLMEM_E_IO or LLMEM_E_NO_MEMORY. */
-char *tk_read_file(const char *path, size_t *n_out, llmem_status *st);
-cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len);
+/* The JSON object of a file's text txt[0, n) into *out: UTF-8, one JSON
+ * text with no \u0000 and no name twice in one object (hf_json_read), an
+ * object. The caller frees it with cJSON_Delete. Otherwise *out is NULL,
+ * err names path, and the status is LLMEM_E_NO_MEMORY (cJSON or the check
+ * for names given twice ran out of memory) or LLMEM_E_CORRUPT. */
+llmem_status tk_parse_object(const char *path, const char *txt, size_t n, cJSON **out, char *err,
+                             size_t err_len);
 
 /* The encoder (tokenizer_encode.c) */
 llmem_status tk_bpe_word(const llmem_tokenizer *tok, const char *s, size_t n, tk_ids *out,

@@ -395,37 +395,6 @@ fail:
 
 /* ---- tokenizer.json and tokenizer_config.json text ---------------------------- */
 
-char *tk_read_file(const char *path, size_t *n_out, llmem_status *st)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *st = LLMEM_E_NOT_FOUND;
-        return NULL;
-    }
-    tk_buf b = {0};
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
-        if (!tk_buf_put(&b, tmp, n)) {
-            free(b.p);
-            fclose(f);
-            *st = LLMEM_E_NO_MEMORY;
-            return NULL;
-        }
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad || !tk_buf_put(&b, "", 0)) {
-        free(b.p);
-        *st = bad ? LLMEM_E_IO : LLMEM_E_NO_MEMORY;
-        return NULL;
-    }
-    if (n_out)
-        *n_out = b.n;
-    *st = LLMEM_OK;
-    return b.p;
-}
-
 /* Offset of the first byte of s[0, n) that is not well-formed UTF-8, or n.
  * tokenizer.json is UTF-8 (serde_json and json.loads refuse anything else),
  * and decode promises UTF-8 out, so a file with stray bytes is damaged. */
@@ -449,14 +418,15 @@ bool tk_utf8_one_char(const char *s)
     return n && tk_utf8_next((const unsigned char *)s, n, &cp) == (int)n;
 }
 
-/* Parses a JSON object file text of n bytes; on failure sets err (naming
- * path) and returns NULL. */
-cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, size_t err_len)
+/* Parses a JSON object file text of n bytes (tokenizer_internal.h). */
+llmem_status tk_parse_object(const char *path, const char *txt, size_t n, cJSON **out, char *err,
+                             size_t err_len)
 {
+    *out = NULL;
     size_t at = tk_utf8_bad_at(txt, n);
     if (at < n) {
         tk_set_err(err, err_len, "%s: not UTF-8 (byte %zu)", path, at);
-        return NULL;
+        return LLMEM_E_CORRUPT;
     }
     cJSON *root = NULL;
     hf_json_where w;
@@ -471,12 +441,13 @@ cJSON *tk_parse_object(const char *path, const char *txt, size_t n, char *err, s
                    jf == HF_JSON_NUL   ? "; llmem cannot hold NUL characters in tokenizer files"
                    : jf == HF_JSON_DUP ? "; readers disagree on which one counts"
                                        : "");
-        return NULL;
+        return jf == HF_JSON_NO_MEMORY ? LLMEM_E_NO_MEMORY : LLMEM_E_CORRUPT;
     }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         tk_set_err(err, err_len, "%s: not a JSON object", path);
-        return NULL;
+        return LLMEM_E_CORRUPT;
     }
-    return root;
+    *out = root;
+    return LLMEM_OK;
 }

@@ -1,13 +1,14 @@
 // ctest-labels: core
 /* Host out-of-memory during state reads: the N-th host allocation (malloc,
- * calloc, realloc or aligned_alloc, interposed below over glibc's) fails, for N = 0, 1,
- * 2, ... until llmem_memory_state_read succeeds. Every failed read must
- * return an error and leave the memory as it was: the sequence being
- * replaced keeps its tokens, positions and page table or state slot
- * (DESIGN.md: bad input and out-of-memory lose nothing), and
- * llmem_memory_check passes. The KV cache and the recurrent memory used to
- * drop the sequence first and then grow its token, position and
- * page-table (slot-list) arrays, so a failure there emptied it.
+ * calloc, realloc or aligned_alloc, interposed over glibc's by
+ * support/host_faults.h) fails, for N = 0, 1, 2, ... until
+ * llmem_memory_state_read succeeds. Every failed read must return an error
+ * and leave the memory as it was: the sequence being replaced keeps its
+ * tokens, positions and page table or state slot (DESIGN.md: bad input and
+ * out-of-memory lose nothing), and llmem_memory_check passes. The KV cache
+ * and the recurrent memory used to drop the sequence first and then grow
+ * its token, position and page-table (slot-list) arrays, so a failure
+ * there emptied it.
  *
  * Interposing malloc needs glibc and no sanitizer (ASan brings its own
  * allocator): elsewhere the suite exits 77 (skipped). */
@@ -18,62 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
-#define HOST_OOM_SANITIZER 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define HOST_OOM_SANITIZER 1
-#endif
-#if defined(__GLIBC__) && !defined(HOST_OOM_SANITIZER)
-#define HOST_OOM 1
-#endif
+#include "support/host_faults.h"
 
-#ifdef HOST_OOM
-extern void *__libc_malloc(size_t size);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t size);
-extern void *__libc_memalign(size_t align, size_t size);
-
-static int64_t fail_at = -1; /* the allocation that fails, counted from arming; -1: none */
-static int64_t seen;         /* allocations since arming */
-
-static bool refuse(void)
-{
-    return fail_at >= 0 && seen++ == fail_at;
-}
-
-void *malloc(size_t size)
-{
-    return refuse() ? NULL : __libc_malloc(size);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    return refuse() ? NULL : __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t size)
-{
-    return refuse() ? NULL : __libc_realloc(p, size);
-}
-
-void *aligned_alloc(size_t align, size_t size)
-{
-    return refuse() ? NULL : __libc_memalign(align, size);
-}
-
-static void arm(int64_t n)
-{
-    seen = 0;
-    fail_at = n;
-}
-
-static void disarm(void)
-{
-    fail_at = -1;
-}
+#ifdef HOST_FAULTS
 
 #define LONG 70000 /* tokens: past the first chunks of the token store and page rows */
 
@@ -123,10 +71,9 @@ static void state_read_under_host_oom(int32_t ps, int32_t seq)
         mt_snap before, after;
         mt_snapshot(m, &before);
         char err[256] = "";
-        arm(n);
+        hf_arm(n);
         llmem_status st = llmem_memory_state_read(m, seq, buf, size, err, sizeof err);
-        bool hit = seen > n; /* the armed allocation happened and failed */
-        disarm();
+        bool hit = hf_disarm(); /* the armed allocation happened and failed */
         if (st == LLMEM_OK) { /* sequence 1's tokens where they belong */
             ck_assert_int_eq(llmem_memory_seq_len(m, dst), LONG);
             ck_assert_int_eq(llmem_memory_seq_pos_max(m, dst), LONG - 1);
@@ -182,7 +129,7 @@ END_TEST
 
 int main(void)
 {
-#ifdef HOST_OOM
+#ifdef HOST_FAULTS
     Suite *s = suite_create("host_oom");
     TCase *tc = tcase_create("state_read");
     tcase_add_test(tc, test_seq_read_page1);

@@ -38,6 +38,14 @@ static int bad(char **err_json, const char *param, const char *code, const char 
     return 400;
 }
 
+/* A 500 server_error "out of memory": the server's fault, not the request's
+ * (the OpenAI API answers 500 to its own failures; a client may retry). */
+static int oom(char **err_json)
+{
+    *err_json = api_error_json("out of memory", "server_error", NULL, NULL);
+    return 500;
+}
+
 /* A number field: absent or null leaves *out; else it must be a number in
  * [lo, hi] (and whole when integral). */
 static bool num_field(const cJSON *root, const char *key, double lo, double hi, bool integral,
@@ -85,6 +93,8 @@ static int parse_prompt(const api_server *s, const cJSON *p, int32_t **ids, int3
     if (cJSON_IsString(p)) {
         llmem_status st = srv_text_encode(s->text, p->valuestring, strlen(p->valuestring), true,
                                           ids, n, err, sizeof err);
+        if (st == LLMEM_E_NO_MEMORY)
+            return oom(err_json);
         if (st != LLMEM_OK)
             return bad(err_json, "prompt", NULL, "cannot encode the prompt: %s", err);
         return 0;
@@ -96,7 +106,7 @@ static int parse_prompt(const api_server *s, const cJSON *p, int32_t **ids, int3
     int32_t cnt = cJSON_GetArraySize(p);
     int32_t *v = malloc((size_t)cnt * sizeof *v);
     if (!v)
-        return bad(err_json, NULL, NULL, "out of memory");
+        return oom(err_json);
     int32_t k = 0;
     for (const cJSON *j = p->child; j; j = j->next) {
         if (cJSON_IsString(j)) {
@@ -129,7 +139,7 @@ static int parse_messages(const api_server *s, const cJSON *m, int32_t **ids, in
     int32_t cnt = cJSON_GetArraySize(m);
     srv_msg *msgs = calloc((size_t)cnt, sizeof *msgs);
     char **owned = calloc((size_t)cnt, sizeof *owned);
-    int rc = msgs && owned ? 0 : bad(err_json, NULL, NULL, "out of memory");
+    int rc = msgs && owned ? 0 : oom(err_json);
     int32_t k = 0;
     for (const cJSON *j = m->child; !rc && j; j = j->next, k++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(j, "role");
@@ -159,7 +169,7 @@ static int parse_messages(const api_server *s, const cJSON *m, int32_t **ids, in
                 len += strlen(text->valuestring);
             }
             if (rc || !(owned[k] = malloc(len + 1))) {
-                rc = rc ? rc : bad(err_json, NULL, NULL, "out of memory");
+                rc = rc ? rc : oom(err_json);
                 break;
             }
             owned[k][0] = '\0';
@@ -176,7 +186,9 @@ static int parse_messages(const api_server *s, const cJSON *m, int32_t **ids, in
         char err[512] = "";
         llmem_status st = srv_text_chat(s->text, msgs, (size_t)cnt, ids, n, err, sizeof err);
         if (st != LLMEM_OK)
-            rc = bad(err_json, "messages", "chat_template_error", "%s", err);
+            rc = st == LLMEM_E_NO_MEMORY
+                     ? oom(err_json)
+                     : bad(err_json, "messages", "chat_template_error", "%s", err);
     }
     for (int32_t i = 0; owned && i < cnt; i++)
         free(owned[i]);
@@ -288,7 +300,7 @@ static int parse_stop(const cJSON *root, eng_req *r, char **err_json)
         if (!*s->valuestring)
             return bad(err_json, "stop", "invalid_value", "'stop' strings must not be empty");
         if (!eng_req_add_stop(r, s->valuestring))
-            return bad(err_json, NULL, NULL, "out of memory");
+            return oom(err_json);
     }
     return 0;
 }
@@ -310,7 +322,7 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
     if (jf != HF_JSON_OK) {
         char why[128];
         hf_json_describe(jf, &w, why, sizeof why);
-        rc = jf == HF_JSON_NO_MEMORY ? bad(err_json, NULL, NULL, "out of memory")
+        rc = jf == HF_JSON_NO_MEMORY ? oom(err_json)
              : jf == HF_JSON_NUL ? bad(err_json, NULL, "invalid_value", "the request body: %s; "
                                        "strings holding U+0000 are not supported", why)
                                  : bad(err_json, jf == HF_JSON_DUP ? w.key : NULL, "invalid_json",
@@ -398,7 +410,7 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
                        .seed = seed >= 0 || seed < -0.5 ? (uint64_t)(int64_t)seed
                                                         : seed_fallback};
     if (!(out->req = eng_req_create(ids, n_ids, (int32_t)max_tokens, &sp))) {
-        rc = bad(err_json, NULL, NULL, "out of memory");
+        rc = oom(err_json);
         goto done;
     }
     ids = NULL; /* the request owns them */

@@ -33,8 +33,11 @@ typedef struct api_request {
  * one JSON object (RFC 8259: only whitespace after it) with no name twice
  * in one object, and no string in it may hold U+0000 (cJSON's strings end
  * there). Returns 0, or the HTTP
- * status of the error (400) with *err_json a malloc'd OpenAI error object
- * and out->req NULL. seed_fallback seeds requests without "seed". */
+ * status of the error with *err_json a malloc'd OpenAI error object (NULL
+ * when even that found no memory) and out->req NULL: 400
+ * (invalid_request_error) for a bad request, 500 (server_error, "out of
+ * memory") when parsing, encoding or rendering it ran out of memory.
+ * seed_fallback seeds requests without "seed". */
 int api_parse(const api_server *s, bool chat, const char *body, size_t len,
               uint64_t seed_fallback, api_request *out, char **err_json);
 

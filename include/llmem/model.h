@@ -276,7 +276,10 @@ llmem_status llmem_model_config_parse(const char *json, size_t len, llmem_model_
 
 /* Reads and parses `path`: a config.json file, or a directory holding one.
  * Returns what llmem_model_config_parse returns (messages prefixed with the
- * path), plus LLMEM_E_NOT_FOUND (no such file) and LLMEM_E_IO. */
+ * path), plus LLMEM_E_NOT_FOUND (no such file: err names the path tried),
+ * LLMEM_E_IO (a folder where the file should be, no permission, a read
+ * error), LLMEM_E_CORRUPT (larger than 16 MiB) and LLMEM_E_NO_MEMORY
+ * (also when cJSON ran out of memory parsing it). */
 llmem_status llmem_model_config_load(const char *path, llmem_model_config *out,
                                      char *err, size_t err_len);
 

@@ -65,8 +65,10 @@ typedef struct llmem_tokenizer llmem_tokenizer;
  * bos_token / eos_token / add_bos_token / add_eos_token / chat_template).
  * On success *out owns everything; free it with llmem_tokenizer_destroy.
  * Returns LLMEM_OK; LLMEM_E_INVALID (path or out NULL); LLMEM_E_NOT_FOUND
- * (no such file, or a folder without tokenizer.json); LLMEM_E_IO (read
- * failed); LLMEM_E_CORRUPT (not UTF-8, not one JSON object with only
+ * (no such file, or a folder without tokenizer.json; err names the path);
+ * LLMEM_E_IO (tokenizer.json, tokenizer_config.json or chat_template.jinja
+ * is a folder, unreadable, or a read failed); LLMEM_E_CORRUPT (not UTF-8,
+ * not one JSON object with only
  * whitespace after it, a name given twice in one object (e.g. a vocabulary
  * token listed twice: Hugging Face tokenizers keeps the last, so the file
  * is ambiguous), a string holding \u0000 (llmem's pieces are C strings)
@@ -79,7 +81,8 @@ typedef struct llmem_tokenizer llmem_tokenizer;
  * post-processor type llmem does not implement, named in err, e.g.
  * "tokenizer.json: model type 'Unigram' is not supported"; a Replace with
  * a regex or an empty pattern; or ids far sparser than the tokens listed:
- * the largest must stay below 2 x their count + 1024); LLMEM_E_NO_MEMORY.
+ * the largest must stay below 2 x their count + 1024); LLMEM_E_NO_MEMORY
+ * (also when cJSON ran out of memory parsing a file).
  * Nothing is allocated on failure. */
 llmem_status llmem_tokenizer_load(const char *path, llmem_tokenizer **out,
                                   char *err, size_t err_len);
