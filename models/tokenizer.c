@@ -357,6 +357,28 @@ static llmem_status add_post(load_ctx *c, const cJSON *o)
     return LLMEM_OK;
 }
 
+/* The id Hugging Face tokenizers gives the added token `content` when it
+ * loads tokenizer.json (AddedVocabulary::add_tokens, tokenizers 0.23):
+ * an earlier added token's id for the same content, else the vocabulary's
+ * id for it, else the next id after the vocabulary's n_vocab_entries
+ * entries and after added_max, the largest added id so far (-1: none). It
+ * does not read the id the file gives; serializing writes the ids it
+ * assigned, so a file it wrote agrees with it. Before the vocabulary ids
+ * join tok->all, that map holds the added tokens only. */
+static int32_t added_id(const llmem_tokenizer *tok, const char *content, int n_vocab_entries,
+                        int64_t added_max)
+{
+    size_t n = strlen(content);
+    int32_t id = tk_map_get(&tok->all, content, n);
+    if (id < 0)
+        id = tk_map_get(&tok->model, content, n);
+    if (id >= 0)
+        return id;
+    if (added_max < 0 || (added_max < n_vocab_entries && n_vocab_entries > 0))
+        return n_vocab_entries;
+    return (int32_t)(added_max + 1);
+}
+
 static llmem_status load_model(load_ctx *c, const cJSON *root)
 {
     llmem_tokenizer *tok = c->tok;
@@ -424,8 +446,14 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
         return LLMEM_E_NO_MEMORY;
     cJSON_ArrayForEach(it, vocab) {
         int32_t id = it->valueint;
-        if (tok->mpiece[id])
-            continue;
+        if (tok->mpiece[id]) {
+            /* Hugging Face tokenizers loads this, but decodes the id to
+             * whichever token its hash map yields last, which changes from
+             * run to run: no answer to match */
+            tk_set_err(c->err, c->err_len, "tokenizer.json: vocab tokens '%s' and '%s' both have id %d",
+                       tok->mpiece[id], it->string, id);
+            return LLMEM_E_CORRUPT;
+        }
         if (!(tok->mpiece[id] = strdup(it->string)))
             return LLMEM_E_NO_MEMORY;
         tok->mpiece_len[id] = (uint32_t)strlen(it->string);
@@ -438,10 +466,24 @@ static llmem_status load_model(load_ctx *c, const cJSON *root)
     tok->added = calloc((size_t)n_added + 1, sizeof *tok->added);
     if (!tok->added)
         return LLMEM_E_NO_MEMORY;
+    int64_t added_max = -1; /* the largest added-token id so far */
     cJSON_ArrayForEach(it, added) {
         tk_added *a = &tok->added[tok->n_added++];
         a->id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
-        if (!(a->content = strdup(jstr(it, "content"))))
+        const char *content = jstr(it, "content");
+        int32_t hf_id = added_id(tok, content, n_vocab_entries, added_max);
+        if (!*content || a->id != hf_id) {
+            if (*content)
+                tk_set_err(c->err, c->err_len, "tokenizer.json: added token '%s' has id %d, but "
+                           "Hugging Face tokenizers gives it id %d", content, a->id, hf_id);
+            else
+                tk_set_err(c->err, c->err_len, "tokenizer.json: added token id %d has no content "
+                           "(Hugging Face tokenizers skips it)", a->id);
+            return LLMEM_E_CORRUPT;
+        }
+        if (a->id > added_max)
+            added_max = a->id;
+        if (!(a->content = strdup(content)))
             return LLMEM_E_NO_MEMORY;
         a->len = (uint32_t)strlen(a->content);
         a->special = jbool(it, "special", false);
