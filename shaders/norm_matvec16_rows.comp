@@ -2,6 +2,7 @@
 #extension GL_GOOGLE_include_directive : enable
 #extension GL_EXT_control_flow_attributes : require
 // llmem-shader: norm_matvec16_rows:USE_SUBGROUP=1
+// llmem-shader: norm_matvec16_conv:CONV=1
 /* The fused decode matmul of one activation row (llmem_op_norm_matmul,
  * T = 1), laid out as matvec16.comp's one-row GEMV: out[n] =
  * epilogue(r * (g * nw) · w[n]ᵀ), g = x (gated: x * silu(z)), r = 1 /
@@ -27,7 +28,20 @@
  * that dispatch starts (what CUDA's programmatic dependent launch gives a
  * kernel that reads its weights before waiting); 1: after the outputs, 2:
  * at most 2 loads per invocation issued before the weights. Their values
- * feed a store that never happens (p.n == 0 means no workgroups). */
+ * feed a store that never happens (p.n == 0 means no workgroups).
+ * CONV (the module norm_matvec16_conv, vk_ops_norm_matmul.c's decode conv
+ * fold; EPI 0, one stream): constant 9 is the conv's d_conv and dtypes
+ * instead of PF, and each output n in [c0, c0 + conv_dim) is also input
+ * channel c = n - c0 of Mamba-2's one-token causal conv1d, done by the
+ * invocation that stores it, as ssm_conv.comp does it (the same arithmetic
+ * in the same order): out_c = silu(b[c] + sum_k cw[c, k] * u_k), u = the
+ * DC - 1 states of slot src_slot[0] (zeros outside [0, n_slots)), then
+ * out[n]; the state shifted by one into slot dst_slot[0] (skipped outside
+ * [0, n_slots)). Its state, weights and bias are read before the weights,
+ * as the residual is. */
+#if defined(CONV) && !defined(USE_SUBGROUP)
+#define USE_SUBGROUP 1
+#endif
 #include "common.glsl"
 
 layout(constant_id = 1) const uint W_DT = 2;  /* 1 f16, 2 bf16 */
@@ -39,7 +53,14 @@ layout(constant_id = 6) const uint NR = 1;    /* weight rows per group */
 layout(constant_id = 7) const uint NW_VEC = 0; /* 1: the norm weight read as uvec4 (binding 6) */
 layout(constant_id = 8) const uint UNR = 0;    /* 16-byte loads per row and invocation issued
                                                   before their FMAs; 0: 2 */
+#ifdef CONV
+/* d_conv | conv weight dtype << 4 | bias dtype (DT_NONE: none) << 6 | state dtype << 8 */
+layout(constant_id = 9) const uint CV = 4u | (3u << 6);
+const uint PF = 0u;
+const uint DC = CV & 15u, CW_DT = (CV >> 4) & 3u, CB_DT = (CV >> 6) & 3u, CS_DT = (CV >> 8) & 3u;
+#else
 layout(constant_id = 9) const uint PF = 0;     /* 0 off, 1 prefetch at the end, 2 at the start */
+#endif
 
 const uint UNROLL = UNR != 0u ? UNR : 2u;
 
@@ -50,7 +71,15 @@ layout(binding = 3) readonly buffer W { uvec4 w[]; };
 layout(binding = 4) readonly buffer W2 { uvec4 w2[]; };
 layout(binding = 5) buffer O { float o[]; };
 layout(binding = 6) readonly buffer NWV { uvec4 nwv[]; };
+#ifdef CONV
+layout(binding = 7) readonly buffer CW { uint cw[]; };
+layout(binding = 8) readonly buffer CB { uint cb[]; };
+layout(binding = 9) readonly buffer Idx { int idx[]; };
+layout(binding = 10) buffer CS { uint cst[]; };
+layout(binding = 11) writeonly buffer CO { float co[]; };
+#else
 layout(binding = 7) readonly buffer PFB { uvec4 pf[]; };
+#endif
 
 layout(push_constant) uniform P {
     uint n, k;
@@ -61,6 +90,11 @@ layout(push_constant) uniform P {
     float eps;
     uint pf_off;        /* uvec4s */
     uint pf_n, pf_per;  /* 32-byte sectors of the slice, per workgroup */
+#ifdef CONV
+    uint c0, conv_dim, n_slots; /* output row of channel 0; channels; state slots */
+    uint cw_off, cb_off, co_off; /* elements of bindings 7, 8, 11 */
+    uint src_off, dst_off;       /* words of binding 9: the slot tables */
+#endif
 } p;
 
 const uint NW = EPI == 2u ? 2u : 1u; /* weight matrices */
@@ -109,7 +143,11 @@ void nw8(uint jj, out vec4 n0, out vec4 n1)
 /* sector i of the slice, 0 past its end */
 uint pf_load(uint i)
 {
+#ifdef CONV
+    return 0u;
+#else
     return i < p.pf_n ? pf[p.pf_off + 2u * i].x : 0u;
+#endif
 }
 
 void main()
@@ -131,6 +169,24 @@ void main()
     float res = 0.0;
     if (EPI == 1u && outv && nn < p.n)
         res = o[p.o_off + nn];
+#ifdef CONV
+    bool cv = outv && nn < p.n && nn >= p.c0 && nn - p.c0 < p.conv_dim;
+    uint cc = cv ? nn - p.c0 : 0u;
+    float win[DC > 1u ? DC - 1u : 1u], wk[DC];
+    float cbias = 0.0;
+    int cdst = -1;
+    if (cv) {
+        int src = idx[p.src_off];
+        cdst = idx[p.dst_off];
+        bool ok = src >= 0 && uint(src) < p.n_slots;
+        uint base = (ok ? uint(src) : 0u) * (DC - 1u) * p.conv_dim + cc;
+        for (uint k = 0u; k + 1u < DC; k++)
+            win[k] = ok ? LOAD_F(cst, base + k * p.conv_dim, CS_DT) : 0.0;
+        for (uint k = 0u; k < DC; k++)
+            wk[k] = LOAD_F(cw, p.cw_off + cc * DC + k, CW_DT);
+        cbias = CB_DT != DT_NONE ? LOAD_F(cb, p.cb_off + cc, CB_DT) : 0.0;
+    }
+#endif
     uint pfb = group_id() * p.pf_per, pfh = 0u;
     if (PF == 2u) /* the host keeps pf_per <= 2 WG */
         pfh = (l < p.pf_per ? pf_load(pfb + l) : 0u) ^
@@ -203,6 +259,21 @@ void main()
                 o[p.o_off + nn] = res + s;
             else
                 o[p.o_off + nn] = s;
+#ifdef CONV
+            if (cv) {
+                float acc = cbias;
+                for (uint k = 0u; k + 1u < DC; k++)
+                    acc += wk[k] * win[k];
+                acc += wk[DC - 1u] * s;
+                co[p.co_off + cc] = silu(acc);
+                if (cdst >= 0 && uint(cdst) < p.n_slots) {
+                    uint db = uint(cdst) * (DC - 1u) * p.conv_dim + cc;
+                    for (uint k = 0u; k + 2u < DC; k++)
+                        STORE_F(cst, db + k * p.conv_dim, CS_DT, win[k + 1u]);
+                    STORE_F(cst, db + (DC - 2u) * p.conv_dim, CS_DT, s);
+                }
+            }
+#endif
         }
     }
     if (PF == 1u)

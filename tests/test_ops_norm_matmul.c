@@ -21,6 +21,7 @@
 #include "llmem/ops_norm_matmul.h"
 #include "support/ops_harness.h"
 #include "support/ref64.h"
+#include "support/rs_harness.h"
 
 #define F32 LLMEM_DTYPE_F32
 
@@ -510,6 +511,174 @@ START_TEST(test_norm_matmul_vulkan_prefetch)
 }
 END_TEST
 
+/* ---- a Mamba-2 decode front: in_proj, then the conv of its xBC slice ------------------------- */
+
+/* in_proj [N = Z + CD + NH, K] (z, xBC, dt rows), d_conv, state slots */
+enum { CV_K = 64, CV_Z = 18, CV_CD = 40, CV_NH = 5, CV_N = CV_Z + CV_CD + CV_NH, CV_DC = 4 };
+enum { CV_SLOTS = 4 };
+
+/* What runs between the product and the conv: nothing (the Vulkan backend
+ * folds the conv into the product's dispatch), an unrelated op (the held
+ * product is recorded alone first), or a copy of the slice that the conv
+ * then reads (no fold: its input is not the product's output). */
+typedef enum { CV_PLAIN, CV_BETWEEN, CV_ELSEWHERE, CV_MODES } cv_mode;
+
+typedef struct cv_case {
+    int32_t src, dst;
+    llmem_dtype st, cw; /* state, conv weight and bias */
+    bool bias;
+} cv_case;
+
+/* out = rms_norm(x) · wᵀ (llmem_op_norm_matmul: RMS, store) into act[0,
+ * N), the conv of out[Z, Z + CD) into act[N, N + CD), one stream of one
+ * token (k's slots; state image init); the product, the conv output and
+ * the state image after into prod, co, after. */
+static void cv_run(llmem_backend *be, const cv_case *k, cv_mode mode, const double *x,
+                   const double *nw, const double *w, const double *cw, const double *cb,
+                   const unsigned char *init, double *prod, double *co, unsigned char *after)
+{
+    th_ctx c;
+    th_begin(&c, be);
+    llmem_state_desc d = {"conv", 2, {CV_DC - 1, CV_CD}, k->st};
+    rs_setup rs = {1, 1, 0, CV_SLOTS, {k->src}, {k->dst}, {0}};
+    llmem_view view;
+    llmem_rs_view rsd;
+    llmem_buffer *bufs[1];
+    rs_build(&c, &view, &rsd, &rs, 1, &d, bufs, &init);
+    llmem_tensor tx = th_input(&c, F32, 2, 1, CV_K, 1, x);
+    llmem_tensor tn = th_input(&c, F32, 1, CV_K, 1, 1, nw);
+    llmem_tensor tw = th_input(&c, LLMEM_DTYPE_BF16, 2, CV_N, CV_K, 1, w);
+    llmem_tensor tcw = th_input(&c, k->cw, 3, CV_CD, 1, CV_DC, cw);
+    llmem_tensor tcb = th_input(&c, k->cw, 1, CV_CD, 1, 1, cb);
+    llmem_tensor act = th_tensor(&c, F32, 1, CV_N + CV_CD, 1, 1);
+    llmem_tensor other = th_tensor(&c, F32, 2, 1, CV_CD, 1);
+    llmem_tensor out = act, xin = act, cot = act;
+    out.n_dims = xin.n_dims = cot.n_dims = 2;
+    out.ne[0] = xin.ne[0] = cot.ne[0] = 1;
+    out.ne[1] = CV_N;
+    xin.ne[1] = cot.ne[1] = CV_CD;
+    xin.offset += (size_t)CV_Z * 4;
+    cot.offset += (size_t)CV_N * 4;
+    th_set(&other, x);
+    llmem_norm_matmul_params p = {.norm = LLMEM_NM_NORM_RMS, .epilogue = LLMEM_NM_STORE,
+                                  .eps = 1e-5f};
+    ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &tx, NULL, &tn, &tw, NULL, &out), LLMEM_OK);
+    if (mode == CV_BETWEEN)
+        ck_assert_int_eq(llmem_op_scale(be, &other, 2.0f, &other), LLMEM_OK);
+    if (mode == CV_ELSEWHERE)
+        ck_assert_int_eq(llmem_op_copy(be, &out, CV_Z, &other), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_ssm_conv(be, &view, 0, mode == CV_ELSEWHERE ? &other : &xin, &tcw,
+                                       k->bias ? &tcb : NULL, &cot),
+                     LLMEM_OK);
+    th_get(&out, prod);
+    th_get(&cot, co);
+    ck_assert_int_eq(llmem_buffer_download(bufs[0], 0, after, llmem_buffer_size(bufs[0])),
+                     LLMEM_OK);
+    th_end(&c);
+}
+
+/* The front of a Mamba-2 decode step as the model runs it at one token
+ * (models/forward.c: in_proj with the input RMS norm, then the conv of
+ * the xBC slice in place), where the Vulkan backend runs the conv in the
+ * product's epilogue (norm_matvec16_conv; off with
+ * $LLMEM_VULKAN_NM_CONV=0). The product against a float64 norm and
+ * product, the conv output against ref64_conv_token over the float64
+ * product, the state written to dst exactly (the source's last DC - 2
+ * inputs, then the product's f32 output, in the state dtype), every other
+ * slot unchanged; on Vulkan also bit-identical with the conv recorded
+ * alone. Slots: in place, another slot, a zero state (src -1), no
+ * destination (dst -1); f32 and bf16 states and conv weights, with and
+ * without a bias; and, per case, an op recorded in between and a conv
+ * that reads a copy (where nothing may be folded). */
+START_TEST(test_norm_matmul_conv)
+{
+    static const cv_case cases[] = {
+        {1, 1, F32, F32, true},  {2, 0, F32, LLMEM_DTYPE_BF16, true},
+        {-1, 3, LLMEM_DTYPE_BF16, F32, false}, {1, -1, F32, F32, true},
+        {3, 3, LLMEM_DTYPE_BF16, LLMEM_DTYPE_BF16, false},
+    };
+    bool vk = strcmp(th_backend_name(_i), "vulkan") == 0;
+    test_env saved = test_env_save("LLMEM_VULKAN_NM_CONV");
+    llmem_backend *be = th_open(_i);
+    th_ctx h;
+    th_begin(&h, NULL);
+    ref64_rng r = ref64_rng_make(ref64_seed(), 9900);
+    double *x = th_vec(&h, CV_K), *nw = th_vec(&h, CV_K), *w = th_vec(&h, (int64_t)CV_N * CV_K);
+    double *a = th_vec(&h, CV_K), *s = th_vec(&h, CV_N), *prod = th_vec(&h, CV_N);
+    double *cw = th_vec(&h, CV_CD * CV_DC), *cb = th_vec(&h, CV_CD), *co = th_vec(&h, CV_CD);
+    double *st = th_vec(&h, (CV_DC - 1) * CV_CD), *ref = th_vec(&h, CV_CD);
+    double *got = th_vec(&h, (CV_DC - 1) * CV_CD), *prod0 = th_vec(&h, CV_N);
+    double *co0 = th_vec(&h, CV_CD);
+    ref64_fill(&r, x, CV_K, -2, 2, F32);
+    ref64_fill(&r, nw, CV_K, 0.5, 1.5, F32);
+    ref64_fill(&r, w, (int64_t)CV_N * CV_K, -1, 1, LLMEM_DTYPE_BF16);
+    ref64_rms_norm(x, nw, 1, CV_K, 1e-5, a);
+    ref64_matmul(a, w, 1, CV_K, CV_N, s);
+    int runs = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const cv_case *k = &cases[ci];
+        llmem_state_desc d = {"conv", 2, {CV_DC - 1, CV_CD}, k->st};
+        ref64_fill(&r, cw, CV_CD * CV_DC, -1, 1, k->cw);
+        ref64_fill(&r, cb, CV_CD, -0.5, 0.5, k->cw);
+        bool live[CV_SLOTS] = {1, 1, 1, 1};
+        unsigned char *init = rs_state_image(&h, &r, &d, CV_SLOTS, live, -2, 2);
+        size_t bytes = (size_t)CV_SLOTS * (CV_DC - 1) * CV_CD * (k->st == F32 ? 4 : 2);
+        unsigned char *after = th_alloc(&h, bytes), *after0 = th_alloc(&h, bytes);
+        /* float64: the conv of the exact product from the source state */
+        if (k->src >= 0)
+            rs_decode_slot(init, &d, k->src, st);
+        else
+            memset(st, 0, sizeof(double) * (CV_DC - 1) * CV_CD);
+        double *old = th_vec(&h, (CV_DC - 1) * CV_CD);
+        memcpy(old, st, sizeof(double) * (CV_DC - 1) * CV_CD);
+        ref64_conv_token(st, s + CV_Z, cw, k->bias ? cb : NULL, CV_CD, CV_DC, ref);
+        for (int mode = 0; mode < CV_MODES; mode++)
+            for (int fold = vk ? 1 : 0; fold >= 0; fold--) {
+                test_env_put("LLMEM_VULKAN_NM_CONV", fold ? "1" : "0");
+                cv_run(be, k, (cv_mode)mode, x, nw, w, cw, cb, init, prod, co, after);
+                char what[128];
+                snprintf(what, sizeof what, "%s case %zu mode %d fold %d", th_backend_name(_i),
+                         ci, mode, fold);
+                th_expect_close(prod, s, CV_N, 1e-5, what);
+                th_expect_close(co, ref, CV_CD, 1e-5, what);
+                for (int32_t sl = 0; sl < CV_SLOTS; sl++) {
+                    size_t sb = bytes / CV_SLOTS;
+                    if (sl != k->dst) {
+                        ck_assert_msg(!memcmp(after + sl * sb, init + sl * sb, sb),
+                                      "%s: slot %d changed", what, sl);
+                        continue;
+                    }
+                    rs_decode_slot(after, &d, sl, got);
+                    for (int32_t c = 0; c < CV_CD; c++)
+                        for (int32_t j = 0; j < CV_DC - 1; j++) {
+                            double want = j + 1 < CV_DC - 1 ? old[(j + 1) * CV_CD + c]
+                                                            : ref64_round(prod[CV_Z + c], k->st);
+                            ck_assert_msg(got[j * CV_CD + c] == want,
+                                          "%s: state of channel %d, row %d: %g, want %g", what,
+                                          c, j, got[j * CV_CD + c], want);
+                        }
+                }
+                if (fold) { /* the unfused run of this mode (next) must match it bit for bit */
+                    memcpy(prod0, prod, sizeof(double) * CV_N);
+                    memcpy(co0, co, sizeof(double) * CV_CD);
+                    memcpy(after0, after, bytes);
+                } else if (vk) {
+                    ck_assert_msg(!memcmp(prod0, prod, sizeof(double) * CV_N) &&
+                                      !memcmp(co0, co, sizeof(double) * CV_CD) &&
+                                      !memcmp(after0, after, bytes),
+                                  "%s: the fold's outputs differ from the unfused ones", what);
+                }
+                runs++;
+            }
+    }
+    test_env_restore(&saved);
+    th_end(&h);
+    printf("test_ops_norm_matmul: %s: in_proj + conv, %d runs checked\n", th_backend_name(_i),
+           runs);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     printf("test_ops_norm_matmul: seed %llu (LLMEM_TEST_SEED=<n> repeats a run)\n",
@@ -523,6 +692,7 @@ int main(void)
     tcase_add_loop_test(tc, test_norm_matmul_cpu_max_k, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_vulkan_knobs, 0, n);
     tcase_add_loop_test(tc, test_norm_matmul_vulkan_prefetch, 0, n);
+    tcase_add_loop_test(tc, test_norm_matmul_conv, 0, n);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

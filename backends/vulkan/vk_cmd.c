@@ -210,8 +210,8 @@ static bool conflicts(const vk_access *a, const vk_access *b)
 
 llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n)
 {
-    if (v->fold_pending) { /* a held-back conv goes first (vk_conv_fold_flush) */
-        llmem_status fs = vk_conv_fold_flush(v);
+    if (v->fold_pending || v->nmc_pending) { /* a held-back conv or product goes first */
+        llmem_status fs = vk_held_flush(v);
         if (fs != LLMEM_OK)
             return fs;
     }
@@ -396,8 +396,8 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 {
     if (v->error != LLMEM_OK)
         return v->error;
-    if (v->fold_pending) { /* a held-back conv runs before the step */
-        llmem_status fs = vk_conv_fold_flush(v);
+    if (v->fold_pending || v->nmc_pending) { /* a held-back conv or product runs before the step */
+        llmem_status fs = vk_held_flush(v);
         if (fs != LLMEM_OK)
             return fs;
     }
@@ -437,8 +437,8 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 
 llmem_status vk_cmd_flush(vk_backend *v)
 {
-    if (v->fold_pending) {
-        llmem_status fs = vk_conv_fold_flush(v);
+    if (v->fold_pending || v->nmc_pending) {
+        llmem_status fs = vk_held_flush(v);
         if (fs != LLMEM_OK)
             return fs;
     }

@@ -215,6 +215,11 @@ typedef struct vk_backend {
      * output (vk_ops_mamba.c, vk_conv_fold_flush); NULL: the fold is off */
     struct vk_conv_fold *fold;
     bool fold_pending;          /* fold holds a conv not yet recorded */
+    /* A one-row RMS-normed product held back for the decode conv that
+     * reads its output (vk_ops_norm_matmul.c, vk_nm_conv_take); NULL until
+     * the first one */
+    struct vk_nm_hold *nmc;
+    bool nmc_pending;           /* nmc holds a product not yet recorded */
     /* The order of the one-row fused matmuls (vk_ops_norm_matmul.c,
      * $LLMEM_VULKAN_L2_PREFETCH): the weight at (buf, off) was last followed
      * by `next`; entries naming a freed buffer are dropped (vk_nm_pf_forget) */
@@ -671,6 +676,27 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
  * records a held conv (vk_cmd_finish submits it) and frees the fold (at
  * close, before vk_cmd_finish). */
 llmem_status vk_conv_fold_flush(vk_backend *v);
+/* The decode conv in the epilogue of the product that makes its input
+ * (vk_ops_norm_matmul.c; shaders/norm_matvec16_rows.comp's CONV). A
+ * one-row llmem_op_norm_matmul with the RMS norm and a plain store (a
+ * Mamba-2 in_proj) is held back in v->nmc (not recorded) unless
+ * $LLMEM_VULKAN_NM_CONV=0; vk_nm_conv_take, called first by
+ * vk_op_ssm_conv, runs it as norm_matvec16_conv with the conv folded in
+ * (*taken true: one dispatch instead of two, the same memory effects)
+ * where the conv is one token of one stream without checkpoints and reads
+ * a slice of the held output, and else records the product alone
+ * (vk_nm_conv_flush) for the caller to go on. Anything else recorded first
+ * records it alone: vk_held_flush (this flush, then vk_conv_fold_flush),
+ * called by vk_cmd_track, vk_cmd_flush, vk_cmd_queue_graph and
+ * vk_record_end, so every command stays in the order the ops were called.
+ * Errors: those of vk_op_run. vk_nm_conv_finish records a held product
+ * and frees the hold (at close, before vk_cmd_finish). Measurements:
+ * docs/benchmarks.md "Vulkan batch-1 step: the decode conv in in_proj". */
+llmem_status vk_nm_conv_take(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
+                             llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken);
+llmem_status vk_nm_conv_flush(vk_backend *v);
+llmem_status vk_held_flush(vk_backend *v);
+void vk_nm_conv_finish(vk_backend *v);
 /* Drops what vk_ops_norm_matmul.c remembers of `buf` (vk_buffer_free). */
 void vk_nm_pf_forget(vk_backend *v, const llmem_buffer *buf);
 void vk_conv_fold_config(vk_backend *v);

@@ -318,6 +318,10 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
+    bool taken = false; /* one token: in the epilogue of the product that made x */
+    llmem_status ts = vk_nm_conv_take(v, view, state, x, w, b, out, &taken);
+    if (ts != LLMEM_OK || taken)
+        return ts;
     if (vk_conv_pre_takes(v, view, state)) /* prefill: vk_ops_scan_pre.c */
         return vk_conv_pre(v, view, state, x, w, b, out);
     bool held = false; /* one token: held back for the decode scan (vk_conv_fold_flush) */

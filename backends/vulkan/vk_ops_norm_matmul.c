@@ -35,6 +35,12 @@
  * KiB of the weights of the product that followed this one the last time
  * (nm_pf_next), so that they are in L2 when it starts: an emulation of
  * CUDA's programmatic dependent launch (kernels/gemv.cu).
+ * The decode conv in in_proj's epilogue (vk_internal.h, vk_nm_conv_take):
+ * a one-row product with the RMS norm and a plain store is held back, and
+ * a one-token Mamba-2 conv (HF Mamba2Mixer's causal conv1d; Dao & Gu 2024)
+ * of a slice of its output runs in the same dispatch
+ * (norm_matvec16_conv, the rows shader's CONV), one dependent dispatch
+ * fewer a Mamba layer; $LLMEM_VULKAN_NM_CONV=0 turns it off.
  * Measurements: docs/benchmarks.md "Vulkan fused decode matmul, second
  * design", "Vulkan batch-1 step: the next weights into L2". Semantics
  * and the CPU reference: backends/cpu/ops_norm_matmul.c.
@@ -278,45 +284,236 @@ static void nm_pf_bind(vk_backend *v, vk_op *op, const llmem_tensor *next, uint3
     pf[2] = (uint32_t)per;
 }
 
-/* The dispatch of norm_matvec16_rows.comp (matvec16.comp's layout: TPR
- * invocations per group of NR weight rows, WG / TPR groups a workgroup),
- * same arguments and refusals as nm_launch but no limit on K. */
-static llmem_status nm_rows(vk_backend *v, int32_t norm, int32_t epi, float eps, llmem_ct *x,
-                            llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
+/* What one fused product reads and writes (nm_launch's arguments). */
+typedef struct nm_args {
+    int32_t norm, epi;
+    float eps;
+    llmem_tensor x, z, nw, w, w2, out;
+    bool has_z, has_nw, has_w2;
+} nm_args;
+
+static llmem_ct *opt(const llmem_tensor *t, bool has)
 {
+    return has ? t : NULL;
+}
+
+/* The decode conv whose input is a slice of the product's output
+ * (norm_matvec16_conv, vk_nm_conv_take): its weight, bias, output, the
+ * view's index buffer and conv state buffer, and the shader's words. */
+typedef struct nm_conv {
+    llmem_tensor w, b, out;
+    bool has_b;
+    llmem_buffer *idx, *state;
+    uint32_t spec; /* norm_matvec16_rows.comp's CV */
+    uint32_t c0, conv_dim, n_slots, src_word, dst_word;
+} nm_conv;
+
+/* Fills *op with the dispatch of norm_matvec16_rows.comp (matvec16.comp's
+ * layout: TPR invocations per group of NR weight rows, WG / TPR groups a
+ * workgroup), or of norm_matvec16_conv with the decode conv cv folded in
+ * (cv non-NULL: no L2 prefetch), and *groups with its workgroups; records
+ * nothing (vk_op_run records or, with 0 groups, drops it).
+ * LLMEM_E_UNSUPPORTED, with nothing bound, where nm_launch refuses (but no
+ * limit on K). */
+static llmem_status nm_rows_build(vk_backend *v, const nm_args *a, const nm_conv *cv, vk_op *op,
+                                  uint64_t *groups)
+{
+    llmem_ct *x = &a->x, *nw = opt(&a->nw, a->has_nw), *w = &a->w;
     int64_t K = x->ne[1], N = w->ne[0];
     if (!nm_takes(v, x, w))
         return LLMEM_E_UNSUPPORTED;
-    nm_rows_cfg c = nm_rows_pick(v, K, N, epi == LLMEM_NM_SWIGLU ? 2 : 1);
+    nm_rows_cfg c = nm_rows_pick(v, K, N, a->epi == LLMEM_NM_SWIGLU ? 2 : 1);
     if (c.tpr % v->subgroup_size != 0 || c.wg % c.tpr != 0)
         return LLMEM_E_UNSUPPORTED;
-    vk_op op;
-    nm_op_init(&op, VK_SH_NORM_MATVEC16_ROWS, c.wg, norm, epi, nw, w);
-    vk_op_spec(&op, c.tpr);
-    vk_op_spec(&op, c.nr);
+    nm_op_init(op, cv ? VK_SH_NORM_MATVEC16_CONV : VK_SH_NORM_MATVEC16_ROWS, c.wg, a->norm,
+               a->epi, nw, w);
+    vk_op_spec(op, c.tpr);
+    vk_op_spec(op, c.nr);
     uint32_t o[NM_BINDINGS];
-    bool ok = nm_bind(v, &op, x, z, nw, w, w2, out, o);
-    uint32_t nwv = ok ? vk_op_tensor(v, &op, nw, false) : 0; /* nw's bytes, read as uvec4 */
+    bool ok = nm_bind(v, op, x, opt(&a->z, a->has_z), nw, w, opt(&a->w2, a->has_w2), &a->out, o);
+    uint32_t nwv = ok ? vk_op_tensor(v, op, nw, false) : 0; /* nw's bytes, read as uvec4 */
     /* elements per uvec4 of the norm weight; 0: read element by element */
     uint32_t per = !nw ? 0 : nw->dtype == LLMEM_DTYPE_F32 ? 4 : 8;
     bool vec = per && nwv % per == 0;
     if (!ok)
         return LLMEM_E_UNSUPPORTED;
-    uint64_t groups = vk_div_up((uint64_t)N, (uint64_t)(c.wg / c.tpr) * c.nr);
-    uint32_t mode = (uint32_t)env_long("LLMEM_VULKAN_L2_PREFETCH", NM_PF, 0, 2), pf[3];
-    llmem_tensor next = {0};
-    if (mode != 0)
-        next = nm_pf_next(v, w);
-    nm_pf_bind(v, &op, &next, mode, groups, c.wg, pf);
-    vk_op_spec(&op, vec);
-    vk_op_spec(&op, c.unroll);
-    vk_op_spec(&op, pf[1] ? mode : 0);
-    vk_op_u32(&op, (uint32_t)N);
-    vk_op_u32(&op, (uint32_t)K);
-    nm_push(&op, o, vec ? nwv / per : o[2], eps);
+    *groups = vk_div_up((uint64_t)N, (uint64_t)(c.wg / c.tpr) * c.nr);
+    uint32_t mode = cv ? 0 : (uint32_t)env_long("LLMEM_VULKAN_L2_PREFETCH", NM_PF, 0, 2), pf[3];
+    uint32_t cw = 0, cb = 0, co = 0;
+    if (cv) { /* bindings 7-11 */
+        cw = vk_op_tensor(v, op, &cv->w, false);
+        cb = vk_op_tensor(v, op, opt(&cv->b, cv->has_b), false);
+        vk_op_buffer(v, op, cv->idx, false);
+        vk_op_buffer(v, op, cv->state, true);
+        co = vk_op_tensor(v, op, &cv->out, true);
+        pf[0] = pf[1] = pf[2] = 0;
+    } else {
+        llmem_tensor next = {0};
+        if (mode != 0)
+            next = nm_pf_next(v, w);
+        nm_pf_bind(v, op, &next, mode, *groups, c.wg, pf);
+    }
+    vk_op_spec(op, vec);
+    vk_op_spec(op, c.unroll);
+    vk_op_spec(op, cv ? cv->spec : pf[1] ? mode : 0);
+    vk_op_u32(op, (uint32_t)N);
+    vk_op_u32(op, (uint32_t)K);
+    nm_push(op, o, vec ? nwv / per : o[2], a->eps);
     for (int i = 0; i < 3; i++)
-        vk_op_u32(&op, pf[i]);
+        vk_op_u32(op, pf[i]);
+    if (cv) {
+        uint32_t words[8] = {cv->c0, cv->conv_dim, cv->n_slots, cw, cb, co, cv->src_word,
+                             cv->dst_word};
+        for (int i = 0; i < 8; i++)
+            vk_op_u32(op, words[i]);
+    }
+    return LLMEM_OK;
+}
+
+/* ---- the decode conv in in_proj's epilogue (vk_internal.h, vk_nm_conv_take) -------------- */
+
+#define NM_CONV 1 /* $LLMEM_VULKAN_NM_CONV: hold one-row RMS-norm products for the conv */
+
+/* The held product (v->nmc_pending): its dispatch alone and its arguments. */
+struct vk_nm_hold {
+    vk_op op;
+    uint64_t groups;
+    nm_args a;
+};
+
+llmem_status vk_nm_conv_flush(vk_backend *v)
+{
+    if (!v->nmc_pending)
+        return LLMEM_OK;
+    v->nmc_pending = false; /* first: recording it tracks, which calls back here */
+    return vk_op_run(v, &v->nmc->op, v->nmc->groups);
+}
+
+void vk_nm_conv_finish(vk_backend *v)
+{
+    vk_nm_conv_flush(v); /* recorded; vk_cmd_finish submits it */
+    free(v->nmc);
+    v->nmc = NULL;
+}
+
+/* Whether a one-row product may be held for a conv: an RMS-normed product
+ * stored as is (a Mamba-2 in_proj), $LLMEM_VULKAN_NM_CONV not 0. */
+static bool nm_may_hold(const nm_args *a)
+{
+    return a->norm == LLMEM_NM_NORM_RMS && a->epi == LLMEM_NM_STORE && !a->has_w2 &&
+           env_long("LLMEM_VULKAN_NM_CONV", NM_CONV, 0, 1) == 1;
+}
+
+/* Holds the product a (its dispatch built, not recorded) or records it
+ * now where it may not be held or no room for the hold can be made. */
+static llmem_status nm_rows(vk_backend *v, const nm_args *a)
+{
+    vk_op op;
+    uint64_t groups = 0;
+    llmem_status st;
+    bool hold = nm_may_hold(a);
+    if (hold) {
+        /* what was held before goes first; an open command buffer keeps the
+         * allocator from destroying a block the held dispatch binds
+         * (vk_alloc_release trims only when nothing is recorded) */
+        if ((st = vk_held_flush(v)) != LLMEM_OK || (st = vk_cmd_begin(v)) != LLMEM_OK)
+            return st;
+        if (!v->nmc && !(v->nmc = calloc(1, sizeof *v->nmc)))
+            hold = false;
+    }
+    if ((st = nm_rows_build(v, a, NULL, hold ? &v->nmc->op : &op, &groups)) != LLMEM_OK)
+        return st;
+    if (!hold)
+        return vk_op_run(v, &op, groups);
+    v->nmc->groups = groups;
+    v->nmc->a = *a;
+    v->nmc_pending = true;
+    return LLMEM_OK;
+}
+
+static bool dt_conv(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_F32 || t == LLMEM_DTYPE_F16 || t == LLMEM_DTYPE_BF16;
+}
+
+/* Whether byte ranges of t and u share a buffer and overlap. */
+static bool overlap(const llmem_tensor *t, bool has_t, const llmem_tensor *u)
+{
+    if (!has_t || t->buf != u->buf)
+        return false;
+    size_t te = t->offset + llmem_tensor_nbytes(t), ue = u->offset + llmem_tensor_nbytes(u);
+    return t->offset < ue && u->offset < te;
+}
+
+/* Whether the held product's dispatch may also do the conv (x -> out,
+ * state `state` of view): x a whole f32 slice of the product's output
+ * [1, N] at a float offset, one stream of one token without checkpoints,
+ * dtypes and d_conv the shader carries, and nothing the conv writes (out,
+ * the state buffer) read or written by the product; fills *cv. */
+static bool nm_conv_matches(const vk_backend *v, const llmem_view *view, int32_t state,
+                            llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out, nm_conv *cv)
+{
+    const nm_args *a = &v->nmc->a;
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *d = &rs->desc[state];
+    if (rs->n_seqs != 1 || rs->n_seq_tokens != 1 || rs->n_ckpt != 0 || d->n_dims != 2 ||
+        d->shape[0] < 1 || d->shape[0] > 14 || !dt_conv(d->dtype) || !dt_conv(w->dtype) ||
+        (b && !dt_conv(b->dtype)) || x->dtype != LLMEM_DTYPE_F32 ||
+        out->dtype != LLMEM_DTYPE_F32 || a->out.dtype != LLMEM_DTYPE_F32)
+        return false;
+    uint64_t dc = (uint64_t)d->shape[0] + 1, cd = (uint64_t)d->shape[1];
+    uint64_t n = (uint64_t)a->w.ne[0];
+    if (x->buf != a->out.buf || x->offset < a->out.offset || (x->offset - a->out.offset) % 4 ||
+        llmem_tensor_nbytes(x) < cd * 4 || llmem_tensor_nbytes(out) < cd * 4 ||
+        (uint64_t)llmem_tensor_nelements(w) < cd * dc || (b && (uint64_t)llmem_tensor_nelements(b) < cd))
+        return false;
+    uint64_t c0 = (x->offset - a->out.offset) / 4;
+    if (c0 + cd > n)
+        return false;
+    const llmem_tensor *rd[6] = {&a->x, &a->z, &a->nw, &a->w, &a->w2, &a->out};
+    const bool has[6] = {true, a->has_z, a->has_nw, true, a->has_w2, true};
+    for (int i = 0; i < 6; i++)
+        if (overlap(rd[i], has[i], out) || (has[i] && rd[i]->buf == rs->state[state]))
+            return false;
+    if (overlap(&a->out, true, w) || overlap(&a->out, b != NULL, b))
+        return false;
+    bool snap = true;
+    if (vk_rs_needs_snapshot(rs, &snap) != LLMEM_OK || snap)
+        return false;
+    *cv = (nm_conv){.w = *w, .out = *out, .has_b = b != NULL, .idx = view->idx,
+                    .state = rs->state[state], .c0 = (uint32_t)c0, .conv_dim = (uint32_t)cd,
+                    .n_slots = (uint32_t)rs->n_slots, .src_word = vk_table_word(&rs->src_slot),
+                    .dst_word = vk_table_word(&rs->dst_slot)};
+    if (b)
+        cv->b = *b;
+    cv->spec = (uint32_t)dc | (uint32_t)w->dtype << 4 | (b ? (uint32_t)b->dtype : 3u) << 6 |
+               (uint32_t)d->dtype << 8;
+    return true;
+}
+
+llmem_status vk_nm_conv_take(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
+                             llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken)
+{
+    *taken = false;
+    if (!v->nmc_pending)
+        return LLMEM_OK;
+    nm_conv cv;
+    if (!nm_conv_matches(v, view, state, x, w, b, out, &cv))
+        return vk_nm_conv_flush(v);
+    vk_op op;
+    uint64_t groups = 0;
+    if (nm_rows_build(v, &v->nmc->a, &cv, &op, &groups) != LLMEM_OK)
+        return vk_nm_conv_flush(v); /* nothing bound: the product alone */
+    v->nmc_pending = false;
+    vk_op_run(v, &v->nmc->op, 0); /* gives its temporaries back */
+    *taken = true;
     return vk_op_run(v, &op, groups);
+}
+
+llmem_status vk_held_flush(vk_backend *v)
+{
+    llmem_status st = vk_nm_conv_flush(v);
+    return st != LLMEM_OK ? st : vk_conv_fold_flush(v);
 }
 
 /* The fused kernel of the mode $LLMEM_VULKAN_NM_MODE picks: 0 (default)
@@ -326,7 +523,15 @@ static llmem_status nm_run(vk_backend *v, int32_t norm, int32_t epi, float eps, 
 {
     if (env_long("LLMEM_VULKAN_NM_MODE", NM_MODE, 0, 1) == 1)
         return nm_launch(v, norm, epi, eps, x, z, nw, w, w2, out);
-    return nm_rows(v, norm, epi, eps, x, z, nw, w, w2, out);
+    nm_args a = {.norm = norm, .epi = epi, .eps = eps, .x = *x, .w = *w, .out = *out,
+                 .has_z = z != NULL, .has_nw = nw != NULL, .has_w2 = w2 != NULL};
+    if (z)
+        a.z = *z;
+    if (nw)
+        a.nw = *nw;
+    if (w2)
+        a.w2 = *w2;
+    return nm_rows(v, &a);
 }
 
 static llmem_status vk_op_norm_matmul(llmem_backend *be, const llmem_norm_matmul_params *p,

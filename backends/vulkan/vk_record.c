@@ -120,8 +120,8 @@ llmem_status vk_record_end(llmem_backend *be, void **graph)
     vk_graph *g = v->capture;
     if (!g)
         return LLMEM_E_STATE;
-    if (v->fold_pending && vk_conv_fold_flush(v) != LLMEM_OK)
-        g->failed = true; /* a held-back conv belongs to the step */
+    if ((v->fold_pending || v->nmc_pending) && vk_held_flush(v) != LLMEM_OK)
+        g->failed = true; /* a held-back conv or product belongs to the step */
     VkResult r = v->vk.vkEndCommandBuffer(g->cmd);
     g->n_dispatch = v->n_dispatch;
     uint32_t n_barrier = v->n_barrier;
