@@ -34,6 +34,9 @@ extern const llmem_host_api llmem_host_table;
 /* Frees the view-check cache of a backend (view.c); called by the
  * registry just before the backend's destroy. Accepts NULL. */
 void llmem_view_checks_free(struct llmem_view_checks *vc);
+/* Reads LLMEM_VIEW_CHECK again for be's view checks (view.c;
+ * llmem_backend_reload_env). */
+void llmem_view_checks_reload(llmem_backend *be);
 
 /* ---- view checks (view.c), used by the op wrappers of backends/ops.c ----
  * Each returns LLMEM_OK, LLMEM_E_INVALID (a violated rule of <llmem/ops.h>)

@@ -347,6 +347,18 @@ llmem_status llmem_buffer_fill(llmem_buffer *dst, size_t offset, size_t size, ui
     return be->iface->buffer_fill(be, dst, offset, size, pattern);
 }
 
+llmem_status llmem_backend_reload_env(llmem_backend *be)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    const llmem_backend_i *i = be->iface;
+    llmem_view_checks_reload(be);
+    if (i->struct_size >= offsetof(llmem_backend_i, reload_env) + sizeof(i->reload_env) &&
+        i->reload_env)
+        i->reload_env(be);
+    return LLMEM_OK;
+}
+
 llmem_status llmem_backend_synchronize(llmem_backend *be)
 {
     if (!be)

@@ -55,13 +55,36 @@ struct llmem_view_checks {
     int next;
     vouch vouch[VOUCH_BUFFERS];
     int vouch_next;
+    bool full; /* LLMEM_VIEW_CHECK=full: vouches are not recorded, every check is full */
 };
+
+/* LLMEM_VIEW_CHECK=full, read when a backend's checks start and on
+ * llmem_backend_reload_env (not at each check: getenv scans the
+ * environment, and these checks run for every layer of every ubatch). */
+static bool full_checks_env(void)
+{
+    const char *e = getenv("LLMEM_VIEW_CHECK");
+    return e && strcmp(e, "full") == 0;
+}
 
 static struct llmem_view_checks *checks_of(llmem_backend *be)
 {
-    if (!be->view_checks)
+    if (!be->view_checks) {
         be->view_checks = calloc(1, sizeof *be->view_checks);
+        if (be->view_checks)
+            be->view_checks->full = full_checks_env();
+    }
     return be->view_checks;
+}
+
+void llmem_view_checks_reload(llmem_backend *be)
+{
+    struct llmem_view_checks *vc = be->view_checks;
+    if (!vc)
+        return;
+    vc->full = full_checks_env();
+    for (int i = 0; vc->full && i < VOUCH_BUFFERS; i++)
+        vc->vouch[i].idx = NULL; /* no vouch outlives the switch to full checks */
 }
 
 static void key_init(check_key *k, int kind, const llmem_view *view)
@@ -130,13 +153,6 @@ static bool same_table(const llmem_i32_table *a, const llmem_i32_table *b)
     return a->host == b->host && a->offset == b->offset && a->n == b->n;
 }
 
-/* LLMEM_VIEW_CHECK=full: vouches are not recorded, every check is full. */
-static bool full_checks(void)
-{
-    const char *e = getenv("LLMEM_VIEW_CHECK");
-    return e && strcmp(e, "full") == 0;
-}
-
 void llmem_view_vouch_rows(const llmem_buffer *idx, const llmem_i32_table *table,
                            int32_t n_pages, int32_t page_size, const llmem_i32_table *page_off,
                            const llmem_i32_table *seq_len, int32_t n_ub)
@@ -155,7 +171,7 @@ void llmem_view_vouch_rows(const llmem_buffer *idx, const llmem_i32_table *table
     }
     v->idx = NULL; /* invalid until complete */
     v->n_ub = 0;
-    if (idx->write_gen == 0 || n_ub < 0 || full_checks())
+    if (idx->write_gen == 0 || n_ub < 0 || vc->full)
         return;
     if (n_ub > v->cap_ub) {
         vouch_ub *nu = realloc(v->ub, (size_t)n_ub * sizeof *nu);

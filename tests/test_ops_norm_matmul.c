@@ -288,7 +288,9 @@ END_TEST
  * make a workgroup walk many blocks of rows through both reduction
  * buffers) does not change any output bit, since every row is summed in
  * the same order; $LLMEM_VULKAN_NORM_MATMUL=0 refuses the op and leaves
- * out as it was. Other backends: nothing to check. */
+ * out as it was. The backend reads the knobs when it opens, so each change
+ * is followed by llmem_backend_reload_env (the refusal checks that it
+ * took). Other backends: nothing to check. */
 START_TEST(test_norm_matmul_vulkan_knobs)
 {
     if (strcmp(th_backend_name(_i), "vulkan") != 0)
@@ -371,6 +373,7 @@ START_TEST(test_norm_matmul_vulkan_knobs)
                 const char *const *vals = runs[k].v;
                 for (int i = 0; i < N_KNOB - 1; i++)
                     vals[i] ? setenv(knobs[i + 1], vals[i], 1) : unsetenv(knobs[i + 1]);
+                ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
                 th_set(&to, o0);
                 ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &tx, gated ? &tz : NULL,
                                                       norm ? &tn : NULL, &tw, sw ? &tw2 : NULL,
@@ -397,11 +400,13 @@ START_TEST(test_norm_matmul_vulkan_knobs)
                 unsetenv(knobs[i]);
             /* the switch: refused, out untouched */
             setenv(knobs[0], "0", 1);
+            ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
             th_set(&to, o0);
             ck_assert_int_eq(llmem_op_norm_matmul(be, &p, &tx, gated ? &tz : NULL,
                                                   norm ? &tn : NULL, &tw, sw ? &tw2 : NULL, &to),
                              LLMEM_E_UNSUPPORTED);
             unsetenv(knobs[0]);
+            ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
             th_get(&to, out);
             ck_assert_msg(!memcmp(out, o0, sizeof(double) * (size_t)N),
                           "LLMEM_VULKAN_NORM_MATMUL=0: out changed");
@@ -468,6 +473,7 @@ START_TEST(test_norm_matmul_vulkan_prefetch)
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
         setenv(knobs[0], runs[k].mode, 1);
         runs[k].kb ? setenv(knobs[1], runs[k].kb, 1) : unsetenv(knobs[1]);
+        ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK); /* read at open otherwise */
         for (int round = 0; round < 3; round++)
             for (int j = 0; j < NP; j++) {
                 th_set(&to, o0);
@@ -635,6 +641,7 @@ START_TEST(test_norm_matmul_conv)
         for (int mode = 0; mode < CV_MODES; mode++)
             for (int fold = vk ? 1 : 0; fold >= 0; fold--) {
                 test_env_put("LLMEM_VULKAN_NM_CONV", fold ? "1" : "0");
+                ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
                 cv_run(be, k, (cv_mode)mode, x, nw, w, cw, cb, init, prod, co, after);
                 char what[128];
                 snprintf(what, sizeof what, "%s case %zu mode %d fold %d", th_backend_name(_i),

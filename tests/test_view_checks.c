@@ -199,9 +199,12 @@ START_TEST(test_vouched_rows_end_with_a_write)
     ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_E_INVALID);
     /* the full-check mode ignores vouches */
     ck_assert_int_eq(setenv("LLMEM_VIEW_CHECK", "full", 1), 0);
+    ck_assert_int_eq(llmem_backend_reload_env(NULL), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_backend_reload_env(f.be), LLMEM_OK); /* read once otherwise */
     llmem_view_vouch_rows(f.idx, &kv->page_table, 4, 2, &kv->page_off, &kv->seq_len, 1);
     ck_assert_int_eq(llmem_view_check_attention(f.be, &f.view, 3), LLMEM_E_INVALID);
     ck_assert_int_eq(unsetenv("LLMEM_VIEW_CHECK"), 0);
+    ck_assert_int_eq(llmem_backend_reload_env(f.be), LLMEM_OK);
     /* a good row, vouched for, is accepted */
     f.host[7] = 0;
     fx_upload(&f);

@@ -19,6 +19,7 @@
 #include <volk.h>
 
 #include "llmem/plugin.h" /* llmem calls go through the host table */
+#include "vk_knobs.h"
 #include "vk_mm_pick.h"
 #include "vk_shader_ids.h"
 
@@ -197,6 +198,7 @@ typedef struct vk_backend {
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
     vk_mm_caps mm;              /* matmul path choices, read once (vk_matmul_config) */
+    vk_knobs knobs;             /* per-op tuning variables, read at open (vk_knobs.h) */
     uint32_t mv16_rows;         /* activation rows per matvec16 pass */
     llmem_buffer *cm_ctr;       /* matmul_cm's arrival counters (VK_CM_RAW_FUSED), made on first
                                  * use; VK_CM_CTR_SLOTS words, zero between dispatches */
@@ -372,6 +374,8 @@ void vk_prof_init(vk_backend *v);
  * v->coopmat, once at open (vk_ops_matmul.c). */
 void vk_matmul_config(vk_backend *v);
 void vk_scan_config(vk_backend *v);
+/* llmem_backend_i.reload_env: reads v->knobs again (vk_knobs.c). */
+void vk_reload_env(llmem_backend *be);
 void vk_prof_begin(vk_backend *v);
 void vk_prof_before(vk_backend *v, uint32_t shader);
 void vk_prof_after(vk_backend *v);

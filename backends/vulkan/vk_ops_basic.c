@@ -157,12 +157,10 @@ llmem_status vk_op_geglu(llmem_backend *be, llmem_ct *gate, llmem_ct *up, llmem_
  * the presplit, 2b 11.80 -> 10.74; docs/benchmarks.md "The batched decode
  * step: split activations, wider norms"); else ROW_WG (prefill and 1-8
  * rows: not measured wider). */
-static uint32_t norm_wg(int64_t rows, int64_t n)
+static uint32_t norm_wg(const vk_backend *v, int64_t rows, int64_t n)
 {
-    const char *e = getenv("LLMEM_VULKAN_NORM_WG");
-    long x = e ? strtol(e, NULL, 10) : 0;
-    if (x >= 64 && x <= 1024 && (x & (x - 1)) == 0)
-        return (uint32_t)x;
+    if (v->knobs.norm_wg > 0) /* $LLMEM_VULKAN_NORM_WG */
+        return (uint32_t)v->knobs.norm_wg;
     if (rows <= VK_MM_MV_MAX || rows > (int64_t)VK_PRESPLIT_ROWS)
         return ROW_WG;
     return n >= 2048 ? 1024u : n >= 1024 ? 512u : ROW_WG;
@@ -206,7 +204,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
-    uint32_t wg = norm_wg(rows, cols), reg = norm_reg(v, cols, wg);
+    uint32_t wg = norm_wg(v, rows, cols), reg = norm_reg(v, cols, wg);
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, wg);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
@@ -249,7 +247,7 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(y), cols = cols_of(y);
-    uint32_t wg = norm_wg(rows, cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
+    uint32_t wg = norm_wg(v, rows, cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, wg);
     vk_op_spec(&op, (uint32_t)w->dtype);
@@ -305,14 +303,10 @@ llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
-    const char *e = getenv("LLMEM_VULKAN_ARGMAX_WG");
-    long want = e ? strtol(e, NULL, 10) : ARGMAX_WG;
-    uint32_t wg = want >= 64 && want <= 1024 && (want & (want - 1)) == 0 ? (uint32_t)want
-                                                                          : ARGMAX_WG;
+    uint32_t wg = (uint32_t)VK_KNOB(v, argmax_wg, ARGMAX_WG);
     if (wg > v->props.limits.maxComputeWorkGroupInvocations)
         wg = ROW_WG;
-    const char *ev = getenv("LLMEM_VULKAN_ARGMAX_VEC");
-    bool vec_ok = !(ev && ev[0] == '0');
+    bool vec_ok = v->knobs.argmax_vec != '0';
     vk_op op;
     vk_op_init(&op, VK_SH_ARGMAX, wg);
     uint32_t xo = vk_op_tensor(v, &op, x, false);

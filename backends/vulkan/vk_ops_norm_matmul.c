@@ -71,13 +71,6 @@
 #define NM_PF 0         /* $LLMEM_VULKAN_L2_PREFETCH: 0 off, 1 at the end, 2 at the start */
 #define NM_PF_KB 4096   /* $LLMEM_VULKAN_L2_PREFETCH_KB: bytes of the next weights touched */
 
-static long env_long(const char *name, long dflt, long lo, long hi)
-{
-    const char *e = getenv(name);
-    long x = e ? strtol(e, NULL, 10) : dflt;
-    return x < lo || x > hi ? dflt : x;
-}
-
 /* Whether both shaders take the row x [1, K] and weights w: one row,
  * f16/bf16 weights, K a multiple of 8, K and N below 2^31, subgroups of 4+. */
 static bool nm_takes(const vk_backend *v, const llmem_ct *x, const llmem_ct *w)
@@ -144,7 +137,7 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
         return LLMEM_E_UNSUPPORTED;
     /* 512 for the gated norm: its activation (x, z, silu) is formed once per workgroup */
     uint32_t wg_dflt = norm == LLMEM_NM_NORM_GATED ? 2 * NM_WG : NM_WG;
-    uint32_t wg = (uint32_t)env_long("LLMEM_VULKAN_NM_WG", wg_dflt, 64, 1024);
+    uint32_t wg = (uint32_t)VK_KNOB(v, nm_wg, wg_dflt);
     if (wg % v->subgroup_size != 0 || wg > v->props.limits.maxComputeWorkGroupInvocations)
         wg = 256; /* every device of this backend takes 256 (vk_plugin.c) */
     if (wg % v->subgroup_size != 0)
@@ -153,7 +146,7 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     if (c > NM_C_MAX)
         return LLMEM_E_UNSUPPORTED;
     uint32_t nmat = epi == LLMEM_NM_SWIGLU ? 2 : 1;
-    long rr = env_long("LLMEM_VULKAN_NM_R", NM_R, 1, 4);
+    long rr = VK_KNOB(v, nm_r, NM_R);
     uint32_t r = rr == 4 ? 4 : rr == 2 ? 2 : 1;
     while (r > 1 && c * r * nmat > NM_LOADS_MAX)
         r /= 2;
@@ -165,7 +158,7 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     if (!nm_bind(v, &op, x, z, nw, w, w2, out, o))
         return LLMEM_E_UNSUPPORTED;
     uint64_t blocks = vk_div_up((uint64_t)N, r);
-    uint64_t groups = (uint64_t)env_long("LLMEM_VULKAN_NM_GROUPS", NM_GROUPS, 1, 65535);
+    uint64_t groups = (uint64_t)VK_KNOB(v, nm_groups, NM_GROUPS);
     groups = groups > blocks ? blocks : groups;
     vk_op_u32(&op, (uint32_t)N);
     vk_op_u32(&op, (uint32_t)K);
@@ -192,18 +185,18 @@ static nm_rows_cfg nm_rows_pick(const vk_backend *v, int64_t K, int64_t N, uint3
     /* short rows or few of them: NR_SHORT rows per group, so twice the workgroups */
     uint32_t nr = K <= NM_SHORT || N <= NM_SHORT ? NM_ROWS_NR_SHORT : NM_ROWS_NR;
     nm_rows_cfg c = {NM_ROWS_TPR, nr, NM_ROWS_UNROLL, NM_ROWS_WG};
-    uint32_t wg = (uint32_t)env_long("LLMEM_VULKAN_NM_RWG", c.wg, 64, 1024);
+    uint32_t wg = (uint32_t)VK_KNOB(v, nm_rwg, c.wg);
     if (wg % v->subgroup_size == 0 && wg <= v->props.limits.maxComputeWorkGroupInvocations)
         c.wg = wg;
-    uint32_t tpr = (uint32_t)env_long("LLMEM_VULKAN_NM_TPR", c.tpr, 32, 1024);
+    uint32_t tpr = (uint32_t)VK_KNOB(v, nm_tpr, c.tpr);
     if (tpr % v->subgroup_size == 0 && c.wg % tpr == 0)
         c.tpr = tpr;
     while (c.wg % c.tpr != 0 && c.tpr > v->subgroup_size)
         c.tpr /= 2;
-    long nrr = env_long("LLMEM_VULKAN_NM_NR", c.nr, 1, 8);
+    long nrr = VK_KNOB(v, nm_nr, c.nr);
     if (nrr == 1 || nrr == 2 || nrr == 4 || nrr == 8)
         c.nr = (uint32_t)nrr;
-    c.unroll = (uint32_t)env_long("LLMEM_VULKAN_NM_UNROLL", c.unroll, 1, 16);
+    c.unroll = (uint32_t)VK_KNOB(v, nm_unroll, c.unroll);
     while (c.unroll > 1 && c.unroll * c.nr * nmat > NM_ROWS_LOADS_MAX)
         c.unroll /= 2;
     return c;
@@ -262,7 +255,7 @@ static void nm_pf_bind(vk_backend *v, vk_op *op, const llmem_tensor *next, uint3
     }
     vk_buffer *b = vk_buf(next->buf);
     size_t bytes = llmem_tensor_nbytes(next);
-    size_t cap = (size_t)env_long("LLMEM_VULKAN_L2_PREFETCH_KB", NM_PF_KB, 1, 65536) * 1024;
+    size_t cap = (size_t)VK_KNOB(v, l2_prefetch_kb, NM_PF_KB) * 1024;
     size_t room = (size_t)(b->chunk - next->offset % b->chunk);
     bytes = bytes < cap ? bytes : cap;
     bytes = (bytes < room ? bytes : room) / 32 * 32;
@@ -338,7 +331,7 @@ static llmem_status nm_rows_build(vk_backend *v, const nm_args *a, const nm_conv
     if (!ok)
         return LLMEM_E_UNSUPPORTED;
     *groups = vk_div_up((uint64_t)N, (uint64_t)(c.wg / c.tpr) * c.nr);
-    uint32_t mode = cv ? 0 : (uint32_t)env_long("LLMEM_VULKAN_L2_PREFETCH", NM_PF, 0, 2), pf[3];
+    uint32_t mode = cv ? 0 : (uint32_t)VK_KNOB(v, l2_prefetch, NM_PF), pf[3];
     uint32_t cw = 0, cb = 0, co = 0;
     if (cv) { /* bindings 7-11 */
         cw = vk_op_tensor(v, op, &cv->w, false);
@@ -398,10 +391,10 @@ void vk_nm_conv_finish(vk_backend *v)
 
 /* Whether a one-row product may be held for a conv: an RMS-normed product
  * stored as is (a Mamba-2 in_proj), $LLMEM_VULKAN_NM_CONV not 0. */
-static bool nm_may_hold(const nm_args *a)
+static bool nm_may_hold(const vk_backend *v, const nm_args *a)
 {
     return a->norm == LLMEM_NM_NORM_RMS && a->epi == LLMEM_NM_STORE && !a->has_w2 &&
-           env_long("LLMEM_VULKAN_NM_CONV", NM_CONV, 0, 1) == 1;
+           VK_KNOB(v, nm_conv, NM_CONV) == 1;
 }
 
 /* Holds the product a (its dispatch built, not recorded) or records it
@@ -411,7 +404,7 @@ static llmem_status nm_rows(vk_backend *v, const nm_args *a)
     vk_op op;
     uint64_t groups = 0;
     llmem_status st;
-    bool hold = nm_may_hold(a);
+    bool hold = nm_may_hold(v, a);
     if (hold) {
         /* what was held before goes first; an open command buffer keeps the
          * allocator from destroying a block the held dispatch binds
@@ -521,7 +514,7 @@ llmem_status vk_held_flush(vk_backend *v)
 static llmem_status nm_run(vk_backend *v, int32_t norm, int32_t epi, float eps, llmem_ct *x,
                            llmem_ct *z, llmem_ct *nw, llmem_ct *w, llmem_ct *w2, llmem_ct *out)
 {
-    if (env_long("LLMEM_VULKAN_NM_MODE", NM_MODE, 0, 1) == 1)
+    if (VK_KNOB(v, nm_mode, NM_MODE) == 1)
         return nm_launch(v, norm, epi, eps, x, z, nw, w, w2, out);
     nm_args a = {.norm = norm, .epi = epi, .eps = eps, .x = *x, .w = *w, .out = *out,
                  .has_z = z != NULL, .has_nw = nw != NULL, .has_w2 = w2 != NULL};
@@ -538,14 +531,14 @@ static llmem_status vk_op_norm_matmul(llmem_backend *be, const llmem_norm_matmul
                                       llmem_ct *x, llmem_ct *z, llmem_ct *nw, llmem_ct *w,
                                       llmem_ct *w2, llmem_ct *out)
 {
-    if (env_long("LLMEM_VULKAN_NORM_MATMUL", 1, 0, 1) == 0)
+    if (VK_KNOB(vk_from(be), norm_matmul, 1) == 0)
         return LLMEM_E_UNSUPPORTED;
     return nm_run(vk_from(be), p->norm, p->epilogue, p->eps, x, z, nw, w, w2, out);
 }
 
 llmem_status vk_gemv_rows(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out)
 {
-    if (env_long("LLMEM_VULKAN_GEMV_ROWS", NM_GEMV_ROWS, 0, 1) == 0)
+    if (VK_KNOB(v, gemv_rows, NM_GEMV_ROWS) == 0)
         return LLMEM_E_UNSUPPORTED;
     return nm_run(v, LLMEM_NM_NORM_NONE, u ? LLMEM_NM_SWIGLU : LLMEM_NM_STORE, 0.0f, a, NULL,
                   NULL, w, u, out);

@@ -75,8 +75,7 @@ llmem_status vk_op_logprob_gather(llmem_backend *be, llmem_ct *logits, llmem_ct 
                                   llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
-    const char *e = getenv("LLMEM_VULKAN_GATHER_OLD");
-    if (e && e[0] == '1')
+    if (v->knobs.gather_old == '1') /* $LLMEM_VULKAN_GATHER_OLD */
         return run_mode(v, 2, NULL, logits, ids, out, NULL, 0);
     uint32_t wg = GATHER_WG <= v->props.limits.maxComputeWorkGroupInvocations ? GATHER_WG : 256;
     uint64_t rows = rows_of(logits);

@@ -685,6 +685,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
         fmt(err, len, "vulkan: cannot set up %s (%s)", e->props.deviceName, llmem_status_str(st));
     else {
         vk_prof_init(v);
+        vk_knobs_read(&v->knobs);
         vk_matmul_config(v);
         vk_scan_config(v);
         vk_conv_fold_config(v);
@@ -792,6 +793,7 @@ const llmem_backend_i vk_iface = {
     .supports_op = vk_supports_op,
     .op_impls = &vk_op_impls,
     .buffer_copy_ranges = vk_buffer_copy_ranges,
+    .reload_env = vk_reload_env,
 };
 
 static const llmem_plugin vk_plugin = {

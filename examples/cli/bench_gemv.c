@@ -77,7 +77,8 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
                    (norm > 0 ? 2.0 * k : 0) + 4.0 * n * (epi == LLMEM_NM_ADD ? 2 : 1);
     /* $LLMEM_BENCH_GEMV_SETS: "A=1 B=2;C=3;" times the figure once per set of environment
      * settings (an empty set: as the environment is), each set undone after its run (knob
-     * sweeps in one process; backends that read their knobs at each call) */
+     * sweeps in one process: llmem_backend_reload_env makes the backend read its knobs
+     * again after each change) */
     const char *sets = getenv("LLMEM_BENCH_GEMV_SETS");
     const char *sp = sets ? sets : "";
     do {
@@ -97,6 +98,7 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
                 setenv(t, eq + 1, 1);
             }
         }
+        llmem_backend_reload_env(b->be);
         double sec = 0;
         if (st == LLMEM_OK)
             st = bench_time_it(b, what, gemv_run, &c, &sec);
@@ -112,6 +114,7 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
                 unsetenv(t);
             }
         }
+        llmem_backend_reload_env(b->be);
     } while (*sp++ == ';' && *sp);
     if (st == LLMEM_E_UNSUPPORTED) { /* e.g. a matrix beyond lavapipe's 128 MiB bindings */
         printf("%-28s (not run: the backend cannot hold this shape)\n", what);

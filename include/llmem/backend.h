@@ -244,6 +244,17 @@ llmem_status llmem_buffer_download_async(llmem_buffer *src, size_t offset, void 
  * llmem_backend_synchronize. */
 bool llmem_backend_async_copies(const llmem_backend *be);
 
+/* Reads again the LLMEM_* variables that tune be's ops and that be read
+ * into its state when it opened, so that one process can time several
+ * settings (setenv, then this; `llmem bench`'s LLMEM_BENCH_GEMV_SETS):
+ * the Vulkan backend's per-op kernel choices (docs/vulkan.md, the ones
+ * "read when the backend opens") and LLMEM_VIEW_CHECK of the view checks.
+ * Steps recorded before keep the settings they were recorded with. Not
+ * thread-safe against ops on be, nor against setenv in another thread
+ * (getenv is not). Returns LLMEM_OK (also for a backend with nothing to
+ * read again); LLMEM_E_INVALID (be NULL). */
+llmem_status llmem_backend_reload_env(llmem_backend *be);
+
 /* Waits until all work queued on the backend has finished.
  * Returns LLMEM_E_BACKEND if the device reported an error. */
 llmem_status llmem_backend_synchronize(llmem_backend *be);

@@ -195,6 +195,11 @@ typedef struct llmem_backend_i {
      * recorded (record_begin) the copies are recorded like buffer_copy's. */
     llmem_status (*buffer_copy_ranges)(llmem_backend *be, const llmem_copy_range *ranges,
                                        int32_t n);
+
+    /* Optional (NULL: the backend keeps no environment variables it read).
+     * Reads again the LLMEM_* variables the backend read into its state
+     * when it opened (llmem_backend_reload_env). */
+    void (*reload_env)(llmem_backend *be);
 } llmem_backend_i;
 
 /* Base object. Implementations embed it as their first member. */

@@ -1,0 +1,59 @@
+/* llmem vulkan backend: tuning variables read once (vk_knobs.h). */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "vk_internal.h"
+
+enum { NUM, POW2, CHAR };
+
+/* One variable: where it goes, its range and how it reads: NUM a decimal
+ * number (strtol: "8x" is 8, "" is 0), POW2 one that is a power of two
+ * too, CHAR its first character only (lo, hi unused). */
+typedef struct knob_def {
+    const char *name;
+    size_t off;
+    long lo, hi;
+    int kind;
+} knob_def;
+
+#define K(name, field, lo, hi, kind) {name, offsetof(vk_knobs, field), lo, hi, kind}
+static const knob_def defs[] = {
+    K("LLMEM_VULKAN_NORM_WG", norm_wg, 64, 1024, POW2),
+    K("LLMEM_VULKAN_ARGMAX_WG", argmax_wg, 64, 1024, POW2),
+    K("LLMEM_VULKAN_ARGMAX_VEC", argmax_vec, 0, 0, CHAR),
+    K("LLMEM_VULKAN_GATHER_OLD", gather_old, 0, 0, CHAR),
+    K("LLMEM_VULKAN_NORM_MATMUL", norm_matmul, 0, 1, NUM),
+    K("LLMEM_VULKAN_NM_MODE", nm_mode, 0, 1, NUM),
+    K("LLMEM_VULKAN_NM_WG", nm_wg, 64, 1024, NUM),
+    K("LLMEM_VULKAN_NM_R", nm_r, 1, 4, NUM),
+    K("LLMEM_VULKAN_NM_GROUPS", nm_groups, 1, 65535, NUM),
+    K("LLMEM_VULKAN_NM_RWG", nm_rwg, 64, 1024, NUM),
+    K("LLMEM_VULKAN_NM_TPR", nm_tpr, 32, 1024, NUM),
+    K("LLMEM_VULKAN_NM_NR", nm_nr, 1, 8, NUM),
+    K("LLMEM_VULKAN_NM_UNROLL", nm_unroll, 1, 16, NUM),
+    K("LLMEM_VULKAN_GEMV_ROWS", gemv_rows, 0, 1, NUM),
+    K("LLMEM_VULKAN_L2_PREFETCH", l2_prefetch, 0, 2, NUM),
+    K("LLMEM_VULKAN_L2_PREFETCH_KB", l2_prefetch_kb, 1, 65536, NUM),
+    K("LLMEM_VULKAN_NM_CONV", nm_conv, 0, 1, NUM),
+};
+#undef K
+
+void vk_knobs_read(vk_knobs *k)
+{
+    for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
+        const knob_def *d = &defs[i];
+        const char *e = getenv(d->name);
+        long x = e ? strtol(e, NULL, 10) : -1;
+        if (d->kind == CHAR)
+            x = e ? (unsigned char)e[0] : -1;
+        else if (x < d->lo || x > d->hi || (d->kind == POW2 && (x & (x - 1))))
+            x = -1;
+        *(int32_t *)((char *)k + d->off) = (int32_t)x;
+    }
+}
+
+/* The llmem_backend_i slot (vk_plugin.c's vk_iface). */
+void vk_reload_env(llmem_backend *be)
+{
+    vk_knobs_read(&((vk_backend *)be)->knobs);
+}

@@ -1,0 +1,42 @@
+/* llmem vulkan backend: the tuning variables that ops used to read with
+ * getenv at each call, read into the backend's state when it opens
+ * (vk_knobs_read) and again on llmem_backend_reload_env, so that an op
+ * reads a field: getenv scans the whole environment and is not safe
+ * against a setenv in another thread. Each field holds the variable's
+ * value when it is set and within the range its op accepts (docs/vulkan.md
+ * gives the ranges and defaults), else -1: the op's own default, which may
+ * depend on the shape (VK_KNOB). */
+#ifndef LLMEM_VK_KNOBS_H
+#define LLMEM_VK_KNOBS_H
+
+#include <stdint.h>
+
+typedef struct vk_knobs {
+    int32_t norm_wg;    /* LLMEM_VULKAN_NORM_WG: the RMS norms' workgroup, 64..1024, 2^k */
+    int32_t argmax_wg;  /* LLMEM_VULKAN_ARGMAX_WG: 64..1024, 2^k */
+    int32_t argmax_vec; /* LLMEM_VULKAN_ARGMAX_VEC's first character: '0' the scalar loop */
+    int32_t gather_old; /* LLMEM_VULKAN_GATHER_OLD's first character: '1' sample.comp's 2 passes */
+    /* llmem_op_norm_matmul (vk_ops_norm_matmul.c) */
+    int32_t norm_matmul;    /* LLMEM_VULKAN_NORM_MATMUL: 0 refused, 1 */
+    int32_t nm_mode;        /* LLMEM_VULKAN_NM_MODE: 0 rows kernel, 1 persistent */
+    int32_t nm_wg;          /* LLMEM_VULKAN_NM_WG: 64..1024 */
+    int32_t nm_r;           /* LLMEM_VULKAN_NM_R: 1..4 */
+    int32_t nm_groups;      /* LLMEM_VULKAN_NM_GROUPS: 1..65535 */
+    int32_t nm_rwg;         /* LLMEM_VULKAN_NM_RWG: 64..1024 */
+    int32_t nm_tpr;         /* LLMEM_VULKAN_NM_TPR: 32..1024 */
+    int32_t nm_nr;          /* LLMEM_VULKAN_NM_NR: 1..8 */
+    int32_t nm_unroll;      /* LLMEM_VULKAN_NM_UNROLL: 1..16 */
+    int32_t gemv_rows;      /* LLMEM_VULKAN_GEMV_ROWS: 0, 1 */
+    int32_t l2_prefetch;    /* LLMEM_VULKAN_L2_PREFETCH: 0..2 */
+    int32_t l2_prefetch_kb; /* LLMEM_VULKAN_L2_PREFETCH_KB: 1..65536 */
+    int32_t nm_conv;        /* LLMEM_VULKAN_NM_CONV: 0, 1 */
+} vk_knobs;
+
+/* The knob's value, or dflt where its variable is unset or out of range. */
+#define VK_KNOB(v, field, dflt) ((v)->knobs.field >= 0 ? (long)(v)->knobs.field : (long)(dflt))
+
+/* Reads every variable above into *k (never fails: a variable that is
+ * unset, malformed or out of range reads as -1). */
+void vk_knobs_read(vk_knobs *k);
+
+#endif
