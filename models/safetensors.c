@@ -483,8 +483,9 @@ static llmem_status list_dir(llmem_safetensors *st, const char *dir, char *err, 
 {
     DIR *d = opendir(dir);
     if (!d) {
-        llmem_errf(err, err_len, "%s: cannot read directory: %s", dir, strerror(errno));
-        return LLMEM_E_IO;
+        int e = errno; /* ENOMEM: opendir's buffer */
+        llmem_errf(err, err_len, "%s: cannot read directory: %s", dir, strerror(e));
+        return e == ENOMEM ? LLMEM_E_NO_MEMORY : LLMEM_E_IO;
     }
     char **names = NULL;
     size_t n = 0, cap = 0;

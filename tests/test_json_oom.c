@@ -199,56 +199,42 @@ END_TEST
 
 /* ---- the loaders --------------------------------------------------------------------------- */
 
-static int config_load(void *ctx, char *err, size_t err_len)
+/* What a loader of the llama fixture folder loads. */
+typedef enum { LOAD_CONFIG, LOAD_SAFETENSORS, LOAD_TOKENIZER } load_kind;
+
+static int fixture_load(void *ctx, char *err, size_t err_len)
 {
-    llmem_model_config *cfg = ctx;
+    static llmem_model_config cfg;
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", test_source_dir());
-    return llmem_model_config_load(dir, cfg, err, err_len);
-}
-
-START_TEST(config_json)
-{
-    llmem_model_config *cfg = malloc(sizeof *cfg);
-    ck_assert_ptr_nonnull(cfg);
-    every_allocation_fails("config.json", config_load, cfg, LLMEM_E_NO_MEMORY);
-    free(cfg);
-}
-END_TEST
-
-static int safetensors_open(void *ctx, char *err, size_t err_len)
-{
-    (void)ctx;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/llama/model.safetensors", test_source_dir());
-    llmem_safetensors *st = NULL;
-    llmem_status s = llmem_safetensors_open(path, &st, err, err_len);
-    EXPECT(s == LLMEM_OK ? st != NULL : st == NULL);
-    llmem_safetensors_close(st);
+    llmem_status s = LLMEM_E_INVALID;
+    switch (*(const load_kind *)ctx) {
+    case LOAD_CONFIG: s = llmem_model_config_load(dir, &cfg, err, err_len); break;
+    case LOAD_SAFETENSORS: {
+        llmem_safetensors *st = NULL;
+        s = llmem_safetensors_open(dir, &st, err, err_len);
+        EXPECT(s == LLMEM_OK ? st != NULL : st == NULL);
+        llmem_safetensors_close(st);
+        break;
+    }
+    case LOAD_TOKENIZER: {
+        llmem_tokenizer *tok = NULL;
+        s = llmem_tokenizer_load(dir, &tok, err, err_len);
+        EXPECT(s == LLMEM_OK ? tok != NULL : tok == NULL);
+        llmem_tokenizer_destroy(tok);
+        break;
+    }
+    }
     return s;
 }
 
-START_TEST(safetensors_header)
+/* config.json, the safetensors header, tokenizer.json and tokenizer_config.json */
+START_TEST(loaders)
 {
-    every_allocation_fails("model.safetensors", safetensors_open, NULL, LLMEM_E_NO_MEMORY);
-}
-END_TEST
-
-static int tokenizer_load(void *ctx, char *err, size_t err_len)
-{
-    (void)ctx;
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/tests/fixtures/llama", test_source_dir());
-    llmem_tokenizer *tok = NULL;
-    llmem_status s = llmem_tokenizer_load(dir, &tok, err, err_len);
-    EXPECT(s == LLMEM_OK ? tok != NULL : tok == NULL);
-    llmem_tokenizer_destroy(tok);
-    return s;
-}
-
-START_TEST(tokenizer_json)
-{
-    every_allocation_fails("tokenizer.json", tokenizer_load, NULL, LLMEM_E_NO_MEMORY);
+    static const load_kind kinds[] = {LOAD_CONFIG, LOAD_SAFETENSORS, LOAD_TOKENIZER};
+    static const char *const names[] = {"config.json", "model.safetensors", "tokenizer.json"};
+    for (int k = 0; k < 3; k++)
+        every_allocation_fails(names[k], fixture_load, (void *)&kinds[k], LLMEM_E_NO_MEMORY);
 }
 END_TEST
 
@@ -345,9 +331,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, read_fixture_config_and_tokenizer);
     tcase_add_test(tc, first_allocation_failing_tells_syntax_from_memory);
-    tcase_add_test(tc, config_json);
-    tcase_add_test(tc, safetensors_header);
-    tcase_add_test(tc, tokenizer_json);
+    tcase_add_test(tc, loaders);
     tcase_add_test(tc, chat_template_context);
     tcase_add_test(tc, serve_request_bodies);
     suite_add_tcase(s, tc);

@@ -47,6 +47,22 @@ static llmem_status gemv_run(void *vctx)
                      : llmem_op_matmul(c->be, &c->a, &c->w[i], &c->out);
 }
 
+/* Sets (set) or unsets every NAME=VALUE of the space-separated list `one`
+ * (at most 255 bytes), then has the backend read its knobs again. */
+static void apply_set(llmem_backend *be, const char *one, bool set)
+{
+    char names[256], *save = NULL;
+    snprintf(names, sizeof names, "%s", one);
+    for (char *t = strtok_r(names, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        if (eq) {
+            *eq = 0;
+            set ? setenv(t, eq + 1, 1) : unsetenv(t);
+        }
+    }
+    llmem_backend_reload_env(be);
+}
+
 /* One figure: rot copies of the weights (gate and up for SwiGLU), each its
  * own buffer so that no matrix straddles a chunk of a large buffer; norm
  * >= 0 runs llmem_op_norm_matmul with that norm and epilogue epi (x and z
@@ -82,23 +98,14 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
     const char *sets = getenv("LLMEM_BENCH_GEMV_SETS");
     const char *sp = sets ? sets : "";
     do {
-        char one[256] = "", *save = NULL;
+        char one[256] = "";
         size_t len = strcspn(sp, ";");
         if (len >= sizeof one)
             len = sizeof one - 1;
         memcpy(one, sp, len);
         one[len] = 0;
         sp += strcspn(sp, ";");
-        char names[256];
-        memcpy(names, one, sizeof names);
-        for (char *t = strtok_r(names, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-            char *eq = strchr(t, '=');
-            if (eq) {
-                *eq = 0;
-                setenv(t, eq + 1, 1);
-            }
-        }
-        llmem_backend_reload_env(b->be);
+        apply_set(b->be, one, true);
         double sec = 0;
         if (st == LLMEM_OK)
             st = bench_time_it(b, what, gemv_run, &c, &sec);
@@ -106,15 +113,7 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
         snprintf(note, sizeof note, "(M 1, bf16 weights)%s%s", one[0] ? " " : "", one);
         if (st == LLMEM_OK)
             bench_report_bw(b, what, sec, bytes, note);
-        memcpy(names, one, sizeof names);
-        for (char *t = strtok_r(names, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
-            char *eq = strchr(t, '=');
-            if (eq) {
-                *eq = 0;
-                unsetenv(t);
-            }
-        }
-        llmem_backend_reload_env(b->be);
+        apply_set(b->be, one, false);
     } while (*sp++ == ';' && *sp);
     if (st == LLMEM_E_UNSUPPORTED) { /* e.g. a matrix beyond lavapipe's 128 MiB bindings */
         printf("%-28s (not run: the backend cannot hold this shape)\n", what);

@@ -13,6 +13,7 @@
 #ifndef LLMEM_TEST_HOST_FAULTS_H
 #define LLMEM_TEST_HOST_FAULTS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,9 +39,14 @@ extern void *__libc_memalign(size_t align, size_t size);
 static int64_t hf_fail_at = -1; /* the allocation that fails, counted from arming; -1: none */
 static int64_t hf_seen;         /* allocations since arming */
 
+/* Whether this allocation fails; sets errno to ENOMEM then, as glibc's
+ * allocator does (opendir, fopen and strdup report through it). */
 static bool hf_refuse(void)
 {
-    return hf_fail_at >= 0 && hf_seen++ == hf_fail_at;
+    if (hf_fail_at < 0 || hf_seen++ != hf_fail_at)
+        return false;
+    errno = ENOMEM;
+    return true;
 }
 
 void *malloc(size_t size)
