@@ -95,11 +95,12 @@ function(llmem_vulkan_shader_entries out_var)
   set(${out_var} ${_entries} PARENT_SCOPE)
 endfunction()
 
-# The KHR modules (llmem_vulkan_shaders): matmul_cmp.comp (prefill, above 64 rows) and
-# matmul_cm.comp (decode, 9-64 rows).
+# The KHR modules (llmem_vulkan_shaders): matmul_cmp.comp (prefill, above 64 rows),
+# matmul_cm.comp (decode, 9-64 rows, the old plans) and matmul_dec.comp (decode, 9-64 rows).
 set(LLMEM_VK_KHR_SHADERS
   "matmul_cmp"
-  "matmul_cm")
+  "matmul_cm"
+  "matmul_dec")
 # KHR modules with no glslangValidator (Debian 12) entry at all, left out of the glob above:
 # shaders on GL_NV_cooperative_matrix2, which glslang 15 compiles only for SPIR-V 1.6
 # (--target-env vulkan1.3; the plugin asks for Vulkan 1.3 where it may run them).

@@ -25,7 +25,7 @@
 
 #define VK_NM_PF_MAX 1024 /* weights whose successor vk_ops_norm_matmul.c remembers */
 #define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */
-#define VK_MAX_SPEC 10      /* specialization constants per pipeline */
+#define VK_MAX_SPEC 12      /* specialization constants per pipeline */
 #define VK_MAX_PUSH 128     /* bytes of push constants (the guaranteed minimum) */
 #define VK_ALIGN 256        /* alignment of every sub-allocation (bytes) */
 

@@ -178,3 +178,46 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
 {
     return c->coopmat && c->cm_khr && m <= VK_CMP_ROWS;
 }
+
+void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c)
+{
+    (void)split;
+    *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = 512, .groups = 264};
+    if (m > 16)
+        *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = 128, .groups = 264};
+}
+
+bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const vk_dec_cfg *c,
+                      uint32_t smem, vk_dec_plan *p)
+{
+    if (m == 0 || m > VK_CMP_ROWS || k == 0 || k % 8 != 0 || (split != 1 && split != 2))
+        return false;
+    if (c->wg < 64 || c->wg > 256 || c->wg % 32 != 0 || (c->fn != 1 && c->fn != 2) ||
+        (c->bk != 32 && c->bk != 64 && c->bk != 128) || c->depth < 1 || c->depth > 3 ||
+        c->ka < c->bk || c->ka % c->bk != 0 || c->groups == 0)
+        return false;
+    vk_cm_plan *q = &p->cm;
+    *q = (vk_cm_plan){.sgm = 1, .sgn = c->wg / 32, .fm = (uint32_t)div_up(m, 16), .fn = c->fn,
+                      .bk = c->bk, .stages = c->depth, .tiles_m = 1};
+    q->bm = 16 * q->fm;
+    q->bn = 16 * q->fn * q->sgn;
+    q->tiles_n = (uint32_t)div_up(n, q->bn);
+    uint64_t tiles = q->tiles_n ? q->tiles_n : 1;
+    uint64_t s = (c->groups + tiles / 2) / tiles, most = k / VK_MM_MIN_SLICE;
+    s = s > most ? most : s;
+    s = s < 1 ? 1 : s;
+    q->k_split = (uint32_t)(div_up(div_up(k, s), q->bk) * q->bk);
+    q->slices = (uint32_t)div_up(k, q->k_split);
+    p->wg = c->wg;
+    p->ka = c->ka < q->k_split ? c->ka : q->k_split; /* a multiple of bk either way */
+    /* a smaller chunk where the shared memory would not hold it */
+    while (p->ka > q->bk && VK_DEC_SMEM(split, q->bm, p->ka, c->wg, c->fn, c->bk) + 1024u > smem)
+        p->ka = (p->ka / 2 + q->bk - 1) / q->bk * q->bk;
+    p->apf = q->k_split > p->ka;
+    return VK_DEC_SMEM(split, q->bm, p->ka, c->wg, c->fn, c->bk) + 1024u <= smem;
+}
+
+bool vk_dec_used(const vk_mm_caps *c, uint32_t m)
+{
+    return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
+}

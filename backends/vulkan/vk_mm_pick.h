@@ -80,6 +80,9 @@ typedef struct vk_mm_caps {
                         * output ($LLMEM_VULKAN_PRESPLIT: 0 off, 1 on (default), 2 even
                         * without cooperative matrices; vk_presplit.c) */
     bool cm_khr;       /* up to VK_CMP_ROWS rows: matmul_cm.comp's KHR module (vk_cm_khr_used) */
+    uint32_t dec;      /* 9 .. VK_CMP_ROWS rows: VK_DEC_* (matmul_dec.comp; vk_dec_used) */
+    bool dec_cfg_set;  /* dec_cfg replaces vk_dec_cfg_default ($LLMEM_VULKAN_DEC_CFG) */
+    uint32_t dec_cfg[6]; /* WG, FN, BK, DEPTH, KA, GROUPS (vk_dec_cfg) */
 } vk_mm_caps;
 
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
@@ -286,5 +289,64 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
  * precise: 32.1 us a call against 34.1, the step 10.56 -> 10.26 ms ("Decode
  * tiles as KHR cooperative matrices"). Pure. */
 bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
+
+/* matmul_dec.comp, the decode GEMM of 9 .. VK_CMP_ROWS rows that streams
+ * the weights with each subgroup on its own (vk_mm_caps.dec;
+ * $LLMEM_VULKAN_DEC): OFF the old plans (matmul_cm.comp's, vk_cm_plan_make);
+ * KHR its GL_KHR_cooperative_matrix module where the device and the build
+ * have it (else its NV one); NV its NV module. */
+#define VK_DEC_OFF 0
+#define VK_DEC_KHR 1
+#define VK_DEC_NV 2
+#define VK_DEC_DEFAULT VK_DEC_OFF /* $LLMEM_VULKAN_DEC unset */
+
+/* The blocking of matmul_dec.comp: workgroups of wg invocations (wg / 32
+ * subgroups, each owning 16 fn output columns), weight K steps of bk (32,
+ * 64 or 128), depth (1 .. 3) steps of weight loads in flight per
+ * subgroup, the activations' terms in shared chunks of ka (a multiple of
+ * bk), and split-K aiming at `groups` workgroups in all. */
+typedef struct vk_dec_cfg {
+    uint32_t wg, fn, bk, depth, ka, groups;
+} vk_dec_cfg;
+
+/* A plan of matmul_dec.comp: cm as matmul_cm's (sgm 1, sgn wg / 32, fm =
+ * ceil(m / 16), bm 16 fm: one tile of rows; bn 16 fn sgn; bk; stages =
+ * the depth; tiles, slices, k_split), plus the chunk ka actually used
+ * (at most k_split) and apf (1: a slice has several chunks, the next one
+ * is loaded during the current one). */
+typedef struct vk_dec_plan {
+    vk_cm_plan cm;
+    uint32_t wg, ka, apf;
+} vk_dec_plan;
+
+/* Shared memory of matmul_dec.comp, bytes: the chunk's terms (split
+ * terms x bm rows x ka + 8 halves) and each subgroup's staged weights (16
+ * fn columns x bk + 8 halves). */
+#define VK_DEC_SMEM(split, bm, ka, wg, fn, bk) \
+    ((split) * (bm) * ((ka) / 8u + 1u) * 16u + (wg) / 32u * 16u * (fn) * ((bk) / 8u + 1u) * 16u)
+
+/* The default blocking of matmul_dec.comp at m rows with `split` f16
+ * terms of a (1 fast, 2 precise) into *c (caller-owned). Pure; never
+ * fails. */
+void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c);
+
+/* Plans matmul_dec.comp for out[m, n] = a[m, k] · w[n, k]ᵀ with `split`
+ * terms of a and blocking *c into *p (caller-owned; m, n, k in elements):
+ * tiles_n = ceil(n / bn) tiles of all m rows; slices = round(groups /
+ * tiles), at least 1, at most k / VK_MM_MIN_SLICE; k_split whole K steps;
+ * ka = min(c->ka, k_split), halved (to whole K steps) while VK_DEC_SMEM
+ * and 1 KiB for the driver exceed smem bytes. false (and *p unusable) when
+ * m is 0 or above VK_CMP_ROWS, k is 0 or not a multiple of 8, or the
+ * blocking is not one the shader takes (wg 64 .. 256 a multiple of 32; fn
+ * 1 or 2; bk 32, 64 or 128; depth 1 .. 3; ka a multiple of bk; groups 1
+ * or more), or even a chunk of one K step does not fit smem. Pure
+ * (tests/test_vulkan_pick.c). */
+bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const vk_dec_cfg *c,
+                      uint32_t smem, vk_dec_plan *p);
+
+/* Whether matmul_dec.comp runs for m activation rows on the tensor-core
+ * path: c->coopmat, c->dec not VK_DEC_OFF, 9 <= m <= VK_CMP_ROWS (the
+ * caller also checks vk_mm_pick's VK_MM_COOPMAT). Pure. */
+bool vk_dec_used(const vk_mm_caps *c, uint32_t m);
 
 #endif

@@ -12,6 +12,7 @@
  * idle), and shapes it cannot take (K not a multiple of 8, unaligned rows)
  * the plain shared-memory tiling of shaders/matmul.comp.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "vk_internal.h"
@@ -85,6 +86,17 @@ void vk_matmul_config(vk_backend *v)
      * default), its NV module (0) */
     v->mm.cm_khr = env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&
                    vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
+    /* 9-64 rows: matmul_dec.comp (1: its KHR module where the device and the build have it,
+     * else its NV one; 2 its NV module), 0 the old plans of matmul_cm.comp (default) */
+    uint32_t dec = env_u32("LLMEM_VULKAN_DEC", VK_DEC_DEFAULT, 0, 2);
+    if (dec == VK_DEC_KHR && !(v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_DEC_KHR].size >= 20))
+        dec = VK_DEC_NV;
+    v->mm.dec = dec;
+    /* its blocking for every row count, "WG,FN,BK,DEPTH,KA,GROUPS" (vk_dec_cfg) */
+    const char *dc = getenv("LLMEM_VULKAN_DEC_CFG");
+    uint32_t *d = v->mm.dec_cfg;
+    v->mm.dec_cfg_set = dc && sscanf(dc, "%u,%u,%u,%u,%u,%u", &d[0], &d[1], &d[2], &d[3], &d[4],
+                                     &d[5]) == 6;
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
@@ -377,9 +389,11 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
 }
 
 /* out = a · wᵀ on tensor cores from the terms of a (cm_split_run):
- * above 64 rows matmul_cmp.comp (allow_cmp and vk_cmp_used; blocking of
- * vk_cmp_plan_make; raw tiles + sum_slices_cm.comp; when its partial
- * buffer cannot be had, matmul_cm.comp as below), else
+ * above 64 rows matmul_cmp.comp (CM_ALLOW_CMP in allow and vk_cmp_used;
+ * blocking of vk_cmp_plan_make; raw tiles + sum_slices_cm.comp; when its
+ * partial buffer cannot be had, matmul_cm.comp as below); at 9-64 rows
+ * matmul_dec.comp (CM_ALLOW_DEC and dec_plan; raw tiles +
+ * sum_slices_cm.comp; without its partial buffer, matmul_cm.comp); else
  * matmul_cm.comp with the blocking of vk_cm_plan_make, then, by the
  * epilogue (vk_cm_raw_used, $LLMEM_VULKAN_CM_RAW): sum_slices.comp when K
  * is split (scaled epilogue), sum_slices_cm.comp (raw tiles to a padded
@@ -391,16 +405,38 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
  * product); tm->buf must stay allocated until then. *done says whether it
  * ran; it does not when w's offset is not 16-byte aligned (the caller
  * falls through to matmul_rt). LLMEM_E_NO_MEMORY: no partial buffer. */
+enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2 };
+
+/* matmul_dec.comp's plan for an [m, k] x [n, k] product with `split`
+ * terms (vk_dec_plan_make at $LLMEM_VULKAN_DEC_CFG or the default
+ * blocking); false where it does not apply. */
+static bool dec_plan(const vk_backend *v, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
+                     vk_dec_plan *dp)
+{
+    vk_dec_cfg c;
+    const uint32_t *d = v->mm.dec_cfg;
+    if (v->mm.dec_cfg_set)
+        c = (vk_dec_cfg){d[0], d[1], d[2], d[3], d[4], d[5]};
+    else
+        vk_dec_cfg_default(m, split, &c);
+    return vk_dec_used(&v->mm, m) && vk_dec_plan_make(m, n, k, split, &c, v->mm.smem, dp);
+}
+
 static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
-                                  llmem_ct *out, cm_sum *later, bool allow_cmp, bool *done)
+                                  llmem_ct *out, cm_sum *later, int allow, bool *done)
 {
     uint32_t m = tm->m, k = tm->k, n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
     /* matmul_cmp.comp: raw tiles only (its sum_slices_cm.comp pass scales) */
-    bool cmp = allow_cmp && vk_cmp_used(&v->mm, m) &&
+    bool cmp = (allow & CM_ALLOW_CMP) && vk_cmp_used(&v->mm, m) &&
                vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl);
-    if (!cmp) {
+    /* matmul_dec.comp: raw tiles only as well */
+    vk_dec_plan dp;
+    bool dec = !cmp && (allow & CM_ALLOW_DEC) && dec_plan(v, m, n, k, tm->split, &dp);
+    if (dec)
+        pl = dp.cm;
+    if (!cmp && !dec) {
         vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
                            v->mm.smem, v->mm.cm_fn, &pl);
         uint32_t wave = v->mm.cm_wave;
@@ -411,20 +447,20 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     }
     size_t count = (size_t)m * n;
     uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
-    bool raw = cmp || vk_cm_raw_used(v->mm.cm_raw, &pl);
+    bool raw = cmp || dec || vk_cm_raw_used(v->mm.cm_raw, &pl);
     uint32_t ldp = n;
     uint64_t pslice = count; /* floats per slice of the partial buffer */
     if (raw)
         vk_cm_raw_layout(&pl, &ldp, &pslice);
     if (raw && pl.slices * pslice > UINT32_MAX) { /* the shaders index 32-bit */
-        if (cmp)
-            return cm_product_as(be, v, tm, w, out, later, false, done);
+        if (cmp || dec)
+            return cm_product_as(be, v, tm, w, out, later, 0, done);
         raw = false;
         ldp = n;
         pslice = count;
     }
     uint32_t ctr = UINT32_MAX; /* first counter: the fused sum */
-    if (raw && !cmp && v->mm.cm_raw == VK_CM_RAW_FUSED) {
+    if (raw && !cmp && !dec && v->mm.cm_raw == VK_CM_RAW_FUSED) {
         /* (called at one slice too, so that the counters are made by the first prefill) */
         uint32_t c = cm_ctr_first(be, v, pl.slices > 1 ? tiles : 0);
         if (pl.slices > 1)
@@ -435,8 +471,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (pl.slices > 1 || raw) {
         size_t bytes = (size_t)pl.slices * pslice * 4;
         st = vk_buffer_alloc(be, bytes, &part);
-        if (st == LLMEM_E_NO_MEMORY && cmp) /* matmul_cm, which may do without the buffer */
-            return cm_product_as(be, v, tm, w, out, later, false, done);
+        if (st == LLMEM_E_NO_MEMORY && (cmp || dec)) /* matmul_cm, which may do without it */
+            return cm_product_as(be, v, tm, w, out, later, 0, done);
         if (st == LLMEM_E_NO_MEMORY && raw && pl.slices == 1) {
             raw = false; /* one slice needs no partial buffer: the scaled epilogue */
             ldp = n;
@@ -461,6 +497,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (cmp)
         vk_op_init(&mm, v->mm.cmp == VK_CMP_KHR ? VK_SH_MATMUL_CMP_KHR : VK_SH_MATMUL_CMP,
                    32 * pl.sgm * pl.sgn);
+    else if (dec)
+        vk_op_init(&mm, v->mm.dec == VK_DEC_KHR ? VK_SH_MATMUL_DEC_KHR : VK_SH_MATMUL_DEC, dp.wg);
     else
         vk_op_init(&mm, vk_cm_khr_used(&v->mm, m) ? VK_SH_MATMUL_CM_KHR : VK_SH_MATMUL_CM,
                    VK_CM_WG);
@@ -473,6 +511,10 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     vk_op_spec(&mm, pl.stages);
     if (!cmp)
         vk_op_spec(&mm, fused ? 2 : raw);
+    if (dec) {
+        vk_op_spec(&mm, dp.ka);
+        vk_op_spec(&mm, dp.apf);
+    }
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);
     uint32_t oo = vk_op_tensor(v, &mm, &sum.pt, true);
@@ -524,7 +566,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
 static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
                                llmem_ct *out, cm_sum *later, bool *done)
 {
-    return cm_product_as(be, v, tm, w, out, later, true, done);
+    return cm_product_as(be, v, tm, w, out, later, CM_ALLOW_CMP | CM_ALLOW_DEC, done);
 }
 
 /* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows

@@ -4,7 +4,7 @@
 # default tools/glslang_khr.sh), and <name>.sha256, the SHA-256 of
 # <name>.comp (self-contained: it includes nothing), for each name given
 # (default: every KHR module, shaders/shaders.cmake's LLMEM_VK_KHR_SHADERS:
-# matmul_cmp, matmul_cm, matmul_cm2). The build embeds a .spv only while its hash
+# matmul_cmp, matmul_cm, matmul_cm2, matmul_dec). The build embeds a .spv only while its hash
 # matches the source (shaders/shaders.cmake), so a stale module never
 # runs: run this after changing one of those shaders. Build with
 # -DLLMEM_GLSLANG_KHR=<glslang 15> to compile them from source instead.
@@ -12,7 +12,7 @@
 set -eu
 cd "$(dirname "$0")"
 GK=${GLSLANG_KHR:-../../tools/glslang_khr.sh}
-[ $# -gt 0 ] || set -- matmul_cmp matmul_cm matmul_cm2
+[ $# -gt 0 ] || set -- matmul_cmp matmul_cm matmul_cm2 matmul_dec
 for n in "$@"; do
     env=vulkan1.2
     case $n in matmul_cm2) env=vulkan1.3 ;; esac # LLMEM_VK_KHR_ONLY_SHADERS: SPIR-V 1.6

@@ -20,8 +20,9 @@
  *                                    into binding 4 by the last slice of
  *                                    each tile), split-K as
  *                                    vk_mm_split_k, or into SLICES slices
- *                                    when given and not 0; K must be 4096
- *                                    and M <= 2048, N <= 14336
+ *                                    when given and not 0; K a multiple
+ *                                    of 8 with N K <= 14336 x 4096 and
+ *                                    M K <= 2048 x 4096
  *
  * With VK_KHR_pipeline_executable_properties, each pipeline's statistics
  * (NVIDIA: register count and more) are printed before its figures; with
@@ -615,9 +616,9 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         uint32_t i = t ? t * 7919u % m : m - 1, j = t ? t * 104729u % n : n - 1;
         double ref = 0, got = 0;
         for (uint32_t c = 0; c < k; c++)
-            ref += ((double)f16_value(a_host[(size_t)i * KK + c]) +
-                    (v[7] == 2 ? f16_value(a_host[(size_t)AM * KK + (size_t)i * KK + c]) : 0)) *
-                   bf16_value(w_host[(size_t)j * KK + c]);
+            ref += ((double)f16_value(a_host[(size_t)i * k + c]) +
+                    (v[7] == 2 ? f16_value(a_host[(size_t)AM * KK + (size_t)i * k + c]) : 0)) *
+                   bf16_value(w_host[(size_t)j * k + c]);
         for (uint32_t s = 0; s < slices && !fused; s++)
             got += o[(size_t)s * ss + (size_t)i * ldp + j];
         if (fused)
@@ -658,7 +659,10 @@ int main(int argc, char **argv)
                 fprintf(stderr, "vk_cm_bench: skipped line: %s", line);
             continue;
         }
-        if (gemm && (v[2] != KK || v[0] > AM || v[1] > WN || v[0] == 0 || v[1] == 0 ||
+        /* any K (a multiple of 8) whose [N, K] weights and [M, K] terms fit the buffers,
+         * read as row-major [N, K] and [M, K] (the lo terms stay at AM KK) */
+        if (gemm && (v[2] == 0 || v[2] % 8 || (size_t)v[1] * v[2] > (size_t)WN * KK ||
+                     (size_t)v[0] * v[2] > (size_t)AM * KK || v[0] == 0 || v[1] == 0 ||
                      (size_t)v[0] * v[1] * 4 * (v[10] > 16 ? v[10] : 16) > buf_size[B_O] || v[8] == 0 || v[4] == 0)) {
             fprintf(stderr, "vk_cm_bench: %s: shape out of range\n", name);
             continue;

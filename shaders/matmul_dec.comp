@@ -1,0 +1,267 @@
+#version 450
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_EXT_control_flow_attributes : require
+/* The decode GEMM of 9-64 rows: out[M, N] = a[M, K] · w[N, K]ᵀ on tensor
+ * cores (16 x 16 x 16 cooperative matrices, f16 A and B, f32
+ * accumulators), built to stream the weights, the only large operand at
+ * these sizes, near copy bandwidth.
+ *
+ * a comes as cm_split.comp wrote it (matmul_cm.comp's input: per row r an
+ * exponent e_r and f16 terms hi, and lo with SPLIT 2, a[r, k] = 2^e_r (hi
+ * + lo)); w is bf16 (converted to f16 in registers: bf16x2_to_f16x2, exact
+ * for |w| in [2^-14, 65504]) or f16. The output is matmul_cm.comp's raw
+ * epilogue (RAW 1): each split-K slice stores its unscaled accumulators
+ * into whole tiles of a padded partial buffer (ldp floats a row), and
+ * sum_slices_cm.comp adds the slices in slice order and scales row r by
+ * 2^e_r; so the results are those of matmul_cm's decode plans up to the
+ * order of the f32 additions inside a slice.
+ *
+ * How it differs from matmul_cm.comp's decode plans (whose workgroup
+ * walks K in lock step, a workgroup barrier at each 64-wide step, the
+ * weights of all 8 subgroups staged through one shared slice): here each
+ * subgroup streams its own 16 FN weight columns with 16-byte loads issued
+ * DEPTH K steps ahead into registers, converts them, and stages them
+ * through a shared area of its own under subgroup-scope barriers only; the
+ * activations' terms of a K chunk of KA (for 9-16 rows: the whole slice)
+ * sit in shared memory, stored by the workgroup behind two workgroup
+ * barriers a chunk from registers loaded one chunk ahead (APF), so that
+ * no step waits for a global load of the activations. So the weight loads
+ * in flight do not wait for other subgroups, and several workgroups fit
+ * an SM (bytes in flight: DEPTH x 16 FN x BK x 2 per subgroup). Design by
+ * bytes in flight after Little's law (latency x bandwidth); the warp-level
+ * tiling after CUTLASS's description. -DPROBE=1 (tools/vk_cm_bench only)
+ * keeps the weight stream and drops everything else: its ceiling.
+ *
+ * Blocking: a workgroup of WG = 32 NSG invocations owns a BM x BN tile of
+ * out (BM = 16 FM rows: all rows of a decode step, BN = 16 FN NSG); K is
+ * split into slices of k_split (host: vk_dec_plan_make). Needs K % 8 == 0
+ * and 16-byte aligned operands.
+ *
+ * One source for two modules like matmul_cm.comp: GL_NV_cooperative_matrix
+ * (compiled at build time) and, with -DKHR, GL_KHR_cooperative_matrix
+ * (shaders/khr/matmul_dec.spv, shaders/khr/update.sh). Self-contained (no
+ * includes), so that the recorded hash covers this file alone. */
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 256;
+#define DT_BF16 2u
+
+#ifdef KHR
+#extension GL_KHR_cooperative_matrix : require
+#define CM_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define CM_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define CM_C coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define LOAD_ROW(m_, a_, o_, s_) coopMatLoad(m_, a_, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_COL(m_, a_, o_, s_) coopMatLoad(m_, a_, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
+#define STORE_ROW(m_, a_, o_, s_) coopMatStore(m_, a_, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define MMA coopMatMulAdd
+#else
+#extension GL_NV_cooperative_matrix : require
+#define CM_A fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_B fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
+#define CM_C fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
+#define LOAD_ROW(m_, a_, o_, s_) coopMatLoadNV(m_, a_, o_, s_, false)
+#define LOAD_COL(m_, a_, o_, s_) coopMatLoadNV(m_, a_, o_, s_, true)
+#define STORE_ROW(m_, a_, o_, s_) coopMatStoreNV(m_, a_, o_, s_, false)
+#define MMA coopMatMulAddNV
+#endif
+
+#ifndef KA_DEFAULT
+#define KA_DEFAULT 512
+#endif
+/* ids 1-8 as matmul_cm.comp's (SGM is 1 here, RAW 1 only), then KA */
+layout(constant_id = 1) const uint W_DT = 2;   /* 1 f16, 2 bf16 */
+layout(constant_id = 2) const uint SGM = 1;    /* (1: the rows are one tile) */
+layout(constant_id = 3) const uint FM = 1;     /* 16-row matrices: ceil(M / 16) */
+layout(constant_id = 4) const uint FN = 1;     /* 16-column matrices per subgroup */
+layout(constant_id = 5) const uint SPLIT = 1;  /* f16 terms of a: 2 precise, 1 fast */
+layout(constant_id = 6) const uint BK = 64;    /* K step of the weight stream: 32, 64 or 128 */
+layout(constant_id = 7) const uint DEPTH = 3;  /* weight steps in flight: 1 .. 3 */
+layout(constant_id = 8) const uint RAW = 1;    /* (1: raw tiles) */
+layout(constant_id = 9) const uint KA = KA_DEFAULT; /* K of the activation chunk in shared memory */
+#ifndef APF_DEFAULT
+#define APF_DEFAULT 1
+#endif
+/* 1: the next chunk's terms are loaded into registers during the current
+ * chunk; 0: the host promises one chunk a slice (k_split <= KA), so none
+ * is (and their registers are free after the first step) */
+layout(constant_id = 10) const uint APF = APF_DEFAULT;
+
+const uint NSG = WG / 32u;
+const uint BM = 16u * FM, SN = 16u * FN, BN = SN * NSG;
+const uint RV = BK / 8u;          /* uvec4s of one weight row's step */
+const uint LW = RV + 1u;          /* ... padded: rows on distinct bank groups */
+const uint NW = SN * RV / 32u;    /* weight loads per lane and step */
+const uint AV = KA / 8u;          /* uvec4s of one activation row's chunk */
+const uint LA = AV + 1u;
+const uint NAV = SPLIT * BM * AV; /* uvec4s of a chunk */
+const uint NA = (NAV + WG - 1u) / WG;
+
+layout(binding = 0) readonly buffer W { uvec4 w[]; };
+layout(binding = 1) readonly buffer A { uvec4 ah[]; };
+layout(binding = 2) writeonly buffer O { float o[]; };
+
+layout(push_constant) uniform P {
+    uint m, n, k;
+    uint hi_off, lo_off; /* uvec4s of binding 1 */
+    uint w_off;          /* uvec4s */
+    uint o_off;          /* floats */
+    uint e_off;          /* (unused: sum_slices_cm.comp scales) */
+    uint tiles_m, tiles_mn;
+    uint k_split;        /* K per slice, a multiple of BK */
+    uint slice_stride;   /* floats between two slices' partial tiles */
+    uint n_groups;       /* tiles_mn * slices */
+    uint ldp;            /* floats per row of the padded partial buffer */
+} p;
+
+#ifndef PROBE
+#define PROBE 0
+#endif
+shared uvec4 sa[PROBE != 0 ? 1u : SPLIT * BM * LA]; /* the chunk's hi, lo rows */
+shared uvec4 sw[PROBE != 0 ? 1u : NSG * SN * LW]; /* each subgroup's staged weights, f16 */
+
+/* Two bf16 in a word to two f16 (matmul_cm.comp's conversion). */
+uint bf16x2_to_f16x2(uint x)
+{
+    return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
+}
+
+/* the weights of step st of this subgroup's columns into registers R (zeros
+ * outside [0, N) and past k_end) */
+#define FETCH(R, st)                                                                              \
+    {                                                                                             \
+        uint k0_ = k_begin + (st) * BK;                                                           \
+        [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
+            uint e_ = lane + 32u * i, gn_ = c0 + e_ / RV, gk_ = k0_ + 8u * (e_ % RV);             \
+            R[i] = gn_ < p.n && gk_ < k_end ? w[p.w_off + (gn_ * p.k + gk_) / 8u] : uvec4(0u);    \
+        }                                                                                         \
+    }
+
+/* Step j with register set R: a new activation chunk first where one
+ * starts (workgroup barriers: uniform control flow, j is uniform), R to
+ * the subgroup's staging area, the loads of step j + DEPTH into R, then
+ * the tensor-core work of the step. */
+#define STEP(j, R)                                                                                \
+    {                                                                                             \
+        uint jc_ = (j) % spc;                                                                     \
+        if (jc_ == 0u) {                                                                          \
+            barrier();                                                                            \
+            [[unroll]] for (uint i = 0u; i < NA; i++) {                                           \
+                uint e_ = l + i * WG;                                                             \
+                if (e_ < NAV)                                                                     \
+                    sa[(e_ / AV) * LA + e_ % AV] = ra[i];                                         \
+            }                                                                                     \
+            barrier();                                                                            \
+            if (APF != 0u && (j) + spc < ns)                                                      \
+                fetch_chunk(ra, k_begin + ((j) + spc) * BK, k_end, l);                            \
+        }                                                                                         \
+        [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
+            uint e_ = lane + 32u * i;                                                             \
+            uvec4 u_ = R[i];                                                                      \
+            if (W_DT == DT_BF16)                                                                  \
+                u_ = uvec4(bf16x2_to_f16x2(u_.x), bf16x2_to_f16x2(u_.y), bf16x2_to_f16x2(u_.z),   \
+                           bf16x2_to_f16x2(u_.w));                                                \
+            sw[sb + (e_ / RV) * LW + e_ % RV] = u_;                                               \
+        }                                                                                         \
+        controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,             \
+                       gl_SemanticsAcquireRelease);                                               \
+        if ((j) + DEPTH < ns)                                                                     \
+            FETCH(R, (j) + DEPTH)                                                                 \
+        [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {                                      \
+            CM_B mb[FN];                                                                          \
+            [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                          \
+                LOAD_COL(mb[jj], sw, sb + 16u * jj * LW + 2u * kk, LW);                           \
+            uint ac_ = jc_ * RV + 2u * kk;                                                        \
+            [[unroll]] for (uint i = 0u; i < FM; i++) {                                           \
+                CM_A ma;                                                                          \
+                LOAD_ROW(ma, sa, 16u * i * LA + ac_, LA);                                         \
+                [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                      \
+                    acc[i * FN + jj] = MMA(ma, mb[jj], acc[i * FN + jj]);                         \
+                if (SPLIT == 2u) {                                                                \
+                    LOAD_ROW(ma, sa, (BM + 16u * i) * LA + ac_, LA);                              \
+                    [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                  \
+                        acc[i * FN + jj] = MMA(ma, mb[jj], acc[i * FN + jj]);                     \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,             \
+                       gl_SemanticsAcquireRelease);                                               \
+    }
+
+/* This invocation's share of the activations' terms of rows [0, BM), K
+ * [kc, kc + KA) into registers r (zeros past M and past k_end); STEP
+ * stores them to sa at the chunk's first step. */
+void fetch_chunk(inout uvec4 r[NA], uint kc, uint k_end, uint l)
+{
+    [[unroll]] for (uint i = 0u; i < NA; i++) {
+        uint e = l + i * WG, t = e / (BM * AV), row = (e / AV) % BM, gk = kc + 8u * (e % AV);
+        r[i] = e < NAV && row < p.m && gk < k_end
+                   ? ah[(t == 0u ? p.hi_off : p.lo_off) + (row * p.k + gk) / 8u]
+                   : uvec4(0u);
+    }
+}
+
+/* accumulator matrix q (row block q / FN, column block q % FN) to its
+ * place in the slice's padded tile grid; a literal q (matmul_cm.comp's
+ * EMIT says why) */
+#define RAW_EMIT(q)                                                                               \
+    if ((q) < FM * FN)                                                                            \
+        STORE_ROW(acc[q], o, base + 16u * ((q) / FN) * p.ldp + c0 + 16u * ((q) % FN), p.ldp);
+
+void main()
+{
+    /* the host splits large grids over x and y */
+    uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (g >= p.n_groups)
+        return;
+    uint s = g / p.tiles_mn, t = g % p.tiles_mn;
+    uint n0 = (t / p.tiles_m) * BN;
+    uint k_begin = s * p.k_split, k_end = min(p.k, k_begin + p.k_split);
+    uint l = gl_LocalInvocationID.x, sg = l / 32u, lane = l % 32u;
+    uint c0 = n0 + sg * SN;   /* this subgroup's first column */
+    uint sb = sg * SN * LW;   /* its staging area */
+    uint ns = k_end > k_begin ? (k_end - k_begin + BK - 1u) / BK : 0u;
+    uint spc = KA / BK;       /* steps a chunk */
+
+    CM_C acc[FM * FN];
+    [[unroll]] for (uint i = 0u; i < FM * FN; i++)
+        acc[i] = CM_C(0.0);
+
+    uvec4 r0[NW], r1[NW], r2[NW], ra[NA];
+#if PROBE
+    /* the weight stream alone (timing probe: no product) */
+    uvec4 px = uvec4(0u);
+#undef STEP
+#define STEP(j, R)                                                                                \
+    {                                                                                             \
+        [[unroll]] for (uint i = 0u; i < NW; i++)                                                 \
+            px ^= R[i];                                                                           \
+        if ((j) + DEPTH < ns)                                                                     \
+            FETCH(R, (j) + DEPTH)                                                                 \
+    }
+#endif
+    FETCH(r0, 0u)
+    if (DEPTH >= 2u)
+        FETCH(r1, 1u)
+    if (DEPTH >= 3u)
+        FETCH(r2, 2u)
+#if !PROBE
+    fetch_chunk(ra, k_begin, k_end, l);
+#endif
+    for (uint j = 0u; j < ns; j += DEPTH) {
+        STEP(j, r0)
+        if (DEPTH >= 2u && j + 1u < ns)
+            STEP(j + 1u, r1)
+        if (DEPTH >= 3u && j + 2u < ns)
+            STEP(j + 2u, r2)
+    }
+
+#if PROBE
+    if (px.x == 0x9e3779b9u && px.y == 0x7f4a7c15u)
+        o[p.o_off] = 1.0;
+    return;
+#endif
+    uint base = p.o_off + s * p.slice_stride + (t % p.tiles_m) * BM * p.ldp;
+    RAW_EMIT(0u) RAW_EMIT(1u) RAW_EMIT(2u) RAW_EMIT(3u)
+    RAW_EMIT(4u) RAW_EMIT(5u) RAW_EMIT(6u) RAW_EMIT(7u)
+}

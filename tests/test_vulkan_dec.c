@@ -1,0 +1,339 @@
+// ctest-labels: core vulkan
+/* matmul_dec.comp, the Vulkan decode GEMM of 9-64 rows that streams the
+ * weights with each subgroup on its own (issue 12; backends/vulkan/
+ * vk_mm_pick.c vk_dec_plan_make, vk_ops_matmul.c cm_product_as).
+ *
+ * Without a device (vk_mm_pick.c is compiled in): its plans keep the
+ * invariants the shader relies on (one tile of rows covering m, column
+ * tiles covering n, split-K slices of whole K steps covering k, a chunk
+ * of whole K steps no longer than a slice, apf exactly when a slice has
+ * several chunks, the shared memory within the device's limit) over a
+ * grid of shapes at the default blocking and at every blocking the
+ * shader takes; two shapes worked by hand; blockings it does not take and
+ * shapes outside 1-64 rows are refused; vk_dec_used's row range.
+ *
+ * On a Vulkan device: products at 9, 16, 17, 40 and 64 rows (partial
+ * row and column tiles, K not a multiple of the K step, split-K, one and
+ * several activation chunks a slice), rows scaled by 2^-60 .. 2^60 and
+ * bf16 weights spanning 2^-17 .. 2^10, precise and fast, against float64
+ * row by row, at the default blocking ($LLMEM_VULKAN_DEC=1), the old plans
+ * ($LLMEM_VULKAN_DEC=0) and three other blockings ($LLMEM_VULKAN_DEC_CFG);
+ * and a product whose shapes do not match returns an error and leaves
+ * its output as it was. Where the device has no cooperative matrices
+ * (lavapipe) the same products take the SIMT path. */
+#include "support/run.h"
+#include "support/vk_test.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/vulkan/vk_mm_pick.c"
+
+#define SMEM 49152u /* the H200's maxComputeSharedMemorySize */
+
+static uint32_t ceil_div(uint32_t a, uint32_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* The invariants of a plan of m x n x k with split terms (see the top). */
+static void check_plan(const vk_dec_plan *p, const vk_dec_cfg *c, uint32_t m, uint32_t n,
+                       uint32_t k, uint32_t split, uint32_t smem)
+{
+    const vk_cm_plan *q = &p->cm;
+    ck_assert_uint_eq(q->sgm, 1);
+    ck_assert_uint_eq(q->sgn * 32, c->wg);
+    ck_assert_uint_eq(p->wg, c->wg);
+    ck_assert_uint_eq(q->fn, c->fn);
+    ck_assert_uint_eq(q->bk, c->bk);
+    ck_assert_uint_eq(q->stages, c->depth);
+    ck_assert_uint_eq(q->tiles_m, 1);
+    ck_assert_uint_ge(q->bm, m);
+    ck_assert_uint_lt(q->bm - m, 16);
+    ck_assert_uint_eq(q->bm % 16, 0);
+    ck_assert_uint_eq(q->fm * 16, q->bm);
+    ck_assert_uint_eq(q->bn, 16 * c->fn * (c->wg / 32));
+    ck_assert_uint_ge((uint64_t)q->tiles_n * q->bn, n);
+    ck_assert_uint_lt((uint64_t)(q->tiles_n - 1) * q->bn, n);
+    ck_assert_uint_eq(q->k_split % q->bk, 0);
+    ck_assert_uint_ge((uint64_t)q->slices * q->k_split, k);
+    ck_assert_uint_lt((uint64_t)(q->slices - 1) * q->k_split, k);
+    uint32_t most = k / VK_MM_MIN_SLICE > 1 ? k / VK_MM_MIN_SLICE : 1;
+    ck_assert_uint_le(q->slices, most);
+    ck_assert_uint_eq(p->ka % q->bk, 0);
+    ck_assert_uint_ge(p->ka, q->bk);
+    ck_assert_uint_le(p->ka, c->ka);
+    ck_assert_uint_le(p->ka, q->k_split);
+    ck_assert_uint_eq(p->apf, q->k_split > p->ka ? 1u : 0u);
+    /* shared memory counted by hand: terms, then 16 fn staged columns per subgroup */
+    uint32_t bytes = split * q->bm * (p->ka + 8) * 2 + (c->wg / 32) * 16 * c->fn * (c->bk + 8) * 2;
+    ck_assert_uint_le(bytes + 1024, smem);
+}
+
+START_TEST(test_dec_plan_grid)
+{
+    static const uint32_t ns[] = {1, 17, 300, 2048, 4096, 8512, 14336, 16768, 128256};
+    static const uint32_t ks[] = {8, 264, 1000, 2048, 4096, 8192, 14336};
+    static const vk_dec_cfg cfgs[] = {{256, 1, 64, 2, 512, 264}, {128, 2, 128, 3, 128, 264},
+                                      {64, 1, 32, 1, 64, 1000},  {256, 2, 64, 3, 1024, 132},
+                                      {128, 2, 64, 3, 128, 264}, {64, 1, 128, 3, 256, 1000},
+                                      {96, 1, 64, 2, 192, 7}};
+    int planned = 0;
+    for (uint32_t split = 1; split <= 2; split++)
+        for (uint32_t m = 1; m <= 64; m++)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+                for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                    for (size_t ci = 0; ci <= sizeof cfgs / sizeof cfgs[0]; ci++) {
+                        vk_dec_cfg c;
+                        if (ci == 0)
+                            vk_dec_cfg_default(m, split, &c);
+                        else
+                            c = cfgs[ci - 1];
+                        vk_dec_plan p;
+                        bool ok = vk_dec_plan_make(m, ns[ni], ks[ki], split, &c, SMEM, &p);
+                        /* refused exactly when not even a chunk of one K step fits */
+                        uint32_t least = split * ceil_div(m, 16) * 16 * (c.bk + 8) * 2 +
+                                         (c.wg / 32) * 16 * c.fn * (c.bk + 8) * 2;
+                        ck_assert_msg(ok == (least + 1024 <= SMEM),
+                                      "m %u n %u k %u split %u cfg %zu: %s", m, ns[ni], ks[ki],
+                                      split, ci, ok ? "taken" : "refused");
+                        ck_assert_msg(ok || ci > 0, "the default blocking refused");
+                        if (ok) {
+                            check_plan(&p, &c, m, ns[ni], ks[ki], split, SMEM);
+                            planned++;
+                        }
+                    }
+    ck_assert_int_gt(planned, 2 * 64 * 9 * 7 * 4); /* most of them */
+}
+END_TEST
+
+/* Two plans worked by hand (the default blocking at 16 rows: 256
+ * invocations, 128 columns a tile, K steps of 64, depth 2, chunks of 512,
+ * 264 workgroups aimed at). */
+START_TEST(test_dec_plan_by_hand)
+{
+    vk_dec_cfg c = {256, 1, 64, 2, 512, 264};
+    vk_dec_plan p;
+    /* 16 x 14336 x 4096, fast: 112 tiles, 264 / 112 = 2.36 -> 2 slices of 2048; the terms
+     * 16 x 520 halves (16,640 bytes) + 8 x 16 x 72 halves (18,432) fit: chunks of 512, 4 a
+     * slice */
+    ck_assert(vk_dec_plan_make(16, 14336, 4096, 1, &c, SMEM, &p));
+    ck_assert_uint_eq(p.cm.tiles_n, 112);
+    ck_assert_uint_eq(p.cm.slices, 2);
+    ck_assert_uint_eq(p.cm.k_split, 2048);
+    ck_assert_uint_eq(p.ka, 512);
+    ck_assert_uint_eq(p.apf, 1);
+    /* precise: 2 x 16,640 + 18,432 = 51,712 > 48 KiB - 1 KiB, so chunks of 256 (35,328) */
+    ck_assert(vk_dec_plan_make(16, 14336, 4096, 2, &c, SMEM, &p));
+    ck_assert_uint_eq(p.ka, 256);
+    ck_assert_uint_eq(p.apf, 1);
+    /* 9 x 4096 x 1000 (a 2b-sized row count, K not a multiple of 64): 32 tiles, 264 / 32 =
+     * 8.25 -> 8, but at most 1000 / 256 = 3 slices: k_split ceil(334 / 64) 64 = 384, 3
+     * slices (384, 384, 232); one chunk of 384 a slice */
+    ck_assert(vk_dec_plan_make(9, 4096, 1000, 1, &c, SMEM, &p));
+    ck_assert_uint_eq(p.cm.bm, 16);
+    ck_assert_uint_eq(p.cm.tiles_n, 32);
+    ck_assert_uint_eq(p.cm.slices, 3);
+    ck_assert_uint_eq(p.cm.k_split, 384);
+    ck_assert_uint_eq(p.ka, 384);
+    ck_assert_uint_eq(p.apf, 0);
+}
+END_TEST
+
+START_TEST(test_dec_plan_refused)
+{
+    vk_dec_cfg ok = {256, 1, 64, 2, 512, 264};
+    vk_dec_plan p;
+    ck_assert(!vk_dec_plan_make(0, 4096, 4096, 1, &ok, SMEM, &p));
+    ck_assert(!vk_dec_plan_make(65, 4096, 4096, 1, &ok, SMEM, &p));
+    ck_assert(!vk_dec_plan_make(16, 4096, 0, 1, &ok, SMEM, &p));
+    ck_assert(!vk_dec_plan_make(16, 4096, 4100, 1, &ok, SMEM, &p)); /* K % 8 */
+    ck_assert(!vk_dec_plan_make(16, 4096, 4096, 3, &ok, SMEM, &p)); /* split 1 or 2 */
+    ck_assert(!vk_dec_plan_make(16, 4096, 4096, 1, &ok, 4096, &p)); /* 4 KiB of shared memory */
+    static const vk_dec_cfg bad[] = {
+        {48, 1, 64, 2, 512, 264},  {512, 1, 64, 2, 512, 264}, {100, 1, 64, 2, 512, 264},
+        {256, 3, 64, 2, 512, 264}, {256, 1, 48, 2, 512, 264}, {256, 1, 256, 2, 512, 264},
+        {256, 1, 64, 0, 512, 264}, {256, 1, 64, 4, 512, 264}, {256, 1, 64, 2, 96, 264},
+        {256, 1, 64, 2, 32, 264},  {256, 1, 64, 2, 512, 0}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(!vk_dec_plan_make(16, 4096, 4096, 1, &bad[i], SMEM, &p), "cfg %zu taken", i);
+}
+END_TEST
+
+START_TEST(test_dec_used_rows)
+{
+    vk_mm_caps c = {.coopmat = true, .dec = VK_DEC_KHR};
+    ck_assert(!vk_dec_used(&c, 8));
+    ck_assert(vk_dec_used(&c, 9));
+    ck_assert(vk_dec_used(&c, 64));
+    ck_assert(!vk_dec_used(&c, 65));
+    c.dec = VK_DEC_NV;
+    ck_assert(vk_dec_used(&c, 16));
+    c.dec = VK_DEC_OFF;
+    ck_assert(!vk_dec_used(&c, 16));
+    c = (vk_mm_caps){.coopmat = false, .dec = VK_DEC_KHR};
+    ck_assert(!vk_dec_used(&c, 16));
+}
+END_TEST
+
+/* ---- on a device -------------------------------------------------------------------------- */
+
+static llmem_tensor up_f32(llmem_backend *be, llmem_buffer **keep, const float *v, int32_t n0,
+                           int32_t n1)
+{
+    llmem_tensor t = {NULL, 0, F32, 2, {n0, n1, 1, 1}};
+    size_t bytes = llmem_tensor_nbytes(&t);
+    OK(llmem_buffer_alloc(be, bytes, keep));
+    t.buf = *keep;
+    if (v)
+        OK(llmem_buffer_upload(*keep, 0, v, bytes));
+    return t;
+}
+
+/* out[m, n] = a · wᵀ on be with w as bf16 (precise, or fast). */
+static void run_mm(llmem_backend *be, const float *a, const float *w, int32_t m, int32_t k,
+                   int32_t n, bool fast, float *out)
+{
+    llmem_buffer *ba, *bw, *bw2, *bo;
+    llmem_tensor ta = up_f32(be, &ba, a, m, k);
+    llmem_tensor tw = up_f32(be, &bw, w, n, k);
+    llmem_tensor t16 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
+    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t16), &bw2));
+    t16.buf = bw2;
+    OK(llmem_op_copy(be, &tw, 0, &t16));
+    llmem_tensor to = up_f32(be, &bo, NULL, m, n);
+    OK(fast ? llmem_op_matmul_fast(be, &ta, &t16, &to) : llmem_op_matmul(be, &ta, &t16, &to));
+    OK(llmem_buffer_download(bo, 0, out, (size_t)m * n * 4));
+    llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2), llmem_buffer_free(bo);
+}
+
+/* One product of m x k x n: rows scaled by 2^((r % 7) 20 - 60), bf16-exact
+ * weights of 2^-17 .. 2^10, each output row within rtol (precise 1e-5:
+ * an f32 product; fast 2e-3: one f16 term, 2^-11 per element) of its
+ * largest |float64 reference|. */
+static void dec_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const char *cfg)
+{
+    float *a = malloc((size_t)m * k * 4), *w = malloc((size_t)n * k * 4);
+    float *o = malloc((size_t)m * n * 4);
+    double *ref = malloc((size_t)m * n * sizeof *ref);
+    ck_assert(a && w && o && ref);
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t i = 0; i < k; i++)
+            a[(size_t)r * k + i] = ldexpf(frand(-1, 1), (r % 7) * 20 - 60);
+    for (size_t i = 0; i < (size_t)n * k; i++) {
+        float v = ldexpf(frand(-1, 1), (int)(i % 28) - 17);
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        u &= 0xffff0000u; /* bf16-exact: the device's copy holds these values */
+        memcpy(&w[i], &u, 4);
+    }
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int32_t i = 0; i < k; i++)
+                s += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
+            ref[(size_t)r * n + j] = s;
+        }
+    for (int fast = 0; fast < 2; fast++) {
+        for (size_t i = 0; i < (size_t)m * n; i++)
+            o[i] = NAN;
+        run_mm(vk, a, w, m, k, n, fast, o);
+        double rtol = fast ? 2e-3 : 1e-5;
+        for (int32_t r = 0; r < m; r++) {
+            double big = 0, err = 0;
+            for (int32_t j = 0; j < n; j++) {
+                double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
+                ck_assert_msg(isfinite(y), "%s%s %dx%dx%d: row %d col %d not finite", cfg,
+                              fast ? " fast" : "", m, k, n, r, j);
+                big = fmax(big, fabs(x));
+                err = fmax(err, fabs(y - x));
+            }
+            ck_assert_msg(err <= rtol * big, "%s%s %dx%dx%d row %d: error %g of %g", cfg,
+                          fast ? " fast" : "", m, k, n, r, err, big);
+        }
+    }
+    free(a), free(w), free(o), free(ref);
+}
+
+START_TEST(test_dec_products)
+{
+    /* $LLMEM_VULKAN_DEC, $LLMEM_VULKAN_DEC_CFG (NULL: unset) */
+    static const char *cfgs[][2] = {{"1", NULL},
+                                    {"0", NULL},
+                                    {"1", "128,2,64,3,128,264"},
+                                    {"1", "64,1,128,3,256,1000"},
+                                    {"1", "64,1,32,1,64,528"}};
+    /* m, k, n: partial tiles; K 1000 (not a multiple of 64 or 128: a partial last step);
+     * 4096 with several chunks a slice; one slice (K 264) */
+    static const int32_t shapes[][3] = {{9, 264, 17},   {16, 1000, 300}, {17, 520, 136},
+                                        {40, 1024, 96}, {64, 1000, 300}, {16, 4096, 72},
+                                        {64, 2048, 40}};
+    for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
+        test_env keep = test_env_save("LLMEM_VULKAN_DEC");
+        test_env keep2 = test_env_save("LLMEM_VULKAN_DEC_CFG");
+        test_env_put("LLMEM_VULKAN_DEC", cfgs[ci][0]);
+        test_env_put("LLMEM_VULKAN_DEC_CFG", cfgs[ci][1]);
+        llmem_backend *vk = open_be("vulkan");
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "DEC=%s DEC_CFG=%s", cfgs[ci][0],
+                 cfgs[ci][1] ? cfgs[ci][1] : "(unset)");
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+            dec_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
+        llmem_backend_close(vk);
+        test_env_restore(&keep2);
+        test_env_restore(&keep);
+    }
+}
+END_TEST
+
+/* A decode-sized product whose shapes do not match (w's K differs from
+ * a's) is refused with LLMEM_E_INVALID and leaves its output as it was. */
+START_TEST(test_dec_bad_shapes)
+{
+    llmem_backend *vk = open_be("vulkan");
+    int32_t m = 16, k = 256, n = 64;
+    float *a = malloc((size_t)m * k * 4), *w = malloc((size_t)n * (k + 8) * 4);
+    float *o = malloc((size_t)m * n * 4);
+    ck_assert(a && w && o);
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        a[i] = frand(-1, 1);
+    for (size_t i = 0; i < (size_t)n * (k + 8); i++)
+        w[i] = frand(-1, 1);
+    llmem_buffer *ba, *bw, *bo;
+    llmem_tensor ta = up_f32(vk, &ba, a, m, k);
+    llmem_tensor tw = up_f32(vk, &bw, w, n, k + 8);
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        o[i] = 1.5f;
+    llmem_tensor to = up_f32(vk, &bo, o, m, n);
+    ck_assert_int_eq(llmem_op_matmul(vk, &ta, &tw, &to), LLMEM_E_INVALID);
+    ck_assert_int_eq(llmem_op_matmul_fast(vk, &ta, &tw, &to), LLMEM_E_INVALID);
+    OK(llmem_buffer_download(bo, 0, o, (size_t)m * n * 4));
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        ck_assert_float_eq(o[i], 1.5f);
+    llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bo);
+    free(a), free(w), free(o);
+    llmem_backend_close(vk);
+}
+END_TEST
+
+int main(void)
+{
+    vk_test_seed();
+    Suite *s = suite_create("vulkan_dec");
+    TCase *tc = tcase_create("plan");
+    tcase_add_test(tc, test_dec_plan_grid);
+    tcase_add_test(tc, test_dec_plan_by_hand);
+    tcase_add_test(tc, test_dec_plan_refused);
+    tcase_add_test(tc, test_dec_used_rows);
+    suite_add_tcase(s, tc);
+    if (vulkan_opens("test_vulkan_dec", "the device products are skipped")) {
+        TCase *td = tcase_create("device");
+        tcase_set_timeout(td, 120);
+        tcase_add_test(td, test_dec_products);
+        tcase_add_test(td, test_dec_bad_shapes);
+        suite_add_tcase(s, td);
+    }
+    return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}

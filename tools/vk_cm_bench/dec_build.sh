@@ -1,0 +1,31 @@
+#!/bin/bash
+# Builds the entries of shaders/matmul_dec.comp (the 9-64-row decode GEMM that streams the
+# weights with each subgroup on its own: docs/benchmarks.md, "A decode GEMM that streams the
+# weights") against matmul_cm.comp's decode plans (its KHR module, shaders/khr/matmul_cm.spv)
+# into OUT/dec (default build-vk_cm_bench/dec), with the harness itself in OUT: both KHR, so one
+# process runs them all (README.md: NV and KHR in separate processes). dec_list.py writes the
+# list (old and new alternated per shape; entries whose shared memory would pass 48 KiB are
+# left out: a larger one lost the device on the H200). Needs $GLSLANG_KHR or
+# tools/glslang_khr.sh.
+#   tools/vk_cm_bench/dec_build.sh [OUT]
+#   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/dec
+set -eu
+cd "$(dirname "$0")"
+ROOT=$PWD/../..
+OUT=${1:-$ROOT/build-vk_cm_bench}
+GK=${GLSLANG_KHR:-$ROOT/tools/glslang_khr.sh}
+mkdir -p "$OUT/dec"
+cc -O2 -std=c11 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/backends/vulkan" vk_cm_bench.c \
+    "$ROOT/backends/vulkan/vk_mm_pick.c" -o "$OUT/vk_cm_bench" -lvulkan -lm
+cp "$ROOT/shaders/khr/matmul_cm.spv" "$OUT/dec/mcm.spv"
+dec() { # name defines...
+    local n=$1; shift
+    $GK -V -g0 --target-env vulkan1.2 -DKHR "$@" "$ROOT/shaders/matmul_dec.comp" -o "$OUT/dec/$n.spv" > /dev/null
+}
+for ka in 64 128 256 512 1024; do
+    dec dec_ka${ka}_a1 -DKA_DEFAULT=$ka -DAPF_DEFAULT=1
+    dec dec_ka${ka}_a0 -DKA_DEFAULT=$ka -DAPF_DEFAULT=0
+done
+dec dec_probe -DPROBE=1 -DKA_DEFAULT=1024
+python3 dec_list.py > "$OUT/dec/list.txt"
+echo "built $OUT/dec ($(grep -c gemm "$OUT/dec/list.txt") entries)"
