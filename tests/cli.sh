@@ -34,7 +34,15 @@ expect_fail "missing model" "cannot load model" "$bin" score --model "$tmp/nomod
 printf '{"id": 1, "tokens": [1, 2, 999999]}\n' > "$tmp/big.jsonl"
 expect_fail "token >= vocab" "not an id in" "$bin" score --model "$fx" --input "$tmp/big.jsonl" --backend cpu
 printf '{"id": 1, "tokens": [1, 2\n' > "$tmp/bad.jsonl"
-expect_fail "malformed JSON line" "expected an object" "$bin" score --model "$fx" --input "$tmp/bad.jsonl" --backend cpu
+expect_fail "malformed JSON line" "bad.jsonl:1: not valid JSON" "$bin" score --model "$fx" --input "$tmp/bad.jsonl" --backend cpu
+# a line is one JSON text as json.loads reads it: these were taken, the first
+# as its object, the second as its first "tokens" (json.loads keeps the last)
+printf '{"id": 1, "tokens": [1, 2, 3]} [4]\n' > "$tmp/tail.jsonl"
+expect_fail "bytes after a JSON line" "tail.jsonl:1: bytes after the JSON object" "$bin" score --model "$fx" --input "$tmp/tail.jsonl" --backend cpu
+printf '{"id": 1, "tokens": [1, 2, 3], "tokens": [4, 5]}\n' > "$tmp/dup.jsonl"
+expect_fail "a key twice in a JSON line" "key 'tokens' appears twice" "$bin" score --model "$fx" --input "$tmp/dup.jsonl" --backend cpu
+printf '{"text": "a\\u0000b"}\n' > "$tmp/nul.jsonl"
+expect_fail "tokenize: a text holding U+0000" "holds \\\\u0000" "$bin" tokenize --tokenizer "$fx" --input "$tmp/nul.jsonl"
 expect_fail "bad integer" "wants an integer" "$bin" score --model "$fx" --input "$fx/cases.jsonl" --page-size 0
 expect_fail "bad kv type" "kv-type" "$bin" score --model "$fx" --input "$fx/cases.jsonl" --kv-type q4
 expect_fail "unknown backend" "backend" "$bin" generate --model "$fx" --backend nosuch -n 1

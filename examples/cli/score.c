@@ -9,6 +9,7 @@
 
 #include "examples/cli/cli.h"
 #include "examples/cli/common.h"
+#include "models/hf_json.h"
 
 typedef struct score_case {
     cJSON *id;
@@ -55,8 +56,19 @@ static int read_cases(const char *path, score_case **out, int32_t *n_out, int32_
             blank = line[k] == ' ' || line[k] == '\t' || line[k] == '\n' || line[k] == '\r';
         if (blank)
             continue;
-        cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
-        cJSON *id = j ? cJSON_GetObjectItemCaseSensitive(j, "id") : NULL;
+        /* one JSON text as json.loads reads it: no bytes after the object, no
+         * name twice ("tokens" twice: json.loads keeps the last, cJSON the first) */
+        cJSON *j = NULL;
+        hf_json_where w;
+        hf_json_fault jf = hf_json_read(line, (size_t)len, &j, &w);
+        if (jf != HF_JSON_OK) {
+            char why[128];
+            fprintf(stderr, "llmem score: %s:%d: %s\n", path, line_no,
+                    hf_json_describe(jf, &w, why, sizeof why));
+            rc = 1;
+            break;
+        }
+        cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
         cJSON *toks = j ? cJSON_GetObjectItemCaseSensitive(j, "tokens") : NULL;
         if (!j || !cJSON_IsObject(j) || !id || !cJSON_IsArray(toks)) {
             fprintf(stderr, "llmem score: %s:%d: expected an object with \"id\" and a \"tokens\" list\n",

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "examples/cli/common.h"
+#include "models/hf_json.h"
 #include "llmem/tokenizer.h"
 
 static void usage(FILE *f)
@@ -127,9 +128,18 @@ int llmem_cli_tokenize(int argc, char **argv)
             lineno++;
             if (n <= 1 && (n == 0 || line[0] == '\n'))
                 continue;
-            cJSON *js = cJSON_ParseWithLength(line, (size_t)n);
+            /* one JSON text as json.loads reads it; a "text" holding \u0000
+             * would reach the tokenizer cut at the NUL */
+            cJSON *js = NULL;
+            hf_json_where w;
+            hf_json_fault jf = hf_json_read(line, (size_t)n, &js, &w);
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(js, "text");
-            if (!cJSON_IsString(t)) {
+            if (jf != HF_JSON_OK) {
+                char why[128];
+                fprintf(stderr, "llmem tokenize: %s line %ld: %s\n", input, lineno,
+                        hf_json_describe(jf, &w, why, sizeof why));
+                rc = 1;
+            } else if (!cJSON_IsString(t)) {
                 fprintf(stderr, "llmem tokenize: %s line %ld: expected {\"text\": string}\n", input, lineno);
                 rc = 1;
             } else {
