@@ -507,17 +507,23 @@ llmem_status llmem_chat_template_render_json(const llmem_chat_template *tmpl, co
             snprintf(err, err_len, "chat_template_render: NULL argument");
         return LLMEM_E_INVALID;
     }
-    cJSON *j = cJSON_Parse(context_json);
-    if (!j && hf_json_valid(context_json, strlen(context_json))) {
-        /* valid JSON that cJSON refused: it ran out of memory */
+    /* one JSON text as json.loads reads it (jinja2 callers build the
+     * context there): no bytes after it, no key twice, no \u0000 */
+    cJSON *j = NULL;
+    hf_json_where w;
+    hf_json_fault jf = hf_json_read(context_json, strlen(context_json), &j, &w);
+    if (jf == HF_JSON_NO_MEMORY) {
         if (err && err_len)
             snprintf(err, err_len, "chat_template_render: out of memory");
         return LLMEM_E_NO_MEMORY;
     }
-    if (!cJSON_IsObject(j)) {
+    if (jf != HF_JSON_OK || !cJSON_IsObject(j)) {
+        char why[128];
         cJSON_Delete(j);
         if (err && err_len)
-            snprintf(err, err_len, "chat_template_render: the context is not a JSON object");
+            snprintf(err, err_len, "chat_template_render: the context is not a JSON object%s%s",
+                     jf != HF_JSON_OK ? ": " : "",
+                     jf != HF_JSON_OK ? hf_json_describe(jf, &w, why, sizeof why) : "");
         return LLMEM_E_INVALID;
     }
     ct_arena ar = {.limit = CT_MAX_ARENA};

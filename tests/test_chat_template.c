@@ -160,6 +160,19 @@ START_TEST(test_errors)
     ck_assert_msg(strstr(err, "bad roles"), "%s", err);
     out = render("x", "[1]", &st, err, sizeof err);
     ck_assert_int_eq(st, LLMEM_E_INVALID);
+    /* contexts json.loads refuses (or reads otherwise): cJSON took each, the
+     * second as its first "x" (json.loads keeps the last), the third cut
+     * at the NUL */
+    static const char *const bad_ctx[][2] = {{"{\"x\": 1} {}", "bytes after"},
+                                             {"{\"x\": 1, \"x\": 2}", "'x' appears twice"},
+                                             {"{\"x\": \"a\\u0000b\"}", "\\u0000"},
+                                             {"{\"x\": 01}", "not valid JSON"}};
+    for (size_t i = 0; i < sizeof bad_ctx / sizeof *bad_ctx; i++) {
+        out = render("{{ x }}", bad_ctx[i][0], &st, err, sizeof err);
+        ck_assert_int_eq(st, LLMEM_E_INVALID);
+        ck_assert_ptr_null(out);
+        ck_assert_msg(strstr(err, bad_ctx[i][1]), "%s: %s", bad_ctx[i][0], err);
+    }
     /* deep nesting is refused, not a stack overflow */
     size_t deep = 100000;
     char *src = malloc(4 * deep + 16);

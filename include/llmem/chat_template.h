@@ -113,7 +113,10 @@ llmem_status llmem_chat_template_render(const llmem_chat_template *tmpl,
  * "add_generation_prompt": true, "bos_token": "<s>", "tools": [...]}).
  * This is how callers pass tools, documents or extra message fields.
  * Same ownership and statuses as llmem_chat_template_render, plus
- * LLMEM_E_INVALID when context_json is not a JSON object. */
+ * LLMEM_E_INVALID when context_json is not one JSON object as Python's
+ * json.loads reads it (bytes after it, a key given twice, a string holding
+ * \u0000 are refused; err says which), and LLMEM_E_NO_MEMORY also when
+ * parsing it ran out of memory. */
 llmem_status llmem_chat_template_render_json(const llmem_chat_template *tmpl,
                                              const char *context_json,
                                              char **out, size_t *out_len,
