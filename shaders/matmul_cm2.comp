@@ -22,13 +22,24 @@
  * Loads: a's hi (and lo) terms as BM x BK A matrices through a tensor
  * layout [M, k_end] with row stride K; w's rows as a BK x BN B matrix
  * through a layout [N, k_end] (row stride K) and a view that swaps its
- * two dimensions (w is [N, K] row-major, B wants K x N). bf16 weights go
- * through a decode function over blocks of two elements (one 32-bit word,
- * no 16-bit storage needed): the element's bf16 bits to f32, to f16 by
- * packHalf2x16. Out-of-range rows, columns and K (partial tiles, the end
- * of a split-K slice) load as zeros: the layouts clamp with the constant
- * 0 (CLAMP 1; CLAMP 2, the default: only tiles that reach past M, N or
- * k_end, as the others need no bounds).
+ * two dimensions (w is [N, K] row-major, B wants K x N). bf16 weights are
+ * loaded as f16 bit patterns and converted element by element
+ * (coopMatPerElementNV: the bits to f32, to f16 by packHalf2x16; CONV 2),
+ * or (CONV 1, 1.7x slower on the H200) through a decode function over
+ * blocks of two elements (one 32-bit word each, no 16-bit storage).
+ * Out-of-range rows, columns and K (partial tiles, the end of a split-K
+ * slice, UNROLL's steps past it) load as zeros: the layouts clamp with the
+ * constant 0 (CLAMP 1, the default; CLAMP 2: only tiles that reach past
+ * M, N or k_end, the others without bounds: 1.2-2.7x slower on the H200,
+ * the two K loops' code).
+ *
+ * Speed (H200, driver 580, tools/vk_cm_bench, raw tiles; docs/
+ * benchmarks.md, "Vulkan prefill on VK_NV_cooperative_matrix2"): 512 x
+ * 4096 x 4096 precise in 2 slices 0.18-0.23 ms against matmul_cmp.comp's
+ * 0.126 (fast 0.133 against 0.086): the driver stages each tensor load
+ * through 12-30 KiB of shared memory without overlapping the next K
+ * step's loads (unrolling two steps helps 10-20%), at 241-255 registers.
+ * So the host runs it only when asked ($LLMEM_VULKAN_CM2_PREFILL=1).
  *
  * Epilogue: matmul_cmp.comp's RAW 1 and nothing else: the accumulator is
  * stored with coopMatStoreTensorNV into whole tiles of the padded partial
@@ -76,7 +87,7 @@ layout(constant_id = 8) const uint RAW = 1;    /* (1 only) */
                 * only, results wrong) */
 #endif
 #ifndef UNROLL
-#define UNROLL 1 /* K steps per trip of the K loop */
+#define UNROLL 2 /* K steps per trip of the K loop (H200: 2 is 10-20% faster than 1 or 4) */
 #endif
 
 const uint BM = 16u * FM * SGM, BN = 16u * FN * (WG / 32u / SGM);

@@ -500,6 +500,7 @@ START_TEST(test_matmul_tiles)
     compare_matmul(vk, cpu, 70, 300, 130, BF16); /* partial tiles on every side */
     compare_matmul(vk, cpu, 128, 64, 64, F32);   /* exact tiles */
     compare_matmul(vk, cpu, 9, 17, 65, F16);     /* just above the matvec rows */
+    compare_matmul(vk, cpu, 130, 264, 300, F16); /* f16 weights above 64 rows (matmul_cm2) */
     compare_matmul(vk, cpu, 5, 1000, 33, F16);   /* matvec, several rows */
     llmem_backend_close(vk);
     llmem_backend_close(cpu);
@@ -555,7 +556,9 @@ END_TEST
  * $LLMEM_VULKAN_CM_WAVE=132: the decode tiles' split-K within 132
  * workgroups, vk_cm_plan_wave), and above 64 rows matmul_cmp.comp's NV
  * module ($LLMEM_VULKAN_CMP=2; its KHR one, the default where the device
- * has it, runs in the tests above) or matmul_cm.comp there (0, with
+ * has it, runs in the tests above), matmul_cm2.comp where the device has
+ * VK_NV_cooperative_matrix2 ($LLMEM_VULKAN_CM2_PREFILL=1: its default
+ * plan, and 128 invocations with K steps of 64) or matmul_cm.comp there (0, with
  * $LLMEM_VULKAN_CM_KHR=0: matmul_cm.comp's NV module at every row count; its
  * KHR one, the default up to 64 rows where the device has it, runs in the
  * other settings), on the
@@ -565,33 +568,43 @@ END_TEST
  * SIMT path. */
 START_TEST(test_matmul_cm_raw)
 {
-    /* one or two settings each (the second NULL: none); every backend opened costs, so the
-     * NV module of matmul_cm.comp shares its opening with matmul_cmp.comp off */
-    static const char *cfgs[][4] = {{"LLMEM_VULKAN_CM_RAW", "0", NULL, NULL},
-                                    {"LLMEM_VULKAN_CM_RAW", "1", NULL, NULL},
-                                    {"LLMEM_VULKAN_CM_RAW", "3", NULL, NULL},
-                                    {"LLMEM_VULKAN_CM_WAVE", "132", NULL, NULL},
-                                    {"LLMEM_VULKAN_CMP", "0", "LLMEM_VULKAN_CM_KHR", "0"},
-                                    {"LLMEM_VULKAN_CMP", "2", NULL, NULL}};
+    /* up to four settings each (NULL: none); every backend opened costs (the NVIDIA driver
+     * refused vkCreateInstance after about 30 in one process), so the NV module of
+     * matmul_cm.comp shares its opening with matmul_cmp.comp off, and matmul_cm2.comp
+     * (settings of rows above 64) shares those of matmul_cm.comp's epilogue and wave (rows up
+     * to 64) */
+    static const char *cfgs[][8] = {
+        {"LLMEM_VULKAN_CM_RAW", "0", NULL, NULL, NULL, NULL, NULL, NULL},
+        {"LLMEM_VULKAN_CM_RAW", "1", "LLMEM_VULKAN_CM2_PREFILL", "1", "LLMEM_VULKAN_CM2_WG", "128",
+         "LLMEM_VULKAN_CM2_BK", "64"},
+        {"LLMEM_VULKAN_CM_RAW", "3", NULL, NULL, NULL, NULL, NULL, NULL},
+        {"LLMEM_VULKAN_CM_WAVE", "132", "LLMEM_VULKAN_CM2_PREFILL", "1", NULL, NULL, NULL, NULL},
+        {"LLMEM_VULKAN_CMP", "0", "LLMEM_VULKAN_CM_KHR", "0", NULL, NULL, NULL, NULL},
+        {"LLMEM_VULKAN_CMP", "2", NULL, NULL, NULL, NULL, NULL, NULL}};
     static const int32_t shapes[][3] = {{40, 1024, 96}, {200, 1000, 136}, {16, 1000, 300},
                                         {64, 1000, 300}, {9, 264, 17},    {65, 1024, 600},
                                         {257, 96, 520}};
+    static const char *names[] = {"LLMEM_VULKAN_CM_RAW", "LLMEM_VULKAN_CM_WAVE",
+                                  "LLMEM_VULKAN_CMP", "LLMEM_VULKAN_CM_KHR",
+                                  "LLMEM_VULKAN_CM2_PREFILL", "LLMEM_VULKAN_CM2_WG",
+                                  "LLMEM_VULKAN_CM2_BK"};
+    enum { N_NAMES = sizeof names / sizeof names[0] };
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
-        test_env keep = test_env_save(cfgs[ci][0]);
-        test_env keep2 = test_env_save("LLMEM_VULKAN_CM_KHR");
-        test_env_put(cfgs[ci][0], cfgs[ci][1]);
-        if (cfgs[ci][2])
-            test_env_put(cfgs[ci][2], cfgs[ci][3]);
+        test_env keep[N_NAMES];
+        for (int i = 0; i < N_NAMES; i++)
+            keep[i] = test_env_save(names[i]);
+        char cfg[160] = "";
+        for (int i = 0; i < 8 && cfgs[ci][i]; i += 2) {
+            test_env_put(cfgs[ci][i], cfgs[ci][i + 1]);
+            size_t len = strlen(cfg);
+            snprintf(cfg + len, sizeof cfg - len, "%s=%s ", cfgs[ci][i], cfgs[ci][i + 1]);
+        }
         llmem_backend *vk = open_be("vulkan");
-        char cfg[96];
-        snprintf(cfg, sizeof cfg, "%s=%s %s%s%s ", cfgs[ci][0], cfgs[ci][1],
-                 cfgs[ci][2] ? cfgs[ci][2] : "", cfgs[ci][2] ? "=" : "",
-                 cfgs[ci][2] ? cfgs[ci][3] : "");
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
-        test_env_restore(&keep2);
-        test_env_restore(&keep);
+        for (int i = N_NAMES - 1; i >= 0; i--)
+            test_env_restore(&keep[i]);
     }
 }
 END_TEST

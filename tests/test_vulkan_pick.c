@@ -729,6 +729,90 @@ START_TEST(test_cm_khr_route)
 }
 END_TEST
 
+/* matmul_cm2.comp's routing and plans (vk_cm2_used, vk_cm2_plan_make):
+ * only above 64 rows with the cooperative-matrix path and cm2 both on
+ * (with matmul_cmp off too: cm2 does not need it); the default plan of
+ * 512 x 4096 x 4096 worked by hand; the granularity refusal; the plan
+ * fields the shader reads as matmul_cmp's (bm = 16 fm sgm, bn = 16 fn
+ * sgn, 32 sgm sgn invocations), at 256 and 128 invocations; and over a grid, tiles covering [M, N), every K
+ * element in exactly one slice of whole steps, workgroups within one wave
+ * when K is split. */
+START_TEST(test_cm2_plan)
+{
+    vk_mm_caps c = {.coopmat = true, .cm2 = true, .cmp = VK_CMP_OFF};
+    ck_assert(!vk_cm2_used(&c, 64) && vk_cm2_used(&c, 65) && vk_cm2_used(&c, 8192));
+    c.cm2 = false;
+    ck_assert(!vk_cm2_used(&c, 512));
+    c.cm2 = true;
+    c.coopmat = false;
+    ck_assert(!vk_cm2_used(&c, 512));
+    static const uint32_t h200[3] = {32, 32, 16}, none[3] = {0, 0, 0};
+    vk_cm_plan p;
+    /* 4 x 16 tiles of 128 x 256, 132 / 64 = 2 slices of 2048 */
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, h200, &p));
+    ck_assert_uint_eq(p.bm, 128);
+    ck_assert_uint_eq(p.bn, 256);
+    ck_assert_uint_eq(p.bk, 32);
+    ck_assert_uint_eq(32 * p.sgm * p.sgn, 256);
+    ck_assert_uint_eq(p.tiles_m, 4);
+    ck_assert_uint_eq(p.tiles_n, 16);
+    ck_assert_uint_eq(p.slices, 2);
+    ck_assert_uint_eq(p.k_split, 2048);
+    /* 128-column tiles: 4 x 32 = 128 tiles, one slice; K step 64 */
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 128, 64, h200, &p));
+    ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.bk, 64);
+    ck_assert_uint_eq(p.tiles_n, 32);
+    ck_assert_uint_eq(p.slices, 1);
+    ck_assert_uint_eq(p.k_split, 4096);
+    /* odd asks fall back to 256 columns and steps of 32 */
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 200, 48, none, &p));
+    ck_assert_uint_eq(p.bn, 256);
+    ck_assert_uint_eq(p.bk, 32);
+    /* a K granularity of 32 refuses steps of 16; an N one of 512 any tile */
+    static const uint32_t k32[3] = {32, 32, 32}, n512[3] = {32, 512, 16};
+    ck_assert(!vk_cm2_plan_make(512, 4096, 4096, 256, 256, 16, k32, &p));
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, k32, &p));
+    ck_assert(!vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, n512, &p));
+    /* 128 invocations: 128 x 128 tiles at most (a 256-column ask is cut), 4 x 32 tiles, 264 /
+     * 128 = 2 slices */
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 128, 256, 32, h200, &p));
+    ck_assert_uint_eq(32 * p.sgm * p.sgn, 128);
+    ck_assert_uint_eq(p.bm, 128);
+    ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.fn, 4);
+    ck_assert_uint_eq(p.tiles_n, 32);
+    ck_assert_uint_eq(p.slices, 2);
+    ck_assert_uint_eq(p.k_split, 2048);
+    static const uint32_t ms[] = {65, 100, 128, 129, 257, 512, 2048, 8192};
+    static const uint32_t ns[] = {136, 1000, 4096, 14336};
+    static const uint32_t ks[] = {8, 96, 136, 1000, 4096, 14336};
+    static const uint32_t wb[][2] = {{256, 256}, {256, 128}, {256, 64}, {128, 128}, {128, 64}};
+    for (size_t t = 0; t < sizeof wb / sizeof wb[0]; t++)
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
+                for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++) {
+                    uint32_t m = ms[a], n = ns[b], k = ks[d], wg = wb[t][0], bn = wb[t][1];
+                    ck_assert(vk_cm2_plan_make(m, n, k, wg, bn, 32, h200, &p));
+                    ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
+                    ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
+                    ck_assert_uint_eq(p.bn, bn);
+                    ck_assert_uint_eq(32 * p.sgm * p.sgn, wg);
+                    ck_assert(p.fn >= 1 && p.fn <= 4);
+                    ck_assert(p.tiles_m * p.bm >= m && (p.tiles_m - 1) * p.bm < m);
+                    ck_assert(p.tiles_n * p.bn >= n && (p.tiles_n - 1) * p.bn < n);
+                    ck_assert_uint_eq(p.k_split % p.bk, 0);
+                    ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
+                    ck_assert((uint64_t)(p.slices - 1) * p.k_split < k);
+                    if (p.slices > 1) {
+                        ck_assert_uint_le((uint64_t)p.tiles_m * p.tiles_n * p.slices,
+                                          132 * 256 / wg);
+                        ck_assert_uint_ge(p.k_split, 256);
+                    }
+                }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("vulkan_pick");
@@ -747,6 +831,7 @@ int main(void)
     tcase_add_test(tc, test_cm_ctr_take);
     tcase_add_test(tc, test_cm_plan_wave);
     tcase_add_test(tc, test_cmp_plan);
+    tcase_add_test(tc, test_cm2_plan);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

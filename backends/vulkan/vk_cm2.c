@@ -55,9 +55,9 @@ static bool has_ext(VkPhysicalDevice pd, const char *name)
     return found;
 }
 
-/* The granularities of the workgroup-scope f16 x f16 -> f32 entry for
- * VK_CM2_WG invocations among the device's flexible-dimension shapes
- * (into *c); false when there is none. */
+/* The granularities of the workgroup-scope f16 x f16 -> f32 entries for
+ * VK_CM2_WG and 128 invocations among the device's flexible-dimension
+ * shapes (into *c); false when there is none for VK_CM2_WG. */
 static bool flex_entry(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
 {
     PFN_vkVoidFunction f = vkGetInstanceProcAddr(
@@ -76,16 +76,22 @@ static bool flex_entry(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
         p[i].sType = CM2_STYPE_FLEX_PROPERTIES;
     bool ok = false;
     if (q(pd, &n, p) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n && !ok; i++)
-            if (p[i].AType == KHR_COMPONENT_F16 && p[i].BType == KHR_COMPONENT_F16 &&
-                p[i].CType == KHR_COMPONENT_F32 && p[i].ResultType == KHR_COMPONENT_F32 &&
-                p[i].scope == KHR_SCOPE_WORKGROUP && p[i].workgroupInvocations == VK_CM2_WG &&
-                !p[i].saturatingAccumulation) {
+        for (uint32_t i = 0; i < n; i++) {
+            if (p[i].AType != KHR_COMPONENT_F16 || p[i].BType != KHR_COMPONENT_F16 ||
+                p[i].CType != KHR_COMPONENT_F32 || p[i].ResultType != KHR_COMPONENT_F32 ||
+                p[i].scope != KHR_SCOPE_WORKGROUP || p[i].saturatingAccumulation)
+                continue;
+            if (p[i].workgroupInvocations == VK_CM2_WG && !ok) {
                 c->gran_m = p[i].MGranularity;
                 c->gran_n = p[i].NGranularity;
                 c->gran_k = p[i].KGranularity;
                 ok = true;
+            } else if (p[i].workgroupInvocations == 128 && !c->gran128[0]) {
+                c->gran128[0] = p[i].MGranularity;
+                c->gran128[1] = p[i].NGranularity;
+                c->gran128[2] = p[i].KGranularity;
             }
+        }
     free(p);
     return ok;
 }

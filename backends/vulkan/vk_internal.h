@@ -144,6 +144,7 @@ typedef struct vk_cm2_caps {
     uint32_t smem_reserved; /* cooperativeMatrixWorkgroupScopeReservedSharedMemory, bytes */
     uint32_t gran_m, gran_n, gran_k; /* granularities of the workgroup-scope f16 x f16 -> f32
                                       * shape at VK_CM2_WG invocations, elements */
+    uint32_t gran128[3];    /* the same at 128 invocations (M, N, K; zeros: none listed) */
     vk_cm2_features features; /* as the device reported them; all enabled */
 } vk_cm2_caps;
 

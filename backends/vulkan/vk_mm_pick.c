@@ -221,3 +221,38 @@ bool vk_dec_used(const vk_mm_caps *c, uint32_t m)
 {
     return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
 }
+
+bool vk_cm2_used(const vk_mm_caps *c, uint32_t m)
+{
+    return c->coopmat && c->cm2 && m > VK_CMP_ROWS;
+}
+
+bool vk_cm2_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t wg, uint32_t bn, uint32_t bk,
+                      const uint32_t gran[3], vk_cm_plan *p)
+{
+    wg = wg == 128 ? 128 : 256;
+    uint32_t bn_max = wg; /* fn <= 4 */
+    if (bn != 64 && bn != 128 && bn != 256)
+        bn = bn_max;
+    bn = bn > bn_max ? bn_max : bn;
+    bk = bk == 16 || bk == 32 || bk == 64 ? bk : VK_CM2_BK;
+    *p = (vk_cm_plan){.sgm = 2, .sgn = wg / 64, .fm = 4, .bk = bk, .stages = 1};
+    p->fn = bn / (16 * p->sgn);
+    p->bm = 16 * p->fm * p->sgm;
+    p->bn = 16 * p->fn * p->sgn;
+    uint32_t dims[3] = {p->bm, p->bn, p->bk};
+    for (int i = 0; i < 3; i++)
+        if (gran[i] > 1 && dims[i] % gran[i] != 0)
+            return false;
+    p->tiles_m = (uint32_t)div_up(m, p->bm);
+    p->tiles_n = (uint32_t)div_up(n, p->bn);
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    uint64_t s = tiles ? (uint64_t)VK_CM2_WAVE * (256 / wg) / tiles : 1;
+    uint64_t most = k / VK_MM_MIN_SLICE;
+    s = s > most ? most : s;
+    s = s < 1 ? 1 : s;
+    uint64_t ks = div_up(div_up(k ? k : 1, s), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+    return true;
+}

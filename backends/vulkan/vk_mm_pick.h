@@ -83,6 +83,12 @@ typedef struct vk_mm_caps {
     uint32_t dec;      /* 9 .. VK_CMP_ROWS rows: VK_DEC_* (matmul_dec.comp; vk_dec_used) */
     bool dec_cfg_set;  /* dec_cfg replaces vk_dec_cfg_default ($LLMEM_VULKAN_DEC_CFG) */
     uint32_t dec_cfg[6]; /* WG, FN, BK, DEPTH, KA, GROUPS (vk_dec_cfg) */
+    bool cm2;          /* above VK_CMP_ROWS rows: matmul_cm2.comp (VK_NV_cooperative_matrix2 on,
+                        * its module embedded, $LLMEM_VULKAN_CM2_PREFILL not 0; vk_cm2_used) */
+    uint32_t cm2_wg;   /* its invocations: 256 or 128 */
+    uint32_t cm2_bn, cm2_bk; /* its tile columns (64 .. 256) and K step (16, 32 or 64) */
+    uint32_t cm2_gran[3]; /* the device's workgroup-scope granularities M, N, K (elements)
+                           * at cm2_wg invocations (0: none listed) */
 } vk_mm_caps;
 
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
@@ -250,6 +256,34 @@ bool vk_cmp_used(const vk_mm_caps *c, uint32_t m);
  * (VK_CMP_SMEM) exceeds smem bytes. Pure. The warp-tile hierarchy follows
  * CUTLASS's description. */
 bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, vk_cm_plan *p);
+
+/* matmul_cm2.comp, the prefill GEMM on VK_NV_cooperative_matrix2's
+ * workgroup-scope matrices (vk_mm_caps.cm2; off by default: slower than
+ * matmul_cmp.comp on the H200, docs/benchmarks.md, "Vulkan prefill on
+ * VK_NV_cooperative_matrix2"): 128-row tiles of VK_CM2_BN columns by
+ * default, K steps of VK_CM2_BK, VK_CM2_WG invocations (or 128), raw
+ * tiles + sum_slices_cm.comp as matmul_cmp.comp. Split-K fills one wave
+ * of VK_CM2_WAVE workgroups of 256 invocations (twice as many of 128). */
+#define VK_CM2_BN 256
+#define VK_CM2_BK 32
+#define VK_CM2_WAVE 132
+#define VK_CM2_PREFILL 0 /* the default of $LLMEM_VULKAN_CM2_PREFILL */
+
+/* Whether matmul_cm2.comp runs for m activation rows on the tensor-core
+ * path: c->coopmat, c->cm2 and m > VK_CMP_ROWS. Pure. */
+bool vk_cm2_used(const vk_mm_caps *c, uint32_t m);
+
+/* Plans matmul_cm2.comp for out[m, n] = a[m, k] · w[n, k]ᵀ into *p
+ * (caller-owned; m, n, k in elements) with wg invocations (128, else
+ * 256): a 128 x bn tile (bn 64, 128 or 256, at most wg; others:
+ * the largest allowed) in the shader's terms (sgm 2, sgn wg / 64, fm 4,
+ * fn bn / (16 sgn)), K steps of bk (16, 32 or 64; others: VK_CM2_BK),
+ * split-K as vk_cmp_plan_make's over VK_CM2_WAVE x 256 / wg workgroups
+ * (slices = floor(wave / tiles), at most k / VK_MM_MIN_SLICE, at least
+ * 1). false (and *p unusable) when the tile or the step is not a multiple
+ * of the granularities gran[0..2] (M, N, K; 0 counts as 1). Pure. */
+bool vk_cm2_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t wg, uint32_t bn, uint32_t bk,
+                      const uint32_t gran[3], vk_cm_plan *p);
 
 /* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
  * with the component types and scope as booleans). */

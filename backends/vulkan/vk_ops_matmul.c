@@ -97,6 +97,18 @@ void vk_matmul_config(vk_backend *v)
     uint32_t *d = v->mm.dec_cfg;
     v->mm.dec_cfg_set = dc && sscanf(dc, "%u,%u,%u,%u,%u,%u", &d[0], &d[1], &d[2], &d[3], &d[4],
                                      &d[5]) == 6;
+    /* above 64 rows: matmul_cm2.comp where VK_NV_cooperative_matrix2 is on and the build has
+     * its module (1), else (0, default: slower on the H200) matmul_cmp as above; its
+     * invocations (where the device lists a workgroup shape for them), tile columns and K step */
+    v->mm.cm2_wg = env_u32("LLMEM_VULKAN_CM2_WG", 256, 128, 256) == 128 ? 128 : 256;
+    uint32_t g256[3] = {v->cm2.gran_m, v->cm2.gran_n, v->cm2.gran_k};
+    const uint32_t *gran = v->mm.cm2_wg == 128 ? v->cm2.gran128 : g256;
+    v->mm.cm2 = env_u32("LLMEM_VULKAN_CM2_PREFILL", VK_CM2_PREFILL, 0, 1) == 1 && v->coopmat2 &&
+                vk_shader_codes[VK_SH_MATMUL_CM2_KHR].size >= 20 && gran[0] != 0;
+    v->mm.cm2_bn = env_u32("LLMEM_VULKAN_CM2_BN", VK_CM2_BN, 64, 256);
+    v->mm.cm2_bk = env_u32("LLMEM_VULKAN_CM2_BK", VK_CM2_BK, 16, 64);
+    for (int i = 0; i < 3; i++)
+        v->mm.cm2_gran[i] = gran[i];
     v->mv16_rows = env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
     v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
     v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
@@ -389,7 +401,10 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
 }
 
 /* out = a · wᵀ on tensor cores from the terms of a (cm_split_run):
- * above 64 rows matmul_cmp.comp (CM_ALLOW_CMP in allow and vk_cmp_used;
+ * above 64 rows matmul_cm2.comp (CM_ALLOW_CM2 and vk_cm2_used; blocking
+ * of vk_cm2_plan_make; when the partial buffer's offset is not 16-byte
+ * aligned, matmul_cmp.comp instead; otherwise as matmul_cmp) or
+ * matmul_cmp.comp (CM_ALLOW_CMP in allow and vk_cmp_used;
  * blocking of vk_cmp_plan_make; raw tiles + sum_slices_cm.comp; when its
  * partial buffer cannot be had, matmul_cm.comp as below); at 9-64 rows
  * matmul_dec.comp (CM_ALLOW_DEC and dec_plan; raw tiles +
@@ -405,7 +420,7 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
  * product); tm->buf must stay allocated until then. *done says whether it
  * ran; it does not when w's offset is not 16-byte aligned (the caller
  * falls through to matmul_rt). LLMEM_E_NO_MEMORY: no partial buffer. */
-enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2 };
+enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4 };
 
 /* matmul_dec.comp's plan for an [m, k] x [n, k] product with `split`
  * terms (vk_dec_plan_make at $LLMEM_VULKAN_DEC_CFG or the default
@@ -428,9 +443,13 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     uint32_t m = tm->m, k = tm->k, n = (uint32_t)w->ne[0];
     *done = false;
     vk_cm_plan pl;
-    /* matmul_cmp.comp: raw tiles only (its sum_slices_cm.comp pass scales) */
-    bool cmp = (allow & CM_ALLOW_CMP) && vk_cmp_used(&v->mm, m) &&
-               vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl);
+    /* matmul_cm2.comp, else matmul_cmp.comp: raw tiles only (their sum_slices_cm.comp pass
+     * scales), the same interface (cmp stands for both below) */
+    bool cm2 = (allow & CM_ALLOW_CMP) && (allow & CM_ALLOW_CM2) && vk_cm2_used(&v->mm, m) &&
+               vk_cm2_plan_make(m, n, k, v->mm.cm2_wg, v->mm.cm2_bn, v->mm.cm2_bk,
+                                v->mm.cm2_gran, &pl);
+    bool cmp = cm2 || ((allow & CM_ALLOW_CMP) && vk_cmp_used(&v->mm, m) &&
+                       vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl));
     /* matmul_dec.comp: raw tiles only as well */
     vk_dec_plan dp;
     bool dec = !cmp && (allow & CM_ALLOW_DEC) && dec_plan(v, m, n, k, tm->split, &dp);
@@ -494,7 +513,9 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         sum.kind = CM_SUM_SCALED;
     llmem_tensor th = llmem_tensor_1d(tm->buf, 0, LLMEM_DTYPE_F32, (int64_t)(tm->terms / 4));
     vk_op mm;
-    if (cmp)
+    if (cm2)
+        vk_op_init(&mm, VK_SH_MATMUL_CM2_KHR, 32 * pl.sgm * pl.sgn);
+    else if (cmp)
         vk_op_init(&mm, v->mm.cmp == VK_CMP_KHR ? VK_SH_MATMUL_CMP_KHR : VK_SH_MATMUL_CMP,
                    32 * pl.sgm * pl.sgn);
     else if (dec)
@@ -528,6 +549,11 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     }
     /* (the fused sum reads the partial buffer as vec4s: oo is 0 for the
      * fresh 256-byte aligned allocation, so its check never fails in practice) */
+    if (cm2 && oo % 4 != 0) { /* its tensor stores want a 16-byte aligned base: matmul_cmp */
+        vk_op_run(v, &mm, 0);
+        cm_sum_run(be, v, &sum, false);
+        return cm_product_as(be, v, tm, w, out, later, allow & ~CM_ALLOW_CM2, done);
+    }
     if (wo % 8 != 0 || ho % 4 != 0 || (fused && oo % 4 != 0)) {
         vk_op_run(v, &mm, 0); /* gives temporaries back */
         cm_sum_run(be, v, &sum, false);
@@ -566,7 +592,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
 static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
                                llmem_ct *out, cm_sum *later, bool *done)
 {
-    return cm_product_as(be, v, tm, w, out, later, CM_ALLOW_CMP | CM_ALLOW_DEC, done);
+    return cm_product_as(be, v, tm, w, out, later, CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2,
+                         done);
 }
 
 /* out = a · wᵀ on tensor cores (vk_mm_pick said VK_MM_COOPMAT): the rows

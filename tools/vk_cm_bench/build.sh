@@ -219,15 +219,16 @@ fi
 # matrices; SPIR-V 1.6, glslang 15 only) against matmul_cmp.comp's KHR module, in one process
 # (OUT/cm2, list cm2_list.txt; the same gemm fields: its tile is 16 FM SGM x 16 FN (WG / 32 /
 # SGM), RAW 1): cm2 (the defaults: every tile through clamping layouts, bf16 weights converted
-# element by element), cm2_c2 (CLAMP 2: clamping layouts only on edge tiles), cm2_u2 / cm2_u4
-# (the K loop unrolled 2 / 4 steps), cm2_dec (CONV 1: bf16 through a decode function), cm2_nc
-# (CONV 0: no conversion, timing only), cm2_c2u2 (CLAMP 2 and UNROLL 2)
+# element by element, the K loop unrolled 2 steps), cm2_c2 (CLAMP 2: clamping layouts only on
+# edge tiles), cm2_u1 / cm2_u4 (1 / 4 steps a trip), cm2_dec (CONV 1: bf16 through a decode
+# function), cm2_nc (CONV 0: no conversion, timing only), cm2_c2u1 (CLAMP 2 and UNROLL 1).
+# docs/benchmarks.md, "Vulkan prefill on VK_NV_cooperative_matrix2", has what they measured.
 if [ -n "${GLSLANG_KHR:-}" ]; then
     M2=$OUT/cm2
     mkdir -p "$M2"
     cmp "$M2" cmp khr
-    for v in cm2: cm2_c2:-DCLAMP=2 cm2_u2:-DUNROLL=2 cm2_u4:-DUNROLL=4 cm2_dec:-DCONV=1 \
-        cm2_nc:-DCONV=0 cm2_c2u2:-DCLAMP=2:-DUNROLL=2; do
+    for v in cm2: cm2_c2:-DCLAMP=2 cm2_u1:-DUNROLL=1 cm2_u4:-DUNROLL=4 cm2_dec:-DCONV=1 \
+        cm2_nc:-DCONV=0 cm2_c2u1:-DCLAMP=2:-DUNROLL=1; do
         IFS=: read -r n d d2 <<< "$v"
         $GLSLANG_KHR -V -g0 --target-env vulkan1.3 $d $d2 "$ROOT/shaders/matmul_cm2.comp" \
             -o "$M2/$n.spv" > /dev/null
