@@ -1,12 +1,13 @@
-/* llmem Vulkan backend: VK_NV_cooperative_matrix2 (workgroup-scope
+/* llmem Vulkan backend: the cooperative-matrix extensions newer than
+ * Debian 12's Vulkan headers (1.3.239), queried once when the device is
+ * made (vk_plugin.c device_create): VK_KHR_cooperative_matrix (under the
+ * KHR modules and coopmat2) and VK_NV_cooperative_matrix2 (workgroup-scope
  * cooperative matrices, tensor-addressed loads and stores, decode
  * functions; Khronos registry, VK_NV_cooperative_matrix2 revision 1, and
- * GL_NV_cooperative_matrix2 / SPV_NV_cooperative_matrix2), queried once
- * when the device is made (vk_plugin.c device_create).
- *
- * Debian 12's Vulkan headers (1.3.239) predate the extension: its
- * structures, structure types and query are defined here as the registry
- * gives them (extension number 594, so structure types 1000593000 +). */
+ * GL_NV_cooperative_matrix2 / SPV_NV_cooperative_matrix2). Their
+ * structures, structure types and queries are defined here and in
+ * vk_internal.h as the registry gives them (VK_NV_cooperative_matrix2 is
+ * extension 594, so structure types 1000593000 +). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,70 @@ static bool flex_entry(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
             }
         }
     free(p);
+    return ok;
+}
+
+/* VK_KHR_cooperative_matrix's property structure and query (its feature
+ * structure: vk_internal.h). */
+#define KHR_CM_STYPE_PROPERTIES ((VkStructureType)1000506001)
+typedef struct khr_cm_properties {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MSize, NSize, KSize;
+    int32_t AType, BType, CType, ResultType; /* VkComponentTypeKHR: 0 f16, 1 f32 */
+    VkBool32 saturatingAccumulation;
+    int32_t scope; /* VkScopeKHR: 3 subgroup */
+} khr_cm_properties;
+typedef VkResult (*khr_cm_query)(VkPhysicalDevice, uint32_t *, khr_cm_properties *);
+
+bool vk_khr_modules_wanted(void)
+{
+    const char *cmp = getenv("LLMEM_VULKAN_CMP"), *cmk = getenv("LLMEM_VULKAN_CM_KHR");
+    bool want_cmp = !(cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) &&
+                    vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20;
+    bool want_cm = !(cmk && strcmp(cmk, "0") == 0) &&
+                   vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
+    return want_cmp || want_cm;
+}
+
+bool vk_khr_cm_usable(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup_size,
+                      uint32_t shared_bytes)
+{
+    if (!has_ext(pd, VK_KHR_CM_NAME))
+        return false;
+    PFN_vkVoidFunction f =
+        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    khr_cm_query q;
+    if (!f)
+        return false;
+    memcpy(&q, &f, sizeof q);
+    vk_khr_cm_features cf = {.sType = VK_KHR_CM_STYPE_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cf};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    uint32_t n = 0;
+    if (!cf.cooperativeMatrix || q(pd, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    khr_cm_properties *p = calloc(n, sizeof *p);
+    vk_cm_shape *sh = calloc(n, sizeof *sh);
+    bool ok = false;
+    if (p && sh) {
+        for (uint32_t i = 0; i < n; i++)
+            p[i].sType = KHR_CM_STYPE_PROPERTIES;
+        if (q(pd, &n, p) == VK_SUCCESS) {
+            for (uint32_t i = 0; i < n; i++)
+                sh[i] = (vk_cm_shape){
+                    .m = p[i].MSize,
+                    .n = p[i].NSize,
+                    .k = p[i].KSize,
+                    .ab_f16 = p[i].AType == 0 && p[i].BType == 0,
+                    .cd_f32 = p[i].CType == 1 && p[i].ResultType == 1,
+                    .subgroup_scope = p[i].scope == 3,
+                };
+            ok = vk_cm_usable(sh, n, subgroup_size, shared_bytes);
+        }
+    }
+    free(p);
+    free(sh);
     return ok;
 }
 

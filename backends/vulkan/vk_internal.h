@@ -122,6 +122,33 @@ typedef struct vk_presplit {
 } vk_presplit;
 
 
+/* VK_KHR_cooperative_matrix's feature structure (newer than Debian 12's
+ * Vulkan headers; vk_cm2.c queries the extension). */
+#define VK_KHR_CM_NAME "VK_KHR_cooperative_matrix"
+#define VK_KHR_CM_STYPE_FEATURES ((VkStructureType)1000506000)
+typedef struct vk_khr_cm_features {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
+} vk_khr_cm_features;
+
+/* Whether one of the KHR cooperative-matrix modules is wanted and
+ * embedded (shaders/shaders.cmake): matmul_cmp.comp's with
+ * $LLMEM_VULKAN_CMP not 0 or 2, or matmul_cm.comp's with
+ * $LLMEM_VULKAN_CM_KHR not 0. Reads the environment; no device. */
+bool vk_khr_modules_wanted(void);
+
+/* Whether VK_KHR_cooperative_matrix may be enabled on pd (for the KHR
+ * modules, v->coopmat_khr, or for VK_NV_cooperative_matrix2, which
+ * depends on it); the caller has checked the NV path (shaderFloat16 and
+ * the memory model come with it): the extension, its feature and the
+ * 16 x 16 x 16 f16 x f16 -> f32 shape at subgroup scope, with subgroups
+ * of subgroup_size and shared_bytes of shared memory a workgroup
+ * (vk_cm_usable, the NV check's rule). false, too, when the host runs out
+ * of memory for the shape list. */
+bool vk_khr_cm_usable(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup_size,
+                      uint32_t shared_bytes);
+
 /* VK_NV_cooperative_matrix2 (vk_cm2.c): newer than Debian 12's Vulkan
  * headers (1.3.239), so its feature structure is defined here as the
  * Khronos registry gives it (structure type 1000593000). */

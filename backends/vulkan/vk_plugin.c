@@ -506,88 +506,6 @@ static bool coopmat_usable(const dev_entry *e)
     return ok;
 }
 
-/* VK_KHR_cooperative_matrix is newer than Debian 12's Vulkan headers
- * (1.3.239): its feature and property structures and the query, as the
- * extension defines them. */
-#define KHR_CM_NAME "VK_KHR_cooperative_matrix"
-#define KHR_CM_STYPE_FEATURES ((VkStructureType)1000506000)
-#define KHR_CM_STYPE_PROPERTIES ((VkStructureType)1000506001)
-typedef struct khr_cm_features {
-    VkStructureType sType;
-    void *pNext;
-    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
-} khr_cm_features;
-typedef struct khr_cm_properties {
-    VkStructureType sType;
-    void *pNext;
-    uint32_t MSize, NSize, KSize;
-    int32_t AType, BType, CType, ResultType; /* VkComponentTypeKHR: 0 f16, 1 f32 */
-    VkBool32 saturatingAccumulation;
-    int32_t scope; /* VkScopeKHR: 3 subgroup */
-} khr_cm_properties;
-typedef VkResult (*khr_cm_query)(VkPhysicalDevice, uint32_t *, khr_cm_properties *);
-
-/* Whether one of the KHR cooperative-matrix modules is wanted and
- * embedded (shaders/shaders.cmake): matmul_cmp.comp's with
- * $LLMEM_VULKAN_CMP not 0 or 2, or matmul_cm.comp's with
- * $LLMEM_VULKAN_CM_KHR not 0. */
-static bool khr_modules_wanted(void)
-{
-    const char *cmp = getenv("LLMEM_VULKAN_CMP"), *cmk = getenv("LLMEM_VULKAN_CM_KHR");
-    bool want_cmp = !(cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) &&
-                    vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20;
-    bool want_cm = !(cmk && strcmp(cmk, "0") == 0) &&
-                   vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
-    return want_cmp || want_cm;
-}
-
-/* Whether VK_KHR_cooperative_matrix may be enabled (for the KHR modules,
- * v->coopmat_khr, or for VK_NV_cooperative_matrix2, which depends on it):
- * the NV path is usable (shaderFloat16 and the memory model come with
- * it), and the device has VK_KHR_cooperative_matrix with its feature and
- * the 16 x 16 x 16 f16 x f16 -> f32 shape at subgroup scope
- * (vk_cm_usable, the NV check's rule). */
-static bool coopmat_khr_usable(VkInstance inst, const dev_entry *e)
-{
-    if (!has_device_ext(e->pd, KHR_CM_NAME))
-        return false;
-    PFN_vkVoidFunction f =
-        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
-    khr_cm_query q;
-    if (!f)
-        return false;
-    memcpy(&q, &f, sizeof q);
-    khr_cm_features cf = {.sType = KHR_CM_STYPE_FEATURES};
-    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cf};
-    vkGetPhysicalDeviceFeatures2(e->pd, &f2);
-    uint32_t n = 0;
-    if (!cf.cooperativeMatrix || q(e->pd, &n, NULL) != VK_SUCCESS || n == 0)
-        return false;
-    khr_cm_properties *p = calloc(n, sizeof *p);
-    vk_cm_shape *sh = calloc(n, sizeof *sh);
-    bool ok = false;
-    if (p && sh) {
-        for (uint32_t i = 0; i < n; i++)
-            p[i].sType = KHR_CM_STYPE_PROPERTIES;
-        if (q(e->pd, &n, p) == VK_SUCCESS) {
-            for (uint32_t i = 0; i < n; i++)
-                sh[i] = (vk_cm_shape){
-                    .m = p[i].MSize,
-                    .n = p[i].NSize,
-                    .k = p[i].KSize,
-                    .ab_f16 = p[i].AType == 0 && p[i].BType == 0,
-                    .cd_f32 = p[i].CType == 1 && p[i].ResultType == 1,
-                    .subgroup_scope = p[i].scope == 3,
-                };
-            ok = vk_cm_usable(sh, n, e->sg.subgroupSize,
-                              e->props.limits.maxComputeSharedMemorySize);
-        }
-    }
-    free(p);
-    free(sh);
-    return ok;
-}
-
 static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, size_t len)
 {
     v->phys = e->pd;
@@ -597,11 +515,13 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     v->has_budget = has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     v->coopmat = coopmat_usable(e);
     /* VK_NV_cooperative_matrix2 (vk_cm2.c) needs the KHR extension under it */
-    bool khr_want = khr_modules_wanted();
+    bool khr_want = vk_khr_modules_wanted();
     bool cm2 = v->coopmat && instance_api() >= VK_API_VERSION_1_3 &&
                e->props.apiVersion >= VK_API_VERSION_1_3 &&
                vk_cm2_query(v->instance, e->pd, &v->cm2);
-    bool khr = v->coopmat && (khr_want || cm2) && coopmat_khr_usable(v->instance, e);
+    bool khr = v->coopmat && (khr_want || cm2) &&
+               vk_khr_cm_usable(v->instance, e->pd, e->sg.subgroupSize,
+                                e->props.limits.maxComputeSharedMemorySize);
     v->coopmat_khr = khr && khr_want;
     v->coopmat2 = khr && cm2;
     const char *exts[4];
@@ -611,7 +531,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     if (v->coopmat)
         exts[n_exts++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
     if (khr)
-        exts[n_exts++] = KHR_CM_NAME;
+        exts[n_exts++] = VK_KHR_CM_NAME;
     if (v->coopmat2)
         exts[n_exts++] = VK_CM2_NAME;
     /* features of matmul_cm.comp (and the KHR and coopmat2 modules), chained
@@ -619,7 +539,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     VkPhysicalDeviceBufferDeviceAddressFeatures bda;
     if (!v->coopmat2)
         v->cm2.usable = false;
-    khr_cm_features kf = {.sType = KHR_CM_STYPE_FEATURES,
+    vk_khr_cm_features kf = {.sType = VK_KHR_CM_STYPE_FEATURES,
                           .pNext = vk_cm2_chain(&v->cm2, &bda, NULL),
                           .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
