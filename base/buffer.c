@@ -278,11 +278,22 @@ static bool ranges_disjoint(const llmem_copy_range *r, int32_t n, bool *ok)
 }
 
 /* LLMEM_COPY_RANGES=0: the loop of buffer_copy even where the backend
- * batches (to compare the two; tests switch it per call). */
-static bool batch_off(void)
+ * batches (to compare the two). Read at the first batch of the process and
+ * again on llmem_backend_reload_env, not at each call (getenv scans the
+ * environment; a step copies ranges several times). -1: not read yet. */
+static atomic_int copy_ranges_off = -1;
+
+static void copy_ranges_env(void)
 {
     const char *e = getenv("LLMEM_COPY_RANGES");
-    return e && strcmp(e, "0") == 0;
+    atomic_store(&copy_ranges_off, e && strcmp(e, "0") == 0);
+}
+
+static bool batch_off(void)
+{
+    if (atomic_load(&copy_ranges_off) < 0)
+        copy_ranges_env();
+    return atomic_load(&copy_ranges_off) == 1;
 }
 
 llmem_status llmem_buffer_copy_ranges(const llmem_copy_range *ranges, int32_t n)
@@ -353,6 +364,7 @@ llmem_status llmem_backend_reload_env(llmem_backend *be)
         return LLMEM_E_INVALID;
     const llmem_backend_i *i = be->iface;
     llmem_view_checks_reload(be);
+    copy_ranges_env();
     if (i->struct_size >= offsetof(llmem_backend_i, reload_env) + sizeof(i->reload_env) &&
         i->reload_env)
         i->reload_env(be);

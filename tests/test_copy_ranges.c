@@ -169,8 +169,10 @@ START_TEST(test_copy_ranges_random)
     llmem_backend *be = th_open(bi);
     const char *name = th_backend_name(bi);
     ref64_rng r = ref64_rng_make(ref64_seed(), (uint64_t)_i);
-    if (fallback)
+    if (fallback) {
         setenv("LLMEM_COPY_RANGES", "0", 1);
+        ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK); /* read once otherwise */
+    }
     bufs s;
     bufs_make(be, &s, &r);
     unsigned char *mark[NB];
@@ -200,8 +202,10 @@ START_TEST(test_copy_ranges_random)
     OK(llmem_buffer_copy_ranges(rg, 0));
     free(rg);
     bufs_free(&s);
-    if (fallback)
+    if (fallback) {
         unsetenv("LLMEM_COPY_RANGES");
+        ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+    }
     llmem_backend_close(be);
     if (mode == 2)
         unsetenv("LLMEM_VULKAN_MAX_CHUNK");
