@@ -87,7 +87,8 @@ layout(constant_id = 8) const uint RAW = 1;    /* (1 only) */
                 * only, results wrong) */
 #endif
 #ifndef UNROLL
-#define UNROLL 2 /* K steps per trip of the K loop (H200: 2 is 10-20% faster than 1 or 4) */
+#define UNROLL 2 /* K steps per trip of the K loop (H200, 256 invocations: 2 is 10-20% faster
+                  * than 1 or 4; within the noise at 128) */
 #endif
 
 const uint BM = 16u * FM * SGM, BN = 16u * FN * (WG / 32u / SGM);
