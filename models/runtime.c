@@ -529,8 +529,10 @@ llmem_status llmem_model_load(const char *dir, llmem_backend *be, const llmem_mo
     }
     llmem_model *m = calloc(1, sizeof *m);
     llmem_safetensors *st = NULL;
-    if (!m)
+    if (!m) {
+        llmem_errf(err, err_len, "%s: out of host memory for the model", dir);
         return LLMEM_E_NO_MEMORY;
+    }
     m->p = pp;
     m->be = be;
     m->tp_size = 1;
