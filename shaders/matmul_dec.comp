@@ -33,6 +33,13 @@
  * tiling after CUTLASS's description. -DPROBE=1 (tools/vk_cm_bench only)
  * keeps the weight stream and drops everything else: its ceiling.
  *
+ * Speed (H200, driver 580; docs/benchmarks.md, "A decode GEMM that streams
+ * the weights"): 16 x 14336 x 4096 fast 0.053 ms against matmul_cm's
+ * 0.056 (its loads alone: 0.030), 9B tg128 batch 16 fast 12.73 against
+ * 13.12 ms; slower at 64 rows (0.081 against 0.068) and in precise mode,
+ * so the host runs it only with $LLMEM_VULKAN_DEC=1. Both GEMMs are held
+ * by the weight bytes in flight an SM, which here live in registers.
+ *
  * Blocking: a workgroup of WG = 32 NSG invocations owns a BM x BN tile of
  * out (BM = 16 FM rows: all rows of a decode step, BN = 16 FN NSG); K is
  * split into slices of k_split (host: vk_dec_plan_make). Needs K % 8 == 0

@@ -332,7 +332,10 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
 #define VK_DEC_OFF 0
 #define VK_DEC_KHR 1
 #define VK_DEC_NV 2
-#define VK_DEC_DEFAULT VK_DEC_OFF /* $LLMEM_VULKAN_DEC unset */
+/* $LLMEM_VULKAN_DEC unset: off. H200, 9B tg128 fast (LLMEM_BENCH_PP=16): batch 16 12.73 ms
+ * with matmul_dec against 13.12, but batch 64 21.08 against 19.25, and the harness has it 8-25%
+ * slower in precise mode (docs/benchmarks.md, "A decode GEMM that streams the weights") */
+#define VK_DEC_DEFAULT VK_DEC_OFF
 
 /* The blocking of matmul_dec.comp: workgroups of wg invocations (wg / 32
  * subgroups, each owning 16 fn output columns), weight K steps of bk (32,
@@ -360,8 +363,11 @@ typedef struct vk_dec_plan {
     ((split) * (bm) * ((ka) / 8u + 1u) * 16u + (wg) / 32u * 16u * (fn) * ((bk) / 8u + 1u) * 16u)
 
 /* The default blocking of matmul_dec.comp at m rows with `split` f16
- * terms of a (1 fast, 2 precise) into *c (caller-owned). Pure; never
- * fails. */
+ * terms of a (1 fast, 2 precise) into *c (caller-owned): 256 invocations,
+ * FN 1, K steps of 64, depth 2, 264 workgroups, chunks of 512 up to 16
+ * rows and 128 above (vk_dec_plan_make halves them where shared memory
+ * is short): the harness's fastest at 105-122 registers, two workgroups an
+ * SM (docs/benchmarks.md). Pure; never fails. */
 void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c);
 
 /* Plans matmul_dec.comp for out[m, n] = a[m, k] · w[n, k]ᵀ with `split`

@@ -7,8 +7,8 @@ matmul_dec's DEPTH; its KA is the module's, dec_kaKA). Variants whose shared mem
 47 KiB are left out (the H200's limit is 48 KiB, and a larger pipeline lost the device)."""
 import math
 
-SHAPES = [  # (N, K): 9B 4096-wide ones, then the 2b shape's 2048-wide ones
-    (14336, 4096), (4096, 14336), (4096, 4096), (8192, 2048), (2048, 8192)]
+SHAPES = [  # (N, K): the 9B shape's 14336-wide ones (117 MB of weights: beyond the L2)
+    (14336, 4096), (4096, 14336)]
 # matmul_dec.comp's blocking (vk_dec_cfg: WG, FN, BK, DEPTH, KA, GROUPS) by rows and split;
 # the module is dec_kaKA_aAPF (APF 1 where a slice has several chunks, as vk_dec_plan_make)
 CONFIGS = {
