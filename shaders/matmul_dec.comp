@@ -124,6 +124,20 @@ layout(push_constant) uniform P {
 #ifndef PROBE
 #define PROBE 0
 #endif
+/* -DWG_SYNC=1 (tools/vk_cm_bench only, not measured yet): a workgroup
+ * barrier where the staging takes a subgroup-scope one, to learn whether
+ * the latter makes the driver wait for the subgroup's outstanding global
+ * loads (docs/benchmarks.md, "A decode GEMM that streams the weights") */
+#ifndef WG_SYNC
+#define WG_SYNC 0
+#endif
+#if WG_SYNC
+#define STAGE_SYNC() barrier()
+#else
+#define STAGE_SYNC()                                                                              \
+    controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,                 \
+                   gl_SemanticsAcquireRelease)
+#endif
 shared uvec4 sa[PROBE != 0 ? 1u : SPLIT * BM * LA]; /* the chunk's hi, lo rows */
 shared uvec4 sw[PROBE != 0 ? 1u : NSG * SN * LW]; /* each subgroup's staged weights, f16 */
 
@@ -170,8 +184,7 @@ uint bf16x2_to_f16x2(uint x)
                            bf16x2_to_f16x2(u_.w));                                                \
             sw[sb + (e_ / RV) * LW + e_ % RV] = u_;                                               \
         }                                                                                         \
-        controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,             \
-                       gl_SemanticsAcquireRelease);                                               \
+        STAGE_SYNC();                                                                             \
         if ((j) + DEPTH < ns)                                                                     \
             FETCH(R, (j) + DEPTH)                                                                 \
         [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {                                      \
@@ -191,8 +204,7 @@ uint bf16x2_to_f16x2(uint x)
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
-        controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,             \
-                       gl_SemanticsAcquireRelease);                                               \
+        STAGE_SYNC();                                                                             \
     }
 
 /* This invocation's share of the activations' terms of rows [0, BM), K

@@ -60,6 +60,11 @@ def main():
                     if smem(split, 16 * fm, wg, fn, bk, ka) > 47 * 1024:
                         continue
                     print(f"{module} gemm {m} {n} {k} {wg} 1 {fm} {fn} {split} {bk} {depth} {s} 1")
+                    if (wg, fn, bk, depth) == (256, 1, 64, 2) and ka in (512, 64):
+                        # the same with workgroup barriers for the staging (WG_SYNC, not yet
+                        # measured)
+                        print(f"{module}_wgs gemm {m} {n} {k} {wg} 1 {fm} {fn} {split} {bk} "
+                              f"{depth} {s} 1")
                 print(old(m, n, k, split))
 
 
