@@ -438,8 +438,11 @@ END_TEST
 
 START_TEST(test_argmax)
 {
-    /* cols % 4 == 0 (1000, 8192) take Vulkan's vec4 loads; 8192: the last row all NaN */
-    static const int32_t cases[][2] = {{1, 1}, {4, 7}, {3, 1000}, {2, 32003}, {5, 3}, {5, 8192}};
+    /* cols % 4 == 0 (1000, 8192) take Vulkan's vec4 loads; 8192: the last row all NaN; one
+     * row of 16384+ columns (% 4 == 0) is split over workgroups on Vulkan (argmax.comp's
+     * SPLIT): ties in different parts and at a part boundary, 65536 all NaN */
+    static const int32_t cases[][2] = {{1, 1},     {4, 7},      {3, 1000},  {2, 32003}, {5, 3},
+                                       {5, 8192},  {1, 128256}, {1, 20000}, {1, 65536}};
     llmem_backend *be = th_open(_i);
     for (size_t s = 0; s < sizeof cases / sizeof cases[0]; s++) {
         int32_t rows = cases[s][0], v = cases[s][1];
@@ -463,7 +466,12 @@ START_TEST(test_argmax)
                 }
                 row[ref64_int(&r, 0, v - 1)] = NAN;
             }
-            if (i == 4) /* the last case has an all-NaN row */
+            if (rows == 1 && v >= 16384) { /* the split's parts: 64 by default */
+                int32_t per = (v / 4 + 63) / 64 * 4, k = ref64_int(&r, 1, v / per - 1);
+                row[k * per - 1] = row[k * per] = 7.0; /* last of one part, first of the next */
+                row[(k - 1) * per + 5] = 7.0;          /* the same value earlier: it must win */
+            }
+            if (i == 4 || (rows == 1 && v == 65536)) /* all-NaN rows */
                 for (int32_t j = 0; j < v; j++)
                     row[j] = NAN;
             int32_t best = -1;

@@ -231,6 +231,8 @@ typedef struct vk_backend {
     llmem_buffer *cm_ctr;       /* matmul_cm's arrival counters (VK_CM_RAW_FUSED), made on first
                                  * use; VK_CM_CTR_SLOTS words, zero between dispatches */
     uint32_t cm_ctr_next;       /* the next of them to take (vk_cm_ctr_take) */
+    llmem_buffer *argmax_part;  /* argmax.comp's SPLIT counter and partial results (vk_argmax_split),
+                                 * made on first use; the counter is zero between dispatches */
     vk_presplit presplit;       /* the f16 terms a norm wrote for the next matmul (vk_presplit.c) */
     struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
@@ -250,6 +252,10 @@ typedef struct vk_backend {
      * the first one */
     struct vk_nm_hold *nmc;
     bool nmc_pending;           /* nmc holds a product not yet recorded */
+    /* One-token ropes held back for the kv store that reads k
+     * (vk_ops_rope.c, vk_rope_store_take); NULL until the first one */
+    struct vk_rope_hold *rph;
+    uint32_t rope_pending;      /* ropes held in rph, not yet recorded (0-2) */
     /* The order of the one-row fused matmuls (vk_ops_norm_matmul.c,
      * $LLMEM_VULKAN_L2_PREFETCH): the weight at (buf, off) was last followed
      * by `next`; entries naming a freed buffer are dropped (vk_nm_pf_forget) */
@@ -728,6 +734,35 @@ llmem_status vk_nm_conv_take(vk_backend *v, const llmem_view *view, int32_t stat
                              llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken);
 llmem_status vk_nm_conv_flush(vk_backend *v);
 llmem_status vk_held_flush(vk_backend *v);
+/* RoPE of q and k with the store of k and v in one dispatch (vk_ops_rope.c;
+ * shaders/rope_store.comp). A one-token vk_op_rope in place on f32
+ * [1, H, head_dim] (head_dim even, <= 512) is held back in v->rph (not
+ * recorded) unless $LLMEM_VULKAN_ROPE_STORE=0; a second one with the same
+ * angles and position joins it (q, then k). vk_rope_store_take, called
+ * first by vk_op_kv_store, runs them and the store as one rope_store
+ * dispatch (*taken true; the same memory effects, bit for bit) where k is
+ * the last rope's tensor (or the tail of the one rope held, q and k in one
+ * launch), v is [1, n_kv_heads, head_dim] f32 apart from them, and the
+ * pools are f32/f16/bf16 of one chunk; else it records the ropes alone
+ * (vk_rope_flush) for the caller to go on. Anything else recorded first
+ * records them alone (vk_held_flush, which calls vk_rope_flush first), so
+ * every command keeps the order of the calls. Errors: those of
+ * vk_op_run. vk_rope_finish records held ropes and frees the hold (at
+ * close, before vk_cmd_finish). Measurements: docs/benchmarks.md "Vulkan
+ * batch-1 step: rope with the kv store, a split argmax". */
+llmem_status vk_rope_store_take(vk_backend *v, const llmem_view *view, llmem_ct *k, llmem_ct *vv,
+                                bool *taken);
+llmem_status vk_rope_flush(vk_backend *v);
+void vk_rope_finish(vk_backend *v);
+/* argmax of one long row split over workgroups (vk_ops_sample.c;
+ * shaders/argmax.comp's SPLIT): the workgroup count for a row of `cols`
+ * f32 ($LLMEM_VULKAN_ARGMAX_SPLIT, default 64; 0 or 1: one workgroup),
+ * or 0 where the row is short (< 16384 columns) or v->argmax_part (made
+ * here on first use, zeroed) cannot be made. The last workgroup to arrive
+ * reduces the parts, so the id is the single workgroup's, ties included. */
+#define VK_ARGMAX_SPLIT_MAX 256
+#define ARGMAX_SPLIT_WG 256 /* invocations per part unless $LLMEM_VULKAN_ARGMAX_WG is set */
+uint32_t vk_argmax_split(llmem_backend *be, vk_backend *v, uint64_t cols);
 void vk_nm_conv_finish(vk_backend *v);
 /* Drops what vk_ops_norm_matmul.c remembers of `buf` (vk_buffer_free). */
 void vk_nm_pf_forget(vk_backend *v, const llmem_buffer *buf);

@@ -35,6 +35,8 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_L2_PREFETCH", l2_prefetch, 0, 2, NUM),
     K("LLMEM_VULKAN_L2_PREFETCH_KB", l2_prefetch_kb, 1, 65536, NUM),
     K("LLMEM_VULKAN_NM_CONV", nm_conv, 0, 1, NUM),
+    K("LLMEM_VULKAN_ROPE_STORE", rope_store, 0, 1, NUM),
+    K("LLMEM_VULKAN_ARGMAX_SPLIT", argmax_split, 0, VK_ARGMAX_SPLIT_MAX, NUM),
 };
 #undef K
 

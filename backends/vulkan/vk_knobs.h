@@ -30,6 +30,8 @@ typedef struct vk_knobs {
     int32_t l2_prefetch;    /* LLMEM_VULKAN_L2_PREFETCH: 0..2 */
     int32_t l2_prefetch_kb; /* LLMEM_VULKAN_L2_PREFETCH_KB: 1..65536 */
     int32_t nm_conv;        /* LLMEM_VULKAN_NM_CONV: 0, 1 */
+    int32_t rope_store;     /* LLMEM_VULKAN_ROPE_STORE: 0, 1 */
+    int32_t argmax_split;   /* LLMEM_VULKAN_ARGMAX_SPLIT: 0..256 */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

@@ -34,6 +34,10 @@ llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct 
 {
     vk_backend *v = vk_from(be);
     const llmem_kv_view *kv = llmem_view_kv(view);
+    bool taken = false; /* the ropes of q and k held for this store (vk_ops_rope.c) */
+    llmem_status rs = vk_rope_store_take(v, view, k, vv, &taken);
+    if (rs != LLMEM_OK || taken)
+        return rs;
     if (vk_dtype_scaled(kv->dtype)) /* int8 / fp8 pools: vk_ops_quant.c */
         return vk_op_kv_store_q(be, view, k, vv);
     uint32_t row = (uint32_t)kv->n_kv_heads * (uint32_t)kv->head_dim;

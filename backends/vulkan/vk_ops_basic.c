@@ -314,11 +314,18 @@ llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
     uint32_t xv = vk_op_tensor(v, &op, x, false); /* the same bytes, read as vec4 */
     bool vec = vec_ok && xo % 4 == 0 && xv == xo && cols % 4 == 0;
     vk_op_spec(&op, vec);
+    /* one long row: split over workgroups, the last one reduces (vk_ops_sample.c) */
+    uint32_t split = vec && rows == 1 ? vk_argmax_split(be, v, (uint64_t)cols) : 0;
+    if (split > 1) {
+        op.spec[0] = VK_KNOB(v, argmax_wg, 0) > 0 ? wg : ARGMAX_SPLIT_WG;
+        vk_op_spec(&op, split);
+        vk_op_buffer(v, &op, v->argmax_part, true);
+    }
     vk_op_u32(&op, (uint32_t)rows);
     vk_op_u32(&op, (uint32_t)cols);
     vk_op_u32(&op, xo);
     vk_op_u32(&op, oo);
-    return vk_op_run(v, &op, (uint64_t)rows);
+    return vk_op_run(v, &op, split > 1 ? split : (uint64_t)rows);
 }
 
 /* ---- copies ----------------------------------------------------------------------------------- */

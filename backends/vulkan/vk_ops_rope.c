@@ -9,6 +9,8 @@
  * size keep f32 accuracy.
  */
 #include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
 
 #include "vk_internal.h"
 
@@ -34,6 +36,103 @@ static llmem_status rope_table(vk_backend *v, const llmem_rope_params *p, vk_sta
     return LLMEM_OK;
 }
 
+/* Builds rope.comp's dispatch of x -> out (table tab); *groups its grid. */
+static void rope_build(vk_backend *v, const llmem_rope_params *p, llmem_ct *x, llmem_ct *pos,
+                       llmem_ct *out, const vk_stage_ref *tab, vk_op *op, uint64_t *groups)
+{
+    uint32_t n_rows = (uint32_t)(x->ne[0] * x->ne[1]), hd = (uint32_t)x->ne[2];
+    uint32_t units = (uint32_t)p->n_rot / 2 + hd - (uint32_t)p->n_rot;
+    vk_op_init(op, VK_SH_ROPE, WG);
+    vk_op_spec(op, p->mode == LLMEM_ROPE_NEOX ? 1u : 0u);
+    uint32_t xo = vk_op_tensor(v, op, x, false);
+    uint32_t po = vk_op_tensor(v, op, pos, false);
+    vk_op_stage(v, op, tab, (VkDeviceSize)p->n_rot * 4);
+    uint32_t oo = vk_op_tensor(v, op, out, true);
+    vk_op_u32(op, n_rows);
+    vk_op_u32(op, (uint32_t)x->ne[1]);
+    vk_op_u32(op, hd);
+    vk_op_u32(op, (uint32_t)p->n_rot);
+    vk_op_u32(op, xo);
+    vk_op_u32(op, po);
+    vk_op_u32(op, 0); /* table offset in its binding */
+    vk_op_u32(op, oo);
+    *groups = vk_div_up((uint64_t)n_rows * units, WG);
+}
+
+/* ---- rope of q and k with the store of k and v (vk_internal.h, vk_rope_store_take) -------- */
+
+#define ROPE_STORE 1 /* $LLMEM_VULKAN_ROPE_STORE: hold one-token ropes for the kv store */
+#define RS_WG 64     /* rope_store.comp: invocations per head */
+#define RS_SMAX 512  /* rope_store.comp's SMAX: the largest head_dim */
+
+/* The ropes held (v->rope_pending of them, in call order). */
+struct vk_rope_hold {
+    struct {
+        vk_op op;
+        uint64_t groups;
+        llmem_rope_params p;
+        llmem_tensor x, pos;
+        vk_stage_ref tab;
+    } r[2];
+};
+
+llmem_status vk_rope_flush(vk_backend *v)
+{
+    uint32_t n = v->rope_pending;
+    v->rope_pending = 0; /* first: recording tracks, which calls back here */
+    llmem_status st = LLMEM_OK;
+    for (uint32_t i = 0; i < n; i++) {
+        llmem_status s = vk_op_run(v, &v->rph->r[i].op, st == LLMEM_OK ? v->rph->r[i].groups : 0);
+        st = st != LLMEM_OK ? st : s;
+    }
+    return st;
+}
+
+void vk_rope_finish(vk_backend *v)
+{
+    vk_rope_flush(v); /* recorded; vk_cmd_finish submits it */
+    free(v->rph);
+    v->rph = NULL;
+}
+
+/* Whether the bytes of t lie in one chunk of its buffer (so binding it
+ * needs no temporary that a held dispatch would have to copy). */
+static bool one_chunk(const llmem_tensor *t)
+{
+    vk_buffer *b = vk_buf(t->buf);
+    return (t->offset % b->chunk) + llmem_tensor_nbytes(t) <= b->chunk;
+}
+
+static bool same_tensor(const llmem_tensor *a, const llmem_tensor *b)
+{
+    if (a->buf != b->buf || a->offset != b->offset || a->dtype != b->dtype || a->n_dims != b->n_dims)
+        return false;
+    for (int32_t d = 0; d < a->n_dims; d++)
+        if (a->ne[d] != b->ne[d])
+            return false;
+    return true;
+}
+
+/* Whether byte ranges of a and b share a buffer and overlap. */
+static bool overlap(const llmem_tensor *a, const llmem_tensor *b)
+{
+    if (a->buf != b->buf)
+        return false;
+    size_t ae = a->offset + llmem_tensor_nbytes(a), be = b->offset + llmem_tensor_nbytes(b);
+    return a->offset < be && b->offset < ae;
+}
+
+/* A one-token rope in place on f32 [1, H, hd] (hd even, <= RS_SMAX) with an
+ * i32 position, not turned off: it may wait for the kv store. */
+static bool rope_may_hold(const vk_backend *v, const llmem_rope_params *p, llmem_ct *x,
+                          llmem_ct *pos, llmem_ct *out)
+{
+    return VK_KNOB(v, rope_store, ROPE_STORE) == 1 && x->n_dims == 3 && x->ne[0] == 1 &&
+           x->dtype == LLMEM_DTYPE_F32 && same_tensor(x, out) && x->ne[2] % 2 == 0 &&
+           x->ne[2] <= RS_SMAX && p->n_rot % 2 == 0 && pos->dtype == LLMEM_DTYPE_I32 &&
+           !overlap(x, pos) && one_chunk(x) && one_chunk(pos);
+}
+
 llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x, llmem_ct *pos,
                         llmem_ct *out)
 {
@@ -42,24 +141,104 @@ llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct 
     llmem_status st = rope_table(v, p, &tab);
     if (st != LLMEM_OK)
         return st;
-    uint32_t n_rows = (uint32_t)(x->ne[0] * x->ne[1]), hd = (uint32_t)x->ne[2];
-    uint32_t units = (uint32_t)p->n_rot / 2 + hd - (uint32_t)p->n_rot;
     vk_op op;
-    vk_op_init(&op, VK_SH_ROPE, WG);
+    uint64_t groups = 0;
+    if (!rope_may_hold(v, p, x, pos, out)) {
+        rope_build(v, p, x, pos, out, &tab, &op, &groups);
+        return vk_op_run(v, &op, groups);
+    }
+    /* a second rope joins the first where both use the same angles and
+     * position and touch different bytes (q then k) */
+    const struct vk_rope_hold *h = v->rph;
+    uint32_t i = 0;
+    if (v->rope_pending == 1 && !v->nmc_pending && !v->fold_pending && h->r[0].p.mode == p->mode && h->r[0].p.n_rot == p->n_rot &&
+        h->r[0].p.theta_base == p->theta_base && h->r[0].p.freq_scale == p->freq_scale &&
+        same_tensor(&h->r[0].pos, pos) && h->r[0].x.ne[2] == x->ne[2] && !overlap(&h->r[0].x, x))
+        i = 1;
+    else if ((st = vk_held_flush(v)) != LLMEM_OK)
+        return st;
+    /* an open command buffer keeps the allocator from destroying a block
+     * the held dispatch binds (vk_alloc_release trims only when nothing is
+     * recorded) */
+    if ((st = vk_cmd_begin(v)) != LLMEM_OK)
+        return st;
+    if (!v->rph && !(v->rph = calloc(1, sizeof *v->rph))) {
+        rope_build(v, p, x, pos, out, &tab, &op, &groups);
+        return vk_op_run(v, &op, groups);
+    }
+    rope_build(v, p, x, pos, out, &tab, &v->rph->r[i].op, &v->rph->r[i].groups);
+    v->rph->r[i].p = *p;
+    v->rph->r[i].x = *x;
+    v->rph->r[i].pos = *pos;
+    v->rph->r[i].tab = tab;
+    v->rope_pending = i + 1;
+    return LLMEM_OK;
+}
+
+llmem_status vk_rope_store_take(vk_backend *v, const llmem_view *view, llmem_ct *k, llmem_ct *vv,
+                                bool *taken)
+{
+    *taken = false;
+    if (v->rope_pending == 0)
+        return LLMEM_OK;
+    const struct vk_rope_hold *h = v->rph;
+    const llmem_kv_view *kv = llmem_view_kv(view);
+    uint32_t n = v->rope_pending;
+    const llmem_tensor *last = &h->r[n - 1].x;
+    int64_t hd = kv->head_dim, hk = kv->n_kv_heads;
+    /* k: the held k itself (q held before it), or the tail of the one
+     * rope held (q and k in one launch); v: like k, read only */
+    bool ok = !vk_dtype_scaled(kv->dtype) && kv->dtype <= LLMEM_DTYPE_BF16 &&
+              k->dtype == LLMEM_DTYPE_F32 && vv->dtype == LLMEM_DTYPE_F32 && k->n_dims == 3 &&
+              vv->n_dims == 3 && k->ne[0] == 1 && k->ne[1] == hk && k->ne[2] == hd &&
+              vv->ne[0] == 1 && vv->ne[1] == hk && vv->ne[2] == hd && last->ne[2] == hd &&
+              last->ne[1] >= hk && k->buf == last->buf &&
+              k->offset == last->offset + (size_t)(last->ne[1] - hk) * (size_t)hd * 4 &&
+              (n == 1 || last->ne[1] == hk) && one_chunk(vv) && vk_buf(kv->k)->n_chunks == 1 &&
+              vk_buf(kv->v)->n_chunks == 1 && kv->store_slot.n == kv->store_tok.n;
+    for (uint32_t i = 0; ok && i < n; i++)
+        ok = !overlap(&h->r[i].x, vv);
+    if (!ok)
+        return vk_rope_flush(v);
+    /* the q rows: the first rope held, or the head of the only one */
+    llmem_tensor q = n == 2 ? h->r[0].x : *last;
+    if (n == 1)
+        q.ne[1] = last->ne[1] - hk;
+    uint32_t n_q = (uint32_t)q.ne[1];
+    const llmem_rope_params *p = &h->r[0].p;
+    vk_op op;
+    vk_op_init(&op, VK_SH_ROPE_STORE, RS_WG);
     vk_op_spec(&op, p->mode == LLMEM_ROPE_NEOX ? 1u : 0u);
-    uint32_t xo = vk_op_tensor(v, &op, x, false);
-    uint32_t po = vk_op_tensor(v, &op, pos, false);
-    vk_op_stage(v, &op, &tab, (VkDeviceSize)p->n_rot * 4);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_op_u32(&op, n_rows);
-    vk_op_u32(&op, (uint32_t)x->ne[1]);
-    vk_op_u32(&op, hd);
+    vk_op_spec(&op, (uint32_t)kv->dtype);
+    uint32_t qo = vk_op_tensor(v, &op, n_q > 0 ? &q : NULL, true);
+    uint32_t ko = vk_op_tensor(v, &op, k, true);
+    uint32_t vo = vk_op_tensor(v, &op, vv, false);
+    uint32_t po = vk_op_tensor(v, &op, &h->r[0].pos, false);
+    vk_op_stage(v, &op, &h->r[0].tab, (VkDeviceSize)p->n_rot * 4);
+    vk_op_buffer(v, &op, view->idx, false);
+    vk_op_buffer(v, &op, kv->k, true);
+    vk_op_buffer(v, &op, kv->v, true);
+    if (op.bad || op.n_tmp) {
+        vk_op_run(v, &op, 0); /* gives its temporaries back */
+        return vk_rope_flush(v);
+    }
+    vk_op_u32(&op, n_q);
+    vk_op_u32(&op, (uint32_t)hk);
+    vk_op_u32(&op, (uint32_t)hd);
     vk_op_u32(&op, (uint32_t)p->n_rot);
-    vk_op_u32(&op, xo);
+    vk_op_u32(&op, qo);
+    vk_op_u32(&op, ko);
+    vk_op_u32(&op, vo);
     vk_op_u32(&op, po);
-    vk_op_u32(&op, 0); /* table offset in its binding */
-    vk_op_u32(&op, oo);
-    return vk_op_run(v, &op, vk_div_up((uint64_t)n_rows * units, WG));
+    vk_op_u32(&op, (uint32_t)kv->store_slot.n);
+    vk_op_u32(&op, (uint32_t)((int64_t)kv->n_pages * kv->page_size));
+    vk_op_u32(&op, vk_table_word(&kv->store_tok));
+    vk_op_u32(&op, vk_table_word(&kv->store_slot));
+    v->rope_pending = 0;
+    for (uint32_t i = 0; i < n; i++)
+        vk_op_run(v, &v->rph->r[i].op, 0); /* gives their temporaries back */
+    *taken = true;
+    return vk_op_run(v, &op, (uint64_t)n_q + (uint64_t)hk);
 }
 
 llmem_status vk_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,

@@ -11,6 +11,29 @@
 #include "vk_internal.h"
 
 #define SAMPLE_WG 128
+#define ARGMAX_SPLIT 64           /* $LLMEM_VULKAN_ARGMAX_SPLIT: workgroups of one long row */
+#define ARGMAX_SPLIT_COLS 16384   /* the columns from which a row is split */
+
+uint32_t vk_argmax_split(llmem_backend *be, vk_backend *v, uint64_t cols)
+{
+    long split = VK_KNOB(v, argmax_split, ARGMAX_SPLIT);
+    if (split < 2 || cols < ARGMAX_SPLIT_COLS || cols / 4 < (uint64_t)split)
+        return 0;
+    if (!v->argmax_part) {
+        size_t bytes = (4 + 2 * (size_t)VK_ARGMAX_SPLIT_MAX) * 4;
+        llmem_buffer *b = NULL;
+        if (vk_buffer_alloc(be, bytes, &b) != LLMEM_OK)
+            return 0;
+        b->size = bytes;
+        if (vk_buffer_fill(be, b, 0, bytes, 0) != LLMEM_OK) { /* the counter starts at zero */
+            vk_buffer_free(be, b);
+            return 0;
+        }
+        v->argmax_part = b;
+    }
+    return (uint32_t)split;
+}
+
 
 static uint32_t cols_of(const llmem_tensor *t)
 {

@@ -389,6 +389,9 @@ static void vk_destroy(llmem_backend *be)
     if (v->dev) {
         if (v->cm_ctr)
             vk_buffer_free(be, v->cm_ctr);
+        if (v->argmax_part)
+            vk_buffer_free(be, v->argmax_part);
+        vk_rope_finish(v);
         vk_nm_conv_finish(v);
         vk_conv_fold_finish(be, v);
         vk_presplit_finish(be, v);
