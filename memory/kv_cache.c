@@ -436,7 +436,7 @@ static void kv_destroy(llmem_memory *mem)
     kv_cache *kv = kv_of(mem);
     host_tier_unref(kv->host); /* first: it may wait for copies into its blocks */
     prefix_budget_leave(kv->budget, mem);
-    for (int32_t il = 0; kv->k && il < kv->p.n_layers; il++) {
+    for (int32_t il = 0; kv->k && kv->v && il < kv->p.n_layers; il++) {
         llmem_buffer_free(kv->k[il]);
         llmem_buffer_free(kv->v[il]);
     }

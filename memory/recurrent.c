@@ -558,6 +558,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
         L->desc = calloc((size_t)n, sizeof *L->desc);
         L->bytes = calloc((size_t)n, sizeof *L->bytes);
         L->buf = calloc((size_t)n, sizeof *L->buf);
+        st = LLMEM_E_NO_MEMORY;
         if (!L->desc || !L->bytes || !L->buf)
             goto fail;
         L->n_states = n;
@@ -574,6 +575,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
             L->desc[j] = *d;
             L->desc[j].name = NULL;
             char *name = malloc(d->name ? strlen(d->name) + 1 : 1);
+            st = LLMEM_E_NO_MEMORY;
             if (!name)
                 goto fail;
             strcpy(name, d->name ? d->name : "");
