@@ -5,7 +5,8 @@
  * (a recurrent memory), bamba (a hybrid of both) and gemma3_text (two KV
  * caches, global and sliding window, in a hybrid). Every failed load must
  * return LLMEM_E_NO_MEMORY with a message and no model, and nothing may
- * crash. tests/support/load_faults.c does the same for device allocations.
+ * crash. tests/support/load_faults.c does the same for device allocations
+ * (lf_every_allocation_fails) at the same shape (lf_params).
  * The sweep found a KV cache whose creation failed between its K and V
  * tables crashing in its own destroy, and a recurrent memory returning
  * LLMEM_OK and no memory when a state's name found no memory (the model
@@ -22,6 +23,7 @@
 #include "llmem/model.h"
 #include "llmem/runtime.h"
 #include "support/host_faults.h"
+#include "support/load_faults.h"
 #include "support/run.h"
 
 #ifdef HOST_FAULTS
@@ -34,10 +36,7 @@ START_TEST(every_host_allocation_fails)
     snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), fixtures[_i]);
     llmem_backend *be = NULL;
     ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
-    llmem_model_params p = llmem_model_default_params();
-    p.n_seq_max = 2;
-    p.n_ctx = 64;
-    p.n_ubatch = 16;
+    llmem_model_params p = lf_params();
     int64_t failures = 0;
     for (int64_t n = 0;; n++) {
         ck_assert_int_lt(n, 100000);

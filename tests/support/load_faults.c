@@ -22,15 +22,21 @@ static bool lf_alloc(size_t size, void *ctx)
     return h->calls++ != h->fail_at;
 }
 
+llmem_model_params lf_params(void)
+{
+    llmem_model_params p = llmem_model_default_params();
+    p.n_seq_max = 2;
+    p.n_ctx = 64;
+    p.n_ubatch = 16;
+    return p;
+}
+
 void lf_every_allocation_fails(const char *dir, int64_t min_allocs)
 {
     char err[512];
     llmem_backend *be = NULL;
     ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
-    llmem_model_params p = llmem_model_default_params();
-    p.n_seq_max = 2;
-    p.n_ctx = 64;
-    p.n_ubatch = 16;
+    llmem_model_params p = lf_params();
     lf_hook h = {0, -1};
     llmem_backend_set_alloc_hook(be, lf_alloc, &h);
     llmem_model *m = NULL;

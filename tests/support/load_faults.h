@@ -6,8 +6,13 @@
 
 #include <stdint.h>
 
-/* Loads the checkpoint folder dir on a fresh "cpu" backend (n_seq_max 2,
- * n_ctx 64, n_ubatch 16) once to count its device allocations (asserting
+#include "llmem/runtime.h"
+
+/* The small model shape the load-fault sweeps use: n_seq_max 2, n_ctx 64,
+ * n_ubatch 16, the rest llmem_model_default_params. */
+llmem_model_params lf_params(void);
+
+/* Loads the checkpoint folder dir on a fresh "cpu" backend (lf_params) once to count its device allocations (asserting
  * more than min_allocs), then again once per allocation with that one
  * failing: each load must return LLMEM_E_NO_MEMORY, leave the model NULL
  * and write a non-empty error message. Set LLMEM_TEST_VERBOSE to print
