@@ -454,11 +454,12 @@ static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, con
                         (plan->snap_at && plan->snap_at[q] == l);
             if (!want)
                 continue;
-            llmem_status st = snap_publish(rs, s, ch->new_slot[m], l);
-            if (st != LLMEM_OK) {
-                (void)slot_copy_flush(rs); /* what was published stays valid */
-                return st;
-            }
+            /* a snapshot that cannot be recorded (out of host memory) is
+             * not published: it is a cache entry, and the commit has taken
+             * the ubatch's tokens and states already, so failing it here
+             * would leave them half done (snap_publish leaves the snapshot
+             * slots consistent on every failure) */
+            (void)snap_publish(rs, s, ch->new_slot[m], l);
         }
     }
     (void)i;
