@@ -8,7 +8,7 @@
 # left out: a larger one lost the device on the H200). Needs $GLSLANG_KHR or
 # tools/glslang_khr.sh.
 #   tools/vk_cm_bench/dec_build.sh [OUT]
-#   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/dec
+#   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/dec [LIST]   (LIST: list.txt or ws.txt)
 set -eu
 cd "$(dirname "$0")"
 ROOT=$PWD/../..
@@ -31,5 +31,17 @@ dec dec_probe -DPROBE=1 -DKA_DEFAULT=1024
 dec dec_ka512_a1_wgs -DKA_DEFAULT=512 -DAPF_DEFAULT=1 -DWG_SYNC=1
 dec dec_ka512_a0_wgs -DKA_DEFAULT=512 -DAPF_DEFAULT=0 -DWG_SYNC=1
 dec dec_ka64_a1_wgs -DKA_DEFAULT=64 -DAPF_DEFAULT=1 -DWG_SYNC=1
+# dec_ws.comp, the warp-specialized variant (docs/benchmarks.md, "A warp-specialized decode
+# GEMM"): one module a chunk KA and producer count NP; its list ws.txt (ws_list.py) also runs
+# the old plans and the _wgs entries above. (GPU) OUT/vk_cm_bench OUT/dec ws.txt
+for ka in 64 128 256 512; do
+    for np in 2 4 6 8; do
+        $GK -V -g0 --target-env vulkan1.2 -DKA_DEFAULT=$ka -DNP_DEFAULT=$np dec_ws.comp \
+            -o "$OUT/dec/ws_ka${ka}_np$np.spv" > /dev/null
+        $GK -V -g0 --target-env vulkan1.2 -DKA_DEFAULT=$ka -DNP_DEFAULT=$np -DSEP=1 dec_ws.comp \
+            -o "$OUT/dec/sep_ka${ka}_np$np.spv" > /dev/null
+    done
+done
 python3 dec_list.py > "$OUT/dec/list.txt"
-echo "built $OUT/dec ($(grep -c gemm "$OUT/dec/list.txt") entries)"
+python3 ws_list.py > "$OUT/dec/ws.txt"
+echo "built $OUT/dec ($(grep -c gemm "$OUT/dec/list.txt") + $(grep -c gemm "$OUT/dec/ws.txt") entries)"

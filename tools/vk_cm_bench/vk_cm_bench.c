@@ -4,7 +4,8 @@
  * (tools/vk_cm_bench/README.md; docs/benchmarks.md, "Vulkan cooperative
  * matrices, second look"). Not built by CMake or CI.
  *
- *   vk_cm_bench DIR      runs the entries of DIR/list.txt, one per line:
+ *   vk_cm_bench DIR [LIST]  runs the entries of DIR/LIST (default
+ *                        list.txt), one per line:
  *     NAME mma  GROUPS ITERS FLOPS   throughput of DIR/NAME.spv (mma.comp /
  *                                    mma_sh.comp): workgroups of 128, FLOPS
  *                                    per subgroup and round
@@ -632,14 +633,14 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: vk_cm_bench DIR   (DIR/list.txt, DIR/NAME.spv)\n");
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: vk_cm_bench DIR [LIST]   (DIR/LIST, default list.txt; DIR/NAME.spv)\n");
         return 2;
     }
     if (setup() != 0 || inputs() != 0)
         return 1;
     char path[4096];
-    snprintf(path, sizeof path, "%s/list.txt", argv[1]);
+    snprintf(path, sizeof path, "%s/%s", argv[1], argc == 3 ? argv[2] : "list.txt");
     FILE *lf = fopen(path, "r");
     if (!lf) {
         fprintf(stderr, "vk_cm_bench: cannot open %s\n", path);
