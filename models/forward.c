@@ -458,13 +458,13 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
      * pending). Not for 2-4 tokens: the fused kernel reads the weights once
      * per row, where matmul.cu's GEMV reads them once for all rows. */
     if (m->nm_path == 0) {
-        /* q/k/v (qkv_decode): one fused launch by default; on Vulkan the
-         * norm launch and three GEMVs, which measured as fast on the H200
-         * (docs/benchmarks.md, "q, k, v in one launch") */
+        /* q/k/v (qkv_decode): one fused launch on every backend (Vulkan
+         * too since its one-token ropes and kv store became one dispatch:
+         * docs/benchmarks.md, "Vulkan batch-1 step: rope with the kv
+         * store, a split argmax") */
         const char *e = getenv("LLMEM_NM_QKV");
-        bool vk = strcmp(llmem_backend_name(m->be), "vulkan") == 0;
         m->nm_path = nm_model_ok(m) ? 2 : 1;
-        m->nm_qkv = (int8_t)(e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : vk ? 0 : 2);
+        m->nm_qkv = (int8_t)(e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 2);
     }
     m->nm_on = m->nm_path == 2 && T == 1;
     for (int32_t il = 0; il < c->n_layers; il++) {
