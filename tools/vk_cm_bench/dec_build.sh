@@ -42,6 +42,13 @@ for ka in 64 128 256 512; do
             -o "$OUT/dec/sep_ka${ka}_np$np.spv" > /dev/null
     done
 done
+# -DFLAGS=1 (a ring of NSTAGE stages handed over by counters): fl_kaKA_npNP_sS
+for v in 512:4:3 512:6:3 512:2:4 512:2:3 256:4:2 256:6:2; do
+    IFS=: read -r ka np st <<< "$v"
+    $GK -V -g0 --target-env vulkan1.2 -DKA_DEFAULT=$ka -DNP_DEFAULT=$np -DFLAGS=1 -DNSTAGE=$st \
+        dec_ws.comp -o "$OUT/dec/fl_ka${ka}_np${np}_s$st.spv" > /dev/null
+done
 python3 dec_list.py > "$OUT/dec/list.txt"
 python3 ws_list.py > "$OUT/dec/ws.txt"
+python3 ws_list.py flags > "$OUT/dec/fl.txt"
 echo "built $OUT/dec ($(grep -c gemm "$OUT/dec/list.txt") + $(grep -c gemm "$OUT/dec/ws.txt") entries)"

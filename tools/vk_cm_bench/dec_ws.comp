@@ -41,7 +41,7 @@
  * in every entry, but no faster than matmul_cm.comp's and matmul_dec.comp's
  * plans: 16 x 14336 x 4096 fast, best -DSEP=1 0.0562 ms against 0.0527
  * (matmul_dec) and 0.0564 (matmul_cm); one loop 0.0635 (150 registers:
- * both roles' values live at once). */
+ * both roles' values live at once); -DFLAGS=1 0.0685 at best. */
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256;
 #define DT_BF16 2u
@@ -89,6 +89,25 @@ const uint NWP = (NWT + PL - 1u) / PL; /* weight loads a producer lane and step 
 const uint AV = KA / 8u;
 const uint LA = AV + 1u;
 const uint NAV = SPLIT * BM * AV;
+/* -DFLAGS=1 (implies SEP): a ring of NSTAGE stages handed over by counters
+ * in shared memory instead of workgroup barriers: a producer subgroup
+ * waits until every consumer released the stage's previous use (empty),
+ * stores its share and counts it in full; a consumer waits until every
+ * producer stored (full), multiplies and counts the stage in empty. So
+ * producers run up to NSTAGE steps ahead of the consumers. One activation
+ * chunk a slice only (k_split <= KA); spins give up after SPIN_MAX polls
+ * (wrong sums rather than a hang). */
+#ifndef FLAGS
+#define FLAGS 0
+#endif
+#if FLAGS
+#undef SEP
+#define SEP 1
+#endif
+#ifndef NSTAGE
+#define NSTAGE 3
+#endif
+#define SPIN_MAX 65536u
 #ifndef SEP
 #define SEP 0
 #endif
@@ -114,7 +133,9 @@ layout(push_constant) uniform P {
 } p;
 
 shared uvec4 sa[SPLIT * BM * LA];  /* the chunk's hi, lo rows */
-shared uvec4 sw[2u * BN * LW];     /* the ring: two stages of BN weight rows, f16 */
+const uint RING = FLAGS != 0 ? NSTAGE : 2u;
+shared uvec4 sw[RING * BN * LW];   /* the ring: RING stages of BN weight rows, f16 */
+shared uint full_c[RING], empty_c[RING];
 
 uint bf16x2_to_f16x2(uint x)
 {
@@ -194,6 +215,32 @@ float sh_half(uint base_u4, uint e, bool weights)
 #define CONS_PART(t)                                                                              \
     if ((t) >= 1u)                                                                                \
         compute((((t) - 1u) & 1u) * BN * LW + cs * 16u * CFN * LW, (((t) - 1u) % spc) * RV);
+/* FLAGS: producer step t from R into stage t % RING once the consumers
+ * released it, counted in full_c; then the loads of step t + DEPTH */
+#define FSTEP_P(t, R)                                                                             \
+    {                                                                                             \
+        uint st_ = (t) % RING, it_ = 0u;                                                          \
+        while (atomicLoad(empty_c[st_], gl_ScopeWorkgroup, gl_StorageSemanticsShared,             \
+                          gl_SemanticsAcquire) < NC * ((t) / RING) && ++it_ < SPIN_MAX) {         \
+        }                                                                                         \
+        uint sb_ = st_ * BN * LW;                                                                 \
+        [[unroll]] for (uint i = 0u; i < NWP; i++) {                                              \
+            uint e_ = pl + PL * i;                                                                \
+            uvec4 u_ = R[i];                                                                      \
+            if (W_DT == DT_BF16)                                                                  \
+                u_ = uvec4(bf16x2_to_f16x2(u_.x), bf16x2_to_f16x2(u_.y), bf16x2_to_f16x2(u_.z),   \
+                           bf16x2_to_f16x2(u_.w));                                                \
+            if (e_ < NWT)                                                                         \
+                sw[sb_ + (e_ / RV) * LW + e_ % RV] = u_;                                          \
+        }                                                                                         \
+        controlBarrier(gl_ScopeSubgroup, gl_ScopeWorkgroup, gl_StorageSemanticsShared,            \
+                       gl_SemanticsAcquireRelease);                                               \
+        if (lane == 0u)                                                                           \
+            atomicAdd(full_c[st_], 1u, gl_ScopeWorkgroup, gl_StorageSemanticsShared,              \
+                      gl_SemanticsRelease);                                                       \
+        if ((t) + DEPTH < ns)                                                                     \
+            FETCH(R, (t) + DEPTH)                                                                 \
+    }
 #define IT(t, R)                                                                                  \
     {                                                                                             \
         if (SWITCH_AT(t))                                                                         \
@@ -315,7 +362,37 @@ void main()
         if (spc < ns)
             fetch_chunk(ra, k_begin + spc * BK, k_end, al);
     }
-#if SEP
+#if FLAGS
+    if (l < RING) {
+        full_c[l] = 0u;
+        empty_c[l] = 0u;
+    }
+    barrier(); /* the chunk and the counters (uniform: every invocation) */
+    if (prod) {
+        for (uint j = 0u; j < ns; j += DEPTH) {
+            FSTEP_P(j, r0)
+            if (DEPTH >= 2u && j + 1u < ns)
+                FSTEP_P(j + 1u, r1)
+            if (DEPTH >= 3u && j + 2u < ns)
+                FSTEP_P(j + 2u, r2)
+            if (DEPTH >= 4u && j + 3u < ns)
+                FSTEP_P(j + 3u, r3)
+        }
+        return;
+    }
+    for (uint j = 0u; j < ns; j++) {
+        uint st_ = j % RING, it_ = 0u;
+        while (atomicLoad(full_c[st_], gl_ScopeWorkgroup, gl_StorageSemanticsShared,
+                          gl_SemanticsAcquire) < NP * (j / RING + 1u) && ++it_ < SPIN_MAX) {
+        }
+        compute(st_ * BN * LW + cs * 16u * CFN * LW, (j % spc) * RV);
+        controlBarrier(gl_ScopeSubgroup, gl_ScopeWorkgroup, gl_StorageSemanticsShared,
+                       gl_SemanticsAcquireRelease);
+        if (lane == 0u)
+            atomicAdd(empty_c[st_], 1u, gl_ScopeWorkgroup, gl_StorageSemanticsShared,
+                      gl_SemanticsRelease);
+    }
+#elif SEP
     if (prod) {
         for (uint j = 0u; j <= ns; j += DEPTH) {
             IT_P(j, r0)

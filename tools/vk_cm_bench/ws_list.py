@@ -7,7 +7,7 @@ dec_list.py's: NAME gemm M N K WG SGM FM FN SPLIT BK STAGES SLICES RAW; for dec_
 ws_kaKA_npNP carries the chunk KA and the producer subgroups NP (STAGES is its DEPTH), sep_kaKA_npNP
 the same with -DSEP=1 (a loop for each role). Entries
 whose shared memory would pass 47 KiB, or whose consumers do not divide the tile, are left
-out."""
+out. `ws_list.py flags`: the -DFLAGS=1 entries (dec_build.sh's fl.txt)."""
 import math
 
 # dec_ws blocking by rows: (WG, FN, BK, DEPTH, NP, KA)
@@ -49,7 +49,29 @@ def dec(m, n, k, split, ka, groups, wgs=False):
     return f"{name} gemm {m} {n} {k} 256 1 {fm} 1 {split} 64 2 {s} 1"
 
 
+# -DFLAGS=1 (fl_kaKA_npNP_sS: one chunk a slice, so k_split <= KA): (WG, BK, DEPTH, NP, KA, NSTAGE)
+FLAGS = [(256, 32, 2, 4, 512, 3), (256, 32, 3, 4, 512, 3), (256, 32, 4, 4, 512, 3),
+         (256, 32, 3, 6, 512, 3), (128, 32, 2, 2, 512, 4), (128, 32, 3, 2, 512, 4),
+         (128, 32, 4, 2, 512, 4), (128, 64, 2, 2, 512, 3), (128, 64, 3, 2, 512, 3),
+         (256, 64, 2, 4, 256, 2), (256, 64, 2, 6, 256, 2)]
+
+
+def flags():
+    """the fl entries at 16 rows, fast, between the old plans and dec_ws's best -DSEP=1"""
+    for n, k in ((14336, 4096), (4096, 14336)):
+        print(old(16, n, k, 1))
+        print(dec(16, n, k, 1, 512, 1056))
+        print(f"sep_ka256_np6 gemm 16 {n} {k} 256 1 1 1 1 64 2 {2 if n > k else 8} 1")
+        for wg, bk, depth, np_, ka, st in FLAGS:
+            print(f"fl_ka{ka}_np{np_}_s{st} gemm 16 {n} {k} {wg} 1 1 1 1 {bk} {depth} {k // ka} 1")
+        print(old(16, n, k, 1))
+
+
 def main():
+    import sys
+    if sys.argv[1:] == ["flags"]:
+        flags()
+        return
     for n, k in ((14336, 4096), (4096, 14336)):
         print(f"dec_probe gemm 16 {n} {k} 256 1 1 1 1 64 3 {max(1, 264 // math.ceil(n / 128))} 1")
     for split in (1, 2):
