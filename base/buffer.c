@@ -277,6 +277,36 @@ static bool ranges_disjoint(const llmem_copy_range *r, int32_t n, bool *ok)
     return true;
 }
 
+static bool spans_meet(const llmem_buffer *a, size_t a_off, const llmem_buffer *b, size_t b_off,
+                       size_t size_a, size_t size_b)
+{
+    return a == b && a_off < b_off + size_b && b_off < a_off + size_a;
+}
+
+/* ranges_disjoint's answer without memory: every pair, O(n^2) (a few
+ * ranges, as a commit copies, or no memory for the sort). */
+static bool ranges_disjoint_pairs(const llmem_copy_range *r, int32_t n)
+{
+    for (int32_t a = 0; a < n; a++) {
+        if (r[a].size == 0)
+            continue;
+        for (int32_t b = a; b < n; b++) {
+            size_t sa = r[a].size, sb = r[b].size;
+            if (sb == 0)
+                continue;
+            /* a destination meets no other destination, and no source at all
+             * (its own included) */
+            if ((b != a && spans_meet(r[a].dst, r[a].dst_offset, r[b].dst, r[b].dst_offset, sa,
+                                      sb)) ||
+                spans_meet(r[a].dst, r[a].dst_offset, r[b].src, r[b].src_offset, sa, sb) ||
+                (b != a && spans_meet(r[b].dst, r[b].dst_offset, r[a].src, r[a].src_offset, sb,
+                                      sa)))
+                return false;
+        }
+    }
+    return true;
+}
+
 /* LLMEM_COPY_RANGES=0: the loop of buffer_copy even where the backend
  * batches (to compare the two). Read at the first batch of the process and
  * again on llmem_backend_reload_env, not at each call (getenv scans the
@@ -320,9 +350,11 @@ llmem_status llmem_buffer_copy_ranges(const llmem_copy_range *ranges, int32_t n)
                 return llmem_buffer_copy(ranges[j].dst, ranges[j].dst_offset, ranges[j].src,
                                          ranges[j].src_offset, ranges[j].size);
     }
+    /* few ranges (a commit's state copies): every pair, with no allocation
+     * that could fail after the caller's state moved on */
     bool ok;
-    if (!ranges_disjoint(ranges, n, &ok))
-        return LLMEM_E_NO_MEMORY;
+    if (n_live <= 16 || !ranges_disjoint(ranges, n, &ok))
+        ok = ranges_disjoint_pairs(ranges, n);
     if (!ok)
         return LLMEM_E_INVALID;
     /* one generation for the whole batch: (buffer, generation) pairs stay

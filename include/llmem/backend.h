@@ -191,11 +191,13 @@ typedef struct llmem_copy_range {
  * before anything is queued: LLMEM_E_INVALID (nothing written) when n < 0,
  * ranges is NULL with n > 0, a buffer is NULL, the buffers are not all of
  * one backend, a range lies outside its buffer, or two ranges overlap as
- * above; LLMEM_E_NO_MEMORY (nothing written) when the overlap check finds
- * no host memory; LLMEM_E_BACKEND on a device error (some ranges may have
- * been copied). n == 0 and empty ranges are no-ops. Cost on the host:
- * O(n) (the overlap check radix-sorts the ranges' 2n byte spans; about
- * 60 us for 3,712 ranges on one core). */
+ * above; LLMEM_E_BACKEND on a device error (some ranges may have been
+ * copied); the backend slot's own LLMEM_E_NO_MEMORY. n == 0 and empty
+ * ranges are no-ops. Cost on the host: O(n) (the overlap check
+ * radix-sorts the ranges' 2n byte spans; about 60 us for 3,712 ranges on
+ * one core); up to 16 ranges, or when the sort finds no host memory, it
+ * compares every pair instead (O(n^2), allocating nothing), so the check
+ * never fails a commit for want of memory. */
 llmem_status llmem_buffer_copy_ranges(const llmem_copy_range *ranges, int32_t n);
 
 /* Fills `size` bytes (a multiple of 4, offset 4-aligned) with a repeated
