@@ -40,22 +40,6 @@ typedef struct cm2_flex_properties {
 
 typedef VkResult (*cm2_flex_query)(VkPhysicalDevice, uint32_t *, cm2_flex_properties *);
 
-static bool has_ext(VkPhysicalDevice pd, const char *name)
-{
-    uint32_t n = 0;
-    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
-        return false;
-    VkExtensionProperties *e = calloc(n, sizeof *e);
-    if (!e)
-        return false;
-    bool found = false;
-    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n && !found; i++)
-            found = strcmp(e[i].extensionName, name) == 0;
-    free(e);
-    return found;
-}
-
 /* The granularities of the workgroup-scope f16 x f16 -> f32 entries for
  * VK_CM2_WG and 128 invocations among the device's flexible-dimension
  * shapes (into *c); false when there is none for VK_CM2_WG. */
@@ -123,7 +107,7 @@ bool vk_khr_modules_wanted(void)
 bool vk_khr_cm_usable(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup_size,
                       uint32_t shared_bytes)
 {
-    if (!has_ext(pd, VK_KHR_CM_NAME))
+    if (!vk_has_device_ext(pd, VK_KHR_CM_NAME))
         return false;
     PFN_vkVoidFunction f =
         vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
@@ -165,7 +149,7 @@ bool vk_cm2_query(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
 {
     *c = (vk_cm2_caps){0};
     const char *env = getenv("LLMEM_VULKAN_CM2");
-    if ((env && strcmp(env, "0") == 0) || !has_ext(pd, VK_CM2_NAME))
+    if ((env && strcmp(env, "0") == 0) || !vk_has_device_ext(pd, VK_CM2_NAME))
         return false;
     VkPhysicalDeviceBufferDeviceAddressFeatures bda = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_BUFFER_DEVICE_ADDRESS_FEATURES,

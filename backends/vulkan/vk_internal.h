@@ -138,6 +138,12 @@ typedef struct vk_khr_cm_features {
  * $LLMEM_VULKAN_CM_KHR not 0. Reads the environment; no device. */
 bool vk_khr_modules_wanted(void);
 
+/* Whether the physical device pd lists the device extension name
+ * (vkEnumerateDeviceExtensionProperties; name is a NUL-terminated
+ * extension name, not owned). false, too, when the query fails or the
+ * host runs out of memory for the list. */
+bool vk_has_device_ext(VkPhysicalDevice pd, const char *name);
+
 /* Whether VK_KHR_cooperative_matrix may be enabled on pd (for the KHR
  * modules, v->coopmat_khr, or for VK_NV_cooperative_matrix2, which
  * depends on it); the caller has checked the NV path (shaderFloat16 and

@@ -148,6 +148,23 @@ bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgrou
     return false;
 }
 
+/* The tile grid of p (p->bm x p->bn tiles over m x n) and its split of
+ * k: as many slices as fill one wave of `wave` workgroups, each at least
+ * VK_MM_MIN_SLICE deep, slice depth a multiple of p->bk. */
+static void wave_tiles(vk_cm_plan *p, uint32_t m, uint32_t n, uint32_t k, uint64_t wave)
+{
+    p->tiles_m = (uint32_t)div_up(m, p->bm);
+    p->tiles_n = (uint32_t)div_up(n, p->bn);
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    uint64_t s = tiles ? wave / tiles : 1;
+    uint64_t most = k / VK_MM_MIN_SLICE;
+    s = s > most ? most : s;
+    s = s < 1 ? 1 : s;
+    uint64_t ks = div_up(div_up(k ? k : 1, s), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+}
+
 bool vk_cmp_used(const vk_mm_caps *c, uint32_t m)
 {
     return c->coopmat && c->cmp != VK_CMP_OFF && m > VK_CMP_ROWS;
@@ -161,16 +178,7 @@ bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t sme
     p->bn = 16 * p->fn * p->sgn;
     if (VK_CMP_SMEM(p->bm, p->bn, p->bk) > smem)
         return false;
-    p->tiles_m = (uint32_t)div_up(m, p->bm);
-    p->tiles_n = (uint32_t)div_up(n, p->bn);
-    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
-    uint64_t s = tiles ? (khr ? VK_CMP_WAVE_KHR : VK_CMP_WAVE_NV) / tiles : 1;
-    uint64_t most = k / VK_MM_MIN_SLICE;
-    s = s > most ? most : s;
-    s = s < 1 ? 1 : s;
-    uint64_t ks = div_up(div_up(k ? k : 1, s), p->bk) * p->bk;
-    p->k_split = (uint32_t)ks;
-    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+    wave_tiles(p, m, n, k, khr ? VK_CMP_WAVE_KHR : VK_CMP_WAVE_NV);
     return true;
 }
 
@@ -244,15 +252,6 @@ bool vk_cm2_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t wg, uint32_t 
     for (int i = 0; i < 3; i++)
         if (gran[i] > 1 && dims[i] % gran[i] != 0)
             return false;
-    p->tiles_m = (uint32_t)div_up(m, p->bm);
-    p->tiles_n = (uint32_t)div_up(n, p->bn);
-    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
-    uint64_t s = tiles ? (uint64_t)VK_CM2_WAVE * (256 / wg) / tiles : 1;
-    uint64_t most = k / VK_MM_MIN_SLICE;
-    s = s > most ? most : s;
-    s = s < 1 ? 1 : s;
-    uint64_t ks = div_up(div_up(k ? k : 1, s), p->bk) * p->bk;
-    p->k_split = (uint32_t)ks;
-    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+    wave_tiles(p, m, n, k, (uint64_t)VK_CM2_WAVE * (256 / wg));
     return true;
 }

@@ -433,7 +433,7 @@ static void vk_get_info(llmem_backend *be, llmem_backend_info *info)
     }
 }
 
-static bool has_device_ext(VkPhysicalDevice pd, const char *name)
+bool vk_has_device_ext(VkPhysicalDevice pd, const char *name)
 {
     uint32_t n = 0;
     if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) != VK_SUCCESS || n == 0)
@@ -462,7 +462,7 @@ static bool coopmat_usable(const dev_entry *e)
     const char *off = getenv("LLMEM_VULKAN_COOPMAT");
     if ((off && strcmp(off, "0") == 0) || e->props.apiVersion < VK_API_VERSION_1_2 ||
         !vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
-        !has_device_ext(e->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
+        !vk_has_device_ext(e->pd, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         return false;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
@@ -515,7 +515,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     v->props = e->props;
     v->queue_family = e->queue_family;
     vkGetPhysicalDeviceMemoryProperties(v->phys, &v->mem_props);
-    v->has_budget = has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    v->has_budget = vk_has_device_ext(v->phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
     v->coopmat = coopmat_usable(e);
     /* VK_NV_cooperative_matrix2 (vk_cm2.c) needs the KHR extension under it */
     bool khr_want = vk_khr_modules_wanted();
