@@ -790,31 +790,3 @@ void llmem_tokenizer_destroy(llmem_tokenizer *tok)
     free(tok->chat_template);
     free(tok);
 }
-
-int32_t llmem_tokenizer_n_vocab(const llmem_tokenizer *tok) { return tok ? tok->n_vocab : 0; }
-int32_t llmem_tokenizer_bos(const llmem_tokenizer *tok) { return tok ? tok->bos : -1; }
-int32_t llmem_tokenizer_eos(const llmem_tokenizer *tok) { return tok ? tok->eos : -1; }
-
-const char *llmem_tokenizer_piece(const llmem_tokenizer *tok, int32_t id)
-{
-    return tok && id >= 0 && id < tok->n_vocab ? tok->piece[id] : NULL;
-}
-
-int32_t llmem_tokenizer_token_id(const llmem_tokenizer *tok, const char *piece)
-{
-    return tok ? lookup(tok, piece) : -1;
-}
-
-bool llmem_tokenizer_is_special(const llmem_tokenizer *tok, int32_t id)
-{
-    return tok && id >= 0 && id < tok->n_vocab && (tok->flags[id] & TK_F_SPECIAL);
-}
-
-bool llmem_tokenizer_is_eog(const llmem_tokenizer *tok, int32_t id)
-{
-    return tok && id >= 0 && id < tok->n_vocab && (tok->flags[id] & TK_F_EOG);
-}
-
-const char *llmem_tokenizer_chat_template(const llmem_tokenizer *tok) { return tok ? tok->chat_template : NULL; }
-const char *llmem_tokenizer_bos_str(const llmem_tokenizer *tok) { return tok ? tok->bos_str : NULL; }
-const char *llmem_tokenizer_eos_str(const llmem_tokenizer *tok) { return tok ? tok->eos_str : NULL; }
