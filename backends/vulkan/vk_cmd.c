@@ -210,7 +210,7 @@ static bool conflicts(const vk_access *a, const vk_access *b)
 
 llmem_status vk_cmd_track(vk_backend *v, const vk_access *acc, uint32_t n)
 {
-    if (v->fold_pending || v->nmc_pending || v->rope_pending) { /* a held-back conv or product goes first */
+    if (vk_held_any(v)) { /* a held-back conv or product goes first */
         llmem_status fs = vk_held_flush(v);
         if (fs != LLMEM_OK)
             return fs;
@@ -396,7 +396,7 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 {
     if (v->error != LLMEM_OK)
         return v->error;
-    if (v->fold_pending || v->nmc_pending || v->rope_pending) { /* a held-back conv or product runs before the step */
+    if (vk_held_any(v)) { /* a held-back conv or product runs before the step */
         llmem_status fs = vk_held_flush(v);
         if (fs != LLMEM_OK)
             return fs;
@@ -437,7 +437,7 @@ llmem_status vk_cmd_queue_graph(vk_backend *v, VkCommandBuffer cmd, vk_graph *g)
 
 llmem_status vk_cmd_flush(vk_backend *v)
 {
-    if (v->fold_pending || v->nmc_pending || v->rope_pending) {
+    if (vk_held_any(v)) {
         llmem_status fs = vk_held_flush(v);
         if (fs != LLMEM_OK)
             return fs;

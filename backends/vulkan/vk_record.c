@@ -120,7 +120,7 @@ llmem_status vk_record_end(llmem_backend *be, void **graph)
     vk_graph *g = v->capture;
     if (!g)
         return LLMEM_E_STATE;
-    if ((v->fold_pending || v->nmc_pending || v->rope_pending) && vk_held_flush(v) != LLMEM_OK)
+    if (vk_held_any(v) && vk_held_flush(v) != LLMEM_OK)
         g->failed = true; /* a held-back conv or product belongs to the step */
     VkResult r = v->vk.vkEndCommandBuffer(g->cmd);
     g->n_dispatch = v->n_dispatch;
