@@ -363,22 +363,12 @@ START_TEST(test_decode_tokens_read_back)
     /* back one token (a suffix), then on */
     mt_rm_last_and_on(m, b, ref[0], &n[0], 9000);
     /* a context shift drops the first page: the ids after it stay */
-    for (int32_t step = 0; step < 2; step++) {
-        llmem_batch_buf_clear(b);
-        mt_add(b, 0, n[0], 1, 9500 + step, true);
-        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-        ref[0][n[0]++] = 9500 + step;
-    }
+    mt_decode_steps(m, b, ref[0], &n[0], 9500, 2);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 0, ps), LLMEM_OK);
     mt_expect_tokens(m, 0, ref[0] + ps, n[0] - ps);
     mt_assert_check(m);
     if (ps == 1) { /* and a page in the middle of the staged ids (position j is ref[0][j]) */
-        for (int32_t step = 0; step < 3; step++) {
-            llmem_batch_buf_clear(b);
-            mt_add(b, 0, n[0], 1, 9600 + step, true);
-            ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-            ref[0][n[0]++] = 9600 + step;
-        }
+        mt_decode_steps(m, b, ref[0], &n[0], 9600, 3);
         ck_assert_int_eq(llmem_memory_seq_rm(m, 0, n[0] - 2, n[0] - 1), LLMEM_OK);
         ref[0][n[0] - 2] = ref[0][n[0] - 1];
         n[0]--;

@@ -230,16 +230,22 @@ void mt_decode_read_back(llmem_memory *m, llmem_batch_buf *b, int32_t ref[3][128
     }
 }
 
-void mt_rm_last_and_on(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_t *n, int32_t tok0)
+void mt_decode_steps(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_t *n, int32_t tok0,
+                     int32_t steps)
 {
-    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, *n - 1, -1), LLMEM_OK);
-    (*n)--;
-    for (int32_t step = 0; step < 3; step++) {
+    for (int32_t step = 0; step < steps; step++) {
         llmem_batch_buf_clear(b);
         mt_add(b, 0, *n, 1, tok0 + step, true);
         ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
         ref[(*n)++] = tok0 + step;
     }
+}
+
+void mt_rm_last_and_on(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_t *n, int32_t tok0)
+{
+    ck_assert_int_eq(llmem_memory_seq_rm(m, 0, *n - 1, -1), LLMEM_OK);
+    (*n)--;
+    mt_decode_steps(m, b, ref, n, tok0, 3);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, *n - 1, -1), LLMEM_OK);
     (*n)--;
     mt_expect_tokens(m, 0, ref, *n);

@@ -67,6 +67,11 @@ void mt_decode_read_back(llmem_memory *m, llmem_batch_buf *b, int32_t ref[3][128
  * prompt (ids 60, 61): its ids must be just those, and the invariant
  * checker passes after the clear and after the prompt. */
 void mt_clear_staged_then_prompt(llmem_memory *m, llmem_batch_buf *b, int32_t n1);
+/* Decodes `steps` tokens onto sequence 0, one a batch (ids tok0, tok0 + 1,
+ * ...; positions from *n on), each batch run through mt_run; appends the
+ * ids to ref and advances *n. */
+void mt_decode_steps(llmem_memory *m, llmem_batch_buf *b, int32_t *ref, int32_t *n, int32_t tok0,
+                     int32_t steps);
 /* Removes sequence 0's last token, decodes 3 more (ids tok0, tok0 + 1,
  * tok0 + 2), removes the last again, and checks its ids against ref[0, *n)
  * (ref and *n follow the changes). */
