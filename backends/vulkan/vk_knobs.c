@@ -54,6 +54,15 @@ void vk_knobs_read(vk_knobs *k)
     }
 }
 
+uint32_t vk_env_u32(const char *name, uint32_t dflt, long lo, long hi)
+{
+    const char *e = getenv(name);
+    if (!e)
+        return dflt;
+    long x = strtol(e, NULL, 10);
+    return x < lo || x > hi ? dflt : (uint32_t)x;
+}
+
 /* The llmem_backend_i slot (vk_plugin.c's vk_iface). */
 void vk_reload_env(llmem_backend *be)
 {

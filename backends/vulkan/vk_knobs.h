@@ -41,4 +41,9 @@ typedef struct vk_knobs {
  * unset, malformed or out of range reads as -1). */
 void vk_knobs_read(vk_knobs *k);
 
+/* $name as a decimal integer (strtol) when it is set and within [lo, hi],
+ * else dflt: for the variables a backend reads once when it opens into
+ * its own configuration (vk_matmul_config, the scan's). */
+uint32_t vk_env_u32(const char *name, uint32_t dflt, long lo, long hi);
+
 #endif

@@ -331,14 +331,6 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     return vk_rs_conv(v, VK_SH_SSM_CONV, view, state, x, w, b, out);
 }
 
-/* $name as an integer in [lo, hi], else def. */
-static uint32_t env_u32(const char *name, uint32_t lo, uint32_t hi, uint32_t def)
-{
-    const char *e = getenv(name);
-    long x = e ? strtol(e, NULL, 10) : -1;
-    return x >= (long)lo && x <= (long)hi ? (uint32_t)x : def;
-}
-
 /* The scan path variables, read once when the backend opens (for before/after
  * measurements): LLMEM_VULKAN_SCAN_OLD keeps the row-per-invocation shader for
  * one-token scans; for the decode shader LLMEM_VULKAN_SCAN_RPI (1..8) sets the
@@ -355,16 +347,16 @@ void vk_scan_config(vk_backend *v)
 {
     const char *pre = getenv("LLMEM_VULKAN_SCAN_PRE"), *var = getenv("LLMEM_VULKAN_SCAN_PRE_VAR");
     v->scan.pre = !pre || strcmp(pre, "0") != 0;
-    v->scan.pre_rpl = env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", 1, 8, 0);
-    v->scan.pre_t = env_u32("LLMEM_VULKAN_SCAN_PRE_T", 1, 64, 0);
+    v->scan.pre_rpl = vk_env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", 0, 1, 8);
+    v->scan.pre_t = vk_env_u32("LLMEM_VULKAN_SCAN_PRE_T", 0, 1, 64);
     v->scan.pre_shader = var && !strcmp(var, "rolled") ? VK_SH_SSM_SCAN_PRE_ROLLED
                          : var && !strcmp(var, "nopf") ? VK_SH_SSM_SCAN_PRE_NOPF
                                                        : VK_SH_SSM_SCAN_PRE;
     v->scan.old = getenv("LLMEM_VULKAN_SCAN_OLD") != NULL;
-    v->scan.rpi = env_u32("LLMEM_VULKAN_SCAN_RPI", 1, 8, SCAN_DEC_RPI);
-    v->scan.ipg = env_u32("LLMEM_VULKAN_SCAN_IPG", 1, 64, SCAN_DEC_IPG);
-    v->scan.wgs = env_u32("LLMEM_VULKAN_SCAN_WGS", 1, 65536, SCAN_DEC_WGS);
-    v->scan.wg = env_u32("LLMEM_VULKAN_SCAN_WG", 64, 512, SCAN_DEC_WG);
+    v->scan.rpi = vk_env_u32("LLMEM_VULKAN_SCAN_RPI", SCAN_DEC_RPI, 1, 8);
+    v->scan.ipg = vk_env_u32("LLMEM_VULKAN_SCAN_IPG", SCAN_DEC_IPG, 1, 64);
+    v->scan.wgs = vk_env_u32("LLMEM_VULKAN_SCAN_WGS", SCAN_DEC_WGS, 1, 65536);
+    v->scan.wg = vk_env_u32("LLMEM_VULKAN_SCAN_WG", SCAN_DEC_WG, 64, 512);
     if (v->scan.wg & (v->scan.wg - 1))
         v->scan.wg = SCAN_DEC_WG;
     v->scan.norm_loop = getenv("LLMEM_VULKAN_NORM_LOOP") != NULL;
