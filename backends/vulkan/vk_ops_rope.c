@@ -66,14 +66,15 @@ static void rope_build(vk_backend *v, const llmem_rope_params *p, llmem_ct *x, l
 #define RS_SMAX 512  /* rope_store.comp's SMAX: the largest head_dim */
 
 /* The ropes held (v->rope_pending of them, in call order). */
+struct vk_rope_held {
+    vk_op op;
+    uint64_t groups;
+    llmem_rope_params p;
+    llmem_tensor x, pos;
+    vk_stage_ref tab;
+};
 struct vk_rope_hold {
-    struct {
-        vk_op op;
-        uint64_t groups;
-        llmem_rope_params p;
-        llmem_tensor x, pos;
-        vk_stage_ref tab;
-    } r[2];
+    struct vk_rope_held r[2];
 };
 
 llmem_status vk_rope_flush(vk_backend *v)
@@ -122,6 +123,17 @@ static bool overlap(const llmem_tensor *a, const llmem_tensor *b)
     return a->offset < be && b->offset < ae;
 }
 
+/* Whether a rope of x (params p, positions pos) may join the held one r:
+ * the same angles and position, as many tokens, and different bytes (q,
+ * then k). */
+static bool rope_joins(const struct vk_rope_held *r, const llmem_rope_params *p,
+                       const llmem_ct *x, const llmem_ct *pos)
+{
+    return r->p.mode == p->mode && r->p.n_rot == p->n_rot && r->p.theta_base == p->theta_base &&
+           r->p.freq_scale == p->freq_scale && same_tensor(&r->pos, pos) &&
+           r->x.ne[2] == x->ne[2] && !overlap(&r->x, x);
+}
+
 /* A one-token rope in place on f32 [1, H, hd] (hd even, <= RS_SMAX) with an
  * i32 position, not turned off: it may wait for the kv store. */
 static bool rope_may_hold(const vk_backend *v, const llmem_rope_params *p, llmem_ct *x,
@@ -149,11 +161,9 @@ llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct 
     }
     /* a second rope joins the first where both use the same angles and
      * position and touch different bytes (q then k) */
-    const struct vk_rope_hold *h = v->rph;
     uint32_t i = 0;
-    if (v->rope_pending == 1 && !v->nmc_pending && !v->fold_pending && h->r[0].p.mode == p->mode && h->r[0].p.n_rot == p->n_rot &&
-        h->r[0].p.theta_base == p->theta_base && h->r[0].p.freq_scale == p->freq_scale &&
-        same_tensor(&h->r[0].pos, pos) && h->r[0].x.ne[2] == x->ne[2] && !overlap(&h->r[0].x, x))
+    if (v->rope_pending == 1 && !v->nmc_pending && !v->fold_pending &&
+        rope_joins(&v->rph->r[0], p, x, pos))
         i = 1;
     else if ((st = vk_held_flush(v)) != LLMEM_OK)
         return st;
