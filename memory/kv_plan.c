@@ -519,6 +519,16 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         if (plan->n_new[s] == 0)
             continue;
         kv_seq *q = &kv->seqs[s];
+        /* room for the ids and positions the commits append, taken now so
+         * that a commit needs no host memory: a hybrid cannot undo a child
+         * that committed before another failed (release undoes the
+         * sequences attached so far, as for a failure below) */
+        if (!tok_stage_reserve(&q->tokens, plan->n_new[s]) ||
+            !seq_pos_reserve_push(&q->pos, plan->n_new[s], plan->first_pos[s])) {
+            llmem_errf(err, err_len, "KV cache: out of host memory for sequence %d's tokens", s);
+            st = LLMEM_E_NO_MEMORY;
+            goto fail;
+        }
         int32_t np = plan->n_cached[s] / ps;
         /* the table's last two entries as they will be, kept in registers:
          * reading the tail back right after the store that misses on it
@@ -687,6 +697,8 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
                 seq_pos_set_run(&sq->pos, c, 0);
                 kv->prefix_hits += c;
             }
+            /* kv_reserve made room for the token and its position, so
+             * these checks only guard */
             tok_stage *g = &kv->stage[q];
             if (!tok_stage_push(g, &sq->tokens, ub->token ? ub->token[k] : -1)) {
                 publish_flush(kv);

@@ -21,16 +21,17 @@ int32_t hold_find(const rs_hold *h, int32_t len)
     return -1;
 }
 
-llmem_status slot_copy_queue(recurrent *rs, int32_t dst, int32_t src)
+llmem_status slot_copy_reserve(recurrent *rs, int32_t n)
 {
-    int32_t need = 0;
+    int64_t need = 0;
     for (int32_t il = 0; il < rs->base.n_layers; il++)
         need += rs->layers[il].n_states;
-    if (need > INT32_MAX - rs->n_pend)
+    need = rs->n_pend + need * n;
+    if (need > INT32_MAX || (int64_t)rs->pend_slot.n + n > INT32_MAX)
         return LLMEM_E_NO_MEMORY;
-    if (rs->n_pend + need > rs->cap_pend) {
+    if (need > rs->cap_pend) {
         int32_t cap = rs->cap_pend > 0 ? rs->cap_pend : 64;
-        while (cap < rs->n_pend + need)
+        while (cap < need)
             cap = cap > INT32_MAX / 2 ? INT32_MAX : cap * 2;
         llmem_copy_range *p = realloc(rs->pend, (size_t)cap * sizeof *p);
         if (!p)
@@ -38,8 +39,15 @@ llmem_status slot_copy_queue(recurrent *rs, int32_t dst, int32_t src)
         rs->pend = p;
         rs->cap_pend = cap;
     }
-    if (!i32vec_push(&rs->pend_slot, dst))
-        return LLMEM_E_NO_MEMORY;
+    return i32vec_reserve(&rs->pend_slot, rs->pend_slot.n + n) ? LLMEM_OK : LLMEM_E_NO_MEMORY;
+}
+
+llmem_status slot_copy_queue(recurrent *rs, int32_t dst, int32_t src)
+{
+    llmem_status st = slot_copy_reserve(rs, 1);
+    if (st != LLMEM_OK)
+        return st;
+    rs->pend_slot.v[rs->pend_slot.n++] = dst;
     for (int32_t il = 0; il < rs->base.n_layers; il++) {
         rs_layer *L = &rs->layers[il];
         for (int32_t j = 0; j < L->n_states; j++)

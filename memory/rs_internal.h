@@ -182,6 +182,9 @@ static inline void rs_tokens_sync(recurrent *rs, const rs_seq *s)
 int32_t hold_find(const rs_hold *h, int32_t len);
 /* Copies state slot src into slot dst, every layer's states, in one batch. */
 llmem_status slot_copy(recurrent *rs, int32_t dst, int32_t src);
+/* Room for n more queued slot copies (LLMEM_E_NO_MEMORY: none made), so
+ * that queueing them cannot fail: a plan reserves its commits' copies. */
+llmem_status slot_copy_reserve(recurrent *rs, int32_t n);
 /* Queues that copy for slot_copy_flush (LLMEM_E_NO_MEMORY: nothing queued).
  * A queued destination must not be queued again, read, spilled or filled
  * before the flush (snapshots mark it: rs_snap.pend). */

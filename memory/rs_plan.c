@@ -173,6 +173,11 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         len[s] = rs->seqs[s].tokens.n;
         if (!plan->n_new[s])
             continue;
+        /* room for the ids and positions the commits append, so that a
+         * commit needs no host memory (kv_reserve does the same) */
+        if (!tok_stage_reserve(&rs->seqs[s].tokens, plan->n_new[s]) ||
+            !seq_pos_reserve_push(&rs->seqs[s].pos, plan->n_new[s], plan->first_pos[s]))
+            goto out;
         if (from_snap[s] >= 0) /* a prefix hit: the first ubatch reads the snapshot in place */
             len[s] = plan->n_cached[s];
         if (one)
@@ -183,11 +188,16 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             goto out;
     }
     int64_t elems = 0;
+    int32_t n_copy = 0; /* the most stream members of a ubatch: its commit's state copies */
     for (int32_t u = 0; u < plan->n_ubatch; u++) {
         const llmem_ubatch *ub = &plan->ubatch[u];
         int32_t T = ub->n_seq_tokens, c = T - 1 < rs->n_ckpt ? T - 1 : rs->n_ckpt;
         elems += (int64_t)ub->n_seqs * (3 + c);
+        if (plan->group_off[u][ub->n_seqs] - ub->n_seqs > n_copy)
+            n_copy = plan->group_off[u][ub->n_seqs] - ub->n_seqs;
     }
+    if (n_copy > 0 && slot_copy_reserve(rs, n_copy) != LLMEM_OK)
+        goto out;
     rs->ib.data.n = 0;
     if (elems > INT32_MAX / 2 || !i32vec_reserve(&rs->ib.data, (int32_t)elems))
         goto out;

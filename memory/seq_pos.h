@@ -74,6 +74,18 @@ static inline bool seq_pos_push(seq_pos *p, int32_t x)
     return true;
 }
 
+/* Room for n seq_pos_push calls of first, first + 1, ... that cannot
+ * fail (tok_stage_reserve's reason): none while they continue a run,
+ * stored room otherwise. false, with only the capacity possibly changed,
+ * when out of host memory. Inline: a decode step calls it per sequence. */
+static inline bool seq_pos_reserve_push(seq_pos *p, int32_t n, int32_t first)
+{
+    int64_t want = (int64_t)p->v.n + n, cap = p->v.cap < 0 ? -(int64_t)p->v.cap : p->v.cap;
+    if (p->stored ? want <= cap : p->v.n == 0 || (int64_t)first == (int64_t)p->pm.max + 1)
+        return true;
+    return want <= INT32_MAX && seq_pos_reserve(p, (int32_t)want);
+}
+
 /* Keeps the first k positions (0 <= k <= v.n). */
 void seq_pos_truncate(seq_pos *p, int32_t k);
 /* Makes the positions a copy of src[0, n) (a run when they are one: no

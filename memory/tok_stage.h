@@ -51,6 +51,20 @@ static inline bool tok_stage_push(tok_stage *g, i32vec *t, int32_t x)
     return true;
 }
 
+/* Room in t for n more ids (staged ones count), so that the next n
+ * tok_stage_push calls cannot fail: a plan reserves what its commits
+ * append, and a commit then needs no host memory (a composition could not
+ * undo a child that committed before another failed). false, with only
+ * t's capacity possibly changed, when out of host memory. Inline: a decode
+ * step reserves for every sequence, one comparison while there is room. */
+static inline bool tok_stage_reserve(i32vec *t, int32_t n)
+{
+    int64_t want = (int64_t)t->n + n;
+    if (want <= (t->cap < 0 ? -(int64_t)t->cap : t->cap))
+        return true;
+    return want <= INT32_MAX && i32vec_reserve(t, (int32_t)want);
+}
+
 /* Takes back the id tok_stage_push just appended. */
 static inline void tok_stage_pop(tok_stage *g, i32vec *t)
 {

@@ -156,7 +156,8 @@ llmem_status llmem_memory_apply(llmem_memory *mem, llmem_plan *plan, int32_t i,
 llmem_status llmem_memory_view(llmem_memory *mem, int32_t il, llmem_view *view);
 
 /* Records that the forward pass of ubatch i wrote its K/V and states:
- * sequences grow, full pages are published to the prefix cache.
+ * sequences grow, full pages are published to the prefix cache. Makes no
+ * host allocation that can fail it (llmem_memory_plan reserved the room).
  * Returns LLMEM_E_STATE when ubatch i is not the current one. */
 llmem_status llmem_memory_commit(llmem_memory *mem, llmem_plan *plan, int32_t i);
 
