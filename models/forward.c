@@ -441,6 +441,17 @@ static llmem_status parallel(llmem_model *m, const layer_w *L, int32_t T, const 
     return llmem_op_add(m->be, &sum, &h, &h);
 }
 
+void hf_fused_setup(llmem_model *m)
+{
+    /* q/k/v (qkv_decode): one fused launch on every backend (Vulkan too
+     * since its one-token ropes and kv store became one dispatch:
+     * docs/benchmarks.md, "Vulkan batch-1 step: rope with the kv store, a
+     * split argmax") */
+    const char *e = getenv("LLMEM_NM_QKV");
+    m->nm_path = nm_model_ok(m) ? 2 : 1;
+    m->nm_qkv = (int8_t)(e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 2);
+}
+
 llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_vocab)
 {
     const llmem_model_config *c = &m->cfg;
@@ -457,15 +468,6 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_
      * after it and its output added to x by the matmul that makes it (no h
      * pending). Not for 2-4 tokens: the fused kernel reads the weights once
      * per row, where matmul.cu's GEMV reads them once for all rows. */
-    if (m->nm_path == 0) {
-        /* q/k/v (qkv_decode): one fused launch on every backend (Vulkan
-         * too since its one-token ropes and kv store became one dispatch:
-         * docs/benchmarks.md, "Vulkan batch-1 step: rope with the kv
-         * store, a split argmax") */
-        const char *e = getenv("LLMEM_NM_QKV");
-        m->nm_path = nm_model_ok(m) ? 2 : 1;
-        m->nm_qkv = (int8_t)(e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 2);
-    }
     m->nm_on = m->nm_path == 2 && T == 1;
     for (int32_t il = 0; il < c->n_layers; il++) {
         const layer_w *L = &m->layers[il];

@@ -63,7 +63,7 @@ struct llmem_model {
     struct llmem_comm *comm;
     size_t off_tpl, off_tpg;  /* vocab-shard logits [T, tp_vocab]; gathered y, z [T, d_inner] */
     /* fused decode path (llmem_op_norm_matmul, models/forward.c): whether the
-     * model and backend allow it (0 not yet asked, 1 no, 2 yes), and whether
+     * model and backend allow it (1 no, 2 yes: hf_fused_setup), and whether
      * the ubatch being run takes it; the attention layers' q/k/v there
      * (LLMEM_NM_QKV): 0 (Vulkan's default) a norm launch and plain matmuls,
      * 1 the norm in each of the three matmuls, 2 (default) one fused matmul
@@ -88,6 +88,12 @@ static inline size_t round_up(size_t n)
  * needs it and the backend. Called by llmem_model_load once the weights
  * are on the device. */
 llmem_status hf_check_ops(llmem_model *m, char *err, size_t err_len);
+/* forward.c: decides once, when m is built (hf_model_build, weights on the
+ * device), whether its one-token steps take the fused decode path and how
+ * its q/k/v run there (m->nm_path, m->nm_qkv), reading LLMEM_NO_NORM_MATMUL,
+ * LLMEM_NORM_MATMUL_CPU and LLMEM_NM_QKV then rather than at each step
+ * (getenv scans the environment). Cannot fail. */
+void hf_fused_setup(llmem_model *m);
 llmem_status hf_forward_ops(llmem_model *m, int32_t n_tokens, int32_t n_outputs, int32_t n_vocab);
 
 /* Runs hf_forward_ops for ub through a recorded decode step when it can

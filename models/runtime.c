@@ -587,6 +587,8 @@ llmem_status hf_model_build(llmem_model *m, const llmem_safetensors *st, const c
     if (s == LLMEM_OK && (s = hf_falcon_create(m->be, &m->cfg, pp->n_ubatch, &m->fal)) != LLMEM_OK)
         llmem_errf(err, err_len, "cannot allocate falcon_h1 scratch for %d-token ubatches",
                    pp->n_ubatch);
+    if (s == LLMEM_OK) /* reads what the steps above set (m->moe, m->fal, ...) */
+        hf_fused_setup(m);
     return s;
 }
 

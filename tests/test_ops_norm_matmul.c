@@ -230,19 +230,28 @@ END_TEST
  * LLMEM_E_UNSUPPORTED and out is left as it was (the add's input), rows of
  * n or fewer still match the float64 reference, and without the knob the
  * long rows run. tests/fused_fallback.sh relies on it to drive
- * models/forward.c's fallback to the unfused ops. CPU only. */
+ * models/forward.c's fallback to the unfused ops. The backend reads it
+ * when it opens and at llmem_backend_reload_env, not per call: set after
+ * the open (pass 0) it changes nothing until the reload (pass 1); unset,
+ * it still holds until the next reload (pass 2). CPU only. */
 START_TEST(test_norm_matmul_cpu_max_k)
 {
     if (!th_is_cpu(_i))
         return;
+    ck_assert_int_eq(unsetenv("LLMEM_NORM_MATMUL_CPU_MAX_K"), 0);
     llmem_backend *be = th_open(_i);
     int32_t T = 1, N = 5, Ks[2] = {32, 33};
     llmem_norm_matmul_params p = {.norm = LLMEM_NM_NORM_RMS, .epilogue = LLMEM_NM_ADD,
                                   .eps = 1e-5f};
     ck_assert_int_eq(setenv("LLMEM_NORM_MATMUL_CPU_MAX_K", "32", 1), 0);
-    for (int pass = 0; pass < 2; pass++) { /* pass 1: knob unset */
+    for (int pass = 0; pass < 4; pass++) {
         if (pass == 1)
+            ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+        if (pass == 2)
             ck_assert_int_eq(unsetenv("LLMEM_NORM_MATMUL_CPU_MAX_K"), 0);
+        if (pass == 3) /* knob unset and read */
+            ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+        bool limited = pass == 1 || pass == 2;
         for (int k = 0; k < 2; k++) {
             int32_t K = Ks[k];
             th_ctx c;
@@ -263,7 +272,7 @@ START_TEST(test_norm_matmul_cpu_max_k)
             llmem_tensor to = th_input(&c, F32, 2, T, N, 1, o0);
             llmem_status st = llmem_op_norm_matmul(be, &p, &tx, NULL, &tn, &tw, NULL, &to);
             th_get(&to, out);
-            if (pass == 0 && K > 32) {
+            if (limited && K > 32) {
                 ck_assert_int_eq(st, LLMEM_E_UNSUPPORTED);
                 for (int32_t i = 0; i < N; i++)
                     ck_assert_msg(out[i] == o0[i], "refused K=%d but out[%d] changed", K, i);

@@ -201,6 +201,58 @@ START_TEST(test_qkv_pack)
 }
 END_TEST
 
+/* The fused path's settings (LLMEM_NORM_MATMUL_CPU, LLMEM_NM_QKV:
+ * models/forward.c) are read when the model loads, not at its steps: for
+ * each of three settings that give different bits on the CPU (unfused;
+ * fused with one packed q/k/v matmul; fused with a norm launch and plain
+ * q/k/v matmuls), a model loaded under it and scored after the variables
+ * changed to the next setting gives the bits of a model scored under its
+ * own. CPU only (elsewhere the fused path does not depend on the first). */
+START_TEST(test_fused_settings_at_load)
+{
+    if (!th_is_cpu(_i))
+        return;
+    static const char *const cpu[3] = {NULL, "1", "1"}, *const qkv[3] = {NULL, "2", "0"};
+    llmem_backend *be = th_open(_i);
+    char dir[1024], err[256];
+    snprintf(dir, sizeof dir, "%s", test_fixture("llama"));
+    int32_t tok[MAX_TOK];
+    int32_t n = fx_case_load(dir, "len15", tok, NULL, MAX_TOK);
+    ck_assert_int_gt(n, 2);
+    double own[3][MAX_TOK], moved[3][MAX_TOK];
+    for (int k = 0; k < 3; k++)
+        for (int changed = 0; changed < 2; changed++) {
+            cpu[k] ? setenv("LLMEM_NORM_MATMUL_CPU", cpu[k], 1) : unsetenv("LLMEM_NORM_MATMUL_CPU");
+            qkv[k] ? setenv("LLMEM_NM_QKV", qkv[k], 1) : unsetenv("LLMEM_NM_QKV");
+            static hook h;
+            h = (hook){.fail_at = -1};
+            llmem_model *m = NULL;
+            ck_assert_msg(load(be, dir, true, &h, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+            if (changed) {
+                int j = (k + 1) % 3;
+                cpu[j] ? setenv("LLMEM_NORM_MATMUL_CPU", cpu[j], 1)
+                       : unsetenv("LLMEM_NORM_MATMUL_CPU");
+                qkv[j] ? setenv("LLMEM_NM_QKV", qkv[j], 1) : unsetenv("LLMEM_NM_QKV");
+            }
+            score(m, tok, n, changed ? moved[k] : own[k]);
+            llmem_model_free(m);
+        }
+    for (int k = 0; k < 3; k++) {
+        bool differs = false; /* so that the comparison below can fail */
+        for (int32_t i = 0; i + 1 < n; i++) {
+            differs |= own[k][i] != own[(k + 1) % 3][i];
+            ck_assert_msg(moved[k][i] == own[k][i],
+                          "setting %d, token %d: %.9g after the variables changed, %.9g without",
+                          k, i, moved[k][i], own[k][i]);
+        }
+        ck_assert_msg(differs, "settings %d and %d give the same bits", k, (k + 1) % 3);
+    }
+    setenv("LLMEM_NORM_MATMUL_CPU", "1", 1); /* as main set them */
+    setenv("LLMEM_NM_QKV", "2", 1);
+    llmem_backend_close(be);
+}
+END_TEST
+
 int main(void)
 {
     setenv("LLMEM_NORM_MATMUL_CPU", "1", 1);
@@ -210,6 +262,7 @@ int main(void)
     TCase *tc = tcase_create("qkv_pack");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_qkv_pack, 0, n);
+    tcase_add_loop_test(tc, test_fused_settings_at_load, 0, n);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

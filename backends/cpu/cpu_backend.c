@@ -17,6 +17,10 @@
 typedef struct cpu_backend {
     llmem_backend base;
     char device_name[128];
+    /* $LLMEM_NORM_MATMUL_CPU_MAX_K, read at open and at
+     * llmem_backend_reload_env, not per call (getenv scans the
+     * environment): -1 unset */
+    int64_t nm_max_k;
 } cpu_backend;
 
 typedef struct cpu_buffer {
@@ -40,6 +44,7 @@ static llmem_status cpu_buffer_fill(llmem_backend *be, llmem_buffer *dst, size_t
 static llmem_status cpu_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges,
                                            int32_t n);
 static llmem_status cpu_synchronize(llmem_backend *be);
+static void cpu_reload_env(llmem_backend *be);
 
 /* The open ops the cpu backend implements: each ops_*.c file adds its own
  * (LLMEM_OP_IMPL, <llmem/backend_impl.h>). */
@@ -57,6 +62,7 @@ static const llmem_backend_i cpu_iface = {
     .buffer_fill = cpu_buffer_fill,
     .buffer_copy_ranges = cpu_buffer_copy_ranges,
     .synchronize = cpu_synchronize,
+    .reload_env = cpu_reload_env,
     .ops = &llmem_cpu_ops,
     .op_impls = &cpu_op_impls,
 };
@@ -136,8 +142,21 @@ static llmem_status cpu_open(int32_t device, llmem_backend **out, char *err, siz
     }
     cpu->base.iface = &cpu_iface;
     read_cpu_model(cpu->device_name, sizeof cpu->device_name);
+    cpu_reload_env(&cpu->base);
     *out = &cpu->base;
     return LLMEM_OK;
+}
+
+static void cpu_reload_env(llmem_backend *be)
+{
+    const char *mk = getenv("LLMEM_NORM_MATMUL_CPU_MAX_K");
+    cpu_from(be)->nm_max_k = mk && *mk ? strtoll(mk, NULL, 10) : -1;
+}
+
+int64_t cpu_norm_matmul_max_k(llmem_backend *be)
+{
+    cpu_backend *cpu = cpu_from(be);
+    return cpu ? cpu->nm_max_k : -1;
 }
 
 static void cpu_destroy(llmem_backend *be)

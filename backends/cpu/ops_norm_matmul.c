@@ -13,10 +13,13 @@
  * as the CUDA kernel refuses the shapes it does not take: with
  * LLMEM_NORM_MATMUL_CPU=1 it exercises models/forward.c's fallback to the
  * unfused ops on the CPU (ctest fused_fallback_*, tests/fused_fallback.sh).
+ * The backend reads it when it opens (and at llmem_backend_reload_env),
+ * not per call.
  */
 #include <math.h>
 #include <stdlib.h>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_ops.h"
 #include "llmem/ops_norm_matmul.h"
 
@@ -25,10 +28,9 @@ static llmem_status cpu_op_norm_matmul(llmem_backend *be, const llmem_norm_matmu
                                        const llmem_tensor *nw, const llmem_tensor *w,
                                        const llmem_tensor *w2, const llmem_tensor *out)
 {
-    (void)be;
     int64_t T = x->ne[0], K = x->ne[1], N = w->ne[0];
-    const char *mk = getenv("LLMEM_NORM_MATMUL_CPU_MAX_K");
-    if (mk && *mk && K > strtoll(mk, NULL, 10))
+    int64_t max_k = cpu_norm_matmul_max_k(be);
+    if (max_k >= 0 && K > max_k)
         return LLMEM_E_UNSUPPORTED;
     size_t es = llmem_dtype_size(w->dtype);
     float *a = malloc((size_t)K * 3 * sizeof *a);
