@@ -456,6 +456,7 @@ static void kv_destroy(llmem_memory *mem)
     free(kv->tail_at);
     free(kv->stage);
     i32vec_free(&kv->pub_pending);
+    i32vec_free(&kv->row_defer);
     free(kv->shift);
     free(kv->page_shift);
     llmem_buffer_free(kv->idx);

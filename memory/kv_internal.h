@@ -126,6 +126,11 @@ typedef struct kv_cache {
      * the end of its token loop (publish_pages with defer), so the
      * scattered bucket heads can be prefetched a few pages ahead */
     i32vec pub_pending;
+    /* (row entry, page) pairs of the pages kv_reserve took from the free
+     * list, written into the rows in a tight pass of their own after its
+     * attach pass (kv_plan.c rows_write_deferred); empty outside
+     * kv_reserve (llmem_memory_check). */
+    i32vec row_defer;
     const llmem_plan *prep_plan; /* plan the counts are for, or NULL */
     int64_t prep_total;
     int32_t prep_cows;

@@ -241,24 +241,20 @@ LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *p
 #endif
 }
 
-/* Each sequence a step appends pages to stores one entry at its page
- * table's tail (in its row): with thousands of sequences each is a store
- * miss, and once the store buffer is full of them every later store
- * waits, so the lines are requested 8 sequences ahead. So are the pool
- * entries (refcount, hash flag) of the page that sequence will take, the
- * free stack's 9th from the top when each takes one (a decode step in
- * pages of 1; otherwise a guess, and only a hint): a pool has as many
- * entries as pages and a step takes thousands of them, which the
- * hardware prefetchers, following a dozen other streams, left to miss
- * (4,000 sequences, 1K context: this pass 16 -> 11-12 ns a sequence). */
+/* The attach pass takes a page per sequence from the free stack in a
+ * decode step in pages of 1 and writes its pool entries (refcount, hash
+ * flag): those of the page the sequence 8 ahead will take, the free
+ * stack's 9th from the top when each takes one (otherwise a guess, and
+ * only a hint), are requested now. A pool has as many entries as pages and
+ * a step takes thousands of them, which the hardware prefetchers,
+ * following a dozen other streams, left to miss (4,000 sequences, 1K
+ * context: this pass 16 -> 11-12 ns a sequence). The row entries the
+ * pages go to are not touched here (rows_write_deferred). */
 LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *plan, int32_t s,
                                       int32_t nsm)
 {
 #if defined(__GNUC__)
     if (s + 8 < nsm && plan->n_new[s + 8] && kv->need[s + 8] > 0) {
-        const kv_seq *q = &kv->seqs[s + 8];
-        if (q->pages.v && q->pages.n < q->row_cap)
-            __builtin_prefetch(q->pages.v + q->pages.n, 1, 1);
         const page_pool *pp = &kv->pool;
         if (pp->n_free > 9) {
             int32_t p = pp->free_stack[pp->n_free - 9];
@@ -271,6 +267,24 @@ LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *
 #else
     (void)kv, (void)plan, (void)s, (void)nsm;
 #endif
+}
+
+/* Writes the (row entry, page) pairs the attach pass deferred into the
+ * rows (recorded for the next upload), in a loop that does nothing else;
+ * for a plan whose index tables read them (several new pages in one
+ * sequence), and before a failed reserve releases them. A decode step
+ * instead writes them at its upload (page_rows_write_upload). Each
+ * sequence's row is a 4 KiB page or more of its own in pages of 1 (it
+ * holds ~the sequence's context), and this VM's TLB holds ~2,000 pages:
+ * at 4,000 sequences every row store waits for a page walk. The attach
+ * pass, ~100 instructions a sequence, kept one or two walks in flight;
+ * stores in a tight loop keep the walkers busy. */
+static void rows_write_deferred(kv_cache *kv)
+{
+    const int32_t *d = kv->row_defer.v;
+    for (int32_t i = 0; i < kv->row_defer.n; i += 2)
+        page_rows_write1(&kv->rows, d[i], d[i + 1]);
+    kv->row_defer.n = 0;
 }
 
 /* kv->cow[s]: what reserve does to the partly written last page the
@@ -512,6 +526,11 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                    llmem_status_str(st));
         goto fail;
     }
+    /* the new pages' row entries are written after the attach pass (when
+     * the pair list has room: else at once) */
+    bool defer = 2 * total <= INT32_MAX && i32vec_reserve(&kv->row_defer, (int32_t)(2 * total));
+    bool early = false;
+    kv->row_defer.n = 0;
     /* from here on, reservations live in the page tables; release undoes them */
     attached = true;
     for (int32_t s = 0; s < nsm; s++) {
@@ -562,10 +581,19 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             /* written in place: its hash no longer describes it */
             kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
         }
+        /* build_tables reads a new entry from the row unless it is the
+         * only one and kv->tail holds it (set below): then the deferred
+         * entries must be in the rows before it runs */
+        early = early || need[s] > 1 || (need[s] == 1 && kv->tail[s] >= 0);
         for (int32_t k = 0; k < need[s]; k++) {
             prev = last;
             last = kv_alloc_page_fast(kv);
-            kv_pt_set(kv, q, q->pages.n++, last);
+            if (defer) {
+                kv->row_defer.v[kv->row_defer.n++] = q->row + q->pages.n++;
+                kv->row_defer.v[kv->row_defer.n++] = last;
+            } else {
+                kv_pt_set(kv, q, q->pages.n++, last);
+            }
         }
         q->last = last;
         q->prev = prev;
@@ -574,12 +602,20 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             kv->tail_at[s] = q->pages.n - 1;
         }
     }
+    if (early)
+        rows_write_deferred(kv);
     st = build_tables(kv, plan, res, len0, count_shift(kv));
     if (st == LLMEM_OK && kv->ib.data.n > 0)
         st = llmem_buffer_upload(kv->idx, (size_t)kv->idx_rows * sizeof(int32_t), kv->ib.data.v,
                                  (size_t)kv->ib.data.n * sizeof(int32_t));
     if (st == LLMEM_OK)
         st = page_rows_upload(&kv->rows, kv->idx);
+    /* a decode step's new entries: written into the rows and uploaded
+     * together (page_rows_write_upload) */
+    if (st == LLMEM_OK && kv->row_defer.n > 0) {
+        st = page_rows_write_upload(&kv->rows, kv->idx, kv->row_defer.v, kv->row_defer.n / 2);
+        kv->row_defer.n = 0;
+    }
     if (st != LLMEM_OK)
         goto fail;
     vouch_rows(kv, res);
@@ -588,6 +624,8 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     *out = res;
     return LLMEM_OK;
 fail:
+    if (kv->row_defer.n > 0) /* release_reservations reads them back */
+        rows_write_deferred(kv);
     /* pinned pages not yet attached to a page table still hold a reference */
     for (int32_t k = pin_at; k < pinned.n; k++)
         if (pinned.v[k] >= 0)

@@ -503,6 +503,11 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         return LLMEM_E_NO_MEMORY;
     llmem_status st = LLMEM_E_STATE;
     int32_t ps = kv->p.page_size;
+    if (kv->row_defer.n != 0) { /* rows_write_deferred empties it inside kv_reserve */
+        llmem_errf(err, err_len, "%d row entries wait for rows_write_deferred",
+                   kv->row_defer.n / 2);
+        goto out;
+    }
     for (int32_t p = 0; p < kv->p.n_pages && !kv->shift_pending; p++)
         if (kv->page_shift[p]) { /* kv_page_shifted relies on it */
             llmem_errf(err, err_len, "page %d has a pending K-shift, none is pending", p);

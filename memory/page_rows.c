@@ -239,6 +239,57 @@ static llmem_status flush_runs(page_rows *r, llmem_buffer *buf)
     return st;
 }
 
+/* Room for cap runs in run_off / run_len; false when out of host memory
+ * (nothing lost). */
+static bool runs_fit(page_rows *r, int32_t cap)
+{
+    if (cap <= r->run_cap)
+        return true;
+    size_t *o = realloc(r->run_off, (size_t)cap * sizeof *o);
+    if (o)
+        r->run_off = o;
+    size_t *l = o ? realloc(r->run_len, (size_t)cap * sizeof *l) : NULL;
+    if (l)
+        r->run_len = l;
+    if (!o || !l)
+        return false;
+    r->run_cap = cap;
+    return true;
+}
+
+llmem_status page_rows_write_upload(page_rows *r, llmem_buffer *buf, const int32_t *pairs,
+                                    int32_t n)
+{
+    if (n <= 0)
+        return LLMEM_OK;
+    int32_t chunk = llmem_buffer_host_ptr(buf) ? PAGE_ROWS_CHUNK : n;
+    if (r->share_grow || r->full || r->n_runs > 0 || !runs_fit(r, chunk)) {
+        for (int32_t i = 0; i < n; i++) /* recorded: the next upload sends them */
+            page_rows_write1(r, pairs[2 * i], pairs[2 * i + 1]);
+        return page_rows_upload(r, buf);
+    }
+    llmem_status st = LLMEM_OK;
+    for (int32_t i = 0; i < n; i += chunk) {
+        int32_t m = n - i < chunk ? n - i : chunk, k = 0;
+        for (int32_t j = i; j < i + m; j++) {
+            int32_t at = pairs[2 * j];
+            r->v[at] = pairs[2 * j + 1];
+            size_t off = (size_t)at * sizeof(int32_t);
+            if (k > 0 && r->run_off[k - 1] + r->run_len[k - 1] == off) { /* a prefill's run */
+                r->run_len[k - 1] += sizeof(int32_t);
+                continue;
+            }
+            r->run_off[k] = off;
+            r->run_len[k++] = sizeof(int32_t);
+        }
+        if (st == LLMEM_OK)
+            st = llmem_buffer_upload_ranges(buf, r->v, k, r->run_off, r->run_len);
+    }
+    if (st != LLMEM_OK) /* the device copy is unknown: send everything next time */
+        r->full = true;
+    return st;
+}
+
 static int cmp_range(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

@@ -32,6 +32,7 @@
 
 #define PAGE_ROWS_CLASSES 116 /* class 115: 7 << 28 entries */
 #define PAGE_ROWS_GAP 16      /* pending ranges this close (entries) upload as one */
+#define PAGE_ROWS_CHUNK 256   /* page_rows_write_upload: pairs per upload, host-visible */
 
 typedef struct page_rows {
     int32_t *v;          /* [cap] host copy of every row; -1 where unused */
@@ -128,6 +129,21 @@ static inline bool page_rows_pending(const page_rows *r)
  * shared storage nothing is sent: buf's host memory must be r->v
  * (LLMEM_E_STATE otherwise). */
 llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
+/* Writes n (entry, value) pairs (pairs: [2n] int32, entry first; element
+ * offsets into the table, each inside a row) into the table and to buf at
+ * the same offsets, after page_rows_upload of the same step (these writes
+ * are newer). A host-visible buf (the cpu backend) gets them in chunks of
+ * PAGE_ROWS_CHUNK pairs, each written and then uploaded, so that the
+ * upload reads back entries whose address translations are still cached:
+ * a decode step in pages of 1 writes one entry into each of thousands of
+ * rows, each in a 4 KiB page of its own, more than the TLB holds. Another
+ * buf gets them in one llmem_buffer_upload_ranges call. In shared storage
+ * (or when the run list cannot grow) they are written and recorded
+ * (page_rows_write1), then page_rows_upload runs. Returns LLMEM_OK or the
+ * upload's status; on failure every entry is written on the host and the
+ * next upload sends the whole table. */
+llmem_status page_rows_write_upload(page_rows *r, llmem_buffer *buf, const int32_t *pairs,
+                                    int32_t n);
 /* Checks that the device copy equals the host's on every entry not
  * waiting for an upload (O(table size); for llmem_memory_check). In shared
  * storage, that buf's host memory is the table (O(1)). */

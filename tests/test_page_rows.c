@@ -311,6 +311,69 @@ typedef struct shared_fx {
     bool fail;
 } shared_fx;
 
+/* page_rows_write_upload (a decode step's new entries, written and
+ * uploaded together): rows in shuffled order, one entry each or a run of
+ * several (a prefill; merged into one range), more pairs than one chunk of
+ * a host-visible buffer; the device and the host table equal a reference
+ * written from the pairs, nothing stays pending. Then an upload that fails
+ * (a buffer smaller than the table) returns its status with every entry
+ * written on the host, and the next upload sends the whole table. */
+START_TEST(test_write_upload)
+{
+    fixture f;
+    fx_init(&f);
+    for (int32_t i = 0; i < NROW; i++) {
+        ck_assert(page_rows_fit(&f.r, &f.row[i], &f.cap[i], 400));
+        ref_grow(&f);
+    }
+    upload_and_compare(&f);
+    int32_t len[NROW] = {0}, pairs[2 * NROW * 8];
+    uint64_t seed = 7;
+    for (int32_t step = 0; step < 12; step++) {
+        int32_t order[NROW], n = 0;
+        for (int32_t i = 0; i < NROW; i++)
+            order[i] = i;
+        for (int32_t i = NROW - 1; i > 0; i--) {
+            int32_t j = (int32_t)(rnd(&seed) % (uint32_t)(i + 1)), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (int32_t o = 0; o < NROW; o++) {
+            int32_t i = order[o], add = 1 + (int32_t)(rnd(&seed) % 8);
+            for (int32_t k = 0; k < add; k++, len[i]++) {
+                pairs[2 * n] = f.row[i] + len[i];
+                pairs[2 * n + 1] = 1000 * i + len[i] + 7 * step;
+                f.ref[f.row[i] + len[i]] = pairs[2 * n + 1];
+                n++;
+            }
+        }
+        ck_assert_int_gt(n, PAGE_ROWS_CHUNK);
+        ck_assert_int_eq(page_rows_write_upload(&f.r, f.buf, pairs, n), LLMEM_OK);
+        ck_assert(!page_rows_pending(&f.r));
+        for (int32_t e = 0; e < f.r.n; e++)
+            ck_assert_int_eq(f.r.v[e], f.ref[e]);
+        upload_and_compare(&f); /* nothing pending: the device already equals ref */
+    }
+    /* a failing upload: entries on the host, the whole table next time */
+    llmem_buffer *small = NULL;
+    ck_assert_int_eq(llmem_buffer_alloc(f.be, 64, &small), LLMEM_OK);
+    int32_t i = 5;
+    pairs[0] = f.row[i] + len[i];
+    pairs[1] = 424242;
+    f.ref[pairs[0]] = pairs[1];
+    pairs[2] = f.row[NROW - 1] + len[NROW - 1];
+    pairs[3] = 434343;
+    f.ref[pairs[2]] = pairs[3];
+    ck_assert_int_eq(page_rows_write_upload(&f.r, small, pairs, 2), LLMEM_E_INVALID);
+    ck_assert_int_eq(f.r.v[pairs[0]], 424242);
+    ck_assert_int_eq(f.r.v[pairs[2]], 434343);
+    ck_assert(f.r.full);
+    llmem_buffer_free(small);
+    upload_and_compare(&f);
+    fx_finish(&f);
+}
+END_TEST
+
 static bool shared_grow(void *ctx, page_rows *r, int64_t cap)
 {
     shared_fx *x = ctx;
@@ -421,6 +484,7 @@ int main(void)
     tcase_add_test(tc, test_fit_keep_and_pending);
     tcase_add_test(tc, test_row_tails_spread_over_sets);
     tcase_add_test(tc, test_shared_storage);
+    tcase_add_test(tc, test_write_upload);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;
 }
