@@ -11,8 +11,12 @@
  * the value. JSON leaves a name given twice in one object to the reader
  * (RFC 8259, section 4): json.loads keeps the last, cJSON's lookups the
  * first. And cJSON's strings are C strings, so "a\u0000b" reads as "a".
- * Each of these would make llmem read a file other than it was written;
- * hf_json_read refuses them instead. */
+ * cJSON skips a leading UTF-8 byte order mark; transformers opens
+ * config.json and tokenizer_config.json as UTF-8 text and json.loads then
+ * fails ("Unexpected UTF-8 BOM"), and serde_json (tokenizers 0.23,
+ * safetensors 0.8) fails at line 1 column 1. Each of these would make
+ * llmem read a file other than it was written, or one its writers' own
+ * readers refuse; hf_json_read refuses them instead. */
 #ifndef LLMEM_MODELS_HF_JSON_H
 #define LLMEM_MODELS_HF_JSON_H
 
@@ -165,8 +169,8 @@ static inline bool hf_json_scan_name(const unsigned char *s, size_t len, size_t 
 }
 
 /* Whether text[0, len) is one JSON text (RFC 8259: one value with only
- * whitespace around it; a leading UTF-8 byte order mark allowed, as cJSON
- * skips it) that cJSON parses when memory suffices: nesting no deeper
+ * whitespace around it, no byte order mark) that cJSON parses when memory
+ * suffices: nesting no deeper
  * than HF_JSON_MAX_DEPTH, and no lone UTF-16 surrogate escaped. It is
  * stricter than cJSON elsewhere (raw control characters, numbers such as
  * 01 or 1., whitespace other than space, tab, LF, CR, \u escapes of
@@ -178,7 +182,7 @@ static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
 {
     const unsigned char *s = (const unsigned char *)text;
     unsigned char open[HF_JSON_MAX_DEPTH]; /* the closing bracket of each open container */
-    size_t i = len >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    size_t i = 0;
     int depth = 0;
     for (;;) {
         /* a value at i */
@@ -261,7 +265,16 @@ typedef enum hf_json_fault {
     HF_JSON_CONTROL,   /* a control character written raw (not escaped, not whitespace) */
     HF_JSON_DUP,       /* one object holds a name twice */
     HF_JSON_NO_MEMORY, /* no memory to parse the text or to look for names given twice */
+    HF_JSON_BOM,       /* starts with a UTF-8 byte order mark (EF BB BF) */
 } hf_json_fault;
+
+/* Whether text[0, len) starts with a UTF-8 byte order mark. A reader that
+ * takes one where Python's json.loads of bytes does (it decodes them as
+ * utf-8-sig: a server's request bodies) skips it before hf_json_read. */
+static inline bool hf_json_has_bom(const char *text, size_t len)
+{
+    return len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3);
+}
 
 /* The first byte of text[0, len) that json.loads and serde_json refuse
  * but cJSON takes, or len when there is none: a control character
@@ -339,10 +352,11 @@ typedef struct hf_json_where {
 } hf_json_where;
 
 /* Parses text[0, len) (need not be NUL-terminated) as one JSON text, as
- * json.loads and serde_json read it, and refuses what cJSON would read
- * otherwise: bytes after the value, a string or name holding \u0000, a
- * raw control character, a name given twice in one object (at any depth),
- * and what RFC 8259 does not allow but cJSON takes (hf_json_scan). Tells
+ * json.loads of a str and serde_json read it, and refuses what cJSON would
+ * read otherwise: a leading byte order mark (HF_JSON_BOM, at 0), bytes
+ * after the value, a string or name holding \u0000, a raw control
+ * character, a name given twice in one object (at any depth), and what
+ * RFC 8259 does not allow but cJSON takes (hf_json_scan). Tells
  * a failed allocation inside cJSON (HF_JSON_NO_MEMORY) from bad text.
  * On HF_JSON_OK *root is the tree (the caller frees it with cJSON_Delete);
  * otherwise *root is NULL and *w says where (hf_json_describe words it).
@@ -351,6 +365,9 @@ static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **r
                                          hf_json_where *w)
 {
     memset(w, 0, sizeof *w);
+    *root = NULL;
+    if (hf_json_has_bom(text, len))
+        return HF_JSON_BOM;
     const char *end = NULL;
     *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     w->at = end && end >= text ? (size_t)(end - text) : 0;
@@ -415,6 +432,10 @@ static inline const char *hf_json_describe(hf_json_fault f, const hf_json_where 
         snprintf(buf, len, "key '%.60s' appears twice in one object", w->key);
         break;
     case HF_JSON_NO_MEMORY: snprintf(buf, len, "out of memory"); break;
+    case HF_JSON_BOM:
+        snprintf(buf, len, "starts with a UTF-8 byte order mark (json.loads and serde_json refuse "
+                 "it; save the file as UTF-8 without one)");
+        break;
     }
     return buf;
 }

@@ -10,6 +10,7 @@
  * are the ones include/llmem/model.h and tokenizer.h document. */
 // ctest-labels: core
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 #include "llmem/model.h"
 #include "llmem/tokenizer.h"
+#include "support/fixture_case.h"
 #include "support/run.h"
 
 static char dir[64];
@@ -165,6 +167,86 @@ START_TEST(safetensors_index)
 }
 END_TEST
 
+/* name in the test folder: a UTF-8 byte order mark, then fixture file
+ * `from` (NULL: the text `text`) */
+static void write_with_bom(const char *name, const char *from, const char *text)
+{
+    char p[256];
+    size_t n = 0;
+    char *body = NULL;
+    if (from) {
+        char src[1024];
+        snprintf(src, sizeof src, "%s/tests/fixtures/%s", test_source_dir(), from);
+        body = fx_read_file(src, &n);
+    }
+    path_in(p, sizeof p, name);
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite("\xEF\xBB\xBF", 1, 3, f), 3);
+    if (!from)
+        n = strlen(text);
+    ck_assert_uint_eq(fwrite(from ? body : text, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+    free(body);
+}
+
+/* A JSON file that starts with a UTF-8 byte order mark is refused with
+ * LLMEM_E_CORRUPT and a message naming it, as the Hugging Face readers
+ * refuse it (checked with transformers 5.17, tokenizers 0.23.3 and
+ * safetensors 0.8.0): transformers opens config.json and
+ * tokenizer_config.json as UTF-8 text and json.loads fails ("Unexpected
+ * UTF-8 BOM"), tokenizers' Tokenizer.from_file and safetensors' header
+ * parser (serde_json) fail at "line 1 column 1". cJSON skipped the mark,
+ * so these files used to load. */
+START_TEST(byte_order_mark)
+{
+    char err[512] = "";
+    const char *why = "byte order mark";
+    write_with_bom("config.json", "llama/config.json", NULL);
+    ck_assert_int_eq(config_load("config.json", err, sizeof err), LLMEM_E_CORRUPT);
+    expect_err(err, "config.json", why);
+    write_with_bom("tokenizer.json", "llama/tokenizer.json", NULL);
+    ck_assert_int_eq(tok_load(err, sizeof err), LLMEM_E_CORRUPT);
+    expect_err(err, "tokenizer.json", why);
+    copy_fixture("llama/tokenizer.json", "tokenizer.json");
+    write_with_bom("tokenizer_config.json", NULL, "{}");
+    ck_assert_int_eq(tok_load(err, sizeof err), LLMEM_E_CORRUPT);
+    expect_err(err, "tokenizer_config.json", why);
+    write_file("tokenizer_config.json", "{}", 0);
+    ck_assert_msg(tok_load(err, sizeof err) == LLMEM_OK, "%s", err); /* the same without it */
+    /* the safetensors header: the mark before the JSON, the length field
+     * counting it; the data (whose offsets start after the header) as it was */
+    char src[1024], p[256];
+    snprintf(src, sizeof src, "%s/tests/fixtures/llama/model.safetensors", test_source_dir());
+    size_t n = 0;
+    char *st_bytes = fx_read_file(src, &n);
+    ck_assert_uint_gt(n, 8);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | (unsigned char)st_bytes[i];
+    ck_assert_uint_le(hlen, n - 8);
+    uint64_t blen = hlen + 3;
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)(blen >> (8 * i));
+    path_in(p, sizeof p, "model.safetensors");
+    FILE *f = fopen(p, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(le, 1, 8, f), 8);
+    ck_assert_uint_eq(fwrite("\xEF\xBB\xBF", 1, 3, f), 3);
+    ck_assert_uint_eq(fwrite(st_bytes + 8, 1, n - 8, f), n - 8);
+    ck_assert_int_eq(fclose(f), 0);
+    free(st_bytes);
+    llmem_safetensors *st = NULL;
+    ck_assert_int_eq(llmem_safetensors_open(dir, &st, err, sizeof err), LLMEM_E_CORRUPT);
+    ck_assert_ptr_null(st);
+    expect_err(err, "model.safetensors", why);
+    copy_fixture("llama/model.safetensors", "model.safetensors");
+    ck_assert_msg(llmem_safetensors_open(dir, &st, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_safetensors_close(st);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("file_errors");
@@ -174,6 +256,7 @@ int main(void)
     tcase_add_test(tc, config_missing_folder_and_size);
     tcase_add_test(tc, tokenizer_files);
     tcase_add_test(tc, safetensors_index);
+    tcase_add_test(tc, byte_order_mark);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

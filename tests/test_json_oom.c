@@ -194,6 +194,21 @@ START_TEST(first_allocation_failing_tells_syntax_from_memory)
     ck_assert_int_eq(f, HF_JSON_TOO_DEEP);
     ck_assert(!hf_json_valid(deep, strlen(deep)));
     ck_assert(hf_json_valid(deep + 1, strlen(deep) - 2)); /* exactly the limit */
+    /* a leading byte order mark: refused before cJSON (which would skip
+     * it) allocates anything, where json.loads of a str and serde_json
+     * refuse it too; the text after it reads */
+    static const char bom[] = "\xEF\xBB\xBF{\"a\": 1}";
+    hf_arm(0);
+    f = hf_json_read(bom, strlen(bom), &root, &w);
+    ck_assert(!hf_disarm());
+    ck_assert_int_eq(f, HF_JSON_BOM);
+    ck_assert_ptr_null(root);
+    ck_assert_uint_eq(w.at, 0);
+    ck_assert(!hf_json_valid(bom, strlen(bom)));
+    char why[160];
+    ck_assert_ptr_nonnull(strstr(hf_json_describe(f, &w, why, sizeof why), "byte order mark"));
+    ck_assert_int_eq(hf_json_read(bom + 3, strlen(bom) - 3, &root, &w), HF_JSON_OK);
+    cJSON_Delete(root);
 }
 END_TEST
 

@@ -97,6 +97,26 @@ START_TEST(whitespace_after_the_object_is_accepted)
 }
 END_TEST
 
+/* A body that starts with a UTF-8 byte order mark is read as json.loads
+ * reads the body's bytes (the OpenAI servers' Starlette Request.json): it
+ * decodes them as utf-8-sig, so one leading mark is skipped; a second
+ * mark, or one after whitespace, is a character where a value must be
+ * (Python 3.11: "Expecting value"). Files are stricter (test_file_errors). */
+START_TEST(a_leading_byte_order_mark_is_skipped)
+{
+    api_request r;
+    ck_assert_int_eq(parse(false, "\xEF\xBB\xBF {\"prompt\": \"Hi\"}", &r, NULL), 0);
+    expect_prompt(&r, "Hi");
+    eng_req_release(NULL, r.req);
+    static const body bad[] = {
+        {false, "\xEF\xBB\xBF\xEF\xBB\xBF{\"prompt\": \"Hi\"}"},
+        {false, " \xEF\xBB\xBF{\"prompt\": \"Hi\"}"},
+        {true, "\xEF\xBB\xBF"},
+    };
+    refuse_all(bad, sizeof bad / sizeof bad[0], "invalid_json");
+}
+END_TEST
+
 START_TEST(nul_in_a_string_is_refused)
 {
     static const body bad[] = {
@@ -296,6 +316,7 @@ int main(void)
     tcase_add_test(tc, bytes_after_the_object_are_refused);
     tcase_add_test(tc, whitespace_after_the_object_is_accepted);
     tcase_add_test(tc, nul_in_a_string_is_refused);
+    tcase_add_test(tc, a_leading_byte_order_mark_is_skipped);
     tcase_add_test(tc, duplicate_names_are_refused);
     tcase_add_test(tc, escaped_backslash_before_u0000_is_text);
     tcase_add_test(tc, parameter_ranges);

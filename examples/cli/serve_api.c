@@ -313,10 +313,15 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
     *err_json = NULL;
     /* one JSON text as Python's json reads it (the OpenAI server's): no
      * bytes after the value, no name twice in one object, and no \u0000,
-     * which cJSON would cut a prompt, message or stop string at */
+     * which cJSON would cut a prompt, message or stop string at. A
+     * leading UTF-8 byte order mark is skipped: json.loads of the body's
+     * bytes (Starlette's Request.json, under FastAPI servers) decodes them
+     * as utf-8-sig */
     cJSON *root = NULL;
     hf_json_where w;
-    hf_json_fault jf = hf_json_read(body, len, &root, &w);
+    size_t bom = hf_json_has_bom(body, len) ? 3 : 0;
+    hf_json_fault jf = hf_json_read(body + bom, len - bom, &root, &w);
+    w.at += bom; /* offsets into the body as sent */
     int32_t *ids = NULL, n_ids = 0;
     int rc = 0;
     if (jf != HF_JSON_OK) {
