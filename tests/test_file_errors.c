@@ -9,12 +9,18 @@
  * and config.json took a 16 MB buffer for every read. Expected statuses
  * are the ones include/llmem/model.h and tokenizer.h document. */
 // ctest-labels: core
+#undef _FORTIFY_SOURCE /* read is defined below; fortify would inline its own */
 #include <check.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "llmem/model.h"
@@ -247,6 +253,145 @@ START_TEST(byte_order_mark)
 }
 END_TEST
 
+/* ---- short reads ------------------------------------------------------------------------- */
+
+#if defined(__linux__) && defined(__GLIBC__)
+#include <sys/syscall.h>
+#define READ_FAULTS 1
+long syscall(long number, ...); /* glibc's (unistd.h declares it for _DEFAULT_SOURCE only) */
+
+/* read(2) as libllmem calls it (models/hf_file.c), interposed: while armed,
+ * the first `eintr` calls fail with EINTR, call `eio` fails with EIO, each
+ * call hands out at most `max` bytes, and the file ends (0) after
+ * `eof_after` bytes, as a file cut between fstat and read. */
+typedef struct read_faults {
+    bool armed;
+    int eintr, eio, calls;
+    size_t max, eof_after, given;
+} read_faults;
+static read_faults rf;
+
+static void rf_arm(int eintr, int eio, size_t max, size_t eof_after)
+{
+    rf = (read_faults){.armed = true, .eintr = eintr, .eio = eio, .max = max,
+                       .eof_after = eof_after};
+}
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+    if (!rf.armed)
+        return syscall(SYS_read, fd, buf, n);
+    int call = rf.calls++;
+    if (call < rf.eintr || call == rf.eio) {
+        errno = call < rf.eintr ? EINTR : EIO;
+        return -1;
+    }
+    if (rf.max && n > rf.max)
+        n = rf.max;
+    if (rf.given >= rf.eof_after)
+        return 0;
+    if (n > rf.eof_after - rf.given)
+        n = rf.eof_after - rf.given;
+    ssize_t r = syscall(SYS_read, fd, buf, n);
+    if (r > 0)
+        rf.given += (size_t)r;
+    return r;
+}
+#endif
+
+/* The llama fixture's config.json as cJSON reads it (the reference for a
+ * config read in pieces): vocab_size, hidden_size, num_hidden_layers. */
+static void config_fields(int32_t want[3])
+{
+    char src[1024];
+    snprintf(src, sizeof src, "%s/tests/fixtures/llama/config.json", test_source_dir());
+    char *text = fx_read_file(src, NULL);
+    cJSON *c = cJSON_Parse(text);
+    static const char *const keys[3] = {"vocab_size", "hidden_size", "num_hidden_layers"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, keys[i]);
+        ck_assert(cJSON_IsNumber(v));
+        want[i] = (int32_t)v->valuedouble;
+    }
+    cJSON_Delete(c);
+    free(text);
+}
+
+static void expect_config(const llmem_model_config *cfg, const int32_t want[3])
+{
+    ck_assert_int_eq(cfg->vocab_size, want[0]);
+    ck_assert_int_eq(cfg->hidden_size, want[1]);
+    ck_assert_int_eq(cfg->n_layers, want[2]);
+}
+
+/* The reader takes a file in as many pieces as read(2) hands out: through
+ * a FIFO fed in 1,000-byte writes (no size to go by: the buffer grows from
+ * 4 KiB to the 10,000 bytes of a padded config.json), and, with read
+ * interposed, one 5 bytes at a time, after EINTR, and a file that ends
+ * before fstat's size (cut while read: what was read is no JSON, so
+ * LLMEM_E_CORRUPT naming it, nothing kept) or fails with EIO
+ * (LLMEM_E_IO, "read error"). */
+START_TEST(short_reads)
+{
+    int32_t want[3];
+    config_fields(want);
+    char src[1024], p[256], err[512] = "";
+    snprintf(src, sizeof src, "%s/tests/fixtures/llama/config.json", test_source_dir());
+    size_t n = 0;
+    char *text = fx_read_file(src, &n);
+    static llmem_model_config cfg;
+    path_in(p, sizeof p, "fifo.json");
+    ck_assert_int_eq(mkfifo(p, 0600), 0);
+    enum { PADDED = 10000, CHUNK = 1000 };
+    ck_assert_uint_lt(n, PADDED);
+    pid_t child = fork();
+    ck_assert_int_ge(child, 0);
+    if (child == 0) {
+        static char out[PADDED];
+        memset(out, ' ', sizeof out);
+        memcpy(out, text, n);
+        int fd = open(p, O_WRONLY);
+        for (size_t at = 0; fd >= 0 && at < PADDED; at += CHUNK) {
+            if (write(fd, out + at, CHUNK) != CHUNK)
+                _exit(1);
+            nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+        }
+        _exit(fd >= 0 && close(fd) == 0 ? 0 : 1);
+    }
+    llmem_status st = llmem_model_config_load(p, &cfg, err, sizeof err);
+    int status = 0;
+    ck_assert_int_eq(waitpid(child, &status, 0), child);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_msg(st == LLMEM_OK, "%s", err);
+    expect_config(&cfg, want);
+#ifdef READ_FAULTS
+    write_file("config.json", text, 0);
+    rf_arm(2, -1, 5, SIZE_MAX);
+    st = config_load("config.json", err, sizeof err);
+    rf.armed = false;
+    ck_assert_msg(st == LLMEM_OK, "%s", err);
+    expect_config(&cfg, want);
+    ck_assert_int_ge(rf.calls, 2 + (int)(n / 5)); /* every piece was a read of its own */
+    rf_arm(0, -1, 0, n / 2);
+    st = config_load("config.json", err, sizeof err);
+    rf.armed = false;
+    ck_assert_int_eq(st, LLMEM_E_CORRUPT);
+    expect_err(err, "config.json", "not valid JSON");
+    rf_arm(0, -1, 0, 0);
+    st = config_load("config.json", err, sizeof err);
+    rf.armed = false;
+    ck_assert_int_eq(st, LLMEM_E_CORRUPT);
+    expect_err(err, "config.json", "not valid JSON");
+    rf_arm(0, 1, 64, SIZE_MAX);
+    st = config_load("config.json", err, sizeof err);
+    rf.armed = false;
+    ck_assert_int_eq(st, LLMEM_E_IO);
+    expect_err(err, "config.json", "read error");
+#endif
+    free(text);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("file_errors");
@@ -257,6 +402,7 @@ int main(void)
     tcase_add_test(tc, tokenizer_files);
     tcase_add_test(tc, safetensors_index);
     tcase_add_test(tc, byte_order_mark);
+    tcase_add_test(tc, short_reads);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }
