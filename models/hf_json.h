@@ -90,8 +90,10 @@ static inline bool hf_json_hex4(const unsigned char *s, size_t len, size_t at, u
 }
 
 /* A string from its opening quote at *i (RFC 8259, section 7); a \u
- * escape of a UTF-16 surrogate only as a high-low pair, as cJSON demands. */
-static inline bool hf_json_scan_string(const unsigned char *s, size_t len, size_t *i)
+ * escape of a UTF-16 surrogate only as a high-low pair, as cJSON demands.
+ * Sets *nul when it holds the escape \u0000 (valid JSON that cJSON cuts
+ * its C string at). */
+static inline bool hf_json_scan_string(const unsigned char *s, size_t len, size_t *i, bool *nul)
 {
     size_t k = *i + 1;
     while (k < len && s[k] != '"') {
@@ -110,6 +112,7 @@ static inline bool hf_json_scan_string(const unsigned char *s, size_t len, size_
         }
         if (!hf_json_hex4(s, len, k + 1, &cp) || (cp >= 0xDC00 && cp <= 0xDFFF))
             return false;
+        *nul |= cp == 0;
         k += 5;
         if (cp >= 0xD800 && cp <= 0xDBFF) {
             if (k + 1 >= len || s[k] != '\\' || s[k + 1] != 'u' ||
@@ -157,9 +160,9 @@ static inline bool hf_json_scan_number(const unsigned char *s, size_t len, size_
 }
 
 /* A name and its colon, from the opening quote of the name at *i. */
-static inline bool hf_json_scan_name(const unsigned char *s, size_t len, size_t *i)
+static inline bool hf_json_scan_name(const unsigned char *s, size_t len, size_t *i, bool *nul)
 {
-    if (*i >= len || s[*i] != '"' || !hf_json_scan_string(s, len, i))
+    if (*i >= len || s[*i] != '"' || !hf_json_scan_string(s, len, i, nul))
         return false;
     hf_json_skip_ws(s, len, i);
     if (*i >= len || s[*i] != ':')
@@ -177,8 +180,10 @@ static inline bool hf_json_scan_name(const unsigned char *s, size_t len, size_t 
  * other than four hex digits), never more lenient, so "valid here but
  * refused by cJSON" means cJSON ran out of memory. Where it is not, *at
  * is the byte offset where the text stops being JSON (at a string or
- * number: where that starts). Allocates nothing; iterative; O(len). */
-static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
+ * number: where that starts). *nul is set when a string or name holds the
+ * escape \u0000 (hf_json_bad_at's other fault, so that a valid text
+ * needs no second pass). Allocates nothing; iterative; O(len). */
+static inline bool hf_json_scan_nul(const char *text, size_t len, size_t *at, bool *nul)
 {
     const unsigned char *s = (const unsigned char *)text;
     unsigned char open[HF_JSON_MAX_DEPTH]; /* the closing bracket of each open container */
@@ -200,12 +205,12 @@ static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
                 i++;
                 depth--;
             } else {
-                if (c == '{' && !hf_json_scan_name(s, len, &i))
+                if (c == '{' && !hf_json_scan_name(s, len, &i, nul))
                     goto bad;
                 continue; /* its first value */
             }
         } else if (c == '"') {
-            if (!hf_json_scan_string(s, len, &i))
+            if (!hf_json_scan_string(s, len, &i, nul))
                 goto bad;
         } else if (c == '-' || (c >= '0' && c <= '9')) {
             if (!hf_json_scan_number(s, len, &i))
@@ -237,7 +242,7 @@ static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
             i++;
             if (open[depth - 1] == '}') {
                 hf_json_skip_ws(s, len, &i);
-                if (!hf_json_scan_name(s, len, &i))
+                if (!hf_json_scan_name(s, len, &i, nul))
                     goto bad;
             }
             break;
@@ -246,6 +251,13 @@ static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
 bad:
     *at = i;
     return false;
+}
+
+/* hf_json_scan_nul without the \u0000 report. */
+static inline bool hf_json_scan(const char *text, size_t len, size_t *at)
+{
+    bool nul = false;
+    return hf_json_scan_nul(text, len, at, &nul);
 }
 
 /* hf_json_scan without the offset. */
@@ -380,21 +392,29 @@ static inline hf_json_fault hf_json_read(const char *text, size_t len, cJSON **r
     }
     hf_json_fault f = HF_JSON_OK;
     const char *dup = NULL;
-    bool nul;
+    bool nul = false;
+    size_t syntax_at = 0;
     while (w->at < len && (text[w->at] == ' ' || text[w->at] == '\t' || text[w->at] == '\n' ||
                            text[w->at] == '\r'))
         w->at++;
     if (w->at < len) {
         f = HF_JSON_TRAILING;
         w->object = cJSON_IsObject(*root);
-    } else if ((w->at = hf_json_bad_at(text, len, &nul)) < len) {
-        /* before the names: "a\u0000" and "a" are one name to cJSON */
-        f = nul ? HF_JSON_NUL : HF_JSON_CONTROL;
-        w->ctl = (unsigned char)text[w->at];
-    } else if (!hf_json_scan(text, len, &w->at)) {
-        /* what cJSON takes and json.loads does not: 01, 1., "\uZZZZ" (read
-         * as U+0000), whitespace such as a vertical tab */
-        f = HF_JSON_SYNTAX;
+    } else if (!hf_json_scan_nul(text, len, &syntax_at, &nul) || nul) {
+        /* one pass when the text is sound; on a fault, a raw control
+         * character or \u0000 anywhere is named before a syntax fault
+         * (hf_json_bad_at; the scan refuses every raw control character,
+         * so a text it passes without \u0000 holds none), then what cJSON
+         * takes and json.loads does not: 01, 1., "\uZZZZ" (read as
+         * U+0000), whitespace such as a vertical tab. Before the names:
+         * "a\u0000" and "a" are one name to cJSON */
+        if ((w->at = hf_json_bad_at(text, len, &nul)) < len) {
+            f = nul ? HF_JSON_NUL : HF_JSON_CONTROL;
+            w->ctl = (unsigned char)text[w->at];
+        } else {
+            f = HF_JSON_SYNTAX;
+            w->at = syntax_at;
+        }
     } else if (hf_json_dup_key(*root, &dup) != LLMEM_OK) {
         f = HF_JSON_NO_MEMORY;
     } else if (dup) {

@@ -212,6 +212,45 @@ START_TEST(first_allocation_failing_tells_syntax_from_memory)
 }
 END_TEST
 
+/* hf_json_read's fault and offset for texts cJSON parses (offsets counted
+ * by hand from the texts): a raw control character or \u0000 is named
+ * wherever it stands, before a syntax fault earlier in the text that only
+ * the strict scan finds (01); a sound text that holds \u0000 is caught by
+ * the one scan a sound text gets. */
+START_TEST(faults_and_offsets)
+{
+    static const struct {
+        const char *text;
+        hf_json_fault f;
+        size_t at;
+        unsigned char ctl;
+    } cases[] = {
+        {"{\"a\": \"x\\u0000\"}", HF_JSON_NUL, 8, '\\'},
+        {"{\"x\\u0000\": 1}", HF_JSON_NUL, 3, '\\'},
+        {"[01, \"\\u0000\"]", HF_JSON_NUL, 6, '\\'},
+        {"[1, \"a\tb\"]", HF_JSON_CONTROL, 6, '\t'},
+        {"[01, \"a\tb\"]", HF_JSON_CONTROL, 7, '\t'},
+        {"[01]", HF_JSON_SYNTAX, 2, 0}, /* "0" is a number; "1" is no comma (json.loads: char 2) */
+        {"[1, 2.]", HF_JSON_SYNTAX, 4, 0},
+        {"{\"a\": \"\\u00001\"}", HF_JSON_NUL, 7, '\\'},
+        {"{\"a\": \"\\u0001\"}", HF_JSON_OK, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cJSON *root = NULL;
+        hf_json_where w;
+        hf_json_fault f = hf_json_read(cases[i].text, strlen(cases[i].text), &root, &w);
+        ck_assert_msg(f == cases[i].f, "case %zu (%s): fault %d", i, cases[i].text, (int)f);
+        ck_assert(f == HF_JSON_OK ? root != NULL : root == NULL);
+        cJSON_Delete(root);
+        if (f == HF_JSON_OK)
+            continue;
+        ck_assert_msg(w.at == cases[i].at, "case %zu (%s): at %zu", i, cases[i].text, w.at);
+        if (f == HF_JSON_CONTROL)
+            ck_assert_uint_eq(w.ctl, cases[i].ctl);
+    }
+}
+END_TEST
+
 /* ---- the loaders --------------------------------------------------------------------------- */
 
 /* What a loader of the llama fixture folder loads. */
@@ -346,6 +385,7 @@ int main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, read_fixture_config_and_tokenizer);
     tcase_add_test(tc, first_allocation_failing_tells_syntax_from_memory);
+    tcase_add_test(tc, faults_and_offsets);
     tcase_add_test(tc, loaders);
     tcase_add_test(tc, chat_template_context);
     tcase_add_test(tc, serve_request_bodies);
