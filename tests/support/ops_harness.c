@@ -314,3 +314,16 @@ void th_expect_same_bytes(const void *a, const void *b, size_t n, const char *wh
             ck_abort_msg("%s: byte %zu differs (%02x vs %02x), seed %llu", what, i, x[i], y[i],
                          (unsigned long long)ref64_seed());
 }
+
+void th_matmul(llmem_backend *be, int32_t m, int32_t k, int32_t n, llmem_dtype wt,
+               const double *a, const double *w, double *out)
+{
+    th_ctx c;
+    th_begin(&c, be);
+    llmem_tensor ta = th_input(&c, LLMEM_DTYPE_F32, 2, m, k, 1, a);
+    llmem_tensor tw = th_input(&c, wt, 2, n, k, 1, w);
+    llmem_tensor to = th_tensor(&c, LLMEM_DTYPE_F32, 2, m, n, 1);
+    ck_assert_int_eq(llmem_op_matmul(be, &ta, &tw, &to), LLMEM_OK);
+    th_get(&to, out);
+    th_end(&c);
+}

@@ -107,4 +107,10 @@ void th_expect_close_elem(const double *out, const double *ref, int64_t n, doubl
 /* Asserts that n bytes of a and b are equal (what names the check). */
 void th_expect_same_bytes(const void *a, const void *b, size_t n, const char *what);
 
+/* out[m, n] = a[m, k] · w[n, k]ᵀ on be through llmem_op_matmul: a uploaded
+ * as f32, w as dtype wt (values rounded to it), out read back (asserts the
+ * op succeeds). */
+void th_matmul(llmem_backend *be, int32_t m, int32_t k, int32_t n, llmem_dtype wt,
+               const double *a, const double *w, double *out);
+
 #endif
