@@ -12,7 +12,10 @@
  *   - buffers of several chunks ($LLMEM_VULKAN_MAX_CHUNK): transfers,
  *     copy_blocks and an op on tensors across chunk boundaries;
  *   - submit batching: a chain of ops is one submit, with barriers only
- *     where a dispatch depends on an earlier one ($LLMEM_VULKAN_LOG).
+ *     where a dispatch depends on an earlier one ($LLMEM_VULKAN_LOG);
+ *   - small uploads inside the command buffer ($LLMEM_VULKAN_UPLOAD_INLINE)
+ *     and the fence polled before the blocking wait ($LLMEM_VULKAN_SPIN_US)
+ *     give what the staging copy and the blocking wait give.
  * Run on lavapipe: VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json.
  * Without a usable Vulkan device only the not-found tests run.
  */
@@ -312,6 +315,103 @@ START_TEST(test_batching)
 }
 END_TEST
 
+/* ---- inline uploads, polled fences -------------------------------------------------------- */
+
+/* Uploads of whole words at word offsets up to 4096 bytes go into the
+ * command buffer (vkCmdUpdateBuffer) unless $LLMEM_VULKAN_UPLOAD_INLINE=0;
+ * the rest (odd sizes or offsets, longer pieces) through staging. Both
+ * settings: after a series of overlapping uploads into a filled buffer,
+ * the buffer holds what the same writes give on a host byte array, in
+ * order, bytes outside every upload unchanged; also over a 4 KiB chunk
+ * boundary ($LLMEM_VULKAN_MAX_CHUNK=4K). */
+START_TEST(test_upload_inline)
+{
+    static const size_t cuts[][2] = {{0, 4},     {4, 4096},  {8, 4100},   {12, 4092}, {1, 8},
+                                     {4, 3},     {16, 8192}, {4092, 12},  {6000, 64}, {6004, 4},
+                                     {4096, 4096}, {2, 4094}, {8188, 4}};
+    test_env keep = test_env_save("LLMEM_VULKAN_UPLOAD_INLINE");
+    test_env keep_chunk = test_env_save("LLMEM_VULKAN_MAX_CHUNK");
+    enum { N = 3 * 4096 + 1000 };
+    unsigned char *src = malloc(N), *ref = malloc(N), *got = malloc(N);
+    ck_assert(src && ref && got);
+    for (int mode = 0; mode < 4; mode++) {
+        test_env_put("LLMEM_VULKAN_UPLOAD_INLINE", mode % 2 ? "1" : "0");
+        if (mode >= 2)
+            test_env_put("LLMEM_VULKAN_MAX_CHUNK", "4K");
+        llmem_backend *be = open_be("vulkan");
+        llmem_buffer *b = NULL;
+        OK(llmem_buffer_alloc(be, N, &b));
+        OK(llmem_buffer_fill(b, 0, N / 4 * 4, 0xdeadbeefu));
+        for (size_t i = 0; i < N / 4 * 4; i += 4)
+            memcpy(ref + i, &(uint32_t){0xdeadbeefu}, 4);
+        for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
+            size_t off = cuts[c][0], len = cuts[c][1];
+            for (size_t i = 0; i < len; i++)
+                src[i] = (unsigned char)rnd();
+            OK(llmem_buffer_upload(b, off, src, len));
+            memcpy(ref + off, src, len);
+        }
+        memset(got, 0, N);
+        OK(llmem_buffer_download(b, 0, got, N / 4 * 4));
+        for (size_t i = 0; i < N / 4 * 4; i++)
+            ck_assert_msg(got[i] == ref[i], "inline %d, chunks %d: byte %zu = %02x, want %02x",
+                          mode % 2, mode >= 2, i, got[i], ref[i]);
+        llmem_buffer_free(b);
+        llmem_backend_close(be);
+    }
+    free(src);
+    free(ref);
+    free(got);
+    test_env_restore(&keep_chunk);
+    test_env_restore(&keep);
+}
+END_TEST
+
+/* $LLMEM_VULKAN_SPIN_US: the wait polls the fence for up to that long,
+ * then blocks. A chain of dependent ops long enough to outlast a short
+ * poll, then its download: the results equal a float64 reference with a
+ * poll that covers the whole submit, one that gives up at once, and
+ * none; a download that returned before the fence would read the staging
+ * chunk before the device wrote it. */
+START_TEST(test_fence_spin)
+{
+    static const char *spins[] = {"1000000", "1", "0"};
+    test_env keep = test_env_save("LLMEM_VULKAN_SPIN_US");
+    enum { C = 1 << 16, STEPS = 24 };
+    float *x = malloc(C * sizeof *x), *out = malloc(C * sizeof *out);
+    ck_assert(x && out);
+    for (int i = 0; i < C; i++)
+        x[i] = frand(-2, 2);
+    for (size_t si = 0; si < sizeof spins / sizeof spins[0]; si++) {
+        test_env_put("LLMEM_VULKAN_SPIN_US", spins[si]);
+        llmem_backend *be = open_be("vulkan");
+        llmem_buffer *b = NULL;
+        OK(llmem_buffer_alloc(be, C * sizeof *x, &b));
+        for (int round = 0; round < 3; round++) {
+            OK(llmem_buffer_upload(b, 0, x, C * sizeof *x));
+            llmem_tensor t = llmem_tensor_1d(b, 0, F32, C);
+            for (int k = 0; k < STEPS; k++)
+                OK(llmem_op_scale(be, &t, k % 2 ? 0.5f : 2.0f + (float)round, &t));
+            memset(out, 0xff, C * sizeof *out);
+            OK(llmem_buffer_download(b, 0, out, C * sizeof *out));
+            for (int i = 0; i < C; i++) {
+                double ref = x[i];
+                for (int k = 0; k < STEPS; k++)
+                    ref *= k % 2 ? 0.5 : 2.0 + round;
+                ck_assert_msg(fabs(out[i] - ref) <= 1e-5 * (1 + fabs(ref)),
+                              "spin %s round %d i %d: %g, want %g", spins[si], round, i, out[i],
+                              ref);
+            }
+        }
+        llmem_buffer_free(b);
+        llmem_backend_close(be);
+    }
+    free(x);
+    free(out);
+    test_env_restore(&keep);
+}
+END_TEST
+
 /* ---- buffers of several chunks -------------------------------------------------------------- */
 
 static uint16_t to_bf16(float f)
@@ -497,6 +597,8 @@ int main(void)
         tcase_add_test(tc, test_chunks);
         tcase_add_test(tc, test_batching);
         tcase_add_test(tc, test_conv_fold_held);
+        tcase_add_test(tc, test_upload_inline);
+        tcase_add_test(tc, test_fence_spin);
     }
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

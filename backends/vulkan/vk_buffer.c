@@ -103,6 +103,16 @@ static vk_access access(vk_piece p, bool write)
     return (vk_access){p.buf, p.at / 4 * 4, (p.at + p.n + 3) / 4 * 4, write};
 }
 
+/* Pieces of at most this many bytes (whole words at a word offset) go
+ * into the command buffer itself (vkCmdUpdateBuffer: at most 65536)
+ * unless $LLMEM_VULKAN_UPLOAD_INLINE is 0: no staging copy for the device
+ * to read over the bus, e.g. a decode step's token ids, positions and
+ * index tables (the 2b Bamba batch-1 step's uploads 15 -> 7.5 us of GPU
+ * time on the H200: docs/benchmarks.md "Vulkan batch-1 step: the host
+ * gap"). */
+#define INLINE_MAX 4096
+#define UPLOAD_INLINE 1
+
 llmem_status vk_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offset, const void *src,
                               size_t size)
 {
@@ -110,14 +120,23 @@ llmem_status vk_buffer_upload(llmem_backend *be, llmem_buffer *dst, size_t offse
     vk_buffer *b = vk_buf(dst);
     if (v->capture) /* a replay would copy the contents of now */
         return vk_capture_refuse(v, "an upload");
+    bool inl = VK_KNOB(v, upload_inline, UPLOAD_INLINE) != 0;
     for (size_t done = 0; done < size;) {
         vk_piece p = vk_piece_at(b, offset + done, size - done < PIECE ? size - done : PIECE);
+        llmem_status st;
+        vk_access a = access(p, true);
+        if (inl && p.n <= INLINE_MAX && p.n % 4 == 0 && p.at % 4 == 0) {
+            if ((st = vk_cmd_track(v, &a, 1)) != LLMEM_OK)
+                return st;
+            v->vk.vkCmdUpdateBuffer(v->cmd, p.buf, p.at, p.n, (const char *)src + done);
+            v->n_transfer++;
+            done += p.n;
+            continue;
+        }
         vk_stage_ref s;
-        llmem_status st = vk_stage_get(v, p.n, 4, &s);
-        if (st != LLMEM_OK)
+        if ((st = vk_stage_get(v, p.n, 4, &s)) != LLMEM_OK)
             return st;
         memcpy(s.ptr, (const char *)src + done, p.n);
-        vk_access a = access(p, true);
         if ((st = vk_cmd_track(v, &a, 1)) != LLMEM_OK)
             return st;
         VkBufferCopy r = {s.offset, p.at, p.n};

@@ -24,6 +24,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "vk_internal.h"
 
@@ -131,6 +132,7 @@ void vk_cmd_finish(vk_backend *v)
     if (v->recording || v->n_segs > 0)
         vk_cmd_flush(v);
     v->vk.vkDeviceWaitIdle(v->dev);
+    vk_steptime_finish(v);
     vk_prof_finish(v);
     vk_alloc_release(v, &v->dummy);
     for (uint32_t i = 0; i < v->n_pipes; i++)
@@ -378,6 +380,36 @@ static void stage_reset(vk_backend *v)
 
 /* ---- submit ------------------------------------------------------------------------------------ */
 
+/* Microseconds vk_fence_wait polls the fence before it blocks where
+ * $LLMEM_VULKAN_SPIN_US is unset: on a GPU, 20 ms (a decode step's
+ * submit; the 2b Bamba batch-1 step gains 0.12 ms of ~2.5, docs/benchmarks.md
+ * "Vulkan batch-1 step: the host gap"); 0 on a CPU device (lavapipe),
+ * whose own threads need the host's cores. */
+#define SPIN_US_GPU 20000
+
+/* Monotonic time in microseconds. */
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+VkResult vk_fence_wait(vk_backend *v)
+{
+    bool cpu = v->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    long spin = VK_KNOB(v, spin_us, cpu ? 0 : SPIN_US_GPU);
+    if (spin > 0) {
+        double t0 = now_us();
+        do {
+            VkResult r = v->vk.vkGetFenceStatus(v->dev, v->fence);
+            if (r != VK_NOT_READY)
+                return r; /* signaled, or the device is lost */
+        } while (now_us() - t0 < (double)spin);
+    }
+    return v->vk.vkWaitForFences(v->dev, 1, &v->fence, VK_TRUE, UINT64_MAX);
+}
+
 /* Room for n more command buffers in the next submit. */
 static bool seg_room(vk_backend *v, uint32_t n)
 {
@@ -471,22 +503,25 @@ llmem_status vk_cmd_flush(vk_backend *v)
         cmds = v->seg_cmd;
         n_cmds = v->n_segs + 1;
     }
+    uint32_t n_steps = 0;
+    for (uint32_t i = 0; i < v->n_segs; i++)
+        n_steps += v->seg_graph[i] != NULL;
     if (r == VK_SUCCESS)
         r = v->vk.vkResetFences(v->dev, 1, &v->fence);
     if (r == VK_SUCCESS) {
+        cmds = vk_steptime_submit(v, cmds, &n_cmds, n_steps == 1 && v->n_segs == 2 && v->seg_graph[1]);
         VkSubmitInfo si = {
             .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
             .commandBufferCount = n_cmds,
             .pCommandBuffers = cmds,
         };
         r = v->vk.vkQueueSubmit(v->queue, 1, &si, v->fence);
+        vk_steptime_submitted(v);
     }
     if (r == VK_SUCCESS)
-        r = v->vk.vkWaitForFences(v->dev, 1, &v->fence, VK_TRUE, UINT64_MAX);
+        r = vk_fence_wait(v);
+    vk_steptime_waited(v, r == VK_SUCCESS);
     v->n_submits++;
-    uint32_t n_steps = 0;
-    for (uint32_t i = 0; i < v->n_segs; i++)
-        n_steps += v->seg_graph[i] != NULL;
     vk_log(v, "submit %llu: %u dispatches, %u transfers, %u barriers, %u recorded steps",
            (unsigned long long)v->n_submits, v->n_dispatch, v->n_transfer, v->n_barrier, n_steps);
     if (r != VK_SUCCESS) {
@@ -523,6 +558,7 @@ llmem_status vk_cmd_flush(vk_backend *v)
         stage_reset(v);
         vk_alloc_trim(v, true);
     }
+    vk_steptime_exit(v);
     if (v->error == LLMEM_OK && v->validation_errors > 0 && v->validation_fatal)
         return LLMEM_E_BACKEND;
     return v->error;

@@ -98,6 +98,7 @@ typedef struct vk_pipeline {
 } vk_pipeline;
 
 typedef struct vk_prof vk_prof; /* vk_prof.c */
+typedef struct vk_steptime vk_steptime; /* vk_steptime.c */
 
 /* A recorded step (vk_record.c): a command buffer replayed as is. */
 typedef struct vk_graph vk_graph;
@@ -239,6 +240,7 @@ typedef struct vk_backend {
 
     /* diagnostics ($LLMEM_VULKAN_LOG, validation messenger, $LLMEM_VULKAN_PROFILE) */
     vk_prof *prof; /* NULL unless profiling */
+    vk_steptime *steptime; /* NULL unless $LLMEM_VULKAN_STEP_TIMES=1 */
     FILE *log;
     uint32_t validation_errors;
     bool validation_fatal;
@@ -348,6 +350,22 @@ void vk_prof_after(vk_backend *v);
 void vk_prof_collect(vk_backend *v);
 void vk_prof_finish(vk_backend *v);
 
+/* Where a recorded step's wall time goes, $LLMEM_VULKAN_STEP_TIMES=1
+ * (vk_steptime.c): init after vk_cmd_init (does nothing unless the
+ * variable is set); vk_cmd_flush calls submit with the command buffers of
+ * a submit (one_step: they are lazy, recorded step, lazy) and submits the
+ * array it returns (the same one, or one with timestamps between them;
+ * *n_cmds updated), submitted after vkQueueSubmit, waited after the fence
+ * wait (ok: the wait succeeded), exit when it returns; finish prints the
+ * means to stderr and frees. All are no-ops while v->steptime is NULL. */
+void vk_steptime_init(vk_backend *v);
+const VkCommandBuffer *vk_steptime_submit(vk_backend *v, const VkCommandBuffer *cmds,
+                                          uint32_t *n_cmds, bool one_step);
+void vk_steptime_submitted(vk_backend *v);
+void vk_steptime_waited(vk_backend *v, bool ok);
+void vk_steptime_exit(vk_backend *v);
+void vk_steptime_finish(vk_backend *v);
+
 /* Activations split by their producer (vk_presplit.c, issue 12). Rows up
  * to which a producer writes them, and the terms buffer's size (64 rows of
  * up to 32768 columns). */
@@ -394,6 +412,15 @@ void vk_presplit_finish(llmem_backend *be, vk_backend *v);
  * vk_op_run. */
 llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
                              llmem_ct *out, bool *done);
+
+/* Waits for v->fence (the last submit): polls vkGetFenceStatus for up to
+ * $LLMEM_VULKAN_SPIN_US microseconds (default 20000 on a GPU, 0 on a CPU
+ * device), then blocks in vkWaitForFences. Polling trades a host core for
+ * the wake-up latency of a blocking wait at the end of each submit (~0.1
+ * ms on the H200; CUDA's default spin-wait synchronization does the same).
+ * The VkResult of the fence: VK_SUCCESS, or VK_ERROR_DEVICE_LOST and the
+ * like from the driver. */
+VkResult vk_fence_wait(vk_backend *v);
 
 /* Makes sure a command buffer is recording. */
 llmem_status vk_cmd_begin(vk_backend *v);

@@ -32,6 +32,8 @@ typedef struct vk_knobs {
     int32_t nm_conv;        /* LLMEM_VULKAN_NM_CONV: 0, 1 */
     int32_t rope_store;     /* LLMEM_VULKAN_ROPE_STORE: 0, 1 */
     int32_t argmax_split;   /* LLMEM_VULKAN_ARGMAX_SPLIT: 0..256 */
+    int32_t spin_us;        /* LLMEM_VULKAN_SPIN_US: 0..1000000 (vk_fence_wait) */
+    int32_t upload_inline;  /* LLMEM_VULKAN_UPLOAD_INLINE: 0, 1 (vk_buffer_upload) */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

@@ -608,6 +608,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
         fmt(err, len, "vulkan: cannot set up %s (%s)", e->props.deviceName, llmem_status_str(st));
     else {
         vk_prof_init(v);
+        vk_steptime_init(v);
         vk_knobs_read(&v->knobs);
         vk_matmul_config(v);
         vk_scan_config(v);
