@@ -321,6 +321,7 @@ START_TEST(test_norm_matmul_vulkan_knobs)
         char same;
     } runs[] = {
         {{"0", NULL, NULL, NULL, NULL, NULL, NULL, NULL}, 'f'},
+        {{"0", NULL, NULL, NULL, NULL, NULL, "2", NULL}, 's'}, /* the default above N 2048 */
         {{"0", NULL, NULL, NULL, "1", NULL, NULL, NULL}, 's'},
         {{"0", NULL, NULL, NULL, "4", NULL, NULL, NULL}, 's'},
         {{"0", NULL, NULL, NULL, "2", NULL, NULL, NULL}, 's'},

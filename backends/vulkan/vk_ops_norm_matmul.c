@@ -10,8 +10,9 @@
  *     reads K and adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2
  *     4 8; default 4, 2 where K or N is at most 2048) rows share that work
  *     (the gate's silu above all); $LLMEM_VULKAN_NM_TPR (32 .. 1024) the
- *     invocations per group, $LLMEM_VULKAN_NM_UNROLL (1 .. 16; default 2)
- *     the 16-byte loads per row and invocation issued before their FMAs,
+ *     invocations per group, $LLMEM_VULKAN_NM_UNROLL (1 .. 16; default 2,
+ *     1 where K or N is at most 2048) the 16-byte loads per row and
+ *     invocation issued before their FMAs (the same sums in the same order),
  *     $LLMEM_VULKAN_NM_RWG (64 .. 1024) the workgroup size (nm_rows_pick);
  *   1 shaders/norm_matvec16.comp, kernels/gemv.cu's persistent layout: each
  *     invocation keeps C = ceil(K / 8 / WG) 16-byte chunks of g * nw in
@@ -62,6 +63,9 @@
 #define NM_ROWS_NR_SHORT 2
 #define NM_SHORT 2048
 #define NM_ROWS_UNROLL 2 /* 16-byte loads per row and invocation in flight (4, 8: slower) */
+/* ... but 1 where K or N is at most NM_SHORT (the 2b step's GPU time 2.318 -> 2.313 ms, the
+ * same sums in the same order: docs/benchmarks.md "Vulkan batch-1 step: the host gap") */
+#define NM_ROWS_UNROLL_SHORT 1
 #define NM_WG 256
 #define NM_R 2
 #define NM_C_MAX 8     /* chunks per invocation: K <= 8 * NM_C_MAX * WG */
@@ -183,8 +187,9 @@ typedef struct nm_rows_cfg {
 static nm_rows_cfg nm_rows_pick(const vk_backend *v, int64_t K, int64_t N, uint32_t nmat)
 {
     /* short rows or few of them: NR_SHORT rows per group, so twice the workgroups */
-    uint32_t nr = K <= NM_SHORT || N <= NM_SHORT ? NM_ROWS_NR_SHORT : NM_ROWS_NR;
-    nm_rows_cfg c = {NM_ROWS_TPR, nr, NM_ROWS_UNROLL, NM_ROWS_WG};
+    bool short_rows = K <= NM_SHORT || N <= NM_SHORT;
+    nm_rows_cfg c = {NM_ROWS_TPR, short_rows ? NM_ROWS_NR_SHORT : NM_ROWS_NR,
+                     short_rows ? NM_ROWS_UNROLL_SHORT : NM_ROWS_UNROLL, NM_ROWS_WG};
     uint32_t wg = (uint32_t)VK_KNOB(v, nm_rwg, c.wg);
     if (wg % v->subgroup_size == 0 && wg <= v->props.limits.maxComputeWorkGroupInvocations)
         c.wg = wg;
