@@ -9,6 +9,12 @@
  * their time, and the column sums to the device time of the submits. At
  * most PROF_CAP / 2 dispatches of one submit are timed (the rest count in
  * "untimed dispatches"). Off by default: a profiled run does extra work.
+ *
+ * $LLMEM_VULKAN_PROFILE=N with N >= 2 also prints, as it goes, the table of
+ * each submit whose timed dispatches took at least N ms (submit number and
+ * dispatch count in its header): a pp512 run's ubatches (e.g. the 496-row
+ * and the 16-row one) and a warm run apart from a cold one, while decode
+ * steps below N ms stay out.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +33,30 @@ struct vk_prof {
     uint64_t untimed;
     double period;           /* ns per timestamp tick */
     uint64_t mask;           /* valid timestamp bits */
+    double each_ms;          /* per-submit tables from this many ms; 0: none */
+    uint64_t submits;        /* submits collected so far */
+    double sub_ns[VK_SH_COUNT]; /* the current submit's, for the per-submit table */
+    uint64_t sub_calls[VK_SH_COUNT];
 };
+
+/* The rows of a table, slowest shader first: ns and calls per shader
+ * (calls zeroed as they are printed), total the ns summed. */
+static void prof_table(double *ns, uint64_t *calls, double total)
+{
+    fprintf(stderr, "  %-22s %12s %7s %10s %12s\n", "shader", "ms", "share", "calls", "us/call");
+    for (;;) {
+        int best = -1;
+        for (uint32_t i = 0; i < VK_SH_COUNT; i++)
+            if (calls[i] && (best < 0 || ns[i] > ns[best]))
+                best = (int)i;
+        if (best < 0)
+            break;
+        fprintf(stderr, "  %-22s %12.3f %6.1f%% %10llu %12.2f\n", vk_shader_codes[best].name,
+                ns[best] * 1e-6, total > 0 ? 100.0 * ns[best] / total : 0.0,
+                (unsigned long long)calls[best], ns[best] * 1e-3 / (double)calls[best]);
+        calls[best] = 0;
+    }
+}
 
 void vk_prof_init(vk_backend *v)
 {
@@ -59,6 +88,8 @@ void vk_prof_init(vk_backend *v)
     }
     p->period = v->props.limits.timestampPeriod;
     p->mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
+    long each = strtol(e, NULL, 10);
+    p->each_ms = each >= 2 ? (double)each : 0.0;
     v->prof = p;
 }
 
@@ -103,10 +134,25 @@ void vk_prof_collect(vk_backend *v)
                                     VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) !=
         VK_SUCCESS)
         return;
+    double sub = 0;
     for (uint32_t i = 0; i < p->n; i++) {
         uint64_t d = ((ts[2 * i + 1] & p->mask) - (ts[2 * i] & p->mask)) & p->mask;
-        p->ns[p->shader[i]] += (double)d * p->period;
+        double ns = (double)d * p->period;
+        p->ns[p->shader[i]] += ns;
         p->calls[p->shader[i]]++;
+        p->sub_ns[p->shader[i]] += ns;
+        p->sub_calls[p->shader[i]]++;
+        sub += ns;
+    }
+    p->submits++;
+    if (p->each_ms > 0 && sub * 1e-6 >= p->each_ms) {
+        fprintf(stderr, "vulkan profile, submit %llu (%u dispatches): %.3f ms\n",
+                (unsigned long long)p->submits, p->n, sub * 1e-6);
+        prof_table(p->sub_ns, p->sub_calls, sub);
+    }
+    for (uint32_t i = 0; i < VK_SH_COUNT; i++) {
+        p->sub_ns[i] = 0;
+        p->sub_calls[i] = 0;
     }
     p->n = 0;
 }
@@ -121,19 +167,7 @@ void vk_prof_finish(vk_backend *v)
         total += p->ns[i];
     fprintf(stderr, "vulkan profile (%s): GPU time per shader, %.3f ms in all\n", v->device_name,
             total * 1e-6);
-    fprintf(stderr, "  %-22s %12s %7s %10s %12s\n", "shader", "ms", "share", "calls", "us/call");
-    for (;;) {
-        int best = -1;
-        for (uint32_t i = 0; i < VK_SH_COUNT; i++)
-            if (p->calls[i] && (best < 0 || p->ns[i] > p->ns[best]))
-                best = (int)i;
-        if (best < 0)
-            break;
-        fprintf(stderr, "  %-22s %12.3f %6.1f%% %10llu %12.2f\n", vk_shader_codes[best].name,
-                p->ns[best] * 1e-6, total > 0 ? 100.0 * p->ns[best] / total : 0.0,
-                (unsigned long long)p->calls[best], p->ns[best] * 1e-3 / (double)p->calls[best]);
-        p->calls[best] = 0;
-    }
+    prof_table(p->ns, p->calls, total);
     if (p->untimed)
         fprintf(stderr, "  untimed dispatches: %llu\n", (unsigned long long)p->untimed);
     v->vk.vkDestroyQueryPool(v->dev, p->pool, NULL);
