@@ -157,6 +157,9 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
 {
     test_env keep = test_env_save("LLMEM_VULKAN_PRESPLIT");
     test_env_put("LLMEM_VULKAN_PRESPLIT", ps);
+    /* with the split pass, the old prefill sums too: one column an invocation */
+    test_env keep_vec = test_env_save("LLMEM_VULKAN_PF_SUM_VEC");
+    test_env_put("LLMEM_VULKAN_PF_SUM_VEC", strcmp(ps, "0") == 0 ? "0" : "1");
     llmem_backend *vk = open_be("vulkan");
     int32_t m = c->m, k = c->k, n = c->n;
     llmem_buffer *bx, *br, *by, *bz, *bnw, *bw, *bg, *bu, *bd, *bh, *bo, *bup;
@@ -192,6 +195,7 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         llmem_buffer_free(all[i]);
     llmem_backend_close(vk);
+    test_env_restore(&keep_vec);
     test_env_restore(&keep);
 }
 
@@ -231,7 +235,10 @@ static void ref_chains(const chain_in *c, double *ref[N_OUT])
 /* Decode shapes of the tensor-core plans: 16 and 64 rows (split-K), 40
  * (partial tiles), 9 (the first row count on matmul_cm), K from 264 to
  * 2048, n from 24 to 136 (also the down's K: n % 8 == 0); and prefill
- * rows, 129 and 300 ($LLMEM_VULKAN_PRESPLIT_ROWS 512). */
+ * rows, 129 and 300 ($LLMEM_VULKAN_PRESPLIT_ROWS 512; 129 x 520: two K
+ * slices), where the products' sums go 4 columns an invocation: bit for
+ * bit the split pass's chains with one column ($LLMEM_VULKAN_PF_SUM_VEC=0
+ * in run_chains' "0" run). */
 START_TEST(test_presplit_chains)
 {
     static const int32_t shapes[][3] = {{16, 1024, 96}, {64, 512, 136}, {40, 2048, 40},

@@ -39,6 +39,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_ARGMAX_SPLIT", argmax_split, 0, VK_ARGMAX_SPLIT_MAX, NUM),
     K("LLMEM_VULKAN_SPIN_US", spin_us, 0, 1000000, NUM),
     K("LLMEM_VULKAN_UPLOAD_INLINE", upload_inline, 0, 1, NUM),
+    K("LLMEM_VULKAN_PF_SUM_VEC", pf_sum_vec, 0, 1, NUM),
 };
 #undef K
 

@@ -34,6 +34,8 @@ typedef struct vk_knobs {
     int32_t argmax_split;   /* LLMEM_VULKAN_ARGMAX_SPLIT: 0..256 */
     int32_t spin_us;        /* LLMEM_VULKAN_SPIN_US: 0..1000000 (vk_fence_wait) */
     int32_t upload_inline;  /* LLMEM_VULKAN_UPLOAD_INLINE: 0, 1 (vk_buffer_upload) */
+    /* prefill rows (above VK_CMP_ROWS), docs/benchmarks.md "Vulkan prefill around the GEMM" */
+    int32_t pf_sum_vec;     /* LLMEM_VULKAN_PF_SUM_VEC: 0 scalar sum_slices_cm, 1 (default) vec4 */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

@@ -366,6 +366,11 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
         uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
         uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
         uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
+        /* prefill rows: 4 columns an invocation as vec4s where everything is
+         * 16-byte aligned ($LLMEM_VULKAN_PF_SUM_VEC=0: one each) */
+        bool vec4 = s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 && s->n % 4 == 0 &&
+                    s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 && o2 % 4 == 0;
+        vk_op_spec(&sum, vec4 ? 1u : 0u);
         vk_op_u32(&sum, s->m);
         vk_op_u32(&sum, s->n);
         vk_op_u32(&sum, s->ldp);
@@ -374,7 +379,7 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
         vk_op_u32(&sum, po);
         vk_op_u32(&sum, o2);
         vk_op_u32(&sum, e2);
-        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+        st = vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
     } else if (run && s->kind == CM_SUM_SCALED) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
