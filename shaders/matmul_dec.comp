@@ -36,9 +36,14 @@
  * Speed (H200, driver 580; docs/benchmarks.md, "A decode GEMM that streams
  * the weights"): 16 x 14336 x 4096 fast 0.053 ms against matmul_cm's
  * 0.056 (its loads alone: 0.030), 9B tg128 batch 16 fast 12.73 against
- * 13.12 ms; slower at 64 rows (0.081 against 0.068) and in precise mode,
- * so the host runs it only with $LLMEM_VULKAN_DEC=1. Both GEMMs are held
- * by the weight bytes in flight an SM, which here live in registers.
+ * 13.12 ms; slower at 64 rows (0.081 against 0.068) and in precise mode.
+ * Both GEMMs are held by the weight bytes in flight an SM, which here
+ * live in registers; the L2 prefetch below (PFD) keeps more of them in
+ * flight at one register per 32 bytes: 0.0454 ms at 16 x 14336 x 4096
+ * fast, 9B tg128 batch 16 fast 11.41 ms against the old plans' 13.08
+ * ("Vulkan decode GEMM: the weights into L2 ahead of the stream"), so
+ * the host runs this with the prefetch at 9-16 rows in fast mode by
+ * default ($LLMEM_VULKAN_DEC, vk_dec_used), the old plans elsewhere.
  *
  * Blocking: a workgroup of WG = 32 NSG invocations owns a BM x BN tile of
  * out (BM = 16 FM rows: all rows of a decode step, BN = 16 FN NSG); K is
@@ -93,6 +98,37 @@ layout(constant_id = 9) const uint KA = KA_DEFAULT; /* K of the activation chunk
  * chunk; 0: the host promises one chunk a slice (k_split <= KA), so none
  * is (and their registers are free after the first step) */
 layout(constant_id = 10) const uint APF = APF_DEFAULT;
+/* L2 prefetch of the weights (PFD > 0; the host's VK_DEC_PF_*): at each
+ * step j with j % PFL == 0 (uniform) every subgroup issues one 4-byte
+ * load per PFS-byte segment of its SN weight rows for steps [j + PFD, j +
+ * PFD + PFL) into registers pt, and folds the previous burst's into px
+ * there, PFL steps after issuing it; px feeds a store that never runs
+ * (p.m == 0 is never dispatched), so the loads stay and change nothing
+ * else. They bring the weights into L2 (and L1) ahead of the 16-byte
+ * loads of FETCH, which then wait for L2 instead of HBM: the weight
+ * bytes in flight that the stream needs (Little's law) are held at 4
+ * bytes of register per PFS bytes instead of 16 per 16. After vkl2's
+ * PF in norm_matvec16_rows.comp, here inside one product.
+ * -DPF_ATOMIC=1 (tools/vk_cm_bench only, measured slower): atomicAdd(..,
+ * 0) instead, whose result is unused (no register, nothing to wait for;
+ * it writes the weights' own bits back). */
+#ifndef PFD_DEFAULT
+#define PFD_DEFAULT 0
+#endif
+#ifndef PFL_DEFAULT
+#define PFL_DEFAULT 2
+#endif
+#ifndef PFS_DEFAULT
+#define PFS_DEFAULT 32
+#endif
+#ifndef PF_ATOMIC
+#define PF_ATOMIC 0
+#endif
+/* PFD | PFL << 8 | PFS << 16 in one constant: the host's pipelines take 12 */
+layout(constant_id = 11) const uint PFC = PFD_DEFAULT | PFL_DEFAULT << 8 | PFS_DEFAULT << 16;
+const uint PFD = PFC & 0xffu;         /* steps ahead; 0 off */
+const uint PFL = (PFC >> 8) & 0xffu;  /* steps a burst (and its lag), 1 or more */
+const uint PFS = PFC >> 16;           /* bytes a touched segment: 16 .. 2 BK, 2^k */
 
 const uint NSG = WG / 32u;
 const uint BM = 16u * FM, SN = 16u * FN, BN = SN * NSG;
@@ -103,10 +139,16 @@ const uint AV = KA / 8u;          /* uvec4s of one activation row's chunk */
 const uint LA = AV + 1u;
 const uint NAV = SPLIT * BM * AV; /* uvec4s of a chunk */
 const uint NA = (NAV + WG - 1u) / WG;
+const uint PSR = PFD == 0u ? 1u : 2u * BK / PFS;        /* segments of a row's step */
+const uint NPE = SN * PSR * PFL;                         /* segments a subgroup's burst */
+const uint NPT = PFD == 0u ? 1u : (NPE + 31u) / 32u;     /* loads per lane */
 
 layout(binding = 0) readonly buffer W { uvec4 w[]; };
 layout(binding = 1) readonly buffer A { uvec4 ah[]; };
 layout(binding = 2) writeonly buffer O { float o[]; };
+#if PF_ATOMIC
+layout(binding = 0) buffer WA { uint wa[]; };
+#endif
 
 layout(push_constant) uniform P {
     uint m, n, k;
@@ -124,10 +166,10 @@ layout(push_constant) uniform P {
 #ifndef PROBE
 #define PROBE 0
 #endif
-/* -DWG_SYNC=1 (tools/vk_cm_bench only, not measured yet): a workgroup
- * barrier where the staging takes a subgroup-scope one, to learn whether
- * the latter makes the driver wait for the subgroup's outstanding global
- * loads (docs/benchmarks.md, "A decode GEMM that streams the weights") */
+/* -DWG_SYNC=1 (tools/vk_cm_bench only): a workgroup barrier where the
+ * staging takes a subgroup-scope one; 2-14% slower on the H200, so the
+ * subgroup barrier does not wait for more than a workgroup one would
+ * (docs/benchmarks.md, "A warp-specialized decode GEMM") */
 #ifndef WG_SYNC
 #define WG_SYNC 0
 #endif
@@ -158,12 +200,32 @@ uint bf16x2_to_f16x2(uint x)
         }                                                                                         \
     }
 
+/* the L2 prefetch burst of step j (uniform; see PFD) */
+#if PF_ATOMIC
+#define PF_TOUCH(i_, a_) atomicAdd(wa[4u * (a_)], 0u)
+#else
+#define PF_TOUCH(i_, a_) pt[i_] = w[a_].x
+#endif
+#define PF_BURST(j)                                                                               \
+    if (PFD != 0u && (j) % PFL == 0u) {                                                           \
+        [[unroll]] for (uint i = 0u; i < NPT; i++)                                                \
+            px ^= pt[i];                                                                          \
+        uint k0_ = k_begin + ((j) + PFD) * BK;                                                    \
+        [[unroll]] for (uint i = 0u; i < NPT; i++) {                                              \
+            uint e_ = lane + 32u * i, gn_ = c0 + e_ / (PSR * PFL);                                \
+            uint gk_ = k0_ + (e_ % (PSR * PFL)) * (PFS / 2u);                                     \
+            if (e_ < NPE && gn_ < p.n && gk_ < k_end)                                             \
+                PF_TOUCH(i, p.w_off + (gn_ * p.k + gk_) / 8u);                                    \
+        }                                                                                         \
+    }
+
 /* Step j with register set R: a new activation chunk first where one
  * starts (workgroup barriers: uniform control flow, j is uniform), R to
  * the subgroup's staging area, the loads of step j + DEPTH into R, then
  * the tensor-core work of the step. */
 #define STEP(j, R)                                                                                \
     {                                                                                             \
+        PF_BURST(j)                                                                               \
         uint jc_ = (j) % spc;                                                                     \
         if (jc_ == 0u) {                                                                          \
             barrier();                                                                            \
@@ -247,14 +309,17 @@ void main()
         acc[i] = CM_C(0.0);
 
     uvec4 r0[NW], r1[NW], r2[NW], ra[NA];
+    uint px = 0u, pt[NPT];
+    [[unroll]] for (uint i = 0u; i < NPT; i++)
+        pt[i] = 0u;
 #if PROBE
     /* the weight stream alone (timing probe: no product) */
-    uvec4 px = uvec4(0u);
+    uvec4 qx = uvec4(0u);
 #undef STEP
 #define STEP(j, R)                                                                                \
     {                                                                                             \
         [[unroll]] for (uint i = 0u; i < NW; i++)                                                 \
-            px ^= R[i];                                                                           \
+            qx ^= R[i];                                                                           \
         if ((j) + DEPTH < ns)                                                                     \
             FETCH(R, (j) + DEPTH)                                                                 \
     }
@@ -276,10 +341,17 @@ void main()
     }
 
 #if PROBE
-    if (px.x == 0x9e3779b9u && px.y == 0x7f4a7c15u)
+    if (qx.x == 0x9e3779b9u && qx.y == 0x7f4a7c15u)
         o[p.o_off] = 1.0;
     return;
 #endif
+    /* keeps the prefetch loads: a store that never runs (p.m == 0 is never dispatched) */
+    if (PFD != 0u) {
+        [[unroll]] for (uint i = 0u; i < NPT; i++)
+            px ^= pt[i];
+        if (px == 0x9e3779b9u && p.m == 0u)
+            o[p.o_off] = 0.0;
+    }
     uint base = p.o_off + s * p.slice_stride + (t % p.tiles_m) * BM * p.ldp;
     RAW_EMIT(0u) RAW_EMIT(1u) RAW_EMIT(2u) RAW_EMIT(3u)
     RAW_EMIT(4u) RAW_EMIT(5u) RAW_EMIT(6u) RAW_EMIT(7u)

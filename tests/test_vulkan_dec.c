@@ -10,16 +10,20 @@
  * several chunks, the shared memory within the device's limit) over a
  * grid of shapes at the default blocking and at every blocking the
  * shader takes; two shapes worked by hand; blockings it does not take and
- * shapes outside 1-64 rows are refused; vk_dec_used's row range.
+ * shapes outside 1-64 rows are refused; vk_dec_used's row range, and the
+ * default (AUTO) taking 9-16 rows in fast mode only.
  *
  * On a Vulkan device: products at 9, 16, 17, 40 and 64 rows (partial
  * row and column tiles, K not a multiple of the K step, split-K, one and
  * several activation chunks a slice), rows scaled by 2^-60 .. 2^60 and
  * bf16 weights spanning 2^-17 .. 2^10, precise and fast, against float64
  * row by row, at the default blocking ($LLMEM_VULKAN_DEC=1), the old plans
- * ($LLMEM_VULKAN_DEC=0) and three other blockings ($LLMEM_VULKAN_DEC_CFG);
- * and a product whose shapes do not match returns an error and leaves
- * its output as it was. Where the device has no cooperative matrices
+ * ($LLMEM_VULKAN_DEC=0), the default route (AUTO) and three other
+ * blockings ($LLMEM_VULKAN_DEC_CFG), with the L2 prefetch at its default,
+ * off and at two other settings ($LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG);
+ * the prefetch loads only feed a store that never runs, so its products
+ * equal those without it bit for bit; and a product whose shapes do not
+ * match returns an error and leaves its output as it was. Where the device has no cooperative matrices
  * (lavapipe) the same products take the SIMT path. */
 #include "support/run.h"
 #include "support/vk_test.h"
@@ -165,16 +169,31 @@ END_TEST
 START_TEST(test_dec_used_rows)
 {
     vk_mm_caps c = {.coopmat = true, .dec = VK_DEC_KHR};
-    ck_assert(!vk_dec_used(&c, 8));
-    ck_assert(vk_dec_used(&c, 9));
-    ck_assert(vk_dec_used(&c, 64));
-    ck_assert(!vk_dec_used(&c, 65));
-    c.dec = VK_DEC_NV;
-    ck_assert(vk_dec_used(&c, 16));
-    c.dec = VK_DEC_OFF;
-    ck_assert(!vk_dec_used(&c, 16));
+    for (uint32_t split = 1; split <= 2; split++) {
+        c.dec = VK_DEC_KHR;
+        ck_assert(!vk_dec_used(&c, 8, split));
+        ck_assert(vk_dec_used(&c, 9, split));
+        ck_assert(vk_dec_used(&c, 64, split));
+        ck_assert(!vk_dec_used(&c, 65, split));
+        c.dec = VK_DEC_NV;
+        ck_assert(vk_dec_used(&c, 16, split));
+        c.dec = VK_DEC_OFF;
+        ck_assert(!vk_dec_used(&c, 16, split));
+    }
     c = (vk_mm_caps){.coopmat = false, .dec = VK_DEC_KHR};
-    ck_assert(!vk_dec_used(&c, 16));
+    ck_assert(!vk_dec_used(&c, 16, 1));
+    /* the default: 9-16 rows, fast mode (one term) only */
+    ck_assert_int_eq(VK_DEC_DEFAULT, VK_DEC_AUTO);
+    c = (vk_mm_caps){.coopmat = true, .dec = VK_DEC_AUTO};
+    ck_assert(!vk_dec_used(&c, 8, 1));
+    ck_assert(vk_dec_used(&c, 9, 1));
+    ck_assert(vk_dec_used(&c, 16, 1));
+    ck_assert(!vk_dec_used(&c, 17, 1));
+    ck_assert(!vk_dec_used(&c, 64, 1));
+    ck_assert(!vk_dec_used(&c, 16, 2));
+    ck_assert(!vk_dec_used(&c, 9, 2));
+    c.coopmat = false;
+    ck_assert(!vk_dec_used(&c, 16, 1));
 }
 END_TEST
 
@@ -262,6 +281,7 @@ START_TEST(test_dec_products)
     /* $LLMEM_VULKAN_DEC, $LLMEM_VULKAN_DEC_CFG (NULL: unset) */
     static const char *cfgs[][2] = {{"1", NULL},
                                     {"0", NULL},
+                                    {"3", NULL},
                                     {"1", "128,2,64,3,128,264"},
                                     {"1", "64,1,128,3,256,1000"},
                                     {"1", "64,1,32,1,64,528"}};
@@ -285,6 +305,63 @@ START_TEST(test_dec_products)
         test_env_restore(&keep2);
         test_env_restore(&keep);
     }
+}
+END_TEST
+
+/* The L2 prefetch (matmul_dec.comp's PFD, PFL, PFS) changes no bit: each
+ * shape's products (precise and fast, at 9-64 rows with DEC=1, so that
+ * both split counts run matmul_dec) with it off are the reference for the
+ * same products at the default prefetch and at three other settings (one
+ * step ahead with the smallest segments; far ahead with the largest
+ * segments; a lag of 8 steps); test_dec_products checks the values
+ * against float64. (Without cooperative matrices, lavapipe, every setting
+ * runs the SIMT path: trivially equal.) */
+START_TEST(test_dec_prefetch_identical)
+{
+    /* $LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG (NULL: unset, the default) */
+    static const char *pfs[][3] = {
+        {"0", NULL, NULL}, {NULL, NULL, NULL}, {"1", "1", "16"}, {"16", "2", "128"}, {"4", "8", "64"}};
+    static const int32_t shapes[][3] = {{9, 264, 17}, {16, 1000, 300}, {16, 4096, 72}, {64, 2048, 40}};
+    enum { NS = sizeof shapes / sizeof shapes[0] };
+    float *a[NS], *w[NS], *base[NS], *o[NS];
+    for (size_t s = 0; s < NS; s++) {
+        int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+        a[s] = malloc((size_t)m * k * 4), w[s] = malloc((size_t)n * k * 4);
+        base[s] = malloc((size_t)2 * m * n * 4), o[s] = malloc((size_t)2 * m * n * 4);
+        ck_assert(a[s] && w[s] && base[s] && o[s]);
+        for (size_t i = 0; i < (size_t)m * k; i++)
+            a[s][i] = frand(-1, 1);
+        for (size_t i = 0; i < (size_t)n * k; i++)
+            w[s][i] = frand(-1, 1);
+    }
+    test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
+    test_env_put("LLMEM_VULKAN_DEC", "1");
+    for (size_t pi = 0; pi < sizeof pfs / sizeof pfs[0]; pi++) {
+        test_env keep1 = test_env_save("LLMEM_VULKAN_DEC_PF");
+        test_env keep2 = test_env_save("LLMEM_VULKAN_DEC_PF_LAG");
+        test_env keep3 = test_env_save("LLMEM_VULKAN_DEC_PF_SEG");
+        test_env_put("LLMEM_VULKAN_DEC_PF", pfs[pi][0]);
+        test_env_put("LLMEM_VULKAN_DEC_PF_LAG", pfs[pi][1]);
+        test_env_put("LLMEM_VULKAN_DEC_PF_SEG", pfs[pi][2]);
+        llmem_backend *vk = open_be("vulkan");
+        for (size_t s = 0; s < NS; s++) {
+            int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+            float *out = pi == 0 ? base[s] : o[s]; /* the first: the prefetch off */
+            run_mm(vk, a[s], w[s], m, k, n, false, out);
+            run_mm(vk, a[s], w[s], m, k, n, true, out + (size_t)m * n);
+            ck_assert_msg(pi == 0 || memcmp(o[s], base[s], (size_t)2 * m * n * 4) == 0,
+                          "DEC_PF=%s,%s,%s %dx%dx%d: not bit-identical to the prefetch off",
+                          pfs[pi][0] ? pfs[pi][0] : "-", pfs[pi][1] ? pfs[pi][1] : "-",
+                          pfs[pi][2] ? pfs[pi][2] : "-", m, k, n);
+        }
+        llmem_backend_close(vk);
+        test_env_restore(&keep3);
+        test_env_restore(&keep2);
+        test_env_restore(&keep1);
+    }
+    test_env_restore(&keep0);
+    for (size_t s = 0; s < NS; s++)
+        free(a[s]), free(w[s]), free(base[s]), free(o[s]);
 }
 END_TEST
 
@@ -332,6 +409,7 @@ int main(void)
         TCase *td = tcase_create("device");
         tcase_set_timeout(td, 120);
         tcase_add_test(td, test_dec_products);
+        tcase_add_test(td, test_dec_prefetch_identical);
         tcase_add_test(td, test_dec_bad_shapes);
         suite_add_tcase(s, td);
     }

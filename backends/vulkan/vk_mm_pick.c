@@ -225,8 +225,10 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
     return VK_DEC_SMEM(split, q->bm, p->ka, c->wg, c->fn, c->bk) + 1024u <= smem;
 }
 
-bool vk_dec_used(const vk_mm_caps *c, uint32_t m)
+bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split)
 {
+    if (c->dec == VK_DEC_AUTO)
+        return c->coopmat && split == 1 && m >= VK_MM_CM_MIN && m <= VK_DEC_AUTO_ROWS;
     return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
 }
 

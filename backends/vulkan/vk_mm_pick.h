@@ -80,7 +80,8 @@ typedef struct vk_mm_caps {
                         * output ($LLMEM_VULKAN_PRESPLIT: 0 off, 1 on (default), 2 even
                         * without cooperative matrices; vk_presplit.c) */
     bool cm_khr;       /* up to VK_CMP_ROWS rows: matmul_cm.comp's KHR module (vk_cm_khr_used) */
-    uint32_t dec;      /* 9 .. VK_CMP_ROWS rows: VK_DEC_* (matmul_dec.comp; vk_dec_used) */
+    uint32_t dec;      /* 9 .. VK_CMP_ROWS rows: VK_DEC_* (matmul_dec.comp; vk_dec_used); AUTO
+                        * only where the KHR module can run */
     bool dec_cfg_set;  /* dec_cfg replaces vk_dec_cfg_default ($LLMEM_VULKAN_DEC_CFG) */
     uint32_t dec_cfg[6]; /* WG, FN, BK, DEPTH, KA, GROUPS (vk_dec_cfg) */
     bool cm2;          /* above VK_CMP_ROWS rows: matmul_cm2.comp (VK_NV_cooperative_matrix2 on,
@@ -328,14 +329,28 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
  * the weights with each subgroup on its own (vk_mm_caps.dec;
  * $LLMEM_VULKAN_DEC): OFF the old plans (matmul_cm.comp's, vk_cm_plan_make);
  * KHR its GL_KHR_cooperative_matrix module where the device and the build
- * have it (else its NV one); NV its NV module. */
+ * have it (else its NV one); NV its NV module; AUTO its KHR module at 9 ..
+ * VK_DEC_AUTO_ROWS rows in fast mode (one f16 term of the activations)
+ * only, the old plans elsewhere (and everywhere without the KHR module). */
 #define VK_DEC_OFF 0
 #define VK_DEC_KHR 1
 #define VK_DEC_NV 2
-/* $LLMEM_VULKAN_DEC unset: off. H200, 9B tg128 fast (LLMEM_BENCH_PP=16): batch 16 12.73 ms
- * with matmul_dec against 13.12, but batch 64 21.08 against 19.25, and the harness has it 8-25%
- * slower in precise mode (docs/benchmarks.md, "A decode GEMM that streams the weights") */
-#define VK_DEC_DEFAULT VK_DEC_OFF
+#define VK_DEC_AUTO 3
+#define VK_DEC_AUTO_ROWS 16
+/* $LLMEM_VULKAN_DEC unset: AUTO. H200, 16 rows fast: matmul_dec with its L2 prefetch
+ * (VK_DEC_PF_*) 0.0454 / 0.0431 ms at 16 x 14336 x 4096 / 16 x 4096 x 14336 against the old
+ * plans' 0.0558 / 0.0513, 9B tg128 batch 16 11.41 ms against 13.08, 2b 5.70 against 6.12; the
+ * prefetch in the old plans, and matmul_dec at 64 rows and in precise mode, were slower, so the
+ * old plans stay there (docs/benchmarks.md, "Vulkan decode GEMM: the weights into L2 ahead of
+ * the stream") */
+#define VK_DEC_DEFAULT VK_DEC_AUTO
+/* matmul_dec.comp's L2 prefetch (its PFD, PFL, PFS; $LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG):
+ * every LAG K steps each subgroup loads 4 bytes of each SEG-byte segment of its weight rows for
+ * the LAG steps that start DIST steps ahead, and folds them in LAG steps later (DIST 0: off).
+ * 2, 2, 32: the harness's fastest of 24 settings (4 ahead: 0.0480 ms, plugin 11.63 ms) */
+#define VK_DEC_PF_DIST 2
+#define VK_DEC_PF_LAG 2
+#define VK_DEC_PF_SEG 32
 
 /* The blocking of matmul_dec.comp: workgroups of wg invocations (wg / 32
  * subgroups, each owning 16 fn output columns), weight K steps of bk (32,
@@ -384,9 +399,11 @@ void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c);
 bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const vk_dec_cfg *c,
                       uint32_t smem, vk_dec_plan *p);
 
-/* Whether matmul_dec.comp runs for m activation rows on the tensor-core
- * path: c->coopmat, c->dec not VK_DEC_OFF, 9 <= m <= VK_CMP_ROWS (the
- * caller also checks vk_mm_pick's VK_MM_COOPMAT). Pure. */
-bool vk_dec_used(const vk_mm_caps *c, uint32_t m);
+/* Whether matmul_dec.comp runs for m activation rows with `split` f16
+ * terms of a (1 fast, 2 precise) on the tensor-core path: c->coopmat, and
+ * c->dec KHR or NV with 9 <= m <= VK_CMP_ROWS, or AUTO with 9 <= m <=
+ * VK_DEC_AUTO_ROWS and split 1 (the caller also checks vk_mm_pick's
+ * VK_MM_COOPMAT). Pure. */
+bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split);
 
 #endif

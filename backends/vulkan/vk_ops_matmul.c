@@ -80,10 +80,14 @@ void vk_matmul_config(vk_backend *v)
     v->mm.cm_khr = vk_env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&
                    vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
     /* 9-64 rows: matmul_dec.comp (1: its KHR module where the device and the build have it,
-     * else its NV one; 2 its NV module), 0 the old plans of matmul_cm.comp (default) */
-    uint32_t dec = vk_env_u32("LLMEM_VULKAN_DEC", VK_DEC_DEFAULT, 0, 2);
-    if (dec == VK_DEC_KHR && !(v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_DEC_KHR].size >= 20))
+     * else its NV one; 2 its NV module; 3, the default: its KHR module at 9-16 rows in fast
+     * mode, vk_dec_used), 0 the old plans of matmul_cm.comp */
+    uint32_t dec = vk_env_u32("LLMEM_VULKAN_DEC", VK_DEC_DEFAULT, 0, 3);
+    bool dec_khr = v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_DEC_KHR].size >= 20;
+    if (dec == VK_DEC_KHR && !dec_khr)
         dec = VK_DEC_NV;
+    if (dec == VK_DEC_AUTO && !dec_khr)
+        dec = VK_DEC_OFF;
     v->mm.dec = dec;
     /* its blocking for every row count, "WG,FN,BK,DEPTH,KA,GROUPS" (vk_dec_cfg) */
     const char *dc = getenv("LLMEM_VULKAN_DEC_CFG");
@@ -432,7 +436,7 @@ static bool dec_plan(const vk_backend *v, uint32_t m, uint32_t n, uint32_t k, ui
         c = (vk_dec_cfg){d[0], d[1], d[2], d[3], d[4], d[5]};
     else
         vk_dec_cfg_default(m, split, &c);
-    return vk_dec_used(&v->mm, m) && vk_dec_plan_make(m, n, k, split, &c, v->mm.smem, dp);
+    return vk_dec_used(&v->mm, m, split) && vk_dec_plan_make(m, n, k, split, &c, v->mm.smem, dp);
 }
 
 static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
@@ -517,7 +521,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         vk_op_init(&mm, v->mm.cmp == VK_CMP_KHR ? VK_SH_MATMUL_CMP_KHR : VK_SH_MATMUL_CMP,
                    32 * pl.sgm * pl.sgn);
     else if (dec)
-        vk_op_init(&mm, v->mm.dec == VK_DEC_KHR ? VK_SH_MATMUL_DEC_KHR : VK_SH_MATMUL_DEC, dp.wg);
+        vk_op_init(&mm, v->mm.dec == VK_DEC_NV ? VK_SH_MATMUL_DEC : VK_SH_MATMUL_DEC_KHR, dp.wg);
     else
         vk_op_init(&mm, vk_cm_khr_used(&v->mm, m) ? VK_SH_MATMUL_CM_KHR : VK_SH_MATMUL_CM,
                    VK_CM_WG);
@@ -533,6 +537,11 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (dec) {
         vk_op_spec(&mm, dp.ka);
         vk_op_spec(&mm, dp.apf);
+        /* the L2 prefetch, PFD | PFL << 8 | PFS << 16 (a segment at most a row's step) */
+        uint32_t seg = (uint32_t)VK_KNOB(v, dec_pf_seg, VK_DEC_PF_SEG);
+        seg = seg < 2 * pl.bk ? seg : 2 * pl.bk;
+        vk_op_spec(&mm, (uint32_t)VK_KNOB(v, dec_pf, VK_DEC_PF_DIST) |
+                            (uint32_t)VK_KNOB(v, dec_pf_lag, VK_DEC_PF_LAG) << 8 | seg << 16);
     }
     uint32_t wo = vk_op_tensor(v, &mm, w, false);
     uint32_t ho = vk_op_tensor(v, &mm, &th, false);

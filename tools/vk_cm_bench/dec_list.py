@@ -68,4 +68,5 @@ def main():
                 print(old(m, n, k, split))
 
 
-main()
+if __name__ == "__main__":
+    main()
