@@ -61,8 +61,8 @@ def main():
                         continue
                     print(f"{module} gemm {m} {n} {k} {wg} 1 {fm} {fn} {split} {bk} {depth} {s} 1")
                     if (wg, fn, bk, depth) == (256, 1, 64, 2) and ka in (512, 64):
-                        # the same with workgroup barriers for the staging (WG_SYNC, not yet
-                        # measured)
+                        # the same with workgroup barriers for the staging (WG_SYNC; vkws
+                        # measured them 2-14% slower)
                         print(f"{module}_wgs gemm {m} {n} {k} {wg} 1 {fm} {fn} {split} {bk} "
                               f"{depth} {s} 1")
                 print(old(m, n, k, split))
