@@ -323,6 +323,7 @@ int main(void)
 #ifdef HOST_FAULTS
     Suite *s = suite_create("commit_oom");
     TCase *tc = tcase_create("commit");
+    tcase_set_timeout(tc, 120); /* not Check's 4 s: the sweeps of long prompts */
     tcase_add_test(tc, test_recurrent_prompt_commit);
     tcase_add_test(tc, test_hybrid_prompt_commit);
     tcase_add_test(tc, test_kv_long_prompt_commit);
