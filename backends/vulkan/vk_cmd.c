@@ -558,7 +558,6 @@ llmem_status vk_cmd_flush(vk_backend *v)
         stage_reset(v);
         vk_alloc_trim(v, true);
     }
-    vk_steptime_exit(v);
     if (v->error == LLMEM_OK && v->validation_errors > 0 && v->validation_fatal)
         return LLMEM_E_BACKEND;
     return v->error;

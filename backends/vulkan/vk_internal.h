@@ -356,14 +356,13 @@ void vk_prof_finish(vk_backend *v);
  * a submit (one_step: they are lazy, recorded step, lazy) and submits the
  * array it returns (the same one, or one with timestamps between them;
  * *n_cmds updated), submitted after vkQueueSubmit, waited after the fence
- * wait (ok: the wait succeeded), exit when it returns; finish prints the
- * means to stderr and frees. All are no-ops while v->steptime is NULL. */
+ * wait (ok: the wait succeeded); finish prints the means to stderr and
+ * frees. All are no-ops while v->steptime is NULL. */
 void vk_steptime_init(vk_backend *v);
 const VkCommandBuffer *vk_steptime_submit(vk_backend *v, const VkCommandBuffer *cmds,
                                           uint32_t *n_cmds, bool one_step);
 void vk_steptime_submitted(vk_backend *v);
 void vk_steptime_waited(vk_backend *v, bool ok);
-void vk_steptime_exit(vk_backend *v);
 void vk_steptime_finish(vk_backend *v);
 
 /* Activations split by their producer (vk_presplit.c, issue 12). Rows up

@@ -12,8 +12,13 @@
  * the previous one's wait returned splits into: GPU time from the first
  * timestamp to the last (and its three parts), the host time in
  * vkQueueSubmit, the wait's time beyond the GPU span (submit-to-start
- * latency plus the fence's wake-up), and the host time outside the flush
- * (model bookkeeping, recording the next uploads and sampling). Means per
+ * latency plus the fence's wake-up; negative where the device starts
+ * before vkQueueSubmit returns), and the host time from the previous
+ * step's wait to this submit (the rest of that flush, submits of
+ * transfers alone in between such as `llmem generate`'s download of the
+ * log-probs, the model's bookkeeping, recording the uploads and
+ * sampling): the four add up to the wall time. A submit with other
+ * dispatches in between (a prefill) starts the chain again. Means per
  * step go to stderr when the backend closes. Off by default; the
  * timestamps add four command buffers to a step's submit and nothing to
  * its dispatches, so the figures are those of the unprofiled step
@@ -32,7 +37,7 @@ struct vk_steptime {
     VkCommandBuffer stamp[STAMPS]; /* [0] resets, stamps 0 at the top; [i] stamps i at the bottom */
     VkCommandBuffer wrapped[2 * 3 + 1];
     double period_ms;     /* ms per timestamp tick */
-    double t_submit, t_submitted, t_exit, t_last; /* host clock, ms */
+    double t_submit, t_submitted, t_last; /* host clock, ms; t_last: the last step's wait end */
     bool timed, chained;  /* this submit is timed; so was the previous one */
     uint64_t n;
     double wall, gpu, part[3], submit, wake, host;
@@ -99,6 +104,8 @@ const VkCommandBuffer *vk_steptime_submit(vk_backend *v, const VkCommandBuffer *
     if (!t)
         return cmds;
     t->timed = one_step && *n_cmds == 3;
+    if (!t->timed && v->n_dispatch > 0)
+        t->chained = false; /* eager work (a prefill) is no part of a decode step */
     if (t->timed) {
         t->wrapped[0] = t->stamp[0];
         for (uint32_t i = 0; i < 3; i++) {
@@ -123,9 +130,11 @@ void vk_steptime_waited(vk_backend *v, bool ok)
     vk_steptime *t = v->steptime;
     if (!t)
         return;
+    if (!t->timed) /* a download between steps: host time of the next one */
+        return;
     double now = now_ms();
     uint64_t q[STAMPS];
-    bool read = ok && t->timed &&
+    bool read = ok &&
                 v->vk.vkGetQueryPoolResults(v->dev, t->pool, 0, STAMPS, sizeof q, q, sizeof q[0],
                                             VK_QUERY_RESULT_64_BIT) == VK_SUCCESS;
     if (read && t->chained) {
@@ -137,16 +146,10 @@ void vk_steptime_waited(vk_backend *v, bool ok)
             t->part[i] += (double)(q[i + 1] - q[i]) * t->period_ms;
         t->submit += t->t_submitted - t->t_submit;
         t->wake += (now - t->t_submitted) - gpu;
-        t->host += t->t_submit - t->t_exit;
+        t->host += t->t_submit - t->t_last;
     }
     t->chained = read;
     t->t_last = now;
-}
-
-void vk_steptime_exit(vk_backend *v)
-{
-    if (v->steptime)
-        v->steptime->t_exit = now_ms();
 }
 
 void vk_steptime_finish(vk_backend *v)
@@ -158,7 +161,7 @@ void vk_steptime_finish(vk_backend *v)
     fprintf(stderr,
             "vulkan step times (%s): %llu recorded steps, ms per step: wall %.4f = GPU %.4f "
             "(before the step %.4f, the step %.4f, after it %.4f) + submit %.4f + wait beyond "
-            "the GPU %.4f + host outside %.4f\n",
+            "the GPU %.4f + host %.4f\n",
             v->device_name, (unsigned long long)t->n, t->wall / n, t->gpu / n, t->part[0] / n,
             t->part[1] / n, t->part[2] / n, t->submit / n, t->wake / n, t->host / n);
     steptime_free(v, t);
