@@ -194,13 +194,56 @@ static llmem_status fallback_place(llmem_model *m, int32_t n_out, int32_t V, out
     return st;
 }
 
+/* One piece of a download: size bytes at byte off of the buffer into dst
+ * (size 0: not wanted). */
+typedef struct dl_part {
+    size_t off, size;
+    void *dst;
+} dl_part;
+
+/* Downloads the wanted parts of buf. Parts that lie close together (the
+ * sampled ids, their log-probabilities and the top alternatives sit side
+ * by side in the scratch layout of models/runtime.c) come down as one
+ * span, since each download is a submit and a wait on a device backend:
+ * the ids and log-probs of a step in two downloads cost llmem generate
+ * ~1 ms a token on Vulkan. Parts far apart, or a span whose staging copy
+ * cannot be allocated, are downloaded one by one. Returns LLMEM_OK or the
+ * download's error (LLMEM_E_BACKEND, LLMEM_E_INVALID). */
+static llmem_status download_parts(llmem_buffer *buf, const dl_part *part, int n)
+{
+    size_t lo = SIZE_MAX, hi = 0, sum = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++) {
+        if (part[i].size == 0)
+            continue;
+        lo = part[i].off < lo ? part[i].off : lo;
+        hi = part[i].off + part[i].size > hi ? part[i].off + part[i].size : hi;
+        sum += part[i].size;
+        used++;
+    }
+    unsigned char *span = used > 1 && hi - lo <= sum + ((size_t)256 << 10) ? malloc(hi - lo) : NULL;
+    if (span) {
+        llmem_status st = llmem_buffer_download(buf, lo, span, hi - lo);
+        for (int i = 0; st == LLMEM_OK && i < n; i++)
+            if (part[i].size)
+                memcpy(part[i].dst, span + (part[i].off - lo), part[i].size);
+        free(span);
+        return st;
+    }
+    for (int i = 0; i < n; i++)
+        if (part[i].size)
+            TRY(llmem_buffer_download(buf, part[i].off, part[i].dst, part[i].size));
+    return LLMEM_OK;
+}
+
 static llmem_status emit_sampled(llmem_model *m, const llmem_ubatch *ub, const int32_t *row,
                                  void *vctx)
 {
     const llmem_model_sampling *s = vctx;
     int32_t n_out = ub->n_outputs, V = m->cfg.vocab_size;
+    size_t k = s->n_top > 0 ? (size_t)s->n_top : 0;
     int32_t *ctr = malloc((size_t)n_out * 2 * sizeof *ctr);
-    float *f = malloc((size_t)n_out * 64 * sizeof *f);
+    float *f = malloc((size_t)n_out * (1 + 2 * k) * sizeof *f); /* lp, top ids, top lp */
     if (!ctr || !f) {
         free(ctr);
         free(f);
@@ -226,27 +269,23 @@ static llmem_status emit_sampled(llmem_model *m, const llmem_ubatch *ub, const i
         if (st == LLMEM_OK)
             st = sample_at(&p, s, n_out, V, ctr, ids);
     }
-    if (st == LLMEM_OK && !s->force_ids)
-        st = llmem_buffer_download(p.buf, p.off_ids, ids, (size_t)n_out * 4);
-    for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++)
-        s->ids[row[ub->out_ids[o]]] = ids[o];
-    if (st == LLMEM_OK && s->logprob && (st = llmem_buffer_download(p.buf, p.off_lp, f,
-                                                                     (size_t)n_out * 4)) == LLMEM_OK)
-        for (int32_t o = 0; o < n_out; o++)
-            s->logprob[row[ub->out_ids[o]]] = f[o];
-    if (st == LLMEM_OK && s->n_top > 0) {
-        size_t k = (size_t)s->n_top;
-        int32_t *ti = (int32_t *)(void *)f;
-        for (int pass = 0; st == LLMEM_OK && pass < 2; pass++) {
-            st = llmem_buffer_download(p.buf, pass ? p.off_top_lp : p.off_top_ids, f,
-                                       (size_t)n_out * k * 4);
-            for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++) {
-                size_t r = (size_t)row[ub->out_ids[o]];
-                if (pass)
-                    memcpy(s->top_logprob + r * k, f + (size_t)o * k, k * 4);
-                else
-                    memcpy(s->top_ids + r * k, ti + (size_t)o * k, k * 4);
-            }
+    float *lp = f, *top_lp = f + (size_t)n_out * (1 + k);
+    int32_t *top_ids = (int32_t *)(void *)(f + n_out);
+    size_t rows4 = (size_t)n_out * 4;
+    dl_part part[4] = {{p.off_ids, s->force_ids ? 0 : rows4, ids},
+                       {p.off_lp, s->logprob ? rows4 : 0, lp},
+                       {p.off_top_ids, rows4 * k, top_ids},
+                       {p.off_top_lp, rows4 * k, top_lp}};
+    if (st == LLMEM_OK)
+        st = download_parts(p.buf, part, 4);
+    for (int32_t o = 0; st == LLMEM_OK && o < n_out; o++) {
+        size_t r = (size_t)row[ub->out_ids[o]];
+        s->ids[r] = ids[o];
+        if (s->logprob)
+            s->logprob[r] = lp[o];
+        if (k) {
+            memcpy(s->top_ids + r * k, top_ids + (size_t)o * k, k * 4);
+            memcpy(s->top_logprob + r * k, top_lp + (size_t)o * k, k * 4);
         }
     }
     free(ctr);
