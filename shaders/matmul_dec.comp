@@ -41,14 +41,21 @@
  * live in registers; the L2 prefetch below (PFD) keeps more of them in
  * flight at one register per 32 bytes: 0.0454 ms at 16 x 14336 x 4096
  * fast, 9B tg128 batch 16 fast 11.41 ms against the old plans' 13.08
- * ("Vulkan decode GEMM: the weights into L2 ahead of the stream"), so
- * the host runs this with the prefetch at 9-16 rows in fast mode by
- * default ($LLMEM_VULKAN_DEC, vk_dec_used), the old plans elsewhere.
+ * ("Vulkan decode GEMM: the weights into L2 ahead of the stream"), and
+ * in precise mode with 64-byte segments 0.0540 against 0.0569 ("Vulkan
+ * decode GEMM at 64 rows: row tiles"), so the host runs this with the
+ * prefetch at 9-16 rows by default ($LLMEM_VULKAN_DEC, vk_dec_used), the
+ * old plans elsewhere.
  *
  * Blocking: a workgroup of WG = 32 NSG invocations owns a BM x BN tile of
- * out (BM = 16 FM rows: all rows of a decode step, BN = 16 FN NSG); K is
- * split into slices of k_split (host: vk_dec_plan_make). Needs K % 8 == 0
- * and 16-byte aligned operands.
+ * out (BM = 16 FM rows, BN = 16 FN NSG); K is split into slices of
+ * k_split (host: vk_dec_plan_make). BM is all rows of a decode step, or
+ * (tiles_m > 1, the host's VK_DEC_ROWS) a part of them: the tiles_m
+ * workgroups of one column tile are neighbours in the grid, so they run
+ * together and all but the first read the same weights from L2, each with
+ * fewer registers for its accumulators and activations (64 rows as two
+ * 32-row tiles: docs/benchmarks.md, "Vulkan decode GEMM at 64 rows: row
+ * tiles"). Needs K % 8 == 0 and 16-byte aligned operands.
  *
  * One source for two modules like matmul_cm.comp: GL_NV_cooperative_matrix
  * (compiled at build time) and, with -DKHR, GL_KHR_cooperative_matrix
@@ -236,7 +243,7 @@ uint bf16x2_to_f16x2(uint x)
             }                                                                                     \
             barrier();                                                                            \
             if (APF != 0u && (j) + spc < ns)                                                      \
-                fetch_chunk(ra, k_begin + ((j) + spc) * BK, k_end, l);                            \
+                fetch_chunk(ra, k_begin + ((j) + spc) * BK, k_end, l, m0);                        \
         }                                                                                         \
         [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
             uint e_ = lane + 32u * i;                                                             \
@@ -269,13 +276,13 @@ uint bf16x2_to_f16x2(uint x)
         STAGE_SYNC();                                                                             \
     }
 
-/* This invocation's share of the activations' terms of rows [0, BM), K
- * [kc, kc + KA) into registers r (zeros past M and past k_end); STEP
- * stores them to sa at the chunk's first step. */
-void fetch_chunk(inout uvec4 r[NA], uint kc, uint k_end, uint l)
+/* This invocation's share of the activations' terms of rows [m0, m0 +
+ * BM), K [kc, kc + KA) into registers r (zeros past M and past k_end);
+ * STEP stores them to sa at the chunk's first step. */
+void fetch_chunk(inout uvec4 r[NA], uint kc, uint k_end, uint l, uint m0)
 {
     [[unroll]] for (uint i = 0u; i < NA; i++) {
-        uint e = l + i * WG, t = e / (BM * AV), row = (e / AV) % BM, gk = kc + 8u * (e % AV);
+        uint e = l + i * WG, t = e / (BM * AV), row = m0 + (e / AV) % BM, gk = kc + 8u * (e % AV);
         r[i] = e < NAV && row < p.m && gk < k_end
                    ? ah[(t == 0u ? p.hi_off : p.lo_off) + (row * p.k + gk) / 8u]
                    : uvec4(0u);
@@ -296,7 +303,7 @@ void main()
     if (g >= p.n_groups)
         return;
     uint s = g / p.tiles_mn, t = g % p.tiles_mn;
-    uint n0 = (t / p.tiles_m) * BN;
+    uint n0 = (t / p.tiles_m) * BN, m0 = (t % p.tiles_m) * BM;
     uint k_begin = s * p.k_split, k_end = min(p.k, k_begin + p.k_split);
     uint l = gl_LocalInvocationID.x, sg = l / 32u, lane = l % 32u;
     uint c0 = n0 + sg * SN;   /* this subgroup's first column */
@@ -330,7 +337,7 @@ void main()
     if (DEPTH >= 3u)
         FETCH(r2, 2u)
 #if !PROBE
-    fetch_chunk(ra, k_begin, k_end, l);
+    fetch_chunk(ra, k_begin, k_end, l, m0);
 #endif
     for (uint j = 0u; j < ns; j += DEPTH) {
         STEP(j, r0)
@@ -352,7 +359,7 @@ void main()
         if (px == 0x9e3779b9u && p.m == 0u)
             o[p.o_off] = 0.0;
     }
-    uint base = p.o_off + s * p.slice_stride + (t % p.tiles_m) * BM * p.ldp;
+    uint base = p.o_off + s * p.slice_stride + m0 * p.ldp;
     RAW_EMIT(0u) RAW_EMIT(1u) RAW_EMIT(2u) RAW_EMIT(3u)
     RAW_EMIT(4u) RAW_EMIT(5u) RAW_EMIT(6u) RAW_EMIT(7u)
 }

@@ -4,22 +4,24 @@
  * vk_mm_pick.c vk_dec_plan_make, vk_ops_matmul.c cm_product_as).
  *
  * Without a device (vk_mm_pick.c is compiled in): its plans keep the
- * invariants the shader relies on (one tile of rows covering m, column
+ * invariants the shader relies on (row tiles of the blocking's rows, or
+ * one of all rows, covering m, column
  * tiles covering n, split-K slices of whole K steps covering k, a chunk
  * of whole K steps no longer than a slice, apf exactly when a slice has
  * several chunks, the shared memory within the device's limit) over a
  * grid of shapes at the default blocking and at every blocking the
  * shader takes; two shapes worked by hand; blockings it does not take and
  * shapes outside 1-64 rows are refused; vk_dec_used's row range, and the
- * default (AUTO) taking 9-16 rows in fast mode only.
+ * default (AUTO) taking 9-16 rows in both modes, AUTO_FAST in fast mode only.
  *
  * On a Vulkan device: products at 9, 16, 17, 40 and 64 rows (partial
  * row and column tiles, K not a multiple of the K step, split-K, one and
  * several activation chunks a slice), rows scaled by 2^-60 .. 2^60 and
  * bf16 weights spanning 2^-17 .. 2^10, precise and fast, against float64
  * row by row, at the default blocking ($LLMEM_VULKAN_DEC=1), the old plans
- * ($LLMEM_VULKAN_DEC=0), the default route (AUTO) and three other
- * blockings ($LLMEM_VULKAN_DEC_CFG), with the L2 prefetch at its default,
+ * ($LLMEM_VULKAN_DEC=0), the default route (AUTO), fast mode only (4) and three other
+ * blockings ($LLMEM_VULKAN_DEC_CFG), in 32-row and 16-row tiles
+ * ($LLMEM_VULKAN_DEC_ROWS), with the L2 prefetch at its default,
  * off and at two other settings ($LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG);
  * the prefetch loads only feed a store that never runs, so its products
  * equal those without it bit for bit; and a product whose shapes do not
@@ -53,10 +55,13 @@ static void check_plan(const vk_dec_plan *p, const vk_dec_cfg *c, uint32_t m, ui
     ck_assert_uint_eq(q->fn, c->fn);
     ck_assert_uint_eq(q->bk, c->bk);
     ck_assert_uint_eq(q->stages, c->depth);
-    ck_assert_uint_eq(q->tiles_m, 1);
-    ck_assert_uint_ge(q->bm, m);
-    ck_assert_uint_lt(q->bm - m, 16);
+    /* rows a tile: the blocking's, or all m rounded up to 16 */
+    uint32_t rows = c->rows && c->rows < m ? c->rows : m;
+    ck_assert_uint_ge(q->bm, rows);
+    ck_assert_uint_lt(q->bm - rows, 16);
     ck_assert_uint_eq(q->bm % 16, 0);
+    ck_assert_uint_ge((uint64_t)q->tiles_m * q->bm, m);
+    ck_assert_uint_lt((uint64_t)(q->tiles_m - 1) * q->bm, m);
     ck_assert_uint_eq(q->fm * 16, q->bm);
     ck_assert_uint_eq(q->bn, 16 * c->fn * (c->wg / 32));
     ck_assert_uint_ge((uint64_t)q->tiles_n * q->bn, n);
@@ -80,10 +85,13 @@ START_TEST(test_dec_plan_grid)
 {
     static const uint32_t ns[] = {1, 17, 300, 2048, 4096, 8512, 14336, 16768, 128256};
     static const uint32_t ks[] = {8, 264, 1000, 2048, 4096, 8192, 14336};
-    static const vk_dec_cfg cfgs[] = {{256, 1, 64, 2, 512, 264}, {128, 2, 128, 3, 128, 264},
-                                      {64, 1, 32, 1, 64, 1000},  {256, 2, 64, 3, 1024, 132},
-                                      {128, 2, 64, 3, 128, 264}, {64, 1, 128, 3, 256, 1000},
-                                      {96, 1, 64, 2, 192, 7}};
+    static const vk_dec_cfg cfgs[] = {{256, 1, 64, 2, 512, 264, 0}, {128, 2, 128, 3, 128, 264, 0},
+                                      {64, 1, 32, 1, 64, 1000, 0},  {256, 2, 64, 3, 1024, 132, 0},
+                                      {128, 2, 64, 3, 128, 264, 0}, {64, 1, 128, 3, 256, 1000, 0},
+                                      {96, 1, 64, 2, 192, 7, 0},
+                                      {256, 1, 64, 2, 128, 264, 32},
+                                      {256, 1, 64, 2, 512, 264, 16},
+                                      {128, 2, 64, 3, 256, 528, 48}};
     int planned = 0;
     for (uint32_t split = 1; split <= 2; split++)
         for (uint32_t m = 1; m <= 64; m++)
@@ -98,7 +106,8 @@ START_TEST(test_dec_plan_grid)
                         vk_dec_plan p;
                         bool ok = vk_dec_plan_make(m, ns[ni], ks[ki], split, &c, SMEM, &p);
                         /* refused exactly when not even a chunk of one K step fits */
-                        uint32_t least = split * ceil_div(m, 16) * 16 * (c.bk + 8) * 2 +
+                        uint32_t rows = c.rows && c.rows < m ? c.rows : m;
+                        uint32_t least = split * ceil_div(rows, 16) * 16 * (c.bk + 8) * 2 +
                                          (c.wg / 32) * 16 * c.fn * (c.bk + 8) * 2;
                         ck_assert_msg(ok == (least + 1024 <= SMEM),
                                       "m %u n %u k %u split %u cfg %zu: %s", m, ns[ni], ks[ki],
@@ -109,7 +118,7 @@ START_TEST(test_dec_plan_grid)
                             planned++;
                         }
                     }
-    ck_assert_int_gt(planned, 2 * 64 * 9 * 7 * 4); /* most of them */
+    ck_assert_int_gt(planned, 2 * 64 * 9 * 7 * 6); /* most of them */
 }
 END_TEST
 
@@ -118,7 +127,7 @@ END_TEST
  * 264 workgroups aimed at). */
 START_TEST(test_dec_plan_by_hand)
 {
-    vk_dec_cfg c = {256, 1, 64, 2, 512, 264};
+    vk_dec_cfg c = {256, 1, 64, 2, 512, 264, 0};
     vk_dec_plan p;
     /* 16 x 14336 x 4096, fast: 112 tiles, 264 / 112 = 2.36 -> 2 slices of 2048; the terms
      * 16 x 520 halves (16,640 bytes) + 8 x 16 x 72 halves (18,432) fit: chunks of 512, 4 a
@@ -143,12 +152,37 @@ START_TEST(test_dec_plan_by_hand)
     ck_assert_uint_eq(p.cm.k_split, 384);
     ck_assert_uint_eq(p.ka, 384);
     ck_assert_uint_eq(p.apf, 0);
+    /* 64 x 14336 x 4096 as two 32-row tiles, chunks of 128: 112 x 2 = 224 tiles, 264 / 224 =
+     * 1.18 -> 1 slice of 4096; the terms 32 x 136 halves (8,704 bytes) fast, 17,408 precise */
+    c = (vk_dec_cfg){256, 1, 64, 2, 128, 264, 32};
+    ck_assert(vk_dec_plan_make(64, 14336, 4096, 1, &c, SMEM, &p));
+    ck_assert_uint_eq(p.cm.bm, 32);
+    ck_assert_uint_eq(p.cm.fm, 2);
+    ck_assert_uint_eq(p.cm.tiles_m, 2);
+    ck_assert_uint_eq(p.cm.tiles_n, 112);
+    ck_assert_uint_eq(p.cm.slices, 1);
+    ck_assert_uint_eq(p.cm.k_split, 4096);
+    ck_assert_uint_eq(p.ka, 128);
+    ck_assert_uint_eq(p.apf, 1);
+    /* 40 x 4096 x 14336 in 32-row tiles: 2 (the second of 8 rows) x 32 = 64 tiles, 264 / 64 =
+     * 4.1 -> 4 slices of 3584 */
+    ck_assert(vk_dec_plan_make(40, 4096, 14336, 2, &c, SMEM, &p));
+    ck_assert_uint_eq(p.cm.bm, 32);
+    ck_assert_uint_eq(p.cm.tiles_m, 2);
+    ck_assert_uint_eq(p.cm.tiles_n, 32);
+    ck_assert_uint_eq(p.cm.slices, 4);
+    ck_assert_uint_eq(p.cm.k_split, 3584);
+    /* rows at or above m: one tile of all rows */
+    c.rows = 64;
+    ck_assert(vk_dec_plan_make(40, 4096, 14336, 2, &c, SMEM, &p));
+    ck_assert_uint_eq(p.cm.bm, 48);
+    ck_assert_uint_eq(p.cm.tiles_m, 1);
 }
 END_TEST
 
 START_TEST(test_dec_plan_refused)
 {
-    vk_dec_cfg ok = {256, 1, 64, 2, 512, 264};
+    vk_dec_cfg ok = {256, 1, 64, 2, 512, 264, 0};
     vk_dec_plan p;
     ck_assert(!vk_dec_plan_make(0, 4096, 4096, 1, &ok, SMEM, &p));
     ck_assert(!vk_dec_plan_make(65, 4096, 4096, 1, &ok, SMEM, &p));
@@ -157,10 +191,11 @@ START_TEST(test_dec_plan_refused)
     ck_assert(!vk_dec_plan_make(16, 4096, 4096, 3, &ok, SMEM, &p)); /* split 1 or 2 */
     ck_assert(!vk_dec_plan_make(16, 4096, 4096, 1, &ok, 4096, &p)); /* 4 KiB of shared memory */
     static const vk_dec_cfg bad[] = {
-        {48, 1, 64, 2, 512, 264},  {512, 1, 64, 2, 512, 264}, {100, 1, 64, 2, 512, 264},
-        {256, 3, 64, 2, 512, 264}, {256, 1, 48, 2, 512, 264}, {256, 1, 256, 2, 512, 264},
-        {256, 1, 64, 0, 512, 264}, {256, 1, 64, 4, 512, 264}, {256, 1, 64, 2, 96, 264},
-        {256, 1, 64, 2, 32, 264},  {256, 1, 64, 2, 512, 0}};
+        {48, 1, 64, 2, 512, 264, 0},  {512, 1, 64, 2, 512, 264, 0}, {100, 1, 64, 2, 512, 264, 0},
+        {256, 3, 64, 2, 512, 264, 0}, {256, 1, 48, 2, 512, 264, 0}, {256, 1, 256, 2, 512, 264, 0},
+        {256, 1, 64, 0, 512, 264, 0}, {256, 1, 64, 4, 512, 264, 0}, {256, 1, 64, 2, 96, 264, 0},
+        {256, 1, 64, 2, 32, 264, 0},  {256, 1, 64, 2, 512, 0, 0},   {256, 1, 64, 2, 512, 264, 8},
+        {256, 1, 64, 2, 512, 264, 24}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(!vk_dec_plan_make(16, 4096, 4096, 1, &bad[i], SMEM, &p), "cfg %zu taken", i);
 }
@@ -182,18 +217,27 @@ START_TEST(test_dec_used_rows)
     }
     c = (vk_mm_caps){.coopmat = false, .dec = VK_DEC_KHR};
     ck_assert(!vk_dec_used(&c, 16, 1));
-    /* the default: 9-16 rows, fast mode (one term) only */
+    /* the default: 9-16 rows, both modes; AUTO_FAST: fast mode (one term) only */
     ck_assert_int_eq(VK_DEC_DEFAULT, VK_DEC_AUTO);
     c = (vk_mm_caps){.coopmat = true, .dec = VK_DEC_AUTO};
+    for (uint32_t split = 1; split <= 2; split++) {
+        ck_assert(!vk_dec_used(&c, 8, split));
+        ck_assert(vk_dec_used(&c, 9, split));
+        ck_assert(vk_dec_used(&c, 16, split));
+        ck_assert(!vk_dec_used(&c, 17, split));
+        ck_assert(!vk_dec_used(&c, 64, split));
+    }
+    c.dec = VK_DEC_AUTO_FAST;
     ck_assert(!vk_dec_used(&c, 8, 1));
     ck_assert(vk_dec_used(&c, 9, 1));
     ck_assert(vk_dec_used(&c, 16, 1));
     ck_assert(!vk_dec_used(&c, 17, 1));
-    ck_assert(!vk_dec_used(&c, 64, 1));
     ck_assert(!vk_dec_used(&c, 16, 2));
     ck_assert(!vk_dec_used(&c, 9, 2));
+    c.dec = VK_DEC_AUTO;
     c.coopmat = false;
     ck_assert(!vk_dec_used(&c, 16, 1));
+    ck_assert(!vk_dec_used(&c, 16, 2));
 }
 END_TEST
 
@@ -278,13 +322,16 @@ static void dec_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const c
 
 START_TEST(test_dec_products)
 {
-    /* $LLMEM_VULKAN_DEC, $LLMEM_VULKAN_DEC_CFG (NULL: unset) */
-    static const char *cfgs[][2] = {{"1", NULL},
-                                    {"0", NULL},
-                                    {"3", NULL},
-                                    {"1", "128,2,64,3,128,264"},
-                                    {"1", "64,1,128,3,256,1000"},
-                                    {"1", "64,1,32,1,64,528"}};
+    /* $LLMEM_VULKAN_DEC, $LLMEM_VULKAN_DEC_CFG, $LLMEM_VULKAN_DEC_ROWS (NULL: unset) */
+    static const char *cfgs[][3] = {{"1", NULL, NULL},
+                                    {"0", NULL, NULL},
+                                    {"3", NULL, NULL},
+                                    {"4", NULL, NULL},
+                                    {"1", "128,2,64,3,128,264", NULL},
+                                    {"1", "64,1,128,3,256,1000", NULL},
+                                    {"1", "64,1,32,1,64,528", NULL},
+                                    {"1", NULL, "32"},
+                                    {"1", "256,1,64,2,512,264", "16"}};
     /* m, k, n: partial tiles; K 1000 (not a multiple of 64 or 128: a partial last step);
      * 4096 with several chunks a slice; one slice (K 264) */
     static const int32_t shapes[][3] = {{9, 264, 17},   {16, 1000, 300}, {17, 520, 136},
@@ -293,15 +340,18 @@ START_TEST(test_dec_products)
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
         test_env keep = test_env_save("LLMEM_VULKAN_DEC");
         test_env keep2 = test_env_save("LLMEM_VULKAN_DEC_CFG");
+        test_env keep3 = test_env_save("LLMEM_VULKAN_DEC_ROWS");
         test_env_put("LLMEM_VULKAN_DEC", cfgs[ci][0]);
         test_env_put("LLMEM_VULKAN_DEC_CFG", cfgs[ci][1]);
+        test_env_put("LLMEM_VULKAN_DEC_ROWS", cfgs[ci][2]);
         llmem_backend *vk = open_be("vulkan");
-        char cfg[96];
-        snprintf(cfg, sizeof cfg, "DEC=%s DEC_CFG=%s", cfgs[ci][0],
-                 cfgs[ci][1] ? cfgs[ci][1] : "(unset)");
+        char cfg[128];
+        snprintf(cfg, sizeof cfg, "DEC=%s DEC_CFG=%s DEC_ROWS=%s", cfgs[ci][0],
+                 cfgs[ci][1] ? cfgs[ci][1] : "(unset)", cfgs[ci][2] ? cfgs[ci][2] : "(unset)");
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             dec_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
+        test_env_restore(&keep3);
         test_env_restore(&keep2);
         test_env_restore(&keep);
     }
@@ -310,7 +360,8 @@ END_TEST
 
 /* The L2 prefetch (matmul_dec.comp's PFD, PFL, PFS) changes no bit: each
  * shape's products (precise and fast, at 9-64 rows with DEC=1, so that
- * both split counts run matmul_dec) with it off are the reference for the
+ * both split counts run matmul_dec; with one tile of all rows and 32-row
+ * tiles) with it off are the reference for the
  * same products at the default prefetch and at three other settings (one
  * step ahead with the smallest segments; far ahead with the largest
  * segments; a lag of 8 steps); test_dec_products checks the values
@@ -321,7 +372,10 @@ START_TEST(test_dec_prefetch_identical)
     /* $LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG (NULL: unset, the default) */
     static const char *pfs[][3] = {
         {"0", NULL, NULL}, {NULL, NULL, NULL}, {"1", "1", "16"}, {"16", "2", "128"}, {"4", "8", "64"}};
-    static const int32_t shapes[][3] = {{9, 264, 17}, {16, 1000, 300}, {16, 4096, 72}, {64, 2048, 40}};
+    static const int32_t shapes[][3] = {{9, 264, 17},   {16, 1000, 300}, {16, 4096, 72},
+                                        {64, 2048, 40}, {40, 1024, 96}};
+    /* $LLMEM_VULKAN_DEC_ROWS: one tile of all rows, 32-row tiles */
+    static const char *rows[] = {NULL, "32"};
     enum { NS = sizeof shapes / sizeof shapes[0] };
     float *a[NS], *w[NS], *base[NS], *o[NS];
     for (size_t s = 0; s < NS; s++) {
@@ -335,8 +389,12 @@ START_TEST(test_dec_prefetch_identical)
             w[s][i] = frand(-1, 1);
     }
     test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
+    test_env keep4 = test_env_save("LLMEM_VULKAN_DEC_ROWS");
     test_env_put("LLMEM_VULKAN_DEC", "1");
-    for (size_t pi = 0; pi < sizeof pfs / sizeof pfs[0]; pi++) {
+    enum { NP = sizeof pfs / sizeof pfs[0], NR = sizeof rows / sizeof rows[0] };
+    for (size_t q = 0; q < NR * NP; q++) {
+        size_t ri = q / NP, pi = q % NP;
+        test_env_put("LLMEM_VULKAN_DEC_ROWS", rows[ri]);
         test_env keep1 = test_env_save("LLMEM_VULKAN_DEC_PF");
         test_env keep2 = test_env_save("LLMEM_VULKAN_DEC_PF_LAG");
         test_env keep3 = test_env_save("LLMEM_VULKAN_DEC_PF_SEG");
@@ -350,15 +408,17 @@ START_TEST(test_dec_prefetch_identical)
             run_mm(vk, a[s], w[s], m, k, n, false, out);
             run_mm(vk, a[s], w[s], m, k, n, true, out + (size_t)m * n);
             ck_assert_msg(pi == 0 || memcmp(o[s], base[s], (size_t)2 * m * n * 4) == 0,
-                          "DEC_PF=%s,%s,%s %dx%dx%d: not bit-identical to the prefetch off",
-                          pfs[pi][0] ? pfs[pi][0] : "-", pfs[pi][1] ? pfs[pi][1] : "-",
-                          pfs[pi][2] ? pfs[pi][2] : "-", m, k, n);
+                          "DEC_ROWS=%s DEC_PF=%s,%s,%s %dx%dx%d: not bit-identical to the "
+                          "prefetch off",
+                          rows[ri] ? rows[ri] : "-", pfs[pi][0] ? pfs[pi][0] : "-",
+                          pfs[pi][1] ? pfs[pi][1] : "-", pfs[pi][2] ? pfs[pi][2] : "-", m, k, n);
         }
         llmem_backend_close(vk);
         test_env_restore(&keep3);
         test_env_restore(&keep2);
         test_env_restore(&keep1);
     }
+    test_env_restore(&keep4);
     test_env_restore(&keep0);
     for (size_t s = 0; s < NS; s++)
         free(a[s]), free(w[s]), free(base[s]), free(o[s]);

@@ -43,6 +43,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DEC_PF", dec_pf, 0, 255, NUM),
     K("LLMEM_VULKAN_DEC_PF_LAG", dec_pf_lag, 1, 8, NUM),
     K("LLMEM_VULKAN_DEC_PF_SEG", dec_pf_seg, 16, 128, POW2),
+    K("LLMEM_VULKAN_DEC_ROWS", dec_rows, 0, 64, NUM),
 };
 #undef K
 

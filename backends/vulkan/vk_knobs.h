@@ -40,6 +40,7 @@ typedef struct vk_knobs {
     int32_t dec_pf;         /* LLMEM_VULKAN_DEC_PF: K steps ahead, 0..255 (0 off) */
     int32_t dec_pf_lag;     /* LLMEM_VULKAN_DEC_PF_LAG: steps a burst, 1..8 */
     int32_t dec_pf_seg;     /* LLMEM_VULKAN_DEC_PF_SEG: bytes a touched segment, 16..128, 2^k */
+    int32_t dec_rows;       /* LLMEM_VULKAN_DEC_ROWS: rows a tile, 0..64 (0 all; vk_dec_cfg) */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

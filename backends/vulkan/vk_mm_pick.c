@@ -202,15 +202,18 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
         return false;
     if (c->wg < 64 || c->wg > 256 || c->wg % 32 != 0 || (c->fn != 1 && c->fn != 2) ||
         (c->bk != 32 && c->bk != 64 && c->bk != 128) || c->depth < 1 || c->depth > 3 ||
-        c->ka < c->bk || c->ka % c->bk != 0 || c->groups == 0)
+        c->ka < c->bk || c->ka % c->bk != 0 || c->groups == 0 || c->rows % 16 != 0)
         return false;
+    uint32_t rows = c->rows && c->rows < m ? c->rows : m;
     vk_cm_plan *q = &p->cm;
-    *q = (vk_cm_plan){.sgm = 1, .sgn = c->wg / 32, .fm = (uint32_t)div_up(m, 16), .fn = c->fn,
-                      .bk = c->bk, .stages = c->depth, .tiles_m = 1};
+    *q = (vk_cm_plan){.sgm = 1, .sgn = c->wg / 32, .fm = (uint32_t)div_up(rows, 16),
+                      .fn = c->fn, .bk = c->bk, .stages = c->depth};
     q->bm = 16 * q->fm;
+    q->tiles_m = (uint32_t)div_up(m, q->bm);
     q->bn = 16 * q->fn * q->sgn;
     q->tiles_n = (uint32_t)div_up(n, q->bn);
-    uint64_t tiles = q->tiles_n ? q->tiles_n : 1;
+    uint64_t tiles = (uint64_t)q->tiles_n * q->tiles_m;
+    tiles = tiles ? tiles : 1;
     uint64_t s = (c->groups + tiles / 2) / tiles, most = k / VK_MM_MIN_SLICE;
     s = s > most ? most : s;
     s = s < 1 ? 1 : s;
@@ -227,8 +230,9 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
 
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split)
 {
-    if (c->dec == VK_DEC_AUTO)
-        return c->coopmat && split == 1 && m >= VK_MM_CM_MIN && m <= VK_DEC_AUTO_ROWS;
+    if (c->dec == VK_DEC_AUTO || c->dec == VK_DEC_AUTO_FAST)
+        return c->coopmat && (split == 1 || c->dec == VK_DEC_AUTO) && m >= VK_MM_CM_MIN &&
+               m <= VK_DEC_AUTO_ROWS;
     return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
 }
 

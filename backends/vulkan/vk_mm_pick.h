@@ -330,19 +330,23 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
  * $LLMEM_VULKAN_DEC): OFF the old plans (matmul_cm.comp's, vk_cm_plan_make);
  * KHR its GL_KHR_cooperative_matrix module where the device and the build
  * have it (else its NV one); NV its NV module; AUTO its KHR module at 9 ..
- * VK_DEC_AUTO_ROWS rows in fast mode (one f16 term of the activations)
- * only, the old plans elsewhere (and everywhere without the KHR module). */
+ * VK_DEC_AUTO_ROWS rows in both modes, the old plans elsewhere (and
+ * everywhere without the KHR module); AUTO_FAST the same in fast mode (one
+ * f16 term of the activations) only (AUTO before precise mode took it). */
 #define VK_DEC_OFF 0
 #define VK_DEC_KHR 1
 #define VK_DEC_NV 2
 #define VK_DEC_AUTO 3
+#define VK_DEC_AUTO_FAST 4
 #define VK_DEC_AUTO_ROWS 16
 /* $LLMEM_VULKAN_DEC unset: AUTO. H200, 16 rows fast: matmul_dec with its L2 prefetch
  * (VK_DEC_PF_*) 0.0454 / 0.0431 ms at 16 x 14336 x 4096 / 16 x 4096 x 14336 against the old
- * plans' 0.0558 / 0.0513, 9B tg128 batch 16 11.41 ms against 13.08, 2b 5.70 against 6.12; the
- * prefetch in the old plans, and matmul_dec at 64 rows and in precise mode, were slower, so the
- * old plans stay there (docs/benchmarks.md, "Vulkan decode GEMM: the weights into L2 ahead of
- * the stream") */
+ * plans' 0.0558 / 0.0513, 9B tg128 batch 16 11.41 ms against 13.08, 2b 5.70 against 6.12
+ * (docs/benchmarks.md, "Vulkan decode GEMM: the weights into L2 ahead of the stream"); 16 rows
+ * precise, with 64-byte segments (VK_DEC_PF_SEG_PRECISE): 0.0540 / 0.0493 against 0.0569 /
+ * 0.0527. The prefetch in the old plans, and matmul_dec at 64 rows (one tile of all rows, or
+ * 32- and 16-row tiles sharing the weights through L2: 0.099-0.166 against 0.062-0.067), were
+ * slower, so the old plans stay there ("Vulkan decode GEMM at 64 rows: row tiles") */
 #define VK_DEC_DEFAULT VK_DEC_AUTO
 /* matmul_dec.comp's L2 prefetch (its PFD, PFL, PFS; $LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG):
  * every LAG K steps each subgroup loads 4 bytes of each SEG-byte segment of its weight rows for
@@ -351,19 +355,26 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
 #define VK_DEC_PF_DIST 2
 #define VK_DEC_PF_LAG 2
 #define VK_DEC_PF_SEG 32
+/* ... in precise mode (two terms: twice the activations' registers and multiply-adds): a
+ * touch per 64 bytes, 0.0540 ms at 16 x 14336 x 4096 against 0.0581 with 32 */
+#define VK_DEC_PF_SEG_PRECISE 64
 
 /* The blocking of matmul_dec.comp: workgroups of wg invocations (wg / 32
  * subgroups, each owning 16 fn output columns), weight K steps of bk (32,
  * 64 or 128), depth (1 .. 3) steps of weight loads in flight per
  * subgroup, the activations' terms in shared chunks of ka (a multiple of
- * bk), and split-K aiming at `groups` workgroups in all. */
+ * bk), split-K aiming at `groups` workgroups in all, and the rows split
+ * into tiles of `rows` (0: one tile of all rows; tiles of one column
+ * block run side by side and share its weights through L2). */
 typedef struct vk_dec_cfg {
     uint32_t wg, fn, bk, depth, ka, groups;
+    uint32_t rows; /* rows a tile, a multiple of 16 (0, or m or more: all rows, one tile) */
 } vk_dec_cfg;
 
 /* A plan of matmul_dec.comp: cm as matmul_cm's (sgm 1, sgn wg / 32, fm =
- * ceil(m / 16), bm 16 fm: one tile of rows; bn 16 fn sgn; bk; stages =
- * the depth; tiles, slices, k_split), plus the chunk ka actually used
+ * ceil(min(m, rows) / 16), bm 16 fm, tiles_m ceil(m / bm): one tile of all
+ * rows where cfg rows is 0; bn 16 fn sgn; bk; stages = the depth; tiles,
+ * slices, k_split), plus the chunk ka actually used
  * (at most k_split) and apf (1: a slice has several chunks, the next one
  * is loaded during the current one). */
 typedef struct vk_dec_plan {
@@ -387,14 +398,15 @@ void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c);
 
 /* Plans matmul_dec.comp for out[m, n] = a[m, k] · w[n, k]ᵀ with `split`
  * terms of a and blocking *c into *p (caller-owned; m, n, k in elements):
- * tiles_n = ceil(n / bn) tiles of all m rows; slices = round(groups /
- * tiles), at least 1, at most k / VK_MM_MIN_SLICE; k_split whole K steps;
+ * tiles_n = ceil(n / bn) column tiles of tiles_m row tiles (one of all
+ * m rows where c->rows is 0 or at least m); slices = round(groups /
+ * (tiles_n tiles_m)), at least 1, at most k / VK_MM_MIN_SLICE; k_split whole K steps;
  * ka = min(c->ka, k_split), halved (to whole K steps) while VK_DEC_SMEM
  * and 1 KiB for the driver exceed smem bytes. false (and *p unusable) when
  * m is 0 or above VK_CMP_ROWS, k is 0 or not a multiple of 8, or the
  * blocking is not one the shader takes (wg 64 .. 256 a multiple of 32; fn
  * 1 or 2; bk 32, 64 or 128; depth 1 .. 3; ka a multiple of bk; groups 1
- * or more), or even a chunk of one K step does not fit smem. Pure
+ * or more; rows a multiple of 16), or even a chunk of one K step does not fit smem. Pure
  * (tests/test_vulkan_pick.c). */
 bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const vk_dec_cfg *c,
                       uint32_t smem, vk_dec_plan *p);
@@ -402,7 +414,7 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
 /* Whether matmul_dec.comp runs for m activation rows with `split` f16
  * terms of a (1 fast, 2 precise) on the tensor-core path: c->coopmat, and
  * c->dec KHR or NV with 9 <= m <= VK_CMP_ROWS, or AUTO with 9 <= m <=
- * VK_DEC_AUTO_ROWS and split 1 (the caller also checks vk_mm_pick's
+ * VK_DEC_AUTO_ROWS, or AUTO_FAST with those rows and split 1 (the caller also checks vk_mm_pick's
  * VK_MM_COOPMAT). Pure. */
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split);
 

@@ -80,13 +80,13 @@ void vk_matmul_config(vk_backend *v)
     v->mm.cm_khr = vk_env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&
                    vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
     /* 9-64 rows: matmul_dec.comp (1: its KHR module where the device and the build have it,
-     * else its NV one; 2 its NV module; 3, the default: its KHR module at 9-16 rows in fast
-     * mode, vk_dec_used), 0 the old plans of matmul_cm.comp */
-    uint32_t dec = vk_env_u32("LLMEM_VULKAN_DEC", VK_DEC_DEFAULT, 0, 3);
+     * else its NV one; 2 its NV module; 3, the default: its KHR module at 9-16 rows, 4 the
+     * same in fast mode only, vk_dec_used), 0 the old plans of matmul_cm.comp */
+    uint32_t dec = vk_env_u32("LLMEM_VULKAN_DEC", VK_DEC_DEFAULT, 0, 4);
     bool dec_khr = v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_DEC_KHR].size >= 20;
     if (dec == VK_DEC_KHR && !dec_khr)
         dec = VK_DEC_NV;
-    if (dec == VK_DEC_AUTO && !dec_khr)
+    if ((dec == VK_DEC_AUTO || dec == VK_DEC_AUTO_FAST) && !dec_khr)
         dec = VK_DEC_OFF;
     v->mm.dec = dec;
     /* its blocking for every row count, "WG,FN,BK,DEPTH,KA,GROUPS" (vk_dec_cfg) */
@@ -426,16 +426,18 @@ enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4 };
 
 /* matmul_dec.comp's plan for an [m, k] x [n, k] product with `split`
  * terms (vk_dec_plan_make at $LLMEM_VULKAN_DEC_CFG or the default
- * blocking); false where it does not apply. */
+ * blocking, its row tiles at $LLMEM_VULKAN_DEC_ROWS where set); false
+ * where it does not apply. */
 static bool dec_plan(const vk_backend *v, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
                      vk_dec_plan *dp)
 {
     vk_dec_cfg c;
     const uint32_t *d = v->mm.dec_cfg;
     if (v->mm.dec_cfg_set)
-        c = (vk_dec_cfg){d[0], d[1], d[2], d[3], d[4], d[5]};
+        c = (vk_dec_cfg){d[0], d[1], d[2], d[3], d[4], d[5], 0};
     else
         vk_dec_cfg_default(m, split, &c);
+    c.rows = (uint32_t)VK_KNOB(v, dec_rows, c.rows);
     return vk_dec_used(&v->mm, m, split) && vk_dec_plan_make(m, n, k, split, &c, v->mm.smem, dp);
 }
 
@@ -538,7 +540,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         vk_op_spec(&mm, dp.ka);
         vk_op_spec(&mm, dp.apf);
         /* the L2 prefetch, PFD | PFL << 8 | PFS << 16 (a segment at most a row's step) */
-        uint32_t seg = (uint32_t)VK_KNOB(v, dec_pf_seg, VK_DEC_PF_SEG);
+        uint32_t seg = (uint32_t)VK_KNOB(v, dec_pf_seg,
+                                         tm->split == 2 ? VK_DEC_PF_SEG_PRECISE : VK_DEC_PF_SEG);
         seg = seg < 2 * pl.bk ? seg : 2 * pl.bk;
         vk_op_spec(&mm, (uint32_t)VK_KNOB(v, dec_pf, VK_DEC_PF_DIST) |
                             (uint32_t)VK_KNOB(v, dec_pf_lag, VK_DEC_PF_LAG) << 8 | seg << 16);
