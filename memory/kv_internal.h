@@ -126,9 +126,10 @@ typedef struct kv_cache {
      * the end of its token loop (publish_pages with defer), so the
      * scattered bucket heads can be prefetched a few pages ahead */
     i32vec pub_pending;
-    /* (row entry, page) pairs of the pages kv_reserve took from the free
-     * list, written into the rows in a tight pass of their own after its
-     * attach pass (kv_plan.c rows_write_deferred); empty outside
+    /* (row entry, page) pairs of the one new page each sequence of a
+     * decode step takes, written into the rows at kv_reserve's upload in
+     * a pass of their own (page_rows_write_upload; kv_plan.c
+     * rows_write_deferred); room for 2 * n_seq_max; empty outside
      * kv_reserve (llmem_memory_check). */
     i32vec row_defer;
     const llmem_plan *prep_plan; /* plan the counts are for, or NULL */

@@ -270,15 +270,14 @@ LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *
 }
 
 /* Writes the (row entry, page) pairs the attach pass deferred into the
- * rows (recorded for the next upload), in a loop that does nothing else;
- * for a plan whose index tables read them (several new pages in one
- * sequence), and before a failed reserve releases them. A decode step
- * instead writes them at its upload (page_rows_write_upload). Each
- * sequence's row is a 4 KiB page or more of its own in pages of 1 (it
- * holds ~the sequence's context), and this VM's TLB holds ~2,000 pages:
- * at 4,000 sequences every row store waits for a page walk. The attach
- * pass, ~100 instructions a sequence, kept one or two walks in flight;
- * stores in a tight loop keep the walkers busy. */
+ * rows (recorded for the next upload), before a failed reserve releases
+ * them; a reserve that succeeds writes them at its upload
+ * (page_rows_write_upload). Why they wait: in pages of 1 each sequence's
+ * row is a 4 KiB page or more of its own (it holds ~the sequence's
+ * context), and this VM's TLB holds ~2,000 pages, so at 4,000 sequences
+ * every row store waits for a page walk; the attach pass, ~100
+ * instructions a sequence, kept one or two walks in flight, a loop of
+ * stores keeps the walkers busy. */
 static void rows_write_deferred(kv_cache *kv)
 {
     const int32_t *d = kv->row_defer.v;
@@ -526,10 +525,9 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                    llmem_status_str(st));
         goto fail;
     }
-    /* the new pages' row entries are written after the attach pass (when
-     * the pair list has room: else at once) */
-    bool defer = 2 * total <= INT32_MAX && i32vec_reserve(&kv->row_defer, (int32_t)(2 * total));
-    bool early = false;
+    /* a decode step's new row entries are written at the upload (when the
+     * pair list has room for one a sequence: else at once) */
+    bool defer = nsm <= INT32_MAX / 2 && i32vec_reserve(&kv->row_defer, 2 * nsm);
     kv->row_defer.n = 0;
     /* from here on, reservations live in the page tables; release undoes them */
     attached = true;
@@ -581,17 +579,19 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             /* written in place: its hash no longer describes it */
             kv->pool.hashed[q->pages.v[len0[s] / ps]] = 0;
         }
-        /* build_tables reads a new entry from the row unless it is the
-         * only one and kv->tail holds it (set below): then the deferred
-         * entries must be in the rows before it runs */
-        early = early || need[s] > 1 || (need[s] == 1 && kv->tail[s] >= 0);
-        for (int32_t k = 0; k < need[s]; k++) {
+        /* one new page, which kv->tail then holds (below), so that
+         * build_tables does not read it from the row: its entry waits for
+         * the upload (page_rows_write_upload); a prefill's pages go into
+         * the row at once */
+        if (defer && need[s] == 1 && kv->tail[s] < 0) {
             prev = last;
             last = kv_alloc_page_fast(kv);
-            if (defer) {
-                kv->row_defer.v[kv->row_defer.n++] = q->row + q->pages.n++;
-                kv->row_defer.v[kv->row_defer.n++] = last;
-            } else {
+            kv->row_defer.v[kv->row_defer.n++] = q->row + q->pages.n++;
+            kv->row_defer.v[kv->row_defer.n++] = last;
+        } else {
+            for (int32_t k = 0; k < need[s]; k++) {
+                prev = last;
+                last = kv_alloc_page_fast(kv);
                 kv_pt_set(kv, q, q->pages.n++, last);
             }
         }
@@ -602,8 +602,6 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             kv->tail_at[s] = q->pages.n - 1;
         }
     }
-    if (early)
-        rows_write_deferred(kv);
     st = build_tables(kv, plan, res, len0, count_shift(kv));
     if (st == LLMEM_OK && kv->ib.data.n > 0)
         st = llmem_buffer_upload(kv->idx, (size_t)kv->idx_rows * sizeof(int32_t), kv->ib.data.v,
