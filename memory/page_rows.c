@@ -200,45 +200,6 @@ bool page_rows_pending_in(const page_rows *r, int32_t lo, int32_t hi)
     return false;
 }
 
-/* Queues entries [lo, hi) for flush_runs; uploads at once when the run
- * list cannot grow (after flushing what is queued, so the order is kept). */
-static llmem_status upload_run(page_rows *r, llmem_buffer *buf, int64_t lo, int64_t hi)
-{
-    hi = hi < r->n ? hi : r->n;
-    if (hi <= lo)
-        return LLMEM_OK;
-    size_t off = (size_t)lo * sizeof(int32_t), len = (size_t)(hi - lo) * sizeof(int32_t);
-    if (r->n_runs == r->run_cap) {
-        int32_t cap = r->run_cap ? 2 * r->run_cap : 256;
-        size_t *o = cap > r->run_cap ? realloc(r->run_off, (size_t)cap * sizeof *o) : NULL;
-        if (o)
-            r->run_off = o;
-        size_t *l = o ? realloc(r->run_len, (size_t)cap * sizeof *l) : NULL;
-        if (l)
-            r->run_len = l;
-        if (!o || !l) {
-            llmem_status st = llmem_buffer_upload_ranges(buf, r->v, r->n_runs, r->run_off,
-                                                         r->run_len);
-            r->n_runs = 0;
-            if (st != LLMEM_OK)
-                return st;
-            return llmem_buffer_upload(buf, off, r->v + lo, len);
-        }
-        r->run_cap = cap;
-    }
-    r->run_off[r->n_runs] = off;
-    r->run_len[r->n_runs++] = len;
-    return LLMEM_OK;
-}
-
-/* Uploads the queued runs in one call. */
-static llmem_status flush_runs(page_rows *r, llmem_buffer *buf)
-{
-    llmem_status st = llmem_buffer_upload_ranges(buf, r->v, r->n_runs, r->run_off, r->run_len);
-    r->n_runs = 0;
-    return st;
-}
-
 /* Room for cap runs in run_off / run_len; false when out of host memory
  * (nothing lost). */
 static bool runs_fit(page_rows *r, int32_t cap)
@@ -255,6 +216,38 @@ static bool runs_fit(page_rows *r, int32_t cap)
         return false;
     r->run_cap = cap;
     return true;
+}
+
+/* Queues entries [lo, hi) for flush_runs; uploads at once when the run
+ * list cannot grow (after flushing what is queued, so the order is kept). */
+static llmem_status upload_run(page_rows *r, llmem_buffer *buf, int64_t lo, int64_t hi)
+{
+    hi = hi < r->n ? hi : r->n;
+    if (hi <= lo)
+        return LLMEM_OK;
+    size_t off = (size_t)lo * sizeof(int32_t), len = (size_t)(hi - lo) * sizeof(int32_t);
+    if (r->n_runs == r->run_cap) {
+        int32_t cap = r->run_cap ? 2 * r->run_cap : 256;
+        if (cap <= r->run_cap || !runs_fit(r, cap)) {
+            llmem_status st = llmem_buffer_upload_ranges(buf, r->v, r->n_runs, r->run_off,
+                                                         r->run_len);
+            r->n_runs = 0;
+            if (st != LLMEM_OK)
+                return st;
+            return llmem_buffer_upload(buf, off, r->v + lo, len);
+        }
+    }
+    r->run_off[r->n_runs] = off;
+    r->run_len[r->n_runs++] = len;
+    return LLMEM_OK;
+}
+
+/* Uploads the queued runs in one call. */
+static llmem_status flush_runs(page_rows *r, llmem_buffer *buf)
+{
+    llmem_status st = llmem_buffer_upload_ranges(buf, r->v, r->n_runs, r->run_off, r->run_len);
+    r->n_runs = 0;
+    return st;
 }
 
 llmem_status page_rows_write_upload(page_rows *r, llmem_buffer *buf, const int32_t *pairs,
