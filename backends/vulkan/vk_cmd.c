@@ -387,12 +387,11 @@ static void stage_reset(vk_backend *v)
  * whose own threads need the host's cores. */
 #define SPIN_US_GPU 20000
 
-/* Monotonic time in microseconds. */
-static double now_us(void)
+double vk_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 VkResult vk_fence_wait(vk_backend *v)
@@ -400,12 +399,12 @@ VkResult vk_fence_wait(vk_backend *v)
     bool cpu = v->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     long spin = VK_KNOB(v, spin_us, cpu ? 0 : SPIN_US_GPU);
     if (spin > 0) {
-        double t0 = now_us();
+        double t0 = vk_now_ms();
         do {
             VkResult r = v->vk.vkGetFenceStatus(v->dev, v->fence);
             if (r != VK_NOT_READY)
                 return r; /* signaled, or the device is lost */
-        } while (now_us() - t0 < (double)spin);
+        } while (vk_now_ms() - t0 < (double)spin * 1e-3);
     }
     return v->vk.vkWaitForFences(v->dev, 1, &v->fence, VK_TRUE, UINT64_MAX);
 }

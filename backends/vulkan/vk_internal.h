@@ -420,6 +420,9 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
  * The VkResult of the fence: VK_SUCCESS, or VK_ERROR_DEVICE_LOST and the
  * like from the driver. */
 VkResult vk_fence_wait(vk_backend *v);
+/* The monotonic clock (CLOCK_MONOTONIC) in milliseconds: vk_fence_wait's
+ * polling, vk_steptime.c's host times. */
+double vk_now_ms(void);
 
 /* Makes sure a command buffer is recording. */
 llmem_status vk_cmd_begin(vk_backend *v);

@@ -26,7 +26,6 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "vk_internal.h"
 
@@ -42,13 +41,6 @@ struct vk_steptime {
     uint64_t n;
     double wall, gpu, part[3], submit, wake, host;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static void steptime_free(vk_backend *v, vk_steptime *t)
 {
@@ -115,14 +107,14 @@ const VkCommandBuffer *vk_steptime_submit(vk_backend *v, const VkCommandBuffer *
         cmds = t->wrapped;
         *n_cmds = 2 * 3 + 1;
     }
-    t->t_submit = now_ms();
+    t->t_submit = vk_now_ms();
     return cmds;
 }
 
 void vk_steptime_submitted(vk_backend *v)
 {
     if (v->steptime)
-        v->steptime->t_submitted = now_ms();
+        v->steptime->t_submitted = vk_now_ms();
 }
 
 void vk_steptime_waited(vk_backend *v, bool ok)
@@ -132,7 +124,7 @@ void vk_steptime_waited(vk_backend *v, bool ok)
         return;
     if (!t->timed) /* a download between steps: host time of the next one */
         return;
-    double now = now_ms();
+    double now = vk_now_ms();
     uint64_t q[STAMPS];
     bool read = ok &&
                 v->vk.vkGetQueryPoolResults(v->dev, t->pool, 0, STAMPS, sizeof q, q, sizeof q[0],
