@@ -10,6 +10,8 @@ whose shared memory would pass 47 KiB, or whose consumers do not divide the tile
 out. `ws_list.py flags`: the -DFLAGS=1 entries (dec_build.sh's fl.txt)."""
 import math
 
+from dec_list import old  # matmul_cm.comp's plan
+
 # dec_ws blocking by rows: (WG, FN, BK, DEPTH, NP, KA)
 WS = {
     16: [(256, 1, 64, 2, 4, 256), (256, 1, 64, 3, 4, 256), (256, 1, 32, 4, 4, 512),
@@ -24,15 +26,6 @@ WS = {
 def smem(split, bm, wg, fn, bk, ka):
     bn = 16 * fn * wg // 32
     return split * bm * (ka // 8 + 1) * 16 + 2 * bn * (bk // 8 + 1) * 16
-
-
-def old(m, n, k, split):
-    """matmul_cm.comp's plan (dec_list.py)"""
-    fm = max(1, math.ceil(m / 16))
-    stages = 3 if m <= 16 else 1
-    tiles = math.ceil(n / 128)
-    slices = max(1, min(132 // tiles, k // 256))
-    return f"mcm gemm {m} {n} {k} 256 1 {fm} 1 {split} 64 {stages} {slices} 1"
 
 
 def dec(m, n, k, split, ka, groups, wgs=False):
