@@ -184,11 +184,7 @@ static void repeat_matmul(llmem_backend *vk, const float *a, const float *w, int
 {
     llmem_buffer *ba, *bw, *bw2, *bo;
     llmem_tensor ta = up_f32(vk, &ba, a, 2, m, k, 1);
-    llmem_tensor tw = up_f32(vk, &bw, w, 2, n, k, 1);
-    llmem_tensor tw2 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
-    OK(llmem_buffer_alloc(vk, llmem_tensor_nbytes(&tw2), &bw2));
-    tw2.buf = bw2;
-    OK(llmem_op_copy(vk, &tw, 0, &tw2));
+    llmem_tensor tw2 = up_weight(vk, &bw, &bw2, w, n, k, BF16);
     llmem_tensor to = up_f32(vk, &bo, NULL, 2, m, n, 1);
     for (int r = 0; r < reps; r++) {
         OK(llmem_buffer_fill(bo, 0, (size_t)m * n * 4, 0x7fc00000u));

@@ -1,8 +1,8 @@
 /* Helpers shared by the Vulkan op suites test_vulkan_ops.c and
  * test_vulkan_matmul.c (one suite, split by topic): f32 tensors in
- * buffers of their own, a relative error, random vectors, and a matmul run
- * and compared on two backends. Header-only over support/vk_test.h: each
- * suite is its own program. */
+ * buffers of their own, weights converted on the device, a relative
+ * error, random vectors, and a matmul run and compared on two backends.
+ * Header-only over support/vk_test.h: each suite is its own program. */
 #ifndef LLMEM_TESTS_VK_OPS_TEST_H
 #define LLMEM_TESTS_VK_OPS_TEST_H
 
@@ -53,6 +53,21 @@ static inline float *rand_vec(size_t n, float lo, float hi)
     return v;
 }
 
+/* Weights w [n, k] of dtype wt in a new buffer of be (*keep), converted on
+ * the device from their f32 upload (*keep_f32; llmem_op_copy: exact when w
+ * holds wt's values); the caller frees both buffers. */
+static inline llmem_tensor up_weight(llmem_backend *be, llmem_buffer **keep_f32,
+                                     llmem_buffer **keep, const float *w, int32_t n, int32_t k,
+                                     llmem_dtype wt)
+{
+    llmem_tensor tw = up_f32(be, keep_f32, w, 2, n, k, 1);
+    llmem_tensor t = {NULL, 0, wt, 2, {n, k, 1, 1}};
+    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t), keep));
+    t.buf = *keep;
+    OK(llmem_op_copy(be, &tw, 0, &t));
+    return t;
+}
+
 /* out[m, n] = a[m, k] · w[n, k]ᵀ on be (llmem_op_matmul, or matmul_fast
  * when fast), with w uploaded as f32 and converted to dtype wt on the
  * device (llmem_op_copy: exact when w holds wt's values). */
@@ -61,11 +76,7 @@ static inline void run_matmul(llmem_backend *be, const float *a, const float *w,
 {
     llmem_buffer *ba, *bw, *bw2, *bo;
     llmem_tensor ta = up_f32(be, &ba, a, 2, m, k, 1);
-    llmem_tensor tw = up_f32(be, &bw, w, 2, n, k, 1);
-    llmem_tensor tw2 = {NULL, 0, wt, 2, {n, k, 1, 1}};
-    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&tw2), &bw2));
-    tw2.buf = bw2;
-    OK(llmem_op_copy(be, &tw, 0, &tw2));
+    llmem_tensor tw2 = up_weight(be, &bw, &bw2, w, n, k, wt);
     llmem_tensor to = up_f32(be, &bo, NULL, 2, m, n, 1);
     OK(fast ? llmem_op_matmul_fast(be, &ta, &tw2, &to) : llmem_op_matmul(be, &ta, &tw2, &to));
     get_f32(&to, out);
