@@ -173,6 +173,26 @@ static llmem_status hy_view(llmem_memory *mem, void *res, int32_t il, llmem_view
     return ch->iface->view(ch, ((hy_res *)res)->res[c], h->layer_local[il], view);
 }
 
+/* Every child's fallible device work before any child commits: a child
+ * whose copies fail leaves every child as it was (all or nothing). */
+static llmem_status hy_commit_prepare(llmem_memory *mem, const llmem_plan *plan, void *res,
+                                      int32_t i)
+{
+    hybrid *h = hy_of(mem);
+    hy_res *r = res;
+    for (int32_t c = 0; c < h->n_children; c++) {
+        llmem_memory *ch = h->child[c];
+        llmem_status st = LLMEM_MEMORY_SLOT(ch, commit_prepare)
+                              ? LLMEM_MEMORY_SLOT(ch, commit_prepare)(ch, plan, r->res[c], i)
+                              : LLMEM_OK;
+        if (st != LLMEM_OK)
+            return st;
+    }
+    return LLMEM_OK;
+}
+
+/* After hy_commit_prepare, no child's commit fails (commit_prepare's
+ * contract, memory_impl.h), so none is left half committed. */
 static llmem_status hy_commit(llmem_memory *mem, const llmem_plan *plan, void *res, int32_t i)
 {
     hybrid *h = hy_of(mem);
@@ -302,6 +322,7 @@ static void ranks_get_stats(hybrid *h, llmem_memory_stats *st)
         h->child[c]->iface->get_stats(h->child[c], &s);
         st->bytes_device += s.bytes_device;
         st->snapshot_bytes += s.snapshot_bytes;
+        st->snapshot_copy_failures += s.snapshot_copy_failures;
         st->host_tier_bytes += s.host_tier_bytes;
         st->host_tier_snapshot_bytes += s.host_tier_snapshot_bytes;
         st->prefix_cache_bytes += s.prefix_cache_bytes;
@@ -342,6 +363,7 @@ static void hy_get_stats(llmem_memory *mem, llmem_memory_stats *st)
         st->host_tier_snapshot_hits += s.host_tier_snapshot_hits;
         st->cached_kv_bytes += s.cached_kv_bytes;
         st->snapshot_evictions += s.snapshot_evictions;
+        st->snapshot_copy_failures += s.snapshot_copy_failures;
         if (s.prefix_cache_bytes > st->prefix_cache_bytes) /* shared: one budget */
             st->prefix_cache_bytes = s.prefix_cache_bytes;
         if (s.n_seqs_live > st->n_seqs_live)
@@ -489,6 +511,7 @@ const llmem_memory_i hybrid_iface = {
     .apply = hy_apply,
     .view = hy_view,
     .commit = hy_commit,
+    .commit_prepare = hy_commit_prepare,
     .release = hy_release,
     .seq_rm = hy_seq_rm,
     .seq_cp = hy_seq_cp,

@@ -194,7 +194,13 @@ llmem_status llmem_memory_commit(llmem_memory *mem, llmem_plan *plan, int32_t i)
         return LLMEM_E_INVALID;
     if (plan->n_applied != i + 1 || plan->n_committed != i)
         return LLMEM_E_STATE;
-    llmem_status st = mem->iface->commit(mem, plan, plan->res, i);
+    /* the fallible device work first (all of it, in a composition): a
+     * failure there leaves the memory as it was */
+    llmem_status st = LLMEM_MEMORY_SLOT(mem, commit_prepare)
+                          ? LLMEM_MEMORY_SLOT(mem, commit_prepare)(mem, plan, plan->res, i)
+                          : LLMEM_OK;
+    if (st == LLMEM_OK)
+        st = mem->iface->commit(mem, plan, plan->res, i);
     if (st != LLMEM_OK)
         return st;
     plan->n_committed = i + 1;

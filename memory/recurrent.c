@@ -401,6 +401,7 @@ const llmem_memory_i recurrent_iface = {
     .apply = rs_apply,
     .view = rs_view,
     .commit = rs_commit,
+    .commit_prepare = rs_commit_prepare,
     .release = rs_release,
     .seq_rm = rs_seq_rm,
     .seq_cp = rs_seq_cp,

@@ -103,6 +103,7 @@ typedef struct rs_res {
      * reserved (so no spill of this one evicts what another counted on). */
     i32vec rest_snap, rest_entry;
     bool restored;
+    int32_t prepared; /* the ubatch whose commit_prepare ran last (-1: none) */
 } rs_res;
 
 /* A snapshot: the state after the first `len` tokens of a prefix, in slot
@@ -136,6 +137,7 @@ typedef struct recurrent {
      * children of a hybrid (one LRU, one byte budget with KV pages). */
     host_tier *host;
     int64_t host_restores; /* snapshots copied back from the host tier */
+    int64_t snap_copy_failures; /* commits whose snapshot copies failed (dropped) */
     bool poison;
     rs_layer *layers;
     rs_seq *seqs;     /* [n_seq_max], 64-byte aligned */
@@ -234,6 +236,7 @@ llmem_status rs_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
                                 size_t err_len);
 llmem_status rs_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
 llmem_status rs_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view);
+llmem_status rs_commit_prepare(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
 llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i);
 void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r);
 

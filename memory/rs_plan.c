@@ -104,6 +104,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     if (!res || (!one && !sim) || !len || !from_snap || !i32vec_reserve(&fs, rs->n_free))
         goto out;
     res->cur = -1;
+    res->prepared = -1;
     res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
     if (!res->ub)
         goto out;
@@ -310,9 +311,24 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 rs_hold locb, *hb = one ? &locb : &sim[b];
                 if (one && !one_ubatch_hold(rs, t, room_c, b, hb))
                     goto out;
-                int32_t keep = hb->n > 0 ? hb->v[0] : fs.n > 0 ? fs.v[--fs.n] : -1;
-                for (int32_t i = 1; i < hb->n; i++)
-                    if (!i32vec_push(&pending, hb->v[i]))
+                /* the copy (rs_commit_prepare) goes to a free slot, or
+                 * else to a held checkpoint, never over the state the
+                 * member holds now while another is left: a failed copy,
+                 * or a commit that does not follow it, then leaves every
+                 * state the member holds intact (the quota leaves room for
+                 * one slot more than a trimmed hold) */
+                int32_t at = -1, keep = -1;
+                if (fs.n > 0 && hb->n < rs->quota) {
+                    keep = fs.v[--fs.n];
+                } else {
+                    for (int32_t i = 0; i < hb->n && at < 0; i++)
+                        if (hold_lens(hb)[i] != L)
+                            at = i;
+                    at = at < 0 && hb->n > 0 ? 0 : at;
+                    keep = at >= 0 ? hb->v[at] : -1;
+                }
+                for (int32_t i = 0; i < hb->n; i++)
+                    if (i != at && !i32vec_push(&pending, hb->v[i]))
                         goto out;
                 hb->n = 1;
                 hb->v[0] = keep;
@@ -473,15 +489,26 @@ static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, con
         }
     }
     (void)i;
-    return slot_copy_flush(rs); /* every snapshot copy of the ubatch, one batch */
+    /* every snapshot copy of the ubatch, one batch. A failed one drops the
+     * snapshots it was filling (and those they replaced): cache entries,
+     * like a snapshot that could not be recorded above; the ubatch's own
+     * states, which the copies only read, stand, and so does the commit */
+    if (slot_copy_flush(rs) != LLMEM_OK)
+        rs->snap_copy_failures++;
+    return LLMEM_OK;
 }
 
-llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
+/* The fallible device work of commit i, before the commit changes
+ * anything: stream members take the state their stream computed, one
+ * batch of copies into slots no sequence reads now (simulate picks them),
+ * so a failure, or a commit that does not follow (another child of a
+ * composition failed), leaves the memory as it was. */
+llmem_status rs_commit_prepare(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
 {
     recurrent *rs = rs_of(mem);
-    const rs_ub *t = &((rs_res *)r)->ub[i];
-    const llmem_ubatch *ub = &plan->ubatch[i];
-    /* stream members take the state their stream computed: one batch */
+    rs_res *res = r;
+    const rs_ub *t = &res->ub[i];
+    (void)plan;
     for (int32_t c = 0; c < t->n_change; c++) {
         const rs_change *ch = &t->change[c];
         if (ch->copy_from >= 0) {
@@ -492,9 +519,23 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
             }
         }
     }
-    llmem_status fst = slot_copy_flush(rs);
-    if (fst != LLMEM_OK)
-        return fst;
+    llmem_status st = slot_copy_flush(rs);
+    res->prepared = st == LLMEM_OK ? i : -1;
+    return st;
+}
+
+llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32_t i)
+{
+    recurrent *rs = rs_of(mem);
+    rs_res *res = r;
+    const rs_ub *t = &res->ub[i];
+    const llmem_ubatch *ub = &plan->ubatch[i];
+    if (res->prepared != i) { /* a caller that skipped commit_prepare */
+        llmem_status st = rs_commit_prepare(mem, plan, r, i);
+        if (st != LLMEM_OK)
+            return st;
+    }
+    /* from here on nothing fails but a broken invariant's guard */
     for (int32_t c = 0; c < t->n_change; c++) {
         const rs_change *ch = &t->change[c];
         rs_seq *s = &rs->seqs[ch->seq];
@@ -563,30 +604,44 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
     return publish_snapshots(rs, plan, t, i);
 }
 
+/* Drops `slot`, whose state an uncommitted ubatch overwrote, from the
+ * holdings of the sequence that owns it (if any); never a sequence's
+ * current state when `keep_current`. */
+static void drop_overwritten(recurrent *rs, int32_t slot, bool keep_current)
+{
+    int32_t o = slot >= 0 ? rs->owner[slot] : -1;
+    if (o < 0)
+        return;
+    rs_hold *h = &rs->seqs[o].h;
+    for (int32_t i = 0; i < h->n; i++)
+        if (h->v[i] == slot) {
+            if (keep_current && hold_lens(h)[i] == rs->seqs[o].tokens.n)
+                return;
+            h->v[i] = h->v[h->n - 1];
+            hold_lens(h)[i] = hold_lens(h)[h->n - 1];
+            h->n--;
+            slot_free(rs, slot);
+            return;
+        }
+}
+
 void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
 {
     recurrent *rs = rs_of(mem);
     rs_res *res = r;
-    /* an applied, uncommitted ubatch may have overwritten checkpoints it reused */
+    /* an applied, uncommitted ubatch may have overwritten checkpoints it
+     * reused, and its commit_prepare the checkpoints its stream copies
+     * went to when no slot was free (simulate) */
     if (plan->n_applied > plan->n_committed) {
-        const rs_ub *t = &res->ub[plan->n_applied - 1];
+        int32_t u = plan->n_applied - 1;
+        const rs_ub *t = &res->ub[u];
         int32_t n = t->n_seqs * (1 + t->n_ckpt);
         const int32_t *dst = rs->ib.data.v + t->dst, *ck = rs->ib.data.v + t->ckpt;
-        for (int32_t k = 0; k < n; k++) {
-            int32_t slot = k < t->n_seqs ? dst[k] : ck[k - t->n_seqs];
-            int32_t o = slot >= 0 ? rs->owner[slot] : -1;
-            if (o < 0)
-                continue;
-            rs_hold *h = &rs->seqs[o].h;
-            for (int32_t i = 0; i < h->n; i++)
-                if (h->v[i] == slot) {
-                    h->v[i] = h->v[h->n - 1];
-                    hold_lens(h)[i] = hold_lens(h)[h->n - 1];
-                    h->n--;
-                    slot_free(rs, slot);
-                    break;
-                }
-        }
+        for (int32_t k = 0; k < n; k++)
+            drop_overwritten(rs, k < t->n_seqs ? dst[k] : ck[k - t->n_seqs], false);
+        for (int32_t c = 0; res->prepared == u && c < t->n_change; c++)
+            if (t->change[c].copy_from >= 0)
+                drop_overwritten(rs, t->change[c].new_slot[0], true);
     }
     /* a hit's snapshot is as recent as the pages it was read with, which
      * become cached at their release: a later eviction takes neither first */

@@ -242,6 +242,7 @@ void rs_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     host_tier_usage(rs->host, rs, &st->host_tier_snapshots, &st->host_tier_snapshot_bytes, NULL);
     st->host_tier_snapshot_hits = rs->host_restores;
     st->snapshot_evictions = rs->snap_evictions;
+    st->snapshot_copy_failures = rs->snap_copy_failures;
     st->prefix_cache_bytes = rs->budget ? rs->budget->bytes : 0;
     for (int32_t s = 0; s < mem->n_seq_max; s++)
         st->n_seqs_live += rs->seqs[s].tokens.n > 0;

@@ -21,6 +21,9 @@ typedef struct cpu_backend {
      * llmem_backend_reload_env, not per call (getenv scans the
      * environment): -1 unset */
     int64_t nm_max_k;
+    /* llmem_backend_set_copy_hook (fault injection for tests) */
+    llmem_copy_hook copy_hook;
+    void *copy_hook_ctx;
 } cpu_backend;
 
 typedef struct cpu_buffer {
@@ -218,9 +221,30 @@ static llmem_status cpu_buffer_download(llmem_backend *be, llmem_buffer *src, si
     return LLMEM_OK;
 }
 
+llmem_status llmem_backend_set_copy_hook(llmem_backend *be, llmem_copy_hook hook, void *ctx)
+{
+    if (!be)
+        return LLMEM_E_INVALID;
+    cpu_backend *cpu = be->iface == &cpu_iface ? cpu_from(be) : NULL;
+    if (!cpu)
+        return LLMEM_E_UNSUPPORTED;
+    cpu->copy_hook = hook;
+    cpu->copy_hook_ctx = hook ? ctx : NULL;
+    return LLMEM_OK;
+}
+
+/* The copy hook's verdict on a copy of `bytes` (true: go on). */
+static bool copy_allowed(llmem_backend *be, size_t bytes)
+{
+    cpu_backend *cpu = cpu_from(be);
+    return !cpu->copy_hook || cpu->copy_hook(bytes, cpu->copy_hook_ctx);
+}
+
 static llmem_status cpu_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t dst_offset,
                                     llmem_buffer *src, size_t src_offset, size_t size)
 {
+    if (!copy_allowed(be, size))
+        return LLMEM_E_BACKEND;
     /* The core has rejected overlapping ranges of one buffer. */
     memcpy((char *)dst->host + dst_offset, (const char *)src->host + src_offset, size);
     return LLMEM_OK;
@@ -231,7 +255,11 @@ static llmem_status cpu_buffer_copy(llmem_backend *be, llmem_buffer *dst, size_t
 static llmem_status cpu_buffer_copy_ranges(llmem_backend *be, const llmem_copy_range *ranges,
                                            int32_t n)
 {
-    (void)be;
+    size_t bytes = 0;
+    for (int32_t j = 0; j < n; j++)
+        bytes += ranges[j].size; /* only what the hook is told */
+    if (!copy_allowed(be, bytes))
+        return LLMEM_E_BACKEND;
     for (int32_t j = 0; j < n; j++) {
         const llmem_copy_range *r = &ranges[j];
         if (r->size > 0)

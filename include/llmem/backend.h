@@ -120,6 +120,19 @@ void llmem_backend_list(void (*fn)(const char *line, void *ctx), void *ctx);
 typedef bool (*llmem_alloc_hook)(size_t size, void *ctx);
 void llmem_backend_set_alloc_hook(llmem_backend *be, llmem_alloc_hook hook, void *ctx);
 
+/* Fault injection for tests (the CPU backend only): when set, every
+ * device-to-device copy the backend runs, one call per llmem_buffer_copy
+ * and one per batch of llmem_buffer_copy_ranges (one per range with
+ * LLMEM_COPY_RANGES=0), first calls hook(bytes of the call, ctx) and, when
+ * it returns false, fails with LLMEM_E_BACKEND having written nothing: a
+ * device copy that failed, as a lost GPU reports one. Uploads, downloads
+ * and fills are not hooked. Pass hook NULL to remove it; the caller keeps
+ * ctx alive while it is set. Not thread-safe against copies on be.
+ * Returns LLMEM_OK; LLMEM_E_INVALID (be NULL); LLMEM_E_UNSUPPORTED (be is
+ * not the CPU backend). */
+typedef bool (*llmem_copy_hook)(size_t size, void *ctx);
+llmem_status llmem_backend_set_copy_hook(llmem_backend *be, llmem_copy_hook hook, void *ctx);
+
 /* Allocates a device buffer of `size` bytes (> 0), aligned to at least 256
  * bytes. Contents are undefined. The caller owns it (llmem_buffer_free).
  * Returns LLMEM_OK; LLMEM_E_INVALID (size 0, NULL out); LLMEM_E_NO_MEMORY. */

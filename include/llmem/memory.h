@@ -117,6 +117,10 @@ typedef struct llmem_memory_stats {
     int64_t prefix_cache_bytes;
     int64_t cached_kv_bytes;
     int64_t snapshot_evictions;
+    /* Commits whose snapshot copies the device refused (llmem_buffer_copy_ranges
+     * returned an error): those snapshots were dropped, not published (cache
+     * entries; the commit itself stood). Non-zero means the device failed. */
+    int64_t snapshot_copy_failures;
 } llmem_memory_stats;
 
 /* Plans a batch: validates it, looks up the prefix cache, splits it into
@@ -158,7 +162,14 @@ llmem_status llmem_memory_view(llmem_memory *mem, int32_t il, llmem_view *view);
 /* Records that the forward pass of ubatch i wrote its K/V and states:
  * sequences grow, full pages are published to the prefix cache. Makes no
  * host allocation that can fail it (llmem_memory_plan reserved the room).
- * Returns LLMEM_E_STATE when ubatch i is not the current one. */
+ * All or nothing, in a hybrid across every child: the device copies it
+ * needs (a recurrent memory's state copies to the sequences sharing a
+ * stream) run before anything changes, so a failure leaves the memory as
+ * it was and the ubatch applied (commit again, or release the plan). A
+ * failed snapshot copy only drops that snapshot (a cache entry;
+ * llmem_memory_stats.snapshot_copy_failures). Returns LLMEM_E_INVALID
+ * (NULL argument, wrong plan or index), LLMEM_E_STATE when ubatch i is not
+ * the current one, LLMEM_E_BACKEND (a device copy failed). */
 llmem_status llmem_memory_commit(llmem_memory *mem, llmem_plan *plan, int32_t i);
 
 /* Ends the plan: reservations of ubatches not committed are returned

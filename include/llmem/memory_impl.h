@@ -191,6 +191,18 @@ typedef struct llmem_memory_i {
      * request whose first chunk stops earlier still finds a state. */
     int32_t (*prefix_cut)(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
                           int32_t shared, int32_t *every);
+
+    /* Optional: everything of commit i that can fail (device copies,
+     * e.g. a recurrent memory's stream copies), without changing what the
+     * memory holds or any state a sequence reads; after it returns LLMEM_OK,
+     * commit i cannot fail (but for the guard of a broken invariant). The
+     * core calls it right before commit; a composition calls it on every
+     * child before committing any, so a child whose device work fails
+     * leaves the others uncommitted (all or nothing). A memory must accept
+     * a commit without it (doing that work itself), and a commit_prepare
+     * that no commit follows (the plan is released instead). */
+    llmem_status (*commit_prepare)(llmem_memory *mem, const llmem_plan *plan, void *res,
+                                   int32_t i);
 } llmem_memory_i;
 
 /* Base object; implementations embed it first and call llmem_memory_init. */
