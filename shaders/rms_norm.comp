@@ -11,6 +11,12 @@
  * its REG elements and their weights in registers, all loaded at once, so
  * the row is read once and a workgroup waits for one round of loads
  * instead of cols / WG (the same values in the same order as the loop).
+ * ADD = 2 (vk_sum.c: the product that makes r held its split-K sum back)
+ * reads r as that sum, sum_slices_cm.comp's arithmetic on its raw tiles:
+ * r[row, c] = 2^e_row * (part[part_off + row * ldp + c] + the slices at
+ * slice_stride, added in slice order), e from binding 6, so the same bits
+ * as the sum pass followed by ADD = 1; r itself is never read (the host
+ * takes this path only when out is r: the sum is not needed after).
  * SPLIT = 1 (REG path only; vk_presplit.c) also writes matmul_cm.comp's
  * f16 terms of each output row (presplit.glsl) to binding 4: hi [rows,
  * cols] at word hi_off, lo at lo_off, e [rows] i32 at e_off. */
@@ -27,13 +33,29 @@ layout(binding = 1) readonly buffer W { uint w[]; };
 layout(binding = 2) buffer O { float o[]; };
 layout(binding = 3) readonly buffer R { float r[]; };
 layout(binding = 4) writeonly buffer S { uint s[]; };
+layout(binding = 5) readonly buffer PT { float part[]; };
+layout(binding = 6) readonly buffer PE { int ex[]; };
 
 layout(push_constant) uniform P {
     uint rows, cols, x_off, w_off, o_off;
     float eps;
     uint r_off;
     uint hi_off, lo_off, e_off; /* SPLIT: words of binding 4 */
+    uint ldp, n_slices, slice_stride, part_off, pe_off; /* ADD = 2 */
 } p;
+
+/* the residual r[row, c] (ADD 1: read; ADD 2: the held sum, see above) */
+float resid(uint row, uint c)
+{
+    if (ADD == 2u) {
+        uint at = p.part_off + row * p.ldp + c;
+        float sum = part[at];
+        for (uint k = 1u; k < p.n_slices; k++)
+            sum += part[at + k * p.slice_stride];
+        return ldexp(sum, ex[p.pe_off + row]);
+    }
+    return r[p.r_off + row * p.cols + c];
+}
 
 shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
@@ -54,7 +76,7 @@ void main()
             if (c < p.cols) {
                 v[k] = x[p.x_off + base + c];
                 if (ADD != 0)
-                    v[k] += r[p.r_off + base + c];
+                    v[k] += resid(row, c);
                 if (W_DT != DT_NONE)
                     wv[k] = LOAD_F(w, p.w_off + c, W_DT);
             }
@@ -93,7 +115,7 @@ void main()
     for (uint c = l; c < p.cols; c += WG) {
         float v = x[p.x_off + base + c];
         if (ADD != 0) {
-            v += r[p.r_off + base + c];
+            v += resid(row, c);
             x[p.x_off + base + c] = v;
         }
         ss += v * v;

@@ -10,20 +10,32 @@
  * VEC4 = 1 (the host's choice when n, ldp, slice_stride and both offsets
  * are multiples of 4): one invocation per 4 consecutive columns, moved as
  * 16-byte vectors (one index division per 4 elements instead of one each);
- * the same additions in the same order, so the same bits. */
+ * the same additions in the same order, so the same bits.
+ *
+ * NDST = 1..3 (scalar path only; vk_sum.c, a held sum that took column
+ * copies of its output): each sum also goes to the destinations whose
+ * column range [col0_j, col0_j + cols_j) holds c, at dst_j[dst_off_j +
+ * r * cols_j + c - col0_j] (llmem_op_copy's layout: the same f32 value
+ * the copy would have read from o). */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint VEC4 = 0;
+layout(constant_id = 2) const uint NDST = 0;
 
 layout(binding = 0) readonly buffer S { float part[]; };
 layout(binding = 0) readonly buffer S4 { vec4 part4[]; };
 layout(binding = 1) writeonly buffer O { float o[]; };
 layout(binding = 1) writeonly buffer O4 { vec4 o4[]; };
 layout(binding = 2) readonly buffer E { int ex[]; };
+layout(binding = 3) writeonly buffer D0 { float d0[]; };
+layout(binding = 4) writeonly buffer D1 { float d1[]; };
+layout(binding = 5) writeonly buffer D2 { float d2[]; };
 
 layout(push_constant) uniform P {
     uint m, n, ldp, n_slices, slice_stride;
     uint part_off, o_off, e_off; /* floats, floats, ints */
+    /* NDST: the destinations, first column, columns, offset (floats) */
+    uint c0_0, w_0, d_0, c0_1, w_1, d_1, c0_2, w_2, d_2;
 } p;
 
 void main()
@@ -46,5 +58,12 @@ void main()
     float sum = part[at];
     for (uint s = 1u; s < p.n_slices; s++)
         sum += part[at + s * p.slice_stride];
-    o[p.o_off + i] = ldexp(sum, ex[p.e_off + r]);
+    float val = ldexp(sum, ex[p.e_off + r]);
+    o[p.o_off + i] = val;
+    if (NDST > 0u && c - p.c0_0 < p.w_0)
+        d0[p.d_0 + r * p.w_0 + c - p.c0_0] = val;
+    if (NDST > 1u && c - p.c0_1 < p.w_1)
+        d1[p.d_1 + r * p.w_1 + c - p.c0_1] = val;
+    if (NDST > 2u && c - p.c0_2 < p.w_2)
+        d2[p.d_2 + r * p.w_2 + c - p.c0_2] = val;
 }

@@ -208,7 +208,8 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, wg);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
-    vk_op_spec(&op, r ? 1u : 0u);
+    uint32_t add = r ? 1u : 0u; /* 2: r is a held split-K sum (vk_sum.c), set below */
+    vk_op_spec(&op, add);
     vk_op_spec(&op, reg);
     uint32_t xo = vk_op_tensor(v, &op, x, r != NULL);
     uint32_t wo = vk_op_tensor(v, &op, w, false);
@@ -223,7 +224,12 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, ro);
     uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg);
     vk_op_spec(&op, split);
+    if (r && vk_sum_norm_bind(v, &op, x, r, out, split != 0,
+                              vk_presplit_bytes((uint32_t)rows, (uint32_t)cols)))
+        op.spec[2] = add = 2;
     llmem_status st = vk_op_run(v, &op, (uint64_t)rows);
+    if (add == 2)
+        vk_sum_taken(v);
     if (st == LLMEM_OK && split)
         vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
     return st;
@@ -333,6 +339,10 @@ llmem_status vk_op_argmax(llmem_backend *be, llmem_ct *x, llmem_ct *out)
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst)
 {
     vk_backend *v = vk_from(be);
+    bool taken;
+    llmem_status st = vk_sum_take_copy(v, src, col0, dst, &taken);
+    if (st != LLMEM_OK || taken) /* the held sum of src writes dst too */
+        return st;
     int64_t rows = rows_of(dst), cols = cols_of(dst), n = rows * cols;
     vk_op op;
     vk_op_init(&op, VK_SH_COPY, EW_WG);

@@ -278,13 +278,16 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
 {
     uint32_t m = (uint32_t)a->ne[0], k = (uint32_t)a->ne[1];
     *done = false;
+    llmem_status st = vk_sum_flush_if(v, a); /* a held sum that writes a goes first */
+    if (st != LLMEM_OK)
+        return st;
     if (vk_presplit_take(v, a, m, k)) {
         *t = (cm_terms){v->presplit.terms, m, k, split, (size_t)4 * m * k, true};
         *done = true;
         return LLMEM_OK;
     }
     *t = (cm_terms){NULL, m, k, split, (size_t)split * m * k * 2, false};
-    llmem_status st = vk_buffer_alloc(be, t->terms + (size_t)m * 4, &t->buf);
+    st = vk_buffer_alloc(be, t->terms + (size_t)m * 4, &t->buf);
     if (st != LLMEM_OK) {
         t->buf = NULL;
         return st;
@@ -348,60 +351,6 @@ static uint32_t cm_ctr_first(llmem_backend *be, vk_backend *v, uint64_t tiles)
     return vk_cm_ctr_take(&v->cm_ctr_next, tiles, VK_CM_CTR_SLOTS);
 }
 
-/* The pass after a matmul_cm.comp dispatch that adds its split-K slices
- * (cm_product); kind CM_SUM_NONE when there is none. Owns part. */
-enum { CM_SUM_NONE, CM_SUM_RAW, CM_SUM_SCALED };
-typedef struct cm_sum {
-    int kind;             /* CM_SUM_RAW: sum_slices_cm.comp; CM_SUM_SCALED: sum_slices.comp */
-    llmem_buffer *part;   /* the partial buffer (NULL: none) */
-    llmem_tensor pt, te, out;
-    uint32_t m, n, ldp, slices, pslice;
-} cm_sum;
-
-/* Records the pass *s describes (nothing for CM_SUM_NONE, or when run is
- * false: an earlier failure) and frees its partial buffer. */
-static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool run)
-{
-    llmem_status st = LLMEM_OK;
-    size_t count = (size_t)s->m * s->n;
-    if (run && s->kind == CM_SUM_RAW) {
-        vk_op sum;
-        vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
-        uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
-        uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
-        uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
-        /* prefill rows: 4 columns an invocation as vec4s where everything is
-         * 16-byte aligned ($LLMEM_VULKAN_PF_SUM_VEC=0: one each) */
-        bool vec4 = s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 && s->n % 4 == 0 &&
-                    s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 && o2 % 4 == 0;
-        vk_op_spec(&sum, vec4 ? 1u : 0u);
-        vk_op_u32(&sum, s->m);
-        vk_op_u32(&sum, s->n);
-        vk_op_u32(&sum, s->ldp);
-        vk_op_u32(&sum, s->slices);
-        vk_op_u32(&sum, s->pslice);
-        vk_op_u32(&sum, po);
-        vk_op_u32(&sum, o2);
-        vk_op_u32(&sum, e2);
-        st = vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
-    } else if (run && s->kind == CM_SUM_SCALED) {
-        vk_op sum;
-        vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
-        uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
-        uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
-        vk_op_u32(&sum, (uint32_t)count);
-        vk_op_u32(&sum, s->slices);
-        vk_op_u32(&sum, po);
-        vk_op_u32(&sum, o2);
-        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
-    }
-    if (s->part)
-        vk_buffer_free(be, s->part);
-    s->part = NULL;
-    s->kind = CM_SUM_NONE;
-    return st;
-}
-
 /* out = a · wᵀ on tensor cores from the terms of a (cm_split_run):
  * above 64 rows matmul_cm2.comp (CM_ALLOW_CM2 and vk_cm2_used; blocking
  * of vk_cm2_plan_make; when the partial buffer's offset is not 16-byte
@@ -417,7 +366,7 @@ static llmem_status cm_sum_run(llmem_backend *be, vk_backend *v, cm_sum *s, bool
  * partial buffer, slices added and rows scaled there), or nothing
  * (VK_CM_RAW_FUSED where K is split: the last slice of each tile sums in
  * matmul_cm.comp). With later non-NULL that pass is not recorded but
- * described in *later (caller-owned; it records it with cm_sum_run once
+ * described in *later (caller-owned; it records it with vk_cm_sum_run once
  * it has recorded other independent work, which may then run beside this
  * product); tm->buf must stay allocated until then. *done says whether it
  * ran; it does not when w's offset is not 16-byte aligned (the caller
@@ -442,7 +391,7 @@ static bool dec_plan(const vk_backend *v, uint32_t m, uint32_t n, uint32_t k, ui
 }
 
 static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
-                                  llmem_ct *out, cm_sum *later, int allow, bool *done)
+                                  llmem_ct *out, vk_cm_sum *later, int allow, bool *done)
 {
     uint32_t m = tm->m, k = tm->k, n = (uint32_t)w->ne[0];
     *done = false;
@@ -508,13 +457,13 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         }
     }
     bool fused = raw && ctr != UINT32_MAX;
-    cm_sum sum = {CM_SUM_NONE, part, {0}, {0}, *out, m, n, ldp, pl.slices, (uint32_t)pslice};
+    vk_cm_sum sum = {VK_SUM_NONE, part, {0}, {0}, *out, m, n, ldp, pl.slices, (uint32_t)pslice};
     sum.te = llmem_tensor_1d(tm->buf, tm->terms, LLMEM_DTYPE_I32, m);
     sum.pt = part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)(pl.slices * pslice)) : *out;
     if (raw && !fused)
-        sum.kind = CM_SUM_RAW;
+        sum.kind = VK_SUM_RAW;
     else if (part && !raw)
-        sum.kind = CM_SUM_SCALED;
+        sum.kind = VK_SUM_SCALED;
     llmem_tensor th = llmem_tensor_1d(tm->buf, 0, LLMEM_DTYPE_F32, (int64_t)(tm->terms / 4));
     vk_op mm;
     if (cm2)
@@ -561,12 +510,12 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
      * fresh 256-byte aligned allocation, so its check never fails in practice) */
     if (cm2 && oo % 4 != 0) { /* its tensor stores want a 16-byte aligned base: matmul_cmp */
         vk_op_run(v, &mm, 0);
-        cm_sum_run(be, v, &sum, false);
+        vk_cm_sum_run(be, v, &sum, false);
         return cm_product_as(be, v, tm, w, out, later, allow & ~CM_ALLOW_CM2, done);
     }
     if (wo % 8 != 0 || ho % 4 != 0 || (fused && oo % 4 != 0)) {
         vk_op_run(v, &mm, 0); /* gives temporaries back */
-        cm_sum_run(be, v, &sum, false);
+        vk_cm_sum_run(be, v, &sum, false);
         return LLMEM_OK; /* not done: the next path */
     }
     vk_op_u32(&mm, m);
@@ -591,7 +540,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         *done = true;
         return LLMEM_OK;
     }
-    llmem_status st2 = cm_sum_run(be, v, &sum, st == LLMEM_OK);
+    llmem_status st2 = vk_cm_sum_run(be, v, &sum, st == LLMEM_OK);
     if (st == LLMEM_OK)
         st = st2;
     *done = st == LLMEM_OK;
@@ -600,7 +549,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
 
 /* cm_product_as with matmul_cmp.comp allowed. */
 static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
-                               llmem_ct *out, cm_sum *later, bool *done)
+                               llmem_ct *out, vk_cm_sum *later, bool *done)
 {
     return cm_product_as(be, v, tm, w, out, later, CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2,
                          done);
@@ -618,7 +567,16 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     llmem_status st = cm_split_run(be, v, a, split, &t, done);
     if (st != LLMEM_OK || !*done)
         return st;
-    st = cm_product(be, v, &t, w, out, NULL, done);
+    /* the sum pass comes back (later) so that it may be held for the op
+     * that reads out (vk_sum_hold, with the exponents' buffer when ours) */
+    vk_cm_sum sum = {.kind = VK_SUM_NONE};
+    st = cm_product(be, v, &t, w, out, &sum, done);
+    if (st == LLMEM_OK && *done && vk_sum_hold(be, v, &sum, t.borrowed ? NULL : t.buf))
+        t.buf = NULL; /* the hold frees it */
+    else
+        st = vk_cm_sum_run(be, v, &sum, st == LLMEM_OK);
+    if (st != LLMEM_OK)
+        *done = false;
     cm_terms_free(be, &t);
     return st;
 }
@@ -742,12 +700,12 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
         cm_terms t;
         st = cm_split_run(be, v, a, 2, &t, &done);
         if (st == LLMEM_OK && done) {
-            cm_sum sg = {.kind = CM_SUM_NONE}, su = {.kind = CM_SUM_NONE};
+            vk_cm_sum sg = {.kind = VK_SUM_NONE}, su = {.kind = VK_SUM_NONE};
             st = cm_product(be, v, &t, gate, &g, &sg, &g_done);
             if (st == LLMEM_OK)
                 st = cm_product(be, v, &t, up, &u, &su, &u_done);
-            llmem_status s1 = cm_sum_run(be, v, &sg, st == LLMEM_OK);
-            llmem_status s2 = cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
+            llmem_status s1 = vk_cm_sum_run(be, v, &sg, st == LLMEM_OK);
+            llmem_status s2 = vk_cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
             st = st != LLMEM_OK ? st : s1 != LLMEM_OK ? s1 : s2;
             cm_terms_free(be, &t);
         }

@@ -510,7 +510,8 @@ llmem_status vk_nm_conv_take(vk_backend *v, const llmem_view *view, int32_t stat
 
 llmem_status vk_held_flush(vk_backend *v)
 {
-    llmem_status st = vk_rope_flush(v);
+    llmem_status st = vk_sum_flush(v);
+    st = st != LLMEM_OK ? st : vk_rope_flush(v);
     st = st != LLMEM_OK ? st : vk_nm_conv_flush(v);
     return st != LLMEM_OK ? st : vk_conv_fold_flush(v);
 }

@@ -391,6 +391,7 @@ static void vk_destroy(llmem_backend *be)
             vk_buffer_free(be, v->cm_ctr);
         if (v->argmax_part)
             vk_buffer_free(be, v->argmax_part);
+        vk_sum_finish(v);
         vk_rope_finish(v);
         vk_nm_conv_finish(v);
         vk_conv_fold_finish(be, v);

@@ -1,0 +1,237 @@
+/* llmem Vulkan backend: the split-K sum after a tensor-core product, and
+ * that sum held back for the op that reads the product (issue 12, the
+ * batched decode step).
+ *
+ * At 9-64 rows every product (matmul_dec.comp / matmul_cm.comp, raw
+ * tiles) is followed by sum_slices_cm.comp, which adds its K slices and
+ * scales each row by its 2^e: 167 small dispatches a 9B Bamba step, each
+ * behind a barrier, and after in_proj three column copies of z, xBC and
+ * dt (87 more). With $LLMEM_VULKAN_SUM_HOLD that sum is held (not
+ * recorded) when the product is recorded; the next op either reads it or
+ * records it first:
+ *   - bit 0: llmem_op_copy of f32 columns of the product's output (the
+ *     Mamba-2 split of in_proj's output): the held pass writes those
+ *     columns to the copy's destination too (sum_slices_cm.comp NDST), up
+ *     to three copies, and the copies record nothing;
+ *   - bit 1: llmem_op_add_rms_norm(x, r = the output, out = r) (the
+ *     residual add of out_proj, down and o_proj): rms_norm.comp adds the
+ *     raw tiles itself (ADD 2) and the pass is never recorded.
+ * Both compute each value as the pass does (the slices added in slice
+ * order, then 2^e; a copy moves the bits), so the results are bit for bit
+ * those of the pass and the op. Anything else that records a command
+ * first records the held pass (vk_held_flush from vk_cmd_track,
+ * vk_cmd_flush, vk_cmd_queue_graph, vk_record_end), so every command stays
+ * in the order the ops were called. The reference for the arithmetic is
+ * sum_slices_cm.comp's own header; the hold follows the conv fold's
+ * pattern (vk_ops_mamba.c).
+ */
+#include <stdlib.h>
+
+#include "vk_internal.h"
+
+#define SUM_WG 256
+#define SUM_DST_MAX 3 /* sum_slices_cm.comp's NDST */
+
+struct vk_sum_hold {
+    llmem_backend *be;
+    vk_cm_sum s;
+    llmem_buffer *terms; /* the exponents' buffer when the hold frees it */
+    uint32_t n_dst;
+    llmem_tensor dst[SUM_DST_MAX];
+    uint32_t c0[SUM_DST_MAX];
+};
+typedef struct vk_sum_hold sum_held;
+
+/* Records sum_slices_cm.comp for s (VK_SUM_RAW) with n_dst column
+ * destinations. */
+static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
+                             const llmem_tensor *dst, const uint32_t *c0)
+{
+    size_t count = (size_t)s->m * s->n;
+    vk_op sum;
+    vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
+    uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
+    uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
+    uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
+    /* prefill rows: 4 columns an invocation as vec4s where everything is
+     * 16-byte aligned ($LLMEM_VULKAN_PF_SUM_VEC=0: one each) */
+    bool vec4 = n_dst == 0 && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
+                s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
+                o2 % 4 == 0;
+    vk_op_spec(&sum, vec4 ? 1u : 0u);
+    vk_op_spec(&sum, n_dst);
+    vk_op_u32(&sum, s->m);
+    vk_op_u32(&sum, s->n);
+    vk_op_u32(&sum, s->ldp);
+    vk_op_u32(&sum, s->slices);
+    vk_op_u32(&sum, s->pslice);
+    vk_op_u32(&sum, po);
+    vk_op_u32(&sum, o2);
+    vk_op_u32(&sum, e2);
+    for (uint32_t j = 0; j < SUM_DST_MAX; j++) {
+        uint32_t d = j < n_dst ? vk_op_tensor(v, &sum, &dst[j], true) : 0;
+        if (j >= n_dst)
+            vk_op_dummy(v, &sum);
+        vk_op_u32(&sum, j < n_dst ? c0[j] : 0);
+        vk_op_u32(&sum, j < n_dst ? (uint32_t)dst[j].ne[1] : 0);
+        vk_op_u32(&sum, d);
+    }
+    return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
+}
+
+llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run)
+{
+    llmem_status st = LLMEM_OK;
+    size_t count = (size_t)s->m * s->n;
+    if (run && s->kind == VK_SUM_RAW) {
+        st = raw_pass(v, s, 0, NULL, NULL);
+    } else if (run && s->kind == VK_SUM_SCALED) {
+        vk_op sum;
+        vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
+        uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
+        uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
+        vk_op_u32(&sum, (uint32_t)count);
+        vk_op_u32(&sum, s->slices);
+        vk_op_u32(&sum, po);
+        vk_op_u32(&sum, o2);
+        st = vk_op_run(v, &sum, vk_div_up(count, SUM_WG));
+    }
+    if (s->part)
+        vk_buffer_free(be, s->part);
+    s->part = NULL;
+    s->kind = VK_SUM_NONE;
+    return st;
+}
+
+/* Whether byte ranges of t and u share a buffer and overlap. */
+static bool overlap(const llmem_tensor *t, const llmem_tensor *u)
+{
+    if (t->buf != u->buf)
+        return false;
+    size_t te = t->offset + llmem_tensor_nbytes(t), ue = u->offset + llmem_tensor_nbytes(u);
+    return t->offset < ue && u->offset < te;
+}
+
+/* Whether t is exactly the held output: the same buffer, offset and
+ * [m, n] f32 shape. */
+static bool is_out(const sum_held *h, const llmem_tensor *t)
+{
+    const llmem_tensor *o = &h->s.out;
+    return t->buf == o->buf && t->offset == o->offset && t->dtype == LLMEM_DTYPE_F32 &&
+           t->n_dims == 2 && t->ne[0] == o->ne[0] && t->ne[1] == o->ne[1];
+}
+
+/* Whether t overlaps anything the held pass reads or writes. */
+static bool touches(const sum_held *h, const llmem_tensor *t)
+{
+    if (overlap(t, &h->s.out) || overlap(t, &h->s.pt) || overlap(t, &h->s.te))
+        return true;
+    for (uint32_t j = 0; j < h->n_dst; j++)
+        if (overlap(t, &h->dst[j]))
+            return true;
+    return false;
+}
+
+/* Frees what the hold owns and empties it. */
+static void hold_clear(sum_held *h)
+{
+    if (h->s.part)
+        vk_buffer_free(h->be, h->s.part);
+    if (h->terms)
+        vk_buffer_free(h->be, h->terms);
+    h->s.part = NULL;
+    h->terms = NULL;
+    h->s.kind = VK_SUM_NONE;
+    h->n_dst = 0;
+}
+
+bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)
+{
+    long mode = VK_KNOB(v, sum_hold, VK_SUM_HOLD_DEFAULT);
+    if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX || s->m > VK_PRESPLIT_ROWS ||
+        s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
+        return false;
+    if (!v->sumh && !(v->sumh = calloc(1, sizeof *v->sumh)))
+        return false;
+    sum_held *h = v->sumh;
+    *h = (sum_held){.be = be, .s = *s, .terms = terms};
+    s->part = NULL;
+    s->kind = VK_SUM_NONE;
+    v->sum_pending = true;
+    return true;
+}
+
+llmem_status vk_sum_flush(vk_backend *v)
+{
+    if (!v->sum_pending)
+        return LLMEM_OK;
+    sum_held *h = v->sumh;
+    v->sum_pending = false; /* first: recording it tracks, which calls back here */
+    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0);
+    hold_clear(h);
+    return st;
+}
+
+llmem_status vk_sum_flush_if(vk_backend *v, const llmem_tensor *t)
+{
+    return v->sum_pending && touches(v->sumh, t) ? vk_sum_flush(v) : LLMEM_OK;
+}
+
+llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_ct *dst,
+                              bool *taken)
+{
+    *taken = false;
+    if (!v->sum_pending)
+        return LLMEM_OK;
+    sum_held *h = v->sumh;
+    if (!(VK_KNOB(v, sum_hold, VK_SUM_HOLD_DEFAULT) & 1) || h->n_dst >= SUM_DST_MAX ||
+        !is_out(h, src) || dst->dtype != LLMEM_DTYPE_F32 || dst->n_dims != 2 ||
+        dst->ne[0] != src->ne[0] || dst->ne[1] < 1 || col0 < 0 ||
+        (int64_t)col0 + dst->ne[1] > src->ne[1] || touches(h, dst))
+        return vk_sum_flush(v);
+    h->dst[h->n_dst] = *dst;
+    h->c0[h->n_dst++] = (uint32_t)col0;
+    *taken = true;
+    return LLMEM_OK;
+}
+
+bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
+                      bool split, size_t split_bytes)
+{
+    if (!v->sum_pending)
+        return false;
+    sum_held *h = v->sumh;
+    if (!(VK_KNOB(v, sum_hold, VK_SUM_HOLD_DEFAULT) & 2) || h->n_dst != 0 || !is_out(h, r) ||
+        !is_out(h, out) || touches(h, x))
+        return false;
+    /* the norm's terms ([0, split_bytes) of the presplit buffer) must not
+     * reach the exponents the norm reads: rows' own e_r (same k) is read
+     * before it is written, a different k must keep clear of it */
+    if (split && h->s.te.buf == v->presplit.terms && h->s.te.offset < split_bytes &&
+        h->s.te.offset != split_bytes - (size_t)4 * h->s.m)
+        return false;
+    uint32_t po = vk_op_tensor(v, op, &h->s.pt, false);
+    uint32_t eo = vk_op_tensor(v, op, &h->s.te, false);
+    vk_op_u32(op, h->s.ldp);
+    vk_op_u32(op, h->s.slices);
+    vk_op_u32(op, h->s.pslice);
+    vk_op_u32(op, po);
+    vk_op_u32(op, eo);
+    /* taken: the norm's own recording must not record the pass (its
+     * buffers stay with the hold until vk_sum_taken) */
+    v->sum_pending = false;
+    return true;
+}
+
+void vk_sum_taken(vk_backend *v)
+{
+    v->sum_pending = false;
+    hold_clear(v->sumh);
+}
+
+void vk_sum_finish(vk_backend *v)
+{
+    vk_sum_flush(v); /* recorded; vk_cmd_finish submits it */
+    free(v->sumh);
+    v->sumh = NULL;
+}
