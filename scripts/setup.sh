@@ -20,6 +20,7 @@ LLMEM_PACKAGES=(
   check libsubunit-dev libcjson-dev libxxhash-dev libpcre2-dev libutf8proc-dev
   libmicrohttpd-dev
   libvulkan-dev libvulkan-volk-dev glslang-tools mesa-vulkan-drivers vulkan-validationlayers
+  spirv-tools
   clang libclang-rt-14-dev
   python3 python3-venv
 )

@@ -66,3 +66,17 @@ set_tests_properties(layers PROPERTIES LABELS "core")
 if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
   include(${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz.cmake)
 endif()
+
+# 5. tests/test_vulkan_spirv.c reads the modules the vulkan plugin embeds
+#    (its generated vk_shaders.c) when the plugin is built.
+if(TARGET llmem-vulkan AND TARGET test_vulkan_spirv)
+  target_include_directories(test_vulkan_spirv PRIVATE ${CMAKE_BINARY_DIR}/backends/vulkan/generated)
+  target_compile_definitions(test_vulkan_spirv PRIVATE LLMEM_VK_SHADERS=1)
+  add_dependencies(test_vulkan_spirv llmem_vulkan_spirv)
+endif()
+find_package(Python3 COMPONENTS Interpreter)
+if(TARGET test_vulkan_spirv AND Python3_FOUND)
+  add_test(NAME spirv_oracle COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/spirv_oracle.py
+    $<TARGET_FILE:test_vulkan_spirv>)
+  set_tests_properties(spirv_oracle PROPERTIES LABELS "core;vulkan" SKIP_RETURN_CODE 77)
+endif()

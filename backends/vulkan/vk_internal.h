@@ -23,12 +23,11 @@
 #include "vk_cm2.h"
 #include "vk_knobs.h"
 #include "vk_mm_pick.h"
+#include "vk_spirv.h"
 #include "vk_shader_ids.h"
 
 #define VK_NM_PF_MAX 1024 /* weights whose successor vk_ops_norm_matmul.c remembers */
-#define VK_MAX_BINDINGS 12  /* storage buffers of the one descriptor set layout */
-#define VK_MAX_SPEC 12      /* specialization constants per pipeline */
-#define VK_MAX_PUSH 128     /* bytes of push constants (the guaranteed minimum) */
+/* VK_MAX_BINDINGS, VK_MAX_SPEC, VK_MAX_PUSH: vk_spirv.h */
 #define VK_ALIGN 256        /* alignment of every sub-allocation (bytes) */
 
 /* ---- sub-allocator (vk_alloc.c) ---------------------------------------------------- */
@@ -231,6 +230,9 @@ typedef struct vk_backend {
     VkDescriptorPool *desc_pools;
     uint32_t n_desc_pools, cur_desc_pool;
     VkShaderModule modules[VK_SH_COUNT];
+    /* a dispatch of the shader was refused for asking more arguments than
+     * the layout takes: reported on stderr once (vk_op.c) */
+    bool args_reported[VK_SH_COUNT];
     vk_pipeline *pipes;
     uint32_t n_pipes, cap_pipes;
     vk_access *acc; /* accesses since the last barrier */
@@ -481,7 +483,15 @@ typedef struct vk_op {
     vk_access acc[VK_MAX_BINDINGS];
     uint32_t n_push;
     uint32_t push[VK_MAX_PUSH / 4];
-    bool bad; /* a tensor too large for one binding */
+    /* what the op's code tried to add, counted past the limits: a dispatch
+     * that asked for more is refused with the counts (vk_op_args_check) */
+    vk_op_asked asked;
+    /* a binding could not be made (refused at dispatch): a tensor larger
+     * than maxStorageBufferRange (bad_range, its bytes), or a temporary for
+     * a binding that crosses chunks, or too many chunks; or too many
+     * arguments (asked) */
+    bool bad;
+    VkDeviceSize bad_range;
     /* Ranges that cross a chunk boundary, bound through a contiguous
      * temporary: copied in before the dispatch, and out after it when the
      * op writes them (vk_op.c). */

@@ -26,10 +26,12 @@ void vk_op_init(vk_op *op, vk_shader_id shader, uint32_t wg)
     memset(op, 0, sizeof *op);
     op->shader = shader;
     op->spec[op->n_spec++] = wg;
+    op->asked.n_spec = 1;
 }
 
 void vk_op_spec(vk_op *op, uint32_t value)
 {
+    op->asked.n_spec++;
     if (op->n_spec < VK_MAX_SPEC)
         op->spec[op->n_spec++] = value;
     else
@@ -38,6 +40,7 @@ void vk_op_spec(vk_op *op, uint32_t value)
 
 void vk_op_u32(vk_op *op, uint32_t value)
 {
+    op->asked.push_bytes += 4;
     if (op->n_push < VK_MAX_PUSH / 4)
         op->push[op->n_push++] = value;
     else
@@ -58,6 +61,9 @@ void vk_op_f32(vk_op *op, float value)
 
 static void op_bind(vk_backend *v, vk_op *op, VkBuffer buf, VkDeviceSize offset, VkDeviceSize range)
 {
+    op->asked.n_bind++;
+    if (range > v->max_range && range > op->bad_range)
+        op->bad_range = range;
     if (op->n_bind >= VK_MAX_BINDINGS || range > v->max_range) {
         op->bad = true;
         return;
@@ -226,6 +232,19 @@ void vk_op_stage(vk_backend *v, vk_op *op, const vk_stage_ref *s, VkDeviceSize s
     op_bind(v, op, s->buf, s->offset, (size + 3) / 4 * 4);
 }
 
+/* Refuses a dispatch whose arguments overflow the layout (vk_op_args_check):
+ * llmem's bug, the same on every device, so loud: on stderr (once per
+ * shader) as well as in $LLMEM_VULKAN_LOG. */
+static llmem_status args_refuse(vk_backend *v, const vk_op *op, const char *why)
+{
+    if (!v->args_reported[op->shader]) {
+        v->args_reported[op->shader] = true;
+        fprintf(stderr, "vulkan: %s\n", why);
+    }
+    vk_log(v, "%s", why);
+    return LLMEM_E_INVALID;
+}
+
 static llmem_status pipeline_get(vk_backend *v, const vk_op *op, VkPipeline *out)
 {
     for (uint32_t i = 0; i < v->n_pipes; i++) {
@@ -250,6 +269,17 @@ static llmem_status pipeline_get(vk_backend *v, const vk_op *op, VkPipeline *out
     }
     if (!vk_grow((void **)&v->pipes, &v->cap_pipes, v->n_pipes, sizeof *v->pipes))
         return LLMEM_E_NO_MEMORY;
+    /* what the module declares, checked before the driver sees it: a
+     * specialization constant id or a push-constant block beyond the
+     * layout is llmem's bug, on any device (vk_spirv.c) */
+    vk_spirv_info info;
+    char why[256];
+    const vk_shader_code *sc = &vk_shader_codes[op->shader];
+    if (!vk_spirv_inspect(sc->code, sc->size, &info, why, sizeof why)) {
+        vk_log(v, "pipeline %s: %s", sc->name, why);
+    } else if (vk_op_args_check(sc->name, &info, &op->asked, why, sizeof why) != LLMEM_OK) {
+        return args_refuse(v, op, why);
+    }
     VkSpecializationMapEntry map[VK_MAX_SPEC];
     for (uint32_t i = 0; i < op->n_spec; i++)
         map[i] = (VkSpecializationMapEntry){i, i * 4, 4};
@@ -348,9 +378,19 @@ static llmem_status op_dispatch(vk_backend *v, vk_op *op, uint64_t n_groups)
 {
     if (v->error != LLMEM_OK)
         return v->error;
+    const char *name = vk_shader_codes[op->shader].name;
+    char why[256];
+    if (vk_op_args_check(name, NULL, &op->asked, why, sizeof why) != LLMEM_OK)
+        return args_refuse(v, op, why);
     if (op->bad) {
-        vk_log(v, "%s: a tensor exceeds maxStorageBufferRange (%llu bytes) or too many arguments",
-               vk_shader_codes[op->shader].name, (unsigned long long)v->max_range);
+        if (op->bad_range)
+            vk_log(v, "shader %s: a binding of %llu bytes exceeds this device's "
+                      "maxStorageBufferRange (%llu bytes)",
+                   name, (unsigned long long)op->bad_range, (unsigned long long)v->max_range);
+        else
+            vk_log(v, "shader %s: a binding could not be made (a temporary for a tensor that "
+                      "crosses chunks, or a buffer of more chunks than the shader takes)",
+                   name);
         return LLMEM_E_UNSUPPORTED;
     }
     if (n_groups == 0)
