@@ -74,4 +74,5 @@ endforeach()
 # the request parser of `llmem serve` is CLI code, not the library's
 llmem_add_fuzzer(fuzz_serve_api ${CMAKE_CURRENT_SOURCE_DIR}/fuzz/fuzz_serve_api.c
   ${CMAKE_SOURCE_DIR}/examples/cli/serve_api.c ${CMAKE_SOURCE_DIR}/examples/cli/serve_text.c
-  ${CMAKE_SOURCE_DIR}/examples/cli/engine.c ${CMAKE_SOURCE_DIR}/examples/cli/prefix_probe.c)
+  ${CMAKE_SOURCE_DIR}/examples/cli/engine.c ${CMAKE_SOURCE_DIR}/examples/cli/prefix_probe.c
+  ${CMAKE_SOURCE_DIR}/models/hf_json.c)
