@@ -421,6 +421,45 @@ START_TEST(test_reduction_variants)
 }
 END_TEST
 
+/* A dispatch of more workgroups than one grid dimension takes
+ * (maxComputeWorkGroupCount: 65535 on lavapipe and on NVIDIA's y) is
+ * split over x and y, which launches up to x - 1 workgroups more than
+ * asked (vk_op.c); every shader maps (x, y) to one flat id and returns
+ * past its count (docs/vulkan.md). rms_norm runs one workgroup a row:
+ * 65535 + 9 rows launch 65535 x 2 workgroups, and every row must equal
+ * the float64 reference (a row computed twice, or never, or a wrong
+ * flat id, fails). */
+START_TEST(test_grid_over_two_dims)
+{
+    enum { R = 65535 + 9, D = 8 };
+    llmem_backend *vk = open_be("vulkan");
+    float *x = rand_vec((size_t)R * D, -4, 4), *w = rand_vec(D, -1, 1);
+    float *got = malloc((size_t)R * D * sizeof *got);
+    ck_assert_ptr_nonnull(got);
+    llmem_buffer *bx, *bw, *bo;
+    llmem_tensor tx = up_f32(vk, &bx, x, 2, R, D, 1);
+    llmem_tensor tw = up_f32(vk, &bw, w, 1, D, 1, 1);
+    llmem_tensor to = up_f32(vk, &bo, NULL, 2, R, D, 1);
+    OK(llmem_buffer_fill(bo, 0, llmem_buffer_size(bo), 0x7fc00000u)); /* NaN: rows never written */
+    OK(llmem_op_rms_norm(vk, &tx, &tw, 1e-6f, &to));
+    get_f32(&to, got);
+    for (int32_t r = 0; r < R; r++) {
+        double ss = 0;
+        for (int32_t c = 0; c < D; c++)
+            ss += (double)x[r * D + c] * x[r * D + c];
+        double inv = 1.0 / sqrt(ss / D + 1e-6);
+        for (int32_t c = 0; c < D; c++) {
+            double want = x[r * D + c] * inv * w[c];
+            ck_assert_msg(fabs(got[r * D + c] - want) <= 1e-5 * (1 + fabs(want)),
+                          "row %d col %d: %g, float64 %g", r, c, (double)got[r * D + c], want);
+        }
+    }
+    llmem_buffer_free(bx), llmem_buffer_free(bw), llmem_buffer_free(bo);
+    free(x), free(w), free(got);
+    llmem_backend_close(vk);
+}
+END_TEST
+
 START_TEST(test_mamba_copy_on_write)
 {
     enum { NS = 2, NT = 3, H = 4, P = 8, N = 16, G = 2, DC = 4, CD = H * P + 2 * G * N };
@@ -463,6 +502,7 @@ int main(void)
     tcase_add_test(tc, test_rope_large_positions);
     tcase_add_test(tc, test_attention_wide_groups);
     tcase_add_test(tc, test_reduction_variants);
+    tcase_add_test(tc, test_grid_over_two_dims);
     tcase_add_test(tc, test_mamba_copy_on_write);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -395,6 +395,9 @@ static llmem_status op_dispatch(vk_backend *v, vk_op *op, uint64_t n_groups)
     }
     if (n_groups == 0)
         return LLMEM_OK;
+    /* a grid over x and y past max_groups launches up to gx - 1 workgroups
+     * more than asked: every shader takes one flat id (common.glsl
+     * group_id) and returns past its own count (docs/vulkan.md) */
     uint64_t gx = n_groups < v->max_groups ? n_groups : v->max_groups;
     uint64_t gy = vk_div_up(n_groups, gx);
     if (gy > v->max_groups)
