@@ -24,7 +24,8 @@
  * groups' destinations) and the longest key range in 256-key
  * buckets (the split count's unit, backends/cuda/cuda_ops.c). A step whose
  * key has no recording runs eagerly and is then recorded for the next one;
- * a pending K-shift runs eagerly. LLMEM_NO_GRAPHS=1 runs every step eagerly.
+ * a pending K-shift runs eagerly. LLMEM_NO_GRAPHS=1 when the model is built
+ * (hf_fused_setup) runs every step eagerly.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,7 @@ typedef struct graph {
 } graph;
 
 struct hf_graphs {
-    bool off; /* LLMEM_NO_GRAPHS=1 */
+    bool off; /* LLMEM_NO_GRAPHS=1 (llmem_model.no_graphs) */
     uint64_t clock;
     graph g[N_GRAPHS];
     unsigned char *kb; /* the key being built */
@@ -276,8 +277,7 @@ llmem_status hf_graph_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_
         m->graphs = calloc(1, sizeof *m->graphs);
         if (!m->graphs)
             return hf_forward_ops(m, T, n_out, n_vocab);
-        const char *e = getenv("LLMEM_NO_GRAPHS");
-        m->graphs->off = e && strcmp(e, "1") == 0;
+        m->graphs->off = m->no_graphs; /* read at the model's build (hf_fused_setup) */
     }
     struct hf_graphs *g = m->graphs;
     bool decode = T > 0 && ub->n_seqs == T && (ub->n_seq_tokens <= 1);

@@ -447,9 +447,10 @@ void hf_fused_setup(llmem_model *m)
      * since its one-token ropes and kv store became one dispatch:
      * docs/benchmarks.md, "Vulkan batch-1 step: rope with the kv store, a
      * split argmax") */
-    const char *e = getenv("LLMEM_NM_QKV");
+    const char *e = getenv("LLMEM_NM_QKV"), *ng = getenv("LLMEM_NO_GRAPHS");
     m->nm_path = nm_model_ok(m) ? 2 : 1;
     m->nm_qkv = (int8_t)(e && atoi(e) >= 0 && atoi(e) <= 3 ? atoi(e) : 2);
+    m->no_graphs = ng && strcmp(ng, "1") == 0;
 }
 
 llmem_status hf_forward_ops(llmem_model *m, int32_t T, int32_t n_out, int32_t n_vocab)

@@ -72,6 +72,9 @@ struct llmem_model {
     int8_t nm_path;
     bool nm_on;
     int8_t nm_qkv;
+    /* LLMEM_NO_GRAPHS=1 when the model was built (hf_fused_setup): every
+     * decode step runs eagerly, none is recorded (models/decode_graph.c) */
+    bool no_graphs;
 };
 
 static inline size_t round_up(size_t n)
@@ -90,9 +93,11 @@ static inline size_t round_up(size_t n)
 llmem_status hf_check_ops(llmem_model *m, char *err, size_t err_len);
 /* forward.c: decides once, when m is built (hf_model_build, weights on the
  * device), whether its one-token steps take the fused decode path and how
- * its q/k/v run there (m->nm_path, m->nm_qkv), reading LLMEM_NO_NORM_MATMUL,
- * LLMEM_NORM_MATMUL_CPU and LLMEM_NM_QKV then rather than at each step
- * (getenv scans the environment). Cannot fail. */
+ * its q/k/v run there (m->nm_path, m->nm_qkv), and whether its decode steps
+ * may be recorded (m->no_graphs), reading LLMEM_NO_NORM_MATMUL,
+ * LLMEM_NORM_MATMUL_CPU, LLMEM_NM_QKV and LLMEM_NO_GRAPHS then rather than
+ * at a step (getenv scans the environment, and is not safe against a
+ * setenv in another thread). Cannot fail. */
 void hf_fused_setup(llmem_model *m);
 llmem_status hf_forward_ops(llmem_model *m, int32_t n_tokens, int32_t n_outputs, int32_t n_vocab);
 
