@@ -103,7 +103,8 @@ typedef struct rs_res {
      * reserved (so no spill of this one evicts what another counted on). */
     i32vec rest_snap, rest_entry;
     bool restored;
-    int32_t prepared; /* the ubatch whose commit_prepare ran last (-1: none) */
+    int32_t prepared; /* the ubatch whose commit_prepare succeeded last (-1: none) */
+    int32_t copied;   /* the ubatch whose commit_prepare ran its copies last, even failing */
 } rs_res;
 
 /* A snapshot: the state after the first `len` tokens of a prefix, in slot

@@ -104,7 +104,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     if (!res || (!one && !sim) || !len || !from_snap || !i32vec_reserve(&fs, rs->n_free))
         goto out;
     res->cur = -1;
-    res->prepared = -1;
+    res->prepared = res->copied = -1;
     res->ub = calloc((size_t)plan->n_ubatch, sizeof *res->ub);
     if (!res->ub)
         goto out;
@@ -519,6 +519,7 @@ llmem_status rs_commit_prepare(llmem_memory *mem, const llmem_plan *plan, void *
             }
         }
     }
+    res->copied = i; /* a failed batch may have written some (rs_release) */
     llmem_status st = slot_copy_flush(rs);
     res->prepared = st == LLMEM_OK ? i : -1;
     return st;
@@ -639,7 +640,7 @@ void rs_release(llmem_memory *mem, const llmem_plan *plan, void *r)
         const int32_t *dst = rs->ib.data.v + t->dst, *ck = rs->ib.data.v + t->ckpt;
         for (int32_t k = 0; k < n; k++)
             drop_overwritten(rs, k < t->n_seqs ? dst[k] : ck[k - t->n_seqs], false);
-        for (int32_t c = 0; res->prepared == u && c < t->n_change; c++)
+        for (int32_t c = 0; res->copied == u && c < t->n_change; c++)
             if (t->change[c].copy_from >= 0)
                 drop_overwritten(rs, t->change[c].new_slot[0], true);
     }
