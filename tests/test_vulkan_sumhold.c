@@ -4,7 +4,8 @@
  * At 9-64 rows on cooperative matrices, column copies of a product's
  * output are written by its sum pass, and an in-place add + RMS norm of it
  * adds the raw tiles itself. Checked here, at 16 and 64 rows, precise and
- * fast, with the hold on (3) and off (0):
+ * fast, with the hold on (3), on for the copies only (1), unset (the
+ * default: 1 up to 16 rows, 3 above) and off (0):
  *   - the decode chains: norm -> product -> add + norm in place (the
  *     residual add; the product's input k equal to and twice the norm's
  *     width, its terms from the norm or its own split) -> product -> three
@@ -132,7 +133,8 @@ typedef struct sh_in {
 enum { O_X, O_H, O_ZX, O_Z, O_XB, O_DT, O_X2, O_P, O_DL, O_ADD, O_MM, O_C4, O_F16, O_NO, O_PN, O_ZB, O_XBB, O_DTB, N_O };
 
 /* Runs every chain of one shape on a vulkan backend opened with
- * $LLMEM_VULKAN_SUM_HOLD=hold; o[i] malloc'd here (caller frees). */
+ * $LLMEM_VULKAN_SUM_HOLD=hold (NULL: unset); o[i] malloc'd here (caller
+ * frees). */
 static void run_all(const sh_in *c, const char *hold, float *o[N_O], size_t n_o[N_O])
 {
     test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
@@ -220,10 +222,14 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     c.x2 = rand_vec(md, -2, 2, false), c.nw0 = rand_vec((size_t)k, 0.5f, 1.5f, false);
     c.nw = rand_vec((size_t)d, 0.5f, 1.5f, false), c.w = rand_vec((size_t)d * k, -1, 1, true);
     c.win = rand_vec((size_t)NIN * d, -1, 1, true);
-    float *on[N_O], *off[N_O];
-    size_t nn[N_O], nf[N_O];
+    float *on[N_O], *off[N_O], *cp[N_O];
+    size_t nn[N_O], nf[N_O], nc[N_O];
     run_all(&c, "3", on, nn);
     run_all(&c, "0", off, nf);
+    run_all(&c, "1", cp, nc); /* the copies only */
+    float *df[N_O];
+    size_t nd[N_O];
+    run_all(&c, NULL, df, nd); /* unset: the copies, and the norm above 16 rows */
     static const char *names[N_O] = {"x after add + norm", "add + norm in place",
                                      "product of the normed h", "copy z (then doubled)",
                                      "copy xBC", "copy dt", "x2 after add + norm",
@@ -235,6 +241,12 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
         ck_assert_uint_eq(nn[i], nf[i]);
         ck_assert_msg(memcmp(on[i], off[i], nn[i]) == 0, "%s (%dx%dx%d %s): hold 3 differs from 0",
                       names[i], m, d, k, fast ? "fast" : "precise");
+        ck_assert_msg(nc[i] == nf[i] && memcmp(cp[i], off[i], nn[i]) == 0,
+                      "%s (%dx%dx%d %s): hold 1 differs from 0", names[i], m, d, k,
+                      fast ? "fast" : "precise");
+        ck_assert_msg(nd[i] == nf[i] && memcmp(df[i], off[i], nn[i]) == 0,
+                      "%s (%dx%dx%d %s): the default differs from 0", names[i], m, d, k,
+                      fast ? "fast" : "precise");
     }
     /* float64 values of the chain */
     double *a = malloc(mk * sizeof *a), *h = malloc(md * sizeof *h), *x = malloc(md * sizeof *x);
@@ -283,7 +295,7 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     ref_mm(q, c.win, m, d, NIN, zx);
     expect_close(on[O_MM], zx, m, NIN, 2 * tol, what);
     for (int i = 0; i < N_O; i++)
-        free(on[i]), free(off[i]);
+        free(on[i]), free(off[i]), free(cp[i]), free(df[i]);
     free(a), free(h), free(x), free(zx), free(e), free(q), free(a0);
     free(c.a0), free(c.x0), free(c.x2), free(c.nw0), free(c.nw), free(c.w), free(c.win);
 }

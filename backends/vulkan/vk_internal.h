@@ -756,20 +756,26 @@ typedef struct vk_cm_sum {
 llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run);
 /* The decode step's sums held back (vk_sum.c; issue 12, "The decode step
  * around the GEMM" in docs/benchmarks.md). vk_sum_hold: where
- * $LLMEM_VULKAN_SUM_HOLD allows (default VK_SUM_HOLD_DEFAULT; bit 0: for
- * column copies, bit 1: for add + RMS norm) and *s is a VK_SUM_RAW pass of
- * 9..VK_PRESPLIT_ROWS rows, takes *s (its partial buffer, and terms, the
+ * $LLMEM_VULKAN_SUM_HOLD allows (bit 0: for column copies, bit 1: for add +
+ * RMS norm; unset: 1 up to VK_SUM_NORM_ROWS rows, VK_SUM_HOLD_DEFAULT
+ * above) and *s is a VK_SUM_RAW pass of 9..VK_PRESPLIT_ROWS rows, takes *s (its partial buffer, and terms, the
  * exponents' buffer when the caller would free it, NULL when borrowed)
  * instead of recording it, and returns true; else false and nothing is
  * taken. The held pass is recorded (vk_sum_flush) before anything else is
  * tracked (vk_held_flush, as the other holds), except by its readers:
  * vk_sum_take_copy (llmem_op_copy of f32 columns of its output: the pass
  * writes them too, up to 3 copies, no dispatch of their own) and
- * vk_sum_take_norm (llmem_op_add_rms_norm in place on its output: the
+ * vk_sum_norm_bind (llmem_op_add_rms_norm in place on its output: the
  * norm adds the raw tiles itself, rms_norm.comp ADD 2). Every path gives
  * the same bits as the pass followed by the op. vk_sum_finish records a
  * held pass and frees the hold (at close, before vk_cmd_finish). */
-#define VK_SUM_HOLD_DEFAULT 0
+/* Unset: the copies at 9-64 rows (9B fast tg128 on the H200 b16 11.26 ->
+ * 11.16-11.24 ms, b64 18.91 -> 18.61; 9B precise b64 21.39 -> 21.02) and
+ * the norm too above VK_SUM_NORM_ROWS rows (2b precise b64 9.86 -> 9.68;
+ * at 16 rows, 16 workgroups reading every slice lose: 9B fast b16 11.29;
+ * docs/benchmarks.md "The decode step around the GEMM") */
+#define VK_SUM_HOLD_DEFAULT 3
+#define VK_SUM_NORM_ROWS 16
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms);
 llmem_status vk_sum_flush(vk_backend *v);
 /* vk_sum_flush when t overlaps what the held pass reads or writes (for an

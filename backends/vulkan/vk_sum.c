@@ -132,6 +132,14 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
     return false;
 }
 
+/* The hold's mode for a product of m rows: $LLMEM_VULKAN_SUM_HOLD where
+ * set, else the copies always and the norm above VK_SUM_NORM_ROWS rows
+ * (VK_SUM_HOLD_DEFAULT). */
+static long hold_mode(const vk_backend *v, uint32_t m)
+{
+    return VK_KNOB(v, sum_hold, m > VK_SUM_NORM_ROWS ? VK_SUM_HOLD_DEFAULT : 1);
+}
+
 /* Frees what the hold owns and empties it. */
 static void hold_clear(sum_held *h)
 {
@@ -147,7 +155,7 @@ static void hold_clear(sum_held *h)
 
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)
 {
-    long mode = VK_KNOB(v, sum_hold, VK_SUM_HOLD_DEFAULT);
+    long mode = hold_mode(v, s->m);
     if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX || s->m > VK_PRESPLIT_ROWS ||
         s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
         return false;
@@ -184,7 +192,7 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
     if (!v->sum_pending)
         return LLMEM_OK;
     sum_held *h = v->sumh;
-    if (!(VK_KNOB(v, sum_hold, VK_SUM_HOLD_DEFAULT) & 1) || h->n_dst >= SUM_DST_MAX ||
+    if (!(hold_mode(v, h->s.m) & 1) || h->n_dst >= SUM_DST_MAX ||
         !is_out(h, src) || dst->dtype != LLMEM_DTYPE_F32 || dst->n_dims != 2 ||
         dst->ne[0] != src->ne[0] || dst->ne[1] < 1 || col0 < 0 ||
         (int64_t)col0 + dst->ne[1] > src->ne[1] || touches(h, dst))
@@ -201,7 +209,7 @@ bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_
     if (!v->sum_pending)
         return false;
     sum_held *h = v->sumh;
-    if (!(VK_KNOB(v, sum_hold, VK_SUM_HOLD_DEFAULT) & 2) || h->n_dst != 0 || !is_out(h, r) ||
+    if (!(hold_mode(v, h->s.m) & 2) || h->n_dst != 0 || !is_out(h, r) ||
         !is_out(h, out) || touches(h, x))
         return false;
     /* the norm's terms ([0, split_bytes) of the presplit buffer) must not
