@@ -5,7 +5,7 @@
  * output are written by its sum pass, and an in-place add + RMS norm of it
  * adds the raw tiles itself. Checked here, at 16 and 64 rows, precise and
  * fast, with the hold on (3), on for the copies only (1), unset (the
- * default: 1 up to 16 rows, 3 above) and off (0):
+ * default: 3 above 16 rows of at most 2048 columns, else 1) and off (0):
  *   - the decode chains: norm -> product -> add + norm in place (the
  *     residual add; the product's input k equal to and twice the norm's
  *     width, its terms from the norm or its own split) -> product -> three
@@ -229,7 +229,7 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     run_all(&c, "1", cp, nc); /* the copies only */
     float *df[N_O];
     size_t nd[N_O];
-    run_all(&c, NULL, df, nd); /* unset: the copies, and the norm above 16 rows */
+    run_all(&c, NULL, df, nd); /* unset: the copies, and the norm at 64 rows */
     static const char *names[N_O] = {"x after add + norm", "add + norm in place",
                                      "product of the normed h", "copy z (then doubled)",
                                      "copy xBC", "copy dt", "x2 after add + norm",

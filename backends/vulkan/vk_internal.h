@@ -757,8 +757,8 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
 /* The decode step's sums held back (vk_sum.c; issue 12, "The decode step
  * around the GEMM" in docs/benchmarks.md). vk_sum_hold: where
  * $LLMEM_VULKAN_SUM_HOLD allows (bit 0: for column copies, bit 1: for add +
- * RMS norm; unset: 1 up to VK_SUM_NORM_ROWS rows, VK_SUM_HOLD_DEFAULT
- * above) and *s is a VK_SUM_RAW pass of 9..VK_PRESPLIT_ROWS rows, takes *s (its partial buffer, and terms, the
+ * RMS norm; unset: 1, and 3 above VK_SUM_NORM_ROWS rows of at most
+ * VK_SUM_NORM_COLS) and *s is a VK_SUM_RAW pass of 9..VK_PRESPLIT_ROWS rows, takes *s (its partial buffer, and terms, the
  * exponents' buffer when the caller would free it, NULL when borrowed)
  * instead of recording it, and returns true; else false and nothing is
  * taken. The held pass is recorded (vk_sum_flush) before anything else is
@@ -770,12 +770,14 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
  * the same bits as the pass followed by the op. vk_sum_finish records a
  * held pass and frees the hold (at close, before vk_cmd_finish). */
 /* Unset: the copies at 9-64 rows (9B fast tg128 on the H200 b16 11.26 ->
- * 11.16-11.24 ms, b64 18.91 -> 18.61; 9B precise b64 21.39 -> 21.02) and
- * the norm too above VK_SUM_NORM_ROWS rows (2b precise b64 9.86 -> 9.68;
- * at 16 rows, 16 workgroups reading every slice lose: 9B fast b16 11.29;
- * docs/benchmarks.md "The decode step around the GEMM") */
-#define VK_SUM_HOLD_DEFAULT 3
+ * 11.16-11.24 ms, b64 18.91 -> 18.61-18.68; 9B precise b64 21.39 -> 21.02)
+ * and the norm too above VK_SUM_NORM_ROWS rows of at most VK_SUM_NORM_COLS
+ * (2b b64 fast 9.19 -> 9.02, precise 9.86 -> 9.68; where the norm's 9-64
+ * workgroups read every slice of wider or fewer rows they lose: 9B fast
+ * b16 11.29, b64 18.83; docs/benchmarks.md "The decode step around the
+ * GEMM") */
 #define VK_SUM_NORM_ROWS 16
+#define VK_SUM_NORM_COLS 2048
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms);
 llmem_status vk_sum_flush(vk_backend *v);
 /* vk_sum_flush when t overlaps what the held pass reads or writes (for an

@@ -6,9 +6,10 @@
  * tiles) is followed by sum_slices_cm.comp, which adds its K slices and
  * scales each row by its 2^e: 167 small dispatches a 9B Bamba step, each
  * behind a barrier, and after in_proj three column copies of z, xBC and
- * dt (87 more). With $LLMEM_VULKAN_SUM_HOLD that sum is held (not
- * recorded) when the product is recorded; the next op either reads it or
- * records it first:
+ * dt (87 more). With $LLMEM_VULKAN_SUM_HOLD (unset: bit 0 everywhere,
+ * bit 1 above VK_SUM_NORM_ROWS rows of at most VK_SUM_NORM_COLS) that sum
+ * is held (not recorded) when the product is recorded; the next op either
+ * reads it or records it first:
  *   - bit 0: llmem_op_copy of f32 columns of the product's output (the
  *     Mamba-2 split of in_proj's output): the held pass writes those
  *     columns to the copy's destination too (sum_slices_cm.comp NDST), up
@@ -132,12 +133,13 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
     return false;
 }
 
-/* The hold's mode for a product of m rows: $LLMEM_VULKAN_SUM_HOLD where
- * set, else the copies always and the norm above VK_SUM_NORM_ROWS rows
- * (VK_SUM_HOLD_DEFAULT). */
-static long hold_mode(const vk_backend *v, uint32_t m)
+/* The hold's mode for a product of m rows and n columns:
+ * $LLMEM_VULKAN_SUM_HOLD where set, else the copies always and the norm
+ * above VK_SUM_NORM_ROWS rows of at most VK_SUM_NORM_COLS. */
+static long hold_mode(const vk_backend *v, uint32_t m, uint32_t n)
 {
-    return VK_KNOB(v, sum_hold, m > VK_SUM_NORM_ROWS ? VK_SUM_HOLD_DEFAULT : 1);
+    bool norm = m > VK_SUM_NORM_ROWS && n <= VK_SUM_NORM_COLS;
+    return VK_KNOB(v, sum_hold, norm ? 3 : 1);
 }
 
 /* Frees what the hold owns and empties it. */
@@ -155,7 +157,7 @@ static void hold_clear(sum_held *h)
 
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)
 {
-    long mode = hold_mode(v, s->m);
+    long mode = hold_mode(v, s->m, s->n);
     if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX || s->m > VK_PRESPLIT_ROWS ||
         s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
         return false;
@@ -192,7 +194,7 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
     if (!v->sum_pending)
         return LLMEM_OK;
     sum_held *h = v->sumh;
-    if (!(hold_mode(v, h->s.m) & 1) || h->n_dst >= SUM_DST_MAX ||
+    if (!(hold_mode(v, h->s.m, h->s.n) & 1) || h->n_dst >= SUM_DST_MAX ||
         !is_out(h, src) || dst->dtype != LLMEM_DTYPE_F32 || dst->n_dims != 2 ||
         dst->ne[0] != src->ne[0] || dst->ne[1] < 1 || col0 < 0 ||
         (int64_t)col0 + dst->ne[1] > src->ne[1] || touches(h, dst))
@@ -209,7 +211,7 @@ bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_
     if (!v->sum_pending)
         return false;
     sum_held *h = v->sumh;
-    if (!(hold_mode(v, h->s.m) & 2) || h->n_dst != 0 || !is_out(h, r) ||
+    if (!(hold_mode(v, h->s.m, h->s.n) & 2) || h->n_dst != 0 || !is_out(h, r) ||
         !is_out(h, out) || touches(h, x))
         return false;
     /* the norm's terms ([0, split_bytes) of the presplit buffer) must not
