@@ -96,6 +96,20 @@ layout(constant_id = 7) const uint STAGES = 1; /* 1: one shared slice; 2 .. 4: t
 layout(constant_id = 8) const uint RAW = 0;    /* 1: raw accumulators to a padded partial buffer;
                                                 * 2: the same, and the last slice of a tile sums */
 
+#ifndef SETS_DEFAULT
+#define SETS_DEFAULT 1
+#endif
+/* STAGES 1: register sets of global loads in flight (1 .. 3; the host's
+ * vk_cm_plan.sets). With SETS > 1 the slice of step j + SETS is loaded
+ * into the set that step j has just stored to the one shared slice, so
+ * SETS steps of loads are in flight during each step's multiply-adds
+ * instead of one: at 64 rows a step waits for a memory round trip
+ * whatever its K step (BK 32 took 0.92 us a step against 1.05 for BK
+ * 64), and the 16-subgroup layout (WG 512, SGM 2) holds a set in 12
+ * registers (docs/benchmarks.md, "Vulkan decode GEMM at 32 and 64 rows:
+ * fragment traffic"). */
+layout(constant_id = 9) const uint SETS = SETS_DEFAULT;
+
 const uint SGN = WG / 32u / SGM;
 const uint BM = 16u * FM * SGM, BN = 16u * FN * SGN;
 const uint LD = BK / 8u + 1u; /* uvec4s per shared row: BK halves + 8 of padding */
@@ -141,7 +155,8 @@ const uint R = STAGES > 1u ? STAGES - 1u : 1u; /* register sets of the ring */
 const uint RING = STAGES == 1u ? 1u : 2u * STG;
 const uint RING_SA = STAGES == 1u ? SPLIT * BM * LD : 1u;
 const uint RING_SW = STAGES == 1u ? BN * LD : 1u;
-const uint RING_CS = STAGES == 1u ? (WG / 32u) * 16u * CS : 1u;
+/* (no epilogue matrices with SETS > 1: the host takes it with raw tiles only) */
+const uint RING_CS = STAGES == 1u && SETS == 1u ? (WG / 32u) * 16u * CS : 1u;
 shared uvec4 sa[RING_SA]; /* hi rows, then lo rows */
 shared uvec4 sw[RING_SW];
 shared float cs[RING_CS];
@@ -231,6 +246,48 @@ uint bf16x2_to_f16x2(uint x)
             }                                                                                     \
         }                                                                                         \
         COMPUTE((j) % 2u)                                                                         \
+    }
+
+/* STAGES 1, SETS > 1: step j from register set RA, RW (holding slice j)
+ * through the one shared slice; the set then loads slice j + SETS */
+#define ONE(j, RA, RW)                                                                            \
+    {                                                                                             \
+        [[unroll]] for (uint i = 0u; i < NA; i++) {                                               \
+            uint e_ = l + i * WG;                                                                 \
+            if (e_ < SPLIT * BM * RV)                                                             \
+                sa[(e_ / RV) * LD + e_ % RV] = RA[i];                                             \
+        }                                                                                         \
+        [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
+            uint e_ = l + i * WG;                                                                 \
+            if (e_ < BN * RV) {                                                                   \
+                uvec4 u_ = RW[i];                                                                 \
+                if (W_DT == DT_BF16)                                                              \
+                    u_ = uvec4(bf16x2_to_f16x2(u_.x), bf16x2_to_f16x2(u_.y),                      \
+                               bf16x2_to_f16x2(u_.z), bf16x2_to_f16x2(u_.w));                     \
+                sw[(e_ / RV) * LD + e_ % RV] = u_;                                                \
+            }                                                                                     \
+        }                                                                                         \
+        barrier();                                                                                \
+        if ((j) + SETS < ns) {                                                                    \
+            FETCH_TO(RA, RW, k_begin + ((j) + SETS) * BK)                                         \
+        }                                                                                         \
+        [[unroll]] for (uint kk = 0u; kk < BK / 16u; kk++) {                                      \
+            CM_B mb[FN];                                                                          \
+            [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                          \
+                LOAD_COL(mb[jj], sw, (sn + 16u * jj) * LD + 2u * kk, LD);                         \
+            [[unroll]] for (uint i = 0u; i < FM; i++) {                                           \
+                CM_A ma;                                                                          \
+                LOAD_ROW(ma, sa, (sm + 16u * i) * LD + 2u * kk, LD);                              \
+                [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                      \
+                    acc[i * FN + jj] = MMA(ma, mb[jj], acc[i * FN + jj]);                         \
+                if (SPLIT == 2u) {                                                                \
+                    LOAD_ROW(ma, sa, (BM + sm + 16u * i) * LD + 2u * kk, LD);                     \
+                    [[unroll]] for (uint jj = 0u; jj < FN; jj++)                                  \
+                        acc[i * FN + jj] = MMA(ma, mb[jj], acc[i * FN + jj]);                     \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        barrier();                                                                                \
     }
 
 /* Epilogue: accumulator matrix q (row i = q / FN, column j = q % FN of
@@ -368,7 +425,28 @@ void main()
     [[unroll]] for (uint i = 0u; i < FM * FN; i++)
         acc[i] = CM_C(0.0);
 
-    if (STAGES == 1u) {
+    if (STAGES == 1u && SETS > 1u) {
+        /* the one-slice loop with SETS sets (slices 0 .. SETS - 1 loaded first; loads past
+         * k_end give zeros); raw tiles only */
+        uvec4 ra0[NA], rw0[NW], ra1[NA], rw1[NW], ra2[NA], rw2[NW];
+        uint ns = k_end > k_begin ? (k_end - k_begin + BK - 1u) / BK : 0u;
+        FETCH_TO(ra0, rw0, k_begin)
+        FETCH_TO(ra1, rw1, k_begin + BK)
+        if (SETS >= 3u) {
+            FETCH_TO(ra2, rw2, k_begin + 2u * BK)
+        }
+        for (uint j = 0u; j < ns; j += SETS) {
+            ONE(j, ra0, rw0)
+            if (j + 1u < ns) {
+                ONE(j + 1u, ra1, rw1)
+            }
+            if (SETS >= 3u && j + 2u < ns) {
+                ONE(j + 2u, ra2, rw2)
+            }
+        }
+        uint base = p.o_off + s * p.slice_stride;
+        RAW_ALL
+    } else if (STAGES == 1u) {
         uvec4 ra[NA], rw[NW];
         FETCH(k_begin)
         for (uint k0 = k_begin; k0 < k_end; k0 += BK) {

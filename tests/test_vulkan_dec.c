@@ -12,7 +12,9 @@
  * grid of shapes at the default blocking and at every blocking the
  * shader takes; two shapes worked by hand; blockings it does not take and
  * shapes outside 1-64 rows are refused; vk_dec_used's row range, and the
- * default (AUTO) taking 9-16 rows in both modes, AUTO_FAST in fast mode only.
+ * default (AUTO) taking 9-16 rows in both modes, AUTO_FAST in fast mode only;
+ * matmul_cm.comp's layouts at 17-64 rows (vk_cm_plan_mid) by hand, refused
+ * and within shared memory.
  *
  * On a Vulkan device: products at 9, 16, 17, 40 and 64 rows (partial
  * row and column tiles, K not a multiple of the K step, split-K, one and
@@ -25,7 +27,9 @@
  * off and at two other settings ($LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG);
  * the prefetch loads only feed a store that never runs, so its products
  * equal those without it bit for bit; and a product whose shapes do not
- * match returns an error and leaves its output as it was. Where the device has no cooperative matrices
+ * match returns an error and leaves its output as it was; matmul_cm.comp at
+ * its 17-64-row layouts ($LLMEM_VULKAN_CM_MID) against float64 and bit for
+ * bit the plans of vk_cm_plan_make. Where the device has no cooperative matrices
  * (lavapipe) the same products take the SIMT path. */
 #include "support/run.h"
 #include "support/vk_test.h"
@@ -198,6 +202,107 @@ START_TEST(test_dec_plan_refused)
         {256, 1, 64, 2, 512, 264, 24}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         ck_assert_msg(!vk_dec_plan_make(16, 4096, 4096, 1, &bad[i], SMEM, &p), "cfg %zu taken", i);
+}
+END_TEST
+
+/* vk_cm_plan_mid (matmul_cm.comp's layouts at 17-64 rows, $LLMEM_VULKAN_CM_MID): two plans
+ * worked by hand, the layouts it refuses, and the shared memory it counts (the arithmetic in
+ * the comments); a refused plan leaves *p as it was. */
+START_TEST(test_cm_mid_plan)
+{
+    vk_cm_plan p;
+    /* 64 x 14336 x 4096 at 256,2,2,64,1: 8 subgroups as 2 x 4 of FM 2 x FN 2 matrices: a 64 x
+     * 128 tile, 14336 / 128 = 112 column tiles, one slice of 4096 */
+    const uint32_t a[5] = {256, 2, 2, 64, 1};
+    ck_assert(vk_cm_plan_mid(64, 14336, 4096, 2, a, SMEM, &p));
+    ck_assert_uint_eq(p.sgm, 2);
+    ck_assert_uint_eq(p.sgn, 4);
+    ck_assert_uint_eq(p.fm, 2);
+    ck_assert_uint_eq(p.fn, 2);
+    ck_assert_uint_eq(p.bm, 64);
+    ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.bk, 64);
+    ck_assert_uint_eq(p.stages, 1);
+    ck_assert_uint_eq(p.tiles_m, 1);
+    ck_assert_uint_eq(p.tiles_n, 112);
+    ck_assert_uint_eq(p.slices, 1);
+    ck_assert_uint_eq(p.k_split, 4096);
+    /* 40 x 300 x 1000 at 512,2,1,64,2: 16 subgroups as 2 x 8, FM ceil(40 / 32) = 2: 64 x 128,
+     * 3 column tiles (the last of 44 columns), K rounded up to 16 steps of 64 = 1024 */
+    const uint32_t b[5] = {512, 2, 1, 64, 2};
+    ck_assert(vk_cm_plan_mid(40, 300, 1000, 2, b, SMEM, &p));
+    ck_assert_uint_eq(p.sgn, 8);
+    ck_assert_uint_eq(p.fm, 2);
+    ck_assert_uint_eq(p.bm, 64);
+    ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.tiles_m, 1);
+    ck_assert_uint_eq(p.tiles_n, 3);
+    ck_assert_uint_eq(p.k_split, 1024);
+    /* shared memory: 512,2,1,64 at 64 rows holds (2 x 64 + 128) rows x 9 uvec4s = 36,864 bytes;
+     * with one register set also 16 subgroups' epilogue matrices, 16 x 16 x 20 floats = 20,480:
+     * 36,864 + 20,480 + 1,024 > 49,152, refused; with 2 sets 37,888, taken */
+    const uint32_t c1[5] = {512, 2, 1, 64, 1}, c2[5] = {512, 2, 1, 64, 2};
+    ck_assert(!vk_cm_plan_mid(64, 4096, 4096, 2, c1, SMEM, &p));
+    ck_assert(vk_cm_plan_mid(64, 4096, 4096, 2, c2, SMEM, &p));
+    ck_assert(!vk_cm_plan_mid(64, 4096, 4096, 2, c2, 37887, &p));
+    ck_assert(vk_cm_plan_mid(64, 4096, 4096, 2, c2, 37888, &p));
+    /* 512,2,2,64,2: precise (128 + 256) x 144 + 1,024 = 56,320 bytes, refused at 48 KiB; fast
+     * (64 + 256) x 144 + 1,024 = 47,104, taken */
+    const uint32_t c3[5] = {512, 2, 2, 64, 2};
+    ck_assert(!vk_cm_plan_mid(64, 4096, 4096, 2, c3, SMEM, &p));
+    ck_assert(vk_cm_plan_mid(64, 4096, 4096, 1, c3, SMEM, &p));
+    ck_assert(!vk_cm_plan_mid(64, 4096, 4096, 1, c3, 47103, &p));
+    ck_assert(!vk_cm_plan_mid(64, 4096, 4096, 3, c3, SMEM, &p)); /* split 1 or 2 */
+    static const uint32_t bad[][5] = {
+        {256, 0, 2, 64, 1}, {96, 2, 2, 64, 1},  {32, 1, 2, 64, 1},  {2048, 2, 1, 64, 2},
+        {256, 2, 3, 64, 1}, {256, 2, 2, 48, 1}, {256, 2, 2, 128, 1}, {256, 2, 2, 64, 0},
+        {256, 2, 2, 64, 4}, {256, 3, 2, 64, 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&p, 0xab, sizeof p);
+        ck_assert_msg(!vk_cm_plan_mid(64, 4096, 4096, 2, bad[i], SMEM, &p), "cfg %zu taken", i);
+        ck_assert_uint_eq(p.sgm, 0xabababab);
+        ck_assert_uint_eq(p.k_split, 0xabababab);
+    }
+    /* rows outside 17-64 */
+    ck_assert(!vk_cm_plan_mid(16, 4096, 4096, 2, a, SMEM, &p));
+    ck_assert(!vk_cm_plan_mid(65, 4096, 4096, 2, a, SMEM, &p));
+    ck_assert(vk_cm_plan_mid(17, 4096, 4096, 2, a, SMEM, &p));
+    ck_assert_uint_eq(p.fm, 1);
+    ck_assert_uint_eq(p.bm, 32);
+    /* the default layouts fit 48 KiB at 64 rows in their modes */
+    const uint32_t df[5] = VK_CM_MID_FAST, dp[5] = VK_CM_MID_PRECISE;
+    ck_assert(vk_cm_plan_mid(64, 14336, 4096, 1, df, SMEM, &p));
+    ck_assert_uint_eq(p.bn, 256);
+    ck_assert_uint_eq(p.tiles_n, 56);
+    ck_assert(vk_cm_plan_mid(64, 14336, 4096, 2, dp, SMEM, &p));
+    ck_assert_uint_eq(p.bn, 128);
+}
+END_TEST
+
+/* vk_cm_mid_cfg: the defaults by mode from VK_CM_MID_ROWS (33) to 64 rows; $LLMEM_VULKAN_CM_MID's
+ * layout in both modes from its rows; "0": none. */
+START_TEST(test_cm_mid_cfg)
+{
+    vk_mm_caps c = {.coopmat = true};
+    uint32_t cfg[5];
+    const uint32_t df[5] = VK_CM_MID_FAST, dp[5] = VK_CM_MID_PRECISE;
+    ck_assert(!vk_cm_mid_cfg(&c, 32, 1, cfg));
+    ck_assert(vk_cm_mid_cfg(&c, 33, 1, cfg));
+    ck_assert(memcmp(cfg, df, sizeof cfg) == 0);
+    ck_assert(vk_cm_mid_cfg(&c, 64, 2, cfg));
+    ck_assert(memcmp(cfg, dp, sizeof cfg) == 0);
+    ck_assert(!vk_cm_mid_cfg(&c, 65, 1, cfg));
+    c.cm_mid_set = true; /* "0" */
+    ck_assert(!vk_cm_mid_cfg(&c, 64, 1, cfg));
+    ck_assert(!vk_cm_mid_cfg(&c, 64, 2, cfg));
+    const uint32_t set[5] = {256, 1, 2, 32, 3};
+    memcpy(c.cm_mid, set, sizeof set);
+    c.cm_mid_rows = 17;
+    ck_assert(!vk_cm_mid_cfg(&c, 16, 2, cfg));
+    ck_assert(vk_cm_mid_cfg(&c, 17, 2, cfg));
+    ck_assert(memcmp(cfg, set, sizeof cfg) == 0);
+    ck_assert(vk_cm_mid_cfg(&c, 40, 1, cfg));
+    ck_assert(memcmp(cfg, set, sizeof cfg) == 0);
 }
 END_TEST
 
@@ -425,6 +530,59 @@ START_TEST(test_dec_prefetch_identical)
 }
 END_TEST
 
+/* matmul_cm.comp's layouts at 17-64 rows ($LLMEM_VULKAN_CM_MID, vk_cm_plan_mid: 2 x 4
+ * subgroups of 32 x 32, 16 subgroups with 2 and 3 register sets of loads in flight, 2 x 4
+ * with 3 sets, 2 x 8 of 32 x 32 with 2 sets; unset: the defaults by mode from 33 rows):
+ * products at 17, 40 and 64 rows (partial tiles, K not a multiple of the step, split-K),
+ * precise and fast, against float64 (dec_case), and bit for bit those of the plans of
+ * vk_cm_plan_make ($LLMEM_VULKAN_CM_MID=0): at these shapes both plans take the same K step
+ * and slices (the same k_split), so every output takes the same multiply-adds in the same
+ * order, whatever the tile. (Lavapipe: the SIMT path, trivially equal.) */
+START_TEST(test_cm_mid_products)
+{
+    static const char *mids[] = {"0", "256,2,2,64,1", "512,2,1,64,2", "512,2,1,64,3",
+                                 "256,2,2,64,3", "512,2,2,64,2", NULL};
+    static const int32_t shapes[][3] = {
+        {17, 520, 136}, {40, 1024, 96}, {64, 1000, 300}, {64, 2048, 40}};
+    enum { NM = sizeof mids / sizeof mids[0], NS = sizeof shapes / sizeof shapes[0] };
+    float *a[NS], *w[NS], *base[NS], *o[NS];
+    for (size_t s = 0; s < NS; s++) {
+        int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+        a[s] = malloc((size_t)m * k * 4), w[s] = malloc((size_t)n * k * 4);
+        base[s] = malloc((size_t)2 * m * n * 4), o[s] = malloc((size_t)2 * m * n * 4);
+        ck_assert(a[s] && w[s] && base[s] && o[s]);
+        for (size_t i = 0; i < (size_t)m * k; i++)
+            a[s][i] = frand(-1, 1);
+        for (size_t i = 0; i < (size_t)n * k; i++)
+            w[s][i] = frand(-1, 1);
+    }
+    test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
+    test_env keep1 = test_env_save("LLMEM_VULKAN_CM_MID");
+    test_env_put("LLMEM_VULKAN_DEC", "0");
+    for (size_t mi = 0; mi < NM; mi++) {
+        test_env_put("LLMEM_VULKAN_CM_MID", mids[mi]);
+        llmem_backend *vk = open_be("vulkan");
+        char cfg[64];
+        snprintf(cfg, sizeof cfg, "CM_MID=%s", mids[mi] ? mids[mi] : "(unset)");
+        for (size_t s = 0; s < NS; s++) {
+            int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
+            float *out = mi == 0 ? base[s] : o[s];
+            run_mm(vk, a[s], w[s], m, k, n, false, out);
+            run_mm(vk, a[s], w[s], m, k, n, true, out + (size_t)m * n);
+            ck_assert_msg(mi == 0 || memcmp(o[s], base[s], (size_t)2 * m * n * 4) == 0,
+                          "%s %dx%dx%d: not bit-identical to CM_MID=0", cfg, m, k, n);
+            if (mi > 0 && s > 0)
+                dec_case(vk, m, k, n, cfg);
+        }
+        llmem_backend_close(vk);
+    }
+    test_env_restore(&keep1);
+    test_env_restore(&keep0);
+    for (size_t s = 0; s < NS; s++)
+        free(a[s]), free(w[s]), free(base[s]), free(o[s]);
+}
+END_TEST
+
 /* A decode-sized product whose shapes do not match (w's K differs from
  * a's) is refused with LLMEM_E_INVALID and leaves its output as it was. */
 START_TEST(test_dec_bad_shapes)
@@ -464,6 +622,8 @@ int main(void)
     tcase_add_test(tc, test_dec_plan_by_hand);
     tcase_add_test(tc, test_dec_plan_refused);
     tcase_add_test(tc, test_dec_used_rows);
+    tcase_add_test(tc, test_cm_mid_plan);
+    tcase_add_test(tc, test_cm_mid_cfg);
     suite_add_tcase(s, tc);
     if (vulkan_opens("test_vulkan_dec", "the device products are skipped")) {
         TCase *td = tcase_create("device");
@@ -472,6 +632,10 @@ int main(void)
         tcase_add_test(td, test_dec_prefetch_identical);
         tcase_add_test(td, test_dec_bad_shapes);
         suite_add_tcase(s, td);
+        TCase *tm = tcase_create("mid"); /* (alone: CK_RUN_CASE=mid) */
+        tcase_set_timeout(tm, 120);
+        tcase_add_test(tm, test_cm_mid_products);
+        suite_add_tcase(s, tm);
     }
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -275,6 +275,8 @@ START_TEST(test_matmul_cm_stages)
     static const int32_t ms[] = {16, 40, 64}, ks[] = {40, 96, 1000, 4096};
     const int32_t n = 136;
     test_env keep = test_env_save("LLMEM_VULKAN_CM_STAGES");
+    test_env keep_mid = test_env_save("LLMEM_VULKAN_CM_MID");
+    test_env_put("LLMEM_VULKAN_CM_MID", "0"); /* the plans of vk_cm_plan_make at 40, 64 rows */
     for (size_t si = 0; si < 4; si++) {
         test_env_put("LLMEM_VULKAN_CM_STAGES", stages[si]);
         llmem_backend *vk = open_be("vulkan");
@@ -286,6 +288,7 @@ START_TEST(test_matmul_cm_stages)
             }
         llmem_backend_close(vk);
     }
+    test_env_restore(&keep_mid);
     test_env_restore(&keep);
 }
 END_TEST
@@ -301,6 +304,8 @@ START_TEST(test_matmul_cm_fn)
     static const int32_t ms[] = {16, 40, 64};
     const int32_t n = 300, k = 1000;
     test_env keep = test_env_save("LLMEM_VULKAN_CM_FN");
+    test_env keep_mid = test_env_save("LLMEM_VULKAN_CM_MID");
+    test_env_put("LLMEM_VULKAN_CM_MID", "0"); /* the plans of vk_cm_plan_make at 40, 64 rows */
     for (size_t fi = 0; fi < 2; fi++) {
         test_env_put("LLMEM_VULKAN_CM_FN", fns[fi]);
         llmem_backend *vk = open_be("vulkan");
@@ -312,6 +317,7 @@ START_TEST(test_matmul_cm_fn)
             }
         llmem_backend_close(vk);
     }
+    test_env_restore(&keep_mid);
     test_env_restore(&keep);
 }
 END_TEST

@@ -93,6 +93,42 @@ void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, u
     }
 }
 
+bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const uint32_t cfg[5],
+                    uint32_t smem, vk_cm_plan *p)
+{
+    uint32_t wg = cfg[0], sgm = cfg[1], fn = cfg[2], bk = cfg[3], sets = cfg[4];
+    if (m < 17 || m > 64 || (split != 1 && split != 2) || sgm == 0 || wg < 64 || wg > 1024 || wg % (32 * sgm) != 0 ||
+        (bk != 32 && bk != 64) || (fn != 1 && fn != 2 && fn != 4) || sets < 1 || sets > 3)
+        return false;
+    uint32_t sgn = wg / 32 / sgm, fm = (uint32_t)div_up(m, 16 * sgm);
+    uint32_t bm = 16 * fm * sgm, bn = 16 * fn * sgn;
+    uint64_t bytes = (uint64_t)(split * bm + bn) * (bk / 8 + 1) * 16 +
+                     (sets == 1 ? (wg / 32) * 16 * 20 * 4 : 0) + 1024;
+    if (bytes > smem)
+        return false;
+    *p = (vk_cm_plan){.sgm = sgm, .sgn = sgn, .fm = fm, .fn = fn, .bm = bm, .bn = bn, .bk = bk,
+                      .stages = 1, .tiles_m = (uint32_t)div_up(m, bm),
+                      .tiles_n = (uint32_t)div_up(n, bn), .slices = 1,
+                      .k_split = (uint32_t)(div_up(k ? k : 1, bk) * bk)};
+    return true;
+}
+
+bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg[5])
+{
+    static const uint32_t fast[5] = VK_CM_MID_FAST, precise[5] = VK_CM_MID_PRECISE;
+    const uint32_t *src = split == 1 ? fast : precise;
+    uint32_t from = VK_CM_MID_ROWS;
+    if (c->cm_mid_set) {
+        src = c->cm_mid;
+        from = c->cm_mid_rows;
+    }
+    if (src[0] == 0 || m < from || m > 64)
+        return false;
+    for (int i = 0; i < 5; i++)
+        cfg[i] = src[i];
+    return true;
+}
+
 void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups)
 {
     uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;

@@ -59,6 +59,11 @@ typedef struct vk_mm_caps {
     uint32_t cm_bk;    /* matmul_cm's K step up to 64 rows: VK_CM_BK_SMALL, or 32 */
     uint32_t cm_stages; /* its pipeline depth up to 64 rows asked for: 1 .. VK_CM_STAGES_MAX,
                          * 0 = by rows (vk_cm_stages_for) */
+    uint32_t cm_mid[5]; /* its layout at 17-64 rows (vk_cm_plan_mid: WG, SGM, FN, BK, SETS), from
+                         * cm_mid_rows rows, where cm_mid_set ($LLMEM_VULKAN_CM_MID; cm_mid[0]
+                         * 0: none; vk_cm_mid_cfg) */
+    uint32_t cm_mid_rows;
+    bool cm_mid_set;   /* $LLMEM_VULKAN_CM_MID was given (else the defaults, vk_cm_mid_cfg) */
     uint32_t cm_fn;    /* its 16-column matrices per subgroup up to 64 rows: 1 (default), 2 or
                         * 4 ($LLMEM_VULKAN_CM_FN; vk_cm_plan_make_fn) */
     uint32_t cm_raw;   /* its epilogue: VK_CM_RAW_* ($LLMEM_VULKAN_CM_RAW; vk_cm_raw_used) */
@@ -138,6 +143,48 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
  * while not even that fits. Never fails; pure. */
 void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
                         uint32_t smem, uint32_t fn, vk_cm_plan *p);
+
+/* matmul_cm.comp's blocking at cfg = {WG, SGM, FN, BK, SETS}
+ * (vk_mm_caps.cm_mid, $LLMEM_VULKAN_CM_MID) for an out[m, n] = a[m, k] ·
+ * w[n, k]ᵀ product of 17-64 rows with `split` terms of a (2 precise, 1
+ * fast) into *p (caller-owned; m, n, k in
+ * elements): WG / 32 subgroups as SGM x (WG / 32 / SGM), each of FM =
+ * ceil(m / (16 SGM)) x FN 16 x 16 matrices, depth 1 (one shared slice)
+ * with SETS register sets of loads in flight (the shader's constant 9:
+ * more than 1 only with raw tiles, which the caller sees to), K step BK,
+ * one slice (the caller's vk_cm_plan_wave splits K). Against
+ * vk_cm_plan_make's 1 x 8 subgroups of 64 x 16 at 64 rows, where every
+ * subgroup loads the fragments of all 64 activation rows from shared
+ * memory, SGM 2 (2 x 4 subgroups of 32 x 32) takes 4 fragments per 4
+ * multiply-adds instead of 5, and 6 instead of 9 with precise mode's two
+ * terms: 64 x 14336 x 4096 precise 0.0867 -> 0.0748 ms on the H200
+ * (docs/benchmarks.md, "Vulkan decode GEMM at 32 and 64 rows: fragment
+ * traffic"). Returns false, *p untouched, where cfg is not a valid layout
+ * (WG 64 .. 1024 a multiple of 32 SGM, BK 32 or 64, FN 1, 2 or 4, SETS
+ * 1 .. 3; m outside 17-64, split not 1 or 2) or its shared memory (split
+ * terms of a, the weights, the epilogue matrices of every subgroup where
+ * SETS is 1, 1 KiB of slack) passes smem bytes. Pure. */
+bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const uint32_t cfg[5],
+                    uint32_t smem, vk_cm_plan *p);
+
+/* matmul_cm.comp's layouts by default (vk_cm_mid_cfg) from VK_CM_MID_ROWS to 64 rows:
+ * WG, SGM, FN, BK, SETS in fast mode (16 subgroups as 2 x 8 of 32 x 32, tiles of 64 x 256,
+ * two register sets of loads in flight; H200 64 x 14336 x 4096 0.0533 ms against the old
+ * plan's 0.0672, 64 x 4096 x 14336 0.0497 against 0.0618) and in precise mode (2 x 4 of 32 x
+ * 32, tiles of 64 x 128: 0.0748 / 0.0677 against 0.0867 / 0.0770); 9B tg128 batch 64 fast
+ * 17.15-17.20 ms against 18.95-19.00, precise 19.84 against 21.41 (docs/benchmarks.md,
+ * "Vulkan decode GEMM at 32 and 64 rows: fragment traffic") */
+#define VK_CM_MID_ROWS 33
+#define VK_CM_MID_FAST {512u, 2u, 2u, 64u, 2u}
+#define VK_CM_MID_PRECISE {256u, 2u, 2u, 64u, 1u}
+
+/* Whether matmul_cm.comp takes a vk_cm_plan_mid layout for m rows with
+ * `split` terms (2 precise, 1 fast), and which (into cfg[5]): c->cm_mid
+ * from c->cm_mid_rows rows where $LLMEM_VULKAN_CM_MID set one (cm_mid[0]
+ * not 0, c->cm_mid_set); none where it was "0" (c->cm_mid_set, cm_mid[0]
+ * 0: the plans of vk_cm_plan_make); else VK_CM_MID_FAST or
+ * VK_CM_MID_PRECISE from VK_CM_MID_ROWS rows. Up to 64 rows only. Pure. */
+bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg[5]);
 
 /* The pipeline depth to ask vk_cm_plan_make for at m activation rows:
  * `asked` (vk_mm_caps.cm_stages) when it is 1 or more, else by rows:

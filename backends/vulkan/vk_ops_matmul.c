@@ -53,6 +53,16 @@ void vk_matmul_config(vk_backend *v)
      * unset (0): by rows, vk_cm_stages_for */
     v->mm.cm_stages = vk_env_u32("LLMEM_VULKAN_CM_STAGES", 0, 1, VK_CM_STAGES_MAX);
     v->mm.cm_fn = vk_env_u32("LLMEM_VULKAN_CM_FN", 1, 1, 4); /* vk_cm_plan_make_fn */
+    /* its layout up to 64 rows: "WG,SGM,FN,BK,SETS[,ROWS]" (vk_cm_plan_mid, from ROWS rows,
+     * default 17) in both modes; "0" the plans of vk_cm_plan_make; unset: VK_CM_MID_FAST /
+     * _PRECISE from VK_CM_MID_ROWS rows (vk_cm_mid_cfg) */
+    const char *cmid = getenv("LLMEM_VULKAN_CM_MID");
+    uint32_t *cmv = v->mm.cm_mid;
+    v->mm.cm_mid_rows = 17;
+    v->mm.cm_mid_set = cmid != NULL;
+    if (!cmid || sscanf(cmid, "%u,%u,%u,%u,%u,%u", &cmv[0], &cmv[1], &cmv[2], &cmv[3], &cmv[4],
+                        &v->mm.cm_mid_rows) < 5)
+        cmv[0] = 0;
     /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
      * everywhere, 3 raw with the sum in the last slice's workgroup (vk_mm_pick.h VK_CM_RAW_*) */
     v->mm.cm_raw = vk_env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_DEFAULT, 0, 3);
@@ -360,7 +370,10 @@ static uint32_t cm_ctr_first(llmem_backend *be, vk_backend *v, uint64_t tiles)
  * partial buffer cannot be had, matmul_cm.comp as below); at 9-64 rows
  * matmul_dec.comp (CM_ALLOW_DEC and dec_plan; raw tiles +
  * sum_slices_cm.comp; without its partial buffer, matmul_cm.comp); else
- * matmul_cm.comp with the blocking of vk_cm_plan_make, then, by the
+ * matmul_cm.comp with the blocking of vk_cm_plan_mid (CM_ALLOW_MID and
+ * vk_cm_mid_cfg: 33-64 rows by default; with more than one register set
+ * raw tiles only, and without its partial buffer the next plan) or of
+ * vk_cm_plan_make, then, by the
  * epilogue (vk_cm_raw_used, $LLMEM_VULKAN_CM_RAW): sum_slices.comp when K
  * is split (scaled epilogue), sum_slices_cm.comp (raw tiles to a padded
  * partial buffer, slices added and rows scaled there), or nothing
@@ -371,7 +384,7 @@ static uint32_t cm_ctr_first(llmem_backend *be, vk_backend *v, uint64_t tiles)
  * product); tm->buf must stay allocated until then. *done says whether it
  * ran; it does not when w's offset is not 16-byte aligned (the caller
  * falls through to matmul_rt). LLMEM_E_NO_MEMORY: no partial buffer. */
-enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4 };
+enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4, CM_ALLOW_MID = 8 };
 
 /* matmul_dec.comp's plan for an [m, k] x [n, k] product with `split`
  * terms (vk_dec_plan_make at $LLMEM_VULKAN_DEC_CFG or the default
@@ -406,11 +419,18 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     /* matmul_dec.comp: raw tiles only as well */
     vk_dec_plan dp;
     bool dec = !cmp && (allow & CM_ALLOW_DEC) && dec_plan(v, m, n, k, tm->split, &dp);
+    bool mid = false; /* vk_cm_plan_mid's plan, at mid_cfg */
+    uint32_t mid_cfg[5] = {0, 0, 0, 0, 1};
     if (dec)
         pl = dp.cm;
     if (!cmp && !dec) {
-        vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
-                           v->mm.smem, v->mm.cm_fn, &pl);
+        /* (more than one register set only with raw tiles: RAW_ALL, RAW_FUSED) */
+        mid = (allow & CM_ALLOW_MID) && vk_cm_mid_cfg(&v->mm, m, tm->split, mid_cfg) &&
+              (mid_cfg[4] == 1 || v->mm.cm_raw >= VK_CM_RAW_ALL) &&
+              vk_cm_plan_mid(m, n, k, tm->split, mid_cfg, v->mm.smem, &pl);
+        if (!mid)
+            vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
+                               v->mm.smem, v->mm.cm_fn, &pl);
         uint32_t wave = v->mm.cm_wave;
         uint64_t t0 = (uint64_t)pl.tiles_m * pl.tiles_n;
         if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */
@@ -424,8 +444,10 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     uint64_t pslice = count; /* floats per slice of the partial buffer */
     if (raw)
         vk_cm_raw_layout(&pl, &ldp, &pslice);
+    /* a plan that has only raw tiles (more than one register set: no epilogue matrices) */
+    bool raw_only = cmp || dec || (mid && mid_cfg[4] > 1);
     if (raw && pl.slices * pslice > UINT32_MAX) { /* the shaders index 32-bit */
-        if (cmp || dec)
+        if (raw_only)
             return cm_product_as(be, v, tm, w, out, later, 0, done);
         raw = false;
         ldp = n;
@@ -443,7 +465,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (pl.slices > 1 || raw) {
         size_t bytes = (size_t)pl.slices * pslice * 4;
         st = vk_buffer_alloc(be, bytes, &part);
-        if (st == LLMEM_E_NO_MEMORY && (cmp || dec)) /* matmul_cm, which may do without it */
+        if (st == LLMEM_E_NO_MEMORY && raw_only) /* matmul_cm's plans, which may do without it */
             return cm_product_as(be, v, tm, w, out, later, 0, done);
         if (st == LLMEM_E_NO_MEMORY && raw && pl.slices == 1) {
             raw = false; /* one slice needs no partial buffer: the scaled epilogue */
@@ -475,7 +497,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         vk_op_init(&mm, v->mm.dec == VK_DEC_NV ? VK_SH_MATMUL_DEC : VK_SH_MATMUL_DEC_KHR, dp.wg);
     else
         vk_op_init(&mm, vk_cm_khr_used(&v->mm, m) ? VK_SH_MATMUL_CM_KHR : VK_SH_MATMUL_CM,
-                   VK_CM_WG);
+                   32 * pl.sgm * pl.sgn);
     vk_op_spec(&mm, (uint32_t)w->dtype);
     vk_op_spec(&mm, pl.sgm);
     vk_op_spec(&mm, pl.fm);
@@ -485,6 +507,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     vk_op_spec(&mm, pl.stages);
     if (!cmp)
         vk_op_spec(&mm, fused ? 2 : raw);
+    if (!cmp && !dec && !cm2)
+        vk_op_spec(&mm, mid ? mid_cfg[4] : 1); /* matmul_cm's register sets */
     if (dec) {
         vk_op_spec(&mm, dp.ka);
         vk_op_spec(&mm, dp.apf);
@@ -551,7 +575,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
 static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
                                llmem_ct *out, vk_cm_sum *later, bool *done)
 {
-    return cm_product_as(be, v, tm, w, out, later, CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2,
+    return cm_product_as(be, v, tm, w, out, later,
+                         CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2 | CM_ALLOW_MID,
                          done);
 }
 
