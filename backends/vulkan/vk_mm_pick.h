@@ -393,7 +393,10 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
  * precise, with 64-byte segments (VK_DEC_PF_SEG_PRECISE): 0.0540 / 0.0493 against 0.0569 /
  * 0.0527. The prefetch in the old plans, and matmul_dec at 64 rows (one tile of all rows, or
  * 32- and 16-row tiles sharing the weights through L2: 0.099-0.166 against 0.062-0.067), were
- * slower, so the old plans stay there ("Vulkan decode GEMM at 64 rows: row tiles") */
+ * slower, so matmul_cm.comp stays there ("Vulkan decode GEMM at 64 rows: row tiles"; from 33
+ * rows at the layouts of vk_cm_mid_cfg; matmul_dec at 64 rows with fewer registers, smaller
+ * steps and chunks, touches, 4 subgroups a workgroup: 0.0703 at best against 0.0672, "Vulkan
+ * decode GEMM at 32 and 64 rows: fragment traffic") */
 #define VK_DEC_DEFAULT VK_DEC_AUTO
 /* matmul_dec.comp's L2 prefetch (its PFD, PFL, PFS; $LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG):
  * every LAG K steps each subgroup loads 4 bytes of each SEG-byte segment of its weight rows for

@@ -424,9 +424,12 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (dec)
         pl = dp.cm;
     if (!cmp && !dec) {
-        /* (more than one register set only with raw tiles: RAW_ALL, RAW_FUSED) */
+        /* (more than one register set only with raw tiles: RAW_ALL, RAW_FUSED; a workgroup the
+         * device takes: Vulkan guarantees only 128 invocations) */
         mid = (allow & CM_ALLOW_MID) && vk_cm_mid_cfg(&v->mm, m, tm->split, mid_cfg) &&
               (mid_cfg[4] == 1 || v->mm.cm_raw >= VK_CM_RAW_ALL) &&
+              mid_cfg[0] <= v->props.limits.maxComputeWorkGroupInvocations &&
+              mid_cfg[0] <= v->props.limits.maxComputeWorkGroupSize[0] &&
               vk_cm_plan_mid(m, n, k, tm->split, mid_cfg, v->mm.smem, &pl);
         if (!mid)
             vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
