@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "vk_internal.h"
+#include "vk_sum.h"
 
 #define MV_MAX VK_MM_MV_MAX
 #define MV_WG 128

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "vk_internal.h"
+#include "vk_sum.h"
 
 #define VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"
 #define MAX_DEVICES 16

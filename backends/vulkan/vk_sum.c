@@ -28,7 +28,7 @@
  */
 #include <stdlib.h>
 
-#include "vk_internal.h"
+#include "vk_sum.h"
 
 #define SUM_WG 256
 #define SUM_DST_MAX 3 /* sum_slices_cm.comp's NDST */

@@ -1,0 +1,76 @@
+/* llmem Vulkan backend: the split-K sum pass after a tensor-core product
+ * and its hold for the op that reads the product (vk_sum.c). Included
+ * by the backend's sources that record, hold or take that pass. */
+#ifndef LLMEM_VK_SUM_H
+#define LLMEM_VK_SUM_H
+
+#include "vk_internal.h"
+
+/* The split-K sum pass after a tensor-core product (vk_sum.c): its
+ * raw-tile partial buffer part (owned; NULL: none), pt the whole of it,
+ * te the rows' exponents [m] i32 (cm_split.comp's), out [m, n] f32; tiles
+ * ldp floats a row, slices pslice floats apart. VK_SUM_RAW:
+ * sum_slices_cm.comp (slices added in order, the row's 2^e applied once);
+ * VK_SUM_SCALED: sum_slices.comp (scaled tiles); VK_SUM_NONE: no pass. */
+enum { VK_SUM_NONE, VK_SUM_RAW, VK_SUM_SCALED };
+typedef struct vk_cm_sum {
+    int kind;
+    llmem_buffer *part;
+    llmem_tensor pt, te, out;
+    uint32_t m, n, ldp, slices, pslice;
+} vk_cm_sum;
+/* Records the pass *s describes (nothing for VK_SUM_NONE, or when run is
+ * false: an earlier failure) and frees its partial buffer; s->kind is
+ * VK_SUM_NONE after. Errors: those of vk_op_run. */
+llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run);
+/* $LLMEM_VULKAN_SUM_HOLD unset: bit 0 (the copies) at 9-64 rows (9B fast
+ * tg128 on the H200 b16 11.26 -> 11.16-11.24 ms, b64 18.91 ->
+ * 18.61-18.68; 9B precise b64 21.39 -> 21.02), bit 1 (the norm) too above
+ * VK_SUM_NORM_ROWS rows of at most VK_SUM_NORM_COLS (2b b64 fast 9.19 ->
+ * 9.02, precise 9.86 -> 9.68; where the norm's 9-64 workgroups read every
+ * slice of fewer or wider rows they lose: 9B fast b16 11.29, b64 18.83;
+ * docs/benchmarks.md "The decode step around the GEMM"). A set value
+ * applies at every shape. */
+#define VK_SUM_NORM_ROWS 16
+#define VK_SUM_NORM_COLS 2048
+
+/* Holds *s (issue 12, the decode step) where the mode allows (bit 0: for
+ * column copies, bit 1: for add + RMS norm) and *s is a VK_SUM_RAW pass
+ * of 9..VK_PRESPLIT_ROWS rows with an f32 output, nothing else being
+ * held: takes its partial buffer and `terms` (the exponents' buffer when
+ * the caller would free it; NULL when borrowed from the presplit buffer),
+ * records nothing, returns true; else false and nothing is taken. The
+ * held pass is recorded (vk_sum_flush) before anything else is tracked
+ * (vk_held_flush, as the other holds), except by its readers below. Every
+ * path gives the same bits as the pass followed by the op. */
+bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms);
+/* Records the held pass, with the copies it took, and frees the hold's
+ * buffers (nothing when none is held). Errors: those of vk_op_run. */
+llmem_status vk_sum_flush(vk_backend *v);
+/* vk_sum_flush when t overlaps what the held pass reads or writes (for an
+ * op that consults host-side state about t before it records: the
+ * presplit take of cm_split_run). */
+llmem_status vk_sum_flush_if(vk_backend *v, const llmem_tensor *t);
+/* llmem_op_copy (vk_ops_basic.c) of dst [rows, w] f32 = src[:, col0 ..
+ * col0 + w): where src is the held output, dst clear of everything the
+ * pass touches and fewer than 3 copies taken, the pass will write dst too
+ * (*taken true, nothing recorded); else the held pass is recorded first
+ * (*taken false: the caller copies). Errors: those of vk_sum_flush. */
+llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_ct *dst,
+                              bool *taken);
+/* For rms_norm (vk_ops_basic.c): whether x += r; out = norm(x) may read r
+ * from the held sum (r and out the held output, x clear of the pass, the
+ * norm's terms (split, the first split_bytes of the presplit buffer) clear
+ * of the exponents it reads but for each row's own); if so binds the
+ * partial buffer and the exponents as bindings 5 and 6 of op, pushes
+ * rms_norm.comp's five ADD 2 words and takes the hold off the pending
+ * list. vk_sum_taken, after the norm is recorded (or failed), frees the
+ * hold's buffers. */
+bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
+                      bool split, size_t split_bytes);
+void vk_sum_taken(vk_backend *v);
+/* Records a held pass and frees the hold (at close, before
+ * vk_cmd_finish). */
+void vk_sum_finish(vk_backend *v);
+
+#endif
