@@ -658,7 +658,7 @@ int32_t llmem_kv_cache_page_table(llmem_memory *mem, int32_t seq_id, int32_t *ou
      * then the entry names the page it copies (kv_cow) */
     for (int32_t c = 0; out && kv->res && c < kv->res->n_cow; c++) {
         const kv_cow *w = &kv->res->cow[c];
-        if (w->seq == seq_id && w->page >= 0 && w->index < n)
+        if (w->seq == seq_id && w->page >= 0 && !w->copied && w->index < n)
             out[w->index] = w->page;
     }
     return s->pages.n;

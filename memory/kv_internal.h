@@ -64,11 +64,16 @@ typedef struct kv_ub {
 /* A copy-on-write reserved by a plan and done when ubatch 0 is applied.
  * Reserve points page table entry `index` of `seq` at a new page at once
  * (the views and index tables show it) and keeps the old page, still
- * referenced, in `page`; apply copies it into the new one and drops it
- * (page becomes -1); a plan released before that puts it back, so that a
- * plan released (or failed) before apply changes nothing. */
+ * referenced, in `page`; apply copies it into the new one (`copied`) and
+ * the plan keeps holding the old page until release. Release (kv_plan.c
+ * finish_cows) drops the old page when a commit appended to the sequence
+ * (its length is no longer `len0`, the committed length at reserve), and
+ * otherwise puts the old page back and frees the copy, so that a plan
+ * released or failed without a commit to the sequence changes nothing:
+ * not the page table, the sharing nor the pages used. */
 typedef struct kv_cow {
-    int32_t seq, index, page;
+    int32_t seq, index, page, len0;
+    bool copied;
 } kv_cow;
 
 typedef struct kv_res {

@@ -11,20 +11,26 @@
 
 /* --- planning ----------------------------------------------------------------- */
 
-/* Puts back the page table entries that reserve switched to copy-on-write
- * targets apply has not filled (a plan released before apply, or an apply
- * that failed): the entry gets its old page again, the target is freed. */
-static void undo_cows(kv_cache *kv, kv_res *res)
+/* Settles the copy-on-writes of a plan that is released or failed: an
+ * entry whose copy holds committed tokens (apply copied it and a commit
+ * appended to the sequence) keeps the copy, and the old page loses the
+ * plan's reference; every other entry gets its old page again and the
+ * copy is freed, so the sharing is as before the plan (kv_cow). */
+static void finish_cows(kv_cache *kv, kv_res *res)
 {
     for (int32_t c = 0; res && c < res->n_cow; c++) {
         kv_cow *w = &res->cow[c];
         if (w->page < 0)
             continue;
         kv_seq *q = &kv->seqs[w->seq];
-        int32_t copy = q->pages.v[w->index];
-        kv_pt_set(kv, q, w->index, w->page);
-        kv_last_sync(q);
-        kv_unref_page(kv, copy);
+        if (w->copied && q->tokens.n != w->len0) {
+            kv_unref_page(kv, w->page);
+        } else {
+            int32_t copy = q->pages.v[w->index];
+            kv_pt_set(kv, q, w->index, w->page);
+            kv_last_sync(q);
+            kv_unref_page(kv, copy);
+        }
         w->page = -1;
     }
 }
@@ -560,11 +566,11 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             /* the entry shows the copy from now on (the index tables and
              * the row the views read); the copy itself waits for apply
              * (kv_apply), and the old page stays held by the plan until
-             * then (undo_cows puts it back) */
+             * release (finish_cows drops it or puts it back) */
             kv_cow *w = &res->cow[res->n_cow++];
             int32_t p = kv_alloc_page(kv), at = len0[s] / ps;
             int32_t old = q->pages.v[at];
-            *w = (kv_cow){.seq = s, .index = at, .page = old};
+            *w = (kv_cow){.seq = s, .index = at, .page = old, .len0 = q->tokens.n};
             if (kv->page_shift[old]) { /* the K-shift tables must list the copy's slots */
                 memcpy(kv->shift + (size_t)p * (size_t)ps, kv->shift + (size_t)old * (size_t)ps,
                        (size_t)ps * sizeof *kv->shift);
@@ -629,7 +635,7 @@ fail:
         if (pinned.v[k] >= 0)
             kv_unref_page(kv, pinned.v[k]);
     kv_host_unpin(kv, pinned.v + pin_at, pinned.n - pin_at);
-    undo_cows(kv, res);
+    finish_cows(kv, res);
     if (attached)
         release_reservations(kv, plan);
     if (res) {
@@ -648,13 +654,12 @@ llmem_status kv_apply(llmem_memory *mem, const llmem_plan *plan, void *r, int32_
     if (!res->cow_done) {
         for (int32_t c = 0; c < res->n_cow; c++) {
             kv_cow *w = &res->cow[c];
-            if (w->page < 0)
+            if (w->copied)
                 continue; /* copied by an earlier, partly failed apply */
             llmem_status st = copy_page(kv, kv->seqs[w->seq].pages.v[w->index], w->page);
             if (st != LLMEM_OK)
                 return st; /* the old page is still held; release puts it back */
-            kv_unref_page(kv, w->page);
-            w->page = -1;
+            w->copied = true; /* the old page stays held until release */
         }
         res->cow_done = true;
     }
@@ -767,7 +772,7 @@ void kv_release(llmem_memory *mem, const llmem_plan *plan, void *r)
     kv_cache *kv = kv_of(mem);
     kv_res *res = r;
     kv->res = NULL;
-    undo_cows(kv, res);
+    finish_cows(kv, res);
     release_reservations(kv, plan);
     if (res) {
         free(res->ub);

@@ -558,7 +558,7 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         goto out;
     for (int32_t c = 0; kv->res && c < kv->res->n_cow; c++)
         if (kv->res->cow[c].page >= 0)
-            ref[kv->res->cow[c].page]++; /* copy-on-write target held by the plan */
+            ref[kv->res->cow[c].page]++; /* copy-on-write source held by the plan */
     if (!host_tier_check(kv->host, err, err_len))
         goto out;
     int32_t host_pins = 0;

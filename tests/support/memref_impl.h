@@ -30,9 +30,14 @@ typedef struct mr_page {
 } mr_page;
 
 /* A copy-on-write a plan reserved: page table entry `index` of `seq`
- * becomes `page` when the plan's first ubatch is applied. */
+ * becomes `page` when the plan's first ubatch is applied, and `page` then
+ * holds the old page, which the plan keeps referenced until release. The
+ * release of a plan that committed no token to `seq` (its length is still
+ * `len0`) puts the old page back and drops the copy: the sharing is as
+ * before the plan; otherwise it drops the old page. */
 typedef struct mr_cow {
-    int32_t seq, index, page;
+    int32_t seq, index, page, len0;
+    bool applied;
 } mr_cow;
 
 typedef struct mr_kv {

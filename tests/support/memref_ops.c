@@ -234,7 +234,7 @@ llmem_status memref_plan(memref *r, const llmem_batch *b, llmem_split split, int
                 mr_ilist_push(t, pins[c][at++]);
             if (cow[c][s]) { /* the page is taken now, the copy made at the first apply */
                 mr_cow *w = &kv->cow[kv->n_cow++];
-                *w = (mr_cow){s, r->seq[s].n / kv->ps, mr_kv_alloc(kv)};
+                *w = (mr_cow){s, r->seq[s].n / kv->ps, mr_kv_alloc(kv), r->seq[s].n, false};
             }
             for (int32_t k = 0; k < need[c][s]; k++)
                 mr_ilist_push(t, mr_kv_alloc(kv));
@@ -431,14 +431,16 @@ void mr_apply_cows(memref *r)
     for (int32_t c = 0; c < r->n_ch; c++) {
         mr_kv *kv = &r->ch[c].kv;
         for (int32_t k = 0; k < kv->n_cow; k++) {
-            const mr_cow *w = &kv->cow[k];
-            int32_t *e = &kv->tab[w->seq].v[w->index];
-            kv->pg[w->page].shift = kv->pg[*e].shift;
-            mr_kv_unref(kv, *e);
+            mr_cow *w = &kv->cow[k];
+            if (w->applied)
+                continue;
+            int32_t *e = &kv->tab[w->seq].v[w->index], old = *e;
+            kv->pg[w->page].shift = kv->pg[old].shift;
             *e = w->page;
+            w->page = old; /* held until release */
+            w->applied = true;
             kv->cows++;
         }
-        kv->n_cow = 0;
     }
 }
 
@@ -448,12 +450,22 @@ void memref_release(memref *r, bool applied)
     for (int32_t c = 0; c < r->n_ch; c++) {
         mr_child *ch = &r->ch[c];
         if (ch->cfg.kv) {
+            /* the page not in the table goes: the copy when never applied
+             * or when nothing was committed to the sequence (the old page
+             * comes back), else the old page */
+            for (int32_t k = 0; k < ch->kv.n_cow; k++) {
+                mr_cow *w = &ch->kv.cow[k];
+                if (w->applied && r->seq[w->seq].n == w->len0) {
+                    int32_t *e = &ch->kv.tab[w->seq].v[w->index], copy = *e;
+                    *e = w->page;
+                    w->page = copy;
+                }
+                mr_kv_unref(&ch->kv, w->page);
+            }
+            ch->kv.n_cow = 0;
             for (int32_t s = 0; s < r->n_seq; s++)
                 if (p->n_new[s])
                     mr_kv_drop_from(&ch->kv, s, mr_div_up(r->seq[s].n, ch->kv.ps));
-            for (int32_t k = 0; k < ch->kv.n_cow; k++) /* never applied: no copy */
-                mr_kv_unref(&ch->kv, ch->kv.cow[k].page);
-            ch->kv.n_cow = 0;
             continue;
         }
         /* the plan's snapshots: unpinned, used now; what it pinned past the
