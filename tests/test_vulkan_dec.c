@@ -463,15 +463,20 @@ START_TEST(test_dec_products)
 }
 END_TEST
 
-/* The L2 prefetch (matmul_dec.comp's PFD, PFL, PFS) changes no bit: each
- * shape's products (precise and fast, at 9-64 rows with DEC=1, so that
- * both split counts run matmul_dec; with one tile of all rows and 32-row
- * tiles) with it off are the reference for the
- * same products at the default prefetch and at three other settings (one
- * step ahead with the smallest segments; far ahead with the largest
- * segments; a lag of 8 steps); test_dec_products checks the values
- * against float64. (Without cooperative matrices, lavapipe, every setting
- * runs the SIMT path: trivially equal.) */
+/* The L2 prefetch (matmul_dec.comp's PFD, PFL, PFS) and the chunk of
+ * activations (KA) change no bit: each shape's products (precise and fast,
+ * at 9-64 rows with DEC=1, so that both split counts run matmul_dec; with
+ * one tile of all rows and 32-row tiles) with it off and at chunks of 512
+ * (halved where shared memory is short: the default before
+ * VK_DEC_KA_FAST / VK_DEC_KA_PRECISE, $LLMEM_VULKAN_DEC_CFG=256,1,64,2,512,264)
+ * are the reference for the same products at the default blocking (chunks
+ * of 128 fast, 64 precise at 9-16 rows, 128 above) with the default
+ * prefetch and at three other settings (one step ahead with the smallest
+ * segments; far ahead with the largest segments; a lag of 8 steps);
+ * test_dec_products checks the values against float64. (No backend opened
+ * for the chunks alone: the NVIDIA driver refuses vkCreateInstance, -9,
+ * after about 30 in one process. Without cooperative matrices, lavapipe,
+ * every setting runs the SIMT path: trivially equal.) */
 START_TEST(test_dec_prefetch_identical)
 {
     /* $LLMEM_VULKAN_DEC_PF, _PF_LAG, _PF_SEG (NULL: unset, the default) */
@@ -506,7 +511,10 @@ START_TEST(test_dec_prefetch_identical)
         test_env_put("LLMEM_VULKAN_DEC_PF", pfs[pi][0]);
         test_env_put("LLMEM_VULKAN_DEC_PF_LAG", pfs[pi][1]);
         test_env_put("LLMEM_VULKAN_DEC_PF_SEG", pfs[pi][2]);
+        test_env keep5 = test_env_save("LLMEM_VULKAN_DEC_CFG");
+        test_env_put("LLMEM_VULKAN_DEC_CFG", pi == 0 ? "256,1,64,2,512,264" : NULL);
         llmem_backend *vk = open_be("vulkan");
+        test_env_restore(&keep5);
         for (size_t s = 0; s < NS; s++) {
             int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
             float *out = pi == 0 ? base[s] : o[s]; /* the first: the prefetch off */
@@ -514,7 +522,7 @@ START_TEST(test_dec_prefetch_identical)
             run_mm(vk, a[s], w[s], m, k, n, true, out + (size_t)m * n);
             ck_assert_msg(pi == 0 || memcmp(o[s], base[s], (size_t)2 * m * n * 4) == 0,
                           "DEC_ROWS=%s DEC_PF=%s,%s,%s %dx%dx%d: not bit-identical to the "
-                          "prefetch off",
+                          "prefetch off at chunks of 512",
                           rows[ri] ? rows[ri] : "-", pfs[pi][0] ? pfs[pi][0] : "-",
                           pfs[pi][1] ? pfs[pi][1] : "-", pfs[pi][2] ? pfs[pi][2] : "-", m, k, n);
         }

@@ -225,10 +225,8 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
 
 void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c)
 {
-    (void)split;
-    *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = 512, .groups = 264};
-    if (m > 16)
-        *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = 128, .groups = 264};
+    uint32_t ka = m > 16 ? 128 : split == 1 ? VK_DEC_KA_FAST : VK_DEC_KA_PRECISE;
+    *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = ka, .groups = 264};
 }
 
 bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const vk_dec_cfg *c,

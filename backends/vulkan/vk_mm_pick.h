@@ -438,12 +438,25 @@ typedef struct vk_dec_plan {
 #define VK_DEC_SMEM(split, bm, ka, wg, fn, bk) \
     ((split) * (bm) * ((ka) / 8u + 1u) * 16u + (wg) / 32u * 16u * (fn) * ((bk) / 8u + 1u) * 16u)
 
+/* The chunk of activations (KA) of matmul_dec.comp's default blocking at
+ * 9-16 rows: 128 in fast mode, 64 in precise mode. H200, 16 x 14336 x 4096
+ * / 16 x 4096 x 14336 (docs/benchmarks.md, "Vulkan decode at 16 rows: GEMM
+ * layouts and the scan"): fast 0.0380 / 0.0357 ms against 0.0458 / 0.0433
+ * with chunks of 512 (105 against 126 registers; 64: 0.0412 / 0.0386),
+ * precise 0.0460 / 0.0410 against 0.0539 / 0.0493 with 512 (halved to 256
+ * by shared memory; 128: 0.0632 / 0.0570). The chunk only sets how much of
+ * the activations is staged at once: the same multiply-adds in the same
+ * order, the same bits (tests/test_vulkan_dec.c). */
+#define VK_DEC_KA_FAST 128
+#define VK_DEC_KA_PRECISE 64
+
 /* The default blocking of matmul_dec.comp at m rows with `split` f16
  * terms of a (1 fast, 2 precise) into *c (caller-owned): 256 invocations,
- * FN 1, K steps of 64, depth 2, 264 workgroups, chunks of 512 up to 16
- * rows and 128 above (vk_dec_plan_make halves them where shared memory
- * is short): the harness's fastest at 105-122 registers, two workgroups an
- * SM (docs/benchmarks.md). Pure; never fails. */
+ * FN 1, K steps of 64, depth 2, 264 workgroups, chunks of VK_DEC_KA_FAST /
+ * VK_DEC_KA_PRECISE up to 16 rows and 128 above (vk_dec_plan_make halves
+ * them where shared memory is short): the harness's fastest at 105-122
+ * registers, two workgroups an SM (docs/benchmarks.md). Pure; never
+ * fails. */
 void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c);
 
 /* Plans matmul_dec.comp for out[m, n] = a[m, k] · w[n, k]ᵀ with `split`

@@ -265,9 +265,18 @@ static bool scan_pingpong(void)
     return e && atoi(e) != 0;
 }
 
+/* LLMEM_BENCH_MAMBA_SEQS=n (1..64): the Mamba-2 decode figure at n
+ * sequences instead of 64 (the decode step's batch; other values: 64). */
+static int32_t scan_seqs(void)
+{
+    const char *e = getenv("LLMEM_BENCH_MAMBA_SEQS");
+    int n = e ? atoi(e) : 64;
+    return n >= 1 && n <= 64 ? (int32_t)n : 64;
+}
+
 llmem_status bench_mamba(bench *b)
 {
-    const int32_t B = 64, H = 128, P = 64, N = 128, G = 1;
+    const int32_t B = scan_seqs(), H = 128, P = 64, N = 128, G = 1;
     int64_t elems = (int64_t)H * P * N, cd = (int64_t)H * P + 2 * G * N;
     size_t state_bytes = (size_t)B * (size_t)elems * 4;
     bool pp = scan_pingpong();
