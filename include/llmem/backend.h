@@ -20,6 +20,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Element types of tensors and buffers. */
 typedef enum llmem_dtype {
@@ -312,6 +313,7 @@ bool llmem_recording_is_native(const llmem_recording *r);
 /* Frees a recording (NULL is a no-op). The backend must still be open. */
 void llmem_recording_free(llmem_recording *r);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

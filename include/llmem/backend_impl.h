@@ -16,6 +16,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Bumped whenever llmem_backend_i, llmem_buffer, llmem_ops_i, the host
  * table or the entry point change in a way that breaks already-built
@@ -347,6 +348,7 @@ typedef const llmem_plugin *(*llmem_plugin_entry_fn)(const llmem_host_api *host)
 #define LLMEM_BACKEND_CAST(type, be, iface_ptr) \
     ((be) && (be)->iface == (iface_ptr) ? (type *)(void *)(be) : (type *)NULL)
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

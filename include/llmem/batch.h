@@ -19,6 +19,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef struct llmem_batch {
     int32_t n_tokens;          /* tokens in the batch, >= 1 */
@@ -54,6 +55,7 @@ llmem_status llmem_batch_buf_add(llmem_batch_buf *b, int32_t token, int32_t pos,
 /* The batch view of the builder; valid until the next add/clear/destroy. */
 const llmem_batch *llmem_batch_buf_get(llmem_batch_buf *b);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -70,6 +70,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* A parsed chat template. Opaque and immutable once created. */
 typedef struct llmem_chat_template llmem_chat_template;
@@ -122,6 +123,7 @@ llmem_status llmem_chat_template_render_json(const llmem_chat_template *tmpl,
                                              char **out, size_t *out_len,
                                              char *err, size_t err_len);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -57,6 +57,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef struct llmem_comm llmem_comm;
 
@@ -142,6 +143,7 @@ llmem_status llmem_comm_abort(llmem_comm *c);
 /* Whether c's group has been aborted (false for NULL). */
 bool llmem_comm_aborted(const llmem_comm *c);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef struct llmem_comm_i {
     size_t struct_size; /* sizeof(llmem_comm_i) the implementation was built with */
@@ -86,6 +87,7 @@ static inline int llmem_comm_rows_ok(const llmem_buffer *src, size_t src_off,
     return src != dst || src_off + part <= dst_off || dst_off + all <= src_off;
 }
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

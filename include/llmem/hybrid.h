@@ -18,6 +18,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Creates a hybrid over n_children memories; takes ownership of them (on
  * success and on failure). Every child must have the same n_seq_max and
@@ -55,6 +56,7 @@ llmem_status llmem_hybrid_create(llmem_memory *const *children, int32_t n_childr
 llmem_status llmem_hybrid_create_ranks(llmem_memory *const *ranks, int32_t n_ranks,
                                        llmem_memory **out, char *err, size_t err_len);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef struct llmem_kv_cache_params {
     int32_t n_layers;    /* layers with K/V (>= 1) */
@@ -106,6 +107,7 @@ int32_t llmem_kv_cache_page_table(llmem_memory *mem, int32_t seq_id, int32_t *ou
  * window of the layers this cache serves. */
 int32_t llmem_kv_cache_window(llmem_memory *mem);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

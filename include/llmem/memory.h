@@ -39,6 +39,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 #define LLMEM_MEMORY_API_VERSION 1
 
@@ -264,6 +265,7 @@ llmem_status llmem_memory_check(llmem_memory *mem, char *err, size_t err_len);
  * released first. Accepts NULL. */
 void llmem_memory_destroy(llmem_memory *mem);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

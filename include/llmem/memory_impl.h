@@ -32,6 +32,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* A plan as the core builds it; implementations read it, never change it. */
 struct llmem_plan {
@@ -343,6 +344,7 @@ llmem_i32_table llmem_idx_table(const llmem_idx_builder *b, int32_t off, int32_t
  * contract 3) and results must not change. */
 bool llmem_env_poison(void);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -33,6 +33,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* ---- safetensors ------------------------------------------------------- */
 
@@ -390,6 +391,7 @@ llmem_status llmem_model_check_weights_finite(const llmem_model_config *cfg,
                                               const llmem_safetensors *st, char *err,
                                               size_t err_len);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -56,6 +56,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 #define LLMEM_TENSOR_MAX_DIMS 4
 
@@ -668,6 +669,7 @@ llmem_status llmem_backend_cpu_set_threads(llmem_backend *be, int32_t n);
 /* Threads the CPU backend's ops use now (>= 1). */
 int32_t llmem_backend_cpu_threads(void);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Op ids (llmem_backend_supports, llmem_op_name: "gdn", "sigmoid_mul"). */
 #define LLMEM_OP_GDN LLMEM_OP_TAG('g', 'd', 'n', '_')
@@ -96,6 +97,7 @@ typedef llmem_status (*llmem_op_sigmoid_mul_fn)(llmem_backend *be, const llmem_t
     LLMEM_OP_LAYOUT(sizeof(llmem_gdn_params), offsetof(llmem_gdn_params, d_v))
 #define LLMEM_OP_SIGMOID_MUL_LAYOUT LLMEM_OP_LAYOUT(0, 1)
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

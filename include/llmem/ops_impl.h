@@ -33,6 +33,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef const llmem_tensor llmem_ct; /* shorthand for the slot signatures */
 
@@ -288,6 +289,7 @@ llmem_status llmem_op_impl_register(const char *backend, const llmem_op_impl *im
  * loaded). */
 llmem_op_fn llmem_backend_op_impl(llmem_backend *be, const llmem_op_info *info);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Op ids (llmem_backend_supports, llmem_op_name: "moe_route", "moe_ffn"). */
 #define LLMEM_OP_MOE_ROUTE LLMEM_OP_TAG('m', 'o', 'e', 'r')
@@ -108,6 +109,7 @@ typedef llmem_status (*llmem_op_moe_ffn_fn)(llmem_backend *be, const llmem_moe_f
 #define LLMEM_OP_MOE_FFN_LAYOUT \
     LLMEM_OP_LAYOUT(sizeof(llmem_moe_ffn_params), offsetof(llmem_moe_ffn_params, gated))
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Op id (llmem_backend_supports, llmem_op_name: "norm_matmul"). */
 #define LLMEM_OP_NORM_MATMUL LLMEM_OP_TAG('n', 'r', 'm', 'm')
@@ -85,6 +86,7 @@ typedef llmem_status (*llmem_op_norm_matmul_fn)(llmem_backend *be,
 #define LLMEM_OP_NORM_MATMUL_LAYOUT                                                            \
     LLMEM_OP_LAYOUT(sizeof(llmem_norm_matmul_params), offsetof(llmem_norm_matmul_params, eps))
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

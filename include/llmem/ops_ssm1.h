@@ -16,6 +16,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* Op ids (llmem_backend_supports, llmem_op_name: "short_conv", "ssm_scan1"). */
 #define LLMEM_OP_SHORT_CONV LLMEM_OP_TAG('s', 'c', 'n', 'v')
@@ -89,6 +90,7 @@ typedef llmem_status (*llmem_op_ssm_scan1_fn)(llmem_backend *be, const llmem_ssm
 #define LLMEM_OP_SSM_SCAN1_LAYOUT \
     LLMEM_OP_LAYOUT(sizeof(llmem_ssm1_params), offsetof(llmem_ssm1_params, d_state))
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 #if defined(__GNUC__)
 #define LLMEM_PLUGIN_HIDDEN __attribute__((visibility("hidden")))
@@ -73,6 +74,7 @@ extern LLMEM_PLUGIN_HIDDEN const llmem_host_api *llmem_plugin_host;
         return &(plugin_var);                                                             \
     }
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -26,6 +26,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef struct llmem_recurrent_params {
     int32_t n_layers;                      /* >= 1 */
@@ -91,6 +92,7 @@ int32_t llmem_recurrent_seq_slot(llmem_memory *mem, int32_t seq_id);
 int32_t llmem_recurrent_checkpoints(llmem_memory *mem, int32_t seq_id, int32_t *pos,
                                     int32_t cap);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

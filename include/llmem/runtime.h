@@ -27,6 +27,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 typedef struct llmem_model llmem_model;
 struct llmem_model_config;
@@ -177,6 +178,7 @@ void llmem_model_get_stats(const llmem_model *m, llmem_model_stats *stats);
  * models/builtin. Returns NULL when none of them has a config.json. */
 const char *llmem_builtin_model_dir(void);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,26 @@
 extern "C" {
 #endif
 
+/* The public API's visibility. libllmem is built with hidden visibility
+ * by default (-fvisibility=hidden), so that only what the public headers
+ * declare is exported: each header of include/llmem/ wraps its declarations
+ * in LLMEM_API_BEGIN / LLMEM_API_END, which give them default visibility
+ * (GCC and clang `#pragma GCC visibility`: the role of ggml's GGML_API
+ * export macro, given to a whole header at once rather than to each
+ * declaration). Internal functions (base/, memory/, backends/, models/
+ * headers) stay hidden; plugins need none of them (the host table). In a
+ * program that only includes the headers the pragma changes nothing.
+ * tests/exports.py checks what libllmem.so exports. */
+#if defined(__GNUC__)
+#define LLMEM_API_BEGIN _Pragma("GCC visibility push(default)")
+#define LLMEM_API_END _Pragma("GCC visibility pop")
+#else
+#define LLMEM_API_BEGIN
+#define LLMEM_API_END
+#endif
+
+LLMEM_API_BEGIN
+
 typedef enum llmem_status {
     LLMEM_OK = 0,
     LLMEM_E_INVALID = -1,      /* an argument is out of range or inconsistent */
@@ -55,6 +75,7 @@ void llmem_verrf(char *err, size_t err_len, const char *fmt, va_list ap)
 #endif
     ;
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

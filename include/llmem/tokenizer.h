@@ -56,6 +56,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 /* A loaded tokenizer. Opaque and immutable once loaded. */
 typedef struct llmem_tokenizer llmem_tokenizer;
@@ -202,6 +203,7 @@ llmem_status llmem_detok_flush(llmem_detok *d, char *out, size_t cap, size_t *n_
 /* Frees a detokenizer. Accepts NULL. */
 void llmem_detok_destroy(llmem_detok *d);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif

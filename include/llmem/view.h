@@ -29,6 +29,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+LLMEM_API_BEGIN
 
 #define LLMEM_STATE_MAX_DIMS 4
 
@@ -281,6 +282,7 @@ void llmem_view_vouch_rows(const llmem_buffer *idx, const llmem_i32_table *page_
                            int32_t n_pages, int32_t page_size, const llmem_i32_table *page_off,
                            const llmem_i32_table *seq_len, int32_t n_ub);
 
+LLMEM_API_END
 #ifdef __cplusplus
 }
 #endif
