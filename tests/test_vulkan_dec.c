@@ -322,16 +322,30 @@ START_TEST(test_dec_used_rows)
     }
     c = (vk_mm_caps){.coopmat = false, .dec = VK_DEC_KHR};
     ck_assert(!vk_dec_used(&c, 16, 1));
-    /* the default: 9-16 rows, both modes; AUTO_FAST: fast mode (one term) only */
+    /* the default: 9-16 rows, both modes, and 17-32 in fast mode (dec_fast_rows 0: 32; 16: the
+     * route before); AUTO_FAST: 9-16 rows in fast mode (one term) only */
     ck_assert_int_eq(VK_DEC_DEFAULT, VK_DEC_AUTO);
     c = (vk_mm_caps){.coopmat = true, .dec = VK_DEC_AUTO};
     for (uint32_t split = 1; split <= 2; split++) {
         ck_assert(!vk_dec_used(&c, 8, split));
         ck_assert(vk_dec_used(&c, 9, split));
         ck_assert(vk_dec_used(&c, 16, split));
-        ck_assert(!vk_dec_used(&c, 17, split));
+        ck_assert(vk_dec_used(&c, 17, split) == (split == 1));
+        ck_assert(vk_dec_used(&c, 32, split) == (split == 1));
+        ck_assert(!vk_dec_used(&c, 33, split));
         ck_assert(!vk_dec_used(&c, 64, split));
     }
+    c.dec_fast_rows = 16;
+    ck_assert(vk_dec_used(&c, 16, 1));
+    ck_assert(!vk_dec_used(&c, 17, 1));
+    c.dec_fast_rows = 0;
+    vk_dec_cfg dc;
+    vk_dec_cfg_default(32, 1, &dc);
+    ck_assert_uint_eq(dc.ka, 64);
+    vk_dec_cfg_default(32, 2, &dc);
+    ck_assert_uint_eq(dc.ka, 128);
+    vk_dec_cfg_default(33, 1, &dc);
+    ck_assert_uint_eq(dc.ka, 128);
     c.dec = VK_DEC_AUTO_FAST;
     ck_assert(!vk_dec_used(&c, 8, 1));
     ck_assert(vk_dec_used(&c, 9, 1));

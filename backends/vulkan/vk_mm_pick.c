@@ -225,7 +225,9 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
 
 void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c)
 {
-    uint32_t ka = m > 16 ? 128 : split == 1 ? VK_DEC_KA_FAST : VK_DEC_KA_PRECISE;
+    uint32_t ka = m <= 16                                ? (split == 1 ? VK_DEC_KA_FAST : VK_DEC_KA_PRECISE)
+                  : split == 1 && m <= VK_DEC_AUTO_FAST_ROWS ? VK_DEC_KA_FAST_MID
+                                                             : 128;
     *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = ka, .groups = 264};
 }
 
@@ -264,6 +266,10 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
 
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split)
 {
+    if (c->dec == VK_DEC_AUTO && split == 1) {
+        uint32_t most = c->dec_fast_rows ? c->dec_fast_rows : VK_DEC_AUTO_FAST_ROWS;
+        return c->coopmat && m >= VK_MM_CM_MIN && m <= most;
+    }
     if (c->dec == VK_DEC_AUTO || c->dec == VK_DEC_AUTO_FAST)
         return c->coopmat && (split == 1 || c->dec == VK_DEC_AUTO) && m >= VK_MM_CM_MIN &&
                m <= VK_DEC_AUTO_ROWS;

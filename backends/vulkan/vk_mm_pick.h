@@ -87,6 +87,8 @@ typedef struct vk_mm_caps {
     bool cm_khr;       /* up to VK_CMP_ROWS rows: matmul_cm.comp's KHR module (vk_cm_khr_used) */
     uint32_t dec;      /* 9 .. VK_CMP_ROWS rows: VK_DEC_* (matmul_dec.comp; vk_dec_used); AUTO
                         * only where the KHR module can run */
+    uint32_t dec_fast_rows; /* AUTO in fast mode: up to these rows (0: VK_DEC_AUTO_FAST_ROWS;
+                             * $LLMEM_VULKAN_DEC_FAST_ROWS) */
     bool dec_cfg_set;  /* dec_cfg replaces vk_dec_cfg_default ($LLMEM_VULKAN_DEC_CFG) */
     uint32_t dec_cfg[6]; /* WG, FN, BK, DEPTH, KA, GROUPS (vk_dec_cfg) */
     bool cm2;          /* above VK_CMP_ROWS rows: matmul_cm2.comp (VK_NV_cooperative_matrix2 on,
@@ -386,6 +388,13 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m);
 #define VK_DEC_AUTO 3
 #define VK_DEC_AUTO_FAST 4
 #define VK_DEC_AUTO_ROWS 16
+/* AUTO in fast mode runs matmul_dec up to this many rows (vk_mm_caps.dec_fast_rows where set),
+ * with chunks of VK_DEC_KA_FAST_MID above VK_DEC_AUTO_ROWS. H200 harness (docs/benchmarks.md,
+ * "Vulkan decode at 16 rows: GEMM layouts and the scan"): 32 x 14336 x 4096 / 32 x 4096 x 14336
+ * fast 0.0476 / 0.0428 ms against the old plans' 0.0660 / 0.0597; plugin figure in
+ * "Final check of the tenth session". */
+#define VK_DEC_AUTO_FAST_ROWS 32
+#define VK_DEC_KA_FAST_MID 64
 /* $LLMEM_VULKAN_DEC unset: AUTO. H200, 16 rows fast: matmul_dec with its L2 prefetch
  * (VK_DEC_PF_*) 0.0454 / 0.0431 ms at 16 x 14336 x 4096 / 16 x 4096 x 14336 against the old
  * plans' 0.0558 / 0.0513, 9B tg128 batch 16 11.41 ms against 13.08, 2b 5.70 against 6.12
@@ -453,7 +462,8 @@ typedef struct vk_dec_plan {
 /* The default blocking of matmul_dec.comp at m rows with `split` f16
  * terms of a (1 fast, 2 precise) into *c (caller-owned): 256 invocations,
  * FN 1, K steps of 64, depth 2, 264 workgroups, chunks of VK_DEC_KA_FAST /
- * VK_DEC_KA_PRECISE up to 16 rows and 128 above (vk_dec_plan_make halves
+ * VK_DEC_KA_PRECISE up to 16 rows, VK_DEC_KA_FAST_MID in fast mode up to
+ * VK_DEC_AUTO_FAST_ROWS rows, and 128 above (vk_dec_plan_make halves
  * them where shared memory is short): the harness's fastest at 105-122
  * registers, two workgroups an SM (docs/benchmarks.md). Pure; never
  * fails. */
@@ -477,7 +487,8 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
 /* Whether matmul_dec.comp runs for m activation rows with `split` f16
  * terms of a (1 fast, 2 precise) on the tensor-core path: c->coopmat, and
  * c->dec KHR or NV with 9 <= m <= VK_CMP_ROWS, or AUTO with 9 <= m <=
- * VK_DEC_AUTO_ROWS, or AUTO_FAST with those rows and split 1 (the caller also checks vk_mm_pick's
+ * VK_DEC_AUTO_ROWS (in fast mode, split 1, up to c->dec_fast_rows, or
+ * VK_DEC_AUTO_FAST_ROWS where that is 0), or AUTO_FAST with 9 .. VK_DEC_AUTO_ROWS rows and split 1 (the caller also checks vk_mm_pick's
  * VK_MM_COOPMAT). Pure. */
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split);
 

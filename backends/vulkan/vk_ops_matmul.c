@@ -100,6 +100,8 @@ void vk_matmul_config(vk_backend *v)
     if ((dec == VK_DEC_AUTO || dec == VK_DEC_AUTO_FAST) && !dec_khr)
         dec = VK_DEC_OFF;
     v->mm.dec = dec;
+    /* AUTO's rows in fast mode (vk_dec_used): 16 gives the route before VK_DEC_AUTO_FAST_ROWS */
+    v->mm.dec_fast_rows = vk_env_u32("LLMEM_VULKAN_DEC_FAST_ROWS", VK_DEC_AUTO_FAST_ROWS, 9, 64);
     /* its blocking for every row count, "WG,FN,BK,DEPTH,KA,GROUPS" (vk_dec_cfg) */
     const char *dc = getenv("LLMEM_VULKAN_DEC_CFG");
     uint32_t *d = v->mm.dec_cfg;
