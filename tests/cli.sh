@@ -27,6 +27,9 @@ expect_ok() {
 for c in generate score replay bench info; do expect_ok "$c --help" "$bin" "$c" --help; done
 expect_ok "--help" "$bin" --help
 expect_fail "unknown command" "unknown command" "$bin" frobnicate
+for b in 0 65 x 16x; do
+  expect_fail "LLMEM_BENCH_BATCH=$b" "LLMEM_BENCH_BATCH='$b' is not a batch size" env LLMEM_BENCH_BATCH=$b "$bin" bench -m "$fx" --backend cpu
+done
 expect_fail "unknown option" "unknown option" "$bin" score --frob
 expect_fail "score without input" "--input" "$bin" score --model "$fx"
 expect_fail "missing input file" "cannot open" "$bin" score --model "$fx" --input "$tmp/none.jsonl" --backend cpu

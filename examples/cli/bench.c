@@ -557,6 +557,8 @@ int llmem_cli_bench(int argc, char **argv)
                 (int)mo.params.n_ubatch, (int)bench_model_pp());
         return 2;
     }
+    if (mo.model && bench_model_batch() < 0)
+        return 2;
     /* the prefill figure runs both modes on cuda; --precision is plumbed for
      * the model figure */
     mo.precision = cli_precision_of(&mo, CLI_PRECISION_FAST);

@@ -116,6 +116,10 @@ struct llmem_model_params;
  * when that is in [1, 2^20]; --n-ubatch must hold them (one prompt per
  * ubatch). */
 int32_t bench_model_pp(void);
+/* The one batch size $LLMEM_BENCH_BATCH asks for (1 .. 64, the sequences
+ * the model figures have room for), 0 when unset (1, 16 and 64), -1 (said
+ * on stderr) when it is anything else. */
+int32_t bench_model_batch(void);
 llmem_status bench_model_dir(bench *b, const char *dir, const struct llmem_model_params *p,
                              const char *json_path);
 

@@ -1,7 +1,7 @@
 /* llmem bench --model DIR: llama-bench style figures of a real checkpoint,
  * each beside its memory bound.
  *
- * For each batch size B in {1, 16, 64}:
+ * For each batch size B in {1, 16, 64} (or $LLMEM_BENCH_BATCH alone):
  *   pp512  B sequences of 512 random prompt tokens in one batch (the
  *          runtime cuts it into ubatches); tokens/s = B * 512 / time;
  *   tg128  then 128 decode steps of B tokens (one per sequence), the next
@@ -216,6 +216,20 @@ static llmem_status gemm_peak(bench *b, double *flops)
     return st;
 }
 
+int32_t bench_model_batch(void)
+{
+    const char *e = getenv("LLMEM_BENCH_BATCH");
+    if (!e)
+        return 0;
+    char *end = NULL;
+    long x = strtol(e, &end, 10);
+    if (end == e || *end != '\0' || x < 1 || x > 64) {
+        fprintf(stderr, "llmem bench: LLMEM_BENCH_BATCH='%s' is not a batch size from 1 to 64\n", e);
+        return -1;
+    }
+    return (int32_t)x;
+}
+
 llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params *mp,
                              const char *json_path)
 {
@@ -253,14 +267,20 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
     if (peak > 0)
         printf("gemm peak %.1f TFLOP/s  (llmem_op_matmul_fast, 8192 x 8192 x 8192, bf16 weights)\n",
                peak / 1e12);
-    static const int32_t batches[3] = {1, 16, 64};
+    int32_t batches[3] = {1, 16, 64}, n_batches = 3;
     bm_row rows[3] = {{0}};
     uint64_t seed = 0x5eed;
     printf("%-6s %-6s %12s %12s %12s %8s\n", "test", "batch", "tokens/s", "ms/step",
            "bound ms", "ratio");
-    /* $LLMEM_BENCH_BATCH: only that one of the batch sizes */
-    const char *only_env = getenv("LLMEM_BENCH_BATCH");
-    int only = only_env ? atoi(only_env) : 0;
+    int32_t only = bench_model_batch();
+    if (only < 0) {
+        st = LLMEM_E_INVALID;
+        goto done;
+    }
+    if (only > 0) {
+        batches[0] = only;
+        n_batches = 1;
+    }
     /* $LLMEM_BENCH_WARM=first: only the first batch size gets a warm-up
      * run (what bench did before); default: every batch size, so tg128 is
      * the steady-state step, its recorded decode step (CUDA graph) made in
@@ -269,10 +289,8 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
     const char *warm_env = getenv("LLMEM_BENCH_WARM");
     bool warm_each = !(warm_env && strcmp(warm_env, "first") == 0);
     bool warm = false;
-    for (int i = 0; i < 3 && st == LLMEM_OK; i++) {
+    for (int i = 0; i < n_batches && st == LLMEM_OK; i++) {
         bm_row *r = &rows[i];
-        if (only > 0 && batches[i] != only)
-            continue;
         r->batch = batches[i];
         /* warm-up: module load, cuBLAS handles, scratch, recorded steps */
         if ((!warm || warm_each) &&
