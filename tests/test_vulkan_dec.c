@@ -362,30 +362,18 @@ END_TEST
 
 /* ---- on a device -------------------------------------------------------------------------- */
 
-static llmem_tensor up_f32(llmem_backend *be, llmem_buffer **keep, const float *v, int32_t n0,
-                           int32_t n1)
-{
-    llmem_tensor t = {NULL, 0, F32, 2, {n0, n1, 1, 1}};
-    size_t bytes = llmem_tensor_nbytes(&t);
-    OK(llmem_buffer_alloc(be, bytes, keep));
-    t.buf = *keep;
-    if (v)
-        OK(llmem_buffer_upload(*keep, 0, v, bytes));
-    return t;
-}
-
 /* out[m, n] = a · wᵀ on be with w as bf16 (precise, or fast). */
 static void run_mm(llmem_backend *be, const float *a, const float *w, int32_t m, int32_t k,
                    int32_t n, bool fast, float *out)
 {
     llmem_buffer *ba, *bw, *bw2, *bo;
-    llmem_tensor ta = up_f32(be, &ba, a, m, k);
-    llmem_tensor tw = up_f32(be, &bw, w, n, k);
+    llmem_tensor ta = vk_up_f32_2d(be, &ba, a, m, k);
+    llmem_tensor tw = vk_up_f32_2d(be, &bw, w, n, k);
     llmem_tensor t16 = {NULL, 0, BF16, 2, {n, k, 1, 1}};
     OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t16), &bw2));
     t16.buf = bw2;
     OK(llmem_op_copy(be, &tw, 0, &t16));
-    llmem_tensor to = up_f32(be, &bo, NULL, m, n);
+    llmem_tensor to = vk_up_f32_2d(be, &bo, NULL, m, n);
     OK(fast ? llmem_op_matmul_fast(be, &ta, &t16, &to) : llmem_op_matmul(be, &ta, &t16, &to));
     OK(llmem_buffer_download(bo, 0, out, (size_t)m * n * 4));
     llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2), llmem_buffer_free(bo);
@@ -619,11 +607,11 @@ START_TEST(test_dec_bad_shapes)
     for (size_t i = 0; i < (size_t)n * (k + 8); i++)
         w[i] = frand(-1, 1);
     llmem_buffer *ba, *bw, *bo;
-    llmem_tensor ta = up_f32(vk, &ba, a, m, k);
-    llmem_tensor tw = up_f32(vk, &bw, w, n, k + 8);
+    llmem_tensor ta = vk_up_f32_2d(vk, &ba, a, m, k);
+    llmem_tensor tw = vk_up_f32_2d(vk, &bw, w, n, k + 8);
     for (size_t i = 0; i < (size_t)m * n; i++)
         o[i] = 1.5f;
-    llmem_tensor to = up_f32(vk, &bo, o, m, n);
+    llmem_tensor to = vk_up_f32_2d(vk, &bo, o, m, n);
     ck_assert_int_eq(llmem_op_matmul(vk, &ta, &tw, &to), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_matmul_fast(vk, &ta, &tw, &to), LLMEM_E_INVALID);
     OK(llmem_buffer_download(bo, 0, o, (size_t)m * n * 4));

@@ -36,34 +36,6 @@
 
 #define EPS 1e-5f
 
-static llmem_tensor up_f32(llmem_backend *be, llmem_buffer **keep, const float *v, int32_t n0,
-                           int32_t n1)
-{
-    llmem_tensor t = {NULL, 0, F32, n1 > 0 ? 2 : 1, {n0, n1 > 0 ? n1 : 1, 1, 1}};
-    size_t bytes = llmem_tensor_nbytes(&t);
-    OK(llmem_buffer_alloc(be, bytes, keep));
-    t.buf = *keep;
-    if (v)
-        OK(llmem_buffer_upload(*keep, 0, v, bytes));
-    return t;
-}
-
-/* [n, k] weights uploaded as f32 and copied to bf16 on the device (the
- * values are bf16-exact: trunc_bf16). */
-static llmem_tensor up_bf16(llmem_backend *be, llmem_buffer **keep, const float *w, int32_t n,
-                            int32_t k)
-{
-    llmem_buffer *tmp;
-    llmem_tensor tw = up_f32(be, &tmp, w, n, k);
-    llmem_tensor t = {NULL, 0, BF16, 2, {n, k, 1, 1}};
-    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t), keep));
-    t.buf = *keep;
-    OK(llmem_op_copy(be, &tw, 0, &t));
-    OK(llmem_backend_synchronize(be));
-    llmem_buffer_free(tmp);
-    return t;
-}
-
 static float *rand_vec(size_t n, float lo, float hi)
 {
     float *v = malloc(n * sizeof *v);
@@ -163,13 +135,13 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     llmem_backend *vk = open_be("vulkan");
     int32_t m = c->m, k = c->k, n = c->n;
     llmem_buffer *bx, *br, *by, *bz, *bnw, *bw, *bg, *bu, *bd, *bh, *bo, *bup;
-    llmem_tensor x = up_f32(vk, &bx, c->x, m, k), r = up_f32(vk, &br, c->r, m, k);
-    llmem_tensor y = up_f32(vk, &by, c->y, m, k), z = up_f32(vk, &bz, c->z, m, k);
-    llmem_tensor nw = up_f32(vk, &bnw, c->nw, k, 0);
-    llmem_tensor w = up_bf16(vk, &bw, c->w, n, k), g = up_bf16(vk, &bg, c->g, n, k);
-    llmem_tensor u = up_bf16(vk, &bu, c->u, n, k), d = up_bf16(vk, &bd, c->d, n, n);
-    llmem_tensor h = up_f32(vk, &bh, NULL, m, k), o = up_f32(vk, &bo, NULL, m, n);
-    llmem_tensor upt = up_f32(vk, &bup, NULL, m, n);
+    llmem_tensor x = vk_up_f32_2d(vk, &bx, c->x, m, k), r = vk_up_f32_2d(vk, &br, c->r, m, k);
+    llmem_tensor y = vk_up_f32_2d(vk, &by, c->y, m, k), z = vk_up_f32_2d(vk, &bz, c->z, m, k);
+    llmem_tensor nw = vk_up_f32_2d(vk, &bnw, c->nw, k, 0);
+    llmem_tensor w = vk_up_bf16_2d(vk, &bw, c->w, n, k), g = vk_up_bf16_2d(vk, &bg, c->g, n, k);
+    llmem_tensor u = vk_up_bf16_2d(vk, &bu, c->u, n, k), d = vk_up_bf16_2d(vk, &bd, c->d, n, n);
+    llmem_tensor h = vk_up_f32_2d(vk, &bh, NULL, m, k), o = vk_up_f32_2d(vk, &bo, NULL, m, n);
+    llmem_tensor upt = vk_up_f32_2d(vk, &bup, NULL, m, n);
     OK(llmem_op_add_rms_norm(vk, &x, &r, &nw, EPS, &h));
     OK(llmem_op_matmul(vk, &h, &w, &o));
     get_f32(&o, out[0]);
@@ -185,7 +157,7 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     OK(llmem_op_matmul(vk, &upt, &d, &o));
     get_f32(&o, out[4]);
     llmem_buffer *bgp;
-    llmem_tensor gp = up_f32(vk, &bgp, NULL, m, n);
+    llmem_tensor gp = vk_up_f32_2d(vk, &bgp, NULL, m, n);
     OK(llmem_op_matmul(vk, &h, &u, &upt));
     OK(llmem_op_matmul(vk, &h, &g, &gp));
     OK(llmem_op_swiglu(vk, &gp, &upt, &upt));
@@ -303,12 +275,12 @@ START_TEST(test_presplit_invalidated)
     float *nw = rand_vec(K, 0.5f, 1.5f), *w = rand_vec((size_t)N * K, -1, 1);
     trunc_bf16(w, (size_t)N * K);
     llmem_buffer *bx, *bnw, *bw, *bh, *bo, *bx2;
-    llmem_tensor tx = up_f32(vk, &bx, x, M, K), tnw = up_f32(vk, &bnw, nw, K, 0);
-    llmem_tensor tw = up_bf16(vk, &bw, w, N, K), tx2 = up_f32(vk, &bx2, x2, M, K);
+    llmem_tensor tx = vk_up_f32_2d(vk, &bx, x, M, K), tnw = vk_up_f32_2d(vk, &bnw, nw, K, 0);
+    llmem_tensor tw = vk_up_bf16_2d(vk, &bw, w, N, K), tx2 = vk_up_f32_2d(vk, &bx2, x2, M, K);
     /* h and a neighbour [M, K] in one buffer */
     OK(llmem_buffer_alloc(vk, 2 * (size_t)M * K * 4, &bh));
     llmem_tensor th = {bh, 0, F32, 2, {M, K, 1, 1}}, tnb = {bh, (size_t)M * K * 4, F32, 2, {M, K, 1, 1}};
-    llmem_tensor to = up_f32(vk, &bo, NULL, M, N);
+    llmem_tensor to = vk_up_f32_2d(vk, &bo, NULL, M, N);
     double *a = malloc((size_t)M * K * sizeof *a), *h = malloc((size_t)M * K * sizeof *h);
     double *ref = malloc((size_t)M * N * sizeof *ref);
     float *o = malloc((size_t)M * N * sizeof *o), *hv = malloc((size_t)M * K * sizeof *hv);
@@ -372,10 +344,10 @@ START_TEST(test_presplit_bad_and_prefill)
         float *w = rand_vec((size_t)N * K, -1, 1);
         trunc_bf16(w, (size_t)N * K);
         llmem_buffer *bx, *bnw, *bw, *bh, *bo, *bwb;
-        llmem_tensor tx = up_f32(vk, &bx, x, m, K), tnw = up_f32(vk, &bnw, nw, K, 0);
-        llmem_tensor tw = up_bf16(vk, &bw, w, N, K), th = up_f32(vk, &bh, NULL, m, K);
-        llmem_tensor wbad = up_bf16(vk, &bwb, w, N, K - 8);
-        llmem_tensor to = up_f32(vk, &bo, NULL, m, N);
+        llmem_tensor tx = vk_up_f32_2d(vk, &bx, x, m, K), tnw = vk_up_f32_2d(vk, &bnw, nw, K, 0);
+        llmem_tensor tw = vk_up_bf16_2d(vk, &bw, w, N, K), th = vk_up_f32_2d(vk, &bh, NULL, m, K);
+        llmem_tensor wbad = vk_up_bf16_2d(vk, &bwb, w, N, K - 8);
+        llmem_tensor to = vk_up_f32_2d(vk, &bo, NULL, m, N);
         OK(llmem_buffer_fill(bo, 0, (size_t)m * N * 4, 0x7fc00000u));
         OK(llmem_op_rms_norm(vk, &tx, &tnw, EPS, &th));
         ck_assert_int_eq(llmem_op_matmul(vk, &th, &wbad, &to), LLMEM_E_INVALID);
@@ -479,19 +451,19 @@ START_TEST(test_presplit_recorded)
     trunc_bf16(c.w, nk), trunc_bf16(c.g, nk), trunc_bf16(c.u, nk), trunc_bf16(c.d, (size_t)N * N);
     llmem_buffer *b[16];
     step_ctx s = {.be = vk};
-    s.x = up_f32(vk, &b[0], NULL, M, K), s.r = up_f32(vk, &b[1], NULL, M, K);
-    s.y = up_f32(vk, &b[2], NULL, M, K), s.z = up_f32(vk, &b[3], NULL, M, K);
-    s.nw = up_f32(vk, &b[4], c.nw, K, 0);
-    s.w = up_bf16(vk, &b[5], c.w, N, K), s.g = up_bf16(vk, &b[6], c.g, N, K);
-    s.u = up_bf16(vk, &b[7], c.u, N, K), s.d = up_bf16(vk, &b[8], c.d, N, N);
-    s.h = up_f32(vk, &b[9], NULL, M, K), s.gp = up_f32(vk, &b[10], NULL, M, N);
-    s.up = up_f32(vk, &b[11], NULL, M, N);
+    s.x = vk_up_f32_2d(vk, &b[0], NULL, M, K), s.r = vk_up_f32_2d(vk, &b[1], NULL, M, K);
+    s.y = vk_up_f32_2d(vk, &b[2], NULL, M, K), s.z = vk_up_f32_2d(vk, &b[3], NULL, M, K);
+    s.nw = vk_up_f32_2d(vk, &b[4], c.nw, K, 0);
+    s.w = vk_up_bf16_2d(vk, &b[5], c.w, N, K), s.g = vk_up_bf16_2d(vk, &b[6], c.g, N, K);
+    s.u = vk_up_bf16_2d(vk, &b[7], c.u, N, K), s.d = vk_up_bf16_2d(vk, &b[8], c.d, N, N);
+    s.h = vk_up_f32_2d(vk, &b[9], NULL, M, K), s.gp = vk_up_f32_2d(vk, &b[10], NULL, M, N);
+    s.up = vk_up_f32_2d(vk, &b[11], NULL, M, N);
     for (int i = 0; i < 3; i++)
-        s.o[i] = up_f32(vk, &b[12 + i], NULL, M, N);
+        s.o[i] = vk_up_f32_2d(vk, &b[12 + i], NULL, M, N);
     llmem_buffer *bq, *bqh, *bqo;
     float *q = rand_vec(mk, -2, 2);
-    llmem_tensor tq = up_f32(vk, &bq, q, M, K), tqh = up_f32(vk, &bqh, NULL, M, K);
-    llmem_tensor tqo = up_f32(vk, &bqo, NULL, M, N);
+    llmem_tensor tq = vk_up_f32_2d(vk, &bq, q, M, K), tqh = vk_up_f32_2d(vk, &bqh, NULL, M, K);
+    llmem_tensor tqo = vk_up_f32_2d(vk, &bqo, NULL, M, N);
     float *in[4];
     for (int i = 0; i < 4; i++)
         in[i] = malloc(mk * sizeof(float));

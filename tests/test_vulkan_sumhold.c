@@ -35,33 +35,6 @@
 #define W2 8
 #define NIN (W0 + W1 + W2)
 
-static llmem_tensor up_f32(llmem_backend *be, llmem_buffer **keep, const float *v, int32_t n0,
-                           int32_t n1)
-{
-    llmem_tensor t = {NULL, 0, F32, n1 > 0 ? 2 : 1, {n0, n1 > 0 ? n1 : 1, 1, 1}};
-    size_t bytes = llmem_tensor_nbytes(&t);
-    OK(llmem_buffer_alloc(be, bytes, keep));
-    t.buf = *keep;
-    if (v)
-        OK(llmem_buffer_upload(*keep, 0, v, bytes));
-    return t;
-}
-
-/* [n, k] bf16-exact weights as bf16 (uploaded as f32, copied on the device) */
-static llmem_tensor up_bf16(llmem_backend *be, llmem_buffer **keep, const float *w, int32_t n,
-                            int32_t k)
-{
-    llmem_buffer *tmp;
-    llmem_tensor tw = up_f32(be, &tmp, w, n, k);
-    llmem_tensor t = {NULL, 0, BF16, 2, {n, k, 1, 1}};
-    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t), keep));
-    t.buf = *keep;
-    OK(llmem_op_copy(be, &tw, 0, &t));
-    OK(llmem_backend_synchronize(be));
-    llmem_buffer_free(tmp);
-    return t;
-}
-
 static float *rand_vec(size_t n, float lo, float hi, bool bf16)
 {
     float *v = malloc(n * sizeof *v);
@@ -143,10 +116,11 @@ static void run_all(const sh_in *c, const char *hold, float *o[N_O], size_t n_o[
     int32_t m = c->m, d = c->d, k = c->k;
     llmem_buffer *b[32];
     int nb = 0;
-#define T32(v, a, bb) up_f32(vk, &b[nb++], v, a, bb)
+#define T32(v, a, bb) vk_up_f32_2d(vk, &b[nb++], v, a, bb)
     llmem_tensor a0 = T32(c->a0, m, k), x = T32(c->x0, m, d), x2 = T32(c->x2, m, d);
     llmem_tensor nw0 = T32(c->nw0, k, 0), nw = T32(c->nw, d, 0);
-    llmem_tensor w = up_bf16(vk, &b[nb++], c->w, d, k), win = up_bf16(vk, &b[nb++], c->win, NIN, d);
+    llmem_tensor w = vk_up_bf16_2d(vk, &b[nb++], c->w, d, k);
+    llmem_tensor win = vk_up_bf16_2d(vk, &b[nb++], c->win, NIN, d);
     llmem_tensor a = T32(NULL, m, k), h = T32(NULL, m, d), zx = T32(NULL, m, NIN);
     llmem_tensor z = T32(NULL, m, W0), xb = T32(NULL, m, W1), dt = T32(NULL, m, W2);
     llmem_tensor p = T32(NULL, m, d), q = T32(NULL, m, d), q2 = T32(NULL, m, d);

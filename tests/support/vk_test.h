@@ -29,6 +29,37 @@
 #define I32 LLMEM_DTYPE_I32
 #define OK(expr) ck_assert_int_eq((expr), LLMEM_OK)
 
+/* An f32 tensor [n0, n1] (1-D [n0] when n1 <= 0) in a new buffer *keep of
+ * be (the caller frees it), filled from v when v is not NULL. */
+static inline llmem_tensor vk_up_f32_2d(llmem_backend *be, llmem_buffer **keep, const float *v,
+                                        int32_t n0, int32_t n1)
+{
+    llmem_tensor t = {NULL, 0, F32, n1 > 0 ? 2 : 1, {n0, n1 > 0 ? n1 : 1, 1, 1}};
+    size_t bytes = llmem_tensor_nbytes(&t);
+    OK(llmem_buffer_alloc(be, bytes, keep));
+    t.buf = *keep;
+    if (v)
+        OK(llmem_buffer_upload(*keep, 0, v, bytes));
+    return t;
+}
+
+/* [n, k] weights as bf16 in a new buffer *keep (the caller frees it),
+ * uploaded as f32 and copied to bf16 on the device: the values should be
+ * bf16-exact. */
+static inline llmem_tensor vk_up_bf16_2d(llmem_backend *be, llmem_buffer **keep, const float *w,
+                                         int32_t n, int32_t k)
+{
+    llmem_buffer *tmp;
+    llmem_tensor tw = vk_up_f32_2d(be, &tmp, w, n, k);
+    llmem_tensor t = {NULL, 0, BF16, 2, {n, k, 1, 1}};
+    OK(llmem_buffer_alloc(be, llmem_tensor_nbytes(&t), keep));
+    t.buf = *keep;
+    OK(llmem_op_copy(be, &tw, 0, &t));
+    OK(llmem_backend_synchronize(be));
+    llmem_buffer_free(tmp);
+    return t;
+}
+
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
 /* Seeds the generator from $LLMEM_TEST_SEED when set. */
