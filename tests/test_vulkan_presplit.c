@@ -80,33 +80,6 @@ static void ref_norm(const double *x, const float *nw, int32_t m, int32_t k, dou
     }
 }
 
-static void ref_mm(const double *a, const float *w, int32_t m, int32_t k, int32_t n, double *o)
-{
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t j = 0; j < n; j++) {
-            double acc = 0;
-            for (int32_t i = 0; i < k; i++)
-                acc += a[(size_t)r * k + i] * w[(size_t)j * k + i];
-            o[(size_t)r * n + j] = acc;
-        }
-}
-
-/* Each row of o within rtol of its largest |ref| (f32 chain error). */
-static void expect_close(const float *o, const double *ref, int32_t m, int32_t n, double rtol,
-                         const char *what)
-{
-    for (int32_t r = 0; r < m; r++) {
-        double big = 0, err = 0;
-        for (int32_t j = 0; j < n; j++) {
-            double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
-            ck_assert_msg(isfinite(y), "%s: row %d col %d not finite", what, r, j);
-            big = fmax(big, fabs(x));
-            err = fmax(err, fabs(y - x));
-        }
-        ck_assert_msg(err <= rtol * big, "%s row %d: error %g of %g", what, r, err, big);
-    }
-}
-
 /* ---- the chains -------------------------------------------------------------------------- */
 
 enum { N_OUT = 6 };
@@ -185,22 +158,22 @@ static void ref_chains(const chain_in *c, double *ref[N_OUT])
     for (size_t i = 0; i < mk; i++)
         a[i] = (double)c->x[i] + c->r[i];
     ref_norm(a, c->nw, m, k, h);
-    ref_mm(h, c->w, m, k, n, ref[0]);
+    vk_ref_mm(h, c->w, m, k, n, ref[0]);
     memcpy(ref[1], ref[0], mn * sizeof(double));
     for (size_t i = 0; i < mk; i++)
         a[i] = c->r[i];
     ref_norm(a, c->nw, m, k, h); /* h: the norm of r, also matmul_swiglu's input */
-    ref_mm(h, c->w, m, k, n, ref[2]);
-    ref_mm(h, c->g, m, k, n, gp);
-    ref_mm(h, c->u, m, k, n, upp);
+    vk_ref_mm(h, c->w, m, k, n, ref[2]);
+    vk_ref_mm(h, c->g, m, k, n, gp);
+    vk_ref_mm(h, c->u, m, k, n, upp);
     for (size_t i = 0; i < mn; i++)
         gp[i] = silu_d(gp[i]) * upp[i];
-    ref_mm(gp, c->d, m, n, n, ref[4]);
+    vk_ref_mm(gp, c->d, m, n, n, ref[4]);
     memcpy(ref[5], ref[4], mn * sizeof(double));
     for (size_t i = 0; i < mk; i++)
         a[i] = (double)c->y[i] * silu_d(c->z[i]);
     ref_norm(a, c->nw, m, k, h);
-    ref_mm(h, c->w, m, k, n, ref[3]);
+    vk_ref_mm(h, c->w, m, k, n, ref[3]);
     free(a), free(h), free(gp), free(upp);
 }
 
@@ -249,7 +222,7 @@ START_TEST(test_presplit_chains)
             char what[128];
             snprintf(what, sizeof what, "%s, %dx%dx%d", names[i], c.m, c.k, c.n);
             /* f32 norms and products: a few 2^-24 per step; fast: 11-bit activations */
-            expect_close(o[0][i], ref[i], c.m, c.n, i == 1 ? 2e-3 : 2e-5, what);
+            vk_expect_close(o[0][i], ref[i], c.m, c.n, i == 1 ? 2e-3 : 2e-5, what);
             ck_assert_msg(memcmp(o[0][i], o[1][i], mn * sizeof(float)) == 0,
                           "%s: differs from LLMEM_VULKAN_PRESPLIT=0", what);
             ck_assert_msg(memcmp(o[2][i], o[1][i], mn * sizeof(float)) == 0,
@@ -318,10 +291,10 @@ START_TEST(test_presplit_invalidated)
                           "write %d: h[%zu] = %g, want %g", mode, i, hv[i], want);
             a[i] = hv[i];
         }
-        ref_mm(a, w, M, K, N, ref);
+        vk_ref_mm(a, w, M, K, N, ref);
         char what[64];
         snprintf(what, sizeof what, "norm, write %d, matmul", mode);
-        expect_close(o, ref, M, N, 1e-5, what);
+        vk_expect_close(o, ref, M, N, 1e-5, what);
     }
     free(a), free(h), free(ref), free(o), free(hv), free(x), free(x2), free(nw), free(w);
     llmem_buffer *all[] = {bx, bnw, bw, bh, bo, bx2};
@@ -367,10 +340,10 @@ START_TEST(test_presplit_bad_and_prefill)
         for (size_t i = 0; i < (size_t)m * K; i++)
             a[i] = x[i];
         ref_norm(a, nw, m, K, h);
-        ref_mm(h, w, m, K, N, ref);
+        vk_ref_mm(h, w, m, K, N, ref);
         char what[64];
         snprintf(what, sizeof what, "norm -> matmul, %d rows", m);
-        expect_close(o, ref, m, N, 2e-5, what);
+        vk_expect_close(o, ref, m, N, 2e-5, what);
         free(a), free(h), free(ref), free(o), free(x), free(nw), free(w);
         llmem_buffer *all[] = {bx, bnw, bw, bh, bo, bwb};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -479,7 +452,7 @@ START_TEST(test_presplit_recorded)
     for (size_t i = 0; i < mk; i++)
         qa[i] = q[i];
     ref_norm(qa, c.nw, M, K, qa);
-    ref_mm(qa, c.w, M, K, N, qref);
+    vk_ref_mm(qa, c.w, M, K, N, qref);
     llmem_recording *rec = NULL;
     for (int rep = -1; rep < REPS; rep++) {
         for (int i = 0; i < 4; i++)
@@ -502,14 +475,14 @@ START_TEST(test_presplit_recorded)
             OK(llmem_recording_replay(rec));
             OK(llmem_op_matmul(vk, &tqh, &s.w, &tqo)); /* (b) */
             get_f32(&tqo, o);
-            expect_close(o, qref, M, N, 2e-5, "a norm's product after a replay");
+            vk_expect_close(o, qref, M, N, 2e-5, "a norm's product after a replay");
         }
         ref_step(&c, ref);
         for (int i = 0; i < 3; i++) {
             char what[64];
             snprintf(what, sizeof what, "replay %d, output %d", rep + 1, i);
             get_f32(&s.o[i], o);
-            expect_close(o, ref[i], M, N, 2e-5, what);
+            vk_expect_close(o, ref[i], M, N, 2e-5, what);
         }
     }
     llmem_recording_free(rec);

@@ -65,34 +65,6 @@ static void ref_norm(double *x, const float *nw, int32_t m, int32_t k)
     }
 }
 
-static void ref_mm(const double *a, const float *w, int32_t m, int32_t k, int32_t n, double *o)
-{
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t j = 0; j < n; j++) {
-            double acc = 0;
-            for (int32_t i = 0; i < k; i++)
-                acc += a[(size_t)r * k + i] * w[(size_t)j * k + i];
-            o[(size_t)r * n + j] = acc;
-        }
-}
-
-/* Each row of o ([m, n] at column stride ld, columns c0..) within rtol of
- * its largest |ref| (ref [m, n]). */
-static void expect_close(const float *o, const double *ref, int32_t m, int32_t n, double rtol,
-                         const char *what)
-{
-    for (int32_t r = 0; r < m; r++) {
-        double big = 0, err = 0;
-        for (int32_t j = 0; j < n; j++) {
-            double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
-            ck_assert_msg(isfinite(y), "%s: row %d col %d not finite", what, r, j);
-            big = fmax(big, fabs(x));
-            err = fmax(err, fabs(y - x));
-        }
-        ck_assert_msg(err <= rtol * big, "%s row %d: error %g of %g", what, r, err, big);
-    }
-}
-
 /* ---- the runs ---------------------------------------------------------------------------- */
 
 /* One shape's inputs: a0 [m, k], x0, x2 [m, d]; nw0 [k], nw [d]; w [d, k],
@@ -230,44 +202,44 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     for (size_t i = 0; i < mk; i++)
         a[i] = a0[i] = c.a0[i];
     ref_norm(a, c.nw0, m, k);
-    ref_mm(a, c.w, m, k, d, h);
+    vk_ref_mm(a, c.w, m, k, d, h);
     for (size_t i = 0; i < md; i++)
         x[i] = c.x0[i] + h[i];
     /* fast: 11-bit activations into each product */
     double tol = fast ? 4e-3 : 2e-5;
     char what[128];
     snprintf(what, sizeof what, "%dx%dx%d %s", m, d, k, fast ? "fast" : "precise");
-    expect_close(on[O_X], x, m, d, tol, what);
+    vk_expect_close(on[O_X], x, m, d, tol, what);
     memcpy(h, x, md * sizeof *h);
     ref_norm(h, c.nw, m, d);
-    expect_close(on[O_H], h, m, d, tol, what);
-    ref_mm(h, c.win, m, d, NIN, zx);
+    vk_expect_close(on[O_H], h, m, d, tol, what);
+    vk_ref_mm(h, c.win, m, d, NIN, zx);
     cols(zx, m, NIN, 0, W0, 2.0, e);
-    expect_close(on[O_Z], e, m, W0, tol, what);
+    vk_expect_close(on[O_Z], e, m, W0, tol, what);
     cols(zx, m, NIN, W0, W1, 1.0, e);
-    expect_close(on[O_XB], e, m, W1, tol, what);
+    vk_expect_close(on[O_XB], e, m, W1, tol, what);
     cols(zx, m, NIN, W0 + W1, W2, 1.0, e);
-    expect_close(on[O_DT], e, m, W2, tol, what);
+    vk_expect_close(on[O_DT], e, m, W2, tol, what);
     cols(zx, m, NIN, 0, W0, 1.0, e);
-    expect_close(on[O_ZB], e, m, W0, tol, what);
+    vk_expect_close(on[O_ZB], e, m, W0, tol, what);
     cols(zx, m, NIN, W0, W1, 1.0, e);
-    expect_close(on[O_XBB], e, m, W1, tol, what);
+    vk_expect_close(on[O_XBB], e, m, W1, tol, what);
     cols(zx, m, NIN, 8, W0, 1.0, e);
-    expect_close(on[O_C4], e, m, W0, tol, what);
-    ref_mm(a0, c.w, m, k, d, q);
-    expect_close(on[O_DL], q, m, d, tol, what);
-    expect_close(on[O_NO], q, m, d, tol, what);
+    vk_expect_close(on[O_C4], e, m, W0, tol, what);
+    vk_ref_mm(a0, c.w, m, k, d, q);
+    vk_expect_close(on[O_DL], q, m, d, tol, what);
+    vk_expect_close(on[O_NO], q, m, d, tol, what);
     for (size_t i = 0; i < md; i++)
         x[i] = 2.0 * q[i];
-    expect_close(on[O_ADD], x, m, d, tol, what);
+    vk_expect_close(on[O_ADD], x, m, d, tol, what);
     for (size_t i = 0; i < md; i++)
         x[i] = c.x2[i] + q[i];
-    expect_close(on[O_X2], x, m, d, tol, what);
+    vk_expect_close(on[O_X2], x, m, d, tol, what);
     ref_norm(x, c.nw, m, d); /* the own-split product's add + norm */
-    expect_close(on[O_P], x, m, d, tol, what);
-    expect_close(on[O_PN], x, m, d, tol, what);
-    ref_mm(q, c.win, m, d, NIN, zx);
-    expect_close(on[O_MM], zx, m, NIN, 2 * tol, what);
+    vk_expect_close(on[O_P], x, m, d, tol, what);
+    vk_expect_close(on[O_PN], x, m, d, tol, what);
+    vk_ref_mm(q, c.win, m, d, NIN, zx);
+    vk_expect_close(on[O_MM], zx, m, NIN, 2 * tol, what);
     for (int i = 0; i < N_O; i++)
         free(on[i]), free(off[i]), free(cp[i]), free(df[i]);
     free(a), free(h), free(x), free(zx), free(e), free(q), free(a0);

@@ -6,6 +6,7 @@
 #define LLMEM_TESTS_VK_TEST_H
 
 #include <check.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +59,36 @@ static inline llmem_tensor vk_up_bf16_2d(llmem_backend *be, llmem_buffer **keep,
     OK(llmem_backend_synchronize(be));
     llmem_buffer_free(tmp);
     return t;
+}
+
+/* Float64 reference product o[m, n] = a[m, k] · w[n, k]ᵀ (w in f32). */
+static inline void vk_ref_mm(const double *a, const float *w, int32_t m, int32_t k, int32_t n,
+                             double *o)
+{
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int32_t i = 0; i < k; i++)
+                acc += a[(size_t)r * k + i] * w[(size_t)j * k + i];
+            o[(size_t)r * n + j] = acc;
+        }
+}
+
+/* Asserts each row of o [m, n] is finite and within rtol of the largest
+ * |ref| of that row of the float64 reference ref [m, n]. */
+static inline void vk_expect_close(const float *o, const double *ref, int32_t m, int32_t n,
+                                   double rtol, const char *what)
+{
+    for (int32_t r = 0; r < m; r++) {
+        double big = 0, err = 0;
+        for (int32_t j = 0; j < n; j++) {
+            double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
+            ck_assert_msg(isfinite(y), "%s: row %d col %d not finite", what, r, j);
+            big = fmax(big, fabs(x));
+            err = fmax(err, fabs(y - x));
+        }
+        ck_assert_msg(err <= rtol * big, "%s row %d: error %g of %g", what, r, err, big);
+    }
 }
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
