@@ -15,7 +15,8 @@
  * entry whose copy holds committed tokens (apply copied it and a commit
  * appended to the sequence) keeps the copy, and the old page loses the
  * plan's reference; every other entry gets its old page again and the
- * copy is freed, so the sharing is as before the plan (kv_cow). */
+ * copy is freed, so the sharing is as before the plan (kv_cow), and so is
+ * stats.cow_copies (a copy given back is not counted). */
 static void finish_cows(kv_cache *kv, kv_res *res)
 {
     for (int32_t c = 0; res && c < res->n_cow; c++) {
@@ -30,6 +31,8 @@ static void finish_cows(kv_cache *kv, kv_res *res)
             kv_pt_set(kv, q, w->index, w->page);
             kv_last_sync(q);
             kv_unref_page(kv, copy);
+            if (w->copied) /* copy_page counted it */
+                kv->cow_copies--;
         }
         w->page = -1;
     }

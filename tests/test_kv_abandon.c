@@ -25,7 +25,7 @@ static const int32_t page_sizes[] = {1, 16, 5};
 /* What must survive an abandoned plan. */
 typedef struct held {
     int32_t n_pt[N_SEQ], pt[N_SEQ][MAX_PT];
-    int64_t used, free, cached;
+    int64_t used, free, cached, cows;
     unsigned char *state[N_SEQ + 1]; /* [0]: every sequence, [1 + s]: sequence s */
     size_t state_n[N_SEQ + 1];
 } held;
@@ -54,6 +54,7 @@ static void hold(llmem_memory *m, llmem_memory *kv, held *h)
     h->used = st.pages_used;
     h->free = st.pages_free;
     h->cached = st.pages_cached;
+    h->cows = st.cow_copies;
     for (int32_t s = -1; s < N_SEQ; s++)
         h->state[s + 1] = state_bytes(m, s, &h->state_n[s + 1]);
 }
@@ -69,10 +70,13 @@ static void unhold(held *h)
 static void assert_kept(const held *a, const held *b, unsigned same, bool pages, const char *what)
 {
     if (pages) {
-        ck_assert_msg(a->used == b->used && a->free == b->free && a->cached == b->cached,
-                      "%s: pages used/free/cached %lld/%lld/%lld before, %lld/%lld/%lld after",
+        ck_assert_msg(a->used == b->used && a->free == b->free && a->cached == b->cached &&
+                          a->cows == b->cows,
+                      "%s: pages used/free/cached, copies %lld/%lld/%lld, %lld before, "
+                      "%lld/%lld/%lld, %lld after",
                       what, (long long)a->used, (long long)a->free, (long long)a->cached,
-                      (long long)b->used, (long long)b->free, (long long)b->cached);
+                      (long long)a->cows, (long long)b->used, (long long)b->free,
+                      (long long)b->cached, (long long)b->cows);
     }
     for (int32_t s = 0; s < N_SEQ; s++) {
         if (!(same & (1u << s)))

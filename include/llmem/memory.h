@@ -96,7 +96,8 @@ typedef struct llmem_memory_stats {
     int64_t slots_total, slots_used;
     int64_t prefix_hit_tokens;   /* tokens served by the prefix cache since creation */
     int64_t prefix_evictions;    /* cached pages evicted (LRU) */
-    int64_t cow_copies;          /* pages or state slots copied on write */
+    int64_t cow_copies;          /* pages or state slots copied on write (a copy an
+                                  * abandoned plan gave back is not counted) */
     int64_t bytes_device;        /* device bytes held by pools and slots */
     int32_t n_seqs_live;         /* non-empty sequences */
     int64_t snapshots;           /* recurrent snapshots published now (issue 13) */

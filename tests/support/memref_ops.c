@@ -459,6 +459,7 @@ void memref_release(memref *r, bool applied)
                     int32_t *e = &ch->kv.tab[w->seq].v[w->index], copy = *e;
                     *e = w->page;
                     w->page = copy;
+                    ch->kv.cows--; /* a copy given back is not counted */
                 }
                 mr_kv_unref(&ch->kv, w->page);
             }
