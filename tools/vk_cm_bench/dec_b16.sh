@@ -10,22 +10,10 @@
 #   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/b16 [refine.txt]
 set -eu
 cd "$(dirname "$0")"
-ROOT=$PWD/../..
-OUT=${1:-$ROOT/build-vk_cm_bench}
-GK=${GLSLANG_KHR:-$ROOT/tools/glslang_khr.sh}
-mkdir -p "$OUT/b16"
-cc -O2 -std=c11 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/backends/vulkan" vk_cm_bench.c \
-    "$ROOT/backends/vulkan/vk_mm_pick.c" -o "$OUT/vk_cm_bench" -lvulkan -lm
-cp "$ROOT/shaders/khr/matmul_cm.spv" "$OUT/b16/mcm.spv"
-python3 dec_b16_list.py variants | while read -r ka d l s; do
-    $GK -V -g0 --target-env vulkan1.2 -DKHR -DKA_DEFAULT=$ka -DAPF_DEFAULT=1 -DPFD_DEFAULT=$d \
-        -DPFL_DEFAULT=$l -DPFS_DEFAULT=$s "$ROOT/shaders/matmul_dec.comp" \
-        -o "$OUT/b16/dec_ka${ka}_d${d}l${l}s$s.spv" > /dev/null
-done
-for sets in 1 2 3; do
-    $GK -V -g0 --target-env vulkan1.2 -DKHR -DSETS_DEFAULT=$sets "$ROOT/shaders/matmul_cm.comp" \
-        -o "$OUT/b16/mcm_s$sets.spv" > /dev/null
-done
-python3 dec_b16_list.py > "$OUT/b16/list.txt"
-python3 dec_b16_list.py refine > "$OUT/b16/refine.txt"
-echo "built $OUT/b16 ($(grep -c gemm "$OUT/b16/list.txt") + $(grep -c gemm "$OUT/b16/refine.txt") entries)"
+. ./dec_common.sh
+dec_setup b16 "${1:-}"
+dec_variants dec_b16_list.py
+mcm_sets
+python3 dec_b16_list.py > "$D/list.txt"
+python3 dec_b16_list.py refine > "$D/refine.txt"
+echo "built $D ($(grep -c gemm "$D/list.txt") + $(grep -c gemm "$D/refine.txt") entries)"

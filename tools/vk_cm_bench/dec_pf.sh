@@ -10,21 +10,12 @@
 #   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/pf
 set -eu
 cd "$(dirname "$0")"
-ROOT=$PWD/../..
-OUT=${1:-$ROOT/build-vk_cm_bench}
-GK=${GLSLANG_KHR:-$ROOT/tools/glslang_khr.sh}
-mkdir -p "$OUT/pf"
-cc -O2 -std=c11 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/backends/vulkan" vk_cm_bench.c \
-    "$ROOT/backends/vulkan/vk_mm_pick.c" -o "$OUT/vk_cm_bench" -lvulkan -lm
-k() { # shader name defines...
-    local sh=$1 n=$2; shift 2
-    $GK -V -g0 --target-env vulkan1.2 -DKHR "$@" "$ROOT/shaders/$sh.comp" -o "$OUT/pf/$n.spv" > /dev/null
-}
-cp "$ROOT/shaders/khr/matmul_cm.spv" "$OUT/pf/mcm.spv"
-k matmul_dec dec_ka512 -DKA_DEFAULT=512 -DAPF_DEFAULT=1
+. ./dec_common.sh
+dec_setup pf "${1:-}"
+khr matmul_dec dec_ka512 -DKA_DEFAULT=512 -DAPF_DEFAULT=1
 python3 dec_pf_list.py variants | while read -r d l s; do
-    k matmul_dec dec_ka512_d${d}l${l}s$s -DKA_DEFAULT=512 -DAPF_DEFAULT=1 \
+    khr matmul_dec dec_ka512_d${d}l${l}s$s -DKA_DEFAULT=512 -DAPF_DEFAULT=1 \
         -DPFD_DEFAULT=$d -DPFL_DEFAULT=$l -DPFS_DEFAULT=$s
 done
-python3 dec_pf_list.py > "$OUT/pf/list.txt"
-echo "built $OUT/pf ($(grep -c gemm "$OUT/pf/list.txt") entries)"
+python3 dec_pf_list.py > "$D/list.txt"
+echo "built $D ($(grep -c gemm "$D/list.txt") entries)"

@@ -9,22 +9,10 @@
 #   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/r64 [sets.txt]
 set -eu
 cd "$(dirname "$0")"
-ROOT=$PWD/../..
-OUT=${1:-$ROOT/build-vk_cm_bench}
-GK=${GLSLANG_KHR:-$ROOT/tools/glslang_khr.sh}
-mkdir -p "$OUT/r64"
-cc -O2 -std=c11 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/backends/vulkan" vk_cm_bench.c \
-    "$ROOT/backends/vulkan/vk_mm_pick.c" -o "$OUT/vk_cm_bench" -lvulkan -lm
-cp "$ROOT/shaders/khr/matmul_cm.spv" "$OUT/r64/mcm.spv"
-python3 dec_r64_list.py variants | while read -r ka d l s; do
-    $GK -V -g0 --target-env vulkan1.2 -DKHR -DKA_DEFAULT=$ka -DAPF_DEFAULT=1 -DPFD_DEFAULT=$d \
-        -DPFL_DEFAULT=$l -DPFS_DEFAULT=$s "$ROOT/shaders/matmul_dec.comp" \
-        -o "$OUT/r64/dec_ka${ka}_d${d}l${l}s$s.spv" > /dev/null
-done
-for sets in 1 2 3; do
-    $GK -V -g0 --target-env vulkan1.2 -DKHR -DSETS_DEFAULT=$sets "$ROOT/shaders/matmul_cm.comp" \
-        -o "$OUT/r64/mcm_s$sets.spv" > /dev/null
-done
-python3 dec_r64_list.py > "$OUT/r64/list.txt"
-python3 dec_r64_list.py sets > "$OUT/r64/sets.txt"
-echo "built $OUT/r64 ($(grep -c gemm "$OUT/r64/list.txt") + $(grep -c gemm "$OUT/r64/sets.txt") entries)"
+. ./dec_common.sh
+dec_setup r64 "${1:-}"
+dec_variants dec_r64_list.py
+mcm_sets
+python3 dec_r64_list.py > "$D/list.txt"
+python3 dec_r64_list.py sets > "$D/sets.txt"
+echo "built $D ($(grep -c gemm "$D/list.txt") + $(grep -c gemm "$D/sets.txt") entries)"

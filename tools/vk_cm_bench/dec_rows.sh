@@ -9,17 +9,8 @@
 #   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/rows
 set -eu
 cd "$(dirname "$0")"
-ROOT=$PWD/../..
-OUT=${1:-$ROOT/build-vk_cm_bench}
-GK=${GLSLANG_KHR:-$ROOT/tools/glslang_khr.sh}
-mkdir -p "$OUT/rows"
-cc -O2 -std=c11 -Wall -Wextra -I"$ROOT/include" -I"$ROOT/backends/vulkan" vk_cm_bench.c \
-    "$ROOT/backends/vulkan/vk_mm_pick.c" -o "$OUT/vk_cm_bench" -lvulkan -lm
-cp "$ROOT/shaders/khr/matmul_cm.spv" "$OUT/rows/mcm.spv"
-python3 dec_rows_list.py variants | while read -r ka d l s; do
-    $GK -V -g0 --target-env vulkan1.2 -DKHR -DKA_DEFAULT=$ka -DAPF_DEFAULT=1 -DPFD_DEFAULT=$d \
-        -DPFL_DEFAULT=$l -DPFS_DEFAULT=$s "$ROOT/shaders/matmul_dec.comp" \
-        -o "$OUT/rows/dec_ka${ka}_d${d}l${l}s$s.spv" > /dev/null
-done
-python3 dec_rows_list.py > "$OUT/rows/list.txt"
-echo "built $OUT/rows ($(grep -c gemm "$OUT/rows/list.txt") entries)"
+. ./dec_common.sh
+dec_setup rows "${1:-}"
+dec_variants dec_rows_list.py
+python3 dec_rows_list.py > "$D/list.txt"
+echo "built $D ($(grep -c gemm "$D/list.txt") entries)"
