@@ -410,19 +410,9 @@ static void dec_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const c
         for (size_t i = 0; i < (size_t)m * n; i++)
             o[i] = NAN;
         run_mm(vk, a, w, m, k, n, fast, o);
-        double rtol = fast ? 2e-3 : 1e-5;
-        for (int32_t r = 0; r < m; r++) {
-            double big = 0, err = 0;
-            for (int32_t j = 0; j < n; j++) {
-                double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
-                ck_assert_msg(isfinite(y), "%s%s %dx%dx%d: row %d col %d not finite", cfg,
-                              fast ? " fast" : "", m, k, n, r, j);
-                big = fmax(big, fabs(x));
-                err = fmax(err, fabs(y - x));
-            }
-            ck_assert_msg(err <= rtol * big, "%s%s %dx%dx%d row %d: error %g of %g", cfg,
-                          fast ? " fast" : "", m, k, n, r, err, big);
-        }
+        char what[160];
+        snprintf(what, sizeof what, "%s%s %dx%dx%d", cfg, fast ? " fast" : "", m, k, n);
+        vk_expect_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
     }
     free(a), free(w), free(o), free(ref);
 }

@@ -44,23 +44,6 @@ static double *ref_matmul(const float *a, const float *w, int32_t m, int32_t k, 
     return ref;
 }
 
-/* Each row r of o[m, n] finite and within rtol times the row's largest
- * |ref| of ref (a row's own scale: rows may differ by 2^120). */
-static void expect_rows_close(const float *o, const double *ref, int32_t m, int32_t n,
-                              double rtol, const char *what)
-{
-    for (int32_t r = 0; r < m; r++) {
-        double big = 0, err = 0;
-        for (int32_t j = 0; j < n; j++) {
-            double x = ref[(size_t)r * n + j], y = o[(size_t)r * n + j];
-            ck_assert_msg(isfinite(y), "%s: row %d col %d not finite", what, r, j);
-            big = fabs(x) > big ? fabs(x) : big;
-            err = fabs(y - x) > err ? fabs(y - x) : err;
-        }
-        ck_assert_msg(err <= rtol * big, "%s row %d: error %g of %g", what, r, err, big);
-    }
-}
-
 START_TEST(test_matmul_tiles)
 {
     llmem_backend *vk = open_be("vulkan"), *cpu = open_be("cpu");
@@ -93,7 +76,7 @@ static void row_scales_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, 
         char what[128];
         snprintf(what, sizeof what, "%s%s %dx%dx%d (row r scaled by 2^((r %% 7) * 20 - 60))", cfg,
                  fast ? "matmul_fast" : "matmul", m, k, n);
-        expect_rows_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
+        vk_expect_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
     }
     free(o), free(a), free(w), free(ref);
 }
@@ -231,7 +214,7 @@ START_TEST(test_matmul_cm_fused)
         char what[96];
         for (int r = 0; r < REPS; r++) {
             snprintf(what, sizeof what, "fused sum %dx%dx%d run %d", m, k, n, r);
-            expect_rows_close(o[0] + r * mn, ref, m, n, 1e-5, what);
+            vk_expect_close(o[0] + r * mn, ref, m, n, 1e-5, what);
             ck_assert_msg(memcmp(o[0] + r * mn, o[0], mn * sizeof(float)) == 0,
                           "%s: differs from run 0", what);
             ck_assert_msg(memcmp(o[1] + r * mn, o[0], mn * sizeof(float)) == 0,
@@ -244,7 +227,7 @@ END_TEST
 
 /* One m x k x n product of random a and bf16-exact w on vk (precise, or
  * fast: bf16 activations), each row against a float64 product of the same
- * values within tol (normalized, expect_rows_close); `what` names the
+ * values within tol (normalized, vk_expect_close); `what` names the
  * setting in a failure, followed by the precision and the shape. */
 static void bf16_product_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, bool fast,
                               double tol, const char *what)
@@ -258,7 +241,7 @@ static void bf16_product_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n
     char full[128];
     snprintf(full, sizeof full, "%s, %s %dx%dx%d", what, fast ? "fast" : "precise", (int)m,
              (int)k, (int)n);
-    expect_rows_close(o, ref, m, n, tol, full);
+    vk_expect_close(o, ref, m, n, tol, full);
     free(o), free(a), free(w), free(ref);
 }
 
