@@ -455,6 +455,43 @@ START_TEST(test_dec_products)
 }
 END_TEST
 
+/* The inputs and outputs of the bit-identity tests below, one shape {m, k,
+ * n}: a [m, k] and w [n, k] in [-1, 1), and both modes' products (precise,
+ * then fast: [2, m, n]) of the reference setting (base) and of the setting
+ * under test (o). */
+typedef struct dec_io {
+    int32_t m, k, n;
+    float *a, *w, *base, *o;
+} dec_io;
+
+static void dec_io_make(dec_io *d, const int32_t shape[3])
+{
+    int32_t m = shape[0], k = shape[1], n = shape[2];
+    *d = (dec_io){m, k, n, malloc((size_t)m * k * 4), malloc((size_t)n * k * 4),
+                  malloc((size_t)2 * m * n * 4), malloc((size_t)2 * m * n * 4)};
+    ck_assert(d->a && d->w && d->base && d->o);
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        d->a[i] = frand(-1, 1);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        d->w[i] = frand(-1, 1);
+}
+
+static void dec_io_free(dec_io *d)
+{
+    free(d->a), free(d->w), free(d->base), free(d->o);
+}
+
+/* Runs d's product on vk in both modes into d->base (ref) or d->o; whether
+ * d->o is bit for bit d->base (true for the reference itself). */
+static bool dec_io_run(llmem_backend *vk, dec_io *d, bool ref)
+{
+    size_t mn = (size_t)d->m * d->n;
+    float *out = ref ? d->base : d->o;
+    run_mm(vk, d->a, d->w, d->m, d->k, d->n, false, out);
+    run_mm(vk, d->a, d->w, d->m, d->k, d->n, true, out + mn);
+    return ref || memcmp(d->o, d->base, 2 * mn * 4) == 0;
+}
+
 /* The L2 prefetch (matmul_dec.comp's PFD, PFL, PFS) and the chunk of
  * activations (KA) change no bit: each shape's products (precise and fast,
  * at 9-64 rows with DEC=1, so that both split counts run matmul_dec; with
@@ -479,17 +516,9 @@ START_TEST(test_dec_prefetch_identical)
     /* $LLMEM_VULKAN_DEC_ROWS: one tile of all rows, 32-row tiles */
     static const char *rows[] = {NULL, "32"};
     enum { NS = sizeof shapes / sizeof shapes[0] };
-    float *a[NS], *w[NS], *base[NS], *o[NS];
-    for (size_t s = 0; s < NS; s++) {
-        int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
-        a[s] = malloc((size_t)m * k * 4), w[s] = malloc((size_t)n * k * 4);
-        base[s] = malloc((size_t)2 * m * n * 4), o[s] = malloc((size_t)2 * m * n * 4);
-        ck_assert(a[s] && w[s] && base[s] && o[s]);
-        for (size_t i = 0; i < (size_t)m * k; i++)
-            a[s][i] = frand(-1, 1);
-        for (size_t i = 0; i < (size_t)n * k; i++)
-            w[s][i] = frand(-1, 1);
-    }
+    dec_io io[NS];
+    for (size_t s = 0; s < NS; s++)
+        dec_io_make(&io[s], shapes[s]);
     test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
     test_env keep4 = test_env_save("LLMEM_VULKAN_DEC_ROWS");
     test_env_put("LLMEM_VULKAN_DEC", "1");
@@ -507,17 +536,13 @@ START_TEST(test_dec_prefetch_identical)
         test_env_put("LLMEM_VULKAN_DEC_CFG", pi == 0 ? "256,1,64,2,512,264" : NULL);
         llmem_backend *vk = open_be("vulkan");
         test_env_restore(&keep5);
-        for (size_t s = 0; s < NS; s++) {
-            int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
-            float *out = pi == 0 ? base[s] : o[s]; /* the first: the prefetch off */
-            run_mm(vk, a[s], w[s], m, k, n, false, out);
-            run_mm(vk, a[s], w[s], m, k, n, true, out + (size_t)m * n);
-            ck_assert_msg(pi == 0 || memcmp(o[s], base[s], (size_t)2 * m * n * 4) == 0,
+        for (size_t s = 0; s < NS; s++) /* the first setting: the prefetch off */
+            ck_assert_msg(dec_io_run(vk, &io[s], pi == 0),
                           "DEC_ROWS=%s DEC_PF=%s,%s,%s %dx%dx%d: not bit-identical to the "
                           "prefetch off at chunks of 512",
                           rows[ri] ? rows[ri] : "-", pfs[pi][0] ? pfs[pi][0] : "-",
-                          pfs[pi][1] ? pfs[pi][1] : "-", pfs[pi][2] ? pfs[pi][2] : "-", m, k, n);
-        }
+                          pfs[pi][1] ? pfs[pi][1] : "-", pfs[pi][2] ? pfs[pi][2] : "-",
+                          io[s].m, io[s].k, io[s].n);
         llmem_backend_close(vk);
         test_env_restore(&keep3);
         test_env_restore(&keep2);
@@ -526,7 +551,7 @@ START_TEST(test_dec_prefetch_identical)
     test_env_restore(&keep4);
     test_env_restore(&keep0);
     for (size_t s = 0; s < NS; s++)
-        free(a[s]), free(w[s]), free(base[s]), free(o[s]);
+        dec_io_free(&io[s]);
 }
 END_TEST
 
@@ -545,17 +570,9 @@ START_TEST(test_cm_mid_products)
     static const int32_t shapes[][3] = {
         {17, 520, 136}, {40, 1024, 96}, {64, 1000, 300}, {64, 2048, 40}};
     enum { NM = sizeof mids / sizeof mids[0], NS = sizeof shapes / sizeof shapes[0] };
-    float *a[NS], *w[NS], *base[NS], *o[NS];
-    for (size_t s = 0; s < NS; s++) {
-        int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
-        a[s] = malloc((size_t)m * k * 4), w[s] = malloc((size_t)n * k * 4);
-        base[s] = malloc((size_t)2 * m * n * 4), o[s] = malloc((size_t)2 * m * n * 4);
-        ck_assert(a[s] && w[s] && base[s] && o[s]);
-        for (size_t i = 0; i < (size_t)m * k; i++)
-            a[s][i] = frand(-1, 1);
-        for (size_t i = 0; i < (size_t)n * k; i++)
-            w[s][i] = frand(-1, 1);
-    }
+    dec_io io[NS];
+    for (size_t s = 0; s < NS; s++)
+        dec_io_make(&io[s], shapes[s]);
     test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
     test_env keep1 = test_env_save("LLMEM_VULKAN_CM_MID");
     test_env_put("LLMEM_VULKAN_DEC", "0");
@@ -565,21 +582,18 @@ START_TEST(test_cm_mid_products)
         char cfg[64];
         snprintf(cfg, sizeof cfg, "CM_MID=%s", mids[mi] ? mids[mi] : "(unset)");
         for (size_t s = 0; s < NS; s++) {
-            int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
-            float *out = mi == 0 ? base[s] : o[s];
-            run_mm(vk, a[s], w[s], m, k, n, false, out);
-            run_mm(vk, a[s], w[s], m, k, n, true, out + (size_t)m * n);
-            ck_assert_msg(mi == 0 || memcmp(o[s], base[s], (size_t)2 * m * n * 4) == 0,
-                          "%s %dx%dx%d: not bit-identical to CM_MID=0", cfg, m, k, n);
+            dec_io *d = &io[s];
+            ck_assert_msg(dec_io_run(vk, d, mi == 0), "%s %dx%dx%d: not bit-identical to CM_MID=0",
+                          cfg, d->m, d->k, d->n);
             if (mi > 0 && s > 0)
-                dec_case(vk, m, k, n, cfg);
+                dec_case(vk, d->m, d->k, d->n, cfg);
         }
         llmem_backend_close(vk);
     }
     test_env_restore(&keep1);
     test_env_restore(&keep0);
     for (size_t s = 0; s < NS; s++)
-        free(a[s]), free(w[s]), free(base[s]), free(o[s]);
+        dec_io_free(&io[s]);
 }
 END_TEST
 
