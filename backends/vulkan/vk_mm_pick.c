@@ -266,13 +266,13 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
 
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split)
 {
-    if (c->dec == VK_DEC_AUTO && split == 1) {
-        uint32_t most = c->dec_fast_rows ? c->dec_fast_rows : VK_DEC_AUTO_FAST_ROWS;
-        return c->coopmat && m >= VK_MM_CM_MIN && m <= most;
-    }
-    if (c->dec == VK_DEC_AUTO || c->dec == VK_DEC_AUTO_FAST)
+    if (c->dec == VK_DEC_AUTO || c->dec == VK_DEC_AUTO_FAST) {
+        uint32_t most = c->dec == VK_DEC_AUTO && split == 1
+                            ? (c->dec_fast_rows ? c->dec_fast_rows : VK_DEC_AUTO_FAST_ROWS)
+                            : VK_DEC_AUTO_ROWS;
         return c->coopmat && (split == 1 || c->dec == VK_DEC_AUTO) && m >= VK_MM_CM_MIN &&
-               m <= VK_DEC_AUTO_ROWS;
+               m <= most;
+    }
     return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
 }
 
