@@ -8,7 +8,8 @@
  *   - buffer round trips (sizes and offsets of any alignment, pieces
  *     larger than one staging chunk), device copies and fills;
  *   - the sub-allocator: many buffers, frees and reuse keep contents apart,
- *     and memory goes back;
+ *     and memory goes back but for the spares; an emptied dedicated block
+ *     is kept and reused by the next request it fits ($LLMEM_VULKAN_SPARE_MAX);
  *   - buffers of several chunks ($LLMEM_VULKAN_MAX_CHUNK): transfers,
  *     copy_blocks and an op on tensors across chunk boundaries;
  *   - submit batching: a chain of ops is one submit, with barriers only
@@ -243,10 +244,74 @@ START_TEST(test_suballoc)
     ck_assert_uint_eq(w[0], 0xabcdef01u);
     llmem_buffer_free(big);
     free(w);
-    /* everything freed: at most one spare block stays */
+    /* everything freed: at most one spare shared block and the 160 MiB
+     * dedicated one (kept where the heap is over 2.5 GiB) stay */
     llmem_backend_get_info(be, &i2);
-    ck_assert(i2.memory_free + ((uint64_t)256 << 20) >= i0.memory_free);
+    ck_assert(i2.memory_free + ((uint64_t)(256 + 160) << 20) >= i0.memory_free);
     llmem_backend_close(be);
+}
+END_TEST
+
+static uint64_t mem_free(llmem_backend *be)
+{
+    llmem_backend_info i;
+    llmem_backend_get_info(be, &i);
+    return i.memory_free;
+}
+
+/* Blocks of 4 MiB ($LLMEM_VULKAN_MAX_CHUNK=4M): 3 MiB requests are
+ * dedicated blocks. An emptied one stays as the spare and serves the next
+ * request it fits without a new allocation (the device memory in use does
+ * not change); a second one live at once is a new block; of two emptied
+ * ones one is destroyed. With $LLMEM_VULKAN_SPARE_MAX=0 the memory goes
+ * back once nothing recorded uses it. */
+START_TEST(test_spare_dedicated)
+{
+    const size_t mib3 = (size_t)3 << 20;
+    test_env keep_chunk = test_env_save("LLMEM_VULKAN_MAX_CHUNK");
+    test_env keep_spare = test_env_save("LLMEM_VULKAN_SPARE_MAX");
+    test_env_put("LLMEM_VULKAN_MAX_CHUNK", "4M");
+    for (int off = 0; off < 2; off++) {
+        if (off)
+            test_env_put("LLMEM_VULKAN_SPARE_MAX", "0");
+        llmem_backend *be = open_be("vulkan");
+        uint64_t f0 = mem_free(be);
+        if (f0 == 0) { /* the device reports no heap size */
+            llmem_backend_close(be);
+            continue;
+        }
+        llmem_buffer *x = NULL, *y = NULL, *z = NULL;
+        OK(llmem_buffer_alloc(be, mib3, &x));
+        OK(llmem_buffer_fill(x, 0, mib3, 0x5a5a5a5au));
+        uint64_t f1 = mem_free(be);
+        ck_assert_uint_le(f1 + mib3, f0);
+        llmem_buffer_free(x);
+        OK(llmem_backend_synchronize(be)); /* the fill done: nothing recorded uses x */
+        uint64_t f2 = mem_free(be);
+        if (off) {
+            ck_assert_uint_eq(f2, f0); /* given back */
+        } else {
+            ck_assert_uint_eq(f2, f1); /* kept as the spare */
+            OK(llmem_buffer_alloc(be, mib3 - 4096, &y));
+            ck_assert_uint_eq(mem_free(be), f2); /* reused: no new allocation */
+            OK(llmem_buffer_alloc(be, mib3, &z));
+            ck_assert_uint_le(mem_free(be) + mib3, f2); /* a second block */
+            uint32_t w[2] = {0, 0};
+            OK(llmem_buffer_fill(y, mib3 - 4096 - 8, 8, 0x01020304u));
+            OK(llmem_buffer_fill(z, 0, 8, 0x0a0b0c0du));
+            OK(llmem_buffer_download(y, mib3 - 4096 - 8, w, 8));
+            ck_assert_uint_eq(w[0], 0x01020304u);
+            OK(llmem_buffer_download(z, 0, w, 8));
+            ck_assert_uint_eq(w[1], 0x0a0b0c0du);
+            llmem_buffer_free(y);
+            llmem_buffer_free(z);
+            OK(llmem_backend_synchronize(be));
+            ck_assert_uint_eq(mem_free(be), f2); /* one of the two stays */
+        }
+        llmem_backend_close(be);
+    }
+    test_env_restore(&keep_spare);
+    test_env_restore(&keep_chunk);
 }
 END_TEST
 
@@ -594,6 +659,7 @@ int main(void)
         tcase_add_test(tc, test_list_and_info);
         tcase_add_test(tc, test_roundtrip);
         tcase_add_test(tc, test_suballoc);
+        tcase_add_test(tc, test_spare_dedicated);
         tcase_add_test(tc, test_chunks);
         tcase_add_test(tc, test_batching);
         tcase_add_test(tc, test_conv_fold_held);

@@ -9,6 +9,14 @@
  * free list, Knuth TAOCP vol. 1, 2.5). All sizes and offsets are multiples
  * of VK_ALIGN (>= minStorageBufferOffsetAlignment on every known device,
  * checked at open).
+ *
+ * Emptied blocks are destroyed once no recorded work can use them, except
+ * one spare shared block and one spare dedicated block of at most
+ * v->spare_max bytes: an op's large temporaries (a prefill GEMM's raw
+ * tiles, its activation terms) would otherwise cost a vkAllocateMemory and
+ * a vkFreeMemory of hundreds of MiB on every call. A dedicated request
+ * reuses the spare when it fits with at most half of it idle. Out of device
+ * memory, every spare is given back before the allocation is tried again.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +73,16 @@ void vk_alloc_limits(vk_backend *v)
         v->block_size = (VkDeviceSize)4 << 20;
     if (v->block_size > v->chunk_max)
         v->block_size = v->chunk_max;
+    /* $LLMEM_VULKAN_SPARE_MAX: the largest emptied dedicated block kept for
+     * reuse (bytes, K/M/G suffix; "0": none); default 1 GiB, at most the
+     * heap's 1/16. */
+    const char *sm = getenv("LLMEM_VULKAN_SPARE_MAX");
+    VkDeviceSize spare = (VkDeviceSize)1 << 30;
+    if (sm && *sm)
+        spare = strcmp(sm, "0") == 0 ? 0 : env_bytes("LLMEM_VULKAN_SPARE_MAX");
+    if (spare > hs / 16)
+        spare = hs / 16;
+    v->spare_max = spare;
 }
 
 static VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a)
@@ -189,12 +207,13 @@ llmem_status vk_alloc_make(vk_backend *v, VkDeviceSize size, vk_alloc *out)
     size = round_up(size, VK_ALIGN);
     bool dedicated = size > v->block_size / 2;
     VkDeviceSize off;
-    if (!dedicated) {
-        for (vk_block *b = v->blocks; b; b = b->next) {
-            if (!b->dedicated && b->size - b->used >= size && block_take(b, size, &off)) {
-                *out = (vk_alloc){b, off, size};
-                return LLMEM_OK;
-            }
+    for (vk_block *b = v->blocks; b; b = b->next) {
+        bool fits = dedicated ? b->dedicated && b->n_live == 0 && b->size >= size &&
+                                    b->size / 2 <= size
+                              : !b->dedicated && b->size - b->used >= size;
+        if (fits && block_take(b, size, &off)) {
+            *out = (vk_alloc){b, off, size};
+            return LLMEM_OK;
         }
     }
     vk_block *b = NULL;
@@ -254,17 +273,20 @@ void vk_alloc_release(vk_backend *v, vk_alloc *a)
 
 void vk_alloc_trim(vk_backend *v, bool keep_spare)
 {
-    bool spare = false;
+    bool spare_shared = false, spare_dedicated = false;
     vk_block **pp = &v->blocks;
     while (*pp) {
         vk_block *b = *pp;
-        if (b->n_live == 0 && !(keep_spare && !b->dedicated && !spare)) {
-            *pp = b->next;
-            block_destroy(v, b);
-            continue;
+        if (b->n_live == 0) {
+            bool *kept = b->dedicated ? &spare_dedicated : &spare_shared;
+            bool keep = keep_spare && !*kept && (!b->dedicated || b->size <= v->spare_max);
+            if (!keep) {
+                *pp = b->next;
+                block_destroy(v, b);
+                continue;
+            }
+            *kept = true;
         }
-        if (b->n_live == 0)
-            spare = true;
         pp = &b->next;
     }
 }

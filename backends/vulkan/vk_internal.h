@@ -156,6 +156,7 @@ typedef struct vk_backend {
     VkDeviceSize max_alloc;     /* maxMemoryAllocationSize */
     VkDeviceSize block_size;
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
+    VkDeviceSize spare_max;     /* largest emptied dedicated block kept for reuse ($LLMEM_VULKAN_SPARE_MAX) */
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
     vk_mm_caps mm;              /* matmul path choices, read once (vk_matmul_config) */
     vk_knobs knobs;             /* per-op tuning variables, read at open (vk_knobs.h) */
@@ -324,8 +325,9 @@ llmem_status vk_alloc_make(vk_backend *v, VkDeviceSize size, vk_alloc *out);
 /* Returns a sub-allocation; an emptied block is destroyed once no recorded
  * work can use it (vk_alloc_trim). */
 void vk_alloc_release(vk_backend *v, vk_alloc *a);
-/* Destroys empty blocks (keeps one spare shared block). Only with no work
- * in flight or recorded. */
+/* Destroys empty blocks; with keep_spare, keeps one spare shared block and
+ * one spare dedicated block of at most v->spare_max bytes. Only with no
+ * work in flight or recorded. */
 void vk_alloc_trim(vk_backend *v, bool keep_spare);
 VkBuffer vk_alloc_buffer(const vk_alloc *a);
 
