@@ -6,7 +6,8 @@
 # list OUT/r64/list.txt. The harness passes specialization constants 0-8 only, so each chunk and
 # touch setting of matmul_dec is a module of its own. Needs $GLSLANG_KHR or tools/glslang_khr.sh.
 #   tools/vk_cm_bench/dec_r64.sh [OUT]
-#   (GPU) VK_DRIVER_FILES=... OUT/vk_cm_bench OUT/r64 [sets.txt]
+#   (GPU) VK_DRIVER_FILES=... [VKCM_ROTATE=1] OUT/vk_cm_bench OUT/r64 [LIST]
+#   LIST: sets.txt, shapes.txt or narrow.txt (the last two with VKCM_ROTATE=1)
 set -eu
 cd "$(dirname "$0")"
 . ./dec_common.sh
@@ -15,4 +16,7 @@ dec_variants dec_r64_list.py
 mcm_sets
 python3 dec_r64_list.py > "$D/list.txt"
 python3 dec_r64_list.py sets > "$D/sets.txt"
-echo "built $D ($(grep -c gemm "$D/list.txt") + $(grep -c gemm "$D/sets.txt") entries)"
+python3 dec_r64_list.py shapes > "$D/shapes.txt"
+python3 dec_r64_list.py narrow > "$D/narrow.txt"
+n() { grep -c gemm "$D/$1"; }
+echo "built $D ($(n list.txt) + $(n sets.txt) + $(n shapes.txt) + $(n narrow.txt) entries)"

@@ -14,10 +14,14 @@ old):
 - 32 rows: matmul_dec.comp at K steps of 64, chunks of 64, one or two steps in flight, with and
   without its L2 touches (module dec_kaKA_dDlLsS), at vk_dec_plan_make's slices for 264
   workgroups and twice them.
-`dec_r64_list.py sets` writes the list sets.txt: matmul_cm.comp with 2 or 3 register sets of loads in
-flight in its one-slice loop (SETS) at 64 rows. `dec_r64_list.py variants` prints the
-matmul_dec modules (KA D L S) for dec_r64.sh. Entries
-whose shared memory would pass 47 KiB are left out (dec_list.py says why)."""
+`dec_r64_list.py shapes` writes shapes.txt: the 64-row products of the 2b and 9B steps in fast
+mode at narrower tiles (64 x 128, 64 x 64), more workgroups (two to four an SM) and the fused
+sum (RAW 2), run with VKCM_ROTATE=1 (docs/benchmarks.md, "Vulkan decode at 64 rows: layouts by
+shape"); `dec_r64_list.py narrow` narrow.txt, the layout taken for the short ones (the same
+section). `dec_r64_list.py sets` writes the list sets.txt: matmul_cm.comp with 2 or 3 register
+sets of loads in flight in its one-slice loop (SETS) at 64 rows. `dec_r64_list.py variants`
+prints the matmul_dec modules (KA D L S) for dec_r64.sh. Entries whose shared memory would pass
+47 KiB are left out (dec_list.py says why)."""
 import math
 import sys
 
@@ -69,9 +73,67 @@ def sets_list():
             print(base)
 
 
+# 64-row products of the step, fast mode: the 2b shape's in_proj (2048 -> 2 x 4096 + 2 x 128 +
+# 64), out_proj, MLP up and down, attention output; the 9B shape's MLP up and down and out_proj
+SHAPES = [(8512, 2048), (2048, 4096), (8192, 2048), (2048, 8192), (2048, 2048),
+          (14336, 4096), (4096, 14336), (4096, 8192)]
+# matmul_cm layouts for them: (WG, SGM, FN, SETS, wave workgroups, RAW); BK 64, FM 2 (SGM 2)
+LAYOUTS = [(512, 2, 2, 2, 132, 1), (512, 2, 2, 2, 66, 1), (512, 2, 2, 2, 132, 2),
+           (256, 2, 2, 2, 132, 1), (256, 2, 2, 2, 264, 1), (256, 2, 2, 2, 264, 2),
+           (256, 2, 2, 3, 264, 1), (256, 2, 2, 2, 528, 1),
+           (256, 2, 1, 2, 264, 1), (256, 2, 1, 2, 528, 1),
+           (128, 2, 2, 2, 264, 1), (128, 2, 2, 2, 528, 1), (128, 2, 2, 2, 528, 2),
+           (128, 2, 2, 3, 528, 1), (512, 2, 1, 2, 264, 1), (256, 2, 2, 1, 264, 1)]
+
+
+def wave_slices(n, k, bm, bn, bk, wave):
+    """vk_cm_plan_wave's slices at `wave` workgroups"""
+    tiles = math.ceil(n / bn) * math.ceil(64 / bm)
+    s = max(1, min(wave // tiles, k // 256))
+    ks = math.ceil(math.ceil(k / s) / bk) * bk
+    return math.ceil(k / ks)
+
+
+def shapes_list():
+    """`dec_r64_list.py shapes`: LAYOUTS on SHAPES at 64 rows fast (run with VKCM_ROTATE=1, so
+    that the products under 50 MB stream their weights from memory), between the plugin's
+    default (512,2,2,64,2 at 132 workgroups)"""
+    for n, k in SHAPES:
+        base = f"mcm_s2 gemm 64 {n} {k} 512 2 2 2 1 64 1 {wave_slices(n, k, 64, 256, 64, 132)} 1"
+        print(base)
+        for wg, sgm, fn, sets, wave, raw in LAYOUTS:
+            bn = 16 * fn * (wg // 32 // sgm)
+            s = wave_slices(n, k, 64, bn, 64, wave)
+            print(f"mcm_s{sets} gemm 64 {n} {k} {wg} {sgm} 2 {fn} 1 64 1 {s} {raw}")
+        print(base)
+
+
+def narrow_list():
+    """`dec_r64_list.py narrow`: the narrow layout (vk_cm_plan_narrow: 256,2,1,64 at round(264 /
+    tiles) slices) with 2 and 3 register sets and at half and twice its slices, on the 9B
+    shape's attention products (q 4096 -> 4096, k and v 4096 -> 1024) and three 2b products,
+    between the plugin's default (VKCM_ROTATE=1)"""
+    for n, k in ((4096, 4096), (1024, 4096), (8512, 2048), (2048, 4096), (8192, 2048)):
+        base = f"mcm_s2 gemm 64 {n} {k} 512 2 2 2 1 64 1 {wave_slices(n, k, 64, 256, 64, 132)} 1"
+        print(base)
+        for wg, fn, sets, wave in ((256, 1, 2, 264), (256, 1, 3, 264), (256, 1, 2, 132),
+                                   (256, 1, 2, 528)):
+            bn = 16 * fn * (wg // 64)
+            t = math.ceil(n / bn)
+            s = wave_slices(n, k, 64, bn, 64, (wave + t // 2) // t * t)
+            print(f"mcm_s{sets} gemm 64 {n} {k} {wg} 2 2 {fn} 1 64 1 {s} 1")
+        print(base)
+
+
 def main():
+    if sys.argv[1:] == ["narrow"]:
+        narrow_list()
+        return
     if sys.argv[1:] == ["sets"]:
         sets_list()
+        return
+    if sys.argv[1:] == ["shapes"]:
+        shapes_list()
         return
     if sys.argv[1:] == ["variants"]:
         for v in sorted({(ka,) + pf for _, ka, pf, _ in DEC32}):

@@ -23,7 +23,9 @@
  *                                    vk_mm_split_k, or into SLICES slices
  *                                    when given and not 0; K a multiple
  *                                    of 8 with N K <= 14336 x 4096 and
- *                                    M K <= 2048 x 4096
+ *                                    M K <= 2048 x 4096; $VKCM_ROTATE=1: the
+ *                                    weights read from copies in turn
+ *                                    (rot_copies)
  *
  * With VK_KHR_pipeline_executable_properties, each pipeline's statistics
  * (NVIDIA: register count and more) are printed before its figures; with
@@ -167,6 +169,12 @@ static void copy(int from, int to, VkDeviceSize n)
 
 /* One timed command buffer of `reps` dispatches of `groups` workgroups (a
  * barrier between them); seconds per dispatch. */
+/* gemm entries under $VKCM_ROTATE=1: dispatch d of a batch of reps reads the weight copy
+ * (reps - 1 - d) % rot_copies, rot_stride uvec4s apart (push constant 5, w_off), so that
+ * products of less than the L2's 50 MB stream their weights from memory as in the plugin's
+ * step (each layer its own weights); the last dispatch reads copy 0, which the check uses. */
+static uint32_t rot_copies = 1, rot_stride;
+
 static double timed(VkPipeline pipe, const void *pc, uint32_t pc_size, uint32_t groups, int reps)
 {
     VkCommandBuffer cb = cmd_begin();
@@ -175,7 +183,15 @@ static double timed(VkPipeline pipe, const void *pc, uint32_t pc_size, uint32_t 
     vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, g.pl, 0, 1, &g.ds, 0, NULL);
     vkCmdPushConstants(cb, g.pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, pc_size, pc);
     vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, g.qp, 0);
+    uint32_t rpc[16];
+    bool rot = rot_copies > 1 && pc_size == sizeof rpc;
+    if (rot)
+        memcpy(rpc, pc, sizeof rpc);
     for (int d = 0; d < reps; d++) {
+        if (rot) {
+            rpc[5] = (uint32_t)(reps - 1 - d) % rot_copies * rot_stride;
+            vkCmdPushConstants(cb, g.pl, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof rpc, rpc);
+        }
         vkCmdDispatch(cb, groups, 1, 1);
         VkMemoryBarrier mb = {VK_STRUCTURE_TYPE_MEMORY_BARRIER, NULL, VK_ACCESS_SHADER_WRITE_BIT,
                               VK_ACCESS_SHADER_WRITE_BIT};
@@ -600,6 +616,9 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
     }
     memset(g.stage, 0, out_bytes);
     copy(B_STAGE, B_O, out_bytes);
+    const char *re = getenv("VKCM_ROTATE");
+    rot_copies = re && atoi(re) == 1 ? (uint32_t)((size_t)WN * KK / ((size_t)n * k)) : 1;
+    rot_stride = n * k / 8;
     warm_up(pipe, pc, sizeof pc, tm * tn * slices, 20);
     double best = 1e30;
     for (int rep = 0; rep < 3; rep++) {
@@ -627,8 +646,9 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         err = fmax(err, fabs(got - ref));
         big = fmax(big, fabs(ref));
     }
-    printf("%-24s %ux%ux%u split %u depth %u raw %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g)\n",
-           name, sgm, fm, fn, v[7], v[9], raw, m, n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big);
+    printf("%-24s %ux%ux%u split %u depth %u raw %u %5ux%5ux%5u  slices %2u  %8.4f ms %7.1f TFLOP/s  err %.2g (largest %.3g) wg %u copies %u\n",
+           name, sgm, fm, fn, v[7], v[9], raw, m, n, k, slices, best * 1e3, 2.0 * m * n * k / best * 1e-12, err, big, wg, rot_copies);
+    rot_copies = 1;
 }
 
 int main(int argc, char **argv)
