@@ -306,6 +306,82 @@ START_TEST(test_cm_mid_cfg)
 }
 END_TEST
 
+/* vk_cm_plan_narrow: the 64 x 64 layout for short fast-mode products, worked by hand at the 2b
+ * and 9B shapes' products (the default plan: VK_CM_MID_FAST at 132 workgroups); refused in
+ * precise mode, under $LLMEM_VULKAN_CM_MID, and at "0". */
+START_TEST(test_cm_plan_narrow)
+{
+    vk_mm_caps c = {.coopmat = true};
+    const uint32_t df[5] = VK_CM_MID_FAST, nar[7] = VK_CM_NARROW;
+    uint32_t cfg[5];
+    vk_cm_plan p, q;
+    /* 64 x 2048 x 4096 (2b out_proj): 8 tiles of 64 x 256, 132 / 8 = 16 slices of 256 = 4 K
+     * steps, below 10: 32 tiles of 64 x 64, round(264 / 32) = 8 slices of 512 */
+    ck_assert(vk_cm_plan_mid(64, 2048, 4096, 1, df, SMEM, &p));
+    vk_cm_plan_wave(&p, 4096, VK_CM_WAVE);
+    ck_assert_uint_eq(p.slices, 16);
+    ck_assert(vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
+    ck_assert(memcmp(cfg, nar, sizeof cfg) == 0);
+    ck_assert_uint_eq(q.sgm, 2);
+    ck_assert_uint_eq(q.sgn, 4);
+    ck_assert_uint_eq(q.fm, 2);
+    ck_assert_uint_eq(q.fn, 1);
+    ck_assert_uint_eq(q.bm, 64);
+    ck_assert_uint_eq(q.bn, 64);
+    ck_assert_uint_eq(q.tiles_n, 32);
+    ck_assert_uint_eq(q.slices, 8);
+    ck_assert_uint_eq(q.k_split, 512);
+    /* 64 x 8192 x 2048 (2b MLP up): 32 tiles, 4 slices of 512 = 8 steps: 128 tiles of 64 x 64,
+     * round(264 / 128) = 2 slices of 1024 */
+    ck_assert(vk_cm_plan_mid(64, 8192, 2048, 1, df, SMEM, &p));
+    vk_cm_plan_wave(&p, 2048, VK_CM_WAVE);
+    ck_assert_uint_eq(p.k_split, 512);
+    ck_assert(vk_cm_plan_narrow(&c, 64, 8192, 2048, 1, &p, SMEM, cfg, &q));
+    ck_assert_uint_eq(q.tiles_n, 128);
+    ck_assert_uint_eq(q.slices, 2);
+    ck_assert_uint_eq(q.k_split, 1024);
+    /* 64 x 8512 x 2048 (2b in_proj): 34 tiles, 3 slices of 704 = 11 steps: kept */
+    ck_assert(vk_cm_plan_mid(64, 8512, 2048, 1, df, SMEM, &p));
+    vk_cm_plan_wave(&p, 2048, VK_CM_WAVE);
+    ck_assert_uint_eq(p.k_split, 704);
+    memset(&q, 0xab, sizeof q);
+    ck_assert(!vk_cm_plan_narrow(&c, 64, 8512, 2048, 1, &p, SMEM, cfg, &q));
+    ck_assert_uint_eq(q.k_split, 0xabababab);
+    /* 64 x 4096 x 8192 (9B out_proj): 16 tiles, 8 slices of 1024 = 16 steps: kept */
+    ck_assert(vk_cm_plan_mid(64, 4096, 8192, 1, df, SMEM, &p));
+    vk_cm_plan_wave(&p, 8192, VK_CM_WAVE);
+    ck_assert(!vk_cm_plan_narrow(&c, 64, 4096, 8192, 1, &p, SMEM, cfg, &q));
+    /* 64 x 2048 x 2048 (2b attention output): 8 slices of 256 either way (k / 256 = 8) */
+    ck_assert(vk_cm_plan_mid(64, 2048, 2048, 1, df, SMEM, &p));
+    vk_cm_plan_wave(&p, 2048, VK_CM_WAVE);
+    ck_assert(vk_cm_plan_narrow(&c, 64, 2048, 2048, 1, &p, SMEM, cfg, &q));
+    ck_assert_uint_eq(q.slices, 8);
+    ck_assert_uint_eq(q.k_split, 256);
+    /* precise mode, $LLMEM_VULKAN_CM_MID given, "0": none */
+    ck_assert(vk_cm_plan_mid(64, 2048, 4096, 1, df, SMEM, &p));
+    vk_cm_plan_wave(&p, 4096, VK_CM_WAVE);
+    ck_assert(!vk_cm_plan_narrow(&c, 64, 2048, 4096, 2, &p, SMEM, cfg, &q));
+    c.cm_mid_set = true;
+    ck_assert(!vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
+    c.cm_mid_set = false;
+    c.cm_narrow_set = true; /* cm_narrow[0] 0: "0" */
+    ck_assert(!vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
+    /* a layout of its own: 128 invocations as 2 x 2 of 32 x 32 (64 x 64), at most 100 steps,
+     * 528 workgroups: 32 tiles, round(528 / 32) = 17 slices, at most 4096 / 256 = 16 */
+    const uint32_t own[7] = {128, 2, 2, 64, 3, 100, 528};
+    memcpy(c.cm_narrow, own, sizeof own);
+    ck_assert(vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
+    ck_assert(memcmp(cfg, own, sizeof cfg) == 0);
+    ck_assert_uint_eq(q.sgn, 2);
+    ck_assert_uint_eq(q.bn, 64);
+    ck_assert_uint_eq(q.slices, 16);
+    ck_assert_uint_eq(q.k_split, 256);
+    /* one that vk_cm_plan_mid refuses (SETS 4) */
+    c.cm_narrow[4] = 4;
+    ck_assert(!vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
+}
+END_TEST
+
 START_TEST(test_dec_used_rows)
 {
     vk_mm_caps c = {.coopmat = true, .dec = VK_DEC_KHR};
@@ -566,7 +642,12 @@ END_TEST
 START_TEST(test_cm_mid_products)
 {
     static const char *mids[] = {"0", "256,2,2,64,1", "512,2,1,64,2", "512,2,1,64,3",
-                                 "256,2,2,64,3", "512,2,2,64,2", NULL};
+                                 "256,2,2,64,3", "512,2,2,64,2", NULL, NULL, NULL};
+    /* with the defaults: the narrow layout of short fast products (vk_cm_plan_narrow) as
+     * such, off, and at 128 invocations in every fast product at 528 workgroups (at these
+     * shapes the slices are K / 256 or one in every plan) */
+    static const char *narrows[] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, "0",
+                                    "128,2,2,64,3,1000,528"};
     static const int32_t shapes[][3] = {
         {17, 520, 136}, {40, 1024, 96}, {64, 1000, 300}, {64, 2048, 40}};
     enum { NM = sizeof mids / sizeof mids[0], NS = sizeof shapes / sizeof shapes[0] };
@@ -575,12 +656,15 @@ START_TEST(test_cm_mid_products)
         dec_io_make(&io[s], shapes[s]);
     test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
     test_env keep1 = test_env_save("LLMEM_VULKAN_CM_MID");
+    test_env keep2 = test_env_save("LLMEM_VULKAN_CM_NARROW");
     test_env_put("LLMEM_VULKAN_DEC", "0");
     for (size_t mi = 0; mi < NM; mi++) {
         test_env_put("LLMEM_VULKAN_CM_MID", mids[mi]);
+        test_env_put("LLMEM_VULKAN_CM_NARROW", narrows[mi]);
         llmem_backend *vk = open_be("vulkan");
-        char cfg[64];
-        snprintf(cfg, sizeof cfg, "CM_MID=%s", mids[mi] ? mids[mi] : "(unset)");
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "CM_MID=%s CM_NARROW=%s", mids[mi] ? mids[mi] : "(unset)",
+                 narrows[mi] ? narrows[mi] : "(unset)");
         for (size_t s = 0; s < NS; s++) {
             dec_io *d = &io[s];
             ck_assert_msg(dec_io_run(vk, d, mi == 0), "%s %dx%dx%d: not bit-identical to CM_MID=0",
@@ -590,6 +674,7 @@ START_TEST(test_cm_mid_products)
         }
         llmem_backend_close(vk);
     }
+    test_env_restore(&keep2);
     test_env_restore(&keep1);
     test_env_restore(&keep0);
     for (size_t s = 0; s < NS; s++)
@@ -638,6 +723,7 @@ int main(void)
     tcase_add_test(tc, test_dec_used_rows);
     tcase_add_test(tc, test_cm_mid_plan);
     tcase_add_test(tc, test_cm_mid_cfg);
+    tcase_add_test(tc, test_cm_plan_narrow);
     suite_add_tcase(s, tc);
     if (vulkan_opens("test_vulkan_dec", "the device products are skipped")) {
         TCase *td = tcase_create("device");

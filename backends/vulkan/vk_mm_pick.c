@@ -129,6 +129,25 @@ bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg
     return true;
 }
 
+bool vk_cm_plan_narrow(const vk_mm_caps *c, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
+                       const vk_cm_plan *p, uint32_t smem, uint32_t cfg[5], vk_cm_plan *q)
+{
+    static const uint32_t def[7] = VK_CM_NARROW;
+    const uint32_t *src = c->cm_narrow_set ? c->cm_narrow : def;
+    if (split != 1 || c->cm_mid_set || src[0] == 0 || p->bk == 0 || p->k_split / p->bk >= src[5])
+        return false;
+    vk_cm_plan t;
+    if (!vk_cm_plan_mid(m, n, k, split, src, smem, &t))
+        return false;
+    uint64_t tiles = (uint64_t)t.tiles_m * t.tiles_n;
+    uint64_t wave = src[6] && tiles <= src[6] ? (src[6] + tiles / 2) / tiles * tiles : src[6];
+    vk_cm_plan_wave(&t, k, (uint32_t)(wave < UINT32_MAX ? wave : UINT32_MAX));
+    for (int i = 0; i < 5; i++)
+        cfg[i] = src[i];
+    *q = t;
+    return true;
+}
+
 void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups)
 {
     uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;

@@ -64,6 +64,10 @@ typedef struct vk_mm_caps {
                          * 0: none; vk_cm_mid_cfg) */
     uint32_t cm_mid_rows;
     bool cm_mid_set;   /* $LLMEM_VULKAN_CM_MID was given (else the defaults, vk_cm_mid_cfg) */
+    uint32_t cm_narrow[7]; /* the narrow layout of short fast-mode products (vk_cm_plan_narrow:
+                            * WG, SGM, FN, BK, SETS, STEPS, WAVE), where cm_narrow_set
+                            * ($LLMEM_VULKAN_CM_NARROW; cm_narrow[0] 0: none) */
+    bool cm_narrow_set;
     uint32_t cm_fn;    /* its 16-column matrices per subgroup up to 64 rows: 1 (default), 2 or
                         * 4 ($LLMEM_VULKAN_CM_FN; vk_cm_plan_make_fn) */
     uint32_t cm_raw;   /* its epilogue: VK_CM_RAW_* ($LLMEM_VULKAN_CM_RAW; vk_cm_raw_used) */
@@ -187,6 +191,35 @@ bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const ui
  * 0: the plans of vk_cm_plan_make); else VK_CM_MID_FAST or
  * VK_CM_MID_PRECISE from VK_CM_MID_ROWS rows. Up to 64 rows only. Pure. */
 bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg[5]);
+
+/* The narrow layout of fast mode at 33-64 rows: where VK_CM_MID_FAST's plan (after its split-K
+ * into vk_mm_caps.cm_wave workgroups, VK_CM_WAVE by default) gives each workgroup fewer than
+ * VK_CM_NARROW_STEPS K steps, 8 subgroups as 2 x 4 of 32 x 16 accumulators (VK_CM_NARROW: WG,
+ * SGM, FN, BK, SETS, STEPS, WAVE; tiles of 64 x 64, two register sets, 96 registers: two
+ * workgroups an SM) with K split into round(VK_CM_NARROW_WAVE / tiles) slices.
+ * The 64 x 256 tiles suit the 9B shape's MLP and Mamba products (16-32 K steps a workgroup),
+ * but the 2b shape's short ones (N 2048 or K 2048: 4-8 steps, up to 16 slices and a large
+ * sum) wait on a few memory round trips each: H200 harness with the weights streamed from
+ * memory, 64 x 2048 x 4096 13.1 us against 16.9, 64 x 8192 x 2048 20.2 against 23.0, 64 x
+ * 2048 x 8192 20.2 against 22.8, 64 x 1024 x 4096 9.6 against 13.0; 2b tg128 batch 64 fast
+ * 8.88-8.93 -> 8.30-8.32 ms. The 9B MLP and Mamba products run 4-17% slower so (they keep the
+ * wide tiles), as does 2b's in_proj (11 steps; 133 tiles: 2 slices are 266 workgroups, a wave
+ * and 2), and the plugin at 3 sets, 12 or 40 steps, 132 or 528 workgroups, 128 invocations
+ * (docs/benchmarks.md, "Vulkan decode at 64 rows: layouts by shape"). */
+#define VK_CM_NARROW_STEPS 10
+#define VK_CM_NARROW_WAVE 264
+#define VK_CM_NARROW {256u, 2u, 1u, 64u, 2u, VK_CM_NARROW_STEPS, VK_CM_NARROW_WAVE}
+
+/* Whether an out[m, n] = a[m, k] · w[n, k]ᵀ product with `split` terms of a whose
+ * vk_cm_plan_mid plan (after vk_cm_plan_wave) is *p takes the narrow layout instead, and
+ * which: c->cm_narrow where c->cm_narrow_set (none where its first field is 0), else
+ * VK_CM_NARROW; only in fast mode (split 1), only where the 33-64-row layouts are the defaults
+ * (c->cm_mid_set false), only where p->k_split / p->bk is below STEPS. Then cfg[5] (caller-owned) gets its WG, SGM, FN, BK, SETS and *q (caller-owned)
+ * its plan: vk_cm_plan_mid at cfg, K split into round(WAVE / tiles) slices (at least 1, at most
+ * k / VK_MM_MIN_SLICE; vk_cm_plan_wave). false, cfg and *q untouched, where it does not apply
+ * or vk_cm_plan_mid refuses the layout (smem bytes of shared memory). Pure. */
+bool vk_cm_plan_narrow(const vk_mm_caps *c, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
+                       const vk_cm_plan *p, uint32_t smem, uint32_t cfg[5], vk_cm_plan *q);
 
 /* The pipeline depth to ask vk_cm_plan_make for at m activation rows:
  * `asked` (vk_mm_caps.cm_stages) when it is 1 or more, else by rows:

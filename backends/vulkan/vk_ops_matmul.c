@@ -14,6 +14,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "vk_internal.h"
 #include "vk_sum.h"
@@ -64,6 +65,20 @@ void vk_matmul_config(vk_backend *v)
     if (!cmid || sscanf(cmid, "%u,%u,%u,%u,%u,%u", &cmv[0], &cmv[1], &cmv[2], &cmv[3], &cmv[4],
                         &v->mm.cm_mid_rows) < 5)
         cmv[0] = 0;
+    /* its narrow layout of short fast-mode products: "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]"
+     * (vk_cm_plan_narrow; STEPS, WAVE default VK_CM_NARROW's), "0" none; unset: VK_CM_NARROW */
+    const char *cnar = getenv("LLMEM_VULKAN_CM_NARROW");
+    uint32_t *cnv = v->mm.cm_narrow;
+    v->mm.cm_narrow_set = cnar != NULL;
+    cnv[5] = VK_CM_NARROW_STEPS;
+    cnv[6] = VK_CM_NARROW_WAVE;
+    if (!cnar || sscanf(cnar, "%u,%u,%u,%u,%u,%u,%u", &cnv[0], &cnv[1], &cnv[2], &cnv[3], &cnv[4],
+                        &cnv[5], &cnv[6]) < 5) {
+        if (cnar && strcmp(cnar, "0") != 0)
+            fprintf(stderr, "vulkan: LLMEM_VULKAN_CM_NARROW=%s is not WG,SGM,FN,BK,SETS[,STEPS"
+                            "[,WAVE]] or 0: no narrow layout\n", cnar);
+        cnv[0] = 0;
+    }
     /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
      * everywhere, 3 raw with the sum in the last slice's workgroup (vk_mm_pick.h VK_CM_RAW_*) */
     v->mm.cm_raw = vk_env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_DEFAULT, 0, 3);
@@ -374,7 +389,8 @@ static uint32_t cm_ctr_first(llmem_backend *be, vk_backend *v, uint64_t tiles)
  * matmul_dec.comp (CM_ALLOW_DEC and dec_plan; raw tiles +
  * sum_slices_cm.comp; without its partial buffer, matmul_cm.comp); else
  * matmul_cm.comp with the blocking of vk_cm_plan_mid (CM_ALLOW_MID and
- * vk_cm_mid_cfg: 33-64 rows by default; with more than one register set
+ * vk_cm_mid_cfg: 33-64 rows by default; vk_cm_plan_narrow's layout for short
+ * fast-mode products; with more than one register set
  * raw tiles only, and without its partial buffer the next plan) or of
  * vk_cm_plan_make, then, by the
  * epilogue (vk_cm_raw_used, $LLMEM_VULKAN_CM_RAW): sum_slices.comp when K
@@ -442,6 +458,16 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */
             wave = (uint32_t)((wave + t0 / 2) / t0 * t0);
         vk_cm_plan_wave(&pl, k, wave);
+        /* short fast-mode products: the narrow layout (same device checks) */
+        uint32_t ncfg[5];
+        vk_cm_plan np;
+        if (mid && vk_cm_plan_narrow(&v->mm, m, n, k, tm->split, &pl, v->mm.smem, ncfg, &np) &&
+            (ncfg[4] == 1 || v->mm.cm_raw >= VK_CM_RAW_ALL) &&
+            ncfg[0] <= v->props.limits.maxComputeWorkGroupInvocations &&
+            ncfg[0] <= v->props.limits.maxComputeWorkGroupSize[0]) {
+            pl = np;
+            memcpy(mid_cfg, ncfg, sizeof ncfg);
+        }
     }
     size_t count = (size_t)m * n;
     uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
