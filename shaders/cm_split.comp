@@ -27,12 +27,18 @@
  * the row is silu(a[r, k]) * u[r, k] (a the gate, u the up product, f32,
  * binding 2), written to out (binding 3, vec4 offset o_off) as well as
  * split, with presplit.glsl's arithmetic (the same as above), the terms
- * of the values written. */
+ * of the values written.
+ *
+ * NS > 1 (vk_row_split; out, SWIGLU, clear of a and u): NS workgroups
+ * share a row: each finds the whole row's largest element (so the same
+ * e_r) and converts and writes only its part of the row's groups of 8
+ * elements (row_part): the same bits as NS = 1. */
 #include "common.glsl"
 #include "presplit.glsl"
 
 layout(constant_id = 1) const uint SPLIT = 2;
 layout(constant_id = 2) const uint SWIGLU = 0;
+layout(constant_id = 3) const uint NS = 1; /* workgroups a row */
 
 layout(binding = 0) readonly buffer A { vec4 a[]; };
 layout(binding = 1) buffer S { uint s[]; };
@@ -59,9 +65,12 @@ vec4 load_x(uint row, uint c)
 
 void main()
 {
-    uint r = group_id();
+    uint r = group_id() / NS;
     if (r >= p.m)
         return;
+    uint g0 = 0u, g1 = p.k / 8u; /* the groups of 8 this workgroup converts */
+    if (NS > 1u)
+        row_part(p.k / 8u, NS, group_id() % NS, g0, g1);
     uint l = gl_LocalInvocationID.x;
     uint row = r * (p.k / 4u);
     float mx = 0.0;
@@ -70,9 +79,9 @@ void main()
         mx = max(mx, max(max(v.x, v.y), max(v.z, v.w)));
     }
     int e = presplit_exp(wg_max(mx));
-    if (l == 0u)
+    if (l == 0u && g0 == 0u)
         s[p.e_off + r] = uint(e);
-    for (uint c = l; c < p.k / 8u; c += WG) {
+    for (uint c = g0 + l; c < g1; c += WG) {
         vec4 v[2] = vec4[2](load_x(row, 2u * c), load_x(row, 2u * c + 1u));
         if (SWIGLU != 0u) {
             ov[p.o_off + row + 2u * c] = v[0];

@@ -29,13 +29,25 @@ uint presplit_terms(float x, int e)
     return h | (f32_to_f16(s - f16_to_f32(h)) << 16);
 }
 
-/* The terms of one row of n (even) elements, element c's hi | lo << 16 in
- * pk[c] (shared, written by the workgroup before a barrier), to word j of
- * the row's hi and lo halves (pairs 2j, 2j + 1), spread over the WG
- * invocations. */
-#define PRESPLIT_STORE(pk, n, s, hi_at, lo_at)                                                    \
-    for (uint j_ = gl_LocalInvocationID.x; j_ < (n) / 2u; j_ += WG) {                             \
+/* The terms of words [j0, j1) of one row (elements 2 j0 .. 2 j1 - 1),
+ * element c's hi | lo << 16 in pk[c] (shared, written by the workgroup
+ * before a barrier), to word j of the row's hi and lo halves (pairs 2j,
+ * 2j + 1), spread over the WG invocations. PRESPLIT_STORE: the whole row
+ * of n (even) elements. */
+#define PRESPLIT_STORE_WORDS(pk, j0, j1, s, hi_at, lo_at)                                         \
+    for (uint j_ = (j0) + gl_LocalInvocationID.x; j_ < (j1); j_ += WG) {                          \
         uint a0_ = pk[2u * j_], a1_ = pk[2u * j_ + 1u];                                           \
         s[(hi_at) + j_] = (a0_ & 0xffffu) | (a1_ << 16);                                          \
         s[(lo_at) + j_] = (a0_ >> 16) | (a1_ & 0xffff0000u);                                      \
     }
+#define PRESPLIT_STORE(pk, n, s, hi_at, lo_at) PRESPLIT_STORE_WORDS(pk, 0u, (n) / 2u, s, hi_at, lo_at)
+
+/* The columns [*c0, *c1) that workgroup `part` of the ns that share a row
+ * of n elements writes: parts of ceil(n / ns) rounded up to even (whole
+ * words of the f16 terms); the last ones may be short or empty. */
+void row_part(uint n, uint ns, uint part, out uint c0, out uint c1)
+{
+    uint ch = ((n + ns - 1u) / ns + 1u) & ~1u;
+    c0 = min(part * ch, n);
+    c1 = min(c0 + ch, n);
+}

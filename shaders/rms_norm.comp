@@ -19,7 +19,13 @@
  * takes this path only when out is r: the sum is not needed after).
  * SPLIT = 1 (REG path only; vk_presplit.c) also writes matmul_cm.comp's
  * f16 terms of each output row (presplit.glsl) to binding 4: hi [rows,
- * cols] at word hi_off, lo at lo_off, e [rows] i32 at e_off. */
+ * cols] at word hi_off, lo at lo_off, e [rows] i32 at e_off.
+ * NS > 1 (REG path with ADD = 0 only, out clear of x; vk_ops_basic.c,
+ * vk_row_split): NS workgroups share a row (the decode rows: 16 rows
+ * would be 16 workgroups): each computes the whole row's sum of squares
+ * (and, SPLIT, its largest output), the same sums in the same order as
+ * one workgroup, and writes only its part of the columns (row_part) and
+ * of the terms; so the same bits as NS = 1. */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -27,6 +33,7 @@ layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint ADD = 0;
 layout(constant_id = 3) const uint REG = 0; /* elements per invocation in registers; 0: loop */
 layout(constant_id = 4) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
+layout(constant_id = 5) const uint NS = 1; /* workgroups a row (REG, ADD = 0) */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -61,13 +68,16 @@ shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
 void main()
 {
-    uint row = group_id();
+    uint row = group_id() / NS;
     if (row >= p.rows)
         return;
     uint l = gl_LocalInvocationID.x;
     uint base = row * p.cols;
     float ss = 0.0;
     if (REG > 0u) {
+        uint c0 = 0u, c1 = p.cols; /* the columns this workgroup writes */
+        if (NS > 1u)
+            row_part(p.cols, NS, group_id() % NS, c0, c1);
         float v[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
@@ -77,7 +87,9 @@ void main()
                 v[k] = x[p.x_off + base + c];
                 if (ADD != 0)
                     v[k] += resid(row, c);
-                if (W_DT != DT_NONE)
+                /* the weights of the columns it writes (all of them for the
+                 * row's largest output) */
+                if (W_DT != DT_NONE && (SPLIT != 0u || (c >= c0 && c < c1)))
                     wv[k] = LOAD_F(w, p.w_off + c, W_DT);
             }
         }
@@ -93,22 +105,23 @@ void main()
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
             v[k] = W_DT != DT_NONE ? v[k] * scale * wv[k] : v[k] * scale;
-            if (c < p.cols) {
+            if (c >= c0 && c < c1)
                 o[p.o_off + base + c] = v[k];
+            if (c < p.cols)
                 mx = max(mx, abs(v[k]));
-            }
         }
         if (SPLIT != 0u) {
             int e = presplit_exp(wg_max(mx));
             for (uint k = 0u; k < REG; k++) {
                 uint c = l + k * WG;
-                if (c < p.cols)
+                if (c >= c0 && c < c1)
                     pk[c] = presplit_terms(v[k], e);
             }
-            if (l == 0u)
+            if (l == 0u && c0 == 0u)
                 s[p.e_off + row] = uint(e);
             barrier();
-            PRESPLIT_STORE(pk, p.cols, s, p.hi_off + base / 2u, p.lo_off + base / 2u)
+            PRESPLIT_STORE_WORDS(pk, c0 / 2u, c1 / 2u, s, p.hi_off + base / 2u,
+                                 p.lo_off + base / 2u)
         }
         return;
     }

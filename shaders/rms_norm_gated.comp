@@ -10,13 +10,18 @@
  * same values in the same order as the loop). SPLIT = 1 (REG path, one
  * group; vk_presplit.c) also writes matmul_cm.comp's f16 terms of each
  * output row (presplit.glsl) to binding 4: hi at word hi_off, lo at
- * lo_off, e [rows] i32 at e_off. */
+ * lo_off, e [rows] i32 at e_off. NS > 1 (REG path, out clear of y and z;
+ * vk_ops_basic.c, vk_row_split): NS workgroups share a (row, group), each
+ * computes its whole sum of squares (and, SPLIT, its largest output) as
+ * one workgroup does and writes only its part of the columns (row_part)
+ * and of the terms: the same bits as NS = 1. */
 #include "common.glsl"
 #include "presplit.glsl"
 
 layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint REG = 0; /* elements per invocation in registers; 0: loop */
 layout(constant_id = 3) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
+layout(constant_id = 4) const uint NS = 1; /* workgroups a (row, group) (REG) */
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
@@ -34,7 +39,7 @@ shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
 void main()
 {
-    uint item = group_id();
+    uint item = group_id() / NS;
     if (item >= p.n_items)
         return;
     uint row = item / p.n_groups, grp = item % p.n_groups;
@@ -42,13 +47,17 @@ void main()
     uint base = row * p.cols + grp * p.gs;
     float ss = 0.0;
     if (REG > 0u) {
+        uint c0 = 0u, c1 = p.gs; /* the columns this workgroup writes */
+        if (NS > 1u)
+            row_part(p.gs, NS, group_id() % NS, c0, c1);
         float hv[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
             hv[k] = wv[k] = 0.0;
             if (c < p.gs) {
                 hv[k] = y[p.y_off + base + c] * silu(z[p.z_off + base + c]);
-                wv[k] = LOAD_F(w, p.w_off + grp * p.gs + c, W_DT);
+                if (SPLIT != 0u || (c >= c0 && c < c1))
+                    wv[k] = LOAD_F(w, p.w_off + grp * p.gs + c, W_DT);
             }
         }
         for (uint k = 0u; k < REG; k++)
@@ -59,22 +68,23 @@ void main()
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
             hv[k] = hv[k] * scale * wv[k];
-            if (c < p.gs) {
+            if (c >= c0 && c < c1)
                 o[p.o_off + base + c] = hv[k];
+            if (c < p.gs)
                 mx = max(mx, abs(hv[k]));
-            }
         }
         if (SPLIT != 0u) { /* one group per row: item = row */
             int e = presplit_exp(wg_max(mx));
             for (uint k = 0u; k < REG; k++) {
                 uint c = l + k * WG;
-                if (c < p.gs)
+                if (c >= c0 && c < c1)
                     pk[c] = presplit_terms(hv[k], e);
             }
-            if (l == 0u)
+            if (l == 0u && c0 == 0u)
                 s[p.e_off + row] = uint(e);
             barrier();
-            PRESPLIT_STORE(pk, p.gs, s, p.hi_off + base / 2u, p.lo_off + base / 2u)
+            PRESPLIT_STORE_WORDS(pk, c0 / 2u, c1 / 2u, s, p.hi_off + base / 2u,
+                                 p.lo_off + base / 2u)
         }
         return;
     }

@@ -16,18 +16,26 @@
  * copies of its output): each sum also goes to the destinations whose
  * column range [col0_j, col0_j + cols_j) holds c, at dst_j[dst_off_j +
  * r * cols_j + c - col0_j] (llmem_op_copy's layout: the same f32 value
- * the copy would have read from o). */
+ * the copy would have read from o).
+ *
+ * ADDX = 1 (scalar path, NDST 0; vk_sum.c, a held sum whose output is the
+ * residual r of an add + RMS norm that runs split over workgroups): the
+ * sum is added into destination 0 instead of written to o (x[r, c] +=
+ * sum: d0[d_0 + r * w_0 + c - c0_0], the add of rms_norm.comp's ADD 1 on
+ * the same f32 values, so the same x; o, which the norm overwrites, is
+ * not written). */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint VEC4 = 0;
 layout(constant_id = 2) const uint NDST = 0;
+layout(constant_id = 3) const uint ADDX = 0;
 
 layout(binding = 0) readonly buffer S { float part[]; };
 layout(binding = 0) readonly buffer S4 { vec4 part4[]; };
 layout(binding = 1) writeonly buffer O { float o[]; };
 layout(binding = 1) writeonly buffer O4 { vec4 o4[]; };
 layout(binding = 2) readonly buffer E { int ex[]; };
-layout(binding = 3) writeonly buffer D0 { float d0[]; };
+layout(binding = 3) buffer D0 { float d0[]; }; /* read too: ADDX */
 layout(binding = 4) writeonly buffer D1 { float d1[]; };
 layout(binding = 5) writeonly buffer D2 { float d2[]; };
 
@@ -59,6 +67,11 @@ void main()
     for (uint s = 1u; s < p.n_slices; s++)
         sum += part[at + s * p.slice_stride];
     float val = ldexp(sum, ex[p.e_off + r]);
+    if (ADDX != 0u) {
+        uint at_x = p.d_0 + r * p.w_0 + c - p.c0_0;
+        d0[at_x] = d0[at_x] + val;
+        return;
+    }
     o[p.o_off + i] = val;
     if (NDST > 0u && c - p.c0_0 < p.w_0)
         d0[p.d_0 + r * p.w_0 + c - p.c0_0] = val;

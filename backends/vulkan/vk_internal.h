@@ -419,6 +419,12 @@ void vk_presplit_finish(llmem_backend *be, vk_backend *v);
  * vk_op_run. */
 llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
                              llmem_ct *out, bool *done);
+/* Workgroups that share each row of a row-wise op with `units` units a row
+ * (the NS of rms_norm*.comp and cm_split.comp; vk_ops_basic.c). */
+#define VK_ROW_SPLIT_MAX 64
+uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t unit_min);
+/* Whether the byte ranges of t and u share a buffer and overlap (NULL: no). */
+bool vk_overlap(const llmem_tensor *t, const llmem_tensor *u);
 
 /* Waits for v->fence (the last submit): polls vkGetFenceStatus for up to
  * $LLMEM_VULKAN_SPIN_US microseconds (default 20000 on a GPU, 0 on a CPU

@@ -41,7 +41,8 @@ typedef struct vk_knobs {
     int32_t dec_pf_lag;     /* LLMEM_VULKAN_DEC_PF_LAG: steps a burst, 1..8 */
     int32_t dec_pf_seg;     /* LLMEM_VULKAN_DEC_PF_SEG: bytes a touched segment, 16..128, 2^k */
     int32_t dec_rows;       /* LLMEM_VULKAN_DEC_ROWS: rows a tile, 0..64 (0 all; vk_dec_cfg) */
-    int32_t sum_hold;       /* LLMEM_VULKAN_SUM_HOLD: 0..3, the held split-K sums (vk_sum.c) */
+    int32_t sum_hold;       /* LLMEM_VULKAN_SUM_HOLD: 0..7, the held split-K sums (vk_sum.c) */
+    int32_t row_split;      /* LLMEM_VULKAN_ROW_SPLIT: 0..64 workgroups a row (vk_row_split) */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

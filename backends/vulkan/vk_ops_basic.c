@@ -176,6 +176,45 @@ static uint32_t norm_reg(const vk_backend *v, int64_t n, uint32_t wg)
     return !v->scan.norm_loop && k >= 1 && k <= NORM_REG_MAX ? (uint32_t)k : 0u;
 }
 
+/* Workgroups a row at the decode rows (VK_MM_MV_MAX < rows <=
+ * VK_PRESPLIT_ROWS): about this many in all, so that 16 rows fill the
+ * H200's 132 SMs instead of 16 of them. */
+#define ROW_SPLIT_WGS 128
+
+/* Each of the ns workgroups that share a row recomputes the whole row's
+ * reduction (a row of a few thousand elements, read again from L2) and
+ * writes units / ns of it; so ns is
+ *   - $LLMEM_VULKAN_ROW_SPLIT where set (0 or 1: one workgroup a row), at
+ *     any row count, at most units / 2;
+ *   - else ceil(ROW_SPLIT_WGS / rows) at the decode rows, at most
+ *     units / unit_min (each part at least unit_min units), and 1 at
+ *     other rows. */
+uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t unit_min)
+{
+    int64_t ns, most = units / unit_min;
+    if (v->knobs.row_split >= 0) {
+        ns = v->knobs.row_split;
+        most = units / 2;
+    } else if (rows > VK_MM_MV_MAX && rows <= (int64_t)VK_PRESPLIT_ROWS) {
+        ns = (ROW_SPLIT_WGS + rows - 1) / rows;
+    } else {
+        ns = 1;
+    }
+    ns = ns < most ? ns : most;
+    return ns > 1 ? (uint32_t)ns : 1u;
+}
+
+bool vk_overlap(const llmem_tensor *t, const llmem_tensor *u)
+{
+    if (!t || !u || t->buf != u->buf)
+        return false;
+    size_t te = t->offset + llmem_tensor_nbytes(t), ue = u->offset + llmem_tensor_nbytes(u);
+    return t->offset < ue && u->offset < te;
+}
+
+/* Columns (elements) a workgroup of a split norm writes at least. */
+#define NORM_PART_MIN 256
+
 /* Binds the presplit terms of out [rows, cols] (binding 4 of rms_norm.comp
  * and rms_norm_gated.comp) and pushes their word offsets hi, lo, e, when
  * the norm takes the REG path with at most NORM_SPLIT_MAX elements a row
@@ -199,13 +238,29 @@ static uint32_t norm_split_bind(llmem_backend *be, vk_backend *v, vk_op *op, int
     return on ? 1u : 0u;
 }
 
-/* rms_norm.comp, with the residual r added into x first when r is given. */
+/* rms_norm.comp, with the residual r added into x first when r is given.
+ * Split over vk_row_split workgroups a row (NS) where it takes the REG path
+ * and out is clear of x; with r, only where r is a held split-K sum that
+ * adds itself into x (vk_sum_add_into: the add's own dispatch is that
+ * pass, the norm then reads x alone), else one workgroup a row reads and
+ * writes x. */
 static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w, float eps,
                              llmem_ct *out)
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
     uint32_t wg = norm_wg(v, rows, cols), reg = norm_reg(v, cols, wg);
+    uint32_t ns = reg > 0 && !vk_overlap(out, x) ? vk_row_split(v, rows, cols, NORM_PART_MIN) : 1u;
+    if (ns > 1 && r) {
+        bool added = false;
+        llmem_status st = vk_sum_add_into(v, x, r, out, &added);
+        if (st != LLMEM_OK)
+            return st;
+        if (added)
+            r = NULL; /* x holds x + r now */
+        else
+            ns = 1;
+    }
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, wg);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
@@ -228,7 +283,8 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     if (r && vk_sum_norm_bind(v, &op, x, r, out, split != 0,
                               vk_presplit_bytes((uint32_t)rows, (uint32_t)cols)))
         op.spec[2] = add = 2;
-    llmem_status st = vk_op_run(v, &op, (uint64_t)rows);
+    vk_op_spec(&op, ns);
+    llmem_status st = vk_op_run(v, &op, (uint64_t)rows * ns);
     if (add == 2)
         vk_sum_taken(v);
     if (st == LLMEM_OK && split)
@@ -255,6 +311,11 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(y), cols = cols_of(y);
     uint32_t wg = norm_wg(v, rows, cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
+    /* several workgroups a (row, group) where out is clear of y and z: the
+     * REG path (rms_norm_gated.comp's NS) */
+    uint32_t ns = reg > 0 && !vk_overlap(out, y) && !vk_overlap(out, z)
+                      ? vk_row_split(v, rows * n_groups, cols / n_groups, NORM_PART_MIN)
+                      : 1u;
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_GATED_SG : VK_SH_RMS_NORM_GATED, wg);
     vk_op_spec(&op, (uint32_t)w->dtype);
@@ -275,7 +336,8 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     /* the terms span a row: one group only */
     uint32_t split = norm_split_bind(be, v, &op, rows, cols, n_groups == 1 ? reg : 0u);
     vk_op_spec(&op, split);
-    llmem_status st = vk_op_run(v, &op, (uint64_t)(rows * n_groups));
+    vk_op_spec(&op, ns);
+    llmem_status st = vk_op_run(v, &op, (uint64_t)(rows * n_groups) * ns);
     if (st == LLMEM_OK && split)
         vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
     return st;

@@ -279,6 +279,10 @@ static uint32_t split_wg(const vk_backend *v, uint32_t m, uint32_t k)
     return m <= VK_PRESPLIT_ROWS && k >= 2048 ? 1024u : SPLIT_WG;
 }
 
+/* Groups of 8 elements a workgroup of a split cm_split.comp converts at
+ * least (vk_row_split): 256 elements. */
+#define SPLIT_PART_MIN 32
+
 /* The activations of matmul_cm.comp as cm_split.comp writes them: one
  * scratch buffer of hi [m, k] f16 (and lo, split 2) then e [m] i32. */
 typedef struct cm_terms {
@@ -323,9 +327,11 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     t->buf->size = t->terms + (size_t)m * 4;
     llmem_tensor tall = llmem_tensor_1d(t->buf, 0, LLMEM_DTYPE_F32, (int64_t)(t->terms / 4 + m));
     vk_op sp;
+    uint32_t ns = vk_row_split(v, m, k / 8, SPLIT_PART_MIN);
     vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, m, k));
     vk_op_spec(&sp, split);
     vk_op_spec(&sp, 0); /* SWIGLU */
+    vk_op_spec(&sp, ns);
     uint32_t ao = vk_op_tensor(v, &sp, a, false);
     uint32_t so = vk_op_tensor(v, &sp, &tall, true);
     if (ao % 4 != 0 || so % 4 != 0) {
@@ -342,7 +348,7 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     vk_op_u32(&sp, (uint32_t)(so + t->terms / 4));
     vk_op_u32(&sp, 0); /* u_off, o_off: SWIGLU only */
     vk_op_u32(&sp, 0);
-    st = vk_op_run(v, &sp, m);
+    st = vk_op_run(v, &sp, (uint64_t)m * ns);
     if (st != LLMEM_OK) {
         vk_buffer_free(be, t->buf);
         t->buf = NULL;
@@ -699,10 +705,15 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
     llmem_tensor t;
     if (!vk_presplit_want(v, m, k) || vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
         return LLMEM_OK;
+    /* several workgroups a row where out is clear of g and u (they read
+     * the whole row) */
+    uint32_t ns = vk_overlap(out, g) || vk_overlap(out, u) ? 1u
+                                                           : vk_row_split(v, m, k / 8, SPLIT_PART_MIN);
     vk_op sp;
     vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, m, k));
     vk_op_spec(&sp, 2);
     vk_op_spec(&sp, 1); /* SWIGLU */
+    vk_op_spec(&sp, ns);
     uint32_t go = vk_op_tensor(v, &sp, g, false);
     uint32_t so = vk_op_tensor(v, &sp, &t, true);
     uint32_t uo = vk_op_tensor(v, &sp, u, false);
@@ -720,7 +731,7 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
     vk_op_u32(&sp, (uint32_t)(so + mk));
     vk_op_u32(&sp, uo / 4);
     vk_op_u32(&sp, oo / 4);
-    llmem_status st = vk_op_run(v, &sp, m);
+    llmem_status st = vk_op_run(v, &sp, (uint64_t)m * ns);
     if (st == LLMEM_OK) {
         vk_presplit_set(v, out, m, k);
         *done = true;

@@ -44,10 +44,12 @@ struct vk_sum_hold {
 typedef struct vk_sum_hold sum_held;
 
 /* Records sum_slices_cm.comp for s (VK_SUM_RAW) with n_dst column
- * destinations. */
+ * destinations, or, addx, adding the sum into dst[0] ([m, n] f32, c0[0]
+ * 0) instead of writing s->out (ADDX; n_dst 0). */
 static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
-                             const llmem_tensor *dst, const uint32_t *c0)
+                             const llmem_tensor *dst, const uint32_t *c0, bool addx)
 {
+    uint32_t n_bind = addx ? 1u : n_dst;
     size_t count = (size_t)s->m * s->n;
     vk_op sum;
     vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
@@ -61,6 +63,7 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
                 o2 % 4 == 0;
     vk_op_spec(&sum, vec4 ? 1u : 0u);
     vk_op_spec(&sum, n_dst);
+    vk_op_spec(&sum, addx ? 1u : 0u);
     vk_op_u32(&sum, s->m);
     vk_op_u32(&sum, s->n);
     vk_op_u32(&sum, s->ldp);
@@ -70,11 +73,11 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     vk_op_u32(&sum, o2);
     vk_op_u32(&sum, e2);
     for (uint32_t j = 0; j < SUM_DST_MAX; j++) {
-        uint32_t d = j < n_dst ? vk_op_tensor(v, &sum, &dst[j], true) : 0;
-        if (j >= n_dst)
+        uint32_t d = j < n_bind ? vk_op_tensor(v, &sum, &dst[j], true) : 0;
+        if (j >= n_bind)
             vk_op_dummy(v, &sum);
-        vk_op_u32(&sum, j < n_dst ? c0[j] : 0);
-        vk_op_u32(&sum, j < n_dst ? (uint32_t)dst[j].ne[1] : 0);
+        vk_op_u32(&sum, j < n_bind ? c0[j] : 0);
+        vk_op_u32(&sum, j < n_bind ? (uint32_t)dst[j].ne[1] : 0);
         vk_op_u32(&sum, d);
     }
     return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
@@ -85,7 +88,7 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
     llmem_status st = LLMEM_OK;
     size_t count = (size_t)s->m * s->n;
     if (run && s->kind == VK_SUM_RAW) {
-        st = raw_pass(v, s, 0, NULL, NULL);
+        st = raw_pass(v, s, 0, NULL, NULL, false);
     } else if (run && s->kind == VK_SUM_SCALED) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
@@ -134,12 +137,13 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
 }
 
 /* The hold's mode for a product of m rows and n columns:
- * $LLMEM_VULKAN_SUM_HOLD where set, else the copies always and the norm
- * above VK_SUM_NORM_ROWS rows of at most VK_SUM_NORM_COLS. */
+ * $LLMEM_VULKAN_SUM_HOLD where set, else the copies and the add into x
+ * always and the norm above VK_SUM_NORM_ROWS rows of at most
+ * VK_SUM_NORM_COLS. */
 static long hold_mode(const vk_backend *v, uint32_t m, uint32_t n)
 {
     bool norm = m > VK_SUM_NORM_ROWS && n <= VK_SUM_NORM_COLS;
-    return VK_KNOB(v, sum_hold, norm ? 3 : 1);
+    return VK_KNOB(v, sum_hold, norm ? 7 : 5);
 }
 
 /* Frees what the hold owns and empties it. */
@@ -177,7 +181,7 @@ llmem_status vk_sum_flush(vk_backend *v)
         return LLMEM_OK;
     sum_held *h = v->sumh;
     v->sum_pending = false; /* first: recording it tracks, which calls back here */
-    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0);
+    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false);
     hold_clear(h);
     return st;
 }
@@ -231,6 +235,25 @@ bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_
      * buffers stay with the hold until vk_sum_taken) */
     v->sum_pending = false;
     return true;
+}
+
+llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool *added)
+{
+    *added = false;
+    if (!v->sum_pending)
+        return LLMEM_OK;
+    sum_held *h = v->sumh;
+    long mode = hold_mode(v, h->s.m, h->s.n);
+    if (!(mode & 4) || (mode & 2) || h->n_dst != 0 || !is_out(h, r) || !is_out(h, out) ||
+        x->dtype != LLMEM_DTYPE_F32 || x->n_dims != 2 || x->ne[0] != r->ne[0] ||
+        x->ne[1] != r->ne[1] || touches(h, x))
+        return LLMEM_OK; /* the norm's usual add: vk_sum_norm_bind, or the pass first */
+    v->sum_pending = false; /* recorded here, as vk_sum_flush does */
+    uint32_t c0 = 0;
+    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true);
+    hold_clear(h);
+    *added = st == LLMEM_OK;
+    return st;
 }
 
 void vk_sum_taken(vk_backend *v)

@@ -69,6 +69,16 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
 bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
                       bool split, size_t split_bytes);
 void vk_sum_taken(vk_backend *v);
+/* For rms_norm split over workgroups (vk_ops_basic.c), which cannot add
+ * r into x in place itself (each workgroup reads the whole row of x):
+ * where mode bit 2 is on and bit 1 off, r and out are the held output and
+ * x [m, n] f32 is clear of the pass, records the held pass now adding its
+ * sum into x (sum_slices_cm.comp ADDX: x = x + r, the norm's own add on
+ * the same values; r is not written, out is the norm's) and sets *added;
+ * else does nothing (*added false: the caller adds r itself, where the
+ * held pass is taken by vk_sum_norm_bind or recorded first as usual).
+ * Errors: those of vk_op_run. */
+llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool *added);
 /* Records a held pass and frees the hold (at close, before
  * vk_cmd_finish). */
 void vk_sum_finish(vk_backend *v);

@@ -261,8 +261,9 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
            c->n_mamba_layers, c->hidden_size, c->vocab_size, params / 1e9, wb / 1e9,
            llmem_precision_name(p.precision), llmem_dtype_name(p.kv_dtype),
            llmem_dtype_name(p.ssm_dtype), bench_now() - t0);
-    double peak = 0;
-    if ((st = gemm_peak(b, &peak)) != LLMEM_OK)
+    double peak = 0; /* $LLMEM_BENCH_PEAK=0: not measured (about 20 s on Vulkan) */
+    const char *peak_env = getenv("LLMEM_BENCH_PEAK");
+    if (!(peak_env && strcmp(peak_env, "0") == 0) && (st = gemm_peak(b, &peak)) != LLMEM_OK)
         goto done;
     if (peak > 0)
         printf("gemm peak %.1f TFLOP/s  (llmem_op_matmul_fast, 8192 x 8192 x 8192, bf16 weights)\n",
