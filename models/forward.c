@@ -327,9 +327,14 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
         TRY(llmem_op_swiglu(m->be, &z, &y, &y));
     else if (m->tp_norm_full)
         TRY(tp_norm_full(m, L, T, &y, &z));
-    else
+    else { /* into conv's space (read by the scan, free now) rather than in place: an
+            * output apart from y and z lets a backend split each row over several
+            * workgroups (Vulkan at the decode rows) */
+        llmem_tensor yn = act(m, m->off_b, T, din);
         TRY(llmem_op_rms_norm_gated(m->be, &y, &z, &L->w[LLMEM_W_SSM_NORM].t, groups,
-                                (float)c->norm_eps, &y));
+                                    (float)c->norm_eps, &yn));
+        y = yn;
+    }
     llmem_tensor out = act(m, m->off_h, T, c->hidden_size);
     TRY(linear(m, &y, &L->w[LLMEM_W_SSM_OUT], &L->w[LLMEM_W_SSM_OUT_BIAS], &out));
     return hf_tp_all_reduce(m, m->off_h, T); /* out_proj is row-parallel */
