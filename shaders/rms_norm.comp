@@ -20,12 +20,19 @@
  * SPLIT = 1 (REG path only; vk_presplit.c) also writes matmul_cm.comp's
  * f16 terms of each output row (presplit.glsl) to binding 4: hi [rows,
  * cols] at word hi_off, lo at lo_off, e [rows] i32 at e_off.
- * NS > 1 (REG path with ADD = 0 only, out clear of x; vk_ops_basic.c,
- * vk_row_split): NS workgroups share a row (the decode rows: 16 rows
- * would be 16 workgroups): each computes the whole row's sum of squares
- * (and, SPLIT, its largest output), the same sums in the same order as
- * one workgroup, and writes only its part of the columns (row_part) and
- * of the terms; so the same bits as NS = 1. */
+ * NS > 1 (REG path, out clear of x; vk_ops_basic.c, vk_row_split): NS
+ * workgroups share a row (the decode rows: 16 rows would be 16
+ * workgroups): each computes the whole row's sum of squares (and, SPLIT,
+ * its largest output), the same sums in the same order as one workgroup,
+ * and writes only its part of the columns (row_part) and of the terms; so
+ * the same bits as NS = 1. A workgroup must not read what another writes:
+ * with ADD != 0 (x written) x's values come from a copy, XS = 1 (r, ADD 1,
+ * clear of out).
+ * XS (vk_sum.c, the residual's copies): 1, x's values are read from xa
+ * (binding 7, float xa_off; x as it is, the copy an earlier norm wrote)
+ * instead of x, and the updated x (ADD != 0) is written to x and to xb
+ * (binding 8, float xb_off); 2, x (ADD 0) is also written to xb. The same
+ * values: the copy holds x's bits. */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -33,7 +40,8 @@ layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint ADD = 0;
 layout(constant_id = 3) const uint REG = 0; /* elements per invocation in registers; 0: loop */
 layout(constant_id = 4) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
-layout(constant_id = 5) const uint NS = 1; /* workgroups a row (REG, ADD = 0) */
+layout(constant_id = 5) const uint NS = 1; /* workgroups a row (REG) */
+layout(constant_id = 6) const uint XS = 0; /* x read from a copy (1), written to one (1, 2) */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -42,6 +50,8 @@ layout(binding = 3) readonly buffer R { float r[]; };
 layout(binding = 4) writeonly buffer S { uint s[]; };
 layout(binding = 5) readonly buffer PT { float part[]; };
 layout(binding = 6) readonly buffer PE { int ex[]; };
+layout(binding = 7) readonly buffer XA { float xa[]; };
+layout(binding = 8) writeonly buffer XB { float xb[]; };
 
 layout(push_constant) uniform P {
     uint rows, cols, x_off, w_off, o_off;
@@ -49,6 +59,7 @@ layout(push_constant) uniform P {
     uint r_off;
     uint hi_off, lo_off, e_off; /* SPLIT: words of binding 4 */
     uint ldp, n_slices, slice_stride, part_off, pe_off; /* ADD = 2 */
+    uint xa_off, xb_off; /* XS */
 } p;
 
 /* the residual r[row, c] (ADD 1: read; ADD 2: the held sum, see above) */
@@ -84,7 +95,7 @@ void main()
             v[k] = 0.0;
             wv[k] = 1.0;
             if (c < p.cols) {
-                v[k] = x[p.x_off + base + c];
+                v[k] = XS == 1u ? xa[p.xa_off + base + c] : x[p.x_off + base + c];
                 if (ADD != 0)
                     v[k] += resid(row, c);
                 /* the weights of the columns it writes (all of them for the
@@ -95,8 +106,10 @@ void main()
         }
         for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
-            if (ADD != 0 && c < p.cols)
+            if (ADD != 0 && c >= c0 && c < c1)
                 x[p.x_off + base + c] = v[k];
+            if (XS != 0u && c >= c0 && c < c1)
+                xb[p.xb_off + base + c] = v[k];
             ss += v[k] * v[k];
         }
         ss = wg_sum(ss);

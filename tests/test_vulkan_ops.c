@@ -490,12 +490,17 @@ END_TEST
 
 /* The decode rows' row-wise ops split over workgroups ($LLMEM_VULKAN_ROW_SPLIT,
  * vk_row_split: each workgroup recomputes the row's sum of squares or
- * largest element and writes its part): at 12 rows, rms_norm, the add +
- * norm (x updated), the gated norm (1 group of 4096, 2 of 260; output
- * apart from y and z) and the SwiGLU (output apart from gate and up), with
- * the f16 terms of their outputs written too ($LLMEM_VULKAN_PRESPLIT=2, as
- * at these rows on tensor cores), unsplit (1), the default (unset), 3, 8
- * and 64 parts (at 520 columns the last 12 parts empty): against float64,
+ * largest element and writes its part), at 12 rows, with the f16 terms of
+ * their outputs written too ($LLMEM_VULKAN_PRESPLIT=2, as at these rows on
+ * tensor cores): one chain without a wait, so that the residual's copies
+ * (vk_sum.h) live from op to op:
+ *   o0 = norm(x) (x's copy written), the gated norm (1 group of 4096, 2 of
+ *   260; output apart from y and z), the SwiGLU (output apart from gate
+ *   and up), x += r; o3 = norm(x) and again o4 (r apart from x and out:
+ *   x read from its copy), x *= 2 (a write of x: the copy forgotten),
+ *   x += r; o5 = norm(x), then x += r; r = norm(x) in place;
+ * unsplit (1), the default (unset), 3, 8 and 64 parts (at 520 columns the
+ * last 12 empty): against float64 (after the f32 adds the device makes),
  * and bit for bit equal to one workgroup a row. */
 static void ref_glu(const float *g, const float *u, size_t n, double *out)
 {
@@ -503,85 +508,113 @@ static void ref_glu(const float *g, const float *u, size_t n, double *out)
         out[i] = ref64_silu(g[i]) * u[i];
 }
 
+/* want = norm of the f32 x [m, d] (float64), weights wd */
+static void ref_norm_f32(const float *x, const double *wd, int32_t m, int32_t d, double *want)
+{
+    size_t n = (size_t)m * d;
+    double *xd = malloc(n * sizeof *xd);
+    ck_assert_ptr_nonnull(xd);
+    for (size_t i = 0; i < n; i++)
+        xd[i] = x[i];
+    ref64_rms_norm(xd, wd, m, d, 1e-5, want);
+    free(xd);
+}
+
+enum { RS_M = 12, RS_OUT = 8 };
+
+/* One backend's chain (see above) into got[RS_OUT] (malloc'd). */
+static void row_split_run(int32_t d, int32_t groups, const float *x, const float *r,
+                          const float *y, const float *z, const float *w, float **got)
+{
+    llmem_backend *vk = open_be("vulkan");
+    llmem_buffer *b[11];
+    llmem_tensor tx = up_f32(vk, &b[0], x, 2, RS_M, d, 1);
+    llmem_tensor tr = up_f32(vk, &b[1], r, 2, RS_M, d, 1);
+    llmem_tensor ty = up_f32(vk, &b[2], y, 2, RS_M, d, 1);
+    llmem_tensor tz = up_f32(vk, &b[3], z, 2, RS_M, d, 1);
+    llmem_tensor tw = up_f32(vk, &b[4], w, 1, d, 1, 1);
+    llmem_tensor to[6];
+    for (int o = 0; o < 6; o++)
+        to[o] = up_f32(vk, &b[5 + o], NULL, 2, RS_M, d, 1);
+    OK(llmem_op_rms_norm(vk, &tx, &tw, 1e-5f, &to[0]));
+    OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, 1e-5f, &to[1]));
+    OK(llmem_op_swiglu(vk, &ty, &tz, &to[2]));
+    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, 1e-5f, &to[3]));
+    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, 1e-5f, &to[4]));
+    OK(llmem_op_scale(vk, &tx, 2.0f, &tx));
+    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, 1e-5f, &to[5]));
+    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, 1e-5f, &tr));
+    size_t n = (size_t)RS_M * d;
+    for (int o = 0; o < RS_OUT; o++)
+        ck_assert_ptr_nonnull(got[o] = malloc(n * sizeof(float)));
+    for (int o = 0; o < 6; o++)
+        get_f32(&to[o], got[o]);
+    get_f32(&tr, got[6]);
+    get_f32(&tx, got[7]);
+    for (int o = 0; o < 11; o++)
+        llmem_buffer_free(b[o]);
+    llmem_backend_close(vk);
+}
+
 START_TEST(test_row_split)
 {
-    enum { M = 12, N_OUT = 5 };
     static const int32_t widths[] = {520, 4096};
     static const char *splits[] = {"1", NULL, "3", "8", "64"};
+    static const char *names[RS_OUT] = {"norm", "gated norm", "swiglu", "add + norm",
+                                        "add + norm 2", "add + norm after x *= 2",
+                                        "add + norm in place", "x"};
     setenv("LLMEM_VULKAN_PRESPLIT", "2", 1);
     for (int wi = 0; wi < 2; wi++) {
         int32_t d = widths[wi], groups = d == 520 ? 2 : 1;
-        size_t n = (size_t)M * d;
+        size_t n = (size_t)RS_M * d;
         float *x = rand_vec(n, -3, 3), *r = rand_vec(n, -1, 1), *y = rand_vec(n, -2, 2);
         float *z = rand_vec(n, -4, 4), *w = rand_vec((size_t)d, 0.5f, 1.5f);
-        float *got[6][N_OUT + 1];
-        double *xd = malloc(n * sizeof *xd), *wd = malloc((size_t)d * sizeof *wd);
-        double *want[N_OUT], *yd = malloc(n * sizeof *yd), *zd = malloc(n * sizeof *zd);
-        ck_assert(xd && wd && yd && zd);
-        for (int o = 0; o < N_OUT; o++)
+        float *xs = malloc(n * sizeof *xs), *got[5][RS_OUT];
+        double *want[RS_OUT], *wd = malloc((size_t)d * sizeof *wd);
+        double *yd = malloc(n * sizeof *yd), *zd = malloc(n * sizeof *zd);
+        ck_assert(xs && wd && yd && zd);
+        for (int o = 0; o < RS_OUT; o++)
             ck_assert_ptr_nonnull(want[o] = malloc(n * sizeof(double)));
-        /* float64: the norm of x, of x + r (the f32 sum the device
-         * normalizes), the gated norm, the SwiGLU of (y, z) */
+        /* float64 after the device's f32 adds (and the exact doubling) */
         for (int32_t c = 0; c < d; c++)
             wd[c] = w[c];
         for (size_t i = 0; i < n; i++)
-            xd[i] = x[i], yd[i] = y[i], zd[i] = z[i];
-        ref64_rms_norm(xd, wd, M, d, 1e-5, want[0]);
+            xs[i] = x[i], yd[i] = y[i], zd[i] = z[i];
+        ref_norm_f32(xs, wd, RS_M, d, want[0]);
+        ref64_rms_norm_gated(yd, zd, wd, RS_M, d, groups, 1e-5, want[1]);
+        ref_glu(y, z, n, want[2]);
+        for (int o = 3; o < 7; o++) {
+            for (size_t i = 0; i < n; i++)
+                xs[i] = (o == 5 ? 2.0f * xs[i] : xs[i]) + r[i];
+            ref_norm_f32(xs, wd, RS_M, d, want[o]);
+        }
         for (size_t i = 0; i < n; i++)
-            xd[i] = (double)(x[i] + r[i]), want[4][i] = xd[i];
-        ref64_rms_norm(xd, wd, M, d, 1e-5, want[1]);
-        ref64_rms_norm_gated(yd, zd, wd, M, d, groups, 1e-5, want[2]);
-        ref_glu(y, z, n, want[3]);
+            want[7][i] = xs[i];
         for (int si = 0; si < 5; si++) {
             if (splits[si])
                 setenv("LLMEM_VULKAN_ROW_SPLIT", splits[si], 1);
             else
                 unsetenv("LLMEM_VULKAN_ROW_SPLIT");
-            llmem_backend *vk = open_be("vulkan");
-            llmem_buffer *b[8];
-            llmem_tensor tx = up_f32(vk, &b[0], x, 2, M, d, 1);
-            llmem_tensor tr = up_f32(vk, &b[1], r, 2, M, d, 1);
-            llmem_tensor ty = up_f32(vk, &b[2], y, 2, M, d, 1);
-            llmem_tensor tz = up_f32(vk, &b[3], z, 2, M, d, 1);
-            llmem_tensor tw = up_f32(vk, &b[4], w, 1, d, 1, 1);
-            llmem_tensor to[3];
-            for (int o = 0; o < 3; o++)
-                to[o] = up_f32(vk, &b[5 + o], NULL, 2, M, d, 1);
-            OK(llmem_op_rms_norm(vk, &tx, &tw, 1e-5f, &to[0]));
-            OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, 1e-5f, &to[1]));
-            OK(llmem_op_swiglu(vk, &ty, &tz, &to[2]));
-            for (int o = 0; o < N_OUT + 1; o++)
-                ck_assert_ptr_nonnull(got[si][o] = malloc(n * sizeof(float)));
-            get_f32(&to[0], got[si][0]);
-            get_f32(&to[1], got[si][2]);
-            get_f32(&to[2], got[si][3]);
-            OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, 1e-5f, &tr)); /* r = norm(x += r) */
-            get_f32(&tr, got[si][1]);
-            get_f32(&tx, got[si][4]);
-            for (int o = 0; o < 8; o++)
-                llmem_buffer_free(b[o]);
-            llmem_backend_close(vk);
-            static const char *names[N_OUT] = {"norm", "add + norm", "gated norm", "swiglu",
-                                               "x + r"};
-            for (int o = 0; o < N_OUT; o++) {
+            row_split_run(d, groups, x, r, y, z, w, got[si]);
+            const char *sn = splits[si] ? splits[si] : "unset";
+            for (int o = 0; o < RS_OUT; o++) {
                 for (size_t i = 0; i < n; i++) {
                     double e = fabs(got[si][o][i] - want[o][i]);
                     ck_assert_msg(e <= 1e-5 * (1 + fabs(want[o][i])),
                                   "%s, %d wide, split %s, at %zu: %g, float64 %g", names[o], d,
-                                  splits[si] ? splits[si] : "unset", i, (double)got[si][o][i],
-                                  want[o][i]);
+                                  sn, i, (double)got[si][o][i], want[o][i]);
                 }
                 ck_assert_msg(memcmp(got[si][o], got[0][o], n * sizeof(float)) == 0,
                               "%s, %d wide, split %s: not the bits of one workgroup a row",
-                              names[o], d, splits[si] ? splits[si] : "unset");
+                              names[o], d, sn);
             }
         }
         for (int si = 0; si < 5; si++)
-            for (int o = 0; o < N_OUT + 1; o++)
+            for (int o = 0; o < RS_OUT; o++)
                 free(got[si][o]);
-        for (int o = 0; o < N_OUT; o++)
+        for (int o = 0; o < RS_OUT; o++)
             free(want[o]);
-        free(x), free(r), free(y), free(z), free(w), free(xd), free(wd), free(yd), free(zd);
+        free(x), free(r), free(y), free(z), free(w), free(xs), free(wd), free(yd), free(zd);
     }
     unsetenv("LLMEM_VULKAN_ROW_SPLIT");
     unsetenv("LLMEM_VULKAN_PRESPLIT");

@@ -8,7 +8,10 @@
  *     norm -> matmul, matmul_swiglu -> matmul, at decode shapes, against a
  *     float64 computation of the whole chain from the inputs, and bit for
  *     bit equal with $LLMEM_VULKAN_PRESPLIT=0 (the split pass: the terms
- *     are computed with its arithmetic from the same f32 values);
+ *     are computed with its arithmetic from the same f32 values), which
+ *     also runs the decode rows' old ways (gate and up summed in two
+ *     passes, $LLMEM_VULKAN_SUM_PAIR=0; one workgroup a row in the norms
+ *     and the SwiGLU, $LLMEM_VULKAN_ROW_SPLIT=1);
  *   - the terms are forgotten when their tensor is written after the norm
  *     (an upload, an in-place op, a copy into part of it): the product then
  *     reads the new values (float64 reference of those);
@@ -105,6 +108,13 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     /* with the split pass, the old prefill sums too: one column an invocation */
     test_env keep_vec = test_env_save("LLMEM_VULKAN_PF_SUM_VEC");
     test_env_put("LLMEM_VULKAN_PF_SUM_VEC", strcmp(ps, "0") == 0 ? "0" : "1");
+    /* and the decode rows' old ways: gate and up summed in two passes, one
+     * workgroup a row in the norms and the SwiGLU */
+    test_env keep_pair = test_env_save("LLMEM_VULKAN_SUM_PAIR");
+    test_env_put("LLMEM_VULKAN_SUM_PAIR", strcmp(ps, "0") == 0 ? "0" : "1");
+    test_env keep_rows = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
+    if (strcmp(ps, "0") == 0)
+        test_env_put("LLMEM_VULKAN_ROW_SPLIT", "1");
     llmem_backend *vk = open_be("vulkan");
     int32_t m = c->m, k = c->k, n = c->n;
     llmem_buffer *bx, *br, *by, *bz, *bnw, *bw, *bg, *bu, *bd, *bh, *bo, *bup;
@@ -140,6 +150,8 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         llmem_buffer_free(all[i]);
     llmem_backend_close(vk);
+    test_env_restore(&keep_rows);
+    test_env_restore(&keep_pair);
     test_env_restore(&keep_vec);
     test_env_restore(&keep);
 }

@@ -5,7 +5,7 @@
  * output are written by its sum pass, and an in-place add + RMS norm of it
  * adds the raw tiles itself. Checked here, at 16 and 64 rows, precise and
  * fast, with the hold on (3), on for the copies only (1), unset (the
- * default: 3 above 16 rows of at most 2048 columns, else 1) and off (0):
+ * default: 7 above 16 rows of at most 2048 columns, else 5) and off (0):
  *   - the decode chains: norm -> product -> add + norm in place (the
  *     residual add; the product's input k equal to and twice the norm's
  *     width, its terms from the norm or its own split) -> product -> three
@@ -14,7 +14,13 @@
  *   - the ops that must record the held sum first: a download of the
  *     output, an add reading it, a product reading it, a fourth copy, a
  *     copy to f16, a norm whose output is not its input: the same bits as
- *     with the hold off, and the float64 values.
+ *     with the hold off, and the float64 values;
+ *   - with each norm's rows over 4 workgroups ($LLMEM_VULKAN_ROW_SPLIT=4,
+ *     the hold's default: bit 2), the same chains, and norm(x) -> product
+ *     -> add + norm in place, twice: the sum added into x by its pass, or
+ *     folded into the norm, which reads x from the copy the norm before
+ *     wrote (vk_sum.h, the residual's copies): the same bits as one
+ *     workgroup a row with the hold off, and the float64 values.
  * Where the device has no cooperative matrices (lavapipe) nothing is held
  * and the same checks hold for the SIMT path. Without a usable Vulkan
  * device the suite is skipped.
@@ -75,15 +81,19 @@ typedef struct sh_in {
     float *a0, *x0, *x2, *nw0, *nw, *w, *win;
 } sh_in;
 
-enum { O_X, O_H, O_ZX, O_Z, O_XB, O_DT, O_X2, O_P, O_DL, O_ADD, O_MM, O_C4, O_F16, O_NO, O_PN, O_ZB, O_XBB, O_DTB, N_O };
+enum { O_X, O_H, O_ZX, O_Z, O_XB, O_DT, O_X2, O_P, O_DL, O_ADD, O_MM, O_C4, O_F16, O_NO, O_PN, O_ZB, O_XBB, O_DTB,
+       O_G4, O_R4, O_R5, O_X4, N_O };
 
 /* Runs every chain of one shape on a vulkan backend opened with
- * $LLMEM_VULKAN_SUM_HOLD=hold (NULL: unset); o[i] malloc'd here (caller
- * frees). */
-static void run_all(const sh_in *c, const char *hold, float *o[N_O], size_t n_o[N_O])
+ * $LLMEM_VULKAN_SUM_HOLD=hold and $LLMEM_VULKAN_ROW_SPLIT=split (NULL:
+ * unset); o[i] malloc'd here (caller frees). */
+static void run_all(const sh_in *c, const char *hold, const char *split, float *o[N_O],
+                    size_t n_o[N_O])
 {
     test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
     test_env_put("LLMEM_VULKAN_SUM_HOLD", hold);
+    test_env keep_split = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
+    test_env_put("LLMEM_VULKAN_ROW_SPLIT", split);
     llmem_backend *vk = open_be("vulkan");
     int32_t m = c->m, d = c->d, k = c->k;
     llmem_buffer *b[32];
@@ -102,6 +112,8 @@ static void run_all(const sh_in *c, const char *hold, float *o[N_O], size_t n_o[
     f16.buf = b[nb - 1];
     llmem_tensor zw = T32(NULL, m, W0), zb = T32(NULL, m, W0), xbb = T32(NULL, m, W1);
     llmem_tensor dtb = T32(NULL, m, W2);
+    llmem_tensor x4 = T32(c->x0, m, d), g4 = T32(NULL, m, d), r4 = T32(NULL, m, d);
+    llmem_tensor r5 = T32(NULL, m, d);
 #undef T32
     llmem_status (*mm)(llmem_backend *, const llmem_tensor *, const llmem_tensor *,
                        const llmem_tensor *) = c->fast ? llmem_op_matmul_fast : llmem_op_matmul;
@@ -135,7 +147,15 @@ static void run_all(const sh_in *c, const char *hold, float *o[N_O], size_t n_o[
     OK(llmem_op_copy(vk, &zx, 0, &f16)); /* to f16 */
     OK(mm(vk, &a0, &w, &q));
     OK(llmem_op_add_rms_norm(vk, &x3, &q, &nw, EPS, &pn)); /* out is not r: q keeps the product */
-    llmem_tensor outs[N_O] = {x, h, zx, z, xb, dt, x2, p, q, q2, hh, zw, f16, q, pn, zb, xbb, dtb};
+    /* a norm of x, then two residual adds into x (each row split over
+     * workgroups: x's values from its copy, the sum folded into the norm) */
+    OK(llmem_op_rms_norm(vk, &x4, &nw, EPS, &g4));
+    OK(mm(vk, &a, &w, &r4));
+    OK(llmem_op_add_rms_norm(vk, &x4, &r4, &nw, EPS, &r4));
+    OK(mm(vk, &a, &w, &r5));
+    OK(llmem_op_add_rms_norm(vk, &x4, &r5, &nw, EPS, &r5));
+    llmem_tensor outs[N_O] = {x,  h,  zx,  z,   xb, dt, x2, p,  q,  q2, hh,
+                              zw, f16, q, pn, zb, xbb, dtb, g4, r4, r5, x4};
     for (int i = 0; i < N_O; i++) {
         n_o[i] = llmem_tensor_nbytes(&outs[i]);
         o[i] = malloc(n_o[i]);
@@ -149,6 +169,7 @@ static void run_all(const sh_in *c, const char *hold, float *o[N_O], size_t n_o[
     for (int i = 0; i < nb; i++)
         llmem_buffer_free(b[i]);
     llmem_backend_close(vk);
+    test_env_restore(&keep_split);
     test_env_restore(&keep);
 }
 
@@ -170,19 +191,21 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     c.win = rand_vec((size_t)NIN * d, -1, 1, true);
     float *on[N_O], *off[N_O], *cp[N_O];
     size_t nn[N_O], nf[N_O], nc[N_O];
-    run_all(&c, "3", on, nn);
-    run_all(&c, "0", off, nf);
-    run_all(&c, "1", cp, nc); /* the copies only */
-    float *df[N_O];
-    size_t nd[N_O];
-    run_all(&c, NULL, df, nd); /* unset: the copies, and the norm at 64 rows */
+    run_all(&c, "3", NULL, on, nn);
+    run_all(&c, "0", "1", off, nf); /* one workgroup a row */
+    run_all(&c, "1", NULL, cp, nc); /* the copies only */
+    float *df[N_O], *sp[N_O];
+    size_t nd[N_O], ns[N_O];
+    run_all(&c, NULL, NULL, df, nd); /* unset: the copies, and the norm at 64 rows */
+    run_all(&c, NULL, "4", sp, ns); /* rows over 4 workgroups: the sum added into x or folded */
     static const char *names[N_O] = {"x after add + norm", "add + norm in place",
                                      "product of the normed h", "copy z (then doubled)",
                                      "copy xBC", "copy dt", "x2 after add + norm",
                                      "add + norm of an own-split product", "download",
                                      "add reading the product", "product reading the product",
                                      "a fourth copy", "copy to f16", "norm out of place: r kept",
-                                     "norm out of place", "z again", "xBC again", "dt again"};
+                                     "norm out of place", "z again", "xBC again", "dt again",
+                                     "norm of x4", "x4 += r4, norm", "x4 += r5, norm", "x4"};
     for (int i = 0; i < N_O; i++) {
         ck_assert_uint_eq(nn[i], nf[i]);
         ck_assert_msg(memcmp(on[i], off[i], nn[i]) == 0, "%s (%dx%dx%d %s): hold 3 differs from 0",
@@ -192,6 +215,9 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
                       fast ? "fast" : "precise");
         ck_assert_msg(nd[i] == nf[i] && memcmp(df[i], off[i], nn[i]) == 0,
                       "%s (%dx%dx%d %s): the default differs from 0", names[i], m, d, k,
+                      fast ? "fast" : "precise");
+        ck_assert_msg(ns[i] == nf[i] && memcmp(sp[i], off[i], nn[i]) == 0,
+                      "%s (%dx%dx%d %s): 4 workgroups a row differ from 0", names[i], m, d, k,
                       fast ? "fast" : "precise");
     }
     /* float64 values of the chain */
@@ -240,8 +266,21 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     vk_expect_close(on[O_PN], x, m, d, tol, what);
     vk_ref_mm(q, c.win, m, d, NIN, zx);
     vk_expect_close(on[O_MM], zx, m, NIN, 2 * tol, what);
+    /* x4's chain: norm(x0); twice x0 += a · wᵀ, norm */
+    vk_ref_mm(a, c.w, m, k, d, q);
+    for (size_t i = 0; i < md; i++)
+        x[i] = h[i] = c.x0[i];
+    ref_norm(h, c.nw, m, d);
+    vk_expect_close(sp[O_G4], h, m, d, tol, what);
+    for (int o = O_R4; o <= O_R5; o++) {
+        for (size_t i = 0; i < md; i++)
+            h[i] = x[i] = x[i] + q[i];
+        ref_norm(h, c.nw, m, d);
+        vk_expect_close(sp[o], h, m, d, tol, what);
+    }
+    vk_expect_close(sp[O_X4], x, m, d, tol, what);
     for (int i = 0; i < N_O; i++)
-        free(on[i]), free(off[i]), free(cp[i]), free(df[i]);
+        free(on[i]), free(off[i]), free(cp[i]), free(df[i]), free(sp[i]);
     free(a), free(h), free(x), free(zx), free(e), free(q), free(a0);
     free(c.a0), free(c.x0), free(c.x2), free(c.nw0), free(c.nw), free(c.w), free(c.win);
 }

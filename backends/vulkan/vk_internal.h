@@ -193,6 +193,7 @@ typedef struct vk_backend {
      * its output (vk_sum.c, vk_sum_flush); NULL until the first one */
     struct vk_sum_hold *sumh;
     bool sum_pending;           /* sumh holds a sum not yet recorded */
+    struct vk_resid *resid;     /* the residual's copies (vk_sum.c); NULL until used */
     /* The order of the one-row fused matmuls (vk_ops_norm_matmul.c,
      * $LLMEM_VULKAN_L2_PREFETCH): the weight at (buf, off) was last followed
      * by `next`; entries naming a freed buffer are dropped (vk_nm_pf_forget) */
@@ -405,9 +406,14 @@ llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, ui
 void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k);
 /* Whether the terms held are those of a [m, k] (f32) as it is now. */
 bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k);
-/* Forgets the terms (a replayed step, a recording's start or end, a submit). */
+/* Forgets the terms (a replayed step, a recording's start or end, a submit),
+ * and the residual's copy (vk_resid_drop). */
 void vk_presplit_drop(vk_backend *v);
-/* vk_cmd_track's hook: forgets the terms when one of acc[0..n) writes their range. */
+/* The device range of tensor t (bytes [*begin, *end) of *vb); false when t
+ * crosses a chunk of its buffer (bound through a temporary: not kept). */
+bool vk_tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end);
+/* vk_cmd_track's hook: forgets the terms when one of acc[0..n) writes their range
+ * (and the residual's copy: vk_resid_written). */
 void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n);
 /* Frees the terms buffer (backend destroy). */
 void vk_presplit_finish(llmem_backend *be, vk_backend *v);

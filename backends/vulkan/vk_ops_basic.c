@@ -238,12 +238,51 @@ static uint32_t norm_split_bind(llmem_backend *be, vk_backend *v, vk_op *op, int
     return on ? 1u : 0u;
 }
 
+/* How a norm split over workgroups a row (ns > 1) treats x, the residual
+ * r and the residual's copies (vk_sum.h): sets *xs (rms_norm.comp's XS),
+ * *xa and *xb (the copies it reads and writes), may take r into x first
+ * (*r NULL after) or set *ns to 1. With r: x's values from its copy where
+ * one holds x and r is either the held sum that the norm then reads
+ * itself (the fold) or a tensor clear of out and x; else the held sum adds
+ * itself into x (vk_sum_add_into) and the norm reads x alone; else one
+ * workgroup a row. */
+static llmem_status split_plan(llmem_backend *be, vk_backend *v, llmem_ct *x, llmem_ct **r,
+                               llmem_ct *out, bool terms, size_t terms_bytes, uint32_t *ns,
+                               uint32_t *xs, llmem_tensor *xa, llmem_tensor *xb)
+{
+    *xs = 0;
+    if (*ns <= 1)
+        return LLMEM_OK;
+    if (*r) {
+        bool fold = vk_sum_norm_ok(v, x, *r, out, terms, terms_bytes, true);
+        bool direct = !vk_overlap(*r, out) && !vk_overlap(*r, x);
+        if ((fold || direct) && vk_resid_src(v, x, xa)) {
+            *xs = 1;
+        } else {
+            bool added = false;
+            llmem_status st = vk_sum_add_into(v, x, *r, out, &added);
+            if (st != LLMEM_OK)
+                return st;
+            if (added)
+                *r = NULL; /* x holds x + r now */
+            else
+                *ns = 1;
+            *xs = added ? 2 : 0;
+        }
+    } else {
+        *xs = 2;
+    }
+    if (*xs && vk_resid_dst(be, v, x, xb) != LLMEM_OK) {
+        if (*xs == 1)
+            *ns = 1; /* x read and written by one workgroup a row */
+        *xs = 0;
+    }
+    return LLMEM_OK;
+}
+
 /* rms_norm.comp, with the residual r added into x first when r is given.
  * Split over vk_row_split workgroups a row (NS) where it takes the REG path
- * and out is clear of x; with r, only where r is a held split-K sum that
- * adds itself into x (vk_sum_add_into: the add's own dispatch is that
- * pass, the norm then reads x alone), else one workgroup a row reads and
- * writes x. */
+ * and out is clear of x, as split_plan says. */
 static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_ct *w, float eps,
                              llmem_ct *out)
 {
@@ -251,16 +290,13 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     int64_t rows = rows_of(x), cols = cols_of(x);
     uint32_t wg = norm_wg(v, rows, cols), reg = norm_reg(v, cols, wg);
     uint32_t ns = reg > 0 && !vk_overlap(out, x) ? vk_row_split(v, rows, cols, NORM_PART_MIN) : 1u;
-    if (ns > 1 && r) {
-        bool added = false;
-        llmem_status st = vk_sum_add_into(v, x, r, out, &added);
-        if (st != LLMEM_OK)
-            return st;
-        if (added)
-            r = NULL; /* x holds x + r now */
-        else
-            ns = 1;
-    }
+    size_t terms_bytes = vk_presplit_bytes((uint32_t)rows, (uint32_t)cols);
+    bool terms = reg > 0 && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols);
+    uint32_t xs = 0;
+    llmem_tensor xa, xb;
+    llmem_status st = split_plan(be, v, x, &r, out, terms, terms_bytes, &ns, &xs, &xa, &xb);
+    if (st != LLMEM_OK)
+        return st;
     vk_op op;
     vk_op_init(&op, v->subgroup ? VK_SH_RMS_NORM_SG : VK_SH_RMS_NORM, wg);
     vk_op_spec(&op, w ? (uint32_t)w->dtype : 3u);
@@ -280,15 +316,34 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, ro);
     uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg);
     vk_op_spec(&op, split);
-    if (r && vk_sum_norm_bind(v, &op, x, r, out, split != 0,
-                              vk_presplit_bytes((uint32_t)rows, (uint32_t)cols)))
+    if (r && vk_sum_norm_bind(v, &op, x, r, out, split != 0, terms_bytes, ns > 1)) {
         op.spec[2] = add = 2;
+    } else { /* bindings 5 and 6 and their five words: ADD 2 only */
+        vk_op_dummy(v, &op);
+        vk_op_dummy(v, &op);
+        for (int i = 0; i < 5; i++)
+            vk_op_u32(&op, 0);
+    }
     vk_op_spec(&op, ns);
-    llmem_status st = vk_op_run(v, &op, (uint64_t)rows * ns);
+    vk_op_spec(&op, xs);
+    uint32_t xao = 0, xbo = 0;
+    if (xs == 1)
+        xao = vk_op_tensor(v, &op, &xa, false);
+    else
+        vk_op_dummy(v, &op);
+    if (xs)
+        xbo = vk_op_tensor(v, &op, &xb, true);
+    else
+        vk_op_dummy(v, &op);
+    vk_op_u32(&op, xao);
+    vk_op_u32(&op, xbo);
+    st = vk_op_run(v, &op, (uint64_t)rows * ns);
     if (add == 2)
         vk_sum_taken(v);
     if (st == LLMEM_OK && split)
         vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
+    if (st == LLMEM_OK && xs)
+        vk_resid_set(v, x, &xb);
     return st;
 }
 

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 
 #include "vk_internal.h"
+#include "vk_sum.h"
 
 /* $LLMEM_VULKAN_PRESPLIT: 0 off (every product splits its own
  * activations), 1 (default) on where the device has cooperative matrices,
@@ -49,9 +50,7 @@ static uint32_t presplit_mode(void)
     return x >= 0 && x <= 2 ? (uint32_t)x : 1u;
 }
 
-/* The device range of tensor t (bytes [*begin, *end) of *vb); false when t
- * crosses a chunk of its buffer (bound through a temporary: not kept). */
-static bool tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end)
+bool vk_tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end)
 {
     size_t bytes = llmem_tensor_nbytes(t);
     vk_buffer *b = vk_buf(t->buf);
@@ -99,7 +98,7 @@ llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, ui
 void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k)
 {
     vk_presplit *p = &v->presplit;
-    p->valid = tensor_range(out, &p->vb, &p->begin, &p->end);
+    p->valid = vk_tensor_range(out, &p->vb, &p->begin, &p->end);
     p->m = m;
     p->k = k;
 }
@@ -110,12 +109,13 @@ bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k)
     VkBuffer vb;
     VkDeviceSize begin, end;
     return p->valid && v->mm.presplit && v->mm.coopmat && a->dtype == LLMEM_DTYPE_F32 && p->m == m && p->k == k &&
-           tensor_range(a, &vb, &begin, &end) && vb == p->vb && begin == p->begin && end == p->end;
+           vk_tensor_range(a, &vb, &begin, &end) && vb == p->vb && begin == p->begin && end == p->end;
 }
 
 void vk_presplit_drop(vk_backend *v)
 {
     v->presplit.valid = false;
+    vk_resid_drop(v); /* the residual's copy (vk_sum.c) follows the same rules */
 }
 
 void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n)
@@ -124,6 +124,7 @@ void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n)
     for (uint32_t i = 0; i < n && p->valid; i++)
         if (acc[i].write && acc[i].buf == p->vb && acc[i].begin < p->end && p->begin < acc[i].end)
             p->valid = false;
+    vk_resid_written(v, acc, n);
 }
 
 void vk_presplit_config(vk_backend *v)

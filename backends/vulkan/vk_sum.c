@@ -45,9 +45,11 @@ typedef struct vk_sum_hold sum_held;
 
 /* Records sum_slices_cm.comp for s (VK_SUM_RAW) with n_dst column
  * destinations, or, addx, adding the sum into dst[0] ([m, n] f32, c0[0]
- * 0) instead of writing s->out (ADDX; n_dst 0). */
+ * 0) instead of writing s->out (ADDX; n_dst 0), or, pair not NULL, pair's
+ * sum too (PAIR; n_dst 0, the same shape, tiles and exponents). */
 static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
-                             const llmem_tensor *dst, const uint32_t *c0, bool addx)
+                             const llmem_tensor *dst, const uint32_t *c0, bool addx,
+                             const vk_cm_sum *pair)
 {
     uint32_t n_bind = addx ? 1u : n_dst;
     size_t count = (size_t)s->m * s->n;
@@ -58,12 +60,13 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
     /* prefill rows: 4 columns an invocation as vec4s where everything is
      * 16-byte aligned ($LLMEM_VULKAN_PF_SUM_VEC=0: one each) */
-    bool vec4 = n_dst == 0 && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
+    bool vec4 = n_dst == 0 && !pair && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
                 s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
                 o2 % 4 == 0;
     vk_op_spec(&sum, vec4 ? 1u : 0u);
     vk_op_spec(&sum, n_dst);
     vk_op_spec(&sum, addx ? 1u : 0u);
+    vk_op_spec(&sum, pair ? 1u : 0u);
     vk_op_u32(&sum, s->m);
     vk_op_u32(&sum, s->n);
     vk_op_u32(&sum, s->ldp);
@@ -80,7 +83,14 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
         vk_op_u32(&sum, j < n_bind ? (uint32_t)dst[j].ne[1] : 0);
         vk_op_u32(&sum, d);
     }
-    return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
+    uint32_t pbo = 0, obo = 0;
+    if (pair) {
+        pbo = vk_op_tensor(v, &sum, &pair->pt, false);
+        obo = vk_op_tensor(v, &sum, &pair->out, true);
+    }
+    vk_op_u32(&sum, pbo);
+    vk_op_u32(&sum, obo);
+    return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : pair ? 2 * count : count, SUM_WG));
 }
 
 llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run)
@@ -88,7 +98,7 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
     llmem_status st = LLMEM_OK;
     size_t count = (size_t)s->m * s->n;
     if (run && s->kind == VK_SUM_RAW) {
-        st = raw_pass(v, s, 0, NULL, NULL, false);
+        st = raw_pass(v, s, 0, NULL, NULL, false, NULL);
     } else if (run && s->kind == VK_SUM_SCALED) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
@@ -104,6 +114,31 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
         vk_buffer_free(be, s->part);
     s->part = NULL;
     s->kind = VK_SUM_NONE;
+    return st;
+}
+
+/* Whether two VK_SUM_RAW passes can be one (PAIR): the same rows,
+ * columns, tiles and exponents, outputs and tiles apart, and
+ * $LLMEM_VULKAN_SUM_PAIR not 0. */
+static bool can_pair(const vk_backend *v, const vk_cm_sum *a, const vk_cm_sum *b)
+{
+    return VK_KNOB(v, sum_pair, 1) != 0 && a->kind == VK_SUM_RAW && b->kind == VK_SUM_RAW &&
+           a->m == b->m && a->n == b->n && a->ldp == b->ldp && a->slices == b->slices &&
+           a->pslice == b->pslice && a->te.buf == b->te.buf && a->te.offset == b->te.offset &&
+           !vk_overlap(&a->out, &b->out) && !vk_overlap(&a->out, &b->pt) &&
+           !vk_overlap(&b->out, &a->pt);
+}
+
+llmem_status vk_cm_sum_run2(llmem_backend *be, vk_backend *v, vk_cm_sum *a, vk_cm_sum *b, bool run)
+{
+    if (!run || !can_pair(v, a, b)) {
+        llmem_status s1 = vk_cm_sum_run(be, v, a, run);
+        llmem_status s2 = vk_cm_sum_run(be, v, b, run && s1 == LLMEM_OK);
+        return s1 != LLMEM_OK ? s1 : s2;
+    }
+    llmem_status st = raw_pass(v, a, 0, NULL, NULL, false, b);
+    vk_cm_sum_run(be, v, a, false); /* frees the tiles */
+    vk_cm_sum_run(be, v, b, false);
     return st;
 }
 
@@ -181,7 +216,7 @@ llmem_status vk_sum_flush(vk_backend *v)
         return LLMEM_OK;
     sum_held *h = v->sumh;
     v->sum_pending = false; /* first: recording it tracks, which calls back here */
-    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false);
+    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false, NULL);
     hold_clear(h);
     return st;
 }
@@ -209,21 +244,30 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
     return LLMEM_OK;
 }
 
-bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
-                      bool split, size_t split_bytes)
+bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool split,
+                    size_t split_bytes, bool parts)
 {
     if (!v->sum_pending)
         return false;
     sum_held *h = v->sumh;
-    if (!(hold_mode(v, h->s.m, h->s.n) & 2) || h->n_dst != 0 || !is_out(h, r) ||
+    if (!(hold_mode(v, h->s.m, h->s.n) & (parts ? 4 : 2)) || h->n_dst != 0 || !is_out(h, r) ||
         !is_out(h, out) || touches(h, x))
         return false;
     /* the norm's terms ([0, split_bytes) of the presplit buffer) must not
      * reach the exponents the norm reads: rows' own e_r (same k) is read
-     * before it is written, a different k must keep clear of it */
-    if (split && h->s.te.buf == v->presplit.terms && h->s.te.offset < split_bytes &&
-        h->s.te.offset != split_bytes - (size_t)4 * h->s.m)
+     * before it is written, but not where several workgroups share a row
+     * (one writes e_r, the others read it); a different k must keep clear
+     * of it */
+    return !(split && h->s.te.buf == v->presplit.terms && h->s.te.offset < split_bytes &&
+             (parts || h->s.te.offset != split_bytes - (size_t)4 * h->s.m));
+}
+
+bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
+                      bool split, size_t split_bytes, bool parts)
+{
+    if (!vk_sum_norm_ok(v, x, r, out, split, split_bytes, parts))
         return false;
+    sum_held *h = v->sumh;
     uint32_t po = vk_op_tensor(v, op, &h->s.pt, false);
     uint32_t eo = vk_op_tensor(v, op, &h->s.te, false);
     vk_op_u32(op, h->s.ldp);
@@ -244,13 +288,13 @@ llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *
         return LLMEM_OK;
     sum_held *h = v->sumh;
     long mode = hold_mode(v, h->s.m, h->s.n);
-    if (!(mode & 4) || (mode & 2) || h->n_dst != 0 || !is_out(h, r) || !is_out(h, out) ||
+    if (!(mode & 4) || h->n_dst != 0 || !is_out(h, r) || !is_out(h, out) ||
         x->dtype != LLMEM_DTYPE_F32 || x->n_dims != 2 || x->ne[0] != r->ne[0] ||
         x->ne[1] != r->ne[1] || touches(h, x))
         return LLMEM_OK; /* the norm's usual add: vk_sum_norm_bind, or the pass first */
     v->sum_pending = false; /* recorded here, as vk_sum_flush does */
     uint32_t c0 = 0;
-    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true);
+    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true, NULL);
     hold_clear(h);
     *added = st == LLMEM_OK;
     return st;
@@ -262,9 +306,98 @@ void vk_sum_taken(vk_backend *v)
     hold_clear(v->sumh);
 }
 
+/* ---- the residual's copies ------------------------------------------------------------------ */
+
+struct vk_resid {
+    llmem_backend *be;
+    llmem_buffer *copy[2];
+    int held;             /* the copy that holds x (-1: none) */
+    VkBuffer vb;          /* x's device range */
+    VkDeviceSize begin, end;
+    int64_t rows, cols;
+};
+
+static bool resid_fits(llmem_ct *x)
+{
+    return x->dtype == LLMEM_DTYPE_F32 && x->n_dims == 2 && x->ne[0] >= 1 &&
+           x->ne[0] <= (int64_t)VK_RESID_ROWS && x->ne[1] >= 1 &&
+           x->ne[1] <= (int64_t)VK_RESID_COLS;
+}
+
+bool vk_resid_src(vk_backend *v, llmem_ct *x, llmem_tensor *src)
+{
+    const struct vk_resid *c = v->resid;
+    VkBuffer vb;
+    VkDeviceSize begin, end;
+    if (!c || c->held < 0 || !resid_fits(x) || x->ne[0] != c->rows || x->ne[1] != c->cols ||
+        !vk_tensor_range(x, &vb, &begin, &end) || vb != c->vb || begin != c->begin ||
+        end != c->end)
+        return false;
+    *src = llmem_tensor_2d(c->copy[c->held], 0, LLMEM_DTYPE_F32, x->ne[0], x->ne[1]);
+    return true;
+}
+
+llmem_status vk_resid_dst(llmem_backend *be, vk_backend *v, llmem_ct *x, llmem_tensor *dst)
+{
+    if (!resid_fits(x))
+        return LLMEM_E_INVALID;
+    if (!v->resid) {
+        if (!(v->resid = calloc(1, sizeof *v->resid)))
+            return LLMEM_E_NO_MEMORY;
+        v->resid->be = be;
+        v->resid->held = -1;
+    }
+    struct vk_resid *c = v->resid;
+    int k = c->held == 0 ? 1 : 0;
+    if (!c->copy[k]) {
+        size_t bytes = (size_t)4 * VK_RESID_ROWS * VK_RESID_COLS;
+        llmem_status st = vk_buffer_alloc(be, bytes, &c->copy[k]);
+        if (st != LLMEM_OK) {
+            c->copy[k] = NULL;
+            return st;
+        }
+        c->copy[k]->size = bytes;
+    }
+    *dst = llmem_tensor_2d(c->copy[k], 0, LLMEM_DTYPE_F32, x->ne[0], x->ne[1]);
+    return LLMEM_OK;
+}
+
+void vk_resid_set(vk_backend *v, llmem_ct *x, const llmem_tensor *dst)
+{
+    struct vk_resid *c = v->resid;
+    c->held = -1;
+    if (!vk_tensor_range(x, &c->vb, &c->begin, &c->end))
+        return;
+    c->held = dst->buf == c->copy[0] ? 0 : 1;
+    c->rows = x->ne[0];
+    c->cols = x->ne[1];
+}
+
+void vk_resid_written(vk_backend *v, const vk_access *acc, uint32_t n)
+{
+    struct vk_resid *c = v->resid;
+    for (uint32_t i = 0; c && c->held >= 0 && i < n; i++)
+        if (acc[i].write && acc[i].buf == c->vb && acc[i].begin < c->end && c->begin < acc[i].end)
+            c->held = -1;
+}
+
+void vk_resid_drop(vk_backend *v)
+{
+    if (v->resid)
+        v->resid->held = -1;
+}
+
 void vk_sum_finish(vk_backend *v)
 {
     vk_sum_flush(v); /* recorded; vk_cmd_finish submits it */
     free(v->sumh);
     v->sumh = NULL;
+    struct vk_resid *c = v->resid;
+    if (c) {
+        for (int k = 0; k < 2; k++)
+            if (c->copy[k])
+                vk_buffer_free(c->be, c->copy[k]);
+        free(c);
+        v->resid = NULL;
+    }
 }

@@ -23,6 +23,11 @@ typedef struct vk_cm_sum {
  * false: an earlier failure) and frees its partial buffer; s->kind is
  * VK_SUM_NONE after. Errors: those of vk_op_run. */
 llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run);
+/* vk_cm_sum_run of a then b, as one dispatch where both are VK_SUM_RAW
+ * passes of the same shape, tiles and exponents (sum_slices_cm.comp PAIR:
+ * matmul_swiglu's gate and up products; $LLMEM_VULKAN_SUM_PAIR=0: two);
+ * the same bits. Errors: those of vk_op_run. */
+llmem_status vk_cm_sum_run2(llmem_backend *be, vk_backend *v, vk_cm_sum *a, vk_cm_sum *b, bool run);
 /* $LLMEM_VULKAN_SUM_HOLD unset: bit 0 (the copies) at 9-64 rows (9B fast
  * tg128 on the H200 b16 11.26 -> 11.16-11.24 ms, b64 18.91 ->
  * 18.61-18.68; 9B precise b64 21.39 -> 21.02), bit 1 (the norm) too above
@@ -59,19 +64,22 @@ llmem_status vk_sum_flush_if(vk_backend *v, const llmem_tensor *t);
 llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_ct *dst,
                               bool *taken);
 /* For rms_norm (vk_ops_basic.c): whether x += r; out = norm(x) may read r
- * from the held sum (r and out the held output, x clear of the pass, the
- * norm's terms (split, the first split_bytes of the presplit buffer) clear
- * of the exponents it reads but for each row's own); if so binds the
- * partial buffer and the exponents as bindings 5 and 6 of op, pushes
- * rms_norm.comp's five ADD 2 words and takes the hold off the pending
- * list. vk_sum_taken, after the norm is recorded (or failed), frees the
- * hold's buffers. */
+ * from the held sum (mode bit 1, or bit 2 where the norm's rows are split
+ * over workgroups: parts; r and out the held output, x clear of the pass,
+ * the norm's terms (split, the first split_bytes of the presplit buffer)
+ * clear of the exponents it reads, but for each row's own unless parts).
+ * vk_sum_norm_bind: if so binds the partial buffer and the exponents as
+ * bindings 5 and 6 of op, pushes rms_norm.comp's five ADD 2 words and
+ * takes the hold off the pending list. vk_sum_taken, after the norm is
+ * recorded (or failed), frees the hold's buffers. */
+bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool split,
+                    size_t split_bytes, bool parts);
 bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
-                      bool split, size_t split_bytes);
+                      bool split, size_t split_bytes, bool parts);
 void vk_sum_taken(vk_backend *v);
 /* For rms_norm split over workgroups (vk_ops_basic.c), which cannot add
  * r into x in place itself (each workgroup reads the whole row of x):
- * where mode bit 2 is on and bit 1 off, r and out are the held output and
+ * where mode bit 2 is on, r and out are the held output and
  * x [m, n] f32 is clear of the pass, records the held pass now adding its
  * sum into x (sum_slices_cm.comp ADDX: x = x + r, the norm's own add on
  * the same values; r is not written, out is the norm's) and sets *added;
@@ -79,8 +87,35 @@ void vk_sum_taken(vk_backend *v);
  * held pass is taken by vk_sum_norm_bind or recorded first as usual).
  * Errors: those of vk_op_run. */
 llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool *added);
-/* Records a held pass and frees the hold (at close, before
- * vk_cmd_finish). */
+/* Records a held pass and frees the hold and the residual's copies (at
+ * close, before vk_cmd_finish). */
 void vk_sum_finish(vk_backend *v);
+
+/* The residual's copies (issue 12). An add + RMS norm (x += r; out =
+ * norm(x)) split over workgroups a row cannot read x where it writes it:
+ * another workgroup of the row may have written its part already. So the
+ * split norms also write x as they leave it to one of two backend-owned
+ * copies (VK_RESID_ROWS x VK_RESID_COLS f32 each), and the next add + norm
+ * of the same x reads x's values from that copy (rms_norm.comp XS) while
+ * it writes x and the other copy: the residual add folds into the norm,
+ * which reads the held split-K sum itself (ADD 2), with each row over
+ * several workgroups. The copy is x's only while nothing else writes x:
+ * every tracked write that overlaps x forgets it (vk_resid_written, with
+ * the presplit's hook), and so do a replayed step, a recording's start or
+ * end and a submit (vk_resid_drop, vk_presplit_drop). */
+#define VK_RESID_ROWS VK_PRESPLIT_ROWS
+#define VK_RESID_COLS 8192u
+/* Whether a copy holds x ([rows, cols] f32) as it is now; if so *src is
+ * that copy as a tensor of x's shape. */
+bool vk_resid_src(vk_backend *v, llmem_ct *x, llmem_tensor *src);
+/* *dst: the copy that does not hold x, as a tensor of x's shape, for the
+ * norm to write (the buffers made on first use). LLMEM_E_INVALID: x is
+ * not f32 of at most VK_RESID_ROWS x VK_RESID_COLS; LLMEM_E_NO_MEMORY. */
+llmem_status vk_resid_dst(llmem_backend *be, vk_backend *v, llmem_ct *x, llmem_tensor *dst);
+/* After the norm that wrote *dst was recorded: that copy holds x. */
+void vk_resid_set(vk_backend *v, llmem_ct *x, const llmem_tensor *dst);
+/* Forgets the copy when one of acc[0..n) writes x's range; forgets it. */
+void vk_resid_written(vk_backend *v, const vk_access *acc, uint32_t n);
+void vk_resid_drop(vk_backend *v);
 
 #endif
