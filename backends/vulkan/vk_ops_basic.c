@@ -176,17 +176,21 @@ static uint32_t norm_reg(const vk_backend *v, int64_t n, uint32_t wg)
     return !v->scan.norm_loop && k >= 1 && k <= NORM_REG_MAX ? (uint32_t)k : 0u;
 }
 
-/* Workgroups a row at the decode rows (VK_MM_MV_MAX < rows <=
- * VK_PRESPLIT_ROWS): about this many in all, so that 16 rows fill the
- * H200's 132 SMs instead of 16 of them. */
+/* Workgroups a row at 9-16 decode rows (VK_MM_MV_MAX < rows <=
+ * ROW_SPLIT_ROWS): about ROW_SPLIT_WGS in all, so that 16 rows fill the
+ * H200's 132 SMs instead of 16 of them (9B fast tg128 b16 10.11-10.15 ->
+ * 9.95-10.02 ms; at 64 rows, 2 a row lost: 9B b64 16.84 -> 16.95, 2b
+ * 8.78 -> 8.97; docs/benchmarks.md "Vulkan decode at 16 rows: rows over
+ * several workgroups"). */
 #define ROW_SPLIT_WGS 128
+#define ROW_SPLIT_ROWS 16
 
 /* Each of the ns workgroups that share a row recomputes the whole row's
  * reduction (a row of a few thousand elements, read again from L2) and
  * writes units / ns of it; so ns is
  *   - $LLMEM_VULKAN_ROW_SPLIT where set (0 or 1: one workgroup a row), at
  *     any row count, at most units / 2;
- *   - else ceil(ROW_SPLIT_WGS / rows) at the decode rows, at most
+ *   - else ceil(ROW_SPLIT_WGS / rows) at 9-ROW_SPLIT_ROWS rows, at most
  *     units / unit_min (each part at least unit_min units), and 1 at
  *     other rows. */
 uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t unit_min)
@@ -195,7 +199,7 @@ uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t 
     if (v->knobs.row_split >= 0) {
         ns = v->knobs.row_split;
         most = units / 2;
-    } else if (rows > VK_MM_MV_MAX && rows <= (int64_t)VK_PRESPLIT_ROWS) {
+    } else if (rows > VK_MM_MV_MAX && rows <= ROW_SPLIT_ROWS) {
         ns = (ROW_SPLIT_WGS + rows - 1) / rows;
     } else {
         ns = 1;

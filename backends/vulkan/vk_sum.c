@@ -16,7 +16,14 @@
  *     to three copies, and the copies record nothing;
  *   - bit 1: llmem_op_add_rms_norm(x, r = the output, out = r) (the
  *     residual add of out_proj, down and o_proj): rms_norm.comp adds the
- *     raw tiles itself (ADD 2) and the pass is never recorded.
+ *     raw tiles itself (ADD 2) and the pass is never recorded;
+ *   - bits 3 and 2, that norm with its rows split over workgroups
+ *     (vk_ops_basic.c): the same fold, x's values read from the residual's
+ *     copy (below), or else the pass, recorded at once, adds its sum into
+ *     x (sum_slices_cm.comp ADDX) and the norm reads x alone.
+ * matmul_swiglu's gate and up sums, not held, are one dispatch where they
+ * can be (vk_cm_sum_run2, PAIR). The residual's copies (vk_resid_*): see
+ * vk_sum.h.
  * Both compute each value as the pass does (the slices added in slice
  * order, then 2^e; a copy moves the bits), so the results are bit for bit
  * those of the pass and the op. Anything else that records a command
@@ -172,13 +179,15 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
 }
 
 /* The hold's mode for a product of m rows and n columns:
- * $LLMEM_VULKAN_SUM_HOLD where set, else the copies and the add into x
- * always and the norm above VK_SUM_NORM_ROWS rows of at most
- * VK_SUM_NORM_COLS. */
+ * $LLMEM_VULKAN_SUM_HOLD where set, else the copies (bit 0) and the add
+ * into x for a split norm (bit 2) always, and at most VK_SUM_NORM_COLS
+ * columns the fold into the norm: split (bit 3), and one workgroup a row
+ * (bit 1) above VK_SUM_NORM_ROWS rows (vk_sum.h). */
 static long hold_mode(const vk_backend *v, uint32_t m, uint32_t n)
 {
-    bool norm = m > VK_SUM_NORM_ROWS && n <= VK_SUM_NORM_COLS;
-    return VK_KNOB(v, sum_hold, norm ? 7 : 5);
+    bool narrow = n <= VK_SUM_NORM_COLS;
+    long dflt = 1 | 4 | (narrow ? 8 : 0) | (narrow && m > VK_SUM_NORM_ROWS ? 2 : 0);
+    return VK_KNOB(v, sum_hold, dflt);
 }
 
 /* Frees what the hold owns and empties it. */
@@ -250,7 +259,7 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
     if (!v->sum_pending)
         return false;
     sum_held *h = v->sumh;
-    if (!(hold_mode(v, h->s.m, h->s.n) & (parts ? 4 : 2)) || h->n_dst != 0 || !is_out(h, r) ||
+    if (!(hold_mode(v, h->s.m, h->s.n) & (parts ? 8 : 2)) || h->n_dst != 0 || !is_out(h, r) ||
         !is_out(h, out) || touches(h, x))
         return false;
     /* the norm's terms ([0, split_bytes) of the presplit buffer) must not

@@ -34,13 +34,20 @@ llmem_status vk_cm_sum_run2(llmem_backend *be, vk_backend *v, vk_cm_sum *a, vk_c
  * VK_SUM_NORM_ROWS rows of at most VK_SUM_NORM_COLS (2b b64 fast 9.19 ->
  * 9.02, precise 9.86 -> 9.68; where the norm's 9-64 workgroups read every
  * slice of fewer or wider rows they lose: 9B fast b16 11.29, b64 18.83;
- * docs/benchmarks.md "The decode step around the GEMM"). A set value
- * applies at every shape. */
+ * docs/benchmarks.md "The decode step around the GEMM"). Where the norm's
+ * rows are split over workgroups (vk_row_split; by default at 9-16 rows):
+ * bit 3, the held sum folds into the split norm (x's values from the
+ * residual's copy, below) at most VK_SUM_NORM_COLS columns (2b fast b16
+ * on the H200 5.24-5.27 -> 5.14-5.15 ms, with the paired sums); bit 2,
+ * elsewhere the pass adds itself into x first (vk_sum_add_into; 9B fast
+ * b16 10.11-10.15 -> 9.95-10.02, where the fold took 10.06; docs/
+ * benchmarks.md "Vulkan decode at 16 rows: rows over several
+ * workgroups"). A set value (0..15) applies at every shape. */
 #define VK_SUM_NORM_ROWS 16
 #define VK_SUM_NORM_COLS 2048
 
 /* Holds *s (issue 12, the decode step) where the mode allows (bit 0: for
- * column copies, bit 1: for add + RMS norm) and *s is a VK_SUM_RAW pass
+ * column copies, bits 1-3: for add + RMS norm) and *s is a VK_SUM_RAW pass
  * of 9..VK_PRESPLIT_ROWS rows with an f32 output, nothing else being
  * held: takes its partial buffer and `terms` (the exponents' buffer when
  * the caller would free it; NULL when borrowed from the presplit buffer),
@@ -64,7 +71,7 @@ llmem_status vk_sum_flush_if(vk_backend *v, const llmem_tensor *t);
 llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_ct *dst,
                               bool *taken);
 /* For rms_norm (vk_ops_basic.c): whether x += r; out = norm(x) may read r
- * from the held sum (mode bit 1, or bit 2 where the norm's rows are split
+ * from the held sum (mode bit 1, or bit 3 where the norm's rows are split
  * over workgroups: parts; r and out the held output, x clear of the pass,
  * the norm's terms (split, the first split_bytes of the presplit buffer)
  * clear of the exponents it reads, but for each row's own unless parts).
