@@ -23,19 +23,12 @@
  * sum is added into destination 0 instead of written to o (x[r, c] +=
  * sum: d0[d_0 + r * w_0 + c - c0_0], the add of rms_norm.comp's ADD 1 on
  * the same f32 values, so the same x; o, which the norm overwrites, is
- * not written).
- *
- * PAIR = 1 (scalar path, NDST 0, ADDX 0; vk_sum.c, matmul_swiglu's gate
- * and up products, one split of the same activations): a second product's
- * sum in the same dispatch, invocations m n .. 2 m n - 1: its tiles at
- * part_b (binding 6, part_b_off; the same ldp, slices and stride), its
- * output o_b (binding 7, o_b_off), the same exponents. */
+ * not written). */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint VEC4 = 0;
 layout(constant_id = 2) const uint NDST = 0;
 layout(constant_id = 3) const uint ADDX = 0;
-layout(constant_id = 4) const uint PAIR = 0;
 
 layout(binding = 0) readonly buffer S { float part[]; };
 layout(binding = 0) readonly buffer S4 { vec4 part4[]; };
@@ -45,15 +38,12 @@ layout(binding = 2) readonly buffer E { int ex[]; };
 layout(binding = 3) buffer D0 { float d0[]; }; /* read too: ADDX */
 layout(binding = 4) writeonly buffer D1 { float d1[]; };
 layout(binding = 5) writeonly buffer D2 { float d2[]; };
-layout(binding = 6) readonly buffer SB { float part_b[]; };
-layout(binding = 7) writeonly buffer OB { float o_b[]; };
 
 layout(push_constant) uniform P {
     uint m, n, ldp, n_slices, slice_stride;
     uint part_off, o_off, e_off; /* floats, floats, ints */
     /* NDST: the destinations, first column, columns, offset (floats) */
     uint c0_0, w_0, d_0, c0_1, w_1, d_1, c0_2, w_2, d_2;
-    uint part_b_off, o_b_off; /* PAIR */
 } p;
 
 void main()
@@ -68,17 +58,6 @@ void main()
         for (uint s = 1u; s < p.n_slices; s++)
             sum += part4[at + s * (p.slice_stride / 4u)];
         o4[p.o_off / 4u + i] = ldexp(sum, ivec4(ex[p.e_off + r]));
-        return;
-    }
-    if (PAIR != 0u && i >= p.m * p.n) { /* the second product: the same rows' exponents */
-        i -= p.m * p.n;
-        if (i >= p.m * p.n)
-            return;
-        uint r = i / p.n, c = i % p.n, at = p.part_b_off + r * p.ldp + c;
-        float sum = part_b[at];
-        for (uint s = 1u; s < p.n_slices; s++)
-            sum += part_b[at + s * p.slice_stride];
-        o_b[p.o_b_off + i] = ldexp(sum, ex[p.e_off + r]);
         return;
     }
     if (i >= p.m * p.n)

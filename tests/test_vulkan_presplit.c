@@ -9,9 +9,8 @@
  *     float64 computation of the whole chain from the inputs, and bit for
  *     bit equal with $LLMEM_VULKAN_PRESPLIT=0 (the split pass: the terms
  *     are computed with its arithmetic from the same f32 values), which
- *     also runs the decode rows' old ways (gate and up summed in two
- *     passes, $LLMEM_VULKAN_SUM_PAIR=0; one workgroup a row in the norms
- *     and the SwiGLU, $LLMEM_VULKAN_ROW_SPLIT=1);
+ *     also runs the decode rows' old way (one workgroup a row in the
+ *     norms and the SwiGLU, $LLMEM_VULKAN_ROW_SPLIT=1);
  *   - the terms are forgotten when their tensor is written after the norm
  *     (an upload, an in-place op, a copy into part of it): the product then
  *     reads the new values (float64 reference of those);
@@ -108,10 +107,8 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     /* with the split pass, the old prefill sums too: one column an invocation */
     test_env keep_vec = test_env_save("LLMEM_VULKAN_PF_SUM_VEC");
     test_env_put("LLMEM_VULKAN_PF_SUM_VEC", strcmp(ps, "0") == 0 ? "0" : "1");
-    /* and the decode rows' old ways: gate and up summed in two passes, one
-     * workgroup a row in the norms and the SwiGLU */
-    test_env keep_pair = test_env_save("LLMEM_VULKAN_SUM_PAIR");
-    test_env_put("LLMEM_VULKAN_SUM_PAIR", strcmp(ps, "0") == 0 ? "0" : "1");
+    /* and the decode rows' old way: one workgroup a row in the norms and
+     * the SwiGLU */
     test_env keep_rows = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
     if (strcmp(ps, "0") == 0)
         test_env_put("LLMEM_VULKAN_ROW_SPLIT", "1");
@@ -151,7 +148,6 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
         llmem_buffer_free(all[i]);
     llmem_backend_close(vk);
     test_env_restore(&keep_rows);
-    test_env_restore(&keep_pair);
     test_env_restore(&keep_vec);
     test_env_restore(&keep);
 }

@@ -43,7 +43,6 @@ typedef struct vk_knobs {
     int32_t dec_rows;       /* LLMEM_VULKAN_DEC_ROWS: rows a tile, 0..64 (0 all; vk_dec_cfg) */
     int32_t sum_hold;       /* LLMEM_VULKAN_SUM_HOLD: 0..15, the held split-K sums (vk_sum.c) */
     int32_t row_split;      /* LLMEM_VULKAN_ROW_SPLIT: 0..64 workgroups a row (vk_row_split) */
-    int32_t sum_pair;       /* LLMEM_VULKAN_SUM_PAIR: 0 two passes for gate and up, 1 one */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

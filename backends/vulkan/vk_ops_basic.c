@@ -179,7 +179,7 @@ static uint32_t norm_reg(const vk_backend *v, int64_t n, uint32_t wg)
 /* Workgroups a row at 9-16 decode rows (VK_MM_MV_MAX < rows <=
  * ROW_SPLIT_ROWS): about ROW_SPLIT_WGS in all, so that 16 rows fill the
  * H200's 132 SMs instead of 16 of them (9B fast tg128 b16 10.11-10.15 ->
- * 9.95-10.02 ms; at 64 rows, 2 a row lost: 9B b64 16.84 -> 16.95, 2b
+ * 9.95-10.05 ms; at 64 rows, 2 a row lost: 9B b64 16.84 -> 16.95, 2b
  * 8.78 -> 8.97; docs/benchmarks.md "Vulkan decode at 16 rows: rows over
  * several workgroups"). */
 #define ROW_SPLIT_WGS 128

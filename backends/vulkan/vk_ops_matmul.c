@@ -772,8 +772,9 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
             st = cm_product(be, v, &t, gate, &g, &sg, &g_done);
             if (st == LLMEM_OK)
                 st = cm_product(be, v, &t, up, &u, &su, &u_done);
-            llmem_status s1 = vk_cm_sum_run2(be, v, &sg, &su, st == LLMEM_OK); /* one pass */
-            st = st != LLMEM_OK ? st : s1;
+            llmem_status s1 = vk_cm_sum_run(be, v, &sg, st == LLMEM_OK);
+            llmem_status s2 = vk_cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
+            st = st != LLMEM_OK ? st : s1 != LLMEM_OK ? s1 : s2;
             cm_terms_free(be, &t);
         }
     }

@@ -21,9 +21,7 @@
  *     (vk_ops_basic.c): the same fold, x's values read from the residual's
  *     copy (below), or else the pass, recorded at once, adds its sum into
  *     x (sum_slices_cm.comp ADDX) and the norm reads x alone.
- * matmul_swiglu's gate and up sums, not held, are one dispatch where they
- * can be (vk_cm_sum_run2, PAIR). The residual's copies (vk_resid_*): see
- * vk_sum.h.
+ * The residual's copies (vk_resid_*): see vk_sum.h.
  * Both compute each value as the pass does (the slices added in slice
  * order, then 2^e; a copy moves the bits), so the results are bit for bit
  * those of the pass and the op. Anything else that records a command
@@ -52,11 +50,9 @@ typedef struct vk_sum_hold sum_held;
 
 /* Records sum_slices_cm.comp for s (VK_SUM_RAW) with n_dst column
  * destinations, or, addx, adding the sum into dst[0] ([m, n] f32, c0[0]
- * 0) instead of writing s->out (ADDX; n_dst 0), or, pair not NULL, pair's
- * sum too (PAIR; n_dst 0, the same shape, tiles and exponents). */
+ * 0) instead of writing s->out (ADDX; n_dst 0). */
 static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
-                             const llmem_tensor *dst, const uint32_t *c0, bool addx,
-                             const vk_cm_sum *pair)
+                             const llmem_tensor *dst, const uint32_t *c0, bool addx)
 {
     uint32_t n_bind = addx ? 1u : n_dst;
     size_t count = (size_t)s->m * s->n;
@@ -67,13 +63,12 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
     /* prefill rows: 4 columns an invocation as vec4s where everything is
      * 16-byte aligned ($LLMEM_VULKAN_PF_SUM_VEC=0: one each) */
-    bool vec4 = n_dst == 0 && !pair && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
+    bool vec4 = n_dst == 0 && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
                 s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
                 o2 % 4 == 0;
     vk_op_spec(&sum, vec4 ? 1u : 0u);
     vk_op_spec(&sum, n_dst);
     vk_op_spec(&sum, addx ? 1u : 0u);
-    vk_op_spec(&sum, pair ? 1u : 0u);
     vk_op_u32(&sum, s->m);
     vk_op_u32(&sum, s->n);
     vk_op_u32(&sum, s->ldp);
@@ -90,14 +85,7 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
         vk_op_u32(&sum, j < n_bind ? (uint32_t)dst[j].ne[1] : 0);
         vk_op_u32(&sum, d);
     }
-    uint32_t pbo = 0, obo = 0;
-    if (pair) {
-        pbo = vk_op_tensor(v, &sum, &pair->pt, false);
-        obo = vk_op_tensor(v, &sum, &pair->out, true);
-    }
-    vk_op_u32(&sum, pbo);
-    vk_op_u32(&sum, obo);
-    return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : pair ? 2 * count : count, SUM_WG));
+    return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
 }
 
 llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run)
@@ -105,7 +93,7 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
     llmem_status st = LLMEM_OK;
     size_t count = (size_t)s->m * s->n;
     if (run && s->kind == VK_SUM_RAW) {
-        st = raw_pass(v, s, 0, NULL, NULL, false, NULL);
+        st = raw_pass(v, s, 0, NULL, NULL, false);
     } else if (run && s->kind == VK_SUM_SCALED) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
@@ -121,31 +109,6 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
         vk_buffer_free(be, s->part);
     s->part = NULL;
     s->kind = VK_SUM_NONE;
-    return st;
-}
-
-/* Whether two VK_SUM_RAW passes can be one (PAIR): the same rows,
- * columns, tiles and exponents, outputs and tiles apart, and
- * $LLMEM_VULKAN_SUM_PAIR not 0. */
-static bool can_pair(const vk_backend *v, const vk_cm_sum *a, const vk_cm_sum *b)
-{
-    return VK_KNOB(v, sum_pair, 1) != 0 && a->kind == VK_SUM_RAW && b->kind == VK_SUM_RAW &&
-           a->m == b->m && a->n == b->n && a->ldp == b->ldp && a->slices == b->slices &&
-           a->pslice == b->pslice && a->te.buf == b->te.buf && a->te.offset == b->te.offset &&
-           !vk_overlap(&a->out, &b->out) && !vk_overlap(&a->out, &b->pt) &&
-           !vk_overlap(&b->out, &a->pt);
-}
-
-llmem_status vk_cm_sum_run2(llmem_backend *be, vk_backend *v, vk_cm_sum *a, vk_cm_sum *b, bool run)
-{
-    if (!run || !can_pair(v, a, b)) {
-        llmem_status s1 = vk_cm_sum_run(be, v, a, run);
-        llmem_status s2 = vk_cm_sum_run(be, v, b, run && s1 == LLMEM_OK);
-        return s1 != LLMEM_OK ? s1 : s2;
-    }
-    llmem_status st = raw_pass(v, a, 0, NULL, NULL, false, b);
-    vk_cm_sum_run(be, v, a, false); /* frees the tiles */
-    vk_cm_sum_run(be, v, b, false);
     return st;
 }
 
@@ -225,7 +188,7 @@ llmem_status vk_sum_flush(vk_backend *v)
         return LLMEM_OK;
     sum_held *h = v->sumh;
     v->sum_pending = false; /* first: recording it tracks, which calls back here */
-    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false, NULL);
+    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false);
     hold_clear(h);
     return st;
 }
@@ -303,7 +266,7 @@ llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *
         return LLMEM_OK; /* the norm's usual add: vk_sum_norm_bind, or the pass first */
     v->sum_pending = false; /* recorded here, as vk_sum_flush does */
     uint32_t c0 = 0;
-    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true, NULL);
+    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true);
     hold_clear(h);
     *added = st == LLMEM_OK;
     return st;

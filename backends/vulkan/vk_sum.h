@@ -23,11 +23,6 @@ typedef struct vk_cm_sum {
  * false: an earlier failure) and frees its partial buffer; s->kind is
  * VK_SUM_NONE after. Errors: those of vk_op_run. */
 llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool run);
-/* vk_cm_sum_run of a then b, as one dispatch where both are VK_SUM_RAW
- * passes of the same shape, tiles and exponents (sum_slices_cm.comp PAIR:
- * matmul_swiglu's gate and up products; $LLMEM_VULKAN_SUM_PAIR=0: two);
- * the same bits. Errors: those of vk_op_run. */
-llmem_status vk_cm_sum_run2(llmem_backend *be, vk_backend *v, vk_cm_sum *a, vk_cm_sum *b, bool run);
 /* $LLMEM_VULKAN_SUM_HOLD unset: bit 0 (the copies) at 9-64 rows (9B fast
  * tg128 on the H200 b16 11.26 -> 11.16-11.24 ms, b64 18.91 ->
  * 18.61-18.68; 9B precise b64 21.39 -> 21.02), bit 1 (the norm) too above
@@ -38,9 +33,9 @@ llmem_status vk_cm_sum_run2(llmem_backend *be, vk_backend *v, vk_cm_sum *a, vk_c
  * rows are split over workgroups (vk_row_split; by default at 9-16 rows):
  * bit 3, the held sum folds into the split norm (x's values from the
  * residual's copy, below) at most VK_SUM_NORM_COLS columns (2b fast b16
- * on the H200 5.24-5.27 -> 5.14-5.15 ms, with the paired sums); bit 2,
+ * on the H200 5.24-5.27 -> 5.10-5.17 ms); bit 2,
  * elsewhere the pass adds itself into x first (vk_sum_add_into; 9B fast
- * b16 10.11-10.15 -> 9.95-10.02, where the fold took 10.06; docs/
+ * b16 10.11-10.15 -> 9.95-10.05, where the fold took 10.06; docs/
  * benchmarks.md "Vulkan decode at 16 rows: rows over several
  * workgroups"). A set value (0..15) applies at every shape. */
 #define VK_SUM_NORM_ROWS 16
