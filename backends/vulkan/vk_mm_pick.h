@@ -11,6 +11,10 @@
 #include "llmem/backend.h"
 
 #define VK_MM_MV_MAX 8      /* activation rows handled by matvec.comp */
+#define VK_MM_MV16_ROWS 16  /* activation rows per matvec16.comp pass ($LLMEM_VULKAN_MV16_ROWS) */
+/* activation rows up to which matvec16 replaces matmul_rt ($LLMEM_VULKAN_MV16_MAX; H200, 9B
+ * Bamba: at 16 and 32 rows matmul_rt takes 0.87x and 0.54x of matvec16's step) */
+#define VK_MM_MV16_MAX 8
 #define VK_MM_CM_MIN 9      /* rows from which matmul_cm.comp runs (above matvec16's 8) */
 #define VK_MM_CM_MAX 0xffffffffu /* rows up to which it runs: all. Up to 64 until its 128 x 128
                                   * tiles' accumulators left local memory (they had run at ~30

@@ -4,7 +4,7 @@
  * vk_mm_pick (vk_mm_pick.c) chooses the shader. Few activation rows
  * (decode, M <= VK_MM_MV_MAX) use shaders/matvec.comp: one workgroup per
  * weight row, the weight read once and coalesced, which is what bounds
- * decode; f16/bf16 weights up to MV16_MAX rows use matvec16.comp. Above
+ * decode; f16/bf16 weights up to VK_MM_MV16_MAX rows use matvec16.comp. Above
  * (prefill too, up to VK_MM_CM_MAX rows), f16/bf16 weights run on tensor
  * cores where the device has cooperative matrices (cm_split.comp +
  * matmul_cm.comp, below); otherwise the register-tiled matmul_rt.comp
@@ -28,8 +28,6 @@
  * docs/benchmarks.md, "Vulkan batch-1 GEMV") */
 #define MV16_WG1 256
 #define MV16_TPR1 128
-#define MV16_ROWS 16 /* activation rows per matvec16 pass */
-#define MV16_MAX 8 /* activation rows up to which matvec16 replaces matmul_rt (H200, 9B Bamba: at 16 and 32 rows matmul_rt takes 0.87x and 0.54x of matvec16's step) */
 #define MM_BM 64
 #define MM_BN 64
 #define MM_BK 16
@@ -41,110 +39,11 @@
 #define SPLIT_WG 256 /* cm_split.comp: one workgroup per row ($LLMEM_VULKAN_SPLIT_WG) */
 #define SUM_WG 256
 
-void vk_matmul_config(vk_backend *v)
-{
-    v->mm.coopmat = v->coopmat;
-    v->mm.mv16_max = vk_env_u32("LLMEM_VULKAN_MV16_MAX", MV16_MAX, 0, 64);
-    v->mm.cm_min = vk_env_u32("LLMEM_VULKAN_CM_MIN", VK_MM_CM_MIN, 1, 1u << 30);
-    v->mm.cm_max = vk_env_u32("LLMEM_VULKAN_CM_MAX", VK_MM_CM_MAX, 1, 1u << 30);
-    /* the 64-wide K step where its shared memory fits; $LLMEM_VULKAN_CM_BK=32: the old step */
-    v->mm.cm_bk = vk_env_u32("LLMEM_VULKAN_CM_BK", VK_CM_BK_SMALL, 32, 64) == 32 ? 32 : VK_CM_BK_SMALL;
-    if (v->props.limits.maxComputeSharedMemorySize < VK_CM_SHARED_BYTES_SMALL)
-        v->mm.cm_bk = 32;
-    /* matmul_cm's pipeline depth up to 64 rows: its ring (2 .. 4), or one shared slice (1);
-     * unset (0): by rows, vk_cm_stages_for */
-    v->mm.cm_stages = vk_env_u32("LLMEM_VULKAN_CM_STAGES", 0, 1, VK_CM_STAGES_MAX);
-    v->mm.cm_fn = vk_env_u32("LLMEM_VULKAN_CM_FN", 1, 1, 4); /* vk_cm_plan_make_fn */
-    /* its layout up to 64 rows: "WG,SGM,FN,BK,SETS[,ROWS]" (vk_cm_plan_mid, from ROWS rows,
-     * default 17) in both modes; "0" the plans of vk_cm_plan_make; unset: VK_CM_MID_FAST /
-     * _PRECISE from VK_CM_MID_ROWS rows (vk_cm_mid_cfg) */
-    const char *cmid = getenv("LLMEM_VULKAN_CM_MID");
-    uint32_t *cmv = v->mm.cm_mid;
-    v->mm.cm_mid_rows = 17;
-    v->mm.cm_mid_set = cmid != NULL;
-    if (!cmid || sscanf(cmid, "%u,%u,%u,%u,%u,%u", &cmv[0], &cmv[1], &cmv[2], &cmv[3], &cmv[4],
-                        &v->mm.cm_mid_rows) < 5)
-        cmv[0] = 0;
-    /* its narrow layout of short fast-mode products: "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]"
-     * (vk_cm_plan_narrow; STEPS, WAVE default VK_CM_NARROW's), "0" none; unset: VK_CM_NARROW */
-    const char *cnar = getenv("LLMEM_VULKAN_CM_NARROW");
-    uint32_t *cnv = v->mm.cm_narrow;
-    v->mm.cm_narrow_set = cnar != NULL;
-    cnv[5] = VK_CM_NARROW_STEPS;
-    cnv[6] = VK_CM_NARROW_WAVE;
-    if (!cnar || sscanf(cnar, "%u,%u,%u,%u,%u,%u,%u", &cnv[0], &cnv[1], &cnv[2], &cnv[3], &cnv[4],
-                        &cnv[5], &cnv[6]) < 5) {
-        if (cnar && strcmp(cnar, "0") != 0)
-            fprintf(stderr, "vulkan: LLMEM_VULKAN_CM_NARROW=%s is not WG,SGM,FN,BK,SETS[,STEPS"
-                            "[,WAVE]] or 0: no narrow layout\n", cnar);
-        cnv[0] = 0;
-    }
-    /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
-     * everywhere, 3 raw with the sum in the last slice's workgroup (vk_mm_pick.h VK_CM_RAW_*) */
-    v->mm.cm_raw = vk_env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_DEFAULT, 0, 3);
-    /* matmul_swiglu's two tensor-core products share one split of their activations */
-    v->mm.cm_split_once = vk_env_u32("LLMEM_VULKAN_CM_SPLIT_ONCE", VK_CM_SPLIT_ONCE, 0, 1) == 1;
-    /* split-K of its <= 64-row tiles within this many workgroups (default VK_CM_WAVE, one
-     * wave of the H200: 9B precise tg128 b16 16.75 -> 15.79 ms, b64 29.07 -> 26.54);
-     * 0: vk_mm_split_k's 2 per SM */
-    v->mm.cm_wave = vk_env_u32("LLMEM_VULKAN_CM_WAVE", VK_CM_WAVE, 0, 1u << 20);
-    /* the wave's slices per tile rounded to nearest instead of down (a 67-tile product: 2
-     * slices, 134 workgroups, instead of 1) */
-    v->mm.cm_wave_round = vk_env_u32("LLMEM_VULKAN_CM_WAVE_ROUND", 0, 0, 1) == 1;
-    uint32_t swg = vk_env_u32("LLMEM_VULKAN_SPLIT_WG", 0, 64, 1024);
-    v->mm.split_wg = (swg & (swg - 1)) == 0 ? swg : 0;
-    v->mm.smem = v->props.limits.maxComputeSharedMemorySize;
-    /* above 64 rows: matmul_cmp.comp's KHR module where the device and the build have it (1,
-     * default; else matmul_cm.comp), its NV module (2, slower in fast mode), matmul_cm (0) */
-    uint32_t cmp = vk_env_u32("LLMEM_VULKAN_CMP", 1, 0, 2);
-    v->mm.cmp = cmp == 2 ? VK_CMP_NV
-                : cmp == 1 && v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20
-                    ? VK_CMP_KHR
-                    : VK_CMP_OFF;
-    /* up to 64 rows: matmul_cm.comp's KHR module where the device and the build have it (1,
-     * default), its NV module (0) */
-    v->mm.cm_khr = vk_env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&
-                   vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
-    /* 9-64 rows: matmul_dec.comp (1: its KHR module where the device and the build have it,
-     * else its NV one; 2 its NV module; 3, the default: its KHR module at 9-16 rows, 4 the
-     * same in fast mode only, vk_dec_used), 0 the old plans of matmul_cm.comp */
-    uint32_t dec = vk_env_u32("LLMEM_VULKAN_DEC", VK_DEC_DEFAULT, 0, 4);
-    bool dec_khr = v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_DEC_KHR].size >= 20;
-    if (dec == VK_DEC_KHR && !dec_khr)
-        dec = VK_DEC_NV;
-    if ((dec == VK_DEC_AUTO || dec == VK_DEC_AUTO_FAST) && !dec_khr)
-        dec = VK_DEC_OFF;
-    v->mm.dec = dec;
-    /* AUTO's rows in fast mode (vk_dec_used): 16 gives the route before VK_DEC_AUTO_FAST_ROWS */
-    v->mm.dec_fast_rows = vk_env_u32("LLMEM_VULKAN_DEC_FAST_ROWS", VK_DEC_AUTO_FAST_ROWS, 9, 64);
-    /* its blocking for every row count, "WG,FN,BK,DEPTH,KA,GROUPS" (vk_dec_cfg) */
-    const char *dc = getenv("LLMEM_VULKAN_DEC_CFG");
-    uint32_t *d = v->mm.dec_cfg;
-    v->mm.dec_cfg_set = dc && sscanf(dc, "%u,%u,%u,%u,%u,%u", &d[0], &d[1], &d[2], &d[3], &d[4],
-                                     &d[5]) == 6;
-    /* above 64 rows: matmul_cm2.comp where VK_NV_cooperative_matrix2 is on and the build has
-     * its module (1), else (0, default: slower on the H200) matmul_cmp as above; its
-     * invocations (where the device lists a workgroup shape for them), tile columns and K step */
-    v->mm.cm2_wg = vk_env_u32("LLMEM_VULKAN_CM2_WG", 256, 128, 256) == 128 ? 128 : 256;
-    uint32_t g256[3] = {v->cm2.gran_m, v->cm2.gran_n, v->cm2.gran_k};
-    const uint32_t *gran = v->mm.cm2_wg == 128 ? v->cm2.gran128 : g256;
-    v->mm.cm2 = vk_env_u32("LLMEM_VULKAN_CM2_PREFILL", VK_CM2_PREFILL, 0, 1) == 1 && v->coopmat2 &&
-                vk_shader_codes[VK_SH_MATMUL_CM2_KHR].size >= 20 && gran[0] != 0;
-    v->mm.cm2_bn = vk_env_u32("LLMEM_VULKAN_CM2_BN", VK_CM2_BN, 64, 256);
-    v->mm.cm2_bk = vk_env_u32("LLMEM_VULKAN_CM2_BK", VK_CM2_BK, 16, 64);
-    for (int i = 0; i < 3; i++)
-        v->mm.cm2_gran[i] = gran[i];
-    v->mv16_rows = vk_env_u32("LLMEM_VULKAN_MV16_ROWS", MV16_ROWS, 1, 32);
-    v->mm.matvec_old = getenv("LLMEM_VULKAN_MATVEC_OLD") != NULL;
-    v->mm.matmul_old = getenv("LLMEM_VULKAN_MATMUL_OLD") != NULL;
-    vk_presplit_config(v);
-}
-
 /* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ) through matvec16.comp,
- * when it applies (f16/bf16 weights, K % 8 == 0, up to MV16_MAX rows,
+ * when it applies (f16/bf16 weights, K % 8 == 0, up to VK_MM_MV16_MAX rows,
  * 16-byte aligned rows); *done says whether it did. 16-byte weight loads,
- * MV16_ROWS activation rows per pass: each pass reads the weights once,
- * which beats the tiled matmul up to MV16_MAX rows on a bandwidth-bound
+ * VK_MM_MV16_ROWS activation rows per pass: each pass reads the weights once,
+ * which beats the tiled matmul up to VK_MM_MV16_MAX rows on a bandwidth-bound
  * decode. */
 static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out,
                              bool *done)
