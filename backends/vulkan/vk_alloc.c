@@ -119,6 +119,8 @@ static void block_destroy(vk_backend *v, vk_block *b)
     if (b->mem) {
         v->vk.vkFreeMemory(v->dev, b->mem, NULL);
         v->bytes_device -= b->size;
+        vk_log(v, "block -%llu bytes%s", (unsigned long long)b->size,
+               b->dedicated ? " dedicated" : "");
     }
     free(b->free);
     free(b);
@@ -168,6 +170,7 @@ static llmem_status block_create(vk_backend *v, VkDeviceSize size, bool dedicate
         goto fail;
     }
     b->dedicated = dedicated;
+    vk_log(v, "block +%llu bytes%s", (unsigned long long)size, dedicated ? " dedicated" : "");
     st = free_push(b, 0, (vk_range){0, size});
     if (st != LLMEM_OK)
         goto fail;
