@@ -52,6 +52,16 @@ bool page_pool_init(page_pool *pp, int32_t n_pages, int32_t page_size)
     seq_heap_advise(pp->free_stack, n * sizeof *pp->free_stack);
     seq_heap_advise(pp->bucket, (size_t)nb * sizeof *pp->bucket);
     seq_heap_advise(pp->bucket_next, n * sizeof *pp->bucket_next);
+    /* page_pool_reset writes the other per-page arrays; these four are
+     * first written when a page is published (or cached), which a decode
+     * step in pages of 1 does for a page of every sequence: their page
+     * faults (~20 a step at 4,000 sequences, one per 512 pages' hashes)
+     * happen here instead of in the steps (docs/benchmarks.md, "Host
+     * bookkeeping, issue 10: first touches and row order") */
+    seq_heap_prefault(pp->hash, n * sizeof *pp->hash);
+    seq_heap_prefault(pp->parent_hash, n * sizeof *pp->parent_hash);
+    seq_heap_prefault(pp->tokens, n * (size_t)page_size * sizeof *pp->tokens);
+    seq_heap_prefault(pp->stamp, n * sizeof *pp->stamp);
     page_pool_reset(pp);
     return true;
 }

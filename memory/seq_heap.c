@@ -159,6 +159,17 @@ static void blk_free(int32_t *v)
     }
 }
 
+void seq_heap_prefault(void *p, size_t bytes)
+{
+    /* volatile: a store of the value just read, which a compiler would
+     * otherwise drop (calloc's memory reads 0 and is written 0) */
+    volatile unsigned char *c = p;
+    for (size_t off = 0; c && off < bytes; off += 4096)
+        c[off] = c[off];
+    if (c && bytes > 0)
+        c[bytes - 1] = c[bytes - 1];
+}
+
 void seq_heap_advise(void *p, size_t bytes)
 {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)

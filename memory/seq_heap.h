@@ -55,6 +55,14 @@ size_t seq_heap_bytes(const seq_heap *h);
  * changes but the page size the kernel may use. */
 void seq_heap_advise(void *p, size_t bytes);
 
+/* Touches every 4 KiB page of [p, p + bytes) (a write of the byte already
+ * there), so that the page faults of arrays a step would otherwise touch
+ * for the first time happen now: calloc hands out large blocks as
+ * untouched zero pages, and in a virtual machine a first touch can cost
+ * the host a fault as well. The contents do not change; the host memory
+ * is committed. p NULL or bytes 0: nothing. */
+void seq_heap_prefault(void *p, size_t bytes);
+
 /* For util.c: grows the heap-backed *a to at least cap entries (contents
  * kept) / gives its block back and leaves it {NULL, 0, 0}. */
 bool seq_heap_grow(i32vec *a, int32_t cap);

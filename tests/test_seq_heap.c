@@ -3,6 +3,7 @@
  * i32vecs grown and freed in random order keep exactly the entries a plain
  * reference array of each receives, freed blocks are reused by their size
  * class, and requests past the largest class fail with the vector intact. */
+#define _DEFAULT_SOURCE /* mmap's MAP_ANONYMOUS, mincore, madvise */
 #include "support/run.h"
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,6 +11,9 @@
 #include <malloc.h>
 #endif
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "memory/seq_heap.h"
 
@@ -219,6 +223,43 @@ START_TEST(test_tails_spread_over_sets)
 }
 END_TEST
 
+/* seq_heap_prefault makes every 4 KiB page of the range resident (mincore
+ * on an untouched anonymous mapping: none before, all after, the first and
+ * last partly covered pages included) and changes no byte, in the range
+ * or beside it; NULL and an empty range do nothing. */
+START_TEST(test_prefault)
+{
+    seq_heap_prefault(NULL, 4096);
+    seq_heap_prefault(&(char){7}, 0);
+#if defined(__linux__)
+    enum { PAGES = 64 };
+    size_t len = (size_t)PAGES * 4096;
+    unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    (void)madvise(m, len, MADV_NOHUGEPAGE); /* 4 KiB pages, counted one by one */
+    unsigned char vec[PAGES];
+    ck_assert_int_eq(mincore(m, len, vec), 0);
+    int resident = 0;
+    for (int i = 0; i < PAGES; i++)
+        resident += vec[i] & 1;
+    ck_assert_int_eq(resident, 0);
+    /* the range starts 100 bytes into page 1 and ends 100 bytes into page
+     * PAGES - 2; pages 0 and PAGES - 1, outside it, get a pattern */
+    m[0] = 0x5a;
+    m[len - 1] = 0xa5;
+    seq_heap_prefault(m + 4096 + 100, (size_t)(PAGES - 3) * 4096);
+    ck_assert_int_eq(mincore(m, len, vec), 0);
+    for (int i = 0; i < PAGES; i++)
+        ck_assert_msg(vec[i] & 1, "page %d not resident", i);
+    for (size_t k = 1; k < len - 1; k++)
+        ck_assert_msg(m[k] == 0, "byte %zu changed", k);
+    ck_assert_int_eq(m[0], 0x5a);
+    ck_assert_int_eq(m[len - 1], 0xa5);
+    munmap(m, len);
+#endif
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("seq_heap");
@@ -227,6 +268,7 @@ int main(void)
     tcase_add_test(tc, test_reuse_and_limits);
     tcase_add_test(tc, test_block_larger_than_chunk);
     tcase_add_test(tc, test_tails_spread_over_sets);
+    tcase_add_test(tc, test_prefault);
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
