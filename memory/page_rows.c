@@ -255,20 +255,36 @@ llmem_status page_rows_write_upload(page_rows *r, llmem_buffer *buf, const int32
 {
     if (n <= 0)
         return LLMEM_OK;
+    /* every other call walks the pairs backwards (see page_rows.h) */
+    bool back = r->back = !r->back;
     int32_t chunk = llmem_buffer_host_ptr(buf) ? PAGE_ROWS_CHUNK : n;
-    if (r->share_grow || r->full || r->n_runs > 0 || !runs_fit(r, chunk)) {
+    if (r->share_grow) { /* nothing recorded, nothing uploaded: any order */
+        for (int32_t i = 0; i < n; i++) {
+            int32_t j = back ? n - 1 - i : i;
+            r->v[pairs[2 * j]] = pairs[2 * j + 1];
+        }
+        return page_rows_upload(r, buf); /* checks that buf is this storage */
+    }
+    if (r->full || r->n_runs > 0 || !runs_fit(r, chunk)) {
         for (int32_t i = 0; i < n; i++) /* recorded: the next upload sends them */
             page_rows_write1(r, pairs[2 * i], pairs[2 * i + 1]);
         return page_rows_upload(r, buf);
     }
     llmem_status st = LLMEM_OK;
-    for (int32_t i = 0; i < n; i += chunk) {
-        int32_t m = n - i < chunk ? n - i : chunk, k = 0;
-        for (int32_t j = i; j < i + m; j++) {
+    for (int32_t c = 0; c < n; c += chunk) {
+        int32_t m = n - c < chunk ? n - c : chunk, k = 0;
+        int32_t i0 = back ? n - c - m : c; /* the chunk's first pair */
+        for (int32_t t = 0; t < m; t++) {
+            int32_t j = back ? i0 + m - 1 - t : i0 + t;
             int32_t at = pairs[2 * j];
             r->v[at] = pairs[2 * j + 1];
             size_t off = (size_t)at * sizeof(int32_t);
             if (k > 0 && r->run_off[k - 1] + r->run_len[k - 1] == off) { /* a prefill's run */
+                r->run_len[k - 1] += sizeof(int32_t);
+                continue;
+            }
+            if (k > 0 && off + sizeof(int32_t) == r->run_off[k - 1]) { /* the same, backwards */
+                r->run_off[k - 1] = off;
                 r->run_len[k - 1] += sizeof(int32_t);
                 continue;
             }

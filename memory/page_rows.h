@@ -57,6 +57,8 @@ typedef struct page_rows {
      * writes: nothing is recorded, nothing uploaded. */
     bool (*share_grow)(void *ctx, struct page_rows *r, int64_t cap);
     void *share_ctx;
+    /* page_rows_write_upload's direction: flips at every call */
+    bool back;
 } page_rows;
 
 void page_rows_finish(page_rows *r);
@@ -138,8 +140,14 @@ llmem_status page_rows_upload(page_rows *r, llmem_buffer *buf);
  * a decode step in pages of 1 writes one entry into each of thousands of
  * rows, each in a 4 KiB page of its own, more than the TLB holds. Another
  * buf gets them in one llmem_buffer_upload_ranges call. In shared storage
- * (or when the run list cannot grow) they are written and recorded
- * (page_rows_write1), then page_rows_upload runs. Returns LLMEM_OK or the
+ * they are only written (the device reads the host's memory); when the run
+ * list cannot grow they are written and recorded (page_rows_write1), then
+ * page_rows_upload runs. Every other call writes the pairs (and the chunks)
+ * in reverse order: the pairs of consecutive decode steps name the same
+ * rows in the same order, and a pass that starts where the last one ended
+ * finds the translations (and lines) of the rows that pass wrote last
+ * still cached, which a pass in the same order has evicted by the time it
+ * gets to them (4,000 rows are twice the TLB). Returns LLMEM_OK or the
  * upload's status; on failure every entry is written on the host and the
  * next upload sends the whole table. */
 llmem_status page_rows_write_upload(page_rows *r, llmem_buffer *buf, const int32_t *pairs,

@@ -315,7 +315,8 @@ typedef struct shared_fx {
  * uploaded together): rows in shuffled order, one entry each or a run of
  * several (a prefill; merged into one range), more pairs than one chunk of
  * a host-visible buffer; the device and the host table equal a reference
- * written from the pairs, nothing stays pending. Then an upload that fails
+ * written from the pairs, nothing stays pending; every other call writes
+ * the pairs, and merges the runs, backwards. Then an upload that fails
  * (a buffer smaller than the table) returns its status with every entry
  * written on the host, and the next upload sends the whole table. */
 START_TEST(test_write_upload)
@@ -349,6 +350,7 @@ START_TEST(test_write_upload)
         }
         ck_assert_int_gt(n, PAGE_ROWS_CHUNK);
         ck_assert_int_eq(page_rows_write_upload(&f.r, f.buf, pairs, n), LLMEM_OK);
+        ck_assert(f.r.back == (step % 2 == 0)); /* the odd calls ran backwards */
         ck_assert(!page_rows_pending(&f.r));
         for (int32_t e = 0; e < f.r.n; e++)
             ck_assert_int_eq(f.r.v[e], f.ref[e]);
@@ -423,6 +425,18 @@ START_TEST(test_shared_storage)
             }
             for (int32_t k = 0; old >= 0 && row[i] != old && k < 3 && k < oldcap; k++)
                 ref[row[i] + k] = keep[k];
+        } else if (op == 7) { /* a decode step's pairs, one entry of every live row */
+            int32_t pairs[2 * NROW], n = 0;
+            bool back = r.back;
+            for (int32_t q = 0; q < NROW; q++)
+                if (row[q] >= 0) {
+                    pairs[2 * n] = row[q] + (int32_t)(rnd(&seed) % (uint32_t)cap[q]);
+                    pairs[2 * n + 1] = (int32_t)(rnd(&seed) % 1000);
+                    ref[pairs[2 * n]] = pairs[2 * n + 1];
+                    n++;
+                }
+            ck_assert_int_eq(page_rows_write_upload(&r, x.buf, pairs, n), LLMEM_OK);
+            ck_assert(n == 0 || r.back != back); /* every other call backwards */
         } else { /* writes, one entry (a decode step) or a run */
             int32_t k = (int32_t)(rnd(&seed) % (uint32_t)cap[i]), v = (int32_t)(rnd(&seed) % 1000);
             if (op & 1)
@@ -454,6 +468,8 @@ START_TEST(test_shared_storage)
     llmem_buffer *other = NULL;
     ck_assert_int_eq(llmem_buffer_alloc(x.be, (size_t)r.cap * sizeof(int32_t), &other), LLMEM_OK);
     ck_assert_int_eq(page_rows_upload(&r, other), LLMEM_E_STATE);
+    int32_t pair[2] = {0, r.v[0]}; /* the same value: the table stays as the reference */
+    ck_assert_int_eq(page_rows_write_upload(&r, other, pair, 1), LLMEM_E_STATE);
     ck_assert(!page_rows_check_device(&r, other, err, sizeof err));
     ck_assert(!page_rows_check_device_upto(&r, NULL, r.n, err, sizeof err));
     llmem_buffer_free(other);
