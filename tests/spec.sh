@@ -41,7 +41,7 @@ fi
 prompt=$'ROMEO:\nWhat say you, ROMEO? What say'
 fail=0; ran=0
 for be in ${backends//,/ }; do
-  if [ "$be" != cpu ] && ! grep -Eq "^  $be: device" "$tmp/info"; then
+  if [ "$be" != cpu ] && ! grep -Eq "^  $be: (available, )?device" "$tmp/info"; then
     echo "$be: not available here ($(grep -E "^  $be:" "$tmp/info" | head -1 | sed 's/^ *//')), skipped"
     continue
   fi
