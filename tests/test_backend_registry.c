@@ -30,7 +30,7 @@ START_TEST(test_open_errors)
     ck_assert_ptr_null(be);
     ck_assert_msg(strncmp(err, "nosuch-backend: ", 16) == 0, "%s", err);
     ck_assert_msg(strstr(err, "libllmem-nosuch-backend.so not found"), "%s", err);
-    ck_assert_msg(strstr(err, LLMEM_TEST_PLUGIN_DIR), "search path missing: %s", err);
+    ck_assert_msg(strstr(err, test_plugin_dir(NULL)), "search path missing: %s", err);
     ck_assert_ptr_null(strchr(err, '\n'));
 
     char long_name[66];
@@ -161,7 +161,9 @@ END_TEST
 
 START_TEST(test_plugin_search_order)
 {
-    const char *main_dir = LLMEM_TEST_PLUGIN_DIR, *alt_dir = LLMEM_TEST_PLUGIN_DIR "/alt";
+    char main_dir[1024], alt_dir[1024];
+    snprintf(main_dir, sizeof main_dir, "%s", test_plugin_dir(NULL));
+    snprintf(alt_dir, sizeof alt_dir, "%s", test_plugin_dir("/alt"));
     const struct {
         const char *first, *second, *device;
     } order[] = {{alt_dir, main_dir, "testplug alt device"},
