@@ -110,12 +110,20 @@ typedef struct vk_graph vk_graph;
  * range [begin, end) of VkBuffer `vb`, the f32 [m, k] tensor the terms
  * are of, has not been written since; any tracked write overlapping it,
  * a replayed step, a recording's start or end and a submit clear it. */
-typedef struct vk_presplit {
-    llmem_buffer *terms; /* backend-owned, VK_PRESPLIT_BYTES, made on first use */
+/* A tensor's device range, kept until a tracked write overlaps it or it is
+ * dropped (vk_presplit.c): what the presplit terms and the residual's copy
+ * (vk_sum.c) were made from, whose contents hold only while it is
+ * unwritten. */
+typedef struct vk_kept_range {
     bool valid;
-    bool failed;         /* the terms buffer could not be made: never try again */
     VkBuffer vb;
     VkDeviceSize begin, end;
+} vk_kept_range;
+
+typedef struct vk_presplit {
+    llmem_buffer *terms; /* backend-owned, VK_PRESPLIT_BYTES, made on first use */
+    vk_kept_range src;   /* the tensor the terms are of */
+    bool failed;         /* the terms buffer could not be made: never try again */
     uint32_t m, k;
     uint32_t rows_max;   /* rows up to which producers write terms ($LLMEM_VULKAN_PRESPLIT_ROWS,
                           * default VK_PRESPLIT_ROWS_DEFAULT) */
@@ -409,9 +417,13 @@ bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k);
 /* Forgets the terms (a replayed step, a recording's start or end, a submit),
  * and the residual's copy (vk_resid_drop). */
 void vk_presplit_drop(vk_backend *v);
-/* The device range of tensor t (bytes [*begin, *end) of *vb); false when t
- * crosses a chunk of its buffer (bound through a temporary: not kept). */
-bool vk_tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end);
+/* Keeps t's device range in *k (not valid when t crosses a chunk of its
+ * buffer: bound through a temporary, nothing to keep). */
+void vk_kept_set(vk_kept_range *k, llmem_ct *t);
+/* Whether *k is valid and t's device range is exactly it. */
+bool vk_kept_is(const vk_kept_range *k, llmem_ct *t);
+/* Invalidates *k when one of acc[0..n) writes into its range. */
+void vk_kept_written(vk_kept_range *k, const vk_access *acc, uint32_t n);
 /* vk_cmd_track's hook: forgets the terms when one of acc[0..n) writes their range
  * (and the residual's copy: vk_resid_written). */
 void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n);

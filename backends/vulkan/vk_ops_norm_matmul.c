@@ -435,15 +435,6 @@ static bool dt_conv(llmem_dtype t)
     return t == LLMEM_DTYPE_F32 || t == LLMEM_DTYPE_F16 || t == LLMEM_DTYPE_BF16;
 }
 
-/* Whether byte ranges of t and u share a buffer and overlap. */
-static bool overlap(const llmem_tensor *t, bool has_t, const llmem_tensor *u)
-{
-    if (!has_t || t->buf != u->buf)
-        return false;
-    size_t te = t->offset + llmem_tensor_nbytes(t), ue = u->offset + llmem_tensor_nbytes(u);
-    return t->offset < ue && u->offset < te;
-}
-
 /* Whether the held product's dispatch may also do the conv (x -> out,
  * state `state` of view): x a whole f32 slice of the product's output
  * [1, N] at a float offset, one stream of one token without checkpoints,
@@ -472,9 +463,9 @@ static bool nm_conv_matches(const vk_backend *v, const llmem_view *view, int32_t
     const llmem_tensor *rd[6] = {&a->x, &a->z, &a->nw, &a->w, &a->w2, &a->out};
     const bool has[6] = {true, a->has_z, a->has_nw, true, a->has_w2, true};
     for (int i = 0; i < 6; i++)
-        if (overlap(rd[i], has[i], out) || (has[i] && rd[i]->buf == rs->state[state]))
+        if (has[i] && (vk_overlap(rd[i], out) || rd[i]->buf == rs->state[state]))
             return false;
-    if (overlap(&a->out, true, w) || overlap(&a->out, b != NULL, b))
+    if (vk_overlap(&a->out, w) || vk_overlap(b, &a->out))
         return false;
     bool snap = true;
     if (vk_rs_needs_snapshot(rs, &snap) != LLMEM_OK || snap)

@@ -114,15 +114,6 @@ static bool same_tensor(const llmem_tensor *a, const llmem_tensor *b)
     return true;
 }
 
-/* Whether byte ranges of a and b share a buffer and overlap. */
-static bool overlap(const llmem_tensor *a, const llmem_tensor *b)
-{
-    if (a->buf != b->buf)
-        return false;
-    size_t ae = a->offset + llmem_tensor_nbytes(a), be = b->offset + llmem_tensor_nbytes(b);
-    return a->offset < be && b->offset < ae;
-}
-
 /* Whether a rope of x (params p, positions pos) may join the held one r:
  * the same angles and position, as many tokens, and different bytes (q,
  * then k). */
@@ -131,7 +122,7 @@ static bool rope_joins(const struct vk_rope_held *r, const llmem_rope_params *p,
 {
     return r->p.mode == p->mode && r->p.n_rot == p->n_rot && r->p.theta_base == p->theta_base &&
            r->p.freq_scale == p->freq_scale && same_tensor(&r->pos, pos) &&
-           r->x.ne[2] == x->ne[2] && !overlap(&r->x, x);
+           r->x.ne[2] == x->ne[2] && !vk_overlap(&r->x, x);
 }
 
 /* A one-token rope in place on f32 [1, H, hd] (hd even, <= RS_SMAX) with an
@@ -142,7 +133,7 @@ static bool rope_may_hold(const vk_backend *v, const llmem_rope_params *p, llmem
     return VK_KNOB(v, rope_store, ROPE_STORE) == 1 && x->n_dims == 3 && x->ne[0] == 1 &&
            x->dtype == LLMEM_DTYPE_F32 && same_tensor(x, out) && x->ne[2] % 2 == 0 &&
            x->ne[2] <= RS_SMAX && p->n_rot % 2 == 0 && pos->dtype == LLMEM_DTYPE_I32 &&
-           !overlap(x, pos) && one_chunk(x) && one_chunk(pos);
+           !vk_overlap(x, pos) && one_chunk(x) && one_chunk(pos);
 }
 
 llmem_status vk_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct *x, llmem_ct *pos,
@@ -207,7 +198,7 @@ llmem_status vk_rope_store_take(vk_backend *v, const llmem_view *view, llmem_ct 
               (n == 1 || last->ne[1] == hk) && one_chunk(vv) && vk_buf(kv->k)->n_chunks == 1 &&
               vk_buf(kv->v)->n_chunks == 1 && kv->store_slot.n == kv->store_tok.n;
     for (uint32_t i = 0; ok && i < n; i++)
-        ok = !overlap(&h->r[i].x, vv);
+        ok = !vk_overlap(&h->r[i].x, vv);
     if (!ok)
         return vk_rope_flush(v);
     /* the q rows: the first rope held, or the head of the only one */

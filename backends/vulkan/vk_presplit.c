@@ -50,7 +50,9 @@ static uint32_t presplit_mode(void)
     return x >= 0 && x <= 2 ? (uint32_t)x : 1u;
 }
 
-bool vk_tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end)
+/* The device range of tensor t (bytes [*begin, *end) of *vb); false when t
+ * crosses a chunk of its buffer. */
+static bool tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSize *end)
 {
     size_t bytes = llmem_tensor_nbytes(t);
     vk_buffer *b = vk_buf(t->buf);
@@ -63,6 +65,26 @@ bool vk_tensor_range(llmem_ct *t, VkBuffer *vb, VkDeviceSize *begin, VkDeviceSiz
     *begin = a->offset + local;
     *end = *begin + bytes;
     return true;
+}
+
+void vk_kept_set(vk_kept_range *k, llmem_ct *t)
+{
+    k->valid = tensor_range(t, &k->vb, &k->begin, &k->end);
+}
+
+bool vk_kept_is(const vk_kept_range *k, llmem_ct *t)
+{
+    VkBuffer vb;
+    VkDeviceSize begin, end;
+    return k->valid && tensor_range(t, &vb, &begin, &end) && vb == k->vb && begin == k->begin &&
+           end == k->end;
+}
+
+void vk_kept_written(vk_kept_range *k, const vk_access *acc, uint32_t n)
+{
+    for (uint32_t i = 0; i < n && k->valid; i++)
+        if (acc[i].write && acc[i].buf == k->vb && acc[i].begin < k->end && k->begin < acc[i].end)
+            k->valid = false;
 }
 
 bool vk_presplit_want(const vk_backend *v, int64_t rows, int64_t cols)
@@ -98,7 +120,7 @@ llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, ui
 void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k)
 {
     vk_presplit *p = &v->presplit;
-    p->valid = vk_tensor_range(out, &p->vb, &p->begin, &p->end);
+    vk_kept_set(&p->src, out);
     p->m = m;
     p->k = k;
 }
@@ -106,24 +128,19 @@ void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k)
 bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k)
 {
     const vk_presplit *p = &v->presplit;
-    VkBuffer vb;
-    VkDeviceSize begin, end;
-    return p->valid && v->mm.presplit && v->mm.coopmat && a->dtype == LLMEM_DTYPE_F32 && p->m == m && p->k == k &&
-           vk_tensor_range(a, &vb, &begin, &end) && vb == p->vb && begin == p->begin && end == p->end;
+    return v->mm.presplit && v->mm.coopmat && a->dtype == LLMEM_DTYPE_F32 && p->m == m &&
+           p->k == k && vk_kept_is(&p->src, a);
 }
 
 void vk_presplit_drop(vk_backend *v)
 {
-    v->presplit.valid = false;
+    v->presplit.src.valid = false;
     vk_resid_drop(v); /* the residual's copy (vk_sum.c) follows the same rules */
 }
 
 void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n)
 {
-    vk_presplit *p = &v->presplit;
-    for (uint32_t i = 0; i < n && p->valid; i++)
-        if (acc[i].write && acc[i].buf == p->vb && acc[i].begin < p->end && p->begin < acc[i].end)
-            p->valid = false;
+    vk_kept_written(&v->presplit.src, acc, n);
     vk_resid_written(v, acc, n);
 }
 
@@ -146,5 +163,5 @@ void vk_presplit_finish(llmem_backend *be, vk_backend *v)
     if (v->presplit.terms)
         vk_buffer_free(be, v->presplit.terms);
     v->presplit.terms = NULL;
-    v->presplit.valid = false;
+    v->presplit.src.valid = false;
 }

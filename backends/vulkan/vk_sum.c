@@ -112,15 +112,6 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
     return st;
 }
 
-/* Whether byte ranges of t and u share a buffer and overlap. */
-static bool overlap(const llmem_tensor *t, const llmem_tensor *u)
-{
-    if (t->buf != u->buf)
-        return false;
-    size_t te = t->offset + llmem_tensor_nbytes(t), ue = u->offset + llmem_tensor_nbytes(u);
-    return t->offset < ue && u->offset < te;
-}
-
 /* Whether t is exactly the held output: the same buffer, offset and
  * [m, n] f32 shape. */
 static bool is_out(const sum_held *h, const llmem_tensor *t)
@@ -133,10 +124,10 @@ static bool is_out(const sum_held *h, const llmem_tensor *t)
 /* Whether t overlaps anything the held pass reads or writes. */
 static bool touches(const sum_held *h, const llmem_tensor *t)
 {
-    if (overlap(t, &h->s.out) || overlap(t, &h->s.pt) || overlap(t, &h->s.te))
+    if (vk_overlap(t, &h->s.out) || vk_overlap(t, &h->s.pt) || vk_overlap(t, &h->s.te))
         return true;
     for (uint32_t j = 0; j < h->n_dst; j++)
-        if (overlap(t, &h->dst[j]))
+        if (vk_overlap(t, &h->dst[j]))
             return true;
     return false;
 }
@@ -283,9 +274,8 @@ void vk_sum_taken(vk_backend *v)
 struct vk_resid {
     llmem_backend *be;
     llmem_buffer *copy[2];
-    int held;             /* the copy that holds x (-1: none) */
-    VkBuffer vb;          /* x's device range */
-    VkDeviceSize begin, end;
+    int held;             /* the copy that holds x while x.valid */
+    vk_kept_range x;      /* x's device range */
     int64_t rows, cols;
 };
 
@@ -299,11 +289,8 @@ static bool resid_fits(llmem_ct *x)
 bool vk_resid_src(vk_backend *v, llmem_ct *x, llmem_tensor *src)
 {
     const struct vk_resid *c = v->resid;
-    VkBuffer vb;
-    VkDeviceSize begin, end;
-    if (!c || c->held < 0 || !resid_fits(x) || x->ne[0] != c->rows || x->ne[1] != c->cols ||
-        !vk_tensor_range(x, &vb, &begin, &end) || vb != c->vb || begin != c->begin ||
-        end != c->end)
+    if (!c || !resid_fits(x) || x->ne[0] != c->rows || x->ne[1] != c->cols ||
+        !vk_kept_is(&c->x, x))
         return false;
     *src = llmem_tensor_2d(c->copy[c->held], 0, LLMEM_DTYPE_F32, x->ne[0], x->ne[1]);
     return true;
@@ -317,10 +304,9 @@ llmem_status vk_resid_dst(llmem_backend *be, vk_backend *v, llmem_ct *x, llmem_t
         if (!(v->resid = calloc(1, sizeof *v->resid)))
             return LLMEM_E_NO_MEMORY;
         v->resid->be = be;
-        v->resid->held = -1;
     }
     struct vk_resid *c = v->resid;
-    int k = c->held == 0 ? 1 : 0;
+    int k = c->x.valid && c->held == 0 ? 1 : 0;
     if (!c->copy[k]) {
         size_t bytes = (size_t)4 * VK_RESID_ROWS * VK_RESID_COLS;
         llmem_status st = vk_buffer_alloc(be, bytes, &c->copy[k]);
@@ -337,9 +323,7 @@ llmem_status vk_resid_dst(llmem_backend *be, vk_backend *v, llmem_ct *x, llmem_t
 void vk_resid_set(vk_backend *v, llmem_ct *x, const llmem_tensor *dst)
 {
     struct vk_resid *c = v->resid;
-    c->held = -1;
-    if (!vk_tensor_range(x, &c->vb, &c->begin, &c->end))
-        return;
+    vk_kept_set(&c->x, x);
     c->held = dst->buf == c->copy[0] ? 0 : 1;
     c->rows = x->ne[0];
     c->cols = x->ne[1];
@@ -347,16 +331,14 @@ void vk_resid_set(vk_backend *v, llmem_ct *x, const llmem_tensor *dst)
 
 void vk_resid_written(vk_backend *v, const vk_access *acc, uint32_t n)
 {
-    struct vk_resid *c = v->resid;
-    for (uint32_t i = 0; c && c->held >= 0 && i < n; i++)
-        if (acc[i].write && acc[i].buf == c->vb && acc[i].begin < c->end && c->begin < acc[i].end)
-            c->held = -1;
+    if (v->resid)
+        vk_kept_written(&v->resid->x, acc, n);
 }
 
 void vk_resid_drop(vk_backend *v)
 {
     if (v->resid)
-        v->resid->held = -1;
+        v->resid->x.valid = false;
 }
 
 void vk_sum_finish(vk_backend *v)
