@@ -284,6 +284,17 @@ static uint32_t cm_ctr_first(llmem_backend *be, vk_backend *v, uint64_t tiles)
     return vk_cm_ctr_take(&v->cm_ctr_next, tiles, VK_CM_CTR_SLOTS);
 }
 
+/* Whether matmul_cm.comp may run the layout cfg (WG, SGM, FN, BK, SETS of
+ * vk_cm_plan_mid): more than one register set only with raw tiles
+ * (RAW_ALL, RAW_FUSED), and a workgroup the device takes (Vulkan
+ * guarantees only 128 invocations). */
+static bool layout_runs(const vk_backend *v, const uint32_t cfg[5])
+{
+    return (cfg[4] == 1 || v->mm.cm_raw >= VK_CM_RAW_ALL) &&
+           cfg[0] <= v->props.limits.maxComputeWorkGroupInvocations &&
+           cfg[0] <= v->props.limits.maxComputeWorkGroupSize[0];
+}
+
 /* out = a · wᵀ on tensor cores from the terms of a (cm_split_run):
  * above 64 rows matmul_cm2.comp (CM_ALLOW_CM2 and vk_cm2_used; blocking
  * of vk_cm2_plan_make; when the partial buffer's offset is not 16-byte
@@ -348,13 +359,8 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (dec)
         pl = dp.cm;
     if (!cmp && !dec) {
-        /* (more than one register set only with raw tiles: RAW_ALL, RAW_FUSED; a workgroup the
-         * device takes: Vulkan guarantees only 128 invocations) */
         mid = (allow & CM_ALLOW_MID) && vk_cm_mid_cfg(&v->mm, m, tm->split, mid_cfg) &&
-              (mid_cfg[4] == 1 || v->mm.cm_raw >= VK_CM_RAW_ALL) &&
-              mid_cfg[0] <= v->props.limits.maxComputeWorkGroupInvocations &&
-              mid_cfg[0] <= v->props.limits.maxComputeWorkGroupSize[0] &&
-              vk_cm_plan_mid(m, n, k, tm->split, mid_cfg, v->mm.smem, &pl);
+              layout_runs(v, mid_cfg) && vk_cm_plan_mid(m, n, k, tm->split, mid_cfg, v->mm.smem, &pl);
         if (!mid)
             vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
                                v->mm.smem, v->mm.cm_fn, &pl);
@@ -363,13 +369,11 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */
             wave = (uint32_t)((wave + t0 / 2) / t0 * t0);
         vk_cm_plan_wave(&pl, k, wave);
-        /* short fast-mode products: the narrow layout (same device checks) */
+        /* short fast-mode products: the narrow layout */
         uint32_t ncfg[5];
         vk_cm_plan np;
         if (mid && vk_cm_plan_narrow(&v->mm, m, n, k, tm->split, &pl, v->mm.smem, ncfg, &np) &&
-            (ncfg[4] == 1 || v->mm.cm_raw >= VK_CM_RAW_ALL) &&
-            ncfg[0] <= v->props.limits.maxComputeWorkGroupInvocations &&
-            ncfg[0] <= v->props.limits.maxComputeWorkGroupSize[0]) {
+            layout_runs(v, ncfg)) {
             pl = np;
             memcpy(mid_cfg, ncfg, sizeof ncfg);
         }
