@@ -100,6 +100,13 @@ typedef struct cm2_flex {
     uint32_t invocations;
 } cm2_flex;
 typedef VkResult (*cm2_flex_fn)(VkPhysicalDevice, uint32_t *, cm2_flex *);
+/* VK_KHR_shader_bfloat16 (registry: extension 142), newer than those headers too */
+#define STYPE_BF16_FEATURES 1000141000
+typedef struct bf16_feat {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 type, dot, cm;
+} bf16_feat;
 
 /* bindings 0-5 (matmul_cm.comp's: weights, activations, out or partial, exponents, final out
  * and arrival counters of RAW 2), then the host-visible staging buffer */
@@ -120,7 +127,7 @@ static struct {
     VkBuffer buf[N_BUF];
     char *stage;
     float tick_ns;
-    int nv, khr, pexec, cm2;
+    int nv, khr, pexec, cm2, bf16;
 } g;
 
 #define WN 14336u /* weight rows */
@@ -427,6 +434,7 @@ static int setup(void)
         g.khr |= strcmp(ep[i].extensionName, "VK_KHR_cooperative_matrix") == 0;
         g.pexec |= strcmp(ep[i].extensionName, "VK_KHR_pipeline_executable_properties") == 0;
         g.cm2 |= strcmp(ep[i].extensionName, "VK_NV_cooperative_matrix2") == 0;
+        g.bf16 |= strcmp(ep[i].extensionName, "VK_KHR_shader_bfloat16") == 0;
     }
     free(ep);
     const char *cm2_env = getenv("LLMEM_VULKAN_CM2");
@@ -473,10 +481,23 @@ static int setup(void)
         c2.pNext = kf.pNext;
         kf.pNext = &c2;
     }
+    /* bf16 scalars and cooperative matrices (shaders/matmul_bf.comp), where the device has them */
+    bf16_feat bf = {STYPE_BF16_FEATURES, NULL, 0, 0, 0};
+    if (g.bf16 && g.khr) {
+        VkPhysicalDeviceFeatures2 q2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &bf};
+        vkGetPhysicalDeviceFeatures2(g.pd, &q2);
+        printf("bf16 features: type %u, dot %u, cooperative matrix %u\n", bf.type, bf.dot, bf.cm);
+    }
+    g.bf16 = g.bf16 && g.khr && bf.type && bf.cm;
+    if (g.bf16) {
+        bf.dot = VK_FALSE;
+        bf.pNext = kf.pNext;
+        kf.pNext = &bf;
+    }
     VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .pNext = &f12};
     f11.storageBuffer16BitAccess = h11.storageBuffer16BitAccess;
-    const char *exts[4];
+    const char *exts[5];
     uint32_t nx = 0;
     if (g.cm2)
         exts[nx++] = "VK_NV_cooperative_matrix2";
@@ -486,6 +507,8 @@ static int setup(void)
         exts[nx++] = "VK_NV_cooperative_matrix";
     if (g.khr)
         exts[nx++] = "VK_KHR_cooperative_matrix";
+    if (g.bf16)
+        exts[nx++] = "VK_KHR_shader_bfloat16";
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, NULL, 0, 0, 1, &prio};
     VkDeviceCreateInfo dci = {VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, &f11, 0, 1, &qi, 0, NULL, nx, exts, NULL};
