@@ -61,15 +61,30 @@
  * this file; shaders/shaders.cmake). The host runs the KHR module for 9-64
  * rows where the device lists VK_KHR_cooperative_matrix
  * ($LLMEM_VULKAN_CM_KHR=0 keeps NV; vk_ops_matmul.c). Self-contained (no
- * common.glsl), so that the recorded hash covers this file alone. */
+ * common.glsl), so that the recorded hash covers this file alone.
+ * With -DKHR -DBF16=1 (glslang 16: GL_EXT_bfloat16; shaders/khr/matmul_cm_bf.spv,
+ * $LLMEM_VULKAN_BF16, vk_bf16_used: fast mode, bf16 weights only) the A
+ * and B matrices are bf16: the weights are staged as they are (W_CVT) and
+ * each f16 term of a is rounded to bf16 (A_CVT) on its way into shared
+ * memory; docs/benchmarks.md, "Vulkan decode GEMM on bf16 cooperative
+ * matrices". */
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 128;
 #define DT_BF16 2u
 
+#ifndef BF16
+#define BF16 0
+#endif
 #ifdef KHR
 #extension GL_KHR_cooperative_matrix : require
+#if BF16
+#extension GL_EXT_bfloat16 : require
+#define CM_A coopmat<bfloat16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define CM_B coopmat<bfloat16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#else
 #define CM_A coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
 #define CM_B coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#endif
 #define CM_C coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define LOAD_ROW(m_, a_, o_, s_) coopMatLoad(m_, a_, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
 #define LOAD_COL(m_, a_, o_, s_) coopMatLoad(m_, a_, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
@@ -173,6 +188,32 @@ uint bf16x2_to_f16x2(uint x)
     return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
 }
 
+/* The terms of a (f16) and the weights (W_DT) as the matrices take them.
+ * BF16 0: a as is, bf16 weights converted to f16 (above). BF16 1 (the
+ * fast-mode module on bf16 matrices, matmul_cm_bf; SPLIT 1 and bf16
+ * weights only): the weights as is, each f16 term rounded to bf16 (to
+ * nearest, ties to even: every f16 is exact in f32 and finite here). */
+uint f16x2_to_bf16x2(uint x)
+{
+    uvec2 u = floatBitsToUint(unpackHalf2x16(x));
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return u.x | u.y << 16;
+}
+uvec4 W_CVT(uvec4 u)
+{
+    if (BF16 != 0 || W_DT != DT_BF16)
+        return u;
+    return uvec4(bf16x2_to_f16x2(u.x), bf16x2_to_f16x2(u.y), bf16x2_to_f16x2(u.z),
+                 bf16x2_to_f16x2(u.w));
+}
+uvec4 A_CVT(uvec4 u)
+{
+    if (BF16 == 0)
+        return u;
+    return uvec4(f16x2_to_bf16x2(u.x), f16x2_to_bf16x2(u.y), f16x2_to_bf16x2(u.z),
+                 f16x2_to_bf16x2(u.w));
+}
+
 /* global -> registers RA, RW for the slice at k0 (zeros outside [M, N) and k_end) */
 #define FETCH_TO(RA, RW, k0)                                                                      \
     [[unroll]] for (uint i = 0u; i < NA; i++) {                                                   \
@@ -199,15 +240,13 @@ uint bf16x2_to_f16x2(uint x)
         [[unroll]] for (uint i = 0u; i < NA; i++) {                                               \
             uint e_ = l + i * WG;                                                                 \
             if (e_ < SPLIT * BM * RV)                                                             \
-                ring[b_ + (e_ / RV) * LD + e_ % RV] = RA[i];                                      \
+                ring[b_ + (e_ / RV) * LD + e_ % RV] = A_CVT(RA[i]);                               \
         }                                                                                         \
         [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
             uint e_ = l + i * WG;                                                                 \
             if (e_ < BN * RV) {                                                                   \
                 uvec4 u_ = RW[i];                                                                 \
-                if (W_DT == DT_BF16)                                                              \
-                    u_ = uvec4(bf16x2_to_f16x2(u_.x), bf16x2_to_f16x2(u_.y),                      \
-                               bf16x2_to_f16x2(u_.z), bf16x2_to_f16x2(u_.w));                     \
+                u_ = W_CVT(u_);                                                                   \
                 ring[b_ + SPLIT * BM * LD + (e_ / RV) * LD + e_ % RV] = u_;                       \
             }                                                                                     \
         }                                                                                         \
@@ -255,15 +294,13 @@ uint bf16x2_to_f16x2(uint x)
         [[unroll]] for (uint i = 0u; i < NA; i++) {                                               \
             uint e_ = l + i * WG;                                                                 \
             if (e_ < SPLIT * BM * RV)                                                             \
-                sa[(e_ / RV) * LD + e_ % RV] = RA[i];                                             \
+                sa[(e_ / RV) * LD + e_ % RV] = A_CVT(RA[i]);                                      \
         }                                                                                         \
         [[unroll]] for (uint i = 0u; i < NW; i++) {                                               \
             uint e_ = l + i * WG;                                                                 \
             if (e_ < BN * RV) {                                                                   \
                 uvec4 u_ = RW[i];                                                                 \
-                if (W_DT == DT_BF16)                                                              \
-                    u_ = uvec4(bf16x2_to_f16x2(u_.x), bf16x2_to_f16x2(u_.y),                      \
-                               bf16x2_to_f16x2(u_.z), bf16x2_to_f16x2(u_.w));                     \
+                u_ = W_CVT(u_);                                                                   \
                 sw[(e_ / RV) * LD + e_ % RV] = u_;                                                \
             }                                                                                     \
         }                                                                                         \
@@ -453,15 +490,13 @@ void main()
             [[unroll]] for (uint i = 0u; i < NA; i++) {
                 uint e_ = l + i * WG;
                 if (e_ < SPLIT * BM * RV)
-                    sa[(e_ / RV) * LD + e_ % RV] = ra[i];
+                    sa[(e_ / RV) * LD + e_ % RV] = A_CVT(ra[i]);
             }
             [[unroll]] for (uint i = 0u; i < NW; i++) {
                 uint e_ = l + i * WG;
                 if (e_ < BN * RV) {
                     uvec4 u = rw[i];
-                    if (W_DT == DT_BF16)
-                        u = uvec4(bf16x2_to_f16x2(u.x), bf16x2_to_f16x2(u.y),
-                                  bf16x2_to_f16x2(u.z), bf16x2_to_f16x2(u.w));
+                    u = W_CVT(u);
                     sw[(e_ / RV) * LD + e_ % RV] = u;
                 }
             }

@@ -145,6 +145,41 @@ bool vk_khr_cm_usable(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup_si
     return ok;
 }
 
+bool vk_khr_bf16_usable(VkInstance inst, VkPhysicalDevice pd)
+{
+    if (vk_env_u32("LLMEM_VULKAN_BF16", VK_BF16_DEFAULT, 0, 2) == 0 ||
+        !vk_has_device_ext(pd, VK_KHR_BF16_NAME) ||
+        (vk_shader_codes[VK_SH_MATMUL_DEC_BF_KHR].size < 20 &&
+         vk_shader_codes[VK_SH_MATMUL_CM_BF_KHR].size < 20))
+        return false;
+    PFN_vkVoidFunction f =
+        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    khr_cm_query q;
+    if (!f)
+        return false;
+    memcpy(&q, &f, sizeof q);
+    vk_khr_bf16_features bf = {.sType = VK_KHR_BF16_STYPE_FEATURES};
+    VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &bf};
+    vkGetPhysicalDeviceFeatures2(pd, &f2);
+    uint32_t n = 0;
+    if (!bf.shaderBFloat16Type || !bf.shaderBFloat16CooperativeMatrix ||
+        q(pd, &n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    khr_cm_properties *p = calloc(n, sizeof *p);
+    bool ok = false;
+    if (p) {
+        for (uint32_t i = 0; i < n; i++)
+            p[i].sType = KHR_CM_STYPE_PROPERTIES;
+        if (q(pd, &n, p) == VK_SUCCESS)
+            for (uint32_t i = 0; i < n && !ok; i++)
+                ok = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
+                     p[i].AType == VK_KHR_BF16_COMPONENT && p[i].BType == VK_KHR_BF16_COMPONENT &&
+                     p[i].CType == 1 && p[i].ResultType == 1 && p[i].scope == 3;
+    }
+    free(p);
+    return ok;
+}
+
 bool vk_cm2_query(VkInstance inst, VkPhysicalDevice pd, vk_cm2_caps *c)
 {
     *c = (vk_cm2_caps){0};

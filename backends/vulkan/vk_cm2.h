@@ -45,6 +45,31 @@ bool vk_has_device_ext(VkPhysicalDevice pd, const char *name);
 bool vk_khr_cm_usable(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup_size,
                       uint32_t shared_bytes);
 
+/* VK_KHR_shader_bfloat16 (registry: extension 142), newer than Debian
+ * 12's Vulkan headers too: its feature structure and the bf16 component
+ * type of VkCooperativeMatrixPropertiesKHR. */
+#define VK_KHR_BF16_NAME "VK_KHR_shader_bfloat16"
+#define VK_KHR_BF16_STYPE_FEATURES ((VkStructureType)1000141000)
+#define VK_KHR_BF16_COMPONENT 1000141000
+typedef struct vk_khr_bf16_features {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 shaderBFloat16Type, shaderBFloat16DotProduct, shaderBFloat16CooperativeMatrix;
+} vk_khr_bf16_features;
+
+/* Whether the bf16 modules (matmul_dec.comp and matmul_cm.comp with
+ * -DBF16=1: bf16 A and B matrices, shaders/shaders.cmake's
+ * LLMEM_VK_BF16_SHADERS) may run on pd, where VK_KHR_cooperative_matrix
+ * is already usable (vk_khr_cm_usable): the extension
+ * VK_KHR_shader_bfloat16 with shaderBFloat16Type and
+ * shaderBFloat16CooperativeMatrix, and a 16 x 16 x 16 shape of bf16 A and
+ * B with f32 C and result at subgroup scope among
+ * vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR's. false, too, when
+ * $LLMEM_VULKAN_BF16 is 0 (then the extension is not enabled), when no
+ * bf16 module is embedded, or when the host runs out of memory for the
+ * shape list. The H200 (driver 580) lists all of it. */
+bool vk_khr_bf16_usable(VkInstance inst, VkPhysicalDevice pd);
+
 /* VK_NV_cooperative_matrix2 (vk_cm2.c): newer than Debian 12's Vulkan
  * headers (1.3.239), so its feature structure is defined here as the
  * Khronos registry gives it (structure type 1000593000). */

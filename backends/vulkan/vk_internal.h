@@ -153,6 +153,9 @@ typedef struct vk_backend {
     bool coopmat;        /* VK_NV_cooperative_matrix enabled for matmul_cm.comp (vk_plugin.c) */
     bool coopmat_khr;    /* VK_KHR_cooperative_matrix enabled too, for the KHR modules of
                           * matmul_cmp.comp and matmul_cm.comp */
+    bool coopmat_bf16;   /* VK_KHR_shader_bfloat16 enabled too (bf16 types and matrices), for
+                          * the bf16 modules of matmul_dec.comp and matmul_cm.comp
+                          * (vk_khr_bf16_usable; $LLMEM_VULKAN_BF16=0 turns it off) */
     bool coopmat2;       /* VK_NV_cooperative_matrix2 enabled (with VK_KHR_cooperative_matrix
                           * and bufferDeviceAddress): workgroup-scope matrices, tensor loads and
                           * stores, decode functions; $LLMEM_VULKAN_CM2=0 turns it off (vk_cm2.c) */

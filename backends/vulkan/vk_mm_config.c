@@ -107,6 +107,13 @@ void vk_matmul_config(vk_backend *v)
     if ((dec == VK_DEC_AUTO || dec == VK_DEC_AUTO_FAST) && !dec_khr)
         dec = VK_DEC_OFF;
     v->mm.dec = dec;
+    /* fast mode, bf16 weights, where the device has bf16 matrices (vk_khr_bf16_usable, which
+     * leaves them off at $LLMEM_VULKAN_BF16=0, the default): matmul_dec's bf16 module from 1,
+     * matmul_cm's too at 2 (slower on the H200: vk_bf16_used) */
+    uint32_t bf = v->coopmat_bf16 ? vk_env_u32("LLMEM_VULKAN_BF16", VK_BF16_DEFAULT, 0, 2) : 0;
+    v->mm.bf16_dec = bf >= 1 && dec_khr && vk_shader_codes[VK_SH_MATMUL_DEC_BF_KHR].size >= 20;
+    v->mm.bf16_cm = bf >= 2 && v->mm.cm_khr &&
+                    vk_shader_codes[VK_SH_MATMUL_CM_BF_KHR].size >= 20;
     /* AUTO's rows in fast mode (vk_dec_used): 16 gives the route before VK_DEC_AUTO_FAST_ROWS */
     v->mm.dec_fast_rows = vk_env_u32("LLMEM_VULKAN_DEC_FAST_ROWS", VK_DEC_AUTO_FAST_ROWS, 9, 64);
     /* its blocking for every row count, "WG,FN,BK,DEPTH,KA,GROUPS" (vk_dec_cfg) */

@@ -295,6 +295,12 @@ bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split)
     return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
 }
 
+bool vk_bf16_used(const vk_mm_caps *c, uint32_t m, uint32_t split, llmem_dtype w_dt, bool dec)
+{
+    return c->coopmat && (dec ? c->bf16_dec : c->bf16_cm) && split == 1 &&
+           w_dt == LLMEM_DTYPE_BF16 && m <= VK_CMP_ROWS;
+}
+
 bool vk_cm2_used(const vk_mm_caps *c, uint32_t m)
 {
     return c->coopmat && c->cm2 && m > VK_CMP_ROWS;

@@ -97,6 +97,9 @@ typedef struct vk_mm_caps {
                         * only where the KHR module can run */
     uint32_t dec_fast_rows; /* AUTO in fast mode: up to these rows (0: VK_DEC_AUTO_FAST_ROWS;
                              * $LLMEM_VULKAN_DEC_FAST_ROWS) */
+    bool bf16_dec, bf16_cm; /* fast mode, bf16 weights: matmul_dec.comp's / matmul_cm.comp's
+                             * bf16 module instead of their f16 KHR one (VK_KHR_shader_bfloat16
+                             * on, the module embedded, $LLMEM_VULKAN_BF16; vk_bf16_used) */
     bool dec_cfg_set;  /* dec_cfg replaces vk_dec_cfg_default ($LLMEM_VULKAN_DEC_CFG) */
     uint32_t dec_cfg[6]; /* WG, FN, BK, DEPTH, KA, GROUPS (vk_dec_cfg) */
     bool cm2;          /* above VK_CMP_ROWS rows: matmul_cm2.comp (VK_NV_cooperative_matrix2 on,
@@ -528,5 +531,29 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
  * VK_DEC_AUTO_FAST_ROWS where that is 0), or AUTO_FAST with 9 .. VK_DEC_AUTO_ROWS rows and split 1 (the caller also checks vk_mm_pick's
  * VK_MM_COOPMAT). Pure. */
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split);
+
+/* $LLMEM_VULKAN_BF16 unset: 0, the f16 modules everywhere. 1: fast-mode
+ * products of matmul_dec.comp (9-32 rows) on bf16 matrices where the
+ * device has them; 2: matmul_cm.comp's (33-64 rows) too (vk_bf16_used).
+ * H200, fast mode, f16 -> bf16 module (docs/benchmarks.md, "Vulkan decode
+ * GEMM on bf16 cooperative matrices"): harness, matmul_dec 16 x 14336 x
+ * 4096 0.0382 -> 0.0376 ms, 16 x 4096 x 14336 0.0355 -> 0.0349, 32 rows
+ * unchanged; matmul_cm at 64 rows +1% (wide layout) to +9% (narrow): the
+ * activations' rounding to bf16 costs more than the weights' conversion it
+ * saves; tg128 9B b16 9.98 -> 9.89 ms (-1%), 2b b16 unchanged, b64 (2)
+ * +0.2 ms. Off by default: that 1% comes with bf16 instead of f16
+ * activations (2^-9 against 2^-11 an element). */
+#define VK_BF16_DEFAULT 0
+
+/* Whether a fast-mode product (split 1: one f16 term of a) of m rows with
+ * weights of dtype w_dt runs matmul_dec.comp's (dec true) or matmul_cm.comp's
+ * (dec false) bf16 module (-DBF16=1: bf16 A and B matrices, the weights
+ * staged as they are instead of converted to f16, each term of a rounded
+ * to bf16 on its way into shared memory: fast mode's "bf16 activations",
+ * docs/ops.md matmul_fast) instead of its f16 KHR module, same blocking and
+ * interface: c->coopmat, c->bf16_dec / c->bf16_cm, split 1, bf16 weights,
+ * m <= VK_CMP_ROWS (the caller has picked that shader's KHR module). Pure
+ * (tests/test_vulkan_pick.c). */
+bool vk_bf16_used(const vk_mm_caps *c, uint32_t m, uint32_t split, llmem_dtype w_dt, bool dec);
 
 #endif

@@ -434,10 +434,15 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     else if (cmp)
         vk_op_init(&mm, v->mm.cmp == VK_CMP_KHR ? VK_SH_MATMUL_CMP_KHR : VK_SH_MATMUL_CMP,
                    32 * pl.sgm * pl.sgn);
-    else if (dec)
-        vk_op_init(&mm, v->mm.dec == VK_DEC_NV ? VK_SH_MATMUL_DEC : VK_SH_MATMUL_DEC_KHR, dp.wg);
+    else if (dec) /* fast mode, bf16 weights: the bf16 module (vk_bf16_used), same interface */
+        vk_op_init(&mm, v->mm.dec == VK_DEC_NV                                 ? VK_SH_MATMUL_DEC
+                        : vk_bf16_used(&v->mm, m, tm->split, w->dtype, true) ? VK_SH_MATMUL_DEC_BF_KHR
+                                                                              : VK_SH_MATMUL_DEC_KHR,
+                   dp.wg);
     else
-        vk_op_init(&mm, vk_cm_khr_used(&v->mm, m) ? VK_SH_MATMUL_CM_KHR : VK_SH_MATMUL_CM,
+        vk_op_init(&mm, !vk_cm_khr_used(&v->mm, m)                            ? VK_SH_MATMUL_CM
+                        : vk_bf16_used(&v->mm, m, tm->split, w->dtype, false) ? VK_SH_MATMUL_CM_BF_KHR
+                                                                               : VK_SH_MATMUL_CM_KHR,
                    32 * pl.sgm * pl.sgn);
     vk_op_spec(&mm, (uint32_t)w->dtype);
     vk_op_spec(&mm, pl.sgm);

@@ -529,7 +529,9 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
                                 e->props.limits.maxComputeSharedMemorySize);
     v->coopmat_khr = khr && khr_want;
     v->coopmat2 = khr && cm2;
-    const char *exts[4];
+    /* bf16 matrices for the fast-mode decode modules (vk_khr_bf16_usable) */
+    v->coopmat_bf16 = v->coopmat_khr && vk_khr_bf16_usable(v->instance, e->pd);
+    const char *exts[5];
     uint32_t n_exts = 0;
     if (v->has_budget)
         exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
@@ -539,13 +541,19 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
         exts[n_exts++] = VK_KHR_CM_NAME;
     if (v->coopmat2)
         exts[n_exts++] = VK_CM2_NAME;
+    if (v->coopmat_bf16)
+        exts[n_exts++] = VK_KHR_BF16_NAME;
     /* features of matmul_cm.comp (and the KHR and coopmat2 modules), chained
      * only when they may run */
     VkPhysicalDeviceBufferDeviceAddressFeatures bda;
     if (!v->coopmat2)
         v->cm2.usable = false;
+    vk_khr_bf16_features bf = {.sType = VK_KHR_BF16_STYPE_FEATURES,
+                               .pNext = vk_cm2_chain(&v->cm2, &bda, NULL),
+                               .shaderBFloat16Type = VK_TRUE,
+                               .shaderBFloat16CooperativeMatrix = VK_TRUE};
     vk_khr_cm_features kf = {.sType = VK_KHR_CM_STYPE_FEATURES,
-                          .pNext = vk_cm2_chain(&v->cm2, &bda, NULL),
+                          .pNext = v->coopmat_bf16 ? (void *)&bf : bf.pNext,
                           .cooperativeMatrix = VK_TRUE};
     VkPhysicalDeviceCooperativeMatrixFeaturesNV cf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
@@ -668,7 +676,10 @@ static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size
         goto fail;
     vk_log(v, "opened device %u: %s (subgroup arithmetic %s, size %u; cooperative matrices %s%s)",
            pick, v->device_name, v->subgroup ? "on" : "off", v->subgroup_size,
-           v->coopmat_khr ? "on, KHR too" : v->coopmat ? "on" : "off",
+           v->coopmat_bf16  ? "on, KHR and bf16 too"
+           : v->coopmat_khr ? "on, KHR too"
+           : v->coopmat     ? "on"
+                            : "off",
            v->coopmat2 ? "; coopmat2 on" : "");
     if (v->coopmat2)
         vk_log(v, "coopmat2: workgroup scope up to %u invocations, flexible dimensions up to %u, "
