@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : enable
+#extension GL_EXT_control_flow_attributes : require
 /* The activations of a cooperative-matrix matmul (matmul_cm.comp) as f16
  * terms, one workgroup per row r of a [M, K] (f32):
  *
@@ -32,16 +33,23 @@
  * NS > 1 (vk_row_split; out, SWIGLU, clear of a and u): NS workgroups
  * share a row: each finds the whole row's largest element (so the same
  * e_r) and converts and writes only its part of the row's groups of 8
- * elements (row_part): the same bits as NS = 1. */
+ * elements (row_part): the same bits as NS = 1.
+ *
+ * V4 > 0 (prefill rows, NS 1; vk_swiglu_split): each invocation keeps V4
+ * runs of 4 consecutive elements of the row (run j = l + k WG) in
+ * registers, so a and u are read once (not once for the largest element
+ * and again for the terms); the same values, e and terms. */
 #include "common.glsl"
 #include "presplit.glsl"
 
 layout(constant_id = 1) const uint SPLIT = 2;
 layout(constant_id = 2) const uint SWIGLU = 0;
 layout(constant_id = 3) const uint NS = 1; /* workgroups a row */
+layout(constant_id = 4) const uint V4 = 0; /* runs of 4 an invocation in registers; 0: off */
 
 layout(binding = 0) readonly buffer A { vec4 a[]; };
 layout(binding = 1) buffer S { uint s[]; };
+layout(binding = 1) buffer S2 { uvec2 s2[]; };
 layout(binding = 2) readonly buffer U { vec4 u[]; };
 layout(binding = 3) writeonly buffer O { vec4 ov[]; };
 
@@ -63,11 +71,49 @@ vec4 load_x(uint row, uint c)
     return x;
 }
 
+/* The V4 path (see above): row r, its vec4s from `row`. */
+void main_v4(uint r, uint row)
+{
+    uint l = gl_LocalInvocationID.x, n4 = p.k / 4u;
+    vec4 v[V4 > 0u ? V4 : 1u];
+    float mx = 0.0;
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        v[k] = vec4(0.0);
+        if (j < n4) {
+            v[k] = load_x(row, j);
+            vec4 a = abs(v[k]);
+            mx = max(mx, max(max(a.x, a.y), max(a.z, a.w)));
+        }
+    }
+    int e = presplit_exp(wg_max(mx));
+    if (l == 0u)
+        s[p.e_off + r] = uint(e);
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        if (j >= n4)
+            continue;
+        if (SWIGLU != 0u)
+            ov[p.o_off + row + j] = v[k];
+        uint a0 = presplit_terms(v[k].x, e), a1 = presplit_terms(v[k].y, e);
+        uint a2 = presplit_terms(v[k].z, e), a3 = presplit_terms(v[k].w, e);
+        uint o2 = ((r * p.k) / 2u) / 2u + j; /* 8-byte units of the row's halves */
+        s2[p.hi_off / 2u + o2] = uvec2((a0 & 0xffffu) | (a1 << 16), (a2 & 0xffffu) | (a3 << 16));
+        if (SPLIT == 2u)
+            s2[p.lo_off / 2u + o2] =
+                uvec2((a0 >> 16) | (a1 & 0xffff0000u), (a2 >> 16) | (a3 & 0xffff0000u));
+    }
+}
+
 void main()
 {
     uint r = group_id() / NS;
     if (r >= p.m)
         return;
+    if (V4 > 0u) {
+        main_v4(r, r * (p.k / 4u));
+        return;
+    }
     uint g0 = 0u, g1 = p.k / 8u; /* the groups of 8 this workgroup converts */
     if (NS > 1u)
         row_part(p.k / 8u, NS, group_id() % NS, g0, g1);

@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : enable
+#extension GL_EXT_control_flow_attributes : require
 /* RMS norm over the last dimension (Zhang & Sennrich 2019; HF
  * LlamaRMSNorm): out = x / sqrt(mean(x^2) + eps) * w. One workgroup per
  * row. W_DT is the weight dtype, DT_NONE for no weight. In place allowed:
@@ -32,7 +33,18 @@
  * (binding 7, float xa_off; x as it is, the copy an earlier norm wrote)
  * instead of x, and the updated x (ADD != 0) is written to x and to xb
  * (binding 8, float xb_off); 2, x (ADD 0) is also written to xb. The same
- * values: the copy holds x's bits. */
+ * values: the copy holds x's bits.
+ * V4 > 0 (prefill rows; vk_ops_basic.c, norm_v4; NS 1, XS 0, cols and
+ * every offset, with ADD 2 ldp and slice_stride too, multiples of 4): each
+ * invocation keeps V4 runs of 4 consecutive elements (run j = l + k WG:
+ * columns 4j .. 4j + 3) in registers, moved as 16-byte loads and stores;
+ * the weights are loaded once the row's sum is known (fewer registers held
+ * across the reduction: more workgroups resident); with SPLIT it writes
+ * its runs' terms itself (4 f16 of hi and of lo: one 8-byte store each, no
+ * pass through shared memory). Its sum of squares adds each run's 4
+ * squares in column order into the invocation's sum, so another order than
+ * REG's: the same values within f32 rounding, the same bits from one call
+ * to the next, with or without SPLIT, with ADD 1 or 2. */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -42,6 +54,7 @@ layout(constant_id = 3) const uint REG = 0; /* elements per invocation in regist
 layout(constant_id = 4) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
 layout(constant_id = 5) const uint NS = 1; /* workgroups a row (REG) */
 layout(constant_id = 6) const uint XS = 0; /* x read from a copy (1), written to one (1, 2) */
+layout(constant_id = 7) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -52,6 +65,14 @@ layout(binding = 5) readonly buffer PT { float part[]; };
 layout(binding = 6) readonly buffer PE { int ex[]; };
 layout(binding = 7) readonly buffer XA { float xa[]; };
 layout(binding = 8) writeonly buffer XB { float xb[]; };
+/* the same buffers as 16-byte runs (V4) and 8-byte term pairs */
+layout(binding = 0) buffer X4 { vec4 x4[]; };
+layout(binding = 1) readonly buffer W4 { uvec4 w4[]; };
+layout(binding = 1) readonly buffer W2 { uvec2 w2[]; };
+layout(binding = 2) writeonly buffer O4 { vec4 o4[]; };
+layout(binding = 3) readonly buffer R4 { vec4 r4[]; };
+layout(binding = 4) writeonly buffer S2 { uvec2 s2[]; };
+layout(binding = 5) readonly buffer PT4 { vec4 part4[]; };
 
 layout(push_constant) uniform P {
     uint rows, cols, x_off, w_off, o_off;
@@ -77,6 +98,79 @@ float resid(uint row, uint c)
 
 shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
+/* weights of elements e .. e + 3 (e a multiple of 4), as f32 */
+vec4 load_w4(uint e)
+{
+    if (W_DT == DT_NONE)
+        return vec4(1.0);
+    if (W_DT == DT_F32)
+        return uintBitsToFloat(w4[e / 4u]);
+    uvec2 h = w2[e / 4u];
+    return vec4(half_to_f32(h.x & 0xffffu, W_DT), half_to_f32(h.x >> 16, W_DT),
+                half_to_f32(h.y & 0xffffu, W_DT), half_to_f32(h.y >> 16, W_DT));
+}
+
+/* r's run j of row `row` (V4; resid's arithmetic on 4 columns at once) */
+vec4 resid4(uint row, uint b4, uint j)
+{
+    if (ADD == 2u) {
+        uint at = (p.part_off + row * p.ldp) / 4u + j;
+        vec4 sum = part4[at];
+        for (uint k = 1u; k < p.n_slices; k++)
+            sum += part4[at + k * (p.slice_stride / 4u)];
+        return ldexp(sum, ivec4(ex[p.pe_off + row]));
+    }
+    return r4[p.r_off / 4u + b4 + j];
+}
+
+/* The V4 path (see above): row `row` of cols elements at element base. */
+void main_v4(uint row, uint base)
+{
+    uint l = gl_LocalInvocationID.x, n4 = p.cols / 4u, b4 = base / 4u;
+    vec4 v[V4 > 0u ? V4 : 1u];
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        v[k] = vec4(0.0);
+        if (j < n4) {
+            v[k] = x4[p.x_off / 4u + b4 + j];
+            if (ADD != 0u)
+                v[k] += resid4(row, b4, j);
+        }
+    }
+    float ss = 0.0;
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        if (ADD != 0u && j < n4)
+            x4[p.x_off / 4u + b4 + j] = v[k];
+        ss += v[k].x * v[k].x;
+        ss += v[k].y * v[k].y;
+        ss += v[k].z * v[k].z;
+        ss += v[k].w * v[k].w;
+    }
+    ss = wg_sum(ss);
+    float scale = 1.0 / sqrt(ss / float(p.cols) + p.eps);
+    float mx = 0.0;
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        v[k] = W_DT != DT_NONE && j < n4 ? v[k] * scale * load_w4(p.w_off + 4u * j) : v[k] * scale;
+        if (j < n4) {
+            o4[p.o_off / 4u + b4 + j] = v[k];
+            mx = max(mx, max(max(abs(v[k].x), abs(v[k].y)), max(abs(v[k].z), abs(v[k].w))));
+        }
+    }
+    if (SPLIT != 0u) {
+        int e = presplit_exp(wg_max(mx));
+        [[unroll]] for (uint k = 0u; k < V4; k++) {
+            uint j = l + k * WG;
+            if (j < n4)
+                PRESPLIT_STORE4(v[k], e, s2, (p.hi_off + base / 2u) / 2u + j,
+                                (p.lo_off + base / 2u) / 2u + j)
+        }
+        if (l == 0u)
+            s[p.e_off + row] = uint(e);
+    }
+}
+
 void main()
 {
     uint row = group_id() / NS;
@@ -84,6 +178,10 @@ void main()
         return;
     uint l = gl_LocalInvocationID.x;
     uint base = row * p.cols;
+    if (V4 > 0u) {
+        main_v4(row, base);
+        return;
+    }
     float ss = 0.0;
     if (REG > 0u) {
         uint c0 = 0u, c1 = p.cols; /* the columns this workgroup writes */

@@ -1,5 +1,6 @@
 #version 450
 #extension GL_GOOGLE_include_directive : enable
+#extension GL_EXT_control_flow_attributes : require
 /* Gated RMS norm of Mamba-2 (HF MambaRMSNormGated): h = y * silu(z), then
  * each group of gs = D / n_groups elements is normalized:
  * out = h / sqrt(mean_group(h^2) + eps) * w. One workgroup per (row,
@@ -14,7 +15,14 @@
  * vk_ops_basic.c, vk_row_split): NS workgroups share a (row, group), each
  * computes its whole sum of squares (and, SPLIT, its largest output) as
  * one workgroup does and writes only its part of the columns (row_part)
- * and of the terms: the same bits as NS = 1. */
+ * and of the terms: the same bits as NS = 1.
+ * V4 > 0 (prefill rows; vk_ops_basic.c, norm_v4; NS 1, cols, gs and every
+ * offset multiples of 4): each invocation keeps V4 runs of 4 consecutive
+ * elements of the group (run j = l + k WG) in registers, moved as 16-byte
+ * loads and stores, the weights loaded once the sum is known (fewer
+ * registers held across the reduction), and with SPLIT writes its runs' terms itself (no pass
+ * through shared memory); its sum of squares adds each run's 4 squares in
+ * column order, another order than REG's (see rms_norm.comp). */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -22,12 +30,20 @@ layout(constant_id = 1) const uint W_DT = 0;
 layout(constant_id = 2) const uint REG = 0; /* elements per invocation in registers; 0: loop */
 layout(constant_id = 3) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
 layout(constant_id = 4) const uint NS = 1; /* workgroups a (row, group) (REG) */
+layout(constant_id = 5) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
 layout(binding = 2) readonly buffer W { uint w[]; };
 layout(binding = 3) buffer O { float o[]; };
 layout(binding = 4) writeonly buffer S { uint s[]; };
+/* the same buffers as 16-byte runs (V4) and 8-byte term pairs */
+layout(binding = 0) readonly buffer Y4 { vec4 y4[]; };
+layout(binding = 1) readonly buffer Z4 { vec4 z4[]; };
+layout(binding = 2) readonly buffer W4 { uvec4 w4[]; };
+layout(binding = 2) readonly buffer W2 { uvec2 w2[]; };
+layout(binding = 3) writeonly buffer O4 { vec4 o4[]; };
+layout(binding = 4) writeonly buffer S2 { uvec2 s2[]; };
 
 layout(push_constant) uniform P {
     uint n_items, cols, gs, n_groups, y_off, z_off, w_off, o_off;
@@ -37,6 +53,63 @@ layout(push_constant) uniform P {
 
 shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 
+vec4 silu4(vec4 z)
+{
+    return vec4(silu(z.x), silu(z.y), silu(z.z), silu(z.w));
+}
+
+/* weights of elements e .. e + 3 (e a multiple of 4), as f32 */
+vec4 load_w4(uint e)
+{
+    if (W_DT == DT_F32)
+        return uintBitsToFloat(w4[e / 4u]);
+    uvec2 h = w2[e / 4u];
+    return vec4(half_to_f32(h.x & 0xffffu, W_DT), half_to_f32(h.x >> 16, W_DT),
+                half_to_f32(h.y & 0xffffu, W_DT), half_to_f32(h.y >> 16, W_DT));
+}
+
+/* The V4 path (see above): group grp of row `row`, at element base. */
+void main_v4(uint row, uint grp, uint base)
+{
+    uint l = gl_LocalInvocationID.x, n4 = p.gs / 4u, b4 = base / 4u;
+    vec4 hv[V4 > 0u ? V4 : 1u];
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        hv[k] = vec4(0.0);
+        if (j < n4)
+            hv[k] = y4[p.y_off / 4u + b4 + j] * silu4(z4[p.z_off / 4u + b4 + j]);
+    }
+    float ss = 0.0;
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        ss += hv[k].x * hv[k].x;
+        ss += hv[k].y * hv[k].y;
+        ss += hv[k].z * hv[k].z;
+        ss += hv[k].w * hv[k].w;
+    }
+    ss = wg_sum(ss);
+    float scale = 1.0 / sqrt(ss / float(p.gs) + p.eps);
+    float mx = 0.0;
+    [[unroll]] for (uint k = 0u; k < V4; k++) {
+        uint j = l + k * WG;
+        if (j < n4) {
+            hv[k] = hv[k] * scale * load_w4(p.w_off + grp * p.gs + 4u * j);
+            o4[p.o_off / 4u + b4 + j] = hv[k];
+            mx = max(mx, max(max(abs(hv[k].x), abs(hv[k].y)), max(abs(hv[k].z), abs(hv[k].w))));
+        }
+    }
+    if (SPLIT != 0u) { /* one group per row: item = row */
+        int e = presplit_exp(wg_max(mx));
+        [[unroll]] for (uint k = 0u; k < V4; k++) {
+            uint j = l + k * WG;
+            if (j < n4)
+                PRESPLIT_STORE4(hv[k], e, s2, (p.hi_off + base / 2u) / 2u + j,
+                                (p.lo_off + base / 2u) / 2u + j)
+        }
+        if (l == 0u)
+            s[p.e_off + row] = uint(e);
+    }
+}
+
 void main()
 {
     uint item = group_id() / NS;
@@ -45,6 +118,10 @@ void main()
     uint row = item / p.n_groups, grp = item % p.n_groups;
     uint l = gl_LocalInvocationID.x;
     uint base = row * p.cols + grp * p.gs;
+    if (V4 > 0u) {
+        main_v4(row, grp, base);
+        return;
+    }
     float ss = 0.0;
     if (REG > 0u) {
         uint c0 = 0u, c1 = p.gs; /* the columns this workgroup writes */

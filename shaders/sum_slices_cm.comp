@@ -12,8 +12,10 @@
  * 16-byte vectors (one index division per 4 elements instead of one each);
  * the same additions in the same order, so the same bits.
  *
- * NDST = 1..3 (scalar path only; vk_sum.c, a held sum that took column
- * copies of its output): each sum also goes to the destinations whose
+ * NDST = 1..3 (vk_sum.c, a held sum that took column copies of its
+ * output; with VEC4 where every destination's first column, width and
+ * offset are multiples of 4 too, so a run of 4 lies in one): each sum also
+ * goes to the destinations whose
  * column range [col0_j, col0_j + cols_j) holds c, at dst_j[dst_off_j +
  * r * cols_j + c - col0_j] (llmem_op_copy's layout: the same f32 value
  * the copy would have read from o).
@@ -38,6 +40,9 @@ layout(binding = 2) readonly buffer E { int ex[]; };
 layout(binding = 3) buffer D0 { float d0[]; }; /* read too: ADDX */
 layout(binding = 4) writeonly buffer D1 { float d1[]; };
 layout(binding = 5) writeonly buffer D2 { float d2[]; };
+layout(binding = 3) writeonly buffer D04 { vec4 d04[]; };
+layout(binding = 4) writeonly buffer D14 { vec4 d14[]; };
+layout(binding = 5) writeonly buffer D24 { vec4 d24[]; };
 
 layout(push_constant) uniform P {
     uint m, n, ldp, n_slices, slice_stride;
@@ -57,7 +62,15 @@ void main()
         vec4 sum = part4[at];
         for (uint s = 1u; s < p.n_slices; s++)
             sum += part4[at + s * (p.slice_stride / 4u)];
-        o4[p.o_off / 4u + i] = ldexp(sum, ivec4(ex[p.e_off + r]));
+        vec4 val = ldexp(sum, ivec4(ex[p.e_off + r]));
+        o4[p.o_off / 4u + i] = val;
+        uint c = 4u * c4;
+        if (NDST > 0u && c - p.c0_0 < p.w_0)
+            d04[(p.d_0 + r * p.w_0 + c - p.c0_0) / 4u] = val;
+        if (NDST > 1u && c - p.c0_1 < p.w_1)
+            d14[(p.d_1 + r * p.w_1 + c - p.c0_1) / 4u] = val;
+        if (NDST > 2u && c - p.c0_2 < p.w_2)
+            d24[(p.d_2 + r * p.w_2 + c - p.c0_2) / 4u] = val;
         return;
     }
     if (i >= p.m * p.n)

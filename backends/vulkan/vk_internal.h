@@ -444,6 +444,10 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
  * (the NS of rms_norm*.comp and cm_split.comp; vk_ops_basic.c). */
 #define VK_ROW_SPLIT_MAX 64
 uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t unit_min);
+/* cm_split.comp's V4 for the SwiGLU pass of m rows of k elements (vk_ops_basic.c): above
+ * VK_CMP_ROWS rows (unless $LLMEM_VULKAN_PF_SWIGLU=0), the row in registers, in runs of 4
+ * an invocation of 1024 (*wg set); 0 elsewhere (*wg unchanged). */
+uint32_t vk_pf_split_v4(const vk_backend *v, uint32_t m, uint32_t k, uint32_t *wg);
 /* Whether the byte ranges of t and u share a buffer and overlap (NULL: no). */
 bool vk_overlap(const llmem_tensor *t, const llmem_tensor *u);
 

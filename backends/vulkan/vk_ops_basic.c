@@ -176,6 +176,63 @@ static uint32_t norm_reg(const vk_backend *v, int64_t n, uint32_t wg)
     return !v->scan.norm_loop && k >= 1 && k <= NORM_REG_MAX ? (uint32_t)k : 0u;
 }
 
+/* Most runs of 4 elements an invocation of the norms' V4 path keeps in
+ * registers; the workgroup doubles from ROW_WG (up to 1024) until a row
+ * needs at most this many. */
+#define NORM_V4_MAX 4
+
+/* Whether t's first element is 16-byte aligned (so its binding's element
+ * offset is a multiple of 4 whatever the device's offset alignment, a
+ * power of two). */
+static bool aligned16(llmem_ct *t)
+{
+    return !t || t->offset % 16 == 0;
+}
+
+/* The V4 specialization constant (runs of 4 elements an invocation) of a
+ * norm over rows of n elements above VK_CMP_ROWS rows (the prefill
+ * ubatches; $LLMEM_VULKAN_PF_NORM=0: never), with *wg its workgroup
+ * ($LLMEM_VULKAN_NORM_WG where set, else ROW_WG doubled while a row needs
+ * more than NORM_V4_MAX runs an invocation), where n is a multiple of 4
+ * and the tensors a[0..na) are 16-byte aligned; else 0 (*wg unchanged).
+ * Each invocation then moves 16-byte vectors and a norm with terms writes
+ * them without a pass through shared memory (rms_norm.comp). */
+static uint32_t norm_v4(const vk_backend *v, int64_t rows, int64_t n, llmem_ct *const *a, int na,
+                        uint32_t *wg)
+{
+    if (rows <= VK_CMP_ROWS || VK_KNOB(v, pf_norm, 1) == 0 || n % 4 != 0)
+        return 0;
+    for (int i = 0; i < na; i++)
+        if (!aligned16(a[i]))
+            return 0;
+    int64_t n4 = n / 4;
+    uint32_t g = v->knobs.norm_wg > 0 ? (uint32_t)v->knobs.norm_wg : ROW_WG;
+    while (v->knobs.norm_wg <= 0 && g < 1024 && n4 > (int64_t)g * NORM_V4_MAX)
+        g *= 2;
+    if (g > v->props.limits.maxComputeWorkGroupInvocations)
+        return 0;
+    int64_t k = (n4 + g - 1) / g;
+    if (k > 2 * NORM_V4_MAX) /* a workgroup set too narrow by the knob: the REG / loop path */
+        return 0;
+    *wg = g;
+    return (uint32_t)k;
+}
+
+/* Most runs of 4 elements an invocation of cm_split.comp's V4 keeps (a
+ * SwiGLU row of up to 16384 at 1024 invocations). */
+#define SPLIT_V4_MAX 4
+#define SPLIT_V4_WG 1024u
+
+uint32_t vk_pf_split_v4(const vk_backend *v, uint32_t m, uint32_t k, uint32_t *wg)
+{
+    uint32_t n4 = k / 4, runs = (n4 + SPLIT_V4_WG - 1) / SPLIT_V4_WG;
+    if (m <= VK_CMP_ROWS || VK_KNOB(v, pf_swiglu, 1) == 0 || k % 4 != 0 || runs > SPLIT_V4_MAX ||
+        SPLIT_V4_WG > v->props.limits.maxComputeWorkGroupInvocations)
+        return 0;
+    *wg = SPLIT_V4_WG;
+    return runs;
+}
+
 /* Workgroups a row at 9-16 decode rows (VK_MM_MV_MAX < rows <=
  * ROW_SPLIT_ROWS): about ROW_SPLIT_WGS in all, so that 16 rows fill the
  * H200's 132 SMs instead of 16 of them (9B fast tg128 b16 10.11-10.15 ->
@@ -292,10 +349,13 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(x), cols = cols_of(x);
-    uint32_t wg = norm_wg(v, rows, cols), reg = norm_reg(v, cols, wg);
+    uint32_t wg = norm_wg(v, rows, cols);
+    llmem_ct *ts[] = {x, r, w, out};
+    uint32_t v4 = norm_v4(v, rows, cols, ts, 4, &wg);
+    uint32_t reg = v4 ? 0u : norm_reg(v, cols, wg);
     uint32_t ns = reg > 0 && !vk_overlap(out, x) ? vk_row_split(v, rows, cols, NORM_PART_MIN) : 1u;
     size_t terms_bytes = vk_presplit_bytes((uint32_t)rows, (uint32_t)cols);
-    bool terms = reg > 0 && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols);
+    bool terms = (reg > 0 || v4 > 0) && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols);
     uint32_t xs = 0;
     llmem_tensor xa, xb;
     llmem_status st = split_plan(be, v, x, &r, out, terms, terms_bytes, &ns, &xs, &xa, &xb);
@@ -318,9 +378,10 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
     vk_op_u32(&op, ro);
-    uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg);
+    uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg | v4);
     vk_op_spec(&op, split);
-    if (r && vk_sum_norm_bind(v, &op, x, r, out, split != 0, terms_bytes, ns > 1)) {
+    if (r && (!v4 || vk_sum_norm_vec4(v)) &&
+        vk_sum_norm_bind(v, &op, x, r, out, split != 0, terms_bytes, ns > 1)) {
         op.spec[2] = add = 2;
     } else { /* bindings 5 and 6 and their five words: ADD 2 only */
         vk_op_dummy(v, &op);
@@ -345,6 +406,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
         vk_op_dummy(v, &op);
     vk_op_u32(&op, xao);
     vk_op_u32(&op, xbo);
+    vk_op_spec(&op, v4);
     st = vk_op_run(v, &op, (uint64_t)rows * ns);
     if (add == 2)
         vk_sum_taken(v);
@@ -373,7 +435,10 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
 {
     vk_backend *v = vk_from(be);
     int64_t rows = rows_of(y), cols = cols_of(y);
-    uint32_t wg = norm_wg(v, rows, cols / n_groups), reg = norm_reg(v, cols / n_groups, wg);
+    uint32_t wg = norm_wg(v, rows, cols / n_groups);
+    llmem_ct *ts[] = {y, z, w, out};
+    uint32_t v4 = cols % 4 == 0 ? norm_v4(v, rows, cols / n_groups, ts, 4, &wg) : 0u;
+    uint32_t reg = v4 ? 0u : norm_reg(v, cols / n_groups, wg);
     /* several workgroups a (row, group) where out is clear of y and z: the
      * REG path (rms_norm_gated.comp's NS) */
     uint32_t ns = reg > 0 && !vk_overlap(out, y) && !vk_overlap(out, z)
@@ -397,9 +462,10 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
     /* the terms span a row: one group only */
-    uint32_t split = norm_split_bind(be, v, &op, rows, cols, n_groups == 1 ? reg : 0u);
+    uint32_t split = norm_split_bind(be, v, &op, rows, cols, n_groups == 1 ? reg | v4 : 0u);
     vk_op_spec(&op, split);
     vk_op_spec(&op, ns);
+    vk_op_spec(&op, v4);
     llmem_status st = vk_op_run(v, &op, (uint64_t)(rows * n_groups) * ns);
     if (st == LLMEM_OK && split)
         vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);

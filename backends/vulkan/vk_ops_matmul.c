@@ -617,11 +617,14 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
      * the whole row) */
     uint32_t ns = vk_overlap(out, g) || vk_overlap(out, u) ? 1u
                                                            : vk_row_split(v, m, k / 8, SPLIT_PART_MIN);
+    /* prefill rows: the row in registers, 1024 invocations (vk_pf_split_v4) */
+    uint32_t wg = split_wg(v, m, k), v4 = ns == 1 ? vk_pf_split_v4(v, m, k, &wg) : 0u;
     vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, m, k));
+    vk_op_init(&sp, VK_SH_CM_SPLIT, wg);
     vk_op_spec(&sp, 2);
     vk_op_spec(&sp, 1); /* SWIGLU */
     vk_op_spec(&sp, ns);
+    vk_op_spec(&sp, v4);
     uint32_t go = vk_op_tensor(v, &sp, g, false);
     uint32_t so = vk_op_tensor(v, &sp, &t, true);
     uint32_t uo = vk_op_tensor(v, &sp, u, false);

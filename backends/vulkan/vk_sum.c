@@ -21,6 +21,9 @@
  *     (vk_ops_basic.c): the same fold, x's values read from the residual's
  *     copy (below), or else the pass, recorded at once, adds its sum into
  *     x (sum_slices_cm.comp ADDX) and the norm reads x alone.
+ * Above VK_PRESPLIT_ROWS rows (prefill) bits 0 and 1 alone, with the pass
+ * and the norm moving 4 columns an invocation (sum_slices_cm.comp VEC4 with
+ * NDST, rms_norm.comp V4 with ADD 2).
  * The residual's copies (vk_resid_*): see vk_sum.h.
  * Both compute each value as the pass does (the slices added in slice
  * order, then 2^e; a copy moves the bits), so the results are bit for bit
@@ -62,11 +65,12 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
     uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
     /* prefill rows: 4 columns an invocation as vec4s where everything is
-     * 16-byte aligned ($LLMEM_VULKAN_PF_SUM_VEC=0: one each) */
-    bool vec4 = n_dst == 0 && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
+     * 16-byte aligned, the copies' destinations too ($LLMEM_VULKAN_PF_SUM_VEC
+     * =0: one each); spec[1] is set once those are bound */
+    bool vec4 = !addx && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
                 s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
                 o2 % 4 == 0;
-    vk_op_spec(&sum, vec4 ? 1u : 0u);
+    vk_op_spec(&sum, 0u);
     vk_op_spec(&sum, n_dst);
     vk_op_spec(&sum, addx ? 1u : 0u);
     vk_op_u32(&sum, s->m);
@@ -81,10 +85,14 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
         uint32_t d = j < n_bind ? vk_op_tensor(v, &sum, &dst[j], true) : 0;
         if (j >= n_bind)
             vk_op_dummy(v, &sum);
+        uint32_t w = j < n_bind ? (uint32_t)dst[j].ne[1] : 0;
         vk_op_u32(&sum, j < n_bind ? c0[j] : 0);
-        vk_op_u32(&sum, j < n_bind ? (uint32_t)dst[j].ne[1] : 0);
+        vk_op_u32(&sum, w);
         vk_op_u32(&sum, d);
+        if (j < n_dst && (c0[j] % 4 || w % 4 || d % 4))
+            vec4 = false;
     }
+    sum.spec[1] = vec4 ? 1u : 0u;
     return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
 }
 
@@ -132,13 +140,17 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
     return false;
 }
 
-/* The hold's mode for a product of m rows and n columns:
- * $LLMEM_VULKAN_SUM_HOLD where set, else the copies (bit 0) and the add
+/* The hold's mode for a product of m rows and n columns: above
+ * VK_PRESPLIT_ROWS rows bits 0 and 1 of $LLMEM_VULKAN_SUM_HOLD where set,
+ * else both;
+ * at most that many rows $LLMEM_VULKAN_SUM_HOLD where set, else the copies (bit 0) and the add
  * into x for a split norm (bit 2) always, and at most VK_SUM_NORM_COLS
  * columns the fold into the norm: split (bit 3), and one workgroup a row
  * (bit 1) above VK_SUM_NORM_ROWS rows (vk_sum.h). */
 static long hold_mode(const vk_backend *v, uint32_t m, uint32_t n)
 {
+    if (m > VK_PRESPLIT_ROWS) /* prefill rows: the copies and the norm (vk_sum.h) */
+        return VK_KNOB(v, sum_hold, 3) & 3;
     bool narrow = n <= VK_SUM_NORM_COLS;
     long dflt = 1 | 4 | (narrow ? 8 : 0) | (narrow && m > VK_SUM_NORM_ROWS ? 2 : 0);
     return VK_KNOB(v, sum_hold, dflt);
@@ -160,8 +172,7 @@ static void hold_clear(sum_held *h)
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)
 {
     long mode = hold_mode(v, s->m, s->n);
-    if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX || s->m > VK_PRESPLIT_ROWS ||
-        s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
+    if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX || s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
         return false;
     if (!v->sumh && !(v->sumh = calloc(1, sizeof *v->sumh)))
         return false;
@@ -223,6 +234,13 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
      * of it */
     return !(split && h->s.te.buf == v->presplit.terms && h->s.te.offset < split_bytes &&
              (parts || h->s.te.offset != split_bytes - (size_t)4 * h->s.m));
+}
+
+bool vk_sum_norm_vec4(const vk_backend *v)
+{
+    const sum_held *h = v->sumh;
+    return v->sum_pending && h->s.ldp % 4 == 0 && h->s.pslice % 4 == 0 &&
+           h->s.pt.offset % 16 == 0;
 }
 
 bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,

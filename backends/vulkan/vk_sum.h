@@ -37,13 +37,18 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
  * elsewhere the pass adds itself into x first (vk_sum_add_into; 9B fast
  * b16 10.11-10.15 -> 9.95-10.05, where the fold took 10.06; docs/
  * benchmarks.md "Vulkan decode at 16 rows: rows over several
- * workgroups"). A set value (0..15) applies at every shape. */
+ * workgroups"). Above VK_PRESPLIT_ROWS rows (the prefill ubatches) bits 0
+ * and 1 alone: the pass writes z / xBC / dt itself (9B pp512 precise on the
+ * H200: `copy` 1.20 ms a prefill -> 0, `sum_slices_cm` +0.22) and the
+ * residual add + norm reads the raw tiles (rms_norm.comp V4 with ADD 2;
+ * docs/benchmarks.md "Vulkan prefill around the GEMM, twelfth session").
+ * A set value (0..15) applies at every shape. */
 #define VK_SUM_NORM_ROWS 16
 #define VK_SUM_NORM_COLS 2048
 
-/* Holds *s (issue 12, the decode step) where the mode allows (bit 0: for
- * column copies, bits 1-3: for add + RMS norm) and *s is a VK_SUM_RAW pass
- * of 9..VK_PRESPLIT_ROWS rows with an f32 output, nothing else being
+/* Holds *s (issue 12, the decode step and prefill) where the mode allows
+ * (bit 0: for column copies, bits 1-3: for add + RMS norm) and *s is a
+ * VK_SUM_RAW pass of more than VK_MM_MV_MAX rows with an f32 output, nothing else being
  * held: takes its partial buffer and `terms` (the exponents' buffer when
  * the caller would free it; NULL when borrowed from the presplit buffer),
  * records nothing, returns true; else false and nothing is taken. The
@@ -79,6 +84,10 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
 bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
                       bool split, size_t split_bytes, bool parts);
 void vk_sum_taken(vk_backend *v);
+/* Whether a held sum's raw tiles can be read as 16-byte runs (rms_norm.comp
+ * V4 with ADD 2): the tile pitch and slice stride multiples of 4 floats,
+ * the partial buffer's range 16-byte aligned. False when none is held. */
+bool vk_sum_norm_vec4(const vk_backend *v);
 /* For rms_norm split over workgroups (vk_ops_basic.c), which cannot add
  * r into x in place itself (each workgroup reads the whole row of x):
  * where mode bit 2 is on, r and out are the held output and

@@ -1,0 +1,285 @@
+// ctest-labels: vulkan
+/* Vulkan: the prefill paths around the GEMM (issue 12, twelfth session).
+ * Above 64 rows (the prefill ubatches):
+ *   - the RMS norms move runs of 4 elements an invocation (rms_norm.comp and
+ *     rms_norm_gated.comp V4; vk_ops_basic.c, norm_v4): rms_norm with f32,
+ *     bf16 and no weights, add + norm (out the residual r, or apart), the
+ *     gated norm in place and apart, 1 and 4 groups, at row widths that
+ *     fill one to eight runs an invocation and with a partial last run;
+ *     against float64 from the inputs, with $LLMEM_VULKAN_PF_NORM unset
+ *     and 0 (the REG / loop paths), and add + norm bit for bit equal to an
+ *     add followed by the norm (llmem_op_add_rms_norm's contract);
+ *   - a product's split-K sum held for the column copies of its output
+ *     (the pass writes z / xBC / dt: sum_slices_cm.comp VEC4 with NDST,
+ *     and at widths that are not multiples of 4 the one-column pass) and
+ *     for the residual add + norm (rms_norm.comp V4 reads the raw tiles:
+ *     ADD 2); against float64 and bit for bit equal with
+ *     $LLMEM_VULKAN_SUM_HOLD=0.
+ * Where the device has no cooperative matrices (lavapipe) nothing is held
+ * (the products sum their own tiles) and the same checks hold for the
+ * norms' paths. Without a usable Vulkan device the suite is skipped.
+ */
+#include "support/run.h"
+#include "support/vk_test.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/ops.h"
+
+#define EPS 1e-5f
+
+static float *rand_vec(size_t n, float lo, float hi, bool bf16)
+{
+    float *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = frand(lo, hi);
+        if (bf16) {
+            uint32_t u;
+            memcpy(&u, &v[i], 4);
+            u &= 0xffff0000u;
+            memcpy(&v[i], &u, 4);
+        }
+    }
+    return v;
+}
+
+static float *download(const llmem_tensor *t)
+{
+    size_t n = llmem_tensor_nbytes(t);
+    float *o = malloc(n);
+    ck_assert_ptr_nonnull(o);
+    OK(llmem_buffer_download(t->buf, t->offset, o, n));
+    return o;
+}
+
+/* h[r, g-th group] = a / sqrt(mean over the group(a²) + eps) * w (w NULL:
+ * 1), rows of k doubles in groups of k / groups */
+static void ref_norm(double *a, const float *w, int32_t m, int32_t k, int32_t groups)
+{
+    int32_t gs = k / groups;
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t g = 0; g < groups; g++) {
+            double ss = 0, *row = a + (size_t)r * k + (size_t)g * gs;
+            for (int32_t i = 0; i < gs; i++)
+                ss += row[i] * row[i];
+            double s = 1.0 / sqrt(ss / gs + EPS);
+            for (int32_t i = 0; i < gs; i++)
+                row[i] = row[i] * s * (w ? w[g * gs + i] : 1.0);
+        }
+}
+
+static double silu_d(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+
+/* ---- the norms ----------------------------------------------------------------------------- */
+
+/* Every norm of one [m, k] shape on a backend opened with
+ * $LLMEM_VULKAN_PF_NORM=pf (NULL: unset), against float64. */
+static void check_norms(const char *pf, int32_t m, int32_t k)
+{
+    test_env keep = test_env_save("LLMEM_VULKAN_PF_NORM");
+    test_env_put("LLMEM_VULKAN_PF_NORM", pf);
+    llmem_backend *vk = open_be("vulkan");
+    size_t mk = (size_t)m * k;
+    float *x = rand_vec(mk, -2, 2, false), *r = rand_vec(mk, -2, 2, false);
+    float *y = rand_vec(mk, -3, 3, false), *z = rand_vec(mk, -3, 3, false);
+    float *w = rand_vec((size_t)k, 0.5f, 1.5f, true);
+    double *ref = malloc(mk * sizeof *ref);
+    ck_assert_ptr_nonnull(ref);
+    llmem_buffer *b[12];
+    int nb = 0;
+#define T32(v, a, bb) vk_up_f32_2d(vk, &b[nb++], v, a, bb)
+    llmem_tensor tx = T32(x, m, k), tr = T32(r, m, k), to = T32(NULL, m, k);
+    llmem_tensor tw = T32(w, k, 0), tw16 = vk_up_bf16_2d(vk, &b[nb++], w, 1, k);
+    tw16.n_dims = 1, tw16.ne[0] = k, tw16.ne[1] = 1;
+    llmem_tensor tx2 = T32(x, m, k), tr2 = T32(r, m, k), ty = T32(y, m, k), tz = T32(z, m, k);
+#undef T32
+    char what[128];
+    const llmem_tensor *ws[3] = {&tw, &tw16, NULL};
+    static const char *wn[3] = {"f32", "bf16", "none"};
+    for (int i = 0; i < 3; i++) { /* out = norm(x) */
+        OK(llmem_op_rms_norm(vk, &tx, ws[i], EPS, &to));
+        float *o = download(&to);
+        for (size_t j = 0; j < mk; j++)
+            ref[j] = x[j];
+        ref_norm(ref, i < 2 ? w : NULL, m, k, 1);
+        snprintf(what, sizeof what, "norm, %s weights, %dx%d PF_NORM=%s", wn[i], m, k,
+                 pf ? pf : "unset");
+        vk_expect_close(o, ref, m, k, 1e-5, what);
+        free(o);
+    }
+    /* x += r; r = norm(x), against x2 += r2 (an add) then norm(x2) -> out */
+    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, EPS, &tr));
+    OK(llmem_op_add(vk, &tx2, &tr2, &tx2));
+    OK(llmem_op_rms_norm(vk, &tx2, &tw, EPS, &to));
+    float *xo = download(&tx), *ro = download(&tr), *x2o = download(&tx2), *oo = download(&to);
+    for (size_t j = 0; j < mk; j++)
+        ref[j] = (double)x[j] + r[j];
+    snprintf(what, sizeof what, "add + norm, %dx%d PF_NORM=%s", m, k, pf ? pf : "unset");
+    vk_expect_close(xo, ref, m, k, 1e-6, what);
+    ref_norm(ref, w, m, k, 1);
+    vk_expect_close(ro, ref, m, k, 1e-5, what);
+    ck_assert_msg(memcmp(xo, x2o, mk * 4) == 0 && memcmp(ro, oo, mk * 4) == 0,
+                  "%s: differs from add then norm", what);
+    free(xo), free(ro), free(x2o), free(oo);
+    /* the gated norm, 1 and 4 groups: apart, then in place on y */
+    for (int32_t groups = 1; groups <= 4; groups *= 4) {
+        for (int in_place = 0; in_place < 2; in_place++) {
+            OK(llmem_buffer_upload(ty.buf, ty.offset, y, mk * 4));
+            llmem_tensor *out = in_place ? &ty : &to;
+            OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, EPS, out));
+            float *o = download(out);
+            for (size_t j = 0; j < mk; j++)
+                ref[j] = (double)y[j] * silu_d(z[j]);
+            ref_norm(ref, w, m, k, groups);
+            snprintf(what, sizeof what, "gated norm, %d groups%s, %dx%d PF_NORM=%s", groups,
+                     in_place ? " in place" : "", m, k, pf ? pf : "unset");
+            vk_expect_close(o, ref, m, k, 1e-5, what);
+            free(o);
+        }
+    }
+    for (int i = 0; i < nb; i++)
+        llmem_buffer_free(b[i]);
+    llmem_backend_close(vk);
+    free(x), free(r), free(y), free(z), free(w), free(ref);
+    test_env_restore(&keep);
+}
+
+/* Row widths (one group) for 1 run of 4 an invocation of 256 with a
+ * partial last one (520), 2 (2048), 3 of 512 invocations, partial (4100:
+ * more than 4 runs at 256), and 4 of 512 (8192, Bamba-9B's gated norm);
+ * 65-129 rows, just above the decode rows. */
+START_TEST(test_prefill_norms)
+{
+    static const int32_t shapes[][2] = {{65, 520}, {129, 2048}, {70, 4100}, {66, 8192}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        check_norms(NULL, shapes[i][0], shapes[i][1]);
+        if (i == 0)
+            check_norms("0", shapes[i][0], shapes[i][1]);
+    }
+}
+END_TEST
+
+/* ---- the held sums ------------------------------------------------------------------------- */
+
+/* in_proj's output split into three column ranges (z, xBC, dt) */
+typedef struct widths {
+    int32_t w[3];
+} widths;
+
+/* The prefill chain of one shape on a backend opened with
+ * $LLMEM_VULKAN_SUM_HOLD=hold (NULL: unset): h = norm(a0) · wᵀ; x += h,
+ * h = norm(x) in place (the residual add); zx = h · winᵀ; the three
+ * copies of zx's column ranges; the outputs x, h, z, xBC, dt into o[0..5). */
+static void run_chain(const char *hold, bool fast, int32_t m, int32_t d, const widths *cw,
+                      const float *a0, const float *x0, const float *nw, const float *w,
+                      const float *win, float *o[5])
+{
+    test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
+    test_env_put("LLMEM_VULKAN_SUM_HOLD", hold);
+    llmem_backend *vk = open_be("vulkan");
+    int32_t nin = cw->w[0] + cw->w[1] + cw->w[2];
+    llmem_buffer *b[12];
+    int nb = 0;
+#define T32(v, a, bb) vk_up_f32_2d(vk, &b[nb++], v, a, bb)
+    llmem_tensor ta0 = T32(a0, m, d), tx = T32(x0, m, d), tnw = T32(nw, d, 0);
+    llmem_tensor tw = vk_up_bf16_2d(vk, &b[nb++], w, d, d);
+    llmem_tensor twin = vk_up_bf16_2d(vk, &b[nb++], win, nin, d);
+    llmem_tensor ta = T32(NULL, m, d), th = T32(NULL, m, d), tzx = T32(NULL, m, nin);
+    llmem_tensor tc[3] = {T32(NULL, m, cw->w[0]), T32(NULL, m, cw->w[1]), T32(NULL, m, cw->w[2])};
+#undef T32
+    llmem_status (*mm)(llmem_backend *, const llmem_tensor *, const llmem_tensor *,
+                       const llmem_tensor *) = fast ? llmem_op_matmul_fast : llmem_op_matmul;
+    OK(llmem_op_rms_norm(vk, &ta0, &tnw, EPS, &ta));
+    OK(mm(vk, &ta, &tw, &th));
+    OK(llmem_op_add_rms_norm(vk, &tx, &th, &tnw, EPS, &th));
+    OK(mm(vk, &th, &twin, &tzx));
+    for (int j = 0, c0 = 0; j < 3; c0 += cw->w[j++])
+        OK(llmem_op_copy(vk, &tzx, c0, &tc[j]));
+    o[0] = download(&tx);
+    o[1] = download(&th);
+    for (int j = 0; j < 3; j++)
+        o[2 + j] = download(&tc[j]);
+    for (int i = 0; i < nb; i++)
+        llmem_buffer_free(b[i]);
+    llmem_backend_close(vk);
+    test_env_restore(&keep);
+}
+
+static void check_chain(int32_t m, int32_t d, const widths *cw)
+{
+    int32_t nin = cw->w[0] + cw->w[1] + cw->w[2];
+    size_t md = (size_t)m * d;
+    float *a0 = rand_vec(md, -2, 2, false), *x0 = rand_vec(md, -2, 2, false);
+    float *nw = rand_vec((size_t)d, 0.5f, 1.5f, false), *w = rand_vec(md / m * d, -1, 1, true);
+    float *win = rand_vec((size_t)nin * d, -1, 1, true);
+    double *a = malloc(md * sizeof *a), *h = malloc(md * sizeof *h), *x = malloc(md * sizeof *x);
+    double *zx = malloc((size_t)m * nin * sizeof *zx), *e = malloc((size_t)m * nin * sizeof *e);
+    ck_assert(a && h && x && zx && e);
+    for (size_t i = 0; i < md; i++)
+        a[i] = a0[i];
+    ref_norm(a, nw, m, d, 1);
+    vk_ref_mm(a, w, m, d, d, h);
+    for (size_t i = 0; i < md; i++)
+        x[i] = h[i] = x0[i] + h[i];
+    ref_norm(h, nw, m, d, 1);
+    vk_ref_mm(h, win, m, d, nin, zx);
+    static const char *names[5] = {"x after add + norm", "add + norm in place", "copy z",
+                                   "copy xBC", "copy dt"};
+    for (int fast = 0; fast < 2; fast++) {
+        float *on[5], *off[5];
+        run_chain(NULL, fast, m, d, cw, a0, x0, nw, w, win, on);
+        run_chain("0", fast, m, d, cw, a0, x0, nw, w, win, off);
+        char what[128];
+        snprintf(what, sizeof what, "%dx%d, copies %d/%d/%d, %s", m, d, cw->w[0], cw->w[1],
+                 cw->w[2], fast ? "fast" : "precise");
+        double tol = fast ? 4e-3 : 2e-5; /* fast: 11-bit activations into each product */
+        vk_expect_close(on[0], x, m, d, tol, what);
+        vk_expect_close(on[1], h, m, d, tol, what);
+        for (int j = 0, c0 = 0; j < 3; c0 += cw->w[j++]) {
+            for (int32_t r = 0; r < m; r++)
+                for (int32_t i = 0; i < cw->w[j]; i++)
+                    e[(size_t)r * cw->w[j] + i] = zx[(size_t)r * nin + c0 + i];
+            vk_expect_close(on[2 + j], e, m, cw->w[j], tol, what);
+        }
+        for (int i = 0; i < 5; i++) {
+            size_t n = (size_t)m * (i < 2 ? d : cw->w[i - 2]) * 4;
+            ck_assert_msg(memcmp(on[i], off[i], n) == 0, "%s (%s): differs from SUM_HOLD=0",
+                          names[i], what);
+            free(on[i]), free(off[i]);
+        }
+    }
+    free(a0), free(x0), free(nw), free(w), free(win), free(a), free(h), free(x), free(zx),
+        free(e);
+}
+
+/* 129 and 300 rows (matmul_cmp.comp where it runs); copies at widths and
+ * offsets that are multiples of 4 (the 4-column pass writes them) and not
+ * (the one-column pass) */
+START_TEST(test_prefill_held_sums)
+{
+    static const widths v4 = {{256, 264, 8}}, odd = {{250, 262, 6}};
+    check_chain(129, 256, &v4);
+    check_chain(300, 264, &odd);
+}
+END_TEST
+
+int main(void)
+{
+    vk_test_seed();
+    if (!vulkan_opens("test_vulkan_prefill", "skipped"))
+        return 77;
+    Suite *s = suite_create("vulkan_prefill");
+    TCase *tc = tcase_create("prefill");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_prefill_norms);
+    tcase_add_test(tc, test_prefill_held_sums);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
+}
