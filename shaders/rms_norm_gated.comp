@@ -22,7 +22,10 @@
  * loads and stores, the weights loaded once the sum is known (fewer
  * registers held across the reduction), and with SPLIT writes its runs' terms itself (no pass
  * through shared memory); its sum of squares adds each run's 4 squares in
- * column order, another order than REG's (see rms_norm.comp). */
+ * column order, another order than REG's (see rms_norm.comp). SMEM = 1
+ * (V4; $LLMEM_VULKAN_PF_NORM=2) keeps the runs in shared memory instead of
+ * registers between the reductions, so that more rows are resident at
+ * once where a row does not fit the registers (the same values). */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -31,6 +34,7 @@ layout(constant_id = 2) const uint REG = 0; /* elements per invocation in regist
 layout(constant_id = 3) const uint SPLIT = 0; /* 1: also the f16 terms of the output */
 layout(constant_id = 4) const uint NS = 1; /* workgroups a (row, group) (REG) */
 layout(constant_id = 5) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
+layout(constant_id = 6) const uint SMEM = 0; /* V4: the runs kept in shared memory */
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
@@ -52,6 +56,7 @@ layout(push_constant) uniform P {
 } p;
 
 shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
+shared vec4 hrow[SMEM != 0u && V4 > 0u ? V4 * WG : 1u];
 
 vec4 silu4(vec4 z)
 {
@@ -68,23 +73,27 @@ vec4 load_w4(uint e)
                 half_to_f32(h.y & 0xffffu, W_DT), half_to_f32(h.y >> 16, W_DT));
 }
 
-/* The V4 path (see above): group grp of row `row`, at element base. */
+/* The V4 path (see above): group grp of row `row`, at element base. With
+ * SMEM the runs wait in shared memory (each invocation reads back only
+ * its own) instead of registers across the reductions: the same values. */
 void main_v4(uint row, uint grp, uint base)
 {
     uint l = gl_LocalInvocationID.x, n4 = p.gs / 4u, b4 = base / 4u;
     vec4 hv[V4 > 0u ? V4 : 1u];
-    [[unroll]] for (uint k = 0u; k < V4; k++) {
-        uint j = l + k * WG;
-        hv[k] = vec4(0.0);
-        if (j < n4)
-            hv[k] = y4[p.y_off / 4u + b4 + j] * silu4(z4[p.z_off / 4u + b4 + j]);
-    }
     float ss = 0.0;
     [[unroll]] for (uint k = 0u; k < V4; k++) {
-        ss += hv[k].x * hv[k].x;
-        ss += hv[k].y * hv[k].y;
-        ss += hv[k].z * hv[k].z;
-        ss += hv[k].w * hv[k].w;
+        uint j = l + k * WG;
+        vec4 h = vec4(0.0);
+        if (j < n4)
+            h = y4[p.y_off / 4u + b4 + j] * silu4(z4[p.z_off / 4u + b4 + j]);
+        ss += h.x * h.x;
+        ss += h.y * h.y;
+        ss += h.z * h.z;
+        ss += h.w * h.w;
+        if (SMEM != 0u)
+            hrow[k * WG + l] = h;
+        else
+            hv[k] = h;
     }
     ss = wg_sum(ss);
     float scale = 1.0 / sqrt(ss / float(p.gs) + p.eps);
@@ -92,18 +101,25 @@ void main_v4(uint row, uint grp, uint base)
     [[unroll]] for (uint k = 0u; k < V4; k++) {
         uint j = l + k * WG;
         if (j < n4) {
-            hv[k] = hv[k] * scale * load_w4(p.w_off + grp * p.gs + 4u * j);
-            o4[p.o_off / 4u + b4 + j] = hv[k];
-            mx = max(mx, max(max(abs(hv[k].x), abs(hv[k].y)), max(abs(hv[k].z), abs(hv[k].w))));
+            vec4 h = SMEM != 0u ? hrow[k * WG + l] : hv[k];
+            h = h * scale * load_w4(p.w_off + grp * p.gs + 4u * j);
+            o4[p.o_off / 4u + b4 + j] = h;
+            mx = max(mx, max(max(abs(h.x), abs(h.y)), max(abs(h.z), abs(h.w))));
+            if (SMEM != 0u)
+                hrow[k * WG + l] = h;
+            else
+                hv[k] = h;
         }
     }
     if (SPLIT != 0u) { /* one group per row: item = row */
         int e = presplit_exp(wg_max(mx));
         [[unroll]] for (uint k = 0u; k < V4; k++) {
             uint j = l + k * WG;
-            if (j < n4)
-                PRESPLIT_STORE4(hv[k], e, s2, (p.hi_off + base / 2u) / 2u + j,
+            if (j < n4) {
+                vec4 h = SMEM != 0u ? hrow[k * WG + l] : hv[k];
+                PRESPLIT_STORE4(h, e, s2, (p.hi_off + base / 2u) / 2u + j,
                                 (p.lo_off + base / 2u) / 2u + j)
+            }
         }
         if (l == 0u)
             s[p.e_off + row] = uint(e);

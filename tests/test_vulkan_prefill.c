@@ -8,7 +8,9 @@
  *     fill one to eight runs an invocation and with a partial last run;
  *     against float64 from the inputs, with $LLMEM_VULKAN_PF_NORM unset
  *     and 0 (the REG / loop paths), and add + norm bit for bit equal to an
- *     add followed by the norm (llmem_op_add_rms_norm's contract);
+ *     add followed by the norm (llmem_op_add_rms_norm's contract); the
+ *     gated norm's runs kept in shared memory ($LLMEM_VULKAN_PF_NORM=2):
+ *     float64, and bit for bit the registers' path;
  *   - a product's split-K sum held for the column copies of its output
  *     (the pass writes z / xBC / dt: sum_slices_cm.comp VEC4 with NDST,
  *     and at widths that are not multiples of 4 the one-column pass) and
@@ -151,6 +153,26 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
     test_env_restore(&keep);
 }
 
+/* The gated norm (one group) of y, z [m, k] into a new array, on a
+ * backend opened with $LLMEM_VULKAN_PF_NORM=pf. */
+static float *gated(const char *pf, int32_t m, int32_t k, const float *y, const float *z,
+                    const float *w)
+{
+    test_env keep = test_env_save("LLMEM_VULKAN_PF_NORM");
+    test_env_put("LLMEM_VULKAN_PF_NORM", pf);
+    llmem_backend *vk = open_be("vulkan");
+    llmem_buffer *b[4];
+    llmem_tensor ty = vk_up_f32_2d(vk, &b[0], y, m, k), tz = vk_up_f32_2d(vk, &b[1], z, m, k);
+    llmem_tensor tw = vk_up_f32_2d(vk, &b[2], w, k, 0), to = vk_up_f32_2d(vk, &b[3], NULL, m, k);
+    OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, 1, EPS, &to));
+    float *o = download(&to);
+    for (int i = 0; i < 4; i++)
+        llmem_buffer_free(b[i]);
+    llmem_backend_close(vk);
+    test_env_restore(&keep);
+    return o;
+}
+
 /* Row widths (one group) for 1 run of 4 an invocation of 256 with a
  * partial last one (520), 2 (2048), 3 of 512 invocations, partial (4100:
  * more than 4 runs at 256), and 4 of 512 (8192, Bamba-9B's gated norm);
@@ -163,6 +185,15 @@ START_TEST(test_prefill_norms)
         if (i == 0)
             check_norms("0", shapes[i][0], shapes[i][1]);
     }
+    check_norms("2", 66, 8192); /* the gated norm's runs in shared memory */
+    /* which keeps the values of the registers' path, bit for bit */
+    int32_t m = 66, k = 8192;
+    float *y = rand_vec((size_t)m * k, -3, 3, false), *z = rand_vec((size_t)m * k, -3, 3, false);
+    float *w = rand_vec((size_t)k, 0.5f, 1.5f, false);
+    float *o1 = gated("1", m, k, y, z, w), *o2 = gated("2", m, k, y, z, w);
+    ck_assert_msg(memcmp(o1, o2, (size_t)m * k * 4) == 0,
+                  "gated norm %dx%d: PF_NORM=2 differs from 1", m, k);
+    free(y), free(z), free(w), free(o1), free(o2);
 }
 END_TEST
 

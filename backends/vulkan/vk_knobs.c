@@ -40,7 +40,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_SPIN_US", spin_us, 0, 1000000, NUM),
     K("LLMEM_VULKAN_UPLOAD_INLINE", upload_inline, 0, 1, NUM),
     K("LLMEM_VULKAN_PF_SUM_VEC", pf_sum_vec, 0, 1, NUM),
-    K("LLMEM_VULKAN_PF_NORM", pf_norm, 0, 1, NUM),
+    K("LLMEM_VULKAN_PF_NORM", pf_norm, 0, 2, NUM),
     K("LLMEM_VULKAN_PF_SWIGLU", pf_swiglu, 0, 1, NUM),
     K("LLMEM_VULKAN_DEC_PF", dec_pf, 0, 255, NUM),
     K("LLMEM_VULKAN_DEC_PF_LAG", dec_pf_lag, 1, 8, NUM),

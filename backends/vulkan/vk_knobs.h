@@ -36,7 +36,7 @@ typedef struct vk_knobs {
     int32_t upload_inline;  /* LLMEM_VULKAN_UPLOAD_INLINE: 0, 1 (vk_buffer_upload) */
     /* prefill rows (above VK_CMP_ROWS), docs/benchmarks.md "Vulkan prefill around the GEMM" */
     int32_t pf_sum_vec;     /* LLMEM_VULKAN_PF_SUM_VEC: 0 scalar sum_slices_cm, 1 (default) vec4 */
-    int32_t pf_norm;        /* LLMEM_VULKAN_PF_NORM: 0 the norms' REG / loop paths, 1 (default) V4 */
+    int32_t pf_norm;        /* LLMEM_VULKAN_PF_NORM: 0 REG / loop, 1 (default) V4, 2 gated SMEM */
     int32_t pf_swiglu;      /* LLMEM_VULKAN_PF_SWIGLU: 0 cm_split's two reads, 1 (default) V4 */
     /* matmul_dec.comp's L2 prefetch (vk_ops_matmul.c, VK_DEC_PF_*) */
     int32_t dec_pf;         /* LLMEM_VULKAN_DEC_PF: K steps ahead, 0..255 (0 off) */

@@ -466,6 +466,13 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     vk_op_spec(&op, split);
     vk_op_spec(&op, ns);
     vk_op_spec(&op, v4);
+    /* $LLMEM_VULKAN_PF_NORM=2: the runs wait in shared memory (SMEM), where
+     * they fit beside the reductions' words */
+    uint64_t smem = (uint64_t)v4 * wg * 16 + (uint64_t)wg * 4 + 4;
+    vk_op_spec(&op, v4 && VK_KNOB(v, pf_norm, 1) == 2 &&
+                            smem <= v->props.limits.maxComputeSharedMemorySize
+                        ? 1u
+                        : 0u);
     llmem_status st = vk_op_run(v, &op, (uint64_t)(rows * n_groups) * ns);
     if (st == LLMEM_OK && split)
         vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
