@@ -457,7 +457,8 @@ static void run_mm(llmem_backend *be, const float *a, const float *w, int32_t m,
 
 /* One product of m x k x n: rows scaled by 2^((r % 7) 20 - 60), bf16-exact
  * weights of 2^-17 .. 2^10, each output row within rtol (precise 1e-5:
- * an f32 product; fast 2e-3: one f16 term, 2^-11 per element) of its
+ * an f32 product; fast vk_fast_rtol(): one f16 term, 2^-11 per element, or
+ * one bf16 term with $LLMEM_VULKAN_BF16) of its
  * largest |float64 reference|. */
 static void dec_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const char *cfg)
 {
@@ -488,7 +489,7 @@ static void dec_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const c
         run_mm(vk, a, w, m, k, n, fast, o);
         char what[160];
         snprintf(what, sizeof what, "%s%s %dx%dx%d", cfg, fast ? " fast" : "", m, k, n);
-        vk_expect_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
+        vk_expect_close(o, ref, m, n, fast ? vk_fast_rtol() : 1e-5, what);
     }
     free(a), free(w), free(o), free(ref);
 }

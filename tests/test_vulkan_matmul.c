@@ -76,7 +76,7 @@ static void row_scales_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, 
         char what[128];
         snprintf(what, sizeof what, "%s%s %dx%dx%d (row r scaled by 2^((r %% 7) * 20 - 60))", cfg,
                  fast ? "matmul_fast" : "matmul", m, k, n);
-        vk_expect_close(o, ref, m, n, fast ? 2e-3 : 1e-5, what);
+        vk_expect_close(o, ref, m, n, fast ? vk_fast_rtol() : 1e-5, what);
     }
     free(o), free(a), free(w), free(ref);
 }
@@ -296,7 +296,7 @@ START_TEST(test_matmul_cm_fn)
             for (int fast = 0; fast < 2; fast++) {
                 char what[64];
                 snprintf(what, sizeof what, "fn %s", fns[fi]);
-                bf16_product_case(vk, ms[mi], k, n, fast != 0, fast ? 2e-3 : 1e-5, what);
+                bf16_product_case(vk, ms[mi], k, n, fast != 0, fast ? vk_fast_rtol() : 1e-5, what);
             }
         llmem_backend_close(vk);
     }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "llmem/ops.h"
@@ -72,6 +73,18 @@ static inline void vk_ref_mm(const double *a, const float *w, int32_t m, int32_t
                 acc += a[(size_t)r * k + i] * w[(size_t)j * k + i];
             o[(size_t)r * n + j] = acc;
         }
+}
+
+/* The tolerance of a fast-mode product (llmem_op_matmul_fast) against its
+ * float64 reference, relative to the row's largest |value| (vk_expect_close):
+ * about four times the rounding of one activation term, 2^-11 for the f16
+ * term of the default route, 2^-9 where $LLMEM_VULKAN_BF16 routes products
+ * through bf16 cooperative matrices (the bf16 rounding <llmem/ops.h> allows
+ * fast mode). */
+static inline double vk_fast_rtol(void)
+{
+    const char *b = getenv("LLMEM_VULKAN_BF16");
+    return b && *b && strcmp(b, "0") != 0 ? 4.0 / 512 : 2e-3;
 }
 
 /* Asserts each row of o [m, n] is finite and within rtol of the largest
