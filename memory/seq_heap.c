@@ -1,6 +1,7 @@
-/* llmem memory/: large-page storage for per-sequence arrays (seq_heap.h).
- * Transparent huge pages: Linux Documentation/admin-guide/mm/transhuge.rst
- * (MADV_HUGEPAGE on a 2 MiB-aligned range). */
+/* llmem memory/: dense storage for per-sequence arrays (seq_heap.h).
+ * Transparent huge pages for seq_heap_advise's arrays: Linux
+ * Documentation/admin-guide/mm/transhuge.rst (MADV_HUGEPAGE on a 2 MiB-aligned
+ * range). */
 #define _DEFAULT_SOURCE /* madvise, MADV_HUGEPAGE */
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 #define SEQ_HDR 16                  /* bytes before a block's entries */
 #define SEQ_MIN_CAP 4               /* entries of class 0 (a block of 32 bytes) */
 #define SEQ_CLASSES 29              /* class 28: 1 << 30 entries */
-#define SEQ_HUGE ((size_t)2 << 20)  /* huge page size the chunks are aligned to */
+#define SEQ_HUGE ((size_t)2 << 20)  /* huge page size: chunk alignment, seq_heap_advise */
 #define SEQ_CHUNK0 ((size_t)256 << 10)
 #define SEQ_CHUNK_MAX ((size_t)32 << 20)
 
@@ -49,19 +50,18 @@ static blk_hdr *hdr_of(int32_t *v)
     return (blk_hdr *)(void *)((char *)v - SEQ_HDR);
 }
 
-/* Host memory of `bytes`, aligned to huge pages and advised as such when
- * at least one huge page long. */
+/* Host memory of `bytes`, aligned to 2 MiB when at least that long (the
+ * chunks' cache colours count from that alignment). Not advised as huge
+ * pages: with MADV_HUGEPAGE on the chunks, a decode step's commit at 4,000
+ * sequences of 64K tokens in pages of 1 ran at about twice its time in
+ * some processes (0.16 -> 0.27-0.39 ms, 6 of 18 runs), and without it in
+ * none (docs/benchmarks.md, "Final check of the twelfth session"). */
 static void *big_alloc(size_t bytes)
 {
     if (bytes < SEQ_HUGE)
         return malloc(bytes);
     size_t n = (bytes + SEQ_HUGE - 1) / SEQ_HUGE * SEQ_HUGE;
-    void *p = aligned_alloc(SEQ_HUGE, n);
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    if (p)
-        (void)madvise(p, n, MADV_HUGEPAGE); /* advice only: plain pages if refused */
-#endif
-    return p;
+    return aligned_alloc(SEQ_HUGE, n);
 }
 
 static size_t big_size(size_t bytes)

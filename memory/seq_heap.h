@@ -1,14 +1,17 @@
-/* llmem memory/: large-page storage for per-sequence arrays.
+/* llmem memory/: dense storage for per-sequence arrays.
  *
  * A decode step appends to every sequence's token and position arrays and
  * reads the tail of its page table and its state holdings. As separate
- * malloc blocks, each of those tails sits in its own 4 KiB page: at 4,000
- * sequences a step touches some 10,000 pages, more than the TLB holds, and
- * every tail costs a page walk (two-level under virtualisation). A seq heap
- * carves these arrays out of chunks advised as transparent huge pages
- * (madvise MADV_HUGEPAGE: 2 MiB pages where the kernel grants them, plain
- * pages otherwise, same results either way), so the tails of thousands of
- * sequences share a few dozen TLB entries.
+ * malloc blocks of 128 KiB and more, each of those arrays is a mapping of
+ * its own, and at 4,000 sequences a step touches some 10,000 scattered
+ * pages. A seq heap carves these arrays out of a few large chunks instead,
+ * packed by size class. The chunks were advised as transparent huge pages
+ * until the twelfth session's measurements: with that advice the commit of
+ * a 4,000-sequence step at 64K tokens in pages of 1 doubled in some
+ * processes, and without it the 4,000 x 64K steps took 25-30% less
+ * (docs/benchmarks.md, "Final check of the twelfth session"); the large
+ * arrays indexed at random every step (page rows, the page pool's
+ * per-page arrays) keep the advice (seq_heap_advise).
  *
  * A heap-backed i32vec (internal.h) keeps its fields' meaning except that
  * cap holds minus the capacity; its block starts with a 16-byte header that
@@ -21,8 +24,8 @@
  * freed at once. Chunks grow geometrically from 256 KiB to 32 MiB, so a
  * memory of a few sequences stays small; chunk k's blocks start 17 k
  * cache lines into it, so that the tails of equally long arrays in
- * different (2 MiB-aligned) chunks do not share cache sets. One heap per memory; like the
- * memory, it is used by one thread at a time. */
+ * different (2 MiB-aligned) chunks do not share cache sets. One heap per
+ * memory; like the memory, it is used by one thread at a time. */
 #ifndef LLMEM_SEQ_HEAP_H
 #define LLMEM_SEQ_HEAP_H
 
