@@ -33,22 +33,6 @@
 
 #define EPS 1e-5f
 
-static float *rand_vec(size_t n, float lo, float hi, bool bf16)
-{
-    float *v = malloc(n * sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = frand(lo, hi);
-        if (bf16) {
-            uint32_t u;
-            memcpy(&u, &v[i], 4);
-            u &= 0xffff0000u;
-            memcpy(&v[i], &u, 4);
-        }
-    }
-    return v;
-}
-
 static float *download(const llmem_tensor *t)
 {
     size_t n = llmem_tensor_nbytes(t);
@@ -89,9 +73,9 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
     test_env_put("LLMEM_VULKAN_PF_NORM", pf);
     llmem_backend *vk = open_be("vulkan");
     size_t mk = (size_t)m * k;
-    float *x = rand_vec(mk, -2, 2, false), *r = rand_vec(mk, -2, 2, false);
-    float *y = rand_vec(mk, -3, 3, false), *z = rand_vec(mk, -3, 3, false);
-    float *w = rand_vec((size_t)k, 0.5f, 1.5f, true);
+    float *x = rand_vals(mk, -2, 2, false), *r = rand_vals(mk, -2, 2, false);
+    float *y = rand_vals(mk, -3, 3, false), *z = rand_vals(mk, -3, 3, false);
+    float *w = rand_vals((size_t)k, 0.5f, 1.5f, true);
     double *ref = malloc(mk * sizeof *ref);
     ck_assert_ptr_nonnull(ref);
     llmem_buffer *b[12];
@@ -188,8 +172,8 @@ START_TEST(test_prefill_norms)
     check_norms("2", 66, 8192); /* the gated norm's runs in shared memory */
     /* which keeps the values of the registers' path, bit for bit */
     int32_t m = 66, k = 8192;
-    float *y = rand_vec((size_t)m * k, -3, 3, false), *z = rand_vec((size_t)m * k, -3, 3, false);
-    float *w = rand_vec((size_t)k, 0.5f, 1.5f, false);
+    float *y = rand_vals((size_t)m * k, -3, 3, false), *z = rand_vals((size_t)m * k, -3, 3, false);
+    float *w = rand_vals((size_t)k, 0.5f, 1.5f, false);
     float *o1 = gated("1", m, k, y, z, w), *o2 = gated("2", m, k, y, z, w);
     ck_assert_msg(memcmp(o1, o2, (size_t)m * k * 4) == 0,
                   "gated norm %dx%d: PF_NORM=2 differs from 1", m, k);
@@ -247,9 +231,9 @@ static void check_chain(int32_t m, int32_t d, const widths *cw)
 {
     int32_t nin = cw->w[0] + cw->w[1] + cw->w[2];
     size_t md = (size_t)m * d;
-    float *a0 = rand_vec(md, -2, 2, false), *x0 = rand_vec(md, -2, 2, false);
-    float *nw = rand_vec((size_t)d, 0.5f, 1.5f, false), *w = rand_vec(md / m * d, -1, 1, true);
-    float *win = rand_vec((size_t)nin * d, -1, 1, true);
+    float *a0 = rand_vals(md, -2, 2, false), *x0 = rand_vals(md, -2, 2, false);
+    float *nw = rand_vals((size_t)d, 0.5f, 1.5f, false), *w = rand_vals(md / m * d, -1, 1, true);
+    float *win = rand_vals((size_t)nin * d, -1, 1, true);
     double *a = malloc(md * sizeof *a), *h = malloc(md * sizeof *h), *x = malloc(md * sizeof *x);
     double *zx = malloc((size_t)m * nin * sizeof *zx), *e = malloc((size_t)m * nin * sizeof *e);
     ck_assert(a && h && x && zx && e);

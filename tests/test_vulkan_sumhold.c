@@ -41,22 +41,6 @@
 #define W2 8
 #define NIN (W0 + W1 + W2)
 
-static float *rand_vec(size_t n, float lo, float hi, bool bf16)
-{
-    float *v = malloc(n * sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    for (size_t i = 0; i < n; i++) {
-        v[i] = frand(lo, hi);
-        if (bf16) {
-            uint32_t u;
-            memcpy(&u, &v[i], 4);
-            u &= 0xffff0000u;
-            memcpy(&v[i], &u, 4);
-        }
-    }
-    return v;
-}
-
 /* ---- float64 references ----------------------------------------------------------------- */
 
 static void ref_norm(double *x, const float *nw, int32_t m, int32_t k)
@@ -185,10 +169,10 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
 {
     sh_in c = {.m = m, .d = d, .k = k, .fast = fast};
     size_t md = (size_t)m * d, mk = (size_t)m * k;
-    c.a0 = rand_vec(mk, -2, 2, false), c.x0 = rand_vec(md, -2, 2, false);
-    c.x2 = rand_vec(md, -2, 2, false), c.nw0 = rand_vec((size_t)k, 0.5f, 1.5f, false);
-    c.nw = rand_vec((size_t)d, 0.5f, 1.5f, false), c.w = rand_vec((size_t)d * k, -1, 1, true);
-    c.win = rand_vec((size_t)NIN * d, -1, 1, true);
+    c.a0 = rand_vals(mk, -2, 2, false), c.x0 = rand_vals(md, -2, 2, false);
+    c.x2 = rand_vals(md, -2, 2, false), c.nw0 = rand_vals((size_t)k, 0.5f, 1.5f, false);
+    c.nw = rand_vals((size_t)d, 0.5f, 1.5f, false), c.w = rand_vals((size_t)d * k, -1, 1, true);
+    c.win = rand_vals((size_t)NIN * d, -1, 1, true);
     float *on[N_O], *off[N_O], *cp[N_O];
     size_t nn[N_O], nf[N_O], nc[N_O];
     run_all(&c, "3", NULL, on, nn);

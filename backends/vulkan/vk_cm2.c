@@ -104,41 +104,59 @@ bool vk_khr_modules_wanted(void)
     return want_cmp || want_cm;
 }
 
+/* The device's VK_KHR_cooperative_matrix shapes (calloc'd, *n of them:
+ * the caller frees), or NULL (*n 0) where the query is missing, fails or
+ * lists none, or out of host memory. */
+static khr_cm_properties *khr_cm_shapes(VkInstance inst, VkPhysicalDevice pd, uint32_t *n)
+{
+    *n = 0;
+    PFN_vkVoidFunction f =
+        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    khr_cm_query q;
+    if (!f)
+        return NULL;
+    memcpy(&q, &f, sizeof q);
+    uint32_t c = 0;
+    if (q(pd, &c, NULL) != VK_SUCCESS || c == 0)
+        return NULL;
+    khr_cm_properties *p = calloc(c, sizeof *p);
+    if (!p)
+        return NULL;
+    for (uint32_t i = 0; i < c; i++)
+        p[i].sType = KHR_CM_STYPE_PROPERTIES;
+    if (q(pd, &c, p) != VK_SUCCESS) {
+        free(p);
+        return NULL;
+    }
+    *n = c;
+    return p;
+}
+
 bool vk_khr_cm_usable(VkInstance inst, VkPhysicalDevice pd, uint32_t subgroup_size,
                       uint32_t shared_bytes)
 {
     if (!vk_has_device_ext(pd, VK_KHR_CM_NAME))
         return false;
-    PFN_vkVoidFunction f =
-        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
-    khr_cm_query q;
-    if (!f)
-        return false;
-    memcpy(&q, &f, sizeof q);
     vk_khr_cm_features cf = {.sType = VK_KHR_CM_STYPE_FEATURES};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &cf};
     vkGetPhysicalDeviceFeatures2(pd, &f2);
-    uint32_t n = 0;
-    if (!cf.cooperativeMatrix || q(pd, &n, NULL) != VK_SUCCESS || n == 0)
+    if (!cf.cooperativeMatrix)
         return false;
-    khr_cm_properties *p = calloc(n, sizeof *p);
-    vk_cm_shape *sh = calloc(n, sizeof *sh);
+    uint32_t n = 0;
+    khr_cm_properties *p = khr_cm_shapes(inst, pd, &n);
+    vk_cm_shape *sh = p ? calloc(n, sizeof *sh) : NULL;
     bool ok = false;
-    if (p && sh) {
+    if (sh) {
         for (uint32_t i = 0; i < n; i++)
-            p[i].sType = KHR_CM_STYPE_PROPERTIES;
-        if (q(pd, &n, p) == VK_SUCCESS) {
-            for (uint32_t i = 0; i < n; i++)
-                sh[i] = (vk_cm_shape){
-                    .m = p[i].MSize,
-                    .n = p[i].NSize,
-                    .k = p[i].KSize,
-                    .ab_f16 = p[i].AType == 0 && p[i].BType == 0,
-                    .cd_f32 = p[i].CType == 1 && p[i].ResultType == 1,
-                    .subgroup_scope = p[i].scope == 3,
-                };
-            ok = vk_cm_usable(sh, n, subgroup_size, shared_bytes);
-        }
+            sh[i] = (vk_cm_shape){
+                .m = p[i].MSize,
+                .n = p[i].NSize,
+                .k = p[i].KSize,
+                .ab_f16 = p[i].AType == 0 && p[i].BType == 0,
+                .cd_f32 = p[i].CType == 1 && p[i].ResultType == 1,
+                .subgroup_scope = p[i].scope == 3,
+            };
+        ok = vk_cm_usable(sh, n, subgroup_size, shared_bytes);
     }
     free(p);
     free(sh);
@@ -152,30 +170,18 @@ bool vk_khr_bf16_usable(VkInstance inst, VkPhysicalDevice pd)
         (vk_shader_codes[VK_SH_MATMUL_DEC_BF_KHR].size < 20 &&
          vk_shader_codes[VK_SH_MATMUL_CM_BF_KHR].size < 20))
         return false;
-    PFN_vkVoidFunction f =
-        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
-    khr_cm_query q;
-    if (!f)
-        return false;
-    memcpy(&q, &f, sizeof q);
     vk_khr_bf16_features bf = {.sType = VK_KHR_BF16_STYPE_FEATURES};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &bf};
     vkGetPhysicalDeviceFeatures2(pd, &f2);
-    uint32_t n = 0;
-    if (!bf.shaderBFloat16Type || !bf.shaderBFloat16CooperativeMatrix ||
-        q(pd, &n, NULL) != VK_SUCCESS || n == 0)
+    if (!bf.shaderBFloat16Type || !bf.shaderBFloat16CooperativeMatrix)
         return false;
-    khr_cm_properties *p = calloc(n, sizeof *p);
+    uint32_t n = 0;
+    khr_cm_properties *p = khr_cm_shapes(inst, pd, &n);
     bool ok = false;
-    if (p) {
-        for (uint32_t i = 0; i < n; i++)
-            p[i].sType = KHR_CM_STYPE_PROPERTIES;
-        if (q(pd, &n, p) == VK_SUCCESS)
-            for (uint32_t i = 0; i < n && !ok; i++)
-                ok = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
-                     p[i].AType == VK_KHR_BF16_COMPONENT && p[i].BType == VK_KHR_BF16_COMPONENT &&
-                     p[i].CType == 1 && p[i].ResultType == 1 && p[i].scope == 3;
-    }
+    for (uint32_t i = 0; i < n && !ok; i++)
+        ok = p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16 &&
+             p[i].AType == VK_KHR_BF16_COMPONENT && p[i].BType == VK_KHR_BF16_COMPONENT &&
+             p[i].CType == 1 && p[i].ResultType == 1 && p[i].scope == 3;
     free(p);
     return ok;
 }

@@ -127,6 +127,24 @@ static inline float frand(float lo, float hi)
     return lo + (hi - lo) * (float)(rnd() % 1000003u) / 1000003.0f;
 }
 
+/* n values from frand(lo, hi) (malloc'd: the caller frees them), each cut
+ * to a bf16 value (its low 16 bits cleared) when bf16. */
+static inline float *rand_vals(size_t n, float lo, float hi, bool bf16)
+{
+    float *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++) {
+        v[i] = frand(lo, hi);
+        if (bf16) {
+            uint32_t u;
+            memcpy(&u, &v[i], 4);
+            u &= 0xffff0000u;
+            memcpy(&v[i], &u, 4);
+        }
+    }
+    return v;
+}
+
 static inline llmem_backend *open_be(const char *name)
 {
     char err[256] = "";
