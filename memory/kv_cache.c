@@ -152,6 +152,13 @@ static int32_t kv_prefix_match(llmem_memory *mem, const int32_t *tokens, int32_t
     return kv_prefix_pages(kv, tokens, n, NULL) * kv->p.page_size;
 }
 
+/* Pages ahead whose bucket publish_flush requests: 32 rather than 8 took
+ * the commit of a 4,000-sequence step in pages of 1 down 5-10% (1K and
+ * 64K tokens, kv and hybrid, four alternated rounds on a 2-core VM) and
+ * the 1,000-sequence one 2-4% (docs/benchmarks.md, "Final check of the
+ * twelfth session"): each bucket is a TLB miss as well as a cache miss. */
+#define PUBLISH_PREFETCH 32
+
 void publish_flush(kv_cache *kv)
 {
     page_pool *pp = &kv->pool;
@@ -161,8 +168,9 @@ void publish_flush(kv_cache *kv)
 #if defined(__GNUC__)
         /* a decode step in pages of 1 publishes a page per sequence, each
          * into a random bucket of a table the size of the pool */
-        if (i + 8 < n)
-            __builtin_prefetch(&pp->bucket[pp->hash[q[i + 8]] & (uint64_t)(pp->n_buckets - 1)],
+        if (i + PUBLISH_PREFETCH < n)
+            __builtin_prefetch(&pp->bucket[pp->hash[q[i + PUBLISH_PREFETCH]] &
+                                           (uint64_t)(pp->n_buckets - 1)],
                                0, 0);
 #endif
         page_pool_publish(pp, q[i]);
