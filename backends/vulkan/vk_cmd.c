@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 
 #define STAGE_CHUNK ((VkDeviceSize)16 << 20)
 #define STAGE_BUDGET ((VkDeviceSize)64 << 20)

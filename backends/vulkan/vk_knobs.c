@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 
 enum { NUM, POW2, CHAR };
 

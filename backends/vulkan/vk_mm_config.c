@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 
 /* A layout variable "A,B,C,..." of n_min to n_max (at most 8) unsigned
  * numbers into out[0..n_max) (the ones not given keep their value): how

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 #include "vk_sum.h"
 
 #define EW_WG 256

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 #include "vk_sum.h"
 
 #define MV_MAX VK_MM_MV_MAX

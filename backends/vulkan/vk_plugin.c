@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 #include "vk_sum.h"
 
 #define VALIDATION_LAYER "VK_LAYER_KHRONOS_validation"

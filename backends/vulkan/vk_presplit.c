@@ -37,6 +37,7 @@
 #include <stdlib.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 #include "vk_sum.h"
 
 /* $LLMEM_VULKAN_PRESPLIT: 0 off (every product splits its own

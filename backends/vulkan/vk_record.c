@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "vk_internal.h"
+#include "vk_presplit.h"
 
 struct vk_graph {
     VkCommandBuffer cmd;

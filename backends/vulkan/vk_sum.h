@@ -4,7 +4,7 @@
 #ifndef LLMEM_VK_SUM_H
 #define LLMEM_VK_SUM_H
 
-#include "vk_internal.h"
+#include "vk_presplit.h"
 
 /* The split-K sum pass after a tensor-core product (vk_sum.c): its
  * raw-tile partial buffer part (owned; NULL: none), pt the whole of it,

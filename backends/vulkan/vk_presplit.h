@@ -1,0 +1,76 @@
+/* llmem Vulkan backend: activations split by their producer (issue 12):
+ * the f16 terms a norm or the SwiGLU writes for the next tensor-core
+ * product (vk_presplit.c), the ranges they and the residual's copies were
+ * made from (vk_kept_range), and the row-wise ops' split of a row over
+ * workgroups (vk_ops_basic.c). Included by the backend's sources that
+ * produce, take or invalidate the terms. */
+#ifndef LLMEM_VK_PRESPLIT_H
+#define LLMEM_VK_PRESPLIT_H
+
+#include "vk_internal.h"
+
+/* Activations split by their producer (vk_presplit.c, issue 12). Rows up
+ * to which a producer writes them, and the terms buffer's size (64 rows of
+ * up to 32768 columns). */
+#define VK_PRESPLIT_ROWS 64u
+#define VK_PRESPLIT_BYTES (((size_t)8 << 20) + 4096)
+/* With $LLMEM_VULKAN_PRESPLIT_ROWS above VK_PRESPLIT_ROWS (prefill-sized
+ * producers too; matmul_cmp.comp reads the same terms): 512 rows of
+ * 14336 columns (the 9B shape's SwiGLU output at pp512) and more. */
+#define VK_PRESPLIT_BYTES_PF (((size_t)32 << 20) + 4096)
+/* The prefill ubatch of 512 rows (every pp512 product at batch 1, 16 and
+ * 64), and $LLMEM_VULKAN_PRESPLIT_ROWS when unset */
+#define VK_PRESPLIT_ROWS_PF 512u
+#define VK_PRESPLIT_ROWS_DEFAULT VK_PRESPLIT_ROWS_PF
+/* Reads $LLMEM_VULKAN_PRESPLIT into v->mm.presplit (at backend open). */
+void vk_presplit_config(vk_backend *v);
+/* Whether an op making an f32 [rows, cols] output should also write its
+ * terms: the knob on, cooperative matrices, matmul_cm's decode rows
+ * (VK_MM_MV_MAX < rows <= presplit.rows_max, rows >= cm_min), cols % 8 == 0,
+ * and the terms fit in presplit.bytes. */
+bool vk_presplit_want(const vk_backend *v, int64_t rows, int64_t cols);
+/* Bytes of the terms of an [m, k] tensor: hi and lo f16, then e [m] i32. */
+size_t vk_presplit_bytes(uint32_t m, uint32_t k);
+/* *terms: the terms buffer's first vk_presplit_bytes(m, k) bytes as f32
+ * words, for the producer to bind written (hi at word 0, lo at word
+ * m k / 2, e at word m k). Makes the buffer on first use; LLMEM_E_NO_MEMORY
+ * when it cannot (and no later producer tries again). */
+llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
+                                llmem_tensor *terms);
+/* After the producer's dispatch was recorded: the terms are of out [m, k]. */
+void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k);
+/* Whether the terms held are those of a [m, k] (f32) as it is now. */
+bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k);
+/* Forgets the terms (a replayed step, a recording's start or end, a submit),
+ * and the residual's copy (vk_resid_drop). */
+void vk_presplit_drop(vk_backend *v);
+/* Keeps t's device range in *k (not valid when t crosses a chunk of its
+ * buffer: bound through a temporary, nothing to keep). */
+void vk_kept_set(vk_kept_range *k, llmem_ct *t);
+/* Whether *k is valid and t's device range is exactly it. */
+bool vk_kept_is(const vk_kept_range *k, llmem_ct *t);
+/* Invalidates *k when one of acc[0..n) writes into its range. */
+void vk_kept_written(vk_kept_range *k, const vk_access *acc, uint32_t n);
+/* vk_cmd_track's hook: forgets the terms when one of acc[0..n) writes their range
+ * (and the residual's copy: vk_resid_written). */
+void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n);
+/* Frees the terms buffer (backend destroy). */
+void vk_presplit_finish(llmem_backend *be, vk_backend *v);
+/* out = silu(g) * u (2-D [m, k] f32, llmem_op_swiglu's arithmetic; out may
+ * be g or u) through cm_split.comp's SWIGLU mode, which also writes the
+ * terms of out for the next product, when vk_presplit_want says so and
+ * every operand is 16-byte aligned (vk_ops_matmul.c); *done says whether
+ * it ran (else the caller runs the element-wise swiglu). Statuses of
+ * vk_op_run. */
+llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
+                             llmem_ct *out, bool *done);
+/* Workgroups that share each row of a row-wise op with `units` units a row
+ * (the NS of rms_norm*.comp and cm_split.comp; vk_ops_basic.c). */
+#define VK_ROW_SPLIT_MAX 64
+uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t unit_min);
+/* cm_split.comp's V4 for the SwiGLU pass of m rows of k elements (vk_ops_basic.c): above
+ * VK_CMP_ROWS rows (unless $LLMEM_VULKAN_PF_SWIGLU=0), the row in registers, in runs of 4
+ * an invocation of 1024 (*wg set); 0 elsewhere (*wg unchanged). */
+uint32_t vk_pf_split_v4(const vk_backend *v, uint32_t m, uint32_t k, uint32_t *wg);
+
+#endif
