@@ -140,13 +140,13 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
     return false;
 }
 
-/* The hold's mode for a product of m rows and n columns: above
- * VK_PRESPLIT_ROWS rows bits 0 and 1 of $LLMEM_VULKAN_SUM_HOLD where set,
- * else both;
- * at most that many rows $LLMEM_VULKAN_SUM_HOLD where set, else the copies (bit 0) and the add
- * into x for a split norm (bit 2) always, and at most VK_SUM_NORM_COLS
- * columns the fold into the norm: split (bit 3), and one workgroup a row
- * (bit 1) above VK_SUM_NORM_ROWS rows (vk_sum.h). */
+/* The hold's mode for a product of m rows and n columns. Above
+ * VK_PRESPLIT_ROWS rows (prefill): bits 0 and 1 of $LLMEM_VULKAN_SUM_HOLD
+ * where set, else both. At most that many rows: $LLMEM_VULKAN_SUM_HOLD
+ * where set, else the copies (bit 0) and the add into x for a split norm
+ * (bit 2) always, and at most VK_SUM_NORM_COLS columns the fold into the
+ * norm: split (bit 3), and one workgroup a row (bit 1) above
+ * VK_SUM_NORM_ROWS rows (vk_sum.h). */
 static long hold_mode(const vk_backend *v, uint32_t m, uint32_t n)
 {
     if (m > VK_PRESPLIT_ROWS) /* prefill rows: the copies and the norm (vk_sum.h) */
@@ -172,7 +172,8 @@ static void hold_clear(sum_held *h)
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)
 {
     long mode = hold_mode(v, s->m, s->n);
-    if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX || s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
+    if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX ||
+        s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
         return false;
     if (!v->sumh && !(v->sumh = calloc(1, sizeof *v->sumh)))
         return false;
