@@ -95,13 +95,8 @@ void main_v4(uint r, uint row)
             continue;
         if (SWIGLU != 0u)
             ov[p.o_off + row + j] = v[k];
-        uint a0 = presplit_terms(v[k].x, e), a1 = presplit_terms(v[k].y, e);
-        uint a2 = presplit_terms(v[k].z, e), a3 = presplit_terms(v[k].w, e);
         uint o2 = ((r * p.k) / 2u) / 2u + j; /* 8-byte units of the row's halves */
-        s2[p.hi_off / 2u + o2] = uvec2((a0 & 0xffffu) | (a1 << 16), (a2 & 0xffffu) | (a3 << 16));
-        if (SPLIT == 2u)
-            s2[p.lo_off / 2u + o2] =
-                uvec2((a0 >> 16) | (a1 & 0xffff0000u), (a2 >> 16) | (a3 & 0xffff0000u));
+        PRESPLIT_STORE4_TERMS(v[k], e, s2, p.hi_off / 2u + o2, p.lo_off / 2u + o2, SPLIT == 2u)
     }
 }
 

@@ -44,15 +44,19 @@ uint presplit_terms(float x, int e)
 
 /* The terms of 4 consecutive outputs (vec4 v, the first at an even word
  * of the row's halves) of a row of exponent e: hi to 8-byte unit hi2 of
- * s2 (a uvec2 view of the terms' binding), lo to unit lo2; the words
- * PRESPLIT_STORE would write for those elements. */
-#define PRESPLIT_STORE4(v, e, s2, hi2, lo2)                                                       \
+ * s2 (a uvec2 view of the terms' binding), lo to unit lo2 where with_lo
+ * (fast mode's split writes hi only); the words PRESPLIT_STORE would
+ * write for those elements. */
+#define PRESPLIT_STORE4_TERMS(v, e, s2, hi2, lo2, with_lo)                                        \
     {                                                                                             \
         uint a0_ = presplit_terms((v).x, (e)), a1_ = presplit_terms((v).y, (e));                  \
         uint a2_ = presplit_terms((v).z, (e)), a3_ = presplit_terms((v).w, (e));                  \
         s2[(hi2)] = uvec2((a0_ & 0xffffu) | (a1_ << 16), (a2_ & 0xffffu) | (a3_ << 16));          \
-        s2[(lo2)] = uvec2((a0_ >> 16) | (a1_ & 0xffff0000u), (a2_ >> 16) | (a3_ & 0xffff0000u));  \
+        if (with_lo)                                                                              \
+            s2[(lo2)] =                                                                           \
+                uvec2((a0_ >> 16) | (a1_ & 0xffff0000u), (a2_ >> 16) | (a3_ & 0xffff0000u));      \
     }
+#define PRESPLIT_STORE4(v, e, s2, hi2, lo2) PRESPLIT_STORE4_TERMS(v, e, s2, hi2, lo2, true)
 
 /* The columns [*c0, *c1) that workgroup `part` of the ns that share a row
  * of n elements writes: parts of ceil(n / ns) rounded up to even (whole
