@@ -15,6 +15,10 @@
  * dispatch count in its header): a pp512 run's ubatches (e.g. the 496-row
  * and the 16-row one) and a warm run apart from a cold one, while decode
  * steps below N ms stay out.
+ *
+ * $LLMEM_VULKAN_PROFILE_SEQ=S (with the profile on) prints the dispatches of
+ * submit S one by one, in recorded order (index, shader, µs): which product
+ * of a decode step takes what, where the tables sum them per shader.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +39,7 @@ struct vk_prof {
     uint64_t mask;           /* valid timestamp bits */
     double each_ms;          /* per-submit tables from this many ms; 0: none */
     uint64_t submits;        /* submits collected so far */
+    uint64_t seq;            /* $LLMEM_VULKAN_PROFILE_SEQ: the submit listed dispatch by dispatch */
     double sub_ns[VK_SH_COUNT]; /* the current submit's, for the per-submit table */
     uint64_t sub_calls[VK_SH_COUNT];
 };
@@ -90,6 +95,8 @@ void vk_prof_init(vk_backend *v)
     p->mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
     long each = strtol(e, NULL, 10);
     p->each_ms = each >= 2 ? (double)each : 0.0;
+    const char *sq = getenv("LLMEM_VULKAN_PROFILE_SEQ");
+    p->seq = sq ? strtoull(sq, NULL, 10) : 0;
     v->prof = p;
 }
 
@@ -145,6 +152,15 @@ void vk_prof_collect(vk_backend *v)
         sub += ns;
     }
     p->submits++;
+    if (p->seq == p->submits) {
+        fprintf(stderr, "vulkan profile, submit %llu dispatch by dispatch (%u):\n",
+                (unsigned long long)p->submits, p->n);
+        for (uint32_t i = 0; i < p->n; i++) {
+            uint64_t d = ((ts[2 * i + 1] & p->mask) - (ts[2 * i] & p->mask)) & p->mask;
+            fprintf(stderr, "  %5u %-22s %10.2f us\n", i, vk_shader_codes[p->shader[i]].name,
+                    (double)d * p->period * 1e-3);
+        }
+    }
     if (p->each_ms > 0 && sub * 1e-6 >= p->each_ms) {
         fprintf(stderr, "vulkan profile, submit %llu (%u dispatches): %.3f ms\n",
                 (unsigned long long)p->submits, p->n, sub * 1e-6);
