@@ -382,50 +382,6 @@ START_TEST(test_cm_plan_narrow)
 }
 END_TEST
 
-/* vk_cm_plan_ring: the ring where the layout's two shared slices fit, by hand: 64 x 224 tiles
- * at K steps of 32 (448,2,2,32) take 2 (64 + 224) rows of 40 + 8 halves = 46,080 bytes + 1 KiB
- * in fast mode, 2 (128 + 224) x 80 = 56,320 + 1 KiB in precise mode (refused); the default
- * 64 x 256 tiles at K steps of 64, 2 (64 + 256) x 144 = 92,160 (refused); the narrow 64 x 64
- * tiles, 2 (64 + 64) x 144 = 36,864 + 1 KiB */
-START_TEST(test_cm_plan_ring)
-{
-    const uint32_t r448[5] = {448, 2, 2, 32, 1}, df[5] = VK_CM_MID_FAST, nar[7] = VK_CM_NARROW;
-    vk_cm_plan p, q;
-    ck_assert(vk_cm_plan_mid(64, 14336, 4096, 1, r448, SMEM, &p));
-    ck_assert_uint_eq(p.bn, 224);
-    ck_assert_uint_eq(p.stages, 1);
-    q = p;
-    ck_assert(!vk_cm_plan_ring(&q, 1, 2, 47103));
-    ck_assert_uint_eq(q.stages, 1);
-    ck_assert(vk_cm_plan_ring(&q, 1, 2, 47104));
-    ck_assert_uint_eq(q.stages, 3);
-    q.stages = p.stages; /* only the depth changes */
-    ck_assert(memcmp(&q, &p, sizeof p) == 0);
-    for (uint32_t sets = 1; sets <= 3; sets++) {
-        q = p;
-        ck_assert(vk_cm_plan_ring(&q, 1, sets, SMEM));
-        ck_assert_uint_eq(q.stages, sets + 1);
-    }
-    q = p;
-    ck_assert(!vk_cm_plan_ring(&q, 1, 0, SMEM));
-    ck_assert(!vk_cm_plan_ring(&q, 1, 4, SMEM));
-    ck_assert(!vk_cm_plan_ring(&q, 3, 1, SMEM));
-    ck_assert(vk_cm_plan_mid(64, 14336, 4096, 2, r448, SMEM, &p));
-    ck_assert(!vk_cm_plan_ring(&p, 2, 2, SMEM));
-    ck_assert(vk_cm_plan_ring(&p, 2, 2, 57344));
-    ck_assert(vk_cm_plan_mid(64, 14336, 4096, 1, df, SMEM, &p));
-    ck_assert(!vk_cm_plan_ring(&p, 1, 1, SMEM));
-    ck_assert_uint_eq(p.stages, 1);
-    ck_assert(vk_cm_plan_mid(64, 2048, 4096, 1, nar, SMEM, &p));
-    ck_assert(vk_cm_plan_ring(&p, 1, 1, 37888));
-    ck_assert_uint_eq(p.stages, 2);
-    /* more than 64 rows: not a decode tile */
-    p.bm = 128;
-    p.stages = 1;
-    ck_assert(!vk_cm_plan_ring(&p, 1, 1, 1u << 20));
-}
-END_TEST
-
 START_TEST(test_dec_used_rows)
 {
     vk_mm_caps c = {.coopmat = true, .dec = VK_DEC_KHR};
@@ -681,23 +637,18 @@ END_TEST
  * with 3 sets, 2 x 8 of 32 x 32 with 2 sets; unset: the defaults by mode from 33 rows):
  * products at 17, 40 and 64 rows (partial tiles, K not a multiple of the step, split-K),
  * precise and fast, against float64 (dec_case), and bit for bit those of the plans of
- * vk_cm_plan_make ($LLMEM_VULKAN_CM_MID=0): at these shapes every plan has one slice, so every
- * output takes the same 16-wide multiply-adds in the same order, whatever the tile, K step
- * (32 or 64) or loop: also with $LLMEM_VULKAN_CM_RING (64 x 224 tiles at K steps of 32 with
- * 2 and 3 register sets; the defaults with 1, which the narrow layout takes in fast mode).
- * (Lavapipe: the SIMT path, trivially equal.) */
+ * vk_cm_plan_make ($LLMEM_VULKAN_CM_MID=0): at these shapes both plans take the same K step
+ * and slices (the same k_split), so every output takes the same multiply-adds in the same
+ * order, whatever the tile. (Lavapipe: the SIMT path, trivially equal.) */
 START_TEST(test_cm_mid_products)
 {
     static const char *mids[] = {"0", "256,2,2,64,1", "512,2,1,64,2", "512,2,1,64,3",
-                                 "256,2,2,64,3", "512,2,2,64,2", NULL, NULL, NULL,
-                                 "448,2,2,32,1", "448,2,2,32,1", NULL};
+                                 "256,2,2,64,3", "512,2,2,64,2", NULL, NULL, NULL};
     /* with the defaults: the narrow layout of short fast products (vk_cm_plan_narrow) as
      * such, off, and at 128 invocations in every fast product at 528 workgroups (at these
      * shapes the slices are K / 256 or one in every plan) */
     static const char *narrows[] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, "0",
-                                    "128,2,2,64,3,1000,528", NULL, NULL, NULL};
-    static const char *rings[] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                  NULL, "2", "3", "1"};
+                                    "128,2,2,64,3,1000,528"};
     static const int32_t shapes[][3] = {
         {17, 520, 136}, {40, 1024, 96}, {64, 1000, 300}, {64, 2048, 40}};
     enum { NM = sizeof mids / sizeof mids[0], NS = sizeof shapes / sizeof shapes[0] };
@@ -707,17 +658,14 @@ START_TEST(test_cm_mid_products)
     test_env keep0 = test_env_save("LLMEM_VULKAN_DEC");
     test_env keep1 = test_env_save("LLMEM_VULKAN_CM_MID");
     test_env keep2 = test_env_save("LLMEM_VULKAN_CM_NARROW");
-    test_env keep3 = test_env_save("LLMEM_VULKAN_CM_RING");
     test_env_put("LLMEM_VULKAN_DEC", "0");
     for (size_t mi = 0; mi < NM; mi++) {
         test_env_put("LLMEM_VULKAN_CM_MID", mids[mi]);
         test_env_put("LLMEM_VULKAN_CM_NARROW", narrows[mi]);
-        test_env_put("LLMEM_VULKAN_CM_RING", rings[mi]);
         llmem_backend *vk = open_be("vulkan");
-        char cfg[112];
-        snprintf(cfg, sizeof cfg, "CM_MID=%s CM_NARROW=%s CM_RING=%s",
-                 mids[mi] ? mids[mi] : "(unset)", narrows[mi] ? narrows[mi] : "(unset)",
-                 rings[mi] ? rings[mi] : "(unset)");
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "CM_MID=%s CM_NARROW=%s", mids[mi] ? mids[mi] : "(unset)",
+                 narrows[mi] ? narrows[mi] : "(unset)");
         for (size_t s = 0; s < NS; s++) {
             dec_io *d = &io[s];
             ck_assert_msg(dec_io_run(vk, d, mi == 0), "%s %dx%dx%d: not bit-identical to CM_MID=0",
@@ -727,7 +675,6 @@ START_TEST(test_cm_mid_products)
         }
         llmem_backend_close(vk);
     }
-    test_env_restore(&keep3);
     test_env_restore(&keep2);
     test_env_restore(&keep1);
     test_env_restore(&keep0);
@@ -778,7 +725,6 @@ int main(void)
     tcase_add_test(tc, test_cm_mid_plan);
     tcase_add_test(tc, test_cm_mid_cfg);
     tcase_add_test(tc, test_cm_plan_narrow);
-    tcase_add_test(tc, test_cm_plan_ring);
     suite_add_tcase(s, tc);
     if (vulkan_opens("test_vulkan_dec", "the device products are skipped")) {
         TCase *td = tcase_create("device");

@@ -72,9 +72,6 @@ void vk_matmul_config(vk_backend *v)
     cnv[6] = VK_CM_NARROW_WAVE;
     if (env_layout("LLMEM_VULKAN_CM_NARROW", "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]", 5, 7, cnv) < 5)
         cnv[0] = 0;
-    /* the 33-64-row layouts' K loop as matmul_cm's ring with this many register sets
-     * (vk_cm_plan_ring where its two shared slices fit), 0 (default) their one shared slice */
-    v->mm.cm_ring = vk_env_u32("LLMEM_VULKAN_CM_RING", 0, 0, VK_CM_STAGES_MAX - 1);
     /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
      * everywhere, 3 raw with the sum in the last slice's workgroup (vk_mm_pick.h VK_CM_RAW_*) */
     v->mm.cm_raw = vk_env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_DEFAULT, 0, 3);

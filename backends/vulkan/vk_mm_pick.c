@@ -113,17 +113,6 @@ bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const ui
     return true;
 }
 
-bool vk_cm_plan_ring(vk_cm_plan *p, uint32_t split, uint32_t sets, uint32_t smem)
-{
-    if (sets < 1 || sets > VK_CM_STAGES_MAX - 1 || p->bm > 64 || (split != 1 && split != 2))
-        return false;
-    uint64_t bytes = 2ull * (split * p->bm + p->bn) * (p->bk / 8 + 1) * 16 + 1024;
-    if (bytes > smem)
-        return false;
-    p->stages = sets + 1;
-    return true;
-}
-
 bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg[5])
 {
     static const uint32_t fast[5] = VK_CM_MID_FAST, precise[5] = VK_CM_MID_PRECISE;

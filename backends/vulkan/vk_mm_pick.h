@@ -87,8 +87,6 @@ typedef struct vk_mm_caps {
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
     bool matmul_old;   /* $LLMEM_VULKAN_MATMUL_OLD */
     bool cm_wave_round; /* $LLMEM_VULKAN_CM_WAVE_ROUND: slices per tile by round(wave / tiles) */
-    uint32_t cm_ring;   /* the 33-64-row layouts' K loop as matmul_cm.comp's ring with this many
-                         * register sets (vk_cm_plan_ring; $LLMEM_VULKAN_CM_RING), 0: one slice */
     uint32_t split_wg;  /* cm_split.comp's workgroup ($LLMEM_VULKAN_SPLIT_WG; 0: by K, split_wg
                          * in vk_ops_matmul.c) */
     uint32_t presplit; /* decode-sized norms and SwiGLU write matmul_cm's f16 terms of their
@@ -181,18 +179,6 @@ void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, u
  * SETS is 1, 1 KiB of slack) passes smem bytes. Pure. */
 bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const uint32_t cfg[5],
                     uint32_t smem, vk_cm_plan *p);
-
-/* A vk_cm_plan_mid plan *p (tiles of at most 64 rows, `split` terms of a) walked by
- * matmul_cm.comp's ring instead of its one shared slice: two shared slices, one barrier a K
- * step, `sets` register sets of loads in flight (p->stages = sets + 1; the shader's
- * STAGES), so that one step's stores to shared memory overlap the other slice's
- * multiply-adds. Every output takes the multiply-adds of the one-slice loop in the same order
- * (the same K step and slices), so the products are the same bits. $LLMEM_VULKAN_CM_RING
- * (vk_mm_caps.cm_ring); off by default: docs/benchmarks.md, "Vulkan decode at 64 rows:
- * fragment loads, whole waves and the ring". Returns false, *p untouched, where sets is not
- * 1 .. VK_CM_STAGES_MAX - 1, the tile has more than 64 rows, or the two slices (split terms of
- * a and the weights, BK + 8 halves a row, 1 KiB of slack) pass smem bytes. Pure. */
-bool vk_cm_plan_ring(vk_cm_plan *p, uint32_t split, uint32_t sets, uint32_t smem);
 
 /* matmul_cm.comp's layouts by default (vk_cm_mid_cfg) from VK_CM_MID_ROWS to 64 rows:
  * WG, SGM, FN, BK, SETS in fast mode (16 subgroups as 2 x 8 of 32 x 32, tiles of 64 x 256,

@@ -378,8 +378,6 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
             pl = np;
             memcpy(mid_cfg, ncfg, sizeof ncfg);
         }
-        if (mid && v->mm.cm_ring) /* (where the two slices do not fit: the one-slice loop) */
-            vk_cm_plan_ring(&pl, tm->split, v->mm.cm_ring, v->mm.smem);
     }
     size_t count = (size_t)m * n;
     uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
