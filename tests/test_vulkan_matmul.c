@@ -159,6 +159,70 @@ START_TEST(test_matmul_cm_raw)
 }
 END_TEST
 
+/* matmul_cmp.comp at the layouts of $LLMEM_VULKAN_CMP_CFG (vk_cmp_plan_cfg:
+ * 128 x 128 tiles of 128 invocations, two workgroups an SM; 8 subgroups of
+ * 2 x 8 matrices; a ring of two 16-deep slices) and with the tail split
+ * ($LLMEM_VULKAN_CMP_TAIL=1, vk_cmp_plan_tail, at a wave of 4 workgroups,
+ * so that 257 x 1000 x 300's 6 tiles take 2 slices), each read by
+ * llmem_backend_reload_env on one backend (the NVIDIA driver refuses
+ * instances after about two dozen in a process), precise and fast: at 257 x
+ * 264 x 300 (partial tiles on both sides, K below two slices of
+ * VK_MM_MIN_SLICE, so one slice) bit for bit the default plan's output
+ * (each output's multiply-adds run in the same K order whatever the tile,
+ * and one slice has no sum of slices to reorder), and at 130 x 2048 x 136,
+ * 257 x 1000 x 300 and 496 x 1024 x 520 (split-K, partial tiles) within
+ * an f32 product's error of a float64 product. Lavapipe (no cooperative
+ * matrices): the SIMT path, for which the same holds. */
+START_TEST(test_matmul_cmp_cfg)
+{
+    static const char *cfgs[][2] = {{NULL, NULL},
+                                    {"128,2,4,4,32,1,264", NULL},
+                                    {"256,4,2,8,32", NULL},
+                                    {"256,2,4,4,16,2,4", "1"}};
+    enum { N_CFG = sizeof cfgs / sizeof cfgs[0] };
+    static const int32_t split_shapes[][3] = {{130, 2048, 136}, {257, 1000, 300}, {496, 1024, 520}};
+    const int32_t m = 257, k = 264, n = 300;
+    float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+    trunc_bf16(w, (size_t)n * k);
+    double *ref = ref_matmul(a, w, m, k, n);
+    size_t mn = (size_t)m * n;
+    float *base = malloc(2 * mn * sizeof *base), *o = malloc(mn * sizeof *o);
+    ck_assert_ptr_nonnull(base);
+    ck_assert_ptr_nonnull(o);
+    test_env keep = test_env_save("LLMEM_VULKAN_CMP_CFG");
+    test_env keep_tail = test_env_save("LLMEM_VULKAN_CMP_TAIL");
+    llmem_backend *vk = open_be("vulkan");
+    for (size_t ci = 0; ci < N_CFG; ci++) {
+        test_env_restore(&keep);
+        test_env_restore(&keep_tail);
+        if (cfgs[ci][0])
+            test_env_put("LLMEM_VULKAN_CMP_CFG", cfgs[ci][0]);
+        if (cfgs[ci][1])
+            test_env_put("LLMEM_VULKAN_CMP_TAIL", cfgs[ci][1]);
+        OK(llmem_backend_reload_env(vk));
+        char what[96];
+        snprintf(what, sizeof what, "LLMEM_VULKAN_CMP_CFG=%s TAIL=%s ",
+                 cfgs[ci][0] ? cfgs[ci][0] : "(unset)", cfgs[ci][1] ? cfgs[ci][1] : "(unset)");
+        for (int fast = 0; fast < 2; fast++) {
+            float *dst = ci == 0 ? base + fast * mn : o;
+            run_matmul(vk, a, w, m, k, n, BF16, fast, dst);
+            char full[160];
+            snprintf(full, sizeof full, "%s%s %dx%dx%d", what, fast ? "matmul_fast" : "matmul", m,
+                     k, n);
+            vk_expect_close(dst, ref, m, n, fast ? vk_fast_rtol() : 1e-5, full);
+            ck_assert_msg(memcmp(dst, base + fast * mn, mn * sizeof *dst) == 0,
+                          "%s: not bit for bit the default plan's output", full);
+        }
+        for (size_t s = 0; s < sizeof split_shapes / sizeof split_shapes[0]; s++)
+            row_scales_case(vk, split_shapes[s][0], split_shapes[s][1], split_shapes[s][2], what);
+    }
+    llmem_backend_close(vk);
+    test_env_restore(&keep);
+    test_env_restore(&keep_tail);
+    free(base), free(o), free(a), free(w), free(ref);
+}
+END_TEST
+
 /* out = a · wᵀ on vk `reps` times in a row (precise; w exact in bf16),
  * the output filled with NaN before each run; each run's result to
  * out + r m n. */
@@ -191,6 +255,15 @@ START_TEST(test_matmul_cm_fused)
     static const int32_t shapes[][3] = {
         {64, 4096, 520}, {16, 2048, 1000}, {40, 1000, 96}, {9, 264, 17}, {200, 1000, 136}};
     enum { REPS = 5 };
+    /* the two settings' backends, opened once (the NVIDIA driver refuses instances after
+     * about two dozen in a process) */
+    llmem_backend *vks[2];
+    for (int mode = 0; mode < 2; mode++) {
+        test_env keep = test_env_save("LLMEM_VULKAN_CM_RAW");
+        test_env_put("LLMEM_VULKAN_CM_RAW", mode ? "2" : "3");
+        vks[mode] = open_be("vulkan");
+        test_env_restore(&keep);
+    }
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int32_t m = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
         float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
@@ -203,14 +276,8 @@ START_TEST(test_matmul_cm_fused)
         float *o[2] = {malloc(REPS * mn * sizeof(float)), malloc(REPS * mn * sizeof(float))};
         ck_assert_ptr_nonnull(o[0]);
         ck_assert_ptr_nonnull(o[1]);
-        for (int mode = 0; mode < 2; mode++) {
-            test_env keep = test_env_save("LLMEM_VULKAN_CM_RAW");
-            test_env_put("LLMEM_VULKAN_CM_RAW", mode ? "2" : "3");
-            llmem_backend *vk = open_be("vulkan");
-            repeat_matmul(vk, a, w, m, k, n, REPS, o[mode]);
-            llmem_backend_close(vk);
-            test_env_restore(&keep);
-        }
+        for (int mode = 0; mode < 2; mode++)
+            repeat_matmul(vks[mode], a, w, m, k, n, REPS, o[mode]);
         char what[96];
         for (int r = 0; r < REPS; r++) {
             snprintf(what, sizeof what, "fused sum %dx%dx%d run %d", m, k, n, r);
@@ -222,6 +289,8 @@ START_TEST(test_matmul_cm_fused)
         }
         free(o[0]), free(o[1]), free(a), free(w), free(ref);
     }
+    llmem_backend_close(vks[0]);
+    llmem_backend_close(vks[1]);
 }
 END_TEST
 
@@ -320,6 +389,7 @@ int main(void)
     tcase_add_test(tc, test_matmul_cm_fn);
     tcase_add_test(tc, test_matmul_cm_raw);
     tcase_add_test(tc, test_matmul_cm_fused);
+    tcase_add_test(tc, test_matmul_cmp_cfg);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -10,6 +10,7 @@
 #include "support/run.h"
 #include <check.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/vulkan/vk_mm_pick.c"
 
@@ -505,6 +506,141 @@ START_TEST(test_cmp_plan)
 }
 END_TEST
 
+/* matmul_cmp.comp at a given layout (vk_cmp_plan_cfg, $LLMEM_VULKAN_CMP_CFG):
+ * two plans worked by hand, the refusals (workgroup, subgroup split, more
+ * than 16 matrices a subgroup, K step, depth, shared memory of both ring
+ * slices), the default layout planned as vk_cmp_plan_make plans it, and
+ * the invariants of test_cmp_plan over a grid of shapes and layouts. */
+START_TEST(test_cmp_plan_cfg)
+{
+    vk_cm_plan p, q;
+    /* 496 x 4096 x 8192 at 128 x 128 tiles of 128 invocations: 4 x 32 tiles, 264 / 128 = 2
+     * slices of 4096 */
+    static const uint32_t c128[7] = {128, 2, 4, 4, 32, 1, 264};
+    ck_assert(vk_cmp_plan_cfg(496, 4096, 8192, c128, 49152, 1024, &p));
+    ck_assert_uint_eq(p.bm, 128);
+    ck_assert_uint_eq(p.bn, 128);
+    ck_assert_uint_eq(p.sgm * p.sgn, 4);
+    ck_assert_uint_eq(p.tiles_m, 4);
+    ck_assert_uint_eq(p.tiles_n, 32);
+    ck_assert_uint_eq(p.slices, 2);
+    ck_assert_uint_eq(p.k_split, 4096);
+    ck_assert_uint_eq(p.stages, 1);
+    /* 496 x 8512 x 2048 at 64 x 256, ring of 16: 8 x 34 tiles, more than the wave: one slice */
+    static const uint32_t c64[7] = {128, 1, 4, 4, 16, 2, 264};
+    ck_assert(vk_cmp_plan_cfg(496, 8512, 2048, c64, 49152, 1024, &p));
+    ck_assert_uint_eq(p.bm, 64);
+    ck_assert_uint_eq(p.bn, 256);
+    ck_assert_uint_eq(p.bk, 16);
+    ck_assert_uint_eq(p.stages, 2);
+    ck_assert_uint_eq(p.tiles_m, 8);
+    ck_assert_uint_eq(p.tiles_n, 34);
+    ck_assert_uint_eq(p.slices, 1);
+    ck_assert_uint_eq(p.k_split, 2048);
+    /* refusals */
+    static const uint32_t bad[][7] = {
+        {32, 1, 4, 4, 32, 1, 132},   /* fewer than 64 invocations */
+        {2048, 2, 4, 4, 32, 1, 132}, /* more than max_wg */
+        {192, 4, 4, 4, 32, 1, 132},  /* not a multiple of 32 SGM */
+        {256, 0, 4, 4, 32, 1, 132},  {256, 2, 0, 4, 32, 1, 132},
+        {256, 2, 8, 4, 32, 1, 132},  /* 32 matrices a subgroup */
+        {256, 2, 4, 4, 24, 1, 132},  {256, 2, 4, 4, 32, 3, 132},
+        {256, 2, 4, 4, 32, 2, 132},  /* two slices of 40960 bytes */
+        {256, 4, 4, 4, 32, 1, 132},  /* 256 x 128 at BK 32: 51200 bytes */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(!vk_cmp_plan_cfg(496, 4096, 4096, bad[i], 49152, 1024, &p), "bad[%zu]", i);
+    static const uint32_t r16[7] = {256, 2, 4, 4, 16, 2, 132}; /* 2 x 24576: exactly 48 KiB */
+    ck_assert(vk_cmp_plan_cfg(496, 4096, 4096, r16, 49152, 1024, &p));
+    ck_assert(!vk_cmp_plan_cfg(496, 4096, 4096, r16, 49151, 1024, &p));
+    /* the default layout at its wave: vk_cmp_plan_make's plan */
+    static const uint32_t def[7] = {256, 2, 4, 4, VK_CMP_BK, 1, VK_CMP_WAVE_KHR};
+    static const uint32_t ms[] = {65, 129, 496, 2048};
+    static const uint32_t ns[] = {136, 2048, 4096, 8512, 14336, 16768};
+    static const uint32_t ks[] = {8, 136, 1000, 2048, 8192, 14336};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 6; b++)
+            for (size_t d = 0; d < 6; d++) {
+                ck_assert(vk_cmp_plan_cfg(ms[a], ns[b], ks[d], def, 49152, 1024, &p));
+                ck_assert(vk_cmp_plan_make(ms[a], ns[b], ks[d], true, 49152, &q));
+                ck_assert(memcmp(&p, &q, sizeof p) == 0);
+            }
+    static const uint32_t cfgs[][7] = {{128, 2, 4, 4, 32, 1, 264}, {128, 1, 4, 4, 32, 1, 264},
+                                       {128, 4, 4, 4, 32, 1, 264}, {256, 2, 4, 2, 32, 1, 264},
+                                       {128, 2, 4, 4, 16, 2, 264}, {256, 4, 4, 4, 16, 1, 132},
+                                       {256, 4, 2, 8, 32, 1, 132}, {256, 2, 4, 4, 64, 1, 0}};
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++)
+        for (size_t a = 0; a < 4; a++)
+            for (size_t b = 0; b < 6; b++)
+                for (size_t d = 0; d < 6; d++) {
+                    uint32_t m = ms[a], n = ns[b], k = ks[d];
+                    bool ok = vk_cmp_plan_cfg(m, n, k, cfgs[c], 49152, 1024, &p);
+                    /* BK 64 at 128 x 256: 73728 bytes, more than 48 KiB */
+                    ck_assert(ok == (cfgs[c][4] != 64));
+                    if (!ok)
+                        continue;
+                    ck_assert_uint_le(p.stages * VK_CMP_SMEM(p.bm, p.bn, p.bk), 49152);
+                    ck_assert_uint_le(p.fm * p.fn, 16);
+                    ck_assert_uint_eq(32 * p.sgm * p.sgn, cfgs[c][0]);
+                    ck_assert(p.tiles_m * p.bm >= m && (p.tiles_m - 1) * p.bm < m);
+                    ck_assert(p.tiles_n * p.bn >= n && (p.tiles_n - 1) * p.bn < n);
+                    ck_assert_uint_eq(p.k_split % p.bk, 0);
+                    ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
+                    ck_assert((uint64_t)(p.slices - 1) * p.k_split < k);
+                    if (p.slices > 1) {
+                        ck_assert_uint_le((uint64_t)p.tiles_m * p.tiles_n * p.slices, cfgs[c][6]);
+                        ck_assert_uint_ge(p.k_split, 256);
+                    }
+                }
+}
+END_TEST
+
+/* vk_cmp_plan_tail: the 2b shape's in_proj (136 tiles, 4 over one wave of
+ * 132) takes 3 slices of 704; the 9B shape's gate / up (224 tiles) and
+ * in_proj (264: two whole waves) and every product within a wave keep
+ * vk_cmp_plan_make's split; K of one slice, wave 0 leave the plan alone;
+ * and the invariants (whole K steps, each K element in one slice, at most
+ * VK_CMP_TAIL_MAX slices) over a grid. */
+START_TEST(test_cmp_plan_tail)
+{
+    vk_cm_plan p, q;
+    ck_assert(vk_cmp_plan_make(496, 8512, 2048, true, 49152, &p));
+    ck_assert_uint_eq(p.tiles_m * p.tiles_n, 136);
+    ck_assert_uint_eq(p.slices, 1);
+    vk_cmp_plan_tail(&p, 2048, 132);
+    ck_assert_uint_eq(p.slices, 3);
+    ck_assert_uint_eq(p.k_split, 704);
+    static const uint32_t keep[][3] = {{496, 14336, 4096}, {496, 16768, 4096}, {496, 4096, 8192},
+                                       {496, 4096, 14336}, {496, 8192, 2048}, {496, 2048, 8192},
+                                       {496, 6144, 4096}, {496, 8512, 256}};
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+        ck_assert(vk_cmp_plan_make(keep[i][0], keep[i][1], keep[i][2], true, 49152, &p));
+        q = p;
+        vk_cmp_plan_tail(&q, keep[i][2], 132);
+        ck_assert_msg(memcmp(&p, &q, sizeof p) == 0, "keep[%zu]", i);
+    }
+    ck_assert(vk_cmp_plan_make(496, 8512, 2048, true, 49152, &p));
+    q = p;
+    vk_cmp_plan_tail(&q, 2048, 0);
+    ck_assert(memcmp(&p, &q, sizeof p) == 0);
+    static const uint32_t ms[] = {65, 257, 496, 2048};
+    static const uint32_t ns[] = {136, 2048, 8512, 14336, 16768};
+    static const uint32_t ks[] = {8, 136, 1000, 2048, 8192};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t d = 0; d < 5; d++) {
+                uint32_t m = ms[a], n = ns[b], k = ks[d];
+                ck_assert(vk_cmp_plan_make(m, n, k, true, 49152, &p));
+                vk_cmp_plan_tail(&p, k, 132);
+                ck_assert_uint_eq(p.k_split % p.bk, 0);
+                ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
+                ck_assert((uint64_t)(p.slices - 1) * p.k_split < k);
+                if ((uint64_t)p.tiles_m * p.tiles_n > 132)
+                    ck_assert_uint_le(p.slices, VK_CMP_TAIL_MAX);
+            }
+}
+END_TEST
+
 /* matmul_cm.comp's KHR module (vk_cm_khr_used): only for its decode plans
  * (1 .. 64 rows; matmul_cmp.comp or the NV module above), only with the
  * cooperative-matrix path and the KHR module both on. */
@@ -623,6 +759,8 @@ int main(void)
     tcase_add_test(tc, test_cm_ctr_take);
     tcase_add_test(tc, test_cm_plan_wave);
     tcase_add_test(tc, test_cmp_plan);
+    tcase_add_test(tc, test_cmp_plan_cfg);
+    tcase_add_test(tc, test_cmp_plan_tail);
     tcase_add_test(tc, test_cm2_plan);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -361,8 +361,12 @@ void vk_prof_init(vk_backend *v);
  * _MV16_ROWS, _MATVEC_OLD, _MATMUL_OLD, _CM_MIN, _CM_MAX) into v->mm, with
  * v->coopmat, once at open (vk_ops_matmul.c). */
 void vk_matmul_config(vk_backend *v);
+/* matmul_cmp.comp's layout and tail split ($LLMEM_VULKAN_CMP_CFG, _CMP_TAIL) into v->mm: by
+ * vk_matmul_config and again on llmem_backend_reload_env (vk_reload_env; vk_mm_config.c). */
+void vk_cmp_config(vk_backend *v);
 void vk_scan_config(vk_backend *v);
-/* llmem_backend_i.reload_env: reads v->knobs again (vk_knobs.c). */
+/* llmem_backend_i.reload_env: reads v->knobs and matmul_cmp's layout (vk_cmp_config) again
+ * (vk_knobs.c). */
 void vk_reload_env(llmem_backend *be);
 void vk_prof_begin(vk_backend *v);
 void vk_prof_before(vk_backend *v, uint32_t shader);

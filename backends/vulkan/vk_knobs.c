@@ -79,4 +79,5 @@ uint32_t vk_env_u32(const char *name, uint32_t dflt, long lo, long hi)
 void vk_reload_env(llmem_backend *be)
 {
     vk_knobs_read(&((vk_backend *)be)->knobs);
+    vk_cmp_config((vk_backend *)be);
 }

@@ -41,6 +41,17 @@ static int env_layout(const char *name, const char *form, int n_min, int n_max, 
     return n;
 }
 
+void vk_cmp_config(vk_backend *v)
+{
+    /* its products with more tiles than a wave: K split by vk_cmp_plan_tail (1), or not (0) */
+    v->mm.cmp_tail = vk_env_u32("LLMEM_VULKAN_CMP_TAIL", VK_CMP_TAIL_DEFAULT, 0, 1) == 1;
+    uint32_t *cc = v->mm.cmp_cfg;
+    cc[5] = 1;
+    cc[6] = VK_CMP_WAVE_KHR;
+    if (env_layout("LLMEM_VULKAN_CMP_CFG", "WG,SGM,FM,FN,BK[,STAGES[,WAVE]]", 5, 7, cc) < 5)
+        cc[0] = 0;
+}
+
 void vk_matmul_config(vk_backend *v)
 {
     v->mm.coopmat = v->coopmat;
@@ -94,6 +105,9 @@ void vk_matmul_config(vk_backend *v)
                 : cmp == 1 && v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20
                     ? VK_CMP_KHR
                     : VK_CMP_OFF;
+    /* its layout "WG,SGM,FM,FN,BK[,STAGES[,WAVE]]" for every product (vk_cmp_plan_cfg; STAGES 1
+     * and WAVE VK_CMP_WAVE_KHR when not given); unset or "0": vk_cmp_plan_make's */
+    vk_cmp_config(v);
     /* up to 64 rows: matmul_cm.comp's KHR module where the device and the build have it (1,
      * default), its NV module (0) */
     v->mm.cm_khr = vk_env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&

@@ -237,6 +237,42 @@ bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t sme
     return true;
 }
 
+bool vk_cmp_plan_cfg(uint32_t m, uint32_t n, uint32_t k, const uint32_t cfg[7], uint32_t smem,
+                     uint32_t max_wg, vk_cm_plan *p)
+{
+    uint32_t wg = cfg[0], sgm = cfg[1], fm = cfg[2], fn = cfg[3], bk = cfg[4], stages = cfg[5];
+    if (wg < 64 || wg > max_wg || sgm == 0 || wg % (32 * sgm) != 0 || fm == 0 || fn == 0 ||
+        fm * fn > 16 || (bk != 16 && bk != 32 && bk != 64) || (stages != 1 && stages != 2))
+        return false;
+    *p = (vk_cm_plan){.sgm = sgm, .sgn = wg / 32 / sgm, .fm = fm, .fn = fn, .bk = bk,
+                      .stages = stages};
+    p->bm = 16 * p->fm * p->sgm;
+    p->bn = 16 * p->fn * p->sgn;
+    if ((uint64_t)stages * VK_CMP_SMEM(p->bm, p->bn, p->bk) > smem)
+        return false;
+    wave_tiles(p, m, n, k, cfg[6]);
+    return true;
+}
+
+void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave)
+{
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    if (wave == 0 || tiles <= wave || p->bk == 0)
+        return;
+    uint64_t most = k / VK_MM_MIN_SLICE, best = 1, best_cost = div_up(tiles, wave) * 1000;
+    most = most < VK_CMP_TAIL_MAX ? most : VK_CMP_TAIL_MAX;
+    for (uint64_t s = 2; s <= most; s++) {
+        uint64_t cost = div_up(tiles * s, wave) * 1000 / s + VK_CMP_SLICE_COST * (s - 1);
+        if (cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    uint64_t ks = div_up(div_up(k ? k : 1, best), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+}
+
 bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
 {
     return c->coopmat && c->cm_khr && m <= VK_CMP_ROWS;

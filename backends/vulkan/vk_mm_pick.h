@@ -84,6 +84,10 @@ typedef struct vk_mm_caps {
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
     uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
     uint32_t cmp;      /* more than 64 rows: VK_CMP_* (matmul_cmp.comp), VK_CMP_OFF: matmul_cm */
+    bool cmp_tail;     /* its products with more tiles than a wave split K by vk_cmp_plan_tail
+                        * ($LLMEM_VULKAN_CMP_TAIL) */
+    uint32_t cmp_cfg[7]; /* its layout, WG, SGM, FM, FN, BK, STAGES, WAVE (vk_cmp_plan_cfg), where
+                          * cmp_cfg[0] is not 0 ($LLMEM_VULKAN_CMP_CFG; else vk_cmp_plan_make) */
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
     bool matmul_old;   /* $LLMEM_VULKAN_MATMUL_OLD */
     bool cm_wave_round; /* $LLMEM_VULKAN_CM_WAVE_ROUND: slices per tile by round(wave / tiles) */
@@ -327,6 +331,7 @@ void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups);
  * twice */
 #define VK_CMP_WAVE_KHR 132
 #define VK_CMP_WAVE_NV 264
+#define VK_CMP_TAIL_DEFAULT 0 /* $LLMEM_VULKAN_CMP_TAIL unset: vk_cmp_plan_tail off */
 /* Shared memory of matmul_cmp.comp, bytes: one slice of hi + lo rows of a
  * and the rows of w, each BK + 8 halves. */
 #define VK_CMP_SMEM(bm, bn, bk) ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u)
@@ -346,6 +351,36 @@ bool vk_cmp_used(const vk_mm_caps *c, uint32_t m);
  * (VK_CMP_SMEM) exceeds smem bytes. Pure. The warp-tile hierarchy follows
  * CUTLASS's description. */
 bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, vk_cm_plan *p);
+
+/* Plans matmul_cmp.comp as vk_cmp_plan_make does but at the layout cfg[7]
+ * ($LLMEM_VULKAN_CMP_CFG, "WG,SGM,FM,FN,BK,STAGES,WAVE"): WG invocations
+ * (64 .. max_wg, a multiple of 32 SGM) as SGM x WG / (32 SGM) subgroups
+ * of FM x FN matrices (FM FN <= 16, the shader's epilogue), K steps of BK
+ * (16, 32 or 64), STAGES shared slices (1, or 2: matmul_cmp.comp's ring),
+ * and split-K within WAVE workgroups (0: no split; e.g. 264 for two
+ * 128-invocation workgroups an SM of the H200), as vk_cmp_plan_make
+ * splits. m, n, k in elements; *p caller-owned. false (and *p unusable)
+ * when cfg is out of those ranges or STAGES x VK_CMP_SMEM exceeds smem
+ * bytes. Pure. */
+bool vk_cmp_plan_cfg(uint32_t m, uint32_t n, uint32_t k, const uint32_t cfg[7], uint32_t smem,
+                     uint32_t max_wg, vk_cm_plan *p);
+
+/* Re-splits K of a matmul_cmp.comp plan *p (made for k, caller-owned)
+ * whose tiles outnumber `wave` workgroups (one a time on each SM, all of
+ * a tile's slices equally long), so that the last, partly filled wave
+ * costs less: the slice count S (1 .. min(VK_CMP_TAIL_MAX, k /
+ * VK_MM_MIN_SLICE)) with the least ceil(tiles S / wave) / S +
+ * VK_CMP_SLICE_COST / 1000 (S - 1) tile times (the second term: each slice
+ * more writes and the sum pass reads one more raw tile), the smallest S
+ * on a tie; k_split whole K steps. A 496 x 8512 x 2048 product (the 2b
+ * shape's in_proj, 4 x 34 = 136 tiles of 128 x 256, 4 more than one
+ * wave of the H200) takes 3 slices: 408 workgroups in 4 waves of a third
+ * of the work each, instead of 2 waves of whole tiles. Leaves *p alone at
+ * wave 0 or at most wave tiles (vk_cmp_plan_make's one-wave split stands).
+ * Pure; never fails. */
+#define VK_CMP_TAIL_MAX 4
+#define VK_CMP_SLICE_COST 100
+void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave);
 
 /* matmul_cm2.comp, the prefill GEMM on VK_NV_cooperative_matrix2's
  * workgroup-scope matrices (vk_mm_caps.cm2; off by default: slower than

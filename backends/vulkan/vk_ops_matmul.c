@@ -351,7 +351,15 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
                vk_cm2_plan_make(m, n, k, v->mm.cm2_wg, v->mm.cm2_bn, v->mm.cm2_bk,
                                 v->mm.cm2_gran, &pl);
     bool cmp = cm2 || ((allow & CM_ALLOW_CMP) && vk_cmp_used(&v->mm, m) &&
-                       vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl));
+                       (v->mm.cmp_cfg[0] != 0
+                            ? vk_cmp_plan_cfg(m, n, k, v->mm.cmp_cfg, v->mm.smem,
+                                              v->props.limits.maxComputeWorkGroupInvocations, &pl)
+                            : vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl)));
+    if (cmp && !cm2 && v->mm.cmp_tail)
+        vk_cmp_plan_tail(&pl, k,
+                         v->mm.cmp_cfg[0] != 0         ? v->mm.cmp_cfg[6]
+                         : v->mm.cmp == VK_CMP_KHR ? VK_CMP_WAVE_KHR
+                                                   : VK_CMP_WAVE_NV);
     /* matmul_dec.comp: raw tiles only as well */
     vk_dec_plan dp;
     bool dec = !cmp && (allow & CM_ALLOW_DEC) && dec_plan(v, m, n, k, tm->split, &dp);

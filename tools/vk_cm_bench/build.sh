@@ -214,6 +214,13 @@ if [ -n "${GLSLANG_KHR:-}" ]; then
     mkdir -p "$OUT/cmpk"
     cmp_set "$OUT/cmpk" khr
     cp "$SRC/cmp_list_khr.txt" "$OUT/cmpk/list.txt"
+    # the layout sweep at the 496-row prefill shapes (OUT/cmpsw: cmp_sweep.py's list, one copy
+    # of the KHR module per layout name; cmp_rank.py ranks a run's output against the default)
+    mkdir -p "$OUT/cmpsw"
+    python3 "$SRC/cmp_sweep.py" > "$OUT/cmpsw/list.txt"
+    for n in $(cut -d' ' -f1 "$OUT/cmpsw/list.txt" | sort -u); do
+        cp "$OUT/cmpk/cmp.spv" "$OUT/cmpsw/$n.spv"
+    done
 fi
 # shaders/matmul_cm2.comp (the prefill GEMM on VK_NV_cooperative_matrix2's workgroup-scope
 # matrices; SPIR-V 1.6, glslang 15 only) against matmul_cmp.comp's KHR module, in one process
