@@ -596,11 +596,12 @@ START_TEST(test_cmp_plan_cfg)
 END_TEST
 
 /* vk_cmp_plan_tail: the 2b shape's in_proj (136 tiles, 4 over one wave of
- * 132) takes 3 slices of 704; the 9B shape's gate / up (224 tiles) and
+ * 132) takes 3 slices of 704 (H200 harness, precise: 0.220 -> 0.182 ms); the 9B shape's gate / up (224 tiles) and
  * in_proj (264: two whole waves) and every product within a wave keep
  * vk_cmp_plan_make's split; K of one slice, wave 0 leave the plan alone;
  * and the invariants (whole K steps, each K element in one slice, at most
- * VK_CMP_TAIL_MAX slices) over a grid. */
+ * VK_CMP_TAIL_MAX slices) over a grid; vk_cmp_tail_used by setting and
+ * precision. */
 START_TEST(test_cmp_plan_tail)
 {
     vk_cm_plan p, q;
@@ -623,6 +624,14 @@ START_TEST(test_cmp_plan_tail)
     q = p;
     vk_cmp_plan_tail(&q, 2048, 0);
     ck_assert(memcmp(&p, &q, sizeof p) == 0);
+    /* which products take it: none, all, precise (two terms) only, the default */
+    vk_mm_caps c = {.cmp_tail = VK_CMP_TAIL_OFF};
+    ck_assert(!vk_cmp_tail_used(&c, 1) && !vk_cmp_tail_used(&c, 2));
+    c.cmp_tail = VK_CMP_TAIL_ALL;
+    ck_assert(vk_cmp_tail_used(&c, 1) && vk_cmp_tail_used(&c, 2));
+    c.cmp_tail = VK_CMP_TAIL_PRECISE;
+    ck_assert(!vk_cmp_tail_used(&c, 1) && vk_cmp_tail_used(&c, 2));
+    ck_assert_uint_eq(VK_CMP_TAIL_DEFAULT, VK_CMP_TAIL_PRECISE);
     static const uint32_t ms[] = {65, 257, 496, 2048};
     static const uint32_t ns[] = {136, 2048, 8512, 14336, 16768};
     static const uint32_t ks[] = {8, 136, 1000, 2048, 8192};

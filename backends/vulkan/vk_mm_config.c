@@ -43,8 +43,9 @@ static int env_layout(const char *name, const char *form, int n_min, int n_max, 
 
 void vk_cmp_config(vk_backend *v)
 {
-    /* its products with more tiles than a wave: K split by vk_cmp_plan_tail (1), or not (0) */
-    v->mm.cmp_tail = vk_env_u32("LLMEM_VULKAN_CMP_TAIL", VK_CMP_TAIL_DEFAULT, 0, 1) == 1;
+    /* its products with more tiles than a wave: K split by vk_cmp_plan_tail in none (0), all
+     * (1), or the precise ones (2, default) */
+    v->mm.cmp_tail = vk_env_u32("LLMEM_VULKAN_CMP_TAIL", VK_CMP_TAIL_DEFAULT, 0, 2);
     uint32_t *cc = v->mm.cmp_cfg;
     cc[5] = 1;
     cc[6] = VK_CMP_WAVE_KHR;

@@ -273,6 +273,11 @@ void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave)
     p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
 }
 
+bool vk_cmp_tail_used(const vk_mm_caps *c, uint32_t split)
+{
+    return c->cmp_tail == VK_CMP_TAIL_ALL || (c->cmp_tail == VK_CMP_TAIL_PRECISE && split == 2);
+}
+
 bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
 {
     return c->coopmat && c->cm_khr && m <= VK_CMP_ROWS;

@@ -84,8 +84,8 @@ typedef struct vk_mm_caps {
     uint32_t cm_min;   /* rows from which matmul_cm runs ($LLMEM_VULKAN_CM_MIN) */
     uint32_t cm_max;   /* rows up to which it runs ($LLMEM_VULKAN_CM_MAX) */
     uint32_t cmp;      /* more than 64 rows: VK_CMP_* (matmul_cmp.comp), VK_CMP_OFF: matmul_cm */
-    bool cmp_tail;     /* its products with more tiles than a wave split K by vk_cmp_plan_tail
-                        * ($LLMEM_VULKAN_CMP_TAIL) */
+    uint32_t cmp_tail; /* its products with more tiles than a wave split K by vk_cmp_plan_tail:
+                        * VK_CMP_TAIL_* ($LLMEM_VULKAN_CMP_TAIL; vk_cmp_tail_used) */
     uint32_t cmp_cfg[7]; /* its layout, WG, SGM, FM, FN, BK, STAGES, WAVE (vk_cmp_plan_cfg), where
                           * cmp_cfg[0] is not 0 ($LLMEM_VULKAN_CMP_CFG; else vk_cmp_plan_make) */
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
@@ -331,7 +331,13 @@ void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups);
  * twice */
 #define VK_CMP_WAVE_KHR 132
 #define VK_CMP_WAVE_NV 264
-#define VK_CMP_TAIL_DEFAULT 0 /* $LLMEM_VULKAN_CMP_TAIL unset: vk_cmp_plan_tail off */
+/* vk_mm_caps.cmp_tail: vk_cmp_plan_tail for no product, every one, or precise ones (two f16
+ * terms) only, the default (H200, 2b pp512 precise 39.05 -> 38.32 ms; fast within the spread:
+ * docs/benchmarks.md, "Vulkan prefill GEMM: layouts and the last wave") */
+#define VK_CMP_TAIL_OFF 0
+#define VK_CMP_TAIL_ALL 1
+#define VK_CMP_TAIL_PRECISE 2
+#define VK_CMP_TAIL_DEFAULT VK_CMP_TAIL_PRECISE
 /* Shared memory of matmul_cmp.comp, bytes: one slice of hi + lo rows of a
  * and the rows of w, each BK + 8 halves. */
 #define VK_CMP_SMEM(bm, bn, bk) ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u)
@@ -381,6 +387,11 @@ bool vk_cmp_plan_cfg(uint32_t m, uint32_t n, uint32_t k, const uint32_t cfg[7], 
 #define VK_CMP_TAIL_MAX 4
 #define VK_CMP_SLICE_COST 100
 void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave);
+
+/* Whether matmul_cmp.comp's plan for a product with `split` f16 terms of
+ * its activations (2 precise, 1 fast) takes vk_cmp_plan_tail: c->cmp_tail
+ * VK_CMP_TAIL_ALL, or VK_CMP_TAIL_PRECISE and split 2. Pure. */
+bool vk_cmp_tail_used(const vk_mm_caps *c, uint32_t split);
 
 /* matmul_cm2.comp, the prefill GEMM on VK_NV_cooperative_matrix2's
  * workgroup-scope matrices (vk_mm_caps.cm2; off by default: slower than

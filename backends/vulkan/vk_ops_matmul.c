@@ -301,7 +301,9 @@ static bool layout_runs(const vk_backend *v, const uint32_t cfg[5])
  * of vk_cm2_plan_make; when the partial buffer's offset is not 16-byte
  * aligned, matmul_cmp.comp instead; otherwise as matmul_cmp) or
  * matmul_cmp.comp (CM_ALLOW_CMP in allow and vk_cmp_used;
- * blocking of vk_cmp_plan_make; raw tiles + sum_slices_cm.comp; when its
+ * blocking of vk_cmp_plan_make, or of vk_cmp_plan_cfg at
+ * $LLMEM_VULKAN_CMP_CFG, then K split by vk_cmp_plan_tail where
+ * vk_cmp_tail_used; raw tiles + sum_slices_cm.comp; when its
  * partial buffer cannot be had, matmul_cm.comp as below); at 9-64 rows
  * matmul_dec.comp (CM_ALLOW_DEC and dec_plan; raw tiles +
  * sum_slices_cm.comp; without its partial buffer, matmul_cm.comp); else
@@ -355,11 +357,10 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
                             ? vk_cmp_plan_cfg(m, n, k, v->mm.cmp_cfg, v->mm.smem,
                                               v->props.limits.maxComputeWorkGroupInvocations, &pl)
                             : vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl)));
-    if (cmp && !cm2 && v->mm.cmp_tail)
-        vk_cmp_plan_tail(&pl, k,
-                         v->mm.cmp_cfg[0] != 0         ? v->mm.cmp_cfg[6]
-                         : v->mm.cmp == VK_CMP_KHR ? VK_CMP_WAVE_KHR
-                                                   : VK_CMP_WAVE_NV);
+    if (cmp && !cm2 && vk_cmp_tail_used(&v->mm, tm->split)) { /* the wave the plan split for */
+        uint32_t wave = v->mm.cmp == VK_CMP_KHR ? VK_CMP_WAVE_KHR : VK_CMP_WAVE_NV;
+        vk_cmp_plan_tail(&pl, k, v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6] : wave);
+    }
     /* matmul_dec.comp: raw tiles only as well */
     vk_dec_plan dp;
     bool dec = !cmp && (allow & CM_ALLOW_DEC) && dec_plan(v, m, n, k, tm->split, &dp);
