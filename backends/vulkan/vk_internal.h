@@ -169,7 +169,8 @@ typedef struct vk_backend {
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
     VkDeviceSize spare_max;     /* largest emptied dedicated block kept for reuse ($LLMEM_VULKAN_SPARE_MAX) */
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
-    vk_mm_caps mm;              /* matmul path choices, read once (vk_matmul_config) */
+    vk_mm_caps mm;              /* matmul path choices, read at open (vk_matmul_config;
+                                 * matmul_cmp's layout and tail split also on reload_env) */
     vk_knobs knobs;             /* per-op tuning variables, read at open (vk_knobs.h) */
     uint32_t mv16_rows;         /* activation rows per matvec16 pass */
     llmem_buffer *cm_ctr;       /* matmul_cm's arrival counters (VK_CM_RAW_FUSED), made on first
