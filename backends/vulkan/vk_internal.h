@@ -125,6 +125,8 @@ typedef struct vk_presplit {
     vk_kept_range src;   /* the tensor the terms are of */
     bool failed;         /* the terms buffer could not be made: never try again */
     uint32_t m, k;
+    size_t off;          /* where in the buffer the terms start (bytes; the folded
+                          * SwiGLU's lie past the exponents it reads: vk_presplit_target) */
     uint32_t rows_max;   /* rows up to which producers write terms ($LLMEM_VULKAN_PRESPLIT_ROWS,
                           * default VK_PRESPLIT_ROWS_DEFAULT) */
     size_t bytes;        /* the terms buffer's size: VK_PRESPLIT_BYTES, or VK_PRESPLIT_BYTES_PF

@@ -172,16 +172,13 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
  * in flight a row; H200, 9B b64 22.90 -> 22.76 ms, 2b 11.06 -> 10.97,
  * docs/benchmarks.md "The batched decode step"), else SPLIT_WG (prefill:
  * not measured wider). */
-static uint32_t split_wg(const vk_backend *v, uint32_t m, uint32_t k)
+uint32_t vk_split_wg(const vk_backend *v, uint32_t m, uint32_t k)
 {
     if (v->mm.split_wg)
         return v->mm.split_wg;
     return m <= VK_PRESPLIT_ROWS && k >= 2048 ? 1024u : SPLIT_WG;
 }
 
-/* Groups of 8 elements a workgroup of a split cm_split.comp converts at
- * least (vk_row_split): 256 elements. */
-#define SPLIT_PART_MIN 32
 
 /* The activations of matmul_cm.comp as cm_split.comp writes them: one
  * scratch buffer of hi [m, k] f16 (and lo, split 2) then e [m] i32. */
@@ -190,6 +187,7 @@ typedef struct cm_terms {
     uint32_t m, k, split;
     size_t terms;  /* bytes of the f16 terms (hi, lo): where e starts */
     bool borrowed; /* buf is the backend's presplit buffer (vk_presplit.c), not ours */
+    size_t base;   /* bytes into buf where hi starts (0 but for borrowed terms) */
 } cm_terms;
 
 static void cm_terms_free(llmem_backend *be, cm_terms *t)
@@ -214,11 +212,11 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     if (st != LLMEM_OK)
         return st;
     if (vk_presplit_take(v, a, m, k)) {
-        *t = (cm_terms){v->presplit.terms, m, k, split, (size_t)4 * m * k, true};
+        *t = (cm_terms){v->presplit.terms, m, k, split, (size_t)4 * m * k, true, v->presplit.off};
         *done = true;
         return LLMEM_OK;
     }
-    *t = (cm_terms){NULL, m, k, split, (size_t)split * m * k * 2, false};
+    *t = (cm_terms){NULL, m, k, split, (size_t)split * m * k * 2, false, 0};
     st = vk_buffer_alloc(be, t->terms + (size_t)m * 4, &t->buf);
     if (st != LLMEM_OK) {
         t->buf = NULL;
@@ -227,8 +225,8 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     t->buf->size = t->terms + (size_t)m * 4;
     llmem_tensor tall = llmem_tensor_1d(t->buf, 0, LLMEM_DTYPE_F32, (int64_t)(t->terms / 4 + m));
     vk_op sp;
-    uint32_t ns = vk_row_split(v, m, k / 8, SPLIT_PART_MIN);
-    vk_op_init(&sp, VK_SH_CM_SPLIT, split_wg(v, m, k));
+    uint32_t ns = vk_row_split(v, m, k / 8, VK_SPLIT_PART_MIN);
+    vk_op_init(&sp, VK_SH_CM_SPLIT, vk_split_wg(v, m, k));
     vk_op_spec(&sp, split);
     vk_op_spec(&sp, 0); /* SWIGLU */
     vk_op_spec(&sp, ns);
@@ -431,13 +429,13 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     }
     bool fused = raw && ctr != UINT32_MAX;
     vk_cm_sum sum = {VK_SUM_NONE, part, {0}, {0}, *out, m, n, ldp, pl.slices, (uint32_t)pslice};
-    sum.te = llmem_tensor_1d(tm->buf, tm->terms, LLMEM_DTYPE_I32, m);
+    sum.te = llmem_tensor_1d(tm->buf, tm->base + tm->terms, LLMEM_DTYPE_I32, m);
     sum.pt = part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)(pl.slices * pslice)) : *out;
     if (raw && !fused)
         sum.kind = VK_SUM_RAW;
     else if (part && !raw)
         sum.kind = VK_SUM_SCALED;
-    llmem_tensor th = llmem_tensor_1d(tm->buf, 0, LLMEM_DTYPE_F32, (int64_t)(tm->terms / 4));
+    llmem_tensor th = llmem_tensor_1d(tm->buf, tm->base, LLMEM_DTYPE_F32, (int64_t)(tm->terms / 4));
     vk_op mm;
     if (cm2)
         vk_op_init(&mm, VK_SH_MATMUL_CM2_KHR, 32 * pl.sgm * pl.sgn);
@@ -549,9 +547,16 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     if (st != LLMEM_OK || !*done)
         return st;
     /* the sum pass comes back (later) so that it may be held for the op
-     * that reads out (vk_sum_hold, with the exponents' buffer when ours) */
+     * that reads out (vk_sum_hold, with the exponents' buffer when ours);
+     * the previous product's held sum is set aside while this one records
+     * where the two may pair for the SwiGLU (vk_sum_park) */
     vk_cm_sum sum = {.kind = VK_SUM_NONE};
+    llmem_tensor tt = llmem_tensor_1d(t.buf, t.base, LLMEM_DTYPE_F32,
+                                      (int64_t)(t.terms / 4 + t.m));
+    llmem_ct *reads[] = {w, &tt};
+    bool parked = vk_sum_park(v, t.m, out, reads, 2);
     st = cm_product(be, v, &t, w, out, &sum, done);
+    vk_sum_unpark(v, parked, st == LLMEM_OK && *done);
     if (st == LLMEM_OK && *done && vk_sum_hold(be, v, &sum, t.borrowed ? NULL : t.buf))
         t.buf = NULL; /* the hold frees it */
     else
@@ -611,53 +616,6 @@ llmem_status vk_op_matmul(llmem_backend *be, llmem_ct *a, llmem_ct *w, llmem_ct 
     vk_op_u32(&op, (uint32_t)tiles_m);
     vk_op_u32(&op, (uint32_t)tiles);
     return vk_op_run(v, &op, tiles);
-}
-
-llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
-                             llmem_ct *out, bool *done)
-{
-    *done = false;
-    if (g->n_dims != 2 || u->n_dims != 2 || out->n_dims != 2)
-        return LLMEM_OK;
-    uint32_t m = (uint32_t)g->ne[0], k = (uint32_t)g->ne[1];
-    llmem_tensor t;
-    if (!vk_presplit_want(v, m, k) || vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
-        return LLMEM_OK;
-    /* several workgroups a row where out is clear of g and u (they read
-     * the whole row) */
-    uint32_t ns = vk_overlap(out, g) || vk_overlap(out, u) ? 1u
-                                                           : vk_row_split(v, m, k / 8, SPLIT_PART_MIN);
-    /* prefill rows: the row in registers, 1024 invocations (vk_pf_split_v4) */
-    uint32_t wg = split_wg(v, m, k), v4 = ns == 1 ? vk_pf_split_v4(v, m, k, &wg) : 0u;
-    vk_op sp;
-    vk_op_init(&sp, VK_SH_CM_SPLIT, wg);
-    vk_op_spec(&sp, 2);
-    vk_op_spec(&sp, 1); /* SWIGLU */
-    vk_op_spec(&sp, ns);
-    vk_op_spec(&sp, v4);
-    uint32_t go = vk_op_tensor(v, &sp, g, false);
-    uint32_t so = vk_op_tensor(v, &sp, &t, true);
-    uint32_t uo = vk_op_tensor(v, &sp, u, false);
-    uint32_t oo = vk_op_tensor(v, &sp, out, true);
-    if (go % 4 != 0 || so % 4 != 0 || uo % 4 != 0 || oo % 4 != 0) {
-        vk_op_run(v, &sp, 0); /* gives temporaries back */
-        return LLMEM_OK;
-    }
-    size_t mk = (size_t)m * k;
-    vk_op_u32(&sp, m);
-    vk_op_u32(&sp, k);
-    vk_op_u32(&sp, go / 4);
-    vk_op_u32(&sp, so);
-    vk_op_u32(&sp, (uint32_t)(so + mk / 2));
-    vk_op_u32(&sp, (uint32_t)(so + mk));
-    vk_op_u32(&sp, uo / 4);
-    vk_op_u32(&sp, oo / 4);
-    llmem_status st = vk_op_run(v, &sp, (uint64_t)m * ns);
-    if (st == LLMEM_OK) {
-        vk_presplit_set(v, out, m, k);
-        *done = true;
-    }
-    return st;
 }
 
 llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,

@@ -103,6 +103,15 @@ size_t vk_presplit_bytes(uint32_t m, uint32_t k)
 llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
                                 llmem_tensor *terms)
 {
+    return vk_presplit_target_at(be, v, m, k, 0, terms);
+}
+
+llmem_status vk_presplit_target_at(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
+                                   size_t from, llmem_tensor *terms)
+{
+    size_t off = (from + 255) / 256 * 256;
+    if (off > v->presplit.bytes || vk_presplit_bytes(m, k) > v->presplit.bytes - off)
+        return LLMEM_E_UNSUPPORTED;
     if (!v->presplit.terms) {
         llmem_buffer *b = NULL;
         llmem_status st = vk_buffer_alloc(be, v->presplit.bytes, &b);
@@ -113,17 +122,23 @@ llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, ui
         b->size = v->presplit.bytes;
         v->presplit.terms = b;
     }
-    *terms = llmem_tensor_1d(v->presplit.terms, 0, LLMEM_DTYPE_F32,
+    *terms = llmem_tensor_1d(v->presplit.terms, off, LLMEM_DTYPE_F32,
                              (int64_t)(vk_presplit_bytes(m, k) / 4));
     return LLMEM_OK;
 }
 
 void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k)
 {
+    vk_presplit_set_at(v, out, m, k, 0);
+}
+
+void vk_presplit_set_at(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, size_t off)
+{
     vk_presplit *p = &v->presplit;
     vk_kept_set(&p->src, out);
     p->m = m;
     p->k = k;
+    p->off = off;
 }
 
 bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k)
@@ -165,4 +180,134 @@ void vk_presplit_finish(llmem_backend *be, vk_backend *v)
         vk_buffer_free(be, v->presplit.terms);
     v->presplit.terms = NULL;
     v->presplit.src.valid = false;
+}
+
+/* ---- the SwiGLU split (issue 12) --------------------------------------------------------------- */
+
+/* Most slices of a folded product whose sum cm_split.comp unrolls (GS, US). */
+#define FOLD_SLICES_UNROLLED 8u
+/* cm_split.comp FOLD's runs of 4 an invocation of 1024 (*wg set) for a
+ * row of k: the row in registers in each workgroup, up to 4 runs (16384
+ * elements); 0 (*wg unchanged) where longer or the device's workgroups
+ * are smaller. */
+static uint32_t fold_v4(const vk_backend *v, uint32_t k, uint32_t *wg)
+{
+    uint32_t runs = (k / 4 + 1023) / 1024;
+    if (runs > 4 || 1024 > v->props.limits.maxComputeWorkGroupInvocations ||
+        1024 > v->props.limits.maxComputeWorkGroupSize[0])
+        return 0;
+    *wg = 1024;
+    return runs;
+}
+
+/* The byte of the presplit buffer past s's exponents where they lie in
+ * it (borrowed from a norm's terms), else 0. */
+static size_t te_end(const vk_backend *v, const vk_cm_sum *s)
+{
+    return s->te.buf == v->presplit.terms ? s->te.offset + (size_t)4 * s->m : 0;
+}
+
+/* Whether the held pair can be read by cm_split.comp FOLD: raw tiles in
+ * runs of 4 (pitch, slice stride multiples of 4 floats), out the gate's or
+ * up's output or clear of both. */
+static bool fold_fits(const vk_cm_sum *gs, const vk_cm_sum *us, llmem_ct *g, llmem_ct *u,
+                      llmem_ct *out)
+{
+    bool same_g = out->buf == g->buf && out->offset == g->offset;
+    bool same_u = out->buf == u->buf && out->offset == u->offset;
+    return gs->ldp % 4 == 0 && gs->pslice % 4 == 0 && us->ldp % 4 == 0 && us->pslice % 4 == 0 &&
+           gs->n == us->n && (same_g || !vk_overlap(out, g)) && (same_u || !vk_overlap(out, u));
+}
+
+llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
+                             llmem_ct *out, bool *done)
+{
+    *done = false;
+    if (g->n_dims != 2 || u->n_dims != 2 || out->n_dims != 2)
+        return LLMEM_OK;
+    uint32_t m = (uint32_t)g->ne[0], k = (uint32_t)g->ne[1];
+    if (!vk_presplit_want(v, m, k))
+        return LLMEM_OK;
+    /* the held sums of g and u folded in (vk_sum.h): the terms go past the
+     * exponents those sums read from the presplit buffer */
+    vk_cm_sum gs, us;
+    bool fold = vk_sum_swiglu_ok(v, g, u, &gs, &us) && fold_fits(&gs, &us, g, u, out);
+    size_t from = fold ? (te_end(v, &gs) > te_end(v, &us) ? te_end(v, &gs) : te_end(v, &us)) : 0;
+    llmem_tensor t;
+    if (fold && vk_presplit_target_at(be, v, m, k, from, &t) != LLMEM_OK)
+        fold = false;
+    if (!fold && vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
+        return LLMEM_OK;
+    bool wg_g = fold && !(out->buf == g->buf && out->offset == g->offset);
+    bool wg_u = fold && !(out->buf == u->buf && out->offset == u->offset);
+    /* several workgroups a row where out is clear of what they read (the
+     * whole row of g and u, or of the folded tiles) */
+    uint32_t ns = !fold && (vk_overlap(out, g) || vk_overlap(out, u))
+                      ? 1u
+                      : vk_row_split(v, m, k / 8, VK_SPLIT_PART_MIN);
+    /* prefill rows: the row in registers, 1024 invocations (vk_pf_split_v4);
+     * the fold too, each of a row's workgroups ($LLMEM_VULKAN_SWIGLU_FOLD=2:
+     * the two reads) */
+    uint32_t wg = vk_split_wg(v, m, k), v4 = ns == 1 ? vk_pf_split_v4(v, m, k, &wg) : 0u;
+    if (fold && VK_KNOB(v, swiglu_fold, 1) == 1)
+        v4 = fold_v4(v, k, &wg);
+    vk_op sp;
+    vk_op_init(&sp, VK_SH_CM_SPLIT, wg);
+    vk_op_spec(&sp, 2);
+    vk_op_spec(&sp, 1); /* SWIGLU */
+    vk_op_spec(&sp, ns);
+    vk_op_spec(&sp, v4);
+    vk_op_spec(&sp, fold ? 1u | (wg_g ? 2u : 0u) | (wg_u ? 4u : 0u) : 0u); /* FOLD */
+    /* GS, US: the slices unrolled where few */
+    vk_op_spec(&sp, fold && gs.slices <= FOLD_SLICES_UNROLLED ? gs.slices : 0u);
+    vk_op_spec(&sp, fold && us.slices <= FOLD_SLICES_UNROLLED ? us.slices : 0u);
+    uint32_t go = vk_op_tensor(v, &sp, fold ? &gs.pt : g, false);
+    uint32_t so = vk_op_tensor(v, &sp, &t, true);
+    uint32_t uo = vk_op_tensor(v, &sp, fold ? &us.pt : u, false);
+    uint32_t oo = vk_op_tensor(v, &sp, out, true);
+    uint32_t ge = 0, ue = 0, gw = 0, uw = 0;
+    if (fold) {
+        ge = vk_op_tensor(v, &sp, &gs.te, false);
+        ue = vk_op_tensor(v, &sp, &us.te, false);
+        if (wg_g)
+            gw = vk_op_tensor(v, &sp, g, true);
+        else
+            vk_op_dummy(v, &sp);
+        if (wg_u)
+            uw = vk_op_tensor(v, &sp, u, true);
+    }
+    if (go % 4 != 0 || so % 4 != 0 || uo % 4 != 0 || oo % 4 != 0 || gw % 4 != 0 || uw % 4 != 0) {
+        vk_op_run(v, &sp, 0); /* gives temporaries back */
+        return LLMEM_OK;      /* (a held pair is recorded by the element-wise swiglu) */
+    }
+    size_t mk = (size_t)m * k;
+    vk_op_u32(&sp, m);
+    vk_op_u32(&sp, k);
+    vk_op_u32(&sp, go / 4);
+    vk_op_u32(&sp, so);
+    vk_op_u32(&sp, (uint32_t)(so + mk / 2));
+    vk_op_u32(&sp, (uint32_t)(so + mk));
+    vk_op_u32(&sp, uo / 4);
+    vk_op_u32(&sp, oo / 4);
+    if (fold) {
+        vk_op_u32(&sp, gs.ldp / 4);
+        vk_op_u32(&sp, gs.slices);
+        vk_op_u32(&sp, gs.pslice / 4);
+        vk_op_u32(&sp, ge);
+        vk_op_u32(&sp, us.ldp / 4);
+        vk_op_u32(&sp, us.slices);
+        vk_op_u32(&sp, us.pslice / 4);
+        vk_op_u32(&sp, ue);
+        vk_op_u32(&sp, gw / 4);
+        vk_op_u32(&sp, uw / 4);
+        v->sum_pending = false; /* taken: recording the fold must not record the passes */
+    }
+    llmem_status st = vk_op_run(v, &sp, (uint64_t)m * ns);
+    if (fold)
+        vk_sum_taken(v); /* the hold's buffers, freed with the work recorded */
+    if (st == LLMEM_OK) {
+        vk_presplit_set_at(v, out, m, k, t.offset);
+        *done = true;
+    }
+    return st;
 }

@@ -37,9 +37,19 @@ size_t vk_presplit_bytes(uint32_t m, uint32_t k);
  * when it cannot (and no later producer tries again). */
 llmem_status vk_presplit_target(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
                                 llmem_tensor *terms);
-/* After the producer's dispatch was recorded: the terms are of out [m, k]. */
+/* vk_presplit_target's region starting at byte `from` rounded up to 256
+ * (a producer that reads exponents from [0, from) of the buffer while it
+ * writes: the folded SwiGLU, vk_sum.h); LLMEM_E_UNSUPPORTED where it does
+ * not fit in the buffer. */
+llmem_status vk_presplit_target_at(llmem_backend *be, vk_backend *v, uint32_t m, uint32_t k,
+                                   size_t from, llmem_tensor *terms);
+/* After the producer's dispatch was recorded: the terms are of out [m, k]
+ * (vk_presplit_set: written at the buffer's start; _at: at byte off, the
+ * target's offset). */
 void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k);
-/* Whether the terms held are those of a [m, k] (f32) as it is now. */
+void vk_presplit_set_at(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, size_t off);
+/* Whether the terms held are those of a [m, k] (f32) as it is now (they
+ * start at byte v->presplit.off of v->presplit.terms). */
 bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k);
 /* Forgets the terms (a replayed step, a recording's start or end, a submit),
  * and the residual's copy (vk_resid_drop). */
@@ -59,11 +69,20 @@ void vk_presplit_finish(llmem_backend *be, vk_backend *v);
 /* out = silu(g) * u (2-D [m, k] f32, llmem_op_swiglu's arithmetic; out may
  * be g or u) through cm_split.comp's SWIGLU mode, which also writes the
  * terms of out for the next product, when vk_presplit_want says so and
- * every operand is 16-byte aligned (vk_ops_matmul.c); *done says whether
- * it ran (else the caller runs the element-wise swiglu). Statuses of
- * vk_op_run. */
+ * every operand is 16-byte aligned (vk_presplit.c); where g and u are the
+ * held pair of split-K sums (vk_sum.h, $LLMEM_VULKAN_SWIGLU_FOLD) it reads
+ * their raw tiles instead (FOLD). *done says whether it ran (else the
+ * caller runs the element-wise swiglu, which records a held pair first).
+ * Statuses of vk_op_run. */
 llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
                              llmem_ct *out, bool *done);
+/* cm_split.comp's workgroup for m rows of k elements (vk_ops_matmul.c):
+ * $LLMEM_VULKAN_SPLIT_WG when set, else 1024 at decode rows from 2048
+ * elements, else 256. */
+uint32_t vk_split_wg(const vk_backend *v, uint32_t m, uint32_t k);
+/* Groups of 8 elements a workgroup of a split cm_split.comp converts at
+ * least (vk_row_split): 256 elements. */
+#define VK_SPLIT_PART_MIN 32
 /* Workgroups that share each row of a row-wise op with `units` units a row
  * (the NS of rms_norm*.comp and cm_split.comp; vk_ops_basic.c). */
 #define VK_ROW_SPLIT_MAX 64

@@ -21,6 +21,11 @@
  *     (vk_ops_basic.c): the same fold, x's values read from the residual's
  *     copy (below), or else the pass, recorded at once, adds its sum into
  *     x (sum_slices_cm.comp ADDX) and the norm reads x alone.
+ *   - $LLMEM_VULKAN_SWIGLU_FOLD (default on, 9-64 rows): a second product
+ *     recorded right after (vk_sum_park) holds its sum beside the first
+ *     (a pair, recorded in order by everything else), and llmem_op_swiglu
+ *     of the two outputs reads both products' raw tiles (cm_split.comp
+ *     FOLD, vk_swiglu_split): neither pass is recorded.
  * Above VK_PRESPLIT_ROWS rows (prefill) bits 0 and 1 alone, with the pass
  * and the norm moving 4 columns an invocation (sum_slices_cm.comp VEC4 with
  * NDST, rms_norm.comp V4 with ADD 2).
@@ -48,6 +53,11 @@ struct vk_sum_hold {
     uint32_t n_dst;
     llmem_tensor dst[SUM_DST_MAX];
     uint32_t c0[SUM_DST_MAX];
+    /* the pair (vk_sum_park): s set aside while the next product records,
+     * then that product's sum s2 held beside it (kind VK_SUM_NONE: none) */
+    bool parked;
+    vk_cm_sum s2;
+    llmem_buffer *terms2;
 };
 typedef struct vk_sum_hold sum_held;
 
@@ -129,10 +139,17 @@ static bool is_out(const sum_held *h, const llmem_tensor *t)
            t->n_dims == 2 && t->ne[0] == o->ne[0] && t->ne[1] == o->ne[1];
 }
 
-/* Whether t overlaps anything the held pass reads or writes. */
+/* Whether t overlaps what the pass s reads or writes (s->out, s->pt, s->te). */
+static bool touches_sum(const vk_cm_sum *s, const llmem_tensor *t)
+{
+    return s->kind != VK_SUM_NONE &&
+           (vk_overlap(t, &s->out) || vk_overlap(t, &s->pt) || vk_overlap(t, &s->te));
+}
+
+/* Whether t overlaps anything the held passes read or write. */
 static bool touches(const sum_held *h, const llmem_tensor *t)
 {
-    if (vk_overlap(t, &h->s.out) || vk_overlap(t, &h->s.pt) || vk_overlap(t, &h->s.te))
+    if (touches_sum(&h->s, t) || touches_sum(&h->s2, t))
         return true;
     for (uint32_t j = 0; j < h->n_dst; j++)
         if (vk_overlap(t, &h->dst[j]))
@@ -163,17 +180,44 @@ static void hold_clear(sum_held *h)
         vk_buffer_free(h->be, h->s.part);
     if (h->terms)
         vk_buffer_free(h->be, h->terms);
+    if (h->s2.part)
+        vk_buffer_free(h->be, h->s2.part);
+    if (h->terms2)
+        vk_buffer_free(h->be, h->terms2);
     h->s.part = NULL;
     h->terms = NULL;
     h->s.kind = VK_SUM_NONE;
+    h->s2.part = NULL;
+    h->terms2 = NULL;
+    h->s2.kind = VK_SUM_NONE;
     h->n_dst = 0;
+    h->parked = false;
+}
+
+/* Whether the fold of two held sums into the SwiGLU is on for m rows:
+ * $LLMEM_VULKAN_SWIGLU_FOLD where set, else on (vk_sum.h), at 9 to
+ * VK_PRESPLIT_ROWS rows. */
+static bool fold_on(const vk_backend *v, uint32_t m)
+{
+    return m > VK_MM_MV_MAX && m <= VK_PRESPLIT_ROWS && VK_KNOB(v, swiglu_fold, 1) != 0;
 }
 
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)
 {
     long mode = hold_mode(v, s->m, s->n);
-    if (mode == 0 || s->kind != VK_SUM_RAW || s->m <= VK_MM_MV_MAX ||
-        s->out.dtype != LLMEM_DTYPE_F32 || v->sum_pending || vk_held_any(v))
+    bool ok = s->kind == VK_SUM_RAW && s->m > VK_MM_MV_MAX && s->out.dtype == LLMEM_DTYPE_F32;
+    if (v->sum_pending && v->sumh->parked) { /* the pair's second (vk_sum_park) */
+        sum_held *h = v->sumh;
+        h->parked = false;
+        if (!ok || s->m != h->s.m || touches(h, &s->out))
+            return false;
+        h->s2 = *s;
+        h->terms2 = terms;
+        s->part = NULL;
+        s->kind = VK_SUM_NONE;
+        return true;
+    }
+    if (mode == 0 || !ok || v->sum_pending || vk_held_any(v))
         return false;
     if (!v->sumh && !(v->sumh = calloc(1, sizeof *v->sumh)))
         return false;
@@ -192,8 +236,58 @@ llmem_status vk_sum_flush(vk_backend *v)
     sum_held *h = v->sumh;
     v->sum_pending = false; /* first: recording it tracks, which calls back here */
     llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false);
+    if (st == LLMEM_OK && h->s2.kind == VK_SUM_RAW)
+        st = raw_pass(v, &h->s2, 0, NULL, NULL, false);
     hold_clear(h);
     return st;
+}
+
+bool vk_sum_park(vk_backend *v, uint32_t m, llmem_ct *out, llmem_ct *const *reads,
+                 uint32_t n_reads)
+{
+    if (!v->sum_pending || v->fold_pending || v->nmc_pending || v->rope_pending)
+        return false;
+    sum_held *h = v->sumh;
+    if (!fold_on(v, m) || h->s.m != m || h->n_dst != 0 || h->s2.kind != VK_SUM_NONE)
+        return false;
+    if (touches(h, out))
+        return false;
+    for (uint32_t i = 0; i < n_reads; i++) /* (reads of what the pass reads are no hazard) */
+        if (vk_overlap(reads[i], &h->s.out))
+            return false;
+    h->parked = true;
+    v->sum_pending = false; /* the product's recording does not record the held pass */
+    return true;
+}
+
+void vk_sum_unpark(vk_backend *v, bool parked, bool pair)
+{
+    if (!parked)
+        return;
+    v->sum_pending = true;
+    v->sumh->parked = pair; /* set: vk_sum_hold of the product's sum makes the pair */
+}
+
+bool vk_sum_swiglu_ok(vk_backend *v, llmem_ct *g, llmem_ct *u, vk_cm_sum *gs, vk_cm_sum *us)
+{
+    if (!v->sum_pending)
+        return false;
+    sum_held *h = v->sumh;
+    if (h->s2.kind != VK_SUM_RAW || !fold_on(v, h->s.m))
+        return false;
+    const vk_cm_sum *a = &h->s, *b = &h->s2;
+    if (is_out(h, u)) {
+        const vk_cm_sum *t = a;
+        a = b;
+        b = t;
+    }
+    /* a: the gate's pass, b: up's (as is_out, on each) */
+    sum_held ga = {.s = *a}, ua = {.s = *b};
+    if (!is_out(&ga, g) || !is_out(&ua, u))
+        return false;
+    *gs = *a;
+    *us = *b;
+    return true;
 }
 
 llmem_status vk_sum_flush_if(vk_backend *v, const llmem_tensor *t)
@@ -209,6 +303,7 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
         return LLMEM_OK;
     sum_held *h = v->sumh;
     if (!(hold_mode(v, h->s.m, h->s.n) & 1) || h->n_dst >= SUM_DST_MAX ||
+        h->s2.kind != VK_SUM_NONE ||
         !is_out(h, src) || dst->dtype != LLMEM_DTYPE_F32 || dst->n_dims != 2 ||
         dst->ne[0] != src->ne[0] || dst->ne[1] < 1 || col0 < 0 ||
         (int64_t)col0 + dst->ne[1] > src->ne[1] || touches(h, dst))
@@ -225,7 +320,8 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
     if (!v->sum_pending)
         return false;
     sum_held *h = v->sumh;
-    if (!(hold_mode(v, h->s.m, h->s.n) & (parts ? 8 : 2)) || h->n_dst != 0 || !is_out(h, r) ||
+    if (!(hold_mode(v, h->s.m, h->s.n) & (parts ? 8 : 2)) || h->n_dst != 0 ||
+        h->s2.kind != VK_SUM_NONE || !is_out(h, r) ||
         !is_out(h, out) || touches(h, x))
         return false;
     /* the norm's terms ([0, split_bytes) of the presplit buffer) must not
@@ -240,7 +336,8 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
 bool vk_sum_norm_vec4(const vk_backend *v)
 {
     const sum_held *h = v->sumh;
-    return v->sum_pending && h->s.ldp % 4 == 0 && h->s.pslice % 4 == 0 &&
+    return v->sum_pending && h->s2.kind == VK_SUM_NONE && h->s.ldp % 4 == 0 &&
+           h->s.pslice % 4 == 0 &&
            h->s.pt.offset % 16 == 0;
 }
 
@@ -270,7 +367,8 @@ llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *
         return LLMEM_OK;
     sum_held *h = v->sumh;
     long mode = hold_mode(v, h->s.m, h->s.n);
-    if (!(mode & 4) || h->n_dst != 0 || !is_out(h, r) || !is_out(h, out) ||
+    if (!(mode & 4) || h->n_dst != 0 || h->s2.kind != VK_SUM_NONE || !is_out(h, r) ||
+        !is_out(h, out) ||
         x->dtype != LLMEM_DTYPE_F32 || x->n_dims != 2 || x->ne[0] != r->ne[0] ||
         x->ne[1] != r->ne[1] || touches(h, x))
         return LLMEM_OK; /* the norm's usual add: vk_sum_norm_bind, or the pass first */

@@ -56,8 +56,34 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
  * (vk_held_flush, as the other holds), except by its readers below. Every
  * path gives the same bits as the pass followed by the op. */
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms);
-/* Records the held pass, with the copies it took, and frees the hold's
- * buffers (nothing when none is held). Errors: those of vk_op_run. */
+/* The fold of the up and gate products' sums into the SwiGLU (issue 12;
+ * $LLMEM_VULKAN_SWIGLU_FOLD, unset: on). At 9-VK_PRESPLIT_ROWS rows the
+ * FFN records up = x · W_upᵀ, gate = x · W_gateᵀ, then silu(gate) * up:
+ * two sum passes whose only reader is the SwiGLU. vk_sum_park, called by
+ * matmul_cm before it records a product of m rows whose output touches
+ * nothing the held pass reads or writes and whose reads[0..n_reads) (its
+ * weights and terms) are clear of what it writes, while the previous
+ * product's sum is held alone (no copies taken, the same m): sets that
+ * hold aside so that the product's recording does not record it, and
+ * returns true; vk_sum_unpark(v, parked, pair) after the recording puts
+ * it back, and where pair (the product ran) the product's own sum, if
+ * the next vk_sum_hold takes it, is held beside it (the pair). A pair is
+ * recorded in the order the products came (vk_sum_flush) by everything
+ * but its reader below; the other readers (copies, norms) take no pair.
+ * Ownership: the hold frees both products' partial buffers (and
+ * exponents' buffers it took). vk_sum_swiglu_ok: whether the
+ * pair is g's and u's sums ([m, n] f32 each, the held outputs); if so
+ * *gs and *us describe them (the hold keeps their buffers): the caller
+ * (vk_swiglu_split) binds their raw tiles and exponents to cm_split.comp
+ * FOLD, takes the hold off the pending list (v->sum_pending = false)
+ * before it records, and calls vk_sum_taken after. */
+bool vk_sum_park(vk_backend *v, uint32_t m, llmem_ct *out, llmem_ct *const *reads,
+                 uint32_t n_reads);
+void vk_sum_unpark(vk_backend *v, bool parked, bool pair);
+bool vk_sum_swiglu_ok(vk_backend *v, llmem_ct *g, llmem_ct *u, vk_cm_sum *gs, vk_cm_sum *us);
+/* Records the held pass (both, for a pair), with the copies it took, and
+ * frees the hold's buffers (nothing when none is held). Errors: those of
+ * vk_op_run. */
 llmem_status vk_sum_flush(vk_backend *v);
 /* vk_sum_flush when t overlaps what the held pass reads or writes (for an
  * op that consults host-side state about t before it records: the
