@@ -7,9 +7,10 @@
  * tiles, and its terms (the down product's activations) go past the
  * exponents it reads in the presplit buffer. Checked here, precise and
  * fast, at 9, 16, 40 and 64 rows (products of one and several K slices)
- * and at 129 rows (prefill: no fold), with the fold on (1: the row in
- * registers), unset (the default), 2 (the two reads of the row) and off
- * (0):
+ * and at 129 and 256 rows (prefill), with the fold on at decode rows (1:
+ * the row in registers), unset (the default, 13), 2 (the two reads of
+ * the row), 13 and 6 (the same with the prefill rows; 13 with more
+ * workgroups a decode row) and off (0):
  *   - two FFN layers as the model runs them (x += r, h = norm(x); up;
  *     gate; swiglu in place on up; down; then x += down, h = norm(x) and
  *     the same again): the downs, up and gate against a float64
@@ -158,8 +159,10 @@ static void ref_ffn(const ff_in *c, const double *h, double *up, double *gate, d
     vk_ref_mm(sw, c->wd, c->m, c->n, c->k, down);
 }
 
-/* the backends: $LLMEM_VULKAN_SWIGLU_FOLD 1, 0, unset, 2 */
-enum { B_ON, B_OFF, B_DEFAULT, B_LOOP, N_B };
+/* the backends: $LLMEM_VULKAN_SWIGLU_FOLD 1, 0, unset, 2, 13 (1 with the
+ * prefill rows and ceil(128 / rows) workgroups a decode row), 6 (2 with
+ * the prefill rows) */
+enum { B_ON, B_OFF, B_DEFAULT, B_LOOP, B_ALL, B_LOOP_PF, N_B };
 
 static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int32_t n, bool fast)
 {
@@ -169,11 +172,13 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
     c.nw = rand_vals((size_t)k, 0.5f, 1.5f, false);
     c.wu = rand_vals(nk, -1, 1, true), c.wg = rand_vals(nk, -1, 1, true);
     c.wd = rand_vals(nk, -1, 1, true);
-    float *on[N_O], *off[N_O], *df[N_O], *lp[N_O];
+    float *on[N_O], *off[N_O], *df[N_O], *lp[N_O], *al[N_O], *lpf[N_O];
     run_all(&c, be[B_ON], on);
     run_all(&c, be[B_OFF], off);
     run_all(&c, be[B_DEFAULT], df);
     run_all(&c, be[B_LOOP], lp);
+    run_all(&c, be[B_ALL], al);
+    run_all(&c, be[B_LOOP_PF], lpf);
     static const char *names[N_O] = {
         "down, layer 1", "down, layer 2", "x", "swiglu in place on up", "gate",
         "gate first: swiglu over gate", "gate first: up", "third tensor: swiglu",
@@ -187,6 +192,8 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
         ck_assert_msg(memcmp(on[i], off[i], bytes) == 0, "%s: fold 1 differs from 0", what);
         ck_assert_msg(memcmp(df[i], off[i], bytes) == 0, "%s: the default differs from 0", what);
         ck_assert_msg(memcmp(lp[i], off[i], bytes) == 0, "%s: fold 2 differs from 0", what);
+        ck_assert_msg(memcmp(al[i], off[i], bytes) == 0, "%s: fold 13 differs from 0", what);
+        ck_assert_msg(memcmp(lpf[i], off[i], bytes) == 0, "%s: fold 6 differs from 0", what);
     }
     /* float64: fast mode rounds each product's activations to 11 bits */
     double tol = fast ? 4e-3 : 2e-5;
@@ -220,7 +227,7 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
     vk_expect_close(on[O_I_SW], sw, m, n, tol, what);
     vk_expect_close(on[O_I_D], d, m, k, 2 * tol, what);
     for (int i = 0; i < N_O; i++)
-        free(on[i]), free(off[i]), free(df[i]), free(lp[i]);
+        free(on[i]), free(off[i]), free(df[i]), free(lp[i]), free(al[i]), free(lpf[i]);
     free(a), free(h), free(d), free(up), free(g), free(sw);
     free(c.x), free(c.r), free(c.nw), free(c.wu), free(c.wg), free(c.wd);
 }
@@ -228,13 +235,14 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
 /* 16 and 64 rows (the batched decode), 40 (partial row tiles) and 9 (the
  * first row count on tensor cores), K from 256 to 1024 and n up to 2048
  * (several K slices in the down product, and in up and gate where the
- * output tiles are few); 129 rows: prefill, no fold. */
+ * output tiles are few); 129 and 256 rows: prefill (folded with 13 and 6). */
 START_TEST(test_swiglu_fold_chains)
 {
     static const int32_t shapes[][3] = {
         {16, 1024, 2048}, {64, 512, 1024}, {16, 256, 512}, {40, 512, 264}, {9, 264, 136},
-        {129, 256, 520}};
-    llmem_backend *be[N_B] = {open_fold("1"), open_fold("0"), open_fold(NULL), open_fold("2")};
+        {129, 256, 520}, {256, 512, 1024}};
+    llmem_backend *be[N_B] = {open_fold("1"),  open_fold("0"),  open_fold(NULL),
+                              open_fold("2"),  open_fold("13"), open_fold("6")};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fast = 0; fast < 2; fast++)
             check_shape(be, shapes[i][0], shapes[i][1], shapes[i][2], fast == 1);

@@ -49,7 +49,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DEC_ROWS", dec_rows, 0, 64, NUM),
     K("LLMEM_VULKAN_SUM_HOLD", sum_hold, 0, 15, NUM),
     K("LLMEM_VULKAN_ROW_SPLIT", row_split, 0, VK_ROW_SPLIT_MAX, NUM),
-    K("LLMEM_VULKAN_SWIGLU_FOLD", swiglu_fold, 0, 2, NUM),
+    K("LLMEM_VULKAN_SWIGLU_FOLD", swiglu_fold, 0, 15, NUM),
 };
 #undef K
 

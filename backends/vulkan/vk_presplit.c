@@ -245,11 +245,15 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
     uint32_t ns = !fold && (vk_overlap(out, g) || vk_overlap(out, u))
                       ? 1u
                       : vk_row_split(v, m, k / 8, VK_SPLIT_PART_MIN);
+    long mode = vk_sum_fold_mode(v);
+    uint32_t wide = (128 + m - 1) / m, most = k / 8 / VK_SPLIT_PART_MIN;
+    wide = wide < most ? wide : most;
+    if (fold && (mode & VK_FOLD_WIDE) && m <= VK_PRESPLIT_ROWS && ns < wide)
+        ns = wide;
     /* prefill rows: the row in registers, 1024 invocations (vk_pf_split_v4);
-     * the fold too, each of a row's workgroups ($LLMEM_VULKAN_SWIGLU_FOLD=2:
-     * the two reads) */
+     * the fold too, each of a row's workgroups (mode 2: the two reads) */
     uint32_t wg = vk_split_wg(v, m, k), v4 = ns == 1 ? vk_pf_split_v4(v, m, k, &wg) : 0u;
-    if (fold && VK_KNOB(v, swiglu_fold, 1) == 1)
+    if (fold && (mode & 3) == 1)
         v4 = fold_v4(v, k, &wg);
     vk_op sp;
     vk_op_init(&sp, VK_SH_CM_SPLIT, wg);

@@ -16,8 +16,9 @@
 #define VK_PRESPLIT_BYTES (((size_t)8 << 20) + 4096)
 /* With $LLMEM_VULKAN_PRESPLIT_ROWS above VK_PRESPLIT_ROWS (prefill-sized
  * producers too; matmul_cmp.comp reads the same terms): 512 rows of
- * 14336 columns (the 9B shape's SwiGLU output at pp512) and more. */
-#define VK_PRESPLIT_BYTES_PF (((size_t)32 << 20) + 4096)
+ * 14336 columns (the 9B shape's SwiGLU output at pp512) past the norm's
+ * terms of 512 x 4096 (the folded SwiGLU's place, vk_sum.h). */
+#define VK_PRESPLIT_BYTES_PF (((size_t)40 << 20) + 8192)
 /* The prefill ubatch of 512 rows (every pp512 product at batch 1, 16 and
  * 64), and $LLMEM_VULKAN_PRESPLIT_ROWS when unset */
 #define VK_PRESPLIT_ROWS_PF 512u

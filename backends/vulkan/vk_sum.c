@@ -194,12 +194,14 @@ static void hold_clear(sum_held *h)
     h->parked = false;
 }
 
-/* Whether the fold of two held sums into the SwiGLU is on for m rows:
- * $LLMEM_VULKAN_SWIGLU_FOLD where set, else on (vk_sum.h), at 9 to
- * VK_PRESPLIT_ROWS rows. */
+/* Whether the fold of two held sums into the SwiGLU is on for m rows
+ * (vk_sum_fold_mode): at 9 to VK_PRESPLIT_ROWS rows, and above with
+ * VK_FOLD_PREFILL. */
 static bool fold_on(const vk_backend *v, uint32_t m)
 {
-    return m > VK_MM_MV_MAX && m <= VK_PRESPLIT_ROWS && VK_KNOB(v, swiglu_fold, 1) != 0;
+    long mode = vk_sum_fold_mode(v);
+    return (mode & 3) != 0 && m > VK_MM_MV_MAX &&
+           (m <= VK_PRESPLIT_ROWS || (mode & VK_FOLD_PREFILL));
 }
 
 bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *terms)

@@ -77,6 +77,24 @@ bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *t
  * (vk_swiglu_split) binds their raw tiles and exponents to cm_split.comp
  * FOLD, takes the hold off the pending list (v->sum_pending = false)
  * before it records, and calls vk_sum_taken after. */
+/* $LLMEM_VULKAN_SWIGLU_FOLD where set, else VK_FOLD_DEFAULT: bits 0-1
+ * the decode rows' SwiGLU (0 no fold, 1 each of a row's workgroups keeps
+ * the row in registers, 2 the row read twice), VK_FOLD_PREFILL the fold
+ * above VK_PRESPLIT_ROWS rows too (its terms past the norm's: needs
+ * VK_PRESPLIT_BYTES_PF), VK_FOLD_WIDE at 9-64 rows ceil(128 / rows)
+ * workgroups a row at least (vk_row_split's 1 above 16 rows). Default
+ * 1 | 4 | 8, on the H200 (docs/benchmarks.md "Vulkan decode: the up and
+ * gate sums in the SwiGLU"): 9B fast tg128 b16 9.93-10.00 -> 9.72 ms,
+ * b64 16.88-16.90 -> 16.70-16.78 (1), -> 16.41-16.44 (9); 2b fast b16
+ * 5.05 -> 4.85, b64 8.36 -> 8.03 (1); 9B precise b16 11.00 -> 10.66;
+ * 9B pp512 precise 87.4-88.1 -> 86.8-87.0 (5). */
+#define VK_FOLD_PREFILL 4
+#define VK_FOLD_WIDE 8
+#define VK_FOLD_DEFAULT (1 | VK_FOLD_PREFILL | VK_FOLD_WIDE)
+static inline long vk_sum_fold_mode(const vk_backend *v)
+{
+    return VK_KNOB(v, swiglu_fold, VK_FOLD_DEFAULT);
+}
 bool vk_sum_park(vk_backend *v, uint32_t m, llmem_ct *out, llmem_ct *const *reads,
                  uint32_t n_reads);
 void vk_sum_unpark(vk_backend *v, bool parked, bool pair);
