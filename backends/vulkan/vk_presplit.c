@@ -16,7 +16,11 @@
  * values (so the products are bit for bit those of the split pass), into
  * one backend-owned buffer, and remembers which device range they are of;
  * cm_split_run (vk_ops_matmul.c) then takes them (vk_presplit_take) instead
- * of recording cm_split.comp. One entry is kept: each producer's output is
+ * of recording cm_split.comp. The terms start at the buffer's first byte,
+ * but for the SwiGLU that folds its inputs' split-K sums (vk_sum.h): it
+ * reads the exponents the norm wrote there while it writes, so its terms
+ * go past them (vk_presplit_target_at, presplit.off, which the products
+ * taking them read). One entry is kept: each producer's output is
  * read by the next products (q, k, v; gate and up; in_proj; out_proj;
  * down; the LM head) before the next producer runs. Prefill-sized outputs
  * too (up to $LLMEM_VULKAN_PRESPLIT_ROWS rows, default 512, the pp512
