@@ -16,7 +16,14 @@
  *     where a dispatch depends on an earlier one ($LLMEM_VULKAN_LOG);
  *   - small uploads inside the command buffer ($LLMEM_VULKAN_UPLOAD_INLINE)
  *     and the fence polled before the blocking wait ($LLMEM_VULKAN_SPIN_US)
- *     give what the staging copy and the blocking wait give.
+ *     give what the staging copy and the blocking wait give;
+ *   - opening and closing the backend many times in one process, with
+ *     the instance destroyed by each close and kept for the next open
+ *     ($LLMEM_VULKAN_KEEP_INSTANCE; the default on NVIDIA's driver, which
+ *     refuses the ~30th instance of a process), each open computing an RMS
+ *     norm (subgroup reductions) within f32 rounding of float64, and a
+ *     changed driver setting ($VK_DRIVER_FILES) not hidden by a kept
+ *     instance.
  * Run on lavapipe: VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json.
  * Without a usable Vulkan device only the not-found tests run.
  */
@@ -146,6 +153,63 @@ START_TEST(test_no_driver)
     ck_assert_ptr_null(be);
     ck_assert_msg(strstr(err, "no Vulkan driver") || strstr(err, "no Vulkan device"),
                   "message: %s", err);
+}
+END_TEST
+
+/* ---- reopening ------------------------------------------------------------------------- */
+
+START_TEST(test_reopen)
+{
+    enum { ROUNDS = 40, ROWS = 3, D = 300 };
+    float *x = rand_vals((size_t)ROWS * D, -2.0f, 2.0f, false);
+    float *w = rand_vals(D, 0.5f, 1.5f, false);
+    double ref[ROWS * D];
+    for (int r = 0; r < ROWS; r++) { /* float64 RMS norm (Zhang and Sennrich 2019) */
+        double ss = 0;
+        for (int i = 0; i < D; i++)
+            ss += (double)x[r * D + i] * x[r * D + i];
+        double inv = 1.0 / sqrt(ss / D + 1e-6);
+        for (int i = 0; i < D; i++)
+            ref[r * D + i] = x[r * D + i] * inv * w[i];
+    }
+    test_env kept = test_env_save("LLMEM_VULKAN_KEEP_INSTANCE");
+    for (int round = 0; round < 2 * ROUNDS; round++) {
+        /* the first half with the default, the second with the instance kept */
+        test_env_put("LLMEM_VULKAN_KEEP_INSTANCE", round < ROUNDS ? NULL : "1");
+        llmem_backend *be = open_be("vulkan");
+        llmem_buffer *bx, *bw, *bo;
+        llmem_tensor tx = vk_up_f32_2d(be, &bx, x, ROWS, D), tw = vk_up_f32_2d(be, &bw, w, D, 0);
+        llmem_tensor to = vk_up_f32_2d(be, &bo, NULL, ROWS, D);
+        OK(llmem_op_rms_norm(be, &tx, &tw, 1e-6f, &to));
+        float got[ROWS * D];
+        OK(llmem_buffer_download(bo, 0, got, sizeof got));
+        char what[48];
+        snprintf(what, sizeof what, "rms_norm, open %d", round);
+        vk_expect_close(got, ref, ROWS, D, 1e-5, what);
+        llmem_buffer_free(bx);
+        llmem_buffer_free(bw);
+        llmem_buffer_free(bo);
+        llmem_backend_close(be);
+    }
+    /* a driver setting changed after those opens is not hidden by the kept instance */
+    static const char *const names[] = {"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"};
+    test_env saved[3];
+    for (int i = 0; i < 3; i++)
+        saved[i] = test_env_save(names[i]);
+    test_env_put("VK_DRIVER_FILES", "/nonexistent/no_icd.json");
+    test_env_put("VK_ICD_FILENAMES", "/nonexistent/no_icd.json");
+    unsetenv("VK_ADD_DRIVER_FILES");
+    char err[256] = "";
+    llmem_backend *be = NULL;
+    llmem_status st = llmem_backend_open("vulkan", -1, &be, err, sizeof err);
+    for (int i = 0; i < 3; i++)
+        test_env_restore(&saved[i]);
+    ck_assert_msg(st == LLMEM_E_NOT_FOUND && be == NULL, "open without a driver: %s (%s)",
+                  llmem_status_str(st), err);
+    llmem_backend_close(open_be("vulkan"));
+    test_env_restore(&kept);
+    free(x);
+    free(w);
 }
 END_TEST
 
@@ -681,6 +745,7 @@ int main(void)
         tcase_add_test(tc, test_conv_fold_held);
         tcase_add_test(tc, test_upload_inline);
         tcase_add_test(tc, test_fence_spin);
+        tcase_add_test(tc, test_reopen);
     }
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

@@ -139,6 +139,7 @@ typedef struct vk_backend {
 
     /* instance and device */
     VkInstance instance;
+    bool instance_owned; /* destroyed with the backend, else kept for later opens (vk_plugin.c) */
     VkDebugUtilsMessengerEXT messenger;
     VkPhysicalDevice phys;
     VkPhysicalDeviceProperties props;

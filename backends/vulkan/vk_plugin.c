@@ -17,6 +17,7 @@
  * names a file that receives the messages and one line per submit.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,18 +35,32 @@
 /* ---- loader ------------------------------------------------------------------------------ */
 
 static void *g_loader; /* kept open: drivers do not all survive being unloaded */
+static char g_loader_name[256];
 
+/* Opens the loader once (under g_lock, instance_open). The plugin stays
+ * mapped (linked -z nodelete), so the loader, once open, serves every
+ * later open of this process: a $LLMEM_VULKAN_LOADER that names another
+ * library then gets LLMEM_E_NOT_FOUND with the reason, rather than being
+ * ignored. */
 static llmem_status loader_open(char *why, size_t len)
 {
-    if (g_loader)
-        return LLMEM_OK;
     const char *name = getenv("LLMEM_VULKAN_LOADER");
     if (!name || !*name)
         name = "libvulkan.so.1";
+    if (g_loader && strcmp(name, g_loader_name) == 0)
+        return LLMEM_OK;
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
         fmt(why, len, "no Vulkan loader (%s: %s)", name, e ? e : "cannot open");
+        return LLMEM_E_NOT_FOUND;
+    }
+    if (g_loader) { /* another name: the same library (dlopen's handle) or a refusal */
+        dlclose(h);
+        if (h == g_loader)
+            return LLMEM_OK;
+        fmt(why, len, "the Vulkan loader %s is in use in this process; %s cannot replace it",
+            g_loader_name, name);
         return LLMEM_E_NOT_FOUND;
     }
     void *sym = dlsym(h, "vkGetInstanceProcAddr");
@@ -63,6 +78,7 @@ static llmem_status loader_open(char *why, size_t len)
         return LLMEM_E_NOT_FOUND;
     }
     g_loader = h;
+    snprintf(g_loader_name, sizeof g_loader_name, "%s", name);
     return LLMEM_OK;
 }
 
@@ -105,15 +121,17 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_debug(VkDebugUtilsMessageSeverityFlagBi
                                                const VkDebugUtilsMessengerCallbackDataEXT *d,
                                                void *user)
 {
-    vk_backend *v = user;
+    vk_backend *v = user; /* NULL: an instance's creation (instance_get) */
     const char *msg = d && d->pMessage ? d->pMessage : "(no message)";
     /* GENERAL messages come from the loader, VALIDATION ones from layers */
     const char *who = (type & VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT) ? "validation" : "loader";
     if (sev & VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT) {
-        v->validation_errors++;
+        if (v)
+            v->validation_errors++;
         fprintf(stderr, "vulkan: %s error: %s\n", who, msg);
-        vk_log(v, "validation error (%s): %s", who, msg);
-    } else {
+        if (v)
+            vk_log(v, "validation error (%s): %s", who, msg);
+    } else if (v) {
         vk_log(v, "validation warning (%s): %s", who, msg);
     }
     return VK_FALSE;
@@ -131,9 +149,82 @@ static uint32_t instance_api(void)
     return VK_API_VERSION_1_2;
 }
 
-/* Creates the instance (with the messenger when validation is on). v may
- * be NULL for a listing. */
-static llmem_status instance_create(vk_backend *v, VkInstance *out, char *why, size_t len)
+/* The instances of this process, kept until it exits, on NVIDIA's driver:
+ * it refuses vkCreateInstance with VK_ERROR_INCOMPATIBLE_DRIVER after
+ * about 30 create / destroy cycles in one process (580 on the H200,
+ * measured: the 30th open of a loop of llmem_backend_open / close, with
+ * file descriptors and resident memory flat; docs/vulkan.md, "Instances"),
+ * and other projects report it corrupting SubgroupLocalInvocationId after
+ * about 11 (Genesis-Embodied-AI/quadrants pull request 465, whose fix, one
+ * instance for the process, this follows). So there each open reuses the
+ * instance made by an earlier one with the same settings, and only devices
+ * are made and destroyed per open. Elsewhere (unless
+ * $LLMEM_VULKAN_KEEP_INSTANCE=1) each backend destroys its own instance,
+ * which also unloads the driver: a child of fork() then finds no driver
+ * threads of its parent's (lavapipe's would hang it). The settings are the
+ * API version, the validation layer, the debug-utils extension and every
+ * VK_* environment variable (the loader reads them at creation:
+ * $VK_DRIVER_FILES, $VK_INSTANCE_LAYERS, ...); a fifth set of settings, or
+ * one whose variables pass ENV_KEY bytes, gets an instance of its own.
+ * Guarded by g_lock, which also guards loader_open. */
+#define INSTANCE_CACHE 4
+#define ENV_KEY 2048
+typedef struct cached_instance {
+    VkInstance inst;
+    uint32_t api;
+    bool layer, debug;
+    char env[ENV_KEY];
+} cached_instance;
+static cached_instance g_inst[INSTANCE_CACHE];
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+extern char **environ;
+
+/* The VK_* variables of the environment, one "NAME=value\n" after another
+ * in environ's order, into key[ENV_KEY]; false when they do not fit. */
+static bool env_key(char key[ENV_KEY])
+{
+    size_t n = 0;
+    key[0] = 0;
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, "VK_", 3) != 0)
+            continue;
+        size_t l = strlen(*e);
+        if (n + l + 2 > ENV_KEY)
+            return false;
+        memcpy(key + n, *e, l);
+        key[n + l] = '\n';
+        n += l + 1;
+        key[n] = 0;
+    }
+    return true;
+}
+
+/* Whether a new instance is kept for later opens: $LLMEM_VULKAN_KEEP_INSTANCE
+ * 0 / 1, unset where one of its devices is NVIDIA's (vendor 0x10de). */
+static bool keep_instance(VkInstance inst)
+{
+    const char *k = getenv("LLMEM_VULKAN_KEEP_INSTANCE");
+    if (k && *k)
+        return strcmp(k, "0") != 0;
+    volkLoadInstanceOnly(inst);
+    VkPhysicalDevice pd[MAX_DEVICES];
+    uint32_t n = MAX_DEVICES;
+    if (vkEnumeratePhysicalDevices(inst, &n, pd) < 0)
+        return false;
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties p;
+        vkGetPhysicalDeviceProperties(pd[i], &p);
+        if (p.vendorID == 0x10de)
+            return true;
+    }
+    return false;
+}
+
+/* Creates or reuses the instance (and, for a backend v, its messenger when
+ * validation is on); *owned says whether the caller destroys it. v may be
+ * NULL for a listing. */
+static llmem_status instance_get(vk_backend *v, VkInstance *out, bool *owned, char *why,
+                                 size_t len)
 {
     const char *val = getenv("LLMEM_VULKAN_VALIDATION");
     bool want_layer = val && strcmp(val, "1") == 0;
@@ -143,12 +234,7 @@ static llmem_status instance_create(vk_backend *v, VkInstance *out, char *why, s
     const char *layers[1] = {VALIDATION_LAYER};
     bool use_layer = v && want_layer && has_layer(VALIDATION_LAYER);
     const char *exts[1] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
-    VkApplicationInfo app = {
-        .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-        .pApplicationName = "llmem",
-        .pEngineName = "llmem",
-        .apiVersion = instance_api(),
-    };
+    uint32_t api = instance_api();
     VkDebugUtilsMessengerCreateInfoEXT mi = {
         .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
         .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
@@ -157,34 +243,106 @@ static llmem_status instance_create(vk_backend *v, VkInstance *out, char *why, s
                        VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
                        VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
         .pfnUserCallback = on_debug,
-        .pUserData = v,
+        .pUserData = v, /* creation's (and a destroy's: only while v lives) messages */
     };
-    VkInstanceCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
-        .pNext = debug ? &mi : NULL,
-        .pApplicationInfo = &app,
-        .enabledLayerCount = use_layer ? 1 : 0,
-        .ppEnabledLayerNames = layers,
-        .enabledExtensionCount = debug ? 1 : 0,
-        .ppEnabledExtensionNames = exts,
-    };
-    VkResult r = vkCreateInstance(&ci, NULL, out);
-    if (r != VK_SUCCESS) {
-        *out = VK_NULL_HANDLE;
-        if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED) {
-            fmt(why, len, "no Vulkan driver found (vkCreateInstance: %d)", (int)r);
-            return LLMEM_E_NOT_FOUND;
+    *owned = false;
+    *out = VK_NULL_HANDLE;
+    int slot = -1;
+    char key[ENV_KEY];
+    bool cacheable = env_key(key);
+    for (int i = 0; cacheable && i < INSTANCE_CACHE && !*out; i++) {
+        cached_instance *c = &g_inst[i];
+        if (!c->inst) {
+            if (slot < 0)
+                slot = i;
+        } else if (c->api == api && c->layer == use_layer && c->debug == debug &&
+                   strcmp(c->env, key) == 0) {
+            *out = c->inst;
         }
-        fmt(why, len, "vkCreateInstance failed (%d)", (int)r);
-        return vk_status(r);
+    }
+    if (!*out) {
+        VkApplicationInfo app = {
+            .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+            .pApplicationName = "llmem",
+            .pEngineName = "llmem",
+            .apiVersion = api,
+        };
+        VkInstanceCreateInfo ci = {
+            .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+            .pNext = debug ? &mi : NULL,
+            .pApplicationInfo = &app,
+            .enabledLayerCount = use_layer ? 1 : 0,
+            .ppEnabledLayerNames = layers,
+            .enabledExtensionCount = debug ? 1 : 0,
+            .ppEnabledExtensionNames = exts,
+        };
+        VkResult r = vkCreateInstance(&ci, NULL, out);
+        if (r != VK_SUCCESS) {
+            *out = VK_NULL_HANDLE;
+            if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED) {
+                fmt(why, len, "no Vulkan driver found (vkCreateInstance: %d)", (int)r);
+                return LLMEM_E_NOT_FOUND;
+            }
+            fmt(why, len, "vkCreateInstance failed (%d)", (int)r);
+            return vk_status(r);
+        }
+        if (cacheable && slot >= 0 && keep_instance(*out)) {
+            cached_instance *c = &g_inst[slot];
+            c->inst = *out;
+            c->api = api;
+            c->layer = use_layer;
+            c->debug = debug;
+            memcpy(c->env, key, sizeof key);
+        } else {
+            *owned = true;
+        }
     }
     volkLoadInstanceOnly(*out);
     if (debug) {
-        r = vkCreateDebugUtilsMessengerEXT(*out, &mi, NULL, &v->messenger);
-        if (r != VK_SUCCESS)
+        if (vkCreateDebugUtilsMessengerEXT(*out, &mi, NULL, &v->messenger) != VK_SUCCESS)
             v->messenger = VK_NULL_HANDLE;
     }
     return LLMEM_OK;
+}
+
+/* A child of fork() must not touch the parent's instances: the driver's
+ * threads behind them did not come along (lavapipe's hang the first
+ * submit). It forgets them (never destroyed there) and makes its own. The
+ * lock is held across fork so that the child's copy is consistent. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void fork_child(void)
+{
+    memset(g_inst, 0, sizeof g_inst);
+    pthread_mutex_unlock(&g_lock);
+}
+
+static void fork_handlers(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+/* loader_open, then instance_get, under g_lock (opens and listings may
+ * come from several threads). */
+static llmem_status instance_open(vk_backend *v, VkInstance *out, bool *owned, char *why,
+                                  size_t len)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, fork_handlers);
+    pthread_mutex_lock(&g_lock);
+    llmem_status st = loader_open(why, len);
+    if (st == LLMEM_OK)
+        st = instance_get(v, out, owned, why, len);
+    pthread_mutex_unlock(&g_lock);
+    return st;
 }
 
 /* ---- devices ----------------------------------------------------------------------------- */
@@ -359,13 +517,9 @@ static void describe(const dev_entry *e, int32_t index, char *line, size_t len)
 static void list_devices(void (*fn)(const char *line, void *ctx), void *ctx)
 {
     char why[256], line[512];
-    if (loader_open(why, sizeof why) != LLMEM_OK) {
-        fmt(line, sizeof line, "unavailable: %s", why);
-        fn(line, ctx);
-        return;
-    }
     VkInstance inst;
-    if (instance_create(NULL, &inst, why, sizeof why) != LLMEM_OK) {
+    bool owned;
+    if (instance_open(NULL, &inst, &owned, why, sizeof why) != LLMEM_OK) {
         fmt(line, sizeof line, "unavailable: %s", why);
         fn(line, ctx);
         return;
@@ -378,7 +532,8 @@ static void list_devices(void (*fn)(const char *line, void *ctx), void *ctx)
         describe(&e[i], (int32_t)i, line, sizeof line);
         fn(line, ctx);
     }
-    vkDestroyInstance(inst, NULL);
+    if (owned)
+        vkDestroyInstance(inst, NULL);
 }
 
 /* ---- the backend object ---------------------------------------------------------------------- */
@@ -403,7 +558,7 @@ static void vk_destroy(llmem_backend *be)
     }
     if (v->messenger)
         vkDestroyDebugUtilsMessengerEXT(v->instance, v->messenger, NULL);
-    if (v->instance)
+    if (v->instance && v->instance_owned) /* else kept for later opens (instance_get) */
         vkDestroyInstance(v->instance, NULL);
     if (v->log)
         fclose(v->log);
@@ -631,11 +786,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
 static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size_t err_len)
 {
     char why[256] = "";
-    llmem_status st = loader_open(why, sizeof why);
-    if (st != LLMEM_OK) {
-        fmt(err, err_len, "vulkan: %s", why);
-        return st;
-    }
+    llmem_status st;
     vk_backend *v = calloc(1, sizeof *v);
     if (!v) {
         fmt(err, err_len, "vulkan: out of host memory");
@@ -648,7 +799,7 @@ static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size
     const char *log = getenv("LLMEM_VULKAN_LOG");
     if (log && *log)
         v->log = fopen(log, "a");
-    if ((st = instance_create(v, &v->instance, why, sizeof why)) != LLMEM_OK) {
+    if ((st = instance_open(v, &v->instance, &v->instance_owned, why, sizeof why)) != LLMEM_OK) {
         fmt(err, err_len, "vulkan: %s", why);
         goto fail;
     }
