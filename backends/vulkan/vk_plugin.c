@@ -158,7 +158,11 @@ static uint32_t instance_api(void)
  * about 11 (Genesis-Embodied-AI/quadrants pull request 465, whose fix, one
  * instance for the process, this follows). So there each open reuses the
  * instance made by an earlier one with the same settings, and only devices
- * are made and destroyed per open. Elsewhere (unless
+ * are made and destroyed per open. The price: a child of fork() cannot
+ * make an instance there while its parent keeps one (vkCreateInstance
+ * -9 in every forked test of test_vulkan on the H200), as CUDA cannot be
+ * used in a child forked after cuInit; such a program sets
+ * $LLMEM_VULKAN_KEEP_INSTANCE=0. Elsewhere (unless
  * $LLMEM_VULKAN_KEEP_INSTANCE=1) each backend destroys its own instance,
  * which also unloads the driver: a child of fork() then finds no driver
  * threads of its parent's (lavapipe's would hang it). The settings are the
@@ -307,8 +311,9 @@ static llmem_status instance_get(vk_backend *v, VkInstance *out, bool *owned, ch
 
 /* A child of fork() must not touch the parent's instances: the driver's
  * threads behind them did not come along (lavapipe's hang the first
- * submit). It forgets them (never destroyed there) and makes its own. The
- * lock is held across fork so that the child's copy is consistent. */
+ * submit). It forgets them (never destroyed there) and tries to make its
+ * own (which NVIDIA's driver refuses: see g_inst). The lock is held across
+ * fork so that the child's copy is consistent. */
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&g_lock);
