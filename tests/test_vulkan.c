@@ -133,20 +133,30 @@ START_TEST(test_no_loader)
 }
 END_TEST
 
-START_TEST(test_no_driver)
+/* llmem_backend_open("vulkan") with the loader pointed at no driver
+ * ($VK_DRIVER_FILES and $VK_ICD_FILENAMES at a missing file,
+ * $VK_ADD_DRIVER_FILES unset), the variables given back after (for an
+ * unforked run, CK_FORK=no). */
+static llmem_status open_without_driver(llmem_backend **be, char *err, size_t len)
 {
     static const char *const names[] = {"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"};
     test_env saved[3];
-    for (int i = 0; i < 3; i++) /* given back at the end, for an unforked run (CK_FORK=no) */
+    for (int i = 0; i < 3; i++)
         saved[i] = test_env_save(names[i]);
-    setenv("VK_DRIVER_FILES", "/nonexistent/no_icd.json", 1);
-    setenv("VK_ICD_FILENAMES", "/nonexistent/no_icd.json", 1);
+    test_env_put("VK_DRIVER_FILES", "/nonexistent/no_icd.json");
+    test_env_put("VK_ICD_FILENAMES", "/nonexistent/no_icd.json");
     unsetenv("VK_ADD_DRIVER_FILES");
-    char err[256] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open("vulkan", -1, &be, err, sizeof err);
+    llmem_status st = llmem_backend_open("vulkan", -1, be, err, len);
     for (int i = 0; i < 3; i++)
         test_env_restore(&saved[i]);
+    return st;
+}
+
+START_TEST(test_no_driver)
+{
+    char err[256] = "";
+    llmem_backend *be = NULL;
+    llmem_status st = open_without_driver(&be, err, sizeof err);
     if (strstr(err, "no Vulkan loader")) /* a machine without Vulkan at all */
         return;
     ck_assert_int_eq(st, LLMEM_E_NOT_FOUND);
@@ -192,18 +202,9 @@ START_TEST(test_reopen)
         llmem_backend_close(be);
     }
     /* a driver setting changed after those opens is not hidden by the kept instance */
-    static const char *const names[] = {"VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"};
-    test_env saved[3];
-    for (int i = 0; i < 3; i++)
-        saved[i] = test_env_save(names[i]);
-    test_env_put("VK_DRIVER_FILES", "/nonexistent/no_icd.json");
-    test_env_put("VK_ICD_FILENAMES", "/nonexistent/no_icd.json");
-    unsetenv("VK_ADD_DRIVER_FILES");
     char err[256] = "";
     llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open("vulkan", -1, &be, err, sizeof err);
-    for (int i = 0; i < 3; i++)
-        test_env_restore(&saved[i]);
+    llmem_status st = open_without_driver(&be, err, sizeof err);
     ck_assert_msg(st == LLMEM_E_NOT_FOUND && be == NULL, "open without a driver: %s (%s)",
                   llmem_status_str(st), err);
     llmem_backend_close(open_be("vulkan"));

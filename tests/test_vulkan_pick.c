@@ -511,6 +511,23 @@ END_TEST
  * than 16 matrices a subgroup, K step, depth, shared memory of both ring
  * slices), the default layout planned as vk_cmp_plan_make plans it, and
  * the invariants of test_cmp_plan over a grid of shapes and layouts. */
+/* Plan p's tiles cover [m, n] with no tile wholly outside, its K slices
+ * (multiples of the K step) cover k with none empty, and a split into
+ * slices stays within `groups` workgroups at K slices of 256 or more. */
+static void expect_covers(const vk_cm_plan *p, uint32_t m, uint32_t n, uint32_t k,
+                          uint64_t groups)
+{
+    ck_assert(p->tiles_m * p->bm >= m && (p->tiles_m - 1) * p->bm < m);
+    ck_assert(p->tiles_n * p->bn >= n && (p->tiles_n - 1) * p->bn < n);
+    ck_assert_uint_eq(p->k_split % p->bk, 0);
+    ck_assert(p->slices >= 1 && (uint64_t)p->slices * p->k_split >= k);
+    ck_assert((uint64_t)(p->slices - 1) * p->k_split < k);
+    if (p->slices > 1) {
+        ck_assert_uint_le((uint64_t)p->tiles_m * p->tiles_n * p->slices, groups);
+        ck_assert_uint_ge(p->k_split, 256);
+    }
+}
+
 START_TEST(test_cmp_plan_cfg)
 {
     vk_cm_plan p, q;
@@ -582,15 +599,7 @@ START_TEST(test_cmp_plan_cfg)
                     ck_assert_uint_le(p.stages * VK_CMP_SMEM(p.bm, p.bn, p.bk), 49152);
                     ck_assert_uint_le(p.fm * p.fn, 16);
                     ck_assert_uint_eq(32 * p.sgm * p.sgn, cfgs[c][0]);
-                    ck_assert(p.tiles_m * p.bm >= m && (p.tiles_m - 1) * p.bm < m);
-                    ck_assert(p.tiles_n * p.bn >= n && (p.tiles_n - 1) * p.bn < n);
-                    ck_assert_uint_eq(p.k_split % p.bk, 0);
-                    ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
-                    ck_assert((uint64_t)(p.slices - 1) * p.k_split < k);
-                    if (p.slices > 1) {
-                        ck_assert_uint_le((uint64_t)p.tiles_m * p.tiles_n * p.slices, cfgs[c][6]);
-                        ck_assert_uint_ge(p.k_split, 256);
-                    }
+                    expect_covers(&p, m, n, k, cfgs[c][6]);
                 }
 }
 END_TEST
@@ -739,16 +748,7 @@ START_TEST(test_cm2_plan)
                     ck_assert_uint_eq(p.bn, bn);
                     ck_assert_uint_eq(32 * p.sgm * p.sgn, wg);
                     ck_assert(p.fn >= 1 && p.fn <= 4);
-                    ck_assert(p.tiles_m * p.bm >= m && (p.tiles_m - 1) * p.bm < m);
-                    ck_assert(p.tiles_n * p.bn >= n && (p.tiles_n - 1) * p.bn < n);
-                    ck_assert_uint_eq(p.k_split % p.bk, 0);
-                    ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
-                    ck_assert((uint64_t)(p.slices - 1) * p.k_split < k);
-                    if (p.slices > 1) {
-                        ck_assert_uint_le((uint64_t)p.tiles_m * p.tiles_n * p.slices,
-                                          132 * 256 / wg);
-                        ck_assert_uint_ge(p.k_split, 256);
-                    }
+                    expect_covers(&p, m, n, k, 132 * 256 / wg);
                 }
 }
 END_TEST
