@@ -197,7 +197,7 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
     }
     /* float64: fast mode rounds each product's activations to 11 bits */
     double tol = fast ? 4e-3 : 2e-5;
-    double *a = malloc(mk * sizeof *a), *h = calloc(mk, sizeof *h), *d = calloc(mk, sizeof *d);
+    double *a = calloc(mk, sizeof *a), *h = calloc(mk, sizeof *h), *d = calloc(mk, sizeof *d);
     double *up = calloc(mn, sizeof *up), *g = calloc(mn, sizeof *g), *sw = calloc(mn, sizeof *sw);
     ck_assert(a && h && d && up && g && sw);
     snprintf(what, sizeof what, "%dx%dx%d %s", m, k, n, fast ? "fast" : "precise");
