@@ -23,7 +23,8 @@
  *     refuses the ~30th instance of a process), each open computing an RMS
  *     norm (subgroup reductions) within f32 rounding of float64, and a
  *     changed driver setting ($VK_DRIVER_FILES) not hidden by a kept
- *     instance.
+ *     instance; a fork() child of a process keeping one says, where it
+ *     cannot make its own, why.
  * Run on lavapipe: VK_DRIVER_FILES=/usr/share/vulkan/icd.d/lvp_icd.x86_64.json.
  * Without a usable Vulkan device only the not-found tests run.
  */
@@ -34,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "llmem/ops.h"
@@ -211,6 +213,40 @@ START_TEST(test_reopen)
     test_env_restore(&kept);
     free(x);
     free(w);
+}
+END_TEST
+
+/* A fork() child of a process that kept an instance forgets it (never
+ * touching the parent's driver threads) and, where it cannot make its own
+ * (NVIDIA's driver; here: no driver), says why and what to set. */
+START_TEST(test_fork_hint)
+{
+    test_env kept = test_env_save("LLMEM_VULKAN_KEEP_INSTANCE");
+    test_env_put("LLMEM_VULKAN_KEEP_INSTANCE", "1");
+    llmem_backend_close(open_be("vulkan")); /* the instance stays */
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char err[512] = "";
+        llmem_backend *be = NULL;
+        llmem_status st = open_without_driver(&be, err, sizeof err);
+        _exit(st == LLMEM_E_NOT_FOUND && be == NULL &&
+                      strstr(err, "fork() child") && strstr(err, "LLMEM_VULKAN_KEEP_INSTANCE=0")
+                  ? 0
+                  : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "the forked child's failed open lacks the hint (status %d)", status);
+    /* the parent goes on with its kept instance; a driverless open of its own has no hint */
+    char err[512] = "";
+    llmem_backend *be = NULL;
+    ck_assert_int_eq(open_without_driver(&be, err, sizeof err), LLMEM_E_NOT_FOUND);
+    ck_assert_msg(strstr(err, "fork() child") == NULL, "parent: %s", err);
+    llmem_backend_close(open_be("vulkan"));
+    test_env_restore(&kept);
 }
 END_TEST
 
@@ -747,6 +783,7 @@ int main(void)
         tcase_add_test(tc, test_upload_inline);
         tcase_add_test(tc, test_fence_spin);
         tcase_add_test(tc, test_reopen);
+        tcase_add_test(tc, test_fork_hint);
     }
     suite_add_tcase(s, tc);
     int failed = test_run_suite(s);

@@ -180,7 +180,11 @@ typedef struct cached_instance {
     char env[ENV_KEY];
 } cached_instance;
 static cached_instance g_inst[INSTANCE_CACHE];
+static bool g_forked_keeping; /* a fork() child of a process that kept an instance */
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+#define FORK_HINT                                                                                 \
+    "; this process is a fork() child of one that kept a Vulkan instance, where NVIDIA's driver " \
+    "makes none: set LLMEM_VULKAN_KEEP_INSTANCE=0 before the parent's first open"
 extern char **environ;
 
 /* The VK_* variables of the environment, one "NAME=value\n" after another
@@ -283,11 +287,12 @@ static llmem_status instance_get(vk_backend *v, VkInstance *out, bool *owned, ch
         VkResult r = vkCreateInstance(&ci, NULL, out);
         if (r != VK_SUCCESS) {
             *out = VK_NULL_HANDLE;
+            const char *hint = g_forked_keeping ? FORK_HINT : "";
             if (r == VK_ERROR_INCOMPATIBLE_DRIVER || r == VK_ERROR_INITIALIZATION_FAILED) {
-                fmt(why, len, "no Vulkan driver found (vkCreateInstance: %d)", (int)r);
+                fmt(why, len, "no Vulkan driver found (vkCreateInstance: %d)%s", (int)r, hint);
                 return LLMEM_E_NOT_FOUND;
             }
-            fmt(why, len, "vkCreateInstance failed (%d)", (int)r);
+            fmt(why, len, "vkCreateInstance failed (%d)%s", (int)r, hint);
             return vk_status(r);
         }
         if (cacheable && slot >= 0 && keep_instance(*out)) {
@@ -312,7 +317,8 @@ static llmem_status instance_get(vk_backend *v, VkInstance *out, bool *owned, ch
 /* A child of fork() must not touch the parent's instances: the driver's
  * threads behind them did not come along (lavapipe's hang the first
  * submit). It forgets them (never destroyed there) and tries to make its
- * own (which NVIDIA's driver refuses: see g_inst). The lock is held across
+ * own (which NVIDIA's driver refuses: see g_inst; the error then says
+ * so, FORK_HINT). The lock is held across
  * fork so that the child's copy is consistent. */
 static void fork_prepare(void)
 {
@@ -326,6 +332,8 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
+    for (int i = 0; i < INSTANCE_CACHE; i++)
+        g_forked_keeping |= g_inst[i].inst != VK_NULL_HANDLE;
     memset(g_inst, 0, sizeof g_inst);
     pthread_mutex_unlock(&g_lock);
 }
@@ -790,7 +798,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
 
 static llmem_status vk_open(int32_t device, llmem_backend **out, char *err, size_t err_len)
 {
-    char why[256] = "";
+    char why[512] = "";
     llmem_status st;
     vk_backend *v = calloc(1, sizeof *v);
     if (!v) {
