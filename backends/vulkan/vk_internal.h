@@ -1,7 +1,8 @@
 /* llmem Vulkan backend: declarations shared by the plugin's files
  * (internal; docs/vulkan.md describes the design).
  *
- *   vk_plugin.c   loader, instance, device listing and selection, open/close
+ *   vk_plugin.c   device listing and selection, open/close
+ *   vk_instance.c the Vulkan loader and the instances (kept on NVIDIA's driver)
  *   vk_alloc.c    sub-allocator over large device allocations
  *   vk_cmd.c      lazy command recording: barriers, staging, submit
  *   vk_op.c       dispatches: bindings, descriptors, pipelines
@@ -139,7 +140,7 @@ typedef struct vk_backend {
 
     /* instance and device */
     VkInstance instance;
-    bool instance_owned; /* destroyed with the backend, else kept for later opens (vk_plugin.c) */
+    bool instance_owned; /* destroyed with the backend, else kept for later opens (vk_instance.c) */
     VkDebugUtilsMessengerEXT messenger;
     VkPhysicalDevice phys;
     VkPhysicalDeviceProperties props;
@@ -329,6 +330,28 @@ static inline vk_buffer *vk_buf(llmem_buffer *b)
 llmem_status vk_status(VkResult r);
 /* Appends a line to $LLMEM_VULKAN_LOG, when set. */
 void vk_log(vk_backend *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- vk_instance.c ------------------------------------------------------------------------- */
+
+/* Devices listed or opened at most. */
+#define VK_MAX_DEVICES 16
+
+/* Opens the loader (once a process) and creates or reuses the instance,
+ * for backend v (which then also gets its validation messenger, when a
+ * layer is active) or for a listing (v NULL). *out the instance, *owned
+ * whether the caller destroys it (else it is kept for later opens with
+ * the same settings: $LLMEM_VULKAN_KEEP_INSTANCE, by default on NVIDIA's
+ * driver, which refuses the ~30th instance of a process). Safe from
+ * several threads. Errors, with a one-line reason in why[len]:
+ * LLMEM_E_NOT_FOUND (no loader, another loader than the process's, no
+ * driver; in a fork() child of a process that kept an instance, the
+ * reason says so), the vk_status of another vkCreateInstance failure. */
+llmem_status vk_instance_open(vk_backend *v, VkInstance *out, bool *owned, char *why,
+                              size_t len);
+/* The Vulkan version instances ask for (VK_API_VERSION_1_3 where the
+ * loader has it and $LLMEM_VULKAN_CM2 is not 0, else 1_2); the loader must
+ * be open (vk_instance_open). */
+uint32_t vk_instance_api(void);
 
 /* ---- vk_alloc.c ---------------------------------------------------------------------------- */
 
