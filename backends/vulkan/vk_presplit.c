@@ -211,16 +211,21 @@ static size_t te_end(const vk_backend *v, const vk_cm_sum *s)
     return s->te.buf == v->presplit.terms ? s->te.offset + (size_t)4 * s->m : 0;
 }
 
+/* Whether out starts where t does (the SwiGLU in place on t). */
+static bool same_start(llmem_ct *out, llmem_ct *t)
+{
+    return out->buf == t->buf && out->offset == t->offset;
+}
+
 /* Whether the held pair can be read by cm_split.comp FOLD: raw tiles in
  * runs of 4 (pitch, slice stride multiples of 4 floats), out the gate's or
  * up's output or clear of both. */
 static bool fold_fits(const vk_cm_sum *gs, const vk_cm_sum *us, llmem_ct *g, llmem_ct *u,
                       llmem_ct *out)
 {
-    bool same_g = out->buf == g->buf && out->offset == g->offset;
-    bool same_u = out->buf == u->buf && out->offset == u->offset;
     return gs->ldp % 4 == 0 && gs->pslice % 4 == 0 && us->ldp % 4 == 0 && us->pslice % 4 == 0 &&
-           gs->n == us->n && (same_g || !vk_overlap(out, g)) && (same_u || !vk_overlap(out, u));
+           gs->n == us->n && (same_start(out, g) || !vk_overlap(out, g)) &&
+           (same_start(out, u) || !vk_overlap(out, u));
 }
 
 llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llmem_ct *u,
@@ -242,8 +247,8 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
         fold = false;
     if (!fold && vk_presplit_target(be, v, m, k, &t) != LLMEM_OK)
         return LLMEM_OK;
-    bool wg_g = fold && !(out->buf == g->buf && out->offset == g->offset);
-    bool wg_u = fold && !(out->buf == u->buf && out->offset == u->offset);
+    bool wg_g = fold && !same_start(out, g);
+    bool wg_u = fold && !same_start(out, u);
     /* several workgroups a row where out is clear of what they read (the
      * whole row of g and u, or of the folded tiles) */
     uint32_t ns = !fold && (vk_overlap(out, g) || vk_overlap(out, u))
