@@ -257,7 +257,7 @@ int32_t llmem_op_n_operands(llmem_op op)
 static size_t desc_min(llmem_view_kind k)
 {
     return k == LLMEM_VIEW_KV ? sizeof(llmem_kv_view)
-           : k == LLMEM_VIEW_RECURRENT ? sizeof(llmem_rs_view) : 0;
+           : k == LLMEM_VIEW_RECURRENT ? LLMEM_RS_VIEW_V1_SIZE : 0;
 }
 
 llmem_status llmem_op_check_view(llmem_op op, const llmem_view *view, char *err,
@@ -287,6 +287,13 @@ llmem_status llmem_op_check_view(llmem_op op, const llmem_view *view, char *err,
                    "smaller than %zu",
                    name, llmem_view_kind_name(kind, want), (unsigned)view->desc_size, min);
         return LLMEM_E_INVALID;
+    }
+    /* a snapshot inside the ubatch: only the Mamba-2 conv and scan write one */
+    if (kind == LLMEM_VIEW_RECURRENT && op != LLMEM_OP_SSM_CONV && op != LLMEM_OP_SSM_SCAN &&
+        llmem_rs_view_snap(view)) {
+        llmem_errf(err, err_len, "op %s cannot write a snapshot inside the ubatch "
+                   "(llmem_rs_view.snap_slot)", name);
+        return LLMEM_E_UNSUPPORTED;
     }
     return LLMEM_OK;
 }

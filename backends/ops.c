@@ -611,8 +611,9 @@ llmem_status llmem_op_state_slot_copy(llmem_backend *be, const llmem_view *view,
                                       int32_t src_slot, int32_t dst_slot)
 {
     /* the view kind this op declares (backends/op_info.c) */
-    if (llmem_op_check_view(LLMEM_OP_STATE_SLOT_COPY, view, NULL, 0) != LLMEM_OK)
-        return LLMEM_E_INVALID;
+    llmem_status vst = llmem_op_check_view(LLMEM_OP_STATE_SLOT_COPY, view, NULL, 0);
+    if (vst != LLMEM_OK) /* LLMEM_E_UNSUPPORTED: a snapshot inside the ubatch */
+        return vst == LLMEM_E_UNSUPPORTED ? vst : LLMEM_E_INVALID;
     const llmem_rs_view *rs = llmem_view_rs(view);
     if (!be || !rs)
         return LLMEM_E_INVALID;

@@ -471,6 +471,11 @@ static llmem_status rs_tables_check(llmem_backend *be, const llmem_view *view)
     key_add(&k, (uint64_t)(uint32_t)rs->n_seqs);
     key_add(&k, (uint64_t)(uint32_t)rs->n_seq_tokens);
     key_add(&k, (uint64_t)(uint32_t)rs->n_ckpt);
+    const llmem_rs_view *sn = llmem_rs_view_snap(view);
+    if (sn) {
+        key_table(&k, &sn->snap_tok);
+        key_table(&k, &sn->snap_slot);
+    }
     if (cache_hit(be, view, &k))
         return LLMEM_OK;
     if ((int64_t)rs->n_seqs * rs->n_seq_tokens > INT32_MAX ||
@@ -486,14 +491,33 @@ static llmem_status rs_tables_check(llmem_backend *be, const llmem_view *view)
     if (!values_in(&rs->src_slot, -1, rs->n_slots) || !values_in(&rs->dst_slot, -1, rs->n_slots) ||
         !values_in(&rs->ckpt_slot, -1, rs->n_slots))
         return LLMEM_E_INVALID;
+    if (sn && (sn->snap_tok.n != rs->n_seqs || sn->snap_slot.n != rs->n_seqs ||
+               !llmem_view_table_ok(be, view, &sn->snap_tok) ||
+               !llmem_view_table_ok(be, view, &sn->snap_slot) ||
+               !values_in(&sn->snap_slot, -1, rs->n_slots)))
+        return LLMEM_E_INVALID;
+    /* A snapshot lies before the group's last token, and its slot is
+     * nobody's source (a kernel may write it before another group reads). */
+    for (int32_t s = 0; sn && s < rs->n_seqs; s++) {
+        int32_t slot = sn->snap_slot.host[s], t = sn->snap_tok.host[s];
+        if (slot < 0)
+            continue;
+        if (t < 0 || t >= rs->n_seq_tokens - 1)
+            return LLMEM_E_INVALID;
+        for (int32_t q = 0; q < rs->n_seqs; q++)
+            if (rs->src_slot.host[q] == slot)
+                return LLMEM_E_INVALID;
+    }
     /* A checkpoint can hold at most the state before the ubatch (token -1). */
     for (int32_t s = 0; s < rs->n_seqs; s++)
         for (int32_t c = 0; c < rs->n_ckpt; c++)
             if (rs->ckpt_slot.host[(int64_t)s * rs->n_ckpt + c] >= 0 &&
                 rs->n_seq_tokens - rs->n_ckpt + c < -1)
                 return LLMEM_E_INVALID;
-    /* No slot may be written by two groups: (slot << 32 | group) sorted. */
-    int64_t n_w = (int64_t)rs->n_seqs * (1 + rs->n_ckpt);
+    /* No slot may be written by two groups, nor a snapshot's slot twice:
+     * (slot << 32 | writer) sorted, a snapshot's writer being its group
+     * with bit 30 set (so it differs from the same group's dst). */
+    int64_t n_w = (int64_t)rs->n_seqs * (1 + rs->n_ckpt + (sn ? 1 : 0));
     if (n_w >= 2) {
         int64_t *w = malloc((size_t)n_w * sizeof *w);
         if (!w)
@@ -507,6 +531,8 @@ static llmem_status rs_tables_check(llmem_backend *be, const llmem_view *view)
                 if (slot >= 0)
                     w[m++] = ((int64_t)slot << 32) | s;
             }
+            if (sn && sn->snap_slot.host[s] >= 0)
+                w[m++] = ((int64_t)sn->snap_slot.host[s] << 32) | s | (1 << 30);
         }
         qsort(w, (size_t)m, sizeof *w, cmp_i64);
         bool twice = false;

@@ -435,6 +435,16 @@ START_TEST(test_ssm1_args)
     ck_assert_int_eq(llmem_op_short_conv(be, &v2, 0, &bcx, &w, NULL, &o), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &v2, 1, &x, &dt, &bt, &ct, &a, NULL, NULL, NULL, &y),
                      LLMEM_E_INVALID);
+    /* a snapshot inside the ubatch: only the Mamba-2 conv and scan write one */
+    rs_setup snap = {2, 2, 0, 6, {0, 1}, {2, 3}, {0}, true, {0, 0}, {4, -1}};
+    llmem_view v3;
+    llmem_buffer *b3[2];
+    rs_build(&c, &v3, th_alloc(&c, sizeof(llmem_rs_view)), &snap, 2, desc, b3, init);
+    ck_assert_int_eq(llmem_op_short_conv(be, &v3, 0, &bcx, &w, NULL, &o), LLMEM_E_UNSUPPORTED);
+    ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &v3, 1, &x, &dt, &bt, &ct, &a, NULL, NULL, NULL, &y),
+                     LLMEM_E_UNSUPPORTED);
+    th_expect_same_bytes(th_snapshot(&c, b3[1]), img[1], (size_t)(D * N * 4 * 6),
+                         "ssm state after a refused snapshot");
     /* the state buffers are untouched by the refused calls */
     th_expect_same_bytes(th_snapshot(&c, b2[0]), img[0], (size_t)((L - 1) * D * 4 * 6),
                          "conv state after refused calls");

@@ -306,13 +306,23 @@ typedef struct rs_io {
     const int32_t *src, *dst, *ckpt;
     int32_t n_seqs, n_tok, n_ckpt;
     const char **src_ptr; /* [n_seqs] where stream s reads, NULL = zeros */
-    char *snap;           /* snapshots of sources written by other streams */
+    char *src_copy;       /* copies of sources written by other streams */
+    /* the snapshot inside the ubatch (llmem_rs_view.snap_tok / snap_slot):
+     * NULL when the view has none */
+    const int32_t *snap_tok, *snap_slot;
 } rs_io;
 
 /* Slot `slot` (0 <= slot < n_slots) of io's state buffer. */
 static inline char *cpu_rs_slot(const rs_io *io, int32_t slot)
 {
     return io->base + (size_t)slot * io->slot_bytes;
+}
+
+/* Slot of stream s's snapshot inside the ubatch, -1 when none; its token
+ * is io->snap_tok[s]. */
+static inline int32_t cpu_rs_snap_slot(const rs_io *io, int64_t s)
+{
+    return io->snap_slot ? io->snap_slot[s] : -1;
 }
 
 /* The token (0-based, within a stream) after which checkpoint c of a

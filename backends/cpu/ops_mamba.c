@@ -25,7 +25,7 @@
 void cpu_rs_io_finish(rs_io *io)
 {
     free(io->src_ptr);
-    free(io->snap);
+    free(io->src_copy);
 }
 
 /* Reads the view's tables (the device copies), re-checks them, and
@@ -48,6 +48,11 @@ llmem_status cpu_rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
     io->n_seqs = rs->n_seqs;
     io->n_tok = rs->n_seq_tokens;
     io->n_ckpt = rs->n_ckpt;
+    const llmem_rs_view *sn = llmem_rs_view_snap(view);
+    if (sn) {
+        io->snap_tok = view_table(view, &sn->snap_tok);
+        io->snap_slot = view_table(view, &sn->snap_slot);
+    }
     int32_t n_slots = rs->n_slots;
 
     /* writer[slot]: the stream writing it, -1 none */
@@ -74,24 +79,30 @@ llmem_status cpu_rs_io_init(rs_io *io, const llmem_view *view, int32_t state)
         }
         if (io->src[s] < -1 || io->src[s] >= n_slots)
             st = LLMEM_E_INVALID;
+        int32_t sl = cpu_rs_snap_slot(io, s); /* no one else's, before the last token */
+        if (sl >= 0 && (sl >= n_slots || writer[sl] >= 0 || io->snap_tok[s] < 0 ||
+                        io->snap_tok[s] >= io->n_tok - 1))
+            st = LLMEM_E_INVALID;
+        else if (sl >= 0)
+            writer[sl] = s;
     }
-    int32_t n_snap = 0;
+    int32_t n_copy = 0;
     for (int32_t s = 0; s < io->n_seqs && st == LLMEM_OK; s++)
         if (io->src[s] >= 0 && writer[io->src[s]] >= 0 && writer[io->src[s]] != s)
-            n_snap++;
-    if (st == LLMEM_OK && n_snap > 0) {
-        io->snap = malloc((size_t)n_snap * io->slot_bytes);
-        if (!io->snap)
+            n_copy++;
+    if (st == LLMEM_OK && n_copy > 0) {
+        io->src_copy = malloc((size_t)n_copy * io->slot_bytes);
+        if (!io->src_copy)
             st = LLMEM_E_NO_MEMORY;
     }
-    n_snap = 0;
+    n_copy = 0;
     for (int32_t s = 0; s < io->n_seqs && st == LLMEM_OK; s++) {
         int32_t slot = io->src[s];
         if (slot < 0)
             continue;
         const char *p = io->base + (size_t)slot * io->slot_bytes;
         if (writer[slot] >= 0 && writer[slot] != s) {
-            char *copy = io->snap + (size_t)n_snap++ * io->slot_bytes;
+            char *copy = io->src_copy + (size_t)n_copy++ * io->slot_bytes;
             memcpy(copy, p, io->slot_bytes);
             p = copy;
         }
@@ -172,6 +183,8 @@ static void conv_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             if (slot >= 0)
                 conv_store(c, st, s, c0, nc, cpu_rs_ckpt_token(io, k), slot);
         }
+        if (cpu_rs_snap_slot(io, s) >= 0)
+            conv_store(c, st, s, c0, nc, io->snap_tok[s], cpu_rs_snap_slot(io, s));
         if (io->dst[s] >= 0)
             conv_store(c, st, s, c0, nc, io->n_tok - 1, io->dst[s]);
     }
@@ -298,6 +311,8 @@ static void scan_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             for (int32_t k = 0; k < io->n_ckpt; k++)
                 if (cpu_rs_ckpt_token(io, k) == t && io->ckpt[s * io->n_ckpt + k] >= 0)
                     scan_store(c, S, h, io->ckpt[s * io->n_ckpt + k]);
+            if (cpu_rs_snap_slot(io, s) >= 0 && io->snap_tok[s] == t)
+                scan_store(c, S, h, cpu_rs_snap_slot(io, s));
         }
         if (io->dst[s] >= 0)
             scan_store(c, S, h, io->dst[s]);

@@ -76,6 +76,8 @@ llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t s
 llmem_status cuda_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                               llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
+    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
+        return LLMEM_E_UNSUPPORTED;
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK)
@@ -122,6 +124,8 @@ llmem_status cuda_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                               llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
                               llmem_ct *y)
 {
+    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
+        return LLMEM_E_UNSUPPORTED;
     if (llmem_view_rs(view)->desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
         return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     cuda_backend *cb = cuda_from(be);

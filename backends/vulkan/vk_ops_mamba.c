@@ -317,6 +317,8 @@ static bool fold_matches(const vk_backend *v, const llmem_ssm_params *p, const l
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
+    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
+        return LLMEM_E_UNSUPPORTED;
     vk_backend *v = vk_from(be);
     bool taken = false; /* one token: in the epilogue of the product that made x */
     llmem_status ts = vk_nm_conv_take(v, view, state, x, w, b, out, &taken);
@@ -366,6 +368,8 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
                             int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
                             llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
 {
+    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
+        return LLMEM_E_UNSUPPORTED;
     vk_backend *v = vk_from(be);
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];

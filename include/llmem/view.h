@@ -152,7 +152,25 @@ typedef struct llmem_rs_view {
      * alias. */
     llmem_i32_table src_slot, dst_slot, ckpt_slot;
     int32_t n_ckpt;
+    /* Appended (a description of LLMEM_RS_VIEW_V1_SIZE bytes has none;
+     * consumers ask llmem_rs_view_snap): the snapshot inside the ubatch.
+     * When snap_slot.n == n_seqs, group s's state after its token
+     * snap_tok[s] (0-based, in [0, n_seq_tokens - 1): before the group's
+     * last token, whose state is dst's) is also written to slot
+     * snap_slot[s]; -1 there: none for that group. Written like a
+     * checkpoint, after the sources are read; a snapshot slot is no
+     * group's src, dst, checkpoint or other snapshot. Empty tables (n ==
+     * 0): no snapshot. Only ssm_conv and ssm_scan take a view with one;
+     * every other op refuses it (LLMEM_E_UNSUPPORTED). A recurrent memory
+     * made with snap_in_ubatch (<llmem/recurrent.h>) publishes a prompt's
+     * snapshot this way instead of ending a ubatch at it (the extra ubatch
+     * costs a read of every weight). */
+    llmem_i32_table snap_tok, snap_slot;
 } llmem_rs_view;
+
+/* Bytes of an llmem_rs_view before the snapshot tables were appended: the
+ * least a recurrent description may have (llmem_view_rs). */
+#define LLMEM_RS_VIEW_V1_SIZE offsetof(llmem_rs_view, snap_tok)
 
 /* One layer of one memory for the current ubatch: a kind, the typed
  * description of that kind, and the device buffer holding every index
@@ -195,7 +213,18 @@ static inline const llmem_kv_view *llmem_view_kv(const llmem_view *v)
 static inline const llmem_rs_view *llmem_view_rs(const llmem_view *v)
 {
     return (const llmem_rs_view *)llmem_view_desc(v, LLMEM_VIEW_RECURRENT,
-                                                  sizeof(llmem_rs_view));
+                                                  LLMEM_RS_VIEW_V1_SIZE);
+}
+
+/* The recurrent description of v when it asks for a snapshot inside the
+ * ubatch (its description has the snapshot tables and snap_slot.n > 0),
+ * else NULL: read snap_tok / snap_slot through it, never past
+ * llmem_view_rs's result. */
+static inline const llmem_rs_view *llmem_rs_view_snap(const llmem_view *v)
+{
+    const llmem_rs_view *rs =
+        (const llmem_rs_view *)llmem_view_desc(v, LLMEM_VIEW_RECURRENT, sizeof(llmem_rs_view));
+    return rs && rs->snap_slot.n > 0 ? rs : NULL;
 }
 
 /* Fills a view of a kind: kind, desc and desc_size = size, idx. For memory

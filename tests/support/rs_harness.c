@@ -43,8 +43,13 @@ void rs_build(th_ctx *c, llmem_view *view, llmem_rs_view *v, const rs_setup *rs,
   v->src_slot = th_idx_add(&b, rs->src, rs->n_seqs);
   v->dst_slot = th_idx_add(&b, rs->dst, rs->n_seqs);
   v->ckpt_slot = th_idx_add(&b, rs->ckpt, rs->n_seqs * rs->n_ckpt);
-  llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot};
-  view->idx = th_idx_finish(c, &b, tabs, 3);
+  if (rs->snap) {
+    v->snap_tok = th_idx_add(&b, rs->snap_tok, rs->n_seqs);
+    v->snap_slot = th_idx_add(&b, rs->snap_slot, rs->n_seqs);
+  }
+  llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot, &v->snap_tok,
+                             &v->snap_slot};
+  view->idx = th_idx_finish(c, &b, tabs, rs->snap ? 5 : 3);
 }
 
 /* A state image: NaN everywhere, random values (rounded to t) in `live` slots.
@@ -122,6 +127,10 @@ void rs_reference_ubatch(const rs_setup *rs, const llmem_state_desc *d,
                  (size_t)e * sizeof *st);
           written[rs->ckpt[s * rs->n_ckpt + c]] = true;
         }
+      if (rs->snap && rs->snap_slot[s] >= 0 && rs->snap_tok[s] == t) {
+        memcpy(want_slots + rs->snap_slot[s] * e, st, (size_t)e * sizeof *st);
+        written[rs->snap_slot[s]] = true;
+      }
     }
     if (rs->dst[s] >= 0) {
       memcpy(want_slots + rs->dst[s] * e, st, (size_t)e * sizeof *st);

@@ -31,6 +31,11 @@ typedef struct rs_setup {
   int32_t n_seqs, n_tok, n_ckpt, n_slots;
   int32_t src[RS_MAXS], dst[RS_MAXS],
       ckpt[RS_MAXS * 4]; /* -1: none (src: zero state) */
+  /* a snapshot inside the ubatch (llmem_rs_view.snap_tok / snap_slot):
+   * stream s's state after its token snap_tok[s] into slot snap_slot[s]
+   * (-1: none), when `snap` */
+  bool snap;
+  int32_t snap_tok[RS_MAXS], snap_slot[RS_MAXS];
 } rs_setup;
 
 /* The ubatch token (0-based, within a stream) after which checkpoint c is
