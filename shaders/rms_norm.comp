@@ -44,7 +44,11 @@
  * pass through shared memory). Its sum of squares adds each run's 4
  * squares in column order into the invocation's sum, so another order than
  * REG's: the same values within f32 rounding, the same bits from one call
- * to the next, with or without SPLIT, with ADD 1 or 2. */
+ * to the next, with or without SPLIT, with ADD 1 or 2.
+ * SL > 0 (ADD 2; vk_sum.c, $LLMEM_VULKAN_NORM_FOLD bit 0): the held sum's
+ * slice count, known when the norm is recorded, so the slices' loads are
+ * unrolled and go out together instead of one round trip a slice; the
+ * same additions in the same order (SL 0: the loop over n_slices). */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -55,6 +59,7 @@ layout(constant_id = 4) const uint SPLIT = 0; /* 1: also the f16 terms of the ou
 layout(constant_id = 5) const uint NS = 1; /* workgroups a row (REG) */
 layout(constant_id = 6) const uint XS = 0; /* x read from a copy (1), written to one (1, 2) */
 layout(constant_id = 7) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
+layout(constant_id = 8) const uint SL = 0; /* ADD 2: the slices, unrolled; 0: the loop */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -89,8 +94,13 @@ float resid(uint row, uint c)
     if (ADD == 2u) {
         uint at = p.part_off + row * p.ldp + c;
         float sum = part[at];
-        for (uint k = 1u; k < p.n_slices; k++)
-            sum += part[at + k * p.slice_stride];
+        if (SL > 0u) {
+            [[unroll]] for (uint k = 1u; k < SL; k++)
+                sum += part[at + k * p.slice_stride];
+        } else {
+            for (uint k = 1u; k < p.n_slices; k++)
+                sum += part[at + k * p.slice_stride];
+        }
         return ldexp(sum, ex[p.pe_off + row]);
     }
     return r[p.r_off + row * p.cols + c];
@@ -116,8 +126,13 @@ vec4 resid4(uint row, uint b4, uint j)
     if (ADD == 2u) {
         uint at = (p.part_off + row * p.ldp) / 4u + j;
         vec4 sum = part4[at];
-        for (uint k = 1u; k < p.n_slices; k++)
-            sum += part4[at + k * (p.slice_stride / 4u)];
+        if (SL > 0u) {
+            [[unroll]] for (uint k = 1u; k < SL; k++)
+                sum += part4[at + k * (p.slice_stride / 4u)];
+        } else {
+            for (uint k = 1u; k < p.n_slices; k++)
+                sum += part4[at + k * (p.slice_stride / 4u)];
+        }
         return ldexp(sum, ivec4(ex[p.pe_off + row]));
     }
     return r4[p.r_off / 4u + b4 + j];

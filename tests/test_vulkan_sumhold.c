@@ -3,9 +3,12 @@
  * reads it (issue 12; backends/vulkan/vk_sum.c, $LLMEM_VULKAN_SUM_HOLD).
  * At 9-64 rows on cooperative matrices, column copies of a product's
  * output are written by its sum pass, and an in-place add + RMS norm of it
- * adds the raw tiles itself. Checked here, at 16 and 64 rows, precise and
+ * adds the raw tiles itself. Checked here, at 9, 16, 33, 40 and 64 rows
+ * (256 and, for the folds at every width, 2304 columns), precise and
  * fast, with the hold on (3), on for the copies only (1), unset (the
- * default, vk_sum.h; here with $LLMEM_VULKAN_ROW_SPLIT=4) and off (0):
+ * default, vk_sum.h; here with $LLMEM_VULKAN_ROW_SPLIT=4, and with the
+ * default row split and $LLMEM_VULKAN_NORM_FOLD 0, the slices in a loop,
+ * and 7, unrolled and folded at every width) and off (0):
  *   - the decode chains: norm -> product -> add + norm in place (the
  *     residual add; the product's input k equal to and twice the norm's
  *     width, its terms from the norm or its own split) -> product -> three
@@ -71,13 +74,15 @@ enum { O_X, O_H, O_ZX, O_Z, O_XB, O_DT, O_X2, O_P, O_DL, O_ADD, O_MM, O_C4, O_F1
 /* Runs every chain of one shape on a vulkan backend opened with
  * $LLMEM_VULKAN_SUM_HOLD=hold and $LLMEM_VULKAN_ROW_SPLIT=split (NULL:
  * unset); o[i] malloc'd here (caller frees). */
-static void run_all(const sh_in *c, const char *hold, const char *split, float *o[N_O],
-                    size_t n_o[N_O])
+static void run_all(const sh_in *c, const char *hold, const char *split, const char *nfold,
+                    float *o[N_O], size_t n_o[N_O])
 {
     test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
     test_env_put("LLMEM_VULKAN_SUM_HOLD", hold);
     test_env keep_split = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
     test_env_put("LLMEM_VULKAN_ROW_SPLIT", split);
+    test_env keep_nf = test_env_save("LLMEM_VULKAN_NORM_FOLD");
+    test_env_put("LLMEM_VULKAN_NORM_FOLD", nfold);
     llmem_backend *vk = open_be("vulkan");
     int32_t m = c->m, d = c->d, k = c->k;
     llmem_buffer *b[32];
@@ -153,6 +158,7 @@ static void run_all(const sh_in *c, const char *hold, const char *split, float *
     for (int i = 0; i < nb; i++)
         llmem_buffer_free(b[i]);
     llmem_backend_close(vk);
+    test_env_restore(&keep_nf);
     test_env_restore(&keep_split);
     test_env_restore(&keep);
 }
@@ -175,15 +181,19 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     c.win = rand_vals((size_t)NIN * d, -1, 1, true);
     float *on[N_O], *off[N_O], *cp[N_O];
     size_t nn[N_O], nf[N_O], nc[N_O];
-    run_all(&c, "3", NULL, on, nn);
-    run_all(&c, "0", "1", off, nf); /* one workgroup a row */
-    run_all(&c, "1", NULL, cp, nc); /* the copies only */
-    float *df[N_O];
-    size_t nd[N_O];
+    run_all(&c, "3", NULL, NULL, on, nn);
+    run_all(&c, "0", "1", NULL, off, nf); /* one workgroup a row */
+    run_all(&c, "1", NULL, NULL, cp, nc); /* the copies only */
+    float *df[N_O], *n0[N_O], *n7[N_O];
+    size_t nd[N_O], nz[N_O], ns7[N_O];
     /* unset: the copies, and the norm at 64 rows; each row over 4
      * workgroups (at these widths the default is 1): the sum added into x
      * or folded into the split norm */
-    run_all(&c, NULL, "4", df, nd);
+    run_all(&c, NULL, "4", NULL, df, nd);
+    /* the sums unrolled into the norm or not, and (7) folded at every
+     * width; the default row split */
+    run_all(&c, NULL, NULL, "0", n0, nz);
+    run_all(&c, NULL, NULL, "7", n7, ns7);
     static const char *names[N_O] = {"x after add + norm", "add + norm in place",
                                      "product of the normed h", "copy z (then doubled)",
                                      "copy xBC", "copy dt", "x2 after add + norm",
@@ -202,6 +212,12 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
         ck_assert_msg(nd[i] == nf[i] && memcmp(df[i], off[i], nn[i]) == 0,
                       "%s (%dx%dx%d %s): the default, 4 workgroups a row, differs from 0",
                       names[i], m, d, k, fast ? "fast" : "precise");
+        ck_assert_msg(nz[i] == nf[i] && memcmp(n0[i], off[i], nn[i]) == 0,
+                      "%s (%dx%dx%d %s): NORM_FOLD 0 differs from hold 0", names[i], m, d, k,
+                      fast ? "fast" : "precise");
+        ck_assert_msg(ns7[i] == nf[i] && memcmp(n7[i], off[i], nn[i]) == 0,
+                      "%s (%dx%dx%d %s): NORM_FOLD 7 differs from hold 0", names[i], m, d, k,
+                      fast ? "fast" : "precise");
     }
     /* float64 values of the chain */
     double *a = malloc(mk * sizeof *a), *h = malloc(md * sizeof *h), *x = malloc(md * sizeof *x);
@@ -263,7 +279,7 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     }
     vk_expect_close(df[O_X4], x, m, d, tol, what);
     for (int i = 0; i < N_O; i++)
-        free(on[i]), free(off[i]), free(cp[i]), free(df[i]);
+        free(on[i]), free(off[i]), free(cp[i]), free(df[i]), free(n0[i]), free(n7[i]);
     free(a), free(h), free(x), free(zx), free(e), free(q), free(a0);
     free(c.a0), free(c.x0), free(c.x2), free(c.nw0), free(c.nw), free(c.w), free(c.win);
 }
@@ -272,7 +288,9 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
  * the norm's own) and twice as wide (down, out_proj). */
 START_TEST(test_sum_hold_chains)
 {
-    static const int32_t shapes[][3] = {{16, 256, 256}, {64, 256, 512}, {16, 256, 512}};
+    static const int32_t shapes[][3] = {{16, 256, 256}, {64, 256, 512}, {16, 256, 512},
+                                        {9, 256, 512},  {33, 256, 512}, {16, 2304, 512},
+                                        {40, 2304, 512}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int fast = 0; fast < 2; fast++)
             check_shape(shapes[i][0], shapes[i][1], shapes[i][2], fast == 1);

@@ -50,6 +50,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_SUM_HOLD", sum_hold, 0, 15, NUM),
     K("LLMEM_VULKAN_ROW_SPLIT", row_split, 0, VK_ROW_SPLIT_MAX, NUM),
     K("LLMEM_VULKAN_SWIGLU_FOLD", swiglu_fold, 0, 15, NUM),
+    K("LLMEM_VULKAN_NORM_FOLD", norm_fold, 0, 7, NUM),
 };
 #undef K
 

@@ -408,6 +408,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, xao);
     vk_op_u32(&op, xbo);
     vk_op_spec(&op, v4);
+    vk_op_spec(&op, add == 2 ? vk_sum_norm_slices(v) : 0u); /* SL: the slices unrolled */
     st = vk_op_run(v, &op, (uint64_t)rows * ns);
     if (add == 2)
         vk_sum_taken(v);

@@ -161,15 +161,18 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
  * VK_PRESPLIT_ROWS rows (prefill): bits 0 and 1 of $LLMEM_VULKAN_SUM_HOLD
  * where set, else both. At most that many rows: $LLMEM_VULKAN_SUM_HOLD
  * where set, else the copies (bit 0) and the add into x for a split norm
- * (bit 2) always, and at most VK_SUM_NORM_COLS columns the fold into the
- * norm: split (bit 3), and one workgroup a row (bit 1) above
+ * (bit 2) always, and at most VK_SUM_NORM_COLS columns (at
+ * every width with VK_NORM_FOLD_SPLIT, VK_NORM_FOLD_WIDE) the fold into
+ * the norm: split (bit 3), and one workgroup a row (bit 1) above
  * VK_SUM_NORM_ROWS rows (vk_sum.h). */
 static long hold_mode(const vk_backend *v, uint32_t m, uint32_t n)
 {
     if (m > VK_PRESPLIT_ROWS) /* prefill rows: the copies and the norm (vk_sum.h) */
         return VK_KNOB(v, sum_hold, 3) & 3;
+    long nf = vk_norm_fold_mode(v);
     bool narrow = n <= VK_SUM_NORM_COLS;
-    long dflt = 1 | 4 | (narrow ? 8 : 0) | (narrow && m > VK_SUM_NORM_ROWS ? 2 : 0);
+    bool one = narrow || (nf & VK_NORM_FOLD_WIDE), split = narrow || (nf & VK_NORM_FOLD_SPLIT);
+    long dflt = 1 | 4 | (split ? 8 : 0) | (one && m > VK_SUM_NORM_ROWS ? 2 : 0);
     return VK_KNOB(v, sum_hold, dflt);
 }
 
@@ -380,6 +383,15 @@ llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *
     hold_clear(h);
     *added = st == LLMEM_OK;
     return st;
+}
+
+uint32_t vk_sum_norm_slices(const vk_backend *v)
+{
+    const sum_held *h = v->sumh;
+    return h && h->s.kind == VK_SUM_RAW && (vk_norm_fold_mode(v) & VK_NORM_FOLD_UNROLL) &&
+                   h->s.slices <= VK_NORM_FOLD_SLICES
+               ? h->s.slices
+               : 0u;
 }
 
 void vk_sum_taken(vk_backend *v)

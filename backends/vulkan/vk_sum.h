@@ -42,9 +42,34 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
  * H200: `copy` 1.20 ms a prefill -> 0, `sum_slices_cm` +0.22) and the
  * residual add + norm reads the raw tiles (rms_norm.comp V4 with ADD 2;
  * docs/benchmarks.md "Vulkan prefill around the GEMM, twelfth session").
- * A set value (0..15) applies at every shape. */
+ * The folds' width limit (VK_SUM_NORM_COLS) holds only with
+ * $LLMEM_VULKAN_NORM_FOLD=0 or 1 (below): with the slices unrolled they
+ * pay at 4096 columns too. A set value (0..15) applies at every shape. */
 #define VK_SUM_NORM_ROWS 16
 #define VK_SUM_NORM_COLS 2048
+
+/* $LLMEM_VULKAN_NORM_FOLD where set, else VK_NORM_FOLD_DEFAULT (issue 12,
+ * the residual sums of out_proj, down and o_proj in the add + RMS norm):
+ * bit 0 (VK_NORM_FOLD_UNROLL), the norm that reads a held sum's raw tiles
+ * (rms_norm.comp ADD 2) gets the slice count as a specialization constant
+ * (SL, at most VK_NORM_FOLD_SLICES) and unrolls the slices' loads; bit 1
+ * (VK_NORM_FOLD_WIDE), the one-workgroup-a-row fold (SUM_HOLD bit 1) above
+ * VK_SUM_NORM_ROWS rows at every width, not only up to VK_SUM_NORM_COLS;
+ * bit 2 (VK_NORM_FOLD_SPLIT), the split fold (SUM_HOLD bit 3) at every
+ * width. Only the unset SUM_HOLD's defaults widen; the same bits at every
+ * value (the sums in slice order, then 2^e, as the pass). Default 7: on
+ * the H200, fast tg128 ms (0 -> 7), 9B b16 9.73 -> 9.57-9.62, b64 16.45 ->
+ * 16.21-16.26, 2b b16 4.79-4.83 -> 4.71-4.73, b64 7.96-8.00 -> 7.85
+ * (docs/benchmarks.md "Vulkan decode: the residual sums in the norm"). */
+#define VK_NORM_FOLD_UNROLL 1
+#define VK_NORM_FOLD_WIDE 2
+#define VK_NORM_FOLD_SPLIT 4
+#define VK_NORM_FOLD_SLICES 16
+#define VK_NORM_FOLD_DEFAULT (VK_NORM_FOLD_UNROLL | VK_NORM_FOLD_WIDE | VK_NORM_FOLD_SPLIT)
+static inline long vk_norm_fold_mode(const vk_backend *v)
+{
+    return VK_KNOB(v, norm_fold, VK_NORM_FOLD_DEFAULT);
+}
 
 /* Holds *s (issue 12, the decode step and prefill) where the mode allows
  * (bit 0: for column copies, bits 1-3: for add + RMS norm) and *s is a
@@ -128,6 +153,11 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
 bool vk_sum_norm_bind(vk_backend *v, vk_op *op, llmem_ct *x, llmem_ct *r, llmem_ct *out,
                       bool split, size_t split_bytes, bool parts);
 void vk_sum_taken(vk_backend *v);
+/* After vk_sum_norm_bind took the hold (before vk_sum_taken): rms_norm.comp's
+ * SL, the held sum's slice count where vk_norm_fold_mode has
+ * VK_NORM_FOLD_UNROLL and it is at most VK_NORM_FOLD_SLICES, else 0 (the
+ * loop over the push constant's count). */
+uint32_t vk_sum_norm_slices(const vk_backend *v);
 /* Whether a held sum's raw tiles can be read as 16-byte runs (rms_norm.comp
  * V4 with ADD 2): the tile pitch and slice stride multiples of 4 floats,
  * the partial buffer's range 16-byte aligned. False when none is held. */
