@@ -72,10 +72,12 @@ static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n
                    : 0;
     }
     int32_t align = 0; /* a shared prefix is cut at a multiple of the snapshot interval */
+    bool inside = true; /* every child with snapshots writes them inside ubatches */
     for (int32_t c = 0; c < h->n_children; c++)
         if (h->child[c]->iface == &recurrent_iface && rs_of(h->child[c])->n_snap > 0) {
             int32_t a = rs_of(h->child[c])->snap_interval;
             align = a > align ? a : align > 0 ? align : 1;
+            inside = inside && rs_of(h->child[c])->snap_in_ubatch;
         }
     if (align == 0)
         return 0;
@@ -104,8 +106,11 @@ static int32_t hy_prefix_cut(llmem_memory *mem, const int32_t *tokens, int32_t n
      * least SNAP_CUT_MIN intervals only: the cut costs a ubatch (weights
      * read once more), which at 0% hits made short prompts about 3% dearer
      * on the cpu (docs/benchmarks.md, issue 13); a short prefix is cheap to
-     * recompute, and decode steps still publish at every interval */
-    *every = 0;
+     * recompute, and decode steps still publish at every interval. Where
+     * the recurrent children write snapshots inside ubatches
+     * (snap_in_ubatch), the plan only records the length (*every -1) and
+     * the prefill stays whole ubatches */
+    *every = inside ? -1 : 0;
     k = align > 1 ? n / align * align : 0;
     return k > m && k >= SNAP_CUT_MIN * align ? k : 0;
 }

@@ -639,9 +639,11 @@ static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *
                 return LLMEM_E_NO_MEMORY;
             }
             p->snap_at[s] = cut;
-            pb->cut[s] = cut - m;
-            pb->cut_m[s] = m;
-            pb->cut_every[s] = every;
+            if (every >= 0) { /* -1: written inside a ubatch, no cut */
+                pb->cut[s] = cut - m;
+                pb->cut_m[s] = m;
+                pb->cut_every[s] = every;
+            }
         }
         if (m <= 0)
             continue;

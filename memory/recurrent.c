@@ -518,6 +518,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->n_seq_slots = rs->snap_base = p->n_seq_max * rs->quota;
     rs->n_snap = n_snap;
     rs->snap_interval = interval;
+    rs->snap_in_ubatch = p->snap_in_ubatch && n_snap != 0;
     rs->clock = &rs->snap_clock;
     rs->n_slots = rs->n_seq_slots + rs->n_snap;
     rs->poison = p->poison || llmem_env_poison();

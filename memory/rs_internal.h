@@ -85,11 +85,21 @@ typedef struct rs_change {
     int32_t *new_slot, *new_len; /* holdings after the ubatch */
 } rs_change;
 
+/* A snapshot written inside a ubatch (llmem_rs_view.snap_slot): the state
+ * of sequence seq after len tokens, in slot `slot`, which no sequence
+ * holds (free again once the commit has copied it into a snapshot). */
+typedef struct rs_mid {
+    int32_t seq, slot, len;
+} rs_mid;
+
 typedef struct rs_ub {
     int32_t src, dst, ckpt, n_seqs, n_ckpt, n_seq_tokens;
+    int32_t snap_tok, snap_slot; /* index-table offsets, -1: no snapshot inside */
     int32_t n_change;
     rs_change *change;
     int32_t *pool; /* the changes' new_slot / new_len arrays, 2 * (n_ckpt + 2) each change */
+    int32_t n_mid;
+    rs_mid *mid; /* [n_seqs] */
 } rs_ub;
 
 typedef struct rs_res {
@@ -124,6 +134,7 @@ typedef struct recurrent {
     /* slots [0, n_seq_slots) belong to sequences; [snap_base, n_slots) to
      * snapshots (snap_base == n_seq_slots) */
     int32_t n_seq_slots, snap_base, n_snap, snap_interval;
+    bool snap_in_ubatch; /* llmem_recurrent_params.snap_in_ubatch */
     rs_snap *snap;
     int32_t n_live_snap;   /* snapshots with len > 0 */
     uint64_t snap_clock;   /* own LRU clock; clock points to it or to the budget's */

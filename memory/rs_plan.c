@@ -31,6 +31,7 @@ static void res_free(recurrent *rs, rs_res *res)
     for (int32_t u = 0; u < res->n_ub; u++) {
         free(res->ub[u].change);
         free(res->ub[u].pool);
+        free(res->ub[u].mid);
     }
     free(res->ub);
     i32vec_free(&res->pins);
@@ -82,6 +83,39 @@ static bool one_ubatch_hold(const recurrent *rs, rs_ub *t, int32_t room, int32_t
     int32_t *at = t->pool + (size_t)t->n_change * 2 * (size_t)room;
     *h = (rs_hold){at, 0, room};
     return hold_copy(h, &rs->seqs[seq].h);
+}
+
+/* Snapshots inside ubatch u (llmem_recurrent_params.snap_in_ubatch): for
+ * each group whose sequence's plan.snap_at lies strictly inside its tokens
+ * here, a slot off the simulated free stack fs, taken after every state
+ * of the ubatch has its slot (so it never costs a sequence a fresh slot),
+ * written by the kernels after that token and back on fs from the next
+ * ubatch on (pending): the commit copies it into a snapshot
+ * (publish_snapshots). No free slot: no snapshot (a cache entry). len[a]
+ * is already the group's length after the ubatch. false: out of memory. */
+static bool mid_snapshots(idx_builder *ib, const llmem_plan *plan, int32_t u, rs_ub *t,
+                          const int32_t *len, i32vec *fs, i32vec *pending)
+{
+    const llmem_ubatch *ub = &plan->ubatch[u];
+    for (int32_t s = 0; s < ub->n_seqs && fs->n > 0; s++) {
+        int32_t a = ub->seq_id[s], T = ub->n_seq_tokens, L = len[a] - T, k = plan->snap_at[a];
+        if (k <= L || k >= L + T)
+            continue;
+        if (!t->mid) { /* the view's two tables (room reserved by simulate) */
+            t->mid = malloc((size_t)ub->n_seqs * sizeof *t->mid);
+            t->snap_tok = idx_append(ib, NULL, ub->n_seqs, -1);
+            t->snap_slot = idx_append(ib, NULL, ub->n_seqs, -1);
+            if (!t->mid || t->snap_tok < 0 || t->snap_slot < 0)
+                return false;
+        }
+        int32_t slot = fs->v[--fs->n];
+        if (!i32vec_push(pending, slot))
+            return false;
+        t->mid[t->n_mid++] = (rs_mid){a, slot, k};
+        ib->data.v[t->snap_tok + s] = k - L - 1; /* the state after token k - 1 of the group */
+        ib->data.v[t->snap_slot + s] = slot;
+    }
+    return true;
 }
 
 static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **out, char *err,
@@ -190,10 +224,12 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     }
     int64_t elems = 0;
     int32_t n_copy = 0; /* the most stream members of a ubatch: its commit's state copies */
+    /* snapshots the plan asks for may be written inside ubatches (mid_snapshots) */
+    bool mids = rs->snap_in_ubatch && plan->snap_at;
     for (int32_t u = 0; u < plan->n_ubatch; u++) {
         const llmem_ubatch *ub = &plan->ubatch[u];
         int32_t T = ub->n_seq_tokens, c = T - 1 < rs->n_ckpt ? T - 1 : rs->n_ckpt;
-        elems += (int64_t)ub->n_seqs * (3 + c);
+        elems += (int64_t)ub->n_seqs * (3 + c + (mids && T > 1 ? 2 : 0));
         if (plan->group_off[u][ub->n_seqs] - ub->n_seqs > n_copy)
             n_copy = plan->group_off[u][ub->n_seqs] - ub->n_seqs;
     }
@@ -220,6 +256,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         t->src = idx_append(ib, NULL, ub->n_seqs, -1);
         t->dst = idx_append(ib, NULL, ub->n_seqs, -1);
         t->ckpt = idx_append(ib, NULL, ub->n_seqs * t->n_ckpt, -1);
+        t->snap_tok = t->snap_slot = -1;
         int32_t n_change = plan->group_off[u][ub->n_seqs];
         t->change = calloc((size_t)(n_change > 0 ? n_change : 1), sizeof *t->change);
         /* holdings per change: a trimmed hold has at most n_ckpt + 1; one
@@ -338,6 +375,8 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                     goto out;
             }
         }
+        if (mids && T > 1 && !mid_snapshots(ib, plan, u, t, len, &fs, &pending))
+            goto out;
         for (int32_t k = 0; k < pending.n; k++)
             if (!i32vec_push(&fs, pending.v[k]))
                 goto out;
@@ -450,6 +489,9 @@ llmem_status rs_view(llmem_memory *mem, void *r, int32_t il, llmem_view *view)
     v->src_slot = idx_table(&rs->ib, t->src, t->n_seqs);
     v->dst_slot = idx_table(&rs->ib, t->dst, t->n_seqs);
     v->ckpt_slot = idx_table(&rs->ib, t->ckpt, t->n_seqs * t->n_ckpt);
+    bool mid = t->n_mid > 0;
+    v->snap_tok = idx_table(&rs->ib, mid ? t->snap_tok : 0, mid ? t->n_seqs : 0);
+    v->snap_slot = idx_table(&rs->ib, mid ? t->snap_slot : 0, mid ? t->n_seqs : 0);
     return LLMEM_OK;
 }
 
@@ -489,12 +531,18 @@ static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, con
         }
     }
     (void)i;
+    /* the states written inside the ubatch at the plan's cuts */
+    for (int32_t m = 0; m < t->n_mid; m++)
+        (void)snap_publish(rs, &rs->seqs[t->mid[m].seq], t->mid[m].slot, t->mid[m].len);
     /* every snapshot copy of the ubatch, one batch. A failed one drops the
      * snapshots it was filling (and those they replaced): cache entries,
      * like a snapshot that could not be recorded above; the ubatch's own
      * states, which the copies only read, stand, and so does the commit */
     if (slot_copy_flush(rs) != LLMEM_OK)
         rs->snap_copy_failures++;
+    /* their slots were never any sequence's: free (and poisoned) after the copies */
+    for (int32_t m = 0; m < t->n_mid; m++)
+        slot_free(rs, t->mid[m].slot);
     return LLMEM_OK;
 }
 

@@ -344,6 +344,28 @@ static int32_t layer_states(const llmem_model_config *c, const llmem_model_param
     return 2;
 }
 
+/* Whether the recurrent memory may write a prompt's snapshot inside a
+ * ubatch instead of the plan ending one there
+ * (llmem_recurrent_params.snap_in_ubatch): every recurrent layer runs
+ * Mamba-2's ssm_conv + ssm_scan, which write such snapshots (other
+ * recurrent ops refuse the view). LLMEM_SNAP_IN_UBATCH=0 keeps the cut
+ * (for comparison: docs/benchmarks.md). */
+static bool snap_in_ubatch(const llmem_model_config *c, llmem_backend *be)
+{
+    const char *e = getenv("LLMEM_SNAP_IN_UBATCH");
+    if (e && strcmp(e, "0") == 0)
+        return false;
+    /* TODO(snapk): cuda and vulkan kernels land separately */
+    if (strcmp(llmem_backend_name(be), "cpu") != 0)
+        return false;
+    for (int32_t il = 0; il < c->n_layers; il++) {
+        llmem_layer_kind k = c->layers[il].kind;
+        if (k == LLMEM_LAYER_GDN || k == LLMEM_LAYER_SHORTCONV || k == LLMEM_LAYER_MAMBA1)
+            return false;
+    }
+    return true;
+}
+
 static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
 {
     const llmem_model_config *c = &m->cfg;
@@ -412,8 +434,10 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
         llmem_recurrent_params rp = {.n_layers = n_mamba, .n_states = n_states, .states = states,
                                      .n_seq_max = p->n_seq_max, .n_ckpt = p->n_ckpt,
                                      .poison = p->poison};
-        if (kv)
+        if (kv) {
             hybrid_snapshots(p, &rp);
+            rp.snap_in_ubatch = snap_in_ubatch(c, m->be);
+        }
         st = llmem_recurrent_create(m->be, &rp, &rs, err, err_len);
         free(d);
         free(states);

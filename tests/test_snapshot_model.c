@@ -54,6 +54,7 @@ typedef struct cfg {
     bool refuse_host;   /* fault injection: every other host block is refused */
     int64_t budget;     /* prefix_cache_bytes of both children (0: none); a cached
                            page costs 16 * page_size bytes, a snapshot 16 */
+    bool mid;           /* snap_in_ubatch: a prompt's snapshot written inside its ubatch */
 } cfg;
 
 static const cfg cfgs[] = {
@@ -69,6 +70,15 @@ static const cfg cfgs[] = {
      1, 8, 4, 6 * 64, false, 5 * 64 + 3 * 16},
     {"pages of 1, 6 snapshots, budget of 10 pages + 2 snapshots, no tier", 1, 64, 0, 6, 0, 0,
      false, 10 * 16 + 2 * 16},
+    /* snapshots inside ubatches (llmem_recurrent_params.snap_in_ubatch): a
+     * prompt's last interval boundary is written by the forward pass
+     * (llmem_rs_view.snap_slot) instead of ending a ubatch there */
+    {"pages of 4, 2 snapshots every 4, tier of 6 pages, inside ubatches", 4, 14, 1, 2, 4, 6 * 64,
+     false, 0, true},
+    {"pages of 4, 4 snapshots every 8, large tier, inside ubatches", 4, 16, 0, 4, 8, 1 << 20,
+     false, 0, true},
+    {"pages of 4, 8 snapshots every 4, budget, tier, host allocations fail, inside ubatches", 4,
+     24, 1, 8, 4, 6 * 64, true, 5 * 64 + 3 * 16, true},
 };
 
 /* Refuses every other allocation of at most 64 bytes (the host tier's
@@ -82,6 +92,7 @@ static bool refuse_half(size_t size, void *ctx)
 /* What the forward pass knows of each sequence: its state so far. */
 typedef struct fw {
     float len[NSEQ], sum[NSEQ], wsum[NSEQ];
+    int64_t mids; /* snapshots written inside ubatches */
 } fw;
 
 typedef struct hist {
@@ -112,11 +123,25 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
     fw *x = c;
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(mem, 0, &v), LLMEM_OK);
-    const llmem_rs_view *r = llmem_view_rs(&v);
+    const llmem_rs_view *r = llmem_view_rs(&v), *sn = llmem_rs_view_snap(&v);
     for (int32_t s = 0; s < r->n_seqs; s++) {
         int32_t q = ub->seq_id[s], T = r->n_seq_tokens;
         const int32_t *tok = ub->token + s * T;
         float f[4] = {0};
+        /* a snapshot inside the ubatch: the state after token snap_tok[s] */
+        if (sn && sn->snap_slot.host[s] >= 0) {
+            int32_t upto = sn->snap_tok.host[s] + 1;
+            ck_assert(upto >= 1 && upto < T);
+            float g[4] = {x->len[q] + (float)upto, x->sum[q], x->wsum[q], 7.0f};
+            for (int32_t t = 0; t < upto; t++) {
+                g[1] += (float)tok[t];
+                g[2] += (float)((x->len[q] + (float)t + 1) * (float)tok[t]);
+            }
+            ck_assert_int_eq(llmem_buffer_upload(r->state[0], (size_t)sn->snap_slot.host[s] * 16,
+                                                 g, 16),
+                             LLMEM_OK);
+            x->mids++;
+        }
         if (x->len[q] == 0) {
             ck_assert_int_eq(r->src_slot.host[s], -1);
         } else {
@@ -172,7 +197,8 @@ static llmem_memory *hybrid(llmem_backend *be, const cfg *c, bool reuse, llmem_m
                                  .n_snapshots = reuse ? c->n_snap : 0,
                                  .snap_interval = reuse ? c->interval : 0,
                                  .host_tier_bytes = reuse ? c->host_bytes : 0,
-                                 .prefix_cache_bytes = reuse ? c->budget : 0};
+                                 .prefix_cache_bytes = reuse ? c->budget : 0,
+                                 .snap_in_ubatch = reuse && c->mid};
     llmem_kv_cache_params kp = mt_kv_params(c->page_size, reuse ? c->n_pages : NSEQ * (MAXT + 1),
                                             NSEQ);
     kp.no_prefix_cache = !reuse;
@@ -410,6 +436,11 @@ START_TEST(test_snapshot_model)
            (long long)st.host_tier_snapshot_hits, (long long)st.host_tier_hits,
            (long long)M.aborts, (long long)M.nospace);
     ck_assert_int_gt(M.hits, 0); /* the checks above ran on hits */
+    printf("%s: %lld snapshots written inside ubatches\n", c->name, (long long)M.x.mids);
+    if (c->mid) /* prompts were published without a cut */
+        ck_assert_int_gt(M.x.mids, 0);
+    else
+        ck_assert_int_eq(M.x.mids, 0);
     ck_assert_int_gt(M.aborts, 0);
     if (c->host_bytes > 0 && c->host_bytes < (1 << 20))
         ck_assert_int_gt(st.host_tier_snapshot_hits, 0); /* snapshots came back */

@@ -54,8 +54,9 @@ struct llmem_plan {
     int32_t n_applied;         /* ubatches applied so far */
     int32_t n_committed;       /* ubatches committed so far */
     void *res;                 /* the implementation's reservation */
-    int32_t *snap_at;          /* [n_seq_max] length at which the plan ends a ubatch so that
-                                  a state snapshot can be published there; 0 none */
+    int32_t *snap_at;          /* [n_seq_max] length at which a state snapshot is published:
+                                  the plan ends a ubatch there, or the memory writes it
+                                  inside one (prefix_cut's *every -1); 0 none */
     void *storage;             /* core-owned arrays */
 };
 
@@ -189,7 +190,10 @@ typedef struct llmem_memory_i {
      * recurrent children have no snapshot); 0 for none. The plan records
      * it in llmem_plan.snap_at. *every (0: none) asks for ubatch ends at
      * every multiple of that length below the cut too, so that a later
-     * request whose first chunk stops earlier still finds a state. */
+     * request whose first chunk stops earlier still finds a state; -1:
+     * the memory writes the state at that length inside a ubatch
+     * (llmem_rs_view.snap_slot), so the plan records snap_at and ends no
+     * ubatch there. */
     int32_t (*prefix_cut)(llmem_memory *mem, const int32_t *tokens, int32_t n, int32_t m,
                           int32_t shared, int32_t *every);
 

@@ -63,6 +63,16 @@ typedef struct llmem_recurrent_params {
      * becoming cached may evict a snapshot and a snapshot a page. 0: none
      * (the n_snapshots slots bound them); needs n_snapshots != 0. */
     int64_t prefix_cache_bytes;
+    /* A prompt's snapshot where the plan would end a ubatch only to publish
+     * one (the last multiple of snap_interval in a new prompt) is instead
+     * written inside the ubatch (llmem_rs_view.snap_tok / snap_slot,
+     * <llmem/view.h>) and published at commit, so the prompt's prefill
+     * stays whole ubatches (a cut reads every weight once more: ~7 ms of a
+     * 9B pp512 on an H200). Set it only when every layer's ops are the
+     * Mamba-2 ssm_conv / ssm_scan of a backend that writes such snapshots
+     * (the in-tree cpu, cuda and vulkan do; other recurrent ops refuse the
+     * view, LLMEM_E_UNSUPPORTED). false: the plan ends a ubatch there. */
+    bool snap_in_ubatch;
 } llmem_recurrent_params;
 
 /* Fills a Mamba-2 layer's two descriptors (conv then ssm) in out[2]:
