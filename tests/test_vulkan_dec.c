@@ -41,6 +41,9 @@
 
 #include "backends/vulkan/vk_mm_pick.c"
 
+/* the SM count the plans below were written for (the H200's; vk_mm_pick.h) */
+#define H200_SMS 132u
+
 #define SMEM 49152u /* the H200's maxComputeSharedMemorySize */
 
 static uint32_t ceil_div(uint32_t a, uint32_t b)
@@ -104,7 +107,7 @@ START_TEST(test_dec_plan_grid)
                     for (size_t ci = 0; ci <= sizeof cfgs / sizeof cfgs[0]; ci++) {
                         vk_dec_cfg c;
                         if (ci == 0)
-                            vk_dec_cfg_default(m, split, &c);
+                            vk_dec_cfg_default(m, split, H200_SMS, &c);
                         else
                             c = cfgs[ci - 1];
                         vk_dec_plan p;
@@ -318,7 +321,7 @@ START_TEST(test_cm_plan_narrow)
     /* 64 x 2048 x 4096 (2b out_proj): 8 tiles of 64 x 256, 132 / 8 = 16 slices of 256 = 4 K
      * steps, below 10: 32 tiles of 64 x 64, round(264 / 32) = 8 slices of 512 */
     ck_assert(vk_cm_plan_mid(64, 2048, 4096, 1, df, SMEM, &p));
-    vk_cm_plan_wave(&p, 4096, VK_CM_WAVE);
+    vk_cm_plan_wave(&p, 4096, 132);
     ck_assert_uint_eq(p.slices, 16);
     ck_assert(vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
     ck_assert(memcmp(cfg, nar, sizeof cfg) == 0);
@@ -334,7 +337,7 @@ START_TEST(test_cm_plan_narrow)
     /* 64 x 8192 x 2048 (2b MLP up): 32 tiles, 4 slices of 512 = 8 steps: 128 tiles of 64 x 64,
      * round(264 / 128) = 2 slices of 1024 */
     ck_assert(vk_cm_plan_mid(64, 8192, 2048, 1, df, SMEM, &p));
-    vk_cm_plan_wave(&p, 2048, VK_CM_WAVE);
+    vk_cm_plan_wave(&p, 2048, 132);
     ck_assert_uint_eq(p.k_split, 512);
     ck_assert(vk_cm_plan_narrow(&c, 64, 8192, 2048, 1, &p, SMEM, cfg, &q));
     ck_assert_uint_eq(q.tiles_n, 128);
@@ -342,24 +345,24 @@ START_TEST(test_cm_plan_narrow)
     ck_assert_uint_eq(q.k_split, 1024);
     /* 64 x 8512 x 2048 (2b in_proj): 34 tiles, 3 slices of 704 = 11 steps: kept */
     ck_assert(vk_cm_plan_mid(64, 8512, 2048, 1, df, SMEM, &p));
-    vk_cm_plan_wave(&p, 2048, VK_CM_WAVE);
+    vk_cm_plan_wave(&p, 2048, 132);
     ck_assert_uint_eq(p.k_split, 704);
     memset(&q, 0xab, sizeof q);
     ck_assert(!vk_cm_plan_narrow(&c, 64, 8512, 2048, 1, &p, SMEM, cfg, &q));
     ck_assert_uint_eq(q.k_split, 0xabababab);
     /* 64 x 4096 x 8192 (9B out_proj): 16 tiles, 8 slices of 1024 = 16 steps: kept */
     ck_assert(vk_cm_plan_mid(64, 4096, 8192, 1, df, SMEM, &p));
-    vk_cm_plan_wave(&p, 8192, VK_CM_WAVE);
+    vk_cm_plan_wave(&p, 8192, 132);
     ck_assert(!vk_cm_plan_narrow(&c, 64, 4096, 8192, 1, &p, SMEM, cfg, &q));
     /* 64 x 2048 x 2048 (2b attention output): 8 slices of 256 either way (k / 256 = 8) */
     ck_assert(vk_cm_plan_mid(64, 2048, 2048, 1, df, SMEM, &p));
-    vk_cm_plan_wave(&p, 2048, VK_CM_WAVE);
+    vk_cm_plan_wave(&p, 2048, 132);
     ck_assert(vk_cm_plan_narrow(&c, 64, 2048, 2048, 1, &p, SMEM, cfg, &q));
     ck_assert_uint_eq(q.slices, 8);
     ck_assert_uint_eq(q.k_split, 256);
     /* precise mode, $LLMEM_VULKAN_CM_MID given, "0": none */
     ck_assert(vk_cm_plan_mid(64, 2048, 4096, 1, df, SMEM, &p));
-    vk_cm_plan_wave(&p, 4096, VK_CM_WAVE);
+    vk_cm_plan_wave(&p, 4096, 132);
     ck_assert(!vk_cm_plan_narrow(&c, 64, 2048, 4096, 2, &p, SMEM, cfg, &q));
     c.cm_mid_set = true;
     ck_assert(!vk_cm_plan_narrow(&c, 64, 2048, 4096, 1, &p, SMEM, cfg, &q));
@@ -416,11 +419,11 @@ START_TEST(test_dec_used_rows)
     ck_assert(!vk_dec_used(&c, 17, 1));
     c.dec_fast_rows = 0;
     vk_dec_cfg dc;
-    vk_dec_cfg_default(32, 1, &dc);
+    vk_dec_cfg_default(32, 1, H200_SMS, &dc);
     ck_assert_uint_eq(dc.ka, 64);
-    vk_dec_cfg_default(32, 2, &dc);
+    vk_dec_cfg_default(32, 2, H200_SMS, &dc);
     ck_assert_uint_eq(dc.ka, 128);
-    vk_dec_cfg_default(33, 1, &dc);
+    vk_dec_cfg_default(33, 1, H200_SMS, &dc);
     ck_assert_uint_eq(dc.ka, 128);
     c.dec = VK_DEC_AUTO_FAST;
     ck_assert(!vk_dec_used(&c, 8, 1));

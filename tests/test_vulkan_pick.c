@@ -14,6 +14,9 @@
 
 #include "backends/vulkan/vk_mm_pick.c"
 
+/* the SM count the plans below were written for (the H200's; vk_mm_pick.h) */
+#define H200_SMS 132u
+
 #define F32 LLMEM_DTYPE_F32
 #define F16 LLMEM_DTYPE_F16
 #define BF16 LLMEM_DTYPE_BF16
@@ -71,19 +74,19 @@ END_TEST
 START_TEST(test_split_k)
 {
     uint32_t s, ks;
-    vk_mm_split_k(32, 4096, 16, &s, &ks);
+    vk_mm_split_k(32, 4096, 16, H200_SMS, &s, &ks);
     ck_assert_uint_eq(s, 9);
     ck_assert_uint_eq(ks, 464);
-    vk_mm_split_k(VK_MM_GROUPS, 4096, 16, &s, &ks);
+    vk_mm_split_k(264, 4096, 16, H200_SMS, &s, &ks);
     ck_assert_uint_eq(s, 1);
     ck_assert_uint_eq(ks, 4096);
-    vk_mm_split_k(1, 300, 32, &s, &ks); /* 300 / VK_MM_MIN_SLICE: one slice at most */
+    vk_mm_split_k(1, 300, 32, H200_SMS, &s, &ks); /* 300 / VK_MM_MIN_SLICE: one slice at most */
     ck_assert_uint_eq(s, 1);
     ck_assert_uint_eq(ks, 320);
-    vk_mm_split_k(1, 4096, 16, &s, &ks); /* capped at 4096 / 256 = 16 slices of 256 */
+    vk_mm_split_k(1, 4096, 16, H200_SMS, &s, &ks); /* capped at 4096 / 256 = 16 slices of 256 */
     ck_assert_uint_eq(s, 16);
     ck_assert_uint_eq(ks, 256);
-    vk_mm_split_k(5, 0, 16, &s, &ks);
+    vk_mm_split_k(5, 0, 16, H200_SMS, &s, &ks);
     ck_assert_uint_eq(s, 1);
 }
 END_TEST
@@ -101,7 +104,7 @@ START_TEST(test_cm_plan_invariants)
                 for (uint32_t fn = 1; fn <= 4; fn *= 2) {
                     uint32_t m = ms[a], n = ns[b], k = ks[d];
                     vk_cm_plan p;
-                    vk_cm_plan_make_fn(m, n, k, small_bks[e], 1, 48 * 1024, fn, &p);
+                    vk_cm_plan_make_fn(m, n, k, small_bks[e], 1, 48 * 1024, H200_SMS, fn, &p);
                     ck_assert_uint_eq(p.stages, 1);
                     /* fn matrices per subgroup up to 64 rows, fewer (and a K step of 32)
                      * only where the 64-wide step of that tile would not fit 48 KiB */
@@ -135,8 +138,8 @@ START_TEST(test_cm_plan_invariants)
                     ck_assert_uint_ge((uint64_t)p.slices * p.k_split, k);
                     ck_assert_uint_lt((uint64_t)(p.slices - 1) * p.k_split, k);
                     uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
-                    if (tiles >= VK_MM_GROUPS || k < 2 * VK_MM_MIN_SLICE ||
-                        (m > 64 && tiles >= VK_CM_FULL_TILES))
+                    if (tiles >= 264 || k < 2 * VK_MM_MIN_SLICE ||
+                        (m > 64 && tiles >= 66))
                         ck_assert_uint_eq(p.slices, 1);
                     else
                         ck_assert_uint_ge(tiles * p.slices, tiles * 2);
@@ -154,7 +157,7 @@ END_TEST
 
 /* Shapes worked by hand: the 9B model's 512-token prefill through a
  * 4096 x 4096 projection (4 x 32 = 128 tiles of 128 x 128, at least
- * VK_CM_FULL_TILES: one slice of K), 200 rows through 1024 columns (2 x 8
+ * VK_CM_FULL_TILES(132) = 66: one slice of K), 200 rows through 1024 columns (2 x 8
  * = 16 tiles: 264 / 16 -> 17 slices, capped at 4096 / 256 = 16 slices of
  * 256), and batch-16 decode (one 16-row tile row, 128 columns: 32 tiles,
  * 264 / 32 -> 9 slices, capped at 4096 / 256 = 16: 9 slices of 456 ->
@@ -162,7 +165,7 @@ END_TEST
 START_TEST(test_cm_plan_shapes)
 {
     vk_cm_plan p;
-    vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 128);
     ck_assert_uint_eq(p.bk, 32);
@@ -172,27 +175,27 @@ START_TEST(test_cm_plan_shapes)
     ck_assert_uint_eq(p.slices, 1);
     /* 16 rows, 2 matrices per subgroup: 256 columns a tile, (32 + 256) x 144 bytes +
      * 11264 > 48 KiB with steps of 64, so steps of 32; 16 tiles -> 16 slices of 256 */
-    vk_cm_plan_make_fn(16, 4096, 4096, 64, 1, 48 * 1024, 2, &p);
+    vk_cm_plan_make_fn(16, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, 2, &p);
     ck_assert_uint_eq(p.fn, 2);
     ck_assert_uint_eq(p.bn, 256);
     ck_assert_uint_eq(p.bk, 32);
     ck_assert_uint_eq(p.tiles_n, 16);
     ck_assert_uint_eq(p.slices, 16);
-    vk_cm_plan_make_fn(16, 4096, 4096, 64, 1, 48 * 1024, 4, &p); /* 512 columns: too big */
+    vk_cm_plan_make_fn(16, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, 4, &p); /* 512 columns: too big */
     ck_assert_uint_eq(p.fn, 2);
-    vk_cm_plan_make(200, 1024, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(200, 1024, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.tiles_m, 2);
     ck_assert_uint_eq(p.tiles_n, 8);
     ck_assert_uint_eq(p.k_split, 256);
     ck_assert_uint_eq(p.slices, 16);
-    vk_cm_plan_make(16, 4096, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(16, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.bm, 16);
     ck_assert_uint_eq(p.bn, 128);
     ck_assert_uint_eq(p.bk, 64);
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.k_split, 512);
     ck_assert_uint_eq(p.slices, 8);
-    vk_cm_plan_make(16, 4096, 4096, 32, 1, 48 * 1024, &p);
+    vk_cm_plan_make(16, 4096, 4096, 32, 1, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.bk, 32);
     ck_assert_uint_eq(p.k_split, 480);
     ck_assert_uint_eq(p.slices, 9);
@@ -236,8 +239,8 @@ START_TEST(test_cm_ring_plans)
                 for (size_t e = 0; e < 2; e++) {
                     uint32_t m = ms[a], smem = smems[b];
                     vk_cm_plan p, one;
-                    vk_cm_plan_make(m, 4096, 4096, small_bks[e], asked, smem, &p);
-                    vk_cm_plan_make(m, 4096, 4096, small_bks[e], 1, smem, &one);
+                    vk_cm_plan_make(m, 4096, 4096, small_bks[e], asked, smem, H200_SMS, &p);
+                    vk_cm_plan_make(m, 4096, 4096, small_bks[e], 1, smem, H200_SMS, &one);
                     ck_assert_uint_eq(p.bm, one.bm);
                     ck_assert_uint_eq(p.bn, one.bn);
                     uint32_t best_bk = 0;
@@ -262,16 +265,16 @@ START_TEST(test_cm_ring_plans)
      * 46080 (+ 1024); 32 rows: 2 x 192 x 144 = 55296, too much, steps of 32: 2 x 192 x 80
      * = 30720; 64 rows: 2 x 256 x 80 = 40960. On lavapipe's 32 KiB, 64 rows: no ring. */
     vk_cm_plan p;
-    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
+    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.stages, 3);
     ck_assert_uint_eq(p.bk, 64);
-    vk_cm_plan_make(32, 4096, 4096, 64, 2, 48 * 1024, &p);
+    vk_cm_plan_make(32, 4096, 4096, 64, 2, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.stages, 2);
     ck_assert_uint_eq(p.bk, 32);
-    vk_cm_plan_make(64, 4096, 4096, 64, 4, 48 * 1024, &p);
+    vk_cm_plan_make(64, 4096, 4096, 64, 4, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.stages, 4);
     ck_assert_uint_eq(p.bk, 32);
-    vk_cm_plan_make(64, 4096, 4096, 64, 2, 32 * 1024, &p);
+    vk_cm_plan_make(64, 4096, 4096, 64, 2, 32 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.stages, 1);
     ck_assert_uint_eq(p.bk, 64);
 }
@@ -292,7 +295,7 @@ START_TEST(test_cm_raw_layout)
         uint32_t m = shapes[i][0], n = shapes[i][1], k = shapes[i][2], ldp;
         uint64_t sf;
         vk_cm_plan p;
-        vk_cm_plan_make(m, n, k, 64, vk_cm_stages_for(0, m), 48 * 1024, &p);
+        vk_cm_plan_make(m, n, k, 64, vk_cm_stages_for(0, m), 48 * 1024, H200_SMS, &p);
         vk_cm_raw_layout(&p, &ldp, &sf);
         ck_assert_uint_ge(ldp, n);
         unsigned char *hit = calloc(sf, 1);
@@ -326,20 +329,20 @@ START_TEST(test_cm_raw_layout)
     vk_cm_plan p;
     uint32_t ldp;
     uint64_t sf;
-    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
+    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, H200_SMS, &p);
     vk_cm_raw_layout(&p, &ldp, &sf);
     ck_assert_uint_eq(p.slices, 8);
     ck_assert_uint_eq(ldp, 4096);
     ck_assert_uint_eq(sf, 16 * 4096);
     ck_assert(vk_cm_raw_used(VK_CM_RAW_SPLIT, &p));
     /* 40 x 96 x 1024: 48-row tiles of 128 columns (3 matrices, 1 subgroup row), 4 slices */
-    vk_cm_plan_make(40, 96, 1024, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(40, 96, 1024, 64, 1, 48 * 1024, H200_SMS, &p);
     vk_cm_raw_layout(&p, &ldp, &sf);
     ck_assert_uint_eq(p.slices, 4);
     ck_assert_uint_eq(ldp, 128);
     ck_assert_uint_eq(sf, 48 * 128);
     /* 512 x 4096 x 4096: 128 tiles of 128 x 128, one slice: raw only when asked for all */
-    vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(512, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     ck_assert_uint_eq(p.slices, 1);
     ck_assert(!vk_cm_raw_used(VK_CM_RAW_SPLIT, &p));
     ck_assert(vk_cm_raw_used(VK_CM_RAW_ALL, &p));
@@ -393,23 +396,23 @@ END_TEST
 START_TEST(test_cm_plan_wave)
 {
     vk_cm_plan p, q;
-    vk_cm_plan_make(64, 4096, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(64, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     vk_cm_plan_wave(&p, 4096, 132);
     ck_assert_uint_eq(p.slices, 4);
     ck_assert_uint_eq(p.k_split, 1024);
-    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, &p);
+    vk_cm_plan_make(16, 4096, 4096, 64, 3, 48 * 1024, H200_SMS, &p);
     vk_cm_plan_wave(&p, 4096, 132);
     ck_assert_uint_eq(p.slices, 4);
     ck_assert_uint_eq(p.k_split, 1024);
-    vk_cm_plan_make(64, 14336, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(64, 14336, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     vk_cm_plan_wave(&p, 4096, 132);
     ck_assert_uint_eq(p.slices, 1);
     ck_assert_uint_eq(p.k_split, 4096);
-    vk_cm_plan_make(64, 4096, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(64, 4096, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     q = p;
     vk_cm_plan_wave(&p, 4096, 0);
     ck_assert_mem_eq(&p, &q, sizeof p);
-    vk_cm_plan_make(512, 1024, 4096, 64, 1, 48 * 1024, &p);
+    vk_cm_plan_make(512, 1024, 4096, 64, 1, 48 * 1024, H200_SMS, &p);
     q = p;
     vk_cm_plan_wave(&p, 4096, 132);
     ck_assert_mem_eq(&p, &q, sizeof p);
@@ -421,7 +424,7 @@ START_TEST(test_cm_plan_wave)
             for (size_t d = 0; d < 8; d++)
                 for (size_t e = 0; e < 5; e++) {
                     uint32_t k = ks[d], g = gs[e];
-                    vk_cm_plan_make(ms[a], ns[b], k, 64, vk_cm_stages_for(0, ms[a]), 48 * 1024, &p);
+                    vk_cm_plan_make(ms[a], ns[b], k, 64, vk_cm_stages_for(0, ms[a]), 48 * 1024, H200_SMS, &p);
                     vk_cm_plan_wave(&p, k, g);
                     uint64_t tiles = (uint64_t)p.tiles_m * p.tiles_n;
                     ck_assert_uint_eq(p.k_split % p.bk, 0);
@@ -451,7 +454,7 @@ START_TEST(test_cmp_plan)
     ck_assert(!vk_cmp_used(&c, 512));
     vk_cm_plan p;
     /* 512 x 4096 x 4096, KHR: 4 x 16 tiles of 128 x 256, 132 / 64 = 2 slices of 2048 */
-    ck_assert(vk_cmp_plan_make(512, 4096, 4096, true, 49152, &p));
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, true, 49152, H200_SMS, &p));
     ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 256);
     ck_assert_uint_eq(p.bk, 32);
@@ -462,7 +465,7 @@ START_TEST(test_cmp_plan)
     ck_assert_uint_eq(p.slices, 2);
     ck_assert_uint_eq(p.k_split, 2048);
     /* NV: 8 x 32 tiles of 64 x 128, 264 / 256 = 1 slice */
-    ck_assert(vk_cmp_plan_make(512, 4096, 4096, false, 49152, &p));
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, false, 49152, H200_SMS, &p));
     ck_assert_uint_eq(p.bm, 64);
     ck_assert_uint_eq(p.bn, 128);
     ck_assert_uint_eq(32 * p.sgm * p.sgn, 128);
@@ -470,14 +473,14 @@ START_TEST(test_cmp_plan)
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.slices, 1);
     /* 65 x 600 x 1024, KHR: 1 x 3 tiles, 44 slices capped at 1024 / 256 = 4 of 256 */
-    ck_assert(vk_cmp_plan_make(65, 600, 1024, true, 49152, &p));
+    ck_assert(vk_cmp_plan_make(65, 600, 1024, true, 49152, H200_SMS, &p));
     ck_assert_uint_eq(p.slices, 4);
     ck_assert_uint_eq(p.k_split, 256);
     /* shared memory: (2 x 128 + 256) rows of 80 bytes = 40960; the NV plan 20480 */
-    ck_assert(!vk_cmp_plan_make(512, 4096, 4096, true, 40959, &p));
-    ck_assert(vk_cmp_plan_make(512, 4096, 4096, true, 40960, &p));
-    ck_assert(!vk_cmp_plan_make(512, 4096, 4096, false, 20479, &p));
-    ck_assert(vk_cmp_plan_make(512, 4096, 4096, false, 32768, &p));
+    ck_assert(!vk_cmp_plan_make(512, 4096, 4096, true, 40959, H200_SMS, &p));
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, true, 40960, H200_SMS, &p));
+    ck_assert(!vk_cmp_plan_make(512, 4096, 4096, false, 20479, H200_SMS, &p));
+    ck_assert(vk_cmp_plan_make(512, 4096, 4096, false, 32768, H200_SMS, &p));
     static const uint32_t ms[] = {65, 100, 128, 129, 257, 512, 2048, 8192};
     static const uint32_t ns[] = {136, 1000, 4096, 14336};
     static const uint32_t ks[] = {8, 96, 136, 1000, 4096, 14336};
@@ -486,7 +489,7 @@ START_TEST(test_cmp_plan)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++) {
                     uint32_t m = ms[a], n = ns[b], k = ks[d];
-                    ck_assert(vk_cmp_plan_make(m, n, k, khr, 49152, &p));
+                    ck_assert(vk_cmp_plan_make(m, n, k, khr, 49152, H200_SMS, &p));
                     ck_assert_uint_le(VK_CMP_SMEM(p.bm, p.bn, p.bk), 49152);
                     ck_assert_uint_le(p.fm * p.fn, 16);
                     ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
@@ -571,7 +574,7 @@ START_TEST(test_cmp_plan_cfg)
     ck_assert(vk_cmp_plan_cfg(496, 4096, 4096, r16, 49152, 1024, &p));
     ck_assert(!vk_cmp_plan_cfg(496, 4096, 4096, r16, 49151, 1024, &p));
     /* the default layout at its wave: vk_cmp_plan_make's plan */
-    static const uint32_t def[7] = {256, 2, 4, 4, VK_CMP_BK, 1, VK_CMP_WAVE_KHR};
+    static const uint32_t def[7] = {256, 2, 4, 4, VK_CMP_BK, 1, 132};
     static const uint32_t ms[] = {65, 129, 496, 2048};
     static const uint32_t ns[] = {136, 2048, 4096, 8512, 14336, 16768};
     static const uint32_t ks[] = {8, 136, 1000, 2048, 8192, 14336};
@@ -579,7 +582,7 @@ START_TEST(test_cmp_plan_cfg)
         for (size_t b = 0; b < 6; b++)
             for (size_t d = 0; d < 6; d++) {
                 ck_assert(vk_cmp_plan_cfg(ms[a], ns[b], ks[d], def, 49152, 1024, &p));
-                ck_assert(vk_cmp_plan_make(ms[a], ns[b], ks[d], true, 49152, &q));
+                ck_assert(vk_cmp_plan_make(ms[a], ns[b], ks[d], true, 49152, H200_SMS, &q));
                 ck_assert(memcmp(&p, &q, sizeof p) == 0);
             }
     static const uint32_t cfgs[][7] = {{128, 2, 4, 4, 32, 1, 264}, {128, 1, 4, 4, 32, 1, 264},
@@ -614,7 +617,7 @@ END_TEST
 START_TEST(test_cmp_plan_tail)
 {
     vk_cm_plan p, q;
-    ck_assert(vk_cmp_plan_make(496, 8512, 2048, true, 49152, &p));
+    ck_assert(vk_cmp_plan_make(496, 8512, 2048, true, 49152, H200_SMS, &p));
     ck_assert_uint_eq(p.tiles_m * p.tiles_n, 136);
     ck_assert_uint_eq(p.slices, 1);
     vk_cmp_plan_tail(&p, 2048, 132);
@@ -624,12 +627,12 @@ START_TEST(test_cmp_plan_tail)
                                        {496, 4096, 14336}, {496, 8192, 2048}, {496, 2048, 8192},
                                        {496, 6144, 4096}, {496, 8512, 256}};
     for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
-        ck_assert(vk_cmp_plan_make(keep[i][0], keep[i][1], keep[i][2], true, 49152, &p));
+        ck_assert(vk_cmp_plan_make(keep[i][0], keep[i][1], keep[i][2], true, 49152, H200_SMS, &p));
         q = p;
         vk_cmp_plan_tail(&q, keep[i][2], 132);
         ck_assert_msg(memcmp(&p, &q, sizeof p) == 0, "keep[%zu]", i);
     }
-    ck_assert(vk_cmp_plan_make(496, 8512, 2048, true, 49152, &p));
+    ck_assert(vk_cmp_plan_make(496, 8512, 2048, true, 49152, H200_SMS, &p));
     q = p;
     vk_cmp_plan_tail(&q, 2048, 0);
     ck_assert(memcmp(&p, &q, sizeof p) == 0);
@@ -648,7 +651,7 @@ START_TEST(test_cmp_plan_tail)
         for (size_t b = 0; b < 5; b++)
             for (size_t d = 0; d < 5; d++) {
                 uint32_t m = ms[a], n = ns[b], k = ks[d];
-                ck_assert(vk_cmp_plan_make(m, n, k, true, 49152, &p));
+                ck_assert(vk_cmp_plan_make(m, n, k, true, 49152, H200_SMS, &p));
                 vk_cmp_plan_tail(&p, k, 132);
                 ck_assert_uint_eq(p.k_split % p.bk, 0);
                 ck_assert(p.slices >= 1 && (uint64_t)p.slices * p.k_split >= k);
@@ -698,7 +701,7 @@ START_TEST(test_cm2_plan)
     static const uint32_t h200[3] = {32, 32, 16}, none[3] = {0, 0, 0};
     vk_cm_plan p;
     /* 4 x 16 tiles of 128 x 256, 132 / 64 = 2 slices of 2048 */
-    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, h200, &p));
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, h200, H200_SMS, &p));
     ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 256);
     ck_assert_uint_eq(p.bk, 32);
@@ -708,24 +711,24 @@ START_TEST(test_cm2_plan)
     ck_assert_uint_eq(p.slices, 2);
     ck_assert_uint_eq(p.k_split, 2048);
     /* 128-column tiles: 4 x 32 = 128 tiles, one slice; K step 64 */
-    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 128, 64, h200, &p));
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 128, 64, h200, H200_SMS, &p));
     ck_assert_uint_eq(p.bn, 128);
     ck_assert_uint_eq(p.bk, 64);
     ck_assert_uint_eq(p.tiles_n, 32);
     ck_assert_uint_eq(p.slices, 1);
     ck_assert_uint_eq(p.k_split, 4096);
     /* odd asks fall back to 256 columns and steps of 32 */
-    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 200, 48, none, &p));
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 200, 48, none, H200_SMS, &p));
     ck_assert_uint_eq(p.bn, 256);
     ck_assert_uint_eq(p.bk, 32);
     /* a K granularity of 32 refuses steps of 16; an N one of 512 any tile */
     static const uint32_t k32[3] = {32, 32, 32}, n512[3] = {32, 512, 16};
-    ck_assert(!vk_cm2_plan_make(512, 4096, 4096, 256, 256, 16, k32, &p));
-    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, k32, &p));
-    ck_assert(!vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, n512, &p));
+    ck_assert(!vk_cm2_plan_make(512, 4096, 4096, 256, 256, 16, k32, H200_SMS, &p));
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, k32, H200_SMS, &p));
+    ck_assert(!vk_cm2_plan_make(512, 4096, 4096, 256, 256, 32, n512, H200_SMS, &p));
     /* 128 invocations: 128 x 128 tiles at most (a 256-column ask is cut), 4 x 32 tiles, 264 /
      * 128 = 2 slices */
-    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 128, 256, 32, h200, &p));
+    ck_assert(vk_cm2_plan_make(512, 4096, 4096, 128, 256, 32, h200, H200_SMS, &p));
     ck_assert_uint_eq(32 * p.sgm * p.sgn, 128);
     ck_assert_uint_eq(p.bm, 128);
     ck_assert_uint_eq(p.bn, 128);
@@ -742,7 +745,7 @@ START_TEST(test_cm2_plan)
             for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++)
                 for (size_t d = 0; d < sizeof ks / sizeof ks[0]; d++) {
                     uint32_t m = ms[a], n = ns[b], k = ks[d], wg = wb[t][0], bn = wb[t][1];
-                    ck_assert(vk_cm2_plan_make(m, n, k, wg, bn, 32, h200, &p));
+                    ck_assert(vk_cm2_plan_make(m, n, k, wg, bn, 32, h200, H200_SMS, &p));
                     ck_assert_uint_eq(p.bm, 16 * p.fm * p.sgm);
                     ck_assert_uint_eq(p.bn, 16 * p.fn * p.sgn);
                     ck_assert_uint_eq(p.bn, bn);

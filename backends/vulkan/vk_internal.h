@@ -164,6 +164,9 @@ typedef struct vk_backend {
                           * and bufferDeviceAddress): workgroup-scope matrices, tensor loads and
                           * stores, decode functions; $LLMEM_VULKAN_CM2=0 turns it off (vk_cm2.c) */
     vk_cm2_caps cm2;     /* its properties (valid while coopmat2) */
+    uint32_t sm_device;  /* compute units the device reports (vk_sm_query; 0: none), whatever
+                          * $LLMEM_VULKAN_SM_COUNT says; the plans use mm.n_sm */
+    const char *sm_source; /* the extension sm_device came from, or "none" (static string) */
     uint32_t max_groups; /* per grid dimension */
     uint32_t mem_type_device, mem_type_host;
     VkDeviceSize storage_align; /* minStorageBufferOffsetAlignment (>= 4) */
@@ -173,8 +176,9 @@ typedef struct vk_backend {
     VkDeviceSize chunk_max;     /* largest chunk of one buffer: a power of two (vk_alloc_limits) */
     VkDeviceSize spare_max;     /* largest emptied dedicated block kept for reuse ($LLMEM_VULKAN_SPARE_MAX) */
     bool transfer_copy;         /* $LLMEM_VULKAN_TRANSFER_COPY: vkCmdCopyBuffer/FillBuffer only */
-    vk_mm_caps mm;              /* matmul path choices, read at open (vk_matmul_config;
-                                 * matmul_cmp's layout and tail split also on reload_env) */
+    vk_mm_caps mm;              /* matmul path choices, read at open (vk_matmul_config; the
+                                 * SM count and what follows it, vk_sm_config, also on
+                                 * reload_env) */
     vk_knobs knobs;             /* per-op tuning variables, read at open (vk_knobs.h) */
     uint32_t mv16_rows;         /* activation rows per matvec16 pass */
     llmem_buffer *cm_ctr;       /* matmul_cm's arrival counters (VK_CM_RAW_FUSED), made on first
@@ -388,12 +392,21 @@ void vk_prof_init(vk_backend *v);
  * _MV16_ROWS, _MATVEC_OLD, _MATMUL_OLD, _CM_MIN, _CM_MAX) into v->mm, with
  * v->coopmat, once at open (vk_ops_matmul.c). */
 void vk_matmul_config(vk_backend *v);
-/* matmul_cmp.comp's layout and tail split ($LLMEM_VULKAN_CMP_CFG, _CMP_TAIL) into v->mm: by
- * vk_matmul_config and again on llmem_backend_reload_env (vk_reload_env; vk_mm_config.c). */
-void vk_cmp_config(vk_backend *v);
+/* The compute units of v->phys (VK_NV_shader_sm_builtins, VK_AMD_shader_core_properties and
+ * _properties2, VK_ARM_shader_core_builtins, where listed: only queried through
+ * vkGetPhysicalDeviceProperties2, nothing enabled) into v->sm_device and v->sm_source
+ * (vk_sm_count; 0 and "none" without them or without Vulkan 1.1). Needs v->props. Never
+ * fails (vk_plugin.c). */
+void vk_sm_query(vk_backend *v);
+/* What follows the SM count into v->mm: n_sm (vk_sm_pick of $LLMEM_VULKAN_SM_COUNT, read into
+ * v->knobs, and v->sm_device; a set value outside 1..VK_SM_MAX is reported on stderr and in
+ * the log and ignored), the defaults by SM of $LLMEM_VULKAN_CM_WAVE and _CM_NARROW's WAVE, and
+ * matmul_cmp's layout and tail split ($LLMEM_VULKAN_CMP_CFG, _CMP_TAIL): by vk_matmul_config
+ * and again on llmem_backend_reload_env, after v->knobs (vk_reload_env; vk_mm_config.c). */
+void vk_sm_config(vk_backend *v);
 void vk_scan_config(vk_backend *v);
-/* llmem_backend_i.reload_env: reads v->knobs and matmul_cmp's layout (vk_cmp_config) again
- * (vk_knobs.c). */
+/* llmem_backend_i.reload_env: reads v->knobs and what follows the SM count (vk_sm_config)
+ * again (vk_knobs.c). */
 void vk_reload_env(llmem_backend *be);
 void vk_prof_begin(vk_backend *v);
 void vk_prof_before(vk_backend *v, uint32_t shader);

@@ -51,6 +51,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_ROW_SPLIT", row_split, 0, VK_ROW_SPLIT_MAX, NUM),
     K("LLMEM_VULKAN_SWIGLU_FOLD", swiglu_fold, 0, 15, NUM),
     K("LLMEM_VULKAN_NORM_FOLD", norm_fold, 0, 7, NUM),
+    K("LLMEM_VULKAN_SM_COUNT", sm_count, 1, VK_SM_MAX, NUM),
 };
 #undef K
 
@@ -81,5 +82,5 @@ uint32_t vk_env_u32(const char *name, uint32_t dflt, long lo, long hi)
 void vk_reload_env(llmem_backend *be)
 {
     vk_knobs_read(&((vk_backend *)be)->knobs);
-    vk_cmp_config((vk_backend *)be);
+    vk_sm_config((vk_backend *)be);
 }

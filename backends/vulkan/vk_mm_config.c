@@ -41,14 +41,49 @@ static int env_layout(const char *name, const char *form, int n_min, int n_max, 
     return n;
 }
 
-void vk_cmp_config(vk_backend *v)
+void vk_sm_config(vk_backend *v)
 {
-    /* its products with more tiles than a wave: K split by vk_cmp_plan_tail in none (0), all
-     * (1), or the precise ones (2, default) */
+    const char *set = getenv("LLMEM_VULKAN_SM_COUNT");
+    if (set && v->knobs.sm_count < 0) {
+        fprintf(stderr, "vulkan: LLMEM_VULKAN_SM_COUNT=%s is not a number in 1..%d: ignored\n",
+                set, VK_SM_MAX);
+        vk_log(v, "LLMEM_VULKAN_SM_COUNT=%s is not a number in 1..%d: ignored", set, VK_SM_MAX);
+    }
+    uint32_t sms = vk_sm_pick(v->knobs.sm_count, v->sm_device);
+    v->mm.n_sm = sms;
+    if (v->knobs.sm_count >= 1 && v->sm_device)
+        vk_log(v, "compute units: %u (LLMEM_VULKAN_SM_COUNT; the device reports %u through %s)",
+               sms, v->sm_device, v->sm_source);
+    else if (v->knobs.sm_count >= 1)
+        vk_log(v, "compute units: %u (LLMEM_VULKAN_SM_COUNT; the device reports none)", sms);
+    else if (v->sm_device)
+        vk_log(v, "compute units: %u (%s)", sms, v->sm_source);
+    else
+        vk_log(v, "compute units: %u (the device reports none: the fallback, as on the H200)",
+               sms);
+    /* split-K of matmul_cm's <= 64-row tiles within this many workgroups (default one wave,
+     * VK_CM_WAVE_SM an SM: on the H200 9B precise tg128 b16 16.75 -> 15.79 ms, b64 29.07 ->
+     * 26.54); 0: vk_mm_split_k's 2 per SM */
+    v->mm.cm_wave = vk_env_u32("LLMEM_VULKAN_CM_WAVE", VK_CM_WAVE_SM * sms, 0, 1u << 20);
+    /* its narrow layout of short fast-mode products: "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]"
+     * (vk_cm_plan_narrow; STEPS VK_CM_NARROW_STEPS and WAVE VK_CM_NARROW_WAVE_SM an SM where
+     * not given), "0" none; unset: VK_CM_NARROW */
+    uint32_t *cnv = v->mm.cm_narrow;
+    memset(v->mm.cm_narrow, 0, sizeof v->mm.cm_narrow);
+    v->mm.cm_narrow_set = getenv("LLMEM_VULKAN_CM_NARROW") != NULL;
+    cnv[5] = VK_CM_NARROW_STEPS;
+    cnv[6] = VK_CM_NARROW_WAVE_SM * sms;
+    if (env_layout("LLMEM_VULKAN_CM_NARROW", "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]", 5, 7, cnv) < 5)
+        cnv[0] = 0;
+    /* matmul_cmp's products with more tiles than a wave: K split by vk_cmp_plan_tail in none
+     * (0), all (1), or the precise ones (2, default) */
     v->mm.cmp_tail = vk_env_u32("LLMEM_VULKAN_CMP_TAIL", VK_CMP_TAIL_DEFAULT, 0, 2);
+    /* its layout "WG,SGM,FM,FN,BK[,STAGES[,WAVE]]" for every product (vk_cmp_plan_cfg; STAGES 1
+     * and WAVE the KHR plan's, vk_cmp_wave, when not given); unset or "0": vk_cmp_plan_make's */
     uint32_t *cc = v->mm.cmp_cfg;
+    memset(v->mm.cmp_cfg, 0, sizeof v->mm.cmp_cfg);
     cc[5] = 1;
-    cc[6] = VK_CMP_WAVE_KHR;
+    cc[6] = vk_cmp_wave(true, sms);
     if (env_layout("LLMEM_VULKAN_CMP_CFG", "WG,SGM,FM,FN,BK[,STAGES[,WAVE]]", 5, 7, cc) < 5)
         cc[0] = 0;
 }
@@ -76,23 +111,11 @@ void vk_matmul_config(vk_backend *v)
     for (int i = 0; i < 5; i++)
         v->mm.cm_mid[i] = got ? mid[i] : 0;
     v->mm.cm_mid_rows = mid[5];
-    /* its narrow layout of short fast-mode products: "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]"
-     * (vk_cm_plan_narrow; STEPS, WAVE default VK_CM_NARROW's), "0" none; unset: VK_CM_NARROW */
-    uint32_t *cnv = v->mm.cm_narrow;
-    v->mm.cm_narrow_set = getenv("LLMEM_VULKAN_CM_NARROW") != NULL;
-    cnv[5] = VK_CM_NARROW_STEPS;
-    cnv[6] = VK_CM_NARROW_WAVE;
-    if (env_layout("LLMEM_VULKAN_CM_NARROW", "WG,SGM,FN,BK,SETS[,STEPS[,WAVE]]", 5, 7, cnv) < 5)
-        cnv[0] = 0;
     /* matmul_cm's epilogue: 0 scaled through shared memory, 1 raw where K is split, 2 raw
      * everywhere, 3 raw with the sum in the last slice's workgroup (vk_mm_pick.h VK_CM_RAW_*) */
     v->mm.cm_raw = vk_env_u32("LLMEM_VULKAN_CM_RAW", VK_CM_RAW_DEFAULT, 0, 3);
     /* matmul_swiglu's two tensor-core products share one split of their activations */
     v->mm.cm_split_once = vk_env_u32("LLMEM_VULKAN_CM_SPLIT_ONCE", VK_CM_SPLIT_ONCE, 0, 1) == 1;
-    /* split-K of its <= 64-row tiles within this many workgroups (default VK_CM_WAVE, one
-     * wave of the H200: 9B precise tg128 b16 16.75 -> 15.79 ms, b64 29.07 -> 26.54);
-     * 0: vk_mm_split_k's 2 per SM */
-    v->mm.cm_wave = vk_env_u32("LLMEM_VULKAN_CM_WAVE", VK_CM_WAVE, 0, 1u << 20);
     /* the wave's slices per tile rounded to nearest instead of down (a 67-tile product: 2
      * slices, 134 workgroups, instead of 1) */
     v->mm.cm_wave_round = vk_env_u32("LLMEM_VULKAN_CM_WAVE_ROUND", 0, 0, 1) == 1;
@@ -106,9 +129,8 @@ void vk_matmul_config(vk_backend *v)
                 : cmp == 1 && v->coopmat_khr && vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20
                     ? VK_CMP_KHR
                     : VK_CMP_OFF;
-    /* its layout "WG,SGM,FM,FN,BK[,STAGES[,WAVE]]" for every product (vk_cmp_plan_cfg; STAGES 1
-     * and WAVE VK_CMP_WAVE_KHR when not given); unset or "0": vk_cmp_plan_make's */
-    vk_cmp_config(v);
+    /* the SM count, matmul_cm's waves, matmul_cmp's layout and tail split */
+    vk_sm_config(v);
     /* up to 64 rows: matmul_cm.comp's KHR module where the device and the build have it (1,
      * default), its NV module (0) */
     v->mm.cm_khr = vk_env_u32("LLMEM_VULKAN_CM_KHR", 1, 0, 1) == 1 && v->coopmat_khr &&

@@ -21,12 +21,54 @@ static uint64_t div_up(uint64_t n, uint64_t d)
     return (n + d - 1) / d;
 }
 
-void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, uint32_t *k_split)
+/* The compute units a plan sizes by: sms, or VK_SM_FALLBACK for 0. */
+static uint32_t sm_or_fallback(uint32_t sms)
 {
-    uint64_t n = 1;
-    if (tiles < VK_MM_GROUPS) {
+    return sms ? sms : VK_SM_FALLBACK;
+}
+
+uint32_t vk_sm_count(const vk_sm_info *q, const char **source)
+{
+    const char *from = "none";
+    uint64_t n = 0;
+    if (q->nv_sms) {
+        n = q->nv_sms;
+        from = "VK_NV_shader_sm_builtins";
+    } else if (q->amd_active) {
+        n = q->amd_active;
+        from = "VK_AMD_shader_core_properties2";
+    } else if (q->amd_engines && q->amd_arrays && q->amd_cus) {
+        n = (uint64_t)q->amd_engines * q->amd_arrays * q->amd_cus;
+        from = "VK_AMD_shader_core_properties";
+    } else if (q->arm_cores) {
+        n = q->arm_cores;
+        from = "VK_ARM_shader_core_builtins";
+    }
+    if (source)
+        *source = from;
+    return (uint32_t)(n > VK_SM_MAX ? VK_SM_MAX : n);
+}
+
+uint32_t vk_sm_pick(int32_t knob, uint32_t device)
+{
+    if (knob >= 1 && knob <= VK_SM_MAX)
+        return (uint32_t)knob;
+    return device ? device : VK_SM_FALLBACK;
+}
+
+uint32_t vk_row_split_wgs(uint32_t sms)
+{
+    sms = sm_or_fallback(sms);
+    return sms < VK_ROW_SPLIT_ROWS ? VK_ROW_SPLIT_ROWS : sms - sms % VK_ROW_SPLIT_ROWS;
+}
+
+void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t sms, uint32_t *slices,
+                   uint32_t *k_split)
+{
+    uint64_t n = 1, groups = (uint64_t)VK_MM_GROUPS_SM * sm_or_fallback(sms);
+    if (tiles < groups) {
         uint64_t most = k / VK_MM_MIN_SLICE;
-        n = div_up(VK_MM_GROUPS, tiles);
+        n = div_up(groups, tiles);
         n = n > most ? most : n;
         n = n < 1 ? 1 : n;
     }
@@ -48,13 +90,13 @@ static uint32_t ring_bk(uint32_t bm, uint32_t bn, uint32_t small_bk, uint32_t sm
 }
 
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
-                     uint32_t smem, vk_cm_plan *p)
+                     uint32_t smem, uint32_t sms, vk_cm_plan *p)
 {
-    vk_cm_plan_make_fn(m, n, k, small_bk, stages, smem, 1, p);
+    vk_cm_plan_make_fn(m, n, k, small_bk, stages, smem, sms, 1, p);
 }
 
 void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
-                        uint32_t smem, uint32_t fn, vk_cm_plan *p)
+                        uint32_t smem, uint32_t sms, uint32_t fn, vk_cm_plan *p)
 {
     uint32_t sg = VK_CM_WG / 32;
     p->stages = 1;
@@ -85,11 +127,11 @@ void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, u
     p->tiles_m = (uint32_t)div_up(m, p->bm);
     p->tiles_n = (uint32_t)div_up(n, p->bn);
     uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
-    if (m > 64 && tiles >= VK_CM_FULL_TILES) {
+    if (m > 64 && tiles >= VK_CM_FULL_TILES(sm_or_fallback(sms))) {
         p->slices = 1;
         p->k_split = (uint32_t)(div_up(k ? k : 1, p->bk) * p->bk);
     } else {
-        vk_mm_split_k(tiles, k, p->bk, &p->slices, &p->k_split);
+        vk_mm_split_k(tiles, k, p->bk, sms, &p->slices, &p->k_split);
     }
 }
 
@@ -132,7 +174,8 @@ bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg
 bool vk_cm_plan_narrow(const vk_mm_caps *c, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
                        const vk_cm_plan *p, uint32_t smem, uint32_t cfg[5], vk_cm_plan *q)
 {
-    static const uint32_t def[7] = VK_CM_NARROW;
+    uint32_t def[7] = VK_CM_NARROW;
+    def[6] = VK_CM_NARROW_WAVE_SM * sm_or_fallback(c->n_sm);
     const uint32_t *src = c->cm_narrow_set ? c->cm_narrow : def;
     if (split != 1 || c->cm_mid_set || src[0] == 0 || p->bk == 0 || p->k_split / p->bk >= src[5])
         return false;
@@ -225,7 +268,13 @@ bool vk_cmp_used(const vk_mm_caps *c, uint32_t m)
     return c->coopmat && c->cmp != VK_CMP_OFF && m > VK_CMP_ROWS;
 }
 
-bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, vk_cm_plan *p)
+uint32_t vk_cmp_wave(bool khr, uint32_t sms)
+{
+    return (khr ? VK_CMP_WAVE_KHR_SM : VK_CMP_WAVE_NV_SM) * sm_or_fallback(sms);
+}
+
+bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, uint32_t sms,
+                      vk_cm_plan *p)
 {
     *p = (vk_cm_plan){.sgm = 2, .sgn = khr ? 4 : 2, .fm = khr ? 4 : 2, .fn = 4, .bk = VK_CMP_BK,
                       .stages = 1};
@@ -233,7 +282,7 @@ bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t sme
     p->bn = 16 * p->fn * p->sgn;
     if (VK_CMP_SMEM(p->bm, p->bn, p->bk) > smem)
         return false;
-    wave_tiles(p, m, n, k, khr ? VK_CMP_WAVE_KHR : VK_CMP_WAVE_NV);
+    wave_tiles(p, m, n, k, vk_cmp_wave(khr, sms));
     return true;
 }
 
@@ -283,12 +332,13 @@ bool vk_cm_khr_used(const vk_mm_caps *c, uint32_t m)
     return c->coopmat && c->cm_khr && m <= VK_CMP_ROWS;
 }
 
-void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c)
+void vk_dec_cfg_default(uint32_t m, uint32_t split, uint32_t sms, vk_dec_cfg *c)
 {
     uint32_t ka = m <= 16                                ? (split == 1 ? VK_DEC_KA_FAST : VK_DEC_KA_PRECISE)
                   : split == 1 && m <= VK_DEC_AUTO_FAST_ROWS ? VK_DEC_KA_FAST_MID
                                                              : 128;
-    *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = ka, .groups = 264};
+    *c = (vk_dec_cfg){.wg = 256, .fn = 1, .bk = 64, .depth = 2, .ka = ka,
+                      .groups = VK_DEC_GROUPS_SM * sm_or_fallback(sms)};
 }
 
 bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const vk_dec_cfg *c,
@@ -348,7 +398,7 @@ bool vk_cm2_used(const vk_mm_caps *c, uint32_t m)
 }
 
 bool vk_cm2_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t wg, uint32_t bn, uint32_t bk,
-                      const uint32_t gran[3], vk_cm_plan *p)
+                      const uint32_t gran[3], uint32_t sms, vk_cm_plan *p)
 {
     wg = wg == 128 ? 128 : 256;
     uint32_t bn_max = wg; /* fn <= 4 */
@@ -364,6 +414,6 @@ bool vk_cm2_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t wg, uint32_t 
     for (int i = 0; i < 3; i++)
         if (gran[i] > 1 && dims[i] % gran[i] != 0)
             return false;
-    wave_tiles(p, m, n, k, (uint64_t)VK_CM2_WAVE * (256 / wg));
+    wave_tiles(p, m, n, k, (uint64_t)VK_CM2_WAVE_SM * sm_or_fallback(sms) * (256 / wg));
     return true;
 }

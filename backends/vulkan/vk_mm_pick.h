@@ -22,19 +22,27 @@
                                   * 0.279 ms then (H200; $LLMEM_VULKAN_CM_MAX=64: the old routing;
                                   * docs/benchmarks.md, "Vulkan GEMM: the accumulators in local
                                   * memory") */
-#define VK_MM_GROUPS 264    /* workgroups split-K aims for: 2 per SM of the 132-SM H200 */
+/* The plans below size split-K and their waves by the device's compute units ("SMs": NVIDIA's
+ * streaming multiprocessors, AMD's compute units, Arm's shader cores), a parameter `sms` (the
+ * backend's vk_mm_caps.n_sm: vk_sm_count's, or $LLMEM_VULKAN_SM_COUNT), times the per-SM
+ * factors *_SM below. Those were measured on the H200 (132 SMs), where every plan is the one
+ * the absolute counts of before gave (264 = 2 x 132 workgroups, and so on;
+ * tests/test_vulkan_sm.c). A plan function given 0 SMs takes VK_SM_FALLBACK. */
+#define VK_SM_FALLBACK 132  /* SMs where the device reports none: the H200's, today's plans */
+#define VK_SM_MAX 4096      /* $LLMEM_VULKAN_SM_COUNT: 1 .. this */
+#define VK_MM_GROUPS_SM 2   /* workgroups split-K aims for, per SM (264 on the H200) */
 /* matmul_cm's <= 64-row tiles split K within one wave, one workgroup per SM
- * of the H200 (vk_cm_plan_wave; $LLMEM_VULKAN_CM_WAVE, 0: vk_mm_split_k):
+ * (vk_cm_plan_wave; $LLMEM_VULKAN_CM_WAVE, 0: vk_mm_split_k):
  * with the raw epilogue fewer, longer slices pay (docs/benchmarks.md,
  * "Vulkan GEMM: raw split-K slices" and "Final check of the fifth session") */
-#define VK_CM_WAVE (VK_MM_GROUPS / 2)
+#define VK_CM_WAVE_SM 1
 #define VK_MM_MIN_SLICE 256 /* K per split-K slice, at least */
 #define VK_CM_WG 256        /* matmul_cm.comp: 8 subgroups of 32 */
 #define VK_CM_BK_BIG 32     /* its K step above 64 rows (the 128 x 128 tiles) */
-#define VK_CM_FULL_TILES 66 /* above 64 rows, no split-K from this many tiles (half the H200's
-                             * SMs; one 256-invocation workgroup of 150-170 registers fits an
-                             * SM): 512 x 4096 x 4096 precise, 128 tiles: 3 slices 0.234 ms, one
-                             * 0.191 (H200, docs/benchmarks.md) */
+/* above 64 rows, no split-K from this many tiles: half the SMs (66 on the H200; one
+ * 256-invocation workgroup of 150-170 registers fits an SM): 512 x 4096 x 4096 precise, 128
+ * tiles: 3 slices 0.234 ms, one 0.191 (H200, docs/benchmarks.md) */
+#define VK_CM_FULL_TILES(sms) ((sms) / 2u)
 #define VK_CM_BK_SMALL 64   /* its K step up to 64 rows, by default ($LLMEM_VULKAN_CM_BK=32: the
                              * old one): half the barriers and loop trips per weight byte, 0.061 ->
                              * 0.048 ms at 64 x 4096 x 4096 precise (H200, docs/benchmarks.md) */
@@ -112,7 +120,39 @@ typedef struct vk_mm_caps {
     uint32_t cm2_bn, cm2_bk; /* its tile columns (64 .. 256) and K step (16, 32 or 64) */
     uint32_t cm2_gran[3]; /* the device's workgroup-scope granularities M, N, K (elements)
                            * at cm2_wg invocations (0: none listed) */
+    uint32_t n_sm;     /* the device's compute units the plans size their waves by (vk_sm_count
+                        * or $LLMEM_VULKAN_SM_COUNT; 0: VK_SM_FALLBACK) */
 } vk_mm_caps;
+
+/* What the device says of its compute units, each 0 where its extension is not listed:
+ * VK_NV_shader_sm_builtins' shaderSMCount; VK_AMD_shader_core_properties' shader engines,
+ * shader arrays per engine and compute units per array; VK_AMD_shader_core_properties2's
+ * activeComputeUnitCount; VK_ARM_shader_core_builtins' shaderCoreCount. */
+typedef struct vk_sm_info {
+    uint32_t nv_sms;
+    uint32_t amd_engines, amd_arrays, amd_cus;
+    uint32_t amd_active;
+    uint32_t arm_cores;
+} vk_sm_info;
+
+/* The device's compute units from *q: NVIDIA's SM count; else AMD's active compute units
+ * where listed, else engines x arrays x compute units per array (the whole chip, harvested
+ * units included); else Arm's shader cores; 0 where none (the caller then takes
+ * VK_SM_FALLBACK). *source (where not NULL) names the extension the count came from, or
+ * "none". Counts above VK_SM_MAX are cut to it. Pure (tests/test_vulkan_sm.c). */
+uint32_t vk_sm_count(const vk_sm_info *q, const char **source);
+
+/* The compute units the plans use: `knob` ($LLMEM_VULKAN_SM_COUNT as vk_knobs reads it: -1
+ * unset or refused) where 1 .. VK_SM_MAX, else `device` (vk_sm_count) where not 0, else
+ * VK_SM_FALLBACK. Pure. */
+uint32_t vk_sm_pick(int32_t knob, uint32_t device);
+
+/* The workgroups the RMS norms' rows share at 9 .. VK_ROW_SPLIT_ROWS decode rows
+ * (vk_row_split, vk_ops_basic.c), in all: sms (0: VK_SM_FALLBACK) rounded down to a multiple
+ * of VK_ROW_SPLIT_ROWS, at least VK_ROW_SPLIT_ROWS, so that at 16 rows each row gets a whole
+ * number of them and all fit the SMs at once (128 on the H200's 132). Pure. */
+#define VK_ROW_SPLIT_ROWS 16
+uint32_t vk_row_split_wgs(uint32_t sms);
 
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
  * the run-time alignment checks (a shader that finds its operands
@@ -124,11 +164,11 @@ vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w
  * (BM = 16 FM SGM rows, BN = 16 FN SGN columns), K walked in steps of bk
  * `stages` deep (matmul_cm.comp's STAGES), and split-K into `slices` slices
  * of k_split (a multiple of bk) when the tiles alone number fewer than
- * VK_MM_GROUPS. Few rows (M <= 64): one subgroup row of ceil(M / 16)
+ * VK_MM_GROUPS_SM workgroups an SM. Few rows (M <= 64): one subgroup row of ceil(M / 16)
  * matrices, so each weight is loaded once, and bk = small_bk; more:
  * 128 x 128 and bk = VK_CM_BK_BIG (a 64-wide step of 128 x 128 tiles would
  * not fit in 48 KiB of shared memory), depth 1, and split-K only below
- * VK_CM_FULL_TILES tiles (H200, 512 x 4096 x 4096 precise: 0.191 ms, 64 x
+ * VK_CM_FULL_TILES(sms) tiles (H200, 512 x 4096 x 4096 precise: 0.191 ms, 64 x
  * 128 tiles 0.200, either with split-K 0.22-0.23; docs/benchmarks.md). */
 typedef struct vk_cm_plan {
     uint32_t sgm, sgn, fm, fn, bm, bn, bk;
@@ -144,13 +184,15 @@ typedef struct vk_cm_plan {
  * VK_CM_STAGES_MAX: that). smem: the device's shared memory per workgroup
  * in bytes. A ring (stages >= 2) takes the widest K step (64 before 32,
  * 64 only if small_bk allows it) whose VK_CM_RING_SMEM fits in smem; when
- * not even 32 fits, depth 1 as without the ring. Never fails; pure
- * (tests/test_vulkan_pick.c). The pipelining follows the multistage
+ * not even 32 fits, depth 1 as without the ring. sms: the device's compute
+ * units (vk_mm_caps.n_sm; 0: VK_SM_FALLBACK), for split-K (vk_mm_split_k)
+ * and VK_CM_FULL_TILES. Never fails; pure
+ * (tests/test_vulkan_pick.c, tests/test_vulkan_sm.c). The pipelining follows the multistage
  * mainloops of CUTLASS's sm80 GEMMs (written from their description),
  * with the slices in flight held in registers, as GLSL has no
  * asynchronous copies. */
 void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
-                     uint32_t smem, vk_cm_plan *p);
+                     uint32_t smem, uint32_t sms, vk_cm_plan *p);
 
 /* vk_cm_plan_make with fn 16-column matrices per subgroup up to 64 rows
  * (1, 2 or 4; others are taken as 1; vk_cm_plan_make: 1): tiles of 128 fn
@@ -159,7 +201,7 @@ void vk_cm_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint
  * where the 64-wide one does not fit smem (VK_CM_SMEM), and fn halves
  * while not even that fits. Never fails; pure. */
 void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, uint32_t stages,
-                        uint32_t smem, uint32_t fn, vk_cm_plan *p);
+                        uint32_t smem, uint32_t sms, uint32_t fn, vk_cm_plan *p);
 
 /* matmul_cm.comp's blocking at cfg = {WG, SGM, FN, BK, SETS}
  * (vk_mm_caps.cm_mid, $LLMEM_VULKAN_CM_MID) for an out[m, n] = a[m, k] ·
@@ -204,10 +246,10 @@ bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const ui
 bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg[5]);
 
 /* The narrow layout of fast mode at 33-64 rows: where VK_CM_MID_FAST's plan (after its split-K
- * into vk_mm_caps.cm_wave workgroups, VK_CM_WAVE by default) gives each workgroup fewer than
+ * into vk_mm_caps.cm_wave workgroups, VK_CM_WAVE_SM an SM by default) gives each workgroup fewer than
  * VK_CM_NARROW_STEPS K steps, 8 subgroups as 2 x 4 of 32 x 16 accumulators (VK_CM_NARROW: WG,
  * SGM, FN, BK, SETS, STEPS, WAVE; tiles of 64 x 64, two register sets, 96 registers: two
- * workgroups an SM) with K split into round(VK_CM_NARROW_WAVE / tiles) slices.
+ * workgroups an SM) with K split into round(VK_CM_NARROW_WAVE_SM x SMs / tiles) slices.
  * The 64 x 256 tiles suit the 9B shape's MLP and Mamba products (16-32 K steps a workgroup),
  * but the 2b shape's short ones (N 2048 or K 2048: 4-8 steps, up to 16 slices and a large
  * sum) wait on a few memory round trips each: H200 harness with the weights streamed from
@@ -218,13 +260,15 @@ bool vk_cm_mid_cfg(const vk_mm_caps *c, uint32_t m, uint32_t split, uint32_t cfg
  * and 2), and the plugin at 3 sets, 12 or 40 steps, 132 or 528 workgroups, 128 invocations
  * (docs/benchmarks.md, "Vulkan decode at 64 rows: layouts by shape"). */
 #define VK_CM_NARROW_STEPS 10
-#define VK_CM_NARROW_WAVE 264
-#define VK_CM_NARROW {256u, 2u, 1u, 64u, 2u, VK_CM_NARROW_STEPS, VK_CM_NARROW_WAVE}
+#define VK_CM_NARROW_WAVE_SM 2 /* 264 workgroups on the H200 */
+/* ... its WAVE 0 here stands for VK_CM_NARROW_WAVE_SM x vk_mm_caps.n_sm */
+#define VK_CM_NARROW {256u, 2u, 1u, 64u, 2u, VK_CM_NARROW_STEPS, 0u}
 
 /* Whether an out[m, n] = a[m, k] · w[n, k]ᵀ product with `split` terms of a whose
  * vk_cm_plan_mid plan (after vk_cm_plan_wave) is *p takes the narrow layout instead, and
  * which: c->cm_narrow where c->cm_narrow_set (none where its first field is 0), else
- * VK_CM_NARROW; only in fast mode (split 1), only where the 33-64-row layouts are the defaults
+ * VK_CM_NARROW with a wave of VK_CM_NARROW_WAVE_SM x c->n_sm (0: VK_SM_FALLBACK) workgroups;
+ * only in fast mode (split 1), only where the 33-64-row layouts are the defaults
  * (c->cm_mid_set false), only where p->k_split / p->bk is below STEPS. Then cfg[5] (caller-owned) gets its WG, SGM, FN, BK, SETS and *q (caller-owned)
  * its plan: vk_cm_plan_mid at cfg, K split into round(WAVE / tiles) slices (at least 1, at most
  * k / VK_MM_MIN_SLICE; vk_cm_plan_wave). false, cfg and *q untouched, where it does not apply
@@ -241,10 +285,12 @@ uint32_t vk_cm_stages_for(uint32_t asked, uint32_t m);
 
 /* Split-K of a product whose output tiles number `tiles` (matmul_rt.comp,
  * matmul_cm.comp): K in *slices slices of *k_split (a multiple of bk, the
- * last one shorter) so that tiles x slices reaches VK_MM_GROUPS with every
+ * last one shorter) so that tiles x slices reaches VK_MM_GROUPS_SM x sms
+ * workgroups (sms: the device's compute units, 0: VK_SM_FALLBACK) with every
  * slice at least VK_MM_MIN_SLICE long; one slice when the tiles alone
- * reach it (or K is 0). */
-void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t *slices, uint32_t *k_split);
+ * reach it (or K is 0). Pure; never fails. */
+void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t sms, uint32_t *slices,
+                   uint32_t *k_split);
 
 /* matmul_cm.comp's epilogue (vk_mm_caps.cm_raw). NONE: each slice
  * writes its tile through shared memory with the row scale 2^e_r applied,
@@ -326,11 +372,16 @@ void vk_cm_plan_wave(vk_cm_plan *p, uint32_t k, uint32_t groups);
 #define VK_CMP_NV 2
 #define VK_CMP_ROWS 64 /* matmul_cmp runs above this many rows (matmul_cm's decode plans below) */
 #define VK_CMP_BK 32
-/* workgroups of one wave on the H200 (132 SMs): the KHR plan's 256
- * invocations of ~232 registers fit once per SM, the NV plan's 128 of ~176
- * twice */
-#define VK_CMP_WAVE_KHR 132
-#define VK_CMP_WAVE_NV 264
+/* workgroups of one wave, per SM: the KHR plan's 256 invocations of ~232
+ * registers fit once per SM of the H200 (132 workgroups), the NV plan's 128
+ * of ~176 twice (264) */
+#define VK_CMP_WAVE_KHR_SM 1
+#define VK_CMP_WAVE_NV_SM 2
+
+/* The workgroups of one wave of matmul_cmp.comp's default plans on a device
+ * of sms compute units (0: VK_SM_FALLBACK): VK_CMP_WAVE_KHR_SM or
+ * VK_CMP_WAVE_NV_SM (khr false) times sms. Pure. */
+uint32_t vk_cmp_wave(bool khr, uint32_t sms);
 /* vk_mm_caps.cmp_tail: vk_cmp_plan_tail for no product, every one, or precise ones (two f16
  * terms) only, the default (H200, 2b pp512 precise 39.05 -> 38.32 ms; fast within the spread:
  * docs/benchmarks.md, "Vulkan prefill GEMM: layouts and the last wave") */
@@ -350,13 +401,14 @@ bool vk_cmp_used(const vk_mm_caps *c, uint32_t m);
  * (caller-owned; m, n, k in elements; p->stages 1). khr (the KHR module):
  * 128 x 256 tiles, 8 subgroups of 4 x 4 matrices (2 x 4 subgroups), else
  * 64 x 128 tiles, 4 subgroups of 2 x 4 (2 x 2); K steps of VK_CMP_BK.
- * Split-K fills one wave of the H200 (VK_CMP_WAVE_KHR / _NV workgroups):
- * slices = floor(wave / tiles), at most k / VK_MM_MIN_SLICE, at least 1
+ * Split-K fills one wave of vk_cmp_wave(khr, sms) workgroups (sms: the
+ * device's compute units, 0: VK_SM_FALLBACK): slices = floor(wave / tiles), at most k / VK_MM_MIN_SLICE, at least 1
  * (512 x 4096 x 4096, KHR: 64 tiles, 2 slices, 0.127 ms against 0.333 in
  * one). false (and *p unusable) when the plan's shared memory
  * (VK_CMP_SMEM) exceeds smem bytes. Pure. The warp-tile hierarchy follows
  * CUTLASS's description. */
-bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, vk_cm_plan *p);
+bool vk_cmp_plan_make(uint32_t m, uint32_t n, uint32_t k, bool khr, uint32_t smem, uint32_t sms,
+                      vk_cm_plan *p);
 
 /* Plans matmul_cmp.comp as vk_cmp_plan_make does but at the layout cfg[7]
  * ($LLMEM_VULKAN_CMP_CFG, "WG,SGM,FM,FN,BK,STAGES,WAVE"): WG invocations
@@ -399,10 +451,11 @@ bool vk_cmp_tail_used(const vk_mm_caps *c, uint32_t split);
  * VK_NV_cooperative_matrix2"): 128-row tiles of VK_CM2_BN columns by
  * default, K steps of VK_CM2_BK, VK_CM2_WG invocations (or 128), raw
  * tiles + sum_slices_cm.comp as matmul_cmp.comp. Split-K fills one wave
- * of VK_CM2_WAVE workgroups of 256 invocations (twice as many of 128). */
+ * of VK_CM2_WAVE_SM workgroups of 256 invocations an SM (twice as many of
+ * 128; 132 of 256 on the H200). */
 #define VK_CM2_BN 256
 #define VK_CM2_BK 32
-#define VK_CM2_WAVE 132
+#define VK_CM2_WAVE_SM 1
 #define VK_CM2_PREFILL 0 /* the default of $LLMEM_VULKAN_CM2_PREFILL */
 
 /* Whether matmul_cm2.comp runs for m activation rows on the tensor-core
@@ -414,12 +467,12 @@ bool vk_cm2_used(const vk_mm_caps *c, uint32_t m);
  * 256): a 128 x bn tile (bn 64, 128 or 256, at most wg; others:
  * the largest allowed) in the shader's terms (sgm 2, sgn wg / 64, fm 4,
  * fn bn / (16 sgn)), K steps of bk (16, 32 or 64; others: VK_CM2_BK),
- * split-K as vk_cmp_plan_make's over VK_CM2_WAVE x 256 / wg workgroups
- * (slices = floor(wave / tiles), at most k / VK_MM_MIN_SLICE, at least
- * 1). false (and *p unusable) when the tile or the step is not a multiple
+ * split-K as vk_cmp_plan_make's over VK_CM2_WAVE_SM x sms x 256 / wg
+ * workgroups (sms: the device's compute units, 0: VK_SM_FALLBACK; slices =
+ * floor(wave / tiles), at most k / VK_MM_MIN_SLICE, at least 1). false (and *p unusable) when the tile or the step is not a multiple
  * of the granularities gran[0..2] (M, N, K; 0 counts as 1). Pure. */
 bool vk_cm2_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t wg, uint32_t bn, uint32_t bk,
-                      const uint32_t gran[3], vk_cm_plan *p);
+                      const uint32_t gran[3], uint32_t sms, vk_cm_plan *p);
 
 /* One cooperative-matrix shape of the device (VkCooperativeMatrixPropertiesNV
  * with the component types and scope as booleans). */
@@ -547,13 +600,15 @@ typedef struct vk_dec_plan {
 
 /* The default blocking of matmul_dec.comp at m rows with `split` f16
  * terms of a (1 fast, 2 precise) into *c (caller-owned): 256 invocations,
- * FN 1, K steps of 64, depth 2, 264 workgroups, chunks of VK_DEC_KA_FAST /
+ * FN 1, K steps of 64, depth 2, VK_DEC_GROUPS_SM workgroups an SM of the
+ * sms the device has (0: VK_SM_FALLBACK; 264 on the H200), chunks of VK_DEC_KA_FAST /
  * VK_DEC_KA_PRECISE up to 16 rows, VK_DEC_KA_FAST_MID in fast mode up to
  * VK_DEC_AUTO_FAST_ROWS rows, and 128 above (vk_dec_plan_make halves
  * them where shared memory is short): the harness's fastest at 105-122
  * registers, two workgroups an SM (docs/benchmarks.md). Pure; never
  * fails. */
-void vk_dec_cfg_default(uint32_t m, uint32_t split, vk_dec_cfg *c);
+#define VK_DEC_GROUPS_SM 2
+void vk_dec_cfg_default(uint32_t m, uint32_t split, uint32_t sms, vk_dec_cfg *c);
 
 /* Plans matmul_dec.comp for out[m, n] = a[m, k] · w[n, k]ᵀ with `split`
  * terms of a and blocking *c into *p (caller-owned; m, n, k in elements):

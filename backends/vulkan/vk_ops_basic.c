@@ -235,20 +235,18 @@ uint32_t vk_pf_split_v4(const vk_backend *v, uint32_t m, uint32_t k, uint32_t *w
 }
 
 /* Workgroups a row at 9-16 decode rows (VK_MM_MV_MAX < rows <=
- * ROW_SPLIT_ROWS): about ROW_SPLIT_WGS in all, so that 16 rows fill the
- * H200's 132 SMs instead of 16 of them (9B fast tg128 b16 10.11-10.15 ->
- * 9.95-10.05 ms; at 64 rows, 2 a row lost: 9B b64 16.84 -> 16.95, 2b
- * 8.78 -> 8.97; docs/benchmarks.md "Vulkan decode at 16 rows: rows over
- * several workgroups"). */
-#define ROW_SPLIT_WGS 128
-#define ROW_SPLIT_ROWS 16
+ * VK_ROW_SPLIT_ROWS): about vk_row_split_wgs in all, so that 16 rows fill the
+ * SMs instead of 16 of them (H200, 128 workgroups on 132 SMs: 9B fast tg128
+ * b16 10.11-10.15 -> 9.95-10.05 ms; at 64 rows, 2 a row lost: 9B b64 16.84
+ * -> 16.95, 2b 8.78 -> 8.97; docs/benchmarks.md "Vulkan decode at 16 rows:
+ * rows over several workgroups"). */
 
 /* Each of the ns workgroups that share a row recomputes the whole row's
  * reduction (a row of a few thousand elements, read again from L2) and
  * writes units / ns of it; so ns is
  *   - $LLMEM_VULKAN_ROW_SPLIT where set (0 or 1: one workgroup a row), at
  *     any row count, at most units / 2;
- *   - else ceil(ROW_SPLIT_WGS / rows) at 9-ROW_SPLIT_ROWS rows, at most
+ *   - else ceil(vk_row_split_wgs / rows) at 9-VK_ROW_SPLIT_ROWS rows, at most
  *     units / unit_min (each part at least unit_min units), and 1 at
  *     other rows. */
 uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t unit_min)
@@ -257,8 +255,8 @@ uint32_t vk_row_split(const vk_backend *v, int64_t rows, int64_t units, int64_t 
     if (v->knobs.row_split >= 0) {
         ns = v->knobs.row_split;
         most = units / 2;
-    } else if (rows > VK_MM_MV_MAX && rows <= ROW_SPLIT_ROWS) {
-        ns = (ROW_SPLIT_WGS + rows - 1) / rows;
+    } else if (rows > VK_MM_MV_MAX && rows <= VK_ROW_SPLIT_ROWS) {
+        ns = ((int64_t)vk_row_split_wgs(v->mm.n_sm) + rows - 1) / rows;
     } else {
         ns = 1;
     }

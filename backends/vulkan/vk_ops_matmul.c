@@ -98,7 +98,7 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
 /* out = a · wᵀ through matmul_rt.comp when it applies (K % 8 == 0,
  * 16-byte aligned rows and offsets); *done says whether it did. Output
  * tiles of BM x 128 (BM 64 up to 64 rows, else 128); when they number
- * fewer than VK_MM_GROUPS, K is split (vk_mm_split_k) into slices of at
+ * fewer than VK_MM_GROUPS_SM an SM, K is split (vk_mm_split_k) into slices of at
  * least VK_MM_MIN_SLICE whose partial outputs go to a scratch buffer and
  * are summed in slice order by sum_slices.comp. */
 static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llmem_ct *w,
@@ -112,7 +112,7 @@ static llmem_status matmul_rt(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
     uint32_t bm = m <= 16 ? 16 : m <= 32 ? 32 : m <= 64 ? 64 : 128;
     uint64_t tiles_m = vk_div_up(m, bm), tiles_mn = tiles_m * vk_div_up(n, RT_BN);
     uint32_t slices, k_split;
-    vk_mm_split_k(tiles_mn, k, RT_BK, &slices, &k_split);
+    vk_mm_split_k(tiles_mn, k, RT_BK, v->mm.n_sm, &slices, &k_split);
     vk_op op;
     vk_op_init(&op, VK_SH_MATMUL_RT, RT_WG);
     vk_op_spec(&op, (uint32_t)w->dtype);
@@ -334,7 +334,7 @@ static bool dec_plan(const vk_backend *v, uint32_t m, uint32_t n, uint32_t k, ui
     if (v->mm.dec_cfg_set)
         c = (vk_dec_cfg){d[0], d[1], d[2], d[3], d[4], d[5], 0};
     else
-        vk_dec_cfg_default(m, split, &c);
+        vk_dec_cfg_default(m, split, v->mm.n_sm, &c);
     c.rows = (uint32_t)VK_KNOB(v, dec_rows, c.rows);
     return vk_dec_used(&v->mm, m, split) && vk_dec_plan_make(m, n, k, split, &c, v->mm.smem, dp);
 }
@@ -349,14 +349,15 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
      * scales), the same interface (cmp stands for both below) */
     bool cm2 = (allow & CM_ALLOW_CMP) && (allow & CM_ALLOW_CM2) && vk_cm2_used(&v->mm, m) &&
                vk_cm2_plan_make(m, n, k, v->mm.cm2_wg, v->mm.cm2_bn, v->mm.cm2_bk,
-                                v->mm.cm2_gran, &pl);
+                                v->mm.cm2_gran, v->mm.n_sm, &pl);
     bool cmp = cm2 || ((allow & CM_ALLOW_CMP) && vk_cmp_used(&v->mm, m) &&
                        (v->mm.cmp_cfg[0] != 0
                             ? vk_cmp_plan_cfg(m, n, k, v->mm.cmp_cfg, v->mm.smem,
                                               v->props.limits.maxComputeWorkGroupInvocations, &pl)
-                            : vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem, &pl)));
+                            : vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem,
+                                               v->mm.n_sm, &pl)));
     if (cmp && !cm2 && vk_cmp_tail_used(&v->mm, tm->split)) { /* the wave the plan split for */
-        uint32_t wave = v->mm.cmp == VK_CMP_KHR ? VK_CMP_WAVE_KHR : VK_CMP_WAVE_NV;
+        uint32_t wave = vk_cmp_wave(v->mm.cmp == VK_CMP_KHR, v->mm.n_sm);
         vk_cmp_plan_tail(&pl, k, v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6] : wave);
     }
     /* matmul_dec.comp: raw tiles only as well */
@@ -371,7 +372,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
               layout_runs(v, mid_cfg) && vk_cm_plan_mid(m, n, k, tm->split, mid_cfg, v->mm.smem, &pl);
         if (!mid)
             vk_cm_plan_make_fn(m, n, k, v->mm.cm_bk, vk_cm_stages_for(v->mm.cm_stages, m),
-                               v->mm.smem, v->mm.cm_fn, &pl);
+                               v->mm.smem, v->mm.n_sm, v->mm.cm_fn, &pl);
         uint32_t wave = v->mm.cm_wave;
         uint64_t t0 = (uint64_t)pl.tiles_m * pl.tiles_n;
         if (v->mm.cm_wave_round && wave && t0 && t0 <= wave) /* round(wave / t0) slices */

@@ -16,8 +16,8 @@
  *     $LLMEM_VULKAN_NM_RWG (64 .. 1024) the workgroup size (nm_rows_pick);
  *   1 shaders/norm_matvec16.comp, kernels/gemv.cu's persistent layout: each
  *     invocation keeps C = ceil(K / 8 / WG) 16-byte chunks of g * nw in
- *     registers, a workgroup walks R weight rows a step, at most NM_GROUPS
- *     workgroups; $LLMEM_VULKAN_NM_WG (64 .. 1024; default 256, 512 for the
+ *     registers, a workgroup walks R weight rows a step, at most NM_GROUPS_SM
+ *     workgroups an SM; $LLMEM_VULKAN_NM_WG (64 .. 1024; default 256, 512 for the
  *     gated norm), $LLMEM_VULKAN_NM_R (1, 2, 4), $LLMEM_VULKAN_NM_GROUPS
  *     (1 .. 65535).
  * llmem_op_matmul's one-row f16/bf16 GEMV runs on the same kernel when
@@ -71,7 +71,7 @@
 #define NM_R 2
 #define NM_C_MAX 8     /* chunks per invocation: K <= 8 * NM_C_MAX * WG */
 #define NM_LOADS_MAX 8 /* weight chunks in registers per invocation (C R NW) */
-#define NM_GROUPS (2 * VK_MM_GROUPS) /* 4 per SM of the 132-SM H200 */
+#define NM_GROUPS_SM 4 /* workgroups an SM (vk_mm_caps.n_sm; 528 on the H200) */
 #define NM_GEMV_ROWS 0 /* whether llmem_op_matmul's one-row f16/bf16 GEMV runs here */
 #define NM_PF 0         /* $LLMEM_VULKAN_L2_PREFETCH: 0 off, 1 at the end, 2 at the start */
 #define NM_PF_KB 4096   /* $LLMEM_VULKAN_L2_PREFETCH_KB: bytes of the next weights touched */
@@ -163,7 +163,7 @@ static llmem_status nm_launch(vk_backend *v, int32_t norm, int32_t epi, float ep
     if (!nm_bind(v, &op, x, z, nw, w, w2, out, o))
         return LLMEM_E_UNSUPPORTED;
     uint64_t blocks = vk_div_up((uint64_t)N, r);
-    uint64_t groups = (uint64_t)VK_KNOB(v, nm_groups, NM_GROUPS);
+    uint64_t groups = (uint64_t)VK_KNOB(v, nm_groups, (uint64_t)NM_GROUPS_SM * v->mm.n_sm);
     groups = groups > blocks ? blocks : groups;
     vk_op_u32(&op, (uint32_t)N);
     vk_op_u32(&op, (uint32_t)K);

@@ -341,6 +341,47 @@ static bool coopmat_usable(const dev_entry *e)
     return ok;
 }
 
+void vk_sm_query(vk_backend *v)
+{
+    VkPhysicalDeviceShaderSMBuiltinsPropertiesNV nv = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
+    VkPhysicalDeviceShaderCorePropertiesAMD amd = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+    VkPhysicalDeviceShaderCoreProperties2AMD amd2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_2_AMD};
+    VkPhysicalDeviceShaderCoreBuiltinsPropertiesARM arm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_BUILTINS_PROPERTIES_ARM};
+    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    const struct {
+        const char *ext;
+        void *props, **next;
+    } chain[] = {{VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME, &nv, &nv.pNext},
+                 {VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME, &amd, &amd.pNext},
+                 {VK_AMD_SHADER_CORE_PROPERTIES_2_EXTENSION_NAME, &amd2, &amd2.pNext},
+                 {VK_ARM_SHADER_CORE_BUILTINS_EXTENSION_NAME, &arm, &arm.pNext}};
+    v->sm_device = 0;
+    v->sm_source = "none";
+    if (vk_instance_api() < VK_API_VERSION_1_1 || v->props.apiVersion < VK_API_VERSION_1_1)
+        return;
+    /* a structure goes on the chain only where its extension is listed (valid usage) */
+    void **tail = &p2.pNext;
+    for (size_t i = 0; i < sizeof chain / sizeof chain[0]; i++)
+        if (vk_has_device_ext(v->phys, chain[i].ext)) {
+            *tail = chain[i].props;
+            tail = chain[i].next;
+        }
+    if (!p2.pNext)
+        return;
+    vkGetPhysicalDeviceProperties2(v->phys, &p2);
+    vk_sm_info q = {.nv_sms = nv.shaderSMCount,
+                    .amd_engines = amd.shaderEngineCount,
+                    .amd_arrays = amd.shaderArraysPerEngineCount,
+                    .amd_cus = amd.computeUnitsPerShaderArray,
+                    .amd_active = amd2.activeComputeUnitCount,
+                    .arm_cores = arm.shaderCoreCount};
+    v->sm_device = vk_sm_count(&q, &v->sm_source);
+}
+
 static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, size_t len)
 {
     v->phys = e->pd;
@@ -449,6 +490,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     else {
         vk_prof_init(v);
         vk_steptime_init(v);
+        vk_sm_query(v);
         vk_knobs_read(&v->knobs);
         vk_matmul_config(v);
         vk_scan_config(v);

@@ -625,7 +625,7 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
     uint32_t m = v[0], n = v[1], k = v[2], wg = v[3], sgm = v[4], fm = v[5], fn = v[6], bk = v[8];
     uint32_t bm = 16 * fm * sgm, bn = 16 * fn * (wg / 32 / sgm);
     uint32_t tm = (m + bm - 1) / bm, tn = (n + bn - 1) / bn, slices, ks;
-    vk_mm_split_k((uint64_t)tm * tn, k, bk, &slices, &ks);
+    vk_mm_split_k((uint64_t)tm * tn, k, bk, VK_SM_FALLBACK, &slices, &ks); /* the H200's 132 */
     if (v[10]) { /* forced slice count */
         ks = (k / v[10] + bk - 1) / bk * bk;
         slices = (k + ks - 1) / ks;
