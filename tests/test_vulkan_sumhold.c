@@ -7,7 +7,8 @@
  * (256 and, for the folds at every width, 2304 columns), precise and
  * fast, with the hold on (3), on for the copies only (1), unset (the
  * default, vk_sum.h; here with $LLMEM_VULKAN_ROW_SPLIT=4, and with the
- * default row split and $LLMEM_VULKAN_NORM_FOLD 0, the slices in a loop,
+ * default row split and $LLMEM_VULKAN_NORM_FOLD 0, the slices in a loop
+ * (with the folding norm over 256 workgroups, $LLMEM_VULKAN_NORM_FOLD_WGS),
  * and 7, unrolled and folded at every width) and off (0):
  *   - the decode chains: norm -> product -> add + norm in place (the
  *     residual add; the product's input k equal to and twice the norm's
@@ -75,8 +76,10 @@ enum { O_X, O_H, O_ZX, O_Z, O_XB, O_DT, O_X2, O_P, O_DL, O_ADD, O_MM, O_C4, O_F1
  * $LLMEM_VULKAN_SUM_HOLD=hold and $LLMEM_VULKAN_ROW_SPLIT=split (NULL:
  * unset); o[i] malloc'd here (caller frees). */
 static void run_all(const sh_in *c, const char *hold, const char *split, const char *nfold,
-                    float *o[N_O], size_t n_o[N_O])
+                    const char *wgs, float *o[N_O], size_t n_o[N_O])
 {
+    test_env keep_wgs = test_env_save("LLMEM_VULKAN_NORM_FOLD_WGS");
+    test_env_put("LLMEM_VULKAN_NORM_FOLD_WGS", wgs);
     test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
     test_env_put("LLMEM_VULKAN_SUM_HOLD", hold);
     test_env keep_split = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
@@ -159,6 +162,7 @@ static void run_all(const sh_in *c, const char *hold, const char *split, const c
         llmem_buffer_free(b[i]);
     llmem_backend_close(vk);
     test_env_restore(&keep_nf);
+    test_env_restore(&keep_wgs);
     test_env_restore(&keep_split);
     test_env_restore(&keep);
 }
@@ -181,19 +185,20 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     c.win = rand_vals((size_t)NIN * d, -1, 1, true);
     float *on[N_O], *off[N_O], *cp[N_O];
     size_t nn[N_O], nf[N_O], nc[N_O];
-    run_all(&c, "3", NULL, NULL, on, nn);
-    run_all(&c, "0", "1", NULL, off, nf); /* one workgroup a row */
-    run_all(&c, "1", NULL, NULL, cp, nc); /* the copies only */
+    run_all(&c, "3", NULL, NULL, NULL, on, nn);
+    run_all(&c, "0", "1", NULL, NULL, off, nf); /* one workgroup a row */
+    run_all(&c, "1", NULL, NULL, NULL, cp, nc); /* the copies only */
     float *df[N_O], *n0[N_O], *n7[N_O];
     size_t nd[N_O], nz[N_O], ns7[N_O];
     /* unset: the copies, and the norm at 64 rows; each row over 4
      * workgroups (at these widths the default is 1): the sum added into x
      * or folded into the split norm */
-    run_all(&c, NULL, "4", NULL, df, nd);
-    /* the sums unrolled into the norm or not, and (7) folded at every
-     * width; the default row split */
-    run_all(&c, NULL, NULL, "0", n0, nz);
-    run_all(&c, NULL, NULL, "7", n7, ns7);
+    run_all(&c, NULL, "4", NULL, NULL, df, nd);
+    /* the sums in a loop in the norm (0; the folding norm over 256
+     * workgroups in all: $LLMEM_VULKAN_NORM_FOLD_WGS), and unrolled and
+     * folded at every width (7, the default row split) */
+    run_all(&c, NULL, NULL, "0", "256", n0, nz);
+    run_all(&c, NULL, NULL, "7", NULL, n7, ns7);
     static const char *names[N_O] = {"x after add + norm", "add + norm in place",
                                      "product of the normed h", "copy z (then doubled)",
                                      "copy xBC", "copy dt", "x2 after add + norm",

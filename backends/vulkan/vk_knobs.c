@@ -52,6 +52,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_SWIGLU_FOLD", swiglu_fold, 0, 15, NUM),
     K("LLMEM_VULKAN_NORM_FOLD", norm_fold, 0, 7, NUM),
     K("LLMEM_VULKAN_SM_COUNT", sm_count, 1, VK_SM_MAX, NUM),
+    K("LLMEM_VULKAN_NORM_FOLD_WGS", norm_fold_wgs, 1, 1024, NUM),
 };
 #undef K
 

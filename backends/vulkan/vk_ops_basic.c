@@ -353,6 +353,11 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     uint32_t v4 = norm_v4(v, rows, cols, ts, 4, &wg);
     uint32_t reg = v4 ? 0u : norm_reg(v, cols, wg);
     uint32_t ns = reg > 0 && !vk_overlap(out, x) ? vk_row_split(v, rows, cols, NORM_PART_MIN) : 1u;
+    uint32_t fwgs = reg > 0 && !vk_overlap(out, x) ? vk_sum_norm_wgs(v, rows, r) : 0u;
+    if (fwgs) { /* $LLMEM_VULKAN_NORM_FOLD_WGS: the folding norm's own split */
+        int64_t n = (fwgs + rows - 1) / rows, most = cols / NORM_PART_MIN;
+        ns = (uint32_t)(n < most ? n : most > 0 ? most : 1);
+    }
     size_t terms_bytes = vk_presplit_bytes((uint32_t)rows, (uint32_t)cols);
     bool terms = (reg > 0 || v4 > 0) && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols);
     uint32_t xs = 0;

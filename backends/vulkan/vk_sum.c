@@ -394,6 +394,15 @@ uint32_t vk_sum_norm_slices(const vk_backend *v)
                : 0u;
 }
 
+uint32_t vk_sum_norm_wgs(const vk_backend *v, int64_t rows, llmem_ct *r)
+{
+    const sum_held *h = v->sumh;
+    if (v->knobs.norm_fold_wgs <= 0 || !v->sum_pending || h->s2.kind != VK_SUM_NONE || !r ||
+        !is_out(h, r) || rows <= VK_MM_MV_MAX || rows > (int64_t)VK_PRESPLIT_ROWS)
+        return 0;
+    return (uint32_t)v->knobs.norm_fold_wgs;
+}
+
 void vk_sum_taken(vk_backend *v)
 {
     v->sum_pending = false;

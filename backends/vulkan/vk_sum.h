@@ -158,6 +158,16 @@ void vk_sum_taken(vk_backend *v);
  * VK_NORM_FOLD_UNROLL and it is at most VK_NORM_FOLD_SLICES, else 0 (the
  * loop over the push constant's count). */
 uint32_t vk_sum_norm_slices(const vk_backend *v);
+/* For rms_norm (vk_ops_basic.c) of rows rows, before it plans its row
+ * split: where r is the held output (the add + norm may fold its sum) at
+ * 9-VK_PRESPLIT_ROWS rows and $LLMEM_VULKAN_NORM_FOLD_WGS is set, the
+ * workgroups that norm should have in all (its rows split over
+ * ceil(wgs / rows) each); else 0 (vk_row_split's default). Unset by
+ * default: on the H200 9B fast tg128 b64 16.20-16.25 ms unset, 16.27-16.28
+ * with 128 (2 a row); b16 9.50-9.53 unset (8 a row), 9.51-9.52 with 64;
+ * 2b the same within the spread (docs/benchmarks.md "Vulkan decode: the
+ * residual sums in the norm"). */
+uint32_t vk_sum_norm_wgs(const vk_backend *v, int64_t rows, llmem_ct *r);
 /* Whether a held sum's raw tiles can be read as 16-byte runs (rms_norm.comp
  * V4 with ADD 2): the tile pitch and slice stride multiples of 4 floats,
  * the partial buffer's range 16-byte aligned. False when none is held. */
