@@ -213,6 +213,12 @@ typedef struct vk_backend {
      * its output (vk_sum.c, vk_sum_flush); NULL until the first one */
     struct vk_sum_hold *sumh;
     bool sum_pending;           /* sumh holds a sum not yet recorded */
+    /* The last matmul_cmp.comp product recorded: its rows, tiles and K
+     * slices (vk_cmp_plan_pair, for the product that pairs with it) */
+    struct vk_cmp_last {
+        uint32_t m, slices;
+        uint64_t tiles;
+    } cmp_last;
     struct vk_resid *resid;     /* the residual's copies (vk_sum.c); NULL until used */
     /* The order of the one-row fused matmuls (vk_ops_norm_matmul.c,
      * $LLMEM_VULKAN_L2_PREFETCH): the weight at (buf, off) was last followed

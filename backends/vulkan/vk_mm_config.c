@@ -78,6 +78,9 @@ void vk_sm_config(vk_backend *v)
     /* matmul_cmp's products with more tiles than a wave: K split by vk_cmp_plan_tail in none
      * (0), all (1), or the precise ones (2, default) */
     v->mm.cmp_tail = vk_env_u32("LLMEM_VULKAN_CMP_TAIL", VK_CMP_TAIL_DEFAULT, 0, 2);
+    /* the second product of a pair (vk_sum_park, no barrier after the first): K split for the
+     * SMs the first's last wave leaves idle (vk_cmp_plan_pair); 0 off */
+    v->mm.cmp_pair = vk_env_u32("LLMEM_VULKAN_CMP_PAIR", VK_CMP_PAIR_DEFAULT, 0, 1) != 0;
     /* its layout "WG,SGM,FM,FN,BK[,STAGES[,WAVE]]" for every product (vk_cmp_plan_cfg; STAGES 1
      * and WAVE the KHR plan's, vk_cmp_wave, when not given); unset or "0": vk_cmp_plan_make's */
     uint32_t *cc = v->mm.cmp_cfg;

@@ -322,6 +322,32 @@ void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave)
     p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
 }
 
+void vk_cmp_plan_pair(vk_cm_plan *p, uint32_t k, uint32_t wave, uint64_t first_tiles,
+                      uint32_t first_slices)
+{
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    if (wave == 0 || first_tiles == 0 || first_slices == 0 || tiles <= wave || p->bk == 0)
+        return;
+    /* times in thousandths of a tile time */
+    uint64_t pieces1 = first_tiles * first_slices, rounds1 = div_up(pieces1, wave);
+    uint64_t idle = rounds1 * wave - pieces1, t1 = rounds1 * 1000 / first_slices;
+    uint64_t most = k / VK_MM_MIN_SLICE, best = 1, best_cost = UINT64_MAX;
+    most = most < VK_CMP_TAIL_MAX ? most : VK_CMP_TAIL_MAX;
+    most = most > 1 ? most : 1;
+    for (uint64_t s = 1; s <= most; s++) {
+        uint64_t pieces = tiles * s, fill = idle * (s / first_slices);
+        uint64_t rest = pieces > fill ? pieces - fill : 0;
+        uint64_t cost = t1 + div_up(rest, wave) * 1000 / s + VK_CMP_SLICE_COST * (s - 1);
+        if (cost < best_cost) {
+            best = s;
+            best_cost = cost;
+        }
+    }
+    uint64_t ks = div_up(div_up(k ? k : 1, best), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+}
+
 bool vk_cmp_tail_used(const vk_mm_caps *c, uint32_t split)
 {
     return c->cmp_tail == VK_CMP_TAIL_ALL || (c->cmp_tail == VK_CMP_TAIL_PRECISE && split == 2);

@@ -94,6 +94,8 @@ typedef struct vk_mm_caps {
     uint32_t cmp;      /* more than 64 rows: VK_CMP_* (matmul_cmp.comp), VK_CMP_OFF: matmul_cm */
     uint32_t cmp_tail; /* its products with more tiles than a wave split K by vk_cmp_plan_tail:
                         * VK_CMP_TAIL_* ($LLMEM_VULKAN_CMP_TAIL; vk_cmp_tail_used) */
+    bool cmp_pair;     /* the second product of a pair split K by vk_cmp_plan_pair
+                        * ($LLMEM_VULKAN_CMP_PAIR) */
     uint32_t cmp_cfg[7]; /* its layout, WG, SGM, FM, FN, BK, STAGES, WAVE (vk_cmp_plan_cfg), where
                           * cmp_cfg[0] is not 0 ($LLMEM_VULKAN_CMP_CFG; else vk_cmp_plan_make) */
     bool matvec_old;   /* $LLMEM_VULKAN_MATVEC_OLD */
@@ -389,6 +391,9 @@ uint32_t vk_cmp_wave(bool khr, uint32_t sms);
 #define VK_CMP_TAIL_ALL 1
 #define VK_CMP_TAIL_PRECISE 2
 #define VK_CMP_TAIL_DEFAULT VK_CMP_TAIL_PRECISE
+/* vk_mm_caps.cmp_pair's default (vk_cmp_plan_pair; H200 9B pp512 b1 precise 87.4 -> 85.0 ms,
+ * fast 66.1 -> 65.4: docs/benchmarks.md, "Vulkan prefill: gate in up's last wave") */
+#define VK_CMP_PAIR_DEFAULT 1
 /* Shared memory of matmul_cmp.comp, bytes: one slice of hi + lo rows of a
  * and the rows of w, each BK + 8 halves. */
 #define VK_CMP_SMEM(bm, bn, bk) ((2u * (bm) + (bn)) * ((bk) / 8u + 1u) * 16u)
@@ -439,6 +444,25 @@ bool vk_cmp_plan_cfg(uint32_t m, uint32_t n, uint32_t k, const uint32_t cfg[7], 
 #define VK_CMP_TAIL_MAX 4
 #define VK_CMP_SLICE_COST 100
 void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave);
+
+/* Re-splits K of a matmul_cmp.comp plan *p (made for k, caller-owned) for
+ * the second product of a pair that nothing orders after the first (vk_sum.c
+ * vk_sum_park: up's sum held while gate records, no barrier between the two
+ * products), whose workgroups start as the first's last wave leaves SMs idle.
+ * The first: first_tiles tiles in first_slices slices (pieces of 1 /
+ * first_slices tile times, the same K and tile), ceil(first_tiles
+ * first_slices / wave) rounds, the last leaving the rest of `wave` idle for
+ * one piece's time, in which each idle SM runs floor(S / first_slices) of
+ * this product's pieces; the rest run in ceil(rest / wave) rounds of 1 / S.
+ * S (1 .. min(VK_CMP_TAIL_MAX, k / VK_MM_MIN_SLICE)) with the least finish
+ * plus VK_CMP_SLICE_COST / 1000 (S - 1) tile times, the smallest on a tie;
+ * k_split whole K steps. The 9B shape's gate after up (512 x 14336 x 4096,
+ * 224 tiles of 128 x 256 each, 132 SMs): up's second wave leaves 40 SMs
+ * idle; gate in 2 slices ends at 3.5 tile times instead of 4. Leaves *p
+ * alone at wave 0, first_tiles or first_slices 0, or at most wave tiles
+ * (vk_cmp_plan_make's one-wave split stands). Pure; never fails. */
+void vk_cmp_plan_pair(vk_cm_plan *p, uint32_t k, uint32_t wave, uint64_t first_tiles,
+                      uint32_t first_slices);
 
 /* Whether matmul_cmp.comp's plan for a product with `split` f16 terms of
  * its activations (2 precise, 1 fast) takes vk_cmp_plan_tail: c->cmp_tail

@@ -319,8 +319,11 @@ static bool layout_runs(const vk_backend *v, const uint32_t cfg[5])
  * it has recorded other independent work, which may then run beside this
  * product); tm->buf must stay allocated until then. *done says whether it
  * ran; it does not when w's offset is not 16-byte aligned (the caller
- * falls through to matmul_rt). LLMEM_E_NO_MEMORY: no partial buffer. */
-enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4, CM_ALLOW_MID = 8 };
+ * falls through to matmul_rt). CM_PAIR in allow: the second product of a
+ * pair (vk_sum_park), whose matmul_cmp.comp plan splits K by
+ * vk_cmp_plan_pair after the last matmul_cmp product (v->cmp_last) where
+ * vk_mm_caps.cmp_pair. LLMEM_E_NO_MEMORY: no partial buffer. */
+enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4, CM_ALLOW_MID = 8, CM_PAIR = 16 };
 
 /* matmul_dec.comp's plan for an [m, k] x [n, k] product with `split`
  * terms (vk_dec_plan_make at $LLMEM_VULKAN_DEC_CFG or the default
@@ -359,6 +362,11 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     if (cmp && !cm2 && vk_cmp_tail_used(&v->mm, tm->split)) { /* the wave the plan split for */
         uint32_t wave = vk_cmp_wave(v->mm.cmp == VK_CMP_KHR, v->mm.n_sm);
         vk_cmp_plan_tail(&pl, k, v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6] : wave);
+    }
+    if (cmp && !cm2 && (allow & CM_PAIR) && v->mm.cmp_pair && v->cmp_last.m == m) {
+        uint32_t wave = v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6]
+                                              : vk_cmp_wave(v->mm.cmp == VK_CMP_KHR, v->mm.n_sm);
+        vk_cmp_plan_pair(&pl, k, wave, v->cmp_last.tiles, v->cmp_last.slices);
     }
     /* matmul_dec.comp: raw tiles only as well */
     vk_dec_plan dp;
@@ -514,6 +522,9 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     vk_op_u32(&mm, fo);
     vk_op_u32(&mm, co);
     st = vk_op_run(v, &mm, (uint64_t)pl.tiles_m * pl.tiles_n * pl.slices);
+    v->cmp_last = cmp && !cm2 && st == LLMEM_OK
+                      ? (struct vk_cmp_last){m, pl.slices, (uint64_t)pl.tiles_m * pl.tiles_n}
+                      : (struct vk_cmp_last){0, 0, 0};
     if (st == LLMEM_OK && later) {
         *later = sum; /* its pass and partial buffer go to the caller */
         *done = true;
@@ -526,12 +537,14 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     return st;
 }
 
-/* cm_product_as with matmul_cmp.comp allowed. */
+/* cm_product_as with matmul_cmp.comp allowed; pair: the second product
+ * of a pair (CM_PAIR). */
 static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
-                               llmem_ct *out, vk_cm_sum *later, bool *done)
+                               llmem_ct *out, vk_cm_sum *later, bool pair, bool *done)
 {
     return cm_product_as(be, v, tm, w, out, later,
-                         CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2 | CM_ALLOW_MID,
+                         CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2 | CM_ALLOW_MID |
+                             (pair ? CM_PAIR : 0),
                          done);
 }
 
@@ -556,7 +569,7 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
                                       (int64_t)(t.terms / 4 + t.m));
     llmem_ct *reads[] = {w, &tt};
     bool parked = vk_sum_park(v, t.m, out, reads, 2);
-    st = cm_product(be, v, &t, w, out, &sum, done);
+    st = cm_product(be, v, &t, w, out, &sum, parked, done);
     vk_sum_unpark(v, parked, st == LLMEM_OK && *done);
     if (st == LLMEM_OK && *done && vk_sum_hold(be, v, &sum, t.borrowed ? NULL : t.buf))
         t.buf = NULL; /* the hold frees it */
@@ -649,9 +662,9 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
         st = cm_split_run(be, v, a, 2, &t, &done);
         if (st == LLMEM_OK && done) {
             vk_cm_sum sg = {.kind = VK_SUM_NONE}, su = {.kind = VK_SUM_NONE};
-            st = cm_product(be, v, &t, gate, &g, &sg, &g_done);
+            st = cm_product(be, v, &t, gate, &g, &sg, false, &g_done);
             if (st == LLMEM_OK)
-                st = cm_product(be, v, &t, up, &u, &su, &u_done);
+                st = cm_product(be, v, &t, up, &u, &su, false, &u_done);
             llmem_status s1 = vk_cm_sum_run(be, v, &sg, st == LLMEM_OK);
             llmem_status s2 = vk_cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
             st = st != LLMEM_OK ? st : s1 != LLMEM_OK ? s1 : s2;
