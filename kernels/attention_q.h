@@ -36,6 +36,9 @@ typedef struct cuk_scan_q_args {
     size_t slot_bytes, scale_off;
     int32_t n_slots, n_seqs, n_seq_tokens, n_ckpt;
     const int32_t *src, *dst, *ckpt; /* device tables */
+    /* the snapshot inside the ubatch (cuk_rs_args snap_tok / snap_slot):
+     * device tables [n_seqs], NULL when the view has none */
+    const int32_t *snap_tok, *snap_slot;
 } cuk_scan_q_args;
 
 /* llmem_op_ssm_scan with an int8 state (head_dim * d_state <= 12288). */

@@ -356,6 +356,23 @@ __device__ __forceinline__ const void *cuk_rs_source(const cuk_rs_args &rs, int6
     return rs.state;
 }
 
+/* The slot receiving stream s's snapshot inside the ubatch (cuk_rs_args
+ * snap_tok / snap_slot), with its token in tok; -1 when the view has none,
+ * the stream's entry is -1, or the entry is out of range (slot outside
+ * [0, n_slots) or token outside [0, n_seq_tokens - 1): the host checked
+ * the tables, the kernels still do not write outside the state). */
+__device__ __forceinline__ int32_t cuk_rs_snap(const cuk_rs_args &rs, int64_t s, int32_t &tok)
+{
+    tok = -1;
+    if (!rs.snap_slot)
+        return -1;
+    int32_t sl = rs.snap_slot[s], t = rs.snap_tok[s];
+    if (sl < 0 || sl >= rs.n_slots || t < 0 || t >= rs.n_seq_tokens - 1)
+        return -1;
+    tok = t;
+    return sl;
+}
+
 /* ---- per-device kernel attributes ------------------------------------------------------ */
 
 /* Raises kern's dynamic shared-memory limit to smem bytes on the current

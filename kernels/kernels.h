@@ -174,6 +174,13 @@ typedef struct cuk_rs_args {
     int64_t elems;      /* elements of one slot */
     int32_t n_slots, n_seqs, n_seq_tokens, n_ckpt;
     const int32_t *src, *dst, *ckpt; /* device tables */
+    /* The snapshot inside the ubatch (<llmem/view.h> llmem_rs_view.snap_tok /
+     * snap_slot), device tables [n_seqs], both NULL when no stream has one:
+     * stream s's state after its token snap_tok[s] also goes to slot
+     * snap_slot[s] (-1: none). Only ssm_conv and ssm_scan set them; their
+     * kernels then run an instance of their own (the common one stays as it
+     * was). */
+    const int32_t *snap_tok, *snap_slot;
 } cuk_rs_args;
 
 /* Copies each stream's source slot (zeros for -1) to snap [n_seqs][elems]. */

@@ -2,6 +2,11 @@
  * selective scan (recurrent form) with ssm state, reading and writing state
  * slots and checkpoints of a recurrent view.
  *
+ * The snapshot inside the ubatch (cuk_rs_args snap_tok / snap_slot) is one
+ * more state taken after a token, like a checkpoint; the one-token kernels
+ * (ssm_conv1_kernel, ssm_scan1_kernel) never see one, since a snapshot lies
+ * before a stream's last token.
+ *
  * Semantics are those of the CPU reference (backends/cpu/ops_mamba.c): HF
  * transformers Mamba2Mixer.torch_forward applied token by token, the
  * recurrent form of SSD (Dao & Gu, "Transformers are SSMs", ICML 2024,
@@ -71,6 +76,7 @@ __device__ __forceinline__ int32_t rs_dst_slot(const cuk_rs_args &rs, int64_t s)
  * u = [state rows; x rows] of the stream; the chunk's outputs need
  * u[t0 .. t0 + CONV_TCH + d_conv - 1), loaded together before any sum, so
  * a long prefill does not wait for one load per token. */
+template <bool SNAP>
 __global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, int wdt,
                                 const void *b, int bdt, float *out, int32_t conv_dim,
                                 int32_t d_conv)
@@ -121,12 +127,15 @@ __global__ void ssm_conv_kernel(cuk_rs_args rs, const float *x, const void *w, i
         }
         if (ch != 0)
             continue;
-        /* states after token tt: rows u[tt + 1 .. tt + dc1]; checkpoints, then dst */
-        for (int32_t ci = 0; ci <= rs.n_ckpt; ci++) {
+        /* states after token tt: rows u[tt + 1 .. tt + dc1]; checkpoints, the
+         * snapshot inside the ubatch (SNAP), then dst */
+        for (int32_t ci = 0; ci <= rs.n_ckpt + (SNAP ? 1 : 0); ci++) {
             int32_t sl, tt;
             if (ci < rs.n_ckpt) {
                 sl = rs_ckpt_slot(rs, s, ci);
                 tt = n_tok - rs.n_ckpt + ci;
+            } else if (SNAP && ci == rs.n_ckpt) {
+                sl = cuk_rs_snap(rs, s, tt);
             } else {
                 sl = rs_dst_slot(rs, s);
                 tt = n_tok - 1;
@@ -249,8 +258,14 @@ extern "C" cudaError_t cuk_ssm_conv(const cuk_rs_args *rs, const float *x, const
     int32_t n_tok = rs->n_seq_tokens;
     int64_t n_ch = n_tok > CONV_TCH ? (n_tok + CONV_TCH - 1) / CONV_TCH : 1;
     int64_t n = (int64_t)rs->n_seqs * n_ch * conv_dim;
-    ssm_conv_kernel<<<cuk_grid(n, 128), 128, 0, stream>>>(*rs, x, w, wdt, b, bdt, out, conv_dim,
-                                                         d_conv);
+    /* the snapshot inside the ubatch in its own instance: the common
+     * kernel stays as it was */
+    if (rs->snap_slot)
+        ssm_conv_kernel<true><<<cuk_grid(n, 128), 128, 0, stream>>>(*rs, x, w, wdt, b, bdt, out,
+                                                                   conv_dim, d_conv);
+    else
+        ssm_conv_kernel<false><<<cuk_grid(n, 128), 128, 0, stream>>>(*rs, x, w, wdt, b, bdt, out,
+                                                                    conv_dim, d_conv);
     return cudaGetLastError();
 }
 
@@ -357,7 +372,9 @@ __device__ __forceinline__ int scan_sum8(float (&v)[SCAN_RPW], int lane)
     return ((lane >> 4) & 1) * 4 + ((lane >> 3) & 1) * 2 + ((lane >> 2) & 1);
 }
 
-template <typename ST, int NPL>
+/* SNAP: the view has a snapshot inside the ubatch (its own instance, so
+ * that the common one stays as it was). */
+template <typename ST, int NPL, bool SNAP>
 __global__ void __launch_bounds__(SCAN_WARPS * 32)
     ssm_scan_kernel(cuk_rs_args rs, cuk_scan_args p)
 {
@@ -420,6 +437,8 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
         for (int i = 0; i < SCAN_RPW; i++)
             nx[i] = p0 + i < P ? __ldg(row + (int64_t)h * P + p0 + i) : 0.0f;
     };
+    int32_t snap_t = -1;
+    const int32_t snap_sl = SNAP ? cuk_rs_snap(rs, s, snap_t) : -1;
     if (n_tok > 0)
         fetch(0);
     for (int64_t t = 0; t < n_tok; t++) {
@@ -463,6 +482,8 @@ __global__ void __launch_bounds__(SCAN_WARPS * 32)
             if (sl >= 0 && n_tok - rs.n_ckpt + c == t)
                 store_state(sl);
         }
+        if (SNAP && snap_sl >= 0 && t == snap_t)
+            store_state(snap_sl);
     }
     int32_t sl = rs_dst_slot(rs, s);
     if (sl >= 0)
@@ -712,6 +733,21 @@ extern "C" int cuk_ssm_scan_supported(int32_t d_state)
     return d_state >= 1 && d_state <= 32 * 8;
 }
 
+template <typename ST, bool SNAP>
+static cudaError_t scan_general(const cuk_rs_args *rs, const cuk_scan_args *p, dim3 grid,
+                                int32_t npl, cudaStream_t stream)
+{
+    if (npl <= 1)
+        ssm_scan_kernel<ST, 1, SNAP><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else if (npl <= 2)
+        ssm_scan_kernel<ST, 2, SNAP><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else if (npl <= 4)
+        ssm_scan_kernel<ST, 4, SNAP><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    else
+        ssm_scan_kernel<ST, 8, SNAP><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
+    return cudaGetLastError();
+}
+
 template <typename ST>
 static cudaError_t scan_dispatch(const cuk_rs_args *rs, const cuk_scan_args *p,
                                  cudaStream_t stream)
@@ -727,17 +763,10 @@ static cudaError_t scan_dispatch(const cuk_rs_args *rs, const cuk_scan_args *p,
         if (e != cudaErrorNotSupported)
             return e;
     }
-    if (npl <= 1)
-        ssm_scan_kernel<ST, 1><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
-    else if (npl <= 2)
-        ssm_scan_kernel<ST, 2><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
-    else if (npl <= 4)
-        ssm_scan_kernel<ST, 4><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
-    else if (npl <= 8)
-        ssm_scan_kernel<ST, 8><<<grid, SCAN_WARPS * 32, 0, stream>>>(*rs, *p);
-    else
+    if (npl > 8)
         return cudaErrorInvalidValue;
-    return cudaGetLastError();
+    return rs->snap_slot ? scan_general<ST, true>(rs, p, grid, npl, stream)
+                         : scan_general<ST, false>(rs, p, grid, npl, stream);
 }
 
 extern "C" cudaError_t cuk_ssm_scan(const cuk_rs_args *rs, const cuk_scan_args *p,

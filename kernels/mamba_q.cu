@@ -8,10 +8,11 @@
  * block reduction): it dequantizes its source, runs the recurrence of
  * ops.h's llmem_op_ssm_scan (Dao & Gu 2024, Sec. 3; HF Mamba2Mixer
  * torch_forward single-step path) token by token, one warp per state row,
- * and quantizes every state it stores (checkpoints, dst): codes rintf(x /
- * scale) clamped to [-127, 127], the cpu backend's arithmetic. When a
- * stream reads a slot another stream writes (copy-on-write), the caller
- * passes raw copies of every source slot (snap). */
+ * and quantizes every state it stores (checkpoints, the snapshot inside
+ * the ubatch, dst): codes rintf(x / scale) clamped to [-127, 127], the cpu
+ * backend's arithmetic. When a stream reads a slot another stream writes
+ * (copy-on-write), the caller passes raw copies of every source slot
+ * (snap). */
 #include "kernels/common.cuh"
 #include "kernels/attention_q.h"
 
@@ -79,6 +80,11 @@ __global__ void __launch_bounds__(SQ_WARPS * 32)
     for (int32_t c = 0; c < n_ckpt; c++)
         if (n_tok - n_ckpt + c == -1)
             store_state(q.ckpt[s * n_ckpt + c]);
+    int32_t snap_t = -1, snap_sl = q.snap_slot ? q.snap_slot[s] : -1;
+    if (snap_sl >= 0) {
+        snap_t = q.snap_tok[s];
+        snap_t = snap_t >= 0 && snap_t < n_tok - 1 ? snap_t : -1;
+    }
     int64_t d_inner = (int64_t)H * P;
     for (int32_t t = 0; t < n_tok; t++) {
         int64_t tok = s * n_tok + t;
@@ -107,6 +113,8 @@ __global__ void __launch_bounds__(SQ_WARPS * 32)
         for (int32_t c = 0; c < n_ckpt; c++)
             if (n_tok - n_ckpt + c == t)
                 store_state(q.ckpt[s * n_ckpt + c]);
+        if (t == snap_t) /* the snapshot inside the ubatch */
+            store_state(snap_sl);
     }
     store_state(q.dst[s]);
 }

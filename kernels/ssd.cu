@@ -32,9 +32,10 @@
  * cumulative sums of a_t are taken in f64, so exp(cum[t] - cum[s]) is as
  * exact as the per-token products of exp(a_t).
  *
- * Checkpoints (the state after token n_tok - n_ckpt + c) are the state
- * update evaluated at that token of its chunk, so rollback works as with
- * the per-token kernel. Shapes: head_dim <= 64, d_state <= 128 (zero
+ * Checkpoints (the state after token n_tok - n_ckpt + c) and the snapshot
+ * inside the ubatch (after token snap_tok[s]) are the state update
+ * evaluated at that token of its chunk, so rollback works as with the
+ * per-token kernel. Shapes: head_dim <= 64, d_state <= 128 (zero
  * padded inside the tiles); f32, f16 and bf16 states (I8 states stay on
  * kernels/mamba_q.cu).
  */
@@ -218,7 +219,9 @@ __device__ __forceinline__ void ssd_state_at(const ssd_smem &sm, const float (&S
 
 /* ---- the kernel ------------------------------------------------------------------------------ */
 
-template <bool SPLIT>
+/* SNAP: the view has a snapshot inside the ubatch (its own instance, so
+ * that the common one stays as it was). */
+template <bool SPLIT, bool SNAP>
 __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs, cuk_scan_args p)
 {
     extern __shared__ __align__(16) unsigned char ssd_raw[];
@@ -256,6 +259,8 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
             ssd_state_store(rs, sl, h * hs, P, N, p0, r, q, S);
     }
 
+    int32_t snap_t = -1;
+    const int32_t snap_sl = SNAP ? cuk_rs_snap(rs, s, snap_t) : -1;
     for (int64_t t0 = 0; t0 < n_tok; t0 += SSD_L) {
         const int Lc = n_tok - t0 < SSD_L ? (int)(n_tok - t0) : SSD_L;
         const int64_t tok0 = s * n_tok + t0;
@@ -433,7 +438,7 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
                 }
         }
 
-        /* ---- checkpoints inside the chunk, then the state after it */
+        /* ---- checkpoints and the snapshot inside the chunk, then the state after it */
         for (int32_t c = 0; c < rs.n_ckpt; c++) {
             int64_t tc = n_tok - rs.n_ckpt + c;
             int32_t sl = ssd_slot(rs.ckpt[s * rs.n_ckpt + c], rs.n_slots);
@@ -442,6 +447,11 @@ __global__ void __launch_bounds__(SSD_WARPS * 32) ssd_scan_kernel(cuk_rs_args rs
             float T[SSD_NT][4];
             ssd_state_at<SPLIT>(sm, S, T, (int)(tc - t0), nnt, p0, r, q);
             ssd_state_store(rs, sl, h * hs, P, N, p0, r, q, T);
+        }
+        if (SNAP && snap_sl >= 0 && snap_t >= t0 && snap_t < t0 + Lc) {
+            float T[SSD_NT][4];
+            ssd_state_at<SPLIT>(sm, S, T, (int)(snap_t - t0), nnt, p0, r, q);
+            ssd_state_store(rs, snap_sl, h * hs, P, N, p0, r, q, T);
         }
         ssd_state_at<SPLIT>(sm, S, S, Lc - 1, nnt, p0, r, q);
         __syncthreads(); /* the tiles are refilled */
@@ -486,20 +496,20 @@ extern "C" int cuk_ssd_applies(const cuk_rs_args *rs, const cuk_scan_args *p)
            p->d_state <= SSD_NM && p->n_groups >= 1 && p->n_heads % p->n_groups == 0;
 }
 
-template <bool SPLIT>
+template <bool SPLIT, bool SNAP>
 static cudaError_t ssd_launch(const cuk_rs_args *rs, const cuk_scan_args *p, cudaStream_t stream)
 {
     /* the shared-memory attribute is per device (tensor parallelism runs
      * several in one process, one thread each) */
     static unsigned long long sized = 0;
     const int smem = (int)sizeof(ssd_smem);
-    cudaError_t e = cuk_smem_once(ssd_scan_kernel<SPLIT>, smem, &sized);
+    cudaError_t e = cuk_smem_once(ssd_scan_kernel<SPLIT, SNAP>, smem, &sized);
     if (e != cudaSuccess)
         return e;
     int64_t blocks = (int64_t)rs->n_seqs * p->n_heads;
     if (blocks > 0x7fffffff)
         return cudaErrorInvalidValue;
-    ssd_scan_kernel<SPLIT><<<(unsigned)blocks, SSD_WARPS * 32, smem, stream>>>(*rs, *p);
+    ssd_scan_kernel<SPLIT, SNAP><<<(unsigned)blocks, SSD_WARPS * 32, smem, stream>>>(*rs, *p);
     return cudaGetLastError();
 }
 
@@ -516,6 +526,8 @@ extern "C" cudaError_t cuk_ssd_scan(const cuk_rs_args *rs, const cuk_scan_args *
         return cudaSuccess;
     /* single bf16 products in the FAST precision mode (p->fast) or with
      * $LLMEM_CUDA_SSD_FAST=1; hi + lo splits otherwise */
-    return ssd_fast() || p->fast ? ssd_launch<false>(rs, p, stream)
-                                 : ssd_launch<true>(rs, p, stream);
+    bool one = ssd_fast() || p->fast;
+    if (rs->snap_slot) /* a snapshot inside the ubatch: the kernel's own instance */
+        return one ? ssd_launch<false, true>(rs, p, stream) : ssd_launch<true, true>(rs, p, stream);
+    return one ? ssd_launch<false, false>(rs, p, stream) : ssd_launch<true, false>(rs, p, stream);
 }

@@ -18,8 +18,10 @@
  * source state). Only the invocations of block 0 read the source slot
  * src_slot[s] (-1: zeros; with SNAP the f32 snapshot [n_seqs][slot] of
  * state_gather), and the same invocation writes channel c of every state
- * the ubatch stores: ckpt_slot[s][k] after token n_tok - n_ckpt + k and
- * dst_slot[s] after the last token, from its registers and x. It reads
+ * the ubatch stores: ckpt_slot[s][k] after token n_tok - n_ckpt + k,
+ * snap_slot[s] after token snap_tok[s] (the snapshot inside the ubatch,
+ * when the view has one) and dst_slot[s] after the last token, from its
+ * registers and x. It reads
  * before it writes, so a stream's own slots may alias. Slots outside
  * [0, n_slots) are skipped. */
 #include "common.glsl"
@@ -30,6 +32,8 @@ layout(constant_id = 3) const uint B_DT = 0; /* DT_NONE: no bias */
 layout(constant_id = 4) const uint ST_DT = 0;
 layout(constant_id = 5) const uint SNAP = 0;
 layout(constant_id = 6) const uint TB = 16; /* tokens per invocation */
+/* 1: the view has a snapshot inside the ubatch (vk_rs_snap_words) */
+layout(constant_id = 7) const uint SNAPSHOT = 0;
 
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -42,10 +46,28 @@ layout(binding = 6) readonly buffer Snap { float snap[]; };
 layout(push_constant) uniform P {
     uint n_seqs, n_tok, conv_dim, n_ckpt, n_slots;
     uint x_off, w_off, b_off, o_off, src_off, dst_off, ckpt_off, n_blocks;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 float win[DC]; /* win[0 .. DC - 2]: the inputs before the current token */
 float st0[DC]; /* block 0: the source state, oldest first */
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out (the prefill hot path
+ * of views without one stays as it was). */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 /* Input u at token q of stream s (q < 0: the source state). */
 float u_at(uint s, int q, uint c)
@@ -90,6 +112,10 @@ void main()
         int first_ckpt = int(p.n_tok) - int(p.n_ckpt); /* token of checkpoint 0 */
         for (uint k = 0; k < p.n_ckpt; k++)
             store_state(idx[p.ckpt_off + s * p.n_ckpt + k], s, first_ckpt + int(k), c);
+        if (SNAPSHOT != 0u) {
+            int snap_t, snap = snap_of(s, snap_t);
+            store_state(snap, s, snap_t, c);
+        }
         store_state(idx[p.dst_off + s], s, int(p.n_tok) - 1, c);
     }
     for (uint r = 0; r + 1u < DC; r++)

@@ -12,7 +12,8 @@
  * memory. States are read from src_slot[s] (-1: zeros; with SNAP from
  * the f32 snapshot of state_gather) and written, in the state dtype, to
  * the checkpoint slots (after token n_tok - n_ckpt + k; -1 = before the
- * first) and to dst_slot[s] after the last token. */
+ * first), to snap_slot[s] after token snap_tok[s] (the snapshot inside the
+ * ubatch, when the view has one) and to dst_slot[s] after the last token. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint N = 128; /* d_state */
@@ -21,6 +22,8 @@ layout(constant_id = 3) const uint A_DT = 0;
 layout(constant_id = 4) const uint D_DT = 0;  /* DT_NONE: no D */
 layout(constant_id = 5) const uint DB_DT = 0; /* DT_NONE: no dt_bias */
 layout(constant_id = 6) const uint SNAP = 0;
+/* 1: the view has a snapshot inside the ubatch (vk_rs_snap_words) */
+layout(constant_id = 7) const uint SNAPSHOT = 0;
 
 layout(binding = 0) readonly buffer Xbc { float xbc[]; };
 layout(binding = 1) readonly buffer Dt { float dt[]; };
@@ -36,6 +39,7 @@ layout(push_constant) uniform P {
     uint n_seqs, n_tok, n_heads, head_dim, n_groups, n_ckpt, n_slots, n_chunks;
     float dt_min, dt_max;
     uint xbc_off, dt_off, a_off, d_off, db_off, y_off, src_off, dst_off, ckpt_off, conv_dim;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 shared float bs[N];
@@ -51,6 +55,23 @@ const uint TR = N <= 128u ? 16u : 4u;
 shared float tile[TR * (N + 1u)];
 
 float S[N];
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out (the prefill hot path
+ * of views without one stays as it was). */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 /* Loads this workgroup's state rows (rows0 .. rows0 + rows of the slot
  * layout) into S: from the snapshot, from src_slot[s], or zeros. Called by
@@ -139,6 +160,7 @@ void main()
     for (uint k = 0; k < p.n_ckpt; k++)
         if (first_ckpt + int(k) == -1)
             store_state(idx[p.ckpt_off + s * p.n_ckpt + k], row0, rows);
+    int snap_t, snap = snap_of(s, snap_t); /* the same for the whole workgroup */
 
     uint d_inner = p.n_heads * p.head_dim;
     for (uint t = 0; t < p.n_tok; t++) {
@@ -168,6 +190,8 @@ void main()
         int k = int(t) - first_ckpt;
         if (k >= 0 && k < int(p.n_ckpt))
             store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], row0, rows);
+        if (SNAPSHOT != 0u && int(t) == snap_t)
+            store_state(snap, row0, rows);
     }
     store_state(idx[p.dst_off + s], row0, rows);
 }

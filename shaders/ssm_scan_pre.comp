@@ -37,8 +37,10 @@
  * States are read from src_slot[s] (-1: zeros; with SNAP from the f32
  * snapshot of state_gather) and written, in the state dtype, to the
  * checkpoint slots (after token n_tok - n_ckpt + k; -1 = before the
- * first) and to dst_slot[s] after the last token; slots outside
- * [0, n_slots) are skipped. Every lane reads its elements before writing
+ * first), to snap_slot[s] after token snap_tok[s] (the snapshot inside the
+ * ubatch, when the view has one; its block takes the rolled loop, as a
+ * checkpoint's does) and to dst_slot[s] after the last token; slots
+ * outside [0, n_slots) are skipped. Every lane reads its elements before writing
  * them, so a stream's own slots may alias. The host uses this shader when
  * N % 4 == 0 and the shared arrays fit (vk_ops_scan_pre.c). */
 #include "common.glsl"
@@ -59,6 +61,8 @@ layout(constant_id = 6) const uint SNAP = 0;
 layout(constant_id = 7) const uint RPL = 4; /* rows per lane group */
 layout(constant_id = 8) const uint T = 4;   /* tokens per staged block */
 layout(constant_id = 9) const uint LG = 8;  /* lane groups; WG = LG * N / 4 */
+/* 1: the view has a snapshot inside the ubatch (vk_rs_snap_words) */
+layout(constant_id = 10) const uint SNAPSHOT = 0;
 
 layout(binding = 0) readonly buffer Xbc { float xbc[]; };
 layout(binding = 1) readonly buffer Dt { float dt[]; };
@@ -76,6 +80,7 @@ layout(push_constant) uniform P {
     uint n_seqs, n_tok, n_heads, head_dim, n_groups, n_ckpt, n_slots, n_blocks;
     float dt_min, dt_max;
     uint xbc_off, dt_off, a_off, d_off, db_off, y_off, src_off, dst_off, ckpt_off, conv_dim;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 const uint L = N / 4u;     /* lanes per lane group */
@@ -93,6 +98,23 @@ shared float dash[T];
 shared float part[T * RW * LP];
 
 vec4 S[RPL];
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out (the prefill hot path
+ * of views without one stays as it was). */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 vec4 half4(uvec2 w)
 {
@@ -260,6 +282,7 @@ void main()
     for (uint k = 0u; k < p.n_ckpt; k++)
         if (first_ckpt + int(k) == -1)
             store_state(idx[p.ckpt_off + s * p.n_ckpt + k], at0, slot_elems, row0, lane);
+    int snap_t, snap = snap_of(s, snap_t);
 
     for (uint t0 = 0u; t0 < p.n_tok; t0 += T) {
         uint nt = min(T, p.n_tok - t0);
@@ -280,8 +303,10 @@ void main()
             barrier();
         }
         barrier();
-        /* checkpoints in this block: the token loop stores states */
+        /* checkpoints or the snapshot in this block: the token loop stores states */
         bool ck = int(t0 + nt) > first_ckpt && p.n_ckpt > 0u;
+        if (SNAPSHOT != 0u)
+            ck = ck || (snap_t >= int(t0) && snap_t < int(t0 + nt));
         if (ROLLED == 0 && nt == T && !ck) {
             /* a full block without checkpoints: unrolled, so that the
              * compiler may issue the shared loads of several tokens early */
@@ -294,6 +319,8 @@ void main()
                 if (k >= 0 && k < int(p.n_ckpt))
                     store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], at0, slot_elems, row0,
                                 lane);
+                if (SNAPSHOT != 0u && int(t0 + t) == snap_t)
+                    store_state(snap, at0, slot_elems, row0, lane);
             }
         }
         barrier();

@@ -7,7 +7,9 @@
  * workgroup per (stream, head) keeps the head's state in shared memory as
  * f32, so the scale of each stored state, amax / 127 over the head, is one
  * workgroup reduction; codes are roundEven(x / scale) clamped to
- * [-127, 127] (the cpu backend's arithmetic). MODE 1 only copies every
+ * [-127, 127] (the cpu backend's arithmetic); stored are the checkpoints,
+ * the snapshot inside the ubatch (snap_slot[s] after token snap_tok[s],
+ * when the view has one) and dst_slot[s]. MODE 1 only copies every
  * stream's source state, dequantized, into the f32 scratch `snap`
  * ([n_seqs][H][P * N]) and MODE 0 with SNAP then reads it: used when a
  * stream reads a slot another stream writes (copy-on-write). P * N % 4 == 0. */
@@ -19,6 +21,8 @@ layout(constant_id = 3) const uint D_DT = 0;  /* DT_NONE: no D */
 layout(constant_id = 4) const uint DB_DT = 0; /* DT_NONE: no dt_bias */
 layout(constant_id = 5) const uint SNAP = 0;
 layout(constant_id = 6) const uint MODE = 0;
+/* 1: the view has a snapshot inside the ubatch (vk_rs_snap_words) */
+layout(constant_id = 7) const uint SNAPSHOT = 0;
 
 layout(binding = 0) readonly buffer Xbc { float xbc[]; };
 layout(binding = 1) readonly buffer Dt { float dt[]; };
@@ -35,10 +39,28 @@ layout(push_constant) uniform P {
     float dt_min, dt_max;
     uint xbc_off, dt_off, a_off, d_off, db_off, y_off, src_off, dst_off, ckpt_off, conv_dim;
     uint slot_words, scale_word;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 shared float S[SMAX];
 shared float red[WG];
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out (the prefill hot path
+ * of views without one stays as it was). */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 void store_state(int sl, uint h, uint hs)
 {
@@ -107,6 +129,7 @@ void main()
     for (uint c = 0u; c < n_ckpt; c++)
         if (n_tok + c == n_ckpt - 1u)
             store_state(idx[p.ckpt_off + s * n_ckpt + c], h, hs);
+    int snap_t, snap = snap_of(s, snap_t); /* the same for the whole workgroup */
     uint d_inner = H * P;
     for (uint t = 0u; t < n_tok; t++) {
         uint tok = s * n_tok + t;
@@ -131,6 +154,8 @@ void main()
         for (uint c = 0u; c < n_ckpt; c++)
             if (n_tok + c == n_ckpt + t)
                 store_state(idx[p.ckpt_off + s * n_ckpt + c], h, hs);
+        if (SNAPSHOT != 0u && int(t) == snap_t)
+            store_state(snap, h, hs);
     }
     store_state(idx[p.dst_off + s], h, hs);
 }

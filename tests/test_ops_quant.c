@@ -414,8 +414,34 @@ END_TEST
 #define SG 1
 #define CONV (SH * SP + 2 * SG * SN)
 
+/* Checks an int8 state slot against the float64 state S (SH x SP x SN):
+ * per-head scale amax / 127, values within half a step; with `adopt`, S
+ * becomes the stored (dequantized) state, where the next ubatch starts. */
+static void check_i8_slot(const char *what, const unsigned char *slot, size_t soff, double *S,
+                          bool adopt)
+{
+    for (int32_t hh = 0; hh < SH; hh++) {
+        float sc;
+        memcpy(&sc, slot + soff + 4 * (size_t)hh, 4);
+        double amax = 0.0;
+        for (int32_t e = 0; e < SP * SN; e++)
+            amax = fmax(amax, fabs(S[hh * SP * SN + e]));
+        ck_assert_msg(fabs(sc - amax / 127.0) <= 1e-4 * amax / 127.0, "%s: scale %g, want %g",
+                      what, (double)sc, amax / 127.0);
+        for (int32_t e = 0; e < SP * SN; e++) {
+            int64_t k = hh * SP * SN + e;
+            double got = (double)(signed char)slot[k] * (double)sc;
+            ck_assert_msg(fabs(got - S[k]) <= 0.5 * sc + 1e-5 * amax, "%s: [%lld]: %g, want %g",
+                          what, (long long)k, got, S[k]);
+            if (adopt)
+                S[k] = got;
+        }
+    }
+}
+
 /* Two sequences, two ubatches of 3 then 2 tokens: from the zero state into
- * slots 1 and 3, then from those into slots 3 and 0. */
+ * slots 1 and 3 (and snapshots inside the ubatch into slots 2 and 0), then
+ * from those into slots 3 and 0. */
 START_TEST(test_ssm_i8)
 {
     llmem_backend *be = th_open(_i);
@@ -432,11 +458,15 @@ START_TEST(test_ssm_i8)
     ref64_fill(&r, a_log, SH, -1.0, 0.5, F32);
     ref64_fill(&r, dd, SH, -1.0, 1.0, F32);
     ref64_fill(&r, bias, SH, -0.5, 0.5, F32);
-    double S64[2][SH * SP * SN];
+    double S64[2][SH * SP * SN], snap64[2][SH * SP * SN];
     memset(S64, 0, sizeof S64);
     /* ubatch 1: sequence 0 writes slot 3, which sequence 1 reads
      * (copy-on-write order: every source is read before any write) */
     const int32_t ntok[2] = {3, 2}, src[2][2] = {{-1, -1}, {1, 3}}, dst[2][2] = {{1, 3}, {3, 0}};
+    /* ubatch 0 also has snapshots inside the ubatch (llmem_rs_view.snap_tok /
+     * snap_slot): sequence 0's state after its token 1 to slot 2, sequence
+     * 1's after its token 0 to slot 0 */
+    const int32_t snap_tok[2] = {1, 0}, snap_slot[2] = {2, 0};
     for (int step = 0; step < 2; step++) {
         int32_t T = 2 * ntok[step];
         double *xbc = th_vec(&h, (int64_t)T * CONV), *dtv = th_vec(&h, (int64_t)T * SH);
@@ -449,6 +479,8 @@ START_TEST(test_ssm_i8)
                 int64_t tok = (int64_t)s * ntok[step] + t;
                 ref64_ssm_token(S64[s], xbc + tok * CONV, dtv + tok * SH, a_log, dd, bias, &p,
                                 ref + tok * SH * SP);
+                if (step == 0 && t == snap_tok[s])
+                    memcpy(snap64[s], S64[s], sizeof snap64[s]);
             }
         th_ctx c;
         th_begin(&c, be);
@@ -467,8 +499,13 @@ START_TEST(test_ssm_i8)
         v->src_slot = th_idx_add(&b, src[step], 2);
         v->dst_slot = th_idx_add(&b, dst[step], 2);
         v->ckpt_slot = th_idx_add(&b, NULL, 0);
-        llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot};
-        view.idx = th_idx_finish(&c, &b, tabs, 3);
+        if (step == 0) {
+            v->snap_tok = th_idx_add(&b, snap_tok, 2);
+            v->snap_slot = th_idx_add(&b, snap_slot, 2);
+        }
+        llmem_i32_table *tabs[] = {&v->src_slot, &v->dst_slot, &v->ckpt_slot, &v->snap_tok,
+                                   &v->snap_slot};
+        view.idx = th_idx_finish(&c, &b, tabs, step == 0 ? 5 : 3);
         llmem_tensor xt = th_input(&c, F32, 2, T, CONV, 1, xbc);
         llmem_tensor dtt = th_input(&c, F32, 2, T, SH, 1, dtv);
         llmem_tensor at = th_input(&c, F32, 1, SH, 1, 1, a_log);
@@ -497,24 +534,14 @@ START_TEST(test_ssm_i8)
         th_expect_close(y, ref, (int64_t)T * SH * SP, 1e-5, what);
         /* stored states: per-head scale amax / 127, values within half a step */
         for (int32_t s = 0; s < 2; s++) {
-            const unsigned char *slot = img + (size_t)dst[step][s] * slot_bytes;
-            for (int32_t hh = 0; hh < SH; hh++) {
-                float sc;
-                memcpy(&sc, slot + soff + 4 * (size_t)hh, 4);
-                double amax = 0.0;
-                for (int32_t e = 0; e < SP * SN; e++)
-                    amax = fmax(amax, fabs(S64[s][hh * SP * SN + e]));
-                ck_assert_msg(fabs(sc - amax / 127.0) <= 1e-4 * amax / 127.0,
-                              "%s: scale %g, want %g", what, (double)sc, amax / 127.0);
-                for (int32_t e = 0; e < SP * SN; e++) {
-                    int64_t k = hh * SP * SN + e;
-                    double got = (double)(signed char)slot[k] * (double)sc;
-                    ck_assert_msg(fabs(got - S64[s][k]) <= 0.5 * sc + 1e-5 * amax,
-                                  "%s: state s%d [%lld]: %g, want %g", what, s, (long long)k, got,
-                                  S64[s][k]);
-                    S64[s][k] = got; /* the next ubatch starts from what is stored */
-                }
+            char sw[80];
+            if (step == 0) {
+                snprintf(sw, sizeof sw, "%s, snapshot of s%d", what, s);
+                check_i8_slot(sw, img + (size_t)snap_slot[s] * slot_bytes, soff, snap64[s], false);
             }
+            snprintf(sw, sizeof sw, "%s, state s%d", what, s);
+            /* the next ubatch starts from what is stored */
+            check_i8_slot(sw, img + (size_t)dst[step][s] * slot_bytes, soff, S64[s], true);
         }
         (void)E;
     }

@@ -135,7 +135,8 @@ llmem_status cuda_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                               llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
                               llmem_ct *y);
 
-/* Fills the kernel arguments of state `state` of a recurrent view and, when
+/* Fills the kernel arguments of state `state` of a recurrent view (with
+ * the tables of its snapshot inside the ubatch, if any) and, when
  * some stream reads a slot another stream writes, snapshots every source
  * into backend scratch first (cuda_ops_mamba2.c; shared by every recurrent op). */
 llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,

@@ -12,6 +12,15 @@
 #include "kernels/ssd.h"
 #include "llmem/view.h"
 
+bool cuda_rs_snap_any(const llmem_view *view)
+{
+    const llmem_rs_view *sn = llmem_rs_view_snap(view);
+    for (int32_t s = 0; sn && s < sn->n_seqs; s++)
+        if (sn->snap_slot.host[s] >= 0)
+            return true;
+    return false;
+}
+
 llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need)
 {
     *need = false;
@@ -40,8 +49,11 @@ llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need)
     return LLMEM_OK;
 }
 
-/* Fills the slot arguments of state `state` and, when some stream reads a
- * slot another stream writes, snapshots every source into scratch first. */
+/* Fills the slot arguments of state `state` (with the snapshot tables
+ * when the view has a snapshot inside the ubatch: every op but ssm_conv
+ * and ssm_scan was refused such a view by backends/ops.c) and, when some
+ * stream reads a slot another stream writes, copies every source into
+ * scratch first (a snapshot's slot is nobody's source, base/view.c). */
 llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
                              cuk_rs_args *rs)
 {
@@ -60,6 +72,15 @@ llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t s
     rs->src = cuda_view_table(view, &v->src_slot);
     rs->dst = cuda_view_table(view, &v->dst_slot);
     rs->ckpt = cuda_view_table(view, &v->ckpt_slot);
+    /* ssm_conv and ssm_scan only, and only where some group has a snapshot
+     * slot: never in a one-token view (a snapshot lies before the last
+     * token), so a recorded decode step (models/decode_graph.c, whose key
+     * has no snapshot table) reads none */
+    if (cuda_rs_snap_any(view)) {
+        const llmem_rs_view *sn = llmem_rs_view_snap(view);
+        rs->snap_tok = cuda_view_table(view, &sn->snap_tok);
+        rs->snap_slot = cuda_view_table(view, &sn->snap_slot);
+    }
     bool need;
     llmem_status st = cuda_rs_need_snapshot(v, &need);
     if (st != LLMEM_OK || !need)
@@ -76,8 +97,6 @@ llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t s
 llmem_status cuda_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                               llmem_ct *x, llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
-        return LLMEM_E_UNSUPPORTED;
     cuda_backend *cb = cuda_from(be);
     llmem_status st = cuda_enter(cb);
     if (st != LLMEM_OK)
@@ -124,8 +143,6 @@ llmem_status cuda_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
                               llmem_ct *dt, llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias,
                               llmem_ct *y)
 {
-    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
-        return LLMEM_E_UNSUPPORTED;
     if (llmem_view_rs(view)->desc[state].dtype == LLMEM_DTYPE_I8) /* cuda_ops_quant.c */
         return cuda_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     cuda_backend *cb = cuda_from(be);

@@ -45,6 +45,11 @@ llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
         .dst = q_table(view, &v->dst_slot),
         .ckpt = q_table(view, &v->ckpt_slot),
     };
+    if (cuda_rs_snap_any(view)) { /* a snapshot inside the ubatch (as cuda_rs_prepare) */
+        const llmem_rs_view *sn = llmem_rs_view_snap(view);
+        q.snap_tok = q_table(view, &sn->snap_tok);
+        q.snap_slot = q_table(view, &sn->snap_slot);
+    }
     bool need;
     if ((st = cuda_rs_need_snapshot(v, &need)) != LLMEM_OK)
         return st;

@@ -1,7 +1,9 @@
 /* llmem Vulkan backend: the Mamba-2 ops, causal conv1d with conv state and
  * the selective scan with ssm state (shaders/ssm_conv.comp,
  * shaders/ssm_scan.comp), both with state slots and checkpoints from a
- * recurrent view. Semantics: HF transformers Mamba2Mixer.torch_forward
+ * recurrent view (and the snapshot inside the ubatch, snap_tok /
+ * snap_slot, in the shaders that take several tokens: vk_rs_snap_words).
+ * Semantics: HF transformers Mamba2Mixer.torch_forward
  * applied token by token, the recurrent form of Mamba-2's SSD (Dao & Gu,
  * ICML 2024, Sec. 3); the CPU reference is backends/cpu/ops_mamba.c.
  *
@@ -76,6 +78,26 @@ void vk_rs_tables(vk_op *op, const llmem_rs_view *rs)
     vk_op_u32(op, vk_table_word(&rs->ckpt_slot));
 }
 
+void vk_rs_snap_words(vk_op *op, const llmem_view *view)
+{
+    /* none without a snapshot slot, so in no one-token view (a snapshot
+     * lies before the last token): a recorded decode step (vk_record.c)
+     * reads no snapshot table, whose offsets are not part of its key
+     * (models/decode_graph.c) */
+    const llmem_rs_view *sn = vk_rs_snap_any(view) ? llmem_rs_view_snap(view) : NULL;
+    vk_op_u32(op, sn ? vk_table_word(&sn->snap_tok) : 0xffffffffu);
+    vk_op_u32(op, sn ? vk_table_word(&sn->snap_slot) : 0xffffffffu);
+}
+
+bool vk_rs_snap_any(const llmem_view *view)
+{
+    const llmem_rs_view *sn = llmem_rs_view_snap(view);
+    for (int32_t s = 0; sn && s < sn->n_seqs; s++)
+        if (sn->snap_slot.host[s] >= 0)
+            return true;
+    return false;
+}
+
 /* Records the gather of every stream's source state into a new f32
  * scratch allocation (*snap); released by the caller after recording the
  * op that reads it (the hazard tracker orders any later reuse). */
@@ -137,6 +159,9 @@ static void conv_build(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t
     vk_op_spec(op, snap != NULL);
     if (tb > 0)
         vk_op_spec(op, tb);
+    bool snap_words = shader == VK_SH_SSM_CONV || shader == VK_SH_SSM_CONV_PRE; /* not short_conv */
+    if (snap_words)
+        vk_op_spec(op, vk_rs_snap_any(view)); /* SNAPSHOT */
     uint32_t xo = vk_op_tensor(v, op, x, false);
     uint32_t wo = vk_op_tensor(v, op, w, false);
     uint32_t bo = vk_op_tensor(v, op, b, false);
@@ -154,6 +179,8 @@ static void conv_build(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t
     vk_rs_tables(op, rs);
     if (tb > 0)
         vk_op_u32(op, n_blocks);
+    if (snap_words)
+        vk_rs_snap_words(op, view);
     *groups = vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, wg);
 }
 
@@ -317,17 +344,21 @@ static bool fold_matches(const vk_backend *v, const llmem_ssm_params *p, const l
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out)
 {
-    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
-        return LLMEM_E_UNSUPPORTED;
     vk_backend *v = vk_from(be);
+    /* The fused one-token paths (the conv in in_proj's epilogue, the conv
+     * held for the decode scan) write no snapshot. They take one-token
+     * views only, which never have one (a snapshot lies before a stream's
+     * last token, base/view.c); a view with one skips them all the same. */
+    bool snap = vk_rs_snap_any(view);
     bool taken = false; /* one token: in the epilogue of the product that made x */
-    llmem_status ts = vk_nm_conv_take(v, view, state, x, w, b, out, &taken);
+    llmem_status ts =
+        snap ? vk_nm_conv_flush(v) : vk_nm_conv_take(v, view, state, x, w, b, out, &taken);
     if (ts != LLMEM_OK || taken)
         return ts;
     if (vk_conv_pre_takes(v, view, state)) /* prefill: vk_ops_scan_pre.c */
         return vk_conv_pre(v, view, state, x, w, b, out);
     bool held = false; /* one token: held back for the decode scan (vk_conv_fold_flush) */
-    llmem_status st = conv_hold(be, v, view, state, x, w, b, out, &held);
+    llmem_status st = snap ? LLMEM_OK : conv_hold(be, v, view, state, x, w, b, out, &held);
     if (st != LLMEM_OK || held)
         return st;
     return vk_rs_conv(v, VK_SH_SSM_CONV, view, state, x, w, b, out);
@@ -368,14 +399,15 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
                             int32_t state, llmem_ct *xbc, llmem_ct *dt, llmem_ct *a_log,
                             llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y)
 {
-    if (llmem_rs_view_snap(view)) /* not yet: a snapshot inside the ubatch */
-        return LLMEM_E_UNSUPPORTED;
     vk_backend *v = vk_from(be);
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     /* the held-back conv (vk_conv_fold_flush) folds in only where this
-     * scan takes the decode shader without a snapshot; else it goes first */
-    bool fold = v->fold_pending && sd->dtype != LLMEM_DTYPE_I8 && fold_matches(v, p, view, xbc, y);
+     * scan takes the decode shader without a source copy (and without a
+     * snapshot inside the ubatch, which the decode shader does not write);
+     * else it goes first */
+    bool fold = v->fold_pending && sd->dtype != LLMEM_DTYPE_I8 && !vk_rs_snap_any(view) &&
+                fold_matches(v, p, view, xbc, y);
     if (fold) {
         bool snap = false;
         llmem_status st = vk_rs_needs_snapshot(rs, &snap);
@@ -391,8 +423,8 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
     if (sd->dtype == LLMEM_DTYPE_I8) /* int8 states: vk_ops_quant.c */
         return vk_op_ssm_scan_q(be, p, view, state, xbc, dt, a_log, d, dt_bias, y);
     uint32_t n_chunks = (uint32_t)vk_div_up((uint64_t)p->head_dim, SCAN_WG);
-    /* one token, no checkpoints: lanes over d_state (ssm_scan_decode.comp),
-     * unless v->scan.old */
+    /* one token, no checkpoints (so no snapshot inside the ubatch either):
+     * lanes over d_state (ssm_scan_decode.comp), unless v->scan.old */
     uint32_t lanes = (uint32_t)p->d_state / 4, wg = v->scan.wg;
     bool dec = rs->n_seq_tokens == 1 && rs->n_ckpt == 0 && p->d_state % 4 == 0 &&
                lanes >= 1 && lanes <= wg && !v->scan.old;
@@ -452,6 +484,10 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
     vk_op_spec(&op, use_snap);
     for (uint32_t k = 0; k < l->n_spec; k++)
         vk_op_spec(&op, l->spec[k]);
+    /* ssm_scan.comp and ssm_scan_pre.comp: SNAPSHOT, two more push words */
+    bool snap_words = l->shader != VK_SH_SSM_SCAN_DEC && l->shader != VK_SH_SSM_SCAN_DEC_SG;
+    if (snap_words)
+        vk_op_spec(&op, vk_rs_snap_any(view));
     const vk_conv_fold *f = l->fold;
     if (f) /* ssm_scan_decode.comp's CONV */
         vk_op_spec(&op, f->dc | (uint32_t)f->w.dtype << 4 |
@@ -505,6 +541,8 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
     vk_rs_tables(&op, rs);
     /* conv_dim from the params: xbc may be given as [T, ...] flattening to it */
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
+    if (snap_words)
+        vk_rs_snap_words(&op, view);
     if (f) {
         vk_op_u32(&op, cwo);
         vk_op_u32(&op, cbo);

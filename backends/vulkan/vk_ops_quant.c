@@ -122,6 +122,7 @@ static llmem_status scan_q_run(vk_backend *v, const llmem_ssm_params *p, const l
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, snap ? 1u : 0u);
     vk_op_spec(&op, mode);
+    vk_op_spec(&op, vk_rs_snap_any(view)); /* SNAPSHOT */
     uint32_t xo = vk_op_tensor(v, &op, xbc, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t ao = vk_op_tensor(v, &op, a_log, false);
@@ -154,6 +155,7 @@ static llmem_status scan_q_run(vk_backend *v, const llmem_ssm_params *p, const l
     vk_op_u32(&op, (uint32_t)(p->n_heads * p->head_dim + 2 * p->n_groups * p->d_state));
     vk_op_u32(&op, slot_bytes / 4u);
     vk_op_u32(&op, scale_off / 4u);
+    vk_rs_snap_words(&op, view);
     return vk_op_run(v, &op, (uint64_t)rs->n_seqs * (uint64_t)p->n_heads);
 }
 
