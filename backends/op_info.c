@@ -15,6 +15,8 @@
 #include <string.h>
 
 #include "backends/ops_internal.h"
+#include "llmem/ops_gdn.h"
+#include "llmem/ops_ssm1.h"
 
 #define F DT_F32
 #define W DT_FLOAT
@@ -288,9 +290,13 @@ llmem_status llmem_op_check_view(llmem_op op, const llmem_view *view, char *err,
                    name, llmem_view_kind_name(kind, want), (unsigned)view->desc_size, min);
         return LLMEM_E_INVALID;
     }
-    /* a snapshot inside the ubatch: only the Mamba-2 conv and scan write one */
-    if (kind == LLMEM_VIEW_RECURRENT && op != LLMEM_OP_SSM_CONV && op != LLMEM_OP_SSM_SCAN &&
-        llmem_rs_view_snap(view)) {
+    /* a snapshot inside the ubatch: written by the recurrent ops that run a
+     * ubatch token by token (Mamba-2's conv and scan, LFM2's short conv,
+     * Mamba-1's scan, the gated delta rule); refused by the others
+     * (state_slot_copy, ...) */
+    bool snaps = op == LLMEM_OP_SSM_CONV || op == LLMEM_OP_SSM_SCAN ||
+                 op == LLMEM_OP_SHORT_CONV || op == LLMEM_OP_SSM_SCAN1 || op == LLMEM_OP_GDN;
+    if (kind == LLMEM_VIEW_RECURRENT && !snaps && llmem_rs_view_snap(view)) {
         llmem_errf(err, err_len, "op %s cannot write a snapshot inside the ubatch "
                    "(llmem_rs_view.snap_slot)", name);
         return LLMEM_E_UNSUPPORTED;

@@ -65,8 +65,8 @@ llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const ll
 {
     /* the view kind this op declares (gdn_info) */
     llmem_status vst = llmem_op_check_view(LLMEM_OP_GDN, view, NULL, 0);
-    if (vst != LLMEM_OK) /* LLMEM_E_UNSUPPORTED: a snapshot inside the ubatch */
-        return vst == LLMEM_E_UNSUPPORTED ? vst : LLMEM_E_INVALID;
+    if (vst != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_op_gdn_fn fn = (llmem_op_gdn_fn)llmem_backend_op_impl(be, &gdn_info);

@@ -64,8 +64,8 @@ llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int3
 {
     /* the view kind this op declares (short_conv_info) */
     llmem_status vst = llmem_op_check_view(LLMEM_OP_SHORT_CONV, view, NULL, 0);
-    if (vst != LLMEM_OK) /* LLMEM_E_UNSUPPORTED: a snapshot inside the ubatch */
-        return vst == LLMEM_E_UNSUPPORTED ? vst : LLMEM_E_INVALID;
+    if (vst != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_op_short_conv_fn fn =
@@ -103,8 +103,8 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
 {
     /* the view kind this op declares (ssm_scan1_info) */
     llmem_status vst = llmem_op_check_view(LLMEM_OP_SSM_SCAN1, view, NULL, 0);
-    if (vst != LLMEM_OK) /* LLMEM_E_UNSUPPORTED: a snapshot inside the ubatch */
-        return vst == LLMEM_E_UNSUPPORTED ? vst : LLMEM_E_INVALID;
+    if (vst != LLMEM_OK)
+        return LLMEM_E_INVALID;
     if (!be)
         return LLMEM_E_INVALID;
     llmem_op_ssm_scan1_fn fn = (llmem_op_ssm_scan1_fn)llmem_backend_op_impl(be, &ssm_scan1_info);

@@ -12,7 +12,8 @@
  * ubatch and reads and writes it once; a block of 64 threads covers 64
  * columns of one (group s, value head h), with the token's q and k in
  * shared memory. Sources are read before any write (snapshots from
- * cuk_rs_snapshot when another group writes a source slot).
+ * cuk_rs_snapshot when another group writes a source slot); the snapshot
+ * inside the ubatch (rs.snap_tok / snap_slot) is written like a checkpoint.
  */
 #include "kernels/common.cuh"
 #include "kernels/gdn.h"
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
     for (int c = 0; c < rs.n_ckpt; c++)
         if (first + c == -1)
             GDN_STORE(rs.ckpt[s * rs.n_ckpt + c]);
+    int32_t snap_t, snap = cuk_rs_snap(rs, s, snap_t); /* the same for the whole block */
     for (int t = 0; t < rs.n_seq_tokens; t++) {
         int64_t tok = s * rs.n_seq_tokens + t;
         const float *row = a.qkv + tok * a.width;
@@ -141,6 +143,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
         int c = t - first;
         if (c >= 0 && c < rs.n_ckpt)
             GDN_STORE(rs.ckpt[s * rs.n_ckpt + c]);
+        if (t == snap_t)
+            GDN_STORE(snap);
     }
     GDN_STORE(rs.dst[s]);
 #undef GDN_STORE

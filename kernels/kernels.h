@@ -177,7 +177,8 @@ typedef struct cuk_rs_args {
     /* The snapshot inside the ubatch (<llmem/view.h> llmem_rs_view.snap_tok /
      * snap_slot), device tables [n_seqs], both NULL when no stream has one:
      * stream s's state after its token snap_tok[s] also goes to slot
-     * snap_slot[s] (-1: none). Only ssm_conv and ssm_scan set them; their
+     * snap_slot[s] (-1: none). Set for the ops that take such a view
+     * (ssm_conv, ssm_scan, short_conv, ssm_scan1, gdn); the Mamba-2
      * kernels then run an instance of their own (the common one stays as it
      * was). */
     const int32_t *snap_tok, *snap_slot;

@@ -8,7 +8,8 @@
  * Alg. 2; JambaMambaMixer). As in mamba.cu, each thread reads its part of
  * the source slot into registers before writing any destination, and a
  * source another stream writes is read from the host-requested snapshot
- * (cuk_rs_snapshot, rs.snap).
+ * (cuk_rs_snapshot, rs.snap). The snapshot inside the ubatch (rs.snap_tok /
+ * snap_slot, cuk_rs_snap) is written like a checkpoint after its token.
  *
  * short conv: a thread per (stream, channel), the window in registers.
  * scan1: a warp per (stream, channel); lane l owns state columns l, l + 32,
@@ -18,8 +19,9 @@
 #include "kernels/common.cuh"
 #include "kernels/ssm1.h"
 
-/* Slot written by checkpoint ci (ci == n_ckpt: the dst) and the token it
- * follows (-1: before the first); -1 slot when none. */
+/* Slot written by checkpoint ci (ci == n_ckpt: the dst, ci == n_ckpt + 1:
+ * the snapshot inside the ubatch) and the token it follows (-1: before the
+ * first); -1 slot when none. */
 __device__ __forceinline__ int32_t s1_out_slot(const cuk_rs_args &rs, int64_t s, int32_t ci,
                                                int32_t &tt)
 {
@@ -27,6 +29,8 @@ __device__ __forceinline__ int32_t s1_out_slot(const cuk_rs_args &rs, int64_t s,
     if (ci < rs.n_ckpt) {
         sl = rs.ckpt[s * rs.n_ckpt + ci];
         tt = rs.n_seq_tokens - rs.n_ckpt + ci;
+    } else if (ci > rs.n_ckpt) {
+        return cuk_rs_snap(rs, s, tt);
     } else {
         sl = rs.dst[s];
         tt = rs.n_seq_tokens - 1;
@@ -65,7 +69,7 @@ __global__ void short_conv_kernel(cuk_rs_args rs, const float *bcx, const void *
                 acc += wr[k] * SC_U(t + k);
             out[(s * n_tok + t) * (int64_t)dim + c] = rows[(int64_t)t * 3 * dim + dim] * acc;
         }
-        for (int32_t ci = 0; ci <= rs.n_ckpt; ci++) {
+        for (int32_t ci = 0; ci <= rs.n_ckpt + 1; ci++) {
             int32_t tt;
             int32_t sl = s1_out_slot(rs, s, ci, tt);
             if (sl < 0)
@@ -157,8 +161,9 @@ __global__ void scan1_kernel(cuk_rs_args rs, cuk_scan1_args a)
                 }
                 a.y[row * a.d_inner + c] = yv;
             }
-            /* checkpoints after this token, then (last token) the dst */
-            for (int32_t ci = 0; ci <= rs.n_ckpt; ci++) {
+            /* checkpoints after this token, (last token) the dst, the
+             * snapshot inside the ubatch */
+            for (int32_t ci = 0; ci <= rs.n_ckpt + 1; ci++) {
                 int32_t tt, sl = s1_out_slot(rs, s, ci, tt);
                 if (sl >= 0 && tt == t)
                     s1_store<NPL>(rs, sl, c, N, lane, S);

@@ -13,7 +13,9 @@
  * (group s, value head h). q and k of the token go through shared memory.
  * States come from src_slot[s] (-1: zeros; with SNAP from state_gather's
  * f32 snapshot) and are written in the state dtype to the checkpoint slots
- * (after token n_tok - n_ckpt + k; -1 = before the first) and dst_slot[s]. */
+ * (after token n_tok - n_ckpt + k; -1 = before the first), to snap_slot[s]
+ * after token snap_tok[s] (the snapshot inside the ubatch, when the view
+ * has one) and to dst_slot[s]. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint DK = 128; /* d_k */
@@ -21,6 +23,7 @@ layout(constant_id = 2) const uint ST_DT = 0;
 layout(constant_id = 3) const uint A_DT = 0;
 layout(constant_id = 4) const uint DB_DT = 0;
 layout(constant_id = 5) const uint SNAP = 0;
+layout(constant_id = 6) const uint SNAPSHOT = 0; /* some group has a snapshot inside the ubatch */
 
 layout(binding = 0) readonly buffer Qkv { float qkv[]; };
 layout(binding = 1) readonly buffer Aa { float aa[]; };
@@ -35,12 +38,29 @@ layout(binding = 8) readonly buffer Snap { float snap[]; };
 layout(push_constant) uniform P {
     uint n_seqs, n_tok, n_k_heads, n_v_heads, d_v, n_ckpt, n_slots, n_cb;
     uint qkv_off, a_off, b_off, al_off, db_off, o_off, src_off, dst_off, ckpt_off, width;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 shared float qs[DK];
 shared float ks[DK];
 
 float S[DK];
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out. */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 /* Column j of head h of a slot: elements (h * DK + i) * d_v + j. */
 void store_col(int slot, uint h, uint j, bool act)
@@ -84,6 +104,7 @@ void main()
     for (uint k = 0; k < p.n_ckpt; k++)
         if (first_ckpt + int(k) == -1)
             store_col(idx[p.ckpt_off + s * p.n_ckpt + k], h, j, act);
+    int snap_t, snap = snap_of(s, snap_t); /* the same for the whole workgroup */
 
     for (uint t = 0; t < p.n_tok; t++) {
         uint tok = s * p.n_tok + t;
@@ -120,6 +141,8 @@ void main()
         int k = int(t) - first_ckpt;
         if (k >= 0 && k < int(p.n_ckpt))
             store_col(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], h, j, act);
+        if (SNAPSHOT != 0u && int(t) == snap_t)
+            store_col(snap, h, j, act);
     }
     store_col(idx[p.dst_off + s], h, j, act);
 }

@@ -10,9 +10,10 @@
  * the window in registers. The state is read from slot src_slot[s] (-1:
  * zeros) or, with SNAP, from the f32 snapshot [n_seqs][slot] a
  * state_gather dispatch made, and written after token n_tok - n_ckpt + k
- * to ckpt_slot[s][k] (the state before token 0 for index -1) and after the
- * last token to dst_slot[s]. Slots outside [0, n_slots) are skipped. The
- * CPU reference is backends/cpu/ops_ssm1.c. */
+ * to ckpt_slot[s][k] (the state before token 0 for index -1), after token
+ * snap_tok[s] to snap_slot[s] (the snapshot inside the ubatch, when the
+ * view has one) and after the last token to dst_slot[s]. Slots outside
+ * [0, n_slots) are skipped. The CPU reference is backends/cpu/ops_ssm1.c. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint L = 3; /* taps (conv_L_cache) */
@@ -20,6 +21,7 @@ layout(constant_id = 2) const uint W_DT = 0;
 layout(constant_id = 3) const uint B_DT = 0; /* DT_NONE: no bias */
 layout(constant_id = 4) const uint ST_DT = 0;
 layout(constant_id = 5) const uint SNAP = 0;
+layout(constant_id = 6) const uint SNAPSHOT = 0; /* some stream has a snapshot inside the ubatch */
 
 layout(binding = 0) readonly buffer X { float bcx[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -32,9 +34,26 @@ layout(binding = 6) readonly buffer Snap { float snap[]; };
 layout(push_constant) uniform P {
     uint n_seqs, n_tok, dim, n_ckpt, n_slots;
     uint x_off, w_off, b_off, o_off, src_off, dst_off, ckpt_off;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 float win[L];
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out. */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 void store_state(int slot, uint c)
 {
@@ -69,6 +88,7 @@ void main()
     for (uint k = 0; k < p.n_ckpt; k++)
         if (first_ckpt + int(k) == -1)
             store_state(idx[p.ckpt_off + s * p.n_ckpt + k], c);
+    int snap_t, snap = snap_of(s, snap_t);
     for (uint t = 0; t < p.n_tok; t++) {
         uint row = s * p.n_tok + t;
         uint rb = p.x_off + row * 3u * p.dim + c;
@@ -84,6 +104,8 @@ void main()
         int k = int(t) - first_ckpt;
         if (k >= 0 && k < int(p.n_ckpt))
             store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], c);
+        if (SNAPSHOT != 0u && int(t) == snap_t)
+            store_state(snap, c);
     }
     store_state(idx[p.dst_off + s], c);
 }

@@ -8,8 +8,9 @@
  *   S = exp(dt' A) * S + dt' x[t, c] B[t, :]
  *   y[t, c] = (S . C[t, :] + D[c] x[t, c]) * silu(z[t, c])   (z optional)
  * One invocation per (stream s, channel c) keeps S[c, :] in registers
- * across the tokens. Sources, snapshots (SNAP), checkpoints and skipped
- * slots as short_conv.comp. The CPU reference is backends/cpu/ops_ssm1.c. */
+ * across the tokens. Sources, snapshots (SNAP), checkpoints, the snapshot
+ * inside the ubatch (snap_tok / snap_slot) and skipped slots as
+ * short_conv.comp. The CPU reference is backends/cpu/ops_ssm1.c. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint NS = 16; /* d_state */
@@ -19,6 +20,7 @@ layout(constant_id = 4) const uint D_DT = 0;  /* DT_NONE: no D */
 layout(constant_id = 5) const uint DB_DT = 0; /* DT_NONE: no dt_bias */
 layout(constant_id = 6) const uint HAS_Z = 0;
 layout(constant_id = 7) const uint SNAP = 0;
+layout(constant_id = 8) const uint SNAPSHOT = 0; /* some stream has a snapshot inside the ubatch */
 
 layout(binding = 0) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer Dt { float dt[]; };
@@ -37,10 +39,27 @@ layout(push_constant) uniform P {
     uint n_seqs, n_tok, din, n_ckpt, n_slots;
     uint x_off, dt_off, b_off, c_off, a_off, d_off, db_off, z_off, y_off;
     uint src_off, dst_off, ckpt_off;
+    uint snap_tok_off, snap_slot_off;
 } p;
 
 float S[NS];
 float A[NS];
+
+/* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
+ * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
+ * for none or an entry out of range, with its token in t (-1 with none).
+ * Without SNAPSHOT every use of it is compiled out. */
+int snap_of(uint s, out int t)
+{
+    t = -1;
+    if (SNAPSHOT == 0u || p.snap_slot_off == 0xffffffffu)
+        return -1;
+    int sl = idx[p.snap_slot_off + s], tt = idx[p.snap_tok_off + s];
+    if (sl < 0 || uint(sl) >= p.n_slots || tt < 0 || tt + 1 >= int(p.n_tok))
+        return -1;
+    t = tt;
+    return sl;
+}
 
 void store_state(int slot, uint c)
 {
@@ -75,6 +94,7 @@ void main()
     for (uint k = 0; k < p.n_ckpt; k++)
         if (first_ckpt + int(k) == -1)
             store_state(idx[p.ckpt_off + s * p.n_ckpt + k], c);
+    int snap_t, snap = snap_of(s, snap_t);
     for (uint t = 0; t < p.n_tok; t++) {
         uint row = s * p.n_tok + t;
         float dtv = softplus(dt[p.dt_off + row * p.din + c] + bias);
@@ -91,6 +111,8 @@ void main()
         int k = int(t) - first_ckpt;
         if (k >= 0 && k < int(p.n_ckpt))
             store_state(idx[p.ckpt_off + s * p.n_ckpt + uint(k)], c);
+        if (SNAPSHOT != 0u && int(t) == snap_t)
+            store_state(snap, c);
     }
     store_state(idx[p.dst_off + s], c);
 }

@@ -11,7 +11,9 @@
  * softplus(a + dt_bias)). Every backend, and both forms, is compared with
  * it. Views are built by hand: free slots hold NaN, sources may be -1,
  * the group's own dst, another group's dst (copy-on-write) or a
- * checkpoint; slots nobody writes must keep their bytes.
+ * checkpoint; slots nobody writes must keep their bytes. A snapshot
+ * inside the ubatch (snap_tok / snap_slot) is expected from the same
+ * float64 pass, after its token.
  */
 #include "support/run.h"
 #include <check.h>
@@ -151,6 +153,10 @@ static void reference_ubatch(const rs_setup *rs, const gdn_in *in, const unsigne
                     written[slot] = true;
                 }
             }
+            if (rs->snap && rs->snap_slot[s] >= 0 && rs->snap_tok[s] == t) {
+                memcpy(want + rs->snap_slot[s] * e, S, (size_t)e * sizeof *S);
+                written[rs->snap_slot[s]] = true;
+            }
         }
         if (rs->dst[s] >= 0) {
             memcpy(want + rs->dst[s] * e, S, (size_t)e * sizeof *S);
@@ -210,6 +216,19 @@ static const gdn_case cases[] = {
     {{3, 5, 2, 12, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}}, {3, 3, 8, 40}, F16, F32},
     /* bf16 states, 64 tokens exactly (one chunk), one checkpoint equal to dst */
     {{1, 64, 1, 3, {1}, {2}, {2}}, {2, 6, 16, 8}, BF16, F32},
+    /* snapshots inside the ubatch (snap_tok / snap_slot) beside checkpoints:
+     * after token 0, the second-to-last token, none for group 1 */
+    {{3, 5, 2, 14, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}, true, {0, 2, 3}, {10, -1, 12}},
+     {3, 3, 8, 40}, F16, F32},
+    /* chunked: group 0's snapshot mid-chunk (token 100), group 1's on a
+     * chunk edge (token 63, the end of the first chunk) */
+    {{2, 150, 0, 6, {-1, 2}, {0, 2}, {0}, true, {100, 63}, {4, 5}}, {1, 2, 32, 24}, F32, F32},
+    /* chunked for 67 tokens then a recurrent tail of 3 (checkpoints): one
+     * snapshot at the chunked part's last token (66), one in the tail (67) */
+    {{2, 70, 3, 12, {5, -1}, {0, 1}, {2, 3, 4, 6, 7, -1}, true, {66, 67}, {9, 11}},
+     {2, 4, 16, 16}, F32, F16},
+    /* a snapshot one token into a chunk (token 64), bf16 states */
+    {{1, 130, 0, 3, {1}, {2}, {0}, true, {64}, {0}}, {2, 6, 16, 8}, BF16, F32},
 };
 
 START_TEST(test_gdn)

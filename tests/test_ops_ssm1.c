@@ -13,7 +13,8 @@
  * checkpoint (rollback). Conv states are past u rows (rounded once to the
  * state dtype): their bytes must match the float64 reference rounded the
  * same way; ssm states within the dtype's threshold; slots nobody writes
- * keep their bytes.
+ * keep their bytes. Cases with a snapshot inside the ubatch (snap_tok /
+ * snap_slot) expect it from the same float64 pass (rs_reference_ubatch).
  */
 #include "support/run.h"
 #include <check.h>
@@ -102,6 +103,15 @@ static const sc_case sc_cases[] = {
     {{4, 7, 3, 16, {-1, 9, 2, 15}, {0, 1, 2, 3}, {4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, -1}},
      96, 4, F32, F32, true},
     {{2, 40, 1, 4, {-1, 1}, {0, 1}, {2, 3}}, 33, 3, F32, BF16, false},
+    /* snapshots inside the ubatch (snap_tok / snap_slot) beside checkpoints:
+     * after token 0 (a window still holding source rows), after the
+     * second-to-last token, none for stream 1 */
+    {{3, 5, 2, 14, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}, true, {0, 2, 3}, {10, -1, 13}},
+     200, 3, F16, BF16, true},
+    /* L = 4 over two tokens: the only token a snapshot may follow */
+    {{2, 2, 1, 8, {3, -1}, {3, 5}, {0, 1}, true, {0, 0}, {6, 7}}, 64, 4, BF16, F32, false},
+    /* a long stream: snapshots mid-stream and one token before the end */
+    {{2, 40, 1, 6, {-1, 1}, {0, 1}, {2, 3}, true, {17, 38}, {5, 4}}, 33, 3, F32, BF16, true},
 };
 
 START_TEST(test_short_conv)
@@ -237,6 +247,17 @@ static const s1_case s1_cases[] = {
      {24, 64}, BF16, F16, true, true, false},
     /* a long prefill chunk: 128 steps of decay and accumulation */
     {{2, 128, 1, 5, {-1, 3}, {0, 3}, {1, 2}}, {16, 16}, F32, F32, true, true, true},
+    /* snapshots inside the ubatch beside checkpoints: after token 0, after
+     * the second-to-last token, none for stream 1 */
+    {{3, 5, 2, 14, {-1, 4, 1}, {1, 4, 7}, {0, 2, 3, 5, 8, 9}, true, {0, 1, 3}, {10, -1, 13}},
+     {40, 16}, F32, BF16, true, true, true},
+    /* 16-bit states, 2 columns a lane on cuda (d_state 40) */
+    {{2, 4, 1, 7, {2, -1}, {2, 3}, {0, 1}, true, {1, 2}, {6, 4}}, {24, 40}, F16, F32, true,
+     false, true},
+    /* a long stream: snapshots at tokens 63 and 100 (a chunk edge and
+     * mid-chunk for a 64-token chunking) */
+    {{2, 128, 1, 7, {-1, 3}, {0, 3}, {1, 2}, true, {100, 63}, {4, 6}}, {16, 16}, BF16, F32, true,
+     true, true},
 };
 
 START_TEST(test_ssm_scan1)
@@ -435,16 +456,23 @@ START_TEST(test_ssm1_args)
     ck_assert_int_eq(llmem_op_short_conv(be, &v2, 0, &bcx, &w, NULL, &o), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &v2, 1, &x, &dt, &bt, &ct, &a, NULL, NULL, NULL, &y),
                      LLMEM_E_INVALID);
-    /* a snapshot inside the ubatch: only the Mamba-2 conv and scan write one */
-    rs_setup snap = {2, 2, 0, 6, {0, 1}, {2, 3}, {0}, true, {0, 0}, {4, -1}};
-    llmem_view v3;
-    llmem_buffer *b3[2];
-    rs_build(&c, &v3, th_alloc(&c, sizeof(llmem_rs_view)), &snap, 2, desc, b3, init);
-    ck_assert_int_eq(llmem_op_short_conv(be, &v3, 0, &bcx, &w, NULL, &o), LLMEM_E_UNSUPPORTED);
-    ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &v3, 1, &x, &dt, &bt, &ct, &a, NULL, NULL, NULL, &y),
-                     LLMEM_E_UNSUPPORTED);
-    th_expect_same_bytes(th_snapshot(&c, b3[1]), img[1], (size_t)(D * N * 4 * 6),
-                         "ssm state after a refused snapshot");
+    /* a snapshot inside the ubatch: after the last token, or into a dst slot */
+    rs_setup late = {2, 2, 0, 6, {0, 1}, {2, 3}, {0}, true, {1, 0}, {4, -1}};
+    rs_setup onto = {2, 2, 0, 6, {0, 1}, {2, 3}, {0}, true, {0, 0}, {3, -1}};
+    const rs_setup *bad_snap[2] = {&late, &onto};
+    for (int i = 0; i < 2; i++) {
+        llmem_view v3;
+        llmem_buffer *b3[2];
+        rs_build(&c, &v3, th_alloc(&c, sizeof(llmem_rs_view)), bad_snap[i], 2, desc, b3, init);
+        ck_assert_int_eq(llmem_op_short_conv(be, &v3, 0, &bcx, &w, NULL, &o), LLMEM_E_INVALID);
+        ck_assert_int_eq(llmem_op_ssm_scan1(be, &p, &v3, 1, &x, &dt, &bt, &ct, &a, NULL, NULL,
+                                            NULL, &y),
+                         LLMEM_E_INVALID);
+        th_expect_same_bytes(th_snapshot(&c, b3[0]), img[0], (size_t)((L - 1) * D * 4 * 6),
+                             "conv state after a refused snapshot");
+        th_expect_same_bytes(th_snapshot(&c, b3[1]), img[1], (size_t)(D * N * 4 * 6),
+                             "ssm state after a refused snapshot");
+    }
     /* the state buffers are untouched by the refused calls */
     th_expect_same_bytes(th_snapshot(&c, b2[0]), img[0], (size_t)((L - 1) * D * 4 * 6),
                          "conv state after refused calls");

@@ -23,7 +23,10 @@
  *
  * Slot discipline as ops_mamba.c: a work item reads its source slot before
  * writing any destination; a source that another group writes is
- * snapshotted before the parallel part starts (cpu_rs_io_init).
+ * snapshotted before the parallel part starts (cpu_rs_io_init). The
+ * snapshot inside the ubatch (llmem_rs_view.snap_tok / snap_slot) is
+ * written like a checkpoint: in the chunked part, the chunk that holds its
+ * token is split there.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -179,9 +182,21 @@ static void gdn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
         int64_t t_rec = io->n_tok == 1 ? 0 : io->n_tok;
         if (any_ckpt && io->n_tok - io->n_ckpt < t_rec)
             t_rec = io->n_tok - io->n_ckpt > 0 ? io->n_tok - io->n_ckpt : 0;
+        /* the snapshot inside the ubatch: a chunk holding its token ends
+         * there (the state exists only at chunk ends) and goes on after it */
+        int32_t snap = cpu_rs_snap_slot(io, s);
+        int64_t snap_end = snap >= 0 ? (int64_t)io->snap_tok[s] + 1 : -1;
         for (int64_t t0 = 0; t0 < t_rec; t0 += GDN_CHUNK) {
             int64_t n = t_rec - t0 < GDN_CHUNK ? t_rec - t0 : GDN_CHUNK;
-            gdn_chunk(c, S, s, h, t0, n, Q, K, D, cum, beta, tmp);
+            if (snap_end > t0 && snap_end <= t0 + n) {
+                gdn_chunk(c, S, s, h, t0, snap_end - t0, Q, K, D, cum, beta, tmp);
+                gdn_store(c, S, h, snap);
+                if (snap_end < t0 + n)
+                    gdn_chunk(c, S, s, h, snap_end, t0 + n - snap_end, Q, K, D, cum, beta,
+                              tmp);
+            } else {
+                gdn_chunk(c, S, s, h, t0, n, Q, K, D, cum, beta, tmp);
+            }
         }
         for (int64_t t = t_rec; t < io->n_tok; t++) {
             int64_t tok = s * io->n_tok + t;
@@ -193,6 +208,8 @@ static void gdn_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             for (int32_t k = 0; k < io->n_ckpt; k++)
                 if (cpu_rs_ckpt_token(io, k) == t && ck[k] >= 0)
                     gdn_store(c, S, h, ck[k]);
+            if (snap >= 0 && snap_end == t + 1)
+                gdn_store(c, S, h, snap);
         }
         if (io->dst[s] >= 0)
             gdn_store(c, S, h, io->dst[s]);

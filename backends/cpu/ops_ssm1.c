@@ -9,7 +9,9 @@
  * S = exp(dt A) S + dt B x, y = S . C + D x, times silu(z).
  *
  * Slot discipline as ops_mamba.c (cpu_rs_io_init): every stream reads its
- * source before it writes a destination or checkpoint slot.
+ * source before it writes a destination, checkpoint or snapshot slot (the
+ * snapshot inside the ubatch, llmem_rs_view.snap_tok / snap_slot, is
+ * written like a checkpoint after token snap_tok[s]).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -82,6 +84,8 @@ static void sc_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             if (slot >= 0)
                 sc_store(c, u, c0, nc, cpu_rs_ckpt_token(io, k), slot);
         }
+        if (cpu_rs_snap_slot(io, s) >= 0) /* the snapshot inside the ubatch */
+            sc_store(c, u, c0, nc, io->snap_tok[s], cpu_rs_snap_slot(io, s));
         if (io->dst[s] >= 0)
             sc_store(c, u, c0, nc, io->n_tok - 1, io->dst[s]);
     }
@@ -182,6 +186,8 @@ static void s1_run(void *vctx, int64_t it0, int64_t it1, int32_t thread)
             for (int32_t k = 0; k < io->n_ckpt; k++)
                 if (cpu_rs_ckpt_token(io, k) == t && io->ckpt[s * io->n_ckpt + k] >= 0)
                     s1_store(c, S, ch, io->ckpt[s * io->n_ckpt + k]);
+            if (cpu_rs_snap_slot(io, s) >= 0 && io->snap_tok[s] == t)
+                s1_store(c, S, ch, cpu_rs_snap_slot(io, s));
         }
         if (io->dst[s] >= 0)
             s1_store(c, S, ch, io->dst[s]);

@@ -3,7 +3,8 @@
  * wrappers of backends/ops_gdn.c have checked every argument; the kernel
  * skips slots outside [0, n_slots). When a group reads
  * a slot another group writes (copy-on-write, seen in the host tables),
- * every source is snapshotted first (cuda_rs_prepare), as for Mamba-2. */
+ * every source is snapshotted first (cuda_rs_prepare), as for Mamba-2,
+ * which also passes the snapshot inside the ubatch (snap_tok / snap_slot). */
 #include "backends/cuda/cuda_backend.h"
 #include "kernels/gdn.h"
 #include "llmem/ops_gdn.h"

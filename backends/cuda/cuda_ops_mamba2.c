@@ -50,8 +50,8 @@ llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need)
 }
 
 /* Fills the slot arguments of state `state` (with the snapshot tables
- * when the view has a snapshot inside the ubatch: every op but ssm_conv
- * and ssm_scan was refused such a view by backends/ops.c) and, when some
+ * when the view has a snapshot inside the ubatch: llmem_op_check_view
+ * refused it to the ops that write none) and, when some
  * stream reads a slot another stream writes, copies every source into
  * scratch first (a snapshot's slot is nobody's source, base/view.c). */
 llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t state,
@@ -72,8 +72,8 @@ llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t s
     rs->src = cuda_view_table(view, &v->src_slot);
     rs->dst = cuda_view_table(view, &v->dst_slot);
     rs->ckpt = cuda_view_table(view, &v->ckpt_slot);
-    /* ssm_conv and ssm_scan only, and only where some group has a snapshot
-     * slot: never in a one-token view (a snapshot lies before the last
+    /* the ops that take such a view (llmem_op_check_view), only where some
+     * group has a snapshot slot: never in a one-token view (a snapshot lies before the last
      * token), so a recorded decode step (models/decode_graph.c, whose key
      * has no snapshot table) reads none */
     if (cuda_rs_snap_any(view)) {

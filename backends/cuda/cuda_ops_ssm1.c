@@ -1,7 +1,8 @@
 /* llmem cuda plugin: the short-conv (LFM2) and Mamba-1 scan slots of the
  * ops table (kernels/ssm1.cu, issue 16). The wrappers of
  * backends/ops_ssm1.c have checked every argument; the kernels skip slots
- * outside [0, n_slots). */
+ * outside [0, n_slots). cuda_rs_prepare passes the snapshot inside the
+ * ubatch (snap_tok / snap_slot) to both kernels. */
 #include "backends/cuda/cuda_backend.h"
 #include "kernels/ssm1.h"
 #include "llmem/ops_ssm1.h"

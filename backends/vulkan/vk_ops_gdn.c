@@ -7,7 +7,9 @@
  * Slot discipline as vk_ops_mamba.c: an invocation reads its column of the
  * source before writing it anywhere; when a group's source slot is written
  * by another group (seen in the host tables), vk_rs_prepare first gathers
- * every group's source into an f32 snapshot that the op reads.
+ * every group's source into an f32 snapshot that the op reads. The
+ * snapshot inside the ubatch (llmem_rs_view.snap_tok / snap_slot) is
+ * written like a checkpoint (vk_rs_snap_words).
  */
 #include "llmem/ops_gdn.h"
 #include "llmem/view.h"
@@ -38,6 +40,7 @@ static llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
     vk_op_spec(&op, (uint32_t)a_log->dtype);
     vk_op_spec(&op, (uint32_t)dt_bias->dtype);
     vk_op_spec(&op, use_snap);
+    vk_op_spec(&op, vk_rs_snap_any(view)); /* SNAPSHOT */
     uint32_t qo = vk_op_tensor(v, &op, qkv, false);
     uint32_t ao = vk_op_tensor(v, &op, a, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);
@@ -61,6 +64,7 @@ static llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
     vk_op_u32(&op, oo);
     vk_rs_tables(&op, rs);
     vk_op_u32(&op, (uint32_t)(2 * p->n_k_heads * p->d_k + p->n_v_heads * p->d_v));
+    vk_rs_snap_words(&op, view); /* the snapshot inside the ubatch, if any */
     st = vk_op_run(v, &op, (uint64_t)rs->n_seqs * (uint64_t)p->n_v_heads * n_cb);
     if (use_snap)
         vk_alloc_release(v, &snap);

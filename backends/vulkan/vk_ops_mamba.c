@@ -159,9 +159,7 @@ static void conv_build(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t
     vk_op_spec(op, snap != NULL);
     if (tb > 0)
         vk_op_spec(op, tb);
-    bool snap_words = shader == VK_SH_SSM_CONV || shader == VK_SH_SSM_CONV_PRE; /* not short_conv */
-    if (snap_words)
-        vk_op_spec(op, vk_rs_snap_any(view)); /* SNAPSHOT */
+    vk_op_spec(op, vk_rs_snap_any(view)); /* SNAPSHOT: ssm_conv, ssm_conv_pre, short_conv */
     uint32_t xo = vk_op_tensor(v, op, x, false);
     uint32_t wo = vk_op_tensor(v, op, w, false);
     uint32_t bo = vk_op_tensor(v, op, b, false);
@@ -179,8 +177,7 @@ static void conv_build(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t
     vk_rs_tables(op, rs);
     if (tb > 0)
         vk_op_u32(op, n_blocks);
-    if (snap_words)
-        vk_rs_snap_words(op, view);
+    vk_rs_snap_words(op, view);
     *groups = vk_div_up((uint64_t)rs->n_seqs * n_blocks * conv_dim, wg);
 }
 

@@ -4,7 +4,9 @@
  * Lfm2ShortConv and mamba_selective_scan (Gu & Dao 2023, Alg. 2); the CPU
  * reference is backends/cpu/ops_ssm1.c. Slot discipline as vk_ops_mamba.c:
  * a stream reads its source before writing, and a source another stream
- * writes is read from an f32 snapshot (vk_rs_prepare).
+ * writes is read from an f32 snapshot (vk_rs_prepare). Both shaders write
+ * the snapshot inside the ubatch (llmem_rs_view.snap_tok / snap_slot) like
+ * a checkpoint, from the last two push words (vk_rs_snap_words).
  */
 #include "llmem/ops_ssm1.h"
 #include "llmem/view.h"
@@ -45,6 +47,7 @@ static llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, z != NULL);
     vk_op_spec(&op, use_snap);
+    vk_op_spec(&op, vk_rs_snap_any(view)); /* SNAPSHOT */
     uint32_t xo = vk_op_tensor(v, &op, x, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);
@@ -70,6 +73,7 @@ static llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *
     vk_op_u32(&op, zo);
     vk_op_u32(&op, yo);
     vk_rs_tables(&op, rs);
+    vk_rs_snap_words(&op, view);
     st = vk_op_run(v, &op, vk_div_up((uint64_t)rs->n_seqs * (uint64_t)p->d_inner, S1_WG));
     if (use_snap)
         vk_alloc_release(v, &snap);

@@ -319,10 +319,10 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
  * written)
  * and after token n_seq_tokens - n_ckpt + c to ckpt_slot[s * n_ckpt + c]
  * (-1: none; a checkpoint before token 0 gets the initial state), and, in
- * ssm_conv and ssm_scan when the view asks for a snapshot inside the
- * ubatch (llmem_rs_view_snap, <llmem/view.h>), after token snap_tok[s] to
- * snap_slot[s] (-1: none; other recurrent ops refuse such a view with
- * LLMEM_E_UNSUPPORTED). Sources
+ * ssm_conv and ssm_scan (and the open ops short_conv, ssm_scan1 and gdn)
+ * when the view asks for a snapshot inside the ubatch (llmem_rs_view_snap,
+ * <llmem/view.h>), after token snap_tok[s] to snap_slot[s] (-1: none;
+ * other recurrent ops refuse such a view with LLMEM_E_UNSUPPORTED). Sources
  * are read before anything is written, so a group's src may equal its own
  * dst or a checkpoint, and another group's dst (copy-on-write). Slots in
  * [-1, n_slots); a slot written by two groups is LLMEM_E_INVALID; when a

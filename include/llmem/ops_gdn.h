@@ -52,13 +52,15 @@ typedef struct llmem_gdn_params {
  *   a, b [T, H_v] f32 (in_proj_ba's a and b parts);
  *   a_log, dt_bias [H_v] f32|f16|bf16;
  *   out [T, H_v * d_v] (or [T, H_v, d_v]) f32, must not overlap an input.
- * Slots and checkpoints follow the recurrent rules of <llmem/ops.h> (EQUAL ubatch,
- * group-major). Ubatches of one token per group run the recurrent form;
- * longer ones the chunked form (chunks of 64 tokens: a forward
+ * Slots, checkpoints and the snapshot inside the ubatch follow the
+ * recurrent rules of <llmem/ops.h> (EQUAL ubatch, group-major). Ubatches
+ * of one token per group run the recurrent form; longer ones the chunked
+ * form (chunks of 64 tokens: a forward
  * substitution solves each chunk's delta-rule corrections, then one
  * state update per chunk), except for the last n_ckpt tokens of a group
  * when checkpoints are requested, which run the recurrent form so that
- * each checkpointed state exists. Both forms compute the same recurrence
+ * each checkpointed state exists (a snapshot inside the ubatch ends its
+ * chunk at its token). Both forms compute the same recurrence
  * (within f32 rounding). */
 llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
                           int32_t state, const llmem_tensor *qkv, const llmem_tensor *a,

@@ -33,8 +33,9 @@ LLMEM_API_BEGIN
  *       BCx.chunk(3));
  *   w   [D, L] (or [D, 1, L]) f32|f16|bf16;  b [D] f32|f16|bf16 or NULL;
  *   out [T, D] f32, must not overlap bcx.
- * The state after token t is u'[t + 1 .. t + L - 1]. Slots, checkpoints
- * and EQUAL-split layout as llmem_op_ssm_conv (<llmem/ops.h>). 2 <= L. */
+ * The state after token t is u'[t + 1 .. t + L - 1]. Slots, checkpoints,
+ * the snapshot inside the ubatch and EQUAL-split layout as
+ * llmem_op_ssm_conv (<llmem/ops.h>). 2 <= L. */
 llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
                                  const llmem_tensor *bcx, const llmem_tensor *w,
                                  const llmem_tensor *b, const llmem_tensor *out);
@@ -59,7 +60,8 @@ typedef struct llmem_ssm1_params {
  *   a_log [Din, N], d [Din] or NULL, dt_bias [Din] or NULL: f32|f16|bf16;
  *   z [T, Din] f32 or NULL (the gate);
  *   y [T, Din] f32, must not overlap any input.
- * Slots, checkpoints and EQUAL-split layout as llmem_op_ssm_conv. */
+ * Slots, checkpoints, the snapshot inside the ubatch and EQUAL-split
+ * layout as llmem_op_ssm_conv. */
 llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
                                 const llmem_view *view, int32_t state, const llmem_tensor *x,
                                 const llmem_tensor *dt, const llmem_tensor *b,

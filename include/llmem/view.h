@@ -160,8 +160,9 @@ typedef struct llmem_rs_view {
      * snap_slot[s]; -1 there: none for that group. Written like a
      * checkpoint, after the sources are read; a snapshot slot is no
      * group's src, dst, checkpoint or other snapshot. Empty tables (n ==
-     * 0): no snapshot. Only ssm_conv and ssm_scan take a view with one;
-     * every other op refuses it (LLMEM_E_UNSUPPORTED). A recurrent memory
+     * 0): no snapshot. Only ssm_conv, ssm_scan, short_conv, ssm_scan1 and
+     * gdn take a view with one; every other op refuses it
+     * (LLMEM_E_UNSUPPORTED). A recurrent memory
      * made with snap_in_ubatch (<llmem/recurrent.h>) publishes a prompt's
      * snapshot this way instead of ending a ubatch at it (the extra ubatch
      * costs a read of every weight). */
