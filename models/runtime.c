@@ -346,24 +346,15 @@ static int32_t layer_states(const llmem_model_config *c, const llmem_model_param
 
 /* Whether the recurrent memory may write a prompt's snapshot inside a
  * ubatch instead of the plan ending one there
- * (llmem_recurrent_params.snap_in_ubatch): every recurrent layer runs
- * Mamba-2's ssm_conv + ssm_scan, which write such snapshots (other
- * recurrent ops refuse the view). LLMEM_SNAP_IN_UBATCH=0 keeps the cut
- * (for comparison: docs/benchmarks.md). */
-static bool snap_in_ubatch(const llmem_model_config *c, llmem_backend *be)
+ * (llmem_recurrent_params.snap_in_ubatch): every recurrent op a model
+ * layer runs (ssm_conv, ssm_scan, ssm_scan1, short_conv, gdn) writes such
+ * snapshots on the in-tree backends. LLMEM_SNAP_IN_UBATCH=0 keeps the cut
+ * (for comparison: docs/benchmarks.md, "A prompt's snapshot inside its
+ * ubatch"). */
+static bool snap_in_ubatch(void)
 {
     const char *e = getenv("LLMEM_SNAP_IN_UBATCH");
-    if (e && strcmp(e, "0") == 0)
-        return false;
-    /* TODO(snapk): cuda and vulkan kernels land separately */
-    if (strcmp(llmem_backend_name(be), "cpu") != 0)
-        return false;
-    for (int32_t il = 0; il < c->n_layers; il++) {
-        llmem_layer_kind k = c->layers[il].kind;
-        if (k == LLMEM_LAYER_GDN || k == LLMEM_LAYER_SHORTCONV || k == LLMEM_LAYER_MAMBA1)
-            return false;
-    }
-    return true;
+    return !(e && strcmp(e, "0") == 0);
 }
 
 static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
@@ -436,7 +427,7 @@ static llmem_status create_memory(llmem_model *m, char *err, size_t err_len)
                                      .poison = p->poison};
         if (kv) {
             hybrid_snapshots(p, &rp);
-            rp.snap_in_ubatch = snap_in_ubatch(c, m->be);
+            rp.snap_in_ubatch = snap_in_ubatch();
         }
         st = llmem_recurrent_create(m->be, &rp, &rs, err, err_len);
         free(d);

@@ -67,11 +67,13 @@ typedef struct llmem_recurrent_params {
      * one (the last multiple of snap_interval in a new prompt) is instead
      * written inside the ubatch (llmem_rs_view.snap_tok / snap_slot,
      * <llmem/view.h>) and published at commit, so the prompt's prefill
-     * stays whole ubatches (a cut reads every weight once more: ~7 ms of a
-     * 9B pp512 on an H200). Set it only when every layer's ops are the
-     * Mamba-2 ssm_conv / ssm_scan of a backend that writes such snapshots
-     * (the in-tree cpu, cuda and vulkan do; other recurrent ops refuse the
-     * view, LLMEM_E_UNSUPPORTED). false: the plan ends a ubatch there. */
+     * stays whole ubatches (the cut's extra ubatch reads every weight once
+     * more: a 9B pp512 on an H200 took 50.9 -> 39.2 ms on cuda, 87.7 ->
+     * 77.6 on vulkan without it). Set it only when every op the layers run
+     * with the view writes such snapshots: ssm_conv, ssm_scan, ssm_scan1,
+     * short_conv and gdn do on the in-tree cpu, cuda and vulkan backends;
+     * other recurrent ops refuse the view (LLMEM_E_UNSUPPORTED). false:
+     * the plan ends a ubatch there. */
     bool snap_in_ubatch;
 } llmem_recurrent_params;
 
