@@ -349,8 +349,8 @@ static int32_t layer_states(const llmem_model_config *c, const llmem_model_param
  * (llmem_recurrent_params.snap_in_ubatch): every recurrent op a model
  * layer runs (ssm_conv, ssm_scan, ssm_scan1, short_conv, gdn) writes such
  * snapshots on the in-tree backends. LLMEM_SNAP_IN_UBATCH=0 keeps the cut
- * (for comparison: docs/benchmarks.md, "A prompt's snapshot inside its
- * ubatch"). */
+ * (for comparison: docs/benchmarks.md, "The snapshot inside the ubatch on
+ * CUDA and Vulkan"). */
 static bool snap_in_ubatch(void)
 {
     const char *e = getenv("LLMEM_SNAP_IN_UBATCH");
