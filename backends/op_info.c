@@ -15,8 +15,6 @@
 #include <string.h>
 
 #include "backends/ops_internal.h"
-#include "llmem/ops_gdn.h"
-#include "llmem/ops_ssm1.h"
 
 #define F DT_F32
 #define W DT_FLOAT
@@ -153,7 +151,7 @@ llmem_status llmem_op_register(llmem_op_info *info)
         st = reg_fail(LLMEM_E_INVALID, info, "NULL info or name");
         goto out;
     }
-    if (info->struct_size < sizeof(llmem_op_info)) {
+    if (info->struct_size < LLMEM_OP_INFO_V1_SIZE) {
         st = reg_fail(LLMEM_E_ABI, info, "llmem_op_info from an older llmem");
         goto out;
     }
@@ -290,12 +288,12 @@ llmem_status llmem_op_check_view(llmem_op op, const llmem_view *view, char *err,
                    name, llmem_view_kind_name(kind, want), (unsigned)view->desc_size, min);
         return LLMEM_E_INVALID;
     }
-    /* a snapshot inside the ubatch: written by the recurrent ops that run a
-     * ubatch token by token (Mamba-2's conv and scan, LFM2's short conv,
-     * Mamba-1's scan, the gated delta rule); refused by the others
-     * (state_slot_copy, ...) */
+    /* a snapshot inside the ubatch: written by Mamba-2's conv and scan and
+     * by the open ops that say so (LLMEM_OP_WRITES_SNAPSHOT); refused by the
+     * others (state_slot_copy, ...) */
     bool snaps = op == LLMEM_OP_SSM_CONV || op == LLMEM_OP_SSM_SCAN ||
-                 op == LLMEM_OP_SHORT_CONV || op == LLMEM_OP_SSM_SCAN1 || op == LLMEM_OP_GDN;
+                 (o && o->struct_size >= offsetof(llmem_op_info, flags) + sizeof o->flags &&
+                  (o->flags & LLMEM_OP_WRITES_SNAPSHOT));
     if (kind == LLMEM_VIEW_RECURRENT && !snaps && llmem_rs_view_snap(view)) {
         llmem_errf(err, err_len, "op %s cannot write a snapshot inside the ubatch "
                    "(llmem_rs_view.snap_slot)", name);

@@ -23,6 +23,7 @@ static llmem_op_info gdn_info = {
     .n_operands = 7,
     .dtypes = {DT_FLOAT, DT_F32, DT_F32, DT_F32, DT_FLOAT, DT_FLOAT, DT_F32},
     .layout = LLMEM_OP_GDN_LAYOUT,
+    .flags = LLMEM_OP_WRITES_SNAPSHOT,
 };
 LLMEM_OP_DEFINE(gdn_info);
 

@@ -19,6 +19,7 @@ static llmem_op_info short_conv_info = {
     .n_operands = 5,
     .dtypes = {DT_FLOAT, DT_F32, DT_FLOAT, DT_FLOAT, DT_F32},
     .layout = LLMEM_OP_SHORT_CONV_LAYOUT,
+    .flags = LLMEM_OP_WRITES_SNAPSHOT,
 };
 LLMEM_OP_DEFINE(short_conv_info);
 
@@ -33,6 +34,7 @@ static llmem_op_info ssm_scan1_info = {
     .dtypes = {DT_FLOAT, DT_F32, DT_F32, DT_F32, DT_F32, DT_FLOAT, DT_FLOAT, DT_FLOAT, DT_F32,
                DT_F32},
     .layout = LLMEM_OP_SSM_SCAN1_LAYOUT,
+    .flags = LLMEM_OP_WRITES_SNAPSHOT,
 };
 LLMEM_OP_DEFINE(ssm_scan1_info);
 

@@ -405,6 +405,64 @@ static llmem_status tst_impl(llmem_backend *be, const llmem_tensor *a, const llm
 LLMEM_OP_IMPL_LIST(tst_impls);
 LLMEM_OP_IMPL(tst_impls, TST_OP, TST_LAYOUT, tst_fn, tst_impl);
 
+/* Which ops take a recurrent view with a snapshot inside the ubatch
+ * (llmem_rs_view.snap_slot): Mamba-2's conv and scan, and open ops that
+ * declare LLMEM_OP_WRITES_SNAPSHOT (gdn, short_conv, ssm_scan1); every
+ * other recurrent op refuses it with LLMEM_E_UNSUPPORTED, among them an
+ * open op registered without the flag or with an info from before it
+ * (LLMEM_OP_INFO_V1_SIZE, which still registers). */
+static llmem_op_info snap_yes = {
+    .struct_size = sizeof(llmem_op_info),
+    .op = LLMEM_OP_TAG('t', 's', 'n', 'y'),
+    .name = "test_snap_yes",
+    .view = LLMEM_VIEW_RECURRENT,
+    .view_desc_min = LLMEM_RS_VIEW_V1_SIZE,
+    .n_operands = 1,
+    .dtypes = {1u << F32},
+    .flags = LLMEM_OP_WRITES_SNAPSHOT,
+};
+static llmem_op_info snap_old = {
+    .struct_size = LLMEM_OP_INFO_V1_SIZE,
+    .op = LLMEM_OP_TAG('t', 's', 'n', 'o'),
+    .name = "test_snap_old",
+    .view = LLMEM_VIEW_RECURRENT,
+    .view_desc_min = LLMEM_RS_VIEW_V1_SIZE,
+    .n_operands = 1,
+    .dtypes = {1u << F32},
+    .flags = LLMEM_OP_WRITES_SNAPSHOT, /* past its struct_size: not read */
+};
+
+START_TEST(test_snapshot_views)
+{
+    ck_assert_int_eq(llmem_op_register(&snap_yes), LLMEM_OK);
+    ck_assert_int_eq(llmem_op_register(&snap_old), LLMEM_OK);
+    int32_t tok = 0, slot = 1;
+    llmem_rs_view rs = {0}, plain = {0};
+    rs.snap_tok = (llmem_i32_table){&tok, 0, 1};
+    rs.snap_slot = (llmem_i32_table){&slot, 4, 1};
+    llmem_view with = llmem_view_make(LLMEM_VIEW_RECURRENT, &rs, sizeof rs, NULL);
+    llmem_view without = llmem_view_make(LLMEM_VIEW_RECURRENT, &plain, sizeof plain, NULL);
+    llmem_view v1 = llmem_view_make(LLMEM_VIEW_RECURRENT, &rs, LLMEM_RS_VIEW_V1_SIZE, NULL);
+    const llmem_op takes[] = {LLMEM_OP_SSM_CONV, LLMEM_OP_SSM_SCAN, LLMEM_OP_GDN,
+                              LLMEM_OP_SHORT_CONV, LLMEM_OP_SSM_SCAN1, snap_yes.op};
+    const llmem_op refuses[] = {LLMEM_OP_STATE_SLOT_COPY, snap_old.op};
+    char err[160];
+    for (size_t i = 0; i < sizeof takes / sizeof takes[0]; i++) {
+        ck_assert_int_eq(llmem_op_check_view(takes[i], &with, NULL, 0), LLMEM_OK);
+        ck_assert_int_eq(llmem_op_check_view(takes[i], &without, NULL, 0), LLMEM_OK);
+    }
+    for (size_t i = 0; i < sizeof refuses / sizeof refuses[0]; i++) {
+        err[0] = 0;
+        ck_assert_int_eq(llmem_op_check_view(refuses[i], &with, err, sizeof err),
+                         LLMEM_E_UNSUPPORTED);
+        ck_assert_msg(strstr(err, "snapshot inside the ubatch"), "%s", err);
+        ck_assert_int_eq(llmem_op_check_view(refuses[i], &without, NULL, 0), LLMEM_OK);
+        /* a description from before the tables has no snapshot */
+        ck_assert_int_eq(llmem_op_check_view(refuses[i], &v1, NULL, 0), LLMEM_OK);
+    }
+}
+END_TEST
+
 START_TEST(test_out_of_tree_op)
 {
     char err[256] = "";
@@ -573,6 +631,7 @@ int main(void)
     tcase_add_test(tc, test_op_names_and_view_kinds);
     tcase_add_test(tc, test_op_list);
     tcase_add_test(tc, test_model_load_refuses_missing_op);
+    tcase_add_test(tc, test_snapshot_views); /* registers two ops */
     tcase_add_test(tc, test_out_of_tree_op); /* last: it registers an op */
     suite_add_tcase(s, tc);
     return test_run_suite(s) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

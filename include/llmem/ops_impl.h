@@ -230,13 +230,27 @@ typedef struct llmem_op_info {
                                                allows, bit (1u << llmem_dtype) */
     uint64_t layout;       /* LLMEM_OP_<NAME>_LAYOUT; implementations must match it */
     const struct llmem_op_info *next; /* set by llmem_op_register */
+    /* Appended (an info of LLMEM_OP_INFO_V1_SIZE bytes has none):
+     * LLMEM_OP_WRITES_SNAPSHOT bits. */
+    uint32_t flags;
 } llmem_op_info;
+
+/* llmem_op_info.flags: a recurrent op whose every implementation writes
+ * the snapshot inside the ubatch of its view (llmem_rs_view.snap_tok /
+ * snap_slot, <llmem/view.h>) as it writes checkpoints; llmem_op_check_view
+ * refuses a view with a snapshot (LLMEM_E_UNSUPPORTED) to every recurrent
+ * op without it. */
+#define LLMEM_OP_WRITES_SNAPSHOT (1u << 0)
+
+/* Bytes of an llmem_op_info before `flags` was appended: the least
+ * llmem_op_register takes. */
+#define LLMEM_OP_INFO_V1_SIZE (offsetof(llmem_op_info, next) + sizeof(const llmem_op_info *))
 
 /* Adds an open op to the process-wide registry. `info` must stay valid and
  * unchanged while llmem is loaded (static storage); the registry writes
  * only info->next. Thread-safe; normally called through LLMEM_OP_DEFINE.
- * Returns LLMEM_OK; LLMEM_E_ABI for a struct_size below this version's
- * llmem_op_info; LLMEM_E_INVALID for a NULL info or name, an id that is not
+ * Returns LLMEM_OK; LLMEM_E_ABI for a struct_size below LLMEM_OP_INFO_V1_SIZE
+ * (an info from before open ops had a struct_size); LLMEM_E_INVALID for a NULL info or name, an id that is not
  * a four-character tag (e.g. a numbered id of <llmem/ops.h>), or
  * n_operands outside [0, LLMEM_OP_MAX_OPERANDS]; LLMEM_E_STATE when an op
  * with the same id or name is registered already, or a numbered op has the
