@@ -303,6 +303,16 @@ bool vk_cmp_plan_cfg(uint32_t m, uint32_t n, uint32_t k, const uint32_t cfg[7], 
     return true;
 }
 
+/* Splits p's K (k elements) into `slices` slices of whole BK steps (the
+ * last one shorter), the way vk_cmp_plan_tail and vk_cmp_plan_pair apply
+ * the count they chose. */
+static void cmp_split_k(vk_cm_plan *p, uint32_t k, uint64_t slices)
+{
+    uint64_t ks = div_up(div_up(k ? k : 1, slices), p->bk) * p->bk;
+    p->k_split = (uint32_t)ks;
+    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+}
+
 void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave)
 {
     uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
@@ -317,9 +327,7 @@ void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave)
             best_cost = cost;
         }
     }
-    uint64_t ks = div_up(div_up(k ? k : 1, best), p->bk) * p->bk;
-    p->k_split = (uint32_t)ks;
-    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+    cmp_split_k(p, k, best);
 }
 
 void vk_cmp_plan_pair(vk_cm_plan *p, uint32_t k, uint32_t wave, uint64_t first_tiles,
@@ -343,9 +351,7 @@ void vk_cmp_plan_pair(vk_cm_plan *p, uint32_t k, uint32_t wave, uint64_t first_t
             best_cost = cost;
         }
     }
-    uint64_t ks = div_up(div_up(k ? k : 1, best), p->bk) * p->bk;
-    p->k_split = (uint32_t)ks;
-    p->slices = k == 0 ? 1 : (uint32_t)div_up(k, ks);
+    cmp_split_k(p, k, best);
 }
 
 bool vk_cmp_tail_used(const vk_mm_caps *c, uint32_t split)
