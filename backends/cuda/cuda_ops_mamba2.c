@@ -12,15 +12,6 @@
 #include "kernels/ssd.h"
 #include "llmem/view.h"
 
-bool cuda_rs_snap_any(const llmem_view *view)
-{
-    const llmem_rs_view *sn = llmem_rs_view_snap(view);
-    for (int32_t s = 0; sn && s < sn->n_seqs; s++)
-        if (sn->snap_slot.host[s] >= 0)
-            return true;
-    return false;
-}
-
 llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need)
 {
     *need = false;
@@ -76,8 +67,8 @@ llmem_status cuda_rs_prepare(cuda_backend *cb, const llmem_view *view, int32_t s
      * group has a snapshot slot: never in a one-token view (a snapshot lies before the last
      * token), so a recorded decode step (models/decode_graph.c, whose key
      * has no snapshot table) reads none */
-    if (cuda_rs_snap_any(view)) {
-        const llmem_rs_view *sn = llmem_rs_view_snap(view);
+    const llmem_rs_view *sn = llmem_rs_view_snap_used(view);
+    if (sn) {
         rs->snap_tok = cuda_view_table(view, &sn->snap_tok);
         rs->snap_slot = cuda_view_table(view, &sn->snap_slot);
     }

@@ -45,8 +45,8 @@ llmem_status cuda_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
         .dst = q_table(view, &v->dst_slot),
         .ckpt = q_table(view, &v->ckpt_slot),
     };
-    if (cuda_rs_snap_any(view)) { /* a snapshot inside the ubatch (as cuda_rs_prepare) */
-        const llmem_rs_view *sn = llmem_rs_view_snap(view);
+    const llmem_rs_view *sn = llmem_rs_view_snap_used(view);
+    if (sn) { /* a snapshot inside the ubatch (as cuda_rs_prepare) */
         q.snap_tok = q_table(view, &sn->snap_tok);
         q.snap_slot = q_table(view, &sn->snap_slot);
     }

@@ -28,9 +28,5 @@ cuk_scan_args cuda_scan_args(const llmem_ssm_params *p, llmem_ct *xbc, llmem_ct 
  * Returns LLMEM_OK, or LLMEM_E_NO_MEMORY when the n_slots-entry writer
  * table cannot be allocated (*need false then). */
 llmem_status cuda_rs_need_snapshot(const llmem_rs_view *v, bool *need);
-/* Whether view asks for a snapshot inside the ubatch in some group (a
- * snap_slot entry >= 0 in the host copy of the table; <llmem/view.h>
- * llmem_rs_view_snap); never for one token a group (cuda_ops_mamba2.c). */
-bool cuda_rs_snap_any(const llmem_view *view);
 
 #endif

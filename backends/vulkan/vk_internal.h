@@ -655,14 +655,12 @@ void vk_rs_bind(vk_backend *v, vk_op *op, const llmem_view *view, int32_t state,
 void vk_rs_tables(vk_op *op, const llmem_rs_view *rs);
 /* Pushes the words of view's snap_tok and snap_slot tables (<llmem/view.h>,
  * the snapshot inside the ubatch), 0xffffffff twice when no stream has one
- * (vk_rs_snap_any): the last two push words of the recurrent shaders that
- * take a multi-token view (ssm_conv, ssm_conv_pre, ssm_scan, ssm_scan_pre,
- * ssm_scan_q, short_conv, ssm_scan1, gdn), whose last specialization
- * constant SNAPSHOT is vk_rs_snap_any (0 compiles the snapshot out). */
+ * (llmem_rs_view_snap_used): the last two push words of the recurrent
+ * shaders that take a multi-token view (ssm_conv, ssm_conv_pre, ssm_scan,
+ * ssm_scan_pre, ssm_scan_q, short_conv, ssm_scan1, gdn), whose last
+ * specialization constant SNAPSHOT says whether one is used (0 compiles
+ * the snapshot out). */
 void vk_rs_snap_words(vk_op *op, const llmem_view *view);
-/* Whether view asks for a snapshot inside the ubatch in some stream (a
- * snap_slot entry >= 0 in the host copy of the table). */
-bool vk_rs_snap_any(const llmem_view *view);
 /* Records a causal depthwise conv with conv state `state` of view
  * ([d_conv - 1, conv_dim] past rows; shader ssm_conv.comp for Mamba-2 or
  * short_conv.comp for LFM2, which share their bindings and push words):

@@ -40,7 +40,7 @@ static llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
     vk_op_spec(&op, (uint32_t)a_log->dtype);
     vk_op_spec(&op, (uint32_t)dt_bias->dtype);
     vk_op_spec(&op, use_snap);
-    vk_op_spec(&op, vk_rs_snap_any(view)); /* SNAPSHOT */
+    vk_op_spec(&op, llmem_rs_view_snap_used(view) != NULL); /* SNAPSHOT */
     uint32_t qo = vk_op_tensor(v, &op, qkv, false);
     uint32_t ao = vk_op_tensor(v, &op, a, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);

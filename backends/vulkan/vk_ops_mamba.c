@@ -84,19 +84,11 @@ void vk_rs_snap_words(vk_op *op, const llmem_view *view)
      * lies before the last token): a recorded decode step (vk_record.c)
      * reads no snapshot table, whose offsets are not part of its key
      * (models/decode_graph.c) */
-    const llmem_rs_view *sn = vk_rs_snap_any(view) ? llmem_rs_view_snap(view) : NULL;
+    const llmem_rs_view *sn = llmem_rs_view_snap_used(view);
     vk_op_u32(op, sn ? vk_table_word(&sn->snap_tok) : 0xffffffffu);
     vk_op_u32(op, sn ? vk_table_word(&sn->snap_slot) : 0xffffffffu);
 }
 
-bool vk_rs_snap_any(const llmem_view *view)
-{
-    const llmem_rs_view *sn = llmem_rs_view_snap(view);
-    for (int32_t s = 0; sn && s < sn->n_seqs; s++)
-        if (sn->snap_slot.host[s] >= 0)
-            return true;
-    return false;
-}
 
 /* Records the gather of every stream's source state into a new f32
  * scratch allocation (*snap); released by the caller after recording the
@@ -159,7 +151,8 @@ static void conv_build(vk_backend *v, vk_shader_id shader, uint32_t wg, uint32_t
     vk_op_spec(op, snap != NULL);
     if (tb > 0)
         vk_op_spec(op, tb);
-    vk_op_spec(op, vk_rs_snap_any(view)); /* SNAPSHOT: ssm_conv, ssm_conv_pre, short_conv */
+    /* SNAPSHOT: ssm_conv, ssm_conv_pre, short_conv */
+    vk_op_spec(op, llmem_rs_view_snap_used(view) != NULL);
     uint32_t xo = vk_op_tensor(v, op, x, false);
     uint32_t wo = vk_op_tensor(v, op, w, false);
     uint32_t bo = vk_op_tensor(v, op, b, false);
@@ -346,7 +339,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
      * held for the decode scan) write no snapshot. They take one-token
      * views only, which never have one (a snapshot lies before a stream's
      * last token, base/view.c); a view with one skips them all the same. */
-    bool snap = vk_rs_snap_any(view);
+    bool snap = llmem_rs_view_snap_used(view) != NULL;
     bool taken = false; /* one token: in the epilogue of the product that made x */
     llmem_status ts =
         snap ? vk_nm_conv_flush(v) : vk_nm_conv_take(v, view, state, x, w, b, out, &taken);
@@ -403,7 +396,7 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
      * scan takes the decode shader without a source copy (and without a
      * snapshot inside the ubatch, which the decode shader does not write);
      * else it goes first */
-    bool fold = v->fold_pending && sd->dtype != LLMEM_DTYPE_I8 && !vk_rs_snap_any(view) &&
+    bool fold = v->fold_pending && sd->dtype != LLMEM_DTYPE_I8 && !llmem_rs_view_snap_used(view) &&
                 fold_matches(v, p, view, xbc, y);
     if (fold) {
         bool snap = false;
@@ -484,7 +477,7 @@ llmem_status vk_rs_scan(vk_backend *v, const vk_scan_launch *l, const llmem_ssm_
     /* ssm_scan.comp and ssm_scan_pre.comp: SNAPSHOT, two more push words */
     bool snap_words = l->shader != VK_SH_SSM_SCAN_DEC && l->shader != VK_SH_SSM_SCAN_DEC_SG;
     if (snap_words)
-        vk_op_spec(&op, vk_rs_snap_any(view));
+        vk_op_spec(&op, llmem_rs_view_snap_used(view) != NULL);
     const vk_conv_fold *f = l->fold;
     if (f) /* ssm_scan_decode.comp's CONV */
         vk_op_spec(&op, f->dc | (uint32_t)f->w.dtype << 4 |

@@ -122,7 +122,7 @@ static llmem_status scan_q_run(vk_backend *v, const llmem_ssm_params *p, const l
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, snap ? 1u : 0u);
     vk_op_spec(&op, mode);
-    vk_op_spec(&op, vk_rs_snap_any(view)); /* SNAPSHOT */
+    vk_op_spec(&op, llmem_rs_view_snap_used(view) != NULL); /* SNAPSHOT */
     uint32_t xo = vk_op_tensor(v, &op, xbc, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t ao = vk_op_tensor(v, &op, a_log, false);

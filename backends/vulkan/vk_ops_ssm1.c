@@ -47,7 +47,7 @@ static llmem_status vk_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *
     vk_op_spec(&op, dt_bias ? (uint32_t)dt_bias->dtype : 3u);
     vk_op_spec(&op, z != NULL);
     vk_op_spec(&op, use_snap);
-    vk_op_spec(&op, vk_rs_snap_any(view)); /* SNAPSHOT */
+    vk_op_spec(&op, llmem_rs_view_snap_used(view) != NULL); /* SNAPSHOT */
     uint32_t xo = vk_op_tensor(v, &op, x, false);
     uint32_t dto = vk_op_tensor(v, &op, dt, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);

@@ -228,6 +228,20 @@ static inline const llmem_rs_view *llmem_rs_view_snap(const llmem_view *v)
     return rs && rs->snap_slot.n > 0 ? rs : NULL;
 }
 
+/* llmem_rs_view_snap's description when some group of v has a snapshot
+ * slot (an entry >= 0 in the host copy of snap_slot), else NULL: what a
+ * backend asks before it passes the tables to a kernel or picks the
+ * kernel's snapshot instance. Never for a one-token view (a snapshot lies
+ * before a group's last token), so recorded decode steps see none. */
+static inline const llmem_rs_view *llmem_rs_view_snap_used(const llmem_view *v)
+{
+    const llmem_rs_view *rs = llmem_rs_view_snap(v);
+    for (int32_t s = 0; rs && s < rs->snap_slot.n; s++)
+        if (rs->snap_slot.host[s] >= 0)
+            return rs;
+    return NULL;
+}
+
 /* Fills a view of a kind: kind, desc and desc_size = size, idx. For memory
  * implementations and for tests or benchmarks that describe pools by hand. */
 static inline llmem_view llmem_view_make(llmem_view_kind kind, const void *desc, size_t size,
