@@ -14,6 +14,7 @@
 #include "llmem/ops_gdn.h"
 #include "llmem/view.h"
 #include "vk_internal.h"
+#include "vk_rs.h"
 
 #define GDN_WG 64
 #define GDN_EW_WG 256

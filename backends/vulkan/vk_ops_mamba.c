@@ -19,6 +19,7 @@
 
 #include "llmem/view.h"
 #include "vk_internal.h"
+#include "vk_rs.h"
 
 #define CONV_WG 128
 #define SCAN_WG 64

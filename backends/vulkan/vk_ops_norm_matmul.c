@@ -50,6 +50,7 @@
 
 #include "llmem/ops_norm_matmul.h"
 #include "vk_internal.h"
+#include "vk_rs.h"
 #include "vk_sum.h"
 
 #define NM_MODE 0 /* $LLMEM_VULKAN_NM_MODE: 0 norm_matvec16_rows.comp, 1 norm_matvec16.comp */

@@ -7,6 +7,7 @@
  * gives LLMEM_E_UNSUPPORTED through vk_op_buffer), page_size <= 256 and
  * head_dim <= 256. */
 #include "backends/vulkan/vk_internal.h"
+#include "backends/vulkan/vk_rs.h"
 
 /* llmem_kv_scale_offset / llmem_kv_page_bytes (<llmem/view.h>), here because
  * the plugin links no core library function: codes, then the per-head f32

@@ -20,6 +20,7 @@
  */
 #include "llmem/view.h"
 #include "vk_internal.h"
+#include "vk_rs.h"
 
 #define PRE_WG 256   /* ssm_scan_pre.comp: invocations at most */
 /* State rows per lane group and tokens per staged block: the best of the

@@ -11,6 +11,7 @@
 #include "llmem/ops_ssm1.h"
 #include "llmem/view.h"
 #include "vk_internal.h"
+#include "vk_rs.h"
 
 #define S1_WG 64
 
