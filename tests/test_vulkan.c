@@ -176,14 +176,7 @@ START_TEST(test_reopen)
     float *x = rand_vals((size_t)ROWS * D, -2.0f, 2.0f, false);
     float *w = rand_vals(D, 0.5f, 1.5f, false);
     double ref[ROWS * D];
-    for (int r = 0; r < ROWS; r++) { /* float64 RMS norm (Zhang and Sennrich 2019) */
-        double ss = 0;
-        for (int i = 0; i < D; i++)
-            ss += (double)x[r * D + i] * x[r * D + i];
-        double inv = 1.0 / sqrt(ss / D + 1e-6);
-        for (int i = 0; i < D; i++)
-            ref[r * D + i] = x[r * D + i] * inv * w[i];
-    }
+    vk_ref_rms_norm(x, w, ROWS, D, 1e-6, ref);
     test_env kept = test_env_save("LLMEM_VULKAN_KEEP_INSTANCE");
     for (int round = 0; round < 2 * ROUNDS; round++) {
         /* the first half with the default, the second with the instance kept */

@@ -472,20 +472,10 @@ static void dec_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, const c
     for (int32_t r = 0; r < m; r++)
         for (int32_t i = 0; i < k; i++)
             a[(size_t)r * k + i] = ldexpf(frand(-1, 1), (r % 7) * 20 - 60);
-    for (size_t i = 0; i < (size_t)n * k; i++) {
-        float v = ldexpf(frand(-1, 1), (int)(i % 28) - 17);
-        uint32_t u;
-        memcpy(&u, &v, 4);
-        u &= 0xffff0000u; /* bf16-exact: the device's copy holds these values */
-        memcpy(&w[i], &u, 4);
-    }
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t j = 0; j < n; j++) {
-            double s = 0;
-            for (int32_t i = 0; i < k; i++)
-                s += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
-            ref[(size_t)r * n + j] = s;
-        }
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        w[i] = ldexpf(frand(-1, 1), (int)(i % 28) - 17);
+    vk_trunc_bf16(w, (size_t)n * k); /* bf16-exact: the device's copy holds these values */
+    vk_ref_mm_f32(a, w, m, k, n, ref);
     for (int fast = 0; fast < 2; fast++) {
         for (size_t i = 0; i < (size_t)m * n; i++)
             o[i] = NAN;

@@ -19,28 +19,12 @@
 
 /* w[i] rounded toward zero to bf16 (its low 16 bits cleared), so the
  * device's bf16 copy holds exactly the values the reference multiplies. */
-static void trunc_bf16(float *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &w[i], 4);
-        u &= 0xffff0000u;
-        memcpy(&w[i], &u, 4);
-    }
-}
-
 /* a[m, k] · w[n, k]ᵀ in float64 (malloc'd; the caller frees it). */
 static double *ref_matmul(const float *a, const float *w, int32_t m, int32_t k, int32_t n)
 {
     double *ref = malloc((size_t)m * n * sizeof *ref);
     ck_assert_ptr_nonnull(ref);
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t j = 0; j < n; j++) {
-            double acc = 0;
-            for (int32_t i = 0; i < k; i++)
-                acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
-            ref[(size_t)r * n + j] = acc;
-        }
+    vk_ref_mm_f32(a, w, m, k, n, ref);
     return ref;
 }
 
@@ -67,7 +51,7 @@ static void row_scales_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, 
             a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 7) * 20 - 60);
     for (size_t i = 0; i < (size_t)n * k; i++) /* 2^-17 .. 2^10 */
         w[i] = ldexpf(w[i], (int)(i % 28) - 17);
-    trunc_bf16(w, (size_t)n * k);
+    vk_trunc_bf16(w, (size_t)n * k);
     double *ref = ref_matmul(a, w, m, k, n);
     float *o = malloc((size_t)m * n * sizeof *o);
     ck_assert_ptr_nonnull(o);
@@ -183,7 +167,7 @@ START_TEST(test_matmul_cmp_cfg)
     static const int32_t split_shapes[][3] = {{130, 2048, 136}, {257, 1000, 300}, {496, 1024, 520}};
     const int32_t m = 257, k = 264, n = 300;
     float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-    trunc_bf16(w, (size_t)n * k);
+    vk_trunc_bf16(w, (size_t)n * k);
     double *ref = ref_matmul(a, w, m, k, n);
     size_t mn = (size_t)m * n;
     float *base = malloc(2 * mn * sizeof *base), *o = malloc(mn * sizeof *o);
@@ -270,7 +254,7 @@ START_TEST(test_matmul_cm_fused)
         for (int32_t r = 0; r < m; r++) /* rows of different magnitudes: the row scales */
             for (int32_t i = 0; i < k; i++)
                 a[(size_t)r * k + i] = ldexpf(a[(size_t)r * k + i], (r % 5) * 9 - 18);
-        trunc_bf16(w, (size_t)n * k);
+        vk_trunc_bf16(w, (size_t)n * k);
         double *ref = ref_matmul(a, w, m, k, n);
         size_t mn = (size_t)m * n;
         float *o[2] = {malloc(REPS * mn * sizeof(float)), malloc(REPS * mn * sizeof(float))};
@@ -302,7 +286,7 @@ static void bf16_product_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n
                               double tol, const char *what)
 {
     float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-    trunc_bf16(w, (size_t)n * k);
+    vk_trunc_bf16(w, (size_t)n * k);
     double *ref = ref_matmul(a, w, m, k, n);
     float *o = malloc((size_t)m * n * sizeof *o);
     ck_assert_ptr_nonnull(o);

@@ -47,16 +47,6 @@ static float *rand_vec(size_t n, float lo, float hi)
     return v;
 }
 
-static void trunc_bf16(float *w, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &w[i], 4);
-        u &= 0xffff0000u;
-        memcpy(&w[i], &u, 4);
-    }
-}
-
 static void get_f32(const llmem_tensor *t, float *out)
 {
     OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
@@ -210,8 +200,8 @@ START_TEST(test_presplit_chains)
         c.z = rand_vec(mk, -3, 3), c.nw = rand_vec((size_t)c.k, 0.5f, 1.5f);
         c.w = rand_vec(nk, -1, 1), c.g = rand_vec(nk, -1, 1), c.u = rand_vec(nk, -1, 1);
         c.d = rand_vec((size_t)c.n * c.n, -1, 1);
-        trunc_bf16(c.w, nk), trunc_bf16(c.g, nk), trunc_bf16(c.u, nk);
-        trunc_bf16(c.d, (size_t)c.n * c.n);
+        vk_trunc_bf16(c.w, nk), vk_trunc_bf16(c.g, nk), vk_trunc_bf16(c.u, nk);
+        vk_trunc_bf16(c.d, (size_t)c.n * c.n);
         float *o[3][N_OUT];
         double *ref[N_OUT];
         for (int i = 0; i < N_OUT; i++) {
@@ -254,7 +244,7 @@ START_TEST(test_presplit_invalidated)
     llmem_backend *vk = open_be("vulkan");
     float *x = rand_vec((size_t)M * K, -2, 2), *x2 = rand_vec((size_t)M * K, -1, 1);
     float *nw = rand_vec(K, 0.5f, 1.5f), *w = rand_vec((size_t)N * K, -1, 1);
-    trunc_bf16(w, (size_t)N * K);
+    vk_trunc_bf16(w, (size_t)N * K);
     llmem_buffer *bx, *bnw, *bw, *bh, *bo, *bx2;
     llmem_tensor tx = vk_up_f32_2d(vk, &bx, x, M, K), tnw = vk_up_f32_2d(vk, &bnw, nw, K, 0);
     llmem_tensor tw = vk_up_bf16_2d(vk, &bw, w, N, K), tx2 = vk_up_f32_2d(vk, &bx2, x2, M, K);
@@ -323,7 +313,7 @@ START_TEST(test_presplit_bad_and_prefill)
     for (int32_t m = 16; m <= 65; m += 49) {
         float *x = rand_vec((size_t)m * K, -2, 2), *nw = rand_vec(K, 0.5f, 1.5f);
         float *w = rand_vec((size_t)N * K, -1, 1);
-        trunc_bf16(w, (size_t)N * K);
+        vk_trunc_bf16(w, (size_t)N * K);
         llmem_buffer *bx, *bnw, *bw, *bh, *bo, *bwb;
         llmem_tensor tx = vk_up_f32_2d(vk, &bx, x, m, K), tnw = vk_up_f32_2d(vk, &bnw, nw, K, 0);
         llmem_tensor tw = vk_up_bf16_2d(vk, &bw, w, N, K), th = vk_up_f32_2d(vk, &bh, NULL, m, K);
@@ -429,7 +419,7 @@ START_TEST(test_presplit_recorded)
     c.nw = rand_vec(K, 0.5f, 1.5f);
     c.w = rand_vec(nk, -1, 1), c.g = rand_vec(nk, -1, 1), c.u = rand_vec(nk, -1, 1);
     c.d = rand_vec((size_t)N * N, -1, 1);
-    trunc_bf16(c.w, nk), trunc_bf16(c.g, nk), trunc_bf16(c.u, nk), trunc_bf16(c.d, (size_t)N * N);
+    vk_trunc_bf16(c.w, nk), vk_trunc_bf16(c.g, nk), vk_trunc_bf16(c.u, nk), vk_trunc_bf16(c.d, (size_t)N * N);
     llmem_buffer *b[16];
     step_ctx s = {.be = vk};
     s.x = vk_up_f32_2d(vk, &b[0], NULL, M, K), s.r = vk_up_f32_2d(vk, &b[1], NULL, M, K);

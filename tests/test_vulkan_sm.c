@@ -449,14 +449,7 @@ START_TEST(test_sm_results)
     float *x = rand_vec((size_t)ROWS * D, -2, 2), *g = rand_vec(D, 0.5f, 1.5f);
     double *nref = malloc((size_t)ROWS * D * sizeof *nref);
     ck_assert_ptr_nonnull(nref);
-    for (int r = 0; r < ROWS; r++) { /* RMS norm, Zhang and Sennrich 2019 */
-        double ss = 0;
-        for (int i = 0; i < D; i++)
-            ss += (double)x[r * D + i] * x[r * D + i];
-        double inv = 1.0 / sqrt(ss / D + 1e-6);
-        for (int i = 0; i < D; i++)
-            nref[r * D + i] = x[r * D + i] * inv * g[i];
-    }
+    vk_ref_rms_norm(x, g, ROWS, D, 1e-6, nref);
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         test_env_put("LLMEM_VULKAN_SM_COUNT", counts[c]);
         OK(llmem_backend_reload_env(be));
@@ -464,23 +457,12 @@ START_TEST(test_sm_results)
         for (size_t s = 0; s < NS; s++) {
             int32_t m = shapes[s][0], k = shapes[s][1], n = shapes[s][2];
             float *a = rand_vec((size_t)m * k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
-            for (size_t i = 0; i < (size_t)n * k; i++) { /* bf16-exact weights */
-                uint32_t u;
-                memcpy(&u, &w[i], 4);
-                u &= 0xffff0000u;
-                memcpy(&w[i], &u, 4);
-            }
+            vk_trunc_bf16(w, (size_t)n * k); /* bf16-exact weights */
             double *ref = malloc((size_t)m * n * sizeof *ref);
             float *o = malloc((size_t)m * n * sizeof *o);
             ck_assert_ptr_nonnull(ref);
             ck_assert_ptr_nonnull(o);
-            for (int32_t r = 0; r < m; r++)
-                for (int32_t j = 0; j < n; j++) {
-                    double acc = 0;
-                    for (int32_t i = 0; i < k; i++)
-                        acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
-                    ref[(size_t)r * n + j] = acc;
-                }
+            vk_ref_mm_f32(a, w, m, k, n, ref);
             for (int fast = 0; fast < 2; fast++) {
                 run_matmul(be, a, w, m, k, n, BF16, fast, o);
                 snprintf(what, sizeof what, "LLMEM_VULKAN_SM_COUNT=%s %s %dx%dx%d",

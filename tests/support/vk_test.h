@@ -75,6 +75,34 @@ static inline void vk_ref_mm(const double *a, const float *w, int32_t m, int32_t
         }
 }
 
+/* vk_ref_mm of f32 activations a[m, k]. */
+static inline void vk_ref_mm_f32(const float *a, const float *w, int32_t m, int32_t k, int32_t n,
+                                 double *o)
+{
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t j = 0; j < n; j++) {
+            double acc = 0;
+            for (int32_t i = 0; i < k; i++)
+                acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
+            o[(size_t)r * n + j] = acc;
+        }
+}
+
+/* Float64 RMS norm (Zhang and Sennrich 2019) of rows x[rows, d] with f32
+ * weights w[d] and epsilon eps into o[rows, d]. */
+static inline void vk_ref_rms_norm(const float *x, const float *w, int32_t rows, int32_t d,
+                                   double eps, double *o)
+{
+    for (int32_t r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int32_t i = 0; i < d; i++)
+            ss += (double)x[(size_t)r * d + i] * x[(size_t)r * d + i];
+        double inv = 1.0 / sqrt(ss / d + eps);
+        for (int32_t i = 0; i < d; i++)
+            o[(size_t)r * d + i] = x[(size_t)r * d + i] * inv * w[i];
+    }
+}
+
 /* The tolerance of a fast-mode product (llmem_op_matmul_fast) against its
  * float64 reference, relative to the row's largest |value| (vk_expect_close):
  * about four times the rounding of one activation term, 2^-11 for the f16
@@ -127,21 +155,28 @@ static inline float frand(float lo, float hi)
     return lo + (hi - lo) * (float)(rnd() % 1000003u) / 1000003.0f;
 }
 
+/* Cuts w[0, n) to bf16 values (the low 16 bits cleared): weights a bf16
+ * copy on the device holds exactly. */
+static inline void vk_trunc_bf16(float *w, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &w[i], 4);
+        u &= 0xffff0000u;
+        memcpy(&w[i], &u, 4);
+    }
+}
+
 /* n values from frand(lo, hi) (malloc'd: the caller frees them), each cut
- * to a bf16 value (its low 16 bits cleared) when bf16. */
+ * to a bf16 value (vk_trunc_bf16) when bf16. */
 static inline float *rand_vals(size_t n, float lo, float hi, bool bf16)
 {
     float *v = malloc(n * sizeof *v);
     ck_assert_ptr_nonnull(v);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         v[i] = frand(lo, hi);
-        if (bf16) {
-            uint32_t u;
-            memcpy(&u, &v[i], 4);
-            u &= 0xffff0000u;
-            memcpy(&v[i], &u, 4);
-        }
-    }
+    if (bf16)
+        vk_trunc_bf16(v, n);
     return v;
 }
 
