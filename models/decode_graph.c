@@ -24,8 +24,10 @@
  * groups' destinations) and the longest key range in 256-key
  * buckets (the split count's unit, backends/cuda/cuda_ops.c). A step whose
  * key has no recording runs eagerly and is then recorded for the next one;
- * a pending K-shift runs eagerly. LLMEM_NO_GRAPHS=1 when the model is built
- * (hf_fused_setup) runs every step eagerly.
+ * a pending K-shift runs eagerly, and so does a step whose recurrent views
+ * carry snapshot tables (hf_graph_view_recordable: the key holds none of
+ * them). LLMEM_NO_GRAPHS=1 when the model is built (hf_fused_setup) runs
+ * every step eagerly.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -143,18 +145,29 @@ static bool needs_snapshot(struct hf_graphs *g, const llmem_rs_view *rs)
     return snap;
 }
 
+bool hf_graph_view_recordable(const llmem_view *v)
+{
+    const llmem_kv_view *kv = llmem_view_kv(v);
+    if (kv && kv->shift_slot.n > 0)
+        return false;
+    /* Snapshot tables (even with every slot -1) pick kernel instances and
+     * push words from host contents the key does not hold; one-token views
+     * carry none today, so running such a step eagerly costs nothing. */
+    return llmem_rs_view_snap(v) == NULL;
+}
+
 /* Appends what the ops of one view capture; false when the view's layer
- * must run eagerly (a pending K-shift). */
+ * must run eagerly (hf_graph_view_recordable). */
 static bool put_view(struct hf_graphs *g, const llmem_view *v)
 {
+    if (!hf_graph_view_recordable(v))
+        return false;
     PUT(g, v->kind);
     PUT(g, v->idx);
     size_t idx_size = v->idx ? llmem_buffer_size(v->idx) : 0;
     PUT(g, idx_size);
     if (v->kind == LLMEM_VIEW_KV) {
         const llmem_kv_view *kv = llmem_view_kv(v);
-        if (kv->shift_slot.n > 0)
-            return false;
         PUT(g, kv->k);
         PUT(g, kv->v);
         PUT(g, kv->dtype);

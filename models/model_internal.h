@@ -105,6 +105,13 @@ llmem_status hf_forward_ops(llmem_model *m, int32_t n_tokens, int32_t n_outputs,
  * (one token per sequence group, LLMEM_NO_GRAPHS unset), else eagerly
  * (models/decode_graph.c). Returns hf_forward_ops' status. */
 llmem_status hf_graph_forward(llmem_model *m, const llmem_ubatch *ub, int32_t n_vocab);
+/* Whether a decode step with view v (one memory layer's) may be recorded
+ * or replayed: false for a KV view with a pending K-shift (shift_slot.n >
+ * 0) and for a recurrent view carrying snapshot tables (llmem_rs_view_snap,
+ * even with every snap_slot entry -1), whose contents no recording key
+ * holds; such a step runs eagerly. v is borrowed; NULL or any other kind:
+ * true. Pure, thread-safe. */
+bool hf_graph_view_recordable(const llmem_view *v);
 
 /* qwen3_next (models/qwen3_next.c). hf_qwen3n_load uploads every weight
  * (norms as 1 + w, in_proj rows de-interleaved, experts' gate and up
