@@ -44,8 +44,12 @@ endforeach()
 add_executable(plugin_load ${CMAKE_CURRENT_SOURCE_DIR}/plugin_load.c)
 target_include_directories(plugin_load PRIVATE ${CMAKE_SOURCE_DIR}/include)
 target_compile_options(plugin_load PRIVATE ${LLMEM_WARN_FLAGS})
-target_compile_definitions(plugin_load PRIVATE _DEFAULT_SOURCE
+# (the binary's folder relative to the build: a copied build is found from it)
+file(RELATIVE_PATH _plugin_load_sub ${CMAKE_BINARY_DIR} ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
+target_compile_definitions(plugin_load PRIVATE _DEFAULT_SOURCE _GNU_SOURCE
   LLMEM_LIB_PATH="$<TARGET_FILE:llmem>"
+  LLMEM_BUILD_ROOT="${CMAKE_BINARY_DIR}"
+  LLMEM_EXE_SUBDIR="${_plugin_load_sub}"
   LLMEM_PLUGIN_BUILD_DIR="${LLMEM_PLUGIN_BUILD_DIR}"
   LLMEM_TEST_PLUGIN_DIR="${LLMEM_TEST_PLUGIN_DIR}")
 target_link_libraries(plugin_load PRIVATE PkgConfig::CHECK ${CMAKE_DL_LIBS})
@@ -58,6 +62,11 @@ foreach(_plugin llmem_cuda llmem-vulkan)
 endforeach()
 add_test(NAME plugin_load COMMAND plugin_load)
 set_tests_properties(plugin_load PROPERTIES LABELS "core")
+# the same from a copy of the build's bin/, lib/ and tests/plugins/
+add_test(NAME plugin_load_copy
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/plugin_load_copy.sh ${CMAKE_BINARY_DIR}
+    ${_plugin_load_sub} $<TARGET_FILE_NAME:plugin_load>)
+set_tests_properties(plugin_load_copy PROPERTIES LABELS "core")
 
 # 4. tests/layers.sh: the #include lines keep the layers of DESIGN.md apart.
 add_test(NAME layers COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/layers.sh ${CMAKE_SOURCE_DIR})

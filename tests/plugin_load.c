@@ -16,6 +16,13 @@
  *     of a device or driver (never "cannot load" / "undefined symbol"); an
  *     opened one moves bytes and runs an op whose expected result the test
  *     computes itself.
+ *
+ * Paths: the build's layout (bin/, lib/, lib/llmem/, tests/plugins/) is
+ * found from this binary's own place (/proc/self/exe), so a build copied
+ * elsewhere with that layout (a GPU machine runs a copy) tests its copy;
+ * the build's absolute paths are the fallback. Where the layout is found,
+ * the libllmem this test dlopens must be the copy's (tests/
+ * plugin_load_copy.sh runs a copy).
  */
 // ctest-labels: core
 #include <check.h>
@@ -26,8 +33,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "llmem/ops.h"
+
+/* The build folder this binary runs from: the folder /proc/self/exe lies
+ * in, less its LLMEM_EXE_SUBDIR ("bin") part; "" where that does not hold
+ * (then every path is the build's absolute one). */
+static char build_root[4096];
+
+static void find_build_root(void)
+{
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return;
+    *slash = '\0'; /* the binary's folder */
+    size_t dl = strlen(exe), sl = strlen(LLMEM_EXE_SUBDIR);
+    if (sl == 0 || dl <= sl + 1 || exe[dl - sl - 1] != '/' ||
+        strcmp(exe + dl - sl, LLMEM_EXE_SUBDIR) != 0)
+        return;
+    exe[dl - sl - 1] = '\0';
+    snprintf(build_root, sizeof build_root, "%s", exe);
+}
+
+/* `path`, an absolute path of the build (under LLMEM_BUILD_ROOT), in the
+ * build folder this binary runs from when that file exists there; else
+ * `path` itself. The result lives in buf or is path. */
+static const char *in_build(const char *path, char *buf, size_t size)
+{
+    size_t bl = strlen(LLMEM_BUILD_ROOT);
+    if (!build_root[0] || strncmp(path, LLMEM_BUILD_ROOT, bl) != 0 ||
+        (path[bl] != '/' && path[bl] != '\0'))
+        return path;
+    int n = snprintf(buf, size, "%s%s", build_root, path + bl);
+    return n > 0 && (size_t)n < size && access(buf, F_OK) == 0 ? buf : path;
+}
+
+/* The build's folders and libllmem as this run finds them (main fills them). */
+static char lib_path[4096], plugin_dir[4096], test_plugin_dir[4096], test_plugin_alt[4096];
 
 typedef struct api {
     void *lib;
@@ -55,8 +103,8 @@ static void sym(void *lib, const char *name, void *fn_ptr, size_t fn_size)
 static void api_load(api *a)
 {
     memset(a, 0, sizeof *a);
-    a->lib = dlopen(LLMEM_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(a->lib != NULL, "dlopen %s: %s", LLMEM_LIB_PATH, dlerror());
+    a->lib = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(a->lib != NULL, "dlopen %s: %s", lib_path, dlerror());
     /* RTLD_LOCAL really keeps the library's symbols out of the global scope. */
     ck_assert_ptr_null(dlsym(RTLD_DEFAULT, "llmem_status_str"));
     SYM(a, backend_open, "llmem_backend_open");
@@ -66,6 +114,11 @@ static void api_load(api *a)
     SYM(a, buffer_upload, "llmem_buffer_upload");
     SYM(a, buffer_download, "llmem_buffer_download");
     SYM(a, op_add, "llmem_op_add");
+    /* a build run from a copy tests the copy's library, not the original's */
+    Dl_info info;
+    ck_assert(dladdr(dlsym(a->lib, "llmem_backend_open"), &info) != 0 && info.dli_fname);
+    ck_assert_msg(!build_root[0] || strncmp(info.dli_fname, build_root, strlen(build_root)) == 0,
+                  "libllmem came from %s, not from the build at %s", info.dli_fname, build_root);
 }
 
 /* Calls fn(path) for every libllmem-*.so in dir; returns how many. */
@@ -104,16 +157,16 @@ START_TEST(test_every_plugin_resolves_alone)
 {
     /* libllmem is not loaded at all here: a plugin that needs any of its
      * symbols fails this dlopen with "undefined symbol". */
-    int n = for_each_plugin(LLMEM_TEST_PLUGIN_DIR, dlopen_alone);
-    n += for_each_plugin(LLMEM_TEST_PLUGIN_DIR "/alt", dlopen_alone);
+    int n = for_each_plugin(test_plugin_dir, dlopen_alone);
+    n += for_each_plugin(test_plugin_alt, dlopen_alone);
     ck_assert_int_ge(n, 6); /* testplug, alt, badabi, badvtable, noentry, badlayout */
-    for_each_plugin(LLMEM_PLUGIN_BUILD_DIR, dlopen_alone);
+    for_each_plugin(plugin_dir, dlopen_alone);
 }
 END_TEST
 
 START_TEST(test_testplug_through_local_lib)
 {
-    setenv("LLMEM_BACKEND_PATH", LLMEM_TEST_PLUGIN_DIR, 1);
+    setenv("LLMEM_BACKEND_PATH", test_plugin_dir, 1);
     api a;
     api_load(&a);
     char err[512] = "";
@@ -148,13 +201,13 @@ END_TEST
 /* Opens a built device plugin through the RTLD_LOCAL libllmem. */
 static void check_device_plugin(const char *name)
 {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/libllmem-%s.so", LLMEM_PLUGIN_BUILD_DIR, name);
+    char path[sizeof plugin_dir + 64];
+    snprintf(path, sizeof path, "%s/libllmem-%s.so", plugin_dir, name);
     FILE *f = fopen(path, "rb");
     if (!f)
         return; /* not built here */
     fclose(f);
-    setenv("LLMEM_BACKEND_PATH", LLMEM_PLUGIN_BUILD_DIR, 1);
+    setenv("LLMEM_BACKEND_PATH", plugin_dir, 1);
     api a;
     api_load(&a);
     char err[512] = "";
@@ -207,6 +260,15 @@ END_TEST
 
 int main(void)
 {
+    find_build_root();
+    char buf[4096];
+    snprintf(lib_path, sizeof lib_path, "%s", in_build(LLMEM_LIB_PATH, buf, sizeof buf));
+    snprintf(plugin_dir, sizeof plugin_dir, "%s", in_build(LLMEM_PLUGIN_BUILD_DIR, buf, sizeof buf));
+    snprintf(test_plugin_dir, sizeof test_plugin_dir, "%s",
+             in_build(LLMEM_TEST_PLUGIN_DIR, buf, sizeof buf));
+    snprintf(test_plugin_alt, sizeof test_plugin_alt, "%s",
+             in_build(LLMEM_TEST_PLUGIN_DIR "/alt", buf, sizeof buf));
+    printf("plugin_load: libllmem %s, plugins %s\n", lib_path, plugin_dir);
     Suite *s = suite_create("plugin_load");
     TCase *tc = tcase_create("plugin_load");
     tcase_set_timeout(tc, 120);
