@@ -8,6 +8,7 @@
  *     matmul_cm2's and matmul_dec's plans, the narrow layout's wave and the
  *     norms' row split, against the old formulas with 264 / 132 / 66 spelled
  *     out below (not the code under test), over grids of shapes;
+ *   - the decode scan's fewest workgroups: 1024 at 132, scaled by the units elsewhere;
  *   - at 1, 24, 96, 128, 142 and 4096 SMs the invariants (tiles cover
  *     [M, N), every K element in exactly one slice of whole K steps, tiles x
  *     slices within the wave the plan aims at) and the direction: never more
@@ -366,6 +367,42 @@ START_TEST(test_sm_decode_plans)
 }
 END_TEST
 
+/* The decode scan's fewest workgroups (vk_scan_dec_wgs, vk_ops_mamba.c's SCAN_DEC_WGS 1024
+ * before): 1024 at 132 units and at the fallback, so the H200's plans are the old ones;
+ * elsewhere ceil(1024 units / 132) (hand-worked values), never fewer on more units, and
+ * the items a lane group takes (the op's rule: items / (groups x wgs), 1 .. 8) never fewer
+ * on fewer units. */
+START_TEST(test_sm_scan_grid)
+{
+    ck_assert_uint_eq(vk_scan_dec_wgs(132), 1024);
+    ck_assert_uint_eq(vk_scan_dec_wgs(0), 1024);
+    ck_assert_uint_eq(vk_scan_dec_wgs(66), 512);
+    ck_assert_uint_eq(vk_scan_dec_wgs(1), 8);       /* 1024 / 132 = 7.76 */
+    ck_assert_uint_eq(vk_scan_dec_wgs(24), 187);    /* 24576 / 132 = 186.2 */
+    ck_assert_uint_eq(vk_scan_dec_wgs(142), 1102);  /* 145408 / 132 = 1101.6 */
+    ck_assert_uint_eq(vk_scan_dec_wgs(4096), 31776); /* 4194304 / 132 = 31775.03 */
+    for (uint32_t u = 1; u <= VK_SM_MAX; u++) {
+        uint64_t w = vk_scan_dec_wgs(u);
+        ck_assert_uint_ge(w * 132, 1024ull * u);
+        ck_assert_uint_lt((w - 1) * 132, 1024ull * u);
+        ck_assert_uint_ge(w, vk_scan_dec_wgs(u - 1 ? u - 1 : 1));
+    }
+    /* d_state 128 / 64 (32 / 16 lanes, 8 / 16 lane groups of 256), 4 rows an item, head_dim
+     * 64, 8 .. 128 heads, 1 .. 64 sequences */
+    for (uint64_t groups = 8; groups <= 16; groups *= 2)
+        for (uint64_t heads = 8; heads <= 128; heads *= 4)
+            for (uint64_t seqs = 1; seqs <= 64; seqs *= 2) {
+                uint64_t items = seqs * heads * 64 / 4, prev = 0;
+                for (size_t i = N_OTHER; i-- > 0;) { /* most units first */
+                    uint64_t ipg = items / (groups * vk_scan_dec_wgs(other_sms[i]));
+                    ipg = ipg < 1 ? 1 : ipg > 8 ? 8 : ipg;
+                    ck_assert_uint_ge(ipg, prev);
+                    prev = ipg;
+                }
+            }
+}
+END_TEST
+
 /* ---- with a device ------------------------------------------------------------------------ */
 
 /* The count of the last "compute units: N (...)" line of the $LLMEM_VULKAN_LOG file at path,
@@ -501,6 +538,7 @@ int main(void)
     tcase_add_test(tc, test_sm_cm_plans);
     tcase_add_test(tc, test_sm_prefill_plans);
     tcase_add_test(tc, test_sm_decode_plans);
+    tcase_add_test(tc, test_sm_scan_grid);
     /* the plans above need no device; these do */
     if (vulkan_opens("test_vulkan_sm", "only the plans without a device")) {
         tcase_add_test(tc, test_sm_knob);

@@ -190,7 +190,8 @@ typedef struct vk_backend {
     struct {                    /* Mamba-2 scan path choices, read once (vk_scan_config) */
         bool old;               /* $LLMEM_VULKAN_SCAN_OLD: no ssm_scan_decode.comp */
         uint32_t rpi;           /* $LLMEM_VULKAN_SCAN_RPI: state rows per item */
-        uint32_t ipg, wgs, wg;  /* $LLMEM_VULKAN_SCAN_{IPG,WGS,WG} (vk_ops_mamba.c) */
+        uint32_t ipg, wgs, wg;  /* $LLMEM_VULKAN_SCAN_{IPG,WGS,WG} (vk_ops_mamba.c); wgs 0:
+                                 * unset, vk_scan_dec_wgs of mm.n_sm at each scan */
         bool norm_loop;         /* $LLMEM_VULKAN_NORM_LOOP: RMS norms without REG (vk_ops_basic.c) */
         bool pre;               /* ssm_scan_pre.comp for prefill ($LLMEM_VULKAN_SCAN_PRE != 0) */
         uint32_t pre_rpl, pre_t;  /* $LLMEM_VULKAN_SCAN_PRE_{RPL,T}, 0 when unset (by length) */

@@ -62,6 +62,11 @@ uint32_t vk_row_split_wgs(uint32_t sms)
     return sms < VK_ROW_SPLIT_ROWS ? VK_ROW_SPLIT_ROWS : sms - sms % VK_ROW_SPLIT_ROWS;
 }
 
+uint32_t vk_scan_dec_wgs(uint32_t sms)
+{
+    return (uint32_t)div_up((uint64_t)VK_SCAN_DEC_WGS_REF * sm_or_fallback(sms), VK_SM_FALLBACK);
+}
+
 void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t sms, uint32_t *slices,
                    uint32_t *k_split)
 {

@@ -156,6 +156,14 @@ uint32_t vk_sm_pick(int32_t knob, uint32_t device);
 #define VK_ROW_SPLIT_ROWS 16
 uint32_t vk_row_split_wgs(uint32_t sms);
 
+/* The fewest workgroups the decode scan's grid keeps (ssm_scan_decode.comp: items per lane
+ * group grow only while the grid stays at least this large; vk_ops_mamba.c) for sms compute
+ * units (0: VK_SM_FALLBACK): ceil(VK_SCAN_DEC_WGS_REF x sms / VK_SM_FALLBACK), the H200's
+ * measured 1024 at its 132 units scaled by the unit count (about 7.8 a unit; 512 at 66, 8 at
+ * 1). $LLMEM_VULKAN_SCAN_WGS, when set, replaces it. Pure (tests/test_vulkan_sm.c). */
+#define VK_SCAN_DEC_WGS_REF 1024
+uint32_t vk_scan_dec_wgs(uint32_t sms);
+
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
  * the run-time alignment checks (a shader that finds its operands
  * unaligned falls through to the next path: coopmat -> rt -> tiled). */

@@ -26,7 +26,7 @@
 #define SCAN_DEC_WG 256  /* ssm_scan_decode.comp: d_state / 4 lanes per state row */
 #define SCAN_DEC_RPI 4   /* its state rows per item */
 #define SCAN_DEC_IPG 8   /* at most this many items per lane group */
-#define SCAN_DEC_WGS 1024 /* ... while the grid keeps at least this many workgroups */
+/* ... while the grid keeps at least vk_scan_dec_wgs(units) workgroups (1024 at 132) */
 #define GATHER_WG 256
 
 static int64_t state_elems(const llmem_state_desc *d)
@@ -360,6 +360,7 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
  * one-token scans; for the decode shader LLMEM_VULKAN_SCAN_RPI (1..8) sets the
  * state rows per item, LLMEM_VULKAN_SCAN_IPG (1..64) the most items per lane
  * group, LLMEM_VULKAN_SCAN_WGS (1..65536) the fewest workgroups the grid keeps
+ * (unset: vk_scan_dec_wgs of the compute units, v->mm.n_sm)
  * and LLMEM_VULKAN_SCAN_WG (64, 128, 256, 512) the workgroup size. Also
  * LLMEM_VULKAN_NORM_LOOP=1: the RMS norms (vk_ops_basic.c) loop over a row
  * twice instead of keeping it in registers. The prefill scan's
@@ -379,7 +380,7 @@ void vk_scan_config(vk_backend *v)
     v->scan.old = getenv("LLMEM_VULKAN_SCAN_OLD") != NULL;
     v->scan.rpi = vk_env_u32("LLMEM_VULKAN_SCAN_RPI", SCAN_DEC_RPI, 1, 8);
     v->scan.ipg = vk_env_u32("LLMEM_VULKAN_SCAN_IPG", SCAN_DEC_IPG, 1, 64);
-    v->scan.wgs = vk_env_u32("LLMEM_VULKAN_SCAN_WGS", SCAN_DEC_WGS, 1, 65536);
+    v->scan.wgs = vk_env_u32("LLMEM_VULKAN_SCAN_WGS", 0, 1, 65536); /* 0: by the units */
     v->scan.wg = vk_env_u32("LLMEM_VULKAN_SCAN_WG", SCAN_DEC_WG, 64, 512);
     if (v->scan.wg & (v->scan.wg - 1))
         v->scan.wg = SCAN_DEC_WG;
@@ -428,7 +429,8 @@ llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const 
         rpi--;
     uint64_t rows = (uint64_t)rs->n_seqs * p->n_heads * p->head_dim;
     uint64_t groups = dec ? wg / lanes : 1, items = rows / rpi;
-    uint64_t ipg = items / (groups * v->scan.wgs);
+    uint64_t wgs = v->scan.wgs ? v->scan.wgs : vk_scan_dec_wgs(v->mm.n_sm);
+    uint64_t ipg = items / (groups * wgs);
     ipg = ipg < 1 ? 1 : ipg > v->scan.ipg ? v->scan.ipg : ipg;
     vk_scan_launch l = {.shader = VK_SH_SSM_SCAN, .wg = SCAN_WG, .n_chunks = n_chunks,
                         .groups = (uint64_t)rs->n_seqs * p->n_heads * n_chunks};
