@@ -62,30 +62,34 @@ static inline llmem_tensor vk_up_bf16_2d(llmem_backend *be, llmem_buffer **keep,
     return t;
 }
 
-/* Float64 reference product o[m, n] = a[m, k] · w[n, k]ᵀ (w in f32). */
-static inline void vk_ref_mm(const double *a, const float *w, int32_t m, int32_t k, int32_t n,
-                             double *o)
+/* Float64 reference product o[m, n] = a[m, k] · w[n, k]ᵀ (w in f32) of activations in
+ * float64 (ad) or f32 (af, read where ad is NULL): the one loop of the two below. */
+static inline void vk_ref_mm_of(const double *ad, const float *af, const float *w, int32_t m,
+                                int32_t k, int32_t n, double *o)
 {
     for (int32_t r = 0; r < m; r++)
         for (int32_t j = 0; j < n; j++) {
             double acc = 0;
-            for (int32_t i = 0; i < k; i++)
-                acc += a[(size_t)r * k + i] * w[(size_t)j * k + i];
+            for (int32_t i = 0; i < k; i++) {
+                size_t at = (size_t)r * k + i;
+                acc += (ad ? ad[at] : (double)af[at]) * w[(size_t)j * k + i];
+            }
             o[(size_t)r * n + j] = acc;
         }
+}
+
+/* Float64 reference product o[m, n] = a[m, k] · w[n, k]ᵀ (w in f32). */
+static inline void vk_ref_mm(const double *a, const float *w, int32_t m, int32_t k, int32_t n,
+                             double *o)
+{
+    vk_ref_mm_of(a, NULL, w, m, k, n, o);
 }
 
 /* vk_ref_mm of f32 activations a[m, k]. */
 static inline void vk_ref_mm_f32(const float *a, const float *w, int32_t m, int32_t k, int32_t n,
                                  double *o)
 {
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t j = 0; j < n; j++) {
-            double acc = 0;
-            for (int32_t i = 0; i < k; i++)
-                acc += (double)a[(size_t)r * k + i] * w[(size_t)j * k + i];
-            o[(size_t)r * n + j] = acc;
-        }
+    vk_ref_mm_of(NULL, a, w, m, k, n, o);
 }
 
 /* Float64 RMS norm (Zhang and Sennrich 2019) of rows x[rows, d] with f32
