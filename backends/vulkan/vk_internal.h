@@ -195,6 +195,10 @@ typedef struct vk_backend {
         bool norm_loop;         /* $LLMEM_VULKAN_NORM_LOOP: RMS norms without REG (vk_ops_basic.c) */
         bool pre;               /* ssm_scan_pre.comp for prefill ($LLMEM_VULKAN_SCAN_PRE != 0) */
         uint32_t pre_rpl, pre_t;  /* $LLMEM_VULKAN_SCAN_PRE_{RPL,T}, 0 when unset (by length) */
+        uint32_t pre_wg;        /* $LLMEM_VULKAN_SCAN_PRE_WG, 0 when unset (by the grid) */
+        bool pre_wide;          /* $LLMEM_VULKAN_SCAN_PRE_WIDE != 0: the wide layout where
+                                 * the default's grid is under one workgroup an SM
+                                 * (vk_ops_scan_pre.c) */
         vk_shader_id pre_shader; /* its variant ($LLMEM_VULKAN_SCAN_PRE_VAR) */
     } scan;
     /* A one-token Mamba-2 conv held back for the decode scan that reads its

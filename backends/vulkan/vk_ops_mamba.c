@@ -365,15 +365,18 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
  * LLMEM_VULKAN_NORM_LOOP=1: the RMS norms (vk_ops_basic.c) loop over a row
  * twice instead of keeping it in registers. The prefill scan's
  * (vk_ops_scan_pre.c): LLMEM_VULKAN_SCAN_PRE=0 turns it off,
- * LLMEM_VULKAN_SCAN_PRE_RPL (1..8) and _T (1..64) fix its rows per lane group
- * and tokens per block, LLMEM_VULKAN_SCAN_PRE_VAR=rolled|nopf picks a variant
- * (docs/vulkan.md). */
+ * LLMEM_VULKAN_SCAN_PRE_RPL (1..8), _T (1..64) and _WG (32..1024) fix its rows
+ * per lane group, tokens per block and invocations, _WIDE=0 keeps the
+ * default layout where the grid is small, LLMEM_VULKAN_SCAN_PRE_VAR=rolled|nopf
+ * picks a variant (docs/vulkan.md). */
 void vk_scan_config(vk_backend *v)
 {
     const char *pre = getenv("LLMEM_VULKAN_SCAN_PRE"), *var = getenv("LLMEM_VULKAN_SCAN_PRE_VAR");
     v->scan.pre = !pre || strcmp(pre, "0") != 0;
     v->scan.pre_rpl = vk_env_u32("LLMEM_VULKAN_SCAN_PRE_RPL", 0, 1, 8);
     v->scan.pre_t = vk_env_u32("LLMEM_VULKAN_SCAN_PRE_T", 0, 1, 64);
+    v->scan.pre_wg = vk_env_u32("LLMEM_VULKAN_SCAN_PRE_WG", 0, 32, 1024);
+    v->scan.pre_wide = vk_env_u32("LLMEM_VULKAN_SCAN_PRE_WIDE", 1, 0, 1) != 0;
     v->scan.pre_shader = var && !strcmp(var, "rolled") ? VK_SH_SSM_SCAN_PRE_ROLLED
                          : var && !strcmp(var, "nopf") ? VK_SH_SSM_SCAN_PRE_NOPF
                                                        : VK_SH_SSM_SCAN_PRE;

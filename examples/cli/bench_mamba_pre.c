@@ -3,7 +3,9 @@
  * conv_dim 8448, f32 states), in the ubatch layouts of pp512 at batch 1,
  * 16 and 64 (1 x 512, 16 x 32 and 64 x 8 tokens): ssm_conv then ssm_scan,
  * each timed alone (ms per call, wall-clock as every figure of bench.c).
- * Each stream updates its own state slot in place, as a prefill does. */
+ * Each stream updates its own state slot in place, as a prefill does.
+ * LLMEM_BENCH_MAMBA_HEADS=H (1..256): H heads instead of 128 (64: the
+ * Bamba-2B shape, conv_dim 4352). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +14,18 @@
 #include "examples/cli/bench.h"
 #include "examples/cli/common.h"
 
-#define PH 128
 #define PP 64
 #define PN 128
 #define PDC 4
-#define PCD (PH * PP + 2 * PN) /* conv_dim 8448 */
+#define PH pre_heads()
+#define PCD (PH * PP + 2 * PN) /* conv_dim: 8448 at 128 heads */
+
+static int32_t pre_heads(void)
+{
+    const char *e = getenv("LLMEM_BENCH_MAMBA_HEADS");
+    int h = e ? atoi(e) : 0;
+    return h >= 1 && h <= 256 ? (int32_t)h : 128;
+}
 
 typedef struct pre_ctx {
     llmem_backend *be;
@@ -95,8 +104,8 @@ static llmem_status pre_once(bench *b, int32_t B, int32_t n_tok)
     if (st == LLMEM_OK)
         st = bench_time_it(b, "mamba prefill scan", scan_run, &c, &ss);
     if (st == LLMEM_OK)
-        printf("mamba prefill %2d x %-3d      conv %8.3f ms  scan %8.3f ms  (%.2f M tok/s scan)\n",
-               B, n_tok, sc * 1e3, ss * 1e3, (double)T / ss / 1e6);
+        printf("mamba prefill %2d x %-3d h%-3d conv %8.3f ms  scan %8.3f ms  (%.2f M tok/s scan)\n",
+               B, n_tok, PH, sc * 1e3, ss * 1e3, (double)T / ss / 1e6);
     free(slots);
     free(t.v);
     llmem_buffer_free(idx);
