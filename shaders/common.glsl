@@ -236,3 +236,46 @@ float wg_max(float v)
     return red_f[0];
 #endif
 }
+
+/* wg_sum with the subgroups' sums added by each subgroup (strided over
+ * its invocations, then subgroupAdd) instead of one after another by
+ * every invocation: the same sum in another order (within f32 rounding),
+ * one round of shared-memory reads instead of gl_NumSubgroups. Without
+ * subgroups: wg_sum. */
+float wg_sum_sg(float v)
+{
+#if USE_SUBGROUP
+    v = subgroupAdd(v);
+    barrier();
+    if (subgroupElect())
+        red_f[gl_SubgroupID] = v;
+    barrier();
+    float t = 0.0;
+    for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize)
+        t += red_f[i];
+    return subgroupAdd(t);
+#else
+    return wg_sum(v);
+#endif
+}
+
+/* wg_max with the subgroups' maxima reduced by each subgroup (strided
+ * over its invocations, then subgroupMax) instead of one after another by
+ * every invocation: the same value, max being exact and order-free, where
+ * no NaN is among them. Without subgroups: wg_max. */
+float wg_max_sg(float v)
+{
+#if USE_SUBGROUP
+    v = subgroupMax(v);
+    barrier();
+    if (subgroupElect())
+        red_f[gl_SubgroupID] = v;
+    barrier();
+    float t = red_f[0];
+    for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups; i += gl_SubgroupSize)
+        t = max(t, red_f[i]);
+    return subgroupMax(t);
+#else
+    return wg_max(v);
+#endif
+}

@@ -29,17 +29,26 @@ uint presplit_terms(float x, int e)
     return h | (f32_to_f16(s - f16_to_f32(h)) << 16);
 }
 
+/* hi alone (fast mode's products read no lo): presplit_terms' low half */
+uint presplit_hi(float x, int e)
+{
+    return f32_to_f16(ldexp(x, -e));
+}
+
 /* The terms of words [j0, j1) of one row (elements 2 j0 .. 2 j1 - 1),
  * element c's hi | lo << 16 in pk[c] (shared, written by the workgroup
  * before a barrier), to word j of the row's hi and lo halves (pairs 2j,
- * 2j + 1), spread over the WG invocations. PRESPLIT_STORE: the whole row
- * of n (even) elements. */
-#define PRESPLIT_STORE_WORDS(pk, j0, j1, s, hi_at, lo_at)                                         \
+ * 2j + 1), spread over the WG invocations; lo only where with_lo (_T).
+ * PRESPLIT_STORE: the whole row of n (even) elements. */
+#define PRESPLIT_STORE_WORDS_T(pk, j0, j1, s, hi_at, lo_at, with_lo)                              \
     for (uint j_ = (j0) + gl_LocalInvocationID.x; j_ < (j1); j_ += WG) {                          \
         uint a0_ = pk[2u * j_], a1_ = pk[2u * j_ + 1u];                                           \
         s[(hi_at) + j_] = (a0_ & 0xffffu) | (a1_ << 16);                                          \
-        s[(lo_at) + j_] = (a0_ >> 16) | (a1_ & 0xffff0000u);                                      \
+        if (with_lo)                                                                              \
+            s[(lo_at) + j_] = (a0_ >> 16) | (a1_ & 0xffff0000u);                                  \
     }
+#define PRESPLIT_STORE_WORDS(pk, j0, j1, s, hi_at, lo_at)                                         \
+    PRESPLIT_STORE_WORDS_T(pk, j0, j1, s, hi_at, lo_at, true)
 #define PRESPLIT_STORE(pk, n, s, hi_at, lo_at) PRESPLIT_STORE_WORDS(pk, 0u, (n) / 2u, s, hi_at, lo_at)
 
 /* The terms of 4 consecutive outputs (vec4 v, the first at an even word

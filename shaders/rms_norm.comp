@@ -48,7 +48,18 @@
  * SL > 0 (ADD 2; vk_sum.c, $LLMEM_VULKAN_NORM_FOLD bit 0): the held sum's
  * slice count, known when the norm is recorded, so the slices' loads are
  * unrolled and go out together instead of one round trip a slice; the
- * same additions in the same order (SL 0: the loop over n_slices). */
+ * same additions in the same order (SL 0: the loop over n_slices).
+ * SPLIT = 2 (fast mode's products at the decode rows, which read hi only;
+ * vk_presplit.c, vk_presplit_lo): the terms without lo (nor its
+ * computation), hi as SPLIT 1 writes it.
+ * DN (REG path; the decode rows, $LLMEM_VULKAN_DEC_NORM): bit 0, every
+ * invocation loads its REG elements (x, the residual or the held sum's
+ * slices, the weights) from columns clamped to the row, then keeps 0 (1
+ * for weights) past its end: straight-line loads that all go out at once
+ * rather than one guarded round per element; bit 2, the row's largest
+ * output reduced by wg_max_sg (the same bits either way); bit 3, the sum
+ * of squares by wg_sum_sg (another order of the same additions: within
+ * f32 rounding). */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -60,6 +71,7 @@ layout(constant_id = 5) const uint NS = 1; /* workgroups a row (REG) */
 layout(constant_id = 6) const uint XS = 0; /* x read from a copy (1), written to one (1, 2) */
 layout(constant_id = 7) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
 layout(constant_id = 8) const uint SL = 0; /* ADD 2: the slices, unrolled; 0: the loop */
+layout(constant_id = 9) const uint DN = 0; /* REG: 1 straight loads, 4 wg_max_sg, 8 wg_sum_sg */
 
 layout(binding = 0) buffer X { float x[]; };
 layout(binding = 1) readonly buffer W { uint w[]; };
@@ -178,8 +190,8 @@ void main_v4(uint row, uint base)
         [[unroll]] for (uint k = 0u; k < V4; k++) {
             uint j = l + k * WG;
             if (j < n4)
-                PRESPLIT_STORE4(v[k], e, s2, (p.hi_off + base / 2u) / 2u + j,
-                                (p.lo_off + base / 2u) / 2u + j)
+                PRESPLIT_STORE4_TERMS(v[k], e, s2, (p.hi_off + base / 2u) / 2u + j,
+                                      (p.lo_off + base / 2u) / 2u + j, SPLIT == 1u)
         }
         if (l == 0u)
             s[p.e_off + row] = uint(e);
@@ -203,7 +215,18 @@ void main()
         if (NS > 1u)
             row_part(p.cols, NS, group_id() % NS, c0, c1);
         float v[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
-        for (uint k = 0u; k < REG; k++) {
+        if ((DN & 1u) != 0u) {
+            [[unroll]] for (uint k = 0u; k < REG; k++) {
+                uint c = l + k * WG, cc = min(c, p.cols - 1u);
+                float xv = XS == 1u ? xa[p.xa_off + base + cc] : x[p.x_off + base + cc];
+                if (ADD != 0)
+                    xv += resid(row, cc);
+                float ww = W_DT != DT_NONE ? LOAD_F(w, p.w_off + cc, W_DT) : 1.0;
+                v[k] = c < p.cols ? xv : 0.0;
+                wv[k] = c < p.cols ? ww : 1.0;
+            }
+        }
+        for (uint k = 0u; k < REG && (DN & 1u) == 0u; k++) {
             uint c = l + k * WG;
             v[k] = 0.0;
             wv[k] = 1.0;
@@ -225,7 +248,7 @@ void main()
                 xb[p.xb_off + base + c] = v[k];
             ss += v[k] * v[k];
         }
-        ss = wg_sum(ss);
+        ss = (DN & 8u) != 0u ? wg_sum_sg(ss) : wg_sum(ss);
         float scale = 1.0 / sqrt(ss / float(p.cols) + p.eps);
         float mx = 0.0;
         for (uint k = 0u; k < REG; k++) {
@@ -237,17 +260,17 @@ void main()
                 mx = max(mx, abs(v[k]));
         }
         if (SPLIT != 0u) {
-            int e = presplit_exp(wg_max(mx));
+            int e = presplit_exp((DN & 4u) != 0u ? wg_max_sg(mx) : wg_max(mx));
             for (uint k = 0u; k < REG; k++) {
                 uint c = l + k * WG;
                 if (c >= c0 && c < c1)
-                    pk[c] = presplit_terms(v[k], e);
+                    pk[c] = SPLIT == 2u ? presplit_hi(v[k], e) : presplit_terms(v[k], e);
             }
             if (l == 0u && c0 == 0u)
                 s[p.e_off + row] = uint(e);
             barrier();
-            PRESPLIT_STORE_WORDS(pk, c0 / 2u, c1 / 2u, s, p.hi_off + base / 2u,
-                                 p.lo_off + base / 2u)
+            PRESPLIT_STORE_WORDS_T(pk, c0 / 2u, c1 / 2u, s, p.hi_off + base / 2u,
+                                   p.lo_off + base / 2u, SPLIT == 1u)
         }
         return;
     }

@@ -25,7 +25,10 @@
  * column order, another order than REG's (see rms_norm.comp). SMEM = 1
  * (V4; $LLMEM_VULKAN_PF_NORM=2) keeps the runs in shared memory instead of
  * registers between the reductions, so that more rows are resident at
- * once where a row does not fit the registers (the same values). */
+ * once where a row does not fit the registers (the same values).
+ * SPLIT = 2 and DN: as in rms_norm.comp (hi alone; bit 0 straight-line
+ * loads of y, z and the weights, bit 2 wg_max_sg: the same bits; bit 3
+ * wg_sum_sg: within f32 rounding). */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -35,6 +38,7 @@ layout(constant_id = 3) const uint SPLIT = 0; /* 1: also the f16 terms of the ou
 layout(constant_id = 4) const uint NS = 1; /* workgroups a (row, group) (REG) */
 layout(constant_id = 5) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
 layout(constant_id = 6) const uint SMEM = 0; /* V4: the runs kept in shared memory */
+layout(constant_id = 7) const uint DN = 0; /* REG: 1 straight loads, 4 wg_max_sg, 8 wg_sum_sg */
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
@@ -117,8 +121,8 @@ void main_v4(uint row, uint grp, uint base)
             uint j = l + k * WG;
             if (j < n4) {
                 vec4 h = SMEM != 0u ? hrow[k * WG + l] : hv[k];
-                PRESPLIT_STORE4(h, e, s2, (p.hi_off + base / 2u) / 2u + j,
-                                (p.lo_off + base / 2u) / 2u + j)
+                PRESPLIT_STORE4_TERMS(h, e, s2, (p.hi_off + base / 2u) / 2u + j,
+                                      (p.lo_off + base / 2u) / 2u + j, SPLIT == 1u)
             }
         }
         if (l == 0u)
@@ -144,7 +148,16 @@ void main()
         if (NS > 1u)
             row_part(p.gs, NS, group_id() % NS, c0, c1);
         float hv[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
-        for (uint k = 0u; k < REG; k++) {
+        if ((DN & 1u) != 0u) {
+            [[unroll]] for (uint k = 0u; k < REG; k++) {
+                uint c = l + k * WG, cc = min(c, p.gs - 1u);
+                float h = y[p.y_off + base + cc] * silu(z[p.z_off + base + cc]);
+                float ww = LOAD_F(w, p.w_off + grp * p.gs + cc, W_DT);
+                hv[k] = c < p.gs ? h : 0.0;
+                wv[k] = c < p.gs ? ww : 0.0;
+            }
+        }
+        for (uint k = 0u; k < REG && (DN & 1u) == 0u; k++) {
             uint c = l + k * WG;
             hv[k] = wv[k] = 0.0;
             if (c < p.gs) {
@@ -155,7 +168,7 @@ void main()
         }
         for (uint k = 0u; k < REG; k++)
             ss += hv[k] * hv[k];
-        ss = wg_sum(ss);
+        ss = (DN & 8u) != 0u ? wg_sum_sg(ss) : wg_sum(ss);
         float scale = 1.0 / sqrt(ss / float(p.gs) + p.eps);
         float mx = 0.0;
         for (uint k = 0u; k < REG; k++) {
@@ -167,17 +180,17 @@ void main()
                 mx = max(mx, abs(hv[k]));
         }
         if (SPLIT != 0u) { /* one group per row: item = row */
-            int e = presplit_exp(wg_max(mx));
+            int e = presplit_exp((DN & 4u) != 0u ? wg_max_sg(mx) : wg_max(mx));
             for (uint k = 0u; k < REG; k++) {
                 uint c = l + k * WG;
                 if (c >= c0 && c < c1)
-                    pk[c] = presplit_terms(hv[k], e);
+                    pk[c] = SPLIT == 2u ? presplit_hi(hv[k], e) : presplit_terms(hv[k], e);
             }
             if (l == 0u && c0 == 0u)
                 s[p.e_off + row] = uint(e);
             barrier();
-            PRESPLIT_STORE_WORDS(pk, c0 / 2u, c1 / 2u, s, p.hi_off + base / 2u,
-                                 p.lo_off + base / 2u)
+            PRESPLIT_STORE_WORDS_T(pk, c0 / 2u, c1 / 2u, s, p.hi_off + base / 2u,
+                                   p.lo_off + base / 2u, SPLIT == 1u)
         }
         return;
     }

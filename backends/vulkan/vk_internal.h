@@ -126,6 +126,8 @@ typedef struct vk_presplit {
     vk_kept_range src;   /* the tensor the terms are of */
     bool failed;         /* the terms buffer could not be made: never try again */
     uint32_t m, k;
+    bool lo;             /* the terms held include lo (else hi alone: fast products only) */
+    bool want_lo;        /* the last product that looked for terms read lo (precise) */
     size_t off;          /* where in the buffer the terms start (bytes; the folded
                           * SwiGLU's lie past the exponents it reads: vk_presplit_target) */
     uint32_t rows_max;   /* rows up to which producers write terms ($LLMEM_VULKAN_PRESPLIT_ROWS,

@@ -53,6 +53,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_NORM_FOLD", norm_fold, 0, 7, NUM),
     K("LLMEM_VULKAN_SM_COUNT", sm_count, 1, VK_SM_MAX, NUM),
     K("LLMEM_VULKAN_NORM_FOLD_WGS", norm_fold_wgs, 1, 1024, NUM),
+    K("LLMEM_VULKAN_DEC_NORM", dec_norm, 0, 15, NUM),
 };
 #undef K
 

@@ -49,6 +49,7 @@ typedef struct vk_knobs {
     int32_t norm_fold;      /* LLMEM_VULKAN_NORM_FOLD: 0..7 the residual sums in the norm (vk_sum.h) */
     int32_t sm_count;       /* LLMEM_VULKAN_SM_COUNT: 1..VK_SM_MAX compute units (vk_sm_config) */
     int32_t norm_fold_wgs;  /* LLMEM_VULKAN_NORM_FOLD_WGS: 1..1024 workgroups in all of that norm */
+    int32_t dec_norm;       /* LLMEM_VULKAN_DEC_NORM: 0..15 the decode rows' norms */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

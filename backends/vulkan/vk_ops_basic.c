@@ -277,15 +277,20 @@ bool vk_overlap(const llmem_tensor *t, const llmem_tensor *u)
 
 /* Binds the presplit terms of out [rows, cols] (binding 4 of rms_norm.comp
  * and rms_norm_gated.comp) and pushes their word offsets hi, lo, e, when
- * the norm takes the REG path with at most NORM_SPLIT_MAX elements a row
+ * the norm takes the REG path (reg elements an invocation of wg, packed
+ * through shared memory beside the reductions' wg words: where that fits
+ * the device) or the V4 path, with at most NORM_SPLIT_MAX elements a row,
  * and vk_presplit_want says so; else a dummy binding and zeros. Returns
- * the SPLIT specialization constant (1: written). */
+ * the SPLIT specialization constant (1: written, 2: hi alone, where
+ * vk_presplit_lo says so; 0: none). */
 static uint32_t norm_split_bind(llmem_backend *be, vk_backend *v, vk_op *op, int64_t rows,
-                                int64_t cols, uint32_t reg)
+                                int64_t cols, uint32_t reg, uint32_t v4, uint32_t wg)
 {
     llmem_tensor t;
     uint32_t so = 0;
-    bool on = reg > 0 && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols) &&
+    bool fits = v4 > 0 || (reg > 0 && ((uint64_t)reg * wg + wg) * 4 <=
+                                          v->props.limits.maxComputeSharedMemorySize);
+    bool on = fits && cols <= NORM_SPLIT_MAX && vk_presplit_want(v, rows, cols) &&
               vk_presplit_target(be, v, (uint32_t)rows, (uint32_t)cols, &t) == LLMEM_OK;
     if (on)
         so = vk_op_tensor(v, op, &t, true);
@@ -295,7 +300,19 @@ static uint32_t norm_split_bind(llmem_backend *be, vk_backend *v, vk_op *op, int
     vk_op_u32(op, on ? so : 0u);
     vk_op_u32(op, on ? (uint32_t)(so + mk / 2) : 0u);
     vk_op_u32(op, on ? (uint32_t)(so + mk) : 0u);
-    return on ? 1u : 0u;
+    return on ? (vk_presplit_lo(v, rows) ? 1u : 2u) : 0u;
+}
+
+/* The DN specialization constant of a norm of `rows` rows on the REG path
+ * (rms_norm.comp, rms_norm_gated.comp): $LLMEM_VULKAN_DEC_NORM's
+ * VK_DEC_NORM_LOADS, _MAX and _SUM bits at the decode rows
+ * (VK_MM_MV_MAX < rows <= VK_PRESPLIT_ROWS), else 0. */
+static uint32_t norm_dn(const vk_backend *v, int64_t rows, uint32_t reg)
+{
+    if (reg == 0 || rows <= VK_MM_MV_MAX || rows > (int64_t)VK_PRESPLIT_ROWS)
+        return 0;
+    long bits = VK_DEC_NORM_LOADS | VK_DEC_NORM_MAX | VK_DEC_NORM_SUM;
+    return (uint32_t)(vk_dec_norm_mode(v) & bits);
 }
 
 /* How a norm split over workgroups a row (ns > 1) treats x, the residual
@@ -382,7 +399,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
     vk_op_u32(&op, ro);
-    uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg | v4);
+    uint32_t split = norm_split_bind(be, v, &op, rows, cols, reg, v4, wg);
     vk_op_spec(&op, split);
     if (r && (!v4 || vk_sum_norm_vec4(v)) &&
         vk_sum_norm_bind(v, &op, x, r, out, split != 0, terms_bytes, ns > 1)) {
@@ -412,11 +429,12 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, xbo);
     vk_op_spec(&op, v4);
     vk_op_spec(&op, add == 2 ? vk_sum_norm_slices(v) : 0u); /* SL: the slices unrolled */
+    vk_op_spec(&op, norm_dn(v, rows, reg));
     st = vk_op_run(v, &op, (uint64_t)rows * ns);
     if (add == 2)
         vk_sum_taken(v);
     if (st == LLMEM_OK && split)
-        vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
+        vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols, split == 1);
     if (st == LLMEM_OK && xs)
         vk_resid_set(v, x, &xb);
     return st;
@@ -467,7 +485,8 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
     vk_op_u32(&op, oo);
     vk_op_f32(&op, eps);
     /* the terms span a row: one group only */
-    uint32_t split = norm_split_bind(be, v, &op, rows, cols, n_groups == 1 ? reg | v4 : 0u);
+    uint32_t split = norm_split_bind(be, v, &op, rows, cols, n_groups == 1 ? reg : 0u,
+                                     n_groups == 1 ? v4 : 0u, wg);
     vk_op_spec(&op, split);
     vk_op_spec(&op, ns);
     vk_op_spec(&op, v4);
@@ -478,9 +497,10 @@ llmem_status vk_op_rms_norm_gated(llmem_backend *be, llmem_ct *y, llmem_ct *z, l
                             smem <= v->props.limits.maxComputeSharedMemorySize
                         ? 1u
                         : 0u);
+    vk_op_spec(&op, norm_dn(v, rows, reg));
     llmem_status st = vk_op_run(v, &op, (uint64_t)(rows * n_groups) * ns);
     if (st == LLMEM_OK && split)
-        vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols);
+        vk_presplit_set(v, out, (uint32_t)rows, (uint32_t)cols, split == 1);
     return st;
 }
 

@@ -211,7 +211,7 @@ static llmem_status cm_split_run(llmem_backend *be, vk_backend *v, llmem_ct *a, 
     llmem_status st = vk_sum_flush_if(v, a); /* a held sum that writes a goes first */
     if (st != LLMEM_OK)
         return st;
-    if (vk_presplit_take(v, a, m, k)) {
+    if (vk_presplit_take(v, a, m, k, split)) {
         *t = (cm_terms){v->presplit.terms, m, k, split, (size_t)4 * m * k, true, v->presplit.off};
         *done = true;
         return LLMEM_OK;

@@ -131,25 +131,37 @@ llmem_status vk_presplit_target_at(llmem_backend *be, vk_backend *v, uint32_t m,
     return LLMEM_OK;
 }
 
-void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k)
+void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, bool lo)
 {
-    vk_presplit_set_at(v, out, m, k, 0);
+    vk_presplit_set_at(v, out, m, k, 0, lo);
 }
 
-void vk_presplit_set_at(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, size_t off)
+void vk_presplit_set_at(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, size_t off,
+                        bool lo)
 {
     vk_presplit *p = &v->presplit;
     vk_kept_set(&p->src, out);
     p->m = m;
     p->k = k;
     p->off = off;
+    p->lo = lo;
 }
 
-bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k)
+bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k, uint32_t split)
 {
-    const vk_presplit *p = &v->presplit;
+    vk_presplit *p = &v->presplit;
+    p->want_lo = split != 1;
     return v->mm.presplit && v->mm.coopmat && a->dtype == LLMEM_DTYPE_F32 && p->m == m &&
-           p->k == k && vk_kept_is(&p->src, a);
+           p->k == k && (split == 1 || p->lo) && vk_kept_is(&p->src, a);
+}
+
+bool vk_presplit_lo(const vk_backend *v, int64_t rows)
+{
+    if (!(vk_dec_norm_mode(v) & VK_DEC_NORM_HI) || rows > (int64_t)VK_PRESPLIT_ROWS)
+        return true;
+    /* $LLMEM_VULKAN_PRESPLIT=2 without cooperative matrices: no product
+     * reads the terms, hi alone is written for testing the shaders */
+    return v->mm.coopmat ? v->presplit.want_lo : v->mm.presplit != 2;
 }
 
 void vk_presplit_drop(vk_backend *v)
@@ -167,6 +179,7 @@ void vk_presplit_written(vk_backend *v, const vk_access *acc, uint32_t n)
 void vk_presplit_config(vk_backend *v)
 {
     v->mm.presplit = presplit_mode();
+    v->presplit.want_lo = true; /* until a product says otherwise */
     /* $LLMEM_VULKAN_PRESPLIT_ROWS: producers of up to this many rows write
      * terms (default VK_PRESPLIT_ROWS_DEFAULT; 64 = VK_PRESPLIT_ROWS: the
      * decode rows only; VK_PRESPLIT_ROWS_PF: the pp512 ubatch); above 64, prefill products (matmul_cmp.comp) read them
@@ -264,9 +277,10 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
     uint32_t wg = vk_split_wg(v, m, k), v4 = ns == 1 ? vk_pf_split_v4(v, m, k, &wg) : 0u;
     if (fold && (mode & 3) == 1)
         v4 = fold_v4(v, k, &wg);
+    bool lo = vk_presplit_lo(v, m);
     vk_op sp;
     vk_op_init(&sp, VK_SH_CM_SPLIT, wg);
-    vk_op_spec(&sp, 2);
+    vk_op_spec(&sp, lo ? 2u : 1u); /* 1: hi alone (vk_presplit_lo) */
     vk_op_spec(&sp, 1); /* SWIGLU */
     vk_op_spec(&sp, ns);
     vk_op_spec(&sp, v4);
@@ -319,7 +333,7 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
     if (fold)
         vk_sum_taken(v); /* the hold's buffers, freed with the work recorded */
     if (st == LLMEM_OK) {
-        vk_presplit_set_at(v, out, m, k, t.offset);
+        vk_presplit_set_at(v, out, m, k, t.offset, lo);
         *done = true;
     }
     return st;

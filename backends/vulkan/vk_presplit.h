@@ -46,12 +46,42 @@ llmem_status vk_presplit_target_at(llmem_backend *be, vk_backend *v, uint32_t m,
                                    size_t from, llmem_tensor *terms);
 /* After the producer's dispatch was recorded: the terms are of out [m, k]
  * (vk_presplit_set: written at the buffer's start; _at: at byte off, the
- * target's offset). */
-void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k);
-void vk_presplit_set_at(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, size_t off);
+ * target's offset), with lo where `lo`, else hi alone. */
+void vk_presplit_set(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, bool lo);
+void vk_presplit_set_at(vk_backend *v, llmem_ct *out, uint32_t m, uint32_t k, size_t off,
+                        bool lo);
 /* Whether the terms held are those of a [m, k] (f32) as it is now (they
- * start at byte v->presplit.off of v->presplit.terms). */
-bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k);
+ * start at byte v->presplit.off of v->presplit.terms) and serve a product
+ * that reads hi alone (split 1, fast mode) or hi and lo (split 2; terms
+ * with lo only). The product's split is remembered for vk_presplit_lo. */
+bool vk_presplit_take(vk_backend *v, llmem_ct *a, uint32_t m, uint32_t k, uint32_t split);
+/* Whether a producer of `rows` rows should write lo too: false (hi alone,
+ * a fast product's split 1) where $LLMEM_VULKAN_DEC_NORM has
+ * VK_DEC_NORM_HI, rows <= VK_PRESPLIT_ROWS and the last product that looked
+ * for terms read hi alone; a precise product then finds no lo and splits
+ * its own activations (vk_presplit_take), so a wrong guess costs a
+ * dispatch, never a value. */
+bool vk_presplit_lo(const vk_backend *v, int64_t rows);
+/* $LLMEM_VULKAN_DEC_NORM's bits (issue 12, the decode rows' norms; default
+ * VK_DEC_NORM_DEFAULT): the norms' straight-line loads (rms_norm.comp DN
+ * bit 0), hi-alone terms for fast products (vk_presplit_lo), the row's
+ * largest output by wg_max_sg (DN bit 2): the same values at every
+ * setting of these three; the sum of squares by wg_sum_sg (DN bit 3:
+ * another order of the additions, within f32 rounding). Default 7: on the
+ * H200, fast tg128 ms (0 -> 7, two processes each), 9B b64 16.23 / 16.19
+ * -> 15.92 / 15.81, b16 9.61 / 9.58 -> 9.38 / 9.38, 2b b64 7.90 / 7.95 ->
+ * 7.75 / 7.77, b16 4.73 / 4.73 -> 4.60 / 4.60 (docs/benchmarks.md
+ * "Vulkan decode: the norms at 64 rows"); 15 gained at most 0.05 ms more
+ * and changes bits, so it stays off. */
+#define VK_DEC_NORM_LOADS 1
+#define VK_DEC_NORM_HI 2
+#define VK_DEC_NORM_MAX 4
+#define VK_DEC_NORM_SUM 8
+#define VK_DEC_NORM_DEFAULT (VK_DEC_NORM_LOADS | VK_DEC_NORM_HI | VK_DEC_NORM_MAX)
+static inline long vk_dec_norm_mode(const vk_backend *v)
+{
+    return VK_KNOB(v, dec_norm, VK_DEC_NORM_DEFAULT);
+}
 /* Forgets the terms (a replayed step, a recording's start or end, a submit),
  * and the residual's copy (vk_resid_drop). */
 void vk_presplit_drop(vk_backend *v);
