@@ -3,6 +3,10 @@
 
 Usage: tools/bookkeeping_targets.py RUN.json [RUN.json ...]
 
+Each RUN.json is the output of `llmem bench --bookkeeping --json` (the
+default grid; a run of a few cells, e.g. `--mem kv_cache,hybrid --seqs
+1000,4000 --page 1`, checks only the targets whose cells it has).
+
 Takes the median step time of each cell (memory, sequences, context, page
 size) over the runs given, then checks the issue's targets: hybrid 1,000 x
 128K at page 16 in at most 1 ms; 1K -> 128K context at most x1.5; 1,000 ->
@@ -21,10 +25,13 @@ def main(paths):
     cells = {}
     for path in paths:
         with open(path) as f:
-            for x in json.load(f)["steps"]:
-                if "step_ms" in x:
-                    key = (x["memory"], x["seqs"], x["ctx"], x["page"])
-                    cells.setdefault(key, []).append(x["step_ms"])
+            data = json.load(f)
+        if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+            raise ValueError(f"{path}: no \"steps\" list")
+        for x in data["steps"]:
+            if "step_ms" in x:
+                key = (x["memory"], x["seqs"], x["ctx"], x["page"])
+                cells.setdefault(key, []).append(x["step_ms"])
     m = {k: statistics.median(v) for k, v in cells.items()}
     print(f"{len(paths)} runs, {len(m)} cells")
     print("hybrid 1000 x 128K page 16: %s ms (target <= 1)" % m.get(("hybrid", 1000, 128 * K, 16)))
@@ -56,6 +63,16 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    if any(a in ("-h", "--help") for a in args):
+        print(__doc__.strip())
+        sys.exit(0)
+    if not args:
         sys.exit(__doc__)
-    main(sys.argv[1:])
+    try:
+        main(args)
+    except BrokenPipeError:  # a reader such as head went away
+        sys.exit(0)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"bookkeeping_targets: {e} (each argument: the JSON of a "
+                 "`llmem bench --bookkeeping --json` run)")
