@@ -565,6 +565,10 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         return st;
     }
     kv->p = *p;
+    kv->ps_shift = -1;
+    for (int32_t sh = 0; sh < 31; sh++)
+        if (p->page_size == (int32_t)1 << sh)
+            kv->ps_shift = sh;
     kv->p.poison = p->poison || llmem_env_poison();
     kv->row_bytes = row;
     kv->page_bytes = llmem_kv_page_bytes(p->dtype, p->page_size, p->n_kv_heads, p->head_dim);

@@ -144,6 +144,12 @@ typedef struct kv_cache {
      * none, the usual decode step, and reserve skips its pass over every
      * sequence's row capacity */
     int32_t prep_grow;
+    /* log2(page_size) when the page size is a power of two, else -1: the
+     * divisions by the page size a decode step makes per sequence (about a
+     * dozen, several of them 64-bit, in pages_needed, the index tables,
+     * commit and release) become shifts and masks (kv_ps_div, kv_ps_mod,
+     * kv_pages_for) */
+    int32_t ps_shift;
     int64_t prefix_hits, cow_copies;
 } kv_cache;
 
@@ -154,10 +160,32 @@ static inline kv_cache *kv_of(llmem_memory *mem)
     return LLMEM_MEMORY_CAST(kv_cache, mem, &kv_cache_iface);
 }
 
+/* x / page_size and x % page_size for x >= 0 (token counts and indices). */
+static inline int32_t kv_ps_div(const kv_cache *kv, int32_t x)
+{
+    return kv->ps_shift >= 0 ? x >> kv->ps_shift : x / kv->p.page_size;
+}
+
+static inline int32_t kv_ps_mod(const kv_cache *kv, int32_t x)
+{
+    return kv->ps_shift >= 0 ? x & (kv->p.page_size - 1) : x % kv->p.page_size;
+}
+
+/* llmem_pages_for(len, n, page_size) (view.h), with a shift for a page
+ * size that is a power of two. */
+static inline int32_t kv_pages_for(const kv_cache *kv, int32_t len, int32_t n)
+{
+    if (len < 0 || n <= 0)
+        return 0;
+    if (kv->ps_shift < 0)
+        return llmem_pages_for(len, n, kv->p.page_size);
+    int64_t r = kv->p.page_size - 1, have = ((int64_t)len + r) >> kv->ps_shift;
+    return (int32_t)((((int64_t)len + n + r) >> kv->ps_shift) - have);
+}
+
 static inline int32_t kv_slot(const kv_cache *kv, const kv_seq *s, int32_t i)
 {
-    int32_t ps = kv->p.page_size;
-    return s->pages.v[i / ps] * ps + i % ps;
+    return s->pages.v[kv_ps_div(kv, i)] * kv->p.page_size + kv_ps_mod(kv, i);
 }
 
 /* Refreshes s->last and s->prev from the page table. */
@@ -249,7 +277,7 @@ bool page_writable(const kv_cache *kv, int32_t p);
  * sequence after every step). */
 static inline int32_t n_pages_for_len(const kv_cache *kv, int32_t len)
 {
-    return llmem_pages_for(0, len, kv->p.page_size);
+    return kv_pages_for(kv, 0, len);
 }
 llmem_status copy_page(kv_cache *kv, int32_t p, int32_t old);
 int32_t kv_prefix_pages(kv_cache *kv, const int32_t *tokens, int32_t n, int32_t *out);

@@ -96,10 +96,10 @@ static llmem_status build_tables(kv_cache *kv, const llmem_plan *plan, kv_res *r
             for (int32_t m = 0; m < stream_n(plan, u, s); m++) {
                 int32_t q = stream_seq(plan, u, s, m);
                 ib->data.v[t->store_tok + j] = k;
-                int32_t at = len_sim[q]++, e = at / ps;
+                int32_t at = len_sim[q]++, e = kv_ps_div(kv, at);
                 int32_t page = kv->tail[q] >= 0 && kv->tail_at[q] == e ? kv->tail[q]
                                                                         : kv->seqs[q].pages.v[e];
-                ib->data.v[t->store_slot + j] = page * ps + at % ps;
+                ib->data.v[t->store_slot + j] = page * ps + kv_ps_mod(kv, at);
                 j++;
             }
             /* a sliding window's dropped pages are not shown (swa.c) */
@@ -158,7 +158,7 @@ static int64_t index_elems(const kv_cache *kv, const llmem_plan *plan)
 static int32_t pages_after(const kv_cache *kv, const llmem_plan *plan, int32_t s,
                            const int32_t *need)
 {
-    return kv->seqs[s].pages.n + plan->n_cached[s] / kv->p.page_size + need[s];
+    return kv->seqs[s].pages.n + kv_ps_div(kv, plan->n_cached[s]) + need[s];
 }
 
 /* Replaces the device index buffer by one whose first r entries hold the
@@ -239,7 +239,7 @@ LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *p
         /* only a partly written last page is looked at (the copy-on-write
          * test); in pages of 1 it never is. A sliding window's dropped
          * entries are -1. */
-        if (p >= 0 && q->tokens.n % kv->p.page_size) {
+        if (p >= 0 && kv_ps_mod(kv, q->tokens.n)) {
             __builtin_prefetch(kv->pool.ref + p, 0, 1);
             __builtin_prefetch(kv->pool.published + p, 0, 1);
             __builtin_prefetch(kv->pool.hashed + p, 0, 1);
@@ -311,7 +311,7 @@ enum { KV_TAIL_COPY = 1,   /* shared or published: copy-on-write */
 static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow, int64_t *rows,
                             int32_t *n_grow)
 {
-    int32_t ps = kv->p.page_size, *need = kv->need, *len0 = kv->len0;
+    int32_t *need = kv->need, *len0 = kv->len0;
     uint8_t *cow = kv->cow;
     int64_t total = 0, nr = kv->rows.n;
     int32_t nc = 0, ng = 0;
@@ -328,14 +328,14 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         int32_t c = plan->n_cached[s];
         len0[s] = c > 0 ? c : q->tokens.n;
         int32_t nn = plan->n_new[s] - c;
-        need[s] = llmem_pages_for(len0[s], nn, ps);
-        if (c == 0 && nn > 0 && len0[s] % ps) {
-            int32_t at = len0[s] / ps;
+        need[s] = kv_pages_for(kv, len0[s], nn);
+        if (c == 0 && nn > 0 && kv_ps_mod(kv, len0[s])) {
+            int32_t at = kv_ps_div(kv, len0[s]);
             int32_t p = at == q->pages.n - 1 ? q->last : q->pages.v[at];
             cow[s] = !page_writable(kv, p) ? KV_TAIL_COPY : kv->pool.hashed[p] ? KV_TAIL_UNHASH : 0;
             if (cow[s] != KV_TAIL_COPY) { /* a copy replaces the entry */
                 kv->tail[s] = p;
-                kv->tail_at[s] = len0[s] / ps;
+                kv->tail_at[s] = at;
             }
         }
         total += need[s] + (cow[s] == KV_TAIL_COPY);
@@ -555,7 +555,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
             st = LLMEM_E_NO_MEMORY;
             goto fail;
         }
-        int32_t np = plan->n_cached[s] / ps;
+        int32_t np = kv_ps_div(kv, plan->n_cached[s]);
         /* the table's last two entries as they will be, kept in registers:
          * reading the tail back right after the store that misses on it
          * would wait for the line (kv_last_sync reads it) */
@@ -715,7 +715,6 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
 {
     kv_cache *kv = kv_of(mem);
     const llmem_ubatch *ub = &plan->ubatch[i];
-    int32_t ps = kv->p.page_size;
     for (int32_t k = 0; k < ub->n_tokens; k++) {
         int32_t s = ub->seq[k];
         if (k + 8 < ub->n_tokens) { /* decode: a sequence per token, tails far apart */
@@ -753,8 +752,8 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
                 publish_flush(kv);
                 return LLMEM_E_NO_MEMORY;
             }
-            if (sq->tokens.n % ps == 0)
-                publish_pages(kv, sq, sq->tokens.n / ps - 1, true);
+            if (kv_ps_mod(kv, sq->tokens.n) == 0)
+                publish_pages(kv, sq, kv_ps_div(kv, sq->tokens.n) - 1, true);
         }
     }
     publish_flush(kv); /* before the window slide can unreference a hashed page */
