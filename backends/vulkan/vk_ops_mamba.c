@@ -20,6 +20,7 @@
 #include "llmem/view.h"
 #include "vk_internal.h"
 #include "vk_rs.h"
+#include "vk_sum.h"
 
 #define CONV_WG 128
 #define SCAN_WG 64
@@ -344,6 +345,11 @@ llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t s
     bool taken = false; /* one token: in the epilogue of the product that made x */
     llmem_status ts =
         snap ? vk_nm_conv_flush(v) : vk_nm_conv_take(v, view, state, x, w, b, out, &taken);
+    if (ts != LLMEM_OK || taken)
+        return ts;
+    /* 9-64 streams of one token: in the held split-K sum of the product
+     * that made x (vk_sum.h) */
+    ts = vk_sum_take_conv(v, view, state, x, w, b, out, &taken);
     if (ts != LLMEM_OK || taken)
         return ts;
     if (vk_conv_pre_takes(v, view, state)) /* prefill: vk_ops_scan_pre.c */

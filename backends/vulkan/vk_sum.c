@@ -13,7 +13,10 @@
  *   - bit 0: llmem_op_copy of f32 columns of the product's output (the
  *     Mamba-2 split of in_proj's output): the held pass writes those
  *     columns to the copy's destination too (sum_slices_cm.comp NDST), up
- *     to three copies, and the copies record nothing;
+ *     to three copies, and the copies record nothing. With
+ *     $LLMEM_VULKAN_SUM_CONV (default on) the Mamba-2 decode conv
+ *     whose input is one of those copies is done by the same pass too
+ *     (sum_slices_cm.comp CONV; vk_sum_take_conv);
  *   - bit 1: llmem_op_add_rms_norm(x, r = the output, out = r) (the
  *     residual add of out_proj, down and o_proj): rms_norm.comp adds the
  *     raw tiles itself (ADD 2) and the pass is never recorded;
@@ -41,6 +44,8 @@
  */
 #include <stdlib.h>
 
+#include "llmem/view.h"
+#include "vk_rs.h"
 #include "vk_sum.h"
 
 #define SUM_WG 256
@@ -58,6 +63,15 @@ struct vk_sum_hold {
     bool parked;
     vk_cm_sum s2;
     llmem_buffer *terms2;
+    /* the decode conv folded into the pass (vk_sum_take_conv) */
+    bool conv;
+    struct {
+        llmem_tensor w, b, out;
+        bool has_b;
+        llmem_buffer *idx, *state; /* the view's index buffer and conv state buffer */
+        uint32_t spec;             /* sum_slices_cm.comp's CV */
+        uint32_t c0, conv_dim, n_slots, src_word, dst_word;
+    } cv;
 };
 typedef struct vk_sum_hold sum_held;
 
@@ -65,19 +79,23 @@ typedef struct vk_sum_hold sum_held;
  * destinations, or, addx, adding the sum into dst[0] ([m, n] f32, c0[0]
  * 0) instead of writing s->out (ADDX; n_dst 0). */
 static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
-                             const llmem_tensor *dst, const uint32_t *c0, bool addx)
+                             const llmem_tensor *dst, const uint32_t *c0, bool addx,
+                             const sum_held *conv)
 {
     uint32_t n_bind = addx ? 1u : n_dst;
     size_t count = (size_t)s->m * s->n;
     vk_op sum;
-    vk_op_init(&sum, VK_SH_SUM_SLICES_CM, SUM_WG);
+    vk_op_init(&sum, conv ? VK_SH_SUM_SLICES_CM_CONV : VK_SH_SUM_SLICES_CM, SUM_WG);
     uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
     uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
     uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
     /* prefill rows: 4 columns an invocation as vec4s where everything is
      * 16-byte aligned, the copies' destinations too ($LLMEM_VULKAN_PF_SUM_VEC
-     * =0: one each); spec[1] is set once those are bound */
-    bool vec4 = !addx && s->m > VK_CMP_ROWS && VK_KNOB(v, pf_sum_vec, 1) != 0 &&
+     * =0: one each); at decode rows the same for a pass with copies where
+     * $LLMEM_VULKAN_SUM_CONV has VK_SUM_CONV_VEC4, the conv's channels and
+     * output too; spec[1] is set once those are bound */
+    bool dec4 = n_dst > 0 && (VK_KNOB(v, sum_conv, VK_SUM_CONV_DEFAULT) & VK_SUM_CONV_VEC4);
+    bool vec4 = !addx && (s->m > VK_CMP_ROWS ? VK_KNOB(v, pf_sum_vec, 1) != 0 : dec4) &&
                 s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
                 o2 % 4 == 0;
     vk_op_spec(&sum, 0u);
@@ -102,6 +120,20 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
         if (j < n_dst && (c0[j] % 4 || w % 4 || d % 4))
             vec4 = false;
     }
+    if (conv) { /* CONV: constant 4, bindings 6-10, eight more words */
+        vk_op_spec(&sum, conv->cv.spec);
+        uint32_t cw = vk_op_tensor(v, &sum, &conv->cv.w, false);
+        uint32_t cb = vk_op_tensor(v, &sum, conv->cv.has_b ? &conv->cv.b : NULL, false);
+        uint32_t co = vk_op_tensor(v, &sum, &conv->cv.out, true);
+        vk_op_buffer(v, &sum, conv->cv.idx, false);
+        vk_op_buffer(v, &sum, conv->cv.state, true);
+        uint32_t words[8] = {conv->cv.c0, conv->cv.conv_dim, conv->cv.n_slots, cw, cb, co,
+                             conv->cv.src_word, conv->cv.dst_word};
+        for (int i = 0; i < 8; i++)
+            vk_op_u32(&sum, words[i]);
+        if (conv->cv.c0 % 4 || conv->cv.conv_dim % 4 || co % 4)
+            vec4 = false;
+    }
     sum.spec[1] = vec4 ? 1u : 0u;
     return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
 }
@@ -111,7 +143,7 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
     llmem_status st = LLMEM_OK;
     size_t count = (size_t)s->m * s->n;
     if (run && s->kind == VK_SUM_RAW) {
-        st = raw_pass(v, s, 0, NULL, NULL, false);
+        st = raw_pass(v, s, 0, NULL, NULL, false, NULL);
     } else if (run && s->kind == VK_SUM_SCALED) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
@@ -154,7 +186,7 @@ static bool touches(const sum_held *h, const llmem_tensor *t)
     for (uint32_t j = 0; j < h->n_dst; j++)
         if (vk_overlap(t, &h->dst[j]))
             return true;
-    return false;
+    return h->conv && (vk_overlap(t, &h->cv.out) || t->buf == h->cv.state);
 }
 
 /* The hold's mode for a product of m rows and n columns. Above
@@ -195,6 +227,7 @@ static void hold_clear(sum_held *h)
     h->s2.kind = VK_SUM_NONE;
     h->n_dst = 0;
     h->parked = false;
+    h->conv = false;
 }
 
 /* Whether the fold of two held sums into the SwiGLU is on for m rows
@@ -240,9 +273,9 @@ llmem_status vk_sum_flush(vk_backend *v)
         return LLMEM_OK;
     sum_held *h = v->sumh;
     v->sum_pending = false; /* first: recording it tracks, which calls back here */
-    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false);
+    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false, h->conv ? h : NULL);
     if (st == LLMEM_OK && h->s2.kind == VK_SUM_RAW)
-        st = raw_pass(v, &h->s2, 0, NULL, NULL, false);
+        st = raw_pass(v, &h->s2, 0, NULL, NULL, false, NULL);
     hold_clear(h);
     return st;
 }
@@ -308,13 +341,89 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
         return LLMEM_OK;
     sum_held *h = v->sumh;
     if (!(hold_mode(v, h->s.m, h->s.n) & 1) || h->n_dst >= SUM_DST_MAX ||
-        h->s2.kind != VK_SUM_NONE ||
+        h->s2.kind != VK_SUM_NONE || h->conv ||
         !is_out(h, src) || dst->dtype != LLMEM_DTYPE_F32 || dst->n_dims != 2 ||
         dst->ne[0] != src->ne[0] || dst->ne[1] < 1 || col0 < 0 ||
         (int64_t)col0 + dst->ne[1] > src->ne[1] || touches(h, dst))
         return vk_sum_flush(v);
     h->dst[h->n_dst] = *dst;
     h->c0[h->n_dst++] = (uint32_t)col0;
+    *taken = true;
+    return LLMEM_OK;
+}
+
+static bool conv_dtype(llmem_dtype t)
+{
+    return t == LLMEM_DTYPE_F32 || t == LLMEM_DTYPE_F16 || t == LLMEM_DTYPE_BF16;
+}
+
+/* Whether the conv (x -> out, conv state `state` of view) may be done by
+ * the held pass: one token for each of the pass's m streams, no
+ * checkpoints and no snapshot (inside the ubatch, or a source another
+ * stream writes), x exactly one of the copies the pass writes, dtypes and
+ * d_conv the shader carries, and nothing the conv writes (out, the state
+ * buffer) read or written by the pass, nor its weights among the pass's
+ * outputs. */
+static bool conv_matches(const sum_held *h, const llmem_view *view, int32_t state, llmem_ct *x,
+                         llmem_ct *w, llmem_ct *b, llmem_ct *out, uint32_t *j)
+{
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *d = &rs->desc[state];
+    if (h->conv || h->n_dst == 0 || h->s2.kind != VK_SUM_NONE || rs->n_seq_tokens != 1 ||
+        rs->n_ckpt != 0 || (int64_t)rs->n_seqs != (int64_t)h->s.m ||
+        llmem_rs_view_snap_used(view) || d->n_dims != 2 || d->shape[0] < 1 || d->shape[0] > 14 ||
+        !conv_dtype(d->dtype) || !conv_dtype(w->dtype) || (b && !conv_dtype(b->dtype)) ||
+        x->dtype != LLMEM_DTYPE_F32 || out->dtype != LLMEM_DTYPE_F32)
+        return false;
+    uint64_t dc = (uint64_t)d->shape[0] + 1, cd = (uint64_t)d->shape[1], m = h->s.m;
+    for (*j = 0; *j < h->n_dst; (*j)++) {
+        const llmem_tensor *t = &h->dst[*j];
+        if (t->buf == x->buf && t->offset == x->offset && (uint64_t)t->ne[1] == cd &&
+            llmem_tensor_nbytes(x) == llmem_tensor_nbytes(t))
+            break;
+    }
+    if (*j == h->n_dst || llmem_tensor_nbytes(out) < m * cd * 4 ||
+        (uint64_t)llmem_tensor_nelements(w) < cd * dc ||
+        (b && (uint64_t)llmem_tensor_nelements(b) < cd))
+        return false;
+    llmem_buffer *sb = rs->state[state];
+    if (touches(h, out) || h->s.out.buf == sb || h->s.pt.buf == sb || h->s.te.buf == sb ||
+        vk_overlap(w, &h->s.out) || vk_overlap(b, &h->s.out) || out->buf == sb)
+        return false;
+    for (uint32_t i = 0; i < h->n_dst; i++)
+        if (h->dst[i].buf == sb || vk_overlap(w, &h->dst[i]) || vk_overlap(b, &h->dst[i]))
+            return false;
+    bool snap = true;
+    return vk_rs_needs_snapshot(rs, &snap) == LLMEM_OK && !snap;
+}
+
+llmem_status vk_sum_take_conv(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
+                              llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken)
+{
+    *taken = false;
+    if (!v->sum_pending || !(VK_KNOB(v, sum_conv, VK_SUM_CONV_DEFAULT) & VK_SUM_CONV_FOLD))
+        return LLMEM_OK;
+    sum_held *h = v->sumh;
+    uint32_t j;
+    if (h->s.m > VK_PRESPLIT_ROWS || !conv_matches(h, view, state, x, w, b, out, &j))
+        return LLMEM_OK; /* the conv's own recording records the pass first */
+    const llmem_rs_view *rs = llmem_view_rs(view);
+    const llmem_state_desc *d = &rs->desc[state];
+    h->conv = true;
+    h->cv.w = *w;
+    h->cv.has_b = b != NULL;
+    if (b)
+        h->cv.b = *b;
+    h->cv.out = *out;
+    h->cv.idx = view->idx;
+    h->cv.state = rs->state[state];
+    h->cv.spec = (uint32_t)(d->shape[0] + 1) | (uint32_t)w->dtype << 4 |
+                 (b ? (uint32_t)b->dtype : 3u) << 6 | (uint32_t)d->dtype << 8;
+    h->cv.c0 = h->c0[j];
+    h->cv.conv_dim = (uint32_t)d->shape[1];
+    h->cv.n_slots = (uint32_t)rs->n_slots;
+    h->cv.src_word = vk_table_word(&rs->src_slot);
+    h->cv.dst_word = vk_table_word(&rs->dst_slot);
     *taken = true;
     return LLMEM_OK;
 }
@@ -379,7 +488,7 @@ llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *
         return LLMEM_OK; /* the norm's usual add: vk_sum_norm_bind, or the pass first */
     v->sum_pending = false; /* recorded here, as vk_sum_flush does */
     uint32_t c0 = 0;
-    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true);
+    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true, NULL);
     hold_clear(h);
     *added = st == LLMEM_OK;
     return st;

@@ -4,6 +4,7 @@
 #ifndef LLMEM_VK_SUM_H
 #define LLMEM_VK_SUM_H
 
+#include "llmem/view.h"
 #include "vk_presplit.h"
 
 /* The split-K sum pass after a tensor-core product (vk_sum.c): its
@@ -139,6 +140,37 @@ llmem_status vk_sum_flush_if(vk_backend *v, const llmem_tensor *t);
  * (*taken false: the caller copies). Errors: those of vk_sum_flush. */
 llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_ct *dst,
                               bool *taken);
+/* The decode conv folded into in_proj's held sum (issue 12, fifteenth
+ * session; $LLMEM_VULKAN_SUM_CONV where set, else VK_SUM_CONV_DEFAULT):
+ * bit 0 (VK_SUM_CONV_FOLD) the fold below; bit 1 (VK_SUM_CONV_VEC4) at
+ * 9-VK_PRESPLIT_ROWS rows a held pass with copies moves 4 columns an
+ * invocation where everything is 16-byte aligned (sum_slices_cm.comp
+ * VEC4; the conv four channels, an f32 state as 16-byte vectors).
+ * For vk_op_ssm_conv (vk_ops_mamba.c), the Mamba-2 causal conv1d with conv
+ * state `state` of view (x [T, conv_dim] f32, w [conv_dim, 1, d_conv], b
+ * [conv_dim] or NULL, f32/f16/bf16; out [T, conv_dim] f32; checked by the
+ * backends/ops wrapper): where bit 0 is set, a held pass of 9 to
+ * VK_PRESPLIT_ROWS rows took x as one of its column copies, the view has
+ * one token for each of its rows (stream r = row r), no checkpoints, no
+ * snapshot table, no source slot another stream writes, d_conv - 1 <= 14,
+ * and out and the state buffer are clear of everything the pass touches,
+ * the pass will do the conv too (sum_slices_cm.comp CONV: the conv's
+ * arithmetic in ssm_conv.comp's order, so the same bits; the state read
+ * from src_slot, shifted into dst_slot) and *taken is true: nothing is
+ * recorded, the conv's 9B Bamba dispatch (one of 29 a step) and its
+ * barrier go. Else *taken is false and nothing changes (the conv's own
+ * recording records the held pass first). The tensors, the tables' offsets
+ * and the view's index and state buffers are kept (those buffers must live
+ * until the pass is recorded, as for any recorded op). Errors: none today
+ * (LLMEM_OK). Default 1: on the H200, fast tg128 ms, 0 -> 1, 9B b64
+ * 15.80-15.85 -> 15.67 (CUDA 11.92), b16 9.34-9.39 -> 9.24-9.25, 2b b64
+ * 7.74-7.78 -> 7.57-7.59, b16 4.64 -> 4.57; 3 at 9B b64 15.68-15.87, no
+ * gain (docs/benchmarks.md "Vulkan decode: the conv in in_proj's sum"). */
+#define VK_SUM_CONV_FOLD 1
+#define VK_SUM_CONV_VEC4 2
+#define VK_SUM_CONV_DEFAULT VK_SUM_CONV_FOLD
+llmem_status vk_sum_take_conv(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
+                              llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken);
 /* For rms_norm (vk_ops_basic.c): whether x += r; out = norm(x) may read r
  * from the held sum (mode bit 1, or bit 3 where the norm's rows are split
  * over workgroups: parts; r and out the held output, x clear of the pass,
