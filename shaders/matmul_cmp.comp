@@ -27,8 +27,13 @@
  * row, slice s at s * slice_stride; vk_cm_raw_layout), and
  * sum_slices_cm.comp adds the slices in order and scales row r by 2^e_r.
  * So no shared memory beyond the slices, and no bounds on the stores.
+ * The tail-column plan (vk_cmp_plan_tailcol; push constants head, ldt,
+ * tail_stride): the first `head` workgroups are whole tiles of the first
+ * column tiles in one slice of the whole K, the rest split K as above,
+ * their later slices in a narrower grid after slice 0 (vk_cm_raw_tail),
+ * so that the partly filled last wave runs in short pieces.
  * RAW 2 (compiled only with -DFINAL_EPI=1, for tools/vk_cm_bench; no sum
- * pass, see FINAL_ALL): the workgroup of a one-slice tile scales and
+ * pass, see FINAL_ALL; uniform plans only, head 0): the workgroup of a one-slice tile scales and
  * writes out itself; with split-K every slice stores its raw tile as in
  * RAW 1 and the last to arrive at the tile's counter adds the slices (in
  * slice order, so bit for bit RAW 1's sum), scales and writes. Slower on
@@ -159,6 +164,12 @@ layout(push_constant) uniform P {
     uint ldp;            /* floats per row of the padded partial buffer */
     uint fo_off;         /* RAW 2: floats of binding 4 */
     uint cnt_off;        /* RAW 2: counters of binding 5 (tiles_mn of them) */
+    /* the tail-column plan (RAW 1; vk_cmp_plan_tailcol, vk_cm_raw_tail): tiles [0, head)
+     * (whole column tiles) one slice of the whole K, the rest n_groups - head workgroups
+     * of k_split; slice s >= 1 of those at o_off + slice_stride + (s - 1) tail_stride,
+     * ldt floats a row from the first split column. head 0, ldt = ldp, tail_stride =
+     * slice_stride: every tile in slices of k_split, slice s at s slice_stride */
+    uint head, ldt, tail_stride;
 } p;
 
 shared uvec4 sh[STAGES * STG]; /* per slice: hi rows, lo rows, w rows */
@@ -249,7 +260,11 @@ uint bf16x2_to_f16x2(uint x)
     if ((q) < FM * FN)                                                                             \
         STORE_ROW(acc[q], BUF,                                                                     \
                   base + (m0 + sm + 16u * ((q) / FN)) * p.ldp + n0 + sn + 16u * ((q) % FN), p.ldp);
-#define RAW_EMIT(q) RAW_EMIT_TO(q, o)
+/* RAW 1: the same into the slice's place (base, ldq floats a row, column n0q of the tile) */
+#define RAW_EMIT(q)                                                                                \
+    if ((q) < FM * FN)                                                                             \
+        STORE_ROW(acc[q], o,                                                                       \
+                  base + (m0 + sm + 16u * ((q) / FN)) * ldq + n0q + sn + 16u * ((q) % FN), ldq);
 
 #if FINAL_EPI
 /* RAW 2: result matrix r (row block i, column block j of the subgroup)
@@ -355,9 +370,12 @@ void main()
     uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
     if (g >= p.n_groups)
         return;
-    uint s = g / p.tiles_mn, t = g % p.tiles_mn;
+    /* the head's tiles in one slice, then the split tiles slice by slice */
+    bool split = g >= p.head;
+    uint j0 = g - p.head, tt = p.tiles_mn - p.head;
+    uint s = split ? j0 / tt : 0u, t = split ? p.head + j0 % tt : g;
     uint m0 = (t % p.tiles_m) * BM, n0 = (t / p.tiles_m) * BN;
-    uint k_begin = s * p.k_split, k_end = min(p.k, k_begin + p.k_split);
+    uint k_begin = s * p.k_split, k_end = split ? min(p.k, k_begin + p.k_split) : p.k;
     uint l = gl_LocalInvocationID.x, sg = l / 32u;
     uint sm = (sg % SGM) * FM * 16u, sn = (sg / SGM) * FN * 16u;
 
@@ -464,7 +482,10 @@ void main()
         return;
     }
 #endif
-    uint base = p.o_off + s * p.slice_stride;
+    /* slice 0 in the whole grid, the tail's later slices in theirs */
+    uint base = s == 0u ? p.o_off : p.o_off + p.slice_stride + (s - 1u) * p.tail_stride;
+    uint ldq = s == 0u ? p.ldp : p.ldt;
+    uint n0q = s == 0u ? n0 : n0 - (p.head / p.tiles_m) * BN;
     RAW_EMIT(0u) RAW_EMIT(1u) RAW_EMIT(2u) RAW_EMIT(3u) RAW_EMIT(4u) RAW_EMIT(5u)
     RAW_EMIT(6u) RAW_EMIT(7u) RAW_EMIT(8u) RAW_EMIT(9u) RAW_EMIT(10u) RAW_EMIT(11u)
     RAW_EMIT(12u) RAW_EMIT(13u) RAW_EMIT(14u) RAW_EMIT(15u)

@@ -22,6 +22,14 @@
  * r * cols_j + c - col0_j] (llmem_op_copy's layout: the same f32 value
  * the copy would have read from o).
  *
+ * Tail columns (matmul_cmp.comp's tail-column plan, vk_cm_raw_tail):
+ * columns c >= tc0 add t_slices slices instead, slice 0 at the place
+ * above and slice s >= 1 at part_off + slice_stride + (s - 1) t_stride + r
+ * t_ld + c - tc0, in slice order (the same additions as a plan of
+ * t_slices slices everywhere, so the same bits for those columns); tc0 = n:
+ * none (the host passes t_ld = ldp, t_stride = slice_stride). With VEC4
+ * tc0, t_ld and t_stride are multiples of 4 too.
+ *
  * ADDX = 1 (scalar path, NDST 0; vk_sum.c, a held sum whose output is the
  * residual r of an add + RMS norm that runs split over workgroups): the
  * sum is added into destination 0 instead of written to o (x[r, c] +=
@@ -84,6 +92,7 @@ layout(push_constant) uniform P {
      * cw, cb, co (elements) and of the src / dst slot tables in idx */
     uint cv_c0, conv_dim, n_slots, cw_off, cb_off, co_off, src_off, dst_off;
 #endif
+    uint tc0, t_slices, t_ld, t_stride; /* the tail columns (above; after CONV's words) */
 } p;
 
 #ifdef CONV
@@ -152,6 +161,13 @@ void conv_four(uint r, uint cc, vec4 x)
 }
 #endif
 
+/* floats (part_off included) of slice 1 of row r's column c at c >= tc0,
+ * the slices after it t_stride apart */
+uint tail_at(uint r, uint c)
+{
+    return p.part_off + p.slice_stride + r * p.t_ld + c - p.tc0;
+}
+
 void main()
 {
     uint i = global_id();
@@ -161,11 +177,17 @@ void main()
             return;
         uint r = i / n4, c4 = i % n4, at = (p.part_off + r * p.ldp) / 4u + c4;
         vec4 sum = part4[at];
-        for (uint s = 1u; s < p.n_slices; s++)
-            sum += part4[at + s * (p.slice_stride / 4u)];
+        uint c = 4u * c4;
+        if (c < p.tc0) {
+            for (uint s = 1u; s < p.n_slices; s++)
+                sum += part4[at + s * (p.slice_stride / 4u)];
+        } else {
+            uint at_t = tail_at(r, c) / 4u;
+            for (uint s = 1u; s < p.t_slices; s++)
+                sum += part4[at_t + (s - 1u) * (p.t_stride / 4u)];
+        }
         vec4 val = ldexp(sum, ivec4(ex[p.e_off + r]));
         o4[p.o_off / 4u + i] = val;
-        uint c = 4u * c4;
         if (NDST > 0u && c - p.c0_0 < p.w_0)
             d04[(p.d_0 + r * p.w_0 + c - p.c0_0) / 4u] = val;
         if (NDST > 1u && c - p.c0_1 < p.w_1)
@@ -182,8 +204,14 @@ void main()
         return;
     uint r = i / p.n, c = i % p.n, at = p.part_off + r * p.ldp + c;
     float sum = part[at];
-    for (uint s = 1u; s < p.n_slices; s++)
-        sum += part[at + s * p.slice_stride];
+    if (c < p.tc0) {
+        for (uint s = 1u; s < p.n_slices; s++)
+            sum += part[at + s * p.slice_stride];
+    } else {
+        uint at_t = tail_at(r, c);
+        for (uint s = 1u; s < p.t_slices; s++)
+            sum += part[at_t + (s - 1u) * p.t_stride];
+    }
     float val = ldexp(sum, ex[p.e_off + r]);
     if (ADDX != 0u) {
         uint at_x = p.d_0 + r * p.w_0 + c - p.c0_0;

@@ -78,6 +78,9 @@ void vk_sm_config(vk_backend *v)
     /* matmul_cmp's products with more tiles than a wave: K split by vk_cmp_plan_tail in none
      * (0), all (1), or the precise ones (2, default) */
     v->mm.cmp_tail = vk_env_u32("LLMEM_VULKAN_CMP_TAIL", VK_CMP_TAIL_DEFAULT, 0, 2);
+    /* ... or, before that, only the last column tiles' K in at most this many slices, the
+     * others whole (vk_cmp_plan_tailcol; precise and fast); 0 off */
+    v->mm.cmp_tailcol = vk_env_u32("LLMEM_VULKAN_CMP_TAILCOL", VK_CMP_TAILCOL_DEFAULT, 0, 64);
     /* the second product of a pair (vk_sum_park, no barrier after the first): K split for the
      * SMs the first's last wave leaves idle (vk_cmp_plan_pair); 0 off */
     v->mm.cmp_pair = vk_env_u32("LLMEM_VULKAN_CMP_PAIR", VK_CMP_PAIR_DEFAULT, 0, 1) != 0;

@@ -105,6 +105,7 @@ void vk_cm_plan_make_fn(uint32_t m, uint32_t n, uint32_t k, uint32_t small_bk, u
 {
     uint32_t sg = VK_CM_WG / 32;
     p->stages = 1;
+    p->head_tn = 0;
     if (m <= 64) {
         p->sgm = 1;
         p->fm = m <= 16 ? 1 : (uint32_t)div_up(m, 16);
@@ -239,6 +240,18 @@ void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats
     *slice_floats = (uint64_t)p->tiles_m * p->bm * *ldp;
 }
 
+uint64_t vk_cm_raw_tail(const vk_cm_plan *p, uint32_t *ldt, uint64_t *tail_floats)
+{
+    uint32_t ldp;
+    uint64_t slice;
+    vk_cm_raw_layout(p, &ldp, &slice);
+    bool head = p->head_tn > 0 && p->head_tn < p->tiles_n;
+    *ldt = head ? (p->tiles_n - p->head_tn) * p->bn : ldp;
+    *tail_floats = head ? (uint64_t)p->tiles_m * p->bm * *ldt : slice;
+    uint32_t s = p->slices ? p->slices : 1;
+    return slice + (s - 1) * *tail_floats;
+}
+
 bool vk_cm_usable(const vk_cm_shape *shapes, uint32_t n_shapes, uint32_t subgroup_size,
                   uint32_t shared_bytes)
 {
@@ -357,6 +370,29 @@ void vk_cmp_plan_pair(vk_cm_plan *p, uint32_t k, uint32_t wave, uint64_t first_t
         }
     }
     cmp_split_k(p, k, best);
+}
+
+bool vk_cmp_plan_tailcol(vk_cm_plan *p, uint32_t k, uint32_t wave, uint32_t max_slices)
+{
+    uint64_t tiles = (uint64_t)p->tiles_m * p->tiles_n;
+    if (wave == 0 || tiles <= wave || p->bk == 0 || p->tiles_m == 0 || p->head_tn != 0)
+        return false;
+    uint64_t head_tn = tiles / wave * wave / p->tiles_m;
+    uint64_t rest = tiles - head_tn * p->tiles_m;
+    if (rest == 0 || rest * 2 > wave)
+        return false;
+    uint64_t s = k / VK_MM_MIN_SLICE;
+    s = s < max_slices ? s : max_slices;
+    s = s < wave / rest ? s : wave / rest;
+    if (s < 2)
+        return false;
+    vk_cm_plan q = *p;
+    cmp_split_k(&q, k, s);
+    if (q.slices < 2)
+        return false;
+    q.head_tn = (uint32_t)head_tn;
+    *p = q;
+    return true;
 }
 
 bool vk_cmp_tail_used(const vk_mm_caps *c, uint32_t split)

@@ -94,6 +94,9 @@ typedef struct vk_mm_caps {
     uint32_t cmp;      /* more than 64 rows: VK_CMP_* (matmul_cmp.comp), VK_CMP_OFF: matmul_cm */
     uint32_t cmp_tail; /* its products with more tiles than a wave split K by vk_cmp_plan_tail:
                         * VK_CMP_TAIL_* ($LLMEM_VULKAN_CMP_TAIL; vk_cmp_tail_used) */
+    uint32_t cmp_tailcol; /* its products with a short last wave split only the last column
+                           * tiles' K, in at most this many slices (vk_cmp_plan_tailcol;
+                           * $LLMEM_VULKAN_CMP_TAILCOL; 0: off, vk_cmp_plan_tail's plans) */
     bool cmp_pair;     /* the second product of a pair split K by vk_cmp_plan_pair
                         * ($LLMEM_VULKAN_CMP_PAIR) */
     uint32_t cmp_cfg[7]; /* its layout, WG, SGM, FM, FN, BK, STAGES, WAVE (vk_cmp_plan_cfg), where
@@ -185,6 +188,9 @@ typedef struct vk_cm_plan {
     uint32_t stages; /* 1: sa + sw + cs of matmul_cm.comp; 2 .. 4: its ring, that deep */
     uint32_t tiles_m, tiles_n;
     uint32_t slices, k_split;
+    /* matmul_cmp.comp only (vk_cmp_plan_tailcol): the column tiles [0, head_tn) in one slice
+     * of the whole K, the rest in `slices` slices of k_split; 0: every tile in `slices` */
+    uint32_t head_tn;
 } vk_cm_plan;
 
 /* Plans matmul_cm.comp's blocking for out[m, n] = a[m, k] · w[n, k]ᵀ into
@@ -356,6 +362,17 @@ uint32_t vk_cm_ctr_take(uint32_t *next, uint64_t tiles, uint32_t slots);
  * never fails. */
 void vk_cm_raw_layout(const vk_cm_plan *p, uint32_t *ldp, uint64_t *slice_floats);
 
+/* The partial buffer of a raw-tile plan *p with head_tn column tiles in
+ * one slice (vk_cmp_plan_tailcol): slice 0 holds every tile as
+ * vk_cm_raw_layout says (ldp floats a row, slice_floats floats); slices 1
+ * .. slices - 1 hold only the split column tiles [head_tn, tiles_n), each
+ * *tail_floats floats (tiles_m bm rows of *ldt = (tiles_n - head_tn) bn
+ * floats) after slice 0, column c of the product at column c - head_tn bn
+ * of its rows. A uniform plan (head_tn 0): *ldt = ldp, *tail_floats =
+ * slice_floats, so that slice s lies at s slice_floats as before. Returns
+ * the floats of the whole buffer. Pure; never fails. */
+uint64_t vk_cm_raw_tail(const vk_cm_plan *p, uint32_t *ldt, uint64_t *tail_floats);
+
 /* Re-splits K of plan *p (made for k) so that its workgroups, tiles x
  * slices, number at most `groups` (one wave where groups is the device's
  * SM count and one workgroup fits an SM): slices = floor(groups / tiles),
@@ -471,6 +488,24 @@ void vk_cmp_plan_tail(vk_cm_plan *p, uint32_t k, uint32_t wave);
  * (vk_cmp_plan_make's one-wave split stands). Pure; never fails. */
 void vk_cmp_plan_pair(vk_cm_plan *p, uint32_t k, uint32_t wave, uint64_t first_tiles,
                       uint32_t first_slices);
+
+/* Re-plans a matmul_cmp.comp plan *p (made for k, caller-owned; uniform,
+ * head_tn 0) whose tiles outnumber `wave` workgroups by a last wave of at
+ * most wave / 2 tiles (issue 12): the column tiles of the full waves, head_tn =
+ * floor(floor(tiles / wave) wave / tiles_m) of them, keep one slice of
+ * the whole K, and only the remaining column tiles (rest = (tiles_n -
+ * head_tn) tiles_m tiles) split K, into S = min(max_slices, k /
+ * VK_MM_MIN_SLICE, floor(wave / rest)) slices of whole K steps, so that
+ * their rest S pieces of 1 / S tile times run in one short wave after the
+ * full ones. The 2b shape's in_proj (496 x 8512 x 2048, 4 x 34 tiles of
+ * 128 x 256 on the H200's 132 SMs): 132 whole tiles, then the last column
+ * tile's 4 in 8 slices of 256: about 1.125 tile times against 2 in one
+ * slice and 1.33 + the slices' writes in vk_cmp_plan_tail's 3. Leaves *p
+ * alone (false) at wave 0, at most wave tiles, a last wave of more than
+ * wave / 2 tiles, tiles that fill whole waves, or S below 2; true when it
+ * re-planned. Pure; never fails. */
+#define VK_CMP_TAILCOL_DEFAULT 8 /* max_slices ($LLMEM_VULKAN_CMP_TAILCOL; 0: off) */
+bool vk_cmp_plan_tailcol(vk_cm_plan *p, uint32_t k, uint32_t wave, uint32_t max_slices);
 
 /* Whether matmul_cmp.comp's plan for a product with `split` f16 terms of
  * its activations (2 precise, 1 fast) takes vk_cmp_plan_tail: c->cmp_tail

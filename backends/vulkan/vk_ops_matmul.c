@@ -300,7 +300,8 @@ static bool layout_runs(const vk_backend *v, const uint32_t cfg[5])
  * aligned, matmul_cmp.comp instead; otherwise as matmul_cmp) or
  * matmul_cmp.comp (CM_ALLOW_CMP in allow and vk_cmp_used;
  * blocking of vk_cmp_plan_make, or of vk_cmp_plan_cfg at
- * $LLMEM_VULKAN_CMP_CFG, then K split by vk_cmp_plan_tail where
+ * $LLMEM_VULKAN_CMP_CFG, then K split by vk_cmp_plan_tailcol (the last
+ * column tiles alone, vk_mm_caps.cmp_tailcol) or else by vk_cmp_plan_tail where
  * vk_cmp_tail_used; raw tiles + sum_slices_cm.comp; when its
  * partial buffer cannot be had, matmul_cm.comp as below); at 9-64 rows
  * matmul_dec.comp (CM_ALLOW_DEC and dec_plan; raw tiles +
@@ -359,10 +360,15 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
                                               v->props.limits.maxComputeWorkGroupInvocations, &pl)
                             : vk_cmp_plan_make(m, n, k, v->mm.cmp == VK_CMP_KHR, v->mm.smem,
                                                v->mm.n_sm, &pl)));
-    if (cmp && !cm2 && vk_cmp_tail_used(&v->mm, tm->split)) { /* the wave the plan split for */
-        uint32_t wave = vk_cmp_wave(v->mm.cmp == VK_CMP_KHR, v->mm.n_sm);
-        vk_cmp_plan_tail(&pl, k, v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6] : wave);
-    }
+    uint32_t cwave = !cmp || cm2                ? 0 /* the wave the plan split for */
+                     : v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6]
+                                             : vk_cmp_wave(v->mm.cmp == VK_CMP_KHR, v->mm.n_sm);
+    /* the last column tiles alone split (not the second of a pair, whose plan follows the
+     * first's idle SMs) */
+    bool tailcol = cmp && !cm2 && !(allow & CM_PAIR) && v->mm.cmp_tailcol &&
+                   vk_cmp_plan_tailcol(&pl, k, cwave, v->mm.cmp_tailcol);
+    if (cmp && !cm2 && !tailcol && vk_cmp_tail_used(&v->mm, tm->split))
+        vk_cmp_plan_tail(&pl, k, cwave);
     if (cmp && !cm2 && (allow & CM_PAIR) && v->mm.cmp_pair && v->cmp_last.m == m) {
         uint32_t wave = v->mm.cmp_cfg[0] != 0 ? v->mm.cmp_cfg[6]
                                               : vk_cmp_wave(v->mm.cmp == VK_CMP_KHR, v->mm.n_sm);
@@ -398,18 +404,22 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     size_t count = (size_t)m * n;
     uint64_t tiles = (uint64_t)pl.tiles_m * pl.tiles_n;
     bool raw = cmp || dec || vk_cm_raw_used(v->mm.cm_raw, &pl);
-    uint32_t ldp = n;
-    uint64_t pslice = count; /* floats per slice of the partial buffer */
-    if (raw)
+    uint32_t ldp = n, ldt = n;
+    uint64_t pslice = count, tslice = count; /* floats per slice of the partial buffer */
+    uint64_t pfloats = pl.slices * pslice;   /* ... and in all (vk_cm_raw_tail) */
+    if (raw) {
         vk_cm_raw_layout(&pl, &ldp, &pslice);
+        pfloats = vk_cm_raw_tail(&pl, &ldt, &tslice);
+    }
     /* a plan that has only raw tiles (more than one register set: no epilogue matrices) */
     bool raw_only = cmp || dec || (mid && mid_cfg[4] > 1);
-    if (raw && pl.slices * pslice > UINT32_MAX) { /* the shaders index 32-bit */
+    if (raw && pfloats > UINT32_MAX) { /* the shaders index 32-bit */
         if (raw_only)
             return cm_product_as(be, v, tm, w, out, later, 0, done);
         raw = false;
         ldp = n;
         pslice = count;
+        pfloats = pl.slices * pslice;
     }
     uint32_t ctr = UINT32_MAX; /* first counter: the fused sum */
     if (raw && !cmp && !dec && v->mm.cm_raw == VK_CM_RAW_FUSED) {
@@ -421,7 +431,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     llmem_buffer *part = NULL;
     llmem_status st = LLMEM_OK;
     if (pl.slices > 1 || raw) {
-        size_t bytes = (size_t)pl.slices * pslice * 4;
+        size_t bytes = (size_t)pfloats * 4;
         st = vk_buffer_alloc(be, bytes, &part);
         if (st == LLMEM_E_NO_MEMORY && raw_only) /* matmul_cm's plans, which may do without it */
             return cm_product_as(be, v, tm, w, out, later, 0, done);
@@ -429,6 +439,7 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
             raw = false; /* one slice needs no partial buffer: the scaled epilogue */
             ldp = n;
             pslice = count;
+            pfloats = count;
             st = LLMEM_OK;
         } else if (st != LLMEM_OK) {
             return st;
@@ -437,9 +448,17 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
         }
     }
     bool fused = raw && ctr != UINT32_MAX;
-    vk_cm_sum sum = {VK_SUM_NONE, part, {0}, {0}, *out, m, n, ldp, pl.slices, (uint32_t)pslice};
+    vk_cm_sum sum = {VK_SUM_NONE, part,      {0}, {0}, *out, m, n, ldp, pl.slices, (uint32_t)pslice,
+                     n,           pl.slices, ldp, (uint32_t)pslice};
+    if (tailcol) { /* (raw: cmp) columns from the first split one add the slices, others 1 */
+        sum.slices = 1;
+        sum.tc0 = pl.head_tn * pl.bn;
+        sum.tslices = pl.slices;
+        sum.ldt = ldt;
+        sum.tslice = (uint32_t)tslice;
+    }
     sum.te = llmem_tensor_1d(tm->buf, tm->base + tm->terms, LLMEM_DTYPE_I32, m);
-    sum.pt = part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)(pl.slices * pslice)) : *out;
+    sum.pt = part ? llmem_tensor_1d(part, 0, LLMEM_DTYPE_F32, (int64_t)pfloats) : *out;
     if (raw && !fused)
         sum.kind = VK_SUM_RAW;
     else if (part && !raw)
@@ -517,12 +536,21 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
     vk_op_u32(&mm, pl.tiles_m * pl.tiles_n);
     vk_op_u32(&mm, pl.k_split);
     vk_op_u32(&mm, (uint32_t)pslice);
-    vk_op_u32(&mm, pl.tiles_m * pl.tiles_n * pl.slices);
+    /* matmul_cmp.comp: the first `head` tiles in one slice, the rest in pl.slices */
+    uint32_t head = tailcol ? pl.head_tn * pl.tiles_m : 0;
+    uint64_t groups = head + (tiles - head) * pl.slices;
+    vk_op_u32(&mm, (uint32_t)groups);
     vk_op_u32(&mm, ldp);
     vk_op_u32(&mm, fo);
     vk_op_u32(&mm, co);
-    st = vk_op_run(v, &mm, (uint64_t)pl.tiles_m * pl.tiles_n * pl.slices);
-    v->cmp_last = cmp && !cm2 && st == LLMEM_OK
+    if (cmp && !cm2) { /* matmul_cmp.comp's tail words: head, ldt, tail_stride */
+        vk_op_u32(&mm, head);
+        vk_op_u32(&mm, ldt);
+        vk_op_u32(&mm, (uint32_t)tslice);
+    }
+    st = vk_op_run(v, &mm, groups);
+    /* (a tail-column plan's pieces are not the uniform ones vk_cmp_plan_pair models: no pair) */
+    v->cmp_last = cmp && !cm2 && !tailcol && st == LLMEM_OK
                       ? (struct vk_cmp_last){m, pl.slices, (uint64_t)pl.tiles_m * pl.tiles_n}
                       : (struct vk_cmp_last){0, 0, 0};
     if (st == LLMEM_OK && later) {

@@ -32,6 +32,10 @@
  * Above VK_PRESPLIT_ROWS rows (prefill) bits 0 and 1 alone, with the pass
  * and the norm moving 4 columns an invocation (sum_slices_cm.comp VEC4 with
  * NDST, rms_norm.comp V4 with ADD 2).
+ * A product of matmul_cmp.comp's tail-column plan (vk_cmp_plan_tailcol:
+ * its last column tiles in more slices than the rest) is summed by the
+ * pass alone (with its copies, or adding into x): the folds read uniform
+ * slices and take no such sum.
  * The residual's copies (vk_resid_*): see vk_sum.h.
  * Both compute each value as the pass does (the slices added in slice
  * order, then 2^e; a copy moves the bits), so the results are bit for bit
@@ -75,6 +79,20 @@ struct vk_sum_hold {
 };
 typedef struct vk_sum_hold sum_held;
 
+/* Whether s splits its last columns apart (matmul_cmp.comp's tail-column
+ * plan): only the pass reads those (the folds into the norm and the SwiGLU
+ * read uniform slices). */
+static bool tail_split(const vk_cm_sum *s)
+{
+    return s->kind == VK_SUM_RAW && s->tc0 < s->n;
+}
+
+/* The tail's words allow 16-byte runs (uniform plans: always). */
+static bool tail_vec4(const vk_cm_sum *s)
+{
+    return !tail_split(s) || (s->tc0 % 4 == 0 && s->ldt % 4 == 0 && s->tslice % 4 == 0);
+}
+
 /* Records sum_slices_cm.comp for s (VK_SUM_RAW) with n_dst column
  * destinations, or, addx, adding the sum into dst[0] ([m, n] f32, c0[0]
  * 0) instead of writing s->out (ADDX; n_dst 0). */
@@ -97,7 +115,7 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     bool dec4 = n_dst > 0 && (VK_KNOB(v, sum_conv, VK_SUM_CONV_DEFAULT) & VK_SUM_CONV_VEC4);
     bool vec4 = !addx && (s->m > VK_CMP_ROWS ? VK_KNOB(v, pf_sum_vec, 1) != 0 : dec4) &&
                 s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
-                o2 % 4 == 0;
+                o2 % 4 == 0 && tail_vec4(s);
     vk_op_spec(&sum, 0u);
     vk_op_spec(&sum, n_dst);
     vk_op_spec(&sum, addx ? 1u : 0u);
@@ -134,6 +152,12 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
         if (conv->cv.c0 % 4 || conv->cv.conv_dim % 4 || co % 4)
             vec4 = false;
     }
+    /* the tail columns' four words, last (matmul_cmp.comp's tail-column plan; tc0 = n:
+     * none) */
+    vk_op_u32(&sum, s->tc0 < s->n ? s->tc0 : s->n);
+    vk_op_u32(&sum, s->tslices);
+    vk_op_u32(&sum, s->ldt);
+    vk_op_u32(&sum, s->tslice);
     sum.spec[1] = vec4 ? 1u : 0u;
     return vk_op_run(v, &sum, vk_div_up(vec4 ? count / 4 : count, SUM_WG));
 }
@@ -311,7 +335,8 @@ bool vk_sum_swiglu_ok(vk_backend *v, llmem_ct *g, llmem_ct *u, vk_cm_sum *gs, vk
     if (!v->sum_pending)
         return false;
     sum_held *h = v->sumh;
-    if (h->s2.kind != VK_SUM_RAW || !fold_on(v, h->s.m))
+    if (h->s2.kind != VK_SUM_RAW || !fold_on(v, h->s.m) || tail_split(&h->s) ||
+        tail_split(&h->s2))
         return false;
     const vk_cm_sum *a = &h->s, *b = &h->s2;
     if (is_out(h, u)) {
@@ -435,7 +460,7 @@ bool vk_sum_norm_ok(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *out, bool
         return false;
     sum_held *h = v->sumh;
     if (!(hold_mode(v, h->s.m, h->s.n) & (parts ? 8 : 2)) || h->n_dst != 0 ||
-        h->s2.kind != VK_SUM_NONE || !is_out(h, r) ||
+        h->s2.kind != VK_SUM_NONE || tail_split(&h->s) || !is_out(h, r) ||
         !is_out(h, out) || touches(h, x))
         return false;
     /* the norm's terms ([0, split_bytes) of the presplit buffer) must not

@@ -10,7 +10,10 @@
 /* The split-K sum pass after a tensor-core product (vk_sum.c): its
  * raw-tile partial buffer part (owned; NULL: none), pt the whole of it,
  * te the rows' exponents [m] i32 (cm_split.comp's), out [m, n] f32; tiles
- * ldp floats a row, slices pslice floats apart. VK_SUM_RAW:
+ * ldp floats a row, slices pslice floats apart; VK_SUM_RAW from column
+ * tc0 on (matmul_cmp.comp's tail-column plan, vk_cm_raw_tail; tc0 = n:
+ * none) tslices slices instead, slice 0 as the others' and slice s >= 1
+ * at pslice + (s - 1) tslice, ldt floats a row from column tc0. VK_SUM_RAW:
  * sum_slices_cm.comp (slices added in order, the row's 2^e applied once);
  * VK_SUM_SCALED: sum_slices.comp (scaled tiles); VK_SUM_NONE: no pass. */
 enum { VK_SUM_NONE, VK_SUM_RAW, VK_SUM_SCALED };
@@ -19,6 +22,7 @@ typedef struct vk_cm_sum {
     llmem_buffer *part;
     llmem_tensor pt, te, out;
     uint32_t m, n, ldp, slices, pslice;
+    uint32_t tc0, tslices, ldt, tslice;
 } vk_cm_sum;
 /* Records the pass *s describes (nothing for VK_SUM_NONE, or when run is
  * false: an earlier failure) and frees its partial buffer; s->kind is

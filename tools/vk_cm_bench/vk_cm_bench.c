@@ -631,7 +631,9 @@ static void run_gemm(const char *name, VkPipeline pipe, const uint32_t *v)
         slices = (k + ks - 1) / ks;
     }
     uint32_t raw = v[11], ldp = raw ? tn * bn : n, ss = raw ? tm * bm * ldp : m * n;
-    uint32_t pc[16] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, ss, tm * tn * slices, ldp, 0, 0};
+    /* (the last three: matmul_cmp.comp's uniform plan, head 0, ldt ldp, tail_stride ss) */
+    uint32_t pc[19] = {m, n, k, 0, AM * KK / 8, 0, 0, 0, tm, tm * tn, ks, ss, tm * tn * slices, ldp, 0, 0,
+                       0, ldp, ss};
     size_t out_bytes = (size_t)slices * ss * 4;
     if (out_bytes > buf_size[B_O] || out_bytes > buf_size[B_STAGE]) {
         printf("%-24s output of %zu bytes too large\n", name, out_bytes);
