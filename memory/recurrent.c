@@ -388,6 +388,13 @@ static void rs_destroy(llmem_memory *mem)
     rs_drop_stash(rs);
     llmem_buffer_free(rs->idx);
     i32vec_free(&rs->ib.data);
+    free(rs->sim_stamp);
+    free(rs->sim_len);
+    free(rs->sim_from);
+    free(rs->sim_hold);
+    i32vec_free(&rs->sim_seqs);
+    i32vec_free(&rs->sim_top);
+    i32vec_free(&rs->sim_pending);
     free(rs);
 }
 
@@ -532,13 +539,18 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->owner = malloc((size_t)rs->n_slots * sizeof *rs->owner);
     rs->free_stack = malloc((size_t)rs->n_slots * sizeof *rs->free_stack);
     rs->free_at = malloc((size_t)rs->n_slots * sizeof *rs->free_at);
+    rs->sim_stamp = calloc((size_t)p->n_seq_max, sizeof *rs->sim_stamp);
+    rs->sim_len = malloc((size_t)p->n_seq_max * sizeof *rs->sim_len);
+    rs->sim_from = malloc((size_t)p->n_seq_max * sizeof *rs->sim_from);
+    rs->sim_hold = malloc((size_t)p->n_seq_max * sizeof *rs->sim_hold);
     rs->snap = calloc((size_t)(rs->n_snap > 0 ? rs->n_snap : 1), sizeof *rs->snap);
     if (rs->seqs)
         memset(rs->seqs, 0, (size_t)p->n_seq_max * sizeof *rs->seqs);
     if (rs->stage)
         memset(rs->stage, 0, (size_t)p->n_seq_max * sizeof *rs->stage);
     if (!rs->layers || !rs->seqs || !rs->chain || !rs->stage || !rs->hold || !rs->owner || !rs->free_stack ||
-        !rs->free_at || !rs->snap) {
+        !rs->free_at || !rs->snap || !rs->sim_stamp || !rs->sim_len || !rs->sim_from ||
+        !rs->sim_hold) {
         llmem_errf(err, err_len, "recurrent memory: out of host memory for %d slots",
                    rs->n_slots);
         goto fail;

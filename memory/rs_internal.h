@@ -177,7 +177,38 @@ typedef struct recurrent {
      * hybrid always prepare a plan right before reserving it). */
     void *stash;
     const llmem_plan *stash_plan;
+    /* simulate's per-sequence scratch, kept across plans so that a plan
+     * costs the sequences it names, not n_seq_max zeroed entries: entry s
+     * belongs to the plan being simulated only when sim_stamp[s] ==
+     * sim_gen (rs_plan.c sim_touch); sim_seqs lists those sequences */
+    uint32_t *sim_stamp, sim_gen;
+    int32_t *sim_len;  /* its length as the plan's ubatches leave it */
+    int32_t *sim_from; /* source slot of a prefix hit, -1 none */
+    rs_hold *sim_hold; /* its simulated holdings (plans of several ubatches) */
+    i32vec sim_seqs;
+    i32vec sim_top, sim_pending; /* sim_stack's pushes; slots a ubatch drops */
 } recurrent;
+
+/* The free-slot stack as a plan's commits will leave it, simulated without
+ * copying it: the memory's stack's first lo entries (base, only read),
+ * then the slots the plan gave back (*top, pushed after them). Pops take
+ * the top, as on a copy of the stack, in the same order. */
+typedef struct sim_stack {
+    const int32_t *base;
+    int32_t lo;
+    i32vec *top;
+} sim_stack;
+
+static inline int32_t sim_stack_n(const sim_stack *f)
+{
+    return f->lo + f->top->n;
+}
+
+/* The top slot, taken off; -1 when empty. */
+static inline int32_t sim_stack_pop(sim_stack *f)
+{
+    return f->top->n > 0 ? f->top->v[--f->top->n] : f->lo > 0 ? f->base[--f->lo] : -1;
+}
 
 extern const llmem_memory_i recurrent_iface;
 

@@ -94,10 +94,10 @@ static bool one_ubatch_hold(const recurrent *rs, rs_ub *t, int32_t room, int32_t
  * (publish_snapshots). No free slot: no snapshot (a cache entry). len[a]
  * is already the group's length after the ubatch. false: out of memory. */
 static bool mid_snapshots(idx_builder *ib, const llmem_plan *plan, int32_t u, rs_ub *t,
-                          const int32_t *len, i32vec *fs, i32vec *pending)
+                          const int32_t *len, sim_stack *fs, i32vec *pending)
 {
     const llmem_ubatch *ub = &plan->ubatch[u];
-    for (int32_t s = 0; s < ub->n_seqs && fs->n > 0; s++) {
+    for (int32_t s = 0; s < ub->n_seqs && sim_stack_n(fs) > 0; s++) {
         int32_t a = ub->seq_id[s], T = ub->n_seq_tokens, L = len[a] - T, k = plan->snap_at[a];
         if (k <= L || k >= L + T)
             continue;
@@ -108,13 +108,42 @@ static bool mid_snapshots(idx_builder *ib, const llmem_plan *plan, int32_t u, rs
             if (!t->mid || t->snap_tok < 0 || t->snap_slot < 0)
                 return false;
         }
-        int32_t slot = fs->v[--fs->n];
+        int32_t slot = sim_stack_pop(fs);
         if (!i32vec_push(pending, slot))
             return false;
         t->mid[t->n_mid++] = (rs_mid){a, slot, k};
         ib->data.v[t->snap_tok + s] = k - L - 1; /* the state after token k - 1 of the group */
         ib->data.v[t->snap_slot + s] = slot;
     }
+    return true;
+}
+
+/* Makes entry s of simulate's scratch this plan's (its length as the
+ * memory holds it, no prefix hit), once per plan. false: out of memory. */
+static bool sim_touch(recurrent *rs, int32_t s)
+{
+    if (rs->sim_stamp[s] == rs->sim_gen)
+        return true;
+    rs->sim_stamp[s] = rs->sim_gen;
+    rs->sim_len[s] = rs->seqs[s].tokens.n;
+    rs->sim_from[s] = -1;
+    return i32vec_push(&rs->sim_seqs, s);
+}
+
+/* A new generation of simulate's scratch, holding the plan's sequences
+ * (every id of every group of its ubatches: a sequence the plan appends to
+ * has its last token in a ubatch). O(the plan's tokens), not n_seq_max. */
+static bool sim_begin(recurrent *rs, const llmem_plan *plan)
+{
+    if (++rs->sim_gen == 0) { /* wrapped: every stamp is stale */
+        memset(rs->sim_stamp, 0, (size_t)rs->base.n_seq_max * sizeof *rs->sim_stamp);
+        rs->sim_gen = 1;
+    }
+    rs->sim_seqs.n = rs->sim_top.n = rs->sim_pending.n = 0;
+    for (int32_t u = 0; u < plan->n_ubatch; u++)
+        for (int32_t m = 0; m < plan->group_off[u][plan->ubatch[u].n_seqs]; m++)
+            if (!sim_touch(rs, plan->group_ids[u][m]))
+                return false;
     return true;
 }
 
@@ -127,15 +156,15 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     rs_res *res = calloc(1, sizeof *res);
     /* a plan of one ubatch simulates in its changes (one_ubatch_hold) */
     bool one = plan->n_ubatch == 1;
-    rs_hold *sim = one ? NULL : calloc((size_t)nsm, sizeof *sim);
-    int32_t *len = calloc((size_t)nsm, sizeof *len);
-    int32_t *from_snap = malloc((size_t)nsm * sizeof *from_snap); /* source slot of a hit */
+    /* per sequence of the plan (sim_begin): its holdings, length and hit */
+    rs_hold *sim = rs->sim_hold;
+    int32_t *len = rs->sim_len, *from_snap = rs->sim_from;
     /* the free-slot stack as the plan's commits will leave it: slots are
      * taken from its top, those a ubatch drops come back after it */
-    i32vec fs = {0};
+    sim_stack fs = {rs->free_stack, rs->n_free, &rs->sim_top};
     int32_t *sim_pool = NULL; /* every sim[s]'s arrays (never reallocated: room suffices) */
-    i32vec pending = {0}; /* slots a ubatch drops; free only after it */
-    if (!res || (!one && !sim) || !len || !from_snap || !i32vec_reserve(&fs, rs->n_free))
+    i32vec *pending = &rs->sim_pending; /* slots a ubatch drops; free only after it */
+    if (!res || !sim_begin(rs, plan))
         goto out;
     res->cur = -1;
     res->prepared = res->copied = -1;
@@ -143,16 +172,15 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     if (!res->ub)
         goto out;
     res->n_ub = plan->n_ubatch;
-    i32_copy(fs.v, rs->free_stack, rs->n_free);
-    fs.n = rs->n_free;
     /* prefix hits of empty sequences: device snapshots first (pinned as
      * they are), then host-tier ones, each to come back into a device
      * snapshot that no hit of this plan reads, or, when every snapshot is
      * taken, into a free state slot the first ubatch reads (rest_snap
      * -1 - slot; the entry then stays in the tier) */
-    for (int32_t s = 0; s < nsm; s++)
-        from_snap[s] = -1;
-    for (int32_t pass = 0; pass < 2; pass++)
+    bool hits = false; /* then in sequence order, as slot choices depend on it */
+    for (int32_t i = 0; i < rs->sim_seqs.n && !hits; i++)
+        hits = plan->n_cached[rs->sim_seqs.v[i]] > 0;
+    for (int32_t pass = 0; pass < 2 && hits; pass++)
         for (int32_t s = 0; s < nsm; s++) {
             int32_t c = plan->n_cached[s];
             const int32_t *tok = plan->seq_tokens[s];
@@ -175,8 +203,8 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                 int32_t i = snap_victim(rs, res->pins.v, res->pins.n);
                 if (i >= 0)
                     to = i;
-                else if (fs.n > 0)
-                    to = -1 - fs.v[--fs.n];
+                else if (sim_stack_n(&fs) > 0)
+                    to = -1 - sim_stack_pop(&fs);
                 if (to != INT32_MIN) {
                     if (!i32vec_push(&res->rest_snap, to) || !i32vec_push(&res->rest_entry, -1))
                         goto out;
@@ -197,17 +225,13 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
         }
     /* simulated holdings live in one pool: a hold has at most n_ckpt + 1
      * entries, plus the 1 + n_ckpt a ubatch adds before trimming */
-    int32_t room = 2 * rs->n_ckpt + 4, n_sim = 0;
-    for (int32_t s = 0; !one && s < nsm; s++)
-        n_sim += plan->n_new[s] > 0;
+    int32_t room = 2 * rs->n_ckpt + 4, n_sim = one ? 0 : rs->sim_seqs.n;
     sim_pool = one ? NULL : malloc((size_t)(n_sim > 0 ? n_sim : 1) * 2 * (size_t)room *
                                    sizeof *sim_pool);
     if (!one && !sim_pool)
         goto out;
-    for (int32_t s = 0, k = 0; s < nsm; s++) {
-        len[s] = rs->seqs[s].tokens.n;
-        if (!plan->n_new[s])
-            continue;
+    for (int32_t i = 0, k = 0; i < rs->sim_seqs.n; i++) {
+        int32_t s = rs->sim_seqs.v[i];
         /* room for the ids and positions the commits append, so that a
          * commit needs no host memory (kv_reserve does the same) */
         if (!tok_stage_reserve(&rs->seqs[s].tokens, plan->n_new[s]) ||
@@ -293,7 +317,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
             for (int32_t k = 0; k < need; k++) {
                 int32_t slot = -1;
                 if (h->n + k < rs->quota)
-                    slot = fs.n > 0 ? fs.v[--fs.n] : -1;
+                    slot = sim_stack_pop(&fs);
                 if (slot < 0) {
                     int32_t oldest = -1;
                     for (int32_t i = 0; i < h->n; i++)
@@ -333,7 +357,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                     if (hold_lens(h)[i] < hold_lens(h)[oldest])
                         oldest = i;
                 /* freed at this ubatch's commit: reusable from the next one */
-                if (!i32vec_push(&pending, h->v[oldest]))
+                if (!i32vec_push(pending, h->v[oldest]))
                     goto out;
                 h->v[oldest] = h->v[h->n - 1];
                 hold_lens(h)[oldest] = hold_lens(h)[h->n - 1];
@@ -355,8 +379,8 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                  * state the member holds intact (the quota leaves room for
                  * one slot more than a trimmed hold) */
                 int32_t at = -1, keep = -1;
-                if (fs.n > 0 && hb->n < rs->quota) {
-                    keep = fs.v[--fs.n];
+                if (sim_stack_n(&fs) > 0 && hb->n < rs->quota) {
+                    keep = sim_stack_pop(&fs);
                 } else {
                     for (int32_t i = 0; i < hb->n && at < 0; i++)
                         if (hold_lens(hb)[i] != L)
@@ -365,7 +389,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                     keep = at >= 0 ? hb->v[at] : -1;
                 }
                 for (int32_t i = 0; i < hb->n; i++)
-                    if (i != at && !i32vec_push(&pending, hb->v[i]))
+                    if (i != at && !i32vec_push(pending, hb->v[i]))
                         goto out;
                 hb->n = 1;
                 hb->v[0] = keep;
@@ -375,12 +399,12 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                     goto out;
             }
         }
-        if (mids && T > 1 && !mid_snapshots(ib, plan, u, t, len, &fs, &pending))
+        if (mids && T > 1 && !mid_snapshots(ib, plan, u, t, len, &fs, pending))
             goto out;
-        for (int32_t k = 0; k < pending.n; k++)
-            if (!i32vec_push(&fs, pending.v[k]))
+        for (int32_t k = 0; k < pending->n && u + 1 < plan->n_ubatch; k++)
+            if (!i32vec_push(fs.top, pending->v[k]))
                 goto out;
-        pending.n = 0;
+        pending->n = 0;
     }
     if ((st = idx_upload(rs->idx, ib)) != LLMEM_OK)
         goto out;
@@ -388,12 +412,7 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
     res = NULL;
 out:
     res_free(rs, res);
-    free(from_snap);
-    free(sim);
     free(sim_pool);
-    free(len);
-    i32vec_free(&fs);
-    i32vec_free(&pending);
     return st;
 }
 
