@@ -36,36 +36,6 @@
 
 #define EPS 1e-5f
 
-static float *download(const llmem_tensor *t)
-{
-    size_t n = llmem_tensor_nbytes(t);
-    float *o = malloc(n);
-    ck_assert_ptr_nonnull(o);
-    OK(llmem_buffer_download(t->buf, t->offset, o, n));
-    return o;
-}
-
-/* a[r, g-th group] / sqrt(mean over the group(a²) + eps) * w (w NULL: 1),
- * in place, rows of k doubles in groups of k / groups */
-static void ref_norm(double *a, const float *w, int32_t m, int32_t k, int32_t groups)
-{
-    int32_t gs = k / groups;
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t g = 0; g < groups; g++) {
-            double ss = 0, *row = a + (size_t)r * k + (size_t)g * gs;
-            for (int32_t i = 0; i < gs; i++)
-                ss += row[i] * row[i];
-            double s = 1.0 / sqrt(ss / gs + EPS);
-            for (int32_t i = 0; i < gs; i++)
-                row[i] = row[i] * s * (w ? w[g * gs + i] : 1.0);
-        }
-}
-
-static double silu_d(double x)
-{
-    return x / (1.0 + exp(-x));
-}
-
 /* A vulkan backend opened with $LLMEM_VULKAN_DEC_NORM=dec and
  * $LLMEM_VULKAN_PRESPLIT=presplit (NULL: unset), which it reads when it
  * opens; the environment is put back after. */
@@ -111,10 +81,10 @@ static void run_norms(llmem_backend *vk, const char *dec, int32_t m, int32_t k, 
     int n = 0;
     for (int i = 0; i < 3; i++) {
         OK(llmem_op_rms_norm(vk, &tx, ws[i], EPS, &to));
-        o[n] = download(&to);
+        o[n] = vk_download_f32(&to);
         for (size_t j = 0; j < mk; j++)
             ref[j] = x[j];
-        ref_norm(ref, i < 2 ? w : NULL, m, k, 1);
+        vk_ref_norm_groups(ref, i < 2 ? w : NULL, m, k, 1, EPS);
         snprintf(what, sizeof what, "norm, %s weights, %dx%d DEC_NORM=%s", wn[i], m, k, dn);
         if (check)
             vk_expect_close(o[n], ref, m, k, 1e-5, what);
@@ -124,13 +94,13 @@ static void run_norms(llmem_backend *vk, const char *dec, int32_t m, int32_t k, 
     OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, EPS, &tr));
     OK(llmem_op_add(vk, &tx2, &tr2, &tx2));
     OK(llmem_op_rms_norm(vk, &tx2, &tw, EPS, &to));
-    float *xo = download(&tx), *ro = download(&tr), *x2o = download(&tx2), *oo = download(&to);
+    float *xo = vk_download_f32(&tx), *ro = vk_download_f32(&tr), *x2o = vk_download_f32(&tx2), *oo = vk_download_f32(&to);
     for (size_t j = 0; j < mk; j++)
         ref[j] = (double)x[j] + r[j];
     snprintf(what, sizeof what, "add + norm, %dx%d DEC_NORM=%s", m, k, dn);
     if (check)
         vk_expect_close(xo, ref, m, k, 1e-6, what);
-    ref_norm(ref, w, m, k, 1);
+    vk_ref_norm_groups(ref, w, m, k, 1, EPS);
     if (check)
         vk_expect_close(ro, ref, m, k, 1e-5, what);
     ck_assert_msg(memcmp(xo, x2o, mk * 4) == 0 && memcmp(ro, oo, mk * 4) == 0,
@@ -145,10 +115,10 @@ static void run_norms(llmem_backend *vk, const char *dec, int32_t m, int32_t k, 
             OK(llmem_buffer_upload(ty.buf, ty.offset, y, mk * 4));
             llmem_tensor *out = in_place ? &ty : &to;
             OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, EPS, out));
-            o[n] = download(out);
+            o[n] = vk_download_f32(out);
             for (size_t j = 0; j < mk; j++)
-                ref[j] = (double)y[j] * silu_d(z[j]);
-            ref_norm(ref, w, m, k, groups);
+                ref[j] = (double)y[j] * vk_silu(z[j]);
+            vk_ref_norm_groups(ref, w, m, k, groups, EPS);
             snprintf(what, sizeof what, "gated norm, %d groups%s, %dx%d DEC_NORM=%s", groups,
                      in_place ? " in place" : "", m, k, dn);
             if (check)
@@ -239,7 +209,7 @@ static void run_chain(llmem_backend *vk, const chain_in *c, float *o[N_C])
     OK(mm(vk, &gg, &twd, &p2));
     llmem_tensor outs[N_C] = {x, h, g, p, gg, p2};
     for (int i = 0; i < N_C; i++)
-        o[i] = download(&outs[i]);
+        o[i] = vk_download_f32(&outs[i]);
     for (int i = 0; i < nb; i++)
         llmem_buffer_free(b[i]);
 }
@@ -274,7 +244,7 @@ static void check_chain(llmem_backend *const *vk, int32_t m, int32_t d, bool fas
     ck_assert(a && h && g && p && gg && uu);
     for (size_t i = 0; i < md; i++)
         a[i] = c.a0[i];
-    ref_norm(a, c.nw, m, d, 1);
+    vk_ref_norm_groups(a, c.nw, m, d, 1, EPS);
     vk_ref_mm(a, c.w, m, d, d, h);
     for (size_t i = 0; i < md; i++)
         h[i] += c.x0[i];
@@ -282,18 +252,18 @@ static void check_chain(llmem_backend *const *vk, int32_t m, int32_t d, bool fas
 #define CLOSE(i, ref, t)                                                                           \
     vk_expect_close(on[i], ref, m, d, t, what), vk_expect_close(o15[i], ref, m, d, t, what)
     CLOSE(C_X, h, tol);
-    ref_norm(h, c.nw, m, d, 1);
+    vk_ref_norm_groups(h, c.nw, m, d, 1, EPS);
     CLOSE(C_H, h, tol);
     for (size_t i = 0; i < md; i++)
-        g[i] = h[i] * silu_d(c.z0[i]);
-    ref_norm(g, c.nw, m, d, 1);
+        g[i] = h[i] * vk_silu(c.z0[i]);
+    vk_ref_norm_groups(g, c.nw, m, d, 1, EPS);
     CLOSE(C_G, g, tol);
     vk_ref_mm(g, c.w2, m, d, d, p);
     CLOSE(C_P, p, 2 * tol);
     vk_ref_mm(p, c.wg, m, d, d, gg);
     vk_ref_mm(p, c.wu, m, d, d, uu);
     for (size_t i = 0; i < md; i++)
-        gg[i] = silu_d(gg[i]) * uu[i];
+        gg[i] = vk_silu(gg[i]) * uu[i];
     CLOSE(C_S, gg, 4 * tol);
     vk_ref_mm(gg, c.wd, m, d, d, p);
     CLOSE(C_P2, p, 8 * tol);

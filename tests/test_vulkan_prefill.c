@@ -33,36 +33,6 @@
 
 #define EPS 1e-5f
 
-static float *download(const llmem_tensor *t)
-{
-    size_t n = llmem_tensor_nbytes(t);
-    float *o = malloc(n);
-    ck_assert_ptr_nonnull(o);
-    OK(llmem_buffer_download(t->buf, t->offset, o, n));
-    return o;
-}
-
-/* h[r, g-th group] = a / sqrt(mean over the group(a²) + eps) * w (w NULL:
- * 1), rows of k doubles in groups of k / groups */
-static void ref_norm(double *a, const float *w, int32_t m, int32_t k, int32_t groups)
-{
-    int32_t gs = k / groups;
-    for (int32_t r = 0; r < m; r++)
-        for (int32_t g = 0; g < groups; g++) {
-            double ss = 0, *row = a + (size_t)r * k + (size_t)g * gs;
-            for (int32_t i = 0; i < gs; i++)
-                ss += row[i] * row[i];
-            double s = 1.0 / sqrt(ss / gs + EPS);
-            for (int32_t i = 0; i < gs; i++)
-                row[i] = row[i] * s * (w ? w[g * gs + i] : 1.0);
-        }
-}
-
-static double silu_d(double x)
-{
-    return x / (1.0 + exp(-x));
-}
-
 /* ---- the norms ----------------------------------------------------------------------------- */
 
 /* Every norm of one [m, k] shape on a backend opened with
@@ -91,10 +61,10 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
     static const char *wn[3] = {"f32", "bf16", "none"};
     for (int i = 0; i < 3; i++) { /* out = norm(x) */
         OK(llmem_op_rms_norm(vk, &tx, ws[i], EPS, &to));
-        float *o = download(&to);
+        float *o = vk_download_f32(&to);
         for (size_t j = 0; j < mk; j++)
             ref[j] = x[j];
-        ref_norm(ref, i < 2 ? w : NULL, m, k, 1);
+        vk_ref_norm_groups(ref, i < 2 ? w : NULL, m, k, 1, EPS);
         snprintf(what, sizeof what, "norm, %s weights, %dx%d PF_NORM=%s", wn[i], m, k,
                  pf ? pf : "unset");
         vk_expect_close(o, ref, m, k, 1e-5, what);
@@ -104,12 +74,12 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
     OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, EPS, &tr));
     OK(llmem_op_add(vk, &tx2, &tr2, &tx2));
     OK(llmem_op_rms_norm(vk, &tx2, &tw, EPS, &to));
-    float *xo = download(&tx), *ro = download(&tr), *x2o = download(&tx2), *oo = download(&to);
+    float *xo = vk_download_f32(&tx), *ro = vk_download_f32(&tr), *x2o = vk_download_f32(&tx2), *oo = vk_download_f32(&to);
     for (size_t j = 0; j < mk; j++)
         ref[j] = (double)x[j] + r[j];
     snprintf(what, sizeof what, "add + norm, %dx%d PF_NORM=%s", m, k, pf ? pf : "unset");
     vk_expect_close(xo, ref, m, k, 1e-6, what);
-    ref_norm(ref, w, m, k, 1);
+    vk_ref_norm_groups(ref, w, m, k, 1, EPS);
     vk_expect_close(ro, ref, m, k, 1e-5, what);
     ck_assert_msg(memcmp(xo, x2o, mk * 4) == 0 && memcmp(ro, oo, mk * 4) == 0,
                   "%s: differs from add then norm", what);
@@ -120,10 +90,10 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
             OK(llmem_buffer_upload(ty.buf, ty.offset, y, mk * 4));
             llmem_tensor *out = in_place ? &ty : &to;
             OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, EPS, out));
-            float *o = download(out);
+            float *o = vk_download_f32(out);
             for (size_t j = 0; j < mk; j++)
-                ref[j] = (double)y[j] * silu_d(z[j]);
-            ref_norm(ref, w, m, k, groups);
+                ref[j] = (double)y[j] * vk_silu(z[j]);
+            vk_ref_norm_groups(ref, w, m, k, groups, EPS);
             snprintf(what, sizeof what, "gated norm, %d groups%s, %dx%d PF_NORM=%s", groups,
                      in_place ? " in place" : "", m, k, pf ? pf : "unset");
             vk_expect_close(o, ref, m, k, 1e-5, what);
@@ -149,7 +119,7 @@ static float *gated(const char *pf, int32_t m, int32_t k, const float *y, const 
     llmem_tensor ty = vk_up_f32_2d(vk, &b[0], y, m, k), tz = vk_up_f32_2d(vk, &b[1], z, m, k);
     llmem_tensor tw = vk_up_f32_2d(vk, &b[2], w, k, 0), to = vk_up_f32_2d(vk, &b[3], NULL, m, k);
     OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, 1, EPS, &to));
-    float *o = download(&to);
+    float *o = vk_download_f32(&to);
     for (int i = 0; i < 4; i++)
         llmem_buffer_free(b[i]);
     llmem_backend_close(vk);
@@ -217,10 +187,10 @@ static void run_chain(const char *hold, bool fast, int32_t m, int32_t d, const w
     OK(mm(vk, &th, &twin, &tzx));
     for (int j = 0, c0 = 0; j < 3; c0 += cw->w[j++])
         OK(llmem_op_copy(vk, &tzx, c0, &tc[j]));
-    o[0] = download(&tx);
-    o[1] = download(&th);
+    o[0] = vk_download_f32(&tx);
+    o[1] = vk_download_f32(&th);
     for (int j = 0; j < 3; j++)
-        o[2 + j] = download(&tc[j]);
+        o[2 + j] = vk_download_f32(&tc[j]);
     for (int i = 0; i < nb; i++)
         llmem_buffer_free(b[i]);
     llmem_backend_close(vk);
@@ -239,11 +209,11 @@ static void check_chain(int32_t m, int32_t d, const widths *cw)
     ck_assert(a && h && x && zx && e);
     for (size_t i = 0; i < md; i++)
         a[i] = a0[i];
-    ref_norm(a, nw, m, d, 1);
+    vk_ref_norm_groups(a, nw, m, d, 1, EPS);
     vk_ref_mm(a, w, m, d, d, h);
     for (size_t i = 0; i < md; i++)
         x[i] = h[i] = x0[i] + h[i];
-    ref_norm(h, nw, m, d, 1);
+    vk_ref_norm_groups(h, nw, m, d, 1, EPS);
     vk_ref_mm(h, win, m, d, nin, zx);
     static const char *names[5] = {"x after add + norm", "add + norm in place", "copy z",
                                    "copy xBC", "copy dt"};

@@ -155,11 +155,6 @@ static void run_step(const conv_case *k, const conv_in *in, const char *knob, fl
     test_env_restore(&keep);
 }
 
-static double silu64(double x)
-{
-    return x / (1.0 + exp(-x));
-}
-
 /* Fills the inputs of case k: values exact in their dtypes, slots
  * shuffled (n_slots = 2m + 3): stream s reads slot src[s] and writes
  * dst[s], all apart, but every fifth stream writes its own source, every
@@ -217,7 +212,7 @@ static void reference(const conv_case *k, const conv_in *in, double *zx, double 
             double acc = k->bias ? in->cb[c] : 0.0;
             for (int32_t j = 0; j < dc; j++)
                 acc += (double)in->cw[(size_t)c * dc + j] * u[j];
-            out[(size_t)s * CD + c] = silu64(acc);
+            out[(size_t)s * CD + c] = vk_silu(acc);
             if (in->dst[s] >= 0)
                 for (int32_t j = 0; j + 1 < dc; j++) {
                     size_t at = (size_t)in->dst[s] * slot + (size_t)j * CD + c;

@@ -107,6 +107,41 @@ static inline void vk_ref_rms_norm(const float *x, const float *w, int32_t rows,
     }
 }
 
+/* In place over rows a[m, k] of doubles in `groups` groups of k / groups:
+ * each group / sqrt(mean over the group(a²) + eps) * w (w NULL: 1), the
+ * float64 grouped RMS norm (Zhang and Sennrich 2019; groups 1: the plain
+ * norm) of the norm and gated-norm suites. */
+static inline void vk_ref_norm_groups(double *a, const float *w, int32_t m, int32_t k,
+                                      int32_t groups, double eps)
+{
+    int32_t gs = k / groups;
+    for (int32_t r = 0; r < m; r++)
+        for (int32_t g = 0; g < groups; g++) {
+            double ss = 0, *row = a + (size_t)r * k + (size_t)g * gs;
+            for (int32_t i = 0; i < gs; i++)
+                ss += row[i] * row[i];
+            double s = 1.0 / sqrt(ss / gs + eps);
+            for (int32_t i = 0; i < gs; i++)
+                row[i] = row[i] * s * (w ? w[g * gs + i] : 1.0);
+        }
+}
+
+/* silu(x) = x · sigmoid(x) in float64. */
+static inline double vk_silu(double x)
+{
+    return x / (1.0 + exp(-x));
+}
+
+/* A new copy (malloc'd: the caller frees it) of an f32 tensor's values. */
+static inline float *vk_download_f32(const llmem_tensor *t)
+{
+    size_t n = llmem_tensor_nbytes(t);
+    float *o = malloc(n);
+    ck_assert_ptr_nonnull(o);
+    OK(llmem_buffer_download(t->buf, t->offset, o, n));
+    return o;
+}
+
 /* The tolerance of a fast-mode product (llmem_op_matmul_fast) against its
  * float64 reference, relative to the row's largest |value| (vk_expect_close):
  * about four times the rounding of one activation term, 2^-11 for the f16
