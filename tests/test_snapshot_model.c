@@ -45,7 +45,7 @@
 
 #define NSEQ 3
 #define MAXT 40
-#define MAXH 1024
+#define MAXH 1024 /* ended histories held at first; the array doubles as needed */
 
 typedef struct cfg {
     const char *name;
@@ -106,7 +106,7 @@ typedef struct model {
     fw x, xt; /* of h and of the twin */
     hist live[NSEQ];
     hist *ended; /* committed histories of finished conversations */
-    int32_t n_ended;
+    int32_t n_ended, cap_ended;
     hist aborted[8];
     int32_t n_aborted;
     int64_t hits, host_hits, aborts, nospace;
@@ -266,8 +266,14 @@ static void end_conversation(model *M, int32_t q)
 {
     ck_assert_int_eq(llmem_memory_seq_rm(M->h, q, -1, -1), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(M->twin, q, -1, -1), LLMEM_OK);
-    if (M->live[q].n > 0 && M->n_ended < MAXH)
+    if (M->live[q].n > 0) { /* every one: bound() must see all that the cache may hold */
+        if (M->n_ended == M->cap_ended) {
+            M->cap_ended *= 2;
+            M->ended = realloc(M->ended, (size_t)M->cap_ended * sizeof *M->ended);
+            ck_assert_ptr_nonnull(M->ended);
+        }
         M->ended[M->n_ended++] = M->live[q];
+    }
     M->live[q].n = 0;
     fw_set(&M->x, q, NULL, 0);
     fw_set(&M->xt, q, NULL, 0);
@@ -389,6 +395,7 @@ START_TEST(test_snapshot_model)
     M.h = hybrid(be, c, true, &M.kv, &M.rs);
     M.twin = hybrid(be, c, false, &tkv, &trs);
     M.ended = calloc(MAXH, sizeof *M.ended);
+    M.cap_ended = MAXH;
     ck_assert_ptr_nonnull(M.ended);
     llmem_batch_buf_create(64, 1, &M.b);
     unsigned n_host_allocs = 0;
