@@ -570,6 +570,7 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         if (p->page_size == (int32_t)1 << sh)
             kv->ps_shift = sh;
     kv->p.poison = p->poison || llmem_env_poison();
+    kv->stage_spread = tok_stage_spread_env();
     kv->row_bytes = row;
     kv->page_bytes = llmem_kv_page_bytes(p->dtype, p->page_size, p->n_kv_heads, p->head_dim);
     st = LLMEM_E_NO_MEMORY;

@@ -99,6 +99,7 @@ typedef struct kv_cache {
     /* [n_seq_max], 64-byte aligned: each sequence's staged token appends
      * (memory/tok_stage.h; kv_tokens_sync before reading token values) */
     tok_stage *stage;
+    bool stage_spread; /* LLMEM_TOK_STAGE_SPREAD (tok_stage.h) */
     seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */
     llmem_kv_view *views;  /* [n_layers] what kv_view last described of each layer */

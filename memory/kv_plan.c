@@ -743,7 +743,8 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
             /* kv_reserve made room for the token and its position, so
              * these checks only guard */
             tok_stage *g = &kv->stage[q];
-            if (!tok_stage_push(g, &sq->tokens, ub->token ? ub->token[k] : -1)) {
+            if (!tok_stage_push(g, &sq->tokens, ub->token ? ub->token[k] : -1,
+                                kv->stage_spread ? q : -1)) {
                 publish_flush(kv);
                 return LLMEM_E_NO_MEMORY;
             }

@@ -529,6 +529,7 @@ llmem_status llmem_recurrent_create(llmem_backend *be, const llmem_recurrent_par
     rs->clock = &rs->snap_clock;
     rs->n_slots = rs->n_seq_slots + rs->n_snap;
     rs->poison = p->poison || llmem_env_poison();
+    rs->stage_spread = tok_stage_spread_env();
     st = LLMEM_E_NO_MEMORY;
     rs->layers = calloc((size_t)p->n_layers, sizeof *rs->layers);
     /* line-aligned: a sequence's record is one cache line (rs_seq) */

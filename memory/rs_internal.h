@@ -157,6 +157,7 @@ typedef struct recurrent {
     /* [n_seq_max], 64-byte aligned: each sequence's staged token appends
      * (memory/tok_stage.h) */
     tok_stage *stage;
+    bool stage_spread; /* LLMEM_TOK_STAGE_SPREAD (tok_stage.h) */
     /* [n_seq_max][2 * (1 + n_ckpt)]: every sequence's holdings (rs_hold) */
     int32_t *hold;
     seq_heap *heap; /* the sequences' tokens and pos arrays */

@@ -661,7 +661,8 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         for (int32_t m = plan->group_off[i][st]; m < plan->group_off[i][st + 1]; m++) {
             rs_seq *s = &rs->seqs[plan->group_ids[i][m]];
             tok_stage *g = &rs->stage[plan->group_ids[i][m]];
-            if (!tok_stage_push(g, &s->tokens, ub->token ? ub->token[k] : -1))
+            if (!tok_stage_push(g, &s->tokens, ub->token ? ub->token[k] : -1,
+                                rs->stage_spread ? plan->group_ids[i][m] : -1))
                 return LLMEM_E_NO_MEMORY;
             if (!seq_pos_push(&s->pos, ub->pos[k])) {
                 tok_stage_pop(g, &s->tokens); /* token and position go together */

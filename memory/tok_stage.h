@@ -8,6 +8,18 @@
  * order appends there instead (tok_stage_push), and writes the array's
  * tail once every TOK_STAGE tokens.
  *
+ * Sequences that decode in step at equal lengths (samples of one prompt,
+ * copies of one sequence) write their tails in the same step, once in
+ * TOK_STAGE steps; at 4,000 sequences and 64K tokens, where each tail is a
+ * TLB miss and, every 1,024 tokens, a page's first touch, that step takes
+ * 10-25x the median one (docs/benchmarks.md, book16). With
+ * LLMEM_TOK_STAGE_SPREAD=1 (read when a memory is created) a stage is
+ * also written when its length plus its sequence's id is a multiple of
+ * TOK_STAGE (tok_stage_push's phase), so each step writes about one
+ * sequence in TOK_STAGE: the longest step ~3x shorter, but the median and
+ * the mean step longer (the tails' misses no longer come in one burst),
+ * hence off by default. What is stored is the same either way.
+ *
  * The sequence's i32vec t counts the staged ids: t->v[t->n - g->n, t->n)
  * are g->tok[0, g->n), and t has room for them (t->n <= capacity), so a
  * count of tokens reads t->n as before. Code that reads token values calls
@@ -17,6 +29,9 @@
  * thread at a time. */
 #ifndef LLMEM_TOK_STAGE_H
 #define LLMEM_TOK_STAGE_H
+
+#include <stdlib.h>
+#include <string.h>
 
 #include "memory/internal.h"
 
@@ -37,13 +52,16 @@ static inline void tok_stage_sync(tok_stage *g, const i32vec *t)
 }
 
 /* Appends id x to t through g; false (nothing changed) when t cannot grow
- * (out of host memory). */
-static inline bool tok_stage_push(tok_stage *g, i32vec *t, int32_t x)
+ * (out of host memory). The stage is written into t before the append
+ * when full, when t is, and, for a phase >= 0 (the sequence's id when
+ * spreading, else -1), when t->n + phase is a multiple of TOK_STAGE. */
+static inline bool tok_stage_push(tok_stage *g, i32vec *t, int32_t x, int32_t phase)
 {
     int32_t cap = t->cap < 0 ? -t->cap : t->cap;
-    if (g->n == TOK_STAGE || t->n >= cap) {
+    if (g->n == TOK_STAGE || t->n >= cap ||
+        (phase >= 0 && g->n > 0 && ((uint32_t)t->n + (uint32_t)phase) % TOK_STAGE == 0)) {
         tok_stage_sync(g, t);
-        if (!i32vec_reserve(t, t->n + 1))
+        if (t->n >= cap && !i32vec_reserve(t, t->n + 1))
             return false;
     }
     g->tok[g->n++] = x;
@@ -63,6 +81,14 @@ static inline bool tok_stage_reserve(i32vec *t, int32_t n)
     if (want <= (t->cap < 0 ? -(int64_t)t->cap : t->cap))
         return true;
     return want <= INT32_MAX && i32vec_reserve(t, (int32_t)want);
+}
+
+/* Whether LLMEM_TOK_STAGE_SPREAD asks for stages written by phase (set,
+ * not "0"); a memory reads it once, when created. */
+static inline bool tok_stage_spread_env(void)
+{
+    const char *s = getenv("LLMEM_TOK_STAGE_SPREAD");
+    return s && *s && strcmp(s, "0") != 0;
 }
 
 /* Takes back the id tok_stage_push just appended. */
