@@ -12,7 +12,10 @@ size) over the runs given, then checks the issue's targets: hybrid 1,000 x
 128K at page 16 in at most 1 ms; 1K -> 128K context at most x1.5; 1,000 ->
 4,000 sequences at most x4.5; page 1 within x2 of page 16. Prints each
 target's count of cells met and every cell missed. Cells a run skipped
-(over --max-gb) are left out.
+(over --max-gb) are left out. Runs that give step_max_ms (the bench's JSON
+from book16 on) also name the cell whose longest step is the most times
+its median step (the largest of each cell's max / median over the runs):
+the token stages' step (memory/tok_stage.h) shows there.
 """
 import json
 import statistics
@@ -22,7 +25,7 @@ K = 1024
 
 
 def main(paths):
-    cells = {}
+    cells, spikes = {}, {}
     for path in paths:
         with open(path) as f:
             data = json.load(f)
@@ -32,6 +35,10 @@ def main(paths):
             if "step_ms" in x:
                 key = (x["memory"], x["seqs"], x["ctx"], x["page"])
                 cells.setdefault(key, []).append(x["step_ms"])
+                if "step_max_ms" in x and x["step_ms"] > 0:
+                    q = x["step_max_ms"] / x["step_ms"]
+                    if q > spikes.get(key, (0, 0))[0]:
+                        spikes[key] = (q, x["step_max_ms"])
     m = {k: statistics.median(v) for k, v in cells.items()}
     print(f"{len(paths)} runs, {len(m)} cells")
     print("hybrid 1000 x 128K page 16: %s ms (target <= 1)" % m.get(("hybrid", 1000, 128 * K, 16)))
@@ -60,6 +67,9 @@ def main(paths):
     check("page 1 <= x2 page 16",
           [((mm, s, c, 16), (mm, s, c, 1)) for mm in ("kv_cache", "hybrid")
            for s in (250, 1000, 4000) for c in (K, 8 * K, 64 * K, 128 * K)], 2.0)
+    if spikes:
+        k, (q, mx) = max(spikes.items(), key=lambda kv: kv[1][0])
+        print(f"longest step against its cell's median: {k} x{q:.1f} ({mx:.3f} ms)")
 
 
 if __name__ == "__main__":
