@@ -10,9 +10,10 @@
  *
  * Sequences that decode in step at equal lengths (samples of one prompt,
  * copies of one sequence) write their tails in the same step, once in
- * TOK_STAGE steps; at 4,000 sequences and 64K tokens, where each tail is a
- * TLB miss and, every 1,024 tokens, a page's first touch, that step takes
- * 10-25x the median one (docs/benchmarks.md, book16). With
+ * TOK_STAGE steps; at 4,000 sequences and 64K tokens, where each tail is
+ * also a TLB miss, that step takes several times the median one (the
+ * recurrent memory 3-4x, the hybrid, whose KV pages fill in step too,
+ * more: docs/benchmarks.md, book16). With
  * LLMEM_TOK_STAGE_SPREAD=1 (read when a memory is created) a stage is
  * also written when its length plus its sequence's id is a multiple of
  * TOK_STAGE (tok_stage_push's phase), so each step writes about one
