@@ -403,6 +403,26 @@ START_TEST(test_sm_scan_grid)
 }
 END_TEST
 
+/* The wide SwiGLU fold's target (vk_fold_wide_wgs, vk_presplit.c's 128 before): 128 at 132
+ * units and at the fallback, so the H200's rows take the old ceil(128 / rows) workgroups;
+ * elsewhere ceil(128 units / 132) (hand-worked values), never fewer on more units. */
+START_TEST(test_sm_fold_wide)
+{
+    ck_assert_uint_eq(vk_fold_wide_wgs(132), 128);
+    ck_assert_uint_eq(vk_fold_wide_wgs(0), 128);
+    ck_assert_uint_eq(vk_fold_wide_wgs(66), 64);
+    ck_assert_uint_eq(vk_fold_wide_wgs(1), 1);     /* 128 / 132 = 0.97 */
+    ck_assert_uint_eq(vk_fold_wide_wgs(24), 24);   /* 3072 / 132 = 23.3 */
+    ck_assert_uint_eq(vk_fold_wide_wgs(142), 138); /* 18176 / 132 = 137.7 */
+    for (uint32_t u = 1; u <= VK_SM_MAX; u++) {
+        uint64_t w = vk_fold_wide_wgs(u);
+        ck_assert_uint_ge(w * 132, 128ull * u);
+        ck_assert_uint_lt((w - 1) * 132, 128ull * u);
+        ck_assert_uint_ge(w, vk_fold_wide_wgs(u - 1 ? u - 1 : 1));
+    }
+}
+END_TEST
+
 /* ---- with a device ------------------------------------------------------------------------ */
 
 /* The count of the last "compute units: N (...)" line of the $LLMEM_VULKAN_LOG file at path,
@@ -539,6 +559,7 @@ int main(void)
     tcase_add_test(tc, test_sm_prefill_plans);
     tcase_add_test(tc, test_sm_decode_plans);
     tcase_add_test(tc, test_sm_scan_grid);
+    tcase_add_test(tc, test_sm_fold_wide);
     /* the plans above need no device; these do */
     if (vulkan_opens("test_vulkan_sm", "only the plans without a device")) {
         tcase_add_test(tc, test_sm_knob);

@@ -67,6 +67,11 @@ uint32_t vk_scan_dec_wgs(uint32_t sms)
     return (uint32_t)div_up((uint64_t)VK_SCAN_DEC_WGS_REF * sm_or_fallback(sms), VK_SM_FALLBACK);
 }
 
+uint32_t vk_fold_wide_wgs(uint32_t sms)
+{
+    return (uint32_t)div_up((uint64_t)VK_FOLD_WIDE_WGS_REF * sm_or_fallback(sms), VK_SM_FALLBACK);
+}
+
 void vk_mm_split_k(uint64_t tiles, uint32_t k, uint32_t bk, uint32_t sms, uint32_t *slices,
                    uint32_t *k_split)
 {

@@ -167,6 +167,13 @@ uint32_t vk_row_split_wgs(uint32_t sms);
 #define VK_SCAN_DEC_WGS_REF 1024
 uint32_t vk_scan_dec_wgs(uint32_t sms);
 
+/* The workgroups the wide SwiGLU fold aims its decode rows at (vk_presplit.c: ceil(this / rows)
+ * workgroups a row, at most a row's parts) for sms compute units (0: VK_SM_FALLBACK):
+ * ceil(VK_FOLD_WIDE_WGS_REF x sms / VK_SM_FALLBACK), the H200's 128 at its 132 units scaled by
+ * the unit count (64 at 66, 1 at 1). Pure (tests/test_vulkan_sm.c). */
+#define VK_FOLD_WIDE_WGS_REF 128
+uint32_t vk_fold_wide_wgs(uint32_t sms);
+
 /* The path of out[M, N] = a[M, K] · w[N, K]ᵀ with w of dtype w_dt, before
  * the run-time alignment checks (a shader that finds its operands
  * unaligned falls through to the next path: coopmat -> rt -> tiled). */

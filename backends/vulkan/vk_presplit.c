@@ -268,7 +268,7 @@ llmem_status vk_swiglu_split(llmem_backend *be, vk_backend *v, llmem_ct *g, llme
                       ? 1u
                       : vk_row_split(v, m, k / 8, VK_SPLIT_PART_MIN);
     long mode = vk_sum_fold_mode(v);
-    uint32_t wide = (128 + m - 1) / m, most = k / 8 / VK_SPLIT_PART_MIN;
+    uint32_t wide = (vk_fold_wide_wgs(v->mm.n_sm) + m - 1) / m, most = k / 8 / VK_SPLIT_PART_MIN;
     wide = wide < most ? wide : most;
     if (fold && (mode & VK_FOLD_WIDE) && m <= VK_PRESPLIT_ROWS && ns < wide)
         ns = wide;

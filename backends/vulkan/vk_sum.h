@@ -111,8 +111,8 @@ bool vk_sum_hold(llmem_backend *be, vk_backend *v, vk_cm_sum *s, llmem_buffer *t
  * the decode rows' SwiGLU (0 no fold, 1 each of a row's workgroups keeps
  * the row in registers, 2 the row read twice), VK_FOLD_PREFILL the fold
  * above VK_PRESPLIT_ROWS rows too (its terms past the norm's: needs
- * VK_PRESPLIT_BYTES_PF), VK_FOLD_WIDE at 9-64 rows ceil(128 / rows)
- * workgroups a row at least (vk_row_split's 1 above 16 rows). Default
+ * VK_PRESPLIT_BYTES_PF), VK_FOLD_WIDE at 9-64 rows ceil(vk_fold_wide_wgs /
+ * rows) workgroups a row at least (128 at the H200's 132 units) (vk_row_split's 1 above 16 rows). Default
  * 1 | 4 | 8, on the H200 (docs/benchmarks.md "Vulkan decode: the up and
  * gate sums in the SwiGLU"): 9B fast tg128 b16 9.93-10.00 -> 9.72 ms,
  * b64 16.88-16.90 -> 16.70-16.78 (1), -> 16.41-16.44 (9); 2b fast b16
