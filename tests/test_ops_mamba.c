@@ -152,56 +152,6 @@ END_TEST
 
 /* ---- scan ------------------------------------------------------------------------------------ */
 
-typedef struct scan_in {
-    llmem_ssm_params p;
-    llmem_dtype pt; /* dtype of a_log, d, dt_bias */
-    const double *xbc, *dt, *a_log, *d, *dt_bias; /* d, dt_bias may be NULL */
-} scan_in;
-
-static int64_t conv_dim_of(const llmem_ssm_params *p)
-{
-    return (int64_t)p->n_heads * p->head_dim + 2 * (int64_t)p->n_groups * p->d_state;
-}
-
-static void scan_step(void *vctx, double *state, int32_t tok, double *out_row)
-{
-    const scan_in *in = vctx;
-    ref64_ssm_token(state, in->xbc + tok * conv_dim_of(&in->p), in->dt + (int64_t)tok * in->p.n_heads,
-                    in->a_log, in->d, in->dt_bias, &in->p, out_row);
-}
-
-static void scan_run(llmem_backend *be, const rs_setup *rs, const llmem_state_desc *d,
-                     const scan_in *in, const unsigned char *init, double *y,
-                     unsigned char *state_after)
-{
-    th_ctx c;
-    th_begin(&c, be);
-    llmem_view view;
-    llmem_rs_view rsd;
-    llmem_buffer *bufs[1];
-    rs_build(&c, &view, &rsd, rs, 1, d, bufs, &init);
-    int32_t n_tok = rs->n_seqs * rs->n_tok, H = in->p.n_heads;
-    llmem_tensor xbc = th_tensor(&c, F32, 2, n_tok, (int32_t)conv_dim_of(&in->p), 1);
-    llmem_tensor dt = th_tensor(&c, F32, 2, n_tok, H, 1);
-    llmem_tensor a = th_tensor(&c, in->pt, 1, H, 1, 1), dd = th_tensor(&c, in->pt, 1, H, 1, 1);
-    llmem_tensor bias = th_tensor(&c, in->pt, 1, H, 1, 1);
-    llmem_tensor yt = th_tensor(&c, F32, 3, n_tok, H, in->p.head_dim);
-    th_set(&xbc, in->xbc);
-    th_set(&dt, in->dt);
-    th_set(&a, in->a_log);
-    if (in->d)
-        th_set(&dd, in->d);
-    if (in->dt_bias)
-        th_set(&bias, in->dt_bias);
-    ck_assert_int_eq(llmem_op_ssm_scan(be, &in->p, &view, 0, &xbc, &dt, &a, in->d ? &dd : NULL,
-                                       in->dt_bias ? &bias : NULL, &yt),
-                     LLMEM_OK);
-    th_get(&yt, y);
-    ck_assert_int_eq(llmem_buffer_download(bufs[0], 0, state_after, llmem_buffer_size(bufs[0])),
-                     LLMEM_OK);
-    th_end(&c);
-}
-
 typedef struct scan_case {
     rs_setup rs;
     llmem_ssm_params p;
@@ -276,19 +226,19 @@ static const scan_case scan_cases[] = {
      true, true},
 };
 
-static void scan_inputs(th_ctx *h, ref64_rng *r, const scan_case *k, scan_in *in)
+static void scan_inputs(th_ctx *h, ref64_rng *r, const scan_case *k, rs_scan_in *in)
 {
     int64_t n_tok = (int64_t)k->rs.n_seqs * k->rs.n_tok, H = k->p.n_heads;
-    double *xbc = th_alloc(h, sizeof(double) * (size_t)(n_tok * conv_dim_of(&k->p)));
+    double *xbc = th_alloc(h, sizeof(double) * (size_t)(n_tok * rs_ssm_conv_dim(&k->p)));
     double *dt = th_alloc(h, sizeof(double) * (size_t)(n_tok * H));
     double *a = th_alloc(h, sizeof(double) * (size_t)H), *d = th_alloc(h, sizeof(double) * (size_t)H);
     double *bias = th_alloc(h, sizeof(double) * (size_t)H);
-    ref64_fill(r, xbc, n_tok * conv_dim_of(&k->p), -1, 1, F32);
+    ref64_fill(r, xbc, n_tok * rs_ssm_conv_dim(&k->p), -1, 1, F32);
     ref64_fill(r, dt, n_tok * H, -5, 3, F32);
     ref64_fill(r, a, H, -1, 2, k->pt);
     ref64_fill(r, d, H, -1, 1, k->pt);
     ref64_fill(r, bias, H, -2, 1, k->pt);
-    *in = (scan_in){k->p, k->pt, xbc, dt, a, k->has_d ? d : NULL, k->has_bias ? bias : NULL};
+    *in = (rs_scan_in){k->p, k->pt, xbc, dt, a, k->has_d ? d : NULL, k->has_bias ? bias : NULL};
 }
 
 START_TEST(test_ssm_scan)
@@ -303,7 +253,7 @@ START_TEST(test_ssm_scan)
         th_begin(&h, NULL);
         llmem_state_desc d = {"ssm", 3, {k->p.n_heads, k->p.head_dim, k->p.d_state}, k->st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
-        scan_in in;
+        rs_scan_in in;
         scan_inputs(&h, &r, k, &in);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         int64_t ny = n_tok * k->p.n_heads * k->p.head_dim;
@@ -312,11 +262,11 @@ START_TEST(test_ssm_scan)
         unsigned char *after = th_alloc(&h, img_bytes), *after_cpu = th_alloc(&h, img_bytes);
         double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
         bool written[16];
-        scan_run(be, rs, &d, &in, init, y, after);
-        rs_reference_ubatch(rs, &d, init, scan_step, &in, k->p.n_heads * k->p.head_dim, ref, want,
-                         written);
+        rs_ssm_scan_run(be, rs, &d, &in, init, y, after);
+        rs_reference_ubatch(rs, &d, init, rs_ssm_scan_step, &in, k->p.n_heads * k->p.head_dim,
+                            ref, want, written);
         if (cpu) {
-            scan_run(cpu, rs, &d, &in, init, ref, after_cpu);
+            rs_ssm_scan_run(cpu, rs, &d, &in, init, ref, after_cpu);
             for (int32_t s = 0; s < rs->n_slots; s++)
                 if (written[s])
                     rs_decode_slot(after_cpu, &d, s, want + s * e);
@@ -351,7 +301,7 @@ START_TEST(test_ssm_scan_fast)
         th_begin(&h, NULL);
         llmem_state_desc d = {"ssm", 3, {k.p.n_heads, k.p.head_dim, k.p.d_state}, k.st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
-        scan_in in;
+        rs_scan_in in;
         scan_inputs(&h, &r, &k, &in);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         int64_t ny = n_tok * k.p.n_heads * k.p.head_dim;
@@ -360,9 +310,9 @@ START_TEST(test_ssm_scan_fast)
         unsigned char *after = th_alloc(&h, img_bytes);
         double *want = th_vec(&h, e * rs->n_slots), *got = th_vec(&h, e);
         bool written[16];
-        scan_run(be, rs, &d, &in, init, y, after);
-        rs_reference_ubatch(rs, &d, init, scan_step, &in, k.p.n_heads * k.p.head_dim, ref, want,
-                            written);
+        rs_ssm_scan_run(be, rs, &d, &in, init, y, after);
+        rs_reference_ubatch(rs, &d, init, rs_ssm_scan_step, &in, k.p.n_heads * k.p.head_dim,
+                            ref, want, written);
         char what[80];
         snprintf(what, sizeof what, "ssm_scan case %zu, fast", ci);
         th_expect_close(y, ref, ny, 2e-2, what);
@@ -384,7 +334,7 @@ END_TEST
 /* Runs conv + scan of one ubatch over a 2-state view (conv, ssm) whose
  * buffers start as img[0], img[1] and are downloaded back into them. */
 static void layer_run(llmem_backend *be, const rs_setup *rs, const llmem_state_desc *desc,
-                      const conv_in *cin, const scan_in *sin, unsigned char *const *img,
+                      const conv_in *cin, const rs_scan_in *sin, unsigned char *const *img,
                       double *y)
 {
     th_ctx c;
@@ -428,7 +378,7 @@ START_TEST(test_mamba_resume)
         th_ctx h;
         th_begin(&h, NULL);
         llmem_ssm_params p = {4, 8, 16, 2, 0.0f, INFINITY, 0};
-        int32_t cd = (int32_t)conv_dim_of(&p), d_conv = 4, H = p.n_heads, dy = H * p.head_dim;
+        int32_t cd = (int32_t)rs_ssm_conv_dim(&p), d_conv = 4, H = p.n_heads, dy = H * p.head_dim;
         llmem_state_desc desc[2] = {{"conv", 2, {d_conv - 1, cd}, st},
                                     {"ssm", 3, {p.n_heads, p.head_dim, p.d_state}, st}};
         /* two streams, 6 + 4 tokens; 3 checkpoints in ubatch 1 */
@@ -456,7 +406,7 @@ START_TEST(test_mamba_resume)
         rs_setup u1 = {NS, T1, 3, SLOTS, {-1, -1}, {0, 1}, {2, 3, 4, 5, 6, 7}};
         double *y1 = th_alloc(&h, sizeof(double) * NS * T1 * dy);
         conv_in cin = {cd, d_conv, F32, x1, w, NULL};
-        scan_in sin = {p, F32, NULL, dt1, pa, pa + H, pa + 2 * H};
+        rs_scan_in sin = {p, F32, NULL, dt1, pa, pa + H, pa + 2 * H};
         layer_run(be, &u1, desc, &cin, &sin, img, y1);
         /* ubatch 2: stream 0 rolls back to its checkpoint after token 3
          * (slot 2, tokens 4 and 5 are dropped); stream 1 continues from
@@ -533,7 +483,7 @@ static void fold_step(llmem_backend *be, const rs_setup *rs, const llmem_state_d
     llmem_buffer *bufs[2];
     const unsigned char *init[2] = {img[0], img[1]};
     rs_build(&c, &view, &rsd, rs, 2, desc, bufs, init);
-    int32_t ns = rs->n_seqs, H = p->n_heads, cd = (int32_t)conv_dim_of(p), dy = H * p->head_dim;
+    int32_t ns = rs->n_seqs, H = p->n_heads, cd = (int32_t)rs_ssm_conv_dim(p), dy = H * p->head_dim;
     llmem_tensor xt = th_tensor(&c, F32, 2, ns, cd, 1), wt = th_tensor(&c, F32, 2, cd, 4, 1);
     llmem_tensor bt = th_tensor(&c, F32, 1, cd, 1, 1), dtt = th_tensor(&c, F32, 2, ns, H, 1);
     llmem_tensor a = th_tensor(&c, F32, 1, H, 1, 1), dd = th_tensor(&c, F32, 1, H, 1, 1);
@@ -595,7 +545,7 @@ START_TEST(test_mamba_decode_fold)
         th_begin(&h, NULL);
         llmem_ssm_params p = {8, 16, 16, 2, 0.0f, INFINITY, 0};
         enum { NS = 3, SLOTS = 6, STEPS = 4, DC = 4 };
-        int32_t cd = (int32_t)conv_dim_of(&p), H = p.n_heads, dy = H * p.head_dim;
+        int32_t cd = (int32_t)rs_ssm_conv_dim(&p), H = p.n_heads, dy = H * p.head_dim;
         int64_t ce = (int64_t)(DC - 1) * cd, se = (int64_t)dy * p.d_state;
         llmem_state_desc desc[2] = {{"conv", 2, {DC - 1, cd}, F32},
                                     {"ssm", 3, {H, p.head_dim, p.d_state}, F32}};
@@ -667,7 +617,7 @@ START_TEST(test_mamba_tables)
     th_ctx c;
     th_begin(&c, be);
     llmem_ssm_params p = {2, 4, 8, 1, 0.0f, INFINITY, 0};
-    int32_t cd = (int32_t)conv_dim_of(&p);
+    int32_t cd = (int32_t)rs_ssm_conv_dim(&p);
     llmem_state_desc desc[2] = {{"conv", 2, {3, cd}, F32}, {"ssm", 3, {2, 4, 8}, F32}};
     unsigned char *img[2] = {th_alloc(&c, (size_t)(3 * cd * 4 * 6)), th_alloc(&c, 64 * 4 * 6)};
     llmem_tensor x = th_tensor(&c, F32, 2, 4, cd, 1), o = th_tensor(&c, F32, 2, 4, cd, 1);

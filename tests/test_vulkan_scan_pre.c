@@ -94,55 +94,6 @@ static const scan_case cases[] = {
     {{2, 33, 0, 4, {1, 3}, {0, 2}, {0}}, {2, 64, 128, 1, 0.0f, INFINITY, 0}, F32},
 };
 
-typedef struct scan_in {
-    llmem_ssm_params p;
-    double *xbc, *dt, *a_log, *d, *dt_bias;
-} scan_in;
-
-static int64_t conv_dim_of(const llmem_ssm_params *p)
-{
-    return (int64_t)p->n_heads * p->head_dim + 2 * (int64_t)p->n_groups * p->d_state;
-}
-
-static void scan_step(void *vctx, double *state, int32_t tok, double *out_row)
-{
-    const scan_in *in = vctx;
-    ref64_ssm_token(state, in->xbc + tok * conv_dim_of(&in->p),
-                    in->dt + (int64_t)tok * in->p.n_heads, in->a_log, in->d, in->dt_bias, &in->p,
-                    out_row);
-}
-
-/* Runs the scan of case k on be from the slot image init: y [tokens,
- * heads * head_dim] and the pool's bytes after (state_after). */
-static void scan_run(llmem_backend *be, const scan_case *k, const llmem_state_desc *d,
-                     const scan_in *in, const unsigned char *init, double *y,
-                     unsigned char *state_after)
-{
-    th_ctx c;
-    th_begin(&c, be);
-    llmem_view view;
-    llmem_rs_view rsd;
-    llmem_buffer *bufs[1];
-    rs_build(&c, &view, &rsd, &k->rs, 1, d, bufs, &init);
-    int32_t n_tok = k->rs.n_seqs * k->rs.n_tok, H = k->p.n_heads;
-    llmem_tensor xbc = th_tensor(&c, F32, 2, n_tok, (int32_t)conv_dim_of(&k->p), 1);
-    llmem_tensor dt = th_tensor(&c, F32, 2, n_tok, H, 1);
-    llmem_tensor a = th_tensor(&c, F32, 1, H, 1, 1), dd = th_tensor(&c, F32, 1, H, 1, 1);
-    llmem_tensor bias = th_tensor(&c, F32, 1, H, 1, 1);
-    llmem_tensor yt = th_tensor(&c, F32, 3, n_tok, H, k->p.head_dim);
-    th_set(&xbc, in->xbc);
-    th_set(&dt, in->dt);
-    th_set(&a, in->a_log);
-    th_set(&dd, in->d);
-    th_set(&bias, in->dt_bias);
-    ck_assert_int_eq(llmem_op_ssm_scan(be, &k->p, &view, 0, &xbc, &dt, &a, &dd, &bias, &yt),
-                     LLMEM_OK);
-    th_get(&yt, y);
-    ck_assert_int_eq(llmem_buffer_download(bufs[0], 0, state_after, llmem_buffer_size(bufs[0])),
-                     LLMEM_OK);
-    th_end(&c);
-}
-
 START_TEST(test_scan_pre_layouts)
 {
     llmem_backend *be[N_LAYOUTS];
@@ -157,18 +108,21 @@ START_TEST(test_scan_pre_layouts)
         llmem_state_desc d = {"ssm", 3, {k->p.n_heads, k->p.head_dim, k->p.d_state}, k->st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, H = k->p.n_heads;
-        scan_in in = {k->p, th_vec(&h, n_tok * conv_dim_of(&k->p)), th_vec(&h, n_tok * H),
-                      th_vec(&h, H), th_vec(&h, H), th_vec(&h, H)};
-        ref64_fill(&r, in.xbc, n_tok * conv_dim_of(&k->p), -1, 1, F32);
-        ref64_fill(&r, in.dt, n_tok * H, -5, 3, F32);
-        ref64_fill(&r, in.a_log, H, -1, 2, F32);
-        ref64_fill(&r, in.d, H, -1, 1, F32);
-        ref64_fill(&r, in.dt_bias, H, -2, 1, F32);
+        int64_t cd = rs_ssm_conv_dim(&k->p);
+        double *xbc = th_vec(&h, n_tok * cd), *dt = th_vec(&h, n_tok * H);
+        double *a_log = th_vec(&h, H), *dd = th_vec(&h, H), *dt_bias = th_vec(&h, H);
+        ref64_fill(&r, xbc, n_tok * cd, -1, 1, F32);
+        ref64_fill(&r, dt, n_tok * H, -5, 3, F32);
+        ref64_fill(&r, a_log, H, -1, 2, F32);
+        ref64_fill(&r, dd, H, -1, 1, F32);
+        ref64_fill(&r, dt_bias, H, -2, 1, F32);
+        rs_scan_in in = {k->p, F32, xbc, dt, a_log, dd, dt_bias};
         int64_t e = rs_desc_elems(&d), ny = n_tok * H * k->p.head_dim;
         size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st) + 4;
         double *ref = th_vec(&h, ny), *want = th_vec(&h, e * rs->n_slots);
         bool written[RS_MAXS * 4];
-        rs_reference_ubatch(rs, &d, init, scan_step, &in, H * k->p.head_dim, ref, want, written);
+        rs_reference_ubatch(rs, &d, init, rs_ssm_scan_step, &in, H * k->p.head_dim, ref, want,
+                            written);
         double *y0 = th_vec(&h, ny), *y = th_vec(&h, ny);
         unsigned char *img0 = th_alloc(&h, img_bytes), *img = th_alloc(&h, img_bytes);
         char what[96];
@@ -177,7 +131,7 @@ START_TEST(test_scan_pre_layouts)
             snprintf(what, sizeof what, "scan case %zu, layout WIDE=%s RPL=%s T=%s WG=%s", ci,
                      l->wide ? l->wide : "-", l->rpl ? l->rpl : "-", l->t ? l->t : "-",
                      l->wg ? l->wg : "-");
-            scan_run(be[li], k, &d, &in, init, li == 0 ? y0 : y, li == 0 ? img0 : img);
+            rs_ssm_scan_run(be[li], rs, &d, &in, init, li == 0 ? y0 : y, li == 0 ? img0 : img);
             if (li == 0) {
                 th_expect_close(y0, ref, ny, ref64_tol(F32, false), what);
                 rs_check_slots(rs, &d, init, img0, want, written, false, false, what);

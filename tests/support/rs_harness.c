@@ -173,3 +173,51 @@ void rs_check_slots(const rs_setup *rs, const llmem_state_desc *d,
   free(enc);
   free(g);
 }
+
+int64_t rs_ssm_conv_dim(const llmem_ssm_params *p) {
+  return (int64_t)p->n_heads * p->head_dim +
+         2 * (int64_t)p->n_groups * p->d_state;
+}
+
+void rs_ssm_scan_step(void *ctx, double *state, int32_t tok, double *out_row) {
+  const rs_scan_in *in = ctx;
+  ref64_ssm_token(state, in->xbc + tok * rs_ssm_conv_dim(&in->p),
+                  in->dt + (int64_t)tok * in->p.n_heads, in->a_log, in->d,
+                  in->dt_bias, &in->p, out_row);
+}
+
+void rs_ssm_scan_run(llmem_backend *be, const rs_setup *rs,
+                     const llmem_state_desc *d, const rs_scan_in *in,
+                     const unsigned char *init, double *y,
+                     unsigned char *state_after) {
+  th_ctx c;
+  th_begin(&c, be);
+  llmem_view view;
+  llmem_rs_view rsd;
+  llmem_buffer *bufs[1];
+  rs_build(&c, &view, &rsd, rs, 1, d, bufs, &init);
+  int32_t n_tok = rs->n_seqs * rs->n_tok, H = in->p.n_heads;
+  llmem_tensor xbc = th_tensor(&c, LLMEM_DTYPE_F32, 2, n_tok,
+                               (int32_t)rs_ssm_conv_dim(&in->p), 1);
+  llmem_tensor dt = th_tensor(&c, LLMEM_DTYPE_F32, 2, n_tok, H, 1);
+  llmem_tensor a = th_tensor(&c, in->pt, 1, H, 1, 1),
+               dd = th_tensor(&c, in->pt, 1, H, 1, 1);
+  llmem_tensor bias = th_tensor(&c, in->pt, 1, H, 1, 1);
+  llmem_tensor yt = th_tensor(&c, LLMEM_DTYPE_F32, 3, n_tok, H, in->p.head_dim);
+  th_set(&xbc, in->xbc);
+  th_set(&dt, in->dt);
+  th_set(&a, in->a_log);
+  if (in->d)
+    th_set(&dd, in->d);
+  if (in->dt_bias)
+    th_set(&bias, in->dt_bias);
+  ck_assert_int_eq(llmem_op_ssm_scan(be, &in->p, &view, 0, &xbc, &dt, &a,
+                                     in->d ? &dd : NULL,
+                                     in->dt_bias ? &bias : NULL, &yt),
+                   LLMEM_OK);
+  th_get(&yt, y);
+  ck_assert_int_eq(llmem_buffer_download(bufs[0], 0, state_after,
+                                         llmem_buffer_size(bufs[0])),
+                   LLMEM_OK);
+  th_end(&c);
+}

@@ -93,4 +93,30 @@ void rs_check_slots(const rs_setup *rs, const llmem_state_desc *d,
                     const double *want, const bool *written, bool exact,
                     bool vs_cpu, const char *what);
 
+/* The inputs of one Mamba-2 scan over an rs_setup's ubatch (rs_ssm_scan_run,
+ * rs_ssm_scan_step): xbc [tokens, rs_ssm_conv_dim(&p)] and dt [tokens,
+ * p.n_heads] in token order (stream-major), a_log, d and dt_bias
+ * [p.n_heads] held on the device in pt (d, dt_bias may be NULL: none). */
+typedef struct rs_scan_in {
+  llmem_ssm_params p;
+  llmem_dtype pt;
+  const double *xbc, *dt, *a_log, *d, *dt_bias;
+} rs_scan_in;
+
+/* Columns of the Mamba-2 conv / scan input xBC: heads x head_dim + 2 x
+ * groups x d_state. */
+int64_t rs_ssm_conv_dim(const llmem_ssm_params *p);
+
+/* rs_step_fn of the scan (ctx: a const rs_scan_in *): one token of
+ * ref64_ssm_token. */
+void rs_ssm_scan_step(void *ctx, double *state, int32_t tok, double *out_row);
+
+/* Runs llmem_op_ssm_scan on be over rs's view of one state buffer holding
+ * init (d's layout): y [tokens, heads x head_dim] as doubles and the
+ * buffer's bytes after into state_after. Check assertions on failure. */
+void rs_ssm_scan_run(llmem_backend *be, const rs_setup *rs,
+                     const llmem_state_desc *d, const rs_scan_in *in,
+                     const unsigned char *init, double *y,
+                     unsigned char *state_after);
+
 #endif
