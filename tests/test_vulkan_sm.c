@@ -367,6 +367,19 @@ START_TEST(test_sm_decode_plans)
 }
 END_TEST
 
+/* f(u) is ceil(ref x u / 132) at every unit count 1 .. VK_SM_MAX, so never
+ * fewer on more units: an H200 figure (ref at its 132 units) scaled by the
+ * device's count. */
+static void expect_scaled(uint32_t (*f)(uint32_t), uint64_t ref)
+{
+    for (uint32_t u = 1; u <= VK_SM_MAX; u++) {
+        uint64_t w = f(u);
+        ck_assert_uint_ge(w * 132, ref * u);
+        ck_assert_uint_lt((w - 1) * 132, ref * u);
+        ck_assert_uint_ge(w, f(u - 1 ? u - 1 : 1));
+    }
+}
+
 /* The decode scan's fewest workgroups (vk_scan_dec_wgs, vk_ops_mamba.c's SCAN_DEC_WGS 1024
  * before): 1024 at 132 units and at the fallback, so the H200's plans are the old ones;
  * elsewhere ceil(1024 units / 132) (hand-worked values), never fewer on more units, and
@@ -381,12 +394,7 @@ START_TEST(test_sm_scan_grid)
     ck_assert_uint_eq(vk_scan_dec_wgs(24), 187);    /* 24576 / 132 = 186.2 */
     ck_assert_uint_eq(vk_scan_dec_wgs(142), 1102);  /* 145408 / 132 = 1101.6 */
     ck_assert_uint_eq(vk_scan_dec_wgs(4096), 31776); /* 4194304 / 132 = 31775.03 */
-    for (uint32_t u = 1; u <= VK_SM_MAX; u++) {
-        uint64_t w = vk_scan_dec_wgs(u);
-        ck_assert_uint_ge(w * 132, 1024ull * u);
-        ck_assert_uint_lt((w - 1) * 132, 1024ull * u);
-        ck_assert_uint_ge(w, vk_scan_dec_wgs(u - 1 ? u - 1 : 1));
-    }
+    expect_scaled(vk_scan_dec_wgs, 1024);
     /* d_state 128 / 64 (32 / 16 lanes, 8 / 16 lane groups of 256), 4 rows an item, head_dim
      * 64, 8 .. 128 heads, 1 .. 64 sequences */
     for (uint64_t groups = 8; groups <= 16; groups *= 2)
@@ -414,12 +422,7 @@ START_TEST(test_sm_fold_wide)
     ck_assert_uint_eq(vk_fold_wide_wgs(1), 1);     /* 128 / 132 = 0.97 */
     ck_assert_uint_eq(vk_fold_wide_wgs(24), 24);   /* 3072 / 132 = 23.3 */
     ck_assert_uint_eq(vk_fold_wide_wgs(142), 138); /* 18176 / 132 = 137.7 */
-    for (uint32_t u = 1; u <= VK_SM_MAX; u++) {
-        uint64_t w = vk_fold_wide_wgs(u);
-        ck_assert_uint_ge(w * 132, 128ull * u);
-        ck_assert_uint_lt((w - 1) * 132, 128ull * u);
-        ck_assert_uint_ge(w, vk_fold_wide_wgs(u - 1 ? u - 1 : 1));
-    }
+    expect_scaled(vk_fold_wide_wgs, 128);
 }
 END_TEST
 
