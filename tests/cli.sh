@@ -66,6 +66,7 @@ mkdir -p "$tmp/dt" && cp "$bfx/model.safetensors" "$tmp/dt/" &&
     "$bfx/config.json" "$tmp/dt/config.json"
 expect_fail "infinite time_step_min" "time_step_min" "$bin" score --model "$tmp/dt" --input "$bfx/cases.jsonl" --backend cpu
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.5,4,2\n' > "$tmp/trace.csv"
+expect_fail "replay --logprobs without --output" "goes with --output" "$bin" replay --model "$fx" --backend cpu --logprobs
 expect_fail "replay --text a directory" "is a directory" "$bin" replay --model "$fx" --backend cpu --trace "$tmp/trace.csv" --text "$tmp"
 expect_fail "replay --trace a directory" "is a directory" "$bin" replay --model "$fx" --backend cpu --trace "$tmp" --text "$fx/config.json"
 printf 'TIMESTAMP,ContextTokens,GeneratedTokens\n99999999999999999999-11-16 18:15:46.5,4,2\n' > "$tmp/huge.csv"

@@ -52,6 +52,9 @@ static void usage(FILE *f)
             "  --json FILE          also write the report as JSON\n"
             "  --output FILE.jsonl  each request's generated tokens, one line each:\n"
             "                       {\"request\": i, \"tokens\": [...]}\n"
+            "  --logprobs           with --output, each line also holds \"logprobs\": [...], each\n"
+            "                       generated token's log-probability (natural log, the\n"
+            "                       log-softmax of its row of logits in double)\n"
             "  --check              check the memory's invariants after every step (slow)\n"
             "%s%s%s",
             cli_log_opts_help, cli_model_opts_help, cli_backend_opts_help);
@@ -190,7 +193,14 @@ static int write_outputs(const char *path, const replay *rp)
         fprintf(f, "{\"request\": %d, \"tokens\": [", i);
         for (int32_t k = 0; k < rp->req[i].n_done; k++)
             fprintf(f, "%s%d", k ? ", " : "", rp->req[i].gen[k]);
-        fprintf(f, "]}\n");
+        fprintf(f, "]");
+        if (rp->lp) {
+            fprintf(f, ", \"logprobs\": [");
+            for (int32_t k = 0; k < rp->req[i].n_done; k++)
+                fprintf(f, "%s%.9g", k ? ", " : "", rp->req[i].lp[k]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "}\n");
     }
     if (!f || fclose(f)) {
         fprintf(stderr, "llmem replay: cannot write '%s'\n", path);
@@ -257,7 +267,7 @@ typedef struct replay_opts {
     trace_opts to;
     const char *trace, *text, *json, *output;
     int32_t n_prefix;
-    bool pace, show, check;
+    bool pace, show, check, logprobs;
 } replay_opts;
 
 /* Returns -1 to go on, else the exit code. */
@@ -265,7 +275,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
 {
     enum {
         O_TRACE = CLI_OPT_OWN, O_TEXT, O_LIMIT, O_SCALE, O_MAX_CTX, O_MAX_GEN, O_PREFIX, O_SEED,
-        O_PACE, O_SPEEDUP, O_PROGRESS, O_JSON, O_OUTPUT, O_CHECK, O_TURNS,
+        O_PACE, O_SPEEDUP, O_PROGRESS, O_JSON, O_OUTPUT, O_CHECK, O_TURNS, O_LOGPROBS,
     };
     static const struct option own[] = {
         {"trace", required_argument, NULL, O_TRACE},
@@ -283,6 +293,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
         {"json", required_argument, NULL, O_JSON},
         {"output", required_argument, NULL, O_OUTPUT},
         {"check", no_argument, NULL, O_CHECK},
+        {"logprobs", no_argument, NULL, O_LOGPROBS},
         {0},
     };
     cli_parser p;
@@ -302,6 +313,7 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
             return 0;
         case O_PACE: o->pace = true; break;
         case O_CHECK: o->check = true; break;
+        case O_LOGPROBS: o->logprobs = true; break;
         case O_PROGRESS: o->show = true; break;
         case O_TRACE: o->trace = v; break;
         case O_TEXT: o->text = v; break;
@@ -325,6 +337,10 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
             fprintf(stderr, "llmem replay: bad value '%s' for --%s\n", v, name);
             return 2;
         }
+    }
+    if (o->logprobs && !o->output) {
+        fprintf(stderr, "llmem replay: --logprobs goes with --output FILE.jsonl\n");
+        return 2;
     }
     mo->precision = cli_precision_of(mo, CLI_PRECISION_FAST);
     return -1;
@@ -375,6 +391,17 @@ int llmem_cli_replay(int argc, char **argv)
         rc = replay_read_trace(o.trace, &o.to, &rp);
     if (!rc)
         rc = cli_open_model("replay", &mo, &be, &m);
+    if (!rc && o.logprobs) {
+        size_t n_gen = 0;
+        for (int32_t i = 0; i < rp.n_req; i++)
+            n_gen += (size_t)rp.req[i].n_gen;
+        if (!(rp.lp = malloc((n_gen ? n_gen : 1) * sizeof *rp.lp))) {
+            fprintf(stderr, "llmem replay: out of memory\n");
+            rc = 1;
+        }
+        for (size_t i = 0, at = 0; !rc && i < (size_t)rp.n_req; at += (size_t)rp.req[i++].n_gen)
+            rp.req[i].lp = rp.lp + at;
+    }
     if (rc)
         goto done;
     rp.V = llmem_model_n_vocab(m);
@@ -436,6 +463,7 @@ int llmem_cli_replay(int argc, char **argv)
 done:
     free(v);
     free(rp.gen);
+    free(rp.lp);
     free(rp.req);
     free(text_buf);
     free(s.running);

@@ -25,6 +25,7 @@ typedef struct request {
     uint32_t offset;              /* start of the body in the text */
     double arrival;               /* seconds after the start */
     int32_t *gen;                 /* [n_gen] generated token ids */
+    double *lp;                   /* [n_gen] their log-probabilities (--logprobs), or NULL */
     int32_t n_done;               /* tokens generated so far */
     int32_t n_fed;                /* tokens in the sequence (memory) */
     int32_t n_fed_max;            /* most tokens it ever held (more is recompute) */
@@ -35,6 +36,7 @@ typedef struct request {
 typedef struct replay {
     request *req;
     int32_t *gen; /* generated tokens of every request */
+    double *lp;   /* their log-probabilities (--logprobs), or NULL */
     int32_t n_req, n_prefix, V;
     const unsigned char *text; /* shared prefix = text[0, n_prefix) */
     size_t text_len;

@@ -129,6 +129,17 @@ static int32_t argmax(const float *v, int32_t n)
     return best;
 }
 
+/* log-softmax(v)[t] in double: v[t] - max - log(sum exp(v - max)). */
+static double log_prob(const float *v, int32_t n, int32_t t)
+{
+    double m = v[0], sum = 0;
+    for (int32_t i = 1; i < n; i++)
+        m = v[i] > m ? v[i] : m;
+    for (int32_t i = 0; i < n; i++)
+        sum += exp((double)v[i] - m);
+    return (double)v[t] - m - log(sum);
+}
+
 /* Runs one step: builds it, and while its plan does not fit, takes the most
  * recently admitted request off (a deferral if it was admitted in this step
  * and holds nothing, else a preemption). Returns 0, or 1 after an error. */
@@ -185,6 +196,8 @@ static int step(sched *s, double t0)
             fprintf(stderr, "\nllmem replay: request %td: non-finite logits\n", r - rp->req);
             return 1;
         }
+        if (r->lp)
+            r->lp[r->n_done] = log_prob(s->logits + (size_t)o * (size_t)rp->V, rp->V, t);
         r->gen[r->n_done++] = t;
         if (r->n_done == 1)
             r->t_first = now;
