@@ -107,6 +107,12 @@ static void usage(FILE *f)
             "  --tp, --prefix-cache-mb, --no-prefix-cache, --poison, --check-tensors (same\n"
             "  defaults); --n-seq-max and -c/--n-ctx are refused: the figures set them (64\n"
             "  sequences, prompt + 144 tokens)\n"
+            "environment (docs/env.md):\n"
+            "  the model figures: LLMEM_BENCH_PP (prompt tokens, default 512), LLMEM_BENCH_BATCH\n"
+            "  (one batch size), LLMEM_BENCH_PEAK=0 (no GEMM peak), LLMEM_BENCH_WARM=first,\n"
+            "  LLMEM_BENCH_HOST_SAMPLE=1 (argmax on the host); the kernel figures:\n"
+            "  LLMEM_BENCH_MAMBA_SEQS, LLMEM_BENCH_SCAN_PINGPONG=1, LLMEM_BENCH_MAMBA_HEADS,\n"
+            "  LLMEM_BENCH_MATMUL_F16, LLMEM_BENCH_GEMV, LLMEM_BENCH_GEMV_SETS\n"
             "%s%s",
             cli_log_opts_help, cli_backend_opts_help);
 }

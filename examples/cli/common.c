@@ -52,7 +52,7 @@ const char *const cli_backend_opts_help =
     "  -t, --threads N      cpu backend threads (default: $LLMEM_THREADS, else every core)\n"
     "  --precision P        precise (f32 activations, the parity reference) or fast (bf16\n"
     "                       activations into tensor cores); default precise for score,\n"
-    "                       fast for generate, replay and bench\n";
+    "                       fast for generate, replay, serve and bench\n";
 
 const char *const cli_log_opts_help =
     "  -v, --verbose        say what is loaded and used on stderr (--log-level info)\n"
