@@ -63,19 +63,24 @@ static llmem_status tp_fill(llmem_backend *be, llmem_buffer *dst, size_t offset,
                             uint32_t pattern);
 static llmem_status tp_synchronize(llmem_backend *be);
 
-static const llmem_backend_i tp_iface = {
-    .struct_size = sizeof(llmem_backend_i),
-    .destroy = tp_destroy,
-    .get_info = tp_get_info,
-    .buffer_alloc = tp_alloc,
-    .buffer_free = tp_free,
-    .buffer_upload = tp_upload,
-    .buffer_download = tp_download,
-    .buffer_copy = tp_copy,
-    .buffer_fill = tp_fill,
-    .synchronize = tp_synchronize,
-    .ops = NULL,
-};
+/* The plugin's vtable, its buffer_copy slot given (TESTPLUG_BAD_VTABLE's
+ * table leaves that required slot NULL). */
+#define TP_IFACE(copy)                                                         \
+    {                                                                          \
+        .struct_size = sizeof(llmem_backend_i),                                \
+        .destroy = tp_destroy,                                                 \
+        .get_info = tp_get_info,                                               \
+        .buffer_alloc = tp_alloc,                                              \
+        .buffer_free = tp_free,                                                \
+        .buffer_upload = tp_upload,                                            \
+        .buffer_download = tp_download,                                        \
+        .buffer_copy = (copy),                                                 \
+        .buffer_fill = tp_fill,                                                \
+        .synchronize = tp_synchronize,                                         \
+        .ops = NULL,                                                           \
+    }
+
+static const llmem_backend_i tp_iface = TP_IFACE(tp_copy);
 
 static void die(const char *what)
 {
@@ -216,19 +221,7 @@ static llmem_status tp_open_checked(int32_t device, llmem_backend **out, char *e
 {
 #ifdef TESTPLUG_BAD_VTABLE
     /* A vtable without the required buffer_copy slot. */
-    static const llmem_backend_i broken = {
-        .struct_size = sizeof(llmem_backend_i),
-        .destroy = tp_destroy,
-        .get_info = tp_get_info,
-        .buffer_alloc = tp_alloc,
-        .buffer_free = tp_free,
-        .buffer_upload = tp_upload,
-        .buffer_download = tp_download,
-        .buffer_copy = NULL,
-        .buffer_fill = tp_fill,
-        .synchronize = tp_synchronize,
-        .ops = NULL,
-    };
+    static const llmem_backend_i broken = TP_IFACE(NULL);
     llmem_status st = tp_open(device, out, err, err_len);
     if (st == LLMEM_OK)
         (*out)->iface = &broken;

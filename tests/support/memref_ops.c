@@ -3,7 +3,6 @@
  * (memref.c) has the pages and states they work on; memref_seq.c the
  * sequence operations and state reads; part 3 (memref_data.c) the data
  * tags and checks, part 4 (memref_views.c) the views. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,17 +247,6 @@ llmem_status memref_plan(memref *r, const llmem_batch *b, llmem_split split, int
     return LLMEM_OK;
 }
 
-static bool bad(char *err, size_t n, const char *fmt, ...)
-{
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return false;
-}
-
 /* Whether batch tokens i and k list the same set of sequences. */
 static bool tok_same_set(const mr_plan *p, int32_t i, int32_t k)
 {
@@ -285,45 +273,45 @@ bool memref_check_plan(const memref *r, const llmem_plan *plan, char *err, size_
     for (int32_t u = 0; u < n_ub; u++) {
         const llmem_ubatch *ub = llmem_plan_ubatch(plan, u);
         if (!ub || ub->n_tokens < 1 || ub->n_tokens > p->n_ubatch || ub->split != p->split)
-            return bad(err, n, "ubatch %d: %d tokens (n_ubatch %d), split %d", u,
+            return mr_fail(err, n, "ubatch %d: %d tokens (n_ubatch %d), split %d", u,
                        ub ? ub->n_tokens : -1, p->n_ubatch, ub ? (int)ub->split : -1);
         if (p->split == LLMEM_SPLIT_SIMPLE ? ub->n_seq_tokens != 0
                                            : (ub->n_tokens != ub->n_seqs * ub->n_seq_tokens ||
                                               (p->split == LLMEM_SPLIT_SEQ && ub->n_seqs != 1)))
-            return bad(err, n, "ubatch %d: %d tokens is not %d streams x %d", u, ub->n_tokens,
+            return mr_fail(err, n, "ubatch %d: %d tokens is not %d streams x %d", u, ub->n_tokens,
                        ub->n_seqs, ub->n_seq_tokens);
         for (int32_t k = 0; k < ub->n_tokens; k++) {
             int32_t i = ub->batch_idx[k], s = ub->seq[k];
             if (i < 0 || i >= p->n_tokens || seen[i]++ || ub->token[k] != p->token.v[i] ||
                 ub->pos[k] != p->pos.v[i])
-                return bad(err, n, "ubatch %d token %d: batch index %d wrong or repeated", u, k,
+                return mr_fail(err, n, "ubatch %d token %d: batch index %d wrong or repeated", u, k,
                            i);
             if (s < 0 || s >= ub->n_seqs ||
                 (p->split != LLMEM_SPLIT_SIMPLE && s != k / ub->n_seq_tokens))
-                return bad(err, n, "ubatch %d token %d: stream %d", u, k, s);
+                return mr_fail(err, n, "ubatch %d token %d: stream %d", u, k, s);
             if (!has(p->ids[i], p->nseq.v[i], ub->seq_id[s]))
-                return bad(err, n, "ubatch %d token %d: stream sequence %d not among the "
+                return mr_fail(err, n, "ubatch %d token %d: stream sequence %d not among the "
                                    "token's", u, k, ub->seq_id[s]);
             /* equal/seq: a stream is one sequence-id set */
             if (p->split != LLMEM_SPLIT_SIMPLE &&
                 !tok_same_set(p, i, ub->batch_idx[s * ub->n_seq_tokens]))
-                return bad(err, n, "ubatch %d token %d: not the sequence-id set of its stream",
+                return mr_fail(err, n, "ubatch %d token %d: not the sequence-id set of its stream",
                            u, k);
             for (int32_t j = 0; j < p->nseq.v[i]; j++) {
                 int32_t q = p->ids[i][j];
                 if (next[q] >= 0 && p->pos.v[i] != next[q])
-                    return bad(err, n, "sequence %d: position %d out of order", q, p->pos.v[i]);
+                    return mr_fail(err, n, "sequence %d: position %d out of order", q, p->pos.v[i]);
                 next[q] = p->pos.v[i] + 1;
             }
             if (p->nseq.v[i] == 1 && idx_in_seq[i] < p->n_cached[p->ids[i][0]])
-                return bad(err, n, "ubatch %d: batch token %d is served by the prefix cache", u,
+                return mr_fail(err, n, "ubatch %d: batch token %d is served by the prefix cache", u,
                            i);
         }
         for (int32_t j = 0; j < ub->n_outputs; j++) {
             int32_t i = ub->out_ids[j], row = ub->out_rows[j];
             if (row < 0 || row >= ub->n_tokens || i < 0 || i >= p->n_tokens || seen_out[i]++ ||
                 ub->batch_idx[row] != i || !p->out.v[i])
-                return bad(err, n, "ubatch %d output %d: row %d, batch token %d", u, j, row, i);
+                return mr_fail(err, n, "ubatch %d output %d: row %d, batch token %d", u, j, row, i);
         }
         n_out += ub->n_outputs;
         n_tok += ub->n_tokens;
@@ -332,11 +320,11 @@ bool memref_check_plan(const memref *r, const llmem_plan *plan, char *err, size_
     for (int32_t i = 0; i < p->n_tokens; i++)
         want_out += p->out.v[i] != 0;
     if (n_out != want_out || info.n_outputs != want_out)
-        return bad(err, n, "%d output rows (info %d), expected %d", n_out, info.n_outputs,
+        return mr_fail(err, n, "%d output rows (info %d), expected %d", n_out, info.n_outputs,
                    want_out);
     if (n_tok + skipped != p->n_tokens || info.n_tokens != n_tok ||
         info.n_tokens_cached != skipped || info.n_ubatch != n_ub)
-        return bad(err, n, "the plan covers %d + %d cached of %d tokens", n_tok, skipped,
+        return mr_fail(err, n, "the plan covers %d + %d cached of %d tokens", n_tok, skipped,
                    p->n_tokens);
     return true;
 }
