@@ -472,15 +472,6 @@ static bool is_backend_opt(int c)
     return c == CLI_OPT_BACKEND || c == CLI_OPT_DEVICE || c == 't' || c == CLI_OPT_PRECISION;
 }
 
-/* The long name of option code c in p's table. */
-static const char *opt_name(const cli_parser *p, int c)
-{
-    for (int k = 0; p->opts[k].name; k++)
-        if (p->opts[k].val == c)
-            return p->opts[k].name;
-    return "?";
-}
-
 int llmem_cli_bench(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) /* host bookkeeping: examples/cli/bench_bookkeeping.c */
@@ -544,16 +535,17 @@ int llmem_cli_bench(int argc, char **argv)
     }
     if (never) {
         fprintf(stderr, "llmem bench: --%s does not apply (the model figures set the sequences "
-                        "and the context)\n", opt_name(&p, never));
+                        "and the context)\n", cli_opt_name(&p, never));
         return 2;
     }
     if (!mo.model && model_only) {
-        fprintf(stderr, "llmem bench: --%s applies only with --model\n", opt_name(&p, model_only));
+        fprintf(stderr, "llmem bench: --%s applies only with --model\n",
+                cli_opt_name(&p, model_only));
         return 2;
     }
     if (mo.model && not_model) {
         fprintf(stderr, "llmem bench: --%s does not apply with --model (it runs only the model "
-                        "figures)\n", opt_name(&p, not_model));
+                        "figures)\n", cli_opt_name(&p, not_model));
         return 2;
     }
     if (mo.model && cli_model_opt_given(&mo, CLI_OPT_N_UBATCH) &&

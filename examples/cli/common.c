@@ -169,6 +169,14 @@ int cli_next(cli_parser *p, const char **arg)
     return c;
 }
 
+const char *cli_opt_name(const cli_parser *p, int c)
+{
+    for (int k = 0; p->opts[k].name; k++)
+        if (p->opts[k].val == c)
+            return p->opts[k].name;
+    return "?";
+}
+
 void cli_model_opts_init(cli_model_opts *o)
 {
     memset(o, 0, sizeof *o);

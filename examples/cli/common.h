@@ -91,6 +91,9 @@ void cli_parser_init(cli_parser *p, const char *cmd, int argc, char **argv,
  * in *arg; -1 when the arguments are done; '?' after printing one line that
  * names the problem (unknown option, missing value, stray argument). */
 int cli_next(cli_parser *p, const char **arg);
+/* The long name of option code c in p's table (own and shared options),
+ * "?" when none has it: for messages about a value read as a code. */
+const char *cli_opt_name(const cli_parser *p, int c);
 
 void cli_model_opts_init(cli_model_opts *o);
 /* Applies a shared option (code and value from cli_next) to o. Returns 1

@@ -331,12 +331,8 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
         case O_TURNS: ok = cli_int(v, 1, 64, &o->to.turns); break;
         default: break;
         }
-        if (!ok) { /* the option's name by its code: own[] is in another order */
-            const char *name = "?";
-            for (size_t k = 0; own[k].name; k++)
-                if (own[k].val == c)
-                    name = own[k].name;
-            fprintf(stderr, "llmem replay: bad value '%s' for --%s\n", v, name);
+        if (!ok) {
+            fprintf(stderr, "llmem replay: bad value '%s' for --%s\n", v, cli_opt_name(&p, c));
             return 2;
         }
     }
