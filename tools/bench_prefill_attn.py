@@ -16,8 +16,9 @@ Usage: python3 tools/bench_prefill_attn.py LIB.so [--iters N] [--variants 0,1,2]
 """
 import argparse
 import ctypes
-import statistics
 import sys
+
+from cuda_timing import median_ms
 
 
 def torch_times(B, N, H, HKV, D, iters):
@@ -33,19 +34,7 @@ def torch_times(B, N, H, HKV, D, iters):
     vr = v.repeat_interleave(H // HKV, dim=1)
 
     def timed(fn):
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(iters):
-            s = torch.cuda.Event(enable_timing=True)
-            e = torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e))
-        return statistics.median(ts)
+        return median_ms(fn, iters)
 
     res = {}
     for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION),

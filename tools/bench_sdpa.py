@@ -14,8 +14,9 @@ are random normal. FLOPs counted as llmem bench counts them:
 Usage: python3 tools/bench_sdpa.py [--iters N]
 """
 import argparse
-import statistics
 import sys
+
+from cuda_timing import median_ms
 
 
 def main() -> int:
@@ -52,23 +53,11 @@ def main() -> int:
         for name, fn in variants:
             try:
                 with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                    for _ in range(5):
-                        fn()
-                    torch.cuda.synchronize()
-                    times = []
-                    for _ in range(args.iters):
-                        s = torch.cuda.Event(enable_timing=True)
-                        e = torch.cuda.Event(enable_timing=True)
-                        s.record()
-                        fn()
-                        e.record()
-                        e.synchronize()
-                        times.append(s.elapsed_time(e))
+                    ms = median_ms(fn, args.iters)
             except (RuntimeError, TypeError) as err:
                 print(f"sdpa flash {str(dtype)[6:]:9s} {name:12s} unavailable: "
                       f"{str(err).splitlines()[0][:100]}")
                 continue
-            ms = statistics.median(times)
             print(f"sdpa flash {str(dtype)[6:]:9s} {name:12s} {ms:9.3f} ms  "
                   f"{flops / (ms * 1e-3) / 1e12:7.1f} TFLOP/s  (8 x 2048 causal, 32/8 heads, hd 128)")
     return 0
