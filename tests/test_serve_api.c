@@ -308,6 +308,41 @@ START_TEST(parameter_ranges)
 }
 END_TEST
 
+/* A prompt is a string, token ids, or a batch of one of those: a batch of
+ * several is refused as a batch (a batch of two id lists was refused as
+ * non-integer ids), an element of the ids that is not an integer as such
+ * (a string there inside a batch of one was called a batch of strings). */
+START_TEST(prompt_shapes)
+{
+    static const struct {
+        const char *body, *code;
+    } bad[] = {
+        {"{\"prompt\": [[72, 105], [72, 105]]}", "unsupported_value"},
+        {"{\"prompt\": [\"Hi\", \"Hi\"]}", "unsupported_value"},
+        {"{\"prompt\": [\"Hi\", 72]}", "unsupported_value"},
+        {"{\"prompt\": [[72, \"i\"]]}", "invalid_value"},
+        {"{\"prompt\": [72, \"i\"]}", "invalid_value"},
+        {"{\"prompt\": [72, [105]]}", "invalid_value"},
+        {"{\"prompt\": [72, {\"id\": 105}]}", "invalid_value"},
+        {"{\"prompt\": [72, 105.5]}", "invalid_value"},
+        {"{\"prompt\": [[72, 256]]}", "invalid_value"},
+        {"{\"prompt\": [[]]}", "invalid_type"},
+        {"{\"prompt\": [[[72]]]}", "invalid_value"},
+        {"{\"prompt\": {\"text\": \"Hi\"}}", "invalid_type"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        refuse(false, bad[i].body, "prompt", bad[i].code);
+    static const char *const good[] = {"{\"prompt\": \"Hi\"}", "{\"prompt\": [\"Hi\"]}",
+                                       "{\"prompt\": [72, 105]}", "{\"prompt\": [[72, 105]]}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        api_request r;
+        ck_assert_int_eq(parse(false, good[i], &r, NULL), 0);
+        expect_prompt(&r, "Hi");
+        eng_req_release(NULL, r.req);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve_api");
@@ -320,6 +355,7 @@ int main(void)
     tcase_add_test(tc, duplicate_names_are_refused);
     tcase_add_test(tc, escaped_backslash_before_u0000_is_text);
     tcase_add_test(tc, parameter_ranges);
+    tcase_add_test(tc, prompt_shapes);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;
 }

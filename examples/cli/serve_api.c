@@ -82,14 +82,19 @@ static bool bool_field(const cJSON *root, const char *key, bool *out, char **err
 }
 
 /* The prompt of a completion: a string, an array of token ids, or an array
- * holding one of those. */
+ * holding one of those (a batch of one). A batch of several is refused as
+ * such, and an element of the ids that is not an integer as that. */
 static int parse_prompt(const api_server *s, const cJSON *p, int32_t **ids, int32_t *n,
                         char **err_json)
 {
     char err[512] = "";
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1 &&
-        (cJSON_IsString(p->child) || cJSON_IsArray(p->child)))
+    if (cJSON_IsArray(p) && (cJSON_IsString(p->child) || cJSON_IsArray(p->child))) {
+        if (cJSON_GetArraySize(p) > 1)
+            return bad(err_json, "prompt", "unsupported_value",
+                       "batched prompts (%d in one request) are not supported; send one "
+                       "request per prompt", cJSON_GetArraySize(p));
         p = p->child;
+    }
     if (cJSON_IsString(p)) {
         llmem_status st = srv_text_encode(s->text, p->valuestring, strlen(p->valuestring), true,
                                           ids, n, err, sizeof err);
@@ -109,12 +114,6 @@ static int parse_prompt(const api_server *s, const cJSON *p, int32_t **ids, int3
         return oom(err_json);
     int32_t k = 0;
     for (const cJSON *j = p->child; j; j = j->next) {
-        if (cJSON_IsString(j)) {
-            free(v);
-            return bad(err_json, "prompt", "unsupported_value",
-                       "batched prompts (several strings) are not supported; send one request "
-                       "per prompt");
-        }
         double d = j->valuedouble;
         if (!cJSON_IsNumber(j) || d != floor(d) || d < 0 || d >= s->n_vocab) {
             free(v);

@@ -9,7 +9,9 @@ text (the independent reference; chat through the documented default
 template); streamed text equal to the plain text; stop strings; token-id
 prompts; 32 concurrent requests; cancellation mid-stream frees the sequence
 (/health counters) and the server keeps serving; HTTP 400 with OpenAI error
-objects on bad requests; 429 beyond --max-queue; the API key; SIGTERM.
+objects on bad requests, 400 / 405 / 413 on malformed, misrouted and
+oversized bodies (and service after them); 429 beyond --max-queue; the API
+key; SIGTERM.
 On the llama fixture (a pure KV-cache model with 256 byte ids): requests
 that share a prompt hit the prefix cache and still equal `generate`, also
 when they are admitted with little of a step's --n-ubatch budget left.
@@ -344,6 +346,33 @@ def t_bad(s):
     assert h["requests_running"] == 0 and h["seqs_live"] == 0
 
 
+@check("malformed bodies: 400 / 405 / 413 with an error object, then service goes on")
+def t_malformed(s):
+    def error_of(status, j, want_status, body):
+        assert status == want_status, (body[:80], status, j)
+        e = j["error"]
+        assert set(e) == {"message", "type", "param", "code"} and e["message"], (body[:80], j)
+        assert e["type"] == "invalid_request_error", (body[:80], j)
+        return e
+    for body in ["", "null", '"text"', "[" * 5000 + "]" * 5000,
+                 '{"prompt": "ab", "x": ' + "[" * 5000 + "]" * 5000 + "}"]:
+        e = error_of(*s.raw("/v1/completions", body), 400, body)
+        assert e["code"] == "invalid_json", (body[:80], e)
+    for body, code in [('{"prompt": [[1, 2], [3, 4]]}', "unsupported_value"),
+                       ('{"prompt": [[1, "x"]]}', "invalid_value")]:
+        e = error_of(*s.raw("/v1/completions", body), 400, body)
+        assert e["param"] == "prompt" and e["code"] == code, (body, e)
+    # more than the 16 MiB a body may hold: read and dropped, then a 413
+    huge = '{"prompt": "' + "a" * (17 << 20) + '"}'
+    error_of(*s.raw("/v1/completions", huge), 413, "17 MiB")
+    error_of(*s.raw("/v1/completions", method="GET"), 405, "GET")
+    error_of(*s.raw("/v1/models", "{}", method="POST"), 405, "POST /v1/models")
+    r = s.client().completions.create(model="llmem-builtin", prompt="x", max_tokens=2)
+    assert r.usage.completion_tokens <= 2 and r.choices[0].text is not None, r
+    h = s.health()
+    assert h["requests_running"] == 0 and h["seqs_live"] == 0, h
+
+
 @check("API key")
 def t_key(s):
     try:
@@ -515,7 +544,7 @@ def main():
     s = Server("-np", "8", "--max-queue", "64", "--api-key", KEY)
     try:
         for t in (t_models, t_greedy, t_ids, t_stream, t_chat, t_stop, t_sampling,
-                  t_concurrent, t_cancel, t_bad, t_key):
+                  t_concurrent, t_cancel, t_bad, t_malformed, t_key):
             t(s)
     finally:
         rc = s.stop()
