@@ -9,6 +9,7 @@
 
 #include "llmem/hybrid.h"
 #include "llmem/ops.h"
+#include "llmem/ops_discard.h"
 #include "llmem/ops_norm_matmul.h"
 #include "models/model_internal.h"
 
@@ -306,10 +307,16 @@ static llmem_status mamba(llmem_model *m, const layer_w *L, int32_t T, const llm
         TRY(llmem_op_copy(m->be, &zxbcdt, 0, &z));
         TRY(llmem_op_copy(m->be, &zxbcdt, din, &xbc));
         TRY(llmem_op_copy(m->be, &zxbcdt, din + cd, &dt));
+        /* the product is dead now (the scan's y overwrites it): a backend
+         * that still holds its write back may drop it (Vulkan: in_proj's
+         * held split-K sum writes z / xBC / dt alone) */
+        TRY(llmem_op_discard(m->be, &zxbcdt));
     }
     const wt *cb = &L->w[LLMEM_W_SSM_CONV_BIAS];
     TRY(llmem_op_ssm_conv(m->be, v, 0, &xbc, &L->w[LLMEM_W_SSM_CONV].t, cb->present ? &cb->t : NULL,
                           &conv));
+    if (T > 1) /* xBC's copy too (Vulkan's held pass doing the conv reads it in registers) */
+        TRY(llmem_op_discard(m->be, &xbc));
     llmem_ssm_params sp = {.n_heads = nh, .head_dim = c->ssm_head_dim, .d_state = c->ssm_d_state,
                            .n_groups = c->ssm_n_groups, .dt_min = (float)c->time_step_limit[0],
                            .dt_max = (float)c->time_step_limit[1],

@@ -20,7 +20,8 @@
  * goes to the destinations whose
  * column range [col0_j, col0_j + cols_j) holds c, at dst_j[dst_off_j +
  * r * cols_j + c - col0_j] (llmem_op_copy's layout: the same f32 value
- * the copy would have read from o).
+ * the copy would have read from o). o_off = NO_OUT (the model discarded
+ * o, vk_sum.c vk_op_discard): o is not written, binding 1 is a dummy.
  *
  * Tail columns (matmul_cmp.comp's tail-column plan, vk_cm_raw_tail):
  * columns c >= tc0 add t_slices slices instead, slice 0 at the place
@@ -57,6 +58,7 @@
 layout(constant_id = 1) const uint VEC4 = 0;
 layout(constant_id = 2) const uint NDST = 0;
 layout(constant_id = 3) const uint ADDX = 0;
+const uint NO_OUT = 0xffffffffu; /* o_off of a discarded output: o not written */
 #ifdef CONV
 /* d_conv | conv weight dtype << 4 | bias dtype (DT_NONE: none) << 6 | state dtype << 8 */
 layout(constant_id = 4) const uint CV = 4u | (3u << 6);
@@ -187,7 +189,8 @@ void main()
                 sum += part4[at_t + (s - 1u) * (p.t_stride / 4u)];
         }
         vec4 val = ldexp(sum, ivec4(ex[p.e_off + r]));
-        o4[p.o_off / 4u + i] = val;
+        if (p.o_off != NO_OUT)
+            o4[p.o_off / 4u + i] = val;
         if (NDST > 0u && c - p.c0_0 < p.w_0)
             d04[(p.d_0 + r * p.w_0 + c - p.c0_0) / 4u] = val;
         if (NDST > 1u && c - p.c0_1 < p.w_1)
@@ -218,7 +221,8 @@ void main()
         d0[at_x] = d0[at_x] + val;
         return;
     }
-    o[p.o_off + i] = val;
+    if (p.o_off != NO_OUT)
+        o[p.o_off + i] = val;
     if (NDST > 0u && c - p.c0_0 < p.w_0)
         d0[p.d_0 + r * p.w_0 + c - p.c0_0] = val;
     if (NDST > 1u && c - p.c0_1 < p.w_1)

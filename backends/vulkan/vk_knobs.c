@@ -55,6 +55,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_NORM_FOLD_WGS", norm_fold_wgs, 1, 1024, NUM),
     K("LLMEM_VULKAN_DEC_NORM", dec_norm, 0, 15, NUM),
     K("LLMEM_VULKAN_SUM_CONV", sum_conv, 0, 3, NUM),
+    K("LLMEM_VULKAN_DISCARD", discard, 0, 3, NUM),
 };
 #undef K
 

@@ -51,6 +51,7 @@ typedef struct vk_knobs {
     int32_t norm_fold_wgs;  /* LLMEM_VULKAN_NORM_FOLD_WGS: 1..1024 workgroups in all of that norm */
     int32_t dec_norm;       /* LLMEM_VULKAN_DEC_NORM: 0..15 the decode rows' norms */
     int32_t sum_conv;       /* LLMEM_VULKAN_SUM_CONV: 0..3 the decode conv in in_proj's sum (vk_sum.h) */
+    int32_t discard;        /* LLMEM_VULKAN_DISCARD: 0..3 discarded held writes dropped (vk_sum.h) */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

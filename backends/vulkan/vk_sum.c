@@ -16,7 +16,9 @@
  *     to three copies, and the copies record nothing. With
  *     $LLMEM_VULKAN_SUM_CONV (default on) the Mamba-2 decode conv
  *     whose input is one of those copies is done by the same pass too
- *     (sum_slices_cm.comp CONV; vk_sum_take_conv);
+ *     (sum_slices_cm.comp CONV; vk_sum_take_conv). A discard of the
+ *     product's output, or of a copy the conv took (llmem_op_discard,
+ *     models/forward.c; vk_op_discard), drops that write from the pass;
  *   - bit 1: llmem_op_add_rms_norm(x, r = the output, out = r) (the
  *     residual add of out_proj, down and o_proj): rms_norm.comp adds the
  *     raw tiles itself (ADD 2) and the pass is never recorded;
@@ -48,6 +50,7 @@
  */
 #include <stdlib.h>
 
+#include "llmem/ops_discard.h"
 #include "llmem/view.h"
 #include "vk_rs.h"
 #include "vk_sum.h"
@@ -62,6 +65,8 @@ struct vk_sum_hold {
     uint32_t n_dst;
     llmem_tensor dst[SUM_DST_MAX];
     uint32_t c0[SUM_DST_MAX];
+    bool out_dead;     /* the output discarded (vk_op_discard): not written */
+    uint32_t dst_dead; /* bit j: copy j discarded (vk_op_discard): not written */
     /* the pair (vk_sum_park): s set aside while the next product records,
      * then that product's sum s2 held beside it (kind VK_SUM_NONE: none) */
     bool parked;
@@ -93,19 +98,29 @@ static bool tail_vec4(const vk_cm_sum *s)
     return !tail_split(s) || (s->tc0 % 4 == 0 && s->ldt % 4 == 0 && s->tslice % 4 == 0);
 }
 
+/* sum_slices_cm.comp's o_off where o is not written (a discarded output) */
+#define SUM_NO_OUT 0xffffffffu
+
 /* Records sum_slices_cm.comp for s (VK_SUM_RAW) with n_dst column
  * destinations, or, addx, adding the sum into dst[0] ([m, n] f32, c0[0]
- * 0) instead of writing s->out (ADDX; n_dst 0). */
+ * 0) instead of writing s->out (ADDX; n_dst 0). no_out (n_dst >= 1, the
+ * output discarded): s->out is neither bound nor written; bit j of
+ * dead: destination j neither (width 0); the other destinations and
+ * the conv get the same values. */
 static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
                              const llmem_tensor *dst, const uint32_t *c0, bool addx,
-                             const sum_held *conv)
+                             const sum_held *conv, bool no_out, uint32_t dead)
 {
     uint32_t n_bind = addx ? 1u : n_dst;
     size_t count = (size_t)s->m * s->n;
     vk_op sum;
     vk_op_init(&sum, conv ? VK_SH_SUM_SLICES_CM_CONV : VK_SH_SUM_SLICES_CM, SUM_WG);
     uint32_t po = vk_op_tensor(v, &sum, &s->pt, false);
-    uint32_t o2 = vk_op_tensor(v, &sum, &s->out, true);
+    uint32_t o2 = SUM_NO_OUT;
+    if (no_out)
+        vk_op_dummy(v, &sum);
+    else
+        o2 = vk_op_tensor(v, &sum, &s->out, true);
     uint32_t e2 = vk_op_tensor(v, &sum, &s->te, false);
     /* prefill rows: 4 columns an invocation as vec4s where everything is
      * 16-byte aligned, the copies' destinations too ($LLMEM_VULKAN_PF_SUM_VEC
@@ -115,7 +130,7 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     bool dec4 = n_dst > 0 && (VK_KNOB(v, sum_conv, VK_SUM_CONV_DEFAULT) & VK_SUM_CONV_VEC4);
     bool vec4 = !addx && (s->m > VK_CMP_ROWS ? VK_KNOB(v, pf_sum_vec, 1) != 0 : dec4) &&
                 s->n % 4 == 0 && s->ldp % 4 == 0 && s->pslice % 4 == 0 && po % 4 == 0 &&
-                o2 % 4 == 0 && tail_vec4(s);
+                (no_out || o2 % 4 == 0) && tail_vec4(s);
     vk_op_spec(&sum, 0u);
     vk_op_spec(&sum, n_dst);
     vk_op_spec(&sum, addx ? 1u : 0u);
@@ -128,11 +143,12 @@ static llmem_status raw_pass(vk_backend *v, const vk_cm_sum *s, uint32_t n_dst,
     vk_op_u32(&sum, o2);
     vk_op_u32(&sum, e2);
     for (uint32_t j = 0; j < SUM_DST_MAX; j++) {
-        uint32_t d = j < n_bind ? vk_op_tensor(v, &sum, &dst[j], true) : 0;
-        if (j >= n_bind)
+        bool on = j < n_bind && !(dead >> j & 1);
+        uint32_t d = on ? vk_op_tensor(v, &sum, &dst[j], true) : 0;
+        if (!on)
             vk_op_dummy(v, &sum);
-        uint32_t w = j < n_bind ? (uint32_t)dst[j].ne[1] : 0;
-        vk_op_u32(&sum, j < n_bind ? c0[j] : 0);
+        uint32_t w = on ? (uint32_t)dst[j].ne[1] : 0;
+        vk_op_u32(&sum, on ? c0[j] : 0);
         vk_op_u32(&sum, w);
         vk_op_u32(&sum, d);
         if (j < n_dst && (c0[j] % 4 || w % 4 || d % 4))
@@ -167,7 +183,7 @@ llmem_status vk_cm_sum_run(llmem_backend *be, vk_backend *v, vk_cm_sum *s, bool 
     llmem_status st = LLMEM_OK;
     size_t count = (size_t)s->m * s->n;
     if (run && s->kind == VK_SUM_RAW) {
-        st = raw_pass(v, s, 0, NULL, NULL, false, NULL);
+        st = raw_pass(v, s, 0, NULL, NULL, false, NULL, false, 0);
     } else if (run && s->kind == VK_SUM_SCALED) {
         vk_op sum;
         vk_op_init(&sum, VK_SH_SUM_SLICES, SUM_WG);
@@ -250,6 +266,8 @@ static void hold_clear(sum_held *h)
     h->terms2 = NULL;
     h->s2.kind = VK_SUM_NONE;
     h->n_dst = 0;
+    h->out_dead = false;
+    h->dst_dead = 0;
     h->parked = false;
     h->conv = false;
 }
@@ -297,9 +315,10 @@ llmem_status vk_sum_flush(vk_backend *v)
         return LLMEM_OK;
     sum_held *h = v->sumh;
     v->sum_pending = false; /* first: recording it tracks, which calls back here */
-    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false, h->conv ? h : NULL);
+    llmem_status st = raw_pass(v, &h->s, h->n_dst, h->dst, h->c0, false, h->conv ? h : NULL,
+                               h->out_dead && h->n_dst > 0, h->dst_dead);
     if (st == LLMEM_OK && h->s2.kind == VK_SUM_RAW)
-        st = raw_pass(v, &h->s2, 0, NULL, NULL, false, NULL);
+        st = raw_pass(v, &h->s2, 0, NULL, NULL, false, NULL, false, 0);
     hold_clear(h);
     return st;
 }
@@ -513,7 +532,7 @@ llmem_status vk_sum_add_into(vk_backend *v, llmem_ct *x, llmem_ct *r, llmem_ct *
         return LLMEM_OK; /* the norm's usual add: vk_sum_norm_bind, or the pass first */
     v->sum_pending = false; /* recorded here, as vk_sum_flush does */
     uint32_t c0 = 0;
-    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true, NULL);
+    llmem_status st = raw_pass(v, &h->s, 0, x, &c0, true, NULL, false, 0);
     hold_clear(h);
     *added = st == LLMEM_OK;
     return st;
@@ -542,6 +561,41 @@ void vk_sum_taken(vk_backend *v)
     v->sum_pending = false;
     hold_clear(v->sumh);
 }
+
+/* Whether t covers all of u (the same buffer). */
+static bool covers(llmem_ct *t, const llmem_tensor *u)
+{
+    return t->buf == u->buf && t->offset <= u->offset &&
+           t->offset + llmem_tensor_nbytes(t) >= u->offset + llmem_tensor_nbytes(u);
+}
+
+/* llmem_op_discard (<llmem/ops_discard.h>; $LLMEM_VULKAN_DISCARD, unset:
+ * VK_DISCARD_DEFAULT) while a pass with column copies is held (SUM_HOLD
+ * bit 0: in_proj's z, xBC and dt; models/forward.c discards the product
+ * once they are copied, and xBC once the conv has read it): bit 0, where
+ * t covers the pass's whole output, the pass does not write it
+ * (raw_pass's no_out); bit 1, where t covers a copy's destination, not
+ * that copy (a conv folded into the pass reads its input in registers).
+ * At 9B Bamba b64 each is 2.2 MB of the pass's writes a layer. Anything
+ * else: nothing to drop (the op is free to do nothing). */
+static llmem_status vk_op_discard(llmem_backend *be, const llmem_tensor *t)
+{
+    vk_backend *v = vk_from(be);
+    long mode = VK_KNOB(v, discard, VK_DISCARD_DEFAULT);
+    if (mode == 0 || !v->sum_pending)
+        return LLMEM_OK;
+    sum_held *h = v->sumh;
+    if (h->n_dst == 0 || h->s2.kind != VK_SUM_NONE)
+        return LLMEM_OK;
+    if ((mode & VK_DISCARD_OUT) && covers(t, &h->s.out))
+        h->out_dead = true;
+    for (uint32_t j = 0; j < h->n_dst && (mode & VK_DISCARD_COPY); j++)
+        if (covers(t, &h->dst[j]))
+            h->dst_dead |= 1u << j;
+    return LLMEM_OK;
+}
+LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_DISCARD, LLMEM_OP_DISCARD_LAYOUT, llmem_op_discard_fn,
+              vk_op_discard);
 
 /* ---- the residual's copies ------------------------------------------------------------------ */
 

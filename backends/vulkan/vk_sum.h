@@ -173,6 +173,18 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
 #define VK_SUM_CONV_FOLD 1
 #define VK_SUM_CONV_VEC4 2
 #define VK_SUM_CONV_DEFAULT VK_SUM_CONV_FOLD
+/* llmem_op_discard of what a held pass with column copies writes (vk_sum.c
+ * vk_op_discard; $LLMEM_VULKAN_DISCARD 0..3 where set, else
+ * VK_DISCARD_DEFAULT): bit 0 (VK_DISCARD_OUT) a discarded output is not
+ * written, the copies and the conv are; bit 1 (VK_DISCARD_COPY) a
+ * discarded copy is not written (the conv that took it reads the value
+ * in registers); 0: the discard does nothing. Default 3: on the H200,
+ * fast tg128 (0 -> 3), 9B b64 15.77 -> 15.68 ms (means of five pairs in
+ * three calls), b16 9.35 -> 9.32; 2b b16 / b64 within the spread
+ * (docs/benchmarks.md "Vulkan decode: dead outputs"). */
+#define VK_DISCARD_OUT 1
+#define VK_DISCARD_COPY 2
+#define VK_DISCARD_DEFAULT (VK_DISCARD_OUT | VK_DISCARD_COPY)
 llmem_status vk_sum_take_conv(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
                               llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken);
 /* For rms_norm (vk_ops_basic.c): whether x += r; out = norm(x) may read r
