@@ -120,7 +120,7 @@ START_TEST(test_ssm_conv)
         th_begin(&h, NULL);
         llmem_state_desc d = {"conv", 2, {k->d_conv - 1, k->conv_dim}, k->st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -2, 2);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok;
         double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->conv_dim));
         double *w = th_alloc(&h, sizeof(double) * (size_t)(k->conv_dim * k->d_conv));
         double *b = th_alloc(&h, sizeof(double) * (size_t)k->conv_dim);
@@ -128,21 +128,17 @@ START_TEST(test_ssm_conv)
         ref64_fill(&r, w, (int64_t)k->conv_dim * k->d_conv, -1, 1, k->wt);
         ref64_fill(&r, b, k->conv_dim, -0.5, 0.5, k->wt);
         conv_in in = {k->conv_dim, k->d_conv, k->wt, x, w, k->bias ? b : NULL};
-        double *out = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->conv_dim));
-        double *ref = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->conv_dim));
-        size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st) + 4;
-        unsigned char *after = th_alloc(&h, img_bytes), *after_cpu = th_alloc(&h, img_bytes);
-        double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
-        bool written[16];
-        conv_run(be, rs, &d, &in, init, out, after);
-        rs_reference_ubatch(rs, &d, init, conv_step, &in, k->conv_dim, ref, want, written);
+        rs_case_bufs cb;
+        rs_case_bufs_make(&h, rs, &d, n_tok * k->conv_dim, &cb);
+        conv_run(be, rs, &d, &in, init, cb.out, cb.after);
+        rs_reference_ubatch(rs, &d, init, conv_step, &in, k->conv_dim, cb.ref, cb.want, cb.written);
         if (cpu)
-            conv_run(cpu, rs, &d, &in, init, ref, after_cpu);
+            conv_run(cpu, rs, &d, &in, init, cb.ref, cb.after_cpu);
         char what[64];
         snprintf(what, sizeof what, "ssm_conv case %zu", ci);
-        th_expect_close(out, ref, n_tok * k->conv_dim, ref64_tol(F32, cpu != NULL), what);
+        th_expect_close(cb.out, cb.ref, n_tok * k->conv_dim, ref64_tol(F32, cpu != NULL), what);
         /* conv states are past inputs: exact bytes on every backend */
-        rs_check_slots(rs, &d, init, after, want, written, true, cpu != NULL, what);
+        rs_check_slots(rs, &d, init, cb.after, cb.want, cb.written, true, cpu != NULL, what);
         th_end(&h);
     }
     llmem_backend_close(cpu);
@@ -257,24 +253,21 @@ START_TEST(test_ssm_scan)
         scan_inputs(&h, &r, k, &in);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         int64_t ny = n_tok * k->p.n_heads * k->p.head_dim;
-        double *y = th_alloc(&h, sizeof(double) * (size_t)ny), *ref = th_alloc(&h, sizeof(double) * (size_t)ny);
-        size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st) + 4;
-        unsigned char *after = th_alloc(&h, img_bytes), *after_cpu = th_alloc(&h, img_bytes);
-        double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
-        bool written[16];
-        rs_ssm_scan_run(be, rs, &d, &in, init, y, after);
+        rs_case_bufs cb;
+        rs_case_bufs_make(&h, rs, &d, ny, &cb);
+        rs_ssm_scan_run(be, rs, &d, &in, init, cb.out, cb.after);
         rs_reference_ubatch(rs, &d, init, rs_ssm_scan_step, &in, k->p.n_heads * k->p.head_dim,
-                            ref, want, written);
+                            cb.ref, cb.want, cb.written);
         if (cpu) {
-            rs_ssm_scan_run(cpu, rs, &d, &in, init, ref, after_cpu);
+            rs_ssm_scan_run(cpu, rs, &d, &in, init, cb.ref, cb.after_cpu);
             for (int32_t s = 0; s < rs->n_slots; s++)
-                if (written[s])
-                    rs_decode_slot(after_cpu, &d, s, want + s * e);
+                if (cb.written[s])
+                    rs_decode_slot(cb.after_cpu, &d, s, cb.want + s * e);
         }
         char what[64];
         snprintf(what, sizeof what, "ssm_scan case %zu", ci);
-        th_expect_close(y, ref, ny, ref64_tol(F32, cpu != NULL), what);
-        rs_check_slots(rs, &d, init, after, want, written, false, cpu != NULL, what);
+        th_expect_close(cb.out, cb.ref, ny, ref64_tol(F32, cpu != NULL), what);
+        rs_check_slots(rs, &d, init, cb.after, cb.want, cb.written, false, cpu != NULL, what);
         th_end(&h);
     }
     llmem_backend_close(cpu);
@@ -305,23 +298,21 @@ START_TEST(test_ssm_scan_fast)
         scan_inputs(&h, &r, &k, &in);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
         int64_t ny = n_tok * k.p.n_heads * k.p.head_dim;
-        double *y = th_vec(&h, ny), *ref = th_vec(&h, ny);
-        size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k.st) + 4;
-        unsigned char *after = th_alloc(&h, img_bytes);
-        double *want = th_vec(&h, e * rs->n_slots), *got = th_vec(&h, e);
-        bool written[16];
-        rs_ssm_scan_run(be, rs, &d, &in, init, y, after);
+        rs_case_bufs cb;
+        rs_case_bufs_make(&h, rs, &d, ny, &cb);
+        double *got = th_vec(&h, e);
+        rs_ssm_scan_run(be, rs, &d, &in, init, cb.out, cb.after);
         rs_reference_ubatch(rs, &d, init, rs_ssm_scan_step, &in, k.p.n_heads * k.p.head_dim,
-                            ref, want, written);
+                            cb.ref, cb.want, cb.written);
         char what[80];
         snprintf(what, sizeof what, "ssm_scan case %zu, fast", ci);
-        th_expect_close(y, ref, ny, 2e-2, what);
+        th_expect_close(cb.out, cb.ref, ny, 2e-2, what);
         for (int32_t s = 0; s < rs->n_slots; s++) {
-            if (!written[s])
+            if (!cb.written[s])
                 continue;
-            rs_decode_slot(after, &d, s, got);
+            rs_decode_slot(cb.after, &d, s, got);
             snprintf(what, sizeof what, "ssm_scan case %zu, fast, state slot %d", ci, s);
-            th_expect_close(got, want + s * e, e, 2e-2, what);
+            th_expect_close(got, cb.want + s * e, e, 2e-2, what);
         }
         th_end(&h);
     }

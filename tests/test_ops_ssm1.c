@@ -126,7 +126,7 @@ START_TEST(test_short_conv)
         th_begin(&h, NULL);
         llmem_state_desc d = {"conv", 2, {k->L - 1, k->D}, k->st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -2, 2);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok;
         double *bcx = th_alloc(&h, sizeof(double) * (size_t)(n_tok * 3 * k->D));
         double *w = th_alloc(&h, sizeof(double) * (size_t)(k->D * k->L));
         double *b = th_alloc(&h, sizeof(double) * (size_t)k->D);
@@ -134,25 +134,20 @@ START_TEST(test_short_conv)
         ref64_fill(&r, w, (int64_t)k->D * k->L, -1, 1, k->wt);
         ref64_fill(&r, b, k->D, -0.5, 0.5, k->wt);
         sc_in in = {k->D, k->L, bcx, w, k->bias ? b : NULL};
-        double *out = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->D));
-        double *ref = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->D));
-        double *ref_cpu = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->D));
-        size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st) + 4;
-        unsigned char *after = th_alloc(&h, img_bytes), *after_cpu = th_alloc(&h, img_bytes);
-        double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
-        bool written[16];
-        sc_run(be, rs, &d, &in, k->wt, init, out, after);
-        rs_reference_ubatch(rs, &d, init, sc_step, &in, k->D, ref, want, written);
+        rs_case_bufs cb;
+        rs_case_bufs_make(&h, rs, &d, n_tok * k->D, &cb);
+        sc_run(be, rs, &d, &in, k->wt, init, cb.out, cb.after);
+        rs_reference_ubatch(rs, &d, init, sc_step, &in, k->D, cb.ref, cb.want, cb.written);
         char what[64];
         snprintf(what, sizeof what, "short_conv case %zu", ci);
         /* against float64 always; against the CPU backend too on a device */
-        th_expect_close(out, ref, n_tok * k->D, ref64_tol(F32, false), what);
+        th_expect_close(cb.out, cb.ref, n_tok * k->D, ref64_tol(F32, false), what);
         if (cpu) {
-            sc_run(cpu, rs, &d, &in, k->wt, init, ref_cpu, after_cpu);
-            th_expect_close(out, ref_cpu, n_tok * k->D, ref64_tol(F32, true), what);
+            sc_run(cpu, rs, &d, &in, k->wt, init, cb.ref_cpu, cb.after_cpu);
+            th_expect_close(cb.out, cb.ref_cpu, n_tok * k->D, ref64_tol(F32, true), what);
         }
         /* conv states are u rows, each rounded once from f32: exact bytes */
-        rs_check_slots(rs, &d, init, after, want, written, true, cpu != NULL, what);
+        rs_check_slots(rs, &d, init, cb.after, cb.want, cb.written, true, cpu != NULL, what);
         th_end(&h);
     }
     llmem_backend_close(cpu);
@@ -273,7 +268,7 @@ START_TEST(test_ssm_scan1)
         int32_t Din = k->p.d_inner, N = k->p.d_state;
         llmem_state_desc d = {"ssm", 2, {Din, N}, k->st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -1, 1);
-        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok, e = rs_desc_elems(&d);
+        int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok;
         double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
         double *dt = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
         double *z = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
@@ -292,22 +287,17 @@ START_TEST(test_ssm_scan1)
         ref64_fill(&r, bias, Din, -2, 1, k->pt);
         s1_in in = {k->p, k->pt, x, dt, b, cc, k->has_z ? z : NULL, a, k->has_d ? dd : NULL,
                     k->has_bias ? bias : NULL};
-        double *y = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
-        double *ref = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
-        double *ref_cpu = th_alloc(&h, sizeof(double) * (size_t)(n_tok * Din));
-        size_t img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(k->st) + 4;
-        unsigned char *after = th_alloc(&h, img_bytes), *after_cpu = th_alloc(&h, img_bytes);
-        double *want = th_alloc(&h, sizeof(double) * (size_t)(e * rs->n_slots));
-        bool written[16];
-        s1_run(be, rs, &d, &in, init, y, after);
-        rs_reference_ubatch(rs, &d, init, s1_step, &in, Din, ref, want, written);
+        rs_case_bufs cb;
+        rs_case_bufs_make(&h, rs, &d, n_tok * Din, &cb);
+        s1_run(be, rs, &d, &in, init, cb.out, cb.after);
+        rs_reference_ubatch(rs, &d, init, s1_step, &in, Din, cb.ref, cb.want, cb.written);
         char what[64];
         snprintf(what, sizeof what, "ssm_scan1 case %zu", ci);
-        th_expect_close(y, ref, n_tok * Din, ref64_tol(F32, false), what);
-        rs_check_slots(rs, &d, init, after, want, written, false, false, what);
+        th_expect_close(cb.out, cb.ref, n_tok * Din, ref64_tol(F32, false), what);
+        rs_check_slots(rs, &d, init, cb.after, cb.want, cb.written, false, false, what);
         if (cpu) {
-            s1_run(cpu, rs, &d, &in, init, ref_cpu, after_cpu);
-            th_expect_close(y, ref_cpu, n_tok * Din, ref64_tol(F32, true), what);
+            s1_run(cpu, rs, &d, &in, init, cb.ref_cpu, cb.after_cpu);
+            th_expect_close(cb.out, cb.ref_cpu, n_tok * Din, ref64_tol(F32, true), what);
         }
         th_end(&h);
     }

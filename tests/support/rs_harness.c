@@ -186,6 +186,20 @@ void rs_ssm_scan_step(void *ctx, double *state, int32_t tok, double *out_row) {
                   in->dt_bias, &in->p, out_row);
 }
 
+void rs_case_bufs_make(th_ctx *h, const rs_setup *rs, const llmem_state_desc *d,
+                       int64_t n_out, rs_case_bufs *b) {
+  ck_assert_int_le(rs->n_slots, RS_MAX_SLOTS);
+  int64_t e = rs_desc_elems(d);
+  b->out = th_vec(h, n_out);
+  b->ref = th_vec(h, n_out);
+  b->ref_cpu = th_vec(h, n_out);
+  b->want = th_vec(h, e * rs->n_slots);
+  b->img_bytes = (size_t)(e * rs->n_slots) * llmem_dtype_size(d->dtype) + 4;
+  b->after = th_alloc(h, b->img_bytes);
+  b->after_cpu = th_alloc(h, b->img_bytes);
+  memset(b->written, 0, sizeof b->written);
+}
+
 void rs_ssm_scan_run(llmem_backend *be, const rs_setup *rs,
                      const llmem_state_desc *d, const rs_scan_in *in,
                      const unsigned char *init, double *y,

@@ -93,6 +93,27 @@ void rs_check_slots(const rs_setup *rs, const llmem_state_desc *d,
                     const double *want, const bool *written, bool exact,
                     bool vs_cpu, const char *what);
 
+/* The most slots the case buffers below track (rs_setup.n_slots). */
+#define RS_MAX_SLOTS 32
+
+/* The buffers one recurrent-op case fills, from h's arena (freed at
+ * th_end(h)): n_out doubles each for the output of the backend under test
+ * (out), of the float64 reference (ref) and of a CPU backend (ref_cpu);
+ * the slot images after the op on that backend and on the CPU (after,
+ * after_cpu: rs->n_slots slots of d and 4 bytes more, as the state
+ * buffer's size may be rounded up to 4 bytes); the states the reference
+ * wants in the slots (want, [n_slots, elems]) and which slots it writes
+ * (written). Asserts that rs->n_slots <= RS_MAX_SLOTS. */
+typedef struct rs_case_bufs {
+  double *out, *ref, *ref_cpu, *want;
+  unsigned char *after, *after_cpu;
+  size_t img_bytes; /* of after and after_cpu each */
+  bool written[RS_MAX_SLOTS];
+} rs_case_bufs;
+
+void rs_case_bufs_make(th_ctx *h, const rs_setup *rs, const llmem_state_desc *d,
+                       int64_t n_out, rs_case_bufs *b);
+
 /* The inputs of one Mamba-2 scan over an rs_setup's ubatch (rs_ssm_scan_run,
  * rs_ssm_scan_step): xbc [tokens, rs_ssm_conv_dim(&p)] and dt [tokens,
  * p.n_heads] in token order (stream-major), a_log, d and dt_bias
