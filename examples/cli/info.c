@@ -74,9 +74,10 @@ int llmem_cli_info(int argc, char **argv)
         if (c == '?')
             return 2;
         if (c == 'h') {
-            printf("usage: llmem info [--json]\n\nPrints the llmem version, every backend the "
-                   "registry knows (cpu, cuda, vulkan) with its devices and memory, and for each "
-                   "unavailable backend the reason (no plugin, no driver, no device).\n"
+            printf("usage: llmem info [--json]\n\n"
+                   "Prints the llmem version, every backend the registry knows (cpu, cuda,\n"
+                   "vulkan) with its devices and memory, and for each unavailable backend the\n"
+                   "reason (no plugin, no driver, no device).\n"
                    "Plugins are searched in $LLMEM_BACKEND_PATH, then the install folder\n"
                    "(<prefix>/lib/llmem, found relative to libllmem itself).\n\n"
                    "options:\n"
