@@ -343,6 +343,32 @@ START_TEST(prompt_shapes)
 }
 END_TEST
 
+/* A body is UTF-8 (RFC 8259, section 8.1; json.loads of other bytes is an
+ * error): a stray byte, a sequence cut short, an overlong form and an
+ * encoded surrogate are each refused as invalid JSON naming the byte,
+ * where they used to reach the tokenizer; UTF-8 text passes. */
+START_TEST(bodies_that_are_not_utf8_are_refused)
+{
+    static const body bad[] = {
+        {false, "{\"prompt\": \"a\xff\"}"},
+        {false, "{\"prompt\": \"a\xc3\"}"},
+        {false, "{\"prompt\": \"\xc0\xaf\"}"},
+        {false, "{\"prompt\": \"\xed\xa0\x80\"}"},
+        {false, "{\"prompt\": \"Hi\", \"stop\": [\"\xf4\x90\x80\x80\"]}"},
+        {true, "{\"messages\": [{\"role\": \"user\", \"content\": \"\xfe\"}]}"},
+        {false, "\xef\xbb\xbf{\"prompt\": \"\x80\"}"},
+    };
+    refuse_all(bad, sizeof bad / sizeof bad[0], "not UTF-8");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        refuse(bad[i].chat, bad[i].text, NULL, "invalid_json");
+    api_request r;
+    ck_assert_int_eq(parse(false, "{\"prompt\": \"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}", &r,
+                           NULL), 0);
+    expect_prompt(&r, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
+    eng_req_release(NULL, r.req);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("serve_api");
@@ -356,6 +382,7 @@ int main(void)
     tcase_add_test(tc, escaped_backslash_before_u0000_is_text);
     tcase_add_test(tc, parameter_ranges);
     tcase_add_test(tc, prompt_shapes);
+    tcase_add_test(tc, bodies_that_are_not_utf8_are_refused);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? 1 : 0;
 }

@@ -323,6 +323,15 @@ int api_parse(const api_server *s, bool chat, const char *body, size_t len,
     w.at += bom; /* offsets into the body as sent */
     int32_t *ids = NULL, n_ids = 0;
     int rc = 0;
+    /* JSON text is UTF-8 (RFC 8259, section 8.1), and json.loads of bytes
+     * that are not is an error: here too, not bytes passed on to the
+     * tokenizer (cJSON copies them into strings as they come) */
+    size_t utf8 = bom + srv_utf8_valid_prefix(body + bom, len - bom);
+    if (utf8 < len) {
+        rc = bad(err_json, NULL, "invalid_json", "the request body is not UTF-8 (byte %zu)",
+                 utf8);
+        goto done;
+    }
     if (jf != HF_JSON_OK) {
         char why[128];
         hf_json_describe(jf, &w, why, sizeof why);

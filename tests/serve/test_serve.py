@@ -346,7 +346,8 @@ def t_bad(s):
     assert h["requests_running"] == 0 and h["seqs_live"] == 0
 
 
-@check("malformed bodies: 400 / 405 / 413 with an error object, then service goes on")
+@check("malformed bodies (not JSON, not UTF-8, too deep, too big, wrong method): 400 / 405 / 413 "
+       "with an error object, then service goes on")
 def t_malformed(s):
     def error_of(status, j, want_status, body):
         assert status == want_status, (body[:80], status, j)
@@ -358,6 +359,9 @@ def t_malformed(s):
                  '{"prompt": "ab", "x": ' + "[" * 5000 + "]" * 5000 + "}"]:
         e = error_of(*s.raw("/v1/completions", body), 400, body)
         assert e["code"] == "invalid_json", (body[:80], e)
+    for body in [b'{"prompt": "a\xff"}', b'{"prompt": "\xc0\xaf", "max_tokens": 2}']:
+        e = error_of(*s.raw("/v1/completions", body), 400, repr(body))
+        assert e["code"] == "invalid_json" and "UTF-8" in e["message"], (body, e)
     for body, code in [('{"prompt": [[1, 2], [3, 4]]}', "unsupported_value"),
                        ('{"prompt": [[1, "x"]]}', "invalid_value")]:
         e = error_of(*s.raw("/v1/completions", body), 400, body)
