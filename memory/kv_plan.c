@@ -40,9 +40,10 @@ static void finish_cows(kv_cache *kv, kv_res *res)
 
 static void release_reservations(kv_cache *kv, const llmem_plan *plan)
 {
-    for (int32_t s = 0; s < kv->base.n_seq_max; s++)
-        if (plan->n_new[s] > 0)
-            kv_drop_pages_from(kv, &kv->seqs[s], n_pages_for_len(kv, kv->seqs[s].tokens.n));
+    for (int32_t k = 0; k < plan->n_seqs; k++) {
+        kv_seq *q = &kv->seqs[plan->seqs[k].id];
+        kv_drop_pages_from(kv, q, n_pages_for_len(kv, q->tokens.n));
+    }
 }
 
 static int32_t stream_n(const llmem_plan *plan, int32_t u, int32_t s)
@@ -154,11 +155,10 @@ static int64_t index_elems(const kv_cache *kv, const llmem_plan *plan)
     return elems;
 }
 
-/* Page-table entries each planned sequence holds once reserved. */
-static int32_t pages_after(const kv_cache *kv, const llmem_plan *plan, int32_t s,
-                           const int32_t *need)
+/* Page-table entries planned sequence e holds once reserved. */
+static int32_t pages_after(const kv_cache *kv, const llmem_plan_seq *e, const int32_t *need)
 {
-    return kv->seqs[s].pages.n + kv_ps_div(kv, plan->n_cached[s]) + need[s];
+    return kv->seqs[e->id].pages.n + kv_ps_div(kv, e->n_cached) + need[e->id];
 }
 
 /* Replaces the device index buffer by one whose first r entries hold the
@@ -229,12 +229,11 @@ bool kv_rows_grow(void *ctx, page_rows *r, int64_t cap)
  * in kv_seq.last, so the table's tail is not read), and that page's pool
  * entries: with thousands of sequences each is a cache miss, so the pool
  * entries are fetched 8 sequences ahead. */
-LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan, int32_t s,
-                                     int32_t nsm)
+LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *plan, int32_t k)
 {
 #if defined(__GNUC__)
-    if (s + 8 < nsm && plan->n_new[s + 8]) {
-        const kv_seq *q = &kv->seqs[s + 8];
+    if (k + 8 < plan->n_seqs) {
+        const kv_seq *q = &kv->seqs[plan->seqs[k + 8].id];
         int32_t p = q->pages.n > 0 ? q->last : -1;
         /* only a partly written last page is looked at (the copy-on-write
          * test); in pages of 1 it never is. A sliding window's dropped
@@ -246,7 +245,7 @@ LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *p
         }
     }
 #else
-    (void)kv, (void)plan, (void)s, (void)nsm;
+    (void)kv, (void)plan, (void)k;
 #endif
 }
 
@@ -259,11 +258,10 @@ LLMEM_PREFETCH_FN void kv_prefetch_ahead(const kv_cache *kv, const llmem_plan *p
  * following a dozen other streams, left to miss (4,000 sequences, 1K
  * context: this pass 16 -> 11-12 ns a sequence). The row entries the
  * pages go to are not touched here (rows_write_deferred). */
-LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *plan, int32_t s,
-                                      int32_t nsm)
+LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *plan, int32_t k)
 {
 #if defined(__GNUC__)
-    if (s + 8 < nsm && plan->n_new[s + 8] && kv->need[s + 8] > 0) {
+    if (k + 8 < plan->n_seqs && kv->need[plan->seqs[k + 8].id] > 0) {
         const page_pool *pp = &kv->pool;
         if (pp->n_free > 9) {
             int32_t p = pp->free_stack[pp->n_free - 9];
@@ -274,7 +272,7 @@ LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *
         }
     }
 #else
-    (void)kv, (void)plan, (void)s, (void)nsm;
+    (void)kv, (void)plan, (void)k;
 #endif
 }
 
@@ -302,7 +300,7 @@ enum { KV_TAIL_COPY = 1,   /* shared or published: copy-on-write */
 
 /* Pages the plan needs beyond the prefix pages it attaches, in one pass
  * over the planned sequences (at thousands of sequences every pass over
- * their page-table tails is a cache miss each): per sequence kv->need[s]
+ * their page-table tails is a cache miss each): per planned sequence s kv->need[s]
  * new pages and kv->cow[s] (above), kv->len0[s] = length once the prefix
  * is attached. Returns the total; *n_cow gets the copies and,
  * when rows is not NULL, *rows the page-row entries the table would use
@@ -315,19 +313,17 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
     uint8_t *cow = kv->cow;
     int64_t total = 0, nr = kv->rows.n;
     int32_t nc = 0, ng = 0;
-    int32_t nsm = kv->base.n_seq_max;
-    for (int32_t s = 0; s < nsm; s++) {
+    for (int32_t k = 0; k < plan->n_seqs; k++) {
+        const llmem_plan_seq *e = &plan->seqs[k];
+        int32_t s = e->id;
         const kv_seq *q = &kv->seqs[s];
-        kv_prefetch_ahead(kv, plan, s, nsm);
+        kv_prefetch_ahead(kv, plan, k);
         need[s] = 0;
         cow[s] = 0;
         kv->tail[s] = -1;
-        len0[s] = q->tokens.n;
-        if (plan->n_new[s] == 0)
-            continue;
-        int32_t c = plan->n_cached[s];
+        int32_t c = e->n_cached;
         len0[s] = c > 0 ? c : q->tokens.n;
-        int32_t nn = plan->n_new[s] - c;
+        int32_t nn = e->n_new - c;
         need[s] = kv_pages_for(kv, len0[s], nn);
         if (c == 0 && nn > 0 && kv_ps_mod(kv, len0[s])) {
             int32_t at = kv_ps_div(kv, len0[s]);
@@ -340,7 +336,7 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
         }
         total += need[s] + (cow[s] == KV_TAIL_COPY);
         nc += cow[s] == KV_TAIL_COPY;
-        int32_t np = pages_after(kv, plan, s, need);
+        int32_t np = pages_after(kv, e, need);
         if (rows && np > 0 && (q->row < 0 || np > q->row_cap)) {
             nr += page_rows_cost(np);
             ng++;
@@ -358,17 +354,18 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
                                        size_t err_len)
 {
     kv_cache *kv = kv_of(mem);
-    int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
+    int32_t ps = kv->p.page_size;
     llmem_status st = LLMEM_E_NO_MEMORY;
     i32vec pages = {0}; /* cached (unreferenced) prefix pages the plan would pin */
     kv->prep_plan = NULL;
-    for (int32_t s = 0; s < nsm; s++) {
-        int32_t c = plan->n_cached[s];
-        if (plan->n_new[s] == 0 || c == 0)
+    /* (a plan without prefix-cache tokens skips the pass) */
+    for (int32_t e = 0; plan->info.n_tokens_cached > 0 && e < plan->n_seqs; e++) {
+        int32_t c = plan->seqs[e].n_cached, s = plan->seqs[e].id;
+        if (c == 0)
             continue;
         int32_t np = c / ps, at = pages.n;
         if (c % ps || kv->seqs[s].tokens.n || !i32vec_reserve(&pages, pages.n + np) ||
-            kv_prefix_pages(kv, plan->seq_tokens[s], c, pages.v + at) != np) {
+            kv_prefix_pages(kv, plan->seq_tokens[e], c, pages.v + at) != np) {
             llmem_errf(err, err_len, "sequence %d: prefix pages changed during planning", s);
             st = LLMEM_E_STATE;
             goto out;
@@ -439,7 +436,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
                                size_t err_len)
 {
     kv_cache *kv = kv_of(mem);
-    int32_t nsm = mem->n_seq_max, ps = kv->p.page_size;
+    int32_t ps = kv->p.page_size;
     llmem_status st = LLMEM_E_NO_MEMORY;
     kv_res *res = calloc(1, sizeof *res);
     int32_t *need = kv->need, *len0 = kv->len0;
@@ -457,16 +454,15 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     if (!res->ub)
         goto fail;
     int64_t total = 0;
-    for (int32_t s = 0; s < nsm; s++) {
-        if (plan->n_new[s] == 0)
-            continue;
+    for (int32_t e = 0; plan->info.n_tokens_cached > 0 && e < plan->n_seqs; e++) {
+        int32_t s = plan->seqs[e].id;
         kv_seq *q = &kv->seqs[s];
-        int32_t c = plan->n_cached[s];
+        int32_t c = plan->seqs[e].n_cached;
         if (c > 0) {
             int32_t np = c / ps;
             int32_t at = pinned.n;
             if (c % ps || q->tokens.n || !i32vec_reserve(&pinned, pinned.n + np) ||
-                kv_prefix_pages(kv, plan->seq_tokens[s], c, pinned.v + at) != np) {
+                kv_prefix_pages(kv, plan->seq_tokens[e], c, pinned.v + at) != np) {
                 llmem_errf(err, err_len, "sequence %d: prefix pages changed during planning", s);
                 st = LLMEM_E_STATE;
                 goto fail;
@@ -519,10 +515,9 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         goto fail;
     /* prepare counted the rows that must grow for this plan (the counts
      * do not depend on the prefix pages pinned since) */
-    for (int32_t s = 0; (prep != plan || kv->prep_grow > 0) && s < nsm; s++) {
-        if (plan->n_new[s] == 0)
-            continue;
-        int32_t np = pages_after(kv, plan, s, need);
+    for (int32_t e = 0; (prep != plan || kv->prep_grow > 0) && e < plan->n_seqs; e++) {
+        int32_t s = plan->seqs[e].id;
+        int32_t np = pages_after(kv, &plan->seqs[e], need);
         if (np > 0 && !kv_pt_fit(kv, &kv->seqs[s], np)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for page tables");
             goto fail;
@@ -536,26 +531,26 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     }
     /* a decode step's new row entries are written at the upload (when the
      * pair list has room for one a sequence: else at once) */
-    bool defer = nsm <= INT32_MAX / 2 && i32vec_reserve(&kv->row_defer, 2 * nsm);
+    bool defer = plan->n_seqs <= INT32_MAX / 2 && i32vec_reserve(&kv->row_defer, 2 * plan->n_seqs);
     kv->row_defer.n = 0;
     /* from here on, reservations live in the page tables; release undoes them */
     attached = true;
-    for (int32_t s = 0; s < nsm; s++) {
-        kv_prefetch_append(kv, plan, s, nsm);
-        if (plan->n_new[s] == 0)
-            continue;
+    for (int32_t e = 0; e < plan->n_seqs; e++) {
+        const llmem_plan_seq *pe = &plan->seqs[e];
+        int32_t s = pe->id;
+        kv_prefetch_append(kv, plan, e);
         kv_seq *q = &kv->seqs[s];
         /* room for the ids and positions the commits append, taken now so
          * that a commit needs no host memory: a hybrid cannot undo a child
          * that committed before another failed (release undoes the
          * sequences attached so far, as for a failure below) */
-        if (!tok_stage_reserve(&q->tokens, plan->n_new[s]) ||
-            !seq_pos_reserve_push(&q->pos, plan->n_new[s], plan->first_pos[s])) {
+        if (!tok_stage_reserve(&q->tokens, pe->n_new) ||
+            !seq_pos_reserve_push(&q->pos, pe->n_new, pe->first_pos)) {
             llmem_errf(err, err_len, "KV cache: out of host memory for sequence %d's tokens", s);
             st = LLMEM_E_NO_MEMORY;
             goto fail;
         }
-        int32_t np = kv_ps_div(kv, plan->n_cached[s]);
+        int32_t np = kv_ps_div(kv, pe->n_cached);
         /* the table's last two entries as they will be, kept in registers:
          * reading the tail back right after the store that misses on it
          * would wait for the line (kv_last_sync reads it) */
@@ -728,14 +723,20 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         for (int32_t m = 0; m < stream_n(plan, i, s); m++) {
             int32_t q = stream_seq(plan, i, s, m);
             kv_seq *sq = &kv->seqs[q];
-            int32_t c = plan->n_cached[q];
-            if (c > 0 && sq->tokens.n == 0) {
+            /* an empty sequence may start with prefix-cache tokens: its
+             * entry is looked up only when the plan has some (a decode
+             * step's commit does not read the sequence's token array) */
+            int32_t pk = plan->info.n_tokens_cached > 0 && sq->tokens.n == 0
+                             ? llmem_plan_seq_index(plan, q)
+                             : -1;
+            int32_t c = pk >= 0 ? plan->seqs[pk].n_cached : 0;
+            if (c > 0) {
                 if (!i32vec_reserve(&sq->tokens, c)) {
                     publish_flush(kv);
                     return LLMEM_E_NO_MEMORY;
                 }
                 for (int32_t j = 0; j < c; j++)
-                    sq->tokens.v[j] = plan->seq_tokens[q][j];
+                    sq->tokens.v[j] = plan->seq_tokens[pk][j];
                 sq->tokens.n = c;
                 seq_pos_set_run(&sq->pos, c, 0);
                 kv->prefix_hits += c;

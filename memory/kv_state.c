@@ -465,7 +465,7 @@ static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
         return false;
     }
     const llmem_plan *plan = kv->base.plan;
-    if (plan && kv->res && plan->n_new[s] > 0 && q->pages.n > q->dropped &&
+    if (plan && kv->res && llmem_plan_seq_find(plan, s) && q->pages.n > q->dropped &&
         page_rows_pending_in(&kv->rows, q->row + q->dropped, q->row + q->pages.n)) {
         llmem_errf(err, err_len, "sequence %d: planned but its row is not uploaded", s);
         return false;

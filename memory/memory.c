@@ -152,7 +152,8 @@ int32_t llmem_plan_n_cached(const llmem_plan *plan, int32_t seq_id)
 {
     if (!plan || seq_id < 0 || seq_id >= plan->n_seq_max)
         return 0;
-    return plan->n_cached[seq_id];
+    const llmem_plan_seq *e = llmem_plan_seq_find(plan, seq_id);
+    return e ? e->n_cached : 0;
 }
 
 const llmem_ubatch *llmem_plan_ubatch(const llmem_plan *plan, int32_t i)

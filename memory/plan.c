@@ -3,80 +3,120 @@
  * split_simple / split_equal / split_seq have the same meaning).
  *
  * Cost (DESIGN.md contract 9): O(tokens x sequence ids per token) plus
- * O(n_seq_max) for per-sequence arrays, never quadratic in sequences:
- * sequence-id sets are grouped through a per-sequence table (one id) or a
- * hash of the set (several ids), streams of a ubatch through a set ->
- * stream table, and the EQUAL / SEQ splits walk a list of the sets that
- * still have tokens. */
+ * O(sequences of the batch), whatever n_seq_max is, and never quadratic
+ * in sequences: the batch's sequences are listed (llmem_plan.seqs) and
+ * found through a hash of their ids, sequence-id sets are grouped through
+ * a per-sequence entry (one id) or a hash of the set (several ids),
+ * streams of a ubatch through a set -> stream table, and the EQUAL / SEQ
+ * splits walk a list of the sets that still have tokens. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "memory/internal.h"
+#include "memory/plan_build.h"
 
-typedef struct stream_set {
-    int32_t off, n; /* into the flat id list */
-} stream_set;
-
-typedef struct plan_build {
-    const llmem_batch *b;
-    int32_t n_seq_max;
-    /* per batch token */
-    int32_t *stream;   /* global stream id */
-    bool *skip;        /* served by the prefix cache */
-    bool *out;
-    /* streams */
-    i32vec ids;        /* flat seq ids of each distinct stream */
-    stream_set *sets;
-    int32_t n_sets, cap_sets;
-    /* grouping: one-id sets by sequence; larger sets by hash (chains) */
-    int32_t *single;   /* [n_seq_max] set {s}, or -1 */
-    uint32_t *mark;    /* [n_seq_max] stamp of the set being compared */
-    uint32_t stamp;
-    int32_t *bucket;   /* [n_buckets] first set of a chain, -1; made at the first
-                          token in several sequences */
-    int32_t n_buckets;
-    i32vec chain;      /* [n_sets] next set of the same bucket */
-    int32_t *local;    /* [n_sets] stream of a set in the ubatch being emitted, or -1 */
-    int32_t *cut;      /* [n_seq_max] batch tokens of a sequence before which a ubatch
-                          must end (llmem_plan.snap_at), 0 none; NULL when no cut */
-    int32_t *cut_m;    /* [n_seq_max] its first batch token's position (the prefix hit) */
-    int32_t *cut_every; /* [n_seq_max] below a cut, ubatches also end at multiples of
-                           this length (0 none) */
-} plan_build;
-
-static int32_t tok_nseq(const llmem_batch *b, int32_t i)
-{
-    return b->n_seq_id ? b->n_seq_id[i] : 1;
-}
-
-static int32_t tok_seq(const llmem_batch *b, int32_t i, int32_t j)
-{
-    return b->seq_id ? b->seq_id[i][j] : 0;
-}
-
-/* New stamp for pb->mark (all marks cleared on wrap-around). */
+/* New stamp for seq_tmp.mark (all marks cleared on wrap-around). */
 static uint32_t next_stamp(plan_build *pb)
 {
     if (++pb->stamp == 0) {
-        memset(pb->mark, 0, (size_t)pb->n_seq_max * sizeof *pb->mark);
+        for (int32_t k = 0; k < pb->n_seqs; k++)
+            pb->tmp[k].mark = 0;
         pb->stamp = 1;
     }
     return pb->stamp;
 }
 
-/* Whether set s holds exactly token i's ids (distinct, validated). */
-static bool same_set(plan_build *pb, int32_t s, int32_t i)
+/* Rebuilds the id -> k map: a hash of 1 << bits entries, or for bits 0 a
+ * table of n_seq_max entries indexed by id (chosen when n_seq_max is at
+ * most a few times the batch's tokens, so it still costs O(the batch)). */
+static bool map_build(plan_build *pb, int32_t bits)
 {
-    const llmem_batch *b = pb->b;
-    int32_t n = tok_nseq(b, i);
-    if (pb->sets[s].n != n)
+    size_t n = bits ? (size_t)1 << bits : (size_t)pb->n_seq_max;
+    int32_t *m = malloc(n * sizeof *m);
+    if (!m)
+        return false;
+    memset(m, 0xff, n * sizeof *m);
+    uint32_t mask = (uint32_t)(n - 1);
+    for (int32_t k = 0; k < pb->n_seqs; k++) {
+        uint32_t h = bits ? llmem_plan_seq_hash(pb->seqs[k].id, bits) : (uint32_t)pb->seqs[k].id;
+        while (m[h] >= 0)
+            h = (h + 1) & mask;
+        m[h] = k;
+    }
+    free(pb->map);
+    pb->map = m;
+    pb->map_bits = bits;
+    return true;
+}
+
+/* k of sequence s (in range), added (with its first token at position pos)
+ * when new; -1 on allocation failure. *added tells whether it was new. */
+static int32_t seq_k(plan_build *pb, int32_t s, int32_t pos, bool *added)
+{
+    *added = false;
+    if (s == pb->last_id)
+        return pb->last_k;
+    uint32_t mask = 0, h = (uint32_t)s;
+    if (pb->map_bits) {
+        mask = (1u << pb->map_bits) - 1;
+        for (h = llmem_plan_seq_hash(s, pb->map_bits); pb->map[h] >= 0; h = (h + 1) & mask)
+            if (pb->seqs[pb->map[h]].id == s)
+                break;
+    }
+    if (pb->map[h] >= 0) {
+        pb->last_id = s;
+        return pb->last_k = pb->map[h];
+    }
+    if (pb->n_seqs == pb->cap_seqs) {
+        if (pb->cap_seqs > INT32_MAX / 2)
+            return -1;
+        int32_t nc = pb->cap_seqs * 2;
+        llmem_plan_seq *ns = realloc(pb->seqs, (size_t)nc * sizeof *ns);
+        if (ns)
+            pb->seqs = ns;
+        seq_tmp *nt = realloc(pb->tmp, (size_t)nc * sizeof *nt);
+        if (nt)
+            pb->tmp = nt;
+        if (!ns || !nt)
+            return -1;
+        pb->cap_seqs = nc;
+    }
+    int32_t k = pb->n_seqs++;
+    if (k > 0 && pb->seqs[k - 1].id > s)
+        pb->unsorted = true;
+    pb->seqs[k] = (llmem_plan_seq){.id = s, .first_pos = pos};
+    pb->tmp[k] = (seq_tmp){.set = -1, .single = -1};
+    pb->map[h] = k;
+    if (pb->map_bits && 2 * (int64_t)pb->n_seqs > (int64_t)mask + 1 &&
+        (pb->map_bits >= 30 || !map_build(pb, pb->map_bits + 1)))
+        return -1;
+    *added = true;
+    pb->last_id = s;
+    return pb->last_k = k;
+}
+
+/* k of sequence s, which the plan already lists. */
+static int32_t listed_k(const plan_build *pb, int32_t s)
+{
+    if (!pb->map_bits)
+        return pb->map[s];
+    uint32_t mask = (1u << pb->map_bits) - 1, h = llmem_plan_seq_hash(s, pb->map_bits);
+    while (pb->seqs[pb->map[h]].id != s)
+        h = (h + 1) & mask;
+    return pb->map[h];
+}
+
+/* Whether set g holds exactly the ids of the n pairs at pk (distinct, validated). */
+static bool same_set(plan_build *pb, int32_t g, const int32_t *pk, int32_t n)
+{
+    if (pb->sets[g].n != n)
         return false;
     uint32_t st = next_stamp(pb);
-    for (int32_t k = 0; k < n; k++)
-        pb->mark[pb->ids.v[pb->sets[s].off + k]] = st;
     for (int32_t j = 0; j < n; j++)
-        if (pb->mark[tok_seq(b, i, j)] != st)
+        pb->tmp[listed_k(pb, pb->ids.v[pb->sets[g].off + j])].mark = st;
+    for (int32_t j = 0; j < n; j++)
+        if (pb->tmp[pk[j]].mark != st)
             return false;
     return true;
 }
@@ -93,12 +133,13 @@ static uint32_t set_hash(const llmem_batch *b, int32_t i)
     return (uint32_t)(h ^ (h >> 32));
 }
 
-static int32_t find_or_add_set(plan_build *pb, int32_t i)
+/* The set of token i, whose pairs' plan indices are pk[0, n). */
+static int32_t find_or_add_set(plan_build *pb, int32_t i, const int32_t *pk)
 {
-    int32_t n = tok_nseq(pb->b, i), s0 = tok_seq(pb->b, i, 0), *head = NULL;
+    int32_t n = tok_nseq(pb->b, i), *head = NULL;
     if (n == 1) {
-        if (pb->single[s0] >= 0)
-            return pb->single[s0];
+        if (pb->tmp[pk[0]].single >= 0)
+            return pb->tmp[pk[0]].single;
     } else {
         if (!pb->bucket) { /* the first token in several sequences: make the hash */
             int32_t nb = 16;
@@ -110,9 +151,9 @@ static int32_t find_or_add_set(plan_build *pb, int32_t i)
             pb->n_buckets = nb;
         }
         head = &pb->bucket[set_hash(pb->b, i) & (uint32_t)(pb->n_buckets - 1)];
-        for (int32_t s = *head; s >= 0; s = pb->chain.v[s])
-            if (same_set(pb, s, i))
-                return s;
+        for (int32_t g = *head; g >= 0; g = pb->chain.v[g])
+            if (same_set(pb, g, pk, n))
+                return g;
     }
     if (!i32vec_push(&pb->chain, head ? *head : -1))
         return -1;
@@ -133,7 +174,7 @@ static int32_t find_or_add_set(plan_build *pb, int32_t i)
     if (head)
         *head = pb->n_sets;
     else
-        pb->single[s0] = pb->n_sets;
+        pb->tmp[pk[0]].single = pb->n_sets;
     return pb->n_sets++;
 }
 
@@ -163,12 +204,11 @@ void llmem_plan_free_internal(llmem_plan *p)
     free(p->ubatch);
     free(p->group_off);
     free(p->group_ids);
-    free(p->seq_tokens); /* the rows point into storage */
-    free(p->storage);
-    free(p->n_cached);
-    free(p->n_new);
-    free(p->first_pos);
-    free(p->snap_at);
+    free((void *)p->seqs);
+    free((void *)p->seq_tokens);
+    free((void *)p->snap_at);
+    free((void *)p->seq_map);
+    free(p->storage); /* the sequences' tokens */
     free(p);
 }
 
@@ -325,7 +365,7 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
     for (int32_t s = 0; s < ns; s++)
         head[s] = start[s];
     /* cuts: a ubatch ends before token cut[seq] of a one-sequence set */
-    if (pb->cut) {
+    if (pb->cuts) {
         cutq = calloc((size_t)ns + 1, sizeof *cutq);
         cbase = calloc((size_t)ns + 1, sizeof *cbase);
         cevery = calloc((size_t)ns + 1, sizeof *cevery);
@@ -333,13 +373,15 @@ static llmem_status do_split(llmem_plan *p, plan_build *pb, const int32_t *list,
             st = LLMEM_E_NO_MEMORY;
             goto out;
         }
-        for (int32_t a = 0; a < pb->n_seq_max; a++)
-            if (pb->cut[a] > 0 && pb->single[a] >= 0 && pb->single[a] < ns &&
-                pb->cut[a] < start[pb->single[a] + 1] - start[pb->single[a]]) {
-                cutq[pb->single[a]] = start[pb->single[a]] + pb->cut[a];
-                cbase[pb->single[a]] = start[pb->single[a]] - pb->cut_m[a];
-                cevery[pb->single[a]] = pb->cut_every[a];
+        for (int32_t a = 0; a < pb->n_seqs; a++) {
+            const seq_cut *t = &pb->cuts[a];
+            int32_t g = pb->tmp[a].single;
+            if (t->cut > 0 && g >= 0 && g < ns && t->cut < start[g + 1] - start[g]) {
+                cutq[g] = start[g] + t->cut;
+                cbase[g] = start[g] - t->cut_m;
+                cevery[g] = t->cut_every;
             }
+        }
     }
     /* sets that still have tokens, in order: nxt[s] follows s, nxt[ns] is
      * the first; each ubatch takes the first `chosen` of them */
@@ -394,8 +436,11 @@ out:
     return st;
 }
 
+/* Checks the batch and lists its sequences (pb->seqs, first appearance
+ * order; n_new and first_pos of each), every pair's k (pb->pair_k) and
+ * every token's stream. */
 static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split split, char *err,
-                             size_t err_len, int32_t *next_pos, int32_t *seq_set)
+                             size_t err_len)
 {
     const llmem_batch *b = pb->b;
     if (b->n_tokens < 1) {
@@ -411,10 +456,6 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
         return LLMEM_E_INVALID;
     }
     int32_t n_seq_max = pb->n_seq_max;
-    for (int32_t s = 0; s < n_seq_max; s++) {
-        next_pos[s] = INT32_MIN;
-        seq_set[s] = -1;
-    }
     for (int32_t i = 0; i < b->n_tokens; i++) {
         int32_t ns = tok_nseq(b, i);
         if (ns < 1 || (ns > 1 && !b->seq_id)) {
@@ -426,6 +467,17 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
                        INT32_MAX);
             return LLMEM_E_INVALID;
         }
+        if (pb->n_pairs > pb->cap_pairs - ns) { /* tokens in several sequences */
+            if ((int64_t)pb->n_pairs + ns > INT32_MAX / 2)
+                return LLMEM_E_NO_MEMORY;
+            int32_t nc = 2 * (pb->n_pairs + ns);
+            int32_t *v = realloc(pb->pair_k, (size_t)nc * sizeof *v);
+            if (!v)
+                return LLMEM_E_NO_MEMORY;
+            pb->pair_k = v;
+            pb->cap_pairs = nc;
+        }
+        int32_t off = pb->n_pairs;
         for (int32_t j = 0; j < ns; j++) {
             int32_t s = tok_seq(b, i, j);
             if (s < 0 || s >= n_seq_max) {
@@ -433,230 +485,103 @@ static llmem_status validate(llmem_memory *mem, plan_build *pb, llmem_split spli
                            s, n_seq_max);
                 return LLMEM_E_INVALID;
             }
+            bool added;
+            int32_t k = seq_k(pb, s, b->pos[i], &added);
+            if (k < 0)
+                return LLMEM_E_NO_MEMORY;
+            pb->pair_k[pb->n_pairs++] = k;
+            seq_tmp *t = &pb->tmp[k];
             if (ns > 1) { /* marks, not a pairwise scan: a token may be in 4,000 sequences */
                 if (j == 0)
                     next_stamp(pb);
-                if (pb->mark[s] == pb->stamp) {
+                if (t->mark == pb->stamp) {
                     llmem_errf(err, err_len, "batch token %d: sequence id %d listed twice", i, s);
                     return LLMEM_E_INVALID;
                 }
-                pb->mark[s] = pb->stamp;
+                t->mark = pb->stamp;
             }
-            if (next_pos[s] == INT32_MIN) {
+            if (added) {
                 int32_t pm = mem->iface->seq_pos_max(mem, s);
-                next_pos[s] = pm >= 0 && pm < INT32_MAX ? pm + 1 : b->pos[i];
+                t->next_pos = pm >= 0 && pm < INT32_MAX ? pm + 1 : b->pos[i];
             }
-            if (b->pos[i] != next_pos[s]) {
+            if (b->pos[i] != t->next_pos) {
                 llmem_errf(err, err_len,
                            "batch token %d: position %d of sequence %d does not follow its last "
                            "position (expected %d)",
-                           i, b->pos[i], s, next_pos[s]);
+                           i, b->pos[i], s, t->next_pos);
                 return LLMEM_E_INVALID;
             }
-            if (next_pos[s] < INT32_MAX)
-                next_pos[s]++;
+            if (t->next_pos < INT32_MAX)
+                t->next_pos++;
+            pb->seqs[k].n_new++;
         }
-        int32_t g = find_or_add_set(pb, i);
+        const int32_t *pk = pb->pair_k + off;
+        int32_t g = find_or_add_set(pb, i, pk);
         if (g < 0)
             return LLMEM_E_NO_MEMORY;
         pb->stream[i] = g;
         for (int32_t j = 0; j < ns; j++) {
-            int32_t s = tok_seq(b, i, j);
-            if (seq_set[s] >= 0 && seq_set[s] != g && split != LLMEM_SPLIT_SIMPLE) {
+            seq_tmp *t = &pb->tmp[pk[j]];
+            if (t->set >= 0 && t->set != g && split != LLMEM_SPLIT_SIMPLE) {
                 llmem_errf(err, err_len,
                            "batch token %d: sequence %d appears with different sequence-id sets; "
                            "the %s split needs each sequence in one set (submit shared tokens in "
                            "their own batch, then seq_cp)",
-                           i, s, llmem_split_name(split));
+                           i, tok_seq(b, i, j), llmem_split_name(split));
                 return LLMEM_E_INVALID;
             }
-            seq_set[s] = g;
+            t->set = g;
         }
         pb->out[i] = b->output ? b->output[i] != 0 : i == b->n_tokens - 1;
     }
     return LLMEM_OK;
 }
 
-/* In-batch shared prefixes (for prefix_cut): sequences whose batch tokens
- * are idx[first[s], first[s+1]) are sorted by their token ids (merge sort,
- * O(tokens log sequences)); each one's longest prefix shared with another
- * new sequence is its LCP with a neighbour in that order. */
-typedef struct lcp_ctx {
-    const llmem_batch *b;
-    const int32_t *idx, *first;
-} lcp_ctx;
-
-static int32_t lcp(const lcp_ctx *c, int32_t s, int32_t t)
+static int cmp_id(const void *a, const void *b)
 {
-    int32_t na = c->first[s + 1] - c->first[s], nb = c->first[t + 1] - c->first[t];
-    const int32_t *a = c->idx + c->first[s], *bb = c->idx + c->first[t];
-    int32_t k = 0;
-    while (k < na && k < nb && c->b->token[a[k]] == c->b->token[bb[k]])
-        k++;
-    return k;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
-static bool seq_less(const lcp_ctx *c, int32_t s, int32_t t)
+/* Puts pb->seqs in increasing id order (readers walk them in the order
+ * the memories always took sequences, on which slot choices depend):
+ * nothing to do for a batch that lists them in order (decode steps);
+ * otherwise a sort, O(sequences log sequences), and every k renamed. */
+static bool sort_seqs(plan_build *pb)
 {
-    int32_t k = lcp(c, s, t);
-    int32_t na = c->first[s + 1] - c->first[s], nb = c->first[t + 1] - c->first[t];
-    if (k == na || k == nb)
-        return na < nb;
-    return c->b->token[c->idx[c->first[s] + k]] < c->b->token[c->idx[c->first[t] + k]];
-}
-
-static void merge_sort(const lcp_ctx *c, int32_t *v, int32_t *tmp, int32_t n)
-{
-    if (n < 2)
-        return;
-    int32_t h = n / 2;
-    merge_sort(c, v, tmp, h);
-    merge_sort(c, v + h, tmp, n - h);
-    int32_t i = 0, j = h, k = 0;
-    while (i < h && j < n)
-        tmp[k++] = seq_less(c, v[j], v[i]) ? v[j++] : v[i++];
-    while (i < h)
-        tmp[k++] = v[i++];
-    while (j < n)
-        tmp[k++] = v[j++];
-    memcpy(v, tmp, (size_t)n * sizeof *v);
-}
-
-/* shared[s] for every candidate (cand[0, n)); false on allocation failure. */
-static bool shared_prefixes(const lcp_ctx *c, int32_t *cand, int32_t n, int32_t *shared)
-{
-    int32_t *tmp = malloc((size_t)(n > 0 ? n : 1) * sizeof *tmp);
-    if (!tmp)
-        return false;
-    merge_sort(c, cand, tmp, n);
-    for (int32_t k = 0; k < n; k++) {
-        int32_t a = k > 0 ? lcp(c, cand[k], cand[k - 1]) : 0;
-        int32_t z = k + 1 < n ? lcp(c, cand[k], cand[k + 1]) : 0;
-        shared[cand[k]] = a > z ? a : z;
-    }
-    free(tmp);
-    return true;
-}
-
-/* Decides how many leading tokens of each new sequence the prefix cache
- * serves: only sequences that are empty, start at position 0, have token
- * ids and no shared tokens; never the last token of a sequence in the
- * batch, never a token that needs an output. */
-static llmem_status prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
-{
-    const llmem_batch *b = pb->b;
-    if (!b->token)
-        return LLMEM_OK;
-    bool any = false;
-    for (int32_t s = 0; s < pb->n_seq_max && !any; s++)
-        any = p->n_new[s] >= 2 && p->first_pos[s] == 0 && mem->iface->seq_pos_max(mem, s) < 0;
-    if (!any)
-        return LLMEM_OK;
-    bool has_cut = mem->iface->struct_size > offsetof(llmem_memory_i, prefix_cut) &&
-                   LLMEM_MEMORY_SLOT(mem, prefix_cut);
-    /* each sequence's batch tokens, in order (counting sort of the
-     * (token, sequence) pairs: O(pairs), not O(sequences x tokens)) */
-    int64_t pairs = 0;
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        pairs += tok_nseq(b, i);
-    int32_t *toks = malloc((size_t)b->n_tokens * sizeof *toks);
-    int32_t *idx = malloc((size_t)pairs * sizeof *idx);
-    int32_t *first = calloc((size_t)pb->n_seq_max + 1, sizeof *first);
-    if (!toks || !idx || !first || pairs > INT32_MAX) {
-        free(toks);
-        free(idx);
-        free(first);
-        return LLMEM_E_NO_MEMORY;
-    }
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        for (int32_t j = 0; j < tok_nseq(b, i); j++)
-            first[tok_seq(b, i, j) + 1]++;
-    for (int32_t s = 0; s < pb->n_seq_max; s++)
-        first[s + 1] += first[s];
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        for (int32_t j = 0; j < tok_nseq(b, i); j++)
-            idx[first[tok_seq(b, i, j)]++] = i;
-    for (int32_t s = pb->n_seq_max; s > 0; s--)
-        first[s] = first[s - 1];
-    first[0] = 0;
-    int32_t *shared_len = NULL; /* with a cut: prefix shared with another new sequence */
-    if (has_cut) {
-        int32_t *cand = malloc((size_t)pb->n_seq_max * sizeof *cand), nc = 0;
-        shared_len = calloc((size_t)pb->n_seq_max, sizeof *shared_len);
-        bool ok = cand && shared_len;
-        for (int32_t s = 0; ok && s < pb->n_seq_max; s++)
-            if (p->n_new[s] >= 2 && p->first_pos[s] == 0 && mem->iface->seq_pos_max(mem, s) < 0)
-                cand[nc++] = s;
-        lcp_ctx lc = {b, idx, first};
-        ok = ok && shared_prefixes(&lc, cand, nc, shared_len);
-        free(cand);
-        if (!ok) {
-            free(shared_len);
-            free(toks);
-            free(idx);
-            free(first);
-            return LLMEM_E_NO_MEMORY;
+    int32_t n = pb->n_seqs;
+    if (!pb->unsorted)
+        return true;
+    int64_t *key = malloc((size_t)n * sizeof *key); /* id << 32 | old k */
+    int32_t *nk = malloc((size_t)n * sizeof *nk);
+    llmem_plan_seq *ns = malloc((size_t)pb->cap_seqs * sizeof *ns);
+    seq_tmp *nt = malloc((size_t)pb->cap_seqs * sizeof *nt);
+    bool ok = key && nk && ns && nt;
+    if (ok) {
+        for (int32_t k = 0; k < n; k++)
+            key[k] = (int64_t)pb->seqs[k].id << 32 | k;
+        qsort(key, (size_t)n, sizeof *key, cmp_id);
+        for (int32_t k = 0; k < n; k++) {
+            int32_t old = (int32_t)(key[k] & 0xffffffff);
+            nk[old] = k;
+            ns[k] = pb->seqs[old];
+            nt[k] = pb->tmp[old];
         }
+        for (int32_t q = 0; q < pb->n_pairs; q++)
+            pb->pair_k[q] = nk[pb->pair_k[q]];
+        free(pb->seqs);
+        free(pb->tmp);
+        pb->seqs = ns;
+        pb->tmp = nt;
+        ns = NULL;
+        nt = NULL;
+        ok = map_build(pb, pb->map_bits);
     }
-    for (int32_t s = 0; s < pb->n_seq_max; s++) {
-        if (p->n_new[s] < 2 || p->first_pos[s] != 0 || mem->iface->seq_pos_max(mem, s) >= 0)
-            continue;
-        int32_t n = 0, limit = -1;
-        bool shared = false;
-        const int32_t *list = idx + first[s];
-        for (int32_t k = 0; k < first[s + 1] - first[s] && !shared; k++) {
-            int32_t i = list[k];
-            shared = tok_nseq(b, i) > 1;
-            if (pb->out[i] && limit < 0)
-                limit = n;
-            toks[n++] = b->token[i];
-        }
-        if (shared)
-            continue;
-        if (limit < 0 || limit > n - 1)
-            limit = n - 1;
-        int32_t m = limit > 0 ? mem->iface->prefix_match(mem, toks, limit) : 0;
-        if (m > limit)
-            m = limit;
-        if (m < 0)
-            m = 0;
-        int32_t every = 0;
-        int32_t cut =
-            has_cut ? LLMEM_MEMORY_SLOT(mem, prefix_cut)(mem, toks, limit, m, shared_len[s], &every) : 0;
-        if (cut > m && cut < n) {
-            if (!p->snap_at)
-                p->snap_at = calloc((size_t)pb->n_seq_max, sizeof *p->snap_at);
-            if (!pb->cut) {
-                pb->cut = calloc((size_t)pb->n_seq_max, sizeof *pb->cut);
-                pb->cut_m = calloc((size_t)pb->n_seq_max, sizeof *pb->cut_m);
-                pb->cut_every = calloc((size_t)pb->n_seq_max, sizeof *pb->cut_every);
-            }
-            if (!p->snap_at || !pb->cut || !pb->cut_m || !pb->cut_every) {
-                free(shared_len);
-                free(toks);
-                free(idx);
-                free(first);
-                return LLMEM_E_NO_MEMORY;
-            }
-            p->snap_at[s] = cut;
-            if (every >= 0) { /* -1: written inside a ubatch, no cut */
-                pb->cut[s] = cut - m;
-                pb->cut_m[s] = m;
-                pb->cut_every[s] = every;
-            }
-        }
-        if (m <= 0)
-            continue;
-        p->n_cached[s] = m;
-        p->info.n_tokens_cached += m;
-        for (int32_t k = 0; k < m; k++)
-            pb->skip[list[k]] = true;
-    }
-    free(shared_len);
-    free(toks);
-    free(idx);
-    free(first);
-    return LLMEM_OK;
+    free(key);
+    free(nk);
+    free(ns);
+    free(nt);
+    return ok;
 }
 
 llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, llmem_split split,
@@ -664,74 +589,76 @@ llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, 
                                        size_t err_len)
 {
     llmem_status st = LLMEM_E_NO_MEMORY;
-    int32_t nsm = mem->n_seq_max;
-    plan_build pb = {.b = b, .n_seq_max = nsm};
-    int32_t *next_pos = malloc((size_t)nsm * sizeof *next_pos);
-    int32_t *seq_set = malloc((size_t)nsm * sizeof *seq_set);
+    plan_build pb = {.b = b, .n_seq_max = mem->n_seq_max, .last_id = -1};
+    /* room for as many sequences as the batch can name (a decode step's
+     * tokens are each in a sequence of its own), so that neither the list
+     * nor the map grows while validate fills them */
+    int32_t guess = b->n_tokens < mem->n_seq_max ? b->n_tokens : mem->n_seq_max, bits = 5;
+    while (bits < 30 && (1 << bits) < 2 * (int64_t)guess)
+        bits++;
+    if (mem->n_seq_max <= 4 * (int64_t)(b->n_tokens > 16 ? b->n_tokens : 16))
+        bits = 0; /* a table by id: no hashing, and as cheap to clear */
+    pb.cap_seqs = guess > 16 ? guess : 16;
     int32_t *list = NULL;
     llmem_plan *p = calloc(1, sizeof *p);
-    if (!next_pos || !seq_set || !p)
+    pb.seqs = malloc((size_t)pb.cap_seqs * sizeof *pb.seqs);
+    pb.tmp = malloc((size_t)pb.cap_seqs * sizeof *pb.tmp);
+    if (!p || !pb.seqs || !pb.tmp || !map_build(&pb, bits))
         goto fail;
     p->mem = mem;
-    p->n_seq_max = nsm;
-    p->n_cached = calloc((size_t)nsm, sizeof *p->n_cached);
-    p->n_new = calloc((size_t)nsm, sizeof *p->n_new);
-    p->first_pos = malloc((size_t)nsm * sizeof *p->first_pos);
-    p->seq_tokens = calloc((size_t)nsm, sizeof *p->seq_tokens);
+    p->n_seq_max = mem->n_seq_max;
     if (b->n_tokens > 0) {
         pb.stream = malloc((size_t)b->n_tokens * sizeof *pb.stream);
         pb.skip = calloc((size_t)b->n_tokens, sizeof *pb.skip);
         pb.out = calloc((size_t)b->n_tokens, sizeof *pb.out);
         list = malloc((size_t)b->n_tokens * sizeof *list);
         pb.local = malloc((size_t)b->n_tokens * sizeof *pb.local); /* sets <= tokens */
-    }
-    pb.single = malloc((size_t)nsm * sizeof *pb.single);
-    pb.mark = calloc((size_t)nsm, sizeof *pb.mark);
-    if (!p->n_cached || !p->n_new || !p->first_pos || !p->seq_tokens || !pb.single ||
-        !pb.mark ||
-        (b->n_tokens > 0 && (!pb.stream || !pb.skip || !pb.out || !list || !pb.local)))
-        goto fail;
-    memset(pb.single, 0xff, (size_t)nsm * sizeof *pb.single);
-    if (b->n_tokens > 0)
+        if (!pb.stream || !pb.skip || !pb.out || !list || !pb.local ||
+            !(pb.pair_k = malloc((size_t)b->n_tokens * sizeof *pb.pair_k)))
+            goto fail;
         memset(pb.local, 0xff, (size_t)b->n_tokens * sizeof *pb.local);
-    st = validate(mem, &pb, split, err, err_len, next_pos, seq_set);
+        pb.cap_pairs = b->n_tokens;
+    }
+    st = validate(mem, &pb, split, err, err_len);
     if (st != LLMEM_OK)
         goto fail;
-    for (int32_t s = 0; s < nsm; s++)
-        p->first_pos[s] = -1;
-    for (int32_t i = 0; i < b->n_tokens; i++)
-        for (int32_t j = 0; j < tok_nseq(b, i); j++) {
-            int32_t s = tok_seq(b, i, j);
-            if (p->first_pos[s] < 0)
-                p->first_pos[s] = b->pos[i];
-            p->n_new[s]++;
-        }
+    st = LLMEM_E_NO_MEMORY;
+    if (!sort_seqs(&pb))
+        goto fail;
     if (b->token) {
-        /* one block for every sequence's tokens (p->storage) */
-        int64_t total = 0;
-        for (int32_t s = 0; s < nsm; s++)
-            total += p->n_new[s];
-        int32_t *blk = malloc((size_t)(total > 0 ? total : 1) * sizeof *blk);
-        if (!blk) {
-            st = LLMEM_E_NO_MEMORY;
-            goto fail;
-        }
+        /* one block for every sequence's tokens (p->storage), in k order */
+        int32_t *blk = malloc((size_t)pb.n_pairs * sizeof *blk), at = 0;
+        const int32_t **rows = malloc((size_t)pb.n_seqs * sizeof *rows);
         p->storage = blk;
-        for (int32_t s = 0; s < nsm; s++) {
-            p->seq_tokens[s] = p->n_new[s] ? blk : NULL;
-            blk += p->n_new[s];
-        }
-        int32_t *fill = next_pos; /* reuse as per-sequence cursor */
-        memset(fill, 0, (size_t)nsm * sizeof *fill);
-        for (int32_t i = 0; i < b->n_tokens; i++)
-            for (int32_t j = 0; j < tok_nseq(b, i); j++) {
-                int32_t s = tok_seq(b, i, j);
-                p->seq_tokens[s][fill[s]++] = b->token[i];
+        p->seq_tokens = rows;
+        if (!blk || !rows)
+            goto fail;
+        if (pb.n_pairs == pb.n_seqs && pb.n_pairs == b->n_tokens) { /* decode: k is the place */
+            for (int32_t q = 0; q < pb.n_pairs; q++) {
+                rows[q] = blk + q;
+                blk[pb.pair_k[q]] = b->token[q];
             }
+        } else {
+            for (int32_t k = 0; k < pb.n_seqs; k++) {
+                rows[k] = blk + at;
+                pb.tmp[k].next_pos = at; /* the cursor */
+                at += pb.seqs[k].n_new;
+            }
+            for (int32_t i = 0, q = 0; i < b->n_tokens; i++)
+                for (int32_t j = 0; j < tok_nseq(b, i); j++, q++)
+                    blk[pb.tmp[pb.pair_k[q]].next_pos++] = b->token[i];
+        }
     }
+    /* the plan owns the list and the map from here on */
+    p->seqs = pb.seqs;
+    p->n_seqs = pb.n_seqs;
+    p->seq_map = pb.map;
+    p->seq_map_bits = pb.map_bits;
+    pb.map = NULL;
     st = LLMEM_OK;
     if (mem->iface->prefix_match)
-        st = prefix_skips(mem, &pb, p);
+        st = plan_prefix_skips(mem, &pb, p);
+    pb.seqs = NULL;
     if (st != LLMEM_OK)
         goto fail;
     int32_t n = 0;
@@ -747,21 +674,19 @@ llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, 
     p = NULL;
 fail:
     llmem_plan_free_internal(p);
-    free(next_pos);
-    free(seq_set);
+    free(pb.seqs);
+    free(pb.tmp);
+    free(pb.map);
     free(list);
     free(pb.stream);
     free(pb.skip);
     free(pb.out);
     free(pb.sets);
-    free(pb.single);
-    free(pb.mark);
     free(pb.bucket);
     free(pb.local);
-    free(pb.cut);
-    free(pb.cut_m);
-    free(pb.cut_every);
+    free(pb.cuts);
     i32vec_free(&pb.chain);
     i32vec_free(&pb.ids);
+    free(pb.pair_k);
     return st;
 }

@@ -86,7 +86,7 @@ static bool one_ubatch_hold(const recurrent *rs, rs_ub *t, int32_t room, int32_t
 }
 
 /* Snapshots inside ubatch u (llmem_recurrent_params.snap_in_ubatch): for
- * each group whose sequence's plan.snap_at lies strictly inside its tokens
+ * each group whose sequence's snap_at (llmem_plan_seq) lies strictly inside its tokens
  * here, a slot off the simulated free stack fs, taken after every state
  * of the ubatch has its slot (so it never costs a sequence a fresh slot),
  * written by the kernels after that token and back on fs from the next
@@ -98,7 +98,8 @@ static bool mid_snapshots(idx_builder *ib, const llmem_plan *plan, int32_t u, rs
 {
     const llmem_ubatch *ub = &plan->ubatch[u];
     for (int32_t s = 0; s < ub->n_seqs && sim_stack_n(fs) > 0; s++) {
-        int32_t a = ub->seq_id[s], T = ub->n_seq_tokens, L = len[a] - T, k = plan->snap_at[a];
+        int32_t a = ub->seq_id[s], T = ub->n_seq_tokens, L = len[a] - T;
+        int32_t e = llmem_plan_seq_index(plan, a), k = e >= 0 ? plan->snap_at[e] : 0;
         if (k <= L || k >= L + T)
             continue;
         if (!t->mid) { /* the view's two tables (room reserved by simulate) */
@@ -131,8 +132,8 @@ static bool sim_touch(recurrent *rs, int32_t s)
 }
 
 /* A new generation of simulate's scratch, holding the plan's sequences
- * (every id of every group of its ubatches: a sequence the plan appends to
- * has its last token in a ubatch). O(the plan's tokens), not n_seq_max. */
+ * (sim_seqs.v[i] is plan->seqs[i].id). O(the plan's sequences), not
+ * n_seq_max. */
 static bool sim_begin(recurrent *rs, const llmem_plan *plan)
 {
     if (++rs->sim_gen == 0) { /* wrapped: every stamp is stale */
@@ -140,10 +141,9 @@ static bool sim_begin(recurrent *rs, const llmem_plan *plan)
         rs->sim_gen = 1;
     }
     rs->sim_seqs.n = rs->sim_top.n = rs->sim_pending.n = 0;
-    for (int32_t u = 0; u < plan->n_ubatch; u++)
-        for (int32_t m = 0; m < plan->group_off[u][plan->ubatch[u].n_seqs]; m++)
-            if (!sim_touch(rs, plan->group_ids[u][m]))
-                return false;
+    for (int32_t k = 0; k < plan->n_seqs; k++)
+        if (!sim_touch(rs, plan->seqs[k].id))
+            return false;
     return true;
 }
 
@@ -151,7 +151,6 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                              size_t err_len)
 {
     recurrent *rs = rs_of(mem);
-    int32_t nsm = mem->n_seq_max;
     llmem_status st = LLMEM_E_NO_MEMORY;
     rs_res *res = calloc(1, sizeof *res);
     /* a plan of one ubatch simulates in its changes (one_ubatch_hold) */
@@ -177,14 +176,13 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
      * snapshot that no hit of this plan reads, or, when every snapshot is
      * taken, into a free state slot the first ubatch reads (rest_snap
      * -1 - slot; the entry then stays in the tier) */
-    bool hits = false; /* then in sequence order, as slot choices depend on it */
-    for (int32_t i = 0; i < rs->sim_seqs.n && !hits; i++)
-        hits = plan->n_cached[rs->sim_seqs.v[i]] > 0;
+    bool hits = plan->info.n_tokens_cached > 0; /* then in sequence order, as slot
+                                                   choices depend on it */
     for (int32_t pass = 0; pass < 2 && hits; pass++)
-        for (int32_t s = 0; s < nsm; s++) {
-            int32_t c = plan->n_cached[s];
-            const int32_t *tok = plan->seq_tokens[s];
-            if (!plan->n_new[s] || c <= 0 || rs->seqs[s].tokens.n != 0 || from_snap[s] >= 0)
+        for (int32_t q = 0; q < plan->n_seqs; q++) {
+            int32_t s = plan->seqs[q].id, c = plan->seqs[q].n_cached;
+            const int32_t *tok = plan->seq_tokens ? plan->seq_tokens[q] : NULL;
+            if (c <= 0 || rs->seqs[s].tokens.n != 0 || from_snap[s] >= 0)
                 continue;
             if (pass == 0) {
                 int32_t i = tok ? snap_find(rs, tok, c) : -1;
@@ -230,15 +228,16 @@ static llmem_status simulate(llmem_memory *mem, const llmem_plan *plan, void **o
                                    sizeof *sim_pool);
     if (!one && !sim_pool)
         goto out;
-    for (int32_t i = 0, k = 0; i < rs->sim_seqs.n; i++) {
-        int32_t s = rs->sim_seqs.v[i];
+    for (int32_t i = 0, k = 0; i < plan->n_seqs; i++) {
+        const llmem_plan_seq *e = &plan->seqs[i];
+        int32_t s = e->id;
         /* room for the ids and positions the commits append, so that a
          * commit needs no host memory (kv_reserve does the same) */
-        if (!tok_stage_reserve(&rs->seqs[s].tokens, plan->n_new[s]) ||
-            !seq_pos_reserve_push(&rs->seqs[s].pos, plan->n_new[s], plan->first_pos[s]))
+        if (!tok_stage_reserve(&rs->seqs[s].tokens, e->n_new) ||
+            !seq_pos_reserve_push(&rs->seqs[s].pos, e->n_new, e->first_pos))
             goto out;
         if (from_snap[s] >= 0) /* a prefix hit: the first ubatch reads the snapshot in place */
-            len[s] = plan->n_cached[s];
+            len[s] = e->n_cached;
         if (one)
             continue;
         sim[s] = (rs_hold){sim_pool + (size_t)k * 2 * (size_t)room, 0, room};
@@ -531,14 +530,21 @@ static llmem_status publish_snapshots(recurrent *rs, const llmem_plan *plan, con
         int32_t q = ch->seq;
         rs_seq *s = &rs->seqs[q];
         int32_t before = s->tokens.n - t->n_seq_tokens;
-        int32_t end = plan->first_pos[q] >= 0 && plan->n_new[q] > 1
-                          ? plan->first_pos[q] + plan->n_new[q] : -1;
+        /* the plan's entry: looked up once a new state lies past the
+         * sequence's length before this ubatch (a decode step's always does) */
+        int32_t e = -2, end = -1, snap = 0;
         for (int32_t m = 0; m < ch->n_new; m++) {
             int32_t l = ch->new_len[m];
             if (l <= before)
                 continue;
+            if (e == -2) {
+                e = llmem_plan_seq_index(plan, q);
+                const llmem_plan_seq *pe = e >= 0 ? &plan->seqs[e] : NULL;
+                end = pe && pe->n_new > 1 ? pe->first_pos + pe->n_new : -1;
+                snap = e >= 0 && plan->snap_at ? plan->snap_at[e] : 0;
+            }
             bool want = (rs->snap_interval > 0 && l % rs->snap_interval == 0) || l == end ||
-                        (plan->snap_at && plan->snap_at[q] == l);
+                        (snap > 0 && snap == l);
             if (!want)
                 continue;
             /* a snapshot that cannot be recorded (out of host memory) is
@@ -633,15 +639,19 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         s->h.n = ch->n_new;
     }
     /* a sequence that started from a snapshot takes its tokens first */
-    for (int32_t c = 0; c < t->n_change; c++) {
-        int32_t q = t->change[c].seq, n = plan->n_cached[q];
+    for (int32_t c = 0; plan->info.n_tokens_cached > 0 && c < t->n_change; c++) {
+        int32_t q = t->change[c].seq;
         rs_seq *s = &rs->seqs[q];
-        if (n <= 0 || s->tokens.n != 0 || !plan->seq_tokens[q])
+        if (s->tokens.n != 0)
+            continue;
+        int32_t e = llmem_plan_seq_index(plan, q);
+        int32_t n = e >= 0 ? plan->seqs[e].n_cached : 0;
+        if (n <= 0 || !plan->seq_tokens)
             continue;
         if (!i32vec_reserve(&s->tokens, n))
             return LLMEM_E_NO_MEMORY;
         for (int32_t j = 0; j < n; j++)
-            s->tokens.v[j] = plan->seq_tokens[q][j];
+            s->tokens.v[j] = plan->seq_tokens[e][j];
         s->tokens.n = n;
         seq_pos_set_run(&s->pos, n, 0);
         rs->snap_hit_tokens += n;

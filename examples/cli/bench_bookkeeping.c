@@ -33,6 +33,7 @@ typedef struct bk_opts {
     int32_t seqs[8], n_seqs, ctx[8], n_ctx, ps[8], n_ps;
     bool mem[BK_N], json, prompt;
     int32_t reps;
+    int32_t seq_max; /* n_seq_max of the memories, at least the sequence count (0: equal) */
     double max_gb;
 } bk_opts;
 
@@ -95,9 +96,10 @@ static llmem_status make_rs(llmem_backend *be, int32_t n_seq, llmem_memory **out
 }
 
 /* Memory `kind` for n_seq sequences of up to `tokens` tokens each, of which
- * the first `shared` are one shared prompt. */
-static llmem_status make_mem(llmem_backend *be, int kind, int32_t n_seq, int32_t shared,
-                             int32_t tokens, int32_t ps, llmem_memory **out)
+ * the first `shared` are one shared prompt; its n_seq_max is seq_max when
+ * that is larger (the other ids stay empty). */
+static llmem_status make_mem(llmem_backend *be, int kind, int32_t n_seq, int32_t seq_max,
+                             int32_t shared, int32_t tokens, int32_t ps, llmem_memory **out)
 {
     char err[256] = "";
     int64_t pages = (int64_t)div_up(shared, ps) + 1 +
@@ -106,10 +108,11 @@ static llmem_status make_mem(llmem_backend *be, int kind, int32_t n_seq, int32_t
         return LLMEM_E_INVALID;
     llmem_memory *kv = NULL, *rs = NULL;
     llmem_status st = LLMEM_OK;
+    int32_t nsm = seq_max > n_seq ? seq_max : n_seq;
     if (kind != BK_RS)
-        st = make_kv(be, n_seq, (int32_t)pages, ps, &kv, err, sizeof err);
+        st = make_kv(be, nsm, (int32_t)pages, ps, &kv, err, sizeof err);
     if (st == LLMEM_OK && kind != BK_KV)
-        st = make_rs(be, n_seq, &rs, err, sizeof err);
+        st = make_rs(be, nsm, &rs, err, sizeof err);
     if (st == LLMEM_OK && kind == BK_HY) {
         llmem_memory *children[2] = {kv, rs};
         const int32_t map[2] = {1, 0}; /* a Mamba layer, then an attention layer */
@@ -206,12 +209,12 @@ static llmem_status run_plan(llmem_memory *mem, const llmem_batch *b, int32_t n_
 }
 
 /* Fills every sequence with ctx tokens, then times decode steps. */
-static llmem_status bench_config(llmem_backend *be, int kind, int32_t n_seq, int32_t ctx,
-                                 int32_t ps, int32_t reps, bk_row *row)
+static llmem_status bench_config(llmem_backend *be, int kind, int32_t n_seq, int32_t seq_max,
+                                 int32_t ctx, int32_t ps, int32_t reps, bk_row *row)
 {
     int32_t warm = 2, n_steps = warm + reps;
     llmem_memory *mem = NULL;
-    llmem_status st = make_mem(be, kind, n_seq, ctx, ctx + n_steps + 1, ps, &mem);
+    llmem_status st = make_mem(be, kind, n_seq, seq_max, ctx, ctx + n_steps + 1, ps, &mem);
     if (st != LLMEM_OK)
         return st;
     int32_t chunk = 8192;
@@ -266,7 +269,7 @@ static llmem_status bench_prompt(llmem_backend *be, int kind, int32_t n, int32_t
                                  double *ms)
 {
     llmem_memory *mem = NULL;
-    llmem_status st = make_mem(be, kind, 1, 0, n + 1, ps, &mem);
+    llmem_status st = make_mem(be, kind, 1, 1, 0, n + 1, ps, &mem);
     if (st != LLMEM_OK)
         return st;
     bk_batch x;
@@ -327,13 +330,15 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: llmem bench --bookkeeping [--mem kv_cache,recurrent,hybrid] [--seqs LIST]\n"
             "                   [--ctx LIST] [--page LIST] [--reps N] [--max-gb X] [--no-prompt]\n"
-            "                   [--wall] [--json]\n"
+            "                   [--seq-max N] [--wall] [--json]\n"
             "Host cost of plan / apply+view / commit / release per decode step (one token per\n"
             "sequence), medians of --reps steps (default 9); lists are comma-separated, K = 1024.\n"
             "Times are this thread's CPU time (--wall: wall-clock time). --json also gives each\n"
             "configuration's step_mean_ms, step_p99_ms (nearest rank) and step_max_ms over the\n"
             "same steps: a step that stands out (every sequence's token stage written at once)\n"
-            "shows there, not in the medians.\n"
+            "shows there, not in the medians. --seq-max N gives the memories n_seq_max N (when\n"
+            "above the sequence count; the other ids stay empty): a step should cost the same\n"
+            "at any n_seq_max.\n"
             "Defaults: --seqs 250,1000,4000 --ctx 1K,8K,64K,128K --page 1,16,64 --max-gb 6.\n");
 }
 
@@ -359,6 +364,9 @@ static bool parse(int argc, char **argv, bk_opts *o)
             ok = parse_list(argv[++i], o->ctx, &o->n_ctx, 1, 1 << 24);
         } else if (!strcmp(a, "--page") && nx) {
             ok = parse_list(argv[++i], o->ps, &o->n_ps, 1, 4096);
+        } else if (!strcmp(a, "--seq-max") && nx) {
+            int32_t n = 0;
+            ok = parse_list(argv[++i], &o->seq_max, &n, 1, 1 << 20) && n == 1;
         } else if (!strcmp(a, "--reps") && nx) {
             int32_t n = 0;
             ok = parse_list(argv[++i], &o->reps, &n, 1, 1000) && n == 1;
@@ -424,7 +432,8 @@ int llmem_cli_bench_bookkeeping(int argc, char **argv)
                     bk_row r = {0};
                     double gb = est_gb(k, n, ctx, ps);
                     llmem_status st = gb > o.max_gb ? LLMEM_E_NO_SPACE
-                                                    : bench_config(be, k, n, ctx, ps, o.reps, &r);
+                                                    : bench_config(be, k, n, o.seq_max, ctx, ps,
+                                                                   o.reps, &r);
                     if (st != LLMEM_OK && gb <= o.max_gb) {
                         fprintf(stderr, "\nllmem bench: %s seqs %d ctx %d page %d: %s\n",
                                 bk_names[k], n, ctx, ps, llmem_status_str(st));
@@ -432,14 +441,15 @@ int llmem_cli_bench_bookkeeping(int argc, char **argv)
                     }
                     if (o.json) {
                         if (st == LLMEM_OK)
-                            printf("%s  {\"memory\": \"%s\", \"seqs\": %d, \"ctx\": %d, \"page\": %d, "
-                                   "\"plan_ms\": %.4f, \"apply_view_ms\": %.4f, \"commit_ms\": %.4f, "
+                            printf("%s  {\"memory\": \"%s\", \"seqs\": %d, \"seq_max\": %d, "
+                                   "\"ctx\": %d, \"page\": %d, \"plan_ms\": %.4f, "
+                                   "\"apply_view_ms\": %.4f, \"commit_ms\": %.4f, "
                                    "\"release_ms\": %.4f, \"step_ms\": %.4f, \"us_per_token\": %.4f, "
                                    "\"step_mean_ms\": %.4f, \"step_p99_ms\": %.4f, "
                                    "\"step_max_ms\": %.4f}",
-                                   sep, bk_names[k], n, ctx, ps, r.plan, r.apply, r.commit,
-                                   r.release, r.step, r.step * 1e3 / n, r.step_mean, r.step_p99,
-                                   r.step_max);
+                                   sep, bk_names[k], n, n > o.seq_max ? n : o.seq_max, ctx, ps,
+                                   r.plan, r.apply, r.commit, r.release, r.step, r.step * 1e3 / n,
+                                   r.step_mean, r.step_p99, r.step_max);
                         else
                             printf("%s  {\"memory\": \"%s\", \"seqs\": %d, \"ctx\": %d, \"page\": %d, "
                                    "\"skipped\": \"%s\"}",

@@ -34,7 +34,20 @@ extern "C" {
 #endif
 LLMEM_API_BEGIN
 
-/* A plan as the core builds it; implementations read it, never change it. */
+/* What a plan appends to one sequence (llmem_plan.seqs; 16 bytes, so
+ * that a pass over a decode step's thousands of entries reads few cache
+ * lines). Positions given by the batch: [first_pos, first_pos + n_new). */
+typedef struct llmem_plan_seq {
+    int32_t id;                /* sequence id, in [0, n_seq_max) */
+    int32_t n_new;             /* tokens this plan appends (>= 1, cached ones included) */
+    int32_t first_pos;         /* position of the first appended token */
+    int32_t n_cached;          /* leading ones the prefix cache serves (0 none) */
+} llmem_plan_seq;
+
+/* A plan as the core builds it; implementations read it, never change it.
+ * Nothing in it has n_seq_max entries (DESIGN.md contract 9: a plan costs
+ * O(its tokens and sequences)); a sequence's entry is found through
+ * llmem_plan_seq_find. */
 struct llmem_plan {
     llmem_memory *mem;
     int32_t n_ubatch;
@@ -44,21 +57,57 @@ struct llmem_plan {
     int32_t **group_off;       /* [n_ubatch][n_seqs + 1] */
     int32_t **group_ids;       /* [n_ubatch][...] */
     int32_t n_seq_max;
-    int32_t *n_cached;         /* [n_seq_max] tokens a sequence takes from the prefix cache */
-    int32_t **seq_tokens;      /* [n_seq_max] token ids this plan appends to each sequence,
-                                  cached ones first (NULL when none or embeddings) */
-    /* Per sequence, positions given by this batch: [first_pos, first_pos + n_new) */
-    int32_t *n_new;            /* [n_seq_max] tokens this plan appends (cached ones included) */
-    int32_t *first_pos;        /* [n_seq_max] position of the first appended token, -1 none */
+    int32_t n_seqs;            /* distinct sequences the batch appends to */
+    const llmem_plan_seq *seqs; /* [n_seqs] in increasing id order */
+    /* [n_seqs] entry k's token ids (seqs[k].n_new, cached ones first); NULL
+     * for a batch of embeddings */
+    const int32_t *const *seq_tokens;
+    /* [n_seqs] length at which entry k's state snapshot is published: the
+     * plan ends a ubatch there, or the memory writes it inside one
+     * (prefix_cut's *every -1); 0 none. NULL when no entry has one. */
+    const int32_t *snap_at;
     llmem_plan_info info;
     int32_t n_applied;         /* ubatches applied so far */
     int32_t n_committed;       /* ubatches committed so far */
     void *res;                 /* the implementation's reservation */
-    int32_t *snap_at;          /* [n_seq_max] length at which a state snapshot is published:
-                                  the plan ends a ubatch there, or the memory writes it
-                                  inside one (prefix_cut's *every -1); 0 none */
+    /* core-owned map id -> index into seqs (-1 none): an open-addressing
+     * hash of 1 << seq_map_bits entries, at most half full, or for
+     * seq_map_bits 0 a table of n_seq_max entries indexed by id (when
+     * n_seq_max is at most a few times the batch) */
+    const int32_t *seq_map;
+    int32_t seq_map_bits;
     void *storage;             /* core-owned arrays */
 };
+
+/* Slot of sequence id `seq` in plan->seq_map (Fibonacci hashing). */
+static inline uint32_t llmem_plan_seq_hash(int32_t seq, int32_t bits)
+{
+    return (uint32_t)(((uint32_t)seq * 0x9e3779b1u) >> (32 - bits));
+}
+
+/* Index k of sequence `seq` in plan->seqs, or -1 when the batch appends
+ * nothing to it (or seq is out of range). O(1) expected: one hash and a
+ * short linear probe of plan->seq_map, or one load of its table. */
+static inline int32_t llmem_plan_seq_index(const llmem_plan *plan, int32_t seq)
+{
+    if (!plan->seq_map)
+        return -1;
+    if (plan->seq_map_bits == 0)
+        return (uint32_t)seq < (uint32_t)plan->n_seq_max ? plan->seq_map[seq] : -1;
+    uint32_t mask = (1u << plan->seq_map_bits) - 1;
+    for (uint32_t h = llmem_plan_seq_hash(seq, plan->seq_map_bits);; h = (h + 1) & mask) {
+        int32_t k = plan->seq_map[h];
+        if (k < 0 || plan->seqs[k].id == seq)
+            return k;
+    }
+}
+
+/* The plan's entry for sequence `seq`, or NULL (llmem_plan_seq_index). */
+static inline const llmem_plan_seq *llmem_plan_seq_find(const llmem_plan *plan, int32_t seq)
+{
+    int32_t k = llmem_plan_seq_index(plan, seq);
+    return k >= 0 ? &plan->seqs[k] : NULL;
+}
 
 /* The reader/writer used by state I/O. */
 typedef struct llmem_state_writer {

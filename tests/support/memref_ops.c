@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmem/memory_impl.h"
 #include "support/memref_impl.h"
 
 /* --- plans --------------------------------------------------------------------------- */
@@ -326,6 +327,37 @@ bool memref_check_plan(const memref *r, const llmem_plan *plan, char *err, size_
         info.n_tokens_cached != skipped || info.n_ubatch != n_ub)
         return mr_fail(err, n, "the plan covers %d + %d cached of %d tokens", n_tok, skipped,
                    p->n_tokens);
+    /* the plan's sequence list (llmem_plan.seqs) against the batch: one
+     * entry per sequence it appends to, in id order, found by its id */
+    int32_t n_listed = 0;
+    for (int32_t s = 0; s < r->n_seq; s++) {
+        const llmem_plan_seq *e = llmem_plan_seq_find(plan, s);
+        if (!e != !p->n_new[s] || (e && (e->id != s || e->n_new != p->n_new[s] ||
+                                         e->n_cached != p->n_cached[s])))
+            return mr_fail(err, n,
+                           "sequence %d: plan entry %s (%d new, %d cached), expected %d new, "
+                           "%d cached",
+                           s, e ? "found" : "missing", e ? e->n_new : 0, e ? e->n_cached : 0,
+                           p->n_new[s], p->n_cached[s]);
+        n_listed += e != NULL;
+        for (int32_t i = 0, m = 0; e && i < p->n_tokens; i++)
+            if (has(p->ids[i], p->nseq.v[i], s)) {
+                if ((m == 0 && e->first_pos != p->pos.v[i]) ||
+                    (plan->seq_tokens &&
+                     plan->seq_tokens[e - plan->seqs][m] != p->token.v[i]))
+                    return mr_fail(err, n,
+                                   "sequence %d: plan entry's token %d (position %d) is not "
+                                   "batch token %d's",
+                                   s, m, e->first_pos + m, i);
+                m++;
+            }
+    }
+    if (plan->n_seqs != n_listed)
+        return mr_fail(err, n, "the plan lists %d sequences, the batch names %d", plan->n_seqs,
+                       n_listed);
+    for (int32_t k = 1; k < plan->n_seqs; k++)
+        if (plan->seqs[k - 1].id >= plan->seqs[k].id)
+            return mr_fail(err, n, "plan sequences %d and %d out of id order", k - 1, k);
     return true;
 }
 
