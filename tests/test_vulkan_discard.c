@@ -24,7 +24,7 @@
  * Vulkan cases are skipped.
  */
 #include "support/run.h"
-#include "support/vk_test.h"
+#include "support/vk_conv_step.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,15 +33,8 @@
 
 #include "llmem/ops.h"
 #include "llmem/ops_discard.h"
-#include "llmem/view.h"
 
-#define K_IN 256 /* in_proj's input width */
-#define W0 128   /* z */
-#define CD 264   /* xBC: conv_dim */
-#define W2 8     /* dt */
-#define NIN (W0 + CD + W2)
 #define DC 4 /* d_conv */
-#define MAX_M 64
 
 static bool g_vulkan;
 
@@ -99,12 +92,6 @@ END_TEST
 
 /* ---- the decode step -------------------------------------------------------------------- */
 
-typedef struct step_in {
-    int32_t m;
-    bool fast;
-    float *a, *win, *cw, *cb, *st;
-    int32_t src[MAX_M], dst[MAX_M];
-} step_in;
 
 /* How the step ends: a whole discard of in_proj's output (D_WHOLE), a
  * discard of its first rows only (D_PART: the rest must stay), or the
@@ -117,7 +104,7 @@ enum { R_OUT, R_Z, R_XB, R_DT, R_ST, R_ZX, N_R };
 
 /* The step on a vulkan backend opened with $LLMEM_VULKAN_DISCARD=knob and
  * LLMEM_DISCARD_POISON=poison (NULL: unset). */
-static void run_step(const step_in *in, const char *knob, const char *poison, int how,
+static void run_step(const vcs_in *in, bool fast, const char *knob, const char *poison, int how,
                      float *r[N_R])
 {
     test_env keep = test_env_save("LLMEM_VULKAN_DISCARD");
@@ -125,56 +112,25 @@ static void run_step(const step_in *in, const char *knob, const char *poison, in
     test_env keep_p = test_env_save("LLMEM_DISCARD_POISON");
     test_env_put("LLMEM_DISCARD_POISON", poison);
     llmem_backend *vk = open_be("vulkan");
-    int32_t m = in->m;
-    llmem_buffer *b[16];
-    int nb = 0;
-    llmem_tensor a = vk_up_f32_2d(vk, &b[nb++], in->a, m, K_IN);
-    llmem_tensor win = vk_up_bf16_2d(vk, &b[nb++], in->win, NIN, K_IN);
-    llmem_tensor zx = vk_up_f32_2d(vk, &b[nb++], NULL, m, NIN);
-    llmem_tensor z = vk_up_f32_2d(vk, &b[nb++], NULL, m, W0);
-    llmem_tensor xb = vk_up_f32_2d(vk, &b[nb++], NULL, m, CD);
-    llmem_tensor dt = vk_up_f32_2d(vk, &b[nb++], NULL, m, W2);
-    llmem_tensor out = vk_up_f32_2d(vk, &b[nb++], NULL, m, CD);
-    llmem_tensor cw = vk_up_bf16_2d(vk, &b[nb++], in->cw, CD, DC);
-    llmem_tensor cb = vk_up_bf16_2d(vk, &b[nb++], in->cb, 1, CD);
-    cb = (llmem_tensor){cb.buf, 0, cb.dtype, 1, {CD, 1, 1, 1}};
-    llmem_tensor st = vk_up_f32_2d(vk, &b[nb++], in->st, 2 * m * (DC - 1), CD);
-    llmem_buffer *state = st.buf;
-    int32_t tab[2 * MAX_M];
-    memcpy(tab, in->src, (size_t)m * 4);
-    memcpy(tab + m, in->dst, (size_t)m * 4);
-    llmem_buffer *idx;
-    OK(llmem_buffer_alloc(vk, sizeof tab, &idx));
-    OK(llmem_buffer_upload(idx, 0, tab, sizeof tab));
-    llmem_state_desc desc = {"conv", 2, {DC - 1, CD}, F32};
-    llmem_rs_view rs = {.n_states = 1, .desc = &desc, .state = &state, .n_slots = 2 * m,
-                        .n_seqs = m, .n_seq_tokens = 1, .n_ckpt = 0,
-                        .src_slot = {in->src, 0, m}, .dst_slot = {in->dst, (size_t)m * 4, m}};
-    llmem_view view = llmem_view_make(LLMEM_VIEW_RECURRENT, &rs, sizeof rs, idx);
-    llmem_status (*mm)(llmem_backend *, const llmem_tensor *, const llmem_tensor *,
-                       const llmem_tensor *) = in->fast ? llmem_op_matmul_fast : llmem_op_matmul;
-    OK(mm(vk, &a, &win, &zx));
-    OK(llmem_op_copy(vk, &zx, 0, &z));
-    OK(llmem_op_copy(vk, &zx, W0, &xb));
-    OK(llmem_op_copy(vk, &zx, W0 + CD, &dt));
-    llmem_tensor part = zx;
-    part.ne[0] = m / 2; /* the first rows: the rest must keep its values */
-    OK(llmem_op_discard(vk, how == D_PART ? &part : &zx));
-    OK(llmem_op_ssm_conv(vk, &view, 0, &xb, &cw, &cb, &out));
+    vcs_step st;
+    vcs_make(vk, in, &st);
+    vcs_in_proj(vk, &st, fast);
+    llmem_tensor part = st.zx;
+    part.ne[0] = in->m / 2; /* the first rows: the rest must keep its values */
+    OK(llmem_op_discard(vk, how == D_PART ? &part : &st.zx));
+    vcs_conv(vk, &st, in);
     if (how != D_PART)
-        OK(llmem_op_discard(vk, &xb));
+        OK(llmem_op_discard(vk, &st.xb));
     if (how == D_AGAIN)
-        OK(mm(vk, &a, &win, &zx));
+        OK((fast ? llmem_op_matmul_fast : llmem_op_matmul)(vk, &st.a, &st.win, &st.zx));
     OK(llmem_backend_synchronize(vk));
-    r[R_OUT] = vk_download_f32(&out);
-    r[R_Z] = vk_download_f32(&z);
-    r[R_XB] = vk_download_f32(&xb);
-    r[R_DT] = vk_download_f32(&dt);
-    r[R_ST] = vk_download_f32(&st);
-    r[R_ZX] = vk_download_f32(&zx);
-    llmem_buffer_free(idx);
-    for (int i = 0; i < nb; i++)
-        llmem_buffer_free(b[i]);
+    r[R_OUT] = vk_download_f32(&st.out);
+    r[R_Z] = vk_download_f32(&st.z);
+    r[R_XB] = vk_download_f32(&st.xb);
+    r[R_DT] = vk_download_f32(&st.dt);
+    r[R_ST] = vk_download_f32(&st.st);
+    r[R_ZX] = vk_download_f32(&st.zx);
+    vcs_free(&st);
     llmem_backend_close(vk);
     test_env_restore(&keep_p);
     test_env_restore(&keep);
@@ -186,39 +142,14 @@ static void free_run(float *r[N_R])
         free(r[i]);
 }
 
-/* The float64 step: zx = a · winᵀ; stream s, channel c: u = the source
- * slot's DC - 1 rows then x = zx[s, W0 + c]; out = silu(b + sum_k w_k
- * u_k); the destination slot gets u[1..]. */
-static void reference(const step_in *in, double *zx, double *out, double *st)
-{
-    int32_t m = in->m;
-    vk_ref_mm_f32(in->a, in->win, m, K_IN, NIN, zx);
-    size_t slot = (size_t)(DC - 1) * CD, n_st = (size_t)2 * m * slot;
-    for (size_t i = 0; i < n_st; i++)
-        st[i] = in->st[i];
-    for (int32_t s = 0; s < m; s++)
-        for (int32_t c = 0; c < CD; c++) {
-            double u[DC];
-            for (int32_t j = 0; j + 1 < DC; j++)
-                u[j] = in->st[(size_t)in->src[s] * slot + (size_t)j * CD + c];
-            u[DC - 1] = zx[(size_t)s * NIN + W0 + c];
-            double acc = in->cb[c];
-            for (int32_t j = 0; j < DC; j++)
-                acc += (double)in->cw[(size_t)c * DC + j] * u[j];
-            out[(size_t)s * CD + c] = vk_silu(acc);
-            for (int32_t j = 0; j + 1 < DC; j++)
-                st[(size_t)in->dst[s] * slot + (size_t)j * CD + c] = u[j + 1];
-        }
-}
-
 static void check_rows(int32_t m, bool fast)
 {
-    step_in in = {.m = m, .fast = fast};
+    vcs_in in = {.m = m, .dc = DC, .w_dt = BF16, .st_dt = F32, .bias = true, .n_slots = 2 * m};
     in.a = rand_vals((size_t)m * K_IN, -1.0f, 1.0f, false);
     in.win = rand_vals((size_t)NIN * K_IN, -0.125f, 0.125f, true);
     in.cw = rand_vals((size_t)CD * DC, -1.0f, 1.0f, true);
     in.cb = rand_vals(CD, -0.5f, 0.5f, true);
-    size_t slot = (size_t)(DC - 1) * CD, n_st = (size_t)2 * m * slot;
+    size_t n_st = vcs_st_elems(&in);
     in.st = rand_vals(n_st, -2.0f, 2.0f, false);
     for (int32_t s = 0; s < m; s++) { /* sources the even slots, destinations the odd */
         in.src[s] = 2 * s;
@@ -227,13 +158,13 @@ static void check_rows(int32_t m, bool fast)
     char what[96];
     snprintf(what, sizeof what, "m %d %s", m, fast ? "fast" : "precise");
     float *on[N_R], *off[N_R], *k1[N_R], *k2[N_R], *poi[N_R], *part[N_R], *again[N_R];
-    run_step(&in, "3", NULL, D_WHOLE, on);
-    run_step(&in, "0", NULL, D_WHOLE, off);
-    run_step(&in, "1", NULL, D_WHOLE, k1);
-    run_step(&in, "2", NULL, D_WHOLE, k2);
-    run_step(&in, "3", "1", D_WHOLE, poi);
-    run_step(&in, "3", NULL, D_PART, part);
-    run_step(&in, "3", NULL, D_AGAIN, again);
+    run_step(&in, fast, "3", NULL, D_WHOLE, on);
+    run_step(&in, fast, "0", NULL, D_WHOLE, off);
+    run_step(&in, fast, "1", NULL, D_WHOLE, k1);
+    run_step(&in, fast, "2", NULL, D_WHOLE, k2);
+    run_step(&in, fast, "3", "1", D_WHOLE, poi);
+    run_step(&in, fast, "3", NULL, D_PART, part);
+    run_step(&in, fast, "3", NULL, D_AGAIN, again);
     size_t n_r[R_ZX] = {(size_t)m * CD, (size_t)m * W0, (size_t)m * CD, (size_t)m * W2, n_st};
     for (int i = 0; i < R_ZX; i++) {
         ck_assert_msg(memcmp(part[i], off[i], n_r[i] * 4) == 0, "%s: result %d: part != 0",
@@ -260,8 +191,9 @@ static void check_rows(int32_t m, bool fast)
     }
     double *zx = malloc((size_t)m * NIN * sizeof *zx), *out = malloc((size_t)m * CD * sizeof *out);
     double *st = malloc(n_st * sizeof *st), *col = malloc((size_t)m * CD * sizeof *col);
-    ck_assert(zx && out && st && col);
-    reference(&in, zx, out, st);
+    bool *written = malloc(n_st);
+    ck_assert(zx && out && st && col && written);
+    vcs_reference(&in, zx, out, st, written);
     double tol = fast ? 2 * vk_fast_rtol() : 2e-5;
     for (int32_t s = 0; s < m; s++)
         for (int32_t c = 0; c < CD; c++)
@@ -278,7 +210,7 @@ static void check_rows(int32_t m, bool fast)
     vk_expect_close(again[R_ZX], zx, m, NIN, tol, what);
     free_run(on), free_run(off), free_run(k1), free_run(k2), free_run(poi), free_run(part);
     free_run(again);
-    free(zx), free(out), free(st), free(col);
+    free(zx), free(out), free(st), free(col), free(written);
     free(in.a), free(in.win), free(in.cw), free(in.cb), free(in.st);
 }
 

@@ -28,7 +28,7 @@
  * Vulkan device the suite is skipped.
  */
 #include "support/run.h"
-#include "support/vk_test.h"
+#include "support/vk_conv_step.h"
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,14 +36,6 @@
 #include <string.h>
 
 #include "llmem/ops.h"
-#include "llmem/view.h"
-
-#define K_IN 256 /* in_proj's input width */
-#define W0 128   /* z */
-#define CD 264   /* xBC: conv_dim */
-#define W2 8     /* dt */
-#define NIN (W0 + CD + W2)
-#define MAX_M 64
 
 /* One case: rows (streams), precision, the conv's d_conv and dtypes, and
  * whether stream 0 reads stream 1's destination (the fold refuses it). */
@@ -55,102 +47,28 @@ typedef struct conv_case {
     bool bias, cross;
 } conv_case;
 
-/* The inputs of one case: activations a [m, K_IN], in_proj win [NIN,
- * K_IN], conv weights cw [CD, dc] and bias cb [CD] (exact in w_dt), the
- * state image st [n_slots, dc - 1, CD] (exact in st_dt), the slot tables. */
-typedef struct conv_in {
-    float *a, *win, *cw, *cb, *st;
-    int32_t n_slots, src[MAX_M], dst[MAX_M];
-} conv_in;
-
 /* What one run gives back (malloc'd): the conv's output [m, CD], the
  * copies [m, W0], [m, CD], [m, W2] and the state image as f32. */
 enum { R_OUT, R_Z, R_XB, R_DT, R_ST, N_R };
 
-static size_t st_elems(const conv_case *k, const conv_in *in)
-{
-    return (size_t)in->n_slots * (size_t)(k->dc - 1) * CD;
-}
-
-static float *download_f32(const llmem_tensor *t)
-{
-    size_t n = (size_t)llmem_tensor_nelements(t);
-    float *o = malloc(n * sizeof *o);
-    ck_assert_ptr_nonnull(o);
-    if (t->dtype == F32) {
-        OK(llmem_buffer_download(t->buf, t->offset, o, n * 4));
-        return o;
-    }
-    uint16_t *h = malloc(n * 2);
-    ck_assert_ptr_nonnull(h);
-    OK(llmem_buffer_download(t->buf, t->offset, h, n * 2));
-    for (size_t i = 0; i < n; i++) { /* bf16: the high half of an f32 */
-        uint32_t u = (uint32_t)h[i] << 16;
-        memcpy(&o[i], &u, 4);
-    }
-    free(h);
-    return o;
-}
-
-/* A tensor of dtype dt [n0, n1] holding v (exact in dt) in a new buffer *keep. */
-static llmem_tensor up(llmem_backend *be, llmem_buffer **keep, const float *v, llmem_dtype dt,
-                       int32_t n0, int32_t n1)
-{
-    return dt == F32 ? vk_up_f32_2d(be, keep, v, n0, n1) : vk_up_bf16_2d(be, keep, v, n0, n1);
-}
-
 /* Runs in_proj, the three copies and the conv on a vulkan backend opened
  * with $LLMEM_VULKAN_SUM_CONV=knob; r[i] malloc'd here (caller frees). */
-static void run_step(const conv_case *k, const conv_in *in, const char *knob, float *r[N_R])
+static void run_step(const conv_case *k, const vcs_in *in, const char *knob, float *r[N_R])
 {
     test_env keep = test_env_save("LLMEM_VULKAN_SUM_CONV");
     test_env_put("LLMEM_VULKAN_SUM_CONV", knob);
     llmem_backend *vk = open_be("vulkan");
-    int32_t m = k->m;
-    llmem_buffer *b[16];
-    int nb = 0;
-    llmem_tensor a = vk_up_f32_2d(vk, &b[nb++], in->a, m, K_IN);
-    llmem_tensor win = vk_up_bf16_2d(vk, &b[nb++], in->win, NIN, K_IN);
-    llmem_tensor zx = vk_up_f32_2d(vk, &b[nb++], NULL, m, NIN);
-    llmem_tensor z = vk_up_f32_2d(vk, &b[nb++], NULL, m, W0);
-    llmem_tensor xb = vk_up_f32_2d(vk, &b[nb++], NULL, m, CD);
-    llmem_tensor dt = vk_up_f32_2d(vk, &b[nb++], NULL, m, W2);
-    llmem_tensor out = vk_up_f32_2d(vk, &b[nb++], NULL, m, CD);
-    llmem_tensor cw = up(vk, &b[nb++], in->cw, k->w_dt, CD, k->dc);
-    cw.n_dims = 3; /* [CD, 1, dc], HF's layout */
-    cw.ne[2] = cw.ne[1];
-    cw.ne[1] = 1;
-    llmem_tensor cb = up(vk, &b[nb++], in->cb, k->w_dt, 1, CD);
-    cb = (llmem_tensor){cb.buf, 0, cb.dtype, 1, {CD, 1, 1, 1}}; /* [CD] */
-    int32_t rows = in->n_slots * (k->dc - 1);
-    llmem_tensor st = up(vk, &b[nb++], in->st, k->st_dt, rows, CD);
-    llmem_buffer *state = st.buf;
-    /* the tables: src [m] then dst [m]; no checkpoints */
-    int32_t tab[2 * MAX_M];
-    memcpy(tab, in->src, (size_t)m * 4);
-    memcpy(tab + m, in->dst, (size_t)m * 4);
-    llmem_buffer *idx;
-    OK(llmem_buffer_alloc(vk, sizeof tab, &idx));
-    OK(llmem_buffer_upload(idx, 0, tab, sizeof tab));
-    llmem_state_desc desc = {"conv", 2, {k->dc - 1, CD}, k->st_dt};
-    llmem_rs_view rs = {.n_states = 1, .desc = &desc, .state = &state, .n_slots = in->n_slots,
-                        .n_seqs = m, .n_seq_tokens = 1, .n_ckpt = 0,
-                        .src_slot = {in->src, 0, m}, .dst_slot = {in->dst, (size_t)m * 4, m}};
-    llmem_view view = llmem_view_make(LLMEM_VIEW_RECURRENT, &rs, sizeof rs, idx);
-    OK((k->fast ? llmem_op_matmul_fast : llmem_op_matmul)(vk, &a, &win, &zx));
-    OK(llmem_op_copy(vk, &zx, 0, &z));
-    OK(llmem_op_copy(vk, &zx, W0, &xb));
-    OK(llmem_op_copy(vk, &zx, W0 + CD, &dt));
-    OK(llmem_op_ssm_conv(vk, &view, 0, &xb, &cw, k->bias ? &cb : NULL, &out));
+    vcs_step st;
+    vcs_make(vk, in, &st);
+    vcs_in_proj(vk, &st, k->fast);
+    vcs_conv(vk, &st, in);
     OK(llmem_backend_synchronize(vk));
-    r[R_OUT] = download_f32(&out);
-    r[R_Z] = download_f32(&z);
-    r[R_XB] = download_f32(&xb);
-    r[R_DT] = download_f32(&dt);
-    r[R_ST] = download_f32(&st);
-    llmem_buffer_free(idx);
-    for (int i = 0; i < nb; i++)
-        llmem_buffer_free(b[i]);
+    r[R_OUT] = vk_download_f32(&st.out);
+    r[R_Z] = vk_download_f32(&st.z);
+    r[R_XB] = vk_download_f32(&st.xb);
+    r[R_DT] = vk_download_f32(&st.dt);
+    r[R_ST] = vk_download_f32(&st.st);
+    vcs_free(&st);
     llmem_backend_close(vk);
     test_env_restore(&keep);
 }
@@ -160,9 +78,14 @@ static void run_step(const conv_case *k, const conv_in *in, const char *knob, fl
  * dst[s], all apart, but every fifth stream writes its own source, every
  * seventh reads zeros (src -1), every eleventh writes nothing (dst -1),
  * and with k->cross stream 0 reads stream 1's destination. */
-static void make_inputs(const conv_case *k, conv_in *in)
+static void make_inputs(const conv_case *k, vcs_in *in)
 {
     int32_t m = k->m;
+    in->m = m;
+    in->dc = k->dc;
+    in->w_dt = k->w_dt;
+    in->st_dt = k->st_dt;
+    in->bias = k->bias;
     in->a = rand_vals((size_t)m * K_IN, -1.0f, 1.0f, false);
     in->win = rand_vals((size_t)NIN * K_IN, -0.125f, 0.125f, true);
     in->cw = rand_vals((size_t)CD * k->dc, -1.0f, 1.0f, k->w_dt == BF16);
@@ -184,48 +107,12 @@ static void make_inputs(const conv_case *k, conv_in *in)
     }
     if (k->cross)
         in->src[0] = in->dst[1];
-    in->st = rand_vals(st_elems(k, in), -2.0f, 2.0f, k->st_dt == BF16);
-}
-
-/* The float64 step: zx = a · winᵀ; for stream s, channel c: u = the
- * source slot's dc - 1 rows (zeros for src -1), then x = zx[s, W0 + c];
- * out = silu(b + sum_k w[c, k] u_k); the destination gets u[1..] then x.
- * want_st: the expected state image (initial values where nothing writes). */
-static void reference(const conv_case *k, const conv_in *in, double *zx, double *out,
-                      double *want_st, bool *written)
-{
-    int32_t m = k->m, dc = k->dc;
-    vk_ref_mm_f32(in->a, in->win, m, K_IN, NIN, zx);
-    size_t n_st = st_elems(k, in);
-    for (size_t i = 0; i < n_st; i++) {
-        want_st[i] = in->st[i];
-        written[i] = false;
-    }
-    size_t slot = (size_t)(dc - 1) * CD;
-    double *u = malloc((size_t)dc * sizeof *u);
-    ck_assert_ptr_nonnull(u);
-    for (int32_t s = 0; s < m; s++) /* every source is read before any destination is written */
-        for (int32_t c = 0; c < CD; c++) {
-            for (int32_t j = 0; j + 1 < dc; j++)
-                u[j] = in->src[s] < 0 ? 0.0 : in->st[(size_t)in->src[s] * slot + (size_t)j * CD + c];
-            u[dc - 1] = zx[(size_t)s * NIN + W0 + c];
-            double acc = k->bias ? in->cb[c] : 0.0;
-            for (int32_t j = 0; j < dc; j++)
-                acc += (double)in->cw[(size_t)c * dc + j] * u[j];
-            out[(size_t)s * CD + c] = vk_silu(acc);
-            if (in->dst[s] >= 0)
-                for (int32_t j = 0; j + 1 < dc; j++) {
-                    size_t at = (size_t)in->dst[s] * slot + (size_t)j * CD + c;
-                    want_st[at] = u[j + 1];
-                    written[at] = true;
-                }
-        }
-    free(u);
+    in->st = rand_vals(vcs_st_elems(in), -2.0f, 2.0f, k->st_dt == BF16);
 }
 
 static void check_case(const conv_case *k)
 {
-    conv_in in;
+    vcs_in in;
     make_inputs(k, &in);
     float *on[N_R], *off[N_R], *v4[N_R], *f4[N_R];
     run_step(k, &in, "1", on);
@@ -233,7 +120,7 @@ static void check_case(const conv_case *k)
     run_step(k, &in, "2", v4);
     run_step(k, &in, "3", f4);
     int32_t m = k->m;
-    size_t n_st = st_elems(k, &in);
+    size_t n_st = vcs_st_elems(&in);
     size_t n_r[N_R] = {(size_t)m * CD, (size_t)m * W0, (size_t)m * CD, (size_t)m * W2, n_st};
     char what[128];
     snprintf(what, sizeof what, "m %d %s dc %d state %s w %s%s%s", m, k->fast ? "fast" : "precise",
@@ -251,7 +138,7 @@ static void check_case(const conv_case *k)
     double *want = malloc(n_st * sizeof *want), *col = malloc((size_t)m * CD * sizeof *col);
     bool *written = malloc(n_st);
     ck_assert(zx && out && want && col && written);
-    reference(k, &in, zx, out, want, written);
+    vcs_reference(&in, zx, out, want, written);
     /* fast: 11-bit activations into the product; the conv's inputs carry
      * that error, each weighted by at most 1 */
     double tol = k->fast ? 2 * vk_fast_rtol() : 2e-5;

@@ -132,13 +132,28 @@ static inline double vk_silu(double x)
     return x / (1.0 + exp(-x));
 }
 
-/* A new copy (malloc'd: the caller frees it) of an f32 tensor's values. */
+/* A new copy (malloc'd: the caller frees it) of an f32 tensor's values,
+ * or of a bf16 tensor's as f32 (the high half of an f32, exact). */
 static inline float *vk_download_f32(const llmem_tensor *t)
 {
-    size_t n = llmem_tensor_nbytes(t);
-    float *o = malloc(n);
+    if (t->dtype != BF16) {
+        size_t bytes = llmem_tensor_nbytes(t);
+        float *o = malloc(bytes);
+        ck_assert_ptr_nonnull(o);
+        OK(llmem_buffer_download(t->buf, t->offset, o, bytes));
+        return o;
+    }
+    size_t n = (size_t)llmem_tensor_nelements(t);
+    float *o = malloc(n * sizeof *o);
     ck_assert_ptr_nonnull(o);
-    OK(llmem_buffer_download(t->buf, t->offset, o, n));
+    uint16_t *h = malloc(n * 2);
+    ck_assert_ptr_nonnull(h);
+    OK(llmem_buffer_download(t->buf, t->offset, h, n * 2));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&o[i], &u, 4);
+    }
+    free(h);
     return o;
 }
 
