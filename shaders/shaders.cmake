@@ -96,11 +96,14 @@ function(llmem_vulkan_shader_entries out_var)
 endfunction()
 
 # The KHR modules (llmem_vulkan_shaders): matmul_cmp.comp (prefill, above 64 rows),
-# matmul_cm.comp (decode, 9-64 rows, the old plans) and matmul_dec.comp (decode, 9-64 rows).
+# matmul_cm.comp (decode, 9-64 rows, the old plans), matmul_dec.comp (decode, 9-64 rows) and
+# attention_prefill_cm.comp (fast-mode prefill attention; its -DEMU=1 entry, by the glob,
+# is attention_prefill_emu).
 set(LLMEM_VK_KHR_SHADERS
   "matmul_cmp"
   "matmul_cm"
-  "matmul_dec")
+  "matmul_dec"
+  "attention_prefill_cm")
 # KHR modules with no glslangValidator (Debian 12) entry at all, left out of the glob above:
 # shaders on GL_NV_cooperative_matrix2, which glslang 15 compiles only for SPIR-V 1.6
 # (--target-env vulkan1.3; the plugin asks for Vulkan 1.3 where it may run them).

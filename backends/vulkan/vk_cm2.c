@@ -97,11 +97,14 @@ typedef VkResult (*khr_cm_query)(VkPhysicalDevice, uint32_t *, khr_cm_properties
 bool vk_khr_modules_wanted(void)
 {
     const char *cmp = getenv("LLMEM_VULKAN_CMP"), *cmk = getenv("LLMEM_VULKAN_CM_KHR");
+    const char *apf = getenv("LLMEM_VULKAN_ATTN_PF");
     bool want_cmp = !(cmp && (strcmp(cmp, "0") == 0 || strcmp(cmp, "2") == 0)) &&
                     vk_shader_codes[VK_SH_MATMUL_CMP_KHR].size >= 20;
     bool want_cm = !(cmk && strcmp(cmk, "0") == 0) &&
                    vk_shader_codes[VK_SH_MATMUL_CM_KHR].size >= 20;
-    return want_cmp || want_cm;
+    bool want_pf = !(apf && (strcmp(apf, "0") == 0 || strcmp(apf, "3") == 0)) &&
+                   vk_shader_codes[VK_SH_ATTENTION_PREFILL_CM_KHR].size >= 20;
+    return want_cmp || want_cm || want_pf;
 }
 
 /* The device's VK_KHR_cooperative_matrix shapes (calloc'd, *n of them:

@@ -156,6 +156,7 @@ typedef struct vk_backend {
     bool has_budget;     /* VK_EXT_memory_budget */
     bool subgroup;       /* subgroup arithmetic in compute shaders is used */
     uint32_t subgroup_size;
+    bool sg_shuffle;     /* subgroupShuffleXor in compute shaders (attention_prefill_cm.comp) */
     bool coopmat;        /* VK_NV_cooperative_matrix enabled for matmul_cm.comp (vk_plugin.c) */
     bool coopmat_khr;    /* VK_KHR_cooperative_matrix enabled too, for the KHR modules of
                           * matmul_cmp.comp and matmul_cm.comp */

@@ -56,6 +56,8 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DEC_NORM", dec_norm, 0, 15, NUM),
     K("LLMEM_VULKAN_SUM_CONV", sum_conv, 0, 3, NUM),
     K("LLMEM_VULKAN_DISCARD", discard, 0, 3, NUM),
+    K("LLMEM_VULKAN_ATTN_PF", attn_pf, 0, 3, NUM),
+    K("LLMEM_VULKAN_ATTN_PF_WG", attn_pf_wg, 128, 256, POW2),
 };
 #undef K
 

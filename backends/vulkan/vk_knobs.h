@@ -52,6 +52,9 @@ typedef struct vk_knobs {
     int32_t dec_norm;       /* LLMEM_VULKAN_DEC_NORM: 0..15 the decode rows' norms */
     int32_t sum_conv;       /* LLMEM_VULKAN_SUM_CONV: 0..3 the decode conv in in_proj's sum (vk_sum.h) */
     int32_t discard;        /* LLMEM_VULKAN_DISCARD: 0..3 discarded held writes dropped (vk_sum.h) */
+    int32_t attn_pf;        /* LLMEM_VULKAN_ATTN_PF: 0..3 the prefill attention on cooperative
+                             * matrices (vk_ops_attention.c, attn_pf_pick) */
+    int32_t attn_pf_wg;     /* LLMEM_VULKAN_ATTN_PF_WG: 128 or 256, its workgroup */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

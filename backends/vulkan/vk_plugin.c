@@ -483,6 +483,8 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
                         ? l->maxComputeWorkGroupCount[0]
                         : l->maxComputeWorkGroupCount[1];
     v->subgroup = subgroup_usable(e);
+    v->sg_shuffle = (e->sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                    (e->sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     v->subgroup_size = e->sg.subgroupSize;
     llmem_status st = vk_cmd_init(v);
     if (st != LLMEM_OK)

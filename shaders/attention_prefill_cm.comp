@@ -1,0 +1,509 @@
+#version 450
+#extension GL_EXT_control_flow_attributes : require
+/* Fast-mode prefill attention on cooperative matrices: FlashAttention-2's
+ * forward pass (Dao 2023, "FlashAttention-2: Faster Attention with Better
+ * Parallelism and Work Partitioning", Alg. 1) over the paged KV cache
+ * (PagedAttention, Kwon et al. SOSP 2023), S = Q K^T and O += P V as 16 x 16
+ * x 16 GL_KHR_cooperative_matrix multiply-adds (f16 A and B, f32
+ * accumulators). q * scale and the probabilities are rounded once to f16
+ * (the arithmetic of FlashAttention-2 and of the CUDA fast kernel,
+ * kernels/attention_prefill_tc.cuh, whose tiling this follows); the running
+ * maximum and sum stay f32. f16 pools are staged as they are, bf16 pools
+ * converted to f16 on their way into shared memory (exact for magnitudes in
+ * [2^-14, 65504], as matmul_cm.comp does with bf16 weights).
+ *
+ * A workgroup of NW = WG / 32 subgroups takes BM = 16 NW rows of (query
+ * token, query head) pairs: hh heads of one GQA group times tt = BM / hh
+ * consecutive query tokens (row r: token t0 + r / hh, head g n_rep + hc0 +
+ * r % hh), so every K/V block staged in shared memory serves all the heads
+ * that share it. Subgroup w owns rows [16 w, 16 w + 16) and keeps their
+ * scaled queries as D / 16 A matrices and their output as D / 16
+ * accumulators for the whole dispatch. Per block of BN = 32 keys:
+ *  (a) the next block's K and V rows (16-byte loads through the page
+ *      table, zeros outside the pass's key range and for page ids outside
+ *      the pool) are loaded into registers before this block's work and
+ *      stored to shared memory after it (two workgroup barriers a block);
+ *  (b) S = Q K^T (D / 16 x 2 multiply-adds a subgroup) is stored to the
+ *      subgroup's part of shared memory: KHR does not expose which
+ *      invocation holds which element, so the row maxima are taken there,
+ *      by two invocations a row (16 keys each, one shuffle);
+ *  (c) the online softmax (soft-cap, masks, running max, sum) in f32; each
+ *      invocation writes its 16 probabilities as f16 in place of its own
+ *      scores (P's row sits 32 bytes into S's row, so the two invocations
+ *      of a row never write what the other still reads) and the row's
+ *      rescale factor to corr_s;
+ *  (d) O *= corr row by row: the row of each accumulator element comes
+ *      from a matrix of row indices loaded once (rowm: the same type, so
+ *      the same element order), then O += P V (2 x D / 16 multiply-adds).
+ * Causal and sliding-window masks come from the per-token key counts
+ * (tok_kv_len) and the window, as attention_decode.comp reads them; a pass
+ * visits only the blocks between its rows' lowest first key and highest
+ * last key, and only blocks that cross some row's range (or hold a key
+ * whose page id is bad) are masked. A tile whose rows belong to several
+ * streams (a SIMPLE ubatch) runs one pass a stream, the other rows masked.
+ * A query whose stream or length fails the device-side check (as
+ * attention_decode.comp's) sees no key and gets zeros.
+ *
+ * EMU (this file with -DEMU=1, compiled by glslangValidator into the
+ * plugin as attention_prefill_emu): the same tiling, shared-memory layout,
+ * masks and softmax with the matrix operations as scalar loops (an
+ * "accumulator" holds 8 elements an invocation: row lane / 2, columns 8
+ * (lane % 2) + i; an A matrix the invocation's row of 16 halves; a B
+ * matrix is read from shared memory where it lies) and workgroup barriers
+ * in place of subgroup ones, so that lavapipe, which has no cooperative
+ * matrices, checks the indexing against float64 (tests/test_vulkan_attn_pf.c).
+ *
+ * Shared memory (D = 128): K and V tiles 2 x 32 x 17 uvec4 (rows padded by
+ * 16 bytes against bank conflicts), S/P 8 x 16 x 9 uvec4: 35 KiB, within
+ * the 48 KiB NVIDIA's Vulkan driver allows a workgroup. Needs subgroups of
+ * 32 (those of the KHR matrices, vk_cm_usable) with shuffles.
+ * H200 (driver 580), 8 x 2048 causal, 32/8 heads, hd 128: 5.39 ms, 51
+ * TFLOP/s, against attention_decode.comp's 18.59 (docs/benchmarks.md,
+ * "Vulkan prefill attention on KHR cooperative matrices").
+ *
+ * Self-contained (no common.glsl): shaders/khr/attention_prefill_cm.spv,
+ * this file compiled as KHR, is embedded while its recorded SHA-256 matches
+ * this file alone (shaders/shaders.cmake). */
+// llmem-shader: attention_prefill_emu:EMU=1
+#ifndef EMU
+#define EMU 0
+#endif
+#if !EMU
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 256; /* 32 NW */
+layout(constant_id = 1) const uint D = 128;  /* head dim: a multiple of 16 */
+layout(constant_id = 2) const uint KV_DT = 1; /* 1 f16, 2 bf16 */
+#define DT_BF16 2u
+
+const uint BN = 32u;           /* keys a block */
+const uint NW = WG / 32u;      /* subgroups */
+const uint BM = 16u * NW;      /* rows a tile */
+const uint DV = D / 8u;        /* uvec4s of a K / V / Q row */
+const uint LDK = DV + 1u;      /* padded row of the K, V and Q tiles (uvec4s) */
+const uint KVT = BN * LDK;     /* uvec4s of a K or V tile */
+const uint SLD = BN / 4u + 1u; /* padded S row (uvec4s of 4 floats) */
+const uint SPW = 16u * SLD;    /* uvec4s of a subgroup's S / P */
+const uint SB = 2u * KVT;      /* where the subgroups' S / P start */
+const uint POFF = 2u;          /* P's row starts 2 uvec4s (32 bytes) into S's */
+const uint NL2 = BN * DV / WG; /* K (and V) uvec4 loads an invocation a block */
+const uint NSH0 = SB + NW * SPW, NSH1 = BM * LDK;
+const uint NSH = NSH0 > NSH1 ? NSH0 : NSH1; /* the Q tile is staged over all of it once */
+const uint DT = D / 16u;       /* output matrices a subgroup */
+const uint NO_ROWS = 0xffffffffu;
+
+layout(binding = 0) readonly buffer Q { float q[]; };
+layout(binding = 1) writeonly buffer O { float res[]; };
+layout(binding = 2) readonly buffer Idx { int idx[]; };
+layout(binding = 3) readonly buffer Kp { uvec4 kp[]; };
+layout(binding = 4) readonly buffer Vp { uvec4 vp[]; };
+
+layout(push_constant) uniform P {
+    uint n_tok, n_heads, n_kv, n_rep;
+    uint hh, tt, n_hc, n_tiles; /* heads and tokens a tile, head chunks, token tiles */
+    uint max_pages, ps, n_pages, n_streams;
+    int window;
+    float scale, softcap;
+    uint q_off, o_off; /* floats */
+    uint pt_off, sl_off, kl_off, ts_off, po_off; /* words of idx; po_off NO_ROWS: rows at s max_pages */
+} p;
+
+shared uvec4 sh[NSH];
+shared int row_seq[BM], row_lo[BM], row_hi[BM];
+shared float corr_s[BM];
+shared int pass_s[6];   /* cur, jlo, jhi, hmin, lmax, mixed */
+shared uint kbad_s[2];  /* bit k: key k of the block has a bad page id (by block parity) */
+#if EMU
+shared float xch_s[WG]; /* the pair exchange of EMU */
+#endif
+
+#define NEG_INF uintBitsToFloat(0xff800000u)
+
+/* ---- matrix operations: KHR, or their scalar emulation ------------------------------------ */
+#if !EMU
+#define UNROLL [[unroll]]
+#define FA coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA>
+#define FB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
+#define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+#define ACC_ZERO ACC(0.0)
+#define LOAD_A(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define LOAD_BT(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
+#define LOAD_B(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define STORE_C(m_, o_, s_) coopMatStore(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+#define MMA(c_, a_, b_) c_ = coopMatMulAdd(a_, b_, c_)
+#define EL(m_, i_) m_[i_]
+#define NEL(m_) uint(m_.length())
+/* the subgroup's shared-memory writes visible to its other invocations */
+#define SG_SYNC()                                                                                  \
+    controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,                  \
+                   gl_SemanticsAcquireRelease)
+#else
+/* loops kept rolled: unrolled, llvmpipe's compile of the scalar MMAs takes minutes */
+#define UNROLL [[dont_unroll]]
+struct FA { uvec4 a0, a1; };            /* this invocation's row (lane / 2) of 16 halves */
+struct FB { uint off, ld, tr; };        /* where the matrix lies in sh; tr: column-major */
+struct ACC { float e[8]; };             /* row lane / 2, columns 8 (lane % 2) + i */
+ACC acc_zero()
+{
+    ACC c;
+    for (uint i = 0u; i < 8u; i++)
+        c.e[i] = 0.0;
+    return c;
+}
+#define ACC_ZERO acc_zero()
+#define LOAD_A(m_, o_, s_) m_ = FA(sh[(o_) + (lane / 2u) * (s_)], sh[(o_) + (lane / 2u) * (s_) + 1u])
+#define LOAD_BT(m_, o_, s_) m_ = FB(o_, s_, 1u)
+#define LOAD_B(m_, o_, s_) m_ = FB(o_, s_, 0u)
+#define STORE_C(m_, o_, s_) emu_store(m_, o_, s_, lane)
+#define MMA(c_, a_, b_) c_ = emu_mma(a_, b_, c_, lane)
+#define EL(m_, i_) m_.e[i_]
+#define NEL(m_) 8u
+#define SG_SYNC() barrier()
+
+/* half k of 16-byte word w */
+float half_of(uvec4 w, uint k)
+{
+    return unpackHalf2x16(w[k / 2u])[k % 2u];
+}
+
+ACC emu_mma(FA a, FB b, ACC c, uint lane)
+{
+    UNROLL for (uint i = 0u; i < 8u; i++) {
+        uint n = 8u * (lane % 2u) + i;
+        float s = c.e[i];
+        UNROLL for (uint k = 0u; k < 16u; k++) {
+            float x = half_of(k < 8u ? a.a0 : a.a1, k % 8u);
+            float y = b.tr != 0u ? half_of(sh[b.off + n * b.ld + k / 8u], k % 8u)
+                                 : half_of(sh[b.off + k * b.ld + n / 8u], n % 8u);
+            s += x * y;
+        }
+        c.e[i] = s;
+    }
+    return c;
+}
+
+void emu_store(ACC c, uint off, uint ld, uint lane)
+{
+    uint o = off + (lane / 2u) * ld + 2u * (lane % 2u);
+    sh[o] = floatBitsToUint(vec4(c.e[0], c.e[1], c.e[2], c.e[3]));
+    sh[o + 1u] = floatBitsToUint(vec4(c.e[4], c.e[5], c.e[6], c.e[7]));
+}
+#endif
+
+/* x of the partner invocation (lane ^ 1) */
+float pair_max(float x, uint t)
+{
+#if !EMU
+    return max(x, subgroupShuffleXor(x, 1u));
+#else
+    xch_s[t] = x;
+    barrier();
+    float y = xch_s[t ^ 1u];
+    barrier();
+    return max(x, y);
+#endif
+}
+
+float pair_sum(float x, uint t)
+{
+#if !EMU
+    return x + subgroupShuffleXor(x, 1u);
+#else
+    xch_s[t] = x;
+    barrier();
+    float y = xch_s[t ^ 1u];
+    barrier();
+    return x + y;
+#endif
+}
+
+uint bf16x2_to_f16x2(uint x)
+{
+    return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
+}
+
+void main()
+{
+    const uint t = gl_LocalInvocationID.x, lane = t % 32u, warp = t / 32u;
+    uint gid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+    if (gid >= p.n_tiles * p.n_hc * p.n_kv)
+        return;
+    const uint g = gid % p.n_kv;
+    const uint hc0 = (gid / p.n_kv) % p.n_hc * p.hh;
+    const uint t0 = (p.n_tiles - 1u - gid / (p.n_kv * p.n_hc)) * p.tt; /* long tiles first */
+    const uint rows = p.hh * p.tt;
+
+    /* the rows' streams and key ranges (attention_decode.comp's checks);
+     * row_seq -1: a query that sees no key, -2: padding */
+    for (uint r = t; r < BM; r += WG) {
+        uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
+        int s = -2, lo = 0, hi = 0;
+        if (r < rows && tok < p.n_tok && hr < p.n_rep) {
+            s = idx[p.ts_off + tok];
+            int len = idx[p.kl_off + tok];
+            bool ok = s >= 0 && uint(s) < p.n_streams && len >= 0;
+            if (ok) {
+                int sl = idx[p.sl_off + uint(s)];
+                ok = len <= sl && (uint(sl) + p.ps - 1u) / p.ps <= p.max_pages;
+            }
+            if (ok) {
+                hi = len;
+                lo = p.window > 0 && len > p.window ? len - p.window : 0;
+            } else {
+                s = -1;
+            }
+        }
+        row_seq[r] = s;
+        row_lo[r] = lo;
+        row_hi[r] = hi;
+    }
+    /* the Q tile: q * scale rounded once to f16, staged over all of sh */
+    for (uint e = t; e < BM * DV; e += WG) {
+        uint r = e / DV, c = e % DV;
+        uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
+        uvec4 w = uvec4(0u);
+        if (r < rows && tok < p.n_tok && hr < p.n_rep) {
+            uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
+            UNROLL for (uint e = 0u; e < 4u; e++)
+                w[e] = packHalf2x16(vec2(q[b + 2u * e], q[b + 2u * e + 1u]) * p.scale);
+        }
+        sh[r * LDK + c] = w;
+    }
+    barrier();
+    FA qf[DT];
+    UNROLL for (uint k = 0u; k < DT; k++)
+        LOAD_A(qf[k], warp * 16u * LDK + 2u * k, LDK);
+    barrier();
+    /* rowm: element i of an accumulator lies in row EL(rowm, i) of its matrix */
+    const uint sw = SB + warp * SPW; /* this subgroup's S / P */
+#if !EMU
+    for (uint e = lane; e < 64u; e += 32u)
+        sh[sw + (e / 4u) * SLD + e % 4u] = floatBitsToUint(vec4(float(e / 4u)));
+    SG_SYNC();
+    ACC rowm;
+    coopMatLoad(rowm, sh, sw, SLD, gl_CooperativeMatrixLayoutRowMajor);
+    SG_SYNC();
+#define ROW_OF(i_) uint(rowm[i_])
+#else
+#define ROW_OF(i_) (lane / 2u)
+#endif
+
+    ACC o[DT];
+    UNROLL for (uint j = 0u; j < DT; j++)
+        o[j] = ACC_ZERO;
+    const uint rr = warp * 16u + lane / 2u; /* the row this invocation's softmax serves */
+    const uint half_ = lane % 2u;           /* its 16 keys of a block */
+    float m_run = NEG_INF, l_run = 0.0;     /* the row's running max; this half's sum */
+
+    uvec4 ld[2u * NL2];
+    int prev = -1;
+    for (;;) {
+        /* the next pass: the smallest stream above prev among the rows */
+        barrier();
+        if (t == 0u) {
+            pass_s[0] = 0x7fffffff;
+            pass_s[1] = 0x7fffffff;
+            pass_s[2] = 0;
+            pass_s[3] = 0x7fffffff;
+            pass_s[4] = 0;
+            pass_s[5] = 0;
+        }
+        barrier();
+        for (uint r = t; r < BM; r += WG)
+            if (row_seq[r] > prev)
+                atomicMin(pass_s[0], row_seq[r]);
+        barrier();
+        const int cur = pass_s[0];
+        if (cur == 0x7fffffff)
+            break;
+        for (uint r = t; r < BM; r += WG) {
+            int sr = row_seq[r];
+            if (sr != -2 && sr != cur)
+                atomicOr(pass_s[5], 1);
+            if (sr == cur) {
+                int lo = row_lo[r], hi = row_hi[r];
+                atomicMin(pass_s[3], hi);
+                atomicMax(pass_s[4], lo);
+                if (hi > lo) {
+                    atomicMin(pass_s[1], lo);
+                    atomicMax(pass_s[2], hi);
+                }
+            }
+        }
+        barrier();
+        prev = cur;
+        const int jlo = pass_s[1], jhi = pass_s[2], hmin = pass_s[3], lmax = pass_s[4];
+        const bool mixed = pass_s[5] != 0;
+        if (jlo >= jhi)
+            continue;
+        const uint pt =
+            p.pt_off + (p.po_off != NO_ROWS ? uint(idx[p.po_off + uint(cur)]) : uint(cur) * p.max_pages);
+        const int kb0 = jlo / int(BN) * int(BN);
+        const int nblk = (jhi - kb0 + int(BN) - 1) / int(BN);
+        /* this invocation's row bounds in the pass (masked blocks only) */
+        const int rlo = row_lo[rr], rhi = row_seq[rr] == cur ? row_hi[rr] : 0;
+
+        /* block i's K and V rows into ld (K in ld[u], V in ld[NL2 + u]; zeros outside
+         * [jlo, jhi) and for bad page ids) */
+#define FETCH(i_)                                                                                  \
+    UNROLL for (uint u = 0u; u < NL2; u++) {                                                   \
+        uint f_ = t + u * WG;                                                                      \
+        int key_ = kb0 + (i_) * int(BN) + int(f_ / DV);                                            \
+        uvec4 xk_ = uvec4(0u), xv_ = uvec4(0u);                                                    \
+        if (key_ >= jlo && key_ < jhi) {                                                           \
+            int pg_ = idx[pt + uint(key_) / p.ps];                                                 \
+            if (pg_ >= 0 && uint(pg_) < p.n_pages) {                                               \
+                uint a_ = ((uint(pg_) * p.ps + uint(key_) % p.ps) * p.n_kv + g) * DV + f_ % DV;    \
+                xk_ = kp[a_];                                                                      \
+                xv_ = vp[a_];                                                                      \
+            }                                                                                      \
+        }                                                                                          \
+        ld[u] = xk_;                                                                               \
+        ld[NL2 + u] = xv_;                                                                         \
+    }
+        /* ld into the K / V tiles (bf16 converted); the block's keys with a bad page id
+         * into kbad_s[i & 1] */
+#define STORE(i_)                                                                                  \
+    UNROLL for (uint u = 0u; u < NL2; u++) {                                                   \
+        uint f_ = t + u * WG;                                                                      \
+        int key_ = kb0 + (i_) * int(BN) + int(f_ / DV);                                            \
+        if (f_ % DV == 0u && key_ >= jlo && key_ < jhi) {                                          \
+            int pg_ = idx[pt + uint(key_) / p.ps];                                                 \
+            if (pg_ < 0 || uint(pg_) >= p.n_pages)                                                 \
+                atomicOr(kbad_s[(i_) & 1], 1u << (f_ / DV));                                       \
+        }                                                                                          \
+        UNROLL for (uint w_ = 0u; w_ < 2u; w_++) {                                             \
+            uvec4 x_ = ld[w_ * NL2 + u];                                                           \
+            if (KV_DT == DT_BF16)                                                                  \
+                x_ = uvec4(bf16x2_to_f16x2(x_.x), bf16x2_to_f16x2(x_.y), bf16x2_to_f16x2(x_.z),    \
+                           bf16x2_to_f16x2(x_.w));                                                 \
+            sh[w_ * KVT + (f_ / DV) * LDK + f_ % DV] = x_;                                         \
+        }                                                                                          \
+    }
+
+        if (t == 0u)
+            kbad_s[0] = 0u;
+        FETCH(0)
+        barrier();
+        STORE(0)
+        barrier();
+        for (int i = 0; i < nblk; i++) {
+            if (t == 0u)
+                kbad_s[(i + 1) & 1] = 0u; /* read last in block i - 1, written in i + 1 */
+            if (i + 1 < nblk)
+                FETCH(i + 1)
+            const int kb = kb0 + i * int(BN);
+            const uint bad = kbad_s[i & 1];
+            const bool edge = mixed || kb + int(BN) > hmin || kb < lmax || bad != 0u;
+
+            /* (b) S = Q K^T */
+            ACC s0 = ACC_ZERO, s1 = ACC_ZERO;
+            UNROLL for (uint k = 0u; k < DT; k++) {
+                FB b0, b1;
+                LOAD_BT(b0, 2u * k, LDK);
+                LOAD_BT(b1, 16u * LDK + 2u * k, LDK);
+                MMA(s0, qf[k], b0);
+                MMA(s1, qf[k], b1);
+            }
+            STORE_C(s0, sw, SLD);
+            STORE_C(s1, sw + 4u, SLD);
+            SG_SYNC();
+            /* (c) the online softmax of row rr, keys 16 half_ .. + 16 */
+            const uint so = sw + (lane / 2u) * SLD + 4u * half_;
+            vec4 x[4];
+            UNROLL for (uint c = 0u; c < 4u; c++)
+                x[c] = uintBitsToFloat(sh[so + c]);
+            float mx = NEG_INF;
+            UNROLL for (uint c = 0u; c < 4u; c++)
+                UNROLL for (uint e = 0u; e < 4u; e++) {
+                    float y = x[c][e];
+                    if (p.softcap > 0.0)
+                        y = p.softcap * tanh(y / p.softcap);
+                    if (edge) {
+                        uint kc = 16u * half_ + 4u * c + e;
+                        int j = kb + int(kc);
+                        bool vis = j >= rlo && j < rhi && (bad & (1u << kc)) == 0u;
+                        y = vis ? y : NEG_INF;
+                    }
+                    x[c][e] = y;
+                    mx = max(mx, y);
+                }
+            mx = pair_max(mx, t);
+            float m_new = max(m_run, mx);
+            /* rows with no visible key so far keep m = -inf and p = 0 */
+            float b = isinf(m_new) ? 0.0 : m_new;
+            float corr = exp(m_run - b);
+            m_run = m_new;
+            float sum = 0.0;
+            uvec4 pw[2];
+            UNROLL for (uint c = 0u; c < 4u; c++) {
+                vec4 pr = exp(x[c] - b);
+                sum += pr.x + pr.y + pr.z + pr.w;
+                pw[c / 2u][2u * (c % 2u)] = packHalf2x16(pr.xy);
+                pw[c / 2u][2u * (c % 2u) + 1u] = packHalf2x16(pr.zw);
+            }
+            l_run = l_run * corr + sum;
+            /* P's row at 2 uvec4s into S's: half 0 writes uvec4s 2-3 (its own floats 8-15),
+             * half 1 uvec4s 4-5 (its own 16-23) */
+            sh[so - 4u * half_ + POFF + 2u * half_] = pw[0];
+            sh[so - 4u * half_ + POFF + 2u * half_ + 1u] = pw[1];
+            if (half_ == 0u)
+                corr_s[rr] = corr;
+            SG_SYNC();
+            /* (d) O = O diag(corr) + P V */
+            for (uint i2 = 0u; i2 < NEL(o[0]); i2++) {
+                float cf = corr_s[warp * 16u + ROW_OF(i2)];
+                UNROLL for (uint j = 0u; j < DT; j++)
+                    EL(o[j], i2) *= cf;
+            }
+            FA pa0, pa1;
+            LOAD_A(pa0, sw + POFF, SLD);
+            LOAD_A(pa1, sw + POFF + 2u, SLD);
+            UNROLL for (uint j = 0u; j < DT; j++) {
+                FB v0, v1;
+                LOAD_B(v0, KVT + 2u * j, LDK);
+                LOAD_B(v1, KVT + 16u * LDK + 2u * j, LDK);
+                MMA(o[j], pa0, v0);
+                MMA(o[j], pa1, v1);
+            }
+            barrier(); /* every subgroup is done with this block's K and V */
+            if (i + 1 < nblk)
+                STORE(i + 1)
+            barrier();
+        }
+    }
+
+    /* O / l, through the subgroup's S region two matrices (32 columns) at a time */
+    float l_tot = pair_sum(l_run, t);
+    if (half_ == 0u)
+        corr_s[rr] = l_tot > 0.0 ? 1.0 / l_tot : 0.0;
+    SG_SYNC();
+    for (uint i2 = 0u; i2 < NEL(o[0]); i2++) {
+        float cf = corr_s[warp * 16u + ROW_OF(i2)];
+        UNROLL for (uint j = 0u; j < DT; j++)
+            EL(o[j], i2) *= cf;
+    }
+    const uint tok = t0 + rr / p.hh, hr = hc0 + rr % p.hh;
+    const bool out_ok = rr < rows && tok < p.n_tok && hr < p.n_rep;
+    const uint ob = p.o_off + (tok * p.n_heads + g * p.n_rep + hr) * D;
+    UNROLL for (uint j = 0u; j < DT; j += 2u) {
+        STORE_C(o[j], sw, SLD);
+        STORE_C(o[j + 1u], sw + 4u, SLD);
+        SG_SYNC();
+        if (out_ok) {
+            const uint so = sw + (lane / 2u) * SLD + 4u * half_;
+            UNROLL for (uint c = 0u; c < 4u; c++) {
+                vec4 y = uintBitsToFloat(sh[so + c]);
+                UNROLL for (uint e = 0u; e < 4u; e++)
+                    res[ob + 16u * (j + half_) + 4u * c + e] = y[e];
+            }
+        }
+        SG_SYNC();
+    }
+}

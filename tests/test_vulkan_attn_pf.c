@@ -1,0 +1,358 @@
+// ctest-labels: vulkan
+/* The prefill attention on cooperative matrices (shaders/attention_prefill_cm.comp,
+ * LLMEM_VULKAN_ATTN_PF; docs/vulkan.md) against float64.
+ *
+ * Each case is a prefill ubatch (tokens in stream order, so 128-row tiles
+ * span stream boundaries) over a paged pool whose pages are handed out in a
+ * shuffled order, whose unowned slots hold NaN, with GQA 4:1 and 1:1, head
+ * dims 64 and 128, pages of 1, 16 and 64, f16 and bf16 pools, a chunk after
+ * a history, a sliding window, a softcap and page-table rows (page_off).
+ * Every backend runs:
+ *  - the EMU module (LLMEM_VULKAN_ATTN_PF=3: the shader's tiling, masks and
+ *    online softmax with scalar loops for the matrix operations), which
+ *    runs on lavapipe;
+ *  - where the device has KHR cooperative matrices (the log's "KHR"), the
+ *    real module (LLMEM_VULKAN_ATTN_PF=1 with a fast-mode call).
+ * The result is checked against the float64 model of the fast arithmetic:
+ * q * scale rounded once to f16 (f32 product first), exact scores and
+ * softmax, each probability rounded once to f16. Rounding p by at most u =
+ * 2^-11 relative moves an output element by at most u sum_j w_j |v_j| (w the
+ * softmax weights); the f32 sums of S (D terms of |q'| max|k|) and of P V
+ * and the row sum (n keys) add 2 D 2^-23 |q'|_1 max|k| max|v| + n 2^-23
+ * max|v|, and f16's subnormal probabilities n 2^-25 max|v|; bf16 pools are
+ * converted to f16 exactly (values drawn within f16's normal range). The
+ * normalized error must stay within u. NaN pools and zero pools must give
+ * the same bytes, and the result must be within 4u (normalized) of
+ * attention_decode.comp's precise one (and not its very bits: the module
+ * ran). Calls outside the route (a decode batch, head dim 80, an f32 pool)
+ * give attention_decode.comp's bits under LLMEM_VULKAN_ATTN_PF=3.
+ */
+#include "support/run.h"
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmem/ops.h"
+#include "support/ops_harness.h"
+#include "support/ref64.h"
+#include "support/vk_test.h"
+
+#define MAX_STREAMS 4
+
+typedef struct pf_case {
+    int32_t n_streams;
+    int32_t len[MAX_STREAMS];   /* seq_len after the ubatch */
+    int32_t n_new[MAX_STREAMS]; /* the stream's last n_new tokens are the ubatch's */
+    int32_t page_size, n_kv_heads, n_heads, head_dim;
+    llmem_dtype dtype;
+    float softcap;
+    int32_t window;
+    bool rows; /* page-table rows at page_off (streams reversed) */
+} pf_case;
+
+static const pf_case cases[] = {
+    /* GQA 4:1, hd 128, f16, pages of 16, three whole prefills */
+    {3, {100, 49, 37}, {100, 49, 37}, 16, 2, 8, 128, F16, 0.0f, 0, false},
+    /* 1:1, hd 64, bf16, pages of 1, a chunk after a history */
+    {2, {230, 50}, {70, 50}, 1, 2, 2, 64, BF16, 0.0f, 0, false},
+    /* GQA 4:1, hd 64, f16, pages of 64, window and softcap, page-table rows */
+    {2, {233, 100}, {133, 100}, 64, 1, 4, 64, F16, 30.0f, 60, true},
+    /* GQA 4:1, hd 128, bf16, pages of 64, chunk + prefills and an empty stream */
+    {4, {160, 65, 40, 0}, {30, 65, 40, 0}, 64, 1, 4, 128, BF16, 0.0f, 0, false},
+};
+
+typedef struct pf_data {
+    pf_case k;
+    int32_t n_tok, n_pages, max_pages, row, n_pt;
+    int32_t *page_table, *page_off, *tok_seq, *tok_kv_len;
+    double *q;                   /* [n_tok][n_heads][hd] */
+    double *kl[MAX_STREAMS], *vl[MAX_STREAMS]; /* [len][row], in the pool dtype */
+} pf_data;
+
+static int32_t slot_of(const pf_data *d, int32_t s, int32_t j)
+{
+    int32_t r = d->k.rows ? d->page_off[s] : s * d->max_pages;
+    return d->page_table[r + j / d->k.page_size] * d->k.page_size + j % d->k.page_size;
+}
+
+static void pf_make(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d)
+{
+    ref64_rng r = ref64_rng_make(ref64_seed(), stream);
+    memset(d, 0, sizeof *d);
+    d->k = *k;
+    d->row = k->n_kv_heads * k->head_dim;
+    int32_t used = 0;
+    for (int32_t s = 0; s < k->n_streams; s++) {
+        int32_t pages = llmem_pages_for(0, k->len[s], k->page_size);
+        used += pages;
+        d->max_pages = pages + 1 > d->max_pages ? pages + 1 : d->max_pages;
+        d->n_tok += k->n_new[s];
+    }
+    d->n_pages = used + 3; /* unowned pages stay NaN */
+    int32_t *perm = th_alloc(h, (size_t)d->n_pages * sizeof *perm);
+    ref64_shuffle(&r, perm, d->n_pages);
+    d->n_pt = k->n_streams * d->max_pages;
+    d->page_off = th_alloc(h, (size_t)k->n_streams * sizeof(int32_t));
+    if (k->rows) { /* stream s's row after stream s + 1's, two -1 between */
+        d->n_pt = 1;
+        for (int32_t s = k->n_streams - 1; s >= 0; s--) {
+            d->page_off[s] = d->n_pt + 2;
+            d->n_pt += 2 + llmem_pages_for(0, k->len[s], k->page_size);
+        }
+    }
+    d->page_table = th_alloc(h, (size_t)d->n_pt * sizeof(int32_t));
+    for (int32_t e = 0; e < d->n_pt; e++)
+        d->page_table[e] = -1;
+    for (int32_t s = 0, next = 0; s < k->n_streams; s++) {
+        int32_t r0 = k->rows ? d->page_off[s] : s * d->max_pages;
+        for (int32_t p = 0; p < llmem_pages_for(0, k->len[s], k->page_size); p++)
+            d->page_table[r0 + p] = perm[next++];
+    }
+    d->tok_seq = th_alloc(h, (size_t)d->n_tok * sizeof(int32_t));
+    d->tok_kv_len = th_alloc(h, (size_t)d->n_tok * sizeof(int32_t));
+    d->q = th_alloc(h, (size_t)d->n_tok * k->n_heads * k->head_dim * sizeof(double));
+    ref64_fill(&r, d->q, (int64_t)d->n_tok * k->n_heads * k->head_dim, -3, 3, F32);
+    for (int32_t s = 0, t = 0; s < k->n_streams; s++) {
+        d->kl[s] = th_alloc(h, (size_t)(k->len[s] + 1) * d->row * sizeof(double));
+        d->vl[s] = th_alloc(h, (size_t)(k->len[s] + 1) * d->row * sizeof(double));
+        ref64_fill(&r, d->kl[s], (int64_t)k->len[s] * d->row, -1, 1, k->dtype);
+        ref64_fill(&r, d->vl[s], (int64_t)k->len[s] * d->row, -1, 1, k->dtype);
+        for (int32_t j = k->len[s] - k->n_new[s]; j < k->len[s]; j++, t++) {
+            d->tok_seq[t] = s;
+            d->tok_kv_len[t] = j + 1;
+        }
+    }
+    /* within f16's normal range, where bf16 -> f16 is exact */
+    for (int32_t s = 0; s < k->n_streams; s++)
+        for (int64_t e = 0; e < (int64_t)k->len[s] * d->row; e++) {
+            if (fabs(d->kl[s][e]) < 0x1p-13)
+                d->kl[s][e] = 0.0;
+            if (fabs(d->vl[s][e]) < 0x1p-13)
+                d->vl[s][e] = 0.0;
+        }
+}
+
+/* The float64 model of the fast arithmetic (see the top): out, and wv = sum_j w_j |v_j|. */
+static void pf_model(const pf_data *d, const llmem_attn_params *p, double *out, double *wv)
+{
+    const pf_case *k = &d->k;
+    int32_t hd = k->head_dim, rep = k->n_heads / k->n_kv_heads;
+    int32_t max_len = 1;
+    for (int32_t s = 0; s < k->n_streams; s++)
+        max_len = k->len[s] > max_len ? k->len[s] : max_len;
+    double *kk = malloc(sizeof(double) * (size_t)hd * max_len);
+    double *vv = malloc(sizeof(double) * (size_t)hd * max_len);
+    double *va = malloc(sizeof(double) * (size_t)hd * max_len);
+    double qm[256];
+    ck_assert(kk && vv && va && hd <= 256);
+    for (int32_t i = 0; i < d->n_tok; i++) {
+        int32_t s = d->tok_seq[i], len = d->tok_kv_len[i];
+        int32_t lo = k->window > 0 && len > k->window ? len - k->window : 0;
+        for (int32_t h = 0; h < k->n_heads; h++) {
+            int32_t g = h / rep;
+            int64_t at = ((int64_t)i * k->n_heads + h) * hd;
+            for (int32_t e = 0; e < hd; e++)
+                qm[e] = ref64_round((double)((float)d->q[at + e] * p->scale), F16);
+            for (int32_t j = lo; j < len; j++)
+                for (int32_t e = 0; e < hd; e++) {
+                    kk[(j - lo) * hd + e] = d->kl[s][(int64_t)j * d->row + g * hd + e];
+                    vv[(j - lo) * hd + e] = d->vl[s][(int64_t)j * d->row + g * hd + e];
+                    va[(j - lo) * hd + e] = fabs(vv[(j - lo) * hd + e]);
+                }
+            ref64_attention(qm, kk, vv, len - lo, hd, 1.0, (double)p->softcap, out + at);
+            ref64_attention(qm, kk, va, len - lo, hd, 1.0, (double)p->softcap, wv + at);
+        }
+    }
+    free(kk);
+    free(vv);
+    free(va);
+}
+
+/* Runs the case on be (pools filled with `fill` before the keys are
+ * written into their slots) and reads the output into out. */
+static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params *p, uint32_t fill,
+                   double *out)
+{
+    const pf_case *k = &d->k;
+    th_ctx c;
+    th_begin(&c, be);
+    size_t es = llmem_dtype_size(k->dtype);
+    size_t pool_bytes = (size_t)d->n_pages * k->page_size * d->row * es;
+    llmem_kv_view kvd = {0}, *kv = &kvd;
+    llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
+    kv->k = th_pool(&c, pool_bytes, k->dtype);
+    kv->v = th_pool(&c, pool_bytes, k->dtype);
+    kv->dtype = k->dtype;
+    kv->n_pages = d->n_pages;
+    kv->page_size = k->page_size;
+    kv->n_kv_heads = k->n_kv_heads;
+    kv->head_dim = k->head_dim;
+    kv->max_pages = d->max_pages;
+    /* the pools built on the host (fill, then every owned slot) and uploaded whole */
+    unsigned char *kh = th_alloc(&c, (pool_bytes + 3) / 4 * 4);
+    unsigned char *vh = th_alloc(&c, (pool_bytes + 3) / 4 * 4);
+    for (size_t i = 0; i < pool_bytes; i += 4) {
+        memcpy(kh + i, &fill, 4);
+        memcpy(vh + i, &fill, 4);
+    }
+    for (int32_t s = 0; s < k->n_streams; s++)
+        for (int32_t j = 0; j < k->len[s]; j++) {
+            size_t off = (size_t)slot_of(d, s, j) * d->row * es;
+            for (int32_t e = 0; e < d->row; e++) {
+                ref64_encode(d->kl[s][(int64_t)j * d->row + e], k->dtype, kh + off + e * es);
+                ref64_encode(d->vl[s][(int64_t)j * d->row + e], k->dtype, vh + off + e * es);
+            }
+        }
+    OK(llmem_buffer_upload(kv->k, 0, kh, pool_bytes));
+    OK(llmem_buffer_upload(kv->v, 0, vh, pool_bytes));
+    th_idx b = {0};
+    kv->page_table = th_idx_add(&b, d->page_table, d->n_pt);
+    kv->seq_len = th_idx_add(&b, k->len, k->n_streams);
+    kv->tok_kv_len = th_idx_add(&b, d->tok_kv_len, d->n_tok);
+    kv->tok_seq = th_idx_add(&b, d->tok_seq, d->n_tok);
+    kv->page_off = th_idx_add(&b, d->page_off, k->rows ? k->n_streams : 0);
+    llmem_i32_table *tabs[] = {&kv->page_table, &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq,
+                               &kv->page_off};
+    view.idx = th_idx_finish(&c, &b, tabs, 5);
+    llmem_tensor q = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->head_dim);
+    llmem_tensor o = th_tensor(&c, F32, 3, d->n_tok, k->n_heads, k->head_dim);
+    th_set(&q, d->q);
+    OK(llmem_op_attention_paged(be, p, &view, &q, &o));
+    th_get(&o, out);
+    th_end(&c);
+}
+
+/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode; *khr: whether it
+ * has KHR cooperative matrices (its log says so). */
+static llmem_backend *open_mode(const char *mode, bool *khr)
+{
+    char path[] = "/tmp/llmem_attn_pf_XXXXXX";
+    log_to_temp(path);
+    setenv("LLMEM_VULKAN_ATTN_PF", mode, 1);
+    llmem_backend *be = open_be("vulkan");
+    unsetenv("LLMEM_VULKAN_ATTN_PF");
+    unsetenv("LLMEM_VULKAN_LOG");
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "log %s", path);
+    char line[1024];
+    *khr = false;
+    while (fgets(line, sizeof line, f))
+        *khr = *khr || strstr(line, "cooperative matrices on, KHR") != NULL;
+    fclose(f);
+    unlink(path);
+    return be;
+}
+
+/* The checks of the top on one module's output. */
+static void pf_expect(const pf_data *d, float scale, const double *out, const double *model,
+                      const double *wv, const char *what)
+{
+    const pf_case *k = &d->k;
+    int32_t hd = k->head_dim;
+    int64_t n = (int64_t)d->n_tok * k->n_heads * hd;
+    double u = ldexp(1.0, -11);
+    for (int64_t r = 0; r < (int64_t)d->n_tok * k->n_heads; r++) {
+        double keys = d->tok_kv_len[r / k->n_heads], q1 = 0.0;
+        for (int32_t e = 0; e < hd; e++)
+            q1 += fabs(ref64_round((double)((float)d->q[r * hd + e] * scale), F16));
+        double bound_row = 2.0 * hd * ldexp(q1, -23) + keys * (ldexp(1.0, -23) + ldexp(1.0, -25));
+        for (int32_t e = 0; e < hd; e++) {
+            int64_t at = r * hd + e;
+            double bound = u * wv[at] + bound_row;
+            if (!(fabs(out[at] - model[at]) <= bound))
+                ck_abort_msg("%s: element %lld is %.9g, model %.9g (bound %.3g), seed %llu", what,
+                             (long long)at, out[at], model[at], bound,
+                             (unsigned long long)ref64_seed());
+        }
+    }
+    th_expect_close(out, model, n, u, what);
+}
+
+START_TEST(test_attn_pf)
+{
+    bool khr = false, khr3 = false;
+    llmem_backend *emu = open_mode("3", &khr3);
+    llmem_backend *real = open_mode("1", &khr);
+    llmem_backend *dec = open_mode("0", &khr3);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const pf_case *k = &cases[ci];
+        th_ctx h;
+        th_begin(&h, NULL);
+        pf_data d;
+        pf_make(&h, k, 4100 + ci, &d);
+        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
+                               .window = k->window, .fast = 1};
+        int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
+        double *out = th_vec(&h, n), *clean = th_vec(&h, n), *model = th_vec(&h, n);
+        double *wv = th_vec(&h, n), *prec = th_vec(&h, n);
+        pf_model(&d, &p, model, wv);
+        llmem_attn_params pp = p;
+        pp.fast = 0;
+        pf_run(dec, &d, &pp, llmem_nan_pattern(k->dtype), prec);
+        llmem_backend *mods[2] = {emu, khr ? real : NULL};
+        const char *names[2] = {"EMU", "KHR"};
+        for (int m = 0; m < 2; m++) {
+            if (!mods[m])
+                continue;
+            char what[160];
+            pf_run(mods[m], &d, &p, llmem_nan_pattern(k->dtype), out);
+            pf_run(mods[m], &d, &p, 0u, clean);
+            snprintf(what, sizeof what, "case %zu %s, NaN vs zero pools", ci, names[m]);
+            th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
+            snprintf(what, sizeof what, "case %zu %s (%s, ps %d, hd %d, %d/%d heads)", ci,
+                     names[m], llmem_dtype_name(k->dtype), k->page_size, k->head_dim,
+                     k->n_heads, k->n_kv_heads);
+            pf_expect(&d, p.scale, out, model, wv, what);
+            snprintf(what, sizeof what, "case %zu %s against attention_decode", ci, names[m]);
+            th_expect_close(out, prec, n, 4.0 * ldexp(1.0, -11), what);
+            /* the module ran: attention_decode's result would be these very bits */
+            ck_assert_msg(memcmp(out, prec, (size_t)n * sizeof *out) != 0,
+                          "case %zu %s: the result is attention_decode's (the module did not run)",
+                          ci, names[m]);
+        }
+        th_end(&h);
+    }
+    /* calls outside the route keep attention_decode.comp, bit for bit: a decode batch (one
+     * token a stream), a head dim of 80, an f32 pool */
+    static const pf_case others[] = {
+        {2, {40, 17}, {1, 1}, 16, 1, 4, 64, F16, 0.0f, 0, false},
+        {1, {40}, {40}, 16, 1, 4, 80, F16, 0.0f, 0, false},
+        {1, {40}, {40}, 16, 1, 4, 64, F32, 0.0f, 0, false},
+    };
+    for (size_t ci = 0; ci < sizeof others / sizeof others[0]; ci++) {
+        const pf_case *k = &others[ci];
+        th_ctx h;
+        th_begin(&h, NULL);
+        pf_data d;
+        pf_make(&h, k, 4200 + ci, &d);
+        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .fast = 1};
+        int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
+        double *out = th_vec(&h, n), *prec = th_vec(&h, n);
+        pf_run(emu, &d, &p, 0u, out);
+        pf_run(dec, &d, &p, 0u, prec);
+        char what[96];
+        snprintf(what, sizeof what, "outside the route, case %zu", ci);
+        th_expect_same_bytes(out, prec, (size_t)n * sizeof *out, what);
+        th_end(&h);
+    }
+    if (!khr)
+        printf("test_vulkan_attn_pf: no KHR cooperative matrices here: the EMU module only\n");
+    llmem_backend_close(dec);
+    llmem_backend_close(real);
+    llmem_backend_close(emu);
+}
+END_TEST
+
+int main(void)
+{
+    if (!vulkan_opens("test_vulkan_attn_pf", "nothing to run"))
+        return 77;
+    Suite *s = suite_create("vulkan_attn_pf");
+    TCase *tc = tcase_create("attn_pf");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_attn_pf);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
