@@ -571,6 +571,8 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
             kv->ps_shift = sh;
     kv->p.poison = p->poison || llmem_env_poison();
     kv->stage_spread = tok_stage_spread_env();
+    const char *pf = getenv("LLMEM_KV_PUBLISH_PREFETCH"); /* unset: on */
+    kv->publish_prefetch = !pf || !*pf || strcmp(pf, "0") != 0;
     kv->row_bytes = row;
     kv->page_bytes = llmem_kv_page_bytes(p->dtype, p->page_size, p->n_kv_heads, p->head_dim);
     st = LLMEM_E_NO_MEMORY;

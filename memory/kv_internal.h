@@ -100,6 +100,7 @@ typedef struct kv_cache {
      * (memory/tok_stage.h; kv_tokens_sync before reading token values) */
     tok_stage *stage;
     bool stage_spread; /* LLMEM_TOK_STAGE_SPREAD (tok_stage.h) */
+    bool publish_prefetch; /* LLMEM_KV_PUBLISH_PREFETCH (kv_prefetch_publish) */
     seq_heap *heap;        /* the sequences' pages, tokens and pos arrays */
     llmem_buffer **k, **v; /* [n_layers] pools */
     llmem_kv_view *views;  /* [n_layers] what kv_view last described of each layer */

@@ -276,6 +276,44 @@ LLMEM_PREFETCH_FN void kv_prefetch_append(const kv_cache *kv, const llmem_plan *
 #endif
 }
 
+/* The commit of a decode step publishes the page a sequence's token fills
+ * (publish_pages): its ids are read back from the sequence's token array
+ * (where the stage is written first), hashed, copied into the pool, and
+ * its pool entries and its predecessor's are read and written. Sequences
+ * decoding in step fill their pages in the same step, every page-size
+ * steps, and each of those accesses is a miss: for the sequence 8 ahead,
+ * when its next token fills a page of more than one token, they are
+ * requested now (hints only; nothing else changes). */
+LLMEM_PREFETCH_FN void kv_prefetch_publish(const kv_cache *kv, const kv_seq *q)
+{
+#if defined(__GNUC__)
+    int32_t ps = kv->p.page_size, n = q->tokens.n;
+    if (ps < 2 || kv->p.no_prefix_cache || kv_ps_mod(kv, n + 1) != 0 || q->pages.n < 1)
+        return;
+    int32_t k = kv_ps_div(kv, n), p = k < q->pages.n ? kv_page_at(q, k) : -1;
+    if (p < 0)
+        return;
+    const page_pool *pp = &kv->pool;
+    const int32_t *row = pp->tokens + (size_t)p * (size_t)ps;
+    __builtin_prefetch(pp->hashed + p, 1, 1);
+    __builtin_prefetch(pp->hash + p, 1, 1);
+    __builtin_prefetch(pp->parent_hash + p, 1, 1);
+    __builtin_prefetch(row, 1, 1);
+    __builtin_prefetch(row + ps - 1, 1, 1);
+    if (q->tokens.v) { /* the page's ids in the array (the stage goes there first) */
+        __builtin_prefetch(q->tokens.v + (size_t)k * (size_t)ps, 1, 1);
+        __builtin_prefetch(q->tokens.v + (size_t)k * (size_t)ps + ps - 1, 1, 1);
+    }
+    int32_t pv = k > 0 ? kv_page_at(q, k - 1) : -1;
+    if (pv >= 0) {
+        __builtin_prefetch(pp->hashed + pv, 0, 1);
+        __builtin_prefetch(pp->hash + pv, 0, 1);
+    }
+#else
+    (void)kv, (void)q;
+#endif
+}
+
 /* Writes the (row entry, page) pairs the attach pass deferred into the
  * rows (recorded for the next upload), before a failed reserve releases
  * them; a reserve that succeeds writes them at its upload
@@ -719,6 +757,8 @@ llmem_status kv_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
 #endif
             if (ahead->pos.stored)
                 i32vec_prefetch_tail(&ahead->pos.v);
+            if (kv->publish_prefetch)
+                kv_prefetch_publish(kv, ahead);
         }
         for (int32_t m = 0; m < stream_n(plan, i, s); m++) {
             int32_t q = stream_seq(plan, i, s, m);
