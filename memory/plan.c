@@ -638,6 +638,9 @@ llmem_status llmem_plan_build_internal(llmem_memory *mem, const llmem_batch *b, 
                 rows[q] = blk + q;
                 blk[pb.pair_k[q]] = b->token[q];
             }
+        } else if (pb.n_seqs == 1 && pb.n_pairs == b->n_tokens) { /* one prompt */
+            rows[0] = blk;
+            memcpy(blk, b->token, (size_t)b->n_tokens * sizeof *blk);
         } else {
             for (int32_t k = 0; k < pb.n_seqs; k++) {
                 rows[k] = blk + at;
