@@ -64,37 +64,17 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
     memset(d, 0, sizeof *d);
     d->k = *k;
     d->row = k->n_kv_heads * k->head_dim;
-    int32_t used = 0;
-    for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = llmem_pages_for(0, k->len[s], k->page_size);
-        used += pages;
-        d->max_pages = pages + 2 > d->max_pages ? pages + 2 : d->max_pages;
+    for (int32_t s = 0; s < k->n_streams; s++)
         d->n_tok += k->n_new[s];
-    }
-    d->n_pages = used + 3; /* free pages stay NaN */
-    int32_t *perm = th_alloc(h, (size_t)d->n_pages * sizeof *perm);
-    ref64_shuffle(&r, perm, d->n_pages);
-    /* rows: stream s's row starts 3 elements after the end of stream s+1's
-     * (the last stream first), unlike the dense s * max_pages */
-    d->n_pt = k->n_streams * d->max_pages;
-    d->page_off = th_alloc(h, (size_t)k->n_streams * sizeof(int32_t));
-    if (k->rows) {
-        d->n_pt = 1;
-        for (int32_t s = k->n_streams - 1; s >= 0; s--) {
-            d->page_off[s] = d->n_pt + 2;
-            d->n_pt += 2 + llmem_pages_for(0, k->len[s], k->page_size);
-        }
-    }
-    d->page_table = th_alloc(h, (size_t)d->n_pt * sizeof(int32_t));
-    for (int32_t e = 0; e < d->n_pt; e++)
-        d->page_table[e] = -1;
-    int32_t next = 0;
-    for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = llmem_pages_for(0, k->len[s], k->page_size);
-        int32_t row = k->rows ? d->page_off[s] : s * d->max_pages;
-        for (int32_t p = 0; p < pages; p++)
-            d->page_table[row + p] = perm[next++];
-    }
+    /* free pages stay NaN; with rows, stream s's row starts 3 elements
+     * after the end of stream s+1's (the last stream first) */
+    th_pages pg;
+    th_pages_make(h, &r, k->n_streams, k->len, k->page_size, 2, k->rows, &pg);
+    d->max_pages = pg.max_pages;
+    d->n_pages = pg.n_pages;
+    d->n_pt = pg.n_pt;
+    d->page_table = pg.page_table;
+    d->page_off = pg.page_off;
     int32_t n_tok = d->n_tok + (k->pad_token ? 1 : 0);
     d->tok_seq = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
     d->tok_kv_len = th_alloc(h, (size_t)n_tok * sizeof(int32_t));

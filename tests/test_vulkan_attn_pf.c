@@ -83,33 +83,17 @@ static void pf_make(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d)
     memset(d, 0, sizeof *d);
     d->k = *k;
     d->row = k->n_kv_heads * k->head_dim;
-    int32_t used = 0;
-    for (int32_t s = 0; s < k->n_streams; s++) {
-        int32_t pages = llmem_pages_for(0, k->len[s], k->page_size);
-        used += pages;
-        d->max_pages = pages + 1 > d->max_pages ? pages + 1 : d->max_pages;
+    for (int32_t s = 0; s < k->n_streams; s++)
         d->n_tok += k->n_new[s];
-    }
-    d->n_pages = used + 3; /* unowned pages stay NaN */
-    int32_t *perm = th_alloc(h, (size_t)d->n_pages * sizeof *perm);
-    ref64_shuffle(&r, perm, d->n_pages);
-    d->n_pt = k->n_streams * d->max_pages;
-    d->page_off = th_alloc(h, (size_t)k->n_streams * sizeof(int32_t));
-    if (k->rows) { /* stream s's row after stream s + 1's, two -1 between */
-        d->n_pt = 1;
-        for (int32_t s = k->n_streams - 1; s >= 0; s--) {
-            d->page_off[s] = d->n_pt + 2;
-            d->n_pt += 2 + llmem_pages_for(0, k->len[s], k->page_size);
-        }
-    }
-    d->page_table = th_alloc(h, (size_t)d->n_pt * sizeof(int32_t));
-    for (int32_t e = 0; e < d->n_pt; e++)
-        d->page_table[e] = -1;
-    for (int32_t s = 0, next = 0; s < k->n_streams; s++) {
-        int32_t r0 = k->rows ? d->page_off[s] : s * d->max_pages;
-        for (int32_t p = 0; p < llmem_pages_for(0, k->len[s], k->page_size); p++)
-            d->page_table[r0 + p] = perm[next++];
-    }
+    /* unowned pages stay NaN; with rows, stream s's row after stream s +
+     * 1's, two -1 between */
+    th_pages pg;
+    th_pages_make(h, &r, k->n_streams, k->len, k->page_size, 1, k->rows, &pg);
+    d->max_pages = pg.max_pages;
+    d->n_pages = pg.n_pages;
+    d->n_pt = pg.n_pt;
+    d->page_table = pg.page_table;
+    d->page_off = pg.page_off;
     d->tok_seq = th_alloc(h, (size_t)d->n_tok * sizeof(int32_t));
     d->tok_kv_len = th_alloc(h, (size_t)d->n_tok * sizeof(int32_t));
     d->q = th_alloc(h, (size_t)d->n_tok * k->n_heads * k->head_dim * sizeof(double));

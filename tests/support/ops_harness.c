@@ -327,3 +327,35 @@ void th_matmul(llmem_backend *be, int32_t m, int32_t k, int32_t n, llmem_dtype w
     th_get(&to, out);
     th_end(&c);
 }
+
+void th_pages_make(th_ctx *h, ref64_rng *r, int32_t n_streams, const int32_t *len,
+                   int32_t page_size, int32_t spare, bool rows, th_pages *p)
+{
+    int32_t used = 0;
+    p->max_pages = 0;
+    for (int32_t s = 0; s < n_streams; s++) {
+        int32_t pages = llmem_pages_for(0, len[s], page_size);
+        used += pages;
+        p->max_pages = pages + spare > p->max_pages ? pages + spare : p->max_pages;
+    }
+    p->n_pages = used + 3;
+    int32_t *perm = th_alloc(h, (size_t)p->n_pages * sizeof *perm);
+    ref64_shuffle(r, perm, p->n_pages);
+    p->n_pt = n_streams * p->max_pages;
+    p->page_off = th_alloc(h, (size_t)n_streams * sizeof(int32_t));
+    if (rows) {
+        p->n_pt = 1;
+        for (int32_t s = n_streams - 1; s >= 0; s--) {
+            p->page_off[s] = p->n_pt + 2;
+            p->n_pt += 2 + llmem_pages_for(0, len[s], page_size);
+        }
+    }
+    p->page_table = th_alloc(h, (size_t)p->n_pt * sizeof(int32_t));
+    for (int32_t e = 0; e < p->n_pt; e++)
+        p->page_table[e] = -1;
+    for (int32_t s = 0, next = 0; s < n_streams; s++) {
+        int32_t row = rows ? p->page_off[s] : s * p->max_pages;
+        for (int32_t j = 0; j < llmem_pages_for(0, len[s], page_size); j++)
+            p->page_table[row + j] = perm[next++];
+    }
+}

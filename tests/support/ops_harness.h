@@ -61,6 +61,23 @@ void *th_alloc(th_ctx *c, size_t bytes);
 /* n doubles (at least one), zeroed, freed at th_end. */
 double *th_vec(th_ctx *c, int64_t n);
 
+/* A shuffled paged layout of the attention suites' KV pool: n_streams
+ * streams of len[s] keys in pages of page_size. Stream s's pages are
+ * distinct pages of the pool, in the order of a shuffle drawn from r; the
+ * pool has 3 pages more than the streams own (unowned: tests leave them
+ * NaN). Page-table entries are -1 where no page is owned. Dense layout
+ * (rows false): stream s's row starts at s * max_pages, max_pages = the
+ * largest page count + spare. Rows (rows true): stream s's row starts at
+ * page_off[s], after stream s + 1's row (the last stream first) and two
+ * -1 entries, unlike the dense s * max_pages. page_table [n_pt] and
+ * page_off [n_streams] are allocated in h (freed at th_end). */
+typedef struct th_pages {
+    int32_t max_pages, n_pages, n_pt;
+    int32_t *page_table, *page_off;
+} th_pages;
+void th_pages_make(th_ctx *h, ref64_rng *r, int32_t n_streams, const int32_t *len,
+                   int32_t page_size, int32_t spare, bool rows, th_pages *p);
+
 /* A guarded tensor (poisoned with NaN). ne outermost first. */
 llmem_tensor th_tensor(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2);
 /* A raw buffer of `bytes` (rounded up to 4) filled with the NaN pattern of
