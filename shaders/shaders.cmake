@@ -46,6 +46,7 @@ set(LLMEM_VK_SHADER_LIST
   "attention:attention.comp"
   "attention_sg:attention.comp:USE_SUBGROUP=1"
   "attention_decode:attention_decode.comp"
+  "attention_decode_sg:attention_decode.comp:USE_SUBGROUP=1"
   "attn_combine:attn_combine.comp"
   "ssm_conv:ssm_conv.comp"
   "ssm_scan:ssm_scan.comp"

@@ -276,10 +276,10 @@ static const attn_case cases[] = {
     {2, {600, 333}, {1, 1}, 64, 1, 4, 256, F32, 0.0f, 0, false, false, false},
 };
 
-START_TEST(test_attention)
+/* Every case of cases[] on be, against cpu's result (NULL: the float64 reference);
+ * `label` names the run in failure messages. */
+static void attention_cases(llmem_backend *be, llmem_backend *cpu, const char *label)
 {
-    llmem_backend *be = th_open(_i);
-    llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         th_ctx h;
         th_begin(&h, NULL);
@@ -304,8 +304,8 @@ START_TEST(test_attention)
             attn_run(cpu, &d, &p, nan, ref, NULL, NULL);
         else
             attn_reference(&d, &p, ref);
-        snprintf(what, sizeof what, "attention case %zu (%s, ps %d, hd %d)", ci,
-                 llmem_dtype_name(cases[ci].dtype), cases[ci].page_size, cases[ci].head_dim);
+        snprintf(what, sizeof what, "attention case %zu (%s, ps %d, hd %d)%s", ci,
+                 llmem_dtype_name(cases[ci].dtype), cases[ci].page_size, cases[ci].head_dim, label);
         th_expect_close(out, ref, n, ref64_tol(F32, cpu != NULL), what);
         /* a query that sees no key gets exact zeros */
         for (int32_t i = 0; i < d.n_tok; i++)
@@ -315,7 +315,49 @@ START_TEST(test_attention)
                         ck_abort_msg("attention case %zu: token %d sees no key but is not 0", ci, i);
         th_end(&h);
     }
+}
+
+START_TEST(test_attention)
+{
+    llmem_backend *be = th_open(_i);
+    llmem_backend *cpu = th_is_cpu(_i) ? NULL : th_open_cpu();
+    attention_cases(be, cpu, "");
     llmem_backend_close(cpu);
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* The Vulkan decode attention's subgroup module (LLMEM_VULKAN_DEC_ATTN=1, chunks; 2,
+ * streaming groups) at several keys per group and round and workgroups, and the key split of
+ * LLMEM_VULKAN_DEC_SPLIT_KEYS, against the float64 reference (read at
+ * llmem_backend_reload_env; on devices without subgroup shuffles the plain module runs). */
+START_TEST(test_attention_dec_modes)
+{
+    llmem_backend *be = th_open(_i);
+    if (strcmp(llmem_backend_name(be), "vulkan") != 0) {
+        llmem_backend_close(be);
+        return;
+    }
+    static const char *const sets[][4] = {
+        {"1", NULL, NULL, NULL}, {"1", "8", "256", "64"},
+        {"2", NULL, NULL, NULL}, {"2", "1", "256", "128"},
+    };
+    static const char *const names[4] = {"LLMEM_VULKAN_DEC_ATTN", "LLMEM_VULKAN_DEC_KPG",
+                                         "LLMEM_VULKAN_DEC_WG", "LLMEM_VULKAN_DEC_SPLIT_KEYS"};
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        char label[96];
+        snprintf(label, sizeof label, " DEC_ATTN=%s KPG=%s WG=%s SPLIT_KEYS=%s", sets[si][0],
+                 sets[si][1] ? sets[si][1] : "-", sets[si][2] ? sets[si][2] : "-",
+                 sets[si][3] ? sets[si][3] : "-");
+        for (int k = 0; k < 4; k++)
+            if (sets[si][k])
+                setenv(names[k], sets[si][k], 1);
+        ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+        attention_cases(be, NULL, label);
+        for (int k = 0; k < 4; k++)
+            unsetenv(names[k]);
+        ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+    }
     llmem_backend_close(be);
 }
 END_TEST
@@ -711,6 +753,7 @@ int main(void)
     TCase *tc = tcase_create("attention");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_attention, 0, n);
+    tcase_add_loop_test(tc, test_attention_dec_modes, 0, n);
     tcase_add_loop_test(tc, test_attention_prefill, 0, n);
     tcase_add_loop_test(tc, test_attention_tables, 0, n);
     tcase_add_loop_test(tc, test_rope_shift, 0, n);

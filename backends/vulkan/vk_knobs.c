@@ -58,6 +58,10 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DISCARD", discard, 0, 3, NUM),
     K("LLMEM_VULKAN_ATTN_PF", attn_pf, 0, 3, NUM),
     K("LLMEM_VULKAN_ATTN_PF_WG", attn_pf_wg, 128, 256, POW2),
+    K("LLMEM_VULKAN_DEC_ATTN", dec_attn, 0, 2, NUM),
+    K("LLMEM_VULKAN_DEC_KPG", dec_kpg, 1, 8, POW2),
+    K("LLMEM_VULKAN_DEC_WG", dec_wg, 128, 256, POW2),
+    K("LLMEM_VULKAN_DEC_SPLIT_KEYS", dec_split_keys, 64, 8192, NUM),
 };
 #undef K
 

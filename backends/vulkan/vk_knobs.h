@@ -55,6 +55,11 @@ typedef struct vk_knobs {
     int32_t attn_pf;        /* LLMEM_VULKAN_ATTN_PF: 0..3 the prefill attention on cooperative
                              * matrices (vk_ops_attention.c, attn_pf_pick) */
     int32_t attn_pf_wg;     /* LLMEM_VULKAN_ATTN_PF_WG: 128 or 256, its workgroup */
+    /* the decode attention (vk_ops_attention.c, dec_attn_pick) */
+    int32_t dec_attn;       /* LLMEM_VULKAN_DEC_ATTN: 0 plain, 1 subgroup module, 2 streaming */
+    int32_t dec_kpg;        /* LLMEM_VULKAN_DEC_KPG: 1..8, 2^k, keys per group and round */
+    int32_t dec_wg;         /* LLMEM_VULKAN_DEC_WG: 128 or 256, its workgroup (modules 1, 2) */
+    int32_t dec_split_keys; /* LLMEM_VULKAN_DEC_SPLIT_KEYS: 64..8192 keys a split */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

@@ -11,6 +11,8 @@
  * attention_decode.comp loads K/V rows as 16-byte vectors and serves every
  * row of a whole number of them (head_dim a multiple of 8 for f16/bf16, of
  * 4 for f32); attention.comp (element loads) serves the other head dims.
+ * attention_decode.comp's subgroup module (shuffles for its sums) runs
+ * only where LLMEM_VULKAN_DEC_ATTN asks for it (dec_attn_pick).
  */
 #include "vk_internal.h"
 
@@ -29,6 +31,42 @@
 #define SPLIT_MAX 64
 #define KEY_BUCKET 256 /* as models/decode_graph.c's KV_BUCKET */
 #define COMBINE_WG 128
+/* attention_decode.comp's subgroup module (LLMEM_VULKAN_DEC_ATTN=1 chunks, 2 streaming
+ * groups): its keys per group and round (LLMEM_VULKAN_DEC_KPG) in each loop */
+#define DEC_ATTN_DEFAULT 0
+#define DEC_KPG 4
+#define DEC_KPG_GS 2
+
+/* The module of attention_decode.comp for rows of nv 16-byte vectors of ev elements at r query
+ * heads a workgroup, its workgroup (*wg), keys per group and round (*kpg, 0 the plain
+ * module's own) and loop (*gs, the shader's GS): the subgroup module where
+ * LLMEM_VULKAN_DEC_ATTN=1|2 asks for it and the device runs it (shuffles in compute shaders,
+ * nv a power of two within a subgroup, a workgroup of whole subgroups, its shared memory
+ * within the limit), with GS = 1 for 2 where kpg x r <= nv; else the plain module at ATTN_WG. */
+static vk_shader_id dec_attn_pick(const vk_backend *v, uint32_t nv, uint32_t ev, uint32_t r,
+                                  uint32_t *wg, uint32_t *kpg, uint32_t *gs)
+{
+    *wg = ATTN_WG;
+    *kpg = 0;
+    *gs = 0;
+    long mode = VK_KNOB(v, dec_attn, DEC_ATTN_DEFAULT);
+    if (mode == 0 || !v->subgroup || !v->sg_shuffle)
+        return VK_SH_ATTENTION_DECODE;
+    uint32_t sgs = v->subgroup_size, w = (uint32_t)VK_KNOB(v, dec_wg, ATTN_WG);
+    if ((nv & (nv - 1)) != 0 || sgs == 0 || nv > sgs || sgs % r != 0 || w % sgs != 0 ||
+        w > v->props.limits.maxComputeWorkGroupInvocations)
+        return VK_SH_ATTENTION_DECODE;
+    /* kb_s, sc, red (the shader's RED), range_s and common.glsl's red_f */
+    uint32_t red = (w / nv / 2) * nv * r * ev;
+    red = red > w ? red : w;
+    uint32_t bytes = DEC_CK * 4 + DEC_CK * r * 4 + red * 4 + 8 + w * 4;
+    if (bytes > v->props.limits.maxComputeSharedMemorySize)
+        return VK_SH_ATTENTION_DECODE;
+    *wg = w;
+    *kpg = (uint32_t)VK_KNOB(v, dec_kpg, mode == 2 ? DEC_KPG_GS : DEC_KPG);
+    *gs = mode == 2 && *kpg * r <= nv;
+    return VK_SH_ATTENTION_DECODE_SG;
+}
 
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
 {
@@ -226,8 +264,9 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
      * correctly at any length inside it */
     max_len = (max_len + KEY_BUCKET - 1) / KEY_BUCKET * KEY_BUCKET;
     uint32_t n_split = 1, split_keys = 0;
-    if (items < SPLIT_ITEMS && max_len > 2 * SPLIT_KEYS) {
-        n_split = (uint32_t)((max_len + SPLIT_KEYS - 1) / SPLIT_KEYS);
+    int32_t sk = (int32_t)VK_KNOB(v, dec_split_keys, SPLIT_KEYS);
+    if (items < SPLIT_ITEMS && max_len > 2 * sk) {
+        n_split = (uint32_t)((max_len + sk - 1) / sk);
         n_split = n_split > SPLIT_MAX ? SPLIT_MAX : n_split;
         split_keys = (uint32_t)((max_len + (int32_t)n_split - 1) / (int32_t)n_split);
     }
@@ -237,9 +276,12 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
         if (st != LLMEM_OK)
             return st;
     }
+    uint32_t wg = ATTN_WG, kpg = 0, gs = 0;
+    vk_shader_id sh = v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION;
+    if (vec)
+        sh = dec_attn_pick(v, d / ev, ev, r, &wg, &kpg, &gs);
     vk_op op;
-    vk_op_init(&op, vec ? VK_SH_ATTENTION_DECODE : v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION,
-               ATTN_WG);
+    vk_op_init(&op, sh, wg);
     vk_op_spec(&op, d);
     vk_op_spec(&op, (uint32_t)kv->dtype);
     vk_op_spec(&op, r);
@@ -255,6 +297,10 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
             for (csh = 0; ((VkDeviceSize)16 << csh) < kb->chunk; csh++)
                 ;
         vk_op_spec(&op, csh);
+        if (sh == VK_SH_ATTENTION_DECODE_SG) {
+            vk_op_spec(&op, kpg);
+            vk_op_spec(&op, gs);
+        }
     }
     uint32_t qo = vk_op_tensor(v, &op, q, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);

@@ -133,6 +133,74 @@ static llmem_status attn_buffers(bench *b, int64_t pool_elems, int64_t nq, llmem
     return st;
 }
 
+/* Sets (set != 0) or restores the settings "NAME=VALUE,NAME=VALUE" of one sweep variant v
+ * (n characters): the previous values go to / come from old[] (NULL: unset before). */
+#define SWEEP_MAX 8
+static llmem_status sweep_apply(const char *v, size_t n, bool set, char **old)
+{
+    char buf[256];
+    if (n >= sizeof buf) {
+        fprintf(stderr, "llmem bench: LLMEM_BENCH_ATTN_SWEEP: a variant is longer than %zu "
+                        "characters\n", sizeof buf - 1);
+        return LLMEM_E_INVALID;
+    }
+    memcpy(buf, v, n);
+    buf[n] = 0;
+    int k = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), k++) {
+        char *eq = strchr(tok, '=');
+        if (!eq || eq == tok || strncmp(tok, "LLMEM_", 6) != 0 || k >= SWEEP_MAX) {
+            fprintf(stderr, "llmem bench: LLMEM_BENCH_ATTN_SWEEP: '%s' is not LLMEM_NAME=VALUE "
+                            "(at most %d a variant)\n", tok, SWEEP_MAX);
+            return LLMEM_E_INVALID;
+        }
+        *eq = 0;
+        if (set) {
+            const char *was = getenv(tok);
+            old[k] = was ? strdup(was) : NULL;
+            setenv(tok, eq + 1, 1);
+        } else {
+            if (old[k])
+                setenv(tok, old[k], 1);
+            else
+                unsetenv(tok);
+            free(old[k]);
+            old[k] = NULL;
+        }
+    }
+    return LLMEM_OK;
+}
+
+/* $LLMEM_BENCH_ATTN_SWEEP="A;B;...": the decode attention of c timed again under each variant,
+ * a list "NAME=VALUE,..." of settings made (setenv, llmem_backend_reload_env) for its timing
+ * and undone after it, on the same pool; one line each, labelled "  <variant>". */
+static llmem_status attn_sweep(bench *b, attn_ctx *c, double bytes)
+{
+    const char *e = getenv("LLMEM_BENCH_ATTN_SWEEP");
+    llmem_status st = LLMEM_OK;
+    for (const char *v = e; v && *v && st == LLMEM_OK;) {
+        size_t n = strcspn(v, ";");
+        char *old[SWEEP_MAX] = {0};
+        st = sweep_apply(v, n, true, old);
+        if (st == LLMEM_OK)
+            st = llmem_backend_reload_env(b->be);
+        double t = 0;
+        char what[96];
+        snprintf(what, sizeof what, "  %.*s", (int)(n < 80 ? n : 80), v);
+        if (st == LLMEM_OK)
+            st = bench_time_it(b, what, attn_run, c, &t);
+        if (st == LLMEM_OK)
+            bench_report_bw(b, what, t, bytes, NULL);
+        llmem_status rs = sweep_apply(v, n, false, old);
+        if (rs == LLMEM_OK)
+            rs = llmem_backend_reload_env(b->be);
+        st = st != LLMEM_OK ? st : rs;
+        v += n + (v[n] == ';');
+    }
+    return st;
+}
+
 llmem_status bench_decode_attention(bench *b)
 {
     kv_setup s = {64, 4096, 1, 16, 32, 8, 128, LLMEM_DTYPE_F16};
@@ -155,9 +223,11 @@ llmem_status bench_decode_attention(bench *b)
         snprintf(what, sizeof what, "decode attn, pages of %d", sizes[i]);
         if (st == LLMEM_OK)
             st = bench_time_it(b, what, attn_run, &c, &times[i]);
-        if (st == LLMEM_OK) {
-            bench_report_bw(b, what, times[i], 2.0 * (double)pool_bytes + 2.0 * (double)nq * 4, NULL);
-        }
+        double bytes = 2.0 * (double)pool_bytes + 2.0 * (double)nq * 4;
+        if (st == LLMEM_OK)
+            bench_report_bw(b, what, times[i], bytes, NULL);
+        if (st == LLMEM_OK)
+            st = attn_sweep(b, &c, bytes);
         llmem_buffer_free(idx);
         free(t.v);
     }
