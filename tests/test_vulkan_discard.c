@@ -1,7 +1,8 @@
 // ctest-labels: vulkan
 /* llmem_op_discard (<llmem/ops_discard.h>), and its one use: in_proj's
  * held split-K sum on Vulkan (issue 12; backends/vulkan/vk_sum.c
- * vk_op_discard, sum_slices_cm.comp's o_off NO_OUT, $LLMEM_VULKAN_DISCARD).
+ * vk_sum_drop_dead via vk_ops_discard.c, sum_slices_cm.comp's o_off NO_OUT,
+ * $LLMEM_VULKAN_DISCARD).
  *   - the wrapper's contract on the CPU backend and on Vulkan: bad
  *     arguments refused, zero elements and a backend without an
  *     implementation (CPU) a no-op, and the debug poison

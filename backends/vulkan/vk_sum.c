@@ -18,7 +18,7 @@
  *     whose input is one of those copies is done by the same pass too
  *     (sum_slices_cm.comp CONV; vk_sum_take_conv). A discard of the
  *     product's output, or of a copy the conv took (llmem_op_discard,
- *     models/forward.c; vk_op_discard), drops that write from the pass;
+ *     models/forward.c; vk_ops_discard.c, vk_sum_drop_dead), drops that write from the pass;
  *   - bit 1: llmem_op_add_rms_norm(x, r = the output, out = r) (the
  *     residual add of out_proj, down and o_proj): rms_norm.comp adds the
  *     raw tiles itself (ADD 2) and the pass is never recorded;
@@ -50,7 +50,6 @@
  */
 #include <stdlib.h>
 
-#include "llmem/ops_discard.h"
 #include "llmem/view.h"
 #include "vk_rs.h"
 #include "vk_sum.h"
@@ -65,8 +64,8 @@ struct vk_sum_hold {
     uint32_t n_dst;
     llmem_tensor dst[SUM_DST_MAX];
     uint32_t c0[SUM_DST_MAX];
-    bool out_dead;     /* the output discarded (vk_op_discard): not written */
-    uint32_t dst_dead; /* bit j: copy j discarded (vk_op_discard): not written */
+    bool out_dead;     /* the output discarded (vk_sum_drop_dead): not written */
+    uint32_t dst_dead; /* bit j: copy j discarded (vk_sum_drop_dead): not written */
     /* the pair (vk_sum_park): s set aside while the next product records,
      * then that product's sum s2 held beside it (kind VK_SUM_NONE: none) */
     bool parked;
@@ -569,33 +568,22 @@ static bool covers(llmem_ct *t, const llmem_tensor *u)
            t->offset + llmem_tensor_nbytes(t) >= u->offset + llmem_tensor_nbytes(u);
 }
 
-/* llmem_op_discard (<llmem/ops_discard.h>; $LLMEM_VULKAN_DISCARD, unset:
- * VK_DISCARD_DEFAULT) while a pass with column copies is held (SUM_HOLD
- * bit 0: in_proj's z, xBC and dt; models/forward.c discards the product
- * once they are copied, and xBC once the conv has read it): bit 0, where
- * t covers the pass's whole output, the pass does not write it
- * (raw_pass's no_out); bit 1, where t covers a copy's destination, not
- * that copy (a conv folded into the pass reads its input in registers).
- * At 9B Bamba b64 each is 2.2 MB of the pass's writes a layer. Anything
- * else: nothing to drop (the op is free to do nothing). */
-static llmem_status vk_op_discard(llmem_backend *be, const llmem_tensor *t)
+/* Drops from the held pass the writes t makes dead (the Vulkan side of
+ * llmem_op_discard, <llmem/ops_discard.h>; vk_ops_discard.c calls it): see
+ * vk_sum.h. */
+void vk_sum_drop_dead(vk_backend *v, llmem_ct *t, long mode)
 {
-    vk_backend *v = vk_from(be);
-    long mode = VK_KNOB(v, discard, VK_DISCARD_DEFAULT);
     if (mode == 0 || !v->sum_pending)
-        return LLMEM_OK;
+        return;
     sum_held *h = v->sumh;
     if (h->n_dst == 0 || h->s2.kind != VK_SUM_NONE)
-        return LLMEM_OK;
+        return;
     if ((mode & VK_DISCARD_OUT) && covers(t, &h->s.out))
         h->out_dead = true;
     for (uint32_t j = 0; j < h->n_dst && (mode & VK_DISCARD_COPY); j++)
         if (covers(t, &h->dst[j]))
             h->dst_dead |= 1u << j;
-    return LLMEM_OK;
 }
-LLMEM_OP_IMPL(vk_op_impls, LLMEM_OP_DISCARD, LLMEM_OP_DISCARD_LAYOUT, llmem_op_discard_fn,
-              vk_op_discard);
 
 /* ---- the residual's copies ------------------------------------------------------------------ */
 

@@ -173,8 +173,8 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
 #define VK_SUM_CONV_FOLD 1
 #define VK_SUM_CONV_VEC4 2
 #define VK_SUM_CONV_DEFAULT VK_SUM_CONV_FOLD
-/* llmem_op_discard of what a held pass with column copies writes (vk_sum.c
- * vk_op_discard; $LLMEM_VULKAN_DISCARD 0..3 where set, else
+/* llmem_op_discard of what a held pass with column copies writes
+ * (vk_ops_discard.c, vk_sum_drop_dead below; $LLMEM_VULKAN_DISCARD 0..3 where set, else
  * VK_DISCARD_DEFAULT): bit 0 (VK_DISCARD_OUT) a discarded output is not
  * written, the copies and the conv are; bit 1 (VK_DISCARD_COPY) a
  * discarded copy is not written (the conv that took it reads the value
@@ -185,6 +185,16 @@ llmem_status vk_sum_take_copy(vk_backend *v, llmem_ct *src, int32_t col0, llmem_
 #define VK_DISCARD_OUT 1
 #define VK_DISCARD_COPY 2
 #define VK_DISCARD_DEFAULT (VK_DISCARD_OUT | VK_DISCARD_COPY)
+/* While a pass with column copies is held (SUM_HOLD bit 0: in_proj's z,
+ * xBC and dt; models/forward.c discards the product once they are copied,
+ * and xBC once the conv has read it) and t's contents are dead: with
+ * VK_DISCARD_OUT in mode, where t covers the pass's whole output, the pass
+ * does not write it (raw_pass's no_out); with VK_DISCARD_COPY, where t
+ * covers a copy's destination, not that copy (a conv folded into the pass
+ * reads its input in registers). At 9B Bamba b64 each is 2.2 MB of the
+ * pass's writes a layer. Anything else (nothing held, another pass, t
+ * covering neither): nothing is dropped. */
+void vk_sum_drop_dead(vk_backend *v, llmem_ct *t, long mode);
 llmem_status vk_sum_take_conv(vk_backend *v, const llmem_view *view, int32_t state, llmem_ct *x,
                               llmem_ct *w, llmem_ct *b, llmem_ct *out, bool *taken);
 /* For rms_norm (vk_ops_basic.c): whether x += r; out = norm(x) may read r

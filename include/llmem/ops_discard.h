@@ -4,9 +4,9 @@
  * op id, wrapper (the common rules of <llmem/ops.h> apply), then the
  * implementation type and argument layout for backend authors. Metadata
  * and wrapper: backends/ops_discard.c; implementations: backends/vulkan/
- * vk_sum.c (vk_op_discard) and backends/cpu/ops_discard.c (nothing to
- * drop: listed so that the reference has every op). CUDA has none: there
- * the op does nothing.
+ * vk_ops_discard.c (through vk_sum.c's held pass) and
+ * backends/cpu/ops_discard.c (nothing to drop: listed so that the
+ * reference has every op). CUDA has none: there the op does nothing.
  */
 #ifndef LLMEM_OPS_DISCARD_H
 #define LLMEM_OPS_DISCARD_H
