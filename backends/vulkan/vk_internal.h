@@ -637,6 +637,17 @@ llmem_status vk_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
                               llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
 llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                    const llmem_view *view, llmem_ct *q, llmem_ct *out);
+/* The push words every paged attention shader (attention_decode.comp,
+ * attention.comp, attention_prefill_cm.comp, attention_q.comp) reads in
+ * this order after its own leading words: the page-table bound (none with
+ * page rows: llmem_view_check_attention checked seq_len on the host, so a
+ * recorded step, models/decode_graph.c, stays valid while sequences grow),
+ * page_size, n_pages, the stream count, window, scale, softcap, the
+ * query's and output's element offsets qo / oo (vk_op_tensor), then the
+ * index-buffer words of page_table, seq_len, tok_kv_len and tok_seq
+ * (vk_ops_attention.c). */
+void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params *p, uint32_t qo,
+                     uint32_t oo);
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out);
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,

@@ -37,6 +37,24 @@
 #define DEC_KPG 4
 #define DEC_KPG_GS 2
 
+void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params *p, uint32_t qo,
+                     uint32_t oo)
+{
+    vk_op_u32(op, kv->page_off.n ? 0xffffffffu : (uint32_t)kv->max_pages);
+    vk_op_u32(op, (uint32_t)kv->page_size);
+    vk_op_u32(op, (uint32_t)kv->n_pages);
+    vk_op_u32(op, (uint32_t)kv->seq_len.n);
+    vk_op_i32(op, p->window);
+    vk_op_f32(op, p->scale);
+    vk_op_f32(op, p->softcap);
+    vk_op_u32(op, qo);
+    vk_op_u32(op, oo);
+    vk_op_u32(op, vk_table_word(&kv->page_table));
+    vk_op_u32(op, vk_table_word(&kv->seq_len));
+    vk_op_u32(op, vk_table_word(&kv->tok_kv_len));
+    vk_op_u32(op, vk_table_word(&kv->tok_seq));
+}
+
 /* The module of attention_decode.comp for rows of nv 16-byte vectors of ev elements at r query
  * heads a workgroup, its workgroup (*wg), keys per group and round (*kpg, 0 the plain
  * module's own) and loop (*gs, the shader's GS): the subgroup module where
@@ -207,20 +225,7 @@ static llmem_status attn_pf_run(vk_backend *v, vk_shader_id sh, uint32_t wg,
     vk_op_u32(&op, tt);
     vk_op_u32(&op, n_hc);
     vk_op_u32(&op, n_tiles);
-    /* as attention_decode: no bound with page rows (llmem_view_check_attention checked it) */
-    vk_op_u32(&op, kv->page_off.n ? 0xffffffffu : (uint32_t)kv->max_pages);
-    vk_op_u32(&op, (uint32_t)kv->page_size);
-    vk_op_u32(&op, (uint32_t)kv->n_pages);
-    vk_op_u32(&op, (uint32_t)kv->seq_len.n);
-    vk_op_i32(&op, p->window);
-    vk_op_f32(&op, p->scale);
-    vk_op_f32(&op, p->softcap);
-    vk_op_u32(&op, qo);
-    vk_op_u32(&op, oo);
-    vk_op_u32(&op, vk_table_word(&kv->page_table));
-    vk_op_u32(&op, vk_table_word(&kv->seq_len));
-    vk_op_u32(&op, vk_table_word(&kv->tok_kv_len));
-    vk_op_u32(&op, vk_table_word(&kv->tok_seq));
+    vk_attn_push_kv(&op, kv, p, qo, oo);
     vk_op_u32(&op, kv->page_off.n ? vk_table_word(&kv->page_off) : 0xffffffffu);
     return vk_op_run(v, &op, (uint64_t)n_tiles * n_hc * n_kv);
 }
@@ -327,22 +332,7 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     vk_op_u32(&op, n_kv);
     vk_op_u32(&op, n_rep);
     vk_op_u32(&op, n_chunks);
-    /* with page rows max_pages only bounds seq_len, checked on the host
-     * (llmem_view_check_attention): no bound, so a recorded step
-     * (models/decode_graph.c) stays valid while sequences grow */
-    vk_op_u32(&op, kv->page_off.n ? 0xffffffffu : (uint32_t)kv->max_pages);
-    vk_op_u32(&op, (uint32_t)kv->page_size);
-    vk_op_u32(&op, (uint32_t)kv->n_pages);
-    vk_op_u32(&op, (uint32_t)kv->seq_len.n);
-    vk_op_i32(&op, p->window);
-    vk_op_f32(&op, p->scale);
-    vk_op_f32(&op, p->softcap);
-    vk_op_u32(&op, qo);
-    vk_op_u32(&op, oo);
-    vk_op_u32(&op, vk_table_word(&kv->page_table));
-    vk_op_u32(&op, vk_table_word(&kv->seq_len));
-    vk_op_u32(&op, vk_table_word(&kv->tok_kv_len));
-    vk_op_u32(&op, vk_table_word(&kv->tok_seq));
+    vk_attn_push_kv(&op, kv, p, qo, oo);
     vk_op_u32(&op, n_split);
     vk_op_u32(&op, split_keys);
     /* llmem_kv_view.page_off: per-stream page-table rows, or the dense layout */

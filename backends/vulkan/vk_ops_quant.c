@@ -79,22 +79,7 @@ llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
     vk_op_u32(&op, n_heads);
     vk_op_u32(&op, (uint32_t)kv->n_kv_heads);
     vk_op_u32(&op, (uint32_t)kv->head_dim);
-    /* with page rows max_pages only bounds seq_len, checked on the host
-     * (llmem_view_check_attention): no bound, so a recorded step
-     * (models/decode_graph.c) stays valid while sequences grow */
-    vk_op_u32(&op, kv->page_off.n ? 0xffffffffu : (uint32_t)kv->max_pages);
-    vk_op_u32(&op, (uint32_t)kv->page_size);
-    vk_op_u32(&op, (uint32_t)kv->n_pages);
-    vk_op_u32(&op, (uint32_t)kv->seq_len.n);
-    vk_op_i32(&op, p->window);
-    vk_op_f32(&op, p->scale);
-    vk_op_f32(&op, p->softcap);
-    vk_op_u32(&op, qo);
-    vk_op_u32(&op, oo);
-    vk_op_u32(&op, vk_table_word(&kv->page_table));
-    vk_op_u32(&op, vk_table_word(&kv->seq_len));
-    vk_op_u32(&op, vk_table_word(&kv->tok_kv_len));
-    vk_op_u32(&op, vk_table_word(&kv->tok_seq));
+    vk_attn_push_kv(&op, kv, p, qo, oo);
     vk_op_u32(&op, kv->page_off.n ? vk_table_word(&kv->page_off) : 0xffffffffu);
     vk_op_u32(&op, page_bytes(kv));
     vk_op_u32(&op, scale_off(kv));
