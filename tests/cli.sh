@@ -31,6 +31,11 @@ for b in 0 65 x 16x; do
   expect_fail "LLMEM_BENCH_BATCH=$b" "LLMEM_BENCH_BATCH='$b' is not a batch size" env LLMEM_BENCH_BATCH=$b "$bin" bench -m "$fx" --backend cpu
 done
 expect_fail "unknown option" "unknown option" "$bin" score --frob
+# bench --bookkeeping --mem: exact names (a name that merely contains one was read as it)
+for m in kvfoo "kv_cache," hybridx recurrentkv; do
+  expect_fail "bench --bookkeeping --mem $m" "is not a memory" "$bin" bench --bookkeeping --mem "$m" --seqs 2 --ctx 16 --page 16 --reps 1 --no-prompt
+done
+expect_ok "bench --bookkeeping --mem kv,rec,hybrid" "$bin" bench --bookkeeping --mem kv,rec,hybrid --seqs 2 --ctx 16 --page 16 --reps 1 --no-prompt
 expect_fail "score without input" "--input" "$bin" score --model "$fx"
 expect_fail "missing input file" "cannot open" "$bin" score --model "$fx" --input "$tmp/none.jsonl" --backend cpu
 expect_fail "missing model" "cannot load model" "$bin" score --model "$tmp/nomodel" --input "$fx/cases.jsonl" --backend cpu

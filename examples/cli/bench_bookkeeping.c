@@ -339,7 +339,37 @@ static void usage(FILE *f)
             "shows there, not in the medians. --seq-max N gives the memories n_seq_max N (when\n"
             "above the sequence count; the other ids stay empty): a step should cost the same\n"
             "at any n_seq_max.\n"
+            "--mem takes kv_cache (or kv), recurrent (or rec) and hybrid, comma-separated.\n"
             "Defaults: --seqs 250,1000,4000 --ctx 1K,8K,64K,128K --page 1,16,64 --max-gb 6.\n");
+}
+
+/* --mem's comma-separated names, each a memory's name (kv_cache, recurrent,
+ * hybrid) or its short form (kv, rec), exactly: sets mem[k] for the named
+ * ones; false (with a message naming the item) for an empty item or any
+ * other name. */
+static bool parse_mems(const char *s, bool mem[BK_N])
+{
+    static const char *const short_names[BK_N] = {"kv", "rec", "hybrid"};
+    memset(mem, 0, BK_N * sizeof *mem);
+    for (const char *p = s;;) {
+        size_t n = strcspn(p, ",");
+        int hit = -1;
+        for (int k = 0; k < BK_N && hit < 0; k++)
+            if ((strlen(bk_names[k]) == n && !strncmp(p, bk_names[k], n)) ||
+                (strlen(short_names[k]) == n && !strncmp(p, short_names[k], n)))
+                hit = k;
+        if (hit < 0) {
+            fprintf(stderr,
+                    "llmem bench: --mem: '%.*s' is not a memory (kv_cache or kv, recurrent or rec, "
+                    "hybrid)\n",
+                    (int)n, p);
+            return false;
+        }
+        mem[hit] = true;
+        if (!p[n])
+            return true;
+        p += n + 1;
+    }
 }
 
 static bool parse(int argc, char **argv, bk_opts *o)
@@ -375,13 +405,7 @@ static bool parse(int argc, char **argv, bk_opts *o)
             o->max_gb = strtod(argv[++i], &end);
             ok = *end == '\0' && o->max_gb > 0;
         } else if (!strcmp(a, "--mem") && nx) {
-            const char *s = argv[++i];
-            memset(o->mem, 0, sizeof o->mem);
-            for (int k = 0; k < BK_N; k++)
-                o->mem[k] = strstr(s, bk_names[k]) != NULL ||
-                            (k == BK_KV && strstr(s, "kv")) ||
-                            (k == BK_RS && strstr(s, "rec"));
-            ok = o->mem[0] || o->mem[1] || o->mem[2];
+            ok = parse_mems(argv[++i], o->mem);
         } else {
             ok = false;
         }
