@@ -42,21 +42,13 @@ typedef struct attn_case {
 /* Everything the backend needs, generated once on the host. */
 typedef struct attn_data {
     attn_case k;
-    int32_t n_pages, max_pages, n_tok, row; /* row: n_kv_heads * head_dim */
-    int32_t *page_table;                    /* [n_streams][max_pages], or rows: [n_pt] */
-    int32_t *page_off, n_pt;                /* rows: [n_streams] first element of each row */
+    th_pages pg;                            /* the page tables (th_pages_make) */
+    int32_t n_tok, row;                     /* row: n_kv_heads * head_dim */
     int32_t *tok_seq, *tok_kv_len;          /* [n_tok] */
     int32_t *store_tok, *store_slot, n_store;
     double *q, *kcur, *vcur;                /* [n_tok][..] */
     double *kl[MAX_STREAMS], *vl[MAX_STREAMS]; /* logical K/V [len][row], rounded */
 } attn_data;
-
-static int32_t slot_of(const attn_data *d, int32_t s, int32_t j)
-{
-    int32_t row = d->k.rows ? d->page_off[s] : s * d->max_pages;
-    return d->page_table[row + j / d->k.page_size] * d->k.page_size +
-           j % d->k.page_size;
-}
 
 static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data *d)
 {
@@ -68,13 +60,7 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
         d->n_tok += k->n_new[s];
     /* free pages stay NaN; with rows, stream s's row starts 3 elements
      * after the end of stream s+1's (the last stream first) */
-    th_pages pg;
-    th_pages_make(h, &r, k->n_streams, k->len, k->page_size, 2, k->rows, &pg);
-    d->max_pages = pg.max_pages;
-    d->n_pages = pg.n_pages;
-    d->n_pt = pg.n_pt;
-    d->page_table = pg.page_table;
-    d->page_off = pg.page_off;
+    th_pages_make(h, &r, k->n_streams, k->len, k->page_size, 2, k->rows, &d->pg);
     int32_t n_tok = d->n_tok + (k->pad_token ? 1 : 0);
     d->tok_seq = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
     d->tok_kv_len = th_alloc(h, (size_t)n_tok * sizeof(int32_t));
@@ -102,7 +88,7 @@ static void attn_make(th_ctx *h, const attn_case *k, uint64_t stream, attn_data 
             d->tok_seq[i] = s;
             d->tok_kv_len[i] = j + 1;
             d->store_tok[d->n_store] = i;
-            d->store_slot[d->n_store++] = slot_of(d, s, j);
+            d->store_slot[d->n_store++] = th_pages_slot(&d->pg, s, j);
             for (int32_t e = 0; e < d->row; e++) {
                 d->kl[s][(int64_t)j * d->row + e] = ref64_round(d->kcur[(int64_t)i * d->row + e], k->dtype);
                 d->vl[s][(int64_t)j * d->row + e] = ref64_round(d->vcur[(int64_t)i * d->row + e], k->dtype);
@@ -167,7 +153,7 @@ static void attn_run(llmem_backend *be, const attn_data *d, const llmem_attn_par
     th_ctx c;
     th_begin(&c, be);
     size_t es = llmem_dtype_size(k->dtype);
-    size_t pool_bytes = (size_t)d->n_pages * k->page_size * d->row * es;
+    size_t pool_bytes = (size_t)d->pg.n_pages * k->page_size * d->row * es;
     llmem_kv_view kvd = {0};
     llmem_kv_view *kv = &kvd;
     llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
@@ -176,16 +162,16 @@ static void attn_run(llmem_backend *be, const attn_data *d, const llmem_attn_par
     ck_assert_int_eq(llmem_buffer_fill(kv->k, 0, llmem_buffer_size(kv->k), fill), LLMEM_OK);
     ck_assert_int_eq(llmem_buffer_fill(kv->v, 0, llmem_buffer_size(kv->v), fill), LLMEM_OK);
     kv->dtype = k->dtype;
-    kv->n_pages = d->n_pages;
+    kv->n_pages = d->pg.n_pages;
     kv->page_size = k->page_size;
     kv->n_kv_heads = k->n_kv_heads;
     kv->head_dim = k->head_dim;
-    kv->max_pages = d->max_pages;
+    kv->max_pages = d->pg.max_pages;
     /* the past keys of every stream, written straight into their slots */
     unsigned char *rowbuf = th_alloc(&c, (size_t)d->row * es);
     for (int32_t s = 0; s < k->n_streams; s++)
         for (int32_t j = 0; j < k->len[s] - k->n_new[s]; j++) {
-            size_t off = (size_t)slot_of(d, s, j) * d->row * es;
+            size_t off = (size_t)th_pages_slot(&d->pg, s, j) * d->row * es;
             for (int32_t e = 0; e < d->row; e++)
                 ref64_encode(d->kl[s][(int64_t)j * d->row + e], k->dtype, rowbuf + e * es);
             ck_assert_int_eq(llmem_buffer_upload(kv->k, off, rowbuf, (size_t)d->row * es), LLMEM_OK);
@@ -199,11 +185,11 @@ static void attn_run(llmem_backend *be, const attn_data *d, const llmem_attn_par
     th_idx b = {0};
     kv->store_tok = th_idx_add(&b, d->store_tok, d->n_store);
     kv->store_slot = th_idx_add(&b, d->store_slot, d->n_store);
-    kv->page_table = th_idx_add(&b, d->page_table, d->n_pt);
+    kv->page_table = th_idx_add(&b, d->pg.page_table, d->pg.n_pt);
     kv->seq_len = th_idx_add(&b, seq_len, k->n_streams);
     kv->tok_kv_len = th_idx_add(&b, d->tok_kv_len, d->n_tok);
     kv->tok_seq = th_idx_add(&b, d->tok_seq, d->n_tok);
-    kv->page_off = th_idx_add(&b, d->page_off, k->rows ? k->n_streams : 0);
+    kv->page_off = th_idx_add(&b, d->pg.page_off, k->rows ? k->n_streams : 0);
     llmem_i32_table *tabs[] = {&kv->store_tok, &kv->store_slot, &kv->page_table,
                                &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq, &kv->page_off};
     view.idx = th_idx_finish(&c, &b, tabs, 7);
@@ -231,7 +217,7 @@ static void expect_pools(const attn_data *d, uint32_t fill, unsigned char *const
 {
     const attn_case *k = &d->k;
     size_t es = llmem_dtype_size(k->dtype);
-    size_t bytes = (size_t)d->n_pages * k->page_size * d->row * es;
+    size_t bytes = (size_t)d->pg.n_pages * k->page_size * d->row * es;
     for (int kvi = 0; kvi < 2; kvi++) {
         unsigned char *want = malloc((bytes + 3) / 4 * 4);
         for (size_t i = 0; i < bytes; i += 4)
@@ -240,7 +226,7 @@ static void expect_pools(const attn_data *d, uint32_t fill, unsigned char *const
             for (int32_t j = 0; j < k->len[s]; j++)
                 for (int32_t e = 0; e < d->row; e++)
                     ref64_encode((kvi ? d->vl : d->kl)[s][(int64_t)j * d->row + e], k->dtype,
-                                 want + ((size_t)slot_of(d, s, j) * d->row + e) * es);
+                                 want + ((size_t)th_pages_slot(&d->pg, s, j) * d->row + e) * es);
         th_expect_same_bytes(got[kvi], want, bytes, kvi ? "V pool after kv_store" : "K pool after kv_store");
         free(want);
     }

@@ -65,17 +65,12 @@ static const pf_case cases[] = {
 
 typedef struct pf_data {
     pf_case k;
-    int32_t n_tok, n_pages, max_pages, row, n_pt;
-    int32_t *page_table, *page_off, *tok_seq, *tok_kv_len;
+    th_pages pg; /* the page tables (th_pages_make) */
+    int32_t n_tok, row;
+    int32_t *tok_seq, *tok_kv_len;
     double *q;                   /* [n_tok][n_heads][hd] */
     double *kl[MAX_STREAMS], *vl[MAX_STREAMS]; /* [len][row], in the pool dtype */
 } pf_data;
-
-static int32_t slot_of(const pf_data *d, int32_t s, int32_t j)
-{
-    int32_t r = d->k.rows ? d->page_off[s] : s * d->max_pages;
-    return d->page_table[r + j / d->k.page_size] * d->k.page_size + j % d->k.page_size;
-}
 
 static void pf_make(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d)
 {
@@ -87,13 +82,7 @@ static void pf_make(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d)
         d->n_tok += k->n_new[s];
     /* unowned pages stay NaN; with rows, stream s's row after stream s +
      * 1's, two -1 between */
-    th_pages pg;
-    th_pages_make(h, &r, k->n_streams, k->len, k->page_size, 1, k->rows, &pg);
-    d->max_pages = pg.max_pages;
-    d->n_pages = pg.n_pages;
-    d->n_pt = pg.n_pt;
-    d->page_table = pg.page_table;
-    d->page_off = pg.page_off;
+    th_pages_make(h, &r, k->n_streams, k->len, k->page_size, 1, k->rows, &d->pg);
     d->tok_seq = th_alloc(h, (size_t)d->n_tok * sizeof(int32_t));
     d->tok_kv_len = th_alloc(h, (size_t)d->n_tok * sizeof(int32_t));
     d->q = th_alloc(h, (size_t)d->n_tok * k->n_heads * k->head_dim * sizeof(double));
@@ -163,17 +152,17 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
     th_ctx c;
     th_begin(&c, be);
     size_t es = llmem_dtype_size(k->dtype);
-    size_t pool_bytes = (size_t)d->n_pages * k->page_size * d->row * es;
+    size_t pool_bytes = (size_t)d->pg.n_pages * k->page_size * d->row * es;
     llmem_kv_view kvd = {0}, *kv = &kvd;
     llmem_view view = llmem_view_make(LLMEM_VIEW_KV, kv, sizeof *kv, NULL);
     kv->k = th_pool(&c, pool_bytes, k->dtype);
     kv->v = th_pool(&c, pool_bytes, k->dtype);
     kv->dtype = k->dtype;
-    kv->n_pages = d->n_pages;
+    kv->n_pages = d->pg.n_pages;
     kv->page_size = k->page_size;
     kv->n_kv_heads = k->n_kv_heads;
     kv->head_dim = k->head_dim;
-    kv->max_pages = d->max_pages;
+    kv->max_pages = d->pg.max_pages;
     /* the pools built on the host (fill, then every owned slot) and uploaded whole */
     unsigned char *kh = th_alloc(&c, (pool_bytes + 3) / 4 * 4);
     unsigned char *vh = th_alloc(&c, (pool_bytes + 3) / 4 * 4);
@@ -183,7 +172,7 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
     }
     for (int32_t s = 0; s < k->n_streams; s++)
         for (int32_t j = 0; j < k->len[s]; j++) {
-            size_t off = (size_t)slot_of(d, s, j) * d->row * es;
+            size_t off = (size_t)th_pages_slot(&d->pg, s, j) * d->row * es;
             for (int32_t e = 0; e < d->row; e++) {
                 ref64_encode(d->kl[s][(int64_t)j * d->row + e], k->dtype, kh + off + e * es);
                 ref64_encode(d->vl[s][(int64_t)j * d->row + e], k->dtype, vh + off + e * es);
@@ -192,11 +181,11 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
     OK(llmem_buffer_upload(kv->k, 0, kh, pool_bytes));
     OK(llmem_buffer_upload(kv->v, 0, vh, pool_bytes));
     th_idx b = {0};
-    kv->page_table = th_idx_add(&b, d->page_table, d->n_pt);
+    kv->page_table = th_idx_add(&b, d->pg.page_table, d->pg.n_pt);
     kv->seq_len = th_idx_add(&b, k->len, k->n_streams);
     kv->tok_kv_len = th_idx_add(&b, d->tok_kv_len, d->n_tok);
     kv->tok_seq = th_idx_add(&b, d->tok_seq, d->n_tok);
-    kv->page_off = th_idx_add(&b, d->page_off, k->rows ? k->n_streams : 0);
+    kv->page_off = th_idx_add(&b, d->pg.page_off, k->rows ? k->n_streams : 0);
     llmem_i32_table *tabs[] = {&kv->page_table, &kv->seq_len, &kv->tok_kv_len, &kv->tok_seq,
                                &kv->page_off};
     view.idx = th_idx_finish(&c, &b, tabs, 5);

@@ -332,6 +332,8 @@ void th_pages_make(th_ctx *h, ref64_rng *r, int32_t n_streams, const int32_t *le
                    int32_t page_size, int32_t spare, bool rows, th_pages *p)
 {
     int32_t used = 0;
+    p->page_size = page_size;
+    p->rows = rows;
     p->max_pages = 0;
     for (int32_t s = 0; s < n_streams; s++) {
         int32_t pages = llmem_pages_for(0, len[s], page_size);

@@ -72,11 +72,18 @@ double *th_vec(th_ctx *c, int64_t n);
  * -1 entries, unlike the dense s * max_pages. page_table [n_pt] and
  * page_off [n_streams] are allocated in h (freed at th_end). */
 typedef struct th_pages {
-    int32_t max_pages, n_pages, n_pt;
+    int32_t page_size, max_pages, n_pages, n_pt;
+    bool rows;
     int32_t *page_table, *page_off;
 } th_pages;
 void th_pages_make(th_ctx *h, ref64_rng *r, int32_t n_streams, const int32_t *len,
                    int32_t page_size, int32_t spare, bool rows, th_pages *p);
+/* The pool slot (page * page_size + offset) of key j of stream s in p. */
+static inline int32_t th_pages_slot(const th_pages *p, int32_t s, int32_t j)
+{
+    int32_t row = p->rows ? p->page_off[s] : s * p->max_pages;
+    return p->page_table[row + j / p->page_size] * p->page_size + j % p->page_size;
+}
 
 /* A guarded tensor (poisoned with NaN). ne outermost first. */
 llmem_tensor th_tensor(th_ctx *c, llmem_dtype t, int n_dims, int32_t n0, int32_t n1, int32_t n2);
