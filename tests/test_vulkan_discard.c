@@ -99,9 +99,9 @@ END_TEST
  * next product into it after a whole discard (D_AGAIN). */
 enum { D_WHOLE, D_PART, D_AGAIN };
 
-/* What one run gives back (malloc'd, f32): the conv's output [m, CD], the
- * copies, the state image [2m, DC - 1, CD], in_proj's output [m, NIN]. */
-enum { R_OUT, R_Z, R_XB, R_DT, R_ST, R_ZX, N_R };
+/* What one run gives back (malloc'd, f32): vcs_download's results (the
+ * state image [2m, DC - 1, CD]), then in_proj's output [m, NIN]. */
+enum { R_ZX = VCS_N_R, N_R };
 
 /* The step on a vulkan backend opened with $LLMEM_VULKAN_DISCARD=knob and
  * LLMEM_DISCARD_POISON=poison (NULL: unset). */
@@ -125,11 +125,7 @@ static void run_step(const vcs_in *in, bool fast, const char *knob, const char *
     if (how == D_AGAIN)
         OK((fast ? llmem_op_matmul_fast : llmem_op_matmul)(vk, &st.a, &st.win, &st.zx));
     OK(llmem_backend_synchronize(vk));
-    r[R_OUT] = vk_download_f32(&st.out);
-    r[R_Z] = vk_download_f32(&st.z);
-    r[R_XB] = vk_download_f32(&st.xb);
-    r[R_DT] = vk_download_f32(&st.dt);
-    r[R_ST] = vk_download_f32(&st.st);
+    vcs_download(&st, r);
     r[R_ZX] = vk_download_f32(&st.zx);
     vcs_free(&st);
     llmem_backend_close(vk);

@@ -47,9 +47,8 @@ typedef struct conv_case {
     bool bias, cross;
 } conv_case;
 
-/* What one run gives back (malloc'd): the conv's output [m, CD], the
- * copies [m, W0], [m, CD], [m, W2] and the state image as f32. */
-enum { R_OUT, R_Z, R_XB, R_DT, R_ST, N_R };
+/* What one run gives back (malloc'd): vcs_download's results. */
+enum { N_R = VCS_N_R };
 
 /* Runs in_proj, the three copies and the conv on a vulkan backend opened
  * with $LLMEM_VULKAN_SUM_CONV=knob; r[i] malloc'd here (caller frees). */
@@ -63,11 +62,7 @@ static void run_step(const conv_case *k, const vcs_in *in, const char *knob, flo
     vcs_in_proj(vk, &st, k->fast);
     vcs_conv(vk, &st, in);
     OK(llmem_backend_synchronize(vk));
-    r[R_OUT] = vk_download_f32(&st.out);
-    r[R_Z] = vk_download_f32(&st.z);
-    r[R_XB] = vk_download_f32(&st.xb);
-    r[R_DT] = vk_download_f32(&st.dt);
-    r[R_ST] = vk_download_f32(&st.st);
+    vcs_download(&st, r);
     vcs_free(&st);
     llmem_backend_close(vk);
     test_env_restore(&keep);

@@ -115,6 +115,22 @@ static inline void vcs_free(vcs_step *s)
         llmem_buffer_free(s->b[i]);
 }
 
+/* What a run gives back: the conv's output [m, CD], the copies z [m,
+ * W0], xBC [m, CD], dt [m, W2], the state image (as f32), in that order;
+ * a suite may add its own results from VCS_N_R on. */
+enum { R_OUT, R_Z, R_XB, R_DT, R_ST, VCS_N_R };
+
+/* After a synchronize: r[R_OUT .. R_ST] = new f32 copies (malloc'd: the
+ * caller frees them) of the step's results. */
+static inline void vcs_download(const vcs_step *s, float *r[VCS_N_R])
+{
+    r[R_OUT] = vk_download_f32(&s->out);
+    r[R_Z] = vk_download_f32(&s->z);
+    r[R_XB] = vk_download_f32(&s->xb);
+    r[R_DT] = vk_download_f32(&s->dt);
+    r[R_ST] = vk_download_f32(&s->st);
+}
+
 /* The float64 step: zx = a · winᵀ [m, NIN]; for stream s, channel c: u =
  * the source slot's dc - 1 rows (zeros for src -1), then x = zx[s, W0 +
  * c]; out[s, c] = silu(b + sum_k w[c, k] u_k) (HF transformers
