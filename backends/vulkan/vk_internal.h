@@ -637,6 +637,14 @@ llmem_status vk_op_ssm_scan_q(llmem_backend *be, const llmem_ssm_params *p,
                               llmem_ct *a_log, llmem_ct *d, llmem_ct *dt_bias, llmem_ct *y);
 llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p,
                                    const llmem_view *view, llmem_ct *q, llmem_ct *out);
+/* The prefill attention on cooperative matrices (vk_ops_attn_pf.c), called by
+ * vk_op_attention_paged with its arguments (f16 / bf16 / f32 pools; q and out
+ * [n_tok, n_heads, head_dim] f32): *taken is true where it recorded the call
+ * (the status is then the call's: LLMEM_ERR_* of vk_op_run), false where the
+ * shape, dtype, device or LLMEM_VULKAN_ATTN_PF leaves the call to the caller
+ * (nothing recorded, LLMEM_OK). */
+llmem_status vk_attn_pf(vk_backend *v, const llmem_attn_params *p, const llmem_view *view,
+                        llmem_ct *q, llmem_ct *out, bool *taken);
 /* The push words every paged attention shader (attention_decode.comp,
  * attention.comp, attention_prefill_cm.comp, attention_q.comp) reads in
  * this order after its own leading words: the page-table bound (none with

@@ -53,7 +53,7 @@ typedef struct vk_knobs {
     int32_t sum_conv;       /* LLMEM_VULKAN_SUM_CONV: 0..3 the decode conv in in_proj's sum (vk_sum.h) */
     int32_t discard;        /* LLMEM_VULKAN_DISCARD: 0..3 discarded held writes dropped (vk_sum.h) */
     int32_t attn_pf;        /* LLMEM_VULKAN_ATTN_PF: 0..3 the prefill attention on cooperative
-                             * matrices (vk_ops_attention.c, attn_pf_pick) */
+                             * matrices (vk_ops_attn_pf.c, attn_pf_pick) */
     int32_t attn_pf_wg;     /* LLMEM_VULKAN_ATTN_PF_WG: 128 or 256, its workgroup */
     /* the decode attention (vk_ops_attention.c, dec_attn_pick) */
     int32_t dec_attn;       /* LLMEM_VULKAN_DEC_ATTN: 0 plain, 1 subgroup module, 2 streaming */
