@@ -154,6 +154,8 @@ typedef struct vk_backend {
     int32_t device_index;
     char device_name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE + 64];
     bool has_budget;     /* VK_EXT_memory_budget */
+    bool pstats;         /* VK_KHR_pipeline_executable_properties enabled for
+                          * $LLMEM_VULKAN_PIPELINE_STATS (vk_pstats.c) */
     bool subgroup;       /* subgroup arithmetic in compute shaders is used */
     uint32_t subgroup_size;
     bool sg_shuffle;     /* subgroupShuffleXor in compute shaders (attention_prefill_cm.comp) */
@@ -412,6 +414,21 @@ void vk_matmul_config(vk_backend *v);
  * (vk_sm_count; 0 and "none" without them or without Vulkan 1.1). Needs v->props. Never
  * fails (vk_plugin.c). */
 void vk_sm_query(vk_backend *v);
+/* $LLMEM_VULKAN_PIPELINE_STATS (vk_pstats.c): whether it is set (not "0") and pd can give
+ * pipeline statistics (Vulkan 1.1, VK_KHR_pipeline_executable_properties listed, the
+ * pipelineExecutableInfo feature); *f is then the feature structure to chain into
+ * VkDeviceCreateInfo (pNext NULL), and the extension is to be enabled. Where it is set
+ * but pd cannot, *why says why (static string). Never fails. */
+bool vk_pstats_query(VkPhysicalDevice pd, VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR *f,
+                     const char **why);
+/* After the device is made: says in the log (and, when refused, on stderr) whether the
+ * statistics are on; nothing when the variable is unset. */
+void vk_pstats_report_open(vk_backend *v, const char *why);
+/* With v->pstats: one line per executable of pipe (the driver's statistics, name = value)
+ * to stderr and the log, headed by the shader's name and its n_spec specialization
+ * constants. Nothing otherwise; never fails. */
+void vk_pstats_print(vk_backend *v, VkPipeline pipe, const char *name, const uint32_t *spec,
+                     uint32_t n_spec);
 /* What follows the SM count into v->mm: n_sm (vk_sm_pick of $LLMEM_VULKAN_SM_COUNT, read into
  * v->knobs, and v->sm_device; a set value outside 1..VK_SM_MAX is reported on stderr and in
  * the log and ignored), the defaults by SM of $LLMEM_VULKAN_CM_WAVE and _CM_NARROW's WAVE, and

@@ -301,6 +301,8 @@ static llmem_status pipeline_get(vk_backend *v, const vk_op *op, VkPipeline *out
             },
         .layout = v->pipe_layout,
     };
+    if (v->pstats)
+        ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     vk_pipeline *p = &v->pipes[v->n_pipes];
     r = v->vk.vkCreateComputePipelines(v->dev, v->pipe_cache, 1, &ci, NULL, &p->pipe);
     if (r != VK_SUCCESS) {
@@ -314,6 +316,7 @@ static llmem_status pipeline_get(vk_backend *v, const vk_op *op, VkPipeline *out
     v->n_pipes++;
     vk_log(v, "pipeline %s created (%u specialization constants)",
            vk_shader_codes[op->shader].name, op->n_spec);
+    vk_pstats_print(v, p->pipe, vk_shader_codes[op->shader].name, op->spec, op->n_spec);
     *out = p->pipe;
     return LLMEM_OK;
 }

@@ -402,8 +402,13 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     v->coopmat2 = khr && cm2;
     /* bf16 matrices for the fast-mode decode modules (vk_khr_bf16_usable) */
     v->coopmat_bf16 = v->coopmat_khr && vk_khr_bf16_usable(v->instance, e->pd);
-    const char *exts[5];
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR pf;
+    const char *pstats_why;
+    v->pstats = vk_pstats_query(v->phys, &pf, &pstats_why);
+    const char *exts[6];
     uint32_t n_exts = 0;
+    if (v->pstats)
+        exts[n_exts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     if (v->has_budget)
         exts[n_exts++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
     if (v->coopmat)
@@ -456,6 +461,10 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
         .enabledExtensionCount = n_exts,
         .ppEnabledExtensionNames = exts,
     };
+    if (v->pstats) {
+        pf.pNext = (void *)ci.pNext;
+        ci.pNext = &pf;
+    }
     VkResult r = vkCreateDevice(v->phys, &ci, NULL, &v->dev);
     if (r != VK_SUCCESS) {
         v->dev = VK_NULL_HANDLE;
@@ -464,6 +473,7 @@ static llmem_status device_create(vk_backend *v, const dev_entry *e, char *err, 
     }
     volkLoadDeviceTable(&v->vk, v->dev);
     v->vk.vkGetDeviceQueue(v->dev, v->queue_family, 0, &v->queue);
+    vk_pstats_report_open(v, pstats_why);
 
     const VkPhysicalDeviceLimits *l = &v->props.limits;
     v->mem_type_device = pick_memory(&v->mem_props, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0,
