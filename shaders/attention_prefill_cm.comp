@@ -65,8 +65,16 @@
  * this file compiled as KHR, is embedded while its recorded SHA-256 matches
  * this file alone (shaders/shaders.cmake). */
 // llmem-shader: attention_prefill_emu:EMU=1
+// llmem-shader: attention_prefill_emu2:EMU=2
 #ifndef EMU
 #define EMU 0
+#endif
+#ifndef CM2
+#if EMU == 2
+#define CM2 1
+#else
+#define CM2 0
+#endif
 #endif
 #if !EMU
 #extension GL_KHR_memory_scope_semantics : require
@@ -74,12 +82,20 @@
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#if CM2
+#extension GL_NV_cooperative_matrix2 : require
+#endif
 #endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256; /* 32 NW */
 layout(constant_id = 1) const uint D = 128;  /* head dim: a multiple of 16 */
 layout(constant_id = 2) const uint KV_DT = 1; /* 1 f16, 2 bf16 */
+/* CM2 only: 2 (precise) q * scale and P as hi + lo f16 terms, two multiply-adds each;
+ * 1 (fast) one rounding. STAGES: K / V tiles in shared memory (2: a ring, one barrier a
+ * block; 1: two barriers a block, as the KHR module). */
+layout(constant_id = 3) const uint SPLIT = 1;
+layout(constant_id = 4) const uint STAGES = 2;
 #define DT_BF16 2u
 
 const uint BN = 32u;           /* keys a block */
@@ -93,7 +109,13 @@ const uint SPW = 16u * SLD;    /* uvec4s of a subgroup's S / P */
 const uint SB = 2u * KVT;      /* where the subgroups' S / P start */
 const uint POFF = 2u;          /* P's row starts 2 uvec4s (32 bytes) into S's */
 const uint NL2 = BN * DV / WG; /* K (and V) uvec4 loads an invocation a block */
+#if !CM2
 const uint NSH0 = SB + NW * SPW, NSH1 = BM * LDK;
+#else
+/* no S / P region: the K / V stages, the Q tile once, the output through 16 x 5 uvec4s a
+ * subgroup at the end */
+const uint NSH0 = STAGES * 2u * KVT > NW * 80u ? STAGES * 2u * KVT : NW * 80u, NSH1 = BM * LDK;
+#endif
 const uint NSH = NSH0 > NSH1 ? NSH0 : NSH1; /* the Q tile is staged over all of it once */
 const uint DT = D / 16u;       /* output matrices a subgroup */
 const uint NO_ROWS = 0xffffffffu;
@@ -118,9 +140,12 @@ shared uvec4 sh[NSH];
 shared int row_seq[BM], row_lo[BM], row_hi[BM];
 shared float corr_s[BM];
 shared int pass_s[6];   /* cur, jlo, jhi, hmin, lmax, mixed */
-shared uint kbad_s[2];  /* bit k: key k of the block has a bad page id (by block parity) */
+shared uint kbad_s[3];  /* bit k: key k of the block has a bad page id (block i at i % 3) */
 #if EMU
 shared float xch_s[WG]; /* the pair exchange of EMU */
+#endif
+#if EMU && CM2
+shared float xch8_s[8u * WG]; /* EMU's accumulator -> A conversion */
 #endif
 
 #define NEG_INF uintBitsToFloat(0xff800000u)
@@ -132,6 +157,7 @@ shared float xch_s[WG]; /* the pair exchange of EMU */
 #define FB coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB>
 #define ACC coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
 #define ACC_ZERO ACC(0.0)
+#define ACC_FILL(x_) ACC(x_)
 #define LOAD_A(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
 #define LOAD_BT(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
 #define LOAD_B(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
@@ -157,6 +183,14 @@ ACC acc_zero()
     return c;
 }
 #define ACC_ZERO acc_zero()
+ACC acc_fill(float x)
+{
+    ACC c;
+    for (uint i = 0u; i < 8u; i++)
+        c.e[i] = x;
+    return c;
+}
+#define ACC_FILL(x_) acc_fill(x_)
 #define LOAD_A(m_, o_, s_) m_ = FA(sh[(o_) + (lane / 2u) * (s_)], sh[(o_) + (lane / 2u) * (s_) + 1u])
 #define LOAD_BT(m_, o_, s_) m_ = FB(o_, s_, 1u)
 #define LOAD_B(m_, o_, s_) m_ = FB(o_, s_, 0u)
@@ -177,7 +211,9 @@ ACC emu_mma(FA a, FB b, ACC c, uint lane)
     UNROLL for (uint i = 0u; i < 8u; i++) {
         uint n = 8u * (lane % 2u) + i;
         float s = c.e[i];
-        UNROLL for (uint k = 0u; k < 16u; k++) {
+        /* not [[dont_unroll]]: with it, llvmpipe (Mesa 22) returned NaN for most outputs of
+         * EMU=2's precise calls past ~6 blocks of keys (the MMA count, not the data) */
+        for (uint k = 0u; k < 16u; k++) {
             float x = half_of(k < 8u ? a.a0 : a.a1, k % 8u);
             float y = b.tr != 0u ? half_of(sh[b.off + n * b.ld + k / 8u], k % 8u)
                                  : half_of(sh[b.off + k * b.ld + n / 8u], n % 8u);
@@ -223,6 +259,82 @@ float pair_sum(float x, uint t)
 #endif
 }
 
+#if CM2
+/* ---- CM2: row reductions and the accumulator -> A conversion ---------------------------- */
+#if !EMU
+#define ACC16 coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>
+float red_max(const in float a, const in float b)
+{
+    return max(a, b);
+}
+float red_sum(const in float a, const in float b)
+{
+    return a + b;
+}
+/* m_ = every element the maximum (sum) of its row */
+#define ROW_MAX(m_) coopMatReduceNV(m_, m_, gl_CooperativeMatrixReduceRowNV, red_max)
+#define ROW_SUM(m_) coopMatReduceNV(m_, m_, gl_CooperativeMatrixReduceRowNV, red_sum)
+/* x_ rounded to f16 as an A matrix (*hi_), and with SPLIT 2 the rest x_ - hi rounded to f16
+ * (*lo_) */
+#define TO_A(hi_, x_) hi_ = FA(ACC16(x_))
+#define TO_A2(hi_, lo_, x_)                                                                        \
+    {                                                                                              \
+        ACC16 h_ = ACC16(x_);                                                                      \
+        hi_ = FA(h_);                                                                              \
+        lo_ = FA(ACC16(x_ - ACC(h_)));                                                             \
+    }
+/* the row and column of element i_ of an accumulator: from rcm, a matrix of 16 row + column
+ * loaded once (the same type, so the same element order) */
+#define ROW_E(i_) (uint(rcm[i_]) / 16u)
+#define COL_E(i_) (uint(rcm[i_]) % 16u)
+#else
+void emu_row(inout ACC m, uint t, bool is_max)
+{
+    float x = m.e[0];
+    for (uint i = 1u; i < 8u; i++)
+        x = is_max ? max(x, m.e[i]) : x + m.e[i];
+    x = is_max ? pair_max(x, t) : pair_sum(x, t);
+    for (uint i = 0u; i < 8u; i++)
+        m.e[i] = x;
+}
+#define ROW_MAX(m_) emu_row(m_, t, true)
+#define ROW_SUM(m_) emu_row(m_, t, false)
+/* the row lane / 2 of 16 halves from this invocation's 8 columns and its partner's */
+FA emu_to_a(ACC x, uint t, uint lane)
+{
+    for (uint i = 0u; i < 8u; i++)
+        xch8_s[8u * t + i] = x.e[i];
+    barrier();
+    float y[16];
+    for (uint i = 0u; i < 8u; i++) {
+        y[8u * (lane % 2u) + i] = x.e[i];
+        y[8u * (1u - lane % 2u) + i] = xch8_s[8u * (t ^ 1u) + i];
+    }
+    barrier();
+    FA a;
+    for (uint k = 0u; k < 4u; k++) {
+        a.a0[k] = packHalf2x16(vec2(y[2u * k], y[2u * k + 1u]));
+        a.a1[k] = packHalf2x16(vec2(y[8u + 2u * k], y[8u + 2u * k + 1u]));
+    }
+    return a;
+}
+ACC emu_lo(ACC x)
+{
+    for (uint i = 0u; i < 8u; i++)
+        x.e[i] -= unpackHalf2x16(packHalf2x16(vec2(x.e[i], 0.0))).x;
+    return x;
+}
+#define TO_A(hi_, x_) hi_ = emu_to_a(x_, t, lane)
+#define TO_A2(hi_, lo_, x_)                                                                        \
+    {                                                                                              \
+        hi_ = emu_to_a(x_, t, lane);                                                               \
+        lo_ = emu_to_a(emu_lo(x_), t, lane);                                                       \
+    }
+#define ROW_E(i_) (lane / 2u)
+#define COL_E(i_) (8u * (lane % 2u) + (i_))
+#endif
+#endif
+
 uint bf16x2_to_f16x2(uint x)
 {
     return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
@@ -263,26 +375,51 @@ void main()
         row_lo[r] = lo;
         row_hi[r] = hi;
     }
-    /* the Q tile: q * scale rounded once to f16, staged over all of sh */
-    for (uint e = t; e < BM * DV; e += WG) {
-        uint r = e / DV, c = e % DV;
-        uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
-        uvec4 w = uvec4(0u);
-        if (r < rows && tok < p.n_tok && hr < p.n_rep) {
-            uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
-            UNROLL for (uint e = 0u; e < 4u; e++)
-                w[e] = packHalf2x16(vec2(q[b + 2u * e], q[b + 2u * e + 1u]) * p.scale);
-        }
-        sh[r * LDK + c] = w;
-    }
-    barrier();
+    /* the Q tile: q * scale (f32) rounded once to f16, staged over all of sh; with SPLIT 2
+     * (CM2) then the rest, q * scale - hi, rounded to f16 into ql */
     FA qf[DT];
-    UNROLL for (uint k = 0u; k < DT; k++)
-        LOAD_A(qf[k], warp * 16u * LDK + 2u * k, LDK);
-    barrier();
+#if CM2
+    FA ql[DT];
+#endif
+    for (uint part = 0u; part < (CM2 != 0 ? SPLIT : 1u); part++) {
+        for (uint e = t; e < BM * DV; e += WG) {
+            uint r = e / DV, c = e % DV;
+            uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
+            uvec4 w = uvec4(0u);
+            if (r < rows && tok < p.n_tok && hr < p.n_rep) {
+                uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
+                UNROLL for (uint e = 0u; e < 4u; e++) {
+                    vec2 x = vec2(q[b + 2u * e], q[b + 2u * e + 1u]) * p.scale;
+                    uint hi = packHalf2x16(x);
+                    w[e] = part == 0u ? hi : packHalf2x16(x - unpackHalf2x16(hi));
+                }
+            }
+            sh[r * LDK + c] = w;
+        }
+        barrier();
+        UNROLL for (uint k = 0u; k < DT; k++) {
+#if CM2
+            if (part == 1u) {
+                LOAD_A(ql[k], warp * 16u * LDK + 2u * k, LDK);
+                continue;
+            }
+#endif
+            LOAD_A(qf[k], warp * 16u * LDK + 2u * k, LDK);
+        }
+        barrier();
+    }
     /* rowm: element i of an accumulator lies in row EL(rowm, i) of its matrix */
     const uint sw = SB + warp * SPW; /* this subgroup's S / P */
-#if !EMU
+#if CM2 && !EMU
+    /* rcm: element i of an accumulator lies in row rcm[i] / 16, column rcm[i] % 16 */
+    for (uint e = lane; e < 64u; e += 32u)
+        sh[warp * 80u + (e / 4u) * 5u + e % 4u] =
+            floatBitsToUint(vec4(float(e * 4u)) + vec4(0.0, 1.0, 2.0, 3.0));
+    SG_SYNC();
+    ACC rcm;
+    coopMatLoad(rcm, sh, warp * 80u, 5u, gl_CooperativeMatrixLayoutRowMajor);
+    barrier(); /* every subgroup's rcm read before the K / V tiles come */
+#elif !EMU
     for (uint e = lane; e < 64u; e += 32u)
         sh[sw + (e / 4u) * SLD + e % 4u] = floatBitsToUint(vec4(float(e / 4u)));
     SG_SYNC();
@@ -299,7 +436,14 @@ void main()
         o[j] = ACC_ZERO;
     const uint rr = warp * 16u + lane / 2u; /* the row this invocation's softmax serves */
     const uint half_ = lane % 2u;           /* its 16 keys of a block */
+#if !CM2
     float m_run = NEG_INF, l_run = 0.0;     /* the row's running max; this half's sum */
+#else
+    /* P is scaled by PSC = 2^15 before its split (SPLIT 2), so that its lo term stays clear of
+     * f16's subnormals; the output is divided by it at the end */
+    const float PSC = SPLIT == 2u ? 32768.0 : 1.0;
+    ACC m_acc = ACC_FILL(NEG_INF), l_acc = ACC_ZERO;
+#endif
 
     uvec4 ld[2u * NL2];
     int prev = -1;
@@ -367,31 +511,32 @@ void main()
         ld[u] = xk_;                                                                               \
         ld[NL2 + u] = xv_;                                                                         \
     }
-        /* ld into the K / V tiles (bf16 converted); the block's keys with a bad page id
-         * into kbad_s[i & 1] */
-#define STORE(i_)                                                                                  \
+        /* ld into the K / V tiles at base_ (bf16 converted); the block's keys with a bad page
+         * id into kbad_s[kbi_] */
+#define STORE(i_, base_, kbi_)                                                                     \
     UNROLL for (uint u = 0u; u < NL2; u++) {                                                   \
         uint f_ = t + u * WG;                                                                      \
         int key_ = kb0 + (i_) * int(BN) + int(f_ / DV);                                            \
         if (f_ % DV == 0u && key_ >= jlo && key_ < jhi) {                                          \
             int pg_ = idx[pt + uint(key_) / p.ps];                                                 \
             if (pg_ < 0 || uint(pg_) >= p.n_pages)                                                 \
-                atomicOr(kbad_s[(i_) & 1], 1u << (f_ / DV));                                       \
+                atomicOr(kbad_s[kbi_], 1u << (f_ / DV));                                           \
         }                                                                                          \
         UNROLL for (uint w_ = 0u; w_ < 2u; w_++) {                                             \
             uvec4 x_ = ld[w_ * NL2 + u];                                                           \
             if (KV_DT == DT_BF16)                                                                  \
                 x_ = uvec4(bf16x2_to_f16x2(x_.x), bf16x2_to_f16x2(x_.y), bf16x2_to_f16x2(x_.z),    \
                            bf16x2_to_f16x2(x_.w));                                                 \
-            sh[w_ * KVT + (f_ / DV) * LDK + f_ % DV] = x_;                                         \
+            sh[(base_) + w_ * KVT + (f_ / DV) * LDK + f_ % DV] = x_;                               \
         }                                                                                          \
     }
 
+#if !CM2
         if (t == 0u)
             kbad_s[0] = 0u;
         FETCH(0)
         barrier();
-        STORE(0)
+        STORE(0, 0u, 0)
         barrier();
         for (int i = 0; i < nblk; i++) {
             if (t == 0u)
@@ -474,11 +619,145 @@ void main()
             }
             barrier(); /* every subgroup is done with this block's K and V */
             if (i + 1 < nblk)
-                STORE(i + 1)
+                STORE(i + 1, 0u, (i + 1) & 1)
             barrier();
         }
+#else
+        if (t == 0u) {
+            kbad_s[0] = 0u;
+            kbad_s[1] = 0u;
+            kbad_s[2] = 0u;
+        }
+        FETCH(0)
+        barrier();
+        STORE(0, 0u, 0)
+        barrier();
+        for (int i = 0; i < nblk; i++) {
+            /* block i's K at kt, V at kt + KVT; kbad_s[(i + 2) % 3] was read last in block
+             * i - 1 and is written in block i + 1 */
+            const uint kt = STAGES == 2u ? uint(i & 1) * 2u * KVT : 0u;
+            if (t == 0u)
+                kbad_s[uint(i + 2) % 3u] = 0u;
+            if (i + 1 < nblk)
+                FETCH(i + 1)
+            const int kb = kb0 + i * int(BN);
+            const uint bad = kbad_s[uint(i) % 3u];
+            const bool edge = mixed || kb + int(BN) > hmin || kb < lmax || bad != 0u;
+
+            /* (b) S = Q K^T: s0 keys 0-15 of the block, s1 keys 16-31 */
+            ACC s0 = ACC_ZERO, s1 = ACC_ZERO;
+            UNROLL for (uint k = 0u; k < DT; k++) {
+                FB b0, b1;
+                LOAD_BT(b0, kt + 2u * k, LDK);
+                LOAD_BT(b1, kt + 16u * LDK + 2u * k, LDK);
+                MMA(s0, qf[k], b0);
+                MMA(s1, qf[k], b1);
+                if (SPLIT == 2u) {
+                    MMA(s0, ql[k], b0);
+                    MMA(s1, ql[k], b1);
+                }
+            }
+            /* (c) soft-cap and masks element by element; the rows' maxima */
+            ACC tm = ACC_ZERO;
+            UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
+                float y0 = EL(s0, i2), y1 = EL(s1, i2);
+                if (p.softcap > 0.0) {
+                    y0 = p.softcap * tanh(y0 / p.softcap);
+                    y1 = p.softcap * tanh(y1 / p.softcap);
+                }
+                if (edge) {
+                    uint r = warp * 16u + ROW_E(i2), c = COL_E(i2);
+                    int lo = row_lo[r], hi = row_seq[r] == cur ? row_hi[r] : 0;
+                    int j0 = kb + int(c), j1 = j0 + 16;
+                    y0 = j0 >= lo && j0 < hi && (bad & (1u << c)) == 0u ? y0 : NEG_INF;
+                    y1 = j1 >= lo && j1 < hi && (bad & (1u << (c + 16u))) == 0u ? y1 : NEG_INF;
+                }
+                EL(s0, i2) = y0;
+                EL(s1, i2) = y1;
+                EL(tm, i2) = max(y0, y1);
+            }
+            ROW_MAX(tm);
+            /* the online softmax: m_acc / l_acc hold each row's running max / this element's
+             * share of its sum; tm becomes the rows' rescale factors */
+            UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
+                float mo = EL(m_acc, i2), mn = max(mo, EL(tm, i2));
+                /* rows with no visible key so far keep m = -inf and p = 0 */
+                float b = isinf(mn) ? 0.0 : mn;
+                float cf = exp(mo - b);
+                float p0 = exp(EL(s0, i2) - b), p1 = exp(EL(s1, i2) - b);
+                EL(m_acc, i2) = mn;
+                EL(tm, i2) = cf;
+                EL(l_acc, i2) = EL(l_acc, i2) * cf + (p0 + p1);
+                EL(s0, i2) = p0 * PSC;
+                EL(s1, i2) = p1 * PSC;
+            }
+            /* (d) O = O diag(corr) + P V, P in registers (accumulator -> A) */
+            UNROLL for (uint j = 0u; j < DT; j++)
+                UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
+                    EL(o[j], i2) *= EL(tm, i2);
+            FA pa0, pa1, pl0, pl1;
+            if (SPLIT == 2u) {
+                TO_A2(pa0, pl0, s0);
+                TO_A2(pa1, pl1, s1);
+            } else {
+                TO_A(pa0, s0);
+                TO_A(pa1, s1);
+            }
+            UNROLL for (uint j = 0u; j < DT; j++) {
+                FB v0, v1;
+                LOAD_B(v0, kt + KVT + 2u * j, LDK);
+                LOAD_B(v1, kt + KVT + 16u * LDK + 2u * j, LDK);
+                MMA(o[j], pa0, v0);
+                MMA(o[j], pa1, v1);
+                if (SPLIT == 2u) {
+                    MMA(o[j], pl0, v0);
+                    MMA(o[j], pl1, v1);
+                }
+            }
+            if (STAGES == 2u) {
+                /* the other stage was read last in block i - 1, before the barrier */
+                if (i + 1 < nblk)
+                    STORE(i + 1, uint((i + 1) & 1) * 2u * KVT, uint(i + 1) % 3u)
+                barrier();
+            } else {
+                barrier(); /* every subgroup is done with this block's K and V */
+                if (i + 1 < nblk)
+                    STORE(i + 1, 0u, uint(i + 1) % 3u)
+                barrier();
+            }
+        }
+#endif
     }
 
+#if CM2
+    /* O / l (PSC undone), through 16 x 5 uvec4s of the subgroup, one matrix at a time */
+    ROW_SUM(l_acc);
+    UNROLL for (uint i2 = 0u; i2 < NEL(l_acc); i2++) {
+        float l = EL(l_acc, i2);
+        EL(l_acc, i2) = l > 0.0 ? 1.0 / (l * PSC) : 0.0;
+    }
+    UNROLL for (uint j = 0u; j < DT; j++)
+        UNROLL for (uint i2 = 0u; i2 < NEL(l_acc); i2++)
+            EL(o[j], i2) *= EL(l_acc, i2);
+    {
+        const uint tok = t0 + rr / p.hh, hr = hc0 + rr % p.hh;
+        const bool out_ok = rr < rows && tok < p.n_tok && hr < p.n_rep;
+        const uint ob = p.o_off + (tok * p.n_heads + g * p.n_rep + hr) * D;
+        const uint so = warp * 80u + (lane / 2u) * 5u + 2u * half_;
+        UNROLL for (uint j = 0u; j < DT; j++) {
+            STORE_C(o[j], warp * 80u, 5u);
+            SG_SYNC();
+            if (out_ok) {
+                UNROLL for (uint c = 0u; c < 2u; c++) {
+                    vec4 y = uintBitsToFloat(sh[so + c]);
+                    UNROLL for (uint e = 0u; e < 4u; e++)
+                        res[ob + 16u * j + 8u * half_ + 4u * c + e] = y[e];
+                }
+            }
+            SG_SYNC();
+        }
+    }
+#else
     /* O / l, through the subgroup's S region two matrices (32 columns) at a time */
     float l_tot = pair_sum(l_run, t);
     if (half_ == 0u)
@@ -506,4 +785,5 @@ void main()
         }
         SG_SYNC();
     }
+#endif
 }

@@ -113,6 +113,14 @@ set(LLMEM_VK_KHR_ONLY_SHADERS
   "matmul_cm2")
 list(APPEND LLMEM_VK_KHR_SHADERS ${LLMEM_VK_KHR_ONLY_SHADERS})
 
+# KHR modules compiled again with -DCM2=1 (GL_NV_cooperative_matrix2's row reductions and
+# accumulator -> A conversions, SPIR-V 1.6): <name>.comp into the module <name>2_khr (id
+# VK_SH_<NAME>2_KHR), embedded from shaders/khr/<name>2.spv while shaders/khr/<name>2.sha256
+# matches <name>.comp. attention_prefill_cm.comp: the prefill attention with P in registers
+# (backends/vulkan/vk_ops_attn_pf.c).
+set(LLMEM_VK_CM2_VARIANTS
+  "attention_prefill_cm")
+
 # bf16 modules (VK_KHR_shader_bfloat16, GL_EXT_bfloat16: glslang 16 or later, Debian sid's;
 # tools/glslang_khr.sh with LLMEM_GLSLANG_SUITE=sid): <name>.comp compiled with -DKHR
 # -DBF16=1 into the module <name>_bf_khr (id VK_SH_<NAME>_BF_KHR), embedded from
@@ -136,7 +144,7 @@ function(llmem_vulkan_khr_module_as name mod spv compiler_var defines out_dir hd
     file(GLOB _includes ${LLMEM_VK_SHADER_DIR}/*.glsl)
     separate_arguments(_gk UNIX_COMMAND "${${compiler_var}}")
     set(_env vulkan1.2)
-    if(name IN_LIST LLMEM_VK_KHR_ONLY_SHADERS)
+    if(name IN_LIST LLMEM_VK_KHR_ONLY_SHADERS OR "-DCM2=1" IN_LIST defines)
       set(_env vulkan1.3)
     endif()
     add_custom_command(
@@ -225,6 +233,11 @@ function(llmem_vulkan_shaders out_dir out_sources)
   foreach(kname ${LLMEM_VK_KHR_SHADERS})
     llmem_vulkan_khr_module(${kname} ${out_dir} _khr_hdr)
     llmem_vulkan_shader_slot(${kname}_khr ${_khr_hdr})
+  endforeach()
+  foreach(cname ${LLMEM_VK_CM2_VARIANTS})
+    llmem_vulkan_khr_module_as(${cname} ${cname}2_khr ${cname}2 LLMEM_GLSLANG_KHR
+                               "-DKHR;-DCM2=1" ${out_dir} _cm2_hdr)
+    llmem_vulkan_shader_slot(${cname}2_khr ${_cm2_hdr})
   endforeach()
   foreach(bname ${LLMEM_VK_BF16_SHADERS})
     llmem_vulkan_khr_module_as(${bname} ${bname}_bf_khr ${bname}_bf LLMEM_GLSLANG_BF16

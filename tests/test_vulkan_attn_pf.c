@@ -8,11 +8,16 @@
  * dims 64 and 128, pages of 1, 16 and 64, f16 and bf16 pools, a chunk after
  * a history, a sliding window, a softcap and page-table rows (page_off).
  * Every backend runs:
- *  - the EMU module (LLMEM_VULKAN_ATTN_PF=3: the shader's tiling, masks and
+ *  - the EMU modules (LLMEM_VULKAN_ATTN_PF=3: the shader's tiling, masks and
  *    online softmax with scalar loops for the matrix operations), which
- *    runs on lavapipe;
+ *    run on lavapipe: EMU (the KHR module's layout, LLMEM_VULKAN_ATTN_PF_CM2=0)
+ *    and EMU2 (the CM2 module's: P in registers, reductions and the
+ *    accumulator -> A conversion emulated, the K / V ring at head dim 64 and
+ *    one stage at 128 on lavapipe's 32 KiB);
  *  - where the device has KHR cooperative matrices (the log's "KHR"), the
- *    real module (LLMEM_VULKAN_ATTN_PF=1 with a fast-mode call).
+ *    real module (LLMEM_VULKAN_ATTN_PF=1 with a fast-mode call), and where it
+ *    has VK_NV_cooperative_matrix2 (the log's "coopmat2 on") the CM2 module,
+ *    whose result must differ from the KHR module's bits (it ran).
  * The result is checked against the float64 model of the fast arithmetic:
  * q * scale rounded once to f16 (f32 product first), exact scores and
  * softmax, each probability rounded once to f16. Rounding p by at most u =
@@ -26,6 +31,14 @@
  * attention_decode.comp's precise one (and not its very bits: the module
  * ran). Calls outside the route (a decode batch, head dim 80, an f32 pool)
  * give attention_decode.comp's bits under LLMEM_VULKAN_ATTN_PF=3.
+ *
+ * Precise-mode calls over f16 pools run the CM2 module's precise arithmetic
+ * (EMU2, and CM2 with LLMEM_VULKAN_ATTN_PF_PRECISE=1): q * scale (f32) and
+ * P (scaled by 2^15) as hi + lo f16 terms, f32 sums. Against float64 with
+ * the f32 q * scale: per element 2^-20 sum_j w_j |v_j| (the two splits'
+ * 2^-22 each, with slack) plus the f32 sums' bound above; normalized error
+ * within ref64_tol(F32) (test_ops_attention's precise bound), and within
+ * twice that of attention_decode.comp's precise result.
  */
 #include "support/run.h"
 #include <check.h>
@@ -53,6 +66,9 @@ typedef struct pf_case {
 } pf_case;
 
 static const pf_case cases[] = {
+    /* GQA 2:1, hd 128, f16, pages of 64: a chunk of 130 after 130 (up to 9 blocks of keys),
+     * a stream of one token and an empty one */
+    {4, {260, 65, 1, 0}, {130, 65, 1, 0}, 64, 4, 8, 128, F16, 0.0f, 0, false},
     /* GQA 4:1, hd 128, f16, pages of 16, three whole prefills */
     {3, {100, 49, 37}, {100, 49, 37}, 16, 2, 8, 128, F16, 0.0f, 0, false},
     /* 1:1, hd 64, bf16, pages of 1, a chunk after a history */
@@ -107,8 +123,10 @@ static void pf_make(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d)
         }
 }
 
-/* The float64 model of the fast arithmetic (see the top): out, and wv = sum_j w_j |v_j|. */
-static void pf_model(const pf_data *d, const llmem_attn_params *p, double *out, double *wv)
+/* The float64 model of the fast arithmetic (see the top), or with exact the f32 q * scale
+ * unrounded (the precise arithmetic's model): out, and wv = sum_j w_j |v_j|. */
+static void pf_model(const pf_data *d, const llmem_attn_params *p, bool exact, double *out,
+                     double *wv)
 {
     const pf_case *k = &d->k;
     int32_t hd = k->head_dim, rep = k->n_heads / k->n_kv_heads;
@@ -127,7 +145,8 @@ static void pf_model(const pf_data *d, const llmem_attn_params *p, double *out, 
             int32_t g = h / rep;
             int64_t at = ((int64_t)i * k->n_heads + h) * hd;
             for (int32_t e = 0; e < hd; e++)
-                qm[e] = ref64_round((double)((float)d->q[at + e] * p->scale), F16);
+                qm[e] = exact ? (double)((float)d->q[at + e] * p->scale)
+                              : ref64_round((double)((float)d->q[at + e] * p->scale), F16);
             for (int32_t j = lo; j < len; j++)
                 for (int32_t e = 0; e < hd; e++) {
                     kk[(j - lo) * hd + e] = d->kl[s][(int64_t)j * d->row + g * hd + e];
@@ -197,39 +216,53 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
     th_end(&c);
 }
 
-/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode; *khr: whether it
- * has KHR cooperative matrices (its log says so). */
-static llmem_backend *open_mode(const char *mode, bool *khr)
+/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2 and _PRECISE=1 where
+ * precise; *khr: whether it has KHR cooperative matrices (its log says so), *cm2 (may be
+ * NULL) VK_NV_cooperative_matrix2. */
+static llmem_backend *open_mode(const char *mode, const char *cm2_knob, bool precise, bool *khr,
+                                bool *cm2)
 {
     char path[] = "/tmp/llmem_attn_pf_XXXXXX";
     log_to_temp(path);
     setenv("LLMEM_VULKAN_ATTN_PF", mode, 1);
+    setenv("LLMEM_VULKAN_ATTN_PF_CM2", cm2_knob, 1);
+    if (precise)
+        setenv("LLMEM_VULKAN_ATTN_PF_PRECISE", "1", 1);
     llmem_backend *be = open_be("vulkan");
     unsetenv("LLMEM_VULKAN_ATTN_PF");
+    unsetenv("LLMEM_VULKAN_ATTN_PF_CM2");
+    unsetenv("LLMEM_VULKAN_ATTN_PF_PRECISE");
     unsetenv("LLMEM_VULKAN_LOG");
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "log %s", path);
     char line[1024];
+    bool has2 = false;
     *khr = false;
-    while (fgets(line, sizeof line, f))
+    while (fgets(line, sizeof line, f)) {
         *khr = *khr || strstr(line, "cooperative matrices on, KHR") != NULL;
+        has2 = has2 || strstr(line, "coopmat2 on") != NULL;
+    }
+    if (cm2)
+        *cm2 = has2;
     fclose(f);
     unlink(path);
     return be;
 }
 
 /* The checks of the top on one module's output. */
-static void pf_expect(const pf_data *d, float scale, const double *out, const double *model,
-                      const double *wv, const char *what)
+static void pf_expect(const pf_data *d, float scale, bool precise, const double *out,
+                      const double *model, const double *wv, const char *what)
 {
     const pf_case *k = &d->k;
     int32_t hd = k->head_dim;
     int64_t n = (int64_t)d->n_tok * k->n_heads * hd;
-    double u = ldexp(1.0, -11);
+    double u = precise ? ldexp(1.0, -20) : ldexp(1.0, -11);
     for (int64_t r = 0; r < (int64_t)d->n_tok * k->n_heads; r++) {
         double keys = d->tok_kv_len[r / k->n_heads], q1 = 0.0;
-        for (int32_t e = 0; e < hd; e++)
-            q1 += fabs(ref64_round((double)((float)d->q[r * hd + e] * scale), F16));
+        for (int32_t e = 0; e < hd; e++) {
+            double qs = (double)((float)d->q[r * hd + e] * scale);
+            q1 += fabs(precise ? qs : ref64_round(qs, F16));
+        }
         double bound_row = 2.0 * hd * ldexp(q1, -23) + keys * (ldexp(1.0, -23) + ldexp(1.0, -25));
         for (int32_t e = 0; e < hd; e++) {
             int64_t at = r * hd + e;
@@ -240,15 +273,18 @@ static void pf_expect(const pf_data *d, float scale, const double *out, const do
                              (unsigned long long)ref64_seed());
         }
     }
-    th_expect_close(out, model, n, u, what);
+    th_expect_close(out, model, n, precise ? ref64_tol(F32, false) : u, what);
 }
 
 START_TEST(test_attn_pf)
 {
-    bool khr = false, khr3 = false;
-    llmem_backend *emu = open_mode("3", &khr3);
-    llmem_backend *real = open_mode("1", &khr);
-    llmem_backend *dec = open_mode("0", &khr3);
+    bool khr = false, cm2 = false, unused = false;
+    llmem_backend *emu = open_mode("3", "0", false, &unused, NULL);
+    llmem_backend *emu2 = open_mode("3", "1", false, &unused, NULL);
+    llmem_backend *real = open_mode("1", "0", false, &khr, NULL);
+    llmem_backend *real2 = open_mode("1", "1", true, &unused, &cm2);
+    llmem_backend *dec = open_mode("0", "0", false, &unused, NULL);
+    cm2 = cm2 && khr;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const pf_case *k = &cases[ci];
         th_ctx h;
@@ -259,31 +295,46 @@ START_TEST(test_attn_pf)
                                .window = k->window, .fast = 1};
         int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
         double *out = th_vec(&h, n), *clean = th_vec(&h, n), *model = th_vec(&h, n);
-        double *wv = th_vec(&h, n), *prec = th_vec(&h, n);
-        pf_model(&d, &p, model, wv);
+        double *wv = th_vec(&h, n), *prec = th_vec(&h, n), *khr_out = th_vec(&h, n);
+        double *exact = th_vec(&h, n), *wv_exact = th_vec(&h, n);
+        pf_model(&d, &p, false, model, wv);
+        pf_model(&d, &p, true, exact, wv_exact);
         llmem_attn_params pp = p;
         pp.fast = 0;
         pf_run(dec, &d, &pp, llmem_nan_pattern(k->dtype), prec);
-        llmem_backend *mods[2] = {emu, khr ? real : NULL};
-        const char *names[2] = {"EMU", "KHR"};
-        for (int m = 0; m < 2; m++) {
+        /* fast calls on EMU, EMU2, KHR, CM2; precise calls (f16 pools) on EMU2 and CM2 */
+        llmem_backend *mods[6] = {emu,  emu2, khr ? real : NULL, cm2 ? real2 : NULL,
+                                  k->dtype == F16 ? emu2 : NULL,
+                                  k->dtype == F16 && cm2 ? real2 : NULL};
+        const char *names[6] = {"EMU", "EMU2", "KHR", "CM2", "EMU2 precise", "CM2 precise"};
+        for (int m = 0; m < 6; m++) {
             if (!mods[m])
                 continue;
+            bool precise = m >= 4;
+            const llmem_attn_params *pm = precise ? &pp : &p;
             char what[160];
-            pf_run(mods[m], &d, &p, llmem_nan_pattern(k->dtype), out);
-            pf_run(mods[m], &d, &p, 0u, clean);
+            pf_run(mods[m], &d, pm, llmem_nan_pattern(k->dtype), out);
+            pf_run(mods[m], &d, pm, 0u, clean);
             snprintf(what, sizeof what, "case %zu %s, NaN vs zero pools", ci, names[m]);
             th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
             snprintf(what, sizeof what, "case %zu %s (%s, ps %d, hd %d, %d/%d heads)", ci,
                      names[m], llmem_dtype_name(k->dtype), k->page_size, k->head_dim,
                      k->n_heads, k->n_kv_heads);
-            pf_expect(&d, p.scale, out, model, wv, what);
+            pf_expect(&d, p.scale, precise, out, precise ? exact : model,
+                      precise ? wv_exact : wv, what);
             snprintf(what, sizeof what, "case %zu %s against attention_decode", ci, names[m]);
-            th_expect_close(out, prec, n, 4.0 * ldexp(1.0, -11), what);
-            /* the module ran: attention_decode's result would be these very bits */
+            th_expect_close(out, prec, n, precise ? 2.0 * ref64_tol(F32, false) : 4.0 * ldexp(1.0, -11),
+                            what);
+            /* the module ran: attention_decode's result would be these very bits (and the
+             * KHR module's, for CM2's fast calls) */
             ck_assert_msg(memcmp(out, prec, (size_t)n * sizeof *out) != 0,
                           "case %zu %s: the result is attention_decode's (the module did not run)",
                           ci, names[m]);
+            if (m == 2)
+                memcpy(khr_out, out, (size_t)n * sizeof *out);
+            if (m == 3)
+                ck_assert_msg(memcmp(out, khr_out, (size_t)n * sizeof *out) != 0,
+                              "case %zu CM2: the result is the KHR module's (CM2 did not run)", ci);
         }
         th_end(&h);
     }
@@ -311,9 +362,13 @@ START_TEST(test_attn_pf)
         th_end(&h);
     }
     if (!khr)
-        printf("test_vulkan_attn_pf: no KHR cooperative matrices here: the EMU module only\n");
+        printf("test_vulkan_attn_pf: no KHR cooperative matrices here: the EMU modules only\n");
+    else if (!cm2)
+        printf("test_vulkan_attn_pf: no VK_NV_cooperative_matrix2 here: no CM2 module\n");
     llmem_backend_close(dec);
+    llmem_backend_close(real2);
     llmem_backend_close(real);
+    llmem_backend_close(emu2);
     llmem_backend_close(emu);
 }
 END_TEST

@@ -62,6 +62,9 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DEC_KPG", dec_kpg, 1, 8, POW2),
     K("LLMEM_VULKAN_DEC_WG", dec_wg, 128, 256, POW2),
     K("LLMEM_VULKAN_DEC_SPLIT_KEYS", dec_split_keys, 64, 8192, NUM),
+    K("LLMEM_VULKAN_ATTN_PF_CM2", attn_pf_cm2, 0, 1, NUM),
+    K("LLMEM_VULKAN_ATTN_PF_STAGES", attn_pf_stages, 1, 2, NUM),
+    K("LLMEM_VULKAN_ATTN_PF_PRECISE", attn_pf_precise, 0, 1, NUM),
 };
 #undef K
 

@@ -60,6 +60,10 @@ typedef struct vk_knobs {
     int32_t dec_kpg;        /* LLMEM_VULKAN_DEC_KPG: 1..8, 2^k, keys per group and round */
     int32_t dec_wg;         /* LLMEM_VULKAN_DEC_WG: 128 or 256, its workgroup (modules 1, 2) */
     int32_t dec_split_keys; /* LLMEM_VULKAN_DEC_SPLIT_KEYS: 64..8192 keys a split */
+    /* the prefill attention's CM2 module (vk_ops_attn_pf.c, attn_pf_pick) */
+    int32_t attn_pf_cm2;     /* LLMEM_VULKAN_ATTN_PF_CM2: 0 the KHR module, 1 the CM2 one */
+    int32_t attn_pf_stages;  /* LLMEM_VULKAN_ATTN_PF_STAGES: 1 or 2 K / V stages (CM2) */
+    int32_t attn_pf_precise; /* LLMEM_VULKAN_ATTN_PF_PRECISE: 0..1 precise calls on CM2 */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

@@ -7,69 +7,112 @@
 #include "vk_internal.h"
 
 /* The prefill attention on cooperative matrices (shaders/attention_prefill_cm.comp):
- * LLMEM_VULKAN_ATTN_PF 0 off; 1 (default) fast-mode ubatches (p->fast) on the KHR module;
- * 2 precise-mode ones too (measuring, as LLMEM_CUDA_ATTN_FAST=1 on cuda); 3 the EMU module
- * (scalar loops in place of the matrix operations, any device: tests on lavapipe) for every
- * call whose shape fits. Ubatches of at least PF_TOKENS tokens a run of one stream's tokens
- * (prefill, not decode batches), f16 / bf16 pools of one chunk, head dims 64 and 128. */
+ * LLMEM_VULKAN_ATTN_PF 0 off; 1 (default) fast-mode ubatches (p->fast), and precise-mode ones
+ * where LLMEM_VULKAN_ATTN_PF_PRECISE asks for them; 2 precise-mode ones with the fast
+ * arithmetic too (measuring, as LLMEM_CUDA_ATTN_FAST=1 on cuda); 3 the EMU modules (scalar
+ * loops in place of the matrix operations, any device: tests on lavapipe) for every call whose
+ * shape fits. Ubatches of at least PF_TOKENS tokens a run of one stream's tokens (prefill, not
+ * decode batches), f16 / bf16 pools of one chunk, head dims 64 and 128.
+ * Two modules: the KHR one (S / P through shared memory) and, where the device has
+ * VK_NV_cooperative_matrix2's row reductions and conversions, its CM2 build
+ * (LLMEM_VULKAN_ATTN_PF_CM2: P in registers, a two-stage K / V ring, and the precise
+ * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). */
 #define PF_WG 256     /* 8 subgroups of 16 rows: tiles of 128 (token, head) rows (default) */
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
 #define PF_DEFAULT 1
+#define PF_CM2_DEFAULT 0     /* the CM2 module where the device runs it (1) */
+#define PF_STAGES 2          /* its K / V stages (2: the ring) */
+#define PF_PRECISE_DEFAULT 0 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
+
+/* What runs a call: the module, its workgroup (invocations), SPLIT (1 fast, 2 precise) and
+ * STAGES (the shader's specialization constants 3 and 4). */
+typedef struct pf_cfg {
+    vk_shader_id sh;
+    uint32_t wg, split, stages;
+} pf_cfg;
 
 /* Bytes of shared memory of attention_prefill_cm.comp at workgroup wg and head dim d (its
- * NSH uvec4s, row tables and pass words; EMU's pair exchange too). */
-static uint32_t attn_pf_smem(uint32_t wg, uint32_t d, bool emu)
+ * NSH uvec4s, row tables and pass words; EMU's exchanges too). */
+static uint32_t attn_pf_smem(uint32_t wg, uint32_t d, bool emu, bool cm2, uint32_t stages)
 {
-    uint32_t bm = 16 * (wg / 32), ldk = d / 8 + 1;
-    uint32_t nsh = 2 * PF_BN * ldk + (wg / 32) * 16 * (PF_BN / 4 + 1);
+    uint32_t nw = wg / 32, bm = 16 * nw, ldk = d / 8 + 1, kvt = PF_BN * ldk;
+    uint32_t nsh = cm2 ? stages * 2 * kvt : 2 * kvt + nw * 16 * (PF_BN / 4 + 1);
+    nsh = cm2 && nsh < nw * 80 ? nw * 80 : nsh;
     nsh = nsh > bm * ldk ? nsh : bm * ldk;
-    return nsh * 16 + bm * 16 + 32 + (emu ? wg * 4 : 0);
+    return nsh * 16 + bm * 16 + 36 + (emu ? wg * 4 : 0) + (emu && cm2 ? wg * 32 : 0);
 }
 
-/* The module and workgroup size (*wg) of the prefill attention for this call, or VK_SH_COUNT
- * where attention_decode.comp runs it (see PF_WG). */
-static vk_shader_id attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
-                                 const llmem_kv_view *kv, uint32_t n_tok, uint32_t *wg)
+/* Whether the prefill attention takes this call, and how (*c); false where
+ * attention_decode.comp runs it (see above). */
+static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
+                         const llmem_kv_view *kv, uint32_t n_tok, pf_cfg *c)
 {
     long mode = VK_KNOB(v, attn_pf, PF_DEFAULT);
     uint32_t d = (uint32_t)kv->head_dim;
-    if (mode == 0 || (mode == 1 && !p->fast))
-        return VK_SH_COUNT;
+    if (mode == 0)
+        return false;
     if ((kv->dtype != LLMEM_DTYPE_F16 && kv->dtype != LLMEM_DTYPE_BF16) || (d != 64 && d != 128))
-        return VK_SH_COUNT;
+        return false;
     if (vk_buf(kv->k)->n_chunks != 1 || vk_buf(kv->v)->n_chunks != 1)
-        return VK_SH_COUNT;
+        return false;
     /* runs of consecutive tokens of one stream (a stream's tokens come together) */
     const int32_t *ts = kv->tok_seq.host;
     if (!ts || kv->tok_seq.n != (int32_t)n_tok)
-        return VK_SH_COUNT;
+        return false;
     uint32_t runs = 1;
     for (uint32_t i = 1; i < n_tok; i++)
         runs += ts[i] != ts[i - 1];
     if (n_tok < (uint64_t)PF_TOKENS * runs)
-        return VK_SH_COUNT;
-    /* PF_WG invocations (LLMEM_VULKAN_ATTN_PF_WG), or 128 where that does not fit (lavapipe's
-     * 32 KiB at d 128) */
-    uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
-    *wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
-    *wg = attn_pf_smem(*wg, d, mode == 3) <= lim ? *wg : 128;
-    if (attn_pf_smem(*wg, d, mode == 3) > lim)
-        return VK_SH_COUNT;
+        return false;
+    bool khr = v->coopmat_khr && v->sg_shuffle &&
+               vk_shader_codes[VK_SH_ATTENTION_PREFILL_CM_KHR].size >= 20;
+    bool cm2_dev = khr && v->coopmat2 && v->cm2.features.cooperativeMatrixReductions &&
+                   v->cm2.features.cooperativeMatrixConversions &&
+                   vk_shader_codes[VK_SH_ATTENTION_PREFILL_CM2_KHR].size >= 20;
+    bool cm2 = VK_KNOB(v, attn_pf_cm2, PF_CM2_DEFAULT) != 0 && (mode == 3 || cm2_dev);
+    c->split = 1;
+    if (!p->fast && mode != 2) {
+        /* precise arithmetic: the CM2 module over f16 pools (bf16 -> f16 is exact only within
+         * f16's normal range); the plain EMU module keeps the fast arithmetic for mode 3 */
+        if (mode == 1 && VK_KNOB(v, attn_pf_precise, PF_PRECISE_DEFAULT) == 0)
+            return false;
+        if (cm2 && kv->dtype != LLMEM_DTYPE_F16)
+            return false;
+        if (!cm2 && mode != 3)
+            return false;
+        c->split = cm2 ? 2 : 1;
+    }
     if (mode == 3)
-        return VK_SH_ATTENTION_PREFILL_EMU;
-    if (!v->coopmat_khr || !v->sg_shuffle ||
-        vk_shader_codes[VK_SH_ATTENTION_PREFILL_CM_KHR].size < 20)
-        return VK_SH_COUNT;
-    return VK_SH_ATTENTION_PREFILL_CM_KHR;
+        c->sh = cm2 ? VK_SH_ATTENTION_PREFILL_EMU2 : VK_SH_ATTENTION_PREFILL_EMU;
+    else if (cm2)
+        c->sh = VK_SH_ATTENTION_PREFILL_CM2_KHR;
+    else if (khr)
+        c->sh = VK_SH_ATTENTION_PREFILL_CM_KHR;
+    else
+        return false;
+    /* PF_WG invocations (LLMEM_VULKAN_ATTN_PF_WG) and PF_STAGES (_STAGES); where that does not
+     * fit the device's shared memory one stage, then 128 invocations (lavapipe's 32 KiB) */
+    uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
+    c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
+    c->stages = cm2 ? (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES) : 1;
+    while (attn_pf_smem(c->wg, d, mode == 3, cm2, c->stages) > lim) {
+        if (c->stages > 1)
+            c->stages = 1;
+        else if (c->wg > 128)
+            c->wg = 128;
+        else
+            return false;
+    }
+    return true;
 }
 
-/* One dispatch of attention_prefill_cm.comp (module sh): workgroups of PF_WG over (token
+/* One dispatch of attention_prefill_cm.comp (c): workgroups of c->wg over (token
  * tiles, chunks of query heads, KV heads), long tiles first; see the shader for the rest. */
-static llmem_status attn_pf_run(vk_backend *v, vk_shader_id sh, uint32_t wg,
-                                const llmem_attn_params *p, const llmem_view *view, llmem_ct *q,
-                                llmem_ct *out)
+static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn_params *p,
+                                const llmem_view *view, llmem_ct *q, llmem_ct *out)
 {
+    uint32_t wg = c->wg;
     const llmem_kv_view *kv = llmem_view_kv(view);
     uint32_t n_tok = (uint32_t)q->ne[0], n_heads = (uint32_t)q->ne[1];
     uint32_t n_kv = (uint32_t)kv->n_kv_heads, n_rep = n_heads / n_kv;
@@ -77,9 +120,11 @@ static llmem_status attn_pf_run(vk_backend *v, vk_shader_id sh, uint32_t wg,
     uint32_t hh = n_rep < bm ? n_rep : bm, tt = bm / hh;
     uint32_t n_hc = (n_rep + hh - 1) / hh, n_tiles = (n_tok + tt - 1) / tt;
     vk_op op;
-    vk_op_init(&op, sh, wg);
+    vk_op_init(&op, c->sh, wg);
     vk_op_spec(&op, (uint32_t)kv->head_dim);
     vk_op_spec(&op, (uint32_t)kv->dtype);
+    vk_op_spec(&op, c->split);
+    vk_op_spec(&op, c->stages);
     uint32_t qo = vk_op_tensor(v, &op, q, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
     vk_op_buffer(v, &op, view->idx, false);
@@ -101,9 +146,7 @@ static llmem_status attn_pf_run(vk_backend *v, vk_shader_id sh, uint32_t wg,
 llmem_status vk_attn_pf(vk_backend *v, const llmem_attn_params *p, const llmem_view *view,
                         llmem_ct *q, llmem_ct *out, bool *taken)
 {
-    const llmem_kv_view *kv = llmem_view_kv(view);
-    uint32_t wg = PF_WG;
-    vk_shader_id sh = attn_pf_pick(v, p, kv, (uint32_t)q->ne[0], &wg);
-    *taken = sh != VK_SH_COUNT;
-    return *taken ? attn_pf_run(v, sh, wg, p, view, q, out) : LLMEM_OK;
+    pf_cfg c;
+    *taken = attn_pf_pick(v, p, llmem_view_kv(view), (uint32_t)q->ne[0], &c);
+    return *taken ? attn_pf_run(v, &c, p, view, q, out) : LLMEM_OK;
 }
