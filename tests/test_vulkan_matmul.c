@@ -358,6 +358,122 @@ START_TEST(test_matmul_cm_fn)
 }
 END_TEST
 
+/* ---- matvec16.comp's one-row launch ($LLMEM_VULKAN_MV16_*) ------------------------------- */
+
+#define MV16_KNOBS 4
+static const char *const mv16_names[MV16_KNOBS] = {"LLMEM_VULKAN_MV16_WG", "LLMEM_VULKAN_MV16_TPR",
+                                                   "LLMEM_VULKAN_MV16_NR",
+                                                   "LLMEM_VULKAN_MV16_UNROLL"};
+
+/* One knob setting: the values of mv16_names (NULL: unset), and whether
+ * each row's sums keep the default's order (then its bits). */
+typedef struct mv16_set {
+    const char *val[MV16_KNOBS];
+    bool same_order;
+} mv16_set;
+
+/* out [1, n] = a · wᵀ, or silu(a · wᵀ) * (a · uᵀ) when u, on vk with the
+ * weights as dtype wt. */
+static void run_mv16(llmem_backend *vk, const float *a, const float *w, const float *u, int32_t k,
+                     int32_t n, llmem_dtype wt, float *out)
+{
+    llmem_buffer *ba, *bw, *bw2, *bu = NULL, *bu2 = NULL, *bo;
+    llmem_tensor ta = up_f32(vk, &ba, a, 2, 1, k, 1);
+    llmem_tensor tw = up_weight(vk, &bw, &bw2, w, n, k, wt), tu = tw;
+    if (u)
+        tu = up_weight(vk, &bu, &bu2, u, n, k, wt);
+    llmem_tensor to = up_f32(vk, &bo, NULL, 2, 1, n, 1);
+    OK(u ? llmem_op_matmul_swiglu(vk, &ta, &tw, &tu, &to) : llmem_op_matmul(vk, &ta, &tw, &to));
+    get_f32(&to, out);
+    llmem_buffer_free(ba), llmem_buffer_free(bw), llmem_buffer_free(bw2);
+    llmem_buffer_free(bu), llmem_buffer_free(bu2), llmem_buffer_free(bo);
+}
+
+/* The one-row GEMV (and its SwiGLU) under the knobs of matvec16.comp's
+ * launch, read at llmem_backend_reload_env: workgroup, invocations per
+ * group of rows, weight rows per group, loads in flight; f16 and bf16
+ * weights at K 1032 (129 chunks: some invocations take one more) and N 75
+ * (a partial last block), against float64 within 1e-5 of each row's
+ * largest value; the settings that keep each row's sums in the default's
+ * order give the default's bits. $LLMEM_VULKAN_GEMV_ROWS=0 keeps the
+ * product on matvec16; $LLMEM_VULKAN_SM_COUNT=2 makes a wave 16
+ * workgroups of 256, so that the default takes 4 rows a group for the
+ * plain product (38 blocks of 2 rows would be more than a wave, 10 of 8
+ * fit) and 1 for the SwiGLU: NR 1 must give the same bits. */
+START_TEST(test_matvec16_knobs)
+{
+    static const mv16_set sets[] = {
+        {{NULL}, true},
+        {{NULL, NULL, "1"}, true},
+        {{NULL, NULL, "2"}, true},
+        {{NULL, NULL, "8"}, true},
+        {{NULL, NULL, NULL, "1"}, true},
+        {{NULL, NULL, NULL, "8"}, true},
+        {{NULL, NULL, "2", "4"}, true},
+        {{"512"}, true},
+        {{"128", NULL, "2", "1"}, true},
+        {{"1024", "256", NULL, "4"}, false},
+        {{"256", "64"}, false},
+        {{"256", "32", "4"}, false},
+        {{"64", "64", "1", "16"}, false},
+    };
+    const int32_t k = 1032, n = 75;
+    test_env keep[MV16_KNOBS + 2];
+    for (int i = 0; i < MV16_KNOBS; i++)
+        keep[i] = test_env_save(mv16_names[i]);
+    keep[MV16_KNOBS] = test_env_save("LLMEM_VULKAN_GEMV_ROWS");
+    keep[MV16_KNOBS + 1] = test_env_save("LLMEM_VULKAN_SM_COUNT");
+    setenv("LLMEM_VULKAN_GEMV_ROWS", "0", 1);
+    setenv("LLMEM_VULKAN_SM_COUNT", "2", 1);
+    llmem_backend *vk = open_be("vulkan");
+    float *a = rand_vec(k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
+    float *u = rand_vec((size_t)n * k, -1, 1);
+    vk_trunc_bf16(w, (size_t)n * k); /* f16 and bf16 hold them (|w| >= 2^-14 aside) */
+    vk_trunc_bf16(u, (size_t)n * k);
+    double *ref[2] = {ref_matmul(a, w, 1, k, n), malloc((size_t)n * sizeof(double))};
+    ck_assert_ptr_nonnull(ref[1]);
+    for (int32_t j = 0; j < n; j++) {
+        double g = ref[0][j], up = 0;
+        for (int32_t i = 0; i < k; i++)
+            up += (double)a[i] * u[(size_t)j * k + i];
+        ref[1][j] = g / (1 + exp(-g)) * up;
+    }
+    float base[2][2][75], o[75];
+    for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
+        char label[128] = "MV16";
+        for (int i = 0; i < MV16_KNOBS; i++) {
+            if (sets[si].val[i]) {
+                setenv(mv16_names[i], sets[si].val[i], 1);
+                size_t at = strlen(label);
+                snprintf(label + at, sizeof label - at, " %s=%s", mv16_names[i] + 18,
+                         sets[si].val[i]);
+            } else {
+                unsetenv(mv16_names[i]);
+            }
+        }
+        ck_assert_int_eq(llmem_backend_reload_env(vk), LLMEM_OK);
+        for (int dt = 0; dt < 2; dt++)
+            for (int sw = 0; sw < 2; sw++) {
+                llmem_dtype wt = dt ? BF16 : F16;
+                run_mv16(vk, a, w, sw ? u : NULL, k, n, wt, o);
+                char what[200];
+                snprintf(what, sizeof what, "%s %s%s %dx%d", label, llmem_dtype_name(wt),
+                         sw ? " swiglu" : "", n, k);
+                vk_expect_close(o, ref[sw], 1, n, 1e-5, what);
+                if (si == 0)
+                    memcpy(base[dt][sw], o, sizeof o);
+                else if (sets[si].same_order)
+                    ck_assert_msg(memcmp(base[dt][sw], o, sizeof o) == 0,
+                                  "%s: not the default's bits", what);
+            }
+    }
+    llmem_backend_close(vk);
+    for (int i = 0; i < MV16_KNOBS + 2; i++)
+        test_env_restore(&keep[i]);
+    free(a), free(w), free(u), free(ref[0]), free(ref[1]);
+}
+END_TEST
+
 int main(void)
 {
     vk_test_seed();
@@ -374,6 +490,7 @@ int main(void)
     tcase_add_test(tc, test_matmul_cm_raw);
     tcase_add_test(tc, test_matmul_cm_fused);
     tcase_add_test(tc, test_matmul_cmp_cfg);
+    tcase_add_test(tc, test_matvec16_knobs);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -64,6 +64,11 @@ typedef struct vk_knobs {
     int32_t attn_pf_cm2;     /* LLMEM_VULKAN_ATTN_PF_CM2: 0 the KHR module, 1 the CM2 one */
     int32_t attn_pf_stages;  /* LLMEM_VULKAN_ATTN_PF_STAGES: 1 or 2 K / V stages (CM2) */
     int32_t attn_pf_precise; /* LLMEM_VULKAN_ATTN_PF_PRECISE: 0..1 precise calls on CM2 */
+    /* matvec16.comp's one-row launch (vk_ops_matmul.c, mv16_pick) */
+    int32_t mv16_wg;     /* LLMEM_VULKAN_MV16_WG: 64..1024, 2^k, the workgroup */
+    int32_t mv16_tpr;    /* LLMEM_VULKAN_MV16_TPR: 32..1024, 2^k, invocations per row group */
+    int32_t mv16_nr;     /* LLMEM_VULKAN_MV16_NR: 1..8, 2^k, weight rows per group */
+    int32_t mv16_unroll; /* LLMEM_VULKAN_MV16_UNROLL: 1..16, 16-byte loads in flight a row */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */
