@@ -340,10 +340,13 @@ START_TEST(test_norm_matmul_vulkan_knobs)
         {{"1", "128", "1", NULL, NULL, NULL, NULL, NULL}, 'd'},
     };
     /* K, N: the persistent kernel's activation in 1 and 2 chunks per invocation at WG 512
-     * (2 to 5 at 256, 128), N odd */
-    static const int32_t shapes[][2] = {{4096, 301}, {5120, 67}};
+     * (2 to 5 at 256, 128), N odd; K and N above NM_SHORT (the rows kernel's default takes 4
+     * rows a group, 2 for the SwiGLU), the rows kernel only: one persistent workgroup walking
+     * its 2101 rows loops more often than lavapipe runs a loop (llvmpipe's limiter, 65535
+     * iterations an invocation, cuts it short from about 1000 rows) */
+    static const int32_t shapes[][2] = {{4096, 301}, {5120, 67}, {2056, 2101}};
     llmem_backend *be = th_open(_i);
-    for (size_t s = 0; s < 2; s++)
+    for (size_t s = 0; s < 3; s++)
         for (int mode = 0; mode < 3; mode++) {
             int32_t K = shapes[s][0], N = shapes[s][1];
             int norm = mode == 0 ? LLMEM_NM_NORM_GATED : mode == 1 ? LLMEM_NM_NORM_RMS : 0;
@@ -355,8 +358,8 @@ START_TEST(test_norm_matmul_vulkan_knobs)
             int64_t NK = (int64_t)N * K;
             /* the norm weight: bf16 one element into its buffer (the rows kernel then
              * reads it element by element), or f32 at the start (16-byte loads) */
-            llmem_dtype ndt = s == 0 ? LLMEM_DTYPE_BF16 : F32;
-            int32_t nsh = s == 0 ? 1 : 0;
+            llmem_dtype ndt = s != 1 ? LLMEM_DTYPE_BF16 : F32;
+            int32_t nsh = s != 1 ? 1 : 0;
             double *x = th_vec(&c, K), *z = th_vec(&c, K), *nwb = th_vec(&c, K + 1);
             double *nw = nwb + nsh;
             double *w = th_vec(&c, NK), *w2 = th_vec(&c, NK), *o0 = th_vec(&c, N);
@@ -381,6 +384,8 @@ START_TEST(test_norm_matmul_vulkan_knobs)
             llmem_tensor to = th_tensor(&c, F32, 2, 1, N, 1);
             for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
                 const char *const *vals = runs[k].v;
+                if (s == 2 && strcmp(vals[0], "0") != 0)
+                    continue;
                 for (int i = 0; i < N_KNOB - 1; i++)
                     vals[i] ? setenv(knobs[i + 1], vals[i], 1) : unsetenv(knobs[i + 1]);
                 ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);

@@ -8,7 +8,7 @@
  *     layout (128 invocations per group of NR weight rows, a workgroup of
  *     256 per 2 NR rows), each group forming g * nw from x (z, nw) as it
  *     reads K and adding g² in the same pass; NR ($LLMEM_VULKAN_NM_NR, 1 2
- *     4 8; default 4, 2 where K or N is at most 2048) rows share that work
+ *     4 8; default 4, 2 where K or N is at most 2048 or for SwiGLU) rows share that work
  *     (the gate's silu above all); $LLMEM_VULKAN_NM_TPR (32 .. 1024) the
  *     invocations per group, $LLMEM_VULKAN_NM_UNROLL (1 .. 16; default 2,
  *     1 where K or N is at most 2048) the 16-byte loads per row and
@@ -63,6 +63,10 @@
  * 0.040 -> 0.026 ms, every other product as fast or faster; docs/benchmarks.md "Vulkan
  * batch-1 GEMV at hidden 2048") */
 #define NM_ROWS_NR_SHORT 2
+/* ... and 2 for SwiGLU's two matrices: 4 rows of both held 100 registers, 2 WGs an SM, 2 hold
+ * 58 (H200, 9B gate+up 14336 x 4096: 84.0 -> 87.9% of the CUDA copy, 9B b1 fast step 5.551
+ * -> 5.476 ms; docs/benchmarks.md "Vulkan batch-1 GEMV: whole waves") */
+#define NM_ROWS_NR_SWIGLU 2
 #define NM_SHORT 2048
 #define NM_ROWS_UNROLL 2 /* 16-byte loads per row and invocation in flight (4, 8: slower) */
 /* ... but 1 where K or N is at most NM_SHORT (the 2b step's GPU time 2.318 -> 2.313 ms, the
@@ -190,7 +194,8 @@ static nm_rows_cfg nm_rows_pick(const vk_backend *v, int64_t K, int64_t N, uint3
 {
     /* short rows or few of them: NR_SHORT rows per group, so twice the workgroups */
     bool short_rows = K <= NM_SHORT || N <= NM_SHORT;
-    nm_rows_cfg c = {NM_ROWS_TPR, short_rows ? NM_ROWS_NR_SHORT : NM_ROWS_NR,
+    uint32_t nr = short_rows ? NM_ROWS_NR_SHORT : nmat == 2 ? NM_ROWS_NR_SWIGLU : NM_ROWS_NR;
+    nm_rows_cfg c = {NM_ROWS_TPR, nr,
                      short_rows ? NM_ROWS_UNROLL_SHORT : NM_ROWS_UNROLL, NM_ROWS_WG};
     uint32_t wg = (uint32_t)VK_KNOB(v, nm_rwg, c.wg);
     if (wg % v->subgroup_size == 0 && wg <= v->props.limits.maxComputeWorkGroupInvocations)
