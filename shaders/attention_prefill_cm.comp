@@ -119,6 +119,9 @@ const uint NSH0 = STAGES * 2u * KVT > NW * 80u ? STAGES * 2u * KVT : NW * 80u, N
 const uint NSH = NSH0 > NSH1 ? NSH0 : NSH1; /* the Q tile is staged over all of it once */
 const uint DT = D / 16u;       /* output matrices a subgroup */
 const uint NO_ROWS = 0xffffffffu;
+/* SPLIT 2: q * scale enters the hi + lo split times QSC (so that lo stays clear of f16's
+ * subnormals, which a driver may flush), S is divided by it again */
+const float QSC = 64.0, QINV = SPLIT == 2u ? 1.0 / QSC : 1.0;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
 layout(binding = 1) writeonly buffer O { float res[]; };
@@ -274,15 +277,8 @@ float red_sum(const in float a, const in float b)
 /* m_ = every element the maximum (sum) of its row */
 #define ROW_MAX(m_) coopMatReduceNV(m_, m_, gl_CooperativeMatrixReduceRowNV, red_max)
 #define ROW_SUM(m_) coopMatReduceNV(m_, m_, gl_CooperativeMatrixReduceRowNV, red_sum)
-/* x_ rounded to f16 as an A matrix (*hi_), and with SPLIT 2 the rest x_ - hi rounded to f16
- * (*lo_) */
-#define TO_A(hi_, x_) hi_ = FA(ACC16(x_))
-#define TO_A2(hi_, lo_, x_)                                                                        \
-    {                                                                                              \
-        ACC16 h_ = ACC16(x_);                                                                      \
-        hi_ = FA(h_);                                                                              \
-        lo_ = FA(ACC16(x_ - ACC(h_)));                                                             \
-    }
+/* x_ rounded to f16 as an A matrix */
+#define TO_A(a_, x_) a_ = FA(ACC16(x_))
 /* the row and column of element i_ of an accumulator: from rcm, a matrix of 16 row + column
  * loaded once (the same type, so the same element order) */
 #define ROW_E(i_) (uint(rcm[i_]) / 16u)
@@ -318,22 +314,23 @@ FA emu_to_a(ACC x, uint t, uint lane)
     }
     return a;
 }
-ACC emu_lo(ACC x)
-{
-    for (uint i = 0u; i < 8u; i++)
-        x.e[i] -= unpackHalf2x16(packHalf2x16(vec2(x.e[i], 0.0))).x;
-    return x;
-}
-#define TO_A(hi_, x_) hi_ = emu_to_a(x_, t, lane)
-#define TO_A2(hi_, lo_, x_)                                                                        \
-    {                                                                                              \
-        hi_ = emu_to_a(x_, t, lane);                                                               \
-        lo_ = emu_to_a(emu_lo(x_), t, lane);                                                       \
-    }
+#define TO_A(a_, x_) a_ = emu_to_a(x_, t, lane)
 #define ROW_E(i_) (lane / 2u)
 #define COL_E(i_) (8u * (lane % 2u) + (i_))
 #endif
 #endif
+
+/* x cut to 11 significant bits (f16's): exact in f16 within its normal range. The hi + lo
+ * splits use it rather than an f16 round trip, which NVIDIA's compiler (driver 580) folds
+ * away (lo = x - f16(x) came out 0: the precise modules gave the fast arithmetic's error). */
+float cut11(float x)
+{
+    return uintBitsToFloat(floatBitsToUint(x) & 0xffffe000u);
+}
+vec2 cut11(vec2 x)
+{
+    return uintBitsToFloat(floatBitsToUint(x) & 0xffffe000u);
+}
 
 uint bf16x2_to_f16x2(uint x)
 {
@@ -376,7 +373,8 @@ void main()
         row_hi[r] = hi;
     }
     /* the Q tile: q * scale (f32) rounded once to f16, staged over all of sh; with SPLIT 2
-     * (CM2) then the rest, q * scale - hi, rounded to f16 into ql */
+     * (CM2) x = q * scale * QSC as hi = x cut to f16's 11 significant bits (exact in f16) and
+     * then the rest, x - hi (exact in f32), rounded to f16 into ql */
     FA qf[DT];
 #if CM2
     FA ql[DT];
@@ -390,8 +388,12 @@ void main()
                 uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
                 UNROLL for (uint e = 0u; e < 4u; e++) {
                     vec2 x = vec2(q[b + 2u * e], q[b + 2u * e + 1u]) * p.scale;
-                    uint hi = packHalf2x16(x);
-                    w[e] = part == 0u ? hi : packHalf2x16(x - unpackHalf2x16(hi));
+                    if (SPLIT == 2u) {
+                        x *= QSC;
+                        vec2 hi = cut11(x);
+                        x = part == 0u ? hi : x - hi;
+                    }
+                    w[e] = packHalf2x16(x);
                 }
             }
             sh[r * LDK + c] = w;
@@ -660,7 +662,7 @@ void main()
             /* (c) soft-cap and masks element by element; the rows' maxima */
             ACC tm = ACC_ZERO;
             UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
-                float y0 = EL(s0, i2), y1 = EL(s1, i2);
+                float y0 = EL(s0, i2) * QINV, y1 = EL(s1, i2) * QINV;
                 if (p.softcap > 0.0) {
                     y0 = p.softcap * tanh(y0 / p.softcap);
                     y1 = p.softcap * tanh(y1 / p.softcap);
@@ -697,8 +699,19 @@ void main()
                     EL(o[j], i2) *= EL(tm, i2);
             FA pa0, pa1, pl0, pl1;
             if (SPLIT == 2u) {
-                TO_A2(pa0, pl0, s0);
-                TO_A2(pa1, pl1, s1);
+                /* hi = P cut to 11 bits (tm, free again), lo = the rest (exact in f32) */
+                UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
+                    EL(tm, i2) = cut11(EL(s0, i2));
+                TO_A(pa0, tm);
+                UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
+                    EL(s0, i2) -= EL(tm, i2);
+                TO_A(pl0, s0);
+                UNROLL for (uint i2 = 0u; i2 < NEL(s1); i2++)
+                    EL(tm, i2) = cut11(EL(s1, i2));
+                TO_A(pa1, tm);
+                UNROLL for (uint i2 = 0u; i2 < NEL(s1); i2++)
+                    EL(s1, i2) -= EL(tm, i2);
+                TO_A(pl1, s1);
             } else {
                 TO_A(pa0, s0);
                 TO_A(pa1, s1);
