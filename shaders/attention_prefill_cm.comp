@@ -61,6 +61,21 @@
  * TFLOP/s, against attention_decode.comp's 18.59 (docs/benchmarks.md,
  * "Vulkan prefill attention on KHR cooperative matrices").
  *
+ * CM2 (this file with -DCM2=1: shaders/khr/attention_prefill_cm2.spv, where
+ * the device has VK_NV_cooperative_matrix2's reductions and conversions;
+ * -DEMU=2 emulates it as attention_prefill_emu2): no S / P region. S stays
+ * in s0 / s1; masks and the soft-cap go element by element (row and column
+ * of element i from rcm, a matrix of indices loaded once); the row maxima
+ * are one coopMatReduceNV of max(s0, s1); m_acc (each row's running max)
+ * and l_acc (each element's share of its row's sum, added up once at the
+ * end) are accumulators of the same type, so the rescale of O is element
+ * by element; P reaches P V as an A matrix converted from the accumulator.
+ * The K / V tiles then fit STAGES = 2 stages: block i + 1 is stored into
+ * the other stage after block i's work, one barrier a block. SPLIT 2
+ * (precise calls, f16 pools): q * scale * QSC and P * PSC as hi (cut11) +
+ * lo f16 terms, two multiply-adds each. H200: 4.74 ms fast (docs/
+ * benchmarks.md, "Vulkan prefill attention on cooperative matrix 2").
+ *
  * Self-contained (no common.glsl): shaders/khr/attention_prefill_cm.spv,
  * this file compiled as KHR, is embedded while its recorded SHA-256 matches
  * this file alone (shaders/shaders.cmake). */
@@ -214,8 +229,9 @@ ACC emu_mma(FA a, FB b, ACC c, uint lane)
     UNROLL for (uint i = 0u; i < 8u; i++) {
         uint n = 8u * (lane % 2u) + i;
         float s = c.e[i];
-        /* not [[dont_unroll]]: with it, llvmpipe (Mesa 22) returned NaN for most outputs of
-         * EMU=2's precise calls past ~6 blocks of keys (the MMA count, not the data) */
+        /* not [[dont_unroll]]: llvmpipe stops an invocation's loops after 65535 iterations in
+         * all (LP_MAX_TGSI_LOOP_ITERATIONS), which this loop kept rolled reached at 8 blocks
+         * of keys in EMU=2's precise calls (8192 iterations a block): outputs came out NaN */
         for (uint k = 0u; k < 16u; k++) {
             float x = half_of(k < 8u ? a.a0 : a.a1, k % 8u);
             float y = b.tr != 0u ? half_of(sh[b.off + n * b.ld + k / 8u], k % 8u)
