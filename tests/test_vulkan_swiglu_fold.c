@@ -159,6 +159,8 @@ static void ref_ffn(const ff_in *c, const double *h, double *up, double *gate, d
     vk_ref_mm(sw, c->wd, c->m, c->n, c->k, down);
 }
 
+static void check_f64(const ff_in *cp, float *const on[N_O]);
+
 /* the backends: $LLMEM_VULKAN_SWIGLU_FOLD 1, 0, unset, 2, 13 (1 with the
  * prefill rows and ceil(128 / rows) workgroups a decode row), 6 (2 with
  * the prefill rows) */
@@ -167,7 +169,7 @@ enum { B_ON, B_OFF, B_DEFAULT, B_LOOP, B_ALL, B_LOOP_PF, N_B };
 static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int32_t n, bool fast)
 {
     ff_in c = {.m = m, .k = k, .n = n, .fast = fast};
-    size_t mk = (size_t)m * k, mn = (size_t)m * n, nk = (size_t)n * k;
+    size_t mk = (size_t)m * k, nk = (size_t)n * k;
     c.x = rand_vals(mk, -2, 2, false), c.r = rand_vals(mk, -2, 2, false);
     c.nw = rand_vals((size_t)k, 0.5f, 1.5f, false);
     c.wu = rand_vals(nk, -1, 1, true), c.wg = rand_vals(nk, -1, 1, true);
@@ -195,6 +197,20 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
         ck_assert_msg(memcmp(al[i], off[i], bytes) == 0, "%s: fold 13 differs from 0", what);
         ck_assert_msg(memcmp(lpf[i], off[i], bytes) == 0, "%s: fold 6 differs from 0", what);
     }
+    check_f64(&c, on);
+    for (int i = 0; i < N_O; i++)
+        free(on[i]), free(off[i]), free(df[i]), free(lp[i]), free(al[i]), free(lpf[i]);
+    free(c.x), free(c.r), free(c.nw), free(c.wu), free(c.wg), free(c.wd);
+}
+
+/* Every output of run_all against a float64 computation from c's inputs. */
+static void check_f64(const ff_in *cp, float *const on[N_O])
+{
+    ff_in c = *cp;
+    int32_t m = c.m, k = c.k, n = c.n;
+    bool fast = c.fast;
+    size_t mk = (size_t)m * k, mn = (size_t)m * n;
+    char what[160];
     /* float64: fast mode rounds each product's activations to 11 bits */
     double tol = fast ? 4e-3 : 2e-5;
     double *a = calloc(mk, sizeof *a), *h = calloc(mk, sizeof *h), *d = calloc(mk, sizeof *d);
@@ -226,10 +242,7 @@ static void check_shape(llmem_backend *const be[N_B], int32_t m, int32_t k, int3
     vk_expect_close(on[O_I_U], up, m, n, tol, what);
     vk_expect_close(on[O_I_SW], sw, m, n, tol, what);
     vk_expect_close(on[O_I_D], d, m, k, 2 * tol, what);
-    for (int i = 0; i < N_O; i++)
-        free(on[i]), free(off[i]), free(df[i]), free(lp[i]), free(al[i]), free(lpf[i]);
     free(a), free(h), free(d), free(up), free(g), free(sw);
-    free(c.x), free(c.r), free(c.nw), free(c.wu), free(c.wg), free(c.wd);
 }
 
 /* 16 and 64 rows (the batched decode), 40 (partial row tiles) and 9 (the
@@ -251,6 +264,45 @@ START_TEST(test_swiglu_fold_chains)
 }
 END_TEST
 
+/* $LLMEM_VULKAN_PAIR_PLAN=1 (backends/vulkan/vk_sum.c vk_pair_plan): at 33-64 rows in
+ * fast mode, up's weights learnt as the first of a pair in layer 1 (gate parked its sum),
+ * up and gate each planned into half the wave in layer 2 and in the third-tensor chain, up
+ * alone so in the interrupted one (no pair: the download records its sum). The shape is
+ * one where that changes the plan on the H200 (132 SMs: 45 column tiles of 256, 2 K
+ * slices of 10 steps each, 1 slice paired); every output against float64, with the knob
+ * on and off (the plans differ, so the bits may). Skipped on llvmpipe, which has no
+ * cooperative matrices (the SIMT path takes no plan) and would take minutes. */
+START_TEST(test_pair_plan)
+{
+    llmem_backend *probe = open_be("vulkan");
+    llmem_backend_info info;
+    OK(llmem_backend_get_info(probe, &info));
+    bool cpu = strstr(info.device_name, "llvmpipe") != NULL;
+    llmem_backend_close(probe);
+    if (cpu)
+        return;
+    ff_in c = {.m = 40, .k = 1280, .n = 45 * 256, .fast = true};
+    size_t mk = (size_t)c.m * c.k, nk = (size_t)c.n * c.k;
+    c.x = rand_vals(mk, -2, 2, false), c.r = rand_vals(mk, -2, 2, false);
+    c.nw = rand_vals((size_t)c.k, 0.5f, 1.5f, false);
+    c.wu = rand_vals(nk, -1, 1, true), c.wg = rand_vals(nk, -1, 1, true);
+    c.wd = rand_vals(nk, -1, 1, true);
+    test_env keep = test_env_save("LLMEM_VULKAN_PAIR_PLAN");
+    for (int on = 1; on >= 0; on--) {
+        test_env_put("LLMEM_VULKAN_PAIR_PLAN", on ? "1" : "0");
+        llmem_backend *vk = open_fold(NULL);
+        float *o[N_O];
+        run_all(&c, vk, o);
+        check_f64(&c, o);
+        for (int i = 0; i < N_O; i++)
+            free(o[i]);
+        llmem_backend_close(vk);
+    }
+    test_env_restore(&keep);
+    free(c.x), free(c.r), free(c.nw), free(c.wu), free(c.wg), free(c.wd);
+}
+END_TEST
+
 int main(void)
 {
     vk_test_seed();
@@ -260,6 +312,7 @@ int main(void)
     TCase *tc = tcase_create("swiglu_fold");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_swiglu_fold_chains);
+    tcase_add_test(tc, test_pair_plan);
     suite_add_tcase(s, tc);
     return test_run_suite(s) ? EXIT_FAILURE : EXIT_SUCCESS;
 }

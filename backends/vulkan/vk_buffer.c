@@ -62,6 +62,7 @@ void vk_buffer_free(llmem_backend *be, llmem_buffer *buf)
      * a range conflicts with it in the hazard tracker and gets a barrier,
      * and blocks are destroyed only when nothing is recorded. */
     vk_nm_pf_forget(v, buf);
+    vk_pair_forget(v, buf);
     for (uint32_t i = 0; i < b->n_chunks; i++)
         vk_alloc_release(v, (vk_alloc *)vk_chunk(b, i));
     free(b->more);

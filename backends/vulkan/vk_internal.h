@@ -28,6 +28,7 @@
 #include "vk_shader_ids.h"
 
 #define VK_NM_PF_MAX 1024 /* weights whose successor vk_ops_norm_matmul.c remembers */
+#define VK_PAIR_FIRST_MAX 256 /* weights vk_ops_matmul.c remembers as the first of a SwiGLU pair */
 /* VK_MAX_BINDINGS, VK_MAX_SPEC, VK_MAX_PUSH: vk_spirv.h */
 #define VK_ALIGN 256        /* alignment of every sub-allocation (bytes) */
 
@@ -229,6 +230,21 @@ typedef struct vk_backend {
         uint32_t m, slices;
         uint64_t tiles;
     } cmp_last;
+    /* The SwiGLU's pair at 33-64 rows planned as one wave ($LLMEM_VULKAN_PAIR_PLAN,
+     * vk_ops_matmul.c pair_plan): the weights of products a second one paired with
+     * (vk_sum_park) before (entries naming a freed buffer are dropped, vk_pair_forget),
+     * and the last tensor-core product recorded */
+    struct vk_pair_w {
+        const llmem_buffer *buf;
+        size_t off;
+        uint32_t n, k;
+    } pair_first[VK_PAIR_FIRST_MAX];
+    uint32_t pair_n;
+    struct vk_pair_last {
+        struct vk_pair_w w;
+        uint32_t m;
+        bool planned; /* planned as the first of a pair */
+    } pair_last;
     struct vk_resid *resid;     /* the residual's copies (vk_sum.c); NULL until used */
     /* The order of the one-row fused matmuls (vk_ops_norm_matmul.c,
      * $LLMEM_VULKAN_L2_PREFETCH): the weight at (buf, off) was last followed
@@ -751,6 +767,8 @@ uint32_t vk_argmax_split(llmem_backend *be, vk_backend *v, uint64_t cols);
 void vk_nm_conv_finish(vk_backend *v);
 /* Drops what vk_ops_norm_matmul.c remembers of `buf` (vk_buffer_free). */
 void vk_nm_pf_forget(vk_backend *v, const llmem_buffer *buf);
+/* Drops what the pair plans remember of buf (vk_sum.c vk_pair_learn; vk_buffer_free). */
+void vk_pair_forget(vk_backend *v, const llmem_buffer *buf);
 void vk_conv_fold_config(vk_backend *v);
 void vk_conv_fold_finish(llmem_backend *be, vk_backend *v);
 llmem_status vk_op_copy(llmem_backend *be, llmem_ct *src, int32_t col0, llmem_ct *dst);

@@ -69,6 +69,7 @@ typedef struct vk_knobs {
     int32_t mv16_tpr;    /* LLMEM_VULKAN_MV16_TPR: 32..1024, 2^k, invocations per row group */
     int32_t mv16_nr;     /* LLMEM_VULKAN_MV16_NR: 1..8, 2^k, weight rows per group */
     int32_t mv16_unroll; /* LLMEM_VULKAN_MV16_UNROLL: 1..16, 16-byte loads in flight a row */
+    int32_t pair_plan;      /* LLMEM_VULKAN_PAIR_PLAN: 0, 1 the SwiGLU's products in one wave (vk_sum.c) */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

@@ -257,6 +257,12 @@ bool vk_cm_plan_mid(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const ui
  * 17.15-17.20 ms against 18.95-19.00, precise 19.84 against 21.41 (docs/benchmarks.md,
  * "Vulkan decode GEMM at 32 and 64 rows: fragment traffic") */
 #define VK_CM_MID_ROWS 33
+/* $LLMEM_VULKAN_PAIR_PLAN unset (vk_ops_matmul.c pair_plan): at VK_CM_MID_ROWS-64 rows in
+ * fast mode the SwiGLU's up and gate products each planned into half the wave, so that the
+ * pair is one wave (H200, 9B fast tg128 batch 64: 15.60 / 15.65 -> 15.28 / 15.29 ms, the
+ * recorded step's GPU time 14.98 -> 14.68; docs/benchmarks.md, "Vulkan decode at 64 rows:
+ * the SwiGLU's pair in one wave") */
+#define VK_PAIR_PLAN_DEFAULT 1
 #define VK_CM_MID_FAST {512u, 2u, 2u, 64u, 2u}
 #define VK_CM_MID_PRECISE {256u, 2u, 2u, 64u, 1u}
 

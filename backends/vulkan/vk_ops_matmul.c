@@ -373,7 +373,9 @@ static bool layout_runs(const vk_backend *v, const uint32_t cfg[5])
  * pair (vk_sum_park), whose matmul_cmp.comp plan splits K by
  * vk_cmp_plan_pair after the last matmul_cmp product (v->cmp_last) where
  * vk_mm_caps.cmp_pair. LLMEM_E_NO_MEMORY: no partial buffer. */
-enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4, CM_ALLOW_MID = 8, CM_PAIR = 16 };
+/* CM_PAIR_PLAN: one of the SwiGLU's pair planned into half the wave (vk_pair_plan) */
+enum { CM_ALLOW_CMP = 1, CM_ALLOW_DEC = 2, CM_ALLOW_CM2 = 4, CM_ALLOW_MID = 8, CM_PAIR = 16,
+       CM_PAIR_PLAN = 32 };
 
 /* matmul_dec.comp's plan for an [m, k] x [n, k] product with `split`
  * terms (vk_dec_plan_make at $LLMEM_VULKAN_DEC_CFG or the default
@@ -448,6 +450,14 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
             layout_runs(v, ncfg)) {
             pl = np;
             memcpy(mid_cfg, ncfg, sizeof ncfg);
+        } else if (mid && (allow & CM_PAIR_PLAN)) {
+            /* the wide tiles of one of the SwiGLU's two products: each in half the wave, so
+             * that the pair, recorded with no barrier between, fills one wave of longer
+             * workgroups instead of two of short ones */
+            wave = v->mm.cm_wave / 2;
+            if (v->mm.cm_wave_round && wave && t0 && t0 <= wave)
+                wave = (uint32_t)((wave + t0 / 2) / t0 * t0);
+            vk_cm_plan_wave(&pl, k, wave);
         }
     }
     size_t count = (size_t)m * n;
@@ -615,13 +625,13 @@ static llmem_status cm_product_as(llmem_backend *be, vk_backend *v, const cm_ter
 }
 
 /* cm_product_as with matmul_cmp.comp allowed; pair: the second product
- * of a pair (CM_PAIR). */
+ * of a pair (CM_PAIR); plan: CM_PAIR_PLAN or 0. */
 static llmem_status cm_product(llmem_backend *be, vk_backend *v, const cm_terms *tm, llmem_ct *w,
-                               llmem_ct *out, vk_cm_sum *later, bool pair, bool *done)
+                               llmem_ct *out, vk_cm_sum *later, bool pair, int plan, bool *done)
 {
     return cm_product_as(be, v, tm, w, out, later,
                          CM_ALLOW_CMP | CM_ALLOW_DEC | CM_ALLOW_CM2 | CM_ALLOW_MID |
-                             (pair ? CM_PAIR : 0),
+                             (pair ? CM_PAIR : 0) | plan,
                          done);
 }
 
@@ -646,8 +656,12 @@ static llmem_status matmul_cm(llmem_backend *be, vk_backend *v, llmem_ct *a, llm
                                       (int64_t)(t.terms / 4 + t.m));
     llmem_ct *reads[] = {w, &tt};
     bool parked = vk_sum_park(v, t.m, out, reads, 2);
-    st = cm_product(be, v, &t, w, out, &sum, parked, done);
+    struct vk_pair_w pw = {w->buf, w->offset, (uint32_t)w->ne[0], t.k};
+    int plan = vk_pair_plan(v, &pw, t.m, split, parked) ? CM_PAIR_PLAN : 0;
+    st = cm_product(be, v, &t, w, out, &sum, parked, plan, done);
     vk_sum_unpark(v, parked, st == LLMEM_OK && *done);
+    if (st == LLMEM_OK && *done)
+        vk_pair_learn(v, &pw, t.m, parked, plan != 0);
     if (st == LLMEM_OK && *done && vk_sum_hold(be, v, &sum, t.borrowed ? NULL : t.buf))
         t.buf = NULL; /* the hold frees it */
     else
@@ -739,9 +753,9 @@ llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate,
         st = cm_split_run(be, v, a, 2, &t, &done);
         if (st == LLMEM_OK && done) {
             vk_cm_sum sg = {.kind = VK_SUM_NONE}, su = {.kind = VK_SUM_NONE};
-            st = cm_product(be, v, &t, gate, &g, &sg, false, &g_done);
+            st = cm_product(be, v, &t, gate, &g, &sg, false, 0, &g_done);
             if (st == LLMEM_OK)
-                st = cm_product(be, v, &t, up, &u, &su, false, &u_done);
+                st = cm_product(be, v, &t, up, &u, &su, false, 0, &u_done);
             llmem_status s1 = vk_cm_sum_run(be, v, &sg, st == LLMEM_OK);
             llmem_status s2 = vk_cm_sum_run(be, v, &su, st == LLMEM_OK && s1 == LLMEM_OK);
             st = st != LLMEM_OK ? st : s1 != LLMEM_OK ? s1 : s2;

@@ -671,3 +671,60 @@ void vk_sum_finish(vk_backend *v)
         v->resid = NULL;
     }
 }
+
+/* The SwiGLU's pair planned as one wave ($LLMEM_VULKAN_PAIR_PLAN, unset: VK_PAIR_PLAN_DEFAULT;
+ * issue 12). At 33-64 rows in fast mode the FFN's up and gate products (vk_sum_park: nothing
+ * orders them) were each split into a wave (9B: 56 tiles x 2 slices, 112 of 132 SMs): two
+ * waves of 32-step workgroups for the pair, each paying a workgroup's start and end. Each
+ * planned into half the wave (9B: 1 slice), the pair is one wave of 64-step workgroups.
+ * Nothing says at up that gate follows, so the backend remembers the weights of each
+ * product a second one paired with (vk_pair_learn) and plans that product as a first the next
+ * time (a decode step runs eagerly before it is recorded); the second is planned so where
+ * it parks the first's sum and the first was. A first whose second does not come ran at
+ * half the wave: slower, never wrong. Fast mode only (precise bits kept); narrow plans (2b)
+ * keep theirs (vk_ops_matmul.c cm_product_as, CM_PAIR_PLAN). */
+static bool pair_w_eq(const struct vk_pair_w *a, const struct vk_pair_w *b)
+{
+    return a->buf == b->buf && a->off == b->off && a->n == b->n && a->k == b->k;
+}
+
+bool vk_pair_plan(const vk_backend *v, const struct vk_pair_w *w, uint32_t m, uint32_t split,
+                  bool parked)
+{
+    if (VK_KNOB(v, pair_plan, VK_PAIR_PLAN_DEFAULT) != 1 || split != 1 || m < VK_CM_MID_ROWS ||
+        m > 64)
+        return false;
+    if (parked) /* the second: where the first (the product just before) was planned so */
+        return v->pair_last.planned && v->pair_last.m == m && v->pair_last.w.n == w->n &&
+               v->pair_last.w.k == w->k;
+    for (uint32_t i = 0; i < v->pair_n; i++)
+        if (pair_w_eq(&v->pair_first[i], w))
+            return true;
+    return false;
+}
+
+void vk_pair_learn(vk_backend *v, const struct vk_pair_w *w, uint32_t m, bool parked,
+                   bool planned)
+{
+    const struct vk_pair_w *f = &v->pair_last.w;
+    if (parked && f->buf && v->pair_last.m == m && f->n == w->n && f->k == w->k) {
+        bool known = false;
+        for (uint32_t i = 0; i < v->pair_n && !known; i++)
+            known = pair_w_eq(&v->pair_first[i], f);
+        if (!known && v->pair_n < VK_PAIR_FIRST_MAX)
+            v->pair_first[v->pair_n++] = *f;
+    }
+    v->pair_last = (struct vk_pair_last){*w, m, planned && !parked};
+}
+
+void vk_pair_forget(vk_backend *v, const llmem_buffer *buf)
+{
+    for (uint32_t i = 0; i < v->pair_n;) {
+        if (v->pair_first[i].buf == buf)
+            v->pair_first[i] = v->pair_first[--v->pair_n];
+        else
+            i++;
+    }
+    if (v->pair_last.w.buf == buf)
+        v->pair_last = (struct vk_pair_last){0};
+}

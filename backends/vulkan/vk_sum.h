@@ -271,4 +271,17 @@ void vk_resid_set(vk_backend *v, llmem_ct *x, const llmem_tensor *dst);
 void vk_resid_written(vk_backend *v, const vk_access *acc, uint32_t n);
 void vk_resid_drop(vk_backend *v);
 
+/* The SwiGLU's pair planned as one wave (vk_sum.c, $LLMEM_VULKAN_PAIR_PLAN, unset:
+ * VK_PAIR_PLAN_DEFAULT). vk_pair_plan: whether a product of m rows with `split` terms of a
+ * and weights w (buffer, byte offset, n rows of k) gets half the wave: at VK_CM_MID_ROWS-64
+ * rows in fast mode, where w was the first of a pair before (not parked) or the product
+ * whose held sum this one parked (parked) was planned so. vk_pair_learn, after such a
+ * product recorded (planned: it got half the wave): remembers the product before as the
+ * first of a pair where this one parked its sum with the same m, n and k, and this one as
+ * the last. vk_pair_forget (vk_buffer_free): drops what names buf. */
+bool vk_pair_plan(const vk_backend *v, const struct vk_pair_w *w, uint32_t m, uint32_t split,
+                  bool parked);
+void vk_pair_learn(vk_backend *v, const struct vk_pair_w *w, uint32_t m, bool parked,
+                   bool planned);
+
 #endif
