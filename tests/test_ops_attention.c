@@ -314,7 +314,9 @@ START_TEST(test_attention)
 END_TEST
 
 /* The Vulkan decode attention's subgroup module (LLMEM_VULKAN_DEC_ATTN=1, chunks; 2,
- * streaming groups) at several keys per group and round and workgroups, and the key split of
+ * streaming groups) and attention_decode_st.comp (3, subgroups streaming their keys; its
+ * variant bits LLMEM_VULKAN_DEC_ST and L2 prefetch LLMEM_VULKAN_DEC_ATTN_PF) at several keys
+ * per group (or lane) and round and workgroups, and the key split of
  * LLMEM_VULKAN_DEC_SPLIT_KEYS, against the float64 reference (read at
  * llmem_backend_reload_env; on devices without subgroup shuffles the plain module runs). */
 START_TEST(test_attention_dec_modes)
@@ -324,23 +326,26 @@ START_TEST(test_attention_dec_modes)
         llmem_backend_close(be);
         return;
     }
-    static const char *const sets[][4] = {
-        {"1", NULL, NULL, NULL}, {"1", "8", "256", "64"},
-        {"2", NULL, NULL, NULL}, {"2", "1", "256", "128"},
+    static const char *const sets[][6] = {
+        {"1", "8", "256", "64", NULL, NULL}, {"2", "1", "256", "128", NULL, NULL},
+        {"3", NULL, NULL, NULL, NULL, NULL}, {"3", "2", "64", "64", "7", "1"},
+        {"3", "8", "256", "128", "3", "3"},  {"3", "1", "32", NULL, "5", "2"},
     };
-    static const char *const names[4] = {"LLMEM_VULKAN_DEC_ATTN", "LLMEM_VULKAN_DEC_KPG",
-                                         "LLMEM_VULKAN_DEC_WG", "LLMEM_VULKAN_DEC_SPLIT_KEYS"};
+    static const char *const names[6] = {"LLMEM_VULKAN_DEC_ATTN", "LLMEM_VULKAN_DEC_KPG",
+                                         "LLMEM_VULKAN_DEC_WG", "LLMEM_VULKAN_DEC_SPLIT_KEYS",
+                                         "LLMEM_VULKAN_DEC_ST", "LLMEM_VULKAN_DEC_ATTN_PF"};
     for (size_t si = 0; si < sizeof sets / sizeof sets[0]; si++) {
-        char label[96];
-        snprintf(label, sizeof label, " DEC_ATTN=%s KPG=%s WG=%s SPLIT_KEYS=%s", sets[si][0],
-                 sets[si][1] ? sets[si][1] : "-", sets[si][2] ? sets[si][2] : "-",
-                 sets[si][3] ? sets[si][3] : "-");
-        for (int k = 0; k < 4; k++)
+        char label[128];
+        snprintf(label, sizeof label, " DEC_ATTN=%s KPG=%s WG=%s SPLIT_KEYS=%s ST=%s PF=%s",
+                 sets[si][0], sets[si][1] ? sets[si][1] : "-", sets[si][2] ? sets[si][2] : "-",
+                 sets[si][3] ? sets[si][3] : "-", sets[si][4] ? sets[si][4] : "-",
+                 sets[si][5] ? sets[si][5] : "-");
+        for (int k = 0; k < 6; k++)
             if (sets[si][k])
                 setenv(names[k], sets[si][k], 1);
         ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
         attention_cases(be, NULL, label);
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 6; k++)
             unsetenv(names[k]);
         ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
     }

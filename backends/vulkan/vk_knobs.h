@@ -56,10 +56,13 @@ typedef struct vk_knobs {
                              * matrices (vk_ops_attn_pf.c, attn_pf_pick) */
     int32_t attn_pf_wg;     /* LLMEM_VULKAN_ATTN_PF_WG: 128 or 256, its workgroup */
     /* the decode attention (vk_ops_attention.c, dec_attn_pick) */
-    int32_t dec_attn;       /* LLMEM_VULKAN_DEC_ATTN: 0 plain, 1 subgroup module, 2 streaming */
+    int32_t dec_attn;       /* LLMEM_VULKAN_DEC_ATTN: 0 plain, 1 subgroup module, 2 streaming groups,
+                             * 3 attention_decode_st (subgroups streaming) */
     int32_t dec_kpg;        /* LLMEM_VULKAN_DEC_KPG: 1..8, 2^k, keys per group and round */
-    int32_t dec_wg;         /* LLMEM_VULKAN_DEC_WG: 128 or 256, its workgroup (modules 1, 2) */
+    int32_t dec_wg;         /* LLMEM_VULKAN_DEC_WG: 32..256, 2^k, its workgroup (modules 1..3) */
     int32_t dec_split_keys; /* LLMEM_VULKAN_DEC_SPLIT_KEYS: 64..8192 keys a split */
+    int32_t dec_st;         /* LLMEM_VULKAN_DEC_ST: 0..7, attention_decode_st's variant bits */
+    int32_t dec_attn_pf;    /* LLMEM_VULKAN_DEC_ATTN_PF: 0..15, its L2 prefetch, steps ahead */
     /* the prefill attention's CM2 module (vk_ops_attn_pf.c, attn_pf_pick) */
     int32_t attn_pf_cm2;     /* LLMEM_VULKAN_ATTN_PF_CM2: 0 the KHR module, 1 the CM2 one */
     int32_t attn_pf_stages;  /* LLMEM_VULKAN_ATTN_PF_STAGES: 1 or 2 K / V stages (CM2) */

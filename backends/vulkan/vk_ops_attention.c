@@ -11,8 +11,11 @@
  * attention_decode.comp loads K/V rows as 16-byte vectors and serves every
  * row of a whole number of them (head_dim a multiple of 8 for f16/bf16, of
  * 4 for f32); attention.comp (element loads) serves the other head dims.
- * attention_decode.comp's subgroup module (shuffles for its sums) runs
- * only where LLMEM_VULKAN_DEC_ATTN asks for it (dec_attn_pick).
+ * attention_decode_st.comp (subgroups streaming their keys, no barrier in
+ * the loop; same bindings) takes those rows of decode batches by default on
+ * NVIDIA devices,
+ * attention_decode.comp's subgroup module (shuffles for its sums) where
+ * LLMEM_VULKAN_DEC_ATTN asks for it (dec_attn_pick).
  */
 #include "vk_internal.h"
 
@@ -31,11 +34,27 @@
 #define SPLIT_MAX 64
 #define KEY_BUCKET 256 /* as models/decode_graph.c's KV_BUCKET */
 #define COMBINE_WG 128
+/* The decode attention's module where LLMEM_VULKAN_DEC_ATTN is unset: attention_decode_st.comp
+ * on NVIDIA devices (measured there: 1.3x the plain module at the bench shape, docs/
+ * benchmarks.md "Vulkan decode attention streamed by subgroups"), the plain module elsewhere. */
+#define DEC_ATTN_NVIDIA 3
+#define DEC_ATTN_OTHER 0
+#define VENDOR_NVIDIA 0x10de
+/* calls of at most DEC_TOKENS tokens a stream of the view are decode batches (the default
+ * above measured there; prefill ubatches keep the plain module unless asked) */
+#define DEC_TOKENS 4
 /* attention_decode.comp's subgroup module (LLMEM_VULKAN_DEC_ATTN=1 chunks, 2 streaming
  * groups): its keys per group and round (LLMEM_VULKAN_DEC_KPG) in each loop */
-#define DEC_ATTN_DEFAULT 0
 #define DEC_KPG 4
 #define DEC_KPG_GS 2
+/* attention_decode_st.comp (LLMEM_VULKAN_DEC_ATTN=3): keys a lane loads a step
+ * (LLMEM_VULKAN_DEC_KPG), its workgroup (LLMEM_VULKAN_DEC_WG), variant bits
+ * (LLMEM_VULKAN_DEC_ST, the shader's VAR) and L2 prefetch, steps ahead
+ * (LLMEM_VULKAN_DEC_ATTN_PF, 0 off) */
+#define DEC_KPL 4
+#define DEC_ST_WG 64
+#define DEC_ST_VAR 0
+#define DEC_ATTN_PFD 0
 
 void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params *p, uint32_t qo,
                      uint32_t oo)
@@ -55,35 +74,63 @@ void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params
     vk_op_u32(op, vk_table_word(&kv->tok_seq));
 }
 
-/* The module of attention_decode.comp for rows of nv 16-byte vectors of ev elements at r query
- * heads a workgroup, its workgroup (*wg), keys per group and round (*kpg, 0 the plain
- * module's own) and loop (*gs, the shader's GS): the subgroup module where
- * LLMEM_VULKAN_DEC_ATTN=1|2 asks for it and the device runs it (shuffles in compute shaders,
- * nv a power of two within a subgroup, a workgroup of whole subgroups, its shared memory
- * within the limit), with GS = 1 for 2 where kpg x r <= nv; else the plain module at ATTN_WG. */
-static vk_shader_id dec_attn_pick(const vk_backend *v, uint32_t nv, uint32_t ev, uint32_t r,
-                                  uint32_t *wg, uint32_t *kpg, uint32_t *gs)
+/* The decode attention's module (LLMEM_VULKAN_DEC_ATTN), its workgroup and, for the subgroup
+ * modules, specialization constants 6.. (attention_decode_sg: KPG_SG and GS;
+ * attention_decode_st: KPL, SGS, VAR and PFD). */
+typedef struct dec_pick {
+    vk_shader_id sh;
+    uint32_t wg;
+    uint32_t n_spec; /* 0, 2 or 4 */
+    uint32_t spec[4];
+} dec_pick;
+
+/* The module for rows of nv 16-byte vectors of ev elements at r query heads a workgroup:
+ *  0 (the default but for decode batches on NVIDIA) attention_decode.comp's plain module at
+ *    ATTN_WG;
+ *  1 | 2 its subgroup module (GS = 1 for 2 where kpg x r <= nv);
+ *  3 (the default for decode batches, `decode`, on NVIDIA) attention_decode_st.comp
+ *    (subgroups streaming their keys) at DEC_ST_WG, KPL the largest power of two up to
+ *    LLMEM_VULKAN_DEC_KPG (default DEC_KPL) with KPL x r <= nv, variant bits
+ *    LLMEM_VULKAN_DEC_ST (default DEC_ST_VAR), L2 prefetch LLMEM_VULKAN_DEC_ATTN_PF steps
+ *    ahead (default DEC_ATTN_PFD);
+ * each where the device runs it (shuffles in compute shaders, nv a power of two within a
+ * subgroup of at most 64 lanes, a workgroup of whole subgroups, the shared memory within the
+ * limit), else the plain module. */
+static dec_pick dec_attn_pick(const vk_backend *v, uint32_t nv, uint32_t ev, uint32_t r,
+                              bool decode)
 {
-    *wg = ATTN_WG;
-    *kpg = 0;
-    *gs = 0;
-    long mode = VK_KNOB(v, dec_attn, DEC_ATTN_DEFAULT);
+    dec_pick pk = {VK_SH_ATTENTION_DECODE, ATTN_WG, 0, {0, 0, 0, 0}};
+    long mode = VK_KNOB(v, dec_attn, v->props.vendorID == VENDOR_NVIDIA && decode ? DEC_ATTN_NVIDIA
+                                                                                 : DEC_ATTN_OTHER);
     if (mode == 0 || !v->subgroup || !v->sg_shuffle)
-        return VK_SH_ATTENTION_DECODE;
-    uint32_t sgs = v->subgroup_size, w = (uint32_t)VK_KNOB(v, dec_wg, ATTN_WG);
+        return pk;
+    uint32_t sgs = v->subgroup_size;
+    uint32_t w = (uint32_t)VK_KNOB(v, dec_wg, mode == 3 ? DEC_ST_WG : ATTN_WG);
     if ((nv & (nv - 1)) != 0 || sgs == 0 || nv > sgs || sgs % r != 0 || w % sgs != 0 ||
         w > v->props.limits.maxComputeWorkGroupInvocations)
-        return VK_SH_ATTENTION_DECODE;
+        return pk;
+    uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
+    if (mode == 3) {
+        uint32_t kpl = (uint32_t)VK_KNOB(v, dec_kpg, DEC_KPL);
+        while (kpl > 1 && kpl * r > nv)
+            kpl /= 2;
+        uint32_t var = (uint32_t)VK_KNOB(v, dec_st, DEC_ST_VAR);
+        /* sm_acc, sm_m, sm_l, q_s (VAR bit 1) and common.glsl's red_f */
+        uint32_t nsg = w / sgs, bytes = nsg * r * (nv * ev + 2) * 4 + w * 4;
+        bytes += (var & 1) ? r * nv * ev * 4 : 0;
+        if (kpl * r > nv || sgs > 64 || bytes > lim)
+            return pk;
+        uint32_t pfd = (uint32_t)VK_KNOB(v, dec_attn_pf, DEC_ATTN_PFD);
+        return (dec_pick){VK_SH_ATTENTION_DECODE_ST, w, 4, {kpl, sgs, var, pfd}};
+    }
     /* kb_s, sc, red (the shader's RED), range_s and common.glsl's red_f */
     uint32_t red = (w / nv / 2) * nv * r * ev;
     red = red > w ? red : w;
     uint32_t bytes = DEC_CK * 4 + DEC_CK * r * 4 + red * 4 + 8 + w * 4;
-    if (bytes > v->props.limits.maxComputeSharedMemorySize)
-        return VK_SH_ATTENTION_DECODE;
-    *wg = w;
-    *kpg = (uint32_t)VK_KNOB(v, dec_kpg, mode == 2 ? DEC_KPG_GS : DEC_KPG);
-    *gs = mode == 2 && *kpg * r <= nv;
-    return VK_SH_ATTENTION_DECODE_SG;
+    if (bytes > lim)
+        return pk;
+    uint32_t kpg = (uint32_t)VK_KNOB(v, dec_kpg, mode == 2 ? DEC_KPG_GS : DEC_KPG);
+    return (dec_pick){VK_SH_ATTENTION_DECODE_SG, w, 2, {kpg, mode == 2 && kpg * r <= nv, 0, 0}};
 }
 
 llmem_status vk_op_kv_store(llmem_backend *be, const llmem_view *view, llmem_ct *k, llmem_ct *vv)
@@ -189,12 +236,12 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
         if (st != LLMEM_OK)
             return st;
     }
-    uint32_t wg = ATTN_WG, kpg = 0, gs = 0;
-    vk_shader_id sh = v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION;
+    dec_pick pk = {v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG, 0, {0, 0, 0, 0}};
     if (vec)
-        sh = dec_attn_pick(v, d / ev, ev, r, &wg, &kpg, &gs);
+        pk = dec_attn_pick(v, d / ev, ev, r,
+                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n);
     vk_op op;
-    vk_op_init(&op, sh, wg);
+    vk_op_init(&op, pk.sh, pk.wg);
     vk_op_spec(&op, d);
     vk_op_spec(&op, (uint32_t)kv->dtype);
     vk_op_spec(&op, r);
@@ -210,10 +257,8 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
             for (csh = 0; ((VkDeviceSize)16 << csh) < kb->chunk; csh++)
                 ;
         vk_op_spec(&op, csh);
-        if (sh == VK_SH_ATTENTION_DECODE_SG) {
-            vk_op_spec(&op, kpg);
-            vk_op_spec(&op, gs);
-        }
+        for (uint32_t j = 0; j < pk.n_spec; j++)
+            vk_op_spec(&op, pk.spec[j]);
     }
     uint32_t qo = vk_op_tensor(v, &op, q, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
