@@ -18,6 +18,13 @@ its median step (the largest of each cell's max / median over the runs):
 the token stages' step (memory/tok_stage.h) shows there. Cells of runs
 with --seq-max above their sequence count are another configuration and
 are left out (counted).
+
+The 1,000 -> 4,000 target also counts the cells met in every run that has
+both cells (each run's own ratio), and gives each missed or near (> x4.3)
+cell's ratios over those runs as [lowest-highest]: a cell met only by the
+median of runs that straddle x4.5 is not met with margin. The load of other
+processes moves single runs on this 2-core machine; alternate builds and
+give each at least three runs.
 """
 import json
 import statistics
@@ -28,17 +35,20 @@ K = 1024
 
 def main(paths):
     cells, spikes, wide = {}, {}, 0
+    runs = []  # per run: cell -> step_ms (the per-run ratios)
     for path in paths:
         with open(path) as f:
             data = json.load(f)
         if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
             raise ValueError(f"{path}: no \"steps\" list")
+        runs.append({})
         for x in data["steps"]:
             if "step_ms" in x and x.get("seq_max", x["seqs"]) > x["seqs"]:
                 wide += 1  # another configuration (--seq-max): not the issue's cells
             elif "step_ms" in x:
                 key = (x["memory"], x["seqs"], x["ctx"], x["page"])
                 cells.setdefault(key, []).append(x["step_ms"])
+                runs[-1][key] = x["step_ms"]
                 if "step_max_ms" in x and x["step_ms"] > 0:
                     q = x["step_max_ms"] / x["step_ms"]
                     if q > spikes.get(key, (0, 0))[0]:
@@ -48,19 +58,28 @@ def main(paths):
           (f" ({wide} cells with n_seq_max above their sequences left out)" if wide else ""))
     print("hybrid 1000 x 128K page 16: %s ms (target <= 1)" % m.get(("hybrid", 1000, 128 * K, 16)))
 
-    def check(title, pairs, limit):
-        met, seen, missed = 0, 0, []
+    def check(title, pairs, limit, near=None):
+        met, seen, every, missed, close = 0, 0, 0, [], []
         for a, b in pairs:
             if a in m and b in m:
                 q = m[b] / m[a]
                 seen += 1
+                # each run's own ratio, where the run has both cells
+                qs = [r[b] / r[a] for r in runs if a in r and b in r and r[a] > 0]
+                spread = f" [{min(qs):.2f}-{max(qs):.2f} over {len(qs)} runs]" if qs else ""
+                every += bool(qs) and max(qs) <= limit
                 if q <= limit:
                     met += 1
+                    if near is not None and q > near:
+                        close.append(f"{a} -> {b}: x{q:.2f}{spread}")
                 else:
-                    missed.append(f"{a} -> {b}: x{q:.2f}")
-        print(f"{title}: met {met} of {seen}")
+                    missed.append(f"{a} -> {b}: x{q:.2f}{spread}")
+        tail = f" (in every run: {every})" if near is not None else ""
+        print(f"{title}: met {met} of {seen}{tail}")
         for line in missed:
             print("   missed", line)
+        for line in close:
+            print("   near", line)
 
     mems = ("kv_cache", "recurrent", "hybrid")
     check("1K -> 128K context <= x1.5",
@@ -68,7 +87,7 @@ def main(paths):
            for p in (1, 16, 64)], 1.5)
     check("1,000 -> 4,000 sequences <= x4.5",
           [((mm, 1000, c, p), (mm, 4000, c, p)) for mm in mems
-           for c in (K, 8 * K, 64 * K, 128 * K) for p in (1, 16, 64)], 4.5)
+           for c in (K, 8 * K, 64 * K, 128 * K) for p in (1, 16, 64)], 4.5, near=4.3)
     check("page 1 <= x2 page 16",
           [((mm, s, c, 16), (mm, s, c, 1)) for mm in ("kv_cache", "hybrid")
            for s in (250, 1000, 4000) for c in (K, 8 * K, 64 * K, 128 * K)], 2.0)
