@@ -8,7 +8,8 @@
 
 /* The prefill attention on cooperative matrices (shaders/attention_prefill_cm.comp):
  * LLMEM_VULKAN_ATTN_PF 0 off; 1 (default) fast-mode ubatches (p->fast), and precise-mode ones
- * where LLMEM_VULKAN_ATTN_PF_PRECISE asks for them; 2 precise-mode ones with the fast
+ * over f16 pools on the CM2 module (LLMEM_VULKAN_ATTN_PF_PRECISE, default 1; H200: 5.0 ms
+ * against attention_decode.comp's 18.6 at the bench shape); 2 precise-mode ones with the fast
  * arithmetic too (measuring, as LLMEM_CUDA_ATTN_FAST=1 on cuda); 3 the EMU modules (scalar
  * loops in place of the matrix operations, any device: tests on lavapipe) for every call whose
  * shape fits. Ubatches of at least PF_TOKENS tokens a run of one stream's tokens (prefill, not
@@ -21,9 +22,10 @@
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
 #define PF_DEFAULT 1
-#define PF_CM2_DEFAULT 0     /* the CM2 module where the device runs it (1) */
+#define PF_CM2_DEFAULT 1     /* the CM2 module where the device runs it (H200: 4.76 ms
+                              * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
-#define PF_PRECISE_DEFAULT 0 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
+#define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
 
 /* What runs a call: the module, its workgroup (invocations), SPLIT (1 fast, 2 precise) and
  * STAGES (the shader's specialization constants 3 and 4). */
