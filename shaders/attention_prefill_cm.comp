@@ -1,11 +1,11 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
-/* Fast-mode prefill attention on cooperative matrices: FlashAttention-2's
- * forward pass (Dao 2023, "FlashAttention-2: Faster Attention with Better
+/* Prefill attention on cooperative matrices: FlashAttention-2's forward
+ * pass (Dao 2023, "FlashAttention-2: Faster Attention with Better
  * Parallelism and Work Partitioning", Alg. 1) over the paged KV cache
  * (PagedAttention, Kwon et al. SOSP 2023), S = Q K^T and O += P V as 16 x 16
  * x 16 GL_KHR_cooperative_matrix multiply-adds (f16 A and B, f32
- * accumulators). q * scale and the probabilities are rounded once to f16
+ * accumulators). Fast mode: q * scale and the probabilities are rounded once to f16
  * (the arithmetic of FlashAttention-2 and of the CUDA fast kernel,
  * kernels/attention_prefill_tc.cuh, whose tiling this follows); the running
  * maximum and sum stay f32. f16 pools are staged as they are, bf16 pools
@@ -35,31 +35,25 @@
  *  (d) O *= corr row by row: the row of each accumulator element comes
  *      from a matrix of row indices loaded once (rowm: the same type, so
  *      the same element order), then O += P V (2 x D / 16 multiply-adds).
- * Causal and sliding-window masks come from the per-token key counts
- * (tok_kv_len) and the window, as attention_decode.comp reads them; a pass
- * visits only the blocks between its rows' lowest first key and highest
- * last key, and only blocks that cross some row's range (or hold a key
- * whose page id is bad) are masked. A tile whose rows belong to several
- * streams (a SIMPLE ubatch) runs one pass a stream, the other rows masked.
- * A query whose stream or length fails the device-side check (as
- * attention_decode.comp's) sees no key and gets zeros.
+ * Causal and window masks come from tok_kv_len and the window (as in
+ * attention_decode.comp); a pass visits only the blocks between its rows'
+ * lowest first and highest last key, masking only blocks that cross a row's
+ * range or hold a bad page id. A tile of several streams (a SIMPLE ubatch)
+ * runs one pass a stream. A query failing the device-side check of its
+ * stream or length sees no key and gets zeros.
  *
- * EMU (this file with -DEMU=1, compiled by glslangValidator into the
- * plugin as attention_prefill_emu): the same tiling, shared-memory layout,
- * masks and softmax with the matrix operations as scalar loops (an
- * "accumulator" holds 8 elements an invocation: row lane / 2, columns 8
- * (lane % 2) + i; an A matrix the invocation's row of 16 halves; a B
- * matrix is read from shared memory where it lies) and workgroup barriers
- * in place of subgroup ones, so that lavapipe, which has no cooperative
- * matrices, checks the indexing against float64 (tests/test_vulkan_attn_pf.c).
+ * EMU (-DEMU=1, attention_prefill_emu, by glslangValidator): the same
+ * tiling, layout, masks and softmax with scalar loops for the matrix
+ * operations (an accumulator: 8 elements an invocation, row lane / 2,
+ * columns 8 (lane % 2) + i; an A matrix: its row of 16 halves; a B matrix
+ * read where it lies) and workgroup barriers, so that lavapipe checks the
+ * indexing against float64 (tests/test_vulkan_attn_pf.c).
  *
  * Shared memory (D = 128): K and V tiles 2 x 32 x 17 uvec4 (rows padded by
- * 16 bytes against bank conflicts), S/P 8 x 16 x 9 uvec4: 35 KiB, within
- * the 48 KiB NVIDIA's Vulkan driver allows a workgroup. Needs subgroups of
- * 32 (those of the KHR matrices, vk_cm_usable) with shuffles.
- * H200 (driver 580), 8 x 2048 causal, 32/8 heads, hd 128: 5.39 ms, 51
- * TFLOP/s, against attention_decode.comp's 18.59 (docs/benchmarks.md,
- * "Vulkan prefill attention on KHR cooperative matrices").
+ * 16 bytes against bank conflicts), S/P 8 x 16 x 9 uvec4: 35 KiB of the 48
+ * KiB NVIDIA allows. Subgroups of 32 (vk_cm_usable) with shuffles. H200, 8
+ * x 2048 causal, 32/8 heads, hd 128: 5.39 ms (attention_decode.comp 18.59;
+ * docs/benchmarks.md, "Vulkan prefill attention on KHR cooperative matrices").
  *
  * CM2 (this file with -DCM2=1: shaders/khr/attention_prefill_cm2.spv, where
  * the device has VK_NV_cooperative_matrix2's reductions and conversions;
@@ -76,9 +70,8 @@
  * lo f16 terms, two multiply-adds each. H200: 4.74 ms fast (docs/
  * benchmarks.md, "Vulkan prefill attention on cooperative matrix 2").
  *
- * Self-contained (no common.glsl): shaders/khr/attention_prefill_cm.spv,
- * this file compiled as KHR, is embedded while its recorded SHA-256 matches
- * this file alone (shaders/shaders.cmake). */
+ * Self-contained (no common.glsl): the .spv of shaders/khr/ are embedded
+ * while their recorded SHA-256 matches this file (shaders/shaders.cmake). */
 // llmem-shader: attention_prefill_emu:EMU=1
 // llmem-shader: attention_prefill_emu2:EMU=2
 #ifndef EMU
@@ -193,14 +186,6 @@ shared float xch8_s[8u * WG]; /* EMU's accumulator -> A conversion */
 struct FA { uvec4 a0, a1; };            /* this invocation's row (lane / 2) of 16 halves */
 struct FB { uint off, ld, tr; };        /* where the matrix lies in sh; tr: column-major */
 struct ACC { float e[8]; };             /* row lane / 2, columns 8 (lane % 2) + i */
-ACC acc_zero()
-{
-    ACC c;
-    for (uint i = 0u; i < 8u; i++)
-        c.e[i] = 0.0;
-    return c;
-}
-#define ACC_ZERO acc_zero()
 ACC acc_fill(float x)
 {
     ACC c;
@@ -209,6 +194,7 @@ ACC acc_fill(float x)
     return c;
 }
 #define ACC_FILL(x_) acc_fill(x_)
+#define ACC_ZERO acc_fill(0.0)
 #define LOAD_A(m_, o_, s_) m_ = FA(sh[(o_) + (lane / 2u) * (s_)], sh[(o_) + (lane / 2u) * (s_) + 1u])
 #define LOAD_BT(m_, o_, s_) m_ = FB(o_, s_, 1u)
 #define LOAD_B(m_, o_, s_) m_ = FB(o_, s_, 0u)
@@ -229,9 +215,8 @@ ACC emu_mma(FA a, FB b, ACC c, uint lane)
     UNROLL for (uint i = 0u; i < 8u; i++) {
         uint n = 8u * (lane % 2u) + i;
         float s = c.e[i];
-        /* not [[dont_unroll]]: llvmpipe stops an invocation's loops after 65535 iterations in
-         * all (LP_MAX_TGSI_LOOP_ITERATIONS), which this loop kept rolled reached at 8 blocks
-         * of keys in EMU=2's precise calls (8192 iterations a block): outputs came out NaN */
+        /* unrolled: llvmpipe stops an invocation's loops after 65535 iterations in all,
+         * which EMU=2's precise calls reached at 8 blocks of keys with this loop rolled */
         for (uint k = 0u; k < 16u; k++) {
             float x = half_of(k < 8u ? a.a0 : a.a1, k % 8u);
             float y = b.tr != 0u ? half_of(sh[b.off + n * b.ld + k / 8u], k % 8u)
