@@ -47,7 +47,7 @@
  * memory fits. The dot products are added in a tree, so results differ
  * from the plain module's in the last bits (float64-checked). f16 is
  * widened with unpackHalf2x16 (exact), bf16 by a shift. On the H200
- * (driver 580) it reads the bench shape's 1 GiB at ~3,200 GB/s, the plain
+ * (driver 580) it reads the bench shape's 1 GiB at ~3,500 GB/s, the plain
  * module at ~2,400, CUDA's tensor-core kernel at ~4,150 (docs/
  * benchmarks.md, "Vulkan decode attention streamed by subgroups"). */
 #extension GL_KHR_shader_subgroup_basic : enable

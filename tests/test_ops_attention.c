@@ -328,7 +328,7 @@ START_TEST(test_attention_dec_modes)
     }
     static const char *const sets[][6] = {
         {"1", "8", "256", "64", NULL, NULL}, {"2", "1", "256", "128", NULL, NULL},
-        {"3", NULL, NULL, NULL, NULL, NULL}, {"3", "2", "64", "64", "7", "1"},
+        {"3", NULL, NULL, NULL, NULL, NULL}, {"3", "4", "64", "64", "7", "1"},
         {"3", "8", "256", "128", "3", "3"},  {"3", "1", "32", NULL, "5", "2"},
     };
     static const char *const names[6] = {"LLMEM_VULKAN_DEC_ATTN", "LLMEM_VULKAN_DEC_KPG",

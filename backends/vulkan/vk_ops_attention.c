@@ -31,11 +31,13 @@
  * SPLIT_ITEMS and some query sees more than 2 * SPLIT_KEYS keys. */
 #define SPLIT_ITEMS 2048
 #define SPLIT_KEYS 512
+#define SPLIT_KEYS_ST 1024 /* attention_decode_st.comp's where they give SPLIT_ST_WGS groups */
+#define SPLIT_ST_WGS 2048
 #define SPLIT_MAX 64
 #define KEY_BUCKET 256 /* as models/decode_graph.c's KV_BUCKET */
 #define COMBINE_WG 128
 /* The decode attention's module where LLMEM_VULKAN_DEC_ATTN is unset: attention_decode_st.comp
- * on NVIDIA devices (measured there: 1.3x the plain module at the bench shape, docs/
+ * on NVIDIA devices (measured there: 1.4x the plain module at the bench shape, docs/
  * benchmarks.md "Vulkan decode attention streamed by subgroups"), the plain module elsewhere. */
 #define DEC_ATTN_NVIDIA 3
 #define DEC_ATTN_OTHER 0
@@ -51,7 +53,7 @@
  * (LLMEM_VULKAN_DEC_KPG), its workgroup (LLMEM_VULKAN_DEC_WG), variant bits
  * (LLMEM_VULKAN_DEC_ST, the shader's VAR) and L2 prefetch, steps ahead
  * (LLMEM_VULKAN_DEC_ATTN_PF, 0 off) */
-#define DEC_KPL 4
+#define DEC_KPL 2
 #define DEC_ST_WG 64
 #define DEC_ST_VAR 0
 #define DEC_ATTN_PFD 0
@@ -96,6 +98,19 @@ typedef struct dec_pick {
  * each where the device runs it (shuffles in compute shaders, nv a power of two within a
  * subgroup of at most 64 lanes, a workgroup of whole subgroups, the shared memory within the
  * limit), else the plain module. */
+/* Keys a split where LLMEM_VULKAN_DEC_SPLIT_KEYS is unset, for `items` work items whose longest
+ * query sees max_len keys: SPLIT_KEYS, or SPLIT_KEYS_ST for attention_decode_st.comp where
+ * those splits still give at least SPLIT_ST_WGS workgroups (fewer merges; measured at the bench
+ * shape's 2048, docs/benchmarks.md; smaller batches keep the smaller splits' parallelism). */
+static int32_t split_keys_default(vk_shader_id sh, uint64_t items, int32_t max_len)
+{
+    if (sh != VK_SH_ATTENTION_DECODE_ST)
+        return SPLIT_KEYS;
+    uint64_t n = (uint64_t)(max_len + SPLIT_KEYS_ST - 1) / SPLIT_KEYS_ST;
+    n = n > SPLIT_MAX ? SPLIT_MAX : n;
+    return items * n >= SPLIT_ST_WGS ? SPLIT_KEYS_ST : SPLIT_KEYS;
+}
+
 static dec_pick dec_attn_pick(const vk_backend *v, uint32_t nv, uint32_t ev, uint32_t r,
                               bool decode)
 {
@@ -223,8 +238,12 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
      * recorded step (models/decode_graph.c keys on the same bucket) replays
      * correctly at any length inside it */
     max_len = (max_len + KEY_BUCKET - 1) / KEY_BUCKET * KEY_BUCKET;
+    dec_pick pk = {v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG, 0, {0, 0, 0, 0}};
+    if (vec)
+        pk = dec_attn_pick(v, d / ev, ev, r,
+                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n);
     uint32_t n_split = 1, split_keys = 0;
-    int32_t sk = (int32_t)VK_KNOB(v, dec_split_keys, SPLIT_KEYS);
+    int32_t sk = (int32_t)VK_KNOB(v, dec_split_keys, split_keys_default(pk.sh, items, max_len));
     if (items < SPLIT_ITEMS && max_len > 2 * sk) {
         n_split = (uint32_t)((max_len + sk - 1) / sk);
         n_split = n_split > SPLIT_MAX ? SPLIT_MAX : n_split;
@@ -236,10 +255,6 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
         if (st != LLMEM_OK)
             return st;
     }
-    dec_pick pk = {v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG, 0, {0, 0, 0, 0}};
-    if (vec)
-        pk = dec_attn_pick(v, d / ev, ev, r,
-                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n);
     vk_op op;
     vk_op_init(&op, pk.sh, pk.wg);
     vk_op_spec(&op, d);
