@@ -318,7 +318,8 @@ END_TEST
  * variant bits LLMEM_VULKAN_DEC_ST and L2 prefetch LLMEM_VULKAN_DEC_ATTN_PF) at several keys
  * per group (or lane) and round and workgroups, and the key split of
  * LLMEM_VULKAN_DEC_SPLIT_KEYS, against the float64 reference (read at
- * llmem_backend_reload_env; on devices without subgroup shuffles the plain module runs). */
+ * llmem_backend_reload_env; on devices without subgroup shuffles the plain module runs), and
+ * module 3 over pools in several allocation chunks. */
 START_TEST(test_attention_dec_modes)
 {
     llmem_backend *be = th_open(_i);
@@ -349,6 +350,15 @@ START_TEST(test_attention_dec_modes)
             unsetenv(names[k]);
         ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
     }
+    llmem_backend_close(be);
+    /* module 3 over pools of 2 to 4 allocation chunks (a backend opened with 64 KiB chunks:
+     * several cases' pools bind chunk by chunk, the shader picking each vector's chunk) */
+    setenv("LLMEM_VULKAN_MAX_CHUNK", "64K", 1);
+    setenv("LLMEM_VULKAN_DEC_ATTN", "3", 1);
+    be = th_open(_i);
+    unsetenv("LLMEM_VULKAN_MAX_CHUNK");
+    unsetenv("LLMEM_VULKAN_DEC_ATTN");
+    attention_cases(be, NULL, " DEC_ATTN=3 MAX_CHUNK=64K");
     llmem_backend_close(be);
 }
 END_TEST
