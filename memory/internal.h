@@ -19,7 +19,6 @@ typedef llmem_idx_builder idx_builder;
 #define i32_copy llmem_i32_copy
 #define seq_copy_tokens llmem_seq_copy_tokens
 #define pos_meta_reset llmem_pos_meta_reset
-#define pos_meta_push llmem_pos_meta_push
 #define pos_meta_truncated llmem_pos_meta_truncated
 #define pos_suffix_start llmem_pos_suffix_start
 #define pos_prefix_len llmem_pos_prefix_len
@@ -41,6 +40,19 @@ static inline bool i32vec_push(i32vec *a, int32_t x)
         return true;
     }
     return llmem_i32vec_push(a, x);
+}
+
+/* llmem_pos_meta_push (which calls it), inline: every commit appends a
+ * position to every sequence it names, and the call through the PLT cost
+ * a reload of the commit loop's state after it as well as the call. */
+static inline void pos_meta_push(pos_meta *m, int32_t pos)
+{
+    if (m->max >= 0 && pos < m->max)
+        m->unsorted = true;
+    if (m->min < 0 || pos < m->min)
+        m->min = pos;
+    if (pos > m->max)
+        m->max = pos;
 }
 
 static inline bool pos_in_range(int32_t pos, int32_t p0, int32_t p1)

@@ -656,25 +656,32 @@ llmem_status rs_commit(llmem_memory *mem, const llmem_plan *plan, void *r, int32
         seq_pos_set_run(&s->pos, n, 0);
         rs->snap_hit_tokens += n;
     }
-    /* tokens: every sequence of a stream gets the stream's tokens */
+    /* tokens: every sequence of a stream gets the stream's tokens (loop
+     * invariants in locals: a full stage's write and a stored position's
+     * append call out, and the compiler reloaded them every token) */
+    const int32_t *ids = plan->group_ids[i], *off = plan->group_off[i];
+    const int32_t *tok = ub->token, *pos = ub->pos;
+    rs_seq *seqs = rs->seqs;
+    tok_stage *stage = rs->stage;
+    const bool spread = rs->stage_spread;
     for (int32_t k = 0; k < ub->n_tokens; k++) {
         int32_t st = ub->seq[k];
         if (k + 8 < ub->n_tokens) { /* decode: records of thousands of sequences */
-            int32_t q = plan->group_ids[i][plan->group_off[i][ub->seq[k + 8]]];
-            const rs_seq *ahead = &rs->seqs[q];
+            int32_t q = ids[off[ub->seq[k + 8]]];
+            const rs_seq *ahead = &seqs[q];
 #if defined(__GNUC__)
-            __builtin_prefetch(&rs->stage[q], 1, 1);
+            __builtin_prefetch(&stage[q], 1, 1);
 #endif
             if (ahead->pos.stored)
                 i32vec_prefetch_tail(&ahead->pos.v);
         }
-        for (int32_t m = plan->group_off[i][st]; m < plan->group_off[i][st + 1]; m++) {
-            rs_seq *s = &rs->seqs[plan->group_ids[i][m]];
-            tok_stage *g = &rs->stage[plan->group_ids[i][m]];
-            if (!tok_stage_push(g, &s->tokens, ub->token ? ub->token[k] : -1,
-                                rs->stage_spread ? plan->group_ids[i][m] : -1))
+        for (int32_t m = off[st]; m < off[st + 1]; m++) {
+            int32_t q = ids[m];
+            rs_seq *s = &seqs[q];
+            tok_stage *g = &stage[q];
+            if (!tok_stage_push(g, &s->tokens, tok ? tok[k] : -1, spread ? q : -1))
                 return LLMEM_E_NO_MEMORY;
-            if (!seq_pos_push(&s->pos, ub->pos[k])) {
+            if (!seq_pos_push(&s->pos, pos[k])) {
                 tok_stage_pop(g, &s->tokens); /* token and position go together */
                 return LLMEM_E_NO_MEMORY;
             }

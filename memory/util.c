@@ -172,14 +172,9 @@ void pos_meta_reset(pos_meta *m, const i32vec *pos)
     }
 }
 
-void pos_meta_push(pos_meta *m, int32_t pos)
+void llmem_pos_meta_push(llmem_pos_meta *m, int32_t pos)
 {
-    if (m->max >= 0 && pos < m->max)
-        m->unsorted = true;
-    if (m->min < 0 || pos < m->min)
-        m->min = pos;
-    if (pos > m->max)
-        m->max = pos;
+    pos_meta_push(m, pos);
 }
 
 void pos_meta_truncated(pos_meta *m, const i32vec *pos)
