@@ -1,77 +1,56 @@
 #version 450
 #extension GL_EXT_control_flow_attributes : require
-/* Prefill attention on cooperative matrices: FlashAttention-2's forward
- * pass (Dao 2023, "FlashAttention-2: Faster Attention with Better
- * Parallelism and Work Partitioning", Alg. 1) over the paged KV cache
- * (PagedAttention, Kwon et al. SOSP 2023), S = Q K^T and O += P V as 16 x 16
- * x 16 GL_KHR_cooperative_matrix multiply-adds (f16 A and B, f32
- * accumulators). Fast mode: q * scale and the probabilities are rounded once to f16
- * (the arithmetic of FlashAttention-2 and of the CUDA fast kernel,
- * kernels/attention_prefill_tc.cuh, whose tiling this follows); the running
- * maximum and sum stay f32. f16 pools are staged as they are, bf16 pools
- * converted to f16 on their way into shared memory (exact for magnitudes in
- * [2^-14, 65504], as matmul_cm.comp does with bf16 weights).
+/* Prefill attention on cooperative matrices: FlashAttention-2's forward pass (Dao 2023,
+ * "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning", Alg. 1)
+ * over the paged KV cache (PagedAttention, Kwon et al. SOSP 2023), S = Q K^T and O += P V as
+ * 16 x 16 x 16 GL_KHR_cooperative_matrix multiply-adds (f16 A and B, f32 accumulators). Fast
+ * mode: q * scale and the probabilities rounded once to f16 (FlashAttention-2's arithmetic and
+ * the CUDA fast kernel's, kernels/attention_prefill_tc.cuh, whose tiling this follows); running
+ * max and sum in f32. bf16 pools are converted to f16 on their way into shared memory (exact
+ * for magnitudes in [2^-14, 65504], as matmul_cm.comp does with bf16 weights).
  *
- * A workgroup of NW = WG / 32 subgroups takes BM = 16 NW rows of (query
- * token, query head) pairs: hh heads of one GQA group times tt = BM / hh
- * consecutive query tokens (row r: token t0 + r / hh, head g n_rep + hc0 +
- * r % hh), so every K/V block staged in shared memory serves all the heads
- * that share it. Subgroup w owns rows [16 w, 16 w + 16) and keeps their
- * scaled queries as D / 16 A matrices and their output as D / 16
- * accumulators for the whole dispatch. Per block of BN = 32 keys:
- *  (a) the next block's K and V rows (16-byte loads through the page
- *      table, zeros outside the pass's key range and for page ids outside
- *      the pool) are loaded into registers before this block's work and
- *      stored to shared memory after it (two workgroup barriers a block);
- *  (b) S = Q K^T (D / 16 x 2 multiply-adds a subgroup) is stored to the
- *      subgroup's part of shared memory: KHR does not expose which
- *      invocation holds which element, so the row maxima are taken there,
- *      by two invocations a row (16 keys each, one shuffle);
- *  (c) the online softmax (soft-cap, masks, running max, sum) in f32; each
- *      invocation writes its 16 probabilities as f16 in place of its own
- *      scores (P's row sits 32 bytes into S's row, so the two invocations
- *      of a row never write what the other still reads) and the row's
- *      rescale factor to corr_s;
- *  (d) O *= corr row by row: the row of each accumulator element comes
- *      from a matrix of row indices loaded once (rowm: the same type, so
- *      the same element order), then O += P V (2 x D / 16 multiply-adds).
- * Causal and window masks come from tok_kv_len and the window (as in
- * attention_decode.comp); a pass visits only the blocks between its rows'
- * lowest first and highest last key, masking only blocks that cross a row's
- * range or hold a bad page id. A tile of several streams (a SIMPLE ubatch)
- * runs one pass a stream. A query failing the device-side check of its
- * stream or length sees no key and gets zeros.
+ * A workgroup of NW = WG / 32 subgroups takes BM = 16 NW rows of (query token, query head)
+ * pairs: hh heads of one GQA group times tt = BM / hh consecutive tokens (row r: token t0 + r /
+ * hh, head g n_rep + hc0 + r % hh), so every K/V block in shared memory serves all the heads
+ * that share it. Subgroup w owns rows [16 w, 16 w + 16), holding their scaled queries as D / 16
+ * A matrices and their output as D / 16 accumulators. Per block of BN = 32 keys:
+ *  (a) the next block's K and V rows (16-byte loads through the page table, zeros outside the
+ *      pass's key range and for page ids outside the pool) go into registers before this
+ *      block's work and into shared memory after it (two workgroup barriers a block);
+ *  (b) S = Q K^T goes to the subgroup's part of shared memory (KHR does not say which
+ *      invocation holds which element), where two invocations a row take its maximum;
+ *  (c) the online softmax (soft-cap, masks, running max, sum) in f32; each invocation writes
+ *      its 16 probabilities as f16 in place of its scores (P's row 32 bytes into S's, so the
+ *      two invocations of a row never write what the other still reads), corr to corr_s;
+ *  (d) O *= corr (each element's row from rowm, a matrix of row indices loaded once), then
+ *      O += P V.
+ * Causal and window masks come from tok_kv_len and the window (as attention_decode.comp); a
+ * pass visits only the blocks between its rows' lowest first and highest last key (blocks
+ * wholly above the diagonal are never loaded), masking only blocks that cross a row's range
+ * or hold a bad page id. A tile of several streams (a SIMPLE ubatch) runs one pass a stream.
+ * A query failing the device-side check of its stream or length sees no key: zeros.
  *
- * EMU (-DEMU=1, attention_prefill_emu, by glslangValidator): the same
- * tiling, layout, masks and softmax with scalar loops for the matrix
- * operations (an accumulator: 8 elements an invocation, row lane / 2,
- * columns 8 (lane % 2) + i; an A matrix: its row of 16 halves; a B matrix
- * read where it lies) and workgroup barriers, so that lavapipe checks the
- * indexing against float64 (tests/test_vulkan_attn_pf.c).
+ * EMU (-DEMU=1, attention_prefill_emu, by glslangValidator): the same tiling, layout, masks and
+ * softmax with scalar loops for the matrix operations (an accumulator: 8 elements an invocation,
+ * row lane / 2, columns 8 (lane % 2) + i; an A matrix: its row of 16 halves; a B matrix read
+ * where it lies), so that lavapipe checks the indexing against float64
+ * (tests/test_vulkan_attn_pf.c). Shared memory (D = 128): K and V tiles 2 x 32 x 17 uvec4 (rows
+ * padded by 16 bytes against bank conflicts), S/P 8 x 16 x 9 uvec4: 35 KiB of NVIDIA's 48.
  *
- * Shared memory (D = 128): K and V tiles 2 x 32 x 17 uvec4 (rows padded by
- * 16 bytes against bank conflicts), S/P 8 x 16 x 9 uvec4: 35 KiB of the 48
- * KiB NVIDIA allows. Subgroups of 32 (vk_cm_usable) with shuffles. H200, 8
- * x 2048 causal, 32/8 heads, hd 128: 5.39 ms (attention_decode.comp 18.59;
- * docs/benchmarks.md, "Vulkan prefill attention on KHR cooperative matrices").
+ * CM2 (-DCM2=1: shaders/khr/attention_prefill_cm2.spv, where the device has
+ * VK_NV_cooperative_matrix2's reductions and conversions; -DEMU=2 emulates it): no S / P
+ * region. S stays in s0 / s1; masks and soft-cap element by element (row and column from rcm,
+ * a matrix of indices loaded once); the row maxima are one coopMatReduceNV; m_acc (each row's
+ * running max) and l_acc (each element's share of its row's sum, added up at the end) are
+ * accumulators of the same type, so O is rescaled element by element; P reaches P V as an A
+ * matrix converted from the accumulator. The K / V tiles fit STAGES = 2 stages (one barrier a
+ * block). SPLIT 2 (precise calls, f16 pools): q * scale * QSC and P * PSC as hi (cut11) + lo f16
+ * terms, two multiply-adds each. VAR: variant bits (below). H200, 8 x 2048 causal, 32/8 heads,
+ * hd 128, VAR 3: fast 4.34 ms, precise 4.39 (CUDA 0.88 / 2.30; docs/benchmarks.md, "Vulkan
+ * prefill attention: the CM2 module's per-block work").
  *
- * CM2 (this file with -DCM2=1: shaders/khr/attention_prefill_cm2.spv, where
- * the device has VK_NV_cooperative_matrix2's reductions and conversions;
- * -DEMU=2 emulates it as attention_prefill_emu2): no S / P region. S stays
- * in s0 / s1; masks and the soft-cap go element by element (row and column
- * of element i from rcm, a matrix of indices loaded once); the row maxima
- * are one coopMatReduceNV of max(s0, s1); m_acc (each row's running max)
- * and l_acc (each element's share of its row's sum, added up once at the
- * end) are accumulators of the same type, so the rescale of O is element
- * by element; P reaches P V as an A matrix converted from the accumulator.
- * The K / V tiles then fit STAGES = 2 stages: block i + 1 is stored into
- * the other stage after block i's work, one barrier a block. SPLIT 2
- * (precise calls, f16 pools): q * scale * QSC and P * PSC as hi (cut11) +
- * lo f16 terms, two multiply-adds each. H200: 4.74 ms fast (docs/
- * benchmarks.md, "Vulkan prefill attention on cooperative matrix 2").
- *
- * Self-contained (no common.glsl): the .spv of shaders/khr/ are embedded
- * while their recorded SHA-256 matches this file (shaders/shaders.cmake). */
+ * Self-contained (no common.glsl): the .spv of shaders/khr/ are embedded while their recorded
+ * SHA-256 matches this file (shaders/shaders.cmake). */
 // llmem-shader: attention_prefill_emu:EMU=1
 // llmem-shader: attention_prefill_emu2:EMU=2
 #ifndef EMU
@@ -92,6 +71,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #if CM2
 #extension GL_NV_cooperative_matrix2 : require
+#extension GL_KHR_shader_subgroup_vote : require
 #endif
 #endif
 
@@ -104,6 +84,12 @@ layout(constant_id = 2) const uint KV_DT = 1; /* 1 f16, 2 bf16 */
  * block; 1: two barriers a block, as the KHR module). */
 layout(constant_id = 3) const uint SPLIT = 1;
 layout(constant_id = 4) const uint STAGES = 2;
+/* VAR (LLMEM_VULKAN_ATTN_PF_VAR): 1 page ids by shift and mask (PSL < 32: log2 of a
+ * power-of-two page size); 2 (CM2) O's rescale skipped where every factor of the subgroup is 1.
+ * Measuring only, wrong results: 16 no K / V loads from the pool, 32 / 64 (CM2) K / V fragments
+ * read once a block, 128 (CM2) no row maxima or exponentials. */
+layout(constant_id = 5) const uint VAR = 0;
+layout(constant_id = 6) const uint PSL = 32;
 #define DT_BF16 2u
 
 const uint BN = 32u;           /* keys a block */
@@ -120,12 +106,12 @@ const uint NL2 = BN * DV / WG; /* K (and V) uvec4 loads an invocation a block */
 #if !CM2
 const uint NSH0 = SB + NW * SPW, NSH1 = BM * LDK;
 #else
-/* no S / P region: the K / V stages, the Q tile once, the output through 16 x 5 uvec4s a
- * subgroup at the end */
+/* the K / V stages, the Q tile once, the output through 16 x 5 uvec4s a subgroup at the end */
 const uint NSH0 = STAGES * 2u * KVT > NW * 80u ? STAGES * 2u * KVT : NW * 80u, NSH1 = BM * LDK;
 #endif
 const uint NSH = NSH0 > NSH1 ? NSH0 : NSH1; /* the Q tile is staged over all of it once */
 const uint DT = D / 16u;       /* output matrices a subgroup */
+const uint NQ = (BM * DV + WG - 1u) / WG; /* Q tile uvec4s an invocation */
 const uint NO_ROWS = 0xffffffffu;
 /* SPLIT 2: q * scale enters the hi + lo split times QSC (so that lo stays clear of f16's
  * subnormals, which a driver may flush), S is divided by it again */
@@ -176,6 +162,7 @@ shared float xch8_s[8u * WG]; /* EMU's accumulator -> A conversion */
 #define MMA(c_, a_, b_) c_ = coopMatMulAdd(a_, b_, c_)
 #define EL(m_, i_) m_[i_]
 #define NEL(m_) uint(m_.length())
+#define SG_ALL(x_) subgroupAll(x_)
 /* the subgroup's shared-memory writes visible to its other invocations */
 #define SG_SYNC()                                                                                  \
     controlBarrier(gl_ScopeSubgroup, gl_ScopeSubgroup, gl_StorageSemanticsShared,                  \
@@ -202,6 +189,7 @@ ACC acc_fill(float x)
 #define MMA(c_, a_, b_) c_ = emu_mma(a_, b_, c_, lane)
 #define EL(m_, i_) m_.e[i_]
 #define NEL(m_) 8u
+#define SG_ALL(x_) false
 #define SG_SYNC() barrier()
 
 /* half k of 16-byte word w */
@@ -237,31 +225,20 @@ void emu_store(ACC c, uint off, uint ld, uint lane)
 #endif
 
 /* x of the partner invocation (lane ^ 1) */
-float pair_max(float x, uint t)
+float partner(float x, uint t)
 {
 #if !EMU
-    return max(x, subgroupShuffleXor(x, 1u));
+    return subgroupShuffleXor(x, 1u);
 #else
     xch_s[t] = x;
     barrier();
     float y = xch_s[t ^ 1u];
     barrier();
-    return max(x, y);
+    return y;
 #endif
 }
-
-float pair_sum(float x, uint t)
-{
-#if !EMU
-    return x + subgroupShuffleXor(x, 1u);
-#else
-    xch_s[t] = x;
-    barrier();
-    float y = xch_s[t ^ 1u];
-    barrier();
-    return x + y;
-#endif
-}
+#define pair_max(x_, t_) max(x_, partner(x_, t_))
+#define pair_sum(x_, t_) ((x_) + partner(x_, t_))
 
 #if CM2
 /* ---- CM2: row reductions and the accumulator -> A conversion ---------------------------- */
@@ -290,7 +267,8 @@ void emu_row(inout ACC m, uint t, bool is_max)
     float x = m.e[0];
     for (uint i = 1u; i < 8u; i++)
         x = is_max ? max(x, m.e[i]) : x + m.e[i];
-    x = is_max ? pair_max(x, t) : pair_sum(x, t);
+    float y = partner(x, t);
+    x = is_max ? max(x, y) : x + y;
     for (uint i = 0u; i < 8u; i++)
         m.e[i] = x;
 }
@@ -338,6 +316,22 @@ uint bf16x2_to_f16x2(uint x)
     return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
 }
 
+/* Two of the Q tile's halves from x = q * scale: rounded once, or (SPLIT 2) x * QSC as hi
+ * (part 0: cut11, exact in f16) or the rest x - hi (part 1, exact in f32) rounded to f16. */
+uint q_pack(vec2 x, uint part)
+{
+    if (SPLIT == 2u) {
+        x *= QSC;
+        vec2 hi = cut11(x);
+        x = part == 0u ? hi : x - hi;
+    }
+    return packHalf2x16(x);
+}
+
+/* the page of key k_ and its slot there: a shift and a mask for pages of 2^PSL keys */
+#define PG_OF(k_) (PSL < 32u ? (k_) >> (PSL & 31u) : (k_) / p.ps)
+#define PG_IN(k_) (PSL < 32u ? (k_) & ((1u << (PSL & 31u)) - 1u) : (k_) % p.ps)
+
 void main()
 {
     const uint t = gl_LocalInvocationID.x, lane = t % 32u, warp = t / 32u;
@@ -373,31 +367,32 @@ void main()
         row_lo[r] = lo;
         row_hi[r] = hi;
     }
-    /* the Q tile: q * scale (f32) rounded once to f16, staged over all of sh; with SPLIT 2
-     * (CM2) x = q * scale * QSC as hi = x cut to f16's 11 significant bits (exact in f16) and
-     * then the rest, x - hi (exact in f32), rounded to f16 into ql */
+    /* the Q tile (q_pack) staged over all of sh into qf, SPLIT 2's lo terms into ql */
     FA qf[DT];
 #if CM2
     FA ql[DT];
 #endif
+    /* this invocation's NQ uvec4s of the tile as q * scale, all loads at once */
+    vec4 qx[2u * NQ];
+    UNROLL for (uint n = 0u; n < NQ; n++) {
+        uint e = t + n * WG, r = e / DV, c = e % DV;
+        uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
+        vec4 xa = vec4(0.0), xb = vec4(0.0);
+        if (e < BM * DV && r < rows && tok < p.n_tok && hr < p.n_rep) {
+            uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
+            xa = vec4(q[b], q[b + 1u], q[b + 2u], q[b + 3u]) * p.scale;
+            xb = vec4(q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u]) * p.scale;
+        }
+        qx[2u * n] = xa;
+        qx[2u * n + 1u] = xb;
+    }
     for (uint part = 0u; part < (CM2 != 0 ? SPLIT : 1u); part++) {
-        for (uint e = t; e < BM * DV; e += WG) {
-            uint r = e / DV, c = e % DV;
-            uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
-            uvec4 w = uvec4(0u);
-            if (r < rows && tok < p.n_tok && hr < p.n_rep) {
-                uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
-                UNROLL for (uint e = 0u; e < 4u; e++) {
-                    vec2 x = vec2(q[b + 2u * e], q[b + 2u * e + 1u]) * p.scale;
-                    if (SPLIT == 2u) {
-                        x *= QSC;
-                        vec2 hi = cut11(x);
-                        x = part == 0u ? hi : x - hi;
-                    }
-                    w[e] = packHalf2x16(x);
-                }
-            }
-            sh[r * LDK + c] = w;
+        UNROLL for (uint n = 0u; n < NQ; n++) {
+            uint e = t + n * WG;
+            if (e < BM * DV)
+                sh[(e / DV) * LDK + e % DV] =
+                    uvec4(q_pack(qx[2u * n].xy, part), q_pack(qx[2u * n].zw, part),
+                          q_pack(qx[2u * n + 1u].xy, part), q_pack(qx[2u * n + 1u].zw, part));
         }
         barrier();
         UNROLL for (uint k = 0u; k < DT; k++) {
@@ -449,6 +444,7 @@ void main()
 #endif
 
     uvec4 ld[2u * NL2];
+    uint kbm = 0u; /* bit u: slot u of the fetched block has a bad page id */
     int prev = -1;
     for (;;) {
         /* the next pass: the smallest stream above prev among the rows */
@@ -497,34 +493,33 @@ void main()
         const int rlo = row_lo[rr], rhi = row_seq[rr] == cur ? row_hi[rr] : 0;
 
         /* block i's K and V rows into ld (K in ld[u], V in ld[NL2 + u]; zeros outside
-         * [jlo, jhi) and for bad page ids) */
+         * [jlo, jhi) and for bad page ids, whose slots u are kbm's bits) */
 #define FETCH(i_)                                                                                  \
     UNROLL for (uint u = 0u; u < NL2; u++) {                                                   \
         uint f_ = t + u * WG;                                                                      \
+        kbm = u == 0u ? 0u : kbm;                                                                  \
         int key_ = kb0 + (i_) * int(BN) + int(f_ / DV);                                            \
         uvec4 xk_ = uvec4(0u), xv_ = uvec4(0u);                                                    \
-        if (key_ >= jlo && key_ < jhi) {                                                           \
-            int pg_ = idx[pt + uint(key_) / p.ps];                                                 \
+        if ((VAR & 16u) == 0u && key_ >= jlo && key_ < jhi) {                                      \
+            int pg_ = idx[pt + PG_OF(uint(key_))];                                                 \
             if (pg_ >= 0 && uint(pg_) < p.n_pages) {                                               \
-                uint a_ = ((uint(pg_) * p.ps + uint(key_) % p.ps) * p.n_kv + g) * DV + f_ % DV;    \
+                uint a_ = ((uint(pg_) * p.ps + PG_IN(uint(key_))) * p.n_kv + g) * DV + f_ % DV;    \
                 xk_ = kp[a_];                                                                      \
                 xv_ = vp[a_];                                                                      \
+            } else {                                                                               \
+                kbm |= 1u << u;                                                                    \
             }                                                                                      \
         }                                                                                          \
         ld[u] = xk_;                                                                               \
         ld[NL2 + u] = xv_;                                                                         \
     }
         /* ld into the K / V tiles at base_ (bf16 converted); the block's keys with a bad page
-         * id into kbad_s[kbi_] */
+         * id (kbm) into kbad_s[kbi_] */
 #define STORE(i_, base_, kbi_)                                                                     \
     UNROLL for (uint u = 0u; u < NL2; u++) {                                                   \
         uint f_ = t + u * WG;                                                                      \
-        int key_ = kb0 + (i_) * int(BN) + int(f_ / DV);                                            \
-        if (f_ % DV == 0u && key_ >= jlo && key_ < jhi) {                                          \
-            int pg_ = idx[pt + uint(key_) / p.ps];                                                 \
-            if (pg_ < 0 || uint(pg_) >= p.n_pages)                                                 \
-                atomicOr(kbad_s[kbi_], 1u << (f_ / DV));                                           \
-        }                                                                                          \
+        if (f_ % DV == 0u && (kbm & (1u << u)) != 0u)                                              \
+            atomicOr(kbad_s[kbi_], 1u << (f_ / DV));                                               \
         UNROLL for (uint w_ = 0u; w_ < 2u; w_++) {                                             \
             uvec4 x_ = ld[w_ * NL2 + u];                                                           \
             if (KV_DT == DT_BF16)                                                                  \
@@ -597,8 +592,7 @@ void main()
                 pw[c / 2u][2u * (c % 2u) + 1u] = packHalf2x16(pr.zw);
             }
             l_run = l_run * corr + sum;
-            /* P's row at 2 uvec4s into S's: half 0 writes uvec4s 2-3 (its own floats 8-15),
-             * half 1 uvec4s 4-5 (its own 16-23) */
+            /* P's row 2 uvec4s into S's: half 0 writes uvec4s 2-3 (its floats 8-15), 1 4-5 */
             sh[so - 4u * half_ + POFF + 2u * half_] = pw[0];
             sh[so - 4u * half_ + POFF + 2u * half_ + 1u] = pw[1];
             if (half_ == 0u)
@@ -649,10 +643,12 @@ void main()
 
             /* (b) S = Q K^T: s0 keys 0-15 of the block, s1 keys 16-31 */
             ACC s0 = ACC_ZERO, s1 = ACC_ZERO;
+            FB b0, b1;
             UNROLL for (uint k = 0u; k < DT; k++) {
-                FB b0, b1;
-                LOAD_BT(b0, kt + 2u * k, LDK);
-                LOAD_BT(b1, kt + 16u * LDK + 2u * k, LDK);
+                if (k == 0u || (VAR & 32u) == 0u) {
+                    LOAD_BT(b0, kt + 2u * k, LDK);
+                    LOAD_BT(b1, kt + 16u * LDK + 2u * k, LDK);
+                }
                 MMA(s0, qf[k], b0);
                 MMA(s1, qf[k], b1);
                 if (SPLIT == 2u) {
@@ -679,25 +675,36 @@ void main()
                 EL(s1, i2) = y1;
                 EL(tm, i2) = max(y0, y1);
             }
-            ROW_MAX(tm);
+            if ((VAR & 128u) == 0u)
+                ROW_MAX(tm);
             /* the online softmax: m_acc / l_acc hold each row's running max / this element's
              * share of its sum; tm becomes the rows' rescale factors */
             UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
                 float mo = EL(m_acc, i2), mn = max(mo, EL(tm, i2));
                 /* rows with no visible key so far keep m = -inf and p = 0 */
                 float b = isinf(mn) ? 0.0 : mn;
-                float cf = exp(mo - b);
-                float p0 = exp(EL(s0, i2) - b), p1 = exp(EL(s1, i2) - b);
+                const bool nsm = (VAR & 128u) != 0u;
+                float cf = nsm ? 1.0 : exp(mo - b);
+                float p0 = nsm ? EL(s0, i2) : exp(EL(s0, i2) - b);
+                float p1 = nsm ? EL(s1, i2) : exp(EL(s1, i2) - b);
                 EL(m_acc, i2) = mn;
                 EL(tm, i2) = cf;
                 EL(l_acc, i2) = EL(l_acc, i2) * cf + (p0 + p1);
                 EL(s0, i2) = p0 * PSC;
                 EL(s1, i2) = p1 * PSC;
             }
-            /* (d) O = O diag(corr) + P V, P in registers (accumulator -> A) */
-            UNROLL for (uint j = 0u; j < DT; j++)
-                UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
-                    EL(o[j], i2) *= EL(tm, i2);
+            /* (d) O = O diag(corr) + P V, P in registers (accumulator -> A); VAR 2: no
+             * rescale where the subgroup's factors are all 1 (its rows' maxima unchanged) */
+            bool keep = (VAR & 2u) != 0u;
+            if (keep) {
+                UNROLL for (uint i2 = 0u; i2 < NEL(tm); i2++)
+                    keep = keep && EL(tm, i2) == 1.0;
+                keep = SG_ALL(keep);
+            }
+            if (!keep)
+                UNROLL for (uint j = 0u; j < DT; j++)
+                    UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
+                        EL(o[j], i2) *= EL(tm, i2);
             FA pa0, pa1, pl0, pl1;
             if (SPLIT == 2u) {
                 /* hi = P cut to 11 bits (tm, free again), lo = the rest (exact in f32) */
@@ -717,10 +724,12 @@ void main()
                 TO_A(pa0, s0);
                 TO_A(pa1, s1);
             }
+            FB v0, v1;
             UNROLL for (uint j = 0u; j < DT; j++) {
-                FB v0, v1;
-                LOAD_B(v0, kt + KVT + 2u * j, LDK);
-                LOAD_B(v1, kt + KVT + 16u * LDK + 2u * j, LDK);
+                if (j == 0u || (VAR & 64u) == 0u) {
+                    LOAD_B(v0, kt + KVT + 2u * j, LDK);
+                    LOAD_B(v1, kt + KVT + 16u * LDK + 2u * j, LDK);
+                }
                 MMA(o[j], pa0, v0);
                 MMA(o[j], pa1, v1);
                 if (SPLIT == 2u) {

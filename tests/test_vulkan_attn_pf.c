@@ -39,6 +39,10 @@
  * 2^-22 each, with slack) plus the f32 sums' bound above; normalized error
  * within ref64_tol(F32) (test_ops_attention's precise bound), and within
  * twice that of attention_decode.comp's precise result.
+ *
+ * Every module runs with LLMEM_VULKAN_ATTN_PF_VAR=0 and again with 3 (page ids
+ * by shifts for pages of 2^k keys, O's rescale by exactly 1 skipped): the
+ * same bytes.
  */
 #include "support/run.h"
 #include <check.h>
@@ -53,6 +57,7 @@
 #include "support/vk_test.h"
 
 #define MAX_STREAMS 4
+#define PF_VAR_EXACT "3" /* LLMEM_VULKAN_ATTN_PF_VAR's bits that keep the results */
 
 typedef struct pf_case {
     int32_t n_streams;
@@ -216,21 +221,23 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
     th_end(&c);
 }
 
-/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2 and _PRECISE=1 where
- * precise; *khr: whether it has KHR cooperative matrices (its log says so), *cm2 (may be
+/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2, _VAR=var and _PRECISE=1
+ * where precise; *khr: whether it has KHR cooperative matrices (its log says so), *cm2 (may be
  * NULL) VK_NV_cooperative_matrix2. */
-static llmem_backend *open_mode(const char *mode, const char *cm2_knob, bool precise, bool *khr,
-                                bool *cm2)
+static llmem_backend *open_mode(const char *mode, const char *cm2_knob, const char *var,
+                                bool precise, bool *khr, bool *cm2)
 {
     char path[] = "/tmp/llmem_attn_pf_XXXXXX";
     log_to_temp(path);
     setenv("LLMEM_VULKAN_ATTN_PF", mode, 1);
     setenv("LLMEM_VULKAN_ATTN_PF_CM2", cm2_knob, 1);
+    setenv("LLMEM_VULKAN_ATTN_PF_VAR", var, 1);
     if (precise)
         setenv("LLMEM_VULKAN_ATTN_PF_PRECISE", "1", 1);
     llmem_backend *be = open_be("vulkan");
     unsetenv("LLMEM_VULKAN_ATTN_PF");
     unsetenv("LLMEM_VULKAN_ATTN_PF_CM2");
+    unsetenv("LLMEM_VULKAN_ATTN_PF_VAR");
     unsetenv("LLMEM_VULKAN_ATTN_PF_PRECISE");
     unsetenv("LLMEM_VULKAN_LOG");
     FILE *f = fopen(path, "r");
@@ -279,11 +286,17 @@ static void pf_expect(const pf_data *d, float scale, bool precise, const double 
 START_TEST(test_attn_pf)
 {
     bool khr = false, cm2 = false, unused = false;
-    llmem_backend *emu = open_mode("3", "0", false, &unused, NULL);
-    llmem_backend *emu2 = open_mode("3", "1", false, &unused, NULL);
-    llmem_backend *real = open_mode("1", "0", false, &khr, NULL);
-    llmem_backend *real2 = open_mode("1", "1", true, &unused, &cm2);
-    llmem_backend *dec = open_mode("0", "0", false, &unused, NULL);
+    llmem_backend *emu = open_mode("3", "0", "0", false, &unused, NULL);
+    llmem_backend *emu2 = open_mode("3", "1", "0", false, &unused, NULL);
+    llmem_backend *real = open_mode("1", "0", "0", false, &khr, NULL);
+    llmem_backend *real2 = open_mode("1", "1", "0", true, &unused, &cm2);
+    llmem_backend *dec = open_mode("0", "0", "0", false, &unused, NULL);
+    /* the same modules with LLMEM_VULKAN_ATTN_PF_VAR's exact bits (1 shifts for the pages, 2
+     * O's rescale by 1 skipped): the same bits as VAR 0 */
+    llmem_backend *emu_v = open_mode("3", "0", PF_VAR_EXACT, false, &unused, NULL);
+    llmem_backend *emu2_v = open_mode("3", "1", PF_VAR_EXACT, false, &unused, NULL);
+    llmem_backend *real_v = open_mode("1", "0", PF_VAR_EXACT, false, &unused, NULL);
+    llmem_backend *real2_v = open_mode("1", "1", PF_VAR_EXACT, true, &unused, NULL);
     cm2 = cm2 && khr;
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const pf_case *k = &cases[ci];
@@ -306,6 +319,7 @@ START_TEST(test_attn_pf)
         llmem_backend *mods[6] = {emu,  emu2, khr ? real : NULL, cm2 ? real2 : NULL,
                                   k->dtype == F16 ? emu2 : NULL,
                                   k->dtype == F16 && cm2 ? real2 : NULL};
+        llmem_backend *mods_v[6] = {emu_v, emu2_v, real_v, real2_v, emu2_v, real2_v};
         const char *names[6] = {"EMU", "EMU2", "KHR", "CM2", "EMU2 precise", "CM2 precise"};
         for (int m = 0; m < 6; m++) {
             if (!mods[m])
@@ -330,6 +344,9 @@ START_TEST(test_attn_pf)
             ck_assert_msg(memcmp(out, prec, (size_t)n * sizeof *out) != 0,
                           "case %zu %s: the result is attention_decode's (the module did not run)",
                           ci, names[m]);
+            pf_run(mods_v[m], &d, pm, llmem_nan_pattern(k->dtype), clean);
+            snprintf(what, sizeof what, "case %zu %s, VAR %s vs 0", ci, names[m], PF_VAR_EXACT);
+            th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
             if (m == 2)
                 memcpy(khr_out, out, (size_t)n * sizeof *out);
             if (m == 3)
@@ -365,6 +382,10 @@ START_TEST(test_attn_pf)
         printf("test_vulkan_attn_pf: no KHR cooperative matrices here: the EMU modules only\n");
     else if (!cm2)
         printf("test_vulkan_attn_pf: no VK_NV_cooperative_matrix2 here: no CM2 module\n");
+    llmem_backend_close(real2_v);
+    llmem_backend_close(real_v);
+    llmem_backend_close(emu2_v);
+    llmem_backend_close(emu_v);
     llmem_backend_close(dec);
     llmem_backend_close(real2);
     llmem_backend_close(real);

@@ -26,12 +26,16 @@
                               * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
+#define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
+                              * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39 ms
+                              * with the Q tile read once, fast 4.77 -> 4.34) */
 
-/* What runs a call: the module, its workgroup (invocations), SPLIT (1 fast, 2 precise) and
- * STAGES (the shader's specialization constants 3 and 4). */
+/* What runs a call: the module, its workgroup (invocations), SPLIT (1 fast, 2 precise),
+ * STAGES, VAR (variant bits) and PSL (log2 of a power-of-two page size where VAR & 1, else 32):
+ * the shader's specialization constants 3 to 6. */
 typedef struct pf_cfg {
     vk_shader_id sh;
-    uint32_t wg, split, stages;
+    uint32_t wg, split, stages, var, psl;
 } pf_cfg;
 
 /* Bytes of shared memory of attention_prefill_cm.comp at workgroup wg and head dim d (its
@@ -98,6 +102,15 @@ static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
     uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
     c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
     c->stages = cm2 ? (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES) : 1;
+    /* VAR (LLMEM_VULKAN_ATTN_PF_VAR): bits 2, 32, 64, 128 are the CM2 module's only */
+    c->var = (uint32_t)VK_KNOB(v, attn_pf_var, PF_VAR_DEFAULT);
+    if (!cm2)
+        c->var &= 1u | 16u;
+    c->psl = 32;
+    uint32_t ps = (uint32_t)kv->page_size;
+    if ((c->var & 1u) && ps > 0 && (ps & (ps - 1)) == 0)
+        for (c->psl = 0; (1u << c->psl) < ps; c->psl++)
+            ;
     while (attn_pf_smem(c->wg, d, mode == 3, cm2, c->stages) > lim) {
         if (c->stages > 1)
             c->stages = 1;
@@ -127,6 +140,8 @@ static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn
     vk_op_spec(&op, (uint32_t)kv->dtype);
     vk_op_spec(&op, c->split);
     vk_op_spec(&op, c->stages);
+    vk_op_spec(&op, c->var);
+    vk_op_spec(&op, c->psl);
     uint32_t qo = vk_op_tensor(v, &op, q, false);
     uint32_t oo = vk_op_tensor(v, &op, out, true);
     vk_op_buffer(v, &op, view->idx, false);
