@@ -72,11 +72,6 @@ void kv_budget_evict(llmem_memory *mem)
         poison_page(kv, p);
 }
 
-bool page_writable(const kv_cache *kv, int32_t p)
-{
-    return kv->pool.ref[p] == 1 && !kv->pool.published[p];
-}
-
 /* Copies page `old` into page `p` (every layer's K and V, pending shifts):
  * batches of up to 32 layers' copies (llmem_buffer_copy_ranges), not one
  * device copy per layer and pool. */

@@ -273,8 +273,14 @@ void kv_drop_pages_from(kv_cache *kv, kv_seq *s, int32_t keep);
 /* kv_table.c: drops every page, token and position of s; the row goes back
  * unless keep_row (a state read refills it in place, with no allocation). */
 void kv_seq_drop(kv_cache *kv, kv_seq *s, bool keep_row);
-/* kv_cache.c */
-bool page_writable(const kv_cache *kv, int32_t p);
+/* Whether page p can be written in place: held by one page table only and
+ * not published (inline: the counting pass asks it for every sequence
+ * whose last page is partly written, 15 decode steps in 16 in pages of
+ * 16). */
+static inline bool page_writable(const kv_cache *kv, int32_t p)
+{
+    return kv->pool.ref[p] == 1 && !kv->pool.published[p];
+}
 /* Pages that hold len tokens (inline: release calls it for every
  * sequence after every step). */
 static inline int32_t n_pages_for_len(const kv_cache *kv, int32_t len)

@@ -43,7 +43,11 @@ static void release_reservations(kv_cache *kv, const llmem_plan *plan)
 {
     for (int32_t k = 0; k < plan->n_seqs; k++) {
         kv_seq *q = &kv->seqs[plan->seqs[k].id];
-        kv_drop_pages_from(kv, q, n_pages_for_len(kv, q->tokens.n));
+        int32_t keep = n_pages_for_len(kv, q->tokens.n);
+        /* nothing reserved is left after a decode step's commit: no call */
+        if (keep > 0 && q->pages.n <= keep && q->dropped <= keep)
+            continue;
+        kv_drop_pages_from(kv, q, keep);
     }
 }
 
