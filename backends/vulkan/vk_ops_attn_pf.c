@@ -27,8 +27,8 @@
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
 #define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
-                              * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39 ms
-                              * with the Q tile read once, fast 4.77 -> 4.34) */
+                              * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
+                              * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
 
 /* What runs a call: the module, its workgroup (invocations), SPLIT (1 fast, 2 precise),
  * STAGES, VAR (variant bits) and PSL (log2 of a power-of-two page size where VAR & 1, else 32):
