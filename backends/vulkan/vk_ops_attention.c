@@ -45,6 +45,13 @@
 /* calls of at most DEC_TOKENS tokens a stream of the view are decode batches (the default
  * above measured there; prefill ubatches keep the plain module unless asked) */
 #define DEC_TOKENS 4
+/* ... of at least DEC_ST_ITEMS work items (tokens x KV heads x chunks of query heads) on f16 /
+ * bf16 pools: with fewer, a workgroup of DEC_ST_WG invocations streaming its keys has a quarter
+ * of the plain module's lanes in flight, and f32 pools were not measured: the 2b shape's batch-1
+ * decode (8 items, 16 / 8 heads) took +0.17 ms a step fast (bf16 pool) and +0.40 precise (f32)
+ * with attention_decode_st.comp, where the 16- and 64-row batches (128 and 512 items) gained or
+ * kept their time (docs/benchmarks.md, "Final check of the seventeenth session") */
+#define DEC_ST_ITEMS 64
 /* attention_decode.comp's subgroup module (LLMEM_VULKAN_DEC_ATTN=1 chunks, 2 streaming
  * groups): its keys per group and round (LLMEM_VULKAN_DEC_KPG) in each loop */
 #define DEC_KPG 4
@@ -90,7 +97,8 @@ typedef struct dec_pick {
  *  0 (the default but for decode batches on NVIDIA) attention_decode.comp's plain module at
  *    ATTN_WG;
  *  1 | 2 its subgroup module (GS = 1 for 2 where kpg x r <= nv);
- *  3 (the default for decode batches, `decode`, on NVIDIA) attention_decode_st.comp
+ *  3 (the default for decode batches of DEC_ST_ITEMS work items or more on 16-bit pools,
+ *    `decode`, on NVIDIA) attention_decode_st.comp
  *    (subgroups streaming their keys) at DEC_ST_WG, KPL the largest power of two up to
  *    LLMEM_VULKAN_DEC_KPG (default DEC_KPL) with KPL x r <= nv, variant bits
  *    LLMEM_VULKAN_DEC_ST (default DEC_ST_VAR), L2 prefetch LLMEM_VULKAN_DEC_ATTN_PF steps
@@ -241,7 +249,8 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     dec_pick pk = {v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG, 0, {0, 0, 0, 0}};
     if (vec)
         pk = dec_attn_pick(v, d / ev, ev, r,
-                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n);
+                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n &&
+                               items >= DEC_ST_ITEMS && ev == 8);
     uint32_t n_split = 1, split_keys = 0;
     int32_t sk = (int32_t)VK_KNOB(v, dec_split_keys, split_keys_default(pk.sh, items, max_len));
     if (items < SPLIT_ITEMS && max_len > 2 * sk) {
