@@ -93,19 +93,6 @@ typedef struct dec_pick {
     uint32_t spec[4];
 } dec_pick;
 
-/* The module for rows of nv 16-byte vectors of ev elements at r query heads a workgroup:
- *  0 (the default but for decode batches on NVIDIA) attention_decode.comp's plain module at
- *    ATTN_WG;
- *  1 | 2 its subgroup module (GS = 1 for 2 where kpg x r <= nv);
- *  3 (the default for decode batches of DEC_ST_ITEMS work items or more on 16-bit pools,
- *    `decode`, on NVIDIA) attention_decode_st.comp
- *    (subgroups streaming their keys) at DEC_ST_WG, KPL the largest power of two up to
- *    LLMEM_VULKAN_DEC_KPG (default DEC_KPL) with KPL x r <= nv, variant bits
- *    LLMEM_VULKAN_DEC_ST (default DEC_ST_VAR), L2 prefetch LLMEM_VULKAN_DEC_ATTN_PF steps
- *    ahead (default DEC_ATTN_PFD);
- * each where the device runs it (shuffles in compute shaders, nv a power of two within a
- * subgroup of at most 64 lanes, a workgroup of whole subgroups, the shared memory within the
- * limit), else the plain module. */
 /* Keys a split where LLMEM_VULKAN_DEC_SPLIT_KEYS is unset, for `items` work items whose longest
  * query sees max_len keys: SPLIT_KEYS, or SPLIT_KEYS_ST for attention_decode_st.comp where
  * those splits still give at least SPLIT_ST_WGS workgroups (fewer merges; measured at the bench
@@ -119,12 +106,26 @@ static int32_t split_keys_default(vk_shader_id sh, uint64_t items, int32_t max_l
     return items * n >= SPLIT_ST_WGS ? SPLIT_KEYS_ST : SPLIT_KEYS;
 }
 
+/* The module for rows of nv 16-byte vectors of ev elements at r query heads a workgroup:
+ *  0 (the default but for decode batches on NVIDIA) attention_decode.comp's plain module at
+ *    ATTN_WG;
+ *  1 | 2 its subgroup module (GS = 1 for 2 where kpg x r <= nv);
+ *  3 (the default on NVIDIA for decode batches, `decode`, of at least DEC_ST_ITEMS work
+ *    items on 16-bit pools, ev 8) attention_decode_st.comp
+ *    (subgroups streaming their keys) at DEC_ST_WG, KPL the largest power of two up to
+ *    LLMEM_VULKAN_DEC_KPG (default DEC_KPL) with KPL x r <= nv, variant bits
+ *    LLMEM_VULKAN_DEC_ST (default DEC_ST_VAR), L2 prefetch LLMEM_VULKAN_DEC_ATTN_PF steps
+ *    ahead (default DEC_ATTN_PFD);
+ * each where the device runs it (shuffles in compute shaders, nv a power of two within a
+ * subgroup of at most 64 lanes, a workgroup of whole subgroups, the shared memory within the
+ * limit), else the plain module. */
 static dec_pick dec_attn_pick(const vk_backend *v, uint32_t nv, uint32_t ev, uint32_t r,
-                              bool decode)
+                              bool decode, uint64_t items)
 {
     dec_pick pk = {VK_SH_ATTENTION_DECODE, ATTN_WG, 0, {0, 0, 0, 0}};
-    long mode = VK_KNOB(v, dec_attn, v->props.vendorID == VENDOR_NVIDIA && decode ? DEC_ATTN_NVIDIA
-                                                                                 : DEC_ATTN_OTHER);
+    bool st_default = v->props.vendorID == VENDOR_NVIDIA && decode && items >= DEC_ST_ITEMS &&
+                      ev == 8;
+    long mode = VK_KNOB(v, dec_attn, st_default ? DEC_ATTN_NVIDIA : DEC_ATTN_OTHER);
     if (mode == 0 || !v->subgroup || !v->sg_shuffle)
         return pk;
     uint32_t sgs = v->subgroup_size;
@@ -249,8 +250,7 @@ llmem_status vk_op_attention_paged(llmem_backend *be, const llmem_attn_params *p
     dec_pick pk = {v->subgroup ? VK_SH_ATTENTION_SG : VK_SH_ATTENTION, ATTN_WG, 0, {0, 0, 0, 0}};
     if (vec)
         pk = dec_attn_pick(v, d / ev, ev, r,
-                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n &&
-                               items >= DEC_ST_ITEMS && ev == 8);
+                           (uint64_t)n_tok <= (uint64_t)DEC_TOKENS * (uint64_t)kv->seq_len.n, items);
     uint32_t n_split = 1, split_keys = 0;
     int32_t sk = (int32_t)VK_KNOB(v, dec_split_keys, split_keys_default(pk.sh, items, max_len));
     if (items < SPLIT_ITEMS && max_len > 2 * sk) {
