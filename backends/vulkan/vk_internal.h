@@ -689,6 +689,12 @@ llmem_status vk_attn_pf(vk_backend *v, const llmem_attn_params *p, const llmem_v
  * (vk_ops_attention.c). */
 void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params *p, uint32_t qo,
                      uint32_t oo);
+/* Binds a paged attention shader's first five bindings: q (0) and out (1, written) as
+ * tensors, the view's index buffer (2) and the K and V pools (3, 4) whole (vk_op_buffer:
+ * pools of several chunks through a copy); *qo, *oo get q's and out's element offsets for
+ * vk_attn_push_kv (vk_ops_attention.c). */
+void vk_attn_bind(vk_backend *v, vk_op *op, const llmem_view *view, llmem_ct *q,
+                  llmem_ct *out, uint32_t *qo, uint32_t *oo);
 llmem_status vk_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_t state, llmem_ct *x,
                             llmem_ct *w, llmem_ct *b, llmem_ct *out);
 llmem_status vk_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p, const llmem_view *view,

@@ -83,6 +83,17 @@ void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params
     vk_op_u32(op, vk_table_word(&kv->tok_seq));
 }
 
+void vk_attn_bind(vk_backend *v, vk_op *op, const llmem_view *view, llmem_ct *q,
+                  llmem_ct *out, uint32_t *qo, uint32_t *oo)
+{
+    const llmem_kv_view *kv = llmem_view_kv(view);
+    *qo = vk_op_tensor(v, op, q, false);
+    *oo = vk_op_tensor(v, op, out, true);
+    vk_op_buffer(v, op, view->idx, false);
+    vk_op_buffer(v, op, kv->k, false);
+    vk_op_buffer(v, op, kv->v, false);
+}
+
 /* The decode attention's module (LLMEM_VULKAN_DEC_ATTN), its workgroup and, for the subgroup
  * modules, specialization constants 6.. (attention_decode_sg: KPG_SG and GS;
  * attention_decode_st: KPL, SGS, VAR and PFD). */

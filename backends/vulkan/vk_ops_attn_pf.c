@@ -142,11 +142,8 @@ static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn
     vk_op_spec(&op, c->stages);
     vk_op_spec(&op, c->var);
     vk_op_spec(&op, c->psl);
-    uint32_t qo = vk_op_tensor(v, &op, q, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, kv->k, false);
-    vk_op_buffer(v, &op, kv->v, false);
+    uint32_t qo, oo;
+    vk_attn_bind(v, &op, view, q, out, &qo, &oo);
     vk_op_u32(&op, n_tok);
     vk_op_u32(&op, n_heads);
     vk_op_u32(&op, n_kv);

@@ -70,11 +70,8 @@ llmem_status vk_op_attention_q(llmem_backend *be, const llmem_attn_params *p,
     vk_op op;
     vk_op_init(&op, VK_SH_ATTENTION_Q, QATTN_WG);
     vk_op_spec(&op, (uint32_t)kv->dtype);
-    uint32_t qo = vk_op_tensor(v, &op, q, false);
-    uint32_t oo = vk_op_tensor(v, &op, out, true);
-    vk_op_buffer(v, &op, view->idx, false);
-    vk_op_buffer(v, &op, kv->k, false);
-    vk_op_buffer(v, &op, kv->v, false);
+    uint32_t qo, oo;
+    vk_attn_bind(v, &op, view, q, out, &qo, &oo);
     vk_op_u32(&op, n_tok);
     vk_op_u32(&op, n_heads);
     vk_op_u32(&op, (uint32_t)kv->n_kv_heads);
