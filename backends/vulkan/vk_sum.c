@@ -688,6 +688,22 @@ static bool pair_w_eq(const struct vk_pair_w *a, const struct vk_pair_w *b)
     return a->buf == b->buf && a->off == b->off && a->n == b->n && a->k == b->k;
 }
 
+/* Whether the product before (v->pair_last) had m rows and w's shape: the first of a pair
+ * whose second w is. */
+static bool pair_last_fits(const vk_backend *v, const struct vk_pair_w *w, uint32_t m)
+{
+    return v->pair_last.m == m && v->pair_last.w.n == w->n && v->pair_last.w.k == w->k;
+}
+
+/* Whether w is remembered as the first of a pair (vk_pair_learn). */
+static bool pair_first_known(const vk_backend *v, const struct vk_pair_w *w)
+{
+    for (uint32_t i = 0; i < v->pair_n; i++)
+        if (pair_w_eq(&v->pair_first[i], w))
+            return true;
+    return false;
+}
+
 bool vk_pair_plan(const vk_backend *v, const struct vk_pair_w *w, uint32_t m, uint32_t split,
                   bool parked)
 {
@@ -695,25 +711,17 @@ bool vk_pair_plan(const vk_backend *v, const struct vk_pair_w *w, uint32_t m, ui
         m > 64)
         return false;
     if (parked) /* the second: where the first (the product just before) was planned so */
-        return v->pair_last.planned && v->pair_last.m == m && v->pair_last.w.n == w->n &&
-               v->pair_last.w.k == w->k;
-    for (uint32_t i = 0; i < v->pair_n; i++)
-        if (pair_w_eq(&v->pair_first[i], w))
-            return true;
-    return false;
+        return v->pair_last.planned && pair_last_fits(v, w, m);
+    return pair_first_known(v, w);
 }
 
 void vk_pair_learn(vk_backend *v, const struct vk_pair_w *w, uint32_t m, bool parked,
                    bool planned)
 {
     const struct vk_pair_w *f = &v->pair_last.w;
-    if (parked && f->buf && v->pair_last.m == m && f->n == w->n && f->k == w->k) {
-        bool known = false;
-        for (uint32_t i = 0; i < v->pair_n && !known; i++)
-            known = pair_w_eq(&v->pair_first[i], f);
-        if (!known && v->pair_n < VK_PAIR_FIRST_MAX)
-            v->pair_first[v->pair_n++] = *f;
-    }
+    if (parked && f->buf && pair_last_fits(v, w, m) && !pair_first_known(v, f) &&
+        v->pair_n < VK_PAIR_FIRST_MAX)
+        v->pair_first[v->pair_n++] = *f;
     v->pair_last = (struct vk_pair_last){*w, m, planned && !parked};
 }
 
