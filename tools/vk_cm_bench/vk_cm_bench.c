@@ -10,6 +10,9 @@
  *                                    mma_sh.comp): workgroups of 128, FLOPS
  *                                    per subgroup and round
  *     NAME simt GROUPS ITERS FLOPS   the same with FLOPS per invocation
+ *     NAME fa   GROUPS ITERS FLOPS   the same with workgroups of 256 (fa_probe.comp),
+ *                                    also ns a round (block) an SM: GROUPS
+ *                                    a multiple of the H200's 132 SMs
  *     NAME gemm M N K WG SGM FM FN SPLIT BK [STAGES [SLICES [RAW]]]
  *                                    a shader with matmul_cm.comp's bindings,
  *                                    push and specialization constants (ids
@@ -699,7 +702,8 @@ int main(int argc, char **argv)
         bool gemm = got >= 11 && got <= 14 && strcmp(kind, "gemm") == 0;
         if (got == 11)
             v[9] = 1;
-        bool mma = got == 5 && (strcmp(kind, "mma") == 0 || strcmp(kind, "simt") == 0);
+        bool mma = got == 5 && (strcmp(kind, "mma") == 0 || strcmp(kind, "simt") == 0 ||
+                                 strcmp(kind, "fa") == 0);
         if (!gemm && !mma) {
             if (got > 0 && name[0] != '#')
                 fprintf(stderr, "vk_cm_bench: skipped line: %s", line);
@@ -729,8 +733,12 @@ int main(int argc, char **argv)
                 double s = timed(pipe, &v[1], 4, v[0], 1);
                 best = s < best ? s : best;
             }
-            double units = (double)v[0] * (strcmp(kind, "simt") == 0 ? 128 : 4);
-            printf("%-24s %8.3f ms %8.1f TFLOP/s\n", name, best * 1e3, units * v[1] * v[2] / best * 1e-12);
+            bool fa = strcmp(kind, "fa") == 0;
+            double units = (double)v[0] * (strcmp(kind, "simt") == 0 ? 128 : fa ? 8 : 4);
+            printf("%-24s %8.3f ms %8.1f TFLOP/s", name, best * 1e3, units * v[1] * v[2] / best * 1e-12);
+            if (fa) /* rounds an SM: ITERS for each of GROUPS / 132 workgroups */
+                printf(" %8.1f ns a block an SM (%u a SM)", best * 1e9 / v[1] / (v[0] / 132.0), v[0] / 132);
+            printf("\n");
         }
         fflush(stdout);
         vkDestroyPipeline(g.dev, pipe, NULL);
