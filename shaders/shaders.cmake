@@ -52,7 +52,8 @@ set(LLMEM_VK_SHADER_LIST
   "ssm_scan:ssm_scan.comp"
   "ssm_scan_dec:ssm_scan_decode.comp"
   "ssm_scan_dec_sg:ssm_scan_decode.comp:USE_SUBGROUP=1"
-  "state_gather:state_gather.comp")
+  "state_gather:state_gather.comp"
+  "attention_prefill_fa_emu:attention_prefill_fa.comp:EMU=1")
 
 set(LLMEM_VK_SHADER_DIR ${CMAKE_CURRENT_LIST_DIR})
 
@@ -109,8 +110,11 @@ set(LLMEM_VK_KHR_SHADERS
 # shaders on GL_NV_cooperative_matrix2, which glslang 15 compiles only for SPIR-V 1.6
 # (--target-env vulkan1.3; the plugin asks for Vulkan 1.3 where it may run them).
 # matmul_cm2.comp: the prefill GEMM on workgroup-scope matrices (above 64 rows).
+# attention_prefill_fa.comp: the one-pass fast-mode prefill attention (its -DEMU=1 entry,
+# attention_prefill_fa_emu, is listed in LLMEM_VK_SHADER_LIST above).
 set(LLMEM_VK_KHR_ONLY_SHADERS
-  "matmul_cm2")
+  "matmul_cm2"
+  "attention_prefill_fa")
 list(APPEND LLMEM_VK_KHR_SHADERS ${LLMEM_VK_KHR_ONLY_SHADERS})
 
 # KHR modules compiled again with -DCM2=1 (GL_NV_cooperative_matrix2's row reductions and

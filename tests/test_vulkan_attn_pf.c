@@ -43,6 +43,13 @@
  * Every module runs with LLMEM_VULKAN_ATTN_PF_VAR=0 and again with 3 (page ids
  * by shifts for pages of 2^k keys, O's rescale by exactly 1 skipped): the
  * same bytes.
+ *
+ * The one-pass module (shaders/attention_prefill_fa.comp, LLMEM_VULKAN_ATTN_PF_FA=1) takes
+ * fast-arithmetic calls whose tiles each hold one stream's tokens: its own cases (streams of
+ * multiples of 32 new tokens) run its EMU module everywhere and, where the device has
+ * coopmat2, the real one (head dim 128), with the same checks against float64, and the
+ * backend's log must say that its pipeline ran; a case whose tiles span streams must leave
+ * the call to the other modules (the EMU2 module's bytes, and no such pipeline).
  */
 #include "support/run.h"
 #include <check.h>
@@ -221,11 +228,12 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
     th_end(&c);
 }
 
-/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2, _VAR=var and _PRECISE=1
- * where precise; *khr: whether it has KHR cooperative matrices (its log says so), *cm2 (may be
- * NULL) VK_NV_cooperative_matrix2. */
-static llmem_backend *open_mode(const char *mode, const char *cm2_knob, const char *var,
-                                bool precise, bool *khr, bool *cm2)
+/* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2, _VAR=var, _PRECISE=1
+ * where precise and _FA=1 where keep_log (which then receives the path of its log, kept for
+ * log_says; unlinked otherwise); *khr: whether it has KHR cooperative matrices (its log says
+ * so), *cm2 (may be NULL) VK_NV_cooperative_matrix2. */
+static llmem_backend *open_mode_log(const char *mode, const char *cm2_knob, const char *var,
+                                    bool precise, bool *khr, bool *cm2, char *keep_log)
 {
     char path[] = "/tmp/llmem_attn_pf_XXXXXX";
     log_to_temp(path);
@@ -234,11 +242,14 @@ static llmem_backend *open_mode(const char *mode, const char *cm2_knob, const ch
     setenv("LLMEM_VULKAN_ATTN_PF_VAR", var, 1);
     if (precise)
         setenv("LLMEM_VULKAN_ATTN_PF_PRECISE", "1", 1);
+    if (keep_log)
+        setenv("LLMEM_VULKAN_ATTN_PF_FA", "1", 1);
     llmem_backend *be = open_be("vulkan");
     unsetenv("LLMEM_VULKAN_ATTN_PF");
     unsetenv("LLMEM_VULKAN_ATTN_PF_CM2");
     unsetenv("LLMEM_VULKAN_ATTN_PF_VAR");
     unsetenv("LLMEM_VULKAN_ATTN_PF_PRECISE");
+    unsetenv("LLMEM_VULKAN_ATTN_PF_FA");
     unsetenv("LLMEM_VULKAN_LOG");
     FILE *f = fopen(path, "r");
     ck_assert_msg(f != NULL, "log %s", path);
@@ -252,8 +263,30 @@ static llmem_backend *open_mode(const char *mode, const char *cm2_knob, const ch
     if (cm2)
         *cm2 = has2;
     fclose(f);
-    unlink(path);
+    if (keep_log)
+        strcpy(keep_log, path);
+    else
+        unlink(path);
     return be;
+}
+
+static llmem_backend *open_mode(const char *mode, const char *cm2_knob, const char *var,
+                                bool precise, bool *khr, bool *cm2)
+{
+    return open_mode_log(mode, cm2_knob, var, precise, khr, cm2, NULL);
+}
+
+/* Whether the log at path holds a line containing what. */
+static bool log_says(const char *path, const char *what)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "log %s", path);
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
 }
 
 /* The checks of the top on one module's output. */
@@ -394,6 +427,98 @@ START_TEST(test_attn_pf)
 }
 END_TEST
 
+/* attention_prefill_fa.comp's cases: every stream's new tokens a multiple of 32 (the tiles of
+ * 32, 64 or 128 tokens at GQA 4:1, 2:1, 1:1 on 256 invocations, half that on 128, each hold one
+ * stream's tokens), after histories */
+static const pf_case fa_cases[] = {
+    /* GQA 4:1, hd 128, f16, pages of 16: chunks after histories, a whole prefill */
+    {3, {100, 32, 160}, {64, 32, 96}, 16, 2, 8, 128, F16, 0.0f, 0, false},
+    /* GQA 2:1, hd 128, bf16, pages of 1, a stream of 128 after 70 */
+    {2, {198, 64}, {128, 64}, 1, 4, 8, 128, BF16, 0.0f, 0, false},
+    /* GQA 4:1, hd 128, f16, pages of 64, window and softcap, page-table rows */
+    {2, {233, 96}, {64, 96}, 64, 1, 4, 128, F16, 30.0f, 60, true},
+    /* 1:1, hd 64 (the EMU module only), f16, pages of 64 */
+    {2, {200, 128}, {128, 128}, 64, 2, 2, 64, F16, 0.0f, 0, false},
+};
+
+START_TEST(test_attn_pf_fa)
+{
+    bool khr = false, cm2 = false, unused = false;
+    char log_emu[64], log_real[64], log_other[64];
+    llmem_backend *emu = open_mode_log("3", "1", "0", false, &unused, NULL, log_emu);
+    llmem_backend *real = open_mode_log("1", "1", "0", false, &khr, &cm2, log_real);
+    llmem_backend *other = open_mode_log("3", "1", "0", false, &unused, NULL, log_other);
+    llmem_backend *emu2 = open_mode("3", "1", "0", false, &unused, NULL);
+    llmem_backend *dec = open_mode("0", "0", "0", false, &unused, NULL);
+    cm2 = cm2 && khr;
+    for (size_t ci = 0; ci < sizeof fa_cases / sizeof fa_cases[0]; ci++) {
+        const pf_case *k = &fa_cases[ci];
+        th_ctx h;
+        th_begin(&h, NULL);
+        pf_data d;
+        pf_make(&h, k, 4300 + ci, &d);
+        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
+                               .window = k->window, .fast = 1};
+        int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
+        double *out = th_vec(&h, n), *clean = th_vec(&h, n), *model = th_vec(&h, n);
+        double *wv = th_vec(&h, n), *prec = th_vec(&h, n);
+        pf_model(&d, &p, false, model, wv);
+        llmem_attn_params pp = p;
+        pp.fast = 0;
+        pf_run(dec, &d, &pp, llmem_nan_pattern(k->dtype), prec);
+        llmem_backend *mods[2] = {emu, cm2 && k->head_dim == 128 ? real : NULL};
+        const char *names[2] = {"FA EMU", "FA"};
+        for (int m = 0; m < 2; m++) {
+            if (!mods[m])
+                continue;
+            char what[160];
+            pf_run(mods[m], &d, &p, llmem_nan_pattern(k->dtype), out);
+            pf_run(mods[m], &d, &p, 0u, clean);
+            snprintf(what, sizeof what, "case %zu %s, NaN vs zero pools", ci, names[m]);
+            th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
+            snprintf(what, sizeof what, "case %zu %s (%s, ps %d, hd %d, %d/%d heads)", ci,
+                     names[m], llmem_dtype_name(k->dtype), k->page_size, k->head_dim,
+                     k->n_heads, k->n_kv_heads);
+            pf_expect(&d, p.scale, false, out, model, wv, what);
+            snprintf(what, sizeof what, "case %zu %s against attention_decode", ci, names[m]);
+            th_expect_close(out, prec, n, 4.0 * ldexp(1.0, -11), what);
+        }
+        th_end(&h);
+    }
+    ck_assert_msg(log_says(log_emu, "pipeline attention_prefill_fa_emu created"),
+                  "the FA EMU module did not run");
+    if (cm2)
+        ck_assert_msg(log_says(log_real, "pipeline attention_prefill_fa_khr created"),
+                      "the FA module did not run");
+    /* tiles across streams (cases[1]: 100, 49 and 37 new tokens): the other modules */
+    {
+        th_ctx h;
+        th_begin(&h, NULL);
+        pf_data d;
+        pf_make(&h, &cases[1], 4390, &d);
+        llmem_attn_params p = {.scale = 1.0f / sqrtf(128.0f), .fast = 1};
+        int64_t n = (int64_t)d.n_tok * cases[1].n_heads * cases[1].head_dim;
+        double *out = th_vec(&h, n), *ref = th_vec(&h, n);
+        pf_run(other, &d, &p, 0u, out);
+        pf_run(emu2, &d, &p, 0u, ref);
+        th_expect_same_bytes(out, ref, (size_t)n * sizeof *out, "tiles across streams");
+        ck_assert_msg(!log_says(log_other, "attention_prefill_fa"),
+                      "tiles across streams ran the FA module");
+        th_end(&h);
+    }
+    if (!cm2)
+        printf("test_vulkan_attn_pf: no VK_NV_cooperative_matrix2 here: the FA EMU module only\n");
+    llmem_backend_close(dec);
+    llmem_backend_close(emu2);
+    llmem_backend_close(other);
+    llmem_backend_close(real);
+    llmem_backend_close(emu);
+    unlink(log_emu);
+    unlink(log_real);
+    unlink(log_other);
+}
+END_TEST
+
 int main(void)
 {
     if (!vulkan_opens("test_vulkan_attn_pf", "nothing to run"))
@@ -402,6 +527,7 @@ int main(void)
     TCase *tc = tcase_create("attn_pf");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_attn_pf);
+    tcase_add_test(tc, test_attn_pf_fa);
     suite_add_tcase(s, tc);
     return test_run_suite(s);
 }

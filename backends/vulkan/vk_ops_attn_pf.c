@@ -17,7 +17,10 @@
  * Two modules: the KHR one (S / P through shared memory) and, where the device has
  * VK_NV_cooperative_matrix2's row reductions and conversions, its CM2 build
  * (LLMEM_VULKAN_ATTN_PF_CM2: P in registers, a two-stage K / V ring, and the precise
- * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). */
+ * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). With
+ * LLMEM_VULKAN_ATTN_PF_FA=1, fast-arithmetic calls whose tiles each hold one stream's tokens
+ * run shaders/attention_prefill_fa.comp instead (one pass a tile; head dim 128 where the
+ * device also has coopmat2's per-element operations; its EMU module under mode 3). */
 #define PF_WG 256     /* 8 subgroups of 16 rows: tiles of 128 (token, head) rows (default) */
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
@@ -26,6 +29,7 @@
                               * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
+#define PF_FA_DEFAULT 0      /* attention_prefill_fa.comp for the calls it takes */
 #define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
                               * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
                               * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
@@ -36,6 +40,7 @@
 typedef struct pf_cfg {
     vk_shader_id sh;
     uint32_t wg, split, stages, var, psl;
+    bool fa; /* attention_prefill_fa.comp: its own constants (attn_pf_run) */
 } pf_cfg;
 
 /* Bytes of shared memory of attention_prefill_cm.comp at workgroup wg and head dim d (its
@@ -49,10 +54,82 @@ static uint32_t attn_pf_smem(uint32_t wg, uint32_t d, bool emu, bool cm2, uint32
     return nsh * 16 + bm * 16 + 36 + (emu ? wg * 4 : 0) + (emu && cm2 ? wg * 32 : 0);
 }
 
+/* Bytes of shared memory of attention_prefill_fa.comp (its NSH uvec4s, row bounds, pass and
+ * bad-page words; EMU's exchanges). */
+static uint32_t attn_fa_smem(uint32_t wg, uint32_t d, bool emu, uint32_t stages)
+{
+    uint32_t nw = wg / 32, bm = 16 * nw, ldk = d / 8 + 1, kvt = PF_BN * ldk;
+    uint32_t nsh = stages * 2 * kvt > nw * 80 ? stages * 2 * kvt : nw * 80;
+    nsh = nsh > bm * ldk ? nsh : bm * ldk;
+    return nsh * 16 + bm * 8 + 36 + (emu ? wg * 4 + wg * 32 : 0);
+}
+
+/* Whether every tile of tt consecutive tokens holds one stream's tokens (ts: the tokens'
+ * streams, n_tok of them): attention_prefill_fa.comp runs one pass a tile. */
+static bool tiles_one_stream(const int32_t *ts, uint32_t n_tok, uint32_t tt)
+{
+    for (uint32_t t0 = 0; t0 < n_tok; t0 += tt) {
+        uint32_t end = n_tok - t0 > tt ? t0 + tt : n_tok;
+        for (uint32_t i = t0 + 1; i < end; i++)
+            if (ts[i] != ts[t0])
+                return false;
+    }
+    return true;
+}
+
+/* attention_prefill_fa.comp for a fast-arithmetic call (mode 1 fast, mode 2 any, mode 3 its
+ * EMU module), where LLMEM_VULKAN_ATTN_PF_FA asks for it, the device runs it and the tiles
+ * each hold one stream's tokens; false leaves the call to the other modules. */
+static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
+                         const llmem_kv_view *kv, uint32_t n_tok, uint32_t n_heads, long mode,
+                         pf_cfg *c)
+{
+    uint32_t d = (uint32_t)kv->head_dim;
+    if (VK_KNOB(v, attn_pf_fa, PF_FA_DEFAULT) == 0 || (!p->fast && mode != 2))
+        return false;
+    if (mode == 3) {
+        c->sh = VK_SH_ATTENTION_PREFILL_FA_EMU;
+    } else {
+        const vk_cm2_features *f = &v->cm2.features;
+        if (d != 128 || !v->coopmat_khr || !v->coopmat2 || !v->subgroup ||
+            v->subgroup_size != 32 || !f->cooperativeMatrixReductions ||
+            !f->cooperativeMatrixConversions || !f->cooperativeMatrixPerElementOperations ||
+            vk_shader_codes[VK_SH_ATTENTION_PREFILL_FA_KHR].size < 20)
+            return false;
+        c->sh = VK_SH_ATTENTION_PREFILL_FA_KHR;
+    }
+    uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
+    c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
+    c->stages = (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES);
+    while (attn_fa_smem(c->wg, d, mode == 3, c->stages) > lim) {
+        if (c->stages > 1)
+            c->stages = 1;
+        else if (c->wg > 128)
+            c->wg = 128;
+        else
+            return false;
+    }
+    if (mode != 3 && c->wg != PF_WG)
+        return false; /* the real module is built for PF_WG invocations */
+    uint32_t bm = 16 * (c->wg / 32), n_rep = n_heads / (uint32_t)kv->n_kv_heads;
+    uint32_t hh = n_rep < bm ? n_rep : bm;
+    if (!tiles_one_stream(kv->tok_seq.host, n_tok, bm / hh))
+        return false;
+    c->split = 1;
+    c->var = 0;
+    c->fa = true;
+    c->psl = 32;
+    uint32_t ps = (uint32_t)kv->page_size;
+    if (ps > 0 && (ps & (ps - 1)) == 0)
+        for (c->psl = 0; (1u << c->psl) < ps; c->psl++)
+            ;
+    return true;
+}
+
 /* Whether the prefill attention takes this call, and how (*c); false where
  * attention_decode.comp runs it (see above). */
 static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
-                         const llmem_kv_view *kv, uint32_t n_tok, pf_cfg *c)
+                         const llmem_kv_view *kv, uint32_t n_tok, uint32_t n_heads, pf_cfg *c)
 {
     long mode = VK_KNOB(v, attn_pf, PF_DEFAULT);
     uint32_t d = (uint32_t)kv->head_dim;
@@ -71,6 +148,9 @@ static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
         runs += ts[i] != ts[i - 1];
     if (n_tok < (uint64_t)PF_TOKENS * runs)
         return false;
+    c->fa = false;
+    if (attn_fa_pick(v, p, kv, n_tok, n_heads, mode, c))
+        return true;
     bool khr = v->coopmat_khr && v->sg_shuffle &&
                vk_shader_codes[VK_SH_ATTENTION_PREFILL_CM_KHR].size >= 20;
     bool cm2_dev = khr && v->coopmat2 && v->cm2.features.cooperativeMatrixReductions &&
@@ -136,14 +216,23 @@ static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn
     uint32_t n_hc = (n_rep + hh - 1) / hh, n_tiles = (n_tok + tt - 1) / tt;
     vk_op op;
     vk_op_init(&op, c->sh, wg);
-    vk_op_spec(&op, (uint32_t)kv->head_dim);
-    vk_op_spec(&op, (uint32_t)kv->dtype);
-    vk_op_spec(&op, c->split);
-    vk_op_spec(&op, c->stages);
-    vk_op_spec(&op, c->var);
-    vk_op_spec(&op, c->psl);
     uint32_t qo, oo;
     vk_attn_bind(v, &op, view, q, out, &qo, &oo);
+    vk_op_spec(&op, (uint32_t)kv->head_dim);
+    vk_op_spec(&op, (uint32_t)kv->dtype);
+    if (c->fa) {
+        /* attention_prefill_fa.comp: STAGES, SOFTCAP, PSL, VEC (16-byte Q and O vectors where
+         * the bindings start on 16 bytes and both tensors 4 floats into them) */
+        vk_op_spec(&op, c->stages);
+        vk_op_spec(&op, p->softcap > 0.0f ? 1u : 0u);
+        vk_op_spec(&op, c->psl);
+        vk_op_spec(&op, v->storage_align % 16 == 0 && qo % 4 == 0 && oo % 4 == 0 ? 1u : 0u);
+    } else {
+        vk_op_spec(&op, c->split);
+        vk_op_spec(&op, c->stages);
+        vk_op_spec(&op, c->var);
+        vk_op_spec(&op, c->psl);
+    }
     vk_op_u32(&op, n_tok);
     vk_op_u32(&op, n_heads);
     vk_op_u32(&op, n_kv);
@@ -161,6 +250,6 @@ llmem_status vk_attn_pf(vk_backend *v, const llmem_attn_params *p, const llmem_v
                         llmem_ct *q, llmem_ct *out, bool *taken)
 {
     pf_cfg c;
-    *taken = attn_pf_pick(v, p, llmem_view_kv(view), (uint32_t)q->ne[0], &c);
+    *taken = attn_pf_pick(v, p, llmem_view_kv(view), (uint32_t)q->ne[0], (uint32_t)q->ne[1], &c);
     return *taken ? attn_pf_run(v, &c, p, view, q, out) : LLMEM_OK;
 }
