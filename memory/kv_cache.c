@@ -29,8 +29,13 @@ void clear_page_shift(kv_cache *kv, int32_t p)
     kv->page_shift[p] = 0;
 }
 
+static void kv_mag_drain_all(kv_cache *kv);
+
 int32_t kv_alloc_page(kv_cache *kv)
 {
+    /* empty pages in magazines go back before any cached page is evicted */
+    if (kv->pool.n_free == 0 && kv->mag_total > 0)
+        kv_mag_drain_all(kv);
     bool was_cached = false;
     int32_t p = page_pool_alloc(&kv->pool, &was_cached);
     if (p < 0)
@@ -54,6 +59,32 @@ void kv_unref_page(kv_cache *kv, int32_t p)
          * kind goes until the budget holds it (at worst this page) */
         prefix_budget_make_room(kv->budget, 0);
     }
+}
+
+/* --- page magazines (kv_internal.h kv_cache.mag) ------------------------- */
+
+void kv_mag_drain(kv_cache *kv, kv_seq *s)
+{
+    for (int32_t k = s->mag_at; k < s->mag_end; k++) /* refcount 1 -> free (never published) */
+        kv_unref_page(kv, *kv_mag_at(kv, (int32_t)(s - kv->seqs), k));
+    kv->mag_total -= s->mag_end - s->mag_at;
+    s->mag_at = s->mag_end = 0;
+}
+
+static void kv_mag_drain_all(kv_cache *kv)
+{
+    for (int32_t s = 0; s < kv->base.n_seq_max && kv->mag_total > 0; s++)
+        if (kv->seqs[s].mag_at < kv->seqs[s].mag_end)
+            kv_mag_drain(kv, &kv->seqs[s]);
+}
+
+int32_t kv_mag_quota(const kv_cache *kv, int32_t n_seqs)
+{
+    if (kv->mag_cap == 0 || n_seqs <= 0 || kv->shift_pending)
+        return 0;
+    int64_t spare = (int64_t)kv->pool.n_free - kv->mag_floor, q = spare / n_seqs;
+    q = q < kv->mag_cap ? q : kv->mag_cap;
+    return q >= 2 ? (int32_t)q : 0; /* one page is the plain path's */
 }
 
 /* The prefix budget evicts this cache's least recently used cached page
@@ -204,6 +235,8 @@ static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bo
     if (dry)
         return LLMEM_OK;
     int32_t pa = a / ps, pb = b / ps;
+    if (s->mag_at < s->mag_end) /* the entries past the table move */
+        kv_mag_drain(kv, s);
     for (int32_t k = pa; k < pb; k++)
         kv_unref_page(kv, s->pages.v[k]);
     memmove(s->pages.v + pa, s->pages.v + pb, (size_t)(s->pages.n - pb) * sizeof *s->pages.v);
@@ -316,7 +349,7 @@ static llmem_status shift_positions(kv_cache *kv, int32_t seq, int32_t p0, int32
             n_cow += kv->pool.ref[s->pages.v[last_page]] > 1;
         }
     }
-    if (n_cow > page_pool_available(&kv->pool))
+    if (n_cow > kv_available(kv))
         return LLMEM_E_NO_SPACE;
     /* shifted positions are stored (in the dry run too, so that the real
      * one cannot fail for it) */
@@ -401,7 +434,9 @@ static llmem_status kv_clear(llmem_memory *mem, bool data)
         seq_pos_clear(&q->pos);
         q->row = -1;
         q->row_cap = q->dropped = q->lost = 0;
+        q->mag_at = q->mag_end = 0;
     }
+    kv->mag_total = 0; /* the pool's reset frees their pages */
     page_rows_reset(&kv->rows);
     page_pool_reset(&kv->pool);
     host_tier_drop_owner(kv->host, kv);
@@ -418,9 +453,9 @@ static void kv_get_stats(llmem_memory *mem, llmem_memory_stats *st)
     kv_cache *kv = kv_of(mem);
     st->type = "kv_cache";
     st->pages_total = kv->p.n_pages;
-    st->pages_free = kv->pool.n_free;
+    st->pages_free = kv->pool.n_free + kv->mag_total; /* magazines hold empty pages */
     st->pages_cached = kv->pool.n_cached;
-    st->pages_used = page_pool_used(&kv->pool);
+    st->pages_used = page_pool_used(&kv->pool) - kv->mag_total;
     st->pages_peak = kv->pool.n_used_peak;
     st->prefix_hit_tokens = kv->prefix_hits;
     st->prefix_evictions = kv->pool.n_evictions;
@@ -457,6 +492,8 @@ static void kv_destroy(llmem_memory *mem)
     free(kv->cow);
     free(kv->tail);
     free(kv->tail_at);
+    free(kv->mag);
+    free(kv->mag_fill);
     free(kv->stage);
     i32vec_free(&kv->pub_pending);
     i32vec_free(&kv->row_defer);
@@ -595,6 +632,19 @@ llmem_status llmem_kv_cache_create(llmem_backend *be, const llmem_kv_cache_param
         goto fail;
     }
     kv_rows_setup(kv);
+    /* page magazines: pages of fewer than 16 tokens take 16 tokens' worth
+     * at a time (a page of 16 leaves as many slots unwritten); not with a
+     * sliding window or poisoning (each page through kv_alloc_page) */
+    const char *mg = getenv("LLMEM_KV_MAGAZINE"); /* unset: on */
+    if (p->page_size < 16 && p->window == 0 && !kv->p.poison &&
+        !(mg && strcmp(mg, "0") == 0) && 16 / p->page_size >= 2) {
+        kv->mag_cap = 16 / p->page_size;
+        kv->mag_floor = p->n_pages / 16;
+        kv->mag = malloc((size_t)p->n_seq_max * (size_t)kv->mag_cap * sizeof *kv->mag);
+        kv->mag_fill = malloc((size_t)p->n_seq_max * sizeof *kv->mag_fill);
+        if (!kv->mag || !kv->mag_fill || p->n_seq_max > (1 << 26))
+            kv->mag_cap = 0; /* only a speed-up */
+    }
     int64_t host_bytes = p->host_tier_bytes;
     const char *mb = getenv("LLMEM_HOST_TIER_MB");
     if (host_bytes <= 0 && mb && atoll(mb) > 0)

@@ -51,6 +51,11 @@ typedef struct kv_seq {
      * page a commit in pages of 1 chains the hash of the page it
      * publishes to, read from here for the same reason */
     int32_t prev;
+    /* The sequence's page magazine (kv_cache.mag): entries [at, end) of its
+     * kv_mag_at, pages taken from the pool (refcount 1) whose ids are already
+     * in the row at entries [pages.n, pages.n + end - at), in order. Empty
+     * (at == end) unless the cache keeps magazines. */
+    int16_t mag_at, mag_end;
 } kv_seq;
 
 /* Element offsets of one ubatch's tables in the plan's index. */
@@ -153,6 +158,21 @@ typedef struct kv_cache {
      * kv_pages_for) */
     int32_t ps_shift;
     int64_t prefix_hits, cow_copies;
+    /* Page magazines (pages of fewer than 16 tokens; kv_plan.c
+     * mag_fill_plan): entries kv_mag_at(kv, s, k), k < mag_cap, hold the ids of pages
+     * it took from the pool ahead of its decode steps and already wrote
+     * into its row, so that a decode step in pages of 1 writes its row
+     * once every 16 steps, not every step (each row write there is one
+     * 4 KiB page of the table per sequence: past ~2,000 sequences a TLB
+     * miss each). mag_cap 0: none. mag_total pages sit in magazines; they
+     * count as free (kv_available, stats) and go back to the pool before
+     * any cached page is evicted (kv_alloc_page) and whenever the table
+     * around them changes (kv_mag_drain). Fills leave mag_floor pages
+     * free. */
+    int32_t *mag; /* [mag_cap][n_seq_max]: one step's pops of sequences in step read one run */
+    int32_t *mag_fill; /* [n_seq_max] scratch of kv_plan.c mag_fill_plan */
+    int32_t mag_cap, mag_floor;
+    int64_t mag_total;
 } kv_cache;
 
 extern const llmem_memory_i kv_cache_iface;
@@ -264,6 +284,35 @@ static inline int32_t kv_alloc_page_fast(kv_cache *kv)
     return kv_alloc_page(kv);
 }
 void kv_unref_page(kv_cache *kv, int32_t p);
+/* Pages obtainable now: free, evictable, or in a magazine. */
+static inline int64_t kv_available(const kv_cache *kv)
+{
+    return (int64_t)page_pool_available(&kv->pool) + kv->mag_total;
+}
+/* kv_cache.c: gives s's magazine back to the pool (its row entries past
+ * pages.n stay, unspecified as before). */
+void kv_mag_drain(kv_cache *kv, kv_seq *s);
+/* kv_cache.c: how many pages each of n_seqs sequences decoding one token
+ * may take into its magazine this step (0: none), leaving mag_floor pages
+ * free. */
+int32_t kv_mag_quota(const kv_cache *kv, int32_t n_seqs);
+/* Entry k of sequence s's magazine. */
+static inline int32_t *kv_mag_at(const kv_cache *kv, int32_t s, int32_t k)
+{
+    return kv->mag + (size_t)k * (size_t)kv->base.n_seq_max + (size_t)s;
+}
+/* The next page of s's non-empty magazine: its id is already in the row
+ * at entry pages.n, which the caller then counts (pages.n++). */
+static inline int32_t kv_mag_pop(kv_cache *kv, kv_seq *s)
+{
+    int32_t p = *kv_mag_at(kv, (int32_t)(s - kv->seqs), s->mag_at++);
+    kv->mag_total--;
+    page_pool *pp = &kv->pool;
+    int64_t used = (int64_t)pp->n_pages - pp->n_free - pp->n_cached - kv->mag_total;
+    if (used > pp->n_used_peak)
+        pp->n_used_peak = used;
+    return p;
+}
 /* kv_table.c: drops the page table entries of s from keep on (unreferencing
  * their pages; no entry is written: entries past pages.n are never read,
  * on the host or the device); with free_row, an emptied sequence gives its

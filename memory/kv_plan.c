@@ -336,9 +336,10 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
     int32_t n_cow = 0, n_grow = 0;
     int64_t rows = 0;
     int64_t total = pages_needed(kv, plan, &n_cow, &rows, &n_grow);
-    if (total > page_pool_available(&kv->pool) - pages.n) {
-        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
-                   (long long)total, kv->pool.n_free, kv->pool.n_cached - pages.n);
+    if (total > kv_available(kv) - pages.n) {
+        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %lld free + %d evictable",
+                   (long long)total, (long long)(kv->pool.n_free + kv->mag_total),
+                   kv->pool.n_cached - pages.n);
         st = LLMEM_E_NO_SPACE;
         goto out;
     }
@@ -364,6 +365,47 @@ out:
 }
 
 static llmem_i32_table plan_table(const idx_builder *b, int32_t base, int32_t off, int32_t n);
+
+/* Fills the empty magazines of the plan's sequences that decode one token
+ * into a new page (each up to quota pages, as many as its row holds past
+ * its table), before the attach pass pops this step's page from them. The
+ * pages are dealt round by round, one to each filling sequence in plan
+ * order, so that the pages of one later step lie side by side as a
+ * plain step's would (the pool's per-page arrays that the commit writes
+ * stay dense); then each filler's ids go into its row in one run. */
+static void mag_fill_plan(kv_cache *kv, const llmem_plan *plan, int32_t quota)
+{
+    page_pool *pp = &kv->pool;
+    int32_t n = 0, *fill = kv->mag_fill;
+    for (int32_t e = 0; e < plan->n_seqs; e++) {
+        int32_t s = plan->seqs[e].id;
+        const kv_seq *q = &kv->seqs[s];
+        if (kv->need[s] != 1 || kv->tail[s] >= 0 || q->mag_at < q->mag_end ||
+            plan->seqs[e].n_cached > 0 || q->row < 0)
+            continue;
+        int32_t c = q->row_cap - q->pages.n;
+        c = c < quota ? c : quota;
+        if (c >= 2)
+            fill[n++] = s << 5 | c; /* c <= 16 */
+    }
+    for (int32_t k = 0; k < quota; k++)
+        for (int32_t i = 0; i < n; i++)
+            if ((fill[i] & 31) > k) {
+                int32_t p = pp->free_stack[--pp->n_free];
+                pp->ref[p] = 1;
+                pp->hashed[p] = 0;
+                *kv_mag_at(kv, fill[i] >> 5, k) = p;
+            }
+    for (int32_t i = 0; i < n; i++) {
+        int32_t s = fill[i] >> 5, c = fill[i] & 31;
+        kv_seq *q = &kv->seqs[s];
+        for (int32_t k = 0; k < c; k++)
+            kv_pt_set(kv, q, q->pages.n + k, *kv_mag_at(kv, s, k));
+        q->mag_at = 0;
+        q->mag_end = (int16_t)c;
+        kv->mag_total += c;
+    }
+}
 
 /* Tells the op checks that the rows just uploaded hold valid pages for
  * every group of every ubatch (llmem_view_vouch_rows): the rows are written
@@ -449,9 +491,10 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
     } else {
         total = pages_needed(kv, plan, &n_cow, NULL, NULL);
     }
-    if (total > page_pool_available(&kv->pool)) {
-        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %d free + %d evictable",
-                   (long long)total, kv->pool.n_free, kv->pool.n_cached);
+    if (total > kv_available(kv)) {
+        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %lld free + %d evictable",
+                   (long long)total, (long long)(kv->pool.n_free + kv->mag_total),
+                   kv->pool.n_cached);
         st = LLMEM_E_NO_SPACE;
         goto fail;
     }
@@ -487,6 +530,12 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
      * pair list has room for one a sequence: else at once) */
     bool defer = plan->n_seqs <= INT32_MAX / 2 && i32vec_reserve(&kv->row_defer, 2 * plan->n_seqs);
     kv->row_defer.n = 0;
+    /* a decode step's page comes from the sequence's magazine, filled
+     * (its ids written into the row in one run) every `quota` steps or so:
+     * no row write in between (kv_internal.h kv_cache.mag) */
+    int32_t quota = kv_mag_quota(kv, plan->n_seqs);
+    if (quota > 0)
+        mag_fill_plan(kv, plan, quota);
     /* from here on, reservations live in the page tables; release undoes them */
     attached = true;
     for (int32_t e = 0; e < plan->n_seqs; e++) {
@@ -509,6 +558,11 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
          * reading the tail back right after the store that misses on it
          * would wait for the line (kv_last_sync reads it) */
         int32_t last = q->last, prev = q->prev;
+        /* entries past the table are written below (a prefill, prefix
+         * pages): the magazine's go back first */
+        if (q->mag_at < q->mag_end &&
+            (np > 0 || need[s] > 1 || (need[s] == 1 && kv->tail[s] >= 0)))
+            kv_mag_drain(kv, q);
         for (int32_t k = 0; k < np; k++) {
             prev = last;
             last = pinned.v[pin_at++];
@@ -541,7 +595,11 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
          * build_tables does not read it from the row: its entry waits for
          * the upload (page_rows_write_upload); a prefill's pages go into
          * the row at once */
-        if (defer && need[s] == 1 && kv->tail[s] < 0) {
+        if (need[s] == 1 && kv->tail[s] < 0 && q->mag_at < q->mag_end) {
+            prev = last;
+            last = kv_mag_pop(kv, q); /* already the row's entry pages.n */
+            q->pages.n++;
+        } else if (defer && need[s] == 1 && kv->tail[s] < 0) {
             prev = last;
             last = kv_alloc_page_fast(kv);
             kv->row_defer.v[kv->row_defer.n++] = q->row + q->pages.n++;

@@ -335,7 +335,7 @@ llmem_status kv_state_read_prepare(llmem_memory *mem, int32_t seq, llmem_state_r
                   : e->share_from >= 0 ? shared_pages(kv, e->len, e->shared_len) : 0);
     }
     /* space: what is obtainable once the replaced sequences are dropped */
-    int64_t avail = page_pool_available(&kv->pool);
+    int64_t avail = kv_available(kv);
     for (int32_t s = 0; s < mem->n_seq_max; s++) {
         if (seq >= 0 && s != seq)
             continue;
@@ -473,6 +473,37 @@ static bool check_row(const kv_cache *kv, int32_t s, char *err, size_t err_len)
     return true;
 }
 
+/* s's page magazine (kv_internal.h kv_cache.mag): in bounds, within its
+ * row past the table, each entry the row's; its pages counted into ref
+ * (each must end up with refcount 1: held by nothing else) and never
+ * published. */
+static bool check_mag(const kv_cache *kv, int32_t s, int32_t *ref, int64_t *in_mags, char *err,
+                      size_t err_len)
+{
+    const kv_seq *q = &kv->seqs[s];
+    int32_t n = q->mag_end - q->mag_at;
+    if (n == 0)
+        return true;
+    if (q->mag_at < 0 || n < 0 || q->mag_end > kv->mag_cap || q->row < 0 ||
+        q->pages.n + n > q->row_cap) {
+        llmem_errf(err, err_len, "sequence %d: magazine [%d, %d) of %d, %d of %d row entries", s,
+                   q->mag_at, q->mag_end, kv->mag_cap, q->pages.n, q->row_cap);
+        return false;
+    }
+    for (int32_t k = 0; k < n; k++) {
+        int32_t p = *kv_mag_at(kv, s, q->mag_at + k);
+        if (p < 0 || p >= kv->p.n_pages || q->pages.v[q->pages.n + k] != p ||
+            kv->pool.published[p]) {
+            llmem_errf(err, err_len, "sequence %d: magazine page %d (row entry %d holds %d)", s,
+                       p, q->pages.n + k, q->pages.v[q->pages.n + k]);
+            return false;
+        }
+        ref[p]++;
+    }
+    *in_mags += n;
+    return true;
+}
+
 /* No two sequences' rows overlap (each row is a distinct page table). */
 static bool check_rows_disjoint(const kv_cache *kv, char *err, size_t err_len)
 {
@@ -503,6 +534,7 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
         return LLMEM_E_NO_MEMORY;
     llmem_status st = LLMEM_E_STATE;
     int32_t ps = kv->p.page_size;
+    int64_t in_mags = 0;
     if (kv->row_defer.n != 0) { /* rows_write_deferred empties it inside kv_reserve */
         llmem_errf(err, err_len, "%d row entries wait for rows_write_deferred",
                    kv->row_defer.n / 2);
@@ -550,8 +582,13 @@ llmem_status kv_check(llmem_memory *mem, char *err, size_t err_len)
                        q->pos.pm.min, q->pos.pm.max, q->pos.stored ? "stored" : "a run");
             goto out;
         }
-        if (!check_row(kv, s, err, err_len))
+        if (!check_row(kv, s, err, err_len) || !check_mag(kv, s, ref, &in_mags, err, err_len))
             goto out;
+    }
+    if (in_mags != kv->mag_total) {
+        llmem_errf(err, err_len, "magazines hold %lld pages, counted %lld", (long long)in_mags,
+                   (long long)kv->mag_total);
+        goto out;
     }
     if (!check_rows_disjoint(kv, err, err_len) ||
         !page_rows_check_device_upto(&kv->rows, kv->idx, kv->idx_rows, err, err_len))

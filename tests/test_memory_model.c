@@ -50,6 +50,17 @@ START_TEST(model_kv_page1)
 }
 END_TEST
 
+/* Pools with room for page magazines (kv_cache.mag: a decoding sequence
+ * takes up to 16 tokens' worth of pages ahead, which go back whenever
+ * anything else needs them): pages of 1 and of 2. */
+START_TEST(model_kv_magazines)
+{
+    mr_config c = kv_config(1 + _i, 160 / (1 + _i), 5, 1, _i == 0, false);
+    memmodel_run(_i == 0 ? "kv page 1, magazines" : "kv page 2, magazines (no prefix cache)", &c,
+                 4000, 11 + _i);
+}
+END_TEST
+
 START_TEST(model_kv_page16)
 {
     mr_config c = kv_config(16, 20, 6, 2, true, true);
@@ -173,6 +184,10 @@ Suite *memory_model_suite(void)
     tcase_add_loop_test(snap, model_hybrid_snapshots, 0, 3);
     tcase_add_test(snap, model_recurrent_snapshots);
     suite_add_tcase(s, snap);
+    TCase *mag = tcase_create("magazines");
+    tcase_set_timeout(mag, 300);
+    tcase_add_loop_test(mag, model_kv_magazines, 0, 2);
+    suite_add_tcase(s, mag);
     /* one case per configuration: CK_RUN_CASE=hybrid runs only that one */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
