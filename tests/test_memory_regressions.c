@@ -41,6 +41,13 @@ static void tb_add(tb *t, int32_t tok, int32_t pos, int32_t s0, int32_t s1)
     t->nseq[i] = s1 >= 0 ? 2 : 1;
 }
 
+/* Appends n tokens of seq alone: ids tok0, tok0 + 1, ... at positions pos0, pos0 + 1, ... */
+static void tb_seq(tb *t, int32_t tok0, int32_t pos0, int32_t n, int32_t seq)
+{
+    for (int32_t j = 0; j < n; j++)
+        tb_add(t, tok0 + j, pos0 + j, seq, -1);
+}
+
 static const llmem_batch *tb_get(tb *t)
 {
     for (int32_t i = 0; i < t->n; i++)
@@ -67,11 +74,43 @@ static llmem_status run_all(llmem_memory *m, tb *t, int32_t n_ubatch)
     return LLMEM_OK;
 }
 
+/* Plans t in ubatches of 512, which must succeed (the library's message
+ * otherwise); the caller releases the plan. */
+static llmem_plan *plan_ok(llmem_memory *m, tb *t)
+{
+    llmem_plan *p = NULL;
+    char err[256] = "";
+    ck_assert_msg(llmem_memory_plan(m, tb_get(t), LLMEM_SPLIT_AUTO, 512, &p, err, sizeof err) ==
+                      LLMEM_OK,
+                  "%s", err);
+    return p;
+}
+
 static void assert_check(llmem_memory *m)
 {
     char err[256] = "";
     ck_assert_msg(llmem_memory_check(m, err, sizeof err) == LLMEM_OK, "llmem_memory_check: %s",
                   err);
+}
+
+/* A hybrid of the n children kids (child i serves layer i), which must be
+ * created; it owns them. */
+static llmem_memory *hybrid_of(llmem_memory **kids, int32_t n)
+{
+    int32_t map[2] = {0, 1};
+    llmem_memory *m = NULL;
+    ck_assert_int_le(n, 2);
+    ck_assert_int_eq(llmem_hybrid_create(kids, n, map, n, &m, NULL, 0), LLMEM_OK);
+    return m;
+}
+
+/* The end of most cases: the invariant checker passes, then everything is
+ * freed. */
+static void check_and_free(llmem_memory *m, llmem_backend *be)
+{
+    assert_check(m);
+    llmem_memory_destroy(m);
+    llmem_backend_close(be);
 }
 
 /* KV cache: a page that was hashed (full, canonical) but lost the race to
@@ -102,9 +141,7 @@ START_TEST(kv_page_written_in_place_keeps_stale_hash)
     int32_t want[5] = {1, 2, 7, 8, 9};
     for (int32_t j = 0; j < 5; j++)
         tb_add(&t, want[j], j, 3, -1);
-    llmem_plan *p = NULL;
-    ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, NULL, 0),
-                     LLMEM_OK);
+    llmem_plan *p = plan_ok(m, &t);
     ck_assert_int_eq(llmem_plan_n_cached(p, 3), 4);
     llmem_memory_release(m, p);
     llmem_memory_destroy(m);
@@ -130,18 +167,14 @@ START_TEST(rs_release_after_apply_keeps_current_state)
     t.n = 0;
     tb_add(&t, 3, 1, 0, -1);
     tb_add(&t, 4, 1, 1, -1);
-    llmem_plan *p = NULL;
-    ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, NULL, 0),
-                     LLMEM_OK);
+    llmem_plan *p = plan_ok(m, &t);
     ck_assert_int_eq(llmem_memory_apply(m, p, 0, NULL), LLMEM_OK);
     llmem_memory_release(m, p);
     for (int32_t s = 0; s < 2; s++) {
         ck_assert_int_eq(llmem_memory_seq_len(m, s), 1);
         ck_assert_msg(llmem_recurrent_seq_slot(m, s) >= 0, "sequence %d lost its state", s);
     }
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -156,8 +189,7 @@ START_TEST(rs_shared_token_over_different_lengths)
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 2, 0);
     tb t = {0};
-    for (int32_t j = 0; j < 3; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 3, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     t.n = 0;
     tb_add(&t, 9, 3, 0, 1);
@@ -170,9 +202,7 @@ START_TEST(rs_shared_token_over_different_lengths)
         ck_assert_int_eq(llmem_memory_seq_len(m, 1), 0);
     }
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), st == LLMEM_OK ? 4 : 3);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -185,14 +215,10 @@ START_TEST(hybrid_check_during_plan)
     llmem_backend *be = mt_cpu();
     for (int32_t hybrid = 0; hybrid < 2; hybrid++) {
         llmem_memory *m = kv(be, 4, 8, 2);
-        if (hybrid) {
-            llmem_memory *kids[1] = {m};
-            int32_t map[1] = {0};
-            ck_assert_int_eq(llmem_hybrid_create(kids, 1, map, 1, &m, NULL, 0), LLMEM_OK);
-        }
+        if (hybrid)
+            m = hybrid_of(&m, 1);
         tb t = {0};
-        for (int32_t j = 0; j < 6; j++)
-            tb_add(&t, 1 + j, j, 0, -1);
+        tb_seq(&t, 1, 0, 6, 0);
         llmem_plan *p = NULL;
         ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 2, &p, NULL, 0),
                          LLMEM_OK);
@@ -218,12 +244,9 @@ START_TEST(hybrid_failed_plan_changes_first_child)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 4, 16, 2), kv(be, 4, 2, 2)};
-    int32_t map[2] = {0, 1};
-    llmem_memory *m = NULL;
-    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    llmem_memory *m = hybrid_of(kids, 2);
     tb t = {0};
-    for (int32_t j = 0; j < 3; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 3, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK); /* shared partial page */
     llmem_memory_stats before[2], after[2];
@@ -233,8 +256,7 @@ START_TEST(hybrid_failed_plan_changes_first_child)
     ck_assert_int_eq(llmem_kv_cache_page_table(llmem_memory_child(m, 0), 1, pt_before, 4), 1);
     /* seq 1 + 6 tokens: copy-on-write + 2 pages in each child; child 1 has 1 free page */
     t.n = 0;
-    for (int32_t j = 3; j < 9; j++)
-        tb_add(&t, 10 + j, j, 1, -1);
+    tb_seq(&t, 13, 3, 6, 1);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_NO_SPACE);
     for (int32_t c = 0; c < 2; c++) {
         llmem_memory_get_stats(llmem_memory_child(m, c), &after[c]);
@@ -248,9 +270,7 @@ START_TEST(hybrid_failed_plan_changes_first_child)
     }
     ck_assert_int_eq(llmem_kv_cache_page_table(llmem_memory_child(m, 0), 1, pt_after, 4), 1);
     ck_assert_int_eq(pt_after[0], pt_before[0]);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -264,12 +284,9 @@ START_TEST(hybrid_failed_plan_evicts_in_first_child)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 4, 4, 2), kv(be, 4, 2, 2)};
-    int32_t map[2] = {0, 1};
-    llmem_memory *m = NULL;
-    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    llmem_memory *m = hybrid_of(kids, 2);
     tb t = {0};
-    for (int32_t j = 0; j < 8; j++) /* two full pages in each child, published */
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 8, 0); /* two full pages in each child, published */
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK); /* now cached */
     llmem_memory_stats before, after;
@@ -277,8 +294,7 @@ START_TEST(hybrid_failed_plan_evicts_in_first_child)
     ck_assert_int_eq(before.pages_cached, 2);
     /* 12 other tokens: child 0 takes 2 free pages and evicts 1; child 1 has 2 pages */
     t.n = 0;
-    for (int32_t j = 0; j < 12; j++)
-        tb_add(&t, 100 + j, j, 1, -1);
+    tb_seq(&t, 100, 0, 12, 1);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_NO_SPACE);
     llmem_memory_get_stats(llmem_memory_child(m, 0), &after);
     ck_assert_msg(after.pages_cached == before.pages_cached &&
@@ -286,9 +302,7 @@ START_TEST(hybrid_failed_plan_evicts_in_first_child)
                   "child 0: cached pages %lld -> %lld, evictions %lld -> %lld",
                   (long long)before.pages_cached, (long long)after.pages_cached,
                   (long long)before.prefix_evictions, (long long)after.prefix_evictions);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -304,16 +318,13 @@ START_TEST(kv_deferred_copy_misses_pending_kshift)
     llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 8, 2);
     tb t = {0};
-    for (int32_t j = 0; j < 3; j++) /* a partial page */
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 3, 0); /* a partial page */
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_add(m, 0, -1, -1, 2), LLMEM_OK); /* pending: +2 */
     ck_assert_int_eq(llmem_memory_seq_cp(m, 0, 1, -1, -1), LLMEM_OK);  /* page shared */
     t.n = 0;
     tb_add(&t, 9, 5, 1, -1); /* seq 1 appends: copy-on-write of the shared page */
-    llmem_plan *p = NULL;
-    ck_assert_int_eq(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, NULL, 0),
-                     LLMEM_OK);
+    llmem_plan *p = plan_ok(m, &t);
     ck_assert_int_eq(llmem_memory_apply(m, p, 0, NULL), LLMEM_OK);
     llmem_view v;
     ck_assert_int_eq(llmem_memory_view(m, 0, &v), LLMEM_OK);
@@ -331,9 +342,7 @@ START_TEST(kv_deferred_copy_misses_pending_kshift)
         }
     ck_assert_int_eq(llmem_memory_commit(m, p, 0), LLMEM_OK);
     llmem_memory_release(m, p);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -355,19 +364,15 @@ START_TEST(hybrid_state_read_sections_disagree)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 4, 16, 2), mt_rs(be, 2, 1)};
-    int32_t map[2] = {0, 1};
-    llmem_memory *m = NULL;
-    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    llmem_memory *m = hybrid_of(kids, 2);
     tb t = {0};
-    for (int32_t j = 0; j < 5; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 5, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     size_t na = 0, nb = 0;
     uint8_t *a = stream(m, 0, &na);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
     t.n = 0;
-    for (int32_t j = 0; j < 3; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 3, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     uint8_t *b = stream(m, 0, &nb);
     /* a: header, KV section (5 tokens), recurrent section, trailer;
@@ -457,9 +462,7 @@ START_TEST(position_int32_max)
     if (st == LLMEM_OK) /* then the next plan must not overflow */
         ck_assert_int_eq(run_all(m, &t, 512), LLMEM_E_INVALID);
     free(s);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -475,28 +478,18 @@ START_TEST(hybrid_prefix_whole_pages_in_every_child)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *kids[2] = {kv(be, 3, 16, 2), kv(be, 4, 16, 2)};
-    int32_t map[2] = {0, 1};
-    llmem_memory *m = NULL;
-    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    llmem_memory *m = hybrid_of(kids, 2);
     tb t = {0};
-    for (int32_t j = 0; j < 9; j++) /* child 0 publishes 3 pages, child 1 2 pages */
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 9, 0); /* child 0 publishes 3 pages, child 1 2 pages */
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     t.n = 0;
-    for (int32_t j = 0; j < 8; j++) /* 8 equal tokens, then a new one */
-        tb_add(&t, 1 + j, j, 1, -1);
+    tb_seq(&t, 1, 0, 8, 1); /* 8 equal tokens, then a new one */
     tb_add(&t, 50, 8, 1, -1);
-    llmem_plan *p = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_memory_plan(m, tb_get(&t), LLMEM_SPLIT_AUTO, 512, &p, err, sizeof err) ==
-                      LLMEM_OK,
-                  "%s", err);
+    llmem_plan *p = plan_ok(m, &t);
     int32_t c = llmem_plan_n_cached(p, 1);
     ck_assert_msg(c % 3 == 0 && c % 4 == 0, "%d cached tokens are not whole pages of 3 and 4", c);
     llmem_memory_release(m, p);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -504,11 +497,7 @@ END_TEST
  * plan is released unrun. */
 static int32_t cached_of(llmem_memory *m, tb *t, int32_t seq)
 {
-    llmem_plan *p = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_memory_plan(m, tb_get(t), LLMEM_SPLIT_AUTO, 512, &p, err, sizeof err) ==
-                      LLMEM_OK,
-                  "%s", err);
+    llmem_plan *p = plan_ok(m, t);
     int32_t c = llmem_plan_n_cached(p, seq);
     llmem_memory_release(m, p);
     return c;
@@ -533,12 +522,9 @@ START_TEST(kv_duplicate_prefix_chain_by_content)
     }
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     t.n = 0;
-    for (int32_t j = 0; j < 13; j++)
-        tb_add(&t, 1 + j, j, 2, -1);
+    tb_seq(&t, 1, 0, 13, 2);
     ck_assert_int_eq(cached_of(m, &t, 2), 12);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -558,20 +544,16 @@ START_TEST(kv_duplicate_prefix_found_after_eviction)
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
     t.n = 0;
-    for (int32_t j = 0; j < 24; j++) /* 6 pages: the 4 free ones and seq 0's 2 cached */
-        tb_add(&t, 100 + j, j, 2, -1);
+    tb_seq(&t, 100, 0, 24, 2); /* 6 pages: the 4 free ones and seq 0's 2 cached */
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     llmem_memory_stats st;
     ck_assert_int_eq(llmem_memory_get_stats(m, &st), LLMEM_OK);
     ck_assert_int_eq(st.prefix_evictions, 2);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 2, -1, -1), LLMEM_OK);
     t.n = 0;
-    for (int32_t j = 0; j < 9; j++)
-        tb_add(&t, 1 + j, j, 3, -1);
+    tb_seq(&t, 1, 0, 9, 3);
     ck_assert_int_eq(cached_of(m, &t, 3), 8);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
@@ -587,8 +569,7 @@ START_TEST(kv_exact_fit_after_rollback)
     llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 2, 2);
     tb t = {0};
-    for (int32_t j = 0; j < 8; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 8, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 6, -1), LLMEM_OK);
     t.n = 0;
@@ -601,8 +582,7 @@ START_TEST(kv_exact_fit_after_rollback)
     assert_check(m);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
     t.n = 0; /* the old tail 7, 8 is gone from the index: only page 0 hits */
-    for (int32_t j = 0; j < 6; j++)
-        tb_add(&t, 1 + j, j, 1, -1);
+    tb_seq(&t, 1, 0, 6, 1);
     tb_add(&t, 7, 6, 1, -1);
     tb_add(&t, 8, 7, 1, -1);
     ck_assert_int_eq(cached_of(m, &t, 1), 4);
@@ -622,8 +602,7 @@ START_TEST(kv_state_stream_keeps_sharing)
     llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 8, 4);
     tb t = {0};
-    for (int32_t j = 0; j < 16; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 16, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     for (int32_t s = 1; s < 4; s++)
         ck_assert_int_eq(llmem_memory_seq_cp(m, 0, s, -1, -1), LLMEM_OK);
@@ -659,8 +638,7 @@ START_TEST(kv_context_shift)
     llmem_backend *be = mt_cpu();
     llmem_memory *m = kv(be, 4, 3, 1);
     tb t = {0};
-    for (int32_t j = 0; j < 12; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 12, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 4, 6), LLMEM_E_STATE); /* inside a page */
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 4, 8), LLMEM_OK);
@@ -673,26 +651,21 @@ START_TEST(kv_context_shift)
     ck_assert_int_eq(tok[4], 9); /* tokens 5..8 are gone */
     assert_check(m);
     t.n = 0;
-    for (int32_t j = 8; j < 12; j++)
-        tb_add(&t, 50 + j, j, 0, -1);
+    tb_seq(&t, 58, 8, 4, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), 11);
     assert_check(m);
     llmem_memory_destroy(m);
 
     llmem_memory *kids[2] = {kv(be, 4, 8, 1), mt_rs(be, 1, 1)};
-    int32_t map[2] = {0, 1};
-    ck_assert_int_eq(llmem_hybrid_create(kids, 2, map, 2, &m, NULL, 0), LLMEM_OK);
+    m = hybrid_of(kids, 2);
     t.n = 0;
-    for (int32_t j = 0; j < 12; j++)
-        tb_add(&t, 1 + j, j, 0, -1);
+    tb_seq(&t, 1, 0, 12, 0);
     ck_assert_int_eq(run_all(m, &t, 512), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 4, 8), LLMEM_E_STATE);
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 12);
     ck_assert_int_eq(llmem_memory_seq_len(kids[0], 0), 12);
-    assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    check_and_free(m, be);
 }
 END_TEST
 
