@@ -25,6 +25,12 @@ static inline int64_t cols_of(const llmem_tensor *t)
     return t->ne[t->n_dims - 1];
 }
 
+/* Exactly 2 dims, [rows, cols]. */
+static inline bool is_matrix(const llmem_tensor *t, int64_t rows, int64_t cols)
+{
+    return t->n_dims == 2 && t->ne[0] == rows && t->ne[1] == cols;
+}
+
 /* A valid descriptor of this backend, with a dtype in `dtypes`, inside its
  * buffer. Element counts are capped at 2^48 so byte sizes never overflow. */
 static inline bool tensor_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes)

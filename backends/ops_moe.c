@@ -36,11 +36,6 @@ static llmem_op_info moe_ffn_info = {
 };
 LLMEM_OP_DEFINE(moe_ffn_info);
 
-static bool is_2d(const llmem_tensor *t, int64_t r, int64_t c)
-{
-    return t->n_dims == 2 && t->ne[0] == r && t->ne[1] == c;
-}
-
 llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params *p,
                                 const llmem_tensor *logits, const llmem_tensor *bias,
                                 const llmem_tensor *ids, const llmem_tensor *weights)
@@ -67,7 +62,7 @@ llmem_status llmem_op_moe_route(llmem_backend *be, const llmem_moe_route_params 
     if (logits->n_dims != 2 || logits->ne[1] != E)
         return LLMEM_E_INVALID;
     int64_t T = logits->ne[0];
-    if (!is_2d(ids, T, k) || !is_2d(weights, T, k))
+    if (!is_matrix(ids, T, k) || !is_matrix(weights, T, k))
         return LLMEM_E_INVALID;
     if (bias && llmem_tensor_nelements(bias) != E)
         return LLMEM_E_INVALID;
@@ -102,7 +97,7 @@ llmem_status llmem_op_moe_ffn(llmem_backend *be, const llmem_moe_ffn_params *p,
         w_up->dtype != w_down->dtype)
         return LLMEM_E_INVALID;
     int64_t T = x->ne[0], D = x->ne[1], k = ids->ne[1], E = w_up->ne[0], I = w_down->ne[2];
-    if (ids->ne[0] != T || !is_2d(weights, T, k) || !is_2d(out, T, D) || k < 1 || E < 1)
+    if (ids->ne[0] != T || !is_matrix(weights, T, k) || !is_matrix(out, T, D) || k < 1 || E < 1)
         return LLMEM_E_INVALID;
     if (w_up->ne[1] != (p->gated ? 2 * I : I) || w_up->ne[2] != D || w_down->ne[0] != E ||
         w_down->ne[1] != D)

@@ -24,12 +24,6 @@ static llmem_op_info norm_matmul_info = {
 };
 LLMEM_OP_DEFINE(norm_matmul_info);
 
-/* A [rows, cols] matrix (2 dims). */
-static bool nm_matrix(const llmem_tensor *t, int64_t rows, int64_t cols)
-{
-    return t->n_dims == 2 && t->ne[0] == rows && t->ne[1] == cols;
-}
-
 llmem_status llmem_op_norm_matmul(llmem_backend *be, const llmem_norm_matmul_params *p,
                                   const llmem_tensor *x, const llmem_tensor *z,
                                   const llmem_tensor *nw, const llmem_tensor *w,
@@ -55,13 +49,13 @@ llmem_status llmem_op_norm_matmul(llmem_backend *be, const llmem_norm_matmul_par
         x->n_dims != 2 || w->n_dims != 2)
         return LLMEM_E_INVALID;
     int64_t T = x->ne[0], K = x->ne[1], N = w->ne[0];
-    if (w->ne[1] != K || !nm_matrix(out, T, N))
+    if (w->ne[1] != K || !is_matrix(out, T, N))
         return LLMEM_E_INVALID;
-    if (z && (!tensor_ok(be, z, DT_F32) || !nm_matrix(z, T, K)))
+    if (z && (!tensor_ok(be, z, DT_F32) || !is_matrix(z, T, K)))
         return LLMEM_E_INVALID;
     if (nw && (!tensor_ok(be, nw, DT_FLOAT) || llmem_tensor_nelements(nw) != K))
         return LLMEM_E_INVALID;
-    if (w2 && (!tensor_ok(be, w2, DT_FLOAT) || w2->dtype != w->dtype || !nm_matrix(w2, N, K)))
+    if (w2 && (!tensor_ok(be, w2, DT_FLOAT) || w2->dtype != w->dtype || !is_matrix(w2, N, K)))
         return LLMEM_E_INVALID;
     if (overlaps(out, x) || overlaps(out, z) || overlaps(out, nw) || overlaps(out, w) ||
         overlaps(out, w2))
