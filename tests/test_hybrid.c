@@ -79,8 +79,7 @@ START_TEST(test_compose)
     ck_assert_int_eq(llmem_memory_split(h), LLMEM_SPLIT_EQUAL);
     ck_assert_int_eq(llmem_memory_n_children(h), 2);
     ck_assert_ptr_eq(llmem_memory_child(h, 0), kv);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 2, &b);
+    llmem_batch_buf *b = mt_batch(64, 2);
     mt_add(b, 0, 0, 5, 0, true);
     mt_add(b, 1, 0, 5, 0, true);
     int32_t n = 0;
@@ -105,9 +104,7 @@ START_TEST(test_compose)
     ck_assert_int_eq(sk.pages_used, 4);
     ck_assert_int_eq(sr.slots_used, 2 * 2); /* current + checkpoint each */
     mt_assert_check(h);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -116,8 +113,7 @@ START_TEST(test_all_or_nothing)
     llmem_backend *be = mt_cpu();
     llmem_memory *kv, *rs;
     llmem_memory *h = make_hybrid(be, 3, 0, &kv, &rs);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 2, &b);
+    llmem_batch_buf *b = mt_batch(64, 2);
     mt_add(b, 0, 0, 6, 0, true);
     ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
     mt_snap before, after, kb, ka, rb, ra;
@@ -149,9 +145,7 @@ START_TEST(test_all_or_nothing)
     ck_assert_int_eq(llmem_memory_seq_pos_max(kv, 2), 9);
     ck_assert_int_eq(llmem_memory_seq_pos_max(rs, 2), 9);
     mt_assert_check(h);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -160,8 +154,7 @@ START_TEST(test_state_io)
     llmem_backend *be = mt_cpu();
     llmem_memory *kv, *rs;
     llmem_memory *h = make_hybrid(be, 16, 1, &kv, &rs);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 2, &b);
+    llmem_batch_buf *b = mt_batch(64, 2);
     mt_add(b, 0, 0, 7, 30, true);
     ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
     size_t sz;
@@ -188,9 +181,7 @@ START_TEST(test_state_io)
     mt_assert_check(h2);
     free(buf);
     llmem_memory_destroy(h2);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -290,8 +281,7 @@ START_TEST(test_snapshot_reuse)
     llmem_memory *kv, *rs;
     llmem_memory *h = snapshot_hybrid(be, 16, 0, 4, 0, &kv, &rs);
     char err[256] = "";
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 1, &b);
+    llmem_batch_buf *b = mt_batch(64, 1);
     fw x = {.first_T = {-1, -1, -1}};
     llmem_memory_stats st;
 
@@ -356,9 +346,7 @@ START_TEST(test_snapshot_reuse)
     ck_assert_int_eq(llmem_memory_clear(h, false), LLMEM_OK);
     llmem_memory_get_stats(h, &st);
     ck_assert_int_eq(st.snapshots, 0);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -372,8 +360,7 @@ START_TEST(test_snapshot_multi_turn)
     llmem_backend *be = mt_cpu();
     llmem_memory *kv, *rs;
     llmem_memory *h = snapshot_hybrid(be, 16, 1, 2, 0, &kv, &rs);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 1, &b);
+    llmem_batch_buf *b = mt_batch(64, 1);
     fw x = {.first_T = {-1, -1, -1}};
     mt_add(b, 0, 0, 6, 100, true);
     ck_assert_int_eq(mt_run(h, llmem_batch_buf_get(b), 512, forward, &x, NULL), LLMEM_OK);
@@ -397,9 +384,7 @@ START_TEST(test_snapshot_multi_turn)
     ck_assert_int_eq(info.n_tokens_cached, 8);
     ck_assert_int_eq(x.first_T[1], 2);
     mt_assert_check(h);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -420,8 +405,7 @@ START_TEST(test_snapshot_random)
     llmem_memory *kv, *rs;
     llmem_memory *h = snapshot_hybrid(be, 64, 1, 3, 4, &kv, &rs);
     char err[256] = "";
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 1, &b);
+    llmem_batch_buf *b = mt_batch(64, 1);
     fw x = {.first_T = {-1, -1, -1}};
     int32_t hist[3][64], n_hist[3] = {0}, hits = 0;
     for (int32_t step = 0; step < 400; step++) {
@@ -481,9 +465,7 @@ START_TEST(test_snapshot_random)
                       seed, step, e2);
     }
     ck_assert_int_gt(hits, 0); /* the checks above ran on hits */
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -539,8 +521,7 @@ START_TEST(test_snapshot_long_chain)
     llmem_backend *be = mt_cpu();
     llmem_memory *kv, *rs;
     llmem_memory *h = snapshot_hybrid(be, 128, 4, 8, 16, &kv, &rs);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(256, 1, &b);
+    llmem_batch_buf *b = mt_batch(256, 1);
     fw x = {.first_T = {-1, -1, -1}};
     int32_t old[140], neu[140];
     for (int32_t j = 0; j < 140; j++) {
@@ -567,9 +548,7 @@ START_TEST(test_snapshot_long_chain)
     o2[120] = 999;
     ck_assert_int_eq(request(h, b, 2, o2, 124, &x), 120);
     mt_assert_check(h);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -600,8 +579,7 @@ START_TEST(test_snapshot_host_tier)
     llmem_backend *be = mt_cpu();
     llmem_memory *kv, *rs;
     llmem_memory *h = tiered_hybrid(be, 4, 0, 1, 0, 64, &kv, &rs);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 1, &b);
+    llmem_batch_buf *b = mt_batch(64, 1);
     fw x = {.first_T = {-1, -1, -1}};
     int32_t a[5], bt[4], c[12], d[5];
     for (int32_t j = 0; j < 12; j++) {
@@ -645,9 +623,7 @@ START_TEST(test_snapshot_host_tier)
     st = hstats(h);
     ck_assert_int_eq(st.host_tier_snapshots + st.host_tier_pages, 0);
     mt_assert_check(h);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -663,8 +639,7 @@ START_TEST(test_snapshot_host_two_hits)
     llmem_backend *be = mt_cpu();
     llmem_memory *kv, *rs;
     llmem_memory *h = tiered_hybrid(be, 16, 0, 1, 0, 1024, &kv, &rs);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 1, &b);
+    llmem_batch_buf *b = mt_batch(64, 1);
     fw x = {.first_T = {-1, -1, -1}};
     int32_t p[3][9];
     for (int32_t k = 0; k < 3; k++) {
@@ -706,9 +681,7 @@ START_TEST(test_snapshot_host_two_hits)
     ck_assert_int_eq(llmem_memory_seq_len(h, 1), 9);
     ck_assert_int_eq(llmem_memory_seq_len(h, 2), 9);
     mt_assert_check(h);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 

@@ -238,9 +238,7 @@ START_TEST(test_abandon_forked)
     llmem_memory_get_stats(kv, &st);
     ck_assert_int_eq(st.pages_used, n + pages_for(len0, ps));
     abandon_all(m, kv, b, ps, len, len, len0);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -274,9 +272,7 @@ START_TEST(test_abandon_prefix_hit)
     ck_assert_int_eq(llmem_kv_cache_page_table(kv, 2, c, MAX_PT), pages_for(len, ps));
     ck_assert_int_eq(c[pages_for(len, ps) - 1], a[pages_for(len, ps) - 1]);
     abandon_all(m, kv, b, ps, len1, len, len0);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 

@@ -60,9 +60,7 @@ START_TEST(test_append_crosses_two_pages)
     mt_add(b, 0, 3, 5, 20, true);
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
     ck_assert_int_eq(n_pages_of(m, 0), 2);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -90,9 +88,7 @@ START_TEST(test_free_partial_last_page)
     ck_assert_int_eq(st.pages_free + st.pages_cached, want + 2);
     ck_assert_int_eq(n_pages_of(m, 1), 0);
     mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -183,9 +179,7 @@ START_TEST(test_no_touch_other_sequence)
     ck_assert_int_eq(pt[1], t.other_pages[1]);
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 6);
     mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -213,9 +207,7 @@ START_TEST(test_seq_rm_frees_pages)
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, 2, 5), LLMEM_E_STATE);
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 10);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -264,9 +256,7 @@ START_TEST(test_seq_add_records_shift)
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, record_shift, &s2, NULL), LLMEM_OK);
     ck_assert_int_eq(s2.n_shift, 11); /* every old slot whose position changed (pos 0 -> 0 excluded? none is 0) */
     mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -310,9 +300,7 @@ START_TEST(test_poison)
     ck_assert_int_eq(llmem_memory_seq_rm(m, 0, -1, -1), LLMEM_OK);
     ck_assert_int_eq(llmem_buffer_download(k, (size_t)(pt[0] * 2) * 8, f, 8), LLMEM_OK);
     ck_assert(isnan(f[0]));
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -371,9 +359,7 @@ START_TEST(test_validation)
     mt_snapshot(m, &after);
     mt_assert_same(&before, &after);
     mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -468,9 +454,7 @@ START_TEST(test_page_rows)
     /* up to 120 entries: classes grow by a quarter, so rows move ~log1.25 times */
     ck_assert_int_le(t.moves[0], 24);
     ck_assert_int_le(t.moves[1], 24);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -494,9 +478,7 @@ START_TEST(test_page_rows_sparse)
         mt_assert_check(m);
     }
     ck_assert_int_eq(llmem_memory_seq_pos_max(m, 0), 1019);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 

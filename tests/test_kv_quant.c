@@ -135,9 +135,7 @@ START_TEST(test_cow_and_state_io)
     free(buf);
     llmem_memory_destroy(m3);
     llmem_memory_destroy(m2);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 

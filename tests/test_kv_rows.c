@@ -122,9 +122,7 @@ START_TEST(test_rows_read_back)
     }
     step(m, b, &c);
     ck_assert_int_ge(c.checked, 2 + 6 * NSEQ + 3 * 2 + 1 + NSEQ);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
     unsetenv("LLMEM_KV_ROW_MIRROR");
 }
 END_TEST
@@ -190,9 +188,7 @@ START_TEST(test_refused_state_read_keeps_tables)
     mt_assert_check(m);
     free(buf);
     llmem_memory_destroy(a);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
     unsetenv("LLMEM_KV_ROW_MIRROR");
 }
 END_TEST

@@ -66,9 +66,7 @@ START_TEST(test_cow_partial_page)
     ck_assert_float_eq(slot_value(m, be, 0, 6, 4), 300.0f);
     ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
     mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -129,9 +127,7 @@ START_TEST(test_cow_released_before_apply)
             ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
         }
     }
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -226,9 +222,7 @@ START_TEST(test_prefix_cache)
     mt_add(b, 1, 0, 10, 0, true);
     ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
     ck_assert_int_eq(cached, 0);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -263,9 +257,7 @@ START_TEST(test_prefix_lru_order)
     ck_assert_int_eq(plan_cached(m, llmem_batch_buf_get(b), 1, &cached), LLMEM_OK);
     ck_assert_int_eq(cached, 0); /* A was evicted */
     mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -327,9 +319,7 @@ START_TEST(test_state_roundtrip)
     free(buf);
     llmem_memory_destroy(m3);
     llmem_memory_destroy(m2);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -345,8 +335,7 @@ START_TEST(test_decode_tokens_read_back)
     const int32_t ps = _i == 0 ? 1 : 16;
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_kv(be, ps, 1024, 4, true, false);
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(128, 2, &b);
+    llmem_batch_buf *b = mt_batch(128, 2);
     /* every sequence decodes; 0 is read, 1 and 2 are overwritten by its
      * seq_cp and state read while they hold ids of their own */
     int32_t ref[3][128], n[3];
@@ -376,9 +365,7 @@ START_TEST(test_decode_tokens_read_back)
         mt_assert_check(m);
     }
     mt_clear_staged_then_prompt(m, b, n[1]);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 END_TEST
 

@@ -56,8 +56,7 @@ static void check_cover(const llmem_plan *p, const llmem_batch *b, int32_t n_ub)
 /* interleaved batch: seq lengths 5, 2, 7 */
 static llmem_batch_buf *interleaved(void)
 {
-    llmem_batch_buf *b;
-    llmem_batch_buf_create(64, 2, &b);
+    llmem_batch_buf *b = mt_batch(64, 2);
     const int32_t len[3] = {5, 2, 7};
     int32_t pos[3] = {0, 0, 0};
     for (int32_t round = 0; round < 7; round++)

@@ -88,14 +88,6 @@ static float cur_state(llmem_memory *m, llmem_backend *be, int32_t seq)
     return f;
 }
 
-/* A batch buffer of 64 tokens with up to n_seq_id sequence ids each. */
-static llmem_batch_buf *batch64(int32_t n_seq_id)
-{
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(64, n_seq_id, &b), LLMEM_OK);
-    return b;
-}
-
 /* Runs b through m in ubatches of n_ubatch with fake_scan as the kernel;
  * every step must succeed. */
 static void scan_run(llmem_memory *m, llmem_batch_buf *b, int32_t n_ubatch, scan_ctx *x)
@@ -103,19 +95,12 @@ static void scan_run(llmem_memory *m, llmem_batch_buf *b, int32_t n_ubatch, scan
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), n_ubatch, fake_scan, x, NULL), LLMEM_OK);
 }
 
-static void free_all(llmem_memory *m, llmem_batch_buf *b, llmem_backend *be)
-{
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
-}
-
 START_TEST(test_separate_slots)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 4, 0);
     ck_assert_int_eq(llmem_memory_split(m), LLMEM_SPLIT_EQUAL);
-    llmem_batch_buf *b = batch64(2);
+    llmem_batch_buf *b = mt_batch(64, 2);
     for (int32_t s = 0; s < 4; s++)
         mt_add(b, s, 0, 3, 0, true);
     scan_ctx x = {{0}, {0}, 0, 0};
@@ -135,7 +120,7 @@ START_TEST(test_separate_slots)
         ck_assert_float_eq(cur_state(m, be, s), tag(s, 6));
     ck_assert_int_eq(x.distinct, x.ubatches);
     mt_assert_check(m);
-    free_all(m, b, be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -143,7 +128,7 @@ START_TEST(test_checkpoint_rollback)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 2, 3);
-    llmem_batch_buf *b = batch64(2);
+    llmem_batch_buf *b = mt_batch(64, 2);
     scan_ctx x = {{0}, {0}, 0, 0};
     mt_add(b, 0, 0, 5, 0, true);
     mt_add(b, 1, 0, 5, 0, true);
@@ -193,7 +178,7 @@ START_TEST(test_checkpoint_rollback)
     llmem_memory_get_stats(m, &st);
     ck_assert_int_eq(st.slots_total, 2 * (2 + 3));
     ck_assert_int_le(st.slots_used, 4);
-    free_all(m, b, be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -201,7 +186,7 @@ START_TEST(test_seq_cp_and_shared_stream)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 3, 1);
-    llmem_batch_buf *b = batch64(3);
+    llmem_batch_buf *b = mt_batch(64, 3);
     scan_ctx x = {{0}, {0}, 0, 0};
     /* a shared prompt: tokens in sequences {0, 1} */
     int32_t both[2] = {0, 1};
@@ -240,7 +225,7 @@ START_TEST(test_seq_cp_and_shared_stream)
     ck_assert_int_eq(llmem_memory_plan(m, llmem_batch_buf_get(b), LLMEM_SPLIT_SIMPLE, 64, &plan, err, sizeof err), LLMEM_E_INVALID);
     ck_assert_ptr_nonnull(strstr(err, "weaker"));
     mt_assert_check(m);
-    free_all(m, b, be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -248,7 +233,7 @@ START_TEST(test_release_uncommitted)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 2, 2);
-    llmem_batch_buf *b = batch64(2);
+    llmem_batch_buf *b = mt_batch(64, 2);
     scan_ctx x = {{0}, {0}, 0, 0};
     mt_add(b, 0, 0, 3, 0, true);
     scan_run(m, b, 512, &x);
@@ -265,7 +250,7 @@ START_TEST(test_release_uncommitted)
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 3);
     ck_assert_float_eq(cur_state(m, be, 0), tag(0, 3)); /* current state intact */
     mt_assert_check(m);
-    free_all(m, b, be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -273,7 +258,7 @@ START_TEST(test_state_io)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 2, 1);
-    llmem_batch_buf *b = batch64(2);
+    llmem_batch_buf *b = mt_batch(64, 2);
     scan_ctx x = {{0}, {0}, 0, 0};
     mt_add(b, 0, 0, 4, 0, true);
     scan_run(m, b, 512, &x);
@@ -308,7 +293,7 @@ START_TEST(test_state_io)
     p.n_ckpt = -1;
     ck_assert_int_eq(llmem_recurrent_create(be, &p, &m2, err, sizeof err), LLMEM_E_INVALID);
     free(buf);
-    free_all(m, b, be);
+    mt_free(m, b, be);
 }
 END_TEST
 
@@ -320,8 +305,7 @@ START_TEST(test_multi_ubatch_poison)
     setenv("LLMEM_POISON", "1", 1);
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 3, 0);
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(128, 2, &b), LLMEM_OK);
+    llmem_batch_buf *b = mt_batch(128, 2);
     scan_ctx x = {{0}, {0}, 0, 0};
     const int32_t len[3] = {15, 4, 9};
     for (int32_t round = 0; round < 3; round++) {
@@ -333,7 +317,7 @@ START_TEST(test_multi_ubatch_poison)
             ck_assert_float_eq(cur_state(m, be, s), tag(s, x.len[s]));
         mt_assert_check(m);
     }
-    free_all(m, b, be);
+    mt_free(m, b, be);
     unsetenv("LLMEM_POISON");
 }
 END_TEST
@@ -347,7 +331,7 @@ START_TEST(test_decode_tokens_read_back)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_rs(be, 3, 1);
-    llmem_batch_buf *b = batch64(3);
+    llmem_batch_buf *b = mt_batch(64, 3);
     /* every sequence decodes; 0 is read, 1 and 2 are overwritten by its
      * seq_cp and state read while they hold ids of their own */
     int32_t ref[3][128], n[3];
@@ -356,7 +340,7 @@ START_TEST(test_decode_tokens_read_back)
     mt_rm_last_and_on(m, b, ref[0], &n[0], 9000);
     mt_assert_check(m);
     mt_clear_staged_then_prompt(m, b, n[1]);
-    free_all(m, b, be);
+    mt_free(m, b, be);
 }
 END_TEST
 

@@ -113,6 +113,13 @@ static attn_ctx ctx_new(llmem_backend *be, int32_t layer, int32_t window)
     return c;
 }
 
+/* Frees a case's attention buffer, memory, batch buffer and backend. */
+static void free_all(attn_ctx *c, llmem_memory *m, llmem_batch_buf *b, llmem_backend *be)
+{
+    llmem_buffer_free(c->buf);
+    mt_free(m, b, be);
+}
+
 /* The most pages the contract lets a sequence of len tokens keep after a
  * commit: those not wholly before index len + 1 - window - slack. */
 static int32_t pages_kept_max(int32_t len, int32_t ps, int32_t window, int32_t slack)
@@ -161,10 +168,7 @@ START_TEST(test_pages_freed_as_window_slides)
     }
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 51);
     ck_assert_int_eq(c.n_ubatch_seen, 3 + 30);
-    llmem_buffer_free(c.buf);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    free_all(&c, m, b, be);
 }
 END_TEST
 
@@ -210,10 +214,7 @@ START_TEST(test_shared_pages_kept)
     }
     llmem_memory_get_stats(m, &st);
     ck_assert_int_eq(st.pages_used, mt_window_pages_needed(22, ps, W, 0) + mt_window_pages_needed(16, ps, W, 0));
-    llmem_buffer_free(c.buf);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    free_all(&c, m, b, be);
 }
 END_TEST
 
@@ -241,10 +242,7 @@ START_TEST(test_prefix_hit_after_slide)
     ck_assert_int_eq(info.n_tokens, 1);
     mt_assert_check(m);
     ck_assert_int_eq(mt_held_pages(m, 1), mt_window_pages_needed(17, ps, W, 0));
-    llmem_buffer_free(c.buf);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    free_all(&c, m, b, be);
 }
 END_TEST
 
@@ -296,10 +294,7 @@ START_TEST(test_rollback_and_copy_limits)
     mt_assert_check(m);
     /* no K-shift on a windowed cache */
     ck_assert_int_eq(llmem_memory_seq_add(m, 1, 0, -1, 2), LLMEM_E_UNSUPPORTED);
-    llmem_buffer_free(c.buf);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    free_all(&c, m, b, be);
 }
 END_TEST
 
@@ -349,11 +344,8 @@ START_TEST(test_state_roundtrip)
     llmem_memory_destroy(wide);
     free(buf);
     llmem_memory_destroy(full);
-    llmem_buffer_free(c.buf);
-    llmem_memory_destroy(m);
     llmem_memory_destroy(m2);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    free_all(&c, m, b, be);
 }
 END_TEST
 
@@ -411,9 +403,7 @@ START_TEST(test_hybrid_window_and_full)
     ck_assert_int_eq(mt_held_pages(llmem_memory_child(h, 1), 0), 5);
     llmem_buffer_free(cw.buf);
     llmem_buffer_free(cf.buf);
-    llmem_memory_destroy(h);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 
@@ -587,10 +577,7 @@ START_TEST(test_randomized)
         llmem_memory_get_stats(m, &st);
         ck_assert_int_eq(st.pages_used, distinct);
     }
-    llmem_buffer_free(c.buf);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    free_all(&c, m, b, be);
 }
 END_TEST
 

@@ -86,9 +86,21 @@ int32_t mt_held_pages(llmem_memory *m, int32_t seq)
 
 llmem_batch_buf *mt_batch_new(void)
 {
+    return mt_batch(1024, 4);
+}
+
+llmem_batch_buf *mt_batch(int32_t n_tokens, int32_t n_seq_id)
+{
     llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
+    ck_assert_int_eq(llmem_batch_buf_create(n_tokens, n_seq_id, &b), LLMEM_OK);
     return b;
+}
+
+void mt_free(llmem_memory *m, llmem_batch_buf *b, llmem_backend *be)
+{
+    llmem_memory_destroy(m);
+    llmem_batch_buf_destroy(b);
+    llmem_backend_close(be);
 }
 
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt)

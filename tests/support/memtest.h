@@ -32,6 +32,11 @@ int32_t mt_window_pages_needed(int32_t len, int32_t ps, int32_t window, int32_t 
 int32_t mt_held_pages(llmem_memory *m, int32_t seq);
 /* A batch buffer of 1024 tokens, 4 sequence ids each. */
 llmem_batch_buf *mt_batch_new(void);
+/* A batch buffer of n_tokens tokens with up to n_seq_id sequence ids each
+ * (fails the test if it cannot be made). */
+llmem_batch_buf *mt_batch(int32_t n_tokens, int32_t n_seq_id);
+/* Destroys m and b and closes be, the end of most memory tests. */
+void mt_free(llmem_memory *m, llmem_batch_buf *b, llmem_backend *be);
 /* Recurrent memory: 1 layer with one f32 state of 4 elements. */
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt);
 /* Appends n tokens (ids tok0, tok0+1, ...) to seq at positions from pos0. */
