@@ -25,6 +25,7 @@
  * Without a usable Vulkan device the suite is skipped.
  */
 #include "support/run.h"
+#include "support/vk_norms.h"
 #include "support/vk_test.h"
 #include <check.h>
 #include <math.h>
@@ -53,82 +54,18 @@ static llmem_backend *open_with(const char *dec, const char *presplit)
 
 /* ---- the norms alone -------------------------------------------------------------------- */
 
-enum { N_OUT = 9 };
+enum { N_OUT = VK_NORMS_N_OUT };
 
 /* Every norm of one [m, k] shape on vk (opened with
- * $LLMEM_VULKAN_DEC_NORM=dec and PRESPLIT=2); outputs into o[0..N_OUT)
- * (NULL where the gated norm's groups do not divide k); with check, each
- * against float64. */
+ * $LLMEM_VULKAN_DEC_NORM=dec and PRESPLIT=2): vk_run_norms, the gated norm
+ * where its groups are multiples of 4 elements. */
 static void run_norms(llmem_backend *vk, const char *dec, int32_t m, int32_t k, const float *x,
                       const float *r, const float *y, const float *z, const float *w, bool check,
                       float *o[N_OUT])
 {
-    size_t mk = (size_t)m * k;
-    double *ref = malloc(mk * sizeof *ref);
-    ck_assert_ptr_nonnull(ref);
-    llmem_buffer *b[12];
-    int nb = 0;
-#define T32(v, a, bb) vk_up_f32_2d(vk, &b[nb++], v, a, bb)
-    llmem_tensor tx = T32(x, m, k), tr = T32(r, m, k), to = T32(NULL, m, k);
-    llmem_tensor tw = T32(w, k, 0), tw16 = vk_up_bf16_2d(vk, &b[nb++], w, 1, k);
-    tw16.n_dims = 1, tw16.ne[0] = k, tw16.ne[1] = 1;
-    llmem_tensor tx2 = T32(x, m, k), tr2 = T32(r, m, k), ty = T32(y, m, k), tz = T32(z, m, k);
-#undef T32
-    char what[128];
-    const llmem_tensor *ws[3] = {&tw, &tw16, NULL};
-    static const char *wn[3] = {"f32", "bf16", "none"};
-    const char *dn = dec;
-    int n = 0;
-    for (int i = 0; i < 3; i++) {
-        OK(llmem_op_rms_norm(vk, &tx, ws[i], EPS, &to));
-        o[n] = vk_download_f32(&to);
-        for (size_t j = 0; j < mk; j++)
-            ref[j] = x[j];
-        vk_ref_norm_groups(ref, i < 2 ? w : NULL, m, k, 1, EPS);
-        snprintf(what, sizeof what, "norm, %s weights, %dx%d DEC_NORM=%s", wn[i], m, k, dn);
-        if (check)
-            vk_expect_close(o[n], ref, m, k, 1e-5, what);
-        n++;
-    }
-    /* x += r; r = norm(x), against x2 += r2 then norm(x2) -> out */
-    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, EPS, &tr));
-    OK(llmem_op_add(vk, &tx2, &tr2, &tx2));
-    OK(llmem_op_rms_norm(vk, &tx2, &tw, EPS, &to));
-    float *xo = vk_download_f32(&tx), *ro = vk_download_f32(&tr), *x2o = vk_download_f32(&tx2), *oo = vk_download_f32(&to);
-    for (size_t j = 0; j < mk; j++)
-        ref[j] = (double)x[j] + r[j];
-    snprintf(what, sizeof what, "add + norm, %dx%d DEC_NORM=%s", m, k, dn);
-    if (check)
-        vk_expect_close(xo, ref, m, k, 1e-6, what);
-    vk_ref_norm_groups(ref, w, m, k, 1, EPS);
-    if (check)
-        vk_expect_close(ro, ref, m, k, 1e-5, what);
-    ck_assert_msg(memcmp(xo, x2o, mk * 4) == 0 && memcmp(ro, oo, mk * 4) == 0,
-                  "%s: differs from add then norm", what);
-    o[n++] = xo, o[n++] = ro;
-    free(x2o), free(oo);
-    for (int32_t groups = 1; groups <= 4; groups *= 4) {
-        for (int in_place = 0; in_place < 2; in_place++, n++) {
-            o[n] = NULL;
-            if (k % (4 * groups) != 0)
-                continue;
-            OK(llmem_buffer_upload(ty.buf, ty.offset, y, mk * 4));
-            llmem_tensor *out = in_place ? &ty : &to;
-            OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, EPS, out));
-            o[n] = vk_download_f32(out);
-            for (size_t j = 0; j < mk; j++)
-                ref[j] = (double)y[j] * vk_silu(z[j]);
-            vk_ref_norm_groups(ref, w, m, k, groups, EPS);
-            snprintf(what, sizeof what, "gated norm, %d groups%s, %dx%d DEC_NORM=%s", groups,
-                     in_place ? " in place" : "", m, k, dn);
-            if (check)
-                vk_expect_close(o[n], ref, m, k, 1e-5, what);
-        }
-    }
-    ck_assert_int_eq(n, N_OUT);
-    for (int i = 0; i < nb; i++)
-        llmem_buffer_free(b[i]);
-    free(ref);
+    char tag[32];
+    snprintf(tag, sizeof tag, "DEC_NORM=%s", dec);
+    vk_run_norms(vk, tag, m, k, 4, EPS, x, r, y, z, w, check, o);
 }
 
 /* Widths of 1 to 16 elements an invocation (1024-8192: the 2b and 9B

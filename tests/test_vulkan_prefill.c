@@ -22,6 +22,7 @@
  * norms' paths. Without a usable Vulkan device the suite is skipped.
  */
 #include "support/run.h"
+#include "support/vk_norms.h"
 #include "support/vk_test.h"
 #include <check.h>
 #include <math.h>
@@ -46,64 +47,14 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
     float *x = rand_vals(mk, -2, 2, false), *r = rand_vals(mk, -2, 2, false);
     float *y = rand_vals(mk, -3, 3, false), *z = rand_vals(mk, -3, 3, false);
     float *w = rand_vals((size_t)k, 0.5f, 1.5f, true);
-    double *ref = malloc(mk * sizeof *ref);
-    ck_assert_ptr_nonnull(ref);
-    llmem_buffer *b[12];
-    int nb = 0;
-#define T32(v, a, bb) vk_up_f32_2d(vk, &b[nb++], v, a, bb)
-    llmem_tensor tx = T32(x, m, k), tr = T32(r, m, k), to = T32(NULL, m, k);
-    llmem_tensor tw = T32(w, k, 0), tw16 = vk_up_bf16_2d(vk, &b[nb++], w, 1, k);
-    tw16.n_dims = 1, tw16.ne[0] = k, tw16.ne[1] = 1;
-    llmem_tensor tx2 = T32(x, m, k), tr2 = T32(r, m, k), ty = T32(y, m, k), tz = T32(z, m, k);
-#undef T32
-    char what[128];
-    const llmem_tensor *ws[3] = {&tw, &tw16, NULL};
-    static const char *wn[3] = {"f32", "bf16", "none"};
-    for (int i = 0; i < 3; i++) { /* out = norm(x) */
-        OK(llmem_op_rms_norm(vk, &tx, ws[i], EPS, &to));
-        float *o = vk_download_f32(&to);
-        for (size_t j = 0; j < mk; j++)
-            ref[j] = x[j];
-        vk_ref_norm_groups(ref, i < 2 ? w : NULL, m, k, 1, EPS);
-        snprintf(what, sizeof what, "norm, %s weights, %dx%d PF_NORM=%s", wn[i], m, k,
-                 pf ? pf : "unset");
-        vk_expect_close(o, ref, m, k, 1e-5, what);
-        free(o);
-    }
-    /* x += r; r = norm(x), against x2 += r2 (an add) then norm(x2) -> out */
-    OK(llmem_op_add_rms_norm(vk, &tx, &tr, &tw, EPS, &tr));
-    OK(llmem_op_add(vk, &tx2, &tr2, &tx2));
-    OK(llmem_op_rms_norm(vk, &tx2, &tw, EPS, &to));
-    float *xo = vk_download_f32(&tx), *ro = vk_download_f32(&tr), *x2o = vk_download_f32(&tx2), *oo = vk_download_f32(&to);
-    for (size_t j = 0; j < mk; j++)
-        ref[j] = (double)x[j] + r[j];
-    snprintf(what, sizeof what, "add + norm, %dx%d PF_NORM=%s", m, k, pf ? pf : "unset");
-    vk_expect_close(xo, ref, m, k, 1e-6, what);
-    vk_ref_norm_groups(ref, w, m, k, 1, EPS);
-    vk_expect_close(ro, ref, m, k, 1e-5, what);
-    ck_assert_msg(memcmp(xo, x2o, mk * 4) == 0 && memcmp(ro, oo, mk * 4) == 0,
-                  "%s: differs from add then norm", what);
-    free(xo), free(ro), free(x2o), free(oo);
-    /* the gated norm, 1 and 4 groups: apart, then in place on y */
-    for (int32_t groups = 1; groups <= 4; groups *= 4) {
-        for (int in_place = 0; in_place < 2; in_place++) {
-            OK(llmem_buffer_upload(ty.buf, ty.offset, y, mk * 4));
-            llmem_tensor *out = in_place ? &ty : &to;
-            OK(llmem_op_rms_norm_gated(vk, &ty, &tz, &tw, groups, EPS, out));
-            float *o = vk_download_f32(out);
-            for (size_t j = 0; j < mk; j++)
-                ref[j] = (double)y[j] * vk_silu(z[j]);
-            vk_ref_norm_groups(ref, w, m, k, groups, EPS);
-            snprintf(what, sizeof what, "gated norm, %d groups%s, %dx%d PF_NORM=%s", groups,
-                     in_place ? " in place" : "", m, k, pf ? pf : "unset");
-            vk_expect_close(o, ref, m, k, 1e-5, what);
-            free(o);
-        }
-    }
-    for (int i = 0; i < nb; i++)
-        llmem_buffer_free(b[i]);
+    char tag[32];
+    snprintf(tag, sizeof tag, "PF_NORM=%s", pf ? pf : "unset");
+    float *o[VK_NORMS_N_OUT];
+    vk_run_norms(vk, tag, m, k, 1, EPS, x, r, y, z, w, true, o);
+    for (int i = 0; i < VK_NORMS_N_OUT; i++)
+        free(o[i]);
     llmem_backend_close(vk);
-    free(x), free(r), free(y), free(z), free(w), free(ref);
+    free(x), free(r), free(y), free(z), free(w);
     test_env_restore(&keep);
 }
 
