@@ -131,11 +131,6 @@ static llmem_backend *open_pair(const char *pair)
     return vk;
 }
 
-static void get_f32(const llmem_tensor *t, float *out)
-{
-    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
-}
-
 enum { O_UP, O_GATE, O_SW, O_DOWN, N_O };
 
 /* h = norm(x + r); up; gate; up = silu(gate) * up; down: the outputs to

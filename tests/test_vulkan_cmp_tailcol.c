@@ -175,11 +175,6 @@ END_TEST
 
 /* ---- on the device ---------------------------------------------------------------------- */
 
-static void get_f32(const llmem_tensor *t, float *out)
-{
-    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
-}
-
 /* out = a · wᵀ ([m, n]) on vk, then copies of columns [0, c1), [c1, c2),
  * [c2, n) (the in_proj split; the held sum writes them): to o (m n floats)
  * and cp (m n floats, the three copies side by side as the columns). */

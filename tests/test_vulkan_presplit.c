@@ -38,40 +38,6 @@
 
 #define EPS 1e-5f
 
-static float *rand_vec(size_t n, float lo, float hi)
-{
-    float *v = malloc(n * sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = frand(lo, hi);
-    return v;
-}
-
-static void get_f32(const llmem_tensor *t, float *out)
-{
-    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
-}
-
-/* ---- float64 references ----------------------------------------------------------------- */
-
-static double silu_d(double x)
-{
-    return x / (1.0 + exp(-x));
-}
-
-/* h[r] = x[r] / sqrt(mean(x[r]²) + eps) * nw (x given as double rows) */
-static void ref_norm(const double *x, const float *nw, int32_t m, int32_t k, double *h)
-{
-    for (int32_t r = 0; r < m; r++) {
-        double ss = 0;
-        for (int32_t i = 0; i < k; i++)
-            ss += x[(size_t)r * k + i] * x[(size_t)r * k + i];
-        double s = 1.0 / sqrt(ss / k + EPS);
-        for (int32_t i = 0; i < k; i++)
-            h[(size_t)r * k + i] = x[(size_t)r * k + i] * s * nw[i];
-    }
-}
-
 /* ---- the chains -------------------------------------------------------------------------- */
 
 enum { N_OUT = 6 };
@@ -155,22 +121,22 @@ static void ref_chains(const chain_in *c, double *ref[N_OUT])
     ck_assert_ptr_nonnull(upp);
     for (size_t i = 0; i < mk; i++)
         a[i] = (double)c->x[i] + c->r[i];
-    ref_norm(a, c->nw, m, k, h);
+    vk_ref_norm(a, c->nw, m, k, EPS, h);
     vk_ref_mm(h, c->w, m, k, n, ref[0]);
     memcpy(ref[1], ref[0], mn * sizeof(double));
     for (size_t i = 0; i < mk; i++)
         a[i] = c->r[i];
-    ref_norm(a, c->nw, m, k, h); /* h: the norm of r, also matmul_swiglu's input */
+    vk_ref_norm(a, c->nw, m, k, EPS, h); /* h: the norm of r, also matmul_swiglu's input */
     vk_ref_mm(h, c->w, m, k, n, ref[2]);
     vk_ref_mm(h, c->g, m, k, n, gp);
     vk_ref_mm(h, c->u, m, k, n, upp);
     for (size_t i = 0; i < mn; i++)
-        gp[i] = silu_d(gp[i]) * upp[i];
+        gp[i] = vk_silu(gp[i]) * upp[i];
     vk_ref_mm(gp, c->d, m, n, n, ref[4]);
     memcpy(ref[5], ref[4], mn * sizeof(double));
     for (size_t i = 0; i < mk; i++)
-        a[i] = (double)c->y[i] * silu_d(c->z[i]);
-    ref_norm(a, c->nw, m, k, h);
+        a[i] = (double)c->y[i] * vk_silu(c->z[i]);
+    vk_ref_norm(a, c->nw, m, k, EPS, h);
     vk_ref_mm(h, c->w, m, k, n, ref[3]);
     free(a), free(h), free(gp), free(upp);
 }
@@ -279,7 +245,7 @@ START_TEST(test_presplit_invalidated)
         /* and h itself as it must be: the norm's output, then the write */
         for (size_t i = 0; i < (size_t)M * K; i++)
             a[i] = x[i];
-        ref_norm(a, nw, M, K, h);
+        vk_ref_norm(a, nw, M, K, EPS, h);
         for (size_t i = 0; i < (size_t)M * K; i++) {
             double want = mode == 0   ? x2[i]
                           : mode == 1 ? -3.0 * h[i]
@@ -337,7 +303,7 @@ START_TEST(test_presplit_bad_and_prefill)
         ck_assert_ptr_nonnull(ref);
         for (size_t i = 0; i < (size_t)m * K; i++)
             a[i] = x[i];
-        ref_norm(a, nw, m, K, h);
+        vk_ref_norm(a, nw, m, K, EPS, h);
         vk_ref_mm(h, w, m, K, N, ref);
         char what[64];
         snprintf(what, sizeof what, "norm -> matmul, %d rows", m);
@@ -449,7 +415,7 @@ START_TEST(test_presplit_recorded)
     }
     for (size_t i = 0; i < mk; i++)
         qa[i] = q[i];
-    ref_norm(qa, c.nw, M, K, qa);
+    vk_ref_norm(qa, c.nw, M, K, EPS, qa);
     vk_ref_mm(qa, c.w, M, K, N, qref);
     llmem_recording *rec = NULL;
     for (int rep = -1; rep < REPS; rep++) {

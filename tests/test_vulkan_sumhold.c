@@ -45,20 +45,6 @@
 #define W2 8
 #define NIN (W0 + W1 + W2)
 
-/* ---- float64 references ----------------------------------------------------------------- */
-
-static void ref_norm(double *x, const float *nw, int32_t m, int32_t k)
-{
-    for (int32_t r = 0; r < m; r++) {
-        double ss = 0, *row = x + (size_t)r * k;
-        for (int32_t i = 0; i < k; i++)
-            ss += row[i] * row[i];
-        double s = 1.0 / sqrt(ss / k + EPS);
-        for (int32_t i = 0; i < k; i++)
-            row[i] = row[i] * s * nw[i];
-    }
-}
-
 /* ---- the runs ---------------------------------------------------------------------------- */
 
 /* One shape's inputs: a0 [m, k], x0, x2 [m, d]; nw0 [k], nw [d]; w [d, k],
@@ -231,7 +217,7 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     ck_assert(a && h && x && zx && e && q && a0);
     for (size_t i = 0; i < mk; i++)
         a[i] = a0[i] = c.a0[i];
-    ref_norm(a, c.nw0, m, k);
+    vk_ref_norm_groups(a, c.nw0, m, k, 1, EPS);
     vk_ref_mm(a, c.w, m, k, d, h);
     for (size_t i = 0; i < md; i++)
         x[i] = c.x0[i] + h[i];
@@ -241,7 +227,7 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     snprintf(what, sizeof what, "%dx%dx%d %s", m, d, k, fast ? "fast" : "precise");
     vk_expect_close(on[O_X], x, m, d, tol, what);
     memcpy(h, x, md * sizeof *h);
-    ref_norm(h, c.nw, m, d);
+    vk_ref_norm_groups(h, c.nw, m, d, 1, EPS);
     vk_expect_close(on[O_H], h, m, d, tol, what);
     vk_ref_mm(h, c.win, m, d, NIN, zx);
     cols(zx, m, NIN, 0, W0, 2.0, e);
@@ -265,7 +251,7 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     for (size_t i = 0; i < md; i++)
         x[i] = c.x2[i] + q[i];
     vk_expect_close(on[O_X2], x, m, d, tol, what);
-    ref_norm(x, c.nw, m, d); /* the own-split product's add + norm */
+    vk_ref_norm_groups(x, c.nw, m, d, 1, EPS); /* the own-split product's add + norm */
     vk_expect_close(on[O_P], x, m, d, tol, what);
     vk_expect_close(on[O_PN], x, m, d, tol, what);
     vk_ref_mm(q, c.win, m, d, NIN, zx);
@@ -274,12 +260,12 @@ static void check_shape(int32_t m, int32_t d, int32_t k, bool fast)
     vk_ref_mm(a, c.w, m, k, d, q);
     for (size_t i = 0; i < md; i++)
         x[i] = h[i] = c.x0[i];
-    ref_norm(h, c.nw, m, d);
+    vk_ref_norm_groups(h, c.nw, m, d, 1, EPS);
     vk_expect_close(df[O_G4], h, m, d, tol, what);
     for (int o = O_R4; o <= O_R5; o++) {
         for (size_t i = 0; i < md; i++)
             h[i] = x[i] = x[i] + q[i];
-        ref_norm(h, c.nw, m, d);
+        vk_ref_norm_groups(h, c.nw, m, d, 1, EPS);
         vk_expect_close(df[o], h, m, d, tol, what);
     }
     vk_expect_close(df[O_X4], x, m, d, tol, what);

@@ -52,11 +52,6 @@ typedef struct ff_in {
     float *x, *r, *nw, *wu, *wg, *wd;
 } ff_in;
 
-static void get_f32(const llmem_tensor *t, float *out)
-{
-    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
-}
-
 /* A vulkan backend opened with $LLMEM_VULKAN_SWIGLU_FOLD=fold (NULL:
  * unset), which it reads when it opens. */
 static llmem_backend *open_fold(const char *fold)
@@ -135,18 +130,6 @@ static void run_all(const ff_in *c, llmem_backend *vk, float *o[N_O])
 
 /* ---- float64 references ----------------------------------------------------------------- */
 
-static void ref_norm(const double *x, const float *nw, int32_t m, int32_t k, double *h)
-{
-    for (int32_t r = 0; r < m; r++) {
-        double ss = 0;
-        for (int32_t i = 0; i < k; i++)
-            ss += x[(size_t)r * k + i] * x[(size_t)r * k + i];
-        double s = 1.0 / sqrt(ss / k + EPS);
-        for (int32_t i = 0; i < k; i++)
-            h[(size_t)r * k + i] = x[(size_t)r * k + i] * s * nw[i];
-    }
-}
-
 /* h -> up, gate [m, n], sw = silu(gate) * up, down [m, k] */
 static void ref_ffn(const ff_in *c, const double *h, double *up, double *gate, double *sw,
                     double *down)
@@ -219,7 +202,7 @@ static void check_f64(const ff_in *cp, float *const on[N_O])
     snprintf(what, sizeof what, "%dx%dx%d %s", m, k, n, fast ? "fast" : "precise");
     for (size_t i = 0; i < mk; i++)
         a[i] = (double)c.x[i] + c.r[i];
-    ref_norm(a, c.nw, m, k, h);
+    vk_ref_norm(a, c.nw, m, k, EPS, h);
     ref_ffn(&c, h, up, g, sw, d);
     vk_expect_close(on[O_G], g, m, n, tol, what);
     vk_expect_close(on[O_SW], sw, m, n, tol, what);
@@ -227,12 +210,12 @@ static void check_f64(const ff_in *cp, float *const on[N_O])
     for (size_t i = 0; i < mk; i++)
         a[i] += d[i];
     vk_expect_close(on[O_X], a, m, k, 2 * tol, what);
-    ref_norm(a, c.nw, m, k, h);
+    vk_ref_norm(a, c.nw, m, k, EPS, h);
     ref_ffn(&c, h, up, g, sw, d);
     vk_expect_close(on[O_D2], d, m, k, 4 * tol, what);
     for (size_t i = 0; i < mk; i++)
         a[i] = c.r[i];
-    ref_norm(a, c.nw, m, k, h);
+    vk_ref_norm(a, c.nw, m, k, EPS, h);
     ref_ffn(&c, h, up, g, sw, d);
     vk_expect_close(on[O_B_SW], sw, m, n, tol, what);
     vk_expect_close(on[O_B_U], up, m, n, tol, what);

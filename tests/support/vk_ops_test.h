@@ -25,12 +25,6 @@ static inline llmem_tensor up_f32(llmem_backend *be, llmem_buffer **keep, const 
     return t;
 }
 
-/* t's f32 elements into out. */
-static inline void get_f32(const llmem_tensor *t, float *out)
-{
-    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
-}
-
 /* ||a - b|| / ||b|| over n elements (each of a finite). */
 static inline double rel_err(const float *a, const float *b, size_t n)
 {
@@ -41,16 +35,6 @@ static inline double rel_err(const float *a, const float *b, size_t n)
         den += (double)b[i] * b[i];
     }
     return sqrt(num / (den > 0 ? den : 1));
-}
-
-/* n uniform values in [lo, hi) (malloc'd; the caller frees them). */
-static inline float *rand_vec(size_t n, float lo, float hi)
-{
-    float *v = malloc(n * sizeof *v);
-    ck_assert_ptr_nonnull(v);
-    for (size_t i = 0; i < n; i++)
-        v[i] = frand(lo, hi);
-    return v;
 }
 
 /* Weights w [n, k] of dtype wt in a new buffer of be (*keep), converted on

@@ -126,6 +126,16 @@ static inline void vk_ref_norm_groups(double *a, const float *w, int32_t m, int3
         }
 }
 
+/* h = the float64 RMS norm of rows x[m, k] times nw (vk_ref_norm_groups
+ * with one group); h may be x. */
+static inline void vk_ref_norm(const double *x, const float *nw, int32_t m, int32_t k, double eps,
+                               double *h)
+{
+    if (h != x)
+        memcpy(h, x, (size_t)m * k * sizeof *h);
+    vk_ref_norm_groups(h, nw, m, k, 1, eps);
+}
+
 /* silu(x) = x · sigmoid(x) in float64. */
 static inline double vk_silu(double x)
 {
@@ -232,6 +242,22 @@ static inline float *rand_vals(size_t n, float lo, float hi, bool bf16)
     if (bf16)
         vk_trunc_bf16(v, n);
     return v;
+}
+
+/* n uniform values in [lo, hi) (malloc'd; the caller frees them). */
+static inline float *rand_vec(size_t n, float lo, float hi)
+{
+    float *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand(lo, hi);
+    return v;
+}
+
+/* t's f32 elements into out. */
+static inline void get_f32(const llmem_tensor *t, float *out)
+{
+    OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
 }
 
 static inline llmem_backend *open_be(const char *name)
