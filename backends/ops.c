@@ -15,26 +15,6 @@
 
 /* ---- tensors -------------------------------------------------------------------- */
 
-/* Whether a tensor overlaps [0, size) of buffer buf (a pool or state). */
-static bool overlaps_buffer(const llmem_tensor *t, const llmem_buffer *buf)
-{
-    return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
-}
-
-/* A [rows, cols] matrix, or a tensor with rows outermost whose other
- * dimensions flatten to cols (e.g. [T, H, P] for [T, H * P]). */
-static bool matrix_ok(const llmem_tensor *t, int64_t rows, int64_t cols)
-{
-    if (rows_of(t) == rows && cols_of(t) == cols)
-        return true;
-    return t->n_dims >= 2 && t->ne[0] == rows && llmem_tensor_nelements(t) == rows * cols;
-}
-
-static bool optional_vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
-{
-    return !t || (tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n);
-}
-
 /* ---- dense ------------------------------------------------------------------------ */
 
 static llmem_status matmul_checked(llmem_backend *be, const llmem_tensor *a,
@@ -372,8 +352,8 @@ llmem_status llmem_op_kv_store(llmem_backend *be, const llmem_view *view, const 
     if (!tensor_ok(be, k, DT_F32) || !tensor_ok(be, v, DT_F32) || k->n_dims != 3 ||
         !same_shape(k, v) || k->ne[1] != kv->n_kv_heads || k->ne[2] != kv->head_dim)
         return LLMEM_E_INVALID;
-    if (overlaps_buffer(k, kv->k) || overlaps_buffer(k, kv->v) || overlaps_buffer(v, kv->k) ||
-        overlaps_buffer(v, kv->v))
+    if (in_buffer(k, kv->k) || in_buffer(k, kv->v) || in_buffer(v, kv->k) ||
+        in_buffer(v, kv->v))
         return LLMEM_E_INVALID;
     if ((st = llmem_view_check_store(be, view, k->ne[0])) != LLMEM_OK)
         return st;
@@ -405,7 +385,7 @@ llmem_status llmem_op_attention_paged(llmem_backend *be, const llmem_attn_params
         !same_shape(q, out) || overlaps(out, q) || q->ne[2] != kv->head_dim || q->ne[1] < 1 ||
         q->ne[1] % kv->n_kv_heads != 0)
         return LLMEM_E_INVALID;
-    if (overlaps_buffer(out, kv->k) || overlaps_buffer(out, kv->v) || overlaps_buffer(out, view->idx))
+    if (in_buffer(out, kv->k) || in_buffer(out, kv->v) || in_buffer(out, view->idx))
         return LLMEM_E_INVALID;
     if ((st = llmem_view_check_attention(be, view, q->ne[0])) != LLMEM_OK)
         return st;
@@ -443,8 +423,8 @@ llmem_status llmem_op_ssm_conv(llmem_backend *be, const llmem_view *view, int32_
         !optional_vec_ok(be, b, conv_dim))
         return LLMEM_E_INVALID;
     if (overlaps(out, x) || overlaps(out, w) || overlaps(out, b) ||
-        overlaps_buffer(out, rs->state[state]) || overlaps_buffer(out, view->idx) ||
-        overlaps_buffer(x, rs->state[state]))
+        in_buffer(out, rs->state[state]) || in_buffer(out, view->idx) ||
+        in_buffer(x, rs->state[state]))
         return LLMEM_E_INVALID;
     if (llmem_tensor_nelements(out) == 0)
         return LLMEM_OK;
@@ -490,9 +470,9 @@ llmem_status llmem_op_ssm_scan(llmem_backend *be, const llmem_ssm_params *p,
         !optional_vec_ok(be, dt_bias, p->n_heads))
         return LLMEM_E_INVALID;
     if (overlaps(y, xbc) || overlaps(y, dt) || overlaps(y, a_log) || overlaps(y, d) ||
-        overlaps(y, dt_bias) || overlaps_buffer(y, rs->state[state]) ||
-        overlaps_buffer(y, view->idx) || overlaps_buffer(xbc, rs->state[state]) ||
-        overlaps_buffer(dt, rs->state[state]))
+        overlaps(y, dt_bias) || in_buffer(y, rs->state[state]) ||
+        in_buffer(y, view->idx) || in_buffer(xbc, rs->state[state]) ||
+        in_buffer(dt, rs->state[state]))
         return LLMEM_E_INVALID;
     if (n_tok == 0)
         return LLMEM_OK;

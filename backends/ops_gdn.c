@@ -48,17 +48,6 @@ static bool gdn_matrix(const llmem_tensor *t, int64_t rows, int64_t cols)
     return t->n_dims == 1 && rows == 1 && t->ne[0] == cols;
 }
 
-static bool vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
-{
-    return tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n;
-}
-
-/* Whether t lies (partly) in buffer buf. */
-static bool in_buffer(const llmem_tensor *t, const llmem_buffer *buf)
-{
-    return t->buf == buf && llmem_tensor_nbytes(t) > 0;
-}
-
 llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const llmem_view *view,
                           int32_t state, const llmem_tensor *qkv, const llmem_tensor *a,
                           const llmem_tensor *b, const llmem_tensor *a_log,

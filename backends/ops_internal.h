@@ -88,6 +88,35 @@ static inline bool alias_ok(const llmem_tensor *out, const llmem_tensor *in)
     return !overlaps(out, in) || same_memory(out, in);
 }
 
+/* A [rows, cols] matrix, or a tensor with rows outermost whose other
+ * dimensions flatten to cols (e.g. [T, H, P] for [T, H * P]). */
+static inline bool matrix_ok(const llmem_tensor *t, int64_t rows, int64_t cols)
+{
+    if (rows_of(t) == rows && cols_of(t) == cols)
+        return true;
+    return t->n_dims >= 2 && t->ne[0] == rows && llmem_tensor_nelements(t) == rows * cols;
+}
+
+/* A vector operand: a valid float tensor of this backend with n elements
+ * (any shape). */
+static inline bool vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
+{
+    return tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n;
+}
+
+/* An optional vector operand: NULL, or as vec_ok. */
+static inline bool optional_vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
+{
+    return !t || vec_ok(be, t, n);
+}
+
+/* Whether t lies (partly) in buffer buf (a pool, a state buffer, the index
+ * buffer); a NULL or empty tensor does not. */
+static inline bool in_buffer(const llmem_tensor *t, const llmem_buffer *buf)
+{
+    return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
+}
+
 static inline const struct llmem_ops_i *ops_of(llmem_backend *be)
 {
     return be && be->iface ? be->iface->ops : NULL;

@@ -38,26 +38,11 @@ static llmem_op_info ssm_scan1_info = {
 };
 LLMEM_OP_DEFINE(ssm_scan1_info);
 
-/* A [rows, cols] matrix, or rows outermost with the rest flattening to cols. */
+/* A valid tensor of these dtypes that is a [rows, cols] matrix (matrix_ok). */
 static bool mat_ok(llmem_backend *be, const llmem_tensor *t, unsigned dtypes, int64_t rows,
                    int64_t cols)
 {
-    if (!tensor_ok(be, t, dtypes))
-        return false;
-    if (rows_of(t) == rows && cols_of(t) == cols)
-        return true;
-    return t->n_dims >= 2 && t->ne[0] == rows && llmem_tensor_nelements(t) == rows * cols;
-}
-
-static bool vec_ok(llmem_backend *be, const llmem_tensor *t, int64_t n)
-{
-    return !t || (tensor_ok(be, t, DT_FLOAT) && llmem_tensor_nelements(t) == n);
-}
-
-/* Whether t touches buffer buf at all (a state buffer, the index buffer). */
-static bool in_buffer(const llmem_tensor *t, const llmem_buffer *buf)
-{
-    return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
+    return tensor_ok(be, t, dtypes) && matrix_ok(t, rows, cols);
 }
 
 llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int32_t state,
@@ -85,7 +70,7 @@ llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int3
     int64_t n_tok = (int64_t)rs->n_seqs * rs->n_seq_tokens;
     if (!mat_ok(be, bcx, DT_F32, n_tok, 3 * D) || !mat_ok(be, out, DT_F32, n_tok, D) ||
         !tensor_ok(be, w, DT_FLOAT) || llmem_tensor_nelements(w) != D * L || w->ne[0] != D ||
-        !vec_ok(be, b, D))
+        !optional_vec_ok(be, b, D))
         return LLMEM_E_INVALID;
     const llmem_buffer *sbuf = rs->state[state];
     if (overlaps(out, bcx) || overlaps(out, w) || overlaps(out, b) || in_buffer(out, sbuf) ||
@@ -125,7 +110,8 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
     if (!mat_ok(be, x, DT_F32, n_tok, Din) || !mat_ok(be, dt, DT_F32, n_tok, Din) ||
         !mat_ok(be, b, DT_F32, n_tok, N) || !mat_ok(be, c, DT_F32, n_tok, N) ||
         !mat_ok(be, y, DT_F32, n_tok, Din) || (z && !mat_ok(be, z, DT_F32, n_tok, Din)) ||
-        !a_log || !vec_ok(be, a_log, Din * N) || !vec_ok(be, d, Din) || !vec_ok(be, dt_bias, Din))
+        !vec_ok(be, a_log, Din * N) || !optional_vec_ok(be, d, Din) ||
+        !optional_vec_ok(be, dt_bias, Din))
         return LLMEM_E_INVALID;
     const llmem_tensor *in[8] = {x, dt, b, c, a_log, d, dt_bias, z};
     const llmem_buffer *sbuf = rs->state[state];
