@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "support/memref.h"
+#include "support/memtest.h"
 
 typedef struct hook {
     int32_t calls;   /* allocations seen */
@@ -34,14 +35,6 @@ static bool hook_fn(size_t size, void *ctx)
     (void)size;
     int32_t i = h->calls++;
     return !(h->always || i == h->fail_at);
-}
-
-static llmem_backend *cpu(void)
-{
-    llmem_backend *be = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_backend_open("cpu", -1, &be, err, sizeof err) == LLMEM_OK, "%s", err);
-    return be;
 }
 
 /* --- creation ------------------------------------------------------------------------ */
@@ -73,7 +66,7 @@ typedef llmem_status (*create_fn)(llmem_backend *, llmem_memory **, char *, size
 
 static void create_under_faults(create_fn create, int32_t want_allocs)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     hook h = {.fail_at = -1};
     llmem_backend_set_alloc_hook(be, hook_fn, &h);
     llmem_memory *m = NULL;
@@ -187,7 +180,7 @@ static void drive(memref *r, llmem_memory *m, batch *b, int32_t n_ubatch)
  * buffers (one token per ubatch, 600 ubatches) appending to the copy. */
 static void plan_under_faults(const mr_config *cfg)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     llmem_memory *m = NULL;
     char err[256] = "";
     memref *r = memref_create(be, cfg, &m, err, sizeof err);
@@ -270,7 +263,7 @@ END_TEST
 /* The very first plan of a memory allocates its index buffer. */
 START_TEST(first_plan_faults)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     create_fn makers[2] = {create_kv, create_rs};
     for (int32_t k = 0; k < 2; k++) {
         llmem_memory *m = NULL;
@@ -310,7 +303,7 @@ END_TEST
  * sequence operations and state I/O need no device allocation. */
 START_TEST(only_plan_allocates)
 {
-    llmem_backend *be = cpu();
+    llmem_backend *be = mt_cpu();
     mr_config c = {.n_seq_max = 3, .n_children = 2, .n_layers = 2, .layer_child = {0, 1}};
     c.child[0] = (mr_child_config){.kv = true, .n_layers = 1, .page_size = 4, .n_pages = 32,
                                    .prefix = true};
