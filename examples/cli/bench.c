@@ -393,9 +393,9 @@ static llmem_status bench_model(bench *b)
     /* host time to enqueue one step: the launch-rate floor of op-by-op decode */
     double enq = 0;
     if (st == LLMEM_OK) {
-        double t0 = bench_now();
+        double t0 = cli_now();
         st = model_step(m);
-        enq = bench_now() - t0;
+        enq = cli_now() - t0;
         if (st == LLMEM_OK)
             st = llmem_backend_synchronize(b->be);
     }

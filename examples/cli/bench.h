@@ -44,8 +44,6 @@ typedef struct tables {
 
 typedef llmem_status (*bench_fn)(void *ctx);
 
-/* Monotonic seconds. */
-double bench_now(void);
 /* splitmix64 step; uniform float in [lo, hi). */
 uint64_t bench_rng_next(uint64_t *s);
 float bench_rng_float(uint64_t *s, float lo, float hi);

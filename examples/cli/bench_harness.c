@@ -4,16 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "examples/cli/bench.h"
-
-double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "examples/cli/common.h"
 
 uint64_t bench_rng_next(uint64_t *s)
 {
@@ -45,11 +38,11 @@ llmem_status bench_time_it(bench *b, const char *label, bench_fn fn, void *ctx, 
 {
     /* results go to stdout line by line even when it is a pipe */
     fflush(stdout);
-    double w0 = bench_now();
+    double w0 = cli_now();
     CHECK(fn(ctx));
     CHECK(llmem_backend_synchronize(b->be));
     int per = b->iters / 5 > 0 ? b->iters / 5 : 1;
-    double eta = (bench_now() - w0) * 5 * per;
+    double eta = (cli_now() - w0) * 5 * per;
     if (eta > 1.0) {
         fprintf(stderr, "llmem bench: measuring %s: %d calls, about %.0f s\n", label, 5 * per,
                 eta);
@@ -57,11 +50,11 @@ llmem_status bench_time_it(bench *b, const char *label, bench_fn fn, void *ctx, 
     }
     double t[5];
     for (int r = 0; r < 5; r++) {
-        double t0 = bench_now();
+        double t0 = cli_now();
         for (int i = 0; i < per; i++)
             CHECK(fn(ctx));
         CHECK(llmem_backend_synchronize(b->be));
-        t[r] = (bench_now() - t0) / per;
+        t[r] = (cli_now() - t0) / per;
     }
     for (int i = 1; i < 5; i++)
         for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {

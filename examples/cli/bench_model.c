@@ -126,12 +126,12 @@ static llmem_status run_batch(llmem_model *m, int32_t b, int32_t v, uint64_t *se
     llmem_model_sampling smp = {.params = {.temperature = 0.0f, .top_p = 1.0f}, .ids = ids,
                                 .ctr = ctr};
     int32_t n_out = 0;
-    double t0 = bench_now();
+    double t0 = cli_now();
     st = llmem_model_decode_sample(m, &bt, &smp, 64, &n_out, err, sizeof err);
-    row->pp_s = bench_now() - t0;
+    row->pp_s = cli_now() - t0;
     if (st != LLMEM_OK)
         goto done;
-    t0 = bench_now();
+    t0 = cli_now();
     for (int32_t step = 0; step < TG && st == LLMEM_OK; step++) {
         for (int32_t s = 0; s < b; s++) {
             tok[s] = ids[s];
@@ -156,7 +156,7 @@ static llmem_status run_batch(llmem_model *m, int32_t b, int32_t v, uint64_t *se
             st = llmem_model_decode_sample(m, &st_b, &smp, 64, &n_out, err, sizeof err);
         }
     }
-    row->tg_s = bench_now() - t0;
+    row->tg_s = cli_now() - t0;
 done:
     if (st != LLMEM_OK)
         fprintf(stderr, "llmem bench: batch %d: %s (%s)\n", b, err, llmem_status_str(st));
@@ -240,7 +240,7 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
         p.n_ubatch = PP;
     llmem_model *m = NULL;
     char err[512] = "";
-    double t0 = bench_now();
+    double t0 = cli_now();
     llmem_status st = llmem_model_load(dir, b->be, &p, &m, err, sizeof err);
     if (st != LLMEM_OK) {
         fprintf(stderr, "llmem bench: cannot load model '%s': %s (%s)\n", dir, err,
@@ -260,7 +260,7 @@ llmem_status bench_model_dir(bench *b, const char *dir, const llmem_model_params
            dir, llmem_arch_name(c->arch), c->n_layers, c->n_attention_layers,
            c->n_mamba_layers, c->hidden_size, c->vocab_size, params / 1e9, wb / 1e9,
            llmem_precision_name(p.precision), llmem_dtype_name(p.kv_dtype),
-           llmem_dtype_name(p.ssm_dtype), bench_now() - t0);
+           llmem_dtype_name(p.ssm_dtype), cli_now() - t0);
     double peak = 0; /* $LLMEM_BENCH_PEAK=0: not measured (about 20 s on Vulkan) */
     const char *peak_env = getenv("LLMEM_BENCH_PEAK");
     if (!(peak_env && strcmp(peak_env, "0") == 0) && (st = gemm_peak(b, &peak)) != LLMEM_OK)

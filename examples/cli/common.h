@@ -121,6 +121,7 @@ int cli_open_model(const char *cmd, cli_model_opts *o, llmem_backend **be, llmem
 /* Strict integer / float parsing; false on junk or out of range. */
 bool cli_int(const char *s, int64_t lo, int64_t hi, int32_t *out);
 bool cli_float(const char *s, double lo, double hi, double *out);
+/* Monotonic seconds (CLOCK_MONOTONIC), for timing. */
 double cli_now(void);
 /* fopen(path, "rb") of a regular file; for anything else (missing, a
  * directory, a device) prints "llmem <cmd>: cannot open <what> '<path>':
