@@ -9,11 +9,8 @@
 set -euo pipefail
 bin="$1"; fx="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-head -n 2 "$fx/cases.jsonl" > "$tmp/cases.jsonl"
-"$bin" score --model "$fx" --input "$tmp/cases.jsonl" --backend vulkan > "$tmp/plain.jsonl"
-LLMEM_VULKAN_PIPELINE_STATS=1 "$bin" score --model "$fx" --input "$tmp/cases.jsonl" --backend vulkan \
-  > "$tmp/stats.jsonl" 2> "$tmp/stats.err"
-cmp "$tmp/plain.jsonl" "$tmp/stats.jsonl" || { echo "pipeline statistics changed the results"; exit 1; }
+. "$(dirname "$0")/support/vk_score.sh"
+vk_score_twice 2 LLMEM_VULKAN_PIPELINE_STATS stats "pipeline statistics"
 if grep -q 'LLMEM_VULKAN_PIPELINE_STATS ignored: ' "$tmp/stats.err"; then
   grep -q 'pipeline stats: ' "$tmp/stats.err" && { cat "$tmp/stats.err"; echo "statistics printed although ignored"; exit 1; }
   echo "pipeline statistics unavailable here: $(grep -o 'ignored: .*' "$tmp/stats.err" | head -1)"

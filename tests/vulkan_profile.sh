@@ -7,11 +7,8 @@
 set -euo pipefail
 bin="$1"; fx="$2"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
-head -n 3 "$fx/cases.jsonl" > "$tmp/cases.jsonl"
-"$bin" score --model "$fx" --input "$tmp/cases.jsonl" --backend vulkan > "$tmp/plain.jsonl"
-LLMEM_VULKAN_PROFILE=1 "$bin" score --model "$fx" --input "$tmp/cases.jsonl" --backend vulkan \
-  > "$tmp/prof.jsonl" 2> "$tmp/prof.err"
-cmp "$tmp/plain.jsonl" "$tmp/prof.jsonl" || { echo "profiling changed the results"; exit 1; }
+. "$(dirname "$0")/support/vk_score.sh"
+vk_score_twice 3 LLMEM_VULKAN_PROFILE prof "profiling"
 grep -q '^vulkan profile (' "$tmp/prof.err" || { cat "$tmp/prof.err"; echo "no profile table"; exit 1; }
 for sh in attention kv_store rms_norm rope; do
   awk -v s="$sh" '$1 ~ "^"s && $4 + 0 > 0 { found = 1 } END { exit !found }' "$tmp/prof.err" ||
