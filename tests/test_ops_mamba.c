@@ -121,12 +121,9 @@ START_TEST(test_ssm_conv)
         llmem_state_desc d = {"conv", 2, {k->d_conv - 1, k->conv_dim}, k->st};
         unsigned char *init = rs_source_image(&h, &r, &d, rs, -2, 2);
         int64_t n_tok = (int64_t)rs->n_seqs * rs->n_tok;
-        double *x = th_alloc(&h, sizeof(double) * (size_t)(n_tok * k->conv_dim));
-        double *w = th_alloc(&h, sizeof(double) * (size_t)(k->conv_dim * k->d_conv));
-        double *b = th_alloc(&h, sizeof(double) * (size_t)k->conv_dim);
-        ref64_fill(&r, x, n_tok * k->conv_dim, -2, 2, F32);
-        ref64_fill(&r, w, (int64_t)k->conv_dim * k->d_conv, -1, 1, k->wt);
-        ref64_fill(&r, b, k->conv_dim, -0.5, 0.5, k->wt);
+        double *x = th_rand(&h, &r, n_tok * k->conv_dim, -2, 2, F32);
+        double *w = th_rand(&h, &r, (int64_t)k->conv_dim * k->d_conv, -1, 1, k->wt);
+        double *b = th_rand(&h, &r, k->conv_dim, -0.5, 0.5, k->wt);
         conv_in in = {k->conv_dim, k->d_conv, k->wt, x, w, k->bias ? b : NULL};
         rs_case_bufs cb;
         rs_case_bufs_make(&h, rs, &d, n_tok * k->conv_dim, &cb);
@@ -225,15 +222,10 @@ static const scan_case scan_cases[] = {
 static void scan_inputs(th_ctx *h, ref64_rng *r, const scan_case *k, rs_scan_in *in)
 {
     int64_t n_tok = (int64_t)k->rs.n_seqs * k->rs.n_tok, H = k->p.n_heads;
-    double *xbc = th_alloc(h, sizeof(double) * (size_t)(n_tok * rs_ssm_conv_dim(&k->p)));
-    double *dt = th_alloc(h, sizeof(double) * (size_t)(n_tok * H));
-    double *a = th_alloc(h, sizeof(double) * (size_t)H), *d = th_alloc(h, sizeof(double) * (size_t)H);
-    double *bias = th_alloc(h, sizeof(double) * (size_t)H);
-    ref64_fill(r, xbc, n_tok * rs_ssm_conv_dim(&k->p), -1, 1, F32);
-    ref64_fill(r, dt, n_tok * H, -5, 3, F32);
-    ref64_fill(r, a, H, -1, 2, k->pt);
-    ref64_fill(r, d, H, -1, 1, k->pt);
-    ref64_fill(r, bias, H, -2, 1, k->pt);
+    double *xbc = th_rand(h, r, n_tok * rs_ssm_conv_dim(&k->p), -1, 1, F32);
+    double *dt = th_rand(h, r, n_tok * H, -5, 3, F32);
+    double *a = th_rand(h, r, H, -1, 2, k->pt), *d = th_rand(h, r, H, -1, 1, k->pt);
+    double *bias = th_rand(h, r, H, -2, 1, k->pt);
     *in = (rs_scan_in){k->p, k->pt, xbc, dt, a, k->has_d ? d : NULL, k->has_bias ? bias : NULL};
 }
 
@@ -375,13 +367,10 @@ START_TEST(test_mamba_resume)
         /* two streams, 6 + 4 tokens; 3 checkpoints in ubatch 1 */
         enum { T1 = 6, T2 = 4, NS = 2, SLOTS = 10 };
         int32_t total = T1 + T2;
-        double *x = th_alloc(&h, sizeof(double) * NS * total * cd);
-        double *w = th_alloc(&h, sizeof(double) * (size_t)(cd * d_conv));
-        double *dt = th_alloc(&h, sizeof(double) * NS * total * H);
-        double *pa = th_alloc(&h, sizeof(double) * (size_t)H * 3);
-        ref64_fill(&r, x, (int64_t)NS * total * cd, -2, 2, F32);
-        ref64_fill(&r, w, (int64_t)cd * d_conv, -1, 1, F32);
-        ref64_fill(&r, dt, (int64_t)NS * total * H, -4, 2, F32);
+        double *x = th_rand(&h, &r, (int64_t)NS * total * cd, -2, 2, F32);
+        double *w = th_rand(&h, &r, (int64_t)cd * d_conv, -1, 1, F32);
+        double *dt = th_rand(&h, &r, (int64_t)NS * total * H, -4, 2, F32);
+        double *pa = th_vec(&h, (int64_t)H * 3);
         ref64_fill(&r, pa, H, -1, 1.5, F32);
         ref64_fill(&r, pa + H, 2 * H, -1, 1, F32);
         bool live[SLOTS] = {0};
@@ -540,11 +529,10 @@ START_TEST(test_mamba_decode_fold)
         int64_t ce = (int64_t)(DC - 1) * cd, se = (int64_t)dy * p.d_state;
         llmem_state_desc desc[2] = {{"conv", 2, {DC - 1, cd}, F32},
                                     {"ssm", 3, {H, p.head_dim, p.d_state}, F32}};
-        double *x = th_vec(&h, (int64_t)STEPS * NS * cd), *w = th_vec(&h, (int64_t)cd * (DC + 1));
-        double *dt = th_vec(&h, (int64_t)STEPS * NS * H), *pa = th_vec(&h, 3 * H);
-        ref64_fill(&r, x, (int64_t)STEPS * NS * cd, -2, 2, F32);
-        ref64_fill(&r, w, (int64_t)cd * (DC + 1), -1, 1, F32); /* weights, then the bias */
-        ref64_fill(&r, dt, (int64_t)STEPS * NS * H, -4, 2, F32);
+        double *x = th_rand(&h, &r, (int64_t)STEPS * NS * cd, -2, 2, F32);
+        /* w: the weights, then the bias */
+        double *w = th_rand(&h, &r, (int64_t)cd * (DC + 1), -1, 1, F32);
+        double *dt = th_rand(&h, &r, (int64_t)STEPS * NS * H, -4, 2, F32), *pa = th_vec(&h, 3 * H);
         ref64_fill(&r, pa, H, -1, 1.5, F32);
         ref64_fill(&r, pa + H, 2 * H, -1, 1, F32);
         bool live[SLOTS] = {1, 1, 1, 0, 0, 0};

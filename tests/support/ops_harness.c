@@ -104,6 +104,13 @@ double *th_vec(th_ctx *c, int64_t n)
     return th_alloc(c, (size_t)(n > 0 ? n : 1) * sizeof(double));
 }
 
+double *th_rand(th_ctx *c, ref64_rng *r, int64_t n, double lo, double hi, llmem_dtype t)
+{
+    double *v = th_vec(c, n);
+    ref64_fill(r, v, n, lo, hi, t);
+    return v;
+}
+
 static size_t round4(size_t n)
 {
     return (n + 3) / 4 * 4;

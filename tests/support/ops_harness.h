@@ -60,6 +60,9 @@ void *th_alloc(th_ctx *c, size_t bytes);
 
 /* n doubles (at least one), zeroed, freed at th_end. */
 double *th_vec(th_ctx *c, int64_t n);
+/* n doubles (at least one) freed at th_end, filled by ref64_fill(r, ., n,
+ * lo, hi, t): uniform in [lo, hi), each exact in dtype t. */
+double *th_rand(th_ctx *c, ref64_rng *r, int64_t n, double lo, double hi, llmem_dtype t);
 
 /* A shuffled paged layout of the attention suites' KV pool: n_streams
  * streams of len[s] keys in pages of page_size. Stream s's pages are
