@@ -15,7 +15,7 @@
 typedef struct rope_ctx {
     const llmem_rope_params *p;
     const double *inv_freq; /* [n_rot / 2] freq_scale * theta_base^(-2i/n_rot) */
-    float *scratch;         /* [threads][n_rot]: cos | sin */
+    float *scratch;         /* [threads][n_rot (+ head_dim)]: cos | sin (| a head row) */
     /* rope */
     const float *x;
     const int32_t *pos;
@@ -70,6 +70,27 @@ static double *make_inv_freq(const llmem_rope_params *p)
     return f;
 }
 
+/* Runs fn over n items in grains of `grain` on nth threads, with c's
+ * frequencies (make_inv_freq of c->p) and per_thread floats of scratch a
+ * thread; both are freed before it returns. LLMEM_E_NO_MEMORY when they
+ * cannot be allocated (nothing ran). */
+static llmem_status rope_launch(rope_ctx *c, int32_t nth, size_t per_thread, int64_t n,
+                                int64_t grain, llmem_tp_fn fn)
+{
+    double *inv_freq = make_inv_freq(c->p);
+    c->scratch = malloc((size_t)nth * per_thread * sizeof *c->scratch);
+    if (!inv_freq || !c->scratch) {
+        free(inv_freq);
+        free(c->scratch);
+        return LLMEM_E_NO_MEMORY;
+    }
+    c->inv_freq = inv_freq;
+    llmem_tp_run(nth, n, grain, fn, c);
+    free(inv_freq);
+    free(c->scratch);
+    return LLMEM_OK;
+}
+
 static void rope_run(void *vctx, int64_t t0, int64_t t1, int32_t thread)
 {
     const rope_ctx *c = vctx;
@@ -100,18 +121,7 @@ llmem_status cpu_op_rope(llmem_backend *be, const llmem_rope_params *p, llmem_ct
     };
     int64_t n_tok = x->ne[0];
     int32_t nth = cpu_threads_for(llmem_tensor_nelements(x));
-    double *inv_freq = make_inv_freq(p);
-    c.scratch = malloc((size_t)nth * (size_t)p->n_rot * sizeof *c.scratch);
-    if (!inv_freq || !c.scratch) {
-        free(inv_freq);
-        free(c.scratch);
-        return LLMEM_E_NO_MEMORY;
-    }
-    c.inv_freq = inv_freq;
-    llmem_tp_run(nth, n_tok, 1, rope_run, &c);
-    free(inv_freq);
-    free(c.scratch);
-    return LLMEM_OK;
+    return rope_launch(&c, nth, (size_t)p->n_rot, n_tok, 1, rope_run);
 }
 
 /* ---- K-shift ------------------------------------------------------------------------ */
@@ -159,16 +169,8 @@ llmem_status cpu_op_rope_shift(llmem_backend *be, const llmem_rope_params *p,
     atomic_init(&c.bad, 0);
     int64_t n = kv->shift_slot.n;
     int32_t nth = cpu_threads_for(n * kv->n_kv_heads * kv->head_dim);
-    double *inv_freq = make_inv_freq(p);
-    c.scratch = malloc((size_t)nth * (size_t)(p->n_rot + kv->head_dim) * sizeof *c.scratch);
-    if (!inv_freq || !c.scratch) {
-        free(inv_freq);
-        free(c.scratch);
-        return LLMEM_E_NO_MEMORY;
-    }
-    c.inv_freq = inv_freq;
-    llmem_tp_run(nth, n, 16, shift_run, &c);
-    free(inv_freq);
-    free(c.scratch);
+    llmem_status st = rope_launch(&c, nth, (size_t)(p->n_rot + kv->head_dim), n, 16, shift_run);
+    if (st != LLMEM_OK)
+        return st;
     return atomic_load(&c.bad) ? LLMEM_E_INVALID : LLMEM_OK;
 }
