@@ -115,8 +115,7 @@ END_TEST
 
 START_TEST(test_no_loader)
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_LOADER");
-    test_env_put("LLMEM_VULKAN_LOADER", "/nonexistent/libvulkan.so.1");
+    test_env keep = test_env_set("LLMEM_VULKAN_LOADER", "/nonexistent/libvulkan.so.1");
     char err[256] = "";
     llmem_backend *be = NULL;
     ck_assert_int_eq(llmem_backend_open("vulkan", -1, &be, err, sizeof err), LLMEM_E_NOT_FOUND);
@@ -214,8 +213,7 @@ END_TEST
  * (NVIDIA's driver; here: no driver), says why and what to set. */
 START_TEST(test_fork_hint)
 {
-    test_env kept = test_env_save("LLMEM_VULKAN_KEEP_INSTANCE");
-    test_env_put("LLMEM_VULKAN_KEEP_INSTANCE", "1");
+    test_env kept = test_env_set("LLMEM_VULKAN_KEEP_INSTANCE", "1");
     llmem_backend_close(open_be("vulkan")); /* the instance stays */
     fflush(NULL);
     pid_t pid = fork();
@@ -602,8 +600,7 @@ static uint16_t to_bf16(float f)
  * must give what a plain byte array gives, with the validation layer on. */
 START_TEST(test_chunks)
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_MAX_CHUNK");
-    test_env_put("LLMEM_VULKAN_MAX_CHUNK", "4K");
+    test_env keep = test_env_set("LLMEM_VULKAN_MAX_CHUNK", "4K");
     llmem_backend *be = open_be("vulkan");
     enum { N = 3 * 4096 + 1000 };
     unsigned char *src = malloc(N), *got = malloc(N), *ref = malloc(N);
@@ -683,8 +680,7 @@ END_TEST
 START_TEST(test_conv_fold_held)
 {
     enum { CD = 8, DC = 4 };
-    test_env keep = test_env_save("LLMEM_VULKAN_CONV_FOLD");
-    test_env_put("LLMEM_VULKAN_CONV_FOLD", "1");
+    test_env keep = test_env_set("LLMEM_VULKAN_CONV_FOLD", "1");
     for (int at_close = 0; at_close < 2; at_close++) {
         llmem_backend *be = open_be("vulkan");
         float st0[(DC - 1) * CD], x[CD], w[CD * DC], got[(DC - 1) * CD];

@@ -602,8 +602,8 @@ START_TEST(test_dec_prefetch_identical)
         test_env_put("LLMEM_VULKAN_DEC_PF", pfs[pi][0]);
         test_env_put("LLMEM_VULKAN_DEC_PF_LAG", pfs[pi][1]);
         test_env_put("LLMEM_VULKAN_DEC_PF_SEG", pfs[pi][2]);
-        test_env keep5 = test_env_save("LLMEM_VULKAN_DEC_CFG");
-        test_env_put("LLMEM_VULKAN_DEC_CFG", pi == 0 ? "256,1,64,2,512,264" : NULL);
+        test_env keep5 =
+            test_env_set("LLMEM_VULKAN_DEC_CFG", pi == 0 ? "256,1,64,2,512,264" : NULL);
         llmem_backend *vk = open_be("vulkan");
         test_env_restore(&keep5);
         for (size_t s = 0; s < NS; s++) /* the first setting: the prefetch off */

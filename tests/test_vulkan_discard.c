@@ -44,8 +44,7 @@ static bool g_vulkan;
 static void contract_on(const char *name)
 {
     llmem_backend *be = open_be(name), *cpu = open_be("cpu");
-    test_env keep = test_env_save("LLMEM_DISCARD_POISON");
-    test_env_put("LLMEM_DISCARD_POISON", NULL);
+    test_env keep = test_env_set("LLMEM_DISCARD_POISON", NULL);
     uint8_t init[64], got[64];
     for (int i = 0; i < 64; i++)
         init[i] = (uint8_t)(i * 7 + 1);
@@ -108,10 +107,8 @@ enum { R_ZX = VCS_N_R, N_R };
 static void run_step(const vcs_in *in, bool fast, const char *knob, const char *poison, int how,
                      float *r[N_R])
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_DISCARD");
-    test_env_put("LLMEM_VULKAN_DISCARD", knob);
-    test_env keep_p = test_env_save("LLMEM_DISCARD_POISON");
-    test_env_put("LLMEM_DISCARD_POISON", poison);
+    test_env keep = test_env_set("LLMEM_VULKAN_DISCARD", knob);
+    test_env keep_p = test_env_set("LLMEM_DISCARD_POISON", poison);
     llmem_backend *vk = open_be("vulkan");
     vcs_step st;
     vcs_make(vk, in, &st);

@@ -243,8 +243,7 @@ START_TEST(test_matmul_cm_fused)
      * about two dozen in a process) */
     llmem_backend *vks[2];
     for (int mode = 0; mode < 2; mode++) {
-        test_env keep = test_env_save("LLMEM_VULKAN_CM_RAW");
-        test_env_put("LLMEM_VULKAN_CM_RAW", mode ? "2" : "3");
+        test_env keep = test_env_set("LLMEM_VULKAN_CM_RAW", mode ? "2" : "3");
         vks[mode] = open_be("vulkan");
         test_env_restore(&keep);
     }
@@ -311,8 +310,8 @@ START_TEST(test_matmul_cm_stages)
     static const int32_t ms[] = {16, 40, 64}, ks[] = {40, 96, 1000, 4096};
     const int32_t n = 136;
     test_env keep = test_env_save("LLMEM_VULKAN_CM_STAGES");
-    test_env keep_mid = test_env_save("LLMEM_VULKAN_CM_MID");
-    test_env_put("LLMEM_VULKAN_CM_MID", "0"); /* the plans of vk_cm_plan_make at 40, 64 rows */
+    /* the plans of vk_cm_plan_make at 40, 64 rows */
+    test_env keep_mid = test_env_set("LLMEM_VULKAN_CM_MID", "0");
     for (size_t si = 0; si < 4; si++) {
         test_env_put("LLMEM_VULKAN_CM_STAGES", stages[si]);
         llmem_backend *vk = open_be("vulkan");
@@ -340,8 +339,8 @@ START_TEST(test_matmul_cm_fn)
     static const int32_t ms[] = {16, 40, 64};
     const int32_t n = 300, k = 1000;
     test_env keep = test_env_save("LLMEM_VULKAN_CM_FN");
-    test_env keep_mid = test_env_save("LLMEM_VULKAN_CM_MID");
-    test_env_put("LLMEM_VULKAN_CM_MID", "0"); /* the plans of vk_cm_plan_make at 40, 64 rows */
+    /* the plans of vk_cm_plan_make at 40, 64 rows */
+    test_env keep_mid = test_env_set("LLMEM_VULKAN_CM_MID", "0");
     for (size_t fi = 0; fi < 2; fi++) {
         test_env_put("LLMEM_VULKAN_CM_FN", fns[fi]);
         llmem_backend *vk = open_be("vulkan");

@@ -40,8 +40,7 @@
  * $LLMEM_VULKAN_PF_NORM=pf (NULL: unset), against float64. */
 static void check_norms(const char *pf, int32_t m, int32_t k)
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_PF_NORM");
-    test_env_put("LLMEM_VULKAN_PF_NORM", pf);
+    test_env keep = test_env_set("LLMEM_VULKAN_PF_NORM", pf);
     llmem_backend *vk = open_be("vulkan");
     size_t mk = (size_t)m * k;
     float *x = rand_vals(mk, -2, 2, false), *r = rand_vals(mk, -2, 2, false);
@@ -63,8 +62,7 @@ static void check_norms(const char *pf, int32_t m, int32_t k)
 static float *gated(const char *pf, int32_t m, int32_t k, const float *y, const float *z,
                     const float *w)
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_PF_NORM");
-    test_env_put("LLMEM_VULKAN_PF_NORM", pf);
+    test_env keep = test_env_set("LLMEM_VULKAN_PF_NORM", pf);
     llmem_backend *vk = open_be("vulkan");
     llmem_buffer *b[4];
     llmem_tensor ty = vk_up_f32_2d(vk, &b[0], y, m, k), tz = vk_up_f32_2d(vk, &b[1], z, m, k);
@@ -117,8 +115,7 @@ static void run_chain(const char *hold, bool fast, int32_t m, int32_t d, const w
                       const float *a0, const float *x0, const float *nw, const float *w,
                       const float *win, float *o[5])
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
-    test_env_put("LLMEM_VULKAN_SUM_HOLD", hold);
+    test_env keep = test_env_set("LLMEM_VULKAN_SUM_HOLD", hold);
     llmem_backend *vk = open_be("vulkan");
     int32_t nin = cw->w[0] + cw->w[1] + cw->w[2];
     llmem_buffer *b[12];

@@ -58,11 +58,9 @@ typedef struct chain_in {
 
 static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_PRESPLIT");
-    test_env_put("LLMEM_VULKAN_PRESPLIT", ps);
+    test_env keep = test_env_set("LLMEM_VULKAN_PRESPLIT", ps);
     /* with the split pass, the old prefill sums too: one column an invocation */
-    test_env keep_vec = test_env_save("LLMEM_VULKAN_PF_SUM_VEC");
-    test_env_put("LLMEM_VULKAN_PF_SUM_VEC", strcmp(ps, "0") == 0 ? "0" : "1");
+    test_env keep_vec = test_env_set("LLMEM_VULKAN_PF_SUM_VEC", strcmp(ps, "0") == 0 ? "0" : "1");
     /* and the decode rows' old way: one workgroup a row in the norms and
      * the SwiGLU */
     test_env keep_rows = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
@@ -153,8 +151,7 @@ START_TEST(test_presplit_chains)
     static const int32_t shapes[][3] = {{16, 1024, 96}, {64, 512, 136}, {40, 2048, 40},
                                         {9, 264, 24},   {129, 520, 136}, {300, 264, 40}};
     /* (the prefill rows, 129 and 300, on matmul_cmp.comp where it runs) */
-    test_env keep = test_env_save("LLMEM_VULKAN_PRESPLIT_ROWS");
-    test_env_put("LLMEM_VULKAN_PRESPLIT_ROWS", "512");
+    test_env keep = test_env_set("LLMEM_VULKAN_PRESPLIT_ROWS", "512");
     static const char *names[N_OUT] = {"add + norm -> matmul", "add + norm -> matmul_fast",
                                        "norm -> matmul", "gated norm -> matmul",
                                        "matmul_swiglu -> matmul",

@@ -460,8 +460,7 @@ START_TEST(test_sm_knob)
     char path[] = "/tmp/llmem_vk_smXXXXXX", why[256];
     bool refused;
     test_env keep_log = test_env_save("LLMEM_VULKAN_LOG");
-    test_env keep_sm = test_env_save("LLMEM_VULKAN_SM_COUNT");
-    test_env_put("LLMEM_VULKAN_SM_COUNT", NULL);
+    test_env keep_sm = test_env_set("LLMEM_VULKAN_SM_COUNT", NULL);
     log_to_temp(path);
     llmem_backend *be = open_be("vulkan");
     uint32_t dev = logged_sms(path, why, sizeof why, &refused);

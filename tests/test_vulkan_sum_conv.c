@@ -54,8 +54,7 @@ enum { N_R = VCS_N_R };
  * with $LLMEM_VULKAN_SUM_CONV=knob; r[i] malloc'd here (caller frees). */
 static void run_step(const conv_case *k, const vcs_in *in, const char *knob, float *r[N_R])
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_SUM_CONV");
-    test_env_put("LLMEM_VULKAN_SUM_CONV", knob);
+    test_env keep = test_env_set("LLMEM_VULKAN_SUM_CONV", knob);
     llmem_backend *vk = open_be("vulkan");
     vcs_step st;
     vcs_make(vk, in, &st);

@@ -64,14 +64,10 @@ enum { O_X, O_H, O_ZX, O_Z, O_XB, O_DT, O_X2, O_P, O_DL, O_ADD, O_MM, O_C4, O_F1
 static void run_all(const sh_in *c, const char *hold, const char *split, const char *nfold,
                     const char *wgs, float *o[N_O], size_t n_o[N_O])
 {
-    test_env keep_wgs = test_env_save("LLMEM_VULKAN_NORM_FOLD_WGS");
-    test_env_put("LLMEM_VULKAN_NORM_FOLD_WGS", wgs);
-    test_env keep = test_env_save("LLMEM_VULKAN_SUM_HOLD");
-    test_env_put("LLMEM_VULKAN_SUM_HOLD", hold);
-    test_env keep_split = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
-    test_env_put("LLMEM_VULKAN_ROW_SPLIT", split);
-    test_env keep_nf = test_env_save("LLMEM_VULKAN_NORM_FOLD");
-    test_env_put("LLMEM_VULKAN_NORM_FOLD", nfold);
+    test_env keep_wgs = test_env_set("LLMEM_VULKAN_NORM_FOLD_WGS", wgs);
+    test_env keep = test_env_set("LLMEM_VULKAN_SUM_HOLD", hold);
+    test_env keep_split = test_env_set("LLMEM_VULKAN_ROW_SPLIT", split);
+    test_env keep_nf = test_env_set("LLMEM_VULKAN_NORM_FOLD", nfold);
     llmem_backend *vk = open_be("vulkan");
     int32_t m = c->m, d = c->d, k = c->k;
     llmem_buffer *b[32];

@@ -56,8 +56,7 @@ typedef struct ff_in {
  * unset), which it reads when it opens. */
 static llmem_backend *open_fold(const char *fold)
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_SWIGLU_FOLD");
-    test_env_put("LLMEM_VULKAN_SWIGLU_FOLD", fold);
+    test_env keep = test_env_set("LLMEM_VULKAN_SWIGLU_FOLD", fold);
     llmem_backend *vk = open_be("vulkan");
     test_env_restore(&keep);
     return vk;

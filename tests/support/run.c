@@ -55,6 +55,13 @@ void test_env_put(const char *name, const char *value)
         ck_assert_int_eq(unsetenv(name), 0);
 }
 
+test_env test_env_set(const char *name, const char *value)
+{
+    test_env e = test_env_save(name);
+    test_env_put(name, value);
+    return e;
+}
+
 void test_env_restore(test_env *e)
 {
     test_env_put(e->name, e->value);

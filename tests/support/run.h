@@ -39,6 +39,9 @@ typedef struct test_env {
 test_env test_env_save(const char *name);
 /* Sets variable `name` to `value`, or unsets it when value is NULL. */
 void test_env_put(const char *name, const char *value);
+/* test_env_save(name), then test_env_put(name, value): the saved value to
+ * give back with test_env_restore. */
+test_env test_env_set(const char *name, const char *value);
 /* Gives variable e->name back the value test_env_save saw (unset if it
  * was unset) and frees the copy; e->value is NULL after. */
 void test_env_restore(test_env *e);
