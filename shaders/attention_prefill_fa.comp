@@ -13,10 +13,9 @@
  * coopMatReduceNV, m_acc / l_acc (running max, each element's share of its row's sum) are
  * accumulators of the same type, P reaches P V as an A matrix converted from the accumulator.
  *
- * What differs from attention_prefill_cm.comp's CM2 module, each for its cost at 1 workgroup
- * an SM (H200, docs/benchmarks.md, "Vulkan prefill attention: a probe of the block's
- * primitives", which measured that module's fixed cost a workgroup at 42 us, a third of its
- * time): one pass a tile (vk_ops_attn_pf.c routes ubatches whose tiles each hold one stream's
+ * What differs from attention_prefill_cm.comp's CM2 module, each for what it cost there at one
+ * workgroup an SM (H200, docs/benchmarks.md, "Vulkan prefill attention: a probe of the block's
+ * primitives, and a one-pass module"): one pass a tile (vk_ops_attn_pf.c routes ubatches whose tiles each hold one stream's
  * tokens; a row of another stream sees no key), its bounds from subgroup reductions (no
  * 128-way atomics on one word); the Q tile loaded and O stored as 16-byte vectors where their
  * offsets allow (VEC); masks by coopMatPerElementNV's row and column (no index matrix in

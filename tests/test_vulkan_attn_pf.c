@@ -230,7 +230,7 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
 
 /* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2, _VAR=var, _PRECISE=1
  * where precise and _FA=1 where keep_log (which then receives the path of its log, kept for
- * log_says; unlinked otherwise); *khr: whether it has KHR cooperative matrices (its log says
+ * log_says; unlinked otherwise), else _FA=0 (the other modules take every call); *khr: whether it has KHR cooperative matrices (its log says
  * so), *cm2 (may be NULL) VK_NV_cooperative_matrix2. */
 static llmem_backend *open_mode_log(const char *mode, const char *cm2_knob, const char *var,
                                     bool precise, bool *khr, bool *cm2, char *keep_log)
@@ -242,8 +242,7 @@ static llmem_backend *open_mode_log(const char *mode, const char *cm2_knob, cons
     setenv("LLMEM_VULKAN_ATTN_PF_VAR", var, 1);
     if (precise)
         setenv("LLMEM_VULKAN_ATTN_PF_PRECISE", "1", 1);
-    if (keep_log)
-        setenv("LLMEM_VULKAN_ATTN_PF_FA", "1", 1);
+    setenv("LLMEM_VULKAN_ATTN_PF_FA", keep_log ? "1" : "0", 1);
     llmem_backend *be = open_be("vulkan");
     unsetenv("LLMEM_VULKAN_ATTN_PF");
     unsetenv("LLMEM_VULKAN_ATTN_PF_CM2");

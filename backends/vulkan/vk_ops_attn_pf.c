@@ -17,10 +17,10 @@
  * Two modules: the KHR one (S / P through shared memory) and, where the device has
  * VK_NV_cooperative_matrix2's row reductions and conversions, its CM2 build
  * (LLMEM_VULKAN_ATTN_PF_CM2: P in registers, a two-stage K / V ring, and the precise
- * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). With
- * LLMEM_VULKAN_ATTN_PF_FA=1, fast-arithmetic calls whose tiles each hold one stream's tokens
- * run shaders/attention_prefill_fa.comp instead (one pass a tile; head dim 128 where the
- * device also has coopmat2's per-element operations; its EMU module under mode 3). */
+ * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). Fast-arithmetic calls
+ * whose tiles each hold one stream's tokens run shaders/attention_prefill_fa.comp instead
+ * (LLMEM_VULKAN_ATTN_PF_FA, default 1: one pass a tile; head dim 128 where the device also has
+ * coopmat2's per-element operations; its EMU module under mode 3). */
 #define PF_WG 256     /* 8 subgroups of 16 rows: tiles of 128 (token, head) rows (default) */
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
@@ -29,7 +29,8 @@
                               * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
-#define PF_FA_DEFAULT 0      /* attention_prefill_fa.comp for the calls it takes */
+#define PF_FA_DEFAULT 1      /* attention_prefill_fa.comp for the calls it takes (H200 bench
+                              * shape, fast: 3.51-3.54 ms against the CM2 module's 4.30-4.32) */
 #define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
                               * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
                               * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
