@@ -44,21 +44,28 @@ static llmem_model *load(llmem_backend *be, const char *fx, llmem_precision prec
 
 enum { N_TOK = 19, N_TOP = 5 };
 
-/* Two sequences of 10 and 9 tokens, interleaved; every third token and the
- * last of each sequence want an output row. */
-static void make_batch(int32_t v, int32_t *tok, int32_t *pos, int32_t *seq, const int32_t **seqp,
-                       int8_t *outf, llmem_batch *b)
+/* A batch of N_TOK tokens and the arrays it points into. */
+typedef struct test_batch {
+    int32_t tok[N_TOK], pos[N_TOK], seq[N_TOK];
+    const int32_t *seqp[N_TOK];
+    int8_t outf[N_TOK];
+    llmem_batch b;
+} test_batch;
+
+/* Two sequences of 10 and 9 tokens, interleaved (ids below v); every third
+ * token and the last of each sequence want an output row. */
+static void make_batch(int32_t v, test_batch *t)
 {
     int32_t np[2] = {0, 0};
     for (int32_t i = 0; i < N_TOK; i++) {
-        seq[i] = i % 2;
-        pos[i] = np[seq[i]]++;
-        tok[i] = (int32_t)((i * 7919u + 13u) % (uint32_t)v);
-        seqp[i] = &seq[i];
-        outf[i] = i % 3 == 0 || i >= N_TOK - 2;
+        t->seq[i] = i % 2;
+        t->pos[i] = np[t->seq[i]]++;
+        t->tok[i] = (int32_t)((i * 7919u + 13u) % (uint32_t)v);
+        t->seqp[i] = &t->seq[i];
+        t->outf[i] = i % 3 == 0 || i >= N_TOK - 2;
     }
-    *b = (llmem_batch){.n_tokens = N_TOK, .token = tok, .pos = pos, .seq_id = seqp,
-                       .output = outf};
+    t->b = (llmem_batch){.n_tokens = N_TOK, .token = t->tok, .pos = t->pos, .seq_id = t->seqp,
+                         .output = t->outf};
 }
 
 START_TEST(test_decode_sample_matches_logits)
@@ -68,11 +75,9 @@ START_TEST(test_decode_sample_matches_logits)
         llmem_model *ma = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
         llmem_model *mb = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
         int32_t v = llmem_model_n_vocab(ma);
-        int32_t tok[N_TOK], pos[N_TOK], seq[N_TOK];
-        const int32_t *seqp[N_TOK];
-        int8_t outf[N_TOK];
-        llmem_batch b;
-        make_batch(v, tok, pos, seq, seqp, outf, &b);
+        test_batch tb;
+        make_batch(v, &tb);
+        const llmem_batch b = tb.b;
         char err[256] = "";
         float *logits = malloc((size_t)N_TOK * v * sizeof *logits);
         ck_assert_ptr_nonnull(logits);
@@ -151,11 +156,9 @@ START_TEST(test_fast_vs_precise)
         llmem_model *mp = load(be, fixtures[f], LLMEM_PRECISION_PRECISE);
         llmem_model *mf = load(be, fixtures[f], LLMEM_PRECISION_FAST);
         int32_t v = llmem_model_n_vocab(mp);
-        int32_t tok[N_TOK], pos[N_TOK], seq[N_TOK];
-        const int32_t *seqp[N_TOK];
-        int8_t outf[N_TOK];
-        llmem_batch b;
-        make_batch(v, tok, pos, seq, seqp, outf, &b);
+        test_batch tb;
+        make_batch(v, &tb);
+        const llmem_batch b = tb.b;
         float *lp = malloc((size_t)N_TOK * v * sizeof *lp), *lf = malloc((size_t)N_TOK * v * 4);
         ck_assert(lp && lf);
         char err[256] = "";
