@@ -39,13 +39,10 @@ static void fake_scan(llmem_memory *mem, const llmem_ubatch *ub, void *c)
         /* stream-major tokens */
         for (int32_t t = 0; t < T; t++)
             ck_assert_int_eq(ub->seq[s * T + t], s);
-        if (L == 0) {
-            ck_assert_int_eq(r->src_slot.host[s], -1);
-        } else {
-            float f[4];
-            ck_assert_int_eq(llmem_buffer_download(r->state[0], (size_t)r->src_slot.host[s] * 16, f, 16), LLMEM_OK);
-            ck_assert_float_eq(f[0], tag(x->from[seq] ? x->from[seq] - 1 : seq, L));
-        }
+        float src[4];
+        mt_rs_src_state(r, s, L == 0, src);
+        if (L != 0)
+            ck_assert_float_eq(src[0], tag(x->from[seq] ? x->from[seq] - 1 : seq, L));
         for (int32_t s2 = 0; s2 < r->n_seqs; s2++) {
             if (s2 == s)
                 continue;

@@ -142,13 +142,8 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
                              LLMEM_OK);
             x->mids++;
         }
-        if (x->len[q] == 0) {
-            ck_assert_int_eq(r->src_slot.host[s], -1);
-        } else {
-            ck_assert_int_ge(r->src_slot.host[s], 0);
-            ck_assert_int_eq(llmem_buffer_download(r->state[0],
-                                                   (size_t)r->src_slot.host[s] * 16, f, 16),
-                             LLMEM_OK);
+        mt_rs_src_state(r, s, x->len[q] == 0, f);
+        if (x->len[q] != 0) {
             ck_assert_msg(f[0] == x->len[q] && f[1] == x->sum[q] && f[2] == x->wsum[q] &&
                               f[3] == 7.0f,
                           "seq %d reads state {%g, %g, %g, %g}, wants {%g, %g, %g, 7}", q,

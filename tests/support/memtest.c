@@ -103,6 +103,18 @@ void mt_free(llmem_memory *m, llmem_batch_buf *b, llmem_backend *be)
     llmem_backend_close(be);
 }
 
+void mt_rs_src_state(const llmem_rs_view *r, int32_t s, bool fresh, float f[4])
+{
+    if (fresh) {
+        ck_assert_int_eq(r->src_slot.host[s], -1);
+        return;
+    }
+    ck_assert_int_ge(r->src_slot.host[s], 0);
+    ck_assert_int_eq(
+        llmem_buffer_download(r->state[0], (size_t)r->src_slot.host[s] * 16, f, 16),
+        LLMEM_OK);
+}
+
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt)
 {
     static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},

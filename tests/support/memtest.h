@@ -39,6 +39,11 @@ llmem_batch_buf *mt_batch(int32_t n_tokens, int32_t n_seq_id);
 void mt_free(llmem_memory *m, llmem_batch_buf *b, llmem_backend *be);
 /* Recurrent memory: 1 layer with one f32 state of 4 elements. */
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt);
+/* The source state of stream s of a recurrent view whose state 0 holds 4
+ * floats a slot (mt_rs): with fresh (the sequence holds no tokens) its
+ * src_slot must be -1 and f stays as it was; otherwise src_slot >= 0 and
+ * the slot's 4 floats are read into f. */
+void mt_rs_src_state(const llmem_rs_view *r, int32_t s, bool fresh, float f[4]);
 /* Appends n tokens (ids tok0, tok0+1, ...) to seq at positions from pos0. */
 void mt_add(llmem_batch_buf *b, int32_t seq, int32_t pos0, int32_t n, int32_t tok0, bool out_last);
 /* Plans, applies and commits every ubatch; `on_ubatch` (may be NULL) runs
