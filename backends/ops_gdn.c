@@ -53,18 +53,11 @@ llmem_status llmem_op_gdn(llmem_backend *be, const llmem_gdn_params *p, const ll
                           const llmem_tensor *b, const llmem_tensor *a_log,
                           const llmem_tensor *dt_bias, const llmem_tensor *out)
 {
-    /* the view kind this op declares (gdn_info) */
-    llmem_status vst = llmem_op_check_view(LLMEM_OP_GDN, view, NULL, 0);
-    if (vst != LLMEM_OK)
-        return LLMEM_E_INVALID;
-    if (!be)
-        return LLMEM_E_INVALID;
-    llmem_op_gdn_fn fn = (llmem_op_gdn_fn)llmem_backend_op_impl(be, &gdn_info);
-    if (!fn)
-        return LLMEM_E_UNSUPPORTED;
-    llmem_status st = llmem_view_check_rs(be, view, state);
+    llmem_op_fn impl = NULL;
+    llmem_status st = open_rs_op_begin(be, &gdn_info, view, state, &impl);
     if (st != LLMEM_OK)
         return st;
+    llmem_op_gdn_fn fn = (llmem_op_gdn_fn)impl;
     if (!p || p->n_k_heads < 1 || p->n_v_heads < 1 || p->d_k < 1 || p->d_v < 1 ||
         p->n_v_heads % p->n_k_heads != 0 || p->d_k > 4096 || p->d_v > 4096 ||
         p->n_v_heads > (1 << 20))

@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "base/base_internal.h"
 #include "llmem/ops_impl.h"
 
 #define DT_F32 (1u << LLMEM_DTYPE_F32)
@@ -115,6 +116,24 @@ static inline bool optional_vec_ok(llmem_backend *be, const llmem_tensor *t, int
 static inline bool in_buffer(const llmem_tensor *t, const llmem_buffer *buf)
 {
     return t && t->buf == buf && llmem_tensor_nbytes(t) > 0;
+}
+
+/* The start of an open op's wrapper on a recurrent view (<llmem/ops_impl.h>,
+ * "Open ops"): view is of the kind info declares, be is given, be
+ * implements the op (its llmem_backend_op_impl into *fn) and the view's
+ * state `state` is valid (llmem_view_check_rs). LLMEM_OK, or
+ * LLMEM_E_INVALID (view, be), LLMEM_E_UNSUPPORTED (no implementation) or
+ * llmem_view_check_rs's status. */
+static inline llmem_status open_rs_op_begin(llmem_backend *be, const llmem_op_info *info,
+                                            const llmem_view *view, int32_t state,
+                                            llmem_op_fn *fn)
+{
+    if (llmem_op_check_view(info->op, view, NULL, 0) != LLMEM_OK || !be)
+        return LLMEM_E_INVALID;
+    *fn = llmem_backend_op_impl(be, info);
+    if (!*fn)
+        return LLMEM_E_UNSUPPORTED;
+    return llmem_view_check_rs(be, view, state);
 }
 
 static inline const struct llmem_ops_i *ops_of(llmem_backend *be)

@@ -49,19 +49,11 @@ llmem_status llmem_op_short_conv(llmem_backend *be, const llmem_view *view, int3
                                  const llmem_tensor *bcx, const llmem_tensor *w,
                                  const llmem_tensor *b, const llmem_tensor *out)
 {
-    /* the view kind this op declares (short_conv_info) */
-    llmem_status vst = llmem_op_check_view(LLMEM_OP_SHORT_CONV, view, NULL, 0);
-    if (vst != LLMEM_OK)
-        return LLMEM_E_INVALID;
-    if (!be)
-        return LLMEM_E_INVALID;
-    llmem_op_short_conv_fn fn =
-        (llmem_op_short_conv_fn)llmem_backend_op_impl(be, &short_conv_info);
-    if (!fn)
-        return LLMEM_E_UNSUPPORTED;
-    llmem_status st = llmem_view_check_rs(be, view, state);
+    llmem_op_fn impl = NULL;
+    llmem_status st = open_rs_op_begin(be, &short_conv_info, view, state, &impl);
     if (st != LLMEM_OK)
         return st;
+    llmem_op_short_conv_fn fn = (llmem_op_short_conv_fn)impl;
     const llmem_rs_view *rs = llmem_view_rs(view);
     const llmem_state_desc *sd = &rs->desc[state];
     if (sd->n_dims != 2)
@@ -88,18 +80,11 @@ llmem_status llmem_op_ssm_scan1(llmem_backend *be, const llmem_ssm1_params *p,
                                 const llmem_tensor *d, const llmem_tensor *dt_bias,
                                 const llmem_tensor *z, const llmem_tensor *y)
 {
-    /* the view kind this op declares (ssm_scan1_info) */
-    llmem_status vst = llmem_op_check_view(LLMEM_OP_SSM_SCAN1, view, NULL, 0);
-    if (vst != LLMEM_OK)
-        return LLMEM_E_INVALID;
-    if (!be)
-        return LLMEM_E_INVALID;
-    llmem_op_ssm_scan1_fn fn = (llmem_op_ssm_scan1_fn)llmem_backend_op_impl(be, &ssm_scan1_info);
-    if (!fn)
-        return LLMEM_E_UNSUPPORTED;
-    llmem_status st = llmem_view_check_rs(be, view, state);
+    llmem_op_fn impl = NULL;
+    llmem_status st = open_rs_op_begin(be, &ssm_scan1_info, view, state, &impl);
     if (st != LLMEM_OK)
         return st;
+    llmem_op_ssm_scan1_fn fn = (llmem_op_ssm_scan1_fn)impl;
     if (!p || p->d_inner < 1 || p->d_state < 1)
         return LLMEM_E_INVALID;
     const llmem_rs_view *rs = llmem_view_rs(view);
