@@ -264,6 +264,20 @@ int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
     return r;
 }
 
+int cli_next_own(cli_parser *p, cli_model_opts *o, const char **arg)
+{
+    for (;;) {
+        int c = cli_next(p, arg);
+        if (c == -1 || c == '?')
+            return c;
+        int r = cli_model_opt(o, p->cmd, c, *arg);
+        if (r < 0)
+            return '?';
+        if (r == 0)
+            return c;
+    }
+}
+
 static int model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg)
 {
     static const struct {

@@ -99,6 +99,11 @@ void cli_model_opts_init(cli_model_opts *o);
 /* Applies a shared option (code and value from cli_next) to o. Returns 1
  * if it was one, 0 if not, -1 on a bad value (message printed). */
 int cli_model_opt(cli_model_opts *o, const char *cmd, int code, const char *arg);
+/* cli_next for a command that takes the shared options: those it applies to
+ * o (cli_model_opt) and passes over. Returns the next option of the
+ * command's own, -1 when the arguments are done, or '?' after one line that
+ * names the problem (cli_next's, or a bad value of a shared option). */
+int cli_next_own(cli_parser *p, cli_model_opts *o, const char **arg);
 /* Whether the shared option `code` (a CLI_OPT_* code, or 'm', 'c', 't') was
  * given on the command line and applied by cli_model_opt: a command that
  * would raise a value it needs keeps the automatic choice when the option

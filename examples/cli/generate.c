@@ -113,12 +113,9 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, gen_opts *o)
     cli_parser_init(&p, "generate", argc, argv, own, "p:f:n:s:",
                     CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
     const char *v, *name = NULL;
-    for (int c; (c = cli_next(&p, &v)) != -1;) {
-        int r = cli_model_opt(mo, "generate", c, v);
-        if (r < 0 || c == '?')
+    for (int c; (c = cli_next_own(&p, mo, &v)) != -1;) {
+        if (c == '?')
             return 2;
-        if (r > 0)
-            continue;
         bool ok = true;
         sampler *sp = &o->sp;
         switch (c) {

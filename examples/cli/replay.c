@@ -302,12 +302,9 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, replay_opts *o)
     cli_parser_init(&p, "replay", argc, argv, own, "",
                     CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
     const char *v;
-    for (int c; (c = cli_next(&p, &v)) != -1;) {
-        int r = cli_model_opt(mo, "replay", c, v);
-        if (r < 0 || c == '?')
+    for (int c; (c = cli_next_own(&p, mo, &v)) != -1;) {
+        if (c == '?')
             return 2;
-        if (r > 0)
-            continue;
         bool ok = true;
         switch (c) {
         case 'h':

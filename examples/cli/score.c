@@ -155,12 +155,9 @@ int llmem_cli_score(int argc, char **argv)
     cli_parser_init(&pr, "score", argc, argv, own, "i:",
                     CLI_GROUP_LOG | CLI_GROUP_BACKEND | CLI_GROUP_MODEL);
     const char *arg;
-    for (int c; (c = cli_next(&pr, &arg)) != -1;) {
-        int r = cli_model_opt(&mo, "score", c, arg);
-        if (r < 0 || c == '?')
+    for (int c; (c = cli_next_own(&pr, &mo, &arg)) != -1;) {
+        if (c == '?')
             return 2;
-        if (r > 0)
-            continue;
         if (c == 'h') {
             usage(stdout);
             return 0;

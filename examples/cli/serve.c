@@ -531,14 +531,11 @@ static int parse_args(int argc, char **argv, cli_model_opts *mo, serve_opts *o)
                                                     CLI_GROUP_MODEL);
     const char *v, *name = NULL;
     int rc = -1;
-    for (int c; rc < 0 && (c = cli_next(&p, &v)) != -1;) {
-        int r = cli_model_opt(mo, "serve", c, v);
-        if (r < 0 || c == '?') {
+    for (int c; rc < 0 && (c = cli_next_own(&p, mo, &v)) != -1;) {
+        if (c == '?') {
             rc = 2;
             break;
         }
-        if (r > 0)
-            continue;
         bool ok = true;
         switch (c) {
         case 'h': usage(stdout); rc = 0; break;
