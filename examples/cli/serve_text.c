@@ -116,19 +116,28 @@ llmem_status srv_text_encode(const srv_text *t, const char *text, size_t len, bo
     return LLMEM_OK;
 }
 
+/* Grows a buffer of *cap bytes (0: none yet, then first) by doubling until
+ * it holds need bytes; false when realloc fails (the buffer is kept). */
+static bool reserve(char **buf, size_t *cap, size_t need, size_t first)
+{
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap : first;
+    while (c < need)
+        c *= 2;
+    char *nb = realloc(*buf, c);
+    if (!nb)
+        return false;
+    *buf = nb;
+    *cap = c;
+    return true;
+}
+
 /* Appends n bytes to a growable buffer. */
 static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 64;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *nb = realloc(*buf, c);
-        if (!nb)
-            return false;
-        *buf = nb;
-        *cap = c;
-    }
+    if (!reserve(buf, cap, *len + n + 1, 64))
+        return false;
     memcpy(*buf + *len, s, n);
     *len += n;
     (*buf)[*len] = '\0';
@@ -229,16 +238,8 @@ static llmem_status tok_push(srv_detok *d, int32_t id, char **buf, size_t *len, 
 {
     size_t room = 256;
     for (;;) {
-        if (*len + room + 1 > *cap) {
-            size_t c = *cap ? *cap : 256;
-            while (c < *len + room + 1)
-                c *= 2;
-            char *nb = realloc(*buf, c);
-            if (!nb)
-                return LLMEM_E_NO_MEMORY;
-            *buf = nb;
-            *cap = c;
-        }
+        if (!reserve(buf, cap, *len + room + 1, 256))
+            return LLMEM_E_NO_MEMORY;
         size_t n = 0, avail = *cap - *len - 1;
         llmem_status st = id >= 0 ? llmem_detok_push(d->d, id, *buf + *len, avail, &n)
                                   : llmem_detok_flush(d->d, *buf + *len, avail, &n);
