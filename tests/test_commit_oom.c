@@ -41,29 +41,16 @@
  * (published at the end of each prompt ubatch, none by interval). */
 static llmem_memory *rs_with_snapshots(llmem_backend *be)
 {
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params p = {.n_layers = 1, .n_states = n_states, .states = states,
-                                .n_seq_max = 2, .n_ckpt = 1, .n_snapshots = 4};
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
+    llmem_recurrent_params p = mt_rs_params(2, 1);
+    p.n_snapshots = 4;
+    return mt_rs_create(be, &p);
 }
 
 /* A hybrid of the KV cache kv and rs_with_snapshots: a recurrent layer,
  * then an attention layer. */
 static llmem_memory *hybrid_of(llmem_backend *be, llmem_memory *kv)
 {
-    llmem_memory *children[2] = {kv, rs_with_snapshots(be)};
-    const int32_t map[2] = {1, 0};
-    llmem_memory *h = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err) == LLMEM_OK, "%s",
-                  err);
-    return h;
+    return mt_hybrid_rs_kv(kv, rs_with_snapshots(be));
 }
 
 /* Attention in pages of 4: the composition of tidy9's bamba repro. */

@@ -50,17 +50,10 @@ static bool hook_fn(size_t size, void *ctx)
 
 static llmem_memory *rs_make(llmem_backend *be, int32_t n_snapshots)
 {
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params p = {.n_layers = 1, .n_states = n_states, .states = states,
-                                .n_seq_max = N_SEQ, .n_ckpt = 1, .n_snapshots = n_snapshots,
-                                .poison = true};
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
-    return m;
+    llmem_recurrent_params p = mt_rs_params(N_SEQ, 1);
+    p.n_snapshots = n_snapshots;
+    p.poison = true;
+    return mt_rs_create(be, &p);
 }
 
 /* kinds: 'k' a KV cache (pages of 4), 'r' a recurrent memory; one layer

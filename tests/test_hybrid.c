@@ -12,12 +12,7 @@ static llmem_memory *make_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_c
 {
     *kv = mt_kv(be, 4, n_pages, 3, true, false);
     *rs = mt_rs(be, 3, n_ckpt);
-    llmem_memory *children[2] = {*kv, *rs}, *h = NULL;
-    /* layers: recurrent, attention */
-    const int32_t map[2] = {1, 0};
-    char err[256];
-    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
-    return h;
+    return mt_hybrid_rs_kv(*kv, *rs); /* layers: recurrent, attention */
 }
 
 /* A hybrid (layers: recurrent, attention) of a KV cache (pages of 4, n_pages, 3 sequences,
@@ -29,25 +24,16 @@ static llmem_memory *tiered_hybrid(llmem_backend *be, int32_t n_pages, int32_t n
                                    int32_t n_snapshots, int32_t snap_interval, int64_t host_bytes,
                                    llmem_memory **kv, llmem_memory **rs)
 {
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    static const llmem_state_desc *const states[1] = {&d};
-    static const int32_t n_states[1] = {1};
-    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
-                                 .n_seq_max = 3, .n_ckpt = n_ckpt, .poison = true,
-                                 .n_snapshots = n_snapshots, .snap_interval = snap_interval,
-                                 .host_tier_bytes = host_bytes};
+    llmem_recurrent_params rp = mt_rs_params(3, n_ckpt);
+    rp.poison = true;
+    rp.n_snapshots = n_snapshots;
+    rp.snap_interval = snap_interval;
+    rp.host_tier_bytes = host_bytes;
     llmem_kv_cache_params kp = mt_kv_params(4, n_pages, 3);
     kp.host_tier_bytes = host_bytes;
-    llmem_memory *h = NULL;
-    char err[256] = "";
-    *kv = *rs = NULL;
-    ck_assert_msg(llmem_kv_cache_create(be, &kp, kv, err, sizeof err) == LLMEM_OK, "%s", err);
-    ck_assert_msg(llmem_recurrent_create(be, &rp, rs, err, sizeof err) == LLMEM_OK, "%s", err);
-    llmem_memory *children[2] = {*kv, *rs};
-    const int32_t map[2] = {1, 0};
-    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
-    return h;
+    *kv = mt_kv_create(be, &kp);
+    *rs = mt_rs_create(be, &rp);
+    return mt_hybrid_rs_kv(*kv, *rs);
 }
 
 static llmem_memory *snapshot_hybrid(llmem_backend *be, int32_t n_pages, int32_t n_ckpt,

@@ -183,30 +183,21 @@ static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)
 static llmem_memory *hybrid(llmem_backend *be, const cfg *c, bool reuse, llmem_memory **kv,
                             llmem_memory **rs)
 {
-    static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
-                                       .dtype = LLMEM_DTYPE_F32};
-    static const llmem_state_desc *const states[1] = {&d};
-    static const int32_t n_states[1] = {1};
-    llmem_recurrent_params rp = {.n_layers = 1, .n_states = n_states, .states = states,
-                                 .n_seq_max = NSEQ, .n_ckpt = c->n_ckpt, .poison = true,
-                                 .n_snapshots = reuse ? c->n_snap : 0,
-                                 .snap_interval = reuse ? c->interval : 0,
-                                 .host_tier_bytes = reuse ? c->host_bytes : 0,
-                                 .prefix_cache_bytes = reuse ? c->budget : 0,
-                                 .snap_in_ubatch = reuse && c->mid};
+    llmem_recurrent_params rp = mt_rs_params(NSEQ, c->n_ckpt);
+    rp.poison = true;
+    rp.n_snapshots = reuse ? c->n_snap : 0;
+    rp.snap_interval = reuse ? c->interval : 0;
+    rp.host_tier_bytes = reuse ? c->host_bytes : 0;
+    rp.prefix_cache_bytes = reuse ? c->budget : 0;
+    rp.snap_in_ubatch = reuse && c->mid;
     llmem_kv_cache_params kp = mt_kv_params(c->page_size, reuse ? c->n_pages : NSEQ * (MAXT + 1),
                                             NSEQ);
     kp.no_prefix_cache = !reuse;
     kp.host_tier_bytes = reuse ? c->host_bytes : 0;
     kp.prefix_cache_bytes = reuse ? c->budget : 0;
-    char err[256] = "";
-    llmem_memory *h = NULL;
-    ck_assert_msg(llmem_kv_cache_create(be, &kp, kv, err, sizeof err) == LLMEM_OK, "%s", err);
-    ck_assert_msg(llmem_recurrent_create(be, &rp, rs, err, sizeof err) == LLMEM_OK, "%s", err);
-    llmem_memory *children[2] = {*kv, *rs};
-    const int32_t map[2] = {1, 0};
-    ck_assert_int_eq(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err), LLMEM_OK);
-    return h;
+    *kv = mt_kv_create(be, &kp);
+    *rs = mt_rs_create(be, &rp);
+    return mt_hybrid_rs_kv(*kv, *rs);
 }
 
 static int32_t lcp(const int32_t *a, int32_t na, const int32_t *b, int32_t nb)

@@ -115,18 +115,38 @@ void mt_rs_src_state(const llmem_rs_view *r, int32_t s, bool fresh, float f[4])
         LLMEM_OK);
 }
 
-llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt)
+llmem_recurrent_params mt_rs_params(int32_t n_seq_max, int32_t n_ckpt)
 {
     static const llmem_state_desc d = {.name = "s", .n_dims = 1, .shape = {4},
                                        .dtype = LLMEM_DTYPE_F32};
-    const llmem_state_desc *states[1] = {&d};
-    const int32_t n_states[1] = {1};
-    llmem_recurrent_params p = {.n_layers = 1, .n_states = n_states, .states = states,
-                                .n_seq_max = n_seq_max, .n_ckpt = n_ckpt};
+    static const llmem_state_desc *const states[1] = {&d};
+    static const int32_t n_states[1] = {1};
+    return (llmem_recurrent_params){.n_layers = 1, .n_states = n_states, .states = states,
+                                    .n_seq_max = n_seq_max, .n_ckpt = n_ckpt};
+}
+
+llmem_memory *mt_rs_create(llmem_backend *be, const llmem_recurrent_params *p)
+{
     llmem_memory *m = NULL;
     char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    ck_assert_msg(llmem_recurrent_create(be, p, &m, err, sizeof err) == LLMEM_OK, "%s", err);
     return m;
+}
+
+llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt)
+{
+    llmem_recurrent_params p = mt_rs_params(n_seq_max, n_ckpt);
+    return mt_rs_create(be, &p);
+}
+
+llmem_memory *mt_hybrid_rs_kv(llmem_memory *kv, llmem_memory *rs)
+{
+    llmem_memory *children[2] = {kv, rs}, *h = NULL;
+    const int32_t map[2] = {1, 0};
+    char err[256] = "";
+    ck_assert_msg(llmem_hybrid_create(children, 2, map, 2, &h, err, sizeof err) == LLMEM_OK, "%s",
+                  err);
+    return h;
 }
 
 void mt_add(llmem_batch_buf *b, int32_t seq, int32_t pos0, int32_t n, int32_t tok0, bool out_last)

@@ -37,8 +37,20 @@ llmem_batch_buf *mt_batch_new(void);
 llmem_batch_buf *mt_batch(int32_t n_tokens, int32_t n_seq_id);
 /* Destroys m and b and closes be, the end of most memory tests. */
 void mt_free(llmem_memory *m, llmem_batch_buf *b, llmem_backend *be);
-/* Recurrent memory: 1 layer with one f32 state of 4 elements. */
+/* Parameters of a recurrent memory with 1 layer of one f32 state of 4
+ * elements (16 bytes a slot), n_seq_max sequences and n_ckpt checkpoints;
+ * every other field 0 (the caller may set them). The state descriptions
+ * it points at are static. */
+llmem_recurrent_params mt_rs_params(int32_t n_seq_max, int32_t n_ckpt);
+/* llmem_recurrent_create of p, which must succeed (a Check failure with
+ * the library's message otherwise). */
+llmem_memory *mt_rs_create(llmem_backend *be, const llmem_recurrent_params *p);
+/* Recurrent memory of mt_rs_params(n_seq_max, n_ckpt). */
 llmem_memory *mt_rs(llmem_backend *be, int32_t n_seq_max, int32_t n_ckpt);
+/* The hybrid of a recurrent layer then an attention layer: layer 0 is
+ * child rs, layer 1 child kv (children {kv, rs}, map {1, 0}); it must be
+ * created and owns both. */
+llmem_memory *mt_hybrid_rs_kv(llmem_memory *kv, llmem_memory *rs);
 /* The source state of stream s of a recurrent view whose state 0 holds 4
  * floats a slot (mt_rs): with fresh (the sequence holds no tokens) its
  * src_slot must be -1 and f stays as it was; otherwise src_slot >= 0 and
