@@ -21,11 +21,6 @@
 #define PAGE_B 64
 #define SNAP_B 16
 
-static const llmem_state_desc state_desc = {.name = "s", .n_dims = 1, .shape = {4},
-                                            .dtype = LLMEM_DTYPE_F32};
-static const llmem_state_desc *const state_descs[1] = {&state_desc};
-static const int32_t state_counts[1] = {1};
-
 static llmem_kv_cache_params kv_params(int64_t budget, int64_t host)
 {
     llmem_kv_cache_params p = mt_kv_params(4, 32, 2);
@@ -36,10 +31,11 @@ static llmem_kv_cache_params kv_params(int64_t budget, int64_t host)
 
 static llmem_recurrent_params rs_params(int32_t n_snap, int64_t budget)
 {
-    llmem_recurrent_params p = {.n_layers = 1, .n_states = state_counts, .states = state_descs,
-                                .n_seq_max = 2, .n_ckpt = 0, .poison = true,
-                                .n_snapshots = n_snap, .snap_interval = 4,
-                                .prefix_cache_bytes = budget};
+    llmem_recurrent_params p = mt_rs_params(2, 0);
+    p.poison = true;
+    p.n_snapshots = n_snap;
+    p.snap_interval = 4;
+    p.prefix_cache_bytes = budget;
     return p;
 }
 
@@ -48,11 +44,9 @@ static llmem_memory *hybrid(llmem_backend *be, int64_t budget, int32_t n_snap)
 {
     llmem_kv_cache_params kp = kv_params(budget, 0);
     llmem_recurrent_params rp = rs_params(n_snap, 0);
-    llmem_memory *ch[2] = {NULL, NULL}, *h = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_kv_cache_create(be, &kp, &ch[0], err, sizeof err) == LLMEM_OK, "%s", err);
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &ch[1], err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory *ch[2] = {mt_kv_create(be, &kp), mt_rs_create(be, &rp)}, *h = NULL;
     const int32_t map[2] = {0, 1};
+    char err[256] = "";
     ck_assert_msg(llmem_hybrid_create(ch, 2, map, 2, &h, err, sizeof err) == LLMEM_OK, "%s", err);
     return h;
 }
@@ -251,9 +245,7 @@ START_TEST(test_budget_recurrent_alone)
 {
     llmem_backend *be = mt_cpu();
     llmem_recurrent_params rp = rs_params(8, 2 * SNAP_B);
-    llmem_memory *m = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    llmem_memory *m = mt_rs_create(be, &rp);
     int32_t x[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     run_prompt(m, 0, x, 12, 4);
     llmem_memory_stats st = stats(m);
@@ -263,13 +255,13 @@ START_TEST(test_budget_recurrent_alone)
     ck_assert_int_eq(st.prefix_cache_bytes, 2 * SNAP_B);
     llmem_memory_destroy(m);
     rp = rs_params(-1, 40);
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    m = mt_rs_create(be, &rp);
     st = stats(m);
     ck_assert_int_eq(st.bytes_device, 16 * (2 * 2 + 2));
     llmem_memory_destroy(m);
     /* at most 4096 slots from a budget (recurrent.h), however large */
     rp = rs_params(-1, (int64_t)1 << 30);
-    ck_assert_msg(llmem_recurrent_create(be, &rp, &m, err, sizeof err) == LLMEM_OK, "%s", err);
+    m = mt_rs_create(be, &rp);
     ck_assert_int_eq(stats(m).bytes_device, 16 * (2 * 2 + 4096));
     llmem_memory_destroy(m);
     llmem_backend_close(be);
