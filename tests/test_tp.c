@@ -26,6 +26,7 @@
 #include "llmem/model.h"
 #include "llmem/recurrent.h"
 #include "llmem/runtime.h"
+#include "support/load_faults.h"
 
 static llmem_model_params params(int32_t tp)
 {
@@ -244,17 +245,6 @@ START_TEST(test_ranks_composition)
 }
 END_TEST
 
-typedef struct hook {
-    int64_t calls, fail_at;
-} hook;
-
-static bool fail_one(size_t size, void *ctx)
-{
-    hook *h = ctx;
-    (void)size;
-    return h->calls++ != h->fail_at;
-}
-
 START_TEST(test_bad_input)
 {
     char err[512];
@@ -278,8 +268,8 @@ START_TEST(test_bad_input)
     ck_assert_msg(strstr(err, "not split yet"), "%s", err);
     /* every device allocation of a --tp 2 load failing in turn (be's hook
      * reaches rank 1's backend too) */
-    hook h = {0, -1};
-    llmem_backend_set_alloc_hook(be, fail_one, &h);
+    lf_hook h = {0, -1};
+    llmem_backend_set_alloc_hook(be, lf_alloc, &h);
     m = load("bamba", be, 1);
     llmem_model_free(m);
     int64_t one = h.calls;

@@ -10,12 +10,7 @@
 #include "llmem/model.h"
 #include "llmem/runtime.h"
 
-typedef struct lf_hook {
-    int64_t calls;   /* allocations seen */
-    int64_t fail_at; /* the allocation (0-based) that fails; -1: none */
-} lf_hook;
-
-static bool lf_alloc(size_t size, void *ctx)
+bool lf_alloc(size_t size, void *ctx)
 {
     lf_hook *h = ctx;
     (void)size;
