@@ -133,9 +133,7 @@ static void probe(llmem_memory *m, int32_t seq, int32_t len, float sum)
             continue;
         ck_assert_int_eq(r->n_seqs, 1);
         float f[4];
-        ck_assert_int_ge(r->src_slot.host[0], 0);
-        ck_assert_int_eq(llmem_buffer_download(r->state[0], (size_t)r->src_slot.host[0] * 16, f, 16),
-                         LLMEM_OK);
+        mt_rs_src_state(r, 0, false, f);
         ck_assert_msg(f[0] == (float)len && f[1] == sum && f[2] == (float)(il + 1),
                       "sequence %d layer %d: state {%g, %g, %g}, expected {%d, %g, %d}", seq, il,
                       (double)f[0], (double)f[1], (double)f[2], len, (double)sum, il + 1);
