@@ -93,15 +93,13 @@ llmem_status plan_prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
      * (token, sequence) pairs: O(pairs), not O(sequences x tokens)) */
     int32_t pairs = pb->n_pairs;
     const int32_t *pk = pb->pair_k;
+    llmem_status st = LLMEM_E_NO_MEMORY; /* until the end */
+    int32_t *shared_len = NULL; /* with a cut: prefix shared with another new sequence */
     int32_t *toks = malloc((size_t)b->n_tokens * sizeof *toks);
     int32_t *idx = malloc((size_t)pairs * sizeof *idx);
     int32_t *first = calloc((size_t)nk + 1, sizeof *first);
-    if (!toks || !idx || !first) {
-        free(toks);
-        free(idx);
-        free(first);
-        return LLMEM_E_NO_MEMORY;
-    }
+    if (!toks || !idx || !first)
+        goto out;
     for (int32_t q = 0; q < pairs; q++)
         first[pk[q] + 1]++;
     for (int32_t k = 0; k < nk; k++)
@@ -112,7 +110,6 @@ llmem_status plan_prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
     for (int32_t k = nk; k > 0; k--)
         first[k] = first[k - 1];
     first[0] = 0;
-    int32_t *shared_len = NULL; /* with a cut: prefix shared with another new sequence */
     if (has_cut) {
         int32_t *cand = malloc((size_t)nk * sizeof *cand), nc = 0;
         shared_len = calloc((size_t)nk, sizeof *shared_len);
@@ -123,13 +120,8 @@ llmem_status plan_prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
         lcp_ctx lc = {b, idx, first};
         ok = ok && shared_prefixes(&lc, cand, nc, shared_len);
         free(cand);
-        if (!ok) {
-            free(shared_len);
-            free(toks);
-            free(idx);
-            free(first);
-            return LLMEM_E_NO_MEMORY;
-        }
+        if (!ok)
+            goto out;
     }
     for (int32_t k = 0; k < nk; k++) {
         llmem_plan_seq *e = &pb->seqs[k];
@@ -160,23 +152,13 @@ llmem_status plan_prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
         if (cut > m && cut < n) {
             if (!pb->snap_at) { /* the plan owns it from here on */
                 p->snap_at = pb->snap_at = calloc((size_t)nk, sizeof *pb->snap_at);
-                if (!pb->snap_at) {
-                    free(shared_len);
-                    free(toks);
-                    free(idx);
-                    free(first);
-                    return LLMEM_E_NO_MEMORY;
-                }
+                if (!pb->snap_at)
+                    goto out;
             }
             pb->snap_at[k] = cut;
             if (every >= 0) { /* -1: written inside a ubatch, no cut */
-                if (!pb->cuts && !(pb->cuts = calloc((size_t)nk, sizeof *pb->cuts))) {
-                    free(shared_len);
-                    free(toks);
-                    free(idx);
-                    free(first);
-                    return LLMEM_E_NO_MEMORY;
-                }
+                if (!pb->cuts && !(pb->cuts = calloc((size_t)nk, sizeof *pb->cuts)))
+                    goto out;
                 pb->cuts[k] = (seq_cut){cut - m, m, every};
             }
         }
@@ -187,9 +169,11 @@ llmem_status plan_prefix_skips(llmem_memory *mem, plan_build *pb, llmem_plan *p)
         for (int32_t q = 0; q < m; q++)
             pb->skip[list[q]] = true;
     }
+    st = LLMEM_OK;
+out:
     free(shared_len);
     free(toks);
     free(idx);
     free(first);
-    return LLMEM_OK;
+    return st;
 }
