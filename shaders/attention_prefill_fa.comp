@@ -25,6 +25,19 @@
  * head dim 128 as literals (HD), so that no register array's size is a specialization
  * constant. Fast mode only.
  *
+ * LAZY (LLMEM_VULKAN_ATTN_PF_FA bit 2; FlashAttention-4's lazy rescale, Zadouri et al. 2025):
+ * a row keeps its reference max m while a block's max stays within LAZY_TH = 8 ln 2 of it, so
+ * that P = exp(s - m) <= 256 (f16 rounds it with the same relative error; the f32 sums have
+ * room) and its factor is exp(0) = 1: O and l are rescaled only where some row's max grew by
+ * more (the subgroup's vote). The same O / l with another reference: the results move by
+ * rounding, within the same bound against float64 (H200 bench shape: 3.03 ms against 3.52).
+ * DIRECT (bit 4, f16 pools of pages of 2^k >= 16 keys): each subgroup loads its K and V
+ * fragments from the pools by coopMatLoad (a 16-key group of a block lies in one page: rows
+ * at the stride of a slot), with no ring, store nor barrier in the loop; V's rows past the pass
+ * or on a bad page read as 0 (coopMatPerElementNV). Measuring only: 8.6 ms on the H200, the
+ * fragments' loads from global memory cost far more than the ring
+ * (docs/benchmarks.md, "Vulkan prefill attention: lazy rescale and direct K / V loads").
+ *
  * EMU (-DEMU=1, attention_prefill_fa_emu, by glslangValidator): the same tiling, layout, masks
  * and softmax with scalar loops for the matrix operations, the reductions, the conversion and
  * the per-element operation (an accumulator: 8 elements an invocation, row lane / 2, columns
@@ -66,6 +79,12 @@ layout(constant_id = 4) const uint SOFTCAP = 0;
 layout(constant_id = 5) const uint PSL = 32;
 /* 1: p.q_off and p.o_off are multiples of 4 floats: Q and O as 16-byte vectors */
 layout(constant_id = 6) const uint VEC = 0;
+/* 1: lazy rescale: a row keeps its reference max while the block's max exceeds it by at most
+ * LAZY_TH (P <= 256), and O, l are rescaled only for rows whose max grew by more */
+layout(constant_id = 7) const uint LAZY = 0;
+/* 1: K / V fragments straight from the pool (f16 pools, pages of 2^PSL >= 16 keys: a 16-key
+ * group of a block lies in one page), no ring, no store and no barrier in the loop */
+layout(constant_id = 8) const uint DIRECT = 0;
 #define DT_BF16 2u
 
 const uint BN = 32u;           /* keys a block */
@@ -81,6 +100,7 @@ const uint NSH = NSH0 > BM * LDK ? NSH0 : BM * LDK;
 const uint DT = D / 16u;                  /* output matrices a subgroup */
 const uint NQ = (BM * DV + WG - 1u) / WG; /* Q tile uvec4s an invocation */
 const uint NO_ROWS = 0xffffffffu;
+const float LAZY_TH = 5.5451774; /* 8 ln 2: exp(s - m_ref) <= 256 */
 const int BIG = 0x7fffffff;
 
 layout(binding = 0) readonly buffer Q { float q[]; };
@@ -125,6 +145,9 @@ shared float xch8_s[8u * WG]; /* EMU's accumulator -> A conversion */
 #define LOAD_BT(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
 #define LOAD_B(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
 #define STORE_C(m_, o_, s_) coopMatStore(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
+/* the same from the K / V pools (DIRECT): o_, s_ in uvec4s */
+#define LOADK_BT(m_, o_, s_) coopMatLoad(m_, kp, o_, s_, gl_CooperativeMatrixLayoutColumnMajor)
+#define LOADV_B(m_, o_, s_) coopMatLoad(m_, vp, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
 #define MMA(c_, a_, b_) c_ = coopMatMulAdd(a_, b_, c_)
 #define EL(m_, i_) m_[i_]
 #define NEL(m_) uint(m_.length())
@@ -159,11 +182,19 @@ float mask_el(const in uint row, const in uint col, const in float x, const in i
     return j >= row_lo[r] && j < row_hi[r] && (bad & (1u << col)) == 0u ? x : NEG_INF;
 }
 #define MASK(m_, kb_, bad_) coopMatPerElementNV(m_, m_, mask_el, kb_, bad_, warp * 16u)
+/* rows (keys) of a V fragment whose bit is set in z to 0 (slots past the pass or on a bad
+ * page may hold anything, NaN included; their P is 0) */
+float16_t vzero_el(const in uint row, const in uint col, const in float16_t x, const in uint z)
+{
+    return (z & (1u << row)) != 0u ? float16_t(0.0) : x;
+}
+#define VZERO(m_, z_) coopMatPerElementNV(m_, m_, vzero_el, z_)
 #else
 /* loops kept rolled: unrolled, llvmpipe's compile of the scalar MMAs takes minutes */
 #define UNROLL [[dont_unroll]]
 struct FA { uvec4 a0, a1; };     /* this invocation's row (lane / 2) of 16 halves */
-struct FB { uint off, ld, tr; }; /* where the matrix lies in sh; tr: column-major */
+/* where the matrix lies: src 0 sh, 1 kp, 2 vp; tr: column-major; z: rows (keys) read as 0 */
+struct FB { uint off, ld, tr, src, z; };
 struct ACC { float e[8]; };      /* row lane / 2, columns 8 (lane % 2) + i */
 ACC acc_fill(float x)
 {
@@ -174,8 +205,11 @@ ACC acc_fill(float x)
 }
 #define ACC_FILL(x_) acc_fill(x_)
 #define LOAD_A(m_, o_, s_) m_ = FA(sh[(o_) + (lane / 2u) * (s_)], sh[(o_) + (lane / 2u) * (s_) + 1u])
-#define LOAD_BT(m_, o_, s_) m_ = FB(o_, s_, 1u)
-#define LOAD_B(m_, o_, s_) m_ = FB(o_, s_, 0u)
+#define LOAD_BT(m_, o_, s_) m_ = FB(o_, s_, 1u, 0u, 0u)
+#define LOAD_B(m_, o_, s_) m_ = FB(o_, s_, 0u, 0u, 0u)
+#define LOADK_BT(m_, o_, s_) m_ = FB(o_, s_, 1u, 1u, 0u)
+#define LOADV_B(m_, o_, s_) m_ = FB(o_, s_, 0u, 2u, 0u)
+#define VZERO(m_, z_) m_.z = (z_)
 #define STORE_C(m_, o_, s_) emu_store(m_, o_, s_, lane)
 #define MMA(c_, a_, b_) c_ = emu_mma(a_, b_, c_, lane)
 #define EL(m_, i_) m_.e[i_]
@@ -193,6 +227,16 @@ float half_of(uvec4 w, uint k)
     return unpackHalf2x16(w[k / 2u])[k % 2u];
 }
 
+/* 16-byte word w of B's buffer */
+uvec4 fb_word(FB b, uint w)
+{
+    if (b.src == 1u)
+        return kp[w];
+    if (b.src == 2u)
+        return vp[w];
+    return sh[w];
+}
+
 ACC emu_mma(FA a, FB b, ACC c, uint lane)
 {
     UNROLL for (uint i = 0u; i < 8u; i++) {
@@ -201,8 +245,10 @@ ACC emu_mma(FA a, FB b, ACC c, uint lane)
         /* unrolled: llvmpipe stops an invocation's loops after 65535 iterations in all */
         for (uint k = 0u; k < 16u; k++) {
             float x = half_of(k < 8u ? a.a0 : a.a1, k % 8u);
-            float y = b.tr != 0u ? half_of(sh[b.off + n * b.ld + k / 8u], k % 8u)
-                                 : half_of(sh[b.off + k * b.ld + n / 8u], n % 8u);
+            float y = b.tr != 0u ? half_of(fb_word(b, b.off + n * b.ld + k / 8u), k % 8u)
+                                 : half_of(fb_word(b, b.off + k * b.ld + n / 8u), n % 8u);
+            if ((b.z & (1u << (b.tr != 0u ? n : k))) != 0u)
+                y = 0.0;
             s += x * y;
         }
         c.e[i] = s;
@@ -435,26 +481,60 @@ void main()
         }                                                                                          \
     }
 
-        FETCH(0)
-        STORE(0u, 0)
-        barrier();
+        const uint rs = p.n_kv * DV; /* uvec4s a pool slot (DIRECT) */
+        if (DIRECT == 0u) {
+            FETCH(0)
+            STORE(0u, 0)
+            barrier();
+        }
         for (int i = 0; i < nblk; i++) {
-            /* block i's K at kt, V at kt + KVT; kbad_s[(i + 2) % 3] was read last in block
-             * i - 1 and is written in block i + 1 */
-            const uint kt = STAGES == 2u ? uint(i & 1) * 2u * KVT : 0u;
-            if (t == 0u)
-                kbad_s[uint(i + 2) % 3u] = 0u;
-            FETCH(i + 1) /* past the last block: keys >= jhi, no loads */
             const int kb = kb0 + i * int(BN);
-            const uint bad = kbad_s[uint(i) % 3u];
+            uint kt = 0u, bad = 0u, ga0 = 0u, ga1 = 0u, z0 = 0u, z1 = 0u;
+            if (DIRECT != 0u) {
+                /* the block's two 16-key groups, each in one page: their first rows in the
+                 * pools (ga0, ga1; page 0 for a group past the pass or on a bad page, whose
+                 * keys are bad), and the rows of V read as 0 (z0, z1: keys >= jhi or bad) */
+                UNROLL for (uint h = 0u; h < 2u; h++) {
+                    const int k0 = kb + 16 * int(h);
+                    const int pg = k0 < jhi ? idx[pt + PG_OF(uint(k0))] : -1;
+                    const bool okp = pg >= 0 && uint(pg) < p.n_pages;
+                    const uint a = ((okp ? uint(pg) : 0u) * p.ps + PG_IN(uint(k0))) * rs + g * DV;
+                    const int nv = jhi - k0; /* keys of the group before jhi */
+                    const uint z = !okp || nv <= 0 ? 0xffffu
+                                   : nv >= 16   ? 0u
+                                                : (0xffffu << uint(nv)) & 0xffffu;
+                    if (h == 0u) {
+                        ga0 = a;
+                        z0 = z;
+                    } else {
+                        ga1 = a;
+                        z1 = z;
+                    }
+                    if (!okp)
+                        bad |= 0xffffu << (16u * h);
+                }
+            } else {
+                /* block i's K at kt, V at kt + KVT; kbad_s[(i + 2) % 3] was read last in
+                 * block i - 1 and is written in block i + 1 */
+                kt = STAGES == 2u ? uint(i & 1) * 2u * KVT : 0u;
+                if (t == 0u)
+                    kbad_s[uint(i + 2) % 3u] = 0u;
+                FETCH(i + 1) /* past the last block: keys >= jhi, no loads */
+                bad = kbad_s[uint(i) % 3u];
+            }
             const bool edge = mixed || kb + int(BN) > hmin || kb < lmax || bad != 0u;
 
             /* S = Q K^T: s0 keys 0-15 of the block, s1 keys 16-31 */
             ACC s0 = ACC_FILL(0.0), s1 = ACC_FILL(0.0);
             UNROLL for (uint k = 0u; k < DT; k++) {
                 FB b0, b1;
-                LOAD_BT(b0, kt + 2u * k, LDK);
-                LOAD_BT(b1, kt + 16u * LDK + 2u * k, LDK);
+                if (DIRECT != 0u) {
+                    LOADK_BT(b0, ga0 + 2u * k, rs);
+                    LOADK_BT(b1, ga1 + 2u * k, rs);
+                } else {
+                    LOAD_BT(b0, kt + 2u * k, LDK);
+                    LOAD_BT(b1, kt + 16u * LDK + 2u * k, LDK);
+                }
                 MMA(s0, qf[k], b0);
                 MMA(s1, qf[k], b1);
             }
@@ -474,6 +554,10 @@ void main()
             ROW_MAX(tm);
             UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
                 float mo = EL(m_acc, i2), mn = max(mo, EL(tm, i2));
+                /* LAZY: the row keeps its reference while the max grew by at most LAZY_TH
+                 * (its factor then exp(0) = 1, so the vote below skips O's rescale) */
+                if (LAZY != 0u && !(mn > mo + LAZY_TH))
+                    mn = mo;
                 /* rows with no visible key so far keep m = -inf and p = 0 */
                 float b = isinf(mn) ? 0.0 : mn;
                 float cf = exp(mo - b), p0 = exp(EL(s0, i2) - b), p1 = exp(EL(s1, i2) - b);
@@ -497,12 +581,23 @@ void main()
             TO_A(pa1, s1);
             UNROLL for (uint j = 0u; j < DT; j++) {
                 FB v0, v1;
-                LOAD_B(v0, kt + KVT + 2u * j, LDK);
-                LOAD_B(v1, kt + KVT + 16u * LDK + 2u * j, LDK);
+                if (DIRECT != 0u) {
+                    LOADV_B(v0, ga0 + 2u * j, rs);
+                    LOADV_B(v1, ga1 + 2u * j, rs);
+                    if ((z0 | z1) != 0u) {
+                        VZERO(v0, z0);
+                        VZERO(v1, z1);
+                    }
+                } else {
+                    LOAD_B(v0, kt + KVT + 2u * j, LDK);
+                    LOAD_B(v1, kt + KVT + 16u * LDK + 2u * j, LDK);
+                }
                 MMA(o[j], pa0, v0);
                 MMA(o[j], pa1, v1);
             }
-            if (STAGES == 2u) {
+            if (DIRECT != 0u) {
+                /* nothing shared in the loop */
+            } else if (STAGES == 2u) {
                 /* the other stage was read last in block i - 1, before the barrier */
                 STORE(uint((i + 1) & 1) * 2u * KVT, uint(i + 1) % 3u)
                 barrier();

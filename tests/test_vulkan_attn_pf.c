@@ -49,7 +49,10 @@
  * multiples of 32 new tokens) run its EMU module everywhere and, where the device has
  * coopmat2, the real one (head dim 128), with the same checks against float64, and the
  * backend's log must say that its pipeline ran; a case whose tiles span streams must leave
- * the call to the other modules (the EMU2 module's bytes, and no such pipeline).
+ * the call to the other modules (the EMU2 module's bytes, and no such pipeline). They run under
+ * each LLMEM_VULKAN_ATTN_PF_FA variant (1; 3 lazy rescale: another reference max, the same
+ * bound; 5 / 7 direct K / V loads where the pool is f16 in pages of >= 16 keys: the bytes of
+ * 1 / 3).
  */
 #include "support/run.h"
 #include <check.h>
@@ -65,6 +68,9 @@
 
 #define MAX_STREAMS 4
 #define PF_VAR_EXACT "3" /* LLMEM_VULKAN_ATTN_PF_VAR's bits that keep the results */
+
+/* LLMEM_VULKAN_ATTN_PF_FA of the backends open_mode_log opens with a log */
+static const char *fa_knob = "1";
 
 typedef struct pf_case {
     int32_t n_streams;
@@ -229,7 +235,7 @@ static void pf_run(llmem_backend *be, const pf_data *d, const llmem_attn_params 
 }
 
 /* The vulkan backend opened with LLMEM_VULKAN_ATTN_PF=mode, _CM2=cm2, _VAR=var, _PRECISE=1
- * where precise and _FA=1 where keep_log (which then receives the path of its log, kept for
+ * where precise and _FA=fa_knob where keep_log (which then receives the path of its log, kept for
  * log_says; unlinked otherwise), else _FA=0 (the other modules take every call); *khr: whether it has KHR cooperative matrices (its log says
  * so), *cm2 (may be NULL) VK_NV_cooperative_matrix2. */
 static llmem_backend *open_mode_log(const char *mode, const char *cm2_knob, const char *var,
@@ -242,7 +248,7 @@ static llmem_backend *open_mode_log(const char *mode, const char *cm2_knob, cons
     setenv("LLMEM_VULKAN_ATTN_PF_VAR", var, 1);
     if (precise)
         setenv("LLMEM_VULKAN_ATTN_PF_PRECISE", "1", 1);
-    setenv("LLMEM_VULKAN_ATTN_PF_FA", keep_log ? "1" : "0", 1);
+    setenv("LLMEM_VULKAN_ATTN_PF_FA", keep_log ? fa_knob : "0", 1);
     llmem_backend *be = open_be("vulkan");
     unsetenv("LLMEM_VULKAN_ATTN_PF");
     unsetenv("LLMEM_VULKAN_ATTN_PF_CM2");
@@ -440,12 +446,24 @@ static const pf_case fa_cases[] = {
     {2, {200, 128}, {128, 128}, 64, 2, 2, 64, F16, 0.0f, 0, false},
 };
 
+/* LLMEM_VULKAN_ATTN_PF_FA's variants: the module, + lazy rescale, + direct K / V loads, both;
+ * direct loads keep the bytes (the same arithmetic), the lazy rescale keeps the bound */
+#define N_FA_VARIANTS 4
+static const char *const fa_variants[N_FA_VARIANTS] = {"1", "3", "5", "7"};
+
 START_TEST(test_attn_pf_fa)
 {
     bool khr = false, cm2 = false, unused = false;
-    char log_emu[64], log_real[64], log_other[64];
-    llmem_backend *emu = open_mode_log("3", "1", "0", false, &unused, NULL, log_emu);
-    llmem_backend *real = open_mode_log("1", "1", "0", false, &khr, &cm2, log_real);
+    char log_emu[N_FA_VARIANTS][64], log_real[N_FA_VARIANTS][64], log_other[64];
+    llmem_backend *emu[N_FA_VARIANTS], *real[N_FA_VARIANTS];
+    for (int vi = 0; vi < N_FA_VARIANTS; vi++) {
+        bool cm2v = false;
+        fa_knob = fa_variants[vi];
+        emu[vi] = open_mode_log("3", "1", "0", false, &unused, NULL, log_emu[vi]);
+        real[vi] = open_mode_log("1", "1", "0", false, &khr, &cm2v, log_real[vi]);
+        cm2 = cm2v;
+    }
+    fa_knob = "1";
     llmem_backend *other = open_mode_log("3", "1", "0", false, &unused, NULL, log_other);
     llmem_backend *emu2 = open_mode("3", "1", "0", false, &unused, NULL);
     llmem_backend *dec = open_mode("0", "0", "0", false, &unused, NULL);
@@ -459,36 +477,49 @@ START_TEST(test_attn_pf_fa)
         llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
                                .window = k->window, .fast = 1};
         int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
-        double *out = th_vec(&h, n), *clean = th_vec(&h, n), *model = th_vec(&h, n);
+        double *outs[N_FA_VARIANTS][2], *clean = th_vec(&h, n), *model = th_vec(&h, n);
         double *wv = th_vec(&h, n), *prec = th_vec(&h, n);
         pf_model(&d, &p, false, model, wv);
         llmem_attn_params pp = p;
         pp.fast = 0;
         pf_run(dec, &d, &pp, llmem_nan_pattern(k->dtype), prec);
-        llmem_backend *mods[2] = {emu, cm2 && k->head_dim == 128 ? real : NULL};
-        const char *names[2] = {"FA EMU", "FA"};
-        for (int m = 0; m < 2; m++) {
-            if (!mods[m])
-                continue;
-            char what[160];
-            pf_run(mods[m], &d, &p, llmem_nan_pattern(k->dtype), out);
-            pf_run(mods[m], &d, &p, 0u, clean);
-            snprintf(what, sizeof what, "case %zu %s, NaN vs zero pools", ci, names[m]);
-            th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
-            snprintf(what, sizeof what, "case %zu %s (%s, ps %d, hd %d, %d/%d heads)", ci,
-                     names[m], llmem_dtype_name(k->dtype), k->page_size, k->head_dim,
-                     k->n_heads, k->n_kv_heads);
-            pf_expect(&d, p.scale, false, out, model, wv, what);
-            snprintf(what, sizeof what, "case %zu %s against attention_decode", ci, names[m]);
-            th_expect_close(out, prec, n, 4.0 * ldexp(1.0, -11), what);
+        for (int vi = 0; vi < N_FA_VARIANTS; vi++) {
+            llmem_backend *mods[2] = {emu[vi], cm2 && k->head_dim == 128 ? real[vi] : NULL};
+            const char *names[2] = {"FA EMU", "FA"};
+            for (int m = 0; m < 2; m++) {
+                outs[vi][m] = NULL;
+                if (!mods[m])
+                    continue;
+                char what[160];
+                double *out = outs[vi][m] = th_vec(&h, n);
+                pf_run(mods[m], &d, &p, llmem_nan_pattern(k->dtype), out);
+                pf_run(mods[m], &d, &p, 0u, clean);
+                snprintf(what, sizeof what, "case %zu %s _FA=%s, NaN vs zero pools", ci,
+                         names[m], fa_variants[vi]);
+                th_expect_same_bytes(out, clean, (size_t)n * sizeof *out, what);
+                snprintf(what, sizeof what, "case %zu %s _FA=%s (%s, ps %d, hd %d, %d/%d heads)",
+                         ci, names[m], fa_variants[vi], llmem_dtype_name(k->dtype), k->page_size,
+                         k->head_dim, k->n_heads, k->n_kv_heads);
+                pf_expect(&d, p.scale, false, out, model, wv, what);
+                snprintf(what, sizeof what, "case %zu %s _FA=%s against attention_decode", ci,
+                         names[m], fa_variants[vi]);
+                th_expect_close(out, prec, n, 4.0 * ldexp(1.0, -11), what);
+                if (vi >= 2) { /* + direct loads: the bytes of the variant without them */
+                    snprintf(what, sizeof what, "case %zu %s _FA=%s vs _FA=%s", ci, names[m],
+                             fa_variants[vi], fa_variants[vi - 2]);
+                    th_expect_same_bytes(out, outs[vi - 2][m], (size_t)n * sizeof *out, what);
+                }
+            }
         }
         th_end(&h);
     }
-    ck_assert_msg(log_says(log_emu, "pipeline attention_prefill_fa_emu created"),
-                  "the FA EMU module did not run");
-    if (cm2)
-        ck_assert_msg(log_says(log_real, "pipeline attention_prefill_fa_khr created"),
-                      "the FA module did not run");
+    for (int vi = 0; vi < N_FA_VARIANTS; vi++) {
+        ck_assert_msg(log_says(log_emu[vi], "pipeline attention_prefill_fa_emu created"),
+                      "the FA EMU module did not run (_FA=%s)", fa_variants[vi]);
+        if (cm2)
+            ck_assert_msg(log_says(log_real[vi], "pipeline attention_prefill_fa_khr created"),
+                          "the FA module did not run (_FA=%s)", fa_variants[vi]);
+    }
     /* tiles across streams (cases[1]: 100, 49 and 37 new tokens): the other modules */
     {
         th_ctx h;
@@ -510,10 +541,12 @@ START_TEST(test_attn_pf_fa)
     llmem_backend_close(dec);
     llmem_backend_close(emu2);
     llmem_backend_close(other);
-    llmem_backend_close(real);
-    llmem_backend_close(emu);
-    unlink(log_emu);
-    unlink(log_real);
+    for (int vi = N_FA_VARIANTS - 1; vi >= 0; vi--) {
+        llmem_backend_close(real[vi]);
+        llmem_backend_close(emu[vi]);
+        unlink(log_emu[vi]);
+        unlink(log_real[vi]);
+    }
     unlink(log_other);
 }
 END_TEST

@@ -19,8 +19,9 @@
  * (LLMEM_VULKAN_ATTN_PF_CM2: P in registers, a two-stage K / V ring, and the precise
  * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). Fast-arithmetic calls
  * whose tiles each hold one stream's tokens run shaders/attention_prefill_fa.comp instead
- * (LLMEM_VULKAN_ATTN_PF_FA, default 1: one pass a tile; head dim 128 where the device also has
- * coopmat2's per-element operations; its EMU module under mode 3). */
+ * (LLMEM_VULKAN_ATTN_PF_FA bit 1, default 3: one pass a tile; bit 2 its lazy rescale, bit 4 K / V
+ * fragments straight from f16 pools of pages of >= 16 keys; head dim 128 where the device also
+ * has coopmat2's per-element operations; its EMU module under mode 3). */
 #define PF_WG 256     /* 8 subgroups of 16 rows: tiles of 128 (token, head) rows (default) */
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
@@ -29,8 +30,9 @@
                               * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
-#define PF_FA_DEFAULT 1      /* attention_prefill_fa.comp for the calls it takes (H200 bench
-                              * shape, fast: 3.51-3.54 ms against the CM2 module's 4.30-4.32) */
+#define PF_FA_DEFAULT 3      /* attention_prefill_fa.comp for the calls it takes, with its lazy
+                              * rescale (H200 bench shape, fast: 3.03 ms against 3.52 without,
+                              * the CM2 module's 4.30-4.32) */
 #define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
                               * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
                               * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
@@ -42,6 +44,7 @@ typedef struct pf_cfg {
     vk_shader_id sh;
     uint32_t wg, split, stages, var, psl;
     bool fa; /* attention_prefill_fa.comp: its own constants (attn_pf_run) */
+    bool lazy, direct; /* its LAZY and DIRECT (LLMEM_VULKAN_ATTN_PF_FA bits 2 and 4) */
 } pf_cfg;
 
 /* Bytes of shared memory of attention_prefill_cm.comp at workgroup wg and head dim d (its
@@ -86,7 +89,8 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
                          pf_cfg *c)
 {
     uint32_t d = (uint32_t)kv->head_dim;
-    if (VK_KNOB(v, attn_pf_fa, PF_FA_DEFAULT) == 0 || (!p->fast && mode != 2))
+    long fa = VK_KNOB(v, attn_pf_fa, PF_FA_DEFAULT);
+    if ((fa & 1) == 0 || (!p->fast && mode != 2))
         return false;
     if (mode == 3) {
         c->sh = VK_SH_ATTENTION_PREFILL_FA_EMU;
@@ -124,6 +128,10 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     if (ps > 0 && (ps & (ps - 1)) == 0)
         for (c->psl = 0; (1u << c->psl) < ps; c->psl++)
             ;
+    c->lazy = (fa & 2) != 0;
+    /* direct loads: f16 pools (no conversion) of pages of 2^k >= 16 keys (a 16-key group of a
+     * block in one page); the ring elsewhere */
+    c->direct = (fa & 4) != 0 && kv->dtype == LLMEM_DTYPE_F16 && c->psl >= 4 && c->psl < 32;
     return true;
 }
 
@@ -228,6 +236,8 @@ static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn
         vk_op_spec(&op, p->softcap > 0.0f ? 1u : 0u);
         vk_op_spec(&op, c->psl);
         vk_op_spec(&op, v->storage_align % 16 == 0 && qo % 4 == 0 && oo % 4 == 0 ? 1u : 0u);
+        vk_op_spec(&op, c->lazy ? 1u : 0u);
+        vk_op_spec(&op, c->direct ? 1u : 0u);
     } else {
         vk_op_spec(&op, c->split);
         vk_op_spec(&op, c->stages);
