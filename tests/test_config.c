@@ -548,6 +548,13 @@ START_TEST(test_bad_configs)
 #define LLAMA(extra)                                                                               \
     "{\"model_type\":\"llama\",\"vocab_size\":10,\"intermediate_size\":8,"                         \
     "\"num_hidden_layers\":2,\"num_attention_heads\":4" extra "}"
+#define BAMBA(extra)                                                                               \
+    "{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"    \
+    "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4," extra "}"
+#define NEMO(extra)                                                                                \
+    "{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"                        \
+    "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"                   \
+    "\"mamba_head_dim\":8,\"ssm_state_size\":8" extra "}"
     struct {
         const char *json;
         llmem_status want;
@@ -606,46 +613,31 @@ START_TEST(test_bad_configs)
         {"{\"model_type\":\"llama\",\"vocab_size\":10,\"hidden_size\":64,\"intermediate_size\":8,"
          "\"num_hidden_layers\":100000,\"num_attention_heads\":4}", LLMEM_E_UNSUPPORTED,
          "at most"},
-        {"{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"
-         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4,"
-         "\"mamba_d_state\":8,\"attn_layer_indices\":[1,2]}", LLMEM_E_CORRUPT,
+        {BAMBA("\"mamba_d_state\":8,\"attn_layer_indices\":[1,2]"), LLMEM_E_CORRUPT,
          "attn_layer_indices"},
-        {"{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"
-         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4,"
-         "\"mamba_d_head\":8,\"mamba_d_state\":8}", LLMEM_E_CORRUPT, "expand x hidden_size"},
-        {"{\"model_type\":\"bamba\",\"vocab_size\":10,\"hidden_size\":32,\"intermediate_size\":8,"
-         "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"mamba_n_heads\":4,"
-         "\"mamba_d_state\":8,\"mamba_n_groups\":3}", LLMEM_E_CORRUPT, "multiple of its group"},
+        {BAMBA("\"mamba_d_head\":8,\"mamba_d_state\":8"), LLMEM_E_CORRUPT, "expand x hidden_size"},
+        {BAMBA("\"mamba_d_state\":8,\"mamba_n_groups\":3"), LLMEM_E_CORRUPT,
+         "multiple of its group"},
         {"{\"model_type\":\"mamba2\",\"vocab_size\":10,\"hidden_size\":32,"
          "\"num_hidden_layers\":2,\"num_heads\":4,\"head_dim\":16}", LLMEM_E_CORRUPT,
          "missing key 'state_size'"},
-        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M*E\","
-         "\"n_groups\":2,\"moe_latent_size\":16}",
+        {NEMO(",\"hybrid_override_pattern\":\"M*E\","
+         "\"n_groups\":2,\"moe_latent_size\":16"),
          LLMEM_E_UNSUPPORTED, "'moe_latent_size'"},
-        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8,"
-         "\"layers_block_type\":[\"linear_attention\",\"moe\"],\"n_groups\":2,\"n_group\":3}",
+        {NEMO(","
+         "\"layers_block_type\":[\"linear_attention\",\"moe\"],\"n_groups\":2,\"n_group\":3"),
          LLMEM_E_CORRUPT, "n_group / topk_group"},
-        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M?\"}",
+        {NEMO(",\"hybrid_override_pattern\":\"M?\""),
          LLMEM_E_CORRUPT, "'?' at layer 1"},
-        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"layers_block_type\":[\"sliding\"]}",
+        {NEMO(",\"layers_block_type\":[\"sliding\"]"),
          LLMEM_E_UNSUPPORTED, "'sliding'"},
-        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8}", LLMEM_E_CORRUPT,
+        {NEMO(""), LLMEM_E_CORRUPT,
          "missing key 'layers_block_type' (or 'hybrid_override_pattern')"},
-        {"{\"model_type\":\"nemotron_h\",\"vocab_size\":10,\"hidden_size\":32,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"mamba_num_heads\":4,"
-         "\"mamba_head_dim\":8,\"ssm_state_size\":8,\"hybrid_override_pattern\":\"M\","
-         "\"mlp_hidden_act\":\"gelu\"}", LLMEM_E_UNSUPPORTED, "'gelu'"},
+        {NEMO(",\"hybrid_override_pattern\":\"M\","
+         "\"mlp_hidden_act\":\"gelu\""), LLMEM_E_UNSUPPORTED, "'gelu'"},
     };
+#undef NEMO
+#undef BAMBA
 #undef LLAMA
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         llmem_model_config m;
