@@ -220,7 +220,7 @@ START_TEST(test_abandon_forked)
     int32_t ps = page_sizes[_i % 3];
     bool hybrid = _i >= 3;
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *kv = NULL, *m = make(be, ps, hybrid, &kv);
     int32_t len = 2 * ps + (ps + 1) / 2, len0 = ps + 1;
     mt_add(b, 0, 0, len0, 300, true);
@@ -251,7 +251,7 @@ START_TEST(test_abandon_prefix_hit)
 {
     int32_t ps = page_sizes[_i];
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *kv = NULL, *m = make(be, ps, false, &kv);
     int32_t len1 = 2 * ps, len0 = ps + 1;
     mt_add(b, 0, 0, len0, 300, true);

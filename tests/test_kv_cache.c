@@ -19,7 +19,7 @@
 START_TEST(test_append_crosses_two_pages)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     /* page 4; seq 0 holds 3 tokens (1 page); 6 more -> 9 tokens = 3 pages: 2 new */
     llmem_memory *m = mt_kv(be, 4, 3, 2, false, false);
     mt_add(b, 0, 0, 3, 10, true);
@@ -70,7 +70,7 @@ START_TEST(test_free_partial_last_page)
     static const int32_t sizes[3] = {1, 16, 64};
     int32_t ps = sizes[_i];
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     int32_t n_tok = 2 * ps + (ps > 1 ? ps / 2 + 1 : 0) + 1; /* partial last page for ps > 1 */
     int32_t want = 0; /* brute force: tokens t that start a page (t % ps == 0) */
     for (int32_t t = 0; t < n_tok; t++)
@@ -160,7 +160,7 @@ static void check_no_touch(llmem_memory *mem, const llmem_ubatch *ub, void *c)
 START_TEST(test_no_touch_other_sequence)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 4, 16, 3, false, false);
     mt_add(b, 0, 0, 6, 0, true);
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
@@ -187,7 +187,7 @@ END_TEST
 START_TEST(test_seq_rm_frees_pages)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 4, 8, 1, false, false);
     mt_add(b, 0, 0, 17, 0, true); /* 5 pages */
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
@@ -229,7 +229,7 @@ static void record_shift(llmem_memory *mem, const llmem_ubatch *ub, void *c)
 START_TEST(test_seq_add_records_shift)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 4, 8, 2, true, false);
     ck_assert(llmem_memory_can_shift(m));
     mt_add(b, 0, 0, 6, 0, true);
@@ -263,7 +263,7 @@ END_TEST
 START_TEST(test_poison)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 2, 4, 1, false, true);
     mt_add(b, 0, 0, 3, 0, true);
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
@@ -308,7 +308,7 @@ START_TEST(test_validation)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_kv(be, 4, 8, 2, true, false);
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     char err[256];
     llmem_plan *plan = NULL;
     mt_snap before, after;
@@ -435,7 +435,7 @@ static void check_rows(llmem_memory *mem, const llmem_ubatch *ub, void *c)
 START_TEST(test_page_rows)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 1, 256, 2, false, false);
     rows_ctx t = {{-1, -1}, {0, 0}, 0};
     int32_t pos[2] = {0, 0};
@@ -463,7 +463,7 @@ END_TEST
 START_TEST(test_page_rows_sparse)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 1, 4096, 3, false, false);
     for (int32_t q = 0; q < 3; q++) {
         llmem_batch_buf_clear(b);

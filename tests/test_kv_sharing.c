@@ -30,7 +30,7 @@ static llmem_memory *cow_shared(llmem_backend *be, llmem_batch_buf *b)
 START_TEST(test_cow_partial_page)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = cow_shared(be, b);
     int32_t a[4], c[4];
     llmem_kv_cache_page_table(m, 0, a, 4);
@@ -78,7 +78,7 @@ END_TEST
 START_TEST(test_cow_released_before_apply)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = cow_shared(be, b);
     int32_t a[4], c[4];
     ck_assert_int_eq(llmem_kv_cache_page_table(m, 1, a, 4), 2);
@@ -154,7 +154,7 @@ static llmem_status plan_cached(llmem_memory *m, const llmem_batch *b, int32_t s
 START_TEST(test_prefix_cache)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 4, 8, 4, true, false);
     int32_t cached = -1;
     mt_add(b, 0, 0, 10, 0, true); /* tokens 0..9: 2 full pages */
@@ -230,7 +230,7 @@ END_TEST
 START_TEST(test_prefix_lru_order)
 {
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     llmem_memory *m = mt_kv(be, 4, 6, 3, true, false);
     int32_t cached;
     mt_add(b, 0, 0, 5, 100, true); /* prompt A: 1 full page */
@@ -265,7 +265,7 @@ START_TEST(test_state_roundtrip)
 {
     llmem_backend *be = mt_cpu();
     llmem_memory *m = mt_kv(be, 4, 8, 2, true, false);
-    llmem_batch_buf *b = bb_new();
+    llmem_batch_buf *b = mt_batch_new();
     mt_add(b, 0, 0, 7, 40, true);
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
     size_t sz;

@@ -1,5 +1,5 @@
 /* Helpers of the KV cache suites (tests/test_kv_cache.c,
- * tests/test_kv_sharing.c): a batch buffer, a sequence's page count, a
+ * tests/test_kv_sharing.c, tests/test_kv_abandon.c): a sequence's page count, a
  * forward pass that stores each token's id as its K, and reading a stored
  * K back through a state write of the sequence. */
 #ifndef LLMEM_TEST_KV_TEST_H
@@ -10,13 +10,6 @@
 #include <string.h>
 
 #include "llmem/llmem.h"
-
-static inline llmem_batch_buf *bb_new(void)
-{
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(1024, 4, &b), LLMEM_OK);
-    return b;
-}
 
 static inline int32_t n_pages_of(llmem_memory *m, int32_t seq)
 {
