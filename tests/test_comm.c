@@ -40,18 +40,12 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static uint32_t rnd(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(*s >> 33);
-}
-
 /* rank r's value i: deterministic, so the test recomputes every rank's data */
 static float val(int32_t r, int32_t i)
 {
     uint64_t s = (uint64_t)(r * 100003 + i) * 2654435761u + 7;
-    rnd(&s);
-    return ((float)(rnd(&s) % 200001) - 100000.0f) * 1e-3f * (i % 7 == 0 ? 1e4f : 1.0f);
+    test_rand32(&s);
+    return ((float)(test_rand32(&s) % 200001) - 100000.0f) * 1e-3f * (i % 7 == 0 ? 1e4f : 1.0f);
 }
 
 /* bf16 of f (round to nearest even), the test's own conversion */

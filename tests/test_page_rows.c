@@ -15,12 +15,6 @@
 
 #define NROW 64
 
-static uint32_t rnd(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(*s >> 33);
-}
-
 typedef struct fixture {
     llmem_backend *be;
     llmem_buffer *buf;
@@ -118,19 +112,19 @@ START_TEST(test_random_writes)
             order[i] = mode == 2 ? NROW - 1 - i : i;
         if (mode == 0)
             for (int32_t i = NROW - 1; i > 0; i--) {
-                int32_t j = (int32_t)(rnd(&seed) % (uint32_t)(i + 1)), t = order[i];
+                int32_t j = (int32_t)(test_rand32(&seed) % (uint32_t)(i + 1)), t = order[i];
                 order[i] = order[j];
                 order[j] = t;
             }
         for (int32_t o = 0; o < NROW; o++) {
             int32_t i = order[o];
-            uint32_t what = rnd(&seed) % 16;
+            uint32_t what = test_rand32(&seed) % 16;
             if (what == 0 && f.row[i] >= 0) { /* the sequence empties */
                 page_rows_free(&f.r, &f.row[i], &f.cap[i]);
                 len[i] = 0;
                 continue;
             }
-            int32_t add = what < 12 ? 1 : (int32_t)(rnd(&seed) % 40);
+            int32_t add = what < 12 ? 1 : (int32_t)(test_rand32(&seed) % 40);
             int32_t old_row = f.row[i];
             if (!page_rows_fit(&f.r, &f.row[i], &f.cap[i], len[i] + add))
                 ck_abort_msg("page_rows_fit failed");
@@ -183,7 +177,7 @@ START_TEST(test_write_orders)
             order[i] = step % 3 == 0 ? i : 15 - i;
         if (step % 3 == 2)
             for (int32_t i = 15; i > 0; i--) {
-                int32_t j = (int32_t)(rnd(&seed) % (uint32_t)(i + 1)), t = order[i];
+                int32_t j = (int32_t)(test_rand32(&seed) % (uint32_t)(i + 1)), t = order[i];
                 order[i] = order[j];
                 order[j] = t;
             }
@@ -335,12 +329,12 @@ START_TEST(test_write_upload)
         for (int32_t i = 0; i < NROW; i++)
             order[i] = i;
         for (int32_t i = NROW - 1; i > 0; i--) {
-            int32_t j = (int32_t)(rnd(&seed) % (uint32_t)(i + 1)), t = order[i];
+            int32_t j = (int32_t)(test_rand32(&seed) % (uint32_t)(i + 1)), t = order[i];
             order[i] = order[j];
             order[j] = t;
         }
         for (int32_t o = 0; o < NROW; o++) {
-            int32_t i = order[o], add = 1 + (int32_t)(rnd(&seed) % 8);
+            int32_t i = order[o], add = 1 + (int32_t)(test_rand32(&seed) % 8);
             for (int32_t k = 0; k < add; k++, len[i]++) {
                 pairs[2 * n] = f.row[i] + len[i];
                 pairs[2 * n + 1] = 1000 * i + len[i] + 7 * step;
@@ -405,12 +399,12 @@ START_TEST(test_shared_storage)
         row[i] = -1;
     uint64_t seed = 7;
     for (int32_t step = 0; step < 400; step++) {
-        int32_t i = (int32_t)(rnd(&seed) % NROW), op = (int32_t)(rnd(&seed) % 8);
+        int32_t i = (int32_t)(test_rand32(&seed) % NROW), op = (int32_t)(test_rand32(&seed) % 8);
         if (op == 0 && row[i] >= 0) { /* free: the reference keeps what was written */
             page_rows_free(&r, &row[i], &cap[i]);
         } else if (op <= 2 || row[i] < 0) { /* take or move (first 3 entries kept) */
             int32_t old = row[i], oldcap = cap[i];
-            int32_t n = 1 + (int32_t)(rnd(&seed) % 300);
+            int32_t n = 1 + (int32_t)(test_rand32(&seed) % 300);
             int32_t keep[3] = {0};
             for (int32_t k = 0; old >= 0 && k < 3 && k < oldcap; k++)
                 keep[k] = ref[old + k];
@@ -430,15 +424,15 @@ START_TEST(test_shared_storage)
             bool back = r.back;
             for (int32_t q = 0; q < NROW; q++)
                 if (row[q] >= 0) {
-                    pairs[2 * n] = row[q] + (int32_t)(rnd(&seed) % (uint32_t)cap[q]);
-                    pairs[2 * n + 1] = (int32_t)(rnd(&seed) % 1000);
+                    pairs[2 * n] = row[q] + (int32_t)(test_rand32(&seed) % (uint32_t)cap[q]);
+                    pairs[2 * n + 1] = (int32_t)(test_rand32(&seed) % 1000);
                     ref[pairs[2 * n]] = pairs[2 * n + 1];
                     n++;
                 }
             ck_assert_int_eq(page_rows_write_upload(&r, x.buf, pairs, n), LLMEM_OK);
             ck_assert(n == 0 || r.back != back); /* every other call backwards */
         } else { /* writes, one entry (a decode step) or a run */
-            int32_t k = (int32_t)(rnd(&seed) % (uint32_t)cap[i]), v = (int32_t)(rnd(&seed) % 1000);
+            int32_t k = (int32_t)(test_rand32(&seed) % (uint32_t)cap[i]), v = (int32_t)(test_rand32(&seed) % 1000);
             if (op & 1)
                 page_rows_write1(&r, row[i] + k, v);
             else

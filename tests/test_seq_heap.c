@@ -34,12 +34,6 @@ static void ref_push(ref_vec *r, int32_t x)
     r->v[r->n++] = x;
 }
 
-static uint32_t rnd(uint64_t *s)
-{
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(*s >> 33);
-}
-
 static void check_same(const i32vec *a, const ref_vec *r, int32_t k)
 {
     ck_assert_int_eq(a->n, r->n);
@@ -63,10 +57,10 @@ START_TEST(test_random_growth)
         ck_assert(!seq_heap_attach(h, &a[k])); /* only an empty, unallocated vector */
     }
     for (int32_t step = 0; step < 3000; step++) {
-        int32_t k = (int32_t)(rnd(&seed) % NV);
-        uint32_t op = rnd(&seed) % 16;
+        int32_t k = (int32_t)(test_rand32(&seed) % NV);
+        uint32_t op = test_rand32(&seed) % 16;
         if (op == 0) { /* truncate (a sequence's seq_rm): keeps the block */
-            int32_t n = r[k].n ? (int32_t)(rnd(&seed) % (uint32_t)r[k].n) : 0;
+            int32_t n = r[k].n ? (int32_t)(test_rand32(&seed) % (uint32_t)r[k].n) : 0;
             a[k].n = r[k].n = n;
         } else if (op == 1) { /* free and attach again */
             i32vec_free(&a[k]);
@@ -75,17 +69,17 @@ START_TEST(test_random_growth)
             r[k].n = 0;
             ck_assert(seq_heap_attach(h, &a[k]));
         } else if (op == 2) { /* reserve ahead, then fill exactly */
-            int32_t want = a[k].n + (int32_t)(rnd(&seed) % 5000);
+            int32_t want = a[k].n + (int32_t)(test_rand32(&seed) % 5000);
             ck_assert(i32vec_reserve(&a[k], want));
             while (a[k].n < want) {
-                int32_t x = (int32_t)rnd(&seed);
+                int32_t x = (int32_t)test_rand32(&seed);
                 a[k].v[a[k].n++] = x;
                 ref_push(&r[k], x);
             }
         } else { /* pushes, as commit appends tokens */
-            int32_t m = (int32_t)(rnd(&seed) % 300);
+            int32_t m = (int32_t)(test_rand32(&seed) % 300);
             for (int32_t j = 0; j < m; j++) {
-                int32_t x = (int32_t)rnd(&seed);
+                int32_t x = (int32_t)test_rand32(&seed);
                 ck_assert(i32vec_push(&a[k], x));
                 ref_push(&r[k], x);
             }

@@ -114,8 +114,7 @@ typedef struct model {
 
 static uint32_t rn(model *M, uint32_t n)
 {
-    M->rng = M->rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(M->rng >> 33) % n;
+    return test_rand32(&M->rng) % n;
 }
 
 static void forward(llmem_memory *mem, const llmem_ubatch *ub, void *c)

@@ -4,11 +4,21 @@
 #define LLMEM_TEST_RUN_H
 
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 int test_run_suite(Suite *s);
+
+/* One step of a 64-bit linear congruential generator (Knuth's MMIX
+ * constants) over *s: its high 31 bits, for the randomized tests that
+ * replay a sequence from a seed. */
+static inline uint32_t test_rand32(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(*s >> 33);
+}
 
 /* The exit status of a suite whose checks need `backend` ("cuda", ...):
  * EXIT_FAILURE when `failed` (test_run_suite's count) is not 0; else 77,

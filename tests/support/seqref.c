@@ -2,6 +2,7 @@
  * linear scans: each rule is the contract of <llmem/memory.h> as the
  * memory's declared semantics specialise it. */
 #include "support/seqref.h"
+#include "support/run.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -73,8 +74,8 @@ seqref_counts seqref_get_counts(const seqref *r)
 
 static uint32_t rnd(uint64_t *s, uint32_t n)
 {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return n ? (uint32_t)(*s >> 33) % n : 0;
+    uint32_t v = test_rand32(s);
+    return n ? v % n : 0;
 }
 
 static int32_t pos_min(const sr_seq *q)
