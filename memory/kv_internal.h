@@ -158,9 +158,9 @@ typedef struct kv_cache {
      * kv_pages_for) */
     int32_t ps_shift;
     int64_t prefix_hits, cow_copies;
-    /* Page magazines (pages of fewer than 16 tokens; kv_plan.c
-     * mag_fill_plan): entries kv_mag_at(kv, s, k), k < mag_cap, hold the ids of pages
-     * it took from the pool ahead of its decode steps and already wrote
+    /* Page magazines (pages of fewer than 16 tokens; kv_mag_fill_plan):
+     * entries kv_mag_at(kv, s, k), k < mag_cap, hold the ids of pages
+     * sequence s took from the pool ahead of its decode steps and already wrote
      * into its row, so that a decode step in pages of 1 writes its row
      * once every 16 steps, not every step (each row write there is one
      * 4 KiB page of the table per sequence: past ~2,000 sequences a TLB
@@ -170,7 +170,7 @@ typedef struct kv_cache {
      * around them changes (kv_mag_drain). Fills leave mag_floor pages
      * free. */
     int32_t *mag; /* [mag_cap][n_seq_max]: one step's pops of sequences in step read one run */
-    int32_t *mag_fill; /* [n_seq_max] scratch of kv_plan.c mag_fill_plan */
+    int32_t *mag_fill; /* [n_seq_max] scratch of kv_mag_fill_plan */
     int32_t mag_cap, mag_floor;
     int64_t mag_total;
 } kv_cache;
@@ -301,6 +301,11 @@ static inline int32_t *kv_mag_at(const kv_cache *kv, int32_t s, int32_t k)
 {
     return kv->mag + (size_t)k * (size_t)kv->base.n_seq_max + (size_t)s;
 }
+/* kv_cache.c: fills the empty magazines of the plan's sequences that
+ * decode one token into a new page (each up to quota pages, as many as
+ * its row holds past its table; quota from kv_mag_quota), before
+ * kv_reserve's attach pass pops this step's page from them. */
+void kv_mag_fill_plan(kv_cache *kv, const llmem_plan *plan, int32_t quota);
 /* The next page of s's non-empty magazine: its id is already in the row
  * at entry pages.n, which the caller then counts (pages.n++). */
 static inline int32_t kv_mag_pop(kv_cache *kv, kv_seq *s)

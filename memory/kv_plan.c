@@ -366,47 +366,6 @@ out:
 
 static llmem_i32_table plan_table(const idx_builder *b, int32_t base, int32_t off, int32_t n);
 
-/* Fills the empty magazines of the plan's sequences that decode one token
- * into a new page (each up to quota pages, as many as its row holds past
- * its table), before the attach pass pops this step's page from them. The
- * pages are dealt round by round, one to each filling sequence in plan
- * order, so that the pages of one later step lie side by side as a
- * plain step's would (the pool's per-page arrays that the commit writes
- * stay dense); then each filler's ids go into its row in one run. */
-static void mag_fill_plan(kv_cache *kv, const llmem_plan *plan, int32_t quota)
-{
-    page_pool *pp = &kv->pool;
-    int32_t n = 0, *fill = kv->mag_fill;
-    for (int32_t e = 0; e < plan->n_seqs; e++) {
-        int32_t s = plan->seqs[e].id;
-        const kv_seq *q = &kv->seqs[s];
-        if (kv->need[s] != 1 || kv->tail[s] >= 0 || q->mag_at < q->mag_end ||
-            plan->seqs[e].n_cached > 0 || q->row < 0)
-            continue;
-        int32_t c = q->row_cap - q->pages.n;
-        c = c < quota ? c : quota;
-        if (c >= 2)
-            fill[n++] = s << 5 | c; /* c <= 16 */
-    }
-    for (int32_t k = 0; k < quota; k++)
-        for (int32_t i = 0; i < n; i++)
-            if ((fill[i] & 31) > k) {
-                int32_t p = pp->free_stack[--pp->n_free];
-                pp->ref[p] = 1;
-                pp->hashed[p] = 0;
-                *kv_mag_at(kv, fill[i] >> 5, k) = p;
-            }
-    for (int32_t i = 0; i < n; i++) {
-        int32_t s = fill[i] >> 5, c = fill[i] & 31;
-        kv_seq *q = &kv->seqs[s];
-        for (int32_t k = 0; k < c; k++)
-            kv_pt_set(kv, q, q->pages.n + k, *kv_mag_at(kv, s, k));
-        q->mag_at = 0;
-        q->mag_end = (int16_t)c;
-        kv->mag_total += c;
-    }
-}
-
 /* Tells the op checks that the rows just uploaded hold valid pages for
  * every group of every ubatch (llmem_view_vouch_rows): the rows are written
  * only from the pages the pool handed out (kv_pt_set, copies included) and
@@ -535,7 +494,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
      * no row write in between (kv_internal.h kv_cache.mag) */
     int32_t quota = kv_mag_quota(kv, plan->n_seqs);
     if (quota > 0)
-        mag_fill_plan(kv, plan, quota);
+        kv_mag_fill_plan(kv, plan, quota);
     /* from here on, reservations live in the page tables; release undoes them */
     attached = true;
     for (int32_t e = 0; e < plan->n_seqs; e++) {
