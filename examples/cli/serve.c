@@ -418,16 +418,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             k->too_big = true;
             return MHD_YES;
         }
-        if (k->len + n + 1 > k->cap) {
-            size_t cap = k->cap ? k->cap : 4096;
-            while (cap < k->len + n + 1)
-                cap *= 2;
-            char *nb = realloc(k->body, cap);
-            if (!nb)
-                return MHD_NO;
-            k->body = nb;
-            k->cap = cap;
-        }
+        if (!srv_buf_reserve(&k->body, &k->cap, k->len + n + 1, 4096))
+            return MHD_NO;
         memcpy(k->body + k->len, upload, n);
         k->len += n;
         k->body[k->len] = '\0';

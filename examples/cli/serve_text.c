@@ -116,9 +116,7 @@ llmem_status srv_text_encode(const srv_text *t, const char *text, size_t len, bo
     return LLMEM_OK;
 }
 
-/* Grows a buffer of *cap bytes (0: none yet, then first) by doubling until
- * it holds need bytes; false when realloc fails (the buffer is kept). */
-static bool reserve(char **buf, size_t *cap, size_t need, size_t first)
+bool srv_buf_reserve(char **buf, size_t *cap, size_t need, size_t first)
 {
     if (need <= *cap)
         return true;
@@ -136,7 +134,7 @@ static bool reserve(char **buf, size_t *cap, size_t need, size_t first)
 /* Appends n bytes to a growable buffer. */
 static bool append(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
 {
-    if (!reserve(buf, cap, *len + n + 1, 64))
+    if (!srv_buf_reserve(buf, cap, *len + n + 1, 64))
         return false;
     memcpy(*buf + *len, s, n);
     *len += n;
@@ -238,7 +236,7 @@ static llmem_status tok_push(srv_detok *d, int32_t id, char **buf, size_t *len, 
 {
     size_t room = 256;
     for (;;) {
-        if (!reserve(buf, cap, *len + room + 1, 256))
+        if (!srv_buf_reserve(buf, cap, *len + room + 1, 256))
             return LLMEM_E_NO_MEMORY;
         size_t n = 0, avail = *cap - *len - 1;
         llmem_status st = id >= 0 ? llmem_detok_push(d->d, id, *buf + *len, avail, &n)

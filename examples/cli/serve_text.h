@@ -75,4 +75,9 @@ llmem_status srv_detok_flush(srv_detok *d, char **buf, size_t *len, size_t *cap)
  * characters (what may be sent without splitting a character). */
 size_t srv_utf8_valid_prefix(const char *s, size_t n);
 
+/* Grows a malloc'd buffer *buf of *cap bytes (0: none yet, then `first`
+ * bytes) by doubling until it holds need bytes. false when realloc fails:
+ * *buf and *cap are then as they were. */
+bool srv_buf_reserve(char **buf, size_t *cap, size_t need, size_t first);
+
 #endif
