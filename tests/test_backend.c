@@ -27,7 +27,7 @@ static llmem_backend *open_under_test(int i)
 {
     use_test_plugins();
     rng_seed((uint64_t)i + 1);
-    return open_ok(backends_under_test[i]);
+    return test_open(backends_under_test[i]);
 }
 
 static void expect_contents(llmem_buffer *buf, const unsigned char *mirror, size_t size)
@@ -295,7 +295,7 @@ START_TEST(test_ranges)
     ck_assert_int_eq(llmem_buffer_copy(a, SIZE_MAX, a, 0, 1), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_buffer_copy(NULL, 0, a, 0, 1), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_buffer_copy(a, 0, NULL, 0, 1), LLMEM_E_INVALID);
-    llmem_backend *be2 = open_ok("cpu");
+    llmem_backend *be2 = test_open("cpu");
     ck_assert_int_eq(llmem_buffer_alloc(be2, n, &other), LLMEM_OK);
     ck_assert_int_eq(llmem_buffer_copy(other, 0, a, 0, 10), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_buffer_copy(a, 0, other, 0, 10), LLMEM_E_INVALID);
@@ -448,7 +448,7 @@ END_TEST
 
 START_TEST(test_cpu_info)
 {
-    llmem_backend *be = open_ok("cpu");
+    llmem_backend *be = test_open("cpu");
     ck_assert_str_eq(llmem_backend_name(be), "cpu");
     llmem_backend_info info;
     ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
@@ -479,7 +479,7 @@ END_TEST
 
 START_TEST(test_cpu_host_ptr)
 {
-    llmem_backend *be = open_ok("cpu");
+    llmem_backend *be = test_open("cpu");
     const size_t sizes[] = {1, 3, 255, 256, 257, 4096, 100000};
     rng_seed(7);
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {

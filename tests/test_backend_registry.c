@@ -54,7 +54,7 @@ START_TEST(test_open_errors)
     ck_assert_int_eq(llmem_backend_open("nosuch", -1, &be, tiny, sizeof tiny), LLMEM_E_NOT_FOUND);
     ck_assert_uint_eq(strnlen(tiny, sizeof tiny), sizeof tiny - 1);
 
-    be = open_ok("cpu");
+    be = test_open("cpu");
     llmem_backend *dev0 = NULL;
     ck_assert_int_eq(llmem_backend_open("cpu", 0, &dev0, err, sizeof err), LLMEM_OK);
     llmem_backend_close(dev0);
@@ -64,7 +64,7 @@ END_TEST
 
 START_TEST(test_open_auto)
 {
-    llmem_backend *be = open_ok("auto");
+    llmem_backend *be = test_open("auto");
     const char *name = llmem_backend_name(be);
     ck_assert_msg(!strcmp(name, "cpu") || !strcmp(name, "cuda") || !strcmp(name, "vulkan"),
                   "auto opened \"%s\"", name);
@@ -131,7 +131,7 @@ START_TEST(test_plugin_open)
 {
     use_test_plugins();
     ck_assert(!plugin_loaded("libllmem-testplug.so"));
-    llmem_backend *be = open_ok("testplug");
+    llmem_backend *be = test_open("testplug");
     ck_assert(plugin_loaded("libllmem-testplug.so"));
     ck_assert_str_eq(llmem_backend_name(be), "testplug");
     llmem_backend_info info;
@@ -141,7 +141,7 @@ START_TEST(test_plugin_open)
     ck_assert(!info.host_visible);
     ck_assert_ptr_null(be->iface->ops);
 
-    llmem_backend *be2 = open_ok("testplug"); /* two backends of one plugin */
+    llmem_backend *be2 = test_open("testplug"); /* two backends of one plugin */
     llmem_buffer *buf = NULL;
     ck_assert_int_eq(llmem_buffer_alloc(be, 333, &buf), LLMEM_OK);
     ck_assert_ptr_null(llmem_buffer_host_ptr(buf));
@@ -172,7 +172,7 @@ START_TEST(test_plugin_search_order)
         char path[2100];
         snprintf(path, sizeof path, "%s:%s", order[k].first, order[k].second);
         ck_assert_int_eq(setenv("LLMEM_BACKEND_PATH", path, 1), 0);
-        llmem_backend *be = open_ok("testplug");
+        llmem_backend *be = test_open("testplug");
         llmem_backend_info info;
         ck_assert_int_eq(llmem_backend_get_info(be, &info), LLMEM_OK);
         ck_assert_str_eq(info.device_name, order[k].device);
@@ -220,7 +220,7 @@ END_TEST
 START_TEST(test_buffer_outlives_close)
 {
     use_test_plugins();
-    llmem_backend *be = open_ok("testplug");
+    llmem_backend *be = test_open("testplug");
     llmem_buffer *buf = NULL, *second = NULL;
     unsigned char data[256], back[256];
     rng_seed(13);

@@ -37,8 +37,7 @@ START_TEST(every_host_allocation_fails)
 {
     char dir[1024], err[512];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), fixtures[_i]);
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_model_params p = lf_params();
     int64_t failures = 0;
     for (int64_t n = 0;; n++) {
@@ -90,8 +89,7 @@ START_TEST(decode_survives_every_host_allocation)
 {
     char dir[1024], err[512];
     snprintf(dir, sizeof dir, "%s/tests/fixtures/%s", test_source_dir(), fixtures[_i]);
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_model_params p = lf_params();
     llmem_batch_buf *b = NULL;
     ck_assert_int_eq(llmem_batch_buf_create(8, 1, &b), LLMEM_OK);

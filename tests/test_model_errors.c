@@ -26,8 +26,7 @@ END_TEST
 START_TEST(test_check_tensors_option)
 {
     char err[512];
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_model_params p = llmem_model_default_params();
     ck_assert(!p.check_tensors);
     p.check_tensors = true;

@@ -158,8 +158,7 @@ static void run(llmem_model *m, const int32_t *tok, const int32_t *next, int32_t
 START_TEST(test_rollback_matches_reference)
 {
     char err[512];
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_model_params p = llmem_model_default_params();
     p.n_seq_max = 1;
     p.n_ctx = 64;
@@ -242,8 +241,7 @@ START_TEST(test_nan_weight_refused)
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fwrite(st, 1, (size_t)n, f), (size_t)n);
     fclose(f);
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_model_params p = llmem_model_default_params();
     p.check_tensors = true;
     llmem_model *m = NULL;

@@ -58,9 +58,7 @@ static int64_t bytes_of(llmem_memory *mem)
 
 START_TEST(test_rank_memories_hold_their_heads)
 {
-    char err[256];
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     /* llama: 2 attention layers' KV pools, f32, pages [n_pages][16][Hk][Dh] */
     llmem_model *m1 = load("llama", be, 1), *m2 = load("llama", be, 2), *m4 = load("llama", be, 4);
     const llmem_model_config *c = llmem_model_get_config(m1);
@@ -138,8 +136,7 @@ START_TEST(test_one_plan_for_every_rank)
 {
     const char *name = _i == 0 ? "llama" : "bamba";
     char err[256];
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_model *m1 = load(name, be, 1), *m2 = load(name, be, 2);
     int32_t V = llmem_model_n_vocab(m1);
     float *a = malloc((size_t)V * 2 * sizeof *a), *b = malloc((size_t)V * 2 * sizeof *b);
@@ -211,8 +208,7 @@ static llmem_memory *kv_of_layers(llmem_backend *be, int32_t n_layers)
 START_TEST(test_ranks_composition)
 {
     char err[256];
-    llmem_backend *be = NULL;
-    ck_assert_int_eq(llmem_backend_open("cpu", -1, &be, err, sizeof err), LLMEM_OK);
+    llmem_backend *be = test_open("cpu");
     llmem_memory *r3[3] = {kv_of_layers(be, 2), kv_of_layers(be, 2), kv_of_layers(be, 2)};
     llmem_memory *tp = NULL;
     ck_assert_int_eq(llmem_hybrid_create_ranks(r3, 3, &tp, err, sizeof err), LLMEM_OK);

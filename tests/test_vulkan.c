@@ -65,7 +65,7 @@ START_TEST(test_list_and_info)
             dev0 = i;
     ck_assert_msg(dev0 >= 0, "no 'vulkan: device 0:' line in llmem_backend_list");
     ck_assert_ptr_nonnull(strstr(l.text[dev0], "[default]"));
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     llmem_backend_info info;
     OK(llmem_backend_get_info(be, &info));
     ck_assert_str_eq(info.backend, "vulkan");
@@ -128,7 +128,7 @@ START_TEST(test_no_loader)
         said |= strstr(l.text[i], "vulkan: unavailable: no Vulkan loader") != NULL;
     ck_assert_msg(said, "llmem_backend_list does not say why vulkan is missing");
     /* the CPU still works */
-    llmem_backend *cpu = open_be("cpu");
+    llmem_backend *cpu = test_open("cpu");
     llmem_backend_close(cpu);
     test_env_restore(&keep); /* later checks of an unforked run (CK_FORK=no) */
 }
@@ -180,7 +180,7 @@ START_TEST(test_reopen)
     for (int round = 0; round < 2 * ROUNDS; round++) {
         /* the first half with the default, the second with the instance kept */
         test_env_put("LLMEM_VULKAN_KEEP_INSTANCE", round < ROUNDS ? NULL : "1");
-        llmem_backend *be = open_be("vulkan");
+        llmem_backend *be = test_open("vulkan");
         llmem_buffer *bx, *bw, *bo;
         llmem_tensor tx = vk_up_f32_2d(be, &bx, x, ROWS, D), tw = vk_up_f32_2d(be, &bw, w, D, 0);
         llmem_tensor to = vk_up_f32_2d(be, &bo, NULL, ROWS, D);
@@ -201,7 +201,7 @@ START_TEST(test_reopen)
     llmem_status st = open_without_driver(&be, err, sizeof err);
     ck_assert_msg(st == LLMEM_E_NOT_FOUND && be == NULL, "open without a driver: %s (%s)",
                   llmem_status_str(st), err);
-    llmem_backend_close(open_be("vulkan"));
+    llmem_backend_close(test_open("vulkan"));
     test_env_restore(&kept);
     free(x);
     free(w);
@@ -214,7 +214,7 @@ END_TEST
 START_TEST(test_fork_hint)
 {
     test_env kept = test_env_set("LLMEM_VULKAN_KEEP_INSTANCE", "1");
-    llmem_backend_close(open_be("vulkan")); /* the instance stays */
+    llmem_backend_close(test_open("vulkan")); /* the instance stays */
     fflush(NULL);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
@@ -236,7 +236,7 @@ START_TEST(test_fork_hint)
     llmem_backend *be = NULL;
     ck_assert_int_eq(open_without_driver(&be, err, sizeof err), LLMEM_E_NOT_FOUND);
     ck_assert_msg(strstr(err, "fork() child") == NULL, "parent: %s", err);
-    llmem_backend_close(open_be("vulkan"));
+    llmem_backend_close(test_open("vulkan"));
     test_env_restore(&kept);
 }
 END_TEST
@@ -246,7 +246,7 @@ END_TEST
 START_TEST(test_roundtrip)
 {
     static const size_t sizes[] = {1, 3, 4, 255, 256, 257, 4093, 65543, ((size_t)17 << 20) + 5};
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         size_t n = sizes[si];
         for (size_t off = 0; off < 4 && off < n; off += (n > 1000 ? 3 : 1)) {
@@ -299,7 +299,7 @@ END_TEST
 START_TEST(test_suballoc)
 {
     enum { N = 240 };
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     llmem_backend_info i0, i1, i2;
     llmem_backend_get_info(be, &i0);
     llmem_buffer *b[N + N / 3];
@@ -382,7 +382,7 @@ START_TEST(test_spare_dedicated)
         log_to_temp(path);
         if (off)
             test_env_put("LLMEM_VULKAN_SPARE_MAX", "0");
-        llmem_backend *be = open_be("vulkan");
+        llmem_backend *be = test_open("vulkan");
         int made, gone;
         llmem_buffer *x = NULL, *y = NULL, *z = NULL;
         OK(llmem_buffer_alloc(be, mib3, &x));
@@ -447,7 +447,7 @@ START_TEST(test_batching)
 {
     char path[] = "/tmp/llmem_vk_logXXXXXX";
     log_to_temp(path);
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     enum { K = 8, C = 1000 };
     float x[C], out[K * C];
     for (int i = 0; i < C; i++)
@@ -511,7 +511,7 @@ START_TEST(test_upload_inline)
         test_env_put("LLMEM_VULKAN_UPLOAD_INLINE", mode % 2 ? "1" : "0");
         if (mode >= 2)
             test_env_put("LLMEM_VULKAN_MAX_CHUNK", "4K");
-        llmem_backend *be = open_be("vulkan");
+        llmem_backend *be = test_open("vulkan");
         llmem_buffer *b = NULL;
         OK(llmem_buffer_alloc(be, N, &b));
         OK(llmem_buffer_fill(b, 0, N / 4 * 4, 0xdeadbeefu));
@@ -557,7 +557,7 @@ START_TEST(test_fence_spin)
         x[i] = frand(-2, 2);
     for (size_t si = 0; si < sizeof spins / sizeof spins[0]; si++) {
         test_env_put("LLMEM_VULKAN_SPIN_US", spins[si]);
-        llmem_backend *be = open_be("vulkan");
+        llmem_backend *be = test_open("vulkan");
         llmem_buffer *b = NULL;
         OK(llmem_buffer_alloc(be, C * sizeof *x, &b));
         for (int round = 0; round < 3; round++) {
@@ -601,7 +601,7 @@ static uint16_t to_bf16(float f)
 START_TEST(test_chunks)
 {
     test_env keep = test_env_set("LLMEM_VULKAN_MAX_CHUNK", "4K");
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     enum { N = 3 * 4096 + 1000 };
     unsigned char *src = malloc(N), *got = malloc(N), *ref = malloc(N);
     ck_assert(src && got && ref);
@@ -682,7 +682,7 @@ START_TEST(test_conv_fold_held)
     enum { CD = 8, DC = 4 };
     test_env keep = test_env_set("LLMEM_VULKAN_CONV_FOLD", "1");
     for (int at_close = 0; at_close < 2; at_close++) {
-        llmem_backend *be = open_be("vulkan");
+        llmem_backend *be = test_open("vulkan");
         float st0[(DC - 1) * CD], x[CD], w[CD * DC], got[(DC - 1) * CD];
         for (int i = 0; i < (DC - 1) * CD; i++)
             st0[i] = frand(-1, 1);

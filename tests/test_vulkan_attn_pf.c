@@ -249,7 +249,7 @@ static llmem_backend *open_mode_log(const char *mode, const char *cm2_knob, cons
     if (precise)
         setenv("LLMEM_VULKAN_ATTN_PF_PRECISE", "1", 1);
     setenv("LLMEM_VULKAN_ATTN_PF_FA", keep_log ? fa_knob : "0", 1);
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     unsetenv("LLMEM_VULKAN_ATTN_PF");
     unsetenv("LLMEM_VULKAN_ATTN_PF_CM2");
     unsetenv("LLMEM_VULKAN_ATTN_PF_VAR");

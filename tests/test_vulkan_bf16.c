@@ -174,7 +174,7 @@ START_TEST(test_bf16_products)
         char path[] = "/tmp/llmem_vk_bf16XXXXXX";
         log_to_temp(path);
         test_env_put("LLMEM_VULKAN_BF16", bfs[bi]);
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         bool on = log_says_bf16(path);
         int level = bfs[bi] ? atoi(bfs[bi]) : VK_BF16_DEFAULT;
         char cfg[96];

@@ -250,7 +250,7 @@ START_TEST(test_tailcol_device)
      * (one slice a tile for products above a wave); the knobs and the unit count read per
      * case by llmem_backend_reload_env (the NVIDIA driver refuses instances after about two
      * dozen in a process, and each open builds its pipelines again) */
-    llmem_backend *on = open_be("vulkan"), *off = open_be("vulkan");
+    llmem_backend *on = test_open("vulkan"), *off = test_open("vulkan");
     test_env keep_sm = test_env_save("LLMEM_VULKAN_SM_COUNT");
     test_env keep = test_env_save("LLMEM_VULKAN_CMP_TAILCOL");
     test_env keep_tail = test_env_save("LLMEM_VULKAN_CMP_TAIL");

@@ -511,7 +511,7 @@ START_TEST(test_dec_products)
         test_env_put("LLMEM_VULKAN_DEC", cfgs[ci][0]);
         test_env_put("LLMEM_VULKAN_DEC_CFG", cfgs[ci][1]);
         test_env_put("LLMEM_VULKAN_DEC_ROWS", cfgs[ci][2]);
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         char cfg[128];
         snprintf(cfg, sizeof cfg, "DEC=%s DEC_CFG=%s DEC_ROWS=%s", cfgs[ci][0],
                  cfgs[ci][1] ? cfgs[ci][1] : "(unset)", cfgs[ci][2] ? cfgs[ci][2] : "(unset)");
@@ -604,7 +604,7 @@ START_TEST(test_dec_prefetch_identical)
         test_env_put("LLMEM_VULKAN_DEC_PF_SEG", pfs[pi][2]);
         test_env keep5 =
             test_env_set("LLMEM_VULKAN_DEC_CFG", pi == 0 ? "256,1,64,2,512,264" : NULL);
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         test_env_restore(&keep5);
         for (size_t s = 0; s < NS; s++) /* the first setting: the prefetch off */
             ck_assert_msg(dec_io_run(vk, &io[s], pi == 0),
@@ -655,7 +655,7 @@ START_TEST(test_cm_mid_products)
     for (size_t mi = 0; mi < NM; mi++) {
         test_env_put("LLMEM_VULKAN_CM_MID", mids[mi]);
         test_env_put("LLMEM_VULKAN_CM_NARROW", narrows[mi]);
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         char cfg[96];
         snprintf(cfg, sizeof cfg, "CM_MID=%s CM_NARROW=%s", mids[mi] ? mids[mi] : "(unset)",
                  narrows[mi] ? narrows[mi] : "(unset)");
@@ -680,7 +680,7 @@ END_TEST
  * a's) is refused with LLMEM_E_INVALID and leaves its output as it was. */
 START_TEST(test_dec_bad_shapes)
 {
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     int32_t m = 16, k = 256, n = 64;
     float *a = malloc((size_t)m * k * 4), *w = malloc((size_t)n * (k + 8) * 4);
     float *o = malloc((size_t)m * n * 4);

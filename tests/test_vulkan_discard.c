@@ -43,7 +43,7 @@ static bool g_vulkan;
 
 static void contract_on(const char *name)
 {
-    llmem_backend *be = open_be(name), *cpu = open_be("cpu");
+    llmem_backend *be = test_open(name), *cpu = test_open("cpu");
     test_env keep = test_env_set("LLMEM_DISCARD_POISON", NULL);
     uint8_t init[64], got[64];
     for (int i = 0; i < 64; i++)
@@ -109,7 +109,7 @@ static void run_step(const vcs_in *in, bool fast, const char *knob, const char *
 {
     test_env keep = test_env_set("LLMEM_VULKAN_DISCARD", knob);
     test_env keep_p = test_env_set("LLMEM_DISCARD_POISON", poison);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     vcs_step st;
     vcs_make(vk, in, &st);
     vcs_in_proj(vk, &st, fast);

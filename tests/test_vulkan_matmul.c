@@ -30,7 +30,7 @@ static double *ref_matmul(const float *a, const float *w, int32_t m, int32_t k, 
 
 START_TEST(test_matmul_tiles)
 {
-    llmem_backend *vk = open_be("vulkan"), *cpu = open_be("cpu");
+    llmem_backend *vk = test_open("vulkan"), *cpu = test_open("cpu");
     compare_matmul(vk, cpu, 70, 300, 130, BF16); /* partial tiles on every side */
     compare_matmul(vk, cpu, 128, 64, 64, F32);   /* exact tiles */
     compare_matmul(vk, cpu, 9, 17, 65, F16);     /* just above the matvec rows */
@@ -76,7 +76,7 @@ static void row_scales_case(llmem_backend *vk, int32_t m, int32_t k, int32_t n, 
 START_TEST(test_matmul_row_scales)
 {
     static const int32_t shapes[][3] = {{40, 1024, 96}, {130, 264, 136}, {16, 512, 40}, {200, 1000, 136}};
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], "");
     llmem_backend_close(vk);
@@ -133,7 +133,7 @@ START_TEST(test_matmul_cm_raw)
             size_t len = strlen(cfg);
             snprintf(cfg + len, sizeof cfg - len, "%s=%s ", cfgs[ci][i], cfgs[ci][i + 1]);
         }
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
             row_scales_case(vk, shapes[s][0], shapes[s][1], shapes[s][2], cfg);
         llmem_backend_close(vk);
@@ -175,7 +175,7 @@ START_TEST(test_matmul_cmp_cfg)
     ck_assert_ptr_nonnull(o);
     test_env keep = test_env_save("LLMEM_VULKAN_CMP_CFG");
     test_env keep_tail = test_env_save("LLMEM_VULKAN_CMP_TAIL");
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     for (size_t ci = 0; ci < N_CFG; ci++) {
         test_env_restore(&keep);
         test_env_restore(&keep_tail);
@@ -244,7 +244,7 @@ START_TEST(test_matmul_cm_fused)
     llmem_backend *vks[2];
     for (int mode = 0; mode < 2; mode++) {
         test_env keep = test_env_set("LLMEM_VULKAN_CM_RAW", mode ? "2" : "3");
-        vks[mode] = open_be("vulkan");
+        vks[mode] = test_open("vulkan");
         test_env_restore(&keep);
     }
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -314,7 +314,7 @@ START_TEST(test_matmul_cm_stages)
     test_env keep_mid = test_env_set("LLMEM_VULKAN_CM_MID", "0");
     for (size_t si = 0; si < 4; si++) {
         test_env_put("LLMEM_VULKAN_CM_STAGES", stages[si]);
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         for (size_t mi = 0; mi < 3; mi++)
             for (size_t ki = 0; ki < 4; ki++) {
                 char what[64];
@@ -343,7 +343,7 @@ START_TEST(test_matmul_cm_fn)
     test_env keep_mid = test_env_set("LLMEM_VULKAN_CM_MID", "0");
     for (size_t fi = 0; fi < 2; fi++) {
         test_env_put("LLMEM_VULKAN_CM_FN", fns[fi]);
-        llmem_backend *vk = open_be("vulkan");
+        llmem_backend *vk = test_open("vulkan");
         for (size_t mi = 0; mi < 3; mi++)
             for (int fast = 0; fast < 2; fast++) {
                 char what[64];
@@ -424,7 +424,7 @@ START_TEST(test_matvec16_knobs)
     keep[MV16_KNOBS + 1] = test_env_save("LLMEM_VULKAN_SM_COUNT");
     setenv("LLMEM_VULKAN_GEMV_ROWS", "0", 1);
     setenv("LLMEM_VULKAN_SM_COUNT", "2", 1);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     float *a = rand_vec(k, -1, 1), *w = rand_vec((size_t)n * k, -1, 1);
     float *u = rand_vec((size_t)n * k, -1, 1);
     vk_trunc_bf16(w, (size_t)n * k); /* f16 and bf16 hold them (|w| >= 2^-14 aside) */

@@ -302,7 +302,7 @@ START_TEST(test_validation)
     char path[] = "/tmp/llmem_vk_valXXXXXX";
     log_to_temp(path);
     setenv("VK_INSTANCE_LAYERS", "VK_LAYER_KHRONOS_validation", 1);
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     workload(be);
     OK(llmem_backend_synchronize(be));
     llmem_backend_close(be);
@@ -334,7 +334,7 @@ START_TEST(test_rope_large_positions)
     static const int32_t pos[] = {0, 1, -1, 65535, 16777215, -16777216, 16777259, 123456789,
                                   INT32_MAX, INT32_MIN};
     enum { T = sizeof pos / sizeof pos[0], H = 2, HD = 128 };
-    llmem_backend *vk = open_be("vulkan"), *cpu = open_be("cpu");
+    llmem_backend *vk = test_open("vulkan"), *cpu = test_open("cpu");
     float *x = rand_vec(T * H * HD, -1, 1), out[2][T * H * HD];
     for (int mode = 0; mode < 2; mode++) {
         llmem_rope_params p = {mode ? LLMEM_ROPE_NEOX : LLMEM_ROPE_NORMAL, 96, 500000.0f, 1.0f};
@@ -362,7 +362,7 @@ END_TEST
 
 START_TEST(test_attention_wide_groups)
 {
-    llmem_backend *vk = open_be("vulkan"), *cpu = open_be("cpu");
+    llmem_backend *vk = test_open("vulkan"), *cpu = test_open("cpu");
     /* 16 query heads per KV head (two workgroup chunks), head_dim 256,
      * several key blocks; then a window, soft-cap and a K-shift */
     attn_cfg a = {1, 16, 256, 16, 300, 5, 0, F16, 0.0f, 0};
@@ -387,14 +387,14 @@ END_TEST
  * subgroup arithmetic). */
 START_TEST(test_reduction_variants)
 {
-    llmem_backend *cpu = open_be("cpu");
+    llmem_backend *cpu = test_open("cpu");
     enum { R = 3, D = 5000 };
     float *x = rand_vec(R * D, -8, 8), *w = rand_vec(D, -1, 1);
     float out[3][2][R * D];
     for (int variant = 0; variant < 3; variant++) {
         if (variant == 1)
             setenv("LLMEM_VULKAN_NO_SUBGROUP", "1", 1);
-        llmem_backend *be = variant == 2 ? cpu : open_be("vulkan");
+        llmem_backend *be = variant == 2 ? cpu : test_open("vulkan");
         llmem_buffer *bx, *bw, *bo, *bo2;
         llmem_tensor tx = up_f32(be, &bx, x, 2, R, D, 1);
         llmem_tensor tw = up_f32(be, &bw, w, 1, D, 1, 1);
@@ -433,7 +433,7 @@ END_TEST
 START_TEST(test_grid_over_two_dims)
 {
     enum { R = 65535 + 9, D = 8 };
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     float *x = rand_vec((size_t)R * D, -4, 4), *w = rand_vec(D, -1, 1);
     float *got = malloc((size_t)R * D * sizeof *got);
     ck_assert_ptr_nonnull(got);
@@ -464,7 +464,7 @@ END_TEST
 START_TEST(test_mamba_copy_on_write)
 {
     enum { NS = 2, NT = 3, H = 4, P = 8, N = 16, G = 2, DC = 4, CD = H * P + 2 * G * N };
-    llmem_backend *vk = open_be("vulkan"), *cpu = open_be("cpu");
+    llmem_backend *vk = test_open("vulkan"), *cpu = test_open("cpu");
     float *x = rand_vec(NS * NT * CD, -1, 1), *w = rand_vec(CD * DC, -0.5f, 0.5f);
     float *dt = rand_vec(NS * NT * H, -2, 1), *alog = rand_vec(H, -1, 1);
     float *ic = rand_vec(2 * (DC - 1) * CD, -1, 1), *is = rand_vec(2 * H * P * N, -1, 1);
@@ -526,7 +526,7 @@ enum { RS_M = 12, RS_OUT = 8 };
 static void row_split_run(int32_t d, int32_t groups, const float *x, const float *r,
                           const float *y, const float *z, const float *w, float **got)
 {
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     llmem_buffer *b[11];
     llmem_tensor tx = up_f32(vk, &b[0], x, 2, RS_M, d, 1);
     llmem_tensor tr = up_f32(vk, &b[1], r, 2, RS_M, d, 1);

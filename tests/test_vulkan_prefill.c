@@ -41,7 +41,7 @@
 static void check_norms(const char *pf, int32_t m, int32_t k)
 {
     test_env keep = test_env_set("LLMEM_VULKAN_PF_NORM", pf);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     size_t mk = (size_t)m * k;
     float *x = rand_vals(mk, -2, 2, false), *r = rand_vals(mk, -2, 2, false);
     float *y = rand_vals(mk, -3, 3, false), *z = rand_vals(mk, -3, 3, false);
@@ -63,7 +63,7 @@ static float *gated(const char *pf, int32_t m, int32_t k, const float *y, const 
                     const float *w)
 {
     test_env keep = test_env_set("LLMEM_VULKAN_PF_NORM", pf);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     llmem_buffer *b[4];
     llmem_tensor ty = vk_up_f32_2d(vk, &b[0], y, m, k), tz = vk_up_f32_2d(vk, &b[1], z, m, k);
     llmem_tensor tw = vk_up_f32_2d(vk, &b[2], w, k, 0), to = vk_up_f32_2d(vk, &b[3], NULL, m, k);
@@ -116,7 +116,7 @@ static void run_chain(const char *hold, bool fast, int32_t m, int32_t d, const w
                       const float *win, float *o[5])
 {
     test_env keep = test_env_set("LLMEM_VULKAN_SUM_HOLD", hold);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     int32_t nin = cw->w[0] + cw->w[1] + cw->w[2];
     llmem_buffer *b[12];
     int nb = 0;

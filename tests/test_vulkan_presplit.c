@@ -66,7 +66,7 @@ static void run_chains(const chain_in *c, const char *ps, float *out[N_OUT])
     test_env keep_rows = test_env_save("LLMEM_VULKAN_ROW_SPLIT");
     if (strcmp(ps, "0") == 0)
         test_env_put("LLMEM_VULKAN_ROW_SPLIT", "1");
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     int32_t m = c->m, k = c->k, n = c->n;
     llmem_buffer *bx, *br, *by, *bz, *bnw, *bw, *bg, *bu, *bd, *bh, *bo, *bup;
     llmem_tensor x = vk_up_f32_2d(vk, &bx, c->x, m, k), r = vk_up_f32_2d(vk, &br, c->r, m, k);
@@ -204,7 +204,7 @@ END_TEST
 START_TEST(test_presplit_invalidated)
 {
     enum { M = 32, K = 512, N = 64 };
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     float *x = rand_vec((size_t)M * K, -2, 2), *x2 = rand_vec((size_t)M * K, -1, 1);
     float *nw = rand_vec(K, 0.5f, 1.5f), *w = rand_vec((size_t)N * K, -1, 1);
     vk_trunc_bf16(w, (size_t)N * K);
@@ -272,7 +272,7 @@ END_TEST
 START_TEST(test_presplit_bad_and_prefill)
 {
     enum { K = 256, N = 32 };
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     for (int32_t m = 16; m <= 65; m += 49) {
         float *x = rand_vec((size_t)m * K, -2, 2), *nw = rand_vec(K, 0.5f, 1.5f);
         float *w = rand_vec((size_t)N * K, -1, 1);
@@ -376,7 +376,7 @@ static void ref_step(const chain_in *c, double *ref[3])
 START_TEST(test_presplit_recorded)
 {
     enum { M = 32, K = 512, N = 64, REPS = 3 };
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     chain_in c = {.m = M, .k = K, .n = N};
     size_t mk = (size_t)M * K, nk = (size_t)N * K, mn = (size_t)M * N;
     c.nw = rand_vec(K, 0.5f, 1.5f);

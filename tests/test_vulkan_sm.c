@@ -462,7 +462,7 @@ START_TEST(test_sm_knob)
     test_env keep_log = test_env_save("LLMEM_VULKAN_LOG");
     test_env keep_sm = test_env_set("LLMEM_VULKAN_SM_COUNT", NULL);
     log_to_temp(path);
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     uint32_t dev = logged_sms(path, why, sizeof why, &refused);
     ck_assert(!refused);
     ck_assert_uint_ge(dev, 1);
@@ -486,7 +486,7 @@ START_TEST(test_sm_knob)
     }
     llmem_backend_close(be);
     test_env_put("LLMEM_VULKAN_SM_COUNT", "24"); /* at open too */
-    be = open_be("vulkan");
+    be = test_open("vulkan");
     ck_assert_uint_eq(logged_sms(path, why, sizeof why, &refused), 24);
     llmem_backend_close(be);
     unlink(path);
@@ -504,7 +504,7 @@ START_TEST(test_sm_results)
     static const char *counts[] = {NULL, "1", "24", "96", "142", "4096"};
     enum { NS = sizeof shapes / sizeof shapes[0], ROWS = 12, D = 2048 };
     test_env keep_sm = test_env_save("LLMEM_VULKAN_SM_COUNT");
-    llmem_backend *be = open_be("vulkan");
+    llmem_backend *be = test_open("vulkan");
     float *x = rand_vec((size_t)ROWS * D, -2, 2), *g = rand_vec(D, 0.5f, 1.5f);
     double *nref = malloc((size_t)ROWS * D * sizeof *nref);
     ck_assert_ptr_nonnull(nref);

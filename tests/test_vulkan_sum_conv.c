@@ -55,7 +55,7 @@ enum { N_R = VCS_N_R };
 static void run_step(const conv_case *k, const vcs_in *in, const char *knob, float *r[N_R])
 {
     test_env keep = test_env_set("LLMEM_VULKAN_SUM_CONV", knob);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     vcs_step st;
     vcs_make(vk, in, &st);
     vcs_in_proj(vk, &st, k->fast);

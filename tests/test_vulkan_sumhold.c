@@ -68,7 +68,7 @@ static void run_all(const sh_in *c, const char *hold, const char *split, const c
     test_env keep = test_env_set("LLMEM_VULKAN_SUM_HOLD", hold);
     test_env keep_split = test_env_set("LLMEM_VULKAN_ROW_SPLIT", split);
     test_env keep_nf = test_env_set("LLMEM_VULKAN_NORM_FOLD", nfold);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     int32_t m = c->m, d = c->d, k = c->k;
     llmem_buffer *b[32];
     int nb = 0;

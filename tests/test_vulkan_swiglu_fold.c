@@ -57,7 +57,7 @@ typedef struct ff_in {
 static llmem_backend *open_fold(const char *fold)
 {
     test_env keep = test_env_set("LLMEM_VULKAN_SWIGLU_FOLD", fold);
-    llmem_backend *vk = open_be("vulkan");
+    llmem_backend *vk = test_open("vulkan");
     test_env_restore(&keep);
     return vk;
 }
@@ -256,7 +256,7 @@ END_TEST
  * cooperative matrices (the SIMT path takes no plan) and would take minutes. */
 START_TEST(test_pair_plan)
 {
-    llmem_backend *probe = open_be("vulkan");
+    llmem_backend *probe = test_open("vulkan");
     llmem_backend_info info;
     OK(llmem_backend_get_info(probe, &info));
     bool cpu = strstr(info.device_name, "llvmpipe") != NULL;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "llmem/backend.h"
+#include "support/run.h"
 
 #ifndef LLMEM_TEST_PLUGIN_DIR
 #define LLMEM_TEST_PLUGIN_DIR LLMEM_BUILD_DIR "/tests/plugins"
@@ -94,16 +95,6 @@ static inline bool plugin_loaded(const char *file)
     if (h)
         dlclose(h);
     return h != NULL;
-}
-
-static inline llmem_backend *open_ok(const char *name)
-{
-    char err[512] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open(name, -1, &be, err, sizeof err);
-    ck_assert_msg(st == LLMEM_OK, "open %s: %s (%s)", name, llmem_status_str(st), err);
-    ck_assert_ptr_nonnull(be);
-    return be;
 }
 
 #endif

@@ -2,13 +2,11 @@
 #include <string.h>
 
 #include "support/memtest.h"
+#include "support/run.h"
 
 llmem_backend *mt_cpu(void)
 {
-    llmem_backend *be = NULL;
-    char err[256] = "";
-    ck_assert_msg(llmem_backend_open("cpu", -1, &be, err, sizeof err) == LLMEM_OK, "%s", err);
-    return be;
+    return test_open("cpu");
 }
 
 llmem_kv_cache_params mt_kv_params(int32_t page_size, int32_t n_pages, int32_t n_seq_max)

@@ -1,5 +1,6 @@
 /* llmem tests: helpers of the op conformance suites (see ops_harness.h). */
 #include "support/ops_harness.h"
+#include "support/run.h"
 
 #include <check.h>
 #include <math.h>
@@ -53,15 +54,6 @@ const char *th_backend_name(int i)
     return g_names[i];
 }
 
-static llmem_backend *open_named(const char *name)
-{
-    char err[256] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open(name, -1, &be, err, sizeof err);
-    ck_assert_msg(st == LLMEM_OK, "open %s: %s %s", name, llmem_status_str(st), err);
-    return be;
-}
-
 bool th_is_cpu(int i)
 {
     return strcmp(th_backend_name(i), "cpu") == 0;
@@ -69,12 +61,12 @@ bool th_is_cpu(int i)
 
 llmem_backend *th_open(int i)
 {
-    return open_named(th_backend_name(i));
+    return test_open(th_backend_name(i));
 }
 
 llmem_backend *th_open_cpu(void)
 {
-    return open_named("cpu");
+    return test_open("cpu");
 }
 
 /* ---- buffers -------------------------------------------------------------------------- */

@@ -39,6 +39,16 @@ llmem_backend *test_open_or_skip(const char *backend)
     return be;
 }
 
+llmem_backend *test_open(const char *backend)
+{
+    char err[512] = "";
+    llmem_backend *be = NULL;
+    llmem_status st = llmem_backend_open(backend, -1, &be, err, sizeof err);
+    ck_assert_msg(st == LLMEM_OK, "open %s: %s: %s", backend, llmem_status_str(st), err);
+    ck_assert_ptr_nonnull(be);
+    return be;
+}
+
 test_env test_env_save(const char *name)
 {
     const char *v = getenv(name);

@@ -34,6 +34,10 @@ int test_exit_status(int failed, const char *backend, const char *name);
  * closes what it gets. */
 struct llmem_backend;
 struct llmem_backend *test_open_or_skip(const char *backend);
+/* Opens `backend` at its default device for a check that needs it; any
+ * failure fails the check (with the library's status and message). The
+ * caller closes what it gets. */
+struct llmem_backend *test_open(const char *backend);
 
 /* One environment variable as it was before a check changed it (a knob
  * the check sets for a backend it opens), to give back at the end so a

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "llmem/ops.h"
+#include "support/run.h"
 
 #if defined(__has_include)
 #if __has_include(<vulkan/vulkan.h>)
@@ -258,15 +259,6 @@ static inline float *rand_vec(size_t n, float lo, float hi)
 static inline void get_f32(const llmem_tensor *t, float *out)
 {
     OK(llmem_buffer_download(t->buf, t->offset, out, llmem_tensor_nbytes(t)));
-}
-
-static inline llmem_backend *open_be(const char *name)
-{
-    char err[256] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open(name, -1, &be, err, sizeof err);
-    ck_assert_msg(st == LLMEM_OK, "open %s: %s %s", name, llmem_status_str(st), err);
-    return be;
 }
 
 /* Points $LLMEM_VULKAN_LOG at a new temporary file named from tmpl. */
