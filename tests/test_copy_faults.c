@@ -241,9 +241,7 @@ static void stream_copy_fails(const char *kinds, int32_t fail_at)
     probe(m, 2, 1, 300.0f);
     probe(m, 3, 1, 300.0f);
     free(before.state);
-    llmem_batch_buf_destroy(b);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 
 START_TEST(test_recurrent_stream_copy)
@@ -307,9 +305,7 @@ static void snapshot_copy_fails(const char *kinds)
     mt_assert_check(m);
     probe(m, 1, 8, 828.0f);
     probe(m, 2, 9, 1228.0f);
-    llmem_batch_buf_destroy(b);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
 }
 
 START_TEST(test_recurrent_snapshot_copy)

@@ -133,9 +133,7 @@ START_TEST(test_rsum_through_public_interface)
     ck_assert_int_eq(llmem_memory_get_stats(mem, &st), LLMEM_OK);
     ck_assert_int_eq(st.slots_used, 3);
     ck_assert_int_gt(c.checked, 100);
-    llmem_batch_buf_destroy(b);
-    llmem_memory_destroy(mem);
-    llmem_backend_close(be);
+    mt_free(mem, b, be);
 }
 END_TEST
 
@@ -168,9 +166,7 @@ START_TEST(test_builtin_ops_refuse_the_kind)
     ck_assert_int_eq(rsum_kernel(&other, x, out), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_memory_commit(mem, plan, 0), LLMEM_OK);
     llmem_memory_release(mem, plan);
-    llmem_batch_buf_destroy(b);
-    llmem_memory_destroy(mem);
-    llmem_backend_close(be);
+    mt_free(mem, b, be);
 }
 END_TEST
 
@@ -207,9 +203,7 @@ START_TEST(test_rsum_in_a_hybrid)
     ck_assert_int_eq(llmem_memory_seq_len(llmem_memory_child(h, 0), 0), 0);
     ck_assert_int_eq(llmem_memory_seq_len(llmem_memory_child(h, 1), 0), 0);
     mt_assert_check(h);
-    llmem_batch_buf_destroy(b);
-    llmem_memory_destroy(h);
-    llmem_backend_close(be);
+    mt_free(h, b, be);
 }
 END_TEST
 

@@ -154,9 +154,7 @@ START_TEST(test_views_typed_and_coexisting)
     ck_assert_int_eq(llmem_op_state_slot_copy(be, &v[0], 0, 1), LLMEM_E_INVALID);
     ck_assert_int_eq(llmem_memory_commit(mem, plan, 0), LLMEM_OK);
     llmem_memory_release(mem, plan);
-    llmem_batch_buf_destroy(b);
-    llmem_memory_destroy(mem);
-    llmem_backend_close(be);
+    mt_free(mem, b, be);
 }
 END_TEST
 

@@ -93,9 +93,7 @@ START_TEST(test_simple)
         ck_assert_int_eq(info.n_tokens, 14);
         llmem_memory_release(m, p);
     }
-    llmem_batch_buf_destroy(bb);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    mt_free(m, bb, be);
 }
 END_TEST
 
@@ -136,9 +134,7 @@ START_TEST(test_equal_and_seq)
     ck_assert_int_eq(llmem_plan_ubatch(p, 2)->n_seqs, 1);
     ck_assert_int_eq(llmem_plan_ubatch(p, 2)->n_seq_tokens, 2);
     llmem_memory_release(m, p);
-    llmem_batch_buf_destroy(bb);
-    llmem_memory_destroy(m);
-    llmem_backend_close(be);
+    mt_free(m, bb, be);
 }
 END_TEST
 
