@@ -59,6 +59,10 @@ llmem_status bench_fill(bench *b, llmem_buffer *buf, size_t offset, int64_t n, l
                         bool small);
 /* llmem_buffer_alloc with a message naming the size on failure. */
 llmem_status bench_new_buffer(bench *b, size_t bytes, llmem_buffer **out);
+/* bench_new_buffer of `bytes`, then bench_fill of its first n elements of
+ * dtype t (small as there). */
+llmem_status bench_new_filled(bench *b, size_t bytes, int64_t n, llmem_dtype t, bool small,
+                              llmem_buffer **out);
 /* Appends n values to t; the table's host pointer is set by bench_tab_finish.
  * A failed allocation gives n = -1, which bench_tab_finish reports. */
 llmem_i32_table bench_tab_add(tables *t, const int32_t *vals, int32_t n);

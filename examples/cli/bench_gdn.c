@@ -41,13 +41,10 @@ static llmem_status gdn_figure(bench *b, int32_t B, int32_t n_tok, const char *l
     size_t o_par = o_b + (size_t)(T * Hv) * 4, o_out = o_par + 2 * (size_t)Hv * 4;
     size_t act_bytes = o_out + (size_t)(T * Hv * p.d_v) * 4;
     llmem_buffer *state = NULL, *act = NULL, *idx = NULL;
-    llmem_status st = bench_new_buffer(b, state_bytes, &state);
+    llmem_status st =
+        bench_new_filled(b, state_bytes, (int64_t)(state_bytes / 4), LLMEM_DTYPE_F32, false, &state);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, act_bytes, &act);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, state, 0, (int64_t)(state_bytes / 4), LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, act, 0, (int64_t)(o_out / 4), LLMEM_DTYPE_F32, false);
+        st = bench_new_filled(b, act_bytes, (int64_t)(o_out / 4), LLMEM_DTYPE_F32, false, &act);
     int32_t *slots = malloc((size_t)B * 2 * sizeof *slots);
     tables t = {0};
     gdn_ctx c;

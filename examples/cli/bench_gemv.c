@@ -82,9 +82,7 @@ static llmem_status gemv_figure(bench *b, const char *what, int32_t n, int32_t k
     llmem_buffer *bw[ROT_MAX] = {0};
     llmem_status st = LLMEM_OK;
     for (int r = 0; r < c.rot && st == LLMEM_OK; r++) {
-        st = bench_new_buffer(b, set, &bw[r]);
-        if (st == LLMEM_OK)
-            st = bench_fill(b, bw[r], 0, (int64_t)(set / 2), LLMEM_DTYPE_BF16, true);
+        st = bench_new_filled(b, set, (int64_t)(set / 2), LLMEM_DTYPE_BF16, true, &bw[r]);
         c.w[r] = llmem_tensor_2d(bw[r], 0, LLMEM_DTYPE_BF16, n, k);
         c.u[r] = llmem_tensor_2d(bw[r], swiglu ? wb : 0, LLMEM_DTYPE_BF16, n, k);
     }
@@ -158,17 +156,12 @@ llmem_status bench_gemv(bench *b)
     };
     const int32_t k_max = 14336, n_max = 128256;
     llmem_buffer *ba = NULL, *bn = NULL, *bo = NULL;
-    llmem_status st = bench_new_buffer(b, (size_t)k_max * 8, &ba);
+    llmem_status st =
+        bench_new_filled(b, (size_t)k_max * 8, 2 * k_max, LLMEM_DTYPE_F32, false, &ba);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)k_max * 2, &bn);
+        st = bench_new_filled(b, (size_t)k_max * 2, k_max, LLMEM_DTYPE_BF16, false, &bn);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, (size_t)n_max * 4, &bo);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, ba, 0, 2 * k_max, LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, bn, 0, k_max, LLMEM_DTYPE_BF16, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, bo, 0, n_max, LLMEM_DTYPE_F32, false);
+        st = bench_new_filled(b, (size_t)n_max * 4, n_max, LLMEM_DTYPE_F32, false, &bo);
     bool nm = llmem_backend_supports(b->be, LLMEM_OP_NORM_MATMUL, NULL, 0);
     /* $LLMEM_BENCH_GEMV: only the figures whose name holds it (tuning sweeps) */
     const char *only = getenv("LLMEM_BENCH_GEMV");

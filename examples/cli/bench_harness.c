@@ -90,6 +90,13 @@ llmem_status bench_new_buffer(bench *b, size_t bytes, llmem_buffer **out)
     return st;
 }
 
+llmem_status bench_new_filled(bench *b, size_t bytes, int64_t n, llmem_dtype t, bool small,
+                              llmem_buffer **out)
+{
+    llmem_status st = bench_new_buffer(b, bytes, out);
+    return st == LLMEM_OK ? bench_fill(b, *out, 0, n, t, small) : st;
+}
+
 llmem_i32_table bench_tab_add(tables *t, const int32_t *vals, int32_t n)
 {
     llmem_i32_table r = {NULL, (size_t)t->n * 4, n};

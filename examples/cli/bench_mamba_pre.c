@@ -65,17 +65,12 @@ static llmem_status pre_once(bench *b, int32_t B, int32_t n_tok)
     memset(&c, 0, sizeof c);
     llmem_status st = slots ? LLMEM_OK : LLMEM_E_NO_MEMORY;
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, conv_bytes, &conv);
+        st = bench_new_filled(b, conv_bytes, (int64_t)(conv_bytes / 4), LLMEM_DTYPE_F32, false,
+                              &conv);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, ssm_bytes, &ssm);
+        st = bench_new_filled(b, ssm_bytes, (int64_t)(ssm_bytes / 4), LLMEM_DTYPE_F32, true, &ssm);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, act_bytes, &act);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, conv, 0, (int64_t)(conv_bytes / 4), LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, ssm, 0, (int64_t)(ssm_bytes / 4), LLMEM_DTYPE_F32, true);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, act, 0, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false);
+        st = bench_new_filled(b, act_bytes, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false, &act);
     if (st == LLMEM_OK) {
         for (int32_t i = 0; i < B; i++)
             slots[i] = i;

@@ -34,15 +34,12 @@ llmem_status bench_matmul(bench *b)
     llmem_buffer *ba = NULL, *bw = NULL, *bo = NULL;
     /* $LLMEM_BENCH_MATMUL_F16: f16 weights instead (a diagnostic) */
     llmem_dtype wt = getenv("LLMEM_BENCH_MATMUL_F16") ? LLMEM_DTYPE_F16 : LLMEM_DTYPE_BF16;
-    llmem_status st = bench_new_buffer(b, a_bytes, &ba);
+    llmem_status st =
+        bench_new_filled(b, a_bytes, (int64_t)(a_bytes / 4), LLMEM_DTYPE_F32, false, &ba);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, w_bytes, &bw);
+        st = bench_new_filled(b, w_bytes, (int64_t)(w_bytes / 2), wt, true, &bw);
     if (st == LLMEM_OK)
         st = bench_new_buffer(b, o_bytes, &bo);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, ba, 0, (int64_t)(a_bytes / 4), LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, bw, 0, (int64_t)(w_bytes / 2), wt, true);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0] && st == LLMEM_OK; s++)
         for (int fast = 0; fast < 2 && st == LLMEM_OK; fast++) {
             int32_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];

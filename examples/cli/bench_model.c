@@ -193,15 +193,11 @@ static llmem_status gemm_peak(bench *b, double *flops)
         return LLMEM_OK;
     llmem_buffer *ba = NULL, *bw = NULL, *bo = NULL;
     size_t an = (size_t)n * n;
-    llmem_status st = bench_new_buffer(b, an * 4, &ba);
+    llmem_status st = bench_new_filled(b, an * 4, (int64_t)an, LLMEM_DTYPE_F32, false, &ba);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, an * 2, &bw);
+        st = bench_new_filled(b, an * 2, (int64_t)an, LLMEM_DTYPE_BF16, true, &bw);
     if (st == LLMEM_OK)
         st = bench_new_buffer(b, an * 4, &bo);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, ba, 0, (int64_t)an, LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, bw, 0, (int64_t)an, LLMEM_DTYPE_BF16, true);
     peak_ctx c = {b->be, llmem_tensor_2d(ba, 0, LLMEM_DTYPE_F32, n, n),
                   llmem_tensor_2d(bw, 0, LLMEM_DTYPE_BF16, n, n),
                   llmem_tensor_2d(bo, 0, LLMEM_DTYPE_F32, n, n)};

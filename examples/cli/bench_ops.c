@@ -353,13 +353,10 @@ llmem_status bench_mamba(bench *b)
     llmem_buffer *state = NULL, *act = NULL, *idx = NULL;
     size_t o_xbc = 0, o_dt = o_xbc + (size_t)B * cd * 4, o_par = o_dt + (size_t)B * H * 4;
     size_t o_y = o_par + 3 * (size_t)H * 4, act_bytes = o_y + (size_t)B * H * P * 4;
-    llmem_status st = bench_new_buffer(b, state_bytes * (pp ? 2 : 1), &state);
+    llmem_status st = bench_new_filled(b, state_bytes * (pp ? 2 : 1), (int64_t)(state_bytes / 4),
+                                       LLMEM_DTYPE_F32, false, &state);
     if (st == LLMEM_OK)
-        st = bench_new_buffer(b, act_bytes, &act);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, state, 0, (int64_t)(state_bytes / 4), LLMEM_DTYPE_F32, false);
-    if (st == LLMEM_OK)
-        st = bench_fill(b, act, 0, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false);
+        st = bench_new_filled(b, act_bytes, (int64_t)(o_y / 4), LLMEM_DTYPE_F32, false, &act);
     int32_t *slots = malloc((size_t)B * 2 * sizeof *slots);
     tables t = {0};
     scan_ctx c;
