@@ -121,10 +121,8 @@ END_TEST
 /* A vulkan backend with 4 compute units and $LLMEM_VULKAN_CMP_PAIR=pair. */
 static llmem_backend *open_pair(const char *pair)
 {
-    test_env keep = test_env_save("LLMEM_VULKAN_CMP_PAIR");
-    test_env keep_sm = test_env_save("LLMEM_VULKAN_SM_COUNT");
-    test_env_put("LLMEM_VULKAN_CMP_PAIR", pair);
-    test_env_put("LLMEM_VULKAN_SM_COUNT", "4");
+    test_env keep = test_env_set("LLMEM_VULKAN_CMP_PAIR", pair);
+    test_env keep_sm = test_env_set("LLMEM_VULKAN_SM_COUNT", "4");
     llmem_backend *vk = test_open("vulkan");
     test_env_restore(&keep);
     test_env_restore(&keep_sm);

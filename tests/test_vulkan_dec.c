@@ -505,12 +505,9 @@ START_TEST(test_dec_products)
                                         {40, 1024, 96}, {64, 1000, 300}, {16, 4096, 72},
                                         {64, 2048, 40}};
     for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ci++) {
-        test_env keep = test_env_save("LLMEM_VULKAN_DEC");
-        test_env keep2 = test_env_save("LLMEM_VULKAN_DEC_CFG");
-        test_env keep3 = test_env_save("LLMEM_VULKAN_DEC_ROWS");
-        test_env_put("LLMEM_VULKAN_DEC", cfgs[ci][0]);
-        test_env_put("LLMEM_VULKAN_DEC_CFG", cfgs[ci][1]);
-        test_env_put("LLMEM_VULKAN_DEC_ROWS", cfgs[ci][2]);
+        test_env keep = test_env_set("LLMEM_VULKAN_DEC", cfgs[ci][0]);
+        test_env keep2 = test_env_set("LLMEM_VULKAN_DEC_CFG", cfgs[ci][1]);
+        test_env keep3 = test_env_set("LLMEM_VULKAN_DEC_ROWS", cfgs[ci][2]);
         llmem_backend *vk = test_open("vulkan");
         char cfg[128];
         snprintf(cfg, sizeof cfg, "DEC=%s DEC_CFG=%s DEC_ROWS=%s", cfgs[ci][0],
@@ -596,12 +593,9 @@ START_TEST(test_dec_prefetch_identical)
     for (size_t q = 0; q < NR * NP; q++) {
         size_t ri = q / NP, pi = q % NP;
         test_env_put("LLMEM_VULKAN_DEC_ROWS", rows[ri]);
-        test_env keep1 = test_env_save("LLMEM_VULKAN_DEC_PF");
-        test_env keep2 = test_env_save("LLMEM_VULKAN_DEC_PF_LAG");
-        test_env keep3 = test_env_save("LLMEM_VULKAN_DEC_PF_SEG");
-        test_env_put("LLMEM_VULKAN_DEC_PF", pfs[pi][0]);
-        test_env_put("LLMEM_VULKAN_DEC_PF_LAG", pfs[pi][1]);
-        test_env_put("LLMEM_VULKAN_DEC_PF_SEG", pfs[pi][2]);
+        test_env keep1 = test_env_set("LLMEM_VULKAN_DEC_PF", pfs[pi][0]);
+        test_env keep2 = test_env_set("LLMEM_VULKAN_DEC_PF_LAG", pfs[pi][1]);
+        test_env keep3 = test_env_set("LLMEM_VULKAN_DEC_PF_SEG", pfs[pi][2]);
         test_env keep5 =
             test_env_set("LLMEM_VULKAN_DEC_CFG", pi == 0 ? "256,1,64,2,512,264" : NULL);
         llmem_backend *vk = test_open("vulkan");

@@ -42,10 +42,8 @@
  * opens; the environment is put back after. */
 static llmem_backend *open_with(const char *dec, const char *presplit)
 {
-    test_env kd = test_env_save("LLMEM_VULKAN_DEC_NORM");
-    test_env kp = test_env_save("LLMEM_VULKAN_PRESPLIT");
-    test_env_put("LLMEM_VULKAN_DEC_NORM", dec);
-    test_env_put("LLMEM_VULKAN_PRESPLIT", presplit);
+    test_env kd = test_env_set("LLMEM_VULKAN_DEC_NORM", dec);
+    test_env kp = test_env_set("LLMEM_VULKAN_PRESPLIT", presplit);
     llmem_backend *vk = test_open("vulkan");
     test_env_restore(&kp);
     test_env_restore(&kd);
