@@ -121,12 +121,9 @@ END_TEST
 /* A vulkan backend with 4 compute units and $LLMEM_VULKAN_CMP_PAIR=pair. */
 static llmem_backend *open_pair(const char *pair)
 {
-    test_env keep = test_env_set("LLMEM_VULKAN_CMP_PAIR", pair);
-    test_env keep_sm = test_env_set("LLMEM_VULKAN_SM_COUNT", "4");
-    llmem_backend *vk = test_open("vulkan");
-    test_env_restore(&keep);
-    test_env_restore(&keep_sm);
-    return vk;
+    static const char *const names[2] = {"LLMEM_VULKAN_CMP_PAIR", "LLMEM_VULKAN_SM_COUNT"};
+    const char *const values[2] = {pair, "4"};
+    return test_open_with("vulkan", 2, names, values);
 }
 
 enum { O_UP, O_GATE, O_SW, O_DOWN, N_O };

@@ -42,12 +42,9 @@
  * opens; the environment is put back after. */
 static llmem_backend *open_with(const char *dec, const char *presplit)
 {
-    test_env kd = test_env_set("LLMEM_VULKAN_DEC_NORM", dec);
-    test_env kp = test_env_set("LLMEM_VULKAN_PRESPLIT", presplit);
-    llmem_backend *vk = test_open("vulkan");
-    test_env_restore(&kp);
-    test_env_restore(&kd);
-    return vk;
+    static const char *const names[2] = {"LLMEM_VULKAN_DEC_NORM", "LLMEM_VULKAN_PRESPLIT"};
+    const char *const values[2] = {dec, presplit};
+    return test_open_with("vulkan", 2, names, values);
 }
 
 /* ---- the norms alone -------------------------------------------------------------------- */

@@ -60,19 +60,8 @@ static const char *const knob_names[4] = {"LLMEM_VULKAN_SCAN_PRE_WIDE", "LLMEM_V
 /* A vulkan backend opened with the layout's variables (read when it opens). */
 static llmem_backend *open_layout(const layout *l)
 {
-    const char *vals[4] = {l->wide, l->rpl, l->t, l->wg};
-    test_env keep[4];
-    for (int i = 0; i < 4; i++) {
-        keep[i] = test_env_save(knob_names[i]);
-        test_env_put(knob_names[i], vals[i]);
-    }
-    char err[256] = "";
-    llmem_backend *be = NULL;
-    llmem_status st = llmem_backend_open("vulkan", -1, &be, err, sizeof err);
-    for (int i = 0; i < 4; i++)
-        test_env_restore(&keep[i]);
-    ck_assert_msg(st == LLMEM_OK, "open vulkan: %s %s", llmem_status_str(st), err);
-    return be;
+    const char *const vals[4] = {l->wide, l->rpl, l->t, l->wg};
+    return test_open_with("vulkan", 4, knob_names, vals);
 }
 
 typedef struct scan_case {

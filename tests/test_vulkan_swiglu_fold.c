@@ -56,10 +56,8 @@ typedef struct ff_in {
  * unset), which it reads when it opens. */
 static llmem_backend *open_fold(const char *fold)
 {
-    test_env keep = test_env_set("LLMEM_VULKAN_SWIGLU_FOLD", fold);
-    llmem_backend *vk = test_open("vulkan");
-    test_env_restore(&keep);
-    return vk;
+    static const char *const name = "LLMEM_VULKAN_SWIGLU_FOLD";
+    return test_open_with("vulkan", 1, &name, &fold);
 }
 
 /* Runs every chain on vk; o[i] malloc'd here. */

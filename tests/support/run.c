@@ -49,6 +49,23 @@ llmem_backend *test_open(const char *backend)
     return be;
 }
 
+llmem_backend *test_open_with(const char *backend, int n, const char *const *names,
+                             const char *const *values)
+{
+    test_env keep[16];
+    ck_assert_int_le(n, 16);
+    for (int i = 0; i < n; i++)
+        keep[i] = test_env_set(names[i], values[i]);
+    char err[512] = "";
+    llmem_backend *be = NULL;
+    llmem_status st = llmem_backend_open(backend, -1, &be, err, sizeof err);
+    for (int i = n - 1; i >= 0; i--)
+        test_env_restore(&keep[i]);
+    ck_assert_msg(st == LLMEM_OK, "open %s: %s: %s", backend, llmem_status_str(st), err);
+    ck_assert_ptr_nonnull(be);
+    return be;
+}
+
 test_env test_env_save(const char *name)
 {
     const char *v = getenv(name);

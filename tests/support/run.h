@@ -56,6 +56,12 @@ void test_env_put(const char *name, const char *value);
 /* test_env_save(name), then test_env_put(name, value): the saved value to
  * give back with test_env_restore. */
 test_env test_env_set(const char *name, const char *value);
+/* Opens `backend` at its default device with the n environment variables
+ * names[i] set to values[i] (NULL: unset) while it opens (a backend reads
+ * its knobs then); the variables are given back their values before it
+ * returns. Any failure to open fails the check (test_open's message). */
+struct llmem_backend *test_open_with(const char *backend, int n, const char *const *names,
+                                     const char *const *values);
 /* Gives variable e->name back the value test_env_save saw (unset if it
  * was unset) and frees the copy; e->value is NULL after. */
 void test_env_restore(test_env *e);
