@@ -111,12 +111,8 @@ void kv_mag_fill_plan(kv_cache *kv, const llmem_plan *plan, int32_t quota)
     }
     for (int32_t k = 0; k < quota; k++)
         for (int32_t i = 0; i < n; i++)
-            if ((fill[i] & 31) > k) {
-                int32_t p = pp->free_stack[--pp->n_free];
-                pp->ref[p] = 1;
-                pp->hashed[p] = 0;
-                *kv_mag_at(kv, fill[i] >> 5, k) = p;
-            }
+            if ((fill[i] & 31) > k) /* the peak counts them when popped (kv_mag_pop) */
+                *kv_mag_at(kv, fill[i] >> 5, k) = page_pool_pop_free(pp);
     for (int32_t i = 0; i < n; i++) {
         int32_t s = fill[i] >> 5, c = fill[i] & 31;
         kv_seq *q = &kv->seqs[s];
@@ -276,8 +272,7 @@ static llmem_status rm_pages(kv_cache *kv, kv_seq *s, int32_t p0, int32_t p1, bo
     if (dry)
         return LLMEM_OK;
     int32_t pa = a / ps, pb = b / ps;
-    if (s->mag_at < s->mag_end) /* the entries past the table move */
-        kv_mag_drain(kv, s);
+    kv_mag_drain(kv, s); /* the entries past the table move */
     for (int32_t k = pa; k < pb; k++)
         kv_unref_page(kv, s->pages.v[k]);
     memmove(s->pages.v + pa, s->pages.v + pb, (size_t)(s->pages.n - pb) * sizeof *s->pages.v);

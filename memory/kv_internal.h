@@ -290,7 +290,7 @@ static inline int64_t kv_available(const kv_cache *kv)
     return (int64_t)page_pool_available(&kv->pool) + kv->mag_total;
 }
 /* kv_cache.c: gives s's magazine back to the pool (its row entries past
- * pages.n stay, unspecified as before). */
+ * pages.n stay, unspecified as before); nothing when it is empty. */
 void kv_mag_drain(kv_cache *kv, kv_seq *s);
 /* kv_cache.c: how many pages each of n_seqs sequences decoding one token
  * may take into its magazine this step (0: none), leaving mag_floor pages
@@ -312,10 +312,7 @@ static inline int32_t kv_mag_pop(kv_cache *kv, kv_seq *s)
 {
     int32_t p = *kv_mag_at(kv, (int32_t)(s - kv->seqs), s->mag_at++);
     kv->mag_total--;
-    page_pool *pp = &kv->pool;
-    int64_t used = (int64_t)pp->n_pages - pp->n_free - pp->n_cached - kv->mag_total;
-    if (used > pp->n_used_peak)
-        pp->n_used_peak = used;
+    page_pool_note_peak(&kv->pool, kv->mag_total);
     return p;
 }
 /* kv_table.c: drops the page table entries of s from keep on (unreferencing

@@ -304,6 +304,15 @@ static int64_t pages_needed(kv_cache *kv, const llmem_plan *plan, int32_t *n_cow
     return total;
 }
 
+/* The NO_SPACE message of a batch needing `total` pages, of the cached ones
+ * `pinned` about to be pinned by it (magazine pages count as free). */
+static void no_space(const kv_cache *kv, int64_t total, int32_t pinned, char *err, size_t err_len)
+{
+    llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %lld free + %d evictable",
+               (long long)total, (long long)(kv->pool.n_free + kv->mag_total),
+               kv->pool.n_cached - pinned);
+}
+
 llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char *err,
                                        size_t err_len)
 {
@@ -337,9 +346,7 @@ llmem_status kv_reserve_prepare(llmem_memory *mem, const llmem_plan *plan, char 
     int64_t rows = 0;
     int64_t total = pages_needed(kv, plan, &n_cow, &rows, &n_grow);
     if (total > kv_available(kv) - pages.n) {
-        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %lld free + %d evictable",
-                   (long long)total, (long long)(kv->pool.n_free + kv->mag_total),
-                   kv->pool.n_cached - pages.n);
+        no_space(kv, total, pages.n, err, err_len);
         st = LLMEM_E_NO_SPACE;
         goto out;
     }
@@ -451,9 +458,7 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
         total = pages_needed(kv, plan, &n_cow, NULL, NULL);
     }
     if (total > kv_available(kv)) {
-        llmem_errf(err, err_len, "KV cache: the batch needs %lld pages, %lld free + %d evictable",
-                   (long long)total, (long long)(kv->pool.n_free + kv->mag_total),
-                   kv->pool.n_cached);
+        no_space(kv, total, 0, err, err_len);
         st = LLMEM_E_NO_SPACE;
         goto fail;
     }
@@ -517,10 +522,11 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
          * reading the tail back right after the store that misses on it
          * would wait for the line (kv_last_sync reads it) */
         int32_t last = q->last, prev = q->prev;
+        /* a decode step's one new page: from the magazine, or deferred */
+        bool one_new = need[s] == 1 && kv->tail[s] < 0;
         /* entries past the table are written below (a prefill, prefix
          * pages): the magazine's go back first */
-        if (q->mag_at < q->mag_end &&
-            (np > 0 || need[s] > 1 || (need[s] == 1 && kv->tail[s] >= 0)))
+        if (q->mag_at < q->mag_end && (np > 0 || (need[s] > 0 && !one_new)))
             kv_mag_drain(kv, q);
         for (int32_t k = 0; k < np; k++) {
             prev = last;
@@ -554,11 +560,11 @@ llmem_status kv_reserve(llmem_memory *mem, const llmem_plan *plan, void **out, c
          * build_tables does not read it from the row: its entry waits for
          * the upload (page_rows_write_upload); a prefill's pages go into
          * the row at once */
-        if (need[s] == 1 && kv->tail[s] < 0 && q->mag_at < q->mag_end) {
+        if (one_new && q->mag_at < q->mag_end) {
             prev = last;
             last = kv_mag_pop(kv, q); /* already the row's entry pages.n */
             q->pages.n++;
-        } else if (defer && need[s] == 1 && kv->tail[s] < 0) {
+        } else if (defer && one_new) {
             prev = last;
             last = kv_alloc_page_fast(kv);
             kv->row_defer.v[kv->row_defer.n++] = q->row + q->pages.n++;

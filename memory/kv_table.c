@@ -25,8 +25,7 @@ bool kv_pt_fit(kv_cache *kv, kv_seq *s, int32_t n)
 {
     if (s->row >= 0 && n <= s->row_cap)
         return true;
-    if (s->mag_at < s->mag_end) /* a moved row keeps only the table's entries */
-        kv_mag_drain(kv, s);
+    kv_mag_drain(kv, s); /* a moved row keeps only the table's entries */
     const int32_t *old = kv->rows.v;
     if (!page_rows_fit_keep(&kv->rows, &s->row, &s->row_cap, n, s->pages.n))
         return false;
@@ -48,8 +47,7 @@ void kv_pt_repoint(kv_cache *kv)
 void kv_drop_pages(kv_cache *kv, kv_seq *s, int32_t keep, bool free_row)
 {
     bool cut = s->pages.n > keep;
-    if (s->mag_at < s->mag_end) /* its entries follow the table's end */
-        kv_mag_drain(kv, s);
+    kv_mag_drain(kv, s); /* its entries follow the table's end */
     for (int32_t i = s->pages.n - 1; i >= keep; i--)
         if (s->pages.v[i] >= 0) /* -1: left the sliding window */
             kv_unref_page(kv, s->pages.v[i]);

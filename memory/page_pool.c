@@ -139,13 +139,6 @@ static void lru_push(page_pool *pp, int32_t p)
     pp->stamp[p] = ++*pp->clock;
 }
 
-static void note_peak(page_pool *pp)
-{
-    int64_t u = page_pool_used(pp);
-    if (u > pp->n_used_peak)
-        pp->n_used_peak = u;
-}
-
 int32_t page_pool_alloc(page_pool *pp, bool *was_cached)
 {
     int32_t p = -1;
@@ -166,7 +159,7 @@ int32_t page_pool_alloc(page_pool *pp, bool *was_cached)
     }
     pp->ref[p] = 1;
     pp->hashed[p] = 0;
-    note_peak(pp);
+    page_pool_note_peak(pp, 0);
     return p;
 }
 
@@ -185,7 +178,7 @@ void page_pool_ref(page_pool *pp, int32_t p)
     if (pp->ref[p] == 0 && pp->published[p])
         lru_remove(pp, p);
     pp->ref[p]++;
-    note_peak(pp);
+    page_pool_note_peak(pp, 0);
 }
 
 bool page_pool_unref(page_pool *pp, int32_t p)

@@ -47,6 +47,23 @@ int32_t page_pool_available(const page_pool *pp);
  * page); refcount 1. Returns -1 when none is available. *evicted tells
  * whether a cached page was evicted. */
 int32_t page_pool_alloc(page_pool *pp, bool *was_cached);
+/* Raises n_used_peak to the pages now used, not counting `idle` pages
+ * that are taken but hold nothing (the KV cache's page magazines). */
+static inline void page_pool_note_peak(page_pool *pp, int64_t idle)
+{
+    int64_t used = (int64_t)pp->n_pages - pp->n_free - pp->n_cached - idle;
+    if (used > pp->n_used_peak)
+        pp->n_used_peak = used;
+}
+/* Pops the top of the free stack (n_free > 0 required): refcount 1, no
+ * hash; the peak is the caller's (page_pool_note_peak). */
+static inline int32_t page_pool_pop_free(page_pool *pp)
+{
+    int32_t p = pp->free_stack[--pp->n_free];
+    pp->ref[p] = 1;
+    pp->hashed[p] = 0;
+    return p;
+}
 /* page_pool_alloc's common case, inline: the top of the free stack when
  * there is one (refcount 1), else -1 and nothing changes (the caller then
  * calls page_pool_alloc, which may evict). A decode step in pages of 1
@@ -55,12 +72,8 @@ static inline int32_t page_pool_take_free(page_pool *pp)
 {
     if (pp->n_free <= 0)
         return -1;
-    int32_t p = pp->free_stack[--pp->n_free];
-    pp->ref[p] = 1;
-    pp->hashed[p] = 0;
-    int64_t used = (int64_t)pp->n_pages - pp->n_free - pp->n_cached;
-    if (used > pp->n_used_peak)
-        pp->n_used_peak = used;
+    int32_t p = page_pool_pop_free(pp);
+    page_pool_note_peak(pp, 0);
     return p;
 }
 void page_pool_ref(page_pool *pp, int32_t p);
