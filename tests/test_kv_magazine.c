@@ -71,6 +71,26 @@ static void on_ubatch(llmem_memory *mem, const llmem_ubatch *ub, void *arg)
     }
 }
 
+/* Runs b's tokens through m (ubatches of n_ubatch, fn after each apply),
+ * expects `want`, empties b and runs the invariant checker. */
+static void step(llmem_memory *m, llmem_batch_buf *b, int32_t n_ubatch, mt_ubatch_fn fn,
+                 void *ctx, llmem_status want)
+{
+    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), n_ubatch, fn, ctx, NULL), want);
+    llmem_batch_buf_clear(b);
+    mt_assert_check(m);
+}
+
+/* b's tokens are refused for want of pages, and m holds what it held. */
+static void refused(llmem_memory *m, llmem_batch_buf *b)
+{
+    mt_snap before, after;
+    mt_snapshot(m, &before);
+    step(m, b, 512, NULL, NULL, LLMEM_E_NO_SPACE);
+    mt_snapshot(m, &after);
+    mt_assert_same(&before, &after);
+}
+
 /* _i: 0 pages of 1, 1 the same with the host mirror and uploads (as on a
  * GPU), 2 pages of 4 (magazines of 4 pages: tokens into a page the table
  * holds in between must not give the magazine back) */
@@ -83,8 +103,7 @@ START_TEST(test_magazine_read_ahead)
         unsetenv("LLMEM_KV_ROW_MIRROR");
     unsetenv("LLMEM_KV_MAGAZINE");
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(8192, 1, &b), LLMEM_OK);
+    llmem_batch_buf *b = mt_batch(8192, 1);
     llmem_memory *m = mt_kv(be, ps, 16384, NSEQ, false, false);
     static mag_ctx c;
     memset(&c, 0, sizeof c);
@@ -95,15 +114,11 @@ START_TEST(test_magazine_read_ahead)
         len[s] = 2000 + 7 * s;
         c.next[s] = -2;
     }
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 8192, on_ubatch, &c, NULL), LLMEM_OK);
-    llmem_batch_buf_clear(b);
-    mt_assert_check(m);
+    step(m, b, 8192, on_ubatch, &c, LLMEM_OK);
     for (int32_t t = 0; t < STEPS; t++) {
         for (int32_t s = 0; s < NSEQ; s++)
             mt_add(b, s, len[s]++, 1, 10000 + 100 * s + t, true);
-        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, on_ubatch, &c, NULL), LLMEM_OK);
-        llmem_batch_buf_clear(b);
-        mt_assert_check(m);
+        step(m, b, 512, on_ubatch, &c, LLMEM_OK);
         llmem_memory_stats st;
         llmem_memory_get_stats(m, &st);
         int64_t held = 0;
@@ -118,9 +133,7 @@ START_TEST(test_magazine_read_ahead)
      * already named */
     ck_assert_msg(c.hits >= c.steps * (cap - 1) / cap - 2 * NSEQ,
                   "%d of %d steps took the named page", c.hits, c.steps);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    mt_free(m, b, be);
     unsetenv("LLMEM_KV_ROW_MIRROR");
 }
 END_TEST
@@ -133,22 +146,18 @@ START_TEST(test_magazine_gives_back)
     unsetenv("LLMEM_KV_ROW_MIRROR");
     unsetenv("LLMEM_KV_MAGAZINE");
     llmem_backend *be = mt_cpu();
-    llmem_batch_buf *b = NULL;
-    ck_assert_int_eq(llmem_batch_buf_create(512, 1, &b), LLMEM_OK);
+    llmem_batch_buf *b = mt_batch(512, 1);
     llmem_memory *m = mt_kv(be, 1, 96, NSEQ + 1, _i == 1, false);
     int32_t len[NSEQ];
     for (int32_t s = 0; s < NSEQ; s++) {
         mt_add(b, s, 0, 4, 10 * (s + 1), true);
         len[s] = 4;
     }
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    llmem_batch_buf_clear(b);
+    step(m, b, 512, NULL, NULL, LLMEM_OK);
     for (int32_t t = 0; t < 2; t++) {
         for (int32_t s = 0; s < NSEQ; s++)
             mt_add(b, s, len[s]++, 1, 500 + 10 * s + t, true);
-        ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-        llmem_batch_buf_clear(b);
-        mt_assert_check(m);
+        step(m, b, 512, NULL, NULL, LLMEM_OK);
     }
     llmem_memory_stats st;
     llmem_memory_get_stats(m, &st);
@@ -156,40 +165,23 @@ START_TEST(test_magazine_gives_back)
     int32_t rest = (int32_t)(st.pages_free + st.pages_cached);
     ck_assert_int_eq(rest, 96 - 6 * NSEQ);
     /* one more page than obtainable: refused, nothing changed */
-    mt_snap before, after;
-    mt_snapshot(m, &before);
     mt_add(b, NSEQ, 0, rest + 1, 900, true);
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_E_NO_SPACE);
-    llmem_batch_buf_clear(b);
-    mt_snapshot(m, &after);
-    mt_assert_same(&before, &after);
-    mt_assert_check(m);
+    refused(m, b);
     /* exactly every obtainable page: fits */
     mt_add(b, NSEQ, 0, rest, 900, true);
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    llmem_batch_buf_clear(b);
-    mt_assert_check(m);
+    step(m, b, 512, NULL, NULL, LLMEM_OK);
     llmem_memory_get_stats(m, &st);
     ck_assert_int_eq(st.pages_free + st.pages_cached, 0);
     /* a decode step now: no page left, refused, nothing changed */
-    mt_snapshot(m, &before);
     for (int32_t s = 0; s < NSEQ; s++)
         mt_add(b, s, len[s], 1, 700 + s, true);
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_E_NO_SPACE);
-    llmem_batch_buf_clear(b);
-    mt_snapshot(m, &after);
-    mt_assert_same(&before, &after);
-    mt_assert_check(m);
+    refused(m, b);
     /* the prompt's sequence gone, decoding goes on */
     ck_assert_int_eq(llmem_memory_seq_rm(m, NSEQ, -1, -1), LLMEM_OK);
     for (int32_t s = 0; s < NSEQ; s++)
         mt_add(b, s, len[s]++, 1, 800 + s, true);
-    ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, NULL, NULL, NULL), LLMEM_OK);
-    llmem_batch_buf_clear(b);
-    mt_assert_check(m);
-    llmem_memory_destroy(m);
-    llmem_batch_buf_destroy(b);
-    llmem_backend_close(be);
+    step(m, b, 512, NULL, NULL, LLMEM_OK);
+    mt_free(m, b, be);
 }
 END_TEST
 
