@@ -68,6 +68,19 @@ static uint32_t attn_fa_smem(uint32_t wg, uint32_t d, bool emu, uint32_t stages)
     return nsh * 16 + bm * 8 + 36 + (emu ? wg * 4 + wg * 32 : 0);
 }
 
+/* One step down when a module's shared memory does not fit the device: one stage first, then
+ * 128 invocations (lavapipe's 32 KiB); false when nothing smaller is left. */
+static bool pf_shrink(pf_cfg *c)
+{
+    if (c->stages > 1)
+        c->stages = 1;
+    else if (c->wg > 128)
+        c->wg = 128;
+    else
+        return false;
+    return true;
+}
+
 /* Whether every tile of tt consecutive tokens holds one stream's tokens (ts: the tokens'
  * streams, n_tok of them): attention_prefill_fa.comp runs one pass a tile. */
 static bool tiles_one_stream(const int32_t *ts, uint32_t n_tok, uint32_t tt)
@@ -106,14 +119,9 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
     c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
     c->stages = (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES);
-    while (attn_fa_smem(c->wg, d, mode == 3, c->stages) > lim) {
-        if (c->stages > 1)
-            c->stages = 1;
-        else if (c->wg > 128)
-            c->wg = 128;
-        else
+    while (attn_fa_smem(c->wg, d, mode == 3, c->stages) > lim)
+        if (!pf_shrink(c))
             return false;
-    }
     if (mode != 3 && c->wg != PF_WG)
         return false; /* the real module is built for PF_WG invocations */
     uint32_t bm = 16 * (c->wg / 32), n_rep = n_heads / (uint32_t)kv->n_kv_heads;
@@ -186,8 +194,8 @@ static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
         c->sh = VK_SH_ATTENTION_PREFILL_CM_KHR;
     else
         return false;
-    /* PF_WG invocations (LLMEM_VULKAN_ATTN_PF_WG) and PF_STAGES (_STAGES); where that does not
-     * fit the device's shared memory one stage, then 128 invocations (lavapipe's 32 KiB) */
+    /* PF_WG invocations (LLMEM_VULKAN_ATTN_PF_WG) and PF_STAGES (_STAGES), made smaller by
+     * pf_shrink where that does not fit the device's shared memory */
     uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
     c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
     c->stages = cm2 ? (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES) : 1;
@@ -200,14 +208,9 @@ static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
     if ((c->var & 1u) && ps > 0 && (ps & (ps - 1)) == 0)
         for (c->psl = 0; (1u << c->psl) < ps; c->psl++)
             ;
-    while (attn_pf_smem(c->wg, d, mode == 3, cm2, c->stages) > lim) {
-        if (c->stages > 1)
-            c->stages = 1;
-        else if (c->wg > 128)
-            c->wg = 128;
-        else
+    while (attn_pf_smem(c->wg, d, mode == 3, cm2, c->stages) > lim)
+        if (!pf_shrink(c))
             return false;
-    }
     return true;
 }
 
