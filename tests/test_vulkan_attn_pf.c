@@ -141,6 +141,18 @@ static void pf_make(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d)
         }
 }
 
+/* Starts a case: h begun, d made from k (random stream `stream`), p a fast call at k's scale,
+ * soft-cap and window. Returns the output's elements (tokens x heads x head dim). */
+static int64_t pf_begin(th_ctx *h, const pf_case *k, uint64_t stream, pf_data *d,
+                        llmem_attn_params *p)
+{
+    th_begin(h, NULL);
+    pf_make(h, k, stream, d);
+    *p = (llmem_attn_params){.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
+                             .window = k->window, .fast = 1};
+    return (int64_t)d->n_tok * k->n_heads * k->head_dim;
+}
+
 /* The float64 model of the fast arithmetic (see the top), or with exact the f32 q * scale
  * unrounded (the precise arithmetic's model): out, and wv = sum_j w_j |v_j|. */
 static void pf_model(const pf_data *d, const llmem_attn_params *p, bool exact, double *out,
@@ -339,12 +351,9 @@ START_TEST(test_attn_pf)
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const pf_case *k = &cases[ci];
         th_ctx h;
-        th_begin(&h, NULL);
         pf_data d;
-        pf_make(&h, k, 4100 + ci, &d);
-        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
-                               .window = k->window, .fast = 1};
-        int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
+        llmem_attn_params p;
+        int64_t n = pf_begin(&h, k, 4100 + ci, &d, &p);
         double *out = th_vec(&h, n), *clean = th_vec(&h, n), *model = th_vec(&h, n);
         double *wv = th_vec(&h, n), *prec = th_vec(&h, n), *khr_out = th_vec(&h, n);
         double *exact = th_vec(&h, n), *wv_exact = th_vec(&h, n);
@@ -471,12 +480,9 @@ START_TEST(test_attn_pf_fa)
     for (size_t ci = 0; ci < sizeof fa_cases / sizeof fa_cases[0]; ci++) {
         const pf_case *k = &fa_cases[ci];
         th_ctx h;
-        th_begin(&h, NULL);
         pf_data d;
-        pf_make(&h, k, 4300 + ci, &d);
-        llmem_attn_params p = {.scale = 1.0f / sqrtf((float)k->head_dim), .softcap = k->softcap,
-                               .window = k->window, .fast = 1};
-        int64_t n = (int64_t)d.n_tok * k->n_heads * k->head_dim;
+        llmem_attn_params p;
+        int64_t n = pf_begin(&h, k, 4300 + ci, &d, &p);
         double *outs[N_FA_VARIANTS][2], *clean = th_vec(&h, n), *model = th_vec(&h, n);
         double *wv = th_vec(&h, n), *prec = th_vec(&h, n);
         pf_model(&d, &p, false, model, wv);
