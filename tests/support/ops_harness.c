@@ -27,6 +27,11 @@ int th_backends_probe(void)
             *end++ = '\0';
         if (!*tok)
             continue;
+        if (strlen(tok) >= sizeof g_names[0]) {
+            printf("ops: skipping backend %s: name longer than %zu bytes\n", tok,
+                   sizeof g_names[0] - 1);
+            continue;
+        }
         char err[256] = "";
         llmem_backend *be = NULL;
         llmem_status st = llmem_backend_open(tok, -1, &be, err, sizeof err);
@@ -36,7 +41,7 @@ int th_backends_probe(void)
             continue;
         }
         llmem_backend_close(be);
-        snprintf(g_names[g_n_names++], sizeof g_names[0], "%s", tok);
+        memcpy(g_names[g_n_names++], tok, strlen(tok) + 1); /* fits: checked above */
         printf("ops: testing backend %s\n", tok);
     }
     fflush(stdout);
