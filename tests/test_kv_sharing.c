@@ -52,10 +52,10 @@ START_TEST(test_cow_partial_page)
     ck_assert_int_eq(st.cow_copies, 1);
     /* the copy carries the shared slots; the source is untouched */
     for (int32_t i = 0; i < 6; i++) {
-        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(100 + i));
-        ck_assert_float_eq(slot_value(m, be, 0, i, 4), (float)(100 + i));
+        ck_assert_float_eq(slot_value(m, 1, i), (float)(100 + i));
+        ck_assert_float_eq(slot_value(m, 0, i), (float)(100 + i));
     }
-    ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
+    ck_assert_float_eq(slot_value(m, 1, 6), 200.0f);
     ck_assert_int_eq(llmem_memory_seq_len(m, 0), 6);
     /* seq 0 appends too: after seq 1 left, its page is private again: no copy */
     llmem_batch_buf_clear(b);
@@ -63,8 +63,8 @@ START_TEST(test_cow_partial_page)
     ck_assert_int_eq(mt_run(m, llmem_batch_buf_get(b), 512, write_tokens, NULL, NULL), LLMEM_OK);
     llmem_memory_get_stats(m, &st);
     ck_assert_int_eq(st.cow_copies, 1);
-    ck_assert_float_eq(slot_value(m, be, 0, 6, 4), 300.0f);
-    ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
+    ck_assert_float_eq(slot_value(m, 0, 6), 300.0f);
+    ck_assert_float_eq(slot_value(m, 1, 6), 200.0f);
     mt_assert_check(m);
     mt_free(m, b, be);
 }
@@ -123,8 +123,8 @@ START_TEST(test_cow_released_before_apply)
             ck_assert_int_ne(c[1], a[1]);
             ck_assert_int_eq(st.cow_copies, 1);
             for (int32_t i = 0; i < 6; i++)
-                ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(100 + i));
-            ck_assert_float_eq(slot_value(m, be, 1, 6, 4), 200.0f);
+                ck_assert_float_eq(slot_value(m, 1, i), (float)(100 + i));
+            ck_assert_float_eq(slot_value(m, 1, 6), 200.0f);
         }
     }
     mt_free(m, b, be);
@@ -172,7 +172,7 @@ START_TEST(test_prefix_cache)
     ck_assert_int_eq(a[1], c[1]);
     ck_assert_int_ne(a[2], c[2]);
     for (int32_t i = 0; i < 10; i++)
-        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)i);
+        ck_assert_float_eq(slot_value(m, 1, i), (float)i);
     /* a prompt that differs in token 5: only page 0 matches */
     llmem_batch_buf_clear(b);
     for (int32_t i = 0; i < 10; i++) {
@@ -280,7 +280,7 @@ START_TEST(test_state_roundtrip)
     ck_assert_int_eq(llmem_memory_state_read(m, 1, buf, sz, err, sizeof err), LLMEM_OK);
     ck_assert_int_eq(llmem_memory_seq_len(m, 1), 7);
     for (int32_t i = 0; i < 7; i++)
-        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(40 + i));
+        ck_assert_float_eq(slot_value(m, 1, i), (float)(40 + i));
     mt_assert_check(m);
     /* every flipped byte and every truncation is refused; nothing changes */
     mt_snap before, after;
@@ -295,7 +295,7 @@ START_TEST(test_state_roundtrip)
     mt_snapshot(m, &after);
     mt_assert_same(&before, &after);
     for (int32_t i = 0; i < 7; i++)
-        ck_assert_float_eq(slot_value(m, be, 1, i, 4), (float)(40 + i));
+        ck_assert_float_eq(slot_value(m, 1, i), (float)(40 + i));
     /* a stream of one sequence cannot be read as "all" */
     ck_assert_int_eq(llmem_memory_state_read(m, -1, buf, sz, err, sizeof err), LLMEM_E_INVALID);
     free(buf);
@@ -308,7 +308,7 @@ START_TEST(test_state_roundtrip)
     for (int32_t q = 0; q < 2; q++) {
         ck_assert_int_eq(llmem_memory_seq_len(m2, q), 7);
         for (int32_t i = 0; i < 7; i++)
-            ck_assert_float_eq(slot_value(m2, be, q, i, 3), (float)(40 + i));
+            ck_assert_float_eq(slot_value(m2, q, i), (float)(40 + i));
     }
     /* too small a cache: NO_SPACE, unchanged */
     llmem_memory *m3 = mt_kv(be, 4, 3, 2, true, false);

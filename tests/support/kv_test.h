@@ -30,7 +30,7 @@ static inline void write_tokens(llmem_memory *mem, const llmem_ubatch *ub, void 
 
 /* K of token i of seq, read through a state write of the sequence (its
  * rows follow the sequence's tokens, independent of the page layout). */
-static inline float slot_value(llmem_memory *m, llmem_backend *be, int32_t seq, int32_t i, int32_t ps)
+static inline float slot_value(llmem_memory *m, int32_t seq, int32_t i)
 {
     size_t sz = 0;
     ck_assert_int_eq(llmem_memory_state_size(m, seq, &sz), LLMEM_OK);
@@ -43,8 +43,6 @@ static inline float slot_value(llmem_memory *m, llmem_backend *be, int32_t seq, 
     float f;
     memcpy(&f, buf + off, 4);
     free(buf);
-    (void)be;
-    (void)ps;
     return f;
 }
 

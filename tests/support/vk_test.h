@@ -1,7 +1,9 @@
-/* Helpers shared by the Vulkan plugin suites test_vulkan.c and
- * test_vulkan_ops.c: a seeded xorshift generator ($LLMEM_TEST_SEED), opening
- * a backend with a failing assertion, the "does vulkan open here" probe and
- * $LLMEM_VULKAN_LOG redirection. Header-only: each suite is its own program. */
+/* Helpers shared by the Vulkan suites (test_vulkan*.c): tensors uploaded
+ * from host arrays (f32, bf16), float64 references of the products and
+ * norms they check (vk_ref_*), tolerances and comparisons, a seeded
+ * xorshift generator ($LLMEM_TEST_SEED), the "does vulkan open here" probe
+ * and $LLMEM_VULKAN_LOG redirection. Header-only: each suite is its own
+ * program. */
 #ifndef LLMEM_TESTS_VK_TEST_H
 #define LLMEM_TESTS_VK_TEST_H
 
