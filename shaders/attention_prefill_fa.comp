@@ -37,6 +37,13 @@
  * or on a bad page read as 0 (coopMatPerElementNV). Measuring only: 8.6 ms on the H200, the
  * fragments' loads from global memory cost far more than the ring
  * (docs/benchmarks.md, "Vulkan prefill attention: lazy rescale and direct K / V loads").
+ * B64 (bit 8): blocks of 64 keys in one K / V stage (34 KiB; two stages would take 68 of the
+ * H200's 48), S in four accumulators: the block's fixed work (row maxima, the rescale's vote,
+ * the masks' tests, the ring's barrier) halved a key. KV_SEP (bit 16): one stage whose K and V
+ * halves are refilled apart, each after the barrier that ends its reads (the next block's K
+ * fetched before S and stored before P V, its V fetched then and stored after P V), so that
+ * half the ring's rows are in registers at a time and each store overlaps the other half's
+ * math ("Vulkan prefill attention: 64-key blocks and a K / V ring refilled in halves").
  *
  * EMU (-DEMU=1, attention_prefill_fa_emu, by glslangValidator): the same tiling, layout, masks
  * and softmax with scalar loops for the matrix operations, the reductions, the conversion and
@@ -85,15 +92,27 @@ layout(constant_id = 7) const uint LAZY = 0;
 /* 1: K / V fragments straight from the pool (f16 pools, pages of 2^PSL >= 16 keys: a 16-key
  * group of a block lies in one page), no ring, no store and no barrier in the loop */
 layout(constant_id = 8) const uint DIRECT = 0;
+/* 1: blocks of 64 keys (one K / V stage: two do not fit 48 KiB), half the blocks' fixed work
+ * (barriers, row maxima, the rescale's vote, the masks' tests) a key; not with DIRECT */
+layout(constant_id = 9) const uint B64 = 0;
+/* 1: one K / V stage whose K half and V half are refilled apart: the next block's K rows are
+ * fetched before S and stored after the barrier that ends this block's reads of K, its V rows
+ * fetched then and stored after the barrier that ends P V (the host passes STAGES 1) */
+layout(constant_id = 10) const uint KV_SEP = 0;
 #define DT_BF16 2u
 
-const uint BN = 32u;           /* keys a block */
+const uint BN = B64 != 0u ? 64u : 32u; /* keys a block */
 const uint NW = WG / 32u;      /* subgroups */
 const uint BM = 16u * NW;      /* rows a tile */
 const uint DV = D / 8u;        /* uvec4s of a K / V / Q row */
 const uint LDK = DV + 1u;      /* padded row of the K, V and Q tiles (uvec4s) */
 const uint KVT = BN * LDK;     /* uvec4s of a K or V tile */
 const uint NL2 = BN * DV / WG; /* K (and V) uvec4 loads an invocation a block */
+#ifdef HD
+const uint NLD = 64u * (HD / 8u) / 256u; /* ld's size: NL2 at most, a literal */
+#else
+const uint NLD = NL2;
+#endif
 /* the K / V stages, the Q tile once, the output through 16 x 5 uvec4s a subgroup at the end */
 const uint NSH0 = STAGES * 2u * KVT > NW * 80u ? STAGES * 2u * KVT : NW * 80u;
 const uint NSH = NSH0 > BM * LDK ? NSH0 : BM * LDK;
@@ -125,7 +144,8 @@ shared uvec4 sh[NSH];
 /* the pass's key range [row_lo, row_hi) of each row (row_hi 0: no key) */
 shared int row_lo[BM], row_hi[BM];
 shared int pass_s[6];  /* stream, jlo (min), jhi (max), hmin (min), lmax (max), mixed */
-shared uint kbad_s[3]; /* bit k: key k of the block has a bad page id (block i at i % 3) */
+/* bit k of word h: key 32 h + k of the block has a bad page id (block i at 2 (i % 3)) */
+shared uint kbad_s[6];
 #if EMU
 shared float xch_s[WG];       /* the pair exchange of EMU */
 shared float xch8_s[8u * WG]; /* EMU's accumulator -> A conversion */
@@ -364,9 +384,8 @@ void main()
         pass_s[3] = BIG;
         pass_s[4] = 0;
         pass_s[5] = 0;
-        kbad_s[0] = 0u;
-        kbad_s[1] = 0u;
-        kbad_s[2] = 0u;
+        UNROLL for (uint k = 0u; k < 6u; k++)
+            kbad_s[k] = 0u;
     }
     barrier();
     /* the tile's stream: the smallest valid one among its rows */
@@ -441,38 +460,51 @@ void main()
                                                         : uint(cur) * p.max_pages);
         const int kb0 = jlo / int(BN) * int(BN);
         const int nblk = (jhi - kb0 + int(BN) - 1) / int(BN);
-        uvec4 ld[2u * NL2];
-        uint kbm = 0u; /* bit u: slot u of the fetched block has a bad page id */
+        uvec4 ld[2u * NLD];
+        uint kbm = 0u;  /* bit u: slot u of the fetched block has a bad page id */
+        uint fad[NLD];  /* KV_SEP: the fetched slots' pool addresses (NO_ROWS: reads as 0) */
 
-        /* block i's K and V rows into ld (K in ld[u], V in ld[NL2 + u]; zeros outside
-         * [jlo, jhi) and for bad page ids, whose slots u are kbm's bits) */
-#define FETCH(i_)                                                                                  \
+        /* block i's K rows into ld[u] (and with wv_ its V rows into ld[NL2 + u]; zeros
+         * outside [jlo, jhi) and for bad page ids, whose slots u are kbm's bits), the slots'
+         * addresses into fad */
+#define FETCH(i_, wv_)                                                                             \
     kbm = 0u;                                                                                      \
     UNROLL for (uint u = 0u; u < NL2; u++) {                                                       \
-        uint f_ = t + u * WG;                                                                      \
+        uint f_ = t + u * WG, a_ = NO_ROWS;                                                        \
         int key_ = kb0 + (i_) * int(BN) + int(f_ / DV);                                            \
         uvec4 xk_ = uvec4(0u), xv_ = uvec4(0u);                                                    \
         if (key_ >= jlo && key_ < jhi) {                                                           \
             int pg_ = idx[pt + PG_OF(uint(key_))];                                                 \
             if (pg_ >= 0 && uint(pg_) < p.n_pages) {                                               \
-                uint a_ = ((uint(pg_) * p.ps + PG_IN(uint(key_))) * p.n_kv + g) * DV + f_ % DV;    \
+                a_ = ((uint(pg_) * p.ps + PG_IN(uint(key_))) * p.n_kv + g) * DV + f_ % DV;         \
                 xk_ = kp[a_];                                                                      \
-                xv_ = vp[a_];                                                                      \
+                if (wv_)                                                                           \
+                    xv_ = vp[a_];                                                                  \
             } else {                                                                               \
                 kbm |= 1u << u;                                                                    \
             }                                                                                      \
         }                                                                                          \
         ld[u] = xk_;                                                                               \
+        if (wv_)                                                                                   \
+            ld[NL2 + u] = xv_;                                                                     \
+        fad[u] = a_;                                                                               \
+    }
+        /* the V rows of the slots FETCH found (KV_SEP) */
+#define FETCH_V()                                                                                  \
+    UNROLL for (uint u = 0u; u < NL2; u++) {                                                       \
+        uvec4 xv_ = uvec4(0u);                                                                     \
+        if (fad[u] != NO_ROWS)                                                                     \
+            xv_ = vp[fad[u]];                                                                      \
         ld[NL2 + u] = xv_;                                                                         \
     }
-        /* ld into the K / V tiles at base_ (bf16 converted); the block's keys with a bad page
-         * id (kbm) into kbad_s[kbi_] */
-#define STORE(base_, kbi_)                                                                         \
+        /* ld's K (w0_ 0) and / or V (w1_ 1) rows into the tiles at base_ (bf16 converted);
+         * with K, the block's keys with a bad page id (kbm) into kbad_s[2 kbi_..] */
+#define STORE(base_, kbi_, w0_, w1_)                                                               \
     UNROLL for (uint u = 0u; u < NL2; u++) {                                                       \
         uint f_ = t + u * WG;                                                                      \
-        if (f_ % DV == 0u && (kbm & (1u << u)) != 0u)                                              \
-            atomicOr(kbad_s[kbi_], 1u << (f_ / DV));                                               \
-        UNROLL for (uint w_ = 0u; w_ < 2u; w_++) {                                                 \
+        if ((w0_) == 0u && f_ % DV == 0u && (kbm & (1u << u)) != 0u)                               \
+            atomicOr(kbad_s[2u * (kbi_) + f_ / DV / 32u], 1u << (f_ / DV % 32u));                  \
+        UNROLL for (uint w_ = (w0_); w_ <= (w1_); w_++) {                                          \
             uvec4 x_ = ld[w_ * NL2 + u];                                                           \
             if (KV_DT == DT_BF16)                                                                  \
                 x_ = uvec4(bf16x2_to_f16x2(x_.x), bf16x2_to_f16x2(x_.y), bf16x2_to_f16x2(x_.z),    \
@@ -483,13 +515,13 @@ void main()
 
         const uint rs = p.n_kv * DV; /* uvec4s a pool slot (DIRECT) */
         if (DIRECT == 0u) {
-            FETCH(0)
-            STORE(0u, 0)
+            FETCH(0, true)
+            STORE(0u, 0u, 0u, 1u)
             barrier();
         }
         for (int i = 0; i < nblk; i++) {
             const int kb = kb0 + i * int(BN);
-            uint kt = 0u, bad = 0u, ga0 = 0u, ga1 = 0u, z0 = 0u, z1 = 0u;
+            uint kt = 0u, bad = 0u, bad1 = 0u, ga0 = 0u, ga1 = 0u, z0 = 0u, z1 = 0u;
             if (DIRECT != 0u) {
                 /* the block's two 16-key groups, each in one page: their first rows in the
                  * pools (ga0, ga1; page 0 for a group past the pass or on a bad page, whose
@@ -514,18 +546,22 @@ void main()
                         bad |= 0xffffu << (16u * h);
                 }
             } else {
-                /* block i's K at kt, V at kt + KVT; kbad_s[(i + 2) % 3] was read last in
-                 * block i - 1 and is written in block i + 1 */
+                /* block i's K at kt, V at kt + KVT; kbad_s[2 ((i + 2) % 3)..] were read last
+                 * in block i - 1 and are written in block i + 1 */
                 kt = STAGES == 2u ? uint(i & 1) * 2u * KVT : 0u;
-                if (t == 0u)
-                    kbad_s[uint(i + 2) % 3u] = 0u;
-                FETCH(i + 1) /* past the last block: keys >= jhi, no loads */
-                bad = kbad_s[uint(i) % 3u];
+                if (t < 2u)
+                    kbad_s[2u * (uint(i + 2) % 3u) + t] = 0u;
+                FETCH(i + 1, KV_SEP == 0u) /* past the last block: keys >= jhi, no loads */
+                bad = kbad_s[2u * (uint(i) % 3u)];
+                if (BN == 64u)
+                    bad1 = kbad_s[2u * (uint(i) % 3u) + 1u];
             }
-            const bool edge = mixed || kb + int(BN) > hmin || kb < lmax || bad != 0u;
+            const bool edge =
+                mixed || kb + int(BN) > hmin || kb < lmax || bad != 0u || bad1 != 0u;
 
-            /* S = Q K^T: s0 keys 0-15 of the block, s1 keys 16-31 */
-            ACC s0 = ACC_FILL(0.0), s1 = ACC_FILL(0.0);
+            /* S = Q K^T: s0 keys 0-15 of the block, s1 keys 16-31 (64-key blocks: s2, s3 keys
+             * 32-63) */
+            ACC s0 = ACC_FILL(0.0), s1 = ACC_FILL(0.0), s2 = ACC_FILL(0.0), s3 = ACC_FILL(0.0);
             UNROLL for (uint k = 0u; k < DT; k++) {
                 FB b0, b1;
                 if (DIRECT != 0u) {
@@ -537,20 +573,38 @@ void main()
                 }
                 MMA(s0, qf[k], b0);
                 MMA(s1, qf[k], b1);
+                if (BN == 64u) {
+                    FB b2, b3;
+                    LOAD_BT(b2, kt + 32u * LDK + 2u * k, LDK);
+                    LOAD_BT(b3, kt + 48u * LDK + 2u * k, LDK);
+                    MMA(s2, qf[k], b2);
+                    MMA(s3, qf[k], b3);
+                }
             }
             if (SOFTCAP != 0u)
                 UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
                     EL(s0, i2) = p.softcap * tanh(EL(s0, i2) / p.softcap);
                     EL(s1, i2) = p.softcap * tanh(EL(s1, i2) / p.softcap);
+                    if (BN == 64u) {
+                        EL(s2, i2) = p.softcap * tanh(EL(s2, i2) / p.softcap);
+                        EL(s3, i2) = p.softcap * tanh(EL(s3, i2) / p.softcap);
+                    }
                 }
             if (edge) {
                 MASK(s0, kb, bad);
                 MASK(s1, kb + 16, bad >> 16u);
+                if (BN == 64u) {
+                    MASK(s2, kb + 32, bad1);
+                    MASK(s3, kb + 48, bad1 >> 16u);
+                }
             }
             /* the rows' maxima; the online softmax: tm becomes the rows' rescale factors */
             ACC tm;
-            UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
+            UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
                 EL(tm, i2) = max(EL(s0, i2), EL(s1, i2));
+                if (BN == 64u)
+                    EL(tm, i2) = max(EL(tm, i2), max(EL(s2, i2), EL(s3, i2)));
+            }
             ROW_MAX(tm);
             UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
                 float mo = EL(m_acc, i2), mn = max(mo, EL(tm, i2));
@@ -561,11 +615,25 @@ void main()
                 /* rows with no visible key so far keep m = -inf and p = 0 */
                 float b = isinf(mn) ? 0.0 : mn;
                 float cf = exp(mo - b), p0 = exp(EL(s0, i2) - b), p1 = exp(EL(s1, i2) - b);
+                float ps = p0 + p1;
+                if (BN == 64u) {
+                    float p2 = exp(EL(s2, i2) - b), p3 = exp(EL(s3, i2) - b);
+                    ps += p2 + p3;
+                    EL(s2, i2) = p2;
+                    EL(s3, i2) = p3;
+                }
                 EL(m_acc, i2) = mn;
                 EL(tm, i2) = cf;
-                EL(l_acc, i2) = EL(l_acc, i2) * cf + (p0 + p1);
+                EL(l_acc, i2) = EL(l_acc, i2) * cf + ps;
                 EL(s0, i2) = p0;
                 EL(s1, i2) = p1;
+            }
+            if (KV_SEP != 0u) {
+                /* every subgroup is done with this block's K: the next block's K into it (the
+                 * barrier at the block's end makes it visible), its V rows fetched */
+                barrier();
+                STORE(0u, uint(i + 1) % 3u, 0u, 0u)
+                FETCH_V()
             }
             /* O = O diag(corr) + P V; no rescale where the subgroup's factors are all 1 (its
              * rows' maxima unchanged: multiplying by 1 is exact) */
@@ -576,9 +644,13 @@ void main()
                 UNROLL for (uint j = 0u; j < DT; j++)
                     UNROLL for (uint i2 = 0u; i2 < NEL(tm); i2++)
                         EL(o[j], i2) *= EL(tm, i2);
-            FA pa0, pa1;
+            FA pa0, pa1, pa2, pa3;
             TO_A(pa0, s0);
             TO_A(pa1, s1);
+            if (BN == 64u) {
+                TO_A(pa2, s2);
+                TO_A(pa3, s3);
+            }
             UNROLL for (uint j = 0u; j < DT; j++) {
                 FB v0, v1;
                 if (DIRECT != 0u) {
@@ -594,16 +666,27 @@ void main()
                 }
                 MMA(o[j], pa0, v0);
                 MMA(o[j], pa1, v1);
+                if (BN == 64u) {
+                    FB v2, v3;
+                    LOAD_B(v2, kt + KVT + 32u * LDK + 2u * j, LDK);
+                    LOAD_B(v3, kt + KVT + 48u * LDK + 2u * j, LDK);
+                    MMA(o[j], pa2, v2);
+                    MMA(o[j], pa3, v3);
+                }
             }
             if (DIRECT != 0u) {
                 /* nothing shared in the loop */
+            } else if (KV_SEP != 0u) {
+                /* every subgroup is done with this block's V, the next block's K stored */
+                barrier();
+                STORE(0u, 0u, 1u, 1u)
             } else if (STAGES == 2u) {
                 /* the other stage was read last in block i - 1, before the barrier */
-                STORE(uint((i + 1) & 1) * 2u * KVT, uint(i + 1) % 3u)
+                STORE(uint((i + 1) & 1) * 2u * KVT, uint(i + 1) % 3u, 0u, 1u)
                 barrier();
             } else {
                 barrier(); /* every subgroup is done with this block's K and V */
-                STORE(0u, uint(i + 1) % 3u)
+                STORE(0u, uint(i + 1) % 3u, 0u, 1u)
                 barrier();
             }
         }

@@ -19,9 +19,10 @@
  * (LLMEM_VULKAN_ATTN_PF_CM2: P in registers, a two-stage K / V ring, and the precise
  * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). Fast-arithmetic calls
  * whose tiles each hold one stream's tokens run shaders/attention_prefill_fa.comp instead
- * (LLMEM_VULKAN_ATTN_PF_FA bit 1, default 3: one pass a tile; bit 2 its lazy rescale, bit 4 K / V
- * fragments straight from f16 pools of pages of >= 16 keys; head dim 128 where the device also
- * has coopmat2's per-element operations; its EMU module under mode 3). */
+ * (LLMEM_VULKAN_ATTN_PF_FA bit 1, default 11: one pass a tile; bit 2 its lazy rescale, bit 4 K / V
+ * fragments straight from f16 pools of pages of >= 16 keys, bit 8 blocks of 64 keys, bit 16 its
+ * K / V ring refilled in halves; head dim 128 where the device also has coopmat2's per-element
+ * operations; its EMU module under mode 3). */
 #define PF_WG 256     /* 8 subgroups of 16 rows: tiles of 128 (token, head) rows (default) */
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
@@ -30,9 +31,10 @@
                               * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
-#define PF_FA_DEFAULT 3      /* attention_prefill_fa.comp for the calls it takes, with its lazy
-                              * rescale (H200 bench shape, fast: 3.03 ms against 3.52 without,
-                              * the CM2 module's 4.30-4.32) */
+#define PF_FA_DEFAULT 11     /* attention_prefill_fa.comp for the calls it takes, with its lazy
+                              * rescale and 64-key blocks (H200 bench shape, fast: 2.89 ms
+                              * against 3.04-3.06 with 32-key blocks, 3.52 without the lazy
+                              * rescale, the CM2 module's 4.30-4.32) */
 #define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
                               * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
                               * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
@@ -45,6 +47,7 @@ typedef struct pf_cfg {
     uint32_t wg, split, stages, var, psl;
     bool fa; /* attention_prefill_fa.comp: its own constants (attn_pf_run) */
     bool lazy, direct; /* its LAZY and DIRECT (LLMEM_VULKAN_ATTN_PF_FA bits 2 and 4) */
+    bool b64, kv_sep;  /* its B64 and KV_SEP (bits 8 and 16; one K / V stage) */
 } pf_cfg;
 
 /* Bytes of shared memory of attention_prefill_cm.comp at workgroup wg and head dim d (its
@@ -58,14 +61,14 @@ static uint32_t attn_pf_smem(uint32_t wg, uint32_t d, bool emu, bool cm2, uint32
     return nsh * 16 + bm * 16 + 36 + (emu ? wg * 4 : 0) + (emu && cm2 ? wg * 32 : 0);
 }
 
-/* Bytes of shared memory of attention_prefill_fa.comp (its NSH uvec4s, row bounds, pass and
- * bad-page words; EMU's exchanges). */
-static uint32_t attn_fa_smem(uint32_t wg, uint32_t d, bool emu, uint32_t stages)
+/* Bytes of shared memory of attention_prefill_fa.comp at blocks of bn keys (its NSH uvec4s, row
+ * bounds, pass and bad-page words; EMU's exchanges). */
+static uint32_t attn_fa_smem(uint32_t wg, uint32_t d, bool emu, uint32_t stages, uint32_t bn)
 {
-    uint32_t nw = wg / 32, bm = 16 * nw, ldk = d / 8 + 1, kvt = PF_BN * ldk;
+    uint32_t nw = wg / 32, bm = 16 * nw, ldk = d / 8 + 1, kvt = bn * ldk;
     uint32_t nsh = stages * 2 * kvt > nw * 80 ? stages * 2 * kvt : nw * 80;
     nsh = nsh > bm * ldk ? nsh : bm * ldk;
-    return nsh * 16 + bm * 8 + 36 + (emu ? wg * 4 + wg * 32 : 0);
+    return nsh * 16 + bm * 8 + 48 + (emu ? wg * 4 + wg * 32 : 0);
 }
 
 /* One step down when a module's shared memory does not fit the device: one stage first, then
@@ -94,6 +97,17 @@ static bool tiles_one_stream(const int32_t *ts, uint32_t n_tok, uint32_t tt)
     return true;
 }
 
+/* log2 of kv's page size where it is a power of two, else 32 (the shaders' PSL) */
+static uint32_t page_log2(const llmem_kv_view *kv)
+{
+    uint32_t ps = (uint32_t)kv->page_size, l = 0;
+    if (ps == 0 || (ps & (ps - 1)) != 0)
+        return 32;
+    while ((1u << l) < ps)
+        l++;
+    return l;
+}
+
 /* attention_prefill_fa.comp for a fast-arithmetic call (mode 1 fast, mode 2 any, mode 3 its
  * EMU module), where LLMEM_VULKAN_ATTN_PF_FA asks for it, the device runs it and the tiles
  * each hold one stream's tokens; false leaves the call to the other modules. */
@@ -119,7 +133,17 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
     c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
     c->stages = (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES);
-    while (attn_fa_smem(c->wg, d, mode == 3, c->stages) > lim)
+    /* 64-key blocks and the ring refilled in halves: one stage, the ring's (not with direct
+     * loads); 64-key blocks give way to 32 where their stage does not fit */
+    c->direct = (fa & 4) != 0 && kv->dtype == LLMEM_DTYPE_F16 && page_log2(kv) >= 4 &&
+                page_log2(kv) < 32;
+    c->b64 = (fa & 8) != 0 && !c->direct;
+    c->kv_sep = (fa & 16) != 0 && !c->direct;
+    if (c->b64 || c->kv_sep)
+        c->stages = 1;
+    if (c->b64 && attn_fa_smem(c->wg, d, mode == 3, 1, 64) > lim)
+        c->b64 = false;
+    while (attn_fa_smem(c->wg, d, mode == 3, c->stages, c->b64 ? 64 : PF_BN) > lim)
         if (!pf_shrink(c))
             return false;
     if (mode != 3 && c->wg != PF_WG)
@@ -131,15 +155,8 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     c->split = 1;
     c->var = 0;
     c->fa = true;
-    c->psl = 32;
-    uint32_t ps = (uint32_t)kv->page_size;
-    if (ps > 0 && (ps & (ps - 1)) == 0)
-        for (c->psl = 0; (1u << c->psl) < ps; c->psl++)
-            ;
+    c->psl = page_log2(kv);
     c->lazy = (fa & 2) != 0;
-    /* direct loads: f16 pools (no conversion) of pages of 2^k >= 16 keys (a 16-key group of a
-     * block in one page); the ring elsewhere */
-    c->direct = (fa & 4) != 0 && kv->dtype == LLMEM_DTYPE_F16 && c->psl >= 4 && c->psl < 32;
     return true;
 }
 
@@ -241,6 +258,8 @@ static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn
         vk_op_spec(&op, v->storage_align % 16 == 0 && qo % 4 == 0 && oo % 4 == 0 ? 1u : 0u);
         vk_op_spec(&op, c->lazy ? 1u : 0u);
         vk_op_spec(&op, c->direct ? 1u : 0u);
+        vk_op_spec(&op, c->b64 ? 1u : 0u);
+        vk_op_spec(&op, c->kv_sep ? 1u : 0u);
     } else {
         vk_op_spec(&op, c->split);
         vk_op_spec(&op, c->stages);
