@@ -39,11 +39,17 @@
  * (docs/benchmarks.md, "Vulkan prefill attention: lazy rescale and direct K / V loads").
  * B64 (bit 8): blocks of 64 keys in one K / V stage (34 KiB; two stages would take 68 of the
  * H200's 48), S in four accumulators: the block's fixed work (row maxima, the rescale's vote,
- * the masks' tests, the ring's barrier) halved a key. KV_SEP (bit 16): one stage whose K and V
- * halves are refilled apart, each after the barrier that ends its reads (the next block's K
- * fetched before S and stored before P V, its V fetched then and stored after P V), so that
- * half the ring's rows are in registers at a time and each store overlaps the other half's
- * math ("Vulkan prefill attention: 64-key blocks and a K / V ring refilled in halves").
+ * the masks' tests) halved a key (the ring's barriers stay two a 64-key block). KV_SEP (bit
+ * 16): one stage whose K and V halves are refilled apart, each after the barrier that ends its
+ * reads (the next block's K fetched before S and stored before P V, its V fetched then and
+ * stored after P V), so that half the ring's rows are in registers at a time and each store
+ * overlaps the other half's math (docs/benchmarks.md, "Vulkan prefill attention: 64-key
+ * blocks, a K / V ring refilled in halves, and O out of local memory").
+ * VLATE (bit 32) fetches the next block's V rows after the softmax; QFIRST (bit 64) issues the
+ * Q tile's loads before the row table's. OUNR (bit 128): O's rescale, normalization and store
+ * written out matrix by matrix, as whole-matrix products: the driver kept one of those loops
+ * rolled, so o[] (256 bytes an invocation) lived in local memory through the whole pass; H200
+ * bench shape 1.70 ms against 2.84 (64-key blocks) and 1.79 (32-key blocks).
  *
  * EMU (-DEMU=1, attention_prefill_fa_emu, by glslangValidator): the same tiling, layout, masks
  * and softmax with scalar loops for the matrix operations, the reductions, the conversion and
@@ -86,19 +92,32 @@ layout(constant_id = 4) const uint SOFTCAP = 0;
 layout(constant_id = 5) const uint PSL = 32;
 /* 1: p.q_off and p.o_off are multiples of 4 floats: Q and O as 16-byte vectors */
 layout(constant_id = 6) const uint VEC = 0;
-/* 1: lazy rescale: a row keeps its reference max while the block's max exceeds it by at most
+/* the variant's bits (LLMEM_VULKAN_ATTN_PF_FA's, as vk_ops_attn_pf.c resolved them), each
+ * constant below 0 or 1 */
+layout(constant_id = 7) const uint FAV = 0;
+/* lazy rescale: a row keeps its reference max while the block's max exceeds it by at most
  * LAZY_TH (P <= 256), and O, l are rescaled only for rows whose max grew by more */
-layout(constant_id = 7) const uint LAZY = 0;
-/* 1: K / V fragments straight from the pool (f16 pools, pages of 2^PSL >= 16 keys: a 16-key
+const uint LAZY = (FAV >> 1u) & 1u;
+/* K / V fragments straight from the pool (f16 pools, pages of 2^PSL >= 16 keys: a 16-key
  * group of a block lies in one page), no ring, no store and no barrier in the loop */
-layout(constant_id = 8) const uint DIRECT = 0;
-/* 1: blocks of 64 keys (one K / V stage: two do not fit 48 KiB), half the blocks' fixed work
- * (barriers, row maxima, the rescale's vote, the masks' tests) a key; not with DIRECT */
-layout(constant_id = 9) const uint B64 = 0;
-/* 1: one K / V stage whose K half and V half are refilled apart: the next block's K rows are
+const uint DIRECT = (FAV >> 2u) & 1u;
+/* blocks of 64 keys (one K / V stage: two do not fit 48 KiB), half the blocks' fixed work
+ * (row maxima, the rescale's vote, the masks' tests) a key; not with DIRECT */
+const uint B64 = (FAV >> 3u) & 1u;
+/* one K / V stage whose K half and V half are refilled apart: the next block's K rows are
  * fetched before S and stored after the barrier that ends this block's reads of K, its V rows
  * fetched then and stored after the barrier that ends P V (the host passes STAGES 1) */
-layout(constant_id = 10) const uint KV_SEP = 0;
+const uint KV_SEP = (FAV >> 4u) & 1u;
+/* the next block's V rows fetched after this block's softmax (not with its K rows at the
+ * block's start), from the addresses kept: no V rows in registers during S */
+const uint VLATE = (FAV >> 5u) & 1u;
+/* the Q tile's loads issued before the row table's and stored into sh before its first
+ * barrier (their latencies overlapped, one barrier fewer) */
+const uint QFIRST = (FAV >> 6u) & 1u;
+/* O's rescale, normalization and store as eight written-out steps of whole-matrix products
+ * (o[j] * tm), with no loop over O's matrices or their elements that the driver might keep
+ * rolled (a rolled loop indexes o, which then lives in local memory) */
+const uint OUNR = (FAV >> 7u) & 1u;
 #define DT_BF16 2u
 
 const uint BN = B64 != 0u ? 64u : 32u; /* keys a block */
@@ -341,6 +360,11 @@ uint bf16x2_to_f16x2(uint x)
     return packHalf2x16(vec2(uintBitsToFloat(x << 16), uintBitsToFloat(x & 0xffff0000u)));
 }
 
+#ifdef HD
+/* m_(j) for each of O's DT = HD / 16 = 8 matrices, written out */
+#define FOR_DT(m_) m_(0u) m_(1u) m_(2u) m_(3u) m_(4u) m_(5u) m_(6u) m_(7u)
+#endif
+
 /* the page of key k_ and its slot there: a shift and a mask for pages of 2^PSL keys */
 #define PG_OF(k_) (PSL < 32u ? (k_) >> (PSL & 31u) : (k_) / p.ps)
 #define PG_IN(k_) (PSL < 32u ? (k_) & ((1u << (PSL & 31u)) - 1u) : (k_) % p.ps)
@@ -355,6 +379,38 @@ void main()
     const uint hc0 = (gid / p.n_kv) % p.n_hc * p.hh;
     const uint t0 = (p.n_tiles - 1u - gid / (p.n_kv * p.n_hc)) * p.tt; /* long tiles first */
     const uint rows = p.hh * p.tt;
+
+    /* the Q tile's rows of this invocation (q * scale, f32), Q_LOAD's loads in flight */
+    vec4 qx[2u * NQ];
+#define Q_LOAD()                                                                                   \
+    UNROLL for (uint n = 0u; n < NQ; n++) {                                                        \
+        uint e = t + n * WG, r = e / DV, c = e % DV;                                               \
+        uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;                                             \
+        vec4 xa = vec4(0.0), xb = vec4(0.0);                                                       \
+        if (e < BM * DV && r < rows && tok < p.n_tok && hr < p.n_rep) {                            \
+            uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;                  \
+            if (VEC != 0u) {                                                                       \
+                xa = q4[b / 4u];                                                                   \
+                xb = q4[b / 4u + 1u];                                                              \
+            } else {                                                                               \
+                xa = vec4(q[b], q[b + 1u], q[b + 2u], q[b + 3u]);                                  \
+                xb = vec4(q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u]);                             \
+            }                                                                                      \
+        }                                                                                          \
+        qx[2u * n] = xa;                                                                           \
+        qx[2u * n + 1u] = xb;                                                                      \
+    }
+    /* qx * scale rounded to f16 into the Q tile in sh */
+#define Q_STORE()                                                                                  \
+    UNROLL for (uint n = 0u; n < NQ; n++) {                                                        \
+        uint e = t + n * WG, r = e / DV, c = e % DV;                                               \
+        vec4 xa = qx[2u * n] * p.scale, xb = qx[2u * n + 1u] * p.scale;                            \
+        if (e < BM * DV)                                                                           \
+            sh[r * LDK + c] = uvec4(packHalf2x16(xa.xy), packHalf2x16(xa.zw),                      \
+                                    packHalf2x16(xb.xy), packHalf2x16(xb.zw));                     \
+    }
+    if (QFIRST != 0u)
+        Q_LOAD()
 
     /* row t (t < BM): its stream and key range (attention_decode.comp's checks); s -1: a query
      * that sees no key, -2: padding */
@@ -377,6 +433,8 @@ void main()
             }
         }
     }
+    if (QFIRST != 0u)
+        Q_STORE() /* read after the barriers below */
     if (t == 0u) {
         pass_s[0] = BIG;
         pass_s[1] = BIG;
@@ -423,28 +481,12 @@ void main()
     }
 
     /* the Q tile: q * scale rounded to f16, staged over all of sh, into qf */
-    FA qf[DT];
-    UNROLL for (uint n = 0u; n < NQ; n++) {
-        uint e = t + n * WG, r = e / DV, c = e % DV;
-        uint tok = t0 + r / p.hh, hr = hc0 + r % p.hh;
-        vec4 xa = vec4(0.0), xb = vec4(0.0);
-        if (e < BM * DV && r < rows && tok < p.n_tok && hr < p.n_rep) {
-            uint b = p.q_off + (tok * p.n_heads + g * p.n_rep + hr) * D + 8u * c;
-            if (VEC != 0u) {
-                xa = q4[b / 4u];
-                xb = q4[b / 4u + 1u];
-            } else {
-                xa = vec4(q[b], q[b + 1u], q[b + 2u], q[b + 3u]);
-                xb = vec4(q[b + 4u], q[b + 5u], q[b + 6u], q[b + 7u]);
-            }
-            xa *= p.scale;
-            xb *= p.scale;
-        }
-        if (e < BM * DV)
-            sh[r * LDK + c] = uvec4(packHalf2x16(xa.xy), packHalf2x16(xa.zw), packHalf2x16(xb.xy),
-                                    packHalf2x16(xb.zw));
+    if (QFIRST == 0u) {
+        Q_LOAD()
+        Q_STORE()
+        barrier();
     }
-    barrier();
+    FA qf[DT];
     UNROLL for (uint k = 0u; k < DT; k++)
         LOAD_A(qf[k], warp * 16u * LDK + 2u * k, LDK);
     barrier(); /* the Q tile read (and pass_s complete) before the K / V tiles come */
@@ -462,7 +504,7 @@ void main()
         const int nblk = (jhi - kb0 + int(BN) - 1) / int(BN);
         uvec4 ld[2u * NLD];
         uint kbm = 0u;  /* bit u: slot u of the fetched block has a bad page id */
-        uint fad[NLD];  /* KV_SEP: the fetched slots' pool addresses (NO_ROWS: reads as 0) */
+        uint fad[NLD];  /* the fetched slots' pool addresses (NO_ROWS: reads as 0) */
 
         /* block i's K rows into ld[u] (and with wv_ its V rows into ld[NL2 + u]; zeros
          * outside [jlo, jhi) and for bad page ids, whose slots u are kbm's bits), the slots'
@@ -489,7 +531,7 @@ void main()
             ld[NL2 + u] = xv_;                                                                     \
         fad[u] = a_;                                                                               \
     }
-        /* the V rows of the slots FETCH found (KV_SEP) */
+        /* the V rows of the slots FETCH found (KV_SEP, VLATE) */
 #define FETCH_V()                                                                                  \
     UNROLL for (uint u = 0u; u < NL2; u++) {                                                       \
         uvec4 xv_ = uvec4(0u);                                                                     \
@@ -551,7 +593,8 @@ void main()
                 kt = STAGES == 2u ? uint(i & 1) * 2u * KVT : 0u;
                 if (t < 2u)
                     kbad_s[2u * (uint(i + 2) % 3u) + t] = 0u;
-                FETCH(i + 1, KV_SEP == 0u) /* past the last block: keys >= jhi, no loads */
+                /* past the last block: keys >= jhi, no loads */
+                FETCH(i + 1, KV_SEP == 0u && VLATE == 0u)
                 bad = kbad_s[2u * (uint(i) % 3u)];
                 if (BN == 64u)
                     bad1 = kbad_s[2u * (uint(i) % 3u) + 1u];
@@ -634,16 +677,25 @@ void main()
                 barrier();
                 STORE(0u, uint(i + 1) % 3u, 0u, 0u)
                 FETCH_V()
+            } else if (VLATE != 0u && DIRECT == 0u) {
+                FETCH_V() /* stored with K at the block's end */
             }
             /* O = O diag(corr) + P V; no rescale where the subgroup's factors are all 1 (its
              * rows' maxima unchanged: multiplying by 1 is exact) */
             bool keep = true;
             UNROLL for (uint i2 = 0u; i2 < NEL(tm); i2++)
                 keep = keep && EL(tm, i2) == 1.0;
-            if (!SG_ALL(keep))
-                UNROLL for (uint j = 0u; j < DT; j++)
-                    UNROLL for (uint i2 = 0u; i2 < NEL(tm); i2++)
-                        EL(o[j], i2) *= EL(tm, i2);
+            if (!SG_ALL(keep)) {
+#ifdef HD
+#define O_SCALE(j_) o[j_] = o[j_] * tm;
+                if (OUNR != 0u) {
+                    FOR_DT(O_SCALE)
+                } else
+#endif
+                    UNROLL for (uint j = 0u; j < DT; j++)
+                        UNROLL for (uint i2 = 0u; i2 < NEL(tm); i2++)
+                            EL(o[j], i2) *= EL(tm, i2);
+            }
             FA pa0, pa1, pa2, pa3;
             TO_A(pa0, s0);
             TO_A(pa1, s1);
@@ -698,29 +750,44 @@ void main()
         float l = EL(l_acc, i2);
         EL(l_acc, i2) = l > 0.0 ? 1.0 / l : 0.0;
     }
-    UNROLL for (uint j = 0u; j < DT; j++)
-        UNROLL for (uint i2 = 0u; i2 < NEL(l_acc); i2++)
-            EL(o[j], i2) *= EL(l_acc, i2);
+#ifdef HD
+#define O_NORM(j_) o[j_] = o[j_] * l_acc;
+    if (OUNR != 0u) {
+        FOR_DT(O_NORM)
+    } else
+#endif
+        UNROLL for (uint j = 0u; j < DT; j++)
+            UNROLL for (uint i2 = 0u; i2 < NEL(l_acc); i2++)
+                EL(o[j], i2) *= EL(l_acc, i2);
     const uint rr = warp * 16u + lane / 2u, half_ = lane % 2u; /* this invocation's row-half */
     const uint tok = t0 + rr / p.hh, hr = hc0 + rr % p.hh;
     const bool out_ok = rr < rows && tok < p.n_tok && hr < p.n_rep;
     const uint ob = p.o_off + (tok * p.n_heads + g * p.n_rep + hr) * D;
     const uint so = warp * 80u + (lane / 2u) * 5u + 2u * half_;
-    UNROLL for (uint j = 0u; j < DT; j++) {
-        STORE_C(o[j], warp * 80u, 5u);
-        SG_SYNC();
-        if (out_ok) {
-            UNROLL for (uint c = 0u; c < 2u; c++) {
-                vec4 y = uintBitsToFloat(sh[so + c]);
-                const uint at = ob + 16u * j + 8u * half_ + 4u * c;
-                if (VEC != 0u) {
-                    res4[at / 4u] = y;
-                } else {
-                    UNROLL for (uint e = 0u; e < 4u; e++)
-                        res[at + e] = y[e];
-                }
-            }
-        }
-        SG_SYNC();
+    /* O's matrix j_ through sh to the output rows */
+#define O_OUT(j_)                                                                                  \
+    {                                                                                              \
+        STORE_C(o[j_], warp * 80u, 5u);                                                            \
+        SG_SYNC();                                                                                 \
+        if (out_ok) {                                                                              \
+            UNROLL for (uint c = 0u; c < 2u; c++) {                                                \
+                vec4 y = uintBitsToFloat(sh[so + c]);                                              \
+                const uint at = ob + 16u * (j_) + 8u * half_ + 4u * c;                             \
+                if (VEC != 0u) {                                                                   \
+                    res4[at / 4u] = y;                                                             \
+                } else {                                                                           \
+                    UNROLL for (uint e = 0u; e < 4u; e++)                                          \
+                        res[at + e] = y[e];                                                        \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        SG_SYNC();                                                                                 \
     }
+#ifdef HD
+    if (OUNR != 0u) {
+        FOR_DT(O_OUT)
+    } else
+#endif
+        UNROLL for (uint j = 0u; j < DT; j++)
+            O_OUT(j)
 }

@@ -53,7 +53,9 @@
  * each LLMEM_VULKAN_ATTN_PF_FA variant (1; 3 lazy rescale: another reference max, the same
  * bound; 5 / 7 direct K / V loads where the pool is f16 in pages of >= 16 keys: the bytes of
  * 1 / 3; 11 64-key blocks, the same bound (the EMU module where their stage fits the device:
- * head dim 64 on lavapipe); 19 / 27 the ring refilled in halves: the bytes of 3 / 11).
+ * head dim 64 on lavapipe); 19 / 27 the ring refilled in halves: the bytes of 3 / 11; 35 V
+ * fetched after the softmax: the bytes of 3; 139 O's loops written out, 235 with V late and
+ * the Q tile's loads first: the bytes of 11).
  */
 #include "support/run.h"
 #include <check.h>
@@ -460,12 +462,15 @@ static const pf_case fa_cases[] = {
 };
 
 /* LLMEM_VULKAN_ATTN_PF_FA's variants: the module, + lazy rescale, + direct K / V loads, both;
- * + 64-key blocks, + the ring refilled in halves, both; direct loads and the ring in halves
- * keep the bytes of the variant without them (fa_same: the same arithmetic), the lazy rescale
- * and 64-key blocks (other reference maxima) keep the bound */
-#define N_FA_VARIANTS 7
-static const char *const fa_variants[N_FA_VARIANTS] = {"1", "3", "5", "7", "11", "19", "27"};
-static const int fa_same[N_FA_VARIANTS] = {-1, -1, 0, 1, -1, 1, 4};
+ * + 64-key blocks, + the ring refilled in halves, both; V fetched after the softmax (32-key
+ * blocks); 64-key blocks with O's loops written out, and with V late and the Q tile's loads
+ * first too; direct loads, the ring in halves, V late, Q first and O's loops keep the bytes
+ * of the variant without them (fa_same: the same arithmetic), the lazy rescale and 64-key
+ * blocks (other reference maxima) keep the bound */
+#define N_FA_VARIANTS 10
+static const char *const fa_variants[N_FA_VARIANTS] = {"1",  "3",  "5",  "7",   "11",
+                                                       "19", "27", "35", "139", "235"};
+static const int fa_same[N_FA_VARIANTS] = {-1, -1, 0, 1, -1, 1, 4, 1, 4, 4};
 
 START_TEST(test_attn_pf_fa)
 {

@@ -73,7 +73,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_MV16_NR", mv16_nr, 1, 8, POW2),
     K("LLMEM_VULKAN_MV16_UNROLL", mv16_unroll, 1, 16, NUM),
     K("LLMEM_VULKAN_PAIR_PLAN", pair_plan, 0, 1, NUM),
-    K("LLMEM_VULKAN_ATTN_PF_FA", attn_pf_fa, 0, 31, NUM),
+    K("LLMEM_VULKAN_ATTN_PF_FA", attn_pf_fa, 0, 255, NUM),
 };
 #undef K
 

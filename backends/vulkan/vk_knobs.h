@@ -74,10 +74,12 @@ typedef struct vk_knobs {
     int32_t mv16_nr;     /* LLMEM_VULKAN_MV16_NR: 1..8, 2^k, weight rows per group */
     int32_t mv16_unroll; /* LLMEM_VULKAN_MV16_UNROLL: 1..16, 16-byte loads in flight a row */
     int32_t pair_plan;      /* LLMEM_VULKAN_PAIR_PLAN: 0, 1 the SwiGLU's products in one wave (vk_sum.c) */
-    int32_t attn_pf_fa;     /* LLMEM_VULKAN_ATTN_PF_FA: 0..31 the prefill attention's one-pass
+    int32_t attn_pf_fa;     /* LLMEM_VULKAN_ATTN_PF_FA: 0..255 the prefill attention's one-pass
                              * module, attention_prefill_fa.comp (vk_ops_attn_pf.c): bit 0 on,
                              * 2 its lazy rescale, 4 its direct K / V loads, 8 blocks of 64
-                             * keys, 16 its K / V ring refilled in halves */
+                             * keys, 16 its K / V ring refilled in halves, 32 V fetched
+                             * after the softmax, 64 the Q tile's loads first, 128 O's
+                             * loops written out */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

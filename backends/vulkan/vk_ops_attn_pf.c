@@ -19,10 +19,11 @@
  * (LLMEM_VULKAN_ATTN_PF_CM2: P in registers, a two-stage K / V ring, and the precise
  * arithmetic: q * scale and P as hi + lo f16 terms, f16 pools only). Fast-arithmetic calls
  * whose tiles each hold one stream's tokens run shaders/attention_prefill_fa.comp instead
- * (LLMEM_VULKAN_ATTN_PF_FA bit 1, default 11: one pass a tile; bit 2 its lazy rescale, bit 4 K / V
- * fragments straight from f16 pools of pages of >= 16 keys, bit 8 blocks of 64 keys, bit 16 its
- * K / V ring refilled in halves; head dim 128 where the device also has coopmat2's per-element
- * operations; its EMU module under mode 3). */
+ * (LLMEM_VULKAN_ATTN_PF_FA bit 1, default 139: one pass a tile; bit 2 its lazy rescale, bit 4
+ * K / V fragments straight from f16 pools of pages of >= 16 keys, bit 8 blocks of 64 keys, bit 16
+ * its K / V ring refilled in halves, bit 32 the next block's V rows fetched after the softmax,
+ * bit 64 the Q tile's loads first, bit 128 O's loops written out; head dim 128 where the device
+ * also has coopmat2's per-element operations; its EMU module under mode 3). */
 #define PF_WG 256     /* 8 subgroups of 16 rows: tiles of 128 (token, head) rows (default) */
 #define PF_BN 32      /* keys a block (the shader's BN) */
 #define PF_TOKENS 16  /* tokens a stream's run, on average, from which the route is taken */
@@ -31,10 +32,23 @@
                               * against the KHR module's 5.43, docs/benchmarks.md) */
 #define PF_STAGES 2          /* its K / V stages (2: the ring) */
 #define PF_PRECISE_DEFAULT 1 /* precise-mode calls on the CM2 module's hi + lo arithmetic */
-#define PF_FA_DEFAULT 11     /* attention_prefill_fa.comp for the calls it takes, with its lazy
-                              * rescale and 64-key blocks (H200 bench shape, fast: 2.89 ms
-                              * against 3.04-3.06 with 32-key blocks, 3.52 without the lazy
-                              * rescale, the CM2 module's 4.30-4.32) */
+#define PF_FA_DEFAULT 139    /* attention_prefill_fa.comp for the calls it takes, with its lazy
+                              * rescale, 64-key blocks and O's loops written out (H200 bench
+                              * shape, fast: 1.70 ms against 2.84 without the last, CUDA's
+                              * 0.88; the CM2 module's 4.30) */
+/* LLMEM_VULKAN_ATTN_PF_FA's bits (attention_prefill_fa.comp's FAV): the module on, its lazy
+ * rescale, direct K / V loads, 64-key blocks, ring refilled in halves, V rows fetched after
+ * the softmax, the Q tile's loads first, O's loops written out */
+enum {
+    FA_ON = 1,
+    FA_LAZY = 2,
+    FA_DIRECT = 4,
+    FA_B64 = 8,
+    FA_KV_SEP = 16,
+    FA_VLATE = 32,
+    FA_QFIRST = 64,
+    FA_OUNR = 128,
+};
 #define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
                               * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
                               * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
@@ -46,8 +60,7 @@ typedef struct pf_cfg {
     vk_shader_id sh;
     uint32_t wg, split, stages, var, psl;
     bool fa; /* attention_prefill_fa.comp: its own constants (attn_pf_run) */
-    bool lazy, direct; /* its LAZY and DIRECT (LLMEM_VULKAN_ATTN_PF_FA bits 2 and 4) */
-    bool b64, kv_sep;  /* its B64 and KV_SEP (bits 8 and 16; one K / V stage) */
+    uint32_t fav; /* its FAV: LLMEM_VULKAN_ATTN_PF_FA's bits 2 and up where the call has them */
 } pf_cfg;
 
 /* Bytes of shared memory of attention_prefill_cm.comp at workgroup wg and head dim d (its
@@ -117,7 +130,7 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
 {
     uint32_t d = (uint32_t)kv->head_dim;
     long fa = VK_KNOB(v, attn_pf_fa, PF_FA_DEFAULT);
-    if ((fa & 1) == 0 || (!p->fast && mode != 2))
+    if ((fa & FA_ON) == 0 || (!p->fast && mode != 2))
         return false;
     if (mode == 3) {
         c->sh = VK_SH_ATTENTION_PREFILL_FA_EMU;
@@ -133,17 +146,20 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
     c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
     c->stages = (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES);
-    /* 64-key blocks and the ring refilled in halves: one stage, the ring's (not with direct
-     * loads); 64-key blocks give way to 32 where their stage does not fit */
-    c->direct = (fa & 4) != 0 && kv->dtype == LLMEM_DTYPE_F16 && page_log2(kv) >= 4 &&
-                page_log2(kv) < 32;
-    c->b64 = (fa & 8) != 0 && !c->direct;
-    c->kv_sep = (fa & 16) != 0 && !c->direct;
-    if (c->b64 || c->kv_sep)
+    /* the variant's bits: direct loads for f16 pools of pages of 2^k >= 16 keys (a 16-key group
+     * of a block in one page); 64-key blocks, the ring in halves and V late with the ring only;
+     * the first two in one stage, 64-key blocks back to 32 where their stage does not fit */
+    c->fav = (uint32_t)fa & (FA_LAZY | FA_DIRECT | FA_B64 | FA_KV_SEP | FA_VLATE | FA_QFIRST |
+                             FA_OUNR);
+    if (kv->dtype != LLMEM_DTYPE_F16 || page_log2(kv) < 4 || page_log2(kv) >= 32)
+        c->fav &= ~(uint32_t)FA_DIRECT;
+    if (c->fav & FA_DIRECT)
+        c->fav &= ~(uint32_t)(FA_B64 | FA_KV_SEP | FA_VLATE);
+    if (c->fav & (FA_B64 | FA_KV_SEP))
         c->stages = 1;
-    if (c->b64 && attn_fa_smem(c->wg, d, mode == 3, 1, 64) > lim)
-        c->b64 = false;
-    while (attn_fa_smem(c->wg, d, mode == 3, c->stages, c->b64 ? 64 : PF_BN) > lim)
+    if ((c->fav & FA_B64) && attn_fa_smem(c->wg, d, mode == 3, 1, 64) > lim)
+        c->fav &= ~(uint32_t)FA_B64;
+    while (attn_fa_smem(c->wg, d, mode == 3, c->stages, (c->fav & FA_B64) ? 64 : PF_BN) > lim)
         if (!pf_shrink(c))
             return false;
     if (mode != 3 && c->wg != PF_WG)
@@ -156,7 +172,6 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     c->var = 0;
     c->fa = true;
     c->psl = page_log2(kv);
-    c->lazy = (fa & 2) != 0;
     return true;
 }
 
@@ -251,15 +266,13 @@ static llmem_status attn_pf_run(vk_backend *v, const pf_cfg *c, const llmem_attn
     vk_op_spec(&op, (uint32_t)kv->dtype);
     if (c->fa) {
         /* attention_prefill_fa.comp: STAGES, SOFTCAP, PSL, VEC (16-byte Q and O vectors where
-         * the bindings start on 16 bytes and both tensors 4 floats into them) */
+         * the bindings start on 16 bytes and both tensors 4 floats into them), FAV (the
+         * variant's bits) */
         vk_op_spec(&op, c->stages);
         vk_op_spec(&op, p->softcap > 0.0f ? 1u : 0u);
         vk_op_spec(&op, c->psl);
         vk_op_spec(&op, v->storage_align % 16 == 0 && qo % 4 == 0 && oo % 4 == 0 ? 1u : 0u);
-        vk_op_spec(&op, c->lazy ? 1u : 0u);
-        vk_op_spec(&op, c->direct ? 1u : 0u);
-        vk_op_spec(&op, c->b64 ? 1u : 0u);
-        vk_op_spec(&op, c->kv_sep ? 1u : 0u);
+        vk_op_spec(&op, c->fav);
     } else {
         vk_op_spec(&op, c->split);
         vk_op_spec(&op, c->stages);
