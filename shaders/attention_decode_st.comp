@@ -28,14 +28,19 @@
  *    hold V, which accumulate p v into R x EV registers.
  * Loads run one step ahead (K and V of step j + 1 in flight during step j,
  * 2 x KPL vectors a lane), the slots two steps ahead (lane k < KS of a
- * subgroup looks up key k of its step; shuffles hand the slots to the
- * loading lanes). Every loop over a register array has literal bounds and
- * [[unroll]] (GL_EXT_control_flow_attributes), and the reduce-scatter's
- * indices are literals (RS_STAGE), so the arrays stay in registers (an
- * index through a loop variable put them in local memory on the H200:
- * 0.73 ms against 0.33 at the bench shape). At the end the key groups of
- * a subgroup are added by shuffles
- * and the subgroups' states merged through shared memory (as
+ * subgroup holds key k's slot of a step; shuffles hand the slots to the
+ * loading lanes). With VAR bit 8 (PTB, the host's default) the page-table
+ * words come a block of SGS / KS steps ahead, one word a lane: a word is
+ * first read (its load waited for) a block after its load, where a word
+ * looked up two steps ahead is waited for at the end of the step that
+ * loads it (0.282 / 0.281 / 0.281 ms against 0.325 / 0.305 / 0.304 at
+ * pages of 1 / 16 / 64 of the bench shape on the H200). Every loop over a
+ * register array has literal bounds and [[unroll]]
+ * (GL_EXT_control_flow_attributes), and the reduce-scatter's indices are
+ * literals (RS_STAGE), so the arrays stay in registers (an index through a
+ * loop variable put them in local memory on the H200: 0.73 ms against 0.33
+ * at the bench shape). At the end the key groups of a subgroup are added
+ * by shuffles and the subgroups' states merged through shared memory (as
  * attn_combine.comp merges splits). Only keys below tok_kv_len, which the
  * host checked against seq_len, are touched; an invalid page id or a key
  * past the range is masked and never read. A token whose stream or length
@@ -47,9 +52,11 @@
  * memory fits. The dot products are added in a tree, so results differ
  * from the plain module's in the last bits (float64-checked). f16 is
  * widened with unpackHalf2x16 (exact), bf16 by a shift. On the H200
- * (driver 580) it reads the bench shape's 1 GiB at ~3,500 GB/s, the plain
- * module at ~2,400, CUDA's tensor-core kernel at ~4,150 (docs/
- * benchmarks.md, "Vulkan decode attention streamed by subgroups"). */
+ * (driver 580) it reads the bench shape's 1 GiB at ~3,800 GB/s (the Vulkan
+ * copy's rate), the plain module at ~2,400, CUDA's tensor-core kernel at
+ * ~4,250 (docs/benchmarks.md, "Vulkan decode attention streamed by
+ * subgroups" and "Vulkan decode attention: the page-table words a block
+ * ahead"). */
 #extension GL_KHR_shader_subgroup_basic : enable
 #extension GL_KHR_shader_subgroup_shuffle : enable
 #extension GL_EXT_control_flow_attributes : enable
@@ -64,9 +71,15 @@ layout(constant_id = 6) const uint KPL = 4; /* keys a lane loads a step: 1..8, K
 layout(constant_id = 7) const uint SGS = 32; /* subgroup size */
 /* variants (LLMEM_VULKAN_DEC_ST): 1 the queries read from shared memory each step instead of
  * held in registers; 2 V loaded at the start of its own step instead of one step ahead; 4 the
- * L2 prefetch touches 64-byte segments instead of 32 */
+ * L2 prefetch touches 64-byte segments instead of 32; 8 (PTB) the page-table words by blocks:
+ * one word a lane, those of the next SGS / KS steps, loaded a block (SGS / KS steps) before
+ * they are used, instead of the KS words of a step two steps ahead (at pages of 1 each step's
+ * words are a new load from L2 or DRAM, whose wait the two-step lookahead may not cover);
+ * 16 (ILV) the splits interleaved: split s takes the subgroup steps s, s + n_split, .. of the
+ * whole key range instead of a contiguous range of split_keys keys */
 layout(constant_id = 8) const uint VAR = 0;
-const bool QSH = (VAR & 1u) != 0u, VIN = (VAR & 2u) != 0u;
+const bool QSH = (VAR & 1u) != 0u, VIN = (VAR & 2u) != 0u, PTB = (VAR & 8u) != 0u,
+           ILV = (VAR & 16u) != 0u;
 /* L2 prefetch (LLMEM_VULKAN_DEC_ATTN_PF; 0 off): at step j each subgroup loads one word per PFS
  * bytes of the K and V rows of its step j + PFD into registers pt and folds them into px one
  * step later; px feeds a store that never runs (n_tok == 0 is never dispatched), so the loads
@@ -170,19 +183,32 @@ float elem(uvec4 w, uint e)
     return uintBitsToFloat((e & 1u) != 0u ? word & 0xffff0000u : word << 16);
 }
 
+/* The first vector of the row of key `key` (< hi) of KV head g in page `page`, or INVALID
+ * (at or past hi, or a page outside the pool). */
+uint slot_at(int page, int key, int hi, uint g)
+{
+    if (key >= hi || page < 0 || uint(page) >= p.n_pages)
+        return INVALID;
+    uint k = uint(key);
+    /* pages of 2^k tokens (the usual case, uniform) by shifts */
+    uint in_pg = (p.ps & (p.ps - 1u)) == 0u ? k & (p.ps - 1u) : k % p.ps;
+    return ((uint(page) * p.ps + in_pg) * p.n_kv + g) * NV;
+}
+
+/* The page-table word of key `key` through page-table row pt; at or past hi the row's first
+ * word (read, never used: the load needs no branch, so its value is waited for only where
+ * slot_at reads it). */
+int page_word(int key, int hi, uint pt)
+{
+    uint k = key < hi ? uint(key) : 0u;
+    return idx[pt + ((p.ps & (p.ps - 1u)) == 0u ? k >> findLSB(p.ps) : k / p.ps)];
+}
+
 /* The first vector of the row of key `key` of KV head g through page-table row pt, or INVALID
  * (at or past hi, or a page outside the pool). */
 uint slot_of(int key, int hi, uint pt, uint g)
 {
-    if (key >= hi)
-        return INVALID;
-    uint k = uint(key);
-    /* pages of 2^k tokens (the usual case, uniform) by shifts */
-    bool pow2 = (p.ps & (p.ps - 1u)) == 0u;
-    uint pg = pow2 ? k >> findLSB(p.ps) : k / p.ps, in_pg = pow2 ? k & (p.ps - 1u) : k % p.ps;
-    int page = idx[pt + pg];
-    return page >= 0 && uint(page) < p.n_pages ? ((uint(page) * p.ps + in_pg) * p.n_kv + g) * NV
-                                                : INVALID;
+    return key >= hi ? INVALID : slot_at(page_word(key, hi, pt), key, hi, g);
 }
 
 void main()
@@ -214,7 +240,7 @@ void main()
         len = 0;
     int lo = p.window > 0 && len > p.window ? len - p.window : 0;
     int hi = len;
-    if (p.n_split > 1u) {
+    if (p.n_split > 1u && !ILV) {
         lo += int(split * p.split_keys);
         hi = min(hi, lo + int(p.split_keys));
     }
@@ -242,11 +268,23 @@ void main()
     float m_run = NEG_INF, l_run = 0.0; /* head (l / REP) % R of this lane */
     uint v_me = l / REP;                /* the value this lane sums: key v_me / R, head v_me % R */
 
-    const int stride = int(NSG * KS);
-    int b = lo + int(sg * KS);
+    /* ILV: this split's steps are every n_split-th of the whole range */
+    const int stride = int(NSG * KS * (ILV ? p.n_split : 1u));
+    int b = lo + int((ILV ? split * NSG + sg : sg) * KS);
     bool lk = ln < KS; /* looks up key ln of a step */
     uint s0 = slot_of(lk ? b + int(ln) : hi, hi, pt, g);
     uint s1 = slot_of(lk ? b + stride + int(ln) : hi, hi, pt, g);
+    /* PTB: lane ln holds the page word of key ln % KS of step ln / KS of a block of BS steps:
+     * ptc those of steps j0 + 2 .. j0 + BS + 1 (j0 the block's first step), ptn the next
+     * block's, loaded when ptc's block starts; jb = j - j0 */
+    const uint BS = SGS / KS;
+    const int lkb = int((ln / KS) * uint(stride) + ln % KS);
+    int ptc = 0, ptn = 0;
+    uint jb = 0u;
+    if (PTB) {
+        ptc = page_word(b + 2 * stride + lkb, hi, pt);
+        ptn = page_word(b + int(BS + 2u) * stride + lkb, hi, pt);
+    }
     uvec4 kw[KMAX], vw[KMAX], kn[KMAX], vn[KMAX];
     [[unroll]] for (uint u = 0; u < KMAX; u++) {
         kw[u] = uvec4(0u);
@@ -267,7 +305,7 @@ void main()
     [[unroll]] for (uint j = 0; j < 8u; j++)
         pw[j] = 0u;
     for (; b < hi; b += stride) {
-        uint s2 = slot_of(lk ? b + 2 * stride + int(ln) : hi, hi, pt, g);
+        uint s2 = PTB ? 0u : slot_of(lk ? b + 2 * stride + int(ln) : hi, hi, pt, g);
         if (PFD > 0u) {
             [[unroll]] for (uint j = 0; j < 8u; j++)
                 px ^= pw[j];
@@ -360,6 +398,20 @@ void main()
                 if (!VIN)
                     vw[u] = vn[u];
             }
+        if (PTB) {
+            /* step j + 2's slots from the block's words. Lanes ln >= KS (their key is hi, so
+             * INVALID whatever the word) may ask for a lane past the subgroup, an undefined
+             * value (not undefined behaviour); the in-range index jb KS + ln % KS, the same
+             * slots, ran the bench shape 20% slower on the H200 (driver 580's code for it;
+             * docs/benchmarks.md), so the index stays as it is */
+            s2 = slot_at(subgroupShuffle(ptc, jb * KS + ln), lk ? b + 2 * stride + int(ln) : hi,
+                         hi, g);
+            if (++jb == BS) {
+                jb = 0u;
+                ptc = ptn;
+                ptn = page_word(b + int(BS + 3u) * stride + lkb, hi, pt);
+            }
+        }
         s0 = s1;
         s1 = s2;
     }

@@ -331,6 +331,10 @@ START_TEST(test_attention_dec_modes)
         {"1", "8", "256", "64", NULL, NULL}, {"2", "1", "256", "128", NULL, NULL},
         {"3", NULL, NULL, NULL, NULL, NULL}, {"3", "4", "64", "64", "7", "1"},
         {"3", "8", "256", "128", "3", "3"},  {"3", "1", "32", NULL, "5", "2"},
+        /* module 3's variant bits: its default 8 (the page-table words by blocks) off, with
+         * 16 (the splits interleaved), and 16 alone */
+        {"3", "2", NULL, "64", "0", NULL},   {"3", "4", "64", "128", "24", NULL},
+        {"3", "1", "32", "64", "16", "2"},
     };
     static const char *const names[6] = {"LLMEM_VULKAN_DEC_ATTN", "LLMEM_VULKAN_DEC_KPG",
                                          "LLMEM_VULKAN_DEC_WG", "LLMEM_VULKAN_DEC_SPLIT_KEYS",

@@ -62,7 +62,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DEC_KPG", dec_kpg, 1, 8, POW2),
     K("LLMEM_VULKAN_DEC_WG", dec_wg, 32, 256, POW2),
     K("LLMEM_VULKAN_DEC_SPLIT_KEYS", dec_split_keys, 64, 8192, NUM),
-    K("LLMEM_VULKAN_DEC_ST", dec_st, 0, 7, NUM),
+    K("LLMEM_VULKAN_DEC_ST", dec_st, 0, 31, NUM),
     K("LLMEM_VULKAN_DEC_ATTN_PF", dec_attn_pf, 0, 15, NUM),
     K("LLMEM_VULKAN_ATTN_PF_CM2", attn_pf_cm2, 0, 1, NUM),
     K("LLMEM_VULKAN_ATTN_PF_STAGES", attn_pf_stages, 1, 2, NUM),

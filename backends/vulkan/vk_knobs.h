@@ -61,7 +61,7 @@ typedef struct vk_knobs {
     int32_t dec_kpg;        /* LLMEM_VULKAN_DEC_KPG: 1..8, 2^k, keys per group and round */
     int32_t dec_wg;         /* LLMEM_VULKAN_DEC_WG: 32..256, 2^k, its workgroup (modules 1..3) */
     int32_t dec_split_keys; /* LLMEM_VULKAN_DEC_SPLIT_KEYS: 64..8192 keys a split */
-    int32_t dec_st;         /* LLMEM_VULKAN_DEC_ST: 0..7, attention_decode_st's variant bits */
+    int32_t dec_st;         /* LLMEM_VULKAN_DEC_ST: 0..31, attention_decode_st's variant bits */
     int32_t dec_attn_pf;    /* LLMEM_VULKAN_DEC_ATTN_PF: 0..15, its L2 prefetch, steps ahead */
     /* the prefill attention's CM2 module (vk_ops_attn_pf.c, attn_pf_pick) */
     int32_t attn_pf_cm2;     /* LLMEM_VULKAN_ATTN_PF_CM2: 0 the KHR module, 1 the CM2 one */

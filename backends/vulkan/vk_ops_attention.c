@@ -59,10 +59,13 @@
 /* attention_decode_st.comp (LLMEM_VULKAN_DEC_ATTN=3): keys a lane loads a step
  * (LLMEM_VULKAN_DEC_KPG), its workgroup (LLMEM_VULKAN_DEC_WG), variant bits
  * (LLMEM_VULKAN_DEC_ST, the shader's VAR) and L2 prefetch, steps ahead
- * (LLMEM_VULKAN_DEC_ATTN_PF, 0 off) */
+ * (LLMEM_VULKAN_DEC_ATTN_PF, 0 off). VAR 8 (PTB): the page-table words loaded a block of
+ * steps ahead, 13% / 8% / 8% faster than VAR 0 at pages of 1 / 16 / 64 of the bench shape on
+ * the H200 (docs/benchmarks.md, "Vulkan decode attention: the page-table words a block
+ * ahead") */
 #define DEC_KPL 2
 #define DEC_ST_WG 64
-#define DEC_ST_VAR 0
+#define DEC_ST_VAR 8
 #define DEC_ATTN_PFD 0
 
 void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params *p, uint32_t qo,
