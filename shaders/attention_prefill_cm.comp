@@ -46,8 +46,8 @@
  * matrix converted from the accumulator. The K / V tiles fit STAGES = 2 stages (one barrier a
  * block). SPLIT 2 (precise calls, f16 pools): q * scale * QSC and P * PSC as hi (cut11) + lo f16
  * terms, two multiply-adds each. VAR: variant bits (below). H200, 8 x 2048 causal, 32/8 heads,
- * hd 128, VAR 3: fast 4.34 ms, precise 4.39 (CUDA 0.88 / 2.30; docs/benchmarks.md, "Vulkan
- * prefill attention: the CM2 module's per-block work").
+ * hd 128, precise: VAR 3 4.37 ms (O in local memory), 259 3.02 (CUDA 2.28; docs/benchmarks.md,
+ * "Vulkan prefill attention in precise mode: the CM2 module's O out of local memory").
  *
  * Self-contained (no common.glsl): the .spv of shaders/khr/ are embedded while their recorded
  * SHA-256 matches this file (shaders/shaders.cmake). */
@@ -85,11 +85,16 @@ layout(constant_id = 2) const uint KV_DT = 1; /* 1 f16, 2 bf16 */
 layout(constant_id = 3) const uint SPLIT = 1;
 layout(constant_id = 4) const uint STAGES = 2;
 /* VAR (LLMEM_VULKAN_ATTN_PF_VAR): 1 page ids by shift and mask (PSL < 32: log2 of a
- * power-of-two page size); 2 (CM2) O's rescale skipped where every factor of the subgroup is 1.
- * Measuring only, wrong results: 16 no K / V loads from the pool, 32 / 64 (CM2) K / V fragments
- * read once a block, 128 (CM2) no row maxima or exponentials. */
+ * power-of-two page size); 2 (CM2) O's rescale skipped where every factor of the subgroup is 1;
+ * 256 (CM2) every loop over qf, ql and o written out (OUNR). Measuring only, wrong results: 16 no
+ * K / V loads from the pool, 32 / 64 (CM2) K / V fragments read once a block, 128 (CM2) no row
+ * maxima or exponentials. */
 layout(constant_id = 5) const uint VAR = 0;
 layout(constant_id = 6) const uint PSL = 32;
+/* the Q tile's, S's, O's rescale, P V's, the normalization's and the store's loops over the
+ * DT <= 8 matrices as steps with literal indices (DT_LOOP): a loop the driver keeps rolled
+ * indexes qf / ql / o with a value it does not know, and the array then lives in local memory */
+const uint OUNR = (VAR >> 8u) & 1u;
 #define DT_BF16 2u
 
 const uint BN = 32u;           /* keys a block */
@@ -111,8 +116,18 @@ const uint NSH0 = STAGES * 2u * KVT > NW * 80u ? STAGES * 2u * KVT : NW * 80u, N
 #endif
 const uint NSH = NSH0 > NSH1 ? NSH0 : NSH1; /* the Q tile is staged over all of it once */
 const uint DT = D / 16u;       /* output matrices a subgroup */
+const uint DTL = 8u;           /* qf, ql, o's size: DT at most, a literal (DT_STEPS) */
 const uint NQ = (BM * DV + WG - 1u) / WG; /* Q tile uvec4s an invocation */
 const uint NO_ROWS = 0xffffffffu;
+/* m_(j) for j < DT (D 64 or 128: vk_ops_attn_pf.c), written out; DT_LOOP: so where OUNR */
+#define DT_STEPS(m_)                                                                               \
+    m_(0u) m_(1u) m_(2u) m_(3u) if (DT > 4u) { m_(4u) m_(5u) m_(6u) m_(7u) }
+#define DT_LOOP(m_)                                                                                \
+    if (OUNR != 0u) {                                                                              \
+        DT_STEPS(m_)                                                                               \
+    } else                                                                                         \
+        UNROLL for (uint j_ = 0u; j_ < DT; j_++)                                                   \
+            m_(j_)
 /* SPLIT 2: q * scale enters the hi + lo split times QSC (so that lo stays clear of f16's
  * subnormals, which a driver may flush), S is divided by it again */
 const float QSC = 64.0, QINV = SPLIT == 2u ? 1.0 / QSC : 1.0;
@@ -160,6 +175,7 @@ shared float xch8_s[8u * WG]; /* EMU's accumulator -> A conversion */
 #define LOAD_B(m_, o_, s_) coopMatLoad(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
 #define STORE_C(m_, o_, s_) coopMatStore(m_, sh, o_, s_, gl_CooperativeMatrixLayoutRowMajor)
 #define MMA(c_, a_, b_) c_ = coopMatMulAdd(a_, b_, c_)
+#define ACC_MUL(a_, b_) ((a_) * (b_)) /* element by element */
 #define EL(m_, i_) m_[i_]
 #define NEL(m_) uint(m_.length())
 #define SG_ALL(x_) subgroupAll(x_)
@@ -187,6 +203,7 @@ ACC acc_fill(float x)
 #define LOAD_B(m_, o_, s_) m_ = FB(o_, s_, 0u)
 #define STORE_C(m_, o_, s_) emu_store(m_, o_, s_, lane)
 #define MMA(c_, a_, b_) c_ = emu_mma(a_, b_, c_, lane)
+#define ACC_MUL(a_, b_) emu_mul(a_, b_)
 #define EL(m_, i_) m_.e[i_]
 #define NEL(m_) 8u
 #define SG_ALL(x_) false
@@ -214,6 +231,13 @@ ACC emu_mma(FA a, FB b, ACC c, uint lane)
         c.e[i] = s;
     }
     return c;
+}
+
+ACC emu_mul(ACC a, ACC b)
+{
+    for (uint i = 0u; i < 8u; i++)
+        a.e[i] *= b.e[i];
+    return a;
 }
 
 void emu_store(ACC c, uint off, uint ld, uint lane)
@@ -368,9 +392,9 @@ void main()
         row_hi[r] = hi;
     }
     /* the Q tile (q_pack) staged over all of sh into qf, SPLIT 2's lo terms into ql */
-    FA qf[DT];
+    FA qf[DTL];
 #if CM2
-    FA ql[DT];
+    FA ql[DTL];
 #endif
     /* this invocation's NQ uvec4s of the tile as q * scale, all loads at once */
     vec4 qx[2u * NQ];
@@ -395,15 +419,16 @@ void main()
                           q_pack(qx[2u * n + 1u].xy, part), q_pack(qx[2u * n + 1u].zw, part));
         }
         barrier();
-        UNROLL for (uint k = 0u; k < DT; k++) {
 #if CM2
-            if (part == 1u) {
-                LOAD_A(ql[k], warp * 16u * LDK + 2u * k, LDK);
-                continue;
-            }
+#define Q_LDA(k_)                                                                                  \
+    if (part == 1u)                                                                                \
+        LOAD_A(ql[k_], warp * 16u * LDK + 2u * (k_), LDK);                                         \
+    else                                                                                           \
+        LOAD_A(qf[k_], warp * 16u * LDK + 2u * (k_), LDK);
+#else
+#define Q_LDA(k_) LOAD_A(qf[k_], warp * 16u * LDK + 2u * (k_), LDK);
 #endif
-            LOAD_A(qf[k], warp * 16u * LDK + 2u * k, LDK);
-        }
+        DT_LOOP(Q_LDA)
         barrier();
     }
     /* rowm: element i of an accumulator lies in row EL(rowm, i) of its matrix */
@@ -429,9 +454,9 @@ void main()
 #define ROW_OF(i_) (lane / 2u)
 #endif
 
-    ACC o[DT];
-    UNROLL for (uint j = 0u; j < DT; j++)
-        o[j] = ACC_ZERO;
+    ACC o[DTL];
+#define O_ZERO(j_) o[j_] = ACC_ZERO;
+    DT_LOOP(O_ZERO)
     const uint rr = warp * 16u + lane / 2u; /* the row this invocation's softmax serves */
     const uint half_ = lane % 2u;           /* its 16 keys of a block */
 #if !CM2
@@ -644,18 +669,20 @@ void main()
             /* (b) S = Q K^T: s0 keys 0-15 of the block, s1 keys 16-31 */
             ACC s0 = ACC_ZERO, s1 = ACC_ZERO;
             FB b0, b1;
-            UNROLL for (uint k = 0u; k < DT; k++) {
-                if (k == 0u || (VAR & 32u) == 0u) {
-                    LOAD_BT(b0, kt + 2u * k, LDK);
-                    LOAD_BT(b1, kt + 16u * LDK + 2u * k, LDK);
-                }
-                MMA(s0, qf[k], b0);
-                MMA(s1, qf[k], b1);
-                if (SPLIT == 2u) {
-                    MMA(s0, ql[k], b0);
-                    MMA(s1, ql[k], b1);
-                }
-            }
+#define S_STEP(k_)                                                                                 \
+    {                                                                                              \
+        if ((k_) == 0u || (VAR & 32u) == 0u) {                                                     \
+            LOAD_BT(b0, kt + 2u * (k_), LDK);                                                      \
+            LOAD_BT(b1, kt + 16u * LDK + 2u * (k_), LDK);                                          \
+        }                                                                                          \
+        MMA(s0, qf[k_], b0);                                                                       \
+        MMA(s1, qf[k_], b1);                                                                       \
+        if (SPLIT == 2u) {                                                                         \
+            MMA(s0, ql[k_], b0);                                                                   \
+            MMA(s1, ql[k_], b1);                                                                   \
+        }                                                                                          \
+    }
+            DT_LOOP(S_STEP)
             /* (c) soft-cap and masks element by element; the rows' maxima */
             ACC tm = ACC_ZERO;
             UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
@@ -701,10 +728,16 @@ void main()
                     keep = keep && EL(tm, i2) == 1.0;
                 keep = SG_ALL(keep);
             }
-            if (!keep)
-                UNROLL for (uint j = 0u; j < DT; j++)
-                    UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
-                        EL(o[j], i2) *= EL(tm, i2);
+            if (!keep) {
+                if (OUNR != 0u) {
+#define O_SCALE(j_) o[j_] = ACC_MUL(o[j_], tm);
+                    DT_STEPS(O_SCALE)
+                } else {
+                    UNROLL for (uint j = 0u; j < DT; j++)
+                        UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++)
+                            EL(o[j], i2) *= EL(tm, i2);
+                }
+            }
             FA pa0, pa1, pl0, pl1;
             if (SPLIT == 2u) {
                 /* hi = P cut to 11 bits (tm, free again), lo = the rest (exact in f32) */
@@ -725,18 +758,20 @@ void main()
                 TO_A(pa1, s1);
             }
             FB v0, v1;
-            UNROLL for (uint j = 0u; j < DT; j++) {
-                if (j == 0u || (VAR & 64u) == 0u) {
-                    LOAD_B(v0, kt + KVT + 2u * j, LDK);
-                    LOAD_B(v1, kt + KVT + 16u * LDK + 2u * j, LDK);
-                }
-                MMA(o[j], pa0, v0);
-                MMA(o[j], pa1, v1);
-                if (SPLIT == 2u) {
-                    MMA(o[j], pl0, v0);
-                    MMA(o[j], pl1, v1);
-                }
-            }
+#define PV_STEP(j_)                                                                                \
+    {                                                                                              \
+        if ((j_) == 0u || (VAR & 64u) == 0u) {                                                     \
+            LOAD_B(v0, kt + KVT + 2u * (j_), LDK);                                                 \
+            LOAD_B(v1, kt + KVT + 16u * LDK + 2u * (j_), LDK);                                     \
+        }                                                                                          \
+        MMA(o[j_], pa0, v0);                                                                       \
+        MMA(o[j_], pa1, v1);                                                                       \
+        if (SPLIT == 2u) {                                                                         \
+            MMA(o[j_], pl0, v0);                                                                   \
+            MMA(o[j_], pl1, v1);                                                                   \
+        }                                                                                          \
+    }
+            DT_LOOP(PV_STEP)
             if (STAGES == 2u) {
                 /* the other stage was read last in block i - 1, before the barrier */
                 if (i + 1 < nblk)
@@ -759,26 +794,33 @@ void main()
         float l = EL(l_acc, i2);
         EL(l_acc, i2) = l > 0.0 ? 1.0 / (l * PSC) : 0.0;
     }
-    UNROLL for (uint j = 0u; j < DT; j++)
-        UNROLL for (uint i2 = 0u; i2 < NEL(l_acc); i2++)
-            EL(o[j], i2) *= EL(l_acc, i2);
+    if (OUNR != 0u) {
+#define O_NORM(j_) o[j_] = ACC_MUL(o[j_], l_acc);
+        DT_STEPS(O_NORM)
+    } else {
+        UNROLL for (uint j = 0u; j < DT; j++)
+            UNROLL for (uint i2 = 0u; i2 < NEL(l_acc); i2++)
+                EL(o[j], i2) *= EL(l_acc, i2);
+    }
     {
         const uint tok = t0 + rr / p.hh, hr = hc0 + rr % p.hh;
         const bool out_ok = rr < rows && tok < p.n_tok && hr < p.n_rep;
         const uint ob = p.o_off + (tok * p.n_heads + g * p.n_rep + hr) * D;
         const uint so = warp * 80u + (lane / 2u) * 5u + 2u * half_;
-        UNROLL for (uint j = 0u; j < DT; j++) {
-            STORE_C(o[j], warp * 80u, 5u);
-            SG_SYNC();
-            if (out_ok) {
-                UNROLL for (uint c = 0u; c < 2u; c++) {
-                    vec4 y = uintBitsToFloat(sh[so + c]);
-                    UNROLL for (uint e = 0u; e < 4u; e++)
-                        res[ob + 16u * j + 8u * half_ + 4u * c + e] = y[e];
-                }
-            }
-            SG_SYNC();
-        }
+#define O_OUT(j_)                                                                                  \
+    {                                                                                              \
+        STORE_C(o[j_], warp * 80u, 5u);                                                            \
+        SG_SYNC();                                                                                 \
+        if (out_ok) {                                                                              \
+            UNROLL for (uint c = 0u; c < 2u; c++) {                                                \
+                vec4 y = uintBitsToFloat(sh[so + c]);                                              \
+                UNROLL for (uint e = 0u; e < 4u; e++)                                              \
+                    res[ob + 16u * (j_) + 8u * half_ + 4u * c + e] = y[e];                         \
+            }                                                                                      \
+        }                                                                                          \
+        SG_SYNC();                                                                                 \
+    }
+        DT_LOOP(O_OUT)
     }
 #else
     /* O / l, through the subgroup's S region two matrices (32 columns) at a time */

@@ -40,9 +40,9 @@
  * within ref64_tol(F32) (test_ops_attention's precise bound), and within
  * twice that of attention_decode.comp's precise result.
  *
- * Every module runs with LLMEM_VULKAN_ATTN_PF_VAR=0 and again with 3 (page ids
- * by shifts for pages of 2^k keys, O's rescale by exactly 1 skipped): the
- * same bytes.
+ * Every module runs with LLMEM_VULKAN_ATTN_PF_VAR=0 and again with 259 (page
+ * ids by shifts for pages of 2^k keys, O's rescale by exactly 1 skipped, the
+ * CM2 module's loops over its Q, O matrices written out): the same bytes.
  *
  * The one-pass module (shaders/attention_prefill_fa.comp, LLMEM_VULKAN_ATTN_PF_FA=1) takes
  * fast-arithmetic calls whose tiles each hold one stream's tokens: its own cases (streams of
@@ -70,7 +70,7 @@
 #include "support/vk_test.h"
 
 #define MAX_STREAMS 4
-#define PF_VAR_EXACT "3" /* LLMEM_VULKAN_ATTN_PF_VAR's bits that keep the results */
+#define PF_VAR_EXACT "259" /* LLMEM_VULKAN_ATTN_PF_VAR's bits that keep the results */
 
 /* LLMEM_VULKAN_ATTN_PF_FA of the backends open_mode_log opens with a log */
 static const char *fa_knob = "1";
@@ -345,7 +345,7 @@ START_TEST(test_attn_pf)
     llmem_backend *real2 = open_mode("1", "1", "0", true, &unused, &cm2);
     llmem_backend *dec = open_mode("0", "0", "0", false, &unused, NULL);
     /* the same modules with LLMEM_VULKAN_ATTN_PF_VAR's exact bits (1 shifts for the pages, 2
-     * O's rescale by 1 skipped): the same bits as VAR 0 */
+     * O's rescale by 1 skipped, 256 the CM2 module's loops written out): the same bits as 0 */
     llmem_backend *emu_v = open_mode("3", "0", PF_VAR_EXACT, false, &unused, NULL);
     llmem_backend *emu2_v = open_mode("3", "1", PF_VAR_EXACT, false, &unused, NULL);
     llmem_backend *real_v = open_mode("1", "0", PF_VAR_EXACT, false, &unused, NULL);

@@ -67,7 +67,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_ATTN_PF_CM2", attn_pf_cm2, 0, 1, NUM),
     K("LLMEM_VULKAN_ATTN_PF_STAGES", attn_pf_stages, 1, 2, NUM),
     K("LLMEM_VULKAN_ATTN_PF_PRECISE", attn_pf_precise, 0, 1, NUM),
-    K("LLMEM_VULKAN_ATTN_PF_VAR", attn_pf_var, 0, 255, NUM),
+    K("LLMEM_VULKAN_ATTN_PF_VAR", attn_pf_var, 0, 511, NUM),
     K("LLMEM_VULKAN_MV16_WG", mv16_wg, 64, 1024, POW2),
     K("LLMEM_VULKAN_MV16_TPR", mv16_tpr, 32, 1024, POW2),
     K("LLMEM_VULKAN_MV16_NR", mv16_nr, 1, 8, POW2),

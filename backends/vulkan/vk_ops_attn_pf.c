@@ -49,9 +49,10 @@ enum {
     FA_QFIRST = 64,
     FA_OUNR = 128,
 };
-#define PF_VAR_DEFAULT 3     /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
+#define PF_VAR_DEFAULT 259   /* the shader's VAR bits (LLMEM_VULKAN_ATTN_PF_VAR): page ids by
                               * shifts, O's rescale by 1 skipped (H200: precise 5.03 -> 4.39-4.51
-                              * ms with the Q tile read once, fast 4.77 -> 4.34-4.45) */
+                              * ms with the Q tile read once, fast 4.77 -> 4.34-4.45), the CM2
+                              * module's loops over Q and O written out (precise 4.37 -> 3.02) */
 
 /* What runs a call: the module, its workgroup (invocations), SPLIT (1 fast, 2 precise),
  * STAGES, VAR (variant bits) and PSL (log2 of a power-of-two page size where VAR & 1, else 32):
@@ -231,7 +232,7 @@ static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
     uint32_t lim = v->props.limits.maxComputeSharedMemorySize;
     c->wg = (uint32_t)VK_KNOB(v, attn_pf_wg, PF_WG);
     c->stages = cm2 ? (uint32_t)VK_KNOB(v, attn_pf_stages, PF_STAGES) : 1;
-    /* VAR (LLMEM_VULKAN_ATTN_PF_VAR): bits 2, 32, 64, 128 are the CM2 module's only */
+    /* VAR (LLMEM_VULKAN_ATTN_PF_VAR): bits 2, 32, 64, 128, 256 are the CM2 module's only */
     c->var = (uint32_t)VK_KNOB(v, attn_pf_var, PF_VAR_DEFAULT);
     if (!cm2)
         c->var &= 1u | 16u;
