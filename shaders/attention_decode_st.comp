@@ -76,10 +76,16 @@ layout(constant_id = 7) const uint SGS = 32; /* subgroup size */
  * they are used, instead of the KS words of a step two steps ahead (at pages of 1 each step's
  * words are a new load from L2 or DRAM, whose wait the two-step lookahead may not cover);
  * 16 (ILV) the splits interleaved: split s takes the subgroup steps s, s + n_split, .. of the
- * whole key range instead of a contiguous range of split_keys keys */
+ * whole key range instead of a contiguous range of split_keys keys; 32 (WO) every loop over
+ * the queries, the accumulators, the partials and the loads written out with literal indices
+ * (the W* macros below) instead of [[unroll]] loops: at R = 2 driver 580 kept loops over the
+ * heads rolled, so qv, acc, pv and pu (400 bytes an invocation) lived in local memory (58
+ * registers; 128 and none at R = 4); written out 80 registers and none, 0.32 ms against 1.71
+ * at the bench shape with 16/8 heads on bf16 (the host's default with 8). The same operations
+ * in the same order: the same bits */
 layout(constant_id = 8) const uint VAR = 0;
 const bool QSH = (VAR & 1u) != 0u, VIN = (VAR & 2u) != 0u, PTB = (VAR & 8u) != 0u,
-           ILV = (VAR & 16u) != 0u;
+           ILV = (VAR & 16u) != 0u, WO = (VAR & 32u) != 0u;
 /* L2 prefetch (LLMEM_VULKAN_DEC_ATTN_PF; 0 off): at step j each subgroup loads one word per PFS
  * bytes of the K and V rows of its step j + PFD into registers pt and folds them into px one
  * step later; px feeds a store that never runs (n_tok == 0 is never dispatched), so the loads
@@ -118,6 +124,18 @@ const uint NPT = (KS * TPK + SGS - 1u) / SGS;   /* touches a lane a step (<= 8) 
 #define RS_8(n) RS_4(n) RS1(4, n) RS1(5, n) RS1(6, n) RS1(7, n)
 #define RS_16(n) RS_8(n) RS1(8, n) RS1(9, n) RS1(10, n) RS1(11, n) RS1(12, n) RS1(13, n) \
                  RS1(14, n) RS1(15, n)
+/* WO's written-out loops: m applied to the literal indices 0 .. n - 1 after the arguments a_,
+ * b_, c_ (one macro per nesting depth, as a macro does not expand inside itself) */
+#define W2_2(m, a_) m(a_, 0u) m(a_, 1u)
+#define W4_1(m) m(0u) m(1u) m(2u) m(3u)
+#define W4_3(m, a_, b_) m(a_, b_, 0u) m(a_, b_, 1u) m(a_, b_, 2u) m(a_, b_, 3u)
+#define W4_4(m, a_, b_, c_) m(a_, b_, c_, 0u) m(a_, b_, c_, 1u) m(a_, b_, c_, 2u) m(a_, b_, c_, 3u)
+#define W8_1(m) m(0u) m(1u) m(2u) m(3u) m(4u) m(5u) m(6u) m(7u)
+#define W8_2(m, a_) m(a_, 0u) m(a_, 1u) m(a_, 2u) m(a_, 3u) m(a_, 4u) m(a_, 5u) m(a_, 6u) m(a_, 7u)
+#define W8_3(m, a_, b_) m(a_, b_, 0u) m(a_, b_, 1u) m(a_, b_, 2u) m(a_, b_, 3u) m(a_, b_, 4u) \
+                        m(a_, b_, 5u) m(a_, b_, 6u) m(a_, b_, 7u)
+#define W32_1(m) W8_2(m, 0u) W8_2(m, 8u) W8_2(m, 16u) W8_2(m, 24u)
+
 #define RS_STAGE(j) { uint h = NV >> (j + 1u), hm = M >> (j + 1u); \
     if (h > 0u) { bool up = (l & h) != 0u; \
         if (hm == 16u) { RS_16(16) } else if (hm == 8u) { RS_8(8) } \
@@ -211,6 +229,47 @@ uint slot_of(int key, int hi, uint pt, uint g)
     return key >= hi ? INVALID : slot_at(page_word(key, hi, pt), key, hi, g);
 }
 
+/* WO's bodies (the [[unroll]] loops' bodies below with literal indices) */
+/* qv, acc: element a = b_ + k_ */
+#define WO_INIT(b_, k_) { const uint a = b_ + k_, r = a / EV, e = a % EV; acc[a] = 0.0; \
+    qv[a] = 0.0; \
+    if (a < R * EV && r < nr) qv[a] = q[p.q_off + (i * p.n_heads + head0 + r) * D + l * EV + e]; }
+/* S: pv[u R + r] += q . k over the lane's slice */
+#define WO_S_C(r_, e4_, u_, c_) pv[u_ * R + r_] += qq[c_] * elem(kw[u_], e4_ * 4u + c_);
+#define WO_S_U(r_, e4_, u_) if (u_ < KPL) { W4_4(WO_S_C, r_, e4_, u_) }
+#define WO_S_E4(r_, e4_) if (e4_ * 4u < EV) { \
+    vec4 qq = QSH ? q_s[(r_ * D + l * EV) / 4u + e4_] \
+                  : vec4(qv[r_ * EV + e4_ * 4u], qv[r_ * EV + e4_ * 4u + 1u], \
+                         qv[r_ * EV + e4_ * 4u + 2u], qv[r_ * EV + e4_ * 4u + 3u]); \
+    W8_3(WO_S_U, r_, e4_) }
+#define WO_S_R(r_) if (r_ < R) { W2_2(WO_S_E4, r_) }
+/* O *= corr of head r */
+#define WO_RESC_E(r_, e_) if (e_ < EV) acc[r_ * EV + e_] *= cr;
+#define WO_RESC_R(r_) if (r_ < R) { float cr = subgroupShuffle(corr, r_ * REP); W8_2(WO_RESC_E, r_) }
+/* O += P V for key u of the step */
+#define WO_PV_R(u_, e_, r_) if (r_ < R) acc[r_ * EV + e_] += pu[r_] * y;
+#define WO_PV_E(u_, e_) if (e_ < EV) { float y = elem(vw[u_], e_); W4_3(WO_PV_R, u_, e_) }
+#define WO_PU(u_, r_) pu[r_] = r_ < R ? subgroupShuffle(pr, hg * NV + (u_ * R + r_) * REP) : 0.0;
+#define WO_PV_U(u_) if (u_ < KPL) { float pu[4]; \
+    WO_PU(u_, 0u) WO_PU(u_, 1u) WO_PU(u_, 2u) WO_PU(u_, 3u) W8_2(WO_PV_E, u_) }
+/* K and V of key u of step j + 1 (kn, vn), V of step j (VIN), the shift of kn, vn */
+#define WO_LD_U(u_) if (u_ < KPL) { uint su = subgroupShuffle(s1, u_ * KH + hg); \
+    kn[u_] = uvec4(0u); vn[u_] = uvec4(0u); \
+    if (su != INVALID) { kn[u_] = kp_at(su + l); if (!VIN) vn[u_] = vp_at(su + l); } \
+    if (VIN) { uint sv = subgroupShuffle(s0, u_ * KH + hg); \
+               vw[u_] = sv != INVALID ? vp_at(sv + l) : uvec4(0u); } }
+#define WO_SH_U(u_) if (u_ < KPL) { kw[u_] = kn[u_]; if (!VIN) vw[u_] = vn[u_]; }
+#define WO_PV0(b_, k_) pv[b_ + k_] = 0.0;
+/* the first step's K and V loads */
+#define WO_LD0_U(u_) { kw[u_] = uvec4(0u); vw[u_] = uvec4(0u); kn[u_] = uvec4(0u); \
+    vn[u_] = uvec4(0u); \
+    if (u_ < KPL) { uint su = subgroupShuffle(s0, u_ * KH + hg); \
+        if (su != INVALID) { kw[u_] = kp_at(su + l); if (!VIN) vw[u_] = vp_at(su + l); } } }
+/* the key groups' accumulators added (mask h), stored */
+#define WO_RED(b_, k_) if (b_ + k_ < R * EV) acc[b_ + k_] += subgroupShuffleXor(acc[b_ + k_], h);
+#define WO_ST(b_, k_) if (b_ + k_ < R * EV) \
+    sm_acc[(sg * R + (b_ + k_) / EV) * D + l * EV + (b_ + k_) % EV] = acc[b_ + k_];
+
 void main()
 {
     uint item = group_id();
@@ -250,7 +309,9 @@ void main()
              (p.po_off != NO_ROWS ? uint(idx[p.po_off + uint(s)]) : uint(s) * p.max_pages);
 
     float qv[AMAX], acc[AMAX];
-    [[unroll]] for (uint a = 0; a < AMAX; a++) {
+    if (WO) {
+        W32_1(WO_INIT)
+    } else [[unroll]] for (uint a = 0; a < AMAX; a++) {
         uint r = a / EV, e = a % EV;
         acc[a] = 0.0;
         qv[a] = 0.0;
@@ -286,7 +347,9 @@ void main()
         ptn = page_word(b + int(BS + 2u) * stride + lkb, hi, pt);
     }
     uvec4 kw[KMAX], vw[KMAX], kn[KMAX], vn[KMAX];
-    [[unroll]] for (uint u = 0; u < KMAX; u++) {
+    if (WO) {
+        W8_1(WO_LD0_U)
+    } else [[unroll]] for (uint u = 0; u < KMAX; u++) {
         kw[u] = uvec4(0u);
         vw[u] = uvec4(0u);
         kn[u] = uvec4(0u);
@@ -320,7 +383,9 @@ void main()
                 }
             sp = sp_next;
         }
-        [[unroll]] for (uint u = 0; u < KMAX; u++)
+        if (WO) {
+            W8_1(WO_LD_U)
+        } else [[unroll]] for (uint u = 0; u < KMAX; u++)
             if (u < KPL) {
                 uint su = subgroupShuffle(s1, u * KH + hg);
                 kn[u] = uvec4(0u);
@@ -337,9 +402,13 @@ void main()
             }
         /* S = Q K^T for the lane's slices: pv[u R + r] */
         float pv[MMAX];
-        [[unroll]] for (uint a = 0; a < MMAX; a++)
+        if (WO) {
+            W32_1(WO_PV0)
+        } else [[unroll]] for (uint a = 0; a < MMAX; a++)
             pv[a] = 0.0;
-        [[unroll]] for (uint r = 0; r < 4u; r++)
+        if (WO) {
+            W4_1(WO_S_R)
+        } else [[unroll]] for (uint r = 0; r < 4u; r++)
             if (r < R)
                 [[unroll]] for (uint e4 = 0; e4 < 2u; e4++)
                     if (e4 * 4u < EV) {
@@ -372,6 +441,11 @@ void main()
         l_run = l_run * corr + (l % REP == 0u ? pr : 0.0);
         /* O = O corr + P V (every step: skipping the rescale where no maximum grew, a uniform
          * branch on a shuffled flag, ran 2.5x slower on the H200, docs/benchmarks.md) */
+        if (WO) {
+            W4_1(WO_RESC_R)
+            W8_1(WO_PV_U)
+            W8_1(WO_SH_U)
+        } else {
         [[unroll]] for (uint r = 0; r < 4u; r++)
             if (r < R) {
                 float c = subgroupShuffle(corr, r * REP);
@@ -398,6 +472,7 @@ void main()
                 if (!VIN)
                     vw[u] = vn[u];
             }
+        }
         if (PTB) {
             /* step j + 2's slots from the block's words. Lanes ln >= KS (their key is hi, so
              * INVALID whatever the word) may ask for a lane past the subgroup, an undefined
@@ -431,13 +506,17 @@ void main()
     }
     [[unroll]] for (uint j = 0; j < LOGMAX; j++) {
         uint h = NV << j;
-        if (h < SGS)
+        if (h < SGS && WO) {
+            W32_1(WO_RED)
+        } else if (h < SGS)
             [[unroll]] for (uint a = 0; a < AMAX; a++)
                 if (a < R * EV)
                     acc[a] += subgroupShuffleXor(acc[a], h);
     }
     if (hg == 0u) {
-        [[unroll]] for (uint a = 0; a < AMAX; a++)
+        if (WO) {
+            W32_1(WO_ST)
+        } else [[unroll]] for (uint a = 0; a < AMAX; a++)
             if (a < R * EV)
                 sm_acc[(sg * R + a / EV) * D + l * EV + a % EV] = acc[a];
         if (l % REP == 0u && v_me < R) {

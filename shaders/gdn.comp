@@ -15,7 +15,14 @@
  * f32 snapshot) and are written in the state dtype to the checkpoint slots
  * (after token n_tok - n_ckpt + k; -1 = before the first), to snap_slot[s]
  * after token snap_tok[s] (the snapshot inside the ubatch, when the view
- * has one) and to dst_slot[s]. */
+ * has one) and to dst_slot[s]. WO (DK <= 128; $LLMEM_VULKAN_GDN_WO, the
+ * host's default): every loop over S written out with literal indices (the
+ * G128 macro): driver 580 kept them rolled, so S lived in local memory (512
+ * bytes an invocation at DK 128, 32 registers; written out 255 and none:
+ * H200 bench gdn decode 0.106 ms against 0.308, prefill 1.30 against 2.41).
+ * The same operations in the same order, but a driver may contract a
+ * product and a sum into an fma in one form and not the other (the H200's
+ * bits differ, lavapipe's do not): both within f32 rounding of float64. */
 #include "common.glsl"
 
 layout(constant_id = 1) const uint DK = 128; /* d_k */
@@ -24,6 +31,8 @@ layout(constant_id = 3) const uint A_DT = 0;
 layout(constant_id = 4) const uint DB_DT = 0;
 layout(constant_id = 5) const uint SNAP = 0;
 layout(constant_id = 6) const uint SNAPSHOT = 0; /* some group has a snapshot inside the ubatch */
+layout(constant_id = 7) const uint WO_ON = 0;    /* 1: S's loops written out (DK <= 128) */
+const bool WO = WO_ON != 0u && DK <= 128u;
 
 layout(binding = 0) readonly buffer Qkv { float qkv[]; };
 layout(binding = 1) readonly buffer Aa { float aa[]; };
@@ -44,7 +53,23 @@ layout(push_constant) uniform P {
 shared float qs[DK];
 shared float ks[DK];
 
-float S[DK];
+float S[WO ? 128u : DK]; /* WO: 128, so that every literal index is within the array */
+
+/* WO: m(i) for i = 0 .. 127 (parenthesized), each body guarded by i < DK */
+#define G16(m, b_) m((b_ + 0u)) m((b_ + 1u)) m((b_ + 2u)) m((b_ + 3u)) m((b_ + 4u)) \
+    m((b_ + 5u)) m((b_ + 6u)) m((b_ + 7u)) m((b_ + 8u)) m((b_ + 9u)) m((b_ + 10u)) \
+    m((b_ + 11u)) m((b_ + 12u)) m((b_ + 13u)) m((b_ + 14u)) m((b_ + 15u))
+#define G128(m) G16(m, 0u) G16(m, 16u) G16(m, 32u) G16(m, 48u) G16(m, 64u) G16(m, 80u) \
+    G16(m, 96u) G16(m, 112u)
+/* the loops' bodies at element i of the column */
+#define G_STORE(i) if (i < DK) STORE_F(st, base + i * p.d_v, ST_DT, S[i]);
+#define G_LOAD(i) if (i < DK) { float val = 0.0; \
+    if (act) { if (SNAP != 0u) val = snap[s * slot_elems + at + i * p.d_v]; \
+               else if (src >= 0 && uint(src) < p.n_slots) \
+                   val = LOAD_F(st, uint(src) * slot_elems + at + i * p.d_v, ST_DT); } \
+    S[i] = val; }
+#define G_DECAY(i) if (i < DK) { S[i] *= decay; kv += S[i] * ks[i]; }
+#define G_UPDATE(i) if (i < DK) { S[i] += ks[i] * kn * d; acc += S[i] * qs[i]; }
 
 /* Stream s's snapshot inside the ubatch (<llmem/view.h> snap_tok /
  * snap_slot; snap_slot_off 0xffffffff: the view has none): its slot, -1
@@ -68,6 +93,10 @@ void store_col(int slot, uint h, uint j, bool act)
     if (!act || slot < 0 || uint(slot) >= p.n_slots)
         return;
     uint base = uint(slot) * p.n_v_heads * DK * p.d_v + h * DK * p.d_v + j;
+    if (WO) {
+        G128(G_STORE)
+        return;
+    }
     for (uint i = 0; i < DK; i++)
         STORE_F(st, base + i * p.d_v, ST_DT, S[i]);
 }
@@ -88,7 +117,9 @@ void main()
     uint at = h * DK * p.d_v + j;
 
     int src = idx[p.src_off + s];
-    for (uint i = 0; i < DK; i++) {
+    if (WO) {
+        G128(G_LOAD)
+    } else for (uint i = 0; i < DK; i++) {
         float val = 0.0;
         if (act) {
             if (SNAP != 0u)
@@ -125,14 +156,18 @@ void main()
         float decay = exp(A * softplus(aa[p.a_off + tok * p.n_v_heads + h] + bias));
         if (act) {
             float kv = 0.0;
-            for (uint i = 0; i < DK; i++) {
+            if (WO) {
+                G128(G_DECAY)
+            } else for (uint i = 0; i < DK; i++) {
                 S[i] *= decay;
                 kv += S[i] * ks[i];
             }
             float v = qkv[rb + 2u * p.n_k_heads * DK + h * p.d_v + j];
             float d = beta * (v - kv * kn);
             float acc = 0.0;
-            for (uint i = 0; i < DK; i++) {
+            if (WO) {
+                G128(G_UPDATE)
+            } else for (uint i = 0; i < DK; i++) {
                 S[i] += ks[i] * kn * d;
                 acc += S[i] * qs[i];
             }

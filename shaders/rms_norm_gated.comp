@@ -28,7 +28,13 @@
  * once where a row does not fit the registers (the same values).
  * SPLIT = 2 and DN: as in rms_norm.comp (hi alone; bit 0 straight-line
  * loads of y, z and the weights, bit 2 wg_max_sg: the same bits; bit 3
- * wg_sum_sg: within f32 rounding). */
+ * wg_sum_sg: within f32 rounding). DN bit 4 (WO): the REG path's loops over
+ * hv and wv written out with literal indices (the W16 macro): at REG 8 with
+ * the terms (SPLIT 1) driver 580 kept a loop rolled at 1024 invocations,
+ * so one 8-element array lived in local memory (32 bytes); the same
+ * operations in the same order: the same bits. Without local memory it ran
+ * 10% slower a call on the H200 (docs/benchmarks.md, "Vulkan: register
+ * arrays out of local memory"), so the host leaves it off by default. */
 #include "common.glsl"
 #include "presplit.glsl"
 
@@ -38,7 +44,8 @@ layout(constant_id = 3) const uint SPLIT = 0; /* 1: also the f16 terms of the ou
 layout(constant_id = 4) const uint NS = 1; /* workgroups a (row, group) (REG) */
 layout(constant_id = 5) const uint V4 = 0; /* runs of 4 elements per invocation (prefill); 0: off */
 layout(constant_id = 6) const uint SMEM = 0; /* V4: the runs kept in shared memory */
-layout(constant_id = 7) const uint DN = 0; /* REG: 1 straight loads, 4 wg_max_sg, 8 wg_sum_sg */
+layout(constant_id = 7) const uint DN = 0; /* REG: 1 straight loads, 4 wg_max_sg, 8 wg_sum_sg, 16 WO */
+const bool WO = (DN & 16u) != 0u;
 
 layout(binding = 0) readonly buffer Y { float y[]; };
 layout(binding = 1) readonly buffer Z { float z[]; };
@@ -61,6 +68,24 @@ layout(push_constant) uniform P {
 
 shared uint pk[SPLIT != 0u && REG > 0u ? REG * WG : 1u];
 shared vec4 hrow[SMEM != 0u && V4 > 0u ? V4 * WG : 1u];
+
+/* WO: m(k) for k = 0 .. 15, each guarded by k < REG (NORM_REG_MAX = 16, vk_ops_basic.c) */
+#define W16(m) m(0u) m(1u) m(2u) m(3u) m(4u) m(5u) m(6u) m(7u) m(8u) m(9u) m(10u) m(11u) \
+               m(12u) m(13u) m(14u) m(15u)
+/* the REG path's loop bodies for element k of the invocation */
+#define WO_LD1(k) if (k < REG) { uint c = l + k * WG, cc = min(c, p.gs - 1u); \
+    float h = y[p.y_off + base + cc] * silu(z[p.z_off + base + cc]); \
+    float ww = LOAD_F(w, p.w_off + grp * p.gs + cc, W_DT); \
+    hv[k] = c < p.gs ? h : 0.0; wv[k] = c < p.gs ? ww : 0.0; }
+#define WO_LD0(k) if (k < REG) { uint c = l + k * WG; hv[k] = wv[k] = 0.0; \
+    if (c < p.gs) { hv[k] = y[p.y_off + base + c] * silu(z[p.z_off + base + c]); \
+        if (SPLIT != 0u || (c >= c0 && c < c1)) wv[k] = LOAD_F(w, p.w_off + grp * p.gs + c, W_DT); } }
+#define WO_SS(k) if (k < REG) ss += hv[k] * hv[k];
+#define WO_OUT(k) if (k < REG) { uint c = l + k * WG; hv[k] = hv[k] * scale * wv[k]; \
+    if (c >= c0 && c < c1) o[p.o_off + base + c] = hv[k]; \
+    if (c < p.gs) mx = max(mx, abs(hv[k])); }
+#define WO_PK(k) if (k < REG) { uint c = l + k * WG; \
+    if (c >= c0 && c < c1) pk[c] = SPLIT == 2u ? presplit_hi(hv[k], e) : presplit_terms(hv[k], e); }
 
 vec4 silu4(vec4 z)
 {
@@ -147,8 +172,13 @@ void main()
         uint c0 = 0u, c1 = p.gs; /* the columns this workgroup writes */
         if (NS > 1u)
             row_part(p.gs, NS, group_id() % NS, c0, c1);
-        float hv[REG > 0u ? REG : 1u], wv[REG > 0u ? REG : 1u];
-        if ((DN & 1u) != 0u) {
+        /* WO: 16 elements, so that every literal index is within the array */
+        float hv[WO ? 16u : REG > 0u ? REG : 1u], wv[WO ? 16u : REG > 0u ? REG : 1u];
+        if (WO && (DN & 1u) != 0u) {
+            W16(WO_LD1)
+        } else if (WO) {
+            W16(WO_LD0)
+        } else if ((DN & 1u) != 0u) {
             [[unroll]] for (uint k = 0u; k < REG; k++) {
                 uint c = l + k * WG, cc = min(c, p.gs - 1u);
                 float h = y[p.y_off + base + cc] * silu(z[p.z_off + base + cc]);
@@ -157,7 +187,7 @@ void main()
                 wv[k] = c < p.gs ? ww : 0.0;
             }
         }
-        for (uint k = 0u; k < REG && (DN & 1u) == 0u; k++) {
+        for (uint k = 0u; k < REG && (DN & 1u) == 0u && !WO; k++) {
             uint c = l + k * WG;
             hv[k] = wv[k] = 0.0;
             if (c < p.gs) {
@@ -166,12 +196,16 @@ void main()
                     wv[k] = LOAD_F(w, p.w_off + grp * p.gs + c, W_DT);
             }
         }
-        for (uint k = 0u; k < REG; k++)
+        if (WO) {
+            W16(WO_SS)
+        } else for (uint k = 0u; k < REG; k++)
             ss += hv[k] * hv[k];
         ss = (DN & 8u) != 0u ? wg_sum_sg(ss) : wg_sum(ss);
         float scale = 1.0 / sqrt(ss / float(p.gs) + p.eps);
         float mx = 0.0;
-        for (uint k = 0u; k < REG; k++) {
+        if (WO) {
+            W16(WO_OUT)
+        } else for (uint k = 0u; k < REG; k++) {
             uint c = l + k * WG;
             hv[k] = hv[k] * scale * wv[k];
             if (c >= c0 && c < c1)
@@ -181,7 +215,9 @@ void main()
         }
         if (SPLIT != 0u) { /* one group per row: item = row */
             int e = presplit_exp((DN & 4u) != 0u ? wg_max_sg(mx) : wg_max(mx));
-            for (uint k = 0u; k < REG; k++) {
+            if (WO) {
+                W16(WO_PK)
+            } else for (uint k = 0u; k < REG; k++) {
                 uint c = l + k * WG;
                 if (c >= c0 && c < c1)
                     pk[c] = SPLIT == 2u ? presplit_hi(hv[k], e) : presplit_terms(hv[k], e);

@@ -331,10 +331,13 @@ START_TEST(test_attention_dec_modes)
         {"1", "8", "256", "64", NULL, NULL}, {"2", "1", "256", "128", NULL, NULL},
         {"3", NULL, NULL, NULL, NULL, NULL}, {"3", "4", "64", "64", "7", "1"},
         {"3", "8", "256", "128", "3", "3"},  {"3", "1", "32", NULL, "5", "2"},
-        /* module 3's variant bits: its default 8 (the page-table words by blocks) off, with
-         * 16 (the splits interleaved), and 16 alone */
+        /* module 3's variant bits: 8 (the page-table words by blocks) off, with 16 (the
+         * splits interleaved), and 16 alone */
         {"3", "2", NULL, "64", "0", NULL},   {"3", "4", "64", "128", "24", NULL},
         {"3", "1", "32", "64", "16", "2"},
+        /* 32 (the loops written out) with the default 8, and with 1 and 2 */
+        {"3", "2", NULL, "64", "40", NULL},  {"3", "4", "64", NULL, "35", "1"},
+        {"3", "1", NULL, NULL, "34", NULL},
     };
     static const char *const names[6] = {"LLMEM_VULKAN_DEC_ATTN", "LLMEM_VULKAN_DEC_KPG",
                                          "LLMEM_VULKAN_DEC_WG", "LLMEM_VULKAN_DEC_SPLIT_KEYS",
@@ -363,6 +366,50 @@ START_TEST(test_attention_dec_modes)
     unsetenv("LLMEM_VULKAN_MAX_CHUNK");
     unsetenv("LLMEM_VULKAN_DEC_ATTN");
     attention_cases(be, NULL, " DEC_ATTN=3 MAX_CHUNK=64K");
+    llmem_backend_close(be);
+}
+END_TEST
+
+/* attention_decode_st.comp's loops written out (LLMEM_VULKAN_DEC_ST bit 32, WO) run the same
+ * operations in the same order as its [[unroll]] loops: the same bits, at 1, 2 and 4 keys a
+ * lane, with the page-table words a block ahead (8) and not (0), on every case. */
+START_TEST(test_attention_dec_wo)
+{
+    llmem_backend *be = th_open(_i);
+    if (strcmp(llmem_backend_name(be), "vulkan") != 0) {
+        llmem_backend_close(be);
+        return;
+    }
+    static const char *const kpg[] = {"1", "2", "4"};
+    static const char *const st[][2] = {{"8", "40"}, {"0", "32"}};
+    setenv("LLMEM_VULKAN_DEC_ATTN", "3", 1);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (size_t ki = 0; ki < 3; ki++)
+            for (size_t si = 0; si < 2; si++) {
+                th_ctx h;
+                th_begin(&h, NULL);
+                attn_data d;
+                attn_make(&h, &cases[ci], 2000 + ci, &d);
+                llmem_attn_params p = {.scale = 1.0f / sqrtf((float)cases[ci].head_dim),
+                                       .softcap = cases[ci].softcap, .window = cases[ci].window};
+                size_t n = (size_t)d.n_tok * cases[ci].n_heads * cases[ci].head_dim;
+                double *o[2];
+                setenv("LLMEM_VULKAN_DEC_KPG", kpg[ki], 1);
+                for (int w = 0; w < 2; w++) {
+                    o[w] = th_alloc(&h, n * sizeof *o[w]);
+                    setenv("LLMEM_VULKAN_DEC_ST", st[si][w], 1);
+                    ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+                    attn_run(be, &d, &p, 0u, o[w], NULL, NULL);
+                }
+                char what[96];
+                snprintf(what, sizeof what, "attention case %zu, KPG %s, DEC_ST %s vs %s", ci,
+                         kpg[ki], st[si][1], st[si][0]);
+                th_expect_same_bytes(o[1], o[0], n * sizeof *o[0], what);
+                th_end(&h);
+            }
+    unsetenv("LLMEM_VULKAN_DEC_ATTN");
+    unsetenv("LLMEM_VULKAN_DEC_KPG");
+    unsetenv("LLMEM_VULKAN_DEC_ST");
     llmem_backend_close(be);
 }
 END_TEST
@@ -759,6 +806,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_attention, 0, n);
     tcase_add_loop_test(tc, test_attention_dec_modes, 0, n);
+    tcase_add_loop_test(tc, test_attention_dec_wo, 0, n);
     tcase_add_loop_test(tc, test_attention_prefill, 0, n);
     tcase_add_loop_test(tc, test_attention_tables, 0, n);
     tcase_add_loop_test(tc, test_rope_shift, 0, n);

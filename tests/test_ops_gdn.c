@@ -229,6 +229,9 @@ static const gdn_case cases[] = {
      {2, 4, 16, 16}, F32, F16},
     /* a snapshot one token into a chunk (token 64), bf16 states */
     {{1, 130, 0, 3, {1}, {2}, {0}, true, {64}, {0}}, {2, 6, 16, 8}, BF16, F32},
+    /* Qwen3-Next's d_k 128 (the Vulkan module's written-out column, gdn.comp WO), a
+     * partial second block of 64 columns */
+    {{2, 3, 0, 4, {-1, 1}, {0, 2}, {0}}, {1, 2, 128, 72}, F32, F32},
 };
 
 START_TEST(test_gdn)
@@ -256,6 +259,20 @@ START_TEST(test_gdn)
         snprintf(what, sizeof what, "gdn case %zu on %s", ci, th_backend_name(_i));
         th_expect_close(out, ref, no, 2e-5, what);
         check_slots(rs, e, k->st, init, after, want, written, gdn_tol(k->st), what);
+        if (strcmp(th_backend_name(_i), "vulkan") == 0) {
+            /* gdn.comp's loops rolled ($LLMEM_VULKAN_GDN_WO=0), the default's written out: the
+             * same operations in the same order, but the H200's driver contracts products and
+             * sums into fma differently in the two (their bits differ there; lavapipe's are
+             * the same), so each is held to the float64 reference */
+            setenv("LLMEM_VULKAN_GDN_WO", "0", 1);
+            ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+            ck_assert_int_eq(gdn_run(be, rs, &d, &in, init, bytes, out, after), LLMEM_OK);
+            unsetenv("LLMEM_VULKAN_GDN_WO");
+            ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
+            snprintf(what, sizeof what, "gdn case %zu on vulkan, GDN_WO=0", ci);
+            th_expect_close(out, ref, no, 2e-5, what);
+            check_slots(rs, e, k->st, init, after, want, written, gdn_tol(k->st), what);
+        }
         th_end(&h);
     }
     llmem_backend_close(be);

@@ -8,7 +8,8 @@
  * mode: VK_DEC_NORM_HI; SPLIT 2 of the norms, 1 of cm_split.comp). Each
  * gives the same bits as the knob off. Checked at 1, 9, 16, 33 and 64
  * rows with DEC_NORM 0 and 7 (and 15, whose sums of squares add in
- * another order: against float64 alone):
+ * another order: against float64 alone; and the norms alone with 23, the
+ * gated norm's REG loops written out, VK_DEC_NORM_WO: bit for bit 7's):
  *   - rms_norm (f32, bf16 and no weights), add + norm (out the residual,
  *     bit for bit an add followed by the norm) and the gated norm (1 and 4
  *     groups, in place and apart) at widths of 1024-8192 and 1030, with
@@ -72,6 +73,7 @@ START_TEST(test_dec_norms)
     static const int32_t widths[] = {1024, 2048, 4096, 8192, 1030};
     llmem_backend *v7 = open_with("7", "2"), *v0 = open_with("0", "2");
     llmem_backend *v15 = open_with("15", "2"); /* wg_sum_sg: float64 only */
+    llmem_backend *v23 = open_with("23", "2"); /* 7 and the gated norm's loops written out */
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
         for (size_t j = 0; j < sizeof widths / sizeof *widths; j++) {
             int32_t m = rows[i], k = widths[j];
@@ -79,8 +81,9 @@ START_TEST(test_dec_norms)
             float *x = rand_vals(mk, -2, 2, false), *r = rand_vals(mk, -2, 2, false);
             float *y = rand_vals(mk, -3, 3, false), *z = rand_vals(mk, -3, 3, false);
             float *w = rand_vals((size_t)k, 0.5f, 1.5f, true);
-            float *o7[N_OUT], *o0[N_OUT], *o15[N_OUT];
+            float *o7[N_OUT], *o0[N_OUT], *o15[N_OUT], *o23[N_OUT];
             run_norms(v7, "7", m, k, x, r, y, z, w, true, o7);
+            run_norms(v23, "23", m, k, x, r, y, z, w, false, o23);
             run_norms(v0, "0", m, k, x, r, y, z, w, j == 0, o0);
             run_norms(v15, "15", m, k, x, r, y, z, w, true, o15);
             for (int n = 0; n < N_OUT; n++) {
@@ -88,13 +91,16 @@ START_TEST(test_dec_norms)
                 ck_assert_msg((o7[n] == NULL) == (o0[n] == NULL), "output %d", n);
                 ck_assert_msg(!o7[n] || memcmp(o7[n], o0[n], mk * 4) == 0,
                               "%dx%d output %d: DEC_NORM=7 differs from 0", m, k, n);
-                free(o7[n]), free(o0[n]);
+                ck_assert_msg(!o7[n] || memcmp(o7[n], o23[n], mk * 4) == 0,
+                              "%dx%d output %d: DEC_NORM=23 differs from 7", m, k, n);
+                free(o7[n]), free(o0[n]), free(o23[n]);
             }
             free(x), free(r), free(y), free(z), free(w);
         }
     llmem_backend_close(v7);
     llmem_backend_close(v0);
     llmem_backend_close(v15);
+    llmem_backend_close(v23);
 }
 END_TEST
 

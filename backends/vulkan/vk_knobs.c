@@ -53,7 +53,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_NORM_FOLD", norm_fold, 0, 7, NUM),
     K("LLMEM_VULKAN_SM_COUNT", sm_count, 1, VK_SM_MAX, NUM),
     K("LLMEM_VULKAN_NORM_FOLD_WGS", norm_fold_wgs, 1, 1024, NUM),
-    K("LLMEM_VULKAN_DEC_NORM", dec_norm, 0, 15, NUM),
+    K("LLMEM_VULKAN_DEC_NORM", dec_norm, 0, 31, NUM),
     K("LLMEM_VULKAN_SUM_CONV", sum_conv, 0, 3, NUM),
     K("LLMEM_VULKAN_DISCARD", discard, 0, 3, NUM),
     K("LLMEM_VULKAN_ATTN_PF", attn_pf, 0, 3, NUM),
@@ -62,7 +62,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_DEC_KPG", dec_kpg, 1, 8, POW2),
     K("LLMEM_VULKAN_DEC_WG", dec_wg, 32, 256, POW2),
     K("LLMEM_VULKAN_DEC_SPLIT_KEYS", dec_split_keys, 64, 8192, NUM),
-    K("LLMEM_VULKAN_DEC_ST", dec_st, 0, 31, NUM),
+    K("LLMEM_VULKAN_DEC_ST", dec_st, 0, 63, NUM),
     K("LLMEM_VULKAN_DEC_ATTN_PF", dec_attn_pf, 0, 15, NUM),
     K("LLMEM_VULKAN_ATTN_PF_CM2", attn_pf_cm2, 0, 1, NUM),
     K("LLMEM_VULKAN_ATTN_PF_STAGES", attn_pf_stages, 1, 2, NUM),
@@ -74,6 +74,7 @@ static const knob_def defs[] = {
     K("LLMEM_VULKAN_MV16_UNROLL", mv16_unroll, 1, 16, NUM),
     K("LLMEM_VULKAN_PAIR_PLAN", pair_plan, 0, 1, NUM),
     K("LLMEM_VULKAN_ATTN_PF_FA", attn_pf_fa, 0, 255, NUM),
+    K("LLMEM_VULKAN_GDN_WO", gdn_wo, 0, 1, NUM),
 };
 #undef K
 

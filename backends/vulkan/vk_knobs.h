@@ -49,7 +49,7 @@ typedef struct vk_knobs {
     int32_t norm_fold;      /* LLMEM_VULKAN_NORM_FOLD: 0..7 the residual sums in the norm (vk_sum.h) */
     int32_t sm_count;       /* LLMEM_VULKAN_SM_COUNT: 1..VK_SM_MAX compute units (vk_sm_config) */
     int32_t norm_fold_wgs;  /* LLMEM_VULKAN_NORM_FOLD_WGS: 1..1024 workgroups in all of that norm */
-    int32_t dec_norm;       /* LLMEM_VULKAN_DEC_NORM: 0..15 the decode rows' norms */
+    int32_t dec_norm;       /* LLMEM_VULKAN_DEC_NORM: 0..31 the decode rows' norms */
     int32_t sum_conv;       /* LLMEM_VULKAN_SUM_CONV: 0..3 the decode conv in in_proj's sum (vk_sum.h) */
     int32_t discard;        /* LLMEM_VULKAN_DISCARD: 0..3 discarded held writes dropped (vk_sum.h) */
     int32_t attn_pf;        /* LLMEM_VULKAN_ATTN_PF: 0..3 the prefill attention on cooperative
@@ -61,7 +61,7 @@ typedef struct vk_knobs {
     int32_t dec_kpg;        /* LLMEM_VULKAN_DEC_KPG: 1..8, 2^k, keys per group and round */
     int32_t dec_wg;         /* LLMEM_VULKAN_DEC_WG: 32..256, 2^k, its workgroup (modules 1..3) */
     int32_t dec_split_keys; /* LLMEM_VULKAN_DEC_SPLIT_KEYS: 64..8192 keys a split */
-    int32_t dec_st;         /* LLMEM_VULKAN_DEC_ST: 0..31, attention_decode_st's variant bits */
+    int32_t dec_st;         /* LLMEM_VULKAN_DEC_ST: 0..63, attention_decode_st's variant bits */
     int32_t dec_attn_pf;    /* LLMEM_VULKAN_DEC_ATTN_PF: 0..15, its L2 prefetch, steps ahead */
     /* the prefill attention's CM2 module (vk_ops_attn_pf.c, attn_pf_pick) */
     int32_t attn_pf_cm2;     /* LLMEM_VULKAN_ATTN_PF_CM2: 0 the KHR module, 1 the CM2 one */
@@ -80,6 +80,8 @@ typedef struct vk_knobs {
                              * keys, 16 its K / V ring refilled in halves, 32 V fetched
                              * after the softmax, 64 the Q tile's loads first, 128 O's
                              * loops written out */
+    int32_t gdn_wo;         /* LLMEM_VULKAN_GDN_WO: 0..1 gdn.comp's loops over its state column
+                             * written out (vk_ops_gdn.c, GDN_WO) */
 } vk_knobs;
 
 /* The knob's value, or dflt where its variable is unset or out of range. */

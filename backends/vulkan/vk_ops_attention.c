@@ -62,10 +62,14 @@
  * (LLMEM_VULKAN_DEC_ATTN_PF, 0 off). VAR 8 (PTB): the page-table words loaded a block of
  * steps ahead, 13% / 8% / 8% faster than VAR 0 at pages of 1 / 16 / 64 of the bench shape on
  * the H200 (docs/benchmarks.md, "Vulkan decode attention: the page-table words a block
- * ahead") */
+ * ahead"); VAR 32 (WO): the loops over the queries, accumulators, partials and loads written
+ * out with literal indices, the same bits: at two query heads a workgroup (the Bamba-2B
+ * layer) the driver kept loops over the heads rolled and those arrays in local memory (400
+ * bytes), 1.71 -> 0.32 ms at the bench shape with 16/8 heads on bf16 (CUDA 0.26); at four,
+ * unchanged (docs/benchmarks.md, "Vulkan: register arrays out of local memory") */
 #define DEC_KPL 2
 #define DEC_ST_WG 64
-#define DEC_ST_VAR 8
+#define DEC_ST_VAR 40
 #define DEC_ATTN_PFD 0
 
 void vk_attn_push_kv(vk_op *op, const llmem_kv_view *kv, const llmem_attn_params *p, uint32_t qo,

@@ -305,13 +305,13 @@ static uint32_t norm_split_bind(llmem_backend *be, vk_backend *v, vk_op *op, int
 
 /* The DN specialization constant of a norm of `rows` rows on the REG path
  * (rms_norm.comp, rms_norm_gated.comp): $LLMEM_VULKAN_DEC_NORM's
- * VK_DEC_NORM_LOADS, _MAX and _SUM bits at the decode rows
+ * VK_DEC_NORM_LOADS, _MAX, _SUM and _WO bits (rms_norm.comp takes WO off) at the decode rows
  * (VK_MM_MV_MAX < rows <= VK_PRESPLIT_ROWS), else 0. */
 static uint32_t norm_dn(const vk_backend *v, int64_t rows, uint32_t reg)
 {
     if (reg == 0 || rows <= VK_MM_MV_MAX || rows > (int64_t)VK_PRESPLIT_ROWS)
         return 0;
-    long bits = VK_DEC_NORM_LOADS | VK_DEC_NORM_MAX | VK_DEC_NORM_SUM;
+    long bits = VK_DEC_NORM_LOADS | VK_DEC_NORM_MAX | VK_DEC_NORM_SUM | VK_DEC_NORM_WO;
     return (uint32_t)(vk_dec_norm_mode(v) & bits);
 }
 
@@ -429,7 +429,7 @@ static llmem_status rms_norm(llmem_backend *be, llmem_ct *x, llmem_ct *r, llmem_
     vk_op_u32(&op, xbo);
     vk_op_spec(&op, v4);
     vk_op_spec(&op, add == 2 ? vk_sum_norm_slices(v) : 0u); /* SL: the slices unrolled */
-    vk_op_spec(&op, norm_dn(v, rows, reg));
+    vk_op_spec(&op, norm_dn(v, rows, reg) & ~(uint32_t)VK_DEC_NORM_WO);
     st = vk_op_run(v, &op, (uint64_t)rows * ns);
     if (add == 2)
         vk_sum_taken(v);

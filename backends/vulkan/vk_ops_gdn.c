@@ -17,6 +17,13 @@
 #include "vk_rs.h"
 
 #define GDN_WG 64
+/* gdn.comp's WO (unset $LLMEM_VULKAN_GDN_WO): the loops over an invocation's state column
+ * written out with literal indices where d_k <= 128, so that the column stays in registers
+ * (rolled, the H200's driver kept its 512 bytes in local memory): H200 bench gdn decode
+ * 0.106 ms against 0.308 (CUDA 0.453), prefill 1.30 against 2.41 (CUDA 2.26)
+ * (docs/benchmarks.md, "Vulkan: register arrays out of local memory"). The same operations
+ * in the same order; the driver's fma contraction may differ (within f32 rounding) */
+#define GDN_WO 1
 #define GDN_EW_WG 256
 
 static llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
@@ -42,6 +49,7 @@ static llmem_status vk_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
     vk_op_spec(&op, (uint32_t)dt_bias->dtype);
     vk_op_spec(&op, use_snap);
     vk_op_spec(&op, llmem_rs_view_snap_used(view) != NULL); /* SNAPSHOT */
+    vk_op_spec(&op, (uint32_t)VK_KNOB(v, gdn_wo, GDN_WO));
     uint32_t qo = vk_op_tensor(v, &op, qkv, false);
     uint32_t ao = vk_op_tensor(v, &op, a, false);
     uint32_t bo = vk_op_tensor(v, &op, b, false);

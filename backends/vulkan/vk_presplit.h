@@ -77,6 +77,10 @@ bool vk_presplit_lo(const vk_backend *v, int64_t rows);
 #define VK_DEC_NORM_HI 2
 #define VK_DEC_NORM_MAX 4
 #define VK_DEC_NORM_SUM 8
+/* bit 4: rms_norm_gated.comp's REG loops written out (DN bit 4, WO: the same
+ * bits; at REG 8 with terms its 32 bytes of local memory gone, but 16.2 us a
+ * call against 14.7 on the H200, 9B precise b64: off by default) */
+#define VK_DEC_NORM_WO 16
 #define VK_DEC_NORM_DEFAULT (VK_DEC_NORM_LOADS | VK_DEC_NORM_HI | VK_DEC_NORM_MAX)
 static inline long vk_dec_norm_mode(const vk_backend *v)
 {

@@ -201,9 +201,30 @@ static llmem_status attn_sweep(bench *b, attn_ctx *c, double bytes)
     return st;
 }
 
+/* $LLMEM_BENCH_ATTN_HEADS="Q/KV[/bf16]": the decode attention figure at Q query and KV
+ * key-value heads (KV divides Q, both 1..64; e.g. 16/8/bf16, the Bamba-2B layer's) and, with
+ * /bf16, a bf16 pool, instead of 32/8 on f16; a malformed value keeps the default. */
+static void attn_heads(kv_setup *s)
+{
+    const char *e = getenv("LLMEM_BENCH_ATTN_HEADS");
+    int q = 0, kv = 0, n = 0;
+    if (!e || sscanf(e, "%d/%d%n", &q, &kv, &n) != 2 || q < 1 || q > 64 || kv < 1 ||
+        kv > 64 || q % kv != 0 || (e[n] != '\0' && strcmp(e + n, "/bf16") != 0)) {
+        if (e)
+            fprintf(stderr, "llmem bench: LLMEM_BENCH_ATTN_HEADS='%s' is not Q/KV[/bf16] "
+                            "(1..64, KV divides Q): 32/8 on f16\n", e);
+        return;
+    }
+    s->n_heads = q;
+    s->n_kv = kv;
+    if (e[n] != '\0')
+        s->dtype = LLMEM_DTYPE_BF16;
+}
+
 llmem_status bench_decode_attention(bench *b)
 {
     kv_setup s = {64, 4096, 1, 16, 32, 8, 128, LLMEM_DTYPE_F16};
+    attn_heads(&s);
     int64_t pool_elems = (int64_t)s.n_seq * s.ctx * s.n_kv * s.hd;
     size_t pool_bytes = (size_t)pool_elems * 2;
     llmem_buffer *kp = NULL, *vp = NULL, *qb = NULL, *ob = NULL;
