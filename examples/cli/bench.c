@@ -113,7 +113,8 @@ static void usage(FILE *f)
             "  LLMEM_BENCH_HOST_SAMPLE=1 (argmax on the host); the kernel figures:\n"
             "  LLMEM_BENCH_MAMBA_SEQS, LLMEM_BENCH_SCAN_PINGPONG=1, LLMEM_BENCH_MAMBA_HEADS,\n"
             "  LLMEM_BENCH_MATMUL_F16, LLMEM_BENCH_GEMV, LLMEM_BENCH_GEMV_SETS,\n"
-            "  LLMEM_BENCH_ATTN_SWEEP=\"N=V,..;..\" (the decode attention again per variant)\n"
+            "  LLMEM_BENCH_ATTN_SWEEP=\"N=V,..;..\" (the decode attention again per variant),\n"
+            "  LLMEM_BENCH_ATTN_HEADS=Q/KV[/bf16] (its head counts and pool dtype)\n"
             "%s%s",
             cli_log_opts_help, cli_backend_opts_help);
 }
