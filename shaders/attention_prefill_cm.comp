@@ -128,6 +128,12 @@ const uint NO_ROWS = 0xffffffffu;
     } else                                                                                         \
         UNROLL for (uint j_ = 0u; j_ < DT; j_++)                                                   \
             m_(j_)
+#if EMU
+/* the steps of the scalar MMAs stay a loop: written out, a driver's compile takes minutes */
+#define DT_LOOP_MMA(m_) UNROLL for (uint j_ = 0u; j_ < DT; j_++) m_(j_)
+#else
+#define DT_LOOP_MMA(m_) DT_LOOP(m_)
+#endif
 /* SPLIT 2: q * scale enters the hi + lo split times QSC (so that lo stays clear of f16's
  * subnormals, which a driver may flush), S is divided by it again */
 const float QSC = 64.0, QINV = SPLIT == 2u ? 1.0 / QSC : 1.0;
@@ -682,7 +688,7 @@ void main()
             MMA(s1, ql[k_], b1);                                                                   \
         }                                                                                          \
     }
-            DT_LOOP(S_STEP)
+            DT_LOOP_MMA(S_STEP)
             /* (c) soft-cap and masks element by element; the rows' maxima */
             ACC tm = ACC_ZERO;
             UNROLL for (uint i2 = 0u; i2 < NEL(s0); i2++) {
@@ -771,7 +777,7 @@ void main()
             MMA(o[j_], pl1, v1);                                                                   \
         }                                                                                          \
     }
-            DT_LOOP(PV_STEP)
+            DT_LOOP_MMA(PV_STEP)
             if (STAGES == 2u) {
                 /* the other stage was read last in block i - 1, before the barrier */
                 if (i + 1 < nblk)
