@@ -372,8 +372,11 @@ START_TEST(test_attention_dec_modes)
 END_TEST
 
 /* attention_decode_st.comp's loops written out (LLMEM_VULKAN_DEC_ST bit 32, WO) run the same
- * operations in the same order as its [[unroll]] loops: the same bits, at 1, 2 and 4 keys a
- * lane, with the page-table words a block ahead (8) and not (0), on every case. */
+ * operations in the same order as its [[unroll]] loops, at 1, 2 and 4 keys a lane, with the
+ * page-table words a block ahead (8) and not (0), on every case: both forms against the
+ * float64 reference. Not bit for bit: lavapipe gives the same bits, but NVIDIA's compiler
+ * (driver 580) contracts the two forms' multiply-adds differently at 1 key a lane (the H200
+ * differed in the last 3 bits of some outputs). */
 START_TEST(test_attention_dec_wo)
 {
     llmem_backend *be = th_open(_i);
@@ -393,19 +396,20 @@ START_TEST(test_attention_dec_wo)
                 attn_make(&h, &cases[ci], 2000 + ci, &d);
                 llmem_attn_params p = {.scale = 1.0f / sqrtf((float)cases[ci].head_dim),
                                        .softcap = cases[ci].softcap, .window = cases[ci].window};
-                size_t n = (size_t)d.n_tok * cases[ci].n_heads * cases[ci].head_dim;
-                double *o[2];
+                int64_t n = (int64_t)d.n_tok * cases[ci].n_heads * cases[ci].head_dim;
+                double *o = th_alloc(&h, (size_t)n * sizeof *o);
+                double *ref = th_alloc(&h, (size_t)n * sizeof *ref);
+                attn_reference(&d, &p, ref);
                 setenv("LLMEM_VULKAN_DEC_KPG", kpg[ki], 1);
                 for (int w = 0; w < 2; w++) {
-                    o[w] = th_alloc(&h, n * sizeof *o[w]);
                     setenv("LLMEM_VULKAN_DEC_ST", st[si][w], 1);
                     ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
-                    attn_run(be, &d, &p, 0u, o[w], NULL, NULL);
+                    attn_run(be, &d, &p, 0u, o, NULL, NULL);
+                    char what[96];
+                    snprintf(what, sizeof what, "attention case %zu, KPG %s, DEC_ST %s", ci,
+                             kpg[ki], st[si][w]);
+                    th_expect_close(o, ref, n, ref64_tol(F32, false), what);
                 }
-                char what[96];
-                snprintf(what, sizeof what, "attention case %zu, KPG %s, DEC_ST %s vs %s", ci,
-                         kpg[ki], st[si][1], st[si][0]);
-                th_expect_same_bytes(o[1], o[0], n * sizeof *o[0], what);
                 th_end(&h);
             }
     unsetenv("LLMEM_VULKAN_DEC_ATTN");
