@@ -232,6 +232,11 @@ static const gdn_case cases[] = {
     /* Qwen3-Next's d_k 128 (the Vulkan module's written-out column, gdn.comp WO), a
      * partial second block of 64 columns */
     {{2, 3, 0, 4, {-1, 1}, {0, 2}, {0}}, {1, 2, 128, 72}, F32, F32},
+    /* d_k 64 and 256 (the CUDA kernel's columns over 2 / 4 and 8 / 16
+     * lanes), checkpoints, 16-bit states, d_k 72 inside the 128 columns */
+    {{2, 4, 2, 8, {-1, 1}, {0, 2}, {3, 4, 5, 6}}, {2, 4, 64, 40}, BF16, F32},
+    {{1, 3, 1, 3, {0}, {1}, {2}}, {1, 1, 256, 24}, F16, F32},
+    {{1, 70, 0, 2, {0}, {1}, {0}}, {1, 2, 72, 20}, F32, F32},
 };
 
 START_TEST(test_gdn)
@@ -259,6 +264,21 @@ START_TEST(test_gdn)
         snprintf(what, sizeof what, "gdn case %zu on %s", ci, th_backend_name(_i));
         th_expect_close(out, ref, no, 2e-5, what);
         check_slots(rs, e, k->st, init, after, want, written, gdn_tol(k->st), what);
+        if (strcmp(th_backend_name(_i), "cuda") == 0) {
+            /* the kernel of a column per thread ($LLMEM_CUDA_GDN_E=0, read at each call) and
+             * the split kernel's 16 rows per lane, beside the default's 32: other sums' orders,
+             * each held to the float64 reference */
+            static const char *const es[] = {"0", "16"};
+            for (int ei = 0; ei < 2; ei++) {
+                setenv("LLMEM_CUDA_GDN_E", es[ei], 1);
+                llmem_status st = gdn_run(be, rs, &d, &in, init, bytes, out, after);
+                unsetenv("LLMEM_CUDA_GDN_E");
+                ck_assert_int_eq(st, LLMEM_OK);
+                snprintf(what, sizeof what, "gdn case %zu on cuda, GDN_E=%s", ci, es[ei]);
+                th_expect_close(out, ref, no, 2e-5, what);
+                check_slots(rs, e, k->st, init, after, want, written, gdn_tol(k->st), what);
+            }
+        }
         if (strcmp(th_backend_name(_i), "vulkan") == 0) {
             /* gdn.comp's loops rolled ($LLMEM_VULKAN_GDN_WO=0), the default's written out: the
              * same operations in the same order, but the H200's driver contracts products and

@@ -9,6 +9,21 @@
 #include "kernels/gdn.h"
 #include "llmem/ops_gdn.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+/* Rows of a state column per thread ($LLMEM_CUDA_GDN_E, read at each call
+ * so that tests can run both kernels in one process): 32 (default) or 16
+ * spread a column over d_k / E lanes of a warp; 0 keeps the kernel of one
+ * column per thread (it spills from d_k 64 up), for A/B runs. */
+static int gdn_split(void)
+{
+    const char *e = getenv("LLMEM_CUDA_GDN_E");
+    if (!e || !*e)
+        return 32;
+    return !strcmp(e, "0") ? 0 : !strcmp(e, "16") ? 16 : 32;
+}
+
 static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
                                 const llmem_view *view, int32_t state, llmem_ct *qkv, llmem_ct *a,
                                 llmem_ct *b, llmem_ct *a_log, llmem_ct *dt_bias, llmem_ct *out)
@@ -18,7 +33,7 @@ static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
     if (st != LLMEM_OK)
         return st;
     if (!cuk_gdn_supported(p->d_k))
-        return LLMEM_E_UNSUPPORTED; /* registers hold one column of d_k */
+        return LLMEM_E_UNSUPPORTED; /* registers hold a column of d_k */
     cuk_rs_args rs;
     if ((st = cuda_rs_prepare(cb, view, state, &rs)) != LLMEM_OK)
         return st;
@@ -36,6 +51,7 @@ static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
         .db_dt = dt_bias->dtype,
         .out = cuda_tensor_ptr(out),
         .width = 2 * (int64_t)p->n_k_heads * p->d_k + (int64_t)p->n_v_heads * p->d_v,
+        .split = gdn_split(),
     };
     return cuda_op_done(cb, cuk_gdn(&rs, &ga, cb->stream), "gdn");
 }
