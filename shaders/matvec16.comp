@@ -36,8 +36,12 @@ layout(push_constant) uniform P {
 const uint NW = SWI != 0u ? 2u : 1u; /* weight matrices */
 const uint CH = TPR < 8u ? TPR : 8u;   /* partial sums per run */
 const uint NRUN = TPR / CH;            /* runs per output */
-shared float part[NW * NR * WG];
-shared float runs[NW * NR * WG / CH];
+/* every activation row's partials at once ([row][matrix][weight row][WG]):
+ * acc is then only indexed in loops without barriers, which the compiler
+ * unrolls; with a loop over the rows around the barriers (as before), it
+ * kept acc in local memory at 4-8 rows (H200, driver 580: 240-384 bytes) */
+shared float part[MR * NW * NR * WG];
+shared float runs[MR * NW * NR * WG / CH];
 
 vec2 widen(uint u)
 {
@@ -72,7 +76,7 @@ void main()
                 break;
             for (uint i = 0; i < MR; i++) {
                 if (i >= p.m)
-                    break;
+                    continue;
                 vec4 x0 = a[p.a_off + i * ka + 2u * jj], x1 = a[p.a_off + i * ka + 2u * jj + 1u];
                 for (uint mt = 0; mt < NW; mt++)
                     for (uint r = 0; r < NR; r++) {
@@ -83,38 +87,37 @@ void main()
             }
         }
     }
-    /* TPR partial sums per output, added in a fixed order, one activation
-     * row at a time through shared memory: runs of CH consecutive partials
-     * first (many invocations), then the runs of each output */
-    for (uint i = 0; i < MR; i++) {
-        barrier();
+    /* TPR partial sums per output, added in a fixed order through shared
+     * memory: runs of CH consecutive partials first (many invocations),
+     * then the runs of each output; all activation rows together */
+    for (uint i = 0; i < MR; i++)
         for (uint mt = 0; mt < NW; mt++)
             for (uint r = 0; r < NR; r++)
-                part[(mt * NR + r) * WG + l] = acc[(mt * MR + i) * NR + r];
-        barrier();
-        for (uint t = l; t < NW * NR * RPW * NRUN; t += WG) {
-            uint c = t % NRUN, g = (t / NRUN) % RPW, rr = (t / (NRUN * RPW)) % NR;
-            uint mt = t / (NRUN * RPW * NR);
-            uint base = (mt * NR + rr) * WG + g * TPR + c * CH;
-            float s = 0.0;
-            for (uint x = 0; x < CH; x++)
-                s += part[base + x];
-            runs[t] = s;
-        }
-        barrier();
-        for (uint t = l; t < RPW * NR; t += WG) {
-            uint g = t / NR, r = t % NR;
-            uint nn = (group_id() * RPW + g) * NR + r;
-            float s = 0.0, su = 0.0;
+                part[((i * NW + mt) * NR + r) * WG + l] = acc[(mt * MR + i) * NR + r];
+    barrier();
+    for (uint t = l; t < MR * NW * NR * RPW * NRUN; t += WG) {
+        uint c = t % NRUN, g = (t / NRUN) % RPW, rr = (t / (NRUN * RPW)) % NR;
+        uint mi = t / (NRUN * RPW * NR); /* i * NW + mt */
+        uint base = (mi * NR + rr) * WG + g * TPR + c * CH;
+        float s = 0.0;
+        for (uint x = 0; x < CH; x++)
+            s += part[base + x];
+        runs[t] = s;
+    }
+    barrier();
+    for (uint t = l; t < MR * RPW * NR; t += WG) {
+        uint i = t / (RPW * NR), g = (t / NR) % RPW, r = t % NR;
+        uint nn = (group_id() * RPW + g) * NR + r;
+        uint ri = i * NW * NR * RPW * NRUN; /* row i's runs */
+        float s = 0.0, su = 0.0;
+        for (uint c = 0; c < NRUN; c++)
+            s += runs[ri + (r * RPW + g) * NRUN + c];
+        if (SWI != 0u) {
             for (uint c = 0; c < NRUN; c++)
-                s += runs[(r * RPW + g) * NRUN + c];
-            if (SWI != 0u) {
-                for (uint c = 0; c < NRUN; c++)
-                    su += runs[((NR + r) * RPW + g) * NRUN + c];
-                s = silu(s) * su;
-            }
-            if (nn < p.n && i < p.m)
-                o[p.o_off + i * p.n + nn] = s;
+                su += runs[ri + ((NR + r) * RPW + g) * NRUN + c];
+            s = silu(s) * su;
         }
+        if (nn < p.n && i < p.m)
+            o[p.o_off + i * p.n + nn] = s;
     }
 }

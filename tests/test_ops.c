@@ -38,6 +38,9 @@ START_TEST(test_matmul)
     static const int32_t shapes[][3] = {{1, 1, 1},   {1, 64, 33},  {3, 80, 17},  {7, 129, 65},
                                         {16, 128, 16}, {17, 257, 37}, {33, 64, 100}, {2, 7, 3},
                                         {4, 4096, 33},
+                                        /* Vulkan's matvec16 at its most rows a pass
+                                         * (all rows' partials summed at once) */
+                                        {8, 264, 37},
                                         /* Vulkan's register-tiled matmul: tiles of 64 and
                                          * 128 rows, split-K into 4 and 2 slices (the last
                                          * slice shorter), edges of every tile */

@@ -23,7 +23,10 @@
 START_TEST(test_matmul_swiglu)
 {
     static const int32_t shapes[][3] = {{1, 256, 64}, {3, 1024, 37}, {4, 4096, 96}, {2, 7, 5},
-                                        {9, 512, 40}, {1, 1, 1}, {40, 1024, 300}};
+                                        {9, 512, 40}, {1, 1, 1}, {40, 1024, 300},
+                                        /* Vulkan's matvec16 at 8 rows: one pass where
+                                         * its shared sums fit, two where they do not */
+                                        {8, 264, 21}};
     static const llmem_dtype wts[3] = {LLMEM_DTYPE_BF16, LLMEM_DTYPE_F16, F32};
     llmem_backend *be = th_open(_i);
     for (int d = 0; d < 3; d++)

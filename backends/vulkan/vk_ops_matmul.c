@@ -110,7 +110,16 @@ static llmem_status matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *
     }
     st = LLMEM_OK;
     mv16_cfg c = mv16_pick(v, m, n, u ? 2 : 1);
-    uint32_t rows = v->mv16_rows;
+    /* the shader sums every activation row of a pass through shared memory at
+     * once (NW NR WG partials a row and their runs of up to 8): fewer rows a
+     * pass where they do not fit */
+    size_t row_shared = (size_t)(u ? 2 : 1) * c.nr * c.wg * 4 * 9 / 8;
+    uint32_t rows = v->mv16_rows, fit = (uint32_t)(v->props.limits.maxComputeSharedMemorySize /
+                                                   row_shared);
+    if (fit == 0)
+        return LLMEM_OK; /* not even one row: the general path */
+    if (rows > fit)
+        rows = fit;
     for (uint32_t m0 = 0; m0 < m && st == LLMEM_OK; m0 += rows) {
         uint32_t mr = m - m0 < rows ? m - m0 : rows;
         vk_op op;
