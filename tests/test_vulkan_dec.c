@@ -418,6 +418,11 @@ START_TEST(test_dec_used_rows)
     ck_assert(vk_dec_used(&c, 16, 1));
     ck_assert(!vk_dec_used(&c, 17, 1));
     c.dec_fast_rows = 0;
+    /* from cm_min rows ($LLMEM_VULKAN_CM_MIN; 0 unset: VK_MM_CM_MIN) */
+    c.cm_min = 2;
+    ck_assert(!vk_dec_used(&c, 1, 1));
+    ck_assert(vk_dec_used(&c, 2, 1) && vk_dec_used(&c, 8, 2));
+    c.cm_min = 0;
     vk_dec_cfg dc;
     vk_dec_cfg_default(32, 1, H200_SMS, &dc);
     ck_assert_uint_eq(dc.ka, 64);

@@ -65,6 +65,19 @@ START_TEST(test_pick_paths)
     ck_assert_int_eq(vk_mm_pick(&c, 64, 4096, BF16), VK_MM_TILED);
     c.matvec_old = true;
     ck_assert_int_eq(vk_mm_pick(&c, 4, 4096, BF16), VK_MM_MATVEC);
+    /* tensor cores from fewer rows ($LLMEM_VULKAN_CM_MIN below the GEMVs' rows): where
+     * matvec16 stops (mv16_max), 16-bit weights with K % 8 == 0 go to them, the rest to
+     * matvec.comp as before */
+    vk_mm_caps low = cm;
+    low.mv16_max = 1;
+    low.cm_min = 2;
+    ck_assert_int_eq(vk_mm_pick(&low, 1, 4096, BF16), VK_MM_MATVEC16);
+    ck_assert_int_eq(vk_mm_pick(&low, 2, 4096, BF16), VK_MM_COOPMAT);
+    ck_assert_int_eq(vk_mm_pick(&low, 8, 4096, F16), VK_MM_COOPMAT);
+    ck_assert_int_eq(vk_mm_pick(&low, 4, 4096, F32), VK_MM_MATVEC);
+    ck_assert_int_eq(vk_mm_pick(&low, 4, 4100, BF16), VK_MM_MATVEC);
+    low.coopmat = false;
+    ck_assert_int_eq(vk_mm_pick(&low, 4, 4096, BF16), VK_MM_MATVEC);
 }
 END_TEST
 

@@ -7,10 +7,11 @@ vk_mm_path vk_mm_pick(const vk_mm_caps *c, uint32_t m, uint32_t k, llmem_dtype w
     bool w16 = w_dt == LLMEM_DTYPE_F16 || w_dt == LLMEM_DTYPE_BF16;
     if (w16 && k % 8 == 0 && m <= c->mv16_max && !c->matvec_old)
         return VK_MM_MATVEC16;
-    if (m <= VK_MM_MV_MAX)
-        return VK_MM_MATVEC;
+    /* tensor cores from cm_min rows, below VK_MM_MV_MAX too ($LLMEM_VULKAN_CM_MIN) */
     if (c->coopmat && w16 && k % 8 == 0 && m >= c->cm_min && m <= c->cm_max)
         return VK_MM_COOPMAT;
+    if (m <= VK_MM_MV_MAX)
+        return VK_MM_MATVEC;
     if (k % 8 == 0 && !c->matmul_old)
         return VK_MM_RT;
     return VK_MM_TILED;
@@ -454,14 +455,14 @@ bool vk_dec_plan_make(uint32_t m, uint32_t n, uint32_t k, uint32_t split, const 
 
 bool vk_dec_used(const vk_mm_caps *c, uint32_t m, uint32_t split)
 {
+    uint32_t least = c->cm_min ? c->cm_min : VK_MM_CM_MIN; /* rows; 0: unset */
     if (c->dec == VK_DEC_AUTO || c->dec == VK_DEC_AUTO_FAST) {
         uint32_t most = c->dec == VK_DEC_AUTO && split == 1
                             ? (c->dec_fast_rows ? c->dec_fast_rows : VK_DEC_AUTO_FAST_ROWS)
                             : VK_DEC_AUTO_ROWS;
-        return c->coopmat && (split == 1 || c->dec == VK_DEC_AUTO) && m >= VK_MM_CM_MIN &&
-               m <= most;
+        return c->coopmat && (split == 1 || c->dec == VK_DEC_AUTO) && m >= least && m <= most;
     }
-    return c->coopmat && c->dec != VK_DEC_OFF && m >= VK_MM_CM_MIN && m <= VK_CMP_ROWS;
+    return c->coopmat && c->dec != VK_DEC_OFF && m >= least && m <= VK_CMP_ROWS;
 }
 
 bool vk_bf16_used(const vk_mm_caps *c, uint32_t m, uint32_t split, llmem_dtype w_dt, bool dec)
