@@ -9,6 +9,7 @@
 #include "kernels/gdn.h"
 #include "llmem/ops_gdn.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,10 +19,17 @@
  * column per thread (it spills from d_k 64 up), for A/B runs. */
 static int gdn_split(void)
 {
+    static int warned; /* one message a process for a value it does not take */
     const char *e = getenv("LLMEM_CUDA_GDN_E");
-    if (!e || !*e)
+    if (!e || !*e || !strcmp(e, "32"))
         return 32;
-    return !strcmp(e, "0") ? 0 : !strcmp(e, "16") ? 16 : 32;
+    if (!strcmp(e, "0") || !strcmp(e, "16"))
+        return atoi(e);
+    if (!warned) {
+        warned = 1;
+        fprintf(stderr, "llmem cuda: LLMEM_CUDA_GDN_E=%s is not 0, 16 or 32; using 32\n", e);
+    }
+    return 32;
 }
 
 static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
