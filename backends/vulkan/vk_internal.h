@@ -633,6 +633,13 @@ llmem_status vk_op_matmul_fast(llmem_backend *be, llmem_ct *a, llmem_ct *w, llme
  * (vk_ops_norm_matmul.c, no norm); LLMEM_E_UNSUPPORTED, with nothing
  * recorded, where it does not apply or $LLMEM_VULKAN_GEMV_ROWS says 0. */
 llmem_status vk_gemv_rows(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out);
+/* out = a · wᵀ (u NULL) or silu(a · wᵀ) * (a · uᵀ), a [M, K] f32, w and u
+ * [N, K] f16/bf16, out [M, N] f32, through matvec16.comp (vk_ops_matvec16.c)
+ * where vk_mm_pick takes that path (up to VK_MM_MV16_MAX rows, K % 8 == 0)
+ * and the rows are 16-byte aligned; *done says whether it ran (false: the
+ * caller's general path, nothing recorded). The backend's errors. */
+llmem_status vk_matvec16(vk_backend *v, llmem_ct *a, llmem_ct *w, llmem_ct *u, llmem_ct *out,
+                         bool *done);
 llmem_status vk_op_matmul_swiglu(llmem_backend *be, llmem_ct *a, llmem_ct *gate, llmem_ct *up,
                                  llmem_ct *out);
 llmem_status vk_op_get_rows(llmem_backend *be, llmem_ct *src, llmem_ct *idx, llmem_ct *out);

@@ -68,7 +68,7 @@ typedef struct vk_knobs {
     int32_t attn_pf_stages;  /* LLMEM_VULKAN_ATTN_PF_STAGES: 1 or 2 K / V stages (CM2) */
     int32_t attn_pf_precise; /* LLMEM_VULKAN_ATTN_PF_PRECISE: 0..1 precise calls on CM2 */
     int32_t attn_pf_var;     /* LLMEM_VULKAN_ATTN_PF_VAR: 0..511 variant bits (the shader's VAR) */
-    /* matvec16.comp's one-row launch (vk_ops_matmul.c, mv16_pick) */
+    /* matvec16.comp's one-row launch (vk_ops_matvec16.c, mv16_pick) */
     int32_t mv16_wg;     /* LLMEM_VULKAN_MV16_WG: 64..1024, 2^k, the workgroup */
     int32_t mv16_tpr;    /* LLMEM_VULKAN_MV16_TPR: 32..1024, 2^k, invocations per row group */
     int32_t mv16_nr;     /* LLMEM_VULKAN_MV16_NR: 1..8, 2^k, weight rows per group */
