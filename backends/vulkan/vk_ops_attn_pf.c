@@ -152,7 +152,8 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
      * the first two in one stage, 64-key blocks back to 32 where their stage does not fit */
     c->fav = (uint32_t)fa & (FA_LAZY | FA_DIRECT | FA_B64 | FA_KV_SEP | FA_VLATE | FA_QFIRST |
                              FA_OUNR);
-    if (kv->dtype != LLMEM_DTYPE_F16 || page_log2(kv) < 4 || page_log2(kv) >= 32)
+    uint32_t psl = page_log2(kv);
+    if (kv->dtype != LLMEM_DTYPE_F16 || psl < 4 || psl >= 32)
         c->fav &= ~(uint32_t)FA_DIRECT;
     if (c->fav & FA_DIRECT)
         c->fav &= ~(uint32_t)(FA_B64 | FA_KV_SEP | FA_VLATE);
@@ -172,7 +173,7 @@ static bool attn_fa_pick(const vk_backend *v, const llmem_attn_params *p,
     c->split = 1;
     c->var = 0;
     c->fa = true;
-    c->psl = page_log2(kv);
+    c->psl = psl;
     return true;
 }
 
@@ -236,11 +237,7 @@ static bool attn_pf_pick(const vk_backend *v, const llmem_attn_params *p,
     c->var = (uint32_t)VK_KNOB(v, attn_pf_var, PF_VAR_DEFAULT);
     if (!cm2)
         c->var &= 1u | 16u;
-    c->psl = 32;
-    uint32_t ps = (uint32_t)kv->page_size;
-    if ((c->var & 1u) && ps > 0 && (ps & (ps - 1)) == 0)
-        for (c->psl = 0; (1u << c->psl) < ps; c->psl++)
-            ;
+    c->psl = (c->var & 1u) ? page_log2(kv) : 32;
     while (attn_pf_smem(c->wg, d, mode == 3, cm2, c->stages) > lim)
         if (!pf_shrink(c))
             return false;
