@@ -138,9 +138,8 @@ __global__ void __launch_bounds__(GDN_THREADS) gdn_kernel(cuk_rs_args rs, cuk_gd
             kk += ks[i] * ks[i];
         }
         float qn = rsqrtf(qq + 1e-6f) * rsqrtf((float)dk), kn = rsqrtf(kk + 1e-6f);
-        float beta = 1.0f / (1.0f + expf(-a.b[tok * Hv + h]));
-        float x = a.a[tok * Hv + h] + bias;
-        float decay = expf(A * (x > 20.0f ? x : log1pf(expf(x))));
+        float decay, beta;
+        gdn_gates(a, tok, h, A, bias, decay, beta);
         if (act) {
             float kv = 0.0f;
 #pragma unroll
