@@ -265,14 +265,17 @@ START_TEST(test_gdn)
         th_expect_close(out, ref, no, 2e-5, what);
         check_slots(rs, e, k->st, init, after, want, written, gdn_tol(k->st), what);
         if (strcmp(th_backend_name(_i), "cuda") == 0) {
-            /* the kernel of a column per thread ($LLMEM_CUDA_GDN_E=0, read at each call) and
+            /* the kernel of a column per thread ($LLMEM_CUDA_GDN_E=0, read again on
+             * llmem_backend_reload_env) and
              * the split kernel's 16 rows per lane, beside the default's 32: other sums' orders,
              * each held to the float64 reference */
             static const char *const es[] = {"0", "16"};
             for (int ei = 0; ei < 2; ei++) {
                 setenv("LLMEM_CUDA_GDN_E", es[ei], 1);
+                ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
                 llmem_status st = gdn_run(be, rs, &d, &in, init, bytes, out, after);
                 unsetenv("LLMEM_CUDA_GDN_E");
+                ck_assert_int_eq(llmem_backend_reload_env(be), LLMEM_OK);
                 ck_assert_int_eq(st, LLMEM_OK);
                 snprintf(what, sizeof what, "gdn case %zu on cuda, GDN_E=%s", ci, es[ei]);
                 th_expect_close(out, ref, no, 2e-5, what);

@@ -18,6 +18,7 @@
 #include "kernels/kernels.h"
 
 static void cuda_destroy(llmem_backend *be);
+static void cuda_reload_env(llmem_backend *be);
 static void cuda_get_info(llmem_backend *be, llmem_backend_info *info);
 static llmem_status cuda_buffer_alloc(llmem_backend *be, size_t size, llmem_buffer **out);
 static void cuda_buffer_free(llmem_backend *be, llmem_buffer *buf);
@@ -66,12 +67,34 @@ static const llmem_backend_i cuda_iface = {
     .comm_group = cuda_comm_group, /* NCCL (cuda_comm.c) */
     .op_impls = &cuda_op_impls,
     .buffer_copy_ranges = cuda_buffer_copy_ranges,
+    .reload_env = cuda_reload_env,
 };
 
 static bool env_on(const char *name)
 {
     const char *v = getenv(name);
     return v && *v && strcmp(v, "0") != 0;
+}
+
+/* $LLMEM_CUDA_GDN_E: 0, 16 or 32 (unset: 32); another value is reported on
+ * stderr and taken as 32. */
+static int gdn_split_env(void)
+{
+    const char *e = getenv("LLMEM_CUDA_GDN_E");
+    if (!e || !*e || !strcmp(e, "32"))
+        return 32;
+    if (!strcmp(e, "0") || !strcmp(e, "16"))
+        return atoi(e);
+    fprintf(stderr, "llmem cuda: LLMEM_CUDA_GDN_E=%s is not 0, 16 or 32; using 32\n", e);
+    return 32;
+}
+
+/* llmem_backend_reload_env: $LLMEM_CUDA_GDN_E again (tests and
+ * measurements run both kernels on one backend); the other settings stay
+ * as the backend opened with them. */
+static void cuda_reload_env(llmem_backend *be)
+{
+    cuda_from(be)->gdn_split = gdn_split_env();
 }
 
 /* ---- helpers shared with cuda_ops.c -------------------------------------------------------- */
@@ -194,6 +217,7 @@ static llmem_status cuda_open(int32_t device, llmem_backend **out, char *err, si
     const char *dc = getenv("LLMEM_CUDA_DEC_CTAS");
     cb->dec_ctas = dc ? atoi(dc) : 2;
     cb->dec_ctas = cb->dec_ctas < 1 ? 2 : cb->dec_ctas > 256 ? 256 : cb->dec_ctas;
+    cb->gdn_split = gdn_split_env();
     const char *what = "cudaSetDevice";
     cudaError_t e = cudaSetDevice(dev);
     struct cudaDeviceProp prop;

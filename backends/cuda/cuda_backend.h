@@ -29,6 +29,9 @@ typedef struct cuda_backend {
     bool attn_fast;    /* $LLMEM_CUDA_ATTN_FAST=1: single-rounding tensor-core prefill */
     int dec_ctas;      /* decode attention: CTAs per SM the key splits aim for
                           ($LLMEM_CUDA_DEC_CTAS, default 2) */
+    int gdn_split;     /* gated delta net: rows of a state column per thread, 32 (default)
+                          or 16 (kernels/gdn.cu gdn_split_kernel), 0 a column per thread
+                          ($LLMEM_CUDA_GDN_E; read again on llmem_backend_reload_env) */
     void *scratch;     /* device scratch for ops, grown on demand */
     size_t scratch_size;
     unsigned scratch_gen; /* bumped when scratch moves (recorded graphs hold its address) */

@@ -9,29 +9,6 @@
 #include "kernels/gdn.h"
 #include "llmem/ops_gdn.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* Rows of a state column per thread ($LLMEM_CUDA_GDN_E, read at each call
- * so that tests can run both kernels in one process): 32 (default) or 16
- * spread a column over d_k / E lanes of a warp; 0 keeps the kernel of one
- * column per thread (it spills from d_k 64 up), for A/B runs. */
-static int gdn_split(void)
-{
-    static int warned; /* one message a process for a value it does not take */
-    const char *e = getenv("LLMEM_CUDA_GDN_E");
-    if (!e || !*e || !strcmp(e, "32"))
-        return 32;
-    if (!strcmp(e, "0") || !strcmp(e, "16"))
-        return atoi(e);
-    if (!warned) {
-        warned = 1;
-        fprintf(stderr, "llmem cuda: LLMEM_CUDA_GDN_E=%s is not 0, 16 or 32; using 32\n", e);
-    }
-    return 32;
-}
-
 static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
                                 const llmem_view *view, int32_t state, llmem_ct *qkv, llmem_ct *a,
                                 llmem_ct *b, llmem_ct *a_log, llmem_ct *dt_bias, llmem_ct *out)
@@ -59,7 +36,7 @@ static llmem_status cuda_op_gdn(llmem_backend *be, const llmem_gdn_params *p,
         .db_dt = dt_bias->dtype,
         .out = cuda_tensor_ptr(out),
         .width = 2 * (int64_t)p->n_k_heads * p->d_k + (int64_t)p->n_v_heads * p->d_v,
-        .split = gdn_split(),
+        .split = cb->gdn_split, /* $LLMEM_CUDA_GDN_E (cuda_backend.c) */
     };
     return cuda_op_done(cb, cuk_gdn(&rs, &ga, cb->stream), "gdn");
 }

@@ -264,7 +264,8 @@ bool llmem_backend_async_copies(const llmem_backend *be);
  * into its state when it opened, so that one process can time several
  * settings (setenv, then this; `llmem bench`'s LLMEM_BENCH_GEMV_SETS):
  * the Vulkan backend's per-op kernel choices (docs/vulkan.md, the ones
- * "read when the backend opens"), LLMEM_VIEW_CHECK of the view checks and
+ * "read when the backend opens"), the CUDA backend's LLMEM_CUDA_GDN_E,
+ * LLMEM_VIEW_CHECK of the view checks and
  * LLMEM_COPY_RANGES (process-wide: llmem_buffer_copy_ranges).
  * Steps recorded before keep the settings they were recorded with. Not
  * thread-safe against ops on be, nor against setenv in another thread
